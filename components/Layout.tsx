@@ -1,0 +1,35 @@
+import type { ComponentChildren } from "preact";
+
+export interface LayoutProps {
+  title: string;
+  children: ComponentChildren;
+  /** Extra content for the header's right side (account links). */
+  nav?: ComponentChildren;
+}
+
+export function Layout({ title, children, nav }: LayoutProps) {
+  return (
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <title>{`${title} · Tollbooth`}</title>
+        <link rel="stylesheet" href="/static/styles.css" />
+      </head>
+      <body>
+        <header class="site-header">
+          <a class="brand" href="/">Tollbooth</a>
+          <nav aria-label="Main">
+            <a href="/models">Models</a>
+            <a href="/docs/errors">Errors</a>
+            {nav}
+          </nav>
+        </header>
+        <main>{children}</main>
+        <footer class="site-footer">
+          Tollbooth · pay-as-you-go LLM gateway · API version 2026-07-29
+        </footer>
+      </body>
+    </html>
+  );
+}

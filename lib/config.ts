@@ -1,0 +1,66 @@
+import { z } from "zod";
+
+/** Process configuration read once from the environment. */
+export interface Config {
+  port: number;
+  kvPath: string | undefined;
+  modelsFile: string;
+  publicUrl: string;
+  reservationTtlSeconds: number;
+  rateLimitRpm: number;
+  rateLimitTpm: number;
+  maxBodyBytes: number;
+  upstreamTimeoutMs: number;
+  env: Record<string, string | undefined>;
+}
+
+const positiveInt = (fallback: number) =>
+  z.string().optional().transform((v, ctx) => {
+    if (v === undefined || v === "") return fallback;
+    const n = Number(v);
+    if (!Number.isSafeInteger(n) || n <= 0) {
+      ctx.addIssue({
+        code: "custom",
+        message: `must be a positive integer, got ${JSON.stringify(v)}`,
+      });
+      return z.NEVER;
+    }
+    return n;
+  });
+
+const EnvSchema = z.object({
+  PORT: positiveInt(8000),
+  KV_PATH: z.string().optional(),
+  MODELS_FILE: z.string().optional(),
+  PUBLIC_URL: z.url().optional(),
+  RESERVATION_TTL_SECONDS: positiveInt(600),
+  RATE_LIMIT_RPM: positiveInt(600),
+  RATE_LIMIT_TPM: positiveInt(2_000_000),
+  MAX_BODY_BYTES: positiveInt(4 * 1024 * 1024),
+  UPSTREAM_TIMEOUT_MS: positiveInt(60_000),
+});
+
+export const DEFAULT_MODELS_FILE = new URL("../config/models.json", import.meta.url).pathname;
+
+export class ConfigError extends Error {}
+
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  const parsed = EnvSchema.safeParse(env);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new ConfigError(`environment variable ${issue.path.join(".")}: ${issue.message}`);
+  }
+  const e = parsed.data;
+  return {
+    port: e.PORT,
+    kvPath: e.KV_PATH,
+    modelsFile: e.MODELS_FILE ?? DEFAULT_MODELS_FILE,
+    publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ""),
+    reservationTtlSeconds: e.RESERVATION_TTL_SECONDS,
+    rateLimitRpm: e.RATE_LIMIT_RPM,
+    rateLimitTpm: e.RATE_LIMIT_TPM,
+    maxBodyBytes: e.MAX_BODY_BYTES,
+    upstreamTimeoutMs: e.UPSTREAM_TIMEOUT_MS,
+    env,
+  };
+}

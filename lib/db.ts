@@ -1,0 +1,129 @@
+/**
+ * Every Deno KV key shape of Tollbooth, and the records stored under them. Nothing else in the code
+ * base builds a key by hand.
+ */
+import type { Micros } from "./money.ts";
+
+export const keys = {
+  app: (appId: string) => ["apps", appId] as const,
+  appsByOwner: (ownerId: string, appId: string) => ["apps_by_owner", ownerId, appId] as const,
+  appByTopUpToken: (token: string) => ["apps_by_top_up_token", token] as const,
+
+  wallet: (appId: string) => ["wallets", appId] as const,
+  walletBatch: (appId: string, batchId: string) => ["wallet_batches", appId, batchId] as const,
+  ledgerEntry: (appId: string, entryId: string) => ["ledger", appId, entryId] as const,
+  ledger: (appId: string) => ["ledger", appId] as const,
+  creditMarker: (marker: string) => ["credit_markers", marker] as const,
+
+  apiKey: (keyId: string) => ["api_keys", keyId] as const,
+  apiKeyByHash: (hash: string) => ["api_keys_by_hash", hash] as const,
+  appApiKey: (appId: string, keyId: string) => ["app_api_keys", appId, keyId] as const,
+  appApiKeys: (appId: string) => ["app_api_keys", appId] as const,
+  apiKeyLastUsed: (keyId: string) => ["api_key_last_used", keyId] as const,
+
+  reservation: (appId: string, reservationId: string) =>
+    ["reservations", appId, reservationId] as const,
+  appReservations: (appId: string) => ["reservations", appId] as const,
+  allReservations: () => ["reservations"] as const,
+  reservationExpiry: (leaseUntil: number, appId: string, reservationId: string) =>
+    ["reservation_expiries", leaseUntil, appId, reservationId] as const,
+  reservationExpiries: () => ["reservation_expiries"] as const,
+
+  usage: (appId: string, usageId: string) => ["usage", appId, usageId] as const,
+  appUsage: (appId: string) => ["usage", appId] as const,
+  dailySpend: (appId: string, day: string) => ["daily_spend", appId, day] as const,
+  appDailySpend: (appId: string) => ["daily_spend", appId] as const,
+  modelSpend: (appId: string, model: string) => ["model_spend", appId, model] as const,
+  appModelSpend: (appId: string) => ["model_spend", appId] as const,
+  allWallets: () => ["wallets"] as const,
+  allApps: () => ["apps"] as const,
+};
+
+export interface AppRecord {
+  id: string;
+  name: string;
+  ownerId: string | null;
+  createdAt: number;
+  topUpToken: string;
+}
+
+/** Invariant: available + reserved + spent = starter + topUps + operatorCredits. */
+export interface WalletRecord {
+  available: Micros;
+  reserved: Micros;
+  spent: Micros;
+  starter: Micros;
+  topUps: Micros;
+  operatorCredits: Micros;
+}
+
+export type CreditKind = "starter" | "top_up" | "operator_credit";
+
+export interface LedgerEntry {
+  id: string;
+  kind: CreditKind;
+  amount: Micros;
+  reason: string;
+  /** External reference (a payment session id) for receipts; null for internal credits. */
+  reference: string | null;
+  createdAt: number;
+}
+
+export interface ApiKeyRecord {
+  id: string;
+  appId: string;
+  name: string;
+  /** First characters of the raw key, enough to recognise it, useless to an attacker. */
+  prefix: string;
+  hash: string;
+  createdAt: number;
+  revokedAt: number | null;
+}
+
+export interface ApiKeyHashEntry {
+  keyId: string;
+  appId: string;
+}
+
+export interface ReservationRecord {
+  id: string;
+  appId: string;
+  keyId: string;
+  requestId: string;
+  model: string;
+  amount: Micros;
+  createdAt: number;
+  leaseUntil: number;
+}
+
+export type UsageOutcome = "completed" | "upstream_cut" | "client_closed";
+
+export interface UsageRecord {
+  id: string;
+  requestId: string;
+  appId: string;
+  keyId: string;
+  model: string;
+  provider: string;
+  promptTokens: number;
+  completionTokens: number;
+  /** What left the wallet. */
+  cost: Micros;
+  /** Cost of the usage beyond what the hold and the balance could cover; never charged. */
+  uncharged: Micros;
+  reserved: Micros;
+  streamed: boolean;
+  outcome: UsageOutcome;
+  /** True when the upstream gave no usage and the tokens were counted by us. */
+  countedLocally: boolean;
+  createdAt: number;
+}
+
+export function emptyWallet(): WalletRecord {
+  return { available: 0, reserved: 0, spent: 0, starter: 0, topUps: 0, operatorCredits: 0 };
+}
+
+/** UTC day of a timestamp, as YYYY-MM-DD. */
+export function utcDay(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10);
+}

@@ -1,0 +1,452 @@
+/**
+ * One paid request's life, independent of HTTP: price, reserve, call the provider, settle.
+ * Every path that reserves ends in exactly one settle or release (or, after a crash, the sweeper).
+ */
+import { getApp, topUpUrl } from "./apps.ts";
+import type { Catalog, Model } from "./catalog.ts";
+import type { ChatRequest } from "./chat_request.ts";
+import { DEFAULT_MAX_TOKENS } from "./chat_request.ts";
+import type { ReservationRecord, UsageOutcome } from "./db.ts";
+import { ApiError } from "./errors.ts";
+import { formatUsd, type Micros } from "./money.ts";
+import { reservationCost, type Usage, usageCost } from "./pricing.ts";
+import type { Providers } from "./providers/index.ts";
+import {
+  type ChatCompletion,
+  type ChatCompletionChunk,
+  ProviderError,
+  type StreamPart,
+} from "./providers/types.ts";
+import { releaseExpiredReservations } from "./sweeper.ts";
+import { countPromptTokens, countTextTokens } from "./tokens.ts";
+import type { Wallets } from "./wallet.ts";
+
+export interface Caller {
+  appId: string;
+  keyId: string;
+}
+
+/** What a request did, for its log line; filled in as the request goes. */
+export interface RequestTrace {
+  appId?: string;
+  keyId?: string;
+  model?: string;
+  provider?: string;
+  streamed?: boolean;
+  promptTokens?: number;
+  completionTokens?: number;
+  cost?: Micros;
+  reserved?: Micros;
+  upstreamMs?: number;
+  outcome?: UsageOutcome | "released";
+  upstreamFailure?: string;
+  errorCode?: string;
+}
+
+export interface GatewayDeps {
+  kv: Deno.Kv;
+  wallets: Wallets;
+  catalog: Catalog;
+  providers: Providers;
+  publicUrl: string;
+  log: (fields: Record<string, unknown>) => void;
+}
+
+export interface CompletionOutcome {
+  completion: ChatCompletion;
+  charged: Micros;
+  available: Micros;
+}
+
+export type StreamEvent =
+  | { type: "chunk"; chunk: ChatCompletionChunk }
+  | { type: "error"; error: ApiError };
+
+export interface StreamOutcome {
+  /** Balance right after the reservation. */
+  available: Micros;
+  events: AsyncGenerator<StreamEvent>;
+  /** The client went away: stop the upstream and settle what was produced. */
+  cancel(): Promise<void>;
+}
+
+interface Prepared {
+  model: Model;
+  promptTokens: number;
+  maxTokens: number;
+  hold: ReservationRecord;
+  available: Micros;
+}
+
+export class Gateway {
+  readonly #deps: GatewayDeps;
+
+  constructor(deps: GatewayDeps) {
+    this.#deps = deps;
+  }
+
+  async complete(
+    caller: Caller,
+    request: ChatRequest,
+    requestId: string,
+    trace: RequestTrace,
+  ): Promise<CompletionOutcome> {
+    const { model, promptTokens, maxTokens, hold } = await this.#prepare(
+      caller,
+      request,
+      requestId,
+      trace,
+    );
+    const started = performance.now();
+    let result;
+    try {
+      // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
+      // is done and billed to us either way, so it is finished and settled like any other.
+      result = await this.#deps.providers(model.provider).complete({
+        model,
+        messages: request.messages,
+        maxTokens,
+        passthrough: request.passthrough,
+        signal: new AbortController().signal,
+        requestId,
+      });
+    } catch (error) {
+      trace.upstreamMs = performance.now() - started;
+      await this.#release(caller, hold, trace);
+      throw this.#providerError(error, trace);
+    }
+    trace.upstreamMs = performance.now() - started;
+    const content = result.completion.choices.map((c) => c.message?.content ?? "").join("");
+    const usage = result.usage ?? { promptTokens, completionTokens: countTextTokens(content) };
+    const settled = await this.#settle(caller, hold, model, usage, {
+      requestId,
+      streamed: false,
+      outcome: "completed",
+      countedLocally: result.usage === null,
+    }, trace);
+    const completion = { ...result.completion, model: model.id };
+    if (!completion.usage || result.usage === null) {
+      completion.usage = {
+        prompt_tokens: usage.promptTokens,
+        completion_tokens: usage.completionTokens,
+        total_tokens: usage.promptTokens + usage.completionTokens,
+      };
+    }
+    return { completion, charged: settled.charged, available: settled.available };
+  }
+
+  async stream(
+    caller: Caller,
+    request: ChatRequest,
+    requestId: string,
+    trace: RequestTrace,
+  ): Promise<StreamOutcome> {
+    const { model, promptTokens, maxTokens, hold, available } = await this.#prepare(
+      caller,
+      request,
+      requestId,
+      trace,
+    );
+    const upstreamAbort = new AbortController();
+    const started = performance.now();
+    let parts: AsyncIterable<StreamPart>;
+    try {
+      parts = await this.#deps.providers(model.provider).stream({
+        model,
+        messages: request.messages,
+        maxTokens,
+        passthrough: request.passthrough,
+        signal: upstreamAbort.signal,
+        requestId,
+      });
+    } catch (error) {
+      trace.upstreamMs = performance.now() - started;
+      await this.#release(caller, hold, trace);
+      throw this.#providerError(error, trace);
+    }
+    trace.upstreamMs = performance.now() - started;
+
+    const wallets = this.#deps.wallets;
+    // A stream may outlive its lease; keep the hold alive while it runs so the sweeper leaves it.
+    const renewal = setInterval(() => {
+      wallets.renew(caller.appId, hold.id).catch(() => {});
+    }, Math.max(1000, wallets.leaseMs / 3));
+
+    let clientGone = false;
+    let settledOnce: Promise<void> | null = null;
+    let produced = "";
+    let usage: Usage | null = null;
+    let failure: ProviderError | null = null;
+    let meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
+    let charged = 0;
+
+    const settle = () => {
+      settledOnce ??= (async () => {
+        clearInterval(renewal);
+        const outcome: UsageOutcome = clientGone
+          ? "client_closed"
+          : failure
+          ? "upstream_cut"
+          : "completed";
+        const counted = usage === null;
+        const final = usage ?? { promptTokens, completionTokens: countTextTokens(produced) };
+        const result = await this.#settle(caller, hold, model, final, {
+          requestId,
+          streamed: true,
+          outcome,
+          countedLocally: counted,
+        }, trace);
+        usage = final;
+        charged = result.charged;
+        this.#deps.log({ ...trace, requestId, event: "stream_settled", status: 200 });
+      })();
+      return settledOnce;
+    };
+
+    const log = this.#deps.log;
+    async function* events(): AsyncGenerator<StreamEvent> {
+      try {
+        try {
+          for await (const part of parts) {
+            if (part.type === "usage") {
+              usage = part.usage;
+              continue;
+            }
+            const chunk = { ...part.chunk, model: model.id };
+            meta ??= { id: chunk.id, created: chunk.created };
+            for (const choice of chunk.choices) {
+              if (typeof choice.delta?.content === "string") produced += choice.delta.content;
+            }
+            yield { type: "chunk", chunk };
+          }
+        } catch (error) {
+          if (clientGone) return;
+          failure = error instanceof ProviderError
+            ? error
+            : new ProviderError("stream_cut", String((error as Error)?.message ?? error), {
+              cause: error,
+            });
+          trace.upstreamFailure = failure.kind;
+        }
+      } finally {
+        await settle();
+      }
+      if (request.includeUsage && usage) {
+        const u: Usage = usage;
+        yield {
+          type: "chunk",
+          chunk: {
+            id: meta?.id ?? `chatcmpl-${requestId}`,
+            object: "chat.completion.chunk",
+            created: meta?.created ?? Math.floor(Date.now() / 1000),
+            model: model.id,
+            choices: [],
+            usage: {
+              prompt_tokens: u.promptTokens,
+              completion_tokens: u.completionTokens,
+              total_tokens: u.promptTokens + u.completionTokens,
+              cost: formatUsd(charged),
+            },
+          },
+        };
+      }
+      if (failure) {
+        log({
+          level: "warn",
+          requestId,
+          event: "upstream_stream_failed",
+          kind: failure.kind,
+          message: failure.message,
+        });
+        yield {
+          type: "error",
+          error: new ApiError(
+            "provider_unreachable",
+            `The upstream stream failed: ${failure.message}`,
+          ),
+        };
+      }
+    }
+
+    const iterator = events();
+    return {
+      available,
+      events: iterator,
+      async cancel() {
+        clientGone = true;
+        upstreamAbort.abort(new DOMException("client closed the stream", "AbortError"));
+        await iterator.return(undefined);
+        await settle();
+      },
+    };
+  }
+
+  async #prepare(
+    caller: Caller,
+    request: ChatRequest,
+    requestId: string,
+    trace: RequestTrace,
+  ): Promise<Prepared> {
+    const model = this.#deps.catalog.get(request.model);
+    if (!model) {
+      throw new ApiError(
+        "model_not_found",
+        `The model '${request.model}' does not exist or is not on the curated list.`,
+        {
+          param: "model",
+        },
+      );
+    }
+    trace.model = model.id;
+    trace.provider = model.provider.name;
+    trace.streamed = request.stream;
+    if (request.maxTokens !== undefined && request.maxTokens > model.maxOutputTokens) {
+      throw new ApiError(
+        "invalid_parameter",
+        `Invalid value for 'max_tokens': ${model.id} allows at most ${model.maxOutputTokens} output tokens.`,
+        { param: "max_tokens" },
+      );
+    }
+    const maxTokens = request.maxTokens ?? Math.min(DEFAULT_MAX_TOKENS, model.maxOutputTokens);
+    const promptTokens = countPromptTokens(request.messages);
+    if (promptTokens + maxTokens > model.contextTokens) {
+      throw new ApiError(
+        "context_length_exceeded",
+        `The prompt (${promptTokens} tokens) plus max_tokens (${maxTokens}) exceeds the context of ${model.id} (${model.contextTokens} tokens).`,
+        { param: "messages" },
+      );
+    }
+    const amount = reservationCost(model, promptTokens, maxTokens);
+    const input = { amount, keyId: caller.keyId, requestId, model: model.id };
+    let result = await this.#deps.wallets.reserve(caller.appId, input);
+    if (!result.ok && result.reserved > 0) {
+      // Holds left by a crashed instance must not block an app until the cron sweeper runs.
+      const released = await releaseExpiredReservations(
+        this.#deps.kv,
+        this.#deps.wallets,
+        caller.appId,
+      );
+      if (released > 0) result = await this.#deps.wallets.reserve(caller.appId, input);
+    }
+    if (!result.ok) {
+      const app = await getApp(this.#deps.kv, caller.appId);
+      throw new ApiError(
+        "insufficient_credits",
+        `This request needs ${
+          formatUsd(amount)
+        } USD reserved (prompt plus max_tokens ${maxTokens} at ${model.id} prices); the balance is ${
+          formatUsd(result.available)
+        } USD.`,
+        {
+          extra: {
+            balance: formatUsd(result.available),
+            top_up_url: topUpUrl(this.#deps.publicUrl, app),
+          },
+        },
+      );
+    }
+    trace.reserved = amount;
+    return {
+      model,
+      promptTokens,
+      maxTokens,
+      hold: result.reservation,
+      available: result.available,
+    };
+  }
+
+  async #settle(
+    caller: Caller,
+    hold: ReservationRecord,
+    model: Model,
+    usage: Usage,
+    info: { requestId: string; streamed: boolean; outcome: UsageOutcome; countedLocally: boolean },
+    trace: RequestTrace,
+  ) {
+    const cost = usageCost(model, usage);
+    const result = await this.#deps.wallets.settle(caller.appId, hold.id, {
+      requestId: info.requestId,
+      keyId: caller.keyId,
+      model: model.id,
+      provider: model.provider.name,
+      promptTokens: usage.promptTokens,
+      completionTokens: usage.completionTokens,
+      cost,
+      streamed: info.streamed,
+      outcome: info.outcome,
+      countedLocally: info.countedLocally,
+    });
+    trace.promptTokens = usage.promptTokens;
+    trace.completionTokens = usage.completionTokens;
+    trace.outcome = info.outcome;
+    if (!result.settled) {
+      // The sweeper released the hold first: the request is not charged, and never twice.
+      this.#deps.log({
+        level: "warn",
+        requestId: info.requestId,
+        event: "settle_after_release",
+        appId: caller.appId,
+      });
+      trace.cost = 0;
+      return { charged: 0, available: result.available };
+    }
+    trace.cost = result.charged;
+    return { charged: result.charged, available: result.available };
+  }
+
+  async #release(caller: Caller, hold: ReservationRecord, trace: RequestTrace) {
+    await this.#deps.wallets.release(caller.appId, hold.id);
+    trace.cost = 0;
+    trace.outcome = "released";
+  }
+
+  #providerError(error: unknown, trace: RequestTrace): ApiError {
+    if (!(error instanceof ProviderError)) {
+      trace.upstreamFailure = "unreachable";
+      return new ApiError(
+        "provider_unreachable",
+        "The upstream provider could not be reached. Nothing was charged.",
+      );
+    }
+    trace.upstreamFailure = error.kind;
+    switch (error.kind) {
+      case "rate_limited":
+        return new ApiError(
+          "upstream_rate_limited",
+          `The upstream provider is rate limiting us; retry after ${
+            error.retryAfterSeconds ?? 1
+          } s. Nothing was charged.`,
+          { headers: { "retry-after": String(error.retryAfterSeconds ?? 1) } },
+        );
+      case "bad_request":
+        return /context|too long|maximum.*tokens|token limit/i.test(error.message)
+          ? new ApiError(
+            "context_length_exceeded",
+            `The upstream provider rejected the request: ${error.message}`,
+            {
+              param: "messages",
+            },
+          )
+          : new ApiError(
+            "upstream_rejected",
+            `The upstream provider rejected the request: ${error.message}`,
+          );
+      case "upstream_auth":
+        this.#deps.log({
+          level: "error",
+          event: "upstream_credentials_refused",
+          provider: trace.provider,
+          message: error.message,
+        });
+        return new ApiError(
+          "provider_unreachable",
+          "The upstream provider is unavailable. Nothing was charged.",
+        );
+      default:
+        return new ApiError(
+          "provider_unreachable",
+          `The upstream provider failed (${error.kind}). Nothing was charged.`,
+        );
+    }
+  }
+}

@@ -1,0 +1,106 @@
+import { type ApiKeyHashEntry, type ApiKeyRecord, keys } from "./db.ts";
+import { newId, randomToken } from "./ids.ts";
+
+const KEY_PREFIX = "tb_";
+/** 36 base-36 characters: 186 bits from the CSPRNG. */
+const KEY_BODY_LENGTH = 36;
+const KEY_PATTERN = /^tb_[0-9a-z]{36}$/;
+const DISPLAY_PREFIX_LENGTH = 8;
+
+export interface IssuedKey {
+  record: ApiKeyRecord;
+  /** The raw key: returned once, never stored. */
+  apiKey: string;
+}
+
+export async function sha256Hex(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+export function generateRawKey(): string {
+  return KEY_PREFIX + randomToken(186).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
+}
+
+/** A key record and the writes that store it with its indexes (for use inside an atomic op). */
+export async function prepareKey(appId: string, name: string, now = Date.now()) {
+  const apiKey = generateRawKey();
+  const record: ApiKeyRecord = {
+    id: newId("key", now),
+    appId,
+    name,
+    prefix: apiKey.slice(0, DISPLAY_PREFIX_LENGTH),
+    hash: await sha256Hex(apiKey),
+    createdAt: now,
+    revokedAt: null,
+  };
+  const write = (atomic: Deno.AtomicOperation) =>
+    atomic
+      .check({ key: keys.apiKeyByHash(record.hash), versionstamp: null })
+      .set(keys.apiKey(record.id), record)
+      .set(keys.apiKeyByHash(record.hash), { keyId: record.id, appId } satisfies ApiKeyHashEntry)
+      .set(keys.appApiKey(appId, record.id), true);
+  return { issued: { record, apiKey } satisfies IssuedKey, write };
+}
+
+export async function issueKey(kv: Deno.Kv, appId: string, name = "default"): Promise<IssuedKey> {
+  const app = await kv.get(keys.app(appId));
+  if (app.versionstamp === null) throw new NotFoundError(`no app ${appId}`);
+  const { issued, write } = await prepareKey(appId, name);
+  const result = await write(kv.atomic().check(app)).commit();
+  if (!result.ok) throw new Error("key issue conflicted; try again");
+  return issued;
+}
+
+/** Resolves a raw bearer key to its key and app, or null when it is malformed, unknown or revoked. */
+export async function authenticateKey(
+  kv: Deno.Kv,
+  rawKey: string,
+): Promise<ApiKeyHashEntry | null> {
+  if (!KEY_PATTERN.test(rawKey)) return null;
+  const entry = await kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(await sha256Hex(rawKey)));
+  return entry.value;
+}
+
+/** Revokes a key: its hash index is removed in the same commit, so the next request fails. */
+export async function revokeKey(
+  kv: Deno.Kv,
+  keyId: string,
+  now = Date.now(),
+): Promise<ApiKeyRecord> {
+  for (;;) {
+    const entry = await kv.get<ApiKeyRecord>(keys.apiKey(keyId));
+    if (!entry.value) throw new NotFoundError(`no key ${keyId}`);
+    if (entry.value.revokedAt !== null) return entry.value;
+    const revoked = { ...entry.value, revokedAt: now };
+    const result = await kv.atomic()
+      .check(entry)
+      .set(keys.apiKey(keyId), revoked)
+      .delete(keys.apiKeyByHash(revoked.hash))
+      .commit();
+    if (result.ok) return revoked;
+  }
+}
+
+export async function listAppKeys(kv: Deno.Kv, appId: string) {
+  const ids: string[] = [];
+  for await (const entry of kv.list({ prefix: keys.appApiKeys(appId) })) {
+    ids.push(String(entry.key[2]));
+  }
+  const out: (ApiKeyRecord & { lastUsedAt: number | null })[] = [];
+  for (let i = 0; i < ids.length; i += 5) {
+    const chunk = ids.slice(i, i + 5);
+    const entries = await kv.getMany<unknown[]>(
+      chunk.flatMap((id) => [keys.apiKey(id), keys.apiKeyLastUsed(id)]),
+    );
+    chunk.forEach((_, j) => {
+      const record = entries[2 * j].value as ApiKeyRecord | null;
+      if (record) {
+        out.push({ ...record, lastUsedAt: (entries[2 * j + 1].value as number | null) ?? null });
+      }
+    });
+  }
+  return out;
+}
+
+export class NotFoundError extends Error {}

@@ -1,0 +1,141 @@
+import { ProviderError } from "./types.ts";
+
+export interface UpstreamCall {
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+  signal: AbortSignal;
+  /** No answer (headers) within this time, or a stream silent this long, is a timeout. */
+  timeoutMs: number;
+  fetch?: typeof fetch;
+}
+
+/**
+ * POSTs to an upstream and maps every transport failure and non-2xx status to a ProviderError.
+ * The returned idle guard keeps aborting the body if it stalls for longer than the timeout.
+ */
+export async function callUpstream(call: UpstreamCall) {
+  const controller = new AbortController();
+  const onClientAbort = () => controller.abort(call.signal.reason);
+  call.signal.addEventListener("abort", onClientAbort, { once: true });
+  const idle = upstreamIdleGuard(
+    controller,
+    call.timeoutMs,
+    () => call.signal.removeEventListener("abort", onClientAbort),
+  );
+  let response: Response;
+  try {
+    response = await (call.fetch ?? fetch)(call.url, {
+      method: "POST",
+      headers: call.headers,
+      body: call.body,
+      signal: controller.signal,
+    });
+  } catch (error) {
+    idle.stop();
+    throw idle.translate(error);
+  }
+  if (!response.ok) {
+    idle.stop();
+    throw await statusError(response);
+  }
+  idle.touch();
+  return { response, idle };
+}
+
+export function upstreamIdleGuard(
+  controller: AbortController,
+  timeoutMs: number,
+  cleanup: () => void,
+) {
+  let timedOut = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const arm = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort(new DOMException("upstream timed out", "TimeoutError"));
+    }, timeoutMs);
+  };
+  arm();
+  return {
+    touch: arm,
+    stop() {
+      clearTimeout(timer);
+      cleanup();
+    },
+    /** Turns whatever a fetch or a body read threw into the failure it stands for. */
+    translate(error: unknown): unknown {
+      if (error instanceof ProviderError) return error;
+      if (timedOut) {
+        return new ProviderError("timeout", `no data from upstream for ${timeoutMs} ms`, {
+          cause: error,
+        });
+      }
+      if (controller.signal.aborted) return error; // the client went away; the caller knows
+      return new ProviderError(
+        "unreachable",
+        `upstream unreachable: ${(error as Error)?.message ?? error}`,
+        {
+          cause: error,
+        },
+      );
+    },
+  };
+}
+
+async function statusError(response: Response): Promise<ProviderError> {
+  const status = response.status;
+  const text = await response.text().catch(() => "");
+  const reason = upstreamReason(text) ?? `status ${status}`;
+  if (status === 429) {
+    return new ProviderError("rate_limited", `upstream rate limited: ${reason}`, {
+      upstreamStatus: status,
+      retryAfterSeconds: retryAfterSeconds(response.headers),
+    });
+  }
+  if (status === 401 || status === 403) {
+    return new ProviderError("upstream_auth", `upstream refused our credentials: ${reason}`, {
+      upstreamStatus: status,
+    });
+  }
+  if (status >= 400 && status < 500 && status !== 408) {
+    return new ProviderError("bad_request", reason, { upstreamStatus: status });
+  }
+  return new ProviderError("upstream_error", `upstream failed: ${reason}`, {
+    upstreamStatus: status,
+  });
+}
+
+/** The human-readable reason out of an upstream error body, in either common shape. */
+function upstreamReason(text: string): string | null {
+  try {
+    const json = JSON.parse(text);
+    const message = json?.error?.message ?? json?.message;
+    return typeof message === "string" ? message.slice(0, 500) : null;
+  } catch {
+    return text ? text.slice(0, 200) : null;
+  }
+}
+
+function retryAfterSeconds(headers: Headers): number {
+  const raw = headers.get("retry-after");
+  if (raw) {
+    const seconds = Number(raw);
+    if (Number.isFinite(seconds) && seconds >= 0) return Math.max(1, Math.ceil(seconds));
+    const date = Date.parse(raw);
+    if (!Number.isNaN(date)) return Math.max(1, Math.ceil((date - Date.now()) / 1000));
+  }
+  return 1;
+}
+
+export async function readJson(response: Response): Promise<unknown> {
+  const text = await response.text();
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    throw new ProviderError("malformed_response", "upstream answered with malformed JSON", {
+      cause,
+    });
+  }
+}

@@ -1,0 +1,43 @@
+import type { Catalog, ProviderConfig } from "../catalog.ts";
+import { createOpenAiProvider } from "./openai.ts";
+import { createSimulator } from "./simulator.ts";
+import { type Provider, ProviderError } from "./types.ts";
+
+export type Providers = (config: ProviderConfig) => Provider;
+
+/** One adapter per provider of the catalog, built once at start. */
+export function createProviders(
+  catalog: Catalog,
+  options: { timeoutMs: number; fetch?: typeof fetch },
+): Providers {
+  const byName = new Map<string, Provider>();
+  for (const model of catalog.models) {
+    const config = model.provider;
+    if (byName.has(config.name)) continue;
+    byName.set(config.name, createProvider(config, options));
+  }
+  return (config) => byName.get(config.name)!;
+}
+
+function createProvider(
+  config: ProviderConfig,
+  options: { timeoutMs: number; fetch?: typeof fetch },
+): Provider {
+  switch (config.kind) {
+    case "simulator":
+      return createSimulator({ tokenDelayMs: config.tokenDelayMs });
+    case "openai":
+      return createOpenAiProvider({
+        ...config,
+        timeoutMs: config.timeoutMs ?? options.timeoutMs,
+        fetch: options.fetch,
+      });
+    case "anthropic":
+      return unavailable(`the ${config.kind} adapter is not available in this build`);
+  }
+}
+
+function unavailable(message: string): Provider {
+  const fail = () => Promise.reject(new ProviderError("not_configured", message));
+  return { complete: fail, stream: fail };
+}

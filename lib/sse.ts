@@ -1,0 +1,51 @@
+export interface SseEvent {
+  event: string | null;
+  data: string;
+}
+
+/** Parses a server-sent event stream as the HTML standard defines it (data, event, comments). */
+export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerator<SseEvent> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let event: string | null = null;
+  let data: string[] = [];
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let newline: number;
+      while ((newline = buffer.search(/\r\n|\r|\n/)) !== -1) {
+        const line = buffer.slice(0, newline);
+        const width = buffer.startsWith("\r\n", newline) ? 2 : 1;
+        // A lone \r at the end of the buffer may be the first half of \r\n.
+        if (width === 1 && buffer[newline] === "\r" && newline === buffer.length - 1) break;
+        buffer = buffer.slice(newline + width);
+        if (line === "") {
+          if (data.length) yield { event, data: data.join("\n") };
+          event = null;
+          data = [];
+          continue;
+        }
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon === -1 ? line : line.slice(0, colon);
+        let value = colon === -1 ? "" : line.slice(colon + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "data") data.push(value);
+        else if (field === "event") event = value;
+      }
+    }
+    if (data.length) yield { event, data: data.join("\n") };
+  } finally {
+    reader.releaseLock();
+    await body.cancel().catch(() => {});
+  }
+}
+
+const encoder = new TextEncoder();
+
+export function encodeSseData(data: string): Uint8Array {
+  return encoder.encode(`data: ${data}\n\n`);
+}

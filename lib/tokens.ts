@@ -1,0 +1,38 @@
+import { countTokens, decode, encode } from "gpt-tokenizer/encoding/o200k_base";
+
+/** Text that looks like a special token is ordinary user text to us, never a control token. */
+const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
+
+/** Per-message framing of the chat format (role and separators), as OpenAI documents it. */
+const TOKENS_PER_MESSAGE = 4;
+/** The assistant reply is primed with a few tokens. */
+const TOKENS_PER_REPLY = 3;
+
+export function countTextTokens(text: string): number {
+  return text.length === 0 ? 0 : countTokens(text, PLAIN_TEXT);
+}
+
+/** Prompt tokens of a chat, counted with the o200k_base tokenizer and OpenAI's chat framing. */
+export function countPromptTokens(messages: readonly { content: string }[]): number {
+  let total = TOKENS_PER_REPLY;
+  for (const m of messages) total += TOKENS_PER_MESSAGE + countTextTokens(m.content);
+  return total;
+}
+
+/**
+ * Splits text into pieces of one token each, merging tokens that only make sense together (a
+ * character split over several byte-level tokens), so that every piece is valid text.
+ */
+export function splitIntoTokenTexts(text: string): string[] {
+  const pieces: string[] = [];
+  let pending: number[] = [];
+  for (const token of encode(text, PLAIN_TEXT)) {
+    pending.push(token);
+    const piece = decode(pending);
+    if (piece.includes("\uFFFD")) continue;
+    pieces.push(piece);
+    pending = [];
+  }
+  if (pending.length) pieces.push(decode(pending));
+  return pieces;
+}

@@ -1,0 +1,44 @@
+import { Layout } from "../../components/Layout.tsx";
+import type { Catalog } from "../../lib/catalog.ts";
+import { renderPage } from "../render.ts";
+
+/** GET /models: the curated list with prices, public. */
+export function modelsPage(catalog: Catalog): string {
+  return renderPage(
+    <Layout title="Models">
+      <h1>Models</h1>
+      <p>
+        Use the ID as <code>model</code> in{" "}
+        <code>POST /v1/chat/completions</code>. Prices are in USD per million tokens; a request
+        costs its prompt tokens at the input price plus its completion tokens at the output price,
+        rounded up once to the micro-dollar.
+      </p>
+      <div class="table-scroll">
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">Model ID</th>
+              <th scope="col">Input / 1M tokens</th>
+              <th scope="col">Output / 1M tokens</th>
+              <th scope="col">Context</th>
+              <th scope="col">Max output</th>
+            </tr>
+          </thead>
+          <tbody>
+            {catalog.models.map((m) => (
+              <tr>
+                <td>
+                  <code>{m.id}</code>
+                </td>
+                <td>${m.inputUsdPerMTok}</td>
+                <td>${m.outputUsdPerMTok}</td>
+                <td>{m.contextTokens.toLocaleString("en-US")}</td>
+                <td>{m.maxOutputTokens.toLocaleString("en-US")}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </Layout>,
+  );
+}

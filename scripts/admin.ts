@@ -1,0 +1,179 @@
+/**
+ * Operator commands. Each prints one JSON object on stdout; a bad command or argument prints a
+ * message on stderr and exits non-zero. Safe to run beside a running service on the same KV.
+ */
+import { createApp as createAppRecord, getApp, getWallet, topUpUrl } from "../lib/apps.ts";
+import { auditWallets } from "../lib/audit.ts";
+import { loadConfig } from "../lib/config.ts";
+import { issueKey, listAppKeys, NotFoundError, revokeKey } from "../lib/keys.ts";
+import { openKv } from "../lib/kv.ts";
+import { formatUsd, parseUsd } from "../lib/money.ts";
+import { Wallets } from "../lib/wallet.ts";
+
+class UsageError extends Error {}
+
+const USAGE = `usage: deno task admin <command> [options]
+  create-app --name NAME [--owner EMAIL]
+  create-key --app APP_ID [--name NAME]
+  revoke-key --key KEY_ID
+  show-app --app APP_ID
+  credit --app APP_ID --amount USD --reason TEXT
+  audit`;
+
+function parseFlags(args: string[], allowed: string[]): Record<string, string> {
+  const flags: Record<string, string> = {};
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    if (!arg.startsWith("--")) throw new UsageError(`unexpected argument ${JSON.stringify(arg)}`);
+    const [name, inline] = arg.slice(2).split(/=(.*)/s, 2);
+    if (!allowed.includes(name)) throw new UsageError(`unknown option --${name}`);
+    const value = inline ?? args[++i];
+    if (value === undefined || (inline === undefined && value.startsWith("--"))) {
+      throw new UsageError(`--${name} needs a value`);
+    }
+    flags[name] = value;
+  }
+  return flags;
+}
+
+function required(flags: Record<string, string>, name: string): string {
+  const value = flags[name];
+  if (!value) throw new UsageError(`--${name} is required`);
+  return value;
+}
+
+export async function runAdmin(
+  args: string[],
+  kv: Deno.Kv,
+  publicUrl: string,
+): Promise<{ output: unknown; exitCode: number }> {
+  const [command, ...rest] = args;
+  const wallets = new Wallets(kv, { leaseMs: 0 });
+  switch (command) {
+    case "create-app": {
+      const flags = parseFlags(rest, ["name", "owner"]);
+      const { app, wallet, key } = await createAppRecord(kv, {
+        name: required(flags, "name"),
+        ownerId: flags.owner,
+      });
+      return {
+        output: {
+          app_id: app.id,
+          api_key: key.apiKey,
+          key_id: key.record.id,
+          top_up_url: topUpUrl(publicUrl, app),
+          balance: formatUsd(wallet.available),
+        },
+        exitCode: 0,
+      };
+    }
+    case "create-key": {
+      const flags = parseFlags(rest, ["app", "name"]);
+      const key = await issueKey(kv, required(flags, "app"), flags.name ?? "admin");
+      return { output: { key_id: key.record.id, api_key: key.apiKey }, exitCode: 0 };
+    }
+    case "revoke-key": {
+      const flags = parseFlags(rest, ["key"]);
+      const key = await revokeKey(kv, required(flags, "key"));
+      return {
+        output: {
+          key_id: key.id,
+          app_id: key.appId,
+          revoked_at: new Date(key.revokedAt!).toISOString(),
+        },
+        exitCode: 0,
+      };
+    }
+    case "show-app": {
+      const flags = parseFlags(rest, ["app"]);
+      const appId = required(flags, "app");
+      const app = await getApp(kv, appId);
+      const wallet = await getWallet(kv, appId);
+      const keyList = await listAppKeys(kv, appId);
+      return {
+        output: {
+          app_id: app.id,
+          name: app.name,
+          owner: app.ownerId,
+          balance: formatUsd(wallet.available),
+          reserved: formatUsd(wallet.reserved),
+          spent: formatUsd(wallet.spent),
+          credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
+          top_up_url: topUpUrl(publicUrl, app),
+          keys: keyList.map((k) => ({
+            key_id: k.id,
+            name: k.name,
+            prefix: k.prefix,
+            created_at: new Date(k.createdAt).toISOString(),
+            last_used_at: k.lastUsedAt ? new Date(k.lastUsedAt).toISOString() : null,
+            revoked_at: k.revokedAt ? new Date(k.revokedAt).toISOString() : null,
+          })),
+        },
+        exitCode: 0,
+      };
+    }
+    case "credit": {
+      const flags = parseFlags(rest, ["app", "amount", "reason"]);
+      const appId = required(flags, "app");
+      let amount;
+      try {
+        amount = parseUsd(required(flags, "amount"));
+      } catch {
+        throw new UsageError(
+          "--amount must be a positive USD amount with at most 6 decimals, such as 10.00",
+        );
+      }
+      if (amount <= 0) throw new UsageError("--amount must be positive");
+      await getApp(kv, appId);
+      const result = await wallets.credit(appId, {
+        amount,
+        kind: "operator_credit",
+        reason: required(flags, "reason"),
+      });
+      if (!result.credited) throw new Error("credit was not applied");
+      return {
+        output: {
+          app_id: appId,
+          credited: formatUsd(amount),
+          balance: formatUsd(result.available),
+          entry_id: result.entry.id,
+        },
+        exitCode: 0,
+      };
+    }
+    case "audit": {
+      parseFlags(rest, []);
+      const report = await auditWallets(kv);
+      return { output: report, exitCode: report.ok ? 0 : 1 };
+    }
+    default:
+      throw new UsageError(
+        command ? `unknown command ${JSON.stringify(command)}` : "no command given",
+      );
+  }
+}
+
+if (import.meta.main) {
+  const config = loadConfig(Deno.env.toObject());
+  const kv = await openKv(config.kvPath);
+  let exitCode = 0;
+  try {
+    const result = await runAdmin(Deno.args, kv, config.publicUrl);
+    console.log(JSON.stringify(result.output, null, 2));
+    exitCode = result.exitCode;
+  } catch (error) {
+    if (error instanceof UsageError) {
+      console.error(`admin: ${error.message}\n${USAGE}`);
+      exitCode = 2;
+    } else if (error instanceof NotFoundError || error instanceof RangeError) {
+      console.error(`admin: ${error.message}`);
+      exitCode = 1;
+    } else {
+      console.error(`admin: ${(error as Error).message}`);
+      exitCode = 1;
+    }
+  } finally {
+    kv.close();
+  }
+  Deno.exit(exitCode);
+}

@@ -1,0 +1,164 @@
+import assert from "node:assert/strict";
+import { createApp } from "../app.ts";
+import { createApp as createAppRecord } from "../lib/apps.ts";
+import { auditWallets } from "../lib/audit.ts";
+import { buildCatalog, type Catalog, type CatalogFile } from "../lib/catalog.ts";
+import { type Config, loadConfig } from "../lib/config.ts";
+import { keys } from "../lib/db.ts";
+import type { WalletRecord } from "../lib/db.ts";
+import type { Logger } from "../lib/log.ts";
+
+export const PUBLIC_URL = "http://tollbooth.test";
+
+/** A catalog with the simulator and, when given, an OpenAI-compatible upstream at `openaiBaseUrl`. */
+export function testCatalogFile(openaiBaseUrl = "http://127.0.0.1:9"): CatalogFile {
+  return {
+    providers: {
+      tollbooth: { kind: "simulator" },
+      fake: {
+        kind: "openai",
+        base_url: openaiBaseUrl,
+        api_key_env: "FAKE_OPENAI_KEY",
+        timeout_ms: 2000,
+      },
+      nokey: { kind: "openai", base_url: openaiBaseUrl, api_key_env: "MISSING_KEY" },
+    },
+    models: [
+      model("tollbooth/echo", "tollbooth", "echo", "0.50", "1.50"),
+      model("tollbooth/lorem", "tollbooth", "lorem", "0.50", "1.50"),
+      model("fake/gpt", "fake", "gpt-test", "2.00", "8.00"),
+      model("nokey/gpt", "nokey", "gpt-test", "2.00", "8.00"),
+      {
+        ...model("tollbooth/tiny", "tollbooth", "echo", "0.50", "1.50"),
+        context_tokens: 64,
+        max_output_tokens: 32,
+      },
+    ],
+  };
+}
+
+function model(id: string, provider: string, upstream: string, input: string, output: string) {
+  return {
+    id,
+    provider,
+    upstream_model: upstream,
+    input_usd_per_mtok: input,
+    output_usd_per_mtok: output,
+    context_tokens: 32768,
+    max_output_tokens: 8192,
+  };
+}
+
+export interface TestService {
+  kv: Deno.Kv;
+  config: Config;
+  catalog: Catalog;
+  logs: Record<string, unknown>[];
+  handle: (request: Request) => Promise<Response>;
+  wallets: ReturnType<typeof createApp>["wallets"];
+  /** Creates an app (5.00 USD) and returns its id and raw key. */
+  newApp(
+    name?: string,
+  ): Promise<{ appId: string; apiKey: string; keyId: string; topUpToken: string }>;
+  chat(
+    apiKey: string | null,
+    body: unknown,
+    init?: { headers?: Record<string, string>; signal?: AbortSignal },
+  ): Promise<Response>;
+  wallet(appId: string): Promise<WalletRecord>;
+  close(): Promise<void>;
+}
+
+export async function startService(options: {
+  openaiBaseUrl?: string;
+  env?: Record<string, string>;
+  kvPath?: string;
+  log?: Logger;
+} = {}): Promise<TestService> {
+  const env = { FAKE_OPENAI_KEY: "sk-fake-upstream", PUBLIC_URL, ...options.env };
+  const config = loadConfig(env);
+  const catalog = buildCatalog(testCatalogFile(options.openaiBaseUrl), env);
+  const kv = await Deno.openKv(options.kvPath ?? ":memory:");
+  const logs: Record<string, unknown>[] = [];
+  const { app, wallets } = createApp({
+    kv,
+    config,
+    catalog,
+    log: options.log ?? ((f) => logs.push(f)),
+  });
+  const handle = async (request: Request) => await app.fetch(request);
+  return {
+    kv,
+    config,
+    catalog,
+    logs,
+    handle,
+    wallets,
+    async newApp(name = "test app") {
+      const created = await createAppRecord(kv, { name });
+      return {
+        appId: created.app.id,
+        apiKey: created.key.apiKey,
+        keyId: created.key.record.id,
+        topUpToken: created.app.topUpToken,
+      };
+    },
+    chat(apiKey, body, init = {}) {
+      const headers: Record<string, string> = {
+        "content-type": "application/json",
+        ...init.headers,
+      };
+      if (apiKey) headers.authorization = `Bearer ${apiKey}`;
+      return handle(
+        new Request(`${PUBLIC_URL}/v1/chat/completions`, {
+          method: "POST",
+          headers,
+          body: typeof body === "string" ? body : JSON.stringify(body),
+          signal: init.signal,
+        }),
+      );
+    },
+    async wallet(appId) {
+      const entry = await kv.get<WalletRecord>(keys.wallet(appId));
+      assert.ok(entry.value, `wallet of ${appId}`);
+      return entry.value;
+    },
+    async close() {
+      await wallets.drain();
+      kv.close();
+    },
+  };
+}
+
+/** Fails the test unless every wallet's money adds up (the audit of `deno task admin audit`). */
+export async function assertAuditClean(kv: Deno.Kv) {
+  const report = await auditWallets(kv);
+  assert.deepEqual(report.wallets.flatMap((w) => w.problems.map((p) => `${w.appId}: ${p}`)), []);
+  assert.equal(report.ok, true);
+  return report;
+}
+
+export function userMessage(content: string) {
+  return [{ role: "user", content }];
+}
+
+/** Parses an SSE body into its data payloads, as a client sees them. */
+export async function readSse(response: Response): Promise<string[]> {
+  const text = await response.text();
+  return text.split("\n\n").filter((block) => block.startsWith("data: ")).map((block) =>
+    block.slice(6)
+  );
+}
+
+/** A loopback HTTP server for fake upstreams; closed by the returned function. */
+export function serveLoopback(handler: (request: Request) => Response | Promise<Response>) {
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, handler);
+  const { port } = server.addr as Deno.NetAddr;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    close: async () => {
+      await server.shutdown();
+    },
+  };
+}
