@@ -17,6 +17,7 @@ import {
 import { homePage } from "./routes/pages/home.tsx";
 import { modelsPage } from "./routes/pages/models.tsx";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
+import { serveStatic } from "./routes/static.ts";
 import { chatCompletions } from "./routes/v1/chat/completions.ts";
 
 export interface AppDeps {
@@ -27,8 +28,6 @@ export interface AppDeps {
   /** Replaces the global fetch for upstream calls (tests). */
   fetch?: typeof fetch;
 }
-
-const STYLESHEET = await Deno.readTextFile(new URL("./static/styles.css", import.meta.url));
 
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
 export function createApp(deps: AppDeps) {
@@ -66,10 +65,7 @@ export function createApp(deps: AppDeps) {
   app.get("/", (c) => c.html(homePage(config.publicUrl)));
   app.get("/models", (c) => c.html(modelsPage(catalog)));
   app.get("/docs/errors", (c) => c.html(errorsPage()));
-  app.get("/static/styles.css", (c) => {
-    c.header("Cache-Control", "public, max-age=300");
-    return c.body(STYLESHEET, 200, { "Content-Type": "text/css; charset=utf-8" });
-  });
+  app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 
   return { app, wallets, gateway };

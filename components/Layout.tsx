@@ -5,9 +5,11 @@ export interface LayoutProps {
   children: ComponentChildren;
   /** Extra content for the header's right side (account links). */
   nav?: ComponentChildren;
+  /** Pages with islands load the client bundle; the others ship no JavaScript. */
+  islands?: boolean;
 }
 
-export function Layout({ title, children, nav }: LayoutProps) {
+export function Layout({ title, children, nav, islands }: LayoutProps) {
   return (
     <html lang="en">
       <head>
@@ -15,6 +17,7 @@ export function Layout({ title, children, nav }: LayoutProps) {
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <title>{`${title} · Tollbooth`}</title>
         <link rel="stylesheet" href="/static/styles.css" />
+        {islands && <script type="module" src="/static/build/islands.js" />}
       </head>
       <body>
         <header class="site-header">
