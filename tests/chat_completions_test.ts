@@ -2,7 +2,14 @@ import assert from "node:assert/strict";
 import { formatUsd, parseUsd } from "../lib/money.ts";
 import { countPromptTokens } from "../lib/tokens.ts";
 import { revokeKey } from "../lib/keys.ts";
-import { assertAuditClean, PUBLIC_URL, readSse, startService, userMessage } from "./helpers.ts";
+import {
+  assertAuditClean,
+  PUBLIC_URL,
+  readSse,
+  spendDownTo,
+  startService,
+  userMessage,
+} from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";
 
@@ -113,7 +120,7 @@ Deno.test("the reservation uses max_tokens 2048 when it is omitted", () =>
     // Leave exactly less than a default reservation: prompt + 2048 output tokens at 1.50/M.
     const prompt = countPromptTokens([{ content: "Hi" }]);
     const defaultHold = Math.ceil(prompt * 0.5 + 2048 * 1.5);
-    await drainTo(s, appId, defaultHold - 1);
+    await spendDownTo(s.kv, appId, defaultHold - 1);
     const refused = await s.chat(apiKey, { model: ECHO, messages: userMessage("Hi") });
     await assertError(refused, 402, "insufficient_credits");
     const fits = await s.chat(apiKey, {
@@ -357,7 +364,7 @@ Deno.test("400 request_too_large for a body over the limit, refused before parsi
 Deno.test("402 insufficient_credits carries balance and top_up_url and changes nothing", () =>
   withService(async (s) => {
     const { appId, apiKey, topUpToken } = await s.newApp();
-    await drainTo(s, appId, 1000);
+    await spendDownTo(s.kv, appId, 1000);
     const before = await s.wallet(appId);
     const err = await assertError(
       await s.chat(apiKey, { model: ECHO, messages: userMessage("x"), max_tokens: 8000 }),
@@ -373,7 +380,7 @@ Deno.test("402 insufficient_credits carries balance and top_up_url and changes n
 Deno.test("a streaming request that cannot be paid gets a real 402, not a 200 stream", () =>
   withService(async (s) => {
     const { appId, apiKey } = await s.newApp();
-    await drainTo(s, appId, 10);
+    await spendDownTo(s.kv, appId, 10);
     const res = await s.chat(apiKey, { model: ECHO, messages: userMessage("x"), stream: true });
     await assertError(res, 402, "insufficient_credits");
   }));
@@ -451,30 +458,3 @@ Deno.test("an unexpected exception is a 500 in the error shape, logged with the 
     await service.wallets.drain();
   }
 });
-
-/** Spends from a wallet through the API until `target` micro-USD are left. */
-async function drainTo(s: Awaited<ReturnType<typeof startService>>, appId: string, target: number) {
-  const { Wallets } = await import("../lib/wallet.ts");
-  const wallets = new Wallets(s.kv, { leaseMs: 60_000 });
-  const wallet = await s.wallet(appId);
-  const amount = wallet.available - target;
-  const hold = await wallets.reserve(appId, {
-    amount,
-    keyId: "key_test",
-    requestId: "req_drain",
-    model: ECHO,
-  });
-  assert.ok(hold.ok);
-  await wallets.settle(appId, hold.reservation.id, {
-    requestId: "req_drain",
-    keyId: "key_test",
-    model: ECHO,
-    provider: "tollbooth",
-    promptTokens: 0,
-    completionTokens: 0,
-    cost: amount,
-    streamed: false,
-    outcome: "completed",
-    countedLocally: false,
-  });
-}

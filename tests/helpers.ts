@@ -7,6 +7,7 @@ import { type Config, loadConfig } from "../lib/config.ts";
 import { keys } from "../lib/db.ts";
 import type { WalletRecord } from "../lib/db.ts";
 import type { Logger } from "../lib/log.ts";
+import { Wallets } from "../lib/wallet.ts";
 
 export const PUBLIC_URL = "http://tollbooth.test";
 
@@ -161,4 +162,32 @@ export function serveLoopback(handler: (request: Request) => Response | Promise<
       await server.shutdown();
     },
   };
+}
+
+/** Spends through the wallet (one settled hold) so that exactly `target` micro-USD remain. */
+export async function spendDownTo(kv: Deno.Kv, appId: string, target: number) {
+  const wallets = new Wallets(kv, { leaseMs: 60_000 });
+  const wallet = await kv.get<WalletRecord>(keys.wallet(appId));
+  const amount = wallet.value!.available - target;
+  const requestId = "req_spend_down";
+  const hold = await wallets.reserve(appId, {
+    amount,
+    keyId: "key_test",
+    requestId,
+    model: "tollbooth/echo",
+  });
+  assert.ok(hold.ok);
+  const settled = await wallets.settle(appId, hold.reservation.id, {
+    requestId,
+    keyId: "key_test",
+    model: "tollbooth/echo",
+    provider: "tollbooth",
+    promptTokens: 0,
+    completionTokens: 0,
+    cost: amount,
+    streamed: false,
+    outcome: "completed",
+    countedLocally: false,
+  });
+  assert.ok(settled.settled && settled.available === target);
 }

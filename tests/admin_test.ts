@@ -1,0 +1,158 @@
+import assert from "node:assert/strict";
+import { keys, type WalletRecord } from "../lib/db.ts";
+import { formatUsd, parseUsd } from "../lib/money.ts";
+import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
+
+const ADMIN = new URL("../scripts/admin.ts", import.meta.url).pathname;
+
+async function admin(kvPath: string, ...args: string[]) {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", ADMIN, ...args],
+    env: { KV_PATH: kvPath, PUBLIC_URL },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stdout = new TextDecoder().decode(out.stdout);
+  return {
+    code: out.code,
+    json: out.code === 0 || stdout.startsWith("{") ? JSON.parse(stdout) : null,
+    stderr: new TextDecoder().decode(out.stderr),
+  };
+}
+
+async function withFileService(
+  fn: (s: Awaited<ReturnType<typeof startService>>, kvPath: string) => Promise<void>,
+) {
+  const dir = await Deno.makeTempDir();
+  const kvPath = `${dir}/kv.sqlite3`;
+  const s = await startService({ kvPath });
+  try {
+    await fn(s, kvPath);
+  } finally {
+    await s.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("admin create-app prints the app, a working key, its top-up url and 5.000000", () =>
+  withFileService(async (s, kvPath) => {
+    const { code, json } = await admin(
+      kvPath,
+      "create-app",
+      "--name",
+      "demo",
+      "--owner",
+      "dev@example.com",
+    );
+    assert.equal(code, 0);
+    assert.match(json.app_id, /^app_/);
+    assert.match(json.api_key, /^tb_[0-9a-z]{36}$/);
+    assert.match(json.top_up_url, new RegExp(`^${PUBLIC_URL}/top-up/[0-9a-z]{31,}$`));
+    assert.equal(json.balance, "5.000000");
+    const res = await s.chat(json.api_key, {
+      model: "tollbooth/echo",
+      messages: userMessage("hi"),
+    });
+    assert.equal(res.status, 200, "the running service sees the new app at once");
+    await res.body?.cancel();
+  }));
+
+Deno.test("a key revoked by the admin command is refused by the running service on its next request", () =>
+  withFileService(async (s, kvPath) => {
+    const app = (await admin(kvPath, "create-app", "--name", "demo")).json;
+    const second = await admin(kvPath, "create-key", "--app", app.app_id);
+    assert.equal(second.code, 0);
+    assert.match(second.json.key_id, /^key_/);
+    const body = { model: "tollbooth/echo", messages: userMessage("hi") };
+    assert.equal((await s.chat(second.json.api_key, body)).status, 200);
+    const revoked = await admin(kvPath, "revoke-key", "--key", second.json.key_id);
+    assert.equal(revoked.code, 0);
+    assert.equal((await s.chat(second.json.api_key, body)).status, 401);
+    const first = await s.chat(app.api_key, body);
+    assert.equal(first.status, 200, "the other key of the app still works");
+    await first.body?.cancel();
+  }));
+
+Deno.test("a credit added by the admin command shows in the running service's next balance", () =>
+  withFileService(async (s, kvPath) => {
+    const app = (await admin(kvPath, "create-app", "--name", "demo")).json;
+    const body = { model: "tollbooth/echo", messages: userMessage("hi") };
+    const before = await s.chat(app.api_key, body);
+    const balanceBefore = parseUsd(before.headers.get("tollbooth-balance")!);
+    await before.body?.cancel();
+    const credit = await admin(
+      kvPath,
+      "credit",
+      "--app",
+      app.app_id,
+      "--amount",
+      "10.00",
+      "--reason",
+      "goodwill",
+    );
+    assert.equal(credit.code, 0);
+    assert.equal(credit.json.credited, "10.000000");
+    assert.equal(credit.json.balance, formatUsd(balanceBefore + 10_000_000));
+    const after = await s.chat(app.api_key, body);
+    const cost = parseUsd(after.headers.get("tollbooth-request-cost")!);
+    assert.equal(
+      parseUsd(after.headers.get("tollbooth-balance")!),
+      balanceBefore + 10_000_000 - cost,
+    );
+    await after.body?.cancel();
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(app.app_id))).value!;
+    assert.equal(wallet.operatorCredits, 10_000_000);
+  }));
+
+Deno.test("admin show-app reports balance, reserved and keys without any raw key", () =>
+  withFileService(async (_s, kvPath) => {
+    const app = (await admin(kvPath, "create-app", "--name", "shown")).json;
+    const { code, json } = await admin(kvPath, "show-app", "--app", app.app_id);
+    assert.equal(code, 0);
+    assert.equal(json.app_id, app.app_id);
+    assert.equal(json.name, "shown");
+    assert.equal(json.balance, "5.000000");
+    assert.equal(json.reserved, "0.000000");
+    assert.equal(json.keys.length, 1);
+    assert.equal(json.keys[0].prefix, app.api_key.slice(0, 8));
+    assert.ok(!JSON.stringify(json).includes(app.api_key));
+  }));
+
+Deno.test("admin audit exits 0 on clean books and non-zero when the money does not add up", () =>
+  withFileService(async (s, kvPath) => {
+    const app = (await admin(kvPath, "create-app", "--name", "audited")).json;
+    const clean = await admin(kvPath, "audit");
+    assert.equal(clean.code, 0);
+    assert.equal(clean.json.ok, true);
+    assert.equal(clean.json.apps, 1);
+    // Forge money out of thin air: the audit must notice.
+    const entry = await s.kv.get<WalletRecord>(keys.wallet(app.app_id));
+    await s.kv.set(keys.wallet(app.app_id), {
+      ...entry.value!,
+      available: entry.value!.available + 1,
+    });
+    const dirty = await admin(kvPath, "audit");
+    assert.equal(dirty.code, 1);
+    assert.equal(dirty.json.ok, false);
+    assert.match(dirty.json.wallets[0].problems[0], /available \+ reserved \+ spent/);
+  }));
+
+Deno.test("admin commands with bad arguments print a message and exit non-zero", () =>
+  withFileService(async (_s, kvPath) => {
+    const cases: [string[], RegExp][] = [
+      [[], /no command given/],
+      [["launch-rockets"], /unknown command/],
+      [["create-app"], /--name is required/],
+      [["create-app", "--name"], /--name needs a value/],
+      [["create-app", "--colour", "red"], /unknown option --colour/],
+      [["credit", "--app", "app_x", "--amount", "-5", "--reason", "r"], /--amount/],
+      [["credit", "--app", "app_x", "--amount", "ten", "--reason", "r"], /--amount/],
+      [["show-app", "--app", "app_missing"], /no app app_missing/],
+      [["revoke-key", "--key", "key_missing"], /no key key_missing/],
+    ];
+    for (const [args, message] of cases) {
+      const { code, stderr } = await admin(kvPath, ...args);
+      assert.notEqual(code, 0, args.join(" "));
+      assert.match(stderr, message, args.join(" "));
+    }
+  }));

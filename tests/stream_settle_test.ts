@@ -1,0 +1,153 @@
+import assert from "node:assert/strict";
+import { keys, type UsageRecord } from "../lib/db.ts";
+import { usageCost } from "../lib/pricing.ts";
+import { countPromptTokens, countTextTokens } from "../lib/tokens.ts";
+import { assertAuditClean, readSse, serveLoopback, startService, userMessage } from "./helpers.ts";
+
+const encoder = new TextEncoder();
+
+function chunk(content: string, finish: string | null = null) {
+  return `data: ${
+    JSON.stringify({
+      id: "chatcmpl-fake",
+      object: "chat.completion.chunk",
+      created: 1,
+      model: "gpt-test",
+      choices: [{ index: 0, delta: { content }, finish_reason: finish }],
+    })
+  }\n\n`;
+}
+
+/** An OpenAI-compatible upstream whose stream sends `words`, then behaves as `ending` says. */
+function fakeUpstream(words: string[], ending: "hang" | "cut") {
+  const seen = { aborted: false, requests: 0 };
+  const server = serveLoopback((request) => {
+    seen.requests++;
+    request.signal.addEventListener("abort", () => (seen.aborted = true));
+    const body = new ReadableStream<Uint8Array>({
+      async start(controller) {
+        for (const word of words) controller.enqueue(encoder.encode(chunk(word)));
+        if (ending === "cut") {
+          await new Promise((r) => setTimeout(r, 5));
+          controller.error(new Error("upstream died"));
+        }
+        // "hang": keep the connection open, sending nothing, until the client goes away.
+      },
+      cancel() {
+        seen.aborted = true;
+      },
+    });
+    return new Response(body, { headers: { "content-type": "text/event-stream" } });
+  });
+  return { ...server, seen };
+}
+
+async function onlyUsage(kv: Deno.Kv, appId: string): Promise<UsageRecord> {
+  const records = [];
+  for await (const e of kv.list<UsageRecord>({ prefix: keys.appUsage(appId) })) {
+    records.push(e.value);
+  }
+  assert.equal(records.length, 1);
+  return records[0];
+}
+
+async function until(condition: () => boolean | Promise<boolean>, what: string) {
+  for (let i = 0; i < 200; i++) {
+    if (await condition()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+Deno.test("a client that disconnects mid-stream stops the upstream and pays for what was produced", async () => {
+  const upstream = fakeUpstream(["Hello", " wide", " world"], "hang");
+  const s = await startService({ openaiBaseUrl: upstream.url });
+  const server = serveLoopback(s.handle);
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const abort = new AbortController();
+    const messages = userMessage("say hello");
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "fake/gpt", messages, stream: true, max_tokens: 500 }),
+      signal: abort.signal,
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body!.getReader();
+    let received = "";
+    while (!received.includes("world")) {
+      received += new TextDecoder().decode((await reader.read()).value);
+    }
+    abort.abort();
+
+    await until(async () => (await s.wallet(appId)).reserved === 0, "the hold to be settled");
+    await until(() => upstream.seen.aborted, "the upstream request to be aborted");
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal(usage.outcome, "client_closed");
+    assert.equal(usage.countedLocally, true);
+    assert.equal(usage.completionTokens, countTextTokens("Hello wide world"));
+    assert.equal(usage.promptTokens, countPromptTokens(messages));
+    const model = s.catalog.get("fake/gpt")!;
+    assert.equal(usage.cost, usageCost(model, usage));
+    assert.equal((await s.wallet(appId)).spent, usage.cost);
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await upstream.close();
+    await s.close();
+  }
+});
+
+Deno.test("a stream the upstream cuts is charged for what was produced and ends with an error event", async () => {
+  const upstream = fakeUpstream(["One", " two"], "cut");
+  const s = await startService({ openaiBaseUrl: upstream.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage("count"),
+      stream: true,
+    });
+    assert.equal(res.status, 200);
+    const events = await readSse(res);
+    assert.notEqual(events.at(-1), "[DONE]");
+    const last = JSON.parse(events.at(-1)!);
+    assert.equal(last.error.code, "provider_unreachable");
+    const text = events.slice(0, -1).map((e) => JSON.parse(e).choices[0].delta.content).join("");
+    assert.equal(text, "One two");
+
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal(usage.outcome, "upstream_cut");
+    assert.equal(usage.completionTokens, countTextTokens("One two"));
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.reserved, 0);
+    assert.equal(wallet.spent, usage.cost);
+    await assertAuditClean(s.kv);
+  } finally {
+    await upstream.close();
+    await s.close();
+  }
+});
+
+Deno.test("a client that cancels the response body in process settles the stream too", async () => {
+  const upstream = fakeUpstream(["a", " b"], "hang");
+  const s = await startService({ openaiBaseUrl: upstream.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage("x"),
+      stream: true,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    await until(async () => (await s.wallet(appId)).reserved === 0, "the hold to be settled");
+    assert.equal((await onlyUsage(s.kv, appId)).outcome, "client_closed");
+    await assertAuditClean(s.kv);
+  } finally {
+    await upstream.close();
+    await s.close();
+  }
+});

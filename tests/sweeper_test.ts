@@ -1,0 +1,112 @@
+import assert from "node:assert/strict";
+import { keys } from "../lib/db.ts";
+import { releaseExpiredReservations, sweepExpiredReservations } from "../lib/sweeper.ts";
+import { Wallets } from "../lib/wallet.ts";
+import { assertAuditClean, spendDownTo, startService, userMessage } from "./helpers.ts";
+
+const hold = (requestId: string, amount = 1_000) => ({
+  amount,
+  keyId: "key_t",
+  requestId,
+  model: "tollbooth/echo",
+});
+
+Deno.test("the sweeper releases holds whose lease ran out, and only those", async () => {
+  const s = await startService();
+  try {
+    const { appId } = await s.newApp();
+    let now = 1_000_000;
+    const wallets = new Wallets(s.kv, { leaseMs: 10_000, now: () => now });
+    const old = await wallets.reserve(appId, hold("old", 3_000));
+    now += 5_000;
+    const fresh = await wallets.reserve(appId, hold("fresh", 2_000));
+    assert.ok(old.ok && fresh.ok);
+    assert.equal(await sweepExpiredReservations(s.kv, wallets, now + 5_000), 1);
+    const w = await s.wallet(appId);
+    assert.equal(w.reserved, 2_000);
+    assert.equal(w.available, 5_000_000 - 2_000);
+    assert.equal((await s.kv.get(keys.reservation(appId, old.reservation.id))).value, null);
+    assert.equal(
+      await sweepExpiredReservations(s.kv, wallets, now + 5_000),
+      0,
+      "a second sweep changes nothing",
+    );
+    await wallets.release(appId, fresh.reservation.id);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("a settle that arrives after the sweeper released the hold charges nothing and never twice", async () => {
+  const s = await startService();
+  try {
+    const { appId } = await s.newApp();
+    const wallets = new Wallets(s.kv, { leaseMs: 1 });
+    const r = await wallets.reserve(appId, hold("late", 5_000));
+    assert.ok(r.ok);
+    await new Promise((res) => setTimeout(res, 5));
+    assert.equal(await sweepExpiredReservations(s.kv, wallets), 1);
+    const settled = await wallets.settle(appId, r.reservation.id, {
+      requestId: "late",
+      keyId: "key_t",
+      model: "tollbooth/echo",
+      provider: "tollbooth",
+      promptTokens: 10,
+      completionTokens: 10,
+      cost: 4_000,
+      streamed: false,
+      outcome: "completed",
+      countedLocally: false,
+    });
+    assert.equal(settled.settled, false);
+    const w = await s.wallet(appId);
+    assert.deepEqual([w.available, w.reserved, w.spent], [5_000_000, 0, 0]);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("a renewed lease keeps a long stream's hold from the sweeper", async () => {
+  const s = await startService();
+  try {
+    const { appId } = await s.newApp();
+    let now = 0;
+    const wallets = new Wallets(s.kv, { leaseMs: 1_000, now: () => now });
+    const r = await wallets.reserve(appId, hold("long"));
+    assert.ok(r.ok);
+    now = 900;
+    const renewed = await wallets.renew(appId, r.reservation.id);
+    assert.deepEqual(renewed, { renewed: true, leaseUntil: 1_900 });
+    assert.equal(await sweepExpiredReservations(s.kv, wallets, 1_500), 0);
+    assert.equal(await sweepExpiredReservations(s.kv, wallets, 1_900), 1);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("an app blocked only by holds of a dead process is unblocked at once, without waiting for the cron", async () => {
+  const s = await startService();
+  try {
+    const { appId, apiKey } = await s.newApp();
+    await spendDownTo(s.kv, appId, 20_000);
+    // A process that died holding almost everything, its lease long gone.
+    const dead = new Wallets(s.kv, { leaseMs: 1, now: () => Date.now() - 60_000 });
+    const stale = await dead.reserve(appId, hold("dead", 19_950));
+    assert.ok(stale.ok);
+    const res = await s.chat(apiKey, {
+      model: "tollbooth/echo",
+      messages: userMessage("hi"),
+      max_tokens: 100,
+    });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    assert.equal((await s.wallet(appId)).reserved, 0);
+    assert.equal(await releaseExpiredReservations(s.kv, s.wallets, appId), 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
