@@ -190,15 +190,26 @@ export class Gateway {
           : "completed";
         const counted = usage === null;
         const final = usage ?? { promptTokens, completionTokens: countTextTokens(produced) };
-        const result = await this.#settle(caller, hold, model, final, {
-          requestId,
-          streamed: true,
-          outcome,
-          countedLocally: counted,
-        }, trace);
-        usage = final;
-        charged = result.charged;
-        this.#deps.log({ ...trace, requestId, event: "stream_settled", status: 200 });
+        try {
+          const result = await this.#settle(caller, hold, model, final, {
+            requestId,
+            streamed: true,
+            outcome,
+            countedLocally: counted,
+          }, trace);
+          usage = final;
+          charged = result.charged;
+          this.#deps.log({ ...trace, requestId, event: "stream_settled", status: 200 });
+        } catch (error) {
+          // The hold stays in place with its lease: the sweeper releases it; nothing is charged twice.
+          usage = null;
+          this.#deps.log({
+            level: "error",
+            requestId,
+            event: "stream_settle_failed",
+            error: String(error),
+          });
+        }
       })();
       return settledOnce;
     };
