@@ -108,6 +108,10 @@ export interface WalletStats {
 
 /** KV allows 10 checks per atomic operation on self-hosted denokv; one is the wallet's. */
 const MAX_MARKER_CHECKS = 9;
+/** A commit applied but whose versionstamp we never saw: nothing may be cached from it. */
+const UNKNOWN_VERSION = "";
+/** Wallets remembered at most; past it the memory is dropped and rebuilt by reads. */
+const MAX_KNOWN_WALLETS = 10_000;
 /** How long a batch marker is kept to resolve a commit whose outcome was unknown. */
 const BATCH_MARKER_MS = 60 * 60 * 1000;
 
@@ -115,6 +119,11 @@ export class Wallets {
   readonly stats: WalletStats = { commits: 0, conflicts: 0, unknownOutcomes: 0, opsCommitted: 0 };
   readonly #kv: Deno.Kv;
   readonly #queues = new Map<string, Op[]>();
+  /** Per app: the wallet entry as our last commit left it, and the holds we know to be live. */
+  readonly #known = new Map<
+    string,
+    { entry: Deno.KvEntry<WalletRecord>; reservations: Map<string, ReservationRecord> }
+  >();
   readonly #leaseMs: number;
   readonly #maxBatch: number;
   readonly #maxAttempts: number;
@@ -194,11 +203,14 @@ export class Wallets {
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
     const walletKey = keys.wallet(appId);
     for (let attempt = 1;; attempt++) {
-      const walletEntry = await this.#kv.get<WalletRecord>(walletKey);
+      // First attempt: trust what our own last commit left, if we have it; the versionstamp check
+      // catches any other writer and the retry reads afresh.
+      const cached = attempt === 1 ? this.#known.get(appId) : undefined;
+      const walletEntry = cached?.entry ?? await this.#kv.get<WalletRecord>(walletKey);
       if (walletEntry.value === null || walletEntry.versionstamp === null) {
         throw new WalletNotFoundError(appId);
       }
-      const reservations = await this.#readReservations(appId, ops);
+      const reservations = await this.#readReservations(appId, ops, cached?.reservations);
       const markers = await this.#readMarkers(ops);
 
       const batchId = randomToken(96);
@@ -220,26 +232,48 @@ export class Wallets {
       atomic.set(walletKey, plan.wallet);
       atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
 
-      let committed: boolean;
+      let versionstamp: string | null;
       try {
-        committed = (await atomic.commit()).ok;
+        const result = await atomic.commit();
+        versionstamp = result.ok ? result.versionstamp : null;
       } catch (error) {
         // The commit may or may not have been applied: the batch marker tells.
         this.stats.unknownOutcomes++;
-        committed = await this.#batchCommitted(appId, batchId, error);
+        this.#known.delete(appId);
+        versionstamp = await this.#batchCommitted(appId, batchId, error) ? UNKNOWN_VERSION : null;
       }
-      if (committed) {
+      if (versionstamp !== null) {
         this.stats.commits++;
         this.stats.opsCommitted += ops.length;
+        this.#remember(appId, versionstamp, plan.wallet, plan.reservations, cached?.reservations);
         plan.resolveAll();
         return;
       }
+      this.#known.delete(appId);
       this.stats.conflicts++;
       if (attempt >= this.#maxAttempts) {
         throw new WalletUnavailableError(`wallet ${appId}: too many conflicts`);
       }
       await sleep(Math.random() * Math.min(50, 2 ** attempt));
     }
+  }
+
+  /** Keeps the committed wallet and the holds this process knows are live, for the next batch. */
+  #remember(
+    appId: string,
+    versionstamp: string,
+    wallet: WalletRecord,
+    touched: Map<string, ReservationRecord | null>,
+    previous: Map<string, ReservationRecord> | undefined,
+  ) {
+    if (versionstamp === UNKNOWN_VERSION) return;
+    const reservations = previous ?? new Map<string, ReservationRecord>();
+    for (const [id, r] of touched) r ? reservations.set(id, r) : reservations.delete(id);
+    if (this.#known.size >= MAX_KNOWN_WALLETS && !this.#known.has(appId)) this.#known.clear();
+    this.#known.set(appId, {
+      entry: { key: keys.wallet(appId), value: wallet, versionstamp },
+      reservations,
+    });
   }
 
   async #batchCommitted(appId: string, batchId: string, cause: unknown): Promise<boolean> {
@@ -257,15 +291,23 @@ export class Wallets {
   async #readReservations(
     appId: string,
     ops: Op[],
-  ): Promise<Map<string, Deno.KvEntryMaybe<ReservationRecord>>> {
-    const ids = [...new Set(ops.flatMap((op) => "reservationId" in op ? [op.reservationId] : []))];
-    const out = new Map<string, Deno.KvEntryMaybe<ReservationRecord>>();
-    for (let i = 0; i < ids.length; i += 10) {
-      const chunk = ids.slice(i, i + 10);
+    known: Map<string, ReservationRecord> | undefined,
+  ): Promise<Map<string, ReservationRecord | null>> {
+    const out = new Map<string, ReservationRecord | null>();
+    const unknown: string[] = [];
+    for (const op of ops) {
+      if (!("reservationId" in op) || out.has(op.reservationId)) continue;
+      const r = known?.get(op.reservationId);
+      if (r) out.set(op.reservationId, r);
+      else unknown.push(op.reservationId);
+    }
+    // Read after the wallet: a hold changed since then implies a newer wallet, which fails our check.
+    for (let i = 0; i < unknown.length; i += 10) {
+      const chunk = [...new Set(unknown.slice(i, i + 10))];
       const entries = await this.#kv.getMany<ReservationRecord[]>(
         chunk.map((id) => keys.reservation(appId, id)),
       );
-      chunk.forEach((id, j) => out.set(id, entries[j]));
+      chunk.forEach((id, j) => out.set(id, entries[j].value));
     }
     return out;
   }
@@ -301,7 +343,7 @@ interface PlanInput {
   appId: string;
   ops: Op[];
   wallet: WalletRecord;
-  reservations: Map<string, Deno.KvEntryMaybe<ReservationRecord>>;
+  reservations: Map<string, ReservationRecord | null>;
   markers: Set<string>;
   now: number;
   leaseMs: number;
@@ -315,7 +357,8 @@ export function planBatch(input: PlanInput) {
   const { appId, now } = input;
   const wallet = { ...input.wallet };
   const live = new Map<string, ReservationRecord | null>();
-  for (const [id, entry] of input.reservations) live.set(id, entry.value);
+  for (const [id, r] of input.reservations) live.set(id, r);
+  const touched = new Map<string, ReservationRecord | null>();
   const markersSeen = new Set(input.markers);
   const markerChecks: string[] = [];
   const writes: ((atomic: Deno.AtomicOperation) => void)[] = [];
@@ -323,6 +366,7 @@ export function planBatch(input: PlanInput) {
 
   const dropReservation = (r: ReservationRecord) => {
     live.set(r.id, null);
+    touched.set(r.id, null);
     writes.push((a) =>
       a.delete(keys.reservation(appId, r.id)).delete(
         keys.reservationExpiry(r.leaseUntil, appId, r.id),
@@ -356,6 +400,7 @@ export function planBatch(input: PlanInput) {
           leaseUntil: now + input.leaseMs,
         };
         live.set(reservation.id, reservation);
+        touched.set(reservation.id, reservation);
         writes.push((a) =>
           a.set(keys.reservation(appId, reservation.id), reservation)
             .set(keys.reservationExpiry(reservation.leaseUntil, appId, reservation.id), true)
@@ -423,6 +468,7 @@ export function planBatch(input: PlanInput) {
         }
         const renewed = { ...r, leaseUntil: now + input.leaseMs };
         live.set(r.id, renewed);
+        touched.set(r.id, renewed);
         writes.push((a) =>
           a.delete(keys.reservationExpiry(r.leaseUntil, appId, r.id))
             .set(keys.reservation(appId, r.id), renewed)
@@ -469,6 +515,8 @@ export function planBatch(input: PlanInput) {
 
   return {
     wallet,
+    /** Holds created, renewed (record) or removed (null) by this batch. */
+    reservations: touched,
     markerChecks,
     write(atomic: Deno.AtomicOperation) {
       for (const w of writes) w(atomic);

@@ -1,0 +1,89 @@
+import assert from "node:assert/strict";
+import { Wallets } from "../lib/wallet.ts";
+import { assertAuditClean, startService } from "./helpers.ts";
+
+const hold = (requestId: string, amount: number) => ({
+  amount,
+  keyId: "key_t",
+  requestId,
+  model: "tollbooth/echo",
+});
+const usage = (requestId: string, cost: number) => ({
+  requestId,
+  keyId: "key_t",
+  model: "tollbooth/echo",
+  provider: "tollbooth",
+  promptTokens: 1,
+  completionTokens: 1,
+  cost,
+  streamed: false,
+  outcome: "completed" as const,
+  countedLocally: false,
+});
+
+async function twoInstances(
+  fn: (a: Wallets, b: Wallets, appId: string, kvs: Deno.Kv[]) => Promise<void>,
+) {
+  const dir = await Deno.makeTempDir();
+  const s = await startService({ kvPath: `${dir}/kv.sqlite3` });
+  const other = await Deno.openKv(`${dir}/kv.sqlite3`);
+  try {
+    const { appId } = await s.newApp();
+    const a = new Wallets(s.kv, { leaseMs: 60_000 });
+    const b = new Wallets(other, { leaseMs: 60_000 });
+    await fn(a, b, appId, [s.kv, other]);
+    await assertAuditClean(s.kv);
+  } finally {
+    other.close();
+    await s.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("a wallet changed by another instance is re-read before the next decision", () =>
+  twoInstances(async (a, b, appId) => {
+    const r = await a.reserve(appId, hold("r1", 1_000_000));
+    assert.ok(r.ok);
+    // Another instance spends almost all that is left.
+    const other = await b.reserve(appId, hold("r2", 3_999_000));
+    assert.ok(other.ok);
+    // Instance A's memory says 4,000,000 is available; the truth is 1,000.
+    const refused = await a.reserve(appId, hold("r3", 2_000));
+    assert.equal(refused.ok, false);
+    assert.equal(refused.available, 0 + 1_000);
+    const settled = await a.settle(appId, r.reservation.id, usage("r1", 400_000));
+    assert.ok(settled.settled);
+    assert.equal(settled.available, 1_000 + 600_000);
+    await b.release(appId, other.reservation.id);
+  }));
+
+Deno.test("a hold released by another instance's sweeper is not settled from memory", () =>
+  twoInstances(async (a, b, appId) => {
+    const r = await a.reserve(appId, hold("r1", 50_000));
+    assert.ok(r.ok);
+    const released = await b.release(appId, r.reservation.id);
+    assert.equal(released.released, true);
+    const settled = await a.settle(appId, r.reservation.id, usage("r1", 10_000));
+    assert.equal(settled.settled, false);
+    assert.equal(settled.available, 5_000_000);
+  }));
+
+Deno.test("two instances hammering one wallet keep exact books", () =>
+  twoInstances(async (a, b, appId) => {
+    const run = async (w: Wallets, tag: string) => {
+      let spent = 0;
+      await Promise.all(Array.from({ length: 60 }, async (_, i) => {
+        const r = await w.reserve(appId, hold(`${tag}${i}`, 70_000));
+        if (!r.ok) return;
+        const s = await w.settle(appId, r.reservation.id, usage(`${tag}${i}`, 1_000 + i));
+        if (s.settled) spent += s.charged;
+      }));
+      return spent;
+    };
+    const [spentA, spentB] = await Promise.all([run(a, "a"), run(b, "b")]);
+    const stats = [a.stats, b.stats];
+    assert.ok(stats.every((st) => st.commits > 0));
+    const w =
+      (await a.credit(appId, { amount: 1, kind: "operator_credit", reason: "probe" })).available;
+    assert.equal(w, 5_000_000 - spentA - spentB + 1);
+  }));
