@@ -146,7 +146,7 @@ function failures(s: TestService) {
   return s.logs.filter((l) => l.path === "/v1/chat/completions").map((l) => l.upstreamFailure);
 }
 
-async function closedPort() {
+function closedPort() {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const { port } = listener.addr as Deno.NetAddr;
   listener.close();
@@ -188,7 +188,7 @@ async function usageRecords(s: TestService, appId: string) {
 
 for (const kind of KINDS) {
   Deno.test(`${kind}: connection refused is 502 provider_unreachable, nothing charged`, async () => {
-    const port = await closedPort();
+    const port = closedPort();
     await withBaseUrl(kind, `http://127.0.0.1:${port}`, async (s, apiKey, appId) => {
       await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
       assert.deepEqual(failures(s), ["unreachable", "unreachable"]);
