@@ -106,7 +106,7 @@ export const ERROR_CODES = {
     type: "api_error",
     title: "Upstream provider unreachable",
     cause:
-      "The model's provider refused the connection, timed out, or failed. Nothing was charged.",
+      "The model's provider (and each of its fallbacks) refused the connection, failed DNS or TLS, did not answer within its timeout, answered 5xx, refused our credentials, or sent malformed data before the response began. Nothing was charged.",
     fix: "Retry later, or use another model.",
   },
   stream_interrupted: {
