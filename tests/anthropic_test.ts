@@ -231,3 +231,24 @@ Deno.test("the fake Messages server speaks what the official SDK parses", async 
     await fake.close();
   }
 });
+
+Deno.test("anthropic stream cut after the final message_delta bills the upstream's counts", () =>
+  withAnthropic(
+    () => {
+      const events = sseEvents(fixture("anthropic_stream_basic.sse"));
+      return sseResponse(events.filter((e) => !e.includes("message_stop")));
+    },
+    async (s) => {
+      const { appId, apiKey } = await s.newApp();
+      const res = await s.chat(apiKey, {
+        model: "claude/m",
+        messages: userMessage("Hello"),
+        stream: true,
+      });
+      const events = await readSse(res);
+      assert.equal(JSON.parse(events.at(-1)!).error.code, "stream_interrupted");
+      assert.equal((await s.wallet(appId)).available, 5_000_000 - cost(25, 15));
+      const [entry] = await Array.fromAsync(s.kv.list({ prefix: keys.appUsage(appId) }));
+      assert.equal((entry.value as { countedLocally: boolean }).countedLocally, false);
+    },
+  ));

@@ -247,7 +247,12 @@ async function* parts(
         case "message_delta": {
           counts = mergeCounts(counts, json.usage);
           const stopReason = (json.delta as { stop_reason?: unknown } | undefined)?.stop_reason;
-          if (stopReason) yield chunk({}, finishReason(stopReason));
+          if (stopReason) {
+            yield chunk({}, finishReason(stopReason));
+            // The final counts are known now: a stream cut before message_stop still bills them.
+            const usage = usageOf(counts);
+            if (usage) yield { type: "usage", usage };
+          }
           break;
         }
         case "message_stop":
