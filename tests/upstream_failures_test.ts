@@ -273,6 +273,31 @@ for (const kind of KINDS) {
       }));
   }
 
+  Deno.test(`${kind}: upstream 404 (a catalog model the upstream lacks) is 502, nothing charged`, () =>
+    withFake(
+      kind,
+      () =>
+        Response.json({ error: { message: "The model `up-model` does not exist" } }, {
+          status: 404,
+        }),
+      async (s, apiKey, appId) => {
+        await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.deepEqual(failures(s), ["upstream_error", "upstream_error"]);
+      },
+    ));
+
+  Deno.test(`${kind}: upstream 402 (our billing) is 502 logged at level error, nothing charged`, () =>
+    withFake(
+      kind,
+      () => Response.json({ error: { message: "credit balance too low" } }, { status: 402 }),
+      async (s, apiKey, appId) => {
+        await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.ok(
+          s.logs.some((l) => l.event === "upstream_credentials_refused" && l.level === "error"),
+        );
+      },
+    ));
+
   Deno.test(`${kind}: malformed JSON before any byte reached the client is 502, nothing charged`, () =>
     withFake(
       kind,
