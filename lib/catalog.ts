@@ -30,6 +30,10 @@ const ModelSchema = z.object({
   output_usd_per_mtok: Price,
   context_tokens: z.number().int().positive(),
   max_output_tokens: z.number().int().positive(),
+  /** Tried in order when the provider before fails before answering; priced like the model. */
+  fallbacks: z.array(
+    z.object({ provider: z.string(), upstream_model: z.string().min(1) }).strict(),
+  ).max(5).optional(),
 }).strict();
 
 export const CatalogFileSchema = z.object({
@@ -52,10 +56,18 @@ export type ProviderConfig =
     }
   );
 
+/** A provider and the name it gives the model. */
+export interface Route {
+  provider: ProviderConfig;
+  upstreamModel: string;
+}
+
 export interface Model {
   id: string;
   provider: ProviderConfig;
   upstreamModel: string;
+  /** Tried in order after `provider`, for failures before any byte reached the client. */
+  fallbacks: Route[];
   inputPrice: PicosPerToken;
   outputPrice: PicosPerToken;
   /** Prices as written in the catalog, for display. */
@@ -101,10 +113,20 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         `catalog field models.${i}.max_output_tokens: larger than context_tokens`,
       );
     }
+    const fallbacks = (m.fallbacks ?? []).map((f, j) => {
+      const fallback = providers.get(f.provider);
+      if (!fallback) {
+        throw new CatalogError(
+          `catalog field models.${i}.fallbacks.${j}.provider: unknown provider "${f.provider}"`,
+        );
+      }
+      return { provider: fallback, upstreamModel: f.upstream_model };
+    });
     byId.set(m.id, {
       id: m.id,
       provider,
       upstreamModel: m.upstream_model,
+      fallbacks,
       inputPrice: parsePricePerMTok(m.input_usd_per_mtok),
       outputPrice: parsePricePerMTok(m.output_usd_per_mtok),
       inputUsdPerMTok: m.input_usd_per_mtok,

@@ -106,8 +106,17 @@ export const ERROR_CODES = {
     type: "api_error",
     title: "Upstream provider unreachable",
     cause:
-      "The model's provider refused the connection, timed out, or failed. Nothing was charged.",
+      "The model's provider (and each of its fallbacks) refused the connection, failed DNS or TLS, did not answer within its timeout, answered 5xx, refused our credentials, or sent malformed data before the response began. Nothing was charged.",
     fix: "Retry later, or use another model.",
+  },
+  stream_interrupted: {
+    status: 502,
+    type: "api_error",
+    title: "The provider's stream broke off",
+    cause:
+      "Sent only as the last event of a stream that had already begun (the HTTP status was 200): the provider cut the stream, stalled longer than the timeout, sent an error event or malformed data. There is no `[DONE]`. The tokens produced before the cut are charged, counted by us when the provider gave no usage.",
+    fix:
+      "Keep what arrived or retry the request; ask for `stream_options.include_usage` to see the exact charge in the usage chunk before this event.",
   },
   internal_error: {
     status: 500,

@@ -54,6 +54,8 @@ export interface GatewayDeps {
 
 export interface CompletionOutcome {
   completion: ChatCompletion;
+  /** The catalog provider that answered (the first, or a fallback). */
+  provider: string;
   charged: Micros;
   available: Micros;
 }
@@ -65,6 +67,8 @@ export type StreamEvent =
 export interface StreamOutcome {
   /** Balance right after the reservation. */
   available: Micros;
+  /** The catalog provider that answered (the first, or a fallback). */
+  provider: string;
   events: AsyncGenerator<StreamEvent>;
   /** The client went away: stop the upstream and settle what was produced. */
   cancel(): Promise<void>;
@@ -98,18 +102,24 @@ export class Gateway {
       trace,
     );
     const started = performance.now();
-    let result;
+    let result, route: Model;
     try {
       // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
       // is done and billed to us either way, so it is finished and settled like any other.
-      result = await this.#deps.providers(model.provider).complete({
+      ({ value: result, route } = await this.#firstAnswer(
         model,
-        messages: request.messages,
-        maxTokens,
-        passthrough: request.passthrough,
-        signal: new AbortController().signal,
         requestId,
-      });
+        trace,
+        (route) =>
+          this.#deps.providers(route.provider).complete({
+            model: route,
+            messages: request.messages,
+            maxTokens,
+            passthrough: request.passthrough,
+            signal: new AbortController().signal,
+            requestId,
+          }),
+      ));
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
       await this.#release(caller, hold, trace);
@@ -118,7 +128,7 @@ export class Gateway {
     trace.upstreamMs = performance.now() - started;
     const content = result.completion.choices.map((c) => c.message?.content ?? "").join("");
     const usage = result.usage ?? { promptTokens, completionTokens: countTextTokens(content) };
-    const settled = await this.#settle(caller, hold, model, usage, {
+    const settled = await this.#settle(caller, hold, route, usage, {
       requestId,
       streamed: false,
       outcome: "completed",
@@ -132,7 +142,12 @@ export class Gateway {
         total_tokens: usage.promptTokens + usage.completionTokens,
       };
     }
-    return { completion, charged: settled.charged, available: settled.available };
+    return {
+      completion,
+      provider: route.provider.name,
+      charged: settled.charged,
+      available: settled.available,
+    };
   }
 
   async stream(
@@ -149,16 +164,26 @@ export class Gateway {
     );
     const upstreamAbort = new AbortController();
     const started = performance.now();
-    let parts: AsyncIterable<StreamPart>;
+    let parts: AsyncIterator<StreamPart>, first: IteratorResult<StreamPart>, route: Model;
     try {
-      parts = await this.#deps.providers(model.provider).stream({
+      // The first part is awaited before the client gets its 200, so that an upstream that fails
+      // or stays silent at the start still gets a real status (and the next provider a chance).
+      ({ value: { parts, first }, route } = await this.#firstAnswer(
         model,
-        messages: request.messages,
-        maxTokens,
-        passthrough: request.passthrough,
-        signal: upstreamAbort.signal,
         requestId,
-      });
+        trace,
+        async (route) => {
+          const parts = (await this.#deps.providers(route.provider).stream({
+            model: route,
+            messages: request.messages,
+            maxTokens,
+            passthrough: request.passthrough,
+            signal: upstreamAbort.signal,
+            requestId,
+          }))[Symbol.asyncIterator]();
+          return { parts, first: await parts.next() };
+        },
+      ));
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
       await this.#release(caller, hold, trace);
@@ -176,6 +201,7 @@ export class Gateway {
     let settledOnce: Promise<void> | null = null;
     let produced = "";
     let usage: Usage | null = null;
+    let upstreamPrompt: number | null = null;
     let failure: ProviderError | null = null;
     let meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
     let charged = 0;
@@ -189,9 +215,13 @@ export class Gateway {
           ? "upstream_cut"
           : "completed";
         const counted = usage === null;
-        const final = usage ?? { promptTokens, completionTokens: countTextTokens(produced) };
+        const final = usage ??
+          {
+            promptTokens: upstreamPrompt ?? promptTokens,
+            completionTokens: countTextTokens(produced),
+          };
         try {
-          const result = await this.#settle(caller, hold, model, final, {
+          const result = await this.#settle(caller, hold, route, final, {
             requestId,
             streamed: true,
             outcome,
@@ -218,9 +248,14 @@ export class Gateway {
     async function* events(): AsyncGenerator<StreamEvent> {
       try {
         try {
-          for await (const part of parts) {
+          for (let next = first; !next.done; next = await parts.next()) {
+            const part = next.value;
             if (part.type === "usage") {
               usage = part.usage;
+              continue;
+            }
+            if (part.type === "prompt_tokens") {
+              upstreamPrompt = part.promptTokens;
               continue;
             }
             const chunk = { ...part.chunk, model: model.id };
@@ -240,6 +275,7 @@ export class Gateway {
           trace.upstreamFailure = failure.kind;
         }
       } finally {
+        await parts.return?.().catch(() => {});
         await settle();
       }
       if (request.includeUsage && usage) {
@@ -272,8 +308,10 @@ export class Gateway {
         yield {
           type: "error",
           error: new ApiError(
-            "provider_unreachable",
-            `The upstream stream failed: ${failure.message}`,
+            "stream_interrupted",
+            `The upstream stream failed after it had begun (${failure.message}); the tokens produced before the cut were charged (${
+              formatUsd(charged)
+            } USD).`,
           ),
         };
       }
@@ -282,6 +320,7 @@ export class Gateway {
     const iterator = events();
     return {
       available,
+      provider: route.provider.name,
       events: iterator,
       async cancel() {
         clientGone = true;
@@ -290,6 +329,46 @@ export class Gateway {
         await settle();
       },
     };
+  }
+
+  /**
+   * Calls the model's provider, then its fallbacks in order, until one answers. Only failures that
+   * happen before anything reached the client and that another provider may not share move on;
+   * a request the upstream rejected as invalid would be rejected by the next one too.
+   */
+  async #firstAnswer<T>(
+    model: Model,
+    requestId: string,
+    trace: RequestTrace,
+    call: (route: Model) => Promise<T>,
+  ): Promise<{ value: T; route: Model }> {
+    const routes: Model[] = [
+      model,
+      ...model.fallbacks.map((f) => ({
+        ...model,
+        provider: f.provider,
+        upstreamModel: f.upstreamModel,
+      })),
+    ];
+    for (const [i, route] of routes.entries()) {
+      trace.provider = route.provider.name;
+      try {
+        return { value: await call(route), route };
+      } catch (error) {
+        const last = i === routes.length - 1;
+        if (last || !(error instanceof ProviderError) || error.kind === "bad_request") throw error;
+        this.#deps.log({
+          level: error.kind === "upstream_auth" ? "error" : "warn",
+          requestId,
+          event: "upstream_fallback",
+          provider: route.provider.name,
+          next: routes[i + 1].provider.name,
+          kind: error.kind,
+          message: error.message,
+        });
+      }
+    }
+    throw new Error("unreachable: a model has at least one route");
   }
 
   async #prepare(

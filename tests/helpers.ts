@@ -72,13 +72,18 @@ export interface TestService {
 
 export async function startService(options: {
   openaiBaseUrl?: string;
+  /** Replaces the test catalog (providers and models) entirely. */
+  catalogFile?: CatalogFile;
   env?: Record<string, string>;
   kvPath?: string;
   log?: Logger;
 } = {}): Promise<TestService> {
   const env = { FAKE_OPENAI_KEY: "sk-fake-upstream", PUBLIC_URL, ...options.env };
   const config = loadConfig(env);
-  const catalog = buildCatalog(testCatalogFile(options.openaiBaseUrl), env);
+  const catalog = buildCatalog(
+    options.catalogFile ?? testCatalogFile(options.openaiBaseUrl),
+    env,
+  );
   const kv = await Deno.openKv(options.kvPath ?? ":memory:");
   const logs: Record<string, unknown>[] = [];
   const { app, wallets } = createApp({

@@ -113,7 +113,7 @@ Deno.test("a stream the upstream cuts is charged for what was produced and ends 
     const events = await readSse(res);
     assert.notEqual(events.at(-1), "[DONE]");
     const last = JSON.parse(events.at(-1)!);
-    assert.equal(last.error.code, "provider_unreachable");
+    assert.equal(last.error.code, "stream_interrupted");
     const text = events.slice(0, -1).map((e) => JSON.parse(e).choices[0].delta.content).join("");
     assert.equal(text, "One two");
 

@@ -94,12 +94,14 @@ async function statusError(response: Response): Promise<ProviderError> {
       retryAfterSeconds: retryAfterSeconds(response.headers),
     });
   }
-  if (status === 401 || status === 403) {
+  // Our key, our account's billing or permissions: the operator's problem, never the client's.
+  if (status === 401 || status === 402 || status === 403) {
     return new ProviderError("upstream_auth", `upstream refused our credentials: ${reason}`, {
       upstreamStatus: status,
     });
   }
-  if (status >= 400 && status < 500 && status !== 408) {
+  // A 404 means the catalog names a model or path the upstream does not have: also ours to fix.
+  if (status >= 400 && status < 500 && status !== 408 && status !== 404) {
     return new ProviderError("bad_request", reason, { upstreamStatus: status });
   }
   return new ProviderError("upstream_error", `upstream failed: ${reason}`, {

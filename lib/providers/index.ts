@@ -1,7 +1,8 @@
 import type { Catalog, ProviderConfig } from "../catalog.ts";
+import { createAnthropicProvider } from "./anthropic.ts";
 import { createOpenAiProvider } from "./openai.ts";
 import { createSimulator } from "./simulator.ts";
-import { type Provider, ProviderError } from "./types.ts";
+import type { Provider } from "./types.ts";
 
 export type Providers = (config: ProviderConfig) => Provider;
 
@@ -12,9 +13,10 @@ export function createProviders(
 ): Providers {
   const byName = new Map<string, Provider>();
   for (const model of catalog.models) {
-    const config = model.provider;
-    if (byName.has(config.name)) continue;
-    byName.set(config.name, createProvider(config, options));
+    for (const config of [model.provider, ...model.fallbacks.map((f) => f.provider)]) {
+      if (byName.has(config.name)) continue;
+      byName.set(config.name, createProvider(config, options));
+    }
   }
   return (config) => byName.get(config.name)!;
 }
@@ -33,11 +35,10 @@ function createProvider(
         fetch: options.fetch,
       });
     case "anthropic":
-      return unavailable(`the ${config.kind} adapter is not available in this build`);
+      return createAnthropicProvider({
+        ...config,
+        timeoutMs: config.timeoutMs ?? options.timeoutMs,
+        fetch: options.fetch,
+      });
   }
-}
-
-function unavailable(message: string): Provider {
-  const fail = () => Promise.reject(new ProviderError("not_configured", message));
-  return { complete: fail, stream: fail };
 }

@@ -61,6 +61,8 @@ export interface CompletionResult {
 /** What a provider's stream yields: content chunks, and the usage once it is known. */
 export type StreamPart =
   | { type: "chunk"; chunk: ChatCompletionChunk }
+  /** The upstream's own prompt count, known before the end; used if the final usage never comes. */
+  | { type: "prompt_tokens"; promptTokens: number }
   | { type: "usage"; usage: Usage };
 
 export type ProviderFailure =

@@ -22,12 +22,14 @@ export function chatCompletions(
       const outcome = await gateway.complete(caller, request, requestId, trace);
       c.header("Tollbooth-Balance", formatUsd(outcome.available));
       c.header("Tollbooth-Request-Cost", formatUsd(outcome.charged));
+      c.header("Tollbooth-Provider", outcome.provider);
       return c.json(outcome.completion);
     }
 
     const outcome = await gateway.stream(caller, request, requestId, trace);
     c.set("deferLog", true);
     c.header("Tollbooth-Balance", formatUsd(outcome.available));
+    c.header("Tollbooth-Provider", outcome.provider);
     c.header("Content-Type", "text/event-stream; charset=utf-8");
     c.header("Cache-Control", "no-cache");
     c.header("X-Accel-Buffering", "no");

@@ -1,0 +1,411 @@
+/**
+ * The OpenAI-compatible provider against the shapes compatible servers really send, the families
+ * configured through the catalog alone, and usage beyond the reservation.
+ */
+import assert from "node:assert/strict";
+import { keys, type UsageRecord } from "../lib/db.ts";
+import { formatUsd } from "../lib/money.ts";
+import { countPromptTokens, countTextTokens } from "../lib/tokens.ts";
+import {
+  assertAuditClean,
+  readSse,
+  serveLoopback,
+  startService,
+  type TestService,
+  userMessage,
+} from "./helpers.ts";
+import {
+  cost,
+  fixture,
+  fixtureJson,
+  sseEvents,
+  sseResponse,
+  startUpstreamService,
+  UPSTREAM_KEY,
+} from "./upstreams.ts";
+
+const START = 5_000_000;
+const PROMPT = "Say hello";
+
+function chunk(delta: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+  return `data: ${
+    JSON.stringify({
+      id: "chatcmpl-x",
+      object: "chat.completion.chunk",
+      created: 1733000000,
+      model: "m",
+      choices: [{ index: 0, delta, finish_reason: null }],
+      ...extra,
+    })
+  }\n\n`;
+}
+
+function finalChunk(extra: Record<string, unknown> = {}) {
+  return `data: ${
+    JSON.stringify({
+      id: "chatcmpl-x",
+      object: "chat.completion.chunk",
+      created: 1733000000,
+      model: "m",
+      choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+      ...extra,
+    })
+  }\n\n`;
+}
+
+async function withOpenAi(
+  answer: (body: Record<string, unknown>, headers: Headers) => Response,
+  fn: (s: TestService, apiKey: string, appId: string) => Promise<void>,
+) {
+  const fake = serveLoopback(async (req) => answer(await req.json(), req.headers));
+  const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } });
+  try {
+    const { apiKey, appId } = await s.newApp();
+    await fn(s, apiKey, appId);
+    assert.equal((await s.wallet(appId)).reserved, 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+}
+
+function streamAsk(s: TestService, apiKey: string, model = "up/m") {
+  return s.chat(apiKey, {
+    model,
+    messages: userMessage(PROMPT),
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+}
+
+async function streamed(res: Response) {
+  assert.equal(res.status, 200);
+  const data = await readSse(res);
+  const chunks = data.filter((d) => d !== "[DONE]").map((d) => JSON.parse(d));
+  return { data, chunks, usage: chunks.findLast((c) => c.usage)?.usage };
+}
+
+async function usageRecords(s: TestService, appId: string) {
+  const entries = await Array.fromAsync(s.kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }));
+  return entries.map((e) => e.value);
+}
+
+Deno.test("openai non-streaming: the documented completion is billed from its usage", () =>
+  withOpenAi(
+    () => Response.json(fixtureJson("openai_completion.json")),
+    async (s, apiKey, appId) => {
+      const res = await s.chat(apiKey, { model: "up/m", messages: userMessage(PROMPT) });
+      assert.equal(res.status, 200);
+      const body = await res.json();
+      assert.equal(body.model, "up/m");
+      assert.equal(body.choices[0].message.content, "Hello! How can I assist you today?");
+      assert.equal(body.usage.prompt_tokens, 19);
+      assert.equal((await s.wallet(appId)).available, START - cost(19, 10));
+    },
+  ));
+
+Deno.test("openai streaming: usage only in the last chunk with choices [] is billed", () =>
+  withOpenAi((body) => {
+    assert.deepEqual(body.stream_options, { include_usage: true });
+    return sseResponse(sseEvents(fixture("openai_stream_usage_last.sse")));
+  }, async (s, apiKey, appId) => {
+    const { data, usage, chunks } = await streamed(await streamAsk(s, apiKey));
+    assert.equal(data.at(-1), "[DONE]");
+    assert.equal(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join(""), "Hello!");
+    assert.equal(usage.prompt_tokens, 9);
+    assert.equal(usage.completion_tokens, 2);
+    assert.equal(usage.cost, formatUsd(cost(9, 2)));
+    assert.equal((await s.wallet(appId)).available, START - cost(9, 2));
+  }));
+
+Deno.test("openai streaming: a usage chunk with choices null is billed", () =>
+  withOpenAi(
+    () =>
+      sseResponse([
+        chunk({ role: "assistant", content: "Hi" }),
+        finalChunk(),
+        `data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1,"model":"m","choices":null,"usage":{"prompt_tokens":7,"completion_tokens":1,"total_tokens":8}}\n\n`,
+        "data: [DONE]\n\n",
+      ]),
+    async (s, apiKey, appId) => {
+      const { usage } = await streamed(await streamAsk(s, apiKey));
+      assert.equal(usage.completion_tokens, 1);
+      assert.equal((await s.wallet(appId)).available, START - cost(7, 1));
+    },
+  ));
+
+Deno.test("openai streaming: usage repeated cumulatively on every chunk is taken from the last, never summed", () =>
+  withOpenAi(
+    () =>
+      sseResponse([
+        chunk({ role: "assistant", content: "One" }, {
+          usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 },
+        }),
+        chunk({ content: " two" }, {
+          usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 },
+        }),
+        finalChunk({ usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } }),
+        "data: [DONE]\n\n",
+      ]),
+    async (s, apiKey, appId) => {
+      const { usage } = await streamed(await streamAsk(s, apiKey));
+      assert.equal(usage.prompt_tokens, 7);
+      assert.equal(usage.completion_tokens, 3);
+      assert.equal((await s.wallet(appId)).available, START - cost(7, 3));
+    },
+  ));
+
+Deno.test("openai streaming: no usage at all is counted with the tokenizer and marked so", () =>
+  withOpenAi(
+    () =>
+      sseResponse([
+        chunk({ role: "assistant", content: "Hello" }),
+        chunk({ content: " there, friend" }),
+        finalChunk(),
+        "data: [DONE]\n\n",
+      ]),
+    async (s, apiKey, appId) => {
+      const { usage } = await streamed(await streamAsk(s, apiKey));
+      const prompt = countPromptTokens([{ content: PROMPT }]);
+      const completion = countTextTokens("Hello there, friend");
+      assert.equal(usage.prompt_tokens, prompt);
+      assert.equal(usage.completion_tokens, completion);
+      assert.equal((await s.wallet(appId)).available, START - cost(prompt, completion));
+      const [record] = await usageRecords(s, appId);
+      assert.equal(record.countedLocally, true);
+      assert.equal(record.outcome, "completed");
+    },
+  ));
+
+Deno.test("openai non-streaming: no usage is counted with the tokenizer and reported in the body", () =>
+  withOpenAi(
+    () =>
+      Response.json({
+        id: "x",
+        object: "chat.completion",
+        created: 1,
+        model: "m",
+        choices: [{
+          index: 0,
+          message: { role: "assistant", content: "Hello there" },
+          finish_reason: "stop",
+        }],
+      }),
+    async (s, apiKey, appId) => {
+      const res = await s.chat(apiKey, { model: "up/m", messages: userMessage(PROMPT) });
+      const body = await res.json();
+      const prompt = countPromptTokens([{ content: PROMPT }]);
+      assert.equal(body.usage.prompt_tokens, prompt);
+      assert.equal(body.usage.completion_tokens, countTextTokens("Hello there"));
+      assert.equal(
+        (await s.wallet(appId)).available,
+        START - cost(prompt, countTextTokens("Hello there")),
+      );
+    },
+  ));
+
+Deno.test("openai streaming: a stream that ends after finish_reason without [DONE] completes normally", () =>
+  withOpenAi(
+    () => sseResponse([chunk({ role: "assistant", content: "Hi" }), finalChunk()]),
+    async (s, apiKey) => {
+      const { data } = await streamed(await streamAsk(s, apiKey));
+      assert.equal(data.at(-1), "[DONE]");
+    },
+  ));
+
+Deno.test("openai streaming: an error object inside a 200 stream ends the client's stream with an error, produced tokens charged", () =>
+  withOpenAi(
+    () =>
+      sseResponse([
+        chunk({ role: "assistant", content: "Partial answer" }),
+        `data: {"error":{"message":"The server had an error while processing your request.","type":"server_error"}}\n\n`,
+      ]),
+    async (s, apiKey, appId) => {
+      const { data } = await streamed(await streamAsk(s, apiKey));
+      assert.ok(!data.includes("[DONE]"));
+      const error = JSON.parse(data.at(-1)!).error;
+      assert.equal(error.code, "stream_interrupted");
+      assert.match(error.message, /server had an error/);
+      const prompt = countPromptTokens([{ content: PROMPT }]);
+      assert.equal(
+        (await s.wallet(appId)).available,
+        START - cost(prompt, countTextTokens("Partial answer")),
+      );
+    },
+  ));
+
+Deno.test("openai streaming: an error object as the first event is a real 502, nothing charged", () =>
+  withOpenAi(
+    () => sseResponse([`data: {"error":{"message":"model overloaded","type":"server_error"}}\n\n`]),
+    async (s, apiKey, appId) => {
+      const res = await streamAsk(s, apiKey);
+      assert.equal(res.status, 502);
+      assert.equal((await res.json()).error.code, "provider_unreachable");
+      assert.equal((await s.wallet(appId)).available, START);
+    },
+  ));
+
+/** Where each family's OpenAI-compatible API lives, as the README documents it. */
+const FAMILIES = {
+  groq: { path: "/openai/v1", env: "GROQ_API_KEY" },
+  together: { path: "/v1", env: "TOGETHER_API_KEY" },
+  deepseek: { path: "/v1", env: "DEEPSEEK_API_KEY" },
+  mistral: { path: "/v1", env: "MISTRAL_API_KEY" },
+  gemini: { path: "/v1beta/openai", env: "GEMINI_API_KEY" },
+  vllm: { path: "/v1", env: "VLLM_API_KEY" },
+  ollama: { path: "/v1", env: "OLLAMA_API_KEY" },
+};
+
+Deno.test("each compatible family works through the catalog alone: kind, base_url and key env", async () => {
+  const seen: { path: string; auth: string | null; model: unknown }[] = [];
+  const fake = serveLoopback(async (req) => {
+    const body = await req.json();
+    seen.push({
+      path: new URL(req.url).pathname,
+      auth: req.headers.get("authorization"),
+      model: body.model,
+    });
+    return body.stream
+      ? sseResponse(sseEvents(fixture("openai_stream_usage_last.sse")))
+      : Response.json(fixtureJson("openai_completion.json"));
+  });
+  const env = Object.fromEntries(
+    Object.entries(FAMILIES).map(([name, f]) => [f.env, `key-${name}`]),
+  );
+  const s = await startService({
+    env,
+    catalogFile: {
+      providers: Object.fromEntries(
+        Object.entries(FAMILIES).map((
+          [name, f],
+        ) => [name, { kind: "openai", base_url: `${fake.url}${f.path}`, api_key_env: f.env }]),
+      ),
+      models: Object.keys(FAMILIES).map((name) => ({
+        id: `${name}/m`,
+        provider: name,
+        upstream_model: `${name}-upstream`,
+        input_usd_per_mtok: "2.00",
+        output_usd_per_mtok: "8.00",
+        context_tokens: 32768,
+        max_output_tokens: 4096,
+      })),
+    },
+  });
+  try {
+    const { apiKey, appId } = await s.newApp();
+    let spent = 0;
+    for (const [name, family] of Object.entries(FAMILIES)) {
+      const plain = await s.chat(apiKey, { model: `${name}/m`, messages: userMessage(PROMPT) });
+      assert.equal(plain.status, 200, name);
+      assert.equal(plain.headers.get("tollbooth-provider"), name);
+      assert.equal((await plain.json()).model, `${name}/m`);
+      const { usage } = await streamed(await streamAsk(s, apiKey, `${name}/m`));
+      assert.equal(usage.completion_tokens, 2);
+      spent += cost(19, 10) + cost(9, 2);
+      for (const call of seen.splice(0)) {
+        assert.equal(call.path, `${family.path}/chat/completions`);
+        assert.equal(call.auth, `Bearer key-${name}`);
+        assert.equal(call.model, `${name}-upstream`);
+      }
+    }
+    assert.equal((await s.wallet(appId)).available, START - spent);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});
+
+/** Spends directly from the wallet until `left` micro-USD remain. */
+async function spendDownTo(s: TestService, appId: string, left: number) {
+  const amount = (await s.wallet(appId)).available - left;
+  const hold = await s.wallets.reserve(appId, {
+    amount,
+    keyId: "key_test",
+    requestId: "req_spend",
+    model: "up/m",
+  });
+  assert.ok(hold.ok);
+  await s.wallets.settle(appId, hold.reservation.id, {
+    requestId: "req_spend",
+    keyId: "key_test",
+    model: "up/m",
+    provider: "up",
+    promptTokens: 0,
+    completionTokens: 0,
+    cost: amount,
+    streamed: false,
+    outcome: "completed",
+    countedLocally: false,
+  });
+}
+
+Deno.test("usage beyond the reservation is taken from the balance down to zero; the rest is recorded uncharged", () =>
+  withOpenAi(
+    () => {
+      const completion = fixtureJson("openai_completion.json");
+      return Response.json({
+        ...completion,
+        usage: { prompt_tokens: 19, completion_tokens: 1000, total_tokens: 1019 },
+      });
+    },
+    async (s, apiKey, appId) => {
+      const prompt = countPromptTokens([{ content: PROMPT }]);
+      const reservation = cost(prompt, 10);
+      await spendDownTo(s, appId, reservation + 100);
+      const res = await s.chat(apiKey, {
+        model: "up/m",
+        messages: userMessage(PROMPT),
+        max_tokens: 10,
+      });
+      assert.equal(res.status, 200);
+      const charged = reservation + 100;
+      assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(charged));
+      assert.equal(res.headers.get("tollbooth-balance"), "0.000000");
+      const wallet = await s.wallet(appId);
+      assert.equal(wallet.available, 0);
+      const record = (await usageRecords(s, appId)).find((u) => u.requestId !== "req_spend")!;
+      assert.equal(record.cost, charged);
+      assert.equal(record.uncharged, cost(19, 1000) - charged);
+      assert.equal(record.reserved, reservation);
+    },
+  ));
+
+Deno.test("usage beyond the reservation is charged in full when the balance covers it", () =>
+  withOpenAi(
+    () =>
+      Response.json({
+        ...fixtureJson("openai_completion.json"),
+        usage: { prompt_tokens: 19, completion_tokens: 1000, total_tokens: 1019 },
+      }),
+    async (s, apiKey, appId) => {
+      const res = await s.chat(apiKey, {
+        model: "up/m",
+        messages: userMessage(PROMPT),
+        max_tokens: 10,
+      });
+      assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(cost(19, 1000)));
+      assert.equal((await s.wallet(appId)).available, START - cost(19, 1000));
+      const [record] = await usageRecords(s, appId);
+      assert.equal(record.uncharged, 0);
+    },
+  ));
+
+Deno.test("the OpenAI-compatible request carries the key, the upstream model, max_tokens and passthrough fields", () =>
+  withOpenAi((body, headers) => {
+    assert.equal(headers.get("authorization"), `Bearer ${UPSTREAM_KEY}`);
+    assert.equal(body.model, "up-model");
+    assert.equal(body.max_tokens, 77);
+    assert.equal(body.temperature, 0.5);
+    assert.equal(body.stream, false);
+    return Response.json(fixtureJson("openai_completion.json"));
+  }, async (s, apiKey) => {
+    const res = await s.chat(apiKey, {
+      model: "up/m",
+      messages: userMessage(PROMPT),
+      max_tokens: 77,
+      temperature: 0.5,
+    });
+    assert.equal(res.status, 200);
+  }));

@@ -1,0 +1,406 @@
+/**
+ * The failure matrix: every way an upstream fails, for each wire format, with the status, the
+ * body's code and the wallet afterwards. Fakes speak the providers' real formats (tests/fixtures).
+ */
+import assert from "node:assert/strict";
+import { keys, type UsageRecord } from "../lib/db.ts";
+import { countPromptTokens } from "../lib/tokens.ts";
+import { assertAuditClean, serveLoopback, type TestService, userMessage } from "./helpers.ts";
+import { cost, fixtureJson, sseResponse, startUpstreamService } from "./upstreams.ts";
+
+type Kind = "openai" | "anthropic";
+const KINDS: Kind[] = ["openai", "anthropic"];
+const START = 5_000_000;
+const PROMPT = "Tell me a story";
+/** Prompt tokens the Anthropic fixtures report in message_start. */
+const ANTHROPIC_INPUT_TOKENS = 14;
+const PIECES = ["Once", " upon", " a time"];
+/** "Once upon a time" in o200k_base. */
+const PIECES_TOKENS = 4;
+
+/** The first events of a stream in each format, carrying PIECES. */
+function streamStart(kind: Kind): string[] {
+  if (kind === "openai") {
+    const chunk = (delta: Record<string, unknown>) =>
+      `data: ${
+        JSON.stringify({
+          id: "chatcmpl-cut",
+          object: "chat.completion.chunk",
+          created: 1733000000,
+          model: "up-model",
+          choices: [{ index: 0, delta, logprobs: null, finish_reason: null }],
+          usage: null,
+        })
+      }\n\n`;
+    return [chunk({ role: "assistant", content: "" }), ...PIECES.map((p) => chunk({ content: p }))];
+  }
+  return [
+    `event: message_start\ndata: ${
+      JSON.stringify({
+        type: "message_start",
+        message: {
+          id: "msg_cut",
+          type: "message",
+          role: "assistant",
+          content: [],
+          model: "up-model",
+          stop_reason: null,
+          stop_sequence: null,
+          usage: { input_tokens: ANTHROPIC_INPUT_TOKENS, output_tokens: 1 },
+        },
+      })
+    }\n\n`,
+    `event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n`,
+    ...PIECES.map((text) =>
+      `event: content_block_delta\ndata: ${
+        JSON.stringify({
+          type: "content_block_delta",
+          index: 0,
+          delta: { type: "text_delta", text },
+        })
+      }\n\n`
+    ),
+  ];
+}
+
+/** What a stream cut after PIECES costs: upstream's prompt count when it gave one, else ours. */
+function cutCost(kind: Kind) {
+  const prompt = kind === "anthropic"
+    ? ANTHROPIC_INPUT_TOKENS
+    : countPromptTokens([{ content: PROMPT }]);
+  return cost(prompt, PIECES_TOKENS);
+}
+
+function errorFixture(kind: Kind, name: string) {
+  const all = fixtureJson<
+    Record<string, { status: number; body: unknown; headers?: Record<string, string> }>
+  >(`${kind}_errors.json`);
+  const { status, body, headers } = all[name];
+  return Response.json(body, { status, headers });
+}
+
+async function withBaseUrl(
+  kind: Kind,
+  baseUrl: string,
+  fn: (s: TestService, apiKey: string, appId: string) => Promise<void>,
+  timeoutMs = 2000,
+) {
+  const s = await startUpstreamService({
+    up: { kind, base_url: baseUrl, timeout_ms: timeoutMs },
+  });
+  try {
+    const { apiKey, appId } = await s.newApp();
+    await fn(s, apiKey, appId);
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.reserved, 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+}
+
+async function withFake(
+  kind: Kind,
+  handler: (req: Request) => Response | Promise<Response>,
+  fn: (s: TestService, apiKey: string, appId: string) => Promise<void>,
+  timeoutMs = 2000,
+) {
+  const fake = serveLoopback(handler);
+  try {
+    await withBaseUrl(kind, fake.url, fn, timeoutMs);
+  } finally {
+    await fake.close();
+  }
+}
+
+function ask(s: TestService, apiKey: string, stream: boolean) {
+  return s.chat(apiKey, { model: "up/m", messages: userMessage(PROMPT), max_tokens: 100, stream });
+}
+
+async function assertError(res: Response, status: number, code: string) {
+  assert.equal(res.status, status, `status for ${code}`);
+  const body = await res.json();
+  assert.equal(body.error.code, code);
+  return body.error as { code: string; message: string };
+}
+
+/** Asks twice, streamed and not; both must fail with the same status and code, charging nothing. */
+async function assertBothFail(
+  s: TestService,
+  apiKey: string,
+  appId: string,
+  status: number,
+  code: string,
+) {
+  const errors = [];
+  for (const stream of [false, true]) {
+    const res = await ask(s, apiKey, stream);
+    errors.push({ error: await assertError(res, status, code), headers: res.headers });
+  }
+  const wallet = await s.wallet(appId);
+  assert.equal(wallet.available, START, "nothing charged");
+  return errors;
+}
+
+function failures(s: TestService) {
+  return s.logs.filter((l) => l.path === "/v1/chat/completions").map((l) => l.upstreamFailure);
+}
+
+function closedPort() {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = listener.addr as Deno.NetAddr;
+  listener.close();
+  return port;
+}
+
+/** Accepts connections and never says a word. */
+function silentListener() {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const conns: Deno.Conn[] = [];
+  (async () => {
+    for await (const conn of listener) conns.push(conn);
+  })().catch(() => {});
+  return {
+    url: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
+    close() {
+      for (const c of conns) c.close();
+      listener.close();
+    },
+  };
+}
+
+/** Reads a streamed response to its end: the chunks' text, and the final event. */
+async function readStream(res: Response) {
+  const text = await res.text();
+  const data = text.split("\n\n").filter((b) => b.startsWith("data: ")).map((b) => b.slice(6));
+  const last = data.at(-1)!;
+  const chunks = data.filter((d) => d !== "[DONE]").map((d) => JSON.parse(d));
+  const content = chunks.flatMap((c) =>
+    (c.choices ?? []).map((ch: { delta?: { content?: string } }) => ch.delta?.content ?? "")
+  ).join("");
+  return { data, last, content, chunks };
+}
+
+async function usageRecords(s: TestService, appId: string) {
+  const entries = await Array.fromAsync(s.kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }));
+  return entries.map((e) => e.value);
+}
+
+for (const kind of KINDS) {
+  Deno.test(`${kind}: connection refused is 502 provider_unreachable, nothing charged`, async () => {
+    const port = closedPort();
+    await withBaseUrl(kind, `http://127.0.0.1:${port}`, async (s, apiKey, appId) => {
+      await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+      assert.deepEqual(failures(s), ["unreachable", "unreachable"]);
+    });
+  });
+
+  Deno.test(`${kind}: DNS failure is 502 provider_unreachable, nothing charged`, () =>
+    withBaseUrl(kind, "http://upstream.tollbooth.invalid", async (s, apiKey, appId) => {
+      await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+    }, 3000));
+
+  Deno.test(`${kind}: TLS failure (https to a plain-HTTP port) is 502, nothing charged`, async () => {
+    const plain = serveLoopback(() => new Response("plain"));
+    try {
+      await withBaseUrl(kind, `https://127.0.0.1:${plain.port}`, async (s, apiKey, appId) => {
+        await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.deepEqual(failures(s), ["unreachable", "unreachable"]);
+      });
+    } finally {
+      await plain.close();
+    }
+  });
+
+  Deno.test(`${kind}: an upstream that accepts but never answers times out: 502, nothing charged`, async () => {
+    const silent = silentListener();
+    try {
+      await withBaseUrl(kind, silent.url, async (s, apiKey, appId) => {
+        const [plain] = await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.match(plain.error.message, /timeout/);
+        assert.deepEqual(failures(s), ["timeout", "timeout"]);
+      }, 300);
+    } finally {
+      silent.close();
+    }
+  });
+
+  Deno.test(`${kind}: headers but no first byte within the timeout: 502, nothing charged`, () =>
+    withFake(
+      kind,
+      () => sseResponse([], { stall: true, headers: { "content-type": "application/json" } }),
+      async (s, apiKey, appId) => {
+        await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.deepEqual(failures(s), ["timeout", "timeout"]);
+      },
+      300,
+    ));
+
+  for (const name of ["api_error", "overloaded"]) {
+    Deno.test(`${kind}: upstream ${name} (5xx) is 502 provider_unreachable, nothing charged`, () =>
+      withFake(kind, () => errorFixture(kind, name), async (s, apiKey, appId) => {
+        await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.deepEqual(failures(s), ["upstream_error", "upstream_error"]);
+      }));
+  }
+
+  Deno.test(`${kind}: upstream 429 is our 429 upstream_rate_limited with its Retry-After, nothing charged`, () =>
+    withFake(kind, () => errorFixture(kind, "rate_limit"), async (s, apiKey, appId) => {
+      const results = await assertBothFail(s, apiKey, appId, 429, "upstream_rate_limited");
+      for (const { headers } of results) assert.equal(headers.get("retry-after"), "17");
+    }));
+
+  Deno.test(`${kind}: upstream 400 context too long is 400 context_length_exceeded with its reason, nothing charged`, () =>
+    withFake(kind, () => errorFixture(kind, "context_too_long"), async (s, apiKey, appId) => {
+      const [{ error }] = await assertBothFail(s, apiKey, appId, 400, "context_length_exceeded");
+      assert.match(error.message, kind === "openai" ? /maximum context length/ : /too long/);
+    }));
+
+  Deno.test(`${kind}: other upstream 400 is 400 upstream_rejected with its reason, nothing charged`, () =>
+    withFake(kind, () => errorFixture(kind, "invalid_request"), async (s, apiKey, appId) => {
+      const [{ error }] = await assertBothFail(s, apiKey, appId, 400, "upstream_rejected");
+      assert.match(error.message, kind === "openai" ? /frobnicate/ : /temperature/);
+    }));
+
+  for (const name of ["authentication", "permission"]) {
+    Deno.test(`${kind}: upstream ${name} (401/403) is 502, logged at level error, nothing charged`, () =>
+      withFake(kind, () => errorFixture(kind, name), async (s, apiKey, appId) => {
+        const [{ error }] = await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.doesNotMatch(error.message, /key/i, "our credentials are not the client's business");
+        const loud = s.logs.filter((l) => l.event === "upstream_credentials_refused");
+        assert.equal(loud.length, 2);
+        assert.ok(loud.every((l) => l.level === "error" && l.provider === "up"));
+      }));
+  }
+
+  Deno.test(`${kind}: upstream 404 (a catalog model the upstream lacks) is 502, nothing charged`, () =>
+    withFake(
+      kind,
+      () =>
+        Response.json({ error: { message: "The model `up-model` does not exist" } }, {
+          status: 404,
+        }),
+      async (s, apiKey, appId) => {
+        await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.deepEqual(failures(s), ["upstream_error", "upstream_error"]);
+      },
+    ));
+
+  Deno.test(`${kind}: upstream 402 (our billing) is 502 logged at level error, nothing charged`, () =>
+    withFake(
+      kind,
+      () => Response.json({ error: { message: "credit balance too low" } }, { status: 402 }),
+      async (s, apiKey, appId) => {
+        await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.ok(
+          s.logs.some((l) => l.event === "upstream_credentials_refused" && l.level === "error"),
+        );
+      },
+    ));
+
+  Deno.test(`${kind}: malformed JSON before any byte reached the client is 502, nothing charged`, () =>
+    withFake(
+      kind,
+      async (req) => {
+        const broken = '{"id": "chatcmpl-broken", "choices": [';
+        return (await req.json()).stream
+          ? sseResponse([`data: ${broken}\n\n`])
+          : new Response(broken, { headers: { "content-type": "application/json" } });
+      },
+      async (s, apiKey, appId) => {
+        await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        assert.deepEqual(failures(s), ["malformed_response", "malformed_response"]);
+      },
+    ));
+
+  Deno.test(`${kind}: malformed JSON mid-stream charges what was produced and ends in an error event`, () =>
+    withFake(
+      kind,
+      () => sseResponse([...streamStart(kind), 'data: {"choices": [{"delta"\n\n']),
+      async (s, apiKey, appId) => {
+        const res = await ask(s, apiKey, true);
+        assert.equal(res.status, 200);
+        const { last, content } = await readStream(res);
+        assert.equal(content, PIECES.join(""));
+        assert.equal(JSON.parse(last).error.code, "stream_interrupted");
+        assert.equal((await s.wallet(appId)).available, START - cutCost(kind));
+      },
+    ));
+
+  Deno.test(`${kind}: a stream cut after some chunks charges what was produced; no [DONE], an error event`, () =>
+    withFake(kind, () => sseResponse(streamStart(kind)), async (s, apiKey, appId) => {
+      const res = await s.chat(apiKey, {
+        model: "up/m",
+        messages: userMessage(PROMPT),
+        max_tokens: 100,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      assert.equal(res.status, 200);
+      const { data, last, content, chunks } = await readStream(res);
+      assert.equal(content, PIECES.join(""));
+      assert.ok(!data.includes("[DONE]"));
+      const error = JSON.parse(last).error;
+      assert.equal(error.code, "stream_interrupted");
+      // The usage chunk before the error says what was charged.
+      const usage = chunks.findLast((c) => c.usage)?.usage;
+      assert.equal(usage.completion_tokens, PIECES_TOKENS);
+      const charged = cutCost(kind);
+      assert.equal(usage.cost, (charged / 1e6).toFixed(6));
+      assert.equal((await s.wallet(appId)).available, START - charged);
+      const [record] = await usageRecords(s, appId);
+      assert.equal(record.outcome, "upstream_cut");
+      assert.equal(record.countedLocally, true);
+      assert.equal(record.cost, charged);
+    }));
+
+  Deno.test(`${kind}: a stream that stalls past the timeout is cut and charged what was produced`, () =>
+    withFake(
+      kind,
+      () => sseResponse(streamStart(kind), { stall: true }),
+      async (s, apiKey, appId) => {
+        const res = await ask(s, apiKey, true);
+        assert.equal(res.status, 200);
+        const { last, content } = await readStream(res);
+        assert.equal(content, PIECES.join(""));
+        const error = JSON.parse(last).error;
+        assert.equal(error.code, "stream_interrupted");
+        assert.match(error.message, /no data from upstream for 300 ms/);
+        assert.equal((await s.wallet(appId)).available, START - cutCost(kind));
+      },
+      300,
+    ));
+
+  Deno.test(`${kind}: a client that disconnects mid-stream aborts the upstream and pays for what was produced`, async () => {
+    let upstreamAborted: () => void;
+    const aborted = new Promise<void>((resolve) => upstreamAborted = resolve);
+    await withFake(
+      kind,
+      (req) => {
+        req.signal.addEventListener("abort", () => upstreamAborted());
+        return sseResponse(streamStart(kind), { stall: true, onCancel: () => upstreamAborted() });
+      },
+      async (s, apiKey, appId) => {
+        const res = await ask(s, apiKey, true);
+        assert.equal(res.status, 200);
+        const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+        let seen = "";
+        while ((seen.match(/"content":"[^"]+"/g) ?? []).length < PIECES.length) {
+          const { value, done } = await reader.read();
+          assert.ok(!done);
+          seen += value;
+        }
+        await reader.cancel();
+        await aborted;
+        await s.wallets.drain();
+        const wallet = await s.wallet(appId);
+        assert.equal(wallet.available, START - cutCost(kind));
+        const [record] = await usageRecords(s, appId);
+        assert.equal(record.outcome, "client_closed");
+        assert.equal(record.countedLocally, true);
+        assert.equal(record.completionTokens, PIECES_TOKENS);
+      },
+      5000,
+    );
+  });
+}

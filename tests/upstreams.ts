@@ -1,0 +1,99 @@
+/** Fake upstreams for provider tests: fixtures from the providers' documentation, replayed. */
+import type { CatalogFile } from "../lib/catalog.ts";
+import { startService, type TestService } from "./helpers.ts";
+
+export const UPSTREAM_KEY = "sk-upstream-test";
+
+export function fixture(name: string): string {
+  return Deno.readTextFileSync(new URL(`./fixtures/${name}`, import.meta.url));
+}
+
+export function fixtureJson<T = Record<string, unknown>>(name: string): T {
+  return JSON.parse(fixture(name));
+}
+
+/** Splits a recorded SSE body into its events, each still ending in its blank line. */
+export function sseEvents(text: string): string[] {
+  return text.split(/\n\n/).filter((e) => e.trim()).map((e) => `${e}\n\n`);
+}
+
+/** An SSE response that sends the given events, then ends (or, with `stall`, stays open silent). */
+export function sseResponse(
+  events: string[],
+  options: { stall?: boolean; headers?: Record<string, string>; onCancel?: () => void } = {},
+) {
+  const encoder = new TextEncoder();
+  let i = 0;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (i < events.length) {
+        controller.enqueue(encoder.encode(events[i++]));
+        return;
+      }
+      if (!options.stall) {
+        controller.close();
+        return;
+      }
+      // Silent but open, until the reader goes away.
+      return new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, 60_000);
+      });
+    },
+    cancel() {
+      clearTimeout(timer);
+      options.onCancel?.();
+    },
+  });
+  return new Response(body, {
+    headers: { "content-type": "text/event-stream", ...options.headers },
+  });
+}
+
+export interface FakeProvider {
+  kind: "openai" | "anthropic";
+  base_url: string;
+  timeout_ms?: number;
+  /** Defaults to a variable that is set; use an unset name for "not configured". */
+  api_key_env?: string;
+}
+
+/** Prices of every model here: 2 micro-USD per prompt token and 8 per completion token. */
+export function upstreamCatalog(
+  providers: Record<string, FakeProvider>,
+  extraModels: CatalogFile["models"] = [],
+): CatalogFile {
+  return {
+    providers: Object.fromEntries(
+      Object.entries(providers).map((
+        [name, p],
+      ) => [name, { timeout_ms: 2000, api_key_env: "UPSTREAM_KEY", ...p }]),
+    ),
+    models: [
+      ...Object.keys(providers).map((name) => ({
+        id: `${name}/m`,
+        provider: name,
+        upstream_model: `${name}-model`,
+        input_usd_per_mtok: "2.00",
+        output_usd_per_mtok: "8.00",
+        context_tokens: 200_000,
+        max_output_tokens: 8192,
+      })),
+      ...extraModels,
+    ],
+  };
+}
+
+export function cost(promptTokens: number, completionTokens: number): number {
+  return promptTokens * 2 + completionTokens * 8;
+}
+
+export function startUpstreamService(
+  providers: Record<string, FakeProvider>,
+  extraModels: CatalogFile["models"] = [],
+): Promise<TestService> {
+  return startService({
+    catalogFile: upstreamCatalog(providers, extraModels),
+    env: { UPSTREAM_KEY },
+  });
+}
