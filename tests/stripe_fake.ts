@@ -163,6 +163,7 @@ export function startFakeStripe() {
   });
   return {
     stripe,
+    port: server.port,
     requests,
     sessions,
     /** What Stripe does when the buyer pays: the session turns complete and paid. */
