@@ -156,7 +156,11 @@ export function crediting(app: AppRecord, reference: string): string {
       <h1>Payment received, crediting…</h1>
       <p class="lede" role="status">
         Your payment is being confirmed and the credits are being added to{" "}
-        {app.name}'s wallet. This page refreshes by itself in a few seconds.
+        {app.name}'s wallet. This page refreshes by itself every few seconds.
+      </p>
+      <p>
+        You can also close it: the credits are added as soon as the payment is confirmed, whether or
+        not this page is open.
       </p>
       <p class="muted">
         Reference: <code class="reference">{reference}</code>
