@@ -79,6 +79,7 @@ export type FulfilOutcome =
   | { status: "credited"; entry: LedgerEntry; appId: string }
   | { status: "already_credited"; appId: string }
   | { status: "not_paid"; appId: string | null }
+  | { status: "not_ours" }
   | { status: "refused"; reason: string; appId: string | null };
 
 /**
@@ -103,6 +104,11 @@ export async function fulfilCheckoutSession(
     });
     return { status: "refused", reason, appId };
   };
+  if (!session.metadata?.app_id && !session.metadata?.amount_micros) {
+    // Signed by Stripe but not opened by this service (another product on the same account).
+    deps.log({ level: "warn", event: "checkout_session_not_ours", sessionId: session.id });
+    return { status: "not_ours" };
+  }
   if (session.mode !== "payment") return refuse("the session is not a one-time payment");
   if (!appId || session.client_reference_id !== appId) {
     return refuse("the session's app_id and client_reference_id disagree or are missing");
@@ -187,6 +193,6 @@ export async function confirmCheckoutSession(
     const entry = await findTopUpEntry(deps.kv, app.id, "stripe", sessionId);
     if (entry) return { status: "credited", entry };
   }
-  if (outcome.status === "refused") return { status: "unknown" };
+  if (outcome.status === "refused" || outcome.status === "not_ours") return { status: "unknown" };
   return session.status === "complete" ? { status: "processing" } : { status: "unpaid" };
 }

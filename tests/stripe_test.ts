@@ -221,7 +221,7 @@ Deno.test("a paid session whose amounts disagree or are not offered is refused a
       { ...base, id: "cs_test_frac", metadata: { ...base.metadata, amount_micros: "10000000.5" } },
       { ...base, id: "cs_test_eur", currency: "eur" },
       { ...base, id: "cs_test_client", client_reference_id: other.appId },
-      { ...base, id: "cs_test_nometa", metadata: {} },
+      { ...base, id: "cs_test_noamount", metadata: { app_id: appId } },
       { ...base, id: "cs_test_sub", mode: "subscription" },
       {
         ...base,
@@ -238,6 +238,12 @@ Deno.test("a paid session whose amounts disagree or are not offered is refused a
       assert.equal(status, 200, session.id);
       assert.equal(body.outcome, "refused", session.id);
     }
+    // A session this service did not open (no metadata of ours) is acknowledged and left alone.
+    const foreign = await deliver(
+      s,
+      eventPayload("checkout.session.completed", { ...base, id: "cs_test_foreign", metadata: {} }),
+    );
+    assert.equal(foreign.body.outcome, "not_ours");
     const refusals = s.logs.filter((l) => l.event === "top_up_refused");
     assert.equal(refusals.length, tampered.length);
     assert.ok(refusals.every((l) => l.level === "error"));
@@ -312,4 +318,30 @@ Deno.test("a Stripe key without the webhook secret stops the start with a clear 
   );
   assert.throws(() => loadConfig({ PAYMENTS: "real" }), /PAYMENTS/);
   assert.equal(loadConfig({ PAYMENTS: "dev" }).payments, "dev");
+});
+
+Deno.test("two processes on one database receiving the same event concurrently credit once", async () => {
+  const dir = await Deno.makeTempDir();
+  const kvPath = `${dir}/kv.sqlite3`;
+  const fake = startFakeStripe();
+  const options = { env: STRIPE_ENV, payments: { stripe: fake.stripe }, kvPath };
+  const one = await startService(options);
+  const two = await startService(options);
+  try {
+    const { appId } = await one.newApp();
+    const payload = eventPayload("checkout.session.completed", paidSession(appId, 5_000_000));
+    const signature = await signPayload(payload);
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => deliver(i % 2 ? one : two, payload, signature)),
+    );
+    assert.ok(results.every((r) => r.status === 200));
+    assert.equal(results.filter((r) => r.body.outcome === "credited").length, 1);
+    assert.equal((await one.wallet(appId)).available, 10_000_000);
+    await assertAuditClean(one.kv);
+  } finally {
+    await one.close();
+    await two.close();
+    await fake.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
