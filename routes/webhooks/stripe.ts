@@ -38,8 +38,9 @@ export function stripeWebhook(
     if (Number(c.req.header("content-length") ?? 0) > MAX_EVENT_BYTES) {
       return refusal(c, 413, "Event body too large.");
     }
-    const body = await c.req.text();
-    if (body.length > MAX_EVENT_BYTES) return refusal(c, 413, "Event body too large.");
+    // The signature covers the exact bytes Stripe sent: verify those, not a re-encoding.
+    const body = new Uint8Array(await c.req.arrayBuffer());
+    if (body.byteLength > MAX_EVENT_BYTES) return refusal(c, 413, "Event body too large.");
     let event: Stripe.Event;
     try {
       event = await stripe.webhooks.constructEventAsync(
