@@ -2,9 +2,12 @@ import { Hono } from "hono";
 import type { Catalog } from "./lib/catalog.ts";
 import type { Config } from "./lib/config.ts";
 import { ApiError } from "./lib/errors.ts";
+import { FormTokens } from "./lib/form_tokens.ts";
 import { Gateway } from "./lib/gateway.ts";
 import { jsonLogger, type Logger } from "./lib/log.ts";
 import { createProviders } from "./lib/providers/index.ts";
+import { createStripeClient, type Stripe } from "./lib/stripe_checkout.ts";
+import { paymentMode } from "./lib/top_up.ts";
 import { Wallets } from "./lib/wallet.ts";
 import { errorsPage } from "./routes/docs/errors.tsx";
 import {
@@ -18,7 +21,9 @@ import { homePage } from "./routes/pages/home.tsx";
 import { modelsPage } from "./routes/pages/models.tsx";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
 import { serveStatic } from "./routes/static.ts";
+import { topUpRoutes } from "./routes/top_up.tsx";
 import { chatCompletions } from "./routes/v1/chat/completions.ts";
+import { stripeWebhook } from "./routes/webhooks/stripe.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -27,6 +32,10 @@ export interface AppDeps {
   log?: Logger;
   /** Replaces the global fetch for upstream calls (tests). */
   fetch?: typeof fetch;
+  /** `deno task dev`: top-ups use the test checkout when no Stripe key is set. */
+  devServer?: boolean;
+  /** Replaces the Stripe client built from STRIPE_SECRET_KEY (tests point it at a fake). */
+  stripe?: Stripe;
 }
 
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
@@ -47,6 +56,10 @@ export function createApp(deps: AppDeps) {
     log,
   });
   const docsBaseUrl = config.publicUrl;
+  const payments = paymentMode(config, deps.devServer ?? false);
+  const stripe = payments === "stripe"
+    ? deps.stripe ?? createStripeClient(config.stripeSecretKey!)
+    : undefined;
 
   const app = new Hono<Env>();
   app.use("*", requestContext(log));
@@ -62,11 +75,28 @@ export function createApp(deps: AppDeps) {
     throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
   });
 
+  app.route(
+    "/top-up",
+    topUpRoutes({
+      kv,
+      wallets,
+      log,
+      formTokens: new FormTokens(kv),
+      mode: payments,
+      stripe,
+      publicUrl: config.publicUrl,
+    }),
+  );
+  app.post(
+    "/webhooks/stripe",
+    stripeWebhook({ kv, wallets, log, stripe, webhookSecret: config.stripeWebhookSecret }),
+  );
+
   app.get("/", (c) => c.html(homePage(config.publicUrl)));
   app.get("/models", (c) => c.html(modelsPage(catalog)));
   app.get("/docs/errors", (c) => c.html(errorsPage()));
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 
-  return { app, wallets, gateway };
+  return { app, wallets, gateway, payments };
 }

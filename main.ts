@@ -21,7 +21,27 @@ async function main() {
     throw error;
   }
   const kv = await openKv(config.kvPath);
-  const { app, wallets } = createApp({ kv, config, catalog, log: jsonLogger });
+  const devServer = Deno.args.includes("--dev");
+  const { app, wallets, payments } = createApp({
+    kv,
+    config,
+    catalog,
+    log: jsonLogger,
+    devServer,
+  });
+  if (payments === "dev") {
+    jsonLogger({
+      level: "warn",
+      event: "test_payments",
+      message: "top-ups use the TEST checkout: anyone can add credits without paying",
+    });
+  } else if (payments === "unavailable") {
+    jsonLogger({
+      level: "warn",
+      event: "payments_unavailable",
+      message: "no STRIPE_SECRET_KEY: the top-up pages show purchases as unavailable",
+    });
+  }
 
   const sweep = async () => {
     try {
@@ -46,6 +66,7 @@ async function main() {
         url: config.publicUrl,
         kv: config.kvPath ?? "default",
         models: catalog.models.length,
+        payments,
       });
     },
   }, app.fetch);

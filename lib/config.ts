@@ -11,6 +11,11 @@ export interface Config {
   rateLimitTpm: number;
   maxBodyBytes: number;
   upstreamTimeoutMs: number;
+  /** Stripe Checkout for top-ups; both are set or neither. */
+  stripeSecretKey: string | undefined;
+  stripeWebhookSecret: string | undefined;
+  /** "dev": the explicit opt-in to the test checkout (no real money) outside `deno task dev`. */
+  payments: "dev" | undefined;
   env: Record<string, string | undefined>;
 }
 
@@ -38,6 +43,9 @@ const EnvSchema = z.object({
   RATE_LIMIT_TPM: positiveInt(2_000_000),
   MAX_BODY_BYTES: positiveInt(4 * 1024 * 1024),
   UPSTREAM_TIMEOUT_MS: positiveInt(60_000),
+  STRIPE_SECRET_KEY: z.string().optional(),
+  STRIPE_WEBHOOK_SECRET: z.string().optional(),
+  PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
 });
 
 export const DEFAULT_MODELS_FILE = new URL("../config/models.json", import.meta.url).pathname;
@@ -51,6 +59,14 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError(`environment variable ${issue.path.join(".")}: ${issue.message}`);
   }
   const e = parsed.data;
+  const stripeSecretKey = e.STRIPE_SECRET_KEY || undefined;
+  const stripeWebhookSecret = e.STRIPE_WEBHOOK_SECRET || undefined;
+  if (Boolean(stripeSecretKey) !== Boolean(stripeWebhookSecret)) {
+    // A key without the secret takes money that no webhook can credit; refuse to start instead.
+    throw new ConfigError(
+      "environment variables STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET: set both or neither",
+    );
+  }
   return {
     port: e.PORT,
     kvPath: e.KV_PATH,
@@ -61,6 +77,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimitTpm: e.RATE_LIMIT_TPM,
     maxBodyBytes: e.MAX_BODY_BYTES,
     upstreamTimeoutMs: e.UPSTREAM_TIMEOUT_MS,
+    stripeSecretKey,
+    stripeWebhookSecret,
+    payments: e.PAYMENTS,
     env,
   };
 }

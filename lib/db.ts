@@ -14,6 +14,8 @@ export const keys = {
   ledgerEntry: (appId: string, entryId: string) => ["ledger", appId, entryId] as const,
   ledger: (appId: string) => ["ledger", appId] as const,
   creditMarker: (marker: string) => ["credit_markers", marker] as const,
+  devPurchase: (purchaseId: string) => ["dev_purchases", purchaseId] as const,
+  serverSecret: (name: string) => ["server_secrets", name] as const,
 
   apiKey: (keyId: string) => ["api_keys", keyId] as const,
   apiKeyByHash: (hash: string) => ["api_keys_by_hash", hash] as const,
@@ -45,6 +47,24 @@ export interface AppRecord {
   ownerId: string | null;
   createdAt: number;
   topUpToken: string;
+  /** Where the top-up page links back to (absolute https, or http://localhost); absent: no link. */
+  topUpReturnUrl?: string | null;
+  /** Whether the public top-up page shows the wallet balance; absent means no. */
+  topUpShowBalance?: boolean;
+}
+
+/** What `keys.creditMarker` holds: the ledger entry the marked credit wrote. */
+export interface CreditMarkerRecord {
+  appId: string;
+  entryId: string;
+}
+
+/** A purchase in the development payment mode, waiting for its test checkout to be confirmed. */
+export interface DevPurchaseRecord {
+  id: string;
+  appId: string;
+  amount: Micros;
+  createdAt: number;
 }
 
 /** Invariant: available + reserved + spent = starter + topUps + operatorCredits. */

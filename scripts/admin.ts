@@ -8,6 +8,7 @@ import { loadConfig } from "../lib/config.ts";
 import { issueKey, listAppKeys, NotFoundError, revokeKey } from "../lib/keys.ts";
 import { openKv } from "../lib/kv.ts";
 import { formatUsd, parseUsd } from "../lib/money.ts";
+import { updateTopUpSettings } from "../lib/top_up.ts";
 import { Wallets } from "../lib/wallet.ts";
 
 class UsageError extends Error {}
@@ -18,6 +19,7 @@ const USAGE = `usage: deno task admin <command> [options]
   revoke-key --key KEY_ID
   show-app --app APP_ID
   credit --app APP_ID --amount USD --reason TEXT
+  set-top-up --app APP_ID [--return-url URL|none] [--show-balance true|false]
   audit`;
 
 function parseFlags(args: string[], allowed: string[]): Record<string, string> {
@@ -100,6 +102,8 @@ export async function runAdmin(
           spent: formatUsd(wallet.spent),
           credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
           top_up_url: topUpUrl(publicUrl, app),
+          top_up_return_url: app.topUpReturnUrl ?? null,
+          top_up_show_balance: app.topUpShowBalance ?? false,
           keys: keyList.map((k) => ({
             key_id: k.id,
             name: k.name,
@@ -137,6 +141,31 @@ export async function runAdmin(
           credited: formatUsd(amount),
           balance: formatUsd(result.available),
           entry_id: result.entry.id,
+        },
+        exitCode: 0,
+      };
+    }
+    case "set-top-up": {
+      const flags = parseFlags(rest, ["app", "return-url", "show-balance"]);
+      const appId = required(flags, "app");
+      const show = flags["show-balance"];
+      if (show !== undefined && show !== "true" && show !== "false") {
+        throw new UsageError("--show-balance must be true or false");
+      }
+      const url = flags["return-url"];
+      if (url === undefined && show === undefined) {
+        throw new UsageError("give --return-url, --show-balance or both");
+      }
+      const app = await updateTopUpSettings(kv, appId, {
+        returnUrl: url === undefined ? undefined : url === "none" ? null : url,
+        showBalance: show === undefined ? undefined : show === "true",
+      });
+      return {
+        output: {
+          app_id: app.id,
+          top_up_url: topUpUrl(publicUrl, app),
+          return_url: app.topUpReturnUrl ?? null,
+          show_balance: app.topUpShowBalance ?? false,
         },
         exitCode: 0,
       };

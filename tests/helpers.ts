@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createApp } from "../app.ts";
+import { type AppDeps, createApp } from "../app.ts";
 import { createApp as createAppRecord } from "../lib/apps.ts";
 import { auditWallets } from "../lib/audit.ts";
 import { buildCatalog, type Catalog, type CatalogFile } from "../lib/catalog.ts";
@@ -77,6 +77,8 @@ export async function startService(options: {
   env?: Record<string, string>;
   kvPath?: string;
   log?: Logger;
+  /** Payment wiring: `devServer` as under `deno task dev`, `stripe` a client aimed at a fake. */
+  payments?: Pick<AppDeps, "devServer" | "stripe">;
 } = {}): Promise<TestService> {
   const env = { FAKE_OPENAI_KEY: "sk-fake-upstream", PUBLIC_URL, ...options.env };
   const config = loadConfig(env);
@@ -91,6 +93,7 @@ export async function startService(options: {
     config,
     catalog,
     log: options.log ?? ((f) => logs.push(f)),
+    ...options.payments,
   });
   const handle = async (request: Request) => await app.fetch(request);
   return {

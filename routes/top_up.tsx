@@ -1,0 +1,282 @@
+/**
+ * The hosted top-up page, its purchase form, the development test checkout and the receipt. The
+ * visitors are anonymous end users of someone else's app: every refusal is a page that says what
+ * happened and that nothing was charged.
+ */
+import { type Context, Hono } from "hono";
+import { type AppRecord, keys, type WalletRecord } from "../lib/db.ts";
+import type { FormTokens } from "../lib/form_tokens.ts";
+import type { Logger } from "../lib/log.ts";
+import type { Micros } from "../lib/money.ts";
+import {
+  confirmCheckoutSession,
+  createCheckoutSession,
+  type Stripe,
+} from "../lib/stripe_checkout.ts";
+import {
+  createDevPurchase,
+  creditTopUp,
+  findAppByTopUpToken,
+  findDevPurchase,
+  findTopUpEntry,
+  type PaymentMode,
+  paymentSourceOf,
+  topUpAmountOfChoice,
+} from "../lib/top_up.ts";
+import type { Wallets } from "../lib/wallet.ts";
+import type { Env } from "./middleware.ts";
+import {
+  crediting,
+  devCheckoutPage,
+  paymentProblemPage,
+  receiptPage,
+  topUpNotFoundPage,
+  topUpPage,
+} from "./pages/top_up.tsx";
+
+export interface TopUpDeps {
+  kv: Deno.Kv;
+  wallets: Wallets;
+  log: Logger;
+  formTokens: FormTokens;
+  mode: PaymentMode;
+  /** Set in "stripe" mode. */
+  stripe: Stripe | undefined;
+  publicUrl: string;
+}
+
+type C = Context<Env>;
+
+const pagePath = (app: AppRecord) => `/top-up/${app.topUpToken}`;
+const purchasePurpose = (app: AppRecord) => `top-up:${app.topUpToken}`;
+const devCheckoutPurpose = (purchaseId: string) => `dev-checkout:${purchaseId}`;
+
+/** The page's address must not leak to other sites, be cached, or be indexed. */
+function privatePage(c: C, html: string, status = 200) {
+  c.header("Cache-Control", "no-store");
+  c.header("Referrer-Policy", "same-origin");
+  c.header("X-Robots-Tag", "noindex, nofollow");
+  return c.html(html, status as 200);
+}
+
+/** Browsers say where a form post comes from; one from another site is refused. */
+function isCrossSitePost(c: C, publicUrl: string): boolean {
+  const site = c.req.header("sec-fetch-site");
+  if (site && site !== "same-origin" && site !== "none") return true;
+  const origin = c.req.header("origin");
+  if (!origin || origin === "null") return false;
+  return origin !== new URL(c.req.url).origin && origin !== new URL(publicUrl).origin;
+}
+
+async function readForm(c: C): Promise<Record<string, string>> {
+  const type = c.req.header("content-type") ?? "";
+  if (!/^(application\/x-www-form-urlencoded|multipart\/form-data)/i.test(type)) return {};
+  try {
+    const body = await c.req.parseBody();
+    return Object.fromEntries(
+      Object.entries(body).filter(([, v]) => typeof v === "string"),
+    ) as Record<string, string>;
+  } catch {
+    return {};
+  }
+}
+
+export function topUpRoutes(deps: TopUpDeps) {
+  const { kv, formTokens, mode } = deps;
+  const routes = new Hono<Env>();
+
+  const notFound = (c: C) => privatePage(c, topUpNotFoundPage(), 404);
+  const refuse = (c: C, status: number, title: string, message: string, app?: AppRecord) =>
+    privatePage(
+      c,
+      paymentProblemPage({ title, message, backPath: app ? pagePath(app) : undefined }),
+      status,
+    );
+  const balanceShown = async (app: AppRecord): Promise<Micros | null> => {
+    if (!app.topUpShowBalance) return null;
+    const wallet = await kv.get<WalletRecord>(keys.wallet(app.id));
+    return wallet.value?.available ?? null;
+  };
+  const expired = (c: C, app: AppRecord) =>
+    refuse(
+      c,
+      403,
+      "This form has expired",
+      "The form was too old, changed, or not from this page, so nothing was bought and nothing was charged. Open the top-up page again and choose an amount.",
+      app,
+    );
+
+  routes.get("/:token", async (c) => {
+    const app = await findAppByTopUpToken(kv, c.req.param("token"));
+    if (!app) return notFound(c);
+    return privatePage(
+      c,
+      topUpPage({
+        app,
+        mode,
+        formToken: await formTokens.issue(purchasePurpose(app)),
+        action: pagePath(app),
+        balance: await balanceShown(app),
+      }),
+    );
+  });
+
+  routes.post("/:token", async (c) => {
+    const app = await findAppByTopUpToken(kv, c.req.param("token"));
+    if (!app) return notFound(c);
+    if (isCrossSitePost(c, deps.publicUrl)) return expired(c, app);
+    const form = await readForm(c);
+    if (!(await formTokens.verify(purchasePurpose(app), form.form_token))) return expired(c, app);
+    const amount = topUpAmountOfChoice(form.amount);
+    if (amount === null) {
+      return refuse(
+        c,
+        400,
+        "Choose one of the offered amounts",
+        "Credits are sold in amounts of 5, 10, 25 or 50 USD only. Nothing was bought and nothing was charged.",
+        app,
+      );
+    }
+    if (mode === "unavailable") {
+      return refuse(
+        c,
+        503,
+        "Purchases are unavailable right now",
+        "This server cannot take payments at the moment. Nothing was bought and nothing was charged. Please try again later.",
+        app,
+      );
+    }
+    if (mode === "dev") {
+      const purchase = await createDevPurchase(kv, app.id, amount);
+      return c.redirect(`${pagePath(app)}/dev-checkout/${purchase.id}`, 303);
+    }
+    try {
+      const pageUrl = `${deps.publicUrl}${pagePath(app)}`;
+      const session = await createCheckoutSession(deps.stripe!, {
+        app,
+        amount,
+        successUrl: `${pageUrl}/receipt?session_id={CHECKOUT_SESSION_ID}`,
+        cancelUrl: pageUrl,
+        idempotencyKey: `top-up:${form.form_token}:${amount}`,
+      });
+      if (!session.url) {
+        return c.redirect(`${pagePath(app)}/receipt?session_id=${session.id}`, 303);
+      }
+      return c.redirect(session.url, 303);
+    } catch (error) {
+      deps.log({
+        level: "error",
+        requestId: c.get("requestId"),
+        event: "checkout_create_failed",
+        appId: app.id,
+        error: String(error),
+      });
+      return refuse(
+        c,
+        502,
+        "Checkout could not be opened",
+        "The payment provider did not answer as expected. Nothing was charged. Please try again in a moment.",
+        app,
+      );
+    }
+  });
+
+  routes.get("/:token/dev-checkout/:purchase", async (c) => {
+    if (mode !== "dev") return notFound(c);
+    const app = await findAppByTopUpToken(kv, c.req.param("token"));
+    if (!app) return notFound(c);
+    const purchaseId = c.req.param("purchase");
+    if (await findTopUpEntry(kv, app.id, "dev", purchaseId)) {
+      return c.redirect(`${pagePath(app)}/receipt?session_id=${purchaseId}`, 303);
+    }
+    const purchase = await findDevPurchase(kv, app.id, purchaseId);
+    if (!purchase) return notFound(c);
+    return privatePage(
+      c,
+      devCheckoutPage({
+        app,
+        amount: purchase.amount,
+        formToken: await formTokens.issue(devCheckoutPurpose(purchase.id)),
+        action: `${pagePath(app)}/dev-checkout/${purchase.id}`,
+        cancelPath: pagePath(app),
+      }),
+    );
+  });
+
+  routes.post("/:token/dev-checkout/:purchase", async (c) => {
+    if (mode !== "dev") return notFound(c);
+    const app = await findAppByTopUpToken(kv, c.req.param("token"));
+    if (!app) return notFound(c);
+    const purchase = await findDevPurchase(kv, app.id, c.req.param("purchase"));
+    if (!purchase) return notFound(c);
+    if (isCrossSitePost(c, deps.publicUrl)) return expired(c, app);
+    const form = await readForm(c);
+    if (!(await formTokens.verify(devCheckoutPurpose(purchase.id), form.form_token))) {
+      return expired(c, app);
+    }
+    await creditTopUp(deps.wallets, app.id, {
+      source: "dev",
+      reference: purchase.id,
+      amount: purchase.amount,
+    });
+    return c.redirect(`${pagePath(app)}/receipt?session_id=${purchase.id}`, 303);
+  });
+
+  routes.get("/:token/receipt", async (c) => {
+    const app = await findAppByTopUpToken(kv, c.req.param("token"));
+    if (!app) return notFound(c);
+    const reference = c.req.query("session_id") ?? "";
+    const source = paymentSourceOf(reference);
+    const unknown = () =>
+      refuse(
+        c,
+        404,
+        "No payment found",
+        "There is no completed payment with this reference for this app. If you paid, the receipt link may be incomplete; nothing is lost, the credits are added once the payment is confirmed.",
+        app,
+      );
+    if (!source) return unknown();
+    const showReceipt = async (entry: NonNullable<Awaited<ReturnType<typeof findTopUpEntry>>>) =>
+      privatePage(
+        c,
+        receiptPage({ app, entry, balance: await balanceShown(app), topUpPath: pagePath(app) }),
+      );
+
+    if (source === "stripe" && deps.stripe) {
+      const outcome = await confirmCheckoutSession(
+        { ...deps, stripe: deps.stripe },
+        app,
+        reference,
+      );
+      if (outcome.status === "credited") return await showReceipt(outcome.entry);
+      if (outcome.status === "processing") {
+        c.header("Refresh", "3");
+        return privatePage(c, crediting(app, reference));
+      }
+      if (outcome.status === "unpaid") {
+        return refuse(
+          c,
+          402,
+          "Payment not completed",
+          "This checkout was not paid, so nothing was charged and no credits were added. You can choose an amount again.",
+          app,
+        );
+      }
+      return unknown();
+    }
+    const entry = await findTopUpEntry(kv, app.id, source, reference);
+    if (entry) return await showReceipt(entry);
+    if (source === "dev" && await findDevPurchase(kv, app.id, reference)) {
+      return refuse(
+        c,
+        402,
+        "Payment not completed",
+        "This test checkout was not confirmed, so no credits were added. You can choose an amount again.",
+        app,
+      );
+    }
+    return unknown();
+  });
+
+  return routes;
+}

@@ -1,0 +1,65 @@
+import type { Context } from "hono";
+import Stripe from "stripe";
+import type { Logger } from "../../lib/log.ts";
+import { handleStripeEvent } from "../../lib/stripe_checkout.ts";
+import type { Wallets } from "../../lib/wallet.ts";
+import type { Env } from "../middleware.ts";
+
+/** Stripe's events are a few kilobytes; anything far larger is not from Stripe. */
+const MAX_EVENT_BYTES = 512 * 1024;
+
+const cryptoProvider = Stripe.createSubtleCryptoProvider();
+
+function refusal(c: Context<Env>, status: 400 | 413 | 503, message: string) {
+  return c.json({ error: { type: "invalid_request_error", message } }, status);
+}
+
+/**
+ * Stripe's webhook: the signature is checked on the raw bytes before anything is parsed; a paid
+ * Checkout Session is credited once however often and in whatever order its events arrive. A 2xx
+ * tells Stripe to stop; a 5xx (the wallet store failing) makes it retry later.
+ */
+export function stripeWebhook(
+  deps: {
+    kv: Deno.Kv;
+    wallets: Wallets;
+    log: Logger;
+    stripe: Stripe | undefined;
+    webhookSecret: string | undefined;
+  },
+) {
+  return async (c: Context<Env>) => {
+    const { stripe, webhookSecret } = deps;
+    if (!stripe || !webhookSecret) {
+      return refusal(c, 503, "Stripe payments are not configured on this server.");
+    }
+    const signature = c.req.header("stripe-signature");
+    if (!signature) return refusal(c, 400, "Missing Stripe-Signature header.");
+    if (Number(c.req.header("content-length") ?? 0) > MAX_EVENT_BYTES) {
+      return refusal(c, 413, "Event body too large.");
+    }
+    // The signature covers the exact bytes Stripe sent: verify those, not a re-encoding.
+    const body = new Uint8Array(await c.req.arrayBuffer());
+    if (body.byteLength > MAX_EVENT_BYTES) return refusal(c, 413, "Event body too large.");
+    let event: Stripe.Event;
+    try {
+      event = await stripe.webhooks.constructEventAsync(
+        body,
+        signature,
+        webhookSecret,
+        undefined,
+        cryptoProvider,
+      );
+    } catch (error) {
+      deps.log({
+        level: "warn",
+        requestId: c.get("requestId"),
+        event: "stripe_webhook_rejected",
+        error: (error as Error).message,
+      });
+      return refusal(c, 400, "Invalid Stripe signature.");
+    }
+    const outcome = await handleStripeEvent(deps, event);
+    return c.json({ received: true, event: event.id, outcome: outcome.status });
+  };
+}

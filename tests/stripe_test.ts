@@ -1,0 +1,347 @@
+import assert from "node:assert/strict";
+import { loadConfig } from "../lib/config.ts";
+import { createStripeClient } from "../lib/stripe_checkout.ts";
+import { moneyState, page, postForm, topUpFormToken } from "./forms.ts";
+import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
+import {
+  checkoutSessionObject,
+  eventPayload,
+  signPayload,
+  startFakeStripe,
+  STRIPE_ENV,
+  webhookRequest,
+} from "./stripe_fake.ts";
+
+type Fake = ReturnType<typeof startFakeStripe>;
+
+async function withStripe(fn: (s: TestService, fake: Fake) => Promise<void>) {
+  const fake = startFakeStripe();
+  const service = await startService({ env: STRIPE_ENV, payments: { stripe: fake.stripe } });
+  try {
+    await fn(service, fake);
+    await assertAuditClean(service.kv);
+  } finally {
+    await service.close();
+    await fake.close();
+  }
+}
+
+async function deliver(s: TestService, payload: string, signature?: string) {
+  const res = await s.handle(await webhookRequest(payload, signature));
+  return { status: res.status, body: await res.json() };
+}
+
+function paidSession(appId: string, amountMicros = 10_000_000, extra = {}) {
+  return checkoutSessionObject({ appId, amountMicros, paid: true, ...extra });
+}
+
+Deno.test("choosing an amount opens a one-time Checkout Session priced on the server", () =>
+  withStripe(async (s, fake) => {
+    const { appId, topUpToken } = await s.newApp("Story Forge");
+    const res = await postForm(s, `/top-up/${topUpToken}`, {
+      amount: "25",
+      form_token: await topUpFormToken(s, topUpToken),
+      // A client cannot set the price: only the choice is read.
+      unit_amount: "1",
+      price: "0.01",
+    });
+    assert.equal(res.status, 303);
+    const [request] = fake.requests;
+    assert.equal(request.method, "POST");
+    assert.equal(request.path, "/v1/checkout/sessions");
+    assert.ok(request.headers.get("idempotency-key"));
+    const f = request.form;
+    assert.equal(f.get("mode"), "payment");
+    assert.equal(f.get("line_items[0][quantity]"), "1");
+    assert.equal(f.get("line_items[0][price_data][currency]"), "usd");
+    assert.equal(f.get("line_items[0][price_data][unit_amount]"), "2500");
+    assert.equal(
+      f.get("line_items[0][price_data][product_data][name]"),
+      "Story Forge credits — 25 USD",
+    );
+    assert.equal(f.get("metadata[app_id]"), appId);
+    assert.equal(f.get("metadata[amount_micros]"), "25000000");
+    assert.equal(f.get("metadata[top_up_token]"), topUpToken);
+    assert.equal(f.get("client_reference_id"), appId);
+    const pageUrl = `${PUBLIC_URL}/top-up/${topUpToken}`;
+    assert.equal(f.get("success_url"), `${pageUrl}/receipt?session_id={CHECKOUT_SESSION_ID}`);
+    assert.equal(f.get("cancel_url"), pageUrl);
+    const [session] = fake.sessions.values();
+    assert.equal(res.headers.get("location"), session.url);
+    assert.match(session.url as string, /^https:\/\/checkout\.stripe\.com\/c\/pay\/cs_test_/);
+    // Opening a checkout is not paying: nothing is credited yet.
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+  }));
+
+Deno.test("a failing Stripe API gets a clear 502 page and changes nothing", async () => {
+  const fake = startFakeStripe();
+  // The fake refuses this key as Stripe would (401).
+  const broken = createStripeClient("sk_test_wrong", {
+    host: "127.0.0.1",
+    port: fake.port,
+    protocol: "http",
+  });
+  const s = await startService({ env: STRIPE_ENV, payments: { stripe: broken } });
+  try {
+    const { appId, topUpToken } = await s.newApp();
+    const before = await moneyState(s, appId);
+    const res = await postForm(s, `/top-up/${topUpToken}`, {
+      amount: "10",
+      form_token: await topUpFormToken(s, topUpToken),
+    });
+    assert.equal(res.status, 502);
+    assert.match(await res.text(), /Nothing was charged/);
+    assert.deepEqual(await moneyState(s, appId), before);
+    assert.ok(s.logs.some((l) => l.event === "checkout_create_failed"));
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});
+
+Deno.test("checkout.session.completed for a paid session credits the amount once", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const session = paidSession(appId, 10_000_000);
+    const { status, body } = await deliver(s, eventPayload("checkout.session.completed", session));
+    assert.equal(status, 200);
+    assert.equal(body.outcome, "credited");
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.available, 15_000_000);
+    assert.equal(wallet.topUps, 10_000_000);
+    const { ledger } = await moneyState(s, appId);
+    const topUp = ledger.find((e) => e.kind === "top_up")!;
+    assert.equal(topUp.amount, 10_000_000);
+    assert.equal(topUp.reference, session.id);
+  }));
+
+Deno.test("100 concurrent deliveries of the same event credit once", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const payload = eventPayload("checkout.session.completed", paidSession(appId, 50_000_000));
+    const signature = await signPayload(payload);
+    const results = await Promise.all(
+      Array.from({ length: 100 }, () => deliver(s, payload, signature)),
+    );
+    assert.ok(results.every((r) => r.status === 200));
+    const outcomes = results.map((r) => r.body.outcome);
+    assert.equal(outcomes.filter((o) => o === "credited").length, 1);
+    assert.equal(outcomes.filter((o) => o === "already_credited").length, 99);
+    assert.equal((await s.wallet(appId)).available, 55_000_000);
+    const { ledger } = await moneyState(s, appId);
+    assert.equal(ledger.filter((e) => e.kind === "top_up").length, 1);
+  }));
+
+Deno.test("replays and other events for the same session, in any order, change nothing", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paid = paidSession(appId, 25_000_000);
+    const unpaid = { ...paid, payment_status: "unpaid", status: "complete" };
+    // Delayed payment methods: completed arrives unpaid, the money later.
+    const first = await deliver(s, eventPayload("checkout.session.completed", unpaid));
+    assert.equal(first.body.outcome, "not_paid");
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+    const succeeded = eventPayload("checkout.session.async_payment_succeeded", paid);
+    assert.equal((await deliver(s, succeeded)).body.outcome, "credited");
+    const after = await moneyState(s, appId);
+    assert.equal(after.wallet.available, 30_000_000);
+    // Late and replayed deliveries: the same event again, a paid completed, the unpaid one.
+    for (
+      const payload of [
+        succeeded,
+        eventPayload("checkout.session.completed", paid),
+        eventPayload("checkout.session.completed", unpaid),
+        eventPayload("checkout.session.async_payment_failed", unpaid),
+        eventPayload("checkout.session.expired", { ...unpaid, status: "expired" }),
+      ]
+    ) {
+      assert.equal((await deliver(s, payload)).status, 200);
+    }
+    assert.deepEqual(await moneyState(s, appId), after);
+  }));
+
+Deno.test("unknown event types get 200 and are ignored", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const before = await moneyState(s, appId);
+    for (const type of ["payment_intent.succeeded", "charge.refunded", "customer.created"]) {
+      const { status, body } = await deliver(s, eventPayload(type, paidSession(appId)));
+      assert.equal(status, 200);
+      assert.equal(body.outcome, "ignored");
+    }
+    assert.deepEqual(await moneyState(s, appId), before);
+  }));
+
+Deno.test("a webhook with a bad or missing signature gets 400 and changes nothing", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const before = await moneyState(s, appId);
+    const payload = eventPayload("checkout.session.completed", paidSession(appId));
+    const good = await signPayload(payload);
+    const wrongSecret = await signPayload(payload, "whsec_someone_else");
+    const tamperedBody = payload.replace("10000000", "50000000");
+    const stale = good.replace(/^t=\d+/, `t=${Math.floor(Date.now() / 1000) - 3600}`);
+    for (
+      const [body, signature] of [
+        [payload, wrongSecret],
+        [tamperedBody, good],
+        [payload, "t=1,v1=deadbeef"],
+        [payload, stale],
+        [payload, ""],
+      ]
+    ) {
+      const res = await s.handle(
+        new Request(`${PUBLIC_URL}/webhooks/stripe`, {
+          method: "POST",
+          headers: signature ? { "stripe-signature": signature } : {},
+          body,
+        }),
+      );
+      assert.equal(res.status, 400);
+      assert.match((await res.json()).error.message, /Stripe-Signature|Invalid Stripe signature/);
+    }
+    assert.deepEqual(await moneyState(s, appId), before);
+  }));
+
+Deno.test("a paid session whose amounts disagree or are not offered is refused and logged", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const other = await s.newApp("other");
+    const before = await moneyState(s, appId);
+    const base = paidSession(appId, 10_000_000);
+    const tampered = [
+      { ...base, id: "cs_test_total", amount_total: 5000 },
+      { ...base, id: "cs_test_meta", metadata: { ...base.metadata, amount_micros: "50000000" } },
+      {
+        ...base,
+        id: "cs_test_odd",
+        amount_total: 700,
+        metadata: { ...base.metadata, amount_micros: "7000000" },
+      },
+      { ...base, id: "cs_test_frac", metadata: { ...base.metadata, amount_micros: "10000000.5" } },
+      { ...base, id: "cs_test_eur", currency: "eur" },
+      { ...base, id: "cs_test_client", client_reference_id: other.appId },
+      { ...base, id: "cs_test_noamount", metadata: { app_id: appId } },
+      { ...base, id: "cs_test_sub", mode: "subscription" },
+      {
+        ...base,
+        id: "cs_test_noapp",
+        client_reference_id: "app_gone",
+        metadata: { ...base.metadata, app_id: "app_gone" },
+      },
+    ];
+    for (const session of tampered) {
+      const { status, body } = await deliver(
+        s,
+        eventPayload("checkout.session.completed", session),
+      );
+      assert.equal(status, 200, session.id);
+      assert.equal(body.outcome, "refused", session.id);
+    }
+    // A session this service did not open (no metadata of ours) is acknowledged and left alone.
+    const foreign = await deliver(
+      s,
+      eventPayload("checkout.session.completed", { ...base, id: "cs_test_foreign", metadata: {} }),
+    );
+    assert.equal(foreign.body.outcome, "not_ours");
+    const refusals = s.logs.filter((l) => l.event === "top_up_refused");
+    assert.equal(refusals.length, tampered.length);
+    assert.ok(refusals.every((l) => l.level === "error"));
+    assert.deepEqual(await moneyState(s, appId), before);
+    assert.equal((await s.wallet(other.appId)).available, 5_000_000);
+  }));
+
+Deno.test("the receipt shows the credited payment, crediting it if the webhook is late", () =>
+  withStripe(async (s, fake) => {
+    const { appId, topUpToken } = await s.newApp("Story Forge");
+    await postForm(s, `/top-up/${topUpToken}`, {
+      amount: "10",
+      form_token: await topUpFormToken(s, topUpToken),
+    });
+    const [session] = fake.sessions.values();
+    const receiptPath = `/top-up/${topUpToken}/receipt?session_id=${session.id}`;
+
+    // Back from Stripe before paying (or unpaid): no receipt, no credit.
+    const open = await page(s, receiptPath);
+    assert.equal(open.status, 402);
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+
+    // Paid with a payment still settling: the page says so and refreshes itself.
+    fake.markPaid(session.id);
+    session.payment_status = "unpaid";
+    const processing = await page(s, receiptPath);
+    assert.equal(processing.status, 200);
+    assert.equal(processing.headers.get("refresh"), "3");
+    assert.match(await processing.text(), /Payment received, crediting…/);
+
+    // Paid: the receipt credits through the same exactly-once path, then the webhook adds nothing.
+    session.payment_status = "paid";
+    const receipt = await page(s, receiptPath);
+    assert.equal(receipt.status, 200);
+    const html = await receipt.text();
+    assert.match(html, /10\.00 USD/);
+    assert.match(html, new RegExp(session.id));
+    assert.equal((await s.wallet(appId)).available, 15_000_000);
+    const late = await deliver(s, eventPayload("checkout.session.completed", session));
+    assert.equal(late.body.outcome, "already_credited");
+    assert.equal((await page(s, receiptPath)).status, 200);
+    assert.equal((await s.wallet(appId)).available, 15_000_000);
+
+    // Another app's page, or a session Stripe does not know, shows no receipt.
+    const other = await s.newApp("other");
+    const foreign = await page(s, `/top-up/${other.topUpToken}/receipt?session_id=${session.id}`);
+    assert.equal(foreign.status, 404);
+    const unknown = await page(s, `/top-up/${topUpToken}/receipt?session_id=cs_test_unknown1`);
+    assert.equal(unknown.status, 404);
+  }));
+
+Deno.test("without Stripe configured the webhook answers 503 and changes nothing", async () => {
+  const s = await startService();
+  try {
+    const { appId } = await s.newApp();
+    const before = await moneyState(s, appId);
+    const res = await s.handle(
+      await webhookRequest(eventPayload("checkout.session.completed", paidSession(appId))),
+    );
+    assert.equal(res.status, 503);
+    assert.deepEqual(await moneyState(s, appId), before);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("a Stripe key without the webhook secret stops the start with a clear message", () => {
+  assert.throws(
+    () => loadConfig({ STRIPE_SECRET_KEY: "sk_test_x" }),
+    /STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET: set both or neither/,
+  );
+  assert.throws(() => loadConfig({ PAYMENTS: "real" }), /PAYMENTS/);
+  assert.equal(loadConfig({ PAYMENTS: "dev" }).payments, "dev");
+});
+
+Deno.test("two processes on one database receiving the same event concurrently credit once", async () => {
+  const dir = await Deno.makeTempDir();
+  const kvPath = `${dir}/kv.sqlite3`;
+  const fake = startFakeStripe();
+  const options = { env: STRIPE_ENV, payments: { stripe: fake.stripe }, kvPath };
+  const one = await startService(options);
+  const two = await startService(options);
+  try {
+    const { appId } = await one.newApp();
+    const payload = eventPayload("checkout.session.completed", paidSession(appId, 5_000_000));
+    const signature = await signPayload(payload);
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => deliver(i % 2 ? one : two, payload, signature)),
+    );
+    assert.ok(results.every((r) => r.status === 200));
+    assert.equal(results.filter((r) => r.body.outcome === "credited").length, 1);
+    assert.equal((await one.wallet(appId)).available, 10_000_000);
+    await assertAuditClean(one.kv);
+  } finally {
+    await one.close();
+    await two.close();
+    await fake.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
