@@ -14,6 +14,9 @@
 import {
   keys,
   type LedgerEntry,
+  type RateLimitOverrides,
+  type RateLimits,
+  type RateWindowsRecord,
   type ReservationRecord,
   type UsageRecord,
   utcDay,
@@ -21,17 +24,38 @@ import {
 } from "./db.ts";
 import { newId, randomToken } from "./ids.ts";
 import type { Micros } from "./money.ts";
+import { type RateBreach, type RateLimitStatus, RateWindows } from "./ratelimit.ts";
 
 export interface ReserveInput {
   amount: Micros;
   keyId: string;
   requestId: string;
   model: string;
+  /** Tokens counted against the rate limit (prompt + max_tokens), corrected at settle. */
+  tokens?: number;
 }
 
+/** `rate` is present when the wallets enforce rate limits. */
 export type ReserveResult =
-  | { ok: true; reservation: ReservationRecord; available: Micros }
-  | { ok: false; available: Micros; reserved: Micros };
+  | { ok: true; reservation: ReservationRecord; available: Micros; rate?: RateLimitStatus }
+  | {
+    ok: false;
+    reason: "insufficient_credits";
+    available: Micros;
+    reserved: Micros;
+    rate?: RateLimitStatus;
+  }
+  /** Refused for rate before money was considered: nothing reserved, nothing counted. */
+  | {
+    ok: false;
+    reason: "rate_limited" | "rate_too_large";
+    available: Micros;
+    reserved: Micros;
+    rate: RateLimitStatus;
+    breach: RateBreach;
+    /** For `rate_limited`: how long until the request would fit. */
+    retryAfterMs: number;
+  };
 
 /** Usage of a settled request; cost is what the usage is worth, not yet what is charged. */
 export type SettleInput =
@@ -41,7 +65,14 @@ export type SettleInput =
   };
 
 export type SettleResult =
-  | { settled: true; charged: Micros; uncharged: Micros; available: Micros; usage: UsageRecord }
+  | {
+    settled: true;
+    charged: Micros;
+    uncharged: Micros;
+    available: Micros;
+    usage: UsageRecord;
+    rate?: RateLimitStatus;
+  }
   /** The reservation was already released (by the sweeper): nothing is charged twice. */
   | { settled: false; available: Micros };
 
@@ -97,6 +128,8 @@ export interface WalletOptions {
   /** Commit attempts before giving up under conflicts or KV errors. */
   maxAttempts?: number;
   now?: () => number;
+  /** Default requests and tokens per minute per app and key; without it nothing is rate limited. */
+  rateLimits?: RateLimits;
 }
 
 export interface WalletStats {
@@ -119,6 +152,7 @@ export class Wallets {
   readonly #maxBatch: number;
   readonly #maxAttempts: number;
   readonly #now: () => number;
+  readonly #rateLimits: RateLimits | null;
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
@@ -126,6 +160,7 @@ export class Wallets {
     this.#maxBatch = options.maxBatch ?? 64;
     this.#maxAttempts = options.maxAttempts ?? 40;
     this.#now = options.now ?? Date.now;
+    this.#rateLimits = options.rateLimits ?? null;
   }
 
   get leaseMs(): number {
@@ -194,7 +229,10 @@ export class Wallets {
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
     const walletKey = keys.wallet(appId);
     for (let attempt = 1;; attempt++) {
-      const walletEntry = await this.#kv.get<WalletRecord>(walletKey);
+      // The rate windows come in the same read as the wallet: no extra round trip.
+      const [walletEntry, rateWindowsEntry, rateOverridesEntry] = await this.#kv.getMany<
+        [WalletRecord, RateWindowsRecord, RateLimitOverrides]
+      >([walletKey, keys.rateWindows(appId), keys.rateLimitOverrides(appId)]);
       if (walletEntry.value === null || walletEntry.versionstamp === null) {
         throw new WalletNotFoundError(appId);
       }
@@ -211,6 +249,13 @@ export class Wallets {
         markers,
         now,
         leaseMs: this.#leaseMs,
+        rate: this.#rateLimits
+          ? new RateWindows(
+            this.#rateLimits,
+            rateOverridesEntry.value,
+            rateWindowsEntry.value,
+          )
+          : undefined,
       });
       const atomic = this.#kv.atomic().check(walletEntry);
       for (const marker of plan.markerChecks) {
@@ -305,6 +350,8 @@ interface PlanInput {
   markers: Set<string>;
   now: number;
   leaseMs: number;
+  /** The app's rate windows, when rate limits are enforced; written back with the wallet. */
+  rate?: RateWindows;
 }
 
 /**
@@ -334,11 +381,20 @@ export function planBatch(input: PlanInput) {
     switch (op.kind) {
       case "reserve": {
         const { amount } = op.input;
+        const tokens = op.input.tokens ?? 0;
+        const admission = input.rate?.check(op.input.keyId, tokens, now);
+        if (admission && !admission.ok) {
+          const answer = rateRefused(admission, wallet);
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
         if (wallet.available < amount) {
           const answer = {
             ok: false as const,
+            reason: "insufficient_credits" as const,
             available: wallet.available,
             reserved: wallet.reserved,
+            rate: admission?.status,
           };
           answers.push(() => op.done.resolve(answer));
           break;
@@ -354,13 +410,15 @@ export function planBatch(input: PlanInput) {
           amount,
           createdAt: now,
           leaseUntil: now + input.leaseMs,
+          tokens,
         };
+        const rate = input.rate?.consume(op.input.keyId, tokens, now);
         live.set(reservation.id, reservation);
         writes.push((a) =>
           a.set(keys.reservation(appId, reservation.id), reservation)
             .set(keys.reservationExpiry(reservation.leaseUntil, appId, reservation.id), true)
         );
-        const answer = { ok: true as const, reservation, available: wallet.available };
+        const answer = { ok: true as const, reservation, available: wallet.available, rate };
         answers.push(() => op.done.resolve(answer));
         break;
       }
@@ -376,6 +434,11 @@ export function planBatch(input: PlanInput) {
         wallet.available += r.amount - charged;
         wallet.spent += charged;
         dropReservation(r);
+        const rate = input.rate?.adjustTokens(
+          r.keyId,
+          op.input.promptTokens + op.input.completionTokens - (r.tokens ?? 0),
+          now,
+        );
         const usage: UsageRecord = {
           ...op.input,
           id: newId("use", now),
@@ -398,6 +461,7 @@ export function planBatch(input: PlanInput) {
           uncharged: usage.uncharged,
           available: wallet.available,
           usage,
+          rate,
         };
         answers.push(() => op.done.resolve(answer));
         break;
@@ -410,6 +474,8 @@ export function planBatch(input: PlanInput) {
           wallet.reserved -= r.amount;
           wallet.available += r.amount;
           dropReservation(r);
+          // Nothing ran (or what ran is unknown after a crash): its tokens go back to the limit.
+          input.rate?.adjustTokens(r.keyId, -(r.tokens ?? 0), now);
         }
         const answer = { released: Boolean(releasable), available: wallet.available };
         answers.push(() => op.done.resolve(answer));
@@ -467,6 +533,9 @@ export function planBatch(input: PlanInput) {
     }
   }
 
+  const rate = input.rate;
+  if (rate?.changed) writes.push((a) => a.set(keys.rateWindows(appId), rate.record(now)));
+
   return {
     wallet,
     markerChecks,
@@ -476,6 +545,21 @@ export function planBatch(input: PlanInput) {
     resolveAll() {
       for (const a of answers) a();
     },
+  };
+}
+
+function rateRefused(
+  admission: Extract<ReturnType<RateWindows["check"]>, { ok: false }>,
+  wallet: WalletRecord,
+): Extract<ReserveResult, { reason: "rate_limited" | "rate_too_large" }> {
+  return {
+    ok: false,
+    reason: admission.reason === "too_large" ? "rate_too_large" : "rate_limited",
+    available: wallet.available,
+    reserved: wallet.reserved,
+    rate: admission.status,
+    breach: admission.breach,
+    retryAfterMs: admission.reason === "rate_limited" ? admission.retryAfterMs : 0,
   };
 }
 

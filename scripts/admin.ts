@@ -8,6 +8,8 @@ import { loadConfig } from "../lib/config.ts";
 import { issueKey, listAppKeys, NotFoundError, revokeKey } from "../lib/keys.ts";
 import { openKv } from "../lib/kv.ts";
 import { formatUsd, parseUsd } from "../lib/money.ts";
+import type { RateLimits } from "../lib/db.ts";
+import { getRateLimits, MAX_LIMIT, setRateLimits, validLimit } from "../lib/ratelimit.ts";
 import { Wallets } from "../lib/wallet.ts";
 
 class UsageError extends Error {}
@@ -18,6 +20,7 @@ const USAGE = `usage: deno task admin <command> [options]
   revoke-key --key KEY_ID
   show-app --app APP_ID
   credit --app APP_ID --amount USD --reason TEXT
+  set-limits --app APP_ID [--key KEY_ID] [--rpm N|default] [--tpm N|default]
   audit`;
 
 function parseFlags(args: string[], allowed: string[]): Record<string, string> {
@@ -42,10 +45,23 @@ function required(flags: Record<string, string>, name: string): string {
   return value;
 }
 
+/** A limit flag: a number sets it, `default` clears the override, absent leaves it. */
+function limitFlag(flags: Record<string, string>, name: string): number | null | undefined {
+  const value = flags[name];
+  if (value === undefined) return undefined;
+  if (value === "default") return null;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !validLimit(n)) {
+    throw new UsageError(`--${name} must be an integer from 1 to ${MAX_LIMIT}, or default`);
+  }
+  return n;
+}
+
 export async function runAdmin(
   args: string[],
   kv: Deno.Kv,
   publicUrl: string,
+  defaultLimits: RateLimits = defaultRateLimits(),
 ): Promise<{ output: unknown; exitCode: number }> {
   const [command, ...rest] = args;
   const wallets = new Wallets(kv, { leaseMs: 0 });
@@ -90,6 +106,7 @@ export async function runAdmin(
       const app = await getApp(kv, appId);
       const wallet = await getWallet(kv, appId);
       const keyList = await listAppKeys(kv, appId);
+      const limits = await getRateLimits(kv, defaultLimits, appId);
       return {
         output: {
           app_id: app.id,
@@ -100,6 +117,7 @@ export async function runAdmin(
           spent: formatUsd(wallet.spent),
           credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
           top_up_url: topUpUrl(publicUrl, app),
+          rate_limits: limits.app,
           keys: keyList.map((k) => ({
             key_id: k.id,
             name: k.name,
@@ -107,6 +125,7 @@ export async function runAdmin(
             created_at: new Date(k.createdAt).toISOString(),
             last_used_at: k.lastUsedAt ? new Date(k.lastUsedAt).toISOString() : null,
             revoked_at: k.revokedAt ? new Date(k.revokedAt).toISOString() : null,
+            rate_limits: limits.keys[k.id] ?? limits.app,
           })),
         },
         exitCode: 0,
@@ -141,6 +160,21 @@ export async function runAdmin(
         exitCode: 0,
       };
     }
+    case "set-limits": {
+      const flags = parseFlags(rest, ["app", "key", "rpm", "tpm"]);
+      const appId = required(flags, "app");
+      const change = { rpm: limitFlag(flags, "rpm"), tpm: limitFlag(flags, "tpm") };
+      if (change.rpm === undefined && change.tpm === undefined) {
+        throw new UsageError("give --rpm, --tpm or both");
+      }
+      await setRateLimits(kv, appId, change, flags.key);
+      const limits = await getRateLimits(kv, defaultLimits, appId);
+      const scope = flags.key ? limits.keys[flags.key] ?? limits.app : limits.app;
+      return {
+        output: { app_id: appId, ...(flags.key ? { key_id: flags.key } : {}), ...scope },
+        exitCode: 0,
+      };
+    }
     case "audit": {
       parseFlags(rest, []);
       const report = await auditWallets(kv);
@@ -153,12 +187,20 @@ export async function runAdmin(
   }
 }
 
+function defaultRateLimits(): RateLimits {
+  const config = loadConfig({});
+  return { rpm: config.rateLimitRpm, tpm: config.rateLimitTpm };
+}
+
 if (import.meta.main) {
   const config = loadConfig(Deno.env.toObject());
   const kv = await openKv(config.kvPath);
   let exitCode = 0;
   try {
-    const result = await runAdmin(Deno.args, kv, config.publicUrl);
+    const result = await runAdmin(Deno.args, kv, config.publicUrl, {
+      rpm: config.rateLimitRpm,
+      tpm: config.rateLimitTpm,
+    });
     console.log(JSON.stringify(result.output, null, 2));
     exitCode = result.exitCode;
   } catch (error) {

@@ -74,6 +74,8 @@ export async function startService(options: {
   env?: Record<string, string>;
   kvPath?: string;
   log?: Logger;
+  /** A clock for wallets and rate limits. */
+  now?: () => number;
 } = {}): Promise<TestService> {
   const env = { FAKE_OPENAI_KEY: "sk-fake-upstream", PUBLIC_URL, ...options.env };
   const config = loadConfig(env);
@@ -85,6 +87,7 @@ export async function startService(options: {
     config,
     catalog,
     log: options.log ?? ((f) => logs.push(f)),
+    now: options.now,
   });
   const handle = async (request: Request) => await app.fetch(request);
   return {
