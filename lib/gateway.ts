@@ -410,7 +410,8 @@ export class Gateway {
   }
 
   async #release(caller: Caller, hold: ReservationRecord, trace: RequestTrace) {
-    await this.#deps.wallets.release(caller.appId, hold.id);
+    const result = await this.#deps.wallets.release(caller.appId, hold.id);
+    if (result.rate) trace.rateLimit = result.rate;
     trace.cost = 0;
     trace.outcome = "released";
   }

@@ -89,7 +89,7 @@ export type CreditResult =
   | { credited: true; entry: LedgerEntry; available: Micros }
   | { credited: false; duplicate: true; available: Micros };
 
-export type ReleaseResult = { released: boolean; available: Micros };
+export type ReleaseResult = { released: boolean; available: Micros; rate?: RateLimitStatus };
 
 export class WalletNotFoundError extends Error {
   constructor(appId: string) {
@@ -474,10 +474,12 @@ export function planBatch(input: PlanInput) {
           wallet.reserved -= r.amount;
           wallet.available += r.amount;
           dropReservation(r);
-          // Nothing ran (or what ran is unknown after a crash): its tokens go back to the limit.
-          input.rate?.adjustTokens(r.keyId, -(r.tokens ?? 0), now);
         }
-        const answer = { released: Boolean(releasable), available: wallet.available };
+        // Nothing ran (or what ran is unknown after a crash): its tokens go back to the limit.
+        const rate = releasable
+          ? input.rate?.adjustTokens(r.keyId, -(r.tokens ?? 0), now)
+          : undefined;
+        const answer = { released: Boolean(releasable), available: wallet.available, rate };
         answers.push(() => op.done.resolve(answer));
         break;
       }

@@ -144,6 +144,9 @@ Deno.test("the (N+1)th request in a window gets 429 with Retry-After; after wait
       0,
     );
 
+    // A stream over the limit gets a real 429 too, not a 200 with an error event.
+    await assertRateLimited(await s.chat(apiKey, { ...hi(), stream: true }));
+
     clock.advance(retryAfter * 1000 - 1);
     const early = await s.chat(apiKey, hi());
     assert.equal((await assertRateLimited(early)).retryAfter, 1);
@@ -324,7 +327,7 @@ Deno.test("the app's limit is shared by its keys; a key's own lower limit binds 
 Deno.test("admin set-limits overrides an app's limits, show-app reports them, default restores", () => {
   const clock = manualClock();
   return withService({ rpm: 100, tpm: 50_000, now: clock.now }, async (s) => {
-    const { appId, apiKey } = await s.newApp();
+    const { appId, apiKey, keyId } = await s.newApp();
     const defaults = { rpm: 100, tpm: 50_000 };
     const set = await runAdmin(
       ["set-limits", "--app", appId, "--rpm", "2", "--tpm", "9000"],
@@ -340,6 +343,28 @@ Deno.test("admin set-limits overrides an app's limits, show-app reports them, de
     await res.body?.cancel();
     assert.equal(rateHeaders(res).limitRequests, 2);
     assert.equal(rateHeaders(res).limitTokens, 9000);
+
+    const forKey = await runAdmin(
+      ["set-limits", "--app", appId, "--key", keyId, "--rpm", "1"],
+      s.kv,
+      PUBLIC_URL,
+      defaults,
+    );
+    assert.deepEqual(forKey.output, { app_id: appId, key_id: keyId, rpm: 1, tpm: 9000 });
+    const shownKey = await runAdmin(["show-app", "--app", appId], s.kv, PUBLIC_URL, defaults);
+    assert.deepEqual(
+      (shownKey.output as { keys: { rate_limits: unknown }[] }).keys[0].rate_limits,
+      { rpm: 1, tpm: 9000 },
+    );
+    await assert.rejects(
+      runAdmin(
+        ["set-limits", "--app", appId, "--key", "key_nope", "--rpm", "1"],
+        s.kv,
+        PUBLIC_URL,
+        defaults,
+      ),
+      /no key/,
+    );
 
     const cleared = await runAdmin(
       ["set-limits", "--app", appId, "--rpm", "default"],
@@ -438,4 +463,36 @@ Deno.test("the openai SDK's automatic retry honours our Retry-After and then suc
     await server.shutdown();
     await service.close();
   }
+});
+
+Deno.test("a 502 gives its tokens back: nothing ran, nothing counts but the request", () => {
+  const clock = manualClock();
+  return withService({ tpm: 5000, now: clock.now }, async (s) => {
+    const { apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "nokey/gpt",
+      messages: userMessage("Hi"),
+      max_tokens: 1000,
+    });
+    assert.equal(res.status, 502);
+    await res.body?.cancel();
+    const h = rateHeaders(res);
+    assert.equal(h.remainingTokens, 5000);
+    assert.equal(h.remainingRequests, 599);
+  });
+});
+
+Deno.test("windows of idle keys are pruned, so an app's rate record stays small", () => {
+  const clock = manualClock();
+  return withService({ rpm: 10, now: clock.now }, async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    const other = await issueKey(s.kv, appId, "second");
+    await (await s.chat(apiKey, hi())).body?.cancel();
+    const record = async () =>
+      (await s.kv.get<{ keys: Record<string, unknown> }>(keys.rateWindows(appId))).value!;
+    assert.deepEqual(Object.keys((await record()).keys), [keyId]);
+    clock.advance(WINDOW_MS);
+    await (await s.chat(other.apiKey, hi())).body?.cancel();
+    assert.deepEqual(Object.keys((await record()).keys), [other.record.id]);
+  });
 });
