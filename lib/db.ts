@@ -159,6 +159,6 @@ export interface RateWindow {
 
 export interface RateWindowsRecord {
   app: RateWindow | null;
-  /** Only keys with a non-empty window; emptied windows are pruned at each write. */
+  /** Only keys with limits of their own and a non-empty window; others are pruned at each write. */
   keys: Record<string, RateWindow>;
 }

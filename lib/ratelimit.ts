@@ -106,7 +106,7 @@ export class RateWindows {
   check(keyId: string, tokens: number, now: number): Admission {
     let wait = 0;
     let breach: RateBreach | null = null;
-    for (const scope of ["key", "app"] as const) {
+    for (const scope of this.#scopes(keyId)) {
       const limits = this.limitsOf(scope, keyId);
       const level = drained(this.#window(scope, keyId), limits, now);
       if (tokens > limits.tpm) {
@@ -153,6 +153,7 @@ export class RateWindows {
 
   status(keyId: string, now: number): RateLimitStatus {
     const app = this.#scopeStatus("app", keyId, now);
+    if (!this.#hasOwnLimits(keyId)) return app;
     const key = this.#scopeStatus("key", keyId, now);
     return {
       requests: tighter(app.requests, key.requests),
@@ -165,10 +166,24 @@ export class RateWindows {
     const out: RateWindowsRecord = { app: null, keys: {} };
     if (this.#app) out.app = nonEmpty(drainedWindow(this.#app, this.limitsOf("app", ""), now));
     for (const [keyId, window] of this.#keys) {
+      if (!this.#hasOwnLimits(keyId)) continue;
       const kept = nonEmpty(drainedWindow(window, this.limitsOf("key", keyId), now));
       if (kept) out.keys[keyId] = kept;
     }
     return out;
+  }
+
+  /**
+   * A key with the app's limits needs no window of its own: its usage is part of the app's, which
+   * drains at the same rate, so it can never be the tighter one. Only keys with limits of their
+   * own are tracked, which keeps the record small however many keys an app has.
+   */
+  #hasOwnLimits(keyId: string): boolean {
+    return Object.hasOwn(this.#overrides.keys, keyId);
+  }
+
+  #scopes(keyId: string): Scope[] {
+    return this.#hasOwnLimits(keyId) ? ["key", "app"] : ["app"];
   }
 
   #window(scope: Scope, keyId: string): RateWindow | null {
@@ -186,7 +201,9 @@ export class RateWindows {
       };
     };
     this.#app = add(this.#app, this.limitsOf("app", keyId));
-    this.#keys.set(keyId, add(this.#keys.get(keyId) ?? null, this.limitsOf("key", keyId)));
+    if (this.#hasOwnLimits(keyId)) {
+      this.#keys.set(keyId, add(this.#keys.get(keyId) ?? null, this.limitsOf("key", keyId)));
+    }
   }
 
   #scopeStatus(scope: Scope, keyId: string, now: number) {

@@ -482,11 +482,15 @@ Deno.test("a 502 gives its tokens back: nothing ran, nothing counts but the requ
   });
 });
 
-Deno.test("windows of idle keys are pruned, so an app's rate record stays small", () => {
+Deno.test("only keys with limits of their own keep a window, and idle windows are pruned", () => {
   const clock = manualClock();
   return withService({ rpm: 10, now: clock.now }, async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();
     const other = await issueKey(s.kv, appId, "second");
+    const plain = await issueKey(s.kv, appId, "third");
+    await setRateLimits(s.kv, appId, { rpm: 5 }, keyId);
+    await setRateLimits(s.kv, appId, { rpm: 5 }, other.record.id);
+    await (await s.chat(plain.apiKey, hi())).body?.cancel();
     await (await s.chat(apiKey, hi())).body?.cancel();
     const record = async () =>
       (await s.kv.get<{ keys: Record<string, unknown> }>(keys.rateWindows(appId))).value!;
