@@ -1,9 +1,16 @@
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import OpenAI from "openai";
-import { keys } from "../lib/db.ts";
+import { keys, type RateLimitOverrides } from "../lib/db.ts";
 import { issueKey } from "../lib/keys.ts";
 import { Wallets } from "../lib/wallet.ts";
-import { formatDuration, retryAfterSeconds, setRateLimits, WINDOW_MS } from "../lib/ratelimit.ts";
+import {
+  formatDuration,
+  RateWindows,
+  retryAfterSeconds,
+  setRateLimits,
+  WINDOW_MS,
+} from "../lib/ratelimit.ts";
 import { countPromptTokens } from "../lib/tokens.ts";
 import { runAdmin } from "../scripts/admin.ts";
 import {
@@ -499,4 +506,56 @@ Deno.test("only keys with limits of their own keep a window, and idle windows ar
     await (await s.chat(other.apiKey, hi())).body?.cancel();
     assert.deepEqual(Object.keys((await record()).keys), [other.record.id]);
   });
+});
+
+Deno.test("Retry-After is exact: a refused request fits after retryAfterMs, and not 1 ms sooner", () => {
+  const defaults = { rpm: 1, tpm: 1 };
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 50 }),
+      fc.integer({ min: 10, max: 5000 }),
+      fc.option(fc.record({ rpm: fc.integer({ min: 1, max: 50 }) }), { nil: undefined }),
+      fc.array(
+        fc.record({
+          advance: fc.integer({ min: 0, max: 5000 }),
+          tokens: fc.integer({ min: 0, max: 800 }),
+        }),
+        { maxLength: 40 },
+      ),
+      (rpm, tpm, keyOverride, steps) => {
+        const overrides: RateLimitOverrides = {
+          app: { rpm, tpm },
+          keys: keyOverride ? { key_a: keyOverride } : {},
+        };
+        let windows = new RateWindows(defaults, overrides, null);
+        let now = T0;
+        for (const step of steps) {
+          now += step.advance;
+          const admission = windows.check("key_a", step.tokens, now);
+          for (const d of [admission.status.requests, admission.status.tokens]) {
+            assert.ok(d.remaining >= 0 && d.remaining <= d.limit);
+          }
+          if (admission.ok) {
+            windows.consume("key_a", step.tokens, now);
+            continue;
+          }
+          if (admission.reason === "too_large") {
+            assert.ok(step.tokens > tpm);
+            continue;
+          }
+          const later = (ms: number) =>
+            new RateWindows(defaults, overrides, windows.record(now)).check(
+              "key_a",
+              step.tokens,
+              now + ms,
+            );
+          assert.ok(admission.retryAfterMs >= 1);
+          assert.equal(later(admission.retryAfterMs).ok, true);
+          assert.equal(later(admission.retryAfterMs - 1).ok, false);
+          windows = new RateWindows(defaults, overrides, windows.record(now));
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
 });
