@@ -20,6 +20,7 @@ import {
 import { homePage } from "./routes/pages/home.tsx";
 import { modelsPage } from "./routes/pages/models.tsx";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
+import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { serveStatic } from "./routes/static.ts";
 import { topUpRoutes } from "./routes/top_up.tsx";
 import { chatCompletions } from "./routes/v1/chat/completions.ts";
@@ -36,13 +37,21 @@ export interface AppDeps {
   devServer?: boolean;
   /** Replaces the Stripe client built from STRIPE_SECRET_KEY (tests point it at a fake). */
   stripe?: Stripe;
+  /** Replaces the clock of wallets and rate limits (tests). */
+  now?: () => number;
 }
 
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
 export function createApp(deps: AppDeps) {
   const { kv, config, catalog } = deps;
   const log = deps.log ?? jsonLogger;
-  const wallets = new Wallets(kv, { leaseMs: config.reservationTtlSeconds * 1000 });
+  const now = deps.now ?? Date.now;
+  const rateLimits = { rpm: config.rateLimitRpm, tpm: config.rateLimitTpm };
+  const wallets = new Wallets(kv, {
+    leaseMs: config.reservationTtlSeconds * 1000,
+    now,
+    rateLimits,
+  });
   const providers = createProviders(catalog, {
     timeoutMs: config.upstreamTimeoutMs,
     fetch: deps.fetch,
@@ -68,6 +77,7 @@ export function createApp(deps: AppDeps) {
   app.post(
     "/v1/chat/completions",
     requireApiKey(kv),
+    rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     chatCompletions(gateway, { maxBodyBytes: config.maxBodyBytes, docsBaseUrl }),
   );

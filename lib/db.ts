@@ -39,6 +39,11 @@ export const keys = {
   appModelSpend: (appId: string) => ["model_spend", appId] as const,
   allWallets: () => ["wallets"] as const,
   allApps: () => ["apps"] as const,
+
+  /** Rate-limit windows of an app and its keys; written only by wallet batches (see ratelimit.ts). */
+  rateWindows: (appId: string) => ["rate_windows", appId] as const,
+  /** Per-app and per-key limits that replace the defaults; written by operators and dashboards. */
+  rateLimitOverrides: (appId: string) => ["rate_limit_overrides", appId] as const,
 };
 
 export interface AppRecord {
@@ -114,6 +119,8 @@ export interface ReservationRecord {
   amount: Micros;
   createdAt: number;
   leaseUntil: number;
+  /** Tokens counted against the rate limit at reserve (prompt + max_tokens); corrected at settle. */
+  tokens?: number;
 }
 
 export type UsageOutcome = "completed" | "upstream_cut" | "client_closed";
@@ -146,4 +153,32 @@ export function emptyWallet(): WalletRecord {
 /** UTC day of a timestamp, as YYYY-MM-DD. */
 export function utcDay(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
+}
+
+/** Requests and tokens per minute. */
+export interface RateLimits {
+  rpm: number;
+  tpm: number;
+}
+
+/** Limits that replace the defaults: for the app, and for single keys (which default to the app's). */
+export interface RateLimitOverrides {
+  app: Partial<RateLimits>;
+  keys: Record<string, Partial<RateLimits>>;
+}
+
+/**
+ * Usage of one rate-limit scope (an app or a key) at time `at`, in units × one-minute window in
+ * milliseconds, so that the level drains by exactly `limit` per millisecond and stays an integer.
+ */
+export interface RateWindow {
+  requests: number;
+  tokens: number;
+  at: number;
+}
+
+export interface RateWindowsRecord {
+  app: RateWindow | null;
+  /** Only keys with limits of their own and a non-empty window; others are pruned at each write. */
+  keys: Record<string, RateWindow>;
 }

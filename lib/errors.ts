@@ -22,7 +22,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "A field has the wrong type or value",
     cause:
-      "A field is present but invalid: a role other than system, user or assistant, empty `messages`, a non-integer or out-of-range `max_tokens`, and so on. `param` is the path of the field, such as `messages[2].role`.",
+      "A field is present but invalid: a role other than system, user or assistant, empty `messages`, a non-integer or out-of-range `max_tokens`, a prompt plus `max_tokens` larger than the tokens-per-minute limit (waiting would never help), and so on. `param` is the path of the field, such as `messages[2].role`.",
     fix: "Correct the field named in `param`; the message says what is allowed.",
   },
   model_not_found: {
@@ -82,8 +82,10 @@ export const ERROR_CODES = {
     status: 429,
     type: "rate_limit_error",
     title: "Rate limit exceeded",
-    cause: "Too many requests or tokens in the current window for this key or app.",
-    fix: "Wait the number of seconds in `Retry-After`, then retry.",
+    cause:
+      "This API key or its app has used its requests or tokens per minute (the tighter of the two limits applies). A request counts its prompt plus `max_tokens` when it starts, corrected to the tokens actually used when it ends. Nothing was reserved, charged or counted for the refused request; a 429 is about time, a 402 about money, and rate is checked first.",
+    fix:
+      "Wait the number of seconds in `Retry-After`, then retry (the official OpenAI clients do this by themselves). Pace requests with the `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` headers; a lower `max_tokens` counts fewer tokens.",
   },
   upstream_rate_limited: {
     status: 429,

@@ -10,6 +10,7 @@ import type { ReservationRecord, UsageOutcome } from "./db.ts";
 import { ApiError } from "./errors.ts";
 import { formatUsd, type Micros } from "./money.ts";
 import { reservationCost, type Usage, usageCost } from "./pricing.ts";
+import { rateLimitRefusal, type RateLimitStatus } from "./ratelimit.ts";
 import type { Providers } from "./providers/index.ts";
 import {
   type ChatCompletion,
@@ -19,7 +20,7 @@ import {
 } from "./providers/types.ts";
 import { releaseExpiredReservations } from "./sweeper.ts";
 import { countPromptTokens, countTextTokens } from "./tokens.ts";
-import type { Wallets } from "./wallet.ts";
+import type { ReserveInput, Wallets } from "./wallet.ts";
 
 export interface Caller {
   appId: string;
@@ -41,6 +42,8 @@ export interface RequestTrace {
   outcome?: UsageOutcome | "released";
   upstreamFailure?: string;
   errorCode?: string;
+  /** The caller's rate-limit status after this request was counted (for the x-ratelimit headers). */
+  rateLimit?: RateLimitStatus;
 }
 
 export interface GatewayDeps {
@@ -407,8 +410,9 @@ export class Gateway {
       );
     }
     const amount = reservationCost(model, promptTokens, maxTokens);
-    const input = { amount, keyId: caller.keyId, requestId, model: model.id };
-    let result = await this.#deps.wallets.reserve(caller.appId, input);
+    const tokens = promptTokens + maxTokens;
+    const input = { amount, keyId: caller.keyId, requestId, model: model.id, tokens };
+    let result = await this.#reserve(caller, input, trace);
     if (!result.ok && result.reserved > 0) {
       // Holds left by a crashed instance must not block an app until the cron sweeper runs.
       const released = await releaseExpiredReservations(
@@ -416,7 +420,7 @@ export class Gateway {
         this.#deps.wallets,
         caller.appId,
       );
-      if (released > 0) result = await this.#deps.wallets.reserve(caller.appId, input);
+      if (released > 0) result = await this.#reserve(caller, input, trace);
     }
     if (!result.ok) {
       const app = await getApp(this.#deps.kv, caller.appId);
@@ -443,6 +447,16 @@ export class Gateway {
       hold: result.reservation,
       available: result.available,
     };
+  }
+
+  /** Reserves, or throws the refusal for rate: rate is decided first, so a 429 is never a 402. */
+  async #reserve(caller: Caller, input: ReserveInput, trace: RequestTrace) {
+    const result = await this.#deps.wallets.reserve(caller.appId, input);
+    if (result.rate) trace.rateLimit = result.rate;
+    if (!result.ok && result.reason !== "insufficient_credits") {
+      throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs);
+    }
+    return result;
   }
 
   async #settle(
@@ -481,11 +495,13 @@ export class Gateway {
       return { charged: 0, available: result.available };
     }
     trace.cost = result.charged;
+    if (result.rate) trace.rateLimit = result.rate;
     return { charged: result.charged, available: result.available };
   }
 
   async #release(caller: Caller, hold: ReservationRecord, trace: RequestTrace) {
-    await this.#deps.wallets.release(caller.appId, hold.id);
+    const result = await this.#deps.wallets.release(caller.appId, hold.id);
+    if (result.rate) trace.rateLimit = result.rate;
     trace.cost = 0;
     trace.outcome = "released";
   }

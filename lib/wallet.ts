@@ -14,6 +14,9 @@
 import {
   keys,
   type LedgerEntry,
+  type RateLimitOverrides,
+  type RateLimits,
+  type RateWindowsRecord,
   type ReservationRecord,
   type UsageRecord,
   utcDay,
@@ -21,17 +24,38 @@ import {
 } from "./db.ts";
 import { newId, randomToken } from "./ids.ts";
 import type { Micros } from "./money.ts";
+import { type RateBreach, type RateLimitStatus, RateWindows } from "./ratelimit.ts";
 
 export interface ReserveInput {
   amount: Micros;
   keyId: string;
   requestId: string;
   model: string;
+  /** Tokens counted against the rate limit (prompt + max_tokens), corrected at settle. */
+  tokens?: number;
 }
 
+/** `rate` is present when the wallets enforce rate limits. */
 export type ReserveResult =
-  | { ok: true; reservation: ReservationRecord; available: Micros }
-  | { ok: false; available: Micros; reserved: Micros };
+  | { ok: true; reservation: ReservationRecord; available: Micros; rate?: RateLimitStatus }
+  | {
+    ok: false;
+    reason: "insufficient_credits";
+    available: Micros;
+    reserved: Micros;
+    rate?: RateLimitStatus;
+  }
+  /** Refused for rate before money was considered: nothing reserved, nothing counted. */
+  | {
+    ok: false;
+    reason: "rate_limited" | "rate_too_large";
+    available: Micros;
+    reserved: Micros;
+    rate: RateLimitStatus;
+    breach: RateBreach;
+    /** For `rate_limited`: how long until the request would fit. */
+    retryAfterMs: number;
+  };
 
 /** Usage of a settled request; cost is what the usage is worth, not yet what is charged. */
 export type SettleInput =
@@ -41,7 +65,14 @@ export type SettleInput =
   };
 
 export type SettleResult =
-  | { settled: true; charged: Micros; uncharged: Micros; available: Micros; usage: UsageRecord }
+  | {
+    settled: true;
+    charged: Micros;
+    uncharged: Micros;
+    available: Micros;
+    usage: UsageRecord;
+    rate?: RateLimitStatus;
+  }
   /** The reservation was already released (by the sweeper): nothing is charged twice. */
   | { settled: false; available: Micros };
 
@@ -58,7 +89,7 @@ export type CreditResult =
   | { credited: true; entry: LedgerEntry; available: Micros }
   | { credited: false; duplicate: true; available: Micros };
 
-export type ReleaseResult = { released: boolean; available: Micros };
+export type ReleaseResult = { released: boolean; available: Micros; rate?: RateLimitStatus };
 
 export class WalletNotFoundError extends Error {
   constructor(appId: string) {
@@ -97,6 +128,8 @@ export interface WalletOptions {
   /** Commit attempts before giving up under conflicts or KV errors. */
   maxAttempts?: number;
   now?: () => number;
+  /** Default requests and tokens per minute per app and key; without it nothing is rate limited. */
+  rateLimits?: RateLimits;
 }
 
 export interface WalletStats {
@@ -106,8 +139,16 @@ export interface WalletStats {
   opsCommitted: number;
 }
 
-/** KV allows 10 checks per atomic operation on self-hosted denokv; one is the wallet's. */
-const MAX_MARKER_CHECKS = 9;
+/** KV allows 10 checks per atomic operation on self-hosted denokv: the wallet's, the rate-limit
+ * overrides', and the credit markers'. */
+const MAX_MARKER_CHECKS = 8;
+interface KnownWallet {
+  entry: Deno.KvEntry<WalletRecord>;
+  reservations: Map<string, ReservationRecord>;
+  rateWindows: Deno.KvEntryMaybe<RateWindowsRecord>;
+  rateOverrides: Deno.KvEntryMaybe<RateLimitOverrides>;
+}
+
 /** A commit applied but whose versionstamp we never saw: nothing may be cached from it. */
 const UNKNOWN_VERSION = "";
 /** Wallets remembered at most; past it the memory is dropped and rebuilt by reads. */
@@ -120,14 +161,12 @@ export class Wallets {
   readonly #kv: Deno.Kv;
   readonly #queues = new Map<string, Op[]>();
   /** Per app: the wallet entry as our last commit left it, and the holds we know to be live. */
-  readonly #known = new Map<
-    string,
-    { entry: Deno.KvEntry<WalletRecord>; reservations: Map<string, ReservationRecord> }
-  >();
+  readonly #known = new Map<string, KnownWallet>();
   readonly #leaseMs: number;
   readonly #maxBatch: number;
   readonly #maxAttempts: number;
   readonly #now: () => number;
+  readonly #rateLimits: RateLimits | null;
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
@@ -135,6 +174,7 @@ export class Wallets {
     this.#maxBatch = options.maxBatch ?? 64;
     this.#maxAttempts = options.maxAttempts ?? 40;
     this.#now = options.now ?? Date.now;
+    this.#rateLimits = options.rateLimits ?? null;
   }
 
   get leaseMs(): number {
@@ -203,10 +243,15 @@ export class Wallets {
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
     const walletKey = keys.wallet(appId);
     for (let attempt = 1;; attempt++) {
-      // First attempt: trust what our own last commit left, if we have it; the versionstamp check
-      // catches any other writer and the retry reads afresh.
+      // First attempt: trust what our own last commit left, if we have it; the versionstamp checks
+      // catch any other writer and the retry reads afresh. The rate windows and limit overrides
+      // come in the same read as the wallet: no extra round trip.
       const cached = attempt === 1 ? this.#known.get(appId) : undefined;
-      const walletEntry = cached?.entry ?? await this.#kv.get<WalletRecord>(walletKey);
+      const [walletEntry, rateWindowsEntry, rateOverridesEntry] = cached
+        ? [cached.entry, cached.rateWindows, cached.rateOverrides]
+        : await this.#kv.getMany<[WalletRecord, RateWindowsRecord, RateLimitOverrides]>(
+          [walletKey, keys.rateWindows(appId), keys.rateLimitOverrides(appId)],
+        );
       if (walletEntry.value === null || walletEntry.versionstamp === null) {
         throw new WalletNotFoundError(appId);
       }
@@ -223,8 +268,17 @@ export class Wallets {
         markers,
         now,
         leaseMs: this.#leaseMs,
+        rate: this.#rateLimits
+          ? new RateWindows(
+            this.#rateLimits,
+            rateOverridesEntry.value,
+            rateWindowsEntry.value,
+          )
+          : undefined,
       });
       const atomic = this.#kv.atomic().check(walletEntry);
+      // Limits changed by an operator make the commit fail, and the retry reads them.
+      if (plan.rateLimited) atomic.check(rateOverridesEntry);
       for (const marker of plan.markerChecks) {
         atomic.check({ key: keys.creditMarker(marker), versionstamp: null });
       }
@@ -245,7 +299,13 @@ export class Wallets {
       if (versionstamp !== null) {
         this.stats.commits++;
         this.stats.opsCommitted += ops.length;
-        this.#remember(appId, versionstamp, plan.wallet, plan.reservations, cached?.reservations);
+        const rateWindows = plan.rateRecord
+          ? { key: keys.rateWindows(appId), value: plan.rateRecord, versionstamp }
+          : rateWindowsEntry;
+        this.#remember(appId, versionstamp, plan.wallet, plan.reservations, cached?.reservations, {
+          rateWindows,
+          rateOverrides: rateOverridesEntry,
+        });
         plan.resolveAll();
         return;
       }
@@ -265,6 +325,7 @@ export class Wallets {
     wallet: WalletRecord,
     touched: Map<string, ReservationRecord | null>,
     previous: Map<string, ReservationRecord> | undefined,
+    rate: Pick<KnownWallet, "rateWindows" | "rateOverrides">,
   ) {
     if (versionstamp === UNKNOWN_VERSION) return;
     const reservations = previous ?? new Map<string, ReservationRecord>();
@@ -273,6 +334,7 @@ export class Wallets {
     this.#known.set(appId, {
       entry: { key: keys.wallet(appId), value: wallet, versionstamp },
       reservations,
+      ...rate,
     });
   }
 
@@ -347,6 +409,8 @@ interface PlanInput {
   markers: Set<string>;
   now: number;
   leaseMs: number;
+  /** The app's rate windows, when rate limits are enforced; written back with the wallet. */
+  rate?: RateWindows;
 }
 
 /**
@@ -378,11 +442,20 @@ export function planBatch(input: PlanInput) {
     switch (op.kind) {
       case "reserve": {
         const { amount } = op.input;
+        const tokens = op.input.tokens ?? 0;
+        const admission = input.rate?.check(op.input.keyId, tokens, now);
+        if (admission && !admission.ok) {
+          const answer = rateRefused(admission, wallet);
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
         if (wallet.available < amount) {
           const answer = {
             ok: false as const,
+            reason: "insufficient_credits" as const,
             available: wallet.available,
             reserved: wallet.reserved,
+            rate: admission?.status,
           };
           answers.push(() => op.done.resolve(answer));
           break;
@@ -398,14 +471,16 @@ export function planBatch(input: PlanInput) {
           amount,
           createdAt: now,
           leaseUntil: now + input.leaseMs,
+          tokens,
         };
+        const rate = input.rate?.consume(op.input.keyId, tokens, now);
         live.set(reservation.id, reservation);
         touched.set(reservation.id, reservation);
         writes.push((a) =>
           a.set(keys.reservation(appId, reservation.id), reservation)
             .set(keys.reservationExpiry(reservation.leaseUntil, appId, reservation.id), true)
         );
-        const answer = { ok: true as const, reservation, available: wallet.available };
+        const answer = { ok: true as const, reservation, available: wallet.available, rate };
         answers.push(() => op.done.resolve(answer));
         break;
       }
@@ -421,6 +496,11 @@ export function planBatch(input: PlanInput) {
         wallet.available += r.amount - charged;
         wallet.spent += charged;
         dropReservation(r);
+        const rate = input.rate?.adjustTokens(
+          r.keyId,
+          op.input.promptTokens + op.input.completionTokens - (r.tokens ?? 0),
+          now,
+        );
         const usage: UsageRecord = {
           ...op.input,
           id: newId("use", now),
@@ -443,6 +523,7 @@ export function planBatch(input: PlanInput) {
           uncharged: usage.uncharged,
           available: wallet.available,
           usage,
+          rate,
         };
         answers.push(() => op.done.resolve(answer));
         break;
@@ -456,7 +537,11 @@ export function planBatch(input: PlanInput) {
           wallet.available += r.amount;
           dropReservation(r);
         }
-        const answer = { released: Boolean(releasable), available: wallet.available };
+        // Nothing ran (or what ran is unknown after a crash): its tokens go back to the limit.
+        const rate = releasable
+          ? input.rate?.adjustTokens(r.keyId, -(r.tokens ?? 0), now)
+          : undefined;
+        const answer = { released: Boolean(releasable), available: wallet.available, rate };
         answers.push(() => op.done.resolve(answer));
         break;
       }
@@ -513,8 +598,14 @@ export function planBatch(input: PlanInput) {
     }
   }
 
+  const rateRecord = input.rate?.changed ? input.rate.record(now) : null;
+  if (rateRecord) writes.push((a) => a.set(keys.rateWindows(appId), rateRecord));
+
   return {
     wallet,
+    /** Whether this batch enforced rate limits, and the windows it wrote (null: unchanged). */
+    rateLimited: input.rate !== undefined,
+    rateRecord,
     /** Holds created, renewed (record) or removed (null) by this batch. */
     reservations: touched,
     markerChecks,
@@ -524,6 +615,21 @@ export function planBatch(input: PlanInput) {
     resolveAll() {
       for (const a of answers) a();
     },
+  };
+}
+
+function rateRefused(
+  admission: Extract<ReturnType<RateWindows["check"]>, { ok: false }>,
+  wallet: WalletRecord,
+): Extract<ReserveResult, { reason: "rate_limited" | "rate_too_large" }> {
+  return {
+    ok: false,
+    reason: admission.reason === "too_large" ? "rate_too_large" : "rate_limited",
+    available: wallet.available,
+    reserved: wallet.reserved,
+    rate: admission.status,
+    breach: admission.breach,
+    retryAfterMs: admission.reason === "rate_limited" ? admission.retryAfterMs : 0,
   };
 }
 

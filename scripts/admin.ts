@@ -9,6 +9,8 @@ import { issueKey, listAppKeys, NotFoundError, revokeKey } from "../lib/keys.ts"
 import { openKv } from "../lib/kv.ts";
 import { formatUsd, parseUsd } from "../lib/money.ts";
 import { updateTopUpSettings } from "../lib/top_up.ts";
+import type { RateLimits } from "../lib/db.ts";
+import { getRateLimits, MAX_LIMIT, setRateLimits, validLimit } from "../lib/ratelimit.ts";
 import { Wallets } from "../lib/wallet.ts";
 
 class UsageError extends Error {}
@@ -20,6 +22,7 @@ const USAGE = `usage: deno task admin <command> [options]
   show-app --app APP_ID
   credit --app APP_ID --amount USD --reason TEXT
   set-top-up --app APP_ID [--return-url URL|none] [--show-balance true|false]
+  set-limits --app APP_ID [--key KEY_ID] [--rpm N|default] [--tpm N|default]
   audit`;
 
 function parseFlags(args: string[], allowed: string[]): Record<string, string> {
@@ -44,10 +47,23 @@ function required(flags: Record<string, string>, name: string): string {
   return value;
 }
 
+/** A limit flag: a number sets it, `default` clears the override, absent leaves it. */
+function limitFlag(flags: Record<string, string>, name: string): number | null | undefined {
+  const value = flags[name];
+  if (value === undefined) return undefined;
+  if (value === "default") return null;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !validLimit(n)) {
+    throw new UsageError(`--${name} must be an integer from 1 to ${MAX_LIMIT}, or default`);
+  }
+  return n;
+}
+
 export async function runAdmin(
   args: string[],
   kv: Deno.Kv,
   publicUrl: string,
+  defaultLimits: RateLimits = defaultRateLimits(),
 ): Promise<{ output: unknown; exitCode: number }> {
   const [command, ...rest] = args;
   const wallets = new Wallets(kv, { leaseMs: 0 });
@@ -92,6 +108,7 @@ export async function runAdmin(
       const app = await getApp(kv, appId);
       const wallet = await getWallet(kv, appId);
       const keyList = await listAppKeys(kv, appId);
+      const limits = await getRateLimits(kv, defaultLimits, appId);
       return {
         output: {
           app_id: app.id,
@@ -104,6 +121,7 @@ export async function runAdmin(
           top_up_url: topUpUrl(publicUrl, app),
           top_up_return_url: app.topUpReturnUrl ?? null,
           top_up_show_balance: app.topUpShowBalance ?? false,
+          rate_limits: limits.app,
           keys: keyList.map((k) => ({
             key_id: k.id,
             name: k.name,
@@ -111,6 +129,7 @@ export async function runAdmin(
             created_at: new Date(k.createdAt).toISOString(),
             last_used_at: k.lastUsedAt ? new Date(k.lastUsedAt).toISOString() : null,
             revoked_at: k.revokedAt ? new Date(k.revokedAt).toISOString() : null,
+            rate_limits: limits.keys[k.id] ?? limits.app,
           })),
         },
         exitCode: 0,
@@ -170,6 +189,21 @@ export async function runAdmin(
         exitCode: 0,
       };
     }
+    case "set-limits": {
+      const flags = parseFlags(rest, ["app", "key", "rpm", "tpm"]);
+      const appId = required(flags, "app");
+      const change = { rpm: limitFlag(flags, "rpm"), tpm: limitFlag(flags, "tpm") };
+      if (change.rpm === undefined && change.tpm === undefined) {
+        throw new UsageError("give --rpm, --tpm or both");
+      }
+      await setRateLimits(kv, appId, change, flags.key);
+      const limits = await getRateLimits(kv, defaultLimits, appId);
+      const scope = flags.key ? limits.keys[flags.key] ?? limits.app : limits.app;
+      return {
+        output: { app_id: appId, ...(flags.key ? { key_id: flags.key } : {}), ...scope },
+        exitCode: 0,
+      };
+    }
     case "audit": {
       parseFlags(rest, []);
       const report = await auditWallets(kv);
@@ -182,12 +216,20 @@ export async function runAdmin(
   }
 }
 
+function defaultRateLimits(): RateLimits {
+  const config = loadConfig({});
+  return { rpm: config.rateLimitRpm, tpm: config.rateLimitTpm };
+}
+
 if (import.meta.main) {
   const config = loadConfig(Deno.env.toObject());
   const kv = await openKv(config.kvPath);
   let exitCode = 0;
   try {
-    const result = await runAdmin(Deno.args, kv, config.publicUrl);
+    const result = await runAdmin(Deno.args, kv, config.publicUrl, {
+      rpm: config.rateLimitRpm,
+      tpm: config.rateLimitTpm,
+    });
     console.log(JSON.stringify(result.output, null, 2));
     exitCode = result.exitCode;
   } catch (error) {

@@ -79,6 +79,8 @@ export async function startService(options: {
   log?: Logger;
   /** Payment wiring: `devServer` as under `deno task dev`, `stripe` a client aimed at a fake. */
   payments?: Pick<AppDeps, "devServer" | "stripe">;
+  /** A clock for wallets and rate limits. */
+  now?: () => number;
 } = {}): Promise<TestService> {
   const env = { FAKE_OPENAI_KEY: "sk-fake-upstream", PUBLIC_URL, ...options.env };
   const config = loadConfig(env);
@@ -94,6 +96,7 @@ export async function startService(options: {
     catalog,
     log: options.log ?? ((f) => logs.push(f)),
     ...options.payments,
+    now: options.now,
   });
   const handle = async (request: Request) => await app.fetch(request);
   return {

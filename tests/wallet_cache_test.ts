@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { setRateLimits } from "../lib/ratelimit.ts";
 import { Wallets } from "../lib/wallet.ts";
 import { assertAuditClean, startService } from "./helpers.ts";
 
@@ -87,3 +88,28 @@ Deno.test("two instances hammering one wallet keep exact books", () =>
       (await a.credit(appId, { amount: 1, kind: "operator_credit", reason: "probe" })).available;
     assert.equal(w, 5_000_000 - spentA - spentB + 1);
   }));
+
+Deno.test("limits changed by an operator are seen by a process that remembers the wallet", async () => {
+  const dir = await Deno.makeTempDir();
+  const s = await startService({ kvPath: `${dir}/kv.sqlite3` });
+  const operator = await Deno.openKv(`${dir}/kv.sqlite3`);
+  try {
+    const { appId } = await s.newApp();
+    const wallets = new Wallets(s.kv, {
+      leaseMs: 60_000,
+      rateLimits: { rpm: 100, tpm: 1_000_000 },
+    });
+    const first = await wallets.reserve(appId, { ...hold("r1", 1_000), tokens: 10 });
+    assert.ok(first.ok);
+    await setRateLimits(operator, appId, { rpm: 1 });
+    const second = await wallets.reserve(appId, { ...hold("r2", 1_000), tokens: 10 });
+    assert.equal(second.ok, false);
+    assert.ok(!second.ok && second.reason === "rate_limited");
+    await wallets.release(appId, first.reservation.id);
+    await assertAuditClean(s.kv);
+  } finally {
+    operator.close();
+    await s.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
