@@ -4,6 +4,7 @@ import type { Config } from "./lib/config.ts";
 import { ApiError } from "./lib/errors.ts";
 import { Gateway } from "./lib/gateway.ts";
 import { jsonLogger, type Logger } from "./lib/log.ts";
+import { ServiceMetrics } from "./lib/service_metrics.ts";
 import { createProviders } from "./lib/providers/index.ts";
 import { Wallets } from "./lib/wallet.ts";
 import { errorsPage } from "./routes/docs/errors.tsx";
@@ -16,6 +17,7 @@ import {
 } from "./routes/middleware.ts";
 import { homePage } from "./routes/pages/home.tsx";
 import { modelsPage } from "./routes/pages/models.tsx";
+import { healthz, metricsEndpoint, readyz } from "./routes/ops.ts";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
 import { serveStatic } from "./routes/static.ts";
 import { chatCompletions } from "./routes/v1/chat/completions.ts";
@@ -47,9 +49,11 @@ export function createApp(deps: AppDeps) {
     log,
   });
   const docsBaseUrl = config.publicUrl;
+  const metrics = new ServiceMetrics(wallets.stats);
+  let draining = false;
 
   const app = new Hono<Env>();
-  app.use("*", requestContext(log));
+  app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
   app.onError(errorHandler(log, docsBaseUrl));
 
   app.post(
@@ -65,8 +69,15 @@ export function createApp(deps: AppDeps) {
   app.get("/", (c) => c.html(homePage(config.publicUrl)));
   app.get("/models", (c) => c.html(modelsPage(catalog)));
   app.get("/docs/errors", (c) => c.html(errorsPage()));
+  app.get("/healthz", healthz);
+  app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
+  app.get("/metrics", metricsEndpoint({ kv, metrics, token: config.metricsToken }));
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 
-  return { app, wallets, gateway };
+  /** Shutdown begins: /readyz answers 503 so that load balancers stop sending traffic here. */
+  const startDraining = () => {
+    draining = true;
+  };
+  return { app, wallets, gateway, metrics, startDraining };
 }

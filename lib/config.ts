@@ -11,6 +11,10 @@ export interface Config {
   rateLimitTpm: number;
   maxBodyBytes: number;
   upstreamTimeoutMs: number;
+  /** Bearer token of GET /metrics; unset, the endpoint does not exist (404). */
+  metricsToken: string | undefined;
+  /** How long in-flight requests may run after SIGTERM/SIGINT before the process exits anyway. */
+  shutdownGraceMs: number;
   env: Record<string, string | undefined>;
 }
 
@@ -38,6 +42,8 @@ const EnvSchema = z.object({
   RATE_LIMIT_TPM: positiveInt(2_000_000),
   MAX_BODY_BYTES: positiveInt(4 * 1024 * 1024),
   UPSTREAM_TIMEOUT_MS: positiveInt(60_000),
+  METRICS_TOKEN: z.string().optional(),
+  SHUTDOWN_GRACE_MS: positiveInt(10_000),
 });
 
 export const DEFAULT_MODELS_FILE = new URL("../config/models.json", import.meta.url).pathname;
@@ -61,6 +67,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimitTpm: e.RATE_LIMIT_TPM,
     maxBodyBytes: e.MAX_BODY_BYTES,
     upstreamTimeoutMs: e.UPSTREAM_TIMEOUT_MS,
+    metricsToken: e.METRICS_TOKEN || undefined,
+    shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
     env,
   };
 }

@@ -37,6 +37,8 @@ export const keys = {
   appModelSpend: (appId: string) => ["model_spend", appId] as const,
   allWallets: () => ["wallets"] as const,
   allApps: () => ["apps"] as const,
+  /** Read (never written) by /readyz to prove KV answers. */
+  readinessProbe: () => ["readiness_probe"] as const,
 };
 
 export interface AppRecord {

@@ -198,7 +198,6 @@ export class Gateway {
         }, trace);
         usage = final;
         charged = result.charged;
-        this.#deps.log({ ...trace, requestId, event: "stream_settled", status: 200 });
       })();
       return settledOnce;
     };

@@ -56,6 +56,8 @@ export interface TestService {
   logs: Record<string, unknown>[];
   handle: (request: Request) => Promise<Response>;
   wallets: ReturnType<typeof createApp>["wallets"];
+  /** Marks the instance as shutting down (/readyz answers 503). */
+  startDraining: () => void;
   /** Creates an app (5.00 USD) and returns its id and raw key. */
   newApp(
     name?: string,
@@ -80,7 +82,7 @@ export async function startService(options: {
   const catalog = buildCatalog(testCatalogFile(options.openaiBaseUrl), env);
   const kv = await Deno.openKv(options.kvPath ?? ":memory:");
   const logs: Record<string, unknown>[] = [];
-  const { app, wallets } = createApp({
+  const { app, wallets, startDraining } = createApp({
     kv,
     config,
     catalog,
@@ -94,6 +96,7 @@ export async function startService(options: {
     logs,
     handle,
     wallets,
+    startDraining,
     async newApp(name = "test app") {
       const created = await createAppRecord(kv, { name });
       return {
