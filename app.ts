@@ -4,11 +4,13 @@ import type { Config } from "./lib/config.ts";
 import { ApiError } from "./lib/errors.ts";
 import { Gateway } from "./lib/gateway.ts";
 import { jsonLogger, type Logger } from "./lib/log.ts";
+import { openApiDocument } from "./lib/openapi.ts";
 import { ServiceMetrics } from "./lib/service_metrics.ts";
 import { createProviders } from "./lib/providers/index.ts";
 import { Wallets } from "./lib/wallet.ts";
 import { errorsPage } from "./routes/docs/errors.tsx";
 import {
+  API_VERSION,
   type Env,
   errorHandler,
   requestContext,
@@ -69,6 +71,11 @@ export function createApp(deps: AppDeps) {
   app.get("/", (c) => c.html(homePage(config.publicUrl)));
   app.get("/models", (c) => c.html(modelsPage(catalog)));
   app.get("/docs/errors", (c) => c.html(errorsPage()));
+  const openApi = openApiDocument(config.publicUrl, API_VERSION);
+  app.get("/openapi.json", (c) => {
+    c.header("Access-Control-Allow-Origin", "*");
+    return c.json(openApi);
+  });
   app.get("/healthz", healthz);
   app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
   app.get("/metrics", metricsEndpoint({ kv, metrics, token: config.metricsToken }));

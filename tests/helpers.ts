@@ -7,6 +7,7 @@ import { type Config, loadConfig } from "../lib/config.ts";
 import { keys } from "../lib/db.ts";
 import type { WalletRecord } from "../lib/db.ts";
 import type { Logger } from "../lib/log.ts";
+import { assertMatchesOpenApi } from "./openapi_check.ts";
 
 export const PUBLIC_URL = "http://tollbooth.test";
 
@@ -106,13 +107,13 @@ export async function startService(options: {
         topUpToken: created.app.topUpToken,
       };
     },
-    chat(apiKey, body, init = {}) {
+    async chat(apiKey, body, init = {}) {
       const headers: Record<string, string> = {
         "content-type": "application/json",
         ...init.headers,
       };
       if (apiKey) headers.authorization = `Bearer ${apiKey}`;
-      return handle(
+      const res = await handle(
         new Request(`${PUBLIC_URL}/v1/chat/completions`, {
           method: "POST",
           headers,
@@ -120,6 +121,10 @@ export async function startService(options: {
           signal: init.signal,
         }),
       );
+      // Every response of the suite is held to the published OpenAPI document (a stream's body
+      // is checked in openapi_test.ts, since reading a clone would keep it running).
+      await assertMatchesOpenApi(res);
+      return res;
     },
     async wallet(appId) {
       const entry = await kv.get<WalletRecord>(keys.wallet(appId));
