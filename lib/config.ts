@@ -32,8 +32,19 @@ const positiveInt = (fallback: number) =>
     return n;
   });
 
+/** 0 asks the OS for a free port (tests); the listening log line says which. */
+const port = z.string().optional().transform((v, ctx) => {
+  if (v === undefined || v === "") return 8000;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < 0 || n > 65535) {
+    ctx.addIssue({ code: "custom", message: `must be a port number, got ${JSON.stringify(v)}` });
+    return z.NEVER;
+  }
+  return n;
+});
+
 const EnvSchema = z.object({
-  PORT: positiveInt(8000),
+  PORT: port,
   KV_PATH: z.string().optional(),
   MODELS_FILE: z.string().optional(),
   PUBLIC_URL: z.url().optional(),

@@ -90,7 +90,11 @@ function assertTopUp(ctx: Ctx, output: string) {
 Deno.test("docs example: the openai npm package reads cost and balance, and handles 402", () =>
   withRunningService(async (ctx) => {
     const output = await run("node", "openai.mjs", ctx);
-    const { balance, wallet } = await assertPaidAnswer(ctx, output, "Hello from the openai package");
+    const { balance, wallet } = await assertPaidAnswer(
+      ctx,
+      output,
+      "Hello from the openai package",
+    );
     assert.equal(balance, formatUsd(wallet.available));
     await withEmptyWallet(ctx, async () => assertTopUp(ctx, await run("node", "openai.mjs", ctx)));
   }));
@@ -120,7 +124,10 @@ Deno.test("docs example: curl shows the money headers, and the 402 body's top_up
     assert.match(output, /^HTTP\/1\.1 200/);
     const wallet = await ctx.s.wallet(ctx.appId);
     assert.match(output, new RegExp(`^tollbooth-balance: ${formatUsd(wallet.available)}\\r$`, "m"));
-    assert.match(output, new RegExp(`^tollbooth-request-cost: ${formatUsd(wallet.spent)}\\r$`, "m"));
+    assert.match(
+      output,
+      new RegExp(`^tollbooth-request-cost: ${formatUsd(wallet.spent)}\\r$`, "m"),
+    );
     assert.match(output, /"content":"Hello from curl"/);
     await withEmptyWallet(ctx, async () => {
       const refused = await run("sh", "curl.sh", ctx);
@@ -144,6 +151,7 @@ Deno.test({
       const output = await run(PYTHON, "python-openai.py", ctx);
       const { balance, wallet } = await assertPaidAnswer(ctx, output, "Hello from Python");
       assert.equal(balance, formatUsd(wallet.available));
-      await withEmptyWallet(ctx, async () => assertTopUp(ctx, await run(PYTHON, "python-openai.py", ctx)));
+      await withEmptyWallet(ctx, async () =>
+        assertTopUp(ctx, await run(PYTHON, "python-openai.py", ctx)));
     }),
 });
