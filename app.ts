@@ -9,6 +9,14 @@ import { ServiceMetrics } from "./lib/service_metrics.ts";
 import { createProviders } from "./lib/providers/index.ts";
 import { Wallets } from "./lib/wallet.ts";
 import { errorsPage } from "./routes/docs/errors.tsx";
+import { loadExamples } from "./routes/docs/examples.ts";
+import {
+  billingPage,
+  operationsPage,
+  quickStartPage,
+  rateLimitsPage,
+  versioningPage,
+} from "./routes/docs/guides.tsx";
 import {
   API_VERSION,
   type Env,
@@ -71,6 +79,14 @@ export function createApp(deps: AppDeps) {
   app.get("/", (c) => c.html(homePage(config.publicUrl)));
   app.get("/models", (c) => c.html(modelsPage(catalog)));
   app.get("/docs/errors", (c) => c.html(errorsPage()));
+  app.get(
+    "/docs",
+    async (c) => c.html(quickStartPage(config.publicUrl, API_VERSION, await loadExamples())),
+  );
+  app.get("/docs/billing", (c) => c.html(billingPage()));
+  app.get("/docs/rate-limits", (c) => c.html(rateLimitsPage(config)));
+  app.get("/docs/versioning", (c) => c.html(versioningPage(API_VERSION)));
+  app.get("/docs/operations", (c) => c.html(operationsPage()));
   const openApi = openApiDocument(config.publicUrl, API_VERSION);
   app.get("/openapi.json", (c) => {
     c.header("Access-Control-Allow-Origin", "*");

@@ -1,4 +1,4 @@
-# -i prints the response headers: Tollbooth-Balance, Tollbooth-Request-Cost, Tollbooth-Request-Id.
+# -i prints the headers first: Tollbooth-Balance, Tollbooth-Request-Cost, ...
 curl -sS -i "${TOLLBOOTH_URL:-http://localhost:8000}/v1/chat/completions" \
   -H "Authorization: Bearer $TOLLBOOTH_API_KEY" \
   -H "Content-Type: application/json" \
