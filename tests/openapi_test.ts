@@ -174,6 +174,48 @@ Deno.test("real error responses of every status match the document", async () =>
   }
 });
 
+Deno.test("a stream cut by the upstream ends with an error event in the documented shape", async () => {
+  const chunk = {
+    id: "chatcmpl-x",
+    object: "chat.completion.chunk",
+    created: 1,
+    model: "gpt-test",
+    choices: [{ index: 0, delta: { content: "partial" }, finish_reason: null }],
+  };
+  // One chunk, then the connection ends without a finish: a cut stream.
+  const upstream = serveLoopback(() =>
+    new Response(`data: ${JSON.stringify(chunk)}\n\n`, {
+      headers: { "content-type": "text/event-stream" },
+    })
+  );
+  try {
+    await withService(async (s) => {
+      const { apiKey } = await s.newApp();
+      const res = await s.chat(apiKey, {
+        model: "fake/gpt",
+        messages: userMessage("x"),
+        stream: true,
+      });
+      assert.equal(res.status, 200);
+      const events = await readSse(res);
+      assertSchema(JSON.parse(events[0]), "components", "schemas", "ChatCompletionChunk");
+      const last = JSON.parse(events.at(-1)!);
+      assertSchema(last, "components", "schemas", "Error");
+      assert.equal(last.error.code, "provider_unreachable");
+      assert.ok(!events.includes("[DONE]"));
+      for (let i = 0; i < 100 && !s.logs.some((l) => l.event === "request"); i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      const line = s.logs.find((l) => l.event === "request")!;
+      assert.equal(line.outcome, "upstream_cut");
+      assert.equal(line.upstreamFailure, "stream_cut");
+      assert.equal(line.errorCode, "provider_unreachable");
+    }, { openaiBaseUrl: upstream.url });
+  } finally {
+    await upstream.close();
+  }
+});
+
 Deno.test("a response that breaks the document is caught by the check", async () => {
   const res = new Response(JSON.stringify({ error: { code: "insufficient_credits" } }), {
     status: 402,
