@@ -10,7 +10,7 @@ export const jsonLogger: Logger = (fields) => {
 /**
  * The one line written per request (`event: "request"`), with the same fields every time (null when
  * they do not apply), so that log queries and the metrics read one stable shape. Amounts are micro-USD.
- * Never carries the API key, only its id.
+ * Never carries the API key, only its id. Fields other modules add to the trace are kept as well.
  */
 export type RequestLogLine = {
   event: "request";
@@ -41,6 +41,7 @@ export function requestLogLine(
   trace: RequestTrace,
 ): RequestLogLine {
   return {
+    ...trace,
     event: "request",
     requestId: request.requestId,
     method: request.method,
