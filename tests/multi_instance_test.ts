@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { createApp as createAppRecord } from "../lib/apps.ts";
 import { keys, type WalletRecord } from "../lib/db.ts";
 import { formatUsd, parseUsd } from "../lib/money.ts";
+import { parsePrometheus } from "./prometheus.ts";
 import { admin, chat, type Instance, instanceFiles, startInstance } from "./instances.ts";
 
 const PRICEY = {
@@ -30,6 +31,7 @@ async function withInstances(
     // These tests are about money and keys; the rate limiter must not be what refuses requests.
     RATE_LIMIT_RPM: "1000000",
     RATE_LIMIT_TPM: "1000000000",
+    METRICS_TOKEN: "multi-instance-metrics",
   };
   const instances = await Promise.all(Array.from({ length: count }, () => startInstance(env)));
   const kv = await Deno.openKv(files.kvPath);
@@ -93,6 +95,26 @@ Deno.test("two instances under concurrent load on one app: no overdraft, exact t
     assert.equal(audit.code, 0, audit.stderr);
     assert.equal(audit.output.ok, true);
     assert.equal(audit.output.totals.spent, formatUsd(charged));
+
+    // Counters are per instance and add up to the whole load; the hold gauges are service-wide.
+    const scrapes = await Promise.all(instances.map(async (instance) => {
+      const res = await fetch(`${instance.url}/metrics`, {
+        headers: { authorization: "Bearer multi-instance-metrics" },
+      });
+      return parsePrometheus(await res.text());
+    }));
+    const total = (status: string) =>
+      scrapes.reduce(
+        (sum, m) =>
+          sum + (m.value("tollbooth_chat_completions_total", { model: PRICEY.id, status }) ?? 0),
+        0,
+      );
+    assert.equal(total("200"), results.filter((r) => r.status === 200).length);
+    assert.equal(total("402"), results.filter((r) => r.status === 402).length);
+    for (const m of scrapes) {
+      assert.equal(m.value("tollbooth_reservations_outstanding"), 0);
+      assert.ok(m.value("tollbooth_wallet_commits_total")! > 0);
+    }
   }));
 
 Deno.test("a key revoked with the admin command is refused by every instance at once", () =>
