@@ -5,12 +5,23 @@ import { ApiError } from "./lib/errors.ts";
 import { FormTokens } from "./lib/form_tokens.ts";
 import { Gateway } from "./lib/gateway.ts";
 import { jsonLogger, type Logger } from "./lib/log.ts";
+import { openApiDocument } from "./lib/openapi.ts";
+import { ServiceMetrics } from "./lib/service_metrics.ts";
 import { createProviders } from "./lib/providers/index.ts";
 import { createStripeClient, type Stripe } from "./lib/stripe_checkout.ts";
 import { paymentMode } from "./lib/top_up.ts";
 import { Wallets } from "./lib/wallet.ts";
 import { errorsPage } from "./routes/docs/errors.tsx";
+import { loadExamples } from "./routes/docs/examples.ts";
 import {
+  billingPage,
+  operationsPage,
+  quickStartPage,
+  rateLimitsPage,
+  versioningPage,
+} from "./routes/docs/guides.tsx";
+import {
+  API_VERSION,
   type Env,
   errorHandler,
   requestContext,
@@ -19,6 +30,7 @@ import {
 } from "./routes/middleware.ts";
 import { homePage } from "./routes/pages/home.tsx";
 import { modelsPage } from "./routes/pages/models.tsx";
+import { healthz, metricsEndpoint, readyz } from "./routes/ops.ts";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { serveStatic } from "./routes/static.ts";
@@ -69,9 +81,11 @@ export function createApp(deps: AppDeps) {
   const stripe = payments === "stripe"
     ? deps.stripe ?? createStripeClient(config.stripeSecretKey!)
     : undefined;
+  const metrics = new ServiceMetrics(wallets.stats);
+  let draining = false;
 
   const app = new Hono<Env>();
-  app.use("*", requestContext(log));
+  app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
   app.onError(errorHandler(log, docsBaseUrl));
 
   app.post(
@@ -105,8 +119,28 @@ export function createApp(deps: AppDeps) {
   app.get("/", (c) => c.html(homePage(config.publicUrl)));
   app.get("/models", (c) => c.html(modelsPage(catalog)));
   app.get("/docs/errors", (c) => c.html(errorsPage()));
+  app.get(
+    "/docs",
+    async (c) => c.html(quickStartPage(config.publicUrl, API_VERSION, await loadExamples())),
+  );
+  app.get("/docs/billing", (c) => c.html(billingPage()));
+  app.get("/docs/rate-limits", (c) => c.html(rateLimitsPage(config)));
+  app.get("/docs/versioning", (c) => c.html(versioningPage(API_VERSION)));
+  app.get("/docs/operations", (c) => c.html(operationsPage()));
+  const openApi = openApiDocument(config.publicUrl, API_VERSION);
+  app.get("/openapi.json", (c) => {
+    c.header("Access-Control-Allow-Origin", "*");
+    return c.json(openApi);
+  });
+  app.get("/healthz", healthz);
+  app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
+  app.get("/metrics", metricsEndpoint({ kv, metrics, token: config.metricsToken }));
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 
-  return { app, wallets, gateway, payments };
+  /** Shutdown begins: /readyz answers 503 so that load balancers stop sending traffic here. */
+  const startDraining = () => {
+    draining = true;
+  };
+  return { app, wallets, gateway, payments, metrics, startDraining };
 }

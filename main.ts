@@ -5,8 +5,16 @@ import { openKv } from "./lib/kv.ts";
 import { jsonLogger } from "./lib/log.ts";
 import { sweepExpiredReservations } from "./lib/sweeper.ts";
 
-/** How long in-flight requests may take to finish after SIGTERM/SIGINT before we exit anyway. */
-const SHUTDOWN_GRACE_MS = 10_000;
+/** Set once the service runs; the cron below calls it. */
+let sweep: (() => Promise<void>) | null = null;
+
+// Deno Deploy only registers crons defined at the top level of the entry module, before serving.
+Deno.cron("sweep expired reservations", "* * * * *", async () => {
+  await sweep?.();
+});
+
+/** How long the wallet may take to commit the settles of finished requests after the grace. */
+const FINAL_COMMIT_MS = 2_000;
 
 async function main() {
   let config, catalog;
@@ -22,7 +30,7 @@ async function main() {
   }
   const kv = await openKv(config.kvPath);
   const devServer = Deno.args.includes("--dev");
-  const { app, wallets, payments } = createApp({
+  const { app, wallets, payments, startDraining } = createApp({
     kv,
     config,
     catalog,
@@ -43,7 +51,7 @@ async function main() {
     });
   }
 
-  const sweep = async () => {
+  sweep = async () => {
     try {
       const released = await sweepExpiredReservations(kv, wallets);
       if (released > 0) jsonLogger({ event: "reservations_swept", released });
@@ -51,10 +59,9 @@ async function main() {
       jsonLogger({ level: "error", event: "sweep_failed", error: String(error) });
     }
   };
-  // Deno Deploy runs the cron; a long-lived process also sweeps on its own, often enough for short TTLs.
-  Deno.cron("sweep expired reservations", "* * * * *", sweep);
+  // A long-lived process also sweeps on its own, often enough for short TTLs.
   const sweepEveryMs = Math.min(60_000, Math.max(1_000, (config.reservationTtlSeconds * 1000) / 4));
-  const sweeper = setInterval(sweep, sweepEveryMs);
+  const sweeper = setInterval(() => sweep?.(), sweepEveryMs);
   await sweep();
 
   const server = Deno.serve({
@@ -71,16 +78,51 @@ async function main() {
     },
   }, app.fetch);
 
-  const shutdown = async () => {
-    jsonLogger({ event: "shutting_down" });
+  let shuttingDown = false;
+  /**
+   * Stop accepting connections, let in-flight requests (streams included) finish and settle for at
+   * most SHUTDOWN_GRACE_MS, then exit 0. A request still running at the deadline is cut: its hold
+   * stays in KV with its lease, and the sweeper of any instance releases it once the lease runs out.
+   */
+  const shutdown = async (signal: Deno.Signal) => {
+    if (shuttingDown) {
+      jsonLogger({ level: "warn", event: "shutdown_forced", signal });
+      Deno.exit(1);
+    }
+    shuttingDown = true;
+    const started = performance.now();
+    jsonLogger({ event: "shutting_down", signal, graceMs: config.shutdownGraceMs });
+    startDraining();
     clearInterval(sweeper);
-    const timeout = new Promise((r) => setTimeout(r, SHUTDOWN_GRACE_MS));
-    await Promise.race([server.shutdown(), timeout]);
-    await Promise.race([wallets.drain(), timeout]);
+    const drained = await within(server.shutdown(), config.shutdownGraceMs);
+    const committed = await within(wallets.drain(), FINAL_COMMIT_MS);
+    jsonLogger({
+      event: "shut_down",
+      inFlightFinished: drained,
+      walletCommitted: committed,
+      ms: Math.round(performance.now() - started),
+    });
     kv.close();
     Deno.exit(0);
   };
-  for (const signal of ["SIGINT", "SIGTERM"] as const) Deno.addSignalListener(signal, shutdown);
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    try {
+      Deno.addSignalListener(signal, () => shutdown(signal));
+    } catch {
+      // Platforms without signals (Deno Deploy, Windows' SIGTERM) stop the isolate themselves.
+    }
+  }
+}
+
+/** Whether `promise` settled within `ms`. */
+async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<false>((resolve) => timer = setTimeout(() => resolve(false), ms));
+  try {
+    return await Promise.race([promise.then(() => true, () => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 if (import.meta.main) await main();

@@ -24,6 +24,7 @@ export function Layout({ title, children, nav, islands }: LayoutProps) {
           <a class="brand" href="/">Tollbooth</a>
           <nav aria-label="Main">
             <a href="/models">Models</a>
+            <a href="/docs">Docs</a>
             <a href="/docs/errors">Errors</a>
             {nav}
           </nav>

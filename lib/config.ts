@@ -16,6 +16,10 @@ export interface Config {
   stripeWebhookSecret: string | undefined;
   /** "dev": the explicit opt-in to the test checkout (no real money) outside `deno task dev`. */
   payments: "dev" | undefined;
+  /** Bearer token of GET /metrics; unset, the endpoint does not exist (404). */
+  metricsToken: string | undefined;
+  /** How long in-flight requests may run after SIGTERM/SIGINT before the process exits anyway. */
+  shutdownGraceMs: number;
   env: Record<string, string | undefined>;
 }
 
@@ -33,8 +37,19 @@ const positiveInt = (fallback: number) =>
     return n;
   });
 
+/** 0 asks the OS for a free port (tests); the listening log line says which. */
+const port = z.string().optional().transform((v, ctx) => {
+  if (v === undefined || v === "") return 8000;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < 0 || n > 65535) {
+    ctx.addIssue({ code: "custom", message: `must be a port number, got ${JSON.stringify(v)}` });
+    return z.NEVER;
+  }
+  return n;
+});
+
 const EnvSchema = z.object({
-  PORT: positiveInt(8000),
+  PORT: port,
   KV_PATH: z.string().optional(),
   MODELS_FILE: z.string().optional(),
   PUBLIC_URL: z.url().optional(),
@@ -46,6 +61,8 @@ const EnvSchema = z.object({
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
   PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
+  METRICS_TOKEN: z.string().optional(),
+  SHUTDOWN_GRACE_MS: positiveInt(10_000),
 });
 
 export const DEFAULT_MODELS_FILE = new URL("../config/models.json", import.meta.url).pathname;
@@ -80,6 +97,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     stripeSecretKey,
     stripeWebhookSecret,
     payments: e.PAYMENTS,
+    metricsToken: e.METRICS_TOKEN || undefined,
+    shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
     env,
   };
 }

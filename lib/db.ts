@@ -44,6 +44,8 @@ export const keys = {
   rateWindows: (appId: string) => ["rate_windows", appId] as const,
   /** Per-app and per-key limits that replace the defaults; written by operators and dashboards. */
   rateLimitOverrides: (appId: string) => ["rate_limit_overrides", appId] as const,
+  /** Read (never written) by /readyz to prove KV answers. */
+  readinessProbe: () => ["readiness_probe"] as const,
 };
 
 export interface AppRecord {

@@ -232,7 +232,6 @@ export class Gateway {
           }, trace);
           usage = final;
           charged = result.charged;
-          this.#deps.log({ ...trace, requestId, event: "stream_settled", status: 200 });
         } catch (error) {
           // The hold stays in place with its lease: the sweeper releases it; nothing is charged twice.
           usage = null;

@@ -3,7 +3,7 @@ import { ApiError, errorBody } from "../lib/errors.ts";
 import type { RequestTrace } from "../lib/gateway.ts";
 import { newRequestId } from "../lib/ids.ts";
 import { authenticateKey } from "../lib/keys.ts";
-import type { Logger } from "../lib/log.ts";
+import { type Logger, type RequestLogLine, requestLogLine } from "../lib/log.ts";
 
 export const API_VERSION = "2026-07-29";
 
@@ -14,29 +14,40 @@ export type Env = {
     caller: { appId: string; keyId: string };
     /** Set when the log line is written later, by the end of a stream. */
     deferLog: boolean;
+    /** Writes the request's one log line (and feeds the metrics); later calls do nothing. */
+    finishRequest: () => void;
   };
 };
 
 /** Request id and version on every response, one log line per request, errors in the spec's shape. */
-export function requestContext(log: Logger): MiddlewareHandler<Env> {
+export function requestContext(
+  log: Logger,
+  observe?: (line: RequestLogLine) => void,
+): MiddlewareHandler<Env> {
   return async (c, next) => {
     const requestId = newRequestId();
     const started = performance.now();
     c.set("requestId", requestId);
     c.set("trace", {});
+    let finished = false;
+    c.set("finishRequest", () => {
+      if (finished) return;
+      finished = true;
+      const line = requestLogLine({
+        requestId,
+        method: c.req.method,
+        path: c.req.path,
+        status: c.res.status,
+        totalMs: performance.now() - started,
+      }, c.get("trace"));
+      log(line);
+      observe?.(line);
+    });
     c.header("Tollbooth-Request-Id", requestId);
     c.header("Tollbooth-Version", API_VERSION);
     await next();
     if (c.get("deferLog")) return;
-    const trace = c.get("trace");
-    log({
-      requestId,
-      method: c.req.method,
-      path: c.req.path,
-      status: c.res.status,
-      ms: Math.round((performance.now() - started) * 10) / 10,
-      ...trace,
-    });
+    c.get("finishRequest")();
   };
 }
 

@@ -8,6 +8,7 @@ import { keys } from "../lib/db.ts";
 import type { WalletRecord } from "../lib/db.ts";
 import type { Logger } from "../lib/log.ts";
 import { Wallets } from "../lib/wallet.ts";
+import { assertMatchesOpenApi } from "./openapi_check.ts";
 
 export const PUBLIC_URL = "http://tollbooth.test";
 
@@ -57,6 +58,8 @@ export interface TestService {
   logs: Record<string, unknown>[];
   handle: (request: Request) => Promise<Response>;
   wallets: ReturnType<typeof createApp>["wallets"];
+  /** Marks the instance as shutting down (/readyz answers 503). */
+  startDraining: () => void;
   /** Creates an app (5.00 USD) and returns its id and raw key. */
   newApp(
     name?: string,
@@ -90,7 +93,7 @@ export async function startService(options: {
   );
   const kv = await Deno.openKv(options.kvPath ?? ":memory:");
   const logs: Record<string, unknown>[] = [];
-  const { app, wallets } = createApp({
+  const { app, wallets, startDraining } = createApp({
     kv,
     config,
     catalog,
@@ -106,6 +109,7 @@ export async function startService(options: {
     logs,
     handle,
     wallets,
+    startDraining,
     async newApp(name = "test app") {
       const created = await createAppRecord(kv, { name });
       return {
@@ -115,13 +119,13 @@ export async function startService(options: {
         topUpToken: created.app.topUpToken,
       };
     },
-    chat(apiKey, body, init = {}) {
+    async chat(apiKey, body, init = {}) {
       const headers: Record<string, string> = {
         "content-type": "application/json",
         ...init.headers,
       };
       if (apiKey) headers.authorization = `Bearer ${apiKey}`;
-      return handle(
+      const res = await handle(
         new Request(`${PUBLIC_URL}/v1/chat/completions`, {
           method: "POST",
           headers,
@@ -129,6 +133,10 @@ export async function startService(options: {
           signal: init.signal,
         }),
       );
+      // Every response of the suite is held to the published OpenAPI document (a stream's body
+      // is checked in openapi_test.ts, since reading a clone would keep it running).
+      await assertMatchesOpenApi(res);
+      return res;
     },
     async wallet(appId) {
       const entry = await kv.get<WalletRecord>(keys.wallet(appId));

@@ -33,25 +33,40 @@ export function chatCompletions(
     c.header("Content-Type", "text/event-stream; charset=utf-8");
     c.header("Cache-Control", "no-cache");
     c.header("X-Accel-Buffering", "no");
-    return c.body(sseBody(outcome, options.docsBaseUrl));
+    return c.body(sseBody(outcome, options.docsBaseUrl, (errorCode) => {
+      if (errorCode) trace.errorCode = errorCode;
+      c.get("finishRequest")();
+    }));
   };
 }
 
-function sseBody(outcome: StreamOutcome, docsBaseUrl: string): ReadableStream<Uint8Array> {
-  let failed = false;
+/** `onEnd` runs once the stream is settled: at its end, on an error, or when the client goes away. */
+function sseBody(
+  outcome: StreamOutcome,
+  docsBaseUrl: string,
+  onEnd: (errorCode?: string) => void,
+): ReadableStream<Uint8Array> {
+  let failed: string | undefined;
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
-      const next = await outcome.events.next();
+      let next;
+      try {
+        next = await outcome.events.next();
+      } catch (error) {
+        onEnd("internal_error");
+        throw error;
+      }
       if (next.done) {
         if (!failed) controller.enqueue(encodeSseData("[DONE]"));
         controller.close();
+        onEnd(failed);
         return;
       }
       const event = next.value;
       if (event.type === "chunk") {
         controller.enqueue(encodeSseData(JSON.stringify(event.chunk)));
       } else {
-        failed = true;
+        failed = event.error.code;
         controller.enqueue(
           encodeSseData(
             JSON.stringify(errorBody(event.error.code, event.error.message, docsBaseUrl)),
@@ -59,8 +74,12 @@ function sseBody(outcome: StreamOutcome, docsBaseUrl: string): ReadableStream<Ui
         );
       }
     },
-    cancel() {
-      return outcome.cancel();
+    async cancel() {
+      try {
+        await outcome.cancel();
+      } finally {
+        onEnd();
+      }
     },
   });
 }

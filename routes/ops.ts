@@ -1,0 +1,83 @@
+import type { Context } from "hono";
+import type { Catalog } from "../lib/catalog.ts";
+import { keys } from "../lib/db.ts";
+import { PROMETHEUS_CONTENT_TYPE } from "../lib/metrics.ts";
+import type { ServiceMetrics } from "../lib/service_metrics.ts";
+import type { Env } from "./middleware.ts";
+
+const KV_PROBE_TIMEOUT_MS = 2_000;
+
+/** GET /healthz: the process is up and serving HTTP. Nothing else is checked. */
+export function healthz(c: Context<Env>) {
+  c.header("Cache-Control", "no-store");
+  return c.json({ status: "ok" });
+}
+
+/**
+ * GET /readyz: this instance should receive traffic: KV answers a strong read, the catalog has
+ * models, and the process is not shutting down (a draining instance answers 503 so that the load
+ * balancer stops sending to it).
+ */
+export function readyz(deps: { kv: Deno.Kv; catalog: Catalog; draining: () => boolean }) {
+  return async (c: Context<Env>) => {
+    c.header("Cache-Control", "no-store");
+    const checks = {
+      kv: await probeKv(deps.kv),
+      catalog: deps.catalog.models.length > 0 ? "ok" : "no models loaded",
+      shutdown: deps.draining() ? "draining" : "ok",
+    };
+    const ready = Object.values(checks).every((v) => v === "ok");
+    return c.json({ status: ready ? "ready" : "not_ready", checks }, ready ? 200 : 503);
+  };
+}
+
+async function probeKv(kv: Deno.Kv): Promise<string> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const timeout = new Promise<string>((resolve) => {
+      timer = setTimeout(
+        () => resolve(`no answer in ${KV_PROBE_TIMEOUT_MS} ms`),
+        KV_PROBE_TIMEOUT_MS,
+      );
+    });
+    return await Promise.race([
+      kv.get(keys.readinessProbe()).then(() => "ok"),
+      timeout,
+    ]);
+  } catch (error) {
+    return `error: ${(error as Error)?.message ?? error}`;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * GET /metrics: Prometheus text format, for operators only. Without METRICS_TOKEN the endpoint does
+ * not exist (404, so a deployment that forgot the token exposes nothing); with it, a request without
+ * `Authorization: Bearer <METRICS_TOKEN>` gets 401.
+ */
+export function metricsEndpoint(
+  deps: { kv: Deno.Kv; metrics: ServiceMetrics; token: string | undefined },
+) {
+  return async (c: Context<Env>) => {
+    if (!deps.token) return c.notFound();
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
+    if (!match || !(await constantTimeEqual(match[1], deps.token))) {
+      c.header("WWW-Authenticate", 'Bearer realm="metrics"');
+      return c.text("Unauthorized: send Authorization: Bearer <METRICS_TOKEN>.\n", 401);
+    }
+    c.header("Cache-Control", "no-store");
+    c.header("Content-Type", PROMETHEUS_CONTENT_TYPE);
+    return c.body(await deps.metrics.scrape(deps.kv));
+  };
+}
+
+/** Compares digests, so neither the time taken nor an early exit depends on where they differ. */
+async function constantTimeEqual(given: string, expected: string): Promise<boolean> {
+  const digest = async (s: string) =>
+    new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(s)));
+  const [a, b] = await Promise.all([digest(given), digest(expected)]);
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a[i] ^ b[i];
+  return diff === 0;
+}

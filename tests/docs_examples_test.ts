@@ -1,0 +1,157 @@
+/**
+ * Runs the examples shown on /docs, file for file, against a running service: with a funded app
+ * they print the answer, the cost and the balance; with a wallet that cannot cover the request
+ * they print the app's top-up page.
+ */
+import assert from "node:assert/strict";
+import { formatUsd } from "../lib/money.ts";
+import {
+  assertAuditClean,
+  PUBLIC_URL,
+  serveLoopback,
+  startService,
+  type TestService,
+} from "./helpers.ts";
+
+const ROOT = new URL("../", import.meta.url).pathname;
+const EXAMPLES = `${ROOT}docs/examples/`;
+/** The Python example runs when an interpreter with the `openai` package is given or on PATH. */
+const PYTHON = Deno.env.get("TOLLBOOTH_TEST_PYTHON") ?? "python3";
+
+interface Ctx {
+  s: TestService;
+  url: string;
+  appId: string;
+  apiKey: string;
+  topUpToken: string;
+}
+
+async function withRunningService(fn: (ctx: Ctx) => Promise<void>) {
+  const s = await startService();
+  const server = serveLoopback(s.handle);
+  try {
+    const { appId, apiKey, topUpToken } = await s.newApp();
+    await fn({ s, url: server.url, appId, apiKey, topUpToken });
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+  }
+}
+
+async function run(command: string, file: string, ctx: Ctx): Promise<string> {
+  const out = await new Deno.Command(command, {
+    args: [`${EXAMPLES}${file}`],
+    cwd: ROOT,
+    env: { TOLLBOOTH_URL: ctx.url, TOLLBOOTH_API_KEY: ctx.apiKey },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stdout = new TextDecoder().decode(out.stdout);
+  const stderr = new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 0, `${command} ${file} failed:\n${stdout}\n${stderr}`);
+  return stdout;
+}
+
+/** Holds all but 10 micro-USD of the wallet, so the next request cannot be covered. */
+async function withEmptyWallet(ctx: Ctx, fn: () => Promise<void>) {
+  const hold = await ctx.s.wallets.reserve(ctx.appId, {
+    amount: (await ctx.s.wallet(ctx.appId)).available - 10,
+    keyId: "key_docs",
+    requestId: "req_docs_hold",
+    model: "tollbooth/echo",
+  });
+  assert.ok(hold.ok);
+  try {
+    await fn();
+  } finally {
+    await ctx.s.wallets.release(ctx.appId, hold.reservation.id);
+  }
+}
+
+async function assertPaidAnswer(ctx: Ctx, output: string, answer: string) {
+  assert.match(output, new RegExp(`^answer: ${answer}$`, "m"));
+  const cost = /^cost: (\d+\.\d{6}) USD$/m.exec(output);
+  assert.ok(cost, `a cost line in:\n${output}`);
+  assert.notEqual(cost[1], "0.000000");
+  const wallet = await ctx.s.wallet(ctx.appId);
+  const balance = /^balance(?: before settling)?: (\d+\.\d{6}) USD$/m.exec(output);
+  assert.ok(balance, `a balance line in:\n${output}`);
+  return { cost: cost[1], balance: balance[1], wallet };
+}
+
+function assertTopUp(ctx: Ctx, output: string) {
+  assert.equal(
+    output.trim(),
+    `top up at: ${PUBLIC_URL}/top-up/${ctx.topUpToken} (balance 0.000010 USD)`,
+  );
+}
+
+Deno.test("docs example: the openai npm package reads cost and balance, and handles 402", () =>
+  withRunningService(async (ctx) => {
+    const output = await run("node", "openai.mjs", ctx);
+    const { balance, wallet } = await assertPaidAnswer(
+      ctx,
+      output,
+      "Hello from the openai package",
+    );
+    assert.equal(balance, formatUsd(wallet.available));
+    await withEmptyWallet(ctx, async () => assertTopUp(ctx, await run("node", "openai.mjs", ctx)));
+  }));
+
+Deno.test("docs example: an openai npm stream prints the cost from its usage chunk, and handles 402", () =>
+  withRunningService(async (ctx) => {
+    const output = await run("node", "openai-stream.mjs", ctx);
+    const { cost, wallet } = await assertPaidAnswer(ctx, output, "Hello from a stream");
+    assert.equal(formatUsd(wallet.spent), cost);
+    await withEmptyWallet(
+      ctx,
+      async () => assertTopUp(ctx, await run("node", "openai-stream.mjs", ctx)),
+    );
+  }));
+
+Deno.test("docs example: the Vercel AI SDK reads cost and balance, and handles 402", () =>
+  withRunningService(async (ctx) => {
+    const output = await run("node", "ai-sdk.mjs", ctx);
+    const { balance, wallet } = await assertPaidAnswer(ctx, output, "Hello from the AI SDK");
+    assert.equal(balance, formatUsd(wallet.available));
+    await withEmptyWallet(ctx, async () => assertTopUp(ctx, await run("node", "ai-sdk.mjs", ctx)));
+  }));
+
+Deno.test("docs example: curl shows the money headers, and the 402 body's top_up_url", () =>
+  withRunningService(async (ctx) => {
+    const output = await run("sh", "curl.sh", ctx);
+    assert.match(output, /^HTTP\/1\.1 200/);
+    const wallet = await ctx.s.wallet(ctx.appId);
+    assert.match(output, new RegExp(`^tollbooth-balance: ${formatUsd(wallet.available)}\\r$`, "m"));
+    assert.match(
+      output,
+      new RegExp(`^tollbooth-request-cost: ${formatUsd(wallet.spent)}\\r$`, "m"),
+    );
+    assert.match(output, /"content":"Hello from curl"/);
+    await withEmptyWallet(ctx, async () => {
+      const refused = await run("sh", "curl.sh", ctx);
+      assert.match(refused, /^HTTP\/1\.1 402/);
+      const body = JSON.parse(refused.slice(refused.indexOf("\r\n\r\n") + 4));
+      assert.equal(body.error.top_up_url, `${PUBLIC_URL}/top-up/${ctx.topUpToken}`);
+    });
+  }));
+
+const pythonHasOpenai = await new Deno.Command(PYTHON, {
+  args: ["-c", "import openai"],
+  stdout: "null",
+  stderr: "null",
+}).output().then((o) => o.success, () => false);
+
+Deno.test({
+  name: "docs example: the Python openai package reads cost and balance, and handles 402",
+  ignore: !pythonHasOpenai,
+  fn: () =>
+    withRunningService(async (ctx) => {
+      const output = await run(PYTHON, "python-openai.py", ctx);
+      const { balance, wallet } = await assertPaidAnswer(ctx, output, "Hello from Python");
+      assert.equal(balance, formatUsd(wallet.available));
+      await withEmptyWallet(ctx, async () =>
+        assertTopUp(ctx, await run(PYTHON, "python-openai.py", ctx)));
+    }),
+});

@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { formatUsd, parsePricePerMTok, tokensCost } from "../lib/money.ts";
+import { RATE_LIMIT_HEADERS } from "../lib/openapi.ts";
+import { DOCS_PAGES } from "../components/DocsLayout.tsx";
+import { EXAMPLE_FILES } from "../routes/docs/examples.ts";
+import { PUBLIC_URL, startService, type TestService } from "./helpers.ts";
+
+async function withService(fn: (s: TestService) => Promise<void>) {
+  const s = await startService({ env: { RATE_LIMIT_RPM: "321", RATE_LIMIT_TPM: "54321" } });
+  try {
+    await fn(s);
+  } finally {
+    await s.close();
+  }
+}
+
+async function page(s: TestService, path: string) {
+  const res = await s.handle(new Request(`${PUBLIC_URL}${path}`));
+  assert.equal(res.status, 200, path);
+  assert.match(res.headers.get("content-type")!, /^text\/html/);
+  return await res.text();
+}
+
+const unescape = (html: string) =>
+  html.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&quot;/g, '"').replace(/&#39;/g, "'")
+    .replace(/&amp;/g, "&");
+
+const codeBlocks = (html: string) =>
+  [...html.matchAll(/<pre><code>([\s\S]*?)<\/code><\/pre>/g)].map((m) => unescape(m[1]));
+
+Deno.test("every docs page is served in the site's layout with the docs navigation", () =>
+  withService(async (s) => {
+    for (
+      const { href } of DOCS_PAGES.filter((p) => p.href.startsWith("/docs/") || p.href === "/docs")
+    ) {
+      const html = await page(s, href);
+      assert.match(html, /class="site-header"/, href);
+      assert.match(html, /href="\/static\/styles.css"/, href);
+      if (href !== "/docs/errors") {
+        assert.match(html, new RegExp(`href="${href}" aria-current="page"`), href);
+        for (const other of DOCS_PAGES) assert.ok(html.includes(`href="${other.href}"`), href);
+      }
+    }
+  }));
+
+Deno.test("the quick start shows each example file exactly as the tests run it", () =>
+  withService(async (s) => {
+    const blocks = codeBlocks(await page(s, "/docs"));
+    for (const file of Object.values(EXAMPLE_FILES)) {
+      const source = await Deno.readTextFile(new URL(`../docs/examples/${file}`, import.meta.url));
+      assert.ok(blocks.includes(source), `${file} is on the page verbatim`);
+      assert.match(source, /tollbooth-balance|Tollbooth-Balance|-i /, `${file} shows the balance`);
+      assert.match(source, /top_up_url|-i /, `${file} handles 402`);
+    }
+  }));
+
+Deno.test("every link of the docs leads to a page or a section that exists", () =>
+  withService(async (s) => {
+    const errorsHtml = await page(s, "/docs/errors");
+    const pages = [
+      "/docs",
+      "/docs/billing",
+      "/docs/rate-limits",
+      "/docs/versioning",
+      "/docs/operations",
+    ];
+    for (const path of pages) {
+      const html = await page(s, path);
+      for (const [, href] of html.matchAll(/href="(\/[^"]*)"/g)) {
+        const [target, anchor] = href.split("#");
+        const res = await s.handle(new Request(`${PUBLIC_URL}${target}`));
+        assert.equal(res.status, 200, `${path} links to ${href}`);
+        const text = await res.text();
+        if (anchor) {
+          const source = target === "/docs/errors" ? errorsHtml : text;
+          assert.ok(source.includes(`id="${anchor}"`), `${path} links to ${href}`);
+        }
+      }
+    }
+  }));
+
+Deno.test("the billing page's worked example is computed by the rounding rule itself", () =>
+  withService(async (s) => {
+    const html = await page(s, "/docs/billing");
+    const input = parsePricePerMTok("0.15");
+    const output = parsePricePerMTok("0.60");
+    const cost = tokensCost(1234, 567, input, output);
+    assert.equal(formatUsd(cost), "0.000526", "525.3 µUSD rounds up once to 526");
+    assert.ok(html.includes(`<code>${formatUsd(cost)}</code>`));
+    assert.ok(html.includes(`<code>${formatUsd(tokensCost(1234, 1000, input, output))}</code>`));
+    assert.match(html, /rounded\s+<strong>up, once<\/strong>/);
+  }));
+
+Deno.test("the rate-limit page names every x-ratelimit header and this deployment's limits", () =>
+  withService(async (s) => {
+    const html = await page(s, "/docs/rate-limits");
+    for (const name of Object.keys(RATE_LIMIT_HEADERS)) assert.ok(html.includes(name), name);
+    assert.ok(html.includes("321 requests") && html.includes("54,321 tokens"));
+    assert.ok(html.includes("Retry-After"));
+  }));
+
+Deno.test("the versioning page states the current version and the header", () =>
+  withService(async (s) => {
+    const html = await page(s, "/docs/versioning");
+    assert.ok(html.includes("2026-07-29"));
+    assert.ok(html.includes("Tollbooth-Version"));
+  }));
