@@ -14,9 +14,12 @@ import {
   requireApiKey,
   requireSupportedVersion,
 } from "./routes/middleware.ts";
+import { accountRoutes } from "./routes/accounts.tsx";
+import { dashboardRoutes } from "./routes/dashboard/index.ts";
 import { homePage } from "./routes/pages/home.tsx";
 import { modelsPage } from "./routes/pages/models.tsx";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
+import { serverErrorPage } from "./routes/pages/server_error.tsx";
 import { serveStatic } from "./routes/static.ts";
 import { chatCompletions } from "./routes/v1/chat/completions.ts";
 
@@ -50,7 +53,7 @@ export function createApp(deps: AppDeps) {
 
   const app = new Hono<Env>();
   app.use("*", requestContext(log));
-  app.onError(errorHandler(log, docsBaseUrl));
+  app.onError(errorHandler(log, docsBaseUrl, serverErrorPage));
 
   app.post(
     "/v1/chat/completions",
@@ -65,6 +68,8 @@ export function createApp(deps: AppDeps) {
   app.get("/", (c) => c.html(homePage(config.publicUrl)));
   app.get("/models", (c) => c.html(modelsPage(catalog)));
   app.get("/docs/errors", (c) => c.html(errorsPage()));
+  app.route("/", accountRoutes({ kv, publicUrl: config.publicUrl }));
+  app.route("/dashboard", dashboardRoutes({ kv, publicUrl: config.publicUrl }));
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 

@@ -1,8 +1,12 @@
 import CopyButton from "./CopyButton.tsx";
+import NewKeyForm from "./NewKeyForm.tsx";
+import SpendChart from "./SpendChart.tsx";
 
 /** Every island, by the name pages use; the browser bundle hydrates from this same table. */
 export const ISLANDS = {
   CopyButton,
+  NewKeyForm,
+  SpendChart,
 };
 
 export type IslandName = keyof typeof ISLANDS;

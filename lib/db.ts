@@ -7,6 +7,7 @@ import type { Micros } from "./money.ts";
 export const keys = {
   app: (appId: string) => ["apps", appId] as const,
   appsByOwner: (ownerId: string, appId: string) => ["apps_by_owner", ownerId, appId] as const,
+  ownerApps: (ownerId: string) => ["apps_by_owner", ownerId] as const,
   appByTopUpToken: (token: string) => ["apps_by_top_up_token", token] as const,
 
   wallet: (appId: string) => ["wallets", appId] as const,
@@ -37,6 +38,16 @@ export const keys = {
   appModelSpend: (appId: string) => ["model_spend", appId] as const,
   allWallets: () => ["wallets"] as const,
   allApps: () => ["apps"] as const,
+
+  owner: (ownerId: string) => ["owners", ownerId] as const,
+  ownerByEmail: (email: string) => ["owners_by_email", email] as const,
+  /** Sessions are stored under the SHA-256 of their id, never the id itself. */
+  session: (sessionHash: string) => ["sessions", sessionHash] as const,
+  /** One entry per failed sign-in of an email or address, grouped by fixed time window. */
+  signInFailure: (scope: "email" | "ip", subject: string, window: number, failureId: string) =>
+    ["sign_in_failures", scope, subject, window, failureId] as const,
+  signInFailures: (scope: "email" | "ip", subject: string, window: number) =>
+    ["sign_in_failures", scope, subject, window] as const,
 };
 
 export interface AppRecord {
@@ -126,4 +137,21 @@ export function emptyWallet(): WalletRecord {
 /** UTC day of a timestamp, as YYYY-MM-DD. */
 export function utcDay(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
+}
+
+export interface OwnerRecord {
+  id: string;
+  /** Normalised: trimmed and lower-cased. */
+  email: string;
+  /** `scrypt$N$r$p$salt$hash`, salt and hash in base64. */
+  passwordHash: string;
+  createdAt: number;
+}
+
+export interface SessionRecord {
+  ownerId: string;
+  /** Sent back in a hidden field by every form of the session; checked on every POST. */
+  csrfToken: string;
+  createdAt: number;
+  expiresAt: number;
 }
