@@ -161,7 +161,7 @@ export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
 
   pages.post("/signout", session, form, async (c) => {
     await stopSession(c, kv, cookie);
-    return c.redirect("/", 303);
+    return c.redirect("/signin", 303);
   });
 
   return pages;

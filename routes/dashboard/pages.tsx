@@ -326,30 +326,32 @@ export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], er
                       </td>
                       <td>{when(k.createdAt)}</td>
                       <td>{when(k.lastUsedAt)}</td>
-                      <td class="actions">
-                        <Island
-                          name="NewKeyForm"
-                          props={{
-                            action: `${appPath(app)}/keys/${k.id}/rotate`,
-                            csrfToken: session.record.csrfToken,
-                            mode: "rotate",
-                            keyName: k.name,
-                          }}
-                        />
-                        <form
-                          method="post"
-                          action={`${appPath(app)}/keys/${k.id}/revoke`}
-                          class="inline-form"
-                        >
-                          <CsrfField session={session} />
-                          <button
-                            type="submit"
-                            class="button danger small"
-                            aria-label={`Revoke key ${k.name}`}
+                      <td>
+                        <div class="actions">
+                          <Island
+                            name="NewKeyForm"
+                            props={{
+                              action: `${appPath(app)}/keys/${k.id}/rotate`,
+                              csrfToken: session.record.csrfToken,
+                              mode: "rotate",
+                              keyName: k.name,
+                            }}
+                          />
+                          <form
+                            method="post"
+                            action={`${appPath(app)}/keys/${k.id}/revoke`}
+                            class="inline-form"
                           >
-                            Revoke
-                          </button>
-                        </form>
+                            <CsrfField session={session} />
+                            <button
+                              type="submit"
+                              class="button danger small"
+                              aria-label={`Revoke key ${k.name}`}
+                            >
+                              Revoke
+                            </button>
+                          </form>
+                        </div>
                       </td>
                     </tr>
                   ))}
