@@ -48,8 +48,8 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName }: NewKeyF
   }
 
   if (issued) {
-    return (
-      <div class="key-reveal" role="status">
+    const reveal = (
+      <div class={mode === "rotate" ? "key-reveal modal" : "key-reveal"} role="status">
         <p>
           <strong>{mode === "rotate" ? "New key for" : "New key"} “{issued.name}”.</strong>{" "}
           Copy it now: it is shown only this once and cannot be shown again.
@@ -70,6 +70,14 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName }: NewKeyF
         </button>
       </div>
     );
+    // A rotated key is revealed above the table row it came from, where there is room to read it.
+    return mode === "rotate"
+      ? (
+        <div class="overlay" role="dialog" aria-modal="true" aria-label="Rotated key">
+          {reveal}
+        </div>
+      )
+      : reveal;
   }
 
   return (

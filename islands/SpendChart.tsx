@@ -12,6 +12,7 @@ const HEIGHT = 160;
 export default function SpendChart({ days }: SpendChartProps) {
   const [active, setActive] = useState<number | null>(null);
   const max = Math.max(1, ...days.map((d) => d.micros));
+  const peak = days.find((d) => d.micros === max);
   const slot = WIDTH / Math.max(1, days.length);
   const total = days.reduce((sum, d) => sum + d.micros, 0);
   const shown = active === null ? null : days[active];
@@ -23,6 +24,8 @@ export default function SpendChart({ days }: SpendChartProps) {
         aria-label={`Daily spend over the last ${days.length} days`}
       >
         <line x1="0" x2={WIDTH} y1={HEIGHT} y2={HEIGHT} class="chart-axis" />
+        {peak && <line x1="0" x2={WIDTH} y1={8} y2={8} class="chart-axis dashed" />}
+        {peak && <text x="2" y="20" class="chart-label">{`$${peak.usd}`}</text>}
         {days.map((d, i) => {
           const h = d.micros === 0 ? 0 : Math.max(2, Math.round((d.micros / max) * (HEIGHT - 8)));
           return (

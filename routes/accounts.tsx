@@ -17,8 +17,10 @@ import { renderPage } from "./render.ts";
 import {
   checkForm,
   clientAddress,
+  formSizeLimit,
   loadSession,
   type PageEnv,
+  privatePage,
   sessionCookie,
   startSession,
   stopSession,
@@ -100,6 +102,9 @@ export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   const pages = new Hono<PageEnv>();
   const session = loadSession(kv, cookie);
   const form = checkForm(publicUrl);
+  pages.use("/signup", privatePage, formSizeLimit);
+  pages.use("/signin", privatePage, formSizeLimit);
+  pages.use("/signout", privatePage, formSizeLimit);
 
   pages.get("/signup", session, (c) => {
     if (c.get("session")) return c.redirect("/dashboard", 303);

@@ -1,5 +1,6 @@
 import { timingSafeEqual } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
+import { bodyLimit } from "hono/body-limit";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { getOwner } from "../lib/accounts.ts";
 import type { OwnerRecord, SessionRecord } from "../lib/db.ts";
@@ -111,6 +112,27 @@ export function checkForm(publicUrl: string): MiddlewareHandler<PageEnv> {
     await next();
   };
 }
+
+/** Forms are a few fields; anything larger is refused before it is parsed. */
+const MAX_FORM_BYTES = 16 * 1024;
+
+/**
+ * Account pages are never cached (they show keys and balances), never framed (no clickjacking of
+ * the revoke button) and never leak their address to other sites.
+ */
+export const privatePage: MiddlewareHandler<PageEnv> = async (c, next) => {
+  await next();
+  c.header("Cache-Control", "no-store");
+  c.header("X-Frame-Options", "DENY");
+  c.header("Content-Security-Policy", "frame-ancestors 'none'");
+  c.header("Referrer-Policy", "same-origin");
+  c.header("X-Content-Type-Options", "nosniff");
+};
+
+export const formSizeLimit = bodyLimit({
+  maxSize: MAX_FORM_BYTES,
+  onError: (c) => c.text("Form too large.", 413),
+});
 
 /** The address the client connected from, for sign-in throttling. */
 export function clientAddress(c: Context): string {

@@ -378,3 +378,43 @@ Deno.test("an error in a page gives the HTML 500 page without a stack trace", as
   assert.ok(!/at .*\.ts:\d+/.test(html) && !html.includes("Error:"));
   await s.wallets.drain();
 });
+
+Deno.test("account pages are never cached nor framed; the API is left alone", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    for (const path of ["/signin", "/dashboard"]) {
+      const res = await v.request(path);
+      await res.body?.cancel();
+      assert.equal(res.headers.get("cache-control"), "no-store", path);
+      assert.equal(res.headers.get("x-frame-options"), "DENY", path);
+    }
+    const api = await s.chat(null, {});
+    await api.body?.cancel();
+    assert.equal(api.headers.get("x-frame-options"), null);
+  }));
+
+Deno.test("renaming an app shows the new name; an empty name is refused with a message", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("old name");
+    const csrf = await v.csrf();
+    const ok = await v.post(`/dashboard/apps/${appId}/rename`, { _csrf: csrf, name: "New name" });
+    assert.equal(ok.status, 303);
+    assert.match(await v.page("/dashboard"), /New name/);
+    const bad = await v.post(`/dashboard/apps/${appId}/rename`, { _csrf: csrf, name: "   " });
+    assert.equal(bad.status, 400);
+    assert.match(await bad.text(), /1 to 100 characters/);
+    assert.match(await v.page(`/dashboard/apps/${appId}`), /New name/);
+  }));
+
+Deno.test("a usage cursor that is not ours starts again from the newest page", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const res = await v.request(`/dashboard/apps/${appId}/usage?cursor=garbage!`);
+    assert.equal(res.status, 303);
+    assert.equal(res.headers.get("location"), `/dashboard/apps/${appId}/usage`);
+  }));

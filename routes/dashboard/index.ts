@@ -12,7 +12,15 @@ import type { ApiKeyRecord, AppRecord } from "../../lib/db.ts";
 import { issueKey, listAppKeys, NotFoundError, revokeKey, rotateKey } from "../../lib/keys.ts";
 import { dailySpend, listUsage, spendByModel, walletActivity } from "../../lib/usage.ts";
 import { notFoundPage } from "../pages/not_found.tsx";
-import { checkForm, loadSession, type PageEnv, requireOwner, sessionCookie } from "../session.ts";
+import {
+  checkForm,
+  formSizeLimit,
+  loadSession,
+  type PageEnv,
+  privatePage,
+  requireOwner,
+  sessionCookie,
+} from "../session.ts";
 import {
   appsPage,
   keyIssuedPage,
@@ -53,11 +61,14 @@ async function keyNames(kv: Deno.Kv, appId: string) {
 export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   const { kv, publicUrl } = deps;
   const r = new Hono<PageEnv>();
-  r.use("*", loadSession(kv, sessionCookie(publicUrl)), checkForm(publicUrl), requireOwner);
-  r.use("*", async (c, next) => {
-    await next();
-    c.header("Cache-Control", "no-store");
-  });
+  r.use(
+    "*",
+    privatePage,
+    formSizeLimit,
+    loadSession(kv, sessionCookie(publicUrl)),
+    checkForm(publicUrl),
+    requireOwner,
+  );
 
   const session = (c: Context<PageEnv>) => c.get("session")!;
   const notFound = (c: Context<PageEnv>) => c.html(notFoundPage(), 404);

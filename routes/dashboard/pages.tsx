@@ -20,6 +20,11 @@ function when(ms: number | null): string {
   return new Date(ms).toISOString().slice(0, 16).replace("T", " ") + " UTC";
 }
 
+function When({ ms }: { ms: number | null }) {
+  if (ms === null) return <span class="muted">never</span>;
+  return <time datetime={new Date(ms).toISOString()} class="nowrap">{when(ms)}</time>;
+}
+
 const appPath = (app: AppRecord) => `/dashboard/apps/${app.id}`;
 
 function Page(
@@ -120,7 +125,9 @@ export function appsPage(
                     </td>
                     <td class="num">{usd(wallet.available)}</td>
                     <td class="num">{usd(wallet.reserved)}</td>
-                    <td>{when(app.createdAt)}</td>
+                    <td>
+                      <When ms={app.createdAt} />
+                    </td>
                   </tr>
                 ))}
               </tbody>
@@ -324,8 +331,12 @@ export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], er
                       <td>
                         <code>{k.prefix}…</code>
                       </td>
-                      <td>{when(k.createdAt)}</td>
-                      <td>{when(k.lastUsedAt)}</td>
+                      <td>
+                        <When ms={k.createdAt} />
+                      </td>
+                      <td>
+                        <When ms={k.lastUsedAt} />
+                      </td>
                       <td>
                         <div class="actions">
                           <Island
@@ -381,9 +392,15 @@ export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], er
                     <td>
                       <code>{k.prefix}…</code>
                     </td>
-                    <td>{when(k.createdAt)}</td>
-                    <td>{when(k.lastUsedAt)}</td>
-                    <td>{when(k.revokedAt)}</td>
+                    <td>
+                      <When ms={k.createdAt} />
+                    </td>
+                    <td>
+                      <When ms={k.lastUsedAt} />
+                    </td>
+                    <td>
+                      <When ms={k.revokedAt} />
+                    </td>
                   </tr>
                 ))}
               </tbody>
@@ -437,7 +454,9 @@ export function usagePage(
               <tbody>
                 {page.records.map((u) => (
                   <tr>
-                    <td>{when(u.createdAt)}</td>
+                    <td>
+                      <When ms={u.createdAt} />
+                    </td>
                     <td>{keyNames.get(u.keyId) ?? u.keyId}</td>
                     <td>
                       <code>{u.model}</code>
@@ -513,7 +532,9 @@ export function walletPage(
                 a.kind === "credit"
                   ? (
                     <tr>
-                      <td>{when(a.at)}</td>
+                      <td>
+                        <When ms={a.at} />
+                      </td>
                       <td>
                         {CREDIT_LABELS[a.entry.kind]}
                         {a.entry.reason !== CREDIT_LABELS[a.entry.kind] && (
@@ -525,7 +546,9 @@ export function walletPage(
                   )
                   : (
                     <tr>
-                      <td>{when(a.at)}</td>
+                      <td>
+                        <When ms={a.at} />
+                      </td>
                       <td>
                         Request <code class="small">{a.usage.requestId}</code> ·{" "}
                         <code>{a.usage.model}</code> · key{" "}

@@ -138,8 +138,24 @@ Deno.test({
       await shot(page, "wallet");
 
       await page.getByRole("link", { name: "API keys" }).click();
-      await page.getByRole("button", { name: "Revoke key ci server" }).click();
+      page.once("dialog", (dialog) => dialog.accept());
+      await page.getByRole("button", { name: "Rotate key default" }).click();
+      const rotated = await page.getByLabel("New API key").inputValue();
+      assert.match(rotated, /^tb_[0-9a-z]{36}$/);
+      assert.equal(await page.getByText("The old key no longer works").isVisible(), true);
+      await shot(page, "key-rotated");
+      await page.getByRole("button", { name: "I have saved it" }).click();
       await page.getByRole("heading", { name: "Revoked keys" }).waitFor();
+      const fresh = await chat(base, rotated);
+      assert.equal(fresh.status, 200);
+      await fresh.body?.cancel();
+
+      await page.getByRole("button", { name: "Revoke key ci server" }).click();
+      await page.getByRole("button", { name: "Revoke key ci server" }).waitFor({
+        state: "detached",
+      });
+      const revokedRow = page.getByRole("row").filter({ hasText: "ci server" });
+      assert.equal(await revokedRow.count(), 1, "listed once, among the revoked keys");
       const refused = await chat(base, apiKey);
       assert.equal(refused.status, 401);
       assert.equal((await refused.json()).error.code, "invalid_api_key");
