@@ -43,7 +43,7 @@ export const keys = {
   ownerByEmail: (email: string) => ["owners_by_email", email] as const,
   /** Sessions are stored under the SHA-256 of their id, never the id itself. */
   session: (sessionHash: string) => ["sessions", sessionHash] as const,
-  /** One entry per failed sign-in of an email or address, grouped by fixed time window. */
+  /** One entry per sign-in attempt that has not succeeded, per email or address and time window. */
   signInFailure: (scope: "email" | "ip", subject: string, window: number, failureId: string) =>
     ["sign_in_failures", scope, subject, window, failureId] as const,
   signInFailures: (scope: "email" | "ip", subject: string, window: number) =>

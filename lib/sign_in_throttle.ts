@@ -1,8 +1,12 @@
 /**
- * Slows password guessing: failed sign-ins are counted per email and per client address in fixed
+ * Slows password guessing: sign-in attempts are counted per email and per client address in fixed
  * time windows; past the limit, sign-in for that email or address is refused until the window
- * ends, whether or not the password is right. Each failure is its own entry (no read-modify-write,
- * so concurrent guesses all count) and expires on its own once its window is over.
+ * ends, whether or not the password is right.
+ *
+ * An attempt is recorded before its password is checked and forgotten only when it succeeds, so
+ * guesses sent in parallel count too: each attempt is its own KV entry (no read-modify-write, no
+ * conflicts), and the k-th recorded attempt sees at least k entries, so at most the limit gets
+ * through per window. Entries expire on their own when their window is over.
  */
 import { keys } from "./db.ts";
 import { randomToken } from "./ids.ts";
@@ -11,11 +15,11 @@ export const THROTTLE_WINDOW_MS = 15 * 60 * 1000;
 export const MAX_FAILURES_PER_EMAIL = 5;
 export const MAX_FAILURES_PER_IP = 30;
 
-function subjects(email: string, ip: string) {
-  return [
-    { scope: "email" as const, subject: email, max: MAX_FAILURES_PER_EMAIL },
-    { scope: "ip" as const, subject: ip, max: MAX_FAILURES_PER_IP },
-  ];
+export interface SignInAttempt {
+  /** Seconds until sign-in may be tried again; 0 when this attempt may check its password. */
+  retryAfter: number;
+  /** The entries that count this attempt; removed when it succeeds. */
+  entries: Deno.KvKey[];
 }
 
 const windowOf = (now: number) => Math.floor(now / THROTTLE_WINDOW_MS);
@@ -26,41 +30,38 @@ async function countUpTo(kv: Deno.Kv, prefix: Deno.KvKey, max: number): Promise<
   return n;
 }
 
-/** Seconds until sign-in may be tried again, or 0 when it may be tried now. */
-export async function signInRetryAfter(
+export async function beginSignIn(
   kv: Deno.Kv,
   email: string,
   ip: string,
   now = Date.now(),
-): Promise<number> {
+): Promise<SignInAttempt> {
   const window = windowOf(now);
+  const subjects = [
+    { scope: "email" as const, subject: email, max: MAX_FAILURES_PER_EMAIL },
+    { scope: "ip" as const, subject: ip, max: MAX_FAILURES_PER_IP },
+  ];
+  const id = randomToken(64);
+  const expireIn = (window + 1) * THROTTLE_WINDOW_MS - now;
+  const atomic = kv.atomic();
+  const entries = subjects.map((s) => keys.signInFailure(s.scope, s.subject, window, id));
+  for (const key of entries) atomic.set(key, now, { expireIn });
+  await atomic.commit();
   const counts = await Promise.all(
-    subjects(email, ip).map(async (s) =>
-      await countUpTo(kv, keys.signInFailures(s.scope, s.subject, window), s.max) >= s.max
-    ),
+    subjects.map((s) => countUpTo(kv, keys.signInFailures(s.scope, s.subject, window), s.max + 1)),
   );
-  if (!counts.some(Boolean)) return 0;
-  return Math.ceil(((window + 1) * THROTTLE_WINDOW_MS - now) / 1000);
+  const blocked = subjects.some((s, i) => counts[i] > s.max);
+  return { retryAfter: blocked ? Math.ceil(expireIn / 1000) : 0, entries };
 }
 
-export async function recordSignInFailure(
+/** A right password clears the email's count and takes this attempt off the address's count. */
+export async function signInSucceeded(
   kv: Deno.Kv,
   email: string,
-  ip: string,
+  attempt: SignInAttempt,
   now = Date.now(),
 ): Promise<void> {
-  const window = windowOf(now);
-  const atomic = kv.atomic();
-  for (const s of subjects(email, ip)) {
-    atomic.set(keys.signInFailure(s.scope, s.subject, window, randomToken(64)), now, {
-      expireIn: (window + 1) * THROTTLE_WINDOW_MS - now,
-    });
-  }
-  await atomic.commit();
-}
-
-/** A right password clears the email's count; the address's count stays. */
-export async function clearEmailFailures(kv: Deno.Kv, email: string, now = Date.now()) {
   const prefix = keys.signInFailures("email", email, windowOf(now));
   for await (const entry of kv.list({ prefix })) await kv.delete(entry.key);
+  for (const key of attempt.entries) await kv.delete(key);
 }

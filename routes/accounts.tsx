@@ -8,11 +8,7 @@ import {
   PASSWORD_MIN,
   signUp,
 } from "../lib/accounts.ts";
-import {
-  clearEmailFailures,
-  recordSignInFailure,
-  signInRetryAfter,
-} from "../lib/sign_in_throttle.ts";
+import { beginSignIn, signInSucceeded } from "../lib/sign_in_throttle.ts";
 import { renderPage } from "./render.ts";
 import {
   checkForm,
@@ -135,8 +131,8 @@ export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
     const email = normalizeEmail(String(body.email ?? ""));
     const password = String(body.password ?? "");
     const next = safeNext(c.req.query("next"));
-    const ip = clientAddress(c);
-    const wait = await signInRetryAfter(kv, email, ip);
+    const attempt = await beginSignIn(kv, email, clientAddress(c));
+    const wait = attempt.retryAfter;
     if (wait > 0) {
       c.header("Retry-After", String(wait));
       const minutes = Math.ceil(wait / 60);
@@ -153,13 +149,12 @@ export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
     }
     const owner = await checkCredentials(kv, { email, password });
     if (!owner) {
-      await recordSignInFailure(kv, email, ip);
       return c.html(
         accountPage("signin", { email, next, error: "Wrong email or password." }),
         401,
       );
     }
-    await clearEmailFailures(kv, email);
+    await signInSucceeded(kv, email, attempt);
     await startSession(c, kv, cookie, owner.id);
     return c.redirect(next, 303);
   });

@@ -10,10 +10,10 @@ import { keys } from "../lib/db.ts";
 import { sha256Hex } from "../lib/keys.ts";
 import { createSession, endSession, findSession, SESSION_TTL_MS } from "../lib/sessions.ts";
 import {
+  beginSignIn,
   MAX_FAILURES_PER_EMAIL,
   MAX_FAILURES_PER_IP,
-  recordSignInFailure,
-  signInRetryAfter,
+  signInSucceeded,
   THROTTLE_WINDOW_MS,
 } from "../lib/sign_in_throttle.ts";
 
@@ -108,16 +108,37 @@ Deno.test("sign-in is throttled per email after repeated failures, until the win
   withKv(async (kv) => {
     const now = Math.floor(Date.now() / THROTTLE_WINDOW_MS) * THROTTLE_WINDOW_MS;
     for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) {
-      assert.equal(await signInRetryAfter(kv, "ada@example.com", "10.0.0.1", now), 0);
-      await recordSignInFailure(kv, "ada@example.com", "10.0.0.1", now);
+      assert.equal((await beginSignIn(kv, "ada@example.com", "10.0.0.1", now)).retryAfter, 0);
     }
-    const wait = await signInRetryAfter(kv, "ada@example.com", "10.0.0.2", now);
-    assert.equal(wait, THROTTLE_WINDOW_MS / 1000, "another address does not help");
-    assert.equal(await signInRetryAfter(kv, "bob@example.com", "10.0.0.1", now), 0);
-    assert.equal(
-      await signInRetryAfter(kv, "ada@example.com", "10.0.0.1", now + THROTTLE_WINDOW_MS),
-      0,
+    const blocked = await beginSignIn(kv, "ada@example.com", "10.0.0.2", now);
+    assert.equal(blocked.retryAfter, THROTTLE_WINDOW_MS / 1000, "another address does not help");
+    assert.equal((await beginSignIn(kv, "bob@example.com", "10.0.0.1", now)).retryAfter, 0);
+    const later = now + THROTTLE_WINDOW_MS;
+    assert.equal((await beginSignIn(kv, "ada@example.com", "10.0.0.1", later)).retryAfter, 0);
+  }));
+
+Deno.test("a successful sign-in clears the email's count", () =>
+  withKv(async (kv) => {
+    const now = Date.now();
+    for (let i = 0; i < MAX_FAILURES_PER_EMAIL - 1; i++) {
+      await beginSignIn(kv, "ada@example.com", "10.0.0.1", now);
+    }
+    const ok = await beginSignIn(kv, "ada@example.com", "10.0.0.1", now);
+    await signInSucceeded(kv, "ada@example.com", ok, now);
+    for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) {
+      assert.equal((await beginSignIn(kv, "ada@example.com", "10.0.0.1", now)).retryAfter, 0);
+    }
+  }));
+
+Deno.test("parallel guesses at one email get at most the limit through", () =>
+  withKv(async (kv) => {
+    const now = Date.now();
+    const attempts = await Promise.all(
+      Array.from({ length: 25 }, (_, i) => beginSignIn(kv, "ada@example.com", `10.1.0.${i}`, now)),
     );
+    const through = attempts.filter((a) => a.retryAfter === 0).length;
+    assert.ok(through <= MAX_FAILURES_PER_EMAIL, `${through} got through`);
+    assert.ok((await beginSignIn(kv, "ada@example.com", "10.2.0.1", now)).retryAfter > 0);
   }));
 
 Deno.test("sign-in is throttled per address across many emails", () =>
@@ -126,9 +147,9 @@ Deno.test("sign-in is throttled per address across many emails", () =>
     await Promise.all(
       Array.from(
         { length: MAX_FAILURES_PER_IP },
-        (_, i) => recordSignInFailure(kv, `user${i}@example.com`, "10.0.0.9", now),
+        (_, i) => beginSignIn(kv, `user${i}@example.com`, "10.0.0.9", now),
       ),
     );
-    assert.ok(await signInRetryAfter(kv, "fresh@example.com", "10.0.0.9", now) > 0);
-    assert.equal(await signInRetryAfter(kv, "fresh@example.com", "10.0.0.8", now), 0);
+    assert.ok((await beginSignIn(kv, "fresh@example.com", "10.0.0.9", now)).retryAfter > 0);
+    assert.equal((await beginSignIn(kv, "fresh@example.com", "10.0.0.8", now)).retryAfter, 0);
   }));
