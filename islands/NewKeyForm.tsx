@@ -38,6 +38,10 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName }: NewKeyF
       if (!response.ok) {
         throw new Error(body.error ?? `The key could not be issued (${response.status}).`);
       }
+      // A session that ended meanwhile answers with the sign-in page, not a key.
+      if (typeof body.api_key !== "string") {
+        throw new Error("Your session has ended: reload the page and sign in again.");
+      }
       setIssued({ apiKey: body.api_key, name: body.name });
       form.reset();
     } catch (e) {

@@ -282,6 +282,26 @@ Deno.test("a revoked key is refused on the very next API request", () =>
     assert.equal(chat.status, 401);
   }));
 
+Deno.test("without JavaScript, creating a key shows it once on its own page", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const res = await v.post(`/dashboard/apps/${appId}/keys`, {
+      _csrf: await v.csrf(),
+      name: "backend",
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("cache-control"), "no-store");
+    const html = await res.text();
+    assert.match(html, /Key “backend” created/);
+    assert.match(html, /shown only this once/);
+    const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(html)![1];
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    assert.equal(chat.status, 200);
+    await chat.body?.cancel();
+  }));
+
 Deno.test("key creation and rotation answer JSON for the island, the key once", () =>
   withService(async (s) => {
     const v = new Visitor(s);

@@ -132,6 +132,9 @@ Deno.test({
       assert.equal(await page.getByTestId("available").innerText(), `$${balance.toFixed(6)}`);
       await page.getByRole("img", { name: /Daily spend/ }).waitFor();
       await shot(page, "overview");
+      await page.setViewportSize({ width: 390, height: 800 });
+      await shot(page, "overview-phone");
+      await page.setViewportSize({ width: 1280, height: 720 });
 
       await page.getByRole("link", { name: "Wallet" }).click();
       await page.getByText("Starter credits").waitFor();
