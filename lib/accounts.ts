@@ -112,3 +112,10 @@ export async function checkCredentials(
 export async function getOwner(kv: Deno.Kv, ownerId: string): Promise<OwnerRecord | null> {
   return (await kv.get<OwnerRecord>(keys.owner(ownerId))).value;
 }
+
+/** The id of the owner with this email, for operators assigning an app to an account. */
+export async function ownerIdByEmail(kv: Deno.Kv, email: string): Promise<string> {
+  const ownerId = (await kv.get<string>(keys.ownerByEmail(normalizeEmail(email)))).value;
+  if (!ownerId) throw new AccountError(`no account with email ${normalizeEmail(email)}`);
+  return ownerId;
+}

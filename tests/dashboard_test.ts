@@ -5,6 +5,7 @@ import { loadConfig } from "../lib/config.ts";
 import { keys } from "../lib/db.ts";
 import { listAppKeys } from "../lib/keys.ts";
 import { MAX_FAILURES_PER_EMAIL } from "../lib/sign_in_throttle.ts";
+import { runAdmin } from "../scripts/admin.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
@@ -437,4 +438,22 @@ Deno.test("a usage cursor that is not ours starts again from the newest page", (
     const res = await v.request(`/dashboard/apps/${appId}/usage?cursor=garbage!`);
     assert.equal(res.status, 303);
     assert.equal(res.headers.get("location"), `/dashboard/apps/${appId}/usage`);
+  }));
+
+Deno.test("an app created by an operator for an owner's email shows on that owner's dashboard", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { output } = await runAdmin(
+      ["create-app", "--name", "made by ops", "--owner", "ADA@example.com"],
+      s.kv,
+      PUBLIC_URL,
+    );
+    assert.match(await v.page("/dashboard"), /made by ops/);
+    const appId = (output as { app_id: string }).app_id;
+    assert.match(await v.page(`/dashboard/apps/${appId}`), /made by ops/);
+    await assert.rejects(
+      () => runAdmin(["create-app", "--name", "x", "--owner", "nobody@example.com"], s.kv, ""),
+      /no account with email nobody@example\.com/,
+    );
   }));
