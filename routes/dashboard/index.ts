@@ -1,4 +1,4 @@
-import { type Context, Hono } from "hono";
+import { type Context, Hono, type MiddlewareHandler } from "hono";
 import {
   createApp,
   getApp,
@@ -8,7 +8,7 @@ import {
   rotateTopUpToken,
   topUpUrl,
 } from "../../lib/apps.ts";
-import type { ApiKeyRecord, AppRecord } from "../../lib/db.ts";
+import { type ApiKeyRecord, type AppRecord, keys } from "../../lib/db.ts";
 import { issueKey, listAppKeys, NotFoundError, revokeKey, rotateKey } from "../../lib/keys.ts";
 import { dailySpend, listUsage, spendByModel, walletActivity } from "../../lib/usage.ts";
 import { notFoundPage } from "../pages/not_found.tsx";
@@ -32,15 +32,23 @@ import {
 
 const USAGE_PAGE_SIZE = 50;
 
-/** The owner's app, or null: someone else's app and no app look the same (404). */
-async function ownedApp(kv: Deno.Kv, c: Context<PageEnv>): Promise<AppRecord | null> {
-  try {
-    const app = await getApp(kv, c.req.param("appId") ?? "");
-    return app.ownerId === c.get("session")!.owner.id ? app : null;
-  } catch (error) {
-    if (error instanceof NotFoundError) return null;
-    throw error;
-  }
+type DashboardEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
+
+/** Loads the app of the URL into `app`; someone else's app and no app look the same: 404. */
+function ownedApp(kv: Deno.Kv): MiddlewareHandler<DashboardEnv> {
+  return async (c, next) => {
+    let app: AppRecord | null = null;
+    try {
+      app = await getApp(kv, c.req.param("appId") ?? "");
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+    }
+    if (!app || app.ownerId !== c.get("session")!.owner.id) {
+      return c.html(notFoundPage(), 404);
+    }
+    c.set("app", app);
+    await next();
+  };
 }
 
 function wantsJson(c: Context) {
@@ -60,7 +68,7 @@ async function keyNames(kv: Deno.Kv, appId: string) {
 /** /dashboard: an owner's apps, keys, wallet and usage. Every app route checks ownership. */
 export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   const { kv, publicUrl } = deps;
-  const r = new Hono<PageEnv>();
+  const r = new Hono<DashboardEnv>();
   r.use(
     "*",
     privatePage,
@@ -69,9 +77,11 @@ export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
     checkForm(publicUrl),
     requireOwner,
   );
+  // Also matches /apps/:appId itself.
+  r.use("/apps/:appId/*", ownedApp(kv));
 
-  const session = (c: Context<PageEnv>) => c.get("session")!;
-  const notFound = (c: Context<PageEnv>) => c.html(notFoundPage(), 404);
+  const session = (c: Context<DashboardEnv>) => c.get("session")!;
+  const notFound = (c: Context<DashboardEnv>) => c.html(notFoundPage(), 404);
 
   r.get("/", async (c) => {
     return c.html(appsPage(session(c), await listOwnerApps(kv, session(c).owner.id)));
@@ -93,57 +103,46 @@ export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
     );
   });
 
-  r.get("/apps/:appId", async (c) => {
-    const app = await ownedApp(kv, c);
-    if (!app) return notFound(c);
+  async function overview(app: AppRecord) {
     const [wallet, days, models] = await Promise.all([
       getWallet(kv, app.id),
       dailySpend(kv, app.id),
       spendByModel(kv, app.id),
     ]);
-    return c.html(
-      overviewPage(session(c), { app, wallet, topUpUrl: topUpUrl(publicUrl, app), days, models }),
-    );
+    return { app, wallet, topUpUrl: topUpUrl(publicUrl, app), days, models };
+  }
+
+  r.get("/apps/:appId", async (c) => {
+    const app = c.get("app");
+    return c.html(overviewPage(session(c), await overview(app)));
   });
 
   r.post("/apps/:appId/rename", async (c) => {
-    const app = await ownedApp(kv, c);
-    if (!app) return notFound(c);
+    const app = c.get("app");
     try {
       await renameApp(kv, app.id, String((await c.req.parseBody()).name ?? ""));
     } catch (error) {
       if (!(error instanceof RangeError)) throw error;
-      const [wallet, days, models] = await Promise.all([
-        getWallet(kv, app.id),
-        dailySpend(kv, app.id),
-        spendByModel(kv, app.id),
-      ]);
-      const view = { app, wallet, topUpUrl: topUpUrl(publicUrl, app), days, models };
-      return c.html(
-        overviewPage(session(c), { ...view, error: "An app name has 1 to 100 characters." }),
-        400,
-      );
+      const message = "An app name has 1 to 100 characters.";
+      return c.html(overviewPage(session(c), { ...await overview(app), error: message }), 400);
     }
     return c.redirect(`/dashboard/apps/${app.id}`, 303);
   });
 
   r.post("/apps/:appId/top-up-link", async (c) => {
-    const app = await ownedApp(kv, c);
-    if (!app) return notFound(c);
+    const app = c.get("app");
     await rotateTopUpToken(kv, app.id);
     return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
   });
 
   r.get("/apps/:appId/keys", async (c) => {
-    const app = await ownedApp(kv, c);
-    if (!app) return notFound(c);
+    const app = c.get("app");
     const rows = (await listAppKeys(kv, app.id)).sort((a, b) => b.createdAt - a.createdAt);
     return c.html(keysPage(session(c), app, rows));
   });
 
   r.post("/apps/:appId/keys", async (c) => {
-    const app = await ownedApp(kv, c);
-    if (!app) return notFound(c);
+    const app = c.get("app");
     const name = keyNameOf((await c.req.parseBody()).name);
     if (!name) {
       const error = "A key name has 1 to 60 characters.";
@@ -156,23 +155,23 @@ export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   });
 
   /** The app's key, or null: a key id of another app is treated as unknown. */
-  async function ownedKey(c: Context<PageEnv>, app: AppRecord): Promise<ApiKeyRecord | null> {
-    const key = (await listAppKeys(kv, app.id)).find((k) => k.id === c.req.param("keyId"));
-    return key ?? null;
+  async function ownedKey(c: Context<DashboardEnv>, app: AppRecord): Promise<ApiKeyRecord | null> {
+    const key = (await kv.get<ApiKeyRecord>(keys.apiKey(c.req.param("keyId") ?? ""))).value;
+    return key?.appId === app.id ? key : null;
   }
 
   r.post("/apps/:appId/keys/:keyId/revoke", async (c) => {
-    const app = await ownedApp(kv, c);
-    const key = app && await ownedKey(c, app);
-    if (!app || !key) return notFound(c);
+    const app = c.get("app");
+    const key = await ownedKey(c, app);
+    if (!key) return notFound(c);
     await revokeKey(kv, key.id);
     return c.redirect(`/dashboard/apps/${app.id}/keys`, 303);
   });
 
   r.post("/apps/:appId/keys/:keyId/rotate", async (c) => {
-    const app = await ownedApp(kv, c);
-    const key = app && await ownedKey(c, app);
-    if (!app || !key) return notFound(c);
+    const app = c.get("app");
+    const key = await ownedKey(c, app);
+    if (!key) return notFound(c);
     if (key.revokedAt !== null) {
       const error = "This key is already revoked; create a new one instead.";
       if (wantsJson(c)) return c.json({ error }, 409);
@@ -186,8 +185,7 @@ export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   });
 
   r.get("/apps/:appId/usage", async (c) => {
-    const app = await ownedApp(kv, c);
-    if (!app) return notFound(c);
+    const app = c.get("app");
     const cursor = c.req.query("cursor") ?? "";
     let page;
     try {
@@ -200,8 +198,7 @@ export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   });
 
   r.get("/apps/:appId/wallet", async (c) => {
-    const app = await ownedApp(kv, c);
-    if (!app) return notFound(c);
+    const app = c.get("app");
     const [wallet, activity, names] = await Promise.all([
       getWallet(kv, app.id),
       walletActivity(kv, app.id),
