@@ -151,6 +151,7 @@ Deno.test({
       await page.getByRole("heading", { name: "Revoked keys" }).waitFor();
       const fresh = await chat(base, rotated);
       assert.equal(fresh.status, 200);
+      const balanceAfter = fresh.headers.get("tollbooth-balance")!;
       await fresh.body?.cancel();
 
       await page.getByRole("button", { name: "Revoke key ci server" }).click();
@@ -163,8 +164,14 @@ Deno.test({
       assert.equal(refused.status, 401);
       assert.equal((await refused.json()).error.code, "invalid_api_key");
 
+      await page.getByRole("link", { name: "Apps" }).click();
+      const appRow = page.getByRole("row").filter({ hasText: "Recipe bot" });
+      assert.ok((await appRow.innerText()).includes(`$${balanceAfter}`));
+      await shot(page, "apps");
+
       await page.getByRole("button", { name: "Sign out" }).click();
       await page.getByRole("heading", { name: "Sign in" }).waitFor();
+      await shot(page, "signin");
       assert.equal(await page.getByRole("button", { name: "Sign out" }).count(), 0);
       await page.goto(`${base}/dashboard`);
       await page.getByRole("heading", { name: "Sign in" }).waitFor();
