@@ -28,11 +28,14 @@ import {
   requireApiKey,
   requireSupportedVersion,
 } from "./routes/middleware.ts";
+import { accountRoutes } from "./routes/accounts.tsx";
+import { dashboardRoutes } from "./routes/dashboard/index.ts";
 import { homePage } from "./routes/pages/home.tsx";
 import { modelsPage } from "./routes/pages/models.tsx";
 import { healthz, metricsEndpoint, readyz } from "./routes/ops.ts";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
+import { serverErrorPage } from "./routes/pages/server_error.tsx";
 import { serveStatic } from "./routes/static.ts";
 import { topUpRoutes } from "./routes/top_up.tsx";
 import { chatCompletions } from "./routes/v1/chat/completions.ts";
@@ -86,7 +89,7 @@ export function createApp(deps: AppDeps) {
 
   const app = new Hono<Env>();
   app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
-  app.onError(errorHandler(log, docsBaseUrl));
+  app.onError(errorHandler(log, docsBaseUrl, serverErrorPage));
 
   app.post(
     "/v1/chat/completions",
@@ -135,6 +138,8 @@ export function createApp(deps: AppDeps) {
   app.get("/healthz", healthz);
   app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
   app.get("/metrics", metricsEndpoint({ kv, metrics, token: config.metricsToken }));
+  app.route("/", accountRoutes({ kv, publicUrl: config.publicUrl }));
+  app.route("/dashboard", dashboardRoutes({ kv, publicUrl: config.publicUrl }));
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 

@@ -3,7 +3,7 @@ import type { ComponentChildren } from "preact";
 export interface LayoutProps {
   title: string;
   children: ComponentChildren;
-  /** Extra content for the header's right side (account links). */
+  /** Extra content for the header's right side (account links); a dashboard link by default. */
   nav?: ComponentChildren;
   /** Pages with islands load the client bundle; the others ship no JavaScript. */
   islands?: boolean;
@@ -26,7 +26,7 @@ export function Layout({ title, children, nav, islands }: LayoutProps) {
             <a href="/models">Models</a>
             <a href="/docs">Docs</a>
             <a href="/docs/errors">Errors</a>
-            {nav}
+            {nav ?? <a href="/dashboard">Dashboard</a>}
           </nav>
         </header>
         <main>{children}</main>

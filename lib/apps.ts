@@ -73,3 +73,66 @@ export async function getWallet(kv: Deno.Kv, appId: string): Promise<WalletRecor
 export function topUpUrl(publicUrl: string, app: AppRecord): string {
   return `${publicUrl}/top-up/${app.topUpToken}`;
 }
+
+function validName(name: string): string {
+  const trimmed = name.trim();
+  if (trimmed.length === 0 || trimmed.length > 100) {
+    throw new RangeError("an app name has 1 to 100 characters");
+  }
+  return trimmed;
+}
+
+export async function renameApp(kv: Deno.Kv, appId: string, name: string): Promise<AppRecord> {
+  const newName = validName(name);
+  for (;;) {
+    const entry = await kv.get<AppRecord>(keys.app(appId));
+    if (!entry.value) throw new NotFoundError(`no app ${appId}`);
+    const app = { ...entry.value, name: newName };
+    if ((await kv.atomic().check(entry).set(keys.app(appId), app).commit()).ok) return app;
+  }
+}
+
+/**
+ * Gives the app a new top-up page address and retires the old one in the same commit, for when the
+ * old address leaked.
+ */
+export async function rotateTopUpToken(kv: Deno.Kv, appId: string): Promise<AppRecord> {
+  for (;;) {
+    const entry = await kv.get<AppRecord>(keys.app(appId));
+    if (!entry.value) throw new NotFoundError(`no app ${appId}`);
+    const app = { ...entry.value, topUpToken: randomToken(160) };
+    const result = await kv.atomic()
+      .check(entry)
+      .check({ key: keys.appByTopUpToken(app.topUpToken), versionstamp: null })
+      .delete(keys.appByTopUpToken(entry.value.topUpToken))
+      .set(keys.appByTopUpToken(app.topUpToken), app.id)
+      .set(keys.app(appId), app)
+      .commit();
+    if (result.ok) return app;
+  }
+}
+
+/** An owner's apps with their wallets, newest first. */
+export async function listOwnerApps(
+  kv: Deno.Kv,
+  ownerId: string,
+): Promise<{ app: AppRecord; wallet: WalletRecord }[]> {
+  const ids: string[] = [];
+  for await (const entry of kv.list({ prefix: keys.ownerApps(ownerId) })) {
+    ids.push(String(entry.key[2]));
+  }
+  ids.reverse();
+  const out: { app: AppRecord; wallet: WalletRecord }[] = [];
+  for (let i = 0; i < ids.length; i += 5) {
+    const chunk = ids.slice(i, i + 5);
+    const entries = await kv.getMany<unknown[]>(
+      chunk.flatMap((id) => [keys.app(id), keys.wallet(id)]),
+    );
+    chunk.forEach((_, j) => {
+      const app = entries[2 * j].value as AppRecord | null;
+      const wallet = entries[2 * j + 1].value as WalletRecord | null;
+      if (app && wallet) out.push({ app, wallet });
+    });
+  }
+  return out;
+}

@@ -7,6 +7,7 @@ import type { Micros } from "./money.ts";
 export const keys = {
   app: (appId: string) => ["apps", appId] as const,
   appsByOwner: (ownerId: string, appId: string) => ["apps_by_owner", ownerId, appId] as const,
+  ownerApps: (ownerId: string) => ["apps_by_owner", ownerId] as const,
   appByTopUpToken: (token: string) => ["apps_by_top_up_token", token] as const,
 
   wallet: (appId: string) => ["wallets", appId] as const,
@@ -46,6 +47,15 @@ export const keys = {
   rateLimitOverrides: (appId: string) => ["rate_limit_overrides", appId] as const,
   /** Read (never written) by /readyz to prove KV answers. */
   readinessProbe: () => ["readiness_probe"] as const,
+  owner: (ownerId: string) => ["owners", ownerId] as const,
+  ownerByEmail: (email: string) => ["owners_by_email", email] as const,
+  /** Sessions are stored under the SHA-256 of their id, never the id itself. */
+  session: (sessionHash: string) => ["sessions", sessionHash] as const,
+  /** One entry per sign-in attempt that has not succeeded, per email or address and time window. */
+  signInFailure: (scope: "email" | "ip", subject: string, window: number, failureId: string) =>
+    ["sign_in_failures", scope, subject, window, failureId] as const,
+  signInFailures: (scope: "email" | "ip", subject: string, window: number) =>
+    ["sign_in_failures", scope, subject, window] as const,
 };
 
 export interface AppRecord {
@@ -183,4 +193,21 @@ export interface RateWindowsRecord {
   app: RateWindow | null;
   /** Only keys with limits of their own and a non-empty window; others are pruned at each write. */
   keys: Record<string, RateWindow>;
+}
+
+export interface OwnerRecord {
+  id: string;
+  /** Normalised: trimmed and lower-cased. */
+  email: string;
+  /** `scrypt$N$r$p$salt$hash`, salt and hash in base64. */
+  passwordHash: string;
+  createdAt: number;
+}
+
+export interface SessionRecord {
+  ownerId: string;
+  /** Sent back in a hidden field by every form of the session; checked on every POST. */
+  csrfToken: string;
+  createdAt: number;
+  expiresAt: number;
 }

@@ -57,8 +57,15 @@ export function apiErrorResponse(c: Context<Env>, error: ApiError, docsBaseUrl: 
   return c.json(error.body(docsBaseUrl), error.status as 400);
 }
 
-/** Unexpected exceptions become a 500 in the same shape, logged with the request id. */
-export function errorHandler(log: Logger, docsBaseUrl: string) {
+/**
+ * Unexpected exceptions become a 500 in the same shape, logged with the request id. Pages outside
+ * the API get `htmlPage` instead, when given.
+ */
+export function errorHandler(
+  log: Logger,
+  docsBaseUrl: string,
+  htmlPage?: (requestId: string) => string,
+) {
   return (err: Error, c: Context<Env>): Response => {
     if (err instanceof ApiError) return apiErrorResponse(c, err, docsBaseUrl);
     log({
@@ -69,6 +76,9 @@ export function errorHandler(log: Logger, docsBaseUrl: string) {
       stack: err?.stack,
     });
     c.get("trace").errorCode = "internal_error";
+    if (htmlPage && !c.req.path.startsWith("/v1/")) {
+      return c.html(htmlPage(c.get("requestId")), 500);
+    }
     return c.json(
       errorBody(
         "internal_error",

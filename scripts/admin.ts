@@ -2,6 +2,7 @@
  * Operator commands. Each prints one JSON object on stdout; a bad command or argument prints a
  * message on stderr and exits non-zero. Safe to run beside a running service on the same KV.
  */
+import { ownerIdByEmail } from "../lib/accounts.ts";
 import { createApp as createAppRecord, getApp, getWallet, topUpUrl } from "../lib/apps.ts";
 import { auditWallets } from "../lib/audit.ts";
 import { loadConfig } from "../lib/config.ts";
@@ -72,7 +73,7 @@ export async function runAdmin(
       const flags = parseFlags(rest, ["name", "owner"]);
       const { app, wallet, key } = await createAppRecord(kv, {
         name: required(flags, "name"),
-        ownerId: flags.owner,
+        ownerId: flags.owner ? await ownerIdByEmail(kv, flags.owner) : null,
       });
       return {
         output: {

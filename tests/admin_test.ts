@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { signUp } from "../lib/accounts.ts";
 import { keys, type WalletRecord } from "../lib/db.ts";
 import { formatUsd, parseUsd } from "../lib/money.ts";
 import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
@@ -36,6 +37,19 @@ async function withFileService(
 
 Deno.test("admin create-app prints the app, a working key, its top-up url and 5.000000", () =>
   withFileService(async (s, kvPath) => {
+    const unknownOwner = await admin(
+      kvPath,
+      "create-app",
+      "--name",
+      "demo",
+      "--owner",
+      "dev@example.com",
+    );
+    assert.notEqual(unknownOwner.code, 0, "an owner must have an account");
+    const owner = await signUp(s.kv, {
+      email: "dev@example.com",
+      password: "a long enough password",
+    });
     const { code, json } = await admin(
       kvPath,
       "create-app",
@@ -45,6 +59,8 @@ Deno.test("admin create-app prints the app, a working key, its top-up url and 5.
       "dev@example.com",
     );
     assert.equal(code, 0);
+    const shown = await admin(kvPath, "show-app", "--app", json.app_id);
+    assert.equal(shown.json.owner, owner.id);
     assert.match(json.app_id, /^app_/);
     assert.match(json.api_key, /^tb_[0-9a-z]{36}$/);
     assert.match(json.top_up_url, new RegExp(`^${PUBLIC_URL}/top-up/[0-9a-z]{31,}$`));

@@ -11,6 +11,10 @@ export function homePage(publicUrl: string): string {
         before the model runs, settled to the exact usage after, to the micro-dollar. New apps start
         with 5.00 USD of credits.
       </p>
+      <p>
+        <a class="button" href="/signup">Create an account</a>{" "}
+        to get an app, its API keys and its wallet; or <a href="/signin">sign in</a>.
+      </p>
       <pre><code>{`curl ${publicUrl}/v1/chat/completions \\
   -H "Authorization: Bearer $TOLLBOOTH_API_KEY" \\
   -H "Content-Type: application/json" \\

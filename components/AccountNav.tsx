@@ -1,0 +1,25 @@
+import type { Session } from "../routes/session.ts";
+import { CsrfField } from "./CsrfField.tsx";
+
+/** The header's account links: sign in / sign up, or the dashboard and sign out. */
+export function AccountNav({ session }: { session: Session | null }) {
+  if (!session) {
+    return (
+      <>
+        <a href="/signin">Sign in</a>
+        <a class="button small" href="/signup">Sign up</a>
+      </>
+    );
+  }
+  return (
+    <>
+      <a href="/dashboard">Dashboard</a>
+      <form method="post" action="/signout" class="inline-form">
+        <CsrfField session={session} />
+        <button type="submit" class="link-button" title={`Signed in as ${session.owner.email}`}>
+          Sign out
+        </button>
+      </form>
+    </>
+  );
+}

@@ -1,0 +1,168 @@
+import { Hono } from "hono";
+import { AccountNav } from "../components/AccountNav.tsx";
+import { Layout } from "../components/Layout.tsx";
+import {
+  AccountError,
+  checkCredentials,
+  normalizeEmail,
+  PASSWORD_MIN,
+  signUp,
+} from "../lib/accounts.ts";
+import { beginSignIn, signInSucceeded } from "../lib/sign_in_throttle.ts";
+import { renderPage } from "./render.ts";
+import {
+  checkForm,
+  clientAddress,
+  formSizeLimit,
+  loadSession,
+  type PageEnv,
+  privatePage,
+  sessionCookie,
+  startSession,
+  stopSession,
+} from "./session.ts";
+
+/** Only same-site paths: `next` must not send a fresh session to another site. */
+function safeNext(next: string | undefined): string {
+  return next && /^\/[a-z0-9/_-]*$/i.test(next) && !next.startsWith("//") ? next : "/dashboard";
+}
+
+interface FormState {
+  email?: string;
+  error?: string;
+  next?: string;
+}
+
+function accountPage(kind: "signup" | "signin", state: FormState): string {
+  const signup = kind === "signup";
+  const title = signup ? "Create your account" : "Sign in";
+  const action = signup ? "/signup" : `/signin?next=${encodeURIComponent(safeNext(state.next))}`;
+  return renderPage(
+    <Layout title={title} nav={<AccountNav session={null} />}>
+      <section class="card narrow">
+        <h1>{title}</h1>
+        {signup && (
+          <p class="muted">
+            Each app you create starts with 5.00 USD of credits. No payment card needed.
+          </p>
+        )}
+        {state.error && <p class="alert" role="alert">{state.error}</p>}
+        <form method="post" action={action} class="stack">
+          <label>
+            Email
+            <input
+              type="email"
+              name="email"
+              required
+              autocomplete="email"
+              value={state.email ?? ""}
+              maxLength={254}
+            />
+          </label>
+          <label>
+            Password
+            <input
+              type="password"
+              name="password"
+              required
+              minLength={signup ? PASSWORD_MIN : undefined}
+              maxLength={200}
+              autocomplete={signup ? "new-password" : "current-password"}
+            />
+            {signup && <small class="muted">At least {PASSWORD_MIN} characters.</small>}
+          </label>
+          <button type="submit" class="button">{signup ? "Create account" : "Sign in"}</button>
+        </form>
+        <p class="muted">
+          {signup
+            ? (
+              <>
+                Already have an account? <a href="/signin">Sign in</a>
+              </>
+            )
+            : (
+              <>
+                New here? <a href="/signup">Create an account</a>
+              </>
+            )}
+        </p>
+      </section>
+    </Layout>,
+  );
+}
+
+/** GET/POST /signup, /signin and POST /signout. */
+export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
+  const { kv, publicUrl } = deps;
+  const cookie = sessionCookie(publicUrl);
+  const pages = new Hono<PageEnv>();
+  const session = loadSession(kv, cookie);
+  const form = checkForm(publicUrl);
+  pages.use("/signup", privatePage, formSizeLimit);
+  pages.use("/signin", privatePage, formSizeLimit);
+  pages.use("/signout", privatePage, formSizeLimit);
+
+  pages.get("/signup", session, (c) => {
+    if (c.get("session")) return c.redirect("/dashboard", 303);
+    return c.html(accountPage("signup", {}));
+  });
+
+  pages.post("/signup", session, form, async (c) => {
+    const body = await c.req.parseBody();
+    const email = String(body.email ?? "");
+    try {
+      const owner = await signUp(kv, { email, password: String(body.password ?? "") });
+      await startSession(c, kv, cookie, owner.id);
+      return c.redirect("/dashboard", 303);
+    } catch (error) {
+      if (!(error instanceof AccountError)) throw error;
+      return c.html(accountPage("signup", { email, error: error.message }), 400);
+    }
+  });
+
+  pages.get("/signin", session, (c) => {
+    const next = safeNext(c.req.query("next"));
+    if (c.get("session")) return c.redirect(next, 303);
+    return c.html(accountPage("signin", { next }));
+  });
+
+  pages.post("/signin", session, form, async (c) => {
+    const body = await c.req.parseBody();
+    const email = normalizeEmail(String(body.email ?? ""));
+    const password = String(body.password ?? "");
+    const next = safeNext(c.req.query("next"));
+    const attempt = await beginSignIn(kv, email, clientAddress(c));
+    const wait = attempt.retryAfter;
+    if (wait > 0) {
+      c.header("Retry-After", String(wait));
+      const minutes = Math.ceil(wait / 60);
+      return c.html(
+        accountPage("signin", {
+          email,
+          next,
+          error: `Too many failed sign-ins. Try again in ${minutes} minute${
+            minutes === 1 ? "" : "s"
+          }.`,
+        }),
+        429,
+      );
+    }
+    const owner = await checkCredentials(kv, { email, password });
+    if (!owner) {
+      return c.html(
+        accountPage("signin", { email, next, error: "Wrong email or password." }),
+        401,
+      );
+    }
+    await signInSucceeded(kv, email, attempt);
+    await startSession(c, kv, cookie, owner.id);
+    return c.redirect(next, 303);
+  });
+
+  pages.post("/signout", session, form, async (c) => {
+    await stopSession(c, kv, cookie);
+    return c.redirect("/signin", 303);
+  });
+
+  return pages;
+}

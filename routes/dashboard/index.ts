@@ -1,0 +1,219 @@
+import { type Context, Hono, type MiddlewareHandler } from "hono";
+import {
+  createApp,
+  getApp,
+  getWallet,
+  listOwnerApps,
+  renameApp,
+  rotateTopUpToken,
+  topUpUrl,
+} from "../../lib/apps.ts";
+import { type ApiKeyRecord, type AppRecord, keys } from "../../lib/db.ts";
+import { issueKey, listAppKeys, NotFoundError, revokeKey, rotateKey } from "../../lib/keys.ts";
+import { dailySpend, listUsage, spendByModel, walletActivity } from "../../lib/usage.ts";
+import { notFoundPage } from "../pages/not_found.tsx";
+import {
+  checkForm,
+  formSizeLimit,
+  loadSession,
+  type PageEnv,
+  privatePage,
+  requireOwner,
+  sessionCookie,
+} from "../session.ts";
+import {
+  appsPage,
+  keyIssuedPage,
+  keysPage,
+  overviewPage,
+  usagePage,
+  walletPage,
+} from "./pages.tsx";
+
+const USAGE_PAGE_SIZE = 50;
+
+type DashboardEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
+
+/** Loads the app of the URL into `app`; someone else's app and no app look the same: 404. */
+function ownedApp(kv: Deno.Kv): MiddlewareHandler<DashboardEnv> {
+  return async (c, next) => {
+    let app: AppRecord | null = null;
+    try {
+      app = await getApp(kv, c.req.param("appId") ?? "");
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+    }
+    if (!app || app.ownerId !== c.get("session")!.owner.id) {
+      return c.html(notFoundPage(), 404);
+    }
+    c.set("app", app);
+    await next();
+  };
+}
+
+function wantsJson(c: Context) {
+  return (c.req.header("accept") ?? "").includes("application/json");
+}
+
+function keyNameOf(value: unknown): string | null {
+  const name = String(value ?? "").trim();
+  return name.length >= 1 && name.length <= 60 ? name : null;
+}
+
+async function keyNames(kv: Deno.Kv, appId: string) {
+  const rows = await listAppKeys(kv, appId);
+  return new Map(rows.map((k) => [k.id, `${k.name} (${k.prefix}…)`]));
+}
+
+/** /dashboard: an owner's apps, keys, wallet and usage. Every app route checks ownership. */
+export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
+  const { kv, publicUrl } = deps;
+  const r = new Hono<DashboardEnv>();
+  r.use(
+    "*",
+    privatePage,
+    formSizeLimit,
+    loadSession(kv, sessionCookie(publicUrl)),
+    checkForm(publicUrl),
+    requireOwner,
+  );
+  // Also matches /apps/:appId itself.
+  r.use("/apps/:appId/*", ownedApp(kv));
+
+  const session = (c: Context<DashboardEnv>) => c.get("session")!;
+  const notFound = (c: Context<DashboardEnv>) => c.html(notFoundPage(), 404);
+
+  r.get("/", async (c) => {
+    return c.html(appsPage(session(c), await listOwnerApps(kv, session(c).owner.id)));
+  });
+
+  r.post("/apps", async (c) => {
+    const name = String((await c.req.parseBody()).name ?? "").trim();
+    if (name.length === 0 || name.length > 100) {
+      const apps = await listOwnerApps(kv, session(c).owner.id);
+      return c.html(appsPage(session(c), apps, "An app name has 1 to 100 characters."), 400);
+    }
+    const created = await createApp(kv, { name, ownerId: session(c).owner.id });
+    return c.html(
+      keyIssuedPage(session(c), created.app, {
+        apiKey: created.key.apiKey,
+        name: created.key.record.name,
+        reason: "app",
+      }),
+    );
+  });
+
+  async function overview(app: AppRecord) {
+    const [wallet, days, models] = await Promise.all([
+      getWallet(kv, app.id),
+      dailySpend(kv, app.id),
+      spendByModel(kv, app.id),
+    ]);
+    return { app, wallet, topUpUrl: topUpUrl(publicUrl, app), days, models };
+  }
+
+  r.get("/apps/:appId", async (c) => {
+    const app = c.get("app");
+    return c.html(overviewPage(session(c), await overview(app)));
+  });
+
+  r.post("/apps/:appId/rename", async (c) => {
+    const app = c.get("app");
+    try {
+      await renameApp(kv, app.id, String((await c.req.parseBody()).name ?? ""));
+    } catch (error) {
+      if (!(error instanceof RangeError)) throw error;
+      const message = "An app name has 1 to 100 characters.";
+      return c.html(overviewPage(session(c), { ...await overview(app), error: message }), 400);
+    }
+    return c.redirect(`/dashboard/apps/${app.id}`, 303);
+  });
+
+  r.post("/apps/:appId/top-up-link", async (c) => {
+    const app = c.get("app");
+    await rotateTopUpToken(kv, app.id);
+    return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
+  });
+
+  r.get("/apps/:appId/keys", async (c) => {
+    const app = c.get("app");
+    const rows = (await listAppKeys(kv, app.id)).sort((a, b) => b.createdAt - a.createdAt);
+    return c.html(keysPage(session(c), app, rows));
+  });
+
+  r.post("/apps/:appId/keys", async (c) => {
+    const app = c.get("app");
+    const name = keyNameOf((await c.req.parseBody()).name);
+    if (!name) {
+      const error = "A key name has 1 to 60 characters.";
+      if (wantsJson(c)) return c.json({ error }, 400);
+      return c.html(keysPage(session(c), app, await listAppKeys(kv, app.id), error), 400);
+    }
+    const issued = await issueKey(kv, app.id, name);
+    if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name });
+    return c.html(keyIssuedPage(session(c), app, { apiKey: issued.apiKey, name, reason: "key" }));
+  });
+
+  /** The app's key, or null: a key id of another app is treated as unknown. */
+  async function ownedKey(c: Context<DashboardEnv>, app: AppRecord): Promise<ApiKeyRecord | null> {
+    const key = (await kv.get<ApiKeyRecord>(keys.apiKey(c.req.param("keyId") ?? ""))).value;
+    return key?.appId === app.id ? key : null;
+  }
+
+  r.post("/apps/:appId/keys/:keyId/revoke", async (c) => {
+    const app = c.get("app");
+    const key = await ownedKey(c, app);
+    if (!key) return notFound(c);
+    await revokeKey(kv, key.id);
+    return c.redirect(`/dashboard/apps/${app.id}/keys`, 303);
+  });
+
+  r.post("/apps/:appId/keys/:keyId/rotate", async (c) => {
+    const app = c.get("app");
+    const key = await ownedKey(c, app);
+    if (!key) return notFound(c);
+    if (key.revokedAt !== null) {
+      const error = "This key is already revoked; create a new one instead.";
+      if (wantsJson(c)) return c.json({ error }, 409);
+      return c.redirect(`/dashboard/apps/${app.id}/keys`, 303);
+    }
+    const { issued } = await rotateKey(kv, key.id);
+    if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name: key.name });
+    return c.html(
+      keyIssuedPage(session(c), app, { apiKey: issued.apiKey, name: key.name, reason: "rotate" }),
+    );
+  });
+
+  r.get("/apps/:appId/usage", async (c) => {
+    const app = c.get("app");
+    const cursor = c.req.query("cursor") ?? "";
+    let page;
+    try {
+      page = await listUsage(kv, app.id, { cursor, limit: USAGE_PAGE_SIZE });
+    } catch {
+      // A cursor that is not one of ours: start again from the newest.
+      return c.redirect(`/dashboard/apps/${app.id}/usage`, 303);
+    }
+    return c.html(usagePage(session(c), app, page, await keyNames(kv, app.id), cursor === ""));
+  });
+
+  r.get("/apps/:appId/wallet", async (c) => {
+    const app = c.get("app");
+    const [wallet, activity, names] = await Promise.all([
+      getWallet(kv, app.id),
+      walletActivity(kv, app.id),
+      keyNames(kv, app.id),
+    ]);
+    return c.html(
+      walletPage(session(c), {
+        app,
+        wallet,
+        topUpUrl: topUpUrl(publicUrl, app),
+        activity,
+        keyNames: names,
+      }),
+    );
+  });
+
+  return r;
+}

@@ -1,0 +1,141 @@
+import { timingSafeEqual } from "node:crypto";
+import type { Context, MiddlewareHandler } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { deleteCookie, getCookie, setCookie } from "hono/cookie";
+import { getOwner } from "../lib/accounts.ts";
+import type { OwnerRecord, SessionRecord } from "../lib/db.ts";
+import { createSession, endSession, findSession, SESSION_TTL_MS } from "../lib/sessions.ts";
+import type { Env } from "./middleware.ts";
+import { messagePage } from "./pages/message.tsx";
+
+export interface Session {
+  id: string;
+  record: SessionRecord;
+  owner: OwnerRecord;
+}
+
+export type PageEnv = {
+  Variables: Env["Variables"] & { session: Session | null };
+};
+
+export const CSRF_FIELD = "_csrf";
+
+/** Cookie settings: `Secure` (and the `__Host-` name that requires it) except on plain localhost. */
+export function sessionCookie(publicUrl: string) {
+  const url = new URL(publicUrl);
+  const local = ["localhost", "127.0.0.1", "[::1]"].includes(url.hostname) &&
+    url.protocol === "http:";
+  return { name: local ? "tb_session" : "__Host-tb_session", secure: !local };
+}
+
+type Cookie = ReturnType<typeof sessionCookie>;
+
+/** Reads the session cookie into `session` (null when signed out, unknown or expired). */
+export function loadSession(kv: Deno.Kv, cookie: Cookie): MiddlewareHandler<PageEnv> {
+  return async (c, next) => {
+    const id = getCookie(c, cookie.name);
+    let session: Session | null = null;
+    if (id) {
+      const record = await findSession(kv, id);
+      const owner = record && await getOwner(kv, record.ownerId);
+      if (record && owner) session = { id, record, owner };
+    }
+    c.set("session", session);
+    await next();
+  };
+}
+
+export async function startSession(
+  c: Context<PageEnv>,
+  kv: Deno.Kv,
+  cookie: Cookie,
+  ownerId: string,
+) {
+  const { sessionId } = await createSession(kv, ownerId);
+  setCookie(c, cookie.name, sessionId, {
+    httpOnly: true,
+    secure: cookie.secure,
+    sameSite: "Lax",
+    path: "/",
+    maxAge: SESSION_TTL_MS / 1000,
+  });
+}
+
+export async function stopSession(c: Context<PageEnv>, kv: Deno.Kv, cookie: Cookie) {
+  const session = c.get("session");
+  if (session) await endSession(kv, session.id);
+  deleteCookie(c, cookie.name, { path: "/", secure: cookie.secure, httpOnly: true });
+}
+
+/** Signed-out visitors are sent to sign in, and back here afterwards. */
+export const requireOwner: MiddlewareHandler<PageEnv> = async (c, next) => {
+  if (!c.get("session")) {
+    const back = c.req.method === "GET" ? c.req.path : "/dashboard";
+    return c.redirect(`/signin?next=${encodeURIComponent(back)}`, 303);
+  }
+  await next();
+};
+
+function refused(c: Context<PageEnv>) {
+  return c.html(
+    messagePage({
+      title: "Form expired",
+      message:
+        "This form could not be accepted: it is stale or did not come from this site. Nothing was changed. Go back, reload the page and try again.",
+      session: c.get("session"),
+    }),
+    403,
+  );
+}
+
+/**
+ * Every POST of a page must come from this site (Origin / Sec-Fetch-Site, when the browser sends
+ * them), and, once signed in, carry the session's CSRF token in a hidden field.
+ */
+export function checkForm(publicUrl: string): MiddlewareHandler<PageEnv> {
+  const publicOrigin = new URL(publicUrl).origin;
+  return async (c, next) => {
+    if (c.req.method !== "POST") return await next();
+    const origin = c.req.header("origin");
+    if (origin && origin !== publicOrigin && origin !== new URL(c.req.url).origin) {
+      return refused(c);
+    }
+    if (c.req.header("sec-fetch-site") === "cross-site") return refused(c);
+    const session = c.get("session");
+    if (session) {
+      const sent = String((await c.req.parseBody())[CSRF_FIELD] ?? "");
+      const expected = session.record.csrfToken;
+      const ok = sent.length === expected.length &&
+        timingSafeEqual(new TextEncoder().encode(sent), new TextEncoder().encode(expected));
+      if (!ok) return refused(c);
+    }
+    await next();
+  };
+}
+
+/** Forms are a few fields; anything larger is refused before it is parsed. */
+const MAX_FORM_BYTES = 16 * 1024;
+
+/**
+ * Account pages are never cached (they show keys and balances), never framed (no clickjacking of
+ * the revoke button) and never leak their address to other sites.
+ */
+export const privatePage: MiddlewareHandler<PageEnv> = async (c, next) => {
+  await next();
+  c.header("Cache-Control", "no-store");
+  c.header("X-Frame-Options", "DENY");
+  c.header("Content-Security-Policy", "frame-ancestors 'none'");
+  c.header("Referrer-Policy", "same-origin");
+  c.header("X-Content-Type-Options", "nosniff");
+};
+
+export const formSizeLimit = bodyLimit({
+  maxSize: MAX_FORM_BYTES,
+  onError: (c) => c.text("Form too large.", 413),
+});
+
+/** The address the client connected from, for sign-in throttling. */
+export function clientAddress(c: Context): string {
+  const info = c.env as { remoteAddr?: { hostname?: string } } | undefined;
+  return info?.remoteAddr?.hostname ?? "unknown";
+}

@@ -1,0 +1,208 @@
+import assert from "node:assert/strict";
+import type { Browser, Page } from "playwright-core";
+import { createApp } from "../../app.ts";
+import { buildCatalog } from "../../lib/catalog.ts";
+import { loadConfig } from "../../lib/config.ts";
+import { assertAuditClean, testCatalogFile } from "../helpers.ts";
+import { launchBrowser, SCREENSHOT_DIR } from "./browser.ts";
+
+const PASSWORD = "correct horse battery";
+
+/** The whole service on a loopback port, its public URL being that port's address. */
+async function serveTollbooth() {
+  const kv = await Deno.openKv(":memory:");
+  let handle: (request: Request, info: Deno.ServeHandlerInfo) => Response | Promise<Response> =
+    () => new Response("starting", { status: 503 });
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: () => {} },
+    (request, info) => handle(request, info),
+  );
+  const base = `http://127.0.0.1:${(server.addr as Deno.NetAddr).port}`;
+  const env = { PUBLIC_URL: base };
+  const { app, wallets } = createApp({
+    kv,
+    config: loadConfig(env),
+    catalog: buildCatalog(testCatalogFile(), env),
+    log: () => {},
+  });
+  handle = app.fetch;
+  return {
+    base,
+    kv,
+    async close() {
+      await server.shutdown();
+      await wallets.drain();
+      kv.close();
+    },
+  };
+}
+
+async function withBrowser(fn: (browser: Browser, base: string) => Promise<void>) {
+  await Deno.mkdir(SCREENSHOT_DIR, { recursive: true });
+  const service = await serveTollbooth();
+  const browser = await launchBrowser();
+  try {
+    await fn(browser, service.base);
+    await assertAuditClean(service.kv);
+  } finally {
+    await browser.close();
+    await service.close();
+  }
+}
+
+async function signUp(page: Page, base: string, email: string) {
+  await page.goto(`${base}/signup`);
+  await page.getByLabel("Email").fill(email);
+  await page.getByLabel("Password").fill(PASSWORD);
+  await page.getByRole("button", { name: "Create account" }).click();
+  await page.waitForURL(`${base}/dashboard`);
+}
+
+async function createAppNamed(page: Page, name: string) {
+  await page.getByLabel("App name").fill(name);
+  await page.getByRole("button", { name: "Create app" }).click();
+  await page.getByRole("heading", { name: `App “${name}” is ready` }).waitFor();
+}
+
+function chat(base: string, apiKey: string) {
+  return fetch(`${base}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify({
+      model: "tollbooth/echo",
+      messages: [{ role: "user", content: "Hello from the browser test" }],
+    }),
+  });
+}
+
+const shot = (page: Page, name: string) =>
+  page.screenshot({ path: `${SCREENSHOT_DIR}${name}.png`, fullPage: true });
+
+Deno.test({
+  name: "an owner signs up, creates an app and a key, sees the request and its cost, revokes it",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: () =>
+    withBrowser(async (browser, base) => {
+      const context = await browser.newContext({ baseURL: base });
+      await context.grantPermissions(["clipboard-read", "clipboard-write"]);
+      const page = await context.newPage();
+
+      await signUp(page, base, "ada@example.com");
+      assert.equal(await page.getByText("You have no apps yet").isVisible(), true);
+      await createAppNamed(page, "Recipe bot");
+      await shot(page, "app-created");
+      await page.getByRole("link", { name: /go to the keys/ }).click();
+
+      await page.getByLabel("Key name").fill("ci server");
+      await page.getByRole("button", { name: "Create key" }).click();
+      const revealed = page.getByLabel("New API key");
+      await revealed.waitFor();
+      const apiKey = await revealed.inputValue();
+      assert.match(apiKey, /^tb_[0-9a-z]{36}$/);
+      assert.equal(await page.getByText("shown only this once").isVisible(), true);
+      await page.getByRole("button", { name: "Copy key" }).click();
+      await page.getByRole("button", { name: "Copied" }).waitFor();
+      assert.equal(await page.evaluate(() => navigator.clipboard.readText()), apiKey);
+      await shot(page, "key-created");
+
+      await page.getByRole("button", { name: "I have saved it" }).click();
+      await page.getByRole("cell", { name: "ci server", exact: true }).waitFor();
+      assert.equal(await page.getByText(apiKey).count(), 0, "the key is never shown again");
+      assert.ok((await page.content()).includes(apiKey.slice(0, 8)));
+      assert.equal((await page.content()).includes(apiKey), false);
+      await shot(page, "keys");
+
+      const response = await chat(base, apiKey);
+      assert.equal(response.status, 200);
+      const cost = response.headers.get("tollbooth-request-cost")!;
+      const requestId = response.headers.get("tollbooth-request-id")!;
+      await response.body?.cancel();
+
+      await page.getByRole("link", { name: "Usage" }).click();
+      const row = page.getByRole("row").filter({ hasText: requestId });
+      await row.waitFor();
+      const rowText = await row.innerText();
+      assert.ok(rowText.includes(`$${cost}`), rowText);
+      assert.ok(rowText.includes("ci server") && rowText.includes("tollbooth/echo"), rowText);
+      await shot(page, "usage");
+
+      await page.getByRole("link", { name: "Overview" }).click();
+      const balance = (5_000_000 - Math.round(Number(cost) * 1e6)) / 1e6;
+      assert.equal(await page.getByTestId("available").innerText(), `$${balance.toFixed(6)}`);
+      await page.getByRole("img", { name: /Daily spend/ }).waitFor();
+      await shot(page, "overview");
+      await page.setViewportSize({ width: 390, height: 800 });
+      await shot(page, "overview-phone");
+      await page.setViewportSize({ width: 1280, height: 720 });
+
+      await page.getByRole("link", { name: "Wallet" }).click();
+      await page.getByText("Starter credits").waitFor();
+      await shot(page, "wallet");
+
+      await page.getByRole("link", { name: "API keys" }).click();
+      page.once("dialog", (dialog) => dialog.accept());
+      await page.getByRole("button", { name: "Rotate key default" }).click();
+      const rotated = await page.getByLabel("New API key").inputValue();
+      assert.match(rotated, /^tb_[0-9a-z]{36}$/);
+      assert.equal(await page.getByText("The old key no longer works").isVisible(), true);
+      await shot(page, "key-rotated");
+      await page.getByRole("button", { name: "I have saved it" }).click();
+      await page.getByRole("heading", { name: "Revoked keys" }).waitFor();
+      const fresh = await chat(base, rotated);
+      assert.equal(fresh.status, 200);
+      const balanceAfter = fresh.headers.get("tollbooth-balance")!;
+      await fresh.body?.cancel();
+
+      await page.getByRole("button", { name: "Revoke key ci server" }).click();
+      await page.getByRole("button", { name: "Revoke key ci server" }).waitFor({
+        state: "detached",
+      });
+      const revokedRow = page.getByRole("row").filter({ hasText: "ci server" });
+      assert.equal(await revokedRow.count(), 1, "listed once, among the revoked keys");
+      const refused = await chat(base, apiKey);
+      assert.equal(refused.status, 401);
+      assert.equal((await refused.json()).error.code, "invalid_api_key");
+
+      await page.getByRole("link", { name: "Apps" }).click();
+      const appRow = page.getByRole("row").filter({ hasText: "Recipe bot" });
+      assert.ok((await appRow.innerText()).includes(`$${balanceAfter}`));
+      await shot(page, "apps");
+
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await page.getByRole("heading", { name: "Sign in" }).waitFor();
+      await shot(page, "signin");
+      assert.equal(await page.getByRole("button", { name: "Sign out" }).count(), 0);
+      await page.goto(`${base}/dashboard`);
+      await page.getByRole("heading", { name: "Sign in" }).waitFor();
+
+      await page.setViewportSize({ width: 390, height: 800 });
+      await page.goto(`${base}/models`);
+      await shot(page, "models-phone");
+      await context.close();
+    }),
+});
+
+Deno.test({
+  name: "another owner opening the first owner's app by URL sees page not found",
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: () =>
+    withBrowser(async (browser, base) => {
+      const ada = await browser.newPage();
+      await signUp(ada, base, "ada@example.com");
+      await createAppNamed(ada, "Ada's secret app");
+      await ada.getByRole("link", { name: /go to the keys/ }).click();
+      const appUrl = ada.url().replace(/\/keys$/, "");
+
+      const bob = await browser.newPage();
+      await signUp(bob, base, "bob@example.com");
+      const response = await bob.goto(appUrl);
+      assert.equal(response?.status(), 404);
+      assert.equal(await bob.getByRole("heading", { name: "Page not found" }).isVisible(), true);
+      assert.equal(await bob.getByText("Ada's secret app").count(), 0);
+      await shot(bob, "not-found");
+      await ada.close();
+      await bob.close();
+    }),
+});

@@ -1,0 +1,459 @@
+import assert from "node:assert/strict";
+import { createApp } from "../app.ts";
+import { buildCatalog } from "../lib/catalog.ts";
+import { loadConfig } from "../lib/config.ts";
+import { keys } from "../lib/db.ts";
+import { listAppKeys } from "../lib/keys.ts";
+import { MAX_FAILURES_PER_EMAIL } from "../lib/sign_in_throttle.ts";
+import { runAdmin } from "../scripts/admin.ts";
+import {
+  assertAuditClean,
+  PUBLIC_URL,
+  startService,
+  testCatalogFile,
+  type TestService,
+  userMessage,
+} from "./helpers.ts";
+
+const PASSWORD = "correct horse battery";
+
+/** A person with a browser's cookie jar, talking to the in-process app. */
+class Visitor {
+  cookie = "";
+  constructor(readonly s: TestService) {}
+
+  async request(path: string, init: RequestInit = {}): Promise<Response> {
+    const headers = new Headers(init.headers);
+    if (this.cookie) headers.set("cookie", this.cookie);
+    const res = await this.s.handle(new Request(PUBLIC_URL + path, { ...init, headers }));
+    const set = res.headers.get("set-cookie");
+    if (set) {
+      const [pair] = set.split(";");
+      this.cookie = /=$/.test(pair) || /Max-Age=0/i.test(set) ? "" : pair;
+    }
+    return res;
+  }
+
+  async page(path: string): Promise<string> {
+    const res = await this.request(path);
+    assert.equal(res.status, 200, `GET ${path}`);
+    return await res.text();
+  }
+
+  async csrf(): Promise<string> {
+    const match = /name="_csrf" value="([0-9a-z]+)"/.exec(await this.page("/dashboard"));
+    assert.ok(match, "the dashboard has a CSRF field");
+    return match[1];
+  }
+
+  post(path: string, fields: Record<string, string>, headers: Record<string, string> = {}) {
+    return this.request(path, {
+      method: "POST",
+      body: new URLSearchParams(fields),
+      headers: { "content-type": "application/x-www-form-urlencoded", ...headers },
+    });
+  }
+
+  async signUp(email: string) {
+    const res = await this.post("/signup", { email, password: PASSWORD });
+    assert.equal(res.status, 303);
+    assert.equal(res.headers.get("location"), "/dashboard");
+    return res;
+  }
+
+  /** Creates an app through the form; returns its id and the key shown once. */
+  async createApp(name: string) {
+    const res = await this.post("/dashboard/apps", { name, _csrf: await this.csrf() });
+    assert.equal(res.status, 200);
+    const html = await res.text();
+    const appId = /\/dashboard\/apps\/(app_[0-9a-z]+)\/keys/.exec(html)?.[1];
+    const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(html)?.[1];
+    assert.ok(appId && apiKey);
+    return { appId, apiKey, html };
+  }
+}
+
+async function withService(fn: (s: TestService) => Promise<void>) {
+  const s = await startService();
+  try {
+    await fn(s);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+}
+
+async function countApps(kv: Deno.Kv) {
+  let n = 0;
+  for await (const _ of kv.list({ prefix: keys.allApps() })) n++;
+  return n;
+}
+
+Deno.test("the session cookie is HttpOnly, Secure, SameSite=Lax, Path=/ outside localhost", () =>
+  withService(async (s) => {
+    const res = await new Visitor(s).signUp("ada@example.com");
+    const cookie = res.headers.get("set-cookie") ?? "";
+    assert.match(cookie, /^__Host-tb_session=[0-9a-z]{30,};/);
+    for (const flag of ["HttpOnly", "Secure", "SameSite=Lax", "Path=/"]) {
+      assert.ok(cookie.split("; ").includes(flag), `${flag} in ${cookie}`);
+    }
+  }));
+
+Deno.test("on plain-http localhost the cookie drops Secure so local development works", async () => {
+  const env = { PUBLIC_URL: "http://localhost:8000" };
+  const kv = await Deno.openKv(":memory:");
+  const { app, wallets } = createApp({
+    kv,
+    config: loadConfig(env),
+    catalog: buildCatalog(testCatalogFile(), env),
+    log: () => {},
+  });
+  try {
+    const res = await app.fetch(
+      new Request("http://localhost:8000/signup", {
+        method: "POST",
+        body: new URLSearchParams({ email: "ada@example.com", password: PASSWORD }),
+      }),
+    );
+    const cookie = res.headers.get("set-cookie") ?? "";
+    assert.match(cookie, /^tb_session=/);
+    assert.ok(!cookie.includes("Secure"));
+    assert.ok(cookie.includes("HttpOnly") && cookie.includes("SameSite=Lax"));
+  } finally {
+    await wallets.drain();
+    kv.close();
+  }
+});
+
+Deno.test("the dashboard sends signed-out visitors to sign in", () =>
+  withService(async (s) => {
+    const res = await new Visitor(s).request("/dashboard/apps/app_x/keys");
+    assert.equal(res.status, 303);
+    assert.equal(res.headers.get("location"), "/signin?next=%2Fdashboard%2Fapps%2Fapp_x%2Fkeys");
+  }));
+
+Deno.test("sign-in with the right password opens the dashboard; a wrong one says so", () =>
+  withService(async (s) => {
+    await new Visitor(s).signUp("ada@example.com");
+    const wrong = await new Visitor(s).post("/signin", {
+      email: "ada@example.com",
+      password: "nope nope nope",
+    });
+    assert.equal(wrong.status, 401);
+    assert.match(await wrong.text(), /Wrong email or password/);
+    const v = new Visitor(s);
+    const ok = await v.post("/signin?next=/dashboard", {
+      email: "ADA@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(ok.status, 303);
+    assert.match(await v.page("/dashboard"), /Signed in as ada@example\.com/);
+  }));
+
+Deno.test("sign-in never redirects to another site", () =>
+  withService(async (s) => {
+    await new Visitor(s).signUp("ada@example.com");
+    const res = await new Visitor(s).post("/signin?next=//evil.example/x", {
+      email: "ada@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(res.headers.get("location"), "/dashboard");
+  }));
+
+Deno.test("repeated wrong passwords lock sign-in for that email, even with the right one", () =>
+  withService(async (s) => {
+    await new Visitor(s).signUp("ada@example.com");
+    for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) {
+      const res = await new Visitor(s).post("/signin", {
+        email: "ada@example.com",
+        password: `guess ${i} guess`,
+      });
+      assert.equal(res.status, 401);
+    }
+    const locked = await new Visitor(s).post("/signin", {
+      email: "ada@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(locked.status, 429);
+    assert.ok(Number(locked.headers.get("retry-after")) > 0);
+    assert.match(await locked.text(), /Too many failed sign-ins/);
+    assert.equal(locked.headers.get("set-cookie"), null);
+  }));
+
+Deno.test("a form post without the CSRF token is refused and changes nothing", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId, apiKey } = await v.createApp("first");
+    const before = await countApps(s.kv);
+    const attempts: Record<string, string>[] = [{ name: "sneaky" }, {
+      name: "sneaky",
+      _csrf: "0".repeat(25),
+    }];
+    for (const fields of attempts) {
+      const res = await v.post("/dashboard/apps", fields);
+      assert.equal(res.status, 403);
+      assert.match(await res.text(), /Nothing was changed/);
+    }
+    assert.equal(await countApps(s.kv), before);
+    const keysPage = await v.page(`/dashboard/apps/${appId}/keys`);
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/revoke/.exec(keysPage)![1];
+    assert.equal((await v.post(`/dashboard/apps/${appId}/keys/${keyId}/revoke`, {})).status, 403);
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    assert.equal(chat.status, 200, "the key still works");
+    await chat.body?.cancel();
+  }));
+
+Deno.test("a sign-in posted from another site is refused", () =>
+  withService(async (s) => {
+    await new Visitor(s).signUp("ada@example.com");
+    const res = await new Visitor(s).post(
+      "/signin",
+      { email: "ada@example.com", password: PASSWORD },
+      { origin: "https://evil.example" },
+    );
+    assert.equal(res.status, 403);
+    assert.equal(res.headers.get("set-cookie"), null);
+  }));
+
+Deno.test("a new app shows 5.000000 USD and its first key once", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId, apiKey, html } = await v.createApp("Recipe bot");
+    assert.match(html, /shown only this once/);
+    assert.match(await v.page("/dashboard"), /Recipe bot[\s\S]*\$5\.000000/);
+    const keysPage = await v.page(`/dashboard/apps/${appId}/keys`);
+    assert.ok(!keysPage.includes(apiKey), "the raw key is never shown again");
+    assert.ok(keysPage.includes(apiKey.slice(0, 8)), "its first characters identify it");
+  }));
+
+Deno.test("an app name with <script> is shown as text", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("<script>alert(1)</script>");
+    for (const path of ["/dashboard", `/dashboard/apps/${appId}`]) {
+      const html = await v.page(path);
+      assert.ok(!html.includes("<script>alert(1)"), path);
+      assert.ok(html.includes("&lt;script>alert(1)&lt;/script>"), path);
+    }
+  }));
+
+Deno.test("another owner cannot open or change the first owner's app by URL", () =>
+  withService(async (s) => {
+    const ada = new Visitor(s);
+    await ada.signUp("ada@example.com");
+    const { appId, apiKey } = await ada.createApp("Ada's app");
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/revoke/.exec(
+      await ada.page(`/dashboard/apps/${appId}/keys`),
+    )![1];
+    const bob = new Visitor(s);
+    await bob.signUp("bob@example.com");
+    for (const tab of ["", "/keys", "/usage", "/wallet"]) {
+      const res = await bob.request(`/dashboard/apps/${appId}${tab}`);
+      assert.equal(res.status, 404, tab);
+      assert.ok(!(await res.text()).includes("Ada's app"));
+    }
+    const csrf = await bob.csrf();
+    const revoke = await bob.post(`/dashboard/apps/${appId}/keys/${keyId}/revoke`, { _csrf: csrf });
+    assert.equal(revoke.status, 404);
+    const rename = await bob.post(`/dashboard/apps/${appId}/rename`, { _csrf: csrf, name: "mine" });
+    assert.equal(rename.status, 404);
+    assert.ok(!(await bob.page("/dashboard")).includes("Ada's app"));
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    assert.equal(chat.status, 200);
+    await chat.body?.cancel();
+  }));
+
+Deno.test("a revoked key is refused on the very next API request", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId, apiKey } = await v.createApp("app");
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/revoke/.exec(
+      await v.page(`/dashboard/apps/${appId}/keys`),
+    )![1];
+    const res = await v.post(`/dashboard/apps/${appId}/keys/${keyId}/revoke`, {
+      _csrf: await v.csrf(),
+    });
+    assert.equal(res.status, 303);
+    assert.match(await v.page(`/dashboard/apps/${appId}/keys`), /Revoked keys/);
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    assert.equal(chat.status, 401);
+  }));
+
+Deno.test("without JavaScript, creating a key shows it once on its own page", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const res = await v.post(`/dashboard/apps/${appId}/keys`, {
+      _csrf: await v.csrf(),
+      name: "backend",
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("cache-control"), "no-store");
+    const html = await res.text();
+    assert.match(html, /Key “backend” created/);
+    assert.match(html, /shown only this once/);
+    const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(html)![1];
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    assert.equal(chat.status, 200);
+    await chat.body?.cancel();
+  }));
+
+Deno.test("key creation and rotation answer JSON for the island, the key once", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId, apiKey: first } = await v.createApp("app");
+    const csrf = await v.csrf();
+    const json = { accept: "application/json" };
+    const created = await v.post(
+      `/dashboard/apps/${appId}/keys`,
+      { _csrf: csrf, name: "ci" },
+      json,
+    );
+    assert.equal(created.status, 200);
+    const body = await created.json();
+    assert.equal(body.name, "ci");
+    const ok = await s.chat(body.api_key, { model: "tollbooth/echo", messages: userMessage("a") });
+    assert.equal(ok.status, 200);
+    await ok.body?.cancel();
+
+    const defaultKey = (await listAppKeys(s.kv, appId)).find((k) => k.name === "default")!;
+    const rotated = await v.post(
+      `/dashboard/apps/${appId}/keys/${defaultKey.id}/rotate`,
+      { _csrf: csrf },
+      json,
+    );
+    const next = await rotated.json();
+    assert.equal(next.name, "default");
+    assert.equal(
+      (await s.chat(first, { model: "tollbooth/echo", messages: userMessage("a") })).status,
+      401,
+    );
+    const fresh = await s.chat(next.api_key, { model: "tollbooth/echo", messages: [] });
+    assert.notEqual(fresh.status, 401);
+    await fresh.body?.cancel();
+  }));
+
+Deno.test("replacing the top-up address shows a new one and retires the old", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const urlOf = (html: string) => new RegExp(`${PUBLIC_URL}/top-up/([0-9a-z]+)`).exec(html)![1];
+    const before = urlOf(await v.page(`/dashboard/apps/${appId}/wallet`));
+    const res = await v.post(`/dashboard/apps/${appId}/top-up-link`, { _csrf: await v.csrf() });
+    assert.equal(res.status, 303);
+    const after = urlOf(await v.page(`/dashboard/apps/${appId}/wallet`));
+    assert.notEqual(after, before);
+    assert.equal((await s.kv.get(keys.appByTopUpToken(before))).value, null);
+  }));
+
+Deno.test("usage and wallet pages show a request with its exact cost", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId, apiKey } = await v.createApp("app");
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hello") });
+    const cost = chat.headers.get("tollbooth-request-cost")!;
+    const requestId = chat.headers.get("tollbooth-request-id")!;
+    await chat.body?.cancel();
+    const usage = await v.page(`/dashboard/apps/${appId}/usage`);
+    assert.ok(usage.includes(requestId));
+    assert.ok(usage.includes(`$${cost}`));
+    const wallet = await v.page(`/dashboard/apps/${appId}/wallet`);
+    assert.ok(wallet.includes(`−$${cost}`) && wallet.includes("+$5.000000"));
+    const overview = await v.page(`/dashboard/apps/${appId}`);
+    assert.ok(overview.includes("tollbooth/echo") && overview.includes(`$${cost}`));
+  }));
+
+Deno.test("sign-out ends the session: the old cookie no longer opens the dashboard", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const oldCookie = v.cookie;
+    const res = await v.post("/signout", { _csrf: await v.csrf() });
+    assert.equal(res.status, 303);
+    assert.equal(v.cookie, "");
+    v.cookie = oldCookie;
+    const again = await v.request("/dashboard");
+    assert.equal(again.status, 303);
+    assert.match(again.headers.get("location")!, /^\/signin/);
+  }));
+
+Deno.test("an error in a page gives the HTML 500 page without a stack trace", async () => {
+  const s = await startService();
+  const v = new Visitor(s);
+  await v.signUp("ada@example.com");
+  s.kv.close();
+  const res = await v.request("/dashboard");
+  assert.equal(res.status, 500);
+  assert.match(res.headers.get("content-type") ?? "", /text\/html/);
+  const html = await res.text();
+  assert.match(html, /Something went wrong/);
+  assert.ok(html.includes(res.headers.get("tollbooth-request-id")!));
+  assert.ok(!/at .*\.ts:\d+/.test(html) && !html.includes("Error:"));
+  await s.wallets.drain();
+});
+
+Deno.test("account pages are never cached nor framed; the API is left alone", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    for (const path of ["/signin", "/dashboard"]) {
+      const res = await v.request(path);
+      await res.body?.cancel();
+      assert.equal(res.headers.get("cache-control"), "no-store", path);
+      assert.equal(res.headers.get("x-frame-options"), "DENY", path);
+    }
+    const api = await s.chat(null, {});
+    await api.body?.cancel();
+    assert.equal(api.headers.get("x-frame-options"), null);
+  }));
+
+Deno.test("renaming an app shows the new name; an empty name is refused with a message", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("old name");
+    const csrf = await v.csrf();
+    const ok = await v.post(`/dashboard/apps/${appId}/rename`, { _csrf: csrf, name: "New name" });
+    assert.equal(ok.status, 303);
+    assert.match(await v.page("/dashboard"), /New name/);
+    const bad = await v.post(`/dashboard/apps/${appId}/rename`, { _csrf: csrf, name: "   " });
+    assert.equal(bad.status, 400);
+    assert.match(await bad.text(), /1 to 100 characters/);
+    assert.match(await v.page(`/dashboard/apps/${appId}`), /New name/);
+  }));
+
+Deno.test("a usage cursor that is not ours starts again from the newest page", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const res = await v.request(`/dashboard/apps/${appId}/usage?cursor=garbage!`);
+    assert.equal(res.status, 303);
+    assert.equal(res.headers.get("location"), `/dashboard/apps/${appId}/usage`);
+  }));
+
+Deno.test("an app created by an operator for an owner's email shows on that owner's dashboard", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { output } = await runAdmin(
+      ["create-app", "--name", "made by ops", "--owner", "ADA@example.com"],
+      s.kv,
+      PUBLIC_URL,
+    );
+    assert.match(await v.page("/dashboard"), /made by ops/);
+    const appId = (output as { app_id: string }).app_id;
+    assert.match(await v.page(`/dashboard/apps/${appId}`), /made by ops/);
+    await assert.rejects(
+      () => runAdmin(["create-app", "--name", "x", "--owner", "nobody@example.com"], s.kv, ""),
+      /no account with email nobody@example\.com/,
+    );
+  }));

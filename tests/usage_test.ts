@@ -1,0 +1,90 @@
+import assert from "node:assert/strict";
+import { rotateTopUpToken } from "../lib/apps.ts";
+import { keys, utcDay } from "../lib/db.ts";
+import { authenticateKey, rotateKey } from "../lib/keys.ts";
+import { dailySpend, listUsage, spendByModel, walletActivity } from "../lib/usage.ts";
+import { assertAuditClean, startService, userMessage } from "./helpers.ts";
+
+async function withService(fn: (s: Awaited<ReturnType<typeof startService>>) => Promise<void>) {
+  const service = await startService();
+  try {
+    await fn(service);
+    await assertAuditClean(service.kv);
+  } finally {
+    await service.close();
+  }
+}
+
+async function spend(s: Awaited<ReturnType<typeof startService>>, apiKey: string, model: string) {
+  const res = await s.chat(apiKey, { model, messages: userMessage("hi"), max_tokens: 20 });
+  assert.equal(res.status, 200);
+  await res.body?.cancel();
+  return res.headers.get("tollbooth-request-id")!;
+}
+
+Deno.test("usage pages run newest first and the cursor walks every request once", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push(await spend(s, apiKey, "tollbooth/echo"));
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    do {
+      const page = await listUsage(s.kv, appId, { cursor, limit: 2 });
+      seen.push(...page.records.map((r) => r.requestId));
+      cursor = page.nextCursor ?? undefined;
+      pages++;
+    } while (cursor);
+    assert.deepEqual(seen, ids.toReversed());
+    assert.equal(pages, 3);
+    const exact = await listUsage(s.kv, appId, { limit: 5 });
+    assert.equal(exact.nextCursor, null, "a full last page offers no older page");
+  }));
+
+Deno.test("daily and per-model spend add up to what the wallet spent", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    await spend(s, apiKey, "tollbooth/echo");
+    await spend(s, apiKey, "tollbooth/lorem");
+    await spend(s, apiKey, "tollbooth/lorem");
+    const wallet = await s.wallet(appId);
+    const days = await dailySpend(s.kv, appId);
+    assert.equal(days.length, 30);
+    assert.equal(days[29].day, utcDay(Date.now()));
+    assert.equal(days.reduce((sum, d) => sum + d.micros, 0), wallet.spent);
+    const models = await spendByModel(s.kv, appId);
+    assert.deepEqual(models.map((m) => m.model).toSorted(), ["tollbooth/echo", "tollbooth/lorem"]);
+    assert.equal(models.reduce((sum, m) => sum + m.micros, 0), wallet.spent);
+  }));
+
+Deno.test("wallet activity lists the starter credit and each charge, newest first", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    const requestId = await spend(s, apiKey, "tollbooth/echo");
+    const activity = await walletActivity(s.kv, appId);
+    assert.equal(activity.length, 2);
+    assert.equal(activity[0].kind === "spend" && activity[0].usage.requestId, requestId);
+    assert.equal(activity[1].kind === "credit" && activity[1].entry.kind, "starter");
+  }));
+
+Deno.test("rotating a key revokes the old one and issues a working new one in one step", () =>
+  withService(async (s) => {
+    const { apiKey, keyId } = await s.newApp();
+    const { issued, revoked } = await rotateKey(s.kv, keyId);
+    assert.notEqual(revoked.revokedAt, null);
+    assert.equal(issued.record.name, revoked.name);
+    assert.equal(await authenticateKey(s.kv, apiKey), null);
+    assert.equal((await s.chat(apiKey, { model: "tollbooth/echo", messages: [] })).status, 401);
+    await spend(s, issued.apiKey, "tollbooth/echo");
+    await assert.rejects(() => rotateKey(s.kv, keyId), "a revoked key cannot be rotated again");
+  }));
+
+Deno.test("replacing the top-up address retires the old one", () =>
+  withService(async (s) => {
+    const { appId, topUpToken } = await s.newApp();
+    const app = await rotateTopUpToken(s.kv, appId);
+    assert.notEqual(app.topUpToken, topUpToken);
+    assert.equal((await s.kv.get(keys.appByTopUpToken(topUpToken))).value, null);
+    assert.equal((await s.kv.get(keys.appByTopUpToken(app.topUpToken))).value, appId);
+  }));
