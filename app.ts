@@ -3,6 +3,7 @@ import type { Catalog } from "./lib/catalog.ts";
 import type { Config } from "./lib/config.ts";
 import { ApiError } from "./lib/errors.ts";
 import { Gateway } from "./lib/gateway.ts";
+import { KeyCache } from "./lib/keys.ts";
 import { jsonLogger, type Logger } from "./lib/log.ts";
 import { createProviders } from "./lib/providers/index.ts";
 import { Wallets } from "./lib/wallet.ts";
@@ -54,7 +55,7 @@ export function createApp(deps: AppDeps) {
 
   app.post(
     "/v1/chat/completions",
-    requireApiKey(kv),
+    requireApiKey(kv, new KeyCache(kv)),
     requireSupportedVersion,
     chatCompletions(gateway, { maxBodyBytes: config.maxBodyBytes, docsBaseUrl }),
   );

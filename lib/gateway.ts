@@ -19,11 +19,13 @@ import {
 } from "./providers/types.ts";
 import { releaseExpiredReservations } from "./sweeper.ts";
 import { countPromptTokens, countTextTokens } from "./tokens.ts";
-import type { Wallets } from "./wallet.ts";
+import { type KeyGuard, KeyRevokedError, type Wallets } from "./wallet.ts";
 
 export interface Caller {
   appId: string;
   keyId: string;
+  /** Checked by the reserve's commit: a key revoked since it was looked up is refused there. */
+  keyGuard?: KeyGuard;
 }
 
 /** What a request did, for its log line; filled in as the request goes. */
@@ -317,8 +319,22 @@ export class Gateway {
       );
     }
     const amount = reservationCost(model, promptTokens, maxTokens);
-    const input = { amount, keyId: caller.keyId, requestId, model: model.id };
-    let result = await this.#deps.wallets.reserve(caller.appId, input);
+    const input = {
+      amount,
+      keyId: caller.keyId,
+      requestId,
+      model: model.id,
+      keyGuard: caller.keyGuard,
+    };
+    const reserve = () =>
+      this.#deps.wallets.reserve(caller.appId, input).catch((error) => {
+        if (!(error instanceof KeyRevokedError)) throw error;
+        throw new ApiError(
+          "invalid_api_key",
+          "Invalid API key: it is malformed, unknown or revoked.",
+        );
+      });
+    let result = await reserve();
     if (!result.ok && result.reserved > 0) {
       // Holds left by a crashed instance must not block an app until the cron sweeper runs.
       const released = await releaseExpiredReservations(
@@ -326,7 +342,7 @@ export class Gateway {
         this.#deps.wallets,
         caller.appId,
       );
-      if (released > 0) result = await this.#deps.wallets.reserve(caller.appId, input);
+      if (released > 0) result = await reserve();
     }
     if (!result.ok) {
       const app = await getApp(this.#deps.kv, caller.appId);

@@ -27,6 +27,16 @@ export interface ReserveInput {
   keyId: string;
   requestId: string;
   model: string;
+  /**
+   * The API key's index entry as the caller last saw it (possibly from a cache). The commit checks
+   * it, so a key revoked anywhere fails its next reserve with KeyRevokedError at no extra read.
+   */
+  keyGuard?: KeyGuard;
+}
+
+export interface KeyGuard {
+  key: Deno.KvKey;
+  versionstamp: string;
 }
 
 export type ReserveResult =
@@ -68,6 +78,9 @@ export class WalletNotFoundError extends Error {
 
 export class WalletUnavailableError extends Error {}
 
+/** The key guarding a reserve no longer exists: it was revoked since the caller looked it up. */
+export class KeyRevokedError extends Error {}
+
 type Op =
   | { kind: "reserve"; input: ReserveInput; done: Settler<ReserveResult> }
   | { kind: "settle"; reservationId: string; input: SettleInput; done: Settler<SettleResult> }
@@ -107,7 +120,7 @@ export interface WalletStats {
 }
 
 /** KV allows 10 checks per atomic operation on self-hosted denokv; one is the wallet's. */
-const MAX_MARKER_CHECKS = 9;
+const MAX_EXTRA_CHECKS = 9;
 /** How long a batch marker is kept to resolve a commit whose outcome was unknown. */
 const BATCH_MARKER_MS = 60 * 60 * 1000;
 
@@ -194,6 +207,9 @@ export class Wallets {
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
     const walletKey = keys.wallet(appId);
     for (let attempt = 1;; attempt++) {
+      // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
+      if (attempt > 1) ops = await this.#refreshKeyGuards(ops);
+      if (ops.length === 0) return;
       const walletEntry = await this.#kv.get<WalletRecord>(walletKey);
       if (walletEntry.value === null || walletEntry.versionstamp === null) {
         throw new WalletNotFoundError(appId);
@@ -216,6 +232,7 @@ export class Wallets {
       for (const marker of plan.markerChecks) {
         atomic.check({ key: keys.creditMarker(marker), versionstamp: null });
       }
+      for (const guard of keyGuards(ops).values()) atomic.check(guard);
       plan.write(atomic);
       atomic.set(walletKey, plan.wallet);
       atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
@@ -240,6 +257,24 @@ export class Wallets {
       }
       await sleep(Math.random() * Math.min(50, 2 ** attempt));
     }
+  }
+
+  /** Refuses the reserves whose key is gone and takes the current versionstamp of the others. */
+  async #refreshKeyGuards(ops: Op[]): Promise<Op[]> {
+    const guards = [...keyGuards(ops).values()];
+    if (guards.length === 0) return ops;
+    const entries = await this.#kv.getMany(guards.map((g) => g.key));
+    const current = new Map(guards.map((g, i) => [guardId(g), entries[i].versionstamp]));
+    return ops.filter((op) => {
+      if (op.kind !== "reserve" || !op.input.keyGuard) return true;
+      const versionstamp = current.get(guardId(op.input.keyGuard));
+      if (!versionstamp) {
+        op.done.reject(new KeyRevokedError(`API key ${op.input.keyId} was revoked`));
+        return false;
+      }
+      op.input.keyGuard = { key: op.input.keyGuard.key, versionstamp };
+      return true;
+    });
   }
 
   async #batchCommitted(appId: string, batchId: string, cause: unknown): Promise<boolean> {
@@ -284,17 +319,38 @@ export class Wallets {
 
 /** Takes the next operations that fit in one commit: the batch size and the check budget. */
 function takeBatch(queue: Op[], maxBatch: number): Op[] {
-  let markerChecks = 0;
+  let extraChecks = 0;
+  const guarded = new Set<string>();
   let n = 0;
   while (n < queue.length && n < maxBatch) {
     const op = queue[n];
     if (op.kind === "credit" && op.input.marker) {
-      if (markerChecks === MAX_MARKER_CHECKS) break;
-      markerChecks++;
+      if (extraChecks === MAX_EXTRA_CHECKS) break;
+      extraChecks++;
+    }
+    const guard = op.kind === "reserve" ? op.input.keyGuard : undefined;
+    if (guard && !guarded.has(guardId(guard))) {
+      if (extraChecks === MAX_EXTRA_CHECKS) break;
+      extraChecks++;
+      guarded.add(guardId(guard));
     }
     n++;
   }
   return queue.splice(0, n);
+}
+
+/** The distinct key guards of a batch's reserves (the first versionstamp seen for each key). */
+function keyGuards(ops: Op[]): Map<string, KeyGuard> {
+  const guards = new Map<string, KeyGuard>();
+  for (const op of ops) {
+    const guard = op.kind === "reserve" ? op.input.keyGuard : undefined;
+    if (guard && !guards.has(guardId(guard))) guards.set(guardId(guard), guard);
+  }
+  return guards;
+}
+
+function guardId(guard: KeyGuard): string {
+  return JSON.stringify(guard.key);
 }
 
 interface PlanInput {
