@@ -56,10 +56,13 @@ async function main() {
     const timeout = new Promise((r) => setTimeout(r, SHUTDOWN_GRACE_MS));
     await Promise.race([server.shutdown(), timeout]);
     await Promise.race([wallets.drain(), timeout]);
+    jsonLogger({ event: "wallet_stats", ...wallets.stats });
     kv.close();
     Deno.exit(0);
   };
   for (const signal of ["SIGINT", "SIGTERM"] as const) Deno.addSignalListener(signal, shutdown);
+  // `kill -USR1 <pid>` logs the wallet's commit and conflict counters (read by `deno task bench`).
+  Deno.addSignalListener("SIGUSR1", () => jsonLogger({ event: "wallet_stats", ...wallets.stats }));
 }
 
 if (import.meta.main) await main();

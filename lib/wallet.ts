@@ -10,6 +10,8 @@
  * Why one check is enough: every batch rewrites the wallet entry, and every change to a reservation
  * happens in a batch. Reservations are read after the wallet, so a reservation changed by another
  * process after our wallet read implies a newer wallet versionstamp, and our commit fails its check.
+ * For the same reason the wallet as our own last commit left it (value and versionstamp) stands in
+ * for a read: if anyone wrote it since, the check fails and the retry reads it.
  */
 import {
   keys,
@@ -121,6 +123,8 @@ export interface WalletStats {
 
 /** KV allows 10 checks per atomic operation on self-hosted denokv; one is the wallet's. */
 const MAX_EXTRA_CHECKS = 9;
+/** Apps whose last committed wallet is remembered (a few hundred bytes each). */
+const MAX_REMEMBERED_WALLETS = 10_000;
 /** How long a batch marker is kept to resolve a commit whose outcome was unknown. */
 const BATCH_MARKER_MS = 60 * 60 * 1000;
 
@@ -128,6 +132,8 @@ export class Wallets {
   readonly stats: WalletStats = { commits: 0, conflicts: 0, unknownOutcomes: 0, opsCommitted: 0 };
   readonly #kv: Deno.Kv;
   readonly #queues = new Map<string, Op[]>();
+  /** Each app's wallet as this process's last commit left it; dropped on any doubt. */
+  readonly #committed = new Map<string, Deno.KvEntry<WalletRecord>>();
   readonly #leaseMs: number;
   readonly #maxBatch: number;
   readonly #maxAttempts: number;
@@ -210,12 +216,10 @@ export class Wallets {
       // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
       if (attempt > 1) ops = await this.#refreshKeyGuards(ops);
       if (ops.length === 0) return;
-      const walletEntry = await this.#kv.get<WalletRecord>(walletKey);
-      if (walletEntry.value === null || walletEntry.versionstamp === null) {
-        throw new WalletNotFoundError(appId);
-      }
-      const reservations = await this.#readReservations(appId, ops);
-      const markers = await this.#readMarkers(ops);
+      const [{ walletEntry, reservations }, markers] = await Promise.all([
+        this.#readState(appId, ops, attempt === 1 ? this.#committed.get(appId) : undefined),
+        this.#readMarkers(ops),
+      ]);
 
       const batchId = randomToken(96);
       const now = this.#now();
@@ -238,8 +242,11 @@ export class Wallets {
       atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
 
       let committed: boolean;
+      this.#committed.delete(appId);
       try {
-        committed = (await atomic.commit()).ok;
+        const result = await atomic.commit();
+        committed = result.ok;
+        if (result.ok) this.#remember(appId, plan.wallet, result.versionstamp);
       } catch (error) {
         // The commit may or may not have been applied: the batch marker tells.
         this.stats.unknownOutcomes++;
@@ -289,20 +296,40 @@ export class Wallets {
     throw new WalletUnavailableError(`wallet ${appId}: commit outcome unknown`, { cause });
   }
 
-  async #readReservations(
-    appId: string,
-    ops: Op[],
-  ): Promise<Map<string, Deno.KvEntryMaybe<ReservationRecord>>> {
-    const ids = [...new Set(ops.flatMap((op) => "reservationId" in op ? [op.reservationId] : []))];
-    const out = new Map<string, Deno.KvEntryMaybe<ReservationRecord>>();
-    for (let i = 0; i < ids.length; i += 10) {
-      const chunk = ids.slice(i, i + 10);
-      const entries = await this.#kv.getMany<ReservationRecord[]>(
-        chunk.map((id) => keys.reservation(appId, id)),
-      );
-      chunk.forEach((id, j) => out.set(id, entries[j]));
+  #remember(appId: string, wallet: WalletRecord, versionstamp: string) {
+    if (this.#committed.size >= MAX_REMEMBERED_WALLETS) {
+      this.#committed.delete(this.#committed.keys().next().value!);
     }
-    return out;
+    this.#committed.set(appId, { key: keys.wallet(appId), value: wallet, versionstamp });
+  }
+
+  /**
+   * The wallet (remembered, or read in one snapshot with the first holds) and the holds the batch
+   * touches, every one read at or after the wallet's versionstamp.
+   */
+  async #readState(appId: string, ops: Op[], remembered?: Deno.KvEntry<WalletRecord>) {
+    const ids = [...new Set(ops.flatMap((op) => "reservationId" in op ? [op.reservationId] : []))];
+    const holdKeys = ids.map((id) => keys.reservation(appId, id));
+    let walletEntry: Deno.KvEntryMaybe<WalletRecord> | undefined = remembered;
+    let head: Deno.KvEntryMaybe<unknown>[] = [];
+    if (!walletEntry) {
+      const first = await this.#kv.getMany<unknown[]>([
+        keys.wallet(appId),
+        ...holdKeys.slice(0, 9),
+      ]);
+      walletEntry = first[0] as Deno.KvEntryMaybe<WalletRecord>;
+      head = first.slice(1);
+    }
+    if (walletEntry.value === null || walletEntry.versionstamp === null) {
+      throw new WalletNotFoundError(appId);
+    }
+    const rest = holdKeys.slice(head.length);
+    const chunks = [];
+    for (let i = 0; i < rest.length; i += 10) chunks.push(rest.slice(i, i + 10));
+    const more = await Promise.all(chunks.map((chunk) => this.#kv.getMany<unknown[]>(chunk)));
+    const entries = [...head, ...more.flat()] as Deno.KvEntryMaybe<ReservationRecord>[];
+    const reservations = new Map(ids.map((id, i) => [id, entries[i]]));
+    return { walletEntry: walletEntry as Deno.KvEntry<WalletRecord>, reservations };
   }
 
   async #readMarkers(ops: Op[]): Promise<Set<string>> {

@@ -323,3 +323,34 @@ Deno.test("two instances on one KV file never overdraw a wallet and settle exact
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a wallet written by another instance since our last commit is re-read, not trusted", async () => {
+  const dir = await Deno.makeTempDir();
+  const kv1 = await Deno.openKv(`${dir}/kv.sqlite3`);
+  const kv2 = await Deno.openKv(`${dir}/kv.sqlite3`);
+  try {
+    const { app } = await createAppRecord(kv1, { name: "remembered" });
+    const w1 = new Wallets(kv1, { leaseMs: LEASE_MS });
+    const w2 = new Wallets(kv2, { leaseMs: LEASE_MS });
+    const first = await w1.reserve(app.id, reserveInput(4_000_000));
+    assert.ok(first.ok);
+    await w2.credit(app.id, { amount: 2_000_000, kind: "operator_credit", reason: "test" });
+    // Only fits with the other instance's credit: 1.000000 + 2.000000 available.
+    const second = await w1.reserve(app.id, reserveInput(2_500_000));
+    assert.ok(second.ok);
+    assert.equal(second.available, 500_000);
+    assert.equal(w1.stats.conflicts, 1, "the remembered wallet failed its check once");
+    await w1.settle(app.id, first.reservation.id, usage(4_000_000));
+    await w2.settle(app.id, second.reservation.id, usage(2_000_000));
+    const wallet = await walletOf(kv2, app.id);
+    assert.deepEqual(
+      { available: wallet.available, reserved: wallet.reserved, spent: wallet.spent },
+      { available: 1_000_000, reserved: 0, spent: 6_000_000 },
+    );
+    await assertAuditClean(kv1);
+  } finally {
+    kv1.close();
+    kv2.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
