@@ -74,9 +74,14 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   if (!/^application\/json\s*(;|$)/i.test(type.trim())) {
     throw new ApiError("invalid_json", "Content-Type must be application/json.");
   }
-  const declared = Number(request.headers.get("content-length"));
+  const length = request.headers.get("content-length");
+  const declared = length === null ? NaN : Number(length);
   if (Number.isFinite(declared) && declared > maxBytes) throw tooLarge(maxBytes);
-  const bytes = await readLimited(request.body, maxBytes);
+  // A declared length within the limit is enforced by the HTTP server: read it in one go, which
+  // costs far less than iterating the body stream.
+  const bytes = Number.isFinite(declared)
+    ? new Uint8Array(await request.arrayBuffer())
+    : await readLimited(request.body, maxBytes);
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
