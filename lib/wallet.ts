@@ -403,6 +403,10 @@ export function planBatch(input: PlanInput) {
   const markerChecks: string[] = [];
   const writes: ((atomic: Deno.AtomicOperation) => void)[] = [];
   const answers: (() => void)[] = [];
+  // Per-batch totals: one mutation per counter instead of one per settle (KV's mutation budget,
+  // and the commit's cost, grow with mutations).
+  const keysUsed = new Set<string>();
+  const modelSpend = new Map<string, Micros>();
 
   const dropReservation = (r: ReservationRecord) => {
     live.set(r.id, null);
@@ -468,13 +472,11 @@ export function planBatch(input: PlanInput) {
           reserved: r.amount,
           createdAt: now,
         };
-        writes.push((a) => {
-          a.set(keys.usage(appId, usage.id), usage).set(keys.apiKeyLastUsed(usage.keyId), now);
-          if (charged > 0) {
-            a.sum(keys.dailySpend(appId, utcDay(now)), BigInt(charged));
-            a.sum(keys.modelSpend(appId, usage.model), BigInt(charged));
-          }
-        });
+        writes.push((a) => a.set(keys.usage(appId, usage.id), usage));
+        keysUsed.add(usage.keyId);
+        if (charged > 0) {
+          modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + charged);
+        }
         const answer = {
           settled: true as const,
           charged,
@@ -549,6 +551,16 @@ export function planBatch(input: PlanInput) {
       }
     }
   }
+
+  let daySpend = 0;
+  for (const [model, spent] of modelSpend) {
+    daySpend += spent;
+    writes.push((a) => a.sum(keys.modelSpend(appId, model), BigInt(spent)));
+  }
+  if (daySpend > 0) {
+    writes.push((a) => a.sum(keys.dailySpend(appId, utcDay(now)), BigInt(daySpend)));
+  }
+  for (const keyId of keysUsed) writes.push((a) => a.set(keys.apiKeyLastUsed(keyId), now));
 
   return {
     wallet,

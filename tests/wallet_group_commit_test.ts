@@ -27,6 +27,13 @@ function reserveInput(amount: number, keyGuard?: { key: Deno.KvKey; versionstamp
   return { amount, keyId: "key_test", requestId: "req_test", model: "tollbooth/echo", keyGuard };
 }
 
+/** The sum of the KvU64 spend counters under a prefix. */
+async function counterTotal(kv: Deno.Kv, prefix: Deno.KvKey): Promise<number> {
+  let total = 0n;
+  for await (const entry of kv.list<Deno.KvU64>({ prefix })) total += entry.value.value;
+  return Number(total);
+}
+
 async function walletOf(kv: Deno.Kv, appId: string): Promise<WalletRecord> {
   const entry = await kv.get<WalletRecord>(keys.wallet(appId));
   assert.ok(entry.value);
@@ -316,6 +323,8 @@ Deno.test("two instances on one KV file never overdraw a wallet and settle exact
     assert.equal(wallet.reserved, 0);
     assert.equal(wallet.spent, spent);
     assert.equal(wallet.available, 5_000_000 - spent);
+    assert.equal(await counterTotal(kv1, keys.appDailySpend(app.id)), spent);
+    assert.equal(await counterTotal(kv1, keys.appModelSpend(app.id)), spent);
     await assertAuditClean(kv1);
   } finally {
     kv1.close();
@@ -354,3 +363,23 @@ Deno.test("a wallet written by another instance since our last commit is re-read
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a batch of settles adds its charges to the spend counters once each", () =>
+  withWallet(async ({ kv, wallets, appId }) => {
+    const holds = await Promise.all(
+      [1, 2, 3, 4, 5].map(() => wallets.reserve(appId, reserveInput(100_000))),
+    );
+    const commitsBefore = wallets.stats.commits;
+    await Promise.all(holds.map((h, i) => {
+      if (!h.ok) throw new Error("unreachable");
+      return wallets.settle(appId, h.reservation.id, {
+        ...usage(10_000 * (i + 1)),
+        model: `m${i % 2}`,
+      });
+    }));
+    assert.equal(wallets.stats.commits - commitsBefore, 1);
+    assert.equal(await counterTotal(kv, keys.appDailySpend(appId)), 150_000);
+    assert.equal((await kv.get<Deno.KvU64>(keys.modelSpend(appId, "m0"))).value?.value, 90_000n);
+    assert.equal((await kv.get<Deno.KvU64>(keys.modelSpend(appId, "m1"))).value?.value, 60_000n);
+    assert.equal(typeof (await kv.get(keys.apiKeyLastUsed("key_test"))).value, "number");
+  }));
