@@ -189,6 +189,22 @@ async function walletStats(service: Service) {
   throw new Error("no wallet_stats line from tollbooth");
 }
 
+/** Latency of a small durable commit on the disk the bench runs on: the floor of a paid call. */
+async function kvCommitLatency(dir: string) {
+  const kv = await Deno.openKv(`${dir}/latency.sqlite3`);
+  try {
+    const times: number[] = [];
+    for (let i = 0; i < 120; i++) {
+      const t0 = performance.now();
+      await kv.atomic().set(["probe", i % 10], { i, pad: "x".repeat(200) }).commit();
+      if (i >= 20) times.push(performance.now() - t0);
+    }
+    return { p50: percentile(times, 50), p99: percentile(times, 99) };
+  } finally {
+    kv.close();
+  }
+}
+
 // ---- load generators -------------------------------------------------------------------------
 
 function requestBody(target: Target, stream = false, model = target.model) {
@@ -560,6 +576,7 @@ async function main() {
       },
     ];
     const tools = { wrk, tmp, ticks };
+    const kvCommit = await kvCommitLatency(tmp);
     const log = (s: string) => console.error(`[bench] ${s}`);
 
     // Warm every path (JIT, connection pools, caches) before measuring anything.
@@ -626,6 +643,7 @@ async function main() {
         deno: Deno.version.deno,
         node: (await run("node", ["--version"])).stdout.trim(),
       },
+      kvCommit,
       closedLoop50: closed,
       openLoop: open,
       streaming,

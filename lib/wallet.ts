@@ -107,7 +107,10 @@ interface Settler<T> {
 export interface WalletOptions {
   /** How long a reservation is held before the sweeper may release it. */
   leaseMs: number;
-  /** Operations committed together at most (mutations stay well under KV's 1000 per commit). */
+  /**
+   * Operations committed together at most. A settle writes 3 mutations (plus the batch's shared
+   * counters), so 128 stay well under KV's 1000 mutations and 80 KiB of keys per commit.
+   */
   maxBatch?: number;
   /** Commit attempts before giving up under conflicts or KV errors. */
   maxAttempts?: number;
@@ -142,7 +145,7 @@ export class Wallets {
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
     this.#leaseMs = options.leaseMs;
-    this.#maxBatch = options.maxBatch ?? 64;
+    this.#maxBatch = options.maxBatch ?? 128;
     this.#maxAttempts = options.maxAttempts ?? 40;
     this.#now = options.now ?? Date.now;
   }
