@@ -64,6 +64,8 @@ function sseBody(outcome: StreamOutcome, docsBaseUrl: string): ReadableStream<Ui
 }
 
 const POLLUTING_KEYS = new Set(["__proto__", "constructor", "prototype"]);
+/** Also any \\u escape, which could spell a polluting key. */
+const POLLUTING_PATTERN = /__proto__|constructor|prototype|\\u/;
 
 /**
  * Reads the body within the size limit (checked before parsing, and while reading when the length
@@ -89,7 +91,10 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     throw new ApiError("invalid_json", "The request body is not valid UTF-8.");
   }
   try {
-    return JSON.parse(text, (key, value) => POLLUTING_KEYS.has(key) ? undefined : value);
+    // The reviver costs a call per value; only a body that could name a polluting key needs it.
+    return POLLUTING_PATTERN.test(text)
+      ? JSON.parse(text, (key, value) => POLLUTING_KEYS.has(key) ? undefined : value)
+      : JSON.parse(text);
   } catch {
     throw new ApiError("invalid_json", "The request body is not valid JSON.");
   }
