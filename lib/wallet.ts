@@ -36,6 +36,7 @@ export interface ReserveInput {
   keyGuard?: KeyGuard;
 }
 
+/** Updated in place when a batch finds the entry rewritten but still there. */
 export interface KeyGuard {
   key: Deno.KvKey;
   versionstamp: string;
@@ -282,7 +283,8 @@ export class Wallets {
         op.done.reject(new KeyRevokedError(`API key ${op.input.keyId} was revoked`));
         return false;
       }
-      op.input.keyGuard = { key: op.input.keyGuard.key, versionstamp };
+      // In place: the caller's cache holds the same object and so stops failing this check.
+      op.input.keyGuard.versionstamp = versionstamp;
       return true;
     });
   }

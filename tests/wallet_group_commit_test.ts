@@ -383,3 +383,27 @@ Deno.test("a batch of settles adds its charges to the spend counters once each",
     assert.equal((await kv.get<Deno.KvU64>(keys.modelSpend(appId, "m1"))).value?.value, 60_000n);
     assert.equal(typeof (await kv.get(keys.apiKeyLastUsed("key_test"))).value, "number");
   }));
+
+Deno.test("a key entry rewritten but still there costs one retry, and the guard heals", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const { app, key } = await createAppRecord(kv, { name: "rewritten key" });
+    const indexKey = keys.apiKeyByHash(key.record.hash);
+    const entry = await kv.get(indexKey);
+    const guard = { key: entry.key, versionstamp: entry.versionstamp! };
+    await kv.set(indexKey, entry.value);
+    const wallets = new Wallets(kv, { leaseMs: LEASE_MS });
+    const first = await wallets.reserve(app.id, reserveInput(100_000, guard));
+    assert.ok(first.ok);
+    assert.equal(wallets.stats.conflicts, 1);
+    assert.equal(guard.versionstamp, (await kv.get(indexKey)).versionstamp);
+    const second = await wallets.reserve(app.id, reserveInput(100_000, guard));
+    assert.ok(second.ok);
+    assert.equal(wallets.stats.conflicts, 1, "no retry once healed");
+    await wallets.release(app.id, first.reservation.id);
+    await wallets.release(app.id, second.reservation.id);
+    await assertAuditClean(kv);
+  } finally {
+    kv.close();
+  }
+});
