@@ -4,6 +4,7 @@ import type { Config } from "./lib/config.ts";
 import { ApiError } from "./lib/errors.ts";
 import { FormTokens } from "./lib/form_tokens.ts";
 import { Gateway } from "./lib/gateway.ts";
+import { KeyCache } from "./lib/keys.ts";
 import { jsonLogger, type Logger } from "./lib/log.ts";
 import { openApiDocument } from "./lib/openapi.ts";
 import { ServiceMetrics } from "./lib/service_metrics.ts";
@@ -93,7 +94,7 @@ export function createApp(deps: AppDeps) {
 
   app.post(
     "/v1/chat/completions",
-    requireApiKey(kv),
+    requireApiKey(kv, new KeyCache(kv)),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     chatCompletions(gateway, { maxBodyBytes: config.maxBodyBytes, docsBaseUrl }),

@@ -102,6 +102,7 @@ async function main() {
       walletCommitted: committed,
       ms: Math.round(performance.now() - started),
     });
+    jsonLogger({ event: "wallet_stats", ...wallets.stats });
     kv.close();
     Deno.exit(0);
   };
@@ -111,6 +112,15 @@ async function main() {
     } catch {
       // Platforms without signals (Deno Deploy, Windows' SIGTERM) stop the isolate themselves.
     }
+  }
+  try {
+    // `kill -USR1 <pid>` logs the wallet's commit and conflict counters (read by `deno task bench`).
+    Deno.addSignalListener(
+      "SIGUSR1",
+      () => jsonLogger({ event: "wallet_stats", ...wallets.stats }),
+    );
+  } catch {
+    // No SIGUSR1 on this platform: the counters are still logged at shutdown.
   }
 }
 

@@ -20,11 +20,13 @@ import {
 } from "./providers/types.ts";
 import { releaseExpiredReservations } from "./sweeper.ts";
 import { countPromptTokens, countTextTokens } from "./tokens.ts";
-import type { ReserveInput, Wallets } from "./wallet.ts";
+import { type KeyGuard, KeyRevokedError, type ReserveInput, type Wallets } from "./wallet.ts";
 
 export interface Caller {
   appId: string;
   keyId: string;
+  /** Checked by the reserve's commit: a key revoked since it was looked up is refused there. */
+  keyGuard?: KeyGuard;
 }
 
 /** What a request did, for its log line; filled in as the request goes. */
@@ -410,7 +412,14 @@ export class Gateway {
     }
     const amount = reservationCost(model, promptTokens, maxTokens);
     const tokens = promptTokens + maxTokens;
-    const input = { amount, keyId: caller.keyId, requestId, model: model.id, tokens };
+    const input = {
+      amount,
+      keyId: caller.keyId,
+      requestId,
+      model: model.id,
+      tokens,
+      keyGuard: caller.keyGuard,
+    };
     let result = await this.#reserve(caller, input, trace);
     if (!result.ok && result.reserved > 0) {
       // Holds left by a crashed instance must not block an app until the cron sweeper runs.
@@ -450,7 +459,14 @@ export class Gateway {
 
   /** Reserves, or throws the refusal for rate: rate is decided first, so a 429 is never a 402. */
   async #reserve(caller: Caller, input: ReserveInput, trace: RequestTrace) {
-    const result = await this.#deps.wallets.reserve(caller.appId, input);
+    const result = await this.#deps.wallets.reserve(caller.appId, input).catch((error) => {
+      // The key was revoked (on any instance) since this process cached it.
+      if (!(error instanceof KeyRevokedError)) throw error;
+      throw new ApiError(
+        "invalid_api_key",
+        "Invalid API key: it is malformed, unknown or revoked.",
+      );
+    });
     if (result.rate) trace.rateLimit = result.rate;
     if (!result.ok && result.reason !== "insufficient_credits") {
       throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs);

@@ -1,5 +1,7 @@
+import { createHash } from "node:crypto";
 import { type ApiKeyHashEntry, type ApiKeyRecord, keys } from "./db.ts";
 import { newId, randomToken } from "./ids.ts";
+import type { KeyGuard } from "./wallet.ts";
 
 const KEY_PREFIX = "tb_";
 /** 36 base-36 characters: 186 bits from the CSPRNG. */
@@ -60,6 +62,62 @@ export async function authenticateKey(
   if (!KEY_PATTERN.test(rawKey)) return null;
   const entry = await kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(await sha256Hex(rawKey)));
   return entry.value;
+}
+
+/** A key that authenticated, with the index entry that must still exist when it is charged. */
+export interface AuthenticatedKey extends ApiKeyHashEntry {
+  hash: string;
+  keyGuard: KeyGuard;
+  /** True when it came from the cache, so it was not re-read for this request. */
+  cached: boolean;
+}
+
+/**
+ * Known keys in memory, so a request pays no KV read to authenticate. Revocation anywhere deletes
+ * the key's hash index entry; every reserve checks that entry's versionstamp in its commit (see
+ * `ReserveInput.keyGuard`), so a revoked key fails its next paid request on every instance, and is
+ * then dropped from here. Unknown keys are never cached: a key issued elsewhere works at once.
+ */
+export class KeyCache {
+  readonly #kv: Deno.Kv;
+  readonly #maxEntries: number;
+  readonly #entries = new Map<string, Omit<AuthenticatedKey, "cached">>();
+
+  constructor(kv: Deno.Kv, maxEntries = 10_000) {
+    this.#kv = kv;
+    this.#maxEntries = maxEntries;
+  }
+
+  async authenticate(rawKey: string): Promise<AuthenticatedKey | null> {
+    if (!KEY_PATTERN.test(rawKey)) return null;
+    const hash = createHash("sha256").update(rawKey).digest("hex");
+    const hit = this.#entries.get(hash);
+    if (hit) return { ...hit, cached: true };
+    const entry = await this.#kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(hash));
+    if (!entry.value || !entry.versionstamp) return null;
+    const found = {
+      keyId: entry.value.keyId,
+      appId: entry.value.appId,
+      hash,
+      keyGuard: { key: entry.key, versionstamp: entry.versionstamp },
+    };
+    if (this.#entries.size >= this.#maxEntries) {
+      this.#entries.delete(this.#entries.keys().next().value!);
+    }
+    this.#entries.set(hash, found);
+    return { ...found, cached: false };
+  }
+
+  /** True when the key behind a cached authentication still exists (one read). */
+  async stillValid(key: AuthenticatedKey): Promise<boolean> {
+    const entry = await this.#kv.get(key.keyGuard.key);
+    if (entry.versionstamp === null) this.forget(key.hash);
+    return entry.versionstamp !== null;
+  }
+
+  forget(hash: string): void {
+    this.#entries.delete(hash);
+  }
 }
 
 /** Revokes a key: its hash index is removed in the same commit, so the next request fails. */

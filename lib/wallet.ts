@@ -33,6 +33,17 @@ export interface ReserveInput {
   model: string;
   /** Tokens counted against the rate limit (prompt + max_tokens), corrected at settle. */
   tokens?: number;
+  /**
+   * The API key's index entry as the caller last saw it (possibly from a cache). The commit checks
+   * it, so a key revoked anywhere fails its next reserve with KeyRevokedError at no extra read.
+   */
+  keyGuard?: KeyGuard;
+}
+
+/** Updated in place when a batch finds the entry rewritten but still there. */
+export interface KeyGuard {
+  key: Deno.KvKey;
+  versionstamp: string;
 }
 
 /** `rate` is present when the wallets enforce rate limits. */
@@ -99,6 +110,9 @@ export class WalletNotFoundError extends Error {
 
 export class WalletUnavailableError extends Error {}
 
+/** The key guarding a reserve no longer exists: it was revoked since the caller looked it up. */
+export class KeyRevokedError extends Error {}
+
 type Op =
   | { kind: "reserve"; input: ReserveInput; done: Settler<ReserveResult> }
   | { kind: "settle"; reservationId: string; input: SettleInput; done: Settler<SettleResult> }
@@ -123,7 +137,10 @@ interface Settler<T> {
 export interface WalletOptions {
   /** How long a reservation is held before the sweeper may release it. */
   leaseMs: number;
-  /** Operations committed together at most (mutations stay well under KV's 1000 per commit). */
+  /**
+   * Operations committed together at most. A settle writes 3 mutations (plus the batch's shared
+   * counters), so 128 stay well under KV's 1000 mutations and 80 KiB of keys per commit.
+   */
   maxBatch?: number;
   /** Commit attempts before giving up under conflicts or KV errors. */
   maxAttempts?: number;
@@ -139,9 +156,11 @@ export interface WalletStats {
   opsCommitted: number;
 }
 
-/** KV allows 10 checks per atomic operation on self-hosted denokv: the wallet's, the rate-limit
- * overrides', and the credit markers'. */
-const MAX_MARKER_CHECKS = 8;
+/**
+ * KV allows 10 checks per atomic operation on self-hosted denokv: the wallet's, the rate-limit
+ * overrides', and the rest shared by credit markers and API-key guards.
+ */
+const MAX_EXTRA_CHECKS = 8;
 interface KnownWallet {
   entry: Deno.KvEntry<WalletRecord>;
   reservations: Map<string, ReservationRecord>;
@@ -171,7 +190,7 @@ export class Wallets {
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
     this.#leaseMs = options.leaseMs;
-    this.#maxBatch = options.maxBatch ?? 64;
+    this.#maxBatch = options.maxBatch ?? 128;
     this.#maxAttempts = options.maxAttempts ?? 40;
     this.#now = options.now ?? Date.now;
     this.#rateLimits = options.rateLimits ?? null;
@@ -243,6 +262,9 @@ export class Wallets {
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
     const walletKey = keys.wallet(appId);
     for (let attempt = 1;; attempt++) {
+      // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
+      if (attempt > 1) ops = await this.#refreshKeyGuards(ops);
+      if (ops.length === 0) return;
       // First attempt: trust what our own last commit left, if we have it; the versionstamp checks
       // catch any other writer and the retry reads afresh. The rate windows and limit overrides
       // come in the same read as the wallet: no extra round trip.
@@ -255,8 +277,10 @@ export class Wallets {
       if (walletEntry.value === null || walletEntry.versionstamp === null) {
         throw new WalletNotFoundError(appId);
       }
-      const reservations = await this.#readReservations(appId, ops, cached?.reservations);
-      const markers = await this.#readMarkers(ops);
+      const [reservations, markers] = await Promise.all([
+        this.#readReservations(appId, ops, cached?.reservations),
+        this.#readMarkers(ops),
+      ]);
 
       const batchId = randomToken(96);
       const now = this.#now();
@@ -282,6 +306,7 @@ export class Wallets {
       for (const marker of plan.markerChecks) {
         atomic.check({ key: keys.creditMarker(marker), versionstamp: null });
       }
+      for (const guard of keyGuards(ops).values()) atomic.check(guard);
       plan.write(atomic);
       atomic.set(walletKey, plan.wallet);
       atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
@@ -338,6 +363,25 @@ export class Wallets {
     });
   }
 
+  /** Refuses the reserves whose key is gone and takes the current versionstamp of the others. */
+  async #refreshKeyGuards(ops: Op[]): Promise<Op[]> {
+    const guards = [...keyGuards(ops).values()];
+    if (guards.length === 0) return ops;
+    const entries = await this.#kv.getMany(guards.map((g) => g.key));
+    const current = new Map(guards.map((g, i) => [guardId(g), entries[i].versionstamp]));
+    return ops.filter((op) => {
+      if (op.kind !== "reserve" || !op.input.keyGuard) return true;
+      const versionstamp = current.get(guardId(op.input.keyGuard));
+      if (!versionstamp) {
+        op.done.reject(new KeyRevokedError(`API key ${op.input.keyId} was revoked`));
+        return false;
+      }
+      // In place: the caller's cache holds the same object and so stops failing this check.
+      op.input.keyGuard.versionstamp = versionstamp;
+      return true;
+    });
+  }
+
   async #batchCommitted(appId: string, batchId: string, cause: unknown): Promise<boolean> {
     for (let i = 0; i < 5; i++) {
       try {
@@ -388,17 +432,38 @@ export class Wallets {
 
 /** Takes the next operations that fit in one commit: the batch size and the check budget. */
 function takeBatch(queue: Op[], maxBatch: number): Op[] {
-  let markerChecks = 0;
+  let extraChecks = 0;
+  const guarded = new Set<string>();
   let n = 0;
   while (n < queue.length && n < maxBatch) {
     const op = queue[n];
     if (op.kind === "credit" && op.input.marker) {
-      if (markerChecks === MAX_MARKER_CHECKS) break;
-      markerChecks++;
+      if (extraChecks === MAX_EXTRA_CHECKS) break;
+      extraChecks++;
+    }
+    const guard = op.kind === "reserve" ? op.input.keyGuard : undefined;
+    if (guard && !guarded.has(guardId(guard))) {
+      if (extraChecks === MAX_EXTRA_CHECKS) break;
+      extraChecks++;
+      guarded.add(guardId(guard));
     }
     n++;
   }
   return queue.splice(0, n);
+}
+
+/** The distinct key guards of a batch's reserves (the first versionstamp seen for each key). */
+function keyGuards(ops: Op[]): Map<string, KeyGuard> {
+  const guards = new Map<string, KeyGuard>();
+  for (const op of ops) {
+    const guard = op.kind === "reserve" ? op.input.keyGuard : undefined;
+    if (guard && !guards.has(guardId(guard))) guards.set(guardId(guard), guard);
+  }
+  return guards;
+}
+
+function guardId(guard: KeyGuard): string {
+  return JSON.stringify(guard.key);
 }
 
 interface PlanInput {
@@ -427,6 +492,10 @@ export function planBatch(input: PlanInput) {
   const markerChecks: string[] = [];
   const writes: ((atomic: Deno.AtomicOperation) => void)[] = [];
   const answers: (() => void)[] = [];
+  // Per-batch totals: one mutation per counter instead of one per settle (KV's mutation budget,
+  // and the commit's cost, grow with mutations).
+  const keysUsed = new Set<string>();
+  const modelSpend = new Map<string, Micros>();
 
   const dropReservation = (r: ReservationRecord) => {
     live.set(r.id, null);
@@ -510,13 +579,9 @@ export function planBatch(input: PlanInput) {
           reserved: r.amount,
           createdAt: now,
         };
-        writes.push((a) => {
-          a.set(keys.usage(appId, usage.id), usage).set(keys.apiKeyLastUsed(usage.keyId), now);
-          if (charged > 0) {
-            a.sum(keys.dailySpend(appId, utcDay(now)), BigInt(charged));
-            a.sum(keys.modelSpend(appId, usage.model), BigInt(charged));
-          }
-        });
+        writes.push((a) => a.set(keys.usage(appId, usage.id), usage));
+        keysUsed.add(usage.keyId);
+        if (charged > 0) modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + charged);
         const answer = {
           settled: true as const,
           charged,
@@ -597,6 +662,16 @@ export function planBatch(input: PlanInput) {
       }
     }
   }
+
+  let daySpend = 0;
+  for (const [model, spent] of modelSpend) {
+    daySpend += spent;
+    writes.push((a) => a.sum(keys.modelSpend(appId, model), BigInt(spent)));
+  }
+  if (daySpend > 0) {
+    writes.push((a) => a.sum(keys.dailySpend(appId, utcDay(now)), BigInt(daySpend)));
+  }
+  for (const keyId of keysUsed) writes.push((a) => a.set(keys.apiKeyLastUsed(keyId), now));
 
   const rateRecord = input.rate?.changed ? input.rate.record(now) : null;
   if (rateRecord) writes.push((a) => a.set(keys.rateWindows(appId), rateRecord));

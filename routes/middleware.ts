@@ -2,8 +2,9 @@ import type { Context, MiddlewareHandler } from "hono";
 import { ApiError, errorBody } from "../lib/errors.ts";
 import type { RequestTrace } from "../lib/gateway.ts";
 import { newRequestId } from "../lib/ids.ts";
-import { authenticateKey } from "../lib/keys.ts";
+import { authenticateKey, type KeyCache } from "../lib/keys.ts";
 import { type Logger, type RequestLogLine, requestLogLine } from "../lib/log.ts";
+import type { KeyGuard } from "../lib/wallet.ts";
 
 export const API_VERSION = "2026-07-29";
 
@@ -11,7 +12,7 @@ export type Env = {
   Variables: {
     requestId: string;
     trace: RequestTrace;
-    caller: { appId: string; keyId: string };
+    caller: { appId: string; keyId: string; keyGuard?: KeyGuard };
     /** Set when the log line is written later, by the end of a stream. */
     deferLog: boolean;
     /** Writes the request's one log line (and feeds the metrics); later calls do nothing. */
@@ -90,27 +91,48 @@ export function errorHandler(
   };
 }
 
-export function requireApiKey(kv: Deno.Kv): MiddlewareHandler<Env> {
+const INVALID_KEY_MESSAGE = "Invalid API key: it is malformed, unknown or revoked.";
+
+/**
+ * With a cache, only for routes that reserve before they answer 200: the reserve's commit checks
+ * that the key still exists. An error answer of a cached key is checked here, so a revoked key gets
+ * its 401 before any other error.
+ */
+export function requireApiKey(kv: Deno.Kv, cache?: KeyCache): MiddlewareHandler<Env> {
+  if (cache) {
+    return async (c, next) => {
+      const key = await cache.authenticate(bearerKey(c));
+      if (!key) throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
+      c.set("caller", { appId: key.appId, keyId: key.keyId, keyGuard: key.keyGuard });
+      Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
+      await next();
+      const error = c.error;
+      if (!error) return;
+      if (error instanceof ApiError && error.code === "invalid_api_key") cache.forget(key.hash);
+      else if (key.cached && !(await cache.stillValid(key))) {
+        throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
+      }
+    };
+  }
   return async (c, next) => {
-    const header = c.req.header("authorization") ?? "";
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    if (!match) {
-      throw new ApiError(
-        "invalid_api_key",
-        "Missing API key. Send 'Authorization: Bearer <API_KEY>'.",
-      );
-    }
-    const entry = await authenticateKey(kv, match[1]);
-    if (!entry) {
-      throw new ApiError(
-        "invalid_api_key",
-        "Invalid API key: it is malformed, unknown or revoked.",
-      );
-    }
+    const entry = await authenticateKey(kv, bearerKey(c));
+    if (!entry) throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
     c.set("caller", entry);
     Object.assign(c.get("trace"), { appId: entry.appId, keyId: entry.keyId });
     await next();
   };
+}
+
+function bearerKey(c: Context<Env>): string {
+  const header = c.req.header("authorization") ?? "";
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  if (!match) {
+    throw new ApiError(
+      "invalid_api_key",
+      "Missing API key. Send 'Authorization: Bearer <API_KEY>'.",
+    );
+  }
+  return match[1];
 }
 
 export const requireSupportedVersion: MiddlewareHandler<Env> = async (c, next) => {

@@ -1,0 +1,685 @@
+/**
+ * `deno task bench`: what Tollbooth adds to a call, side by side with calling the upstream directly
+ * and with a peer gateway (Portkey's open-source gateway from npm), all in one run on loopback.
+ * Starts and stops everything it starts; prints one table and writes it as JSON to bench/results/.
+ *
+ *   deno task bench            # the full run, a few minutes
+ *   deno task bench --quick    # short durations, for working on the bench itself
+ */
+import { report } from "./table.ts";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+const BENCH = new URL(".", import.meta.url).pathname;
+const PEER_DIR = `${BENCH}peer`;
+const PEER_SERVER = `${PEER_DIR}/node_modules/@portkey-ai/gateway/build/start-server.js`;
+const QUICK = Deno.args.includes("--quick");
+const SECONDS = QUICK ? 3 : 10;
+const OPEN_SECONDS = QUICK ? 3 : 6;
+const STREAMS_SEQUENTIAL = QUICK ? 60 : 300;
+const OPEN_STREAMS = 1000;
+const MESSAGES = [{ role: "user", content: "Say hello to the benchmark." }];
+
+interface Target {
+  name: "direct" | "tollbooth" | "portkey";
+  url: string;
+  headers: Record<string, string>;
+  model: string;
+  holdModel: string;
+  /** The process whose CPU and memory the target costs. */
+  pid: number;
+}
+
+interface Service {
+  name: string;
+  pid: number;
+  logFile: string;
+  stop(): Promise<void>;
+}
+
+const services: Service[] = [];
+
+// ---- processes -------------------------------------------------------------------------------
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = listener.addr as Deno.NetAddr;
+  listener.close();
+  return port;
+}
+
+/** Starts a process with its output in a log file (so reading it costs the bench nothing). */
+function start(
+  name: string,
+  command: string[],
+  options: { env?: Record<string, string>; cwd?: string; logDir: string },
+): Service {
+  const logFile = `${options.logDir}/${name}.log`;
+  const child = new Deno.Command("sh", {
+    args: ["-c", 'exec "$@" >"$LOG_FILE" 2>&1', "sh", ...command],
+    env: { ...options.env, LOG_FILE: logFile },
+    cwd: options.cwd ?? ROOT,
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  const service: Service = {
+    name,
+    pid: child.pid,
+    logFile,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch { /* already gone */ }
+      const killer = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* already gone */ }
+      }, 12_000);
+      await child.status;
+      clearTimeout(killer);
+    },
+  };
+  services.push(service);
+  return service;
+}
+
+async function waitForHttp(url: string, service: Service) {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(url);
+      await res.body?.cancel();
+      return;
+    } catch {
+      await sleep(100);
+    }
+  }
+  const log = await Deno.readTextFile(service.logFile).catch(() => "");
+  throw new Error(`${service.name} did not start:\n${log.slice(-2000)}`);
+}
+
+async function stopAll() {
+  await Promise.all(services.splice(0).reverse().map((s) => s.stop()));
+}
+
+async function run(command: string, args: string[], options: Deno.CommandOptions = {}) {
+  const out = await new Deno.Command(command, {
+    args,
+    stdout: "piped",
+    stderr: "piped",
+    ...options,
+  }).output();
+  return {
+    ok: out.success,
+    stdout: new TextDecoder().decode(out.stdout),
+    stderr: new TextDecoder().decode(out.stderr),
+  };
+}
+
+async function hasCommand(command: string, args: string[]): Promise<boolean> {
+  try {
+    return (await run(command, args)).ok;
+  } catch {
+    return false;
+  }
+}
+
+async function ensureWrk(): Promise<boolean> {
+  if (await hasCommand("wrk", ["--version"]) || (await run("sh", ["-c", "command -v wrk"])).ok) {
+    return true;
+  }
+  console.error("wrk is missing; installing the Debian package…");
+  const install = await run("sh", [
+    "-c",
+    "(apt-get install -y -qq wrk || (apt-get update -qq && apt-get install -y -qq wrk)) >/dev/null 2>&1",
+  ]);
+  if (install.ok) return true;
+  console.error("wrk could not be installed; the closed loop uses the built-in load generator.");
+  return false;
+}
+
+async function ensurePeer() {
+  try {
+    await Deno.stat(PEER_SERVER);
+    return;
+  } catch { /* not installed yet */ }
+  console.error("installing the peer gateway (@portkey-ai/gateway) in bench/peer…");
+  const hasLock = await Deno.stat(`${PEER_DIR}/package-lock.json`).then(() => true, () => false);
+  const result = await run("npm", [
+    hasLock ? "ci" : "install",
+    "--no-audit",
+    "--no-fund",
+    "--ignore-scripts",
+  ], { cwd: PEER_DIR });
+  if (!result.ok) throw new Error(`npm install in bench/peer failed:\n${result.stderr}`);
+}
+
+/** CPU time (user + system) of a process so far, in ms. */
+async function cpuMs(pid: number, ticksPerSecond: number): Promise<number> {
+  const stat = await Deno.readTextFile(`/proc/${pid}/stat`);
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
+}
+
+async function rssKb(pid: number): Promise<number> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
+}
+
+/** Asks Tollbooth for its wallet counters (SIGUSR1) and reads the line it logs. */
+async function walletStats(service: Service) {
+  const offset = (await Deno.stat(service.logFile)).size;
+  Deno.kill(service.pid, "SIGUSR1");
+  for (let i = 0; i < 100; i++) {
+    await sleep(50);
+    const file = await Deno.open(service.logFile);
+    try {
+      await file.seek(offset, Deno.SeekMode.Start);
+      const text = await new Response(file.readable).text();
+      const line = text.split("\n").find((l) => l.includes('"wallet_stats"'));
+      if (line) {
+        return JSON.parse(line) as { commits: number; conflicts: number; opsCommitted: number };
+      }
+    } catch (error) {
+      file.close();
+      throw error;
+    }
+  }
+  throw new Error("no wallet_stats line from tollbooth");
+}
+
+/** Latency of a small durable commit on the disk the bench runs on: the floor of a paid call. */
+async function kvCommitLatency(dir: string) {
+  const kv = await Deno.openKv(`${dir}/latency.sqlite3`);
+  try {
+    const times: number[] = [];
+    for (let i = 0; i < 120; i++) {
+      const t0 = performance.now();
+      await kv.atomic().set(["probe", i % 10], { i, pad: "x".repeat(200) }).commit();
+      if (i >= 20) times.push(performance.now() - t0);
+    }
+    return { p50: percentile(times, 50), p99: percentile(times, 99) };
+  } finally {
+    kv.close();
+  }
+}
+
+// ---- load generators -------------------------------------------------------------------------
+
+function requestBody(target: Target, stream = false, model = target.model) {
+  return JSON.stringify({ model, messages: MESSAGES, max_tokens: 16, stream });
+}
+
+function requestInit(target: Target, body: string): RequestInit {
+  return {
+    method: "POST",
+    headers: { "content-type": "application/json", ...target.headers },
+    body,
+  };
+}
+
+interface LoopResult {
+  requests: number;
+  ok: number;
+  seconds: number;
+  rps: number;
+  okRps: number;
+  p50: number;
+  p99: number;
+  cpuMsPerRequest: number | null;
+  generator: string;
+}
+
+async function closedLoop(
+  target: Target,
+  connections: number,
+  seconds: number,
+  tools: { wrk: boolean; tmp: string; ticks: number },
+): Promise<LoopResult> {
+  const cpuBefore = await cpuMs(target.pid, tools.ticks);
+  let result: Omit<LoopResult, "cpuMsPerRequest">;
+  if (tools.wrk) {
+    const script = `${tools.tmp}/${target.name}.lua`;
+    const headers = { "Content-Type": "application/json", ...target.headers };
+    await Deno.writeTextFile(
+      script,
+      [
+        `wrk.method = "POST"`,
+        `wrk.body = ${luaString(requestBody(target))}`,
+        ...Object.entries(headers).map(([k, v]) =>
+          `wrk.headers[${luaString(k)}] = ${luaString(v)}`
+        ),
+      ].join("\n"),
+    );
+    const out = await run("wrk", [
+      "-t2",
+      `-c${connections}`,
+      `-d${seconds}s`,
+      "--timeout",
+      "10s",
+      "--latency",
+      "-s",
+      script,
+      target.url,
+    ]);
+    if (!out.ok) throw new Error(`wrk failed: ${out.stderr}`);
+    result = parseWrk(out.stdout);
+  } else {
+    result = await fetchClosedLoop(target, connections, seconds);
+  }
+  const cpuAfter = await cpuMs(target.pid, tools.ticks);
+  return {
+    ...result,
+    cpuMsPerRequest: result.requests ? (cpuAfter - cpuBefore) / result.requests : null,
+  };
+}
+
+function luaString(s: string) {
+  return JSON.stringify(s); // JSON string escapes are valid Lua for this ASCII text
+}
+
+function parseWrk(text: string): Omit<LoopResult, "cpuMsPerRequest"> {
+  const unit = (v: string, u: string) =>
+    Number(v) * ({ us: 0.001, ms: 1, s: 1000, m: 60_000 }[u] ?? NaN);
+  const pct = (p: string) => {
+    const m = new RegExp(`^\\s*${p}%\\s+([\\d.]+)(us|ms|s|m)\\s*$`, "m").exec(text);
+    return m ? unit(m[1], m[2]) : NaN;
+  };
+  const total = /(\d+) requests in ([\d.]+)(ms|s|m)/.exec(text);
+  if (!total) throw new Error(`cannot read wrk's output:\n${text}`);
+  const requests = Number(total[1]);
+  const seconds = unit(total[2], total[3]) / 1000;
+  const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(text)?.[1] ?? 0);
+  const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/
+    .exec(text);
+  const errors = socketErrors
+    ? socketErrors.slice(1).reduce((n, v) => n + Number(v), 0) - Number(socketErrors[2])
+    : 0;
+  const ok = requests - non2xx - errors;
+  return {
+    requests,
+    ok,
+    seconds,
+    rps: requests / seconds,
+    okRps: ok / seconds,
+    p50: pct("50"),
+    p99: pct("99"),
+    generator: "wrk",
+  };
+}
+
+async function fetchClosedLoop(target: Target, connections: number, seconds: number) {
+  const latencies: number[] = [];
+  let ok = 0;
+  const body = requestBody(target);
+  const end = performance.now() + seconds * 1000;
+  const started = performance.now();
+  await Promise.all(Array.from({ length: connections }, async () => {
+    while (performance.now() < end) {
+      const t0 = performance.now();
+      try {
+        const res = await fetch(target.url, requestInit(target, body));
+        await res.arrayBuffer();
+        if (res.ok) ok++;
+      } catch { /* counted as not ok */ }
+      latencies.push(performance.now() - t0);
+    }
+  }));
+  const elapsed = (performance.now() - started) / 1000;
+  return {
+    requests: latencies.length,
+    ok,
+    seconds: elapsed,
+    rps: latencies.length / elapsed,
+    okRps: ok / elapsed,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    generator: "fetch",
+  };
+}
+
+/** Requests sent on a fixed schedule whatever the answers; latency counted from the scheduled time. */
+async function openLoop(target: Target, rate: number, seconds: number) {
+  const body = requestBody(target);
+  const latencies: number[] = [];
+  let failed = 0;
+  const total = Math.round(rate * seconds);
+  const interval = 1000 / rate;
+  const pending: Promise<void>[] = [];
+  const started = performance.now();
+  let sent = 0;
+  while (sent < total) {
+    const now = performance.now();
+    while (sent < total && started + sent * interval <= now) {
+      const due = started + sent * interval;
+      pending.push(
+        fetch(target.url, requestInit(target, body)).then(async (res) => {
+          await res.arrayBuffer();
+          if (!res.ok) failed++;
+          latencies.push(performance.now() - due);
+        }, () => {
+          failed++;
+        }),
+      );
+      sent++;
+    }
+    await sleep(Math.max(0, started + sent * interval - performance.now()));
+  }
+  await Promise.all(pending);
+  return {
+    rate,
+    requests: total,
+    failed,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+  };
+}
+
+/** One stream at a time: time to the first body byte and to the end. */
+async function sequentialStreams(target: Target, count: number) {
+  const body = requestBody(target, true);
+  const ttfb: number[] = [];
+  const totals: number[] = [];
+  let failed = 0;
+  for (let i = 0; i < count + 20; i++) {
+    const t0 = performance.now();
+    const res = await fetch(target.url, requestInit(target, body));
+    const reader = res.body!.getReader();
+    const first = await reader.read();
+    const t1 = performance.now();
+    let text = first.value ? new TextDecoder().decode(first.value) : "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const t2 = performance.now();
+    if (!res.ok || !text.includes("data: [DONE]")) failed++;
+    if (i < 20) continue; // warm-up
+    ttfb.push(t1 - t0);
+    totals.push(t2 - t0);
+  }
+  return {
+    streams: count,
+    failed,
+    ttfbP50: percentile(ttfb, 50),
+    ttfbP99: percentile(ttfb, 99),
+    totalP50: percentile(totals, 50),
+    totalP99: percentile(totals, 99),
+  };
+}
+
+/** Opens many streams that the upstream holds after their first chunk; RSS of the gateway then. */
+async function openStreamsMemory(target: Target, upstreamUrl: string, count: number) {
+  await sleep(500);
+  const before = await rssKb(target.pid);
+  const body = requestBody(target, true, target.holdModel);
+  let firstChunks = 0;
+  let resolveAll!: () => void;
+  const allOpen = new Promise<void>((r) => (resolveAll = r));
+  const streams = Array.from({ length: count }, async () => {
+    const res = await fetch(target.url, requestInit(target, body));
+    const reader = res.body!.getReader();
+    await reader.read();
+    if (++firstChunks === count) resolveAll();
+    let text = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    return res.ok && text.includes("data: [DONE]");
+  });
+  await Promise.race([allOpen, sleep(60_000)]);
+  await sleep(300);
+  const during = await rssKb(target.pid);
+  const opened = firstChunks;
+  await fetch(`${upstreamUrl}/release`, { method: "POST" }).then((r) => r.arrayBuffer());
+  const completed = (await Promise.all(streams)).filter(Boolean).length;
+  return {
+    streams: count,
+    opened,
+    completed,
+    rssBeforeMb: before / 1024,
+    rssDuringMb: during / 1024,
+    kbPerStream: (during - before) / opened,
+    mbPer1000: ((during - before) / opened) * 1000 / 1024,
+  };
+}
+
+function percentile(values: number[], p: number): number {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+
+function sleep(ms: number) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+// ---- the run ---------------------------------------------------------------------------------
+
+async function main() {
+  const wrk = await ensureWrk();
+  await ensurePeer();
+  const ticks = Number((await run("getconf", ["CLK_TCK"])).stdout.trim()) || 100;
+  const tmp = await Deno.makeTempDir({ prefix: "tollbooth-bench-" });
+  const startedAt = new Date().toISOString();
+  const loadBefore = (await Deno.readTextFile("/proc/loadavg")).split(" ").slice(0, 3).join(" ");
+  try {
+    // The fast fake upstream, in its own process.
+    const upstreamPort = await freePort();
+    const upstream = start("upstream", [
+      Deno.execPath(),
+      "run",
+      "-A",
+      `${BENCH}upstream.ts`,
+      `--port=${upstreamPort}`,
+    ], { logDir: tmp });
+    const upstreamUrl = `http://127.0.0.1:${upstreamPort}`;
+    await waitForHttp(`${upstreamUrl}/`, upstream);
+
+    // Tollbooth, as it runs in production: a real process on a KV file, app made by the admin task.
+    const kvPath = `${tmp}/tollbooth.sqlite3`;
+    const modelsFile = `${tmp}/models.json`;
+    const benchModel = (id: string, upstreamModel: string) => ({
+      id,
+      provider: "bench",
+      upstream_model: upstreamModel,
+      input_usd_per_mtok: "0.10",
+      output_usd_per_mtok: "0.40",
+      context_tokens: 128000,
+      max_output_tokens: 4096,
+    });
+    await Deno.writeTextFile(
+      modelsFile,
+      JSON.stringify({
+        providers: {
+          bench: {
+            kind: "openai",
+            base_url: `${upstreamUrl}/v1`,
+            api_key_env: "BENCH_UPSTREAM_KEY",
+          },
+        },
+        models: [benchModel("bench/fast", "fast"), benchModel("bench/hold", "hold")],
+      }),
+    );
+    const tollboothPort = await freePort();
+    const tollboothEnv = {
+      PORT: String(tollboothPort),
+      KV_PATH: kvPath,
+      MODELS_FILE: modelsFile,
+      PUBLIC_URL: `http://127.0.0.1:${tollboothPort}`,
+      BENCH_UPSTREAM_KEY: "sk-bench",
+      // The bench measures the gateway, not its rate limits.
+      RATE_LIMIT_RPM: "1000000000",
+      RATE_LIMIT_TPM: "1000000000000",
+    };
+    const created = await run(Deno.execPath(), [
+      "task",
+      "-q",
+      "admin",
+      "create-app",
+      "--name",
+      "bench",
+    ], {
+      cwd: ROOT,
+      env: tollboothEnv,
+    });
+    if (!created.ok) throw new Error(`create-app failed: ${created.stderr}`);
+    const app = JSON.parse(created.stdout) as {
+      app_id: string;
+      api_key: string;
+    };
+    const tollbooth = start("tollbooth", [Deno.execPath(), "run", "-A", "main.ts"], {
+      env: tollboothEnv,
+      logDir: tmp,
+    });
+    await waitForHttp(`http://127.0.0.1:${tollboothPort}/docs/errors`, tollbooth);
+
+    const peerPort = await freePort();
+    const peer = start("portkey", ["node", PEER_SERVER, `--port=${peerPort}`, "--headless"], {
+      cwd: PEER_DIR,
+      logDir: tmp,
+    });
+    await waitForHttp(`http://127.0.0.1:${peerPort}/`, peer);
+
+    const targets: Target[] = [
+      {
+        name: "direct",
+        url: `${upstreamUrl}/v1/chat/completions`,
+        headers: { authorization: "Bearer sk-bench" },
+        model: "fast",
+        holdModel: "hold",
+        pid: upstream.pid,
+      },
+      {
+        name: "tollbooth",
+        url: `http://127.0.0.1:${tollboothPort}/v1/chat/completions`,
+        headers: { authorization: `Bearer ${app.api_key}` },
+        model: "bench/fast",
+        holdModel: "bench/hold",
+        pid: tollbooth.pid,
+      },
+      {
+        name: "portkey",
+        url: `http://127.0.0.1:${peerPort}/v1/chat/completions`,
+        headers: {
+          authorization: "Bearer sk-bench",
+          "x-portkey-provider": "openai",
+          "x-portkey-custom-host": `${upstreamUrl}/v1`,
+        },
+        model: "fast",
+        holdModel: "hold",
+        pid: peer.pid,
+      },
+    ];
+    const tools = { wrk, tmp, ticks };
+    const kvCommit = await kvCommitLatency(tmp);
+    const log = (s: string) => console.error(`[bench] ${s}`);
+
+    // Warm every path (JIT, connection pools, caches) before measuring anything.
+    for (const t of targets) await closedLoop(t, 10, 2, tools);
+
+    const closed: Record<string, LoopResult> = {};
+    for (const t of targets) {
+      log(`closed loop, 50 connections, ${SECONDS}s: ${t.name}`);
+      closed[t.name] = await closedLoop(t, 50, SECONDS, tools);
+    }
+    const open: Record<string, Record<string, Awaited<ReturnType<typeof openLoop>>>> = {};
+    for (const rate of [200, 500]) {
+      for (const t of targets) {
+        log(`open loop ${rate} req/s, ${OPEN_SECONDS}s: ${t.name}`);
+        await openLoop(t, rate, 1); // settle at the rate first
+        (open[rate] ??= {})[t.name] = await openLoop(t, rate, OPEN_SECONDS);
+      }
+    }
+    const streaming: Record<string, Awaited<ReturnType<typeof sequentialStreams>>> = {};
+    for (const t of targets) {
+      log(`streaming, ${STREAMS_SEQUENTIAL} one after another: ${t.name}`);
+      streaming[t.name] = await sequentialStreams(t, STREAMS_SEQUENTIAL);
+    }
+
+    log(`hot wallet: one app, 200 connections, ${SECONDS}s`);
+    const statsBefore = await walletStats(tollbooth);
+    const hot = await closedLoop(targets[1], 200, SECONDS, tools);
+    const statsAfter = await walletStats(tollbooth);
+    const hotWallet = {
+      ...hot,
+      settledPerSecond: hot.okRps,
+      commits: statsAfter.commits - statsBefore.commits,
+      conflicts: statsAfter.conflicts - statsBefore.conflicts,
+      conflictsPerRequest: (statsAfter.conflicts - statsBefore.conflicts) / Math.max(1, hot.ok),
+      opsPerCommit: (statsAfter.opsCommitted - statsBefore.opsCommitted) /
+        Math.max(1, statsAfter.commits - statsBefore.commits),
+    };
+
+    const memory: Record<string, Awaited<ReturnType<typeof openStreamsMemory>>> = {};
+    for (const t of targets) {
+      log(`memory, ${OPEN_STREAMS} streams open at once: ${t.name}`);
+      // A first round grows the heaps and pools once; the second one is measured.
+      await openStreamsMemory(t, upstreamUrl, OPEN_STREAMS);
+      memory[t.name] = await openStreamsMemory(t, upstreamUrl, OPEN_STREAMS);
+    }
+
+    // Stop Tollbooth (it drains its wallet queues), then audit the KV file it leaves.
+    await tollbooth.stop();
+    services.splice(services.indexOf(tollbooth), 1);
+    const audit = await run(Deno.execPath(), ["task", "-q", "admin", "audit"], {
+      cwd: ROOT,
+      env: tollboothEnv,
+    });
+    const auditReport = JSON.parse(audit.stdout.trim() || "{}");
+    const auditOk = audit.ok && auditReport.ok === true;
+
+    const results = {
+      startedAt,
+      quick: QUICK,
+      machine: {
+        cpus: navigator.hardwareConcurrency,
+        loadAverageBefore: loadBefore,
+        loadAverageAfter: (await Deno.readTextFile("/proc/loadavg")).split(" ").slice(0, 3).join(
+          " ",
+        ),
+        deno: Deno.version.deno,
+        node: (await run("node", ["--version"])).stdout.trim(),
+      },
+      kvCommit,
+      closedLoop50: closed,
+      openLoop: open,
+      streaming,
+      hotWallet,
+      memory,
+      audit: { ok: auditOk, apps: auditReport.apps, problems: auditReport.problems },
+    };
+    const { text, rows } = report(results);
+    console.log(text);
+    await Deno.mkdir(`${BENCH}results`, { recursive: true });
+    const file = `${BENCH}results/bench-${startedAt.replace(/[:.]/g, "-")}.json`;
+    await Deno.writeTextFile(file, JSON.stringify({ ...results, table: rows }, null, 2) + "\n");
+    console.log(`\nwritten to ${file.replace(ROOT, "")}`);
+    if (!auditOk) {
+      console.error(`audit FAILED:\n${audit.stdout}${audit.stderr}`);
+      Deno.exitCode = 1;
+    }
+  } finally {
+    await stopAll();
+    await Deno.remove(tmp, { recursive: true }).catch(() => {});
+  }
+}
+
+const onSignal = async () => {
+  await stopAll();
+  Deno.exit(130);
+};
+Deno.addSignalListener("SIGINT", onSignal);
+Deno.addSignalListener("SIGTERM", onSignal);
+
+try {
+  await main();
+} finally {
+  await stopAll();
+  Deno.removeSignalListener("SIGINT", onSignal);
+  Deno.removeSignalListener("SIGTERM", onSignal);
+}

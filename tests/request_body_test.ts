@@ -1,0 +1,32 @@
+import assert from "node:assert/strict";
+import { readJsonBody } from "../routes/v1/chat/completions.ts";
+
+function post(body: string) {
+  return new Request("http://tollbooth.test/v1/chat/completions", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body,
+  });
+}
+
+Deno.test("keys that could pollute a prototype are dropped from a body, even when escaped", async () => {
+  for (
+    const body of [
+      '{"a": 1, "__proto__": {"polluted": true}}',
+      '{"a": 1, "\\u005f\\u005fproto__": {"polluted": true}}',
+      '{"a": 1, "nested": {"constructor": {"prototype": {"polluted": true}}}}',
+    ]
+  ) {
+    const parsed = await readJsonBody(post(body), 1024) as Record<string, unknown>;
+    assert.equal(parsed.a, 1);
+    assert.equal(Object.hasOwn(parsed, "__proto__"), false, body);
+    const nested = parsed.nested as Record<string, unknown> | undefined;
+    if (nested) assert.equal(Object.hasOwn(nested, "constructor"), false, body);
+    assert.equal(({} as Record<string, unknown>).polluted, undefined);
+  }
+});
+
+Deno.test("a body without such keys parses as plain JSON", async () => {
+  const parsed = await readJsonBody(post('{"model": "m", "messages": [], "n": 1}'), 1024);
+  assert.deepEqual(parsed, { model: "m", messages: [], n: 1 });
+});
