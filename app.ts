@@ -140,7 +140,7 @@ export function createApp(deps: AppDeps) {
   app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
   app.get("/metrics", metricsEndpoint({ kv, metrics, token: config.metricsToken }));
   app.route("/", accountRoutes({ kv, publicUrl: config.publicUrl }));
-  app.route("/dashboard", dashboardRoutes({ kv, publicUrl: config.publicUrl }));
+  app.route("/dashboard", dashboardRoutes({ kv, publicUrl: config.publicUrl, rateLimits }));
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 

@@ -10,7 +10,7 @@ import {
   keys,
   type LedgerEntry,
 } from "./db.ts";
-import { newId, randomToken } from "./ids.ts";
+import { newId } from "./ids.ts";
 import { NotFoundError } from "./keys.ts";
 import { formatUsd, type Micros } from "./money.ts";
 import type { CreditResult, Wallets } from "./wallet.ts";
@@ -109,24 +109,6 @@ export async function updateTopUpSettings(
     if (returnUrl !== undefined) app.topUpReturnUrl = returnUrl;
     if (settings.showBalance !== undefined) app.topUpShowBalance = settings.showBalance;
     const result = await kv.atomic().check(entry).set(keys.app(appId), app).commit();
-    if (result.ok) return app;
-  }
-  throw new Error("the app changed concurrently; try again");
-}
-
-/** Gives the app a new top-up page address; the old one stops working at once. */
-export async function rotateTopUpToken(kv: Deno.Kv, appId: string): Promise<AppRecord> {
-  for (let attempt = 0; attempt < 5; attempt++) {
-    const entry = await kv.get<AppRecord>(keys.app(appId));
-    if (!entry.value) throw new NotFoundError(`no app ${appId}`);
-    const app: AppRecord = { ...entry.value, topUpToken: randomToken(160) };
-    const result = await kv.atomic()
-      .check(entry)
-      .check({ key: keys.appByTopUpToken(app.topUpToken), versionstamp: null })
-      .delete(keys.appByTopUpToken(entry.value.topUpToken))
-      .set(keys.appByTopUpToken(app.topUpToken), app.id)
-      .set(keys.app(appId), app)
-      .commit();
     if (result.ok) return app;
   }
   throw new Error("the app changed concurrently; try again");

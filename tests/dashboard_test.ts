@@ -457,3 +457,73 @@ Deno.test("an app created by an operator for an owner's email shows on that owne
       /no account with email nobody@example\.com/,
     );
   }));
+
+Deno.test("the owner sets the top-up page's return link and balance display from the wallet page", () =>
+  withService(async (s) => {
+    const owner = new Visitor(s);
+    await owner.signUp("settings@example.com");
+    const { appId } = await owner.createApp("Settings app");
+    const csrf = await owner.csrf();
+    const saved = await owner.post(`/dashboard/apps/${appId}/top-up-settings`, {
+      _csrf: csrf,
+      return_url: "https://app.example/credits",
+      show_balance: "on",
+    });
+    assert.equal(saved.status, 303);
+    const app =
+      (await s.kv.get<{ topUpReturnUrl?: string; topUpShowBalance?: boolean }>(keys.app(appId)))
+        .value!;
+    assert.equal(app.topUpReturnUrl, "https://app.example/credits");
+    assert.equal(app.topUpShowBalance, true);
+    const wallet = await owner.page(`/dashboard/apps/${appId}/wallet`);
+    assert.ok(wallet.includes('value="https://app.example/credits"'));
+
+    const refused = await owner.post(`/dashboard/apps/${appId}/top-up-settings`, {
+      _csrf: csrf,
+      return_url: "javascript:alert(1)",
+    });
+    assert.equal(refused.status, 400);
+    assert.match(await refused.text(), /class="alert"/);
+    const unchanged = (await s.kv.get<{ topUpReturnUrl?: string }>(keys.app(appId))).value!;
+    assert.equal(
+      unchanged.topUpReturnUrl,
+      "https://app.example/credits",
+      "a refused form changes nothing",
+    );
+
+    await owner.post(`/dashboard/apps/${appId}/top-up-settings`, { _csrf: csrf, return_url: "" });
+    const cleared = (await s.kv.get<{ topUpReturnUrl?: string | null; topUpShowBalance?: boolean }>(
+      keys.app(appId),
+    )).value!;
+    assert.equal(cleared.topUpReturnUrl, null);
+    assert.equal(cleared.topUpShowBalance, false, "an unticked box turns the balance off");
+  }));
+
+Deno.test("the owner sets the app's rate limits from the dashboard and the API enforces them", () =>
+  withService(async (s) => {
+    const owner = new Visitor(s);
+    await owner.signUp("limits@example.com");
+    const { appId, apiKey } = await owner.createApp("Limited app");
+    const csrf = await owner.csrf();
+    const bad = await owner.post(`/dashboard/apps/${appId}/limits`, {
+      _csrf: csrf,
+      rpm: "-4",
+      tpm: "",
+    });
+    assert.equal(bad.status, 400);
+    const saved = await owner.post(`/dashboard/apps/${appId}/limits`, {
+      _csrf: csrf,
+      rpm: "1",
+      tpm: "",
+    });
+    assert.equal(saved.status, 303);
+    assert.match(await owner.page(`/dashboard/apps/${appId}`), /In force: 1 requests/);
+    const body = { model: "tollbooth/echo", messages: userMessage("hi") };
+    const first = await s.chat(apiKey, body);
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get("x-ratelimit-limit-requests"), "1");
+    await first.body?.cancel();
+    const second = await s.chat(apiKey, body);
+    assert.equal(second.status, 429);
+    await second.body?.cancel();
+  }));

@@ -1,13 +1,9 @@
+import { rotateTopUpToken } from "../lib/apps.ts";
 import assert from "node:assert/strict";
 import { createApp as createAppRecord } from "../lib/apps.ts";
 import { keys } from "../lib/db.ts";
 import { NotFoundError } from "../lib/keys.ts";
-import {
-  rotateTopUpToken,
-  topUpAmountOfChoice,
-  updateTopUpSettings,
-  validateReturnUrl,
-} from "../lib/top_up.ts";
+import { topUpAmountOfChoice, updateTopUpSettings, validateReturnUrl } from "../lib/top_up.ts";
 import { runAdmin } from "../scripts/admin.ts";
 import { formTokenIn, ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";

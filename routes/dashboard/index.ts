@@ -8,7 +8,9 @@ import {
   rotateTopUpToken,
   topUpUrl,
 } from "../../lib/apps.ts";
-import { type ApiKeyRecord, type AppRecord, keys } from "../../lib/db.ts";
+import { type ApiKeyRecord, type AppRecord, keys, type RateLimits } from "../../lib/db.ts";
+import { getRateLimits, MAX_LIMIT, setRateLimits } from "../../lib/ratelimit.ts";
+import { updateTopUpSettings } from "../../lib/top_up.ts";
 import { issueKey, listAppKeys, NotFoundError, revokeKey, rotateKey } from "../../lib/keys.ts";
 import { dailySpend, listUsage, spendByModel, walletActivity } from "../../lib/usage.ts";
 import { notFoundPage } from "../pages/not_found.tsx";
@@ -66,7 +68,9 @@ async function keyNames(kv: Deno.Kv, appId: string) {
 }
 
 /** /dashboard: an owner's apps, keys, wallet and usage. Every app route checks ownership. */
-export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
+export function dashboardRoutes(
+  deps: { kv: Deno.Kv; publicUrl: string; rateLimits: RateLimits },
+) {
   const { kv, publicUrl } = deps;
   const r = new Hono<DashboardEnv>();
   r.use(
@@ -104,12 +108,29 @@ export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   });
 
   async function overview(app: AppRecord) {
-    const [wallet, days, models] = await Promise.all([
+    const [wallet, days, models, limits] = await Promise.all([
       getWallet(kv, app.id),
       dailySpend(kv, app.id),
       spendByModel(kv, app.id),
+      getRateLimits(kv, deps.rateLimits, app.id),
     ]);
-    return { app, wallet, topUpUrl: topUpUrl(publicUrl, app), days, models };
+    return {
+      app,
+      wallet,
+      topUpUrl: topUpUrl(publicUrl, app),
+      days,
+      models,
+      limits: { effective: limits.app, defaults: deps.rateLimits },
+    };
+  }
+
+  async function walletView(app: AppRecord) {
+    const [wallet, activity, names] = await Promise.all([
+      getWallet(kv, app.id),
+      walletActivity(kv, app.id),
+      keyNames(kv, app.id),
+    ]);
+    return { app, wallet, topUpUrl: topUpUrl(publicUrl, app), activity, keyNames: names };
   }
 
   r.get("/apps/:appId", async (c) => {
@@ -198,21 +219,42 @@ export function dashboardRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   });
 
   r.get("/apps/:appId/wallet", async (c) => {
+    return c.html(walletPage(session(c), await walletView(c.get("app"))));
+  });
+
+  r.post("/apps/:appId/top-up-settings", async (c) => {
     const app = c.get("app");
-    const [wallet, activity, names] = await Promise.all([
-      getWallet(kv, app.id),
-      walletActivity(kv, app.id),
-      keyNames(kv, app.id),
-    ]);
-    return c.html(
-      walletPage(session(c), {
-        app,
-        wallet,
-        topUpUrl: topUpUrl(publicUrl, app),
-        activity,
-        keyNames: names,
-      }),
-    );
+    const form = await c.req.parseBody();
+    const returnUrl = String(form.return_url ?? "").trim();
+    try {
+      await updateTopUpSettings(kv, app.id, {
+        returnUrl: returnUrl === "" ? null : returnUrl,
+        showBalance: form.show_balance === "on",
+      });
+    } catch (error) {
+      if (!(error instanceof RangeError)) throw error;
+      const view = { ...await walletView(app), topUpError: error.message };
+      return c.html(walletPage(session(c), view), 400);
+    }
+    return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
+  });
+
+  r.post("/apps/:appId/limits", async (c) => {
+    const app = c.get("app");
+    const form = await c.req.parseBody();
+    const change: { rpm?: number | null; tpm?: number | null } = {};
+    for (const name of ["rpm", "tpm"] as const) {
+      const raw = String(form[name] ?? "").trim();
+      const value = raw === "" ? null : Number(raw);
+      if (value !== null && !(Number.isSafeInteger(value) && value >= 1 && value <= MAX_LIMIT)) {
+        const limitsError =
+          `Requests and tokens per minute are whole numbers from 1 to ${MAX_LIMIT}, or empty for the default.`;
+        return c.html(overviewPage(session(c), { ...await overview(app), limitsError }), 400);
+      }
+      change[name] = value;
+    }
+    await setRateLimits(kv, app.id, change);
+    return c.redirect(`/dashboard/apps/${app.id}`, 303);
   });
 
   return r;

@@ -3,7 +3,13 @@ import { AccountNav } from "../../components/AccountNav.tsx";
 import { CsrfField } from "../../components/CsrfField.tsx";
 import { Island } from "../../components/Island.tsx";
 import { Layout } from "../../components/Layout.tsx";
-import type { ApiKeyRecord, AppRecord, UsageRecord, WalletRecord } from "../../lib/db.ts";
+import type {
+  ApiKeyRecord,
+  AppRecord,
+  RateLimits,
+  UsageRecord,
+  WalletRecord,
+} from "../../lib/db.ts";
 import { formatUsd, type Micros } from "../../lib/money.ts";
 import type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "../../lib/usage.ts";
 import { renderPage } from "../render.ts";
@@ -200,7 +206,9 @@ export function overviewPage(
     topUpUrl: string;
     days: DaySpend[];
     models: ModelSpend[];
+    limits: { effective: RateLimits; defaults: RateLimits };
     error?: string;
+    limitsError?: string;
   },
 ) {
   const { app, wallet } = view;
@@ -239,6 +247,7 @@ export function overviewPage(
         )}
       </section>
       <TopUpLink session={session} app={app} url={view.topUpUrl} />
+      <RateLimitsCard session={session} app={app} limits={view.limits} error={view.limitsError} />
       <section class="card">
         <h2>Rename</h2>
         <Alert error={view.error} />
@@ -255,7 +264,61 @@ export function overviewPage(
   );
 }
 
-function TopUpLink({ session, app, url }: { session: Session; app: AppRecord; url: string }) {
+function RateLimitsCard(
+  { session, app, limits, error }: {
+    session: Session;
+    app: AppRecord;
+    limits: { effective: RateLimits; defaults: RateLimits };
+    error?: string;
+  },
+) {
+  const custom = (name: "rpm" | "tpm") =>
+    limits.effective[name] === limits.defaults[name] ? "" : String(limits.effective[name]);
+  return (
+    <section class="card">
+      <h2>Rate limits</h2>
+      <p class="muted">
+        In force: {limits.effective.rpm.toLocaleString("en-US")} requests and{" "}
+        {limits.effective.tpm.toLocaleString("en-US")}{" "}
+        tokens per minute for the whole app; each key has the same limits. A request over them gets
+        429 with <code>Retry-After</code>. Leave a field empty for the default (
+        {limits.defaults.rpm.toLocaleString("en-US")} and{" "}
+        {limits.defaults.tpm.toLocaleString("en-US")}).
+      </p>
+      <Alert error={error} />
+      <form method="post" action={`${appPath(app)}/limits`} class="row-form">
+        <CsrfField session={session} />
+        <label>
+          Requests per minute
+          <input
+            name="rpm"
+            type="number"
+            min={1}
+            step={1}
+            inputMode="numeric"
+            value={custom("rpm")}
+          />
+        </label>
+        <label>
+          Tokens per minute
+          <input
+            name="tpm"
+            type="number"
+            min={1}
+            step={1}
+            inputMode="numeric"
+            value={custom("tpm")}
+          />
+        </label>
+        <button type="submit" class="button secondary">Save limits</button>
+      </form>
+    </section>
+  );
+}
+
+function TopUpLink(
+  { session, app, url, error }: { session: Session; app: AppRecord; url: string; error?: string },
+) {
   return (
     <section class="card">
       <h2>Top-up page</h2>
@@ -273,6 +336,25 @@ function TopUpLink({ session, app, url }: { session: Session; app: AppRecord; ur
         <span class="muted small">
           If it leaked: the current address stops working and a new one is made.
         </span>
+      </form>
+      <h3>What your users see</h3>
+      <Alert error={error} />
+      <form method="post" action={`${appPath(app)}/top-up-settings`} class="stack">
+        <CsrfField session={session} />
+        <label>
+          Link back to your app (optional)
+          <input
+            name="return_url"
+            type="url"
+            value={app.topUpReturnUrl ?? ""}
+            placeholder="https://your-app.example/credits"
+          />
+        </label>
+        <label class="checkbox">
+          <input type="checkbox" name="show_balance" checked={app.topUpShowBalance ?? false} />{" "}
+          Show the app's current balance on the top-up page
+        </label>
+        <button type="submit" class="button secondary">Save top-up page</button>
       </form>
     </section>
   );
@@ -502,6 +584,7 @@ export function walletPage(
     topUpUrl: string;
     activity: WalletActivity[];
     keyNames: Map<string, string>;
+    topUpError?: string;
   },
 ) {
   const { app, wallet } = view;
@@ -515,7 +598,7 @@ export function walletPage(
         {usd(wallet.starter)}, top-ups {usd(wallet.topUps)}, credits from Tollbooth{" "}
         {usd(wallet.operatorCredits)}). Available + in flight + spent always equals that total.
       </p>
-      <TopUpLink session={session} app={app} url={view.topUpUrl} />
+      <TopUpLink session={session} app={app} url={view.topUpUrl} error={view.topUpError} />
       <section class="card">
         <h2>Latest activity</h2>
         <div class="table-scroll">
