@@ -9,7 +9,7 @@ import {
   type StreamPart,
   type UpstreamRequest,
 } from "./types.ts";
-import { callUpstream, readJson, upstreamIdleGuard } from "./http.ts";
+import { callUpstream, readAnswerJson, upstreamIdleGuard } from "./http.ts";
 
 export const ANTHROPIC_VERSION = "2023-06-01";
 
@@ -49,15 +49,7 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
 
   return {
     async complete(request) {
-      const { response, idle } = await send(request, false);
-      let json: unknown;
-      try {
-        json = await readJson(response);
-      } catch (error) {
-        throw idle.translate(error);
-      } finally {
-        idle.stop();
-      }
+      const json = await readAnswerJson(await send(request, false));
       const message = json as AnthropicMessage;
       if (!message || typeof message !== "object" || !Array.isArray(message.content)) {
         throw new ProviderError("malformed_response", "upstream answered 200 without a message");

@@ -131,6 +131,19 @@ function retryAfterSeconds(headers: Headers): number {
   return 1;
 }
 
+/** Reads a non-streamed answer's JSON body under the same idle guard as its headers. */
+export async function readAnswerJson(
+  { response, idle }: Awaited<ReturnType<typeof callUpstream>>,
+): Promise<unknown> {
+  try {
+    return await readJson(response);
+  } catch (error) {
+    throw idle.translate(error);
+  } finally {
+    idle.stop();
+  }
+}
+
 export async function readJson(response: Response): Promise<unknown> {
   const text = await response.text();
   try {

@@ -8,7 +8,7 @@ import {
   type StreamPart,
   type UpstreamRequest,
 } from "./types.ts";
-import { callUpstream, readJson, upstreamIdleGuard } from "./http.ts";
+import { callUpstream, readAnswerJson, upstreamIdleGuard } from "./http.ts";
 
 export interface OpenAiOptions {
   baseUrl: string;
@@ -49,15 +49,7 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
 
   return {
     async complete(request) {
-      const { response, idle } = await send(request, false);
-      let json: unknown;
-      try {
-        json = await readJson(response);
-      } catch (error) {
-        throw idle.translate(error);
-      } finally {
-        idle.stop();
-      }
+      const json = await readAnswerJson(await send(request, false));
       if (!isCompletion(json)) {
         throw new ProviderError(
           "malformed_response",
