@@ -17,6 +17,7 @@ import {
 import { homePage } from "./routes/pages/home.tsx";
 import { modelsPage } from "./routes/pages/models.tsx";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
+import { securityHeaders } from "./routes/security_headers.ts";
 import { serveStatic } from "./routes/static.ts";
 import { chatCompletions } from "./routes/v1/chat/completions.ts";
 
@@ -50,6 +51,7 @@ export function createApp(deps: AppDeps) {
 
   const app = new Hono<Env>();
   app.use("*", requestContext(log));
+  app.use("*", securityHeaders);
   app.onError(errorHandler(log, docsBaseUrl));
 
   app.post(
