@@ -103,6 +103,7 @@ export interface WalletStats {
   commits: number;
   conflicts: number;
   unknownOutcomes: number;
+  readFailures: number;
   opsCommitted: number;
 }
 
@@ -112,7 +113,13 @@ const MAX_MARKER_CHECKS = 9;
 const BATCH_MARKER_MS = 60 * 60 * 1000;
 
 export class Wallets {
-  readonly stats: WalletStats = { commits: 0, conflicts: 0, unknownOutcomes: 0, opsCommitted: 0 };
+  readonly stats: WalletStats = {
+    commits: 0,
+    conflicts: 0,
+    unknownOutcomes: 0,
+    readFailures: 0,
+    opsCommitted: 0,
+  };
   readonly #kv: Deno.Kv;
   readonly #queues = new Map<string, Op[]>();
   readonly #leaseMs: number;
@@ -194,12 +201,23 @@ export class Wallets {
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
     const walletKey = keys.wallet(appId);
     for (let attempt = 1;; attempt++) {
-      const walletEntry = await this.#kv.get<WalletRecord>(walletKey);
+      let walletEntry, reservations, markers;
+      try {
+        walletEntry = await this.#kv.get<WalletRecord>(walletKey);
+        reservations = await this.#readReservations(appId, ops);
+        markers = await this.#readMarkers(ops);
+      } catch (error) {
+        // A failed read changed nothing: retry it rather than fail (and lose) a whole batch.
+        this.stats.readFailures++;
+        if (attempt >= this.#maxAttempts) {
+          throw new WalletUnavailableError(`wallet ${appId}: KV reads failing`, { cause: error });
+        }
+        await sleep(Math.random() * Math.min(50, 2 ** attempt));
+        continue;
+      }
       if (walletEntry.value === null || walletEntry.versionstamp === null) {
         throw new WalletNotFoundError(appId);
       }
-      const reservations = await this.#readReservations(appId, ops);
-      const markers = await this.#readMarkers(ops);
 
       const batchId = randomToken(96);
       const now = this.#now();
