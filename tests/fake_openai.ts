@@ -3,7 +3,7 @@
  * message, so one server can serve every fault at once:
  *   "cut:N"     streams N content chunks, then drops the connection (no finish, no [DONE]);
  *   "status:S"  answers HTTP status S with an OpenAI-style error body;
- *   "slow:MS …" waits MS between chunks;
+ *   "slow:MS …" waits MS between chunks (before the answer, when not streaming);
  *   anything else: the words of the message, one chunk each, then usage and [DONE].
  */
 import { serveLoopback } from "./helpers.ts";
@@ -46,6 +46,7 @@ export function startFakeOpenAi(): FakeOpenAi {
     };
     const base = { id: "chatcmpl-fake", created: 1, model: body.model };
     if (!body.stream) {
+      if (delayMs > 0) await sleep(delayMs, request.signal);
       counts.ok++;
       return Response.json({
         ...base,
@@ -73,7 +74,7 @@ export function startFakeOpenAi(): FakeOpenAi {
     return new Response(
       new ReadableStream<Uint8Array>({
         async pull(controller) {
-          if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+          if (delayMs > 0) await sleep(delayMs, request.signal);
           if (sent === cutAfter) {
             counts.cut++;
             // Erroring the body makes the server drop the connection mid-response.
@@ -102,4 +103,15 @@ export function startFakeOpenAi(): FakeOpenAi {
     );
   });
   return { url: server.url, received, counts, close: server.close };
+}
+
+/** A wait that ends early when the caller goes away, so shutting the server down never hangs. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
 }
