@@ -1,0 +1,188 @@
+import assert from "node:assert/strict";
+import { keys, type UsageRecord } from "../lib/db.ts";
+import { Wallets } from "../lib/wallet.ts";
+import { startFakeOpenAi } from "./fake_openai.ts";
+import {
+  assertAuditClean,
+  readSse,
+  serveLoopback,
+  startService,
+  type TestService,
+  userMessage,
+} from "./helpers.ts";
+
+async function usageRecords(s: TestService, appId: string): Promise<UsageRecord[]> {
+  const out: UsageRecord[] = [];
+  for await (const e of s.kv.list<UsageRecord>({ prefix: keys.appUsage(appId) })) {
+    out.push(e.value);
+  }
+  return out;
+}
+
+async function waitForNoHolds(s: TestService, appIds: string[], timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    await s.wallets.drain();
+    let reserved = 0;
+    for (const appId of appIds) reserved += (await s.wallet(appId)).reserved;
+    if (reserved === 0) return;
+    assert.ok(Date.now() < deadline, `${reserved} micro-USD still held`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+Deno.test("an upstream killed mid-stream: the client gets the chunks then an error event, and pays exactly what was produced", async () => {
+  const upstream = startFakeOpenAi();
+  const s = await startService({ openaiBaseUrl: upstream.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage("cut:3 alpha beta gamma delta epsilon"),
+      stream: true,
+    });
+    assert.equal(res.status, 200);
+    const events = await readSse(res);
+    assert.notEqual(events.at(-1), "[DONE]");
+    const error = JSON.parse(events.at(-1)!);
+    assert.equal(error.error.code, "provider_unreachable");
+    const text = events.slice(0, -1).map((e) => JSON.parse(e).choices[0]?.delta?.content ?? "")
+      .join("");
+    assert.equal(text, "cut:3 alpha beta");
+    assert.equal(upstream.counts.cut, 1);
+
+    await s.wallets.drain();
+    const [usage] = await usageRecords(s, appId);
+    assert.equal(usage.outcome, "upstream_cut");
+    assert.equal(usage.countedLocally, true);
+    assert.ok(usage.completionTokens > 0);
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.reserved, 0);
+    assert.equal(wallet.spent, usage.cost);
+    assert.equal(wallet.available, 5_000_000 - usage.cost);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("upstream failures before any output charge nothing, streaming or not", async () => {
+  const upstream = startFakeOpenAi();
+  const s = await startService({ openaiBaseUrl: upstream.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    for (const content of ["status:500", "status:503", "status:400 bad"]) {
+      for (const stream of [false, true]) {
+        const res = await s.chat(apiKey, {
+          model: "fake/gpt",
+          messages: userMessage(content),
+          stream,
+        });
+        assert.ok(res.status >= 400 && res.status !== 500, `${content}: ${res.status}`);
+        await res.body?.cancel();
+      }
+    }
+    const wallet = await s.wallet(appId);
+    assert.deepEqual([wallet.available, wallet.reserved, wallet.spent], [5_000_000, 0, 0]);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("a storm of 300 streams aborted by their clients at random moments leaves nothing reserved and every usage billed once", async () => {
+  const upstream = startFakeOpenAi();
+  const s = await startService({ openaiBaseUrl: upstream.url });
+  const server = serveLoopback(s.handle);
+  try {
+    const apps = [await s.newApp("storm a"), await s.newApp("storm b")];
+    const words = Array.from({ length: 40 }, (_, i) => `w${i}`).join(" ");
+    let started = 0;
+    let aborted = 0;
+    const one = async (i: number) => {
+      const controller = new AbortController();
+      const app = apps[i % 2];
+      // Some abort before the answer, some mid-stream, a few read to the end.
+      const abortAfterMs = i % 10 === 9 ? null : (i * 37) % 400;
+      const timer = abortAfterMs === null
+        ? undefined
+        : setTimeout(() => controller.abort(), abortAfterMs);
+      try {
+        const res = await fetch(`${server.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${app.apiKey}`, "content-type": "application/json" },
+          body: JSON.stringify({
+            model: "fake/gpt",
+            messages: userMessage(`slow:5 ${words}`),
+            stream: true,
+            max_tokens: 200,
+          }),
+          signal: controller.signal,
+        });
+        started++;
+        await res.text();
+      } catch {
+        aborted++;
+      } finally {
+        clearTimeout(timer);
+      }
+    };
+    for (let wave = 0; wave < 3; wave++) {
+      await Promise.all(Array.from({ length: 100 }, (_, i) => one(wave * 100 + i)));
+    }
+    assert.ok(aborted >= 200, `aborted ${aborted}`);
+
+    await waitForNoHolds(s, apps.map((a) => a.appId));
+    const usage = (await Promise.all(apps.map((a) => usageRecords(s, a.appId)))).flat();
+    for (const app of apps) {
+      const wallet = await s.wallet(app.appId);
+      const own = usage.filter((u) => u.appId === app.appId);
+      assert.equal(wallet.spent, own.reduce((n, u) => n + u.cost, 0));
+    }
+    const outcomes: Record<string, number> = {};
+    for (const u of usage) outcomes[u.outcome] = (outcomes[u.outcome] ?? 0) + 1;
+    assert.deepEqual(
+      Object.keys(outcomes).filter((o) => o !== "client_closed" && o !== "completed"),
+      [],
+    );
+    assert.ok((outcomes.client_closed ?? 0) > 0, "some streams were cut by their clients");
+    // Billed once: one usage record per request, and every answered stream is billed.
+    assert.equal(new Set(usage.map((u) => u.requestId)).size, usage.length);
+    assert.ok(usage.length >= started && usage.length <= 300, `${usage.length} vs ${started}`);
+    console.log(JSON.stringify({ started, aborted, outcomes }));
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("holds left by a crashed instance do not block an app: a would-be 402 sweeps them and goes through", async () => {
+  const s = await startService();
+  try {
+    const { appId, apiKey } = await s.newApp();
+    // Another instance reserved the whole balance, then died: its lease is already over.
+    const dead = new Wallets(s.kv, { leaseMs: 1 });
+    const hold = await dead.reserve(appId, {
+      amount: 5_000_000,
+      keyId: "k",
+      requestId: "req_dead",
+      model: "tollbooth/echo",
+    });
+    assert.ok(hold.ok);
+    await new Promise((r) => setTimeout(r, 5));
+    const res = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.reserved, 0);
+    assert.ok(wallet.spent > 0);
+    assert.ok(s.logs.length > 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
