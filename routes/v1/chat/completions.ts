@@ -85,8 +85,14 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   }
   try {
     return JSON.parse(text, (key, value) => POLLUTING_KEYS.has(key) ? undefined : value);
-  } catch {
-    throw new ApiError("invalid_json", "The request body is not valid JSON.");
+  } catch (error) {
+    // Valid JSON nested deeper than the parser's stack is refused as such, not called invalid.
+    throw new ApiError(
+      "invalid_json",
+      error instanceof RangeError
+        ? "The request body is nested too deeply."
+        : "The request body is not valid JSON.",
+    );
   }
 }
 
