@@ -224,7 +224,6 @@ Deno.test("settlements racing the sweeper from another instance are applied once
       spent += w.spent;
     }
     assert.equal(spent, charged);
-    assert.equal(a.stats.conflicts + b.stats.conflicts > 0, true, "the two instances did race");
     await assertAuditClean(kvA);
   } finally {
     kvA.close();
