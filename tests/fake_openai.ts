@@ -18,15 +18,35 @@ export interface FakeOpenAi {
 
 const encoder = new TextEncoder();
 
-export function startFakeOpenAi(): FakeOpenAi {
+/** Faults the upstream picks by itself, whatever the request: a share of failures and of cuts. */
+export interface Chaos {
+  failShare: number;
+  cutShare: number;
+}
+
+const CHAOS_STATUSES = [500, 502, 503, 429];
+
+export function startFakeOpenAi(options: { chaos?: Chaos; keepBodies?: boolean } = {}): FakeOpenAi {
   const received: FakeOpenAi["received"] = [];
   const counts = { ok: 0, cut: 0, status: 0 };
+  const keepBodies = options.keepBodies ?? true;
   const server = serveLoopback(async (request) => {
     const text = await request.text();
-    received.push({ authorization: request.headers.get("authorization"), body: text });
+    if (keepBodies) {
+      received.push({ authorization: request.headers.get("authorization"), body: text });
+    }
     const body = JSON.parse(text);
-    const last: string = body.messages.findLast((m: { role: string }) => m.role === "user")
+    let last: string = body.messages.findLast((m: { role: string }) => m.role === "user")
       ?.content ?? "";
+    const chaos = options.chaos;
+    if (chaos) {
+      const roll = Math.random();
+      if (roll < chaos.failShare) {
+        last = `status:${CHAOS_STATUSES[Math.floor(Math.random() * CHAOS_STATUSES.length)]}`;
+      } else if (body.stream && roll < chaos.failShare + chaos.cutShare) {
+        last = `cut:${Math.floor(Math.random() * 8)} ${last}`;
+      }
+    }
     const status = /^status:(\d{3})/.exec(last);
     if (status) {
       counts.status++;
