@@ -98,6 +98,7 @@ export class Gateway {
       trace,
     );
     const started = performance.now();
+    const stopRenewal = this.#keepHoldAlive(caller, hold);
     let result;
     try {
       // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
@@ -114,6 +115,8 @@ export class Gateway {
       trace.upstreamMs = performance.now() - started;
       await this.#release(caller, hold, trace);
       throw this.#providerError(error, trace);
+    } finally {
+      stopRenewal();
     }
     trace.upstreamMs = performance.now() - started;
     const content = result.completion.choices.map((c) => c.message?.content ?? "").join("");
@@ -149,6 +152,8 @@ export class Gateway {
     );
     const upstreamAbort = new AbortController();
     const started = performance.now();
+    // A stream may outlive its lease; keep the hold alive from now on so the sweeper leaves it.
+    const stopRenewal = this.#keepHoldAlive(caller, hold);
     let parts: AsyncIterable<StreamPart>;
     try {
       parts = await this.#deps.providers(model.provider).stream({
@@ -161,16 +166,11 @@ export class Gateway {
       });
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
+      stopRenewal();
       await this.#release(caller, hold, trace);
       throw this.#providerError(error, trace);
     }
     trace.upstreamMs = performance.now() - started;
-
-    const wallets = this.#deps.wallets;
-    // A stream may outlive its lease; keep the hold alive while it runs so the sweeper leaves it.
-    const renewal = setInterval(() => {
-      wallets.renew(caller.appId, hold.id).catch(() => {});
-    }, Math.max(1000, wallets.leaseMs / 3));
 
     let clientGone = false;
     let settledOnce: Promise<void> | null = null;
@@ -182,7 +182,7 @@ export class Gateway {
 
     const settle = () => {
       settledOnce ??= (async () => {
-        clearInterval(renewal);
+        stopRenewal();
         const outcome: UsageOutcome = clientGone
           ? "client_closed"
           : failure
@@ -392,6 +392,19 @@ export class Gateway {
     }
     trace.cost = result.charged;
     return { charged: result.charged, available: result.available };
+  }
+
+  /**
+   * Renews the hold's lease while the request runs, from the reservation on: a slow first byte or a
+   * long call must never let the sweeper release a live hold (the request would then go unbilled).
+   * Three renewals per lease leave room for a late timer or a slow commit.
+   */
+  #keepHoldAlive(caller: Caller, hold: ReservationRecord): () => void {
+    const wallets = this.#deps.wallets;
+    const timer = setInterval(() => {
+      wallets.renew(caller.appId, hold.id).catch(() => {});
+    }, Math.max(100, wallets.leaseMs / 3));
+    return () => clearInterval(timer);
   }
 
   async #release(caller: Caller, hold: ReservationRecord, trace: RequestTrace) {

@@ -4,6 +4,7 @@
  *   "cut:N"     streams N content chunks, then drops the connection (no finish, no [DONE]);
  *   "status:S"  answers HTTP status S with an OpenAI-style error body;
  *   "slow:MS …" waits MS between chunks (before the answer, when not streaming);
+ *   "wait:MS …" waits MS before answering at all, then reads the rest of the message;
  *   anything else: the words of the message, one chunk each, then usage and [DONE].
  */
 import { serveLoopback } from "./helpers.ts";
@@ -46,6 +47,12 @@ export function startFakeOpenAi(options: { chaos?: Chaos; keepBodies?: boolean }
       } else if (body.stream && roll < chaos.failShare + chaos.cutShare) {
         last = `cut:${Math.floor(Math.random() * 8)} ${last}`;
       }
+    }
+    const wait = /^wait:(\d+) /.exec(last);
+    if (wait) {
+      // Time to the first byte, as a model thinking before it answers.
+      await sleep(Number(wait[1]), request.signal);
+      last = last.slice(wait[0].length);
     }
     const status = /^status:(\d{3})/.exec(last);
     if (status) {

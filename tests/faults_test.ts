@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { keys, type UsageRecord } from "../lib/db.ts";
+import { parseUsd } from "../lib/money.ts";
+import { sweepExpiredReservations } from "../lib/sweeper.ts";
 import { Wallets } from "../lib/wallet.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
 import {
@@ -184,5 +186,55 @@ Deno.test("holds left by a crashed instance do not block an app: a would-be 402 
     await assertAuditClean(s.kv);
   } finally {
     await s.close();
+  }
+});
+
+Deno.test("requests longer than the reservation TTL, streamed or not, keep their hold against a busy sweeper and are billed", async () => {
+  const upstream = startFakeOpenAi();
+  const s = await startService({
+    openaiBaseUrl: upstream.url,
+    env: { RESERVATION_TTL_SECONDS: "1" },
+  });
+  let sweeping = true;
+  const sweeper = (async () => {
+    while (sweeping) {
+      await sweepExpiredReservations(s.kv, s.wallets);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const words = Array.from({ length: 25 }, (_, i) => `w${i}`).join(" ");
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      // The upstream thinks for 600 ms first: the lease must be renewed from the reservation on.
+      messages: userMessage(`wait:600 slow:100 ${words}`),
+      stream: true,
+    });
+    const events = await readSse(res);
+    assert.equal(events.at(-1), "[DONE]");
+    const plain = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage(`slow:1800 ${words}`),
+    });
+    assert.equal(plain.status, 200);
+    const cost = parseUsd(plain.headers.get("tollbooth-request-cost")!);
+    assert.ok(cost > 0, "the slow non-streamed request was charged");
+    await plain.body?.cancel();
+    const usage = await usageRecords(s, appId);
+    assert.deepEqual(usage.map((u) => [u.streamed, u.outcome]).sort(), [
+      [false, "completed"],
+      [true, "completed"],
+    ], "both were settled, not swept");
+    assert.ok(usage.every((u) => u.cost > 0));
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.spent, usage[0].cost + usage[1].cost);
+    assert.equal(wallet.reserved, 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    sweeping = false;
+    await sweeper;
+    await s.close();
+    await upstream.close();
   }
 });
