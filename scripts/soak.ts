@@ -4,7 +4,7 @@
  * malformed bodies, some exhaust their wallets; the fake upstream fails a share of calls and cuts
  * a share of streams; an operator tops wallets up meanwhile, and the sweeper runs as in main.ts.
  * It ends by waiting for every hold to settle, runs the audit, prints a summary, and exits non-zero
- * when any micro-dollar is unaccounted for or any request got a 500.
+ * when any micro-dollar is unaccounted for or any request got a 500 (seen by a client or logged).
  *
  * SOAK_SECONDS (default 60), SOAK_CLIENTS (default 24).
  */
@@ -22,6 +22,7 @@ const APPS = 8;
 const dir = await Deno.makeTempDir({ prefix: "tollbooth-soak-" });
 const upstream = startFakeOpenAi({ chaos: { failShare: 0.15, cutShare: 0.15 }, keepBodies: false });
 const logEvents: Record<string, number> = {};
+const unhandled: Record<string, number> = {};
 // Two instances on one KV file, as two processes behind a load balancer: their wallet batches
 // conflict on the same wallets and must retry.
 const instances = await Promise.all([0, 1].map(() =>
@@ -32,6 +33,10 @@ const instances = await Promise.all([0, 1].map(() =>
     log: (fields) => {
       const event = String(fields.event ?? fields.errorCode ?? "request");
       logEvents[event] = (logEvents[event] ?? 0) + 1;
+      if (fields.event === "unhandled_error") {
+        const message = String(fields.error).slice(0, 120);
+        unhandled[message] = (unhandled[message] ?? 0) + 1;
+      }
     },
   })
 ));
@@ -184,6 +189,7 @@ const summary = {
   money_difference_micro_usd: difference,
   wallet_stats: instances.map((s) => s.wallets.stats),
   log_events: logEvents,
+  unhandled_errors: unhandled,
 };
 console.log(JSON.stringify(summary, null, 2));
 
@@ -191,5 +197,6 @@ for (const server of servers) await server.close();
 for (const s of instances) await s.close();
 await upstream.close();
 await Deno.remove(dir, { recursive: true });
-const served500 = Object.keys(results).some((k) => k.startsWith("500"));
+const served500 = Object.keys(results).some((k) => k.startsWith("500")) ||
+  Object.keys(unhandled).length > 0;
 Deno.exit(audit.ok && difference === 0 && reserved === 0 && !served500 ? 0 : 1);

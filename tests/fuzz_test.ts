@@ -266,7 +266,7 @@ Deno.test("deep nesting, huge numbers and prototype-pollution keys are refused o
     assert.match((await deep.json()).error.message, /nested too deeply/);
   }));
 
-Deno.test("10 MB bodies are refused before parsing, with and without a declared length", () =>
+Deno.test("10 MB bodies are refused before parsing, with and without a declared length; a body broken off mid-upload is a 400", () =>
   withService(async (s, { appId, apiKey }) => {
     const big = new Uint8Array(10 * 1024 * 1024).fill(0x20);
     assert.equal(await probe(s, appId, json(apiKey, big), "10 MB declared"), 400);
@@ -285,6 +285,22 @@ Deno.test("10 MB bodies are refused before parsing, with and without a declared 
       ),
       400,
     );
+    const broken = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(new TextEncoder().encode('{"model":"tollbooth/echo","messages":['));
+        c.error(new Error("client went away mid-upload"));
+      },
+    });
+    assert.equal(
+      await probe(
+        s,
+        appId,
+        { ...json(apiKey, broken), duplex: "half" } as RequestInit,
+        "upload broken off",
+      ),
+      400,
+    );
+    count("body broken off mid-upload", 400);
     assert.equal(
       await probe(s, appId, json(apiKey, "x", { "content-length": "99999999999" }), "lying length"),
       400,

@@ -103,10 +103,16 @@ async function readLimited(
   if (!body) return new Uint8Array();
   const chunks: Uint8Array[] = [];
   let size = 0;
-  for await (const chunk of body) {
-    size += chunk.byteLength;
-    if (size > maxBytes) throw tooLarge(maxBytes);
-    chunks.push(chunk);
+  try {
+    for await (const chunk of body) {
+      size += chunk.byteLength;
+      if (size > maxBytes) throw tooLarge(maxBytes);
+      chunks.push(chunk);
+    }
+  } catch (error) {
+    if (error instanceof ApiError) throw error;
+    // The client broke off the upload (or went away): its fault, not a server error.
+    throw new ApiError("invalid_json", "The request body could not be read to its end.");
   }
   const out = new Uint8Array(size);
   let offset = 0;
