@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { createApp } from "../lib/apps.ts";
 import { auditWallets } from "../lib/audit.ts";
-import { keys, type WalletRecord } from "../lib/db.ts";
+import { keys, type UsageRecord, type WalletRecord } from "../lib/db.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
 import { assertAuditClean } from "./helpers.ts";
 
@@ -84,6 +84,7 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
     JSON.stringify({
       providers: {
         slow: { kind: "simulator", token_delay_ms: 100 },
+        fast: { kind: "simulator" },
         fake: { kind: "openai", base_url: upstream.url, api_key_env: "FAKE_OPENAI_KEY" },
       },
       models: [
@@ -91,6 +92,15 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
           id: "slow/lorem",
           provider: "slow",
           upstream_model: "lorem",
+          input_usd_per_mtok: "0.50",
+          output_usd_per_mtok: "1.50",
+          context_tokens: 32768,
+          max_output_tokens: 8192,
+        },
+        {
+          id: "fast/echo",
+          provider: "fast",
+          upstream_model: "echo",
           input_usd_per_mtok: "0.50",
           output_usd_per_mtok: "1.50",
           context_tokens: 32768,
@@ -172,15 +182,29 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
       10_000,
     );
 
+    // A burst of quick requests, reserving and settling, so the kill lands among wallet commits.
+    let answered = 0;
+    const tenAnswered = Promise.withResolvers<void>();
+    const burst = Array.from({ length: 40 }, (_, i) =>
+      send(i % 2 ? a.key.apiKey : b.key.apiKey, {
+        model: "fast/echo",
+        messages: [{ role: "user", content: "quick answer please" }],
+        max_tokens: 20,
+      }).then((r) => r.text()).then(() => {
+        if (++answered === 10) tenAnswered.resolve();
+      }).catch((error) => error));
+    // Kill once a quarter of them are answered: the others are mid-flight.
+    await tenAnswered.promise;
     child.process.kill("SIGKILL");
     const status = await child.process.status;
     assert.equal(status.signal, "SIGKILL");
     clients.abort();
     for (const r of await Promise.all(pending)) assert.ok(r instanceof Error, "no answer came");
+    await Promise.all(burst);
     const leftBehind = await held();
     assert.ok(leftBehind > 0, "the killed process left holds");
     assert.equal(holds, 10);
-    // Only live leases at this point: the audit sees the holds, and they add up.
+    // Whatever the kill interrupted, each wallet commit is whole: the audit adds up already.
     const before = await auditWallets(kv);
     assert.equal(before.ok, true);
 
@@ -193,10 +217,27 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
       releasedAfterMs <= TTL_SECONDS * 1000 + SWEEP_EVERY_MS + 1_000,
       `released ${releasedAfterMs} ms after the restart`,
     );
+    let burstSpent = 0;
     for (const app of [a, b]) {
       const w = (await kv.get<WalletRecord>(keys.wallet(app.app.id))).value!;
-      assert.deepEqual([w.available, w.reserved, w.spent], [5_000_000, 0, 0], "nothing charged");
+      // The killed requests are not charged; only the burst's settled ones are.
+      assert.equal(w.reserved, 0);
+      assert.equal(w.available + w.spent, 5_000_000);
+      burstSpent += w.spent;
     }
+    let settledUsage = 0;
+    let settledCount = 0;
+    for (const app of [a, b]) {
+      for await (const e of kv.list<UsageRecord>({ prefix: keys.appUsage(app.app.id) })) {
+        assert.equal(e.value.model, "fast/echo", "only burst requests were settled");
+        assert.equal(e.value.outcome, "completed");
+        settledUsage += e.value.cost;
+        settledCount++;
+      }
+    }
+    assert.equal(settledUsage, burstSpent);
+    assert.ok(settledCount >= 10, "the answered ones were charged");
+    console.log(`${settledCount} of the 40 burst requests settled before the kill`);
     assert.ok(restarted.lines.some((l) => l.includes('"reservations_swept"')));
 
     // The restarted service serves and bills normally.
