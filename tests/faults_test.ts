@@ -1,14 +1,22 @@
 import assert from "node:assert/strict";
-import { keys, type UsageRecord } from "../lib/db.ts";
+import { createApp } from "../app.ts";
+import { createApp as createAppRecord } from "../lib/apps.ts";
+import { auditWallets } from "../lib/audit.ts";
+import { buildCatalog } from "../lib/catalog.ts";
+import { loadConfig } from "../lib/config.ts";
+import { keys, type UsageRecord, type WalletRecord } from "../lib/db.ts";
 import { parseUsd } from "../lib/money.ts";
 import { sweepExpiredReservations } from "../lib/sweeper.ts";
 import { Wallets } from "../lib/wallet.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
+import { faultyKv } from "./faulty_kv.ts";
 import {
   assertAuditClean,
+  PUBLIC_URL,
   readSse,
   serveLoopback,
   startService,
+  testCatalogFile,
   type TestService,
   userMessage,
 } from "./helpers.ts";
@@ -235,6 +243,77 @@ Deno.test("requests longer than the reservation TTL, streamed or not, keep their
     sweeping = false;
     await sweeper;
     await s.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("KV commits failing while requests settle never crash the process; the sweeper releases the holds once KV is back", async () => {
+  const upstream = startFakeOpenAi();
+  const real = await Deno.openKv(":memory:");
+  const faulty = faultyKv(real);
+  const env = { FAKE_OPENAI_KEY: "sk-fake-upstream", PUBLIC_URL, RESERVATION_TTL_SECONDS: "1" };
+  const logs: Record<string, unknown>[] = [];
+  const { app, wallets } = createApp({
+    kv: faulty.kv,
+    config: loadConfig(env),
+    catalog: buildCatalog(testCatalogFile(upstream.url), env),
+    log: (f) => logs.push(f),
+  });
+  try {
+    const { app: record, key } = await createAppRecord(real, { name: "kv outage" });
+    const send = (body: unknown) =>
+      app.fetch(
+        new Request(`${PUBLIC_URL}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key.apiKey}`, "content-type": "application/json" },
+          body: JSON.stringify(body),
+        }),
+      );
+    const words = Array.from({ length: 10 }, (_, i) => `w${i}`).join(" ");
+    const finishing = await send({
+      model: "fake/gpt",
+      messages: userMessage(`slow:30 ${words}`),
+      stream: true,
+    });
+    const cancelled = await send({
+      model: "fake/gpt",
+      messages: userMessage(`slow:30 ${words}`),
+      stream: true,
+    });
+    assert.equal(finishing.status, 200);
+    assert.equal(cancelled.status, 200);
+    const reader = cancelled.body!.getReader();
+    await reader.read();
+    // KV starts refusing every commit: settles cannot land.
+    faulty.plan = (step) => step === "commit" ? "throw" : "ok";
+    // The client goes away; whether the cancel promise settles is the runtime's business.
+    reader.cancel().catch(() => {});
+    const text = await finishing.text().catch((error) => `client saw: ${error}`);
+    assert.doesNotMatch(
+      text,
+      /data: \[DONE\]\n\n$/,
+      "an unsettled stream does not end as if billed",
+    );
+    // A non-streamed request that can reserve (one commit goes through) but not settle: a 500.
+    let commitsLeft = 1;
+    faulty.plan = (step) => step !== "commit" ? "ok" : commitsLeft-- > 0 ? "ok" : "throw";
+    const plain = await send({ model: "fake/gpt", messages: userMessage("one two") });
+    assert.equal(plain.status, 500);
+    assert.equal((await plain.json()).error.code, "internal_error");
+    await wallets.drain();
+    assert.ok((await auditWallets(real)).ok, "nothing half-written");
+
+    // KV is back; once the leases run out, the sweeper releases what could not be settled.
+    faulty.plan = () => "ok";
+    await new Promise((r) => setTimeout(r, 1_100));
+    const released = await sweepExpiredReservations(real, wallets);
+    assert.equal(released, 3);
+    const wallet = (await real.get<WalletRecord>(keys.wallet(record.id))).value!;
+    assert.deepEqual([wallet.available, wallet.reserved, wallet.spent], [5_000_000, 0, 0]);
+    await assertAuditClean(real);
+  } finally {
+    await wallets.drain();
+    real.close();
     await upstream.close();
   }
 });
