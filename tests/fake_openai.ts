@@ -3,6 +3,7 @@
  * message, so one server can serve every fault at once:
  *   "cut:N"     streams N content chunks, then drops the connection (no finish, no [DONE]);
  *   "status:S"  answers HTTP status S with an OpenAI-style error body;
+ *   "quote-key:S" the same, quoting the Authorization header it got in the message;
  *   "slow:MS …" waits MS between chunks (before the answer, when not streaming);
  *   "wait:MS …" waits MS before answering at all, then reads the rest of the message;
  *   anything else: the words of the message, one chunk each, then usage and [DONE].
@@ -54,12 +55,16 @@ export function startFakeOpenAi(options: { chaos?: Chaos; keepBodies?: boolean }
       await sleep(Number(wait[1]), request.signal);
       last = last.slice(wait[0].length);
     }
-    const status = /^status:(\d{3})/.exec(last);
+    const status = /^(status|quote-key):(\d{3})/.exec(last);
     if (status) {
       counts.status++;
+      // Some upstreams quote the credentials they refused in their error message.
+      const message = status[1] === "quote-key"
+        ? `Incorrect API key provided: ${request.headers.get("authorization")}`
+        : `fake upstream failure ${status[2]}`;
       return Response.json(
-        { error: { message: `fake upstream failure ${status[1]}`, type: "server_error" } },
-        { status: Number(status[1]) },
+        { error: { message, type: "server_error" } },
+        { status: Number(status[2]) },
       );
     }
     const cut = /^cut:(\d+)/.exec(last);

@@ -7,7 +7,7 @@ import { CONTENT_SECURITY_POLICY } from "../routes/security_headers.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
 import { assertAuditClean, PUBLIC_URL, startService, userMessage } from "./helpers.ts";
 
-Deno.test("raw API keys never appear in logs, console output, error bodies, KV records or upstream calls", async () => {
+Deno.test("raw API keys (and our provider key) never appear in logs, console output, error bodies, KV records or upstream calls", async () => {
   const upstream = startFakeOpenAi();
   const console_: string[] = [];
   const original = { log: console.log, error: console.error, warn: console.warn };
@@ -34,6 +34,17 @@ Deno.test("raw API keys never appear in logs, console output, error bodies, KV r
         );
         await record(
           await s.chat(b.apiKey, { model, messages: userMessage("status:500"), stream }),
+        );
+      }
+    }
+    for (const status of [400, 401, 403, 422, 429, 500]) {
+      for (const stream of [false, true]) {
+        await record(
+          await s.chat(a.apiKey, {
+            model: "fake/gpt",
+            messages: userMessage(`quote-key:${status}`),
+            stream,
+          }),
         );
       }
     }
@@ -81,6 +92,12 @@ Deno.test("raw API keys never appear in logs, console output, error bodies, KV r
       }
     }
     assert.ok(upstream.received.every((r) => r.authorization === "Bearer sk-fake-upstream"));
+    // Nor does our provider key, even when an upstream quotes it back in an error.
+    for (const [where, lines] of Object.entries({ ...haystacks, upstream: [] })) {
+      const hit = lines.find((line) => line.includes("sk-fake-upstream"));
+      assert.equal(hit, undefined, `the provider key leaked into ${where}`);
+    }
+    assert.ok(seen.some((line) => line.includes("Incorrect API key provided: Bearer [redacted]")));
     await assertAuditClean(s.kv);
   } finally {
     Object.assign(console, original);
