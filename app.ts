@@ -37,6 +37,7 @@ import { healthz, metricsEndpoint, readyz } from "./routes/ops.ts";
 import { notFoundPage } from "./routes/pages/not_found.tsx";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { serverErrorPage } from "./routes/pages/server_error.tsx";
+import { securityHeaders } from "./routes/security_headers.ts";
 import { serveStatic } from "./routes/static.ts";
 import { topUpRoutes } from "./routes/top_up.tsx";
 import { chatCompletions } from "./routes/v1/chat/completions.ts";
@@ -90,6 +91,7 @@ export function createApp(deps: AppDeps) {
 
   const app = new Hono<Env>();
   app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
+  app.use("*", securityHeaders);
   app.onError(errorHandler(log, docsBaseUrl, serverErrorPage));
 
   app.post(

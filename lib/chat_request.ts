@@ -50,6 +50,26 @@ const BodySchema = z.object({
   n: z.literal(1, "only n = 1 is supported").nullish(),
 });
 
+/**
+ * Passed-through fields are re-serialised for the upstream, and serialising is recursive: a value
+ * nested deeper than any real option (tool schemas run to a dozen levels) is refused up front.
+ */
+const MAX_PASSTHROUGH_DEPTH = 64;
+
+/** Depth of a parsed JSON value, measured without recursion and stopping past the limit. */
+function nestingDepth(value: unknown): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    deepest = Math.max(deepest, depth);
+    if (deepest > MAX_PASSTHROUGH_DEPTH) return deepest;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return deepest;
+}
+
 export interface ChatRequest {
   model: string;
   messages: ChatMessage[];
@@ -95,7 +115,15 @@ export function parseChatRequest(body: unknown): ChatRequest {
     );
   }
   const passthrough: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(record)) if (!INTERPRETED.has(k)) passthrough[k] = v;
+  for (const [k, v] of Object.entries(record)) {
+    if (INTERPRETED.has(k)) continue;
+    if (nestingDepth(v) > MAX_PASSTHROUGH_DEPTH) {
+      throw new ApiError("invalid_parameter", `Invalid value for '${k}': nested too deeply.`, {
+        param: k,
+      });
+    }
+    passthrough[k] = v;
+  }
   return {
     model: data.model,
     messages: data.messages.map((m) => ({

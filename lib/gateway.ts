@@ -107,6 +107,7 @@ export class Gateway {
       trace,
     );
     const started = performance.now();
+    const stopRenewal = this.#keepHoldAlive(caller, hold);
     let result, route: Model;
     try {
       // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
@@ -129,6 +130,8 @@ export class Gateway {
       trace.upstreamMs = performance.now() - started;
       await this.#release(caller, hold, trace);
       throw this.#providerError(error, trace);
+    } finally {
+      stopRenewal();
     }
     trace.upstreamMs = performance.now() - started;
     const content = result.completion.choices.map((c) => c.message?.content ?? "").join("");
@@ -169,6 +172,8 @@ export class Gateway {
     );
     const upstreamAbort = new AbortController();
     const started = performance.now();
+    // A stream may outlive its lease; keep the hold alive from now on so the sweeper leaves it.
+    const stopRenewal = this.#keepHoldAlive(caller, hold);
     let parts: AsyncIterator<StreamPart>, first: IteratorResult<StreamPart>, route: Model;
     try {
       // The first part is awaited before the client gets its 200, so that an upstream that fails
@@ -191,16 +196,11 @@ export class Gateway {
       ));
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
+      stopRenewal();
       await this.#release(caller, hold, trace);
       throw this.#providerError(error, trace);
     }
     trace.upstreamMs = performance.now() - started;
-
-    const wallets = this.#deps.wallets;
-    // A stream may outlive its lease; keep the hold alive while it runs so the sweeper leaves it.
-    const renewal = setInterval(() => {
-      wallets.renew(caller.appId, hold.id).catch(() => {});
-    }, Math.max(1000, wallets.leaseMs / 3));
 
     let clientGone = false;
     let settledOnce: Promise<void> | null = null;
@@ -211,9 +211,10 @@ export class Gateway {
     let meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
     let charged = 0;
 
+    let settleFailed = false;
     const settle = () => {
       settledOnce ??= (async () => {
-        clearInterval(renewal);
+        stopRenewal();
         const outcome: UsageOutcome = clientGone
           ? "client_closed"
           : failure
@@ -237,6 +238,7 @@ export class Gateway {
         } catch (error) {
           // The hold stays in place with its lease: the sweeper releases it; nothing is charged twice.
           usage = null;
+          settleFailed = true;
           this.#deps.log({
             level: "error",
             requestId,
@@ -281,6 +283,17 @@ export class Gateway {
       } finally {
         await parts.return?.().catch(() => {});
         await settle();
+      }
+      if (settleFailed) {
+        // Ending with [DONE] would claim a clean, billed completion; it was neither.
+        yield {
+          type: "error",
+          error: new ApiError(
+            "internal_error",
+            `The response could not be billed; nothing was charged. Quote request id ${requestId} to support.`,
+          ),
+        };
+        return;
       }
       if (request.includeUsage && usage) {
         const u: Usage = usage;
@@ -512,6 +525,19 @@ export class Gateway {
     trace.cost = result.charged;
     if (result.rate) trace.rateLimit = result.rate;
     return { charged: result.charged, available: result.available };
+  }
+
+  /**
+   * Renews the hold's lease while the request runs, from the reservation on: a slow first byte or a
+   * long call must never let the sweeper release a live hold (the request would then go unbilled).
+   * Three renewals per lease leave room for a late timer or a slow commit.
+   */
+  #keepHoldAlive(caller: Caller, hold: ReservationRecord): () => void {
+    const wallets = this.#deps.wallets;
+    const timer = setInterval(() => {
+      wallets.renew(caller.appId, hold.id).catch(() => {});
+    }, Math.max(100, wallets.leaseMs / 3));
+    return () => clearInterval(timer);
   }
 
   async #release(caller: Caller, hold: ReservationRecord, trace: RequestTrace) {

@@ -153,6 +153,7 @@ export interface WalletStats {
   commits: number;
   conflicts: number;
   unknownOutcomes: number;
+  readFailures: number;
   opsCommitted: number;
 }
 
@@ -176,7 +177,13 @@ const MAX_KNOWN_WALLETS = 10_000;
 const BATCH_MARKER_MS = 60 * 60 * 1000;
 
 export class Wallets {
-  readonly stats: WalletStats = { commits: 0, conflicts: 0, unknownOutcomes: 0, opsCommitted: 0 };
+  readonly stats: WalletStats = {
+    commits: 0,
+    conflicts: 0,
+    unknownOutcomes: 0,
+    readFailures: 0,
+    opsCommitted: 0,
+  };
   readonly #kv: Deno.Kv;
   readonly #queues = new Map<string, Op[]>();
   /** Per app: the wallet entry as our last commit left it, and the holds we know to be live. */
@@ -262,25 +269,36 @@ export class Wallets {
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
     const walletKey = keys.wallet(appId);
     for (let attempt = 1;; attempt++) {
-      // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
-      if (attempt > 1) ops = await this.#refreshKeyGuards(ops);
-      if (ops.length === 0) return;
       // First attempt: trust what our own last commit left, if we have it; the versionstamp checks
       // catch any other writer and the retry reads afresh. The rate windows and limit overrides
       // come in the same read as the wallet: no extra round trip.
       const cached = attempt === 1 ? this.#known.get(appId) : undefined;
-      const [walletEntry, rateWindowsEntry, rateOverridesEntry] = cached
-        ? [cached.entry, cached.rateWindows, cached.rateOverrides]
-        : await this.#kv.getMany<[WalletRecord, RateWindowsRecord, RateLimitOverrides]>(
-          [walletKey, keys.rateWindows(appId), keys.rateLimitOverrides(appId)],
-        );
+      let walletEntry, rateWindowsEntry, rateOverridesEntry, reservations, markers;
+      try {
+        // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
+        if (attempt > 1) ops = await this.#refreshKeyGuards(ops);
+        if (ops.length === 0) return;
+        [walletEntry, rateWindowsEntry, rateOverridesEntry] = cached
+          ? [cached.entry, cached.rateWindows, cached.rateOverrides]
+          : await this.#kv.getMany<[WalletRecord, RateWindowsRecord, RateLimitOverrides]>(
+            [walletKey, keys.rateWindows(appId), keys.rateLimitOverrides(appId)],
+          );
+        [reservations, markers] = await Promise.all([
+          this.#readReservations(appId, ops, cached?.reservations),
+          this.#readMarkers(ops),
+        ]);
+      } catch (error) {
+        // A failed read changed nothing: retry it rather than fail (and lose) a whole batch.
+        this.stats.readFailures++;
+        if (attempt >= this.#maxAttempts) {
+          throw new WalletUnavailableError(`wallet ${appId}: KV reads failing`, { cause: error });
+        }
+        await sleep(Math.random() * Math.min(50, 2 ** attempt));
+        continue;
+      }
       if (walletEntry.value === null || walletEntry.versionstamp === null) {
         throw new WalletNotFoundError(appId);
       }
-      const [reservations, markers] = await Promise.all([
-        this.#readReservations(appId, ops, cached?.reservations),
-        this.#readMarkers(ops),
-      ]);
 
       const batchId = randomToken(96);
       const now = this.#now();

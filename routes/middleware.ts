@@ -138,11 +138,11 @@ function bearerKey(c: Context<Env>): string {
 export const requireSupportedVersion: MiddlewareHandler<Env> = async (c, next) => {
   const asked = c.req.header("tollbooth-version");
   if (asked !== undefined && asked.trim() !== API_VERSION) {
+    // Echo only what looks like a version: a secret pasted into the wrong header is not repeated.
+    const shown = /^\d{4}-\d{2}-\d{2}$/.test(asked.trim()) ? `'${asked.trim()}'` : "(not a date)";
     throw new ApiError(
       "unsupported_version",
-      `Unsupported Tollbooth-Version '${
-        asked.slice(0, 40)
-      }'. The only version served is ${API_VERSION}.`,
+      `Unsupported Tollbooth-Version ${shown}. The only version served is ${API_VERSION}.`,
     );
   }
   await next();

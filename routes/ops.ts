@@ -1,3 +1,4 @@
+import { timingSafeEqualStrings } from "../lib/secrets.ts";
 import type { Context } from "hono";
 import type { Catalog } from "../lib/catalog.ts";
 import { keys } from "../lib/db.ts";
@@ -62,7 +63,7 @@ export function metricsEndpoint(
   return async (c: Context<Env>) => {
     if (!deps.token) return c.notFound();
     const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
-    if (!match || !(await constantTimeEqual(match[1], deps.token))) {
+    if (!match || !timingSafeEqualStrings(match[1], deps.token)) {
       c.header("WWW-Authenticate", 'Bearer realm="metrics"');
       return c.text("Unauthorized: send Authorization: Bearer <METRICS_TOKEN>.\n", 401);
     }
@@ -70,14 +71,4 @@ export function metricsEndpoint(
     c.header("Content-Type", PROMETHEUS_CONTENT_TYPE);
     return c.body(await deps.metrics.scrape(deps.kv));
   };
-}
-
-/** Compares digests, so neither the time taken nor an early exit depends on where they differ. */
-async function constantTimeEqual(given: string, expected: string): Promise<boolean> {
-  const digest = async (s: string) =>
-    new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(s)));
-  const [a, b] = await Promise.all([digest(given), digest(expected)]);
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a[i] ^ b[i];
-  return diff === 0;
 }

@@ -1,4 +1,4 @@
-import { timingSafeEqual } from "node:crypto";
+import { timingSafeEqualStrings } from "../lib/secrets.ts";
 import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
@@ -105,9 +105,7 @@ export function checkForm(publicUrl: string): MiddlewareHandler<PageEnv> {
     if (session) {
       const sent = String((await c.req.parseBody())[CSRF_FIELD] ?? "");
       const expected = session.record.csrfToken;
-      const ok = sent.length === expected.length &&
-        timingSafeEqual(new TextEncoder().encode(sent), new TextEncoder().encode(expected));
-      if (!ok) return refused(c);
+      if (!timingSafeEqualStrings(sent, expected)) return refused(c);
     }
     await next();
   };

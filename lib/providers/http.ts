@@ -37,7 +37,7 @@ export async function callUpstream(call: UpstreamCall) {
   }
   if (!response.ok) {
     idle.stop();
-    throw await statusError(response);
+    throw await statusError(response, bearerToken(call.headers));
   }
   idle.touch();
   return { response, idle };
@@ -84,10 +84,19 @@ export function upstreamIdleGuard(
   };
 }
 
-async function statusError(response: Response): Promise<ProviderError> {
+/** Our provider key, as sent: an upstream that quotes it back must not pass it on to clients. */
+function bearerToken(headers: Record<string, string>): string | null {
+  const value = Object.entries(headers).find(([name]) => name.toLowerCase() === "authorization")
+    ?.[1];
+  const token = value?.replace(/^Bearer\s+/i, "").trim();
+  return token && token.length >= 8 ? token : null;
+}
+
+async function statusError(response: Response, secret: string | null): Promise<ProviderError> {
   const status = response.status;
   const text = await response.text().catch(() => "");
-  const reason = upstreamReason(text) ?? `status ${status}`;
+  let reason = upstreamReason(text) ?? `status ${status}`;
+  if (secret) reason = reason.replaceAll(secret, "[redacted]");
   if (status === 429) {
     return new ProviderError("rate_limited", `upstream rate limited: ${reason}`, {
       upstreamStatus: status,

@@ -116,8 +116,14 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     return POLLUTING_PATTERN.test(text)
       ? JSON.parse(text, (key, value) => POLLUTING_KEYS.has(key) ? undefined : value)
       : JSON.parse(text);
-  } catch {
-    throw new ApiError("invalid_json", "The request body is not valid JSON.");
+  } catch (error) {
+    // Valid JSON nested deeper than the parser's stack is refused as such, not called invalid.
+    throw new ApiError(
+      "invalid_json",
+      error instanceof RangeError
+        ? "The request body is nested too deeply."
+        : "The request body is not valid JSON.",
+    );
   }
 }
 
@@ -128,10 +134,16 @@ async function readLimited(
   if (!body) return new Uint8Array();
   const chunks: Uint8Array[] = [];
   let size = 0;
-  for await (const chunk of body) {
-    size += chunk.byteLength;
-    if (size > maxBytes) throw tooLarge(maxBytes);
-    chunks.push(chunk);
+  try {
+    for await (const chunk of body) {
+      size += chunk.byteLength;
+      if (size > maxBytes) throw tooLarge(maxBytes);
+      chunks.push(chunk);
+    }
+  } catch (error) {
+    if (error instanceof ApiError) throw error;
+    // The client broke off the upload (or went away): its fault, not a server error.
+    throw new ApiError("invalid_json", "The request body could not be read to its end.");
   }
   const out = new Uint8Array(size);
   let offset = 0;

@@ -1,0 +1,279 @@
+/**
+ * Kill-and-restart with requests in flight: a real `deno run main.ts` child process on a KV file, a
+ * real SIGKILL, then a restart; the holds of the killed requests are released by the sweeper.
+ */
+import assert from "node:assert/strict";
+import { createApp } from "../lib/apps.ts";
+import { auditWallets } from "../lib/audit.ts";
+import { keys, type UsageRecord, type WalletRecord } from "../lib/db.ts";
+import { startFakeOpenAi } from "./fake_openai.ts";
+import { assertAuditClean } from "./helpers.ts";
+
+const TTL_SECONDS = 2;
+/** main.ts sweeps every max(1 s, TTL/4). */
+const SWEEP_EVERY_MS = 1_000;
+const ROOT = new URL("..", import.meta.url).pathname;
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = listener.addr as Deno.NetAddr;
+  listener.close();
+  return port;
+}
+
+interface Child {
+  process: Deno.ChildProcess;
+  url: string;
+  /** When the server printed its listening line. */
+  listeningAt: number;
+  lines: string[];
+}
+
+async function startChild(env: Record<string, string>): Promise<Child> {
+  const port = freePort();
+  const process = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "main.ts"],
+    cwd: ROOT,
+    env: { ...env, PORT: String(port), PUBLIC_URL: `http://127.0.0.1:${port}` },
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const lines: string[] = [];
+  const reader = process.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    assert.ok(Date.now() < deadline, "child did not start listening");
+    const { value, done } = await reader.read();
+    assert.ok(!done, `child exited before listening: ${lines.join("\n")}`);
+    buffer += value;
+    const parts = buffer.split("\n");
+    buffer = parts.pop()!;
+    lines.push(...parts);
+    if (parts.some((l) => l.includes('"listening"'))) break;
+  }
+  const listeningAt = Date.now();
+  // Keep draining stdout so the child never blocks on a full pipe.
+  (async () => {
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        lines.push(...value.split("\n").filter(Boolean));
+      }
+    } catch { /* the child was killed */ }
+  })();
+  return { process, url: `http://127.0.0.1:${port}`, listeningAt, lines };
+}
+
+async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: number) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+Deno.test("SIGKILL with streaming and non-streaming requests in flight: after restart the sweeper releases every hold within the TTL, audit clean", async () => {
+  const dir = await Deno.makeTempDir();
+  const upstream = startFakeOpenAi();
+  const kvPath = `${dir}/tollbooth.sqlite3`;
+  const modelsFile = `${dir}/models.json`;
+  await Deno.writeTextFile(
+    modelsFile,
+    JSON.stringify({
+      providers: {
+        slow: { kind: "simulator", token_delay_ms: 100 },
+        fast: { kind: "simulator" },
+        fake: { kind: "openai", base_url: upstream.url, api_key_env: "FAKE_OPENAI_KEY" },
+      },
+      models: [
+        {
+          id: "slow/lorem",
+          provider: "slow",
+          upstream_model: "lorem",
+          input_usd_per_mtok: "0.50",
+          output_usd_per_mtok: "1.50",
+          context_tokens: 32768,
+          max_output_tokens: 8192,
+        },
+        {
+          id: "fast/echo",
+          provider: "fast",
+          upstream_model: "echo",
+          input_usd_per_mtok: "0.50",
+          output_usd_per_mtok: "1.50",
+          context_tokens: 32768,
+          max_output_tokens: 8192,
+        },
+        {
+          id: "fake/gpt",
+          provider: "fake",
+          upstream_model: "gpt-test",
+          input_usd_per_mtok: "2.00",
+          output_usd_per_mtok: "8.00",
+          context_tokens: 32768,
+          max_output_tokens: 8192,
+        },
+      ],
+    }),
+  );
+  const env = {
+    KV_PATH: kvPath,
+    MODELS_FILE: modelsFile,
+    RESERVATION_TTL_SECONDS: String(TTL_SECONDS),
+    FAKE_OPENAI_KEY: "sk-fake-upstream",
+    NO_COLOR: "1",
+  };
+  const kv = await Deno.openKv(kvPath);
+  const children: Child[] = [];
+  try {
+    const a = await createApp(kv, { name: "crash a" });
+    const b = await createApp(kv, { name: "crash b" });
+    const child = await startChild(env);
+    children.push(child);
+
+    const clients = new AbortController();
+    const send = (apiKey: string, body: unknown) =>
+      fetch(`${child.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: clients.signal,
+      });
+    const streams = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        send(i % 2 ? a.key.apiKey : b.key.apiKey, {
+          model: "slow/lorem",
+          messages: [{ role: "user", content: "write" }],
+          stream: true,
+          max_tokens: 200,
+        })),
+    );
+    for (const res of streams) {
+      assert.equal(res.status, 200);
+      const first = await res.body!.getReader().read();
+      assert.ok(first.value && first.value.length > 0, "a streamed chunk arrived before the kill");
+    }
+    const pending = Array.from({ length: 4 }, (_, i) =>
+      send(i % 2 ? a.key.apiKey : b.key.apiKey, {
+        model: "fake/gpt",
+        messages: [{ role: "user", content: "slow:30000 never answered" }],
+        max_tokens: 100,
+      }).catch((error) => error));
+    const held = async () => {
+      let total = 0;
+      for (const appId of [a.app.id, b.app.id]) {
+        total += (await kv.get<WalletRecord>(keys.wallet(appId))).value!.reserved;
+      }
+      return total;
+    };
+    let holds = 0;
+    await waitFor("ten holds", async () => {
+      let n = 0;
+      for await (const _ of kv.list({ prefix: keys.allReservations() })) n++;
+      holds = n;
+      return n === 10;
+    }, 10_000);
+    // The holds are taken before the upstream call: wait for the calls to be in flight too.
+    await waitFor(
+      "the non-streamed requests at the upstream",
+      () => Promise.resolve(upstream.received.length === 4),
+      10_000,
+    );
+
+    // A burst of quick requests, reserving and settling, so the kill lands among wallet commits.
+    let answered = 0;
+    const tenAnswered = Promise.withResolvers<void>();
+    const burst = Array.from({ length: 40 }, (_, i) =>
+      send(i % 2 ? a.key.apiKey : b.key.apiKey, {
+        model: "fast/echo",
+        messages: [{ role: "user", content: "quick answer please" }],
+        max_tokens: 20,
+      }).then((r) => r.text()).then(() => {
+        if (++answered === 10) tenAnswered.resolve();
+      }).catch((error) => error));
+    // Kill once a quarter of them are answered: the others are mid-flight.
+    await tenAnswered.promise;
+    child.process.kill("SIGKILL");
+    const status = await child.process.status;
+    assert.equal(status.signal, "SIGKILL");
+    clients.abort();
+    for (const r of await Promise.all(pending)) assert.ok(r instanceof Error, "no answer came");
+    await Promise.all(burst);
+    const leftBehind = await held();
+    assert.ok(leftBehind > 0, "the killed process left holds");
+    assert.equal(holds, 10);
+    // Whatever the kill interrupted, each wallet commit is whole: the audit adds up already.
+    const before = await auditWallets(kv);
+    assert.equal(before.ok, true);
+
+    const restarted = await startChild(env);
+    children.push(restarted);
+    await waitFor("every hold released", async () => (await held()) === 0, 15_000);
+    const releasedAfterMs = Date.now() - restarted.listeningAt;
+    console.log(`holds released ${releasedAfterMs} ms after the restarted process listened`);
+    assert.ok(
+      releasedAfterMs <= TTL_SECONDS * 1000 + SWEEP_EVERY_MS + 1_000,
+      `released ${releasedAfterMs} ms after the restart`,
+    );
+    let burstSpent = 0;
+    for (const app of [a, b]) {
+      const w = (await kv.get<WalletRecord>(keys.wallet(app.app.id))).value!;
+      // The killed requests are not charged; only the burst's settled ones are.
+      assert.equal(w.reserved, 0);
+      assert.equal(w.available + w.spent, 5_000_000);
+      burstSpent += w.spent;
+    }
+    let settledUsage = 0;
+    let settledCount = 0;
+    for (const app of [a, b]) {
+      for await (const e of kv.list<UsageRecord>({ prefix: keys.appUsage(app.app.id) })) {
+        assert.equal(e.value.model, "fast/echo", "only burst requests were settled");
+        assert.equal(e.value.outcome, "completed");
+        settledUsage += e.value.cost;
+        settledCount++;
+      }
+    }
+    assert.equal(settledUsage, burstSpent);
+    assert.ok(settledCount >= 10, "the answered ones were charged");
+    console.log(`${settledCount} of the 40 burst requests settled before the kill`);
+    assert.ok(restarted.lines.some((l) => l.includes('"reservations_swept"')));
+
+    // The restarted service serves and bills normally.
+    const ok = await fetch(`${restarted.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${a.key.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "slow/lorem",
+        messages: [{ role: "user", content: "x" }],
+        max_tokens: 3,
+      }),
+    });
+    assert.equal(ok.status, 200);
+    await ok.body?.cancel();
+    await assertAuditClean(kv);
+
+    const audit = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "scripts/admin.ts", "audit"],
+      cwd: ROOT,
+      env: { KV_PATH: kvPath, NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(audit.code, 0, new TextDecoder().decode(audit.stderr));
+    const report = JSON.parse(new TextDecoder().decode(audit.stdout));
+    assert.equal(report.ok, true);
+    assert.equal(report.apps, 2);
+  } finally {
+    for (const c of children) {
+      try {
+        c.process.kill("SIGKILL");
+      } catch { /* already gone */ }
+      await c.process.status;
+    }
+    kv.close();
+    await upstream.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
