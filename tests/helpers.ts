@@ -97,7 +97,10 @@ export async function startService(options: {
     kv,
     config,
     catalog,
-    log: options.log ?? ((f) => logs.push(f)),
+    log: options.log ?? ((f) => {
+      logs.push(f);
+      recordLogLine(f);
+    }),
     ...options.payments,
     now: options.now,
   });
@@ -209,4 +212,16 @@ export async function spendDownTo(kv: Deno.Kv, appId: string, target: number) {
     countedLocally: false,
   });
   assert.ok(settled.settled && settled.available === target);
+}
+
+/**
+ * With TOLLBOOTH_TEST_LOG set (CI sets it), every log line of every test service is appended to
+ * that file, so the run's whole log output can be searched for raw API keys afterwards.
+ */
+const TEST_LOG = Deno.env.get("TOLLBOOTH_TEST_LOG");
+
+function recordLogLine(fields: Record<string, unknown>) {
+  if (!TEST_LOG) return;
+  const line = JSON.stringify(fields, (_k, v) => typeof v === "bigint" ? v.toString() : v);
+  Deno.writeTextFileSync(TEST_LOG, line + "\n", { append: true });
 }
