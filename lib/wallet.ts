@@ -171,6 +171,8 @@ interface KnownWallet {
 
 /** A commit applied but whose versionstamp we never saw: nothing may be cached from it. */
 const UNKNOWN_VERSION = "";
+/** How long an app whose remembered wallet proved stale is read before each batch. */
+const CONTENDED_MS = 1_000;
 /** Wallets remembered at most; past it the memory is dropped and rebuilt by reads. */
 const MAX_KNOWN_WALLETS = 10_000;
 /** How long a batch marker is kept to resolve a commit whose outcome was unknown. */
@@ -188,6 +190,8 @@ export class Wallets {
   readonly #queues = new Map<string, Op[]>();
   /** Per app: the wallet entry as our last commit left it, and the holds we know to be live. */
   readonly #known = new Map<string, KnownWallet>();
+  /** Apps whose remembered wallet was recently found stale: read them first until then. */
+  readonly #contendedUntil = new Map<string, number>();
   readonly #leaseMs: number;
   readonly #maxBatch: number;
   readonly #maxAttempts: number;
@@ -268,15 +272,19 @@ export class Wallets {
 
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
     const walletKey = keys.wallet(appId);
+    // Trust what our own last commit left, if we have it, unless another process has been writing
+    // this wallet lately: then the memory is mostly stale and each try would cost a failed commit.
+    let useMemory = (this.#contendedUntil.get(appId) ?? 0) <= this.#now();
+    let commitFailed = false;
     for (let attempt = 1;; attempt++) {
-      // First attempt: trust what our own last commit left, if we have it; the versionstamp checks
-      // catch any other writer and the retry reads afresh. The rate windows and limit overrides
-      // come in the same read as the wallet: no extra round trip.
-      const cached = attempt === 1 ? this.#known.get(appId) : undefined;
+      // The versionstamp checks catch any other writer and the retry reads afresh. The rate
+      // windows and limit overrides come in the same read as the wallet: no extra round trip.
+      const cached = useMemory ? this.#known.get(appId) : undefined;
+      useMemory = false;
       let walletEntry, rateWindowsEntry, rateOverridesEntry, reservations, markers;
       try {
         // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
-        if (attempt > 1) ops = await this.#refreshKeyGuards(ops);
+        if (commitFailed) ops = await this.#refreshKeyGuards(ops);
         if (ops.length === 0) return;
         [walletEntry, rateWindowsEntry, rateOverridesEntry] = cached
           ? [cached.entry, cached.rateWindows, cached.rateOverrides]
@@ -318,6 +326,14 @@ export class Wallets {
           )
           : undefined,
       });
+      if (plan.unchanged) {
+        // Only refusals and no-ops: nothing to write. A refusal is final when decided on a fresh
+        // read; one decided from memory is checked against the store first (the memory may be
+        // missing money another process has since freed).
+        if (cached) continue;
+        plan.resolveAll();
+        return;
+      }
       const atomic = this.#kv.atomic().check(walletEntry);
       // Limits changed by an operator make the commit fail, and the retry reads them.
       if (plan.rateLimited) atomic.check(rateOverridesEntry);
@@ -353,6 +369,8 @@ export class Wallets {
         return;
       }
       this.#known.delete(appId);
+      if (cached) this.#contendedUntil.set(appId, this.#now() + CONTENDED_MS);
+      commitFailed = true;
       this.stats.conflicts++;
       if (attempt >= this.#maxAttempts) {
         throw new WalletUnavailableError(`wallet ${appId}: too many conflicts`);
@@ -373,7 +391,10 @@ export class Wallets {
     if (versionstamp === UNKNOWN_VERSION) return;
     const reservations = previous ?? new Map<string, ReservationRecord>();
     for (const [id, r] of touched) r ? reservations.set(id, r) : reservations.delete(id);
-    if (this.#known.size >= MAX_KNOWN_WALLETS && !this.#known.has(appId)) this.#known.clear();
+    if (this.#known.size >= MAX_KNOWN_WALLETS && !this.#known.has(appId)) {
+      this.#known.clear();
+      this.#contendedUntil.clear();
+    }
     this.#known.set(appId, {
       entry: { key: keys.wallet(appId), value: wallet, versionstamp },
       reservations,
@@ -696,6 +717,8 @@ export function planBatch(input: PlanInput) {
 
   return {
     wallet,
+    /** Nothing to write: every operation was refused or found nothing to do. */
+    unchanged: writes.length === 0 && rateRecord === null,
     /** Whether this batch enforced rate limits, and the windows it wrote (null: unchanged). */
     rateLimited: input.rate !== undefined,
     rateRecord,

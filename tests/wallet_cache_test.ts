@@ -113,3 +113,39 @@ Deno.test("limits changed by an operator are seen by a process that remembers th
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a batch of refusals is answered without a commit", async () => {
+  const s = await startService();
+  try {
+    const { appId } = await s.newApp();
+    const wallets = new Wallets(s.kv, { leaseMs: 60_000 });
+    const first = await wallets.reserve(appId, hold("fits", 4_000_000));
+    assert.ok(first.ok);
+    const commits = wallets.stats.commits;
+    const refused = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => wallets.reserve(appId, hold(`big${i}`, 2_000_000))),
+    );
+    assert.ok(refused.every((r) => !r.ok && r.available === 1_000_000));
+    assert.equal(wallets.stats.commits, commits, "refusals write nothing");
+    assert.equal(wallets.stats.conflicts, 0);
+    await wallets.release(appId, first.reservation.id);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("after its memory proves stale, a process reads the wallet first instead of failing commits", () =>
+  twoInstances(async (a, b, appId) => {
+    const r = await a.reserve(appId, hold("a1", 1_000));
+    assert.ok(r.ok);
+    await b.credit(appId, { amount: 1_000, kind: "operator_credit", reason: "other writer" });
+    const second = await a.reserve(appId, hold("a2", 1_000));
+    assert.ok(second.ok);
+    assert.equal(a.stats.conflicts, 1, "the stale memory cost one failed commit");
+    await b.credit(appId, { amount: 1_000, kind: "operator_credit", reason: "other writer again" });
+    const third = await a.reserve(appId, hold("a3", 1_000));
+    assert.ok(third.ok);
+    assert.equal(a.stats.conflicts, 1, "within the contended window the wallet is read first");
+    for (const h of [r, second, third]) if (h.ok) await a.release(appId, h.reservation.id);
+  }));
