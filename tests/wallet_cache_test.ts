@@ -27,9 +27,11 @@ async function twoInstances(
 ) {
   const dir = await Deno.makeTempDir();
   const s = await startService({ kvPath: `${dir}/kv.sqlite3` });
+  // Opening a handle briefly locks the file (SQLite housekeeping): open the second one after the
+  // first write, as a second instance would start beside a running one.
+  const { appId } = await s.newApp();
   const other = await Deno.openKv(`${dir}/kv.sqlite3`);
   try {
-    const { appId } = await s.newApp();
     const a = new Wallets(s.kv, { leaseMs: 60_000 });
     const b = new Wallets(other, { leaseMs: 60_000 });
     await fn(a, b, appId, [s.kv, other]);

@@ -289,9 +289,11 @@ Deno.test("two instances on one KV file never overdraw a wallet and settle exact
   const dir = await Deno.makeTempDir();
   const path = `${dir}/kv.sqlite3`;
   const kv1 = await Deno.openKv(path);
+  // Opening a handle briefly locks the file (SQLite housekeeping): open the second one after the
+  // first write, as a second instance would start beside a running one.
+  const { app } = await createAppRecord(kv1, { name: "two instances" });
   const kv2 = await Deno.openKv(path);
   try {
-    const { app } = await createAppRecord(kv1, { name: "two instances" });
     const w1 = new Wallets(kv1, { leaseMs: LEASE_MS });
     const w2 = new Wallets(kv2, { leaseMs: LEASE_MS });
     let spent = 0;
