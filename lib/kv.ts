@@ -5,11 +5,62 @@ export const DEFAULT_KV_PATH = "./data/tollbooth.sqlite3";
  * DENO_KV_ACCESS_TOKEN). Unset, it is the local file, except on Deno Deploy, where it is Deploy's KV.
  */
 export async function openKv(path: string | undefined): Promise<Deno.Kv> {
-  if (!path && Deno.env.get("DENO_DEPLOYMENT_ID")) return await Deno.openKv();
+  if (!path && Deno.env.get("DENO_DEPLOYMENT_ID")) return retryWhileBusy(await Deno.openKv());
   const target = path || DEFAULT_KV_PATH;
   if (target !== ":memory:" && !/^https?:\/\//.test(target)) {
     const dir = target.replace(/[^/]*$/, "");
     if (dir) await Deno.mkdir(dir, { recursive: true });
   }
-  return await Deno.openKv(target);
+  return retryWhileBusy(await Deno.openKv(target));
+}
+
+const BUSY = /database is (locked|busy)/i;
+const BUSY_ATTEMPTS = 8;
+
+/**
+ * Several processes on one SQLite file (instances, or an admin command beside a running service)
+ * take turns at its write lock, and one that meets it held for a moment is told "database is
+ * locked". That statement did not run, so reads and commits are simply retried. (Were a commit ever
+ * applied anyway, retrying it is still harmless: every write here is versionstamp-checked, so the
+ * second try fails its check; the wallet resolves such outcomes through its batch marker.)
+ */
+export function retryWhileBusy(kv: Deno.Kv): Deno.Kv {
+  const atomic = () => {
+    const operation = kv.atomic();
+    const proxy: Deno.AtomicOperation = new Proxy(operation, {
+      get(target, prop) {
+        if (prop === "commit") return () => whileBusy(() => target.commit());
+        const value = Reflect.get(target, prop, target);
+        if (typeof value !== "function") return value;
+        // Builder calls return the operation itself: hand back the proxy so commit stays wrapped.
+        return (...args: unknown[]) => {
+          const result = value.apply(target, args);
+          return result === target ? proxy : result;
+        };
+      },
+    });
+    return proxy;
+  };
+  return new Proxy(kv, {
+    get(target, prop) {
+      if (prop === "atomic") return atomic;
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      if (prop === "get" || prop === "getMany") {
+        return (...args: unknown[]) => whileBusy(() => value.apply(target, args));
+      }
+      return value.bind(target);
+    },
+  });
+}
+
+async function whileBusy<T>(run: () => Promise<T>): Promise<T> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await run();
+    } catch (error) {
+      if (attempt >= BUSY_ATTEMPTS || !BUSY.test(String((error as Error)?.message))) throw error;
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * 4 * attempt));
+    }
+  }
 }

@@ -6,6 +6,7 @@ import { buildCatalog, type Catalog, type CatalogFile } from "../lib/catalog.ts"
 import { type Config, loadConfig } from "../lib/config.ts";
 import { keys } from "../lib/db.ts";
 import type { WalletRecord } from "../lib/db.ts";
+import { openKv } from "../lib/kv.ts";
 import type { Logger } from "../lib/log.ts";
 import { Wallets } from "../lib/wallet.ts";
 import { assertMatchesOpenApi } from "./openapi_check.ts";
@@ -91,7 +92,7 @@ export async function startService(options: {
     options.catalogFile ?? testCatalogFile(options.openaiBaseUrl),
     env,
   );
-  const kv = await Deno.openKv(options.kvPath ?? ":memory:");
+  const kv = await openKv(options.kvPath ?? ":memory:");
   const logs: Record<string, unknown>[] = [];
   const { app, wallets, startDraining } = createApp({
     kv,

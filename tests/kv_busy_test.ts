@@ -1,0 +1,104 @@
+import assert from "node:assert/strict";
+import { retryWhileBusy } from "../lib/kv.ts";
+
+/** A real in-memory KV whose get and commit fail as SQLite does while another process writes. */
+async function lockedFor(times: number) {
+  const kv = await Deno.openKv(":memory:");
+  let busy = { get: times, commit: times };
+  const attempts = { get: 0, commit: 0 };
+  const flaky = new Proxy(kv, {
+    get(target, prop) {
+      if (prop === "get") {
+        return (key: Deno.KvKey) => {
+          attempts.get++;
+          if (busy.get-- > 0) return Promise.reject(new TypeError("database is locked"));
+          return target.get(key);
+        };
+      }
+      if (prop === "atomic") {
+        return () => {
+          const op = target.atomic();
+          const wrapped: Deno.AtomicOperation = new Proxy(op, {
+            get(o, p) {
+              if (p === "commit") {
+                return () => {
+                  attempts.commit++;
+                  if (busy.commit-- > 0) return Promise.reject(new TypeError("database is locked"));
+                  return o.commit();
+                };
+              }
+              const v = Reflect.get(o, p, o);
+              if (typeof v !== "function") return v;
+              return (...args: unknown[]) => {
+                const result = v.apply(o, args);
+                return result === o ? wrapped : result;
+              };
+            },
+          });
+          return wrapped;
+        };
+      }
+      const v = Reflect.get(target, prop, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+  return {
+    kv: retryWhileBusy(flaky),
+    attempts,
+    reset(n: number) {
+      busy = { get: n, commit: n };
+    },
+    close: () => kv.close(),
+  };
+}
+
+Deno.test("reads and commits that meet a locked database are retried until it frees", async () => {
+  const store = await lockedFor(3);
+  try {
+    const result = await store.kv.atomic().check({ key: ["k"], versionstamp: null }).set(["k"], 1)
+      .commit();
+    assert.ok(result.ok);
+    assert.equal(store.attempts.commit, 4);
+    assert.equal((await store.kv.get(["k"])).value, 1);
+    assert.equal(store.attempts.get, 4);
+  } finally {
+    store.close();
+  }
+});
+
+Deno.test("a database locked for too long, or any other error, is not hidden", async () => {
+  const store = await lockedFor(100);
+  try {
+    await assert.rejects(store.kv.get(["k"]), /database is locked/);
+    store.reset(0);
+    await assert.rejects(
+      store.kv.atomic().set(["k"], 1).sum(["k"], 1n).commit(),
+      (e: Error) => !/database is locked/.test(e.message),
+    );
+  } finally {
+    store.close();
+  }
+});
+
+Deno.test("two processes' worth of handles on one file keep plain writes working while handles open", async () => {
+  const dir = await Deno.makeTempDir();
+  const path = `${dir}/kv.sqlite3`;
+  const main = retryWhileBusy(await Deno.openKv(path));
+  try {
+    // Handles opening and closing beside a writer: each open does housekeeping under the lock.
+    const churn = (async () => {
+      for (let i = 0; i < 20; i++) (await Deno.openKv(path)).close();
+    })();
+    const writes = Array.from(
+      { length: 200 },
+      (_, i) =>
+        main.atomic().check({ key: ["w", i], versionstamp: null }).set(["w", i], i).commit(),
+    );
+    const results = await Promise.all(writes);
+    await churn;
+    assert.ok(results.every((r) => r.ok));
+  } finally {
+    main.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
