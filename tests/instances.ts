@@ -56,9 +56,13 @@ export async function instanceFiles(
   };
 }
 
-export async function startInstance(env: Record<string, string>): Promise<Instance> {
+/** Starts `deno run -A main.ts`, or the deno command given (such as `["task", "dev"]`). */
+export async function startInstance(
+  env: Record<string, string>,
+  command: string[] = ["run", "-A", "main.ts"],
+): Promise<Instance> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "main.ts"],
+    args: command,
     cwd: ROOT,
     env: { PORT: "0", PUBLIC_URL: "http://tollbooth.test", ...env },
     stdin: "null",
