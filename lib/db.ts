@@ -51,12 +51,15 @@ export const keys = {
   ownerByEmail: (email: string) => ["owners_by_email", email] as const,
   /** Sessions are stored under the SHA-256 of their id, never the id itself. */
   session: (sessionHash: string) => ["sessions", sessionHash] as const,
-  /** One entry per sign-in attempt that has not succeeded, per email or address and time window. */
-  signInFailure: (scope: "email" | "ip", subject: string, window: number, failureId: string) =>
+  /** One entry per counted attempt (sign-in not yet succeeded, or sign-up), per subject and window. */
+  signInFailure: (scope: ThrottleScope, subject: string, window: number, failureId: string) =>
     ["sign_in_failures", scope, subject, window, failureId] as const,
-  signInFailures: (scope: "email" | "ip", subject: string, window: number) =>
+  signInFailures: (scope: ThrottleScope, subject: string, window: number) =>
     ["sign_in_failures", scope, subject, window] as const,
 };
+
+/** What an account throttle counts: sign-in attempts per email and per address, sign-ups per address. */
+export type ThrottleScope = "email" | "ip" | "signup_ip";
 
 export interface AppRecord {
   id: string;

@@ -14,6 +14,8 @@ import { randomToken } from "./ids.ts";
 export const THROTTLE_WINDOW_MS = 15 * 60 * 1000;
 export const MAX_FAILURES_PER_EMAIL = 5;
 export const MAX_FAILURES_PER_IP = 30;
+/** Each sign-up costs a memory-hard hash: an address may make this many per window. */
+export const MAX_SIGNUPS_PER_IP = 10;
 
 export interface SignInAttempt {
   /** Seconds until sign-in may be tried again; 0 when this attempt may check its password. */
@@ -64,4 +66,20 @@ export async function signInSucceeded(
   const prefix = keys.signInFailures("email", email, windowOf(now));
   for await (const entry of kv.list({ prefix })) await kv.delete(entry.key);
   for (const key of attempt.entries) await kv.delete(key);
+}
+
+/**
+ * Counts a sign-up from an address before its password is hashed; past the limit the sign-up is
+ * refused until the window ends. Successful sign-ups count too: the cost is the hashing, not a guess.
+ */
+export async function beginSignUp(kv: Deno.Kv, ip: string, now = Date.now()): Promise<number> {
+  const window = windowOf(now);
+  const expireIn = (window + 1) * THROTTLE_WINDOW_MS - now;
+  await kv.set(keys.signInFailure("signup_ip", ip, window, randomToken(64)), now, { expireIn });
+  const count = await countUpTo(
+    kv,
+    keys.signInFailures("signup_ip", ip, window),
+    MAX_SIGNUPS_PER_IP + 1,
+  );
+  return count > MAX_SIGNUPS_PER_IP ? Math.ceil(expireIn / 1000) : 0;
 }

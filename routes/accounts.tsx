@@ -8,7 +8,7 @@ import {
   PASSWORD_MIN,
   signUp,
 } from "../lib/accounts.ts";
-import { beginSignIn, signInSucceeded } from "../lib/sign_in_throttle.ts";
+import { beginSignIn, beginSignUp, signInSucceeded } from "../lib/sign_in_throttle.ts";
 import { renderPage } from "./render.ts";
 import {
   checkForm,
@@ -110,6 +110,15 @@ export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   pages.post("/signup", session, form, async (c) => {
     const body = await c.req.parseBody();
     const email = String(body.email ?? "");
+    const wait = await beginSignUp(kv, clientAddress(c));
+    if (wait > 0) {
+      c.header("Retry-After", String(wait));
+      const minutes = Math.ceil(wait / 60);
+      const error = `Too many sign-ups from your network. Try again in ${minutes} minute${
+        minutes === 1 ? "" : "s"
+      }.`;
+      return c.html(accountPage("signup", { email, error }), 429);
+    }
     try {
       const owner = await signUp(kv, { email, password: String(body.password ?? "") });
       await startSession(c, kv, cookie, owner.id);

@@ -11,8 +11,10 @@ import { sha256Hex } from "../lib/keys.ts";
 import { createSession, endSession, findSession, SESSION_TTL_MS } from "../lib/sessions.ts";
 import {
   beginSignIn,
+  beginSignUp,
   MAX_FAILURES_PER_EMAIL,
   MAX_FAILURES_PER_IP,
+  MAX_SIGNUPS_PER_IP,
   signInSucceeded,
   THROTTLE_WINDOW_MS,
 } from "../lib/sign_in_throttle.ts";
@@ -153,3 +155,23 @@ Deno.test("sign-in is throttled per address across many emails", () =>
     assert.ok((await beginSignIn(kv, "fresh@example.com", "10.0.0.9", now)).retryAfter > 0);
     assert.equal((await beginSignIn(kv, "fresh@example.com", "10.0.0.8", now)).retryAfter, 0);
   }));
+
+Deno.test("sign-ups from one address are limited per window, counted before any password is hashed", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const now = Date.UTC(2026, 10, 22, 12, 0, 0);
+    for (let i = 0; i < MAX_SIGNUPS_PER_IP; i++) {
+      assert.equal(await beginSignUp(kv, "203.0.113.7", now + i), 0, `sign-up ${i + 1} passes`);
+    }
+    const wait = await beginSignUp(kv, "203.0.113.7", now + 20);
+    assert.ok(wait > 0 && wait <= THROTTLE_WINDOW_MS / 1000, "the next one waits for the window");
+    assert.equal(
+      await beginSignUp(kv, "198.51.100.1", now + 21),
+      0,
+      "another address is not affected",
+    );
+    assert.equal(await beginSignUp(kv, "203.0.113.7", now + THROTTLE_WINDOW_MS), 0, "a new window");
+  } finally {
+    kv.close();
+  }
+});

@@ -527,3 +527,19 @@ Deno.test("the owner sets the app's rate limits from the dashboard and the API e
     assert.equal(second.status, 429);
     await second.body?.cancel();
   }));
+
+Deno.test("an address past the sign-up limit is refused with 429 and no account is made", () =>
+  withService(async (s) => {
+    const { MAX_SIGNUPS_PER_IP } = await import("../lib/sign_in_throttle.ts");
+    for (let i = 0; i < MAX_SIGNUPS_PER_IP; i++) {
+      await new Visitor(s).signUp(`user${i}@example.com`);
+    }
+    const refused = await new Visitor(s).post("/signup", {
+      email: "one-too-many@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(refused.status, 429);
+    assert.ok(Number(refused.headers.get("retry-after")) > 0);
+    assert.match(await refused.text(), /Too many sign-ups/);
+    assert.equal((await s.kv.get(keys.ownerByEmail("one-too-many@example.com"))).value, null);
+  }));
