@@ -360,6 +360,24 @@ function TopUpLink(
   );
 }
 
+/** The cells a key row shows whether it is live or revoked. */
+function KeyCells({ k }: { k: KeyRow }) {
+  return (
+    <>
+      <td>{k.name}</td>
+      <td>
+        <code>{k.prefix}…</code>
+      </td>
+      <td>
+        <When ms={k.createdAt} />
+      </td>
+      <td>
+        <When ms={k.lastUsedAt} />
+      </td>
+    </>
+  );
+}
+
 /** GET /dashboard/apps/:id/keys */
 export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], error?: string) {
   const live = keyRows.filter((k) => k.revokedAt === null);
@@ -409,16 +427,7 @@ export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], er
                 <tbody>
                   {live.map((k) => (
                     <tr>
-                      <td>{k.name}</td>
-                      <td>
-                        <code>{k.prefix}…</code>
-                      </td>
-                      <td>
-                        <When ms={k.createdAt} />
-                      </td>
-                      <td>
-                        <When ms={k.lastUsedAt} />
-                      </td>
+                      <KeyCells k={k} />
                       <td>
                         <div class="actions">
                           <Island
@@ -470,16 +479,7 @@ export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], er
               <tbody>
                 {revoked.map((k) => (
                   <tr class="muted">
-                    <td>{k.name}</td>
-                    <td>
-                      <code>{k.prefix}…</code>
-                    </td>
-                    <td>
-                      <When ms={k.createdAt} />
-                    </td>
-                    <td>
-                      <When ms={k.lastUsedAt} />
-                    </td>
+                    <KeyCells k={k} />
                     <td>
                       <When ms={k.revokedAt} />
                     </td>
