@@ -87,8 +87,12 @@ interface Prepared {
   available: Micros;
 }
 
+/** The lazy sweep of one app's expired holds runs at most this often (per process). */
+const LAZY_SWEEP_EVERY_MS = 1_000;
+
 export class Gateway {
   readonly #deps: GatewayDeps;
+  readonly #lastLazySweep = new Map<string, number>();
 
   constructor(deps: GatewayDeps) {
     this.#deps = deps;
@@ -434,7 +438,7 @@ export class Gateway {
       keyGuard: caller.keyGuard,
     };
     let result = await this.#reserve(caller, input, trace);
-    if (!result.ok && result.reserved > 0) {
+    if (!result.ok && result.reserved > 0 && this.#lazySweepDue(caller.appId)) {
       // Holds left by a crashed instance must not block an app until the cron sweeper runs.
       const released = await releaseExpiredReservations(
         this.#deps.kv,
@@ -525,6 +529,18 @@ export class Gateway {
     trace.cost = result.charged;
     if (result.rate) trace.rateLimit = result.rate;
     return { charged: result.charged, available: result.available };
+  }
+
+  /**
+   * Whether a would-be 402 may look for expired holds of this app now. Leases last minutes, so once
+   * a second is plenty, and a flood of 402s does not turn into a scan of the app's holds each.
+   */
+  #lazySweepDue(appId: string): boolean {
+    const now = Date.now();
+    if ((this.#lastLazySweep.get(appId) ?? 0) > now - LAZY_SWEEP_EVERY_MS) return false;
+    if (this.#lastLazySweep.size >= 10_000) this.#lastLazySweep.clear();
+    this.#lastLazySweep.set(appId, now);
+    return true;
   }
 
   /**

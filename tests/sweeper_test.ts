@@ -2,7 +2,18 @@ import assert from "node:assert/strict";
 import { keys } from "../lib/db.ts";
 import { releaseExpiredReservations, sweepExpiredReservations } from "../lib/sweeper.ts";
 import { Wallets } from "../lib/wallet.ts";
-import { assertAuditClean, spendDownTo, startService, userMessage } from "./helpers.ts";
+import { createApp } from "../app.ts";
+import { createApp as createAppRecord } from "../lib/apps.ts";
+import { buildCatalog } from "../lib/catalog.ts";
+import { loadConfig } from "../lib/config.ts";
+import {
+  assertAuditClean,
+  PUBLIC_URL,
+  spendDownTo,
+  startService,
+  testCatalogFile,
+  userMessage,
+} from "./helpers.ts";
 
 const hold = (requestId: string, amount = 1_000) => ({
   amount,
@@ -108,5 +119,50 @@ Deno.test("an app blocked only by holds of a dead process is unblocked at once, 
     await assertAuditClean(s.kv);
   } finally {
     await s.close();
+  }
+});
+
+Deno.test("a flood of 402s looks for an app's expired holds at most once a second", async () => {
+  const real = await Deno.openKv(":memory:");
+  let holdScans = 0;
+  const kv = new Proxy(real, {
+    get(target, prop) {
+      if (prop === "list") {
+        return (selector: Deno.KvListSelector, options?: Deno.KvListOptions) => {
+          if ("prefix" in selector && selector.prefix[0] === "reservations") holdScans++;
+          return target.list(selector, options);
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  const env = { PUBLIC_URL };
+  const { app, wallets } = createApp({
+    kv,
+    config: loadConfig(env),
+    catalog: buildCatalog(testCatalogFile(), env),
+    log: () => {},
+  });
+  try {
+    const { app: record, key } = await createAppRecord(real, { name: "flooded" });
+    await spendDownTo(real, record.id, 100);
+    const live = await new Wallets(real, { leaseMs: 60_000 }).reserve(record.id, hold("live", 50));
+    assert.ok(live.ok);
+    for (let i = 0; i < 10; i++) {
+      const res = await app.fetch(
+        new Request(`${PUBLIC_URL}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key.apiKey}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: "tollbooth/echo", messages: userMessage("hi") }),
+        }),
+      );
+      assert.equal(res.status, 402);
+      await res.body?.cancel();
+    }
+    assert.equal(holdScans, 1);
+  } finally {
+    await wallets.drain();
+    real.close();
   }
 });
