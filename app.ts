@@ -80,6 +80,7 @@ export function createApp(deps: AppDeps) {
     providers,
     publicUrl: config.publicUrl,
     log,
+    clientStallMs: config.upstreamTimeoutMs,
   });
   const docsBaseUrl = config.publicUrl;
   const payments = paymentMode(config, deps.devServer ?? false);

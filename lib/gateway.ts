@@ -55,6 +55,12 @@ export interface GatewayDeps {
   providers: Providers;
   publicUrl: string;
   log: (fields: Record<string, unknown>) => void;
+  /**
+   * A streamed chunk left unread this long means the client has stalled without closing: the
+   * stream is then ended as if it had gone (upstream stopped, what was produced charged), so its
+   * hold is not kept alive forever. Defaults to two minutes.
+   */
+  clientStallMs?: number;
 }
 
 export interface CompletionOutcome {
@@ -86,6 +92,8 @@ interface Prepared {
   hold: ReservationRecord;
   available: Micros;
 }
+
+const DEFAULT_CLIENT_STALL_MS = 120_000;
 
 /** The lazy sweep of one app's expired holds runs at most this often (per process). */
 const LAZY_SWEEP_EVERY_MS = 1_000;
@@ -216,6 +224,8 @@ export class Gateway {
     let charged = 0;
 
     let settleFailed = false;
+    /** Set while a chunk waits for the client to ask for it (null while we wait for the upstream). */
+    let waitingForClientSince: number | null = null;
     const settle = () => {
       settledOnce ??= (async () => {
         stopRenewal();
@@ -273,7 +283,9 @@ export class Gateway {
             for (const choice of chunk.choices) {
               if (typeof choice.delta?.content === "string") produced += choice.delta.content;
             }
+            waitingForClientSince = Date.now();
             yield { type: "chunk", chunk };
+            waitingForClientSince = null;
           }
         } catch (error) {
           if (clientGone) return;
@@ -339,17 +351,21 @@ export class Gateway {
     }
 
     const iterator = events();
-    return {
-      available,
-      provider: route.provider.name,
-      events: iterator,
-      async cancel() {
-        clientGone = true;
-        upstreamAbort.abort(new DOMException("client closed the stream", "AbortError"));
-        await iterator.return(undefined);
-        await settle();
-      },
+    const cancel = async () => {
+      clientGone = true;
+      upstreamAbort.abort(new DOMException("client closed the stream", "AbortError"));
+      await iterator.return(undefined);
+      await settle();
     };
+    const stallMs = this.#deps.clientStallMs ?? DEFAULT_CLIENT_STALL_MS;
+    const watchdog = setInterval(() => {
+      if (settledOnce) return clearInterval(watchdog);
+      if (waitingForClientSince === null || Date.now() - waitingForClientSince < stallMs) return;
+      clearInterval(watchdog);
+      log({ level: "warn", requestId, event: "client_stalled", stalledMs: stallMs });
+      cancel().catch(() => {});
+    }, Math.max(50, Math.min(1_000, stallMs / 4)));
+    return { available, provider: route.provider.name, events: iterator, cancel };
   }
 
   /**

@@ -151,3 +151,41 @@ Deno.test("a client that cancels the response body in process settles the stream
     await s.close();
   }
 });
+
+Deno.test("a client that stops reading a stream without leaving is treated as gone once it stalls", async () => {
+  const words = Array.from({ length: 50 }, (_, i) => ` w${i}`);
+  const upstream = fakeUpstream(words, "hang");
+  // The stall limit is the upstream timeout: 400 ms here.
+  const s = await startService({
+    openaiBaseUrl: upstream.url,
+    env: { UPSTREAM_TIMEOUT_MS: "400" },
+  });
+  let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage("x"),
+      stream: true,
+    });
+    assert.equal(res.status, 200);
+    reader = res.body!.getReader();
+    await reader.read();
+    // The client neither reads on nor closes the connection.
+    await until(
+      async () => (await s.wallet(appId)).reserved === 0,
+      "the stalled stream's hold to settle",
+    );
+    await until(() => upstream.seen.aborted, "the upstream request to be aborted");
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal(usage.outcome, "client_closed");
+    assert.ok(usage.completionTokens > 0 && usage.completionTokens < words.length);
+    assert.ok(s.logs.some((l) => l.event === "client_stalled"));
+    await assertAuditClean(s.kv);
+  } finally {
+    // Leaving also ends the upstream call, so a failure here cannot hang the cleanup.
+    await reader?.cancel().catch(() => {});
+    await upstream.close();
+    await s.close();
+  }
+});
