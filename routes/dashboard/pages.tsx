@@ -264,6 +264,11 @@ export function overviewPage(
   );
 }
 
+const LIMIT_FIELDS = [
+  { name: "rpm", label: "Requests per minute" },
+  { name: "tpm", label: "Tokens per minute" },
+] as const;
+
 function RateLimitsCard(
   { session, app, limits, error }: {
     session: Session;
@@ -288,28 +293,19 @@ function RateLimitsCard(
       <Alert error={error} />
       <form method="post" action={`${appPath(app)}/limits`} class="row-form">
         <CsrfField session={session} />
-        <label>
-          Requests per minute
-          <input
-            name="rpm"
-            type="number"
-            min={1}
-            step={1}
-            inputMode="numeric"
-            value={custom("rpm")}
-          />
-        </label>
-        <label>
-          Tokens per minute
-          <input
-            name="tpm"
-            type="number"
-            min={1}
-            step={1}
-            inputMode="numeric"
-            value={custom("tpm")}
-          />
-        </label>
+        {LIMIT_FIELDS.map(({ name, label }) => (
+          <label key={name}>
+            {label}
+            <input
+              name={name}
+              type="number"
+              min={1}
+              step={1}
+              inputMode="numeric"
+              value={custom(name)}
+            />
+          </label>
+        ))}
         <button type="submit" class="button secondary">Save limits</button>
       </form>
     </section>
