@@ -1,12 +1,12 @@
 /** Catalog models with more than one provider: the next is tried only before any byte was sent. */
 import assert from "node:assert/strict";
 import { buildCatalog, CatalogError } from "../lib/catalog.ts";
-import { keys, type UsageRecord } from "../lib/db.ts";
 import {
   assertAuditClean,
   readSse,
   serveLoopback,
   type TestService,
+  usageRecords,
   userMessage,
 } from "./helpers.ts";
 import {
@@ -70,11 +70,6 @@ async function withFallback(
   }
 }
 
-async function usageRecords(s: TestService, appId: string) {
-  const entries = await Array.fromAsync(s.kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }));
-  return entries.map((e) => e.value);
-}
-
 /** Non-streamed then streamed; both must be served and billed by the fallback alone. */
 async function assertServedByFallback(s: TestService) {
   const { apiKey, appId } = await s.newApp();
@@ -95,7 +90,7 @@ async function assertServedByFallback(s: TestService) {
   const wallet = await s.wallet(appId);
   assert.equal(wallet.available, START - cost(12, 6) - cost(25, 15));
   assert.equal(wallet.reserved, 0);
-  const records = await usageRecords(s, appId);
+  const records = await usageRecords(s.kv, appId);
   assert.equal(records.length, 2);
   assert.ok(records.every((r) => r.provider === "claude" && r.model === "multi/m"));
   const fellBack = s.logs.filter((l) => l.event === "upstream_fallback");

@@ -4,7 +4,7 @@ import { createApp as createAppRecord } from "../lib/apps.ts";
 import { auditWallets } from "../lib/audit.ts";
 import { buildCatalog } from "../lib/catalog.ts";
 import { loadConfig } from "../lib/config.ts";
-import { keys, type UsageRecord, type WalletRecord } from "../lib/db.ts";
+import { keys, type WalletRecord } from "../lib/db.ts";
 import { parseUsd } from "../lib/money.ts";
 import { sweepExpiredReservations } from "../lib/sweeper.ts";
 import { Wallets } from "../lib/wallet.ts";
@@ -18,16 +18,9 @@ import {
   startService,
   testCatalogFile,
   type TestService,
+  usageRecords,
   userMessage,
 } from "./helpers.ts";
-
-async function usageRecords(s: TestService, appId: string): Promise<UsageRecord[]> {
-  const out: UsageRecord[] = [];
-  for await (const e of s.kv.list<UsageRecord>({ prefix: keys.appUsage(appId) })) {
-    out.push(e.value);
-  }
-  return out;
-}
 
 async function waitForNoHolds(s: TestService, appIds: string[], timeoutMs = 10_000) {
   const deadline = Date.now() + timeoutMs;
@@ -62,7 +55,7 @@ Deno.test("an upstream killed mid-stream: the client gets the chunks then an err
     assert.equal(upstream.counts.cut, 1);
 
     await s.wallets.drain();
-    const [usage] = await usageRecords(s, appId);
+    const [usage] = await usageRecords(s.kv, appId);
     assert.equal(usage.outcome, "upstream_cut");
     assert.equal(usage.countedLocally, true);
     assert.ok(usage.completionTokens > 0);
@@ -145,7 +138,7 @@ Deno.test("a storm of 300 streams aborted by their clients at random moments lea
     assert.ok(aborted >= 200, `aborted ${aborted}`);
 
     await waitForNoHolds(s, apps.map((a) => a.appId));
-    const usage = (await Promise.all(apps.map((a) => usageRecords(s, a.appId)))).flat();
+    const usage = (await Promise.all(apps.map((a) => usageRecords(s.kv, a.appId)))).flat();
     for (const app of apps) {
       const wallet = await s.wallet(app.appId);
       const own = usage.filter((u) => u.appId === app.appId);
@@ -229,7 +222,7 @@ Deno.test("requests longer than the reservation TTL, streamed or not, keep their
     const cost = parseUsd(plain.headers.get("tollbooth-request-cost")!);
     assert.ok(cost > 0, "the slow non-streamed request was charged");
     await plain.body?.cancel();
-    const usage = await usageRecords(s, appId);
+    const usage = await usageRecords(s.kv, appId);
     assert.deepEqual(usage.map((u) => [u.streamed, u.outcome]).sort(), [
       [false, "completed"],
       [true, "completed"],

@@ -5,7 +5,7 @@ import { auditWallets } from "../lib/audit.ts";
 import { buildCatalog, type Catalog, type CatalogFile } from "../lib/catalog.ts";
 import { type Config, loadConfig } from "../lib/config.ts";
 import { keys } from "../lib/db.ts";
-import type { WalletRecord } from "../lib/db.ts";
+import type { UsageRecord, WalletRecord } from "../lib/db.ts";
 import { openKv } from "../lib/kv.ts";
 import type { Logger } from "../lib/log.ts";
 import { Wallets } from "../lib/wallet.ts";
@@ -225,4 +225,19 @@ function recordLogLine(fields: Record<string, unknown>) {
   if (!TEST_LOG) return;
   const line = JSON.stringify(fields, (_k, v) => typeof v === "bigint" ? v.toString() : v);
   Deno.writeTextFileSync(TEST_LOG, line + "\n", { append: true });
+}
+
+/** The usage records of an app, oldest first. */
+export async function usageRecords(kv: Deno.Kv, appId: string): Promise<UsageRecord[]> {
+  const entries = await Array.fromAsync(kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }));
+  return entries.map((e) => e.value);
+}
+
+/** Waits (up to 2 s) for something that happens after a response, such as a stream's settle. */
+export async function until(condition: () => boolean | Promise<boolean>, what: string) {
+  for (let i = 0; i < 200; i++) {
+    if (await condition()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.fail(`timed out waiting for ${what}`);
 }

@@ -10,6 +10,7 @@ import {
   startService,
   testCatalogFile,
   type TestService,
+  until,
   userMessage,
 } from "./helpers.ts";
 
@@ -40,11 +41,6 @@ const scrape = async (s: TestService) => {
 };
 
 const requestLines = (s: TestService) => s.logs.filter((l) => l.event === "request");
-
-async function until(check: () => boolean, what: string) {
-  for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 10));
-  assert.ok(check(), what);
-}
 
 const LINE_FIELDS = [
   "event",

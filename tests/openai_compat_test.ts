@@ -3,7 +3,6 @@
  * configured through the catalog alone, and usage beyond the reservation.
  */
 import assert from "node:assert/strict";
-import { keys, type UsageRecord } from "../lib/db.ts";
 import { formatUsd } from "../lib/money.ts";
 import { countPromptTokens, countTextTokens } from "../lib/tokens.ts";
 import {
@@ -12,6 +11,7 @@ import {
   serveLoopback,
   startService,
   type TestService,
+  usageRecords,
   userMessage,
 } from "./helpers.ts";
 import {
@@ -84,11 +84,6 @@ async function streamed(res: Response) {
   const data = await readSse(res);
   const chunks = data.filter((d) => d !== "[DONE]").map((d) => JSON.parse(d));
   return { data, chunks, usage: chunks.findLast((c) => c.usage)?.usage };
-}
-
-async function usageRecords(s: TestService, appId: string) {
-  const entries = await Array.fromAsync(s.kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }));
-  return entries.map((e) => e.value);
 }
 
 Deno.test("openai non-streaming: the documented completion is billed from its usage", () =>
@@ -172,7 +167,7 @@ Deno.test("openai streaming: no usage at all is counted with the tokenizer and m
       assert.equal(usage.prompt_tokens, prompt);
       assert.equal(usage.completion_tokens, completion);
       assert.equal((await s.wallet(appId)).available, START - cost(prompt, completion));
-      const [record] = await usageRecords(s, appId);
+      const [record] = await usageRecords(s.kv, appId);
       assert.equal(record.countedLocally, true);
       assert.equal(record.outcome, "completed");
     },
@@ -365,7 +360,7 @@ Deno.test("usage beyond the reservation is taken from the balance down to zero; 
       assert.equal(res.headers.get("tollbooth-balance"), "0.000000");
       const wallet = await s.wallet(appId);
       assert.equal(wallet.available, 0);
-      const record = (await usageRecords(s, appId)).find((u) => u.requestId !== "req_spend")!;
+      const record = (await usageRecords(s.kv, appId)).find((u) => u.requestId !== "req_spend")!;
       assert.equal(record.cost, charged);
       assert.equal(record.uncharged, cost(19, 1000) - charged);
       assert.equal(record.reserved, reservation);
@@ -387,7 +382,7 @@ Deno.test("usage beyond the reservation is charged in full when the balance cove
       });
       assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(cost(19, 1000)));
       assert.equal((await s.wallet(appId)).available, START - cost(19, 1000));
-      const [record] = await usageRecords(s, appId);
+      const [record] = await usageRecords(s.kv, appId);
       assert.equal(record.uncharged, 0);
     },
   ));

@@ -1,8 +1,16 @@
 import assert from "node:assert/strict";
-import { keys, type UsageRecord } from "../lib/db.ts";
+import type { UsageRecord } from "../lib/db.ts";
 import { usageCost } from "../lib/pricing.ts";
 import { countPromptTokens, countTextTokens } from "../lib/tokens.ts";
-import { assertAuditClean, readSse, serveLoopback, startService, userMessage } from "./helpers.ts";
+import {
+  assertAuditClean,
+  readSse,
+  serveLoopback,
+  startService,
+  until,
+  usageRecords,
+  userMessage,
+} from "./helpers.ts";
 
 const encoder = new TextEncoder();
 
@@ -43,20 +51,9 @@ function fakeUpstream(words: string[], ending: "hang" | "cut") {
 }
 
 async function onlyUsage(kv: Deno.Kv, appId: string): Promise<UsageRecord> {
-  const records = [];
-  for await (const e of kv.list<UsageRecord>({ prefix: keys.appUsage(appId) })) {
-    records.push(e.value);
-  }
+  const records = await usageRecords(kv, appId);
   assert.equal(records.length, 1);
   return records[0];
-}
-
-async function until(condition: () => boolean | Promise<boolean>, what: string) {
-  for (let i = 0; i < 200; i++) {
-    if (await condition()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  assert.fail(`timed out waiting for ${what}`);
 }
 
 Deno.test("a client that disconnects mid-stream stops the upstream and pays for what was produced", async () => {

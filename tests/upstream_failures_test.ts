@@ -3,9 +3,14 @@
  * body's code and the wallet afterwards. Fakes speak the providers' real formats (tests/fixtures).
  */
 import assert from "node:assert/strict";
-import { keys, type UsageRecord } from "../lib/db.ts";
 import { countPromptTokens } from "../lib/tokens.ts";
-import { assertAuditClean, serveLoopback, type TestService, userMessage } from "./helpers.ts";
+import {
+  assertAuditClean,
+  serveLoopback,
+  type TestService,
+  usageRecords,
+  userMessage,
+} from "./helpers.ts";
 import { cost, fixtureJson, sseResponse, startUpstreamService } from "./upstreams.ts";
 
 type Kind = "openai" | "anthropic";
@@ -181,11 +186,6 @@ async function readStream(res: Response) {
   return { data, last, content, chunks };
 }
 
-async function usageRecords(s: TestService, appId: string) {
-  const entries = await Array.fromAsync(s.kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }));
-  return entries.map((e) => e.value);
-}
-
 for (const kind of KINDS) {
   Deno.test(`${kind}: connection refused is 502 provider_unreachable, nothing charged`, async () => {
     const port = closedPort();
@@ -348,7 +348,7 @@ for (const kind of KINDS) {
       const charged = cutCost(kind);
       assert.equal(usage.cost, (charged / 1e6).toFixed(6));
       assert.equal((await s.wallet(appId)).available, START - charged);
-      const [record] = await usageRecords(s, appId);
+      const [record] = await usageRecords(s.kv, appId);
       assert.equal(record.outcome, "upstream_cut");
       assert.equal(record.countedLocally, true);
       assert.equal(record.cost, charged);
@@ -395,7 +395,7 @@ for (const kind of KINDS) {
         await s.wallets.drain();
         const wallet = await s.wallet(appId);
         assert.equal(wallet.available, START - cutCost(kind));
-        const [record] = await usageRecords(s, appId);
+        const [record] = await usageRecords(s.kv, appId);
         assert.equal(record.outcome, "client_closed");
         assert.equal(record.countedLocally, true);
         assert.equal(record.completionTokens, PIECES_TOKENS);
