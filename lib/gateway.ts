@@ -215,6 +215,8 @@ export class Gateway {
     trace.upstreamMs = performance.now() - started;
 
     let clientGone = false;
+    /** The client stopped reading without leaving: the stream was settled and ends in an error. */
+    let stalledMs: number | null = null;
     let settledOnce: Promise<void> | null = null;
     let produced = "";
     let usage: Usage | null = null;
@@ -229,7 +231,7 @@ export class Gateway {
     const settle = () => {
       settledOnce ??= (async () => {
         stopRenewal();
-        const outcome: UsageOutcome = clientGone
+        const outcome: UsageOutcome = clientGone || stalledMs !== null
           ? "client_closed"
           : failure
           ? "upstream_cut"
@@ -288,17 +290,33 @@ export class Gateway {
             waitingForClientSince = null;
           }
         } catch (error) {
+          // A stall ended the upstream itself: that is reported below, not as an upstream failure.
           if (clientGone) return;
-          failure = error instanceof ProviderError
-            ? error
-            : new ProviderError("stream_cut", String((error as Error)?.message ?? error), {
-              cause: error,
-            });
-          trace.upstreamFailure = failure.kind;
+          if (stalledMs === null) {
+            failure = error instanceof ProviderError
+              ? error
+              : new ProviderError("stream_cut", String((error as Error)?.message ?? error), {
+                cause: error,
+              });
+            trace.upstreamFailure = failure.kind;
+          }
         }
       } finally {
         await parts.return?.().catch(() => {});
         await settle();
+      }
+      if (stalledMs !== null) {
+        // The client came back after the stall: its answer was cut, never a clean [DONE].
+        yield {
+          type: "error",
+          error: new ApiError(
+            "stream_interrupted",
+            `The stream was ended because it was not read for ${
+              Math.round(stalledMs / 1000)
+            } s; the tokens produced before then were charged (${formatUsd(charged)} USD).`,
+          ),
+        };
+        return;
       }
       if (settleFailed) {
         // Ending with [DONE] would claim a clean, billed completion; it was neither.
@@ -363,7 +381,11 @@ export class Gateway {
       if (waitingForClientSince === null || Date.now() - waitingForClientSince < stallMs) return;
       clearInterval(watchdog);
       log({ level: "warn", requestId, event: "client_stalled", stalledMs: stallMs });
-      cancel().catch(() => {});
+      // Settle now, so the hold does not wait for a client that may never read again; the stream
+      // itself stays open and, should the client resume, ends with an error event.
+      stalledMs = stallMs;
+      upstreamAbort.abort(new DOMException("the client stopped reading", "AbortError"));
+      settle();
     }, Math.max(50, Math.min(1_000, stallMs / 4)));
     return { available, provider: route.provider.name, events: iterator, cancel };
   }

@@ -178,6 +178,16 @@ Deno.test("a client that stops reading a stream without leaving is treated as go
     assert.equal(usage.outcome, "client_closed");
     assert.ok(usage.completionTokens > 0 && usage.completionTokens < words.length);
     assert.ok(s.logs.some((l) => l.event === "client_stalled"));
+    // The client comes back: its answer was cut, so the stream ends in an error, never [DONE].
+    let rest = "";
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      rest += new TextDecoder().decode(r.value);
+    }
+    assert.ok(!rest.includes("[DONE]"));
+    const last = JSON.parse(rest.trim().split("\n\n").at(-1)!.slice("data: ".length));
+    assert.equal(last.error.code, "stream_interrupted");
+    assert.match(last.error.message, /not read/);
+    assert.equal((await onlyUsage(s.kv, appId)).cost, usage.cost, "charged once");
     await assertAuditClean(s.kv);
   } finally {
     // Leaving also ends the upstream call, so a failure here cannot hang the cleanup.
