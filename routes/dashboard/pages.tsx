@@ -356,6 +356,18 @@ function TopUpLink(
   );
 }
 
+/** The column heads of the cells below. */
+function KeyHeaderCells() {
+  return (
+    <>
+      <th scope="col">Name</th>
+      <th scope="col">Key</th>
+      <th scope="col">Created</th>
+      <th scope="col">Last used</th>
+    </>
+  );
+}
+
 /** The cells a key row shows whether it is live or revoked. */
 function KeyCells({ k }: { k: KeyRow }) {
   return (
@@ -411,10 +423,7 @@ export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], er
               <table>
                 <thead>
                   <tr>
-                    <th scope="col">Name</th>
-                    <th scope="col">Key</th>
-                    <th scope="col">Created</th>
-                    <th scope="col">Last used</th>
+                    <KeyHeaderCells />
                     <th scope="col">
                       <span class="visually-hidden">Actions</span>
                     </th>
@@ -465,10 +474,7 @@ export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], er
             <table>
               <thead>
                 <tr>
-                  <th scope="col">Name</th>
-                  <th scope="col">Key</th>
-                  <th scope="col">Created</th>
-                  <th scope="col">Last used</th>
+                  <KeyHeaderCells />
                   <th scope="col">Revoked</th>
                 </tr>
               </thead>
