@@ -44,7 +44,7 @@ export async function createApp(
     reference: null,
     createdAt: now,
   };
-  const { issued, write } = await prepareKey(app.id, "default", now);
+  const { issued, write } = prepareKey(app.id, "default", now);
   const atomic = kv.atomic()
     .check({ key: keys.app(app.id), versionstamp: null })
     .check({ key: keys.appByTopUpToken(app.topUpToken), versionstamp: null })

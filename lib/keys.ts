@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { sha256Hex } from "./secrets.ts";
 import { type ApiKeyHashEntry, type ApiKeyRecord, keys } from "./db.ts";
 import { newId, randomToken } from "./ids.ts";
 import type { KeyGuard } from "./wallet.ts";
@@ -15,24 +15,19 @@ export interface IssuedKey {
   apiKey: string;
 }
 
-export async function sha256Hex(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
 export function generateRawKey(): string {
   return KEY_PREFIX + randomToken(186).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
 }
 
 /** A key record and the writes that store it with its indexes (for use inside an atomic op). */
-export async function prepareKey(appId: string, name: string, now = Date.now()) {
+export function prepareKey(appId: string, name: string, now = Date.now()) {
   const apiKey = generateRawKey();
   const record: ApiKeyRecord = {
     id: newId("key", now),
     appId,
     name,
     prefix: apiKey.slice(0, DISPLAY_PREFIX_LENGTH),
-    hash: await sha256Hex(apiKey),
+    hash: sha256Hex(apiKey),
     createdAt: now,
     revokedAt: null,
   };
@@ -48,7 +43,7 @@ export async function prepareKey(appId: string, name: string, now = Date.now()) 
 export async function issueKey(kv: Deno.Kv, appId: string, name = "default"): Promise<IssuedKey> {
   const app = await kv.get(keys.app(appId));
   if (app.versionstamp === null) throw new NotFoundError(`no app ${appId}`);
-  const { issued, write } = await prepareKey(appId, name);
+  const { issued, write } = prepareKey(appId, name);
   const result = await write(kv.atomic().check(app)).commit();
   if (!result.ok) throw new Error("key issue conflicted; try again");
   return issued;
@@ -60,7 +55,7 @@ export async function authenticateKey(
   rawKey: string,
 ): Promise<ApiKeyHashEntry | null> {
   if (!KEY_PATTERN.test(rawKey)) return null;
-  const entry = await kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(await sha256Hex(rawKey)));
+  const entry = await kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(sha256Hex(rawKey)));
   return entry.value;
 }
 
@@ -90,7 +85,7 @@ export class KeyCache {
 
   async authenticate(rawKey: string): Promise<AuthenticatedKey | null> {
     if (!KEY_PATTERN.test(rawKey)) return null;
-    const hash = createHash("sha256").update(rawKey).digest("hex");
+    const hash = sha256Hex(rawKey);
     const hit = this.#entries.get(hash);
     if (hit) return { ...hit, cached: true };
     const entry = await this.#kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(hash));
@@ -178,7 +173,7 @@ export async function rotateKey(
       throw new NotFoundError(`no live key ${keyId}`);
     }
     const revoked = { ...entry.value, revokedAt: now };
-    const { issued, write } = await prepareKey(revoked.appId, revoked.name, now);
+    const { issued, write } = prepareKey(revoked.appId, revoked.name, now);
     const atomic = kv.atomic()
       .check(entry)
       .set(keys.apiKey(keyId), revoked)

@@ -3,7 +3,14 @@
  * bearer token, a webhook signing secret): the time taken must not tell how many leading
  * characters matched.
  */
+import { createHash } from "node:crypto";
+
 const encoder = new TextEncoder();
+
+/** SHA-256 of a secret, as hex: what is stored and looked up instead of API keys and session ids. */
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
 
 /** True when both strings are equal; runs in time that depends only on their lengths. */
 export function timingSafeEqualStrings(a: string, b: string): boolean {

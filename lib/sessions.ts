@@ -4,7 +4,7 @@
  */
 import { keys, type SessionRecord } from "./db.ts";
 import { randomToken } from "./ids.ts";
-import { sha256Hex } from "./keys.ts";
+import { sha256Hex } from "./secrets.ts";
 
 export const SESSION_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
@@ -26,7 +26,7 @@ export async function createSession(
     createdAt: now,
     expiresAt: now + SESSION_TTL_MS,
   };
-  await kv.set(keys.session(await sha256Hex(sessionId)), record, { expireIn: SESSION_TTL_MS });
+  await kv.set(keys.session(sha256Hex(sessionId)), record, { expireIn: SESSION_TTL_MS });
   return { sessionId, record };
 }
 
@@ -37,10 +37,10 @@ export async function findSession(
   now = Date.now(),
 ): Promise<SessionRecord | null> {
   if (!/^[0-9a-z]{20,64}$/.test(sessionId)) return null;
-  const record = (await kv.get<SessionRecord>(keys.session(await sha256Hex(sessionId)))).value;
+  const record = (await kv.get<SessionRecord>(keys.session(sha256Hex(sessionId)))).value;
   return record && record.expiresAt > now ? record : null;
 }
 
 export async function endSession(kv: Deno.Kv, sessionId: string): Promise<void> {
-  await kv.delete(keys.session(await sha256Hex(sessionId)));
+  await kv.delete(keys.session(sha256Hex(sessionId)));
 }

@@ -7,7 +7,7 @@ import {
   verifyPassword,
 } from "../lib/accounts.ts";
 import { keys } from "../lib/db.ts";
-import { sha256Hex } from "../lib/keys.ts";
+import { sha256Hex } from "../lib/secrets.ts";
 import { createSession, endSession, findSession, SESSION_TTL_MS } from "../lib/sessions.ts";
 import {
   beginSignIn,
@@ -89,7 +89,7 @@ Deno.test("a session id has at least 128 bits and KV holds only its SHA-256", ()
     const { sessionId } = await createSession(kv, "own_1");
     assert.ok(sessionId.length * Math.log2(36) >= 128);
     for await (const entry of kv.list({ prefix: ["sessions"] })) {
-      assert.equal(entry.key[1], await sha256Hex(sessionId));
+      assert.equal(entry.key[1], sha256Hex(sessionId));
       assert.ok(!JSON.stringify(entry.value).includes(sessionId));
     }
     assert.equal((await findSession(kv, sessionId))?.ownerId, "own_1");
