@@ -97,7 +97,7 @@ export function createApp(deps: AppDeps) {
 
   app.post(
     "/v1/chat/completions",
-    requireApiKey(kv, new KeyCache(kv)),
+    requireApiKey(new KeyCache(kv)),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     chatCompletions(gateway, { maxBodyBytes: config.maxBodyBytes, docsBaseUrl }),

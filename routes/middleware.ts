@@ -2,7 +2,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { ApiError, errorBody } from "../lib/errors.ts";
 import type { RequestTrace } from "../lib/gateway.ts";
 import { newRequestId } from "../lib/ids.ts";
-import { authenticateKey, type KeyCache } from "../lib/keys.ts";
+import type { KeyCache } from "../lib/keys.ts";
 import { type Logger, type RequestLogLine, requestLogLine } from "../lib/log.ts";
 import type { KeyGuard } from "../lib/wallet.ts";
 
@@ -94,32 +94,23 @@ export function errorHandler(
 const INVALID_KEY_MESSAGE = "Invalid API key: it is malformed, unknown or revoked.";
 
 /**
- * With a cache, only for routes that reserve before they answer 200: the reserve's commit checks
- * that the key still exists. An error answer of a cached key is checked here, so a revoked key gets
- * its 401 before any other error.
+ * Keys come from the in-memory cache, so this is only for routes that reserve before they answer
+ * 200: the reserve's commit checks that the key still exists. An error answer of a cached key is
+ * checked here, so a revoked key gets its 401 before any other error.
  */
-export function requireApiKey(kv: Deno.Kv, cache?: KeyCache): MiddlewareHandler<Env> {
-  if (cache) {
-    return async (c, next) => {
-      const key = await cache.authenticate(bearerKey(c));
-      if (!key) throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
-      c.set("caller", { appId: key.appId, keyId: key.keyId, keyGuard: key.keyGuard });
-      Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
-      await next();
-      const error = c.error;
-      if (!error) return;
-      if (error instanceof ApiError && error.code === "invalid_api_key") cache.forget(key.hash);
-      else if (key.cached && !(await cache.stillValid(key))) {
-        throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
-      }
-    };
-  }
+export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
   return async (c, next) => {
-    const entry = await authenticateKey(kv, bearerKey(c));
-    if (!entry) throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
-    c.set("caller", entry);
-    Object.assign(c.get("trace"), { appId: entry.appId, keyId: entry.keyId });
+    const key = await cache.authenticate(bearerKey(c));
+    if (!key) throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
+    c.set("caller", { appId: key.appId, keyId: key.keyId, keyGuard: key.keyGuard });
+    Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
     await next();
+    const error = c.error;
+    if (!error) return;
+    if (error instanceof ApiError && error.code === "invalid_api_key") cache.forget(key.hash);
+    else if (key.cached && !(await cache.stillValid(key))) {
+      throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
+    }
   };
 }
 
