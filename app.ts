@@ -1,26 +1,22 @@
 import { Hono } from "hono";
-import type { Catalog } from "./lib/catalog.ts";
-import type { Config } from "./lib/config.ts";
-import { ApiError } from "./lib/errors.ts";
-import { FormTokens } from "./lib/form_tokens.ts";
-import { Gateway } from "./lib/gateway.ts";
-import { KeyCache } from "./lib/keys.ts";
-import { jsonLogger, type Logger } from "./lib/log.ts";
-import { openApiDocument } from "./lib/openapi.ts";
-import { ServiceMetrics } from "./lib/service_metrics.ts";
-import { createProviders } from "./lib/providers/index.ts";
-import { createStripeClient, type Stripe } from "./lib/stripe_checkout.ts";
-import { paymentMode } from "./lib/top_up.ts";
-import { Wallets } from "./lib/wallet.ts";
-import { errorsPage } from "./routes/docs/errors.tsx";
-import { loadExamples } from "./routes/docs/examples.ts";
+import type { Catalog } from "@/lib/catalog/mod.ts";
+import { ApiError, type Config, jsonLogger, type Logger } from "@/lib/core/mod.ts";
+import { createStripeClient, FormTokens, paymentMode, type Stripe } from "@/lib/payments/mod.ts";
+import { Gateway } from "@/lib/gateway/mod.ts";
+import { KeyCache } from "@/lib/tenants/mod.ts";
+import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
+import { createProviders } from "@/lib/gateway/providers/mod.ts";
+import { Wallets } from "@/lib/billing/mod.ts";
+import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
+import { errorsPage } from "@/routes/docs/errors.tsx";
+import { loadExamples } from "@/routes/docs/examples.ts";
 import {
   billingPage,
   operationsPage,
   quickStartPage,
   rateLimitsPage,
   versioningPage,
-} from "./routes/docs/guides.tsx";
+} from "@/routes/docs/guides.tsx";
 import {
   API_VERSION,
   type Env,
@@ -28,20 +24,19 @@ import {
   requestContext,
   requireApiKey,
   requireSupportedVersion,
-} from "./routes/middleware.ts";
-import { accountRoutes } from "./routes/accounts.tsx";
-import { dashboardRoutes } from "./routes/dashboard/index.ts";
-import { homePage } from "./routes/pages/home.tsx";
-import { modelsPage } from "./routes/pages/models.tsx";
-import { healthz, metricsEndpoint, readyz } from "./routes/ops.ts";
-import { notFoundPage } from "./routes/pages/not_found.tsx";
-import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
-import { serverErrorPage } from "./routes/pages/server_error.tsx";
-import { securityHeaders } from "./routes/security_headers.ts";
-import { serveStatic } from "./routes/static.ts";
-import { topUpRoutes } from "./routes/top_up.tsx";
-import { chatCompletions } from "./routes/v1/chat/completions.ts";
-import { stripeWebhook } from "./routes/webhooks/stripe.ts";
+} from "@/routes/middleware.ts";
+import { accountRoutes } from "@/routes/accounts.tsx";
+import { dashboardRoutes } from "@/routes/dashboard/index.ts";
+import { homePage } from "@/routes/pages/home.tsx";
+import { modelsPage } from "@/routes/pages/models.tsx";
+import { healthz, metricsEndpoint, readyz } from "@/routes/ops.ts";
+import { notFoundPage } from "@/routes/pages/not_found.tsx";
+import { serverErrorPage } from "@/routes/pages/server_error.tsx";
+import { securityHeaders } from "@/routes/security_headers.ts";
+import { serveStatic } from "@/routes/static.ts";
+import { topUpRoutes } from "@/routes/top_up.tsx";
+import { chatCompletions } from "@/routes/v1/chat/completions.ts";
+import { stripeWebhook } from "@/routes/webhooks/stripe.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;

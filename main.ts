@@ -1,9 +1,7 @@
 import { createApp } from "./app.ts";
-import { CatalogError, loadCatalogFile } from "./lib/catalog.ts";
-import { ConfigError, loadConfig } from "./lib/config.ts";
-import { openKv } from "./lib/kv.ts";
-import { jsonLogger } from "./lib/log.ts";
-import { sweepExpiredReservations } from "./lib/sweeper.ts";
+import { CatalogError, loadCatalogFile } from "@/lib/catalog/mod.ts";
+import { ConfigError, jsonLogger, loadConfig, openKv } from "@/lib/core/mod.ts";
+import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
 
 /** Set once the service runs; the cron below calls it. */
 let sweep: (() => Promise<void>) | null = null;

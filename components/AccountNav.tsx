@@ -1,4 +1,4 @@
-import type { Session } from "../routes/session.ts";
+import type { Session } from "@/lib/accounts/mod.ts";
 import { CsrfField } from "./CsrfField.tsx";
 
 /** The header's account links: sign in / sign up, or the dashboard and sign out. */

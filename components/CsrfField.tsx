@@ -1,4 +1,4 @@
-import type { Session } from "../routes/session.ts";
+import type { Session } from "@/lib/accounts/mod.ts";
 
 /** The hidden field every state-changing form of a session sends back. */
 export function CsrfField({ session }: { session: Session | null }) {

@@ -1,5 +1,5 @@
 import type { ComponentType } from "preact";
-import { type IslandName, ISLANDS } from "../islands/registry.ts";
+import { type IslandName, ISLANDS } from "@/islands/registry.ts";
 
 /**
  * Server-renders an island and marks it for hydration: the browser bundle finds the element by

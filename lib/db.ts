@@ -2,7 +2,7 @@
  * Every Deno KV key shape of Tollbooth, and the records stored under them. Nothing else in the code
  * base builds a key by hand.
  */
-import type { Micros } from "./money.ts";
+import type { Micros } from "@/lib/core/mod.ts";
 
 export const keys = {
   app: (appId: string) => ["apps", appId] as const,

@@ -1,14 +1,16 @@
 import { Hono } from "hono";
-import { AccountNav } from "../components/AccountNav.tsx";
-import { Layout } from "../components/Layout.tsx";
+import { AccountNav } from "@/components/AccountNav.tsx";
+import { Layout } from "@/components/Layout.tsx";
 import {
   AccountError,
+  beginSignIn,
+  beginSignUp,
   checkCredentials,
   normalizeEmail,
   PASSWORD_MIN,
+  signInSucceeded,
   signUp,
-} from "../lib/accounts.ts";
-import { beginSignIn, beginSignUp, signInSucceeded } from "../lib/sign_in_throttle.ts";
+} from "@/lib/accounts/mod.ts";
 import { renderPage } from "./render.ts";
 import {
   checkForm,

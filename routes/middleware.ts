@@ -1,10 +1,14 @@
 import type { Context, MiddlewareHandler } from "hono";
-import { ApiError, errorBody } from "../lib/errors.ts";
-import type { RequestTrace } from "../lib/gateway.ts";
-import { newRequestId } from "../lib/ids.ts";
-import type { KeyCache } from "../lib/keys.ts";
-import { type Logger, type RequestLogLine, requestLogLine } from "../lib/log.ts";
-import type { KeyGuard } from "../lib/wallet.ts";
+import {
+  ApiError,
+  errorBody,
+  type Logger,
+  newRequestId,
+  type RequestLogLine,
+  requestLogLine,
+} from "@/lib/core/mod.ts";
+import type { RequestTrace } from "@/lib/gateway/mod.ts";
+import type { KeyCache, KeyGuard } from "@/lib/tenants/mod.ts";
 
 export const API_VERSION = "2026-07-29";
 

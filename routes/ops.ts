@@ -1,9 +1,8 @@
-import { timingSafeEqualStrings } from "../lib/secrets.ts";
+import { timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import type { Context } from "hono";
-import type { Catalog } from "../lib/catalog.ts";
-import { keys } from "../lib/db.ts";
-import { PROMETHEUS_CONTENT_TYPE } from "../lib/metrics.ts";
-import type { ServiceMetrics } from "../lib/service_metrics.ts";
+import type { Catalog } from "@/lib/catalog/mod.ts";
+import { keys } from "@/lib/db.ts";
+import { PROMETHEUS_CONTENT_TYPE, type ServiceMetrics } from "@/lib/ops/mod.ts";
 import type { Env } from "./middleware.ts";
 
 const KV_PROBE_TIMEOUT_MS = 2_000;

@@ -3,8 +3,8 @@ import {
   rateLimitHeaders as headersOf,
   type RateLimitStatus,
   readRateLimitStatus,
-} from "../lib/ratelimit.ts";
-import type { RateLimits } from "../lib/db.ts";
+} from "@/lib/billing/mod.ts";
+import type { RateLimits } from "@/lib/db.ts";
 import type { Env } from "./middleware.ts";
 
 /**

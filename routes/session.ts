@@ -1,18 +1,19 @@
-import { timingSafeEqualStrings } from "../lib/secrets.ts";
+import { timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
-import { getOwner } from "../lib/accounts.ts";
-import type { OwnerRecord, SessionRecord } from "../lib/db.ts";
-import { createSession, endSession, findSession, SESSION_TTL_MS } from "../lib/sessions.ts";
+import {
+  createSession,
+  endSession,
+  findSession,
+  getOwner,
+  type Session,
+  SESSION_TTL_MS,
+} from "@/lib/accounts/mod.ts";
 import type { Env } from "./middleware.ts";
-import { messagePage } from "./pages/message.tsx";
+import { messagePage } from "@/routes/pages/message.tsx";
 
-export interface Session {
-  id: string;
-  record: SessionRecord;
-  owner: OwnerRecord;
-}
+export type { Session };
 
 export type PageEnv = {
   Variables: Env["Variables"] & { session: Session | null };

@@ -4,26 +4,23 @@
  * happened and that nothing was charged.
  */
 import { type Context, Hono } from "hono";
-import { type AppRecord, keys, type WalletRecord } from "../lib/db.ts";
-import type { FormTokens } from "../lib/form_tokens.ts";
-import type { Logger } from "../lib/log.ts";
-import type { Micros } from "../lib/money.ts";
+import { type AppRecord, keys, type WalletRecord } from "@/lib/db.ts";
 import {
   confirmCheckoutSession,
   createCheckoutSession,
-  type Stripe,
-} from "../lib/stripe_checkout.ts";
-import {
   createDevPurchase,
   creditTopUp,
   findAppByTopUpToken,
   findDevPurchase,
   findTopUpEntry,
+  type FormTokens,
   type PaymentMode,
   paymentSourceOf,
+  type Stripe,
   topUpAmountOfChoice,
-} from "../lib/top_up.ts";
-import type { Wallets } from "../lib/wallet.ts";
+} from "@/lib/payments/mod.ts";
+import type { Logger, Micros } from "@/lib/core/mod.ts";
+import type { Wallets } from "@/lib/billing/mod.ts";
 import type { Env } from "./middleware.ts";
 import {
   crediting,
@@ -32,7 +29,7 @@ import {
   receiptPage,
   topUpNotFoundPage,
   topUpPage,
-} from "./pages/top_up.tsx";
+} from "@/routes/pages/top_up.tsx";
 
 export interface TopUpDeps {
   kv: Deno.Kv;

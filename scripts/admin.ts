@@ -2,17 +2,20 @@
  * Operator commands. Each prints one JSON object on stdout; a bad command or argument prints a
  * message on stderr and exits non-zero. Safe to run beside a running service on the same KV.
  */
-import { ownerIdByEmail } from "../lib/accounts.ts";
-import { createApp as createAppRecord, getApp, getWallet, topUpUrl } from "../lib/apps.ts";
-import { auditWallets } from "../lib/audit.ts";
-import { loadConfig } from "../lib/config.ts";
-import { issueKey, listAppKeys, NotFoundError, revokeKey } from "../lib/keys.ts";
-import { openKv } from "../lib/kv.ts";
-import { formatUsd, parseUsd } from "../lib/money.ts";
-import { updateTopUpSettings } from "../lib/top_up.ts";
-import type { RateLimits } from "../lib/db.ts";
-import { getRateLimits, MAX_LIMIT, setRateLimits, validLimit } from "../lib/ratelimit.ts";
-import { Wallets } from "../lib/wallet.ts";
+import { ownerIdByEmail } from "@/lib/accounts/mod.ts";
+import { createApp as createAppRecord, getApp, getWallet, topUpUrl } from "@/lib/tenants/mod.ts";
+import {
+  auditWallets,
+  getRateLimits,
+  MAX_LIMIT,
+  setRateLimits,
+  validLimit,
+  Wallets,
+} from "@/lib/billing/mod.ts";
+import { formatUsd, loadConfig, NotFoundError, openKv, parseUsd } from "@/lib/core/mod.ts";
+import { issueKey, listAppKeys, revokeKey } from "@/lib/tenants/mod.ts";
+import { updateTopUpSettings } from "@/lib/payments/mod.ts";
+import type { RateLimits } from "@/lib/db.ts";
 
 class UsageError extends Error {}
 

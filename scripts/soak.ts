@@ -8,12 +8,11 @@
  *
  * SOAK_SECONDS (default 60), SOAK_CLIENTS (default 24).
  */
-import { auditWallets } from "../lib/audit.ts";
-import { keys, type WalletRecord } from "../lib/db.ts";
-import { formatUsd } from "../lib/money.ts";
-import { sweepExpiredReservations } from "../lib/sweeper.ts";
-import { startFakeOpenAi } from "../tests/fake_openai.ts";
-import { serveLoopback, startService } from "../tests/helpers.ts";
+import { auditWallets, sweepExpiredReservations } from "@/lib/billing/mod.ts";
+import { keys, type WalletRecord } from "@/lib/db.ts";
+import { formatUsd } from "@/lib/core/mod.ts";
+import { startFakeOpenAi } from "@/tests/fake_openai.ts";
+import { serveLoopback, startService } from "@/tests/helpers.ts";
 
 const SECONDS = Number(Deno.env.get("SOAK_SECONDS") ?? 60);
 const CLIENTS = Number(Deno.env.get("SOAK_CLIENTS") ?? 24);

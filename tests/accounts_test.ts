@@ -5,10 +5,10 @@ import {
   hashPassword,
   signUp,
   verifyPassword,
-} from "../lib/accounts.ts";
-import { keys } from "../lib/db.ts";
-import { sha256Hex } from "../lib/secrets.ts";
-import { createSession, endSession, findSession, SESSION_TTL_MS } from "../lib/sessions.ts";
+} from "@/lib/accounts/accounts.ts";
+import { keys } from "@/lib/db.ts";
+import { sha256Hex } from "@/lib/core/mod.ts";
+import { createSession, endSession, findSession, SESSION_TTL_MS } from "@/lib/accounts/mod.ts";
 import {
   beginSignIn,
   beginSignUp,
@@ -17,7 +17,7 @@ import {
   MAX_SIGNUPS_PER_IP,
   signInSucceeded,
   THROTTLE_WINDOW_MS,
-} from "../lib/sign_in_throttle.ts";
+} from "@/lib/accounts/sign_in_throttle.ts";
 
 async function withKv(fn: (kv: Deno.Kv) => Promise<void>) {
   const kv = await Deno.openKv(":memory:");

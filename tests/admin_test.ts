@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { signUp } from "../lib/accounts.ts";
-import { keys, type WalletRecord } from "../lib/db.ts";
-import { formatUsd, parseUsd } from "../lib/money.ts";
+import { signUp } from "@/lib/accounts/mod.ts";
+import { keys, type WalletRecord } from "@/lib/db.ts";
+import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
 
 const ADMIN = new URL("../scripts/admin.ts", import.meta.url).pathname;

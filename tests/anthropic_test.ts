@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import Anthropic from "@anthropic-ai/sdk";
-import { messagesRequest } from "../lib/providers/anthropic.ts";
-import type { Model } from "../lib/catalog.ts";
-import { keys } from "../lib/db.ts";
+import { messagesRequest } from "@/lib/gateway/providers/anthropic/anthropic.ts";
+import type { Model } from "@/lib/catalog/mod.ts";
+import { keys } from "@/lib/db.ts";
 import { assertAuditClean, readSse, userMessage } from "./helpers.ts";
 import { serveLoopback } from "./helpers.ts";
 import {
@@ -170,7 +170,7 @@ Deno.test("anthropic streaming: cache tokens count as prompt tokens and cumulati
   }));
 
 Deno.test("anthropic stop_reason maps to finish_reason", async () => {
-  const { finishReason } = await import("../lib/providers/anthropic.ts");
+  const { finishReason } = await import("@/lib/gateway/providers/anthropic/anthropic.ts");
   assert.equal(finishReason("end_turn"), "stop");
   assert.equal(finishReason("stop_sequence"), "stop");
   assert.equal(finishReason("max_tokens"), "length");

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { buildCatalog, CatalogError, loadCatalogFile } from "../lib/catalog.ts";
-import { DEFAULT_MODELS_FILE } from "../lib/config.ts";
+import { buildCatalog, CatalogError, loadCatalogFile } from "@/lib/catalog/catalog.ts";
+import { DEFAULT_MODELS_FILE } from "@/lib/core/config.ts";
 
 Deno.test("the default catalog is valid and lists the simulator and real models", async () => {
   const catalog = await loadCatalogFile(DEFAULT_MODELS_FILE, {});

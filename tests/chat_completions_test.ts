@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { formatUsd, parseUsd } from "../lib/money.ts";
-import { countPromptTokens } from "../lib/tokens.ts";
-import { revokeKey } from "../lib/keys.ts";
+import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import { countPromptTokens } from "@/lib/gateway/tokens.ts";
+import { revokeKey } from "@/lib/tenants/mod.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
@@ -437,7 +437,7 @@ Deno.test("every doc_url points at a section of the served error page", () =>
     assert.equal(res.status, 200);
     assertCommonHeaders(res);
     const html = await res.text();
-    const { ERROR_CODES } = await import("../lib/errors.ts");
+    const { ERROR_CODES } = await import("@/lib/core/errors.ts");
     for (const code of Object.keys(ERROR_CODES)) {
       assert.ok(html.includes(`id="${code}"`), `section for ${code}`);
     }

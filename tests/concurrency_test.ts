@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { formatUsd, parseUsd } from "../lib/money.ts";
-import { usageCost } from "../lib/pricing.ts";
-import { Wallets } from "../lib/wallet.ts";
+import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import { usageCost } from "@/lib/catalog/mod.ts";
+import { Wallets } from "@/lib/billing/mod.ts";
 import {
   assertAuditClean,
   serveLoopback,

@@ -3,9 +3,9 @@
  * real SIGKILL, then a restart; the holds of the killed requests are released by the sweeper.
  */
 import assert from "node:assert/strict";
-import { createApp } from "../lib/apps.ts";
-import { auditWallets } from "../lib/audit.ts";
-import { keys, type UsageRecord, type WalletRecord } from "../lib/db.ts";
+import { createApp } from "@/lib/tenants/mod.ts";
+import { auditWallets } from "@/lib/billing/mod.ts";
+import { keys, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
 import { assertAuditClean } from "./helpers.ts";
 

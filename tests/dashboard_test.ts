@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
-import { createApp } from "../app.ts";
-import { buildCatalog } from "../lib/catalog.ts";
-import { loadConfig } from "../lib/config.ts";
-import { keys } from "../lib/db.ts";
-import { listAppKeys } from "../lib/keys.ts";
-import { MAX_FAILURES_PER_EMAIL } from "../lib/sign_in_throttle.ts";
-import { runAdmin } from "../scripts/admin.ts";
+import { createApp } from "@/app.ts";
+import { listAppKeys } from "@/lib/tenants/mod.ts";
+import { buildCatalog } from "@/lib/catalog/catalog.ts";
+import { loadConfig } from "@/lib/core/mod.ts";
+import { keys } from "@/lib/db.ts";
+import { MAX_FAILURES_PER_EMAIL } from "@/lib/accounts/sign_in_throttle.ts";
+import { runAdmin } from "@/scripts/admin.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
@@ -530,7 +530,7 @@ Deno.test("the owner sets the app's rate limits from the dashboard and the API e
 
 Deno.test("an address past the sign-up limit is refused with 429 and no account is made", () =>
   withService(async (s) => {
-    const { MAX_SIGNUPS_PER_IP } = await import("../lib/sign_in_throttle.ts");
+    const { MAX_SIGNUPS_PER_IP } = await import("@/lib/accounts/sign_in_throttle.ts");
     for (let i = 0; i < MAX_SIGNUPS_PER_IP; i++) {
       await new Visitor(s).signUp(`user${i}@example.com`);
     }

@@ -4,7 +4,7 @@
  * they print the app's top-up page.
  */
 import assert from "node:assert/strict";
-import { formatUsd } from "../lib/money.ts";
+import { formatUsd } from "@/lib/core/mod.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,

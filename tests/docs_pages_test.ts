@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import { formatUsd, parsePricePerMTok, tokensCost } from "../lib/money.ts";
-import { RATE_LIMIT_HEADERS } from "../lib/openapi.ts";
-import { DOCS_PAGES } from "../components/DocsLayout.tsx";
-import { EXAMPLE_FILES } from "../routes/docs/examples.ts";
+import { formatUsd, parsePricePerMTok, tokensCost } from "@/lib/core/mod.ts";
+import { RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
+import { DOCS_PAGES } from "@/components/DocsLayout.tsx";
+import { EXAMPLE_FILES } from "@/routes/docs/examples.ts";
 import { PUBLIC_URL, startService, type TestService } from "./helpers.ts";
 
 async function withService(fn: (s: TestService) => Promise<void>) {

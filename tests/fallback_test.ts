@@ -1,6 +1,6 @@
 /** Catalog models with more than one provider: the next is tried only before any byte was sent. */
 import assert from "node:assert/strict";
-import { buildCatalog, CatalogError } from "../lib/catalog.ts";
+import { buildCatalog, CatalogError } from "@/lib/catalog/catalog.ts";
 import {
   assertAuditClean,
   readSse,

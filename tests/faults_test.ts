@@ -1,13 +1,10 @@
 import assert from "node:assert/strict";
-import { createApp } from "../app.ts";
-import { createApp as createAppRecord } from "../lib/apps.ts";
-import { auditWallets } from "../lib/audit.ts";
-import { buildCatalog } from "../lib/catalog.ts";
-import { loadConfig } from "../lib/config.ts";
-import { keys, type WalletRecord } from "../lib/db.ts";
-import { parseUsd } from "../lib/money.ts";
-import { sweepExpiredReservations } from "../lib/sweeper.ts";
-import { Wallets } from "../lib/wallet.ts";
+import { createApp } from "@/app.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { auditWallets, sweepExpiredReservations, Wallets } from "@/lib/billing/mod.ts";
+import { buildCatalog } from "@/lib/catalog/catalog.ts";
+import { loadConfig, parseUsd } from "@/lib/core/mod.ts";
+import { keys, type WalletRecord } from "@/lib/db.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
 import { faultyKv } from "./faulty_kv.ts";
 import {

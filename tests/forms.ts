@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { keys, type LedgerEntry } from "../lib/db.ts";
+import { keys, type LedgerEntry } from "@/lib/db.ts";
 import { PUBLIC_URL, type TestService } from "./helpers.ts";
 
 export function page(s: TestService, path: string): Promise<Response> {

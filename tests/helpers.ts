@@ -1,14 +1,11 @@
 import assert from "node:assert/strict";
-import { type AppDeps, createApp } from "../app.ts";
-import { createApp as createAppRecord } from "../lib/apps.ts";
-import { auditWallets } from "../lib/audit.ts";
-import { buildCatalog, type Catalog, type CatalogFile } from "../lib/catalog.ts";
-import { type Config, loadConfig } from "../lib/config.ts";
-import { keys } from "../lib/db.ts";
-import type { UsageRecord, WalletRecord } from "../lib/db.ts";
-import { openKv } from "../lib/kv.ts";
-import type { Logger } from "../lib/log.ts";
-import { Wallets } from "../lib/wallet.ts";
+import { type AppDeps, createApp } from "@/app.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { auditWallets, Wallets } from "@/lib/billing/mod.ts";
+import { buildCatalog, type Catalog, type CatalogFile } from "@/lib/catalog/catalog.ts";
+import { type Config, loadConfig, type Logger, openKv } from "@/lib/core/mod.ts";
+import { keys } from "@/lib/db.ts";
+import type { UsageRecord, WalletRecord } from "@/lib/db.ts";
 import { assertMatchesOpenApi } from "./openapi_check.ts";
 
 export const PUBLIC_URL = "http://tollbooth.test";

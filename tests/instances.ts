@@ -2,7 +2,7 @@
  * Real Tollbooth processes (`deno run -A main.ts`) for tests of what only a process shows: several
  * instances on one KV file, signals and shutdown. Each listens on a random loopback port.
  */
-import type { CatalogFile } from "../lib/catalog.ts";
+import type { CatalogFile } from "@/lib/catalog/catalog.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 

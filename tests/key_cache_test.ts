@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
-import { keys } from "../lib/db.ts";
-import { KeyCache, revokeKey } from "../lib/keys.ts";
-import { createApp as createAppRecord } from "../lib/apps.ts";
+import { keys } from "@/lib/db.ts";
+import { createApp as createAppRecord, KeyCache, revokeKey } from "@/lib/tenants/mod.ts";
 import { assertAuditClean, startService, userMessage } from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { retryWhileBusy } from "../lib/kv.ts";
+import { retryWhileBusy } from "@/lib/core/kv.ts";
 
 /** A real in-memory KV whose get and commit fail as SQLite does while another process writes. */
 async function lockedFor(times: number) {

@@ -5,7 +5,7 @@ import {
   parsePricePerMTok,
   parseUsd,
   tokensCost,
-} from "../lib/money.ts";
+} from "@/lib/core/money.ts";
 
 Deno.test("amounts format with exactly six fractional digits", () => {
   assert.equal(formatUsd(0), "0.000000");

@@ -4,9 +4,9 @@
  * seen by every instance.
  */
 import assert from "node:assert/strict";
-import { createApp as createAppRecord } from "../lib/apps.ts";
-import { keys, type WalletRecord } from "../lib/db.ts";
-import { formatUsd, parseUsd } from "../lib/money.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { keys, type WalletRecord } from "@/lib/db.ts";
+import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { parsePrometheus } from "./prometheus.ts";
 import { admin, chat, type Instance, instanceFiles, startInstance } from "./instances.ts";
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { createApp } from "../app.ts";
-import { buildCatalog } from "../lib/catalog.ts";
-import { loadConfig } from "../lib/config.ts";
+import { createApp } from "@/app.ts";
+import { buildCatalog } from "@/lib/catalog/catalog.ts";
+import { loadConfig } from "@/lib/core/mod.ts";
 import { parsePrometheus } from "./prometheus.ts";
 import {
   assertAuditClean,

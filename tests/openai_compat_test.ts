@@ -3,8 +3,8 @@
  * configured through the catalog alone, and usage beyond the reservation.
  */
 import assert from "node:assert/strict";
-import { formatUsd } from "../lib/money.ts";
-import { countPromptTokens, countTextTokens } from "../lib/tokens.ts";
+import { formatUsd } from "@/lib/core/mod.ts";
+import { countPromptTokens, countTextTokens } from "@/lib/gateway/tokens.ts";
 import {
   assertAuditClean,
   readSse,

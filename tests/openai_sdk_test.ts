@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { formatUsd, parseUsd } from "../lib/money.ts";
+import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { assertAuditClean, serveLoopback, spendDownTo, startService } from "./helpers.ts";
 
 async function withSdk(

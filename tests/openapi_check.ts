@@ -5,8 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { Ajv2020 } from "ajv/dist/2020.js";
-import { openApiDocument } from "../lib/openapi.ts";
-import { API_VERSION } from "../routes/middleware.ts";
+import { openApiDocument } from "@/lib/ops/mod.ts";
+import { API_VERSION } from "@/routes/middleware.ts";
 
 export const DOC_ID = "https://tollbooth.test/openapi.json";
 

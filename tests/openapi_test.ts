@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { Validator } from "@seriousme/openapi-schema-validator";
-import { ERROR_CODES } from "../lib/errors.ts";
-import { RATE_LIMIT_HEADERS } from "../lib/openapi.ts";
+import { ERROR_CODES } from "@/lib/core/mod.ts";
+import { RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
 import { assertMatchesOpenApi, assertSchema } from "./openapi_check.ts";
 import {
   assertAuditClean,

@@ -1,18 +1,18 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import OpenAI from "openai";
-import { keys, type RateLimitOverrides } from "../lib/db.ts";
-import { issueKey } from "../lib/keys.ts";
-import { Wallets } from "../lib/wallet.ts";
+import { keys, type RateLimitOverrides } from "@/lib/db.ts";
+import { issueKey } from "@/lib/tenants/mod.ts";
+import { Wallets } from "@/lib/billing/mod.ts";
 import {
   formatDuration,
   RateWindows,
   retryAfterSeconds,
   setRateLimits,
   WINDOW_MS,
-} from "../lib/ratelimit.ts";
-import { countPromptTokens } from "../lib/tokens.ts";
-import { runAdmin } from "../scripts/admin.ts";
+} from "@/lib/billing/ratelimit.ts";
+import { countPromptTokens } from "@/lib/gateway/tokens.ts";
+import { runAdmin } from "@/scripts/admin.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { readJsonBody } from "../routes/v1/chat/completions.ts";
+import { readJsonBody } from "@/routes/v1/chat/completions.ts";
 
 function post(body: string) {
   return new Request("http://tollbooth.test/v1/chat/completions", {

@@ -1,9 +1,7 @@
 import assert from "node:assert/strict";
-import { revokeKey } from "../lib/keys.ts";
-import { jsonLogger } from "../lib/log.ts";
-import { randomToken } from "../lib/ids.ts";
-import { timingSafeEqualStrings } from "../lib/secrets.ts";
-import { CONTENT_SECURITY_POLICY } from "../routes/security_headers.ts";
+import { revokeKey } from "@/lib/tenants/mod.ts";
+import { jsonLogger, randomToken, timingSafeEqualStrings } from "@/lib/core/mod.ts";
+import { CONTENT_SECURITY_POLICY } from "@/routes/security_headers.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
 import { assertAuditClean, PUBLIC_URL, startService, userMessage } from "./helpers.ts";
 

@@ -4,11 +4,9 @@
  * at the deadline is cut and its hold is left, with its lease, to the sweeper.
  */
 import assert from "node:assert/strict";
-import { createApp as createAppRecord } from "../lib/apps.ts";
-import { auditWallets } from "../lib/audit.ts";
-import { keys, type ReservationRecord, type WalletRecord } from "../lib/db.ts";
-import { sweepExpiredReservations } from "../lib/sweeper.ts";
-import { Wallets } from "../lib/wallet.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { auditWallets, sweepExpiredReservations, Wallets } from "@/lib/billing/mod.ts";
+import { keys, type ReservationRecord, type WalletRecord } from "@/lib/db.ts";
 import { chat, instanceFiles, startInstance } from "./instances.ts";
 
 async function withFiles(fn: (files: Awaited<ReturnType<typeof instanceFiles>>) => Promise<void>) {

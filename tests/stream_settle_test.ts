@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import type { UsageRecord } from "../lib/db.ts";
-import { usageCost } from "../lib/pricing.ts";
-import { countPromptTokens, countTextTokens } from "../lib/tokens.ts";
+import type { UsageRecord } from "@/lib/db.ts";
+import { usageCost } from "@/lib/catalog/mod.ts";
+import { countPromptTokens, countTextTokens } from "@/lib/gateway/tokens.ts";
 import {
   assertAuditClean,
   readSse,

@@ -4,7 +4,7 @@
  * events built with the stripe package's own test helper.
  */
 import Stripe from "stripe";
-import { createStripeClient } from "../lib/stripe_checkout.ts";
+import { createStripeClient } from "@/lib/payments/mod.ts";
 import { serveLoopback } from "./helpers.ts";
 
 export const WEBHOOK_SECRET = "whsec_test_tollbooth_fake_secret";

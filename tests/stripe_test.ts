@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { loadConfig } from "../lib/config.ts";
-import { createStripeClient } from "../lib/stripe_checkout.ts";
+import { loadConfig } from "@/lib/core/mod.ts";
+import { createStripeClient } from "@/lib/payments/mod.ts";
 import { moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
 import {

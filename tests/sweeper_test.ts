@@ -1,11 +1,14 @@
 import assert from "node:assert/strict";
-import { keys } from "../lib/db.ts";
-import { releaseExpiredReservations, sweepExpiredReservations } from "../lib/sweeper.ts";
-import { Wallets } from "../lib/wallet.ts";
-import { createApp } from "../app.ts";
-import { createApp as createAppRecord } from "../lib/apps.ts";
-import { buildCatalog } from "../lib/catalog.ts";
-import { loadConfig } from "../lib/config.ts";
+import { keys } from "@/lib/db.ts";
+import {
+  releaseExpiredReservations,
+  sweepExpiredReservations,
+  Wallets,
+} from "@/lib/billing/mod.ts";
+import { createApp } from "@/app.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { buildCatalog } from "@/lib/catalog/catalog.ts";
+import { loadConfig } from "@/lib/core/mod.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,

@@ -1,10 +1,13 @@
-import { rotateTopUpToken } from "../lib/apps.ts";
+import { createApp as createAppRecord, rotateTopUpToken } from "@/lib/tenants/mod.ts";
 import assert from "node:assert/strict";
-import { createApp as createAppRecord } from "../lib/apps.ts";
-import { keys } from "../lib/db.ts";
-import { NotFoundError } from "../lib/keys.ts";
-import { topUpAmountOfChoice, updateTopUpSettings, validateReturnUrl } from "../lib/top_up.ts";
-import { runAdmin } from "../scripts/admin.ts";
+import { keys } from "@/lib/db.ts";
+import { NotFoundError } from "@/lib/core/mod.ts";
+import {
+  topUpAmountOfChoice,
+  updateTopUpSettings,
+  validateReturnUrl,
+} from "@/lib/payments/top_up.ts";
+import { runAdmin } from "@/scripts/admin.ts";
 import { formTokenIn, ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
 

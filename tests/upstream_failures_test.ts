@@ -3,7 +3,7 @@
  * body's code and the wallet afterwards. Fakes speak the providers' real formats (tests/fixtures).
  */
 import assert from "node:assert/strict";
-import { countPromptTokens } from "../lib/tokens.ts";
+import { countPromptTokens } from "@/lib/gateway/tokens.ts";
 import {
   assertAuditClean,
   serveLoopback,

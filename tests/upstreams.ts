@@ -1,5 +1,5 @@
 /** Fake upstreams for provider tests: fixtures from the providers' documentation, replayed. */
-import type { CatalogFile } from "../lib/catalog.ts";
+import type { CatalogFile } from "@/lib/catalog/catalog.ts";
 import { startService, type TestService } from "./helpers.ts";
 
 export const UPSTREAM_KEY = "sk-upstream-test";

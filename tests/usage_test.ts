@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import { rotateTopUpToken } from "../lib/apps.ts";
-import { keys, utcDay } from "../lib/db.ts";
-import { authenticateKey, rotateKey } from "../lib/keys.ts";
-import { dailySpend, listUsage, spendByModel, walletActivity } from "../lib/usage.ts";
+import { rotateTopUpToken } from "@/lib/tenants/mod.ts";
+import { keys, utcDay } from "@/lib/db.ts";
+import { authenticateKey, rotateKey } from "@/lib/tenants/keys.ts";
+import { dailySpend, listUsage, spendByModel, walletActivity } from "@/lib/billing/mod.ts";
 import { assertAuditClean, startService, userMessage } from "./helpers.ts";
 
 async function withService(fn: (s: Awaited<ReturnType<typeof startService>>) => Promise<void>) {

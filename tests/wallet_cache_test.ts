@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
-import { setRateLimits } from "../lib/ratelimit.ts";
-import { Wallets } from "../lib/wallet.ts";
+import { setRateLimits, Wallets } from "@/lib/billing/mod.ts";
 import { assertAuditClean, startService } from "./helpers.ts";
 
 const hold = (requestId: string, amount: number) => ({

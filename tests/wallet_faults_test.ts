@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import { createApp } from "../lib/apps.ts";
-import { keys, type ReservationRecord, type UsageRecord, type WalletRecord } from "../lib/db.ts";
-import { sweepExpiredReservations } from "../lib/sweeper.ts";
-import { type SettleInput, Wallets, WalletUnavailableError } from "../lib/wallet.ts";
+import { createApp } from "@/lib/tenants/mod.ts";
+import { keys, type ReservationRecord, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
+import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
+import { type SettleInput, Wallets, WalletUnavailableError } from "@/lib/billing/wallet.ts";
 import { type Fault, faultyKv, type Step } from "./faulty_kv.ts";
 import { assertAuditClean } from "./helpers.ts";
 

@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
-import { createApp as createAppRecord } from "../lib/apps.ts";
-import { keys } from "../lib/db.ts";
-import type { WalletRecord } from "../lib/db.ts";
-import { issueKey, revokeKey } from "../lib/keys.ts";
-import { KeyRevokedError, type SettleInput, Wallets } from "../lib/wallet.ts";
+import { createApp as createAppRecord, issueKey, revokeKey } from "@/lib/tenants/mod.ts";
+import { keys } from "@/lib/db.ts";
+import type { WalletRecord } from "@/lib/db.ts";
+import { KeyRevokedError, type SettleInput, Wallets } from "@/lib/billing/wallet.ts";
 import { assertAuditClean } from "./helpers.ts";
 
 const LEASE_MS = 60_000;

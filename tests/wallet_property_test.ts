@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { createApp } from "../lib/apps.ts";
-import { keys, type WalletRecord } from "../lib/db.ts";
-import { sweepExpiredReservations } from "../lib/sweeper.ts";
-import { type SettleInput, Wallets } from "../lib/wallet.ts";
+import { createApp } from "@/lib/tenants/mod.ts";
+import { keys, type WalletRecord } from "@/lib/db.ts";
+import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
+import { type SettleInput, Wallets } from "@/lib/billing/wallet.ts";
 import { faultyKv } from "./faulty_kv.ts";
 import { assertAuditClean } from "./helpers.ts";
 

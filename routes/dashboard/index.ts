@@ -3,17 +3,28 @@ import {
   createApp,
   getApp,
   getWallet,
+  issueKey,
+  listAppKeys,
   listOwnerApps,
   renameApp,
+  revokeKey,
+  rotateKey,
   rotateTopUpToken,
   topUpUrl,
-} from "../../lib/apps.ts";
-import { type ApiKeyRecord, type AppRecord, keys, type RateLimits } from "../../lib/db.ts";
-import { getRateLimits, MAX_LIMIT, setRateLimits } from "../../lib/ratelimit.ts";
-import { updateTopUpSettings } from "../../lib/top_up.ts";
-import { issueKey, listAppKeys, NotFoundError, revokeKey, rotateKey } from "../../lib/keys.ts";
-import { dailySpend, listUsage, spendByModel, walletActivity } from "../../lib/usage.ts";
-import { notFoundPage } from "../pages/not_found.tsx";
+} from "@/lib/tenants/mod.ts";
+import { type ApiKeyRecord, type AppRecord, keys, type RateLimits } from "@/lib/db.ts";
+import {
+  dailySpend,
+  getRateLimits,
+  listUsage,
+  MAX_LIMIT,
+  setRateLimits,
+  spendByModel,
+  walletActivity,
+} from "@/lib/billing/mod.ts";
+import { updateTopUpSettings } from "@/lib/payments/mod.ts";
+import { NotFoundError } from "@/lib/core/mod.ts";
+import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import {
   checkForm,
   formSizeLimit,
@@ -22,7 +33,7 @@ import {
   privatePage,
   requireOwner,
   sessionCookie,
-} from "../session.ts";
+} from "@/routes/session.ts";
 import {
   appsPage,
   keyIssuedPage,

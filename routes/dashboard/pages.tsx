@@ -1,19 +1,13 @@
 import type { ComponentChildren } from "preact";
-import { AccountNav } from "../../components/AccountNav.tsx";
-import { CsrfField } from "../../components/CsrfField.tsx";
-import { Island } from "../../components/Island.tsx";
-import { Layout } from "../../components/Layout.tsx";
-import type {
-  ApiKeyRecord,
-  AppRecord,
-  RateLimits,
-  UsageRecord,
-  WalletRecord,
-} from "../../lib/db.ts";
-import { formatUsd, type Micros } from "../../lib/money.ts";
-import type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "../../lib/usage.ts";
-import { renderPage } from "../render.ts";
-import type { Session } from "../session.ts";
+import { AccountNav } from "@/components/AccountNav.tsx";
+import { CsrfField } from "@/components/CsrfField.tsx";
+import { Island } from "@/components/Island.tsx";
+import { Layout } from "@/components/Layout.tsx";
+import type { ApiKeyRecord, AppRecord, RateLimits, UsageRecord, WalletRecord } from "@/lib/db.ts";
+import { formatUsd, type Micros } from "@/lib/core/mod.ts";
+import type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "@/lib/billing/mod.ts";
+import { renderPage } from "@/routes/render.ts";
+import type { Session } from "@/lib/accounts/mod.ts";
 
 type KeyRow = ApiKeyRecord & { lastUsedAt: number | null };
 

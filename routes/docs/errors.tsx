@@ -1,6 +1,6 @@
-import { Layout } from "../../components/Layout.tsx";
-import { ERROR_CODES } from "../../lib/errors.ts";
-import { renderPage } from "../render.ts";
+import { Layout } from "@/components/Layout.tsx";
+import { ERROR_CODES } from "@/lib/core/mod.ts";
+import { renderPage } from "@/routes/render.ts";
 
 /** GET /docs/errors: one section per error code, the target of every `doc_url`. */
 export function errorsPage(): string {

@@ -1,9 +1,8 @@
-import { CodeBlock, DocsLayout } from "../../components/DocsLayout.tsx";
-import { DEFAULT_MAX_TOKENS } from "../../lib/chat_request.ts";
-import type { Config } from "../../lib/config.ts";
-import { formatUsd, parsePricePerMTok, tokensCost } from "../../lib/money.ts";
-import { RATE_LIMIT_HEADERS } from "../../lib/openapi.ts";
-import { renderPage } from "../render.ts";
+import { CodeBlock, DocsLayout } from "@/components/DocsLayout.tsx";
+import { DEFAULT_MAX_TOKENS } from "@/lib/gateway/mod.ts";
+import { type Config, formatUsd, parsePricePerMTok, tokensCost } from "@/lib/core/mod.ts";
+import { RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
+import { renderPage } from "@/routes/render.ts";
 import type { Examples } from "./examples.ts";
 
 /** GET /docs: from an API key to a paid request, in each client people use. */

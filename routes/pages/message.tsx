@@ -1,7 +1,7 @@
-import { AccountNav } from "../../components/AccountNav.tsx";
-import { Layout } from "../../components/Layout.tsx";
-import { renderPage } from "../render.ts";
-import type { Session } from "../session.ts";
+import { AccountNav } from "@/components/AccountNav.tsx";
+import { Layout } from "@/components/Layout.tsx";
+import { renderPage } from "@/routes/render.ts";
+import type { Session } from "@/lib/accounts/mod.ts";
 
 /** A page that only says something: a refused form, a throttled sign-in. */
 export function messagePage(

@@ -1,6 +1,6 @@
-import { Layout } from "../../components/Layout.tsx";
-import type { Catalog } from "../../lib/catalog.ts";
-import { renderPage } from "../render.ts";
+import { Layout } from "@/components/Layout.tsx";
+import type { Catalog } from "@/lib/catalog/mod.ts";
+import { renderPage } from "@/routes/render.ts";
 
 /** GET /models: the curated list with prices, public. */
 export function modelsPage(catalog: Catalog): string {

@@ -1,5 +1,5 @@
-import { Layout } from "../../components/Layout.tsx";
-import { renderPage } from "../render.ts";
+import { Layout } from "@/components/Layout.tsx";
+import { renderPage } from "@/routes/render.ts";
 
 export function notFoundPage(): string {
   return renderPage(

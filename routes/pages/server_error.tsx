@@ -1,5 +1,5 @@
-import { Layout } from "../../components/Layout.tsx";
-import { renderPage } from "../render.ts";
+import { Layout } from "@/components/Layout.tsx";
+import { renderPage } from "@/routes/render.ts";
 
 /** The 500 page of HTML routes: an apology and the request id, never a stack trace. */
 export function serverErrorPage(requestId: string): string {

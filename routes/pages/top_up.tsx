@@ -1,10 +1,10 @@
 import type { ComponentChildren } from "preact";
-import { Island } from "../../components/Island.tsx";
-import { Layout } from "../../components/Layout.tsx";
-import type { AppRecord, LedgerEntry } from "../../lib/db.ts";
-import { formatUsd, type Micros } from "../../lib/money.ts";
-import { type PaymentMode, TOP_UP_AMOUNTS_USD } from "../../lib/top_up.ts";
-import { renderPage } from "../render.ts";
+import { Island } from "@/components/Island.tsx";
+import { Layout } from "@/components/Layout.tsx";
+import type { AppRecord, LedgerEntry } from "@/lib/db.ts";
+import { formatUsd, type Micros } from "@/lib/core/mod.ts";
+import { type PaymentMode, TOP_UP_AMOUNTS_USD } from "@/lib/payments/mod.ts";
+import { renderPage } from "@/routes/render.ts";
 
 /** USD for people: at least two decimals, more only when the micro-dollars need them. */
 export function displayUsd(amount: Micros): string {

@@ -1,9 +1,9 @@
 import type { Context } from "hono";
 import Stripe from "stripe";
-import type { Logger } from "../../lib/log.ts";
-import { handleStripeEvent } from "../../lib/stripe_checkout.ts";
-import type { Wallets } from "../../lib/wallet.ts";
-import type { Env } from "../middleware.ts";
+import type { Logger } from "@/lib/core/mod.ts";
+import { handleStripeEvent } from "@/lib/payments/mod.ts";
+import type { Wallets } from "@/lib/billing/mod.ts";
+import type { Env } from "@/routes/middleware.ts";
 
 /** Stripe's events are a few kilobytes; anything far larger is not from Stripe. */
 const MAX_EVENT_BYTES = 512 * 1024;

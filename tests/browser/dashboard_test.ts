@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import type { Browser, Page } from "playwright-core";
-import { createApp } from "../../app.ts";
-import { buildCatalog } from "../../lib/catalog.ts";
-import { loadConfig } from "../../lib/config.ts";
-import { assertAuditClean, testCatalogFile } from "../helpers.ts";
+import { createApp } from "@/app.ts";
+import { buildCatalog } from "@/lib/catalog/catalog.ts";
+import { loadConfig } from "@/lib/core/mod.ts";
+import { assertAuditClean, testCatalogFile } from "@/tests/helpers.ts";
 import { launchBrowser, SCREENSHOT_DIR } from "./browser.ts";
 
 const PASSWORD = "correct horse battery";

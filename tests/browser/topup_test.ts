@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
-import { createApp } from "../../app.ts";
-import { createApp as createAppRecord } from "../../lib/apps.ts";
-import { buildCatalog } from "../../lib/catalog.ts";
-import { loadConfig } from "../../lib/config.ts";
-import { parseUsd } from "../../lib/money.ts";
-import { assertAuditClean, testCatalogFile, userMessage } from "../helpers.ts";
+import { createApp } from "@/app.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { buildCatalog } from "@/lib/catalog/catalog.ts";
+import { loadConfig, parseUsd } from "@/lib/core/mod.ts";
+import { assertAuditClean, testCatalogFile, userMessage } from "@/tests/helpers.ts";
 import { launchBrowser, SCREENSHOT_DIR } from "./browser.ts";
 
 /** A simulator model dear enough that a large max_tokens cannot be reserved from 15 USD. */

@@ -1,10 +1,12 @@
 import type { Context } from "hono";
-import { parseChatRequest } from "../../../lib/chat_request.ts";
-import { ApiError, errorBody } from "../../../lib/errors.ts";
-import type { Gateway, StreamOutcome } from "../../../lib/gateway.ts";
-import { formatUsd } from "../../../lib/money.ts";
-import { encodeSseData } from "../../../lib/sse.ts";
-import type { Env } from "../../middleware.ts";
+import {
+  encodeSseData,
+  type Gateway,
+  parseChatRequest,
+  type StreamOutcome,
+} from "@/lib/gateway/mod.ts";
+import { ApiError, errorBody, formatUsd } from "@/lib/core/mod.ts";
+import type { Env } from "@/routes/middleware.ts";
 
 /** POST /v1/chat/completions: createChatCompletion. */
 export function chatCompletions(

@@ -1,0 +1,13 @@
+/** Accounts: owners, their sign-in sessions and sign-in throttling. */
+export {
+  AccountError,
+  checkCredentials,
+  getOwner,
+  normalizeEmail,
+  ownerIdByEmail,
+  PASSWORD_MIN,
+  signUp,
+} from "./accounts.ts";
+export { createSession, endSession, findSession, SESSION_TTL_MS } from "./sessions.ts";
+export type { Session } from "./sessions.ts";
+export { beginSignIn, beginSignUp, signInSucceeded } from "./sign_in_throttle.ts";

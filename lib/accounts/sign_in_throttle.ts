@@ -1,0 +1,85 @@
+/**
+ * Slows password guessing: sign-in attempts are counted per email and per client address in fixed
+ * time windows; past the limit, sign-in for that email or address is refused until the window
+ * ends, whether or not the password is right.
+ *
+ * An attempt is recorded before its password is checked and forgotten only when it succeeds, so
+ * guesses sent in parallel count too: each attempt is its own KV entry (no read-modify-write, no
+ * conflicts), and the k-th recorded attempt sees at least k entries, so at most the limit gets
+ * through per window. Entries expire on their own when their window is over.
+ */
+import { keys } from "@/lib/db.ts";
+import { randomToken } from "@/lib/core/mod.ts";
+
+export const THROTTLE_WINDOW_MS = 15 * 60 * 1000;
+export const MAX_FAILURES_PER_EMAIL = 5;
+export const MAX_FAILURES_PER_IP = 30;
+/** Each sign-up costs a memory-hard hash: an address may make this many per window. */
+export const MAX_SIGNUPS_PER_IP = 10;
+
+export interface SignInAttempt {
+  /** Seconds until sign-in may be tried again; 0 when this attempt may check its password. */
+  retryAfter: number;
+  /** The entries that count this attempt; removed when it succeeds. */
+  entries: Deno.KvKey[];
+}
+
+const windowOf = (now: number) => Math.floor(now / THROTTLE_WINDOW_MS);
+
+async function countUpTo(kv: Deno.Kv, prefix: Deno.KvKey, max: number): Promise<number> {
+  let n = 0;
+  for await (const _ of kv.list({ prefix }, { limit: max })) n++;
+  return n;
+}
+
+export async function beginSignIn(
+  kv: Deno.Kv,
+  email: string,
+  ip: string,
+  now = Date.now(),
+): Promise<SignInAttempt> {
+  const window = windowOf(now);
+  const subjects = [
+    { scope: "email" as const, subject: email, max: MAX_FAILURES_PER_EMAIL },
+    { scope: "ip" as const, subject: ip, max: MAX_FAILURES_PER_IP },
+  ];
+  const id = randomToken(64);
+  const expireIn = (window + 1) * THROTTLE_WINDOW_MS - now;
+  const atomic = kv.atomic();
+  const entries = subjects.map((s) => keys.signInFailure(s.scope, s.subject, window, id));
+  for (const key of entries) atomic.set(key, now, { expireIn });
+  await atomic.commit();
+  const counts = await Promise.all(
+    subjects.map((s) => countUpTo(kv, keys.signInFailures(s.scope, s.subject, window), s.max + 1)),
+  );
+  const blocked = subjects.some((s, i) => counts[i] > s.max);
+  return { retryAfter: blocked ? Math.ceil(expireIn / 1000) : 0, entries };
+}
+
+/** A right password clears the email's count and takes this attempt off the address's count. */
+export async function signInSucceeded(
+  kv: Deno.Kv,
+  email: string,
+  attempt: SignInAttempt,
+  now = Date.now(),
+): Promise<void> {
+  const prefix = keys.signInFailures("email", email, windowOf(now));
+  for await (const entry of kv.list({ prefix })) await kv.delete(entry.key);
+  for (const key of attempt.entries) await kv.delete(key);
+}
+
+/**
+ * Counts a sign-up from an address before its password is hashed; past the limit the sign-up is
+ * refused until the window ends. Successful sign-ups count too: the cost is the hashing, not a guess.
+ */
+export async function beginSignUp(kv: Deno.Kv, ip: string, now = Date.now()): Promise<number> {
+  const window = windowOf(now);
+  const expireIn = (window + 1) * THROTTLE_WINDOW_MS - now;
+  await kv.set(keys.signInFailure("signup_ip", ip, window, randomToken(64)), now, { expireIn });
+  const count = await countUpTo(
+    kv,
+    keys.signInFailures("signup_ip", ip, window),
+    MAX_SIGNUPS_PER_IP + 1,
+  );
+  return count > MAX_SIGNUPS_PER_IP ? Math.ceil(expireIn / 1000) : 0;
+}

@@ -1,0 +1,127 @@
+import {
+  keys,
+  type LedgerEntry,
+  type ReservationRecord,
+  type UsageRecord,
+  type WalletRecord,
+} from "@/lib/db.ts";
+import { formatUsd } from "@/lib/core/mod.ts";
+
+export interface WalletAudit {
+  appId: string;
+  ok: boolean;
+  problems: string[];
+  available: string;
+  reserved: string;
+  spent: string;
+  credited: string;
+  liveReservations: number;
+  expiredReservations: number;
+}
+
+export interface AuditReport {
+  ok: boolean;
+  apps: number;
+  problems: number;
+  totals: { available: string; reserved: string; spent: string; credited: string };
+  wallets: WalletAudit[];
+}
+
+/**
+ * Checks the money invariant of every wallet against its own records: the wallet's fields add up,
+ * the holds sum to `reserved`, the usage records sum to `spent`, the ledger sums to the credits.
+ */
+export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<AuditReport> {
+  const wallets: WalletAudit[] = [];
+  const totals = { available: 0, reserved: 0, spent: 0, credited: 0 };
+  for await (const entry of kv.list<WalletRecord>({ prefix: keys.allWallets() })) {
+    const appId = String(entry.key[1]);
+    const audit = await auditWallet(kv, appId, now);
+    wallets.push(audit.report);
+    totals.available += entry.value.available;
+    totals.reserved += entry.value.reserved;
+    totals.spent += entry.value.spent;
+    totals.credited += entry.value.starter + entry.value.topUps + entry.value.operatorCredits;
+  }
+  const problems = wallets.reduce((n, w) => n + w.problems.length, 0);
+  return {
+    ok: problems === 0,
+    apps: wallets.length,
+    problems,
+    totals: {
+      available: formatUsd(totals.available),
+      reserved: formatUsd(totals.reserved),
+      spent: formatUsd(totals.spent),
+      credited: formatUsd(totals.credited),
+    },
+    wallets,
+  };
+}
+
+export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
+  // One consistent moment is needed; retry while a batch commits between the reads.
+  for (;;) {
+    const before = await kv.get<WalletRecord>(keys.wallet(appId));
+    const w = before.value;
+    if (!w) throw new Error(`no wallet for app ${appId}`);
+    const reservations = await collect<ReservationRecord>(kv, keys.appReservations(appId));
+    const usage = await collect<UsageRecord>(kv, keys.appUsage(appId));
+    const ledger = await collect<LedgerEntry>(kv, keys.ledger(appId));
+    const after = await kv.get(keys.wallet(appId));
+    if (after.versionstamp !== before.versionstamp) continue;
+
+    const problems: string[] = [];
+    const credited = w.starter + w.topUps + w.operatorCredits;
+    const expect = (label: string, actual: number, wanted: number) => {
+      if (actual !== wanted) {
+        problems.push(`${label}: ${formatUsd(actual)} != ${formatUsd(wanted)}`);
+      }
+    };
+    expect("available + reserved + spent vs credits", w.available + w.reserved + w.spent, credited);
+    expect("sum of holds vs reserved", sum(reservations, (r) => r.amount), w.reserved);
+    expect("sum of usage records vs spent", sum(usage, (u) => u.cost), w.spent);
+    expect("sum of ledger vs credits", sum(ledger, (l) => l.amount), credited);
+    expect(
+      "starter ledger vs starter",
+      sum(ledger.filter((l) => l.kind === "starter"), (l) => l.amount),
+      w.starter,
+    );
+    expect(
+      "top-up ledger vs top-ups",
+      sum(ledger.filter((l) => l.kind === "top_up"), (l) => l.amount),
+      w.topUps,
+    );
+    for (
+      const [label, value] of Object.entries({
+        available: w.available,
+        reserved: w.reserved,
+        spent: w.spent,
+      })
+    ) {
+      if (!Number.isSafeInteger(value) || value < 0) problems.push(`${label} is ${value}`);
+    }
+    const expired = reservations.filter((r) => r.leaseUntil <= now).length;
+    const report: WalletAudit = {
+      appId,
+      ok: problems.length === 0,
+      problems,
+      available: formatUsd(w.available),
+      reserved: formatUsd(w.reserved),
+      spent: formatUsd(w.spent),
+      credited: formatUsd(credited),
+      liveReservations: reservations.length - expired,
+      expiredReservations: expired,
+    };
+    return { report, wallet: w };
+  }
+}
+
+async function collect<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<T[]> {
+  const out: T[] = [];
+  for await (const entry of kv.list<T>({ prefix })) out.push(entry.value);
+  return out;
+}
+
+function sum<T>(items: T[], f: (item: T) => number): number {
+  return items.reduce((n, item) => n + f(item), 0);
+}

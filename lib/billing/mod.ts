@@ -1,0 +1,17 @@
+/** Billing: the wallet (reserve, settle, release, credit), rate limits, usage records, the sweeper and the audit. */
+export { auditWallets } from "./audit.ts";
+export {
+  getRateLimits,
+  MAX_LIMIT,
+  rateLimitHeaders,
+  rateLimitRefusal,
+  readRateLimitStatus,
+  setRateLimits,
+  validLimit,
+} from "./ratelimit.ts";
+export type { RateLimitStatus } from "./ratelimit.ts";
+export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.ts";
+export { dailySpend, listUsage, spendByModel, walletActivity } from "./usage.ts";
+export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";
+export { KeyRevokedError, WalletNotFoundError, Wallets } from "./wallet.ts";
+export type { CreditResult, ReserveInput, WalletStats } from "./wallet.ts";

@@ -1,0 +1,101 @@
+/**
+ * Read models of an app's spending for its owner: request history, daily and per-model sums, and
+ * the wallet's activity (credits and spend together).
+ */
+import { keys, type LedgerEntry, type UsageRecord, utcDay } from "@/lib/db.ts";
+import type { Micros } from "@/lib/core/mod.ts";
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+export interface UsagePage {
+  records: UsageRecord[];
+  /** Pass back to get the next (older) page; null on the last page. */
+  nextCursor: string | null;
+}
+
+/** Usage records newest first (ids sort by time), a page at a time. */
+export async function listUsage(
+  kv: Deno.Kv,
+  appId: string,
+  options: { cursor?: string; limit?: number } = {},
+): Promise<UsagePage> {
+  const limit = options.limit ?? 50;
+  const page = kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }, {
+    reverse: true,
+    limit,
+    cursor: options.cursor || undefined,
+  });
+  const records: UsageRecord[] = [];
+  for await (const entry of page) records.push(entry.value);
+  let nextCursor: string | null = null;
+  if (records.length === limit) {
+    // A full page may be the last one: look one entry further before offering "older".
+    const probe = kv.list({ prefix: keys.appUsage(appId) }, {
+      reverse: true,
+      limit: 1,
+      cursor: page.cursor,
+    });
+    for await (const _ of probe) nextCursor = page.cursor;
+  }
+  return { records, nextCursor };
+}
+
+export interface DaySpend {
+  day: string;
+  micros: Micros;
+}
+
+/** Spend per UTC day over the last `days` days, oldest first, zero for quiet days. */
+export async function dailySpend(
+  kv: Deno.Kv,
+  appId: string,
+  now = Date.now(),
+  days = 30,
+): Promise<DaySpend[]> {
+  const list = Array.from({ length: days }, (_, i) => utcDay(now - (days - 1 - i) * DAY_MS));
+  const out: DaySpend[] = [];
+  for (let i = 0; i < list.length; i += 10) {
+    const chunk = list.slice(i, i + 10);
+    const entries = await kv.getMany<Deno.KvU64[]>(chunk.map((d) => keys.dailySpend(appId, d)));
+    chunk.forEach((day, j) => out.push({ day, micros: Number(entries[j].value?.value ?? 0n) }));
+  }
+  return out;
+}
+
+export interface ModelSpend {
+  model: string;
+  micros: Micros;
+}
+
+/** Spend per model since the app was created, largest first. */
+export async function spendByModel(kv: Deno.Kv, appId: string): Promise<ModelSpend[]> {
+  const out: ModelSpend[] = [];
+  for await (const entry of kv.list<Deno.KvU64>({ prefix: keys.appModelSpend(appId) })) {
+    out.push({ model: String(entry.key[2]), micros: Number(entry.value.value) });
+  }
+  return out.sort((a, b) => b.micros - a.micros || a.model.localeCompare(b.model));
+}
+
+export type WalletActivity =
+  | { kind: "credit"; at: number; entry: LedgerEntry }
+  | { kind: "spend"; at: number; usage: UsageRecord };
+
+/** The latest credits and charges of a wallet, merged newest first. */
+export async function walletActivity(
+  kv: Deno.Kv,
+  appId: string,
+  limit = 30,
+): Promise<WalletActivity[]> {
+  const out: WalletActivity[] = [];
+  for await (
+    const entry of kv.list<LedgerEntry>({ prefix: keys.ledger(appId) }, { reverse: true, limit })
+  ) {
+    out.push({ kind: "credit", at: entry.value.createdAt, entry: entry.value });
+  }
+  for await (
+    const entry of kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }, { reverse: true, limit })
+  ) {
+    out.push({ kind: "spend", at: entry.value.createdAt, usage: entry.value });
+  }
+  return out.sort((a, b) => b.at - a.at).slice(0, limit);
+}

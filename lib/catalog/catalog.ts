@@ -1,0 +1,182 @@
+import { z } from "zod";
+import { parsePricePerMTok, type PicosPerToken } from "@/lib/core/mod.ts";
+
+const Price = z.string().regex(
+  /^\d{1,9}(\.\d{1,6})?$/,
+  "a decimal USD string with at most 6 decimals",
+);
+
+const ProviderSchema = z.discriminatedUnion("kind", [
+  z.object({
+    kind: z.literal("simulator"),
+    token_delay_ms: z.number().int().min(0).max(10_000).optional(),
+  }).strict(),
+  z.object({
+    kind: z.enum(["openai", "anthropic"]),
+    base_url: z.url(),
+    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "an environment variable name"),
+    timeout_ms: z.number().int().positive().optional(),
+  }).strict(),
+]);
+
+const ModelSchema = z.object({
+  id: z.string().regex(
+    /^[a-z0-9][a-z0-9-]*\/[A-Za-z0-9][A-Za-z0-9._:-]*$/,
+    "of the form <provider>/<model_name>",
+  ),
+  provider: z.string(),
+  upstream_model: z.string().min(1),
+  input_usd_per_mtok: Price,
+  output_usd_per_mtok: Price,
+  context_tokens: z.number().int().positive(),
+  max_output_tokens: z.number().int().positive(),
+  /** Tried in order when the provider before fails before answering; priced like the model. */
+  fallbacks: z.array(
+    z.object({ provider: z.string(), upstream_model: z.string().min(1) }).strict(),
+  ).max(5).optional(),
+}).strict();
+
+export const CatalogFileSchema = z.object({
+  providers: z.record(z.string(), ProviderSchema),
+  models: z.array(ModelSchema).min(1),
+}).strict();
+
+export type CatalogFile = z.infer<typeof CatalogFileSchema>;
+type ProviderFile = z.infer<typeof ProviderSchema>;
+
+export type ProviderConfig =
+  & { name: string; timeoutMs?: number }
+  & (
+    | { kind: "simulator"; tokenDelayMs: number }
+    | {
+      kind: "openai" | "anthropic";
+      baseUrl: string;
+      apiKeyEnv: string;
+      apiKey: string | undefined;
+    }
+  );
+
+/** A provider and the name it gives the model. */
+export interface Route {
+  provider: ProviderConfig;
+  upstreamModel: string;
+}
+
+export interface Model {
+  id: string;
+  provider: ProviderConfig;
+  upstreamModel: string;
+  /** Tried in order after `provider`, for failures before any byte reached the client. */
+  fallbacks: Route[];
+  inputPrice: PicosPerToken;
+  outputPrice: PicosPerToken;
+  /** Prices as written in the catalog, for display. */
+  inputUsdPerMTok: string;
+  outputUsdPerMTok: string;
+  contextTokens: number;
+  maxOutputTokens: number;
+}
+
+export interface Catalog {
+  models: Model[];
+  get(id: string): Model | undefined;
+}
+
+export class CatalogError extends Error {}
+
+/** Validates a parsed catalog file; the error names the offending field. */
+export function buildCatalog(raw: unknown, env: Record<string, string | undefined>): Catalog {
+  const parsed = CatalogFileSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const where = issue.path.length ? issue.path.join(".") : "(root)";
+    throw new CatalogError(`catalog field ${where}: ${issue.message}`);
+  }
+  const providers = new Map<string, ProviderConfig>();
+  for (const [name, p] of Object.entries(parsed.data.providers)) {
+    providers.set(name, toProvider(name, p, env));
+  }
+
+  const byId = new Map<string, Model>();
+  parsed.data.models.forEach((m, i) => {
+    const provider = providers.get(m.provider);
+    if (!provider) {
+      throw new CatalogError(
+        `catalog field models.${i}.provider: unknown provider "${m.provider}"`,
+      );
+    }
+    if (byId.has(m.id)) {
+      throw new CatalogError(`catalog field models.${i}.id: duplicate model "${m.id}"`);
+    }
+    if (m.max_output_tokens > m.context_tokens) {
+      throw new CatalogError(
+        `catalog field models.${i}.max_output_tokens: larger than context_tokens`,
+      );
+    }
+    const fallbacks = (m.fallbacks ?? []).map((f, j) => {
+      const fallback = providers.get(f.provider);
+      if (!fallback) {
+        throw new CatalogError(
+          `catalog field models.${i}.fallbacks.${j}.provider: unknown provider "${f.provider}"`,
+        );
+      }
+      return { provider: fallback, upstreamModel: f.upstream_model };
+    });
+    byId.set(m.id, {
+      id: m.id,
+      provider,
+      upstreamModel: m.upstream_model,
+      fallbacks,
+      inputPrice: parsePricePerMTok(m.input_usd_per_mtok),
+      outputPrice: parsePricePerMTok(m.output_usd_per_mtok),
+      inputUsdPerMTok: m.input_usd_per_mtok,
+      outputUsdPerMTok: m.output_usd_per_mtok,
+      contextTokens: m.context_tokens,
+      maxOutputTokens: m.max_output_tokens,
+    });
+  });
+  const models = [...byId.values()];
+  return { models, get: (id) => byId.get(id) };
+}
+
+function toProvider(
+  name: string,
+  p: ProviderFile,
+  env: Record<string, string | undefined>,
+): ProviderConfig {
+  if (p.kind === "simulator") {
+    return { name, kind: "simulator", tokenDelayMs: p.token_delay_ms ?? 0 };
+  }
+  return {
+    name,
+    kind: p.kind,
+    baseUrl: p.base_url.replace(/\/+$/, ""),
+    apiKeyEnv: p.api_key_env,
+    apiKey: env[p.api_key_env] || undefined,
+    timeoutMs: p.timeout_ms,
+  };
+}
+
+export async function loadCatalogFile(
+  path: string,
+  env: Record<string, string | undefined>,
+): Promise<Catalog> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch (err) {
+    throw new CatalogError(`cannot read catalog file ${path}: ${(err as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new CatalogError(`catalog file ${path} is not valid JSON: ${(err as Error).message}`);
+  }
+  try {
+    return buildCatalog(raw, env);
+  } catch (err) {
+    if (err instanceof CatalogError) throw new CatalogError(`${path}: ${err.message}`);
+    throw err;
+  }
+}

@@ -1,0 +1,104 @@
+import { z } from "zod";
+
+/** Process configuration read once from the environment. */
+export interface Config {
+  port: number;
+  kvPath: string | undefined;
+  modelsFile: string;
+  publicUrl: string;
+  reservationTtlSeconds: number;
+  rateLimitRpm: number;
+  rateLimitTpm: number;
+  maxBodyBytes: number;
+  upstreamTimeoutMs: number;
+  /** Stripe Checkout for top-ups; both are set or neither. */
+  stripeSecretKey: string | undefined;
+  stripeWebhookSecret: string | undefined;
+  /** "dev": the explicit opt-in to the test checkout (no real money) outside `deno task dev`. */
+  payments: "dev" | undefined;
+  /** Bearer token of GET /metrics; unset, the endpoint does not exist (404). */
+  metricsToken: string | undefined;
+  /** How long in-flight requests may run after SIGTERM/SIGINT before the process exits anyway. */
+  shutdownGraceMs: number;
+  env: Record<string, string | undefined>;
+}
+
+const positiveInt = (fallback: number) =>
+  z.string().optional().transform((v, ctx) => {
+    if (v === undefined || v === "") return fallback;
+    const n = Number(v);
+    if (!Number.isSafeInteger(n) || n <= 0) {
+      ctx.addIssue({
+        code: "custom",
+        message: `must be a positive integer, got ${JSON.stringify(v)}`,
+      });
+      return z.NEVER;
+    }
+    return n;
+  });
+
+/** 0 asks the OS for a free port (tests); the listening log line says which. */
+const port = z.string().optional().transform((v, ctx) => {
+  if (v === undefined || v === "") return 8000;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < 0 || n > 65535) {
+    ctx.addIssue({ code: "custom", message: `must be a port number, got ${JSON.stringify(v)}` });
+    return z.NEVER;
+  }
+  return n;
+});
+
+const EnvSchema = z.object({
+  PORT: port,
+  KV_PATH: z.string().optional(),
+  MODELS_FILE: z.string().optional(),
+  PUBLIC_URL: z.url().optional(),
+  RESERVATION_TTL_SECONDS: positiveInt(600),
+  RATE_LIMIT_RPM: positiveInt(600),
+  RATE_LIMIT_TPM: positiveInt(2_000_000),
+  MAX_BODY_BYTES: positiveInt(4 * 1024 * 1024),
+  UPSTREAM_TIMEOUT_MS: positiveInt(60_000),
+  STRIPE_SECRET_KEY: z.string().optional(),
+  STRIPE_WEBHOOK_SECRET: z.string().optional(),
+  PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
+  METRICS_TOKEN: z.string().optional(),
+  SHUTDOWN_GRACE_MS: positiveInt(10_000),
+});
+
+export const DEFAULT_MODELS_FILE = new URL("../../config/models.json", import.meta.url).pathname;
+
+export class ConfigError extends Error {}
+
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  const parsed = EnvSchema.safeParse(env);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new ConfigError(`environment variable ${issue.path.join(".")}: ${issue.message}`);
+  }
+  const e = parsed.data;
+  const stripeSecretKey = e.STRIPE_SECRET_KEY || undefined;
+  const stripeWebhookSecret = e.STRIPE_WEBHOOK_SECRET || undefined;
+  if (Boolean(stripeSecretKey) !== Boolean(stripeWebhookSecret)) {
+    // A key without the secret takes money that no webhook can credit; refuse to start instead.
+    throw new ConfigError(
+      "environment variables STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET: set both or neither",
+    );
+  }
+  return {
+    port: e.PORT,
+    kvPath: e.KV_PATH,
+    modelsFile: e.MODELS_FILE ?? DEFAULT_MODELS_FILE,
+    publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ""),
+    reservationTtlSeconds: e.RESERVATION_TTL_SECONDS,
+    rateLimitRpm: e.RATE_LIMIT_RPM,
+    rateLimitTpm: e.RATE_LIMIT_TPM,
+    maxBodyBytes: e.MAX_BODY_BYTES,
+    upstreamTimeoutMs: e.UPSTREAM_TIMEOUT_MS,
+    stripeSecretKey,
+    stripeWebhookSecret,
+    payments: e.PAYMENTS,
+    metricsToken: e.METRICS_TOKEN || undefined,
+    shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
+    env,
+  };
+}

@@ -1,0 +1,180 @@
+/**
+ * Every error code the API can return, with its status and type. The error page and the OpenAPI
+ * document are generated from this table, so a code cannot exist without its documentation.
+ */
+export const ERROR_CODES = {
+  invalid_json: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "Body is not a JSON object",
+    cause: "The request body could not be parsed as JSON, or it is JSON but not an object.",
+    fix: "Send a JSON object with `Content-Type: application/json`.",
+  },
+  missing_parameter: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "A required field is missing",
+    cause: "`model` or `messages` is absent. `param` names the missing field.",
+    fix: "Add the field named in `param`.",
+  },
+  invalid_parameter: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "A field has the wrong type or value",
+    cause:
+      "A field is present but invalid: a role other than system, user or assistant, empty `messages`, a non-integer or out-of-range `max_tokens`, a prompt plus `max_tokens` larger than the tokens-per-minute limit (waiting would never help), and so on. `param` is the path of the field, such as `messages[2].role`.",
+    fix: "Correct the field named in `param`; the message says what is allowed.",
+  },
+  model_not_found: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "Unknown model",
+    cause: "`model` is not on the curated list.",
+    fix: "Use a model ID from the models page, of the form `<provider>/<model_name>`.",
+  },
+  unsupported_version: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "Unsupported API version",
+    cause: "The `Tollbooth-Version` request header names a version this service does not serve.",
+    fix: "Omit the header, or send `2026-07-29`, the current and only version.",
+  },
+  request_too_large: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "Request body too large",
+    cause: "The request body is larger than the documented limit (4 MiB by default).",
+    fix: "Send a shorter conversation.",
+  },
+  context_length_exceeded: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "Prompt too long for the model",
+    cause:
+      "The prompt plus `max_tokens` does not fit the model's context window, or the provider said the prompt is too long. Nothing was charged.",
+    fix: "Shorten the conversation or lower `max_tokens`.",
+  },
+  upstream_rejected: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "The provider rejected the request",
+    cause:
+      "The model's provider refused the request as invalid; the message quotes its reason. Nothing was charged.",
+    fix:
+      "Correct the request as the message says (often a passed-through field the model does not support).",
+  },
+  invalid_api_key: {
+    status: 401,
+    type: "authentication_error",
+    title: "Invalid API key",
+    cause: "The `Authorization` header is missing or malformed, or the key is unknown or revoked.",
+    fix: "Send `Authorization: Bearer <API_KEY>` with a live key from the dashboard.",
+  },
+  insufficient_credits: {
+    status: 402,
+    type: "insufficient_credits",
+    title: "Insufficient credits",
+    cause:
+      "The app's wallet cannot cover the reservation of this request: the prompt plus `max_tokens` of output at the model's prices. `balance` is the current balance.",
+    fix: "Send your user to `top_up_url`, or lower `max_tokens` so that the reservation fits.",
+  },
+  rate_limit_exceeded: {
+    status: 429,
+    type: "rate_limit_error",
+    title: "Rate limit exceeded",
+    cause:
+      "This API key or its app has used its requests or tokens per minute (the tighter of the two limits applies). A request counts its prompt plus `max_tokens` when it starts, corrected to the tokens actually used when it ends. Nothing was reserved, charged or counted for the refused request; a 429 is about time, a 402 about money, and rate is checked first.",
+    fix:
+      "Wait the number of seconds in `Retry-After`, then retry (the official OpenAI clients do this by themselves). Pace requests with the `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` headers; a lower `max_tokens` counts fewer tokens.",
+  },
+  upstream_rate_limited: {
+    status: 429,
+    type: "rate_limit_error",
+    title: "The provider is rate limiting",
+    cause:
+      "The model's provider answered 429 to us. This is not your app's limit. Nothing was charged.",
+    fix: "Wait the number of seconds in `Retry-After`, or use another model.",
+  },
+  not_found: {
+    status: 404,
+    type: "invalid_request_error",
+    title: "No such endpoint",
+    cause:
+      "The path or method does not exist. The only endpoint today is `POST /v1/chat/completions`.",
+    fix: "Check the path and method.",
+  },
+  provider_unreachable: {
+    status: 502,
+    type: "api_error",
+    title: "Upstream provider unreachable",
+    cause:
+      "The model's provider (and each of its fallbacks) refused the connection, failed DNS or TLS, did not answer within its timeout, answered 5xx, refused our credentials, or sent malformed data before the response began. Nothing was charged.",
+    fix: "Retry later, or use another model.",
+  },
+  stream_interrupted: {
+    status: 502,
+    type: "api_error",
+    title: "The provider's stream broke off",
+    cause:
+      "Sent only as the last event of a stream that had already begun (the HTTP status was 200): the provider cut the stream, stalled longer than the timeout, sent an error event or malformed data. There is no `[DONE]`. The tokens produced before the cut are charged, counted by us when the provider gave no usage.",
+    fix:
+      "Keep what arrived or retry the request; ask for `stream_options.include_usage` to see the exact charge in the usage chunk before this event.",
+  },
+  internal_error: {
+    status: 500,
+    type: "api_error",
+    title: "Internal error",
+    cause:
+      "An unexpected error on our side. Nothing was charged for a request that did not complete.",
+    fix: "Retry; if it persists, contact support with the `Tollbooth-Request-Id`.",
+  },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** An error meant for the client, in the spec's error shape. */
+export class ApiError extends Error {
+  readonly code: ErrorCode;
+  readonly param?: string;
+  readonly extra: Record<string, string>;
+  readonly headers: Record<string, string>;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options: { param?: string; extra?: Record<string, string>; headers?: Record<string, string> } =
+      {},
+  ) {
+    super(message);
+    this.code = code;
+    this.param = options.param;
+    this.extra = options.extra ?? {};
+    this.headers = options.headers ?? {};
+  }
+
+  get status(): number {
+    return ERROR_CODES[this.code].status;
+  }
+
+  body(docsBaseUrl: string) {
+    return errorBody(this.code, this.message, docsBaseUrl, {
+      param: this.param,
+      extra: this.extra,
+    });
+  }
+}
+
+export function errorBody(
+  code: ErrorCode,
+  message: string,
+  docsBaseUrl: string,
+  options: { param?: string; extra?: Record<string, string> } = {},
+) {
+  const error: Record<string, string> = { type: ERROR_CODES[code].type, code, message };
+  if (options.param !== undefined) error.param = options.param;
+  error.doc_url = `${docsBaseUrl}/docs/errors#${code}`;
+  return { error: { ...error, ...options.extra } };
+}
+
+/** A record the caller named does not exist (an app, a key); routes turn it into their own 404. */
+export class NotFoundError extends Error {}

@@ -1,0 +1,80 @@
+export type Logger = (fields: Record<string, unknown>) => void;
+
+/** One JSON object per line on stdout: what log shippers and `jq` read. */
+export const jsonLogger: Logger = (fields) => {
+  console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", ...fields }));
+};
+
+/**
+ * The one line written per request (`event: "request"`), with the same fields every time (null when
+ * they do not apply), so that log queries and the metrics read one stable shape. Amounts are micro-USD.
+ * Never carries the API key, only its id. Fields other modules add to the trace are kept as well.
+ */
+export type RequestLogLine = {
+  event: "request";
+  requestId: string;
+  method: string;
+  path: string;
+  status: number;
+  errorCode: string | null;
+  appId: string | null;
+  keyId: string | null;
+  model: string | null;
+  provider: string | null;
+  streamed: boolean | null;
+  promptTokens: number | null;
+  completionTokens: number | null;
+  reserved: number | null;
+  cost: number | null;
+  outcome: string | null;
+  upstreamFailure: string | null;
+  totalMs: number;
+  upstreamMs: number | null;
+};
+
+/** What a request's handlers learned about it, for its log line (the gateway fills in most). */
+export interface TraceFields {
+  appId?: string;
+  keyId?: string;
+  model?: string;
+  provider?: string;
+  streamed?: boolean;
+  promptTokens?: number;
+  completionTokens?: number;
+  cost?: number;
+  reserved?: number;
+  upstreamMs?: number;
+  outcome?: string;
+  upstreamFailure?: string;
+  errorCode?: string;
+}
+
+const tenths = (ms: number) => Math.round(ms * 10) / 10;
+
+export function requestLogLine(
+  request: { requestId: string; method: string; path: string; status: number; totalMs: number },
+  trace: TraceFields,
+): RequestLogLine {
+  return {
+    ...trace,
+    event: "request",
+    requestId: request.requestId,
+    method: request.method,
+    path: request.path,
+    status: request.status,
+    errorCode: trace.errorCode ?? null,
+    appId: trace.appId ?? null,
+    keyId: trace.keyId ?? null,
+    model: trace.model ?? null,
+    provider: trace.provider ?? null,
+    streamed: trace.streamed ?? null,
+    promptTokens: trace.promptTokens ?? null,
+    completionTokens: trace.completionTokens ?? null,
+    reserved: trace.reserved ?? null,
+    cost: trace.cost ?? null,
+    outcome: trace.outcome ?? null,
+    upstreamFailure: trace.upstreamFailure ?? null,
+    totalMs: tenths(request.totalMs),
+    upstreamMs: trace.upstreamMs === undefined ? null : tenths(trace.upstreamMs),
+  };
+}

@@ -1,0 +1,12 @@
+/** Core: money, ids, errors, secrets, the KV handle, config and logging; depends on nothing of ours. */
+export { ConfigError, loadConfig } from "./config.ts";
+export type { Config } from "./config.ts";
+export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";
+export type { ErrorCode } from "./errors.ts";
+export { newId, newRequestId, randomToken } from "./ids.ts";
+export { openKv } from "./kv.ts";
+export { jsonLogger, requestLogLine } from "./log.ts";
+export type { Logger, RequestLogLine, TraceFields } from "./log.ts";
+export { formatUsd, parsePricePerMTok, parseUsd, tokensCost } from "./money.ts";
+export type { Micros, PicosPerToken } from "./money.ts";
+export { sha256Hex, timingSafeEqualStrings } from "./secrets.ts";

@@ -1,0 +1,4 @@
+/** Operations: metrics and the OpenAPI document. */
+export { PROMETHEUS_CONTENT_TYPE } from "./metrics.ts";
+export { openApiDocument, RATE_LIMIT_HEADERS } from "./openapi.ts";
+export { ServiceMetrics } from "./service_metrics.ts";

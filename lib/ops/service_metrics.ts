@@ -1,0 +1,127 @@
+/**
+ * Tollbooth's Prometheus metrics. Request metrics are fed by the per-request log line, so the logs
+ * and the metrics cannot disagree; the reservation gauges are read from KV at scrape time, so they
+ * are the same on every instance; the wallet group-commit counters are this process's own.
+ */
+import { keys, type ReservationRecord } from "@/lib/db.ts";
+import type { RequestLogLine } from "@/lib/core/mod.ts";
+import { Registry } from "./metrics.ts";
+import type { WalletStats } from "@/lib/billing/mod.ts";
+
+const LATENCY_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** An operator endpoint must stay cheap: past this many holds the scan stops and says so. */
+export const RESERVATION_SCAN_LIMIT = 10_000;
+
+export class ServiceMetrics {
+  readonly #registry = new Registry();
+  readonly #http = this.#registry.counter(
+    "tollbooth_http_requests_total",
+    "HTTP requests answered, by status code.",
+  );
+  readonly #chat = this.#registry.counter(
+    "tollbooth_chat_completions_total",
+    "Chat completion requests by model (none when it was not resolved), status and streaming.",
+  );
+  readonly #duration = this.#registry.histogram(
+    "tollbooth_chat_completion_duration_seconds",
+    "Total time of a chat completion request, to the end of its stream, by model and streaming.",
+    LATENCY_BUCKETS_S,
+  );
+  readonly #upstream = this.#registry.histogram(
+    "tollbooth_upstream_duration_seconds",
+    "Time until the upstream provider answered (a whole completion, or a stream's first byte).",
+    LATENCY_BUCKETS_S,
+  );
+  readonly #upstreamFailures = this.#registry.counter(
+    "tollbooth_upstream_failures_total",
+    "Upstream provider failures by provider and kind (timeout, unreachable, server_error, stream_cut, ...).",
+  );
+  readonly #tokens = this.#registry.counter(
+    "tollbooth_tokens_total",
+    "Tokens billed, by model and kind (prompt or completion).",
+  );
+  readonly #charged = this.#registry.counter(
+    "tollbooth_charged_micro_usd_total",
+    "Micro-USD taken from wallets for settled requests, by model.",
+  );
+  readonly #outstanding = this.#registry.gauge(
+    "tollbooth_reservations_outstanding",
+    "Holds not yet settled or released, over all instances (read from KV).",
+  );
+  readonly #outstandingAmount = this.#registry.gauge(
+    "tollbooth_reservations_outstanding_micro_usd",
+    "Micro-USD held by outstanding reservations, over all instances (read from KV).",
+  );
+  readonly #expired = this.#registry.gauge(
+    "tollbooth_reservations_expired",
+    "Outstanding holds whose lease has run out, waiting for the sweeper.",
+  );
+  readonly #truncated = this.#registry.gauge(
+    "tollbooth_reservations_scan_truncated",
+    `1 when more than ${RESERVATION_SCAN_LIMIT} holds exist and the reservation gauges are lower bounds.`,
+  );
+
+  constructor(walletStats: WalletStats, startedAt = Date.now()) {
+    const stat = (name: keyof WalletStats, help: string) =>
+      this.#registry.sampled(
+        `tollbooth_wallet_${name.replace(/[A-Z]/g, (c) => "_" + c.toLowerCase())}_total`,
+        help,
+        "counter",
+        () => [{ value: walletStats[name] }],
+      );
+    stat("commits", "Wallet group commits that succeeded in this process.");
+    stat("conflicts", "Wallet commits that failed their versionstamp check and were retried.");
+    stat("unknownOutcomes", "Wallet commits whose outcome was unknown and was read back.");
+    stat("opsCommitted", "Wallet operations (reserve, settle, release, renew, credit) committed.");
+    this.#registry.sampled(
+      "tollbooth_process_start_time_seconds",
+      "Start time of this process since the Unix epoch.",
+      "gauge",
+      () => [{ value: Math.floor(startedAt / 1000) }],
+    );
+  }
+
+  /** Counts one finished request from its log line. */
+  observeRequest(line: RequestLogLine) {
+    this.#http.inc({ status: String(line.status) });
+    if (line.path !== "/v1/chat/completions") return;
+    const model = line.model ?? "none";
+    const streamed = String(line.streamed ?? false);
+    this.#chat.inc({ model, status: String(line.status), streamed });
+    this.#duration.observe(line.totalMs / 1000, { model, streamed });
+    if (line.upstreamMs !== null && line.provider !== null) {
+      this.#upstream.observe(line.upstreamMs / 1000, { provider: line.provider, model });
+    }
+    if (line.upstreamFailure !== null) {
+      this.#upstreamFailures.inc({ provider: line.provider ?? "none", kind: line.upstreamFailure });
+    }
+    if (line.promptTokens !== null) this.#tokens.inc({ model, kind: "prompt" }, line.promptTokens);
+    if (line.completionTokens !== null) {
+      this.#tokens.inc({ model, kind: "completion" }, line.completionTokens);
+    }
+    if (line.cost) this.#charged.inc({ model }, line.cost);
+  }
+
+  /** Reads the shared gauges from KV, then renders every family. */
+  async scrape(kv: Deno.Kv, now = Date.now()): Promise<string> {
+    let count = 0, amount = 0, expired = 0, truncated = 0;
+    const holds = kv.list<ReservationRecord>({ prefix: keys.allReservations() }, {
+      limit: RESERVATION_SCAN_LIMIT + 1,
+      batchSize: 500,
+    });
+    for await (const entry of holds) {
+      if (count === RESERVATION_SCAN_LIMIT) {
+        truncated = 1;
+        break;
+      }
+      count++;
+      amount += entry.value.amount;
+      if (entry.value.leaseUntil <= now) expired++;
+    }
+    this.#outstanding.set(count);
+    this.#outstandingAmount.set(amount);
+    this.#expired.set(expired);
+    this.#truncated.set(truncated);
+    return this.#registry.render();
+  }
+}

@@ -1,0 +1,22 @@
+/** Payments: the hosted top-up page, Stripe Checkout and the webhook that credits a purchase. */
+export { FormTokens } from "./form_tokens.ts";
+export {
+  confirmCheckoutSession,
+  createCheckoutSession,
+  createStripeClient,
+  handleStripeEvent,
+} from "./stripe_checkout.ts";
+export type { Stripe } from "./stripe_checkout.ts";
+export {
+  createDevPurchase,
+  creditTopUp,
+  findAppByTopUpToken,
+  findDevPurchase,
+  findTopUpEntry,
+  paymentMode,
+  paymentSourceOf,
+  TOP_UP_AMOUNTS_USD,
+  topUpAmountOfChoice,
+  updateTopUpSettings,
+} from "./top_up.ts";
+export type { PaymentMode } from "./top_up.ts";

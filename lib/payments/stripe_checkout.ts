@@ -1,0 +1,197 @@
+/**
+ * Top-ups paid through Stripe Checkout: one Checkout Session per purchase, with the price fixed
+ * here; and the fulfilment shared by the webhook and the receipt page, which credits a paid session
+ * exactly once and only for the amount our own metadata and Stripe's total agree on.
+ */
+import Stripe from "stripe";
+import type { AppRecord, LedgerEntry } from "@/lib/db.ts";
+import { formatUsd, type Logger, type Micros } from "@/lib/core/mod.ts";
+import {
+  centsToMicros,
+  creditTopUp,
+  findTopUpEntry,
+  isTopUpAmount,
+  microsToCents,
+} from "./top_up.ts";
+import { WalletNotFoundError, type Wallets } from "@/lib/billing/mod.ts";
+
+export type { Stripe };
+export type CheckoutSession = Stripe.Checkout.Session;
+
+/** A Stripe client on the fetch HTTP client; `api` points it elsewhere (a local fake in tests). */
+export function createStripeClient(
+  secretKey: string,
+  api?: { host: string; port: number; protocol: "http" | "https" },
+): Stripe {
+  return new Stripe(secretKey, {
+    httpClient: Stripe.createFetchHttpClient(),
+    maxNetworkRetries: 2,
+    timeout: 20_000,
+    ...api,
+  });
+}
+
+export interface CheckoutInput {
+  app: AppRecord;
+  amount: Micros;
+  successUrl: string;
+  cancelUrl: string;
+  /** The same form posted twice opens the same session instead of a second one. */
+  idempotencyKey: string;
+}
+
+export async function createCheckoutSession(
+  stripe: Stripe,
+  input: CheckoutInput,
+): Promise<{ id: string; url: string }> {
+  const { app, amount } = input;
+  if (!isTopUpAmount(amount)) throw new RangeError(`${amount} micro-USD is not a top-up amount`);
+  const usd = formatUsd(amount).replace(/\.0+$/, "");
+  const session = await stripe.checkout.sessions.create({
+    mode: "payment",
+    submit_type: "pay",
+    client_reference_id: app.id,
+    line_items: [{
+      quantity: 1,
+      price_data: {
+        currency: "usd",
+        unit_amount: microsToCents(amount),
+        product_data: {
+          name: `${app.name} credits — ${usd} USD`,
+          description: `One-time purchase: ${usd} USD of credits for ${app.name}, no fees.`,
+        },
+      },
+    }],
+    metadata: { app_id: app.id, amount_micros: String(amount), top_up_token: app.topUpToken },
+    payment_intent_data: {
+      description: `${app.name} credits — ${usd} USD`,
+      metadata: { app_id: app.id, amount_micros: String(amount) },
+    },
+    success_url: input.successUrl,
+    cancel_url: input.cancelUrl,
+  }, { idempotencyKey: input.idempotencyKey });
+  if (!session.url) throw new Error(`Checkout Session ${session.id} has no url`);
+  return { id: session.id, url: session.url };
+}
+
+export type FulfilOutcome =
+  | { status: "credited"; entry: LedgerEntry; appId: string }
+  | { status: "already_credited"; appId: string }
+  | { status: "not_paid"; appId: string | null }
+  | { status: "not_ours" }
+  | { status: "refused"; reason: string; appId: string | null };
+
+/**
+ * Credits a Checkout Session if it is paid and its amounts agree; safe to call any number of times,
+ * from any process, in any order (the marker is the session id).
+ */
+export async function fulfilCheckoutSession(
+  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger },
+  session: CheckoutSession,
+): Promise<FulfilOutcome> {
+  const appId = session.metadata?.app_id ?? null;
+  const refuse = (reason: string): FulfilOutcome => {
+    deps.log({
+      level: "error",
+      event: "top_up_refused",
+      reason,
+      sessionId: session.id,
+      appId,
+      amountTotal: session.amount_total,
+      currency: session.currency,
+      metadata: session.metadata,
+    });
+    return { status: "refused", reason, appId };
+  };
+  if (!session.metadata?.app_id && !session.metadata?.amount_micros) {
+    // Signed by Stripe but not opened by this service (another product on the same account).
+    deps.log({ level: "warn", event: "checkout_session_not_ours", sessionId: session.id });
+    return { status: "not_ours" };
+  }
+  if (session.mode !== "payment") return refuse("the session is not a one-time payment");
+  if (!appId || session.client_reference_id !== appId) {
+    return refuse("the session's app_id and client_reference_id disagree or are missing");
+  }
+  if (session.payment_status !== "paid") return { status: "not_paid", appId };
+  const claimed = session.metadata?.amount_micros ?? "";
+  const amount = /^[0-9]{1,12}$/.test(claimed) ? Number(claimed) : NaN;
+  if (!isTopUpAmount(amount)) return refuse(`amount_micros ${claimed} is not a top-up amount`);
+  if (session.currency !== "usd" || session.amount_total === null) {
+    return refuse("the session is not in USD");
+  }
+  if (centsToMicros(session.amount_total) !== amount) {
+    return refuse(`amount_total ${session.amount_total} cents does not match ${claimed} micro-USD`);
+  }
+  try {
+    const result = await creditTopUp(deps.wallets, appId, {
+      source: "stripe",
+      reference: session.id,
+      amount,
+    });
+    if (!result.credited) return { status: "already_credited", appId };
+    deps.log({
+      event: "top_up_credited",
+      appId,
+      sessionId: session.id,
+      amount: formatUsd(amount),
+      balance: formatUsd(result.available),
+    });
+    return { status: "credited", entry: result.entry, appId };
+  } catch (error) {
+    if (error instanceof WalletNotFoundError) {
+      return refuse(`no wallet for app ${appId}`);
+    }
+    throw error;
+  }
+}
+
+/** The events that can complete a payment; everything else is acknowledged and ignored. */
+const FULFILLING_EVENTS = new Set([
+  "checkout.session.completed",
+  "checkout.session.async_payment_succeeded",
+]);
+
+export async function handleStripeEvent(
+  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger },
+  event: Stripe.Event,
+): Promise<FulfilOutcome | { status: "ignored" }> {
+  if (!FULFILLING_EVENTS.has(event.type)) return { status: "ignored" };
+  const session = event.data.object as CheckoutSession;
+  if (session.object !== "checkout.session") return { status: "ignored" };
+  return await fulfilCheckoutSession(deps, session);
+}
+
+/** Receipt lookup for a session: our ledger entry when credited, else Stripe's word on it. */
+export async function confirmCheckoutSession(
+  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger; stripe: Stripe },
+  app: AppRecord,
+  sessionId: string,
+): Promise<
+  | { status: "credited"; entry: LedgerEntry }
+  | { status: "processing" }
+  | { status: "unpaid" }
+  | { status: "unknown" }
+> {
+  const credited = await findTopUpEntry(deps.kv, app.id, "stripe", sessionId);
+  if (credited) return { status: "credited", entry: credited };
+  let session: CheckoutSession;
+  try {
+    session = await deps.stripe.checkout.sessions.retrieve(sessionId);
+  } catch (error) {
+    if (error instanceof Stripe.errors.StripeInvalidRequestError && error.statusCode === 404) {
+      return { status: "unknown" };
+    }
+    deps.log({ level: "warn", event: "checkout_lookup_failed", sessionId, error: String(error) });
+    return { status: "processing" };
+  }
+  if (session.metadata?.app_id !== app.id) return { status: "unknown" };
+  // Stripe advises fulfilling on the landing page too: the webhook may be late or misconfigured.
+  const outcome = await fulfilCheckoutSession(deps, session);
+  if (outcome.status === "credited") return { status: "credited", entry: outcome.entry };
+  if (outcome.status === "already_credited") {
+    const entry = await findTopUpEntry(deps.kv, app.id, "stripe", sessionId);
+    if (entry) return { status: "credited", entry };
+  }
+  if (outcome.status === "refused" || outcome.status === "not_ours") return { status: "unknown" };
+  return session.status === "complete" ? { status: "processing" } : { status: "unpaid" };
+}

@@ -1,0 +1,190 @@
+import { newId, NotFoundError, randomToken, sha256Hex } from "@/lib/core/mod.ts";
+import { type ApiKeyHashEntry, type ApiKeyRecord, keys } from "@/lib/db.ts";
+
+/**
+ * A key's hash-index entry as a caller last saw it. The wallet's reserve commit checks it, so a key
+ * revoked anywhere fails its next request at no extra read; updated in place when a batch finds the
+ * entry rewritten but still there.
+ */
+export interface KeyGuard {
+  key: Deno.KvKey;
+  versionstamp: string;
+}
+
+const KEY_PREFIX = "tb_";
+/** 36 base-36 characters: 186 bits from the CSPRNG. */
+const KEY_BODY_LENGTH = 36;
+const KEY_PATTERN = /^tb_[0-9a-z]{36}$/;
+const DISPLAY_PREFIX_LENGTH = 8;
+
+export interface IssuedKey {
+  record: ApiKeyRecord;
+  /** The raw key: returned once, never stored. */
+  apiKey: string;
+}
+
+export function generateRawKey(): string {
+  return KEY_PREFIX + randomToken(186).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
+}
+
+/** A key record and the writes that store it with its indexes (for use inside an atomic op). */
+export function prepareKey(appId: string, name: string, now = Date.now()) {
+  const apiKey = generateRawKey();
+  const record: ApiKeyRecord = {
+    id: newId("key", now),
+    appId,
+    name,
+    prefix: apiKey.slice(0, DISPLAY_PREFIX_LENGTH),
+    hash: sha256Hex(apiKey),
+    createdAt: now,
+    revokedAt: null,
+  };
+  const write = (atomic: Deno.AtomicOperation) =>
+    atomic
+      .check({ key: keys.apiKeyByHash(record.hash), versionstamp: null })
+      .set(keys.apiKey(record.id), record)
+      .set(keys.apiKeyByHash(record.hash), { keyId: record.id, appId } satisfies ApiKeyHashEntry)
+      .set(keys.appApiKey(appId, record.id), true);
+  return { issued: { record, apiKey } satisfies IssuedKey, write };
+}
+
+export async function issueKey(kv: Deno.Kv, appId: string, name = "default"): Promise<IssuedKey> {
+  const app = await kv.get(keys.app(appId));
+  if (app.versionstamp === null) throw new NotFoundError(`no app ${appId}`);
+  const { issued, write } = prepareKey(appId, name);
+  const result = await write(kv.atomic().check(app)).commit();
+  if (!result.ok) throw new Error("key issue conflicted; try again");
+  return issued;
+}
+
+/** Resolves a raw bearer key to its key and app, or null when it is malformed, unknown or revoked. */
+export async function authenticateKey(
+  kv: Deno.Kv,
+  rawKey: string,
+): Promise<ApiKeyHashEntry | null> {
+  if (!KEY_PATTERN.test(rawKey)) return null;
+  const entry = await kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(sha256Hex(rawKey)));
+  return entry.value;
+}
+
+/** A key that authenticated, with the index entry that must still exist when it is charged. */
+export interface AuthenticatedKey extends ApiKeyHashEntry {
+  hash: string;
+  keyGuard: KeyGuard;
+  /** True when it came from the cache, so it was not re-read for this request. */
+  cached: boolean;
+}
+
+/**
+ * Known keys in memory, so a request pays no KV read to authenticate. Revocation anywhere deletes
+ * the key's hash index entry; every reserve checks that entry's versionstamp in its commit (see
+ * `ReserveInput.keyGuard`), so a revoked key fails its next paid request on every instance, and is
+ * then dropped from here. Unknown keys are never cached: a key issued elsewhere works at once.
+ */
+export class KeyCache {
+  readonly #kv: Deno.Kv;
+  readonly #maxEntries: number;
+  readonly #entries = new Map<string, Omit<AuthenticatedKey, "cached">>();
+
+  constructor(kv: Deno.Kv, maxEntries = 10_000) {
+    this.#kv = kv;
+    this.#maxEntries = maxEntries;
+  }
+
+  async authenticate(rawKey: string): Promise<AuthenticatedKey | null> {
+    if (!KEY_PATTERN.test(rawKey)) return null;
+    const hash = sha256Hex(rawKey);
+    const hit = this.#entries.get(hash);
+    if (hit) return { ...hit, cached: true };
+    const entry = await this.#kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(hash));
+    if (!entry.value || !entry.versionstamp) return null;
+    const found = {
+      keyId: entry.value.keyId,
+      appId: entry.value.appId,
+      hash,
+      keyGuard: { key: entry.key, versionstamp: entry.versionstamp },
+    };
+    if (this.#entries.size >= this.#maxEntries) {
+      this.#entries.delete(this.#entries.keys().next().value!);
+    }
+    this.#entries.set(hash, found);
+    return { ...found, cached: false };
+  }
+
+  /** True when the key behind a cached authentication still exists (one read). */
+  async stillValid(key: AuthenticatedKey): Promise<boolean> {
+    const entry = await this.#kv.get(key.keyGuard.key);
+    if (entry.versionstamp === null) this.forget(key.hash);
+    return entry.versionstamp !== null;
+  }
+
+  forget(hash: string): void {
+    this.#entries.delete(hash);
+  }
+}
+
+/** Revokes a key: its hash index is removed in the same commit, so the next request fails. */
+export async function revokeKey(
+  kv: Deno.Kv,
+  keyId: string,
+  now = Date.now(),
+): Promise<ApiKeyRecord> {
+  for (;;) {
+    const entry = await kv.get<ApiKeyRecord>(keys.apiKey(keyId));
+    if (!entry.value) throw new NotFoundError(`no key ${keyId}`);
+    if (entry.value.revokedAt !== null) return entry.value;
+    const revoked = { ...entry.value, revokedAt: now };
+    const result = await kv.atomic()
+      .check(entry)
+      .set(keys.apiKey(keyId), revoked)
+      .delete(keys.apiKeyByHash(revoked.hash))
+      .commit();
+    if (result.ok) return revoked;
+  }
+}
+
+export async function listAppKeys(kv: Deno.Kv, appId: string) {
+  const ids: string[] = [];
+  for await (const entry of kv.list({ prefix: keys.appApiKeys(appId) })) {
+    ids.push(String(entry.key[2]));
+  }
+  const out: (ApiKeyRecord & { lastUsedAt: number | null })[] = [];
+  for (let i = 0; i < ids.length; i += 5) {
+    const chunk = ids.slice(i, i + 5);
+    const entries = await kv.getMany<unknown[]>(
+      chunk.flatMap((id) => [keys.apiKey(id), keys.apiKeyLastUsed(id)]),
+    );
+    chunk.forEach((_, j) => {
+      const record = entries[2 * j].value as ApiKeyRecord | null;
+      if (record) {
+        out.push({ ...record, lastUsedAt: (entries[2 * j + 1].value as number | null) ?? null });
+      }
+    });
+  }
+  return out;
+}
+
+/**
+ * One-step rotation: a new key under the same name is issued and the old one revoked in one commit,
+ * so there is never a moment with both or neither.
+ */
+export async function rotateKey(
+  kv: Deno.Kv,
+  keyId: string,
+  now = Date.now(),
+): Promise<{ issued: IssuedKey; revoked: ApiKeyRecord }> {
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const entry = await kv.get<ApiKeyRecord>(keys.apiKey(keyId));
+    if (!entry.value || entry.value.revokedAt !== null) {
+      throw new NotFoundError(`no live key ${keyId}`);
+    }
+    const revoked = { ...entry.value, revokedAt: now };
+    const { issued, write } = prepareKey(revoked.appId, revoked.name, now);
+    const atomic = kv.atomic()
+      .check(entry)
+      .set(keys.apiKey(keyId), revoked)
+      .delete(keys.apiKeyByHash(revoked.hash));
+    if ((await write(atomic).commit()).ok) return { issued, revoked };
+  }
+  throw new Error("key rotation conflicted; try again");
+}

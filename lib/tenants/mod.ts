@@ -1,0 +1,12 @@
+/** Tenants: apps, their API keys and the key cache. */
+export {
+  createApp,
+  getApp,
+  getWallet,
+  listOwnerApps,
+  renameApp,
+  rotateTopUpToken,
+  topUpUrl,
+} from "./apps.ts";
+export { issueKey, KeyCache, listAppKeys, revokeKey, rotateKey } from "./keys.ts";
+export type { KeyGuard } from "./keys.ts";
