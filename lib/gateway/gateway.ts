@@ -20,13 +20,12 @@ import {
   releaseExpiredReservations,
 } from "@/lib/billing/mod.ts";
 import type { Providers } from "./providers/mod.ts";
-import {
-  type ChatCompletion,
-  type ChatCompletionChunk,
-  ProviderError,
-  type StreamPart,
-} from "./providers/types.ts";
+import { type ChatCompletion, ProviderError, type StreamPart } from "./providers/types.ts";
+import { PaidStream, type StreamEvent } from "./paid_stream.ts";
+import { apiErrorOfUpstream } from "./provider_errors.ts";
 import { countPromptTokens, countTextTokens } from "./tokens.ts";
+
+export type { StreamEvent };
 import { KeyRevokedError, type ReserveInput, type Wallets } from "@/lib/billing/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 
@@ -66,7 +65,7 @@ export interface GatewayDeps {
   /**
    * A streamed chunk left unread this long means the client has stalled without closing: the
    * stream is then ended as if it had gone (upstream stopped, what was produced charged), so its
-   * hold is not kept alive forever. Defaults to two minutes.
+   * reservation is not kept alive forever. Defaults to two minutes.
    */
   clientStallMs?: number;
 }
@@ -78,10 +77,6 @@ export interface CompletionOutcome {
   charged: Micros;
   available: Micros;
 }
-
-export type StreamEvent =
-  | { type: "chunk"; chunk: ChatCompletionChunk }
-  | { type: "error"; error: ApiError };
 
 export interface StreamOutcome {
   /** Balance right after the reservation. */
@@ -97,13 +92,13 @@ interface Prepared {
   model: Model;
   promptTokens: number;
   maxTokens: number;
-  hold: ReservationRecord;
+  reservation: ReservationRecord;
   available: Micros;
 }
 
 const DEFAULT_CLIENT_STALL_MS = 120_000;
 
-/** The lazy sweep of one app's expired holds runs at most this often (per process). */
+/** The lazy sweep of one app's expired reservations runs at most this often (per process). */
 const LAZY_SWEEP_EVERY_MS = 1_000;
 
 export class Gateway {
@@ -120,14 +115,14 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
   ): Promise<CompletionOutcome> {
-    const { model, promptTokens, maxTokens, hold } = await this.#prepare(
+    const { model, promptTokens, maxTokens, reservation } = await this.#prepare(
       caller,
       request,
       requestId,
       trace,
     );
     const started = performance.now();
-    const stopRenewal = this.#keepHoldAlive(caller, hold);
+    const stopRenewal = this.#keepReservationAlive(caller, reservation);
     let result, route: Model;
     try {
       // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
@@ -148,7 +143,7 @@ export class Gateway {
       ));
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
-      await this.#release(caller, hold, trace);
+      await this.#release(caller, reservation, trace);
       throw this.#providerError(error, trace);
     } finally {
       stopRenewal();
@@ -156,7 +151,7 @@ export class Gateway {
     trace.upstreamMs = performance.now() - started;
     const content = result.completion.choices.map((c) => c.message?.content ?? "").join("");
     const usage = result.usage ?? { promptTokens, completionTokens: countTextTokens(content) };
-    const settled = await this.#settle(caller, hold, route, usage, {
+    const settled = await this.#settle(caller, reservation, route, usage, {
       requestId,
       streamed: false,
       outcome: "completed",
@@ -184,7 +179,7 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
   ): Promise<StreamOutcome> {
-    const { model, promptTokens, maxTokens, hold, available } = await this.#prepare(
+    const { model, promptTokens, maxTokens, reservation, available } = await this.#prepare(
       caller,
       request,
       requestId,
@@ -192,8 +187,8 @@ export class Gateway {
     );
     const upstreamAbort = new AbortController();
     const started = performance.now();
-    // A stream may outlive its lease; keep the hold alive from now on so the sweeper leaves it.
-    const stopRenewal = this.#keepHoldAlive(caller, hold);
+    // A stream may outlive its lease; keep the reservation alive from now on so the sweeper leaves it.
+    const stopRenewal = this.#keepReservationAlive(caller, reservation);
     let parts: AsyncIterator<StreamPart>, first: IteratorResult<StreamPart>, route: Model;
     try {
       // The first part is awaited before the client gets its 200, so that an upstream that fails
@@ -217,185 +212,47 @@ export class Gateway {
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
       stopRenewal();
-      await this.#release(caller, hold, trace);
+      await this.#release(caller, reservation, trace);
       throw this.#providerError(error, trace);
     }
     trace.upstreamMs = performance.now() - started;
 
-    let clientGone = false;
-    /** The client stopped reading without leaving: the stream was settled and ends in an error. */
-    let stalledMs: number | null = null;
-    let settledOnce: Promise<void> | null = null;
-    let produced = "";
-    let usage: Usage | null = null;
-    let upstreamPrompt: number | null = null;
-    let failure: ProviderError | null = null;
-    let meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
-    let charged = 0;
-
-    let settleFailed = false;
-    /** Set while a chunk waits for the client to ask for it (null while we wait for the upstream). */
-    let waitingForClientSince: number | null = null;
-    const settle = () => {
-      settledOnce ??= (async () => {
-        stopRenewal();
-        const outcome: UsageOutcome = clientGone || stalledMs !== null
-          ? "client_closed"
-          : failure
-          ? "upstream_cut"
-          : "completed";
-        const counted = usage === null;
-        const final = usage ??
-          {
-            promptTokens: upstreamPrompt ?? promptTokens,
-            completionTokens: countTextTokens(produced),
-          };
-        try {
-          const result = await this.#settle(caller, hold, route, final, {
+    const paid = new PaidStream(
+      {
+        requestId,
+        modelId: model.id,
+        countedPromptTokens: promptTokens,
+        includeUsage: request.includeUsage,
+        settle: async (usage, outcome, countedLocally) => {
+          stopRenewal();
+          const settled = await this.#settle(caller, reservation, route, usage, {
             requestId,
             streamed: true,
             outcome,
-            countedLocally: counted,
+            countedLocally,
           }, trace);
-          usage = final;
-          charged = result.charged;
-        } catch (error) {
-          // The hold stays in place with its lease: the sweeper releases it; nothing is charged twice.
-          usage = null;
-          settleFailed = true;
-          this.#deps.log({
-            level: "error",
-            requestId,
-            event: "stream_settle_failed",
-            error: String(error),
-          });
-        }
-      })();
-      return settledOnce;
-    };
-
-    const log = this.#deps.log;
-    async function* events(): AsyncGenerator<StreamEvent> {
-      try {
-        try {
-          for (let next = first; !next.done; next = await parts.next()) {
-            const part = next.value;
-            if (part.type === "usage") {
-              usage = part.usage;
-              continue;
-            }
-            if (part.type === "prompt_tokens") {
-              upstreamPrompt = part.promptTokens;
-              continue;
-            }
-            const chunk = { ...part.chunk, model: model.id };
-            meta ??= { id: chunk.id, created: chunk.created };
-            for (const choice of chunk.choices) {
-              if (typeof choice.delta?.content === "string") produced += choice.delta.content;
-            }
-            waitingForClientSince = Date.now();
-            yield { type: "chunk", chunk };
-            waitingForClientSince = null;
-          }
-        } catch (error) {
-          // A stall ended the upstream itself: that is reported below, not as an upstream failure.
-          if (clientGone) return;
-          if (stalledMs === null) {
-            failure = error instanceof ProviderError
-              ? error
-              : new ProviderError("stream_cut", String((error as Error)?.message ?? error), {
-                cause: error,
-              });
-            trace.upstreamFailure = failure.kind;
-          }
-        }
-      } finally {
-        await parts.return?.().catch(() => {});
-        await settle();
-      }
-      if (stalledMs !== null) {
-        // The client came back after the stall: its answer was cut, never a clean [DONE].
-        yield {
-          type: "error",
-          error: new ApiError(
-            "stream_interrupted",
-            `The stream was ended because it was not read for ${
-              Math.round(stalledMs / 1000)
-            } s; the tokens produced before then were charged (${formatUsd(charged)} USD).`,
-          ),
-        };
-        return;
-      }
-      if (settleFailed) {
-        // Ending with [DONE] would claim a clean, billed completion; it was neither.
-        yield {
-          type: "error",
-          error: new ApiError(
-            "internal_error",
-            `The response could not be billed; nothing was charged. Quote request id ${requestId} to support.`,
-          ),
-        };
-        return;
-      }
-      if (request.includeUsage && usage) {
-        const u: Usage = usage;
-        yield {
-          type: "chunk",
-          chunk: {
-            id: meta?.id ?? `chatcmpl-${requestId}`,
-            object: "chat.completion.chunk",
-            created: meta?.created ?? Math.floor(Date.now() / 1000),
-            model: model.id,
-            choices: [],
-            usage: {
-              prompt_tokens: u.promptTokens,
-              completion_tokens: u.completionTokens,
-              total_tokens: u.promptTokens + u.completionTokens,
-              cost: formatUsd(charged),
-            },
-          },
-        };
-      }
-      if (failure) {
-        log({
-          level: "warn",
-          requestId,
-          event: "upstream_stream_failed",
-          kind: failure.kind,
-          message: failure.message,
-        });
-        yield {
-          type: "error",
-          error: new ApiError(
-            "stream_interrupted",
-            `The upstream stream failed after it had begun (${failure.message}); the tokens produced before the cut were charged (${
-              formatUsd(charged)
-            } USD).`,
-          ),
-        };
-      }
-    }
-
-    const iterator = events();
-    const cancel = async () => {
-      clientGone = true;
-      upstreamAbort.abort(new DOMException("client closed the stream", "AbortError"));
-      await iterator.return(undefined);
-      await settle();
-    };
+          return settled.charged;
+        },
+        onUpstreamCut: (kind) => trace.upstreamFailure = kind,
+        log: this.#deps.log,
+      },
+      parts,
+      first,
+      upstreamAbort,
+    );
     const stallMs = this.#deps.clientStallMs ?? DEFAULT_CLIENT_STALL_MS;
     const watchdog = setInterval(() => {
-      if (settledOnce) return clearInterval(watchdog);
-      if (waitingForClientSince === null || Date.now() - waitingForClientSince < stallMs) return;
+      if (paid.settled) return clearInterval(watchdog);
+      if (!paid.endIfStalled(stallMs)) return;
       clearInterval(watchdog);
-      log({ level: "warn", requestId, event: "client_stalled", stalledMs: stallMs });
-      // Settle now, so the hold does not wait for a client that may never read again; the stream
-      // itself stays open and, should the client resume, ends with an error event.
-      stalledMs = stallMs;
-      upstreamAbort.abort(new DOMException("the client stopped reading", "AbortError"));
-      settle();
+      this.#deps.log({ level: "warn", requestId, event: "client_stalled", stalledMs: stallMs });
     }, Math.max(50, Math.min(1_000, stallMs / 4)));
-    return { available, provider: route.provider.name, events: iterator, cancel };
+    return {
+      available,
+      provider: route.provider.name,
+      events: paid.events,
+      cancel: () => paid.cancel(),
+    };
   }
 
   /**
@@ -485,7 +342,7 @@ export class Gateway {
     };
     let result = await this.#reserve(caller, input, trace);
     if (!result.ok && result.reserved > 0 && this.#lazySweepDue(caller.appId)) {
-      // Holds left by a crashed instance must not block an app until the cron sweeper runs.
+      // Reservations left by a crashed instance must not block an app until the cron sweeper runs.
       const released = await releaseExpiredReservations(
         this.#deps.kv,
         this.#deps.wallets,
@@ -515,7 +372,7 @@ export class Gateway {
       model,
       promptTokens,
       maxTokens,
-      hold: result.reservation,
+      reservation: result.reservation,
       available: result.available,
     };
   }
@@ -539,14 +396,14 @@ export class Gateway {
 
   async #settle(
     caller: Caller,
-    hold: ReservationRecord,
+    reservation: ReservationRecord,
     model: Model,
     usage: Usage,
     info: { requestId: string; streamed: boolean; outcome: UsageOutcome; countedLocally: boolean },
     trace: RequestTrace,
   ) {
     const cost = usageCost(model, usage);
-    const result = await this.#deps.wallets.settle(caller.appId, hold.id, {
+    const result = await this.#deps.wallets.settle(caller.appId, reservation.id, {
       requestId: info.requestId,
       keyId: caller.keyId,
       model: model.id,
@@ -562,7 +419,7 @@ export class Gateway {
     trace.completionTokens = usage.completionTokens;
     trace.outcome = info.outcome;
     if (!result.settled) {
-      // The sweeper released the hold first: the request is not charged, and never twice.
+      // The sweeper released the reservation first: the request is not charged, and never twice.
       this.#deps.log({
         level: "warn",
         requestId: info.requestId,
@@ -578,8 +435,8 @@ export class Gateway {
   }
 
   /**
-   * Whether a would-be 402 may look for expired holds of this app now. Leases last minutes, so once
-   * a second is plenty, and a flood of 402s does not turn into a scan of the app's holds each.
+   * Whether a would-be 402 may look for expired reservations of this app now. Leases last minutes, so once
+   * a second is plenty, and a flood of 402s does not turn into a scan of the app's reservations each.
    */
   #lazySweepDue(appId: string): boolean {
     const now = Date.now();
@@ -590,72 +447,36 @@ export class Gateway {
   }
 
   /**
-   * Renews the hold's lease while the request runs, from the reservation on: a slow first byte or a
-   * long call must never let the sweeper release a live hold (the request would then go unbilled).
+   * Renews the reservation's lease while the request runs, from the reservation on: a slow first byte or a
+   * long call must never let the sweeper release a live reservation (the request would then go unbilled).
    * Three renewals per lease leave room for a late timer or a slow commit.
    */
-  #keepHoldAlive(caller: Caller, hold: ReservationRecord): () => void {
+  #keepReservationAlive(caller: Caller, reservation: ReservationRecord): () => void {
     const wallets = this.#deps.wallets;
     const timer = setInterval(() => {
-      wallets.renew(caller.appId, hold.id).catch(() => {});
+      wallets.renew(caller.appId, reservation.id).catch(() => {});
     }, Math.max(100, wallets.leaseMs / 3));
     return () => clearInterval(timer);
   }
 
-  async #release(caller: Caller, hold: ReservationRecord, trace: RequestTrace) {
-    const result = await this.#deps.wallets.release(caller.appId, hold.id);
+  async #release(caller: Caller, reservation: ReservationRecord, trace: RequestTrace) {
+    const result = await this.#deps.wallets.release(caller.appId, reservation.id);
     if (result.rate) trace.rateLimit = result.rate;
     trace.cost = 0;
     trace.outcome = "released";
   }
 
   #providerError(error: unknown, trace: RequestTrace): ApiError {
-    if (!(error instanceof ProviderError)) {
-      trace.upstreamFailure = "unreachable";
-      return new ApiError(
-        "provider_unreachable",
-        "The upstream provider could not be reached. Nothing was charged.",
-      );
+    const mapped = apiErrorOfUpstream(error);
+    trace.upstreamFailure = mapped.failure;
+    if (mapped.failure === "upstream_auth") {
+      this.#deps.log({
+        level: "error",
+        event: "upstream_credentials_refused",
+        provider: trace.provider,
+        message: (error as Error).message,
+      });
     }
-    trace.upstreamFailure = error.kind;
-    switch (error.kind) {
-      case "rate_limited":
-        return new ApiError(
-          "upstream_rate_limited",
-          `The upstream provider is rate limiting us; retry after ${
-            error.retryAfterSeconds ?? 1
-          } s. Nothing was charged.`,
-          { headers: { "retry-after": String(error.retryAfterSeconds ?? 1) } },
-        );
-      case "bad_request":
-        return /context|too long|maximum.*tokens|token limit/i.test(error.message)
-          ? new ApiError(
-            "context_length_exceeded",
-            `The upstream provider rejected the request: ${error.message}`,
-            {
-              param: "messages",
-            },
-          )
-          : new ApiError(
-            "upstream_rejected",
-            `The upstream provider rejected the request: ${error.message}`,
-          );
-      case "upstream_auth":
-        this.#deps.log({
-          level: "error",
-          event: "upstream_credentials_refused",
-          provider: trace.provider,
-          message: error.message,
-        });
-        return new ApiError(
-          "provider_unreachable",
-          "The upstream provider is unavailable. Nothing was charged.",
-        );
-      default:
-        return new ApiError(
-          "provider_unreachable",
-          `The upstream provider failed (${error.kind}). Nothing was charged.`,
-        );
-    }
+    return mapped.error;
   }
 }

@@ -1,0 +1,230 @@
+/**
+ * A streamed answer after its 200 went out: forwards the upstream's chunks and settles the
+ * reservation exactly once, however the stream ends (finished, cut by the upstream, left by the
+ * client, or stalled by a client that stopped reading).
+ */
+import { ApiError, formatUsd, type Micros } from "@/lib/core/mod.ts";
+import type { UsageOutcome } from "@/lib/db.ts";
+import type { Usage } from "@/lib/catalog/mod.ts";
+import { type ChatCompletionChunk, ProviderError, type StreamPart } from "./providers/types.ts";
+import { countTextTokens } from "./tokens.ts";
+
+export type StreamEvent =
+  | { type: "chunk"; chunk: ChatCompletionChunk }
+  | { type: "error"; error: ApiError };
+
+/** How the stream ended, once it has; decides the usage record's outcome and the last event. */
+type Ending =
+  | { kind: "completed" }
+  | { kind: "upstream_cut"; failure: ProviderError }
+  | { kind: "client_gone" }
+  | { kind: "stalled"; afterMs: number };
+
+export interface PaidStreamOptions {
+  requestId: string;
+  /** The catalog id the client asked for: every chunk carries it, whoever served. */
+  modelId: string;
+  /** The prompt as we counted it, used when the upstream never reports its own. */
+  countedPromptTokens: number;
+  includeUsage: boolean;
+  /** Takes the cost of `usage` from the reservation; throws when the commit fails. */
+  settle(usage: Usage, outcome: UsageOutcome, countedLocally: boolean): Promise<Micros>;
+  /** The upstream broke off after the 200: the kind, for the request's log line. */
+  onUpstreamCut(kind: string): void;
+  log: (fields: Record<string, unknown>) => void;
+}
+
+export class PaidStream {
+  readonly #options: PaidStreamOptions;
+  readonly #parts: AsyncIterator<StreamPart>;
+  #first: IteratorResult<StreamPart> | null;
+  readonly #upstreamAbort: AbortController;
+
+  #ending: Ending | null = null;
+  #produced = "";
+  #reportedUsage: Usage | null = null;
+  #reportedPromptTokens: number | null = null;
+  #meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
+  /** Set while a chunk waits for the client to ask for it (null while we wait for the upstream). */
+  #waitingForClientSince: number | null = null;
+  #settlement: Promise<void> | null = null;
+  /** What was charged, once settled; null when the settle failed (the sweeper releases the hold). */
+  #charged: Micros | null = null;
+  #settledUsage: Usage | null = null;
+  readonly events: AsyncGenerator<StreamEvent>;
+
+  constructor(
+    options: PaidStreamOptions,
+    parts: AsyncIterator<StreamPart>,
+    first: IteratorResult<StreamPart>,
+    upstreamAbort: AbortController,
+  ) {
+    this.#options = options;
+    this.#parts = parts;
+    this.#first = first;
+    this.#upstreamAbort = upstreamAbort;
+    this.events = this.#events();
+  }
+
+  /** The client went away: stop the upstream and settle what was produced. */
+  async cancel(): Promise<void> {
+    this.#ending ??= { kind: "client_gone" };
+    this.#upstreamAbort.abort(new DOMException("client closed the stream", "AbortError"));
+    await this.events.return(undefined);
+    await this.settle();
+  }
+
+  /**
+   * Ends a stream whose client has not asked for the next chunk for `stallMs`: it is settled now,
+   * so its reservation does not wait for a client that may never read again. The stream stays
+   * open and, should the client resume, ends with an error event. Returns whether it stalled.
+   */
+  endIfStalled(stallMs: number, now = Date.now()): boolean {
+    if (this.#settlement) return false;
+    const since = this.#waitingForClientSince;
+    if (since === null || now - since < stallMs) return false;
+    this.#ending = { kind: "stalled", afterMs: stallMs };
+    this.#upstreamAbort.abort(new DOMException("the client stopped reading", "AbortError"));
+    this.settle();
+    return true;
+  }
+
+  get settled(): boolean {
+    return this.#settlement !== null;
+  }
+
+  /** Settles once; later calls wait for the first. */
+  settle(): Promise<void> {
+    this.#settlement ??= this.#settleOnce();
+    return this.#settlement;
+  }
+
+  async #settleOnce(): Promise<void> {
+    const ending = this.#ending ?? { kind: "completed" };
+    const outcome: UsageOutcome = ending.kind === "client_gone" || ending.kind === "stalled"
+      ? "client_closed"
+      : ending.kind;
+    const usage = this.#reportedUsage ?? {
+      promptTokens: this.#reportedPromptTokens ?? this.#options.countedPromptTokens,
+      completionTokens: countTextTokens(this.#produced),
+    };
+    try {
+      this.#charged = await this.#options.settle(usage, outcome, this.#reportedUsage === null);
+      this.#settledUsage = usage;
+    } catch (error) {
+      // The reservation stays with its lease: the sweeper releases it; nothing is charged twice.
+      this.#options.log({
+        level: "error",
+        requestId: this.#options.requestId,
+        event: "stream_settle_failed",
+        error: String(error),
+      });
+    }
+  }
+
+  async *#events(): AsyncGenerator<StreamEvent> {
+    try {
+      yield* this.#forward();
+    } finally {
+      await this.#parts.return?.().catch(() => {});
+      await this.settle();
+    }
+    yield* this.#closing();
+  }
+
+  async *#forward(): AsyncGenerator<StreamEvent> {
+    try {
+      let next = this.#first!;
+      this.#first = null;
+      for (; !next.done; next = await this.#parts.next()) {
+        const part = next.value;
+        if (part.type === "usage") {
+          this.#reportedUsage = part.usage;
+        } else if (part.type === "prompt_tokens") {
+          this.#reportedPromptTokens = part.promptTokens;
+        } else {
+          const chunk = { ...part.chunk, model: this.#options.modelId };
+          this.#meta ??= { id: chunk.id, created: chunk.created };
+          for (const choice of chunk.choices) {
+            if (typeof choice.delta?.content === "string") this.#produced += choice.delta.content;
+          }
+          this.#waitingForClientSince = Date.now();
+          yield { type: "chunk", chunk };
+          this.#waitingForClientSince = null;
+        }
+      }
+    } catch (error) {
+      // A stream we ended ourselves (client gone, stall) is not an upstream failure.
+      if (this.#ending) return;
+      const failure = error instanceof ProviderError
+        ? error
+        : new ProviderError("stream_cut", String((error as Error)?.message ?? error), {
+          cause: error,
+        });
+      this.#ending = { kind: "upstream_cut", failure };
+      this.#options.onUpstreamCut(failure.kind);
+    }
+  }
+
+  /** What follows the last chunk: the usage chunk, and an error event when it did not end well. */
+  async *#closing(): AsyncGenerator<StreamEvent> {
+    const ending = this.#ending ?? { kind: "completed" };
+    const charged = this.#charged;
+    if (ending.kind === "client_gone") return;
+    if (ending.kind === "stalled") {
+      yield this.#error(
+        "stream_interrupted",
+        `The stream was ended because it was not read for ${
+          Math.round(ending.afterMs / 1000)
+        } s; the tokens produced before then were charged (${formatUsd(charged ?? 0)} USD).`,
+      );
+      return;
+    }
+    if (charged === null) {
+      // Ending with [DONE] would claim a clean, billed completion; it was neither.
+      yield this.#error(
+        "internal_error",
+        `The response could not be billed; nothing was charged. Quote request id ${this.#options.requestId} to support.`,
+      );
+      return;
+    }
+    const usage = this.#settledUsage;
+    if (this.#options.includeUsage && usage) {
+      yield {
+        type: "chunk",
+        chunk: {
+          id: this.#meta?.id ?? `chatcmpl-${this.#options.requestId}`,
+          object: "chat.completion.chunk",
+          created: this.#meta?.created ?? Math.floor(Date.now() / 1000),
+          model: this.#options.modelId,
+          choices: [],
+          usage: {
+            prompt_tokens: usage.promptTokens,
+            completion_tokens: usage.completionTokens,
+            total_tokens: usage.promptTokens + usage.completionTokens,
+            cost: formatUsd(charged),
+          },
+        },
+      };
+    }
+    if (ending.kind === "upstream_cut") {
+      this.#options.log({
+        level: "warn",
+        requestId: this.#options.requestId,
+        event: "upstream_stream_failed",
+        kind: ending.failure.kind,
+        message: ending.failure.message,
+      });
+      yield this.#error(
+        "stream_interrupted",
+        `The upstream stream failed after it had begun (${ending.failure.message}); the tokens produced before the cut were charged (${
+          formatUsd(charged)
+        } USD).`,
+      );
+    }
+  }
+
+  #error(code: "stream_interrupted" | "internal_error", message: string): StreamEvent {
+    return { type: "error", error: new ApiError(code, message) };
+  }
+}

@@ -1,0 +1,64 @@
+/**
+ * How an upstream failure reaches the client: one row per kind of failure. Every row but a
+ * rejected request releases the whole reservation, so each message says nothing was charged.
+ */
+import { ApiError } from "@/lib/core/mod.ts";
+import { ProviderError, type ProviderFailure } from "./providers/types.ts";
+
+/** The rejection reads like the prompt does not fit the model's context window. */
+const CONTEXT_OVERFLOW = /context|too long|maximum.*tokens|token limit/i;
+
+const API_ERROR_OF: Record<ProviderFailure, (error: ProviderError) => ApiError> = {
+  rate_limited: (e) =>
+    new ApiError(
+      "upstream_rate_limited",
+      `The upstream provider is rate limiting us; retry after ${
+        e.retryAfterSeconds ?? 1
+      } s. Nothing was charged.`,
+      { headers: { "retry-after": String(e.retryAfterSeconds ?? 1) } },
+    ),
+  bad_request: (e) =>
+    CONTEXT_OVERFLOW.test(e.message)
+      ? new ApiError(
+        "context_length_exceeded",
+        `The upstream provider rejected the request: ${e.message}`,
+        { param: "messages" },
+      )
+      : new ApiError(
+        "upstream_rejected",
+        `The upstream provider rejected the request: ${e.message}`,
+      ),
+  // Our credentials are the operator's problem, not the client's: no detail leaves.
+  upstream_auth: () =>
+    new ApiError(
+      "provider_unreachable",
+      "The upstream provider is unavailable. Nothing was charged.",
+    ),
+  not_configured: unavailable,
+  unreachable: unavailable,
+  timeout: unavailable,
+  upstream_error: unavailable,
+  malformed_response: unavailable,
+  stream_cut: unavailable,
+};
+
+function unavailable(e: ProviderError): ApiError {
+  return new ApiError(
+    "provider_unreachable",
+    `The upstream provider failed (${e.kind}). Nothing was charged.`,
+  );
+}
+
+/** The API error for a failed upstream call, and the failure kind to log. */
+export function apiErrorOfUpstream(error: unknown): { error: ApiError; failure: ProviderFailure } {
+  if (!(error instanceof ProviderError)) {
+    return {
+      failure: "unreachable",
+      error: new ApiError(
+        "provider_unreachable",
+        "The upstream provider could not be reached. Nothing was charged.",
+      ),
+    };
+  }
+  return { failure: error.kind, error: API_ERROR_OF[error.kind](error) };
+}

@@ -1,0 +1,50 @@
+import assert from "node:assert/strict";
+import { apiErrorOfUpstream } from "./provider_errors.ts";
+import { ProviderError } from "./providers/types.ts";
+
+Deno.test("an upstream rate limit is a 429-class upstream_rate_limited with its Retry-After", () => {
+  const { error, failure } = apiErrorOfUpstream(
+    new ProviderError("rate_limited", "slow down", { upstreamStatus: 429, retryAfterSeconds: 7 }),
+  );
+  assert.equal(failure, "rate_limited");
+  assert.equal(error.code, "upstream_rate_limited");
+  assert.equal(error.headers?.["retry-after"], "7");
+  assert.match(error.message, /Nothing was charged/);
+});
+
+Deno.test("a rejected request that overflows the context is context_length_exceeded on messages", () => {
+  const { error } = apiErrorOfUpstream(
+    new ProviderError("bad_request", "This model's maximum context length is 8192 tokens"),
+  );
+  assert.equal(error.code, "context_length_exceeded");
+  assert.equal(error.param, "messages");
+});
+
+Deno.test("any other rejected request is upstream_rejected, quoting the upstream", () => {
+  const { error } = apiErrorOfUpstream(new ProviderError("bad_request", "temperature too high"));
+  assert.equal(error.code, "upstream_rejected");
+  assert.match(error.message, /temperature too high/);
+});
+
+Deno.test("refused credentials are provider_unreachable and say nothing of the credentials", () => {
+  const { error, failure } = apiErrorOfUpstream(
+    new ProviderError("upstream_auth", "invalid x-api-key sk-ant-secret"),
+  );
+  assert.equal(failure, "upstream_auth");
+  assert.equal(error.code, "provider_unreachable");
+  assert.doesNotMatch(error.message, /sk-ant|x-api-key/);
+});
+
+Deno.test("timeouts, 5xx, malformed answers and cuts are provider_unreachable naming the kind", () => {
+  for (const kind of ["timeout", "upstream_error", "malformed_response", "stream_cut"] as const) {
+    const { error } = apiErrorOfUpstream(new ProviderError(kind, "x"));
+    assert.equal(error.code, "provider_unreachable");
+    assert.match(error.message, new RegExp(`\\(${kind}\\)`));
+  }
+});
+
+Deno.test("an exception that is not a provider error counts as unreachable", () => {
+  const { error, failure } = apiErrorOfUpstream(new TypeError("fetch failed"));
+  assert.equal(failure, "unreachable");
+  assert.equal(error.code, "provider_unreachable");
+});
