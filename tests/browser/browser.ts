@@ -97,6 +97,8 @@ async function unpack(bin: URL, dir: string) {
   const parent = dir.slice(0, dir.lastIndexOf("/"));
   await Deno.mkdir(parent, { recursive: true });
   await removeAbandoned(parent);
+  // Says why this first run is slower, and in CI's log which browser the tests used.
+  console.error(`no chromium cached yet: unpacking @sparticuz/chromium into ${dir}`);
   const partial = await Deno.makeTempDir({ dir: parent, prefix: ".partial-" });
   try {
     await pipeline(
