@@ -102,7 +102,7 @@ printTable(
     "median",
     "max",
     "legacy/o200k (written)",
-    "bytes/legacy min",
+    "ceiling/legacy min",
   ],
   [...byScript].map(([script, rs]) => {
     const br = rs.map((r) => r.bound / r.legacy);
