@@ -260,6 +260,10 @@ const redactedThinkingBlock = z.strictObject({
   data: z.string(),
 });
 
+/** z.int() reports a string as "expected number"; this marks its type issues as integer ones. */
+const INT = "expected an integer";
+const int = () => z.int({ error: INT });
+
 const toolSchema = z.strictObject({
   name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/),
   description: z.string().optional(),
@@ -291,7 +295,7 @@ const TOOL_CHOICES: Record<string, z.ZodType> = {
 const THINKING: Record<string, z.ZodType> = {
   enabled: z.strictObject({
     type: z.literal("enabled"),
-    budget_tokens: z.int().min(1024),
+    budget_tokens: int().min(1024),
     display: z.enum(["summarized", "omitted"]).nullable().optional(),
   }),
   disabled: z.strictObject({ type: z.literal("disabled") }),
@@ -305,7 +309,7 @@ const THINKING: Record<string, z.ZodType> = {
 /** MessageCreateParamsBase body fields (header params user_profile_id/workspace_id excluded). */
 const messagesFields = {
   model: z.string(),
-  max_tokens: z.int().min(0),
+  max_tokens: int().min(0),
   messages: z.array(z.unknown()),
   cache_control: cacheControl,
   container: z.unknown().optional(),
@@ -333,7 +337,7 @@ const messagesFields = {
 const samplingFields = {
   temperature: z.number().min(0).max(1).optional(),
   top_p: z.number().min(0).max(1).optional(),
-  top_k: z.int().min(0).optional(),
+  top_k: int().min(0).optional(),
 };
 /** MessageCountTokensParams body fields. */
 const countFields = {
@@ -390,6 +394,7 @@ function pydanticError(
     case "unrecognized_keys":
       return invalid(`${at([issue.keys[0]])}: Extra inputs are not permitted`);
     case "invalid_type": {
+      const expected = issue.message === INT ? "int" : issue.expected;
       if (value === undefined) return invalid(`${at()}: Field required`);
       const what: Record<string, string> = {
         string: "a valid string",
@@ -401,7 +406,7 @@ function pydanticError(
         record: "a valid dictionary",
       };
       return invalid(
-        `${at()}: Input should be ${what[issue.expected] ?? `a valid ${issue.expected}`}`,
+        `${at()}: Input should be ${what[expected] ?? `a valid ${expected}`}`,
       );
     }
     case "invalid_value":
@@ -1019,10 +1024,11 @@ function resolve(
   const cacheOk = request.cacheable && total >= minCacheable;
   const read = cacheOk ? Math.min(answer.cacheReadInputTokens ?? 0, total) : 0;
   const write = cacheOk ? Math.min(answer.cacheCreationInputTokens ?? 0, total - read) : 0;
+  const isThinking = (b: ScriptedBlock) => b.type === "thinking" || b.type === "redacted_thinking";
+  const thinkingBlocks = scripted.filter(isThinking);
+  const thinking = answer.thinkingTokens ?? anthropicOutputTokens(thinkingBlocks);
   const output = answer.outputTokens ??
-    anthropicOutputTokens(scripted.filter((b) => b.type !== "thinking")) +
-      (answer.thinkingTokens ??
-        anthropicOutputTokens(scripted.filter((b) => b.type === "thinking")));
+    anthropicOutputTokens(scripted.filter((b) => !isThinking(b))) + thinking;
   return {
     blocks,
     pieces,
@@ -1034,6 +1040,7 @@ function resolve(
       cache_read_input_tokens: read,
       cache_creation: { ephemeral_5m_input_tokens: write, ephemeral_1h_input_tokens: 0 },
       output_tokens: output,
+      ...(thinking ? { output_tokens_details: { thinking_tokens: thinking } } : {}),
       service_tier: "standard",
     },
   };
@@ -1054,6 +1061,7 @@ function messageBody(answer: AnthropicAnswer, request: MessagesRequest, r: Resol
     content: r.blocks,
     stop_reason: r.stopReason,
     stop_sequence: r.stopSequence,
+    stop_details: null,
     usage: r.usage,
   };
 }
@@ -1080,14 +1088,18 @@ export function streamEvents(
       content: [],
       stop_reason: null,
       stop_sequence: null,
-      usage: { ...r.usage, output_tokens: Math.min(1, r.usage.output_tokens) },
+      stop_details: null,
+      usage: {
+        ...r.usage,
+        output_tokens: Math.min(1, r.usage.output_tokens),
+        output_tokens_details: undefined,
+      },
     },
   });
   const pingEvery = answer.pingEvery;
   const maybePing = () => {
     if (pingEvery && events.length % pingEvery === 0) events.push({ type: "ping" });
   };
-  events.push({ type: "ping" });
   r.blocks.forEach((block, index) => {
     const pieces = r.pieces[index];
     if (block.type === "text") {
@@ -1136,16 +1148,22 @@ export function streamEvents(
     } else {
       events.push({ type: "content_block_start", index, content_block: block });
     }
+    // The ping comes after the first block opens, as in the docs' examples and live streams.
+    if (index === 0) events.splice(2, 0, { type: "ping" });
     events.push({ type: "content_block_stop", index });
   });
+  if (!r.blocks.length) events.push({ type: "ping" });
   events.push({
     type: "message_delta",
-    delta: { stop_reason: r.stopReason, stop_sequence: r.stopSequence },
+    delta: { stop_reason: r.stopReason, stop_sequence: r.stopSequence, stop_details: null },
     usage: {
       input_tokens: r.usage.input_tokens,
       cache_creation_input_tokens: r.usage.cache_creation_input_tokens,
       cache_read_input_tokens: r.usage.cache_read_input_tokens,
       output_tokens: r.usage.output_tokens,
+      ...(r.usage.output_tokens_details
+        ? { output_tokens_details: r.usage.output_tokens_details }
+        : {}),
     },
   });
   events.push({ type: "message_stop" });

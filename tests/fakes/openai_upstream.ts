@@ -302,6 +302,9 @@ const responseFormat = z.union([
   }),
 ]);
 
+/** z.int() reports a string as "expected number"; this marks its type issues as integer ones. */
+const INT = "expected an integer";
+const int = () => z.int({ error: INT });
 const decimal = (min: number, max: number) => z.number().min(min).max(max).nullable().optional();
 
 /** ChatCompletionCreateParamsBase, field by field. */
@@ -324,12 +327,12 @@ const chatFields = {
   })).optional(),
   logit_bias: z.record(z.string(), z.number().min(-100).max(100)).nullable().optional(),
   logprobs: z.boolean().nullable().optional(),
-  max_completion_tokens: z.int().min(1).nullable().optional(),
-  max_tokens: z.int().min(1).nullable().optional(),
+  max_completion_tokens: int().min(1).nullable().optional(),
+  max_tokens: int().min(1).nullable().optional(),
   metadata: z.record(z.string().max(64), z.string().max(512)).nullable().optional(),
   modalities: z.array(z.enum(["text", "audio"])).nullable().optional(),
   moderation: z.looseObject({ model: z.string() }).nullable().optional(),
-  n: z.int().min(1).max(128).nullable().optional(),
+  n: int().min(1).max(128).nullable().optional(),
   parallel_tool_calls: z.boolean().optional(),
   prediction: z.strictObject({ type: z.literal("content"), content: z.unknown() }).nullable()
     .optional(),
@@ -341,7 +344,7 @@ const chatFields = {
     .optional(),
   response_format: responseFormat.optional(),
   safety_identifier: z.string().max(128).nullable().optional(),
-  seed: z.int().nullable().optional(),
+  seed: int().nullable().optional(),
   service_tier: z.enum(["auto", "default", "flex", "scale", "priority", "fast"]).nullable()
     .optional(),
   stop: z.union([z.string(), z.array(z.string()).max(4)]).nullable().optional(),
@@ -354,7 +357,7 @@ const chatFields = {
   temperature: decimal(0, 2),
   tool_choice: toolChoice.optional(),
   tools: z.array(z.unknown()).optional(),
-  top_logprobs: z.int().min(0).max(20).nullable().optional(),
+  top_logprobs: int().min(0).max(20).nullable().optional(),
   top_p: decimal(0, 1),
   user: z.string().optional(),
   verbosity: z.enum(["low", "medium", "high"]).nullable().optional(),
@@ -367,11 +370,11 @@ const embeddingsFields = {
   input: z.union([
     z.string(),
     z.array(z.string()).min(1).max(2048),
-    z.array(z.int()).min(1),
-    z.array(z.array(z.int()).min(1)).min(1),
+    z.array(int()).min(1),
+    z.array(z.array(int()).min(1)).min(1),
   ]),
   model: z.string(),
-  dimensions: z.int().min(1).optional(),
+  dimensions: int().min(1).optional(),
   encoding_format: z.enum(["float", "base64"]).optional(),
   user: z.string().optional(),
 };
@@ -453,6 +456,7 @@ function issueToError(issue: z.core.$ZodIssue, root: unknown, prefix: PropertyKe
       return invalid(`Unknown parameter: '${key}'.`, key, "unknown_parameter");
     }
     case "invalid_type":
+      const expected = issue.message === INT ? "int" : issue.expected;
       if (value === undefined) {
         return invalid(
           `Missing required parameter: '${param}'.`,
@@ -461,7 +465,7 @@ function issueToError(issue: z.core.$ZodIssue, root: unknown, prefix: PropertyKe
         );
       }
       return invalid(
-        `Invalid type for '${param}': expected ${expectedName(issue.expected)}, but got ${
+        `Invalid type for '${param}': expected ${expectedName(expected)}, but got ${
           jsonTypeName(value)
         } instead.`,
         param,
