@@ -455,7 +455,7 @@ function issueToError(issue: z.core.$ZodIssue, root: unknown, prefix: PropertyKe
       const key = openAiPath([...path, issue.keys[0]]);
       return invalid(`Unknown parameter: '${key}'.`, key, "unknown_parameter");
     }
-    case "invalid_type":
+    case "invalid_type": {
       const expected = issue.message === INT ? "int" : issue.expected;
       if (value === undefined) {
         return invalid(
@@ -471,6 +471,7 @@ function issueToError(issue: z.core.$ZodIssue, root: unknown, prefix: PropertyKe
         param,
         "invalid_type",
       );
+    }
     case "invalid_value":
       return invalid(
         `Invalid value: '${String(value)}'. Supported values are: ${supportedList(issue.values)}.`,
