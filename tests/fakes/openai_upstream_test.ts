@@ -622,6 +622,19 @@ Deno.test("openai fake: fault knobs — scripted statuses, delays, cut streams, 
     });
     assert.ok(Date.now() - started >= 140);
 
+    // Time between chunks.
+    fake.script({ content: "a b c", contentChunks: ["a", " b", " c"], chunkDelayMs: 40 });
+    const slowStart = Date.now();
+    const slow = await client.chat.completions.create({
+      model: "gpt-4o",
+      messages: [{ role: "user", content: "Hi" }],
+      stream: true,
+    });
+    let slowText = "";
+    for await (const chunk of slow) slowText += chunk.choices[0]?.delta.content ?? "";
+    assert.equal(slowText, "a b c");
+    assert.ok(Date.now() - slowStart >= 4 * 40, "five events, four gaps");
+
     // With nothing scripted, the old fake's commands still work.
     const echoed = await client.chat.completions.create({
       model: "gpt-4o",
