@@ -495,6 +495,9 @@ function validateBlock(block: Json, role: string, path: PropertyKey[], ctx: Cont
       check(textBlock, block, ctx.root, tagged, path);
       // Anthropic: "messages: text content blocks must be non-empty" (as quoted in public threads).
       if (block.text === "") throw invalid("messages: text content blocks must be non-empty");
+      if (!block.text.trim()) {
+        throw invalid("messages: text content blocks must contain non-whitespace text");
+      }
       if (ctx.version !== "2023-06-01" && role === "user" && block.citations?.length) {
         throw invalid(
           `${

@@ -419,6 +419,14 @@ Deno.test("anthropic fake: each validation rule refuses in Anthropic's words", (
         {
           model: MODEL,
           max_tokens: 10,
+          messages: [{ role: "user", content: [{ type: "text", text: " \n" }] }],
+        },
+        "messages: text content blocks must contain non-whitespace text",
+      ],
+      [
+        {
+          model: MODEL,
+          max_tokens: 10,
           messages: [...hi, { role: "assistant", content: "Sure, " }],
         },
         "messages: final assistant content cannot end with trailing whitespace",
