@@ -2,6 +2,7 @@ import { createApp } from "./app.ts";
 import { CatalogError, loadCatalogFile } from "@/lib/catalog/mod.ts";
 import { ConfigError, jsonLogger, loadConfig, openKv } from "@/lib/core/mod.ts";
 import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
+import { devBanner } from "@/lib/ops/mod.ts";
 
 /** Set once the service runs; the cron below calls it. */
 let sweep: (() => Promise<void>) | null = null;
@@ -73,6 +74,10 @@ async function main() {
         models: catalog.models.length,
         payments,
       });
+      if (devServer) {
+        const baseUrl = config.env.PUBLIC_URL ? config.publicUrl : `http://localhost:${port}`;
+        console.error(devBanner({ baseUrl, catalog, testCheckout: payments === "dev" }));
+      }
     },
   }, app.fetch);
 

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { admin, chat, startInstance } from "./instances.ts";
+import { until } from "./helpers.ts";
 
 /**
  * The README's first command, run as a newcomer would: `deno task dev` with no keys and no setup
@@ -33,12 +34,35 @@ Deno.test("deno task dev starts the service with no keys and no setup, and a pai
   }
 });
 
+Deno.test("deno task dev prints a banner on stderr: addresses, how to create an app, the keyless models; stdout stays JSON", async () => {
+  const dir = await Deno.makeTempDir();
+  const dev = await startInstance({ KV_PATH: `${dir}/kv.sqlite3` }, ["task", "dev"]);
+  try {
+    await until(() => dev.stderr().includes("The log follows"), "the dev banner");
+    const banner = dev.stderr();
+    assert.match(banner, /Tollbooth \(development\) is running at http:\/\/tollbooth\.test/);
+    assert.match(banner, /Dashboard +http:\/\/tollbooth\.test\/dashboard/);
+    assert.match(banner, /Docs +http:\/\/tollbooth\.test\/docs/);
+    assert.match(banner, /deno task admin create-app --name demo/);
+    assert.match(banner, /tollbooth\/echo and tollbooth\/lorem are built in: no key needed/);
+    assert.match(banner, /test checkout/);
+    assert.ok(
+      dev.lines.length > 0 && dev.lines.every((l) => !("raw" in l)),
+      "stdout: JSON lines only",
+    );
+  } finally {
+    await dev.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("deno task start serves everything without keys, with purchases marked unavailable", async () => {
   const dir = await Deno.makeTempDir();
   const kvPath = `${dir}/kv.sqlite3`;
   const start = await startInstance({ KV_PATH: kvPath }, ["task", "start"]);
   try {
     assert.ok(start.lines.some((l) => l.event === "listening" && l.payments === "unavailable"));
+    assert.doesNotMatch(start.stderr(), /create-app/, "the banner is for deno task dev only");
     const created = await admin(kvPath, "create-app", "--name", "prod");
     const res = await chat(start, created.output.api_key, {
       model: "tollbooth/echo",

@@ -2,11 +2,7 @@ import { createApp as createAppRecord, rotateTopUpToken } from "@/lib/tenants/mo
 import assert from "node:assert/strict";
 import { keys } from "@/lib/db.ts";
 import { NotFoundError } from "@/lib/core/mod.ts";
-import {
-  topUpAmountOfChoice,
-  updateTopUpSettings,
-  validateReturnUrl,
-} from "@/lib/payments/top_up.ts";
+import { updateTopUpSettings } from "@/lib/payments/top_up.ts";
 import { runAdmin } from "@/scripts/admin.ts";
 import { formTokenIn, ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
@@ -153,8 +149,6 @@ Deno.test("amounts other than 5, 10, 25 and 50 are refused and change nothing", 
     const missing = await postForm(s, `/top-up/${topUpToken}`, { form_token: formToken });
     assert.equal(missing.status, 400);
     assert.deepEqual(await moneyState(s, appId), before);
-    assert.equal(topUpAmountOfChoice("25"), 25_000_000);
-    assert.equal(topUpAmountOfChoice(25), null);
   }));
 
 Deno.test("tampered, foreign or cross-site forms are refused and change nothing", () =>
@@ -264,28 +258,6 @@ Deno.test("the way back links only to the stored, validated return URL", () =>
     await updateTopUpSettings(s.kv, appId, { returnUrl: null });
     assert.doesNotMatch(await (await page(s, `/top-up/${topUpToken}`)).text(), /Back to/);
   }));
-
-Deno.test("return URLs must be absolute https, or http on localhost", () => {
-  assert.equal(validateReturnUrl("https://example.com/a"), "https://example.com/a");
-  assert.equal(validateReturnUrl("http://localhost:3000/x"), "http://localhost:3000/x");
-  assert.equal(validateReturnUrl("http://127.0.0.1:3000/"), "http://127.0.0.1:3000/");
-  for (
-    const bad of [
-      "http://example.com",
-      "javascript:alert(1)",
-      "//evil.example",
-      "/relative",
-      "data:text/html,x",
-      "https://user:pass@example.com",
-      "http://localhost.evil.example",
-      "ftp://example.com",
-      "",
-      `https://example.com/${"a".repeat(2000)}`,
-    ]
-  ) {
-    assert.throws(() => validateReturnUrl(bad), RangeError, bad);
-  }
-});
 
 Deno.test("a receipt for an unknown or unpaid reference says so and shows no credit", () =>
   withService(DEV, async (s) => {

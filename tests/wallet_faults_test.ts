@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { createApp } from "@/lib/tenants/mod.ts";
 import { keys, type ReservationRecord, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
 import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
-import { type SettleInput, Wallets, WalletUnavailableError } from "@/lib/billing/wallet.ts";
+import { Wallets } from "@/lib/billing/wallet.ts";
+import { type SettleInput, WalletUnavailableError } from "@/lib/billing/wallet_types.ts";
 import { type Fault, faultyKv, type Step } from "./faulty_kv.ts";
 import { assertAuditClean } from "./helpers.ts";
 

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { createApp as createAppRecord, issueKey, revokeKey } from "@/lib/tenants/mod.ts";
 import { keys } from "@/lib/db.ts";
 import type { WalletRecord } from "@/lib/db.ts";
-import { KeyRevokedError, type SettleInput, Wallets } from "@/lib/billing/wallet.ts";
+import { Wallets } from "@/lib/billing/wallet.ts";
+import { KeyRevokedError, type SettleInput } from "@/lib/billing/wallet_types.ts";
 import { assertAuditClean } from "./helpers.ts";
 
 const LEASE_MS = 60_000;

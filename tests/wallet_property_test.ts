@@ -3,7 +3,8 @@ import fc from "fast-check";
 import { createApp } from "@/lib/tenants/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
 import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
-import { type SettleInput, Wallets } from "@/lib/billing/wallet.ts";
+import { Wallets } from "@/lib/billing/wallet.ts";
+import type { SettleInput } from "@/lib/billing/wallet_types.ts";
 import { faultyKv } from "./faulty_kv.ts";
 import { assertAuditClean } from "./helpers.ts";
 

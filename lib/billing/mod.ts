@@ -13,5 +13,6 @@ export type { RateLimitStatus } from "./ratelimit.ts";
 export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.ts";
 export { dailySpend, listUsage, spendByModel, walletActivity } from "./usage.ts";
 export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";
-export { KeyRevokedError, WalletNotFoundError, Wallets } from "./wallet.ts";
-export type { CreditResult, ReserveInput, WalletStats } from "./wallet.ts";
+export { Wallets } from "./wallet.ts";
+export { KeyRevokedError, WalletNotFoundError } from "./wallet_types.ts";
+export type { CreditResult, ReserveInput, WalletStats } from "./wallet_types.ts";

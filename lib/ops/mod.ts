@@ -1,4 +1,5 @@
-/** Operations: metrics and the OpenAPI document. */
+/** Operations: metrics, the OpenAPI document, the dev banner. */
+export { devBanner } from "./dev_banner.ts";
 export { PROMETHEUS_CONTENT_TYPE } from "./metrics.ts";
 export { openApiDocument, RATE_LIMIT_HEADERS } from "./openapi.ts";
 export { ServiceMetrics } from "./service_metrics.ts";

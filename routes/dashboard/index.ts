@@ -34,14 +34,11 @@ import {
   requireOwner,
   sessionCookie,
 } from "@/routes/session.ts";
-import {
-  appsPage,
-  keyIssuedPage,
-  keysPage,
-  overviewPage,
-  usagePage,
-  walletPage,
-} from "./pages.tsx";
+import { appsPage } from "./pages/apps.tsx";
+import { keyIssuedPage, keysPage } from "./pages/keys.tsx";
+import { overviewPage } from "./pages/overview.tsx";
+import { usagePage } from "./pages/usage.tsx";
+import { walletPage } from "./pages/wallet.tsx";
 
 const USAGE_PAGE_SIZE = 50;
 

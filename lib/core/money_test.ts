@@ -1,11 +1,5 @@
 import assert from "node:assert/strict";
-import {
-  formatPricePerMTok,
-  formatUsd,
-  parsePricePerMTok,
-  parseUsd,
-  tokensCost,
-} from "@/lib/core/money.ts";
+import { formatPricePerMTok, formatUsd, parsePricePerMTok, parseUsd, tokensCost } from "./money.ts";
 
 Deno.test("amounts format with exactly six fractional digits", () => {
   assert.equal(formatUsd(0), "0.000000");
@@ -43,4 +37,13 @@ Deno.test("a cost is summed exactly and rounded up once to the micro-dollar", ()
   assert.equal(tokensCost(1_000_000, 0, input, output), 150_000);
   assert.equal(tokensCost(1_000_000, 1_000_000, input, output), 750_000);
   assert.equal(tokensCost(1, 0, 1n, 0n), 1, "one pico-dollar still costs a micro-dollar");
+});
+
+Deno.test("a fraction of a micro-dollar is not an amount: formatting one is refused", () => {
+  assert.throws(() => formatUsd(1.5), RangeError);
+  assert.throws(() => formatUsd(Number.MAX_SAFE_INTEGER + 1), RangeError);
+});
+
+Deno.test("USD strings are read with surrounding whitespace ignored", () => {
+  assert.equal(parseUsd(" 5.25\n"), 5_250_000);
 });

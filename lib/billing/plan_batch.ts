@@ -1,0 +1,355 @@
+/**
+ * The pure decisions of a wallet batch: which queued operations fit in one commit, which reserves
+ * a revoked key refuses, and what every operation decides against the running wallet. No I/O: the
+ * engine (`wallet.ts`) reads, commits, and only then applies the answers.
+ */
+import {
+  keys,
+  type LedgerEntry,
+  type ReservationRecord,
+  type UsageRecord,
+  utcDay,
+  type WalletRecord,
+} from "@/lib/db.ts";
+import { type Micros, newId } from "@/lib/core/mod.ts";
+import type { KeyGuard } from "@/lib/tenants/mod.ts";
+import type { RateWindows } from "./ratelimit.ts";
+import {
+  type CreditInput,
+  type CreditResult,
+  KeyRevokedError,
+  type ReleaseResult,
+  type RenewResult,
+  type ReserveInput,
+  type ReserveResult,
+  type SettleInput,
+  type SettleResult,
+} from "./wallet_types.ts";
+
+/** One queued operation on an app's wallet, with the promise it answers. */
+export type Op =
+  | { kind: "reserve"; input: ReserveInput; done: Settler<ReserveResult> }
+  | { kind: "settle"; reservationId: string; input: SettleInput; done: Settler<SettleResult> }
+  | {
+    kind: "release";
+    reservationId: string;
+    onlyIfExpiredAt?: number;
+    done: Settler<ReleaseResult>;
+  }
+  | {
+    kind: "renew";
+    reservationId: string;
+    done: Settler<RenewResult>;
+  }
+  | { kind: "credit"; input: CreditInput; done: Settler<CreditResult> };
+
+export interface Settler<T> {
+  resolve(value: T): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * KV allows 10 checks per atomic operation on self-hosted denokv: the wallet's, the rate-limit
+ * overrides', and the rest shared by credit markers and API-key guards.
+ */
+const MAX_EXTRA_CHECKS = 8;
+
+/** Takes the next operations that fit in one commit: the batch size and the check budget. */
+export function takeBatch(queue: Op[], maxBatch: number): Op[] {
+  let extraChecks = 0;
+  const guarded = new Set<string>();
+  let n = 0;
+  while (n < queue.length && n < maxBatch) {
+    const op = queue[n];
+    if (op.kind === "credit" && op.input.marker) {
+      if (extraChecks === MAX_EXTRA_CHECKS) break;
+      extraChecks++;
+    }
+    const guard = op.kind === "reserve" ? op.input.keyGuard : undefined;
+    if (guard && !guarded.has(guardId(guard))) {
+      if (extraChecks === MAX_EXTRA_CHECKS) break;
+      extraChecks++;
+      guarded.add(guardId(guard));
+    }
+    n++;
+  }
+  return queue.splice(0, n);
+}
+
+/** The distinct key guards of a batch's reserves (the first versionstamp seen for each key). */
+export function keyGuards(ops: Op[]): Map<string, KeyGuard> {
+  const guards = new Map<string, KeyGuard>();
+  for (const op of ops) {
+    const guard = op.kind === "reserve" ? op.input.keyGuard : undefined;
+    if (guard && !guards.has(guardId(guard))) guards.set(guardId(guard), guard);
+  }
+  return guards;
+}
+
+export function guardId(guard: KeyGuard): string {
+  return JSON.stringify(guard.key);
+}
+
+/**
+ * Given the current versionstamp of each guarded key's entry (null: gone), refuses the reserves
+ * whose key was revoked and keeps the others, their guards brought up to date.
+ */
+export function refuseRevokedKeys(ops: Op[], current: Map<string, string | null>): Op[] {
+  return ops.filter((op) => {
+    if (op.kind !== "reserve" || !op.input.keyGuard) return true;
+    const versionstamp = current.get(guardId(op.input.keyGuard));
+    if (!versionstamp) {
+      op.done.reject(new KeyRevokedError(`API key ${op.input.keyId} was revoked`));
+      return false;
+    }
+    // In place: the caller's cache holds the same object and so stops failing this check.
+    op.input.keyGuard.versionstamp = versionstamp;
+    return true;
+  });
+}
+
+export interface PlanInput {
+  appId: string;
+  ops: Op[];
+  wallet: WalletRecord;
+  reservations: Map<string, ReservationRecord | null>;
+  markers: Set<string>;
+  now: number;
+  leaseMs: number;
+  /** The app's rate windows, when rate limits are enforced; written back with the wallet. */
+  rate?: RateWindows;
+}
+
+export type BatchPlan = ReturnType<typeof planBatch>;
+
+/**
+ * Decides every operation of a batch in order against a running copy of the wallet. Pure: the
+ * writes and the answers are only produced here, applied by the caller once the commit succeeded.
+ */
+export function planBatch(input: PlanInput) {
+  const { appId, now } = input;
+  const wallet = { ...input.wallet };
+  const live = new Map<string, ReservationRecord | null>();
+  for (const [id, r] of input.reservations) live.set(id, r);
+  const touched = new Map<string, ReservationRecord | null>();
+  const markersSeen = new Set(input.markers);
+  const markerChecks: string[] = [];
+  const writes: ((atomic: Deno.AtomicOperation) => void)[] = [];
+  const answers: (() => void)[] = [];
+  // Per-batch totals: one mutation per counter instead of one per settle (KV's mutation budget,
+  // and the commit's cost, grow with mutations).
+  const keysUsed = new Set<string>();
+  const modelSpend = new Map<string, Micros>();
+
+  const dropReservation = (r: ReservationRecord) => {
+    live.set(r.id, null);
+    touched.set(r.id, null);
+    writes.push((a) =>
+      a.delete(keys.reservation(appId, r.id)).delete(
+        keys.reservationExpiry(r.leaseUntil, appId, r.id),
+      )
+    );
+  };
+
+  for (const op of input.ops) {
+    switch (op.kind) {
+      case "reserve": {
+        const { amount } = op.input;
+        const tokens = op.input.tokens ?? 0;
+        const admission = input.rate?.check(op.input.keyId, tokens, now);
+        if (admission && !admission.ok) {
+          const answer = rateRefused(admission, wallet);
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
+        if (wallet.available < amount) {
+          const answer = {
+            ok: false as const,
+            reason: "insufficient_credits" as const,
+            available: wallet.available,
+            reserved: wallet.reserved,
+            rate: admission?.status,
+          };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
+        wallet.available -= amount;
+        wallet.reserved += amount;
+        const reservation: ReservationRecord = {
+          id: newId("res", now),
+          appId,
+          keyId: op.input.keyId,
+          requestId: op.input.requestId,
+          model: op.input.model,
+          amount,
+          createdAt: now,
+          leaseUntil: now + input.leaseMs,
+          tokens,
+        };
+        const rate = input.rate?.consume(op.input.keyId, tokens, now);
+        live.set(reservation.id, reservation);
+        touched.set(reservation.id, reservation);
+        writes.push((a) =>
+          a.set(keys.reservation(appId, reservation.id), reservation)
+            .set(keys.reservationExpiry(reservation.leaseUntil, appId, reservation.id), true)
+        );
+        const answer = { ok: true as const, reservation, available: wallet.available, rate };
+        answers.push(() => op.done.resolve(answer));
+        break;
+      }
+      case "settle": {
+        const r = live.get(op.reservationId);
+        if (!r) {
+          const answer = { settled: false as const, available: wallet.available };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
+        const charged = Math.min(op.input.cost, r.amount + wallet.available);
+        wallet.reserved -= r.amount;
+        wallet.available += r.amount - charged;
+        wallet.spent += charged;
+        dropReservation(r);
+        const rate = input.rate?.adjustTokens(
+          r.keyId,
+          op.input.promptTokens + op.input.completionTokens - (r.tokens ?? 0),
+          now,
+        );
+        const usage: UsageRecord = {
+          ...op.input,
+          id: newId("use", now),
+          appId,
+          cost: charged,
+          uncharged: op.input.cost - charged,
+          reserved: r.amount,
+          createdAt: now,
+        };
+        writes.push((a) => a.set(keys.usage(appId, usage.id), usage));
+        keysUsed.add(usage.keyId);
+        if (charged > 0) modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + charged);
+        const answer = {
+          settled: true as const,
+          charged,
+          uncharged: usage.uncharged,
+          available: wallet.available,
+          usage,
+          rate,
+        };
+        answers.push(() => op.done.resolve(answer));
+        break;
+      }
+      case "release": {
+        const r = live.get(op.reservationId);
+        const releasable = r &&
+          (op.onlyIfExpiredAt === undefined || r.leaseUntil <= op.onlyIfExpiredAt);
+        if (releasable) {
+          wallet.reserved -= r.amount;
+          wallet.available += r.amount;
+          dropReservation(r);
+        }
+        // Nothing ran (or what ran is unknown after a crash): its tokens go back to the limit.
+        const rate = releasable
+          ? input.rate?.adjustTokens(r.keyId, -(r.tokens ?? 0), now)
+          : undefined;
+        const answer = { released: Boolean(releasable), available: wallet.available, rate };
+        answers.push(() => op.done.resolve(answer));
+        break;
+      }
+      case "renew": {
+        const r = live.get(op.reservationId);
+        if (!r) {
+          answers.push(() => op.done.resolve({ renewed: false, leaseUntil: 0 }));
+          break;
+        }
+        const renewed = { ...r, leaseUntil: now + input.leaseMs };
+        live.set(r.id, renewed);
+        touched.set(r.id, renewed);
+        writes.push((a) =>
+          a.delete(keys.reservationExpiry(r.leaseUntil, appId, r.id))
+            .set(keys.reservation(appId, r.id), renewed)
+            .set(keys.reservationExpiry(renewed.leaseUntil, appId, r.id), true)
+        );
+        answers.push(() => op.done.resolve({ renewed: true, leaseUntil: renewed.leaseUntil }));
+        break;
+      }
+      case "credit": {
+        const { marker } = op.input;
+        if (marker && markersSeen.has(marker)) {
+          const answer = {
+            credited: false as const,
+            duplicate: true as const,
+            available: wallet.available,
+          };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
+        const entry: LedgerEntry = {
+          id: newId("led", now),
+          kind: op.input.kind,
+          amount: op.input.amount,
+          reason: op.input.reason,
+          reference: op.input.reference ?? null,
+          createdAt: now,
+        };
+        wallet.available += entry.amount;
+        if (entry.kind === "starter") wallet.starter += entry.amount;
+        else if (entry.kind === "top_up") wallet.topUps += entry.amount;
+        else wallet.operatorCredits += entry.amount;
+        if (marker) {
+          markersSeen.add(marker);
+          markerChecks.push(marker);
+          writes.push((a) => a.set(keys.creditMarker(marker), { appId, entryId: entry.id }));
+        }
+        writes.push((a) => a.set(keys.ledgerEntry(appId, entry.id), entry));
+        const answer = { credited: true as const, entry, available: wallet.available };
+        answers.push(() => op.done.resolve(answer));
+        break;
+      }
+    }
+  }
+
+  let daySpend = 0;
+  for (const [model, spent] of modelSpend) {
+    daySpend += spent;
+    writes.push((a) => a.sum(keys.modelSpend(appId, model), BigInt(spent)));
+  }
+  if (daySpend > 0) {
+    writes.push((a) => a.sum(keys.dailySpend(appId, utcDay(now)), BigInt(daySpend)));
+  }
+  for (const keyId of keysUsed) writes.push((a) => a.set(keys.apiKeyLastUsed(keyId), now));
+
+  const rateRecord = input.rate?.changed ? input.rate.record(now) : null;
+  if (rateRecord) writes.push((a) => a.set(keys.rateWindows(appId), rateRecord));
+
+  return {
+    wallet,
+    /** Nothing to write: every operation was refused or found nothing to do. */
+    unchanged: writes.length === 0 && rateRecord === null,
+    /** Whether this batch enforced rate limits, and the windows it wrote (null: unchanged). */
+    rateLimited: input.rate !== undefined,
+    rateRecord,
+    /** Holds created, renewed (record) or removed (null) by this batch. */
+    reservations: touched,
+    markerChecks,
+    write(atomic: Deno.AtomicOperation) {
+      for (const w of writes) w(atomic);
+    },
+    resolveAll() {
+      for (const a of answers) a();
+    },
+  };
+}
+
+function rateRefused(
+  admission: Extract<ReturnType<RateWindows["check"]>, { ok: false }>,
+  wallet: WalletRecord,
+): Extract<ReserveResult, { reason: "rate_limited" | "rate_too_large" }> {
+  return {
+    ok: false,
+    reason: admission.reason === "too_large" ? "rate_too_large" : "rate_limited",
+    available: wallet.available,
+    reserved: wallet.reserved,
+    rate: admission.status,
+    breach: admission.breach,
+    retryAfterMs: admission.reason === "rate_limited" ? admission.retryAfterMs : 0,
+  };
+}

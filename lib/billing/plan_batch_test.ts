@@ -1,0 +1,754 @@
+import assert from "node:assert/strict";
+import {
+  keys,
+  type RateLimitOverrides,
+  type ReservationRecord,
+  utcDay,
+  type WalletRecord,
+} from "@/lib/db.ts";
+import { RateWindows } from "./ratelimit.ts";
+import {
+  keyGuards,
+  type Op,
+  planBatch,
+  type PlanInput,
+  refuseRevokedKeys,
+  type Settler,
+  takeBatch,
+} from "./plan_batch.ts";
+import {
+  type CreditInput,
+  type CreditResult,
+  KeyRevokedError,
+  type ReleaseResult,
+  type RenewResult,
+  type ReserveInput,
+  type ReserveResult,
+  type SettleInput,
+  type SettleResult,
+} from "./wallet_types.ts";
+
+const APP = "app_plan";
+const NOW = Date.UTC(2026, 6, 29, 12, 0, 0);
+const LEASE_MS = 60_000;
+
+/** A settler that keeps what it was given, so a test can read an operation's answer. */
+class Answer<T> implements Settler<T> {
+  settled = false;
+  value?: T;
+  error?: unknown;
+  resolve(value: T) {
+    this.settled = true;
+    this.value = value;
+  }
+  reject(error: unknown) {
+    this.settled = true;
+    this.error = error;
+  }
+  get(): T {
+    assert.ok(this.settled && this.error === undefined, "the operation was answered");
+    return this.value as T;
+  }
+}
+
+function reserve(amount: number, extra: Partial<ReserveInput> = {}) {
+  const done = new Answer<ReserveResult>();
+  const op: Op = {
+    kind: "reserve",
+    input: { amount, keyId: "key_a", requestId: "req_a", model: "m/one", ...extra },
+    done,
+  };
+  return { op, done };
+}
+
+function settle(reservationId: string, cost: number, extra: Partial<SettleInput> = {}) {
+  const done = new Answer<SettleResult>();
+  const input: SettleInput = {
+    requestId: "req_a",
+    keyId: "key_a",
+    model: "m/one",
+    provider: "p",
+    promptTokens: 10,
+    completionTokens: 20,
+    cost,
+    streamed: false,
+    outcome: "completed",
+    countedLocally: false,
+    ...extra,
+  };
+  const op: Op = { kind: "settle", reservationId, input, done };
+  return { op, done };
+}
+
+function release(reservationId: string, onlyIfExpiredAt?: number) {
+  const done = new Answer<ReleaseResult>();
+  const op: Op = { kind: "release", reservationId, onlyIfExpiredAt, done };
+  return { op, done };
+}
+
+function renew(reservationId: string) {
+  const done = new Answer<RenewResult>();
+  const op: Op = { kind: "renew", reservationId, done };
+  return { op, done };
+}
+
+function credit(amount: number, extra: Partial<CreditInput> = {}) {
+  const done = new Answer<CreditResult>();
+  const op: Op = {
+    kind: "credit",
+    input: { amount, kind: "top_up", reason: "Top-up", ...extra },
+    done,
+  };
+  return { op, done };
+}
+
+function wallet(available: number, fields: Partial<WalletRecord> = {}): WalletRecord {
+  return {
+    available,
+    reserved: 0,
+    spent: 0,
+    starter: 0,
+    topUps: available,
+    operatorCredits: 0,
+    ...fields,
+  };
+}
+
+function reservation(id: string, amount: number, fields: Partial<ReservationRecord> = {}) {
+  return {
+    id,
+    appId: APP,
+    keyId: "key_a",
+    requestId: "req_a",
+    model: "m/one",
+    amount,
+    createdAt: NOW - 1_000,
+    leaseUntil: NOW + 5_000,
+    ...fields,
+  } satisfies ReservationRecord;
+}
+
+/** A wallet holding the given reservations, with `available` left over. */
+function walletHolding(available: number, ...held: ReservationRecord[]): WalletRecord {
+  const reserved = held.reduce((sum, r) => sum + r.amount, 0);
+  return wallet(available, { reserved, topUps: available + reserved });
+}
+
+function plan(ops: { op: Op }[], input: Partial<PlanInput> = {}) {
+  return planBatch({
+    appId: APP,
+    ops: ops.map((o) => o.op),
+    wallet: wallet(0),
+    reservations: new Map(),
+    markers: new Set(),
+    now: NOW,
+    leaseMs: LEASE_MS,
+    ...input,
+  });
+}
+
+function holding(...held: ReservationRecord[]): Map<string, ReservationRecord | null> {
+  return new Map(held.map((r) => [r.id, r]));
+}
+
+type Write =
+  | { op: "set"; key: Deno.KvKey; value: unknown }
+  | { op: "delete"; key: Deno.KvKey }
+  | { op: "sum"; key: Deno.KvKey; value: bigint };
+
+/** The mutations a plan would add to the batch's atomic operation, in order. */
+function writesOf(p: ReturnType<typeof planBatch>): Write[] {
+  const writes: Write[] = [];
+  const atomic = {
+    set(key: Deno.KvKey, value: unknown) {
+      writes.push({ op: "set", key, value });
+      return atomic;
+    },
+    delete(key: Deno.KvKey) {
+      writes.push({ op: "delete", key });
+      return atomic;
+    },
+    sum(key: Deno.KvKey, value: bigint) {
+      writes.push({ op: "sum", key, value });
+      return atomic;
+    },
+  };
+  p.write(atomic as unknown as Deno.AtomicOperation);
+  return writes;
+}
+
+function keyNames(writes: Write[]): string[] {
+  return writes.map((w) => `${w.op} ${w.key.join("/")}`);
+}
+
+const credited = (w: WalletRecord) => w.starter + w.topUps + w.operatorCredits;
+
+function assertBalanced(w: WalletRecord) {
+  assert.equal(w.available + w.reserved + w.spent, credited(w), "available + reserved + spent");
+}
+
+function rateWindows(
+  limits = { rpm: 60, tpm: 1_000 },
+  overrides: RateLimitOverrides | null = null,
+) {
+  return new RateWindows(limits, overrides, null);
+}
+
+Deno.test("a reserve within the available balance moves it to reserved and writes the reservation with its lease", () => {
+  const r = reserve(300, { tokens: 12 });
+  const p = plan([r], { wallet: wallet(1_000) });
+  p.resolveAll();
+  const answer = r.done.get();
+  assert.ok(answer.ok);
+  assert.equal(answer.available, 700);
+  assert.deepEqual({ ...p.wallet }, { ...wallet(1_000), available: 700, reserved: 300 });
+  const held = answer.reservation;
+  assert.deepEqual(
+    { ...held, id: "" },
+    {
+      id: "",
+      appId: APP,
+      keyId: "key_a",
+      requestId: "req_a",
+      model: "m/one",
+      amount: 300,
+      createdAt: NOW,
+      leaseUntil: NOW + LEASE_MS,
+      tokens: 12,
+    },
+  );
+  assert.match(held.id, /^res_/);
+  assert.deepEqual(writesOf(p), [
+    { op: "set", key: keys.reservation(APP, held.id), value: held },
+    { op: "set", key: keys.reservationExpiry(NOW + LEASE_MS, APP, held.id), value: true },
+  ]);
+  assert.deepEqual([...p.reservations], [[held.id, held]]);
+  assert.equal(p.unchanged, false);
+});
+
+Deno.test("a reserve of exactly the available balance fits", () => {
+  const r = reserve(1_000);
+  const p = plan([r], { wallet: wallet(1_000) });
+  p.resolveAll();
+  assert.equal(r.done.get().ok, true);
+  assert.equal(p.wallet.available, 0);
+  assert.equal(p.wallet.reserved, 1_000);
+});
+
+Deno.test("a reserve over the available balance is refused with the balance and writes nothing", () => {
+  const r = reserve(1_001);
+  const before = wallet(1_000, { reserved: 50, topUps: 1_050 });
+  const p = plan([r], { wallet: before });
+  p.resolveAll();
+  assert.deepEqual(r.done.get(), {
+    ok: false,
+    reason: "insufficient_credits",
+    available: 1_000,
+    reserved: 50,
+    rate: undefined,
+  });
+  assert.deepEqual(p.wallet, before);
+  assert.equal(p.unchanged, true);
+  assert.deepEqual(writesOf(p), []);
+});
+
+Deno.test("the wallet passed in is not modified: the plan works on its own copy", () => {
+  const before = wallet(1_000);
+  const snapshot = { ...before };
+  const p = plan([reserve(400), credit(5)], { wallet: before });
+  assert.deepEqual(before, snapshot);
+  assert.notEqual(p.wallet, before);
+});
+
+Deno.test("answers are delivered only by resolveAll, after the caller has committed", () => {
+  const r = reserve(10);
+  const c = credit(10);
+  const p = plan([r, c], { wallet: wallet(100) });
+  assert.equal(r.done.settled, false);
+  assert.equal(c.done.settled, false);
+  p.resolveAll();
+  assert.equal(r.done.settled, true);
+  assert.equal(c.done.settled, true);
+});
+
+Deno.test("an admitted reserve counts one request and its tokens in the rate windows written with the batch", () => {
+  const rate = rateWindows({ rpm: 60, tpm: 1_000 });
+  const r = reserve(10, { tokens: 250 });
+  const p = plan([r], { wallet: wallet(100), rate });
+  p.resolveAll();
+  const answer = r.done.get();
+  assert.ok(answer.ok && answer.rate);
+  assert.equal(answer.rate.requests.remaining, 59);
+  assert.equal(answer.rate.tokens.remaining, 750);
+  assert.equal(p.rateLimited, true);
+  assert.ok(p.rateRecord?.app);
+  const writes = writesOf(p);
+  assert.deepEqual(writes.at(-1), { op: "set", key: keys.rateWindows(APP), value: p.rateRecord });
+});
+
+Deno.test("rate is decided before money: a reserve over its rate limit is refused as rate_limited even when the wallet is empty", () => {
+  const rate = rateWindows({ rpm: 1, tpm: 1_000 });
+  const first = reserve(10);
+  const second = reserve(10_000);
+  const p = plan([first, second], { wallet: wallet(10), rate });
+  p.resolveAll();
+  assert.equal(first.done.get().ok, true);
+  const refused = second.done.get();
+  assert.ok(!refused.ok && refused.reason === "rate_limited");
+  assert.equal(refused.breach.dimension, "requests");
+  assert.equal(refused.breach.scope, "app");
+  // One request per minute: the next fits once the bucket has drained a whole request.
+  assert.equal(refused.retryAfterMs, 60_000);
+  assert.equal(refused.available, 0);
+  assert.equal(refused.reserved, 10);
+  assert.equal(p.wallet.reserved, 10, "the refused reserve took nothing");
+});
+
+Deno.test("a reserve needing more tokens than a whole minute allows is refused as rate_too_large, with no wait", () => {
+  const rate = rateWindows({ rpm: 60, tpm: 1_000 });
+  const r = reserve(10, { tokens: 1_001 });
+  const p = plan([r], { wallet: wallet(100), rate });
+  p.resolveAll();
+  const refused = r.done.get();
+  assert.ok(!refused.ok && refused.reason === "rate_too_large");
+  assert.equal(refused.retryAfterMs, 0);
+  assert.deepEqual(refused.breach, {
+    scope: "app",
+    dimension: "tokens",
+    limit: 1_000,
+    requested: 1_001,
+  });
+  assert.equal(p.unchanged, true, "nothing counted, nothing reserved");
+  assert.equal(p.rateRecord, null);
+});
+
+Deno.test("a key's own lower limit refuses that key while the app's room is left", () => {
+  const rate = rateWindows({ rpm: 60, tpm: 1_000 }, { app: {}, keys: { key_a: { rpm: 1 } } });
+  const [a1, a2, b] = [reserve(1), reserve(1), reserve(1, { keyId: "key_b" })];
+  const p = plan([a1, a2, b], { wallet: wallet(100), rate });
+  p.resolveAll();
+  assert.equal(a1.done.get().ok, true);
+  const refused = a2.done.get();
+  assert.ok(!refused.ok && refused.reason === "rate_limited");
+  assert.equal(refused.breach.scope, "key");
+  assert.equal(b.done.get().ok, true);
+});
+
+Deno.test("a reserve refused for credits counts nothing against the rate limit", () => {
+  const rate = rateWindows({ rpm: 60, tpm: 1_000 });
+  const r = reserve(500, { tokens: 100 });
+  const p = plan([r], { wallet: wallet(100), rate });
+  p.resolveAll();
+  const refused = r.done.get();
+  assert.ok(!refused.ok && refused.reason === "insufficient_credits");
+  assert.equal(refused.rate?.requests.remaining, 60);
+  assert.equal(refused.rate?.tokens.remaining, 1_000);
+  assert.equal(p.unchanged, true);
+});
+
+Deno.test("a settle below its reservation charges the cost and gives the rest back to the balance", () => {
+  const held = reservation("res_1", 1_000, { tokens: 100 });
+  const s = settle("res_1", 300);
+  const p = plan([s], { wallet: walletHolding(500, held), reservations: holding(held) });
+  p.resolveAll();
+  const answer = s.done.get();
+  assert.ok(answer.settled);
+  assert.equal(answer.charged, 300);
+  assert.equal(answer.uncharged, 0);
+  assert.equal(answer.available, 1_200);
+  assert.deepEqual(
+    { available: p.wallet.available, reserved: p.wallet.reserved, spent: p.wallet.spent },
+    { available: 1_200, reserved: 0, spent: 300 },
+  );
+  assertBalanced(p.wallet);
+  assert.equal(answer.usage.cost, 300);
+  assert.equal(answer.usage.reserved, 1_000);
+  assert.equal(answer.usage.appId, APP);
+  assert.equal(answer.usage.createdAt, NOW);
+  assert.match(answer.usage.id, /^use_/);
+  assert.deepEqual([...p.reservations], [["res_1", null]]);
+});
+
+Deno.test("a settle above its reservation takes the difference from the balance", () => {
+  const held = reservation("res_1", 1_000);
+  const s = settle("res_1", 1_400);
+  const p = plan([s], { wallet: walletHolding(500, held), reservations: holding(held) });
+  p.resolveAll();
+  const answer = s.done.get();
+  assert.ok(answer.settled);
+  assert.equal(answer.charged, 1_400);
+  assert.equal(answer.uncharged, 0);
+  assert.equal(p.wallet.available, 100);
+  assert.equal(p.wallet.spent, 1_400);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a settle above its reservation and the whole balance charges down to zero and records the rest as uncharged", () => {
+  const held = reservation("res_1", 1_000);
+  const s = settle("res_1", 2_000);
+  const p = plan([s], { wallet: walletHolding(600, held), reservations: holding(held) });
+  p.resolveAll();
+  const answer = s.done.get();
+  assert.ok(answer.settled);
+  assert.equal(answer.charged, 1_600);
+  assert.equal(answer.uncharged, 400);
+  assert.equal(answer.usage.cost, 1_600, "the usage record says what left the wallet");
+  assert.equal(answer.usage.uncharged, 400);
+  assert.equal(p.wallet.available, 0);
+  assert.equal(p.wallet.spent, 1_600);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a settle deletes the reservation and its expiry entry and writes the usage record", () => {
+  const held = reservation("res_1", 1_000);
+  const s = settle("res_1", 300);
+  const p = plan([s], { wallet: walletHolding(0, held), reservations: holding(held) });
+  p.resolveAll();
+  const usage = s.done.get();
+  assert.ok(usage.settled);
+  assert.deepEqual(keyNames(writesOf(p)), [
+    `delete ${keys.reservation(APP, "res_1").join("/")}`,
+    `delete ${keys.reservationExpiry(held.leaseUntil, APP, "res_1").join("/")}`,
+    `set ${keys.usage(APP, usage.usage.id).join("/")}`,
+    `sum ${keys.modelSpend(APP, "m/one").join("/")}`,
+    `sum ${keys.dailySpend(APP, utcDay(NOW)).join("/")}`,
+    `set ${keys.apiKeyLastUsed("key_a").join("/")}`,
+  ]);
+});
+
+Deno.test("a settle of a reservation already released charges nothing and writes nothing", () => {
+  const s = settle("res_gone", 300);
+  const p = plan([s], { wallet: wallet(700), reservations: new Map([["res_gone", null]]) });
+  p.resolveAll();
+  assert.deepEqual(s.done.get(), { settled: false, available: 700 });
+  assert.equal(p.unchanged, true);
+});
+
+Deno.test("a settle corrects the rate limiter's tokens from those reserved to those used", () => {
+  const rate = rateWindows({ rpm: 60, tpm: 1_000 });
+  const r = reserve(100, { tokens: 800 });
+  plan([r], { wallet: wallet(1_000), rate }).resolveAll();
+  const reserved = r.done.get();
+  assert.ok(reserved.ok);
+  assert.equal(reserved.rate?.tokens.remaining, 200);
+  const s = settle(reserved.reservation.id, 10, { promptTokens: 30, completionTokens: 20 });
+  const p = plan([s], {
+    wallet: walletHolding(900, reserved.reservation),
+    reservations: holding(reserved.reservation),
+    rate,
+  });
+  p.resolveAll();
+  const answer = s.done.get();
+  assert.ok(answer.settled);
+  assert.equal(answer.rate?.tokens.remaining, 950, "50 tokens used, not 800");
+});
+
+Deno.test("a batch of settles adds its charges to each model's and the day's spend once, and skips free ones", () => {
+  const held = [
+    reservation("res_1", 100),
+    reservation("res_2", 100),
+    reservation("res_3", 100),
+    reservation("res_4", 100, { keyId: "key_b" }),
+  ];
+  const settles = [
+    settle("res_1", 10),
+    settle("res_2", 20),
+    settle("res_3", 5, { model: "m/two" }),
+    settle("res_4", 0, { model: "m/three", keyId: "key_b" }),
+  ];
+  const p = plan(settles, { wallet: walletHolding(0, ...held), reservations: holding(...held) });
+  const sums = writesOf(p).filter((w) => w.op === "sum");
+  assert.deepEqual(sums, [
+    { op: "sum", key: keys.modelSpend(APP, "m/one"), value: 30n },
+    { op: "sum", key: keys.modelSpend(APP, "m/two"), value: 5n },
+    { op: "sum", key: keys.dailySpend(APP, utcDay(NOW)), value: 35n },
+  ]);
+  const lastUsed = writesOf(p).filter((w) => w.key[0] === "api_key_last_used");
+  assert.deepEqual(lastUsed.map((w) => w.key[1]), ["key_a", "key_b"]);
+});
+
+Deno.test("a release gives the whole reservation back to the balance and its tokens back to the limit", () => {
+  const rate = rateWindows({ rpm: 60, tpm: 1_000 });
+  const r = reserve(400, { tokens: 600 });
+  plan([r], { wallet: wallet(1_000), rate }).resolveAll();
+  const reserved = r.done.get();
+  assert.ok(reserved.ok);
+  const rel = release(reserved.reservation.id);
+  const p = plan([rel], {
+    wallet: walletHolding(600, reserved.reservation),
+    reservations: holding(reserved.reservation),
+    rate,
+  });
+  p.resolveAll();
+  const answer = rel.done.get();
+  assert.equal(answer.released, true);
+  assert.equal(answer.available, 1_000);
+  assert.equal(answer.rate?.tokens.remaining, 1_000);
+  assert.equal(answer.rate?.requests.remaining, 59, "the request itself still counts");
+  assert.equal(p.wallet.reserved, 0);
+  assert.equal(p.wallet.spent, 0);
+  assertBalanced(p.wallet);
+  assert.deepEqual(keyNames(writesOf(p)).slice(0, 2), [
+    `delete ${keys.reservation(APP, reserved.reservation.id).join("/")}`,
+    `delete ${
+      keys.reservationExpiry(reserved.reservation.leaseUntil, APP, reserved.reservation.id).join(
+        "/",
+      )
+    }`,
+  ]);
+});
+
+Deno.test("a release only if expired leaves a reservation whose lease has not run out", () => {
+  const held = reservation("res_1", 1_000, { leaseUntil: NOW + 5_000 });
+  const early = release("res_1", NOW + 4_999);
+  const p = plan([early], { wallet: walletHolding(0, held), reservations: holding(held) });
+  p.resolveAll();
+  assert.deepEqual(early.done.get(), { released: false, available: 0, rate: undefined });
+  assert.equal(p.unchanged, true);
+
+  const due = release("res_1", NOW + 5_000);
+  const q = plan([due], { wallet: walletHolding(0, held), reservations: holding(held) });
+  q.resolveAll();
+  assert.equal(due.done.get().released, true);
+  assert.equal(q.wallet.available, 1_000);
+});
+
+Deno.test("a release of a reservation already gone changes nothing", () => {
+  const rel = release("res_gone");
+  const p = plan([rel], { wallet: wallet(50), reservations: new Map([["res_gone", null]]) });
+  p.resolveAll();
+  assert.deepEqual(rel.done.get(), { released: false, available: 50, rate: undefined });
+  assert.equal(p.unchanged, true);
+});
+
+Deno.test("a renew moves the lease and its expiry entry forward", () => {
+  const held = reservation("res_1", 1_000, { leaseUntil: NOW + 5 });
+  const rn = renew("res_1");
+  const p = plan([rn], { wallet: walletHolding(0, held), reservations: holding(held) });
+  p.resolveAll();
+  assert.deepEqual(rn.done.get(), { renewed: true, leaseUntil: NOW + LEASE_MS });
+  const renewed = { ...held, leaseUntil: NOW + LEASE_MS };
+  assert.deepEqual(writesOf(p).slice(0, 3), [
+    { op: "delete", key: keys.reservationExpiry(NOW + 5, APP, "res_1") },
+    { op: "set", key: keys.reservation(APP, "res_1"), value: renewed },
+    { op: "set", key: keys.reservationExpiry(NOW + LEASE_MS, APP, "res_1"), value: true },
+  ]);
+  assert.deepEqual(p.reservations.get("res_1"), renewed);
+  assert.equal(p.wallet.reserved, 1_000, "a renew moves no money");
+});
+
+Deno.test("a renew of a reservation already gone answers not renewed", () => {
+  const rn = renew("res_gone");
+  const p = plan([rn], { reservations: new Map([["res_gone", null]]) });
+  p.resolveAll();
+  assert.deepEqual(rn.done.get(), { renewed: false, leaseUntil: 0 });
+  assert.equal(p.unchanged, true);
+});
+
+Deno.test("a credit adds to the balance and to the total of its kind, and writes its ledger entry", () => {
+  const kinds = [
+    ["starter", "starter"],
+    ["top_up", "topUps"],
+    ["operator_credit", "operatorCredits"],
+  ] as const;
+  for (const [kind, total] of kinds) {
+    const c = credit(250, { kind, reason: "why", reference: "ref_1" });
+    const p = plan([c], { wallet: wallet(100) });
+    p.resolveAll();
+    const answer = c.done.get();
+    assert.ok(answer.credited);
+    assert.equal(answer.available, 350);
+    assert.equal(p.wallet[total], (total === "topUps" ? 100 : 0) + 250, kind);
+    assertBalanced(p.wallet);
+    assert.deepEqual(
+      { ...answer.entry, id: "" },
+      { id: "", kind, amount: 250, reason: "why", reference: "ref_1", createdAt: NOW },
+    );
+    assert.deepEqual(writesOf(p), [
+      { op: "set", key: keys.ledgerEntry(APP, answer.entry.id), value: answer.entry },
+    ]);
+  }
+});
+
+Deno.test("a credit whose marker is already stored is a duplicate and changes nothing", () => {
+  const c = credit(250, { marker: "stripe:cs_1" });
+  const p = plan([c], { wallet: wallet(100), markers: new Set(["stripe:cs_1"]) });
+  p.resolveAll();
+  assert.deepEqual(c.done.get(), { credited: false, duplicate: true, available: 100 });
+  assert.equal(p.unchanged, true);
+  assert.deepEqual(p.markerChecks, []);
+});
+
+Deno.test("two credits with one marker in a batch credit once; the marker is checked absent and written with it", () => {
+  const [first, second] = [credit(250, { marker: "m1" }), credit(250, { marker: "m1" })];
+  const p = plan([first, second], { wallet: wallet(0) });
+  p.resolveAll();
+  const answer = first.done.get();
+  assert.ok(answer.credited);
+  assert.deepEqual(second.done.get(), { credited: false, duplicate: true, available: 250 });
+  assert.equal(p.wallet.available, 250);
+  assert.deepEqual(p.markerChecks, ["m1"]);
+  assert.deepEqual(writesOf(p), [
+    { op: "set", key: keys.creditMarker("m1"), value: { appId: APP, entryId: answer.entry.id } },
+    { op: "set", key: keys.ledgerEntry(APP, answer.entry.id), value: answer.entry },
+  ]);
+});
+
+Deno.test("operations are decided in order: a settle frees room for a later reserve of the batch, not an earlier one", () => {
+  const held = reservation("res_1", 4_000);
+  const early = reserve(3_000);
+  const s = settle("res_1", 1_000);
+  const late = reserve(3_000);
+  const p = plan([early, s, late], {
+    wallet: walletHolding(1_000, held),
+    reservations: holding(held),
+  });
+  p.resolveAll();
+  const refused = early.done.get();
+  assert.ok(!refused.ok);
+  assert.equal(refused.available, 1_000);
+  assert.equal(late.done.get().ok, true);
+  assert.deepEqual(
+    { available: p.wallet.available, reserved: p.wallet.reserved, spent: p.wallet.spent },
+    { available: 1_000, reserved: 3_000, spent: 1_000 },
+  );
+});
+
+Deno.test("a refused reserve is decided against the running balance of its batch, after the reserves before it", () => {
+  const [a, b, c] = [reserve(2_000), reserve(4_000), reserve(3_000)];
+  const p = plan([a, b, c], { wallet: wallet(5_000) });
+  p.resolveAll();
+  assert.equal(a.done.get().ok, true);
+  assert.deepEqual(b.done.get(), {
+    ok: false,
+    reason: "insufficient_credits",
+    available: 3_000,
+    reserved: 2_000,
+    rate: undefined,
+  });
+  assert.equal(c.done.get().ok, true);
+  assert.equal(p.wallet.available, 0);
+});
+
+Deno.test("a settle and a release of one reservation in the same batch charge it once", () => {
+  const held = reservation("res_1", 1_000);
+  const s = settle("res_1", 400);
+  const rel = release("res_1");
+  const p = plan([s, rel], { wallet: walletHolding(0, held), reservations: holding(held) });
+  p.resolveAll();
+  assert.ok(s.done.get().settled);
+  assert.equal(rel.done.get().released, false);
+  assert.equal(p.wallet.available, 600);
+  assert.equal(p.wallet.spent, 400);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a batch mixing every operation decides each in turn and keeps available + reserved + spent equal to what was credited", () => {
+  const held = [
+    reservation("res_1", 1_000),
+    reservation("res_2", 2_000),
+    reservation("res_3", 300),
+  ];
+  const first = reserve(700);
+  const settled = settle("res_1", 900);
+  const released = release("res_2");
+  const credited = credit(5_000, { kind: "operator_credit" });
+  const second = reserve(6_000);
+  const overspent = settle("res_3", 50_000);
+  const renewed = renew("res_1");
+  const third = reserve(1);
+  const p = plan([first, settled, released, credited, second, overspent, renewed, third], {
+    wallet: walletHolding(800, ...held),
+    reservations: holding(...held),
+  });
+  p.resolveAll();
+  assert.equal(first.done.get().ok, true);
+  assert.equal(released.done.get().available, 2_200);
+  assert.equal(credited.done.get().available, 7_200);
+  assert.equal(second.done.get().ok, true);
+  const over = overspent.done.get();
+  assert.ok(over.settled);
+  assert.deepEqual({ charged: over.charged, uncharged: over.uncharged }, {
+    charged: 1_500,
+    uncharged: 48_500,
+  });
+  assert.deepEqual(renewed.done.get(), { renewed: false, leaseUntil: 0 }, "res_1 was settled");
+  assert.equal(third.done.get().ok, false, "nothing is left for the last reserve");
+  assert.deepEqual(
+    { available: p.wallet.available, reserved: p.wallet.reserved, spent: p.wallet.spent },
+    { available: 0, reserved: 6_700, spent: 2_400 },
+  );
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a batch of refusals and no-ops has nothing to write", () => {
+  const ops = [reserve(10_000), settle("res_gone", 5), release("res_gone"), renew("res_gone")];
+  const p = plan(ops, { wallet: wallet(10), reservations: new Map([["res_gone", null]]) });
+  assert.equal(p.unchanged, true);
+  assert.deepEqual(writesOf(p), []);
+  assert.deepEqual(p.reservations, new Map());
+});
+
+Deno.test("a reserve under a revoked key is refused with KeyRevokedError while the others proceed", () => {
+  const guardA = { key: ["api_keys_by_hash", "a"], versionstamp: "01" };
+  const guardB = { key: ["api_keys_by_hash", "b"], versionstamp: "01" };
+  const revoked = reserve(10, { keyId: "key_a", keyGuard: guardA });
+  const kept = reserve(10, { keyId: "key_b", keyGuard: guardB });
+  const unguarded = reserve(10);
+  const c = credit(5);
+  const current = new Map([[JSON.stringify(guardA.key), null], [
+    JSON.stringify(guardB.key),
+    "02",
+  ]]);
+  const left = refuseRevokedKeys([revoked.op, kept.op, unguarded.op, c.op], current);
+  assert.deepEqual(left, [kept.op, unguarded.op, c.op]);
+  assert.ok(revoked.done.error instanceof KeyRevokedError);
+  assert.match(String(revoked.done.error), /key_a was revoked/);
+  assert.equal(kept.done.settled, false, "kept reserves are decided by the batch, not here");
+});
+
+Deno.test("a key entry rewritten but still there has its guard brought up to date in place", () => {
+  const guard = { key: ["api_keys_by_hash", "a"], versionstamp: "01" };
+  const r = reserve(10, { keyGuard: guard });
+  refuseRevokedKeys([r.op], new Map([[JSON.stringify(guard.key), "07"]]));
+  assert.equal(guard.versionstamp, "07", "the caller's cached guard stops failing the check");
+});
+
+Deno.test("a batch checks each key's guard once, with the first versionstamp seen", () => {
+  const first = { key: ["api_keys_by_hash", "a"], versionstamp: "01" };
+  const later = { key: ["api_keys_by_hash", "a"], versionstamp: "02" };
+  const other = { key: ["api_keys_by_hash", "b"], versionstamp: "05" };
+  const guards = keyGuards([
+    reserve(1, { keyGuard: first }).op,
+    credit(1).op,
+    reserve(1, { keyGuard: later }).op,
+    reserve(1, { keyGuard: other }).op,
+    reserve(1).op,
+  ]);
+  assert.deepEqual([...guards.values()], [first, other]);
+});
+
+Deno.test("a batch takes at most maxBatch operations and leaves the rest queued in order", () => {
+  const queue = Array.from({ length: 5 }, (_, i) => reserve(i + 1).op);
+  const all = [...queue];
+  assert.deepEqual(takeBatch(queue, 3), all.slice(0, 3));
+  assert.deepEqual(queue, all.slice(3));
+});
+
+Deno.test("a batch stays within KV's 10 checks: marked credits and distinct key guards share 8", () => {
+  const guard = (n: number) => ({ key: ["api_keys_by_hash", `k${n}`], versionstamp: "01" });
+  const queue: Op[] = [
+    ...Array.from({ length: 5 }, (_, i) => credit(1, { marker: `m${i}` }).op),
+    credit(1).op, // no marker: no check
+    reserve(1, { keyGuard: guard(0) }).op,
+    reserve(1, { keyGuard: guard(0) }).op, // the same key: checked once
+    reserve(1, { keyGuard: guard(1) }).op,
+    reserve(1, { keyGuard: guard(2) }).op,
+    reserve(1, { keyGuard: guard(3) }).op, // the ninth check: next batch
+    credit(1, { marker: "m5" }).op,
+  ];
+  const batch = takeBatch(queue, 128);
+  assert.equal(batch.length, 10);
+  assert.equal(queue.length, 2);
+  assert.equal(takeBatch(queue, 128).length, 2);
+});

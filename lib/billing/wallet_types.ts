@@ -1,0 +1,113 @@
+/**
+ * The wallet's public face: what callers of `Wallets` pass, what they get back, and what it throws.
+ */
+import type { LedgerEntry, RateLimits, ReservationRecord, UsageRecord } from "@/lib/db.ts";
+import type { Micros } from "@/lib/core/mod.ts";
+import type { KeyGuard } from "@/lib/tenants/mod.ts";
+import type { RateBreach, RateLimitStatus } from "./ratelimit.ts";
+
+export interface ReserveInput {
+  amount: Micros;
+  keyId: string;
+  requestId: string;
+  model: string;
+  /** Tokens counted against the rate limit (prompt + max_tokens), corrected at settle. */
+  tokens?: number;
+  /**
+   * The API key's index entry as the caller last saw it (possibly from a cache). The commit checks
+   * it, so a key revoked anywhere fails its next reserve with KeyRevokedError at no extra read.
+   */
+  keyGuard?: KeyGuard;
+}
+
+/** `rate` is present when the wallets enforce rate limits. */
+export type ReserveResult =
+  | { ok: true; reservation: ReservationRecord; available: Micros; rate?: RateLimitStatus }
+  | {
+    ok: false;
+    reason: "insufficient_credits";
+    available: Micros;
+    reserved: Micros;
+    rate?: RateLimitStatus;
+  }
+  /** Refused for rate before money was considered: nothing reserved, nothing counted. */
+  | {
+    ok: false;
+    reason: "rate_limited" | "rate_too_large";
+    available: Micros;
+    reserved: Micros;
+    rate: RateLimitStatus;
+    breach: RateBreach;
+    /** For `rate_limited`: how long until the request would fit. */
+    retryAfterMs: number;
+  };
+
+/** Usage of a settled request; cost is what the usage is worth, not yet what is charged. */
+export type SettleInput =
+  & Omit<UsageRecord, "id" | "appId" | "cost" | "uncharged" | "reserved" | "createdAt">
+  & {
+    cost: Micros;
+  };
+
+export type SettleResult =
+  | {
+    settled: true;
+    charged: Micros;
+    uncharged: Micros;
+    available: Micros;
+    usage: UsageRecord;
+    rate?: RateLimitStatus;
+  }
+  /** The reservation was already released (by the sweeper): nothing is charged twice. */
+  | { settled: false; available: Micros };
+
+export interface CreditInput {
+  amount: Micros;
+  kind: LedgerEntry["kind"];
+  reason: string;
+  reference?: string | null;
+  /** A key that is written with the credit; a second credit with the same marker changes nothing. */
+  marker?: string;
+}
+
+export type CreditResult =
+  | { credited: true; entry: LedgerEntry; available: Micros }
+  | { credited: false; duplicate: true; available: Micros };
+
+export type ReleaseResult = { released: boolean; available: Micros; rate?: RateLimitStatus };
+
+export type RenewResult = { renewed: boolean; leaseUntil: number };
+
+export class WalletNotFoundError extends Error {
+  constructor(appId: string) {
+    super(`no wallet for app ${appId}`);
+  }
+}
+
+export class WalletUnavailableError extends Error {}
+
+/** The key guarding a reserve no longer exists: it was revoked since the caller looked it up. */
+export class KeyRevokedError extends Error {}
+
+export interface WalletOptions {
+  /** How long a reservation is held before the sweeper may release it. */
+  leaseMs: number;
+  /**
+   * Operations committed together at most. A settle writes 3 mutations (plus the batch's shared
+   * counters), so 128 stay well under KV's 1000 mutations and 80 KiB of keys per commit.
+   */
+  maxBatch?: number;
+  /** Commit attempts before giving up under conflicts or KV errors. */
+  maxAttempts?: number;
+  now?: () => number;
+  /** Default requests and tokens per minute per app and key; without it nothing is rate limited. */
+  rateLimits?: RateLimits;
+}
+
+export interface WalletStats {
+  commits: number;
+  conflicts: number;
+  unknownOutcomes: number;
+  readFailures: number;
+  opsCommitted: number;
+}

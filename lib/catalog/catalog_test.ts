@@ -1,0 +1,162 @@
+import assert from "node:assert/strict";
+import { buildCatalog, CatalogError } from "./catalog.ts";
+
+/** A small valid catalog file; each test changes one thing. */
+function catalogFile() {
+  return {
+    providers: {
+      tollbooth: { kind: "simulator" },
+      openai: {
+        kind: "openai",
+        base_url: "https://api.openai.com/v1/",
+        api_key_env: "OPENAI_API_KEY",
+      },
+      backup: {
+        kind: "anthropic",
+        base_url: "https://proxy.example",
+        api_key_env: "BACKUP_KEY",
+        timeout_ms: 5_000,
+      },
+    },
+    models: [
+      {
+        id: "tollbooth/echo",
+        provider: "tollbooth",
+        upstream_model: "echo",
+        input_usd_per_mtok: "0",
+        output_usd_per_mtok: "0",
+        context_tokens: 1_000,
+        max_output_tokens: 500,
+      },
+      {
+        id: "openai/gpt-4o-mini",
+        provider: "openai",
+        upstream_model: "gpt-4o-mini",
+        input_usd_per_mtok: "0.15",
+        output_usd_per_mtok: "0.60",
+        context_tokens: 128_000,
+        max_output_tokens: 16_384,
+        fallbacks: [{ provider: "backup", upstream_model: "gpt-4o-mini-2024" }],
+      },
+    ] as Record<string, unknown>[],
+  };
+}
+
+type CatalogFile = ReturnType<typeof catalogFile>;
+
+function refusal(mutate: (c: CatalogFile) => void): string {
+  const file = catalogFile();
+  mutate(file);
+  try {
+    buildCatalog(file, {});
+  } catch (error) {
+    assert.ok(error instanceof CatalogError, String(error));
+    return error.message;
+  }
+  assert.fail("the catalog was accepted");
+}
+
+Deno.test("a valid catalog lists its models with exact prices, as written and in pico-USD per token", () => {
+  const catalog = buildCatalog(catalogFile(), {});
+  assert.deepEqual(catalog.models.map((m) => m.id), ["tollbooth/echo", "openai/gpt-4o-mini"]);
+  const mini = catalog.get("openai/gpt-4o-mini")!;
+  assert.equal(mini.inputPrice, 150_000n);
+  assert.equal(mini.outputPrice, 600_000n);
+  assert.equal(mini.inputUsdPerMTok, "0.15");
+  assert.equal(mini.outputUsdPerMTok, "0.60");
+  assert.equal(mini.upstreamModel, "gpt-4o-mini");
+  assert.equal(mini.contextTokens, 128_000);
+  assert.equal(mini.maxOutputTokens, 16_384);
+  assert.equal(catalog.get("openai/unknown"), undefined);
+});
+
+Deno.test("a provider's key is read from the environment variable it names; empty means unset", () => {
+  const withKey = buildCatalog(catalogFile(), { OPENAI_API_KEY: "sk-test" });
+  const provider = withKey.get("openai/gpt-4o-mini")!.provider;
+  assert.ok(provider.kind === "openai");
+  assert.equal(provider.apiKey, "sk-test");
+  assert.equal(provider.apiKeyEnv, "OPENAI_API_KEY");
+  const empty = buildCatalog(catalogFile(), { OPENAI_API_KEY: "" });
+  const unset = empty.get("openai/gpt-4o-mini")!.provider;
+  assert.ok(unset.kind === "openai" && unset.apiKey === undefined);
+});
+
+Deno.test("a provider's base URL loses its trailing slashes; its timeout is kept when given", () => {
+  const catalog = buildCatalog(catalogFile(), {});
+  const provider = catalog.get("openai/gpt-4o-mini")!.provider;
+  assert.ok(provider.kind === "openai");
+  assert.equal(provider.baseUrl, "https://api.openai.com/v1");
+  assert.equal(provider.timeoutMs, undefined);
+  assert.equal(catalog.get("openai/gpt-4o-mini")!.fallbacks[0].provider.timeoutMs, 5_000);
+});
+
+Deno.test("the simulator streams without delay unless the catalog sets one", () => {
+  const echo = buildCatalog(catalogFile(), {}).get("tollbooth/echo")!.provider;
+  assert.deepEqual(echo, { name: "tollbooth", kind: "simulator", tokenDelayMs: 0 });
+  const file = catalogFile();
+  Object.assign(file.providers.tollbooth, { token_delay_ms: 20 });
+  const slow = buildCatalog(file, {}).get("tollbooth/echo")!.provider;
+  assert.ok(slow.kind === "simulator" && slow.tokenDelayMs === 20);
+});
+
+Deno.test("a model's fallbacks resolve to their providers, in order", () => {
+  const mini = buildCatalog(catalogFile(), {}).get("openai/gpt-4o-mini")!;
+  assert.deepEqual(
+    mini.fallbacks.map((f) => [f.provider.name, f.upstreamModel]),
+    [["backup", "gpt-4o-mini-2024"]],
+  );
+  assert.deepEqual(buildCatalog(catalogFile(), {}).get("tollbooth/echo")!.fallbacks, []);
+});
+
+Deno.test("a bad field is refused with a message naming it", () => {
+  const cases: [(c: CatalogFile) => void, RegExp][] = [
+    [(c) => (c.models[0].input_usd_per_mtok = 0.5), /^catalog field models\.0\.input_usd_per_mtok/],
+    [(c) => (c.models[1].output_usd_per_mtok = "0.1234567"), /models\.1\.output_usd_per_mtok/],
+    [(c) => (c.models[1].output_usd_per_mtok = "-1"), /models\.1\.output_usd_per_mtok/],
+    [(c) => (c.models[1].id = "no-slash"), /models\.1\.id: .*<provider>\/<model_name>/],
+    [(c) => (c.models[0].max_output_tokens = 0), /models\.0\.max_output_tokens/],
+    [(c) => (c.models[0].context_tokens = 1.5), /models\.0\.context_tokens/],
+    [(c) => (c.models[0].upstream_model = ""), /models\.0\.upstream_model/],
+    [(c) => (c.models[0].surprise = true), /models\.0/],
+    [
+      (c) => Object.assign(c.providers.openai, { kind: "carrier-pigeon" }),
+      /providers\.openai\.kind/,
+    ],
+    [(c) => (c.providers.openai.base_url = "not a url"), /providers\.openai\.base_url/],
+    [(c) => (c.providers.openai.api_key_env = "openai key"), /providers\.openai\.api_key_env/],
+    [(c) => (c.providers.backup.timeout_ms = -1), /providers\.backup\.timeout_ms/],
+    [(c) => (c.models = []), /models/],
+    [(c) => delete (c as Partial<CatalogFile>).models, /models/],
+  ];
+  for (const [mutate, message] of cases) assert.match(refusal(mutate), message);
+});
+
+Deno.test("a model naming an unknown provider, directly or as a fallback, is refused", () => {
+  assert.match(
+    refusal((c) => (c.models[1].provider = "ghost")),
+    /models\.1\.provider: unknown provider "ghost"/,
+  );
+  assert.match(
+    refusal((c) => (c.models[1].fallbacks = [{ provider: "ghost", upstream_model: "x" }])),
+    /models\.1\.fallbacks\.0\.provider: unknown provider "ghost"/,
+  );
+});
+
+Deno.test("a model listed twice is refused", () => {
+  assert.match(
+    refusal((c) => c.models.push({ ...c.models[0] })),
+    /models\.2\.id: duplicate model "tollbooth\/echo"/,
+  );
+});
+
+Deno.test("a model whose output cap exceeds its context is refused", () => {
+  assert.match(
+    refusal((c) => (c.models[0].max_output_tokens = 1_001)),
+    /models\.0\.max_output_tokens: larger than context_tokens/,
+  );
+});
+
+Deno.test("more than five fallbacks are refused", () => {
+  const six = Array.from({ length: 6 }, () => ({ provider: "backup", upstream_model: "x" }));
+  assert.match(refusal((c) => (c.models[1].fallbacks = six)), /models\.1\.fallbacks/);
+});

@@ -1,0 +1,149 @@
+import assert from "node:assert/strict";
+import { encodeSseData, parseSse, type SseEvent } from "./sse.ts";
+
+const encoder = new TextEncoder();
+
+/** A body that delivers exactly these chunks, one read each. */
+function body(...chunks: (string | Uint8Array)[]): ReadableStream<Uint8Array> {
+  const queue = chunks.map((c) => typeof c === "string" ? encoder.encode(c) : c);
+  return new ReadableStream({
+    pull(controller) {
+      const next = queue.shift();
+      if (next) controller.enqueue(next);
+      else controller.close();
+    },
+  });
+}
+
+async function events(stream: ReadableStream<Uint8Array>): Promise<SseEvent[]> {
+  const out: SseEvent[] = [];
+  for await (const event of parseSse(stream)) out.push(event);
+  return out;
+}
+
+Deno.test("events are separated by blank lines, LF line endings", async () => {
+  assert.deepEqual(await events(body("data: one\n\ndata: two\n\n")), [
+    { event: null, data: "one" },
+    { event: null, data: "two" },
+  ]);
+});
+
+Deno.test("CRLF line endings end lines and events like LF", async () => {
+  assert.deepEqual(await events(body("data: one\r\n\r\ndata: two\r\n\r\n")), [
+    { event: null, data: "one" },
+    { event: null, data: "two" },
+  ]);
+});
+
+Deno.test("a lone CR ends a line", async () => {
+  assert.deepEqual(await events(body("data: one\r\rdata: two\r\r")), [
+    { event: null, data: "one" },
+    { event: null, data: "two" },
+  ]);
+});
+
+Deno.test("a CRLF split across two chunks is one line ending, not a blank line", async () => {
+  assert.deepEqual(await events(body("data: a\r", "\ndata: b\r\n\r\n")), [
+    { event: null, data: "a\nb" },
+  ]);
+});
+
+Deno.test("a lone CR at the end of a chunk ends its line once the next chunk shows no LF", async () => {
+  assert.deepEqual(await events(body("data: a\r", "\r", "data: b\r", "\r")), [
+    { event: null, data: "a" },
+    { event: null, data: "b" },
+  ]);
+});
+
+Deno.test("an event split anywhere across chunks, even inside a field name, is reassembled", async () => {
+  const text = 'event: delta\ndata: {"x":1}\n\n';
+  for (let cut = 1; cut < text.length; cut++) {
+    assert.deepEqual(
+      await events(body(text.slice(0, cut), text.slice(cut))),
+      [{ event: "delta", data: '{"x":1}' }],
+      `cut at ${cut}`,
+    );
+  }
+});
+
+Deno.test("a multi-byte character split across chunks is decoded whole", async () => {
+  const bytes = encoder.encode("data: é€😀\n\n");
+  const cut = bytes.indexOf(0x82); // inside the euro sign
+  assert.deepEqual(await events(body(bytes.slice(0, cut), bytes.slice(cut))), [
+    { event: null, data: "é€😀" },
+  ]);
+});
+
+Deno.test("comment lines are ignored, and a block of comments alone is no event", async () => {
+  assert.deepEqual(await events(body(": keep-alive\n\n:ping\ndata: x\n: between\n\n")), [
+    { event: null, data: "x" },
+  ]);
+});
+
+Deno.test("several data lines of one event are joined with a line feed", async () => {
+  assert.deepEqual(await events(body("data: first\ndata: second\ndata:\ndata: fourth\n\n")), [
+    { event: null, data: "first\nsecond\n\nfourth" },
+  ]);
+});
+
+Deno.test("an event name applies to its own event only", async () => {
+  assert.deepEqual(
+    await events(body("event: message_start\ndata: {}\n\ndata: plain\n\nevent: ping\ndata: 1\n\n")),
+    [
+      { event: "message_start", data: "{}" },
+      { event: null, data: "plain" },
+      { event: "ping", data: "1" },
+    ],
+  );
+});
+
+Deno.test("one space after the colon is dropped, further spaces are data", async () => {
+  assert.deepEqual(await events(body("data:none\n\ndata:  two\n\n")), [
+    { event: null, data: "none" },
+    { event: null, data: " two" },
+  ]);
+});
+
+Deno.test("a field line without a colon is the field with an empty value", async () => {
+  assert.deepEqual(await events(body("data\n\n")), [{ event: null, data: "" }]);
+});
+
+Deno.test("fields other than data and event (id, retry, unknown) are ignored", async () => {
+  assert.deepEqual(await events(body("id: 7\nretry: 100\nfoo: bar\ndata: x\n\n")), [
+    { event: null, data: "x" },
+  ]);
+});
+
+Deno.test("an event name without data is no event", async () => {
+  assert.deepEqual(await events(body("event: ping\n\ndata: x\n\n")), [
+    { event: null, data: "x" },
+  ]);
+});
+
+Deno.test("a last event whose lines end but no blank line follows is still delivered", async () => {
+  assert.deepEqual(await events(body("data: one\n\nevent: last\ndata: two\n")), [
+    { event: null, data: "one" },
+    { event: "last", data: "two" },
+  ]);
+});
+
+Deno.test("a consumer that stops early cancels the body", async () => {
+  let cancelled = false;
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      controller.enqueue(encoder.encode("data: one\n\ndata: two\n\n"));
+    },
+    cancel() {
+      cancelled = true;
+    },
+  });
+  for await (const event of parseSse(stream)) {
+    assert.equal(event.data, "one");
+    break;
+  }
+  assert.equal(cancelled, true);
+});
+
+Deno.test("encodeSseData writes one data event ended by a blank line", () => {
+  assert.equal(new TextDecoder().decode(encodeSseData('{"a":1}')), 'data: {"a":1}\n\n');
+});

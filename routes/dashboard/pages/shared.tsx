@@ -1,0 +1,85 @@
+import type { ComponentChildren } from "preact";
+import { AccountNav } from "@/components/AccountNav.tsx";
+import { Layout } from "@/components/Layout.tsx";
+import type { AppRecord, WalletRecord } from "@/lib/db.ts";
+import { formatUsd, type Micros } from "@/lib/core/mod.ts";
+import type { Session } from "@/lib/accounts/mod.ts";
+
+export function usd(micros: Micros): string {
+  return `$${formatUsd(micros)}`;
+}
+
+function when(ms: number | null): string {
+  if (ms === null) return "never";
+  return new Date(ms).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+}
+
+export function When({ ms }: { ms: number | null }) {
+  if (ms === null) return <span class="muted">never</span>;
+  return <time datetime={new Date(ms).toISOString()} class="nowrap">{when(ms)}</time>;
+}
+
+export const appPath = (app: AppRecord) => `/dashboard/apps/${app.id}`;
+
+export function Page(
+  { title, session, islands, children }: {
+    title: string;
+    session: Session;
+    islands?: boolean;
+    children: ComponentChildren;
+  },
+) {
+  return (
+    <Layout title={title} nav={<AccountNav session={session} />} islands={islands}>
+      {children}
+    </Layout>
+  );
+}
+
+export function Alert({ error }: { error?: string }) {
+  return error ? <p class="alert" role="alert">{error}</p> : null;
+}
+
+type Tab = "overview" | "keys" | "usage" | "wallet";
+
+/** The app's name, its crumbs and the tabs, the active one marked. */
+export function AppHeader({ app, active }: { app: AppRecord; active: Tab }) {
+  const tabs: [Tab, string, string][] = [
+    ["overview", "Overview", appPath(app)],
+    ["keys", "API keys", `${appPath(app)}/keys`],
+    ["usage", "Usage", `${appPath(app)}/usage`],
+    ["wallet", "Wallet", `${appPath(app)}/wallet`],
+  ];
+  return (
+    <>
+      <p class="crumbs">
+        <a href="/dashboard">Apps</a> / <span>{app.name}</span>
+      </p>
+      <h1>{app.name}</h1>
+      <nav class="tabs" aria-label="App sections">
+        {tabs.map(([tab, label, href]) => (
+          <a href={href} aria-current={tab === active ? "page" : undefined}>{label}</a>
+        ))}
+      </nav>
+    </>
+  );
+}
+
+export function Balances({ wallet }: { wallet: WalletRecord }) {
+  return (
+    <div class="stats">
+      <div class="stat">
+        <span class="stat-label">Available balance</span>
+        <span class="stat-value" data-testid="available">{usd(wallet.available)}</span>
+      </div>
+      <div class="stat">
+        <span class="stat-label">Held by requests in flight</span>
+        <span class="stat-value">{usd(wallet.reserved)}</span>
+      </div>
+      <div class="stat">
+        <span class="stat-label">Spent to date</span>
+        <span class="stat-value">{usd(wallet.spent)}</span>
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,50 @@
+import { CsrfField } from "@/components/CsrfField.tsx";
+import { Island } from "@/components/Island.tsx";
+import type { AppRecord } from "@/lib/db.ts";
+import type { Session } from "@/lib/accounts/mod.ts";
+import { Alert, appPath } from "./shared.tsx";
+
+/** The top-up page's address and settings, on the overview and the wallet tab. */
+export function TopUpLink(
+  { session, app, url, error }: { session: Session; app: AppRecord; url: string; error?: string },
+) {
+  return (
+    <section class="card">
+      <h2>Top-up page</h2>
+      <p class="muted">
+        Share this address with your app's users: anyone who has it can add credits to this wallet
+        (5, 10, 25 or 50 USD). It is also the <code>top_up_url</code> of the API's 402 errors.
+      </p>
+      <div class="copy-row">
+        <input class="mono" readOnly value={url} aria-label="Top-up page address" />
+        <Island name="CopyButton" props={{ value: url, label: "Copy link" }} />
+      </div>
+      <form method="post" action={`${appPath(app)}/top-up-link`} class="inline-form">
+        <CsrfField session={session} />
+        <button type="submit" class="button secondary small">Replace this address</button>
+        <span class="muted small">
+          If it leaked: the current address stops working and a new one is made.
+        </span>
+      </form>
+      <h3>What your users see</h3>
+      <Alert error={error} />
+      <form method="post" action={`${appPath(app)}/top-up-settings`} class="stack">
+        <CsrfField session={session} />
+        <label>
+          Link back to your app (optional)
+          <input
+            name="return_url"
+            type="url"
+            value={app.topUpReturnUrl ?? ""}
+            placeholder="https://your-app.example/credits"
+          />
+        </label>
+        <label class="checkbox">
+          <input type="checkbox" name="show_balance" checked={app.topUpShowBalance ?? false} />{" "}
+          Show the app's current balance on the top-up page
+        </label>
+        <button type="submit" class="button secondary">Save top-up page</button>
+      </form>
+    </section>
+  );
+}

@@ -1,0 +1,80 @@
+import type { AppRecord, UsageRecord } from "@/lib/db.ts";
+import type { UsagePage } from "@/lib/billing/mod.ts";
+import type { Session } from "@/lib/accounts/mod.ts";
+import { renderPage } from "@/routes/render.ts";
+import { AppHeader, appPath, Page, usd, When } from "./shared.tsx";
+
+const OUTCOMES: Record<UsageRecord["outcome"], string> = {
+  completed: "completed",
+  upstream_cut: "cut by provider",
+  client_closed: "client disconnected",
+};
+
+/** GET /dashboard/apps/:id/usage?cursor= */
+export function usagePage(
+  session: Session,
+  app: AppRecord,
+  page: UsagePage,
+  keyNames: Map<string, string>,
+  isFirstPage: boolean,
+) {
+  return renderPage(
+    <Page title={`${app.name} · Usage`} session={session}>
+      <AppHeader app={app} active="usage" />
+      <p class="muted">
+        Every request that reached a model, newest first. Requests refused before the model ran
+        (invalid, unpaid, rate-limited, provider unreachable) cost nothing and are not listed.
+      </p>
+      {page.records.length === 0
+        ? <p>{isFirstPage ? "No requests yet." : "No older requests."}</p>
+        : (
+          <div class="table-scroll">
+            <table class="usage">
+              <thead>
+                <tr>
+                  <th scope="col">Time</th>
+                  <th scope="col">Key</th>
+                  <th scope="col">Model</th>
+                  <th scope="col" class="num">Prompt</th>
+                  <th scope="col" class="num">Completion</th>
+                  <th scope="col" class="num">Cost</th>
+                  <th scope="col">Status</th>
+                  <th scope="col">Streamed</th>
+                  <th scope="col">Request id</th>
+                </tr>
+              </thead>
+              <tbody>
+                {page.records.map((u) => (
+                  <tr>
+                    <td>
+                      <When ms={u.createdAt} />
+                    </td>
+                    <td>{keyNames.get(u.keyId) ?? u.keyId}</td>
+                    <td>
+                      <code>{u.model}</code>
+                    </td>
+                    <td class="num">{u.promptTokens.toLocaleString("en-US")}</td>
+                    <td class="num">{u.completionTokens.toLocaleString("en-US")}</td>
+                    <td class="num">{usd(u.cost)}</td>
+                    <td>{OUTCOMES[u.outcome]}</td>
+                    <td>{u.streamed ? "yes" : "no"}</td>
+                    <td>
+                      <code class="small">{u.requestId}</code>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        )}
+      <nav class="pager" aria-label="Pages">
+        {!isFirstPage && <a href={`${appPath(app)}/usage`}>Newest</a>}
+        {page.nextCursor && (
+          <a href={`${appPath(app)}/usage?cursor=${encodeURIComponent(page.nextCursor)}`}>
+            Older requests →
+          </a>
+        )}
+      </nav>
+    </Page>,
+  );
+}

@@ -1,0 +1,90 @@
+import type { AppRecord, WalletRecord } from "@/lib/db.ts";
+import type { WalletActivity } from "@/lib/billing/mod.ts";
+import type { Session } from "@/lib/accounts/mod.ts";
+import { renderPage } from "@/routes/render.ts";
+import { TopUpLink } from "./top_up_link.tsx";
+import { AppHeader, appPath, Balances, Page, usd, When } from "./shared.tsx";
+
+const CREDIT_LABELS = {
+  starter: "Starter credits",
+  top_up: "Top-up",
+  operator_credit: "Credit from Tollbooth",
+};
+
+/** GET /dashboard/apps/:id/wallet */
+export function walletPage(
+  session: Session,
+  view: {
+    app: AppRecord;
+    wallet: WalletRecord;
+    topUpUrl: string;
+    activity: WalletActivity[];
+    keyNames: Map<string, string>;
+    topUpError?: string;
+  },
+) {
+  const { app, wallet } = view;
+  return renderPage(
+    <Page title={`${app.name} · Wallet`} session={session} islands>
+      <AppHeader app={app} active="wallet" />
+      <Balances wallet={wallet} />
+      <p class="muted">
+        Credited in total: {usd(wallet.starter + wallet.topUps + wallet.operatorCredits)} (starter
+        {" "}
+        {usd(wallet.starter)}, top-ups {usd(wallet.topUps)}, credits from Tollbooth{" "}
+        {usd(wallet.operatorCredits)}). Available + in flight + spent always equals that total.
+      </p>
+      <TopUpLink session={session} app={app} url={view.topUpUrl} error={view.topUpError} />
+      <section class="card">
+        <h2>Latest activity</h2>
+        <div class="table-scroll">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Time</th>
+                <th scope="col">What</th>
+                <th scope="col" class="num">Amount</th>
+              </tr>
+            </thead>
+            <tbody>
+              {view.activity.map((a) =>
+                a.kind === "credit"
+                  ? (
+                    <tr>
+                      <td>
+                        <When ms={a.at} />
+                      </td>
+                      <td>
+                        {CREDIT_LABELS[a.entry.kind]}
+                        {a.entry.reason !== CREDIT_LABELS[a.entry.kind] && (
+                          <span class="muted">— {a.entry.reason}</span>
+                        )}
+                      </td>
+                      <td class="num credit">+{usd(a.entry.amount)}</td>
+                    </tr>
+                  )
+                  : (
+                    <tr>
+                      <td>
+                        <When ms={a.at} />
+                      </td>
+                      <td>
+                        Request <code class="small">{a.usage.requestId}</code> ·{" "}
+                        <code>{a.usage.model}</code> · key{" "}
+                        {view.keyNames.get(a.usage.keyId) ?? a.usage.keyId}
+                      </td>
+                      <td class="num">−{usd(a.usage.cost)}</td>
+                    </tr>
+                  )
+              )}
+            </tbody>
+          </table>
+        </div>
+        <p class="muted">
+          All requests with their tokens are on the <a href={`${appPath(app)}/usage`}>usage</a>{" "}
+          page.
+        </p>
+      </section>
+    </Page>,
+  );
+}
