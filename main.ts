@@ -84,8 +84,8 @@ async function main() {
   let shuttingDown = false;
   /**
    * Stop accepting connections, let in-flight requests (streams included) finish and settle for at
-   * most SHUTDOWN_GRACE_MS, then exit 0. A request still running at the deadline is cut: its hold
-   * stays in KV with its lease, and the sweeper of any instance releases it once the lease runs out.
+   * most SHUTDOWN_GRACE_MS, then exit 0. A request still running at the deadline is cut: its
+   * reservation stays in KV with its lease, and the sweeper of any instance releases it once the lease runs out.
    */
   const shutdown = async (signal: Deno.Signal) => {
     if (shuttingDown) {

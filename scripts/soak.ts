@@ -3,7 +3,7 @@
  * requests (streamed or not) to a served Tollbooth; some disconnect at random moments, some send
  * malformed bodies, some exhaust their wallets; the fake upstream fails a share of calls and cuts
  * a share of streams; an operator tops wallets up meanwhile, and the sweeper runs as in main.ts.
- * It ends by waiting for every hold to settle, runs the audit, prints a summary, and exits non-zero
+ * It ends by waiting for every reservation to settle, runs the audit, prints a summary, and exits non-zero
  * when any micro-dollar is unaccounted for or any request got a 500 (seen by a client or logged).
  *
  * SOAK_SECONDS (default 60), SOAK_CLIENTS (default 24).
@@ -48,14 +48,14 @@ const apps = await Promise.all(
 // Three apps start nearly empty, so 402s happen until the operator tops them up.
 for (const app of apps.slice(0, 3)) {
   const spend = 5_000_000 - 20_000;
-  const hold = await service.wallets.reserve(app.appId, {
+  const reserved = await service.wallets.reserve(app.appId, {
     amount: spend,
     keyId: app.keyId,
     requestId: "req_soak_drain",
     model: "fake/gpt",
   });
-  if (!hold.ok) throw new Error("could not drain a soak app");
-  await service.wallets.settle(app.appId, hold.reservation.id, {
+  if (!reserved.ok) throw new Error("could not drain a soak app");
+  await service.wallets.settle(app.appId, reserved.reservation.id, {
     requestId: "req_soak_drain",
     keyId: app.keyId,
     model: "fake/gpt",
@@ -154,7 +154,7 @@ await Promise.all(Array.from({ length: CLIENTS }, async () => {
 clearInterval(operator);
 const elapsed = (performance.now() - started) / 1000;
 
-// Every hold must end settled or released without the sweeper's help.
+// Every reservation must end settled or released without the sweeper's help.
 let reserved = Infinity;
 const settleDeadline = Date.now() + 10_000;
 while (reserved > 0 && Date.now() < settleDeadline) {

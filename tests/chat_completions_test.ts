@@ -168,8 +168,8 @@ Deno.test("streaming returns chat.completion.chunk events ending in [DONE], with
     assert.match(res.headers.get("content-type")!, /^text\/event-stream/);
     assert.equal(res.headers.get("tollbooth-request-cost"), null);
     const prompt = countPromptTokens([{ content: "one two three" }]);
-    const hold = Math.ceil(prompt * 0.5 + 100 * 1.5);
-    assert.equal(res.headers.get("tollbooth-balance"), formatUsd(5_000_000 - hold));
+    const reservation = Math.ceil(prompt * 0.5 + 100 * 1.5);
+    assert.equal(res.headers.get("tollbooth-balance"), formatUsd(5_000_000 - reservation));
     const events = await readSse(res);
     assert.equal(events.at(-1), "[DONE]");
     const chunks = events.slice(0, -1).map((e) => JSON.parse(e));

@@ -15,7 +15,7 @@ Deno.test("200 concurrent requests that would overdraw one wallet: never below z
   const server = serveLoopback(s.handle);
   try {
     const { appId, apiKey } = await s.newApp();
-    // Leave 0.3 USD: each request holds ~12,300 µUSD (max_tokens 8000 at 1.50/M), 200 of them ~2.5 USD.
+    // Leave 0.3 USD: each request reserves ~12,300 µUSD (max_tokens 8000 at 1.50/M), 200 of them ~2.5 USD.
     await spendDownTo(s.kv, appId, 300_000);
     const start = await s.wallet(appId);
 
@@ -63,7 +63,7 @@ Deno.test("200 concurrent requests that would overdraw one wallet: never below z
       assert.ok(parseUsd(r.headers.get("tollbooth-balance")!) >= 0);
       charged += cost;
     }
-    assert.ok(samples.every((v) => v >= 0), "no balance or hold was ever negative");
+    assert.ok(samples.every((v) => v >= 0), "no balance or reservation was ever negative");
     const end = await s.wallet(appId);
     assert.equal(end.reserved, 0);
     assert.equal(end.spent - start.spent, charged);
@@ -75,12 +75,12 @@ Deno.test("200 concurrent requests that would overdraw one wallet: never below z
   }
 });
 
-Deno.test("concurrent reserves on one wallet never hold more than it has", async () => {
+Deno.test("concurrent reserves on one wallet never reserve more than it has", async () => {
   const s = await startService();
   try {
     const { appId } = await s.newApp();
     const wallets = new Wallets(s.kv, { leaseMs: 60_000 });
-    const holds = await Promise.all(
+    const reservations = await Promise.all(
       Array.from({ length: 500 }, (_, i) =>
         wallets.reserve(appId, {
           amount: 12_345,
@@ -89,12 +89,14 @@ Deno.test("concurrent reserves on one wallet never hold more than it has", async
           model: "tollbooth/echo",
         })),
     );
-    const granted = holds.filter((h) => h.ok).length;
+    const granted = reservations.filter((h) => h.ok).length;
     assert.equal(granted, Math.floor(5_000_000 / 12_345));
     const w = await s.wallet(appId);
     assert.equal(w.reserved, granted * 12_345);
     assert.equal(w.available, 5_000_000 - granted * 12_345);
-    await Promise.all(holds.flatMap((h) => h.ok ? [wallets.release(appId, h.reservation.id)] : []));
+    await Promise.all(
+      reservations.flatMap((h) => h.ok ? [wallets.release(appId, h.reservation.id)] : []),
+    );
     assert.equal((await s.wallet(appId)).available, 5_000_000);
     await assertAuditClean(s.kv);
   } finally {

@@ -1,6 +1,6 @@
 /**
  * Kill-and-restart with requests in flight: a real `deno run main.ts` child process on a KV file, a
- * real SIGKILL, then a restart; the holds of the killed requests are released by the sweeper.
+ * real SIGKILL, then a restart; the reservations of the killed requests are released by the sweeper.
  */
 import assert from "node:assert/strict";
 import { createApp } from "@/lib/tenants/mod.ts";
@@ -74,7 +74,7 @@ async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: n
   }
 }
 
-Deno.test("SIGKILL with streaming and non-streaming requests in flight: after restart the sweeper releases every hold within the TTL, audit clean", async () => {
+Deno.test("SIGKILL with streaming and non-streaming requests in flight: after restart the sweeper releases every reservation within the TTL, audit clean", async () => {
   const dir = await Deno.makeTempDir();
   const upstream = startFakeOpenAi();
   const kvPath = `${dir}/tollbooth.sqlite3`;
@@ -161,21 +161,21 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
         messages: [{ role: "user", content: "slow:30000 never answered" }],
         max_tokens: 100,
       }).catch((error) => error));
-    const held = async () => {
+    const reservedNow = async () => {
       let total = 0;
       for (const appId of [a.app.id, b.app.id]) {
         total += (await kv.get<WalletRecord>(keys.wallet(appId))).value!.reserved;
       }
       return total;
     };
-    let holds = 0;
-    await waitFor("ten holds", async () => {
+    let reservations = 0;
+    await waitFor("ten reservations", async () => {
       let n = 0;
       for await (const _ of kv.list({ prefix: keys.allReservations() })) n++;
-      holds = n;
+      reservations = n;
       return n === 10;
     }, 10_000);
-    // The holds are taken before the upstream call: wait for the calls to be in flight too.
+    // The reservations are taken before the upstream call: wait for the calls to be in flight too.
     await waitFor(
       "the non-streamed requests at the upstream",
       () => Promise.resolve(upstream.received.length === 4),
@@ -201,18 +201,18 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
     clients.abort();
     for (const r of await Promise.all(pending)) assert.ok(r instanceof Error, "no answer came");
     await Promise.all(burst);
-    const leftBehind = await held();
-    assert.ok(leftBehind > 0, "the killed process left holds");
-    assert.equal(holds, 10);
+    const leftBehind = await reservedNow();
+    assert.ok(leftBehind > 0, "the killed process left reservations");
+    assert.equal(reservations, 10);
     // Whatever the kill interrupted, each wallet commit is whole: the audit adds up already.
     const before = await auditWallets(kv);
     assert.equal(before.ok, true);
 
     const restarted = await startChild(env);
     children.push(restarted);
-    await waitFor("every hold released", async () => (await held()) === 0, 15_000);
+    await waitFor("every reservation released", async () => (await reservedNow()) === 0, 15_000);
     const releasedAfterMs = Date.now() - restarted.listeningAt;
-    console.log(`holds released ${releasedAfterMs} ms after the restarted process listened`);
+    console.log(`reservations released ${releasedAfterMs} ms after the restarted process listened`);
     assert.ok(
       releasedAfterMs <= TTL_SECONDS * 1000 + SWEEP_EVERY_MS + 1_000,
       `released ${releasedAfterMs} ms after the restart`,

@@ -53,19 +53,19 @@ async function run(command: string, file: string, ctx: Ctx): Promise<string> {
   return stdout;
 }
 
-/** Holds all but 10 micro-USD of the wallet, so the next request cannot be covered. */
+/** Reserves all but 10 micro-USD of the wallet, so the next request cannot be covered. */
 async function withEmptyWallet(ctx: Ctx, fn: () => Promise<void>) {
-  const hold = await ctx.s.wallets.reserve(ctx.appId, {
+  const reserved = await ctx.s.wallets.reserve(ctx.appId, {
     amount: (await ctx.s.wallet(ctx.appId)).available - 10,
     keyId: "key_docs",
     requestId: "req_docs_hold",
     model: "tollbooth/echo",
   });
-  assert.ok(hold.ok);
+  assert.ok(reserved.ok);
   try {
     await fn();
   } finally {
-    await ctx.s.wallets.release(ctx.appId, hold.reservation.id);
+    await ctx.s.wallets.release(ctx.appId, reserved.reservation.id);
   }
 }
 

@@ -19,14 +19,14 @@ import {
   userMessage,
 } from "./helpers.ts";
 
-async function waitForNoHolds(s: TestService, appIds: string[], timeoutMs = 10_000) {
+async function waitForNoReservations(s: TestService, appIds: string[], timeoutMs = 10_000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     await s.wallets.drain();
     let reserved = 0;
     for (const appId of appIds) reserved += (await s.wallet(appId)).reserved;
     if (reserved === 0) return;
-    assert.ok(Date.now() < deadline, `${reserved} micro-USD still held`);
+    assert.ok(Date.now() < deadline, `${reserved} micro-USD still reserved`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -134,7 +134,7 @@ Deno.test("a storm of 300 streams aborted by their clients at random moments lea
     }
     assert.ok(aborted >= 200, `aborted ${aborted}`);
 
-    await waitForNoHolds(s, apps.map((a) => a.appId));
+    await waitForNoReservations(s, apps.map((a) => a.appId));
     const usage = (await Promise.all(apps.map((a) => usageRecords(s.kv, a.appId)))).flat();
     for (const app of apps) {
       const wallet = await s.wallet(app.appId);
@@ -160,19 +160,19 @@ Deno.test("a storm of 300 streams aborted by their clients at random moments lea
   }
 });
 
-Deno.test("holds left by a crashed instance do not block an app: a would-be 402 sweeps them and goes through", async () => {
+Deno.test("reservations left by a crashed instance do not block an app: a would-be 402 sweeps them and goes through", async () => {
   const s = await startService();
   try {
     const { appId, apiKey } = await s.newApp();
     // Another instance reserved the whole balance, then died: its lease is already over.
     const dead = new Wallets(s.kv, { leaseMs: 1 });
-    const hold = await dead.reserve(appId, {
+    const reserved = await dead.reserve(appId, {
       amount: 5_000_000,
       keyId: "k",
       requestId: "req_dead",
       model: "tollbooth/echo",
     });
-    assert.ok(hold.ok);
+    assert.ok(reserved.ok);
     await new Promise((r) => setTimeout(r, 5));
     const res = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
     assert.equal(res.status, 200);
@@ -187,7 +187,7 @@ Deno.test("holds left by a crashed instance do not block an app: a would-be 402 
   }
 });
 
-Deno.test("requests longer than the reservation TTL, streamed or not, keep their hold against a busy sweeper and are billed", async () => {
+Deno.test("requests longer than the reservation TTL, streamed or not, keep their reservation against a busy sweeper and are billed", async () => {
   const upstream = startFakeOpenAi();
   const s = await startService({
     openaiBaseUrl: upstream.url,
@@ -237,7 +237,7 @@ Deno.test("requests longer than the reservation TTL, streamed or not, keep their
   }
 });
 
-Deno.test("KV commits failing while requests settle never crash the process; the sweeper releases the holds once KV is back", async () => {
+Deno.test("KV commits failing while requests settle never crash the process; the sweeper releases the reservations once KV is back", async () => {
   const upstream = startFakeOpenAi();
   const real = await Deno.openKv(":memory:");
   const faulty = faultyKv(real);

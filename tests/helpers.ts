@@ -184,20 +184,20 @@ export function serveLoopback(handler: (request: Request) => Response | Promise<
   };
 }
 
-/** Spends through the wallet (one settled hold) so that exactly `target` micro-USD remain. */
+/** Spends through the wallet (one settled reservation) so that exactly `target` micro-USD remain. */
 export async function spendDownTo(kv: Deno.Kv, appId: string, target: number) {
   const wallets = new Wallets(kv, { leaseMs: 60_000 });
   const wallet = await kv.get<WalletRecord>(keys.wallet(appId));
   const amount = wallet.value!.available - target;
   const requestId = "req_spend_down";
-  const hold = await wallets.reserve(appId, {
+  const reserved = await wallets.reserve(appId, {
     amount,
     keyId: "key_test",
     requestId,
     model: "tollbooth/echo",
   });
-  assert.ok(hold.ok);
-  const settled = await wallets.settle(appId, hold.reservation.id, {
+  assert.ok(reserved.ok);
+  const settled = await wallets.settle(appId, reserved.reservation.id, {
     requestId,
     keyId: "key_test",
     model: "tollbooth/echo",

@@ -66,7 +66,7 @@ Deno.test("a key revoked on another instance fails its very next request with 40
     assert.equal((await res.json()).error.code, "invalid_api_key");
     assert.equal((await b.chat(apiKey, HELLO)).status, 401, "and every request after");
     const wallet = await b.wallet(appId);
-    assert.equal(wallet.reserved, 0, "the refused request holds nothing");
+    assert.equal(wallet.reserved, 0, "the refused request reserves nothing");
     const usage = [];
     for await (const entry of a.kv.list({ prefix: keys.appUsage(appId) })) usage.push(entry);
     assert.equal(usage.length, 2, "only the two requests before the revocation were billed");

@@ -48,7 +48,7 @@ async function withInstances(
 Deno.test("two instances under concurrent load on one app: no overdraft, exact totals, audit clean", () =>
   withInstances(2, async ({ instances, kv, kvPath }) => {
     const { app, key } = await createAppRecord(kv, { name: "shared" });
-    // Each request holds about 0.05 USD and costs about 0.05 USD (50 tokens at 1000 USD/M): the
+    // Each request reserves about 0.05 USD and costs about 0.05 USD (50 tokens at 1000 USD/M): the
     // 5.00 USD cover about a hundred; 160 are sent, 40 at a time per instance.
     const body = {
       model: PRICEY.id,
@@ -96,7 +96,7 @@ Deno.test("two instances under concurrent load on one app: no overdraft, exact t
     assert.equal(audit.output.ok, true);
     assert.equal(audit.output.totals.spent, formatUsd(charged));
 
-    // Counters are per instance and add up to the whole load; the hold gauges are service-wide.
+    // Counters are per instance and add up to the whole load; the reservation gauges are service-wide.
     const scrapes = await Promise.all(instances.map(async (instance) => {
       const res = await fetch(`${instance.url}/metrics`, {
         headers: { authorization: "Bearer multi-instance-metrics" },

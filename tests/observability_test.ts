@@ -223,11 +223,11 @@ Deno.test("/metrics shows outstanding reservations and their total, read from KV
         stream: true,
       })
     ));
-    const held = (await s.wallet(appId)).reserved;
-    assert.ok(held > 0);
+    const reservedAmount = (await s.wallet(appId)).reserved;
+    assert.ok(reservedAmount > 0);
     const during = await scrape(s);
     assert.equal(during.value("tollbooth_reservations_outstanding"), 2);
-    assert.equal(during.value("tollbooth_reservations_outstanding_micro_usd"), held);
+    assert.equal(during.value("tollbooth_reservations_outstanding_micro_usd"), reservedAmount);
     assert.equal(during.value("tollbooth_reservations_expired"), 0);
     assert.equal(during.value("tollbooth_reservations_scan_truncated"), 0);
 

@@ -315,14 +315,14 @@ Deno.test("each compatible family works through the catalog alone: kind, base_ur
 /** Spends directly from the wallet until `left` micro-USD remain. */
 async function spendDownTo(s: TestService, appId: string, left: number) {
   const amount = (await s.wallet(appId)).available - left;
-  const hold = await s.wallets.reserve(appId, {
+  const reserved = await s.wallets.reserve(appId, {
     amount,
     keyId: "key_test",
     requestId: "req_spend",
     model: "up/m",
   });
-  assert.ok(hold.ok);
-  await s.wallets.settle(appId, hold.reservation.id, {
+  assert.ok(reserved.ok);
+  await s.wallets.settle(appId, reserved.reservation.id, {
     requestId: "req_spend",
     keyId: "key_test",
     model: "up/m",

@@ -144,16 +144,16 @@ Deno.test("real error responses of every status match the document", async () =>
       await check(s.chat(apiKey, { model: "fake/gpt", messages: userMessage("x") }));
       upstreamStatus = 503;
       await check(s.chat(apiKey, { model: "fake/gpt", messages: userMessage("x") }));
-      // Hold all but 10 micro-USD, so that the next request cannot be covered.
-      const hold = await s.wallets.reserve(appId, {
+      // Reserve all but 10 micro-USD, so that the next request cannot be covered.
+      const reserved = await s.wallets.reserve(appId, {
         amount: (await s.wallet(appId)).available - 10,
         keyId: "key_test",
         requestId: "req_hold",
         model: ECHO,
       });
-      assert.ok(hold.ok);
+      assert.ok(reserved.ok);
       await check(s.chat(apiKey, { model: ECHO, messages: userMessage("x") }));
-      await s.wallets.release(appId, hold.reservation.id);
+      await s.wallets.release(appId, reserved.reservation.id);
       assert.deepEqual(Object.fromEntries(seen), {
         invalid_json: 400,
         missing_parameter: 400,

@@ -171,10 +171,10 @@ Deno.test("token limits bite on a large max_tokens before the request runs, and 
   return withService({ tpm: 1000, now: clock.now }, async (s) => {
     const { apiKey } = await s.newApp();
     const prompt = countPromptTokens(userMessage("Hi"));
-    // A stream holds its reservation, tokens included, until it ends.
-    const held = await s.chat(apiKey, { ...hi(600), stream: true });
-    assert.equal(held.status, 200);
-    assert.equal(rateHeaders(held).remainingTokens, 1000 - (prompt + 600));
+    // A stream keeps its reservation, tokens included, until it ends.
+    const streaming = await s.chat(apiKey, { ...hi(600), stream: true });
+    assert.equal(streaming.status, 200);
+    assert.equal(rateHeaders(streaming).remainingTokens, 1000 - (prompt + 600));
 
     const refused = await s.chat(apiKey, hi(600));
     const h = rateHeaders(refused);
@@ -187,7 +187,7 @@ Deno.test("token limits bite on a large max_tokens before the request runs, and 
     assert.match(message, /1000 tokens per minute/);
 
     // The stream ends having used prompt + 1 token; the rest of its reservation is given back.
-    await held.text();
+    await streaming.text();
     const fits = await s.chat(apiKey, hi(600));
     assert.equal(fits.status, 200);
     const usage = (await fits.json()).usage;
@@ -258,13 +258,13 @@ Deno.test("every authenticated response carries the headers: 400, 402, stream; a
     await stream.text();
     assert.equal(rateHeaders(stream).remainingRequests, 49);
 
-    const hold = await holdWholeBalance(s, appId);
+    const reserved = await reserveWholeBalance(s, appId);
     const broke = await s.chat(apiKey, hi());
     assert.equal(broke.status, 402);
     await broke.body?.cancel();
     // A 402 ran nothing, so it counts nothing.
     assert.equal(rateHeaders(broke).remainingRequests, 49);
-    await hold.release();
+    await reserved.release();
 
     const anonymous = await s.chat("tb_" + "0".repeat(36), hi());
     assert.equal(anonymous.status, 401);
@@ -273,16 +273,16 @@ Deno.test("every authenticated response carries the headers: 400, 402, stream; a
   }));
 
 /** Reserves the whole balance from outside the service, as another request in flight would. */
-async function holdWholeBalance(s: TestService, appId: string) {
+async function reserveWholeBalance(s: TestService, appId: string) {
   const wallets = new Wallets(s.kv, { leaseMs: 60_000 });
-  const hold = await wallets.reserve(appId, {
+  const reserved = await wallets.reserve(appId, {
     amount: (await s.wallet(appId)).available,
     keyId: "key_other",
     requestId: "req_other",
     model: ECHO,
   });
-  assert.ok(hold.ok);
-  return { release: () => wallets.release(appId, hold.reservation.id) };
+  assert.ok(reserved.ok);
+  return { release: () => wallets.release(appId, reserved.reservation.id) };
 }
 
 Deno.test("rate is decided before money: over its limit with an empty wallet is a 429, not a 402", () => {
@@ -292,13 +292,13 @@ Deno.test("rate is decided before money: over its limit with an empty wallet is 
     const first = await s.chat(apiKey, hi());
     assert.equal(first.status, 200);
     await first.body?.cancel();
-    const hold = await holdWholeBalance(s, appId);
+    const reserved = await reserveWholeBalance(s, appId);
     await assertRateLimited(await s.chat(apiKey, hi()));
     clock.advance(WINDOW_MS);
     const broke = await s.chat(apiKey, hi());
     assert.equal(broke.status, 402);
     assert.equal((await broke.json()).error.code, "insufficient_credits");
-    await hold.release();
+    await reserved.release();
   });
 });
 

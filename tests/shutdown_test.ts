@@ -1,7 +1,7 @@
 /**
  * Graceful shutdown of a real process on a real signal: it stops accepting connections, lets the
  * streams in flight finish and settle within SHUTDOWN_GRACE_MS, and exits 0; a stream still running
- * at the deadline is cut and its hold is left, with its lease, to the sweeper.
+ * at the deadline is cut and its reservation is left, with its lease, to the sweeper.
  */
 import assert from "node:assert/strict";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
@@ -79,7 +79,7 @@ Deno.test("SIGTERM: the stream in flight completes and is settled, new connectio
     }
   }));
 
-Deno.test("SIGTERM: a stream still running at the deadline is cut, its hold left to the sweeper", () =>
+Deno.test("SIGTERM: a stream still running at the deadline is cut, its reservation left to the sweeper", () =>
   withFiles(async (files) => {
     const instance = await startInstance({
       KV_PATH: files.kvPath,
@@ -109,16 +109,20 @@ Deno.test("SIGTERM: a stream still running at the deadline is cut, its hold left
       );
 
       const wallet = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
-      assert.ok(wallet.reserved > 0, "the cut request's hold is still there");
-      const holds = await Array.fromAsync(
+      assert.ok(wallet.reserved > 0, "the cut request's reservation is still there");
+      const reservations = await Array.fromAsync(
         kv.list<ReservationRecord>({ prefix: keys.appReservations(app.id) }),
       );
-      assert.equal(holds.length, 1);
-      assert.ok((await auditWallets(kv)).ok, "a live hold keeps the books balanced");
+      assert.equal(reservations.length, 1);
+      assert.ok((await auditWallets(kv)).ok, "a live reservation keeps the books balanced");
 
-      // Once its lease runs out, any instance's sweeper gives the whole hold back.
+      // Once its lease runs out, any instance's sweeper gives the whole reservation back.
       const wallets = new Wallets(kv, { leaseMs: 600_000 });
-      const released = await sweepExpiredReservations(kv, wallets, holds[0].value.leaseUntil + 1);
+      const released = await sweepExpiredReservations(
+        kv,
+        wallets,
+        reservations[0].value.leaseUntil + 1,
+      );
       assert.equal(released, 1);
       const after = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
       assert.equal(after.reserved, 0);

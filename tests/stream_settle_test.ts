@@ -78,7 +78,10 @@ Deno.test("a client that disconnects mid-stream stops the upstream and pays for 
     }
     abort.abort();
 
-    await until(async () => (await s.wallet(appId)).reserved === 0, "the hold to be settled");
+    await until(
+      async () => (await s.wallet(appId)).reserved === 0,
+      "the reservation to be settled",
+    );
     await until(() => upstream.seen.aborted, "the upstream request to be aborted");
     const usage = await onlyUsage(s.kv, appId);
     assert.equal(usage.outcome, "client_closed");
@@ -140,7 +143,10 @@ Deno.test("a client that cancels the response body in process settles the stream
     const reader = res.body!.getReader();
     await reader.read();
     await reader.cancel();
-    await until(async () => (await s.wallet(appId)).reserved === 0, "the hold to be settled");
+    await until(
+      async () => (await s.wallet(appId)).reserved === 0,
+      "the reservation to be settled",
+    );
     assert.equal((await onlyUsage(s.kv, appId)).outcome, "client_closed");
     await assertAuditClean(s.kv);
   } finally {
@@ -171,7 +177,7 @@ Deno.test("a client that stops reading a stream without leaving is treated as go
     // The client neither reads on nor closes the connection.
     await until(
       async () => (await s.wallet(appId)).reserved === 0,
-      "the stalled stream's hold to settle",
+      "the stalled stream's reservation to settle",
     );
     await until(() => upstream.seen.aborted, "the upstream request to be aborted");
     const usage = await onlyUsage(s.kv, appId);

@@ -18,22 +18,22 @@ import {
   userMessage,
 } from "./helpers.ts";
 
-const hold = (requestId: string, amount = 1_000) => ({
+const reserveInput = (requestId: string, amount = 1_000) => ({
   amount,
   keyId: "key_t",
   requestId,
   model: "tollbooth/echo",
 });
 
-Deno.test("the sweeper releases holds whose lease ran out, and only those", async () => {
+Deno.test("the sweeper releases reservations whose lease ran out, and only those", async () => {
   const s = await startService();
   try {
     const { appId } = await s.newApp();
     let now = 1_000_000;
     const wallets = new Wallets(s.kv, { leaseMs: 10_000, now: () => now });
-    const old = await wallets.reserve(appId, hold("old", 3_000));
+    const old = await wallets.reserve(appId, reserveInput("old", 3_000));
     now += 5_000;
-    const fresh = await wallets.reserve(appId, hold("fresh", 2_000));
+    const fresh = await wallets.reserve(appId, reserveInput("fresh", 2_000));
     assert.ok(old.ok && fresh.ok);
     assert.equal(await sweepExpiredReservations(s.kv, wallets, now + 5_000), 1);
     const w = await s.wallet(appId);
@@ -52,12 +52,12 @@ Deno.test("the sweeper releases holds whose lease ran out, and only those", asyn
   }
 });
 
-Deno.test("a settle that arrives after the sweeper released the hold charges nothing and never twice", async () => {
+Deno.test("a settle that arrives after the sweeper released the reservation charges nothing and never twice", async () => {
   const s = await startService();
   try {
     const { appId } = await s.newApp();
     const wallets = new Wallets(s.kv, { leaseMs: 1 });
-    const r = await wallets.reserve(appId, hold("late", 5_000));
+    const r = await wallets.reserve(appId, reserveInput("late", 5_000));
     assert.ok(r.ok);
     await new Promise((res) => setTimeout(res, 5));
     assert.equal(await sweepExpiredReservations(s.kv, wallets), 1);
@@ -82,13 +82,13 @@ Deno.test("a settle that arrives after the sweeper released the hold charges not
   }
 });
 
-Deno.test("a renewed lease keeps a long stream's hold from the sweeper", async () => {
+Deno.test("a renewed lease keeps a long stream's reservation from the sweeper", async () => {
   const s = await startService();
   try {
     const { appId } = await s.newApp();
     let now = 0;
     const wallets = new Wallets(s.kv, { leaseMs: 1_000, now: () => now });
-    const r = await wallets.reserve(appId, hold("long"));
+    const r = await wallets.reserve(appId, reserveInput("long"));
     assert.ok(r.ok);
     now = 900;
     const renewed = await wallets.renew(appId, r.reservation.id);
@@ -101,14 +101,14 @@ Deno.test("a renewed lease keeps a long stream's hold from the sweeper", async (
   }
 });
 
-Deno.test("an app blocked only by holds of a dead process is unblocked at once, without waiting for the cron", async () => {
+Deno.test("an app blocked only by reservations of a dead process is unblocked at once, without waiting for the cron", async () => {
   const s = await startService();
   try {
     const { appId, apiKey } = await s.newApp();
     await spendDownTo(s.kv, appId, 20_000);
-    // A process that died holding almost everything, its lease long gone.
+    // A process that died with almost everything reserved, its lease long gone.
     const dead = new Wallets(s.kv, { leaseMs: 1, now: () => Date.now() - 60_000 });
-    const stale = await dead.reserve(appId, hold("dead", 19_950));
+    const stale = await dead.reserve(appId, reserveInput("dead", 19_950));
     assert.ok(stale.ok);
     const res = await s.chat(apiKey, {
       model: "tollbooth/echo",
@@ -125,14 +125,14 @@ Deno.test("an app blocked only by holds of a dead process is unblocked at once, 
   }
 });
 
-Deno.test("a flood of 402s looks for an app's expired holds at most once a second", async () => {
+Deno.test("a flood of 402s looks for an app's expired reservations at most once a second", async () => {
   const real = await Deno.openKv(":memory:");
-  let holdScans = 0;
+  let reservationScans = 0;
   const kv = new Proxy(real, {
     get(target, prop) {
       if (prop === "list") {
         return (selector: Deno.KvListSelector, options?: Deno.KvListOptions) => {
-          if ("prefix" in selector && selector.prefix[0] === "reservations") holdScans++;
+          if ("prefix" in selector && selector.prefix[0] === "reservations") reservationScans++;
           return target.list(selector, options);
         };
       }
@@ -150,7 +150,10 @@ Deno.test("a flood of 402s looks for an app's expired holds at most once a secon
   try {
     const { app: record, key } = await createAppRecord(real, { name: "flooded" });
     await spendDownTo(real, record.id, 100);
-    const live = await new Wallets(real, { leaseMs: 60_000 }).reserve(record.id, hold("live", 50));
+    const live = await new Wallets(real, { leaseMs: 60_000 }).reserve(
+      record.id,
+      reserveInput("live", 50),
+    );
     assert.ok(live.ok);
     for (let i = 0; i < 10; i++) {
       const res = await app.fetch(
@@ -163,7 +166,7 @@ Deno.test("a flood of 402s looks for an app's expired holds at most once a secon
       assert.equal(res.status, 402);
       await res.body?.cancel();
     }
-    assert.equal(holdScans, 1);
+    assert.equal(reservationScans, 1);
   } finally {
     await wallets.drain();
     real.close();

@@ -59,7 +59,7 @@ Deno.test("a wallet changed by another instance is re-read before the next decis
     await b.release(appId, other.reservation.id);
   }));
 
-Deno.test("a hold released by another instance's sweeper is not settled from memory", () =>
+Deno.test("a reservation released by another instance's sweeper is not settled from memory", () =>
   twoInstances(async (a, b, appId) => {
     const r = await a.reserve(appId, hold("r1", 50_000));
     assert.ok(r.ok);

@@ -7,7 +7,7 @@ import { type SettleInput, WalletUnavailableError } from "@/lib/billing/wallet_t
 import { type Fault, faultyKv, type Step } from "./faulty_kv.ts";
 import { assertAuditClean } from "./helpers.ts";
 
-const HOLD = 1_000;
+const RESERVED = 1_000;
 const COST = 700;
 
 function usageOf(cost: number, requestId = "req_fault"): SettleInput {
@@ -45,18 +45,18 @@ async function setup(plan: (step: Step, index: number) => Fault, maxAttempts?: n
 }
 
 async function reserveAndSettle(wallets: Wallets, appId: string) {
-  const hold = await wallets.reserve(appId, {
-    amount: HOLD,
+  const reserved = await wallets.reserve(appId, {
+    amount: RESERVED,
     keyId: "key_fault",
     requestId: "req_fault",
     model: "tollbooth/echo",
   });
-  assert.ok(hold.ok);
-  const settled = await wallets.settle(appId, hold.reservation.id, usageOf(COST));
-  return { hold, settled };
+  assert.ok(reserved.ok);
+  const settled = await wallets.settle(appId, reserved.reservation.id, usageOf(COST));
+  return { reserved, settled };
 }
 
-Deno.test("a KV failure injected at each step of reserve and settle is resolved: hold and charge happen exactly once", async () => {
+Deno.test("a KV failure injected at each step of reserve and settle is resolved: reservation and charge happen exactly once", async () => {
   // The steps of a clean reserve then settle, to know where faults can go.
   const clean = await setup(() => "ok");
   await reserveAndSettle(clean.wallets, clean.appId);
@@ -93,21 +93,21 @@ Deno.test("a KV failure injected at each step of reserve and settle is resolved:
   }
 });
 
-Deno.test("a reserve whose commit was applied but cannot be confirmed fails, and the sweeper releases the hold", async () => {
+Deno.test("a reserve whose commit was applied but cannot be confirmed fails, and the sweeper releases the reservation", async () => {
   // Commit applied then throws; the five re-reads of the batch marker fail too.
   const { real, wallets, appId } = await setup((step, i) =>
     i === 1 ? "throw_after_commit" : i > 1 && i <= 6 && step === "get" ? "throw" : "ok"
   );
   try {
     await assert.rejects(
-      wallets.reserve(appId, { amount: HOLD, keyId: "k", requestId: "r", model: "m" }),
+      wallets.reserve(appId, { amount: RESERVED, keyId: "k", requestId: "r", model: "m" }),
       WalletUnavailableError,
     );
-    const holds = await list<ReservationRecord>(real, keys.appReservations(appId));
-    assert.equal(holds.length, 1, "the commit did apply");
+    const reservations = await list<ReservationRecord>(real, keys.appReservations(appId));
+    assert.equal(reservations.length, 1, "the commit did apply");
     await assertAuditClean(real);
     const sweeper = new Wallets(real, { leaseMs: 60_000 });
-    const released = await sweepExpiredReservations(real, sweeper, holds[0].leaseUntil);
+    const released = await sweepExpiredReservations(real, sweeper, reservations[0].leaseUntil);
     assert.equal(released, 1);
     const wallet = await walletOf(real, appId);
     assert.deepEqual([wallet.available, wallet.reserved, wallet.spent], [5_000_000, 0, 0]);
@@ -125,13 +125,13 @@ Deno.test("a settle whose commit was applied but cannot be confirmed is never ch
     return step === "get" ? "throw" : "ok";
   });
   try {
-    const hold = await wallets.reserve(appId, {
-      amount: HOLD,
+    const reserved = await wallets.reserve(appId, {
+      amount: RESERVED,
       keyId: "k",
       requestId: "r",
       model: "m",
     });
-    assert.ok(hold.ok);
+    assert.ok(reserved.ok);
     failing = true;
     faulty.plan = (step, i) => {
       const first = faulty.steps.indexOf("commit", 2);
@@ -139,12 +139,12 @@ Deno.test("a settle whose commit was applied but cannot be confirmed is never ch
       return step === "get" && first !== -1 && i > first && i <= first + 5 ? "throw" : "ok";
     };
     await assert.rejects(
-      wallets.settle(appId, hold.reservation.id, usageOf(COST)),
+      wallets.settle(appId, reserved.reservation.id, usageOf(COST)),
       WalletUnavailableError,
     );
     faulty.plan = () => "ok";
-    const again = await wallets.settle(appId, hold.reservation.id, usageOf(COST));
-    assert.equal(again.settled, false, "the retry finds the hold already settled");
+    const again = await wallets.settle(appId, reserved.reservation.id, usageOf(COST));
+    assert.equal(again.settled, false, "the retry finds the reservation already settled");
     const wallet = await walletOf(real, appId);
     assert.deepEqual([wallet.spent, wallet.reserved], [COST, 0]);
     assert.equal((await list(real, keys.appUsage(appId))).length, 1);
@@ -158,27 +158,27 @@ Deno.test("KV down for longer than the retry budget fails the call and changes n
   let down = false;
   const { real, wallets, appId } = await setup(() => down ? "throw" : "ok", 4);
   try {
-    const hold = await wallets.reserve(appId, {
-      amount: HOLD,
+    const reserved = await wallets.reserve(appId, {
+      amount: RESERVED,
       keyId: "k",
       requestId: "r",
       model: "m",
     });
-    assert.ok(hold.ok);
+    assert.ok(reserved.ok);
     down = true;
-    await assert.rejects(wallets.settle(appId, hold.reservation.id, usageOf(COST)));
+    await assert.rejects(wallets.settle(appId, reserved.reservation.id, usageOf(COST)));
     await assert.rejects(
-      wallets.reserve(appId, { amount: HOLD, keyId: "k", requestId: "r2", model: "m" }),
+      wallets.reserve(appId, { amount: RESERVED, keyId: "k", requestId: "r2", model: "m" }),
     );
     const wallet = await walletOf(real, appId);
     assert.deepEqual([wallet.available, wallet.reserved, wallet.spent], [
-      5_000_000 - HOLD,
-      HOLD,
+      5_000_000 - RESERVED,
+      RESERVED,
       0,
     ]);
     await assertAuditClean(real);
     down = false;
-    const settled = await wallets.settle(appId, hold.reservation.id, usageOf(COST));
+    const settled = await wallets.settle(appId, reserved.reservation.id, usageOf(COST));
     assert.ok(settled.settled);
     await assertAuditClean(real);
   } finally {
@@ -198,17 +198,17 @@ Deno.test("settlements racing the sweeper from another instance are applied once
     const clock = { now: Date.now() };
     const a = new Wallets(kvA, { leaseMs: 1, now: () => clock.now });
     const b = new Wallets(kvB, { leaseMs: 1, now: () => clock.now });
-    const holds: { appId: string; id: string; cost: number }[] = [];
+    const reservations: { appId: string; id: string; cost: number }[] = [];
     for (const appId of apps) {
       for (let i = 0; i < 40; i++) {
         const r = await a.reserve(appId, { amount: 5_000, keyId: "k", requestId: "r", model: "m" });
         assert.ok(r.ok);
-        holds.push({ appId, id: r.reservation.id, cost: 1_000 + i * 97 });
+        reservations.push({ appId, id: r.reservation.id, cost: 1_000 + i * 97 });
       }
     }
     clock.now += 10;
-    const settles = holds.map((h) => a.settle(h.appId, h.id, usageOf(h.cost)));
-    const releases = holds.map((h) => b.release(h.appId, h.id, clock.now));
+    const settles = reservations.map((h) => a.settle(h.appId, h.id, usageOf(h.cost)));
+    const releases = reservations.map((h) => b.release(h.appId, h.id, clock.now));
     const sweep = sweepExpiredReservations(kvB, b, clock.now);
     const [settled, released] = await Promise.all([
       Promise.all(settles),
@@ -216,8 +216,8 @@ Deno.test("settlements racing the sweeper from another instance are applied once
       sweep,
     ]);
     let charged = 0;
-    holds.forEach((h, i) => {
-      assert.notEqual(settled[i].settled, released[i].released, `hold ${i}: exactly one`);
+    reservations.forEach((h, i) => {
+      assert.notEqual(settled[i].settled, released[i].released, `reservation ${i}: exactly one`);
       if (settled[i].settled) charged += h.cost;
     });
     let spent = 0;

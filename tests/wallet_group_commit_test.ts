@@ -126,12 +126,12 @@ Deno.test("a reserve that does not fit is refused while the others of its batch 
 
 Deno.test("a settle frees room for a later reserve of the same batch, not an earlier one", () =>
   withWallet(async ({ kv, wallets, appId }) => {
-    const held = await wallets.reserve(appId, reserveInput(4_000_000));
-    assert.ok(held.ok);
+    const reserved = await wallets.reserve(appId, reserveInput(4_000_000));
+    assert.ok(reserved.ok);
     const commitsBefore = wallets.stats.commits;
     const [early, settled, late] = await Promise.all([
       wallets.reserve(appId, reserveInput(3_000_000)),
-      wallets.settle(appId, held.reservation.id, usage(1_000_000)),
+      wallets.settle(appId, reserved.reservation.id, usage(1_000_000)),
       wallets.reserve(appId, reserveInput(3_000_000)),
     ]);
     assert.equal(wallets.stats.commits - commitsBefore, 1);
@@ -147,13 +147,13 @@ Deno.test("a settle frees room for a later reserve of the same batch, not an ear
     if (late.ok) await wallets.settle(appId, late.reservation.id, usage(0));
   }));
 
-Deno.test("a settle and a release of one hold in the same batch charge it once", () =>
+Deno.test("a settle and a release of one reservation in the same batch charge it once", () =>
   withWallet(async ({ kv, wallets, appId }) => {
-    const held = await wallets.reserve(appId, reserveInput(1_000_000));
-    assert.ok(held.ok);
+    const reserved = await wallets.reserve(appId, reserveInput(1_000_000));
+    assert.ok(reserved.ok);
     const [settled, released] = await Promise.all([
-      wallets.settle(appId, held.reservation.id, usage(400_000)),
-      wallets.release(appId, held.reservation.id),
+      wallets.settle(appId, reserved.reservation.id, usage(400_000)),
+      wallets.release(appId, reserved.reservation.id),
     ]);
     assert.ok(settled.settled);
     assert.equal(released.released, false);
@@ -262,10 +262,10 @@ for (const when of ["before", "after"] as const) {
       });
       assert.ok(credit.credited);
       control.failNext = when;
-      const held = await wallets.reserve(app.id, reserveInput(3_000_000));
-      assert.ok(held.ok);
+      const reserved = await wallets.reserve(app.id, reserveInput(3_000_000));
+      assert.ok(reserved.ok);
       control.failNext = when;
-      const settled = await wallets.settle(app.id, held.reservation.id, usage(1_234_567));
+      const settled = await wallets.settle(app.id, reserved.reservation.id, usage(1_234_567));
       assert.ok(settled.settled);
 
       assert.equal(wallets.stats.unknownOutcomes, 3);
@@ -370,11 +370,11 @@ Deno.test("a wallet written by another instance since our last commit is re-read
 
 Deno.test("a batch of settles adds its charges to the spend counters once each", () =>
   withWallet(async ({ kv, wallets, appId }) => {
-    const holds = await Promise.all(
+    const reservations = await Promise.all(
       [1, 2, 3, 4, 5].map(() => wallets.reserve(appId, reserveInput(100_000))),
     );
     const commitsBefore = wallets.stats.commits;
-    await Promise.all(holds.map((h, i) => {
+    await Promise.all(reservations.map((h, i) => {
       if (!h.ok) throw new Error("unreachable");
       return wallets.settle(appId, h.reservation.id, {
         ...usage(10_000 * (i + 1)),

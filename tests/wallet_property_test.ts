@@ -25,16 +25,16 @@ function usageOf(cost: number): SettleInput {
   };
 }
 
-/** Operations on holds made in the first round, picked by index (modulo the holds there are). */
+/** Operations on the first round's reservations, picked by index (modulo how many there are). */
 const followUp = fc.oneof(
   fc.record({
     kind: fc.constant("settle" as const),
-    hold: fc.nat(),
+    reservation: fc.nat(),
     cost: fc.integer({ min: 0, max: 3_000_000 }),
     instance: fc.nat(1),
   }),
-  fc.record({ kind: fc.constant("release" as const), hold: fc.nat(), instance: fc.nat(1) }),
-  fc.record({ kind: fc.constant("renew" as const), hold: fc.nat(), instance: fc.nat(1) }),
+  fc.record({ kind: fc.constant("release" as const), reservation: fc.nat(), instance: fc.nat(1) }),
+  fc.record({ kind: fc.constant("renew" as const), reservation: fc.nat(), instance: fc.nat(1) }),
   fc.record({ kind: fc.constant("sweep" as const), instance: fc.nat(1) }),
   fc.record({
     kind: fc.constant("credit" as const),
@@ -61,7 +61,7 @@ type Scenario = typeof scenario extends fc.Arbitrary<infer T> ? T : never;
 
 /**
  * Runs a scenario with two Wallets instances (two processes) on one store, every round fully
- * concurrent, and checks each hold's fate and the audit. `kvFor` may wrap the store with faults.
+ * concurrent, and checks each reservation's fate and the audit. `kvFor` may wrap the store with faults.
  */
 async function runScenario(s: Scenario, kvFor: (real: Deno.Kv) => Deno.Kv, failures: boolean) {
   const real = await Deno.openKv(":memory:");
@@ -86,7 +86,7 @@ async function runScenario(s: Scenario, kvFor: (real: Deno.Kv) => Deno.Kv, failu
       ),
     );
     if (!failures) assert.ok(reserved.every((r) => r.ok));
-    const holds = reserved.flatMap((r, i) =>
+    const reservations = reserved.flatMap((r, i) =>
       r.ok && r.value.ok ? [{ appId: apps[s.reserves[i].app], id: r.value.reservation.id }] : []
     );
     // Half the scenarios run their follow-ups after every lease has run out, so sweeps release.
@@ -110,30 +110,32 @@ async function runScenario(s: Scenario, kvFor: (real: Deno.Kv) => Deno.Kv, failu
         }));
         return;
       }
-      if (holds.length === 0) return;
-      const hold = holds[op.hold % holds.length];
+      if (reservations.length === 0) return;
+      const reservation = reservations[op.reservation % reservations.length];
       if (op.kind === "settle") {
-        const r = await settled(wallets.settle(hold.appId, hold.id, usageOf(op.cost)));
+        const r = await settled(
+          wallets.settle(reservation.appId, reservation.id, usageOf(op.cost)),
+        );
         if (r.ok && r.value.settled) {
-          note(hold.id, "settled");
-          charged.set(hold.appId, (charged.get(hold.appId) ?? 0) + r.value.charged);
+          note(reservation.id, "settled");
+          charged.set(reservation.appId, (charged.get(reservation.appId) ?? 0) + r.value.charged);
           assert.ok(r.value.charged <= op.cost);
         }
       } else if (op.kind === "release") {
-        const r = await settled(wallets.release(hold.appId, hold.id));
-        if (r.ok && r.value.released) note(hold.id, "released");
+        const r = await settled(wallets.release(reservation.appId, reservation.id));
+        if (r.ok && r.value.released) note(reservation.id, "released");
       } else {
-        await settled(wallets.renew(hold.appId, hold.id));
+        await settled(wallets.renew(reservation.appId, reservation.id));
       }
     }));
     await Promise.all(instances.map((w) => w.drain()));
 
-    for (const [id, list] of fates) assert.equal(list.length, 1, `hold ${id}: ${list}`);
+    for (const [id, list] of fates) assert.equal(list.length, 1, `reservation ${id}: ${list}`);
     for (const appId of apps) {
       const wallet = (await real.get<WalletRecord>(keys.wallet(appId))).value!;
       const live = [];
       for await (const e of real.list({ prefix: keys.appReservations(appId) })) live.push(e);
-      for (const e of live) assert.equal(fates.has(String(e.key[2])), false, "a live hold");
+      for (const e of live) assert.equal(fates.has(String(e.key[2])), false, "a live reservation");
       if (failures) assert.ok(wallet.spent >= (charged.get(appId) ?? 0));
       else assert.equal(wallet.spent, charged.get(appId) ?? 0);
     }

@@ -29,7 +29,7 @@ export interface AuditReport {
 
 /**
  * Checks the money invariant of every wallet against its own records: the wallet's fields add up,
- * the holds sum to `reserved`, the usage records sum to `spent`, the ledger sums to the credits.
+ * the reservations sum to `reserved`, the usage records sum to `spent`, the ledger sums to the credits.
  */
 export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<AuditReport> {
   const wallets: WalletAudit[] = [];
@@ -78,7 +78,7 @@ export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) 
       }
     };
     expect("available + reserved + spent vs credits", w.available + w.reserved + w.spent, credited);
-    expect("sum of holds vs reserved", sum(reservations, (r) => r.amount), w.reserved);
+    expect("sum of reservations vs reserved", sum(reservations, (r) => r.amount), w.reserved);
     expect("sum of usage records vs spent", sum(usage, (u) => u.cost), w.spent);
     expect("sum of ledger vs credits", sum(ledger, (l) => l.amount), credited);
     expect(

@@ -102,7 +102,7 @@ export function refuseRevokedKeys(ops: Op[], current: Map<string, string | null>
       op.done.reject(new KeyRevokedError(`API key ${op.input.keyId} was revoked`));
       return false;
     }
-    // In place: the caller's cache holds the same object and so stops failing this check.
+    // In place: the caller's cache has the same object and so stops failing this check.
     op.input.keyGuard.versionstamp = versionstamp;
     return true;
   });
@@ -327,7 +327,7 @@ export function planBatch(input: PlanInput) {
     /** Whether this batch enforced rate limits, and the windows it wrote (null: unchanged). */
     rateLimited: input.rate !== undefined,
     rateRecord,
-    /** Holds created, renewed (record) or removed (null) by this batch. */
+    /** Reservations created, renewed (record) or removed (null) by this batch. */
     reservations: touched,
     markerChecks,
     write(atomic: Deno.AtomicOperation) {

@@ -128,9 +128,9 @@ function reservation(id: string, amount: number, fields: Partial<ReservationReco
   } satisfies ReservationRecord;
 }
 
-/** A wallet holding the given reservations, with `available` left over. */
-function walletHolding(available: number, ...held: ReservationRecord[]): WalletRecord {
-  const reserved = held.reduce((sum, r) => sum + r.amount, 0);
+/** A wallet whose `reserved` is the given reservations, with `available` left over. */
+function walletReserving(available: number, ...existing: ReservationRecord[]): WalletRecord {
+  const reserved = existing.reduce((sum, r) => sum + r.amount, 0);
   return wallet(available, { reserved, topUps: available + reserved });
 }
 
@@ -147,8 +147,8 @@ function plan(ops: { op: Op }[], input: Partial<PlanInput> = {}) {
   });
 }
 
-function holding(...held: ReservationRecord[]): Map<string, ReservationRecord | null> {
-  return new Map(held.map((r) => [r.id, r]));
+function reservationsOf(...existing: ReservationRecord[]): Map<string, ReservationRecord | null> {
+  return new Map(existing.map((r) => [r.id, r]));
 }
 
 type Write =
@@ -202,9 +202,9 @@ Deno.test("a reserve within the available balance moves it to reserved and write
   assert.ok(answer.ok);
   assert.equal(answer.available, 700);
   assert.deepEqual({ ...p.wallet }, { ...wallet(1_000), available: 700, reserved: 300 });
-  const held = answer.reservation;
+  const existing = answer.reservation;
   assert.deepEqual(
-    { ...held, id: "" },
+    { ...existing, id: "" },
     {
       id: "",
       appId: APP,
@@ -217,12 +217,12 @@ Deno.test("a reserve within the available balance moves it to reserved and write
       tokens: 12,
     },
   );
-  assert.match(held.id, /^res_/);
+  assert.match(existing.id, /^res_/);
   assert.deepEqual(writesOf(p), [
-    { op: "set", key: keys.reservation(APP, held.id), value: held },
-    { op: "set", key: keys.reservationExpiry(NOW + LEASE_MS, APP, held.id), value: true },
+    { op: "set", key: keys.reservation(APP, existing.id), value: existing },
+    { op: "set", key: keys.reservationExpiry(NOW + LEASE_MS, APP, existing.id), value: true },
   ]);
-  assert.deepEqual([...p.reservations], [[held.id, held]]);
+  assert.deepEqual([...p.reservations], [[existing.id, existing]]);
   assert.equal(p.unchanged, false);
 });
 
@@ -347,9 +347,12 @@ Deno.test("a reserve refused for credits counts nothing against the rate limit",
 });
 
 Deno.test("a settle below its reservation charges the cost and gives the rest back to the balance", () => {
-  const held = reservation("res_1", 1_000, { tokens: 100 });
+  const existing = reservation("res_1", 1_000, { tokens: 100 });
   const s = settle("res_1", 300);
-  const p = plan([s], { wallet: walletHolding(500, held), reservations: holding(held) });
+  const p = plan([s], {
+    wallet: walletReserving(500, existing),
+    reservations: reservationsOf(existing),
+  });
   p.resolveAll();
   const answer = s.done.get();
   assert.ok(answer.settled);
@@ -370,9 +373,12 @@ Deno.test("a settle below its reservation charges the cost and gives the rest ba
 });
 
 Deno.test("a settle above its reservation takes the difference from the balance", () => {
-  const held = reservation("res_1", 1_000);
+  const existing = reservation("res_1", 1_000);
   const s = settle("res_1", 1_400);
-  const p = plan([s], { wallet: walletHolding(500, held), reservations: holding(held) });
+  const p = plan([s], {
+    wallet: walletReserving(500, existing),
+    reservations: reservationsOf(existing),
+  });
   p.resolveAll();
   const answer = s.done.get();
   assert.ok(answer.settled);
@@ -384,9 +390,12 @@ Deno.test("a settle above its reservation takes the difference from the balance"
 });
 
 Deno.test("a settle above its reservation and the whole balance charges down to zero and records the rest as uncharged", () => {
-  const held = reservation("res_1", 1_000);
+  const existing = reservation("res_1", 1_000);
   const s = settle("res_1", 2_000);
-  const p = plan([s], { wallet: walletHolding(600, held), reservations: holding(held) });
+  const p = plan([s], {
+    wallet: walletReserving(600, existing),
+    reservations: reservationsOf(existing),
+  });
   p.resolveAll();
   const answer = s.done.get();
   assert.ok(answer.settled);
@@ -400,15 +409,18 @@ Deno.test("a settle above its reservation and the whole balance charges down to 
 });
 
 Deno.test("a settle deletes the reservation and its expiry entry and writes the usage record", () => {
-  const held = reservation("res_1", 1_000);
+  const existing = reservation("res_1", 1_000);
   const s = settle("res_1", 300);
-  const p = plan([s], { wallet: walletHolding(0, held), reservations: holding(held) });
+  const p = plan([s], {
+    wallet: walletReserving(0, existing),
+    reservations: reservationsOf(existing),
+  });
   p.resolveAll();
   const usage = s.done.get();
   assert.ok(usage.settled);
   assert.deepEqual(keyNames(writesOf(p)), [
     `delete ${keys.reservation(APP, "res_1").join("/")}`,
-    `delete ${keys.reservationExpiry(held.leaseUntil, APP, "res_1").join("/")}`,
+    `delete ${keys.reservationExpiry(existing.leaseUntil, APP, "res_1").join("/")}`,
     `set ${keys.usage(APP, usage.usage.id).join("/")}`,
     `sum ${keys.modelSpend(APP, "m/one").join("/")}`,
     `sum ${keys.dailySpend(APP, utcDay(NOW)).join("/")}`,
@@ -433,8 +445,8 @@ Deno.test("a settle corrects the rate limiter's tokens from those reserved to th
   assert.equal(reserved.rate?.tokens.remaining, 200);
   const s = settle(reserved.reservation.id, 10, { promptTokens: 30, completionTokens: 20 });
   const p = plan([s], {
-    wallet: walletHolding(900, reserved.reservation),
-    reservations: holding(reserved.reservation),
+    wallet: walletReserving(900, reserved.reservation),
+    reservations: reservationsOf(reserved.reservation),
     rate,
   });
   p.resolveAll();
@@ -444,7 +456,7 @@ Deno.test("a settle corrects the rate limiter's tokens from those reserved to th
 });
 
 Deno.test("a batch of settles adds its charges to each model's and the day's spend once, and skips free ones", () => {
-  const held = [
+  const existing = [
     reservation("res_1", 100),
     reservation("res_2", 100),
     reservation("res_3", 100),
@@ -456,7 +468,10 @@ Deno.test("a batch of settles adds its charges to each model's and the day's spe
     settle("res_3", 5, { model: "m/two" }),
     settle("res_4", 0, { model: "m/three", keyId: "key_b" }),
   ];
-  const p = plan(settles, { wallet: walletHolding(0, ...held), reservations: holding(...held) });
+  const p = plan(settles, {
+    wallet: walletReserving(0, ...existing),
+    reservations: reservationsOf(...existing),
+  });
   const sums = writesOf(p).filter((w) => w.op === "sum");
   assert.deepEqual(sums, [
     { op: "sum", key: keys.modelSpend(APP, "m/one"), value: 30n },
@@ -475,8 +490,8 @@ Deno.test("a release gives the whole reservation back to the balance and its tok
   assert.ok(reserved.ok);
   const rel = release(reserved.reservation.id);
   const p = plan([rel], {
-    wallet: walletHolding(600, reserved.reservation),
-    reservations: holding(reserved.reservation),
+    wallet: walletReserving(600, reserved.reservation),
+    reservations: reservationsOf(reserved.reservation),
     rate,
   });
   p.resolveAll();
@@ -499,15 +514,21 @@ Deno.test("a release gives the whole reservation back to the balance and its tok
 });
 
 Deno.test("a release only if expired leaves a reservation whose lease has not run out", () => {
-  const held = reservation("res_1", 1_000, { leaseUntil: NOW + 5_000 });
+  const existing = reservation("res_1", 1_000, { leaseUntil: NOW + 5_000 });
   const early = release("res_1", NOW + 4_999);
-  const p = plan([early], { wallet: walletHolding(0, held), reservations: holding(held) });
+  const p = plan([early], {
+    wallet: walletReserving(0, existing),
+    reservations: reservationsOf(existing),
+  });
   p.resolveAll();
   assert.deepEqual(early.done.get(), { released: false, available: 0, rate: undefined });
   assert.equal(p.unchanged, true);
 
   const due = release("res_1", NOW + 5_000);
-  const q = plan([due], { wallet: walletHolding(0, held), reservations: holding(held) });
+  const q = plan([due], {
+    wallet: walletReserving(0, existing),
+    reservations: reservationsOf(existing),
+  });
   q.resolveAll();
   assert.equal(due.done.get().released, true);
   assert.equal(q.wallet.available, 1_000);
@@ -522,12 +543,15 @@ Deno.test("a release of a reservation already gone changes nothing", () => {
 });
 
 Deno.test("a renew moves the lease and its expiry entry forward", () => {
-  const held = reservation("res_1", 1_000, { leaseUntil: NOW + 5 });
+  const existing = reservation("res_1", 1_000, { leaseUntil: NOW + 5 });
   const rn = renew("res_1");
-  const p = plan([rn], { wallet: walletHolding(0, held), reservations: holding(held) });
+  const p = plan([rn], {
+    wallet: walletReserving(0, existing),
+    reservations: reservationsOf(existing),
+  });
   p.resolveAll();
   assert.deepEqual(rn.done.get(), { renewed: true, leaseUntil: NOW + LEASE_MS });
-  const renewed = { ...held, leaseUntil: NOW + LEASE_MS };
+  const renewed = { ...existing, leaseUntil: NOW + LEASE_MS };
   assert.deepEqual(writesOf(p).slice(0, 3), [
     { op: "delete", key: keys.reservationExpiry(NOW + 5, APP, "res_1") },
     { op: "set", key: keys.reservation(APP, "res_1"), value: renewed },
@@ -595,13 +619,13 @@ Deno.test("two credits with one marker in a batch credit once; the marker is che
 });
 
 Deno.test("operations are decided in order: a settle frees room for a later reserve of the batch, not an earlier one", () => {
-  const held = reservation("res_1", 4_000);
+  const existing = reservation("res_1", 4_000);
   const early = reserve(3_000);
   const s = settle("res_1", 1_000);
   const late = reserve(3_000);
   const p = plan([early, s, late], {
-    wallet: walletHolding(1_000, held),
-    reservations: holding(held),
+    wallet: walletReserving(1_000, existing),
+    reservations: reservationsOf(existing),
   });
   p.resolveAll();
   const refused = early.done.get();
@@ -631,10 +655,13 @@ Deno.test("a refused reserve is decided against the running balance of its batch
 });
 
 Deno.test("a settle and a release of one reservation in the same batch charge it once", () => {
-  const held = reservation("res_1", 1_000);
+  const existing = reservation("res_1", 1_000);
   const s = settle("res_1", 400);
   const rel = release("res_1");
-  const p = plan([s, rel], { wallet: walletHolding(0, held), reservations: holding(held) });
+  const p = plan([s, rel], {
+    wallet: walletReserving(0, existing),
+    reservations: reservationsOf(existing),
+  });
   p.resolveAll();
   assert.ok(s.done.get().settled);
   assert.equal(rel.done.get().released, false);
@@ -644,7 +671,7 @@ Deno.test("a settle and a release of one reservation in the same batch charge it
 });
 
 Deno.test("a batch mixing every operation decides each in turn and keeps available + reserved + spent equal to what was credited", () => {
-  const held = [
+  const existing = [
     reservation("res_1", 1_000),
     reservation("res_2", 2_000),
     reservation("res_3", 300),
@@ -658,8 +685,8 @@ Deno.test("a batch mixing every operation decides each in turn and keeps availab
   const renewed = renew("res_1");
   const third = reserve(1);
   const p = plan([first, settled, released, credited, second, overspent, renewed, third], {
-    wallet: walletHolding(800, ...held),
-    reservations: holding(...held),
+    wallet: walletReserving(800, ...existing),
+    reservations: reservationsOf(...existing),
   });
   p.resolveAll();
   assert.equal(first.done.get().ok, true);

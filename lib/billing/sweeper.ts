@@ -2,7 +2,7 @@ import { keys, type ReservationRecord } from "@/lib/db.ts";
 import type { Wallets } from "./wallet.ts";
 
 /**
- * Releases the holds of one app whose lease has run out (their request's process died, or never
+ * Releases the reservations of one app whose lease has run out (their request's process died, or never
  * settled). Each release is decided in the wallet's batch, so a settle racing it wins or loses whole.
  */
 export async function releaseExpiredReservations(
@@ -19,7 +19,7 @@ export async function releaseExpiredReservations(
   return results.filter((r) => r.released).length;
 }
 
-/** Releases every expired hold of every app, oldest first, and says how many it released. */
+/** Releases every expired reservation of every app, oldest first, and says how many it released. */
 export async function sweepExpiredReservations(kv: Deno.Kv, wallets: Wallets, now = Date.now()) {
   const pending: Promise<{ released: boolean }>[] = [];
   const iter = kv.list({

@@ -73,7 +73,7 @@ export class Wallets {
   };
   readonly #kv: Deno.Kv;
   readonly #queues = new Map<string, Op[]>();
-  /** Per app: the wallet entry as our last commit left it, and the holds we know to be live. */
+  /** Per app: the wallet entry as our last commit left it, and the reservations we know to be live. */
   readonly #known = new Map<string, KnownWallet>();
   /** Apps whose remembered wallet was recently found stale: read them first until then. */
   readonly #contendedUntil = new Map<string, number>();
@@ -264,7 +264,7 @@ export class Wallets {
     }
   }
 
-  /** Keeps the committed wallet and the holds this process knows are live, for the next batch. */
+  /** Keeps the committed wallet and the reservations this process knows are live, for the next batch. */
   #remember(
     appId: string,
     versionstamp: string,
@@ -323,7 +323,7 @@ export class Wallets {
       if (r) out.set(op.reservationId, r);
       else unknown.push(op.reservationId);
     }
-    // Read after the wallet: a hold changed since then implies a newer wallet, which fails our check.
+    // Read after the wallet: a reservation changed since then implies a newer wallet, which fails our check.
     for (let i = 0; i < unknown.length; i += 10) {
       const chunk = [...new Set(unknown.slice(i, i + 10))];
       const entries = await this.#kv.getMany<ReservationRecord[]>(

@@ -90,7 +90,7 @@ export class WalletUnavailableError extends Error {}
 export class KeyRevokedError extends Error {}
 
 export interface WalletOptions {
-  /** How long a reservation is held before the sweeper may release it. */
+  /** How long a reservation lasts, unless renewed, before the sweeper may release it. */
   leaseMs: number;
   /**
    * Operations committed together at most. A settle writes 3 mutations (plus the batch's shared

@@ -9,7 +9,7 @@ import { Registry } from "./metrics.ts";
 import type { WalletStats } from "@/lib/billing/mod.ts";
 
 const LATENCY_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
-/** An operator endpoint must stay cheap: past this many holds the scan stops and says so. */
+/** An operator endpoint must stay cheap: past this many reservations the scan stops and says so. */
 export const RESERVATION_SCAN_LIMIT = 10_000;
 
 export class ServiceMetrics {
@@ -46,19 +46,19 @@ export class ServiceMetrics {
   );
   readonly #outstanding = this.#registry.gauge(
     "tollbooth_reservations_outstanding",
-    "Holds not yet settled or released, over all instances (read from KV).",
+    "Reservations not yet settled or released, over all instances (read from KV).",
   );
   readonly #outstandingAmount = this.#registry.gauge(
     "tollbooth_reservations_outstanding_micro_usd",
-    "Micro-USD held by outstanding reservations, over all instances (read from KV).",
+    "Micro-USD in outstanding reservations, over all instances (read from KV).",
   );
   readonly #expired = this.#registry.gauge(
     "tollbooth_reservations_expired",
-    "Outstanding holds whose lease has run out, waiting for the sweeper.",
+    "Outstanding reservations whose lease has run out, waiting for the sweeper.",
   );
   readonly #truncated = this.#registry.gauge(
     "tollbooth_reservations_scan_truncated",
-    `1 when more than ${RESERVATION_SCAN_LIMIT} holds exist and the reservation gauges are lower bounds.`,
+    `1 when more than ${RESERVATION_SCAN_LIMIT} reservations exist and the reservation gauges are lower bounds.`,
   );
 
   constructor(walletStats: WalletStats, startedAt = Date.now()) {
@@ -105,11 +105,11 @@ export class ServiceMetrics {
   /** Reads the shared gauges from KV, then renders every family. */
   async scrape(kv: Deno.Kv, now = Date.now()): Promise<string> {
     let count = 0, amount = 0, expired = 0, truncated = 0;
-    const holds = kv.list<ReservationRecord>({ prefix: keys.allReservations() }, {
+    const reservations = kv.list<ReservationRecord>({ prefix: keys.allReservations() }, {
       limit: RESERVATION_SCAN_LIMIT + 1,
       batchSize: 500,
     });
-    for await (const entry of holds) {
+    for await (const entry of reservations) {
       if (count === RESERVATION_SCAN_LIMIT) {
         truncated = 1;
         break;

@@ -67,8 +67,8 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
         header: ask for <code>stream_options.include_usage</code> and read <code>usage.cost</code>
         {" "}
         in the last chunk. Its <code>Tollbooth-Balance</code>{" "}
-        is the balance after the reservation; the unused part of the hold comes back when the stream
-        ends.
+        is the balance after the reservation; the unused part of the reservation comes back when the
+        stream ends.
       </p>
 
       <h2 id="python">Python: the openai package</h2>
@@ -82,7 +82,7 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
       <CodeBlock caption="ai-sdk.mjs" code={examples.aiSdk} />
       <p>
         <code>response.headers</code> of <code>generateText</code>{" "}
-        holds Tollbooth's headers (lower-cased). A 402 is an <code>APICallError</code>{" "}
+        carries Tollbooth's headers (lower-cased). A 402 is an <code>APICallError</code>{" "}
         with the JSON body in{" "}
         <code>responseBody</code>. The SDK does not retry a 402; it does retry 429 and 5xx.
       </p>
@@ -121,7 +121,7 @@ export function billingPage() {
     (example.prompt * 15 + example.completion * 60) / 100
   } µUSD`;
   const cost = tokensCost(example.prompt, example.completion, input, output);
-  const hold = tokensCost(example.prompt, example.maxTokens, input, output);
+  const reservation = tokensCost(example.prompt, example.maxTokens, input, output);
   return renderPage(
     <DocsLayout title="How billing works" path="/docs/billing">
       <h1>How billing works</h1>
@@ -135,27 +135,27 @@ export function billingPage() {
 
       <h2 id="reserve">1. Reserve</h2>
       <p>
-        Before the model runs, the wallet holds the most the request can cost: its prompt tokens at
-        the input price plus <code>max_tokens</code> at the output price. Without{" "}
-        <code>max_tokens</code>, the hold uses {DEFAULT_MAX_TOKENS}{" "}
+        Before the model runs, the wallet reserves the most the request can cost: its prompt tokens
+        at the input price plus <code>max_tokens</code> at the output price. Without{" "}
+        <code>max_tokens</code>, the reservation uses {DEFAULT_MAX_TOKENS}{" "}
         tokens (or the model's maximum output, when lower). The prompt is counted with the o200k
         tokenizer plus the chat framing (4 tokens a message, 3 for the reply).
       </p>
       <p>
-        When the balance cannot cover the hold, the request is refused with{" "}
+        When the balance cannot cover the reservation, the request is refused with{" "}
         <a href="/docs/errors#insufficient_credits">
           <code>402 insufficient_credits</code>
         </a>, carrying <code>balance</code> and{" "}
         <code>top_up_url</code>, and nothing changes. A smaller <code>max_tokens</code>{" "}
-        makes a smaller hold: an app with little credit left can still make short requests.
+        makes a smaller reservation: an app with little credit left can still make short requests.
       </p>
 
       <h2 id="settle">2. Settle</h2>
       <p>
-        When the model is done, the hold is settled to the actual usage (as reported by the
-        provider, or counted by Tollbooth when it reports none), and the rest of the hold goes back
-        to the balance. <code>Tollbooth-Request-Cost</code> is exactly what left the wallet;{" "}
-        <code>Tollbooth-Balance</code> is the wallet after it.
+        When the model is done, the reservation is settled to the actual usage (as reported by the
+        provider, or counted by Tollbooth when it reports none), and the rest of the reservation
+        goes back to the balance. <code>Tollbooth-Request-Cost</code>{" "}
+        is exactly what left the wallet; <code>Tollbooth-Balance</code> is the wallet after it.
       </p>
 
       <h2 id="rounding">The rounding rule</h2>
@@ -171,14 +171,14 @@ export function billingPage() {
       </p>
       <ul>
         <li>
-          hold: {example.prompt} × 0.15 + {example.maxTokens} × 0.60, rounded up ={" "}
-          <code>{formatUsd(hold)}</code> USD
+          reservation: {example.prompt} × 0.15 + {example.maxTokens} × 0.60, rounded up ={" "}
+          <code>{formatUsd(reservation)}</code> USD
         </li>
         <li>
           cost: {exact}, rounded up = <code>{formatUsd(cost)}</code> USD
         </li>
         <li>
-          given back when settling: <code>{formatUsd(hold - cost)}</code> USD
+          given back when settling: <code>{formatUsd(reservation - cost)}</code> USD
         </li>
       </ul>
 
@@ -186,9 +186,9 @@ export function billingPage() {
       <ul>
         <li>
           A stream is settled when it ends, to what it produced. Its 200 response carries{" "}
-          <code>Tollbooth-Balance</code> after the hold; the exact cost is in the last chunk's{" "}
-          <code>usage.cost</code> when you send{" "}
-          <code>stream_options: {"{"}"include_usage": true{"}"}</code>.
+          <code>Tollbooth-Balance</code>{" "}
+          after the reservation; the exact cost is in the last chunk's <code>usage.cost</code>{" "}
+          when you send <code>stream_options: {"{"}"include_usage": true{"}"}</code>.
         </li>
         <li>
           A stream the provider cuts is charged for what was produced before the cut, and ends with
@@ -215,11 +215,11 @@ export function billingPage() {
         </li>
         <li>
           <code>502 provider_unreachable</code>, a provider's own 429 and a provider's refusal (
-          <code>upstream_rejected</code>): the hold is released whole.
+          <code>upstream_rejected</code>): the reservation is released whole.
         </li>
         <li>
-          A request cut by the shutdown of a Tollbooth instance: its hold is released whole once its
-          lease runs out (10 minutes by default).
+          A request cut by the shutdown of a Tollbooth instance: its reservation is released whole
+          once its lease runs out (10 minutes by default).
         </li>
       </ul>
 
@@ -230,13 +230,13 @@ export function billingPage() {
           serve it.
         </li>
         <li>
-          If a provider reports more usage than the hold covers (it counted the prompt differently),
-          the difference is taken from the balance down to zero, never below; the rest is not
-          charged and never becomes a debt.
+          If a provider reports more usage than the reservation covers (it counted the prompt
+          differently), the difference is taken from the balance down to zero, never below; the rest
+          is not charged and never becomes a debt.
         </li>
         <li>
-          Per app, at every moment: available + held + spent = starter credits + top-ups + operator
-          credits. Operators check it with <code>deno task admin audit</code>.
+          Per app, at every moment: available + reserved + spent = starter credits + top-ups +
+          operator credits. Operators check it with <code>deno task admin audit</code>.
         </li>
       </ul>
     </DocsLayout>,
@@ -359,9 +359,9 @@ export function operationsPage() {
       <h1>Running Tollbooth</h1>
       <p>
         Tollbooth is one Deno program (<code>main.ts</code>) on Deno KV. Every instance is
-        stateless: wallets, holds, keys and rate limits live in KV, so any number of instances on
-        one KV behave as one service: one wallet per app, never overdrawn, a revoked key refused by
-        all at once.
+        stateless: wallets, reservations, keys and rate limits live in KV, so any number of
+        instances on one KV behave as one service: one wallet per app, never overdrawn, a revoked
+        key refused by all at once.
       </p>
 
       <h2 id="deno-deploy">On Deno Deploy</h2>
@@ -373,8 +373,8 @@ export function operationsPage() {
         </li>
         <li>
           KV: leave <code>KV_PATH</code>{" "}
-          unset; the deployment's own KV is used. Cron: the sweep of expired holds is registered
-          with <code>Deno.cron</code> at the top level of{" "}
+          unset; the deployment's own KV is used. Cron: the sweep of expired reservations is
+          registered with <code>Deno.cron</code> at the top level of{" "}
           <code>main.ts</code>, so Deploy runs it every minute.
         </li>
         <li>
@@ -383,7 +383,7 @@ export function operationsPage() {
           …), <code>METRICS_TOKEN</code>, and optionally <code>RATE_LIMIT_RPM</code>,{" "}
           <code>RATE_LIMIT_TPM</code>, <code>RESERVATION_TTL_SECONDS</code>. <code>PORT</code>{" "}
           and signals are Deploy's business; an instance that Deploy stops mid-request leaves its
-          holds to the sweeper.
+          reservations to the sweeper.
         </li>
         <li>
           Latency: Deploy's KV serves strongly consistent reads and every commit from its primary
@@ -412,13 +412,13 @@ export function operationsPage() {
           What changes: every KV operation becomes an HTTP round trip to the denokv server (keep it
           close: same network, low single-digit milliseconds), and denokv is a single writer, so
           every read is strong. KV queues do not work over this connection; Tollbooth uses none
-          (holds are swept by <code>Deno.cron</code>{" "}
+          (reservations are swept by <code>Deno.cron</code>{" "}
           and a timer in each process, and at once when an app would otherwise be refused for
           credits). denokv allows 10 checks per atomic operation; Tollbooth stays within that.
         </li>
         <li>
-          Each process sweeps expired holds on its own; a hold is released once, whichever process
-          gets there first (each release is decided inside the wallet's commit).
+          Each process sweeps expired reservations on its own; a reservation is released once,
+          whichever process gets there first (each release is decided inside the wallet's commit).
         </li>
       </ul>
 
@@ -427,10 +427,10 @@ export function operationsPage() {
         On <code>SIGTERM</code> or <code>SIGINT</code>, an instance answers <code>503</code> on{" "}
         <code>/readyz</code>, stops accepting connections, lets the requests in flight (streams
         included) finish and settle for up to <code>SHUTDOWN_GRACE_MS</code>{" "}
-        (default 10000), then exits 0. A request still running at that deadline is cut; its hold
-        stays with its lease (<code>RESERVATION_TTL_SECONDS</code>, default 600) and the sweeper of
-        any instance releases it whole. A second signal exits at once. For rolling deploys, set the
-        orchestrator's grace period a little above <code>SHUTDOWN_GRACE_MS</code>.
+        (default 10000), then exits 0. A request still running at that deadline is cut; its
+        reservation stays with its lease (<code>RESERVATION_TTL_SECONDS</code>, default 600) and the
+        sweeper of any instance releases it whole. A second signal exits at once. For rolling
+        deploys, set the orchestrator's grace period a little above <code>SHUTDOWN_GRACE_MS</code>.
       </p>
 
       <h2 id="health">Health</h2>
@@ -474,7 +474,7 @@ export function operationsPage() {
           <code>tollbooth_reservations_outstanding</code>,{" "}
           <code>tollbooth_reservations_outstanding_micro_usd</code>,{" "}
           <code>tollbooth_reservations_expired</code>: read from KV at scrape time, so every
-          instance reports the whole service (a bounded scan of 10,000 holds;{" "}
+          instance reports the whole service (a bounded scan of 10,000 reservations;{" "}
           <code>tollbooth_reservations_scan_truncated</code> says when it was cut)
         </li>
         <li>

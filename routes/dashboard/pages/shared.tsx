@@ -73,7 +73,7 @@ export function Balances({ wallet }: { wallet: WalletRecord }) {
         <span class="stat-value" data-testid="available">{usd(wallet.available)}</span>
       </div>
       <div class="stat">
-        <span class="stat-label">Held by requests in flight</span>
+        <span class="stat-label">Reserved by requests in flight</span>
         <span class="stat-value">{usd(wallet.reserved)}</span>
       </div>
       <div class="stat">
