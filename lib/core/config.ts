@@ -48,21 +48,36 @@ const port = z.string().optional().transform((v, ctx) => {
   return n;
 });
 
+/**
+ * The numeric defaults, by environment variable: the one place they are written (the README's
+ * table is checked against it by tests/config_defaults_test.ts).
+ */
+export const CONFIG_DEFAULTS = {
+  RESERVATION_TTL_SECONDS: 600,
+  RATE_LIMIT_RPM: 600,
+  RATE_LIMIT_TPM: 2_000_000,
+  MAX_BODY_BYTES: 4 * 1024 * 1024,
+  // Longer than a reasoning model may think before its first byte: a timeout cuts work the
+  // provider still bills, so it errs long.
+  UPSTREAM_TIMEOUT_MS: 120_000,
+  SHUTDOWN_GRACE_MS: 10_000,
+} as const;
+
 const EnvSchema = z.object({
   PORT: port,
   KV_PATH: z.string().optional(),
   MODELS_FILE: z.string().optional(),
   PUBLIC_URL: z.url().optional(),
-  RESERVATION_TTL_SECONDS: positiveInt(600),
-  RATE_LIMIT_RPM: positiveInt(600),
-  RATE_LIMIT_TPM: positiveInt(2_000_000),
-  MAX_BODY_BYTES: positiveInt(4 * 1024 * 1024),
-  UPSTREAM_TIMEOUT_MS: positiveInt(60_000),
+  RESERVATION_TTL_SECONDS: positiveInt(CONFIG_DEFAULTS.RESERVATION_TTL_SECONDS),
+  RATE_LIMIT_RPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_RPM),
+  RATE_LIMIT_TPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_TPM),
+  MAX_BODY_BYTES: positiveInt(CONFIG_DEFAULTS.MAX_BODY_BYTES),
+  UPSTREAM_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.UPSTREAM_TIMEOUT_MS),
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
   PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
   METRICS_TOKEN: z.string().optional(),
-  SHUTDOWN_GRACE_MS: positiveInt(10_000),
+  SHUTDOWN_GRACE_MS: positiveInt(CONFIG_DEFAULTS.SHUTDOWN_GRACE_MS),
 });
 
 export const DEFAULT_MODELS_FILE = new URL("../../config/models.json", import.meta.url).pathname;
