@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { ApiError, type Config, jsonLogger, type Logger } from "@/lib/core/mod.ts";
 import { createStripeClient, FormTokens, paymentMode, type Stripe } from "@/lib/payments/mod.ts";
-import { Gateway } from "@/lib/gateway/mod.ts";
+import { Gateway, providerKeyRedactor } from "@/lib/gateway/mod.ts";
 import { KeyCache } from "@/lib/tenants/mod.ts";
 import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
@@ -56,7 +56,9 @@ export interface AppDeps {
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
 export function createApp(deps: AppDeps) {
   const { kv, config, catalog } = deps;
-  const log = deps.log ?? jsonLogger;
+  // No provider key leaves: not in a log line, not in an error quoted to a client.
+  const redactor = providerKeyRedactor(catalog);
+  const log = redactor.logger(deps.log ?? jsonLogger);
   const now = deps.now ?? Date.now;
   const rateLimits = { rpm: config.rateLimitRpm, tpm: config.rateLimitTpm };
   const wallets = new Wallets(kv, {
@@ -88,14 +90,18 @@ export function createApp(deps: AppDeps) {
   const app = new Hono<Env>();
   app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
   app.use("*", securityHeaders);
-  app.onError(errorHandler(log, docsBaseUrl, serverErrorPage));
+  app.onError(errorHandler(log, docsBaseUrl, serverErrorPage, (text) => redactor.redact(text)));
 
   app.post(
     "/v1/chat/completions",
     requireApiKey(new KeyCache(kv)),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
-    chatCompletions(gateway, { maxBodyBytes: config.maxBodyBytes, docsBaseUrl }),
+    chatCompletions(gateway, {
+      maxBodyBytes: config.maxBodyBytes,
+      docsBaseUrl,
+      redact: (text) => redactor.redact(text),
+    }),
   );
   app.all("/v1/*", (c) => {
     throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
