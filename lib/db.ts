@@ -176,10 +176,15 @@ export interface RateLimits {
   tpm: number;
 }
 
-/** Limits that replace the defaults: for the app, and for single keys (which default to the app's). */
+/**
+ * Limits that replace the defaults: for the app, and for single keys (which default to the app's).
+ * `operator` is the operator's own limit of the app (`admin set-limits`), which replaces the
+ * defaults as the app's ceiling; `app` and `keys` are held at or below that ceiling.
+ */
 export interface RateLimitOverrides {
   app: Partial<RateLimits>;
   keys: Record<string, Partial<RateLimits>>;
+  operator?: Partial<RateLimits>;
 }
 
 /**

@@ -200,7 +200,7 @@ export async function runAdmin(
       if (change.rpm === undefined && change.tpm === undefined) {
         throw new UsageError("give --rpm, --tpm or both");
       }
-      await setRateLimits(kv, appId, change, flags.key);
+      await setRateLimits(kv, appId, change, { by: "operator" }, flags.key);
       const limits = await getRateLimits(kv, defaultLimits, appId);
       const scope = flags.key ? limits.keys[flags.key] ?? limits.app : limits.app;
       return {

@@ -16,6 +16,7 @@ import { type ApiKeyRecord, type AppRecord, keys, type RateLimits } from "@/lib/
 import {
   dailySpend,
   getRateLimits,
+  LimitAboveCeilingError,
   listUsage,
   MAX_LIMIT,
   setRateLimits,
@@ -128,7 +129,7 @@ export function dashboardRoutes(
       topUpUrl: topUpUrl(publicUrl, app),
       days,
       models,
-      limits: { effective: limits.app, defaults: deps.rateLimits },
+      limits: { effective: limits.app, defaults: limits.ceiling },
     };
   }
 
@@ -261,7 +262,15 @@ export function dashboardRoutes(
       }
       change[name] = value;
     }
-    await setRateLimits(kv, app.id, change);
+    try {
+      await setRateLimits(kv, app.id, change, { by: "owner", defaults: deps.rateLimits });
+    } catch (error) {
+      if (!(error instanceof LimitAboveCeilingError)) throw error;
+      return c.html(
+        overviewPage(session(c), { ...await overview(app), limitsError: error.message }),
+        400,
+      );
+    }
     return c.redirect(`/dashboard/apps/${app.id}`, 303);
   });
 
