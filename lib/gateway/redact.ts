@@ -11,23 +11,29 @@ import type { Logger } from "@/lib/core/mod.ts";
 export const REDACTED = "[redacted]";
 
 /**
- * Any run of this many characters of a key is treated as the key. Shorter runs are not secret
- * (a provider's public prefix such as `sk-ant-` is 7), and a key shorter than this (a local server
- * that ignores its key) is not one we can tell from ordinary text.
+ * Any run of this many characters of a key is treated as the key (a key cut short). Shorter runs
+ * could be ordinary words of a log line (a key may contain one); a random run this long is not.
  */
-export const MIN_SECRET_RUN = 8;
+export const MIN_SECRET_RUN = 12;
+/**
+ * A key shorter than this (a local server that ignores its key) is not one we can tell from
+ * ordinary text; keys from here up to MIN_SECRET_RUN are redacted whole only.
+ */
+export const MIN_SECRET_LENGTH = 8;
 /** The visible tail of a masked key: `****abcd`. */
 const MASKED_TAIL = 4;
 
 export class SecretRedactor {
   readonly #runs = new Set<string>();
+  readonly #short: string[] = [];
   readonly #masked: RegExp | null;
 
   constructor(secrets: Iterable<string>) {
     const tails = new Set<string>();
     for (const secret of secrets) {
-      if (secret.length < MIN_SECRET_RUN) continue;
+      if (secret.length < MIN_SECRET_LENGTH) continue;
       for (const form of new Set([secret, encodeURIComponent(secret)])) {
+        if (form.length < MIN_SECRET_RUN) this.#short.push(form);
         for (let i = 0; i + MIN_SECRET_RUN <= form.length; i++) {
           this.#runs.add(form.slice(i, i + MIN_SECRET_RUN));
         }
@@ -42,12 +48,13 @@ export class SecretRedactor {
 
   /** Whether there is anything to redact at all (no configured keys: every call is a no-op). */
   get empty(): boolean {
-    return this.#runs.size === 0;
+    return this.#masked === null;
   }
 
   redact(text: string): string {
     if (this.empty || text.length < MASKED_TAIL) return text;
-    if (this.#masked) text = text.replace(this.#masked, REDACTED);
+    text = text.replace(this.#masked!, REDACTED);
+    for (const secret of this.#short) text = text.replaceAll(secret, REDACTED);
     let out = "";
     let copiedTo = 0;
     let i = 0;

@@ -17,7 +17,7 @@ Deno.test("a whole key is redacted wherever it appears", () => {
   );
 });
 
-Deno.test("a key cut short is redacted from its first eight characters on", () => {
+Deno.test("a key cut short is redacted from its first twelve characters on", () => {
   const cut = ANTHROPIC_KEY.slice(0, 20);
   assert.equal(redactor.redact(`key ${cut} is invalid`), `key ${REDACTED} is invalid`);
   const middle = OPENAI_KEY.slice(10, 22);
@@ -45,6 +45,17 @@ Deno.test("log fields are redacted however deeply they nest", () => {
   assert.doesNotMatch(JSON.stringify(seen), /Q3x9VbT2|Hq7Lm2Vx/);
   assert.deepEqual(seen[0].nested, { list: [REDACTED, 3] });
   assert.equal(seen[0].n, 1);
+});
+
+Deno.test("ordinary words a key happens to contain are left alone in a log line", () => {
+  const words = new SecretRedactor(["sk-upstream-test"]);
+  assert.equal(words.redact("outcome upstream_cut"), "outcome upstream_cut");
+  assert.equal(words.redact("sent sk-upstream-test"), `sent ${REDACTED}`);
+});
+
+Deno.test("a key of eight to eleven characters is redacted whole", () => {
+  const short = new SecretRedactor(["k3y-9x2z"]);
+  assert.equal(short.redact("bad key k3y-9x2z!"), `bad key ${REDACTED}!`);
 });
 
 Deno.test("keys shorter than eight characters are not treated as secrets", () => {
