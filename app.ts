@@ -36,7 +36,8 @@ import { securityHeaders } from "@/routes/security_headers.ts";
 import { serveStatic } from "@/routes/static.ts";
 import { topUpRoutes } from "@/routes/top_up.tsx";
 import { chatCompletions } from "@/routes/v1/chat/completions.ts";
-import { stripeWebhook } from "@/routes/webhooks/stripe.ts";
+import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
+import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -97,6 +98,7 @@ export function createApp(deps: AppDeps) {
     requireApiKey(new KeyCache(kv)),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
+    bodyLimit(config.maxBodyBytes, apiBodyRefusal),
     chatCompletions(gateway, {
       maxBodyBytes: config.maxBodyBytes,
       docsBaseUrl,
@@ -121,6 +123,7 @@ export function createApp(deps: AppDeps) {
   );
   app.post(
     "/webhooks/stripe",
+    bodyLimit(MAX_EVENT_BYTES, apiBodyRefusal),
     stripeWebhook({ kv, wallets, log, stripe, webhookSecret: config.stripeWebhookSecret }),
   );
 

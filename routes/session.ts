@@ -1,6 +1,6 @@
 import { timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import type { Context, MiddlewareHandler } from "hono";
-import { bodyLimit } from "hono/body-limit";
+import { bodyLimit, pageBodyRefusal } from "./body_limit.ts";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import {
   createSession,
@@ -113,7 +113,7 @@ export function checkForm(publicUrl: string): MiddlewareHandler<PageEnv> {
 }
 
 /** Forms are a few fields; anything larger is refused before it is parsed. */
-const MAX_FORM_BYTES = 16 * 1024;
+export const MAX_FORM_BYTES = 16 * 1024;
 
 /**
  * Account pages are never cached (they show keys and balances), never framed (no clickjacking of
@@ -128,10 +128,7 @@ export const privatePage: MiddlewareHandler<PageEnv> = async (c, next) => {
   c.header("X-Content-Type-Options", "nosniff");
 };
 
-export const formSizeLimit = bodyLimit({
-  maxSize: MAX_FORM_BYTES,
-  onError: (c) => c.text("Form too large.", 413),
-});
+export const formSizeLimit = bodyLimit(MAX_FORM_BYTES, pageBodyRefusal);
 
 /** The address the client connected from, for sign-in throttling. */
 export function clientAddress(c: Context): string {
