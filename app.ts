@@ -146,8 +146,27 @@ export function createApp(deps: AppDeps) {
   app.get("/healthz", healthz);
   app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
   app.get("/metrics", metricsEndpoint({ kv, metrics, token: config.metricsToken }));
-  app.route("/", accountRoutes({ kv, publicUrl: config.publicUrl }));
-  app.route("/dashboard", dashboardRoutes({ kv, publicUrl: config.publicUrl, rateLimits }));
+  app.route(
+    "/",
+    accountRoutes({
+      kv,
+      publicUrl: config.publicUrl,
+      proxyTrust: { header: config.trustedProxyHeader, count: config.trustedProxyCount },
+      signupsPerAddressPerDay: config.maxSignupsPerAddressPerDay,
+    }),
+  );
+  app.route(
+    "/dashboard",
+    dashboardRoutes({
+      kv,
+      publicUrl: config.publicUrl,
+      rateLimits,
+      appCreation: {
+        maxAppsPerOwner: config.maxAppsPerOwner,
+        maxAppCreationsPerDay: config.maxAppCreationsPerDay,
+      },
+    }),
+  );
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 

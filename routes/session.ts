@@ -3,10 +3,12 @@ import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit, pageBodyRefusal } from "./body_limit.ts";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import {
+  clientAddressOf,
   createSession,
   endSession,
   findSession,
   getOwner,
+  type ProxyTrust,
   type Session,
   SESSION_TTL_MS,
 } from "@/lib/accounts/mod.ts";
@@ -130,8 +132,11 @@ export const privatePage: MiddlewareHandler<PageEnv> = async (c, next) => {
 
 export const formSizeLimit = bodyLimit(MAX_FORM_BYTES, pageBodyRefusal);
 
-/** The address the client connected from, for sign-in throttling. */
-export function clientAddress(c: Context): string {
+/**
+ * The client's address, for the limits kept per address: the connection's, or the one a trusted
+ * proxy reports (TRUSTED_PROXY_HEADER).
+ */
+export function clientAddress(c: Context, trust: ProxyTrust): string {
   const info = c.env as { remoteAddr?: { hostname?: string } } | undefined;
-  return info?.remoteAddr?.hostname ?? "unknown";
+  return clientAddressOf(info?.remoteAddr?.hostname ?? "unknown", c.req.raw.headers, trust);
 }

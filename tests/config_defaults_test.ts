@@ -24,6 +24,10 @@ Deno.test("every numeric default the README states is the one the config module 
     MAX_BODY_BYTES: applied.maxBodyBytes,
     UPSTREAM_TIMEOUT_MS: applied.upstreamTimeoutMs,
     SHUTDOWN_GRACE_MS: applied.shutdownGraceMs,
+    MAX_APPS_PER_OWNER: applied.maxAppsPerOwner,
+    MAX_APP_CREATIONS_PER_DAY: applied.maxAppCreationsPerDay,
+    MAX_SIGNUPS_PER_ADDRESS_PER_DAY: applied.maxSignupsPerAddressPerDay,
+    TRUSTED_PROXY_COUNT: applied.trustedProxyCount,
   };
   for (const [name, value] of Object.entries(CONFIG_DEFAULTS)) {
     assert.equal(appliedOf[name as keyof typeof CONFIG_DEFAULTS], value, `${name} as applied`);

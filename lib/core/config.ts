@@ -20,6 +20,18 @@ export interface Config {
   metricsToken: string | undefined;
   /** How long in-flight requests may run after SIGTERM/SIGINT before the process exits anyway. */
   shutdownGraceMs: number;
+  /** Bounds on starter credits: apps an owner may make, in all and per UTC day. */
+  maxAppsPerOwner: number;
+  maxAppCreationsPerDay: number;
+  /** Accounts one client address may make per UTC day. */
+  maxSignupsPerAddressPerDay: number;
+  /**
+   * The request header a trusted proxy puts the client's address in; unset, the connection's own
+   * address is used and no header is believed. `trustedProxyCount` proxies append to
+   * X-Forwarded-For (the address is the entry that many from the right).
+   */
+  trustedProxyHeader: string | undefined;
+  trustedProxyCount: number;
   env: Record<string, string | undefined>;
 }
 
@@ -61,6 +73,12 @@ export const CONFIG_DEFAULTS = {
   // provider still bills, so it errs long.
   UPSTREAM_TIMEOUT_MS: 120_000,
   SHUTDOWN_GRACE_MS: 10_000,
+  // One account's reach is 3 apps (15.00 USD of starter credits); one address makes 2 accounts a
+  // day of at most 2 apps each that day: 4 apps, 20.00 USD, a day.
+  MAX_APPS_PER_OWNER: 3,
+  MAX_APP_CREATIONS_PER_DAY: 2,
+  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: 2,
+  TRUSTED_PROXY_COUNT: 1,
 } as const;
 
 const EnvSchema = z.object({
@@ -78,6 +96,19 @@ const EnvSchema = z.object({
   PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
   METRICS_TOKEN: z.string().optional(),
   SHUTDOWN_GRACE_MS: positiveInt(CONFIG_DEFAULTS.SHUTDOWN_GRACE_MS),
+  MAX_APPS_PER_OWNER: positiveInt(CONFIG_DEFAULTS.MAX_APPS_PER_OWNER),
+  MAX_APP_CREATIONS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_APP_CREATIONS_PER_DAY),
+  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_SIGNUPS_PER_ADDRESS_PER_DAY),
+  TRUSTED_PROXY_HEADER: z.string().optional().transform((v, ctx) => {
+    const name = v?.trim().toLowerCase();
+    if (!name) return undefined;
+    if (!/^[a-z0-9-]+$/.test(name)) {
+      ctx.addIssue({ code: "custom", message: `must be a header name, got ${JSON.stringify(v)}` });
+      return z.NEVER;
+    }
+    return name;
+  }),
+  TRUSTED_PROXY_COUNT: positiveInt(CONFIG_DEFAULTS.TRUSTED_PROXY_COUNT),
 });
 
 export const DEFAULT_MODELS_FILE = new URL("../../config/models.json", import.meta.url).pathname;
@@ -114,6 +145,11 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     payments: e.PAYMENTS,
     metricsToken: e.METRICS_TOKEN || undefined,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
+    maxAppsPerOwner: e.MAX_APPS_PER_OWNER,
+    maxAppCreationsPerDay: e.MAX_APP_CREATIONS_PER_DAY,
+    maxSignupsPerAddressPerDay: e.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
+    trustedProxyHeader: e.TRUSTED_PROXY_HEADER,
+    trustedProxyCount: e.TRUSTED_PROXY_COUNT,
     env,
   };
 }

@@ -1,5 +1,7 @@
 import { type Context, Hono, type MiddlewareHandler } from "hono";
 import {
+  type AppCreationBound,
+  AppLimitError,
   createApp,
   getApp,
   getWallet,
@@ -78,7 +80,12 @@ async function keyNames(kv: Deno.Kv, appId: string) {
 
 /** /dashboard: an owner's apps, keys, wallet and usage. Every app route checks ownership. */
 export function dashboardRoutes(
-  deps: { kv: Deno.Kv; publicUrl: string; rateLimits: RateLimits },
+  deps: {
+    kv: Deno.Kv;
+    publicUrl: string;
+    rateLimits: RateLimits;
+    appCreation: AppCreationBound;
+  },
 ) {
   const { kv, publicUrl } = deps;
   const r = new Hono<DashboardEnv>();
@@ -106,7 +113,19 @@ export function dashboardRoutes(
       const apps = await listOwnerApps(kv, session(c).owner.id);
       return c.html(appsPage(session(c), apps, "An app name has 1 to 100 characters."), 400);
     }
-    const created = await createApp(kv, { name, ownerId: session(c).owner.id });
+    let created;
+    try {
+      created = await createApp(kv, {
+        name,
+        ownerId: session(c).owner.id,
+        bound: deps.appCreation,
+      });
+    } catch (error) {
+      if (!(error instanceof AppLimitError)) throw error;
+      const apps = await listOwnerApps(kv, session(c).owner.id);
+      if (error.retryAfterSeconds) c.header("Retry-After", String(error.retryAfterSeconds));
+      return c.html(appsPage(session(c), apps, error.message), error.perDay ? 429 : 403);
+    }
     return c.html(
       keyIssuedPage(session(c), created.app, {
         apiKey: created.key.apiKey,
