@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { ApiError, type Config, jsonLogger, type Logger } from "@/lib/core/mod.ts";
 import { createStripeClient, FormTokens, paymentMode, type Stripe } from "@/lib/payments/mod.ts";
-import { Gateway } from "@/lib/gateway/mod.ts";
+import { Gateway, providerKeyRedactor } from "@/lib/gateway/mod.ts";
 import { KeyCache } from "@/lib/tenants/mod.ts";
 import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
@@ -36,7 +36,8 @@ import { securityHeaders } from "@/routes/security_headers.ts";
 import { serveStatic } from "@/routes/static.ts";
 import { topUpRoutes } from "@/routes/top_up.tsx";
 import { chatCompletions } from "@/routes/v1/chat/completions.ts";
-import { stripeWebhook } from "@/routes/webhooks/stripe.ts";
+import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
+import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -56,7 +57,9 @@ export interface AppDeps {
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
 export function createApp(deps: AppDeps) {
   const { kv, config, catalog } = deps;
-  const log = deps.log ?? jsonLogger;
+  // No provider key leaves: not in a log line, not in an error quoted to a client.
+  const redactor = providerKeyRedactor(catalog);
+  const log = redactor.logger(deps.log ?? jsonLogger);
   const now = deps.now ?? Date.now;
   const rateLimits = { rpm: config.rateLimitRpm, tpm: config.rateLimitTpm };
   const wallets = new Wallets(kv, {
@@ -88,14 +91,19 @@ export function createApp(deps: AppDeps) {
   const app = new Hono<Env>();
   app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
   app.use("*", securityHeaders);
-  app.onError(errorHandler(log, docsBaseUrl, serverErrorPage));
+  app.onError(errorHandler(log, docsBaseUrl, serverErrorPage, (text) => redactor.redact(text)));
 
   app.post(
     "/v1/chat/completions",
     requireApiKey(new KeyCache(kv)),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
-    chatCompletions(gateway, { maxBodyBytes: config.maxBodyBytes, docsBaseUrl }),
+    bodyLimit(config.maxBodyBytes, apiBodyRefusal),
+    chatCompletions(gateway, {
+      maxBodyBytes: config.maxBodyBytes,
+      docsBaseUrl,
+      redact: (text) => redactor.redact(text),
+    }),
   );
   app.all("/v1/*", (c) => {
     throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
@@ -115,6 +123,7 @@ export function createApp(deps: AppDeps) {
   );
   app.post(
     "/webhooks/stripe",
+    bodyLimit(MAX_EVENT_BYTES, apiBodyRefusal),
     stripeWebhook({ kv, wallets, log, stripe, webhookSecret: config.stripeWebhookSecret }),
   );
 
@@ -137,8 +146,27 @@ export function createApp(deps: AppDeps) {
   app.get("/healthz", healthz);
   app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
   app.get("/metrics", metricsEndpoint({ kv, metrics, token: config.metricsToken }));
-  app.route("/", accountRoutes({ kv, publicUrl: config.publicUrl }));
-  app.route("/dashboard", dashboardRoutes({ kv, publicUrl: config.publicUrl, rateLimits }));
+  app.route(
+    "/",
+    accountRoutes({
+      kv,
+      publicUrl: config.publicUrl,
+      proxyTrust: { header: config.trustedProxyHeader, count: config.trustedProxyCount },
+      signupsPerAddressPerDay: config.maxSignupsPerAddressPerDay,
+    }),
+  );
+  app.route(
+    "/dashboard",
+    dashboardRoutes({
+      kv,
+      publicUrl: config.publicUrl,
+      rateLimits,
+      appCreation: {
+        maxAppsPerOwner: config.maxAppsPerOwner,
+        maxAppCreationsPerDay: config.maxAppCreationsPerDay,
+      },
+    }),
+  );
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
   app.notFound((c) => c.html(notFoundPage(), 404));
 

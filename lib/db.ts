@@ -45,6 +45,10 @@ export const keys = {
   rateWindows: (appId: string) => ["rate_windows", appId] as const,
   /** Per-app and per-key limits that replace the defaults; written by operators and dashboards. */
   rateLimitOverrides: (appId: string) => ["rate_limit_overrides", appId] as const,
+  /** How many apps an owner has made, in total and on the day of the last: bounds starter credits. */
+  ownerAppCount: (ownerId: string) => ["owner_app_counts", ownerId] as const,
+  /** Service-wide sums (Deno.KvU64) written in the same commit as what they count. */
+  serviceTotal: (name: ServiceTotal) => ["service_totals", name] as const,
   /** Read (never written) by /readyz to prove KV answers. */
   readinessProbe: () => ["readiness_probe"] as const,
   owner: (ownerId: string) => ["owners", ownerId] as const,
@@ -58,8 +62,22 @@ export const keys = {
     ["sign_in_failures", scope, subject, window] as const,
 };
 
-/** What an account throttle counts: sign-in attempts per email and per address, sign-ups per address. */
-export type ThrottleScope = "email" | "ip" | "signup_ip";
+/**
+ * What an account throttle counts: sign-in attempts per email and per address, sign-up attempts
+ * per address (in the throttle's window), accounts made per address (per UTC day).
+ */
+export type ThrottleScope = "email" | "ip" | "signup_ip" | "signup_ip_day";
+
+/** The service-wide sums under `keys.serviceTotal`. */
+export type ServiceTotal = "starter_credits_granted" | "apps_created";
+
+export interface OwnerAppCountRecord {
+  /** Apps made for the owner, by the owner or by the operator. */
+  total: number;
+  /** UTC day (YYYY-MM-DD) of the last app made, and how many were made that day. */
+  day: string;
+  onDay: number;
+}
 
 export interface AppRecord {
   id: string;
@@ -176,10 +194,15 @@ export interface RateLimits {
   tpm: number;
 }
 
-/** Limits that replace the defaults: for the app, and for single keys (which default to the app's). */
+/**
+ * Limits that replace the defaults: for the app, and for single keys (which default to the app's).
+ * `operator` is the operator's own limit of the app (`admin set-limits`), which replaces the
+ * defaults as the app's ceiling; `app` and `keys` are held at or below that ceiling.
+ */
 export interface RateLimitOverrides {
   app: Partial<RateLimits>;
   keys: Record<string, Partial<RateLimits>>;
+  operator?: Partial<RateLimits>;
 }
 
 /**

@@ -8,8 +8,10 @@ import {
   checkCredentials,
   normalizeEmail,
   PASSWORD_MIN,
+  type ProxyTrust,
   signInSucceeded,
   signUp,
+  takeAccountOfAddress,
 } from "@/lib/accounts/mod.ts";
 import { renderPage } from "./render.ts";
 import {
@@ -94,8 +96,11 @@ function accountPage(kind: "signup" | "signin", state: FormState): string {
 }
 
 /** GET/POST /signup, /signin and POST /signout. */
-export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
+export function accountRoutes(
+  deps: { kv: Deno.Kv; publicUrl: string; proxyTrust: ProxyTrust; signupsPerAddressPerDay: number },
+) {
   const { kv, publicUrl } = deps;
+  const addressOf = (c: Parameters<typeof clientAddress>[0]) => clientAddress(c, deps.proxyTrust);
   const cookie = sessionCookie(publicUrl);
   const pages = new Hono<PageEnv>();
   const session = loadSession(kv, cookie);
@@ -112,7 +117,8 @@ export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
   pages.post("/signup", session, form, async (c) => {
     const body = await c.req.parseBody();
     const email = String(body.email ?? "");
-    const wait = await beginSignUp(kv, clientAddress(c));
+    const address = addressOf(c);
+    const wait = await beginSignUp(kv, address);
     if (wait > 0) {
       c.header("Retry-After", String(wait));
       const minutes = Math.ceil(wait / 60);
@@ -121,11 +127,20 @@ export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
       }.`;
       return c.html(accountPage("signup", { email, error }), 429);
     }
+    // Each account can make apps with starter credits: an address makes a few a day.
+    const permit = await takeAccountOfAddress(kv, address, deps.signupsPerAddressPerDay);
+    if (!permit.ok) {
+      c.header("Retry-After", String(permit.retryAfter));
+      const error =
+        `Too many accounts were created from your network today. Try again tomorrow (UTC), or sign in to an account you have.`;
+      return c.html(accountPage("signup", { email, error }), 429);
+    }
     try {
       const owner = await signUp(kv, { email, password: String(body.password ?? "") });
       await startSession(c, kv, cookie, owner.id);
       return c.redirect("/dashboard", 303);
     } catch (error) {
+      await permit.release();
       if (!(error instanceof AccountError)) throw error;
       return c.html(accountPage("signup", { email, error: error.message }), 400);
     }
@@ -142,7 +157,7 @@ export function accountRoutes(deps: { kv: Deno.Kv; publicUrl: string }) {
     const email = normalizeEmail(String(body.email ?? ""));
     const password = String(body.password ?? "");
     const next = safeNext(c.req.query("next"));
-    const attempt = await beginSignIn(kv, email, clientAddress(c));
+    const attempt = await beginSignIn(kv, email, addressOf(c));
     const wait = attempt.retryAfter;
     if (wait > 0) {
       c.header("Retry-After", String(wait));

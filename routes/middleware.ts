@@ -56,10 +56,18 @@ export function requestContext(
   };
 }
 
-export function apiErrorResponse(c: Context<Env>, error: ApiError, docsBaseUrl: string): Response {
+/** `redact` cleans the message of secrets it may quote (an upstream's reason can quote our key). */
+export function apiErrorResponse(
+  c: Context<Env>,
+  error: ApiError,
+  docsBaseUrl: string,
+  redact: (text: string) => string = (text) => text,
+): Response {
   for (const [name, value] of Object.entries(error.headers)) c.header(name, value);
   c.get("trace").errorCode = error.code;
-  return c.json(error.body(docsBaseUrl), error.status as 400);
+  const body = error.body(docsBaseUrl);
+  body.error.message = redact(body.error.message);
+  return c.json(body, error.status as 400);
 }
 
 /**
@@ -70,9 +78,10 @@ export function errorHandler(
   log: Logger,
   docsBaseUrl: string,
   htmlPage?: (requestId: string) => string,
+  redact?: (text: string) => string,
 ) {
   return (err: Error, c: Context<Env>): Response => {
-    if (err instanceof ApiError) return apiErrorResponse(c, err, docsBaseUrl);
+    if (err instanceof ApiError) return apiErrorResponse(c, err, docsBaseUrl, redact);
     log({
       level: "error",
       requestId: c.get("requestId"),

@@ -1,12 +1,14 @@
 import { timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import type { Context, MiddlewareHandler } from "hono";
-import { bodyLimit } from "hono/body-limit";
+import { bodyLimit, pageBodyRefusal } from "./body_limit.ts";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import {
+  clientAddressOf,
   createSession,
   endSession,
   findSession,
   getOwner,
+  type ProxyTrust,
   type Session,
   SESSION_TTL_MS,
 } from "@/lib/accounts/mod.ts";
@@ -113,7 +115,7 @@ export function checkForm(publicUrl: string): MiddlewareHandler<PageEnv> {
 }
 
 /** Forms are a few fields; anything larger is refused before it is parsed. */
-const MAX_FORM_BYTES = 16 * 1024;
+export const MAX_FORM_BYTES = 16 * 1024;
 
 /**
  * Account pages are never cached (they show keys and balances), never framed (no clickjacking of
@@ -128,13 +130,13 @@ export const privatePage: MiddlewareHandler<PageEnv> = async (c, next) => {
   c.header("X-Content-Type-Options", "nosniff");
 };
 
-export const formSizeLimit = bodyLimit({
-  maxSize: MAX_FORM_BYTES,
-  onError: (c) => c.text("Form too large.", 413),
-});
+export const formSizeLimit = bodyLimit(MAX_FORM_BYTES, pageBodyRefusal);
 
-/** The address the client connected from, for sign-in throttling. */
-export function clientAddress(c: Context): string {
+/**
+ * The client's address, for the limits kept per address: the connection's, or the one a trusted
+ * proxy reports (TRUSTED_PROXY_HEADER).
+ */
+export function clientAddress(c: Context, trust: ProxyTrust): string {
   const info = c.env as { remoteAddr?: { hostname?: string } } | undefined;
-  return info?.remoteAddr?.hostname ?? "unknown";
+  return clientAddressOf(info?.remoteAddr?.hostname ?? "unknown", c.req.raw.headers, trust);
 }

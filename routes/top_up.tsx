@@ -22,6 +22,7 @@ import {
 import type { Logger, Micros } from "@/lib/core/mod.ts";
 import type { Wallets } from "@/lib/billing/mod.ts";
 import type { Env } from "./middleware.ts";
+import { formSizeLimit } from "./session.ts";
 import {
   crediting,
   devCheckoutPage,
@@ -81,6 +82,7 @@ async function readForm(c: C): Promise<Record<string, string>> {
 export function topUpRoutes(deps: TopUpDeps) {
   const { kv, formTokens, mode } = deps;
   const routes = new Hono<Env>();
+  routes.use("*", formSizeLimit);
 
   const notFound = (c: C) => privatePage(c, topUpNotFoundPage(), 404);
   const refuse = (c: C, status: number, title: string, message: string, app?: AppRecord) =>

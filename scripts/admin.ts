@@ -74,10 +74,13 @@ export async function runAdmin(
   switch (command) {
     case "create-app": {
       const flags = parseFlags(rest, ["name", "owner"]);
-      const { app, wallet, key } = await createAppRecord(kv, {
-        name: required(flags, "name"),
-        ownerId: flags.owner ? await ownerIdByEmail(kv, flags.owner) : null,
-      });
+      const name = required(flags, "name");
+      const ownerId = flags.owner ? await ownerIdByEmail(kv, flags.owner) : null;
+      // The operator is not held to an owner's bound of apps; the app still counts against it.
+      const { app, wallet, key } = await createAppRecord(
+        kv,
+        ownerId ? { name, ownerId, bound: "operator" } : { name },
+      );
       return {
         output: {
           app_id: app.id,
@@ -200,7 +203,7 @@ export async function runAdmin(
       if (change.rpm === undefined && change.tpm === undefined) {
         throw new UsageError("give --rpm, --tpm or both");
       }
-      await setRateLimits(kv, appId, change, flags.key);
+      await setRateLimits(kv, appId, change, { by: "operator" }, flags.key);
       const limits = await getRateLimits(kv, defaultLimits, appId);
       const scope = flags.key ? limits.keys[flags.key] ?? limits.app : limits.app;
       return {

@@ -9,6 +9,8 @@ const ROOT = new URL("../", import.meta.url).pathname;
 export interface Instance {
   url: string;
   port: number;
+  /** The process id, for reading the process's memory from /proc. */
+  pid: number;
   /** Every JSON line the process wrote on stdout so far. */
   lines: Record<string, unknown>[];
   stderr(): string;
@@ -99,6 +101,7 @@ export async function startInstance(
   return {
     url: `http://127.0.0.1:${port}`,
     port,
+    pid: child.pid,
     lines,
     stderr: () => errText,
     signal: (signal) => child.kill(signal),

@@ -307,7 +307,7 @@ Deno.test("the app's limit is shared by its keys; a key's own lower limit binds 
   return withService({ rpm: 3, now: clock.now }, async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();
     const other = await issueKey(s.kv, appId, "second");
-    await setRateLimits(s.kv, appId, { rpm: 1 }, keyId);
+    await setRateLimits(s.kv, appId, { rpm: 1 }, { by: "operator" }, keyId);
 
     const a = await s.chat(apiKey, hi());
     assert.equal(a.status, 200);
@@ -495,8 +495,8 @@ Deno.test("only keys with limits of their own keep a window, and idle windows ar
     const { appId, apiKey, keyId } = await s.newApp();
     const other = await issueKey(s.kv, appId, "second");
     const plain = await issueKey(s.kv, appId, "third");
-    await setRateLimits(s.kv, appId, { rpm: 5 }, keyId);
-    await setRateLimits(s.kv, appId, { rpm: 5 }, other.record.id);
+    await setRateLimits(s.kv, appId, { rpm: 5 }, { by: "operator" }, keyId);
+    await setRateLimits(s.kv, appId, { rpm: 5 }, { by: "operator" }, other.record.id);
     await (await s.chat(plain.apiKey, hi())).body?.cancel();
     await (await s.chat(apiKey, hi())).body?.cancel();
     const record = async () =>
@@ -509,7 +509,8 @@ Deno.test("only keys with limits of their own keep a window, and idle windows ar
 });
 
 Deno.test("Retry-After is exact: a refused request fits after retryAfterMs, and not 1 ms sooner", () => {
-  const defaults = { rpm: 1, tpm: 1 };
+  // At least every limit drawn below: the app's own limits are held at or below the defaults.
+  const defaults = { rpm: 50, tpm: 5000 };
   fc.assert(
     fc.property(
       fc.integer({ min: 1, max: 50 }),

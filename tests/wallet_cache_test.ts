@@ -102,7 +102,7 @@ Deno.test("limits changed by an operator are seen by a process that remembers th
     });
     const first = await wallets.reserve(appId, { ...hold("r1", 1_000), tokens: 10 });
     assert.ok(first.ok);
-    await setRateLimits(operator, appId, { rpm: 1 });
+    await setRateLimits(operator, appId, { rpm: 1 }, { by: "operator" });
     const second = await wallets.reserve(appId, { ...hold("r2", 1_000), tokens: 10 });
     assert.equal(second.ok, false);
     assert.ok(!second.ok && second.reason === "rate_limited");

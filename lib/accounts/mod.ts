@@ -10,4 +10,12 @@ export {
 } from "./accounts.ts";
 export { createSession, endSession, findSession, SESSION_TTL_MS } from "./sessions.ts";
 export type { Session } from "./sessions.ts";
-export { beginSignIn, beginSignUp, signInSucceeded } from "./sign_in_throttle.ts";
+export {
+  beginSignIn,
+  beginSignUp,
+  signInSucceeded,
+  takeAccountOfAddress,
+} from "./sign_in_throttle.ts";
+export type { AccountPermit } from "./sign_in_throttle.ts";
+export { clientAddressOf } from "./client_address.ts";
+export type { ProxyTrust } from "./client_address.ts";

@@ -68,6 +68,38 @@ export async function signInSucceeded(
   for (const key of attempt.entries) await kv.delete(key);
 }
 
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+export type AccountPermit =
+  | {
+    ok: true; /** Gives the slot back when no account was made after all. */
+    release(): Promise<void>;
+  }
+  | { ok: false; retryAfter: number };
+
+/**
+ * Takes one of the address's accounts of the UTC day (each account can make apps with starter
+ * credits), before the account is made. Like the attempts above, each slot is its own entry,
+ * written before counting, so sign-ups at the same time cannot pass the bound together; a refused
+ * or failed sign-up gives its slot back.
+ */
+export async function takeAccountOfAddress(
+  kv: Deno.Kv,
+  ip: string,
+  maxPerDay: number,
+  now = Date.now(),
+): Promise<AccountPermit> {
+  const day = Math.floor(now / DAY_MS);
+  const expireIn = (day + 1) * DAY_MS - now;
+  const key = keys.signInFailure("signup_ip_day", ip, day, randomToken(64));
+  await kv.set(key, now, { expireIn });
+  const count = await countUpTo(kv, keys.signInFailures("signup_ip_day", ip, day), maxPerDay + 1);
+  const release = async () => await kv.delete(key);
+  if (count <= maxPerDay) return { ok: true, release };
+  await release();
+  return { ok: false, retryAfter: Math.ceil(expireIn / 1000) };
+}
+
 /**
  * Counts a sign-up from an address before its password is hashed; past the limit the sign-up is
  * refused until the window ends. Successful sign-ups count too: the cost is the hashing, not a guess.

@@ -2,6 +2,7 @@
 export { auditWallets } from "./audit.ts";
 export {
   getRateLimits,
+  LimitAboveCeilingError,
   MAX_LIMIT,
   rateLimitHeaders,
   rateLimitRefusal,
@@ -9,7 +10,7 @@ export {
   setRateLimits,
   validLimit,
 } from "./ratelimit.ts";
-export type { RateLimitStatus } from "./ratelimit.ts";
+export type { LimitSetter, RateLimitStatus } from "./ratelimit.ts";
 export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.ts";
 export { dailySpend, listUsage, spendByModel, walletActivity } from "./usage.ts";
 export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";

@@ -91,14 +91,27 @@ export class RateWindows {
     return this.#changed;
   }
 
+  /** The operator's limits of the app: its own for this app, else the defaults. */
+  get ceiling(): RateLimits {
+    return ceilingOf(this.#defaults, this.#overrides);
+  }
+
+  /**
+   * Limits set for the app or a key apply at or below the ceiling, whoever wrote them and when: a
+   * record written before the ceiling was enforced cannot lift an app above it either.
+   */
   limitsOf(scope: Scope, keyId: string): RateLimits {
+    const ceiling = this.ceiling;
     const app = {
-      rpm: this.#overrides.app.rpm ?? this.#defaults.rpm,
-      tpm: this.#overrides.app.tpm ?? this.#defaults.tpm,
+      rpm: Math.min(this.#overrides.app.rpm ?? ceiling.rpm, ceiling.rpm),
+      tpm: Math.min(this.#overrides.app.tpm ?? ceiling.tpm, ceiling.tpm),
     };
     if (scope === "app") return app;
     const own = this.#overrides.keys[keyId] ?? {};
-    return { rpm: own.rpm ?? app.rpm, tpm: own.tpm ?? app.tpm };
+    return {
+      rpm: Math.min(own.rpm ?? app.rpm, ceiling.rpm),
+      tpm: Math.min(own.tpm ?? app.tpm, ceiling.tpm),
+    };
   }
 
   /** Rate first: a request over its limit is refused here before money is considered. */
@@ -213,6 +226,13 @@ export class RateWindows {
       tokens: dimensionStatus(level.tokens, limits.tpm),
     };
   }
+}
+
+function ceilingOf(defaults: RateLimits, overrides: RateLimitOverrides | null): RateLimits {
+  return {
+    rpm: overrides?.operator?.rpm ?? defaults.rpm,
+    tpm: overrides?.operator?.tpm ?? defaults.tpm,
+  };
 }
 
 function drained(window: RateWindow | null, limits: RateLimits, now: number) {
@@ -343,6 +363,8 @@ export interface EffectiveLimits {
   app: RateLimits;
   /** Only the keys with limits of their own; every other key has the app's. */
   keys: Record<string, RateLimits>;
+  /** The most an owner may set: the operator's limits of this app. */
+  ceiling: RateLimits;
 }
 
 /** The limits in force for an app and for each key that has its own. */
@@ -357,17 +379,38 @@ export async function getRateLimits(
   for (const keyId of Object.keys(overrides?.keys ?? {})) {
     keyLimits[keyId] = windows.limitsOf("key", keyId);
   }
-  return { app: windows.limitsOf("app", ""), keys: keyLimits };
+  return { app: windows.limitsOf("app", ""), keys: keyLimits, ceiling: windows.ceiling };
+}
+
+/**
+ * Who sets a limit. The operator sets the app's ceiling (and its limit) or a key's limit freely;
+ * an owner sets the app's or a key's limit at or below the ceiling (the operator's limit of the
+ * app, else `defaults`, the operator's RATE_LIMIT_RPM/TPM).
+ */
+export type LimitSetter = { by: "operator" } | { by: "owner"; defaults: RateLimits };
+
+/** An owner asked for more than the operator allows. */
+export class LimitAboveCeilingError extends RangeError {
+  constructor(readonly limit: "rpm" | "tpm", readonly ceiling: number, asked: number) {
+    const what = limit === "rpm" ? "Requests per minute" : "Tokens per minute";
+    super(
+      `${what} can be at most ${ceiling} for this app (the operator's limit), not ${asked}. Only the operator can raise it.`,
+    );
+  }
 }
 
 /**
  * Sets (a number) or clears (null) the app's limits, or one key's when `keyId` is given; fields
  * left undefined are unchanged. Takes effect at the next request of the app, on every instance.
+ * The operator's app limit is the app's new ceiling and replaces the owner's; clearing it brings
+ * back the defaults. An owner's limit above the ceiling throws LimitAboveCeilingError; the check
+ * and the write are one commit, checked against the record read.
  */
 export async function setRateLimits(
   kv: Deno.Kv,
   appId: string,
   change: { rpm?: number | null; tpm?: number | null },
+  setter: LimitSetter,
   keyId?: string,
 ): Promise<RateLimitOverrides> {
   for (const [name, value] of Object.entries(change)) {
@@ -386,12 +429,28 @@ export async function setRateLimits(
       throw new NotFoundError(`no key ${keyId} in app ${appId}`);
     }
     const next = structuredClone(current.value ?? emptyOverrides());
-    const target = keyId === undefined ? next.app : (next.keys[keyId] ??= {});
+    const operatorOfApp = setter.by === "operator" && keyId === undefined;
+    const target = operatorOfApp
+      ? (next.operator ??= {})
+      : keyId === undefined
+      ? next.app
+      : (next.keys[keyId] ??= {});
     for (const name of ["rpm", "tpm"] as const) {
-      if (change[name] === null) delete target[name];
-      else if (change[name] !== undefined) target[name] = change[name];
+      const value = change[name];
+      if (value === undefined) continue;
+      if (value === null) {
+        delete target[name];
+        continue;
+      }
+      if (setter.by === "owner") {
+        const ceiling = ceilingOf(setter.defaults, current.value)[name];
+        if (value > ceiling) throw new LimitAboveCeilingError(name, ceiling, value);
+      }
+      target[name] = value;
+      if (operatorOfApp) delete next.app[name];
     }
     if (keyId !== undefined && Object.keys(target).length === 0) delete next.keys[keyId];
+    if (operatorOfApp && Object.keys(target).length === 0) delete next.operator;
     const result = await kv.atomic().check(current).set(keys.rateLimitOverrides(appId), next)
       .commit();
     if (result.ok) return next;

@@ -20,6 +20,18 @@ export interface Config {
   metricsToken: string | undefined;
   /** How long in-flight requests may run after SIGTERM/SIGINT before the process exits anyway. */
   shutdownGraceMs: number;
+  /** Bounds on starter credits: apps an owner may make, in all and per UTC day. */
+  maxAppsPerOwner: number;
+  maxAppCreationsPerDay: number;
+  /** Accounts one client address may make per UTC day. */
+  maxSignupsPerAddressPerDay: number;
+  /**
+   * The request header a trusted proxy puts the client's address in; unset, the connection's own
+   * address is used and no header is believed. `trustedProxyCount` proxies append to
+   * X-Forwarded-For (the address is the entry that many from the right).
+   */
+  trustedProxyHeader: string | undefined;
+  trustedProxyCount: number;
   env: Record<string, string | undefined>;
 }
 
@@ -48,21 +60,55 @@ const port = z.string().optional().transform((v, ctx) => {
   return n;
 });
 
+/**
+ * The numeric defaults, by environment variable: the one place they are written (the README's
+ * table is checked against it by tests/config_defaults_test.ts).
+ */
+export const CONFIG_DEFAULTS = {
+  RESERVATION_TTL_SECONDS: 600,
+  RATE_LIMIT_RPM: 600,
+  RATE_LIMIT_TPM: 2_000_000,
+  MAX_BODY_BYTES: 4 * 1024 * 1024,
+  // Longer than a reasoning model may think before its first byte: a timeout cuts work the
+  // provider still bills, so it errs long.
+  UPSTREAM_TIMEOUT_MS: 120_000,
+  SHUTDOWN_GRACE_MS: 10_000,
+  // One account's reach is 3 apps (15.00 USD of starter credits); one address makes 2 accounts a
+  // day of at most 2 apps each that day: 4 apps, 20.00 USD, a day.
+  MAX_APPS_PER_OWNER: 3,
+  MAX_APP_CREATIONS_PER_DAY: 2,
+  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: 2,
+  TRUSTED_PROXY_COUNT: 1,
+} as const;
+
 const EnvSchema = z.object({
   PORT: port,
   KV_PATH: z.string().optional(),
   MODELS_FILE: z.string().optional(),
   PUBLIC_URL: z.url().optional(),
-  RESERVATION_TTL_SECONDS: positiveInt(600),
-  RATE_LIMIT_RPM: positiveInt(600),
-  RATE_LIMIT_TPM: positiveInt(2_000_000),
-  MAX_BODY_BYTES: positiveInt(4 * 1024 * 1024),
-  UPSTREAM_TIMEOUT_MS: positiveInt(60_000),
+  RESERVATION_TTL_SECONDS: positiveInt(CONFIG_DEFAULTS.RESERVATION_TTL_SECONDS),
+  RATE_LIMIT_RPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_RPM),
+  RATE_LIMIT_TPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_TPM),
+  MAX_BODY_BYTES: positiveInt(CONFIG_DEFAULTS.MAX_BODY_BYTES),
+  UPSTREAM_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.UPSTREAM_TIMEOUT_MS),
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
   PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
   METRICS_TOKEN: z.string().optional(),
-  SHUTDOWN_GRACE_MS: positiveInt(10_000),
+  SHUTDOWN_GRACE_MS: positiveInt(CONFIG_DEFAULTS.SHUTDOWN_GRACE_MS),
+  MAX_APPS_PER_OWNER: positiveInt(CONFIG_DEFAULTS.MAX_APPS_PER_OWNER),
+  MAX_APP_CREATIONS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_APP_CREATIONS_PER_DAY),
+  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_SIGNUPS_PER_ADDRESS_PER_DAY),
+  TRUSTED_PROXY_HEADER: z.string().optional().transform((v, ctx) => {
+    const name = v?.trim().toLowerCase();
+    if (!name) return undefined;
+    if (!/^[a-z0-9-]+$/.test(name)) {
+      ctx.addIssue({ code: "custom", message: `must be a header name, got ${JSON.stringify(v)}` });
+      return z.NEVER;
+    }
+    return name;
+  }),
+  TRUSTED_PROXY_COUNT: positiveInt(CONFIG_DEFAULTS.TRUSTED_PROXY_COUNT),
 });
 
 export const DEFAULT_MODELS_FILE = new URL("../../config/models.json", import.meta.url).pathname;
@@ -99,6 +145,11 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     payments: e.PAYMENTS,
     metricsToken: e.METRICS_TOKEN || undefined,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
+    maxAppsPerOwner: e.MAX_APPS_PER_OWNER,
+    maxAppCreationsPerDay: e.MAX_APP_CREATIONS_PER_DAY,
+    maxSignupsPerAddressPerDay: e.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
+    trustedProxyHeader: e.TRUSTED_PROXY_HEADER,
+    trustedProxyCount: e.TRUSTED_PROXY_COUNT,
     env,
   };
 }

@@ -3,3 +3,4 @@ export { DEFAULT_MAX_TOKENS, parseChatRequest } from "./chat_request.ts";
 export { Gateway } from "./gateway.ts";
 export type { RequestTrace, StreamOutcome } from "./gateway.ts";
 export { encodeSseData } from "./sse.ts";
+export { providerKeyRedactor, SecretRedactor } from "./redact.ts";

@@ -3,7 +3,7 @@
  * and the metrics cannot disagree; the reservation gauges are read from KV at scrape time, so they
  * are the same on every instance; the wallet group-commit counters are this process's own.
  */
-import { keys, type ReservationRecord } from "@/lib/db.ts";
+import { keys, type ReservationRecord, type ServiceTotal } from "@/lib/db.ts";
 import type { RequestLogLine } from "@/lib/core/mod.ts";
 import { Registry } from "./metrics.ts";
 import type { WalletStats } from "@/lib/billing/mod.ts";
@@ -61,7 +61,22 @@ export class ServiceMetrics {
     `1 when more than ${RESERVATION_SCAN_LIMIT} reservations exist and the reservation gauges are lower bounds.`,
   );
 
+  /** Service-wide sums kept in KV, read at each scrape: the same on every instance. */
+  readonly #totals: Record<ServiceTotal, number> = { starter_credits_granted: 0, apps_created: 0 };
+
   constructor(walletStats: WalletStats, startedAt = Date.now()) {
+    const total = (name: ServiceTotal, metric: string, help: string) =>
+      this.#registry.sampled(metric, help, "counter", () => [{ value: this.#totals[name] }]);
+    total(
+      "starter_credits_granted",
+      "tollbooth_starter_credits_granted_micro_usd_total",
+      "Micro-USD of starter credits granted to new apps, over all instances (read from KV).",
+    );
+    total(
+      "apps_created",
+      "tollbooth_apps_created_total",
+      "Apps created, by owners and by the operator, over all instances (read from KV).",
+    );
     const stat = (name: keyof WalletStats, help: string) =>
       this.#registry.sampled(
         `tollbooth_wallet_${name.replace(/[A-Z]/g, (c) => "_" + c.toLowerCase())}_total`,
@@ -104,6 +119,9 @@ export class ServiceMetrics {
 
   /** Reads the shared gauges from KV, then renders every family. */
   async scrape(kv: Deno.Kv, now = Date.now()): Promise<string> {
+    const names = Object.keys(this.#totals) as ServiceTotal[];
+    const sums = await kv.getMany<Deno.KvU64[]>(names.map((name) => keys.serviceTotal(name)));
+    names.forEach((name, i) => this.#totals[name] = Number(sums[i].value?.value ?? 0n));
     let count = 0, amount = 0, expired = 0, truncated = 0;
     const reservations = kv.list<ReservationRecord>({ prefix: keys.allReservations() }, {
       limit: RESERVATION_SCAN_LIMIT + 1,

@@ -3,6 +3,8 @@ import {
   emptyWallet,
   keys,
   type LedgerEntry,
+  type OwnerAppCountRecord,
+  utcDay,
   type WalletRecord,
 } from "@/lib/db.ts";
 import { type Micros, newId, NotFoundError, randomToken } from "@/lib/core/mod.ts";
@@ -16,18 +18,76 @@ export interface CreatedApp {
   key: IssuedKey;
 }
 
+/** How many apps (each with starter credits) an owner may make: in all, and per UTC day. */
+export interface AppCreationBound {
+  maxAppsPerOwner: number;
+  maxAppCreationsPerDay: number;
+}
+
+/**
+ * Who makes an app for an owner: the owner, held to the bound, or the operator, who is not (the
+ * app is counted all the same). An app without an owner is the operator's alone.
+ */
+export type AppInput =
+  | { name: string; ownerId?: null }
+  | { name: string; ownerId: string; bound: AppCreationBound | "operator" };
+
+/** An owner at the bound of apps; `perDay` when it is today's bound, which lifts tomorrow. */
+export class AppLimitError extends Error {
+  /** For the day's bound: seconds until the next UTC day. */
+  readonly retryAfterSeconds: number | null;
+
+  constructor(readonly perDay: boolean, readonly max: number, now: number) {
+    super(
+      perDay
+        ? `You have created ${max} app${
+          max === 1 ? "" : "s"
+        } today, the most an account may create in a day. Try again tomorrow (UTC).`
+        : `You have ${max} app${
+          max === 1 ? "" : "s"
+        }, the most an account may have. Each app starts with 5.00 USD of credits; top up an existing app instead.`,
+    );
+    this.retryAfterSeconds = perDay ? Math.ceil((DAY_MS - (now % DAY_MS)) / 1000) : null;
+  }
+}
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
 /**
  * Creates an app with its wallet (funded with the starter credits, recorded in the ledger), its
- * top-up page address and a first API key, all in one commit.
+ * top-up page address and a first API key, all in one commit. For an owner, the same commit
+ * counts the app against the owner's bound and checks the count it read, so apps created at
+ * the same time cannot pass the bound together: a conflict reads the count again.
  */
 export async function createApp(
   kv: Deno.Kv,
-  input: { name: string; ownerId?: string | null },
+  input: AppInput,
   now = Date.now(),
 ): Promise<CreatedApp> {
+  for (;;) {
+    const created = await tryCreateApp(kv, input, now);
+    if (created) return created;
+  }
+}
+
+async function tryCreateApp(
+  kv: Deno.Kv,
+  input: AppInput,
+  now: number,
+): Promise<CreatedApp | null> {
   const name = input.name.trim();
   if (name.length === 0 || name.length > 100) {
     throw new RangeError("an app name has 1 to 100 characters");
+  }
+  const ownerCount = input.ownerId ? await countOwnerApps(kv, input.ownerId, now) : null;
+  if (ownerCount && input.ownerId && input.bound !== "operator") {
+    const { record } = ownerCount;
+    if (record.total >= input.bound.maxAppsPerOwner) {
+      throw new AppLimitError(false, input.bound.maxAppsPerOwner, now);
+    }
+    if (record.day === utcDay(now) && record.onDay >= input.bound.maxAppCreationsPerDay) {
+      throw new AppLimitError(true, input.bound.maxAppCreationsPerDay, now);
+    }
   }
   const app: AppRecord = {
     id: newId("app", now),
@@ -56,11 +116,46 @@ export async function createApp(
     .set(keys.app(app.id), app)
     .set(keys.appByTopUpToken(app.topUpToken), app.id)
     .set(keys.wallet(app.id), wallet)
-    .set(keys.ledgerEntry(app.id, starter.id), starter);
-  if (app.ownerId) atomic.set(keys.appsByOwner(app.ownerId, app.id), true);
+    .set(keys.ledgerEntry(app.id, starter.id), starter)
+    .sum(keys.serviceTotal("starter_credits_granted"), BigInt(STARTER_CREDITS))
+    .sum(keys.serviceTotal("apps_created"), 1n);
+  if (app.ownerId && ownerCount) {
+    const { entry, record } = ownerCount;
+    const today = utcDay(now);
+    const counted: OwnerAppCountRecord = {
+      total: record.total + 1,
+      day: today,
+      onDay: (record.day === today ? record.onDay : 0) + 1,
+    };
+    atomic.set(keys.appsByOwner(app.ownerId, app.id), true)
+      .check({ key: entry.key, versionstamp: entry.versionstamp })
+      .set(keys.ownerAppCount(app.ownerId), counted);
+  }
   const result = await write(atomic).commit();
-  if (!result.ok) throw new Error("app creation conflicted; try again");
+  // Another app of the owner (or a clashing id or token) was committed first: try again.
+  if (!result.ok) return null;
   return { app, wallet, key: issued };
+}
+
+/**
+ * The owner's app count as stored, with its entry for the commit's check. An owner from before
+ * the count was kept is counted from their apps, once: the first commit writes the count.
+ */
+async function countOwnerApps(kv: Deno.Kv, ownerId: string, now: number) {
+  const entry = await kv.get<OwnerAppCountRecord>(keys.ownerAppCount(ownerId));
+  if (entry.value) return { entry, record: entry.value };
+  const ids: Deno.KvKey[] = [];
+  for await (const app of kv.list({ prefix: keys.ownerApps(ownerId) })) {
+    ids.push(keys.app(String(app.key[2])));
+  }
+  const today = utcDay(now);
+  let onDay = 0;
+  for (let i = 0; i < ids.length; i += 10) {
+    for (const app of await kv.getMany<AppRecord[]>(ids.slice(i, i + 10))) {
+      if (app.value && utcDay(app.value.createdAt) === today) onDay++;
+    }
+  }
+  return { entry, record: { total: ids.length, day: today, onDay } };
 }
 
 export async function getApp(kv: Deno.Kv, appId: string): Promise<AppRecord> {

@@ -1,5 +1,6 @@
 /** Tenants: apps, their API keys and the key cache. */
 export {
+  AppLimitError,
   createApp,
   getApp,
   getWallet,
@@ -10,3 +11,4 @@ export {
 } from "./apps.ts";
 export { issueKey, KeyCache, listAppKeys, revokeKey, rotateKey } from "./keys.ts";
 export type { KeyGuard } from "./keys.ts";
+export type { AppCreationBound, AppInput } from "./apps.ts";

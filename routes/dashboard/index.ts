@@ -1,5 +1,7 @@
 import { type Context, Hono, type MiddlewareHandler } from "hono";
 import {
+  type AppCreationBound,
+  AppLimitError,
   createApp,
   getApp,
   getWallet,
@@ -16,6 +18,7 @@ import { type ApiKeyRecord, type AppRecord, keys, type RateLimits } from "@/lib/
 import {
   dailySpend,
   getRateLimits,
+  LimitAboveCeilingError,
   listUsage,
   MAX_LIMIT,
   setRateLimits,
@@ -77,7 +80,12 @@ async function keyNames(kv: Deno.Kv, appId: string) {
 
 /** /dashboard: an owner's apps, keys, wallet and usage. Every app route checks ownership. */
 export function dashboardRoutes(
-  deps: { kv: Deno.Kv; publicUrl: string; rateLimits: RateLimits },
+  deps: {
+    kv: Deno.Kv;
+    publicUrl: string;
+    rateLimits: RateLimits;
+    appCreation: AppCreationBound;
+  },
 ) {
   const { kv, publicUrl } = deps;
   const r = new Hono<DashboardEnv>();
@@ -105,7 +113,19 @@ export function dashboardRoutes(
       const apps = await listOwnerApps(kv, session(c).owner.id);
       return c.html(appsPage(session(c), apps, "An app name has 1 to 100 characters."), 400);
     }
-    const created = await createApp(kv, { name, ownerId: session(c).owner.id });
+    let created;
+    try {
+      created = await createApp(kv, {
+        name,
+        ownerId: session(c).owner.id,
+        bound: deps.appCreation,
+      });
+    } catch (error) {
+      if (!(error instanceof AppLimitError)) throw error;
+      const apps = await listOwnerApps(kv, session(c).owner.id);
+      if (error.retryAfterSeconds) c.header("Retry-After", String(error.retryAfterSeconds));
+      return c.html(appsPage(session(c), apps, error.message), error.perDay ? 429 : 403);
+    }
     return c.html(
       keyIssuedPage(session(c), created.app, {
         apiKey: created.key.apiKey,
@@ -128,7 +148,7 @@ export function dashboardRoutes(
       topUpUrl: topUpUrl(publicUrl, app),
       days,
       models,
-      limits: { effective: limits.app, defaults: deps.rateLimits },
+      limits: { effective: limits.app, defaults: limits.ceiling },
     };
   }
 
@@ -261,7 +281,15 @@ export function dashboardRoutes(
       }
       change[name] = value;
     }
-    await setRateLimits(kv, app.id, change);
+    try {
+      await setRateLimits(kv, app.id, change, { by: "owner", defaults: deps.rateLimits });
+    } catch (error) {
+      if (!(error instanceof LimitAboveCeilingError)) throw error;
+      return c.html(
+        overviewPage(session(c), { ...await overview(app), limitsError: error.message }),
+        400,
+      );
+    }
     return c.redirect(`/dashboard/apps/${app.id}`, 303);
   });
 

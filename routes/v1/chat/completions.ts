@@ -11,7 +11,7 @@ import type { Env } from "@/routes/middleware.ts";
 /** POST /v1/chat/completions: createChatCompletion. */
 export function chatCompletions(
   gateway: Gateway,
-  options: { maxBodyBytes: number; docsBaseUrl: string },
+  options: { maxBodyBytes: number; docsBaseUrl: string; redact: (text: string) => string },
 ) {
   return async (c: Context<Env>) => {
     const body = await readJsonBody(c.req.raw, options.maxBodyBytes);
@@ -35,7 +35,7 @@ export function chatCompletions(
     c.header("Content-Type", "text/event-stream; charset=utf-8");
     c.header("Cache-Control", "no-cache");
     c.header("X-Accel-Buffering", "no");
-    return c.body(sseBody(outcome, options.docsBaseUrl, (errorCode) => {
+    return c.body(sseBody(outcome, options, (errorCode) => {
       if (errorCode) trace.errorCode = errorCode;
       c.get("finishRequest")();
     }));
@@ -45,7 +45,7 @@ export function chatCompletions(
 /** `onEnd` runs once the stream is settled: at its end, on an error, or when the client goes away. */
 function sseBody(
   outcome: StreamOutcome,
-  docsBaseUrl: string,
+  options: { docsBaseUrl: string; redact: (text: string) => string },
   onEnd: (errorCode?: string) => void,
 ): ReadableStream<Uint8Array> {
   let failed: string | undefined;
@@ -71,7 +71,9 @@ function sseBody(
         failed = event.error.code;
         controller.enqueue(
           encodeSseData(
-            JSON.stringify(errorBody(event.error.code, event.error.message, docsBaseUrl)),
+            JSON.stringify(
+              errorBody(event.error.code, options.redact(event.error.message), options.docsBaseUrl),
+            ),
           ),
         );
       }

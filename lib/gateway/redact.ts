@@ -1,0 +1,112 @@
+/**
+ * Provider credentials never leave the process. An upstream may quote our key back in an error
+ * (whole, cut short, or masked with its last characters shown, as OpenAI's "sk-proj-****abcd"),
+ * whatever header carried it; that text must reach neither clients nor logs. One redactor, built
+ * from the catalog's configured keys, is applied where text leaves: API error bodies, a stream's
+ * error event, and every log line.
+ */
+import type { Catalog } from "@/lib/catalog/mod.ts";
+import type { Logger } from "@/lib/core/mod.ts";
+
+export const REDACTED = "[redacted]";
+
+/**
+ * Any run of this many characters of a key is treated as the key (a key cut short). Shorter runs
+ * could be ordinary words of a log line (a key may contain one); a random run this long is not.
+ */
+export const MIN_SECRET_RUN = 12;
+/**
+ * A key shorter than this (a local server that ignores its key) is not one we can tell from
+ * ordinary text; keys from here up to MIN_SECRET_RUN are redacted whole only.
+ */
+export const MIN_SECRET_LENGTH = 8;
+/** The visible tail of a masked key: `****abcd`. */
+const MASKED_TAIL = 4;
+
+export class SecretRedactor {
+  readonly #runs = new Set<string>();
+  readonly #short: string[] = [];
+  readonly #masked: RegExp | null;
+
+  constructor(secrets: Iterable<string>) {
+    const tails = new Set<string>();
+    for (const secret of secrets) {
+      if (secret.length < MIN_SECRET_LENGTH) continue;
+      for (const form of new Set([secret, encodeURIComponent(secret)])) {
+        if (form.length < MIN_SECRET_RUN) this.#short.push(form);
+        for (let i = 0; i + MIN_SECRET_RUN <= form.length; i++) {
+          this.#runs.add(form.slice(i, i + MIN_SECRET_RUN));
+        }
+      }
+      tails.add(escapeRegExp(secret.slice(-MASKED_TAIL)));
+    }
+    // A masked print: the word it is part of, a mask (asterisks, bullets, an ellipsis), the tail.
+    this.#masked = tails.size === 0
+      ? null
+      : new RegExp(`[\\w-]*(?:[*•…]+|\\.{2,})[*•….]*(?:${[...tails].join("|")})`, "g");
+  }
+
+  /** Whether there is anything to redact at all (no configured keys: every call is a no-op). */
+  get empty(): boolean {
+    return this.#masked === null;
+  }
+
+  redact(text: string): string {
+    if (this.empty || text.length < MASKED_TAIL) return text;
+    text = text.replace(this.#masked!, REDACTED);
+    for (const secret of this.#short) text = text.replaceAll(secret, REDACTED);
+    let out = "";
+    let copiedTo = 0;
+    let i = 0;
+    while (i + MIN_SECRET_RUN <= text.length) {
+      if (!this.#runs.has(text.slice(i, i + MIN_SECRET_RUN))) {
+        i++;
+        continue;
+      }
+      let end = i + MIN_SECRET_RUN;
+      while (end < text.length && this.#runs.has(text.slice(end - MIN_SECRET_RUN + 1, end + 1))) {
+        end++;
+      }
+      out += text.slice(copiedTo, i) + REDACTED;
+      copiedTo = i = end;
+    }
+    return out + text.slice(copiedTo);
+  }
+
+  /** A copy of `value` with every string in it redacted (log fields, nested or not). */
+  redactDeep<T>(value: T): T {
+    if (this.empty) return value;
+    return this.#deep(value, 0) as T;
+  }
+
+  #deep(value: unknown, depth: number): unknown {
+    if (typeof value === "string") return this.redact(value);
+    if (depth > 8 || value === null || typeof value !== "object") return value;
+    if (Array.isArray(value)) return value.map((item) => this.#deep(item, depth + 1));
+    if (value instanceof Error) return this.redact(String(value.stack ?? value.message));
+    const out: Record<string, unknown> = {};
+    for (const [name, field] of Object.entries(value)) out[name] = this.#deep(field, depth + 1);
+    return out;
+  }
+
+  /** The same logger, writing redacted lines. */
+  logger(log: Logger): Logger {
+    if (this.empty) return log;
+    return (fields) => log(this.redactDeep(fields));
+  }
+}
+
+/** The redactor of every provider key the catalog has configured, fallbacks included. */
+export function providerKeyRedactor(catalog: Catalog): SecretRedactor {
+  const secrets = new Set<string>();
+  for (const model of catalog.models) {
+    for (const provider of [model.provider, ...model.fallbacks.map((f) => f.provider)]) {
+      if (provider.kind !== "simulator" && provider.apiKey) secrets.add(provider.apiKey);
+    }
+  }
+  return new SecretRedactor(secrets);
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}

@@ -1,0 +1,65 @@
+import assert from "node:assert/strict";
+import { REDACTED, SecretRedactor } from "./redact.ts";
+
+const OPENAI_KEY = "sk-proj-Q3x9VbT2mLk8RwZp4NcY7hJd0aFe";
+const ANTHROPIC_KEY = "sk-ant-api03-Hq7Lm2Vx9Pz4Rt8Kc1Wn6Bd3Fy5Gs0Ju-abcd";
+const redactor = new SecretRedactor([OPENAI_KEY, ANTHROPIC_KEY]);
+
+Deno.test("a whole key is redacted wherever it appears", () => {
+  assert.equal(
+    redactor.redact(`Incorrect API key provided: ${OPENAI_KEY}.`),
+    `Incorrect API key provided: ${REDACTED}.`,
+  );
+  assert.equal(redactor.redact(`x-api-key: ${ANTHROPIC_KEY}`), `x-api-key: ${REDACTED}`);
+  assert.equal(
+    redactor.redact(`GET /v1?key=${ANTHROPIC_KEY}&alt=sse`),
+    `GET /v1?key=${REDACTED}&alt=sse`,
+  );
+});
+
+Deno.test("a key cut short is redacted from its first twelve characters on", () => {
+  const cut = ANTHROPIC_KEY.slice(0, 20);
+  assert.equal(redactor.redact(`key ${cut} is invalid`), `key ${REDACTED} is invalid`);
+  const middle = OPENAI_KEY.slice(10, 22);
+  assert.doesNotMatch(redactor.redact(`(${middle})`), new RegExp(middle));
+});
+
+Deno.test("a masked print showing the key's tail is redacted", () => {
+  for (
+    const masked of ["sk-ant-...abcd", "sk-ant-…abcd", `sk-proj-********${OPENAI_KEY.slice(-4)}`]
+  ) {
+    const out = redactor.redact(`invalid key ${masked}.`);
+    assert.equal(out, `invalid key ${REDACTED}.`, masked);
+  }
+});
+
+Deno.test("text without a key is left as it is", () => {
+  const text = "The model `gpt-4o` does not exist... or you do not have access to it (sk-other).";
+  assert.equal(redactor.redact(text), text);
+});
+
+Deno.test("log fields are redacted however deeply they nest", () => {
+  const seen: Record<string, unknown>[] = [];
+  const log = redactor.logger((fields) => seen.push(fields));
+  log({ event: "x", message: `bad ${OPENAI_KEY}`, nested: { list: [ANTHROPIC_KEY, 3] }, n: 1 });
+  assert.doesNotMatch(JSON.stringify(seen), /Q3x9VbT2|Hq7Lm2Vx/);
+  assert.deepEqual(seen[0].nested, { list: [REDACTED, 3] });
+  assert.equal(seen[0].n, 1);
+});
+
+Deno.test("ordinary words a key happens to contain are left alone in a log line", () => {
+  const words = new SecretRedactor(["sk-upstream-test"]);
+  assert.equal(words.redact("outcome upstream_cut"), "outcome upstream_cut");
+  assert.equal(words.redact("sent sk-upstream-test"), `sent ${REDACTED}`);
+});
+
+Deno.test("a key of eight to eleven characters is redacted whole", () => {
+  const short = new SecretRedactor(["k3y-9x2z"]);
+  assert.equal(short.redact("bad key k3y-9x2z!"), `bad key ${REDACTED}!`);
+});
+
+Deno.test("keys shorter than eight characters are not treated as secrets", () => {
+  const short = new SecretRedactor(["ollama"]);
+  assert.equal(short.empty, true);
+  assert.equal(short.redact("ollama says hi"), "ollama says hi");
+});

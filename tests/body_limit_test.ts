@@ -1,0 +1,217 @@
+/**
+ * Every body is read within a limit while it streams, on every route that reads one: a real
+ * service process is sent 300 MiB bodies, generated as they go (never held by the test either),
+ * chunked and with a declared length, and its memory is read from /proc before and after.
+ */
+import assert from "node:assert/strict";
+import { admin, type Instance, instanceFiles, startInstance } from "./instances.ts";
+
+const UPLOAD_BYTES = 300 * 1024 * 1024;
+const MAX_GROWTH_BYTES = 50 * 1024 * 1024;
+/** Far below the upload: the service stopped reading near its limit, not at the end. */
+const MAX_SENT_BYTES = 64 * 1024 * 1024;
+const CHUNK = new Uint8Array(64 * 1024).fill(0x61);
+const encoder = new TextEncoder();
+
+interface Upload {
+  status: number;
+  body: string;
+  /** Body bytes the service took before it answered. */
+  sent: number;
+}
+
+/**
+ * POSTs `UPLOAD_BYTES` over a raw connection, chunk after chunk, `chunked` or with a declared
+ * Content-Length, and stops sending once the answer arrives (as any client whose request was
+ * answered does), or when the service closes the connection.
+ */
+async function upload(
+  instance: Instance,
+  path: string,
+  headers: Record<string, string>,
+  framing: "chunked" | "declared",
+): Promise<Upload> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: instance.port });
+  const head = [
+    `POST ${path} HTTP/1.1`,
+    "Host: 127.0.0.1",
+    "Connection: close",
+    framing === "chunked" ? "Transfer-Encoding: chunked" : `Content-Length: ${UPLOAD_BYTES}`,
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+    "",
+    "",
+  ].join("\r\n");
+  const answer = readAnswer(conn);
+  let sent = 0;
+  let answered = false;
+  answer.head.then(() => answered = true, () => answered = true);
+  const frame = framing === "chunked"
+    ? concat(encoder.encode(`${CHUNK.byteLength.toString(16)}\r\n`), CHUNK, encoder.encode("\r\n"))
+    : CHUNK;
+  try {
+    await writeAll(conn, encoder.encode(head));
+    while (sent < UPLOAD_BYTES && !answered) {
+      const written = await Promise.race([writeAll(conn, frame).then(() => true), answer.head]);
+      if (written !== true) break;
+      sent += CHUNK.byteLength;
+    }
+    if (sent >= UPLOAD_BYTES && framing === "chunked") {
+      await writeAll(conn, encoder.encode("0\r\n\r\n"));
+    }
+  } catch {
+    // The service closed the connection on an upload it refused: what it took is `sent`.
+  }
+  const { status, body } = await answer.whole;
+  try {
+    conn.close();
+  } catch {
+    // already closed
+  }
+  return { status, body, sent };
+}
+
+async function writeAll(conn: Deno.Conn, bytes: Uint8Array) {
+  for (let offset = 0; offset < bytes.byteLength;) {
+    offset += await conn.write(bytes.subarray(offset));
+  }
+}
+
+function concat(...parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
+  let offset = 0;
+  for (const part of parts) {
+    out.set(part, offset);
+    offset += part.byteLength;
+  }
+  return out;
+}
+
+/**
+ * Reads one HTTP answer: `head` once its status line and headers are in, `whole` with its body up
+ * to its Content-Length or the close.
+ */
+function readAnswer(conn: Deno.Conn) {
+  const head = Promise.withResolvers<void>();
+  const whole = (async () => {
+    let received: Uint8Array = new Uint8Array(0);
+    const buffer = new Uint8Array(64 * 1024);
+    for (;;) {
+      const text = new TextDecoder().decode(received);
+      const end = text.indexOf("\r\n\r\n");
+      if (end >= 0) {
+        head.resolve();
+        const length = /\r\ncontent-length:\s*(\d+)/i.exec(text.slice(0, end))?.[1];
+        if (length !== undefined && received.byteLength >= end + 4 + Number(length)) {
+          return {
+            status: Number(text.slice(9, 12)),
+            body: text.slice(end + 4, end + 4 + Number(length)),
+          };
+        }
+      }
+      let n: number | null = null;
+      try {
+        n = await conn.read(buffer);
+      } catch {
+        n = null;
+      }
+      if (n === null) {
+        head.resolve();
+        assert.ok(text.startsWith("HTTP/1.1 "), `an HTTP answer, got ${JSON.stringify(text)}`);
+        return { status: Number(text.slice(9, 12)), body: text.slice(end + 4) };
+      }
+      received = concat(received, buffer.subarray(0, n));
+    }
+  })();
+  return { head: head.promise, whole };
+}
+
+/** Resident memory of a process, and its peak since the last reset, in bytes. */
+async function memory(pid: number): Promise<{ rss: number; peak: number }> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  const kib = (field: string) =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)![1]);
+  return { rss: kib("VmRSS") * 1024, peak: kib("VmHWM") * 1024 };
+}
+
+/** Sets the peak back to the current resident memory, so that a later peak is this upload's. */
+async function resetPeak(pid: number) {
+  await Deno.writeTextFile(`/proc/${pid}/clear_refs`, "5");
+}
+
+const MiB = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
+
+Deno.test("300 MiB bodies, chunked or declared, are refused at each route's limit without the process growing", async () => {
+  const files = await instanceFiles();
+  const created = await admin(files.kvPath, "create-app", "--name", "big bodies");
+  assert.equal(created.code, 0, created.stderr);
+  const instance = await startInstance({
+    KV_PATH: files.kvPath,
+    MODELS_FILE: files.modelsFile,
+    STRIPE_SECRET_KEY: "sk_test_not_called",
+    STRIPE_WEBHOOK_SECRET: "whsec_not_called",
+  });
+  try {
+    const signUp = await fetch(`${instance.url}/signup`, {
+      method: "POST",
+      body: new URLSearchParams({ email: "big@example.com", password: "correct horse battery" }),
+      redirect: "manual",
+    });
+    await signUp.body?.cancel();
+    const cookie = signUp.headers.get("set-cookie")!.split(";")[0];
+    const dashboard = await (await fetch(`${instance.url}/dashboard`, { headers: { cookie } }))
+      .text();
+    const csrf = /name="_csrf" value="([0-9a-z]+)"/.exec(dashboard)![1];
+    const form = { "Content-Type": "application/x-www-form-urlencoded" };
+    const topUpPath = new URL(created.output.top_up_url).pathname;
+    const routes: { path: string; headers: Record<string, string>; refusal: RegExp }[] = [
+      {
+        path: "/v1/chat/completions",
+        headers: {
+          Authorization: `Bearer ${created.output.api_key}`,
+          "Content-Type": "application/json",
+        },
+        refusal: /"code":"request_too_large"/,
+      },
+      {
+        path: "/webhooks/stripe",
+        headers: { "Stripe-Signature": "t=1,v1=00", "Content-Type": "application/json" },
+        refusal: /"code":"request_too_large"/,
+      },
+      { path: topUpPath, headers: form, refusal: /Form too large/ },
+      { path: "/signup", headers: form, refusal: /Form too large/ },
+      { path: "/signin", headers: form, refusal: /Form too large/ },
+      {
+        path: `/dashboard/apps?_csrf=${csrf}`,
+        headers: { ...form, Cookie: cookie },
+        refusal: /Form too large/,
+      },
+    ];
+    const measured: string[] = [];
+    for (const route of routes) {
+      for (const framing of ["chunked", "declared"] as const) {
+        await resetPeak(instance.pid);
+        const before = await memory(instance.pid);
+        const result = await upload(instance, route.path, route.headers, framing);
+        const after = await memory(instance.pid);
+        const growth = after.peak - before.rss;
+        measured.push(
+          `${route.path.replace(/\/top-up\/.*/, "/top-up/:token")} ${framing}: ${result.status}, ${
+            MiB(result.sent)
+          } MiB taken, peak +${MiB(growth)} MiB`,
+        );
+        assert.match(result.body, route.refusal, `${route.path} ${framing}`);
+        assert.equal(result.status, route.refusal.source.includes("code") ? 400 : 413);
+        assert.ok(result.sent < MAX_SENT_BYTES, `${route.path} ${framing} read ${result.sent}`);
+        assert.ok(growth < MAX_GROWTH_BYTES, `${route.path} ${framing} grew ${MiB(growth)} MiB`);
+      }
+    }
+    console.log(measured.join("\n"));
+    // The service still serves, and the refused requests changed nothing.
+    const audit = await admin(files.kvPath, "audit");
+    assert.equal(audit.code, 0, JSON.stringify(audit.output));
+    assert.equal(audit.output.apps, 1);
+  } finally {
+    await instance.stop();
+    await files.remove();
+  }
+});

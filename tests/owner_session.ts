@@ -1,0 +1,64 @@
+/** An app owner in the dashboard, as a browser is: a session cookie and the page's CSRF token. */
+import assert from "node:assert/strict";
+import { PUBLIC_URL, type TestService } from "./helpers.ts";
+
+export const OWNER_PASSWORD = "correct horse battery";
+
+export class OwnerSession {
+  cookie = "";
+  constructor(readonly s: TestService, readonly headers: Record<string, string> = {}) {}
+
+  async request(path: string, init: RequestInit = {}): Promise<Response> {
+    const headers = new Headers({ ...this.headers, ...init.headers as Record<string, string> });
+    if (this.cookie) headers.set("cookie", this.cookie);
+    const res = await this.s.handle(new Request(PUBLIC_URL + path, { ...init, headers }));
+    const set = res.headers.get("set-cookie");
+    if (set) {
+      const [pair] = set.split(";");
+      this.cookie = /=$/.test(pair) || /Max-Age=0/i.test(set) ? "" : pair;
+    }
+    return res;
+  }
+
+  async page(path: string): Promise<string> {
+    const res = await this.request(path);
+    assert.equal(res.status, 200, `GET ${path}`);
+    return await res.text();
+  }
+
+  async csrf(): Promise<string> {
+    const match = /name="_csrf" value="([0-9a-z]+)"/.exec(await this.page("/dashboard"));
+    assert.ok(match, "the dashboard has a CSRF field");
+    return match[1];
+  }
+
+  post(path: string, fields: Record<string, string>): Promise<Response> {
+    return this.request(path, {
+      method: "POST",
+      body: new URLSearchParams(fields),
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+    });
+  }
+
+  async signUp(email: string): Promise<this> {
+    const res = await this.post("/signup", { email, password: OWNER_PASSWORD });
+    assert.equal(res.status, 303, `sign-up of ${email}`);
+    return this;
+  }
+
+  /** Posts the new-app form; the response is the key page, or the refusal. */
+  async postNewApp(name: string, csrf?: string): Promise<Response> {
+    return await this.post("/dashboard/apps", { name, _csrf: csrf ?? await this.csrf() });
+  }
+
+  /** Creates an app through the form; returns its id and the key shown once. */
+  async createApp(name: string) {
+    const res = await this.postNewApp(name);
+    assert.equal(res.status, 200);
+    const html = await res.text();
+    const appId = /\/dashboard\/apps\/(app_[0-9a-z]+)\/keys/.exec(html)?.[1];
+    const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(html)?.[1];
+    assert.ok(appId && apiKey);
+    return { appId, apiKey };
+  }
+}

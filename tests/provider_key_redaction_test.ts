@@ -1,0 +1,169 @@
+/**
+ * No provider credential ever leaves: an upstream that quotes our key back (whole, cut short or
+ * masked), in an error answer or in a stream's error event, whatever header carried it, reaches
+ * neither the client nor a log line.
+ */
+import assert from "node:assert/strict";
+import type { CatalogFile } from "@/lib/catalog/catalog.ts";
+import { assertAuditClean, serveLoopback, startService, userMessage } from "./helpers.ts";
+import { sseResponse } from "./upstreams.ts";
+
+const OPENAI_KEY = "sk-proj-T7vQ2mX9kL4pR8wZ1cN6bY3hJ5dF0aGe";
+const ANTHROPIC_KEY = "sk-ant-api03-Wm4Zx8Qp2Lr6Tv1Nc9Hb3Ky7Fd5Js0Ga-Xy12";
+
+/** Every way an upstream may quote the key it was sent. */
+function quotes(key: string): Record<string, string> {
+  return {
+    whole: `Invalid API key ${key}.`,
+    cut: `Key ${key.slice(0, 18)}... is disabled.`,
+    masked: `Incorrect API key provided: ${key.slice(0, 7)}${"*".repeat(24)}${key.slice(-4)}.`,
+    ellipsis: `Key ${key.slice(0, 7)}...${key.slice(-4)} has no access to this model.`,
+  };
+}
+
+/**
+ * An upstream of either wire format whose prompt says what to answer: `status:<n>:<quote>` an
+ * error with that status quoting the key, `stream:<quote>` a stream that fails with that quote
+ * after its first text.
+ */
+function quotingUpstream(kind: "openai" | "anthropic") {
+  return serveLoopback(async (req) => {
+    const body = await req.json();
+    const key = kind === "openai"
+      ? (req.headers.get("authorization") ?? "").replace(/^Bearer /, "")
+      : req.headers.get("x-api-key") ?? "";
+    const prompt: string = body.messages.at(-1).content;
+    const [mode, ...rest] = prompt.split(":");
+    const quote = quotes(key)[rest.at(-1)!];
+    if (mode === "status") {
+      const status = Number(rest[0]);
+      const error = kind === "openai"
+        ? { error: { message: quote, type: "invalid_request_error", code: "invalid_api_key" } }
+        : { type: "error", error: { type: "invalid_request_error", message: quote } };
+      return Response.json(error, { status });
+    }
+    if (kind === "openai") {
+      const chunk = {
+        id: "chatcmpl-1",
+        object: "chat.completion.chunk",
+        created: 1,
+        model: "m",
+        choices: [{
+          index: 0,
+          delta: { role: "assistant", content: "Hello" },
+          finish_reason: null,
+        }],
+      };
+      return sseResponse([
+        `data: ${JSON.stringify(chunk)}\n\n`,
+        `data: ${JSON.stringify({ error: { message: quote, type: "server_error" } })}\n\n`,
+      ]);
+    }
+    const event = (type: string, data: unknown) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, ...data as object })}\n\n`;
+    return sseResponse([
+      event("message_start", {
+        message: {
+          id: "msg_1",
+          type: "message",
+          role: "assistant",
+          content: [],
+          model: "m",
+          usage: { input_tokens: 5, output_tokens: 1 },
+        },
+      }),
+      event("content_block_start", { index: 0, content_block: { type: "text", text: "" } }),
+      event("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hello" } }),
+      event("error", { error: { type: "overloaded_error", message: quote } }),
+    ]);
+  });
+}
+
+function catalog(openaiUrl: string, anthropicUrl: string): CatalogFile {
+  const model = (id: string, provider: string) => ({
+    id,
+    provider,
+    upstream_model: "m",
+    input_usd_per_mtok: "2.00",
+    output_usd_per_mtok: "8.00",
+    context_tokens: 200_000,
+    max_output_tokens: 8192,
+  });
+  return {
+    providers: {
+      gpt: { kind: "openai", base_url: openaiUrl, api_key_env: "OPENAI_KEY", timeout_ms: 2000 },
+      claude: {
+        kind: "anthropic",
+        base_url: anthropicUrl,
+        api_key_env: "ANTHROPIC_KEY",
+        timeout_ms: 2000,
+      },
+    },
+    models: [model("gpt/m", "gpt"), model("claude/m", "claude")],
+  };
+}
+
+/** The key, any eight of its characters in a row, or its last four after a mask. */
+function leaks(text: string, key: string): string | null {
+  for (let i = 0; i + 8 <= key.length; i++) {
+    if (text.includes(key.slice(i, i + 8))) return key.slice(i, i + 8);
+  }
+  return new RegExp(`[*.…]${key.slice(-4)}`).test(text) ? key.slice(-4) : null;
+}
+
+Deno.test("an upstream error quoting each provider's key reaches neither the client nor the log", async () => {
+  const openai = quotingUpstream("openai");
+  const anthropic = quotingUpstream("anthropic");
+  const logs: string[] = [];
+  const s = await startService({
+    catalogFile: catalog(openai.url, anthropic.url),
+    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
+    log: (fields) => logs.push(JSON.stringify(fields)),
+  });
+  try {
+    const { apiKey } = await s.newApp();
+    const answers: string[] = [];
+    for (const model of ["gpt/m", "claude/m"]) {
+      for (const form of Object.keys(quotes(""))) {
+        for (const status of [400, 401, 403, 404, 429, 500]) {
+          const res = await s.chat(apiKey, {
+            model,
+            messages: userMessage(`status:${status}:${form}`),
+          });
+          answers.push(`${res.status} ${await res.text()}`);
+        }
+        const res = await s.chat(apiKey, {
+          model,
+          messages: userMessage(`stream:${form}`),
+          stream: true,
+        });
+        assert.equal(res.status, 200);
+        answers.push(await res.text());
+      }
+    }
+    await s.wallets.drain();
+    // The quotes did reach us, redacted: the upstream's reason is still there to read.
+    assert.ok(
+      answers.some((a) => a.startsWith("400 ") && a.includes("Invalid API key [redacted]")),
+    );
+    assert.ok(answers.some((a) => a.includes("stream_interrupted") && a.includes("[redacted]")));
+    assert.ok(logs.some((l) => l.includes("upstream_credentials_refused")));
+    assert.ok(logs.some((l) => l.includes("upstream_stream_failed") && l.includes("[redacted]")));
+    for (const key of [OPENAI_KEY, ANTHROPIC_KEY]) {
+      for (const [where, lines] of Object.entries({ client: answers, log: logs })) {
+        for (const line of lines) {
+          assert.equal(
+            leaks(line, key),
+            null,
+            `${key.slice(0, 6)}… leaked to the ${where}: ${line}`,
+          );
+        }
+      }
+    }
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await openai.close();
+    await anthropic.close();
+  }
+});
