@@ -165,8 +165,16 @@ export interface UsageRecord {
   keyId: string;
   model: string;
   provider: string;
+  /** All the input the model read, cached and cache-written tokens included. */
   promptTokens: number;
+  /** All the output, reasoning included. */
   completionTokens: number;
+  /** Part of the prompt read from the provider's cache, billed at the cache-read price. */
+  cachedTokens?: number;
+  /** Part of the prompt written to the provider's cache, billed at the cache-write price. */
+  cacheWriteTokens?: number;
+  /** Part of the completion the model spent reasoning (billed at the output price). */
+  reasoningTokens?: number;
   /** What left the wallet. */
   cost: Micros;
   /** Cost of the usage beyond what the hold and the balance could cover; never charged. */

@@ -374,6 +374,39 @@ Deno.test("usage and wallet pages show a request with its exact cost", () =>
     assert.ok(overview.includes("tollbooth/echo") && overview.includes(`$${cost}`));
   }));
 
+Deno.test("the usage page shows cached, cache-write and reasoning tokens under the counts", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const hold = await s.wallets.reserve(appId, {
+      amount: 100,
+      keyId: "key_x",
+      requestId: "req_details",
+      model: "tollbooth/echo",
+    });
+    assert.ok(hold.ok);
+    await s.wallets.settle(appId, hold.reservation.id, {
+      requestId: "req_details",
+      keyId: "key_x",
+      model: "tollbooth/echo",
+      provider: "tollbooth",
+      promptTokens: 1150,
+      completionTokens: 80,
+      cachedTokens: 1000,
+      cacheWriteTokens: 50,
+      reasoningTokens: 64,
+      cost: 10,
+      streamed: false,
+      outcome: "completed",
+      countedLocally: false,
+    });
+    const usage = await v.page(`/dashboard/apps/${appId}/usage`);
+    assert.ok(usage.includes("1,000 cached · 50 cache write"), usage);
+    assert.ok(usage.includes("64 reasoning"));
+    await assertAuditClean(s.kv);
+  }));
+
 Deno.test("sign-out ends the session: the old cookie no longer opens the dashboard", () =>
   withService(async (s) => {
     const v = new Visitor(s);

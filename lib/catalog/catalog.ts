@@ -28,8 +28,20 @@ const ModelSchema = z.object({
   upstream_model: z.string().min(1),
   input_usd_per_mtok: Price,
   output_usd_per_mtok: Price,
+  /** Input read from the provider's prompt cache (OpenAI cached_tokens, Anthropic cache reads). */
+  cache_read_usd_per_mtok: Price.optional(),
+  /** Input written to the provider's prompt cache (Anthropic cache writes). */
+  cache_write_usd_per_mtok: Price.optional(),
   context_tokens: z.number().int().positive(),
   max_output_tokens: z.number().int().positive(),
+  /**
+   * The request field that carries the output cap upstream. OpenAI's reasoning models refuse
+   * `max_tokens`; unset, the documented rule applies (see outputCapParam).
+   */
+  output_cap_param: z.enum(["max_tokens", "max_completion_tokens"]).optional(),
+  /** OpenAI's image rule for this model: tokens per image and per 512-px tile (85 and 170 by default). */
+  image_base_tokens: z.number().int().min(0).max(100_000).optional(),
+  image_tile_tokens: z.number().int().min(0).max(100_000).optional(),
   /** Tried in order when the provider before fails before answering; priced like the model. */
   fallbacks: z.array(
     z.object({ provider: z.string(), upstream_model: z.string().min(1) }).strict(),
@@ -70,11 +82,21 @@ export interface Model {
   fallbacks: Route[];
   inputPrice: PicosPerToken;
   outputPrice: PicosPerToken;
+  /** Cached input; the input price when the catalog gives none. */
+  cacheReadPrice: PicosPerToken;
+  /** Input written to a prompt cache; the input price when the catalog gives none. */
+  cacheWritePrice: PicosPerToken;
   /** Prices as written in the catalog, for display. */
   inputUsdPerMTok: string;
   outputUsdPerMTok: string;
+  cacheReadUsdPerMTok: string | null;
+  cacheWriteUsdPerMTok: string | null;
   contextTokens: number;
   maxOutputTokens: number;
+  /** Set by the catalog; otherwise the documented rule decides (outputCapParam). */
+  outputCapParam: "max_tokens" | "max_completion_tokens" | null;
+  imageBaseTokens: number;
+  imageTileTokens: number;
 }
 
 export interface Catalog {
@@ -129,10 +151,17 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       fallbacks,
       inputPrice: parsePricePerMTok(m.input_usd_per_mtok),
       outputPrice: parsePricePerMTok(m.output_usd_per_mtok),
+      cacheReadPrice: parsePricePerMTok(m.cache_read_usd_per_mtok ?? m.input_usd_per_mtok),
+      cacheWritePrice: parsePricePerMTok(m.cache_write_usd_per_mtok ?? m.input_usd_per_mtok),
       inputUsdPerMTok: m.input_usd_per_mtok,
       outputUsdPerMTok: m.output_usd_per_mtok,
+      cacheReadUsdPerMTok: m.cache_read_usd_per_mtok ?? null,
+      cacheWriteUsdPerMTok: m.cache_write_usd_per_mtok ?? null,
       contextTokens: m.context_tokens,
       maxOutputTokens: m.max_output_tokens,
+      outputCapParam: m.output_cap_param ?? null,
+      imageBaseTokens: m.image_base_tokens ?? 85,
+      imageTileTokens: m.image_tile_tokens ?? 170,
     });
   });
   const models = [...byId.values()];

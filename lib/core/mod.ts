@@ -7,6 +7,6 @@ export { newId, newRequestId, randomToken } from "./ids.ts";
 export { openKv } from "./kv.ts";
 export { jsonLogger, requestLogLine } from "./log.ts";
 export type { Logger, RequestLogLine, TraceFields } from "./log.ts";
-export { formatUsd, parsePricePerMTok, parseUsd, tokensCost } from "./money.ts";
+export { componentsCost, formatUsd, parsePricePerMTok, parseUsd, tokensCost } from "./money.ts";
 export type { Micros, PicosPerToken } from "./money.ts";
 export { sha256Hex, timingSafeEqualStrings } from "./secrets.ts";

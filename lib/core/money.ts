@@ -3,8 +3,9 @@
  * numerically µUSD per token; they are kept as integer pico-USD per token (µUSD per token × 10⁶) so a
  * price with up to six decimals is exact.
  *
- * Rounding rule (the only one): a request's cost is summed exactly in pico-USD over prompt and
- * completion tokens, then rounded UP once to the next whole micro-USD.
+ * Rounding rule (the only one): a request's cost is summed exactly in pico-USD over every usage
+ * component at its own price (input, cached input, cache writes, output), then rounded UP once to
+ * the next whole micro-USD.
  */
 export type Micros = number;
 export type PicosPerToken = bigint;
@@ -53,7 +54,20 @@ export function tokensCost(
   inputPrice: PicosPerToken,
   outputPrice: PicosPerToken,
 ): Micros {
-  const picos = BigInt(promptTokens) * inputPrice + BigInt(completionTokens) * outputPrice;
+  return componentsCost([[promptTokens, inputPrice], [completionTokens, outputPrice]]);
+}
+
+/** Exact cost of token counts, each at its own price, summed and then rounded up once. */
+export function componentsCost(
+  components: readonly [tokens: number, price: PicosPerToken][],
+): Micros {
+  let picos = 0n;
+  for (const [tokens, price] of components) {
+    if (!Number.isSafeInteger(tokens) || tokens < 0) {
+      throw new RangeError(`not a token count: ${tokens}`);
+    }
+    picos += BigInt(tokens) * price;
+  }
   return Number((picos + PICOS_PER_MICRO - 1n) / PICOS_PER_MICRO);
 }
 

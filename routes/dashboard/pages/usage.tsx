@@ -11,6 +11,17 @@ const OUTCOMES: Record<UsageRecord["outcome"], string> = {
 };
 
 /** GET /dashboard/apps/:id/usage?cursor= */
+/** The parts of a token count billed or spent otherwise (cached input, reasoning), when any. */
+function TokenDetails({ parts }: { parts: [number | undefined, string][] }) {
+  const shown = parts.filter(([n]) => n);
+  if (shown.length === 0) return null;
+  return (
+    <span class="small muted token-details">
+      {shown.map(([n, label]) => `${n!.toLocaleString("en-US")} ${label}`).join(" · ")}
+    </span>
+  );
+}
+
 export function usagePage(
   session: Session,
   app: AppRecord,
@@ -53,8 +64,16 @@ export function usagePage(
                     <td>
                       <code>{u.model}</code>
                     </td>
-                    <td class="num">{u.promptTokens.toLocaleString("en-US")}</td>
-                    <td class="num">{u.completionTokens.toLocaleString("en-US")}</td>
+                    <td class="num">
+                      {u.promptTokens.toLocaleString("en-US")}
+                      <TokenDetails
+                        parts={[[u.cachedTokens, "cached"], [u.cacheWriteTokens, "cache write"]]}
+                      />
+                    </td>
+                    <td class="num">
+                      {u.completionTokens.toLocaleString("en-US")}
+                      <TokenDetails parts={[[u.reasoningTokens, "reasoning"]]} />
+                    </td>
                     <td class="num">{usd(u.cost)}</td>
                     <td>{OUTCOMES[u.outcome]}</td>
                     <td>{u.streamed ? "yes" : "no"}</td>

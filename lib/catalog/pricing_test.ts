@@ -1,0 +1,59 @@
+import assert from "node:assert/strict";
+import { buildCatalog } from "./catalog.ts";
+import { usageCost } from "./pricing.ts";
+
+function model(prices: Record<string, string>) {
+  return buildCatalog({
+    providers: { p: { kind: "simulator" } },
+    models: [{
+      id: "p/m",
+      provider: "p",
+      upstream_model: "m",
+      context_tokens: 200_000,
+      max_output_tokens: 8192,
+      input_usd_per_mtok: "3.00",
+      output_usd_per_mtok: "15.00",
+      ...prices,
+    }],
+  }, {}).get("p/m")!;
+}
+
+Deno.test("every usage component is billed at its own price, summed exactly, rounded up once", () => {
+  const sonnet = model({ cache_read_usd_per_mtok: "0.30", cache_write_usd_per_mtok: "3.75" });
+  // 100 fresh input × 3 + 1000 cache reads × 0.30 + 50 cache writes × 3.75 + 80 output × 15,
+  // in micro-USD per token: 300 + 300 + 187.5 + 1200 = 1987.5, rounded up once to 1988.
+  assert.equal(
+    usageCost(sonnet, {
+      promptTokens: 1150,
+      completionTokens: 80,
+      cachedTokens: 1000,
+      cacheWriteTokens: 50,
+    }),
+    1988,
+  );
+  // Rounding each component on its own would give 1989: the rule rounds once.
+});
+
+Deno.test("without cache prices in the catalog, cached input is billed at the input price", () => {
+  const plain = model({});
+  assert.equal(
+    usageCost(plain, { promptTokens: 1000, completionTokens: 0, cachedTokens: 900 }),
+    3000,
+  );
+});
+
+Deno.test("reasoning tokens are part of the completion, billed once at the output price", () => {
+  const plain = model({});
+  assert.equal(
+    usageCost(plain, { promptTokens: 0, completionTokens: 300, reasoningTokens: 256 }),
+    4500,
+  );
+});
+
+Deno.test("cached counts beyond the prompt are not believed: input is never made cheaper than read", () => {
+  const cheap = model({ cache_read_usd_per_mtok: "0.30" });
+  assert.equal(
+    usageCost(cheap, { promptTokens: 10, completionTokens: 0, cachedTokens: 1_000_000 }),
+    3,
+  );
+});
