@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import Anthropic from "@anthropic-ai/sdk";
 import { messagesRequest } from "@/lib/gateway/providers/anthropic/anthropic.ts";
+import { parseChatRequest } from "@/lib/gateway/chat_request.ts";
 import type { Model } from "@/lib/catalog/mod.ts";
 import { keys } from "@/lib/db.ts";
 import { assertAuditClean, readSse, userMessage } from "./helpers.ts";
@@ -61,16 +62,23 @@ Deno.test("the compatible request becomes a Messages request: system, max_tokens
   const model = { upstreamModel: "claude-sonnet-4-5" } as Model;
   const body = messagesRequest({
     model,
-    messages: [
-      { role: "system", content: "Be brief." },
-      { role: "user", content: "Hi" },
-      { role: "user", content: "Again" },
-      { role: "assistant", content: "Hello" },
-      { role: "system", content: "Answer in French." },
-      { role: "user", content: "Bye" },
-    ],
+    request: parseChatRequest({
+      model: "claude/m",
+      messages: [
+        { role: "system", content: "Be brief." },
+        { role: "user", content: "Hi" },
+        { role: "user", content: "Again" },
+        { role: "assistant", content: "Hello" },
+        { role: "system", content: "Answer in French." },
+        { role: "user", content: "Bye" },
+      ],
+      stop: "END",
+      temperature: 0.3,
+      top_p: 0.9,
+      seed: 4,
+      user: "u-1",
+    }),
     maxTokens: 300,
-    passthrough: { stop: "END", temperature: 0.3, top_p: 0.9, seed: 4, user: "u-1" },
     signal: new AbortController().signal,
     requestId: "req_x",
   }, true);
@@ -107,7 +115,12 @@ Deno.test("anthropic non-streaming: x-api-key and anthropic-version sent, messag
     assert.equal(body.model, "claude/m");
     assert.equal(body.choices[0].message.content, "Hello!");
     assert.equal(body.choices[0].finish_reason, "stop");
-    assert.deepEqual(body.usage, { prompt_tokens: 12, completion_tokens: 6, total_tokens: 18 });
+    assert.deepEqual(body.usage, {
+      prompt_tokens: 12,
+      completion_tokens: 6,
+      total_tokens: 18,
+      prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
+    });
 
     const sent = fake.seen[0];
     assert.equal(sent.path, "/v1/messages");
@@ -192,8 +205,10 @@ Deno.test("anthropic error event mid-stream: produced tokens billed with the ups
     const last = JSON.parse(events.at(-1)!);
     assert.equal(last.error.code, "stream_interrupted");
     assert.match(last.error.message, /overloaded_error/);
-    // 14 prompt tokens from message_start; "Once upon a time" is 4 o200k tokens, counted by us.
-    assert.equal((await s.wallet(appId)).available, 5_000_000 - cost(14, 4));
+    // 14 prompt tokens from message_start; "Once upon a time", counted by us with the Claude
+    // bound (its UTF-8 bytes: Claude's tokenizer is not published), not with o200k.
+    const produced = new TextEncoder().encode("Once upon a time").length;
+    assert.equal((await s.wallet(appId)).available, 5_000_000 - cost(14, produced));
     const usage = [...(await Array.fromAsync(s.kv.list({ prefix: keys.appUsage(appId) })))];
     assert.equal(usage.length, 1);
     const record = usage[0].value as { countedLocally: boolean; outcome: string };

@@ -273,7 +273,7 @@ Deno.test("400 invalid_parameter gives the path of the bad field", () =>
         model: ECHO,
         messages: [{ role: "user", content: "a" }, { role: "wizard", content: "b" }],
       }, "messages[1].role"],
-      [{ model: ECHO, messages: [{ role: "tool", content: "b" }] }, "messages[0].role"],
+      [{ model: ECHO, messages: [{ role: "tool", content: "b" }] }, "messages[0].tool_call_id"],
       [{ model: ECHO, messages: [{ role: "user" }] }, "messages[0].content"],
       [{ model: ECHO, messages: [{ role: "user", content: 5 }] }, "messages[0].content"],
       [{ model: ECHO, messages: ["x"] }, "messages[0]"],

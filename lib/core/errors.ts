@@ -25,6 +25,15 @@ export const ERROR_CODES = {
       "A field is present but invalid: a role other than system, user or assistant, empty `messages`, a non-integer or out-of-range `max_tokens`, a prompt plus `max_tokens` larger than the tokens-per-minute limit (waiting would never help), and so on. `param` is the path of the field, such as `messages[2].role`.",
     fix: "Correct the field named in `param`; the message says what is allowed.",
   },
+  unsupported_parameter: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "A field the model's provider cannot honour",
+    cause:
+      "The request is valid, but the field named in `param` cannot be served as asked: the model's provider kind has no equivalent (such as `logprobs` on an Anthropic model), or it would change the price beyond the catalog's (a `service_tier` other than auto or default, audio output, web search), or its tokens cannot be bounded before the call (audio and file parts). Nothing was charged.",
+    fix:
+      "Drop the field named in `param`, or use a model whose provider supports it; the dialect table on the docs page lists what each provider kind does with every field.",
+  },
   model_not_found: {
     status: 400,
     type: "invalid_request_error",

@@ -1,60 +1,435 @@
+/**
+ * The chat-completions dialect Tollbooth accepts: OpenAI's request format as the official clients
+ * send it (tools, tool messages, images, developer role, structured output, reasoning), validated
+ * strictly so that a malformed request gets a 400 naming the exact path, before any money moves.
+ *
+ * Every request field is on an explicit list, with what each provider kind does with it
+ * (`FIELD_SUPPORT`): passed on, translated, ignored as a harmless hint, or refused with a 400.
+ * Nothing unlisted reaches a provider, and nothing that would change the price is passed on
+ * unpriced.
+ */
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
-import type { ChatMessage } from "./providers/types.ts";
+import { readImageSize } from "./image_size.ts";
 
 export const DEFAULT_MAX_TOKENS = 2048;
 
-/** Fields we interpret; every other field of the body is passed on to the upstream untouched. */
-const INTERPRETED = new Set([
-  "model",
-  "messages",
-  "max_tokens",
-  "max_completion_tokens",
-  "stream",
-  "stream_options",
-  "n",
-]);
+/** The wire formats of the catalog's providers. */
+export type ProviderKind = "openai" | "anthropic" | "simulator";
 
-const TextPart = z.object({ type: z.literal("text"), text: z.string() });
+// ---------------------------------------------------------------------------------------------
+// Messages
 
-const MessageSchema = z.object({
-  role: z.enum(["system", "user", "assistant"], {
-    error: "must be one of system, user, assistant",
-  }),
-  content: z.union([z.string(), z.array(TextPart).min(1)], {
-    error: "must be a string (or an array of text parts)",
-  }),
-  name: z.string().optional(),
+/** Anthropic's prompt-cache breakpoint, accepted on text parts and tools; other kinds drop it. */
+const CacheControl = z.strictObject({
+  type: z.literal("ephemeral", "must be 'ephemeral'"),
 });
+
+const TextPart = z.strictObject({
+  type: z.literal("text"),
+  text: z.string({ error: "must be a string" }),
+  cache_control: CacheControl.optional(),
+});
+
+const ImagePart = z.strictObject({
+  type: z.literal("image_url"),
+  image_url: z.strictObject({
+    url: z.string({ error: "must be a string" }).refine(
+      (url) => url.startsWith("data:") || /^https?:\/\/[^\s]+$/i.test(url),
+      "must be an https URL or a data URL",
+    ),
+    detail: z.enum(["auto", "low", "high"], { error: "must be one of auto, low, high" })
+      .optional(),
+  }),
+});
+
+const AudioPart = z.strictObject({
+  type: z.literal("input_audio"),
+  input_audio: z.strictObject({ data: z.string(), format: z.string() }),
+});
+
+const FilePart = z.strictObject({
+  type: z.literal("file"),
+  file: z.strictObject({
+    file_data: z.string().optional(),
+    file_id: z.string().optional(),
+    filename: z.string().optional(),
+  }),
+});
+
+const RefusalPart = z.strictObject({ type: z.literal("refusal"), refusal: z.string() });
+
+const partsOf = <T extends z.ZodType>(part: T, what: string) =>
+  z.array(part, { error: `must be a string or an array of ${what}` }).min(
+    1,
+    "must not be an empty array",
+  );
+
+const UserPart = z.discriminatedUnion("type", [TextPart, ImagePart, AudioPart, FilePart], {
+  error: "must be a part of type text, image_url, input_audio or file",
+});
+const AssistantPart = z.discriminatedUnion("type", [TextPart, RefusalPart], {
+  error: "must be a part of type text or refusal",
+});
+const TextOnlyPart = z.discriminatedUnion("type", [TextPart], {
+  error: "must be a part of type text",
+});
+
+const Name = z.string({ error: "must be a string" }).min(1, "must not be empty").max(256);
+
+const ToolCall = z.strictObject({
+  id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
+  type: z.literal("function", "must be 'function'"),
+  function: z.strictObject({
+    name: z.string({ error: "must be a string" }).min(1, "must not be empty"),
+    arguments: z.string({ error: "must be a JSON string" }),
+  }),
+});
+
+const SystemMessage = z.strictObject({
+  role: z.literal("system"),
+  content: z.union([z.string(), partsOf(TextOnlyPart, "text parts")], {
+    error: "must be a string or an array of text parts",
+  }),
+  name: Name.optional(),
+});
+const DeveloperMessage = SystemMessage.extend({ role: z.literal("developer") });
+const UserMessage = z.strictObject({
+  role: z.literal("user"),
+  content: z.union([z.string(), partsOf(UserPart, "content parts")], {
+    error: "must be a string or an array of content parts",
+  }),
+  name: Name.optional(),
+});
+const AssistantMessage = z.strictObject({
+  role: z.literal("assistant"),
+  content: z.union([z.string(), partsOf(AssistantPart, "text or refusal parts")], {
+    error: "must be a string, an array of text or refusal parts, or null",
+  }).nullish(),
+  name: Name.optional(),
+  refusal: z.string({ error: "must be a string" }).nullish(),
+  tool_calls: z.array(ToolCall, { error: "must be an array of tool calls" }).optional(),
+  /** What some clients send back of a reasoning model's answer; never forwarded. */
+  reasoning_content: z.string().nullish(),
+});
+const ToolMessage = z.strictObject({
+  role: z.literal("tool"),
+  content: z.union([z.string(), partsOf(TextOnlyPart, "text parts")], {
+    error: "must be a string or an array of text parts",
+  }),
+  tool_call_id: z.string({ error: "must be the id of the tool call it answers" }).min(
+    1,
+    "must not be empty",
+  ),
+});
+
+const Message = z.discriminatedUnion(
+  "role",
+  [SystemMessage, DeveloperMessage, UserMessage, AssistantMessage, ToolMessage],
+  { error: "must be one of system, developer, user, assistant, tool" },
+);
+
+export type ChatMessage = z.infer<typeof Message>;
+export type UserContentPart = z.infer<typeof UserPart>;
+export type TextContentPart = z.infer<typeof TextPart>;
+export type ToolCallMessagePart = z.infer<typeof ToolCall>;
+
+// ---------------------------------------------------------------------------------------------
+// Request fields
 
 const TokenCap = z.number({ error: "must be an integer" })
   .int("must be an integer")
   .min(1, "must be at least 1")
   .max(10_000_000, "is far above any model's output limit");
 
-const BodySchema = z.object({
+const JsonObject = z.record(z.string(), z.unknown(), { error: "must be a JSON Schema object" });
+
+const FunctionName = z.string({ error: "must be a string" }).regex(
+  /^[a-zA-Z0-9_-]{1,64}$/,
+  "must be 1 to 64 letters, digits, underscores or dashes",
+);
+
+const Tool = z.strictObject({
+  type: z.literal("function", "must be 'function' (the only tool type)"),
+  function: z.strictObject({
+    name: FunctionName,
+    description: z.string({ error: "must be a string" }).optional(),
+    parameters: JsonObject.optional(),
+    strict: z.boolean({ error: "must be a boolean" }).nullish(),
+  }),
+  cache_control: CacheControl.optional(),
+});
+
+const ToolChoice = z.union([
+  z.enum(["none", "auto", "required"]),
+  z.strictObject({
+    type: z.literal("function"),
+    function: z.strictObject({ name: FunctionName }),
+  }),
+], { error: "must be none, auto, required or {type: 'function', function: {name}}" });
+
+const ResponseFormat = z.discriminatedUnion("type", [
+  z.strictObject({ type: z.literal("text") }),
+  z.strictObject({ type: z.literal("json_object") }),
+  z.strictObject({
+    type: z.literal("json_schema"),
+    json_schema: z.strictObject({
+      name: FunctionName,
+      description: z.string().optional(),
+      schema: JsonObject.optional(),
+      strict: z.boolean().nullish(),
+    }),
+  }),
+], { error: "must be of type text, json_object or json_schema" });
+
+export const REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"] as const;
+
+const Probability = (max: number) =>
+  z.number({ error: "must be a number" }).min(0, "must be at least 0").max(
+    max,
+    `must be at most ${max}`,
+  );
+const Penalty = z.number({ error: "must be a number" }).min(-2, "must be at least -2").max(
+  2,
+  "must be at most 2",
+);
+
+/** Every field of the body Tollbooth accepts; anything else is a 400 naming it. */
+export const ChatRequestSchema = z.strictObject({
   model: z.string({ error: "must be a string" }).min(1, "must not be empty"),
-  messages: z.array(MessageSchema, { error: "must be an array of messages" }).min(
+  messages: z.array(Message, { error: "must be an array of messages" }).min(
     1,
     "must contain at least one message",
   ),
   max_tokens: TokenCap.nullish(),
   max_completion_tokens: TokenCap.nullish(),
   stream: z.boolean({ error: "must be a boolean" }).nullish(),
-  stream_options: z.object(
-    { include_usage: z.boolean({ error: "must be a boolean" }).optional() },
-    {
-      error: "must be an object",
-    },
-  ).nullish(),
+  stream_options: z.strictObject({
+    include_usage: z.boolean({ error: "must be a boolean" }).optional(),
+    include_obfuscation: z.boolean({ error: "must be a boolean" }).optional(),
+  }, { error: "must be an object" }).nullish(),
   n: z.literal(1, "only n = 1 is supported").nullish(),
+  tools: z.array(Tool, { error: "must be an array of tools" }).max(128, "at most 128 tools")
+    .nullish(),
+  tool_choice: ToolChoice.nullish(),
+  parallel_tool_calls: z.boolean({ error: "must be a boolean" }).nullish(),
+  response_format: ResponseFormat.nullish(),
+  reasoning_effort: z.enum(REASONING_EFFORTS, {
+    error: `must be one of ${REASONING_EFFORTS.join(", ")}`,
+  }).nullish(),
+  logprobs: z.boolean({ error: "must be a boolean" }).nullish(),
+  top_logprobs: z.number({ error: "must be an integer" }).int("must be an integer").min(0).max(
+    20,
+    "must be at most 20",
+  ).nullish(),
+  seed: z.number({ error: "must be an integer" }).int("must be an integer").nullish(),
+  stop: z.union([
+    z.string(),
+    z.array(z.string({ error: "must be a string" })).max(4, "at most 4 stop sequences"),
+  ], { error: "must be a string or an array of up to 4 strings" }).nullish(),
+  user: z.string({ error: "must be a string" }).max(256).nullish(),
+  metadata: z.record(z.string(), z.string({ error: "must be a string" }).max(512), {
+    error: "must be an object of strings",
+  }).refine((m) => Object.keys(m).length <= 16, "at most 16 keys").nullish(),
+  temperature: Probability(2).nullish(),
+  top_p: Probability(1).nullish(),
+  top_k: z.number({ error: "must be an integer" }).int("must be an integer").min(0).nullish(),
+  frequency_penalty: Penalty.nullish(),
+  presence_penalty: Penalty.nullish(),
+  logit_bias: z.record(
+    z.string(),
+    z.number({ error: "must be a number" }).min(-100).max(100, "must be at most 100"),
+    { error: "must be an object of token ids to numbers" },
+  ).nullish(),
+  prediction: z.strictObject({
+    type: z.literal("content"),
+    content: z.union([z.string(), partsOf(TextOnlyPart, "text parts")]),
+  }).nullish(),
+  service_tier: z.enum(["auto", "default", "flex", "scale", "priority"], {
+    error: "must be one of auto, default, flex, scale, priority",
+  }).nullish(),
+  store: z.boolean({ error: "must be a boolean" }).nullish(),
+  verbosity: z.enum(["low", "medium", "high"], { error: "must be one of low, medium, high" })
+    .nullish(),
+  prompt_cache_key: z.string({ error: "must be a string" }).max(1024).nullish(),
+  safety_identifier: z.string({ error: "must be a string" }).max(256).nullish(),
+  modalities: z.array(z.string()).nullish(),
 });
 
+type Body = z.infer<typeof ChatRequestSchema>;
+
+/** Fields other than the conversation, the cap and streaming: what providers pass or translate. */
+export type ChatParams = Omit<
+  Body,
+  "model" | "messages" | "max_tokens" | "max_completion_tokens" | "stream" | "n" | "modalities"
+>;
+
+export type ToolDefinition = z.infer<typeof Tool>;
+export type ResponseFormatSpec = z.infer<typeof ResponseFormat>;
+
+/** What a provider kind does with a field: send it on as is, translate it, drop it, or refuse it. */
+export type Support = "pass" | "translate" | "ignore" | "refuse";
+
+type SupportRow = Record<ProviderKind, Support> & { note: string };
+
 /**
- * Passed-through fields are re-serialised for the upstream, and serialising is recursive: a value
- * nested deeper than any real option (tool schemas run to a dozen levels) is refused up front.
+ * The allow-list, per provider kind. "ignore" is for hints whose absence cannot change what the
+ * client is billed or can parse (a seed, a cache key); a field a client relies on is refused.
  */
-const MAX_PASSTHROUGH_DEPTH = 64;
+export const FIELD_SUPPORT: Record<string, SupportRow> = {
+  model: {
+    openai: "translate",
+    anthropic: "translate",
+    simulator: "translate",
+    note: "renamed to the upstream model",
+  },
+  messages: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "translate",
+    note: "see the message table",
+  },
+  max_tokens: {
+    openai: "translate",
+    anthropic: "translate",
+    simulator: "translate",
+    note: "sent as the model's cap field; default 2048",
+  },
+  max_completion_tokens: {
+    openai: "translate",
+    anthropic: "translate",
+    simulator: "translate",
+    note: "the same cap as max_tokens",
+  },
+  stream: { openai: "pass", anthropic: "translate", simulator: "translate", note: "" },
+  stream_options: {
+    openai: "translate",
+    anthropic: "translate",
+    simulator: "translate",
+    note: "include_usage is always asked of the upstream",
+  },
+  n: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "only 1" },
+  tools: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "translate",
+    note: "function tools; Anthropic input_schema",
+  },
+  tool_choice: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "translate",
+    note: "Anthropic auto/any/tool/none",
+  },
+  parallel_tool_calls: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "ignore",
+    note: "Anthropic disable_parallel_tool_use",
+  },
+  response_format: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "ignore",
+    note: "Anthropic: a forced tool whose input is the answer",
+  },
+  reasoning_effort: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "ignore",
+    note: "Anthropic extended thinking with a budget",
+  },
+  logprobs: { openai: "pass", anthropic: "refuse", simulator: "refuse", note: "" },
+  top_logprobs: { openai: "pass", anthropic: "refuse", simulator: "refuse", note: "" },
+  seed: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  stop: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "ignore",
+    note: "Anthropic stop_sequences",
+  },
+  user: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "ignore",
+    note: "Anthropic metadata.user_id",
+  },
+  metadata: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  temperature: {
+    openai: "pass",
+    anthropic: "translate",
+    simulator: "ignore",
+    note: "Anthropic allows at most 1",
+  },
+  top_p: { openai: "pass", anthropic: "pass", simulator: "ignore", note: "" },
+  top_k: {
+    openai: "pass",
+    anthropic: "pass",
+    simulator: "ignore",
+    note: "for compatible servers that take it",
+  },
+  frequency_penalty: {
+    openai: "pass",
+    anthropic: "refuse",
+    simulator: "ignore",
+    note: "0 is accepted everywhere",
+  },
+  presence_penalty: {
+    openai: "pass",
+    anthropic: "refuse",
+    simulator: "ignore",
+    note: "0 is accepted everywhere",
+  },
+  logit_bias: { openai: "pass", anthropic: "refuse", simulator: "ignore", note: "" },
+  prediction: {
+    openai: "pass",
+    anthropic: "refuse",
+    simulator: "ignore",
+    note: "counted in the hold as output",
+  },
+  service_tier: {
+    openai: "pass",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "auto and default only: other tiers change the price",
+  },
+  store: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  verbosity: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  prompt_cache_key: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  safety_identifier: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  modalities: {
+    openai: "pass",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: '["text"] only: audio output is not priced',
+  },
+};
+
+/** Fields clients may know from OpenAI that Tollbooth refuses, with the reason given in the 400. */
+const REFUSED_FIELDS: Record<string, string> = {
+  functions: "the deprecated functions API is not supported; send 'tools'",
+  function_call: "the deprecated functions API is not supported; send 'tool_choice'",
+  audio: "audio output is not priced in the catalog",
+  web_search_options: "web search is billed per call and is not priced in the catalog",
+};
+
+export interface ChatRequest {
+  model: string;
+  messages: ChatMessage[];
+  /** Undefined when the client gave no cap; the default is applied against the model. */
+  maxTokens: number | undefined;
+  /** The cap field the client used, so that a compatible upstream gets the one it was sent. */
+  capParam: "max_tokens" | "max_completion_tokens" | null;
+  stream: boolean;
+  includeUsage: boolean;
+  params: ChatParams;
+}
+
+/**
+ * Values are re-serialised for the upstream, and serialising is recursive: a value nested deeper
+ * than any real option (tool schemas run to a dozen levels) is refused up front.
+ */
+const MAX_NESTING_DEPTH = 64;
 
 /** Depth of a parsed JSON value, measured without recursion and stopping past the limit. */
 function nestingDepth(value: unknown): number {
@@ -64,20 +439,14 @@ function nestingDepth(value: unknown): number {
     const [v, depth] = stack.pop()!;
     if (v === null || typeof v !== "object") continue;
     deepest = Math.max(deepest, depth);
-    if (deepest > MAX_PASSTHROUGH_DEPTH) return deepest;
+    if (deepest > MAX_NESTING_DEPTH) return deepest;
     for (const child of Object.values(v)) stack.push([child, depth + 1]);
   }
   return deepest;
 }
 
-export interface ChatRequest {
-  model: string;
-  messages: ChatMessage[];
-  /** Undefined when the client gave no cap; the default is applied against the model. */
-  maxTokens: number | undefined;
-  stream: boolean;
-  includeUsage: boolean;
-  passthrough: Record<string, unknown>;
+function invalid(param: string, message: string): ApiError {
+  return new ApiError("invalid_parameter", `Invalid value for '${param}': ${message}.`, { param });
 }
 
 /** Turns a parsed JSON body into a chat request, or throws the 400 that names the bad field. */
@@ -93,13 +462,29 @@ export function parseChatRequest(body: unknown): ChatRequest {
       });
     }
   }
-  const parsed = BodySchema.safeParse(record);
+  for (const [field, value] of Object.entries(record)) {
+    if (Object.hasOwn(REFUSED_FIELDS, field) && value != null) {
+      throw new ApiError(
+        "unsupported_parameter",
+        `Unsupported parameter '${field}': ${REFUSED_FIELDS[field]}.`,
+        { param: field },
+      );
+    }
+    if (!Object.hasOwn(FIELD_SUPPORT, field)) {
+      throw new ApiError(
+        "invalid_parameter",
+        `Unrecognized request argument supplied: '${field}'. The fields Tollbooth accepts are listed at /docs#dialect.`,
+        { param: field },
+      );
+    }
+    if (nestingDepth(value) > MAX_NESTING_DEPTH) throw invalid(field, "nested too deeply");
+  }
+  const parsed = ChatRequestSchema.safeParse(record);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const param = formatPath(issue.path);
-    throw new ApiError("invalid_parameter", `Invalid value for '${param}': ${issue.message}.`, {
-      param,
-    });
+    const issue = innermostIssue(parsed.error.issues[0]);
+    const path = issue.code === "unrecognized_keys" ? [...issue.path, issue.keys[0]] : issue.path;
+    const param = formatPath(path);
+    throw invalid(param, describeIssue(issue));
   }
   const data = parsed.data;
   if (
@@ -109,32 +494,225 @@ export function parseChatRequest(body: unknown): ChatRequest {
     throw new ApiError(
       "invalid_parameter",
       "'max_tokens' and 'max_completion_tokens' disagree; send one of them.",
-      {
-        param: "max_completion_tokens",
-      },
+      { param: "max_completion_tokens" },
     );
   }
-  const passthrough: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(record)) {
-    if (INTERPRETED.has(k)) continue;
-    if (nestingDepth(v) > MAX_PASSTHROUGH_DEPTH) {
-      throw new ApiError("invalid_parameter", `Invalid value for '${k}': nested too deeply.`, {
-        param: k,
+  checkConversation(data);
+  checkTools(data);
+  if (data.top_logprobs != null && data.logprobs !== true) {
+    throw invalid("top_logprobs", "requires 'logprobs' to be true");
+  }
+  if (data.modalities && data.modalities.some((m) => m !== "text")) {
+    throw new ApiError(
+      "unsupported_parameter",
+      "Unsupported value for 'modalities': only [\"text\"]; audio output is not priced in the catalog.",
+      { param: "modalities" },
+    );
+  }
+  if (data.service_tier && data.service_tier !== "auto" && data.service_tier !== "default") {
+    throw new ApiError(
+      "unsupported_parameter",
+      `Unsupported value for 'service_tier': '${data.service_tier}' is billed at other prices than the catalog's; send auto or default.`,
+      { param: "service_tier" },
+    );
+  }
+  const {
+    model,
+    messages,
+    max_tokens,
+    max_completion_tokens,
+    stream,
+    stream_options,
+    n: _n,
+    modalities: _modalities,
+    ...rest
+  } = data;
+  const params: ChatParams = Object.fromEntries(
+    Object.entries(rest).filter(([, v]) => v !== null && v !== undefined),
+  );
+  if (stream_options) params.stream_options = stream_options;
+  return {
+    model,
+    messages,
+    maxTokens: max_tokens ?? max_completion_tokens ?? undefined,
+    capParam: max_completion_tokens != null
+      ? "max_completion_tokens"
+      : max_tokens != null
+      ? "max_tokens"
+      : null,
+    stream: stream ?? false,
+    includeUsage: stream_options?.include_usage ?? false,
+    params,
+  };
+}
+
+/**
+ * Conversation rules every provider enforces, checked here so that the client learns the exact
+ * path: an assistant turn says something or calls tools; each tool call is answered by a tool
+ * message right after it, and each tool message answers a call of that turn; images are readable.
+ */
+function checkConversation(data: Body) {
+  let open: { index: number; ids: Set<string> } | null = null;
+  data.messages.forEach((m, i) => {
+    if (m.role !== "tool" && open && open.ids.size > 0) {
+      throw invalid(
+        `messages[${open.index}].tool_calls`,
+        `the tool call '${
+          [...open.ids][0]
+        }' has no answer: each tool call must be followed by a tool message with its tool_call_id`,
+      );
+    }
+    if (m.role === "assistant") {
+      const calls = m.tool_calls ?? [];
+      const hasContent = typeof m.content === "string" ? true : Array.isArray(m.content);
+      if (!hasContent && calls.length === 0 && !m.refusal) {
+        throw invalid(`messages[${i}].content`, "an assistant message needs content or tool_calls");
+      }
+      const ids = new Set<string>();
+      calls.forEach((call, j) => {
+        if (ids.has(call.id)) {
+          throw invalid(`messages[${i}].tool_calls[${j}].id`, "repeats the id of another call");
+        }
+        ids.add(call.id);
+      });
+      open = { index: i, ids };
+    } else if (m.role === "tool") {
+      if (!open || !open.ids.has(m.tool_call_id)) {
+        throw invalid(
+          `messages[${i}].tool_call_id`,
+          "must answer a tool call of the assistant message just before the tool messages",
+        );
+      }
+      open.ids.delete(m.tool_call_id);
+    } else {
+      open = null;
+    }
+    if (m.role === "user" && Array.isArray(m.content)) {
+      m.content.forEach((part, j) => {
+        if (part.type !== "image_url" || !part.image_url.url.startsWith("data:")) return;
+        try {
+          readImageSize(part.image_url.url);
+        } catch (error) {
+          throw invalid(
+            `messages[${i}].content[${j}].image_url.url`,
+            (error as Error).message,
+          );
+        }
       });
     }
-    passthrough[k] = v;
+  });
+}
+
+function checkTools(data: Body) {
+  const names = new Set<string>();
+  data.tools?.forEach((tool, i) => {
+    if (names.has(tool.function.name)) {
+      throw invalid(`tools[${i}].function.name`, "repeats the name of another tool");
+    }
+    names.add(tool.function.name);
+  });
+  const choice = data.tool_choice;
+  if (choice && choice !== "none" && choice !== "auto" && names.size === 0) {
+    throw invalid("tool_choice", "needs 'tools' to choose from");
   }
-  return {
-    model: data.model,
-    messages: data.messages.map((m) => ({
-      role: m.role,
-      content: typeof m.content === "string" ? m.content : m.content.map((p) => p.text).join(""),
-    })),
-    maxTokens: data.max_tokens ?? data.max_completion_tokens ?? undefined,
-    stream: data.stream ?? false,
-    includeUsage: data.stream_options?.include_usage ?? false,
-    passthrough,
-  };
+  if (choice && typeof choice === "object" && !names.has(choice.function.name)) {
+    throw invalid("tool_choice.function.name", "names no tool of 'tools'");
+  }
+}
+
+/**
+ * Refuses what the provider kinds serving the model cannot do, with the field's path: an allow-list
+ * per kind rather than passing whatever came.
+ */
+export function assertSupported(
+  request: ChatRequest,
+  kinds: readonly ProviderKind[],
+  maxTokens: number,
+) {
+  const p = request.params;
+  for (const kind of new Set(kinds)) {
+    if (kind === "anthropic") assertAnthropicCan(request, maxTokens);
+    for (const [field, value] of Object.entries(p)) {
+      if (FIELD_SUPPORT[field]?.[kind] !== "refuse") continue;
+      if ((field === "frequency_penalty" || field === "presence_penalty") && value === 0) continue;
+      if (field === "logprobs" && value === false) continue;
+      throw new ApiError(
+        "unsupported_parameter",
+        `Unsupported parameter '${field}': models served by the ${kind} provider kind cannot honour it.`,
+        { param: field },
+      );
+    }
+    request.messages.forEach((m, i) => {
+      if (m.role !== "user" || typeof m.content === "string") return;
+      m.content.forEach((part, j) => {
+        if (part.type === "input_audio" || part.type === "file") {
+          throw new ApiError(
+            "unsupported_parameter",
+            `Unsupported content part '${part.type}': its tokens cannot be bounded before the call (the hold must cover them), so it is not accepted; send text or images.`,
+            { param: `messages[${i}].content[${j}].type` },
+          );
+        }
+      });
+    });
+  }
+}
+
+/** What a Messages request cannot carry although the compatible format can. */
+function assertAnthropicCan(request: ChatRequest, maxTokens: number) {
+  const effort = request.params.reasoning_effort;
+  if (effort && effort !== "none" && maxTokens <= ANTHROPIC_MIN_THINKING_BUDGET) {
+    throw new ApiError(
+      "unsupported_parameter",
+      `Unsupported value for 'reasoning_effort' with an output cap of ${maxTokens}: Anthropic's least thinking budget is ${ANTHROPIC_MIN_THINKING_BUDGET} tokens and must stay below the cap; raise max_tokens.`,
+      { param: "reasoning_effort" },
+    );
+  }
+  request.messages.forEach((m, i) => {
+    if (m.role !== "assistant") return;
+    m.tool_calls?.forEach((call, j) => {
+      const args = call.function.arguments;
+      if (args.trim() === "") return;
+      let value: unknown;
+      try {
+        value = JSON.parse(args);
+      } catch {
+        value = undefined;
+      }
+      if (!value || typeof value !== "object" || Array.isArray(value)) {
+        throw invalid(
+          `messages[${i}].tool_calls[${j}].function.arguments`,
+          "must be a JSON object for a model served by the anthropic provider kind",
+        );
+      }
+    });
+  });
+}
+
+/** Anthropic's least thinking budget, which must stay below max_tokens. */
+const ANTHROPIC_MIN_THINKING_BUDGET = 1024;
+
+/**
+ * For a value that matched no branch of a union (content as a string or parts), the issue of the
+ * branch that got furthest, with its full path: the client learns which part is wrong, and why.
+ */
+function innermostIssue(issue: z.core.$ZodIssue): z.core.$ZodIssue {
+  if (issue.code !== "invalid_union" || issue.errors.length === 0) return issue;
+  let best: z.core.$ZodIssue | null = null;
+  for (const branch of issue.errors) {
+    const first = branch[0];
+    if (first && first.path.length > (best?.path.length ?? 0)) best = first;
+  }
+  if (!best) return issue;
+  return innermostIssue({ ...best, path: [...issue.path, ...best.path] } as z.core.$ZodIssue);
+}
+
+/** The message of a schema issue, in the words of the field rather than of the validator. */
+function describeIssue(issue: z.core.$ZodIssue): string {
+  if (issue.code === "unrecognized_keys") return "is not a field Tollbooth accepts here";
+  if (issue.code === "invalid_type" && /received undefined$/.test(issue.message)) {
+    return "is required";
+  }
+  return issue.message;
 }
 
 function formatPath(path: readonly PropertyKey[]): string {
@@ -143,4 +721,16 @@ function formatPath(path: readonly PropertyKey[]): string {
     out += typeof part === "number" ? `[${part}]` : out ? `.${String(part)}` : String(part);
   }
   return out || "(body)";
+}
+
+/** The text of a message's content, parts joined; images and other parts contribute nothing. */
+export function contentText(content: ChatMessage["content"]): string {
+  if (typeof content === "string") return content;
+  if (!content) return "";
+  let out = "";
+  for (const part of content) {
+    if (part.type === "text") out += part.text;
+    else if (part.type === "refusal") out += part.refusal;
+  }
+  return out;
 }

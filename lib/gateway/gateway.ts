@@ -10,8 +10,12 @@ import {
   type Usage,
   usageCost,
 } from "@/lib/catalog/mod.ts";
-import type { ChatRequest } from "./chat_request.ts";
-import { DEFAULT_MAX_TOKENS } from "./chat_request.ts";
+import {
+  assertSupported,
+  type ChatRequest,
+  DEFAULT_MAX_TOKENS,
+  type ProviderKind,
+} from "./chat_request.ts";
 import type { ReservationRecord, UsageOutcome } from "@/lib/db.ts";
 import { ApiError, formatUsd, type Micros, type TraceFields } from "@/lib/core/mod.ts";
 import {
@@ -23,7 +27,8 @@ import type { Providers } from "./providers/mod.ts";
 import { type ChatCompletion, ProviderError, type StreamPart } from "./providers/types.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { countPromptTokens, countTextTokens } from "./tokens.ts";
+import { extraOutputBound, inputBound, outputBound } from "./input_bound.ts";
+import { usageObject } from "./providers/usage.ts";
 
 export type { StreamEvent };
 import { KeyRevokedError, type ReserveInput, type Wallets } from "@/lib/billing/mod.ts";
@@ -134,9 +139,8 @@ export class Gateway {
         (route) =>
           this.#deps.providers(route.provider).complete({
             model: route,
-            messages: request.messages,
+            request,
             maxTokens,
-            passthrough: request.passthrough,
             signal: new AbortController().signal,
             requestId,
           }),
@@ -149,8 +153,10 @@ export class Gateway {
       stopRenewal();
     }
     trace.upstreamMs = performance.now() - started;
-    const content = result.completion.choices.map((c) => c.message?.content ?? "").join("");
-    const usage = result.usage ?? { promptTokens, completionTokens: countTextTokens(content) };
+    const usage = result.usage ?? {
+      promptTokens,
+      completionTokens: outputBound(route.provider.kind, producedText(result.completion)),
+    };
     const settled = await this.#settle(caller, reservation, route, usage, {
       requestId,
       streamed: false,
@@ -158,13 +164,7 @@ export class Gateway {
       countedLocally: result.usage === null,
     }, trace);
     const completion = { ...result.completion, model: model.id };
-    if (!completion.usage || result.usage === null) {
-      completion.usage = {
-        prompt_tokens: usage.promptTokens,
-        completion_tokens: usage.completionTokens,
-        total_tokens: usage.promptTokens + usage.completionTokens,
-      };
-    }
+    if (!completion.usage || result.usage === null) completion.usage = usageObject(usage);
     return {
       completion,
       provider: route.provider.name,
@@ -200,9 +200,8 @@ export class Gateway {
         async (route) => {
           const parts = (await this.#deps.providers(route.provider).stream({
             model: route,
-            messages: request.messages,
+            request,
             maxTokens,
-            passthrough: request.passthrough,
             signal: upstreamAbort.signal,
             requestId,
           }))[Symbol.asyncIterator]();
@@ -222,6 +221,7 @@ export class Gateway {
         requestId,
         modelId: model.id,
         countedPromptTokens: promptTokens,
+        countOutput: (text) => outputBound(route.provider.kind, text),
         includeUsage: request.includeUsage,
         settle: async (usage, outcome, countedLocally) => {
           stopRenewal();
@@ -315,23 +315,32 @@ export class Gateway {
     trace.provider = model.provider.name;
     trace.streamed = request.stream;
     if (request.maxTokens !== undefined && request.maxTokens > model.maxOutputTokens) {
+      const param = request.capParam ?? "max_tokens";
       throw new ApiError(
         "invalid_parameter",
-        `Invalid value for 'max_tokens': ${model.id} allows at most ${model.maxOutputTokens} output tokens.`,
-        { param: "max_tokens" },
+        `Invalid value for '${param}': ${model.id} allows at most ${model.maxOutputTokens} output tokens.`,
+        { param },
       );
     }
     const maxTokens = request.maxTokens ?? Math.min(DEFAULT_MAX_TOKENS, model.maxOutputTokens);
-    const promptTokens = countPromptTokens(request.messages);
+    const kinds: ProviderKind[] = [
+      model.provider.kind,
+      ...model.fallbacks.map((f) => f.provider.kind),
+    ];
+    assertSupported(request, kinds, maxTokens);
+    // The largest of the bounds of every provider that may serve the request: the hold covers any.
+    const promptTokens = Math.max(...kinds.map((kind) => inputBound(kind, request, model)));
     if (promptTokens + maxTokens > model.contextTokens) {
       throw new ApiError(
         "context_length_exceeded",
-        `The prompt (${promptTokens} tokens) plus max_tokens (${maxTokens}) exceeds the context of ${model.id} (${model.contextTokens} tokens).`,
+        `The prompt (at most ${promptTokens} tokens, tools, schemas and images included) plus max_tokens (${maxTokens}) exceeds the context of ${model.id} (${model.contextTokens} tokens).`,
         { param: "messages" },
       );
     }
-    const amount = reservationCost(model, promptTokens, maxTokens);
-    const tokens = promptTokens + maxTokens;
+    // Output beyond the cap that the provider may bill (rejected predicted output).
+    const outputTokens = maxTokens + extraOutputBound(request);
+    const amount = reservationCost(model, promptTokens, outputTokens);
+    const tokens = promptTokens + outputTokens;
     const input = {
       amount,
       keyId: caller.keyId,
@@ -410,6 +419,7 @@ export class Gateway {
       provider: model.provider.name,
       promptTokens: usage.promptTokens,
       completionTokens: usage.completionTokens,
+      ...usageDetails(usage),
       cost,
       streamed: info.streamed,
       outcome: info.outcome,
@@ -479,4 +489,35 @@ export class Gateway {
     }
     return mapped.error;
   }
+}
+
+/** The components beyond prompt and completion, recorded only when the provider reported them. */
+function usageDetails(usage: Usage) {
+  const details: { cachedTokens?: number; cacheWriteTokens?: number; reasoningTokens?: number } =
+    {};
+  if (usage.cachedTokens) details.cachedTokens = usage.cachedTokens;
+  if (usage.cacheWriteTokens) details.cacheWriteTokens = usage.cacheWriteTokens;
+  if (usage.reasoningTokens) details.reasoningTokens = usage.reasoningTokens;
+  return details;
+}
+
+/** Everything a completion produced that the provider bills as output: text, calls, reasoning. */
+function producedText(completion: ChatCompletion): string {
+  let text = "";
+  for (const choice of completion.choices) {
+    const m = choice.message ?? {};
+    for (const field of ["content", "refusal", "reasoning_content", "reasoning"]) {
+      const value = (m as Record<string, unknown>)[field];
+      if (typeof value === "string") text += value;
+    }
+    const calls = (m as { tool_calls?: unknown }).tool_calls;
+    if (Array.isArray(calls)) {
+      for (const call of calls) {
+        const fn = (call as { function?: { name?: unknown; arguments?: unknown } })?.function;
+        if (typeof fn?.name === "string") text += fn.name;
+        if (typeof fn?.arguments === "string") text += fn.arguments;
+      }
+    }
+  }
+  return text;
 }

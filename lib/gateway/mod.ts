@@ -1,5 +1,10 @@
 /** Gateway: one paid request's life (parse, price, reserve, call the provider, settle) and the provider adapters. */
-export { DEFAULT_MAX_TOKENS, parseChatRequest } from "./chat_request.ts";
+export {
+  ChatRequestSchema,
+  DEFAULT_MAX_TOKENS,
+  FIELD_SUPPORT,
+  parseChatRequest,
+} from "./chat_request.ts";
 export { Gateway } from "./gateway.ts";
 export type { RequestTrace, StreamOutcome } from "./gateway.ts";
 export { encodeSseData } from "./sse.ts";

@@ -6,8 +6,13 @@
 import { ApiError, formatUsd, type Micros } from "@/lib/core/mod.ts";
 import type { UsageOutcome } from "@/lib/db.ts";
 import type { Usage } from "@/lib/catalog/mod.ts";
-import { type ChatCompletionChunk, ProviderError, type StreamPart } from "./providers/types.ts";
-import { countTextTokens } from "./tokens.ts";
+import {
+  type ChatCompletionChunk,
+  ProviderError,
+  type StreamPart,
+  type UsageObject,
+} from "./providers/types.ts";
+import { usageObject } from "./providers/usage.ts";
 
 export type StreamEvent =
   | { type: "chunk"; chunk: ChatCompletionChunk }
@@ -26,6 +31,8 @@ export interface PaidStreamOptions {
   modelId: string;
   /** The prompt as we counted it, used when the upstream never reports its own. */
   countedPromptTokens: number;
+  /** Output tokens of produced text, counted the way the provider kind bills it (an upper bound). */
+  countOutput(text: string): number;
   includeUsage: boolean;
   /** Takes the cost of `usage` from the reservation; throws when the commit fails. */
   settle(usage: Usage, outcome: UsageOutcome, countedLocally: boolean): Promise<Micros>;
@@ -43,6 +50,8 @@ export class PaidStream {
   #ending: Ending | null = null;
   #produced = "";
   #reportedUsage: Usage | null = null;
+  /** The upstream's own usage object, details kept, to hand on to the client. */
+  #reportedUsageObject: UsageObject | null = null;
   #reportedPromptTokens: number | null = null;
   #meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
   /** Set while a chunk waits for the client to ask for it (null while we wait for the upstream). */
@@ -106,7 +115,7 @@ export class PaidStream {
       : ending.kind;
     const usage = this.#reportedUsage ?? {
       promptTokens: this.#reportedPromptTokens ?? this.#options.countedPromptTokens,
-      completionTokens: countTextTokens(this.#produced),
+      completionTokens: this.#options.countOutput(this.#produced),
     };
     try {
       this.#charged = await this.#options.settle(usage, outcome, this.#reportedUsage === null);
@@ -140,14 +149,13 @@ export class PaidStream {
         const part = next.value;
         if (part.type === "usage") {
           this.#reportedUsage = part.usage;
+          this.#reportedUsageObject = part.raw ?? null;
         } else if (part.type === "prompt_tokens") {
           this.#reportedPromptTokens = part.promptTokens;
         } else {
           const chunk = { ...part.chunk, model: this.#options.modelId };
           this.#meta ??= { id: chunk.id, created: chunk.created };
-          for (const choice of chunk.choices) {
-            if (typeof choice.delta?.content === "string") this.#produced += choice.delta.content;
-          }
+          for (const choice of chunk.choices) this.#produced += producedText(choice.delta);
           this.#waitingForClientSince = Date.now();
           yield { type: "chunk", chunk };
           this.#waitingForClientSince = null;
@@ -199,9 +207,9 @@ export class PaidStream {
           model: this.#options.modelId,
           choices: [],
           usage: {
-            prompt_tokens: usage.promptTokens,
-            completion_tokens: usage.completionTokens,
-            total_tokens: usage.promptTokens + usage.completionTokens,
+            ...(this.#reportedUsage && this.#reportedUsageObject
+              ? this.#reportedUsageObject
+              : usageObject(usage)),
             cost: formatUsd(charged),
           },
         },
@@ -227,4 +235,25 @@ export class PaidStream {
   #error(code: "stream_interrupted" | "internal_error", message: string): StreamEvent {
     return { type: "error", error: new ApiError(code, message) };
   }
+}
+
+/**
+ * What a delta adds to the output the provider bills: text, refusal, reasoning (as OpenAI-style
+ * servers name it either way) and tool calls' names and arguments.
+ */
+function producedText(delta: ChatCompletionChunk["choices"][number]["delta"] | undefined): string {
+  if (!delta) return "";
+  let text = "";
+  for (const field of ["content", "refusal", "reasoning_content", "reasoning"]) {
+    const value = delta[field];
+    if (typeof value === "string") text += value;
+  }
+  if (Array.isArray(delta.tool_calls)) {
+    for (const call of delta.tool_calls) {
+      const fn = (call as { function?: { name?: unknown; arguments?: unknown } })?.function;
+      if (typeof fn?.name === "string") text += fn.name;
+      if (typeof fn?.arguments === "string") text += fn.arguments;
+    }
+  }
+  return text;
 }

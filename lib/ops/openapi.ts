@@ -2,7 +2,8 @@
  * The OpenAPI 3.1 document of the public API (served at /openapi.json). Error responses are
  * generated from ERROR_CODES, so a new code appears here, on the error page and in `doc_url` at once.
  */
-import { DEFAULT_MAX_TOKENS } from "@/lib/gateway/mod.ts";
+import { z } from "zod";
+import { ChatRequestSchema, DEFAULT_MAX_TOKENS, FIELD_SUPPORT } from "@/lib/gateway/mod.ts";
 import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
 
 /** The rate-limit headers of the common compatible form (see /docs/rate-limits). */
@@ -70,6 +71,33 @@ function errorResponse(status: number) {
         schema: status === 402 ? ref("InsufficientCreditsError") : errorSchema(codes),
       },
     },
+  };
+}
+
+/**
+ * The request schema is the validator's own (so the document cannot drift from what is accepted),
+ * each field described with what every provider kind does with it.
+ */
+function chatRequestSchema() {
+  const { $schema: _dialect, ...schema } = z.toJSONSchema(ChatRequestSchema, {
+    target: "draft-2020-12",
+    io: "input",
+    unrepresentable: "any",
+  }) as Record<string, unknown> & { properties: Record<string, Record<string, unknown>> };
+  for (const [field, row] of Object.entries(FIELD_SUPPORT)) {
+    const property = schema.properties[field];
+    if (!property) continue;
+    const kinds =
+      `OpenAI kind: ${row.openai}; Anthropic kind: ${row.anthropic}; simulator: ${row.simulator}.`;
+    property.description = row.note ? `${kinds} ${row.note}.` : kinds;
+  }
+  schema.properties.max_tokens.description =
+    `Output token cap, and the basis of the reservation. Default ${DEFAULT_MAX_TOKENS} (or the model's maximum output when lower). ${schema.properties.max_tokens.description}`;
+  schema.properties.model.examples = ["tollbooth/echo"];
+  return {
+    ...schema,
+    description:
+      "OpenAI's chat-completions request. Every field is listed: any other is refused (400 `invalid_parameter`), and a field the model's provider kind cannot honour is refused with 400 `unsupported_parameter` (pass: sent as is; translate: sent in the provider's terms; ignore: a hint dropped without effect on the bill or the answer's shape). Non-standard: `cache_control` on text parts and tools, sent to Anthropic only.",
   };
 }
 
@@ -175,67 +203,43 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
         ...rateLimitHeaders,
       },
       schemas: {
-        Message: {
-          type: "object",
-          required: ["role", "content"],
-          properties: {
-            role: { type: "string", enum: ["system", "user", "assistant"] },
-            content: {
-              oneOf: [
-                { type: "string" },
-                {
-                  type: "array",
-                  minItems: 1,
-                  items: {
-                    type: "object",
-                    required: ["type", "text"],
-                    properties: { type: { const: "text" }, text: { type: "string" } },
-                  },
-                },
-              ],
-            },
-            name: { type: "string" },
-          },
-        },
-        CreateChatCompletionRequest: {
-          type: "object",
-          required: ["model", "messages"],
-          description:
-            "Fields not listed (temperature, top_p, stop, seed, user, …) are passed to the provider untouched.",
-          properties: {
-            model: {
-              type: "string",
-              minLength: 1,
-              description: "Curated model ID `<provider>/<model_name>`; see /models.",
-              examples: ["tollbooth/echo"],
-            },
-            messages: { type: "array", minItems: 1, items: ref("Message") },
-            max_tokens: {
-              type: ["integer", "null"],
-              minimum: 1,
-              description:
-                `Output token cap, and the basis of the reservation. Default ${DEFAULT_MAX_TOKENS} (or the model's maximum output when lower).`,
-            },
-            max_completion_tokens: {
-              type: ["integer", "null"],
-              minimum: 1,
-              description: "Alias of `max_tokens`.",
-            },
-            stream: { type: ["boolean", "null"], default: false },
-            stream_options: {
-              type: ["object", "null"],
-              properties: { include_usage: { type: "boolean" } },
-            },
-            n: { type: ["integer", "null"], const: 1 },
-          },
-        },
+        CreateChatCompletionRequest: chatRequestSchema(),
         Usage: {
           type: "object",
           required: ["prompt_tokens", "completion_tokens", "total_tokens"],
           properties: {
-            prompt_tokens: { type: "integer", minimum: 0 },
-            completion_tokens: { type: "integer", minimum: 0 },
+            prompt_tokens: {
+              type: "integer",
+              minimum: 0,
+              description: "All input read, cached and cache-written tokens included.",
+            },
+            completion_tokens: {
+              type: "integer",
+              minimum: 0,
+              description: "All output, reasoning included.",
+            },
             total_tokens: { type: "integer", minimum: 0 },
+            prompt_tokens_details: {
+              type: "object",
+              properties: {
+                cached_tokens: {
+                  type: "integer",
+                  minimum: 0,
+                  description:
+                    "Input read from the provider's cache (Anthropic: cache_read_input_tokens), billed at the catalog's cache-read price.",
+                },
+                cache_write_tokens: {
+                  type: "integer",
+                  minimum: 0,
+                  description:
+                    "Input written to the provider's cache (Anthropic: cache_creation_input_tokens), billed at the catalog's cache-write price.",
+                },
+              },
+            },
+            completion_tokens_details: {
+              type: "object",
+              properties: { reasoning_tokens: { type: "integer", minimum: 0 } },
+            },
             cost: {
               type: "string",
               pattern: MONEY_PATTERN,
@@ -264,13 +268,36 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                     properties: {
                       role: { const: "assistant" },
                       content: { type: ["string", "null"] },
+                      refusal: { type: ["string", "null"] },
+                      reasoning_content: {
+                        type: "string",
+                        description: "The model's reasoning, where the provider shows it.",
+                      },
+                      tool_calls: { type: "array", items: ref("ToolCall") },
                     },
                   },
+                  logprobs: { type: ["object", "null"] },
                   finish_reason: { type: ["string", "null"] },
                 },
               },
             },
             usage: ref("Usage"),
+          },
+        },
+        ToolCall: {
+          type: "object",
+          required: ["id", "type", "function"],
+          properties: {
+            id: { type: "string" },
+            type: { const: "function" },
+            function: {
+              type: "object",
+              required: ["name", "arguments"],
+              properties: {
+                name: { type: "string" },
+                arguments: { type: "string", description: "A JSON object, as text." },
+              },
+            },
           },
         },
         ChatCompletionChunk: {
@@ -293,6 +320,29 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                     properties: {
                       role: { type: "string" },
                       content: { type: ["string", "null"] },
+                      refusal: { type: ["string", "null"] },
+                      reasoning_content: { type: "string" },
+                      tool_calls: {
+                        type: "array",
+                        description:
+                          "Fragments: the first of a call has `index`, `id`, `type` and `function.name`; later ones add `function.arguments` pieces for the same `index`.",
+                        items: {
+                          type: "object",
+                          required: ["index"],
+                          properties: {
+                            index: { type: "integer" },
+                            id: { type: "string" },
+                            type: { const: "function" },
+                            function: {
+                              type: "object",
+                              properties: {
+                                name: { type: "string" },
+                                arguments: { type: "string" },
+                              },
+                            },
+                          },
+                        },
+                      },
                     },
                   },
                   finish_reason: { type: ["string", "null"] },

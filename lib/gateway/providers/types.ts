@@ -1,18 +1,25 @@
 import type { Model, Usage } from "@/lib/catalog/mod.ts";
-
-export interface ChatMessage {
-  role: "system" | "user" | "assistant";
-  content: string;
-}
+import type { ChatRequest } from "../chat_request.ts";
 
 export interface UpstreamRequest {
+  /** The route: the model as this provider names it (a fallback has its own upstream name). */
   model: Model;
-  messages: ChatMessage[];
+  /** The validated request; each adapter sends or translates the fields its kind supports. */
+  request: ChatRequest;
+  /** The output cap: the client's, or the default; the hold was priced on it. */
   maxTokens: number;
-  /** Compatible fields we do not interpret (temperature, top_p, stop, seed, user…), passed on. */
-  passthrough: Record<string, unknown>;
   signal: AbortSignal;
   requestId: string;
+}
+
+/** Usage in the compatible shape, with the details both providers report. */
+export interface UsageObject {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details?: { cached_tokens?: number; [k: string]: unknown };
+  completion_tokens_details?: { reasoning_tokens?: number; [k: string]: unknown };
+  [k: string]: unknown;
 }
 
 /** A chat.completion object in the common compatible shape. */
@@ -27,12 +34,7 @@ export interface ChatCompletion {
     finish_reason: string | null;
     [k: string]: unknown;
   }[];
-  usage?: {
-    prompt_tokens: number;
-    completion_tokens: number;
-    total_tokens: number;
-    [k: string]: unknown;
-  };
+  usage?: UsageObject;
   [k: string]: unknown;
 }
 
@@ -62,7 +64,8 @@ export type StreamPart =
   | { type: "chunk"; chunk: ChatCompletionChunk }
   /** The upstream's own prompt count, known before the end; used if the final usage never comes. */
   | { type: "prompt_tokens"; promptTokens: number }
-  | { type: "usage"; usage: Usage };
+  /** `raw` is the usage object to show the client (the upstream's, details kept), when there is one. */
+  | { type: "usage"; usage: Usage; raw?: UsageObject };
 
 export type ProviderFailure =
   | "not_configured"
@@ -97,4 +100,9 @@ export interface Provider {
   complete(request: UpstreamRequest): Promise<CompletionResult>;
   /** Resolves once the upstream has answered; the iterable then yields parts as they arrive. */
   stream(request: UpstreamRequest): Promise<AsyncIterable<StreamPart>>;
+  /**
+   * The exact input tokens of a request, for a provider that counts them for free before the call
+   * (Anthropic's count_tokens); absent where there is no such endpoint.
+   */
+  countInputTokens?(request: UpstreamRequest): Promise<number>;
 }

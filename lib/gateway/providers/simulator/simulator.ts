@@ -1,4 +1,6 @@
-import { countPromptTokens, splitIntoTokenTexts } from "../../tokens.ts";
+import { splitIntoTokenTexts } from "../../tokens.ts";
+import { contentText, type ToolDefinition } from "../../chat_request.ts";
+import { openAiInputBound } from "../../input_bound.ts";
 import { randomToken } from "@/lib/core/mod.ts";
 import type {
   ChatCompletion,
@@ -7,6 +9,7 @@ import type {
   StreamPart,
   UpstreamRequest,
 } from "../types.ts";
+import { usageObject } from "../usage.ts";
 
 const LOREM =
   "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt " +
@@ -15,52 +18,89 @@ const LOREM =
   "esse cillum dolore eu fugiat nulla pariatur. Excepteur sint occaecat cupidatat non proident, sunt in " +
   "culpa qui officia deserunt mollit anim id est laborum.";
 
+type Answer =
+  | { kind: "text"; pieces: string[]; finishReason: string; promptTokens: number }
+  | {
+    kind: "tool_call";
+    id: string;
+    name: string;
+    pieces: string[];
+    finishReason: string;
+    promptTokens: number;
+  };
+
 /**
  * The built-in model: deterministic, free of network, and billed like any other. `echo` answers
- * with the last user message; `lorem` with a fixed paragraph. Both stop at `max_tokens`.
+ * with the last user message; `lorem` with a fixed paragraph. Offered tools (and tool_choice not
+ * `none`), either calls a tool, with arguments made from its schema and the last user message,
+ * until a tool result comes back, which it then echoes: an agent loop runs with no provider key.
+ * Both stop at `max_tokens`.
  */
 export function createSimulator(options: { tokenDelayMs: number }): Provider {
-  function answer(request: UpstreamRequest) {
-    const text = request.model.upstreamModel === "lorem"
+  function answer(up: UpstreamRequest): Answer {
+    const { request } = up;
+    const promptTokens = openAiInputBound(request, up.model);
+    const lastUser = contentText(request.messages.findLast((m) => m.role === "user")?.content);
+    const last = request.messages.at(-1)!;
+    const tool = chosenTool(up);
+    if (tool && last.role !== "tool") {
+      const args = JSON.stringify(sampleValue(tool.function.parameters ?? {}, lastUser, 0) ?? {});
+      const all = splitIntoTokenTexts(args);
+      const pieces = all.slice(0, up.maxTokens);
+      return {
+        kind: "tool_call",
+        // Deterministic: the same conversation gets the same call.
+        id: `call_sim_${request.messages.length}`,
+        name: tool.function.name,
+        pieces,
+        finishReason: pieces.length < all.length ? "length" : "tool_calls",
+        promptTokens,
+      };
+    }
+    const text = up.model.upstreamModel === "lorem"
       ? LOREM
-      : request.messages.findLast((m) => m.role === "user")?.content ?? "";
+      : last.role === "tool"
+      ? contentText(last.content)
+      : lastUser;
     const all = splitIntoTokenTexts(text);
-    const pieces = all.slice(0, request.maxTokens);
+    const pieces = all.slice(0, up.maxTokens);
     return {
+      kind: "text",
       pieces,
       finishReason: pieces.length < all.length ? "length" : "stop",
-      promptTokens: countPromptTokens(request.messages),
+      promptTokens,
     };
   }
 
   return {
     complete(request) {
-      const { pieces, finishReason, promptTokens } = answer(request);
+      const a = answer(request);
       request.signal.throwIfAborted();
+      const usage = { promptTokens: a.promptTokens, completionTokens: a.pieces.length };
+      const message: ChatCompletion["choices"][number]["message"] = a.kind === "text"
+        ? { role: "assistant", content: a.pieces.join("") }
+        : {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: a.id,
+            type: "function",
+            function: { name: a.name, arguments: a.pieces.join("") },
+          }],
+        };
       const completion: ChatCompletion = {
         id: `chatcmpl-${randomToken(96)}`,
         object: "chat.completion",
         created: Math.floor(Date.now() / 1000),
         model: request.model.upstreamModel,
-        choices: [{
-          index: 0,
-          message: { role: "assistant", content: pieces.join("") },
-          finish_reason: finishReason,
-        }],
-        usage: {
-          prompt_tokens: promptTokens,
-          completion_tokens: pieces.length,
-          total_tokens: promptTokens + pieces.length,
-        },
+        choices: [{ index: 0, message, finish_reason: a.finishReason }],
+        usage: usageObject(usage),
       };
-      return Promise.resolve({
-        completion,
-        usage: { promptTokens, completionTokens: pieces.length },
-      });
+      return Promise.resolve({ completion, usage });
     },
 
     stream(request) {
-      const { pieces, finishReason, promptTokens } = answer(request);
+      const a = answer(request);
       const id = `chatcmpl-${randomToken(96)}`;
       const created = Math.floor(Date.now() / 1000);
       const model = request.model.upstreamModel;
@@ -75,18 +115,78 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
         },
       });
       async function* parts(): AsyncGenerator<StreamPart> {
-        yield chunk({ role: "assistant", content: "" }, null);
-        for (const piece of pieces) {
+        if (a.kind === "text") yield chunk({ role: "assistant", content: "" }, null);
+        else {
+          // As OpenAI streams a call: its id and name first, then the arguments in pieces.
+          yield chunk({
+            role: "assistant",
+            content: null,
+            tool_calls: [{
+              index: 0,
+              id: a.id,
+              type: "function",
+              function: { name: a.name, arguments: "" },
+            }],
+          }, null);
+        }
+        for (const piece of a.pieces) {
           if (options.tokenDelayMs > 0) await delay(options.tokenDelayMs, request.signal);
           request.signal.throwIfAborted();
-          yield chunk({ content: piece }, null);
+          yield chunk(
+            a.kind === "text"
+              ? { content: piece }
+              : { tool_calls: [{ index: 0, function: { arguments: piece } }] },
+            null,
+          );
         }
-        yield chunk({}, finishReason);
-        yield { type: "usage", usage: { promptTokens, completionTokens: pieces.length } };
+        yield chunk({}, a.finishReason);
+        const usage = { promptTokens: a.promptTokens, completionTokens: a.pieces.length };
+        yield { type: "usage", usage, raw: usageObject(usage) };
       }
       return Promise.resolve(parts());
     },
   };
+}
+
+function chosenTool(up: UpstreamRequest): ToolDefinition | null {
+  const { tools, tool_choice: choice } = up.request.params;
+  if (!tools?.length || choice === "none") return null;
+  if (choice && typeof choice === "object") {
+    return tools.find((t) => t.function.name === choice.function.name) ?? null;
+  }
+  return tools[0];
+}
+
+/** A value that fits a JSON Schema, made from the user's words where it takes text. */
+export function sampleValue(schema: unknown, text: string, depth: number): unknown {
+  if (!schema || typeof schema !== "object" || depth > 8) return null;
+  const s = schema as Record<string, unknown>;
+  if (Array.isArray(s.enum) && s.enum.length) return s.enum[0];
+  if ("const" in s) return s.const;
+  for (const key of ["anyOf", "oneOf", "allOf"]) {
+    const options = s[key];
+    if (Array.isArray(options) && options.length) return sampleValue(options[0], text, depth + 1);
+  }
+  const type = Array.isArray(s.type) ? s.type.find((t) => t !== "null") : s.type;
+  switch (type) {
+    case "string":
+      return text;
+    case "integer":
+    case "number":
+      return typeof s.minimum === "number" ? s.minimum : 1;
+    case "boolean":
+      return true;
+    case "null":
+      return null;
+    case "array":
+      return [sampleValue(s.items, text, depth + 1)];
+    default: {
+      const properties = (s.properties ?? {}) as Record<string, unknown>;
+      return Object.fromEntries(
+        Object.entries(properties).map(([k, v]) => [k, sampleValue(v, text, depth + 1)]),
+      );
+    }
+  }
 }
 
 function delay(ms: number, signal: AbortSignal): Promise<void> {

@@ -1,0 +1,240 @@
+import assert from "node:assert/strict";
+import { ApiError } from "@/lib/core/mod.ts";
+import { assertSupported, parseChatRequest } from "./chat_request.ts";
+
+const PNG_1x1 =
+  "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+function refused(body: Record<string, unknown>, code: string, param: string) {
+  assert.throws(
+    () => parseChatRequest({ model: "m/x", ...body }),
+    (e) => {
+      assert.ok(e instanceof ApiError, String(e));
+      assert.equal(e.code, code, e.message);
+      assert.equal(e.param, param, e.message);
+      return true;
+    },
+  );
+}
+
+Deno.test("the dialect real clients send is accepted: tools, tool messages, developer role, images, structured output", () => {
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [
+      { role: "developer", content: "Be exact." },
+      {
+        role: "user",
+        name: "ada",
+        content: [
+          { type: "text", text: "What is in it?" },
+          { type: "image_url", image_url: { url: PNG_1x1, detail: "low" } },
+          { type: "image_url", image_url: { url: "https://example.com/cat.png" } },
+        ],
+      },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{
+          id: "call_1",
+          type: "function",
+          function: { name: "look", arguments: "{}" },
+        }],
+      },
+      { role: "tool", tool_call_id: "call_1", content: "a cat" },
+      { role: "assistant", content: [{ type: "refusal", refusal: "No." }], refusal: "No." },
+      { role: "user", content: "Again" },
+    ],
+    tools: [{
+      type: "function",
+      function: { name: "look", parameters: { type: "object" }, strict: true },
+    }],
+    tool_choice: { type: "function", function: { name: "look" } },
+    parallel_tool_calls: false,
+    response_format: {
+      type: "json_schema",
+      json_schema: { name: "answer", schema: { type: "object" }, strict: true },
+    },
+    reasoning_effort: "low",
+    max_completion_tokens: 100,
+    stream: true,
+    stream_options: { include_usage: true },
+    logprobs: true,
+    top_logprobs: 3,
+    seed: 1,
+    stop: ["END"],
+    user: "u",
+    metadata: { k: "v" },
+    temperature: 0.5,
+    top_p: 1,
+    frequency_penalty: 0,
+    presence_penalty: 0,
+    prediction: { type: "content", content: "draft" },
+    service_tier: "auto",
+    store: false,
+  });
+  assert.equal(request.maxTokens, 100);
+  assert.equal(request.capParam, "max_completion_tokens");
+  assert.equal(request.includeUsage, true);
+  assert.equal(request.params.reasoning_effort, "low");
+  assert.equal(request.messages.length, 6);
+});
+
+Deno.test("malformed parts of the dialect get a 400 with the exact path", () => {
+  const user = { role: "user", content: "x" };
+  refused(
+    {
+      messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "ftp://x" } }] }],
+    },
+    "invalid_parameter",
+    "messages[0].content[0].image_url.url",
+  );
+  refused(
+    {
+      messages: [{
+        role: "user",
+        content: [{ type: "image_url", image_url: { url: "data:image/png;base64,aGVsbG8=" } }],
+      }],
+    },
+    "invalid_parameter",
+    "messages[0].content[0].image_url.url",
+  );
+  refused(
+    { messages: [{ role: "user", content: [{ type: "video", url: "x" }] }] },
+    "invalid_parameter",
+    "messages[0].content[0].type",
+  );
+  refused(
+    { messages: [{ role: "assistant", content: null }] },
+    "invalid_parameter",
+    "messages[0].content",
+  );
+  refused(
+    { messages: [{ role: "user", content: "x", color: "red" }] },
+    "invalid_parameter",
+    "messages[0].color",
+  );
+  refused(
+    { messages: [user], tools: [{ type: "function", function: { name: "has space" } }] },
+    "invalid_parameter",
+    "tools[0].function.name",
+  );
+  refused(
+    {
+      messages: [user],
+      tools: [{ type: "function", function: { name: "a" } }],
+      tool_choice: { type: "function", function: { name: "b" } },
+    },
+    "invalid_parameter",
+    "tool_choice.function.name",
+  );
+  refused({ messages: [user], tool_choice: "required" }, "invalid_parameter", "tool_choice");
+  refused(
+    { messages: [user], response_format: { type: "json_schema" } },
+    "invalid_parameter",
+    "response_format.json_schema",
+  );
+  refused(
+    { messages: [user], reasoning_effort: "extreme" },
+    "invalid_parameter",
+    "reasoning_effort",
+  );
+  refused({ messages: [user], top_logprobs: 2 }, "invalid_parameter", "top_logprobs");
+  refused({ messages: [user], temperature: 3 }, "invalid_parameter", "temperature");
+  refused({ messages: [user], colour: 1 }, "invalid_parameter", "colour");
+});
+
+Deno.test("tool messages must answer the calls of the assistant turn just before them, each of them", () => {
+  const call = (id: string) => ({ id, type: "function", function: { name: "f", arguments: "{}" } });
+  refused(
+    {
+      messages: [{ role: "user", content: "x" }, {
+        role: "tool",
+        tool_call_id: "c1",
+        content: "r",
+      }],
+    },
+    "invalid_parameter",
+    "messages[1].tool_call_id",
+  );
+  refused(
+    {
+      messages: [
+        { role: "user", content: "x" },
+        { role: "assistant", tool_calls: [call("c1"), call("c2")] },
+        { role: "tool", tool_call_id: "c1", content: "r" },
+        { role: "user", content: "y" },
+      ],
+    },
+    "invalid_parameter",
+    "messages[1].tool_calls",
+  );
+  refused(
+    {
+      messages: [
+        { role: "user", content: "x" },
+        { role: "assistant", tool_calls: [call("c1"), call("c1")] },
+      ],
+    },
+    "invalid_parameter",
+    "messages[1].tool_calls[1].id",
+  );
+});
+
+Deno.test("fields that would change the price are refused, not passed on unpriced", () => {
+  const messages = [{ role: "user", content: "x" }];
+  refused({ messages, service_tier: "priority" }, "unsupported_parameter", "service_tier");
+  refused({ messages, service_tier: "flex" }, "unsupported_parameter", "service_tier");
+  refused({ messages, modalities: ["text", "audio"] }, "unsupported_parameter", "modalities");
+  refused({ messages, audio: { voice: "alloy", format: "mp3" } }, "unsupported_parameter", "audio");
+  refused({ messages, web_search_options: {} }, "unsupported_parameter", "web_search_options");
+  refused({ messages, functions: [{ name: "f" }] }, "unsupported_parameter", "functions");
+});
+
+Deno.test("each provider kind refuses what it cannot honour, by an explicit list", () => {
+  const base = { model: "m/x", messages: [{ role: "user", content: "x" }] };
+  const check = (body: Record<string, unknown>, kind: "openai" | "anthropic", maxTokens = 2048) =>
+    assertSupported(parseChatRequest({ ...base, ...body }), [kind], maxTokens);
+  assert.doesNotThrow(() => check({ logprobs: true, top_logprobs: 2 }, "openai"));
+  assert.throws(
+    () => check({ logprobs: true }, "anthropic"),
+    (e) => e instanceof ApiError && e.param === "logprobs",
+  );
+  assert.throws(
+    () => check({ presence_penalty: 0.5 }, "anthropic"),
+    (e) => e instanceof ApiError && e.param === "presence_penalty",
+  );
+  assert.doesNotThrow(() =>
+    check({ presence_penalty: 0, seed: 4, metadata: { a: "b" } }, "anthropic")
+  );
+  assert.throws(
+    () => check({ reasoning_effort: "low" }, "anthropic", 1024),
+    (e) =>
+      e instanceof ApiError && e.code === "unsupported_parameter" && e.param === "reasoning_effort",
+  );
+  assert.throws(
+    () =>
+      check({
+        messages: [
+          { role: "user", content: "x" },
+          {
+            role: "assistant",
+            tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "[1]" } }],
+          },
+          { role: "tool", tool_call_id: "c", content: "y" },
+        ],
+      }, "anthropic"),
+    (e) => e instanceof ApiError && e.param === "messages[1].tool_calls[0].function.arguments",
+  );
+  for (const kind of ["openai", "anthropic"] as const) {
+    assert.throws(
+      () =>
+        check({
+          messages: [{
+            role: "user",
+            content: [{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }],
+          }],
+        }, kind),
+      (e) => e instanceof ApiError && e.param === "messages[0].content[0].type",
+    );
+  }
+});

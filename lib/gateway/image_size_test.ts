@@ -1,0 +1,119 @@
+import assert from "node:assert/strict";
+import { readImageSize } from "./image_size.ts";
+
+const dataUrl = (type: string, bytes: number[]) =>
+  `data:${type};base64,${btoa(String.fromCharCode(...bytes))}`;
+
+const be32 = (n: number) => [(n >>> 24) & 255, (n >>> 16) & 255, (n >>> 8) & 255, n & 255];
+const le16 = (n: number) => [n & 255, (n >>> 8) & 255];
+const le24 = (n: number) => [n & 255, (n >>> 8) & 255, (n >>> 16) & 255];
+const ascii = (s: string) => [...s].map((c) => c.charCodeAt(0));
+
+Deno.test("PNG, GIF, JPEG and WebP sizes are read from their headers", () => {
+  const png = [
+    0x89,
+    ...ascii("PNG\r\n\x1a\n"),
+    ...be32(13),
+    ...ascii("IHDR"),
+    ...be32(1920),
+    ...be32(1080),
+    8,
+    6,
+    0,
+    0,
+    0,
+  ];
+  assert.deepEqual(readImageSize(dataUrl("image/png", png)), {
+    width: 1920,
+    height: 1080,
+    mediaType: "image/png",
+  });
+
+  const gif = [...ascii("GIF89a"), ...le16(640), ...le16(480), 0, 0, 0];
+  assert.deepEqual(readImageSize(dataUrl("image/gif", gif)), {
+    width: 640,
+    height: 480,
+    mediaType: "image/gif",
+  });
+
+  // SOI, an APP0 segment to skip, then SOF0 with height 300 and width 400.
+  const jpeg = [
+    0xff,
+    0xd8,
+    0xff,
+    0xe0,
+    0,
+    16,
+    ...ascii("JFIF\0"),
+    1,
+    1,
+    0,
+    0,
+    1,
+    0,
+    1,
+    0,
+    0,
+    0xff,
+    0xc0,
+    0,
+    17,
+    8,
+    0x01,
+    0x2c,
+    0x01,
+    0x90,
+    3,
+    1,
+    0x22,
+    0,
+    2,
+    0x11,
+    1,
+    3,
+    0x11,
+    1,
+  ];
+  assert.deepEqual(readImageSize(dataUrl("image/jpeg", jpeg)), {
+    width: 400,
+    height: 300,
+    mediaType: "image/jpeg",
+  });
+
+  const vp8x = [
+    ...ascii("RIFF"),
+    ...be32(0),
+    ...ascii("WEBPVP8X"),
+    10,
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+    ...le24(2999),
+    ...le24(1999),
+    0,
+    0,
+  ];
+  assert.deepEqual(readImageSize(dataUrl("image/webp", vp8x)), {
+    width: 3000,
+    height: 2000,
+    mediaType: "image/webp",
+  });
+});
+
+Deno.test("what is not a readable image of its stated type is refused with the reason", () => {
+  assert.throws(() => readImageSize("data:image/png,notbase64"), /base64 data URL/);
+  assert.throws(() => readImageSize("data:image/png;base64,%%%"), /not valid base64/);
+  assert.throws(
+    () => readImageSize(dataUrl("image/png", ascii("hello world, not an image"))),
+    /not a PNG, JPEG, GIF or WebP/,
+  );
+  const gif = [...ascii("GIF89a"), ...le16(1), ...le16(1), 0, 0, 0];
+  assert.throws(
+    () => readImageSize(dataUrl("image/png", gif)),
+    /says image\/png but holds a image\/gif/,
+  );
+});

@@ -1,0 +1,175 @@
+/**
+ * Upper bounds of what a provider bills as input for a request: message text, tool calls and
+ * results, tool definitions, response schemas and images, by each provider's published rules.
+ * One function per provider kind; the same number serves the context check, the tokens-per-minute
+ * limit and the hold, so that the hold covers whatever the provider can bill.
+ */
+import type { Model } from "@/lib/catalog/mod.ts";
+import {
+  type ChatMessage,
+  type ChatRequest,
+  contentText,
+  type ProviderKind,
+  type ToolDefinition,
+} from "./chat_request.ts";
+import { claudeTokenBound } from "./claude_tokens.ts";
+import { readImageSize } from "./image_size.ts";
+import { countTextTokens } from "./tokens.ts";
+
+/** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
+const OPENAI_TOKENS_PER_MESSAGE = 4;
+const OPENAI_TOKENS_PER_REPLY = 3;
+/** The cookbook's overheads for function definitions (12 once, 7 per function) with room over. */
+const OPENAI_TOOLS_OVERHEAD = 16;
+const OPENAI_TOKENS_PER_TOOL = 10;
+const OPENAI_TOKENS_PER_TOOL_CALL = 10;
+const OPENAI_SCHEMA_OVERHEAD = 16;
+
+/** OpenAI's image rule: a 2048-px square box, then the short side to 768 px, in 512-px tiles. */
+const OPENAI_IMAGE_BOX = 2048;
+const OPENAI_IMAGE_SHORT_SIDE = 768;
+const OPENAI_TILE = 512;
+/** A picture twice as long as wide, the size that gives the most tiles after the scaling: 8. */
+const OPENAI_MAX_TILES = 8;
+
+/**
+ * Anthropic's framing is not published; its documented examples bill about a dozen tokens for a
+ * one-line message. These allowances sit above every count its documentation shows.
+ */
+const ANTHROPIC_TOKENS_PER_MESSAGE = 10;
+const ANTHROPIC_BASE_TOKENS = 20;
+/**
+ * The tool-use system prompt Anthropic adds when tools are offered: 346 tokens on current models,
+ * up to 530 on older ones (its pricing page lists them); the bound takes the largest with room.
+ */
+const ANTHROPIC_TOOLS_SYSTEM_PROMPT = 600;
+const ANTHROPIC_TOKENS_PER_TOOL_BLOCK = 20;
+/** Anthropic scales an image to fit 1568 px on its long edge and bills width × height / 750. */
+const ANTHROPIC_IMAGE_EDGE = 1568;
+const ANTHROPIC_PIXELS_PER_TOKEN = 750;
+
+export function openAiImageTokens(
+  size: { width: number; height: number } | null,
+  detail: "auto" | "low" | "high" | undefined,
+  model: Pick<Model, "imageBaseTokens" | "imageTileTokens">,
+): number {
+  if (detail === "low") return model.imageBaseTokens;
+  if (!size) return model.imageBaseTokens + model.imageTileTokens * OPENAI_MAX_TILES;
+  let { width, height } = size;
+  const box = Math.min(1, OPENAI_IMAGE_BOX / Math.max(width, height));
+  width *= box;
+  height *= box;
+  const short = Math.min(1, OPENAI_IMAGE_SHORT_SIDE / Math.min(width, height));
+  width *= short;
+  height *= short;
+  const tiles = Math.ceil(width / OPENAI_TILE) * Math.ceil(height / OPENAI_TILE);
+  return model.imageBaseTokens + model.imageTileTokens * tiles;
+}
+
+export function anthropicImageTokens(size: { width: number; height: number } | null): number {
+  const { width, height } = size ?? { width: ANTHROPIC_IMAGE_EDGE, height: ANTHROPIC_IMAGE_EDGE };
+  const scale = Math.min(1, ANTHROPIC_IMAGE_EDGE / Math.max(width, height));
+  // Rounded up at each step, so the bound never falls below the provider's own rounding.
+  const w = Math.ceil(width * scale);
+  const h = Math.ceil(height * scale);
+  return Math.ceil((w * h) / ANTHROPIC_PIXELS_PER_TOKEN);
+}
+
+function imageSizeOf(url: string): { width: number; height: number } | null {
+  return url.startsWith("data:") ? readImageSize(url) : null;
+}
+
+/** Tool definitions as the provider reads them (our cache_control extension is not sent). */
+function toolsJson(tools: readonly ToolDefinition[]): string {
+  return JSON.stringify(tools.map((t) => ({ type: t.type, function: t.function })));
+}
+
+function schemaJson(request: ChatRequest): string | null {
+  const format = request.params.response_format;
+  if (!format || format.type === "text") return null;
+  if (format.type === "json_object") return "{}";
+  return JSON.stringify(format.json_schema);
+}
+
+type TextCounter = (text: string) => number;
+
+function messageTextTokens(m: ChatMessage, count: TextCounter): number {
+  let tokens = count(contentText(m.content));
+  if ("name" in m && m.name) tokens += count(m.name) + 1;
+  if (m.role === "assistant") {
+    if (m.refusal) tokens += count(m.refusal);
+    for (const call of m.tool_calls ?? []) {
+      tokens += count(call.id) + count(call.function.name) + count(call.function.arguments);
+    }
+  }
+  if (m.role === "tool") tokens += count(m.tool_call_id);
+  return tokens;
+}
+
+/** The input OpenAI (or an OpenAI-compatible server with o200k counts) bills for this request. */
+export function openAiInputBound(request: ChatRequest, model: Model): number {
+  let total = OPENAI_TOKENS_PER_REPLY;
+  for (const m of request.messages) {
+    total += OPENAI_TOKENS_PER_MESSAGE + messageTextTokens(m, countTextTokens);
+    if (m.role === "assistant") total += OPENAI_TOKENS_PER_TOOL_CALL * (m.tool_calls?.length ?? 0);
+    if (m.role === "user" && Array.isArray(m.content)) {
+      for (const part of m.content) {
+        if (part.type !== "image_url") continue;
+        total += openAiImageTokens(imageSizeOf(part.image_url.url), part.image_url.detail, model);
+      }
+    }
+  }
+  const tools = request.params.tools ?? [];
+  if (tools.length) {
+    total += OPENAI_TOOLS_OVERHEAD + OPENAI_TOKENS_PER_TOOL * tools.length +
+      countTextTokens(toolsJson(tools));
+  }
+  const schema = schemaJson(request);
+  if (schema !== null) total += OPENAI_SCHEMA_OVERHEAD + countTextTokens(schema);
+  return total;
+}
+
+/** The input Anthropic bills for this request translated to a Messages request. */
+export function anthropicInputBound(request: ChatRequest): number {
+  let total = ANTHROPIC_BASE_TOKENS;
+  for (const m of request.messages) {
+    total += ANTHROPIC_TOKENS_PER_MESSAGE + messageTextTokens(m, claudeTokenBound);
+    if (m.role === "assistant") {
+      total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * (m.tool_calls?.length ?? 0);
+    }
+    if (m.role === "tool") total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK;
+    if (m.role === "user" && Array.isArray(m.content)) {
+      for (const part of m.content) {
+        if (part.type !== "image_url") continue;
+        total += anthropicImageTokens(imageSizeOf(part.image_url.url));
+      }
+    }
+  }
+  const tools = request.params.tools ?? [];
+  const schema = schemaJson(request);
+  if (tools.length || schema !== null) total += ANTHROPIC_TOOLS_SYSTEM_PROMPT;
+  if (tools.length) {
+    total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * tools.length + claudeTokenBound(toolsJson(tools));
+  }
+  if (schema !== null) total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK + claudeTokenBound(schema);
+  return total;
+}
+
+/** The bound for one provider kind; the simulator bills by OpenAI's rules. */
+export function inputBound(kind: ProviderKind, request: ChatRequest, model: Model): number {
+  return kind === "anthropic" ? anthropicInputBound(request) : openAiInputBound(request, model);
+}
+
+/** Output a provider produced, counted by us when it reports none (a cut or abandoned stream). */
+export function outputBound(kind: ProviderKind, text: string): number {
+  return kind === "anthropic" ? claudeTokenBound(text) : countTextTokens(text);
+}
+
+/**
+ * Output the upstream may bill beyond the cap: OpenAI bills rejected predicted-output tokens as
+ * completion tokens, and those are at most the prediction itself.
+ */
+export function extraOutputBound(request: ChatRequest): number {
+  const prediction = request.params.prediction;
+  return prediction ? countTextTokens(contentText(prediction.content)) : 0;
+}

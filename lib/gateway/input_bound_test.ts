@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { parseChatRequest } from "./chat_request.ts";
+import {
+  anthropicImageTokens,
+  anthropicInputBound,
+  extraOutputBound,
+  openAiImageTokens,
+  openAiInputBound,
+} from "./input_bound.ts";
+import { countPromptTokens, countTextTokens } from "./tokens.ts";
+import { testModel } from "./providers/test_support.ts";
+
+const gpt = testModel("openai", "gpt-4o");
+const request = (body: Record<string, unknown>) => parseChatRequest({ model: "p/m", ...body });
+
+Deno.test("OpenAI images follow its vision guide: 85 per image plus 170 per 512-px tile after scaling", () => {
+  // The guide's worked examples.
+  assert.equal(openAiImageTokens({ width: 1024, height: 1024 }, "high", gpt), 765);
+  assert.equal(openAiImageTokens({ width: 2048, height: 4096 }, "high", gpt), 1105);
+  assert.equal(openAiImageTokens({ width: 4096, height: 8192 }, "low", gpt), 85);
+  // Unknown size: the most any image can cost (8 tiles).
+  assert.equal(openAiImageTokens(null, "auto", gpt), 85 + 8 * 170);
+  const mini = testModel("openai", "gpt-4o-mini", {
+    image_base_tokens: 2833,
+    image_tile_tokens: 5667,
+  });
+  assert.equal(openAiImageTokens({ width: 1024, height: 1024 }, "high", mini), 2833 + 4 * 5667);
+});
+
+Deno.test("Anthropic images cost width × height / 750 after fitting 1568 px; unknown sizes the most", () => {
+  assert.equal(anthropicImageTokens({ width: 1000, height: 1000 }), 1334);
+  assert.equal(anthropicImageTokens({ width: 3136, height: 1568 }), Math.ceil(1568 * 784 / 750));
+  assert.equal(anthropicImageTokens(null), Math.ceil(1568 * 1568 / 750));
+});
+
+Deno.test("the OpenAI bound is the text count for plain chats and grows with tools, schemas and calls", () => {
+  const messages = [{ role: "user", content: "Hello there" }];
+  assert.equal(
+    openAiInputBound(request({ messages }), gpt),
+    countPromptTokens([{ content: "Hello there" }]),
+  );
+  const tools = [{
+    type: "function",
+    function: { name: "lookup", description: "x ".repeat(2000), parameters: { type: "object" } },
+  }];
+  const withTools = openAiInputBound(request({ messages, tools }), gpt);
+  assert.ok(withTools > countTextTokens("x ".repeat(2000)), `${withTools}`);
+  const schema = {
+    type: "object",
+    properties: { answer: { type: "string", description: "y ".repeat(500) } },
+  };
+  const withSchema = openAiInputBound(
+    request({
+      messages,
+      response_format: { type: "json_schema", json_schema: { name: "a", schema } },
+    }),
+    gpt,
+  );
+  assert.ok(withSchema > countTextTokens("y ".repeat(500)));
+  const call = openAiInputBound(
+    request({
+      messages: [
+        ...messages,
+        {
+          role: "assistant",
+          tool_calls: [{
+            id: "c1",
+            type: "function",
+            function: { name: "lookup", arguments: '{"q":"' + "z ".repeat(300) + '"}' },
+          }],
+        },
+        { role: "tool", tool_call_id: "c1", content: "w ".repeat(300) },
+      ],
+      tools,
+    }),
+    gpt,
+  );
+  assert.ok(call > withTools + 600);
+});
+
+Deno.test("the Anthropic bound counts UTF-8 bytes of text, the tool prompt and images", () => {
+  const gujarati = "ગુજરાતી ભાષા";
+  const plain = anthropicInputBound(request({ messages: [{ role: "user", content: gujarati }] }));
+  assert.ok(plain >= new TextEncoder().encode(gujarati).length);
+  const tools = anthropicInputBound(request({
+    messages: [{ role: "user", content: gujarati }],
+    tools: [{ type: "function", function: { name: "t" } }],
+  }));
+  assert.ok(tools - plain >= 530, "the largest documented tool-use system prompt");
+  const image = anthropicInputBound(request({
+    messages: [{
+      role: "user",
+      content: [{ type: "image_url", image_url: { url: "https://example.com/a.png" } }],
+    }],
+  }));
+  assert.ok(image >= anthropicImageTokens(null));
+});
+
+Deno.test("a prediction adds its tokens to the output the hold covers", () => {
+  const messages = [{ role: "user", content: "Edit this" }];
+  const code = "const x = 1;\n".repeat(20);
+  assert.equal(
+    extraOutputBound(request({ messages, prediction: { type: "content", content: code } })),
+    countTextTokens(code),
+  );
+  assert.equal(extraOutputBound(request({ messages })), 0);
+});

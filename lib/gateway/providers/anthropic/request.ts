@@ -1,0 +1,258 @@
+/**
+ * The request converter of the Anthropic kind: a chat-completions request as a Messages request.
+ * System and developer messages become `system`; tool calls become `tool_use` blocks and tool
+ * messages `tool_result` blocks in a user turn; images become image blocks; turns of one role are
+ * merged, as Messages wants them to alternate; `response_format` becomes a forced tool whose input
+ * is the answer; `reasoning_effort` becomes extended thinking with a budget.
+ */
+import {
+  type ChatMessage,
+  type ChatRequest,
+  contentText,
+  type TextContentPart,
+} from "../../chat_request.ts";
+import { parseImageDataUrl } from "../../image_size.ts";
+import type { UpstreamRequest } from "../types.ts";
+
+type Block = Record<string, unknown> & { type: string };
+interface Turn {
+  role: "user" | "assistant";
+  blocks: Block[];
+}
+
+/** Anthropic's least thinking budget. */
+export const MIN_THINKING_BUDGET = 1024;
+
+/** Thinking budgets per reasoning effort, before the cap leaves room for the answer. */
+const THINKING_BUDGET: Record<string, number> = {
+  minimal: 1024,
+  low: 2048,
+  medium: 8192,
+  high: 24576,
+  xhigh: 32768,
+};
+
+/** The thinking budget of a request, or null when it asks for no thinking (or cannot have it). */
+export function thinkingBudget(request: ChatRequest, maxTokens: number): number | null {
+  const effort = request.params.reasoning_effort;
+  if (!effort || effort === "none") return null;
+  // Thinking that continues a tool call needs the thinking block the model signed, which the
+  // compatible format cannot carry back: such a turn runs without thinking.
+  if (continuesToolTurn(request.messages)) return null;
+  return Math.max(MIN_THINKING_BUDGET, Math.min(THINKING_BUDGET[effort], maxTokens - 1));
+}
+
+function continuesToolTurn(messages: readonly ChatMessage[]): boolean {
+  const last = messages.findLast((m) => m.role !== "tool");
+  return messages.at(-1)?.role === "tool" && last?.role === "assistant";
+}
+
+/** The tool standing in for `response_format`, whose input is the answer; null without one. */
+export function responseTool(request: ChatRequest): { name: string; schema: unknown } | null {
+  const format = request.params.response_format;
+  if (!format || format.type === "text") return null;
+  const taken = new Set((request.params.tools ?? []).map((t) => t.function.name));
+  let name = format.type === "json_schema" ? format.json_schema.name : "json_response";
+  while (taken.has(name)) name += "_response";
+  const schema = format.type === "json_schema"
+    ? format.json_schema.schema ?? { type: "object" }
+    : { type: "object" };
+  return { name, schema };
+}
+
+function textBlock(part: TextContentPart): Block | null {
+  if (part.text === "") return null;
+  return part.cache_control
+    ? { type: "text", text: part.text, cache_control: part.cache_control }
+    : { type: "text", text: part.text };
+}
+
+function textBlocks(content: ChatMessage["content"]): Block[] {
+  if (content === null || content === undefined) return [];
+  if (typeof content === "string") return content ? [{ type: "text", text: content }] : [];
+  const out: Block[] = [];
+  for (const part of content) {
+    if (part.type === "text") {
+      const block = textBlock(part);
+      if (block) out.push(block);
+    } else if (part.type === "refusal" && part.refusal) {
+      out.push({ type: "text", text: part.refusal });
+    }
+  }
+  return out;
+}
+
+function userBlocks(m: Extract<ChatMessage, { role: "user" }>): Block[] {
+  if (typeof m.content === "string") return textBlocks(m.content);
+  const out: Block[] = [];
+  for (const part of m.content) {
+    if (part.type === "text") {
+      const block = textBlock(part);
+      if (block) out.push(block);
+    } else if (part.type === "image_url") {
+      const url = part.image_url.url;
+      if (url.startsWith("data:")) {
+        const { mediaType, base64 } = parseImageDataUrl(url);
+        out.push({
+          type: "image",
+          source: {
+            type: "base64",
+            media_type: mediaType === "image/jpg" ? "image/jpeg" : mediaType,
+            data: base64,
+          },
+        });
+      } else {
+        out.push({ type: "image", source: { type: "url", url } });
+      }
+    }
+    // Audio and file parts are refused before the request gets here (assertSupported).
+  }
+  return out;
+}
+
+function assistantBlocks(m: Extract<ChatMessage, { role: "assistant" }>): Block[] {
+  const out = textBlocks(m.content);
+  if (out.length === 0 && m.refusal) out.push({ type: "text", text: m.refusal });
+  for (const call of m.tool_calls ?? []) {
+    out.push({
+      type: "tool_use",
+      id: call.id,
+      name: call.function.name,
+      input: toolInput(call.function.arguments),
+    });
+  }
+  return out;
+}
+
+/** Arguments are checked to be a JSON object before the request is accepted (assertSupported). */
+function toolInput(args: string): Record<string, unknown> {
+  if (args.trim() === "") return {};
+  return JSON.parse(args);
+}
+
+/** The conversation as alternating turns; tool results open the user turn they belong to. */
+function turns(messages: readonly ChatMessage[]): Turn[] {
+  const out: Turn[] = [];
+  const push = (role: Turn["role"], blocks: Block[]) => {
+    const last = out.at(-1);
+    if (last && last.role === role) {
+      // Tool results come first in a user turn, as Messages requires.
+      if (blocks[0]?.type === "tool_result") {
+        const firstOther = last.blocks.findIndex((b) => b.type !== "tool_result");
+        if (firstOther !== -1) {
+          last.blocks.splice(firstOther, 0, ...blocks);
+          return;
+        }
+      }
+      last.blocks.push(...blocks);
+    } else out.push({ role, blocks });
+  };
+  for (const m of messages) {
+    switch (m.role) {
+      case "system":
+      case "developer":
+        break;
+      case "user":
+        push("user", userBlocks(m));
+        break;
+      case "assistant":
+        push("assistant", assistantBlocks(m));
+        break;
+      case "tool":
+        push("user", [{
+          type: "tool_result",
+          tool_use_id: m.tool_call_id,
+          content: contentText(m.content),
+        }]);
+        break;
+    }
+  }
+  return out;
+}
+
+/** A turn of plain text is sent as one string, as clients write it; anything else as blocks. */
+function turnContent(turn: Turn): string | Block[] {
+  if (turn.blocks.length === 0) return "";
+  const plain = turn.blocks.every((b) => b.type === "text" && !b.cache_control);
+  return plain ? turn.blocks.map((b) => b.text as string).join("\n\n") : turn.blocks;
+}
+
+function systemPrompt(messages: readonly ChatMessage[]): string | Block[] | undefined {
+  const blocks: Block[] = [];
+  for (const m of messages) {
+    if (m.role === "system" || m.role === "developer") blocks.push(...textBlocks(m.content));
+  }
+  if (blocks.length === 0) return undefined;
+  return blocks.some((b) => b.cache_control)
+    ? blocks
+    : blocks.map((b) => b.text as string).join("\n\n");
+}
+
+/** The Messages request for a compatible one. */
+export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<string, unknown> {
+  const { request } = up;
+  const p = request.params;
+  const body: Record<string, unknown> = {
+    model: up.model.upstreamModel,
+    max_tokens: up.maxTokens,
+    messages: turns(request.messages).map((t) => ({ role: t.role, content: turnContent(t) })),
+  };
+  const system = systemPrompt(request.messages);
+  if (system !== undefined) body.system = system;
+  if (typeof p.stop === "string") body.stop_sequences = [p.stop];
+  else if (Array.isArray(p.stop) && p.stop.length) body.stop_sequences = p.stop;
+  // Anthropic's temperature runs from 0 to 1; OpenAI's to 2.
+  if (typeof p.temperature === "number") body.temperature = Math.min(1, p.temperature);
+  if (typeof p.top_p === "number") body.top_p = p.top_p;
+  if (typeof p.top_k === "number") body.top_k = p.top_k;
+  if (typeof p.user === "string") body.metadata = { user_id: p.user };
+
+  const budget = thinkingBudget(request, up.maxTokens);
+  if (budget !== null) body.thinking = { type: "enabled", budget_tokens: budget };
+
+  const tools: Record<string, unknown>[] = (p.tools ?? []).map((t) => ({
+    name: t.function.name,
+    ...(t.function.description ? { description: t.function.description } : {}),
+    input_schema: t.function.parameters ?? { type: "object", properties: {} },
+    ...(t.cache_control ? { cache_control: t.cache_control } : {}),
+  }));
+  const answerTool = responseTool(request);
+  if (answerTool) {
+    tools.push({
+      name: answerTool.name,
+      description: "Answer with this tool: its input is the response, in the requested format.",
+      input_schema: answerTool.schema,
+    });
+  }
+  if (tools.length) body.tools = tools;
+  const choice = toolChoice(request, answerTool?.name ?? null, budget !== null);
+  if (choice) body.tool_choice = choice;
+  if (stream) body.stream = true;
+  return body;
+}
+
+function toolChoice(
+  request: ChatRequest,
+  answerTool: string | null,
+  thinking: boolean,
+): Record<string, unknown> | null {
+  const p = request.params;
+  const noParallel = p.parallel_tool_calls === false ? { disable_parallel_tool_use: true } : {};
+  const choice = p.tool_choice;
+  if (answerTool && choice !== "none") {
+    // Thinking allows only auto; otherwise the answer tool is forced (or any tool, with others).
+    if (thinking) return { type: "auto", ...noParallel };
+    if (!p.tools?.length) return { type: "tool", name: answerTool, ...noParallel };
+    if (choice && typeof choice === "object") {
+      return { type: "tool", name: choice.function.name, ...noParallel };
+    }
+    return { type: "any", ...noParallel };
+  }
+  if (!p.tools?.length) return null;
+  if (choice === "none") return { type: "none" };
+  if (choice === "required") return { type: "any", ...noParallel };
+  if (choice && typeof choice === "object") {
+    return { type: "tool", name: choice.function.name, ...noParallel };
+  }
+  return { type: "auto", ...noParallel };
+}

@@ -1,0 +1,178 @@
+import assert from "node:assert/strict";
+import { testModel, upstreamRequest } from "../test_support.ts";
+import { messagesRequest, thinkingBudget } from "./request.ts";
+
+const claude = testModel("anthropic", "claude-sonnet-4-5");
+const PNG_1x1 =
+  "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+Deno.test("a tool round trip becomes tool_use blocks and tool_result blocks in one user turn", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [
+        { role: "developer", content: "Use the tools." },
+        { role: "user", content: "Weather and time in Paris?" },
+        {
+          role: "assistant",
+          content: "",
+          tool_calls: [
+            {
+              id: "call_a",
+              type: "function",
+              function: { name: "weather", arguments: '{"city":"Paris"}' },
+            },
+            { id: "call_b", type: "function", function: { name: "time", arguments: "{}" } },
+          ],
+        },
+        { role: "tool", tool_call_id: "call_a", content: "sunny" },
+        { role: "tool", tool_call_id: "call_b", content: [{ type: "text", text: "noon" }] },
+        { role: "user", content: "Thanks. Summarise." },
+      ],
+      tools: [
+        {
+          type: "function",
+          function: {
+            name: "weather",
+            description: "Weather of a city",
+            parameters: { type: "object", properties: { city: { type: "string" } } },
+          },
+        },
+        { type: "function", function: { name: "time" } },
+      ],
+      tool_choice: "required",
+      parallel_tool_calls: false,
+    }, 1000),
+    false,
+  );
+  assert.deepEqual(body, {
+    model: "claude-sonnet-4-5",
+    max_tokens: 1000,
+    system: "Use the tools.",
+    messages: [
+      { role: "user", content: "Weather and time in Paris?" },
+      {
+        role: "assistant",
+        content: [
+          { type: "tool_use", id: "call_a", name: "weather", input: { city: "Paris" } },
+          { type: "tool_use", id: "call_b", name: "time", input: {} },
+        ],
+      },
+      {
+        role: "user",
+        content: [
+          { type: "tool_result", tool_use_id: "call_a", content: "sunny" },
+          { type: "tool_result", tool_use_id: "call_b", content: "noon" },
+          { type: "text", text: "Thanks. Summarise." },
+        ],
+      },
+    ],
+    tools: [
+      {
+        name: "weather",
+        description: "Weather of a city",
+        input_schema: { type: "object", properties: { city: { type: "string" } } },
+      },
+      { name: "time", input_schema: { type: "object", properties: {} } },
+    ],
+    tool_choice: { type: "any", disable_parallel_tool_use: true },
+  });
+});
+
+Deno.test("tool_choice none, auto and a named tool map to Anthropic's", () => {
+  const tools = [{ type: "function", function: { name: "w" } }];
+  const messages = [{ role: "user", content: "x" }];
+  const choice = (tool_choice: unknown) =>
+    messagesRequest(upstreamRequest(claude, { messages, tools, tool_choice }), false).tool_choice;
+  assert.deepEqual(choice("none"), { type: "none" });
+  assert.deepEqual(choice("auto"), { type: "auto" });
+  assert.deepEqual(choice({ type: "function", function: { name: "w" } }), {
+    type: "tool",
+    name: "w",
+  });
+});
+
+Deno.test("images become image blocks: base64 from data URLs, url sources from https", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [{
+        role: "user",
+        content: [
+          { type: "text", text: "Compare", cache_control: { type: "ephemeral" } },
+          { type: "image_url", image_url: { url: PNG_1x1, detail: "high" } },
+          { type: "image_url", image_url: { url: "https://example.com/cat.jpg" } },
+        ],
+      }],
+    }),
+    false,
+  );
+  assert.deepEqual((body.messages as { content: unknown }[])[0].content, [
+    { type: "text", text: "Compare", cache_control: { type: "ephemeral" } },
+    {
+      type: "image",
+      source: { type: "base64", media_type: "image/png", data: PNG_1x1.split(",")[1] },
+    },
+    { type: "image", source: { type: "url", url: "https://example.com/cat.jpg" } },
+  ]);
+});
+
+Deno.test("json_schema becomes a forced tool whose input is the answer", () => {
+  const schema = { type: "object", properties: { name: { type: "string" } }, required: ["name"] };
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [{ role: "user", content: "Who?" }],
+      response_format: {
+        type: "json_schema",
+        json_schema: { name: "person", schema, strict: true },
+      },
+    }),
+    false,
+  );
+  assert.deepEqual(body.tools, [{
+    name: "person",
+    description: "Answer with this tool: its input is the response, in the requested format.",
+    input_schema: schema,
+  }]);
+  assert.deepEqual(body.tool_choice, { type: "tool", name: "person" });
+});
+
+Deno.test("reasoning_effort becomes extended thinking with a budget below the cap", () => {
+  const messages = [{ role: "user", content: "Think." }];
+  const think = (effort: string, cap: number) =>
+    messagesRequest(upstreamRequest(claude, { messages, reasoning_effort: effort }, cap), false)
+      .thinking;
+  assert.deepEqual(think("low", 16000), { type: "enabled", budget_tokens: 2048 });
+  assert.deepEqual(think("high", 16000), { type: "enabled", budget_tokens: 15999 });
+  assert.deepEqual(think("medium", 2048), { type: "enabled", budget_tokens: 2047 });
+  assert.equal(think("none", 16000), undefined);
+});
+
+Deno.test("a turn that answers tool calls runs without thinking: the signed thinking block cannot come back", () => {
+  const request = upstreamRequest(claude, {
+    messages: [
+      { role: "user", content: "x" },
+      {
+        role: "assistant",
+        tool_calls: [{ id: "c", type: "function", function: { name: "w", arguments: "{}" } }],
+      },
+      { role: "tool", tool_call_id: "c", content: "y" },
+    ],
+    tools: [{ type: "function", function: { name: "w" } }],
+    reasoning_effort: "high",
+  }, 8000);
+  assert.equal(thinkingBudget(request.request, 8000), null);
+});
+
+Deno.test("Anthropic's temperature is capped at 1; user becomes metadata.user_id; seed is dropped", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [{ role: "user", content: "x" }],
+      temperature: 1.7,
+      user: "u-9",
+      seed: 1,
+    }),
+    false,
+  );
+  assert.equal(body.temperature, 1);
+  assert.deepEqual(body.metadata, { user_id: "u-9" });
+  assert.equal("seed" in body, false);
+});

@@ -1,0 +1,141 @@
+/**
+ * The stream converter of the Anthropic kind: Messages events as chat.completion.chunks, streamed
+ * the way OpenAI streams them. A `tool_use` block opens a tool call (`index`, `id`, `type`,
+ * `function.name`, empty arguments) and its `input_json_delta`s follow as `function.arguments`
+ * pieces; thinking arrives as `reasoning_content`; the answer tool's input streams as content.
+ */
+import { usageObject } from "../usage.ts";
+import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
+import {
+  type Counts,
+  finishReasonWithTools,
+  mergeCounts,
+  NO_COUNTS,
+  promptTokensOf,
+  usageOfCounts,
+} from "./response.ts";
+
+export interface AnthropicStreamMeta {
+  requestId: string;
+  upstreamModel: string;
+  answerTool: string | null;
+}
+
+type Delta = ChatCompletionChunk["choices"][number]["delta"];
+
+export async function* anthropicStreamParts(
+  events: AsyncIterable<{ event: string | null; data: string }>,
+  meta: AnthropicStreamMeta,
+  onEvent: () => void = () => {},
+): AsyncGenerator<StreamPart> {
+  let id = `msg-${meta.requestId}`;
+  const created = Math.floor(Date.now() / 1000);
+  const chunk = (delta: Delta, finish: string | null = null): StreamPart => ({
+    type: "chunk",
+    chunk: {
+      id,
+      object: "chat.completion.chunk",
+      created,
+      model: meta.upstreamModel,
+      choices: [{ index: 0, delta, finish_reason: finish }],
+    },
+  });
+  let counts: Counts = NO_COUNTS;
+  let stopped = false;
+  /** Content block index -> what it streams: a tool call's index, the answer, or nothing. */
+  const blocks = new Map<number, { kind: "tool"; index: number } | { kind: "answer" }>();
+  let toolCalls = 0;
+  for await (const event of events) {
+    onEvent();
+    let json: Record<string, unknown>;
+    try {
+      json = JSON.parse(event.data);
+    } catch (cause) {
+      throw new ProviderError("malformed_response", "upstream sent an event that is not JSON", {
+        cause,
+      });
+    }
+    if (!json || typeof json !== "object") continue;
+    switch (json.type ?? event.event) {
+      case "message_start": {
+        const message = (json.message ?? {}) as Record<string, unknown>;
+        if (typeof message.id === "string") id = message.id;
+        counts = mergeCounts(counts, message.usage);
+        const prompt = promptTokensOf(counts);
+        if (prompt !== null) yield { type: "prompt_tokens", promptTokens: prompt };
+        yield chunk({ role: "assistant", content: "" });
+        break;
+      }
+      case "content_block_start": {
+        const block = json.content_block as Record<string, unknown> | undefined;
+        const index = Number(json.index);
+        if (block?.type !== "tool_use" || typeof block.name !== "string") break;
+        if (block.name === meta.answerTool) {
+          blocks.set(index, { kind: "answer" });
+          break;
+        }
+        const call = toolCalls++;
+        blocks.set(index, { kind: "tool", index: call });
+        yield chunk({
+          tool_calls: [{
+            index: call,
+            id: typeof block.id === "string" ? block.id : `toolu_${call}`,
+            type: "function",
+            function: { name: block.name, arguments: "" },
+          }],
+        });
+        break;
+      }
+      case "content_block_delta": {
+        const delta = json.delta as Record<string, unknown> | undefined;
+        if (delta?.type === "text_delta" && typeof delta.text === "string" && delta.text) {
+          yield chunk({ content: delta.text });
+        } else if (delta?.type === "thinking_delta" && typeof delta.thinking === "string") {
+          if (delta.thinking) yield chunk({ reasoning_content: delta.thinking });
+        } else if (
+          delta?.type === "input_json_delta" && typeof delta.partial_json === "string" &&
+          delta.partial_json
+        ) {
+          const target = blocks.get(Number(json.index));
+          if (target?.kind === "answer") yield chunk({ content: delta.partial_json });
+          else if (target?.kind === "tool") {
+            yield chunk({
+              tool_calls: [{ index: target.index, function: { arguments: delta.partial_json } }],
+            });
+          }
+        }
+        break;
+      }
+      case "message_delta": {
+        counts = mergeCounts(counts, json.usage);
+        const stopReason = (json.delta as { stop_reason?: unknown } | undefined)?.stop_reason;
+        if (stopReason) {
+          yield chunk({}, finishReasonWithTools(stopReason, toolCalls));
+          // The final counts are known now: a stream cut before message_stop still bills them.
+          const usage = usageOfCounts(counts);
+          if (usage) yield { type: "usage", usage, raw: usageObject(usage) };
+        }
+        break;
+      }
+      case "message_stop":
+        stopped = true;
+        break;
+      case "error":
+        throw new ProviderError("stream_cut", `upstream error in stream: ${errorText(json.error)}`);
+      default: // ping, content_block_stop, signature deltas, and event types added later
+        break;
+    }
+    if (stopped) break;
+  }
+  if (!stopped) throw new ProviderError("stream_cut", "upstream stream ended before message_stop");
+  const usage = usageOfCounts(counts);
+  if (usage) yield { type: "usage", usage, raw: usageObject(usage) };
+}
+
+function errorText(error: unknown): string {
+  if (error && typeof error === "object") {
+    const e = error as { type?: unknown; message?: unknown };
+    return [e.type, e.message].filter((x) => typeof x === "string").join(": ") || "unknown";
+  }
+  return String(error);
+}

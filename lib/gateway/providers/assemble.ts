@@ -1,0 +1,119 @@
+/**
+ * A streamed answer assembled into one chat.completion, as a client library assembles it: content,
+ * refusal and reasoning concatenated, tool calls merged by `index` (id and name from the first
+ * fragment, arguments from all), logprobs appended, the last finish reason and the usage kept.
+ * It lets a non-streamed request be served from a streamed upstream call.
+ */
+import type { ChatCompletion, CompletionResult, StreamPart, UsageObject } from "./types.ts";
+import type { Usage } from "@/lib/catalog/mod.ts";
+
+interface ToolCallDraft {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
+}
+
+interface ChoiceDraft {
+  index: number;
+  content: string | null;
+  refusal: string | null;
+  reasoning: string | null;
+  toolCalls: Map<number, ToolCallDraft>;
+  logprobs: { content: unknown[] | null; refusal: unknown[] | null } | null;
+  finishReason: string | null;
+}
+
+function append(previous: string | null, piece: unknown): string | null {
+  return typeof piece === "string" ? (previous ?? "") + piece : previous;
+}
+
+export async function assembleCompletion(
+  parts: AsyncIterable<StreamPart>,
+): Promise<CompletionResult & { promptTokens: number | null }> {
+  const choices = new Map<number, ChoiceDraft>();
+  let meta: { id: string; created: number; model: string } | null = null;
+  let extra: Record<string, unknown> = {};
+  let usage: Usage | null = null;
+  let usageObject: UsageObject | null = null;
+  let promptTokens: number | null = null;
+  for await (const part of parts) {
+    if (part.type === "usage") {
+      usage = part.usage;
+      usageObject = part.raw ?? null;
+      continue;
+    }
+    if (part.type === "prompt_tokens") {
+      promptTokens = part.promptTokens;
+      continue;
+    }
+    const { id, created, model, choices: chunkChoices, object: _o, usage: _u, ...rest } =
+      part.chunk;
+    meta ??= { id, created, model };
+    extra = { ...extra, ...rest };
+    for (const c of chunkChoices) {
+      let draft = choices.get(c.index);
+      if (!draft) {
+        draft = {
+          index: c.index,
+          content: null,
+          refusal: null,
+          reasoning: null,
+          toolCalls: new Map(),
+          logprobs: null,
+          finishReason: null,
+        };
+        choices.set(c.index, draft);
+      }
+      const d = c.delta ?? {};
+      draft.content = append(draft.content, d.content);
+      draft.refusal = append(draft.refusal, d.refusal);
+      draft.reasoning = append(draft.reasoning, d.reasoning_content ?? d.reasoning);
+      if (Array.isArray(d.tool_calls)) {
+        for (const raw of d.tool_calls as Record<string, unknown>[]) {
+          const index = typeof raw.index === "number" ? raw.index : draft.toolCalls.size;
+          const fn = (raw.function ?? {}) as { name?: unknown; arguments?: unknown };
+          const call = draft.toolCalls.get(index) ??
+            { id: "", type: "function" as const, function: { name: "", arguments: "" } };
+          if (typeof raw.id === "string" && raw.id) call.id = raw.id;
+          if (typeof fn.name === "string") call.function.name += fn.name;
+          if (typeof fn.arguments === "string") call.function.arguments += fn.arguments;
+          draft.toolCalls.set(index, call);
+        }
+      }
+      const logprobs = c.logprobs as { content?: unknown; refusal?: unknown } | null | undefined;
+      if (logprobs) {
+        draft.logprobs ??= { content: null, refusal: null };
+        if (Array.isArray(logprobs.content)) {
+          draft.logprobs.content = [...(draft.logprobs.content ?? []), ...logprobs.content];
+        }
+        if (Array.isArray(logprobs.refusal)) {
+          draft.logprobs.refusal = [...(draft.logprobs.refusal ?? []), ...logprobs.refusal];
+        }
+      }
+      if (c.finish_reason) draft.finishReason = c.finish_reason;
+    }
+  }
+  const completion: ChatCompletion = {
+    ...extra,
+    id: meta?.id ?? "",
+    object: "chat.completion",
+    created: meta?.created ?? Math.floor(Date.now() / 1000),
+    model: meta?.model ?? "",
+    choices: [...choices.values()].sort((a, b) => a.index - b.index).map((d) => ({
+      index: d.index,
+      message: {
+        role: "assistant",
+        content: d.content,
+        ...(d.refusal !== null ? { refusal: d.refusal } : {}),
+        ...(d.reasoning !== null ? { reasoning_content: d.reasoning } : {}),
+        ...(d.toolCalls.size
+          ? { tool_calls: [...d.toolCalls.entries()].sort(([a], [b]) => a - b).map(([, c]) => c) }
+          : {}),
+      },
+      logprobs: d.logprobs,
+      finish_reason: d.finishReason,
+    })),
+  };
+  if (usageObject) completion.usage = usageObject;
+  return { completion, usage, promptTokens };
+}

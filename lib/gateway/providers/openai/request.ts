@@ -1,0 +1,51 @@
+/** The request converter of the OpenAI kind: the client's body, faithfully, with our cap. */
+import type { Model } from "@/lib/catalog/mod.ts";
+import type { ChatMessage } from "../../chat_request.ts";
+import type { UpstreamRequest } from "../types.ts";
+
+/**
+ * OpenAI's reasoning models (the o-series and GPT-5) refuse `max_tokens`; every other compatible
+ * server knows `max_tokens`, while not all know `max_completion_tokens`.
+ */
+export function outputCapParam(
+  model: Pick<Model, "outputCapParam" | "upstreamModel">,
+  clientParam: "max_tokens" | "max_completion_tokens" | null,
+): "max_tokens" | "max_completion_tokens" {
+  if (model.outputCapParam) return model.outputCapParam;
+  if (/^(o\d|gpt-5)/.test(model.upstreamModel)) return "max_completion_tokens";
+  return clientParam ?? "max_tokens";
+}
+
+/** The message as the client sent it, without what only Tollbooth or other kinds read. */
+function upstreamMessage(m: ChatMessage): Record<string, unknown> {
+  if (m.role === "assistant") {
+    const { reasoning_content: _reasoning, ...rest } = m;
+    return { ...rest, content: stripCacheControl(rest.content) };
+  }
+  return { ...m, content: stripCacheControl(m.content) };
+}
+
+function stripCacheControl<T>(content: T): T {
+  if (!Array.isArray(content)) return content;
+  return content.map((part) => {
+    if (!part || typeof part !== "object" || !("cache_control" in part)) return part;
+    const { cache_control: _cc, ...rest } = part;
+    return rest;
+  }) as T;
+}
+
+/** The body for `POST {base_url}/chat/completions`: only `model`, the cap and usage are ours. */
+export function openAiRequestBody(up: UpstreamRequest, stream: boolean): Record<string, unknown> {
+  const { stream_options: streamOptions, tools, ...params } = up.request.params;
+  const body: Record<string, unknown> = {
+    ...params,
+    model: up.model.upstreamModel,
+    messages: up.request.messages.map(upstreamMessage),
+  };
+  if (tools) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
+  body[outputCapParam(up.model, up.request.capParam)] = up.maxTokens;
+  body.stream = stream;
+  // The usage is what the request is billed by: always asked for, whatever the client said.
+  if (stream) body.stream_options = { ...streamOptions, include_usage: true };
+  return body;
+}

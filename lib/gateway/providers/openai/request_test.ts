@@ -1,0 +1,89 @@
+import assert from "node:assert/strict";
+import { testModel, upstreamRequest } from "../test_support.ts";
+import { openAiRequestBody, outputCapParam } from "./request.ts";
+
+const TOOL_ROUND_TRIP = {
+  messages: [
+    { role: "developer", content: "Use tools." },
+    {
+      role: "user",
+      content: [{ type: "text", text: "Weather?", cache_control: { type: "ephemeral" } }],
+    },
+    {
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id: "call_1", type: "function", function: { name: "w", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: "call_1", content: "sunny" },
+  ],
+  tools: [{ type: "function", function: { name: "w", parameters: { type: "object" } } }],
+  tool_choice: "auto",
+  parallel_tool_calls: false,
+  response_format: { type: "json_object" },
+  temperature: 0.2,
+  seed: 3,
+  logprobs: true,
+  top_logprobs: 2,
+};
+
+Deno.test("the OpenAI body is the client's, with only model, the cap and include_usage ours", () => {
+  const body = openAiRequestBody(
+    upstreamRequest(testModel("openai", "gpt-4.1-mini"), TOOL_ROUND_TRIP, 500),
+    true,
+  );
+  assert.deepEqual(body, {
+    model: "gpt-4.1-mini",
+    messages: [
+      TOOL_ROUND_TRIP.messages[0],
+      // Tollbooth's cache_control extension is Anthropic's: not sent to OpenAI.
+      { role: "user", content: [{ type: "text", text: "Weather?" }] },
+      TOOL_ROUND_TRIP.messages[2],
+      TOOL_ROUND_TRIP.messages[3],
+    ],
+    tools: TOOL_ROUND_TRIP.tools,
+    tool_choice: "auto",
+    parallel_tool_calls: false,
+    response_format: { type: "json_object" },
+    temperature: 0.2,
+    seed: 3,
+    logprobs: true,
+    top_logprobs: 2,
+    max_tokens: 500,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+});
+
+Deno.test("include_usage is forced on streams whatever the client asked; other stream options kept", () => {
+  const body = openAiRequestBody(
+    upstreamRequest(testModel("openai", "gpt-4o"), {
+      messages: [{ role: "user", content: "x" }],
+      stream: true,
+      stream_options: { include_usage: false, include_obfuscation: false },
+    }),
+    true,
+  );
+  assert.deepEqual(body.stream_options, { include_usage: true, include_obfuscation: false });
+});
+
+Deno.test("reasoning models get max_completion_tokens, by the catalog flag or OpenAI's names", () => {
+  const messages = [{ role: "user", content: "x" }];
+  for (const name of ["o4-mini", "o3", "gpt-5-mini"]) {
+    const body = openAiRequestBody(
+      upstreamRequest(testModel("openai", name), { messages, max_tokens: 9 }, 9),
+      false,
+    );
+    assert.equal(body.max_completion_tokens, 9, name);
+    assert.equal("max_tokens" in body, false, name);
+  }
+  const flagged = testModel("openai", "my-reasoner", { output_cap_param: "max_completion_tokens" });
+  assert.equal(outputCapParam(flagged, null), "max_completion_tokens");
+  // Other servers get the field the client used, max_tokens when it used none.
+  const plain = testModel("openai", "llama-3.1-8b");
+  assert.equal(outputCapParam(plain, null), "max_tokens");
+  assert.equal(outputCapParam(plain, "max_completion_tokens"), "max_completion_tokens");
+  assert.equal(
+    openAiRequestBody(upstreamRequest(plain, { messages }), false).max_tokens,
+    2048,
+  );
+});

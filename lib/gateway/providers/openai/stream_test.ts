@@ -1,0 +1,47 @@
+import assert from "node:assert/strict";
+import { collect, fixtureEvents } from "../test_support.ts";
+import { assembleCompletion } from "../assemble.ts";
+import type { ChatCompletionChunk } from "../types.ts";
+import { openAiStreamParts } from "./stream.ts";
+
+const TOOL_CALLS = new URL("./fixtures/stream_tool_calls.sse", import.meta.url);
+
+Deno.test("streamed tool-call fragments pass unchanged; the usage comes last with its details", async () => {
+  const parts = await collect(openAiStreamParts(fixtureEvents(TOOL_CALLS)));
+  const chunks = parts.filter((p) => p.type === "chunk").map((p) => p.chunk as ChatCompletionChunk);
+  assert.equal(chunks.length, 6);
+  assert.deepEqual(chunks[0].choices[0].delta.tool_calls, [{
+    index: 0,
+    id: "call_DdmO9pD3xa9XTPNJ32zg2hcA",
+    type: "function",
+    function: { name: "get_weather", arguments: "" },
+  }]);
+  assert.equal(chunks[0].service_tier, "default");
+  assert.equal("usage" in chunks[0], false);
+  const usage = parts.at(-1)!;
+  assert.ok(usage.type === "usage");
+  assert.deepEqual(usage.usage, {
+    promptTokens: 2006,
+    completionTokens: 300,
+    cachedTokens: 1920,
+    reasoningTokens: 256,
+  });
+  assert.deepEqual(usage.raw?.completion_tokens_details?.reasoning_tokens, 256);
+});
+
+Deno.test("a streamed answer assembles into the completion a client would build", async () => {
+  const { completion, usage } = await assembleCompletion(
+    openAiStreamParts(fixtureEvents(TOOL_CALLS)),
+  );
+  assert.deepEqual(completion.choices[0].message.tool_calls, [
+    {
+      id: "call_DdmO9pD3xa9XTPNJ32zg2hcA",
+      type: "function",
+      function: { name: "get_weather", arguments: '{"location":"Paris"}' },
+    },
+    { id: "call_2", type: "function", function: { name: "get_time", arguments: '{"tz":"CET"}' } },
+  ]);
+  assert.equal(completion.choices[0].finish_reason, "tool_calls");
+  assert.equal(completion.usage?.prompt_tokens_details?.cached_tokens, 1920);
+  assert.equal(usage?.cachedTokens, 1920);
+});

@@ -1,0 +1,97 @@
+import assert from "node:assert/strict";
+import { collect, testModel, upstreamRequest } from "../test_support.ts";
+import { assembleCompletion } from "../assemble.ts";
+import type { ChatCompletionChunk } from "../types.ts";
+import { createSimulator, sampleValue } from "./simulator.ts";
+
+const echo = testModel("simulator", "echo");
+const simulator = createSimulator({ tokenDelayMs: 0 });
+const tools = [{
+  type: "function",
+  function: {
+    name: "get_weather",
+    parameters: {
+      type: "object",
+      properties: {
+        city: { type: "string" },
+        unit: { enum: ["c", "f"] },
+        days: { type: "integer" },
+      },
+      required: ["city"],
+    },
+  },
+}];
+
+Deno.test("offered tools, echo calls one with arguments made from its schema and the user's words", async () => {
+  const request = upstreamRequest(echo, { messages: [{ role: "user", content: "Paris" }], tools });
+  const { completion, usage } = await simulator.complete(request);
+  const message = completion.choices[0].message;
+  assert.equal(message.content, null);
+  assert.deepEqual(message.tool_calls, [{
+    id: "call_sim_1",
+    type: "function",
+    function: { name: "get_weather", arguments: '{"city":"Paris","unit":"c","days":1}' },
+  }]);
+  assert.equal(completion.choices[0].finish_reason, "tool_calls");
+  assert.ok(usage && usage.completionTokens > 0);
+});
+
+Deno.test("echo's tool call streams like OpenAI's: id and name first, then the arguments in pieces", async () => {
+  const request = upstreamRequest(echo, { messages: [{ role: "user", content: "Paris" }], tools });
+  const parts = await collect(await simulator.stream(request));
+  const first = parts[0];
+  assert.ok(first.type === "chunk");
+  assert.deepEqual((first.chunk as ChatCompletionChunk).choices[0].delta.tool_calls, [{
+    index: 0,
+    id: "call_sim_1",
+    type: "function",
+    function: { name: "get_weather", arguments: "" },
+  }]);
+  const { completion } = await assembleCompletion(await simulator.stream(request));
+  assert.equal(
+    (completion.choices[0].message.tool_calls as { function: { arguments: string } }[])[0].function
+      .arguments,
+    '{"city":"Paris","unit":"c","days":1}',
+  );
+});
+
+Deno.test("after the tool result, echo answers with it: an agent loop ends", async () => {
+  const { completion } = await simulator.complete(upstreamRequest(echo, {
+    messages: [
+      { role: "user", content: "Paris" },
+      {
+        role: "assistant",
+        tool_calls: [{
+          id: "call_sim_1",
+          type: "function",
+          function: { name: "get_weather", arguments: "{}" },
+        }],
+      },
+      { role: "tool", tool_call_id: "call_sim_1", content: "Sunny, 21 C" },
+    ],
+    tools,
+  }));
+  assert.equal(completion.choices[0].message.content, "Sunny, 21 C");
+  assert.equal(completion.choices[0].finish_reason, "stop");
+});
+
+Deno.test("tool_choice none or a named tool is obeyed", async () => {
+  const two = [...tools, { type: "function", function: { name: "noop" } }];
+  const named = await simulator.complete(upstreamRequest(echo, {
+    messages: [{ role: "user", content: "x" }],
+    tools: two,
+    tool_choice: { type: "function", function: { name: "noop" } },
+  }));
+  assert.equal(
+    (named.completion.choices[0].message.tool_calls as { function: { name: string } }[])[0]
+      .function.name,
+    "noop",
+  );
+  const none = await simulator.complete(upstreamRequest(echo, {
+    messages: [{ role: "user", content: "x" }],
+    tools: two,
+    tool_choice: "none",
+  }));
+  assert.equal(none.completion.choices[0].message.content, "x");
+  assert.deepEqual(sampleValue({ type: "array", items: { type: "boolean" } }, "t", 0), [true]);
+});
