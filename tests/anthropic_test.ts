@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import Anthropic from "@anthropic-ai/sdk";
 import { messagesRequest } from "@/lib/gateway/providers/anthropic/anthropic.ts";
 import { parseChatRequest } from "@/lib/gateway/chat_request.ts";
+import { claudeTokenBound } from "@/lib/gateway/claude_tokens.ts";
 import type { Model } from "@/lib/catalog/mod.ts";
 import { keys } from "@/lib/db.ts";
 import { assertAuditClean, readSse, userMessage } from "./helpers.ts";
@@ -206,8 +207,8 @@ Deno.test("anthropic error event mid-stream: produced tokens billed with the ups
     assert.equal(last.error.code, "stream_interrupted");
     assert.match(last.error.message, /overloaded_error/);
     // 14 prompt tokens from message_start; "Once upon a time", counted by us with the Claude
-    // bound (its UTF-8 bytes: Claude's tokenizer is not published), not with o200k.
-    const produced = new TextEncoder().encode("Once upon a time").length;
+    // bound (Claude's tokenizer is not published), not with o200k, which undercounts Claude.
+    const produced = claudeTokenBound("Once upon a time");
     assert.equal((await s.wallet(appId)).available, 5_000_000 - cost(14, produced));
     const usage = [...(await Array.fromAsync(s.kv.list({ prefix: keys.appUsage(appId) })))];
     assert.equal(usage.length, 1);

@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { countPromptTokens } from "@/lib/gateway/tokens.ts";
+import { claudeTokenBound } from "@/lib/gateway/claude_tokens.ts";
 import {
   assertAuditClean,
   serveLoopback,
@@ -70,10 +71,10 @@ function streamStart(kind: Kind): string[] {
 
 /**
  * The output of a cut stream, counted by us: o200k tokens for the OpenAI kind, the Claude bound
- * (UTF-8 bytes, since Claude's tokenizer is not published) for the Anthropic kind.
+ * (Claude's tokenizer is not published; o200k undercounts it) for the Anthropic kind.
  */
 function producedTokens(kind: Kind) {
-  return kind === "anthropic" ? new TextEncoder().encode(PIECES.join("")).length : PIECES_TOKENS;
+  return kind === "anthropic" ? claudeTokenBound(PIECES.join("")) : PIECES_TOKENS;
 }
 
 /** What a stream cut after PIECES costs: upstream's prompt count when it gave one, else ours. */

@@ -12,7 +12,7 @@ import {
   type ProviderKind,
   type ToolDefinition,
 } from "./chat_request.ts";
-import { claudeTokenBound } from "./claude_tokens.ts";
+import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { readImageSize } from "./image_size.ts";
 import { countTextTokens } from "./tokens.ts";
 
@@ -80,15 +80,16 @@ function imageSizeOf(url: string): { width: number; height: number } | null {
 }
 
 /** Tool definitions as the provider reads them (our cache_control extension is not sent). */
-function toolsJson(tools: readonly ToolDefinition[]): string {
-  return JSON.stringify(tools.map((t) => ({ type: t.type, function: t.function })));
+function toolsValue(tools: readonly ToolDefinition[]) {
+  return tools.map((t) => ({ type: t.type, function: t.function }));
 }
 
-function schemaJson(request: ChatRequest): string | null {
+/** The response schema the provider reads, or null when the request asks for none. */
+function schemaValue(request: ChatRequest): unknown {
   const format = request.params.response_format;
   if (!format || format.type === "text") return null;
-  if (format.type === "json_object") return "{}";
-  return JSON.stringify(format.json_schema);
+  if (format.type === "json_object") return {};
+  return format.json_schema;
 }
 
 type TextCounter = (text: string) => number;
@@ -122,14 +123,18 @@ export function openAiInputBound(request: ChatRequest, model: Model): number {
   const tools = request.params.tools ?? [];
   if (tools.length) {
     total += OPENAI_TOOLS_OVERHEAD + OPENAI_TOKENS_PER_TOOL * tools.length +
-      countTextTokens(toolsJson(tools));
+      countTextTokens(JSON.stringify(toolsValue(tools)));
   }
-  const schema = schemaJson(request);
-  if (schema !== null) total += OPENAI_SCHEMA_OVERHEAD + countTextTokens(schema);
+  const schema = schemaValue(request);
+  if (schema !== null) total += OPENAI_SCHEMA_OVERHEAD + countTextTokens(JSON.stringify(schema));
   return total;
 }
 
-/** The input Anthropic bills for this request translated to a Messages request. */
+/**
+ * The input Anthropic bills for this request translated to a Messages request. Each piece of text
+ * is bounded on its own; the bound of a whole exceeds the sum of its parts' by at most 7 tokens per
+ * cut (see claude_tokens.ts), which the per-message and per-block allowances cover.
+ */
 export function anthropicInputBound(request: ChatRequest): number {
   let total = ANTHROPIC_BASE_TOKENS;
   for (const m of request.messages) {
@@ -146,12 +151,13 @@ export function anthropicInputBound(request: ChatRequest): number {
     }
   }
   const tools = request.params.tools ?? [];
-  const schema = schemaJson(request);
+  const schema = schemaValue(request);
   if (tools.length || schema !== null) total += ANTHROPIC_TOOLS_SYSTEM_PROMPT;
   if (tools.length) {
-    total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * tools.length + claudeTokenBound(toolsJson(tools));
+    total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * tools.length +
+      claudeTokenBoundOfJson(toolsValue(tools));
   }
-  if (schema !== null) total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK + claudeTokenBound(schema);
+  if (schema !== null) total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK + claudeTokenBoundOfJson(schema);
   return total;
 }
 

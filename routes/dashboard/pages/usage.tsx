@@ -10,7 +10,6 @@ const OUTCOMES: Record<UsageRecord["outcome"], string> = {
   client_closed: "client disconnected",
 };
 
-/** GET /dashboard/apps/:id/usage?cursor= */
 /** The parts of a token count billed or spent otherwise (cached input, reasoning), when any. */
 function TokenDetails({ parts }: { parts: [number | undefined, string][] }) {
   const shown = parts.filter(([n]) => n);
@@ -22,6 +21,7 @@ function TokenDetails({ parts }: { parts: [number | undefined, string][] }) {
   );
 }
 
+/** GET /dashboard/apps/:id/usage?cursor= */
 export function usagePage(
   session: Session,
   app: AppRecord,
