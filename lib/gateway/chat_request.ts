@@ -109,9 +109,33 @@ const AssistantMessage = z.strictObject({
   name: Name.optional(),
   refusal: z.string({ error: "must be a string" }).nullish(),
   tool_calls: z.array(ToolCall, { error: "must be an array of tool calls" }).optional(),
-  /** What some clients send back of a reasoning model's answer; never forwarded. */
+  // Fields of a response message that clients push back into the conversation as they got it
+  // (the openai SDK's `parsed`, OpenAI's `annotations`, reasoning text): accepted, never forwarded.
   reasoning_content: z.string().nullish(),
+  reasoning: z.string().nullish(),
+  annotations: z.array(z.unknown()).nullish(),
+  parsed: z.unknown().optional(),
+  audio: z.null({ error: "audio output is not supported" }).optional(),
+  function_call: z.null({ error: "the deprecated functions API is not supported" }).optional(),
 });
+
+const ECHOED_RESPONSE_FIELDS = [
+  "reasoning_content",
+  "reasoning",
+  "annotations",
+  "parsed",
+  "audio",
+  "function_call",
+] as const;
+
+/** An assistant message as the conversation needs it: without the echoed response-only fields. */
+function withoutEchoedFields(m: ChatMessage): ChatMessage {
+  if (m.role !== "assistant") return m;
+  const out: Record<string, unknown> = { ...m };
+  for (const field of ECHOED_RESPONSE_FIELDS) delete out[field];
+  if (Array.isArray(out.tool_calls) && out.tool_calls.length === 0) delete out.tool_calls;
+  return out as ChatMessage;
+}
 const ToolMessage = z.strictObject({
   role: z.literal("tool"),
   content: z.union([z.string(), partsOf(TextOnlyPart, "text parts")], {
@@ -533,7 +557,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
   if (stream_options) params.stream_options = stream_options;
   return {
     model,
-    messages,
+    messages: messages.map(withoutEchoedFields),
     maxTokens: max_tokens ?? max_completion_tokens ?? undefined,
     capParam: max_completion_tokens != null
       ? "max_completion_tokens"

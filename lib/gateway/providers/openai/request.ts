@@ -18,10 +18,6 @@ export function outputCapParam(
 
 /** The message as the client sent it, without what only Tollbooth or other kinds read. */
 function upstreamMessage(m: ChatMessage): Record<string, unknown> {
-  if (m.role === "assistant") {
-    const { reasoning_content: _reasoning, ...rest } = m;
-    return { ...rest, content: stripCacheControl(rest.content) };
-  }
   return { ...m, content: stripCacheControl(m.content) };
 }
 

@@ -1,0 +1,162 @@
+/**
+ * The dialect suites' world: Tollbooth on a loopback port, its catalog pointing an OpenAI-kind and
+ * an Anthropic-kind model at the strict provider fakes, and one funded app. Each suite drives it
+ * with a real client library and checks what the upstream received and what was charged.
+ */
+import assert from "node:assert/strict";
+import { type AnthropicUpstream, startAnthropicUpstream } from "../fakes/anthropic_upstream.ts";
+import { type OpenAiUpstream, startOpenAiUpstream } from "../fakes/openai_upstream.ts";
+import {
+  assertAuditClean,
+  serveLoopback,
+  startService,
+  type TestService,
+  usageRecords,
+} from "../helpers.ts";
+import type { UsageRecord } from "@/lib/db.ts";
+
+/** Prices in micro-USD per million tokens, written out here rather than read from the catalog. */
+export const PRICES = {
+  "oai/gpt-4.1-mini": {
+    input: 400_000n,
+    output: 1_600_000n,
+    cacheRead: 100_000n,
+    cacheWrite: 400_000n,
+  },
+  "oai/o4-mini": {
+    input: 1_100_000n,
+    output: 4_400_000n,
+    cacheRead: 275_000n,
+    cacheWrite: 1_100_000n,
+  },
+  "ant/claude-sonnet": {
+    input: 3_000_000n,
+    output: 15_000_000n,
+    cacheRead: 300_000n,
+    cacheWrite: 3_750_000n,
+  },
+} as const;
+
+export type DialectModel = keyof typeof PRICES;
+export const OPENAI_MODEL = "oai/gpt-4.1-mini";
+export const REASONING_MODEL = "oai/o4-mini";
+export const CLAUDE_MODEL = "ant/claude-sonnet";
+
+/**
+ * The charge of a usage at the model's prices: every component at its price, summed in
+ * pico-dollars, rounded up once to micro-dollars (the documented rule), computed independently.
+ */
+export function expectedCharge(
+  model: DialectModel,
+  u: { prompt: number; completion: number; cached?: number; cacheWrite?: number },
+): number {
+  const p = PRICES[model];
+  const fresh = u.prompt - (u.cached ?? 0) - (u.cacheWrite ?? 0);
+  const picos = BigInt(fresh) * p.input + BigInt(u.cached ?? 0) * p.cacheRead +
+    BigInt(u.cacheWrite ?? 0) * p.cacheWrite + BigInt(u.completion) * p.output;
+  return Number((picos + 999_999n) / 1_000_000n);
+}
+
+function usd(picosPerToken: bigint) {
+  const micros = Number(picosPerToken);
+  return (micros / 1_000_000).toFixed(6);
+}
+
+export interface Dialect {
+  s: TestService;
+  openai: OpenAiUpstream;
+  claude: AnthropicUpstream;
+  /** Tollbooth's API base, for any client's baseURL. */
+  baseURL: string;
+  apiKey: string;
+  appId: string;
+  /** The usage records written since the last call, oldest first. */
+  newUsage(): Promise<UsageRecord[]>;
+}
+
+export async function withDialect(fn: (d: Dialect) => Promise<void>) {
+  const openai = startOpenAiUpstream();
+  const claude = startAnthropicUpstream();
+  const model = (id: DialectModel, provider: string, upstream: string, extra = {}) => ({
+    id,
+    provider,
+    upstream_model: upstream,
+    input_usd_per_mtok: usd(PRICES[id].input),
+    output_usd_per_mtok: usd(PRICES[id].output),
+    cache_read_usd_per_mtok: usd(PRICES[id].cacheRead),
+    cache_write_usd_per_mtok: usd(PRICES[id].cacheWrite),
+    context_tokens: 200_000,
+    max_output_tokens: 32_000,
+    ...extra,
+  });
+  const s = await startService({
+    catalogFile: {
+      providers: {
+        oai: {
+          kind: "openai",
+          base_url: openai.baseUrl,
+          api_key_env: "OAI_KEY",
+          timeout_ms: 10_000,
+        },
+        ant: {
+          kind: "anthropic",
+          base_url: claude.url,
+          api_key_env: "ANT_KEY",
+          timeout_ms: 10_000,
+        },
+      },
+      models: [
+        model(OPENAI_MODEL, "oai", "gpt-4.1-mini"),
+        model(REASONING_MODEL, "oai", "o4-mini"),
+        model(CLAUDE_MODEL, "ant", "claude-sonnet-4-5"),
+      ],
+    },
+    env: { OAI_KEY: openai.apiKey, ANT_KEY: claude.apiKey },
+  });
+  const server = serveLoopback(s.handle);
+  try {
+    const { appId, apiKey } = await s.newApp();
+    let seen = 0;
+    await fn({
+      s,
+      openai,
+      claude,
+      baseURL: `${server.url}/v1`,
+      apiKey,
+      appId,
+      async newUsage() {
+        await s.wallets.drain();
+        const all = await usageRecords(s.kv, appId);
+        const fresh = all.slice(seen);
+        seen = all.length;
+        return fresh;
+      },
+    });
+    await s.wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+    await openai.close();
+    await claude.close();
+  }
+}
+
+/** The one usage record a request wrote, checked to be charged exactly its expected amount. */
+export async function assertCharged(
+  d: Dialect,
+  model: DialectModel,
+  usage: { prompt: number; completion: number; cached?: number; cacheWrite?: number },
+) {
+  const records = await d.newUsage();
+  assert.equal(records.length, 1, "one usage record");
+  const [record] = records;
+  assert.equal(record.model, model);
+  assert.equal(record.promptTokens, usage.prompt, "prompt tokens billed");
+  assert.equal(record.completionTokens, usage.completion, "completion tokens billed");
+  assert.equal(record.cachedTokens ?? 0, usage.cached ?? 0, "cached tokens billed");
+  assert.equal(record.cacheWriteTokens ?? 0, usage.cacheWrite ?? 0, "cache-write tokens billed");
+  assert.equal(record.uncharged, 0);
+  assert.equal(record.cost, expectedCharge(model, usage), "charged at the catalog's prices");
+  return record;
+}

@@ -1,0 +1,369 @@
+/** The openai npm client against both provider kinds: the dialect it speaks, billed exactly. */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import type {
+  ChatCompletionMessageParam,
+  ChatCompletionTool,
+} from "openai/resources/chat/completions";
+import { pngBase64 } from "../fakes/common.ts";
+import {
+  assertCharged,
+  CLAUDE_MODEL,
+  type Dialect,
+  expectedCharge,
+  OPENAI_MODEL,
+  REASONING_MODEL,
+  withDialect,
+} from "./harness.ts";
+
+const TOOLS: ChatCompletionTool[] = [
+  {
+    type: "function",
+    function: {
+      name: "get_weather",
+      description: "The weather in a city",
+      parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    },
+  },
+  {
+    type: "function",
+    function: {
+      name: "get_time",
+      parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    },
+  },
+];
+
+const KINDS = [
+  { kind: "openai", model: OPENAI_MODEL },
+  { kind: "anthropic", model: CLAUDE_MODEL },
+] as const;
+
+function client(d: Dialect) {
+  return new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
+}
+
+/** Two parallel calls, then the answer once their results come back; `usage` of each turn. */
+function scriptToolRoundTrip(d: Dialect, kind: "openai" | "anthropic") {
+  if (kind === "openai") {
+    d.openai.script(
+      {
+        toolCalls: [
+          { name: "get_weather", arguments: { city: "Paris" } },
+          { name: "get_time", arguments: { city: "Paris" } },
+        ],
+        promptTokens: 120,
+        completionTokens: 40,
+      },
+      { content: "Sunny at noon in Paris.", promptTokens: 210, completionTokens: 8 },
+    );
+  } else {
+    d.claude.script(
+      {
+        content: [
+          { type: "text", text: "Let me check." },
+          { type: "tool_use", name: "get_weather", input: { city: "Paris" } },
+          { type: "tool_use", name: "get_time", input: { city: "Paris" } },
+        ],
+        inputTokens: 520,
+        outputTokens: 61,
+      },
+      { text: "Sunny at noon in Paris.", inputTokens: 700, outputTokens: 9 },
+    );
+  }
+  return kind === "openai"
+    ? [{ prompt: 120, completion: 40 }, { prompt: 210, completion: 8 }]
+    : [{ prompt: 520, completion: 61 }, { prompt: 700, completion: 9 }];
+}
+
+function toolResults(calls: { id: string; function: { name: string } }[]) {
+  return calls.map((call): ChatCompletionMessageParam => ({
+    role: "tool",
+    tool_call_id: call.id,
+    content: call.function.name === "get_weather" ? "sunny" : "12:00",
+  }));
+}
+
+/** The second turn as the upstream received it: the calls and their results, in its format. */
+function assertSecondTurnReceived(
+  d: Dialect,
+  kind: "openai" | "anthropic",
+  calls: { id: string; function: { name: string; arguments: string } }[],
+) {
+  if (kind === "openai") {
+    const sent = d.openai.chats[1].body.messages;
+    assert.deepEqual(
+      sent.at(-3).tool_calls.map((c: { id: string }) => c.id),
+      calls.map((c) => c.id),
+    );
+    assert.deepEqual(
+      sent.slice(-2).map((m: { role: string; tool_call_id: string }) => [m.role, m.tool_call_id]),
+      calls.map((c) => ["tool", c.id]),
+    );
+    assert.equal(d.openai.chats[1].body.tools.length, 2);
+  } else {
+    const sent = d.claude.messages()[1].body;
+    const assistant = sent.messages.at(-2);
+    assert.deepEqual(
+      assistant.content.filter((b: { type: string }) => b.type === "tool_use").map((
+        b: { id: string; input: unknown },
+      ) => [b.id, b.input]),
+      calls.map((c) => [c.id, JSON.parse(c.function.arguments)]),
+    );
+    const results = sent.messages.at(-1);
+    assert.equal(results.role, "user");
+    assert.deepEqual(
+      results.content.map((b: { type: string; tool_use_id: string }) => [b.type, b.tool_use_id]),
+      calls.map((c) => ["tool_result", c.id]),
+    );
+    assert.equal(sent.tools[0].input_schema.required[0], "city");
+  }
+}
+
+for (const { kind, model } of KINDS) {
+  Deno.test(`openai SDK, ${kind} kind: a tool round trip with two parallel calls, each turn billed exactly`, () =>
+    withDialect(async (d) => {
+      const usage = scriptToolRoundTrip(d, kind);
+      const messages: ChatCompletionMessageParam[] = [
+        { role: "user", content: "Weather and time in Paris?" },
+      ];
+      const first = await client(d).chat.completions.create({ model, messages, tools: TOOLS });
+      assert.equal(first.choices[0].finish_reason, "tool_calls");
+      const calls = first.choices[0].message.tool_calls!.filter((c) => c.type === "function");
+      assert.deepEqual(calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]), [
+        ["get_weather", { city: "Paris" }],
+        ["get_time", { city: "Paris" }],
+      ]);
+      await assertCharged(d, model, usage[0]);
+
+      messages.push(first.choices[0].message, ...toolResults(calls));
+      const second = await client(d).chat.completions.create({ model, messages, tools: TOOLS });
+      assert.equal(second.choices[0].message.content, "Sunny at noon in Paris.");
+      assert.equal(second.choices[0].finish_reason, "stop");
+      await assertCharged(d, model, usage[1]);
+      assertSecondTurnReceived(d, kind, calls);
+    }));
+
+  Deno.test(`openai SDK, ${kind} kind: a streamed tool round trip, the SDK assembling the fragments`, () =>
+    withDialect(async (d) => {
+      const usage = scriptToolRoundTrip(d, kind);
+      const messages: ChatCompletionMessageParam[] = [
+        { role: "user", content: "Weather and time in Paris?" },
+      ];
+      const runner = client(d).chat.completions.stream({
+        model,
+        messages,
+        tools: TOOLS,
+        stream_options: { include_usage: true },
+      });
+      const first = await runner.finalChatCompletion();
+      assert.equal(first.choices[0].finish_reason, "tool_calls");
+      const calls = first.choices[0].message.tool_calls!.filter((c) => c.type === "function");
+      assert.deepEqual(calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]), [
+        ["get_weather", { city: "Paris" }],
+        ["get_time", { city: "Paris" }],
+      ]);
+      assert.ok(calls.every((c) => c.id));
+      await assertCharged(d, model, usage[0]);
+
+      messages.push(first.choices[0].message as ChatCompletionMessageParam, ...toolResults(calls));
+      const second = await client(d).chat.completions.stream({ model, messages, tools: TOOLS })
+        .finalChatCompletion();
+      assert.equal(second.choices[0].message.content, "Sunny at noon in Paris.");
+      await assertCharged(d, model, usage[1]);
+      assertSecondTurnReceived(d, kind, calls);
+    }));
+}
+
+const PERSON_SCHEMA = {
+  type: "object",
+  properties: { name: { type: "string" }, born: { type: "integer" } },
+  required: ["name", "born"],
+  additionalProperties: false,
+};
+
+for (const { kind, model } of KINDS) {
+  Deno.test(`openai SDK, ${kind} kind: developer role, an image and a json_schema answer; the hold covers what the provider billed`, () =>
+    withDialect(async (d) => {
+      const answer = { name: "Ada Lovelace", born: 1815 };
+      if (kind === "openai") {
+        d.openai.script({ content: JSON.stringify(answer), completionTokens: 12 });
+      } else {
+        d.claude.script({
+          content: [{ type: "tool_use", name: "person", input: answer }],
+          outputTokens: 14,
+        });
+      }
+      const png = pngBase64(1024, 768);
+      const res = await client(d).chat.completions.create({
+        model,
+        max_tokens: 300,
+        messages: [
+          { role: "developer", content: "Answer as JSON." },
+          {
+            role: "user",
+            content: [
+              { type: "text", text: "Who is in this portrait?" },
+              {
+                type: "image_url",
+                image_url: { url: `data:image/png;base64,${png}`, detail: "high" },
+              },
+            ],
+          },
+        ],
+        response_format: {
+          type: "json_schema",
+          json_schema: { name: "person", schema: PERSON_SCHEMA, strict: true },
+        },
+      });
+      assert.deepEqual(JSON.parse(res.choices[0].message.content!), answer);
+      assert.equal(res.choices[0].finish_reason, "stop");
+      let billedPrompt: number;
+      if (kind === "openai") {
+        const sent = d.openai.chats[0];
+        assert.equal(sent.body.messages[0].role, "developer");
+        assert.equal(sent.body.messages[1].content[1].image_url.detail, "high");
+        assert.equal(sent.body.response_format.json_schema.strict, true);
+        billedPrompt = sent.promptTokens;
+      } else {
+        const sent = d.claude.messages()[0];
+        assert.equal(sent.body.system, "Answer as JSON.");
+        assert.deepEqual(sent.body.messages[0].content[1], {
+          type: "image",
+          source: { type: "base64", media_type: "image/png", data: png },
+        });
+        assert.deepEqual(sent.body.tool_choice, { type: "tool", name: "person" });
+        assert.deepEqual(sent.body.tools[0].input_schema, PERSON_SCHEMA);
+        billedPrompt = sent.inputTokens;
+      }
+      const record = await assertCharged(d, model, {
+        prompt: billedPrompt,
+        completion: kind === "openai" ? 12 : 14,
+      });
+      // The hold was an upper bound of the bill: the image, schema and text as the provider counts.
+      assert.ok(
+        record.reserved >= expectedCharge(model, { prompt: billedPrompt, completion: 300 }),
+        `held ${record.reserved} for a prompt billed ${billedPrompt}`,
+      );
+    }));
+}
+
+Deno.test("openai SDK, reasoning model: the cap goes as max_completion_tokens, reasoning tokens come back and are billed", () =>
+  withDialect(async (d) => {
+    d.openai.script({
+      content: "42",
+      reasoningTokens: 256,
+      completionTokens: 300,
+      promptTokens: 50,
+    });
+    const res = await client(d).chat.completions.create({
+      model: REASONING_MODEL,
+      messages: [{ role: "developer", content: "Be exact." }, { role: "user", content: "6 × 7?" }],
+      max_completion_tokens: 2000,
+      reasoning_effort: "low",
+    });
+    assert.equal(res.choices[0].message.content, "42");
+    assert.equal(res.usage?.completion_tokens_details?.reasoning_tokens, 256);
+    const sent = d.openai.chats[0].body;
+    assert.equal(sent.max_completion_tokens, 2000);
+    assert.equal("max_tokens" in sent, false);
+    assert.equal(sent.reasoning_effort, "low");
+    const record = await assertCharged(d, REASONING_MODEL, { prompt: 50, completion: 300 });
+    assert.equal(record.reasoningTokens, 256);
+  }));
+
+Deno.test("openai SDK, reasoning model with no cap given: Tollbooth's default goes as max_completion_tokens", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "ok", completionTokens: 5, promptTokens: 9 });
+    await client(d).chat.completions.create({
+      model: REASONING_MODEL,
+      messages: [{ role: "user", content: "hi" }],
+    });
+    assert.equal(d.openai.chats[0].body.max_completion_tokens, 2048);
+    assert.equal("max_tokens" in d.openai.chats[0].body, false);
+    await assertCharged(d, REASONING_MODEL, { prompt: 9, completion: 5 });
+  }));
+
+Deno.test("openai SDK, anthropic kind: reasoning_effort thinks within a budget; thinking streams as reasoning_content", () =>
+  withDialect(async (d) => {
+    const answer = {
+      content: [
+        { type: "thinking" as const, thinking: "Six sevens are forty-two." },
+        { type: "text" as const, text: "42" },
+      ],
+      inputTokens: 40,
+      outputTokens: 180,
+    };
+    d.claude.script(answer, answer);
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "6 × 7?" }];
+    const res = await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      max_tokens: 4000,
+      reasoning_effort: "low",
+    });
+    assert.equal(res.choices[0].message.content, "42");
+    assert.equal(
+      (res.choices[0].message as { reasoning_content?: string }).reasoning_content,
+      "Six sevens are forty-two.",
+    );
+    assert.deepEqual(d.claude.messages()[0].body.thinking, {
+      type: "enabled",
+      budget_tokens: 2048,
+    });
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 40, completion: 180 });
+
+    const stream = await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      max_tokens: 4000,
+      reasoning_effort: "low",
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let reasoning = "";
+    let content = "";
+    let usage: Record<string, unknown> | undefined;
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta as { content?: string; reasoning_content?: string };
+      reasoning += delta?.reasoning_content ?? "";
+      content += delta?.content ?? "";
+      if (chunk.usage) usage = chunk.usage as unknown as Record<string, unknown>;
+    }
+    assert.equal(reasoning, "Six sevens are forty-two.");
+    assert.equal(content, "42");
+    const record = await assertCharged(d, CLAUDE_MODEL, { prompt: 40, completion: 180 });
+    assert.equal(usage?.cost, (record.cost / 1e6).toFixed(6));
+  }));
+
+Deno.test("openai SDK: cached input is reported and billed at the cache prices, on both kinds", () =>
+  withDialect(async (d) => {
+    const long = "The quick brown fox jumps over the lazy dog. ".repeat(300);
+    d.openai.script({ content: "ok", promptTokens: 2006, cachedTokens: 1920, completionTokens: 3 });
+    const viaOpenAi = await client(d).chat.completions.create({
+      model: OPENAI_MODEL,
+      messages: [{ role: "system", content: long }, { role: "user", content: "Summarise." }],
+    });
+    assert.equal(viaOpenAi.usage?.prompt_tokens_details?.cached_tokens, 1920);
+    await assertCharged(d, OPENAI_MODEL, { prompt: 2006, cached: 1920, completion: 3 });
+
+    d.claude.script(
+      { text: "ok", inputTokens: 1612, cacheCreationInputTokens: 1600, outputTokens: 3 },
+      { text: "ok", inputTokens: 1612, cacheReadInputTokens: 1600, outputTokens: 3 },
+    );
+    // Anthropic's cache breakpoint, as a text part's cache_control (sent to Anthropic only).
+    const messages = [
+      {
+        role: "system",
+        content: [{ type: "text", text: long, cache_control: { type: "ephemeral" } }],
+      },
+      { role: "user", content: "Summarise." },
+    ] as ChatCompletionMessageParam[];
+    const write = await client(d).chat.completions.create({ model: CLAUDE_MODEL, messages });
+    assert.equal(write.usage?.prompt_tokens, 1612);
+    assert.equal(d.claude.messages()[0].body.system[0].cache_control.type, "ephemeral");
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 1612, cacheWrite: 1600, completion: 3 });
+    const read = await client(d).chat.completions.create({ model: CLAUDE_MODEL, messages });
+    assert.equal(read.usage?.prompt_tokens_details?.cached_tokens, 1600);
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 1612, cached: 1600, completion: 3 });
+  }));
