@@ -142,21 +142,24 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
   }
 }
 
-/** The one usage record a request wrote, checked to be charged exactly its expected amount. */
-export async function assertCharged(
-  d: Dialect,
-  model: DialectModel,
-  usage: { prompt: number; completion: number; cached?: number; cacheWrite?: number },
-) {
+type BilledUsage = { prompt: number; completion: number; cached?: number; cacheWrite?: number };
+
+/**
+ * The usage records written since the last check, one per expected usage in order, each charged
+ * exactly that usage at the catalog's prices. Returns the last record.
+ */
+export async function assertCharged(d: Dialect, model: DialectModel, ...usages: BilledUsage[]) {
   const records = await d.newUsage();
-  assert.equal(records.length, 1, "one usage record");
-  const [record] = records;
-  assert.equal(record.model, model);
-  assert.equal(record.promptTokens, usage.prompt, "prompt tokens billed");
-  assert.equal(record.completionTokens, usage.completion, "completion tokens billed");
-  assert.equal(record.cachedTokens ?? 0, usage.cached ?? 0, "cached tokens billed");
-  assert.equal(record.cacheWriteTokens ?? 0, usage.cacheWrite ?? 0, "cache-write tokens billed");
-  assert.equal(record.uncharged, 0);
-  assert.equal(record.cost, expectedCharge(model, usage), "charged at the catalog's prices");
-  return record;
+  assert.equal(records.length, usages.length, "one usage record per request");
+  usages.forEach((usage, i) => {
+    const record = records[i];
+    assert.equal(record.model, model);
+    assert.equal(record.promptTokens, usage.prompt, "prompt tokens billed");
+    assert.equal(record.completionTokens, usage.completion, "completion tokens billed");
+    assert.equal(record.cachedTokens ?? 0, usage.cached ?? 0, "cached tokens billed");
+    assert.equal(record.cacheWriteTokens ?? 0, usage.cacheWrite ?? 0, "cache-write tokens billed");
+    assert.equal(record.uncharged, 0);
+    assert.equal(record.cost, expectedCharge(model, usage), "charged at the catalog's prices");
+  });
+  return records.at(-1)!;
 }

@@ -1,0 +1,148 @@
+/**
+ * The Vercel AI SDK against both provider kinds: an agent loop with tools and a multi-step stop
+ * condition, through @ai-sdk/openai-compatible and @ai-sdk/openai's chat model.
+ */
+import assert from "node:assert/strict";
+import { generateText, stepCountIs, streamText, tool } from "ai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { createOpenAI } from "@ai-sdk/openai";
+import { z } from "zod";
+import { assertCharged, CLAUDE_MODEL, type Dialect, OPENAI_MODEL, withDialect } from "./harness.ts";
+import { assertAuditClean, serveLoopback, startService, usageRecords } from "../helpers.ts";
+
+const weather = tool({
+  description: "The weather in a city",
+  inputSchema: z.object({ city: z.string() }),
+  execute: ({ city }) => Promise.resolve(`${city}: sunny, 21 C`),
+});
+
+function models(d: Dialect) {
+  const compatible = createOpenAICompatible({
+    name: "tollbooth",
+    baseURL: d.baseURL,
+    apiKey: d.apiKey,
+    includeUsage: true,
+  });
+  const openai = createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey });
+  return {
+    "openai-compatible": (id: string) => compatible.chatModel(id),
+    "openai .chat()": (id: string) => openai.chat(id),
+  };
+}
+
+/** The tool call, then the answer that uses its result; the usage of each step. */
+function scriptAgentLoop(d: Dialect, kind: "openai" | "anthropic") {
+  if (kind === "openai") {
+    d.openai.script(
+      {
+        toolCalls: [{ name: "weather", arguments: { city: "Paris" } }],
+        promptTokens: 90,
+        completionTokens: 15,
+      },
+      { content: "It is sunny in Paris.", promptTokens: 130, completionTokens: 7 },
+    );
+    return [{ prompt: 90, completion: 15 }, { prompt: 130, completion: 7 }];
+  }
+  d.claude.script(
+    {
+      content: [{ type: "tool_use", name: "weather", input: { city: "Paris" } }],
+      inputTokens: 400,
+      outputTokens: 30,
+    },
+    { text: "It is sunny in Paris.", inputTokens: 460, outputTokens: 8 },
+  );
+  return [{ prompt: 400, completion: 30 }, { prompt: 460, completion: 8 }];
+}
+
+function assertToolResultReachedUpstream(d: Dialect, kind: "openai" | "anthropic") {
+  if (kind === "openai") {
+    const last = d.openai.chats[1].body.messages.at(-1);
+    assert.equal(last.role, "tool");
+    assert.match(JSON.stringify(last.content), /sunny, 21 C/);
+  } else {
+    const last = d.claude.messages()[1].body.messages.at(-1);
+    assert.equal(last.content[0].type, "tool_result");
+    assert.match(JSON.stringify(last.content[0].content), /sunny, 21 C/);
+  }
+}
+
+const KINDS = [
+  { kind: "openai", model: OPENAI_MODEL },
+  { kind: "anthropic", model: CLAUDE_MODEL },
+] as const;
+
+for (const { kind, model } of KINDS) {
+  for (const provider of ["openai-compatible", "openai .chat()"] as const) {
+    Deno.test(`AI SDK ${provider}, ${kind} kind: generateText runs a tool and stops at stepCountIs(3)`, () =>
+      withDialect(async (d) => {
+        const usage = scriptAgentLoop(d, kind);
+        const result = await generateText({
+          model: models(d)[provider](model),
+          prompt: "What is the weather in Paris?",
+          tools: { weather },
+          stopWhen: stepCountIs(3),
+          maxRetries: 0,
+        });
+        assert.equal(result.text, "It is sunny in Paris.");
+        assert.equal(result.steps.length, 2);
+        assert.equal(result.steps[0].toolCalls[0].toolName, "weather");
+        assertToolResultReachedUpstream(d, kind);
+        await assertCharged(d, model, ...usage);
+      }));
+
+    Deno.test(`AI SDK ${provider}, ${kind} kind: streamText runs the same loop from streamed tool calls`, () =>
+      withDialect(async (d) => {
+        const usage = scriptAgentLoop(d, kind);
+        const result = streamText({
+          model: models(d)[provider](model),
+          prompt: "What is the weather in Paris?",
+          tools: { weather },
+          stopWhen: stepCountIs(3),
+          maxRetries: 0,
+        });
+        let text = "";
+        for await (const piece of result.textStream) text += piece;
+        assert.equal(text, "It is sunny in Paris.");
+        const steps = await result.steps;
+        assert.equal(steps.length, 2);
+        assert.deepEqual(steps[0].toolCalls[0].input, { city: "Paris" });
+        assertToolResultReachedUpstream(d, kind);
+        await assertCharged(d, model, ...usage);
+      }));
+  }
+}
+
+Deno.test("AI SDK: an agent loop runs against the simulator's tollbooth/echo with no provider key", async () => {
+  const s = await startService();
+  const server = serveLoopback(s.handle);
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const compatible = createOpenAICompatible({
+      name: "tollbooth",
+      baseURL: `${server.url}/v1`,
+      apiKey,
+      includeUsage: true,
+    });
+    const options = {
+      model: compatible.chatModel("tollbooth/echo"),
+      prompt: "Paris",
+      tools: { weather },
+      stopWhen: stepCountIs(3),
+      maxRetries: 0,
+    };
+    const generated = await generateText(options);
+    const streamed = streamText(options);
+    for (const result of [generated, streamed]) {
+      const steps = await result.steps;
+      assert.equal(steps.length, 2);
+      assert.deepEqual(steps[0].toolCalls[0].input, { city: "Paris" });
+      assert.equal(await result.text, "Paris: sunny, 21 C");
+    }
+    await s.wallets.drain();
+    assert.equal((await usageRecords(s.kv, appId)).length, 4);
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+  }
+});

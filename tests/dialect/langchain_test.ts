@@ -1,0 +1,117 @@
+/** LangChain.js's ChatOpenAI with a base URL, against both provider kinds: tools and structured output. */
+import assert from "node:assert/strict";
+import { ChatOpenAI } from "@langchain/openai";
+import { HumanMessage, ToolMessage } from "@langchain/core/messages";
+import { z } from "zod";
+import { assertCharged, CLAUDE_MODEL, type Dialect, OPENAI_MODEL, withDialect } from "./harness.ts";
+
+function chat(d: Dialect, model: string) {
+  return new ChatOpenAI({
+    model,
+    apiKey: d.apiKey,
+    configuration: { baseURL: d.baseURL },
+    maxRetries: 0,
+  });
+}
+
+const WEATHER = {
+  type: "function" as const,
+  function: {
+    name: "get_weather",
+    description: "The weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+  },
+};
+
+const Person = z.object({ name: z.string(), born: z.number().int() });
+
+const KINDS = [
+  { kind: "openai", model: OPENAI_MODEL },
+  { kind: "anthropic", model: CLAUDE_MODEL },
+] as const;
+
+for (const { kind, model } of KINDS) {
+  Deno.test(`LangChain, ${kind} kind: bindTools calls a tool, and the ToolMessage answer completes the turn`, () =>
+    withDialect(async (d) => {
+      if (kind === "openai") {
+        d.openai.script(
+          {
+            toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }],
+            promptTokens: 70,
+            completionTokens: 12,
+          },
+          { content: "Cold in Oslo.", promptTokens: 95, completionTokens: 5 },
+        );
+      } else {
+        d.claude.script(
+          {
+            content: [{ type: "tool_use", name: "get_weather", input: { city: "Oslo" } }],
+            inputTokens: 380,
+            outputTokens: 25,
+          },
+          { text: "Cold in Oslo.", inputTokens: 420, outputTokens: 6 },
+        );
+      }
+      const llm = chat(d, model).bindTools([WEATHER]);
+      const question = new HumanMessage("Weather in Oslo?");
+      const call = await llm.invoke([question]);
+      assert.equal(call.tool_calls?.[0].name, "get_weather");
+      assert.deepEqual(call.tool_calls?.[0].args, { city: "Oslo" });
+      const answer = await llm.invoke([
+        question,
+        call,
+        new ToolMessage({ tool_call_id: call.tool_calls![0].id!, content: "-5 C" }),
+      ]);
+      assert.equal(answer.content, "Cold in Oslo.");
+      if (kind === "openai") {
+        assert.equal(d.openai.chats[1].body.messages.at(-1).content, "-5 C");
+      } else {
+        const last = d.claude.messages()[1].body.messages.at(-1);
+        assert.deepEqual(last.content[0], {
+          type: "tool_result",
+          tool_use_id: call.tool_calls![0].id,
+          content: "-5 C",
+        });
+      }
+      await assertCharged(
+        d,
+        model,
+        ...(kind === "openai"
+          ? [{ prompt: 70, completion: 12 }, { prompt: 95, completion: 5 }]
+          : [{ prompt: 380, completion: 25 }, { prompt: 420, completion: 6 }]),
+      );
+    }));
+
+  Deno.test(`LangChain, ${kind} kind: withStructuredOutput returns the parsed object`, () =>
+    withDialect(async (d) => {
+      const person = { name: "Ada Lovelace", born: 1815 };
+      if (kind === "openai") {
+        d.openai.script({
+          content: JSON.stringify(person),
+          promptTokens: 60,
+          completionTokens: 11,
+        });
+      } else {
+        d.claude.script({
+          content: [{ type: "tool_use", name: "person", input: person }],
+          inputTokens: 410,
+          outputTokens: 20,
+        });
+      }
+      const structured = chat(d, model).withStructuredOutput(Person, {
+        name: "person",
+        method: "jsonSchema",
+      });
+      assert.deepEqual(await structured.invoke("Who wrote the first program?"), person);
+      if (kind === "openai") {
+        assert.equal(d.openai.chats[0].body.response_format.type, "json_schema");
+      } else {
+        assert.deepEqual(d.claude.messages()[0].body.tool_choice, { type: "tool", name: "person" });
+      }
+      await assertCharged(
+        d,
+        model,
+        kind === "openai" ? { prompt: 60, completion: 11 } : { prompt: 410, completion: 20 },
+      );
+    }));
+}
