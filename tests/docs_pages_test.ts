@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { formatUsd, parsePricePerMTok, tokensCost } from "@/lib/core/mod.ts";
 import { RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
+import { FIELD_SUPPORT } from "@/lib/gateway/mod.ts";
 import { DOCS_PAGES } from "@/components/DocsLayout.tsx";
 import { EXAMPLE_FILES } from "@/routes/docs/examples.ts";
 import { PUBLIC_URL, startService, type TestService } from "./helpers.ts";
@@ -94,6 +95,19 @@ Deno.test("the billing page's worked example is computed by the rounding rule it
     assert.ok(html.includes(`<code>${formatUsd(cost)}</code>`));
     assert.ok(html.includes(`<code>${formatUsd(tokensCost(1234, 1000, input, output))}</code>`));
     assert.match(html, /rounded\s+<strong>up, once<\/strong>/);
+  }));
+
+Deno.test("the quick start's dialect table lists every accepted field with what each provider kind does", () =>
+  withService(async (s) => {
+    const html = await page(s, "/docs");
+    const rows = [
+      ...html.matchAll(/<tr><td><code>([a-z_]+)<\/code><\/td><td>([^<]+)<\/td><td>([^<]+)<\/td>/g),
+    ];
+    assert.deepEqual(rows.map((r) => r[1]).sort(), Object.keys(FIELD_SUPPORT).sort());
+    const logprobs = rows.find((r) => r[1] === "logprobs")!;
+    assert.deepEqual([logprobs[2], logprobs[3]], ["passed on", "refused (400)"]);
+    // The error that refuses an unknown field points here.
+    assert.match(html, /<h2 id="dialect">/);
   }));
 
 Deno.test("the rate-limit page names every x-ratelimit header and this deployment's limits", () =>

@@ -17,7 +17,7 @@ export interface Usage {
   reasoningTokens?: number;
 }
 
-/** The hold taken before the model runs: the input bound plus the whole output cap. */
+/** The reservation taken before the model runs: the input bound plus the whole output cap. */
 export function reservationCost(model: Model, promptTokens: number, maxTokens: number): Micros {
   return tokensCost(promptTokens, maxTokens, model.inputPrice, model.outputPrice);
 }

@@ -409,7 +409,7 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
     openai: "pass",
     anthropic: "refuse",
     simulator: "ignore",
-    note: "counted in the hold as output",
+    note: "counted in the reservation as output",
   },
   service_tier: {
     openai: "pass",
@@ -672,7 +672,7 @@ export function assertSupported(
         if (part.type === "input_audio" || part.type === "file") {
           throw new ApiError(
             "unsupported_parameter",
-            `Unsupported content part '${part.type}': its tokens cannot be bounded before the call (the hold must cover them), so it is not accepted; send text or images.`,
+            `Unsupported content part '${part.type}': its tokens cannot be bounded before the call (the reservation must cover them), so it is not accepted; send text or images.`,
             { param: `messages[${i}].content[${j}].type` },
           );
         }

@@ -328,7 +328,7 @@ export class Gateway {
       ...model.fallbacks.map((f) => f.provider.kind),
     ];
     assertSupported(request, kinds, maxTokens);
-    // The largest of the bounds of every provider that may serve the request: the hold covers any.
+    // The largest of the bounds of every provider that may serve the request: the reservation covers any.
     const promptTokens = Math.max(...kinds.map((kind) => inputBound(kind, request, model)));
     if (promptTokens + maxTokens > model.contextTokens) {
       throw new ApiError(

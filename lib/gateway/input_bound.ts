@@ -2,7 +2,7 @@
  * Upper bounds of what a provider bills as input for a request: message text, tool calls and
  * results, tool definitions, response schemas and images, by each provider's published rules.
  * One function per provider kind; the same number serves the context check, the tokens-per-minute
- * limit and the hold, so that the hold covers whatever the provider can bill.
+ * limit and the reservation, so that the reservation covers whatever the provider can bill.
  */
 import type { Model } from "@/lib/catalog/mod.ts";
 import {

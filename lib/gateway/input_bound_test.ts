@@ -97,7 +97,7 @@ Deno.test("the Anthropic bound counts text by the Claude bound, the tool prompt 
   assert.ok(image >= anthropicImageTokens(null));
 });
 
-Deno.test("a prediction adds its tokens to the output the hold covers", () => {
+Deno.test("a prediction adds its tokens to the output the reservation covers", () => {
   const messages = [{ role: "user", content: "Edit this" }];
   const code = "const x = 1;\n".repeat(20);
   assert.equal(

@@ -4,6 +4,7 @@ import { type Config, formatUsd, parsePricePerMTok, tokensCost } from "@/lib/cor
 import { RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import type { Examples } from "./examples.ts";
+import { DialectSection } from "./dialect.tsx";
 
 /** GET /docs: from an API key to a paid request, in each client people use. */
 export function quickStartPage(publicUrl: string, apiVersion: string, examples: Examples) {
@@ -87,6 +88,8 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
         <code>responseBody</code>. The SDK does not retry a 402; it does retry 429 and 5xx.
       </p>
 
+      <DialectSection />
+
       <h2 id="next">Next</h2>
       <ul>
         <li>
@@ -135,11 +138,18 @@ export function billingPage() {
 
       <h2 id="reserve">1. Reserve</h2>
       <p>
-        Before the model runs, the wallet reserves the most the request can cost: its prompt tokens
-        at the input price plus <code>max_tokens</code> at the output price. Without{" "}
-        <code>max_tokens</code>, the reservation uses {DEFAULT_MAX_TOKENS}{" "}
-        tokens (or the model's maximum output, when lower). The prompt is counted with the o200k
-        tokenizer plus the chat framing (4 tokens a message, 3 for the reply).
+        Before the model runs, the wallet reserves the most the request can cost: an upper bound of
+        the input the provider will bill at the input price plus <code>max_tokens</code>{" "}
+        at the output price. Without <code>max_tokens</code>, the reservation uses{" "}
+        {DEFAULT_MAX_TOKENS}{" "}
+        tokens (or the model's maximum output, when lower). The input counts everything the provider
+        bills as input: message text and names, tool calls and results, tool definitions, the
+        response schema, and images by the provider's published rule (OpenAI: 85 tokens plus 170 per
+        512-px tile after its scaling, 85 at low detail; Anthropic: width × height / 750 after
+        fitting 1568 px; an https image whose size is unknown counts the most an image can cost).
+        OpenAI-kind text is counted with the o200k tokenizer plus the chat framing; Anthropic-kind
+        text with an upper bound of Claude's tokenizers. A{" "}
+        <code>prediction</code>'s tokens are held as output too.
       </p>
       <p>
         When the balance cannot cover the reservation, the request is refused with{" "}
@@ -160,8 +170,13 @@ export function billingPage() {
 
       <h2 id="rounding">The rounding rule</h2>
       <p>
-        A request's cost is summed exactly over its prompt and completion tokens, then rounded{" "}
-        <strong>up, once</strong>, to the next micro-dollar. Never per token, never twice.
+        A request's cost is summed exactly over every usage component at its own price, then rounded
+        {" "}
+        <strong>up, once</strong>, to the next micro-dollar. Never per token, never twice. The
+        components: fresh input at the input price, cached input (OpenAI's{" "}
+        <code>cached_tokens</code>, Anthropic's cache reads) at the model's cache-read price, input
+        written to Anthropic's cache at its cache-write price, and output, reasoning included, at
+        the output price. A model without cache prices bills cached input at the input price.
       </p>
       <p>
         Example, at 0.15 USD input and 0.60 USD output per million tokens, with {example.prompt}

@@ -183,7 +183,7 @@ const PERSON_SCHEMA = {
 };
 
 for (const { kind, model } of KINDS) {
-  Deno.test(`openai SDK, ${kind} kind: developer role, an image and a json_schema answer; the hold covers what the provider billed`, () =>
+  Deno.test(`openai SDK, ${kind} kind: developer role, an image and a json_schema answer; the reservation covers what the provider billed`, () =>
     withDialect(async (d) => {
       const answer = { name: "Ada Lovelace", born: 1815 };
       if (kind === "openai") {
@@ -240,7 +240,7 @@ for (const { kind, model } of KINDS) {
         prompt: billedPrompt,
         completion: kind === "openai" ? 12 : 14,
       });
-      // The hold was an upper bound of the bill: the image, schema and text as the provider counts.
+      // The reservation was an upper bound of the bill: the image, schema and text as the provider counts.
       assert.ok(
         record.reserved >= expectedCharge(model, { prompt: billedPrompt, completion: 300 }),
         `held ${record.reserved} for a prompt billed ${billedPrompt}`,

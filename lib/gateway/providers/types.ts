@@ -6,7 +6,7 @@ export interface UpstreamRequest {
   model: Model;
   /** The validated request; each adapter sends or translates the fields its kind supports. */
   request: ChatRequest;
-  /** The output cap: the client's, or the default; the hold was priced on it. */
+  /** The output cap: the client's, or the default; the reservation was priced on it. */
   maxTokens: number;
   signal: AbortSignal;
   requestId: string;

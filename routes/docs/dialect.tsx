@@ -1,0 +1,139 @@
+import { FIELD_SUPPORT } from "@/lib/gateway/mod.ts";
+
+const KIND_WORDS = {
+  pass: "passed on",
+  translate: "translated",
+  ignore: "ignored",
+  refuse: "refused (400)",
+} as const;
+
+/** The dialect section of /docs: every accepted field, and what each provider kind does with it. */
+export function DialectSection() {
+  return (
+    <>
+      <h2 id="dialect">The request dialect</h2>
+      <p>
+        Tollbooth speaks OpenAI's chat-completions format as the official clients send it: roles
+        {" "}
+        <code>system</code>, <code>developer</code>, <code>user</code>, <code>assistant</code> and
+        {" "}
+        <code>tool</code>; content as a string or parts (<code>text</code>, <code>image_url</code>
+        {" "}
+        with a data URL or an https URL and <code>detail</code>); assistant <code>tool_calls</code>
+        {" "}
+        with <code>content</code> null or empty, answered by <code>tool</code> messages with their
+        {" "}
+        <code>tool_call_id</code>{" "}
+        right after; tools, structured output and reasoning. Validation is strict: a malformed field
+        gets <code>400 invalid_parameter</code> with its exact path in{" "}
+        <code>param</code>, and a field not listed below is refused rather than passed on.
+        Response-only fields that clients push back with an assistant message (
+        <code>annotations</code>, <code>parsed</code>,{" "}
+        <code>reasoning_content</code>) are accepted and dropped.
+      </p>
+      <div class="table-scroll">
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">field</th>
+              <th scope="col">OpenAI kind</th>
+              <th scope="col">Anthropic kind</th>
+              <th scope="col">simulator</th>
+              <th scope="col">note</th>
+            </tr>
+          </thead>
+          <tbody>
+            {Object.entries(FIELD_SUPPORT).map(([field, row]) => (
+              <tr>
+                <td>
+                  <code>{field}</code>
+                </td>
+                <td>{KIND_WORDS[row.openai]}</td>
+                <td>{KIND_WORDS[row.anthropic]}</td>
+                <td>{KIND_WORDS[row.simulator]}</td>
+                <td>{row.note}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      <p>
+        Refused everywhere with{" "}
+        <code>400 unsupported_parameter</code>, because they would change the price beyond the
+        catalog's or cannot be bounded before the call: <code>service_tier</code> other than{" "}
+        <code>auto</code>/<code>default</code>, audio output (
+        <code>audio</code>, <code>modalities</code> with audio), <code>web_search_options</code>,
+        {" "}
+        <code>input_audio</code> and <code>file</code> parts; and the deprecated{" "}
+        <code>functions</code>/<code>
+          function_call
+        </code>.
+      </p>
+      <h3 id="dialect-openai">OpenAI kind</h3>
+      <p>
+        The body reaches the upstream as sent: only <code>model</code>{" "}
+        is renamed, the output cap is set (the client's, or {"2048"}) and, on streams,{" "}
+        <code>stream_options.include_usage</code> is forced. Models that refuse{" "}
+        <code>max_tokens</code> (OpenAI's o-series and GPT-5, or any model with{" "}
+        <code>"output_cap_param": "max_completion_tokens"</code> in the catalog) get the cap as{" "}
+        <code>max_completion_tokens</code>. Completions and chunks come back whole:{" "}
+        <code>tool_calls</code>, <code>refusal</code>, <code>logprobs</code>,{" "}
+        <code>reasoning_content</code> and the usage details.
+      </p>
+      <h3 id="dialect-anthropic">Anthropic kind</h3>
+      <ul>
+        <li>
+          <code>system</code> and <code>developer</code> messages become{" "}
+          <code>system</code>; turns of one role are merged, as Messages wants them to alternate.
+        </li>
+        <li>
+          <code>tools</code> become tools with <code>input_schema</code>; <code>tool_choice</code>
+          {" "}
+          <code>auto</code>/<code>required</code>/named/<code>none</code> become{" "}
+          <code>auto</code>/<code>any</code>/<code>tool</code>/<code>none</code>;{" "}
+          <code>parallel_tool_calls: false</code> becomes <code>disable_parallel_tool_use</code>.
+        </li>
+        <li>
+          Assistant <code>tool_calls</code> become <code>tool_use</code> blocks; <code>tool</code>
+          {" "}
+          messages become <code>tool_result</code>{" "}
+          blocks at the head of the next user turn; images become image blocks (base64 or URL).
+        </li>
+        <li>
+          <code>response_format</code> (<code>json_schema</code>,{" "}
+          <code>json_object</code>) becomes a forced tool whose input is the answer, returned as the
+          message's <code>content</code>.
+        </li>
+        <li>
+          <code>reasoning_effort</code>{" "}
+          becomes extended thinking with a budget (minimal 1024, low 2048, medium 8192, high 24576,
+          xhigh 32768 tokens, kept below the cap); a turn that answers tool calls runs without
+          thinking, since the signed thinking block cannot come back through this format.
+        </li>
+        <li>
+          <code>cache_control: {"{"}"type": "ephemeral"{"}"}</code>{" "}
+          on a text part or a tool marks Anthropic's prompt-cache breakpoint (other kinds drop it).
+        </li>
+        <li>
+          Back: <code>tool_use</code> becomes <code>message.tool_calls</code> with{" "}
+          <code>finish_reason: "tool_calls"</code>; streamed <code>input_json_delta</code> becomes
+          {" "}
+          <code>delta.tool_calls</code> fragments (<code>index</code>, <code>id</code>,{" "}
+          <code>function.name</code>, then <code>function.arguments</code>{" "}
+          pieces) exactly as OpenAI streams them; thinking becomes <code>reasoning_content</code>;
+          {" "}
+          <code>cache_read_input_tokens</code> becomes{" "}
+          <code>prompt_tokens_details.cached_tokens</code> and cache writes{" "}
+          <code>prompt_tokens_details.cache_write_tokens</code>.
+        </li>
+      </ul>
+      <h3 id="dialect-simulator">Simulator</h3>
+      <p>
+        Offered tools, <code>tollbooth/echo</code>{" "}
+        calls one (the named one, or the first) with arguments made from its schema and your last
+        message, streamed like OpenAI's; given the tool's result, it answers with it. An agent loop
+        runs under <code>deno task dev</code> with no provider key.
+      </p>
+    </>
+  );
+}
