@@ -10,6 +10,23 @@ export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerato
   let event: string | null = null;
   let data: string[] = [];
   const reader = body.getReader();
+  /** Applies one line; returns the event it completes, if any. */
+  const takeLine = (line: string): SseEvent | null => {
+    if (line === "") {
+      const done = data.length ? { event, data: data.join("\n") } : null;
+      event = null;
+      data = [];
+      return done;
+    }
+    if (line.startsWith(":")) return null;
+    const colon = line.indexOf(":");
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "data") data.push(value);
+    else if (field === "event") event = value;
+    return null;
+  };
   try {
     for (;;) {
       const { value, done } = await reader.read();
@@ -22,21 +39,15 @@ export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerato
         // A lone \r at the end of the buffer may be the first half of \r\n.
         if (width === 1 && buffer[newline] === "\r" && newline === buffer.length - 1) break;
         buffer = buffer.slice(newline + width);
-        if (line === "") {
-          if (data.length) yield { event, data: data.join("\n") };
-          event = null;
-          data = [];
-          continue;
-        }
-        if (line.startsWith(":")) continue;
-        const colon = line.indexOf(":");
-        const field = colon === -1 ? line : line.slice(0, colon);
-        let value = colon === -1 ? "" : line.slice(colon + 1);
-        if (value.startsWith(" ")) value = value.slice(1);
-        if (field === "data") data.push(value);
-        else if (field === "event") event = value;
+        const complete = takeLine(line);
+        if (complete) yield complete;
       }
     }
+    // The standard drops an unterminated last line; an upstream that ends its usage event that
+    // way would then go unbilled by its own count, so the line is kept.
+    buffer += decoder.decode();
+    if (buffer.endsWith("\r")) buffer = buffer.slice(0, -1);
+    if (buffer !== "") takeLine(buffer);
     if (data.length) yield { event, data: data.join("\n") };
   } finally {
     reader.releaseLock();

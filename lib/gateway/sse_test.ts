@@ -147,3 +147,14 @@ Deno.test("a consumer that stops early cancels the body", async () => {
 Deno.test("encodeSseData writes one data event ended by a blank line", () => {
   assert.equal(new TextDecoder().decode(encodeSseData('{"a":1}')), 'data: {"a":1}\n\n');
 });
+
+Deno.test("a last line with no line break at all is still read, so a final usage event counts", async () => {
+  assert.deepEqual(await events(body('data: {"a":1}\n\ndata: {"usage":', "7}")), [
+    { event: null, data: '{"a":1}' },
+    { event: null, data: '{"usage":7}' },
+  ]);
+});
+
+Deno.test("a stream ending in a lone CR ends its last line there", async () => {
+  assert.deepEqual(await events(body("event: done\rdata: x\r")), [{ event: "done", data: "x" }]);
+});
