@@ -50,7 +50,7 @@ export interface AppDeps {
   devServer?: boolean;
   /** Replaces the Stripe client built from STRIPE_SECRET_KEY (tests point it at a fake). */
   stripe?: Stripe;
-  /** Replaces the clock of wallets and rate limits (tests). */
+  /** Replaces the clock of wallets, rate limits and the sign-in and sign-up throttles (tests). */
   now?: () => number;
 }
 
@@ -153,6 +153,7 @@ export function createApp(deps: AppDeps) {
       publicUrl: config.publicUrl,
       proxyTrust: { header: config.trustedProxyHeader, count: config.trustedProxyCount },
       signupsPerAddressPerDay: config.maxSignupsPerAddressPerDay,
+      now,
     }),
   );
   app.route(

@@ -97,9 +97,17 @@ function accountPage(kind: "signup" | "signin", state: FormState): string {
 
 /** GET/POST /signup, /signin and POST /signout. */
 export function accountRoutes(
-  deps: { kv: Deno.Kv; publicUrl: string; proxyTrust: ProxyTrust; signupsPerAddressPerDay: number },
+  deps: {
+    kv: Deno.Kv;
+    publicUrl: string;
+    proxyTrust: ProxyTrust;
+    signupsPerAddressPerDay: number;
+    /** The throttles count in fixed windows of this clock. */
+    now?: () => number;
+  },
 ) {
   const { kv, publicUrl } = deps;
+  const now = deps.now ?? Date.now;
   const addressOf = (c: Parameters<typeof clientAddress>[0]) => clientAddress(c, deps.proxyTrust);
   const cookie = sessionCookie(publicUrl);
   const pages = new Hono<PageEnv>();
@@ -118,7 +126,7 @@ export function accountRoutes(
     const body = await c.req.parseBody();
     const email = String(body.email ?? "");
     const address = addressOf(c);
-    const wait = await beginSignUp(kv, address);
+    const wait = await beginSignUp(kv, address, now());
     if (wait > 0) {
       c.header("Retry-After", String(wait));
       const minutes = Math.ceil(wait / 60);
@@ -128,7 +136,7 @@ export function accountRoutes(
       return c.html(accountPage("signup", { email, error }), 429);
     }
     // Each account can make apps with starter credits: an address makes a few a day.
-    const permit = await takeAccountOfAddress(kv, address, deps.signupsPerAddressPerDay);
+    const permit = await takeAccountOfAddress(kv, address, deps.signupsPerAddressPerDay, now());
     if (!permit.ok) {
       c.header("Retry-After", String(permit.retryAfter));
       const error =
@@ -157,7 +165,7 @@ export function accountRoutes(
     const email = normalizeEmail(String(body.email ?? ""));
     const password = String(body.password ?? "");
     const next = safeNext(c.req.query("next"));
-    const attempt = await beginSignIn(kv, email, addressOf(c));
+    const attempt = await beginSignIn(kv, email, addressOf(c), now());
     const wait = attempt.retryAfter;
     if (wait > 0) {
       c.header("Retry-After", String(wait));
@@ -180,7 +188,7 @@ export function accountRoutes(
         401,
       );
     }
-    await signInSucceeded(kv, email, attempt);
+    await signInSucceeded(kv, email, attempt, now());
     await startSession(c, kv, cookie, owner.id);
     return c.redirect(next, 303);
   });

@@ -4,7 +4,11 @@ import { listAppKeys } from "@/lib/tenants/mod.ts";
 import { buildCatalog } from "@/lib/catalog/catalog.ts";
 import { loadConfig } from "@/lib/core/mod.ts";
 import { keys } from "@/lib/db.ts";
-import { MAX_FAILURES_PER_EMAIL } from "@/lib/accounts/sign_in_throttle.ts";
+import {
+  MAX_FAILURES_PER_EMAIL,
+  MAX_SIGNUPS_PER_IP,
+  THROTTLE_WINDOW_MS,
+} from "@/lib/accounts/sign_in_throttle.ts";
 import { runAdmin } from "@/scripts/admin.ts";
 import {
   assertAuditClean,
@@ -76,8 +80,9 @@ class Visitor {
 async function withService(
   fn: (s: TestService) => Promise<void>,
   env: Record<string, string> = {},
+  now?: () => number,
 ) {
-  const s = await startService({ env });
+  const s = await startService({ env, now });
   try {
     await fn(s);
     await assertAuditClean(s.kv);
@@ -565,17 +570,31 @@ Deno.test("the owner sets the app's rate limits from the dashboard and the API e
   }));
 
 Deno.test("an address past the sign-up limit is refused with 429 and no account is made", () =>
-  withService(async (s) => {
-    const { MAX_SIGNUPS_PER_IP } = await import("@/lib/accounts/sign_in_throttle.ts");
-    for (let i = 0; i < MAX_SIGNUPS_PER_IP; i++) {
-      await new Visitor(s).signUp(`user${i}@example.com`);
-    }
-    const refused = await new Visitor(s).post("/signup", {
-      email: "one-too-many@example.com",
-      password: PASSWORD,
-    });
-    assert.equal(refused.status, 429);
-    assert.ok(Number(refused.headers.get("retry-after")) > 0);
-    assert.match(await refused.text(), /Too many sign-ups/);
-    assert.equal((await s.kv.get(keys.ownerByEmail("one-too-many@example.com"))).value, null);
-  }, { MAX_SIGNUPS_PER_ADDRESS_PER_DAY: "100" }));
+  withService(
+    async (s) => {
+      for (let i = 0; i < MAX_SIGNUPS_PER_IP; i++) {
+        await new Visitor(s).signUp(`user${i}@example.com`);
+      }
+      const refused = await new Visitor(s).post("/signup", {
+        email: "one-too-many@example.com",
+        password: PASSWORD,
+      });
+      assert.equal(refused.status, 429);
+      const wait = Number(refused.headers.get("retry-after"));
+      assert.equal(wait, THROTTLE_WINDOW_MS / 2 / 1000, "refused until the window ends");
+      assert.match(await refused.text(), /Too many sign-ups/);
+      assert.equal((await s.kv.get(keys.ownerByEmail("one-too-many@example.com"))).value, null);
+    },
+    { MAX_SIGNUPS_PER_ADDRESS_PER_DAY: "100" },
+    midWindowClock(),
+  ));
+
+/**
+ * A clock stopped in the middle of a sign-up window (and of a UTC day): the throttle counts in
+ * fixed windows, so on the wall clock a run that crosses a window's end starts counting afresh.
+ */
+function midWindowClock(): () => number {
+  const at = Date.UTC(2026, 0, 15, 12, 7, 30);
+  assert.equal(at % THROTTLE_WINDOW_MS, THROTTLE_WINDOW_MS / 2);
+  return () => at;
+}

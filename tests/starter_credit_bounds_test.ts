@@ -14,9 +14,15 @@ import { parsePrometheus } from "./prometheus.ts";
 
 const METRICS_TOKEN = "starter-metrics-token";
 const DAY_MS = 24 * 60 * 60 * 1000;
+/** Accounts are counted per UTC day: a stopped clock keeps a run from straddling midnight. */
+const midDay = () => Date.UTC(2026, 6, 29, 12, 7, 30);
 
-async function withService(env: Record<string, string>, fn: (s: TestService) => Promise<void>) {
-  const s = await startService({ env: { METRICS_TOKEN, ...env } });
+async function withService(
+  env: Record<string, string>,
+  fn: (s: TestService) => Promise<void>,
+  now?: () => number,
+) {
+  const s = await startService({ env: { METRICS_TOKEN, ...env }, now });
   try {
     await fn(s);
     await assertAuditClean(s.kv);
@@ -195,12 +201,16 @@ Deno.test("one address creates 2 accounts a day; a failed sign-up does not use o
     assert.equal((await signUp(s, "second@example.com")).status, 303);
     const refused = await signUp(s, "third@example.com");
     assert.equal(refused.status, 429);
-    assert.ok(Number(refused.headers.get("retry-after")) > 0);
+    assert.equal(
+      Number(refused.headers.get("retry-after")),
+      (DAY_MS - midDay() % DAY_MS) / 1000,
+      "until the UTC day ends",
+    );
     assert.match(await refused.text(), /Too many accounts were created from your network today/);
     assert.equal((await s.kv.get(keys.ownerByEmail("third@example.com"))).value, null);
     // An X-Forwarded-For header is not believed unless the operator trusts one.
     assert.equal((await signUp(s, "spoofed@example.com", "198.51.100.9")).status, 429);
-  }));
+  }, midDay));
 
 Deno.test("behind a trusted proxy, accounts are counted per client address, the right-most untrusted hop", () =>
   withService({ TRUSTED_PROXY_HEADER: "x-forwarded-for" }, async (s) => {
@@ -210,4 +220,4 @@ Deno.test("behind a trusted proxy, accounts are counted per client address, the 
     // What a client writes to the left of the proxy's entry changes nothing.
     assert.equal((await signUp(s, "a3@example.com", "10.9.9.9, 203.0.113.5")).status, 429);
     assert.equal((await signUp(s, "b1@example.com", "203.0.113.6")).status, 303);
-  }));
+  }, midDay));
