@@ -38,6 +38,8 @@ export const keys = {
   appDailySpend: (appId: string) => ["daily_spend", appId] as const,
   modelSpend: (appId: string, model: string) => ["model_spend", appId, model] as const,
   appModelSpend: (appId: string) => ["model_spend", appId] as const,
+  /** An app's uncharged usage since it was created (Deno.KvU64), summed in the settle's commit. */
+  appUncharged: (appId: string) => ["app_uncharged", appId] as const,
   allWallets: () => ["wallets"] as const,
   allApps: () => ["apps"] as const,
 
@@ -69,7 +71,7 @@ export const keys = {
 export type ThrottleScope = "email" | "ip" | "signup_ip" | "signup_ip_day";
 
 /** The service-wide sums under `keys.serviceTotal`. */
-export type ServiceTotal = "starter_credits_granted" | "apps_created";
+export type ServiceTotal = "starter_credits_granted" | "apps_created" | "uncharged";
 
 export interface OwnerAppCountRecord {
   /** Apps made for the owner, by the owner or by the operator. */
@@ -177,7 +179,10 @@ export interface UsageRecord {
   reasoningTokens?: number;
   /** What left the wallet. */
   cost: Micros;
-  /** Cost of the usage beyond what the hold and the balance could cover; never charged. */
+  /**
+   * Cost of the usage beyond what its reservation and the wallet's balance could cover: never
+   * charged (the wallet never goes below zero), the operator's loss. Not part of `spent`.
+   */
   uncharged: Micros;
   reserved: Micros;
   streamed: boolean;

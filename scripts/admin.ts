@@ -9,6 +9,7 @@ import {
   getRateLimits,
   MAX_LIMIT,
   setRateLimits,
+  unchargedOf,
   validLimit,
   Wallets,
 } from "@/lib/billing/mod.ts";
@@ -116,6 +117,7 @@ export async function runAdmin(
       const wallet = await getWallet(kv, appId);
       const keyList = await listAppKeys(kv, appId);
       const limits = await getRateLimits(kv, defaultLimits, appId);
+      const uncharged = await unchargedOf(kv, appId);
       return {
         output: {
           app_id: app.id,
@@ -125,6 +127,7 @@ export async function runAdmin(
           reserved: formatUsd(wallet.reserved),
           spent: formatUsd(wallet.spent),
           credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
+          uncharged: formatUsd(uncharged),
           top_up_url: topUpUrl(publicUrl, app),
           top_up_return_url: app.topUpReturnUrl ?? null,
           top_up_show_balance: app.topUpShowBalance ?? false,

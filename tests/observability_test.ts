@@ -58,6 +58,7 @@ const LINE_FIELDS = [
   "completionTokens",
   "reserved",
   "cost",
+  "uncharged",
   "outcome",
   "upstreamFailure",
   "totalMs",
@@ -87,6 +88,7 @@ Deno.test("a non-streamed request writes exactly one log line with every field a
     assert.equal(line.promptTokens, body.usage.prompt_tokens);
     assert.equal(line.completionTokens, body.usage.completion_tokens);
     assert.equal(line.cost, Math.round(Number(res.headers.get("tollbooth-request-cost")) * 1e6));
+    assert.equal(line.uncharged, 0, "the balance covered it all");
     assert.equal(line.errorCode, null);
     assert.equal(typeof line.totalMs, "number");
     assert.equal(typeof line.upstreamMs, "number");

@@ -15,6 +15,8 @@ export interface WalletAudit {
   reserved: string;
   spent: string;
   credited: string;
+  /** Usage beyond what reservations and the balance covered, never charged: outside the invariant. */
+  uncharged: string;
   liveReservations: number;
   expiredReservations: number;
 }
@@ -23,17 +25,28 @@ export interface AuditReport {
   ok: boolean;
   apps: number;
   problems: number;
-  totals: { available: string; reserved: string; spent: string; credited: string };
+  totals: {
+    available: string;
+    reserved: string;
+    spent: string;
+    credited: string;
+    uncharged: string;
+  };
+  /** The apps with uncharged usage, most first. */
+  unchargedApps: { appId: string; uncharged: string }[];
   wallets: WalletAudit[];
 }
 
 /**
  * Checks the money invariant of every wallet against its own records: the wallet's fields add up,
  * the reservations sum to `reserved`, the usage records sum to `spent`, the ledger sums to the credits.
+ * Uncharged usage is reported beside it: the usage records' `uncharged` must sum to the app's
+ * uncharged counter (what `show-app` and the dashboard show).
  */
 export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<AuditReport> {
   const wallets: WalletAudit[] = [];
-  const totals = { available: 0, reserved: 0, spent: 0, credited: 0 };
+  const totals = { available: 0, reserved: 0, spent: 0, credited: 0, uncharged: 0 };
+  const unchargedApps: { appId: string; micros: number }[] = [];
   for await (const entry of kv.list<WalletRecord>({ prefix: keys.allWallets() })) {
     const appId = String(entry.key[1]);
     const audit = await auditWallet(kv, appId, now);
@@ -42,7 +55,10 @@ export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<Audit
     totals.reserved += entry.value.reserved;
     totals.spent += entry.value.spent;
     totals.credited += entry.value.starter + entry.value.topUps + entry.value.operatorCredits;
+    totals.uncharged += audit.uncharged;
+    if (audit.uncharged > 0) unchargedApps.push({ appId, micros: audit.uncharged });
   }
+  unchargedApps.sort((a, b) => b.micros - a.micros || a.appId.localeCompare(b.appId));
   const problems = wallets.reduce((n, w) => n + w.problems.length, 0);
   return {
     ok: problems === 0,
@@ -53,7 +69,9 @@ export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<Audit
       reserved: formatUsd(totals.reserved),
       spent: formatUsd(totals.spent),
       credited: formatUsd(totals.credited),
+      uncharged: formatUsd(totals.uncharged),
     },
+    unchargedApps: unchargedApps.map((a) => ({ appId: a.appId, uncharged: formatUsd(a.micros) })),
     wallets,
   };
 }
@@ -67,6 +85,7 @@ export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) 
     const reservations = await collect<ReservationRecord>(kv, keys.appReservations(appId));
     const usage = await collect<UsageRecord>(kv, keys.appUsage(appId));
     const ledger = await collect<LedgerEntry>(kv, keys.ledger(appId));
+    const counted = await kv.get<Deno.KvU64>(keys.appUncharged(appId));
     const after = await kv.get(keys.wallet(appId));
     if (after.versionstamp !== before.versionstamp) continue;
 
@@ -85,6 +104,12 @@ export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) 
       "starter ledger vs starter",
       sum(ledger.filter((l) => l.kind === "starter"), (l) => l.amount),
       w.starter,
+    );
+    const uncharged = sum(usage, (u) => u.uncharged);
+    expect(
+      "sum of usage uncharged vs the app's uncharged counter",
+      uncharged,
+      Number(counted.value?.value ?? 0n),
     );
     expect(
       "top-up ledger vs top-ups",
@@ -109,10 +134,11 @@ export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) 
       reserved: formatUsd(w.reserved),
       spent: formatUsd(w.spent),
       credited: formatUsd(credited),
+      uncharged: formatUsd(uncharged),
       liveReservations: reservations.length - expired,
       expiredReservations: expired,
     };
-    return { report, wallet: w };
+    return { report, wallet: w, uncharged };
   }
 }
 

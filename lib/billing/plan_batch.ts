@@ -140,6 +140,7 @@ export function planBatch(input: PlanInput) {
   // and the commit's cost, grow with mutations).
   const keysUsed = new Set<string>();
   const modelSpend = new Map<string, Micros>();
+  let uncharged: Micros = 0;
 
   const dropReservation = (r: ReservationRecord) => {
     live.set(r.id, null);
@@ -226,6 +227,7 @@ export function planBatch(input: PlanInput) {
         writes.push((a) => a.set(keys.usage(appId, usage.id), usage));
         keysUsed.add(usage.keyId);
         if (charged > 0) modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + charged);
+        uncharged += usage.uncharged;
         const answer = {
           settled: true as const,
           charged,
@@ -314,6 +316,14 @@ export function planBatch(input: PlanInput) {
   }
   if (daySpend > 0) {
     writes.push((a) => a.sum(keys.dailySpend(appId, utcDay(now)), BigInt(daySpend)));
+  }
+  if (uncharged > 0) {
+    // Outside the wallet's invariant (it never left a wallet), so counted beside it: per app, and
+    // service-wide for /metrics, in the commit that writes the usage records carrying it.
+    writes.push((a) =>
+      a.sum(keys.appUncharged(appId), BigInt(uncharged))
+        .sum(keys.serviceTotal("uncharged"), BigInt(uncharged))
+    );
   }
   for (const keyId of keysUsed) writes.push((a) => a.set(keys.apiKeyLastUsed(keyId), now));
 

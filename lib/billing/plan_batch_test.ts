@@ -408,6 +408,40 @@ Deno.test("a settle above its reservation and the whole balance charges down to 
   assertBalanced(p.wallet);
 });
 
+Deno.test("a batch adds its uncharged usage to the app's and the service's uncharged sums once, in its commit", () => {
+  const existing = [reservation("res_1", 1_000), reservation("res_2", 1_000)];
+  const first = settle("res_1", 2_500);
+  const second = settle("res_2", 1_200, { model: "m/two" });
+  const p = plan([first, second], {
+    wallet: walletReserving(600, ...existing),
+    reservations: reservationsOf(...existing),
+  });
+  p.resolveAll();
+  const [a, b] = [first.done.get(), second.done.get()];
+  assert.ok(a.settled && b.settled);
+  // The first takes the whole balance (1,000 + 600 of 2,500); the second only its reservation.
+  assert.deepEqual([a.uncharged, b.uncharged], [900, 200]);
+  const sums = writesOf(p).filter((w) => w.op === "sum" && w.key[0] !== "model_spend");
+  assert.deepEqual(sums, [
+    { op: "sum", key: keys.dailySpend(APP, utcDay(NOW)), value: 2_600n },
+    { op: "sum", key: keys.appUncharged(APP), value: 1_100n },
+    { op: "sum", key: keys.serviceTotal("uncharged"), value: 1_100n },
+  ]);
+});
+
+Deno.test("a batch with nothing uncharged writes no uncharged sum", () => {
+  const existing = reservation("res_1", 1_000);
+  const s = settle("res_1", 1_400);
+  const p = plan([s], {
+    wallet: walletReserving(600, existing),
+    reservations: reservationsOf(existing),
+  });
+  assert.deepEqual(
+    writesOf(p).filter((w) => w.key[0] === "app_uncharged" || w.key[0] === "service_totals"),
+    [],
+  );
+});
+
 Deno.test("a settle deletes the reservation and its expiry entry and writes the usage record", () => {
   const existing = reservation("res_1", 1_000);
   const s = settle("res_1", 300);

@@ -99,3 +99,12 @@ export async function walletActivity(
   }
   return out.sort((a, b) => b.at - a.at).slice(0, limit);
 }
+
+/**
+ * The app's usage that neither its reservation nor the balance covered, since it was created:
+ * never charged, not part of `spent`.
+ */
+export async function unchargedOf(kv: Deno.Kv, appId: string): Promise<Micros> {
+  const entry = await kv.get<Deno.KvU64>(keys.appUncharged(appId));
+  return Number(entry.value?.value ?? 0n);
+}

@@ -26,6 +26,8 @@ export type RequestLogLine = {
   completionTokens: number | null;
   reserved: number | null;
   cost: number | null;
+  /** Usage cost the reservation and the balance could not cover (never charged); 0 when covered. */
+  uncharged: number | null;
   outcome: string | null;
   upstreamFailure: string | null;
   totalMs: number;
@@ -42,6 +44,7 @@ export interface TraceFields {
   promptTokens?: number;
   completionTokens?: number;
   cost?: number;
+  uncharged?: number;
   reserved?: number;
   upstreamMs?: number;
   outcome?: string;
@@ -72,6 +75,7 @@ export function requestLogLine(
     completionTokens: trace.completionTokens ?? null,
     reserved: trace.reserved ?? null,
     cost: trace.cost ?? null,
+    uncharged: trace.uncharged ?? null,
     outcome: trace.outcome ?? null,
     upstreamFailure: trace.upstreamFailure ?? null,
     totalMs: tenths(request.totalMs),

@@ -440,6 +440,7 @@ export class Gateway {
       return { charged: 0, available: result.available };
     }
     trace.cost = result.charged;
+    trace.uncharged = result.uncharged;
     if (result.rate) trace.rateLimit = result.rate;
     return { charged: result.charged, available: result.available };
   }

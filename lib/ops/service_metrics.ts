@@ -62,7 +62,11 @@ export class ServiceMetrics {
   );
 
   /** Service-wide sums kept in KV, read at each scrape: the same on every instance. */
-  readonly #totals: Record<ServiceTotal, number> = { starter_credits_granted: 0, apps_created: 0 };
+  readonly #totals: Record<ServiceTotal, number> = {
+    starter_credits_granted: 0,
+    apps_created: 0,
+    uncharged: 0,
+  };
 
   constructor(walletStats: WalletStats, startedAt = Date.now()) {
     const total = (name: ServiceTotal, metric: string, help: string) =>
@@ -76,6 +80,11 @@ export class ServiceMetrics {
       "apps_created",
       "tollbooth_apps_created_total",
       "Apps created, by owners and by the operator, over all instances (read from KV).",
+    );
+    total(
+      "uncharged",
+      "tollbooth_uncharged_micro_usd_total",
+      "Micro-USD of usage that neither its reservation nor the wallet's balance covered, so never charged (the operator's loss), over all instances (read from KV).",
     );
     const stat = (name: keyof WalletStats, help: string) =>
       this.#registry.sampled(

@@ -23,6 +23,7 @@ import {
   MAX_LIMIT,
   setRateLimits,
   spendByModel,
+  unchargedOf,
   walletActivity,
 } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/mod.ts";
@@ -153,12 +154,20 @@ export function dashboardRoutes(
   }
 
   async function walletView(app: AppRecord) {
-    const [wallet, activity, names] = await Promise.all([
+    const [wallet, uncharged, activity, names] = await Promise.all([
       getWallet(kv, app.id),
+      unchargedOf(kv, app.id),
       walletActivity(kv, app.id),
       keyNames(kv, app.id),
     ]);
-    return { app, wallet, topUpUrl: topUpUrl(publicUrl, app), activity, keyNames: names };
+    return {
+      app,
+      wallet,
+      uncharged,
+      topUpUrl: topUpUrl(publicUrl, app),
+      activity,
+      keyNames: names,
+    };
   }
 
   r.get("/apps/:appId", async (c) => {

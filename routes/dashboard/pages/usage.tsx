@@ -29,12 +29,16 @@ export function usagePage(
   keyNames: Map<string, string>,
   isFirstPage: boolean,
 ) {
+  // Shown only where it says something: few apps ever have usage their balance could not cover.
+  const showUncharged = page.records.some((u) => u.uncharged > 0);
   return renderPage(
     <Page title={`${app.name} · Usage`} session={session}>
       <AppHeader app={app} active="usage" />
       <p class="muted">
         Every request that reached a model, newest first. Requests refused before the model ran
         (invalid, unpaid, rate-limited, provider unreachable) cost nothing and are not listed.
+        {showUncharged &&
+          " “Not charged” is usage beyond what the request's reservation and the balance could cover: the wallet never goes below zero, so it was not taken."}
       </p>
       {page.records.length === 0
         ? <p>{isFirstPage ? "No requests yet." : "No older requests."}</p>
@@ -49,6 +53,7 @@ export function usagePage(
                   <th scope="col" class="num">Prompt</th>
                   <th scope="col" class="num">Completion</th>
                   <th scope="col" class="num">Cost</th>
+                  {showUncharged && <th scope="col" class="num">Not charged</th>}
                   <th scope="col">Status</th>
                   <th scope="col">Streamed</th>
                   <th scope="col">Request id</th>
@@ -75,6 +80,7 @@ export function usagePage(
                       <TokenDetails parts={[[u.reasoningTokens, "reasoning"]]} />
                     </td>
                     <td class="num">{usd(u.cost)}</td>
+                    {showUncharged && <td class="num">{usd(u.uncharged)}</td>}
                     <td>{OUTCOMES[u.outcome]}</td>
                     <td>{u.streamed ? "yes" : "no"}</td>
                     <td>

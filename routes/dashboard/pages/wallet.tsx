@@ -1,4 +1,5 @@
 import type { AppRecord, WalletRecord } from "@/lib/db.ts";
+import type { Micros } from "@/lib/core/mod.ts";
 import type { WalletActivity } from "@/lib/billing/mod.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
@@ -17,6 +18,8 @@ export function walletPage(
   view: {
     app: AppRecord;
     wallet: WalletRecord;
+    /** Usage never charged because its reservation and the balance could not cover it. */
+    uncharged: Micros;
     topUpUrl: string;
     activity: WalletActivity[];
     keyNames: Map<string, string>;
@@ -34,6 +37,14 @@ export function walletPage(
         {usd(wallet.starter)}, top-ups {usd(wallet.topUps)}, credits from Tollbooth{" "}
         {usd(wallet.operatorCredits)}). Available + in flight + spent always equals that total.
       </p>
+      {view.uncharged > 0 && (
+        <p class="muted" data-testid="uncharged">
+          Not charged: <strong>{usd(view.uncharged)}</strong>{" "}
+          of usage went beyond what its requests' reservations and the balance could cover. A wallet
+          never goes below zero, so that part was not taken and is not owed; it is not in the spent
+          total.
+        </p>
+      )}
       <TopUpLink session={session} app={app} url={view.topUpUrl} error={view.topUpError} />
       <section class="card">
         <h2>Latest activity</h2>
@@ -73,7 +84,14 @@ export function walletPage(
                         <code>{a.usage.model}</code> · key{" "}
                         {view.keyNames.get(a.usage.keyId) ?? a.usage.keyId}
                       </td>
-                      <td class="num">−{usd(a.usage.cost)}</td>
+                      <td class="num">
+                        −{usd(a.usage.cost)}
+                        {a.usage.uncharged > 0 && (
+                          <span class="muted small">
+                            {` (${usd(a.usage.uncharged)} not charged)`}
+                          </span>
+                        )}
+                      </td>
                     </tr>
                   )
               )}
