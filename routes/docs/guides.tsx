@@ -245,13 +245,23 @@ export function billingPage() {
           serve it.
         </li>
         <li>
-          If a provider reports more usage than the reservation covers (it counted the prompt
-          differently), the difference is taken from the balance down to zero, never below; the rest
-          is not charged and never becomes a debt.
+          The reservation is meant to be an upper bound of the provider's bill. If a provider
+          reports more usage than the reservation covers (it counted the prompt differently), the
+          difference is taken from the balance down to zero, never below. What the reservation and
+          the balance together cannot cover is{" "}
+          <em>uncharged</em>: it is not taken and never becomes a debt. It is recorded, never
+          silent. The dashboard shows it on the app's wallet page and in a “Not charged” column of
+          its usage page. Operators see it per request as <code>uncharged</code>{" "}
+          in the log line and the usage record, per app in{" "}
+          <code>deno task admin show-app</code>, and for the whole service in{" "}
+          <code>deno task admin audit</code> and the{" "}
+          <code>tollbooth_uncharged_micro_usd_total</code> metric.
         </li>
         <li>
           Per app, at every moment: available + reserved + spent = starter credits + top-ups +
-          operator credits. Operators check it with <code>deno task admin audit</code>.
+          operator credits. Operators check it with{" "}
+          <code>deno task admin audit</code>. Uncharged usage left no wallet, so it is outside this
+          sum.
         </li>
       </ul>
     </DocsLayout>,
