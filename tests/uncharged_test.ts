@@ -256,7 +256,8 @@ Deno.test("the uncharged total on /metrics is the same on every instance", async
 Deno.test("concurrent requests billed beyond what a wallet holds: the uncharged parts add up everywhere", () =>
   withUpstream(async ({ s }) => {
     const { appId, apiKey } = await s.newApp();
-    await spendDownTo(s.kv, appId, 3_000);
+    // Room for a few dozen small reservations, and a remainder for whichever settle comes first.
+    await spendDownTo(s.kv, appId, 3_050);
     const statuses = await Promise.all(
       Array.from({ length: 30 }, async () => {
         const res = await s.chat(apiKey, REQUEST);
@@ -272,7 +273,7 @@ Deno.test("concurrent requests billed beyond what a wallet holds: the uncharged 
     assert.equal(records.length, ran);
     for (const u of records) assert.equal(u.cost + u.uncharged, PROVIDER_COST);
     const charged = records.reduce((n, u) => n + u.cost, 0);
-    assert.equal(charged, 3_000, "the whole balance was taken, and no more");
+    assert.equal(charged, 3_050, "the whole balance was taken, and no more");
     const uncharged = ran * PROVIDER_COST - charged;
     assert.equal(records.reduce((n, u) => n + u.uncharged, 0), uncharged);
     const logged = requestLines(s).filter((l) => l.status === 200);
