@@ -1,6 +1,6 @@
 import { createApp } from "./app.ts";
 import { CatalogError, loadCatalogFile } from "@/lib/catalog/mod.ts";
-import { ConfigError, jsonLogger, loadConfig, openKv } from "@/lib/core/mod.ts";
+import { ConfigError, flushLogs, jsonLogger, loadConfig, openKv } from "@/lib/core/mod.ts";
 import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
 import { devBanner } from "@/lib/ops/mod.ts";
 
@@ -90,6 +90,7 @@ async function main() {
   const shutdown = async (signal: Deno.Signal) => {
     if (shuttingDown) {
       jsonLogger({ level: "warn", event: "shutdown_forced", signal });
+      flushLogs();
       Deno.exit(1);
     }
     shuttingDown = true;
@@ -107,6 +108,7 @@ async function main() {
     });
     jsonLogger({ event: "wallet_stats", ...wallets.stats });
     kv.close();
+    flushLogs();
     Deno.exit(0);
   };
   for (const signal of ["SIGINT", "SIGTERM"] as const) {

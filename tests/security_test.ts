@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { revokeKey } from "@/lib/tenants/mod.ts";
-import { jsonLogger, randomToken, timingSafeEqualStrings } from "@/lib/core/mod.ts";
+import { flushLogs, jsonLogger, randomToken, timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import { CONTENT_SECURITY_POLICY } from "@/routes/security_headers.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
 import { assertAuditClean, PUBLIC_URL, startService, userMessage } from "./helpers.ts";
@@ -10,7 +10,9 @@ Deno.test("raw API keys (and our provider key) never appear in logs, console out
   const console_: string[] = [];
   const original = { log: console.log, error: console.error, warn: console.warn };
   for (const name of ["log", "error", "warn"] as const) {
-    console[name] = (...args: unknown[]) => console_.push(args.map(String).join(" "));
+    // The logger writes its lines in batches: one console call may carry several.
+    console[name] = (...args: unknown[]) =>
+      console_.push(...args.map(String).join(" ").split("\n"));
   }
   // The real JSON logger, writing to the captured console: what production log shippers would see.
   const s = await startService({ openaiBaseUrl: upstream.url, log: jsonLogger });
@@ -67,6 +69,7 @@ Deno.test("raw API keys (and our provider key) never appear in logs, console out
       await s.chat(a.apiKey, { model: "tollbooth/echo", messages: userMessage("x") }),
     );
     await s.wallets.drain();
+    flushLogs();
 
     const kvDump: string[] = [];
     for await (const entry of s.kv.list({ prefix: [] })) {

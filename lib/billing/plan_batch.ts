@@ -87,7 +87,7 @@ export function keyGuards(ops: Op[]): Map<string, KeyGuard> {
 }
 
 export function guardId(guard: KeyGuard): string {
-  return JSON.stringify(guard.key);
+  return guard.key.join("\u0000");
 }
 
 /**

@@ -8,6 +8,7 @@ import {
 } from "@/lib/db.ts";
 import { RateWindows } from "./ratelimit.ts";
 import {
+  guardId,
   keyGuards,
   type Op,
   planBatch,
@@ -757,8 +758,8 @@ Deno.test("a reserve under a revoked key is refused with KeyRevokedError while t
   const kept = reserve(10, { keyId: "key_b", keyGuard: guardB });
   const unguarded = reserve(10);
   const c = credit(5);
-  const current = new Map([[JSON.stringify(guardA.key), null], [
-    JSON.stringify(guardB.key),
+  const current = new Map([[guardId(guardA), null], [
+    guardId(guardB),
     "02",
   ]]);
   const left = refuseRevokedKeys([revoked.op, kept.op, unguarded.op, c.op], current);
@@ -771,7 +772,7 @@ Deno.test("a reserve under a revoked key is refused with KeyRevokedError while t
 Deno.test("a key entry rewritten but still there has its guard brought up to date in place", () => {
   const guard = { key: ["api_keys_by_hash", "a"], versionstamp: "01" };
   const r = reserve(10, { keyGuard: guard });
-  refuseRevokedKeys([r.op], new Map([[JSON.stringify(guard.key), "07"]]));
+  refuseRevokedKeys([r.op], new Map([[guardId(guard), "07"]]));
   assert.equal(guard.versionstamp, "07", "the caller's cached guard stops failing the check");
 });
 

@@ -82,6 +82,9 @@ export class Wallets {
   readonly #maxAttempts: number;
   readonly #now: () => number;
   readonly #rateLimits: RateLimits | null;
+  /** Holds whose lease is renewed while their request runs: app id, then reservation ids. */
+  readonly #kept = new Map<string, Set<string>>();
+  #keepTimer: ReturnType<typeof setInterval> | null = null;
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
@@ -115,6 +118,33 @@ export class Wallets {
 
   renew(appId: string, reservationId: string): Promise<RenewResult> {
     return this.#enqueue(appId, (done) => ({ kind: "renew", reservationId, done }));
+  }
+
+  /**
+   * Renews a hold's lease while its request runs, until the returned function is called. One timer
+   * per process renews every kept hold (three times per lease, so a late tick or a slow commit
+   * never lets the sweeper release a live hold); the renewals of one app share its batch.
+   */
+  keepAlive(appId: string, reservationId: string): () => void {
+    let held = this.#kept.get(appId);
+    if (!held) this.#kept.set(appId, held = new Set());
+    held.add(reservationId);
+    this.#keepTimer ??= setInterval(() => this.#renewKept(), Math.max(100, this.#leaseMs / 3));
+    return () => {
+      const set = this.#kept.get(appId);
+      if (!set?.delete(reservationId) || set.size > 0) return;
+      this.#kept.delete(appId);
+      if (this.#kept.size === 0 && this.#keepTimer !== null) {
+        clearInterval(this.#keepTimer);
+        this.#keepTimer = null;
+      }
+    };
+  }
+
+  #renewKept() {
+    for (const [appId, ids] of this.#kept) {
+      for (const id of ids) this.renew(appId, id).catch(() => {});
+    }
   }
 
   credit(appId: string, input: CreditInput): Promise<CreditResult> {

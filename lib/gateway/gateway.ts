@@ -127,7 +127,7 @@ export class Gateway {
       trace,
     );
     const started = performance.now();
-    const stopRenewal = this.#keepReservationAlive(caller, reservation);
+    const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
     let result, route: Model;
     try {
       // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
@@ -188,7 +188,7 @@ export class Gateway {
     const upstreamAbort = new AbortController();
     const started = performance.now();
     // A stream may outlive its lease; keep the reservation alive from now on so the sweeper leaves it.
-    const stopRenewal = this.#keepReservationAlive(caller, reservation);
+    const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
     let parts: AsyncIterator<StreamPart>, first: IteratorResult<StreamPart>, route: Model;
     try {
       // The first part is awaited before the client gets its 200, so that an upstream that fails
@@ -455,19 +455,6 @@ export class Gateway {
     if (this.#lastLazySweep.size >= 10_000) this.#lastLazySweep.clear();
     this.#lastLazySweep.set(appId, now);
     return true;
-  }
-
-  /**
-   * Renews the reservation's lease while the request runs, from the reservation on: a slow first byte or a
-   * long call must never let the sweeper release a live reservation (the request would then go unbilled).
-   * Three renewals per lease leave room for a late timer or a slow commit.
-   */
-  #keepReservationAlive(caller: Caller, reservation: ReservationRecord): () => void {
-    const wallets = this.#deps.wallets;
-    const timer = setInterval(() => {
-      wallets.renew(caller.appId, reservation.id).catch(() => {});
-    }, Math.max(100, wallets.leaseMs / 3));
-    return () => clearInterval(timer);
   }
 
   async #release(caller: Caller, reservation: ReservationRecord, trace: RequestTrace) {
