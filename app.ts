@@ -66,6 +66,13 @@ export function createApp(deps: AppDeps) {
     leaseMs: config.reservationTtlSeconds * 1000,
     now,
     rateLimits,
+    slices: config.walletSlices
+      ? {
+        // A slice outlives its process by at most this; never longer than a reservation would.
+        leaseMs: Math.min(10_000, config.reservationTtlSeconds * 1000),
+        postEveryMs: config.walletSlicePostMs,
+      }
+      : undefined,
   });
   const providers = createProviders(catalog, {
     timeoutMs: config.upstreamTimeoutMs,

@@ -65,6 +65,8 @@ async function main() {
 
   const server = Deno.serve({
     port: config.port,
+    // Several processes on one port, balanced by the kernel (Linux): one per core on one KV.
+    reusePort: config.reusePort,
     onListen: ({ port }) => {
       jsonLogger({
         event: "listening",

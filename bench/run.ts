@@ -20,7 +20,7 @@ const OPEN_STREAMS = 1000;
 const MESSAGES = [{ role: "user", content: "Say hello to the benchmark." }];
 
 interface Target {
-  name: "direct" | "tollbooth" | "portkey";
+  name: "direct" | "tollbooth" | "portkey" | "commits";
   url: string;
   headers: Record<string, string>;
   model: string;
@@ -96,6 +96,15 @@ async function waitForHttp(url: string, service: Service) {
   }
   const log = await Deno.readTextFile(service.logFile).catch(() => "");
   throw new Error(`${service.name} did not start:\n${log.slice(-2000)}`);
+}
+
+async function waitForLog(service: Service, text: string) {
+  for (let i = 0; i < 600; i++) {
+    const log = await Deno.readTextFile(service.logFile).catch(() => "");
+    if (log.includes(text)) return;
+    await sleep(100);
+  }
+  throw new Error(`${service.name} did not log ${text}`);
 }
 
 async function stopAll() {
@@ -515,6 +524,7 @@ async function main() {
       // The bench measures the gateway, not its rate limits.
       RATE_LIMIT_RPM: "1000000000",
       RATE_LIMIT_TPM: "1000000000000",
+      WALLET_SLICES: "on",
     };
     const created = await run(Deno.execPath(), [
       "task",
@@ -537,6 +547,26 @@ async function main() {
       logDir: tmp,
     });
     await waitForHttp(`http://127.0.0.1:${tollboothPort}/docs/errors`, tollbooth);
+    // The baseline in the same run: the same service with a durable commit per reserve and settle.
+    const commitsPort = await freePort();
+    const commitsEnv = {
+      ...tollboothEnv,
+      PORT: String(commitsPort),
+      KV_PATH: `${tmp}/commits.sqlite3`,
+      PUBLIC_URL: `http://127.0.0.1:${commitsPort}`,
+      WALLET_SLICES: "off",
+    };
+    const commitsApp = JSON.parse(
+      (await run(Deno.execPath(), ["task", "-q", "admin", "create-app", "--name", "bench"], {
+        cwd: ROOT,
+        env: commitsEnv,
+      })).stdout,
+    ) as { api_key: string };
+    const commits = start("commits", [Deno.execPath(), "run", "-A", "main.ts"], {
+      env: commitsEnv,
+      logDir: tmp,
+    });
+    await waitForHttp(`http://127.0.0.1:${commitsPort}/docs/errors`, commits);
 
     const peerPort = await freePort();
     const peer = start("portkey", ["node", PEER_SERVER, `--port=${peerPort}`, "--headless"], {
@@ -563,6 +593,14 @@ async function main() {
         pid: tollbooth.pid,
       },
       {
+        name: "commits",
+        url: `http://127.0.0.1:${commitsPort}/v1/chat/completions`,
+        headers: { authorization: `Bearer ${commitsApp.api_key}` },
+        model: "bench/fast",
+        holdModel: "bench/hold",
+        pid: commits.pid,
+      },
+      {
         name: "portkey",
         url: `http://127.0.0.1:${peerPort}/v1/chat/completions`,
         headers: {
@@ -587,12 +625,18 @@ async function main() {
       log(`closed loop, 50 connections, ${SECONDS}s: ${t.name}`);
       closed[t.name] = await closedLoop(t, 50, SECONDS, tools);
     }
-    const open: Record<string, Record<string, Awaited<ReturnType<typeof openLoop>>>> = {};
+    const open: Record<
+      string,
+      Record<string, Awaited<ReturnType<typeof openLoop>> & { cpuMsPerRequest: number }>
+    > = {};
     for (const rate of [200, 500]) {
       for (const t of targets) {
         log(`open loop ${rate} req/s, ${OPEN_SECONDS}s: ${t.name}`);
         await openLoop(t, rate, 1); // settle at the rate first
-        (open[rate] ??= {})[t.name] = await openLoop(t, rate, OPEN_SECONDS);
+        const cpuBefore = await cpuMs(t.pid, ticks);
+        const result = await openLoop(t, rate, OPEN_SECONDS);
+        const cpuMsPerRequest = (await cpuMs(t.pid, ticks) - cpuBefore) / result.requests;
+        (open[rate] ??= {})[t.name] = { ...result, cpuMsPerRequest };
       }
     }
     const streaming: Record<string, Awaited<ReturnType<typeof sequentialStreams>>> = {};
@@ -601,37 +645,92 @@ async function main() {
       streaming[t.name] = await sequentialStreams(t, STREAMS_SEQUENTIAL);
     }
 
-    log(`hot wallet: one app, 200 connections, ${SECONDS}s`);
-    const statsBefore = await walletStats(tollbooth);
-    const hot = await closedLoop(targets[1], 200, SECONDS, tools);
-    const statsAfter = await walletStats(tollbooth);
-    const hotWallet = {
-      ...hot,
-      settledPerSecond: hot.okRps,
-      commits: statsAfter.commits - statsBefore.commits,
-      conflicts: statsAfter.conflicts - statsBefore.conflicts,
-      conflictsPerRequest: (statsAfter.conflicts - statsBefore.conflicts) / Math.max(1, hot.ok),
-      opsPerCommit: (statsAfter.opsCommitted - statsBefore.opsCommitted) /
-        Math.max(1, statsAfter.commits - statsBefore.commits),
+    const hotWalletOf = async (target: Target, service: Service) => {
+      log(`hot wallet: one app, 200 connections, ${SECONDS}s: ${target.name}`);
+      const statsBefore = await walletStats(service);
+      const hot = await closedLoop(target, 200, SECONDS, tools);
+      const statsAfter = await walletStats(service);
+      return {
+        ...hot,
+        settledPerSecond: hot.okRps,
+        commits: statsAfter.commits - statsBefore.commits,
+        conflicts: statsAfter.conflicts - statsBefore.conflicts,
+        conflictsPerRequest: (statsAfter.conflicts - statsBefore.conflicts) / Math.max(1, hot.ok),
+        opsPerCommit: (statsAfter.opsCommitted - statsBefore.opsCommitted) /
+          Math.max(1, statsAfter.commits - statsBefore.commits),
+      };
     };
+    const hotWallet = await hotWalletOf(targets[1], tollbooth);
+    const hotWalletCommits = await hotWalletOf(targets[2], commits);
 
     const memory: Record<string, Awaited<ReturnType<typeof openStreamsMemory>>> = {};
-    for (const t of targets) {
+    for (const t of targets.filter((t) => t.name !== "commits")) {
       log(`memory, ${OPEN_STREAMS} streams open at once: ${t.name}`);
       // A first round grows the heaps and pools once; the second one is measured.
       await openStreamsMemory(t, upstreamUrl, OPEN_STREAMS);
       memory[t.name] = await openStreamsMemory(t, upstreamUrl, OPEN_STREAMS);
     }
 
-    // Stop Tollbooth (it drains its wallet queues), then audit the KV file it leaves.
+    // Stop Tollbooth (it drains its wallet queues and gives its slices back).
     await tollbooth.stop();
     services.splice(services.indexOf(tollbooth), 1);
+    await commits.stop();
+    services.splice(services.indexOf(commits), 1);
+
+    // One hot wallet served by 1, 2 and 4 processes on the same KV file and port (SO_REUSEPORT).
+    const processes: Record<string, Awaited<ReturnType<typeof hotWalletOf>>> = {};
+    for (const n of [1, 2, 4]) {
+      const port = await freePort();
+      const env = {
+        ...tollboothEnv,
+        PORT: String(port),
+        PUBLIC_URL: `http://127.0.0.1:${port}`,
+        REUSE_PORT: "on",
+      };
+      const group = Array.from(
+        { length: n },
+        (_, i) =>
+          start(`tollbooth-${n}-${i}`, [Deno.execPath(), "run", "-A", "main.ts"], {
+            env,
+            logDir: tmp,
+          }),
+      );
+      for (const s of group) await waitForLog(s, '"listening"');
+      const target = { ...targets[1], url: `http://127.0.0.1:${port}/v1/chat/completions` };
+      await closedLoop(target, 20, 1, tools); // every process takes its slice
+      const before = await Promise.all(group.map(walletStats));
+      log(`hot wallet from ${n} process(es): 200 connections, ${SECONDS}s`);
+      const hot = await closedLoop({ ...target, pid: group[0].pid }, 200, SECONDS, tools);
+      const after = await Promise.all(group.map(walletStats));
+      const sum = (list: typeof before, k: "commits" | "conflicts") =>
+        list.reduce((acc, x) => acc + x[k], 0);
+      processes[n] = {
+        ...hot,
+        settledPerSecond: hot.okRps,
+        commits: sum(after, "commits") - sum(before, "commits"),
+        conflicts: sum(after, "conflicts") - sum(before, "conflicts"),
+        conflictsPerRequest: (sum(after, "conflicts") - sum(before, "conflicts")) /
+          Math.max(1, hot.ok),
+        opsPerCommit: 0,
+      };
+      for (const s of group) {
+        await s.stop();
+        services.splice(services.indexOf(s), 1);
+      }
+    }
+
+    // Audit the KV file every process left.
     const audit = await run(Deno.execPath(), ["task", "-q", "admin", "audit"], {
       cwd: ROOT,
       env: tollboothEnv,
     });
     const auditReport = JSON.parse(audit.stdout.trim() || "{}");
-    const auditOk = audit.ok && auditReport.ok === true;
+    const auditCommits = await run(Deno.execPath(), ["task", "-q", "admin", "audit"], {
+      cwd: ROOT,
+      env: commitsEnv,
+    });
+    const auditOk = audit.ok && auditReport.ok === true && auditCommits.ok &&
+      JSON.parse(auditCommits.stdout.trim() || "{}").ok === true;
 
     const results = {
       startedAt,
@@ -650,6 +749,8 @@ async function main() {
       openLoop: open,
       streaming,
       hotWallet,
+      hotWalletCommits,
+      processes,
       memory,
       audit: { ok: auditOk, apps: auditReport.apps, problems: auditReport.problems },
     };

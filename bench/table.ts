@@ -1,6 +1,10 @@
-/** metric, direct, tollbooth, portkey, target, ratio, met (null: no target) */
+/**
+ * metric, direct, tollbooth (slices), tollbooth with a commit per reserve and settle (the old
+ * protocol, the baseline), portkey, target, ratio, met (null: no target)
+ */
 export type Row = [
   string,
+  number | string | null,
   number | string | null,
   number | string | null,
   number | string | null,
@@ -9,7 +13,7 @@ export type Row = [
   boolean | null,
 ];
 
-const HEADER = ["metric", "direct", "tollbooth", "portkey", "target", "ratio", "met"];
+const HEADER = ["metric", "direct", "tollbooth", "tb commits", "portkey", "target", "ratio", "met"];
 
 function cell(v: number | string | boolean | null): string {
   if (v === null) return "–";
@@ -26,7 +30,7 @@ export function formatTable(rows: Row[]): string {
   const cells = [HEADER, ...rows.map((r) => r.map(cell))];
   const widths = HEADER.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
   const line = (r: string[]) =>
-    r.map((c, i) => (i === 0 || i === 4 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
+    r.map((c, i) => (i === 0 || i === 5 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
   return [line(cells[0]), widths.map((w) => "-".repeat(w)).join("  "), ...cells.slice(1).map(line)]
     .join("\n");
 }
@@ -43,78 +47,117 @@ export function report(r: any): { text: string; rows: Row[] } {
   const tbOver500 = over(o5.tollbooth.p50, o5.direct.p50);
   const pkOver500 = over(o5.portkey.p50, o5.direct.p50);
   const tbTtfbOver = over(s.tollbooth.ttfbP50, s.direct.ttfbP50);
+  const tbCpu500 = o5.tollbooth.cpuMsPerRequest;
+  const pkTtfbOver = over(s.portkey.ttfbP50, s.direct.ttfbP50);
+  const h = r.hotWallet;
+  const hc = r.hotWalletCommits;
+  const p = r.processes;
   const rows: Row[] = [
     [
       "closed loop 50 conn: req/s",
       c.direct.rps,
       c.tollbooth.rps,
+      c.commits.rps,
       c.portkey.rps,
-      "tb ≥ 2× pk",
+      "tb ≥ 4× pk",
       ratio(c.tollbooth.rps, c.portkey.rps),
-      c.tollbooth.rps >= 2 * c.portkey.rps,
+      c.tollbooth.rps >= 4 * c.portkey.rps,
     ],
     [
       "closed loop: non-2xx or errors",
       c.direct.requests - c.direct.ok,
       c.tollbooth.requests - c.tollbooth.ok,
+      c.commits.requests - c.commits.ok,
       c.portkey.requests - c.portkey.ok,
       "0",
       "",
       c.tollbooth.requests === c.tollbooth.ok,
     ],
-    ["closed loop: p50 ms", c.direct.p50, c.tollbooth.p50, c.portkey.p50, "", "", null],
-    ["closed loop: p99 ms", c.direct.p99, c.tollbooth.p99, c.portkey.p99, "", "", null],
+    [
+      "closed loop: p50 ms",
+      c.direct.p50,
+      c.tollbooth.p50,
+      c.commits.p50,
+      c.portkey.p50,
+      "",
+      "",
+      null,
+    ],
+    [
+      "closed loop: p99 ms",
+      c.direct.p99,
+      c.tollbooth.p99,
+      c.commits.p99,
+      c.portkey.p99,
+      "",
+      "",
+      null,
+    ],
     [
       "closed loop: CPU ms/request",
       c.direct.cpuMsPerRequest,
       c.tollbooth.cpuMsPerRequest,
+      c.commits.cpuMsPerRequest,
       c.portkey.cpuMsPerRequest,
       "",
       ratio(c.tollbooth.cpuMsPerRequest, c.portkey.cpuMsPerRequest),
       null,
     ],
-    ["200 req/s: p50 ms", o2.direct.p50, o2.tollbooth.p50, o2.portkey.p50, "", "", null],
     [
       "200 req/s: p50 overhead ms",
       0,
       over(o2.tollbooth.p50, o2.direct.p50),
+      over(o2.commits.p50, o2.direct.p50),
       over(o2.portkey.p50, o2.direct.p50),
       "",
       "",
       null,
     ],
     [
-      "200 req/s: p99 overhead ms",
-      0,
-      over(o2.tollbooth.p99, o2.direct.p99),
-      over(o2.portkey.p99, o2.direct.p99),
+      "500 req/s: p50 ms",
+      o5.direct.p50,
+      o5.tollbooth.p50,
+      o5.commits.p50,
+      o5.portkey.p50,
       "",
       "",
       null,
     ],
-    ["500 req/s: p50 ms", o5.direct.p50, o5.tollbooth.p50, o5.portkey.p50, "", "", null],
     [
       "500 req/s: p50 overhead ms",
       0,
       tbOver500,
+      over(o5.commits.p50, o5.direct.p50),
       pkOver500,
-      "tb < 1, ≤ ½ pk",
+      "tb < 1",
       ratio(tbOver500, pkOver500),
-      tbOver500 < 1 && tbOver500 <= pkOver500 / 2,
+      tbOver500 < 1,
     ],
     [
       "500 req/s: p99 overhead ms",
       0,
       over(o5.tollbooth.p99, o5.direct.p99),
+      over(o5.commits.p99, o5.direct.p99),
       over(o5.portkey.p99, o5.direct.p99),
       "",
       "",
       null,
     ],
     [
+      "500 req/s: CPU ms/request",
+      o5.direct.cpuMsPerRequest,
+      tbCpu500,
+      o5.commits.cpuMsPerRequest,
+      o5.portkey.cpuMsPerRequest,
+      "tb ≤ 0.5",
+      ratio(tbCpu500, o5.commits.cpuMsPerRequest),
+      tbCpu500 <= 0.5,
+    ],
+    [
       "open loop: failed requests",
       o2.direct.failed + o5.direct.failed,
       o2.tollbooth.failed + o5.tollbooth.failed,
+      o2.commits.failed + o5.commits.failed,
       o2.portkey.failed + o5.portkey.failed,
       "0",
       "",
@@ -124,6 +167,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "stream: first byte p50 ms",
       s.direct.ttfbP50,
       s.tollbooth.ttfbP50,
+      s.commits.ttfbP50,
       s.portkey.ttfbP50,
       "",
       "",
@@ -133,24 +177,17 @@ export function report(r: any): { text: string; rows: Row[] } {
       "stream: first byte overhead ms",
       0,
       tbTtfbOver,
-      over(s.portkey.ttfbP50, s.direct.ttfbP50),
-      "tb < 2",
-      ratio(tbTtfbOver, over(s.portkey.ttfbP50, s.direct.ttfbP50)),
-      tbTtfbOver < 2,
-    ],
-    [
-      "stream: total p50 ms",
-      s.direct.totalP50,
-      s.tollbooth.totalP50,
-      s.portkey.totalP50,
-      "",
-      "",
-      null,
+      over(s.commits.ttfbP50, s.direct.ttfbP50),
+      pkTtfbOver,
+      "tb < 1.5",
+      ratio(tbTtfbOver, pkTtfbOver),
+      tbTtfbOver < 1.5,
     ],
     [
       "stream: total overhead ms",
       0,
       over(s.tollbooth.totalP50, s.direct.totalP50),
+      over(s.commits.totalP50, s.direct.totalP50),
       over(s.portkey.totalP50, s.direct.totalP50),
       "",
       "",
@@ -159,27 +196,68 @@ export function report(r: any): { text: string; rows: Row[] } {
     [
       "hot wallet 200 conn: settled/s",
       null,
-      r.hotWallet.settledPerSecond,
+      h.settledPerSecond,
+      hc.settledPerSecond,
       null,
-      "≥ 2000",
-      ratio(r.hotWallet.settledPerSecond, 2000),
-      r.hotWallet.settledPerSecond >= 2000,
+      "≥ 3000",
+      ratio(h.settledPerSecond, hc.settledPerSecond),
+      h.settledPerSecond >= 3000,
     ],
     [
       "hot wallet: p50 / p99 ms",
       null,
-      `${fmt(r.hotWallet.p50)} / ${fmt(r.hotWallet.p99)}`,
+      `${fmt(h.p50)} / ${fmt(h.p99)}`,
+      `${fmt(hc.p50)} / ${fmt(hc.p99)}`,
       null,
       "",
       "",
       null,
     ],
-    ["hot wallet: conflicts/request", null, r.hotWallet.conflictsPerRequest, null, "", "", null],
-    ["hot wallet: ops per commit", null, r.hotWallet.opsPerCommit, null, "", "", null],
+    [
+      "hot wallet: conflicts/request",
+      null,
+      h.conflictsPerRequest,
+      hc.conflictsPerRequest,
+      null,
+      "0",
+      "",
+      h.conflicts === 0,
+    ],
+    [
+      "hot wallet: commits/request",
+      null,
+      h.commits / Math.max(1, h.ok),
+      hc.commits / Math.max(1, hc.ok),
+      null,
+      "",
+      "",
+      null,
+    ],
+    ...[1, 2, 4].map((n): Row => [
+      `hot wallet, ${n} process(es) on one KV: settled/s`,
+      null,
+      p[n].settledPerSecond,
+      null,
+      null,
+      n === 1 ? "" : "scales",
+      ratio(p[n].settledPerSecond, p[1].settledPerSecond),
+      n === 1 ? null : p[n].settledPerSecond >= p[1].settledPerSecond,
+    ]),
+    ...[1, 2, 4].map((n): Row => [
+      `  ${n} process(es): conflicts/request, non-2xx`,
+      null,
+      `${fmt(p[n].conflictsPerRequest)}, ${p[n].requests - p[n].ok}`,
+      null,
+      null,
+      "",
+      "",
+      null,
+    ]),
     [
       "1000 open streams: MB RSS",
       m.direct.mbPer1000,
       m.tollbooth.mbPer1000,
+      null,
       m.portkey.mbPer1000,
       "",
       ratio(m.tollbooth.mbPer1000, m.portkey.mbPer1000),
@@ -190,6 +268,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       null,
       `${fmt(r.kvCommit.p50)} / ${fmt(r.kvCommit.p99)}`,
       null,
+      null,
       "",
       "",
       null,
@@ -198,6 +277,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "audit (deno task admin audit)",
       null,
       r.audit.ok ? "clean" : "FAILED",
+      null,
       null,
       "clean",
       "",
@@ -208,7 +288,7 @@ export function report(r: any): { text: string; rows: Row[] } {
     `Tollbooth bench ${r.startedAt}${
       r.quick ? " (quick)" : ""
     } · ${r.machine.cpus} CPUs · load ${r.machine.loadAverageBefore} → ${r.machine.loadAverageAfter} · closed loop by ${c.tollbooth.generator}`,
-    "direct = the fake upstream itself; overheads are against direct in this run; CPU and RSS are the serving process's",
+    "direct = the fake upstream itself; tollbooth = wallet slices (WALLET_SLICES=on); tb commits = the same build with a durable commit per reserve and settle; overheads are against direct in this run; CPU and RSS are the serving process's",
     formatTable(rows),
   ].join("\n");
   return { text, rows };

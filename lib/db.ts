@@ -31,6 +31,10 @@ export const keys = {
   reservationExpiry: (leaseUntil: number, appId: string, reservationId: string) =>
     ["reservation_expiries", leaseUntil, appId, reservationId] as const,
   reservationExpiries: () => ["reservation_expiries"] as const,
+  /** Slices of a wallet's balance held by one process each (see lib/billing/slices.ts). */
+  walletSlice: (appId: string, sliceId: string) => ["wallet_slices", appId, sliceId] as const,
+  appWalletSlices: (appId: string) => ["wallet_slices", appId] as const,
+  allWalletSlices: () => ["wallet_slices"] as const,
 
   usage: (appId: string, usageId: string) => ["usage", appId, usageId] as const,
   appUsage: (appId: string) => ["usage", appId] as const,
@@ -156,6 +160,29 @@ export interface ReservationRecord {
   leaseUntil: number;
   /** Tokens counted against the rate limit at reserve (prompt + max_tokens); corrected at settle. */
   tokens?: number;
+  /** Set when the hold was admitted in memory against this process's slice (never stored). */
+  sliceId?: string;
+}
+
+/**
+ * A slice of a wallet's balance, taken by one process in one commit and spent by it in memory.
+ * Invariants with the wallet: `reserved` = sum of holds + sum of slices' `granted`; the usage
+ * records sum to `spent` + sum of slices' `spent`. Only its process writes it (posting usage,
+ * renewing its lease), and the wallet's batch when it grows or returns it.
+ */
+export interface WalletSliceRecord {
+  id: string;
+  appId: string;
+  /** Money moved from the wallet's available into the slice; counted in the wallet's reserved. */
+  granted: Micros;
+  /** Charges posted against the slice (their usage records are written); never above granted. */
+  spent: Micros;
+  /** Requests and tokens taken from the app's rate window for the slice, returned unused. */
+  rateRequests: number;
+  rateTokens: number;
+  createdAt: number;
+  /** Past it (its process died or stalled), any sweeper returns the slice's unspent part. */
+  leaseUntil: number;
 }
 
 export type UsageOutcome = "completed" | "upstream_cut" | "client_closed";

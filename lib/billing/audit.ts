@@ -4,6 +4,7 @@ import {
   type ReservationRecord,
   type UsageRecord,
   type WalletRecord,
+  type WalletSliceRecord,
 } from "@/lib/db.ts";
 import { formatUsd } from "@/lib/core/mod.ts";
 
@@ -83,11 +84,16 @@ export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) 
     const w = before.value;
     if (!w) throw new Error(`no wallet for app ${appId}`);
     const reservations = await collect<ReservationRecord>(kv, keys.appReservations(appId));
+    // Slices post charges without touching the wallet: they are read on both sides of the usage.
+    const slicesBefore = await entries<WalletSliceRecord>(kv, keys.appWalletSlices(appId));
     const usage = await collect<UsageRecord>(kv, keys.appUsage(appId));
     const ledger = await collect<LedgerEntry>(kv, keys.ledger(appId));
     const counted = await kv.get<Deno.KvU64>(keys.appUncharged(appId));
+    const slicesAfter = await entries<WalletSliceRecord>(kv, keys.appWalletSlices(appId));
     const after = await kv.get(keys.wallet(appId));
     if (after.versionstamp !== before.versionstamp) continue;
+    if (versionsOf(slicesBefore) !== versionsOf(slicesAfter)) continue;
+    const slices = slicesAfter.map((e) => e.value);
 
     const problems: string[] = [];
     const credited = w.starter + w.topUps + w.operatorCredits;
@@ -97,8 +103,19 @@ export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) 
       }
     };
     expect("available + reserved + spent vs credits", w.available + w.reserved + w.spent, credited);
-    expect("sum of reservations vs reserved", sum(reservations, (r) => r.amount), w.reserved);
-    expect("sum of usage records vs spent", sum(usage, (u) => u.cost), w.spent);
+    expect(
+      "sum of reservations and slices vs reserved",
+      sum(reservations, (r) => r.amount) + sum(slices, (s) => s.granted),
+      w.reserved,
+    );
+    expect(
+      "sum of usage records vs spent (wallet and slices)",
+      sum(usage, (u) => u.cost),
+      w.spent + sum(slices, (s) => s.spent),
+    );
+    for (const s of slices) {
+      if (s.spent > s.granted) problems.push(`slice ${s.id} spent more than it was granted`);
+    }
     expect("sum of ledger vs credits", sum(ledger, (l) => l.amount), credited);
     expect(
       "starter ledger vs starter",
@@ -140,6 +157,16 @@ export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) 
     };
     return { report, wallet: w, uncharged };
   }
+}
+
+async function entries<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<Deno.KvEntry<T>[]> {
+  const out: Deno.KvEntry<T>[] = [];
+  for await (const entry of kv.list<T>({ prefix })) out.push(entry);
+  return out;
+}
+
+function versionsOf(list: Deno.KvEntry<unknown>[]): string {
+  return list.map((e) => e.versionstamp).join(",");
 }
 
 async function collect<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<T[]> {

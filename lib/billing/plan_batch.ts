@@ -10,10 +10,11 @@ import {
   type UsageRecord,
   utcDay,
   type WalletRecord,
+  type WalletSliceRecord,
 } from "@/lib/db.ts";
 import { type Micros, newId } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
-import type { RateWindows } from "./ratelimit.ts";
+import type { RateLimitStatus, RateWindows } from "./ratelimit.ts";
 import {
   type CreditInput,
   type CreditResult,
@@ -41,7 +42,57 @@ export type Op =
     reservationId: string;
     done: Settler<RenewResult>;
   }
-  | { kind: "credit"; input: CreditInput; done: Settler<CreditResult> };
+  | { kind: "credit"; input: CreditInput; done: Settler<CreditResult> }
+  /** Moves money (and a block of the rate window) into a process's slice, creating or growing it. */
+  | { kind: "slice_grant"; grant: SliceGrantInput; done: Settler<SliceGrantResult> }
+  /** Gives a slice's unspent money back to the wallet and posts its spent; deletes the slice. */
+  | {
+    kind: "slice_return";
+    sliceId: string;
+    onlyIfExpiredAt?: number;
+    /** The part of the slice's rate block its process did not use (unknown after a crash). */
+    unusedRate?: { requests: number; tokens: number };
+    done: Settler<SliceReturnResult>;
+  }
+  /**
+   * Posts a charge whose slice is gone (its process stalled past the slice's lease and a sweeper
+   * returned it): charged from the wallet's available, never beyond it.
+   */
+  | { kind: "charge"; usage: UsageRecord; done: Settler<SettleResult> };
+
+export interface SliceGrantInput {
+  sliceId: string;
+  /** Money wanted; the grant is at most 1/SLICE_SHARE of what is available. */
+  want: Micros;
+  /** Below this the slice is not worth it (the balance is low): nothing is granted. */
+  minimum: Micros;
+  rateWant: { requests: number; tokens: number };
+  /** The tokens of the request that asked: a block smaller than this is refused. */
+  minimumTokens: number;
+  leaseMs: number;
+}
+
+export type SliceGrantResult =
+  | {
+    granted: Micros;
+    requests: number;
+    tokens: number;
+    record: WalletSliceRecord;
+    available: Micros;
+    /** Keys with limits of their own: served by the per-request path, never by a slice. */
+    keysWithOwnLimits: string[];
+    rate?: RateLimitStatus;
+    /** The grant's commit ("" when its outcome was unknown and then found applied). */
+    versionstamp: string;
+  }
+  | { granted: 0; available: Micros };
+
+export type SliceReturnResult = { returned: boolean; available: Micros };
+
+/** A slice takes at most this fraction of the wallet's available money at each grant. */
+export const SLICE_SHARE = 8;
+/** A slice's rate block is at most this fraction of each app limit. */
+export const SLICE_RATE_SHARE = 1 / 16;
 
 export interface Settler<T> {
   resolve(value: T): void;
@@ -71,9 +122,22 @@ export function takeBatch(queue: Op[], maxBatch: number): Op[] {
       extraChecks++;
       guarded.add(guardId(guard));
     }
+    const slice = sliceIdOf(op);
+    if (slice && !guarded.has(`slice:${slice}`)) {
+      if (extraChecks === MAX_EXTRA_CHECKS) break;
+      extraChecks++;
+      guarded.add(`slice:${slice}`);
+    }
     n++;
   }
   return queue.splice(0, n);
+}
+
+/** The slice an operation reads and writes (its entry is checked by the batch's commit). */
+export function sliceIdOf(op: Op): string | undefined {
+  if (op.kind === "slice_grant") return op.grant.sliceId;
+  if (op.kind === "slice_return") return op.sliceId;
+  return undefined;
 }
 
 /** The distinct key guards of a batch's reserves (the first versionstamp seen for each key). */
@@ -102,7 +166,7 @@ export function refuseRevokedKeys(ops: Op[], current: Map<string, string | null>
       op.done.reject(new KeyRevokedError(`API key ${op.input.keyId} was revoked`));
       return false;
     }
-    // In place: the caller's cache has the same object and so stops failing this check.
+    // In place: the caller's cache holds the same object and so stops failing this check.
     op.input.keyGuard.versionstamp = versionstamp;
     return true;
   });
@@ -113,6 +177,8 @@ export interface PlanInput {
   ops: Op[];
   wallet: WalletRecord;
   reservations: Map<string, ReservationRecord | null>;
+  /** The slices the batch's slice operations name, as read (null: none). */
+  slices?: Map<string, WalletSliceRecord | null>;
   markers: Set<string>;
   now: number;
   leaseMs: number;
@@ -132,15 +198,25 @@ export function planBatch(input: PlanInput) {
   const live = new Map<string, ReservationRecord | null>();
   for (const [id, r] of input.reservations) live.set(id, r);
   const touched = new Map<string, ReservationRecord | null>();
+  const slices = new Map(input.slices ?? []);
   const markersSeen = new Set(input.markers);
   const markerChecks: string[] = [];
   const writes: ((atomic: Deno.AtomicOperation) => void)[] = [];
-  const answers: (() => void)[] = [];
+  const answers: ((versionstamp: string) => void)[] = [];
   // Per-batch totals: one mutation per counter instead of one per settle (KV's mutation budget,
   // and the commit's cost, grow with mutations).
   const keysUsed = new Set<string>();
   const modelSpend = new Map<string, Micros>();
   let uncharged: Micros = 0;
+
+  const chargeUsage = (usage: UsageRecord) => {
+    writes.push((a) => a.set(keys.usage(appId, usage.id), usage));
+    keysUsed.add(usage.keyId);
+    if (usage.cost > 0) {
+      modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + usage.cost);
+    }
+    uncharged += usage.uncharged;
+  };
 
   const dropReservation = (r: ReservationRecord) => {
     live.set(r.id, null);
@@ -224,10 +300,7 @@ export function planBatch(input: PlanInput) {
           reserved: r.amount,
           createdAt: now,
         };
-        writes.push((a) => a.set(keys.usage(appId, usage.id), usage));
-        keysUsed.add(usage.keyId);
-        if (charged > 0) modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + charged);
-        uncharged += usage.uncharged;
+        chargeUsage(usage);
         const answer = {
           settled: true as const,
           charged,
@@ -306,6 +379,93 @@ export function planBatch(input: PlanInput) {
         answers.push(() => op.done.resolve(answer));
         break;
       }
+      case "slice_grant": {
+        const { grant } = op;
+        const existing = slices.get(grant.sliceId) ?? null;
+        const money = Math.min(grant.want, Math.floor(wallet.available / SLICE_SHARE));
+        let block = { requests: 0, tokens: 0 };
+        let fits = money >= grant.minimum && money > 0;
+        if (fits && input.rate) {
+          block = input.rate.takeBlock(grant.rateWant, SLICE_RATE_SHARE, now);
+          fits = block.requests >= 1 && block.tokens >= grant.minimumTokens;
+          if (!fits) input.rate.giveBack(block.requests, block.tokens, now);
+        }
+        if (!fits) {
+          const answer = { granted: 0 as const, available: wallet.available };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
+        wallet.available -= money;
+        wallet.reserved += money;
+        const record: WalletSliceRecord = existing
+          ? {
+            ...existing,
+            granted: existing.granted + money,
+            rateRequests: existing.rateRequests + block.requests,
+            rateTokens: existing.rateTokens + block.tokens,
+            leaseUntil: now + grant.leaseMs,
+          }
+          : {
+            id: grant.sliceId,
+            appId,
+            granted: money,
+            spent: 0,
+            rateRequests: block.requests,
+            rateTokens: block.tokens,
+            createdAt: now,
+            leaseUntil: now + grant.leaseMs,
+          };
+        slices.set(record.id, record);
+        writes.push((a) => a.set(keys.walletSlice(appId, record.id), record));
+        const answer = {
+          granted: money,
+          ...block,
+          record,
+          available: wallet.available,
+          keysWithOwnLimits: input.rate?.keysWithOwnLimits() ?? [],
+          rate: input.rate?.status("", now),
+        };
+        answers.push((versionstamp) => op.done.resolve({ ...answer, versionstamp }));
+        break;
+      }
+      case "slice_return": {
+        const slice = slices.get(op.sliceId);
+        const returnable = slice &&
+          (op.onlyIfExpiredAt === undefined || slice.leaseUntil <= op.onlyIfExpiredAt);
+        if (returnable) {
+          wallet.reserved -= slice.granted;
+          wallet.spent += slice.spent;
+          wallet.available += slice.granted - slice.spent;
+          slices.set(slice.id, null);
+          writes.push((a) => a.delete(keys.walletSlice(appId, slice.id)));
+          if (op.unusedRate) {
+            input.rate?.giveBack(op.unusedRate.requests, op.unusedRate.tokens, now);
+          }
+        }
+        const answer = { returned: Boolean(returnable), available: wallet.available };
+        answers.push(() => op.done.resolve(answer));
+        break;
+      }
+      case "charge": {
+        const charged = Math.min(op.usage.cost, wallet.available);
+        wallet.available -= charged;
+        wallet.spent += charged;
+        const usage = {
+          ...op.usage,
+          cost: charged,
+          uncharged: op.usage.uncharged + op.usage.cost - charged,
+        };
+        chargeUsage(usage);
+        const answer = {
+          settled: true as const,
+          charged,
+          uncharged: usage.uncharged,
+          available: wallet.available,
+          usage,
+        };
+        answers.push(() => op.done.resolve(answer));
+        break;
+      }
     }
   }
 
@@ -337,14 +497,17 @@ export function planBatch(input: PlanInput) {
     /** Whether this batch enforced rate limits, and the windows it wrote (null: unchanged). */
     rateLimited: input.rate !== undefined,
     rateRecord,
-    /** Reservations created, renewed (record) or removed (null) by this batch. */
+    /** Holds created, renewed (record) or removed (null) by this batch. */
     reservations: touched,
+    /** The slices as the batch leaves them (null: returned). */
+    slices,
     markerChecks,
     write(atomic: Deno.AtomicOperation) {
       for (const w of writes) w(atomic);
     },
-    resolveAll() {
-      for (const a of answers) a();
+    /** `versionstamp`: the commit's ("" when unknown), for the slices it wrote. */
+    resolveAll(versionstamp = "") {
+      for (const a of answers) a(versionstamp);
     },
   };
 }

@@ -163,6 +163,43 @@ export class RateWindows {
     return this.status(keyId, now);
   }
 
+  /**
+   * Takes a block of the app's window for a wallet slice: at most `share` of each limit and what
+   * room is left, so that slices of several processes never admit more than the limit. The block
+   * counts as used until `giveBack` returns what the slice did not use.
+   */
+  takeBlock(
+    want: { requests: number; tokens: number },
+    share: number,
+    now: number,
+  ): { requests: number; tokens: number } {
+    const limits = this.limitsOf("app", "");
+    const level = drained(this.#app, limits, now);
+    const requests = Math.min(
+      want.requests,
+      Math.floor(limits.rpm * share),
+      Math.floor((limits.rpm * WINDOW_MS - level.requests) / WINDOW_MS),
+    );
+    const tokens = Math.min(
+      want.tokens,
+      Math.floor(limits.tpm * share),
+      Math.floor((limits.tpm * WINDOW_MS - level.tokens) / WINDOW_MS),
+    );
+    if (requests <= 0 || tokens <= 0) return { requests: 0, tokens: 0 };
+    this.#add("", requests, tokens, now);
+    return { requests, tokens };
+  }
+
+  /** Returns the unused part of a slice's block (negative tokens: the slice used more). */
+  giveBack(requests: number, tokens: number, now: number): void {
+    if (requests !== 0 || tokens !== 0) this.#add("", -requests, -tokens, now);
+  }
+
+  /** Keys whose limits differ from the app's: a slice does not serve them (see slices.ts). */
+  keysWithOwnLimits(): string[] {
+    return Object.keys(this.#overrides.keys);
+  }
+
   status(keyId: string, now: number): RateLimitStatus {
     const app = this.#scopeStatus("app", keyId, now);
     if (!this.#hasOwnLimits(keyId)) return app;

@@ -1,4 +1,4 @@
-import { keys, type ReservationRecord } from "@/lib/db.ts";
+import { keys, type ReservationRecord, type WalletSliceRecord } from "@/lib/db.ts";
 import type { Wallets } from "./wallet.ts";
 
 /**
@@ -16,7 +16,30 @@ export async function releaseExpiredReservations(
     if (entry.value.leaseUntil <= now) expired.push(entry.value.id);
   }
   const results = await Promise.all(expired.map((id) => wallets.release(appId, id, now)));
-  return results.filter((r) => r.released).length;
+  const slices = await returnExpiredSlices(kv, wallets, keys.appWalletSlices(appId), now);
+  return results.filter((r) => r.released).length + slices;
+}
+
+/**
+ * Gives back the slices whose lease ran out: their process died (its settled but unposted charges
+ * are lost, within the bound slices.ts states) or stalled. Slices are few (one per process and
+ * hot app), so they are listed rather than indexed by expiry.
+ */
+async function returnExpiredSlices(
+  kv: Deno.Kv,
+  wallets: Wallets,
+  prefix: Deno.KvKey,
+  now: number,
+): Promise<number> {
+  const pending: Promise<{ returned: boolean }>[] = [];
+  for await (const entry of kv.list<WalletSliceRecord>({ prefix })) {
+    const slice = entry.value;
+    if (slice.leaseUntil <= now) {
+      pending.push(wallets.returnExpiredSlice(slice.appId, slice.id, now));
+    }
+  }
+  const results = await Promise.all(pending);
+  return results.filter((r) => r.returned).length;
 }
 
 /** Releases every expired reservation of every app, oldest first, and says how many it released. */
@@ -31,5 +54,6 @@ export async function sweepExpiredReservations(kv: Deno.Kv, wallets: Wallets, no
     pending.push(wallets.release(appId, reservationId, now));
   }
   const results = await Promise.all(pending);
-  return results.filter((r) => r.released).length;
+  const slices = await returnExpiredSlices(kv, wallets, keys.allWalletSlices(), now);
+  return results.filter((r) => r.released).length + slices;
 }

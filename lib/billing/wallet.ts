@@ -19,9 +19,14 @@ import {
   type RateLimits,
   type RateWindowsRecord,
   type ReservationRecord,
+  type UsageRecord,
+  utcDay,
   type WalletRecord,
+  type WalletSliceRecord,
 } from "@/lib/db.ts";
-import { randomToken } from "@/lib/core/mod.ts";
+import { type Micros, newId, randomToken } from "@/lib/core/mod.ts";
+import type { KeyGuard } from "@/lib/tenants/mod.ts";
+import { LocalSlice } from "./slices.ts";
 import { RateWindows } from "./ratelimit.ts";
 import {
   guardId,
@@ -30,6 +35,9 @@ import {
   planBatch,
   refuseRevokedKeys,
   type Settler,
+  type SliceGrantResult,
+  sliceIdOf,
+  type SliceReturnResult,
   takeBatch,
 } from "./plan_batch.ts";
 import {
@@ -41,6 +49,7 @@ import {
   type ReserveResult,
   type SettleInput,
   type SettleResult,
+  type SliceOptions,
   WalletNotFoundError,
   type WalletOptions,
   type WalletStats,
@@ -62,6 +71,12 @@ const CONTENDED_MS = 1_000;
 const MAX_KNOWN_WALLETS = 10_000;
 /** How long a batch marker is kept to resolve a commit whose outcome was unknown. */
 const BATCH_MARKER_MS = 60 * 60 * 1000;
+/** Charges posted in one slice commit at most (KV's mutation and size budgets per commit). */
+const MAX_POST = 128;
+/** A slice's first grant covers this many requests like the one that asked; later ones its pace. */
+const SLICE_REQUESTS = 64;
+/** A slice is only taken when the grant covers this many requests like the one that asked. */
+const SLICE_MIN_REQUESTS = 4;
 
 export class Wallets {
   readonly stats: WalletStats = {
@@ -70,10 +85,15 @@ export class Wallets {
     unknownOutcomes: 0,
     readFailures: 0,
     opsCommitted: 0,
+    sliceGrants: 0,
+    sliceReturns: 0,
+    slicePosts: 0,
+    sliceAdmitted: 0,
+    orphanCharges: 0,
   };
   readonly #kv: Deno.Kv;
   readonly #queues = new Map<string, Op[]>();
-  /** Per app: the wallet entry as our last commit left it, and the reservations we know to be live. */
+  /** Per app: the wallet entry as our last commit left it, and the holds we know to be live. */
   readonly #known = new Map<string, KnownWallet>();
   /** Apps whose remembered wallet was recently found stale: read them first until then. */
   readonly #contendedUntil = new Map<string, number>();
@@ -85,6 +105,15 @@ export class Wallets {
   /** Holds whose lease is renewed while their request runs: app id, then reservation ids. */
   readonly #kept = new Map<string, Set<string>>();
   #keepTimer: ReturnType<typeof setInterval> | null = null;
+  /** Slices (null: the per-request protocol only). */
+  readonly #sliceOptions: Required<SliceOptions> | null;
+  /** This process's slice of each app it serves, and the slice of each hold admitted in one. */
+  readonly #slices = new Map<string, LocalSlice>();
+  readonly #holdSlice = new Map<string, LocalSlice>();
+  readonly #growing = new Map<string, Promise<boolean>>();
+  readonly #posting = new Map<LocalSlice, Promise<void>>();
+  readonly #returning = new Map<LocalSlice, Promise<void>>();
+  #sliceTimer: ReturnType<typeof setInterval> | null = null;
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
@@ -93,6 +122,13 @@ export class Wallets {
     this.#maxAttempts = options.maxAttempts ?? 40;
     this.#now = options.now ?? Date.now;
     this.#rateLimits = options.rateLimits ?? null;
+    this.#sliceOptions = options.slices
+      ? {
+        leaseMs: options.slices.leaseMs ?? 10_000,
+        postEveryMs: options.slices.postEveryMs ?? 10,
+        idleMs: options.slices.idleMs ?? 1_000,
+      }
+      : null;
   }
 
   get leaseMs(): number {
@@ -101,15 +137,28 @@ export class Wallets {
 
   reserve(appId: string, input: ReserveInput): Promise<ReserveResult> {
     assertAmount(input.amount);
+    if (this.#sliceOptions) return this.#reserveInSlice(appId, input);
     return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
   }
 
   settle(appId: string, reservationId: string, input: SettleInput): Promise<SettleResult> {
     assertAmount(input.cost);
+    const slice = this.#holdSlice.get(reservationId);
+    if (slice) {
+      this.#holdSlice.delete(reservationId);
+      const result = slice.settle(reservationId, input, this.#now());
+      if (result) return Promise.resolve(result);
+    }
     return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));
   }
 
   release(appId: string, reservationId: string, onlyIfExpiredAt?: number): Promise<ReleaseResult> {
+    const slice = this.#holdSlice.get(reservationId);
+    if (slice) {
+      this.#holdSlice.delete(reservationId);
+      const released = slice.release(reservationId, this.#now());
+      return Promise.resolve({ released, available: slice.available });
+    }
     return this.#enqueue(
       appId,
       (done) => ({ kind: "release", reservationId, onlyIfExpiredAt, done }),
@@ -117,7 +166,25 @@ export class Wallets {
   }
 
   renew(appId: string, reservationId: string): Promise<RenewResult> {
+    // A hold in a slice lives as long as the slice, whose lease this process renews.
+    const slice = this.#holdSlice.get(reservationId);
+    if (slice) return Promise.resolve({ renewed: true, leaseUntil: slice.record.leaseUntil });
     return this.#enqueue(appId, (done) => ({ kind: "renew", reservationId, done }));
+  }
+
+  /**
+   * Gives back a slice whose lease ran out (its process died or stalled): its unspent money to the
+   * wallet's available, its posted charges to the wallet's spent. For sweepers; never a live slice.
+   */
+  returnExpiredSlice(
+    appId: string,
+    sliceId: string,
+    expiredAt: number,
+  ): Promise<SliceReturnResult> {
+    return this.#enqueue(
+      appId,
+      (done) => ({ kind: "slice_return", sliceId, onlyIfExpiredAt: expiredAt, done }),
+    );
   }
 
   /**
@@ -126,6 +193,7 @@ export class Wallets {
    * never lets the sweeper release a live hold); the renewals of one app share its batch.
    */
   keepAlive(appId: string, reservationId: string): () => void {
+    if (this.#holdSlice.has(reservationId)) return () => {};
     let held = this.#kept.get(appId);
     if (!held) this.#kept.set(appId, held = new Set());
     held.add(reservationId);
@@ -153,9 +221,211 @@ export class Wallets {
     return this.#enqueue(appId, (done) => ({ kind: "credit", input, done }));
   }
 
-  /** Resolves once every queued operation has been committed or refused. */
+  /**
+   * Resolves once every queued operation has been committed or refused, every settled charge of
+   * a slice posted, and every slice without holds given back to its wallet.
+   */
   async drain(): Promise<void> {
+    for (const slice of this.#slices.values()) {
+      await this.#postAll(slice);
+      if (slice.holds.size === 0) await this.#returnSlice(slice);
+    }
     while (this.#queues.size > 0) await new Promise((r) => setTimeout(r, 1));
+  }
+
+  // ---- slices (see slices.ts) ------------------------------------------------------------------
+
+  async #reserveInSlice(appId: string, input: ReserveInput): Promise<ReserveResult> {
+    const tokens = input.tokens ?? 0;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const slice = this.#slices.get(appId);
+      if (slice) {
+        const admitted = slice.admit(input, this.#now());
+        if (admitted) {
+          this.stats.sliceAdmitted++;
+          this.#holdSlice.set(admitted.reservation.id, slice);
+          return { ok: true, ...admitted };
+        }
+        if (!slice.closing && !slice.serves(input.keyId, tokens)) break;
+      }
+      if (!await this.#growSlice(appId, input, slice)) break;
+    }
+    // A low balance, tight limits, a key with limits of its own or a revoked key: one commit each.
+    return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
+  }
+
+  /** Grows this process's slice of the app (or takes a new one); false when nothing was granted. */
+  #growSlice(appId: string, input: ReserveInput, slice: LocalSlice | undefined): Promise<boolean> {
+    const inFlight = this.#growing.get(appId);
+    if (inFlight) return inFlight;
+    const options = this.#sliceOptions!;
+    const live = slice && !slice.closing ? slice : undefined;
+    const tokens = input.tokens ?? 0;
+    const sliceId = live?.record.id ?? newId("slc", this.#now());
+    const growing = this.#enqueue<SliceGrantResult>(appId, (done) => ({
+      kind: "slice_grant",
+      grant: {
+        sliceId,
+        want: Math.max(input.amount * SLICE_REQUESTS, 2 * (live?.spentSinceGrant ?? 0)),
+        minimum: input.amount * SLICE_MIN_REQUESTS,
+        rateWant: { requests: SLICE_REQUESTS, tokens: Math.max(1, tokens) * SLICE_REQUESTS },
+        minimumTokens: tokens,
+        leaseMs: options.leaseMs,
+      },
+      done,
+    })).then((result) => {
+      if (!("record" in result)) return false;
+      this.stats.sliceGrants++;
+      const current = this.#slices.get(appId);
+      if (current && current.record.id === sliceId) {
+        current.grew(result.record, result.versionstamp, result);
+      } else {
+        this.#slices.set(
+          appId,
+          new LocalSlice(result.record, result.versionstamp, result, this.#now()),
+        );
+      }
+      this.#sliceTimer ??= setInterval(() => this.#sliceTick(), options.postEveryMs);
+      return true;
+    }, () => false).finally(() => this.#growing.delete(appId));
+    this.#growing.set(appId, growing);
+    return growing;
+  }
+
+  /** Posts pending charges, renews the leases of slices in use, gives back idle ones. */
+  #sliceTick() {
+    const now = this.#now();
+    const { leaseMs, idleMs } = this.#sliceOptions!;
+    for (const slice of this.#slices.values()) {
+      if (this.#posting.has(slice) || this.#returning.has(slice)) continue;
+      const renewDue = slice.record.leaseUntil - now < (leaseMs * 2) / 3;
+      if (slice.pending.length > 0 || (renewDue && slice.holds.size > 0)) {
+        this.#post(slice).catch(() => {});
+      } else if (slice.idle && (now - slice.lastUsed >= idleMs || renewDue)) {
+        this.#returnSlice(slice).catch(() => {});
+      }
+    }
+    if (this.#slices.size === 0 && this.#sliceTimer !== null) {
+      clearInterval(this.#sliceTimer);
+      this.#sliceTimer = null;
+    }
+  }
+
+  async #postAll(slice: LocalSlice) {
+    while (this.#posting.has(slice)) await this.#posting.get(slice);
+    while (slice.pending.length > 0) await this.#post(slice);
+  }
+
+  /** One post (serialised per slice): the next pending charges, and the slice's lease renewed. */
+  #post(slice: LocalSlice): Promise<void> {
+    const running = this.#posting.get(slice);
+    if (running) return running;
+    const post = this.#commitPost(slice).finally(() => this.#posting.delete(slice));
+    this.#posting.set(slice, post);
+    return post;
+  }
+
+  async #commitPost(slice: LocalSlice): Promise<void> {
+    const appId = slice.record.appId;
+    const sliceKey = keys.walletSlice(appId, slice.record.id);
+    for (let attempt = 1;; attempt++) {
+      const { usage, spent } = slice.takePending(MAX_POST);
+      const now = this.#now();
+      const record: WalletSliceRecord = {
+        ...slice.record,
+        spent: slice.record.spent + spent,
+        leaseUntil: now + this.#sliceOptions!.leaseMs,
+      };
+      const guards = [...slice.guards.values()].slice(0, 8);
+      const postId = randomToken(96);
+      const atomic = this.#kv.atomic().check({ key: sliceKey, versionstamp: slice.versionstamp });
+      for (const guard of guards) atomic.check(guard);
+      atomic.set(sliceKey, record);
+      writeCharges(atomic, appId, usage, now);
+      atomic.set(keys.walletBatch(appId, postId), now, { expireIn: BATCH_MARKER_MS });
+      let versionstamp: string | null;
+      try {
+        const result = await atomic.commit();
+        versionstamp = result.ok ? result.versionstamp : null;
+      } catch (error) {
+        this.stats.unknownOutcomes++;
+        versionstamp = await this.#batchCommitted(appId, postId, error) ? UNKNOWN_VERSION : null;
+      }
+      if (versionstamp !== null) {
+        this.stats.slicePosts++;
+        this.stats.commits++;
+        this.stats.opsCommitted += usage.length;
+        slice.record = record;
+        // After an unknown outcome the next post fails its check and reads the entry afresh.
+        slice.versionstamp = versionstamp;
+        for (const guard of guards) slice.guards.delete(guardKeyId(slice, guard));
+        return;
+      }
+      slice.putBack(usage, spent);
+      this.stats.conflicts++;
+      const [entry, ...current] = await this.#kv.getMany([
+        sliceKey,
+        ...guards.map((g) => g.key),
+      ]);
+      guards.forEach((guard, i) => {
+        const keyId = guardKeyId(slice, guard);
+        if (current[i].versionstamp === null) {
+          // Revoked: later requests of the key take the per-request path, which refuses them.
+          slice.revokedKeys.add(keyId);
+          slice.guards.delete(keyId);
+        } else {
+          guard.versionstamp = current[i].versionstamp!;
+        }
+      });
+      if (entry.versionstamp === null) return this.#orphan(slice);
+      slice.versionstamp = entry.versionstamp;
+      slice.record = { ...(entry.value as WalletSliceRecord) };
+      if (attempt >= this.#maxAttempts) {
+        throw new WalletUnavailableError(`slice ${slice.record.id}: posts failing`);
+      }
+      await sleep(Math.random() * Math.min(50, 2 ** attempt));
+    }
+  }
+
+  /**
+   * The slice is gone: this process stalled past its lease and a sweeper gave it back. What was
+   * settled in it is charged from the wallet now, never beyond its available money.
+   */
+  async #orphan(slice: LocalSlice) {
+    slice.closing = true;
+    if (this.#slices.get(slice.record.appId) === slice) this.#slices.delete(slice.record.appId);
+    const { usage } = slice.takePending(Number.MAX_SAFE_INTEGER);
+    this.stats.orphanCharges += usage.length;
+    await Promise.all(
+      usage.map((u) =>
+        this.#enqueue(slice.record.appId, (done) => ({ kind: "charge", usage: u, done }))
+      ),
+    );
+  }
+
+  /** Gives an idle slice back to its wallet: its unspent money and unused rate block. */
+  #returnSlice(slice: LocalSlice): Promise<void> {
+    const running = this.#returning.get(slice);
+    if (running) return running;
+    slice.closing = true;
+    const appId = slice.record.appId;
+    const done = (async () => {
+      await this.#postAll(slice);
+      if (slice.holds.size > 0) {
+        slice.closing = false;
+        return;
+      }
+      const result = await this.#enqueue<SliceReturnResult>(appId, (done) => ({
+        kind: "slice_return",
+        sliceId: slice.record.id,
+        unusedRate: { requests: slice.requestsLeft, tokens: slice.tokensLeft },
+        done,
+      }));
+      if (result.returned) this.stats.sliceReturns++;
+      if (this.#slices.get(appId) === slice) this.#slices.delete(appId);
+    })().finally(() => this.#returning.delete(slice));
+    this.#returning.set(slice, done);
+    return done;
   }
 
   #enqueue<T>(appId: string, make: (done: Settler<T>) => Op): Promise<T> {
@@ -196,7 +466,7 @@ export class Wallets {
       // windows and limit overrides come in the same read as the wallet: no extra round trip.
       const cached = useMemory ? this.#known.get(appId) : undefined;
       useMemory = false;
-      let walletEntry, rateWindowsEntry, rateOverridesEntry, reservations, markers;
+      let walletEntry, rateWindowsEntry, rateOverridesEntry, reservations, markers, slices;
       try {
         // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
         if (commitFailed) ops = await this.#refreshKeyGuards(ops);
@@ -206,9 +476,10 @@ export class Wallets {
           : await this.#kv.getMany<[WalletRecord, RateWindowsRecord, RateLimitOverrides]>(
             [walletKey, keys.rateWindows(appId), keys.rateLimitOverrides(appId)],
           );
-        [reservations, markers] = await Promise.all([
+        [reservations, markers, slices] = await Promise.all([
           this.#readReservations(appId, ops, cached?.reservations),
           this.#readMarkers(ops),
+          this.#readSlices(appId, ops),
         ]);
       } catch (error) {
         // A failed read changed nothing: retry it rather than fail (and lose) a whole batch.
@@ -230,6 +501,7 @@ export class Wallets {
         ops,
         wallet: walletEntry.value,
         reservations,
+        slices: new Map([...slices].map(([id, e]) => [id, e.value])),
         markers,
         now,
         leaseMs: this.#leaseMs,
@@ -256,6 +528,8 @@ export class Wallets {
         atomic.check({ key: keys.creditMarker(marker), versionstamp: null });
       }
       for (const guard of keyGuards(ops).values()) atomic.check(guard);
+      // Slices are also written by their process's posts, outside this batch.
+      for (const entry of slices.values()) atomic.check(entry);
       plan.write(atomic);
       atomic.set(walletKey, plan.wallet);
       atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
@@ -280,7 +554,7 @@ export class Wallets {
           rateWindows,
           rateOverrides: rateOverridesEntry,
         });
-        plan.resolveAll();
+        plan.resolveAll(versionstamp);
         return;
       }
       this.#known.delete(appId);
@@ -294,7 +568,7 @@ export class Wallets {
     }
   }
 
-  /** Keeps the committed wallet and the reservations this process knows are live, for the next batch. */
+  /** Keeps the committed wallet and the holds this process knows are live, for the next batch. */
   #remember(
     appId: string,
     versionstamp: string,
@@ -353,7 +627,7 @@ export class Wallets {
       if (r) out.set(op.reservationId, r);
       else unknown.push(op.reservationId);
     }
-    // Read after the wallet: a reservation changed since then implies a newer wallet, which fails our check.
+    // Read after the wallet: a hold changed since then implies a newer wallet, which fails our check.
     for (let i = 0; i < unknown.length; i += 10) {
       const chunk = [...new Set(unknown.slice(i, i + 10))];
       const entries = await this.#kv.getMany<ReservationRecord[]>(
@@ -361,6 +635,20 @@ export class Wallets {
       );
       chunk.forEach((id, j) => out.set(id, entries[j].value));
     }
+    return out;
+  }
+
+  async #readSlices(
+    appId: string,
+    ops: Op[],
+  ): Promise<Map<string, Deno.KvEntryMaybe<WalletSliceRecord>>> {
+    const ids = [...new Set(ops.map(sliceIdOf).filter((id): id is string => id !== undefined))];
+    const out = new Map<string, Deno.KvEntryMaybe<WalletSliceRecord>>();
+    if (ids.length === 0) return out;
+    const entries = await this.#kv.getMany<WalletSliceRecord[]>(
+      ids.map((id) => keys.walletSlice(appId, id)),
+    );
+    ids.forEach((id, i) => out.set(id, entries[i]));
     return out;
   }
 
@@ -374,6 +662,39 @@ export class Wallets {
     entries.forEach((e, i) => e.versionstamp !== null && present.add(markers[i]));
     return present;
   }
+}
+
+/** The usage records of posted charges and the app's spend counters, as a settle batch writes. */
+function writeCharges(
+  atomic: Deno.AtomicOperation,
+  appId: string,
+  usage: UsageRecord[],
+  now: number,
+) {
+  const keysUsed = new Set<string>();
+  const modelSpend = new Map<string, Micros>();
+  let daySpend = 0;
+  let uncharged = 0;
+  for (const u of usage) {
+    atomic.set(keys.usage(appId, u.id), u);
+    keysUsed.add(u.keyId);
+    if (u.cost > 0) modelSpend.set(u.model, (modelSpend.get(u.model) ?? 0) + u.cost);
+    daySpend += u.cost;
+    uncharged += u.uncharged;
+  }
+  // As a settle batch: uncharged usage is counted beside the wallet, per app and service-wide.
+  if (uncharged > 0) {
+    atomic.sum(keys.appUncharged(appId), BigInt(uncharged))
+      .sum(keys.serviceTotal("uncharged"), BigInt(uncharged));
+  }
+  for (const [model, spent] of modelSpend) atomic.sum(keys.modelSpend(appId, model), BigInt(spent));
+  if (daySpend > 0) atomic.sum(keys.dailySpend(appId, utcDay(now)), BigInt(daySpend));
+  for (const keyId of keysUsed) atomic.set(keys.apiKeyLastUsed(keyId), now);
+}
+
+function guardKeyId(slice: LocalSlice, guard: KeyGuard): string {
+  for (const [keyId, g] of slice.guards) if (g === guard) return keyId;
+  return "";
 }
 
 function assertAmount(amount: number) {

@@ -102,6 +102,17 @@ export interface WalletOptions {
   now?: () => number;
   /** Default requests and tokens per minute per app and key; without it nothing is rate limited. */
   rateLimits?: RateLimits;
+  /** Serve hot wallets from slices (slices.ts); without it every hold is its own commit. */
+  slices?: SliceOptions;
+}
+
+export interface SliceOptions {
+  /** A slice its process stopped renewing is given back by any sweeper after this long. */
+  leaseMs?: number;
+  /** Settled charges wait at most about this long (plus one commit) to be posted. */
+  postEveryMs?: number;
+  /** A slice without holds for this long is given back to its wallet. */
+  idleMs?: number;
 }
 
 export interface WalletStats {
@@ -110,4 +121,11 @@ export interface WalletStats {
   unknownOutcomes: number;
   readFailures: number;
   opsCommitted: number;
+  /** Slices granted or grown, returned (by this process), posts of charges, holds admitted in one. */
+  sliceGrants: number;
+  sliceReturns: number;
+  slicePosts: number;
+  sliceAdmitted: number;
+  /** Charges whose slice was gone when posted: charged from the wallet instead. */
+  orphanCharges: number;
 }

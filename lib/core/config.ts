@@ -32,6 +32,15 @@ export interface Config {
    */
   trustedProxyHeader: string | undefined;
   trustedProxyCount: number;
+  /**
+   * Serve hot wallets from slices of their balance held by this process (lib/billing/slices.ts):
+   * no commit on a request's path, charges posted within ~10 ms, bounded loss on SIGKILL.
+   */
+  walletSlices: boolean;
+  /** How long a slice's settled charges may wait to be posted together (the loss bound on SIGKILL). */
+  walletSlicePostMs: number;
+  /** Let several processes listen on the same port (Linux's SO_REUSEPORT). */
+  reusePort: boolean;
   env: Record<string, string | undefined>;
 }
 
@@ -66,6 +75,7 @@ const port = z.string().optional().transform((v, ctx) => {
  */
 export const CONFIG_DEFAULTS = {
   RESERVATION_TTL_SECONDS: 600,
+  WALLET_SLICE_POST_MS: 10,
   RATE_LIMIT_RPM: 600,
   RATE_LIMIT_TPM: 2_000_000,
   MAX_BODY_BYTES: 4 * 1024 * 1024,
@@ -109,6 +119,9 @@ const EnvSchema = z.object({
     return name;
   }),
   TRUSTED_PROXY_COUNT: positiveInt(CONFIG_DEFAULTS.TRUSTED_PROXY_COUNT),
+  WALLET_SLICE_POST_MS: positiveInt(CONFIG_DEFAULTS.WALLET_SLICE_POST_MS),
+  REUSE_PORT: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
+  WALLET_SLICES: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
 });
 
 export const DEFAULT_MODELS_FILE = new URL("../../config/models.json", import.meta.url).pathname;
@@ -150,6 +163,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxSignupsPerAddressPerDay: e.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
     trustedProxyHeader: e.TRUSTED_PROXY_HEADER,
     trustedProxyCount: e.TRUSTED_PROXY_COUNT,
+    walletSlices: e.WALLET_SLICES === "on",
+    walletSlicePostMs: e.WALLET_SLICE_POST_MS,
+    reusePort: e.REUSE_PORT === "on",
     env,
   };
 }

@@ -1,0 +1,231 @@
+/**
+ * A process's slice of one app's wallet, in memory: the telecom way (RFC 4006 quota grants) and
+ * TigerBeetle's pending/post transfers. The wallet's batch moves money (and a block of the app's
+ * rate window) into a durable slice record in one commit; this process then admits holds against
+ * it without a commit, settles them in memory, and posts the charges (usage records and the
+ * slice's `spent`) in batches on the slice record, which only this process writes: processes
+ * sharing a KV no longer collide on the wallet's versionstamp for every request.
+ *
+ * Crash semantics (SIGKILL at any instant):
+ * - nothing is overcharged and nothing overdrawn: holds only ever take the slice's free money,
+ *   and the slice's money left the wallet's available when it was granted;
+ * - a hold admitted but not settled is never charged (as a hold released by the sweeper);
+ * - a charge settled (its answer may be out, with its Tollbooth-Request-Cost) but not yet posted
+ *   is lost: at most the charges of the requests settled in the last `postEveryMs` plus one post
+ *   commit, and never more than the slice's granted money;
+ * - once the slice's lease has run out any sweeper returns it: the wallet gets its unspent part
+ *   back and its posted spent, and the audit is exact again.
+ *
+ * Pure bookkeeping: the engine (wallet.ts) does every read and commit.
+ */
+import type { ReservationRecord, UsageRecord, WalletSliceRecord } from "@/lib/db.ts";
+import { type Micros, newId } from "@/lib/core/mod.ts";
+import type { KeyGuard } from "@/lib/tenants/mod.ts";
+import type { RateLimitStatus } from "./ratelimit.ts";
+import type { SettleInput, SettleResult } from "./wallet_types.ts";
+
+export interface SliceHold {
+  reservation: ReservationRecord;
+}
+
+export class LocalSlice {
+  record: WalletSliceRecord;
+  /** The slice entry's versionstamp as this process last committed it. */
+  versionstamp: string;
+  /** Money neither posted, pending, nor held. */
+  free: Micros;
+  /** The rate block's requests and tokens not yet used (tokens may go below 0: used beyond). */
+  requestsLeft: number;
+  tokensLeft: number;
+  readonly holds = new Map<string, ReservationRecord>();
+  /** Settled here, not yet posted: usage records and what they charge. */
+  pending: UsageRecord[] = [];
+  pendingSpent: Micros = 0;
+  /** Keys used since the last post: each post re-checks their index entries (revocation). */
+  readonly guards = new Map<string, KeyGuard>();
+  readonly revokedKeys = new Set<string>();
+  keysWithOwnLimits: Set<string>;
+  /** The wallet's available outside slices when this process last granted (for answers). */
+  walletAvailable: Micros;
+  rate: RateLimitStatus | undefined;
+  /** No new holds: the slice is being returned or replaced. */
+  closing = false;
+  lastUsed: number;
+  /** Money settled since the last grant: sizes the next grant to the app's pace. */
+  spentSinceGrant: Micros = 0;
+
+  constructor(
+    record: WalletSliceRecord,
+    versionstamp: string,
+    grant: {
+      requests: number;
+      tokens: number;
+      available: Micros;
+      keysWithOwnLimits: string[];
+      rate?: RateLimitStatus;
+    },
+    now: number,
+  ) {
+    this.record = record;
+    this.versionstamp = versionstamp;
+    this.free = record.granted - record.spent;
+    this.requestsLeft = grant.requests;
+    this.tokensLeft = grant.tokens;
+    this.walletAvailable = grant.available;
+    this.keysWithOwnLimits = new Set(grant.keysWithOwnLimits);
+    this.rate = grant.rate;
+    this.lastUsed = now;
+  }
+
+  /** A grant committed into this slice: more money and rate room. */
+  grew(
+    record: WalletSliceRecord,
+    versionstamp: string,
+    grant: {
+      granted: Micros;
+      requests: number;
+      tokens: number;
+      available: Micros;
+      keysWithOwnLimits: string[];
+      rate?: RateLimitStatus;
+    },
+  ) {
+    // Posts may have committed meanwhile: keep our own counters, take the grant's additions.
+    this.record = { ...this.record, granted: record.granted, leaseUntil: record.leaseUntil };
+    this.record.rateRequests = record.rateRequests;
+    this.record.rateTokens = record.rateTokens;
+    this.versionstamp = versionstamp;
+    this.free += grant.granted;
+    this.requestsLeft += grant.requests;
+    this.tokensLeft += grant.tokens;
+    this.walletAvailable = grant.available;
+    this.keysWithOwnLimits = new Set(grant.keysWithOwnLimits);
+    this.rate = grant.rate ?? this.rate;
+    this.spentSinceGrant = 0;
+  }
+
+  /** Whether a request with this key and these tokens is served by the slice at all. */
+  serves(keyId: string, tokens: number): boolean {
+    return !this.closing && !this.keysWithOwnLimits.has(keyId) && !this.revokedKeys.has(keyId) &&
+      tokens >= 0;
+  }
+
+  /** Admits a hold in memory, or null when the slice lacks the money or the rate room. */
+  admit(
+    input: {
+      amount: Micros;
+      keyId: string;
+      requestId: string;
+      model: string;
+      tokens?: number;
+      keyGuard?: KeyGuard;
+    },
+    now: number,
+  ): { reservation: ReservationRecord; available: Micros; rate?: RateLimitStatus } | null {
+    const tokens = input.tokens ?? 0;
+    if (!this.serves(input.keyId, tokens)) return null;
+    if (this.free < input.amount || this.requestsLeft < 1 || this.tokensLeft < tokens) return null;
+    // A hold must not outlive the slice's lease unrenewed; the renewal runs well before.
+    if (this.record.leaseUntil <= now) return null;
+    this.free -= input.amount;
+    this.requestsLeft -= 1;
+    this.tokensLeft -= tokens;
+    this.lastUsed = now;
+    if (input.keyGuard) this.guards.set(input.keyId, input.keyGuard);
+    const reservation: ReservationRecord = {
+      id: newId("res", now),
+      appId: this.record.appId,
+      keyId: input.keyId,
+      requestId: input.requestId,
+      model: input.model,
+      amount: input.amount,
+      createdAt: now,
+      leaseUntil: this.record.leaseUntil,
+      tokens,
+      sliceId: this.record.id,
+    };
+    this.holds.set(reservation.id, reservation);
+    return { reservation, available: this.available, rate: this.#rateStatus() };
+  }
+
+  /** Settles a hold in memory: the charge is pending until the next post commits it. */
+  settle(reservationId: string, input: SettleInput, now: number): SettleResult | null {
+    const r = this.holds.get(reservationId);
+    if (!r) return null;
+    this.holds.delete(reservationId);
+    // As the wallet path: the hold and, beyond it, the slice's free money; never more.
+    const charged = Math.min(input.cost, r.amount + this.free);
+    this.free += r.amount - charged;
+    this.pendingSpent += charged;
+    this.spentSinceGrant += charged;
+    this.tokensLeft += (r.tokens ?? 0) - (input.promptTokens + input.completionTokens);
+    this.lastUsed = now;
+    const usage: UsageRecord = {
+      ...input,
+      id: newId("use", now),
+      appId: this.record.appId,
+      cost: charged,
+      uncharged: input.cost - charged,
+      reserved: r.amount,
+      createdAt: now,
+    };
+    this.pending.push(usage);
+    return {
+      settled: true,
+      charged,
+      uncharged: usage.uncharged,
+      available: this.available,
+      usage,
+      rate: this.#rateStatus(),
+    };
+  }
+
+  /** Releases a hold: nothing ran (or what ran is unknown), its money and rate room come back. */
+  release(reservationId: string, now: number): boolean {
+    const r = this.holds.get(reservationId);
+    if (!r) return false;
+    this.holds.delete(reservationId);
+    this.free += r.amount;
+    this.tokensLeft += r.tokens ?? 0;
+    this.lastUsed = now;
+    return true;
+  }
+
+  /** Takes up to `max` pending charges for one post commit. */
+  takePending(max: number): { usage: UsageRecord[]; spent: Micros } {
+    const usage = this.pending.splice(0, max);
+    const spent = usage.reduce((n, u) => n + u.cost, 0);
+    this.pendingSpent -= spent;
+    return { usage, spent };
+  }
+
+  /** A post failed: its charges go back in front of the queue. */
+  putBack(usage: UsageRecord[], spent: Micros) {
+    this.pending.unshift(...usage);
+    this.pendingSpent += spent;
+  }
+
+  get idle(): boolean {
+    return this.holds.size === 0 && this.pending.length === 0;
+  }
+
+  /** Spendable as this process knows it: the wallet outside slices plus this slice's free part. */
+  get available(): Micros {
+    return this.walletAvailable + this.free;
+  }
+
+  #rateStatus(): RateLimitStatus | undefined {
+    if (!this.rate) return undefined;
+    // The block not yet used is room this process still has; the rest is as at the grant.
+    return {
+      requests: {
+        ...this.rate.requests,
+        remaining: this.rate.requests.remaining + Math.max(0, this.requestsLeft),
+      },
+      tokens: {
+        ...this.rate.tokens,
+        remaining: this.rate.tokens.remaining + Math.max(0, this.tokensLeft),
+      },
+    };
+  }
+}
