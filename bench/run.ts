@@ -690,7 +690,14 @@ async function main() {
       const group = Array.from(
         { length: n },
         (_, i) =>
-          start(`tollbooth-${n}-${i}`, [Deno.execPath(), "run", "-A", "main.ts"], {
+          // SO_REUSEPORT is behind --unstable-net in Deno 2.
+          start(`tollbooth-${n}-${i}`, [
+            Deno.execPath(),
+            "run",
+            "-A",
+            "--unstable-net",
+            "main.ts",
+          ], {
             env,
             logDir: tmp,
           }),
