@@ -703,11 +703,15 @@ async function main() {
           }),
       );
       for (const s of group) await waitForLog(s, '"listening"');
-      const target = { ...targets[1], url: `http://127.0.0.1:${port}/v1/chat/completions` };
+      const target = {
+        ...targets[1],
+        url: `http://127.0.0.1:${port}/v1/chat/completions`,
+        pid: group[0].pid,
+      };
       await closedLoop(target, 20, 1, tools); // every process takes its slice
       const before = await Promise.all(group.map(walletStats));
       log(`hot wallet from ${n} process(es): 200 connections, ${SECONDS}s`);
-      const hot = await closedLoop({ ...target, pid: group[0].pid }, 200, SECONDS, tools);
+      const hot = await closedLoop(target, 200, SECONDS, tools);
       const after = await Promise.all(group.map(walletStats));
       const sum = (list: typeof before, k: "commits" | "conflicts") =>
         list.reduce((acc, x) => acc + x[k], 0);
