@@ -238,7 +238,12 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
     assert.equal(settledUsage, burstSpent);
     assert.ok(settledCount >= 10, "the answered ones were charged");
     console.log(`${settledCount} of the 40 burst requests settled before the kill`);
-    assert.ok(restarted.lines.some((l) => l.includes('"reservations_swept"')));
+    // Log lines are written in batches (at most 20 ms after they are logged): wait for it.
+    await waitFor(
+      "the sweep's log line",
+      () => Promise.resolve(restarted.lines.some((l) => l.includes('"reservations_swept"'))),
+      10_000,
+    );
 
     // The restarted service serves and bills normally.
     const ok = await fetch(`${restarted.url}/v1/chat/completions`, {
