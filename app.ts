@@ -9,6 +9,7 @@ import { createProviders } from "@/lib/gateway/providers/mod.ts";
 import { Wallets } from "@/lib/billing/mod.ts";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { errorsPage } from "@/routes/docs/errors.tsx";
+import { endpointsPage } from "@/routes/docs/endpoints.tsx";
 import { loadExamples } from "@/routes/docs/examples.ts";
 import {
   billingPage,
@@ -23,6 +24,7 @@ import {
   errorHandler,
   requestContext,
   requireApiKey,
+  requireLiveApiKey,
   requireSupportedVersion,
 } from "@/routes/middleware.ts";
 import { accountRoutes } from "@/routes/accounts.tsx";
@@ -38,6 +40,7 @@ import { topUpRoutes } from "@/routes/top_up.tsx";
 import { chatCompletions } from "@/routes/v1/chat/completions.ts";
 import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
+import { modelRoutes } from "@/routes/v1/models.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -88,6 +91,7 @@ export function createApp(deps: AppDeps) {
   const metrics = new ServiceMetrics(wallets.stats);
   let draining = false;
 
+  const keyCache = new KeyCache(kv);
   const app = new Hono<Env>();
   app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
   app.use("*", securityHeaders);
@@ -95,7 +99,7 @@ export function createApp(deps: AppDeps) {
 
   app.post(
     "/v1/chat/completions",
-    requireApiKey(new KeyCache(kv)),
+    requireApiKey(keyCache),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     bodyLimit(config.maxBodyBytes, apiBodyRefusal),
@@ -105,6 +109,14 @@ export function createApp(deps: AppDeps) {
       redact: (text) => redactor.redact(text),
     }),
   );
+  const models = modelRoutes(catalog, { created: Date.parse(API_VERSION) / 1000 });
+  const freeApi = [
+    requireLiveApiKey(keyCache),
+    rateLimitHeaders(kv, rateLimits, now),
+    requireSupportedVersion,
+  ] as const;
+  app.get("/v1/models", ...freeApi, models.list);
+  app.get("/v1/models/:model{.+}", ...freeApi, models.retrieve);
   app.all("/v1/*", (c) => {
     throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
   });
@@ -134,6 +146,7 @@ export function createApp(deps: AppDeps) {
     "/docs",
     async (c) => c.html(quickStartPage(config.publicUrl, API_VERSION, await loadExamples())),
   );
+  app.get("/docs/endpoints", (c) => c.html(endpointsPage()));
   app.get("/docs/billing", (c) => c.html(billingPage()));
   app.get("/docs/rate-limits", (c) => c.html(rateLimitsPage(config)));
   app.get("/docs/versioning", (c) => c.html(versioningPage(API_VERSION)));

@@ -107,10 +107,10 @@ export const ERROR_CODES = {
   not_found: {
     status: 404,
     type: "invalid_request_error",
-    title: "No such endpoint",
+    title: "No such endpoint or model",
     cause:
-      "The path or method does not exist. The only endpoint today is `POST /v1/chat/completions`.",
-    fix: "Check the path and method.",
+      "The path or method does not exist (the endpoints are `POST /v1/chat/completions`, `GET /v1/models` and `GET /v1/models/{model}`), or `GET /v1/models/{model}` names a model that is not on the curated list (`param`: `model`).",
+    fix: "Check the path and method, or take the model ID from `GET /v1/models`.",
   },
   provider_unreachable: {
     status: 502,

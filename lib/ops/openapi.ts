@@ -18,6 +18,8 @@ export const RATE_LIMIT_HEADERS = {
 
 /** Amounts in headers and bodies: USD with exactly six decimals. */
 const MONEY_PATTERN = "^[0-9]+\\.[0-9]{6}$";
+/** Catalog prices: USD per million tokens, up to six decimals. */
+const PRICE_PATTERN = "^[0-9]+(\\.[0-9]{1,6})?$";
 
 const ENDPOINT_ERRORS = (Object.keys(ERROR_CODES) as ErrorCode[]).filter((c) => c !== "not_found");
 
@@ -52,8 +54,11 @@ function errorSchema(codes: ErrorCode[]) {
   };
 }
 
-function errorResponse(status: number) {
-  const codes = ENDPOINT_ERRORS.filter((c) => ERROR_CODES[c].status === status);
+/** The errors of a free read (GET /v1/models): no body, no wallet, no provider. */
+const READ_ERRORS: ErrorCode[] = ["unsupported_version", "invalid_api_key", "internal_error"];
+
+function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ERRORS) {
+  const codes = endpointErrors.filter((c) => ERROR_CODES[c].status === status);
   const headers: Record<string, unknown> = {
     "Tollbooth-Request-Id": headerRef("RequestId"),
     "Tollbooth-Version": headerRef("Version"),
@@ -110,6 +115,20 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
       schema: { type: "string" },
     }]),
   );
+  const versionParameter = {
+    name: "Tollbooth-Version",
+    in: "header",
+    required: false,
+    description:
+      "Pins the API version. Omit it, or send the current and only version; any other value gives 400 `unsupported_version`.",
+    schema: { type: "string", enum: [apiVersion] },
+  };
+  const readStatuses = [...new Set(READ_ERRORS.map((c) => ERROR_CODES[c].status))].sort();
+  const readHeaders = {
+    "Tollbooth-Request-Id": headerRef("RequestId"),
+    "Tollbooth-Version": headerRef("Version"),
+    ...Object.fromEntries(Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)])),
+  };
   return {
     openapi: "3.1.0",
     info: {
@@ -123,18 +142,56 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
     security: [{ apiKey: [] }],
     externalDocs: { url: `${publicUrl}/docs`, description: "Quick start and guides" },
     paths: {
+      "/models": {
+        get: {
+          operationId: "listModels",
+          summary: "Lists the curated models with their type, context and prices.",
+          description:
+            "Free: it reserves nothing and is not counted against the rate limits; its `x-ratelimit-*` headers show the current status.",
+          parameters: [versionParameter],
+          responses: {
+            "200": {
+              description: "Every model of the catalog, in OpenAI's list shape plus our fields.",
+              headers: readHeaders,
+              content: { "application/json": { schema: ref("ModelList") } },
+            },
+            ...Object.fromEntries(
+              readStatuses.map((s) => [String(s), errorResponse(s, READ_ERRORS)]),
+            ),
+          },
+        },
+      },
+      "/models/{model}": {
+        get: {
+          operationId: "retrieveModel",
+          summary: "One curated model.",
+          description:
+            "Free, like `listModels`. The ID holds a slash, sent as is or percent-encoded (`openai%2Fgpt-4o-mini`, as the OpenAI SDKs send it).",
+          parameters: [versionParameter, {
+            name: "model",
+            in: "path",
+            required: true,
+            description: "Curated model ID `<provider>/<model_name>`.",
+            schema: { type: "string" },
+          }],
+          responses: {
+            "200": {
+              description: "The model.",
+              headers: readHeaders,
+              content: { "application/json": { schema: ref("Model") } },
+            },
+            ...Object.fromEntries(
+              readStatuses.map((s) => [String(s), errorResponse(s, READ_ERRORS)]),
+            ),
+            "404": errorResponse(404, ["not_found"]),
+          },
+        },
+      },
       "/chat/completions": {
         post: {
           operationId: "createChatCompletion",
           summary: "Creates a chat completion, streaming or not.",
-          parameters: [{
-            name: "Tollbooth-Version",
-            in: "header",
-            required: false,
-            description:
-              "Pins the API version. Omit it, or send the current and only version; any other value gives 400 `unsupported_version`.",
-            schema: { type: "string", enum: [apiVersion] },
-          }],
+          parameters: [versionParameter],
           requestBody: {
             required: true,
             content: { "application/json": { schema: ref("CreateChatCompletionRequest") } },
@@ -350,6 +407,67 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
               },
             },
             usage: ref("Usage"),
+          },
+        },
+        Model: {
+          type: "object",
+          required: [
+            "id",
+            "object",
+            "created",
+            "owned_by",
+            "type",
+            "context_tokens",
+            "pricing",
+          ],
+          properties: {
+            id: { type: "string", description: "Curated model ID `<provider>/<model_name>`." },
+            object: { const: "model" },
+            created: {
+              type: "integer",
+              description:
+                "Unix seconds. The catalog records no release dates: every model carries the date of the API version.",
+            },
+            owned_by: { type: "string", description: "The `<provider>` part of the ID." },
+            type: {
+              type: "string",
+              enum: ["chat", "embedding"],
+              description:
+                "`chat`: served by `POST /v1/chat/completions`; `embedding`: by `POST /v1/embeddings`.",
+            },
+            context_tokens: {
+              type: "integer",
+              minimum: 1,
+              description:
+                "A chat model's context window (prompt plus output); an embedding model's most tokens per input.",
+            },
+            max_output_tokens: {
+              type: "integer",
+              minimum: 1,
+              description: "Chat models: the largest `max_tokens` accepted.",
+            },
+            pricing: {
+              type: "object",
+              description:
+                "USD per million tokens, decimal strings as the catalog writes them. A request costs each kind of token at its price, rounded up once to the micro-dollar.",
+              required: ["input_usd_per_mtok"],
+              properties: {
+                input_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
+                output_usd_per_mtok: {
+                  type: "string",
+                  pattern: PRICE_PATTERN,
+                  description: "Chat models only.",
+                },
+              },
+            },
+          },
+        },
+        ModelList: {
+          type: "object",
+          required: ["object", "data"],
+          properties: {
+            object: { const: "list" },
+            data: { type: "array", items: ref("Model") },
           },
         },
         Error: errorSchema(ENDPOINT_ERRORS),
