@@ -41,6 +41,7 @@ import { chatCompletions } from "@/routes/v1/chat/completions.ts";
 import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { modelRoutes } from "@/routes/v1/models.ts";
+import { embeddings } from "@/routes/v1/embeddings.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -97,24 +98,33 @@ export function createApp(deps: AppDeps) {
   app.use("*", securityHeaders);
   app.onError(errorHandler(log, docsBaseUrl, serverErrorPage, (text) => redactor.redact(text)));
 
-  app.post(
-    "/v1/chat/completions",
+  /** Paid endpoints: the reserve's commit checks the (cached) key; every answer shows the limits. */
+  const paidApi = [
     requireApiKey(keyCache),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     bodyLimit(config.maxBodyBytes, apiBodyRefusal),
+  ] as const;
+  const freeApi = [
+    requireLiveApiKey(keyCache),
+    rateLimitHeaders(kv, rateLimits, now),
+    requireSupportedVersion,
+  ] as const;
+  app.post(
+    "/v1/chat/completions",
+    ...paidApi,
     chatCompletions(gateway, {
       maxBodyBytes: config.maxBodyBytes,
       docsBaseUrl,
       redact: (text) => redactor.redact(text),
     }),
   );
+  app.post(
+    "/v1/embeddings",
+    ...paidApi,
+    embeddings(gateway, { maxBodyBytes: config.maxBodyBytes }),
+  );
   const models = modelRoutes(catalog, { created: Date.parse(API_VERSION) / 1000 });
-  const freeApi = [
-    requireLiveApiKey(keyCache),
-    rateLimitHeaders(kv, rateLimits, now),
-    requireSupportedVersion,
-  ] as const;
   app.get("/v1/models", ...freeApi, models.list);
   app.get("/v1/models/:model{.+}", ...freeApi, models.retrieve);
   app.all("/v1/*", (c) => {

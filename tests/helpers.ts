@@ -33,7 +33,20 @@ export function testCatalogFile(openaiBaseUrl = "http://127.0.0.1:9"): CatalogFi
         context_tokens: 64,
         max_output_tokens: 32,
       },
+      embeddingModel("tollbooth/embed", "tollbooth", "embed", "0.02"),
+      embeddingModel("fake/embed", "fake", "text-embedding-3-small", "0.13"),
     ],
+  };
+}
+
+function embeddingModel(id: string, provider: string, upstream: string, input: string) {
+  return {
+    id,
+    type: "embedding" as const,
+    provider,
+    upstream_model: upstream,
+    input_usd_per_mtok: input,
+    context_tokens: 8192,
   };
 }
 

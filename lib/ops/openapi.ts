@@ -3,7 +3,13 @@
  * generated from ERROR_CODES, so a new code appears here, on the error page and in `doc_url` at once.
  */
 import { z } from "zod";
-import { ChatRequestSchema, DEFAULT_MAX_TOKENS, FIELD_SUPPORT } from "@/lib/gateway/mod.ts";
+import {
+  ChatRequestSchema,
+  DEFAULT_MAX_TOKENS,
+  FIELD_SUPPORT,
+  MAX_EMBEDDING_INPUTS,
+  MAX_EMBEDDING_REQUEST_TOKENS,
+} from "@/lib/gateway/mod.ts";
 import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
 
 /** The rate-limit headers of the common compatible form (see /docs/rate-limits). */
@@ -53,6 +59,9 @@ function errorSchema(codes: ErrorCode[]) {
     },
   };
 }
+
+/** A request without a stream has no stream to break off. */
+const EMBEDDING_ERRORS = ENDPOINT_ERRORS.filter((c) => c !== "stream_interrupted");
 
 /** The errors of a free read (GET /v1/models): no body, no wallet, no provider. */
 const READ_ERRORS: ErrorCode[] = ["unsupported_version", "invalid_api_key", "internal_error"];
@@ -129,6 +138,23 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
     "Tollbooth-Version": headerRef("Version"),
     ...Object.fromEntries(Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)])),
   };
+  const embeddingStatuses = [...new Set(EMBEDDING_ERRORS.map((c) => ERROR_CODES[c].status))]
+    .sort();
+  /** The headers of every paid 200, streamed or not. */
+  const paidHeaders = {
+    "Tollbooth-Request-Id": headerRef("RequestId"),
+    "Tollbooth-Version": headerRef("Version"),
+    "Tollbooth-Balance": {
+      required: true,
+      description: "Wallet balance (USD) after this request; for a stream, after its reservation.",
+      schema: { type: "string", pattern: MONEY_PATTERN },
+    },
+    "Tollbooth-Provider": {
+      description: "The catalog provider that served the request.",
+      schema: { type: "string" },
+    },
+    ...Object.fromEntries(Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)])),
+  };
   return {
     openapi: "3.1.0",
     info: {
@@ -184,6 +210,37 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
               readStatuses.map((s) => [String(s), errorResponse(s, READ_ERRORS)]),
             ),
             "404": errorResponse(404, ["not_found"]),
+          },
+        },
+      },
+      "/embeddings": {
+        post: {
+          operationId: "createEmbedding",
+          summary: "Embeds text or token ids with an embedding model.",
+          description:
+            `Paid like a chat completion without output: the counted input (o200k tokens of each text, the length of each token array) is reserved at the model's input price, then settled to the provider's \`usage.prompt_tokens\`. At most ${MAX_EMBEDDING_INPUTS} inputs and ${MAX_EMBEDDING_REQUEST_TOKENS} tokens in all; each input at most the model's \`context_tokens\`. A chat model gives 400 \`model_not_supported\`.`,
+          parameters: [versionParameter],
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: ref("CreateEmbeddingRequest") } },
+          },
+          responses: {
+            "200": {
+              description:
+                "One embedding per input, in input order, in the encoding asked for, whatever the provider sent.",
+              headers: {
+                ...paidHeaders,
+                "Tollbooth-Request-Cost": {
+                  required: true,
+                  description: "Exact cost (USD) of this request, what left the wallet.",
+                  schema: { type: "string", pattern: MONEY_PATTERN },
+                },
+              },
+              content: { "application/json": { schema: ref("EmbeddingList") } },
+            },
+            ...Object.fromEntries(
+              embeddingStatuses.map((s) => [String(s), errorResponse(s, EMBEDDING_ERRORS)]),
+            ),
           },
         },
       },
@@ -409,6 +466,90 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
             usage: ref("Usage"),
           },
         },
+        CreateEmbeddingRequest: {
+          type: "object",
+          required: ["model", "input"],
+          additionalProperties: false,
+          properties: {
+            model: {
+              type: "string",
+              minLength: 1,
+              description: "An embedding model's ID (`type: embedding` in `GET /v1/models`).",
+              examples: ["tollbooth/embed"],
+            },
+            input: {
+              description:
+                "A string, an array of strings, an array of token ids, or an array of arrays of token ids. No input may be empty.",
+              oneOf: [
+                { type: "string", minLength: 1 },
+                {
+                  type: "array",
+                  minItems: 1,
+                  maxItems: MAX_EMBEDDING_INPUTS,
+                  items: { type: "string", minLength: 1 },
+                },
+                { type: "array", minItems: 1, items: { type: "integer", minimum: 0 } },
+                {
+                  type: "array",
+                  minItems: 1,
+                  maxItems: MAX_EMBEDDING_INPUTS,
+                  items: {
+                    type: "array",
+                    minItems: 1,
+                    items: { type: "integer", minimum: 0 },
+                  },
+                },
+              ],
+            },
+            encoding_format: { type: "string", enum: ["float", "base64"], default: "float" },
+            dimensions: {
+              type: "integer",
+              minimum: 1,
+              description: "The size of each vector, for models that can shorten theirs.",
+            },
+            user: {
+              type: "string",
+              maxLength: 256,
+              description: "Your end user's ID, passed to the provider.",
+            },
+          },
+        },
+        EmbeddingList: {
+          type: "object",
+          required: ["object", "data", "model", "usage"],
+          properties: {
+            object: { const: "list" },
+            data: {
+              type: "array",
+              items: {
+                type: "object",
+                required: ["object", "index", "embedding"],
+                properties: {
+                  object: { const: "embedding" },
+                  index: { type: "integer", minimum: 0 },
+                  embedding: {
+                    oneOf: [
+                      { type: "array", items: { type: "number" } },
+                      {
+                        type: "string",
+                        description: "base64 of the little-endian float32 values",
+                      },
+                    ],
+                  },
+                },
+              },
+            },
+            model: { type: "string" },
+            usage: {
+              type: "object",
+              required: ["prompt_tokens", "total_tokens"],
+              properties: {
+                prompt_tokens: { type: "integer", minimum: 0 },
+                total_tokens: { type: "integer", minimum: 0 },
+              },
+            },
+          },
+        },
         Model: {
           type: "object",
           required: [
@@ -433,7 +574,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
               type: "string",
               enum: ["chat", "embedding"],
               description:
-                "`chat`: served by `POST /v1/chat/completions`; `embedding`: by `POST /v1/embeddings`.",
+                "`chat`: served by `POST /v1/chat/completions`; `embedding`: by `POST /v1/embeddings`. A model sent to the other endpoint gets 400 `model_not_supported`.",
             },
             context_tokens: {
               type: "integer",

@@ -1,4 +1,5 @@
 import { CodeBlock, DocsLayout } from "@/components/DocsLayout.tsx";
+import { MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_REQUEST_TOKENS } from "@/lib/gateway/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 
 const MODEL_EXAMPLE = `{
@@ -16,6 +17,10 @@ const MODEL_EXAMPLE = `{
     }
   ]
 }`;
+
+const EMBEDDINGS_EXAMPLE = `curl $TOLLBOOTH_URL/v1/embeddings -i \\
+  -H "Authorization: Bearer $TOLLBOOTH_API_KEY" -H "Content-Type: application/json" \\
+  -d '{"model": "tollbooth/embed", "input": ["first text", "second text"]}'`;
 
 /** GET /docs/endpoints: every endpoint beyond chat completions, on the same key and wallet. */
 export function endpointsPage() {
@@ -53,6 +58,13 @@ export function endpointsPage() {
             <td>The curated models</td>
             <td>free, not rate limited</td>
           </tr>
+          <tr>
+            <td>
+              <code>POST /v1/embeddings</code>
+            </td>
+            <td>Embeddings of texts or token ids</td>
+            <td>the input tokens at the model's input price</td>
+          </tr>
         </tbody>
       </table>
 
@@ -66,7 +78,12 @@ export function endpointsPage() {
       <ul>
         <li>
           <code>type</code>: <code>chat</code> (served by <code>/v1/chat/completions</code>) or{" "}
-          <code>embedding</code>.
+          <code>embedding</code> (served by{" "}
+          <code>/v1/embeddings</code>). A model sent to the other endpoint is{" "}
+          <a href="/docs/errors#model_not_supported">
+            <code>400 model_not_supported</code>
+          </a>{" "}
+          with <code>param: "model"</code>.
         </li>
         <li>
           <code>context_tokens</code>: a chat model's context window (prompt plus output); an
@@ -100,6 +117,52 @@ export function endpointsPage() {
         <code>x-ratelimit-*</code>{" "}
         headers show the key's current status, which a client may read before it starts paid
         requests. A revoked key is refused at once, as on every endpoint.
+      </p>
+
+      <h2 id="embeddings">Embeddings</h2>
+      <p>
+        <code>POST /v1/embeddings</code> takes OpenAI's request: <code>model</code>{" "}
+        (an embedding model), <code>input</code>{" "}
+        (a string, an array of strings, an array of token ids, or an array of arrays of token ids;
+        no input may be empty), <code>encoding_format</code> (<code>float</code>, the default, or
+        {" "}
+        <code>base64</code>: the little-endian float32 bytes), <code>dimensions</code> and{" "}
+        <code>user</code>. Any other field is refused with <code>400 invalid_parameter</code>{" "}
+        naming it. Limits, as OpenAI documents them: at most {MAX_EMBEDDING_INPUTS} inputs and{" "}
+        {MAX_EMBEDDING_REQUEST_TOKENS.toLocaleString("en-US")}{" "}
+        tokens per request; each input at most the model's <code>context_tokens</code>{" "}
+        (<code>400 context_length_exceeded</code> names it, such as <code>input[3]</code>).
+      </p>
+      <CodeBlock caption="curl" code={EMBEDDINGS_EXAMPLE} />
+      <p>It is paid like a chat completion without output:</p>
+      <ul>
+        <li>
+          <strong>Reserve:</strong>{" "}
+          the input as counted (each text with the o200k tokenizer, each token array by its length)
+          at the model's input price; the same tokens count against the tokens-per-minute limit.
+        </li>
+        <li>
+          <strong>Settle:</strong> to the provider's <code>usage.prompt_tokens</code>{" "}
+          (our count when it reports none), rounded up once to the micro-dollar.{" "}
+          <code>Tollbooth-Request-Cost</code> is what left the wallet and{" "}
+          <code>Tollbooth-Balance</code>{" "}
+          the wallet after it. A provider that counts more than we did (OpenAI's embedding models
+          use another tokenizer) is charged its count, down to a zero balance and never below.
+        </li>
+        <li>
+          The same errors as chat completions: 401, 402 with <code>top_up_url</code>, 429 with{" "}
+          <code>Retry-After</code>, 502 with nothing charged.
+        </li>
+      </ul>
+      <p>
+        Each vector comes back in the encoding you asked for, even from a compatible server that
+        ignores <code>encoding_format</code>. The built-in <code>tollbooth/embed</code>{" "}
+        needs no provider key: it hashes the tokens of each input into a 256-number unit vector (or
+        {" "}
+        <code>dimensions</code>, up to 3072), so equal texts embed equally and texts that share
+        words lie closer together, which is enough to try a search or a cache locally. Embedding
+        models are served by providers of kind <code>openai</code> (at{" "}
+        <code>{"{base_url}"}/embeddings</code>) and by the simulator; Anthropic has no embeddings.
       </p>
     </DocsLayout>,
   );

@@ -107,7 +107,8 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
           (the current version is <code>{apiVersion}</code>).
         </li>
         <li>
-          <a href="/docs/endpoints">Endpoints</a>: the models list, beside chat completions.
+          <a href="/docs/endpoints">Endpoints</a>: the models list and embeddings, on the same key
+          and wallet.
         </li>
         <li>
           <a href="/openapi.json">The OpenAPI 3.1 document</a>{" "}
