@@ -21,6 +21,10 @@ export interface ModelObject {
     input_usd_per_mtok: string;
     /** Chat models only. */
     output_usd_per_mtok?: string;
+    /** Input read from the provider's prompt cache, when the catalog prices it apart. */
+    cache_read_usd_per_mtok?: string;
+    /** Input written to the provider's prompt cache, when the catalog prices it apart. */
+    cache_write_usd_per_mtok?: string;
   };
 }
 
@@ -42,6 +46,12 @@ export function modelObject(model: Model, created: number): ModelObject {
     pricing: {
       input_usd_per_mtok: model.inputUsdPerMTok,
       ...(model.outputUsdPerMTok !== null ? { output_usd_per_mtok: model.outputUsdPerMTok } : {}),
+      ...(model.cacheReadUsdPerMTok !== null
+        ? { cache_read_usd_per_mtok: model.cacheReadUsdPerMTok }
+        : {}),
+      ...(model.cacheWriteUsdPerMTok !== null
+        ? { cache_write_usd_per_mtok: model.cacheWriteUsdPerMTok }
+        : {}),
     },
   };
 }

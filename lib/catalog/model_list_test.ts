@@ -17,6 +17,17 @@ const catalog = buildCatalog({
       max_output_tokens: 16_384,
     },
     {
+      id: "openai/claude-like",
+      provider: "openai",
+      upstream_model: "cached",
+      input_usd_per_mtok: "3.00",
+      output_usd_per_mtok: "15.00",
+      cache_read_usd_per_mtok: "0.30",
+      cache_write_usd_per_mtok: "3.75",
+      context_tokens: 200_000,
+      max_output_tokens: 64_000,
+    },
+    {
       id: "openai/text-embedding-3-small",
       type: "embedding",
       provider: "openai",
@@ -40,6 +51,15 @@ Deno.test("a chat model shows its context, output cap and both prices as the cat
   });
 });
 
+Deno.test("cache prices are shown when the catalog prices cached input apart", () => {
+  assert.deepEqual(modelObject(catalog.get("openai/claude-like")!, 1).pricing, {
+    input_usd_per_mtok: "3.00",
+    output_usd_per_mtok: "15.00",
+    cache_read_usd_per_mtok: "0.30",
+    cache_write_usd_per_mtok: "3.75",
+  });
+});
+
 Deno.test("an embedding model shows its input price and per-input token limit only", () => {
   assert.deepEqual(modelObject(catalog.get("openai/text-embedding-3-small")!, 1), {
     id: "openai/text-embedding-3-small",
@@ -57,6 +77,7 @@ Deno.test("the list holds every model in catalog order", () => {
   assert.equal(list.object, "list");
   assert.deepEqual(list.data.map((m) => m.id), [
     "openai/gpt-4o-mini",
+    "openai/claude-like",
     "openai/text-embedding-3-small",
   ]);
 });

@@ -599,6 +599,18 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                   pattern: PRICE_PATTERN,
                   description: "Chat models only.",
                 },
+                cache_read_usd_per_mtok: {
+                  type: "string",
+                  pattern: PRICE_PATTERN,
+                  description:
+                    "Input read from the provider's prompt cache; present when the catalog prices it apart (else it costs the input price).",
+                },
+                cache_write_usd_per_mtok: {
+                  type: "string",
+                  pattern: PRICE_PATTERN,
+                  description:
+                    "Input written to the provider's prompt cache; present when the catalog prices it apart (else it costs the input price).",
+                },
               },
             },
           },

@@ -13,7 +13,11 @@ const MODEL_EXAMPLE = `{
       "type": "chat",
       "context_tokens": 128000,
       "max_output_tokens": 16384,
-      "pricing": { "input_usd_per_mtok": "0.15", "output_usd_per_mtok": "0.60" }
+      "pricing": {
+        "input_usd_per_mtok": "0.15",
+        "output_usd_per_mtok": "0.60",
+        "cache_read_usd_per_mtok": "0.075"
+      }
     }
   ]
 }`;
@@ -95,7 +99,9 @@ export function endpointsPage() {
         <li>
           <code>pricing</code>: USD per million tokens as decimal strings, exactly as the catalog
           writes them (<code>input_usd_per_mtok</code>, and <code>output_usd_per_mtok</code>{" "}
-          for chat models).
+          for chat models; <code>cache_read_usd_per_mtok</code> and{" "}
+          <code>cache_write_usd_per_mtok</code>{" "}
+          when the catalog prices cached input apart, which otherwise costs the input price).
         </li>
         <li>
           <code>created</code>: the catalog records no release dates, so every model carries the
