@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { ApiError, type Config, jsonLogger, type Logger } from "@/lib/core/mod.ts";
 import { createStripeClient, FormTokens, paymentMode, type Stripe } from "@/lib/payments/mod.ts";
-import { Gateway, providerKeyRedactor } from "@/lib/gateway/mod.ts";
+import { Gateway, providerKeyRedactor, Responses, ResponseStore } from "@/lib/gateway/mod.ts";
 import { KeyCache } from "@/lib/tenants/mod.ts";
 import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
@@ -42,6 +42,7 @@ import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { modelRoutes } from "@/routes/v1/models.ts";
 import { embeddings } from "@/routes/v1/embeddings.ts";
+import { responsesRoute } from "@/routes/v1/responses.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -123,6 +124,14 @@ export function createApp(deps: AppDeps) {
     "/v1/embeddings",
     ...paidApi,
     embeddings(gateway, { maxBodyBytes: config.maxBodyBytes }),
+  );
+  app.post(
+    "/v1/responses",
+    ...paidApi,
+    responsesRoute(new Responses(gateway, new ResponseStore(kv, now), log), {
+      maxBodyBytes: config.maxBodyBytes,
+      redact: (text) => redactor.redact(text),
+    }),
   );
   const models = modelRoutes(catalog, { created: Date.parse(API_VERSION) / 1000 });
   app.get("/v1/models", ...freeApi, models.list);

@@ -69,7 +69,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "Model of another type",
     cause:
-      "`model` is on the curated list but is not served by this endpoint: an embedding model sent to `POST /v1/chat/completions`, or a chat model sent to `POST /v1/embeddings`. `param` is `model`. Nothing was charged.",
+      "`model` is on the curated list but is not served by this endpoint: an embedding model sent to `POST /v1/chat/completions` or `POST /v1/responses`, or a chat model sent to `POST /v1/embeddings`. `param` is `model`. Nothing was charged.",
     fix:
       "Use a model whose `type` (in `GET /v1/models`) matches the endpoint: `chat` for chat completions, `embedding` for embeddings.",
   },
@@ -119,7 +119,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "No such endpoint or model",
     cause:
-      "The path or method does not exist (the endpoints are `POST /v1/chat/completions`, `POST /v1/embeddings`, `GET /v1/models` and `GET /v1/models/{model}`), or `GET /v1/models/{model}` names a model that is not on the curated list (`param`: `model`).",
+      "The path or method does not exist (the endpoints are `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/embeddings`, `GET /v1/models` and `GET /v1/models/{model}`), or `GET /v1/models/{model}` names a model that is not on the curated list (`param`: `model`).",
     fix: "Check the path and method, or take the model ID from `GET /v1/models`.",
   },
   provider_unreachable: {

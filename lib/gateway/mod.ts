@@ -12,5 +12,8 @@ export {
 } from "./embeddings_request.ts";
 export { Gateway } from "./gateway.ts";
 export type { EmbeddingsList, RequestTrace, StreamOutcome } from "./gateway.ts";
-export { encodeSseData } from "./sse.ts";
+export { encodeSseData, encodeSseEvent } from "./sse.ts";
+export { Responses } from "./responses/responses.ts";
+export type { ResponseOutcome, ResponseStreamOutcome } from "./responses/responses.ts";
+export { ResponseStore } from "./responses/store.ts";
 export { providerKeyRedactor, SecretRedactor } from "./redact.ts";

@@ -244,6 +244,40 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           },
         },
       },
+      "/responses": {
+        post: {
+          operationId: "createResponse",
+          summary: "Creates a model response (OpenAI's Responses API) with any chat model.",
+          description:
+            "Served by the chat path: the request is translated to a chat completion of the model's provider (OpenAI-compatible or Anthropic), paid exactly like one (the same reservation: the input bound plus `max_output_tokens`, default 2048), and translated back. Stored responses (`store`, default true) are kept 30 days per app for `previous_response_id` and `item_reference`.",
+          parameters: [versionParameter],
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: ref("CreateResponseRequest") } },
+          },
+          responses: {
+            "200": {
+              description:
+                "A response object. With `stream: true`, server-sent events named after their `type` (`response.created`, `response.in_progress`, `response.output_item.added`, `response.content_part.added`, `response.output_text.delta`, `response.function_call_arguments.delta`, their `.done` events, `response.output_item.done`, then `response.completed` or `response.incomplete` whose `usage.cost` is what left the wallet); a stream the upstream cuts ends with `error` and `response.failed`.",
+              headers: {
+                ...paidHeaders,
+                "Tollbooth-Request-Cost": {
+                  description:
+                    "Exact cost (USD) of this request, what left the wallet. Non-streaming responses only.",
+                  schema: { type: "string", pattern: MONEY_PATTERN },
+                },
+              },
+              content: {
+                "application/json": { schema: ref("Response") },
+                "text/event-stream": {
+                  schema: { type: "string", description: "Named server-sent events." },
+                },
+              },
+            },
+            ...Object.fromEntries(statuses.map((s) => [String(s), errorResponse(s)])),
+          },
+        },
+      },
       "/chat/completions": {
         post: {
           operationId: "createChatCompletion",
@@ -546,6 +580,66 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
               properties: {
                 prompt_tokens: { type: "integer", minimum: 0 },
                 total_tokens: { type: "integer", minimum: 0 },
+              },
+            },
+          },
+        },
+        CreateResponseRequest: {
+          type: "object",
+          required: ["model", "input"],
+          description:
+            "OpenAI's Responses request. Input items: messages (`input_text`, `input_image`, `output_text` parts), `function_call`, `function_call_output`, `item_reference` (an output item of a stored response) and `reasoning` (dropped). Tools: `function` only. Unknown fields are refused with 400 naming them.",
+          properties: {
+            model: { type: "string", minLength: 1, examples: ["tollbooth/echo"] },
+            input: { oneOf: [{ type: "string" }, { type: "array", minItems: 1 }] },
+            instructions: { type: ["string", "null"] },
+            tools: { type: ["array", "null"] },
+            tool_choice: {},
+            max_output_tokens: { type: ["integer", "null"], minimum: 16 },
+            text: { type: ["object", "null"] },
+            reasoning: { type: ["object", "null"] },
+            stream: { type: ["boolean", "null"] },
+            store: { type: ["boolean", "null"], default: true },
+            previous_response_id: { type: ["string", "null"] },
+          },
+        },
+        Response: {
+          type: "object",
+          required: ["id", "object", "created_at", "status", "model", "output", "usage"],
+          properties: {
+            id: { type: "string" },
+            object: { const: "response" },
+            created_at: { type: "integer" },
+            status: { type: "string", enum: ["completed", "incomplete"] },
+            model: { type: "string" },
+            store: { type: "boolean" },
+            output: {
+              type: "array",
+              items: {
+                type: "object",
+                required: ["type", "id"],
+                properties: {
+                  type: { type: "string", enum: ["message", "function_call"] },
+                  id: { type: "string" },
+                },
+              },
+            },
+            usage: {
+              type: "object",
+              required: ["input_tokens", "output_tokens", "total_tokens"],
+              properties: {
+                input_tokens: { type: "integer", minimum: 0 },
+                input_tokens_details: {
+                  type: "object",
+                  properties: { cached_tokens: { type: "integer", minimum: 0 } },
+                },
+                output_tokens: { type: "integer", minimum: 0 },
+                output_tokens_details: {
+                  type: "object",
+                  properties: { reasoning_tokens: { type: "integer", minimum: 0 } },
+                },
+                total_tokens: { type: "integer", minimum: 0 },
+                cost: { type: "string", pattern: MONEY_PATTERN },
               },
             },
           },

@@ -1,8 +1,8 @@
 import type { Context } from "hono";
 import { type Gateway, parseEmbeddingsRequest } from "@/lib/gateway/mod.ts";
-import { formatUsd } from "@/lib/core/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
 import { readJsonBody } from "./chat/completions.ts";
+import { paidAnswerHeaders } from "./paid_answer.ts";
 
 /** POST /v1/embeddings: createEmbedding, paid like a chat completion without output. */
 export function embeddings(gateway: Gateway, options: { maxBodyBytes: number }) {
@@ -15,9 +15,7 @@ export function embeddings(gateway: Gateway, options: { maxBodyBytes: number }) 
       c.get("requestId"),
       c.get("trace"),
     );
-    c.header("Tollbooth-Balance", formatUsd(outcome.available));
-    c.header("Tollbooth-Request-Cost", formatUsd(outcome.charged));
-    c.header("Tollbooth-Provider", outcome.provider);
+    paidAnswerHeaders(c, outcome);
     return c.json(outcome.embeddings);
   };
 }

@@ -19,6 +19,8 @@ export interface ResponseMeta {
 interface ChatUsage {
   prompt_tokens: number;
   completion_tokens: number;
+  /** What left the wallet, in a stream's usage (USD). */
+  cost?: string;
   prompt_tokens_details?: { cached_tokens?: number };
   completion_tokens_details?: { reasoning_tokens?: number };
 }
@@ -52,6 +54,7 @@ export function responseUsage(usage: ChatUsage) {
       reasoning_tokens: usage.completion_tokens_details?.reasoning_tokens ?? 0,
     },
     total_tokens: usage.prompt_tokens + usage.completion_tokens,
+    ...(usage.cost !== undefined ? { cost: usage.cost } : {}),
   };
 }
 
