@@ -668,7 +668,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
               type: "string",
               enum: ["chat", "embedding"],
               description:
-                "`chat`: served by `POST /v1/chat/completions`; `embedding`: by `POST /v1/embeddings`. A model sent to the other endpoint gets 400 `model_not_supported`.",
+                "`chat`: served by `POST /v1/chat/completions` and `POST /v1/responses`; `embedding`: by `POST /v1/embeddings`. A model sent to the other endpoint gets 400 `model_not_supported`.",
             },
             context_tokens: {
               type: "integer",

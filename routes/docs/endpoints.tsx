@@ -64,6 +64,13 @@ export function endpointsPage() {
           </tr>
           <tr>
             <td>
+              <code>POST /v1/responses</code>
+            </td>
+            <td>OpenAI's Responses API, for every chat model</td>
+            <td>exactly like the chat completion it is served by</td>
+          </tr>
+          <tr>
+            <td>
               <code>POST /v1/embeddings</code>
             </td>
             <td>Embeddings of texts or token ids</td>
@@ -81,8 +88,8 @@ export function endpointsPage() {
       </p>
       <ul>
         <li>
-          <code>type</code>: <code>chat</code> (served by <code>/v1/chat/completions</code>) or{" "}
-          <code>embedding</code> (served by{" "}
+          <code>type</code>: <code>chat</code> (served by <code>/v1/chat/completions</code> and{" "}
+          <code>/v1/responses</code>) or <code>embedding</code> (served by{" "}
           <code>/v1/embeddings</code>). A model sent to the other endpoint is{" "}
           <a href="/docs/errors#model_not_supported">
             <code>400 model_not_supported</code>
@@ -170,6 +177,74 @@ export function endpointsPage() {
         models are served by providers of kind <code>openai</code> (at{" "}
         <code>{"{base_url}"}/embeddings</code>) and by the simulator; Anthropic has no embeddings.
       </p>
+
+      <h2 id="responses">Responses</h2>
+      <p>
+        <code>POST /v1/responses</code>{" "}
+        is OpenAI's Responses API, which the Vercel AI SDK's default OpenAI provider (
+        <code>createOpenAI(&#123; baseURL &#125;)(model)</code>) and{" "}
+        <code>client.responses.create()</code>{" "}
+        speak. Every chat model serves it, OpenAI-compatible and Anthropic alike: the request is
+        translated to a chat completion, paid exactly like one (the same reservation: the input
+        bound plus{" "}
+        <code>max_output_tokens</code>, default 2048; the same settle, headers and errors), and the
+        answer translated back.
+      </p>
+      <ul>
+        <li>
+          <strong>Input:</strong> a string, or items: messages (<code>input_text</code>,{" "}
+          <code>input_image</code> and, for earlier answers, <code>output_text</code> parts),{" "}
+          <code>function_call</code>, <code>function_call_output</code>, <code>item_reference</code>
+          {" "}
+          (an output item of a stored response) and <code>reasoning</code>{" "}
+          (dropped: no chat provider takes it back). Files and the other item types are{" "}
+          <code>400 unsupported_parameter</code>.
+        </li>
+        <li>
+          <strong>Fields:</strong> <code>instructions</code>, function <code>tools</code>{" "}
+          (Responses' flat shape), <code>tool_choice</code>, <code>parallel_tool_calls</code>,{" "}
+          <code>max_output_tokens</code>, <code>text.format</code> (text, json_object, json_schema),
+          {" "}
+          <code>text.verbosity</code>, <code>reasoning.effort</code>, <code>temperature</code>,{" "}
+          <code>top_p</code>, <code>metadata</code>, <code>user</code>, <code>store</code>,{" "}
+          <code>previous_response_id</code>,{" "}
+          <code>stream</code>. Errors name the field by its Responses path (<code>
+            input[2].content[0].image_url
+          </code>, <code>max_output_tokens</code>).
+        </li>
+        <li>
+          <strong>Streaming</strong> (<code>stream: true</code>): named events in OpenAI's order:
+          {" "}
+          <code>response.created</code>, <code>response.in_progress</code>, then per output item
+          {" "}
+          <code>response.output_item.added</code>, <code>response.content_part.added</code>,{" "}
+          <code>response.output_text.delta</code> (or{" "}
+          <code>response.function_call_arguments.delta</code>), their <code>.done</code> events and
+          {" "}
+          <code>response.output_item.done</code>, and last <code>response.completed</code> (or{" "}
+          <code>response.incomplete</code> when the output cap was reached) with <code>usage</code>
+          {" "}
+          (<code>input_tokens_details.cached_tokens</code>,{" "}
+          <code>output_tokens_details.reasoning_tokens</code>) and{" "}
+          <code>usage.cost</code>, what left the wallet. A stream the provider cuts ends with{" "}
+          <code>error</code> (<code>stream_interrupted</code>) and{" "}
+          <code>response.failed</code>; what was produced is charged, as for chat.
+        </li>
+        <li>
+          <strong>Stored responses:</strong> as at OpenAI, <code>store</code>{" "}
+          defaults to true. A stored response (its conversation and output) is kept 30 days, per
+          app, so that <code>previous_response_id</code> continues it and{" "}
+          <code>item_reference</code>{" "}
+          sends an earlier answer back by its id (the AI SDK does so on every later turn).{" "}
+          <code>store: false</code>{" "}
+          keeps nothing; an id that is not stored (never, expired, or another app's) is{" "}
+          <code>400 invalid_parameter</code>{" "}
+          naming the field. A response over 8 MiB is answered but not stored (its <code>store</code>
+          {" "}
+          says false). <code>instructions</code>{" "}
+          are not carried over to the next turn, as at OpenAI.
+        </li>
+      </ul>
     </DocsLayout>,
   );
 }

@@ -8,9 +8,9 @@ export function modelsPage(catalog: Catalog): string {
     <Layout title="Models">
       <h1>Models</h1>
       <p>
-        Use the ID as <code>model</code> in <code>POST /v1/chat/completions</code> (chat models) or
-        {" "}
-        <code>POST /v1/embeddings</code> (embedding models); <code>GET /v1/models</code>{" "}
+        Use the ID as <code>model</code> in <code>POST /v1/chat/completions</code> or{" "}
+        <code>POST /v1/responses</code> (chat models) or <code>POST /v1/embeddings</code>{" "}
+        (embedding models); <code>GET /v1/models</code>{" "}
         gives the same list as JSON. Prices are in USD per million tokens; a request costs its
         prompt tokens at the input price plus its completion tokens at the output price, rounded up
         once to the micro-dollar. An embedding model has an input price only.

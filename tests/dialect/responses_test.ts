@@ -350,3 +350,40 @@ Deno.test("responses count against the same rate limits (429 with Retry-After); 
     await s.close();
   }
 });
+
+Deno.test("a response stream the upstream cuts ends with error and response.failed; what was produced is charged", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "one two three four five six", cutAfterEvents: 3 });
+    const res = await d.s.post(d.apiKey, "/responses", {
+      model: OPENAI_MODEL,
+      input: "Count.",
+      stream: true,
+    });
+    assert.equal(res.status, 200);
+    const text = await res.text();
+    const types = [...text.matchAll(/^event: (.+)$/gm)].map((m) => m[1]);
+    assert.deepEqual(types.slice(-2), ["error", "response.failed"]);
+    assert.ok(!types.includes("response.completed"));
+    const failed = JSON.parse(text.trim().split("\n").at(-1)!.slice(6));
+    assert.equal(failed.response.status, "failed");
+    assert.equal(failed.response.error.code, "stream_interrupted");
+    const [record] = await d.newUsage();
+    assert.equal(record.outcome, "upstream_cut");
+    assert.ok(record.cost > 0, "the tokens produced before the cut are charged");
+  }));
+
+Deno.test("a response stream whose client goes away is settled for what was produced", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "a b c d e f g h i j k l m n o p", chunkDelayMs: 20 });
+    const res = await d.s.post(d.apiKey, "/responses", {
+      model: OPENAI_MODEL,
+      input: "Talk.",
+      stream: true,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    const { until } = await import("../helpers.ts");
+    await until(async () => (await d.newUsage()).length === 1, "the settle of the left stream");
+    assert.equal((await d.s.wallet(d.appId)).reserved, 0);
+  }));
