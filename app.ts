@@ -2,13 +2,14 @@ import { Hono } from "hono";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { ApiError, type Config, jsonLogger, type Logger } from "@/lib/core/mod.ts";
 import { createStripeClient, FormTokens, paymentMode, type Stripe } from "@/lib/payments/mod.ts";
-import { Gateway, providerKeyRedactor } from "@/lib/gateway/mod.ts";
+import { Gateway, providerKeyRedactor, Responses, ResponseStore } from "@/lib/gateway/mod.ts";
 import { KeyCache } from "@/lib/tenants/mod.ts";
 import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
 import { Wallets } from "@/lib/billing/mod.ts";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { errorsPage } from "@/routes/docs/errors.tsx";
+import { endpointsPage } from "@/routes/docs/endpoints.tsx";
 import { loadExamples } from "@/routes/docs/examples.ts";
 import {
   billingPage,
@@ -23,6 +24,7 @@ import {
   errorHandler,
   requestContext,
   requireApiKey,
+  requireLiveApiKey,
   requireSupportedVersion,
 } from "@/routes/middleware.ts";
 import { accountRoutes } from "@/routes/accounts.tsx";
@@ -38,6 +40,9 @@ import { topUpRoutes } from "@/routes/top_up.tsx";
 import { chatCompletions } from "@/routes/v1/chat/completions.ts";
 import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
+import { modelRoutes } from "@/routes/v1/models.ts";
+import { embeddings } from "@/routes/v1/embeddings.ts";
+import { responsesRoute } from "@/routes/v1/responses.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -95,23 +100,49 @@ export function createApp(deps: AppDeps) {
   const metrics = new ServiceMetrics(wallets.stats);
   let draining = false;
 
+  const keyCache = new KeyCache(kv);
   const app = new Hono<Env>();
   app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
   app.use("*", securityHeaders);
   app.onError(errorHandler(log, docsBaseUrl, serverErrorPage, (text) => redactor.redact(text)));
 
-  app.post(
-    "/v1/chat/completions",
-    requireApiKey(new KeyCache(kv)),
+  /** Paid endpoints: the reserve's commit checks the (cached) key; every answer shows the limits. */
+  const paidApi = [
+    requireApiKey(keyCache),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     bodyLimit(config.maxBodyBytes, apiBodyRefusal),
+  ] as const;
+  const freeApi = [
+    requireLiveApiKey(keyCache),
+    rateLimitHeaders(kv, rateLimits, now),
+    requireSupportedVersion,
+  ] as const;
+  app.post(
+    "/v1/chat/completions",
+    ...paidApi,
     chatCompletions(gateway, {
       maxBodyBytes: config.maxBodyBytes,
       docsBaseUrl,
       redact: (text) => redactor.redact(text),
     }),
   );
+  app.post(
+    "/v1/embeddings",
+    ...paidApi,
+    embeddings(gateway, { maxBodyBytes: config.maxBodyBytes }),
+  );
+  app.post(
+    "/v1/responses",
+    ...paidApi,
+    responsesRoute(new Responses(gateway, new ResponseStore(kv, now), log), {
+      maxBodyBytes: config.maxBodyBytes,
+      redact: (text) => redactor.redact(text),
+    }),
+  );
+  const models = modelRoutes(catalog, { created: Date.parse(API_VERSION) / 1000 });
+  app.get("/v1/models", ...freeApi, models.list);
+  app.get("/v1/models/:model{.+}", ...freeApi, models.retrieve);
   app.all("/v1/*", (c) => {
     throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
   });
@@ -141,6 +172,7 @@ export function createApp(deps: AppDeps) {
     "/docs",
     async (c) => c.html(quickStartPage(config.publicUrl, API_VERSION, await loadExamples())),
   );
+  app.get("/docs/endpoints", (c) => c.html(endpointsPage()));
   app.get("/docs/billing", (c) => c.html(billingPage()));
   app.get("/docs/rate-limits", (c) => c.html(rateLimitsPage(config)));
   app.get("/docs/versioning", (c) => c.html(versioningPage(API_VERSION)));

@@ -4,6 +4,7 @@ import { Layout } from "./Layout.tsx";
 
 export const DOCS_PAGES = [
   { href: "/docs", title: "Quick start" },
+  { href: "/docs/endpoints", title: "Endpoints" },
   { href: "/docs/billing", title: "How billing works" },
   { href: "/docs/rate-limits", title: "Rate limits" },
   { href: "/docs/versioning", title: "Versioning" },

@@ -55,6 +55,14 @@ export const keys = {
   ownerAppCount: (ownerId: string) => ["owner_app_counts", ownerId] as const,
   /** Service-wide sums (Deno.KvU64) written in the same commit as what they count. */
   serviceTotal: (name: ServiceTotal) => ["service_totals", name] as const,
+  /** A stored Responses API response of an app: its head; the body is in chunks beside it. */
+  storedResponse: (appId: string, responseId: string) =>
+    ["stored_responses", appId, responseId] as const,
+  storedResponseChunk: (appId: string, responseId: string, index: number) =>
+    ["stored_response_chunks", appId, responseId, index] as const,
+  /** The stored response an output item belongs to, for `item_reference` inputs. */
+  storedResponseItem: (appId: string, itemId: string) =>
+    ["stored_response_items", appId, itemId] as const,
   /** Read (never written) by /readyz to prove KV answers. */
   readinessProbe: () => ["readiness_probe"] as const,
   owner: (ownerId: string) => ["owners", ownerId] as const,
@@ -275,5 +283,21 @@ export interface SessionRecord {
   /** Sent back in a hidden field by every form of the session; checked on every POST. */
   csrfToken: string;
   createdAt: number;
+  expiresAt: number;
+}
+
+/** The head of a stored response (`keys.storedResponse`); its JSON body is in `chunks` chunks. */
+export interface StoredResponseRecord {
+  id: string;
+  createdAt: number;
+  /** Past this time it is gone, whether or not KV has deleted it yet. */
+  expiresAt: number;
+  chunks: number;
+  bytes: number;
+}
+
+/** `keys.storedResponseItem`: which stored response holds the item. */
+export interface StoredResponseItemRecord {
+  responseId: string;
   expiresAt: number;
 }

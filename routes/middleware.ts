@@ -127,6 +127,22 @@ export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
   };
 }
 
+/**
+ * For routes that answer without reserving (GET /v1/models): no commit will check the key there,
+ * so a key found in the cache is read once more, and a revoked key is refused on its next request.
+ */
+export function requireLiveApiKey(cache: KeyCache): MiddlewareHandler<Env> {
+  return async (c, next) => {
+    const key = await cache.authenticate(bearerKey(c));
+    if (!key || (key.cached && !(await cache.stillValid(key)))) {
+      throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
+    }
+    c.set("caller", { appId: key.appId, keyId: key.keyId, keyGuard: key.keyGuard });
+    Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
+    await next();
+  };
+}
+
 function bearerKey(c: Context<Env>): string {
   const header = c.req.header("authorization") ?? "";
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header);

@@ -423,7 +423,7 @@ Deno.test("502 provider_unreachable charges nothing, streaming or not", () =>
 
 Deno.test("unknown paths give 404 with the request id and version headers", () =>
   withService(async (s) => {
-    const api = await s.handle(new Request(`${PUBLIC_URL}/v1/embeddings`, { method: "POST" }));
+    const api = await s.handle(new Request(`${PUBLIC_URL}/v1/audio/speech`, { method: "POST" }));
     await assertError(api, 404, "not_found");
     const page = await s.handle(new Request(`${PUBLIC_URL}/nothing-here`));
     assert.equal(page.status, 404);

@@ -44,7 +44,10 @@ Deno.test("deno task dev prints a banner on stderr: addresses, how to create an 
     assert.match(banner, /Dashboard +http:\/\/tollbooth\.test\/dashboard/);
     assert.match(banner, /Docs +http:\/\/tollbooth\.test\/docs/);
     assert.match(banner, /deno task admin create-app --name demo/);
-    assert.match(banner, /tollbooth\/echo and tollbooth\/lorem are built in: no key needed/);
+    assert.match(
+      banner,
+      /tollbooth\/echo, tollbooth\/lorem and tollbooth\/embed are built in: no key needed/,
+    );
     assert.match(banner, /test checkout/);
     assert.ok(
       dev.lines.length > 0 && dev.lines.every((l) => !("raw" in l)),

@@ -60,6 +60,7 @@ Deno.test("every link of the docs leads to a page or a section that exists", () 
     const errorsHtml = await page(s, "/docs/errors");
     const pages = [
       "/docs",
+      "/docs/endpoints",
       "/docs/billing",
       "/docs/rate-limits",
       "/docs/versioning",

@@ -33,7 +33,20 @@ export function testCatalogFile(openaiBaseUrl = "http://127.0.0.1:9"): CatalogFi
         context_tokens: 64,
         max_output_tokens: 32,
       },
+      embeddingModel("tollbooth/embed", "tollbooth", "embed", "0.02"),
+      embeddingModel("fake/embed", "fake", "text-embedding-3-small", "0.13"),
     ],
+  };
+}
+
+function embeddingModel(id: string, provider: string, upstream: string, input: string) {
+  return {
+    id,
+    type: "embedding" as const,
+    provider,
+    upstream_model: upstream,
+    input_usd_per_mtok: input,
+    context_tokens: 8192,
   };
 }
 
@@ -64,6 +77,22 @@ export interface TestService {
   ): Promise<{ appId: string; apiKey: string; keyId: string; topUpToken: string }>;
   chat(
     apiKey: string | null,
+    body: unknown,
+    init?: { headers?: Record<string, string>; signal?: AbortSignal },
+  ): Promise<Response>;
+  /**
+   * GET an API path, the response held to the document's operation at `template` (the path with
+   * `{param}`s; the path itself when omitted).
+   */
+  get(
+    apiKey: string | null,
+    path: string,
+    init?: { template?: string; headers?: Record<string, string> },
+  ): Promise<Response>;
+  /** POST a JSON body (a string is sent as is) to an API path, held to the document like `chat`. */
+  post(
+    apiKey: string | null,
+    path: string,
     body: unknown,
     init?: { headers?: Record<string, string>; signal?: AbortSignal },
   ): Promise<Response>;
@@ -103,6 +132,25 @@ export async function startService(options: {
     now: options.now,
   });
   const handle = async (request: Request) => await app.fetch(request);
+  const post: TestService["post"] = async (apiKey, path, body, init = {}) => {
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      ...init.headers,
+    };
+    if (apiKey) headers.authorization = `Bearer ${apiKey}`;
+    const res = await handle(
+      new Request(`${PUBLIC_URL}/v1${path}`, {
+        method: "POST",
+        headers,
+        body: typeof body === "string" ? body : JSON.stringify(body),
+        signal: init.signal,
+      }),
+    );
+    // Every response of the suite is held to the published OpenAPI document (a stream's body
+    // is checked in openapi_test.ts, since reading a clone would keep it running).
+    await assertMatchesOpenApi(res, path);
+    return res;
+  };
   return {
     kv,
     config,
@@ -120,23 +168,13 @@ export async function startService(options: {
         topUpToken: created.app.topUpToken,
       };
     },
-    async chat(apiKey, body, init = {}) {
-      const headers: Record<string, string> = {
-        "content-type": "application/json",
-        ...init.headers,
-      };
+    chat: (apiKey, body, init = {}) => post(apiKey, "/chat/completions", body, init),
+    post,
+    async get(apiKey, path, init = {}) {
+      const headers: Record<string, string> = { ...init.headers };
       if (apiKey) headers.authorization = `Bearer ${apiKey}`;
-      const res = await handle(
-        new Request(`${PUBLIC_URL}/v1/chat/completions`, {
-          method: "POST",
-          headers,
-          body: typeof body === "string" ? body : JSON.stringify(body),
-          signal: init.signal,
-        }),
-      );
-      // Every response of the suite is held to the published OpenAPI document (a stream's body
-      // is checked in openapi_test.ts, since reading a clone would keep it running).
-      await assertMatchesOpenApi(res);
+      const res = await handle(new Request(`${PUBLIC_URL}/v1${path}`, { headers }));
+      await assertMatchesOpenApi(res, init.template ?? path, "get");
       return res;
     },
     async wallet(appId) {

@@ -10,7 +10,7 @@ export {
   setRateLimits,
   validLimit,
 } from "./ratelimit.ts";
-export type { LimitSetter, RateLimitStatus } from "./ratelimit.ts";
+export type { CountedTokens, LimitSetter, RateLimitStatus } from "./ratelimit.ts";
 export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.ts";
 export { dailySpend, listUsage, spendByModel, unchargedOf, walletActivity } from "./usage.ts";
 export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";

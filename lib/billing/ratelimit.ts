@@ -346,24 +346,33 @@ export function rateLimitHeaders(status: RateLimitStatus): Record<string, string
   };
 }
 
+/** What a request's tokens are made of, and the field that lowers them, for its refusal. */
+export interface CountedTokens {
+  what: string;
+  param: string;
+}
+
+const CHAT_TOKENS: CountedTokens = { what: "prompt plus max_tokens", param: "max_tokens" };
+
 /** The client error for a request refused for rate: 429 when waiting helps, 400 when it never will. */
 export function rateLimitRefusal(
   reason: "rate_limited" | "rate_too_large",
   breach: RateBreach,
   retryAfterMs: number,
+  counted: CountedTokens = CHAT_TOKENS,
 ): ApiError {
   const whose = breach.scope === "key" ? "this API key" : "this app";
   if (reason === "rate_too_large") {
     return new ApiError(
       "invalid_parameter",
-      `This request counts ${breach.requested} tokens (prompt plus max_tokens) against a limit of ${breach.limit} tokens per minute for ${whose}, so it can never fit. Lower max_tokens. Nothing was charged.`,
-      { param: "max_tokens" },
+      `This request counts ${breach.requested} tokens (${counted.what}) against a limit of ${breach.limit} tokens per minute for ${whose}, so it can never fit. Lower ${counted.param}. Nothing was charged.`,
+      { param: counted.param },
     );
   }
   const seconds = retryAfterSeconds(retryAfterMs);
   const what = breach.dimension === "requests"
     ? `${breach.limit} requests per minute`
-    : `${breach.limit} tokens per minute (this request counts ${breach.requested}: prompt plus max_tokens)`;
+    : `${breach.limit} tokens per minute (this request counts ${breach.requested}: ${counted.what})`;
   return new ApiError(
     "rate_limit_exceeded",
     `Rate limit reached for ${whose}: ${what}. Retry after ${seconds} s. Nothing was reserved or charged.`,

@@ -206,6 +206,16 @@ Deno.test("a request that can never fit is a 400 on max_tokens, not a 429 a clie
   assert.match(error.message, /1001 tokens .* limit of 1000 tokens per minute for this app/);
 });
 
+Deno.test("a request that counts other tokens than a chat's names the field that lowers them", () => {
+  const breach = { scope: "key", dimension: "tokens", limit: 100, requested: 150 } as const;
+  const counted = { what: "the inputs", param: "input" };
+  const tooLarge = rateLimitRefusal("rate_too_large", breach, 0, counted);
+  assert.equal(tooLarge.param, "input");
+  assert.match(tooLarge.message, /150 tokens \(the inputs\).*Lower input\./);
+  const later = rateLimitRefusal("rate_limited", breach, 500, counted);
+  assert.match(later.message, /this request counts 150: the inputs/);
+});
+
 Deno.test("a limit is a whole number from 1 to a billion", () => {
   for (const ok of [1, 60, MAX_LIMIT]) assert.equal(validLimit(ok), true, String(ok));
   for (const bad of [0, -1, 1.5, MAX_LIMIT + 1, NaN, Infinity]) {

@@ -26,14 +26,19 @@ const ModelSchema = z.object({
   ),
   provider: z.string(),
   upstream_model: z.string().min(1),
+  /** What the model serves: chat (chat completions, responses) or embeddings. */
+  type: z.enum(["chat", "embedding"]).optional(),
   input_usd_per_mtok: Price,
-  output_usd_per_mtok: Price,
+  /** Required of a chat model; an embedding model produces no output tokens and has none. */
+  output_usd_per_mtok: Price.optional(),
   /** Input read from the provider's prompt cache (OpenAI cached_tokens, Anthropic cache reads). */
   cache_read_usd_per_mtok: Price.optional(),
   /** Input written to the provider's prompt cache (Anthropic cache writes). */
   cache_write_usd_per_mtok: Price.optional(),
+  /** For an embedding model: the most tokens one input may have. */
   context_tokens: z.number().int().positive(),
-  max_output_tokens: z.number().int().positive(),
+  /** Required of a chat model; an embedding model has none. */
+  max_output_tokens: z.number().int().positive().optional(),
   /**
    * The request field that carries the output cap upstream. OpenAI's reasoning models refuse
    * `max_tokens`; unset, the documented rule applies (see outputCapParam).
@@ -74,13 +79,17 @@ export interface Route {
   upstreamModel: string;
 }
 
+export type ModelType = "chat" | "embedding";
+
 export interface Model {
   id: string;
+  type: ModelType;
   provider: ProviderConfig;
   upstreamModel: string;
   /** Tried in order after `provider`, for failures before any byte reached the client. */
   fallbacks: Route[];
   inputPrice: PicosPerToken;
+  /** 0 for an embedding model. */
   outputPrice: PicosPerToken;
   /** Cached input; the input price when the catalog gives none. */
   cacheReadPrice: PicosPerToken;
@@ -88,10 +97,13 @@ export interface Model {
   cacheWritePrice: PicosPerToken;
   /** Prices as written in the catalog, for display. */
   inputUsdPerMTok: string;
-  outputUsdPerMTok: string;
+  /** Null for an embedding model. */
+  outputUsdPerMTok: string | null;
   cacheReadUsdPerMTok: string | null;
   cacheWriteUsdPerMTok: string | null;
+  /** For an embedding model: the most tokens one input may have. */
   contextTokens: number;
+  /** 0 for an embedding model. */
   maxOutputTokens: number;
   /** Set by the catalog; otherwise the documented rule decides (outputCapParam). */
   outputCapParam: "max_tokens" | "max_completion_tokens" | null;
@@ -130,7 +142,18 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
     if (byId.has(m.id)) {
       throw new CatalogError(`catalog field models.${i}.id: duplicate model "${m.id}"`);
     }
-    if (m.max_output_tokens > m.context_tokens) {
+    const type = m.type ?? "chat";
+    for (const field of ["output_usd_per_mtok", "max_output_tokens"] as const) {
+      if (type === "chat" && m[field] === undefined) {
+        throw new CatalogError(`catalog field models.${i}.${field}: required of a chat model`);
+      }
+      if (type === "embedding" && m[field] !== undefined) {
+        throw new CatalogError(
+          `catalog field models.${i}.${field}: an embedding model has no output; remove it`,
+        );
+      }
+    }
+    if ((m.max_output_tokens ?? 0) > m.context_tokens) {
       throw new CatalogError(
         `catalog field models.${i}.max_output_tokens: larger than context_tokens`,
       );
@@ -144,21 +167,35 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       }
       return { provider: fallback, upstreamModel: f.upstream_model };
     });
+    if (type === "embedding") {
+      const where = [
+        ["provider", provider],
+        ...fallbacks.map((f, j) => [`fallbacks.${j}.provider`, f.provider] as const),
+      ] as const;
+      for (const [field, p] of where) {
+        if (p.kind === "anthropic") {
+          throw new CatalogError(
+            `catalog field models.${i}.${field}: "${p.name}" is of kind anthropic, which serves no embeddings`,
+          );
+        }
+      }
+    }
     byId.set(m.id, {
       id: m.id,
+      type,
       provider,
       upstreamModel: m.upstream_model,
       fallbacks,
       inputPrice: parsePricePerMTok(m.input_usd_per_mtok),
-      outputPrice: parsePricePerMTok(m.output_usd_per_mtok),
+      outputPrice: parsePricePerMTok(m.output_usd_per_mtok ?? "0"),
       cacheReadPrice: parsePricePerMTok(m.cache_read_usd_per_mtok ?? m.input_usd_per_mtok),
       cacheWritePrice: parsePricePerMTok(m.cache_write_usd_per_mtok ?? m.input_usd_per_mtok),
       inputUsdPerMTok: m.input_usd_per_mtok,
-      outputUsdPerMTok: m.output_usd_per_mtok,
+      outputUsdPerMTok: m.output_usd_per_mtok ?? null,
       cacheReadUsdPerMTok: m.cache_read_usd_per_mtok ?? null,
       cacheWriteUsdPerMTok: m.cache_write_usd_per_mtok ?? null,
       contextTokens: m.context_tokens,
-      maxOutputTokens: m.max_output_tokens,
+      maxOutputTokens: m.max_output_tokens ?? 0,
       outputCapParam: m.output_cap_param ?? null,
       imageBaseTokens: m.image_base_tokens ?? 85,
       imageTileTokens: m.image_tile_tokens ?? 170,

@@ -160,3 +160,76 @@ Deno.test("more than five fallbacks are refused", () => {
   const six = Array.from({ length: 6 }, () => ({ provider: "backup", upstream_model: "x" }));
   assert.match(refusal((c) => (c.models[1].fallbacks = six)), /models\.1\.fallbacks/);
 });
+
+/** A one-provider catalog holding `model`, with the simulator and an anthropic provider beside it. */
+function catalogWith(model: Record<string, unknown>) {
+  return {
+    providers: {
+      sim: { kind: "simulator" },
+      oa: { kind: "openai", base_url: "https://api.openai.com/v1", api_key_env: "OA_KEY" },
+      an: { kind: "anthropic", base_url: "https://api.anthropic.com", api_key_env: "AN_KEY" },
+    },
+    models: [{ id: "oa/m", provider: "oa", upstream_model: "m", context_tokens: 8192, ...model }],
+  };
+}
+
+Deno.test("a model is a chat model unless its entry says type embedding", () => {
+  const chat = buildCatalog(
+    catalogWith({ input_usd_per_mtok: "1", output_usd_per_mtok: "2", max_output_tokens: 10 }),
+    {},
+  );
+  assert.equal(chat.get("oa/m")!.type, "chat");
+  const embedding = buildCatalog(
+    catalogWith({ type: "embedding", input_usd_per_mtok: "0.02" }),
+    {},
+  ).get("oa/m")!;
+  assert.equal(embedding.type, "embedding");
+  assert.equal(embedding.inputPrice, 20_000n);
+  assert.equal(embedding.outputPrice, 0n);
+  assert.equal(embedding.outputUsdPerMTok, null);
+  assert.equal(embedding.contextTokens, 8192);
+});
+
+Deno.test("an embedding model has no output price nor output cap, and a chat model needs both", () => {
+  const cases: [Record<string, unknown>, RegExp][] = [
+    [
+      { type: "embedding", input_usd_per_mtok: "1", output_usd_per_mtok: "1" },
+      /models\.0\.output_usd_per_mtok: an embedding model has no output/,
+    ],
+    [
+      { type: "embedding", input_usd_per_mtok: "1", max_output_tokens: 5 },
+      /models\.0\.max_output_tokens: an embedding model has no output/,
+    ],
+    [
+      { input_usd_per_mtok: "1", max_output_tokens: 5 },
+      /models\.0\.output_usd_per_mtok: required of a chat model/,
+    ],
+    [
+      { type: "chat", input_usd_per_mtok: "1", output_usd_per_mtok: "1" },
+      /models\.0\.max_output_tokens: required of a chat model/,
+    ],
+    [{ type: "image", input_usd_per_mtok: "1" }, /models\.0\.type/],
+    [
+      { type: "embedding", input_usd_per_mtok: "1", provider: "an" },
+      /models\.0\.provider: "an" is of kind anthropic, which serves no embeddings/,
+    ],
+    [
+      {
+        type: "embedding",
+        input_usd_per_mtok: "1",
+        fallbacks: [{ provider: "an", upstream_model: "m" }],
+      },
+      /models\.0\.fallbacks\.0\.provider: "an" is of kind anthropic/,
+    ],
+  ];
+  for (const [model, message] of cases) {
+    assert.throws(
+      () => buildCatalog(catalogWith(model), {}),
+      (e: Error) => e instanceof CatalogError && message.test(e.message),
+      String(message),
+    );
+  }
+  // The simulator serves embeddings too.
+  const simulated = catalogWith({ type: "embedding", input_usd_per_mtok: "1", provider: "sim" });
+  assert.equal(buildCatalog(simulated, {}).get("oa/m")!.provider.kind, "simulator");
+});

@@ -1,5 +1,7 @@
 /** Catalog: the curated models, their providers and prices, and the cost of a request at those prices. */
 export { CatalogError, loadCatalogFile } from "./catalog.ts";
-export type { Catalog, Model, ProviderConfig } from "./catalog.ts";
+export type { Catalog, Model, ModelType, ProviderConfig } from "./catalog.ts";
+export { modelList, modelObject } from "./model_list.ts";
+export type { ModelList, ModelObject } from "./model_list.ts";
 export { reservationCost, usageCost } from "./pricing.ts";
 export type { Usage } from "./pricing.ts";

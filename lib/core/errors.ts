@@ -14,7 +14,8 @@ export const ERROR_CODES = {
     status: 400,
     type: "invalid_request_error",
     title: "A required field is missing",
-    cause: "`model` or `messages` is absent. `param` names the missing field.",
+    cause:
+      "A required field is absent: `model` or `messages` (chat completions), `model` or `input` (embeddings). `param` names the missing field.",
     fix: "Add the field named in `param`.",
   },
   invalid_parameter: {
@@ -60,8 +61,17 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "Prompt too long for the model",
     cause:
-      "The prompt plus `max_tokens` does not fit the model's context window, or the provider said the prompt is too long. Nothing was charged.",
-    fix: "Shorten the conversation or lower `max_tokens`.",
+      "The prompt plus `max_tokens` does not fit the model's context window, or the provider said the prompt is too long; for embeddings, one input has more tokens than the model takes (`param` names it). Nothing was charged.",
+    fix: "Shorten the conversation or lower `max_tokens`; split or shorten the embedding input.",
+  },
+  model_not_supported: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "Model of another type",
+    cause:
+      "`model` is on the curated list but is not served by this endpoint: an embedding model sent to `POST /v1/chat/completions` or `POST /v1/responses`, or a chat model sent to `POST /v1/embeddings`. `param` is `model`. Nothing was charged.",
+    fix:
+      "Use a model whose `type` (in `GET /v1/models`) matches the endpoint: `chat` for chat completions, `embedding` for embeddings.",
   },
   upstream_rejected: {
     status: 400,
@@ -107,10 +117,10 @@ export const ERROR_CODES = {
   not_found: {
     status: 404,
     type: "invalid_request_error",
-    title: "No such endpoint",
+    title: "No such endpoint or model",
     cause:
-      "The path or method does not exist. The only endpoint today is `POST /v1/chat/completions`.",
-    fix: "Check the path and method.",
+      "The path or method does not exist (the endpoints are `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/embeddings`, `GET /v1/models` and `GET /v1/models/{model}`), or `GET /v1/models/{model}` names a model that is not on the curated list (`param`: `model`).",
+    fix: "Check the path and method, or take the model ID from `GET /v1/models`.",
   },
   provider_unreachable: {
     status: 502,

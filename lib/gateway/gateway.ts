@@ -6,6 +6,7 @@ import { getApp, topUpUrl } from "@/lib/tenants/mod.ts";
 import {
   type Catalog,
   type Model,
+  type ModelType,
   reservationCost,
   type Usage,
   usageCost,
@@ -16,15 +17,22 @@ import {
   DEFAULT_MAX_TOKENS,
   type ProviderKind,
 } from "./chat_request.ts";
+import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
 import type { ReservationRecord, UsageOutcome } from "@/lib/db.ts";
 import { ApiError, formatUsd, type Micros, type TraceFields } from "@/lib/core/mod.ts";
 import {
+  type CountedTokens,
   rateLimitRefusal,
   type RateLimitStatus,
   releaseExpiredReservations,
 } from "@/lib/billing/mod.ts";
 import type { Providers } from "./providers/mod.ts";
-import { type ChatCompletion, ProviderError, type StreamPart } from "./providers/types.ts";
+import {
+  type ChatCompletion,
+  type Embedding,
+  ProviderError,
+  type StreamPart,
+} from "./providers/types.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
 import { extraOutputBound, inputBound, outputBound } from "./input_bound.ts";
@@ -93,6 +101,31 @@ export interface StreamOutcome {
   cancel(): Promise<void>;
 }
 
+/** An embeddings answer in OpenAI's shape, `model` the catalog id. */
+export interface EmbeddingsList {
+  object: "list";
+  data: Embedding[];
+  model: string;
+  usage: { prompt_tokens: number; total_tokens: number };
+}
+
+export interface EmbeddingsOutcome {
+  embeddings: EmbeddingsList;
+  provider: string;
+  charged: Micros;
+  available: Micros;
+}
+
+/** What a request asks the wallet to hold, and how to say so when it is refused. */
+interface Hold {
+  amount: Micros;
+  /** Counted against the tokens-per-minute limit. */
+  tokens: number;
+  /** What the amount covers, for the 402 message: "prompt plus max_tokens 100". */
+  covers: string;
+  counted?: CountedTokens;
+}
+
 interface Prepared {
   model: Model;
   promptTokens: number;
@@ -126,33 +159,23 @@ export class Gateway {
       requestId,
       trace,
     );
-    const started = performance.now();
-    const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
-    let result, route: Model;
-    try {
-      // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
-      // is done and billed to us either way, so it is finished and settled like any other.
-      ({ value: result, route } = await this.#firstAnswer(
-        model,
-        requestId,
-        trace,
-        (route) =>
-          this.#deps.providers(route.provider).complete({
-            model: route,
-            request,
-            maxTokens,
-            signal: new AbortController().signal,
-            requestId,
-          }),
-      ));
-    } catch (error) {
-      trace.upstreamMs = performance.now() - started;
-      await this.#release(caller, reservation, trace);
-      throw this.#providerError(error, trace);
-    } finally {
-      stopRenewal();
-    }
-    trace.upstreamMs = performance.now() - started;
+    // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
+    // is done and billed to us either way, so it is finished and settled like any other.
+    const { value: result, route } = await this.#paidCall(
+      caller,
+      reservation,
+      model,
+      requestId,
+      trace,
+      (route) =>
+        this.#deps.providers(route.provider).complete({
+          model: route,
+          request,
+          maxTokens,
+          signal: new AbortController().signal,
+          requestId,
+        }),
+    );
     const usage = result.usage ?? {
       promptTokens,
       completionTokens: outputBound(route.provider.kind, producedText(result.completion)),
@@ -171,6 +194,73 @@ export class Gateway {
       charged: settled.charged,
       available: settled.available,
     };
+  }
+
+  /** Embeddings: reserved at the input price from the counted input, settled to the upstream's. */
+  async embed(
+    caller: Caller,
+    request: EmbeddingsRequest,
+    requestId: string,
+    trace: RequestTrace,
+  ): Promise<EmbeddingsOutcome> {
+    const model = this.#model(request.model, "embedding", trace);
+    trace.streamed = false;
+    const promptTokens = countEmbeddingTokens(request, model);
+    const { reservation } = await this.#hold(
+      caller,
+      model,
+      {
+        amount: reservationCost(model, promptTokens, 0),
+        tokens: promptTokens,
+        covers: `${promptTokens} input tokens`,
+        counted: { what: "the input tokens", param: "input" },
+      },
+      requestId,
+      trace,
+    );
+    const { value: result, route } = await this.#paidCall(
+      caller,
+      reservation,
+      model,
+      requestId,
+      trace,
+      (route) =>
+        this.#embedder(route).embed({
+          model: route,
+          input: request.input,
+          inputs: request.inputs,
+          encodingFormat: request.encodingFormat,
+          dimensions: request.dimensions,
+          user: request.user,
+          signal: new AbortController().signal,
+          requestId,
+        }),
+    );
+    const usage = { promptTokens: result.promptTokens ?? promptTokens, completionTokens: 0 };
+    const settled = await this.#settle(caller, reservation, route, usage, {
+      requestId,
+      streamed: false,
+      outcome: "completed",
+      countedLocally: result.promptTokens === null,
+    }, trace);
+    return {
+      embeddings: {
+        object: "list",
+        data: result.data,
+        model: model.id,
+        usage: { prompt_tokens: usage.promptTokens, total_tokens: usage.promptTokens },
+      },
+      provider: route.provider.name,
+      charged: settled.charged,
+      available: settled.available,
+    };
+  }
+
+  #embedder(route: Model) {
+    const provider = this.#deps.providers(route.provider);
+    // The catalog gives an embedding model only providers whose wire format has embeddings.
+    if (!provider.embed) throw new Error(`provider ${route.provider.name} has no embeddings`);
+    return provider as Required<typeof provider>;
   }
 
   async stream(
@@ -295,24 +385,65 @@ export class Gateway {
     throw new Error("unreachable: a model has at least one route");
   }
 
+  /**
+   * A non-streamed call to the model's provider (or its fallbacks) while the reservation's lease
+   * is renewed; when every route fails the reservation is released whole and the failure thrown
+   * as the client's error.
+   */
+  async #paidCall<T>(
+    caller: Caller,
+    reservation: ReservationRecord,
+    model: Model,
+    requestId: string,
+    trace: RequestTrace,
+    call: (route: Model) => Promise<T>,
+  ): Promise<{ value: T; route: Model }> {
+    const started = performance.now();
+    const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
+    try {
+      const answer = await this.#firstAnswer(model, requestId, trace, call);
+      trace.upstreamMs = performance.now() - started;
+      return answer;
+    } catch (error) {
+      trace.upstreamMs = performance.now() - started;
+      await this.#release(caller, reservation, trace);
+      throw this.#providerError(error, trace);
+    } finally {
+      stopRenewal();
+    }
+  }
+
+  /** The catalog model a request names, if it serves requests of this endpoint's type. */
+  #model(id: string, type: ModelType, trace: RequestTrace): Model {
+    const model = this.#deps.catalog.get(id);
+    if (!model) {
+      throw new ApiError(
+        "model_not_found",
+        `The model '${id}' does not exist or is not on the curated list.`,
+        { param: "model" },
+      );
+    }
+    if (model.type !== type) {
+      throw new ApiError(
+        "model_not_supported",
+        model.type === "embedding"
+          ? `${model.id} is an embedding model: use it with POST /v1/embeddings.`
+          : `${model.id} is a chat model, not an embedding model: use it with POST /v1/chat/completions.`,
+        { param: "model" },
+      );
+    }
+    trace.model = model.id;
+    trace.provider = model.provider.name;
+    return model;
+  }
+
   async #prepare(
     caller: Caller,
     request: ChatRequest,
     requestId: string,
     trace: RequestTrace,
   ): Promise<Prepared> {
-    const model = this.#deps.catalog.get(request.model);
-    if (!model) {
-      throw new ApiError(
-        "model_not_found",
-        `The model '${request.model}' does not exist or is not on the curated list.`,
-        {
-          param: "model",
-        },
-      );
-    }
-    trace.model = model.id;
-    trace.provider = model.provider.name;
+    const model = this.#model(request.model, "chat", trace);
     trace.streamed = request.stream;
     if (request.maxTokens !== undefined && request.maxTokens > model.maxOutputTokens) {
       const param = request.capParam ?? "max_tokens";
@@ -339,17 +470,38 @@ export class Gateway {
     }
     // Output beyond the cap that the provider may bill (rejected predicted output).
     const outputTokens = maxTokens + extraOutputBound(request);
-    const amount = reservationCost(model, promptTokens, outputTokens);
-    const tokens = promptTokens + outputTokens;
+    const { reservation, available } = await this.#hold(
+      caller,
+      model,
+      {
+        amount: reservationCost(model, promptTokens, outputTokens),
+        tokens: promptTokens + outputTokens,
+        covers: `prompt plus max_tokens ${maxTokens}`,
+      },
+      requestId,
+      trace,
+    );
+    return { model, promptTokens, maxTokens, reservation, available };
+  }
+
+  /** Reserves the hold (sweeping the app's expired holds once before a refusal), or throws 402/429. */
+  async #hold(
+    caller: Caller,
+    model: Model,
+    hold: Hold,
+    requestId: string,
+    trace: RequestTrace,
+  ): Promise<{ reservation: ReservationRecord; available: Micros }> {
+    const { amount } = hold;
     const input = {
       amount,
       keyId: caller.keyId,
       requestId,
       model: model.id,
-      tokens,
+      tokens: hold.tokens,
       keyGuard: caller.keyGuard,
     };
-    let result = await this.#reserve(caller, input, trace);
+    let result = await this.#reserve(caller, input, trace, hold.counted);
     if (!result.ok && result.reserved > 0 && this.#lazySweepDue(caller.appId)) {
       // Reservations left by a crashed instance must not block an app until the cron sweeper runs.
       const released = await releaseExpiredReservations(
@@ -357,7 +509,7 @@ export class Gateway {
         this.#deps.wallets,
         caller.appId,
       );
-      if (released > 0) result = await this.#reserve(caller, input, trace);
+      if (released > 0) result = await this.#reserve(caller, input, trace, hold.counted);
     }
     if (!result.ok) {
       const app = await getApp(this.#deps.kv, caller.appId);
@@ -365,7 +517,7 @@ export class Gateway {
         "insufficient_credits",
         `This request needs ${
           formatUsd(amount)
-        } USD reserved (prompt plus max_tokens ${maxTokens} at ${model.id} prices); the balance is ${
+        } USD reserved (${hold.covers} at ${model.id} prices); the balance is ${
           formatUsd(result.available)
         } USD.`,
         {
@@ -377,17 +529,16 @@ export class Gateway {
       );
     }
     trace.reserved = amount;
-    return {
-      model,
-      promptTokens,
-      maxTokens,
-      reservation: result.reservation,
-      available: result.available,
-    };
+    return { reservation: result.reservation, available: result.available };
   }
 
   /** Reserves, or throws the refusal for rate: rate is decided first, so a 429 is never a 402. */
-  async #reserve(caller: Caller, input: ReserveInput, trace: RequestTrace) {
+  async #reserve(
+    caller: Caller,
+    input: ReserveInput,
+    trace: RequestTrace,
+    counted?: CountedTokens,
+  ) {
     const result = await this.#deps.wallets.reserve(caller.appId, input).catch((error) => {
       // The key was revoked (on any instance) since this process cached it.
       if (!(error instanceof KeyRevokedError)) throw error;
@@ -398,7 +549,7 @@ export class Gateway {
     });
     if (result.rate) trace.rateLimit = result.rate;
     if (!result.ok && result.reason !== "insufficient_credits") {
-      throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs);
+      throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs, counted);
     }
     return result;
   }

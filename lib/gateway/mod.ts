@@ -5,7 +5,15 @@ export {
   FIELD_SUPPORT,
   parseChatRequest,
 } from "./chat_request.ts";
+export {
+  MAX_EMBEDDING_INPUTS,
+  MAX_EMBEDDING_REQUEST_TOKENS,
+  parseEmbeddingsRequest,
+} from "./embeddings_request.ts";
 export { Gateway } from "./gateway.ts";
-export type { RequestTrace, StreamOutcome } from "./gateway.ts";
-export { encodeSseData } from "./sse.ts";
+export type { EmbeddingsList, RequestTrace, StreamOutcome } from "./gateway.ts";
+export { encodeSseData, encodeSseEvent } from "./sse.ts";
+export { Responses } from "./responses/responses.ts";
+export type { ResponseOutcome, ResponseStreamOutcome } from "./responses/responses.ts";
+export { ResponseStore } from "./responses/store.ts";
 export { providerKeyRedactor, SecretRedactor } from "./redact.ts";

@@ -60,3 +60,8 @@ const encoder = new TextEncoder();
 export function encodeSseData(data: string): Uint8Array {
   return encoder.encode(`data: ${data}\n\n`);
 }
+
+/** An event with a name, as the Responses API streams them. */
+export function encodeSseEvent(event: string, data: string): Uint8Array {
+  return encoder.encode(`event: ${event}\ndata: ${data}\n\n`);
+}

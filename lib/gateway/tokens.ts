@@ -3,6 +3,11 @@ import { countTokens, decode, encode } from "gpt-tokenizer/encoding/o200k_base";
 /** Text that looks like a special token is ordinary user text to us, never a control token. */
 const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
 
+/** The o200k token ids of a text. */
+export function textTokenIds(text: string): number[] {
+  return encode(text, PLAIN_TEXT);
+}
+
 /** Per-message framing of the chat format (role and separators), as OpenAI documents it. */
 const TOKENS_PER_MESSAGE = 4;
 /** The assistant reply is primed with a few tokens. */

@@ -3,7 +3,13 @@
  * generated from ERROR_CODES, so a new code appears here, on the error page and in `doc_url` at once.
  */
 import { z } from "zod";
-import { ChatRequestSchema, DEFAULT_MAX_TOKENS, FIELD_SUPPORT } from "@/lib/gateway/mod.ts";
+import {
+  ChatRequestSchema,
+  DEFAULT_MAX_TOKENS,
+  FIELD_SUPPORT,
+  MAX_EMBEDDING_INPUTS,
+  MAX_EMBEDDING_REQUEST_TOKENS,
+} from "@/lib/gateway/mod.ts";
 import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
 
 /** The rate-limit headers of the common compatible form (see /docs/rate-limits). */
@@ -18,6 +24,8 @@ export const RATE_LIMIT_HEADERS = {
 
 /** Amounts in headers and bodies: USD with exactly six decimals. */
 const MONEY_PATTERN = "^[0-9]+\\.[0-9]{6}$";
+/** Catalog prices: USD per million tokens, up to six decimals. */
+const PRICE_PATTERN = "^[0-9]+(\\.[0-9]{1,6})?$";
 
 const ENDPOINT_ERRORS = (Object.keys(ERROR_CODES) as ErrorCode[]).filter((c) => c !== "not_found");
 
@@ -52,8 +60,14 @@ function errorSchema(codes: ErrorCode[]) {
   };
 }
 
-function errorResponse(status: number) {
-  const codes = ENDPOINT_ERRORS.filter((c) => ERROR_CODES[c].status === status);
+/** A request without a stream has no stream to break off. */
+const EMBEDDING_ERRORS = ENDPOINT_ERRORS.filter((c) => c !== "stream_interrupted");
+
+/** The errors of a free read (GET /v1/models): no body, no wallet, no provider. */
+const READ_ERRORS: ErrorCode[] = ["unsupported_version", "invalid_api_key", "internal_error"];
+
+function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ERRORS) {
+  const codes = endpointErrors.filter((c) => ERROR_CODES[c].status === status);
   const headers: Record<string, unknown> = {
     "Tollbooth-Request-Id": headerRef("RequestId"),
     "Tollbooth-Version": headerRef("Version"),
@@ -110,6 +124,37 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
       schema: { type: "string" },
     }]),
   );
+  const versionParameter = {
+    name: "Tollbooth-Version",
+    in: "header",
+    required: false,
+    description:
+      "Pins the API version. Omit it, or send the current and only version; any other value gives 400 `unsupported_version`.",
+    schema: { type: "string", enum: [apiVersion] },
+  };
+  const readStatuses = [...new Set(READ_ERRORS.map((c) => ERROR_CODES[c].status))].sort();
+  const readHeaders = {
+    "Tollbooth-Request-Id": headerRef("RequestId"),
+    "Tollbooth-Version": headerRef("Version"),
+    ...Object.fromEntries(Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)])),
+  };
+  const embeddingStatuses = [...new Set(EMBEDDING_ERRORS.map((c) => ERROR_CODES[c].status))]
+    .sort();
+  /** The headers of every paid 200, streamed or not. */
+  const paidHeaders = {
+    "Tollbooth-Request-Id": headerRef("RequestId"),
+    "Tollbooth-Version": headerRef("Version"),
+    "Tollbooth-Balance": {
+      required: true,
+      description: "Wallet balance (USD) after this request; for a stream, after its reservation.",
+      schema: { type: "string", pattern: MONEY_PATTERN },
+    },
+    "Tollbooth-Provider": {
+      description: "The catalog provider that served the request.",
+      schema: { type: "string" },
+    },
+    ...Object.fromEntries(Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)])),
+  };
   return {
     openapi: "3.1.0",
     info: {
@@ -123,18 +168,121 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
     security: [{ apiKey: [] }],
     externalDocs: { url: `${publicUrl}/docs`, description: "Quick start and guides" },
     paths: {
+      "/models": {
+        get: {
+          operationId: "listModels",
+          summary: "Lists the curated models with their type, context and prices.",
+          description:
+            "Free: it reserves nothing and is not counted against the rate limits; its `x-ratelimit-*` headers show the current status.",
+          parameters: [versionParameter],
+          responses: {
+            "200": {
+              description: "Every model of the catalog, in OpenAI's list shape plus our fields.",
+              headers: readHeaders,
+              content: { "application/json": { schema: ref("ModelList") } },
+            },
+            ...Object.fromEntries(
+              readStatuses.map((s) => [String(s), errorResponse(s, READ_ERRORS)]),
+            ),
+          },
+        },
+      },
+      "/models/{model}": {
+        get: {
+          operationId: "retrieveModel",
+          summary: "One curated model.",
+          description:
+            "Free, like `listModels`. The ID holds a slash, sent as is or percent-encoded (`openai%2Fgpt-4o-mini`, as the OpenAI SDKs send it).",
+          parameters: [versionParameter, {
+            name: "model",
+            in: "path",
+            required: true,
+            description: "Curated model ID `<provider>/<model_name>`.",
+            schema: { type: "string" },
+          }],
+          responses: {
+            "200": {
+              description: "The model.",
+              headers: readHeaders,
+              content: { "application/json": { schema: ref("Model") } },
+            },
+            ...Object.fromEntries(
+              readStatuses.map((s) => [String(s), errorResponse(s, READ_ERRORS)]),
+            ),
+            "404": errorResponse(404, ["not_found"]),
+          },
+        },
+      },
+      "/embeddings": {
+        post: {
+          operationId: "createEmbedding",
+          summary: "Embeds text or token ids with an embedding model.",
+          description:
+            `Paid like a chat completion without output: the counted input (o200k tokens of each text, the length of each token array) is reserved at the model's input price, then settled to the provider's \`usage.prompt_tokens\`. At most ${MAX_EMBEDDING_INPUTS} inputs and ${MAX_EMBEDDING_REQUEST_TOKENS} tokens in all; each input at most the model's \`context_tokens\`. A chat model gives 400 \`model_not_supported\`.`,
+          parameters: [versionParameter],
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: ref("CreateEmbeddingRequest") } },
+          },
+          responses: {
+            "200": {
+              description:
+                "One embedding per input, in input order, in the encoding asked for, whatever the provider sent.",
+              headers: {
+                ...paidHeaders,
+                "Tollbooth-Request-Cost": {
+                  required: true,
+                  description: "Exact cost (USD) of this request, what left the wallet.",
+                  schema: { type: "string", pattern: MONEY_PATTERN },
+                },
+              },
+              content: { "application/json": { schema: ref("EmbeddingList") } },
+            },
+            ...Object.fromEntries(
+              embeddingStatuses.map((s) => [String(s), errorResponse(s, EMBEDDING_ERRORS)]),
+            ),
+          },
+        },
+      },
+      "/responses": {
+        post: {
+          operationId: "createResponse",
+          summary: "Creates a model response (OpenAI's Responses API) with any chat model.",
+          description:
+            "Served by the chat path: the request is translated to a chat completion of the model's provider (OpenAI-compatible or Anthropic), paid exactly like one (the same reservation: the input bound plus `max_output_tokens`, default 2048), and translated back. Stored responses (`store`, default true) are kept 30 days per app for `previous_response_id` and `item_reference`.",
+          parameters: [versionParameter],
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: ref("CreateResponseRequest") } },
+          },
+          responses: {
+            "200": {
+              description:
+                "A response object. With `stream: true`, server-sent events named after their `type` (`response.created`, `response.in_progress`, `response.output_item.added`, `response.content_part.added`, `response.output_text.delta`, `response.function_call_arguments.delta`, their `.done` events, `response.output_item.done`, then `response.completed` or `response.incomplete` whose `usage.cost` is what left the wallet); a stream the upstream cuts ends with `error` and `response.failed`.",
+              headers: {
+                ...paidHeaders,
+                "Tollbooth-Request-Cost": {
+                  description:
+                    "Exact cost (USD) of this request, what left the wallet. Non-streaming responses only.",
+                  schema: { type: "string", pattern: MONEY_PATTERN },
+                },
+              },
+              content: {
+                "application/json": { schema: ref("Response") },
+                "text/event-stream": {
+                  schema: { type: "string", description: "Named server-sent events." },
+                },
+              },
+            },
+            ...Object.fromEntries(statuses.map((s) => [String(s), errorResponse(s)])),
+          },
+        },
+      },
       "/chat/completions": {
         post: {
           operationId: "createChatCompletion",
           summary: "Creates a chat completion, streaming or not.",
-          parameters: [{
-            name: "Tollbooth-Version",
-            in: "header",
-            required: false,
-            description:
-              "Pins the API version. Omit it, or send the current and only version; any other value gives 400 `unsupported_version`.",
-            schema: { type: "string", enum: [apiVersion] },
-          }],
+          parameters: [versionParameter],
           requestBody: {
             required: true,
             content: { "application/json": { schema: ref("CreateChatCompletionRequest") } },
@@ -350,6 +498,223 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
               },
             },
             usage: ref("Usage"),
+          },
+        },
+        CreateEmbeddingRequest: {
+          type: "object",
+          required: ["model", "input"],
+          additionalProperties: false,
+          properties: {
+            model: {
+              type: "string",
+              minLength: 1,
+              description: "An embedding model's ID (`type: embedding` in `GET /v1/models`).",
+              examples: ["tollbooth/embed"],
+            },
+            input: {
+              description:
+                "A string, an array of strings, an array of token ids, or an array of arrays of token ids. No input may be empty.",
+              oneOf: [
+                { type: "string", minLength: 1 },
+                {
+                  type: "array",
+                  minItems: 1,
+                  maxItems: MAX_EMBEDDING_INPUTS,
+                  items: { type: "string", minLength: 1 },
+                },
+                { type: "array", minItems: 1, items: { type: "integer", minimum: 0 } },
+                {
+                  type: "array",
+                  minItems: 1,
+                  maxItems: MAX_EMBEDDING_INPUTS,
+                  items: {
+                    type: "array",
+                    minItems: 1,
+                    items: { type: "integer", minimum: 0 },
+                  },
+                },
+              ],
+            },
+            encoding_format: { type: "string", enum: ["float", "base64"], default: "float" },
+            dimensions: {
+              type: "integer",
+              minimum: 1,
+              description: "The size of each vector, for models that can shorten theirs.",
+            },
+            user: {
+              type: "string",
+              maxLength: 256,
+              description: "Your end user's ID, passed to the provider.",
+            },
+          },
+        },
+        EmbeddingList: {
+          type: "object",
+          required: ["object", "data", "model", "usage"],
+          properties: {
+            object: { const: "list" },
+            data: {
+              type: "array",
+              items: {
+                type: "object",
+                required: ["object", "index", "embedding"],
+                properties: {
+                  object: { const: "embedding" },
+                  index: { type: "integer", minimum: 0 },
+                  embedding: {
+                    oneOf: [
+                      { type: "array", items: { type: "number" } },
+                      {
+                        type: "string",
+                        description: "base64 of the little-endian float32 values",
+                      },
+                    ],
+                  },
+                },
+              },
+            },
+            model: { type: "string" },
+            usage: {
+              type: "object",
+              required: ["prompt_tokens", "total_tokens"],
+              properties: {
+                prompt_tokens: { type: "integer", minimum: 0 },
+                total_tokens: { type: "integer", minimum: 0 },
+              },
+            },
+          },
+        },
+        CreateResponseRequest: {
+          type: "object",
+          required: ["model", "input"],
+          description:
+            "OpenAI's Responses request. Input items: messages (`input_text`, `input_image`, `output_text` parts), `function_call`, `function_call_output`, `item_reference` (an output item of a stored response) and `reasoning` (dropped). Tools: `function` only. Unknown fields are refused with 400 naming them.",
+          properties: {
+            model: { type: "string", minLength: 1, examples: ["tollbooth/echo"] },
+            input: { oneOf: [{ type: "string" }, { type: "array", minItems: 1 }] },
+            instructions: { type: ["string", "null"] },
+            tools: { type: ["array", "null"] },
+            tool_choice: {},
+            max_output_tokens: { type: ["integer", "null"], minimum: 16 },
+            text: { type: ["object", "null"] },
+            reasoning: { type: ["object", "null"] },
+            stream: { type: ["boolean", "null"] },
+            store: { type: ["boolean", "null"], default: true },
+            previous_response_id: { type: ["string", "null"] },
+          },
+        },
+        Response: {
+          type: "object",
+          required: ["id", "object", "created_at", "status", "model", "output", "usage"],
+          properties: {
+            id: { type: "string" },
+            object: { const: "response" },
+            created_at: { type: "integer" },
+            status: { type: "string", enum: ["completed", "incomplete"] },
+            model: { type: "string" },
+            store: { type: "boolean" },
+            output: {
+              type: "array",
+              items: {
+                type: "object",
+                required: ["type", "id"],
+                properties: {
+                  type: { type: "string", enum: ["message", "function_call"] },
+                  id: { type: "string" },
+                },
+              },
+            },
+            usage: {
+              type: "object",
+              required: ["input_tokens", "output_tokens", "total_tokens"],
+              properties: {
+                input_tokens: { type: "integer", minimum: 0 },
+                input_tokens_details: {
+                  type: "object",
+                  properties: { cached_tokens: { type: "integer", minimum: 0 } },
+                },
+                output_tokens: { type: "integer", minimum: 0 },
+                output_tokens_details: {
+                  type: "object",
+                  properties: { reasoning_tokens: { type: "integer", minimum: 0 } },
+                },
+                total_tokens: { type: "integer", minimum: 0 },
+                cost: { type: "string", pattern: MONEY_PATTERN },
+              },
+            },
+          },
+        },
+        Model: {
+          type: "object",
+          required: [
+            "id",
+            "object",
+            "created",
+            "owned_by",
+            "type",
+            "context_tokens",
+            "pricing",
+          ],
+          properties: {
+            id: { type: "string", description: "Curated model ID `<provider>/<model_name>`." },
+            object: { const: "model" },
+            created: {
+              type: "integer",
+              description:
+                "Unix seconds. The catalog records no release dates: every model carries the date of the API version.",
+            },
+            owned_by: { type: "string", description: "The `<provider>` part of the ID." },
+            type: {
+              type: "string",
+              enum: ["chat", "embedding"],
+              description:
+                "`chat`: served by `POST /v1/chat/completions` and `POST /v1/responses`; `embedding`: by `POST /v1/embeddings`. A model sent to the other endpoint gets 400 `model_not_supported`.",
+            },
+            context_tokens: {
+              type: "integer",
+              minimum: 1,
+              description:
+                "A chat model's context window (prompt plus output); an embedding model's most tokens per input.",
+            },
+            max_output_tokens: {
+              type: "integer",
+              minimum: 1,
+              description: "Chat models: the largest `max_tokens` accepted.",
+            },
+            pricing: {
+              type: "object",
+              description:
+                "USD per million tokens, decimal strings as the catalog writes them. A request costs each kind of token at its price, rounded up once to the micro-dollar.",
+              required: ["input_usd_per_mtok"],
+              properties: {
+                input_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
+                output_usd_per_mtok: {
+                  type: "string",
+                  pattern: PRICE_PATTERN,
+                  description: "Chat models only.",
+                },
+                cache_read_usd_per_mtok: {
+                  type: "string",
+                  pattern: PRICE_PATTERN,
+                  description:
+                    "Input read from the provider's prompt cache; present when the catalog prices it apart (else it costs the input price).",
+                },
+                cache_write_usd_per_mtok: {
+                  type: "string",
+                  pattern: PRICE_PATTERN,
+                  description:
+                    "Input written to the provider's prompt cache; present when the catalog prices it apart (else it costs the input price).",
+                },
+              },
+            },
+          },
+        },
+        ModelList: {
+          type: "object",
+          required: ["object", "data"],
+          properties: {
+            object: { const: "list" },
+            data: { type: "array", items: ref("Model") },
           },
         },
         Error: errorSchema(ENDPOINT_ERRORS),

@@ -72,7 +72,7 @@ export function DialectSection() {
       <h3 id="dialect-openai">OpenAI kind</h3>
       <p>
         The body reaches the upstream as sent: only <code>model</code>{" "}
-        is renamed, the output cap is set (the client's, or {"2048"}) and, on streams,{" "}
+        is renamed, the output cap is set (the client's, or 2048) and, on streams,{" "}
         <code>stream_options.include_usage</code> is forced. Models that refuse{" "}
         <code>max_tokens</code> (OpenAI's o-series and GPT-5, or any model with{" "}
         <code>"output_cap_param": "max_completion_tokens"</code> in the catalog) get the cap as{" "}

@@ -107,8 +107,12 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
           (the current version is <code>{apiVersion}</code>).
         </li>
         <li>
-          <a href="/openapi.json">The OpenAPI 3.1 document</a> of{" "}
-          <code>createChatCompletion</code>, for code generators and API tools.
+          <a href="/docs/endpoints">Endpoints</a>: the models list and embeddings, on the same key
+          and wallet.
+        </li>
+        <li>
+          <a href="/openapi.json">The OpenAPI 3.1 document</a>{" "}
+          of every endpoint, for code generators and API tools.
         </li>
       </ul>
     </DocsLayout>,

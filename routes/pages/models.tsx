@@ -8,16 +8,19 @@ export function modelsPage(catalog: Catalog): string {
     <Layout title="Models">
       <h1>Models</h1>
       <p>
-        Use the ID as <code>model</code> in{" "}
-        <code>POST /v1/chat/completions</code>. Prices are in USD per million tokens; a request
-        costs its prompt tokens at the input price plus its completion tokens at the output price,
-        rounded up once to the micro-dollar.
+        Use the ID as <code>model</code> in <code>POST /v1/chat/completions</code> or{" "}
+        <code>POST /v1/responses</code> (chat models) or <code>POST /v1/embeddings</code>{" "}
+        (embedding models); <code>GET /v1/models</code>{" "}
+        gives the same list as JSON. Prices are in USD per million tokens; a request costs its
+        prompt tokens at the input price plus its completion tokens at the output price, rounded up
+        once to the micro-dollar. An embedding model has an input price only.
       </p>
       <div class="table-scroll">
         <table>
           <thead>
             <tr>
               <th scope="col">Model ID</th>
+              <th scope="col">Type</th>
               <th scope="col">Input / 1M tokens</th>
               <th scope="col">Output / 1M tokens</th>
               <th scope="col">Context</th>
@@ -30,10 +33,11 @@ export function modelsPage(catalog: Catalog): string {
                 <td>
                   <code>{m.id}</code>
                 </td>
+                <td>{m.type}</td>
                 <td>${m.inputUsdPerMTok}</td>
-                <td>${m.outputUsdPerMTok}</td>
+                <td>{m.outputUsdPerMTok === null ? "—" : `$${m.outputUsdPerMTok}`}</td>
                 <td>{m.contextTokens.toLocaleString("en-US")}</td>
-                <td>{m.maxOutputTokens.toLocaleString("en-US")}</td>
+                <td>{m.type === "chat" ? m.maxOutputTokens.toLocaleString("en-US") : "—"}</td>
               </tr>
             ))}
           </tbody>

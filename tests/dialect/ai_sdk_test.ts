@@ -7,7 +7,14 @@ import { generateText, stepCountIs, streamText, tool } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { createOpenAI } from "@ai-sdk/openai";
 import { z } from "zod";
-import { assertCharged, CLAUDE_MODEL, type Dialect, OPENAI_MODEL, withDialect } from "./harness.ts";
+import {
+  assertCharged,
+  CLAUDE_MODEL,
+  type Dialect,
+  OPENAI_MODEL,
+  scriptAgentLoop,
+  withDialect,
+} from "./harness.ts";
 import { assertAuditClean, serveLoopback, startService, usageRecords } from "../helpers.ts";
 
 const weather = tool({
@@ -28,30 +35,6 @@ function models(d: Dialect) {
     "openai-compatible": (id: string) => compatible.chatModel(id),
     "openai .chat()": (id: string) => openai.chat(id),
   };
-}
-
-/** The tool call, then the answer that uses its result; the usage of each step. */
-function scriptAgentLoop(d: Dialect, kind: "openai" | "anthropic") {
-  if (kind === "openai") {
-    d.openai.script(
-      {
-        toolCalls: [{ name: "weather", arguments: { city: "Paris" } }],
-        promptTokens: 90,
-        completionTokens: 15,
-      },
-      { content: "It is sunny in Paris.", promptTokens: 130, completionTokens: 7 },
-    );
-    return [{ prompt: 90, completion: 15 }, { prompt: 130, completion: 7 }];
-  }
-  d.claude.script(
-    {
-      content: [{ type: "tool_use", name: "weather", input: { city: "Paris" } }],
-      inputTokens: 400,
-      outputTokens: 30,
-    },
-    { text: "It is sunny in Paris.", inputTokens: 460, outputTokens: 8 },
-  );
-  return [{ prompt: 400, completion: 30 }, { prompt: 460, completion: 8 }];
 }
 
 function assertToolResultReachedUpstream(d: Dialect, kind: "openai" | "anthropic") {

@@ -163,3 +163,27 @@ export async function assertCharged(d: Dialect, model: DialectModel, ...usages: 
   });
   return records.at(-1)!;
 }
+
+/** The tool call, then the answer that uses its result; the usage of each step. */
+export function scriptAgentLoop(d: Dialect, kind: "openai" | "anthropic") {
+  if (kind === "openai") {
+    d.openai.script(
+      {
+        toolCalls: [{ name: "weather", arguments: { city: "Paris" } }],
+        promptTokens: 90,
+        completionTokens: 15,
+      },
+      { content: "It is sunny in Paris.", promptTokens: 130, completionTokens: 7 },
+    );
+    return [{ prompt: 90, completion: 15 }, { prompt: 130, completion: 7 }];
+  }
+  d.claude.script(
+    {
+      content: [{ type: "tool_use", name: "weather", input: { city: "Paris" } }],
+      inputTokens: 400,
+      outputTokens: 30,
+    },
+    { text: "It is sunny in Paris.", inputTokens: 460, outputTokens: 8 },
+  );
+  return [{ prompt: 400, completion: 30 }, { prompt: 460, completion: 8 }];
+}

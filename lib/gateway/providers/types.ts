@@ -105,4 +105,33 @@ export interface Provider {
    * (Anthropic's count_tokens); absent where there is no such endpoint.
    */
   countInputTokens?(request: UpstreamRequest): Promise<number>;
+  /** Absent for a wire format without embeddings (the catalog gives such a provider none). */
+  embed?(request: EmbedRequest): Promise<EmbedResult>;
+}
+
+export interface EmbedRequest {
+  model: Model;
+  /** As the client sent it: a string, strings, token ids or arrays of token ids. */
+  input: string | string[] | number[] | number[][];
+  /** The same, one entry per input. */
+  inputs: (string | number[])[];
+  encodingFormat: "float" | "base64";
+  dimensions: number | undefined;
+  user: string | undefined;
+  signal: AbortSignal;
+  requestId: string;
+}
+
+export interface Embedding {
+  object: "embedding";
+  index: number;
+  /** In the encoding the client asked for. */
+  embedding: number[] | string;
+}
+
+export interface EmbedResult {
+  /** One per input, in input order. */
+  data: Embedding[];
+  /** The input tokens the upstream billed; null when it reported none (the caller counts them). */
+  promptTokens: number | null;
 }

@@ -1,12 +1,8 @@
 import type { Context } from "hono";
-import {
-  encodeSseData,
-  type Gateway,
-  parseChatRequest,
-  type StreamOutcome,
-} from "@/lib/gateway/mod.ts";
-import { ApiError, errorBody, formatUsd } from "@/lib/core/mod.ts";
+import { encodeSseData, type Gateway, parseChatRequest } from "@/lib/gateway/mod.ts";
+import { ApiError, errorBody } from "@/lib/core/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
+import { paidAnswerHeaders, paidEventStream } from "../paid_answer.ts";
 
 /** POST /v1/chat/completions: createChatCompletion. */
 export function chatCompletions(
@@ -22,70 +18,18 @@ export function chatCompletions(
 
     if (!request.stream) {
       const outcome = await gateway.complete(caller, request, requestId, trace);
-      c.header("Tollbooth-Balance", formatUsd(outcome.available));
-      c.header("Tollbooth-Request-Cost", formatUsd(outcome.charged));
-      c.header("Tollbooth-Provider", outcome.provider);
+      paidAnswerHeaders(c, outcome);
       return c.json(outcome.completion);
     }
 
     const outcome = await gateway.stream(caller, request, requestId, trace);
-    c.set("deferLog", true);
-    c.header("Tollbooth-Balance", formatUsd(outcome.available));
-    c.header("Tollbooth-Provider", outcome.provider);
-    c.header("Content-Type", "text/event-stream; charset=utf-8");
-    c.header("Cache-Control", "no-cache");
-    c.header("X-Accel-Buffering", "no");
-    return c.body(sseBody(outcome, options, (errorCode) => {
-      if (errorCode) trace.errorCode = errorCode;
-      c.get("finishRequest")();
-    }));
+    return paidEventStream(c, outcome, (event) => {
+      if (event.type === "chunk") return { bytes: encodeSseData(JSON.stringify(event.chunk)) };
+      const { code, message } = event.error;
+      const body = errorBody(code, options.redact(message), options.docsBaseUrl);
+      return { bytes: encodeSseData(JSON.stringify(body)), errorCode: code };
+    }, encodeSseData("[DONE]"));
   };
-}
-
-/** `onEnd` runs once the stream is settled: at its end, on an error, or when the client goes away. */
-function sseBody(
-  outcome: StreamOutcome,
-  options: { docsBaseUrl: string; redact: (text: string) => string },
-  onEnd: (errorCode?: string) => void,
-): ReadableStream<Uint8Array> {
-  let failed: string | undefined;
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      let next;
-      try {
-        next = await outcome.events.next();
-      } catch (error) {
-        onEnd("internal_error");
-        throw error;
-      }
-      if (next.done) {
-        if (!failed) controller.enqueue(encodeSseData("[DONE]"));
-        controller.close();
-        onEnd(failed);
-        return;
-      }
-      const event = next.value;
-      if (event.type === "chunk") {
-        controller.enqueue(encodeSseData(JSON.stringify(event.chunk)));
-      } else {
-        failed = event.error.code;
-        controller.enqueue(
-          encodeSseData(
-            JSON.stringify(
-              errorBody(event.error.code, options.redact(event.error.message), options.docsBaseUrl),
-            ),
-          ),
-        );
-      }
-    },
-    async cancel() {
-      try {
-        await outcome.cancel();
-      } finally {
-        onEnd();
-      }
-    },
-  });
 }
 
 const POLLUTING_KEYS = new Set(["__proto__", "constructor", "prototype"]);

@@ -3,6 +3,7 @@ import { callUpstream, readAnswerJson } from "../http.ts";
 import { openAiRequestBody } from "./request.ts";
 import { openAiCompletionResult } from "./response.ts";
 import { openAiSseParts } from "./stream.ts";
+import { embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
 
 export interface OpenAiOptions {
   baseUrl: string;
@@ -17,20 +18,22 @@ export interface OpenAiOptions {
  * DeepSeek, Mistral, Gemini's compatible endpoint, vLLM, Ollama. Usage is always asked for.
  */
 export function createOpenAiProvider(options: OpenAiOptions): Provider {
-  const url = `${options.baseUrl}/chat/completions`;
-
-  function send(request: UpstreamRequest, stream: boolean) {
+  function post(path: string, body: unknown, signal: AbortSignal) {
     if (!options.apiKey) {
       throw new ProviderError("not_configured", `provider key ${options.apiKeyEnv} is not set`);
     }
     return callUpstream({
-      url,
+      url: `${options.baseUrl}${path}`,
       headers: { authorization: `Bearer ${options.apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify(openAiRequestBody(request, stream)),
-      signal: request.signal,
+      body: JSON.stringify(body),
+      signal,
       timeoutMs: options.timeoutMs,
       fetch: options.fetch,
     });
+  }
+
+  function send(request: UpstreamRequest, stream: boolean) {
+    return post("/chat/completions", openAiRequestBody(request, stream), request.signal);
   }
 
   return {
@@ -49,6 +52,12 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
           idle.stop();
         }
       })();
+    },
+
+    async embed(request) {
+      const answer = await post("/embeddings", embeddingsBody(request), request.signal);
+      const json = await readAnswerJson(answer);
+      return readEmbeddingsAnswer(json, request);
     },
   };
 }

@@ -1,13 +1,15 @@
-import { splitIntoTokenTexts } from "../../tokens.ts";
+import { splitIntoTokenTexts, textTokenIds } from "../../tokens.ts";
 import { contentText, type ToolDefinition } from "../../chat_request.ts";
 import { openAiInputBound } from "../../input_bound.ts";
+import { inFormat } from "../../embedding_vectors.ts";
 import { randomToken } from "@/lib/core/mod.ts";
-import type {
-  ChatCompletion,
-  ChatCompletionChunk,
-  Provider,
-  StreamPart,
-  UpstreamRequest,
+import {
+  type ChatCompletion,
+  type ChatCompletionChunk,
+  type Provider,
+  ProviderError,
+  type StreamPart,
+  type UpstreamRequest,
 } from "../types.ts";
 import { usageObject } from "../usage.ts";
 
@@ -17,6 +19,10 @@ const LOREM =
   "nisi ut aliquip ex ea commodo consequat. Duis aute irure dolor in reprehenderit in voluptate velit " +
   "esse cillum dolore eu fugiat nulla pariatur. Excepteur sint occaecat cupidatat non proident, sunt in " +
   "culpa qui officia deserunt mollit anim id est laborum.";
+
+/** The simulated embeddings' size when the request names none, and the largest it may name. */
+export const SIMULATED_DIMENSIONS = 256;
+export const MAX_SIMULATED_DIMENSIONS = 3072;
 
 type Answer =
   | { kind: "text"; pieces: string[]; finishReason: string; promptTokens: number }
@@ -34,7 +40,8 @@ type Answer =
  * with the last user message; `lorem` with a fixed paragraph. Offered tools (and tool_choice not
  * `none`), either calls a tool, with arguments made from its schema and the last user message,
  * until a tool result comes back, which it then echoes: an agent loop runs with no provider key.
- * Both stop at `max_tokens`.
+ * Both stop at `max_tokens`. An embedding model of the
+ * simulator embeds by hashing tokens (hashedEmbedding).
  */
 export function createSimulator(options: { tokenDelayMs: number }): Provider {
   function answer(up: UpstreamRequest): Answer {
@@ -145,6 +152,30 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
       }
       return Promise.resolve(parts());
     },
+
+    embed(request) {
+      const dimensions = request.dimensions ?? SIMULATED_DIMENSIONS;
+      if (dimensions > MAX_SIMULATED_DIMENSIONS) {
+        return Promise.reject(
+          new ProviderError(
+            "bad_request",
+            `dimensions must be at most ${MAX_SIMULATED_DIMENSIONS} for the simulator`,
+          ),
+        );
+      }
+      let promptTokens = 0;
+      const data = request.inputs.map((input, index) => {
+        const ids = typeof input === "string" ? textTokenIds(input) : input;
+        promptTokens += ids.length;
+        const vector = hashedEmbedding(ids, dimensions);
+        return {
+          object: "embedding" as const,
+          index,
+          embedding: inFormat(vector, request.encodingFormat)!,
+        };
+      });
+      return Promise.resolve({ data, promptTokens });
+    },
   };
 }
 
@@ -187,6 +218,34 @@ export function sampleValue(schema: unknown, text: string, depth: number): unkno
       );
     }
   }
+}
+
+/** Places each token adds its sign to: enough for texts that share words to point alike. */
+const PLACES_PER_TOKEN = 4;
+
+/**
+ * A unit vector from the tokens by feature hashing: each token adds ±1 at a few places chosen
+ * by a hash of its id, so equal texts embed equally and texts sharing tokens have a positive
+ * cosine similarity. Linear in the tokens, whatever the dimensions.
+ */
+export function hashedEmbedding(tokenIds: readonly number[], dimensions: number): number[] {
+  const vector = new Array<number>(dimensions).fill(0);
+  for (const id of tokenIds) {
+    for (let k = 0; k < PLACES_PER_TOKEN; k++) {
+      const h = mix(id * PLACES_PER_TOKEN + k);
+      vector[h % dimensions] += h & 0x80000000 ? -1 : 1;
+    }
+  }
+  const norm = Math.sqrt(vector.reduce((sum, x) => sum + x * x, 0));
+  return norm === 0 ? vector : vector.map((x) => x / norm);
+}
+
+/** A 32-bit integer hash (murmur3's finalizer), unsigned. */
+function mix(value: number): number {
+  let h = value >>> 0;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
 }
 
 function delay(ms: number, signal: AbortSignal): Promise<void> {

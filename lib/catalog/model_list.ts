@@ -1,0 +1,62 @@
+/**
+ * The catalog as `GET /v1/models` shows it: OpenAI's model object (`id`, `object`, `created`,
+ * `owned_by`) plus what an app needs to choose and budget: type, context and prices.
+ */
+import type { Catalog, Model, ModelType } from "./catalog.ts";
+
+export interface ModelObject {
+  id: string;
+  object: "model";
+  /** Unix seconds; the catalog records no release dates, so every model carries the same one. */
+  created: number;
+  /** The `<provider>` part of the id. */
+  owned_by: string;
+  type: ModelType;
+  /** A chat model's context window; an embedding model's most tokens per input. */
+  context_tokens: number;
+  /** Chat models only. */
+  max_output_tokens?: number;
+  /** USD per million tokens, as decimal strings, exactly as the catalog writes them. */
+  pricing: {
+    input_usd_per_mtok: string;
+    /** Chat models only. */
+    output_usd_per_mtok?: string;
+    /** Input read from the provider's prompt cache, when the catalog prices it apart. */
+    cache_read_usd_per_mtok?: string;
+    /** Input written to the provider's prompt cache, when the catalog prices it apart. */
+    cache_write_usd_per_mtok?: string;
+  };
+}
+
+export interface ModelList {
+  object: "list";
+  data: ModelObject[];
+}
+
+export function modelObject(model: Model, created: number): ModelObject {
+  const chat = model.type === "chat";
+  return {
+    id: model.id,
+    object: "model",
+    created,
+    owned_by: model.id.slice(0, model.id.indexOf("/")),
+    type: model.type,
+    context_tokens: model.contextTokens,
+    ...(chat ? { max_output_tokens: model.maxOutputTokens } : {}),
+    pricing: {
+      input_usd_per_mtok: model.inputUsdPerMTok,
+      ...(model.outputUsdPerMTok !== null ? { output_usd_per_mtok: model.outputUsdPerMTok } : {}),
+      ...(model.cacheReadUsdPerMTok !== null
+        ? { cache_read_usd_per_mtok: model.cacheReadUsdPerMTok }
+        : {}),
+      ...(model.cacheWriteUsdPerMTok !== null
+        ? { cache_write_usd_per_mtok: model.cacheWriteUsdPerMTok }
+        : {}),
+    },
+  };
+}
+
+/** Every catalog model, in catalog order. */
+export function modelList(catalog: Catalog, created: number): ModelList {
+  return { object: "list", data: catalog.models.map((m) => modelObject(m, created)) };
+}

@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { toBase64 } from "../../embedding_vectors.ts";
+import { type EmbedRequest, ProviderError } from "../types.ts";
+import type { Model } from "@/lib/catalog/mod.ts";
+import { embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
+
+const documented = JSON.parse(
+  Deno.readTextFileSync(new URL("./fixtures/embeddings.json", import.meta.url)),
+);
+
+function request(fields: Partial<EmbedRequest> = {}): EmbedRequest {
+  return {
+    model: { upstreamModel: "text-embedding-3-small" } as Model,
+    input: "The food was delicious and the waiter...",
+    inputs: ["The food was delicious and the waiter..."],
+    encodingFormat: "float",
+    dimensions: undefined,
+    user: undefined,
+    signal: new AbortController().signal,
+    requestId: "req_test",
+    ...fields,
+  };
+}
+
+function malformed(json: unknown, req = request()) {
+  assert.throws(
+    () => readEmbeddingsAnswer(json, req),
+    (e: unknown) => e instanceof ProviderError && e.kind === "malformed_response",
+  );
+}
+
+Deno.test("the request carries the upstream model, the input as sent, and only the fields given", () => {
+  assert.deepEqual(embeddingsBody(request()), {
+    model: "text-embedding-3-small",
+    input: "The food was delicious and the waiter...",
+    encoding_format: "float",
+  });
+  assert.deepEqual(
+    embeddingsBody(request({
+      input: [[1, 2], [3]],
+      inputs: [[1, 2], [3]],
+      encodingFormat: "base64",
+      dimensions: 256,
+      user: "u-1",
+    })),
+    {
+      model: "text-embedding-3-small",
+      input: [[1, 2], [3]],
+      encoding_format: "base64",
+      dimensions: 256,
+      user: "u-1",
+    },
+  );
+});
+
+Deno.test("the documented answer gives its vector and its prompt tokens", () => {
+  assert.deepEqual(readEmbeddingsAnswer(documented, request()), {
+    data: [{
+      object: "embedding",
+      index: 0,
+      embedding: [0.0023064255, -0.009327292, -0.0028842222],
+    }],
+    promptTokens: 8,
+  });
+});
+
+Deno.test("an answer without usage leaves the tokens to be counted", () => {
+  const { usage: _, ...bare } = documented;
+  assert.equal(readEmbeddingsAnswer(bare, request()).promptTokens, null);
+  assert.equal(readEmbeddingsAnswer({ ...bare, usage: "n/a" }, request()).promptTokens, null);
+});
+
+Deno.test("vectors come back in input order, by their index", () => {
+  const answer = {
+    data: [
+      { object: "embedding", index: 1, embedding: [1] },
+      { object: "embedding", index: 0, embedding: [0] },
+    ],
+  };
+  const result = readEmbeddingsAnswer(answer, request({ input: ["a", "b"], inputs: ["a", "b"] }));
+  assert.deepEqual(result.data.map((d) => d.embedding), [[0], [1]]);
+  assert.deepEqual(result.data.map((d) => d.index), [0, 1]);
+});
+
+Deno.test("a server that ignores encoding_format still gives the client its encoding", () => {
+  const asBase64 = readEmbeddingsAnswer(documented, request({ encodingFormat: "base64" }));
+  assert.equal(
+    asBase64.data[0].embedding,
+    toBase64([0.0023064255, -0.009327292, -0.0028842222]),
+  );
+  const floats = readEmbeddingsAnswer(
+    { data: [{ index: 0, embedding: toBase64([0.5, -1]) }] },
+    request(),
+  );
+  assert.deepEqual(floats.data[0].embedding, [0.5, -1]);
+});
+
+Deno.test("an answer that is not one vector per input is malformed", () => {
+  const two = request({ input: ["a", "b"], inputs: ["a", "b"] });
+  malformed({ data: [{ embedding: [1] }] }, two);
+  malformed({ data: [{ index: 0, embedding: [1] }, { index: 0, embedding: [2] }] }, two);
+  malformed({ data: [{ index: 0, embedding: [1] }, { index: 5, embedding: [2] }] }, two);
+  malformed({ object: "list" });
+  malformed({ data: [{ embedding: { x: 1 } }] });
+  malformed({ data: [{ embedding: "%%%" }] });
+  malformed("not json object");
+});

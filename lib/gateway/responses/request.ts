@@ -1,0 +1,388 @@
+/**
+ * The body of `POST /v1/responses` (OpenAI's Responses API), validated strictly and turned into
+ * a chat-completions body of the dialect `parseChatRequest` accepts, so that one paid path serves
+ * both endpoints and every provider kind the chat dialect translates to.
+ *
+ * Pure: stored items (`item_reference`) and the conversation of `previous_response_id` are looked
+ * up by the caller and handed in.
+ */
+import { z } from "zod";
+import { ApiError } from "@/lib/core/mod.ts";
+
+const InputText = z.strictObject({ type: z.literal("input_text"), text: z.string() });
+const InputImage = z.strictObject({
+  type: z.literal("input_image"),
+  image_url: z.string({ error: "must be an https URL or a data URL" }).optional(),
+  file_id: z.string().nullish(),
+  detail: z.enum(["auto", "low", "high"], { error: "must be one of auto, low, high" }).optional(),
+});
+const InputFile = z.looseObject({ type: z.literal("input_file") });
+/** What a client pushes back of an earlier answer: its text (annotations are dropped). */
+const OutputText = z.looseObject({ type: z.literal("output_text"), text: z.string() });
+const Refusal = z.looseObject({ type: z.literal("refusal"), refusal: z.string() });
+
+const ContentPart = z.discriminatedUnion("type", [
+  InputText,
+  InputImage,
+  InputFile,
+  OutputText,
+  Refusal,
+], { error: "must be a part of type input_text, input_image, output_text or refusal" });
+
+const MessageItem = z.strictObject({
+  type: z.literal("message").optional(),
+  role: z.enum(["user", "assistant", "system", "developer"], {
+    error: "must be one of user, assistant, system, developer",
+  }),
+  content: z.union([z.string(), z.array(ContentPart).min(1, "must not be empty")], {
+    error: "must be a string or an array of content parts",
+  }),
+  id: z.string().nullish(),
+  status: z.string().nullish(),
+  phase: z.string().nullish(),
+});
+
+const FunctionCallItem = z.strictObject({
+  type: z.literal("function_call"),
+  call_id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
+  name: z.string({ error: "must be a string" }).min(1, "must not be empty"),
+  arguments: z.string({ error: "must be a JSON string" }),
+  id: z.string().nullish(),
+  status: z.string().nullish(),
+});
+
+const FunctionCallOutputItem = z.strictObject({
+  type: z.literal("function_call_output"),
+  call_id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
+  output: z.union([z.string(), z.array(InputText).min(1)], {
+    error: "must be a string or an array of input_text parts",
+  }),
+  id: z.string().nullish(),
+  status: z.string().nullish(),
+});
+
+const ItemReference = z.strictObject({
+  type: z.literal("item_reference"),
+  id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
+});
+
+/** Reasoning items carry the provider's hidden state; no chat provider can take them back. */
+const ReasoningItem = z.looseObject({ type: z.literal("reasoning") });
+
+export const InputItem = z.union([
+  MessageItem,
+  FunctionCallItem,
+  FunctionCallOutputItem,
+  ItemReference,
+  ReasoningItem,
+]);
+
+export type ResponseInputItem = z.infer<typeof InputItem>;
+
+const FunctionTool = z.strictObject({
+  type: z.literal("function", "must be 'function' (the only tool type)"),
+  name: z.string({ error: "must be a string" }),
+  description: z.string().nullish(),
+  parameters: z.record(z.string(), z.unknown()).nullish(),
+  strict: z.boolean().nullish(),
+});
+
+const ToolChoice = z.union([
+  z.enum(["none", "auto", "required"]),
+  z.strictObject({ type: z.literal("function"), name: z.string() }),
+], { error: "must be none, auto, required or {type: 'function', name}" });
+
+const TextFormat = z.discriminatedUnion("type", [
+  z.strictObject({ type: z.literal("text") }),
+  z.strictObject({ type: z.literal("json_object") }),
+  z.strictObject({
+    type: z.literal("json_schema"),
+    name: z.string(),
+    schema: z.record(z.string(), z.unknown()),
+    description: z.string().nullish(),
+    strict: z.boolean().nullish(),
+  }),
+], { error: "must be of type text, json_object or json_schema" });
+
+export const ResponsesRequestSchema = z.strictObject({
+  model: z.string({ error: "must be a string" }).min(1, "must not be empty"),
+  input: z.union([z.string(), z.array(z.unknown()).min(1, "must not be empty")], {
+    error: "must be a string or an array of input items",
+  }),
+  instructions: z.string({ error: "must be a string" }).nullish(),
+  tools: z.array(FunctionTool, { error: "must be an array of function tools" }).nullish(),
+  tool_choice: ToolChoice.nullish(),
+  parallel_tool_calls: z.boolean({ error: "must be a boolean" }).nullish(),
+  max_output_tokens: z.number({ error: "must be an integer" }).int("must be an integer")
+    .min(16, "must be at least 16").nullish(),
+  text: z.strictObject({
+    format: TextFormat.optional(),
+    verbosity: z.enum(["low", "medium", "high"]).nullish(),
+  }).nullish(),
+  reasoning: z.strictObject({
+    effort: z.enum(["none", "minimal", "low", "medium", "high", "xhigh"], {
+      error: "must be one of none, minimal, low, medium, high, xhigh",
+    }).nullish(),
+    summary: z.enum(["auto", "concise", "detailed"]).nullish(),
+    generate_summary: z.enum(["auto", "concise", "detailed"]).nullish(),
+  }).nullish(),
+  stream: z.boolean({ error: "must be a boolean" }).nullish(),
+  stream_options: z.strictObject({ include_obfuscation: z.boolean().optional() }).nullish(),
+  store: z.boolean({ error: "must be a boolean" }).nullish(),
+  previous_response_id: z.string({ error: "must be a string" }).min(1).nullish(),
+  temperature: z.number({ error: "must be a number" }).min(0).max(2).nullish(),
+  top_p: z.number({ error: "must be a number" }).min(0).max(1).nullish(),
+  metadata: z.record(z.string(), z.string()).nullish(),
+  user: z.string({ error: "must be a string" }).max(256).nullish(),
+  safety_identifier: z.string({ error: "must be a string" }).max(256).nullish(),
+  prompt_cache_key: z.string({ error: "must be a string" }).max(1024).nullish(),
+  service_tier: z.string().nullish(),
+  truncation: z.literal("disabled", "only 'disabled' is supported").nullish(),
+  /** Extra output OpenAI can add on request; none of it exists without OpenAI's own store. */
+  include: z.array(z.string()).nullish(),
+  background: z.literal(false, "background responses are not supported").nullish(),
+});
+
+export type ResponsesBody = z.infer<typeof ResponsesRequestSchema>;
+
+/** What the caller looked up: the earlier conversation and the stored items referenced. */
+export interface StoredContext {
+  /** Chat messages of `previous_response_id`'s conversation, its answer included. */
+  previous: Record<string, unknown>[];
+  /** Stored output items by id, for `item_reference`. */
+  items: Map<string, ResponseInputItem>;
+}
+
+export interface ConvertedRequest {
+  body: ResponsesBody;
+  /** A body for `parseChatRequest`. */
+  chat: Record<string, unknown>;
+  /** The conversation as sent to the model, without `instructions`, for storing. */
+  conversation: Record<string, unknown>[];
+}
+
+/** Validates the body, or throws the 400 naming the field by its Responses path. */
+export function parseResponsesBody(raw: unknown): ResponsesBody {
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) {
+    throw new ApiError("invalid_json", "The request body must be a JSON object.");
+  }
+  const record = raw as Record<string, unknown>;
+  for (const field of ["model", "input"]) {
+    if (record[field] === undefined || record[field] === null) {
+      throw new ApiError("missing_parameter", `Missing required parameter: '${field}'.`, {
+        param: field,
+      });
+    }
+  }
+  const parsed = ResponsesRequestSchema.safeParse(record);
+  if (!parsed.success) throw fromIssue(parsed.error.issues[0]);
+  return parsed.data;
+}
+
+/** The item ids `input` references, to be looked up before `toChatRequest`. */
+export function referencedItems(body: ResponsesBody): string[] {
+  if (typeof body.input === "string") return [];
+  return body.input.flatMap((item) => {
+    const ref = ItemReference.safeParse(item);
+    return ref.success ? [ref.data.id] : [];
+  });
+}
+
+/** The chat-completions body the response is served by. */
+export function toChatRequest(body: ResponsesBody, stored: StoredContext): ConvertedRequest {
+  const conversation = [...stored.previous, ...inputMessages(body, stored.items)];
+  const messages = body.instructions
+    ? [{ role: "system", content: body.instructions }, ...conversation]
+    : conversation;
+  if (messages.length === 0) {
+    throw invalid("input", "holds nothing to answer (only reasoning items)");
+  }
+  const chat: Record<string, unknown> = { model: body.model, messages };
+  if (body.max_output_tokens != null) chat.max_completion_tokens = body.max_output_tokens;
+  if (body.stream) chat.stream = true;
+  if (body.tools?.length) {
+    chat.tools = body.tools.map((t) => ({
+      type: "function",
+      function: {
+        name: t.name,
+        ...(t.description != null ? { description: t.description } : {}),
+        ...(t.parameters != null ? { parameters: t.parameters } : {}),
+        ...(t.strict != null ? { strict: t.strict } : {}),
+      },
+    }));
+  }
+  if (body.tool_choice != null) {
+    chat.tool_choice = typeof body.tool_choice === "string"
+      ? body.tool_choice
+      : { type: "function", function: { name: body.tool_choice.name } };
+  }
+  const format = body.text?.format;
+  if (format && format.type !== "text") {
+    chat.response_format = format.type === "json_object" ? { type: "json_object" } : {
+      type: "json_schema",
+      json_schema: {
+        name: format.name,
+        schema: format.schema,
+        ...(format.description != null ? { description: format.description } : {}),
+        ...(format.strict != null ? { strict: format.strict } : {}),
+      },
+    };
+  }
+  if (body.text?.verbosity != null) chat.verbosity = body.text.verbosity;
+  if (body.reasoning?.effort != null) chat.reasoning_effort = body.reasoning.effort;
+  for (
+    const field of [
+      "parallel_tool_calls",
+      "temperature",
+      "top_p",
+      "metadata",
+      "user",
+      "safety_identifier",
+      "prompt_cache_key",
+      "service_tier",
+    ] as const
+  ) {
+    if (body[field] != null) chat[field] = body[field];
+  }
+  return { body, chat, conversation };
+}
+
+/** The input items as chat messages: calls join the assistant turn before them. */
+function inputMessages(
+  body: ResponsesBody,
+  items: Map<string, ResponseInputItem>,
+): Record<string, unknown>[] {
+  if (typeof body.input === "string") return [{ role: "user", content: body.input }];
+  const out: Record<string, unknown>[] = [];
+  body.input.forEach((raw, i) => {
+    let item = parseItem(raw, i);
+    if (item.type === "item_reference") {
+      const found = items.get(item.id);
+      if (!found) {
+        throw invalid(
+          `input[${i}].id`,
+          `no stored item '${
+            item.id.slice(0, 100)
+          }' (items of responses created with store: false, expired or of another app are not kept)`,
+        );
+      }
+      item = found;
+    }
+    if (item.type === "reasoning") return;
+    if (item.type === "function_call") {
+      const call = {
+        id: item.call_id,
+        type: "function",
+        function: { name: item.name, arguments: item.arguments },
+      };
+      const last = out.at(-1);
+      // Calls right after an assistant turn (or each other) are that turn's tool calls.
+      if (last?.role === "assistant") {
+        last.tool_calls = [...(last.tool_calls as unknown[] ?? []), call];
+      } else {
+        out.push({ role: "assistant", content: null, tool_calls: [call] });
+      }
+      return;
+    }
+    if (item.type === "function_call_output") {
+      const content = typeof item.output === "string"
+        ? item.output
+        : item.output.map((p) => p.text).join("");
+      out.push({ role: "tool", tool_call_id: item.call_id, content });
+      return;
+    }
+    if (!("role" in item)) throw invalid(`input[${i}].id`, "references another reference");
+    out.push(messageOf(item, i));
+  });
+  return out;
+}
+
+type Parsed = z.infer<typeof InputItem>;
+
+function parseItem(raw: unknown, i: number): Parsed {
+  const type = raw && typeof raw === "object" ? (raw as { type?: unknown }).type : undefined;
+  const schema = type === "function_call"
+    ? FunctionCallItem
+    : type === "function_call_output"
+    ? FunctionCallOutputItem
+    : type === "item_reference"
+    ? ItemReference
+    : type === "reasoning"
+    ? ReasoningItem
+    : type === undefined || type === "message"
+    ? MessageItem
+    : null;
+  if (!schema) {
+    throw new ApiError(
+      "unsupported_parameter",
+      `Unsupported input item type '${
+        String(type).slice(0, 50)
+      }': only messages, function_call, function_call_output, item_reference and reasoning items.`,
+      { param: `input[${i}].type` },
+    );
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw fromIssue(parsed.error.issues[0], ["input", i]);
+  return parsed.data as Parsed;
+}
+
+function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string, unknown> {
+  if (typeof item.content === "string") return { role: item.role, content: item.content };
+  if (item.role === "assistant") {
+    const text = item.content.map((p, j) => {
+      if (p.type === "output_text" || p.type === "input_text") return p.text;
+      if (p.type === "refusal") return p.refusal;
+      throw invalid(`input[${i}].content[${j}].type`, "an assistant message holds text only");
+    }).join("");
+    return { role: "assistant", content: text };
+  }
+  const parts = item.content.map((p, j) => {
+    const path = `input[${i}].content[${j}]`;
+    switch (p.type) {
+      case "input_text":
+      case "output_text":
+        return { type: "text", text: p.text };
+      case "input_image":
+        if (item.role !== "user") throw invalid(`${path}.type`, "only user messages hold images");
+        if (!p.image_url) {
+          throw new ApiError(
+            "unsupported_parameter",
+            "Unsupported image by file_id: send image_url (an https URL or a data URL).",
+            { param: `${path}.file_id` },
+          );
+        }
+        return {
+          type: "image_url",
+          image_url: { url: p.image_url, ...(p.detail ? { detail: p.detail } : {}) },
+        };
+      case "input_file":
+        throw new ApiError(
+          "unsupported_parameter",
+          "Unsupported content part 'input_file': its tokens cannot be bounded before the call.",
+          { param: `${path}.type` },
+        );
+      case "refusal":
+        throw invalid(`${path}.type`, "a refusal belongs to an assistant message");
+    }
+  });
+  return { role: item.role, content: parts };
+}
+
+function fromIssue(issue: z.core.$ZodIssue, prefix: PropertyKey[] = []): ApiError {
+  const path = [...prefix, ...issue.path];
+  if (issue.code === "unrecognized_keys") path.push(issue.keys[0]);
+  const param = formatPath(path);
+  return invalid(param, issue.message);
+}
+
+function invalid(param: string, message: string): ApiError {
+  return new ApiError("invalid_parameter", `Invalid value for '${param}': ${message}.`, { param });
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const part of path) {
+    out += typeof part === "number" ? `[${part}]` : out ? `.${String(part)}` : String(part);
+  }
+  return out || "(body)";
+}

@@ -1,0 +1,217 @@
+import assert from "node:assert/strict";
+import { ApiError } from "@/lib/core/mod.ts";
+import { parseChatRequest } from "../chat_request.ts";
+import {
+  parseResponsesBody,
+  referencedItems,
+  type ResponseInputItem,
+  type StoredContext,
+  toChatRequest,
+} from "./request.ts";
+
+const NONE: StoredContext = { previous: [], items: new Map() };
+const MODEL = "openai/gpt-4o-mini";
+
+function chatOf(body: Record<string, unknown>, stored = NONE) {
+  const { chat } = toChatRequest(parseResponsesBody({ model: MODEL, ...body }), stored);
+  parseChatRequest(chat); // the converted body is a valid chat request
+  return chat;
+}
+
+function refusal(body: Record<string, unknown>, stored = NONE) {
+  try {
+    toChatRequest(parseResponsesBody(body), stored);
+  } catch (error) {
+    assert.ok(error instanceof ApiError, String(error));
+    return { code: error.code, param: error.param };
+  }
+  assert.fail("accepted");
+}
+
+Deno.test("a string input is one user message; instructions lead as a system message", () => {
+  assert.deepEqual(chatOf({ input: "Hi", instructions: "Be brief." }).messages, [
+    { role: "system", content: "Be brief." },
+    { role: "user", content: "Hi" },
+  ]);
+});
+
+Deno.test("message items keep their roles; input_text and input_image become chat parts", () => {
+  const chat = chatOf({
+    input: [
+      { role: "developer", content: "Rules." },
+      {
+        type: "message",
+        role: "user",
+        content: [
+          { type: "input_text", text: "What is this?" },
+          { type: "input_image", image_url: "https://example.com/cat.png", detail: "low" },
+        ],
+      },
+      { role: "assistant", content: [{ type: "output_text", text: "A cat.", annotations: [] }] },
+    ],
+  });
+  assert.deepEqual(chat.messages, [
+    { role: "developer", content: "Rules." },
+    {
+      role: "user",
+      content: [
+        { type: "text", text: "What is this?" },
+        { type: "image_url", image_url: { url: "https://example.com/cat.png", detail: "low" } },
+      ],
+    },
+    { role: "assistant", content: "A cat." },
+  ]);
+});
+
+Deno.test("function calls join the assistant turn before them; outputs become tool messages", () => {
+  const chat = chatOf({
+    input: [
+      { role: "user", content: "Weather in Paris and Rome?" },
+      { type: "function_call", call_id: "call_1", name: "weather", arguments: '{"city":"Paris"}' },
+      { type: "function_call", call_id: "call_2", name: "weather", arguments: '{"city":"Rome"}' },
+      { type: "function_call_output", call_id: "call_1", output: "sunny" },
+      {
+        type: "function_call_output",
+        call_id: "call_2",
+        output: [{ type: "input_text", text: "rain" }],
+      },
+    ],
+    tools: [{ type: "function", name: "weather", parameters: { type: "object" }, strict: true }],
+  });
+  assert.deepEqual(chat.messages, [
+    { role: "user", content: "Weather in Paris and Rome?" },
+    {
+      role: "assistant",
+      content: null,
+      tool_calls: [
+        {
+          id: "call_1",
+          type: "function",
+          function: { name: "weather", arguments: '{"city":"Paris"}' },
+        },
+        {
+          id: "call_2",
+          type: "function",
+          function: { name: "weather", arguments: '{"city":"Rome"}' },
+        },
+      ],
+    },
+    { role: "tool", tool_call_id: "call_1", content: "sunny" },
+    { role: "tool", tool_call_id: "call_2", content: "rain" },
+  ]);
+  assert.deepEqual(chat.tools, [
+    {
+      type: "function",
+      function: { name: "weather", parameters: { type: "object" }, strict: true },
+    },
+  ]);
+});
+
+Deno.test("tool_choice, text.format, reasoning.effort and max_output_tokens map to their chat fields", () => {
+  const chat = chatOf({
+    input: "x",
+    tools: [{ type: "function", name: "f" }],
+    tool_choice: { type: "function", name: "f" },
+    text: {
+      format: { type: "json_schema", name: "answer", schema: { type: "object" }, strict: true },
+    },
+    reasoning: { effort: "low" },
+    max_output_tokens: 500,
+    temperature: 0.5,
+    user: "u-1",
+    store: false,
+  });
+  assert.deepEqual(chat.tool_choice, { type: "function", function: { name: "f" } });
+  assert.deepEqual(chat.response_format, {
+    type: "json_schema",
+    json_schema: { name: "answer", schema: { type: "object" }, strict: true },
+  });
+  assert.equal(chat.reasoning_effort, "low");
+  assert.equal(chat.max_completion_tokens, 500);
+  assert.equal(chat.temperature, 0.5);
+  assert.equal(chat.user, "u-1");
+  assert.equal("store" in chat, false, "storing is ours, not the upstream's");
+  assert.deepEqual(
+    chatOf({ input: "x", text: { format: { type: "json_object" } } }).response_format,
+    {
+      type: "json_object",
+    },
+  );
+});
+
+Deno.test("stored items and the previous conversation come before the new input", () => {
+  const items = new Map<string, ResponseInputItem>([
+    ["msg_1", {
+      type: "message",
+      role: "assistant",
+      content: [{ type: "output_text", text: "Hello!" }],
+    }],
+  ]);
+  const previous = [{ role: "user", content: "Earlier" }, { role: "assistant", content: "Noted." }];
+  const chat = chatOf(
+    { input: [{ type: "item_reference", id: "msg_1" }, { role: "user", content: "Again" }] },
+    { previous, items },
+  );
+  assert.deepEqual(chat.messages, [
+    ...previous,
+    { role: "assistant", content: "Hello!" },
+    { role: "user", content: "Again" },
+  ]);
+  assert.deepEqual(
+    referencedItems(
+      parseResponsesBody({ model: MODEL, input: [{ type: "item_reference", id: "a" }] }),
+    ),
+    ["a"],
+  );
+});
+
+Deno.test("reasoning items are dropped: no chat provider takes them back", () => {
+  const chat = chatOf({
+    input: [{ type: "reasoning", id: "rs_1", summary: [] }, { role: "user", content: "x" }],
+  });
+  assert.deepEqual(chat.messages, [{ role: "user", content: "x" }]);
+});
+
+Deno.test("each malformed or unsupported field is refused with its Responses path", () => {
+  const cases: [Record<string, unknown>, string, string][] = [
+    [{ input: "x" }, "missing_parameter", "model"],
+    [{ model: MODEL }, "missing_parameter", "input"],
+    [{ model: MODEL, input: "x", temperature: 3 }, "invalid_parameter", "temperature"],
+    [{ model: MODEL, input: "x", bogus: 1 }, "invalid_parameter", "bogus"],
+    [
+      { model: MODEL, input: [{ role: "robot", content: "x" }] },
+      "invalid_parameter",
+      "input[0].role",
+    ],
+    [
+      { model: MODEL, input: [{ type: "function_call", call_id: "c", name: "f" }] },
+      "invalid_parameter",
+      "input[0].arguments",
+    ],
+    [
+      { model: MODEL, input: [{ type: "web_search_call" }] },
+      "unsupported_parameter",
+      "input[0].type",
+    ],
+    [
+      { model: MODEL, input: [{ role: "user", content: [{ type: "input_file", file_id: "f" }] }] },
+      "unsupported_parameter",
+      "input[0].content[0].type",
+    ],
+    [
+      { model: MODEL, input: [{ type: "item_reference", id: "msg_gone" }] },
+      "invalid_parameter",
+      "input[0].id",
+    ],
+    [
+      { model: MODEL, input: "x", tools: [{ type: "web_search" }] },
+      "invalid_parameter",
+      "tools[0].type",
+    ],
+    [{ model: MODEL, input: "x", background: true }, "invalid_parameter", "background"],
+    [{ model: MODEL, input: "x", max_output_tokens: 5 }, "invalid_parameter", "max_output_tokens"],
+  ];
+  for (const [body, code, param] of cases) {
+    assert.deepEqual(refusal(body), { code, param }, JSON.stringify(body));
+  }
+});

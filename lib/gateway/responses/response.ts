@@ -1,0 +1,423 @@
+/**
+ * Chat completions back into the Responses API: a completion into a response object, and a
+ * stream of completion chunks into the documented sequence of response events.
+ */
+import type { ResponsesBody } from "./request.ts";
+
+export interface ResponseMeta {
+  id: string;
+  createdAt: number;
+  /** The catalog id. */
+  model: string;
+  store: boolean;
+  previousResponseId: string | null;
+  /** Makes item ids (`msg_…`, `fc_…`); random in the service, fixed in tests. */
+  newItemId(prefix: "msg" | "fc"): string;
+}
+
+/** The chat usage object, as the gateway gives it. */
+interface ChatUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  /** What left the wallet, in a stream's usage (USD). */
+  cost?: string;
+  prompt_tokens_details?: { cached_tokens?: number };
+  completion_tokens_details?: { reasoning_tokens?: number };
+}
+
+export type OutputItem =
+  | {
+    type: "message";
+    id: string;
+    status: "in_progress" | "completed" | "incomplete";
+    role: "assistant";
+    content: ({ type: "output_text"; text: string; annotations: [] } | {
+      type: "refusal";
+      refusal: string;
+    })[];
+  }
+  | {
+    type: "function_call";
+    id: string;
+    call_id: string;
+    name: string;
+    arguments: string;
+    status: "in_progress" | "completed" | "incomplete";
+  };
+
+export function responseUsage(usage: ChatUsage) {
+  return {
+    input_tokens: usage.prompt_tokens,
+    input_tokens_details: { cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? 0 },
+    output_tokens: usage.completion_tokens,
+    output_tokens_details: {
+      reasoning_tokens: usage.completion_tokens_details?.reasoning_tokens ?? 0,
+    },
+    total_tokens: usage.prompt_tokens + usage.completion_tokens,
+    ...(usage.cost !== undefined ? { cost: usage.cost } : {}),
+  };
+}
+
+/** The response object around its output: the request's settings echoed as OpenAI does. */
+export function responseObject(
+  body: ResponsesBody,
+  meta: ResponseMeta,
+  state: {
+    status: "in_progress" | "completed" | "incomplete" | "failed";
+    output: OutputItem[];
+    usage: ChatUsage | null;
+    incompleteReason?: string | null;
+    error?: { code: string; message: string } | null;
+  },
+) {
+  return {
+    id: meta.id,
+    object: "response",
+    created_at: meta.createdAt,
+    status: state.status,
+    error: state.error ?? null,
+    incomplete_details: state.incompleteReason ? { reason: state.incompleteReason } : null,
+    instructions: body.instructions ?? null,
+    max_output_tokens: body.max_output_tokens ?? null,
+    model: meta.model,
+    output: state.output,
+    parallel_tool_calls: body.parallel_tool_calls ?? true,
+    previous_response_id: meta.previousResponseId,
+    reasoning: { effort: body.reasoning?.effort ?? null, summary: null },
+    store: meta.store,
+    temperature: body.temperature ?? 1,
+    text: { format: body.text?.format ?? { type: "text" } },
+    tool_choice: body.tool_choice ?? "auto",
+    tools: (body.tools ?? []).map((t) => ({
+      type: "function",
+      name: t.name,
+      description: t.description ?? null,
+      parameters: t.parameters ?? null,
+      strict: t.strict ?? true,
+    })),
+    top_p: body.top_p ?? 1,
+    truncation: "disabled",
+    usage: state.usage ? responseUsage(state.usage) : null,
+    user: body.user ?? null,
+    metadata: body.metadata ?? {},
+  };
+}
+
+export type ResponseObject = ReturnType<typeof responseObject>;
+
+/** How a chat finish reason ends a response: completed, or incomplete and why. */
+export function endingOf(finishReason: string | null | undefined) {
+  if (finishReason === "length") {
+    return { status: "incomplete" as const, incompleteReason: "max_output_tokens" };
+  }
+  if (finishReason === "content_filter") {
+    return { status: "incomplete" as const, incompleteReason: "content_filter" };
+  }
+  return { status: "completed" as const, incompleteReason: null };
+}
+
+interface CompletionLike {
+  choices: {
+    message?: {
+      content?: string | null;
+      refusal?: string | null;
+      tool_calls?: { id: string; function: { name: string; arguments: string } }[];
+      [k: string]: unknown;
+    };
+    finish_reason: string | null;
+  }[];
+  usage?: ChatUsage;
+}
+
+/** A non-streamed chat completion as a response object. */
+export function completionToResponse(
+  completion: CompletionLike,
+  body: ResponsesBody,
+  meta: ResponseMeta,
+): ResponseObject {
+  const choice = completion.choices[0];
+  const message = choice?.message ?? {};
+  const ending = endingOf(choice?.finish_reason);
+  const itemStatus = ending.status === "completed" ? "completed" : "incomplete";
+  const output: OutputItem[] = [];
+  const content: Extract<OutputItem, { type: "message" }>["content"] = [];
+  if (typeof message.content === "string" && message.content !== "") {
+    content.push({ type: "output_text", text: message.content, annotations: [] });
+  }
+  if (typeof message.refusal === "string" && message.refusal !== "") {
+    content.push({ type: "refusal", refusal: message.refusal });
+  }
+  if (content.length > 0) {
+    output.push({
+      type: "message",
+      id: meta.newItemId("msg"),
+      status: itemStatus,
+      role: "assistant",
+      content,
+    });
+  }
+  for (const call of message.tool_calls ?? []) {
+    output.push({
+      type: "function_call",
+      id: meta.newItemId("fc"),
+      call_id: call.id,
+      name: call.function.name,
+      arguments: call.function.arguments,
+      status: itemStatus,
+    });
+  }
+  return responseObject(body, meta, {
+    ...ending,
+    output,
+    usage: completion.usage ?? null,
+  });
+}
+
+/** The text the client reads as the answer: every output_text of every message. */
+export function outputText(output: OutputItem[]): string {
+  return output.flatMap((item) =>
+    item.type === "message"
+      ? item.content.flatMap((p) => (p.type === "output_text" ? [p.text] : []))
+      : []
+  ).join("");
+}
+
+export type ResponseEvent = { type: string; sequence_number: number; [k: string]: unknown };
+
+interface ChunkLike {
+  choices?: {
+    delta?: {
+      content?: string | null;
+      refusal?: string | null;
+      tool_calls?: {
+        index: number;
+        id?: string;
+        function?: { name?: string; arguments?: string };
+      }[];
+    };
+    finish_reason?: string | null;
+  }[];
+  usage?: unknown;
+}
+
+type OpenItem =
+  | {
+    kind: "message";
+    index: number;
+    item: Extract<OutputItem, { type: "message" }>;
+    part: "output_text" | "refusal" | null;
+  }
+  | {
+    kind: "call";
+    index: number;
+    item: Extract<OutputItem, { type: "function_call" }>;
+    toolIndex: number;
+  };
+
+/**
+ * Chat chunks in, response events out, in OpenAI's documented order: response.created and
+ * response.in_progress; per item output_item.added, its content or arguments deltas and their
+ * done events, output_item.done; last response.completed (or .incomplete) with the usage.
+ */
+export class ResponseEvents {
+  readonly #body: ResponsesBody;
+  readonly #meta: ResponseMeta;
+  #sequence = 0;
+  readonly #output: OutputItem[] = [];
+  #open: OpenItem | null = null;
+  #finishReason: string | null = null;
+
+  constructor(body: ResponsesBody, meta: ResponseMeta) {
+    this.#body = body;
+    this.#meta = meta;
+  }
+
+  /** The output so far (all of it once finished). */
+  get output(): OutputItem[] {
+    return this.#output;
+  }
+
+  start(): ResponseEvent[] {
+    const response = this.#response({ status: "in_progress", output: [], usage: null });
+    return [
+      this.#event("response.created", { response }),
+      this.#event("response.in_progress", { response }),
+    ];
+  }
+
+  chunk(chunk: ChunkLike): ResponseEvent[] {
+    const events: ResponseEvent[] = [];
+    for (const choice of chunk.choices ?? []) {
+      const delta = choice.delta ?? {};
+      if (typeof delta.content === "string" && delta.content !== "") {
+        events.push(...this.#text("output_text", delta.content));
+      }
+      if (typeof delta.refusal === "string" && delta.refusal !== "") {
+        events.push(...this.#text("refusal", delta.refusal));
+      }
+      for (const call of delta.tool_calls ?? []) events.push(...this.#call(call));
+      if (choice.finish_reason) this.#finishReason = choice.finish_reason;
+    }
+    return events;
+  }
+
+  /** Closes what is open and ends the response with its usage. */
+  finish(usage: ChatUsage | null): ResponseEvent[] {
+    const ending = endingOf(this.#finishReason);
+    const events = this.#close(ending.status === "completed" ? "completed" : "incomplete");
+    const response = this.#response({ ...ending, output: this.#output, usage });
+    events.push(
+      this.#event(ending.status === "completed" ? "response.completed" : "response.incomplete", {
+        response,
+      }),
+    );
+    return events;
+  }
+
+  /** A stream that broke off after it began: the error, then response.failed. */
+  fail(code: string, message: string): ResponseEvent[] {
+    const events = this.#close("incomplete");
+    events.push(this.#event("error", { code, message, param: null }));
+    events.push(
+      this.#event("response.failed", {
+        response: this.#response({
+          status: "failed",
+          output: this.#output,
+          usage: null,
+          error: { code, message },
+        }),
+      }),
+    );
+    return events;
+  }
+
+  #text(part: "output_text" | "refusal", delta: string): ResponseEvent[] {
+    const events: ResponseEvent[] = [];
+    if (this.#open?.kind !== "message") {
+      events.push(...this.#close("completed"));
+      const item: Extract<OutputItem, { type: "message" }> = {
+        type: "message",
+        id: this.#meta.newItemId("msg"),
+        status: "in_progress",
+        role: "assistant",
+        content: [],
+      };
+      this.#open = { kind: "message", index: this.#output.length, item, part: null };
+      this.#output.push(item);
+      events.push(this.#event("response.output_item.added", {
+        output_index: this.#open.index,
+        item: structuredClone(item),
+      }));
+    }
+    const open = this.#open as Extract<OpenItem, { kind: "message" }>;
+    if (open.part !== part) {
+      if (open.part) events.push(...this.#closePart(open));
+      open.part = part;
+      const fresh = part === "output_text"
+        ? { type: "output_text" as const, text: "", annotations: [] as [] }
+        : { type: "refusal" as const, refusal: "" };
+      open.item.content.push(fresh);
+      events.push(this.#event("response.content_part.added", {
+        item_id: open.item.id,
+        output_index: open.index,
+        content_index: open.item.content.length - 1,
+        part: structuredClone(fresh),
+      }));
+    }
+    const current = open.item.content.at(-1)!;
+    if (current.type === "output_text") current.text += delta;
+    else current.refusal += delta;
+    events.push(this.#event(
+      part === "output_text" ? "response.output_text.delta" : "response.refusal.delta",
+      {
+        item_id: open.item.id,
+        output_index: open.index,
+        content_index: open.item.content.length - 1,
+        delta,
+        ...(part === "output_text" ? { logprobs: [] } : {}),
+      },
+    ));
+    return events;
+  }
+
+  #call(
+    call: NonNullable<NonNullable<ChunkLike["choices"]>[0]["delta"]>["tool_calls"] extends
+      (infer T)[] | undefined ? T : never,
+  ): ResponseEvent[] {
+    const events: ResponseEvent[] = [];
+    if (this.#open?.kind !== "call" || this.#open.toolIndex !== call.index) {
+      events.push(...this.#close("completed"));
+      const item: Extract<OutputItem, { type: "function_call" }> = {
+        type: "function_call",
+        id: this.#meta.newItemId("fc"),
+        call_id: call.id ?? this.#meta.newItemId("fc"),
+        name: call.function?.name ?? "",
+        arguments: "",
+        status: "in_progress",
+      };
+      this.#open = { kind: "call", index: this.#output.length, item, toolIndex: call.index };
+      this.#output.push(item);
+      events.push(this.#event("response.output_item.added", {
+        output_index: this.#open.index,
+        item: structuredClone(item),
+      }));
+    }
+    const open = this.#open as Extract<OpenItem, { kind: "call" }>;
+    const delta = call.function?.arguments ?? "";
+    if (delta !== "") {
+      open.item.arguments += delta;
+      events.push(this.#event("response.function_call_arguments.delta", {
+        item_id: open.item.id,
+        output_index: open.index,
+        delta,
+      }));
+    }
+    return events;
+  }
+
+  #closePart(open: Extract<OpenItem, { kind: "message" }>): ResponseEvent[] {
+    const contentIndex = open.item.content.length - 1;
+    const part = open.item.content[contentIndex];
+    const where = { item_id: open.item.id, output_index: open.index, content_index: contentIndex };
+    return [
+      part.type === "output_text"
+        ? this.#event("response.output_text.done", { ...where, text: part.text, logprobs: [] })
+        : this.#event("response.refusal.done", { ...where, refusal: part.refusal }),
+      this.#event("response.content_part.done", { ...where, part: structuredClone(part) }),
+    ];
+  }
+
+  #close(status: "completed" | "incomplete"): ResponseEvent[] {
+    const open = this.#open;
+    if (!open) return [];
+    this.#open = null;
+    const events: ResponseEvent[] = [];
+    if (open.kind === "message") {
+      if (open.part) events.push(...this.#closePart(open));
+    } else {
+      events.push(this.#event("response.function_call_arguments.done", {
+        item_id: open.item.id,
+        output_index: open.index,
+        name: open.item.name,
+        arguments: open.item.arguments,
+      }));
+    }
+    open.item.status = status;
+    events.push(this.#event("response.output_item.done", {
+      output_index: open.index,
+      item: structuredClone(open.item),
+    }));
+    return events;
+  }
+
+  #response(state: Parameters<typeof responseObject>[2]) {
+    return responseObject(this.#body, this.#meta, {
+      ...state,
+      output: structuredClone(state.output),
+    });
+  }
+
+  #event(type: string, fields: Record<string, unknown>): ResponseEvent {
+    return { type, sequence_number: this.#sequence++, ...fields };
+  }
+}

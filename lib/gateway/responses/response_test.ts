@@ -1,0 +1,252 @@
+import assert from "node:assert/strict";
+import { parseSse } from "../sse.ts";
+import { parseResponsesBody } from "./request.ts";
+import {
+  completionToResponse,
+  outputText,
+  type ResponseEvent,
+  ResponseEvents,
+  type ResponseMeta,
+} from "./response.ts";
+
+function meta(): ResponseMeta {
+  let n = 0;
+  return {
+    id: "resp_test",
+    createdAt: 1_741_290_958,
+    model: "openai/gpt-4o-mini",
+    store: true,
+    previousResponseId: null,
+    newItemId: (prefix) => `${prefix}_${++n}`,
+  };
+}
+
+const body = (fields: Record<string, unknown> = {}) =>
+  parseResponsesBody({ model: "openai/gpt-4o-mini", input: "Hi", ...fields });
+
+async function fixtureEvents(name: string): Promise<ResponseEvent[]> {
+  const text = await Deno.readTextFile(new URL(`./fixtures/${name}`, import.meta.url));
+  const stream = new Response(text).body!;
+  const out: ResponseEvent[] = [];
+  for await (const event of parseSse(stream)) {
+    const data = JSON.parse(event.data);
+    assert.equal(event.event, data.type, "each event is named after its type");
+    out.push(data);
+  }
+  return out;
+}
+
+function kind(v: unknown) {
+  return v === null ? "null" : Array.isArray(v) ? "array" : typeof v;
+}
+
+/** Every field the documented event has, ours has too, with the same JSON type. */
+function assertShapeIncludes(actual: unknown, expected: unknown, path = "$") {
+  assert.equal(
+    kind(actual),
+    kind(expected),
+    `${path}: ${kind(actual)} where the docs have ${kind(expected)}`,
+  );
+  if (kind(expected) === "object") {
+    for (const [k, v] of Object.entries(expected as Record<string, unknown>)) {
+      // null in the docs is "not set"; ours may set it (an object or a string).
+      if (v === null) continue;
+      assert.ok(k in (actual as Record<string, unknown>), `${path}.${k} is missing`);
+      assertShapeIncludes((actual as Record<string, unknown>)[k], v, `${path}.${k}`);
+    }
+  } else if (kind(expected) === "array") {
+    const a = actual as unknown[];
+    (expected as unknown[]).forEach((v, i) => {
+      if (i < a.length) assertShapeIncludes(a[i], v, `${path}[${i}]`);
+    });
+  }
+}
+
+const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+  choices: [{ index: 0, delta, finish_reason: finish }],
+});
+
+Deno.test("a text completion is one message item with its output_text, and the usage renamed", () => {
+  const response = completionToResponse(
+    {
+      choices: [{ message: { role: "assistant", content: "Hi there!" }, finish_reason: "stop" }],
+      usage: {
+        prompt_tokens: 37,
+        completion_tokens: 11,
+        prompt_tokens_details: { cached_tokens: 5 },
+        completion_tokens_details: { reasoning_tokens: 3 },
+      },
+    },
+    body({ instructions: "Be kind.", store: false }),
+    meta(),
+  );
+  assert.equal(response.object, "response");
+  assert.equal(response.status, "completed");
+  assert.equal(response.instructions, "Be kind.");
+  assert.deepEqual(response.output, [{
+    type: "message",
+    id: "msg_1",
+    status: "completed",
+    role: "assistant",
+    content: [{ type: "output_text", text: "Hi there!", annotations: [] }],
+  }]);
+  assert.deepEqual(response.usage, {
+    input_tokens: 37,
+    input_tokens_details: { cached_tokens: 5 },
+    output_tokens: 11,
+    output_tokens_details: { reasoning_tokens: 3 },
+    total_tokens: 48,
+  });
+  assert.equal(outputText(response.output), "Hi there!");
+});
+
+Deno.test("tool calls become function_call items with the chat call id as call_id", () => {
+  const response = completionToResponse(
+    {
+      choices: [{
+        message: {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: "call_9",
+            function: { name: "get_weather", arguments: '{"city":"Rome"}' },
+          }],
+        },
+        finish_reason: "tool_calls",
+      }],
+    },
+    body(),
+    meta(),
+  );
+  assert.deepEqual(response.output, [{
+    type: "function_call",
+    id: "fc_1",
+    call_id: "call_9",
+    name: "get_weather",
+    arguments: '{"city":"Rome"}',
+    status: "completed",
+  }]);
+  assert.equal(response.usage, null);
+});
+
+Deno.test("a completion cut at its output cap is an incomplete response, reason max_output_tokens", () => {
+  const response = completionToResponse(
+    {
+      choices: [{ message: { role: "assistant", content: "Hal" }, finish_reason: "length" }],
+    },
+    body({ max_output_tokens: 16 }),
+    meta(),
+  );
+  assert.equal(response.status, "incomplete");
+  assert.deepEqual(response.incomplete_details, { reason: "max_output_tokens" });
+  assert.equal(response.output[0].status, "incomplete");
+  assert.equal(response.max_output_tokens, 16);
+});
+
+Deno.test("a streamed text answer gives the documented event sequence and shapes", async () => {
+  const events = new ResponseEvents(body({ instructions: "You are a helpful assistant." }), meta());
+  const out = [
+    ...events.start(),
+    ...events.chunk(chunk({ role: "assistant", content: "" })),
+    ...events.chunk(chunk({ content: "Hi" })),
+    ...events.chunk(chunk({ content: " there!" })),
+    ...events.chunk(chunk({}, "stop")),
+    ...events.finish({ prompt_tokens: 37, completion_tokens: 11 }),
+  ];
+  const documented = await fixtureEvents("stream_text.sse");
+  assert.deepEqual(out.map((e) => e.type), documented.map((e) => e.type));
+  out.forEach((e, i) => assertShapeIncludes(e, documented[i], e.type));
+  assert.deepEqual(out.map((e) => e.sequence_number), out.map((_, i) => i));
+  const completed = out.at(-1)!.response as { output: unknown; usage: { total_tokens: number } };
+  assert.equal(completed.usage.total_tokens, 48);
+  assert.equal(outputText(events.output), "Hi there!");
+});
+
+Deno.test("streamed tool-call fragments give the documented function_call events", async () => {
+  const tools = [{
+    type: "function",
+    name: "get_weather",
+    description: "Get current temperature for a given location.",
+    parameters: {
+      type: "object",
+      properties: { location: { type: "string" } },
+      required: ["location"],
+      additionalProperties: false,
+    },
+    strict: true,
+  }];
+  const events = new ResponseEvents(body({ tools }), meta());
+  const fragments = ['{"', "location", '":"', "Paris", ",", " France", '"}'];
+  const out = [
+    ...events.start(),
+    ...events.chunk(chunk({
+      role: "assistant",
+      tool_calls: [{
+        index: 0,
+        id: "call_1",
+        type: "function",
+        function: { name: "get_weather", arguments: "" },
+      }],
+    })),
+    ...fragments.flatMap((f) =>
+      events.chunk(chunk({ tool_calls: [{ index: 0, function: { arguments: f } }] }))
+    ),
+    ...events.chunk(chunk({}, "tool_calls")),
+    ...events.finish({ prompt_tokens: 291, completion_tokens: 23 }),
+  ];
+  const documented = await fixtureEvents("stream_function_call.sse");
+  assert.deepEqual(out.map((e) => e.type), documented.map((e) => e.type));
+  out.forEach((e, i) => assertShapeIncludes(e, documented[i], e.type));
+  const done = out.find((e) => e.type === "response.function_call_arguments.done")!;
+  assert.equal(done.arguments, '{"location":"Paris, France"}');
+});
+
+Deno.test("text then two calls: each item is closed before the next is added", () => {
+  const events = new ResponseEvents(body(), meta());
+  const out = [
+    ...events.chunk(chunk({ content: "Checking." })),
+    ...events.chunk(
+      chunk({ tool_calls: [{ index: 0, id: "a", function: { name: "f", arguments: "{}" } }] }),
+    ),
+    ...events.chunk(
+      chunk({ tool_calls: [{ index: 1, id: "b", function: { name: "g", arguments: "{}" } }] }),
+    ),
+    ...events.finish(null),
+  ].map((e) => `${e.type}${"output_index" in e ? `@${e.output_index}` : ""}`);
+  assert.deepEqual(out, [
+    "response.output_item.added@0",
+    "response.content_part.added@0",
+    "response.output_text.delta@0",
+    "response.output_text.done@0",
+    "response.content_part.done@0",
+    "response.output_item.done@0",
+    "response.output_item.added@1",
+    "response.function_call_arguments.delta@1",
+    "response.function_call_arguments.done@1",
+    "response.output_item.done@1",
+    "response.output_item.added@2",
+    "response.function_call_arguments.delta@2",
+    "response.function_call_arguments.done@2",
+    "response.output_item.done@2",
+    "response.completed",
+  ]);
+  assert.deepEqual(events.output.map((i) => i.type), ["message", "function_call", "function_call"]);
+});
+
+Deno.test("a stream cut after it began ends with an error event and response.failed", () => {
+  const events = new ResponseEvents(body(), meta());
+  events.start();
+  events.chunk(chunk({ content: "partial" }));
+  const out = events.fail("stream_interrupted", "The upstream stream failed.");
+  assert.deepEqual(out.map((e) => e.type), [
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "error",
+    "response.failed",
+  ]);
+  const failed = out.at(-1)!.response as { status: string; error: { code: string } };
+  assert.equal(failed.status, "failed");
+  assert.equal(failed.error.code, "stream_interrupted");
+  assert.equal((out[2].item as { status: string }).status, "incomplete");
+});

@@ -1,0 +1,237 @@
+/**
+ * `POST /v1/responses`, served by the chat path: the body is converted to a chat request, paid
+ * and answered by the same gateway (reservation, fallbacks, settle), and the answer converted
+ * back. Stored responses live in the ResponseStore.
+ */
+import { ApiError, type Micros, randomToken } from "@/lib/core/mod.ts";
+import { parseChatRequest } from "../chat_request.ts";
+import type { Caller, Gateway, RequestTrace } from "../gateway.ts";
+import {
+  parseResponsesBody,
+  referencedItems,
+  type ResponsesBody,
+  toChatRequest,
+} from "./request.ts";
+import {
+  completionToResponse,
+  type ResponseEvent,
+  ResponseEvents,
+  type ResponseMeta,
+  type ResponseObject,
+} from "./response.ts";
+import { ResponseStore } from "./store.ts";
+
+export interface ResponseOutcome {
+  response: ResponseObject;
+  provider: string;
+  charged: Micros;
+  available: Micros;
+}
+
+export interface ResponseStreamOutcome {
+  provider: string;
+  /** Balance right after the reservation. */
+  available: Micros;
+  /** The events, ending with response.completed (or .incomplete, or error and response.failed). */
+  events: AsyncGenerator<ResponseEvent>;
+  cancel(): Promise<void>;
+}
+
+export class Responses {
+  readonly #gateway: Gateway;
+  readonly #store: ResponseStore;
+  readonly #log: (fields: Record<string, unknown>) => void;
+
+  constructor(
+    gateway: Gateway,
+    store: ResponseStore,
+    log: (fields: Record<string, unknown>) => void,
+  ) {
+    this.#gateway = gateway;
+    this.#store = store;
+    this.#log = log;
+  }
+
+  /** Validates the body, without reading anything: `stream` decides how the route answers. */
+  parse(raw: unknown): ResponsesBody {
+    return parseResponsesBody(raw);
+  }
+
+  async create(
+    caller: Caller,
+    body: ResponsesBody,
+    requestId: string,
+    trace: RequestTrace,
+  ): Promise<ResponseOutcome> {
+    const { request, conversation, meta } = await this.#prepare(caller, body);
+    const outcome = await this.#gateway.complete(caller, request, requestId, trace)
+      .catch(inResponsesTerms);
+    const response = completionToResponse(outcome.completion, body, meta);
+    response.store = await this.#save(caller, meta, conversation, response.output, requestId);
+    return {
+      response,
+      provider: outcome.provider,
+      charged: outcome.charged,
+      available: outcome.available,
+    };
+  }
+
+  async stream(
+    caller: Caller,
+    body: ResponsesBody,
+    requestId: string,
+    trace: RequestTrace,
+  ): Promise<ResponseStreamOutcome> {
+    const prepared = await this.#prepare(caller, body);
+    // The usage chunk (with the cost) is what response.completed reports.
+    const request = { ...prepared.request, includeUsage: true };
+    const outcome = await this.#gateway.stream(caller, request, requestId, trace)
+      .catch(inResponsesTerms);
+    const { meta, conversation } = prepared;
+    const converter = new ResponseEvents(body, meta);
+    const save = (output: ResponseEvents["output"]) =>
+      this.#save(caller, meta, conversation, output, requestId);
+    async function* events(): AsyncGenerator<ResponseEvent> {
+      yield* converter.start();
+      let usage = null;
+      for await (const event of outcome.events) {
+        if (event.type === "error") {
+          yield* converter.fail(event.error.code, event.error.message);
+          return;
+        }
+        const chunk = event.chunk;
+        if (chunk.usage && chunk.choices.length === 0) {
+          usage = chunk.usage as Parameters<ResponseEvents["finish"]>[0];
+          continue;
+        }
+        yield* converter.chunk(chunk);
+      }
+      // response.completed says whether it was stored (a response too large to keep is not).
+      if (meta.store) meta.store = await save(converter.output);
+      yield* converter.finish(usage);
+    }
+    return {
+      provider: outcome.provider,
+      available: outcome.available,
+      events: events(),
+      cancel: () => outcome.cancel(),
+    };
+  }
+
+  async #prepare(caller: Caller, body: ResponsesBody) {
+    const previousId = body.previous_response_id ?? null;
+    const previous = previousId ? await this.#store.load(caller.appId, previousId) : null;
+    if (previousId && !previous) {
+      throw new ApiError(
+        "invalid_parameter",
+        `Invalid value for 'previous_response_id': no stored response '${
+          previousId.slice(0, 100)
+        }' (responses created with store: false, expired after 30 days or of another app are not kept).`,
+        { param: "previous_response_id" },
+      );
+    }
+    const items = await this.#store.items(caller.appId, referencedItems(body));
+    const converted = toChatRequest(body, { previous: previous?.conversation ?? [], items });
+    let request;
+    try {
+      request = parseChatRequest(converted.chat);
+    } catch (error) {
+      inResponsesTerms(error);
+    }
+    const meta: ResponseMeta = {
+      id: `resp_${randomToken(128)}`,
+      createdAt: Math.floor(Date.now() / 1000),
+      model: body.model,
+      store: body.store !== false,
+      previousResponseId: previousId,
+      newItemId: (prefix) => `${prefix}_${randomToken(128)}`,
+    };
+    return { request: request!, conversation: converted.conversation, meta };
+  }
+
+  /**
+   * Stores the response when asked to and when it fits; whether it was stored. A failure to store
+   * loses no money (the answer is charged and given) and is logged.
+   */
+  async #save(
+    caller: Caller,
+    meta: ResponseMeta,
+    conversation: Record<string, unknown>[],
+    output: ResponseEvents["output"],
+    requestId: string,
+  ): Promise<boolean> {
+    if (!meta.store) return false;
+    const encoded = ResponseStore.encode({
+      conversation: [...conversation, ...assistantTurn(output)],
+      output,
+    });
+    if (!encoded) return false;
+    try {
+      await this.#store.save(caller.appId, meta.id, encoded, output);
+      return true;
+    } catch (error) {
+      this.#log({
+        level: "error",
+        requestId,
+        event: "response_store_failed",
+        error: String(error),
+      });
+      return false;
+    }
+  }
+}
+
+/** The answer as chat messages, for a later `previous_response_id`: text, then its calls. */
+function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown>[] {
+  const text = output.flatMap((item) =>
+    item.type === "message"
+      ? item.content.map((p) => (p.type === "output_text" ? p.text : p.refusal))
+      : []
+  ).join("");
+  const calls = output.flatMap((item) =>
+    item.type === "function_call"
+      ? [{
+        id: item.call_id,
+        type: "function",
+        function: { name: item.name, arguments: item.arguments },
+      }]
+      : []
+  );
+  if (!text && calls.length === 0) return [];
+  return [{
+    role: "assistant",
+    content: text || null,
+    ...(calls.length ? { tool_calls: calls } : {}),
+  }];
+}
+
+/** The chat dialect's names in an error, as the Responses API names the same fields. */
+const RENAMED: [RegExp, string][] = [
+  [/^messages(\[\d+\].*)?$/, "input"],
+  [/^max_(completion_)?tokens$/, "max_output_tokens"],
+  [/^response_format(\..*)?$/, "text.format"],
+  [/^reasoning_effort$/, "reasoning.effort"],
+  [/^verbosity$/, "text.verbosity"],
+  [/^(tools\[\d+\])\.function\.(.*)$/, "$1.$2"],
+  [/^tool_choice\.function\.name$/, "tool_choice.name"],
+];
+
+function inResponsesTerms(error: unknown): never {
+  if (!(error instanceof ApiError) || error.param === undefined) throw error;
+  let param = error.param;
+  for (const [pattern, replacement] of RENAMED) {
+    if (pattern.test(param)) {
+      param = param.replace(pattern, replacement);
+      break;
+    }
+  }
+  if (param === error.param) throw error;
+  throw new ApiError(
+    error.code,
+    error.message.replaceAll(`'${error.param}'`, `'${param}'`).replace(
+      /\bmax_(completion_)?tokens\b/g,
+      "max_output_tokens",
+    ),
+    { param, extra: error.extra, headers: error.headers },
+  );
+}

@@ -1,0 +1,131 @@
+/**
+ * Stored responses (`store`, the Responses API's default): the conversation a response answered
+ * and its output, kept in KV per app for `previous_response_id` and `item_reference`, for 30 days
+ * as OpenAI keeps them. A body larger than a KV value is split into chunks; the head, written
+ * last, makes it visible, so a half-written response is never read.
+ */
+import { keys, type StoredResponseItemRecord, type StoredResponseRecord } from "@/lib/db.ts";
+import type { ResponseInputItem } from "./request.ts";
+import type { OutputItem } from "./response.ts";
+
+export const STORED_RESPONSE_TTL_MS = 30 * 24 * 60 * 60 * 1000;
+/** A larger response is answered but not stored (`store: false` in its object). */
+export const MAX_STORED_RESPONSE_BYTES = 8 * 1024 * 1024;
+
+/** Below KV's 64 KiB value limit. */
+const CHUNK_BYTES = 60_000;
+/** Chunks per commit: well within a commit's size limit. */
+const CHUNKS_PER_COMMIT = 10;
+
+export interface StoredResponse {
+  /** The chat messages the response answered, `instructions` aside, and its answer after them. */
+  conversation: Record<string, unknown>[];
+  output: OutputItem[];
+}
+
+export class ResponseStore {
+  readonly #kv: Deno.Kv;
+  readonly #now: () => number;
+
+  constructor(kv: Deno.Kv, now: () => number = Date.now) {
+    this.#kv = kv;
+    this.#now = now;
+  }
+
+  /** Whether a response of this size is stored at all. */
+  static fits(bytes: number): boolean {
+    return bytes <= MAX_STORED_RESPONSE_BYTES;
+  }
+
+  /** The encoded body, or null when it is too large to store. */
+  static encode(response: StoredResponse): Uint8Array | null {
+    const bytes = new TextEncoder().encode(JSON.stringify(response));
+    return ResponseStore.fits(bytes.byteLength) ? bytes : null;
+  }
+
+  async save(
+    appId: string,
+    responseId: string,
+    body: Uint8Array,
+    output: OutputItem[],
+  ): Promise<void> {
+    const createdAt = this.#now();
+    const expiresAt = createdAt + STORED_RESPONSE_TTL_MS;
+    const expireIn = STORED_RESPONSE_TTL_MS;
+    const chunks = Math.max(1, Math.ceil(body.byteLength / CHUNK_BYTES));
+    for (let first = 0; first < chunks; first += CHUNKS_PER_COMMIT) {
+      const op = this.#kv.atomic();
+      for (let i = first; i < Math.min(chunks, first + CHUNKS_PER_COMMIT); i++) {
+        op.set(
+          keys.storedResponseChunk(appId, responseId, i),
+          body.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES),
+          { expireIn },
+        );
+      }
+      await commit(op);
+    }
+    const head: StoredResponseRecord = {
+      id: responseId,
+      createdAt,
+      expiresAt,
+      chunks,
+      bytes: body.byteLength,
+    };
+    const op = this.#kv.atomic().set(keys.storedResponse(appId, responseId), head, { expireIn });
+    for (const item of output) {
+      const entry: StoredResponseItemRecord = { responseId, expiresAt };
+      op.set(keys.storedResponseItem(appId, item.id), entry, { expireIn });
+    }
+    await commit(op);
+  }
+
+  /** The app's stored response, or null when there is none (never stored, expired, another app's). */
+  async load(appId: string, responseId: string): Promise<StoredResponse | null> {
+    const head = await this.#kv.get<StoredResponseRecord>(keys.storedResponse(appId, responseId));
+    if (!head.value || head.value.expiresAt <= this.#now()) return null;
+    const { chunks, bytes } = head.value;
+    const body = new Uint8Array(bytes);
+    for (let first = 0; first < chunks; first += 10) {
+      const batch = await this.#kv.getMany<Uint8Array[]>(
+        Array.from(
+          { length: Math.min(10, chunks - first) },
+          (_, j) => keys.storedResponseChunk(appId, responseId, first + j),
+        ),
+      );
+      for (const [j, entry] of batch.entries()) {
+        if (!entry.value) return null;
+        body.set(entry.value, (first + j) * CHUNK_BYTES);
+      }
+    }
+    return JSON.parse(new TextDecoder().decode(body));
+  }
+
+  /** The stored output items of this app with these ids; ids not found are left out. */
+  async items(appId: string, ids: string[]): Promise<Map<string, ResponseInputItem>> {
+    const found = new Map<string, ResponseInputItem>();
+    const byResponse = new Map<string, string[]>();
+    for (let i = 0; i < ids.length; i += 10) {
+      const entries = await this.#kv.getMany<StoredResponseItemRecord[]>(
+        ids.slice(i, i + 10).map((id) => keys.storedResponseItem(appId, id)),
+      );
+      entries.forEach((entry, j) => {
+        if (!entry.value || entry.value.expiresAt <= this.#now()) return;
+        const list = byResponse.get(entry.value.responseId) ?? [];
+        list.push(ids[i + j]);
+        byResponse.set(entry.value.responseId, list);
+      });
+    }
+    for (const [responseId, wanted] of byResponse) {
+      const response = await this.load(appId, responseId);
+      for (const item of response?.output ?? []) {
+        if (wanted.includes(item.id)) found.set(item.id, item as ResponseInputItem);
+      }
+    }
+    return found;
+  }
+}
+
+async function commit(op: Deno.AtomicOperation) {
+  const result = await op.commit();
+  if (!result.ok) throw new Error("storing a response failed its commit");
+}

@@ -1,0 +1,69 @@
+import assert from "node:assert/strict";
+import { MAX_STORED_RESPONSE_BYTES, ResponseStore, STORED_RESPONSE_TTL_MS } from "./store.ts";
+import type { OutputItem } from "./response.ts";
+
+const message = (id: string, text: string): OutputItem => ({
+  type: "message",
+  id,
+  status: "completed",
+  role: "assistant",
+  content: [{ type: "output_text", text, annotations: [] }],
+});
+
+async function withStore(fn: (store: ResponseStore, clock: { now: number }) => Promise<void>) {
+  const kv = await Deno.openKv(":memory:");
+  const clock = { now: 1_000_000 };
+  try {
+    await fn(new ResponseStore(kv, () => clock.now), clock);
+  } finally {
+    kv.close();
+  }
+}
+
+Deno.test("a stored response larger than a KV value comes back whole from its chunks", () =>
+  withStore(async (store) => {
+    const long = "word ".repeat(100_000); // 500 KB, nine chunks
+    const output = [message("msg_1", long)];
+    const body = ResponseStore.encode({ conversation: [{ role: "user", content: long }], output })!;
+    await store.save("app_a", "resp_1", body, output);
+    const loaded = await store.load("app_a", "resp_1");
+    assert.equal((loaded!.conversation[0] as { content: string }).content, long);
+    assert.deepEqual(loaded!.output, output);
+  }));
+
+Deno.test("a stored response is the app's own, and gone after 30 days", () =>
+  withStore(async (store, clock) => {
+    const output = [message("msg_1", "hi")];
+    await store.save(
+      "app_a",
+      "resp_1",
+      ResponseStore.encode({ conversation: [], output })!,
+      output,
+    );
+    assert.equal(await store.load("app_b", "resp_1"), null);
+    assert.ok(await store.load("app_a", "resp_1"));
+    clock.now += STORED_RESPONSE_TTL_MS;
+    assert.equal(await store.load("app_a", "resp_1"), null);
+    assert.equal((await store.items("app_a", ["msg_1"])).size, 0);
+  }));
+
+Deno.test("output items are found by id across stored responses; unknown ids are left out", () =>
+  withStore(async (store) => {
+    for (const [response, item] of [["resp_1", "msg_1"], ["resp_2", "msg_2"]]) {
+      const output = [message(item, item)];
+      await store.save(
+        "app_a",
+        response,
+        ResponseStore.encode({ conversation: [], output })!,
+        output,
+      );
+    }
+    const found = await store.items("app_a", ["msg_2", "msg_x", "msg_1"]);
+    assert.deepEqual([...found.keys()].sort(), ["msg_1", "msg_2"]);
+    assert.equal((await store.items("app_b", ["msg_1"])).size, 0);
+  }));
+
+Deno.test("a response over the size limit is not stored", () => {
+  const huge = "x".repeat(MAX_STORED_RESPONSE_BYTES);
+  assert.equal(ResponseStore.encode({ conversation: [{ content: huge }], output: [] }), null);
+});

@@ -1,0 +1,21 @@
+import type { Context } from "hono";
+import { type Gateway, parseEmbeddingsRequest } from "@/lib/gateway/mod.ts";
+import type { Env } from "@/routes/middleware.ts";
+import { readJsonBody } from "./chat/completions.ts";
+import { paidAnswerHeaders } from "./paid_answer.ts";
+
+/** POST /v1/embeddings: createEmbedding, paid like a chat completion without output. */
+export function embeddings(gateway: Gateway, options: { maxBodyBytes: number }) {
+  return async (c: Context<Env>) => {
+    const body = await readJsonBody(c.req.raw, options.maxBodyBytes);
+    const request = parseEmbeddingsRequest(body);
+    const outcome = await gateway.embed(
+      c.get("caller"),
+      request,
+      c.get("requestId"),
+      c.get("trace"),
+    );
+    paidAnswerHeaders(c, outcome);
+    return c.json(outcome.embeddings);
+  };
+}

@@ -1,0 +1,389 @@
+/**
+ * POST /v1/responses on both provider kinds, driven by the openai SDK and by the Vercel AI SDK's
+ * default OpenAI provider (which speaks the Responses API): each request paid exactly its
+ * upstream usage at the catalog's prices.
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { createOpenAI } from "@ai-sdk/openai";
+import { generateText, stepCountIs, streamText, tool } from "ai";
+import { z } from "zod";
+import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import {
+  assertCharged,
+  CLAUDE_MODEL,
+  type Dialect,
+  OPENAI_MODEL,
+  scriptAgentLoop,
+  withDialect,
+} from "./harness.ts";
+
+const KINDS = [
+  { kind: "openai", model: OPENAI_MODEL },
+  { kind: "anthropic", model: CLAUDE_MODEL },
+] as const;
+
+type Kind = (typeof KINDS)[number]["kind"];
+
+const client = (d: Dialect) => new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
+
+/** Scripts a text answer with known usage on the kind's fake; the usage it bills. */
+function scriptText(d: Dialect, kind: Kind, text: string) {
+  if (kind === "openai") {
+    d.openai.script({ content: text, promptTokens: 42, completionTokens: 9 });
+    return { prompt: 42, completion: 9 };
+  }
+  d.claude.script({ text, inputTokens: 50, outputTokens: 11 });
+  return { prompt: 50, completion: 11 };
+}
+
+/** The messages the upstream got on its last request, in its own wire format. */
+function lastUpstreamMessages(d: Dialect, kind: Kind): { role: string; content: unknown }[] {
+  return kind === "openai" ? d.openai.chats.at(-1)!.body.messages : d.claude.messages().at(-1)!.body
+    .messages;
+}
+
+const WEATHER_TOOL = {
+  type: "function" as const,
+  name: "weather",
+  description: "The weather in a city",
+  parameters: {
+    type: "object",
+    properties: { city: { type: "string" } },
+    required: ["city"],
+    additionalProperties: false,
+  },
+  strict: true,
+};
+
+for (const { kind, model } of KINDS) {
+  Deno.test(`openai SDK responses.create, ${kind} kind: text answer charged its upstream usage`, () =>
+    withDialect(async (d) => {
+      const usage = scriptText(d, kind, "Hello from the upstream.");
+      const { data, response } = await client(d).responses.create({
+        model,
+        instructions: "Be brief.",
+        input: "Say hello.",
+        max_output_tokens: 200,
+      }).withResponse();
+      assert.equal(data.object, "response");
+      assert.equal(data.status, "completed");
+      assert.equal(data.output_text, "Hello from the upstream.");
+      assert.equal(data.model, model);
+      assert.equal(data.usage?.input_tokens, usage.prompt);
+      assert.equal(data.usage?.output_tokens, usage.completion);
+      const record = await assertCharged(d, model, usage);
+      assert.equal(response.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+      assert.match(response.headers.get("tollbooth-request-id")!, /^req_/);
+      assert.ok(response.headers.get("x-ratelimit-remaining-requests"));
+      const sent = lastUpstreamMessages(d, kind);
+      assert.match(JSON.stringify(sent), /Say hello\./);
+      if (kind === "openai") {
+        assert.deepEqual(d.openai.chats.at(-1)!.body.messages[0], {
+          role: "system",
+          content: "Be brief.",
+        });
+      } else {
+        assert.equal(d.claude.messages().at(-1)!.body.system, "Be brief.");
+      }
+    }));
+
+  Deno.test(`openai SDK responses stream, ${kind} kind: the documented events, usage and cost at the end`, () =>
+    withDialect(async (d) => {
+      const usage = scriptText(d, kind, "Streaming works well.");
+      const stream = await client(d).responses.create({
+        model,
+        input: "Stream something.",
+        stream: true,
+      });
+      const types: string[] = [];
+      let text = "";
+      let completed: Record<string, unknown> | null = null;
+      for await (const event of stream) {
+        types.push(event.type);
+        if (event.type === "response.output_text.delta") text += event.delta;
+        if (event.type === "response.completed") {
+          completed = event.response as unknown as Record<string, unknown>;
+        }
+      }
+      assert.equal(text, "Streaming works well.");
+      assert.deepEqual(types.slice(0, 4), [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+      ]);
+      assert.deepEqual(types.slice(-4), [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+      ]);
+      assert.ok(completed);
+      const u = completed.usage as Record<string, unknown>;
+      assert.equal(u.input_tokens, usage.prompt);
+      assert.equal(u.output_tokens, usage.completion);
+      const record = await assertCharged(d, model, usage);
+      assert.equal(u.cost, formatUsd(record.cost));
+    }));
+
+  Deno.test(`openai SDK function round trip, ${kind} kind: call, output, answer; with and without stored responses`, () =>
+    withDialect(async (d) => {
+      const openai = client(d);
+      const usages = [...scriptAgentLoop(d, kind), ...scriptAgentLoop(d, kind)];
+      // Stateless: the client sends the whole conversation back (store: false).
+      const first = await openai.responses.create({
+        model,
+        input: "Weather in Paris?",
+        tools: [WEATHER_TOOL],
+        store: false,
+      });
+      const call = first.output.find((i) => i.type === "function_call")!;
+      assert.ok(call && call.type === "function_call");
+      assert.equal(call.name, "weather");
+      assert.deepEqual(JSON.parse(call.arguments), { city: "Paris" });
+      assert.equal((first as unknown as { store: boolean }).store, false);
+      const second = await openai.responses.create({
+        model,
+        input: [
+          { role: "user", content: "Weather in Paris?" },
+          call,
+          { type: "function_call_output", call_id: call.call_id, output: "Paris: sunny, 21 C" },
+        ],
+        tools: [WEATHER_TOOL],
+        store: false,
+      });
+      assert.equal(second.output_text, "It is sunny in Paris.");
+      assert.match(JSON.stringify(lastUpstreamMessages(d, kind)), /Paris: sunny, 21 C/);
+      // Stored: the next turn names the previous response and sends only the tool's output.
+      const stored = await openai.responses.create({
+        model,
+        input: "Weather in Paris?",
+        tools: [WEATHER_TOOL],
+      });
+      assert.equal((stored as unknown as { store: boolean }).store, true);
+      const storedCall = stored.output.find((i) => i.type === "function_call")!;
+      assert.ok(storedCall.type === "function_call");
+      const followUp = await openai.responses.create({
+        model,
+        previous_response_id: stored.id,
+        input: [{
+          type: "function_call_output",
+          call_id: storedCall.call_id,
+          output: "Paris: sunny, 21 C",
+        }],
+        tools: [WEATHER_TOOL],
+      });
+      assert.equal(followUp.output_text, "It is sunny in Paris.");
+      assert.equal(followUp.previous_response_id, stored.id);
+      assert.match(JSON.stringify(lastUpstreamMessages(d, kind)), /Weather in Paris\?/);
+      await assertCharged(d, model, ...usages);
+    }));
+
+  Deno.test(`AI SDK default OpenAI provider, ${kind} kind: generateText runs a tool and stops at stepCountIs(3)`, () =>
+    withDialect(async (d) => {
+      const usage = scriptAgentLoop(d, kind);
+      const openai = createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey });
+      const result = await generateText({
+        model: openai(model),
+        prompt: "What is the weather in Paris?",
+        tools: {
+          weather: tool({
+            description: "The weather in a city",
+            inputSchema: z.object({ city: z.string() }),
+            execute: ({ city }) => Promise.resolve(`${city}: sunny, 21 C`),
+          }),
+        },
+        stopWhen: stepCountIs(3),
+        maxRetries: 0,
+      });
+      assert.equal(result.text, "It is sunny in Paris.");
+      assert.equal(result.steps.length, 2);
+      assert.match(JSON.stringify(lastUpstreamMessages(d, kind)), /sunny, 21 C/);
+      assert.equal(result.totalUsage.inputTokens, usage[0].prompt + usage[1].prompt);
+      const records = await assertCharged(d, model, ...usage);
+      assert.equal(
+        result.response.headers?.["tollbooth-request-cost"],
+        formatUsd(records.cost),
+      );
+    }));
+
+  Deno.test(`AI SDK default OpenAI provider, ${kind} kind: streamText streams the answer, charged its usage`, () =>
+    withDialect(async (d) => {
+      const usage = scriptText(d, kind, "A streamed answer.");
+      const openai = createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey });
+      const result = streamText({ model: openai(model), prompt: "Stream please.", maxRetries: 0 });
+      let text = "";
+      for await (const delta of result.textStream) text += delta;
+      assert.equal(text, "A streamed answer.");
+      assert.equal((await result.usage).outputTokens, usage.completion);
+      await assertCharged(d, model, usage);
+    }));
+}
+
+Deno.test("a multi-turn AI SDK conversation references its stored answer by item id", () =>
+  withDialect(async (d) => {
+    d.openai.script(
+      { content: "Nice to meet you, Ada.", promptTokens: 20, completionTokens: 6 },
+      { content: "Your name is Ada.", promptTokens: 40, completionTokens: 5 },
+    );
+    const sentToUs: { input: { type?: string }[] }[] = [];
+    const openai = createOpenAI({
+      baseURL: d.baseURL,
+      apiKey: d.apiKey,
+      fetch: (url, init) => {
+        sentToUs.push(JSON.parse(String(init?.body)));
+        return fetch(url, init);
+      },
+    });
+    const first = await generateText({ model: openai(OPENAI_MODEL), prompt: "I am Ada." });
+    const second = await generateText({
+      model: openai(OPENAI_MODEL),
+      messages: [
+        { role: "user", content: "I am Ada." },
+        ...first.response.messages,
+        { role: "user", content: "What is my name?" },
+      ],
+    });
+    assert.equal(second.text, "Your name is Ada.");
+    // The SDK sent the earlier answer as an item_reference; the upstream got its text back.
+    assert.ok(sentToUs[1].input.some((item) => item.type === "item_reference"));
+    const sent = d.openai.chats.at(-1)!.body.messages;
+    assert.deepEqual(sent.map((m: { role: string }) => m.role), ["user", "assistant", "user"]);
+    assert.equal(sent[1].content, "Nice to meet you, Ada.");
+    await assertCharged(d, OPENAI_MODEL, { prompt: 20, completion: 6 }, {
+      prompt: 40,
+      completion: 5,
+    });
+  }));
+
+Deno.test("store: false keeps nothing: its id and items cannot be referenced later", () =>
+  withDialect(async (d) => {
+    const openai = client(d);
+    d.openai.script({ content: "Not kept.", promptTokens: 10, completionTokens: 3 });
+    const unstored = await openai.responses.create({
+      model: OPENAI_MODEL,
+      input: "x",
+      store: false,
+    });
+    for (
+      const body of [
+        { previous_response_id: unstored.id, input: "y" },
+        { input: [{ type: "item_reference", id: unstored.output[0].id }] },
+      ]
+    ) {
+      const error = await openai.responses.create({ model: OPENAI_MODEL, ...body } as never)
+        .catch((e) => e);
+      assert.ok(error instanceof OpenAI.BadRequestError);
+      assert.equal(error.code, "invalid_parameter");
+      assert.match(String(error.param), /^(previous_response_id|input\[0\]\.id)$/);
+    }
+    await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 3 });
+  }));
+
+Deno.test("a stored response belongs to its app: another app cannot continue it", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "Mine.", promptTokens: 10, completionTokens: 2 });
+    const mine = await client(d).responses.create({ model: OPENAI_MODEL, input: "x" });
+    const other = await d.s.newApp("other");
+    const res = await d.s.post(other.apiKey, "/responses", {
+      model: OPENAI_MODEL,
+      input: "y",
+      previous_response_id: mine.id,
+    });
+    assert.equal(res.status, 400);
+    assert.equal((await res.json()).error.param, "previous_response_id");
+    await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 2 });
+  }));
+
+Deno.test("responses refuse like chat: 401, 402 with top_up_url, and 400s naming fields by their Responses names", () =>
+  withDialect(async (d) => {
+    const post = (key: string | null, body: Record<string, unknown>) =>
+      d.s.post(key, "/responses", body);
+    const noKey = await post(null, { model: OPENAI_MODEL, input: "x" });
+    assert.equal(noKey.status, 401);
+    assert.equal((await noKey.json()).error.code, "invalid_api_key");
+    const tooBig = await post(d.apiKey, {
+      model: OPENAI_MODEL,
+      input: "x",
+      max_output_tokens: 40_000,
+    });
+    assert.equal(tooBig.status, 400);
+    assert.equal((await tooBig.json()).error.param, "max_output_tokens");
+    const badRole = await post(d.apiKey, {
+      model: OPENAI_MODEL,
+      input: [{ role: "robot", content: "x" }],
+    });
+    assert.equal((await badRole.json()).error.param, "input[0].role");
+    const { apiKey: poorKey, appId: poorApp } = await d.s.newApp("poor");
+    const { spendDownTo } = await import("../helpers.ts");
+    await spendDownTo(d.s.kv, poorApp, 3);
+    const poor = await post(poorKey, { model: OPENAI_MODEL, input: "x" });
+    assert.equal(poor.status, 402);
+    const error = (await poor.json()).error;
+    assert.equal(error.code, "insufficient_credits");
+    assert.equal(error.balance, "0.000003");
+    assert.match(error.top_up_url, /\/top-up\//);
+    assert.equal(d.openai.chats.length, 0);
+    assert.equal(
+      parseUsd(formatUsd((await d.s.wallet(d.appId)).available)),
+      5_000_000,
+      "nothing was charged",
+    );
+  }));
+
+Deno.test("responses count against the same rate limits (429 with Retry-After); an embedding model is 400 model_not_supported", async () => {
+  const { startService, assertAuditClean } = await import("../helpers.ts");
+  const s = await startService({ env: { RATE_LIMIT_RPM: "1" } });
+  try {
+    const { apiKey } = await s.newApp();
+    const ok = await s.post(apiKey, "/responses", { model: "tollbooth/echo", input: "one" });
+    assert.equal(ok.status, 200);
+    const limited = await s.post(apiKey, "/responses", { model: "tollbooth/echo", input: "two" });
+    assert.equal(limited.status, 429);
+    assert.equal((await limited.json()).error.code, "rate_limit_exceeded");
+    assert.ok(Number(limited.headers.get("retry-after")) >= 1);
+    const embed = await s.post(apiKey, "/responses", { model: "tollbooth/embed", input: "x" });
+    assert.equal((await embed.json()).error.code, "model_not_supported");
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("a response stream the upstream cuts ends with error and response.failed; what was produced is charged", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "one two three four five six", cutAfterEvents: 3 });
+    const res = await d.s.post(d.apiKey, "/responses", {
+      model: OPENAI_MODEL,
+      input: "Count.",
+      stream: true,
+    });
+    assert.equal(res.status, 200);
+    const text = await res.text();
+    const types = [...text.matchAll(/^event: (.+)$/gm)].map((m) => m[1]);
+    assert.deepEqual(types.slice(-2), ["error", "response.failed"]);
+    assert.ok(!types.includes("response.completed"));
+    const failed = JSON.parse(text.trim().split("\n").at(-1)!.slice(6));
+    assert.equal(failed.response.status, "failed");
+    assert.equal(failed.response.error.code, "stream_interrupted");
+    const [record] = await d.newUsage();
+    assert.equal(record.outcome, "upstream_cut");
+    assert.ok(record.cost > 0, "the tokens produced before the cut are charged");
+  }));
+
+Deno.test("a response stream whose client goes away is settled for what was produced", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "a b c d e f g h i j k l m n o p", chunkDelayMs: 20 });
+    const res = await d.s.post(d.apiKey, "/responses", {
+      model: OPENAI_MODEL,
+      input: "Talk.",
+      stream: true,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    const { until } = await import("../helpers.ts");
+    await until(async () => (await d.newUsage()).length === 1, "the settle of the left stream");
+    assert.equal((await d.s.wallet(d.appId)).reserved, 0);
+  }));
