@@ -7,6 +7,8 @@ import { KeyCache } from "@/lib/tenants/mod.ts";
 import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
 import { Wallets } from "@/lib/billing/mod.ts";
+import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
+import { idempotency } from "@/routes/idempotency.ts";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { errorsPage } from "@/routes/docs/errors.tsx";
 import { loadExamples } from "@/routes/docs/examples.ts";
@@ -86,6 +88,17 @@ export function createApp(deps: AppDeps) {
     ? deps.stripe ?? createStripeClient(config.stripeSecretKey!)
     : undefined;
   const metrics = new ServiceMetrics(wallets.stats);
+  // A claim outlives any request that still holds money: the same lease as a reservation's.
+  const idempotencyStore = new IdempotencyStore(kv, {
+    leaseMs: config.reservationTtlSeconds * 1000,
+    now,
+  });
+  /** Idempotency-Key on a paid POST: keys are private to the calling app. */
+  const paidIdempotency = idempotency(idempotencyStore, {
+    scope: (c) => `app:${c.get("caller").appId}`,
+    maxBodyBytes: config.maxBodyBytes,
+    log,
+  });
   let draining = false;
 
   const app = new Hono<Env>();
@@ -99,6 +112,7 @@ export function createApp(deps: AppDeps) {
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     bodyLimit(config.maxBodyBytes, apiBodyRefusal),
+    paidIdempotency,
     chatCompletions(gateway, {
       maxBodyBytes: config.maxBodyBytes,
       docsBaseUrl,

@@ -51,6 +51,13 @@ export const keys = {
   ownerAppCount: (ownerId: string) => ["owner_app_counts", ownerId] as const,
   /** Service-wide sums (Deno.KvU64) written in the same commit as what they count. */
   serviceTotal: (name: ServiceTotal) => ["service_totals", name] as const,
+  /**
+   * A claimed Idempotency-Key within its scope (`app:<id>` for the API, `owner:<id>` for the
+   * management API); the recorded response's body lives in parts beside it, under the claim's id.
+   */
+  idempotency: (scope: string, key: string) => ["idempotency", scope, key] as const,
+  idempotencyBodyPart: (scope: string, key: string, claimId: string, part: number) =>
+    ["idempotency_bodies", scope, key, claimId, part] as const,
   /** Read (never written) by /readyz to prove KV answers. */
   readinessProbe: () => ["readiness_probe"] as const,
   owner: (ownerId: string) => ["owners", ownerId] as const,
@@ -233,6 +240,32 @@ export interface RateWindowsRecord {
   /** Only keys with limits of their own and a non-empty window; others are pruned at each write. */
   keys: Record<string, RateWindow>;
 }
+
+/**
+ * An Idempotency-Key's claim: `running` while its first request runs (a lease, so a crashed
+ * process does not hold the key forever), then `done` with what to replay. Only results that
+ * were charged are recorded; a request that failed without a charge gives its key back.
+ */
+export type IdempotencyRecord =
+  & {
+    claimId: string;
+    /** SHA-256 of the canonical JSON body: a repeat must send the same request. */
+    bodyHash: string;
+    /** The request that ran. */
+    requestId: string;
+  }
+  & (
+    | { state: "running"; leaseUntil: number }
+    | {
+      state: "done";
+      status: number;
+      /** The response headers that are replayed (content type, cost, balance, provider). */
+      headers: Record<string, string>;
+      /** The body is stored in this many parts (`keys.idempotencyBodyPart`), for KV's value size. */
+      bodyParts: number;
+      storedAt: number;
+    }
+  );
 
 export interface OwnerRecord {
   id: string;

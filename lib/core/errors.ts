@@ -72,6 +72,33 @@ export const ERROR_CODES = {
     fix:
       "Correct the request as the message says (often a passed-through field the model does not support).",
   },
+  idempotency_key_with_stream: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "Idempotency-Key on a streamed request",
+    cause:
+      "The request has an `Idempotency-Key` header and `stream: true`. A stream is delivered live as it is produced; a recorded copy is not replayed, so keys are refused on streams rather than silently ignored. Nothing was charged.",
+    fix:
+      "Send the streamed request without `Idempotency-Key`, or send it non-streamed when a retry must never run twice.",
+  },
+  idempotency_key_in_use: {
+    status: 409,
+    type: "invalid_request_error",
+    title: "Idempotency key in use",
+    cause:
+      "A request with the same `Idempotency-Key` is still running. This one was not run and nothing was charged for it.",
+    fix:
+      "Retry after a moment with the same key: once the first request has finished, its answer is replayed (`Idempotent-Replayed: true`).",
+  },
+  idempotency_key_reused: {
+    status: 422,
+    type: "invalid_request_error",
+    title: "Idempotency key reused with another request",
+    cause:
+      "The `Idempotency-Key` was used in the last 24 hours for a request with a different body (compared as canonical JSON: key order and spacing do not matter). Nothing was run or charged.",
+    fix:
+      "Use a new key (a UUID) for every distinct request; reuse a key only to retry the same one.",
+  },
   invalid_api_key: {
     status: 401,
     type: "authentication_error",

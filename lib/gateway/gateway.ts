@@ -53,7 +53,7 @@ export interface RequestTrace extends TraceFields {
   cost?: Micros;
   reserved?: Micros;
   upstreamMs?: number;
-  outcome?: UsageOutcome | "released";
+  outcome?: UsageOutcome | "released" | "idempotent_replay";
   upstreamFailure?: string;
   errorCode?: string;
   /** The caller's rate-limit status after this request was counted (for the x-ratelimit headers). */

@@ -16,6 +16,20 @@ export const RATE_LIMIT_HEADERS = {
   "x-ratelimit-reset-tokens": "Time until the token window resets, such as `1s` or `6m0s`.",
 } as const;
 
+/** On the answer of a repeated Idempotency-Key, replayed from the first request. */
+const REPLAY_HEADERS = {
+  "Idempotent-Replayed": {
+    description:
+      "`true` when this is the recorded answer of an earlier request with the same `Idempotency-Key`: nothing ran and nothing was charged this time.",
+    schema: { type: "string", const: "true" },
+  },
+  "Tollbooth-Original-Request-Id": {
+    description:
+      "On a replay: the `Tollbooth-Request-Id` of the request that ran (this response has its own).",
+    schema: { type: "string", pattern: "^req_[0-9a-z]+$" },
+  },
+} as const;
+
 /** Amounts in headers and bodies: USD with exactly six decimals. */
 const MONEY_PATTERN = "^[0-9]+\\.[0-9]{6}$";
 
@@ -134,7 +148,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
             description:
               "Pins the API version. Omit it, or send the current and only version; any other value gives 400 `unsupported_version`.",
             schema: { type: "string", enum: [apiVersion] },
-          }],
+          }, { $ref: "#/components/parameters/IdempotencyKey" }],
           requestBody: {
             required: true,
             content: { "application/json": { schema: ref("CreateChatCompletionRequest") } },
@@ -157,6 +171,11 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                     "Exact cost (USD) of this request, what left the wallet. Non-streaming responses only (a stream's cost is in its usage chunk).",
                   schema: { type: "string", pattern: MONEY_PATTERN },
                 },
+                "Tollbooth-Provider": {
+                  description: "The catalog provider that served the request.",
+                  schema: { type: "string" },
+                },
+                ...REPLAY_HEADERS,
                 ...Object.fromEntries(
                   Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)]),
                 ),
@@ -177,6 +196,16 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
       },
     },
     components: {
+      parameters: {
+        IdempotencyKey: {
+          name: "Idempotency-Key",
+          in: "header",
+          required: false,
+          description:
+            "Makes a retry safe: the first request with a key runs and is charged; a repeat with the same key and the same body within 24 hours gets the first answer again (status, body, `Tollbooth-Request-Cost`, `Tollbooth-Balance` as they were) with `Idempotent-Replayed: true`, and is neither run nor charged. Same key, other body: 422 `idempotency_key_reused`; a repeat while the first still runs: 409 `idempotency_key_in_use`. Keys are private to the app (API) or the owner (management API). Only successful answers are recorded: after a failure (400, 402, 429, 5xx) nothing was charged and a retry with the same key runs afresh. Not accepted on `stream: true` (400 `idempotency_key_with_stream`).",
+          schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[!-~]+$" },
+        },
+      },
       securitySchemes: {
         apiKey: {
           type: "http",

@@ -14,7 +14,7 @@ export function chatCompletions(
   options: { maxBodyBytes: number; docsBaseUrl: string; redact: (text: string) => string },
 ) {
   return async (c: Context<Env>) => {
-    const body = await readJsonBody(c.req.raw, options.maxBodyBytes);
+    const body = c.get("jsonBody") ?? await readJsonBody(c.req.raw, options.maxBodyBytes);
     const request = parseChatRequest(body);
     const caller = c.get("caller");
     const requestId = c.get("requestId");
