@@ -12,6 +12,7 @@ import { idempotency } from "@/routes/idempotency.ts";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { errorsPage } from "@/routes/docs/errors.tsx";
 import { loadExamples } from "@/routes/docs/examples.ts";
+import { managementDocsPage } from "@/routes/docs/management.tsx";
 import {
   billingPage,
   operationsPage,
@@ -40,6 +41,7 @@ import { topUpRoutes } from "@/routes/top_up.tsx";
 import { chatCompletions } from "@/routes/v1/chat/completions.ts";
 import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
+import { managementRoutes } from "@/routes/v1/management.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -119,6 +121,10 @@ export function createApp(deps: AppDeps) {
       redact: (text) => redactor.redact(text),
     }),
   );
+  app.route(
+    "/v1/management",
+    managementRoutes({ kv, publicUrl: config.publicUrl, idempotencyStore, log }),
+  );
   app.all("/v1/*", (c) => {
     throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
   });
@@ -150,6 +156,10 @@ export function createApp(deps: AppDeps) {
   );
   app.get("/docs/billing", (c) => c.html(billingPage()));
   app.get("/docs/rate-limits", (c) => c.html(rateLimitsPage(config)));
+  app.get(
+    "/docs/management",
+    async (c) => c.html(managementDocsPage(config.publicUrl, await loadExamples())),
+  );
   app.get("/docs/versioning", (c) => c.html(versioningPage(API_VERSION)));
   app.get("/docs/operations", (c) => c.html(operationsPage()));
   const openApi = openApiDocument(config.publicUrl, API_VERSION);

@@ -58,6 +58,12 @@ export const keys = {
   idempotency: (scope: string, key: string) => ["idempotency", scope, key] as const,
   idempotencyBodyPart: (scope: string, key: string, claimId: string, part: number) =>
     ["idempotency_bodies", scope, key, claimId, part] as const,
+  /** An owner's management keys (`tbm_…`): stored hashed, indexed by hash and by owner. */
+  managementKey: (keyId: string) => ["management_keys", keyId] as const,
+  managementKeyByHash: (hash: string) => ["management_keys_by_hash", hash] as const,
+  ownerManagementKey: (ownerId: string, keyId: string) =>
+    ["owner_management_keys", ownerId, keyId] as const,
+  ownerManagementKeys: (ownerId: string) => ["owner_management_keys", ownerId] as const,
   /** Read (never written) by /readyz to prove KV answers. */
   readinessProbe: () => ["readiness_probe"] as const,
   owner: (ownerId: string) => ["owners", ownerId] as const,
@@ -152,6 +158,23 @@ export interface ApiKeyHashEntry {
   appId: string;
 }
 
+/** A key of the management API: acts for its owner over all of the owner's apps. */
+export interface ManagementKeyRecord {
+  id: string;
+  ownerId: string;
+  name: string;
+  /** First characters of the raw key, enough to recognise it. */
+  prefix: string;
+  hash: string;
+  createdAt: number;
+  revokedAt: number | null;
+}
+
+export interface ManagementKeyHashEntry {
+  keyId: string;
+  ownerId: string;
+}
+
 export interface ReservationRecord {
   id: string;
   appId: string;
@@ -196,6 +219,8 @@ export interface UsageRecord {
   outcome: UsageOutcome;
   /** True when the upstream gave no usage and the tokens were counted by us. */
   countedLocally: boolean;
+  /** The app's end user, from the request's `user` field (OpenAI's convention); absent: none. */
+  user?: string;
   createdAt: number;
 }
 

@@ -29,15 +29,20 @@ const REPLAYED_HEADERS = [
  * The body is read here (within the limit) and handed on as `jsonBody`, so the handler does not
  * read it twice.
  */
-export function idempotency(
+export function idempotency<E extends Env>(
   store: IdempotencyStore,
   options: {
     /** Keys are private to this scope (an app, an owner). */
-    scope: (c: Context<Env>) => string;
+    scope: (c: Context<E>) => string;
     maxBodyBytes: number;
     log: Logger;
+    /**
+     * What of a body is kept for replays. A secret minted by the request (a new API key) must not
+     * be stored in the clear, so such routes blank it here and a replay shows it as null.
+     */
+    recordedBody?: (body: Uint8Array) => Uint8Array;
   },
-): MiddlewareHandler<Env> {
+): MiddlewareHandler<E> {
   return async (c, next) => {
     const key = c.req.header("idempotency-key");
     if (key === undefined) return await next();
@@ -102,7 +107,8 @@ export function idempotency(
         const value = res.headers.get(name);
         if (value !== null) headers[name] = value;
       }
-      const recorded = new Uint8Array(await res.clone().arrayBuffer());
+      const sent = new Uint8Array(await res.clone().arrayBuffer());
+      const recorded = options.recordedBody ? options.recordedBody(sent) : sent;
       await store.complete(scope, key, claim, requestId, bodyHash, {
         status: res.status,
         headers,

@@ -18,6 +18,7 @@ export const AREA_DEPENDENCIES: Record<string, string[]> = {
   gateway: ["db", "tenants", "billing", "catalog"],
   ops: ["db", "tenants", "billing", "catalog", "gateway"],
   idempotency: ["db"],
+  management: ["db"],
 };
 
 function areaOf(path: string): string | null {

@@ -598,3 +598,51 @@ function midWindowClock(): () => number {
   assert.equal(at % THROTTLE_WINDOW_MS, THROTTLE_WINDOW_MS / 2);
   return () => at;
 }
+
+Deno.test("an owner creates a management key (shown once) that lists their apps, and revokes it", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("reseller@example.com");
+    const { appId } = await v.createApp("resold");
+    assert.match(await v.page("/dashboard"), /href="\/dashboard\/management-keys"/);
+    const res = await v.post("/dashboard/management-keys", {
+      _csrf: await v.csrf(),
+      name: "billing backend",
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("cache-control"), "no-store");
+    const html = await res.text();
+    assert.match(html, /shown only this once/);
+    const managementKey = /value="(tbm_[0-9a-z]{40})"/.exec(html)![1];
+
+    const api = (key: string) =>
+      s.handle(
+        new Request(`${PUBLIC_URL}/v1/management/apps`, {
+          headers: { authorization: `Bearer ${key}` },
+        }),
+      );
+    const listed = await api(managementKey);
+    assert.equal(listed.status, 200);
+    assert.deepEqual((await listed.json()).data.map((a: { id: string }) => a.id), [appId]);
+
+    const keysPage = await v.page("/dashboard/management-keys");
+    assert.match(keysPage, /billing backend/);
+    assert.ok(!keysPage.includes(managementKey), "the raw key is never shown again");
+    const keyId = /management-keys\/(mk_[0-9a-z]+)\/revoke/.exec(keysPage)![1];
+
+    // Another owner cannot revoke it.
+    const other = new Visitor(s);
+    await other.signUp("other@example.com");
+    const foreign = await other.post(`/dashboard/management-keys/${keyId}/revoke`, {
+      _csrf: await other.csrf(),
+    });
+    assert.equal(foreign.status, 404);
+    assert.equal((await api(managementKey)).status, 200);
+
+    const revoked = await v.post(`/dashboard/management-keys/${keyId}/revoke`, {
+      _csrf: await v.csrf(),
+    });
+    assert.equal(revoked.status, 303);
+    assert.equal((await api(managementKey)).status, 401);
+    assert.match(await v.page("/dashboard/management-keys"), /Revoked management keys/);
+  }));

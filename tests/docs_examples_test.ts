@@ -5,6 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
+import { issueManagementKey } from "@/lib/management/mod.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
@@ -39,11 +41,16 @@ async function withRunningService(fn: (ctx: Ctx) => Promise<void>) {
   }
 }
 
-async function run(command: string, file: string, ctx: Ctx): Promise<string> {
+async function run(
+  command: string,
+  file: string,
+  ctx: Pick<Ctx, "url" | "apiKey">,
+  env: Record<string, string> = {},
+): Promise<string> {
   const out = await new Deno.Command(command, {
     args: [`${EXAMPLES}${file}`],
     cwd: ROOT,
-    env: { TOLLBOOTH_URL: ctx.url, TOLLBOOTH_API_KEY: ctx.apiKey },
+    env: { TOLLBOOTH_URL: ctx.url, TOLLBOOTH_API_KEY: ctx.apiKey, ...env },
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -154,4 +161,38 @@ Deno.test({
       await withEmptyWallet(ctx, async () =>
         assertTopUp(ctx, await run(PYTHON, "python-openai.py", ctx)));
     }),
+});
+
+Deno.test("docs example: the management API lists apps, creates a key, walks usage and reports per user", async () => {
+  const s = await startService();
+  const server = serveLoopback(s.handle);
+  try {
+    const { managementKey } = await issueManagementKey(s.kv, "own_docs", "docs");
+    const created = await createAppRecord(s.kv, { name: "resold", ownerId: "own_docs" });
+    for (const user of ["alice", "alice", undefined]) {
+      const res = await s.chat(created.key.apiKey, {
+        model: "tollbooth/echo",
+        messages: [{ role: "user", content: "hi" }],
+        ...(user ? { user } : {}),
+      });
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    const output = await run("node", "management.mjs", {
+      url: server.url,
+      apiKey: created.key.apiKey,
+    }, { TOLLBOOTH_MANAGEMENT_KEY: managementKey });
+    const wallet = await s.wallet(created.app.id);
+    assert.match(
+      output,
+      new RegExp(`app resold: balance ${formatUsd(wallet.available)}, held 0\\.000000`),
+    );
+    assert.match(output, /new key: key_[0-9a-z]+ tb_[0-9a-z]{3}…/);
+    assert.match(output, /usage records: 3/);
+    assert.match(output, /user \(none\): 3 requests/);
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+  }
 });

@@ -45,14 +45,22 @@ export function assertSchema(value: unknown, ...path: string[]) {
   );
 }
 
-/** Fails unless a createChatCompletion response matches the document (reads a clone of the body). */
-export async function assertMatchesOpenApi(res: Response): Promise<void> {
+/**
+ * Fails unless a response matches the document's operation (createChatCompletion unless a path
+ * template and method are given); reads a clone of the body.
+ */
+export async function assertMatchesOpenApi(
+  res: Response,
+  path = "/chat/completions",
+  method = "post",
+): Promise<void> {
   compiled ??= compile();
   const doc = compiled.doc as unknown as Json;
-  const operation = ["paths", "/chat/completions", "post"];
-  const responses = (doc.paths as Json)["/chat/completions"] as Json;
-  const documented = ((responses.post as Json).responses as Json)[String(res.status)] as Json;
-  assert.ok(documented, `status ${res.status} is not documented`);
+  const operation = ["paths", path, method];
+  const item = (doc.paths as Json)[path] as Json;
+  assert.ok(item?.[method], `${method} ${path} is not documented`);
+  const documented = ((item[method] as Json).responses as Json)[String(res.status)] as Json;
+  assert.ok(documented, `${method} ${path}: status ${res.status} is not documented`);
 
   for (const [name, spec] of Object.entries((documented.headers ?? {}) as Json)) {
     const header = resolve(doc, spec);

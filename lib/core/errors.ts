@@ -106,6 +106,22 @@ export const ERROR_CODES = {
     cause: "The `Authorization` header is missing or malformed, or the key is unknown or revoked.",
     fix: "Send `Authorization: Bearer <API_KEY>` with a live key from the dashboard.",
   },
+  invalid_management_key: {
+    status: 401,
+    type: "authentication_error",
+    title: "Invalid management key",
+    cause:
+      "A management API route was called without `Authorization: Bearer tbm_…`, or with a management key that is malformed, unknown or revoked. App API keys (`tb_…`) do not open the management API.",
+    fix: "Create a management key in the dashboard (Account → Management keys) and send it.",
+  },
+  resource_not_found: {
+    status: 404,
+    type: "invalid_request_error",
+    title: "No such resource",
+    cause:
+      "The app or key named in the path does not exist, or belongs to another owner (the two look the same). `param` names the path parameter.",
+    fix: "List your apps (`GET /v1/management/apps`) or the app's keys for valid ids.",
+  },
   insufficient_credits: {
     status: 402,
     type: "insufficient_credits",
@@ -136,7 +152,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "No such endpoint",
     cause:
-      "The path or method does not exist. The only endpoint today is `POST /v1/chat/completions`.",
+      "The path or method does not exist. The endpoints are `POST /v1/chat/completions` and the management API under `/v1/management/` (see `/openapi.json`).",
     fix: "Check the path and method.",
   },
   provider_unreachable: {

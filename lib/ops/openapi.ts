@@ -5,6 +5,7 @@
 import { z } from "zod";
 import { ChatRequestSchema, DEFAULT_MAX_TOKENS, FIELD_SUPPORT } from "@/lib/gateway/mod.ts";
 import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
+import { MANAGEMENT_ONLY_ERRORS, managementOpenApi } from "./management_openapi.ts";
 
 /** The rate-limit headers of the common compatible form (see /docs/rate-limits). */
 export const RATE_LIMIT_HEADERS = {
@@ -33,7 +34,9 @@ const REPLAY_HEADERS = {
 /** Amounts in headers and bodies: USD with exactly six decimals. */
 const MONEY_PATTERN = "^[0-9]+\\.[0-9]{6}$";
 
-const ENDPOINT_ERRORS = (Object.keys(ERROR_CODES) as ErrorCode[]).filter((c) => c !== "not_found");
+const ENDPOINT_ERRORS = (Object.keys(ERROR_CODES) as ErrorCode[]).filter((c) =>
+  c !== "not_found" && !MANAGEMENT_ONLY_ERRORS.includes(c)
+);
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const headerRef = (name: string) => ({ $ref: `#/components/headers/${name}` });
@@ -124,6 +127,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
       schema: { type: "string" },
     }]),
   );
+  const management = managementOpenApi({ errorSchema, headerRef });
   return {
     openapi: "3.1.0",
     info: {
@@ -194,6 +198,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           },
         },
       },
+      ...management.paths,
     },
     components: {
       parameters: {
@@ -207,6 +212,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
         },
       },
       securitySchemes: {
+        managementKey: management.securityScheme,
         apiKey: {
           type: "http",
           scheme: "bearer",
@@ -381,6 +387,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
             usage: ref("Usage"),
           },
         },
+        ...management.schemas,
         Error: errorSchema(ENDPOINT_ERRORS),
         InsufficientCreditsError: {
           type: "object",
