@@ -64,6 +64,16 @@ export const keys = {
   ownerManagementKey: (ownerId: string, keyId: string) =>
     ["owner_management_keys", ownerId, keyId] as const,
   ownerManagementKeys: (ownerId: string) => ["owner_management_keys", ownerId] as const,
+  /** An app's webhook endpoint, signing secret and low-balance threshold. */
+  webhookSettings: (appId: string) => ["webhook_settings", appId] as const,
+  allWebhookSettings: () => ["webhook_settings"] as const,
+  /** What the low-balance and top-up detection has already seen of an app's wallet. */
+  webhookWatch: (appId: string) => ["webhook_watch", appId] as const,
+  webhookEvent: (appId: string, eventId: string) => ["webhook_events", appId, eventId] as const,
+  appWebhookEvents: (appId: string) => ["webhook_events", appId] as const,
+  /** Deliveries due at `dueAt` (or leased by a deliverer until then). */
+  webhookOutbox: (dueAt: number, eventId: string) => ["webhook_outbox", dueAt, eventId] as const,
+  webhookOutboxAll: () => ["webhook_outbox"] as const,
   /** Read (never written) by /readyz to prove KV answers. */
   readinessProbe: () => ["readiness_probe"] as const,
   owner: (ownerId: string) => ["owners", ownerId] as const,
@@ -291,6 +301,51 @@ export type IdempotencyRecord =
       storedAt: number;
     }
   );
+
+export interface WebhookSettingsRecord {
+  /** https (http only to a loopback address, in development and tests). */
+  url: string;
+  /** Signs every event (HMAC-SHA256); shown to the owner once. */
+  secret: string;
+  /** Below this balance (available + held), one `balance.low` event per crossing; null: none. */
+  lowBalanceThreshold: Micros | null;
+  updatedAt: number;
+}
+
+export interface WebhookWatchRecord {
+  /** The balance was below the threshold when last looked at: the alert is spent until it rises. */
+  below: boolean;
+  /** The newest ledger entry already considered for `balance.topped_up` events. */
+  ledgerSeen: string | null;
+  /** The newest ledger entry when the endpoint was set: it and older ones are never announced. */
+  announceAfter: string | null;
+}
+
+export type WebhookEventType = "balance.low" | "balance.topped_up" | "webhook.test";
+
+export interface WebhookAttempt {
+  at: number;
+  /** The receiver's HTTP status; null when it could not be reached. */
+  status: number | null;
+  error: string | null;
+  durationMs: number;
+}
+
+export interface WebhookEventRecord {
+  id: string;
+  appId: string;
+  type: WebhookEventType;
+  /** The JSON body sent, byte for byte on every attempt. */
+  payload: string;
+  createdAt: number;
+  state: "pending" | "delivered" | "failed";
+  attempts: WebhookAttempt[];
+  nextAttemptAt: number | null;
+}
+
+export interface WebhookOutboxEntry {
+  appId: string;
+}
 
 export interface OwnerRecord {
   id: string;

@@ -19,6 +19,7 @@ export const AREA_DEPENDENCIES: Record<string, string[]> = {
   ops: ["db", "tenants", "billing", "catalog", "gateway"],
   idempotency: ["db"],
   management: ["db"],
+  webhooks: ["db"],
 };
 
 function areaOf(path: string): string | null {
