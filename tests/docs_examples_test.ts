@@ -168,7 +168,11 @@ Deno.test("docs example: the management API lists apps, creates a key, walks usa
   const server = serveLoopback(s.handle);
   try {
     const { managementKey } = await issueManagementKey(s.kv, "own_docs", "docs");
-    const created = await createAppRecord(s.kv, { name: "resold", ownerId: "own_docs" });
+    const created = await createAppRecord(s.kv, {
+      name: "resold",
+      ownerId: "own_docs",
+      bound: "operator",
+    });
     for (const user of ["alice", "alice", undefined]) {
       const res = await s.chat(created.key.apiKey, {
         model: "tollbooth/echo",

@@ -54,7 +54,11 @@ async function owner(s: TestService, ownerId = "own_test") {
   const createdAt = Date.now();
   for (const [i, name] of ["first", "second"].entries()) {
     // A millisecond apart, so "newest first" is one order.
-    const created = await createAppRecord(s.kv, { name, ownerId }, createdAt + i);
+    const created = await createAppRecord(
+      s.kv,
+      { name, ownerId, bound: "operator" },
+      createdAt + i,
+    );
     apps.push({ appId: created.app.id, apiKey: created.key.apiKey, keyId: created.key.record.id });
   }
   return { ownerId, managementKey, apps };
@@ -81,7 +85,11 @@ Deno.test("management API: no key, an app's API key or a revoked management key 
 Deno.test("management API lists the owner's apps, newest first, with balance and reserved", () =>
   withService(async (s) => {
     const o = await owner(s);
-    await createAppRecord(s.kv, { name: "someone else's", ownerId: "own_other" });
+    await createAppRecord(s.kv, {
+      name: "someone else's",
+      ownerId: "own_other",
+      bound: "operator",
+    });
     await chat(s, o.apps[0].apiKey);
     const res = await call(s, o.managementKey, "GET", "/apps");
     assert.equal(res.status, 200);
@@ -113,7 +121,11 @@ Deno.test("management API lists the owner's apps, newest first, with balance and
 Deno.test("management API: another owner's app is 404 resource_not_found, like no app", () =>
   withService(async (s) => {
     const o = await owner(s);
-    const other = await createAppRecord(s.kv, { name: "theirs", ownerId: "own_other" });
+    const other = await createAppRecord(s.kv, {
+      name: "theirs",
+      ownerId: "own_other",
+      bound: "operator",
+    });
     for (const id of [other.app.id, "app_nope"]) {
       const res = await call(s, o.managementKey, "GET", `/apps/${id}/usage`);
       assert.equal(res.status, 404);

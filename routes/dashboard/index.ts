@@ -38,23 +38,12 @@ import {
   requireOwner,
   sessionCookie,
 } from "@/routes/session.ts";
-<<<<<<< HEAD
 import { appsPage } from "./pages/apps.tsx";
 import { keyIssuedPage, keysPage } from "./pages/keys.tsx";
 import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
-=======
-import {
-  appsPage,
-  keyIssuedPage,
-  keysPage,
-  overviewPage,
-  usagePage,
-  walletPage,
-} from "./pages.tsx";
 import { managementKeyRoutes } from "./management_keys.tsx";
->>>>>>> 07ec41c (Management API under /v1/management with owner management keys (tbm_, hashed, dashboard page): apps, keys, usage and ledger with stable cursor pages, usage reports by day, model, key or end user)
 
 const USAGE_PAGE_SIZE = 50;
 
