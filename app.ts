@@ -8,11 +8,13 @@ import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
 import { Wallets } from "@/lib/billing/mod.ts";
 import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
+import { WebhookDeliverer, WebhookWatcher } from "@/lib/webhooks/mod.ts";
 import { idempotency } from "@/routes/idempotency.ts";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { errorsPage } from "@/routes/docs/errors.tsx";
 import { loadExamples } from "@/routes/docs/examples.ts";
 import { managementDocsPage } from "@/routes/docs/management.tsx";
+import { webhooksDocsPage } from "@/routes/docs/webhooks.tsx";
 import {
   billingPage,
   operationsPage,
@@ -66,10 +68,14 @@ export function createApp(deps: AppDeps) {
   const log = redactor.logger(deps.log ?? jsonLogger);
   const now = deps.now ?? Date.now;
   const rateLimits = { rpm: config.rateLimitRpm, tpm: config.rateLimitTpm };
+  // Webhook detection looks at a wallet after its commits, off the request's path.
+  const webhookWatcher = new WebhookWatcher(kv, { now, log });
+  const webhookDeliverer = new WebhookDeliverer(kv, { log });
   const wallets = new Wallets(kv, {
     leaseMs: config.reservationTtlSeconds * 1000,
     now,
     rateLimits,
+    onMoneyMoved: (appId) => webhookWatcher.nudge(appId),
   });
   const providers = createProviders(catalog, {
     timeoutMs: config.upstreamTimeoutMs,
@@ -160,6 +166,7 @@ export function createApp(deps: AppDeps) {
     "/docs/management",
     async (c) => c.html(managementDocsPage(config.publicUrl, await loadExamples())),
   );
+  app.get("/docs/webhooks", async (c) => c.html(webhooksDocsPage(await loadExamples())));
   app.get("/docs/versioning", (c) => c.html(versioningPage(API_VERSION)));
   app.get("/docs/operations", (c) => c.html(operationsPage()));
   const openApi = openApiDocument(config.publicUrl, API_VERSION);
@@ -190,6 +197,11 @@ export function createApp(deps: AppDeps) {
         maxAppsPerOwner: config.maxAppsPerOwner,
         maxAppCreationsPerDay: config.maxAppCreationsPerDay,
       },
+      webhooks: {
+        watcher: webhookWatcher,
+        deliverer: webhookDeliverer,
+        allowLoopback: config.webhookAllowLoopback || (deps.devServer ?? false),
+      },
     }),
   );
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
@@ -199,5 +211,6 @@ export function createApp(deps: AppDeps) {
   const startDraining = () => {
     draining = true;
   };
-  return { app, wallets, gateway, payments, metrics, startDraining };
+  const webhooks = { watcher: webhookWatcher, deliverer: webhookDeliverer };
+  return { app, wallets, gateway, payments, metrics, webhooks, startDraining };
 }

@@ -13,6 +13,7 @@ import { runAdmin } from "@/scripts/admin.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
+  serveLoopback,
   startService,
   testCatalogFile,
   type TestService,
@@ -646,3 +647,59 @@ Deno.test("an owner creates a management key (shown once) that lists their apps,
     assert.equal((await api(managementKey)).status, 401);
     assert.match(await v.page("/dashboard/management-keys"), /Revoked management keys/);
   }));
+
+Deno.test("an owner sets a webhook (secret shown once), sends a test event and sees its delivery", () =>
+  withService(async (s) => {
+    const received: { signature: string | null; type: string }[] = [];
+    const receiver = serveLoopback(async (request) => {
+      const body = await request.json();
+      received.push({ signature: request.headers.get("tollbooth-signature"), type: body.type });
+      return new Response("ok");
+    });
+    try {
+      const v = new Visitor(s);
+      await v.signUp("hooks@example.com");
+      const { appId } = await v.createApp("hooked");
+      const base = `/dashboard/apps/${appId}/webhooks`;
+      assert.match(await v.page(`/dashboard/apps/${appId}`), new RegExp(`href="${base}"`));
+
+      const plain = await v.post(base, {
+        _csrf: await v.csrf(),
+        url: "http://example.com/hook",
+        threshold: "2.00",
+      });
+      assert.equal(plain.status, 400);
+      assert.match(await plain.text(), /https:\/\//);
+      const badAmount = await v.post(base, {
+        _csrf: await v.csrf(),
+        url: `${receiver.url}/hook`,
+        threshold: "two dollars",
+      });
+      assert.equal(badAmount.status, 400);
+
+      const saved = await v.post(base, {
+        _csrf: await v.csrf(),
+        url: `${receiver.url}/hook`,
+        threshold: "2.50",
+      });
+      assert.equal(saved.status, 200);
+      const html = await saved.text();
+      const secret = /value="(whsec_[0-9a-z]+)"/.exec(html)![1];
+      assert.match(html, /shown only this once/);
+      const again = await v.page(base);
+      assert.ok(!again.includes(secret), "the secret is never shown again");
+      assert.match(again, /value="2.500000"/);
+
+      const test = await v.post(`${base}/test`, { _csrf: await v.csrf() });
+      assert.equal(test.status, 303);
+      assert.equal(received.length, 1);
+      assert.equal(received[0].type, "webhook.test");
+      assert.match(received[0].signature!, /^t=\d+,v1=[0-9a-f]{64}$/);
+      const deliveries = await v.page(base);
+      assert.match(deliveries, /webhook\.test/);
+      assert.match(deliveries, /delivered/);
+      assert.match(deliveries, /HTTP 200/);
+    } finally {
+      await receiver.close();
+    }
+  }, { WEBHOOK_ALLOW_LOOPBACK: "1" }));

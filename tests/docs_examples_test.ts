@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { issueManagementKey } from "@/lib/management/mod.ts";
+import { signatureHeader } from "@/lib/webhooks/mod.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import {
   assertAuditClean,
@@ -199,4 +200,29 @@ Deno.test("docs example: the management API lists apps, creates a key, walks usa
     await server.close();
     await s.close();
   }
+});
+
+Deno.test("docs example: the webhook verifier accepts Tollbooth's signature and refuses a wrong secret, body or old timestamp", async () => {
+  const body = JSON.stringify({ id: "evt_1", type: "webhook.test" });
+  const now = Math.floor(Date.now() / 1000);
+  const header = signatureHeader("whsec_right", now, body);
+  const stale = signatureHeader("whsec_right", now - 600, body);
+  const script = `
+    import { verifyTollboothSignature as v } from ${
+    JSON.stringify(`${EXAMPLES}webhook-verify.mjs`)
+  };
+    const [body, header, stale] = JSON.parse(process.argv[1]);
+    console.log(JSON.stringify([
+      v(body, header, "whsec_right"),
+      v(body, header, "whsec_wrong"),
+      v(body + " ", header, "whsec_right"),
+      v(body, stale, "whsec_right"),
+    ]));`;
+  const out = await new Deno.Command("node", {
+    args: ["--input-type=module", "-e", script, JSON.stringify([body, header, stale])],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout)), [true, false, false, false]);
 });

@@ -304,3 +304,40 @@ function ticking() {
   let t = Date.now() + 60_000;
   return () => t++;
 }
+
+Deno.test("paid requests that take the balance below the threshold queue one balance.low, off the request path", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    await spendDownTo(s.kv, appId, 1_004_000);
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: 1_000_000,
+    });
+    s.webhooks.watcher.forget(appId);
+    // Each request costs a few hundred micro-USD: the balance crosses 1.00 on one of them.
+    const statuses = [];
+    for (let i = 0; i < 60; i++) {
+      const res = await s.chat(apiKey, {
+        model: "tollbooth/lorem",
+        messages: [{ role: "user", content: `request ${i}` }],
+        max_tokens: 200,
+      });
+      statuses.push(res.status);
+      await res.body?.cancel();
+    }
+    assert.ok(statuses.every((st) => st === 200));
+    await s.wallets.drain();
+    await s.webhooks.watcher.idle();
+    const wallet = await s.wallet(appId);
+    assert.ok(wallet.available < 1_000_000, `spent below the threshold: ${wallet.available}`);
+    const low = (await events(s, appId)).filter((e) => e.type === "balance.low");
+    assert.equal(low.length, 1);
+
+    // A top-up through the wallet is announced the same way, and re-arms the alert.
+    await s.wallets.credit(appId, { amount: 5_000_000, kind: "top_up", reason: "Top-up" });
+    await s.webhooks.watcher.idle();
+    const all = await events(s, appId);
+    assert.equal(all.filter((e) => e.type === "balance.topped_up").length, 1);
+    const watch = await s.kv.get<{ below: boolean }>(keys.webhookWatch(appId));
+    assert.equal(watch.value!.below, false);
+  }));

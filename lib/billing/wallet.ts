@@ -82,6 +82,7 @@ export class Wallets {
   readonly #maxAttempts: number;
   readonly #now: () => number;
   readonly #rateLimits: RateLimits | null;
+  readonly #onMoneyMoved: ((appId: string) => void) | undefined;
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
@@ -90,6 +91,7 @@ export class Wallets {
     this.#maxAttempts = options.maxAttempts ?? 40;
     this.#now = options.now ?? Date.now;
     this.#rateLimits = options.rateLimits ?? null;
+    this.#onMoneyMoved = options.onMoneyMoved;
   }
 
   get leaseMs(): number {
@@ -251,6 +253,13 @@ export class Wallets {
           rateOverrides: rateOverridesEntry,
         });
         plan.resolveAll();
+        if (this.#onMoneyMoved && ops.some((op) => op.kind === "settle" || op.kind === "credit")) {
+          try {
+            this.#onMoneyMoved(appId);
+          } catch {
+            // A listener's failure is its own; the batch is committed and answered.
+          }
+        }
         return;
       }
       this.#known.delete(appId);

@@ -102,6 +102,11 @@ export interface WalletOptions {
   now?: () => number;
   /** Default requests and tokens per minute per app and key; without it nothing is rate limited. */
   rateLimits?: RateLimits;
+  /**
+   * Told, after a commit that settled or credited, which app's wallet changed (webhook detection).
+   * Called synchronously and must return at once: it may only schedule work, never await it.
+   */
+  onMoneyMoved?: (appId: string) => void;
 }
 
 export interface WalletStats {

@@ -28,6 +28,13 @@ import {
 import { formatUsd, type Logger, newId } from "@/lib/core/mod.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "./signing.ts";
 
+/**
+ * How long an app found without webhooks is not looked at after a commit. Settings saved in this
+ * process take effect at once (`forget`); saved by another process, within this long, and the
+ * periodic sweep catches up on anything missed meanwhile.
+ */
+const QUIET_MS = 10_000;
+
 /** How far before the newest ledger entry seen the next scan for top-ups starts. */
 const LEDGER_MARGIN_MS = 60_000;
 
@@ -114,6 +121,8 @@ export class WebhookWatcher {
   readonly #log: Logger;
   readonly #running = new Map<string, Promise<void>>();
   readonly #again = new Set<string>();
+  /** Apps found without webhooks, not looked at again until then (most apps have none). */
+  readonly #quietUntil = new Map<string, number>();
 
   constructor(kv: Deno.Kv, options: WatcherOptions = {}) {
     this.#kv = kv;
@@ -123,6 +132,7 @@ export class WebhookWatcher {
 
   /** Called after a wallet commit: looks at the app soon, never in the caller's way. */
   nudge(appId: string): void {
+    if ((this.#quietUntil.get(appId) ?? 0) > this.#now()) return;
     if (this.#running.has(appId)) {
       this.#again.add(appId);
       return;
@@ -146,6 +156,11 @@ export class WebhookWatcher {
     this.#running.set(appId, run);
   }
 
+  /** The app's settings changed in this process: look at it on the next nudge. */
+  forget(appId: string): void {
+    this.#quietUntil.delete(appId);
+  }
+
   /** Resolves once every nudge so far has been observed. */
   async idle(): Promise<void> {
     while (this.#running.size > 0) await Promise.all([...this.#running.values()]);
@@ -164,8 +179,12 @@ export class WebhookWatcher {
       const [settings, watch, wallet] = await this.#kv.getMany<
         [WebhookSettingsRecord, WebhookWatchRecord, WalletRecord]
       >([keys.webhookSettings(appId), keys.webhookWatch(appId), keys.wallet(appId)]);
-      if (!settings.value || !watch.value || !wallet.value) return;
       const now = this.#now();
+      if (!settings.value || !watch.value || !wallet.value) {
+        if (this.#quietUntil.size >= 10_000) this.#quietUntil.clear();
+        this.#quietUntil.set(appId, now + QUIET_MS);
+        return;
+      }
       const events: ReturnType<typeof prepareEvent>[] = [];
 
       const threshold = settings.value.lowBalanceThreshold;

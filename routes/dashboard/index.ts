@@ -44,6 +44,7 @@ import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
 import { managementKeyRoutes } from "./management_keys.tsx";
+import { addWebhookRoutes, type WebhookRouteDeps } from "./webhooks.ts";
 
 const USAGE_PAGE_SIZE = 50;
 
@@ -87,6 +88,7 @@ export function dashboardRoutes(
     publicUrl: string;
     rateLimits: RateLimits;
     appCreation: AppCreationBound;
+    webhooks: Omit<WebhookRouteDeps, "kv">;
   },
 ) {
   const { kv, publicUrl } = deps;
@@ -102,6 +104,7 @@ export function dashboardRoutes(
   // Also matches /apps/:appId itself.
   r.use("/apps/:appId/*", ownedApp(kv));
   r.route("/management-keys", managementKeyRoutes(kv));
+  addWebhookRoutes(r, { kv, ...deps.webhooks });
 
   const session = (c: Context<DashboardEnv>) => c.get("session")!;
   const notFound = (c: Context<DashboardEnv>) => c.html(notFoundPage(), 404);

@@ -9,6 +9,7 @@ export const EXAMPLE_FILES = {
   python: "python-openai.py",
   aiSdk: "ai-sdk.mjs",
   management: "management.mjs",
+  webhookVerify: "webhook-verify.mjs",
 } as const;
 
 export type Examples = Record<keyof typeof EXAMPLE_FILES, string>;
