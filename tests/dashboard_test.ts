@@ -703,3 +703,29 @@ Deno.test("an owner sets a webhook (secret shown once), sends a test event and s
       await receiver.close();
     }
   }, { WEBHOOK_ALLOW_LOOPBACK: "1" }));
+
+Deno.test("the usage page groups spend by end user and filters the requests by one", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("per-user@example.com");
+    const { appId, apiKey } = await v.createApp("per user");
+    for (const user of ["ann", "ann", "bo"]) {
+      const res = await s.chat(apiKey, {
+        model: "tollbooth/echo",
+        messages: userMessage("hi"),
+        user,
+      });
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    const all = await v.page(`/dashboard/apps/${appId}/usage`);
+    assert.match(all, /Spend by end user/);
+    assert.match(all, new RegExp(`href="/dashboard/apps/${appId}/usage\\?user=ann">ann</a>`));
+    const annRow = /<a [^>]*>ann<\/a><\/td><td class="num">(\d+)<\/td>/.exec(all);
+    assert.equal(annRow?.[1], "2");
+    const ann = await v.page(`/dashboard/apps/${appId}/usage?user=ann`);
+    assert.match(ann, /Requests of end user <strong>ann<\/strong> only/);
+    const rows = ann.slice(ann.indexOf('<table class="usage">'));
+    assert.equal((rows.match(/<td>ann<\/td>/g) ?? []).length, 2);
+    assert.ok(!rows.includes("<td>bo</td>"));
+  }));

@@ -194,7 +194,8 @@ Deno.test("docs example: the management API lists apps, creates a key, walks usa
     );
     assert.match(output, /new key: key_[0-9a-z]+ tb_[0-9a-z]{3}…/);
     assert.match(output, /usage records: 3/);
-    assert.match(output, /user \(none\): 3 requests/);
+    assert.match(output, /user \(none\): 1 requests/);
+    assert.match(output, /user alice: 2 requests/);
     await assertAuditClean(s.kv);
   } finally {
     await server.close();

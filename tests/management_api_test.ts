@@ -370,3 +370,36 @@ Deno.test("management API: a bad limit is 400 invalid_parameter naming it", () =
       assert.equal(res.body.error.param, "limit");
     }
   }));
+
+Deno.test("the chat request's user field is recorded on its usage record and reported per end user", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    for (const user of ["customer-7", "customer-7", "customer-9", undefined]) {
+      const res = await s.chat(app.apiKey, {
+        model: ECHO,
+        messages: userMessage("hi"),
+        max_tokens: 8,
+        ...(user ? { user } : {}),
+      });
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    const records = await call(s, o.managementKey, "GET", `/apps/${app.appId}/usage`);
+    assert.deepEqual(
+      records.body.data.map((u: { user: string | null }) => u.user).sort(),
+      ["customer-7", "customer-7", "customer-9", null].sort(),
+    );
+    const report = await call(
+      s,
+      o.managementKey,
+      "GET",
+      `/apps/${app.appId}/usage/report?group_by=user`,
+    );
+    assert.deepEqual(
+      report.body.data.map((
+        r: { group: string | null; requests: number },
+      ) => [r.group, r.requests]),
+      [[null, 1], ["customer-7", 2], ["customer-9", 1]],
+    );
+  }));

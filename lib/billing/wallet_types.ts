@@ -18,6 +18,8 @@ export interface ReserveInput {
    * it, so a key revoked anywhere fails its next reserve with KeyRevokedError at no extra read.
    */
   keyGuard?: KeyGuard;
+  /** The app's end user (the request's `user`), for per-end-user caps. */
+  user?: string;
 }
 
 /** `rate` is present when the wallets enforce rate limits. */

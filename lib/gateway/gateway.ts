@@ -39,6 +39,8 @@ export interface Caller {
   keyId: string;
   /** Checked by the reserve's commit: a key revoked since it was looked up is refused there. */
   keyGuard?: KeyGuard;
+  /** The app's end user (the request's `user` field): recorded on the usage, capped per app. */
+  user?: string;
 }
 
 /** What a request did, for its log line; filled in as the request goes. */
@@ -348,6 +350,7 @@ export class Gateway {
       model: model.id,
       tokens,
       keyGuard: caller.keyGuard,
+      user: caller.user,
     };
     let result = await this.#reserve(caller, input, trace);
     if (!result.ok && result.reserved > 0 && this.#lazySweepDue(caller.appId)) {
@@ -415,6 +418,7 @@ export class Gateway {
     const result = await this.#deps.wallets.settle(caller.appId, reservation.id, {
       requestId: info.requestId,
       keyId: caller.keyId,
+      ...(caller.user === undefined ? {} : { user: caller.user }),
       model: model.id,
       provider: model.provider.name,
       promptTokens: usage.promptTokens,

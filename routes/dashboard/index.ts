@@ -44,6 +44,7 @@ import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
 import { managementKeyRoutes } from "./management_keys.tsx";
+import { pageUsage, usageReport } from "@/lib/management/mod.ts";
 import { addWebhookRoutes, type WebhookRouteDeps } from "./webhooks.ts";
 
 const USAGE_PAGE_SIZE = 50;
@@ -250,15 +251,35 @@ export function dashboardRoutes(
   r.get("/apps/:appId/usage", async (c) => {
     const app = c.get("app");
     const cursor = c.req.query("cursor") ?? "";
+    const user = c.req.query("user") || undefined;
     let page;
     try {
-      page = await listUsage(kv, app.id, { cursor, limit: USAGE_PAGE_SIZE });
+      page = user === undefined
+        ? await listUsage(kv, app.id, { cursor, limit: USAGE_PAGE_SIZE })
+        : await userUsagePage(app.id, user, cursor);
     } catch {
       // A cursor that is not one of ours: start again from the newest.
       return c.redirect(`/dashboard/apps/${app.id}/usage`, 303);
     }
-    return c.html(usagePage(session(c), app, page, await keyNames(kv, app.id), cursor === ""));
+    const today = new Date().toISOString().slice(0, 10);
+    const rows = await usageReport(kv, app.id, {
+      groupBy: "user",
+      from: new Date(Date.now() - 29 * 86_400_000).toISOString().slice(0, 10),
+      to: today,
+    });
+    return c.html(
+      usagePage(session(c), app, page, await keyNames(kv, app.id), cursor === "", { rows, user }),
+    );
   });
+
+  /** One end user's requests, a page at a time; the cursor is the last record's id. */
+  async function userUsagePage(appId: string, user: string, cursor: string) {
+    const page = await pageUsage(kv, appId, {
+      limit: USAGE_PAGE_SIZE,
+      startingAfter: cursor || undefined,
+    }, { user });
+    return { records: page.data, nextCursor: page.nextCursor };
+  }
 
   r.get("/apps/:appId/wallet", async (c) => {
     return c.html(walletPage(session(c), await walletView(c.get("app"))));

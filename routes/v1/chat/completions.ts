@@ -16,7 +16,8 @@ export function chatCompletions(
   return async (c: Context<Env>) => {
     const body = c.get("jsonBody") ?? await readJsonBody(c.req.raw, options.maxBodyBytes);
     const request = parseChatRequest(body);
-    const caller = c.get("caller");
+    // The end user the app names (OpenAI's `user`) is attributed on the usage record.
+    const caller = { ...c.get("caller"), user: request.params.user ?? undefined };
     const requestId = c.get("requestId");
     const trace = c.get("trace");
 
