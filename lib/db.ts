@@ -74,6 +74,11 @@ export const keys = {
   /** Deliveries due at `dueAt` (or leased by a deliverer until then). */
   webhookOutbox: (dueAt: number, eventId: string) => ["webhook_outbox", dueAt, eventId] as const,
   webhookOutboxAll: () => ["webhook_outbox"] as const,
+  /** The app's spend caps (per key, and per end user); written by owners, checked by batches. */
+  spendCaps: (appId: string) => ["spend_caps", appId] as const,
+  /** What a capped key or end user holds and has spent; written only by wallet batches. */
+  spendCounter: (appId: string, scope: SpendScope, id: string) =>
+    ["spend_counters", appId, scope, id] as const,
   /** Read (never written) by /readyz to prove KV answers. */
   readinessProbe: () => ["readiness_probe"] as const,
   owner: (ownerId: string) => ["owners", ownerId] as const,
@@ -185,6 +190,32 @@ export interface ManagementKeyHashEntry {
   ownerId: string;
 }
 
+export type SpendScope = "key" | "user";
+
+/** Caps in micro-USD; null: no such cap. Daily and monthly are UTC calendar windows. */
+export interface SpendCaps {
+  total: Micros | null;
+  daily: Micros | null;
+  monthly: Micros | null;
+}
+
+export interface SpendCapsRecord {
+  keys: Record<string, SpendCaps>;
+  /** The caps of each end user of the app (the request's `user`); null: none. */
+  endUser: SpendCaps | null;
+}
+
+export interface SpendCounter {
+  /** Reserved by the scope's requests in flight: counts against every cap until settled. */
+  held: Micros;
+  total: Micros;
+  /** UTC day (YYYY-MM-DD) and month (YYYY-MM) that the two sums below belong to. */
+  day: string;
+  daySpent: Micros;
+  month: string;
+  monthSpent: Micros;
+}
+
 export interface ReservationRecord {
   id: string;
   appId: string;
@@ -196,6 +227,10 @@ export interface ReservationRecord {
   leaseUntil: number;
   /** Tokens counted against the rate limit at reserve (prompt + max_tokens); corrected at settle. */
   tokens?: number;
+  /** The app's end user, for per-end-user caps. */
+  user?: string;
+  /** The spend counters holding this reservation (its key's, its end user's), when capped. */
+  capped?: SpendScope[];
 }
 
 export type UsageOutcome = "completed" | "upstream_cut" | "client_closed";

@@ -19,11 +19,14 @@ import {
   type RateLimits,
   type RateWindowsRecord,
   type ReservationRecord,
+  type SpendCapsRecord,
+  type SpendCounter,
   type WalletRecord,
 } from "@/lib/db.ts";
 import { randomToken } from "@/lib/core/mod.ts";
 import { RateWindows } from "./ratelimit.ts";
 import {
+  countersNeeded,
   guardId,
   keyGuards,
   type Op,
@@ -52,6 +55,7 @@ interface KnownWallet {
   reservations: Map<string, ReservationRecord>;
   rateWindows: Deno.KvEntryMaybe<RateWindowsRecord>;
   rateOverrides: Deno.KvEntryMaybe<RateLimitOverrides>;
+  spendCaps: Deno.KvEntryMaybe<SpendCapsRecord>;
 }
 
 /** A commit applied but whose versionstamp we never saw: nothing may be cached from it. */
@@ -168,20 +172,28 @@ export class Wallets {
       // windows and limit overrides come in the same read as the wallet: no extra round trip.
       const cached = useMemory ? this.#known.get(appId) : undefined;
       useMemory = false;
-      let walletEntry, rateWindowsEntry, rateOverridesEntry, reservations, markers;
+      let walletEntry, rateWindowsEntry, rateOverridesEntry, spendCapsEntry, reservations, markers;
+      let counters;
       try {
         // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
         if (commitFailed) ops = await this.#refreshKeyGuards(ops);
         if (ops.length === 0) return;
-        [walletEntry, rateWindowsEntry, rateOverridesEntry] = cached
-          ? [cached.entry, cached.rateWindows, cached.rateOverrides]
-          : await this.#kv.getMany<[WalletRecord, RateWindowsRecord, RateLimitOverrides]>(
-            [walletKey, keys.rateWindows(appId), keys.rateLimitOverrides(appId)],
-          );
+        [walletEntry, rateWindowsEntry, rateOverridesEntry, spendCapsEntry] = cached
+          ? [cached.entry, cached.rateWindows, cached.rateOverrides, cached.spendCaps]
+          : await this.#kv.getMany<
+            [WalletRecord, RateWindowsRecord, RateLimitOverrides, SpendCapsRecord]
+          >([
+            walletKey,
+            keys.rateWindows(appId),
+            keys.rateLimitOverrides(appId),
+            keys.spendCaps(appId),
+          ]);
         [reservations, markers] = await Promise.all([
           this.#readReservations(appId, ops, cached?.reservations),
           this.#readMarkers(ops),
         ]);
+        // Like reservations, counters are read after the wallet and written only with it.
+        counters = await this.#readCounters(appId, ops, spendCapsEntry.value, reservations);
       } catch (error) {
         // A failed read changed nothing: retry it rather than fail (and lose) a whole batch.
         this.stats.readFailures++;
@@ -212,6 +224,8 @@ export class Wallets {
             rateWindowsEntry.value,
           )
           : undefined,
+        spendCaps: spendCapsEntry.value,
+        counters,
       });
       if (plan.unchanged) {
         // Only refusals and no-ops: nothing to write. A refusal is final when decided on a fresh
@@ -224,6 +238,8 @@ export class Wallets {
       const atomic = this.#kv.atomic().check(walletEntry);
       // Limits changed by an operator make the commit fail, and the retry reads them.
       if (plan.rateLimited) atomic.check(rateOverridesEntry);
+      // So do caps changed by an owner, even from none: a cached wallet never misses a new cap.
+      atomic.check(spendCapsEntry);
       for (const marker of plan.markerChecks) {
         atomic.check({ key: keys.creditMarker(marker), versionstamp: null });
       }
@@ -251,6 +267,7 @@ export class Wallets {
         this.#remember(appId, versionstamp, plan.wallet, plan.reservations, cached?.reservations, {
           rateWindows,
           rateOverrides: rateOverridesEntry,
+          spendCaps: spendCapsEntry,
         });
         plan.resolveAll();
         if (this.#onMoneyMoved && ops.some((op) => op.kind === "settle" || op.kind === "credit")) {
@@ -280,7 +297,7 @@ export class Wallets {
     wallet: WalletRecord,
     touched: Map<string, ReservationRecord | null>,
     previous: Map<string, ReservationRecord> | undefined,
-    rate: Pick<KnownWallet, "rateWindows" | "rateOverrides">,
+    rate: Pick<KnownWallet, "rateWindows" | "rateOverrides" | "spendCaps">,
   ) {
     if (versionstamp === UNKNOWN_VERSION) return;
     const reservations = previous ?? new Map<string, ReservationRecord>();
@@ -339,6 +356,24 @@ export class Wallets {
         chunk.map((id) => keys.reservation(appId, id)),
       );
       chunk.forEach((id, j) => out.set(id, entries[j].value));
+    }
+    return out;
+  }
+
+  async #readCounters(
+    appId: string,
+    ops: Op[],
+    caps: SpendCapsRecord | null,
+    reservations: Map<string, ReservationRecord | null>,
+  ): Promise<Map<string, SpendCounter | null>> {
+    const out = new Map<string, SpendCounter | null>();
+    const needed = countersNeeded(ops, caps, reservations);
+    for (let i = 0; i < needed.length; i += 10) {
+      const chunk = needed.slice(i, i + 10);
+      const entries = await this.#kv.getMany<SpendCounter[]>(
+        chunk.map((n) => keys.spendCounter(appId, n.scope, n.id)),
+      );
+      chunk.forEach((n, j) => out.set(`${n.scope}:${n.id}`, entries[j].value));
     }
     return out;
   }

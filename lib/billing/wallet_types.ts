@@ -5,6 +5,7 @@ import type { LedgerEntry, RateLimits, ReservationRecord, UsageRecord } from "@/
 import type { Micros } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { RateBreach, RateLimitStatus } from "./ratelimit.ts";
+import type { CapBreach } from "./spend_caps.ts";
 
 export interface ReserveInput {
   amount: Micros;
@@ -28,6 +29,15 @@ export type ReserveResult =
   | {
     ok: false;
     reason: "insufficient_credits";
+    available: Micros;
+    reserved: Micros;
+    rate?: RateLimitStatus;
+  }
+  /** Over a spend cap of the key or of the end user (holds included): nothing reserved. */
+  | {
+    ok: false;
+    reason: "spend_cap";
+    breach: CapBreach;
     available: Micros;
     reserved: Micros;
     rate?: RateLimitStatus;

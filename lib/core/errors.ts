@@ -130,6 +130,24 @@ export const ERROR_CODES = {
       "The app's wallet cannot cover the reservation of this request: the prompt plus `max_tokens` of output at the model's prices. `balance` is the current balance.",
     fix: "Send your user to `top_up_url`, or lower `max_tokens` so that the reservation fits.",
   },
+  key_spend_cap_exceeded: {
+    status: 402,
+    type: "spend_cap_error",
+    title: "The API key's spend cap is reached",
+    cause:
+      "The request's reservation does not fit under a spend cap the owner set on this API key: `cap` says which (`total`, `daily` or `monthly`, UTC windows), `cap_amount` its amount and `remaining` what the key may still reserve (requests in flight count until they are settled). The wallet may have money: topping it up does not help. Nothing was reserved.",
+    fix:
+      "Wait for the next UTC day or month for a daily or monthly cap, lower `max_tokens` so the reservation fits `remaining`, or ask the app's owner to raise the cap.",
+  },
+  user_spend_cap_exceeded: {
+    status: 402,
+    type: "spend_cap_error",
+    title: "The end user's spend cap is reached",
+    cause:
+      "The request's `user` has reached the spend cap the app's owner set for each end user: `cap` says which (`total`, `daily` or `monthly`), `cap_amount` its amount and `remaining` what this end user may still reserve. Other end users are not affected. Nothing was reserved.",
+    fix:
+      "Tell your end user their allowance is used up until the next day or month, or raise the per-end-user cap in the dashboard or the management API.",
+  },
   rate_limit_exceeded: {
     status: 429,
     type: "rate_limit_error",

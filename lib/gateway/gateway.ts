@@ -22,6 +22,7 @@ import {
   rateLimitRefusal,
   type RateLimitStatus,
   releaseExpiredReservations,
+  spendCapRefusal,
 } from "@/lib/billing/mod.ts";
 import type { Providers } from "./providers/mod.ts";
 import { type ChatCompletion, ProviderError, type StreamPart } from "./providers/types.ts";
@@ -400,6 +401,7 @@ export class Gateway {
       );
     });
     if (result.rate) trace.rateLimit = result.rate;
+    if (!result.ok && result.reason === "spend_cap") throw spendCapRefusal(result.breach);
     if (!result.ok && result.reason !== "insufficient_credits") {
       throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs);
     }

@@ -85,7 +85,9 @@ function errorResponse(status: number) {
     headers,
     content: {
       "application/json": {
-        schema: status === 402 ? ref("InsufficientCreditsError") : errorSchema(codes),
+        schema: status === 402
+          ? { oneOf: [ref("InsufficientCreditsError"), ref("SpendCapError")] }
+          : errorSchema(codes),
       },
     },
   };
@@ -389,6 +391,31 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
         },
         ...management.schemas,
         Error: errorSchema(ENDPOINT_ERRORS),
+        SpendCapError: {
+          type: "object",
+          required: ["error"],
+          additionalProperties: false,
+          properties: {
+            error: {
+              type: "object",
+              required: ["type", "code", "message", "doc_url", "cap", "cap_amount", "remaining"],
+              properties: {
+                type: { const: "spend_cap_error" },
+                code: { enum: ["key_spend_cap_exceeded", "user_spend_cap_exceeded"] },
+                message: { type: "string", minLength: 1 },
+                param: { const: "user", description: "Present for an end user's cap." },
+                doc_url: { type: "string", format: "uri" },
+                cap: { enum: ["total", "daily", "monthly"], description: "The cap reached." },
+                cap_amount: { type: "string", pattern: MONEY_PATTERN },
+                remaining: {
+                  type: "string",
+                  pattern: MONEY_PATTERN,
+                  description: "What may still be reserved under the cap (USD).",
+                },
+              },
+            },
+          },
+        },
         InsufficientCreditsError: {
           type: "object",
           required: ["error"],
