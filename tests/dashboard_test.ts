@@ -729,3 +729,49 @@ Deno.test("the usage page groups spend by end user and filters the requests by o
     assert.equal((rows.match(/<td>ann<\/td>/g) ?? []).length, 2);
     assert.ok(!rows.includes("<td>bo</td>"));
   }));
+
+Deno.test("an owner caps a key's and each end user's spend from the keys tab, and the API enforces them", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("caps@example.com");
+    const { appId, apiKey } = await v.createApp("capped");
+    const keysHtml = await v.page(`/dashboard/apps/${appId}/keys`);
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(keysHtml)![1];
+    const ask = (user?: string) =>
+      s.chat(apiKey, {
+        model: "tollbooth/echo",
+        messages: userMessage("hi"),
+        ...(user ? { user } : {}),
+      });
+
+    const bad = await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, {
+      _csrf: await v.csrf(),
+      total: "lots",
+    });
+    assert.equal(bad.status, 400);
+    assert.match(await bad.text(), /A cap is an amount in USD/);
+
+    const saved = await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, {
+      _csrf: await v.csrf(),
+      total: "",
+      daily: "0.000001",
+      monthly: "",
+    });
+    assert.equal(saved.status, 303);
+    assert.match(await v.page(`/dashboard/apps/${appId}/keys`), /value="0\.000001"/);
+    const refused = await ask();
+    assert.equal(refused.status, 402);
+    assert.equal((await refused.json()).error.code, "key_spend_cap_exceeded");
+
+    await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, { _csrf: await v.csrf() });
+    assert.equal((await ask()).status, 200);
+    const endUser = await v.post(`/dashboard/apps/${appId}/end-user-spend-cap`, {
+      _csrf: await v.csrf(),
+      monthly: "0.000001",
+    });
+    assert.equal(endUser.status, 303);
+    const userRefused = await ask("someone");
+    assert.equal(userRefused.status, 402);
+    assert.equal((await userRefused.json()).error.code, "user_spend_cap_exceeded");
+    assert.equal((await ask()).status, 200);
+  }));

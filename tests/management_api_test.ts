@@ -43,7 +43,7 @@ async function call(
   );
   const template = "/management" + path.split("?")[0]
     .replace(/\/apps\/[^/]+/, "/apps/{app_id}")
-    .replace(/\/keys\/[^/]+\/revoke$/, "/keys/{key_id}/revoke");
+    .replace(/\/keys\/[^/]+\/(revoke|spend_cap)$/, "/keys/{key_id}/$1");
   await assertMatchesOpenApi(res, template, method.toLowerCase());
   return { status: res.status, headers: res.headers, body: await res.json() };
 }
@@ -402,4 +402,65 @@ Deno.test("the chat request's user field is recorded on its usage record and rep
       ) => [r.group, r.requests]),
       [[null, 1], ["customer-7", 2], ["customer-9", 1]],
     );
+  }));
+
+Deno.test("management API sets a key's spend cap at creation and later, and an end-user cap; requests over them get 402", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const created = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+      body: { name: "capped", spend_cap: { daily: "0.000001" } },
+    });
+    assert.equal(created.status, 201);
+    assert.deepEqual(created.body.spend_cap, { total: null, daily: "0.000001", monthly: null });
+    const refused = await chat(s, created.body.api_key);
+    assert.equal(refused.status, 402);
+    const error = (await refused.json()).error;
+    assert.equal(error.code, "key_spend_cap_exceeded");
+    assert.equal(error.cap, "daily");
+
+    const raised = await call(
+      s,
+      o.managementKey,
+      "POST",
+      `/apps/${app.appId}/keys/${created.body.id}/spend_cap`,
+      { body: { total: "1.50" } },
+    );
+    assert.equal(raised.status, 200);
+    assert.deepEqual(raised.body.spend_cap, { total: "1.500000", daily: null, monthly: null });
+    assert.equal((await chat(s, created.body.api_key)).status, 200);
+    const listed = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
+    const row = listed.body.data.find((k: { id: string }) => k.id === created.body.id);
+    assert.equal(row.spend_cap.total, "1.500000");
+
+    const bad = await call(
+      s,
+      o.managementKey,
+      "POST",
+      `/apps/${app.appId}/keys/${created.body.id}/spend_cap`,
+      { body: { weekly: "1.00" } },
+    );
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.param, "weekly");
+
+    const endUser = await call(
+      s,
+      o.managementKey,
+      "POST",
+      `/apps/${app.appId}/end_user_spend_cap`,
+      {
+        body: { monthly: "0.000001" },
+      },
+    );
+    assert.equal(endUser.status, 200);
+    assert.equal(endUser.body.spend_cap.monthly, "0.000001");
+    const read = await call(s, o.managementKey, "GET", `/apps/${app.appId}/end_user_spend_cap`);
+    assert.deepEqual(read.body, endUser.body);
+    const userRefused = await s.chat(app.apiKey, {
+      model: ECHO,
+      messages: userMessage("hi"),
+      user: "someone",
+    });
+    assert.equal(userRefused.status, 402);
+    assert.equal((await userRefused.json()).error.code, "user_spend_cap_exceeded");
   }));

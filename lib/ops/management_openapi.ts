@@ -23,6 +23,8 @@ const WRITE_ERRORS: ErrorCode[] = [
 ];
 
 const MONEY = { type: "string", pattern: "^-?[0-9]+\\.[0-9]{6}$" };
+/** A USD amount with up to six decimals, such as "5" or "5.000000". */
+const CAP_AMOUNT = { type: "string", pattern: "^[0-9]{1,9}(\\.[0-9]{1,6})?$" };
 const TIME = { type: "integer", description: "Unix time in seconds." };
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const nullable = (schema: Record<string, unknown>) => ({ oneOf: [schema, { type: "null" }] });
@@ -149,6 +151,46 @@ export function managementOpenApi(
         responses: { ...ok(ref("ApiKey"), "The revoked key."), ...errors(WRITE_ERRORS) },
       },
     },
+    "/management/apps/{app_id}/keys/{key_id}/spend_cap": {
+      post: {
+        operationId: "setApiKeySpendCap",
+        summary:
+          "Replaces the key's spend caps (absent or null: no such cap). Enforced in the same commit as each request's reservation, holds counted: no burst passes a cap. A request over it gets 402 `key_spend_cap_exceeded`.",
+        security,
+        parameters: [appId, {
+          name: "key_id",
+          in: "path",
+          required: true,
+          schema: { type: "string" },
+        }, idempotencyKey],
+        requestBody: {
+          required: true,
+          content: { "application/json": { schema: ref("SpendCap") } },
+        },
+        responses: { ...ok(ref("ApiKey"), "The key with its caps."), ...errors(WRITE_ERRORS) },
+      },
+    },
+    "/management/apps/{app_id}/end_user_spend_cap": {
+      get: {
+        operationId: "getEndUserSpendCap",
+        summary: "The caps each end user (the chat request's `user`) of the app has.",
+        security,
+        parameters: [appId],
+        responses: { ...ok(ref("EndUserSpendCap"), "The caps."), ...errors(READ_ERRORS) },
+      },
+      post: {
+        operationId: "setEndUserSpendCap",
+        summary:
+          "Replaces the caps of each end user of the app. A request whose `user` is over them gets 402 `user_spend_cap_exceeded`; requests without `user` are not end-user capped.",
+        security,
+        parameters: [appId, idempotencyKey],
+        requestBody: {
+          required: true,
+          content: { "application/json": { schema: ref("SpendCap") } },
+        },
+        responses: { ...ok(ref("EndUserSpendCap"), "The caps."), ...errors(WRITE_ERRORS) },
+      },
+    },
     "/management/apps/{app_id}/usage": {
       get: {
         operationId: "listUsage",
@@ -228,9 +270,28 @@ export function managementOpenApi(
         created: TIME,
       },
     },
+    SpendCap: {
+      type: "object",
+      additionalProperties: false,
+      description:
+        "Caps in USD; null or absent: none. `daily` and `monthly` are UTC calendar windows. Spending is counted from when a cap was first set.",
+      properties: {
+        total: nullable(CAP_AMOUNT),
+        daily: nullable(CAP_AMOUNT),
+        monthly: nullable(CAP_AMOUNT),
+      },
+    },
+    EndUserSpendCap: {
+      type: "object",
+      required: ["object", "spend_cap"],
+      properties: {
+        object: { const: "end_user_spend_cap" },
+        spend_cap: { oneOf: [ref("SpendCap"), { type: "null" }] },
+      },
+    },
     ApiKey: {
       type: "object",
-      required: ["id", "object", "name", "prefix", "created", "last_used", "revoked"],
+      required: ["id", "object", "name", "prefix", "created", "last_used", "revoked", "spend_cap"],
       properties: {
         id: { type: "string" },
         object: { const: "api_key" },
@@ -239,13 +300,17 @@ export function managementOpenApi(
         created: TIME,
         last_used: nullable(TIME),
         revoked: nullable(TIME),
+        spend_cap: { oneOf: [ref("SpendCap"), { type: "null" }] },
       },
     },
     CreateApiKeyRequest: {
       type: "object",
       required: ["name"],
       additionalProperties: false,
-      properties: { name: { type: "string", minLength: 1, maxLength: 60 } },
+      properties: {
+        name: { type: "string", minLength: 1, maxLength: 60 },
+        spend_cap: ref("SpendCap"),
+      },
     },
     CreatedApiKey: {
       allOf: [ref("ApiKey"), {

@@ -18,16 +18,18 @@ import { type ApiKeyRecord, type AppRecord, keys, type RateLimits } from "@/lib/
 import {
   dailySpend,
   getRateLimits,
+  getSpendCaps,
   LimitAboveCeilingError,
   listUsage,
   MAX_LIMIT,
   setRateLimits,
+  setSpendCaps,
   spendByModel,
   unchargedOf,
   walletActivity,
 } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/mod.ts";
-import { NotFoundError } from "@/lib/core/mod.ts";
+import { NotFoundError, parseUsd } from "@/lib/core/mod.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import {
   checkForm,
@@ -199,11 +201,42 @@ export function dashboardRoutes(
     return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
   });
 
+  async function keysView(c: Context<DashboardEnv>, app: AppRecord, capsError?: string) {
+    const [rows, record] = await Promise.all([listAppKeys(kv, app.id), getSpendCaps(kv, app.id)]);
+    rows.sort((a, b) => b.createdAt - a.createdAt);
+    return keysPage(session(c), app, rows, undefined, { record, error: capsError });
+  }
+
   r.get("/apps/:appId/keys", async (c) => {
-    const app = c.get("app");
-    const rows = (await listAppKeys(kv, app.id)).sort((a, b) => b.createdAt - a.createdAt);
-    return c.html(keysPage(session(c), app, rows));
+    return c.html(await keysView(c, c.get("app")));
   });
+
+  /** Caps from a form of the keys tab: each of total, daily, monthly in USD, empty for none. */
+  async function saveCaps(c: Context<DashboardEnv>, target: { keyId: string } | { endUser: true }) {
+    const app = c.get("app");
+    const form = await c.req.parseBody();
+    const caps: Record<string, number | null> = {};
+    for (const name of ["total", "daily", "monthly"]) {
+      const raw = String(form[name] ?? "").trim().replace(/^\$/, "");
+      try {
+        caps[name] = raw === "" ? null : parseUsd(raw);
+        if (caps[name] === 0) throw new RangeError("zero");
+      } catch {
+        const error = "A cap is an amount in USD above zero, such as 5.00, or empty for none.";
+        return c.html(await keysView(c, app, error), 400);
+      }
+    }
+    await setSpendCaps(kv, app.id, target, caps);
+    return c.redirect(`/dashboard/apps/${app.id}/keys#spend-caps`, 303);
+  }
+
+  r.post("/apps/:appId/keys/:keyId/spend-cap", async (c) => {
+    const key = await ownedKey(c, c.get("app"));
+    if (!key || key.revokedAt !== null) return notFound(c);
+    return await saveCaps(c, { keyId: key.id });
+  });
+
+  r.post("/apps/:appId/end-user-spend-cap", (c) => saveCaps(c, { endUser: true }));
 
   r.post("/apps/:appId/keys", async (c) => {
     const app = c.get("app");

@@ -41,6 +41,16 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
           <code>POST /apps/{"{app_id}"}/keys/{"{key_id}"}/revoke</code>.
         </li>
         <li>
+          Spend caps (USD, <code>total</code>, <code>daily</code>,{" "}
+          <code>monthly</code>; UTC windows): <code>spend_cap</code> when creating a key,{" "}
+          <code>POST /apps/{"{app_id}"}/keys/{"{key_id}"}/spend_cap</code>, and{" "}
+          <code>GET|POST /apps/{"{app_id}"}/end_user_spend_cap</code>{" "}
+          for each end user. A POST replaces the caps (absent or null: none). Requests in flight
+          count against a cap until settled, so no burst passes it; over it, 402{" "}
+          <code>key_spend_cap_exceeded</code> or <code>user_spend_cap_exceeded</code> with{" "}
+          <code>cap</code>, <code>cap_amount</code> and <code>remaining</code>.
+        </li>
+        <li>
           <code>GET /apps/{"{app_id}"}/usage</code>: every settled request, filtered by{" "}
           <code>user</code>, <code>key_id</code> or <code>model</code>.
         </li>

@@ -1,7 +1,15 @@
 import { type Context, Hono, type MiddlewareHandler } from "hono";
 import { z } from "zod";
-import { ApiError, formatUsd, type Logger, NotFoundError } from "@/lib/core/mod.ts";
-import type { ApiKeyRecord, AppRecord, UsageRecord, WalletRecord } from "@/lib/db.ts";
+import { ApiError, formatUsd, type Logger, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import type {
+  ApiKeyRecord,
+  AppRecord,
+  SpendCaps,
+  SpendCapsRecord,
+  UsageRecord,
+  WalletRecord,
+} from "@/lib/db.ts";
+import { getSpendCaps, setSpendCaps } from "@/lib/billing/mod.ts";
 import type { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import {
   authenticateManagementKey,
@@ -49,7 +57,13 @@ function appObject(app: AppRecord, wallet: WalletRecord, publicUrl: string) {
   };
 }
 
-function keyObject(key: ApiKeyRecord & { lastUsedAt?: number | null }) {
+function capsObject(caps: SpendCaps | null | undefined) {
+  if (!caps) return null;
+  const usd = (v: number | null) => v === null ? null : formatUsd(v);
+  return { total: usd(caps.total), daily: usd(caps.daily), monthly: usd(caps.monthly) };
+}
+
+function keyObject(key: ApiKeyRecord & { lastUsedAt?: number | null }, caps: SpendCapsRecord) {
   return {
     id: key.id,
     object: "api_key",
@@ -58,6 +72,7 @@ function keyObject(key: ApiKeyRecord & { lastUsedAt?: number | null }) {
     created: seconds(key.createdAt),
     last_used: seconds(key.lastUsedAt ?? null),
     revoked: seconds(key.revokedAt),
+    spend_cap: capsObject(caps.keys[key.id]),
   };
 }
 
@@ -157,8 +172,16 @@ const day = z.string().regex(DAY, "a UTC day as YYYY-MM-DD").refine(
   "not a calendar day",
 );
 
+const capAmount = z.string().regex(/^\d{1,9}(\.\d{1,6})?$/, 'a USD amount such as "5.00"')
+  .transform((v) => parseUsd(v)).refine((v) => v > 0, "must be more than 0").nullable()
+  .optional();
+
+/** `{total, daily, monthly}` in USD; null or absent: no such cap. */
+const CapsBody = z.object({ total: capAmount, daily: capAmount, monthly: capAmount }).strict();
+
 const NewKeyBody = z.object({
   name: z.string().trim().min(1).max(60),
+  spend_cap: CapsBody.optional(),
 }).strict();
 
 function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
@@ -265,11 +288,14 @@ export function managementRoutes(
   });
 
   r.get("/apps/:app_id/keys", async (c) => {
-    const keyRows = (await listAppKeys(kv, c.get("app").id))
-      .sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1));
+    const [keyRows, caps] = await Promise.all([
+      listAppKeys(kv, c.get("app").id),
+      getSpendCaps(kv, c.get("app").id),
+    ]);
+    keyRows.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1));
     return c.json({
       object: "list",
-      data: keyRows.map(keyObject),
+      data: keyRows.map((k) => keyObject(k, caps)),
       has_more: false,
       next_cursor: null,
     });
@@ -277,8 +303,12 @@ export function managementRoutes(
 
   r.post("/apps/:app_id/keys", ownerIdempotency(withoutSecret), async (c) => {
     const input = parseBody(NewKeyBody, await body(c));
-    const issued = await issueKey(kv, c.get("app").id, input.name);
-    return c.json({ ...keyObject(issued.record), api_key: issued.apiKey }, 201);
+    const appId = c.get("app").id;
+    const issued = await issueKey(kv, appId, input.name);
+    const caps = input.spend_cap
+      ? await setSpendCaps(kv, appId, { keyId: issued.record.id }, input.spend_cap)
+      : await getSpendCaps(kv, appId);
+    return c.json({ ...keyObject(issued.record, caps), api_key: issued.apiKey }, 201);
   });
 
   r.post("/apps/:app_id/keys/:key_id/revoke", ownerIdempotency(), async (c) => {
@@ -289,7 +319,33 @@ export function managementRoutes(
         param: "key_id",
       });
     }
-    return c.json(keyObject({ ...await revokeKey(kv, key.id), lastUsedAt: key.lastUsedAt }));
+    const revoked = { ...await revokeKey(kv, key.id), lastUsedAt: key.lastUsedAt };
+    return c.json(keyObject(revoked, await getSpendCaps(kv, c.get("app").id)));
+  });
+
+  r.post("/apps/:app_id/keys/:key_id/spend_cap", ownerIdempotency(), async (c) => {
+    const appId = c.get("app").id;
+    const keyId = c.req.param("key_id");
+    const input = parseBody(CapsBody, await body(c));
+    const key = (await listAppKeys(kv, appId)).find((k) => k.id === keyId);
+    if (!key) {
+      throw new ApiError("resource_not_found", `No key '${keyId.slice(0, 64)}' in this app.`, {
+        param: "key_id",
+      });
+    }
+    const caps = await setSpendCaps(kv, appId, { keyId }, input);
+    return c.json(keyObject(key, caps));
+  });
+
+  r.get("/apps/:app_id/end_user_spend_cap", async (c) => {
+    const caps = await getSpendCaps(kv, c.get("app").id);
+    return c.json({ object: "end_user_spend_cap", spend_cap: capsObject(caps.endUser) });
+  });
+
+  r.post("/apps/:app_id/end_user_spend_cap", ownerIdempotency(), async (c) => {
+    const input = parseBody(CapsBody, await body(c));
+    const caps = await setSpendCaps(kv, c.get("app").id, { endUser: true }, input);
+    return c.json({ object: "end_user_spend_cap", spend_cap: capsObject(caps.endUser) });
   });
 
   r.get("/apps/:app_id/usage", async (c) => {
