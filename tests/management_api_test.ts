@@ -464,3 +464,15 @@ Deno.test("management API sets a key's spend cap at creation and later, and an e
     assert.equal(userRefused.status, 402);
     assert.equal((await userRefused.json()).error.code, "user_spend_cap_exceeded");
   }));
+
+Deno.test("management API: a body over 16 KiB is refused before it is read, and nothing is made", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const path = `/apps/${o.apps[0].appId}/keys`;
+    const res = await call(s, o.managementKey, "POST", path, {
+      body: { name: "x".repeat(20_000) },
+    });
+    assert.equal(res.status, 400);
+    assert.equal(res.body.error.code, "request_too_large");
+    assert.equal((await call(s, o.managementKey, "GET", path)).body.data.length, 1);
+  }));

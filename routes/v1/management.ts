@@ -31,6 +31,7 @@ import {
   revokeKey,
   topUpUrl,
 } from "@/lib/tenants/mod.ts";
+import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { idempotency } from "@/routes/idempotency.ts";
 import type { Env } from "@/routes/middleware.ts";
 import { readJsonBody } from "@/routes/v1/chat/completions.ts";
@@ -269,7 +270,7 @@ export function managementRoutes(
   const body = async (c: Context<ManagementEnv>) =>
     c.get("jsonBody") ?? await readJsonBody(c.req.raw, MAX_BODY_BYTES);
 
-  r.use("*", requireManagementKey(kv));
+  r.use("*", requireManagementKey(kv), bodyLimit(MAX_BODY_BYTES, apiBodyRefusal));
   // Also matches /apps/:app_id itself.
   r.use("/apps/:app_id/*", ownedApp(kv));
 

@@ -81,7 +81,6 @@ export function usagePage(
   return renderPage(
     <Page title={`${app.name} · Usage`} session={session}>
       <AppHeader app={app} active="usage" />
-      <EndUsers app={app} rows={endUsers.rows} user={user} />
       {user !== undefined && (
         <p>
           Requests of end user <strong>{user}</strong> only.{" "}
@@ -158,6 +157,7 @@ export function usagePage(
           </a>
         )}
       </nav>
+      <EndUsers app={app} rows={endUsers.rows} user={user} />
     </Page>,
   );
 }
