@@ -7,10 +7,15 @@ import { KeyCache } from "@/lib/tenants/mod.ts";
 import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
 import { Wallets } from "@/lib/billing/mod.ts";
+import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
+import { WebhookDeliverer, WebhookWatcher } from "@/lib/webhooks/mod.ts";
+import { idempotency } from "@/routes/idempotency.ts";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { errorsPage } from "@/routes/docs/errors.tsx";
 import { endpointsPage } from "@/routes/docs/endpoints.tsx";
 import { loadExamples } from "@/routes/docs/examples.ts";
+import { managementDocsPage } from "@/routes/docs/management.tsx";
+import { webhooksDocsPage } from "@/routes/docs/webhooks.tsx";
 import {
   billingPage,
   operationsPage,
@@ -43,6 +48,7 @@ import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { modelRoutes } from "@/routes/v1/models.ts";
 import { embeddings } from "@/routes/v1/embeddings.ts";
 import { responsesRoute } from "@/routes/v1/responses.ts";
+import { managementRoutes } from "@/routes/v1/management.ts";
 
 export interface AppDeps {
   kv: Deno.Kv;
@@ -67,6 +73,9 @@ export function createApp(deps: AppDeps) {
   const log = redactor.logger(deps.log ?? jsonLogger);
   const now = deps.now ?? Date.now;
   const rateLimits = { rpm: config.rateLimitRpm, tpm: config.rateLimitTpm };
+  // Webhook detection looks at a wallet after its commits, off the request's path.
+  const webhookWatcher = new WebhookWatcher(kv, { now, log });
+  const webhookDeliverer = new WebhookDeliverer(kv, { log });
   const wallets = new Wallets(kv, {
     leaseMs: config.reservationTtlSeconds * 1000,
     now,
@@ -78,6 +87,7 @@ export function createApp(deps: AppDeps) {
         postEveryMs: config.walletSlicePostMs,
       }
       : undefined,
+    onMoneyMoved: (appId) => webhookWatcher.nudge(appId),
   });
   const providers = createProviders(catalog, {
     timeoutMs: config.upstreamTimeoutMs,
@@ -98,6 +108,17 @@ export function createApp(deps: AppDeps) {
     ? deps.stripe ?? createStripeClient(config.stripeSecretKey!)
     : undefined;
   const metrics = new ServiceMetrics(wallets.stats);
+  // A claim outlives any request that still holds money: the same lease as a reservation's.
+  const idempotencyStore = new IdempotencyStore(kv, {
+    leaseMs: config.reservationTtlSeconds * 1000,
+    now,
+  });
+  /** Idempotency-Key on a paid POST: keys are private to the calling app. */
+  const paidIdempotency = idempotency(idempotencyStore, {
+    scope: (c) => `app:${c.get("caller").appId}`,
+    maxBodyBytes: config.maxBodyBytes,
+    log,
+  });
   let draining = false;
 
   const keyCache = new KeyCache(kv);
@@ -112,6 +133,7 @@ export function createApp(deps: AppDeps) {
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     bodyLimit(config.maxBodyBytes, apiBodyRefusal),
+    paidIdempotency,
   ] as const;
   const freeApi = [
     requireLiveApiKey(keyCache),
@@ -143,6 +165,10 @@ export function createApp(deps: AppDeps) {
   const models = modelRoutes(catalog, { created: Date.parse(API_VERSION) / 1000 });
   app.get("/v1/models", ...freeApi, models.list);
   app.get("/v1/models/:model{.+}", ...freeApi, models.retrieve);
+  app.route(
+    "/v1/management",
+    managementRoutes({ kv, publicUrl: config.publicUrl, idempotencyStore, log }),
+  );
   app.all("/v1/*", (c) => {
     throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
   });
@@ -175,6 +201,11 @@ export function createApp(deps: AppDeps) {
   app.get("/docs/endpoints", (c) => c.html(endpointsPage()));
   app.get("/docs/billing", (c) => c.html(billingPage()));
   app.get("/docs/rate-limits", (c) => c.html(rateLimitsPage(config)));
+  app.get(
+    "/docs/management",
+    async (c) => c.html(managementDocsPage(config.publicUrl, await loadExamples())),
+  );
+  app.get("/docs/webhooks", async (c) => c.html(webhooksDocsPage(await loadExamples())));
   app.get("/docs/versioning", (c) => c.html(versioningPage(API_VERSION)));
   app.get("/docs/operations", (c) => c.html(operationsPage()));
   const openApi = openApiDocument(config.publicUrl, API_VERSION);
@@ -205,6 +236,11 @@ export function createApp(deps: AppDeps) {
         maxAppsPerOwner: config.maxAppsPerOwner,
         maxAppCreationsPerDay: config.maxAppCreationsPerDay,
       },
+      webhooks: {
+        watcher: webhookWatcher,
+        deliverer: webhookDeliverer,
+        allowLoopback: config.webhookAllowLoopback || (deps.devServer ?? false),
+      },
     }),
   );
   app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
@@ -214,5 +250,6 @@ export function createApp(deps: AppDeps) {
   const startDraining = () => {
     draining = true;
   };
-  return { app, wallets, gateway, payments, metrics, startDraining };
+  const webhooks = { watcher: webhookWatcher, deliverer: webhookDeliverer };
+  return { app, wallets, gateway, payments, metrics, webhooks, startDraining };
 }

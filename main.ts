@@ -29,7 +29,7 @@ async function main() {
   }
   const kv = await openKv(config.kvPath);
   const devServer = Deno.args.includes("--dev");
-  const { app, wallets, payments, startDraining } = createApp({
+  const { app, wallets, payments, webhooks, startDraining } = createApp({
     kv,
     config,
     catalog,
@@ -62,6 +62,14 @@ async function main() {
   const sweepEveryMs = Math.min(60_000, Math.max(1_000, (config.reservationTtlSeconds * 1000) / 4));
   const sweeper = setInterval(() => sweep?.(), sweepEveryMs);
   await sweep();
+  // Each process delivers due webhook events (leased, so never two at once) and looks over every
+  // app with webhooks now and then, for what a crashed process detected but never queued.
+  webhooks.deliverer.start(1_000);
+  const webhookSweep = setInterval(() => {
+    webhooks.watcher.sweep().catch((error) =>
+      jsonLogger({ level: "error", event: "webhook_sweep_failed", error: String(error) })
+    );
+  }, 60_000);
 
   const server = Deno.serve({
     port: config.port,
@@ -100,8 +108,13 @@ async function main() {
     jsonLogger({ event: "shutting_down", signal, graceMs: config.shutdownGraceMs });
     startDraining();
     clearInterval(sweeper);
+    clearInterval(webhookSweep);
     const drained = await within(server.shutdown(), config.shutdownGraceMs);
     const committed = await within(wallets.drain(), FINAL_COMMIT_MS);
+    await within(
+      Promise.all([webhooks.deliverer.stop(), webhooks.watcher.idle()]),
+      FINAL_COMMIT_MS,
+    );
     jsonLogger({
       event: "shut_down",
       inFlightFinished: drained,

@@ -14,6 +14,7 @@ export function AccountNav({ session }: { session: Session | null }) {
   return (
     <>
       <a href="/dashboard">Dashboard</a>
+      <a href="/dashboard/management-keys">Management keys</a>
       <form method="post" action="/signout" class="inline-form">
         <CsrfField session={session} />
         <button type="submit" class="link-button" title={`Signed in as ${session.owner.email}`}>

@@ -7,6 +7,8 @@ export const DOCS_PAGES = [
   { href: "/docs/endpoints", title: "Endpoints" },
   { href: "/docs/billing", title: "How billing works" },
   { href: "/docs/rate-limits", title: "Rate limits" },
+  { href: "/docs/management", title: "Management API" },
+  { href: "/docs/webhooks", title: "Webhooks" },
   { href: "/docs/versioning", title: "Versioning" },
   { href: "/docs/errors", title: "Errors" },
   { href: "/docs/operations", title: "Running Tollbooth" },

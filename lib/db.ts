@@ -55,6 +55,34 @@ export const keys = {
   ownerAppCount: (ownerId: string) => ["owner_app_counts", ownerId] as const,
   /** Service-wide sums (Deno.KvU64) written in the same commit as what they count. */
   serviceTotal: (name: ServiceTotal) => ["service_totals", name] as const,
+  /**
+   * A claimed Idempotency-Key within its scope (`app:<id>` for the API, `owner:<id>` for the
+   * management API); the recorded response's body lives in parts beside it, under the claim's id.
+   */
+  idempotency: (scope: string, key: string) => ["idempotency", scope, key] as const,
+  idempotencyBodyPart: (scope: string, key: string, claimId: string, part: number) =>
+    ["idempotency_bodies", scope, key, claimId, part] as const,
+  /** An owner's management keys (`tbm_…`): stored hashed, indexed by hash and by owner. */
+  managementKey: (keyId: string) => ["management_keys", keyId] as const,
+  managementKeyByHash: (hash: string) => ["management_keys_by_hash", hash] as const,
+  ownerManagementKey: (ownerId: string, keyId: string) =>
+    ["owner_management_keys", ownerId, keyId] as const,
+  ownerManagementKeys: (ownerId: string) => ["owner_management_keys", ownerId] as const,
+  /** An app's webhook endpoint, signing secret and low-balance threshold. */
+  webhookSettings: (appId: string) => ["webhook_settings", appId] as const,
+  allWebhookSettings: () => ["webhook_settings"] as const,
+  /** What the low-balance and top-up detection has already seen of an app's wallet. */
+  webhookWatch: (appId: string) => ["webhook_watch", appId] as const,
+  webhookEvent: (appId: string, eventId: string) => ["webhook_events", appId, eventId] as const,
+  appWebhookEvents: (appId: string) => ["webhook_events", appId] as const,
+  /** Deliveries due at `dueAt` (or leased by a deliverer until then). */
+  webhookOutbox: (dueAt: number, eventId: string) => ["webhook_outbox", dueAt, eventId] as const,
+  webhookOutboxAll: () => ["webhook_outbox"] as const,
+  /** The app's spend caps (per key, and per end user); written by owners, checked by batches. */
+  spendCaps: (appId: string) => ["spend_caps", appId] as const,
+  /** What a capped key or end user holds and has spent; written only by wallet batches. */
+  spendCounter: (appId: string, scope: SpendScope, id: string) =>
+    ["spend_counters", appId, scope, id] as const,
   /** A stored Responses API response of an app: its head; the body is in chunks beside it. */
   storedResponse: (appId: string, responseId: string) =>
     ["stored_responses", appId, responseId] as const,
@@ -157,6 +185,49 @@ export interface ApiKeyHashEntry {
   appId: string;
 }
 
+/** A key of the management API: acts for its owner over all of the owner's apps. */
+export interface ManagementKeyRecord {
+  id: string;
+  ownerId: string;
+  name: string;
+  /** First characters of the raw key, enough to recognise it. */
+  prefix: string;
+  hash: string;
+  createdAt: number;
+  revokedAt: number | null;
+}
+
+export interface ManagementKeyHashEntry {
+  keyId: string;
+  ownerId: string;
+}
+
+export type SpendScope = "key" | "user";
+
+/** Caps in micro-USD; null: no such cap. Daily and monthly are UTC calendar windows. */
+export interface SpendCaps {
+  total: Micros | null;
+  daily: Micros | null;
+  monthly: Micros | null;
+}
+
+export interface SpendCapsRecord {
+  keys: Record<string, SpendCaps>;
+  /** The caps of each end user of the app (the request's `user`); null: none. */
+  endUser: SpendCaps | null;
+}
+
+export interface SpendCounter {
+  /** Reserved by the scope's requests in flight: counts against every cap until settled. */
+  held: Micros;
+  total: Micros;
+  /** UTC day (YYYY-MM-DD) and month (YYYY-MM) that the two sums below belong to. */
+  day: string;
+  daySpent: Micros;
+  month: string;
+  monthSpent: Micros;
+}
+
 export interface ReservationRecord {
   id: string;
   appId: string;
@@ -168,6 +239,10 @@ export interface ReservationRecord {
   leaseUntil: number;
   /** Tokens counted against the rate limit at reserve (prompt + max_tokens); corrected at settle. */
   tokens?: number;
+  /** The app's end user, for per-end-user caps. */
+  user?: string;
+  /** The spend counters holding this reservation (its key's, its end user's), when capped. */
+  capped?: SpendScope[];
   /** Set when the hold was admitted in memory against this process's slice (never stored). */
   sliceId?: string;
 }
@@ -224,6 +299,8 @@ export interface UsageRecord {
   outcome: UsageOutcome;
   /** True when the upstream gave no usage and the tokens were counted by us. */
   countedLocally: boolean;
+  /** The app's end user, from the request's `user` field (OpenAI's convention); absent: none. */
+  user?: string;
   createdAt: number;
 }
 
@@ -267,6 +344,77 @@ export interface RateWindowsRecord {
   app: RateWindow | null;
   /** Only keys with limits of their own and a non-empty window; others are pruned at each write. */
   keys: Record<string, RateWindow>;
+}
+
+/**
+ * An Idempotency-Key's claim: `running` while its first request runs (a lease, so a crashed
+ * process does not hold the key forever), then `done` with what to replay. Only results that
+ * were charged are recorded; a request that failed without a charge gives its key back.
+ */
+export type IdempotencyRecord =
+  & {
+    claimId: string;
+    /** SHA-256 of the canonical JSON body: a repeat must send the same request. */
+    bodyHash: string;
+    /** The request that ran. */
+    requestId: string;
+  }
+  & (
+    | { state: "running"; leaseUntil: number }
+    | {
+      state: "done";
+      status: number;
+      /** The response headers that are replayed (content type, cost, balance, provider). */
+      headers: Record<string, string>;
+      /** The body is stored in this many parts (`keys.idempotencyBodyPart`), for KV's value size. */
+      bodyParts: number;
+      storedAt: number;
+    }
+  );
+
+export interface WebhookSettingsRecord {
+  /** https (http only to a loopback address, in development and tests). */
+  url: string;
+  /** Signs every event (HMAC-SHA256); shown to the owner once. */
+  secret: string;
+  /** Below this balance (available + held), one `balance.low` event per crossing; null: none. */
+  lowBalanceThreshold: Micros | null;
+  updatedAt: number;
+}
+
+export interface WebhookWatchRecord {
+  /** The balance was below the threshold when last looked at: the alert is spent until it rises. */
+  below: boolean;
+  /** The newest ledger entry already considered for `balance.topped_up` events. */
+  ledgerSeen: string | null;
+  /** The newest ledger entry when the endpoint was set: it and older ones are never announced. */
+  announceAfter: string | null;
+}
+
+export type WebhookEventType = "balance.low" | "balance.topped_up" | "webhook.test";
+
+export interface WebhookAttempt {
+  at: number;
+  /** The receiver's HTTP status; null when it could not be reached. */
+  status: number | null;
+  error: string | null;
+  durationMs: number;
+}
+
+export interface WebhookEventRecord {
+  id: string;
+  appId: string;
+  type: WebhookEventType;
+  /** The JSON body sent, byte for byte on every attempt. */
+  payload: string;
+  createdAt: number;
+  state: "pending" | "delivered" | "failed";
+  attempts: WebhookAttempt[];
+  nextAttemptAt: number | null;
+}
+
+export interface WebhookOutboxEntry {
+  appId: string;
 }
 
 export interface OwnerRecord {

@@ -19,6 +19,10 @@ export type Env = {
     caller: { appId: string; keyId: string; keyGuard?: KeyGuard };
     /** Set when the log line is written later, by the end of a stream. */
     deferLog: boolean;
+    /** The owner a management key acts for (management API routes). */
+    manager: { ownerId: string; keyId: string };
+    /** The JSON body, when a middleware (idempotency) has already read it. */
+    jsonBody: unknown;
     /** Writes the request's one log line (and feeds the metrics); later calls do nothing. */
     finishRequest: () => void;
   };

@@ -17,6 +17,9 @@ export const AREA_DEPENDENCIES: Record<string, string[]> = {
   payments: ["db", "tenants", "billing", "accounts"],
   gateway: ["db", "tenants", "billing", "catalog"],
   ops: ["db", "tenants", "billing", "catalog", "gateway"],
+  idempotency: ["db"],
+  management: ["db"],
+  webhooks: ["db"],
 };
 
 function areaOf(path: string): string | null {

@@ -13,6 +13,7 @@ import { runAdmin } from "@/scripts/admin.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
+  serveLoopback,
   startService,
   testCatalogFile,
   type TestService,
@@ -598,3 +599,179 @@ function midWindowClock(): () => number {
   assert.equal(at % THROTTLE_WINDOW_MS, THROTTLE_WINDOW_MS / 2);
   return () => at;
 }
+
+Deno.test("an owner creates a management key (shown once) that lists their apps, and revokes it", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("reseller@example.com");
+    const { appId } = await v.createApp("resold");
+    assert.match(await v.page("/dashboard"), /href="\/dashboard\/management-keys"/);
+    const res = await v.post("/dashboard/management-keys", {
+      _csrf: await v.csrf(),
+      name: "billing backend",
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("cache-control"), "no-store");
+    const html = await res.text();
+    assert.match(html, /shown only this once/);
+    const managementKey = /value="(tbm_[0-9a-z]{40})"/.exec(html)![1];
+
+    const api = (key: string) =>
+      s.handle(
+        new Request(`${PUBLIC_URL}/v1/management/apps`, {
+          headers: { authorization: `Bearer ${key}` },
+        }),
+      );
+    const listed = await api(managementKey);
+    assert.equal(listed.status, 200);
+    assert.deepEqual((await listed.json()).data.map((a: { id: string }) => a.id), [appId]);
+
+    const keysPage = await v.page("/dashboard/management-keys");
+    assert.match(keysPage, /billing backend/);
+    assert.ok(!keysPage.includes(managementKey), "the raw key is never shown again");
+    const keyId = /management-keys\/(mk_[0-9a-z]+)\/revoke/.exec(keysPage)![1];
+
+    // Another owner cannot revoke it.
+    const other = new Visitor(s);
+    await other.signUp("other@example.com");
+    const foreign = await other.post(`/dashboard/management-keys/${keyId}/revoke`, {
+      _csrf: await other.csrf(),
+    });
+    assert.equal(foreign.status, 404);
+    assert.equal((await api(managementKey)).status, 200);
+
+    const revoked = await v.post(`/dashboard/management-keys/${keyId}/revoke`, {
+      _csrf: await v.csrf(),
+    });
+    assert.equal(revoked.status, 303);
+    assert.equal((await api(managementKey)).status, 401);
+    assert.match(await v.page("/dashboard/management-keys"), /Revoked management keys/);
+  }));
+
+Deno.test("an owner sets a webhook (secret shown once), sends a test event and sees its delivery", () =>
+  withService(async (s) => {
+    const received: { signature: string | null; type: string }[] = [];
+    const receiver = serveLoopback(async (request) => {
+      const body = await request.json();
+      received.push({ signature: request.headers.get("tollbooth-signature"), type: body.type });
+      return new Response("ok");
+    });
+    try {
+      const v = new Visitor(s);
+      await v.signUp("hooks@example.com");
+      const { appId } = await v.createApp("hooked");
+      const base = `/dashboard/apps/${appId}/webhooks`;
+      assert.match(await v.page(`/dashboard/apps/${appId}`), new RegExp(`href="${base}"`));
+
+      const plain = await v.post(base, {
+        _csrf: await v.csrf(),
+        url: "http://example.com/hook",
+        threshold: "2.00",
+      });
+      assert.equal(plain.status, 400);
+      assert.match(await plain.text(), /https:\/\//);
+      const badAmount = await v.post(base, {
+        _csrf: await v.csrf(),
+        url: `${receiver.url}/hook`,
+        threshold: "two dollars",
+      });
+      assert.equal(badAmount.status, 400);
+
+      const saved = await v.post(base, {
+        _csrf: await v.csrf(),
+        url: `${receiver.url}/hook`,
+        threshold: "2.50",
+      });
+      assert.equal(saved.status, 200);
+      const html = await saved.text();
+      const secret = /value="(whsec_[0-9a-z]+)"/.exec(html)![1];
+      assert.match(html, /shown only this once/);
+      const again = await v.page(base);
+      assert.ok(!again.includes(secret), "the secret is never shown again");
+      assert.match(again, /value="2.500000"/);
+
+      const test = await v.post(`${base}/test`, { _csrf: await v.csrf() });
+      assert.equal(test.status, 303);
+      assert.equal(received.length, 1);
+      assert.equal(received[0].type, "webhook.test");
+      assert.match(received[0].signature!, /^t=\d+,v1=[0-9a-f]{64}$/);
+      const deliveries = await v.page(base);
+      assert.match(deliveries, /webhook\.test/);
+      assert.match(deliveries, /delivered/);
+      assert.match(deliveries, /HTTP 200/);
+    } finally {
+      await receiver.close();
+    }
+  }, { WEBHOOK_ALLOW_LOOPBACK: "1" }));
+
+Deno.test("the usage page groups spend by end user and filters the requests by one", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("per-user@example.com");
+    const { appId, apiKey } = await v.createApp("per user");
+    for (const user of ["ann", "ann", "bo"]) {
+      const res = await s.chat(apiKey, {
+        model: "tollbooth/echo",
+        messages: userMessage("hi"),
+        user,
+      });
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    const all = await v.page(`/dashboard/apps/${appId}/usage`);
+    assert.match(all, /Spend by end user/);
+    assert.match(all, new RegExp(`href="/dashboard/apps/${appId}/usage\\?user=ann">ann</a>`));
+    const annRow = /<a [^>]*>ann<\/a><\/td><td class="num">(\d+)<\/td>/.exec(all);
+    assert.equal(annRow?.[1], "2");
+    const ann = await v.page(`/dashboard/apps/${appId}/usage?user=ann`);
+    assert.match(ann, /Requests of end user <strong>ann<\/strong> only/);
+    const rows = ann.slice(ann.indexOf('<table class="usage">'));
+    assert.equal((rows.match(/<td>ann<\/td>/g) ?? []).length, 2);
+    assert.ok(!rows.includes("<td>bo</td>"));
+  }));
+
+Deno.test("an owner caps a key's and each end user's spend from the keys tab, and the API enforces them", () =>
+  withService(async (s) => {
+    const v = new Visitor(s);
+    await v.signUp("caps@example.com");
+    const { appId, apiKey } = await v.createApp("capped");
+    const keysHtml = await v.page(`/dashboard/apps/${appId}/keys`);
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(keysHtml)![1];
+    const ask = (user?: string) =>
+      s.chat(apiKey, {
+        model: "tollbooth/echo",
+        messages: userMessage("hi"),
+        ...(user ? { user } : {}),
+      });
+
+    const bad = await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, {
+      _csrf: await v.csrf(),
+      total: "lots",
+    });
+    assert.equal(bad.status, 400);
+    assert.match(await bad.text(), /A cap is an amount in USD/);
+
+    const saved = await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, {
+      _csrf: await v.csrf(),
+      total: "",
+      daily: "0.000001",
+      monthly: "",
+    });
+    assert.equal(saved.status, 303);
+    assert.match(await v.page(`/dashboard/apps/${appId}/keys`), /value="0\.000001"/);
+    const refused = await ask();
+    assert.equal(refused.status, 402);
+    assert.equal((await refused.json()).error.code, "key_spend_cap_exceeded");
+
+    await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, { _csrf: await v.csrf() });
+    assert.equal((await ask()).status, 200);
+    const endUser = await v.post(`/dashboard/apps/${appId}/end-user-spend-cap`, {
+      _csrf: await v.csrf(),
+      monthly: "0.000001",
+    });
+    assert.equal(endUser.status, 303);
+    const userRefused = await ask("someone");
+    assert.equal(userRefused.status, 402);
+    assert.equal((await userRefused.json()).error.code, "user_spend_cap_exceeded");
+    assert.equal((await ask()).status, 200);
+  }));

@@ -5,6 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
+import { issueManagementKey } from "@/lib/management/mod.ts";
+import { signatureHeader } from "@/lib/webhooks/mod.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
@@ -39,11 +42,16 @@ async function withRunningService(fn: (ctx: Ctx) => Promise<void>) {
   }
 }
 
-async function run(command: string, file: string, ctx: Ctx): Promise<string> {
+async function run(
+  command: string,
+  file: string,
+  ctx: Pick<Ctx, "url" | "apiKey">,
+  env: Record<string, string> = {},
+): Promise<string> {
   const out = await new Deno.Command(command, {
     args: [`${EXAMPLES}${file}`],
     cwd: ROOT,
-    env: { TOLLBOOTH_URL: ctx.url, TOLLBOOTH_API_KEY: ctx.apiKey },
+    env: { TOLLBOOTH_URL: ctx.url, TOLLBOOTH_API_KEY: ctx.apiKey, ...env },
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -154,4 +162,68 @@ Deno.test({
       await withEmptyWallet(ctx, async () =>
         assertTopUp(ctx, await run(PYTHON, "python-openai.py", ctx)));
     }),
+});
+
+Deno.test("docs example: the management API lists apps, creates a key, walks usage and reports per user", async () => {
+  const s = await startService();
+  const server = serveLoopback(s.handle);
+  try {
+    const { managementKey } = await issueManagementKey(s.kv, "own_docs", "docs");
+    const created = await createAppRecord(s.kv, {
+      name: "resold",
+      ownerId: "own_docs",
+      bound: "operator",
+    });
+    for (const user of ["alice", "alice", undefined]) {
+      const res = await s.chat(created.key.apiKey, {
+        model: "tollbooth/echo",
+        messages: [{ role: "user", content: "hi" }],
+        ...(user ? { user } : {}),
+      });
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    const output = await run("node", "management.mjs", {
+      url: server.url,
+      apiKey: created.key.apiKey,
+    }, { TOLLBOOTH_MANAGEMENT_KEY: managementKey });
+    const wallet = await s.wallet(created.app.id);
+    assert.match(
+      output,
+      new RegExp(`app resold: balance ${formatUsd(wallet.available)}, held 0\\.000000`),
+    );
+    assert.match(output, /new key: key_[0-9a-z]+ tb_[0-9a-z]{3}…/);
+    assert.match(output, /usage records: 3/);
+    assert.match(output, /user \(none\): 1 requests/);
+    assert.match(output, /user alice: 2 requests/);
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+  }
+});
+
+Deno.test("docs example: the webhook verifier accepts Tollbooth's signature and refuses a wrong secret, body or old timestamp", async () => {
+  const body = JSON.stringify({ id: "evt_1", type: "webhook.test" });
+  const now = Math.floor(Date.now() / 1000);
+  const header = signatureHeader("whsec_right", now, body);
+  const stale = signatureHeader("whsec_right", now - 600, body);
+  const script = `
+    import { verifyTollboothSignature as v } from ${
+    JSON.stringify(`${EXAMPLES}webhook-verify.mjs`)
+  };
+    const [body, header, stale] = JSON.parse(process.argv[1]);
+    console.log(JSON.stringify([
+      v(body, header, "whsec_right"),
+      v(body, header, "whsec_wrong"),
+      v(body + " ", header, "whsec_right"),
+      v(body, stale, "whsec_right"),
+    ]));`;
+  const out = await new Deno.Command("node", {
+    args: ["--input-type=module", "-e", script, JSON.stringify([body, header, stale])],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout)), [true, false, false, false]);
 });

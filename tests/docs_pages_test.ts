@@ -44,12 +44,18 @@ Deno.test("every docs page is served in the site's layout with the docs navigati
     }
   }));
 
-Deno.test("the quick start shows each example file exactly as the tests run it", () =>
+Deno.test("the quick start and the management page show each example file exactly as the tests run it", () =>
   withService(async (s) => {
-    const blocks = codeBlocks(await page(s, "/docs"));
+    const blocks = [
+      ...codeBlocks(await page(s, "/docs")),
+      ...codeBlocks(await page(s, "/docs/management")),
+      ...codeBlocks(await page(s, "/docs/webhooks")),
+    ];
     for (const file of Object.values(EXAMPLE_FILES)) {
       const source = await Deno.readTextFile(new URL(`../docs/examples/${file}`, import.meta.url));
       assert.ok(blocks.includes(source), `${file} is on the page verbatim`);
+      if (file === EXAMPLE_FILES.management || file === EXAMPLE_FILES.webhookVerify) continue;
+      // Every chat example shows what a request cost and where to top up.
       assert.match(source, /tollbooth-balance|Tollbooth-Balance|-i /, `${file} shows the balance`);
       assert.match(source, /top_up_url|-i /, `${file} handles 402`);
     }
@@ -63,6 +69,8 @@ Deno.test("every link of the docs leads to a page or a section that exists", () 
       "/docs/endpoints",
       "/docs/billing",
       "/docs/rate-limits",
+      "/docs/management",
+      "/docs/webhooks",
       "/docs/versioning",
       "/docs/operations",
     ];

@@ -69,6 +69,8 @@ export interface TestService {
   logs: Record<string, unknown>[];
   handle: (request: Request) => Promise<Response>;
   wallets: ReturnType<typeof createApp>["wallets"];
+  /** Webhook detection (nudged by the wallet) and delivery (driven by the tests). */
+  webhooks: ReturnType<typeof createApp>["webhooks"];
   /** Marks the instance as shutting down (/readyz answers 503). */
   startDraining: () => void;
   /** Creates an app (5.00 USD) and returns its id and raw key. */
@@ -120,7 +122,7 @@ export async function startService(options: {
   );
   const kv = await openKv(options.kvPath ?? ":memory:");
   const logs: Record<string, unknown>[] = [];
-  const { app, wallets, startDraining } = createApp({
+  const { app, wallets, webhooks, startDraining } = createApp({
     kv,
     config,
     catalog,
@@ -158,6 +160,7 @@ export async function startService(options: {
     logs,
     handle,
     wallets,
+    webhooks,
     startDraining,
     async newApp(name = "test app") {
       const created = await createAppRecord(kv, { name });
@@ -184,6 +187,7 @@ export async function startService(options: {
     },
     async close() {
       await wallets.drain();
+      await webhooks.watcher.idle();
       kv.close();
     },
   };

@@ -17,3 +17,11 @@ export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts
 export { Wallets } from "./wallet.ts";
 export { KeyRevokedError, WalletNotFoundError } from "./wallet_types.ts";
 export type { CreditResult, ReserveInput, WalletStats } from "./wallet_types.ts";
+export {
+  getSpendCaps,
+  getSpendCounter,
+  setSpendCaps,
+  spendCapRefusal,
+  validCaps,
+} from "./spend_caps.ts";
+export type { CapBreach, CapName } from "./spend_caps.ts";

@@ -7,6 +7,9 @@ import {
   keys,
   type LedgerEntry,
   type ReservationRecord,
+  type SpendCapsRecord,
+  type SpendCounter,
+  type SpendScope,
   type UsageRecord,
   utcDay,
   type WalletRecord,
@@ -15,6 +18,15 @@ import {
 import { type Micros, newId } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { RateLimitStatus, RateWindows } from "./ratelimit.ts";
+import {
+  capBreach,
+  cappedScopes,
+  counterId,
+  currentCounter,
+  holdOn,
+  releaseOn,
+  spendOn,
+} from "./spend_caps.ts";
 import {
   type CreditInput,
   type CreditResult,
@@ -101,9 +113,9 @@ export interface Settler<T> {
 
 /**
  * KV allows 10 checks per atomic operation on self-hosted denokv: the wallet's, the rate-limit
- * overrides', and the rest shared by credit markers and API-key guards.
+ * overrides', the spend caps', and the rest shared by credit markers and API-key guards.
  */
-const MAX_EXTRA_CHECKS = 8;
+const MAX_EXTRA_CHECKS = 7;
 
 /** Takes the next operations that fit in one commit: the batch size and the check budget. */
 export function takeBatch(queue: Op[], maxBatch: number): Op[] {
@@ -184,6 +196,30 @@ export interface PlanInput {
   leaseMs: number;
   /** The app's rate windows, when rate limits are enforced; written back with the wallet. */
   rate?: RateWindows;
+  /** The app's spend caps, and the counters of the capped scopes this batch touches. */
+  spendCaps?: SpendCapsRecord | null;
+  counters?: Map<string, SpendCounter | null>;
+}
+
+/** The spend counters a batch needs read: the capped scopes of its reserves, settles and releases. */
+export function countersNeeded(
+  ops: Op[],
+  caps: SpendCapsRecord | null,
+  reservations: Map<string, ReservationRecord | null>,
+): { scope: SpendScope; id: string }[] {
+  const needed = new Map<string, { scope: SpendScope; id: string }>();
+  const add = (scope: SpendScope, id: string) => needed.set(counterId(scope, id), { scope, id });
+  for (const op of ops) {
+    if (op.kind === "reserve") {
+      for (const s of cappedScopes(caps, op.input.keyId, op.input.user)) add(s.scope, s.id);
+    } else if (op.kind === "settle" || op.kind === "release") {
+      const r = reservations.get(op.reservationId);
+      if (!r) continue;
+      for (const scope of r.capped ?? []) add(scope, scope === "key" ? r.keyId : r.user!);
+      for (const s of cappedScopes(caps, r.keyId, r.user)) add(s.scope, s.id);
+    }
+  }
+  return [...needed.values()];
 }
 
 export type BatchPlan = ReturnType<typeof planBatch>;
@@ -208,6 +244,15 @@ export function planBatch(input: PlanInput) {
   const keysUsed = new Set<string>();
   const modelSpend = new Map<string, Micros>();
   let uncharged: Micros = 0;
+  const caps = input.spendCaps ?? null;
+  const counters = new Map(input.counters ?? []);
+  const countersTouched = new Map<string, { scope: SpendScope; id: string }>();
+  const counter = (scope: SpendScope, id: string) =>
+    currentCounter(counters.get(counterId(scope, id)) ?? null, now);
+  const putCounter = (scope: SpendScope, id: string, value: SpendCounter) => {
+    counters.set(counterId(scope, id), value);
+    countersTouched.set(counterId(scope, id), { scope, id });
+  };
 
   const chargeUsage = (usage: UsageRecord) => {
     writes.push((a) => a.set(keys.usage(appId, usage.id), usage));
@@ -239,6 +284,22 @@ export function planBatch(input: PlanInput) {
           answers.push(() => op.done.resolve(answer));
           break;
         }
+        // A cap counts the holds of requests in flight: a burst cannot pass it together.
+        const scopes = cappedScopes(caps, op.input.keyId, op.input.user);
+        const breach = scopes.map((s) => capBreach(s.scope, s.caps, counter(s.scope, s.id), amount))
+          .find((b) => b !== null);
+        if (breach) {
+          const answer = {
+            ok: false as const,
+            reason: "spend_cap" as const,
+            breach,
+            available: wallet.available,
+            reserved: wallet.reserved,
+            rate: admission?.status,
+          };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
         if (wallet.available < amount) {
           const answer = {
             ok: false as const,
@@ -263,6 +324,11 @@ export function planBatch(input: PlanInput) {
           leaseUntil: now + input.leaseMs,
           tokens,
         };
+        if (op.input.user !== undefined) reservation.user = op.input.user;
+        if (scopes.length > 0) {
+          reservation.capped = scopes.map((s) => s.scope);
+          for (const s of scopes) putCounter(s.scope, s.id, holdOn(counter(s.scope, s.id), amount));
+        }
         const rate = input.rate?.consume(op.input.keyId, tokens, now);
         live.set(reservation.id, reservation);
         touched.set(reservation.id, reservation);
@@ -286,6 +352,24 @@ export function planBatch(input: PlanInput) {
         wallet.available += r.amount - charged;
         wallet.spent += charged;
         dropReservation(r);
+        // The hold leaves the counters that held it; the charge is spent under every cap now set.
+        const spendScopes = new Map<string, { scope: SpendScope; id: string; held: boolean }>();
+        for (const scope of r.capped ?? []) {
+          const id = scope === "key" ? r.keyId : r.user!;
+          spendScopes.set(counterId(scope, id), { scope, id, held: true });
+        }
+        for (const s of cappedScopes(caps, r.keyId, r.user)) {
+          if (!spendScopes.has(counterId(s.scope, s.id))) {
+            spendScopes.set(counterId(s.scope, s.id), { ...s, held: false });
+          }
+        }
+        for (const s of spendScopes.values()) {
+          putCounter(
+            s.scope,
+            s.id,
+            spendOn(counter(s.scope, s.id), s.held ? r.amount : 0, charged),
+          );
+        }
         const rate = input.rate?.adjustTokens(
           r.keyId,
           op.input.promptTokens + op.input.completionTokens - (r.tokens ?? 0),
@@ -320,6 +404,10 @@ export function planBatch(input: PlanInput) {
           wallet.reserved -= r.amount;
           wallet.available += r.amount;
           dropReservation(r);
+          for (const scope of r.capped ?? []) {
+            const id = scope === "key" ? r.keyId : r.user!;
+            putCounter(scope, id, releaseOn(counter(scope, id), r.amount));
+          }
         }
         // Nothing ran (or what ran is unknown after a crash): its tokens go back to the limit.
         const rate = releasable
@@ -486,6 +574,10 @@ export function planBatch(input: PlanInput) {
     );
   }
   for (const keyId of keysUsed) writes.push((a) => a.set(keys.apiKeyLastUsed(keyId), now));
+  for (const [cid, { scope, id }] of countersTouched) {
+    const value = counters.get(cid)!;
+    writes.push((a) => a.set(keys.spendCounter(appId, scope, id), value));
+  }
 
   const rateRecord = input.rate?.changed ? input.rate.record(now) : null;
   if (rateRecord) writes.push((a) => a.set(keys.rateWindows(appId), rateRecord));

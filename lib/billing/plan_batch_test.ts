@@ -797,7 +797,7 @@ Deno.test("a batch takes at most maxBatch operations and leaves the rest queued 
   assert.deepEqual(queue, all.slice(3));
 });
 
-Deno.test("a batch stays within KV's 10 checks: marked credits and distinct key guards share 8", () => {
+Deno.test("a batch stays within KV's 10 checks: marked credits and distinct key guards share 7", () => {
   const guard = (n: number) => ({ key: ["api_keys_by_hash", `k${n}`], versionstamp: "01" });
   const queue: Op[] = [
     ...Array.from({ length: 5 }, (_, i) => credit(1, { marker: `m${i}` }).op),
@@ -805,12 +805,90 @@ Deno.test("a batch stays within KV's 10 checks: marked credits and distinct key 
     reserve(1, { keyGuard: guard(0) }).op,
     reserve(1, { keyGuard: guard(0) }).op, // the same key: checked once
     reserve(1, { keyGuard: guard(1) }).op,
-    reserve(1, { keyGuard: guard(2) }).op,
-    reserve(1, { keyGuard: guard(3) }).op, // the ninth check: next batch
+    reserve(1, { keyGuard: guard(2) }).op, // an eighth check (besides the wallet, overrides, caps)
+    reserve(1, { keyGuard: guard(3) }).op,
     credit(1, { marker: "m5" }).op,
   ];
   const batch = takeBatch(queue, 128);
-  assert.equal(batch.length, 10);
-  assert.equal(queue.length, 2);
-  assert.equal(takeBatch(queue, 128).length, 2);
+  assert.equal(batch.length, 9);
+  assert.equal(queue.length, 3);
+  assert.equal(takeBatch(queue, 128).length, 3);
+});
+
+const CAPS = {
+  keys: { key_a: { total: 1_000, daily: null, monthly: null } },
+  endUser: { total: null, daily: 500, monthly: null },
+};
+
+Deno.test("spend caps: two reserves that each fit a key's cap but not together: the second is refused naming the cap", () => {
+  const a = reserve(600);
+  const b = reserve(600);
+  const p = plan([a, b], { wallet: wallet(10_000), spendCaps: CAPS, counters: new Map() });
+  p.resolveAll();
+  const first = a.done.get();
+  assert.ok(first.ok);
+  assert.deepEqual(first.reservation.capped, ["key"]);
+  assert.deepEqual(b.done.get(), {
+    ok: false,
+    reason: "spend_cap",
+    breach: { scope: "key", cap: "total", limit: 1_000, remaining: 400 },
+    available: 9_400,
+    reserved: 600,
+    rate: undefined,
+  });
+  assert.equal(p.wallet.available, 9_400);
+});
+
+Deno.test("spend caps: settle moves the hold to spent in every window, release gives it back", () => {
+  const held = reservation("res_1", 300, { capped: ["key", "user"], user: "u1" });
+  const gone = reservation("res_2", 200, { capped: ["key"] });
+  const counters = new Map([
+    ["key:key_a", {
+      held: 500,
+      total: 100,
+      day: utcDay(NOW),
+      daySpent: 100,
+      month: "2026-07",
+      monthSpent: 100,
+    }],
+    ["user:u1", {
+      held: 300,
+      total: 0,
+      day: "2026-07-28",
+      daySpent: 50,
+      month: "2026-07",
+      monthSpent: 50,
+    }],
+  ]);
+  const s = settle("res_1", 120, { user: "u1" });
+  const r = release("res_2");
+  const p = plan([s, r], {
+    wallet: walletReserving(1_000, held, gone),
+    reservations: new Map([["res_1", held], ["res_2", gone]]),
+    spendCaps: CAPS,
+    counters,
+  });
+  p.resolveAll();
+  assert.ok(s.done.get().settled);
+  assert.ok(r.done.get().released);
+  const written = new Map(
+    writesOf(p).flatMap((w) => w.op === "set" ? [[JSON.stringify(w.key), w.value]] : []),
+  );
+  assert.deepEqual(written.get(JSON.stringify(keys.spendCounter(APP, "key", "key_a"))), {
+    held: 0,
+    total: 220,
+    day: utcDay(NOW),
+    daySpent: 220,
+    month: "2026-07",
+    monthSpent: 220,
+  });
+  // The end user's day rolled over: yesterday's 50 no longer counts today.
+  assert.deepEqual(written.get(JSON.stringify(keys.spendCounter(APP, "user", "u1"))), {
+    held: 0,
+    total: 120,
+    day: utcDay(NOW),
+    daySpent: 120,
+    month: "2026-07",
+    monthSpent: 170,
+  });
 });

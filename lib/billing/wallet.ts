@@ -19,6 +19,8 @@ import {
   type RateLimits,
   type RateWindowsRecord,
   type ReservationRecord,
+  type SpendCapsRecord,
+  type SpendCounter,
   type UsageRecord,
   utcDay,
   type WalletRecord,
@@ -27,8 +29,10 @@ import {
 import { type Micros, newId, randomToken } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import { LocalSlice } from "./slices.ts";
+import { cappedScopes } from "./spend_caps.ts";
 import { RateWindows } from "./ratelimit.ts";
 import {
+  countersNeeded,
   guardId,
   keyGuards,
   type Op,
@@ -61,6 +65,7 @@ interface KnownWallet {
   reservations: Map<string, ReservationRecord>;
   rateWindows: Deno.KvEntryMaybe<RateWindowsRecord>;
   rateOverrides: Deno.KvEntryMaybe<RateLimitOverrides>;
+  spendCaps: Deno.KvEntryMaybe<SpendCapsRecord>;
 }
 
 /** A commit applied but whose versionstamp we never saw: nothing may be cached from it. */
@@ -114,6 +119,10 @@ export class Wallets {
   readonly #posting = new Map<LocalSlice, Promise<void>>();
   readonly #returning = new Map<LocalSlice, Promise<void>>();
   #sliceTimer: ReturnType<typeof setInterval> | null = null;
+  readonly #onMoneyMoved: ((appId: string) => void) | undefined;
+  /** Each app's spend caps as this process's last batch read them (slices serve uncapped only). */
+  readonly #capsSeen = new Map<string, SpendCapsRecord | null>();
+  readonly #capsReading = new Map<string, Promise<SpendCapsRecord | null>>();
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
@@ -129,6 +138,7 @@ export class Wallets {
         idleMs: options.slices.idleMs ?? 1_000,
       }
       : null;
+    this.#onMoneyMoved = options.onMoneyMoved;
   }
 
   get leaseMs(): number {
@@ -236,6 +246,14 @@ export class Wallets {
   // ---- slices (see slices.ts) ------------------------------------------------------------------
 
   async #reserveInSlice(appId: string, input: ReserveInput): Promise<ReserveResult> {
+    // Spend caps are decided in the reservation's commit; a slice admits without one. So a request
+    // under a cap, or of an app this process has not yet committed (its caps are unknown), takes
+    // the per-request path. A cap set while a slice is live applies from this process's next commit
+    // of the wallet, which reads the caps.
+    const caps = this.#capsSeen.get(appId) ?? await this.#readCaps(appId);
+    if (cappedScopes(caps, input.keyId, input.user).length > 0) {
+      return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
+    }
     const tokens = input.tokens ?? 0;
     for (let attempt = 0; attempt < 3; attempt++) {
       const slice = this.#slices.get(appId);
@@ -252,6 +270,19 @@ export class Wallets {
     }
     // A low balance, tight limits, a key with limits of its own or a revoked key: one commit each.
     return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
+  }
+
+  /** The app's spend caps, read once when no batch of this process has read them yet. */
+  #readCaps(appId: string): Promise<SpendCapsRecord | null> {
+    let reading = this.#capsReading.get(appId);
+    if (!reading) {
+      reading = this.#kv.get<SpendCapsRecord>(keys.spendCaps(appId)).then((entry) => {
+        if (!this.#capsSeen.has(appId)) this.#capsSeen.set(appId, entry.value);
+        return this.#capsSeen.get(appId) ?? null;
+      }).finally(() => this.#capsReading.delete(appId));
+      this.#capsReading.set(appId, reading);
+    }
+    return reading;
   }
 
   /** Grows this process's slice of the app (or takes a new one); false when nothing was granted. */
@@ -355,6 +386,7 @@ export class Wallets {
         this.stats.slicePosts++;
         this.stats.commits++;
         this.stats.opsCommitted += usage.length;
+        this.#moneyMoved(appId);
         slice.record = record;
         // After an unknown outcome the next post fails its check and reads the entry afresh.
         slice.versionstamp = versionstamp;
@@ -466,21 +498,29 @@ export class Wallets {
       // windows and limit overrides come in the same read as the wallet: no extra round trip.
       const cached = useMemory ? this.#known.get(appId) : undefined;
       useMemory = false;
-      let walletEntry, rateWindowsEntry, rateOverridesEntry, reservations, markers, slices;
+      let walletEntry, rateWindowsEntry, rateOverridesEntry, spendCapsEntry, reservations, markers;
+      let slices, counters;
       try {
         // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
         if (commitFailed) ops = await this.#refreshKeyGuards(ops);
         if (ops.length === 0) return;
-        [walletEntry, rateWindowsEntry, rateOverridesEntry] = cached
-          ? [cached.entry, cached.rateWindows, cached.rateOverrides]
-          : await this.#kv.getMany<[WalletRecord, RateWindowsRecord, RateLimitOverrides]>(
-            [walletKey, keys.rateWindows(appId), keys.rateLimitOverrides(appId)],
-          );
+        [walletEntry, rateWindowsEntry, rateOverridesEntry, spendCapsEntry] = cached
+          ? [cached.entry, cached.rateWindows, cached.rateOverrides, cached.spendCaps]
+          : await this.#kv.getMany<
+            [WalletRecord, RateWindowsRecord, RateLimitOverrides, SpendCapsRecord]
+          >([
+            walletKey,
+            keys.rateWindows(appId),
+            keys.rateLimitOverrides(appId),
+            keys.spendCaps(appId),
+          ]);
         [reservations, markers, slices] = await Promise.all([
           this.#readReservations(appId, ops, cached?.reservations),
           this.#readMarkers(ops),
           this.#readSlices(appId, ops),
         ]);
+        // Like reservations, counters are read after the wallet and written only with it.
+        counters = await this.#readCounters(appId, ops, spendCapsEntry.value, reservations);
       } catch (error) {
         // A failed read changed nothing: retry it rather than fail (and lose) a whole batch.
         this.stats.readFailures++;
@@ -493,6 +533,8 @@ export class Wallets {
       if (walletEntry.value === null || walletEntry.versionstamp === null) {
         throw new WalletNotFoundError(appId);
       }
+      if (this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
+      this.#capsSeen.set(appId, spendCapsEntry.value);
 
       const batchId = randomToken(96);
       const now = this.#now();
@@ -512,6 +554,8 @@ export class Wallets {
             rateWindowsEntry.value,
           )
           : undefined,
+        spendCaps: spendCapsEntry.value,
+        counters,
       });
       if (plan.unchanged) {
         // Only refusals and no-ops: nothing to write. A refusal is final when decided on a fresh
@@ -524,6 +568,8 @@ export class Wallets {
       const atomic = this.#kv.atomic().check(walletEntry);
       // Limits changed by an operator make the commit fail, and the retry reads them.
       if (plan.rateLimited) atomic.check(rateOverridesEntry);
+      // So do caps changed by an owner, even from none: a cached wallet never misses a new cap.
+      atomic.check(spendCapsEntry);
       for (const marker of plan.markerChecks) {
         atomic.check({ key: keys.creditMarker(marker), versionstamp: null });
       }
@@ -553,8 +599,10 @@ export class Wallets {
         this.#remember(appId, versionstamp, plan.wallet, plan.reservations, cached?.reservations, {
           rateWindows,
           rateOverrides: rateOverridesEntry,
+          spendCaps: spendCapsEntry,
         });
         plan.resolveAll(versionstamp);
+        if (ops.some((op) => op.kind === "settle" || op.kind === "credit")) this.#moneyMoved(appId);
         return;
       }
       this.#known.delete(appId);
@@ -568,6 +616,15 @@ export class Wallets {
     }
   }
 
+  /** Tells the listener (webhook detection) that the app's balance moved; never waits for it. */
+  #moneyMoved(appId: string) {
+    try {
+      this.#onMoneyMoved?.(appId);
+    } catch {
+      // A listener's failure is its own; the commit is done and answered.
+    }
+  }
+
   /** Keeps the committed wallet and the holds this process knows are live, for the next batch. */
   #remember(
     appId: string,
@@ -575,7 +632,7 @@ export class Wallets {
     wallet: WalletRecord,
     touched: Map<string, ReservationRecord | null>,
     previous: Map<string, ReservationRecord> | undefined,
-    rate: Pick<KnownWallet, "rateWindows" | "rateOverrides">,
+    rate: Pick<KnownWallet, "rateWindows" | "rateOverrides" | "spendCaps">,
   ) {
     if (versionstamp === UNKNOWN_VERSION) return;
     const reservations = previous ?? new Map<string, ReservationRecord>();
@@ -649,6 +706,24 @@ export class Wallets {
       ids.map((id) => keys.walletSlice(appId, id)),
     );
     ids.forEach((id, i) => out.set(id, entries[i]));
+    return out;
+  }
+
+  async #readCounters(
+    appId: string,
+    ops: Op[],
+    caps: SpendCapsRecord | null,
+    reservations: Map<string, ReservationRecord | null>,
+  ): Promise<Map<string, SpendCounter | null>> {
+    const out = new Map<string, SpendCounter | null>();
+    const needed = countersNeeded(ops, caps, reservations);
+    for (let i = 0; i < needed.length; i += 10) {
+      const chunk = needed.slice(i, i + 10);
+      const entries = await this.#kv.getMany<SpendCounter[]>(
+        chunk.map((n) => keys.spendCounter(appId, n.scope, n.id)),
+      );
+      chunk.forEach((n, j) => out.set(`${n.scope}:${n.id}`, entries[j].value));
+    }
     return out;
   }
 

@@ -5,6 +5,7 @@ import type { LedgerEntry, RateLimits, ReservationRecord, UsageRecord } from "@/
 import type { Micros } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { RateBreach, RateLimitStatus } from "./ratelimit.ts";
+import type { CapBreach } from "./spend_caps.ts";
 
 export interface ReserveInput {
   amount: Micros;
@@ -18,6 +19,8 @@ export interface ReserveInput {
    * it, so a key revoked anywhere fails its next reserve with KeyRevokedError at no extra read.
    */
   keyGuard?: KeyGuard;
+  /** The app's end user (the request's `user`), for per-end-user caps. */
+  user?: string;
 }
 
 /** `rate` is present when the wallets enforce rate limits. */
@@ -26,6 +29,15 @@ export type ReserveResult =
   | {
     ok: false;
     reason: "insufficient_credits";
+    available: Micros;
+    reserved: Micros;
+    rate?: RateLimitStatus;
+  }
+  /** Over a spend cap of the key or of the end user (holds included): nothing reserved. */
+  | {
+    ok: false;
+    reason: "spend_cap";
+    breach: CapBreach;
     available: Micros;
     reserved: Micros;
     rate?: RateLimitStatus;
@@ -102,6 +114,11 @@ export interface WalletOptions {
   now?: () => number;
   /** Default requests and tokens per minute per app and key; without it nothing is rate limited. */
   rateLimits?: RateLimits;
+  /**
+   * Told, after a commit that settled or credited, which app's wallet changed (webhook detection).
+   * Called synchronously and must return at once: it may only schedule work, never await it.
+   */
+  onMoneyMoved?: (appId: string) => void;
   /** Serve hot wallets from slices (slices.ts); without it every hold is its own commit. */
   slices?: SliceOptions;
 }

@@ -20,6 +20,8 @@ export interface Config {
   metricsToken: string | undefined;
   /** How long in-flight requests may run after SIGTERM/SIGINT before the process exits anyway. */
   shutdownGraceMs: number;
+  /** Webhook endpoints may be plain http on a loopback address (development and tests only). */
+  webhookAllowLoopback: boolean;
   /** Bounds on starter credits: apps an owner may make, in all and per UTC day. */
   maxAppsPerOwner: number;
   maxAppCreationsPerDay: number;
@@ -106,6 +108,7 @@ const EnvSchema = z.object({
   PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
   METRICS_TOKEN: z.string().optional(),
   SHUTDOWN_GRACE_MS: positiveInt(CONFIG_DEFAULTS.SHUTDOWN_GRACE_MS),
+  WEBHOOK_ALLOW_LOOPBACK: z.enum(["1", "true", "0", "false", ""]).optional(),
   MAX_APPS_PER_OWNER: positiveInt(CONFIG_DEFAULTS.MAX_APPS_PER_OWNER),
   MAX_APP_CREATIONS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_APP_CREATIONS_PER_DAY),
   MAX_SIGNUPS_PER_ADDRESS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_SIGNUPS_PER_ADDRESS_PER_DAY),
@@ -158,6 +161,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     payments: e.PAYMENTS,
     metricsToken: e.METRICS_TOKEN || undefined,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
+    webhookAllowLoopback: e.WEBHOOK_ALLOW_LOOPBACK === "1" || e.WEBHOOK_ALLOW_LOOPBACK === "true",
     maxAppsPerOwner: e.MAX_APPS_PER_OWNER,
     maxAppCreationsPerDay: e.MAX_APP_CREATIONS_PER_DAY,
     maxSignupsPerAddressPerDay: e.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,

@@ -82,12 +82,55 @@ export const ERROR_CODES = {
     fix:
       "Correct the request as the message says (often a passed-through field the model does not support).",
   },
+  idempotency_key_with_stream: {
+    status: 400,
+    type: "invalid_request_error",
+    title: "Idempotency-Key on a streamed request",
+    cause:
+      "The request has an `Idempotency-Key` header and `stream: true`. A stream is delivered live as it is produced; a recorded copy is not replayed, so keys are refused on streams rather than silently ignored. Nothing was charged.",
+    fix:
+      "Send the streamed request without `Idempotency-Key`, or send it non-streamed when a retry must never run twice.",
+  },
+  idempotency_key_in_use: {
+    status: 409,
+    type: "invalid_request_error",
+    title: "Idempotency key in use",
+    cause:
+      "A request with the same `Idempotency-Key` is still running. This one was not run and nothing was charged for it.",
+    fix:
+      "Retry after a moment with the same key: once the first request has finished, its answer is replayed (`Idempotent-Replayed: true`).",
+  },
+  idempotency_key_reused: {
+    status: 422,
+    type: "invalid_request_error",
+    title: "Idempotency key reused with another request",
+    cause:
+      "The `Idempotency-Key` was used in the last 24 hours for a request with a different body (compared as canonical JSON: key order and spacing do not matter). Nothing was run or charged.",
+    fix:
+      "Use a new key (a UUID) for every distinct request; reuse a key only to retry the same one.",
+  },
   invalid_api_key: {
     status: 401,
     type: "authentication_error",
     title: "Invalid API key",
     cause: "The `Authorization` header is missing or malformed, or the key is unknown or revoked.",
     fix: "Send `Authorization: Bearer <API_KEY>` with a live key from the dashboard.",
+  },
+  invalid_management_key: {
+    status: 401,
+    type: "authentication_error",
+    title: "Invalid management key",
+    cause:
+      "A management API route was called without `Authorization: Bearer tbm_…`, or with a management key that is malformed, unknown or revoked. App API keys (`tb_…`) do not open the management API.",
+    fix: "Create a management key in the dashboard (Account → Management keys) and send it.",
+  },
+  resource_not_found: {
+    status: 404,
+    type: "invalid_request_error",
+    title: "No such resource",
+    cause:
+      "The app or key named in the path does not exist, or belongs to another owner (the two look the same). `param` names the path parameter.",
+    fix: "List your apps (`GET /v1/management/apps`) or the app's keys for valid ids.",
   },
   insufficient_credits: {
     status: 402,
@@ -96,6 +139,24 @@ export const ERROR_CODES = {
     cause:
       "The app's wallet cannot cover the reservation of this request: the prompt plus `max_tokens` of output at the model's prices. `balance` is the current balance.",
     fix: "Send your user to `top_up_url`, or lower `max_tokens` so that the reservation fits.",
+  },
+  key_spend_cap_exceeded: {
+    status: 402,
+    type: "spend_cap_error",
+    title: "The API key's spend cap is reached",
+    cause:
+      "The request's reservation does not fit under a spend cap the owner set on this API key: `cap` says which (`total`, `daily` or `monthly`, UTC windows), `cap_amount` its amount and `remaining` what the key may still reserve (requests in flight count until they are settled). The wallet may have money: topping it up does not help. Nothing was reserved.",
+    fix:
+      "Wait for the next UTC day or month for a daily or monthly cap, lower `max_tokens` so the reservation fits `remaining`, or ask the app's owner to raise the cap.",
+  },
+  user_spend_cap_exceeded: {
+    status: 402,
+    type: "spend_cap_error",
+    title: "The end user's spend cap is reached",
+    cause:
+      "The request's `user` has reached the spend cap the app's owner set for each end user: `cap` says which (`total`, `daily` or `monthly`), `cap_amount` its amount and `remaining` what this end user may still reserve. Other end users are not affected. Nothing was reserved.",
+    fix:
+      "Tell your end user their allowance is used up until the next day or month, or raise the per-end-user cap in the dashboard or the management API.",
   },
   rate_limit_exceeded: {
     status: 429,
@@ -119,7 +180,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "No such endpoint or model",
     cause:
-      "The path or method does not exist (the endpoints are `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/embeddings`, `GET /v1/models` and `GET /v1/models/{model}`), or `GET /v1/models/{model}` names a model that is not on the curated list (`param`: `model`).",
+      "The path or method does not exist (see `/openapi.json`: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}` and the management API under `/v1/management/`), or `GET /v1/models/{model}` names a model that is not on the curated list (`param`: `model`).",
     fix: "Check the path and method, or take the model ID from `GET /v1/models`.",
   },
   provider_unreachable: {

@@ -25,6 +25,7 @@ import {
   rateLimitRefusal,
   type RateLimitStatus,
   releaseExpiredReservations,
+  spendCapRefusal,
 } from "@/lib/billing/mod.ts";
 import type { Providers } from "./providers/mod.ts";
 import {
@@ -47,6 +48,8 @@ export interface Caller {
   keyId: string;
   /** Checked by the reserve's commit: a key revoked since it was looked up is refused there. */
   keyGuard?: KeyGuard;
+  /** The app's end user (the request's `user` field): recorded on the usage, capped per app. */
+  user?: string;
 }
 
 /** What a request did, for its log line; filled in as the request goes. */
@@ -61,7 +64,7 @@ export interface RequestTrace extends TraceFields {
   cost?: Micros;
   reserved?: Micros;
   upstreamMs?: number;
-  outcome?: UsageOutcome | "released";
+  outcome?: UsageOutcome | "released" | "idempotent_replay";
   upstreamFailure?: string;
   errorCode?: string;
   /** The caller's rate-limit status after this request was counted (for the x-ratelimit headers). */
@@ -500,6 +503,7 @@ export class Gateway {
       model: model.id,
       tokens: hold.tokens,
       keyGuard: caller.keyGuard,
+      user: caller.user,
     };
     let result = await this.#reserve(caller, input, trace, hold.counted);
     if (!result.ok && result.reserved > 0 && this.#lazySweepDue(caller.appId)) {
@@ -548,6 +552,7 @@ export class Gateway {
       );
     });
     if (result.rate) trace.rateLimit = result.rate;
+    if (!result.ok && result.reason === "spend_cap") throw spendCapRefusal(result.breach);
     if (!result.ok && result.reason !== "insufficient_credits") {
       throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs, counted);
     }
@@ -566,6 +571,7 @@ export class Gateway {
     const result = await this.#deps.wallets.settle(caller.appId, reservation.id, {
       requestId: info.requestId,
       keyId: caller.keyId,
+      ...(caller.user === undefined ? {} : { user: caller.user }),
       model: model.id,
       provider: model.provider.name,
       promptTokens: usage.promptTokens,

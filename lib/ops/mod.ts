@@ -2,4 +2,5 @@
 export { devBanner } from "./dev_banner.ts";
 export { PROMETHEUS_CONTENT_TYPE } from "./metrics.ts";
 export { openApiDocument, RATE_LIMIT_HEADERS } from "./openapi.ts";
+export { MANAGEMENT_ONLY_ERRORS } from "./management_openapi.ts";
 export { ServiceMetrics } from "./service_metrics.ts";

@@ -11,6 +11,7 @@ import {
   MAX_EMBEDDING_REQUEST_TOKENS,
 } from "@/lib/gateway/mod.ts";
 import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
+import { MANAGEMENT_ONLY_ERRORS, managementOpenApi } from "./management_openapi.ts";
 
 /** The rate-limit headers of the common compatible form (see /docs/rate-limits). */
 export const RATE_LIMIT_HEADERS = {
@@ -22,12 +23,28 @@ export const RATE_LIMIT_HEADERS = {
   "x-ratelimit-reset-tokens": "Time until the token window resets, such as `1s` or `6m0s`.",
 } as const;
 
+/** On the answer of a repeated Idempotency-Key, replayed from the first request. */
+const REPLAY_HEADERS = {
+  "Idempotent-Replayed": {
+    description:
+      "`true` when this is the recorded answer of an earlier request with the same `Idempotency-Key`: nothing ran and nothing was charged this time.",
+    schema: { type: "string", const: "true" },
+  },
+  "Tollbooth-Original-Request-Id": {
+    description:
+      "On a replay: the `Tollbooth-Request-Id` of the request that ran (this response has its own).",
+    schema: { type: "string", pattern: "^req_[0-9a-z]+$" },
+  },
+} as const;
+
 /** Amounts in headers and bodies: USD with exactly six decimals. */
 const MONEY_PATTERN = "^[0-9]+\\.[0-9]{6}$";
 /** Catalog prices: USD per million tokens, up to six decimals. */
 const PRICE_PATTERN = "^[0-9]+(\\.[0-9]{1,6})?$";
 
-const ENDPOINT_ERRORS = (Object.keys(ERROR_CODES) as ErrorCode[]).filter((c) => c !== "not_found");
+const ENDPOINT_ERRORS = (Object.keys(ERROR_CODES) as ErrorCode[]).filter((c) =>
+  c !== "not_found" && !MANAGEMENT_ONLY_ERRORS.includes(c)
+);
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const headerRef = (name: string) => ({ $ref: `#/components/headers/${name}` });
@@ -82,7 +99,9 @@ function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ER
     headers,
     content: {
       "application/json": {
-        schema: status === 402 ? ref("InsufficientCreditsError") : errorSchema(codes),
+        schema: status === 402
+          ? { oneOf: [ref("InsufficientCreditsError"), ref("SpendCapError")] }
+          : errorSchema(codes),
       },
     },
   };
@@ -155,6 +174,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
     },
     ...Object.fromEntries(Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)])),
   };
+  const management = managementOpenApi({ errorSchema, headerRef });
   return {
     openapi: "3.1.0",
     info: {
@@ -219,7 +239,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           summary: "Embeds text or token ids with an embedding model.",
           description:
             `Paid like a chat completion without output: the counted input (o200k tokens of each text, the length of each token array) is reserved at the model's input price, then settled to the provider's \`usage.prompt_tokens\`. At most ${MAX_EMBEDDING_INPUTS} inputs and ${MAX_EMBEDDING_REQUEST_TOKENS} tokens in all; each input at most the model's \`context_tokens\`. A chat model gives 400 \`model_not_supported\`.`,
-          parameters: [versionParameter],
+          parameters: [versionParameter, { $ref: "#/components/parameters/IdempotencyKey" }],
           requestBody: {
             required: true,
             content: { "application/json": { schema: ref("CreateEmbeddingRequest") } },
@@ -250,7 +270,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           summary: "Creates a model response (OpenAI's Responses API) with any chat model.",
           description:
             "Served by the chat path: the request is translated to a chat completion of the model's provider (OpenAI-compatible or Anthropic), paid exactly like one (the same reservation: the input bound plus `max_output_tokens`, default 2048), and translated back. Stored responses (`store`, default true) are kept 30 days per app for `previous_response_id` and `item_reference`.",
-          parameters: [versionParameter],
+          parameters: [versionParameter, { $ref: "#/components/parameters/IdempotencyKey" }],
           requestBody: {
             required: true,
             content: { "application/json": { schema: ref("CreateResponseRequest") } },
@@ -282,7 +302,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
         post: {
           operationId: "createChatCompletion",
           summary: "Creates a chat completion, streaming or not.",
-          parameters: [versionParameter],
+          parameters: [versionParameter, { $ref: "#/components/parameters/IdempotencyKey" }],
           requestBody: {
             required: true,
             content: { "application/json": { schema: ref("CreateChatCompletionRequest") } },
@@ -305,6 +325,11 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                     "Exact cost (USD) of this request, what left the wallet. Non-streaming responses only (a stream's cost is in its usage chunk).",
                   schema: { type: "string", pattern: MONEY_PATTERN },
                 },
+                "Tollbooth-Provider": {
+                  description: "The catalog provider that served the request.",
+                  schema: { type: "string" },
+                },
+                ...REPLAY_HEADERS,
                 ...Object.fromEntries(
                   Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)]),
                 ),
@@ -323,9 +348,21 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           },
         },
       },
+      ...management.paths,
     },
     components: {
+      parameters: {
+        IdempotencyKey: {
+          name: "Idempotency-Key",
+          in: "header",
+          required: false,
+          description:
+            "Makes a retry safe: the first request with a key runs and is charged; a repeat with the same key and the same body within 24 hours gets the first answer again (status, body, `Tollbooth-Request-Cost`, `Tollbooth-Balance` as they were) with `Idempotent-Replayed: true`, and is neither run nor charged. Same key, other body: 422 `idempotency_key_reused`; a repeat while the first still runs: 409 `idempotency_key_in_use`. Keys are private to the app (API) or the owner (management API). Only successful answers are recorded: after a failure (400, 402, 429, 5xx) nothing was charged and a retry with the same key runs afresh. Not accepted on `stream: true` (400 `idempotency_key_with_stream`).",
+          schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[!-~]+$" },
+        },
+      },
       securitySchemes: {
+        managementKey: management.securityScheme,
         apiKey: {
           type: "http",
           scheme: "bearer",
@@ -717,7 +754,33 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
             data: { type: "array", items: ref("Model") },
           },
         },
+        ...management.schemas,
         Error: errorSchema(ENDPOINT_ERRORS),
+        SpendCapError: {
+          type: "object",
+          required: ["error"],
+          additionalProperties: false,
+          properties: {
+            error: {
+              type: "object",
+              required: ["type", "code", "message", "doc_url", "cap", "cap_amount", "remaining"],
+              properties: {
+                type: { const: "spend_cap_error" },
+                code: { enum: ["key_spend_cap_exceeded", "user_spend_cap_exceeded"] },
+                message: { type: "string", minLength: 1 },
+                param: { const: "user", description: "Present for an end user's cap." },
+                doc_url: { type: "string", format: "uri" },
+                cap: { enum: ["total", "daily", "monthly"], description: "The cap reached." },
+                cap_amount: { type: "string", pattern: MONEY_PATTERN },
+                remaining: {
+                  type: "string",
+                  pattern: MONEY_PATTERN,
+                  description: "What may still be reserved under the cap (USD).",
+                },
+              },
+            },
+          },
+        },
         InsufficientCreditsError: {
           type: "object",
           required: ["error"],

@@ -18,16 +18,18 @@ import { type ApiKeyRecord, type AppRecord, keys, type RateLimits } from "@/lib/
 import {
   dailySpend,
   getRateLimits,
+  getSpendCaps,
   LimitAboveCeilingError,
   listUsage,
   MAX_LIMIT,
   setRateLimits,
+  setSpendCaps,
   spendByModel,
   unchargedOf,
   walletActivity,
 } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/mod.ts";
-import { NotFoundError } from "@/lib/core/mod.ts";
+import { NotFoundError, parseUsd } from "@/lib/core/mod.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import {
   checkForm,
@@ -43,6 +45,9 @@ import { keyIssuedPage, keysPage } from "./pages/keys.tsx";
 import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
+import { managementKeyRoutes } from "./management_keys.tsx";
+import { pageUsage, usageReport } from "@/lib/management/mod.ts";
+import { addWebhookRoutes, type WebhookRouteDeps } from "./webhooks.ts";
 
 const USAGE_PAGE_SIZE = 50;
 
@@ -86,6 +91,7 @@ export function dashboardRoutes(
     publicUrl: string;
     rateLimits: RateLimits;
     appCreation: AppCreationBound;
+    webhooks: Omit<WebhookRouteDeps, "kv">;
   },
 ) {
   const { kv, publicUrl } = deps;
@@ -100,6 +106,8 @@ export function dashboardRoutes(
   );
   // Also matches /apps/:appId itself.
   r.use("/apps/:appId/*", ownedApp(kv));
+  r.route("/management-keys", managementKeyRoutes(kv));
+  addWebhookRoutes(r, { kv, ...deps.webhooks });
 
   const session = (c: Context<DashboardEnv>) => c.get("session")!;
   const notFound = (c: Context<DashboardEnv>) => c.html(notFoundPage(), 404);
@@ -193,11 +201,42 @@ export function dashboardRoutes(
     return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
   });
 
+  async function keysView(c: Context<DashboardEnv>, app: AppRecord, capsError?: string) {
+    const [rows, record] = await Promise.all([listAppKeys(kv, app.id), getSpendCaps(kv, app.id)]);
+    rows.sort((a, b) => b.createdAt - a.createdAt);
+    return keysPage(session(c), app, rows, undefined, { record, error: capsError });
+  }
+
   r.get("/apps/:appId/keys", async (c) => {
-    const app = c.get("app");
-    const rows = (await listAppKeys(kv, app.id)).sort((a, b) => b.createdAt - a.createdAt);
-    return c.html(keysPage(session(c), app, rows));
+    return c.html(await keysView(c, c.get("app")));
   });
+
+  /** Caps from a form of the keys tab: each of total, daily, monthly in USD, empty for none. */
+  async function saveCaps(c: Context<DashboardEnv>, target: { keyId: string } | { endUser: true }) {
+    const app = c.get("app");
+    const form = await c.req.parseBody();
+    const caps: Record<string, number | null> = {};
+    for (const name of ["total", "daily", "monthly"]) {
+      const raw = String(form[name] ?? "").trim().replace(/^\$/, "");
+      try {
+        caps[name] = raw === "" ? null : parseUsd(raw);
+        if (caps[name] === 0) throw new RangeError("zero");
+      } catch {
+        const error = "A cap is an amount in USD above zero, such as 5.00, or empty for none.";
+        return c.html(await keysView(c, app, error), 400);
+      }
+    }
+    await setSpendCaps(kv, app.id, target, caps);
+    return c.redirect(`/dashboard/apps/${app.id}/keys#spend-caps`, 303);
+  }
+
+  r.post("/apps/:appId/keys/:keyId/spend-cap", async (c) => {
+    const key = await ownedKey(c, c.get("app"));
+    if (!key || key.revokedAt !== null) return notFound(c);
+    return await saveCaps(c, { keyId: key.id });
+  });
+
+  r.post("/apps/:appId/end-user-spend-cap", (c) => saveCaps(c, { endUser: true }));
 
   r.post("/apps/:appId/keys", async (c) => {
     const app = c.get("app");
@@ -245,15 +284,35 @@ export function dashboardRoutes(
   r.get("/apps/:appId/usage", async (c) => {
     const app = c.get("app");
     const cursor = c.req.query("cursor") ?? "";
+    const user = c.req.query("user") || undefined;
     let page;
     try {
-      page = await listUsage(kv, app.id, { cursor, limit: USAGE_PAGE_SIZE });
+      page = user === undefined
+        ? await listUsage(kv, app.id, { cursor, limit: USAGE_PAGE_SIZE })
+        : await userUsagePage(app.id, user, cursor);
     } catch {
       // A cursor that is not one of ours: start again from the newest.
       return c.redirect(`/dashboard/apps/${app.id}/usage`, 303);
     }
-    return c.html(usagePage(session(c), app, page, await keyNames(kv, app.id), cursor === ""));
+    const today = new Date().toISOString().slice(0, 10);
+    const rows = await usageReport(kv, app.id, {
+      groupBy: "user",
+      from: new Date(Date.now() - 29 * 86_400_000).toISOString().slice(0, 10),
+      to: today,
+    });
+    return c.html(
+      usagePage(session(c), app, page, await keyNames(kv, app.id), cursor === "", { rows, user }),
+    );
   });
+
+  /** One end user's requests, a page at a time; the cursor is the last record's id. */
+  async function userUsagePage(appId: string, user: string, cursor: string) {
+    const page = await pageUsage(kv, appId, {
+      limit: USAGE_PAGE_SIZE,
+      startingAfter: cursor || undefined,
+    }, { user });
+    return { records: page.data, nextCursor: page.nextCursor };
+  }
 
   r.get("/apps/:appId/wallet", async (c) => {
     return c.html(walletPage(session(c), await walletView(c.get("app"))));

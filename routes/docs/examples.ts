@@ -8,6 +8,8 @@ export const EXAMPLE_FILES = {
   openaiStream: "openai-stream.mjs",
   python: "python-openai.py",
   aiSdk: "ai-sdk.mjs",
+  management: "management.mjs",
+  webhookVerify: "webhook-verify.mjs",
 } as const;
 
 export type Examples = Record<keyof typeof EXAMPLE_FILES, string>;

@@ -242,6 +242,51 @@ export function billingPage() {
         </li>
       </ul>
 
+      <h2 id="idempotency">Safe retries: Idempotency-Key</h2>
+      <p>
+        A request that timed out on your side may still have run and been charged. Send an{" "}
+        <code>Idempotency-Key</code>{" "}
+        header (a UUID per distinct request, 1 to 255 visible ASCII characters) and retry with the
+        same key: it is never run or charged twice.
+      </p>
+      <pre><code>{`curl $BASE/v1/chat/completions -H "Authorization: Bearer $API_KEY" \
+  -H "Content-Type: application/json" -H "Idempotency-Key: 6f1c…-order-42" \
+  -d '{"model": "tollbooth/echo", "messages": [{"role": "user", "content": "Hi"}]}'`}</code></pre>
+      <ul>
+        <li>
+          The first request runs and is charged. A repeat with the same key and the same body
+          (compared as canonical JSON: key order and spacing do not matter) within 24 hours gets the
+          same status and body, <code>Tollbooth-Request-Cost</code> and{" "}
+          <code>Tollbooth-Balance</code> as they were then, and{" "}
+          <code>Idempotent-Replayed: true</code>; nothing runs and nothing is charged. It has its
+          own <code>Tollbooth-Request-Id</code>; <code>Tollbooth-Original-Request-Id</code>{" "}
+          names the request that ran.
+        </li>
+        <li>
+          The same key with another body:{" "}
+          <code>422 idempotency_key_reused</code>. A repeat while the first is still running:{" "}
+          <code>409 idempotency_key_in_use</code> (retry a moment later to get the answer).
+        </li>
+        <li>
+          Only successful answers are recorded. A request that failed (400, 402, 429, 502, 500)
+          charged nothing, so its key is free again and a retry with it runs afresh: retrying a 502
+          or a 429 with the same key does what you want.
+        </li>
+        <li>
+          Keys are private to the app: another app's key of the same name is another key.
+        </li>
+        <li>
+          Streams are not replayed: <code>stream: true</code> with a key is{" "}
+          <code>400 idempotency_key_with_stream</code>. A stream is delivered live as the model
+          produces it; send streams without the key, or non-streamed when a retry must not run
+          twice.
+        </li>
+        <li>
+          If a Tollbooth instance dies while running the first request, the key stays in use (409)
+          until the request's hold lease has passed (10 minutes by default), then a retry runs it.
+        </li>
+      </ul>
+
       <h2 id="guarantees">Guarantees</h2>
       <ul>
         <li>

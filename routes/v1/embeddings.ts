@@ -7,7 +7,7 @@ import { paidAnswerHeaders } from "./paid_answer.ts";
 /** POST /v1/embeddings: createEmbedding, paid like a chat completion without output. */
 export function embeddings(gateway: Gateway, options: { maxBodyBytes: number }) {
   return async (c: Context<Env>) => {
-    const body = await readJsonBody(c.req.raw, options.maxBodyBytes);
+    const body = c.get("jsonBody") ?? await readJsonBody(c.req.raw, options.maxBodyBytes);
     const request = parseEmbeddingsRequest(body);
     const outcome = await gateway.embed(
       c.get("caller"),

@@ -10,7 +10,9 @@ export function responsesRoute(
   options: { maxBodyBytes: number; redact: (text: string) => string },
 ) {
   return async (c: Context<Env>) => {
-    const body = responses.parse(await readJsonBody(c.req.raw, options.maxBodyBytes));
+    const body = responses.parse(
+      c.get("jsonBody") ?? await readJsonBody(c.req.raw, options.maxBodyBytes),
+    );
     const caller = c.get("caller");
     const requestId = c.get("requestId");
     const trace = c.get("trace");

@@ -18,8 +18,9 @@ async function serveTollbooth() {
     (request, info) => handle(request, info),
   );
   const base = `http://127.0.0.1:${(server.addr as Deno.NetAddr).port}`;
-  const env = { PUBLIC_URL: base };
-  const { app, wallets } = createApp({
+  // Webhook endpoints on loopback (the test's receiver) are allowed, as under `deno task dev`.
+  const env = { PUBLIC_URL: base, WEBHOOK_ALLOW_LOOPBACK: "1" };
+  const { app, wallets, webhooks } = createApp({
     kv,
     config: loadConfig(env),
     catalog: buildCatalog(testCatalogFile(), env),
@@ -32,6 +33,7 @@ async function serveTollbooth() {
     async close() {
       await server.shutdown();
       await wallets.drain();
+      await webhooks.watcher.idle();
       kv.close();
     },
   };
@@ -206,3 +208,66 @@ Deno.test({
       await bob.close();
     }),
 });
+
+Deno.test("browser: an owner makes a management key, caps a key, sets a webhook and sends a test event", () =>
+  withBrowser(async (browser, base) => {
+    const received: string[] = [];
+    const receiver = Deno.serve(
+      { hostname: "127.0.0.1", port: 0, onListen: () => {} },
+      async (r) => {
+        received.push((await r.json()).type);
+        return new Response("ok");
+      },
+    );
+    try {
+      const page = await browser.newPage();
+      await signUp(page, base, "reseller@example.com");
+      await createAppNamed(page, "Resold");
+      const apiKey = await page.getByLabel("New API key").inputValue();
+      await page.getByRole("link", { name: "I have saved it: go to the keys" }).click();
+
+      // A key capped at one micro-dollar a day is refused with its own 402.
+      await page.getByLabel("Key default: per utc day cap in USD").fill("0.000001");
+      await page.getByRole("button", { name: "Save caps of default" }).click();
+      await page.waitForURL(/\/keys#spend-caps$/);
+      assert.equal(
+        await page.getByLabel("Key default: per utc day cap in USD").inputValue(),
+        "0.000001",
+      );
+      const capped = await chat(base, apiKey);
+      assert.equal(capped.status, 402);
+      assert.equal((await capped.json()).error.code, "key_spend_cap_exceeded");
+
+      await page.getByRole("link", { name: "Webhooks" }).click();
+      const port = (receiver.addr as Deno.NetAddr).port;
+      await page.getByLabel("Endpoint (https)").fill(`http://127.0.0.1:${port}/hook`);
+      await page.getByLabel("Low-balance threshold in USD (optional)").fill("4.00");
+      await page.getByRole("button", { name: "Save webhook" }).click();
+      const secret = await page.getByLabel("Signing secret").inputValue();
+      assert.match(secret, /^whsec_/);
+      await page.getByRole("button", { name: "Send test event" }).click();
+      await page.locator("table.deliveries").getByText("delivered").waitFor();
+      assert.deepEqual(received, ["webhook.test"]);
+      await shot(page, "dashboard-webhooks");
+
+      await page.getByRole("link", { name: "Management keys" }).click();
+      await page.getByLabel("Key name").fill("billing backend");
+      await page.getByRole("button", { name: "Create management key" }).click();
+      const managementKey = await page.getByLabel("New management key").inputValue();
+      const apps = await fetch(`${base}/v1/management/apps`, {
+        headers: { authorization: `Bearer ${managementKey}` },
+      });
+      assert.equal(apps.status, 200);
+      assert.deepEqual((await apps.json()).data.map((a: { name: string }) => a.name), ["Resold"]);
+      await page.getByRole("link", { name: "I have saved it: back to management keys" }).click();
+      await page.getByRole("button", { name: "Revoke management key billing backend" }).click();
+      await page.getByRole("heading", { name: "Revoked management keys" }).waitFor();
+      const after = await fetch(`${base}/v1/management/apps`, {
+        headers: { authorization: `Bearer ${managementKey}` },
+      });
+      assert.equal(after.status, 401);
+      await after.body?.cancel();
+    } finally {
+      await receiver.shutdown();
+    }
+  }));

@@ -2,6 +2,8 @@ import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import type { ApiKeyRecord, AppRecord } from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
+import type { SpendCapsRecord } from "@/lib/db.ts";
+import { SpendCapsCard } from "./spend_caps.tsx";
 import { renderPage } from "@/routes/render.ts";
 import { Alert, AppHeader, appPath, Page, When } from "./shared.tsx";
 
@@ -79,7 +81,13 @@ function KeyCells({ k }: { k: KeyRow }) {
 }
 
 /** GET /dashboard/apps/:id/keys */
-export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], error?: string) {
+export function keysPage(
+  session: Session,
+  app: AppRecord,
+  keyRows: KeyRow[],
+  error?: string,
+  caps: { record: SpendCapsRecord; error?: string } = { record: { keys: {}, endUser: null } },
+) {
   const live = keyRows.filter((k) => k.revokedAt === null);
   const revoked = keyRows.filter((k) => k.revokedAt !== null);
   return renderPage(
@@ -159,6 +167,13 @@ export function keysPage(session: Session, app: AppRecord, keyRows: KeyRow[], er
             </div>
           )}
       </section>
+      <SpendCapsCard
+        session={session}
+        app={app}
+        live={live}
+        caps={caps.record}
+        error={caps.error}
+      />
       {revoked.length > 0 && (
         <section class="card">
           <h2>Revoked keys</h2>

@@ -40,7 +40,7 @@ export function Alert({ error }: { error?: string }) {
   return error ? <p class="alert" role="alert">{error}</p> : null;
 }
 
-type Tab = "overview" | "keys" | "usage" | "wallet";
+type Tab = "overview" | "keys" | "usage" | "wallet" | "webhooks";
 
 /** The app's name, its crumbs and the tabs, the active one marked. */
 export function AppHeader({ app, active }: { app: AppRecord; active: Tab }) {
@@ -49,6 +49,7 @@ export function AppHeader({ app, active }: { app: AppRecord; active: Tab }) {
     ["keys", "API keys", `${appPath(app)}/keys`],
     ["usage", "Usage", `${appPath(app)}/usage`],
     ["wallet", "Wallet", `${appPath(app)}/wallet`],
+    ["webhooks", "Webhooks", `${appPath(app)}/webhooks`],
   ];
   return (
     <>

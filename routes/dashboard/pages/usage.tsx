@@ -1,5 +1,6 @@
 import type { AppRecord, UsageRecord } from "@/lib/db.ts";
 import type { UsagePage } from "@/lib/billing/mod.ts";
+import type { ReportRow } from "@/lib/management/mod.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import { AppHeader, appPath, Page, usd, When } from "./shared.tsx";
@@ -21,19 +22,71 @@ function TokenDetails({ parts }: { parts: [number | undefined, string][] }) {
   );
 }
 
-/** GET /dashboard/apps/:id/usage?cursor= */
+/** Spend per end user (the request's `user`) over the last 30 days; each links to its requests. */
+function EndUsers({ app, rows, user }: { app: AppRecord; rows: ReportRow[]; user?: string }) {
+  return (
+    <section class="card">
+      <h2>Spend by end user, last 30 days</h2>
+      {rows.length === 0
+        ? <p class="muted">No requests in the last 30 days.</p>
+        : (
+          <table class="end-users">
+            <thead>
+              <tr>
+                <th scope="col">End user</th>
+                <th scope="col" class="num">Requests</th>
+                <th scope="col" class="num">Spent</th>
+              </tr>
+            </thead>
+            <tbody>
+              {rows.map((r) => (
+                <tr>
+                  <td>
+                    {r.group === null ? <span class="muted">(no user given)</span> : (
+                      <a
+                        href={`${appPath(app)}/usage?user=${encodeURIComponent(r.group)}`}
+                        aria-current={r.group === user ? "page" : undefined}
+                      >
+                        {r.group}
+                      </a>
+                    )}
+                  </td>
+                  <td class="num">{r.requests.toLocaleString("en-US")}</td>
+                  <td class="num">{usd(r.cost)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      <p class="muted small">
+        The end user is the <code>user</code> field of the chat request.
+      </p>
+    </section>
+  );
+}
+
+/** GET /dashboard/apps/:id/usage?cursor=&user= */
 export function usagePage(
   session: Session,
   app: AppRecord,
   page: UsagePage,
   keyNames: Map<string, string>,
   isFirstPage: boolean,
+  endUsers: { rows: ReportRow[]; user?: string } = { rows: [] },
 ) {
   // Shown only where it says something: few apps ever have usage their balance could not cover.
   const showUncharged = page.records.some((u) => u.uncharged > 0);
+  const { user } = endUsers;
+  const userQuery = user === undefined ? "" : `user=${encodeURIComponent(user)}&`;
   return renderPage(
     <Page title={`${app.name} · Usage`} session={session}>
       <AppHeader app={app} active="usage" />
+      {user !== undefined && (
+        <p>
+          Requests of end user <strong>{user}</strong> only.{" "}
+          <a href={`${appPath(app)}/usage`}>All requests</a>
+        </p>
+      )}
       <p class="muted">
         Every request that reached a model, newest first. Requests refused before the model ran
         (invalid, unpaid, rate-limited, provider unreachable) cost nothing and are not listed.
@@ -49,6 +102,7 @@ export function usagePage(
                 <tr>
                   <th scope="col">Time</th>
                   <th scope="col">Key</th>
+                  <th scope="col">End user</th>
                   <th scope="col">Model</th>
                   <th scope="col" class="num">Prompt</th>
                   <th scope="col" class="num">Completion</th>
@@ -66,6 +120,7 @@ export function usagePage(
                       <When ms={u.createdAt} />
                     </td>
                     <td>{keyNames.get(u.keyId) ?? u.keyId}</td>
+                    <td>{u.user ?? <span class="muted">—</span>}</td>
                     <td>
                       <code>{u.model}</code>
                     </td>
@@ -93,13 +148,16 @@ export function usagePage(
           </div>
         )}
       <nav class="pager" aria-label="Pages">
-        {!isFirstPage && <a href={`${appPath(app)}/usage`}>Newest</a>}
+        {!isFirstPage && <a href={`${appPath(app)}/usage?${userQuery}`}>Newest</a>}
         {page.nextCursor && (
-          <a href={`${appPath(app)}/usage?cursor=${encodeURIComponent(page.nextCursor)}`}>
+          <a
+            href={`${appPath(app)}/usage?${userQuery}cursor=${encodeURIComponent(page.nextCursor)}`}
+          >
             Older requests →
           </a>
         )}
       </nav>
+      <EndUsers app={app} rows={endUsers.rows} user={user} />
     </Page>,
   );
 }

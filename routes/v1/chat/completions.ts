@@ -10,9 +10,10 @@ export function chatCompletions(
   options: { maxBodyBytes: number; docsBaseUrl: string; redact: (text: string) => string },
 ) {
   return async (c: Context<Env>) => {
-    const body = await readJsonBody(c.req.raw, options.maxBodyBytes);
+    const body = c.get("jsonBody") ?? await readJsonBody(c.req.raw, options.maxBodyBytes);
     const request = parseChatRequest(body);
-    const caller = c.get("caller");
+    // The end user the app names (OpenAI's `user`) is attributed on the usage record.
+    const caller = { ...c.get("caller"), user: request.params.user ?? undefined };
     const requestId = c.get("requestId");
     const trace = c.get("trace");
 

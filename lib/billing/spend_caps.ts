@@ -1,0 +1,187 @@
+/**
+ * Spend caps per API key and per end user: the arithmetic of the counters the wallet batch keeps
+ * (pure), and the owner's writes of the caps themselves.
+ *
+ * A counter holds what its scope's requests in flight have reserved (`held`) and what they spent,
+ * in total and in the current UTC day and month. A reserve must fit under every cap with the holds
+ * counted, in the same commit as the wallet's reservation; settle moves its hold to spent. So no
+ * burst of concurrent requests can pass a cap. Counters count from when a scope first had a cap.
+ */
+import {
+  keys,
+  type SpendCaps,
+  type SpendCapsRecord,
+  type SpendCounter,
+  type SpendScope,
+  utcDay,
+} from "@/lib/db.ts";
+import { ApiError, formatUsd, type Micros } from "@/lib/core/mod.ts";
+
+export type CapName = "total" | "daily" | "monthly";
+
+export interface CapBreach {
+  scope: SpendScope;
+  cap: CapName;
+  limit: Micros;
+  /** What the scope may still reserve under this cap. */
+  remaining: Micros;
+}
+
+/** The counter key of a scope inside one batch: `key:<keyId>` or `user:<end user>`. */
+export function counterId(scope: SpendScope, id: string): string {
+  return `${scope}:${id}`;
+}
+
+/** The capped scopes a request of this key and end user falls under. */
+export function cappedScopes(
+  caps: SpendCapsRecord | null,
+  keyId: string,
+  user: string | undefined,
+): { scope: SpendScope; id: string; caps: SpendCaps }[] {
+  const out: { scope: SpendScope; id: string; caps: SpendCaps }[] = [];
+  const keyCaps = caps?.keys[keyId];
+  if (keyCaps && hasCap(keyCaps)) out.push({ scope: "key", id: keyId, caps: keyCaps });
+  if (user !== undefined && caps?.endUser && hasCap(caps.endUser)) {
+    out.push({ scope: "user", id: user, caps: caps.endUser });
+  }
+  return out;
+}
+
+export function hasCap(caps: SpendCaps): boolean {
+  return caps.total !== null || caps.daily !== null || caps.monthly !== null;
+}
+
+const month = (ms: number) => utcDay(ms).slice(0, 7);
+
+export function emptyCounter(now: number): SpendCounter {
+  return { held: 0, total: 0, day: utcDay(now), daySpent: 0, month: month(now), monthSpent: 0 };
+}
+
+/** The counter with its day and month windows moved to `now`. */
+export function currentCounter(counter: SpendCounter | null, now: number): SpendCounter {
+  const c = counter ? { ...counter } : emptyCounter(now);
+  if (c.day !== utcDay(now)) {
+    c.day = utcDay(now);
+    c.daySpent = 0;
+  }
+  if (c.month !== month(now)) {
+    c.month = month(now);
+    c.monthSpent = 0;
+  }
+  return c;
+}
+
+/** The first cap that `amount` more would pass, with what remains under it; null when it fits. */
+export function capBreach(
+  scope: SpendScope,
+  caps: SpendCaps,
+  counter: SpendCounter,
+  amount: Micros,
+): CapBreach | null {
+  const windows: [CapName, Micros | null, Micros][] = [
+    ["total", caps.total, counter.total],
+    ["daily", caps.daily, counter.daySpent],
+    ["monthly", caps.monthly, counter.monthSpent],
+  ];
+  for (const [cap, limit, spent] of windows) {
+    if (limit === null) continue;
+    const remaining = Math.max(0, limit - spent - counter.held);
+    if (amount > remaining) return { scope, cap, limit, remaining };
+  }
+  return null;
+}
+
+export function holdOn(counter: SpendCounter, amount: Micros): SpendCounter {
+  return { ...counter, held: counter.held + amount };
+}
+
+/** A settle: the hold (if this counter held it) goes, and the charge is spent in every window. */
+export function spendOn(counter: SpendCounter, held: Micros, charged: Micros): SpendCounter {
+  return {
+    ...counter,
+    held: Math.max(0, counter.held - held),
+    total: counter.total + charged,
+    daySpent: counter.daySpent + charged,
+    monthSpent: counter.monthSpent + charged,
+  };
+}
+
+export function releaseOn(counter: SpendCounter, held: Micros): SpendCounter {
+  return { ...counter, held: Math.max(0, counter.held - held) };
+}
+
+const NO_CAPS: SpendCaps = { total: null, daily: null, monthly: null };
+
+export async function getSpendCaps(kv: Deno.Kv, appId: string): Promise<SpendCapsRecord> {
+  return (await kv.get<SpendCapsRecord>(keys.spendCaps(appId))).value ??
+    { keys: {}, endUser: null };
+}
+
+export function validCaps(caps: Partial<SpendCaps>): SpendCaps {
+  const out = { ...NO_CAPS, ...caps };
+  for (const v of Object.values(out)) {
+    if (v !== null && (!Number.isSafeInteger(v) || v <= 0)) {
+      throw new RangeError("a spend cap is a positive amount of micro-USD, or none");
+    }
+  }
+  return out;
+}
+
+/**
+ * Sets the caps of one key (`target.keyId`) or of each end user of the app. The wallet's commits
+ * check this record, so a change applies from the next reserve on every instance.
+ */
+export async function setSpendCaps(
+  kv: Deno.Kv,
+  appId: string,
+  target: { keyId: string } | { endUser: true },
+  caps: Partial<SpendCaps>,
+): Promise<SpendCapsRecord> {
+  const valid = validCaps(caps);
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const entry = await kv.get<SpendCapsRecord>(keys.spendCaps(appId));
+    const record: SpendCapsRecord = structuredClone(entry.value ?? { keys: {}, endUser: null });
+    if ("keyId" in target) {
+      if (hasCap(valid)) record.keys[target.keyId] = valid;
+      else delete record.keys[target.keyId];
+    } else {
+      record.endUser = hasCap(valid) ? valid : null;
+    }
+    const result = await kv.atomic().check(entry).set(keys.spendCaps(appId), record).commit();
+    if (result.ok) return record;
+  }
+  throw new Error("spend caps conflicted; try again");
+}
+
+/** The spend counters of one scope (what a key or end user has held and spent under caps). */
+export async function getSpendCounter(
+  kv: Deno.Kv,
+  appId: string,
+  scope: SpendScope,
+  id: string,
+  now = Date.now(),
+): Promise<SpendCounter> {
+  const entry = await kv.get<SpendCounter>(keys.spendCounter(appId, scope, id));
+  return currentCounter(entry.value, now);
+}
+
+const CAP_WORDS: Record<CapName, string> = { total: "total", daily: "daily", monthly: "monthly" };
+
+/** The 402 of a reserve over a cap, naming the cap and what remains under it. */
+export function spendCapRefusal(breach: CapBreach): ApiError {
+  const whose = breach.scope === "key" ? "this API key" : "this end user (`user`)";
+  return new ApiError(
+    breach.scope === "key" ? "key_spend_cap_exceeded" : "user_spend_cap_exceeded",
+    `The ${CAP_WORDS[breach.cap]} spend cap of ${whose} is ${formatUsd(breach.limit)} USD; ${
+      formatUsd(breach.remaining)
+    } USD remains, counting requests in flight, which is less than this request reserves.`,
+    {
+      ...(breach.scope === "user" ? { param: "user" } : {}),
+      extra: {
+        cap: breach.cap,
+        cap_amount: formatUsd(breach.limit),
+        remaining: formatUsd(breach.remaining),
+      },
+    },
+  );
+}

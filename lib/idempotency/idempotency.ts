@@ -1,0 +1,199 @@
+/**
+ * Idempotency keys: a request sent again with the same key gets the first one's recorded answer
+ * instead of running (and being charged) twice.
+ *
+ * A key is claimed with one atomic check (`versionstamp: null`), so among any number of concurrent
+ * repeats exactly one runs. The claim is a lease: a process that dies mid-request leaves a claim
+ * that others may take over once the lease has passed. Records hold no money, so KV's `expireIn`
+ * removes them; reads also ignore records older than the retention, since expiry is lazy.
+ */
+import { type IdempotencyRecord, keys } from "@/lib/db.ts";
+import { newId, sha256Hex } from "@/lib/core/mod.ts";
+
+/** How long a recorded result is replayed. */
+export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** Bytes of body per KV value (KV allows 64 KiB a value). */
+const BODY_PART_BYTES = 60_000;
+/** Body parts written per commit (KV allows 800 KiB of mutations a commit). */
+const PARTS_PER_COMMIT = 10;
+
+export interface RecordedResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Uint8Array;
+}
+
+export type Claim =
+  /** This request runs; it must end with `complete` or `abandon`. */
+  | { kind: "claimed"; claimId: string; versionstamp: string }
+  /** A finished request with the same key and body: answer with its response. */
+  | { kind: "replay"; requestId: string; response: RecordedResponse }
+  /** Same key, different body. */
+  | { kind: "reused" }
+  /** Same key and body, and the first request is still running. */
+  | { kind: "in_use" };
+
+export interface IdempotencyOptions {
+  /** How long a claim may run before another request may take the key over. */
+  leaseMs: number;
+  now?: () => number;
+}
+
+export class IdempotencyStore {
+  readonly #kv: Deno.Kv;
+  readonly #leaseMs: number;
+  readonly #now: () => number;
+
+  constructor(kv: Deno.Kv, options: IdempotencyOptions) {
+    this.#kv = kv;
+    this.#leaseMs = options.leaseMs;
+    this.#now = options.now ?? Date.now;
+  }
+
+  async claim(scope: string, key: string, bodyHash: string, requestId: string): Promise<Claim> {
+    const recordKey = keys.idempotency(scope, key);
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const now = this.#now();
+      const entry = await this.#kv.get<IdempotencyRecord>(recordKey);
+      const current = entry.value;
+      if (current && current.bodyHash !== bodyHash && this.#live(current, now)) {
+        return { kind: "reused" };
+      }
+      if (current?.state === "running" && current.leaseUntil > now) return { kind: "in_use" };
+      if (current?.state === "done" && this.#live(current, now)) {
+        const body = await this.#readBody(scope, key, current);
+        if (body) {
+          return {
+            kind: "replay",
+            requestId: current.requestId,
+            response: { status: current.status, headers: current.headers, body },
+          };
+        }
+        // Its body parts have already expired: the record is as good as gone.
+      }
+      const running: IdempotencyRecord = {
+        state: "running",
+        claimId: newId("idem", now),
+        bodyHash,
+        requestId,
+        leaseUntil: now + this.#leaseMs,
+      };
+      // Absent, expired, or abandoned by a dead process: take it, unless someone else is faster.
+      const result = await this.#kv.atomic()
+        .check(entry)
+        .set(recordKey, running, { expireIn: IDEMPOTENCY_RETENTION_MS })
+        .commit();
+      if (result.ok) {
+        return { kind: "claimed", claimId: running.claimId, versionstamp: result.versionstamp };
+      }
+    }
+    // Ten lost races in a row: someone else holds it now.
+    return { kind: "in_use" };
+  }
+
+  /**
+   * Records the claimed request's answer for replays. The body parts go first, the record that
+   * points at them last, checked against our claim (a claim taken over after its lease is left to
+   * its new holder).
+   */
+  async complete(
+    scope: string,
+    key: string,
+    claim: Extract<Claim, { kind: "claimed" }>,
+    requestId: string,
+    bodyHash: string,
+    response: RecordedResponse,
+  ): Promise<boolean> {
+    const parts: Uint8Array[] = [];
+    for (let i = 0; i < response.body.byteLength; i += BODY_PART_BYTES) {
+      parts.push(response.body.subarray(i, i + BODY_PART_BYTES));
+    }
+    const options = { expireIn: IDEMPOTENCY_RETENTION_MS };
+    for (let i = 0; i < parts.length; i += PARTS_PER_COMMIT) {
+      const atomic = this.#kv.atomic();
+      parts.slice(i, i + PARTS_PER_COMMIT).forEach((part, j) =>
+        atomic.set(keys.idempotencyBodyPart(scope, key, claim.claimId, i + j), part, options)
+      );
+      await atomic.commit();
+    }
+    const done: IdempotencyRecord = {
+      state: "done",
+      claimId: claim.claimId,
+      bodyHash,
+      requestId,
+      status: response.status,
+      headers: response.headers,
+      bodyParts: parts.length,
+      storedAt: this.#now(),
+    };
+    const recordKey = keys.idempotency(scope, key);
+    const result = await this.#kv.atomic()
+      .check({ key: recordKey, versionstamp: claim.versionstamp })
+      .set(recordKey, done, options)
+      .commit();
+    return result.ok;
+  }
+
+  /** Gives the key back: the request failed without a charge, so a retry may run it afresh. */
+  async abandon(scope: string, key: string, claim: Extract<Claim, { kind: "claimed" }>) {
+    const recordKey = keys.idempotency(scope, key);
+    await this.#kv.atomic()
+      .check({ key: recordKey, versionstamp: claim.versionstamp })
+      .delete(recordKey)
+      .commit();
+  }
+
+  #live(record: IdempotencyRecord, now: number): boolean {
+    if (record.state === "running") return true;
+    return record.storedAt + IDEMPOTENCY_RETENTION_MS > now;
+  }
+
+  async #readBody(
+    scope: string,
+    key: string,
+    record: Extract<IdempotencyRecord, { state: "done" }>,
+  ): Promise<Uint8Array | null> {
+    const parts: Uint8Array[] = [];
+    for (let i = 0; i < record.bodyParts; i += 10) {
+      const chunk = Array.from(
+        { length: Math.min(10, record.bodyParts - i) },
+        (_, j) => keys.idempotencyBodyPart(scope, key, record.claimId, i + j),
+      );
+      for (const entry of await this.#kv.getMany<Uint8Array[]>(chunk)) {
+        if (!entry.value) return null;
+        parts.push(entry.value);
+      }
+    }
+    const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
+    let offset = 0;
+    for (const part of parts) {
+      out.set(part, offset);
+      offset += part.byteLength;
+    }
+    return out;
+  }
+}
+
+/**
+ * The request's identity for comparing repeats: SHA-256 of its JSON with object keys sorted, so
+ * that the same request serialised in another key order or spacing is the same request.
+ */
+export function canonicalBodyHash(body: unknown): string {
+  return sha256Hex(canonicalJson(body));
+}
+
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/** What a valid key looks like: 1 to 255 visible ASCII characters (as Stripe allows). */
+export function validIdempotencyKey(key: string): boolean {
+  return /^[\x21-\x7e]{1,255}$/.test(key);
+}

@@ -1,0 +1,227 @@
+/**
+ * What the management API lists, a page at a time, newest first.
+ *
+ * Cursors are record ids. Every listed record's id begins with its creation time (`newId`), and a
+ * page is the KV range strictly older than the cursor, so a walk to the end never shows a record
+ * twice and misses none that existed when it began, however many records land meanwhile (new ones
+ * sort before the walk's start).
+ */
+import {
+  type AppRecord,
+  keys,
+  type LedgerEntry,
+  type UsageRecord,
+  utcDay,
+  type WalletRecord,
+} from "@/lib/db.ts";
+import type { Micros } from "@/lib/core/mod.ts";
+
+export const MAX_PAGE_LIMIT = 100;
+/** Records looked at for one filtered page before it is returned short (with `hasMore`). */
+const SCAN_BUDGET = 5_000;
+
+export interface PageRequest {
+  limit: number;
+  /** The id of the last record of the previous page. */
+  startingAfter?: string;
+}
+
+export interface Page<T> {
+  data: T[];
+  hasMore: boolean;
+  /** Pass as `starting_after` for the next page; null on the last one. */
+  nextCursor: string | null;
+}
+
+/** One page of the records under `prefix` whose last key part is their id, newest first. */
+async function pageOf<T>(
+  kv: Deno.Kv,
+  prefix: Deno.KvKey,
+  request: PageRequest,
+  options: { filter?: (value: T) => boolean; idOf?: (key: Deno.KvKey) => string } = {},
+): Promise<Page<{ id: string; value: T }>> {
+  const selector = request.startingAfter
+    ? { prefix, end: [...prefix, request.startingAfter] }
+    : { prefix };
+  const data: { id: string; value: T }[] = [];
+  let scanned = 0;
+  let lastId: string | null = null;
+  for await (const entry of kv.list<T>(selector, { reverse: true, batchSize: 200 })) {
+    const id = String(entry.key[entry.key.length - 1]);
+    if (data.length === request.limit) return { data, hasMore: true, nextCursor: lastId };
+    lastId = id;
+    if (!options.filter || options.filter(entry.value)) data.push({ id, value: entry.value });
+    if (++scanned >= SCAN_BUDGET && data.length < request.limit) {
+      // A sparse filter: return what was found; the cursor goes on from where the scan stopped.
+      return { data, hasMore: true, nextCursor: id };
+    }
+  }
+  return { data, hasMore: false, nextCursor: null };
+}
+
+export interface AppWithWallet {
+  app: AppRecord;
+  wallet: WalletRecord;
+}
+
+/** The owner's apps with their wallets, newest first. */
+export async function pageOwnerApps(
+  kv: Deno.Kv,
+  ownerId: string,
+  request: PageRequest,
+): Promise<Page<AppWithWallet>> {
+  const page = await pageOf<true>(kv, keys.ownerApps(ownerId), request);
+  const data: AppWithWallet[] = [];
+  for (let i = 0; i < page.data.length; i += 5) {
+    const ids = page.data.slice(i, i + 5).map((d) => d.id);
+    const entries = await kv.getMany<unknown[]>(
+      ids.flatMap((id) => [keys.app(id), keys.wallet(id)]),
+    );
+    ids.forEach((_, j) => {
+      const app = entries[2 * j].value as AppRecord | null;
+      const wallet = entries[2 * j + 1].value as WalletRecord | null;
+      if (app && wallet) data.push({ app, wallet });
+    });
+  }
+  return { ...page, data };
+}
+
+export interface UsageFilter {
+  user?: string;
+  keyId?: string;
+  model?: string;
+}
+
+function matches(record: UsageRecord, filter: UsageFilter): boolean {
+  return (filter.user === undefined || record.user === filter.user) &&
+    (filter.keyId === undefined || record.keyId === filter.keyId) &&
+    (filter.model === undefined || record.model === filter.model);
+}
+
+/** An app's usage records, newest first, optionally only one end user's, key's or model's. */
+export async function pageUsage(
+  kv: Deno.Kv,
+  appId: string,
+  request: PageRequest,
+  filter: UsageFilter = {},
+): Promise<Page<UsageRecord>> {
+  const filtering = Object.values(filter).some((v) => v !== undefined);
+  const page = await pageOf<UsageRecord>(kv, keys.appUsage(appId), request, {
+    filter: filtering ? (r) => matches(r, filter) : undefined,
+  });
+  return { ...page, data: page.data.map((d) => d.value) };
+}
+
+export type LedgerItem =
+  | { kind: "credit"; id: string; at: number; entry: LedgerEntry }
+  | { kind: "charge"; id: string; at: number; usage: UsageRecord };
+
+/** Where an id sorts in time: its part after the three-letter prefix (`led_`, `use_`). */
+const orderKey = (id: string) => id.slice(id.indexOf("_") + 1);
+
+/**
+ * The wallet's ledger, newest first: credits (starter, top-ups, operator credits) and charges (one
+ * per settled request), merged by time. The cursor is an entry's id of either kind.
+ */
+export async function pageLedger(
+  kv: Deno.Kv,
+  appId: string,
+  request: PageRequest,
+): Promise<Page<LedgerItem>> {
+  const after = request.startingAfter ? orderKey(request.startingAfter) : undefined;
+  const [credits, charges] = await Promise.all([
+    pageOf<LedgerEntry>(kv, keys.ledger(appId), {
+      limit: request.limit + 1,
+      startingAfter: after && `led_${after}`,
+    }),
+    pageOf<UsageRecord>(kv, keys.appUsage(appId), {
+      limit: request.limit + 1,
+      startingAfter: after && `use_${after}`,
+    }),
+  ]);
+  const merged: LedgerItem[] = [
+    ...credits.data.map((d) => ({
+      kind: "credit" as const,
+      id: d.id,
+      at: d.value.createdAt,
+      entry: d.value,
+    })),
+    ...charges.data.map((d) => ({
+      kind: "charge" as const,
+      id: d.id,
+      at: d.value.createdAt,
+      usage: d.value,
+    })),
+  ].sort((a, b) => (orderKey(a.id) < orderKey(b.id) ? 1 : -1));
+  const data = merged.slice(0, request.limit);
+  const hasMore = merged.length > request.limit || credits.hasMore || charges.hasMore;
+  return { data, hasMore, nextCursor: hasMore ? data[data.length - 1]?.id ?? null : null };
+}
+
+export type ReportGrouping = "day" | "model" | "key" | "user";
+
+export interface ReportRow {
+  group: string | null;
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  cost: Micros;
+}
+
+/** The widest span one report covers. */
+export const MAX_REPORT_DAYS = 93;
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+/** The first id a record created at `ms` may have (ids begin with their time in base 36). */
+function usageIdAt(ms: number): string {
+  return `use_${ms.toString(36).padStart(10, "0")}`;
+}
+
+/**
+ * Usage summed per UTC day, model, key or end user over the days `from` to `to` (inclusive,
+ * YYYY-MM-DD), sorted by group (requests without an end user form the group `null`, first).
+ */
+export async function usageReport(
+  kv: Deno.Kv,
+  appId: string,
+  options: { groupBy: ReportGrouping; from: string; to: string; filter?: UsageFilter },
+): Promise<ReportRow[]> {
+  const start = Date.parse(`${options.from}T00:00:00Z`);
+  const end = Date.parse(`${options.to}T00:00:00Z`) + DAY_MS;
+  const groups = new Map<string | null, ReportRow>();
+  const groupOf = (r: UsageRecord): string | null =>
+    options.groupBy === "day"
+      ? utcDay(r.createdAt)
+      : options.groupBy === "model"
+      ? r.model
+      : options.groupBy === "key"
+      ? r.keyId
+      : r.user ?? null;
+  const selector = {
+    start: [...keys.appUsage(appId), usageIdAt(start)],
+    end: [...keys.appUsage(appId), usageIdAt(end)],
+  };
+  for await (const entry of kv.list<UsageRecord>(selector, { batchSize: 500 })) {
+    const r = entry.value;
+    if (options.filter && !matches(r, options.filter)) continue;
+    const group = groupOf(r);
+    const row = groups.get(group) ??
+      { group, requests: 0, promptTokens: 0, completionTokens: 0, cost: 0 };
+    row.requests++;
+    row.promptTokens += r.promptTokens;
+    row.completionTokens += r.completionTokens;
+    row.cost += r.cost;
+    groups.set(group, row);
+  }
+  return [...groups.values()].sort((a, b) =>
+    a.group === b.group
+      ? 0
+      : a.group === null
+      ? -1
+      : b.group === null
+      ? 1
+      : a.group < b.group
+      ? -1
+      : 1
+  );
+}

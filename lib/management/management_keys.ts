@@ -1,0 +1,102 @@
+/**
+ * Management keys: an owner's credentials for the management API. Like API keys they are shown
+ * once and stored only as a SHA-256 hash; their prefix (`tbm_`) keeps them apart from app keys.
+ */
+import { newId, NotFoundError, randomToken, sha256Hex } from "@/lib/core/mod.ts";
+import { keys, type ManagementKeyHashEntry, type ManagementKeyRecord } from "@/lib/db.ts";
+
+const KEY_PREFIX = "tbm_";
+const KEY_BODY_LENGTH = 40;
+const KEY_PATTERN = /^tbm_[0-9a-z]{40}$/;
+const DISPLAY_PREFIX_LENGTH = 10;
+/** A handful per owner is plenty; the cap keeps a leaked session from minting thousands. */
+export const MAX_MANAGEMENT_KEYS = 20;
+
+export class TooManyManagementKeysError extends Error {}
+
+export async function issueManagementKey(
+  kv: Deno.Kv,
+  ownerId: string,
+  name: string,
+  now = Date.now(),
+): Promise<{ record: ManagementKeyRecord; managementKey: string }> {
+  const live = (await listManagementKeys(kv, ownerId)).filter((k) => k.revokedAt === null);
+  if (live.length >= MAX_MANAGEMENT_KEYS) {
+    throw new TooManyManagementKeysError(
+      `at most ${MAX_MANAGEMENT_KEYS} live management keys; revoke one first`,
+    );
+  }
+  const managementKey = KEY_PREFIX +
+    randomToken(207).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
+  const record: ManagementKeyRecord = {
+    id: newId("mk", now),
+    ownerId,
+    name,
+    prefix: managementKey.slice(0, DISPLAY_PREFIX_LENGTH),
+    hash: sha256Hex(managementKey),
+    createdAt: now,
+    revokedAt: null,
+  };
+  const result = await kv.atomic()
+    .check({ key: keys.managementKeyByHash(record.hash), versionstamp: null })
+    .set(keys.managementKey(record.id), record)
+    .set(
+      keys.managementKeyByHash(record.hash),
+      { keyId: record.id, ownerId } satisfies ManagementKeyHashEntry,
+    )
+    .set(keys.ownerManagementKey(ownerId, record.id), true)
+    .commit();
+  if (!result.ok) throw new Error("management key issue conflicted; try again");
+  return { record, managementKey };
+}
+
+/** The owner behind a raw management key, or null when it is malformed, unknown or revoked. */
+export async function authenticateManagementKey(
+  kv: Deno.Kv,
+  raw: string,
+): Promise<ManagementKeyHashEntry | null> {
+  if (!KEY_PATTERN.test(raw)) return null;
+  return (await kv.get<ManagementKeyHashEntry>(keys.managementKeyByHash(sha256Hex(raw)))).value;
+}
+
+/** An owner's management keys, newest first. */
+export async function listManagementKeys(
+  kv: Deno.Kv,
+  ownerId: string,
+): Promise<ManagementKeyRecord[]> {
+  const ids: string[] = [];
+  for await (const entry of kv.list({ prefix: keys.ownerManagementKeys(ownerId) })) {
+    ids.push(String(entry.key[2]));
+  }
+  const out: ManagementKeyRecord[] = [];
+  for (let i = 0; i < ids.length; i += 10) {
+    const entries = await kv.getMany<ManagementKeyRecord[]>(
+      ids.slice(i, i + 10).map((id) => keys.managementKey(id)),
+    );
+    for (const e of entries) if (e.value) out.push(e.value);
+  }
+  return out.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1));
+}
+
+/** Revokes an owner's key: the hash index goes in the same commit, so it fails at once. */
+export async function revokeManagementKey(
+  kv: Deno.Kv,
+  ownerId: string,
+  keyId: string,
+  now = Date.now(),
+): Promise<ManagementKeyRecord> {
+  for (;;) {
+    const entry = await kv.get<ManagementKeyRecord>(keys.managementKey(keyId));
+    if (!entry.value || entry.value.ownerId !== ownerId) {
+      throw new NotFoundError(`no management key ${keyId}`);
+    }
+    if (entry.value.revokedAt !== null) return entry.value;
+    const revoked = { ...entry.value, revokedAt: now };
+    const result = await kv.atomic()
+      .check(entry)
+      .set(keys.managementKey(keyId), revoked)
+      .delete(keys.managementKeyByHash(revoked.hash))
+      .commit();
+    if (result.ok) return revoked;
+  }
+}

@@ -1,0 +1,26 @@
+/** Management: owners' management keys, and the pages and reports the management API lists. */
+export {
+  authenticateManagementKey,
+  issueManagementKey,
+  listManagementKeys,
+  MAX_MANAGEMENT_KEYS,
+  revokeManagementKey,
+  TooManyManagementKeysError,
+} from "./management_keys.ts";
+export {
+  MAX_PAGE_LIMIT,
+  MAX_REPORT_DAYS,
+  pageLedger,
+  pageOwnerApps,
+  pageUsage,
+  usageReport,
+} from "./listings.ts";
+export type {
+  AppWithWallet,
+  LedgerItem,
+  Page,
+  PageRequest,
+  ReportGrouping,
+  ReportRow,
+  UsageFilter,
+} from "./listings.ts";

@@ -1,0 +1,24 @@
+/** Webhooks: an app's endpoint and threshold, low-balance and top-up events, signed delivery. */
+export {
+  backoffMs,
+  listWebhookEvents,
+  prepareEvent,
+  sendTestEvent,
+  WEBHOOK_DEFAULTS,
+  WebhookDeliverer,
+  WebhookWatcher,
+} from "./events.ts";
+export type { DelivererOptions } from "./events.ts";
+export {
+  deleteWebhookSettings,
+  getWebhookSettings,
+  saveWebhookSettings,
+  validWebhookUrl,
+  WebhookUrlError,
+} from "./settings.ts";
+export {
+  DEFAULT_TOLERANCE_SECONDS,
+  SIGNATURE_HEADER,
+  signatureHeader,
+  verifySignature,
+} from "./signing.ts";

@@ -1,0 +1,114 @@
+import {
+  keys,
+  type LedgerEntry,
+  type WebhookSettingsRecord,
+  type WebhookWatchRecord,
+} from "@/lib/db.ts";
+import type { Micros } from "@/lib/core/mod.ts";
+import { newWebhookSecret } from "./signing.ts";
+
+const LOOPBACK_HOSTS = new Set(["127.0.0.1", "localhost", "[::1]"]);
+
+export class WebhookUrlError extends RangeError {}
+
+/**
+ * An endpoint is https. Plain http is accepted only for a loopback address and only when the
+ * service allows it (`deno task dev`, tests): anywhere else it would send signed money events in
+ * the clear. Loopback and private addresses are refused over https too unless allowed, so that
+ * an owner cannot aim the service at its own internal network.
+ */
+export function validWebhookUrl(raw: string, options: { allowLoopback: boolean }): string {
+  let url: URL;
+  try {
+    url = new URL(raw.trim());
+  } catch {
+    throw new WebhookUrlError("The endpoint must be an absolute https:// address.");
+  }
+  if (url.username || url.password) {
+    throw new WebhookUrlError("The endpoint must not carry a user name or password.");
+  }
+  const loopback = LOOPBACK_HOSTS.has(url.hostname);
+  if (loopback || privateAddress(url.hostname)) {
+    if (!(loopback && options.allowLoopback)) {
+      throw new WebhookUrlError("The endpoint must be a public https:// address.");
+    }
+    if (url.protocol !== "https:" && url.protocol !== "http:") {
+      throw new WebhookUrlError("The endpoint must be an http(s) address.");
+    }
+    return url.href;
+  }
+  if (url.protocol !== "https:") {
+    throw new WebhookUrlError("The endpoint must be an https:// address.");
+  }
+  if (url.href.length > 2000) throw new WebhookUrlError("The endpoint address is too long.");
+  return url.href;
+}
+
+function privateAddress(host: string): boolean {
+  const v4 = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(host);
+  if (v4) {
+    const [a, b] = [Number(v4[1]), Number(v4[2])];
+    return a === 10 || a === 127 || a === 0 || (a === 169 && b === 254) ||
+      (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) ||
+      (a === 100 && b >= 64 && b <= 127);
+  }
+  return host.startsWith("[") || host.endsWith(".localhost") || host.endsWith(".internal");
+}
+
+export async function getWebhookSettings(
+  kv: Deno.Kv,
+  appId: string,
+): Promise<WebhookSettingsRecord | null> {
+  return (await kv.get<WebhookSettingsRecord>(keys.webhookSettings(appId))).value;
+}
+
+/**
+ * Sets an app's endpoint and threshold. A first setting makes a secret (returned, to be shown
+ * once); later ones keep it unless `rotateSecret`. Top-ups credited before the endpoint existed
+ * are not announced: the watch starts at the newest ledger entry.
+ */
+export async function saveWebhookSettings(
+  kv: Deno.Kv,
+  appId: string,
+  input: { url: string; lowBalanceThreshold: Micros | null; rotateSecret?: boolean },
+  now = Date.now(),
+): Promise<{ settings: WebhookSettingsRecord; newSecret: string | null }> {
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const [current, watch] = await kv.getMany<[WebhookSettingsRecord, WebhookWatchRecord]>([
+      keys.webhookSettings(appId),
+      keys.webhookWatch(appId),
+    ]);
+    const newSecret = !current.value || input.rotateSecret ? newWebhookSecret() : null;
+    const settings: WebhookSettingsRecord = {
+      url: input.url,
+      secret: newSecret ?? current.value!.secret,
+      lowBalanceThreshold: input.lowBalanceThreshold,
+      updatedAt: now,
+    };
+    const atomic = kv.atomic().check(current).check(watch).set(
+      keys.webhookSettings(appId),
+      settings,
+    );
+    if (!watch.value) {
+      let ledgerSeen: string | null = null;
+      for await (
+        const e of kv.list<LedgerEntry>({ prefix: keys.ledger(appId) }, { reverse: true, limit: 1 })
+      ) ledgerSeen = e.value.id;
+      atomic.set(
+        keys.webhookWatch(appId),
+        {
+          below: false,
+          ledgerSeen,
+          announceAfter: ledgerSeen,
+        } satisfies WebhookWatchRecord,
+      );
+    }
+    if ((await atomic.commit()).ok) return { settings, newSecret };
+  }
+  throw new Error("webhook settings conflicted; try again");
+}
+
+/** Stops all events of the app; deliveries already made stay listed. */
+export async function deleteWebhookSettings(kv: Deno.Kv, appId: string): Promise<void> {
+  await kv.atomic().delete(keys.webhookSettings(appId)).delete(keys.webhookWatch(appId)).commit();
+}

@@ -1,0 +1,176 @@
+import { type Context, Hono } from "hono";
+import { AccountNav } from "@/components/AccountNav.tsx";
+import { CsrfField } from "@/components/CsrfField.tsx";
+import { Island } from "@/components/Island.tsx";
+import { Layout } from "@/components/Layout.tsx";
+import type { Session } from "@/lib/accounts/mod.ts";
+import { NotFoundError } from "@/lib/core/mod.ts";
+import type { ManagementKeyRecord } from "@/lib/db.ts";
+import {
+  issueManagementKey,
+  listManagementKeys,
+  revokeManagementKey,
+  TooManyManagementKeysError,
+} from "@/lib/management/mod.ts";
+import { notFoundPage } from "@/routes/pages/not_found.tsx";
+import { renderPage } from "@/routes/render.ts";
+import type { PageEnv } from "@/routes/session.ts";
+
+const PATH = "/dashboard/management-keys";
+
+function when(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+}
+
+/** GET /dashboard/management-keys: the owner's keys for the management API. */
+export function managementKeysPage(
+  session: Session,
+  rows: ManagementKeyRecord[],
+  error?: string,
+) {
+  const live = rows.filter((k) => k.revokedAt === null);
+  const revoked = rows.filter((k) => k.revokedAt !== null);
+  return renderPage(
+    <Layout title="Management keys" nav={<AccountNav session={session} />}>
+      <p class="crumbs">
+        <a href="/dashboard">Apps</a> / <span>Management keys</span>
+      </p>
+      <h1>Management keys</h1>
+      <p class="muted">
+        A management key (<code>tbm_…</code>) lets your own servers call the{" "}
+        <a href="/docs/management">management API</a>: list your apps and balances, issue and revoke
+        API keys, read usage and the ledger. It acts on all of your apps: keep it on your server. It
+        is shown once, when it is created.
+      </p>
+      <section class="card">
+        <h2>Create a management key</h2>
+        {error && <p class="alert" role="alert">{error}</p>}
+        <form method="post" action={PATH} class="row-form">
+          <CsrfField session={session} />
+          <label>
+            Key name
+            <input name="name" required maxLength={60} placeholder="e.g. billing backend" />
+          </label>
+          <button type="submit" class="button">Create management key</button>
+        </form>
+      </section>
+      <section class="card">
+        <h2>Active management keys</h2>
+        {live.length === 0 ? <p>No management keys yet.</p> : (
+          <div class="table-scroll">
+            <table>
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">Key</th>
+                  <th scope="col">Created</th>
+                  <th scope="col">
+                    <span class="visually-hidden">Actions</span>
+                  </th>
+                </tr>
+              </thead>
+              <tbody>
+                {live.map((k) => (
+                  <tr>
+                    <td>{k.name}</td>
+                    <td>
+                      <code>{k.prefix}…</code>
+                    </td>
+                    <td>{when(k.createdAt)}</td>
+                    <td>
+                      <form method="post" action={`${PATH}/${k.id}/revoke`} class="inline-form">
+                        <CsrfField session={session} />
+                        <button
+                          type="submit"
+                          class="button danger small"
+                          aria-label={`Revoke management key ${k.name}`}
+                        >
+                          Revoke
+                        </button>
+                      </form>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        )}
+      </section>
+      {revoked.length > 0 && (
+        <section class="card">
+          <h2>Revoked management keys</h2>
+          <ul>
+            {revoked.map((k) => (
+              <li class="muted">
+                {k.name} (<code>{k.prefix}…</code>), revoked {when(k.revokedAt!)}
+              </li>
+            ))}
+          </ul>
+        </section>
+      )}
+    </Layout>,
+  );
+}
+
+/** The one time a raw management key is shown. */
+export function managementKeyIssuedPage(session: Session, name: string, managementKey: string) {
+  return renderPage(
+    <Layout title="Management key created" nav={<AccountNav session={session} />} islands>
+      <section class="card narrow">
+        <h1>Management key “{name}” created</h1>
+        <div class="key-reveal">
+          <p>
+            <strong>Copy this management key now.</strong>{" "}
+            It is shown only this once: we keep only its hash. It acts on all of your apps; keep it
+            on your server.
+          </p>
+          <div class="copy-row">
+            <input class="mono" readOnly value={managementKey} aria-label="New management key" />
+            <Island name="CopyButton" props={{ value: managementKey, label: "Copy key" }} />
+          </div>
+        </div>
+        <p>
+          <a class="button" href={PATH}>I have saved it: back to management keys</a>
+        </p>
+      </section>
+    </Layout>,
+  );
+}
+
+/** Mounted inside the dashboard's router, behind its session, CSRF and owner checks. */
+export function managementKeyRoutes(kv: Deno.Kv) {
+  const r = new Hono<PageEnv>();
+  const session = (c: Context<PageEnv>) => c.get("session")!;
+
+  r.get("/", async (c) => {
+    return c.html(
+      managementKeysPage(session(c), await listManagementKeys(kv, session(c).owner.id)),
+    );
+  });
+
+  r.post("/", async (c) => {
+    const ownerId = session(c).owner.id;
+    const name = String((await c.req.parseBody()).name ?? "").trim();
+    const refuse = async (error: string) =>
+      c.html(managementKeysPage(session(c), await listManagementKeys(kv, ownerId), error), 400);
+    if (name.length === 0 || name.length > 60) return refuse("A key name has 1 to 60 characters.");
+    try {
+      const issued = await issueManagementKey(kv, ownerId, name);
+      return c.html(managementKeyIssuedPage(session(c), name, issued.managementKey));
+    } catch (error) {
+      if (!(error instanceof TooManyManagementKeysError)) throw error;
+      return refuse("You have as many management keys as allowed: revoke one first.");
+    }
+  });
+
+  r.post("/:keyId/revoke", async (c) => {
+    try {
+      await revokeManagementKey(kv, session(c).owner.id, c.req.param("keyId"));
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+      return c.html(notFoundPage(), 404);
+    }
+    return c.redirect(PATH, 303);
+  });
+  return r;
+}

@@ -1,0 +1,102 @@
+import type { Context, Hono } from "hono";
+import type { AppRecord } from "@/lib/db.ts";
+import { parseUsd } from "@/lib/core/mod.ts";
+import {
+  deleteWebhookSettings,
+  getWebhookSettings,
+  listWebhookEvents,
+  saveWebhookSettings,
+  sendTestEvent,
+  validWebhookUrl,
+  type WebhookDeliverer,
+  WebhookUrlError,
+  type WebhookWatcher,
+} from "@/lib/webhooks/mod.ts";
+import type { PageEnv } from "@/routes/session.ts";
+import { webhooksPage } from "./pages/webhooks.tsx";
+
+type WebhooksEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
+
+export interface WebhookRouteDeps {
+  kv: Deno.Kv;
+  watcher: WebhookWatcher;
+  deliverer: WebhookDeliverer;
+  /** Plain http to loopback endpoints (development and tests). */
+  allowLoopback: boolean;
+}
+
+/** /dashboard/apps/:appId/webhooks: added to the dashboard's router, behind its owner checks. */
+export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
+  const { kv } = deps;
+  const session = (c: Context<WebhooksEnv>) => c.get("session")!;
+  const path = (app: AppRecord) => `/dashboard/apps/${app.id}/webhooks`;
+  const view = async (app: AppRecord) => ({
+    app,
+    settings: await getWebhookSettings(kv, app.id),
+    events: await listWebhookEvents(kv, app.id),
+  });
+
+  r.get("/apps/:appId/webhooks", async (c) => {
+    return c.html(webhooksPage(session(c), await view(c.get("app"))));
+  });
+
+  r.post("/apps/:appId/webhooks", async (c) => {
+    const app = c.get("app");
+    const form = await c.req.parseBody();
+    const rawUrl = String(form.url ?? "");
+    const rawThreshold = String(form.threshold ?? "").trim().replace(/^\$/, "");
+    let url: string, threshold: number | null;
+    try {
+      url = validWebhookUrl(rawUrl, { allowLoopback: deps.allowLoopback });
+      threshold = rawThreshold === "" ? null : parseUsd(rawThreshold);
+    } catch (error) {
+      if (!(error instanceof RangeError)) throw error;
+      const message = error instanceof WebhookUrlError
+        ? error.message
+        : "The threshold is an amount in USD with at most 6 decimals, such as 5.00, or empty.";
+      return c.html(
+        webhooksPage(session(c), {
+          ...await view(app),
+          error: message,
+          url: rawUrl,
+          threshold: rawThreshold,
+        }),
+        400,
+      );
+    }
+    const saved = await saveWebhookSettings(kv, app.id, { url, lowBalanceThreshold: threshold });
+    deps.watcher.forget(app.id);
+    // The balance may already be below the new threshold: that is a crossing too.
+    await deps.watcher.observe(app.id);
+    if (!saved.newSecret) return c.redirect(path(app), 303);
+    return c.html(webhooksPage(session(c), { ...await view(app), newSecret: saved.newSecret }));
+  });
+
+  r.post("/apps/:appId/webhooks/rotate-secret", async (c) => {
+    const app = c.get("app");
+    const current = await getWebhookSettings(kv, app.id);
+    if (!current) return c.redirect(path(app), 303);
+    const saved = await saveWebhookSettings(kv, app.id, {
+      url: current.url,
+      lowBalanceThreshold: current.lowBalanceThreshold,
+      rotateSecret: true,
+    });
+    return c.html(webhooksPage(session(c), { ...await view(app), newSecret: saved.newSecret! }));
+  });
+
+  r.post("/apps/:appId/webhooks/delete", async (c) => {
+    const app = c.get("app");
+    await deleteWebhookSettings(kv, app.id);
+    return c.redirect(path(app), 303);
+  });
+
+  /** Queues a test event and delivers what is due at once, so the page shows the result. */
+  r.post("/apps/:appId/webhooks/test", async (c) => {
+    const app = c.get("app");
+    if (await getWebhookSettings(kv, app.id)) {
+      await sendTestEvent(kv, app.id);
+      await deps.deliverer.kick();
+    }
+    return c.redirect(path(app), 303);
+  });
+}

@@ -1,0 +1,105 @@
+import { CodeBlock, DocsLayout } from "@/components/DocsLayout.tsx";
+import { renderPage } from "@/routes/render.ts";
+import type { Examples } from "./examples.ts";
+
+/** GET /docs/management */
+export function managementDocsPage(publicUrl: string, examples: Examples) {
+  const curl = `curl ${publicUrl}/v1/management/apps \\
+  -H "Authorization: Bearer $TOLLBOOTH_MANAGEMENT_KEY"`;
+  const createKey = `curl ${publicUrl}/v1/management/apps/$APP_ID/keys \\
+  -H "Authorization: Bearer $TOLLBOOTH_MANAGEMENT_KEY" \\
+  -H "Content-Type: application/json" -H "Idempotency-Key: $(uuidgen)" \\
+  -d '{"name": "customer 42"}'`;
+  return renderPage(
+    <DocsLayout title="Management API" path="/docs/management">
+      <h1>Management API</h1>
+      <p>
+        For apps that resell AI: your servers manage your Tollbooth apps over HTTP. Create a{" "}
+        <strong>management key</strong> (<code>tbm_…</code>) in the dashboard under{" "}
+        <a href="/dashboard/management-keys">Management keys</a>: it is shown once, stored hashed,
+        acts on all of your apps and is revoked there. App API keys (<code>tb_…</code>) do not open
+        this API, and a management key cannot call models.
+      </p>
+      <CodeBlock code={curl} caption="List your apps with their balances" />
+
+      <h2 id="endpoints">Endpoints</h2>
+      <p>
+        All under <code>/v1/management</code>, described in full in the{" "}
+        <a href="/openapi.json">OpenAPI document</a>.
+      </p>
+      <ul>
+        <li>
+          <code>GET /apps</code>,{" "}
+          <code>GET /apps/{"{app_id}"}</code>: balance, amount held by requests in flight (<code>
+            reserved
+          </code>), spent, credited, top-up page.
+        </li>
+        <li>
+          <code>GET /apps/{"{app_id}"}/keys</code>, <code>POST /apps/{"{app_id}"}/keys</code>{" "}
+          (<code>{'{"name": …}'}</code>; the answer's <code>api_key</code>{" "}
+          is the secret, shown this once),{" "}
+          <code>POST /apps/{"{app_id}"}/keys/{"{key_id}"}/revoke</code>.
+        </li>
+        <li>
+          Spend caps (USD, <code>total</code>, <code>daily</code>,{" "}
+          <code>monthly</code>; UTC windows): <code>spend_cap</code> when creating a key,{" "}
+          <code>POST /apps/{"{app_id}"}/keys/{"{key_id}"}/spend_cap</code>, and{" "}
+          <code>GET|POST /apps/{"{app_id}"}/end_user_spend_cap</code>{" "}
+          for each end user. A POST replaces the caps (absent or null: none). Requests in flight
+          count against a cap until settled, so no burst passes it; over it, 402{" "}
+          <code>key_spend_cap_exceeded</code> or <code>user_spend_cap_exceeded</code> with{" "}
+          <code>cap</code>, <code>cap_amount</code> and <code>remaining</code>.
+        </li>
+        <li>
+          <code>GET /apps/{"{app_id}"}/usage</code>: every settled request, filtered by{" "}
+          <code>user</code>, <code>key_id</code> or <code>model</code>.
+        </li>
+        <li>
+          <code>GET /apps/{"{app_id}"}/usage/report?group_by=day|model|key|user</code> with{" "}
+          <code>from</code> and <code>to</code>{" "}
+          (UTC days, at most 93; default the last 30): requests, tokens and cost per group.{" "}
+          <code>user</code> is the chat request's <code>user</code>{" "}
+          field; requests without one form the group <code>null</code>.
+        </li>
+        <li>
+          <code>GET /apps/{"{app_id}"}/ledger</code>: credits (starter, top-ups, operator credits)
+          and charges, newest first; amounts are signed (charges negative).
+        </li>
+      </ul>
+
+      <h2 id="pagination">Pagination</h2>
+      <p>
+        Lists take <code>limit</code> (1 to 100, default 20) and{" "}
+        <code>starting_after</code>, and answer{" "}
+        <code>{'{"object": "list", "data": […], "has_more": …, "next_cursor": …}'}</code>. Pass{" "}
+        <code>next_cursor</code> as <code>starting_after</code> until <code>has_more</code>{" "}
+        is false. Lists are newest first and stable while requests keep landing: a walk to the end
+        shows every record that existed when it began, each exactly once (newer records appear on a
+        new walk).
+      </p>
+
+      <h2 id="idempotency">Idempotency</h2>
+      <p>
+        POSTs take an{" "}
+        <code>Idempotency-Key</code>, private to your account, with the same rules as the chat
+        endpoint (<a href="/docs/billing#idempotency">details</a>). A replayed key creation returns
+        the same key's id with{" "}
+        <code>api_key: null</code>: secrets are never stored. If you lost the first answer, revoke
+        that key and create another.
+      </p>
+      <CodeBlock code={createKey} caption="Create an API key for one of your customers" />
+
+      <h2 id="errors">Errors</h2>
+      <p>
+        The same error shape as the rest of the API: <code>401 invalid_management_key</code>,{" "}
+        <code>404 resource_not_found</code> (an app or key that is not yours; <code>param</code>
+        {" "}
+        names it), <code>400 invalid_parameter</code> for a bad query or body field,{" "}
+        <code>409</code>/<code>422</code> for Idempotency-Key conflicts.
+      </p>
+
+      <h2 id="example">Example: Node, no dependencies</h2>
+      <CodeBlock code={examples.management} caption="docs/examples/management.mjs" />
+    </DocsLayout>,
+  );
+}

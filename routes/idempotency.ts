@@ -1,0 +1,128 @@
+import type { Context, MiddlewareHandler } from "hono";
+import { ApiError, type Logger } from "@/lib/core/mod.ts";
+import {
+  canonicalBodyHash,
+  type IdempotencyStore,
+  validIdempotencyKey,
+} from "@/lib/idempotency/mod.ts";
+import type { Env } from "@/routes/middleware.ts";
+import { readJsonBody } from "@/routes/v1/chat/completions.ts";
+
+/** The response headers a replay repeats; the others describe the replay itself. */
+const REPLAYED_HEADERS = [
+  "content-type",
+  "tollbooth-request-cost",
+  "tollbooth-balance",
+  "tollbooth-provider",
+];
+
+/**
+ * `Idempotency-Key` on a POST with a JSON body. Without the header the request passes untouched.
+ * With it: the first request runs; a repeat with the same body gets the first one's status,
+ * headers and body again (`Idempotent-Replayed: true`), without running; a different body is 422
+ * `idempotency_key_reused`; a repeat while the first runs is 409 `idempotency_key_in_use`.
+ *
+ * Only successful (2xx) answers are recorded: those are the ones that were charged. A request that
+ * failed (400, 402, 429, 502, 500…) charged nothing, so its key is given back and a retry with the
+ * same key runs afresh, which is what a client retrying a 502 or a 429 wants.
+ *
+ * The body is read here (within the limit) and handed on as `jsonBody`, so the handler does not
+ * read it twice.
+ */
+export function idempotency<E extends Env>(
+  store: IdempotencyStore,
+  options: {
+    /** Keys are private to this scope (an app, an owner). */
+    scope: (c: Context<E>) => string;
+    maxBodyBytes: number;
+    log: Logger;
+    /**
+     * What of a body is kept for replays. A secret minted by the request (a new API key) must not
+     * be stored in the clear, so such routes blank it here and a replay shows it as null.
+     */
+    recordedBody?: (body: Uint8Array) => Uint8Array;
+  },
+): MiddlewareHandler<E> {
+  return async (c, next) => {
+    const key = c.req.header("idempotency-key");
+    if (key === undefined) return await next();
+    if (!validIdempotencyKey(key)) {
+      throw new ApiError(
+        "invalid_parameter",
+        "Idempotency-Key must be 1 to 255 visible ASCII characters, such as a UUID.",
+        { param: "Idempotency-Key" },
+      );
+    }
+    const body = await readJsonBody(c.req.raw, options.maxBodyBytes);
+    if ((body as { stream?: unknown } | null)?.stream === true) {
+      throw new ApiError(
+        "idempotency_key_with_stream",
+        "Idempotency-Key is not supported on streamed requests: send the stream without it, or the request without stream: true.",
+        { param: "stream" },
+      );
+    }
+    c.set("jsonBody", body);
+    const scope = options.scope(c);
+    const bodyHash = canonicalBodyHash(body);
+    const requestId = c.get("requestId");
+    const claim = await store.claim(scope, key, bodyHash, requestId);
+
+    if (claim.kind === "reused") {
+      throw new ApiError(
+        "idempotency_key_reused",
+        "This Idempotency-Key was already used with a different request body. Use a new key for a new request.",
+      );
+    }
+    if (claim.kind === "in_use") {
+      throw new ApiError(
+        "idempotency_key_in_use",
+        "A request with this Idempotency-Key is still running. Retry shortly to get its answer.",
+      );
+    }
+    if (claim.kind === "replay") {
+      const trace = c.get("trace");
+      trace.outcome = "idempotent_replay";
+      trace.cost = 0;
+      const { response } = claim;
+      for (const [name, value] of Object.entries(response.headers)) c.header(name, value);
+      c.header("Idempotent-Replayed", "true");
+      c.header("Tollbooth-Original-Request-Id", claim.requestId);
+      return c.body(response.body.slice().buffer, response.status as 200);
+    }
+
+    try {
+      await next();
+    } catch (error) {
+      await store.abandon(scope, key, claim).catch(() => {});
+      throw error;
+    }
+    const res = c.res;
+    try {
+      if (c.error || res.status < 200 || res.status > 299) {
+        await store.abandon(scope, key, claim);
+        return;
+      }
+      const headers: Record<string, string> = {};
+      for (const name of REPLAYED_HEADERS) {
+        const value = res.headers.get(name);
+        if (value !== null) headers[name] = value;
+      }
+      const sent = new Uint8Array(await res.clone().arrayBuffer());
+      const recorded = options.recordedBody ? options.recordedBody(sent) : sent;
+      await store.complete(scope, key, claim, requestId, bodyHash, {
+        status: res.status,
+        headers,
+        body: recorded,
+      });
+    } catch (error) {
+      // The answer stands (it was charged); only its record is missing, so a repeat after the
+      // lease would run again. Said loudly, since it is the one way a key can charge twice.
+      options.log({
+        level: "error",
+        requestId,
+        event: "idempotency_record_failed",
+        error: (error as Error)?.message,
+      });
+    }
+  };
+}

@@ -1,0 +1,431 @@
+import { type Context, Hono, type MiddlewareHandler } from "hono";
+import { z } from "zod";
+import { ApiError, formatUsd, type Logger, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import type {
+  ApiKeyRecord,
+  AppRecord,
+  SpendCaps,
+  SpendCapsRecord,
+  UsageRecord,
+  WalletRecord,
+} from "@/lib/db.ts";
+import { getSpendCaps, setSpendCaps } from "@/lib/billing/mod.ts";
+import type { IdempotencyStore } from "@/lib/idempotency/mod.ts";
+import {
+  authenticateManagementKey,
+  type LedgerItem,
+  MAX_PAGE_LIMIT,
+  MAX_REPORT_DAYS,
+  type Page,
+  pageLedger,
+  pageOwnerApps,
+  pageUsage,
+  type ReportRow,
+  usageReport,
+} from "@/lib/management/mod.ts";
+import {
+  getApp,
+  getWallet,
+  issueKey,
+  listAppKeys,
+  revokeKey,
+  topUpUrl,
+} from "@/lib/tenants/mod.ts";
+import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
+import { idempotency } from "@/routes/idempotency.ts";
+import type { Env } from "@/routes/middleware.ts";
+import { readJsonBody } from "@/routes/v1/chat/completions.ts";
+
+/** Management request bodies are small: a name and a few numbers. */
+const MAX_BODY_BYTES = 16 * 1024;
+const DEFAULT_PAGE_LIMIT = 20;
+
+type ManagementEnv = { Variables: Env["Variables"] & { app: AppRecord } };
+
+const seconds = (ms: number | null) => ms === null ? null : Math.floor(ms / 1000);
+
+function appObject(app: AppRecord, wallet: WalletRecord, publicUrl: string) {
+  return {
+    id: app.id,
+    object: "app",
+    name: app.name,
+    balance: formatUsd(wallet.available),
+    reserved: formatUsd(wallet.reserved),
+    spent: formatUsd(wallet.spent),
+    credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
+    top_up_url: topUpUrl(publicUrl, app),
+    created: seconds(app.createdAt),
+  };
+}
+
+function capsObject(caps: SpendCaps | null | undefined) {
+  if (!caps) return null;
+  const usd = (v: number | null) => v === null ? null : formatUsd(v);
+  return { total: usd(caps.total), daily: usd(caps.daily), monthly: usd(caps.monthly) };
+}
+
+function keyObject(key: ApiKeyRecord & { lastUsedAt?: number | null }, caps: SpendCapsRecord) {
+  return {
+    id: key.id,
+    object: "api_key",
+    name: key.name,
+    prefix: key.prefix,
+    created: seconds(key.createdAt),
+    last_used: seconds(key.lastUsedAt ?? null),
+    revoked: seconds(key.revokedAt),
+    spend_cap: capsObject(caps.keys[key.id]),
+  };
+}
+
+function usageObject(u: UsageRecord) {
+  return {
+    id: u.id,
+    object: "usage_record",
+    request_id: u.requestId,
+    key_id: u.keyId,
+    user: u.user ?? null,
+    model: u.model,
+    provider: u.provider,
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    cost: formatUsd(u.cost),
+    uncharged: formatUsd(u.uncharged),
+    reserved: formatUsd(u.reserved),
+    streamed: u.streamed,
+    outcome: u.outcome,
+    counted_locally: u.countedLocally,
+    created: seconds(u.createdAt),
+  };
+}
+
+function ledgerObject(item: LedgerItem) {
+  if (item.kind === "credit") {
+    return {
+      id: item.id,
+      object: "ledger_entry",
+      type: item.entry.kind,
+      amount: formatUsd(item.entry.amount),
+      reason: item.entry.reason,
+      reference: item.entry.reference,
+      request_id: null,
+      model: null,
+      created: seconds(item.at),
+    };
+  }
+  return {
+    id: item.id,
+    object: "ledger_entry",
+    type: "charge",
+    amount: formatUsd(-item.usage.cost),
+    reason: null,
+    reference: null,
+    request_id: item.usage.requestId,
+    model: item.usage.model,
+    created: seconds(item.at),
+  };
+}
+
+function reportRowObject(row: ReportRow) {
+  return {
+    object: "usage_report_row",
+    group: row.group,
+    requests: row.requests,
+    prompt_tokens: row.promptTokens,
+    completion_tokens: row.completionTokens,
+    cost: formatUsd(row.cost),
+  };
+}
+
+function list<T, U>(page: Page<T>, map: (item: T) => U) {
+  return {
+    object: "list",
+    data: page.data.map(map),
+    has_more: page.hasMore,
+    next_cursor: page.nextCursor,
+  };
+}
+
+/** Parses query parameters with a schema; the first problem is a 400 naming the parameter. */
+function query<T extends z.ZodType>(c: Context, schema: T): z.infer<T> {
+  const parsed = schema.safeParse(c.req.query());
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const param = String(issue.path[0] ?? "query");
+  throw new ApiError("invalid_parameter", `Invalid query parameter '${param}': ${issue.message}.`, {
+    param,
+  });
+}
+
+const pageQuery = {
+  limit: z.coerce.number().int().min(1).max(MAX_PAGE_LIMIT).default(DEFAULT_PAGE_LIMIT),
+  starting_after: z.string().min(1).max(200).optional(),
+};
+
+const usageFilterQuery = {
+  user: z.string().min(1).max(256).optional(),
+  key_id: z.string().min(1).max(100).optional(),
+  model: z.string().min(1).max(200).optional(),
+};
+
+const DAY = /^\d{4}-\d{2}-\d{2}$/;
+const day = z.string().regex(DAY, "a UTC day as YYYY-MM-DD").refine(
+  (d) => !Number.isNaN(Date.parse(`${d}T00:00:00Z`)),
+  "not a calendar day",
+);
+
+const capAmount = z.string().regex(/^\d{1,9}(\.\d{1,6})?$/, 'a USD amount such as "5.00"')
+  .transform((v) => parseUsd(v)).refine((v) => v > 0, "must be more than 0").nullable()
+  .optional();
+
+/** `{total, daily, monthly}` in USD; null or absent: no such cap. */
+const CapsBody = z.object({ total: capAmount, daily: capAmount, monthly: capAmount }).strict();
+
+const NewKeyBody = z.object({
+  name: z.string().trim().min(1).max(60),
+  spend_cap: CapsBody.optional(),
+}).strict();
+
+function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    throw new ApiError("invalid_json", "The request body must be a JSON object.");
+  }
+  const parsed = schema.safeParse(body);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  if (issue.code === "unrecognized_keys") {
+    throw new ApiError("invalid_parameter", `Unknown field '${issue.keys[0]}'.`, {
+      param: issue.keys[0],
+    });
+  }
+  const param = issue.path.join(".");
+  const missing = issue.code === "invalid_type" &&
+    (body as Record<string, unknown>)[String(issue.path[0])] === undefined;
+  throw new ApiError(
+    missing ? "missing_parameter" : "invalid_parameter",
+    missing
+      ? `Missing required field '${param}'.`
+      : `Invalid value for '${param}': ${issue.message}.`,
+    { param },
+  );
+}
+
+/** `Authorization: Bearer tbm_…`: the owner the management key acts for. */
+function requireManagementKey(kv: Deno.Kv): MiddlewareHandler<ManagementEnv> {
+  return async (c, next) => {
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
+    const entry = match ? await authenticateManagementKey(kv, match[1]) : null;
+    if (!entry) {
+      throw new ApiError(
+        "invalid_management_key",
+        match
+          ? "Invalid management key: it is malformed, unknown or revoked."
+          : "Missing management key. Send 'Authorization: Bearer <MANAGEMENT_KEY>'.",
+      );
+    }
+    c.set("manager", { ownerId: entry.ownerId, keyId: entry.keyId });
+    await next();
+  };
+}
+
+/** The path's app, when it is the owner's; another owner's app and no app are the same 404. */
+function ownedApp(kv: Deno.Kv): MiddlewareHandler<ManagementEnv> {
+  return async (c, next) => {
+    const appId = c.req.param("app_id") ?? "";
+    let app: AppRecord | null = null;
+    try {
+      app = await getApp(kv, appId);
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+    }
+    if (!app || app.ownerId !== c.get("manager").ownerId) {
+      throw new ApiError("resource_not_found", `No app '${appId.slice(0, 64)}'.`, {
+        param: "app_id",
+      });
+    }
+    c.set("app", app);
+    await next();
+  };
+}
+
+/** Blanks the raw key of a key-creation answer before it is kept for replays. */
+function withoutSecret(body: Uint8Array): Uint8Array {
+  const json = JSON.parse(new TextDecoder().decode(body));
+  if (typeof json === "object" && json && "api_key" in json) json.api_key = null;
+  return new TextEncoder().encode(JSON.stringify(json));
+}
+
+/** /v1/management: an owner's apps, keys, usage and ledger, for apps that resell AI. */
+export function managementRoutes(
+  deps: { kv: Deno.Kv; publicUrl: string; idempotencyStore: IdempotencyStore; log: Logger },
+) {
+  const { kv, publicUrl } = deps;
+  const r = new Hono<ManagementEnv>();
+  const ownerIdempotency = (recordedBody?: (b: Uint8Array) => Uint8Array) =>
+    idempotency(deps.idempotencyStore, {
+      scope: (c) => `owner:${c.get("manager").ownerId}`,
+      maxBodyBytes: MAX_BODY_BYTES,
+      log: deps.log,
+      recordedBody,
+    });
+  const body = async (c: Context<ManagementEnv>) =>
+    c.get("jsonBody") ?? await readJsonBody(c.req.raw, MAX_BODY_BYTES);
+
+  r.use("*", requireManagementKey(kv), bodyLimit(MAX_BODY_BYTES, apiBodyRefusal));
+  // Also matches /apps/:app_id itself.
+  r.use("/apps/:app_id/*", ownedApp(kv));
+
+  r.get("/apps", async (c) => {
+    const q = query(c, z.object(pageQuery));
+    const page = await pageOwnerApps(kv, c.get("manager").ownerId, {
+      limit: q.limit,
+      startingAfter: q.starting_after,
+    });
+    return c.json(list(page, ({ app, wallet }) => appObject(app, wallet, publicUrl)));
+  });
+
+  r.get("/apps/:app_id", async (c) => {
+    const app = c.get("app");
+    return c.json(appObject(app, await getWallet(kv, app.id), publicUrl));
+  });
+
+  r.get("/apps/:app_id/keys", async (c) => {
+    const [keyRows, caps] = await Promise.all([
+      listAppKeys(kv, c.get("app").id),
+      getSpendCaps(kv, c.get("app").id),
+    ]);
+    keyRows.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1));
+    return c.json({
+      object: "list",
+      data: keyRows.map((k) => keyObject(k, caps)),
+      has_more: false,
+      next_cursor: null,
+    });
+  });
+
+  r.post("/apps/:app_id/keys", ownerIdempotency(withoutSecret), async (c) => {
+    const input = parseBody(NewKeyBody, await body(c));
+    const appId = c.get("app").id;
+    const issued = await issueKey(kv, appId, input.name);
+    const caps = input.spend_cap
+      ? await setSpendCaps(kv, appId, { keyId: issued.record.id }, input.spend_cap)
+      : await getSpendCaps(kv, appId);
+    return c.json({ ...keyObject(issued.record, caps), api_key: issued.apiKey }, 201);
+  });
+
+  r.post("/apps/:app_id/keys/:key_id/revoke", ownerIdempotency(), async (c) => {
+    const keyId = c.req.param("key_id");
+    const key = (await listAppKeys(kv, c.get("app").id)).find((k) => k.id === keyId);
+    if (!key) {
+      throw new ApiError("resource_not_found", `No key '${keyId.slice(0, 64)}' in this app.`, {
+        param: "key_id",
+      });
+    }
+    const revoked = { ...await revokeKey(kv, key.id), lastUsedAt: key.lastUsedAt };
+    return c.json(keyObject(revoked, await getSpendCaps(kv, c.get("app").id)));
+  });
+
+  r.post("/apps/:app_id/keys/:key_id/spend_cap", ownerIdempotency(), async (c) => {
+    const appId = c.get("app").id;
+    const keyId = c.req.param("key_id");
+    const input = parseBody(CapsBody, await body(c));
+    const key = (await listAppKeys(kv, appId)).find((k) => k.id === keyId);
+    if (!key) {
+      throw new ApiError("resource_not_found", `No key '${keyId.slice(0, 64)}' in this app.`, {
+        param: "key_id",
+      });
+    }
+    const caps = await setSpendCaps(kv, appId, { keyId }, input);
+    return c.json(keyObject(key, caps));
+  });
+
+  r.get("/apps/:app_id/end_user_spend_cap", async (c) => {
+    const caps = await getSpendCaps(kv, c.get("app").id);
+    return c.json({ object: "end_user_spend_cap", spend_cap: capsObject(caps.endUser) });
+  });
+
+  r.post("/apps/:app_id/end_user_spend_cap", ownerIdempotency(), async (c) => {
+    const input = parseBody(CapsBody, await body(c));
+    const caps = await setSpendCaps(kv, c.get("app").id, { endUser: true }, input);
+    return c.json({ object: "end_user_spend_cap", spend_cap: capsObject(caps.endUser) });
+  });
+
+  r.get("/apps/:app_id/usage", async (c) => {
+    const q = query(c, z.object({ ...pageQuery, ...usageFilterQuery }));
+    const page = await pageUsage(kv, c.get("app").id, {
+      limit: q.limit,
+      startingAfter: q.starting_after,
+    }, { user: q.user, keyId: q.key_id, model: q.model });
+    return c.json(list(page, usageObject));
+  });
+
+  r.get("/apps/:app_id/usage/report", async (c) => {
+    const today = new Date().toISOString().slice(0, 10);
+    const q = query(
+      c,
+      z.object({
+        group_by: z.enum(["day", "model", "key", "user"]),
+        from: day.optional(),
+        to: day.optional(),
+        limit: pageQuery.limit,
+        starting_after: pageQuery.starting_after,
+        ...usageFilterQuery,
+      }),
+    );
+    const to = q.to ?? today;
+    const from = q.from ??
+      new Date(Date.parse(`${to}T00:00:00Z`) - 29 * 86_400_000).toISOString().slice(0, 10);
+    const span = (Date.parse(to) - Date.parse(from)) / 86_400_000 + 1;
+    if (span < 1 || span > MAX_REPORT_DAYS) {
+      throw new ApiError(
+        "invalid_parameter",
+        `'from' must not be after 'to', and a report covers at most ${MAX_REPORT_DAYS} days.`,
+        { param: "from" },
+      );
+    }
+    const rows = await usageReport(kv, c.get("app").id, {
+      groupBy: q.group_by,
+      from,
+      to,
+      filter: { user: q.user, keyId: q.key_id, model: q.model },
+    });
+    const start = q.starting_after === undefined
+      ? 0
+      : rows.findIndex((row) => reportCursor(row) === q.starting_after) + 1;
+    if (start === 0 && q.starting_after !== undefined) {
+      // A group that no longer exists cannot be: groups only grow. The cursor is not ours.
+      throw new ApiError("invalid_parameter", "Unknown cursor for this report.", {
+        param: "starting_after",
+      });
+    }
+    const data = rows.slice(start, start + q.limit);
+    const hasMore = start + q.limit < rows.length;
+    return c.json({
+      object: "list",
+      group_by: q.group_by,
+      from,
+      to,
+      data: data.map(reportRowObject),
+      has_more: hasMore,
+      next_cursor: hasMore ? reportCursor(data[data.length - 1]) : null,
+    });
+  });
+
+  r.get("/apps/:app_id/ledger", async (c) => {
+    const q = query(c, z.object(pageQuery));
+    const page = await pageLedger(kv, c.get("app").id, {
+      limit: q.limit,
+      startingAfter: q.starting_after,
+    });
+    return c.json(list(page, ledgerObject));
+  });
+
+  r.all("*", (c) => {
+    throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
+  });
+  return r;
+}
+
+/** A report row's cursor: its group, which is unique in the report (`null` for no end user). */
+function reportCursor(row: ReportRow): string {
+  return row.group === null ? "~none" : `g:${row.group}`;
+}

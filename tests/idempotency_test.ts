@@ -1,0 +1,309 @@
+import assert from "node:assert/strict";
+import { parseUsd } from "@/lib/core/mod.ts";
+import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
+import { canonicalBodyHash } from "@/lib/idempotency/mod.ts";
+import {
+  assertAuditClean,
+  serveLoopback,
+  startService,
+  type TestService,
+  until,
+  usageRecords,
+  userMessage,
+} from "./helpers.ts";
+
+const FAKE = "fake/gpt";
+
+/**
+ * A loopback OpenAI-compatible upstream that counts its calls, answers each once `release` is
+ * called (or at once when not gated), and fails the first `failFirst` calls with a 500.
+ */
+function countingUpstream(options: { gated?: boolean; failFirst?: number } = {}) {
+  let calls = 0;
+  let open: () => void = () => {};
+  const gate = options.gated ? new Promise<void>((r) => (open = r)) : Promise.resolve();
+  let entered: () => void = () => {};
+  const firstCall = new Promise<void>((r) => (entered = r));
+  const server = serveLoopback(async (request) => {
+    const body = await request.json();
+    calls++;
+    entered();
+    if (calls <= (options.failFirst ?? 0)) {
+      return Response.json({ error: { message: "boom", type: "server_error" } }, { status: 500 });
+    }
+    await gate;
+    return Response.json({
+      id: `chatcmpl-${calls}`,
+      object: "chat.completion",
+      created: 1,
+      model: body.model,
+      choices: [{
+        index: 0,
+        message: { role: "assistant", content: `answer ${calls}` },
+        finish_reason: "stop",
+      }],
+      usage: { prompt_tokens: 12, completion_tokens: 3, total_tokens: 15 },
+    });
+  });
+  return {
+    url: server.url,
+    get calls() {
+      return calls;
+    },
+    firstCall,
+    release: () => open(),
+    close: server.close,
+  };
+}
+
+async function withUpstream(
+  options: Parameters<typeof countingUpstream>[0],
+  fn: (s: TestService, upstream: ReturnType<typeof countingUpstream>) => Promise<void>,
+  serviceOptions: Parameters<typeof startService>[0] = {},
+) {
+  const upstream = countingUpstream(options);
+  const s = await startService({ openaiBaseUrl: upstream.url, ...serviceOptions });
+  try {
+    await fn(s, upstream);
+    await assertAuditClean(s.kv);
+  } finally {
+    upstream.release();
+    await s.close();
+    await upstream.close();
+  }
+}
+
+const request = (content = "Hello") => ({
+  model: FAKE,
+  messages: userMessage(content),
+  max_tokens: 20,
+});
+
+const withKey = (key: string) => ({ headers: { "idempotency-key": key } });
+
+Deno.test("a repeat with the same key and body replays the first answer: no upstream call, no charge", () =>
+  withUpstream({}, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    const first = await s.chat(apiKey, request(), withKey("order-42"));
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get("idempotent-replayed"), null);
+    const firstBody = await first.text();
+    const afterFirst = await s.wallet(appId);
+
+    // The same request serialised in another key order is the same request.
+    const { max_tokens, messages, model } = request();
+    const again = await s.chat(apiKey, { max_tokens, messages, model }, withKey("order-42"));
+    assert.equal(again.status, 200);
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+    assert.equal(await again.text(), firstBody);
+    for (const name of ["tollbooth-request-cost", "tollbooth-balance", "tollbooth-provider"]) {
+      assert.equal(again.headers.get(name), first.headers.get(name), name);
+    }
+    assert.match(again.headers.get("content-type")!, /^application\/json/);
+    assert.equal(
+      again.headers.get("tollbooth-original-request-id"),
+      first.headers.get("tollbooth-request-id"),
+    );
+    assert.notEqual(
+      again.headers.get("tollbooth-request-id"),
+      first.headers.get("tollbooth-request-id"),
+    );
+
+    assert.equal(upstream.calls, 1);
+    assert.deepEqual(await s.wallet(appId), afterFirst);
+    assert.equal((await usageRecords(s.kv, appId)).length, 1);
+  }));
+
+Deno.test("10 simultaneous repeats of one key: one upstream call, one charge, nine 409s, then replays", () =>
+  withUpstream({ gated: true }, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    const server = serveLoopback(s.handle);
+    try {
+      const send = () =>
+        fetch(`${server.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: {
+            authorization: `Bearer ${apiKey}`,
+            "content-type": "application/json",
+            "idempotency-key": "burst",
+          },
+          body: JSON.stringify(request()),
+        }).then(async (res) => ({
+          status: res.status,
+          replayed: res.headers.get("idempotent-replayed"),
+          cost: res.headers.get("tollbooth-request-cost"),
+          body: await res.json(),
+        }));
+      let answered = 0;
+      const all = Array.from({ length: 10 }, () => send().finally(() => answered++));
+      // The upstream holds the one request that runs until the nine others have been answered:
+      // they all met the key while it ran.
+      await upstream.firstCall;
+      await until(() => answered === 9, "the nine repeats to be answered");
+      upstream.release();
+      const responses = await Promise.all(all);
+
+      const ran = responses.filter((r) => r.status === 200);
+      const busy = responses.filter((r) => r.status === 409);
+      assert.equal(ran.length, 1, JSON.stringify(responses.map((r) => r.status)));
+      assert.equal(ran[0].replayed, null);
+      assert.equal(busy.length, 9);
+      for (const r of busy) assert.equal(r.body.error.code, "idempotency_key_in_use");
+
+      assert.equal(upstream.calls, 1);
+      const usage = await usageRecords(s.kv, appId);
+      assert.equal(usage.length, 1);
+      const wallet = await s.wallet(appId);
+      assert.equal(wallet.spent, parseUsd(ran[0].cost!));
+      assert.equal(wallet.reserved, 0);
+
+      // Once it has finished, a repeat gets its answer.
+      const late = await send();
+      assert.equal(late.status, 200);
+      assert.equal(late.replayed, "true");
+      assert.deepEqual(late.body, ran[0].body);
+      assert.equal(upstream.calls, 1);
+    } finally {
+      await server.close();
+    }
+  }));
+
+Deno.test("a repeat while the first request still runs gets 409 idempotency_key_in_use", () =>
+  withUpstream({ gated: true }, async (s, upstream) => {
+    const { apiKey } = await s.newApp();
+    const first = s.chat(apiKey, request(), withKey("slow-one"));
+    await upstream.firstCall;
+    const repeat = await s.chat(apiKey, request(), withKey("slow-one"));
+    assert.equal(repeat.status, 409);
+    const body = await repeat.json();
+    assert.equal(body.error.code, "idempotency_key_in_use");
+    assert.equal(body.error.type, "invalid_request_error");
+    upstream.release();
+    assert.equal((await first).status, 200);
+    assert.equal(upstream.calls, 1);
+  }));
+
+Deno.test("the same key with a different body gets 422 idempotency_key_reused, and nothing runs", () =>
+  withUpstream({}, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    assert.equal((await s.chat(apiKey, request("one"), withKey("k-1"))).status, 200);
+    const before = await s.wallet(appId);
+    const other = await s.chat(apiKey, request("two"), withKey("k-1"));
+    assert.equal(other.status, 422);
+    assert.equal((await other.json()).error.code, "idempotency_key_reused");
+    assert.equal(upstream.calls, 1);
+    assert.deepEqual(await s.wallet(appId), before);
+  }));
+
+Deno.test("keys are private to the app: another app's request with the same key runs and is charged", () =>
+  withUpstream({}, async (s, upstream) => {
+    const a = await s.newApp("a");
+    const b = await s.newApp("b");
+    const ra = await s.chat(a.apiKey, request(), withKey("shared"));
+    const rb = await s.chat(b.apiKey, request(), withKey("shared"));
+    assert.equal(ra.status, 200);
+    assert.equal(rb.status, 200);
+    assert.equal(rb.headers.get("idempotent-replayed"), null);
+    assert.equal(upstream.calls, 2);
+    assert.equal((await usageRecords(s.kv, a.appId)).length, 1);
+    assert.equal((await usageRecords(s.kv, b.appId)).length, 1);
+  }));
+
+Deno.test("a failed first attempt (502, nothing charged) is not recorded: a retry with the key runs", () =>
+  withUpstream({ failFirst: 1 }, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    const failed = await s.chat(apiKey, request(), withKey("retry-me"));
+    assert.equal(failed.status, 502);
+    assert.equal((await failed.json()).error.code, "provider_unreachable");
+    assert.equal((await s.wallet(appId)).spent, 0);
+
+    const retried = await s.chat(apiKey, request(), withKey("retry-me"));
+    assert.equal(retried.status, 200);
+    assert.equal(retried.headers.get("idempotent-replayed"), null);
+    const replay = await s.chat(apiKey, request(), withKey("retry-me"));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(upstream.calls, 2);
+    assert.equal((await usageRecords(s.kv, appId)).length, 1);
+  }));
+
+Deno.test("a streamed request with an Idempotency-Key is refused with 400 idempotency_key_with_stream", () =>
+  withUpstream({}, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, { ...request(), stream: true }, withKey("s-1"));
+    assert.equal(res.status, 400);
+    const body = await res.json();
+    assert.equal(body.error.code, "idempotency_key_with_stream");
+    assert.equal(body.error.param, "stream");
+    assert.equal(upstream.calls, 0);
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+  }));
+
+Deno.test("a malformed Idempotency-Key is 400 invalid_parameter naming the header", () =>
+  withUpstream({}, async (s, upstream) => {
+    const { apiKey } = await s.newApp();
+    for (const key of ["", "has space", "x".repeat(256), "é"]) {
+      const res = await s.chat(apiKey, request(), withKey(key));
+      assert.equal(res.status, 400, JSON.stringify(key));
+      const body = await res.json();
+      assert.equal(body.error.code, "invalid_parameter");
+      assert.equal(body.error.param, "Idempotency-Key");
+    }
+    assert.equal(upstream.calls, 0);
+  }));
+
+Deno.test("a key is replayed for 24 hours, then runs afresh", async () => {
+  let clock = Date.now();
+  await withUpstream({}, async (s, upstream) => {
+    const { apiKey } = await s.newApp();
+    assert.equal((await s.chat(apiKey, request(), withKey("daily"))).status, 200);
+    clock += 23 * 60 * 60 * 1000;
+    const replay = await s.chat(apiKey, request(), withKey("daily"));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    clock += 2 * 60 * 60 * 1000;
+    const fresh = await s.chat(apiKey, request(), withKey("daily"));
+    assert.equal(fresh.status, 200);
+    assert.equal(fresh.headers.get("idempotent-replayed"), null);
+    assert.equal(upstream.calls, 2);
+  }, { now: () => clock });
+});
+
+Deno.test("a claim left by a dead process is taken over once its lease has passed", async () => {
+  let clock = Date.now();
+  await withUpstream({}, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    // Another process claimed the key and died before answering.
+    const dead = new IdempotencyStore(s.kv, { leaseMs: 60_000, now: () => clock });
+    const claim = await dead.claim(
+      `app:${appId}`,
+      "orphan",
+      canonicalBodyHash(request()),
+      "req_dead",
+    );
+    assert.equal(claim.kind, "claimed");
+    assert.equal((await s.chat(apiKey, request(), withKey("orphan"))).status, 409);
+    clock += 61_000;
+    const taken = await s.chat(apiKey, request(), withKey("orphan"));
+    assert.equal(taken.status, 200);
+    assert.equal(upstream.calls, 1);
+  }, { now: () => clock, env: { RESERVATION_TTL_SECONDS: "60" } });
+});
+
+Deno.test("a large answer is recorded in parts and replayed byte for byte", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = new IdempotencyStore(kv, { leaseMs: 1000 });
+  const body = Uint8Array.from({ length: 65_536 * 3 + 17 }, (_, i) => (i * 31) % 251);
+  const claim = await store.claim("app:x", "big", "h", "req_1");
+  assert.equal(claim.kind, "claimed");
+  if (claim.kind !== "claimed") return;
+  assert.ok(
+    await store.complete("app:x", "big", claim, "req_1", "h", {
+      status: 200,
+      headers: { "content-type": "application/json" },
+      body,
+    }),
+  );
+  const replay = await store.claim("app:x", "big", "h", "req_2");
+  assert.equal(replay.kind, "replay");
+  if (replay.kind === "replay") assert.deepEqual(replay.response.body, body);
+  kv.close();
+});

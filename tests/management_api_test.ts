@@ -1,0 +1,478 @@
+import assert from "node:assert/strict";
+import { Wallets } from "@/lib/billing/mod.ts";
+import { issueManagementKey, revokeManagementKey } from "@/lib/management/mod.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { assertMatchesOpenApi } from "./openapi_check.ts";
+import {
+  assertAuditClean,
+  PUBLIC_URL,
+  startService,
+  type TestService,
+  userMessage,
+} from "./helpers.ts";
+
+const ECHO = "tollbooth/echo";
+
+async function withService(fn: (s: TestService) => Promise<void>) {
+  const s = await startService();
+  try {
+    await fn(s);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+}
+
+/** Calls the management API and holds the answer to the documented operation. */
+async function call(
+  s: TestService,
+  key: string | null,
+  method: "GET" | "POST",
+  path: string,
+  options: { body?: unknown; headers?: Record<string, string> } = {},
+) {
+  const headers: Record<string, string> = { ...options.headers };
+  if (key) headers.authorization = `Bearer ${key}`;
+  if (options.body !== undefined) headers["content-type"] = "application/json";
+  const res = await s.handle(
+    new Request(`${PUBLIC_URL}/v1/management${path}`, {
+      method,
+      headers,
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
+    }),
+  );
+  const template = "/management" + path.split("?")[0]
+    .replace(/\/apps\/[^/]+/, "/apps/{app_id}")
+    .replace(/\/keys\/[^/]+\/(revoke|spend_cap)$/, "/keys/{key_id}/$1");
+  await assertMatchesOpenApi(res, template, method.toLowerCase());
+  return { status: res.status, headers: res.headers, body: await res.json() };
+}
+
+async function owner(s: TestService, ownerId = "own_test") {
+  const { managementKey } = await issueManagementKey(s.kv, ownerId, "tests");
+  const apps = [];
+  const createdAt = Date.now();
+  for (const [i, name] of ["first", "second"].entries()) {
+    // A millisecond apart, so "newest first" is one order.
+    const created = await createAppRecord(
+      s.kv,
+      { name, ownerId, bound: "operator" },
+      createdAt + i,
+    );
+    apps.push({ appId: created.app.id, apiKey: created.key.apiKey, keyId: created.key.record.id });
+  }
+  return { ownerId, managementKey, apps };
+}
+
+const chat = (s: TestService, apiKey: string, content = "hello there") =>
+  s.chat(apiKey, { model: ECHO, messages: userMessage(content), max_tokens: 16 });
+
+Deno.test("management API: no key, an app's API key or a revoked management key is 401 invalid_management_key", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    for (const key of [null, o.apps[0].apiKey, "tbm_" + "0".repeat(40)]) {
+      const res = await call(s, key, "GET", "/apps");
+      assert.equal(res.status, 401);
+      assert.equal(res.body.error.code, "invalid_management_key");
+      assert.equal(res.body.error.type, "authentication_error");
+    }
+    const { record, managementKey } = await issueManagementKey(s.kv, o.ownerId, "short-lived");
+    assert.equal((await call(s, managementKey, "GET", "/apps")).status, 200);
+    await revokeManagementKey(s.kv, o.ownerId, record.id);
+    assert.equal((await call(s, managementKey, "GET", "/apps")).status, 401);
+  }));
+
+Deno.test("management API lists the owner's apps, newest first, with balance and reserved", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    await createAppRecord(s.kv, {
+      name: "someone else's",
+      ownerId: "own_other",
+      bound: "operator",
+    });
+    await chat(s, o.apps[0].apiKey);
+    const res = await call(s, o.managementKey, "GET", "/apps");
+    assert.equal(res.status, 200);
+    assert.deepEqual(res.body.data.map((a: { name: string }) => a.name), ["second", "first"]);
+    assert.equal(res.body.has_more, false);
+    const first = res.body.data[1];
+    const wallet = await s.wallet(o.apps[0].appId);
+    assert.equal(first.balance, (wallet.available / 1e6).toFixed(6));
+    assert.equal(first.reserved, "0.000000");
+    assert.equal(first.credited, "5.000000");
+
+    const one = await call(s, o.managementKey, "GET", `/apps/${o.apps[0].appId}`);
+    assert.deepEqual(one.body, first);
+
+    const paged = await call(s, o.managementKey, "GET", "/apps?limit=1");
+    assert.equal(paged.body.data.length, 1);
+    assert.equal(paged.body.has_more, true);
+    const rest = await call(
+      s,
+      o.managementKey,
+      "GET",
+      `/apps?limit=1&starting_after=${paged.body.next_cursor}`,
+    );
+    assert.equal(rest.body.data[0].name, "first");
+    assert.equal(rest.body.has_more, false);
+    assert.equal(rest.body.next_cursor, null);
+  }));
+
+Deno.test("management API: another owner's app is 404 resource_not_found, like no app", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const other = await createAppRecord(s.kv, {
+      name: "theirs",
+      ownerId: "own_other",
+      bound: "operator",
+    });
+    for (const id of [other.app.id, "app_nope"]) {
+      const res = await call(s, o.managementKey, "GET", `/apps/${id}/usage`);
+      assert.equal(res.status, 404);
+      assert.equal(res.body.error.code, "resource_not_found");
+      assert.equal(res.body.error.param, "app_id");
+    }
+  }));
+
+Deno.test("management API creates, lists and revokes API keys; a created key works at once, a revoked one fails", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const created = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+      body: { name: "reseller backend" },
+    });
+    assert.equal(created.status, 201);
+    assert.match(created.body.api_key, /^tb_[0-9a-z]{36}$/);
+    assert.equal(created.body.name, "reseller backend");
+    assert.equal((await chat(s, created.body.api_key)).status, 200);
+
+    const listed = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
+    assert.deepEqual(
+      listed.body.data.map((k: { id: string }) => k.id).sort(),
+      [
+        app.keyId,
+        created.body.id,
+      ].sort(),
+    );
+    assert.ok(listed.body.data.every((k: Record<string, unknown>) => !("api_key" in k)));
+
+    const revoked = await call(
+      s,
+      o.managementKey,
+      "POST",
+      `/apps/${app.appId}/keys/${created.body.id}/revoke`,
+    );
+    assert.equal(revoked.status, 200);
+    assert.equal(typeof revoked.body.revoked, "number");
+    assert.equal((await chat(s, created.body.api_key)).status, 401);
+
+    const bad = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+      body: { name: "" },
+    });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.param, "name");
+    const unknown = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys/key_x/revoke`);
+    assert.equal(unknown.status, 404);
+    assert.equal(unknown.body.error.param, "key_id");
+  }));
+
+Deno.test("management API: a repeated key creation with an Idempotency-Key makes one key, and the replay never shows the secret", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const path = `/apps/${o.apps[0].appId}/keys`;
+    const headers = { "idempotency-key": "create-once" };
+    const first = await call(s, o.managementKey, "POST", path, { body: { name: "k" }, headers });
+    const again = await call(s, o.managementKey, "POST", path, { body: { name: "k" }, headers });
+    assert.equal(first.status, 201);
+    assert.equal(again.status, 201);
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+    assert.equal(again.body.id, first.body.id);
+    assert.equal(again.body.api_key, null);
+    const listed = await call(s, o.managementKey, "GET", path);
+    assert.equal(listed.body.data.length, 2);
+    const other = await call(s, o.managementKey, "POST", path, { body: { name: "j" }, headers });
+    assert.equal(other.status, 422);
+    assert.equal(other.body.error.code, "idempotency_key_reused");
+  }));
+
+Deno.test("usage pages walked to the end while requests keep landing: no record twice, none missing", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    for (let i = 0; i < 23; i++) {
+      assert.equal((await chat(s, app.apiKey, `before ${i}`)).status, 200);
+    }
+    const before = (await Array.fromAsync(s.kv.list({ prefix: ["usage", app.appId] })))
+      .map((e) => String(e.key[2]));
+
+    let landing = true;
+    const writer = (async () => {
+      let n = 0;
+      while (landing) await chat(s, app.apiKey, `during ${n++}`);
+      return n;
+    })();
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const query: string = cursor ? `&starting_after=${cursor}` : "";
+      const page = await call(
+        s,
+        o.managementKey,
+        "GET",
+        `/apps/${app.appId}/usage?limit=4${query}`,
+      );
+      assert.equal(page.status, 200);
+      seen.push(...page.body.data.map((u: { id: string }) => u.id));
+      cursor = page.body.has_more ? page.body.next_cursor : null;
+      pages++;
+      // Let requests land between pages.
+      await new Promise((r) => setTimeout(r, 5));
+    } while (cursor);
+    landing = false;
+    const landed = await writer;
+
+    assert.equal(new Set(seen).size, seen.length, "no record twice");
+    for (const id of before) assert.ok(seen.includes(id), `${id} listed`);
+    assert.ok(pages >= 6);
+    assert.ok(landed > 0, "requests landed during the walk");
+  }));
+
+Deno.test("usage report groups by day, model, key and end user, and filters by end user", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    await chat(s, app.apiKey, "no user here");
+    // Settled usage attributed to end users, as the gateway records a request's `user`.
+    const wallets = new Wallets(s.kv, { leaseMs: 60_000 });
+    for (const [user, cost] of [["alice", 100], ["bob", 200], ["alice", 300]] as const) {
+      const hold = await wallets.reserve(app.appId, {
+        amount: 1000,
+        keyId: app.keyId,
+        requestId: `req_${user}`,
+        model: "tollbooth/lorem",
+      });
+      assert.ok(hold.ok);
+      await wallets.settle(app.appId, hold.reservation.id, {
+        requestId: `req_${user}`,
+        keyId: app.keyId,
+        model: "tollbooth/lorem",
+        provider: "tollbooth",
+        promptTokens: 10,
+        completionTokens: 5,
+        cost,
+        streamed: false,
+        outcome: "completed",
+        countedLocally: false,
+        user,
+      });
+    }
+    await wallets.drain();
+    const report = (groupBy: string, extra = "") =>
+      call(
+        s,
+        o.managementKey,
+        "GET",
+        `/apps/${app.appId}/usage/report?group_by=${groupBy}${extra}`,
+      );
+
+    const byUser = await report("user");
+    assert.equal(byUser.status, 200);
+    assert.deepEqual(
+      byUser.body.data.map((
+        r: { group: string | null; requests: number },
+      ) => [r.group, r.requests]),
+      [[null, 1], ["alice", 2], ["bob", 1]],
+    );
+    assert.equal(byUser.body.data[1].cost, "0.000400");
+
+    const byModel = await report("model");
+    assert.deepEqual(byModel.body.data.map((r: { group: string }) => r.group), [
+      ECHO,
+      "tollbooth/lorem",
+    ]);
+    const byKey = await report("key");
+    assert.deepEqual(byKey.body.data.map((r: { group: string }) => r.group), [app.keyId]);
+    const byDay = await report("day");
+    assert.equal(byDay.body.data.length, 1);
+    assert.equal(byDay.body.data[0].requests, 4);
+
+    const alice = await report("model", "&user=alice");
+    assert.deepEqual(alice.body.data.map((r: { requests: number }) => r.requests), [2]);
+    const aliceRecords = await call(
+      s,
+      o.managementKey,
+      "GET",
+      `/apps/${app.appId}/usage?user=alice`,
+    );
+    assert.equal(aliceRecords.body.data.length, 2);
+    assert.ok(aliceRecords.body.data.every((u: { user: string }) => u.user === "alice"));
+
+    const firstPage = await report("user", "&limit=2");
+    assert.equal(firstPage.body.has_more, true);
+    const secondPage = await report(
+      "user",
+      `&limit=2&starting_after=${firstPage.body.next_cursor}`,
+    );
+    assert.deepEqual(secondPage.body.data.map((r: { group: string }) => r.group), ["bob"]);
+    assert.equal(secondPage.body.has_more, false);
+
+    const bad = await report("colour");
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.param, "group_by");
+  }));
+
+Deno.test("the ledger lists credits and charges newest first, across pages", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    await s.wallets.credit(app.appId, { amount: 2_000_000, kind: "top_up", reason: "Top-up" });
+    for (let i = 0; i < 3; i++) await chat(s, app.apiKey, `charge ${i}`);
+    const entries: { type: string; amount: string; id: string }[] = [];
+    let cursor: string | null = null;
+    do {
+      const query: string = cursor ? `&starting_after=${cursor}` : "";
+      const page = await call(
+        s,
+        o.managementKey,
+        "GET",
+        `/apps/${app.appId}/ledger?limit=2${query}`,
+      );
+      assert.equal(page.status, 200);
+      entries.push(...page.body.data);
+      cursor = page.body.has_more ? page.body.next_cursor : null;
+    } while (cursor);
+    // Entries of the same millisecond have no order between them; across milliseconds, newest first.
+    assert.deepEqual(entries.map((e) => e.type).sort(), [
+      "charge",
+      "charge",
+      "charge",
+      "starter",
+      "top_up",
+    ]);
+    const times = entries.map((e) => e.id.slice(4, 14));
+    assert.deepEqual(times, [...times].sort().reverse());
+    assert.equal(new Set(entries.map((e) => e.id)).size, 5);
+    assert.equal(entries.find((e) => e.type === "top_up")!.amount, "2.000000");
+    assert.match(entries.find((e) => e.type === "charge")!.amount, /^-0\.\d{6}$/);
+    const wallet = await s.wallet(app.appId);
+    const total = entries.reduce((sum, e) => sum + Math.round(Number(e.amount) * 1e6), 0);
+    assert.equal(total, wallet.available);
+  }));
+
+Deno.test("management API: a bad limit is 400 invalid_parameter naming it", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    for (const limit of ["0", "101", "x"]) {
+      const res = await call(s, o.managementKey, "GET", `/apps?limit=${limit}`);
+      assert.equal(res.status, 400);
+      assert.equal(res.body.error.code, "invalid_parameter");
+      assert.equal(res.body.error.param, "limit");
+    }
+  }));
+
+Deno.test("the chat request's user field is recorded on its usage record and reported per end user", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    for (const user of ["customer-7", "customer-7", "customer-9", undefined]) {
+      const res = await s.chat(app.apiKey, {
+        model: ECHO,
+        messages: userMessage("hi"),
+        max_tokens: 8,
+        ...(user ? { user } : {}),
+      });
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    const records = await call(s, o.managementKey, "GET", `/apps/${app.appId}/usage`);
+    assert.deepEqual(
+      records.body.data.map((u: { user: string | null }) => u.user).sort(),
+      ["customer-7", "customer-7", "customer-9", null].sort(),
+    );
+    const report = await call(
+      s,
+      o.managementKey,
+      "GET",
+      `/apps/${app.appId}/usage/report?group_by=user`,
+    );
+    assert.deepEqual(
+      report.body.data.map((
+        r: { group: string | null; requests: number },
+      ) => [r.group, r.requests]),
+      [[null, 1], ["customer-7", 2], ["customer-9", 1]],
+    );
+  }));
+
+Deno.test("management API sets a key's spend cap at creation and later, and an end-user cap; requests over them get 402", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const created = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+      body: { name: "capped", spend_cap: { daily: "0.000001" } },
+    });
+    assert.equal(created.status, 201);
+    assert.deepEqual(created.body.spend_cap, { total: null, daily: "0.000001", monthly: null });
+    const refused = await chat(s, created.body.api_key);
+    assert.equal(refused.status, 402);
+    const error = (await refused.json()).error;
+    assert.equal(error.code, "key_spend_cap_exceeded");
+    assert.equal(error.cap, "daily");
+
+    const raised = await call(
+      s,
+      o.managementKey,
+      "POST",
+      `/apps/${app.appId}/keys/${created.body.id}/spend_cap`,
+      { body: { total: "1.50" } },
+    );
+    assert.equal(raised.status, 200);
+    assert.deepEqual(raised.body.spend_cap, { total: "1.500000", daily: null, monthly: null });
+    assert.equal((await chat(s, created.body.api_key)).status, 200);
+    const listed = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
+    const row = listed.body.data.find((k: { id: string }) => k.id === created.body.id);
+    assert.equal(row.spend_cap.total, "1.500000");
+
+    const bad = await call(
+      s,
+      o.managementKey,
+      "POST",
+      `/apps/${app.appId}/keys/${created.body.id}/spend_cap`,
+      { body: { weekly: "1.00" } },
+    );
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.param, "weekly");
+
+    const endUser = await call(
+      s,
+      o.managementKey,
+      "POST",
+      `/apps/${app.appId}/end_user_spend_cap`,
+      {
+        body: { monthly: "0.000001" },
+      },
+    );
+    assert.equal(endUser.status, 200);
+    assert.equal(endUser.body.spend_cap.monthly, "0.000001");
+    const read = await call(s, o.managementKey, "GET", `/apps/${app.appId}/end_user_spend_cap`);
+    assert.deepEqual(read.body, endUser.body);
+    const userRefused = await s.chat(app.apiKey, {
+      model: ECHO,
+      messages: userMessage("hi"),
+      user: "someone",
+    });
+    assert.equal(userRefused.status, 402);
+    assert.equal((await userRefused.json()).error.code, "user_spend_cap_exceeded");
+  }));
+
+Deno.test("management API: a body over 16 KiB is refused before it is read, and nothing is made", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const path = `/apps/${o.apps[0].appId}/keys`;
+    const res = await call(s, o.managementKey, "POST", path, {
+      body: { name: "x".repeat(20_000) },
+    });
+    assert.equal(res.status, 400);
+    assert.equal(res.body.error.code, "request_too_large");
+    assert.equal((await call(s, o.managementKey, "GET", path)).body.data.length, 1);
+  }));

@@ -1,0 +1,159 @@
+import assert from "node:assert/strict";
+import { parseUsd } from "@/lib/core/mod.ts";
+import { getSpendCounter, setSpendCaps } from "@/lib/billing/mod.ts";
+import {
+  assertAuditClean,
+  serveLoopback,
+  spendDownTo,
+  startService,
+  type TestService,
+  usageRecords,
+  userMessage,
+} from "./helpers.ts";
+
+async function withService(
+  fn: (s: TestService) => Promise<void>,
+  options: Parameters<typeof startService>[0] = {},
+) {
+  const s = await startService(options);
+  try {
+    await fn(s);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+}
+
+/**
+ * Caps the scope so that, after the request just made (which spent `cost` and held `reserved`), an
+ * identical request no longer fits by one micro-dollar.
+ */
+async function capJustBelowNext(
+  s: TestService,
+  appId: string,
+  target: { keyId: string } | { endUser: true },
+  window: "total" | "daily",
+) {
+  const [last] = (await usageRecords(s.kv, appId)).slice(-1);
+  const cap = last.cost + last.reserved - 1;
+  await setSpendCaps(s.kv, appId, target, { [window]: cap });
+  return { cap, remaining: last.reserved - 1 };
+}
+
+const request = (content: string, extra: Record<string, unknown> = {}) => ({
+  model: "tollbooth/lorem",
+  messages: userMessage(content),
+  max_tokens: 8000,
+  ...extra,
+});
+
+for (const slices of ["off", "on"]) {
+  Deno.test(`200 concurrent requests against a key's total cap: holds count, so spent never passes the cap (WALLET_SLICES=${slices})`, () =>
+    withService(async (s) => {
+      const { appId, apiKey, keyId } = await s.newApp();
+      // Each request holds ~12,300 µUSD (8000 output tokens at 1.50/M) and costs far less: counting
+      // only what was spent, all 200 would start at once and spend well past the cap.
+      const cap = 60_000;
+      await setSpendCaps(s.kv, appId, { keyId }, { total: cap });
+      const server = serveLoopback(s.handle);
+      try {
+        const responses = await Promise.all(Array.from({ length: 200 }, async (_, i) => {
+          const res = await fetch(`${server.url}/v1/chat/completions`, {
+            method: "POST",
+            headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+            body: JSON.stringify(request(`request ${i}`)),
+          });
+          return { status: res.status, headers: res.headers, body: await res.json() };
+        }));
+        const ok = responses.filter((r) => r.status === 200);
+        const capped = responses.filter((r) => r.status === 402);
+        assert.equal(ok.length + capped.length, 200);
+        assert.ok(ok.length > 0 && capped.length > 0);
+        for (const r of capped) {
+          assert.equal(r.body.error.code, "key_spend_cap_exceeded");
+          assert.equal(r.body.error.type, "spend_cap_error");
+          assert.equal(r.body.error.cap, "total");
+          assert.equal(r.body.error.cap_amount, "0.060000");
+        }
+        const charged = ok.reduce(
+          (n, r) => n + parseUsd(r.headers.get("tollbooth-request-cost")!),
+          0,
+        );
+        await s.wallets.drain();
+        const counter = await getSpendCounter(s.kv, appId, "key", keyId);
+        assert.equal(counter.held, 0);
+        assert.equal(counter.total, charged, "the counter is exactly what was charged");
+        assert.ok(counter.total <= cap, `spent ${counter.total} ≤ cap ${cap}`);
+        assert.equal((await s.wallet(appId)).spent, charged);
+      } finally {
+        await server.close();
+      }
+    }, { env: { WALLET_SLICES: slices } }));
+}
+
+Deno.test("a key's daily cap refuses for the rest of the UTC day and allows again the next day", async () => {
+  let clock = Date.parse("2026-07-29T12:00:00Z");
+  await withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { keyId }, { daily: 1_000_000 });
+    assert.equal((await s.chat(apiKey, request("same"))).status, 200);
+    const { remaining } = await capJustBelowNext(s, appId, { keyId }, "daily");
+    const refused = await s.chat(apiKey, request("same"));
+    assert.equal(refused.status, 402);
+    const error = (await refused.json()).error;
+    assert.equal(error.code, "key_spend_cap_exceeded");
+    assert.equal(error.cap, "daily");
+    assert.equal(error.remaining, (remaining / 1e6).toFixed(6));
+    assert.equal((await getSpendCounter(s.kv, appId, "key", keyId, clock)).held, 0);
+
+    clock = Date.parse("2026-07-30T00:00:01Z");
+    assert.equal((await s.chat(apiKey, request("next day"))).status, 200);
+  }, { now: () => clock });
+});
+
+Deno.test("an end user's cap stops that end user only; the key's other end users go on", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { endUser: true }, { total: 1_000_000 });
+    assert.equal((await s.chat(apiKey, request("same", { user: "alice" }))).status, 200);
+    await capJustBelowNext(s, appId, { endUser: true }, "total");
+    const refused = await s.chat(apiKey, request("same", { user: "alice" }));
+    assert.equal(refused.status, 402);
+    const error = (await refused.json()).error;
+    assert.equal(error.code, "user_spend_cap_exceeded");
+    assert.equal(error.param, "user");
+    assert.equal((await s.chat(apiKey, request("c", { user: "bob" }))).status, 200);
+    // Requests without a user are not end-user capped.
+    assert.equal((await s.chat(apiKey, request("d"))).status, 200);
+  }));
+
+Deno.test("an empty wallet is insufficient_credits even under a cap, and a cap is not the wallet's 402", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 4_000_000 });
+    await spendDownTo(s.kv, appId, 1_000);
+    const res = await s.chat(apiKey, request("poor"));
+    assert.equal(res.status, 402);
+    assert.equal((await res.json()).error.code, "insufficient_credits");
+  }));
+
+Deno.test("a request that fails upstream gives its hold back to the cap", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 20_000 });
+    const failed = await s.chat(apiKey, { ...request("x"), model: "nokey/gpt", max_tokens: 100 });
+    assert.equal(failed.status, 502);
+    const counter = await getSpendCounter(s.kv, appId, "key", keyId);
+    assert.deepEqual([counter.held, counter.total], [0, 0]);
+    assert.equal((await s.chat(apiKey, request("after"))).status, 200);
+  }));
+
+Deno.test("a cap set while a wallet is remembered in memory applies from the very next request", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    assert.equal((await s.chat(apiKey, request("warm"))).status, 200);
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 1 });
+    const res = await s.chat(apiKey, request("capped"));
+    assert.equal(res.status, 402);
+    assert.equal((await res.json()).error.code, "key_spend_cap_exceeded");
+  }));

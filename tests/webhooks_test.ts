@@ -1,0 +1,343 @@
+import assert from "node:assert/strict";
+import { keys, type WebhookEventRecord } from "@/lib/db.ts";
+import {
+  listWebhookEvents,
+  saveWebhookSettings,
+  sendTestEvent,
+  WebhookDeliverer,
+  WebhookWatcher,
+} from "@/lib/webhooks/mod.ts";
+import {
+  assertAuditClean,
+  serveLoopback,
+  spendDownTo,
+  startService,
+  type TestService,
+} from "./helpers.ts";
+
+/**
+ * A receiver written from Stripe's documented verification steps, not from our signing code:
+ * split the header on `,` into `key=value` pairs, take `t` and every `v1`, compute HMAC-SHA256
+ * with the endpoint secret over `t + "." + raw body`, compare with each `v1` in constant time,
+ * and refuse a timestamp more than 5 minutes from now.
+ */
+function stripeStyleReceiver(secret: string, answers: number[] = []) {
+  const received: { id: string; type: string; verified: boolean; body: Record<string, unknown> }[] =
+    [];
+  const verify = async (header: string | null, raw: string, nowSeconds: number) => {
+    if (!header) return false;
+    const pairs = header.split(",").map((item) => {
+      const i = item.indexOf("=");
+      return [item.slice(0, i), item.slice(i + 1)] as const;
+    });
+    const t = pairs.find(([k]) => k === "t")?.[1];
+    const v1s = pairs.filter(([k]) => k === "v1").map(([, v]) => v);
+    if (!t || v1s.length === 0 || Math.abs(nowSeconds - Number(t)) > 300) return false;
+    const key = await crypto.subtle.importKey(
+      "raw",
+      new TextEncoder().encode(secret),
+      { name: "HMAC", hash: "SHA-256" },
+      false,
+      ["sign"],
+    );
+    const mac = new Uint8Array(
+      await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(`${t}.${raw}`)),
+    );
+    const expected = Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join("");
+    return v1s.some((v) => {
+      if (v.length !== expected.length) return false;
+      let diff = 0;
+      for (let i = 0; i < v.length; i++) diff |= v.charCodeAt(i) ^ expected.charCodeAt(i);
+      return diff === 0;
+    });
+  };
+  const server = serveLoopback(async (request) => {
+    const raw = await request.text();
+    const body = JSON.parse(raw);
+    const verified = await verify(
+      request.headers.get("tollbooth-signature"),
+      raw,
+      Math.floor(Date.now() / 1000),
+    );
+    received.push({ id: body.id, type: body.type, verified, body });
+    const status = answers.shift() ?? 200;
+    return new Response(status === 200 ? "ok" : "nope", { status });
+  });
+  return { url: `${server.url}/hooks`, received, close: server.close };
+}
+
+async function withService(
+  fn: (s: TestService) => Promise<void>,
+  options: Parameters<typeof startService>[0] = {},
+) {
+  const s = await startService(options);
+  try {
+    await fn(s);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+}
+
+async function events(s: TestService, appId: string): Promise<WebhookEventRecord[]> {
+  return await listWebhookEvents(s.kv, appId);
+}
+
+Deno.test("a webhook is signed so that a receiver following Stripe's scheme verifies it", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    const settings = await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/unused",
+      lowBalanceThreshold: null,
+    });
+    assert.match(settings.newSecret!, /^whsec_[0-9a-z]{38}$/);
+    const receiver = stripeStyleReceiver(settings.newSecret!);
+    try {
+      await saveWebhookSettings(s.kv, appId, { url: receiver.url, lowBalanceThreshold: null });
+      const event = await sendTestEvent(s.kv, appId);
+      const deliverer = new WebhookDeliverer(s.kv);
+      assert.equal(await deliverer.deliverDue(), 1);
+      assert.equal(receiver.received.length, 1);
+      assert.deepEqual(receiver.received[0].verified, true);
+      assert.equal(receiver.received[0].id, event.id);
+      assert.equal(receiver.received[0].type, "webhook.test");
+      assert.equal(receiver.received[0].body.app_id, appId);
+      const [stored] = await events(s, appId);
+      assert.equal(stored.state, "delivered");
+      assert.equal(stored.attempts[0].status, 200);
+
+      // A receiver with another secret refuses it.
+      const impostor = stripeStyleReceiver("whsec_wrong");
+      try {
+        await saveWebhookSettings(s.kv, appId, { url: impostor.url, lowBalanceThreshold: null });
+        await sendTestEvent(s.kv, appId);
+        await deliverer.deliverDue();
+        assert.equal(impostor.received[0].verified, false);
+      } finally {
+        await impostor.close();
+      }
+    } finally {
+      await receiver.close();
+    }
+  }));
+
+Deno.test("an event the receiver answers 500 is retried with backoff until it is accepted, same id", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    let clock = Date.now();
+    const { newSecret } = await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: null,
+    });
+    const receiver = stripeStyleReceiver(newSecret!, [500, 503]);
+    try {
+      await saveWebhookSettings(s.kv, appId, { url: receiver.url, lowBalanceThreshold: null });
+      await sendTestEvent(s.kv, appId, clock);
+      const deliverer = new WebhookDeliverer(s.kv, { now: () => clock, retryBaseMs: 10_000 });
+
+      assert.equal(await deliverer.deliverDue(), 1);
+      let [event] = await events(s, appId);
+      assert.equal(event.state, "pending");
+      assert.equal(event.attempts[0].status, 500);
+      assert.equal(event.nextAttemptAt, clock + 10_000);
+
+      clock += 9_999;
+      assert.equal(await deliverer.deliverDue(), 0, "not before the backoff");
+      clock += 1;
+      assert.equal(await deliverer.deliverDue(), 1);
+      [event] = await events(s, appId);
+      assert.equal(event.attempts[1].status, 503);
+      assert.equal(event.nextAttemptAt, clock + 20_000, "the wait doubles");
+
+      clock += 20_000;
+      assert.equal(await deliverer.deliverDue(), 1);
+      [event] = await events(s, appId);
+      assert.equal(event.state, "delivered");
+      assert.equal(event.nextAttemptAt, null);
+      assert.deepEqual(event.attempts.map((a) => a.status), [500, 503, 200]);
+      assert.equal(new Set(receiver.received.map((r) => r.id)).size, 1, "one event id throughout");
+      assert.ok(receiver.received.every((r) => r.verified));
+      assert.equal(await deliverer.deliverDue(), 0);
+    } finally {
+      await receiver.close();
+    }
+  }));
+
+Deno.test("an event is given up after its last attempt, and the dashboard's record says failed", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    let clock = Date.now();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/refused",
+      lowBalanceThreshold: null,
+    });
+    await sendTestEvent(s.kv, appId, clock);
+    const deliverer = new WebhookDeliverer(s.kv, {
+      now: () => clock,
+      retryBaseMs: 1_000,
+      maxAttempts: 3,
+    });
+    for (let i = 0; i < 3; i++) {
+      assert.equal(await deliverer.deliverDue(), 1);
+      clock += 10_000;
+    }
+    const [event] = await events(s, appId);
+    assert.equal(event.state, "failed");
+    assert.equal(event.attempts.length, 3);
+    assert.equal(event.attempts[0].status, null);
+    assert.ok(event.attempts[0].error);
+    assert.equal(await deliverer.deliverDue(), 0);
+  }));
+
+Deno.test("two deliverers racing for the same events send each exactly once", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    const { newSecret } = await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: null,
+    });
+    const receiver = stripeStyleReceiver(newSecret!);
+    try {
+      await saveWebhookSettings(s.kv, appId, { url: receiver.url, lowBalanceThreshold: null });
+      for (let i = 0; i < 5; i++) await sendTestEvent(s.kv, appId);
+      const a = new WebhookDeliverer(s.kv);
+      const b = new WebhookDeliverer(s.kv);
+      const [sentA, sentB] = await Promise.all([a.deliverDue(), b.deliverDue()]);
+      assert.equal(sentA + sentB, 5);
+      assert.equal(receiver.received.length, 5);
+      assert.equal(new Set(receiver.received.map((r) => r.id)).size, 5);
+    } finally {
+      await receiver.close();
+    }
+  }));
+
+Deno.test("an event whose deliverer died mid-delivery is sent by another once the lease ends", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    let clock = Date.now();
+    const { newSecret } = await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: null,
+    });
+    const receiver = stripeStyleReceiver(newSecret!);
+    try {
+      await saveWebhookSettings(s.kv, appId, { url: receiver.url, lowBalanceThreshold: null });
+      const event = await sendTestEvent(s.kv, appId, clock);
+      // The dead deliverer's lease: the outbox entry moved to the end of its lease, never finished.
+      const due = await s.kv.get(keys.webhookOutbox(clock, event.id));
+      assert.ok(due.versionstamp);
+      await s.kv.atomic().check(due).delete(due.key)
+        .set(keys.webhookOutbox(clock + 60_000, event.id), { appId }).commit();
+
+      const other = new WebhookDeliverer(s.kv, { now: () => clock });
+      assert.equal(await other.deliverDue(), 0, "leased: not sent twice at once");
+      clock += 60_000;
+      assert.equal(await other.deliverDue(), 1);
+      assert.equal(receiver.received.length, 1);
+    } finally {
+      await receiver.close();
+    }
+  }));
+
+Deno.test("balance.low fires once per crossing below the threshold and re-arms when the balance rises", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    const watcher = new WebhookWatcher(s.kv);
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: 2_000_000,
+    });
+    await watcher.observe(appId);
+    assert.equal((await events(s, appId)).length, 0, "5.00 is above 2.00");
+
+    await spendDownTo(s.kv, appId, 1_500_000);
+    await Promise.all([watcher.observe(appId), watcher.observe(appId), watcher.observe(appId)]);
+    await spendDownTo(s.kv, appId, 1_000_000);
+    await watcher.observe(appId);
+    let low = (await events(s, appId)).filter((e) => e.type === "balance.low");
+    assert.equal(low.length, 1, "one event for one crossing");
+    const data = JSON.parse(low[0].payload).data;
+    assert.deepEqual(data, { balance: "1.500000", reserved: "0.000000", threshold: "2.000000" });
+
+    await s.wallets.credit(appId, {
+      amount: 5_000_000,
+      kind: "operator_credit",
+      reason: "back up",
+    });
+    await watcher.observe(appId);
+    await spendDownTo(s.kv, appId, 500_000);
+    await watcher.observe(appId);
+    low = (await events(s, appId)).filter((e) => e.type === "balance.low");
+    assert.equal(low.length, 2, "a second crossing after rising above");
+  }));
+
+Deno.test("balance.topped_up fires once per credited top-up, not for top-ups before the endpoint existed", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    await s.wallets.credit(appId, { amount: 1_000_000, kind: "top_up", reason: "before" });
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: null,
+    });
+    const a = new WebhookWatcher(s.kv);
+    const b = new WebhookWatcher(s.kv);
+    const credit = await s.wallets.credit(appId, {
+      amount: 10_000_000,
+      kind: "top_up",
+      reason: "Top-up",
+      reference: "cs_test_123",
+    });
+    assert.ok(credit.credited);
+    await Promise.all([a.observe(appId), b.observe(appId), a.observe(appId)]);
+    const topUps = (await events(s, appId)).filter((e) => e.type === "balance.topped_up");
+    assert.equal(topUps.length, 1);
+    const body = JSON.parse(topUps[0].payload);
+    assert.equal(body.data.amount, "10.000000");
+    assert.equal(body.data.reference, "cs_test_123");
+    assert.equal(body.data.ledger_entry_id, credit.entry.id);
+    assert.equal(body.data.balance, "16.000000");
+    // A clock that ticks on every reading: ledger entries a millisecond apart, as top-ups are.
+  }, { now: ticking() }));
+
+/** Starts after the app's creation (which reads the real clock), then ticks a millisecond a read. */
+function ticking() {
+  let t = Date.now() + 60_000;
+  return () => t++;
+}
+
+Deno.test("paid requests that take the balance below the threshold queue one balance.low, off the request path", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    await spendDownTo(s.kv, appId, 1_004_000);
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: 1_000_000,
+    });
+    s.webhooks.watcher.forget(appId);
+    // Each request costs a few hundred micro-USD: the balance crosses 1.00 on one of them.
+    const statuses = [];
+    for (let i = 0; i < 60; i++) {
+      const res = await s.chat(apiKey, {
+        model: "tollbooth/lorem",
+        messages: [{ role: "user", content: `request ${i}` }],
+        max_tokens: 200,
+      });
+      statuses.push(res.status);
+      await res.body?.cancel();
+    }
+    assert.ok(statuses.every((st) => st === 200));
+    await s.wallets.drain();
+    await s.webhooks.watcher.idle();
+    const wallet = await s.wallet(appId);
+    assert.ok(wallet.available < 1_000_000, `spent below the threshold: ${wallet.available}`);
+    const low = (await events(s, appId)).filter((e) => e.type === "balance.low");
+    assert.equal(low.length, 1);
+
+    // A top-up through the wallet is announced the same way, and re-arms the alert.
+    await s.wallets.credit(appId, { amount: 5_000_000, kind: "top_up", reason: "Top-up" });
+    await s.webhooks.watcher.idle();
+    const all = await events(s, appId);
+    assert.equal(all.filter((e) => e.type === "balance.topped_up").length, 1);
+    const watch = await s.kv.get<{ below: boolean }>(keys.webhookWatch(appId));
+    assert.equal(watch.value!.below, false);
+  }));
