@@ -307,3 +307,47 @@ Deno.test("a large answer is recorded in parts and replayed byte for byte", asyn
   if (replay.kind === "replay") assert.deepEqual(replay.response.body, body);
   kv.close();
 });
+
+Deno.test("embeddings and responses take Idempotency-Key too: a repeat is replayed and charged once", async () => {
+  const s = await startService();
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const post = (path: string, body: unknown, key: string) =>
+      s.handle(
+        new Request(`http://localhost${path}`, {
+          method: "POST",
+          headers: {
+            authorization: `Bearer ${apiKey}`,
+            "content-type": "application/json",
+            "idempotency-key": key,
+          },
+          body: JSON.stringify(body),
+        }),
+      );
+    const calls = [
+      ["/v1/embeddings", { model: "tollbooth/embed", input: ["one", "two"] }],
+      ["/v1/responses", { model: "tollbooth/echo", input: "Hello there", store: false }],
+    ] as const;
+    for (const [path, body] of calls) {
+      const first = await post(path, body, `key-${path}`);
+      assert.equal(first.status, 200, path);
+      const firstBody = await first.json();
+      const again = await post(path, body, `key-${path}`);
+      assert.equal(again.status, 200, path);
+      assert.equal(again.headers.get("idempotent-replayed"), "true", path);
+      assert.equal(
+        again.headers.get("tollbooth-request-cost"),
+        first.headers.get("tollbooth-request-cost"),
+      );
+      assert.deepEqual(await again.json(), firstBody);
+    }
+    await s.wallets.drain();
+    const records = await usageRecords(s.kv, appId);
+    assert.equal(records.length, 2, "one usage record per endpoint, not per attempt");
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.spent, records.reduce((n, r) => n + r.cost, 0));
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
