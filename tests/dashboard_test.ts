@@ -10,6 +10,7 @@ import {
   THROTTLE_WINDOW_MS,
 } from "@/lib/accounts/sign_in_throttle.ts";
 import { runAdmin } from "@/scripts/admin.ts";
+import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
@@ -20,63 +21,10 @@ import {
   userMessage,
 } from "./helpers.ts";
 
-const PASSWORD = "correct horse battery";
+const PASSWORD = OWNER_PASSWORD;
 
 /** A person with a browser's cookie jar, talking to the in-process app. */
-class Visitor {
-  cookie = "";
-  constructor(readonly s: TestService) {}
-
-  async request(path: string, init: RequestInit = {}): Promise<Response> {
-    const headers = new Headers(init.headers);
-    if (this.cookie) headers.set("cookie", this.cookie);
-    const res = await this.s.handle(new Request(PUBLIC_URL + path, { ...init, headers }));
-    const set = res.headers.get("set-cookie");
-    if (set) {
-      const [pair] = set.split(";");
-      this.cookie = /=$/.test(pair) || /Max-Age=0/i.test(set) ? "" : pair;
-    }
-    return res;
-  }
-
-  async page(path: string): Promise<string> {
-    const res = await this.request(path);
-    assert.equal(res.status, 200, `GET ${path}`);
-    return await res.text();
-  }
-
-  async csrf(): Promise<string> {
-    const match = /name="_csrf" value="([0-9a-z]+)"/.exec(await this.page("/dashboard"));
-    assert.ok(match, "the dashboard has a CSRF field");
-    return match[1];
-  }
-
-  post(path: string, fields: Record<string, string>, headers: Record<string, string> = {}) {
-    return this.request(path, {
-      method: "POST",
-      body: new URLSearchParams(fields),
-      headers: { "content-type": "application/x-www-form-urlencoded", ...headers },
-    });
-  }
-
-  async signUp(email: string) {
-    const res = await this.post("/signup", { email, password: PASSWORD });
-    assert.equal(res.status, 303);
-    assert.equal(res.headers.get("location"), "/dashboard");
-    return res;
-  }
-
-  /** Creates an app through the form; returns its id and the key shown once. */
-  async createApp(name: string) {
-    const res = await this.post("/dashboard/apps", { name, _csrf: await this.csrf() });
-    assert.equal(res.status, 200);
-    const html = await res.text();
-    const appId = /\/dashboard\/apps\/(app_[0-9a-z]+)\/keys/.exec(html)?.[1];
-    const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(html)?.[1];
-    assert.ok(appId && apiKey);
-    return { appId, apiKey, html };
-  }
-}
+const Visitor = OwnerSession;
 
 async function withService(
   fn: (s: TestService) => Promise<void>,
@@ -100,7 +48,10 @@ async function countApps(kv: Deno.Kv) {
 
 Deno.test("the session cookie is HttpOnly, Secure, SameSite=Lax, Path=/ outside localhost", () =>
   withService(async (s) => {
-    const res = await new Visitor(s).signUp("ada@example.com");
+    const res = await new Visitor(s).post("/signup", {
+      email: "ada@example.com",
+      password: PASSWORD,
+    });
     const cookie = res.headers.get("set-cookie") ?? "";
     assert.match(cookie, /^__Host-tb_session=[0-9a-z]{30,};/);
     for (const flag of ["HttpOnly", "Secure", "SameSite=Lax", "Path=/"]) {

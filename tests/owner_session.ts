@@ -32,17 +32,22 @@ export class OwnerSession {
     return match[1];
   }
 
-  post(path: string, fields: Record<string, string>): Promise<Response> {
+  post(
+    path: string,
+    fields: Record<string, string>,
+    headers: Record<string, string> = {},
+  ): Promise<Response> {
     return this.request(path, {
       method: "POST",
       body: new URLSearchParams(fields),
-      headers: { "content-type": "application/x-www-form-urlencoded" },
+      headers: { "content-type": "application/x-www-form-urlencoded", ...headers },
     });
   }
 
   async signUp(email: string): Promise<this> {
     const res = await this.post("/signup", { email, password: OWNER_PASSWORD });
     assert.equal(res.status, 303, `sign-up of ${email}`);
+    assert.equal(res.headers.get("location"), "/dashboard");
     return this;
   }
 
@@ -59,6 +64,6 @@ export class OwnerSession {
     const appId = /\/dashboard\/apps\/(app_[0-9a-z]+)\/keys/.exec(html)?.[1];
     const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(html)?.[1];
     assert.ok(appId && apiKey);
-    return { appId, apiKey };
+    return { appId, apiKey, html };
   }
 }
