@@ -23,9 +23,6 @@ import {
 
 const PASSWORD = OWNER_PASSWORD;
 
-/** A person with a browser's cookie jar, talking to the in-process app. */
-const Visitor = OwnerSession;
-
 async function withService(
   fn: (s: TestService) => Promise<void>,
   env: Record<string, string> = {},
@@ -48,7 +45,7 @@ async function countApps(kv: Deno.Kv) {
 
 Deno.test("the session cookie is HttpOnly, Secure, SameSite=Lax, Path=/ outside localhost", () =>
   withService(async (s) => {
-    const res = await new Visitor(s).post("/signup", {
+    const res = await new OwnerSession(s).post("/signup", {
       email: "ada@example.com",
       password: PASSWORD,
     });
@@ -87,21 +84,21 @@ Deno.test("on plain-http localhost the cookie drops Secure so local development 
 
 Deno.test("the dashboard sends signed-out visitors to sign in", () =>
   withService(async (s) => {
-    const res = await new Visitor(s).request("/dashboard/apps/app_x/keys");
+    const res = await new OwnerSession(s).request("/dashboard/apps/app_x/keys");
     assert.equal(res.status, 303);
     assert.equal(res.headers.get("location"), "/signin?next=%2Fdashboard%2Fapps%2Fapp_x%2Fkeys");
   }));
 
 Deno.test("sign-in with the right password opens the dashboard; a wrong one says so", () =>
   withService(async (s) => {
-    await new Visitor(s).signUp("ada@example.com");
-    const wrong = await new Visitor(s).post("/signin", {
+    await new OwnerSession(s).signUp("ada@example.com");
+    const wrong = await new OwnerSession(s).post("/signin", {
       email: "ada@example.com",
       password: "nope nope nope",
     });
     assert.equal(wrong.status, 401);
     assert.match(await wrong.text(), /Wrong email or password/);
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     const ok = await v.post("/signin?next=/dashboard", {
       email: "ADA@example.com",
       password: PASSWORD,
@@ -112,8 +109,8 @@ Deno.test("sign-in with the right password opens the dashboard; a wrong one says
 
 Deno.test("sign-in never redirects to another site", () =>
   withService(async (s) => {
-    await new Visitor(s).signUp("ada@example.com");
-    const res = await new Visitor(s).post("/signin?next=//evil.example/x", {
+    await new OwnerSession(s).signUp("ada@example.com");
+    const res = await new OwnerSession(s).post("/signin?next=//evil.example/x", {
       email: "ada@example.com",
       password: PASSWORD,
     });
@@ -122,15 +119,15 @@ Deno.test("sign-in never redirects to another site", () =>
 
 Deno.test("repeated wrong passwords lock sign-in for that email, even with the right one", () =>
   withService(async (s) => {
-    await new Visitor(s).signUp("ada@example.com");
+    await new OwnerSession(s).signUp("ada@example.com");
     for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) {
-      const res = await new Visitor(s).post("/signin", {
+      const res = await new OwnerSession(s).post("/signin", {
         email: "ada@example.com",
         password: `guess ${i} guess`,
       });
       assert.equal(res.status, 401);
     }
-    const locked = await new Visitor(s).post("/signin", {
+    const locked = await new OwnerSession(s).post("/signin", {
       email: "ada@example.com",
       password: PASSWORD,
     });
@@ -142,7 +139,7 @@ Deno.test("repeated wrong passwords lock sign-in for that email, even with the r
 
 Deno.test("a form post without the CSRF token is refused and changes nothing", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId, apiKey } = await v.createApp("first");
     const before = await countApps(s.kv);
@@ -166,8 +163,8 @@ Deno.test("a form post without the CSRF token is refused and changes nothing", (
 
 Deno.test("a sign-in posted from another site is refused", () =>
   withService(async (s) => {
-    await new Visitor(s).signUp("ada@example.com");
-    const res = await new Visitor(s).post(
+    await new OwnerSession(s).signUp("ada@example.com");
+    const res = await new OwnerSession(s).post(
       "/signin",
       { email: "ada@example.com", password: PASSWORD },
       { origin: "https://evil.example" },
@@ -178,7 +175,7 @@ Deno.test("a sign-in posted from another site is refused", () =>
 
 Deno.test("a new app shows 5.000000 USD and its first key once", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId, apiKey, html } = await v.createApp("Recipe bot");
     assert.match(html, /shown only this once/);
@@ -190,7 +187,7 @@ Deno.test("a new app shows 5.000000 USD and its first key once", () =>
 
 Deno.test("an app name with <script> is shown as text", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId } = await v.createApp("<script>alert(1)</script>");
     for (const path of ["/dashboard", `/dashboard/apps/${appId}`]) {
@@ -202,13 +199,13 @@ Deno.test("an app name with <script> is shown as text", () =>
 
 Deno.test("another owner cannot open or change the first owner's app by URL", () =>
   withService(async (s) => {
-    const ada = new Visitor(s);
+    const ada = new OwnerSession(s);
     await ada.signUp("ada@example.com");
     const { appId, apiKey } = await ada.createApp("Ada's app");
     const keyId = /\/keys\/(key_[0-9a-z]+)\/revoke/.exec(
       await ada.page(`/dashboard/apps/${appId}/keys`),
     )![1];
-    const bob = new Visitor(s);
+    const bob = new OwnerSession(s);
     await bob.signUp("bob@example.com");
     for (const tab of ["", "/keys", "/usage", "/wallet"]) {
       const res = await bob.request(`/dashboard/apps/${appId}${tab}`);
@@ -228,7 +225,7 @@ Deno.test("another owner cannot open or change the first owner's app by URL", ()
 
 Deno.test("a revoked key is refused on the very next API request", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId, apiKey } = await v.createApp("app");
     const keyId = /\/keys\/(key_[0-9a-z]+)\/revoke/.exec(
@@ -245,7 +242,7 @@ Deno.test("a revoked key is refused on the very next API request", () =>
 
 Deno.test("without JavaScript, creating a key shows it once on its own page", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId } = await v.createApp("app");
     const res = await v.post(`/dashboard/apps/${appId}/keys`, {
@@ -265,7 +262,7 @@ Deno.test("without JavaScript, creating a key shows it once on its own page", ()
 
 Deno.test("key creation and rotation answer JSON for the island, the key once", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId, apiKey: first } = await v.createApp("app");
     const csrf = await v.csrf();
@@ -301,7 +298,7 @@ Deno.test("key creation and rotation answer JSON for the island, the key once", 
 
 Deno.test("replacing the top-up address shows a new one and retires the old", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId } = await v.createApp("app");
     const urlOf = (html: string) => new RegExp(`${PUBLIC_URL}/top-up/([0-9a-z]+)`).exec(html)![1];
@@ -315,7 +312,7 @@ Deno.test("replacing the top-up address shows a new one and retires the old", ()
 
 Deno.test("usage and wallet pages show a request with its exact cost", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId, apiKey } = await v.createApp("app");
     const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hello") });
@@ -333,7 +330,7 @@ Deno.test("usage and wallet pages show a request with its exact cost", () =>
 
 Deno.test("the usage page shows cached, cache-write and reasoning tokens under the counts", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId } = await v.createApp("app");
     const hold = await s.wallets.reserve(appId, {
@@ -366,7 +363,7 @@ Deno.test("the usage page shows cached, cache-write and reasoning tokens under t
 
 Deno.test("sign-out ends the session: the old cookie no longer opens the dashboard", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const oldCookie = v.cookie;
     const res = await v.post("/signout", { _csrf: await v.csrf() });
@@ -380,7 +377,7 @@ Deno.test("sign-out ends the session: the old cookie no longer opens the dashboa
 
 Deno.test("an error in a page gives the HTML 500 page without a stack trace", async () => {
   const s = await startService();
-  const v = new Visitor(s);
+  const v = new OwnerSession(s);
   await v.signUp("ada@example.com");
   s.kv.close();
   const res = await v.request("/dashboard");
@@ -395,7 +392,7 @@ Deno.test("an error in a page gives the HTML 500 page without a stack trace", as
 
 Deno.test("account pages are never cached nor framed; the API is left alone", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     for (const path of ["/signin", "/dashboard"]) {
       const res = await v.request(path);
@@ -410,7 +407,7 @@ Deno.test("account pages are never cached nor framed; the API is left alone", ()
 
 Deno.test("renaming an app shows the new name; an empty name is refused with a message", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId } = await v.createApp("old name");
     const csrf = await v.csrf();
@@ -425,7 +422,7 @@ Deno.test("renaming an app shows the new name; an empty name is refused with a m
 
 Deno.test("a usage cursor that is not ours starts again from the newest page", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId } = await v.createApp("app");
     const res = await v.request(`/dashboard/apps/${appId}/usage?cursor=garbage!`);
@@ -435,7 +432,7 @@ Deno.test("a usage cursor that is not ours starts again from the newest page", (
 
 Deno.test("an app created by an operator for an owner's email shows on that owner's dashboard", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { output } = await runAdmin(
       ["create-app", "--name", "made by ops", "--owner", "ADA@example.com"],
@@ -453,7 +450,7 @@ Deno.test("an app created by an operator for an owner's email shows on that owne
 
 Deno.test("the owner sets the top-up page's return link and balance display from the wallet page", () =>
   withService(async (s) => {
-    const owner = new Visitor(s);
+    const owner = new OwnerSession(s);
     await owner.signUp("settings@example.com");
     const { appId } = await owner.createApp("Settings app");
     const csrf = await owner.csrf();
@@ -494,7 +491,7 @@ Deno.test("the owner sets the top-up page's return link and balance display from
 
 Deno.test("the owner sets the app's rate limits from the dashboard and the API enforces them", () =>
   withService(async (s) => {
-    const owner = new Visitor(s);
+    const owner = new OwnerSession(s);
     await owner.signUp("limits@example.com");
     const { appId, apiKey } = await owner.createApp("Limited app");
     const csrf = await owner.csrf();
@@ -525,9 +522,9 @@ Deno.test("an address past the sign-up limit is refused with 429 and no account 
   withService(
     async (s) => {
       for (let i = 0; i < MAX_SIGNUPS_PER_IP; i++) {
-        await new Visitor(s).signUp(`user${i}@example.com`);
+        await new OwnerSession(s).signUp(`user${i}@example.com`);
       }
-      const refused = await new Visitor(s).post("/signup", {
+      const refused = await new OwnerSession(s).post("/signup", {
         email: "one-too-many@example.com",
         password: PASSWORD,
       });
@@ -553,7 +550,7 @@ function midWindowClock(): () => number {
 
 Deno.test("an owner creates a management key (shown once) that lists their apps, and revokes it", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("reseller@example.com");
     const { appId } = await v.createApp("resold");
     assert.match(await v.page("/dashboard"), /href="\/dashboard\/management-keys"/);
@@ -583,7 +580,7 @@ Deno.test("an owner creates a management key (shown once) that lists their apps,
     const keyId = /management-keys\/(mk_[0-9a-z]+)\/revoke/.exec(keysPage)![1];
 
     // Another owner cannot revoke it.
-    const other = new Visitor(s);
+    const other = new OwnerSession(s);
     await other.signUp("other@example.com");
     const foreign = await other.post(`/dashboard/management-keys/${keyId}/revoke`, {
       _csrf: await other.csrf(),
@@ -608,7 +605,7 @@ Deno.test("an owner sets a webhook (secret shown once), sends a test event and s
       return new Response("ok");
     });
     try {
-      const v = new Visitor(s);
+      const v = new OwnerSession(s);
       await v.signUp("hooks@example.com");
       const { appId } = await v.createApp("hooked");
       const base = `/dashboard/apps/${appId}/webhooks`;
@@ -657,7 +654,7 @@ Deno.test("an owner sets a webhook (secret shown once), sends a test event and s
 
 Deno.test("the usage page groups spend by end user and filters the requests by one", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("per-user@example.com");
     const { appId, apiKey } = await v.createApp("per user");
     for (const user of ["ann", "ann", "bo"]) {
@@ -683,7 +680,7 @@ Deno.test("the usage page groups spend by end user and filters the requests by o
 
 Deno.test("an owner caps a key's and each end user's spend from the keys tab, and the API enforces them", () =>
   withService(async (s) => {
-    const v = new Visitor(s);
+    const v = new OwnerSession(s);
     await v.signUp("caps@example.com");
     const { appId, apiKey } = await v.createApp("capped");
     const keysHtml = await v.page(`/dashboard/apps/${appId}/keys`);
