@@ -51,8 +51,10 @@ export class LocalSlice {
   /** No new holds: the slice is being returned or replaced. */
   closing = false;
   lastUsed: number;
-  /** Money settled since the last grant: sizes the next grant to the app's pace. */
+  /** Money settled, holds admitted and tokens used since the last grant: the app's pace. */
   spentSinceGrant: Micros = 0;
+  admittedSinceGrant = 0;
+  tokensSinceGrant = 0;
 
   constructor(
     record: WalletSliceRecord,
@@ -102,6 +104,8 @@ export class LocalSlice {
     this.keysWithOwnLimits = new Set(grant.keysWithOwnLimits);
     this.rate = grant.rate ?? this.rate;
     this.spentSinceGrant = 0;
+    this.admittedSinceGrant = 0;
+    this.tokensSinceGrant = 0;
   }
 
   /** Whether a request with this key and these tokens is served by the slice at all. */
@@ -130,6 +134,8 @@ export class LocalSlice {
     this.free -= input.amount;
     this.requestsLeft -= 1;
     this.tokensLeft -= tokens;
+    this.admittedSinceGrant += 1;
+    this.tokensSinceGrant += tokens;
     this.lastUsed = now;
     if (input.keyGuard) this.guards.set(input.keyId, input.keyGuard);
     const reservation: ReservationRecord = {

@@ -82,6 +82,19 @@ const MAX_POST = 128;
 const SLICE_REQUESTS = 64;
 /** A slice is only taken when the grant covers this many requests like the one that asked. */
 const SLICE_MIN_REQUESTS = 4;
+/**
+ * How many times a reserve waits for its app's slice to grow before it takes the per-request path.
+ * Each grant covers every reserve waiting when it is planned, so a reserve that arrived during a
+ * grant is covered by the next one: two waits suffice unless the wallet runs dry.
+ */
+const SLICE_TRIES = 8;
+
+/** Reserves waiting for a slice to grow: what the next grant must cover beyond the app's pace. */
+interface SliceDemand {
+  count: number;
+  amount: Micros;
+  tokens: number;
+}
 
 export class Wallets {
   readonly stats: WalletStats = {
@@ -94,6 +107,7 @@ export class Wallets {
     sliceReturns: 0,
     slicePosts: 0,
     sliceAdmitted: 0,
+    sliceFallbacks: 0,
     orphanCharges: 0,
   };
   readonly #kv: Deno.Kv;
@@ -118,6 +132,14 @@ export class Wallets {
   readonly #growing = new Map<string, Promise<boolean>>();
   readonly #posting = new Map<LocalSlice, Promise<void>>();
   readonly #returning = new Map<LocalSlice, Promise<void>>();
+  /** Per app: the reserves waiting for its slice to grow (see SliceDemand). */
+  readonly #waiting = new Map<string, SliceDemand>();
+  /**
+   * Per slice id: the tail of its grant, post and return commits. They all write the slice record
+   * and check its versionstamp, so inside one process they run one after another and never fail
+   * each other's check; only another process (a sweeper) can.
+   */
+  readonly #sliceLocks = new Map<string, Promise<void>>();
   #sliceTimer: ReturnType<typeof setInterval> | null = null;
   readonly #onMoneyMoved: ((appId: string) => void) | undefined;
   /** Each app's spend caps as this process's last batch read them (slices serve uncapped only). */
@@ -252,10 +274,11 @@ export class Wallets {
     // of the wallet, which reads the caps.
     const caps = this.#capsSeen.get(appId) ?? await this.#readCaps(appId);
     if (cappedScopes(caps, input.keyId, input.user).length > 0) {
+      this.stats.sliceFallbacks++;
       return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
     }
     const tokens = input.tokens ?? 0;
-    for (let attempt = 0; attempt < 3; attempt++) {
+    for (let attempt = 0; attempt < SLICE_TRIES; attempt++) {
       const slice = this.#slices.get(appId);
       if (slice) {
         const admitted = slice.admit(input, this.#now());
@@ -266,9 +289,27 @@ export class Wallets {
         }
         if (!slice.closing && !slice.serves(input.keyId, tokens)) break;
       }
-      if (!await this.#growSlice(appId, input, slice)) break;
+      // Counted while it waits, so the grant planned meanwhile covers it.
+      const waiting = this.#waiting.get(appId) ?? { count: 0, amount: 0, tokens: 0 };
+      this.#waiting.set(appId, waiting);
+      waiting.count++;
+      waiting.amount += input.amount;
+      waiting.tokens += tokens;
+      let grew: boolean;
+      try {
+        grew = await this.#growSlice(appId, input, slice);
+      } finally {
+        waiting.count--;
+        waiting.amount -= input.amount;
+        waiting.tokens -= tokens;
+        if (waiting.count === 0 && this.#waiting.get(appId) === waiting) {
+          this.#waiting.delete(appId);
+        }
+      }
+      if (!grew) break;
     }
     // A low balance, tight limits, a key with limits of its own or a revoked key: one commit each.
+    this.stats.sliceFallbacks++;
     return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
   }
 
@@ -285,7 +326,11 @@ export class Wallets {
     return reading;
   }
 
-  /** Grows this process's slice of the app (or takes a new one); false when nothing was granted. */
+  /**
+   * Grows this process's slice of the app (or takes a new one); false when nothing was granted.
+   * The grant is sized when its batch is planned, to the app's in-flight demand: every reserve
+   * then waiting, plus twice what the slice admitted and spent since its last grant (its pace).
+   */
   #growSlice(appId: string, input: ReserveInput, slice: LocalSlice | undefined): Promise<boolean> {
     const inFlight = this.#growing.get(appId);
     if (inFlight) return inFlight;
@@ -293,34 +338,60 @@ export class Wallets {
     const live = slice && !slice.closing ? slice : undefined;
     const tokens = input.tokens ?? 0;
     const sliceId = live?.record.id ?? newId("slc", this.#now());
-    const growing = this.#enqueue<SliceGrantResult>(appId, (done) => ({
-      kind: "slice_grant",
-      grant: {
-        sliceId,
-        want: Math.max(input.amount * SLICE_REQUESTS, 2 * (live?.spentSinceGrant ?? 0)),
-        minimum: input.amount * SLICE_MIN_REQUESTS,
-        rateWant: { requests: SLICE_REQUESTS, tokens: Math.max(1, tokens) * SLICE_REQUESTS },
-        minimumTokens: tokens,
-        leaseMs: options.leaseMs,
+    const waiting = () => this.#waiting.get(appId) ?? { count: 0, amount: 0, tokens: 0 };
+    const paceMoney = () => 2 * (live?.spentSinceGrant ?? 0);
+    const paceRequests = () => 2 * (live?.admittedSinceGrant ?? 0);
+    const paceTokens = () => 2 * (live?.tokensSinceGrant ?? 0);
+    const grant = {
+      sliceId,
+      get want() {
+        return Math.max(input.amount * SLICE_REQUESTS, waiting().amount + paceMoney());
       },
-      done,
-    })).then((result) => {
-      if (!("record" in result)) return false;
-      this.stats.sliceGrants++;
-      const current = this.#slices.get(appId);
-      if (current && current.record.id === sliceId) {
-        current.grew(result.record, result.versionstamp, result);
-      } else {
-        this.#slices.set(
-          appId,
-          new LocalSlice(result.record, result.versionstamp, result, this.#now()),
-        );
-      }
-      this.#sliceTimer ??= setInterval(() => this.#sliceTick(), options.postEveryMs);
-      return true;
-    }, () => false).finally(() => this.#growing.delete(appId));
+      minimum: input.amount * SLICE_MIN_REQUESTS,
+      get rateWant() {
+        const w = waiting();
+        return {
+          requests: Math.max(SLICE_REQUESTS, w.count + paceRequests()),
+          tokens: Math.max(Math.max(1, tokens) * SLICE_REQUESTS, w.tokens + paceTokens()),
+        };
+      },
+      minimumTokens: tokens,
+      leaseMs: options.leaseMs,
+    };
+    const growing = this.#exclusive(
+      sliceId,
+      () =>
+        this.#enqueue<SliceGrantResult>(appId, (done) => ({ kind: "slice_grant", grant, done }))
+          .then((result) => {
+            if (!("record" in result)) return false;
+            this.stats.sliceGrants++;
+            const current = this.#slices.get(appId);
+            if (current && current.record.id === sliceId) {
+              current.grew(result.record, result.versionstamp, result);
+            } else {
+              this.#slices.set(
+                appId,
+                new LocalSlice(result.record, result.versionstamp, result, this.#now()),
+              );
+            }
+            this.#sliceTimer ??= setInterval(() => this.#sliceTick(), options.postEveryMs);
+            return true;
+          }),
+    ).catch(() => false).finally(() => this.#growing.delete(appId));
     this.#growing.set(appId, growing);
     return growing;
+  }
+
+  /** Runs `commit` after every earlier grant, post and return of this slice in this process. */
+  #exclusive<T>(sliceId: string, commit: () => Promise<T>): Promise<T> {
+    const previous = this.#sliceLocks.get(sliceId) ?? Promise.resolve();
+    const run = previous.then(commit);
+    const tail = run.then(() => {}, () => {});
+    this.#sliceLocks.set(sliceId, tail);
+    tail.then(() => {
+      if (this.#sliceLocks.get(sliceId) === tail) this.#sliceLocks.delete(sliceId);
+    });
+    return run;
   }
 
   /** Posts pending charges, renews the leases of slices in use, gives back idle ones. */
@@ -351,7 +422,8 @@ export class Wallets {
   #post(slice: LocalSlice): Promise<void> {
     const running = this.#posting.get(slice);
     if (running) return running;
-    const post = this.#commitPost(slice).finally(() => this.#posting.delete(slice));
+    const post = this.#exclusive(slice.record.id, () => this.#commitPost(slice))
+      .finally(() => this.#posting.delete(slice));
     this.#posting.set(slice, post);
     return post;
   }
@@ -447,12 +519,16 @@ export class Wallets {
         slice.closing = false;
         return;
       }
-      const result = await this.#enqueue<SliceReturnResult>(appId, (done) => ({
-        kind: "slice_return",
-        sliceId: slice.record.id,
-        unusedRate: { requests: slice.requestsLeft, tokens: slice.tokensLeft },
-        done,
-      }));
+      const result = await this.#exclusive(
+        slice.record.id,
+        () =>
+          this.#enqueue<SliceReturnResult>(appId, (done) => ({
+            kind: "slice_return",
+            sliceId: slice.record.id,
+            unusedRate: { requests: slice.requestsLeft, tokens: slice.tokensLeft },
+            done,
+          })),
+      );
       if (result.returned) this.stats.sliceReturns++;
       if (this.#slices.get(appId) === slice) this.#slices.delete(appId);
     })().finally(() => this.#returning.delete(slice));

@@ -143,6 +143,8 @@ export interface WalletStats {
   sliceReturns: number;
   slicePosts: number;
   sliceAdmitted: number;
+  /** Reserves that slices were on for but that took the per-request path (one commit each). */
+  sliceFallbacks: number;
   /** Charges whose slice was gone when posted: charged from the wallet instead. */
   orphanCharges: number;
 }
