@@ -101,6 +101,7 @@ export function createApp(deps: AppDeps) {
     publicUrl: config.publicUrl,
     log,
     clientStallMs: config.upstreamTimeoutMs,
+    optimisticUpstream: config.optimisticUpstream,
   });
   const docsBaseUrl = config.publicUrl;
   const payments = paymentMode(config, deps.devServer ?? false);

@@ -108,6 +108,8 @@ export class Wallets {
     slicePosts: 0,
     sliceAdmitted: 0,
     sliceFallbacks: 0,
+    optimisticStarts: 0,
+    mispredictions: 0,
     orphanCharges: 0,
   };
   readonly #kv: Deno.Kv;
@@ -202,6 +204,19 @@ export class Wallets {
     const slice = this.#holdSlice.get(reservationId);
     if (slice) return Promise.resolve({ renewed: true, leaseUntil: slice.record.leaseUntil });
     return this.#enqueue(appId, (done) => ({ kind: "renew", reservationId, done }));
+  }
+
+  /**
+   * Whether a reservation of `amount` fits the wallet as this process last committed it (or its
+   * slice): a prediction, for starting work early; only `reserve` decides. False when this process
+   * has not committed the wallet yet.
+   */
+  predictFits(appId: string, amount: Micros): boolean {
+    const slice = this.#slices.get(appId);
+    if (slice && !slice.closing) return slice.available >= amount;
+    const known = this.#known.get(appId);
+    if (!known || (this.#contendedUntil.get(appId) ?? 0) > this.#now()) return false;
+    return known.entry.value.available >= amount;
   }
 
   /**

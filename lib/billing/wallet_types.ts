@@ -145,6 +145,12 @@ export interface WalletStats {
   sliceAdmitted: number;
   /** Reserves that slices were on for but that took the per-request path (one commit each). */
   sliceFallbacks: number;
+  /**
+   * Upstream calls started while their reservation committed (the wallet as this process knew it
+   * said it fits), and those whose reservation was then refused: upstream aborted, nothing charged.
+   */
+  optimisticStarts: number;
+  mispredictions: number;
   /** Charges whose slice was gone when posted: charged from the wallet instead. */
   orphanCharges: number;
 }

@@ -43,6 +43,11 @@ export interface Config {
   walletSlicePostMs: number;
   /** Let several processes listen on the same port (Linux's SO_REUSEPORT). */
   reusePort: boolean;
+  /**
+   * Start a non-streamed call's upstream while its reservation commits, when the wallet as this
+   * process last committed it says the reservation fits (lib/gateway/gateway.ts).
+   */
+  optimisticUpstream: boolean;
   env: Record<string, string | undefined>;
 }
 
@@ -125,6 +130,9 @@ const EnvSchema = z.object({
   WALLET_SLICE_POST_MS: positiveInt(CONFIG_DEFAULTS.WALLET_SLICE_POST_MS),
   REUSE_PORT: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
   WALLET_SLICES: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
+  OPTIMISTIC_UPSTREAM: z.enum(["on", "off"]).optional().or(
+    z.literal("").transform(() => undefined),
+  ),
 });
 
 export const DEFAULT_MODELS_FILE = new URL("../../config/models.json", import.meta.url).pathname;
@@ -170,6 +178,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     walletSlices: e.WALLET_SLICES === "on",
     walletSlicePostMs: e.WALLET_SLICE_POST_MS,
     reusePort: e.REUSE_PORT === "on",
+    optimisticUpstream: e.OPTIMISTIC_UPSTREAM === "on",
     env,
   };
 }

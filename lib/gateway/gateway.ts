@@ -30,6 +30,7 @@ import {
 import type { Providers } from "./providers/mod.ts";
 import {
   type ChatCompletion,
+  type CompletionResult,
   type Embedding,
   ProviderError,
   type StreamPart,
@@ -84,6 +85,11 @@ export interface GatewayDeps {
    * reservation is not kept alive forever. Defaults to two minutes.
    */
   clientStallMs?: number;
+  /**
+   * Start a non-streamed call's upstream while its reservation commits when the wallet as this
+   * process last committed it says the reservation fits; a refusal then aborts it (a misprediction).
+   */
+  optimisticUpstream?: boolean;
 }
 
 export interface CompletionOutcome {
@@ -156,28 +162,52 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
   ): Promise<CompletionOutcome> {
-    const { model, promptTokens, maxTokens, reservation } = await this.#prepare(
-      caller,
-      request,
-      requestId,
-      trace,
-    );
     // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
-    // is done and billed to us either way, so it is finished and settled like any other.
+    // is done and billed to us either way, so it is finished and settled like any other. Only a
+    // reservation refused after an optimistic start aborts it.
+    const upstreamAbort = new AbortController();
+    const call = (maxTokens: number) => (route: Model) =>
+      this.#deps.providers(route.provider).complete({
+        model: route,
+        request,
+        maxTokens,
+        signal: upstreamAbort.signal,
+        requestId,
+      });
+    let early: Promise<{ value: CompletionResult; route: Model }> | undefined;
+    let prepared: Prepared;
+    try {
+      prepared = await this.#prepare(caller, request, requestId, trace, (planned) => {
+        if (!this.#deps.optimisticUpstream) return;
+        if (!this.#deps.wallets.predictFits(caller.appId, planned.amount)) return;
+        this.#deps.wallets.stats.optimisticStarts++;
+        early = this.#firstAnswer(planned.model, requestId, trace, call(planned.maxTokens));
+        // Awaited once the reservation holds; refused, it is aborted and its outcome ignored.
+        early.catch(() => {});
+      });
+    } catch (error) {
+      if (early) {
+        upstreamAbort.abort();
+        this.#deps.wallets.stats.mispredictions++;
+        this.#deps.log({
+          level: "info",
+          requestId,
+          event: "optimistic_upstream_aborted",
+          appId: caller.appId,
+          status: error instanceof ApiError ? error.status : null,
+        });
+      }
+      throw error;
+    }
+    const { model, promptTokens, maxTokens, reservation } = prepared;
     const { value: result, route } = await this.#paidCall(
       caller,
       reservation,
       model,
       requestId,
       trace,
-      (route) =>
-        this.#deps.providers(route.provider).complete({
-          model: route,
-          request,
-          maxTokens,
-          signal: new AbortController().signal,
-          requestId,
-        }),
+      call(maxTokens),
+      early,
     );
     const usage = result.usage ?? {
       promptTokens,
@@ -400,11 +430,13 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
     call: (route: Model) => Promise<T>,
+    /** The same call, started before the reservation committed (optimistic upstream). */
+    early?: Promise<{ value: T; route: Model }>,
   ): Promise<{ value: T; route: Model }> {
     const started = performance.now();
     const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
     try {
-      const answer = await this.#firstAnswer(model, requestId, trace, call);
+      const answer = await (early ?? this.#firstAnswer(model, requestId, trace, call));
       trace.upstreamMs = performance.now() - started;
       return answer;
     } catch (error) {
@@ -445,6 +477,8 @@ export class Gateway {
     request: ChatRequest,
     requestId: string,
     trace: RequestTrace,
+    /** Called once the reservation is priced, just before it is asked for. */
+    onPriced?: (planned: { model: Model; maxTokens: number; amount: Micros }) => void,
   ): Promise<Prepared> {
     const model = this.#model(request.model, "chat", trace);
     trace.streamed = request.stream;
@@ -473,11 +507,13 @@ export class Gateway {
     }
     // Output beyond the cap that the provider may bill (rejected predicted output).
     const outputTokens = maxTokens + extraOutputBound(request);
+    const amount = reservationCost(model, promptTokens, outputTokens);
+    onPriced?.({ model, maxTokens, amount });
     const { reservation, available } = await this.#hold(
       caller,
       model,
       {
-        amount: reservationCost(model, promptTokens, outputTokens),
+        amount,
         tokens: promptTokens + outputTokens,
         covers: `prompt plus max_tokens ${maxTokens}`,
       },

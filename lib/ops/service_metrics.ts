@@ -97,6 +97,15 @@ export class ServiceMetrics {
     stat("conflicts", "Wallet commits that failed their versionstamp check and were retried.");
     stat("unknownOutcomes", "Wallet commits whose outcome was unknown and was read back.");
     stat("opsCommitted", "Wallet operations (reserve, settle, release, renew, credit) committed.");
+    stat("sliceFallbacks", "Reserves that slices were on for but that took the per-request path.");
+    stat(
+      "optimisticStarts",
+      "Upstream calls started while their reservation committed (OPTIMISTIC_UPSTREAM).",
+    );
+    stat(
+      "mispredictions",
+      "Optimistic upstream calls whose reservation was then refused: aborted, nothing charged.",
+    );
     this.#registry.sampled(
       "tollbooth_process_start_time_seconds",
       "Start time of this process since the Unix epoch.",

@@ -1,0 +1,164 @@
+/**
+ * OPTIMISTIC_UPSTREAM=on: a non-streamed call's upstream starts while its reservation commits when
+ * the wallet as this process last committed it says the reservation fits. When another process has
+ * spent the money meanwhile, the commit refuses: the upstream is aborted, the client gets 402, and
+ * nothing is charged.
+ */
+import assert from "node:assert/strict";
+import { Wallets } from "@/lib/billing/mod.ts";
+import { keys, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
+import { serveOnLoopback } from "./fakes/common.ts";
+import { assertAuditClean, startService } from "./helpers.ts";
+
+const BODY = { model: "fake/gpt", messages: [{ role: "user", content: "hi" }], max_tokens: 50 };
+
+function completion() {
+  return {
+    id: "chatcmpl-1",
+    object: "chat.completion",
+    created: 1_800_000_000,
+    model: "gpt-test",
+    choices: [{
+      index: 0,
+      message: { role: "assistant", content: "Hello!" },
+      finish_reason: "stop",
+    }],
+    usage: { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 },
+  };
+}
+
+/** An upstream that answers at once, or holds its answer until the caller aborts. */
+function upstream() {
+  const seen = { calls: 0, aborted: 0 };
+  let hold = false;
+  let called: () => void = () => {};
+  let aborted: () => void = () => {};
+  const server = serveOnLoopback(async (request) => {
+    await request.text();
+    seen.calls++;
+    called();
+    if (hold) {
+      await new Promise<void>((done) => {
+        if (request.signal.aborted) return done();
+        request.signal.addEventListener("abort", () => done(), { once: true });
+      });
+      seen.aborted++;
+      aborted();
+    }
+    return Response.json(completion());
+  });
+  return {
+    server,
+    seen,
+    /** Holds the next answers; resolves when a call arrives and when it is aborted. */
+    holdNext() {
+      hold = true;
+      return {
+        called: new Promise<void>((r) => called = r),
+        aborted: new Promise<void>((r) => aborted = r),
+      };
+    },
+  };
+}
+
+/** A guard against hanging (a missing early start never calls the upstream), not a timing check. */
+function within<T>(what: string, promise: Promise<T>): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), 30_000);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+async function list<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<T[]> {
+  const out: T[] = [];
+  for await (const entry of kv.list<T>({ prefix })) out.push(entry.value);
+  return out;
+}
+
+Deno.test("optimistic upstream: a reservation refused because another process spent the money meanwhile aborts the started upstream call and answers 402, charging nothing", async () => {
+  const fake = upstream();
+  const dir = await Deno.makeTempDir();
+  const s = await startService({
+    openaiBaseUrl: fake.server.url,
+    kvPath: `${dir}/kv.sqlite3`,
+    env: { OPTIMISTIC_UPSTREAM: "on", METRICS_TOKEN: "metrics-token" },
+  });
+  let other: Deno.Kv | undefined;
+  try {
+    const { appId, apiKey } = await s.newApp();
+    // The first call forms this process's memory of the wallet (no prediction before it).
+    const first = await s.chat(apiKey, BODY);
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    const spentBefore = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!.spent;
+
+    // Another process takes all but a little of the wallet: this process's memory is now stale.
+    other = await Deno.openKv(`${dir}/kv.sqlite3`);
+    const elsewhere = new Wallets(other, { leaseMs: 60_000 });
+    const wallet = (await other.get<WalletRecord>(keys.wallet(appId))).value!;
+    const taken = await elsewhere.reserve(appId, {
+      amount: wallet.available - 10,
+      keyId: "key_elsewhere",
+      requestId: "req_elsewhere",
+      model: "fake/gpt",
+    });
+    assert.ok(taken.ok);
+
+    const held = fake.holdNext();
+    const starts = s.wallets.stats.optimisticStarts;
+    const answer = s.chat(apiKey, BODY);
+    await within("the early upstream call", held.called);
+    await within("the upstream's abort", held.aborted);
+    const res = await answer;
+    assert.equal(res.status, 402);
+    assert.equal((await res.json()).error.code, "insufficient_credits");
+    assert.equal(s.wallets.stats.optimisticStarts, starts + 1, "the upstream was started early");
+    assert.equal(s.wallets.stats.mispredictions, 1);
+    assert.equal(fake.seen.aborted, 1, "the upstream call was aborted");
+
+    const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(after.spent, spentBefore, "nothing charged for the refused request");
+    assert.equal((await list<UsageRecord>(s.kv, keys.appUsage(appId))).length, 1);
+    const metrics = await (await s.handle(
+      new Request("http://127.0.0.1/metrics", {
+        headers: { authorization: "Bearer metrics-token" },
+      }),
+    )).text();
+    assert.match(metrics, /^tollbooth_wallet_mispredictions_total 1$/m);
+
+    await elsewhere.release(appId, taken.reservation.id);
+    await assertAuditClean(s.kv);
+  } finally {
+    other?.close();
+    await s.close();
+    await fake.server.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("optimistic upstream: when the prediction holds, the call started early is the one answered and charged", async () => {
+  const fake = upstream();
+  const s = await startService({
+    openaiBaseUrl: fake.server.url,
+    env: { OPTIMISTIC_UPSTREAM: "on" },
+  });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    for (let i = 0; i < 2; i++) {
+      const res = await s.chat(apiKey, BODY);
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    assert.equal(s.wallets.stats.optimisticStarts, 1, "the second call started early");
+    assert.equal(s.wallets.stats.mispredictions, 0);
+    assert.equal(fake.seen.calls, 2, "one upstream call per request");
+    const usage = await list<UsageRecord>(s.kv, keys.appUsage(appId));
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, usage.reduce((n, u) => n + u.cost, 0));
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.server.close();
+  }
+});
