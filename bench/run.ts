@@ -188,7 +188,13 @@ async function walletStats(service: Service) {
       const text = await new Response(file.readable).text();
       const line = text.split("\n").find((l) => l.includes('"wallet_stats"'));
       if (line) {
-        return JSON.parse(line) as { commits: number; conflicts: number; opsCommitted: number };
+        return JSON.parse(line) as {
+          commits: number;
+          conflicts: number;
+          opsCommitted: number;
+          sliceFallbacks: number;
+          mispredictions: number;
+        };
       }
     } catch (error) {
       file.close();
@@ -525,6 +531,7 @@ async function main() {
       RATE_LIMIT_RPM: "1000000000",
       RATE_LIMIT_TPM: "1000000000000",
       WALLET_SLICES: "on",
+      OPTIMISTIC_UPSTREAM: "on",
     };
     const created = await run(Deno.execPath(), [
       "task",
@@ -656,6 +663,8 @@ async function main() {
         commits: statsAfter.commits - statsBefore.commits,
         conflicts: statsAfter.conflicts - statsBefore.conflicts,
         conflictsPerRequest: (statsAfter.conflicts - statsBefore.conflicts) / Math.max(1, hot.ok),
+        sliceFallbacks: statsAfter.sliceFallbacks - statsBefore.sliceFallbacks,
+        mispredictions: statsAfter.mispredictions - statsBefore.mispredictions,
         opsPerCommit: (statsAfter.opsCommitted - statsBefore.opsCommitted) /
           Math.max(1, statsAfter.commits - statsBefore.commits),
       };
@@ -713,8 +722,10 @@ async function main() {
       log(`hot wallet from ${n} process(es): 200 connections, ${SECONDS}s`);
       const hot = await closedLoop(target, 200, SECONDS, tools);
       const after = await Promise.all(group.map(walletStats));
-      const sum = (list: typeof before, k: "commits" | "conflicts") =>
-        list.reduce((acc, x) => acc + x[k], 0);
+      const sum = (
+        list: typeof before,
+        k: "commits" | "conflicts" | "sliceFallbacks" | "mispredictions",
+      ) => list.reduce((acc, x) => acc + x[k], 0);
       processes[n] = {
         ...hot,
         settledPerSecond: hot.okRps,
@@ -723,6 +734,8 @@ async function main() {
         conflictsPerRequest: (sum(after, "conflicts") - sum(before, "conflicts")) /
           Math.max(1, hot.ok),
         opsPerCommit: 0,
+        sliceFallbacks: sum(after, "sliceFallbacks") - sum(before, "sliceFallbacks"),
+        mispredictions: sum(after, "mispredictions") - sum(before, "mispredictions"),
       };
       for (const s of group) {
         await s.stop();

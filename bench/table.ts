@@ -224,6 +224,16 @@ export function report(r: any): { text: string; rows: Row[] } {
       h.conflicts === 0,
     ],
     [
+      "hot wallet: slice fallbacks (per-request path)",
+      null,
+      h.sliceFallbacks ?? null,
+      null,
+      null,
+      "0",
+      "",
+      h.sliceFallbacks === undefined ? null : h.sliceFallbacks === 0,
+    ],
+    [
       "hot wallet: commits/request",
       null,
       h.commits / Math.max(1, h.ok),
@@ -244,9 +254,11 @@ export function report(r: any): { text: string; rows: Row[] } {
       n === 1 ? null : p[n].settledPerSecond >= p[1].settledPerSecond,
     ]),
     ...[1, 2, 4].map((n): Row => [
-      `  ${n} process(es): conflicts/request, non-2xx`,
+      `  ${n} process(es): conflicts/request, non-2xx, slice fallbacks, mispredictions`,
       null,
-      `${fmt(p[n].conflictsPerRequest)}, ${p[n].requests - p[n].ok}`,
+      `${fmt(p[n].conflictsPerRequest)}, ${p[n].requests - p[n].ok}, ${
+        p[n].sliceFallbacks ?? "-"
+      }, ${p[n].mispredictions ?? "-"}`,
       null,
       null,
       "",
