@@ -12,7 +12,8 @@
  * - a hold admitted but not settled is never charged (as a hold released by the sweeper);
  * - a charge settled (its answer may be out, with its Tollbooth-Request-Cost) but not yet posted
  *   is lost: at most the charges of the requests settled in the last `postEveryMs` plus one post
- *   commit, and never more than the slice's granted money;
+ *   commit (and one grant commit of the same slice, which a post waits for), and never more than
+ *   the slice's granted money;
  * - once the slice's lease has run out any sweeper returns it: the wallet gets its unspent part
  *   back and its posted spent, and the audit is exact again.
  *
