@@ -82,7 +82,8 @@ Deno.test("optimistic upstream: a reservation refused because another process sp
   const s = await startService({
     openaiBaseUrl: fake.server.url,
     kvPath: `${dir}/kv.sqlite3`,
-    env: { OPTIMISTIC_UPSTREAM: "on", METRICS_TOKEN: "metrics-token" },
+    // The per-request path: a slice would admit the hold from money it already holds.
+    env: { OPTIMISTIC_UPSTREAM: "on", WALLET_SLICES: "off", METRICS_TOKEN: "metrics-token" },
   });
   let other: Deno.Kv | undefined;
   try {
