@@ -209,9 +209,11 @@ export class Wallets {
   /**
    * Whether a reservation of `amount` fits the wallet as this process last committed it (or its
    * slice): a prediction, for starting work early; only `reserve` decides. False when this process
-   * has not committed the wallet yet.
+   * has not committed the wallet yet or the app has spend caps.
    */
   predictFits(appId: string, amount: Micros): boolean {
+    // Spend caps are decided in the reservation's commit only: an app with any is not predicted.
+    if (this.#capsSeen.get(appId) !== null) return false;
     const slice = this.#slices.get(appId);
     if (slice && !slice.closing) return slice.available >= amount;
     const known = this.#known.get(appId);
