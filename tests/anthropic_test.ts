@@ -100,7 +100,7 @@ Deno.test("the compatible request becomes a Messages request: system, max_tokens
   });
 });
 
-Deno.test("anthropic non-streaming: x-api-key and anthropic-version sent, message becomes chat.completion, usage billed exactly", () =>
+Deno.test("anthropic non-streaming: x-api-key and anthropic-version sent, the streamed message becomes one chat.completion, usage billed exactly", () =>
   withAnthropic(streamOrMessage("anthropic_stream_basic.sse"), async (s, fake) => {
     const { appId, apiKey } = await s.newApp();
     const res = await s.chat(apiKey, {
@@ -117,9 +117,9 @@ Deno.test("anthropic non-streaming: x-api-key and anthropic-version sent, messag
     assert.equal(body.choices[0].message.content, "Hello!");
     assert.equal(body.choices[0].finish_reason, "stop");
     assert.deepEqual(body.usage, {
-      prompt_tokens: 12,
-      completion_tokens: 6,
-      total_tokens: 18,
+      prompt_tokens: 25,
+      completion_tokens: 15,
+      total_tokens: 40,
       prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
     });
 
@@ -131,9 +131,11 @@ Deno.test("anthropic non-streaming: x-api-key and anthropic-version sent, messag
     assert.deepEqual(sent.body.stop_sequences, ["\n\nHuman:"]);
     assert.equal(sent.body.max_tokens, 1024);
     assert.equal(sent.body.model, "claude-model");
+    // Served from a stream, so the upstream timeout measures silence, not the answer's length.
+    assert.equal(sent.body.stream, true);
 
     const wallet = await s.wallet(appId);
-    assert.equal(wallet.available, 5_000_000 - cost(12, 6));
+    assert.equal(wallet.available, 5_000_000 - cost(25, 15));
     assert.equal(wallet.reserved, 0);
   }));
 

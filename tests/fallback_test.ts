@@ -13,7 +13,6 @@ import {
   cost,
   type FakeProvider,
   fixture,
-  fixtureJson,
   sseEvents,
   sseResponse,
   startUpstreamService,
@@ -34,10 +33,9 @@ function claudeFake() {
   let calls = 0;
   const server = serveLoopback(async (req) => {
     calls++;
-    const body = await req.json();
-    return body.stream
-      ? sseResponse(sseEvents(fixture("anthropic_stream_basic.sse")))
-      : Response.json(fixtureJson("anthropic_message_basic.json"));
+    await req.body?.cancel();
+    // Every call is streamed, non-streamed requests included (assembled by the gateway).
+    return sseResponse(sseEvents(fixture("anthropic_stream_basic.sse")));
   });
   return { ...server, calls: () => calls };
 }
@@ -88,7 +86,7 @@ async function assertServedByFallback(s: TestService) {
   assert.equal((await readSse(streamed)).at(-1), "[DONE]");
 
   const wallet = await s.wallet(appId);
-  assert.equal(wallet.available, START - cost(12, 6) - cost(25, 15));
+  assert.equal(wallet.available, START - 2 * cost(25, 15));
   assert.equal(wallet.reserved, 0);
   const records = await usageRecords(s.kv, appId);
   assert.equal(records.length, 2);

@@ -213,7 +213,7 @@ Deno.test("requests longer than the reservation TTL, streamed or not, keep their
     assert.equal(events.at(-1), "[DONE]");
     const plain = await s.chat(apiKey, {
       model: "fake/gpt",
-      messages: userMessage(`slow:1800 ${words}`),
+      messages: userMessage(`wait:1800 ${words}`),
     });
     assert.equal(plain.status, 200);
     const cost = parseUsd(plain.headers.get("tollbooth-request-cost")!);

@@ -11,6 +11,7 @@ import {
   usageRecords,
   userMessage,
 } from "./helpers.ts";
+import { completionStream } from "./upstreams.ts";
 
 const FAKE = "fake/gpt";
 
@@ -32,7 +33,8 @@ function countingUpstream(options: { gated?: boolean; failFirst?: number } = {})
       return Response.json({ error: { message: "boom", type: "server_error" } }, { status: 500 });
     }
     await gate;
-    return Response.json({
+    // Every upstream call is streamed (non-streamed requests are assembled from it).
+    return completionStream({
       id: `chatcmpl-${calls}`,
       object: "chat.completion",
       created: 1,

@@ -9,6 +9,7 @@ import { Wallets } from "@/lib/billing/mod.ts";
 import { keys, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
 import { serveOnLoopback } from "./fakes/common.ts";
 import { assertAuditClean, startService } from "./helpers.ts";
+import { completionStream } from "./upstreams.ts";
 
 const BODY = { model: "fake/gpt", messages: [{ role: "user", content: "hi" }], max_tokens: 50 };
 
@@ -45,7 +46,8 @@ function upstream() {
       seen.aborted++;
       aborted();
     }
-    return Response.json(completion());
+    // Every upstream call is streamed (non-streamed requests are assembled from it).
+    return completionStream(completion());
   });
   return {
     server,

@@ -50,6 +50,43 @@ export function sseResponse(
   });
 }
 
+/**
+ * A chat.completion as an OpenAI-compatible server streams it (role, content, tool-call fragments,
+ * the finish reason, the usage chunk, [DONE]): the gateway always calls upstreams streamed, so a
+ * test's documented completion is answered this way.
+ */
+export function completionStream(
+  completion: Record<string, unknown>,
+  options: { headers?: Record<string, string> } = {},
+): Response {
+  // deno-lint-ignore no-explicit-any
+  const { choices, usage, object: _object, ...meta } = completion as any;
+  const chunk = (choice: Record<string, unknown>) =>
+    `data: ${JSON.stringify({ ...meta, object: "chat.completion.chunk", choices: [choice] })}\n\n`;
+  const events: string[] = [];
+  for (const { index, message, finish_reason, logprobs } of choices) {
+    const { role, content, tool_calls, ...rest } = message;
+    events.push(
+      chunk({ index, delta: { role, content: content ?? null, ...rest }, finish_reason: null }),
+    );
+    (tool_calls ?? []).forEach((call: Record<string, unknown>, k: number) =>
+      events.push(
+        chunk({ index, delta: { tool_calls: [{ index: k, ...call }] }, finish_reason: null }),
+      )
+    );
+    events.push(chunk({ index, delta: {}, logprobs: logprobs ?? null, finish_reason }));
+  }
+  if (usage) {
+    events.push(
+      `data: ${
+        JSON.stringify({ ...meta, object: "chat.completion.chunk", choices: [], usage })
+      }\n\n`,
+    );
+  }
+  events.push("data: [DONE]\n\n");
+  return sseResponse(events, options);
+}
+
 export interface FakeProvider {
   kind: "openai" | "anthropic";
   base_url: string;

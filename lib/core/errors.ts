@@ -200,6 +200,14 @@ export const ERROR_CODES = {
     fix:
       "Keep what arrived or retry the request; ask for `stream_options.include_usage` to see the exact charge in the usage chunk before this event.",
   },
+  upstream_interrupted: {
+    status: 502,
+    type: "api_error",
+    title: "The provider broke off mid-answer",
+    cause:
+      "A non-streamed request is served from a streamed upstream call: the provider cut the connection, sent an error, or stayed silent longer than its timeout after it had begun answering. The provider bills the tokens it produced, so they are charged (counted by us when the provider gave no usage); `Tollbooth-Request-Cost` on this response says how much. The partial answer is not returned.",
+    fix: "Retry the request, or stream it (`stream: true`) to keep what arrives before a cut.",
+  },
   internal_error: {
     status: 500,
     type: "api_error",

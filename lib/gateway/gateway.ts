@@ -30,11 +30,12 @@ import {
 import type { Providers } from "./providers/mod.ts";
 import {
   type ChatCompletion,
-  type CompletionResult,
   type Embedding,
   ProviderError,
   type StreamPart,
+  type UpstreamRequest,
 } from "./providers/types.ts";
+import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
 import { extraOutputBound, inputBound, outputBound } from "./input_bound.ts";
@@ -156,76 +157,55 @@ export class Gateway {
     this.#deps = deps;
   }
 
+  /**
+   * A non-streamed request, served from a streamed upstream call assembled into one completion:
+   * the upstream timeout then measures silence, not length, so a long answer is not cut for being
+   * long, and one cut after it began still knows what was produced, which is charged (the provider
+   * bills it) and answered with a 502 that says so.
+   */
   async complete(
     caller: Caller,
     request: ChatRequest,
     requestId: string,
     trace: RequestTrace,
   ): Promise<CompletionOutcome> {
+    const started = performance.now();
+    const opened = await this.#open(caller, request, requestId, trace, false);
     // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
-    // is done and billed to us either way, so it is finished and settled like any other. Only a
-    // reservation refused after an optimistic start aborts it.
-    const upstreamAbort = new AbortController();
-    const call = (maxTokens: number) => (route: Model) =>
-      this.#deps.providers(route.provider).complete({
-        model: route,
-        request,
-        maxTokens,
-        signal: upstreamAbort.signal,
-        requestId,
-      });
-    let early: Promise<{ value: CompletionResult; route: Model }> | undefined;
-    let prepared: Prepared;
-    try {
-      prepared = await this.#prepare(caller, request, requestId, trace, (planned) => {
-        if (!this.#deps.optimisticUpstream) return;
-        if (!this.#deps.wallets.predictFits(caller.appId, planned.amount)) return;
-        this.#deps.wallets.stats.optimisticStarts++;
-        early = this.#firstAnswer(planned.model, requestId, trace, call(planned.maxTokens));
-        // Awaited once the reservation holds; refused, it is aborted and its outcome ignored.
-        early.catch(() => {});
-      });
-    } catch (error) {
-      if (early) {
-        upstreamAbort.abort();
-        this.#deps.wallets.stats.mispredictions++;
-        this.#deps.log({
-          level: "info",
-          requestId,
-          event: "optimistic_upstream_aborted",
-          appId: caller.appId,
-          status: error instanceof ApiError ? error.status : null,
-        });
-      }
-      throw error;
+    // is billed to us either way, so it is read to its end and settled like any other.
+    const parts: StreamPart[] = [];
+    for await (const event of opened.paid.events) {
+      if (event.type === "chunk") parts.push({ type: "chunk", chunk: event.chunk });
     }
-    const { model, promptTokens, maxTokens, reservation } = prepared;
-    const { value: result, route } = await this.#paidCall(
-      caller,
-      reservation,
-      model,
-      requestId,
-      trace,
-      call(maxTokens),
-      early,
-    );
-    const usage = result.usage ?? {
-      promptTokens,
-      completionTokens: outputBound(route.provider.kind, producedText(result.completion)),
+    trace.upstreamMs = performance.now() - started;
+    const { ending, charged, usage, usageObject: reported } = opened.paid.result;
+    if (charged === null || !usage) {
+      throw new ApiError(
+        "internal_error",
+        `The response could not be billed; nothing was charged. Quote request id ${requestId} to support.`,
+      );
+    }
+    const costHeaders = {
+      "Tollbooth-Request-Cost": formatUsd(charged),
+      "Tollbooth-Balance": formatUsd(opened.balance()),
     };
-    const settled = await this.#settle(caller, reservation, route, usage, {
-      requestId,
-      streamed: false,
-      outcome: "completed",
-      countedLocally: result.usage === null,
-    }, trace);
-    const completion = { ...result.completion, model: model.id };
-    if (!completion.usage || result.usage === null) completion.usage = usageObject(usage);
+    if (ending.kind === "upstream_cut") {
+      throw new ApiError(
+        "upstream_interrupted",
+        `The upstream provider broke off after it had begun answering (${ending.failure.message}); the provider bills the tokens it produced, so they were charged (${
+          formatUsd(charged)
+        } USD). The partial answer is not returned.`,
+        { headers: costHeaders },
+      );
+    }
+    const { completion } = await assembleCompletion(parts);
+    completion.model = opened.model.id;
+    completion.usage = reported ?? usageObject(usage);
     return {
       completion,
-      provider: route.provider.name,
-      charged: settled.charged,
-      available: settled.available,
+      provider: opened.route.provider.name,
+      charged,
+      available: opened.balance(),
     };
   }
 
@@ -302,67 +282,7 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
   ): Promise<StreamOutcome> {
-    const { model, promptTokens, maxTokens, reservation, available } = await this.#prepare(
-      caller,
-      request,
-      requestId,
-      trace,
-    );
-    const upstreamAbort = new AbortController();
-    const started = performance.now();
-    // A stream may outlive its lease; keep the reservation alive from now on so the sweeper leaves it.
-    const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
-    let parts: AsyncIterator<StreamPart>, first: IteratorResult<StreamPart>, route: Model;
-    try {
-      // The first part is awaited before the client gets its 200, so that an upstream that fails
-      // or stays silent at the start still gets a real status (and the next provider a chance).
-      ({ value: { parts, first }, route } = await this.#firstAnswer(
-        model,
-        requestId,
-        trace,
-        async (route) => {
-          const parts = (await this.#deps.providers(route.provider).stream({
-            model: route,
-            request,
-            maxTokens,
-            signal: upstreamAbort.signal,
-            requestId,
-          }))[Symbol.asyncIterator]();
-          return { parts, first: await parts.next() };
-        },
-      ));
-    } catch (error) {
-      trace.upstreamMs = performance.now() - started;
-      stopRenewal();
-      await this.#release(caller, reservation, trace);
-      throw this.#providerError(error, trace);
-    }
-    trace.upstreamMs = performance.now() - started;
-
-    const paid = new PaidStream(
-      {
-        requestId,
-        modelId: model.id,
-        countedPromptTokens: promptTokens,
-        countOutput: (text) => outputBound(route.provider.kind, text),
-        includeUsage: request.includeUsage,
-        settle: async (usage, outcome, countedLocally) => {
-          stopRenewal();
-          const settled = await this.#settle(caller, reservation, route, usage, {
-            requestId,
-            streamed: true,
-            outcome,
-            countedLocally,
-          }, trace);
-          return settled.charged;
-        },
-        onUpstreamCut: (kind) => trace.upstreamFailure = kind,
-        log: this.#deps.log,
-      },
-      parts,
-      first,
-      upstreamAbort,
-    );
+    const { paid, route, available } = await this.#open(caller, request, requestId, trace, true);
     const stallMs = this.#deps.clientStallMs ?? DEFAULT_CLIENT_STALL_MS;
     const watchdog = setInterval(() => {
       if (paid.settled) return clearInterval(watchdog);
@@ -376,6 +296,106 @@ export class Gateway {
       events: paid.events,
       cancel: () => paid.cancel(),
     };
+  }
+
+  /**
+   * Reserves, opens the upstream stream (falling back before its first part) and wraps it in a
+   * PaidStream that settles exactly once, however it ends.
+   */
+  async #open(
+    caller: Caller,
+    request: ChatRequest,
+    requestId: string,
+    trace: RequestTrace,
+    streamed: boolean,
+  ) {
+    const upstreamAbort = new AbortController();
+    const open = (maxTokens: number) => async (route: Model) => {
+      const upstream = {
+        model: route,
+        request,
+        maxTokens,
+        signal: upstreamAbort.signal,
+        requestId,
+      };
+      const parts = (await this.#deps.providers(route.provider).stream(upstream))
+        [Symbol.asyncIterator]();
+      // The first part is awaited before the client gets its 200, so that an upstream that fails
+      // or stays silent at the start still gets a real status (and the next provider a chance).
+      return { parts, first: await parts.next(), upstream };
+    };
+    let early:
+      | Promise<{ value: Awaited<ReturnType<ReturnType<typeof open>>>; route: Model }>
+      | undefined;
+    let prepared: Prepared;
+    try {
+      prepared = await this.#prepare(caller, request, requestId, trace, (planned) => {
+        // Optimistic upstream is for non-streamed calls: a stream's first part waits on its 200.
+        if (streamed || !this.#deps.optimisticUpstream) return;
+        if (!this.#deps.wallets.predictFits(caller.appId, planned.amount)) return;
+        this.#deps.wallets.stats.optimisticStarts++;
+        early = this.#firstAnswer(planned.model, requestId, trace, open(planned.maxTokens));
+        // Awaited once the reservation holds; refused, it is aborted and its outcome ignored.
+        early.catch(() => {});
+      });
+    } catch (error) {
+      if (early) {
+        upstreamAbort.abort();
+        this.#deps.wallets.stats.mispredictions++;
+        this.#deps.log({
+          level: "info",
+          requestId,
+          event: "optimistic_upstream_aborted",
+          appId: caller.appId,
+          status: error instanceof ApiError ? error.status : null,
+        });
+      }
+      throw error;
+    }
+    const { model, promptTokens, maxTokens, reservation, available } = prepared;
+    const started = performance.now();
+    // A stream may outlive its lease; keep the reservation alive from now on so the sweeper leaves it.
+    const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
+    let parts: AsyncIterator<StreamPart>, first: IteratorResult<StreamPart>, route: Model;
+    let upstream: UpstreamRequest;
+    try {
+      ({ value: { parts, first, upstream }, route } = await (early ??
+        this.#firstAnswer(model, requestId, trace, open(maxTokens))));
+    } catch (error) {
+      trace.upstreamMs = performance.now() - started;
+      stopRenewal();
+      await this.#release(caller, reservation, trace);
+      throw this.#providerError(error, trace);
+    }
+    trace.upstreamMs = performance.now() - started;
+    let balance = available;
+    const paid = new PaidStream(
+      {
+        requestId,
+        modelId: model.id,
+        countedPromptTokens: promptTokens,
+        countOutput: (text) => outputBound(route.provider.kind, text),
+        includeUsage: streamed && request.includeUsage,
+        settle: async (usage, outcome, countedLocally) => {
+          stopRenewal();
+          const settled = await this.#settle(caller, reservation, route, usage, {
+            requestId,
+            streamed,
+            outcome,
+            countedLocally,
+          }, trace);
+          balance = settled.available;
+          return settled.charged;
+        },
+        onUpstreamCut: (kind) => trace.upstreamFailure = kind,
+        drainOnLeave: this.#deps.providers(route.provider).billsHiddenWork?.(upstream) ?? false,
+        log: this.#deps.log,
+      },
+      parts,
+      first,
+      upstreamAbort,
+    );
+    return { paid, model, route, available, balance: () => balance };
   }
 
   /**
@@ -680,25 +700,4 @@ function usageDetails(usage: Usage) {
   if (usage.cacheWriteTokens) details.cacheWriteTokens = usage.cacheWriteTokens;
   if (usage.reasoningTokens) details.reasoningTokens = usage.reasoningTokens;
   return details;
-}
-
-/** Everything a completion produced that the provider bills as output: text, calls, reasoning. */
-function producedText(completion: ChatCompletion): string {
-  let text = "";
-  for (const choice of completion.choices) {
-    const m = choice.message ?? {};
-    for (const field of ["content", "refusal", "reasoning_content", "reasoning"]) {
-      const value = (m as Record<string, unknown>)[field];
-      if (typeof value === "string") text += value;
-    }
-    const calls = (m as { tool_calls?: unknown }).tool_calls;
-    if (Array.isArray(calls)) {
-      for (const call of calls) {
-        const fn = (call as { function?: { name?: unknown; arguments?: unknown } })?.function;
-        if (typeof fn?.name === "string") text += fn.name;
-        if (typeof fn?.arguments === "string") text += fn.arguments;
-      }
-    }
-  }
-  return text;
 }

@@ -19,7 +19,7 @@ export type StreamEvent =
   | { type: "error"; error: ApiError };
 
 /** How the stream ended, once it has; decides the usage record's outcome and the last event. */
-type Ending =
+export type Ending =
   | { kind: "completed" }
   | { kind: "upstream_cut"; failure: ProviderError }
   | { kind: "client_gone" }
@@ -38,6 +38,13 @@ export interface PaidStreamOptions {
   settle(usage: Usage, outcome: UsageOutcome, countedLocally: boolean): Promise<Micros>;
   /** The upstream broke off after the 200: the kind, for the request's log line. */
   onUpstreamCut(kind: string): void;
+  /**
+   * The provider bills work it does not stream (a reasoning model's hidden reasoning, Claude's
+   * full thinking behind its summary): a client that leaves or stalls does not stop the upstream,
+   * which is read to its end (bounded by its idle timeout and the output cap the reservation
+   * covers) so that its usage, and nothing less, is charged.
+   */
+  drainOnLeave?: boolean;
   log: (fields: Record<string, unknown>) => void;
 }
 
@@ -60,6 +67,7 @@ export class PaidStream {
   /** What was charged, once settled; null when the settle failed (the sweeper releases the hold). */
   #charged: Micros | null = null;
   #settledUsage: Usage | null = null;
+  #draining: Promise<void> | null = null;
   readonly events: AsyncGenerator<StreamEvent>;
 
   constructor(
@@ -75,12 +83,35 @@ export class PaidStream {
     this.events = this.#events();
   }
 
-  /** The client went away: stop the upstream and settle what was produced. */
+  /**
+   * The client went away: stop the upstream and settle what was produced, or, when the provider
+   * bills hidden work, read the upstream to its end and settle its usage.
+   */
   async cancel(): Promise<void> {
     this.#ending ??= { kind: "client_gone" };
-    this.#upstreamAbort.abort(new DOMException("client closed the stream", "AbortError"));
+    if (!this.#options.drainOnLeave) {
+      this.#upstreamAbort.abort(new DOMException("client closed the stream", "AbortError"));
+    }
     await this.events.return(undefined);
+    // A stream cancelled before its first read never ran the generator's own drain.
+    if (this.#options.drainOnLeave) await this.#drainUpstream();
     await this.settle();
+  }
+
+  /** How the stream ended and what it charged, once settled (for a non-streamed answer). */
+  get result(): {
+    ending: Ending;
+    charged: Micros | null;
+    usage: Usage | null;
+    /** The upstream's own usage object (details kept) when it reported one. */
+    usageObject: UsageObject | null;
+  } {
+    return {
+      ending: this.#ending ?? { kind: "completed" },
+      charged: this.#charged,
+      usage: this.#settledUsage,
+      usageObject: this.#reportedUsage ? this.#reportedUsageObject : null,
+    };
   }
 
   /**
@@ -93,6 +124,10 @@ export class PaidStream {
     const since = this.#waitingForClientSince;
     if (since === null || now - since < stallMs) return false;
     this.#ending = { kind: "stalled", afterMs: stallMs };
+    if (this.#options.drainOnLeave) {
+      this.#settlement = this.#drainUpstream().then(() => this.#settleOnce());
+      return true;
+    }
     this.#upstreamAbort.abort(new DOMException("the client stopped reading", "AbortError"));
     this.settle();
     return true;
@@ -135,10 +170,55 @@ export class PaidStream {
     try {
       yield* this.#forward();
     } finally {
+      const left = this.#ending?.kind === "client_gone" || this.#ending?.kind === "stalled";
+      if (this.#options.drainOnLeave && left) await this.#drainUpstream();
       await this.#parts.return?.().catch(() => {});
       await this.settle();
     }
     yield* this.#closing();
+  }
+
+  /**
+   * Reads what the upstream still sends after the client left, for its usage: the output is
+   * counted as if forwarded, and a failure ends the reading (what was produced is then charged).
+   */
+  #drainUpstream(): Promise<void> {
+    this.#draining ??= (async () => {
+      const first = this.#first;
+      this.#first = null;
+      if (first && !first.done) this.#record(first.value);
+      if (first?.done) return;
+      try {
+        for (let next = await this.#parts.next(); !next.done; next = await this.#parts.next()) {
+          this.#record(next.value);
+        }
+      } catch (error) {
+        this.#options.log({
+          level: "warn",
+          requestId: this.#options.requestId,
+          event: "upstream_drain_failed",
+          error: String((error as Error)?.message ?? error),
+        });
+      }
+    })();
+    return this.#draining;
+  }
+
+  /** Notes a usage report or counts a chunk's output; returns the chunk to forward, if any. */
+  #record(part: StreamPart): ChatCompletionChunk | null {
+    if (part.type === "usage") {
+      this.#reportedUsage = part.usage;
+      this.#reportedUsageObject = part.raw ?? null;
+      return null;
+    }
+    if (part.type === "prompt_tokens") {
+      this.#reportedPromptTokens = part.promptTokens;
+      return null;
+    }
+    const chunk = { ...part.chunk, model: this.#options.modelId };
+    this.#meta ??= { id: chunk.id, created: chunk.created };
+    for (const choice of chunk.choices) this.#produced += producedText(choice.delta);
+    return chunk;
   }
 
   async *#forward(): AsyncGenerator<StreamEvent> {
@@ -146,16 +226,8 @@ export class PaidStream {
       let next = this.#first!;
       this.#first = null;
       for (; !next.done; next = await this.#parts.next()) {
-        const part = next.value;
-        if (part.type === "usage") {
-          this.#reportedUsage = part.usage;
-          this.#reportedUsageObject = part.raw ?? null;
-        } else if (part.type === "prompt_tokens") {
-          this.#reportedPromptTokens = part.promptTokens;
-        } else {
-          const chunk = { ...part.chunk, model: this.#options.modelId };
-          this.#meta ??= { id: chunk.id, created: chunk.created };
-          for (const choice of chunk.choices) this.#produced += producedText(choice.delta);
+        const chunk = this.#record(next.value);
+        if (chunk) {
           this.#waitingForClientSince = Date.now();
           yield { type: "chunk", chunk };
           this.#waitingForClientSince = null;

@@ -2,7 +2,9 @@
  * A streamed answer assembled into one chat.completion, as a client library assembles it: content,
  * refusal and reasoning concatenated, tool calls merged by `index` (id and name from the first
  * fragment, arguments from all), logprobs appended, the last finish reason and the usage kept.
- * It lets a non-streamed request be served from a streamed upstream call.
+ * It lets a non-streamed request be served from a streamed upstream call, in the shape the
+ * non-streamed call would have had: a `refusal` the stream carried (null included) is kept, and an
+ * answer of only tool calls has `content: null`. Per-chunk padding (`obfuscation`) is dropped.
  */
 import type { ChatCompletion, CompletionResult, StreamPart, UsageObject } from "./types.ts";
 import type { Usage } from "@/lib/catalog/mod.ts";
@@ -17,6 +19,8 @@ interface ChoiceDraft {
   index: number;
   content: string | null;
   refusal: string | null;
+  /** Whether any delta carried the refusal field (OpenAI's deltas do, as null). */
+  refusalSeen: boolean;
   reasoning: string | null;
   toolCalls: Map<number, ToolCallDraft>;
   logprobs: { content: unknown[] | null; refusal: unknown[] | null } | null;
@@ -28,7 +32,7 @@ function append(previous: string | null, piece: unknown): string | null {
 }
 
 export async function assembleCompletion(
-  parts: AsyncIterable<StreamPart>,
+  parts: AsyncIterable<StreamPart> | Iterable<StreamPart>,
 ): Promise<CompletionResult & { promptTokens: number | null }> {
   const choices = new Map<number, ChoiceDraft>();
   let meta: { id: string; created: number; model: string } | null = null;
@@ -46,8 +50,16 @@ export async function assembleCompletion(
       promptTokens = part.promptTokens;
       continue;
     }
-    const { id, created, model, choices: chunkChoices, object: _o, usage: _u, ...rest } =
-      part.chunk;
+    const {
+      id,
+      created,
+      model,
+      choices: chunkChoices,
+      object: _o,
+      usage: _u,
+      obfuscation: _padding,
+      ...rest
+    } = part.chunk;
     meta ??= { id, created, model };
     extra = { ...extra, ...rest };
     for (const c of chunkChoices) {
@@ -57,6 +69,7 @@ export async function assembleCompletion(
           index: c.index,
           content: null,
           refusal: null,
+          refusalSeen: false,
           reasoning: null,
           toolCalls: new Map(),
           logprobs: null,
@@ -67,6 +80,7 @@ export async function assembleCompletion(
       const d = c.delta ?? {};
       draft.content = append(draft.content, d.content);
       draft.refusal = append(draft.refusal, d.refusal);
+      if ("refusal" in d) draft.refusalSeen = true;
       draft.reasoning = append(draft.reasoning, d.reasoning_content ?? d.reasoning);
       if (Array.isArray(d.tool_calls)) {
         for (const raw of d.tool_calls as Record<string, unknown>[]) {
@@ -103,8 +117,8 @@ export async function assembleCompletion(
       index: d.index,
       message: {
         role: "assistant",
-        content: d.content,
-        ...(d.refusal !== null ? { refusal: d.refusal } : {}),
+        content: d.content === "" && d.toolCalls.size ? null : d.content,
+        ...(d.refusalSeen || d.refusal !== null ? { refusal: d.refusal } : {}),
         ...(d.reasoning !== null ? { reasoning_content: d.reasoning } : {}),
         ...(d.toolCalls.size
           ? { tool_calls: [...d.toolCalls.entries()].sort(([a], [b]) => a - b).map(([, c]) => c) }

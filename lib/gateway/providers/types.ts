@@ -96,10 +96,19 @@ export class ProviderError extends Error {
   }
 }
 
+/**
+ * One wire format. There is only a streamed call: a non-streamed request is served from it,
+ * assembled into one completion (assemble.ts), so that a timeout measures silence, not length.
+ */
 export interface Provider {
-  complete(request: UpstreamRequest): Promise<CompletionResult>;
   /** Resolves once the upstream has answered; the iterable then yields parts as they arrive. */
   stream(request: UpstreamRequest): Promise<AsyncIterable<StreamPart>>;
+  /**
+   * Whether the provider bills work this request's stream does not show (a reasoning model's
+   * hidden reasoning, Claude's full thinking behind its summary): such a stream is read to its
+   * usage even when the client leaves.
+   */
+  billsHiddenWork?(request: UpstreamRequest): boolean;
   /**
    * The exact input tokens of a request, for a provider that counts them for free before the call
    * (Anthropic's count_tokens); absent where there is no such endpoint.

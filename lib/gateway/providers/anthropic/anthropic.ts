@@ -1,8 +1,7 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
 import { callUpstream, readAnswerJson } from "../http.ts";
-import { messagesRequest, responseTool } from "./request.ts";
-import { anthropicCompletionResult } from "./response.ts";
+import { messagesRequest, responseTool, thinkingBudget } from "./request.ts";
 import { anthropicStreamParts } from "./stream.ts";
 
 export { messagesRequest } from "./request.ts";
@@ -51,13 +50,6 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
   });
 
   return {
-    async complete(request) {
-      const json = await readAnswerJson(
-        await post(base, request, messagesRequest(request, false)),
-      );
-      return anthropicCompletionResult(json, meta(request));
-    },
-
     async stream(request) {
       const { response, idle } = await post(base, request, messagesRequest(request, true));
       return (async function* () {
@@ -69,6 +61,11 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
           idle.stop();
         }
       })();
+    },
+
+    /** Extended thinking bills the full thinking while the stream shows a summary of it. */
+    billsHiddenWork(request) {
+      return thinkingBudget(request.request, request.maxTokens) !== null;
     },
 
     /** Anthropic's free token-counting endpoint: the input the same Messages request bills. */

@@ -1,13 +1,9 @@
 /**
- * The response converter of the Anthropic kind: a Messages message as a chat.completion. Text
- * becomes `content`, `tool_use` blocks `tool_calls` (the answer tool standing in for
- * `response_format` becomes the content), thinking `reasoning_content`, and the counts the usage:
- * prompt = input + cache writes + cache reads, the reads shown as `cached_tokens`.
+ * What the Anthropic kind's answers share, streamed or assembled: the counts as usage (prompt =
+ * input + cache writes + cache reads, the reads shown as `cached_tokens`) and the finish reason.
  */
 import { z } from "zod";
 import type { Usage } from "@/lib/catalog/mod.ts";
-import { usageObject } from "../usage.ts";
-import { type ChatCompletion, type CompletionResult, ProviderError } from "../types.ts";
 
 const Count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
 
@@ -17,22 +13,6 @@ const UsageSchema = z.looseObject({
   cache_creation_input_tokens: Count.nullish().catch(null),
   cache_read_input_tokens: Count.nullish().catch(null),
   output_tokens: Count.nullish().catch(null),
-});
-
-const BlockSchema = z.looseObject({
-  type: z.string(),
-  text: z.string().optional().catch(undefined),
-  thinking: z.string().optional().catch(undefined),
-  id: z.string().optional().catch(undefined),
-  name: z.string().optional().catch(undefined),
-  input: z.unknown().optional(),
-});
-
-const MessageSchema = z.looseObject({
-  id: z.string().optional().catch(undefined),
-  content: z.array(BlockSchema),
-  stop_reason: z.string().nullish().catch(null),
-  usage: z.unknown().optional(),
 });
 
 /** Token counts as reported so far; each report is cumulative, so the latest value of a field wins. */
@@ -96,56 +76,4 @@ export function finishReason(stopReason: unknown): string | null {
 export function finishReasonWithTools(stopReason: unknown, otherToolCalls: number): string | null {
   const reason = finishReason(stopReason);
   return reason === "tool_calls" && otherToolCalls === 0 ? "stop" : reason;
-}
-
-export function anthropicCompletionResult(
-  json: unknown,
-  meta: { requestId: string; upstreamModel: string; answerTool: string | null },
-): CompletionResult {
-  const parsed = MessageSchema.safeParse(json);
-  if (!parsed.success) {
-    throw new ProviderError("malformed_response", "upstream answered 200 without a message");
-  }
-  const message = parsed.data;
-  let text = "";
-  let reasoning = "";
-  const toolCalls: {
-    id: string;
-    type: "function";
-    function: { name: string; arguments: string };
-  }[] = [];
-  for (const block of message.content) {
-    if (block.type === "text" && block.text) text += block.text;
-    else if (block.type === "thinking" && block.thinking) reasoning += block.thinking;
-    else if (block.type === "tool_use" && block.name) {
-      const args = JSON.stringify(block.input ?? {});
-      if (block.name === meta.answerTool) text += args;
-      else {
-        toolCalls.push({
-          id: block.id ?? `toolu_${toolCalls.length}`,
-          type: "function",
-          function: { name: block.name, arguments: args },
-        });
-      }
-    }
-  }
-  const usage = usageOfCounts(mergeCounts(NO_COUNTS, message.usage));
-  const completion: ChatCompletion = {
-    id: message.id ?? `msg-${meta.requestId}`,
-    object: "chat.completion",
-    created: Math.floor(Date.now() / 1000),
-    model: meta.upstreamModel,
-    choices: [{
-      index: 0,
-      message: {
-        role: "assistant",
-        content: text === "" && toolCalls.length ? null : text,
-        ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
-        ...(reasoning ? { reasoning_content: reasoning } : {}),
-      },
-      finish_reason: finishReasonWithTools(message.stop_reason, toolCalls.length),
-    }],
-  };
-  if (usage) completion.usage = usageObject(usage);
-  return { completion, usage };
 }

@@ -85,4 +85,8 @@ Deno.test("the answer tool's input_json_delta streams as content", async () => {
     p.type === "chunk" ? [(p.chunk as ChatCompletionChunk).choices[0].delta.content ?? ""] : []
   ).join("");
   assert.equal(content, `Okay, let's check the weather.{"location": "San Francisco, CA"}`);
+  // Assembled, the answer tool's call is the content, not one of the tool calls.
+  const { completion } = await assembleCompletion(parts);
+  const calls = completion.choices[0].message.tool_calls as { function: { name: string } }[];
+  assert.deepEqual(calls.map((c) => c.function.name), ["get_time"]);
 });

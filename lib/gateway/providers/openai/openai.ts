@@ -1,7 +1,6 @@
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
 import { callUpstream, readAnswerJson } from "../http.ts";
-import { openAiRequestBody } from "./request.ts";
-import { openAiCompletionResult } from "./response.ts";
+import { isReasoningModel, openAiRequestBody } from "./request.ts";
 import { openAiSseParts } from "./stream.ts";
 import { embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
 
@@ -32,17 +31,14 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
     });
   }
 
-  function send(request: UpstreamRequest, stream: boolean) {
-    return post("/chat/completions", openAiRequestBody(request, stream), request.signal);
+  /** Chat is always streamed: a non-streamed request is assembled from the stream. */
+  function send(request: UpstreamRequest) {
+    return post("/chat/completions", openAiRequestBody(request, true), request.signal);
   }
 
   return {
-    async complete(request) {
-      return openAiCompletionResult(await readAnswerJson(await send(request, false)));
-    },
-
     async stream(request) {
-      const { response, idle } = await send(request, true);
+      const { response, idle } = await send(request);
       return (async function* () {
         try {
           yield* openAiSseParts(response.body!, idle.touch);
@@ -52,6 +48,11 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
           idle.stop();
         }
       })();
+    },
+
+    billsHiddenWork(request) {
+      return isReasoningModel(request.model) ||
+        request.request.params.reasoning_effort !== undefined;
     },
 
     async embed(request) {

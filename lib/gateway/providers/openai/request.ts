@@ -12,8 +12,22 @@ export function outputCapParam(
   clientParam: "max_tokens" | "max_completion_tokens" | null,
 ): "max_tokens" | "max_completion_tokens" {
   if (model.outputCapParam) return model.outputCapParam;
-  if (/^(o\d|gpt-5)/.test(model.upstreamModel)) return "max_completion_tokens";
+  if (REASONING_MODEL_NAME.test(model.upstreamModel)) return "max_completion_tokens";
   return clientParam ?? "max_tokens";
+}
+
+/** OpenAI's reasoning models: the o-series and GPT-5. */
+const REASONING_MODEL_NAME = /^(o\d|gpt-5)/;
+
+/**
+ * A model that reasons before it answers and never streams its reasoning: by OpenAI's names, or
+ * flagged in the catalog by the cap parameter only reasoning models require.
+ */
+export function isReasoningModel(
+  model: Pick<Model, "outputCapParam" | "upstreamModel">,
+): boolean {
+  return model.outputCapParam === "max_completion_tokens" ||
+    REASONING_MODEL_NAME.test(model.upstreamModel);
 }
 
 /** The message as the client sent it, without what only Tollbooth or other kinds read. */

@@ -4,7 +4,6 @@ import { openAiInputBound } from "../../input_bound.ts";
 import { inFormat } from "../../embedding_vectors.ts";
 import { randomToken } from "@/lib/core/mod.ts";
 import {
-  type ChatCompletion,
   type ChatCompletionChunk,
   type Provider,
   ProviderError,
@@ -80,32 +79,6 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
   }
 
   return {
-    complete(request) {
-      const a = answer(request);
-      request.signal.throwIfAborted();
-      const usage = { promptTokens: a.promptTokens, completionTokens: a.pieces.length };
-      const message: ChatCompletion["choices"][number]["message"] = a.kind === "text"
-        ? { role: "assistant", content: a.pieces.join("") }
-        : {
-          role: "assistant",
-          content: null,
-          tool_calls: [{
-            id: a.id,
-            type: "function",
-            function: { name: a.name, arguments: a.pieces.join("") },
-          }],
-        };
-      const completion: ChatCompletion = {
-        id: `chatcmpl-${randomToken(96)}`,
-        object: "chat.completion",
-        created: Math.floor(Date.now() / 1000),
-        model: request.model.upstreamModel,
-        choices: [{ index: 0, message, finish_reason: a.finishReason }],
-        usage: usageObject(usage),
-      };
-      return Promise.resolve({ completion, usage });
-    },
-
     stream(request) {
       const a = answer(request);
       const id = `chatcmpl-${randomToken(96)}`;

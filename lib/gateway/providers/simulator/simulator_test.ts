@@ -1,11 +1,14 @@
 import assert from "node:assert/strict";
 import { collect, testModel, upstreamRequest } from "../test_support.ts";
 import { assembleCompletion } from "../assemble.ts";
-import type { ChatCompletionChunk } from "../types.ts";
+import type { ChatCompletionChunk, UpstreamRequest } from "../types.ts";
 import { createSimulator, sampleValue } from "./simulator.ts";
 
 const echo = testModel("simulator", "echo");
 const simulator = createSimulator({ tokenDelayMs: 0 });
+/** A non-streamed answer, as the gateway serves it: the stream assembled. */
+const complete = async (request: UpstreamRequest) =>
+  await assembleCompletion(await simulator.stream(request));
 const tools = [{
   type: "function",
   function: {
@@ -24,7 +27,7 @@ const tools = [{
 
 Deno.test("offered tools, echo calls one with arguments made from its schema and the user's words", async () => {
   const request = upstreamRequest(echo, { messages: [{ role: "user", content: "Paris" }], tools });
-  const { completion, usage } = await simulator.complete(request);
+  const { completion, usage } = await complete(request);
   const message = completion.choices[0].message;
   assert.equal(message.content, null);
   assert.deepEqual(message.tool_calls, [{
@@ -56,7 +59,7 @@ Deno.test("echo's tool call streams like OpenAI's: id and name first, then the a
 });
 
 Deno.test("after the tool result, echo answers with it: an agent loop ends", async () => {
-  const { completion } = await simulator.complete(upstreamRequest(echo, {
+  const { completion } = await complete(upstreamRequest(echo, {
     messages: [
       { role: "user", content: "Paris" },
       {
@@ -77,7 +80,7 @@ Deno.test("after the tool result, echo answers with it: an agent loop ends", asy
 
 Deno.test("tool_choice none or a named tool is obeyed", async () => {
   const two = [...tools, { type: "function", function: { name: "noop" } }];
-  const named = await simulator.complete(upstreamRequest(echo, {
+  const named = await complete(upstreamRequest(echo, {
     messages: [{ role: "user", content: "x" }],
     tools: two,
     tool_choice: { type: "function", function: { name: "noop" } },
@@ -87,7 +90,7 @@ Deno.test("tool_choice none or a named tool is obeyed", async () => {
       .function.name,
     "noop",
   );
-  const none = await simulator.complete(upstreamRequest(echo, {
+  const none = await complete(upstreamRequest(echo, {
     messages: [{ role: "user", content: "x" }],
     tools: two,
     tool_choice: "none",
