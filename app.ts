@@ -102,6 +102,8 @@ export function createApp(deps: AppDeps) {
     log,
     clientStallMs: config.upstreamTimeoutMs,
     optimisticUpstream: config.optimisticUpstream,
+    exactCountShare: config.exactCountPercent / 100,
+    countTokensTimeoutMs: config.countTokensTimeoutMs,
   });
   const docsBaseUrl = config.publicUrl;
   const payments = paymentMode(config, deps.devServer ?? false);

@@ -23,6 +23,8 @@ Deno.test("every numeric default the README states is the one the config module 
     RATE_LIMIT_TPM: applied.rateLimitTpm,
     MAX_BODY_BYTES: applied.maxBodyBytes,
     UPSTREAM_TIMEOUT_MS: applied.upstreamTimeoutMs,
+    EXACT_COUNT_PERCENT: applied.exactCountPercent,
+    COUNT_TOKENS_TIMEOUT_MS: applied.countTokensTimeoutMs,
     SHUTDOWN_GRACE_MS: applied.shutdownGraceMs,
     MAX_APPS_PER_OWNER: applied.maxAppsPerOwner,
     MAX_APP_CREATIONS_PER_DAY: applied.maxAppCreationsPerDay,

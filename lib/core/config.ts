@@ -11,6 +11,12 @@ export interface Config {
   rateLimitTpm: number;
   maxBodyBytes: number;
   upstreamTimeoutMs: number;
+  /**
+   * Anthropic requests whose bound-based reservation exceeds this percentage of the balance are
+   * counted exactly first (count_tokens, free), and the count may take at most this long.
+   */
+  exactCountPercent: number;
+  countTokensTimeoutMs: number;
   /** Stripe Checkout for top-ups; both are set or neither. */
   stripeSecretKey: string | undefined;
   stripeWebhookSecret: string | undefined;
@@ -89,6 +95,10 @@ export const CONFIG_DEFAULTS = {
   // Longer than a reasoning model may think before its first byte: a timeout cuts work the
   // provider still bills, so it errs long.
   UPSTREAM_TIMEOUT_MS: 120_000,
+  // count_tokens is free but rate-limited: asked only where the bound decides, and never waited on
+  // for long (the bound then stands).
+  EXACT_COUNT_PERCENT: 50,
+  COUNT_TOKENS_TIMEOUT_MS: 2_000,
   SHUTDOWN_GRACE_MS: 10_000,
   // One account's reach is 3 apps (15.00 USD of starter credits); one address makes 2 accounts a
   // day of at most 2 apps each that day: 4 apps, 20.00 USD, a day.
@@ -108,6 +118,8 @@ const EnvSchema = z.object({
   RATE_LIMIT_TPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_TPM),
   MAX_BODY_BYTES: positiveInt(CONFIG_DEFAULTS.MAX_BODY_BYTES),
   UPSTREAM_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.UPSTREAM_TIMEOUT_MS),
+  EXACT_COUNT_PERCENT: positiveInt(CONFIG_DEFAULTS.EXACT_COUNT_PERCENT),
+  COUNT_TOKENS_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.COUNT_TOKENS_TIMEOUT_MS),
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
   PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
@@ -164,6 +176,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimitTpm: e.RATE_LIMIT_TPM,
     maxBodyBytes: e.MAX_BODY_BYTES,
     upstreamTimeoutMs: e.UPSTREAM_TIMEOUT_MS,
+    exactCountPercent: e.EXACT_COUNT_PERCENT,
+    countTokensTimeoutMs: e.COUNT_TOKENS_TIMEOUT_MS,
     stripeSecretKey,
     stripeWebhookSecret,
     payments: e.PAYMENTS,

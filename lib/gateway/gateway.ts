@@ -69,6 +69,8 @@ export interface RequestTrace extends TraceFields {
   outcome?: UsageOutcome | "released" | "idempotent_replay";
   upstreamFailure?: string;
   errorCode?: string;
+  /** Whether the input was counted exactly by the provider (count_tokens), and how that went. */
+  inputCount?: "counted" | "failed";
   /** The caller's rate-limit status after this request was counted (for the x-ratelimit headers). */
   rateLimit?: RateLimitStatus;
 }
@@ -91,6 +93,13 @@ export interface GatewayDeps {
    * process last committed it says the reservation fits; a refusal then aborts it (a misprediction).
    */
   optimisticUpstream?: boolean;
+  /**
+   * A request whose bound-based reservation exceeds this share of the app's balance (as last seen)
+   * has its input counted exactly first, where the provider counts for free. Defaults to 0.5.
+   */
+  exactCountShare?: number;
+  /** How long the free count may take before the bound stands. Defaults to 2 s. */
+  countTokensTimeoutMs?: number;
 }
 
 export interface CompletionOutcome {
@@ -134,6 +143,8 @@ interface Hold {
   /** What the amount covers, for the 402 message: "prompt plus max_tokens 100". */
   covers: string;
   counted?: CountedTokens;
+  /** A smaller hold from an exact count, when one can be had (null when it cannot). */
+  refine?: () => Promise<Hold | null>;
 }
 
 interface Prepared {
@@ -145,6 +156,16 @@ interface Prepared {
 }
 
 const DEFAULT_CLIENT_STALL_MS = 120_000;
+const DEFAULT_EXACT_COUNT_SHARE = 0.5;
+const DEFAULT_COUNT_TOKENS_TIMEOUT_MS = 2_000;
+
+/**
+ * The input to reserve for an exact count: count_tokens is documented as an estimate that may
+ * differ from the billed input by a small amount, so 2% and 32 tokens are added.
+ */
+export function exactInputReservation(exact: number): number {
+  return Math.ceil(exact * 1.02) + 32;
+}
 
 /** The lazy sweep of one app's expired reservations runs at most this often (per process). */
 const LAZY_SWEEP_EVERY_MS = 1_000;
@@ -152,6 +173,8 @@ const LAZY_SWEEP_EVERY_MS = 1_000;
 export class Gateway {
   readonly #deps: GatewayDeps;
   readonly #lastLazySweep = new Map<string, number>();
+  /** Each app's balance as this process last saw it (after a reserve or settle): a hint only. */
+  readonly #lastAvailable = new Map<string, Micros>();
 
   constructor(deps: GatewayDeps) {
     this.#deps = deps;
@@ -517,7 +540,24 @@ export class Gateway {
     ];
     assertSupported(request, kinds, maxTokens);
     // The largest of the bounds of every provider that may serve the request: the reservation covers any.
-    const promptTokens = Math.max(...kinds.map((kind) => inputBound(kind, request, model)));
+    const bounds = kinds.map((kind) => inputBound(kind, request, model));
+    let promptTokens = Math.max(...bounds);
+    // Anthropic's count_tokens, asked only when the bound decides: counted once, never cached.
+    let exactTried = false;
+    const tryExact = async () => {
+      if (exactTried) return false;
+      exactTried = true;
+      const exact = await this.#exactInputTokens(model, request, maxTokens, requestId, trace);
+      if (exact === null) return false;
+      const withMargin = exactInputReservation(exact);
+      const next = Math.max(
+        ...kinds.map((kind, i) => kind === "anthropic" ? withMargin : bounds[i]),
+      );
+      if (next >= promptTokens) return false;
+      promptTokens = next;
+      return true;
+    };
+    if (promptTokens + maxTokens > model.contextTokens) await tryExact();
     if (promptTokens + maxTokens > model.contextTokens) {
       throw new ApiError(
         "context_length_exceeded",
@@ -527,19 +567,15 @@ export class Gateway {
     }
     // Output beyond the cap that the provider may bill (rejected predicted output).
     const outputTokens = maxTokens + extraOutputBound(request);
-    const amount = reservationCost(model, promptTokens, outputTokens);
-    onPriced?.({ model, maxTokens, amount });
-    const { reservation, available } = await this.#hold(
-      caller,
-      model,
-      {
-        amount,
-        tokens: promptTokens + outputTokens,
-        covers: `prompt plus max_tokens ${maxTokens}`,
-      },
-      requestId,
-      trace,
-    );
+    const hold = (): Hold => ({
+      amount: reservationCost(model, promptTokens, outputTokens),
+      tokens: promptTokens + outputTokens,
+      covers: `prompt plus max_tokens ${maxTokens}`,
+      refine: async () => await tryExact() ? hold() : null,
+    });
+    const planned = hold();
+    onPriced?.({ model, maxTokens, amount: planned.amount });
+    const { reservation, available } = await this.#hold(caller, model, planned, requestId, trace);
     return { model, promptTokens, maxTokens, reservation, available };
   }
 
@@ -551,16 +587,26 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
   ): Promise<{ reservation: ReservationRecord; available: Micros }> {
-    const { amount } = hold;
-    const input = {
-      amount,
+    // A hold that takes most of what the app was last seen to have is decided exactly before it
+    // is tried (where a count can refine it): with the bound, a few such requests would starve
+    // each other.
+    const lastSeen = this.#lastAvailable.get(caller.appId);
+    const share = this.#deps.exactCountShare ?? DEFAULT_EXACT_COUNT_SHARE;
+    let refine = hold.refine;
+    if (refine && lastSeen !== undefined && hold.amount > lastSeen * share) {
+      refine = undefined;
+      hold = await hold.refine!() ?? hold;
+    }
+    const inputOf = (hold: Hold) => ({
+      amount: hold.amount,
       keyId: caller.keyId,
       requestId,
       model: model.id,
       tokens: hold.tokens,
       keyGuard: caller.keyGuard,
       user: caller.user,
-    };
+    });
+    let input = inputOf(hold);
     let result = await this.#reserve(caller, input, trace, hold.counted);
     if (!result.ok && result.reserved > 0 && this.#lazySweepDue(caller.appId)) {
       // Reservations left by a crashed instance must not block an app until the cron sweeper runs.
@@ -571,6 +617,17 @@ export class Gateway {
       );
       if (released > 0) result = await this.#reserve(caller, input, trace, hold.counted);
     }
+    // The bound does not fit the balance: the exact count decides, before any call to the model.
+    const refined = !result.ok && refine ? await refine() : null;
+    if (!result.ok && refined) {
+      hold = refined;
+      input = inputOf(hold);
+      if (hold.amount <= result.available) {
+        result = await this.#reserve(caller, input, trace, hold.counted);
+      }
+    }
+    this.#rememberAvailable(caller.appId, result.available);
+    const { amount } = hold;
     if (!result.ok) {
       const app = await getApp(this.#deps.kv, caller.appId);
       throw new ApiError(
@@ -590,6 +647,49 @@ export class Gateway {
     }
     trace.reserved = amount;
     return { reservation: result.reservation, available: result.available };
+  }
+
+  /**
+   * The exact input tokens by the provider's free counting endpoint (Anthropic's count_tokens),
+   * when the model is served by such a provider: null when there is none, or when the count fails
+   * or is slow (the bound then stands). Counted in the request's log line, and so in the metrics.
+   */
+  async #exactInputTokens(
+    model: Model,
+    request: ChatRequest,
+    maxTokens: number,
+    requestId: string,
+    trace: RequestTrace,
+  ): Promise<number | null> {
+    const counter = this.#deps.providers(model.provider);
+    if (model.provider.kind !== "anthropic" || !counter.countInputTokens) return null;
+    const timeoutMs = this.#deps.countTokensTimeoutMs ?? DEFAULT_COUNT_TOKENS_TIMEOUT_MS;
+    try {
+      const exact = await counter.countInputTokens({
+        model,
+        request,
+        maxTokens,
+        signal: AbortSignal.timeout(timeoutMs),
+        requestId,
+      });
+      trace.inputCount = "counted";
+      return exact;
+    } catch (error) {
+      trace.inputCount = "failed";
+      this.#deps.log({
+        level: "warn",
+        requestId,
+        event: "count_tokens_failed",
+        provider: model.provider.name,
+        message: String((error as Error)?.message ?? error),
+      });
+      return null;
+    }
+  }
+
+  #rememberAvailable(appId: string, available: Micros) {
+    if (this.#lastAvailable.size >= 10_000) this.#lastAvailable.clear();
+    this.#lastAvailable.set(appId, available);
   }
 
   /** Reserves, or throws the refusal for rate: rate is decided first, so a 429 is never a 402. */
@@ -638,6 +738,7 @@ export class Gateway {
       outcome: info.outcome,
       countedLocally: info.countedLocally,
     });
+    this.#rememberAvailable(caller.appId, result.available);
     trace.promptTokens = usage.promptTokens;
     trace.completionTokens = usage.completionTokens;
     trace.outcome = info.outcome;

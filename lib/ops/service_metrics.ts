@@ -44,6 +44,10 @@ export class ServiceMetrics {
     "tollbooth_charged_micro_usd_total",
     "Micro-USD taken from wallets for settled requests, by model.",
   );
+  readonly #inputCounts = this.#registry.counter(
+    "tollbooth_count_tokens_total",
+    "Prompts counted exactly by the provider's free counting endpoint (Anthropic's count_tokens) before the reservation, by provider and outcome (counted, or failed: the bound stood).",
+  );
   readonly #outstanding = this.#registry.gauge(
     "tollbooth_reservations_outstanding",
     "Reservations not yet settled or released, over all instances (read from KV).",
@@ -133,6 +137,10 @@ export class ServiceMetrics {
       this.#tokens.inc({ model, kind: "completion" }, line.completionTokens);
     }
     if (line.cost) this.#charged.inc({ model }, line.cost);
+    const inputCount = (line as { inputCount?: string }).inputCount;
+    if (inputCount) {
+      this.#inputCounts.inc({ provider: line.provider ?? "none", outcome: inputCount });
+    }
   }
 
   /** Reads the shared gauges from KV, then renders every family. */

@@ -3,7 +3,12 @@ import assert from "node:assert/strict";
 import { startAnthropicUpstream } from "../fakes/anthropic_upstream.ts";
 import { createAnthropicProvider } from "@/lib/gateway/providers/anthropic/anthropic.ts";
 import { testModel, upstreamRequest } from "@/lib/gateway/providers/test_support.ts";
-import { anthropicInputBound } from "@/lib/gateway/input_bound.ts";
+import { anthropicInputBound, inputBound } from "@/lib/gateway/input_bound.ts";
+import { parseChatRequest } from "@/lib/gateway/chat_request.ts";
+import { exactInputReservation } from "@/lib/gateway/gateway.ts";
+import { reservationCost } from "@/lib/catalog/mod.ts";
+import { spendDownTo, usageRecords } from "../helpers.ts";
+import { CLAUDE_MODEL, type Dialect, expectedCharge, withDialect } from "./harness.ts";
 
 Deno.test("countInputTokens asks count_tokens about the same Messages request, and the bound is above it", async () => {
   const claude = startAnthropicUpstream();
@@ -39,3 +44,89 @@ Deno.test("countInputTokens asks count_tokens about the same Messages request, a
     await claude.close();
   }
 });
+
+/** English prose: held at several times its real count by the per-script bound. */
+const PROSE = Array.from(
+  { length: 400 },
+  (_, i) =>
+    `Paragraph ${i}: the harbour master walked along the quay at dawn and counted the boats that had come in overnight.`,
+).join("\n");
+
+/** The bound-based and the exact-count reservation of a Claude request, and the exact count. */
+async function reservations(d: Dialect, body: Record<string, unknown>) {
+  const model = d.s.catalog.get(CLAUDE_MODEL)!;
+  const request = parseChatRequest({ model: CLAUDE_MODEL, ...body });
+  const provider = createAnthropicProvider({
+    baseUrl: d.claude.url,
+    apiKey: d.claude.apiKey,
+    apiKeyEnv: "K",
+    timeoutMs: 5_000,
+  });
+  const exact = await provider.countInputTokens!({
+    model,
+    request,
+    maxTokens: request.maxTokens!,
+    signal: new AbortController().signal,
+    requestId: "req_reference",
+  });
+  const cap = request.maxTokens!;
+  return {
+    exact,
+    bound: reservationCost(model, inputBound("anthropic", request, model), cap),
+    counted: reservationCost(model, exactInputReservation(exact), cap),
+  };
+}
+
+Deno.test("a Claude request whose bound exceeds the balance but whose exact count fits is served and charged exactly", () =>
+  withDialect(async (d) => {
+    const body = { messages: [{ role: "user", content: PROSE }], max_tokens: 500 };
+    const { exact, bound, counted } = await reservations(d, body);
+    assert.ok(bound > 2 * counted, `the bound (${bound}) is pessimistic for English prose`);
+    const { appId, apiKey } = await d.s.newApp();
+    await spendDownTo(d.s.kv, appId, Math.floor((bound + counted) / 2));
+    const countsBefore = d.claude.counts().length;
+    const res = await d.s.chat(apiKey, { model: CLAUDE_MODEL, ...body });
+    assert.equal(res.status, 200);
+    await res.json();
+    assert.equal(d.claude.counts().length, countsBefore + 1, "count_tokens decided");
+    const [, record] = await usageRecords(d.s.kv, appId);
+    assert.equal(record.promptTokens, exact);
+    assert.equal(
+      record.cost,
+      expectedCharge(CLAUDE_MODEL, {
+        prompt: exact,
+        completion: record.completionTokens,
+      }),
+    );
+    assert.equal(record.uncharged, 0);
+    const line = d.s.logs.findLast((l) => l.event === "request");
+    assert.equal(line?.inputCount, "counted");
+  }));
+
+Deno.test("a Claude request that truly does not fit is a 402 after count_tokens, without the messages call", () =>
+  withDialect(async (d) => {
+    const body = { messages: [{ role: "user", content: PROSE }], max_tokens: 500 };
+    const { counted } = await reservations(d, body);
+    const { appId, apiKey } = await d.s.newApp();
+    await spendDownTo(d.s.kv, appId, counted - 1);
+    const messagesBefore = d.claude.messages().length;
+    const countsBefore = d.claude.counts().length;
+    const res = await d.s.chat(apiKey, { model: CLAUDE_MODEL, ...body });
+    assert.equal(res.status, 402);
+    assert.equal((await res.json()).error.code, "insufficient_credits");
+    assert.equal(d.claude.counts().length, countsBefore + 1);
+    assert.equal(d.claude.messages().length, messagesBefore, "no messages call");
+    assert.equal((await d.s.wallet(appId)).available, counted - 1, "nothing taken");
+  }));
+
+Deno.test("a request whose bound fits the balance easily is not counted: count_tokens is rate-limited", () =>
+  withDialect(async (d) => {
+    const res = await d.s.chat(d.apiKey, {
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user", content: "Hello" }],
+      max_tokens: 50,
+    });
+    assert.equal(res.status, 200);
+    await res.json();
+    assert.equal(d.claude.counts().length, 0);
+  }));
