@@ -9,7 +9,7 @@ import { startAnthropicUpstream } from "./fakes/anthropic_upstream.ts";
 import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
 import { assertAuditClean, startService, usageRecords, userMessage } from "./helpers.ts";
 
-const TIMEOUT_MS = 400;
+const TIMEOUT_MS = 1_000;
 const PROMPT = "Tell me a long story about a lighthouse keeper and the sea.";
 const STORY = "Once upon a time, a keeper lived alone on a rock far out at sea, and every night " +
   "he lit the lamp, wound the clockwork and wrote one line in the log.";
@@ -19,6 +19,8 @@ async function withFakes(
 ) {
   const openai = startOpenAiUpstream();
   const claude = startAnthropicUpstream();
+  // The fake's tokenizer loads on first use: not inside a timed answer.
+  claude.inputTokens({ model: "m", messages: [{ role: "user", content: "warm up" }] });
   const model = (id: string, provider: string, upstream: string) => ({
     id,
     provider,
@@ -74,8 +76,8 @@ for (const kind of ["openai", "anthropic"] as const) {
 
   Deno.test(`${kind}: a non-streamed answer longer in total than the upstream timeout, never silent that long, completes and is charged exactly`, () =>
     withFakes(async (s, { openai, claude }) => {
-      // Each event 60 ms after the last: the whole answer takes several timeouts.
-      const pace = { chunkDelayMs: 60 };
+      // Each event 100 ms after the last: the whole answer takes several timeouts.
+      const pace = { chunkDelayMs: 100 };
       if (kind === "openai") openai.script({ content: STORY, ...pace });
       else claude.script({ text: STORY, ...pace });
       const { apiKey, appId } = await s.newApp();
