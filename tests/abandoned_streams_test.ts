@@ -8,8 +8,15 @@
 import assert from "node:assert/strict";
 import { loadCorpus } from "./claude_token_reference.ts";
 import { anthropicOutputTokens, claudePieces } from "./fakes/anthropic_upstream.ts";
-import { tokenCount } from "./fakes/openai_upstream.ts";
-import { PUBLIC_URL, until, usageRecords } from "./helpers.ts";
+import { startOpenAiUpstream, tokenCount } from "./fakes/openai_upstream.ts";
+import {
+  assertAuditClean,
+  PUBLIC_URL,
+  startService,
+  until,
+  usageRecords,
+  userMessage,
+} from "./helpers.ts";
 import {
   CLAUDE_MODEL,
   type Dialect,
@@ -226,3 +233,50 @@ Deno.test("a stream without hidden work is stopped when the client drops it, and
     );
     assert.ok(record.completionTokens >= tokenCount(contentSoFar(chunks)));
   }));
+
+Deno.test("a reasoning model's stream whose client stops reading is read to its usage once it stalls", async () => {
+  const openai = startOpenAiUpstream();
+  // The stall limit is the upstream timeout: 300 ms here.
+  const s = await startService({
+    catalogFile: {
+      providers: { oai: { kind: "openai", base_url: openai.baseUrl, api_key_env: "OAI_KEY" } },
+      models: [{
+        id: "oai/o4-mini",
+        provider: "oai",
+        upstream_model: "o4-mini",
+        input_usd_per_mtok: "1.10",
+        output_usd_per_mtok: "4.40",
+        context_tokens: 200_000,
+        max_output_tokens: 32_000,
+      }],
+    },
+    env: { OAI_KEY: openai.apiKey, UPSTREAM_TIMEOUT_MS: "300" },
+  });
+  let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  try {
+    openai.script({ content: ANSWER, reasoningTokens: 5_000 });
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "oai/o4-mini",
+      messages: userMessage("Think, then answer."),
+      max_completion_tokens: 10_000,
+      stream: true,
+    });
+    assert.equal(res.status, 200);
+    reader = res.body!.getReader();
+    await reader.read();
+    // The client neither reads on nor closes the connection.
+    await until(async () => (await s.wallet(appId)).reserved === 0, "the stalled stream to settle");
+    const [record] = await usageRecords(s.kv, appId);
+    assert.equal(record.outcome, "client_closed");
+    assert.equal(record.countedLocally, false, "the provider's usage was read");
+    assert.equal(record.reasoningTokens, 5_000);
+    assert.equal(record.completionTokens, 5_000 + tokenCount(ANSWER));
+    assert.ok(s.logs.some((l) => l.event === "client_stalled"));
+    await assertAuditClean(s.kv);
+  } finally {
+    await reader?.cancel().catch(() => {});
+    await s.close();
+    await openai.close();
+  }
+});

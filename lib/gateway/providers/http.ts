@@ -40,7 +40,7 @@ export async function callUpstream(call: UpstreamCall) {
     throw await statusError(response, bearerToken(call.headers));
   }
   idle.touch();
-  return { response, idle };
+  return { response, idle, signal: controller.signal };
 }
 
 export function upstreamIdleGuard(
@@ -60,6 +60,10 @@ export function upstreamIdleGuard(
   arm();
   return {
     touch: arm,
+    /** No timeout while the reader does not ask for more: silence is measured on our reads only. */
+    pause() {
+      clearTimeout(timer);
+    },
     stop() {
       clearTimeout(timer);
       cleanup();
@@ -138,6 +142,47 @@ function retryAfterSeconds(headers: Headers): number {
     if (!Number.isNaN(date)) return Math.max(1, Math.ceil((date - Date.now()) / 1000));
   }
   return 1;
+}
+
+/**
+ * The parts of an upstream stream, its idle timeout running only while the reader waits on the
+ * upstream: a client that stops reading (the gateway then reads on for hidden work, or ends the
+ * stream itself) does not make the upstream look silent. A wait is also ended by the call's
+ * abort (the client left, or the timeout), whether or not the body read notices it.
+ */
+export async function* guardedParts<T>(
+  parts: AsyncIterable<T>,
+  call: Awaited<ReturnType<typeof callUpstream>>,
+): AsyncGenerator<T> {
+  const { idle, signal } = call;
+  const iterator = parts[Symbol.asyncIterator]();
+  let onAbort = () => {};
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener("abort", onAbort, { once: true });
+  });
+  aborted.catch(() => {});
+  let finished = false;
+  try {
+    while (true) {
+      const next = await Promise.race([iterator.next(), aborted]);
+      if (next.done) {
+        finished = true;
+        return;
+      }
+      idle.pause();
+      yield next.value;
+      idle.touch();
+    }
+  } catch (error) {
+    throw idle.translate(error);
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+    idle.stop();
+    // Not awaited: a body read the abort did not end must not hold the caller.
+    if (!finished) iterator.return?.().catch(() => {});
+  }
 }
 
 /** Reads a non-streamed answer's JSON body under the same idle guard as its headers. */

@@ -1,6 +1,6 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { callUpstream, readAnswerJson } from "../http.ts";
+import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
 import { messagesRequest, responseTool, thinkingBudget } from "./request.ts";
 import { anthropicStreamParts } from "./stream.ts";
 
@@ -51,16 +51,11 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
 
   return {
     async stream(request) {
-      const { response, idle } = await post(base, request, messagesRequest(request, true));
-      return (async function* () {
-        try {
-          yield* anthropicStreamParts(parseSse(response.body!), meta(request), idle.touch);
-        } catch (error) {
-          throw idle.translate(error);
-        } finally {
-          idle.stop();
-        }
-      })();
+      const call = await post(base, request, messagesRequest(request, true));
+      return guardedParts(
+        anthropicStreamParts(parseSse(call.response.body!), meta(request), call.idle.touch),
+        call,
+      );
     },
 
     /** Extended thinking bills the full thinking while the stream shows a summary of it. */

@@ -1,5 +1,5 @@
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { callUpstream, readAnswerJson } from "../http.ts";
+import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
 import { isReasoningModel, openAiRequestBody } from "./request.ts";
 import { openAiSseParts } from "./stream.ts";
 import { embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
@@ -38,16 +38,8 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
 
   return {
     async stream(request) {
-      const { response, idle } = await send(request);
-      return (async function* () {
-        try {
-          yield* openAiSseParts(response.body!, idle.touch);
-        } catch (error) {
-          throw idle.translate(error);
-        } finally {
-          idle.stop();
-        }
-      })();
+      const call = await send(request);
+      return guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call);
     },
 
     billsHiddenWork(request) {
