@@ -380,6 +380,36 @@ for (const kind of KINDS) {
       300,
     ));
 
+  Deno.test(`${kind}: a non-streamed answer cut after it began is 502 upstream_interrupted and charged what was produced`, () =>
+    withFake(kind, () => sseResponse(streamStart(kind)), async (s, apiKey, appId) => {
+      const res = await ask(s, apiKey, false);
+      const error = await assertError(res, 502, "upstream_interrupted");
+      const charged = cutCost(kind);
+      assert.match(
+        error.message,
+        new RegExp(`were charged \\(${(charged / 1e6).toFixed(6)} USD\\)`),
+      );
+      assert.equal(res.headers.get("tollbooth-request-cost"), (charged / 1e6).toFixed(6));
+      assert.equal((await s.wallet(appId)).available, START - charged);
+      const [record] = await usageRecords(s.kv, appId);
+      assert.equal(record.outcome, "upstream_cut");
+      assert.equal(record.streamed, false);
+      assert.equal(record.cost, charged);
+    }));
+
+  Deno.test(`${kind}: a non-streamed answer that stalls past the timeout after it began is 502 upstream_interrupted and charged what was produced`, () =>
+    withFake(
+      kind,
+      () => sseResponse(streamStart(kind), { stall: true }),
+      async (s, apiKey, appId) => {
+        const res = await ask(s, apiKey, false);
+        const error = await assertError(res, 502, "upstream_interrupted");
+        assert.match(error.message, /no data from upstream for 300 ms/);
+        assert.equal((await s.wallet(appId)).available, START - cutCost(kind));
+      },
+      300,
+    ));
+
   Deno.test(`${kind}: a client that disconnects mid-stream aborts the upstream and pays for what was produced`, async () => {
     let upstreamAborted: () => void;
     const aborted = new Promise<void>((resolve) => upstreamAborted = resolve);

@@ -72,8 +72,9 @@ export function DialectSection() {
       <h3 id="dialect-openai">OpenAI kind</h3>
       <p>
         The body reaches the upstream as sent: only <code>model</code>{" "}
-        is renamed, the output cap is set (the client's, or 2048) and, on streams,{" "}
-        <code>stream_options.include_usage</code> is forced. Models that refuse{" "}
+        is renamed, the output cap is set (the client's, or 2048) and the call is always streamed
+        with <code>stream_options.include_usage</code>{" "}
+        forced (a non-streamed request is assembled into one completion). Models that refuse{" "}
         <code>max_tokens</code> (OpenAI's o-series and GPT-5, or any model with{" "}
         <code>"output_cap_param": "max_completion_tokens"</code> in the catalog) get the cap as{" "}
         <code>max_completion_tokens</code>. Completions and chunks come back whole:{" "}

@@ -156,6 +156,14 @@ export function billingPage() {
         <code>prediction</code>'s tokens are held as output too.
       </p>
       <p>
+        Claude's tokenizers are not published, so the bound for Anthropic-kind text is pessimistic
+        (English prose is held at about 3.8 times its real count). When that bound would not fit
+        your balance, or would take more than half of it, Tollbooth asks Anthropic's free{" "}
+        <code>count_tokens</code>{" "}
+        endpoint for the exact count first and reserves that (plus 2% and 32 tokens) instead: an
+        honest prompt is not refused because the estimate was cautious.
+      </p>
+      <p>
         When the balance cannot cover the reservation, the request is refused with{" "}
         <a href="/docs/errors#insufficient_credits">
           <code>402 insufficient_credits</code>
@@ -214,12 +222,34 @@ export function billingPage() {
           an error event instead of <code>[DONE]</code>.
         </li>
         <li>
-          A client that disconnects from a stream stops it: the model is stopped and only what was
-          produced until then is charged.
+          A client that disconnects from a stream (or stops reading it) stops it: the model is
+          stopped and only what was produced until then is charged, tool-call arguments and
+          reasoning text included.
+        </li>
+        <li>
+          Except where the provider bills work the stream does not show: OpenAI's reasoning models
+          (the o-series and GPT-5, or a catalog model flagged as one, or any request with{" "}
+          <code>reasoning_effort</code>) never stream their reasoning, and Claude's extended
+          thinking streams a summary while the full thinking is billed. Such a stream is not stopped
+          when you leave: Tollbooth reads it to its end (at most <code>max_tokens</code>{" "}
+          of output, which the reservation covers) and charges the provider's usage, hidden
+          reasoning included. Cancelling such a request saves nothing; a smaller{" "}
+          <code>max_tokens</code> or <code>reasoning_effort</code> does.
         </li>
         <li>
           A client that disconnects from a non-streamed request does not stop it: the provider's
           work is done either way, so it is finished and charged.
+        </li>
+        <li>
+          A non-streamed request is served from a streamed call to the provider, assembled into one
+          completion, so the provider's timeout measures silence, not the answer's length: a long
+          answer is never cut for being long. If the provider breaks off after it began answering,
+          the request fails with{" "}
+          <a href="/docs/errors#upstream_interrupted">
+            <code>502 upstream_interrupted</code>
+          </a>{" "}
+          and what was produced is charged (the provider bills it); its{" "}
+          <code>Tollbooth-Request-Cost</code> header says how much.
         </li>
         <li>
           A stream's 200 is sent only once the provider has answered, so a refused request gets its
