@@ -243,13 +243,13 @@ export interface ReservationRecord {
   user?: string;
   /** The spend counters holding this reservation (its key's, its end user's), when capped. */
   capped?: SpendScope[];
-  /** Set when the hold was admitted in memory against this process's slice (never stored). */
+  /** Set when the reservation was admitted in memory against this process's slice (never stored). */
   sliceId?: string;
 }
 
 /**
  * A slice of a wallet's balance, taken by one process in one commit and spent by it in memory.
- * Invariants with the wallet: `reserved` = sum of holds + sum of slices' `granted`; the usage
+ * Invariants with the wallet: `reserved` = sum of reservations + sum of slices' `granted`; the usage
  * records sum to `spent` + sum of slices' `spent`. Only its process writes it (posting usage,
  * renewing its lease), and the wallet's batch when it grows or returns it.
  */

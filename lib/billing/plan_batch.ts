@@ -284,7 +284,7 @@ export function planBatch(input: PlanInput) {
           answers.push(() => op.done.resolve(answer));
           break;
         }
-        // A cap counts the holds of requests in flight: a burst cannot pass it together.
+        // A cap counts the reservations of requests in flight: a burst cannot pass it together.
         const scopes = cappedScopes(caps, op.input.keyId, op.input.user);
         const breach = scopes.map((s) => capBreach(s.scope, s.caps, counter(s.scope, s.id), amount))
           .find((b) => b !== null);
@@ -352,7 +352,7 @@ export function planBatch(input: PlanInput) {
         wallet.available += r.amount - charged;
         wallet.spent += charged;
         dropReservation(r);
-        // The hold leaves the counters that held it; the charge is spent under every cap now set.
+        // The reservation leaves the counters that held it; the charge is spent under every cap now set.
         const spendScopes = new Map<string, { scope: SpendScope; id: string; held: boolean }>();
         for (const scope of r.capped ?? []) {
           const id = scope === "key" ? r.keyId : r.user!;

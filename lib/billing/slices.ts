@@ -1,15 +1,15 @@
 /**
  * A process's slice of one app's wallet, in memory: the telecom way (RFC 4006 quota grants) and
  * TigerBeetle's pending/post transfers. The wallet's batch moves money (and a block of the app's
- * rate window) into a durable slice record in one commit; this process then admits holds against
+ * rate window) into a durable slice record in one commit; this process then admits reservations against
  * it without a commit, settles them in memory, and posts the charges (usage records and the
  * slice's `spent`) in batches on the slice record, which only this process writes: processes
  * sharing a KV no longer collide on the wallet's versionstamp for every request.
  *
  * Crash semantics (SIGKILL at any instant):
- * - nothing is overcharged and nothing overdrawn: holds only ever take the slice's free money,
+ * - nothing is overcharged and nothing overdrawn: reservations only ever take the slice's free money,
  *   and the slice's money left the wallet's available when it was granted;
- * - a hold admitted but not settled is never charged (as a hold released by the sweeper);
+ * - a reservation admitted but not settled is never charged (as a reservation released by the sweeper);
  * - a charge settled (its answer may be out, with its Tollbooth-Request-Cost) but not yet posted
  *   is lost: at most the charges of the requests settled in the last `postEveryMs` plus one post
  *   commit (and one grant commit of the same slice, which a post waits for), and never more than
@@ -38,7 +38,7 @@ export class LocalSlice {
   /** The rate block's requests and tokens not yet used (tokens may go below 0: used beyond). */
   requestsLeft: number;
   tokensLeft: number;
-  readonly holds = new Map<string, ReservationRecord>();
+  readonly reservations = new Map<string, ReservationRecord>();
   /** Settled here, not yet posted: usage records and what they charge. */
   pending: UsageRecord[] = [];
   pendingSpent: Micros = 0;
@@ -49,10 +49,10 @@ export class LocalSlice {
   /** The wallet's available outside slices when this process last granted (for answers). */
   walletAvailable: Micros;
   rate: RateLimitStatus | undefined;
-  /** No new holds: the slice is being returned or replaced. */
+  /** No new reservations: the slice is being returned or replaced. */
   closing = false;
   lastUsed: number;
-  /** Money settled, holds admitted and tokens used since the last grant: the app's pace. */
+  /** Money settled, reservations admitted and tokens used since the last grant: the app's pace. */
   spentSinceGrant: Micros = 0;
   admittedSinceGrant = 0;
   tokensSinceGrant = 0;
@@ -115,7 +115,7 @@ export class LocalSlice {
       tokens >= 0;
   }
 
-  /** Admits a hold in memory, or null when the slice lacks the money or the rate room. */
+  /** Admits a reservation in memory, or null when the slice lacks the money or the rate room. */
   admit(
     input: {
       amount: Micros;
@@ -130,7 +130,7 @@ export class LocalSlice {
     const tokens = input.tokens ?? 0;
     if (!this.serves(input.keyId, tokens)) return null;
     if (this.free < input.amount || this.requestsLeft < 1 || this.tokensLeft < tokens) return null;
-    // A hold must not outlive the slice's lease unrenewed; the renewal runs well before.
+    // A reservation must not outlive the slice's lease unrenewed; the renewal runs well before.
     if (this.record.leaseUntil <= now) return null;
     this.free -= input.amount;
     this.requestsLeft -= 1;
@@ -151,16 +151,16 @@ export class LocalSlice {
       tokens,
       sliceId: this.record.id,
     };
-    this.holds.set(reservation.id, reservation);
+    this.reservations.set(reservation.id, reservation);
     return { reservation, available: this.available, rate: this.#rateStatus() };
   }
 
-  /** Settles a hold in memory: the charge is pending until the next post commits it. */
+  /** Settles a reservation in memory: the charge is pending until the next post commits it. */
   settle(reservationId: string, input: SettleInput, now: number): SettleResult | null {
-    const r = this.holds.get(reservationId);
+    const r = this.reservations.get(reservationId);
     if (!r) return null;
-    this.holds.delete(reservationId);
-    // As the wallet path: the hold and, beyond it, the slice's free money; never more.
+    this.reservations.delete(reservationId);
+    // As the wallet path: the reservation and, beyond it, the slice's free money; never more.
     const charged = Math.min(input.cost, r.amount + this.free);
     this.free += r.amount - charged;
     this.pendingSpent += charged;
@@ -187,11 +187,11 @@ export class LocalSlice {
     };
   }
 
-  /** Releases a hold: nothing ran (or what ran is unknown), its money and rate room come back. */
+  /** Releases a reservation: nothing ran (or what ran is unknown), its money and rate room come back. */
   release(reservationId: string, now: number): boolean {
-    const r = this.holds.get(reservationId);
+    const r = this.reservations.get(reservationId);
     if (!r) return false;
-    this.holds.delete(reservationId);
+    this.reservations.delete(reservationId);
     this.free += r.amount;
     this.tokensLeft += r.tokens ?? 0;
     this.lastUsed = now;
@@ -213,7 +213,7 @@ export class LocalSlice {
   }
 
   get idle(): boolean {
-    return this.holds.size === 0 && this.pending.length === 0;
+    return this.reservations.size === 0 && this.pending.length === 0;
   }
 
   /** Spendable as this process knows it: the wallet outside slices plus this slice's free part. */

@@ -130,7 +130,7 @@ export class Wallets {
   readonly #sliceOptions: Required<SliceOptions> | null;
   /** This process's slice of each app it serves, and the slice of each hold admitted in one. */
   readonly #slices = new Map<string, LocalSlice>();
-  readonly #holdSlice = new Map<string, LocalSlice>();
+  readonly #sliceOfReservation = new Map<string, LocalSlice>();
   readonly #growing = new Map<string, Promise<boolean>>();
   readonly #posting = new Map<LocalSlice, Promise<void>>();
   readonly #returning = new Map<LocalSlice, Promise<void>>();
@@ -177,9 +177,9 @@ export class Wallets {
 
   settle(appId: string, reservationId: string, input: SettleInput): Promise<SettleResult> {
     assertAmount(input.cost);
-    const slice = this.#holdSlice.get(reservationId);
+    const slice = this.#sliceOfReservation.get(reservationId);
     if (slice) {
-      this.#holdSlice.delete(reservationId);
+      this.#sliceOfReservation.delete(reservationId);
       const result = slice.settle(reservationId, input, this.#now());
       if (result) return Promise.resolve(result);
     }
@@ -187,9 +187,9 @@ export class Wallets {
   }
 
   release(appId: string, reservationId: string, onlyIfExpiredAt?: number): Promise<ReleaseResult> {
-    const slice = this.#holdSlice.get(reservationId);
+    const slice = this.#sliceOfReservation.get(reservationId);
     if (slice) {
-      this.#holdSlice.delete(reservationId);
+      this.#sliceOfReservation.delete(reservationId);
       const released = slice.release(reservationId, this.#now());
       return Promise.resolve({ released, available: slice.available });
     }
@@ -201,7 +201,7 @@ export class Wallets {
 
   renew(appId: string, reservationId: string): Promise<RenewResult> {
     // A hold in a slice lives as long as the slice, whose lease this process renews.
-    const slice = this.#holdSlice.get(reservationId);
+    const slice = this.#sliceOfReservation.get(reservationId);
     if (slice) return Promise.resolve({ renewed: true, leaseUntil: slice.record.leaseUntil });
     return this.#enqueue(appId, (done) => ({ kind: "renew", reservationId, done }));
   }
@@ -242,7 +242,7 @@ export class Wallets {
    * never lets the sweeper release a live hold); the renewals of one app share its batch.
    */
   keepAlive(appId: string, reservationId: string): () => void {
-    if (this.#holdSlice.has(reservationId)) return () => {};
+    if (this.#sliceOfReservation.has(reservationId)) return () => {};
     let held = this.#kept.get(appId);
     if (!held) this.#kept.set(appId, held = new Set());
     held.add(reservationId);
@@ -277,7 +277,7 @@ export class Wallets {
   async drain(): Promise<void> {
     for (const slice of this.#slices.values()) {
       await this.#postAll(slice);
-      if (slice.holds.size === 0) await this.#returnSlice(slice);
+      if (slice.reservations.size === 0) await this.#returnSlice(slice);
     }
     while (this.#queues.size > 0) await new Promise((r) => setTimeout(r, 1));
   }
@@ -301,7 +301,7 @@ export class Wallets {
         const admitted = slice.admit(input, this.#now());
         if (admitted) {
           this.stats.sliceAdmitted++;
-          this.#holdSlice.set(admitted.reservation.id, slice);
+          this.#sliceOfReservation.set(admitted.reservation.id, slice);
           return { ok: true, ...admitted };
         }
         if (!slice.closing && !slice.serves(input.keyId, tokens)) break;
@@ -418,7 +418,7 @@ export class Wallets {
     for (const slice of this.#slices.values()) {
       if (this.#posting.has(slice) || this.#returning.has(slice)) continue;
       const renewDue = slice.record.leaseUntil - now < (leaseMs * 2) / 3;
-      if (slice.pending.length > 0 || (renewDue && slice.holds.size > 0)) {
+      if (slice.pending.length > 0 || (renewDue && slice.reservations.size > 0)) {
         this.#post(slice).catch(() => {});
       } else if (slice.idle && (now - slice.lastUsed >= idleMs || renewDue)) {
         this.#returnSlice(slice).catch(() => {});
@@ -532,7 +532,7 @@ export class Wallets {
     const appId = slice.record.appId;
     const done = (async () => {
       await this.#postAll(slice);
-      if (slice.holds.size > 0) {
+      if (slice.reservations.size > 0) {
         slice.closing = false;
         return;
       }

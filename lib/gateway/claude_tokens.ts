@@ -1,5 +1,5 @@
 /**
- * An upper bound on the tokens any Claude tokenizer bills for a text, for holds taken before a
+ * An upper bound on the tokens any Claude tokenizer bills for a text, for reservations taken before a
  * call. Pure and fast (one pass over UTF-16 code units, no regexes, no per-character strings).
  * docs/token-bounds.md has the measurements behind every number here.
  *

@@ -56,19 +56,7 @@ export interface Caller {
 
 /** What a request did, for its log line; filled in as the request goes. */
 export interface RequestTrace extends TraceFields {
-  appId?: string;
-  keyId?: string;
-  model?: string;
-  provider?: string;
-  streamed?: boolean;
-  promptTokens?: number;
-  completionTokens?: number;
-  cost?: Micros;
-  reserved?: Micros;
-  upstreamMs?: number;
   outcome?: UsageOutcome | "released" | "idempotent_replay";
-  upstreamFailure?: string;
-  errorCode?: string;
   /** Whether the input was counted exactly by the provider (count_tokens), and how that went. */
   inputCount?: "counted" | "failed";
   /** The caller's rate-limit status after this request was counted (for the x-ratelimit headers). */
@@ -135,16 +123,16 @@ export interface EmbeddingsOutcome {
   available: Micros;
 }
 
-/** What a request asks the wallet to hold, and how to say so when it is refused. */
-interface Hold {
+/** What a request asks the wallet to reserve, and how to say so when it is refused. */
+interface PlannedReservation {
   amount: Micros;
   /** Counted against the tokens-per-minute limit. */
   tokens: number;
   /** What the amount covers, for the 402 message: "prompt plus max_tokens 100". */
   covers: string;
   counted?: CountedTokens;
-  /** A smaller hold from an exact count, when one can be had (null when it cannot). */
-  refine?: () => Promise<Hold | null>;
+  /** A smaller reservation from an exact count, when one can be had (null when it cannot). */
+  refine?: () => Promise<PlannedReservation | null>;
 }
 
 interface Prepared {
@@ -242,7 +230,7 @@ export class Gateway {
     const model = this.#model(request.model, "embedding", trace);
     trace.streamed = false;
     const promptTokens = countEmbeddingTokens(request, model);
-    const { reservation } = await this.#hold(
+    const { reservation } = await this.#reserveOrRefuse(
       caller,
       model,
       {
@@ -567,47 +555,53 @@ export class Gateway {
     }
     // Output beyond the cap that the provider may bill (rejected predicted output).
     const outputTokens = maxTokens + extraOutputBound(request);
-    const hold = (): Hold => ({
+    const plan = (): PlannedReservation => ({
       amount: reservationCost(model, promptTokens, outputTokens),
       tokens: promptTokens + outputTokens,
       covers: `prompt plus max_tokens ${maxTokens}`,
-      refine: async () => await tryExact() ? hold() : null,
+      refine: async () => await tryExact() ? plan() : null,
     });
-    const planned = hold();
+    const planned = plan();
     onPriced?.({ model, maxTokens, amount: planned.amount });
-    const { reservation, available } = await this.#hold(caller, model, planned, requestId, trace);
+    const { reservation, available } = await this.#reserveOrRefuse(
+      caller,
+      model,
+      planned,
+      requestId,
+      trace,
+    );
     return { model, promptTokens, maxTokens, reservation, available };
   }
 
-  /** Reserves the hold (sweeping the app's expired holds once before a refusal), or throws 402/429. */
-  async #hold(
+  /** Reserves (sweeping the app's expired reservations once before a refusal), or throws 402/429. */
+  async #reserveOrRefuse(
     caller: Caller,
     model: Model,
-    hold: Hold,
+    planned: PlannedReservation,
     requestId: string,
     trace: RequestTrace,
   ): Promise<{ reservation: ReservationRecord; available: Micros }> {
-    // A hold that takes most of what the app was last seen to have is decided exactly before it
+    // A planned that takes most of what the app was last seen to have is decided exactly before it
     // is tried (where a count can refine it): with the bound, a few such requests would starve
     // each other.
     const lastSeen = this.#lastAvailable.get(caller.appId);
     const share = this.#deps.exactCountShare ?? DEFAULT_EXACT_COUNT_SHARE;
-    let refine = hold.refine;
-    if (refine && lastSeen !== undefined && hold.amount > lastSeen * share) {
+    let refine = planned.refine;
+    if (refine && lastSeen !== undefined && planned.amount > lastSeen * share) {
       refine = undefined;
-      hold = await hold.refine!() ?? hold;
+      planned = await planned.refine!() ?? planned;
     }
-    const inputOf = (hold: Hold) => ({
-      amount: hold.amount,
+    const inputOf = (planned: PlannedReservation) => ({
+      amount: planned.amount,
       keyId: caller.keyId,
       requestId,
       model: model.id,
-      tokens: hold.tokens,
+      tokens: planned.tokens,
       keyGuard: caller.keyGuard,
       user: caller.user,
     });
-    let input = inputOf(hold);
-    let result = await this.#reserve(caller, input, trace, hold.counted);
+    let input = inputOf(planned);
+    let result = await this.#reserve(caller, input, trace, planned.counted);
     if (!result.ok && result.reserved > 0 && this.#lazySweepDue(caller.appId)) {
       // Reservations left by a crashed instance must not block an app until the cron sweeper runs.
       const released = await releaseExpiredReservations(
@@ -615,26 +609,26 @@ export class Gateway {
         this.#deps.wallets,
         caller.appId,
       );
-      if (released > 0) result = await this.#reserve(caller, input, trace, hold.counted);
+      if (released > 0) result = await this.#reserve(caller, input, trace, planned.counted);
     }
     // The bound does not fit the balance: the exact count decides, before any call to the model.
     const refined = !result.ok && refine ? await refine() : null;
     if (!result.ok && refined) {
-      hold = refined;
-      input = inputOf(hold);
-      if (hold.amount <= result.available) {
-        result = await this.#reserve(caller, input, trace, hold.counted);
+      planned = refined;
+      input = inputOf(planned);
+      if (planned.amount <= result.available) {
+        result = await this.#reserve(caller, input, trace, planned.counted);
       }
     }
     this.#rememberAvailable(caller.appId, result.available);
-    const { amount } = hold;
+    const { amount } = planned;
     if (!result.ok) {
       const app = await getApp(this.#deps.kv, caller.appId);
       throw new ApiError(
         "insufficient_credits",
         `This request needs ${
           formatUsd(amount)
-        } USD reserved (${hold.covers} at ${model.id} prices); the balance is ${
+        } USD reserved (${planned.covers} at ${model.id} prices); the balance is ${
           formatUsd(result.available)
         } USD.`,
         {

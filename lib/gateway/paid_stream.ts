@@ -64,7 +64,7 @@ export class PaidStream {
   /** Set while a chunk waits for the client to ask for it (null while we wait for the upstream). */
   #waitingForClientSince: number | null = null;
   #settlement: Promise<void> | null = null;
-  /** What was charged, once settled; null when the settle failed (the sweeper releases the hold). */
+  /** What was charged, once settled; null when the settle failed (the sweeper releases the reservation). */
   #charged: Micros | null = null;
   #settledUsage: Usage | null = null;
   #draining: Promise<void> | null = null;
