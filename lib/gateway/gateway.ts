@@ -2,15 +2,7 @@
  * One paid request's life, independent of HTTP: price, reserve, call the provider, settle.
  * Every path that reserves ends in exactly one settle or release (or, after a crash, the sweeper).
  */
-import { getApp, topUpUrl } from "@/lib/tenants/mod.ts";
-import {
-  type Catalog,
-  type Model,
-  type ModelType,
-  reservationCost,
-  type Usage,
-  usageCost,
-} from "@/lib/catalog/mod.ts";
+import { type Catalog, type Model, type ModelType, reservationCost } from "@/lib/catalog/mod.ts";
 import {
   assertSupported,
   type ChatRequest,
@@ -18,15 +10,8 @@ import {
   type ProviderKind,
 } from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
-import type { ReservationRecord, UsageOutcome } from "@/lib/db.ts";
-import { ApiError, formatUsd, type Micros, type TraceFields } from "@/lib/core/mod.ts";
-import {
-  type CountedTokens,
-  rateLimitRefusal,
-  type RateLimitStatus,
-  releaseExpiredReservations,
-  spendCapRefusal,
-} from "@/lib/billing/mod.ts";
+import type { ReservationRecord } from "@/lib/db.ts";
+import { ApiError, formatUsd, type Micros } from "@/lib/core/mod.ts";
 import type { Providers } from "./providers/mod.ts";
 import {
   type ChatCompletion,
@@ -37,31 +22,16 @@ import {
 } from "./providers/types.ts";
 import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
+import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
 import { extraOutputBound, inputBound, outputBound } from "./input_bound.ts";
 import { usageObject } from "./providers/usage.ts";
 
+import type { Caller, RequestTrace } from "./caller.ts";
+import type { Wallets } from "@/lib/billing/mod.ts";
+
 export type { StreamEvent };
-import { KeyRevokedError, type ReserveInput, type Wallets } from "@/lib/billing/mod.ts";
-import type { KeyGuard } from "@/lib/tenants/mod.ts";
-
-export interface Caller {
-  appId: string;
-  keyId: string;
-  /** Checked by the reserve's commit: a key revoked since it was looked up is refused there. */
-  keyGuard?: KeyGuard;
-  /** The app's end user (the request's `user` field): recorded on the usage, capped per app. */
-  user?: string;
-}
-
-/** What a request did, for its log line; filled in as the request goes. */
-export interface RequestTrace extends TraceFields {
-  outcome?: UsageOutcome | "released" | "idempotent_replay";
-  /** Whether the input was counted exactly by the provider (count_tokens), and how that went. */
-  inputCount?: "counted" | "failed";
-  /** The caller's rate-limit status after this request was counted (for the x-ratelimit headers). */
-  rateLimit?: RateLimitStatus;
-}
+export type { Caller, RequestTrace } from "./caller.ts";
 
 export interface GatewayDeps {
   kv: Deno.Kv;
@@ -123,18 +93,6 @@ export interface EmbeddingsOutcome {
   available: Micros;
 }
 
-/** What a request asks the wallet to reserve, and how to say so when it is refused. */
-interface PlannedReservation {
-  amount: Micros;
-  /** Counted against the tokens-per-minute limit. */
-  tokens: number;
-  /** What the amount covers, for the 402 message: "prompt plus max_tokens 100". */
-  covers: string;
-  counted?: CountedTokens;
-  /** A smaller reservation from an exact count, when one can be had (null when it cannot). */
-  refine?: () => Promise<PlannedReservation | null>;
-}
-
 interface Prepared {
   model: Model;
   promptTokens: number;
@@ -144,7 +102,6 @@ interface Prepared {
 }
 
 const DEFAULT_CLIENT_STALL_MS = 120_000;
-const DEFAULT_EXACT_COUNT_SHARE = 0.5;
 const DEFAULT_COUNT_TOKENS_TIMEOUT_MS = 2_000;
 
 /**
@@ -155,17 +112,13 @@ export function exactInputReservation(exact: number): number {
   return Math.ceil(exact * 1.02) + 32;
 }
 
-/** The lazy sweep of one app's expired reservations runs at most this often (per process). */
-const LAZY_SWEEP_EVERY_MS = 1_000;
-
 export class Gateway {
   readonly #deps: GatewayDeps;
-  readonly #lastLazySweep = new Map<string, number>();
-  /** Each app's balance as this process last saw it (after a reserve or settle): a hint only. */
-  readonly #lastAvailable = new Map<string, Micros>();
+  readonly #desk: WalletDesk;
 
   constructor(deps: GatewayDeps) {
     this.#deps = deps;
+    this.#desk = new WalletDesk(deps);
   }
 
   /**
@@ -230,7 +183,7 @@ export class Gateway {
     const model = this.#model(request.model, "embedding", trace);
     trace.streamed = false;
     const promptTokens = countEmbeddingTokens(request, model);
-    const { reservation } = await this.#reserveOrRefuse(
+    const { reservation } = await this.#desk.reserveOrRefuse(
       caller,
       model,
       {
@@ -261,7 +214,7 @@ export class Gateway {
         }),
     );
     const usage = { promptTokens: result.promptTokens ?? promptTokens, completionTokens: 0 };
-    const settled = await this.#settle(caller, reservation, route, usage, {
+    const settled = await this.#desk.settle(caller, reservation, route, usage, {
       requestId,
       streamed: false,
       outcome: "completed",
@@ -375,7 +328,7 @@ export class Gateway {
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
       stopRenewal();
-      await this.#release(caller, reservation, trace);
+      await this.#desk.release(caller, reservation, trace);
       throw this.#providerError(error, trace);
     }
     trace.upstreamMs = performance.now() - started;
@@ -389,7 +342,7 @@ export class Gateway {
         includeUsage: streamed && request.includeUsage,
         settle: async (usage, outcome, countedLocally) => {
           stopRenewal();
-          const settled = await this.#settle(caller, reservation, route, usage, {
+          const settled = await this.#desk.settle(caller, reservation, route, usage, {
             requestId,
             streamed,
             outcome,
@@ -472,7 +425,7 @@ export class Gateway {
       return answer;
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
-      await this.#release(caller, reservation, trace);
+      await this.#desk.release(caller, reservation, trace);
       throw this.#providerError(error, trace);
     } finally {
       stopRenewal();
@@ -563,7 +516,7 @@ export class Gateway {
     });
     const planned = plan();
     onPriced?.({ model, maxTokens, amount: planned.amount });
-    const { reservation, available } = await this.#reserveOrRefuse(
+    const { reservation, available } = await this.#desk.reserveOrRefuse(
       caller,
       model,
       planned,
@@ -571,76 +524,6 @@ export class Gateway {
       trace,
     );
     return { model, promptTokens, maxTokens, reservation, available };
-  }
-
-  /** Reserves (sweeping the app's expired reservations once before a refusal), or throws 402/429. */
-  async #reserveOrRefuse(
-    caller: Caller,
-    model: Model,
-    planned: PlannedReservation,
-    requestId: string,
-    trace: RequestTrace,
-  ): Promise<{ reservation: ReservationRecord; available: Micros }> {
-    // A planned that takes most of what the app was last seen to have is decided exactly before it
-    // is tried (where a count can refine it): with the bound, a few such requests would starve
-    // each other.
-    const lastSeen = this.#lastAvailable.get(caller.appId);
-    const share = this.#deps.exactCountShare ?? DEFAULT_EXACT_COUNT_SHARE;
-    let refine = planned.refine;
-    if (refine && lastSeen !== undefined && planned.amount > lastSeen * share) {
-      refine = undefined;
-      planned = await planned.refine!() ?? planned;
-    }
-    const inputOf = (planned: PlannedReservation) => ({
-      amount: planned.amount,
-      keyId: caller.keyId,
-      requestId,
-      model: model.id,
-      tokens: planned.tokens,
-      keyGuard: caller.keyGuard,
-      user: caller.user,
-    });
-    let input = inputOf(planned);
-    let result = await this.#reserve(caller, input, trace, planned.counted);
-    if (!result.ok && result.reserved > 0 && this.#lazySweepDue(caller.appId)) {
-      // Reservations left by a crashed instance must not block an app until the cron sweeper runs.
-      const released = await releaseExpiredReservations(
-        this.#deps.kv,
-        this.#deps.wallets,
-        caller.appId,
-      );
-      if (released > 0) result = await this.#reserve(caller, input, trace, planned.counted);
-    }
-    // The bound does not fit the balance: the exact count decides, before any call to the model.
-    const refined = !result.ok && refine ? await refine() : null;
-    if (!result.ok && refined) {
-      planned = refined;
-      input = inputOf(planned);
-      if (planned.amount <= result.available) {
-        result = await this.#reserve(caller, input, trace, planned.counted);
-      }
-    }
-    this.#rememberAvailable(caller.appId, result.available);
-    const { amount } = planned;
-    if (!result.ok) {
-      const app = await getApp(this.#deps.kv, caller.appId);
-      throw new ApiError(
-        "insufficient_credits",
-        `This request needs ${
-          formatUsd(amount)
-        } USD reserved (${planned.covers} at ${model.id} prices); the balance is ${
-          formatUsd(result.available)
-        } USD.`,
-        {
-          extra: {
-            balance: formatUsd(result.available),
-            top_up_url: topUpUrl(this.#deps.publicUrl, app),
-          },
-        },
-      );
-    }
-    trace.reserved = amount;
-    return { reservation: result.reservation, available: result.available };
   }
 
   /**
@@ -681,97 +564,6 @@ export class Gateway {
     }
   }
 
-  #rememberAvailable(appId: string, available: Micros) {
-    if (this.#lastAvailable.size >= 10_000) this.#lastAvailable.clear();
-    this.#lastAvailable.set(appId, available);
-  }
-
-  /** Reserves, or throws the refusal for rate: rate is decided first, so a 429 is never a 402. */
-  async #reserve(
-    caller: Caller,
-    input: ReserveInput,
-    trace: RequestTrace,
-    counted?: CountedTokens,
-  ) {
-    const result = await this.#deps.wallets.reserve(caller.appId, input).catch((error) => {
-      // The key was revoked (on any instance) since this process cached it.
-      if (!(error instanceof KeyRevokedError)) throw error;
-      throw new ApiError(
-        "invalid_api_key",
-        "Invalid API key: it is malformed, unknown or revoked.",
-      );
-    });
-    if (result.rate) trace.rateLimit = result.rate;
-    if (!result.ok && result.reason === "spend_cap") throw spendCapRefusal(result.breach);
-    if (!result.ok && result.reason !== "insufficient_credits") {
-      throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs, counted);
-    }
-    return result;
-  }
-
-  async #settle(
-    caller: Caller,
-    reservation: ReservationRecord,
-    model: Model,
-    usage: Usage,
-    info: { requestId: string; streamed: boolean; outcome: UsageOutcome; countedLocally: boolean },
-    trace: RequestTrace,
-  ) {
-    const cost = usageCost(model, usage);
-    const result = await this.#deps.wallets.settle(caller.appId, reservation.id, {
-      requestId: info.requestId,
-      keyId: caller.keyId,
-      ...(caller.user === undefined ? {} : { user: caller.user }),
-      model: model.id,
-      provider: model.provider.name,
-      promptTokens: usage.promptTokens,
-      completionTokens: usage.completionTokens,
-      ...usageDetails(usage),
-      cost,
-      streamed: info.streamed,
-      outcome: info.outcome,
-      countedLocally: info.countedLocally,
-    });
-    this.#rememberAvailable(caller.appId, result.available);
-    trace.promptTokens = usage.promptTokens;
-    trace.completionTokens = usage.completionTokens;
-    trace.outcome = info.outcome;
-    if (!result.settled) {
-      // The sweeper released the reservation first: the request is not charged, and never twice.
-      this.#deps.log({
-        level: "warn",
-        requestId: info.requestId,
-        event: "settle_after_release",
-        appId: caller.appId,
-      });
-      trace.cost = 0;
-      return { charged: 0, available: result.available };
-    }
-    trace.cost = result.charged;
-    trace.uncharged = result.uncharged;
-    if (result.rate) trace.rateLimit = result.rate;
-    return { charged: result.charged, available: result.available };
-  }
-
-  /**
-   * Whether a would-be 402 may look for expired reservations of this app now. Leases last minutes, so once
-   * a second is plenty, and a flood of 402s does not turn into a scan of the app's reservations each.
-   */
-  #lazySweepDue(appId: string): boolean {
-    const now = Date.now();
-    if ((this.#lastLazySweep.get(appId) ?? 0) > now - LAZY_SWEEP_EVERY_MS) return false;
-    if (this.#lastLazySweep.size >= 10_000) this.#lastLazySweep.clear();
-    this.#lastLazySweep.set(appId, now);
-    return true;
-  }
-
-  async #release(caller: Caller, reservation: ReservationRecord, trace: RequestTrace) {
-    const result = await this.#deps.wallets.release(caller.appId, reservation.id);
-    if (result.rate) trace.rateLimit = result.rate;
-    trace.cost = 0;
-    trace.outcome = "released";
-  }
-
   #providerError(error: unknown, trace: RequestTrace): ApiError {
     const mapped = apiErrorOfUpstream(error);
     trace.upstreamFailure = mapped.failure;
@@ -785,14 +577,4 @@ export class Gateway {
     }
     return mapped.error;
   }
-}
-
-/** The components beyond prompt and completion, recorded only when the provider reported them. */
-function usageDetails(usage: Usage) {
-  const details: { cachedTokens?: number; cacheWriteTokens?: number; reasoningTokens?: number } =
-    {};
-  if (usage.cachedTokens) details.cachedTokens = usage.cachedTokens;
-  if (usage.cacheWriteTokens) details.cacheWriteTokens = usage.cacheWriteTokens;
-  if (usage.reasoningTokens) details.reasoningTokens = usage.reasoningTokens;
-  return details;
 }
