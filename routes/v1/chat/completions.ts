@@ -3,6 +3,7 @@ import { encodeSseData, type Gateway, parseChatRequest } from "@/lib/gateway/mod
 import { ApiError, errorBody } from "@/lib/core/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
 import { paidAnswerHeaders, paidEventStream } from "../paid_answer.ts";
+import { readUpTo } from "@/routes/body_limit.ts";
 
 /** POST /v1/chat/completions: createChatCompletion. */
 export function chatCompletions(
@@ -76,31 +77,19 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   }
 }
 
+/** A body of undeclared length, read by the same bounded reader the body-limit middleware uses. */
 async function readLimited(
   body: ReadableStream<Uint8Array> | null,
   maxBytes: number,
 ): Promise<Uint8Array> {
   if (!body) return new Uint8Array();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of body) {
-      size += chunk.byteLength;
-      if (size > maxBytes) throw tooLarge(maxBytes);
-      chunks.push(chunk);
-    }
-  } catch (error) {
-    if (error instanceof ApiError) throw error;
-    // The client broke off the upload (or went away): its fault, not a server error.
+  const read = await readUpTo(body, maxBytes);
+  if (read === "too_large") throw tooLarge(maxBytes);
+  // The client broke off the upload (or went away): its fault, not a server error.
+  if (read === "broken") {
     throw new ApiError("invalid_json", "The request body could not be read to its end.");
   }
-  const out = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
+  return read;
 }
 
 function tooLarge(maxBytes: number) {
