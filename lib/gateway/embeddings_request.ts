@@ -4,7 +4,7 @@
  */
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
-import { countTextTokens } from "./tokens.ts";
+import { countTextTokensEitherEncoding } from "./tokens.ts";
 
 /** OpenAI's limits for one request (text-embedding-3): inputs per request, tokens over all. */
 export const MAX_EMBEDDING_INPUTS = 2048;
@@ -135,7 +135,8 @@ function shapeMessage() {
 }
 
 /**
- * The tokens of each input: o200k for text, the length for token ids. Throws when one input is
+ * The tokens of each input: for text the larger of its o200k and cl100k counts (the embedding
+ * models bill cl100k), for token ids the length. Throws when one input is
  * longer than the model takes, or all of them more than one request may carry.
  */
 export function countEmbeddingTokens(
@@ -147,7 +148,7 @@ export function countEmbeddingTokens(
   const single = !Array.isArray(input) || typeof input[0] === "number";
   let total = 0;
   for (const [i, one] of inputs.entries()) {
-    const tokens = typeof one === "string" ? countTextTokens(one) : one.length;
+    const tokens = typeof one === "string" ? countTextTokensEitherEncoding(one) : one.length;
     if (tokens > model.contextTokens) {
       const param = single ? "input" : `input[${i}]`;
       throw new ApiError(

@@ -5,7 +5,7 @@ import {
   MAX_EMBEDDING_INPUTS,
   parseEmbeddingsRequest,
 } from "./embeddings_request.ts";
-import { countTextTokens } from "./tokens.ts";
+import { countTextTokens, countTextTokensEitherEncoding } from "./tokens.ts";
 
 const MODEL = "openai/text-embedding-3-small";
 const SMALL = { id: MODEL, contextTokens: 8192 };
@@ -118,12 +118,14 @@ Deno.test("encoding_format, dimensions and user are checked", () => {
   }
 });
 
-Deno.test("texts are counted with o200k and token arrays by their length", () => {
+Deno.test("texts are counted with the larger of o200k and cl100k, token arrays by their length", () => {
   const texts = parseEmbeddingsRequest({ model: MODEL, input: ["Hello, Claude", "日本語"] });
   assert.equal(
     countEmbeddingTokens(texts, SMALL),
-    countTextTokens("Hello, Claude") + countTextTokens("日本語"),
+    countTextTokensEitherEncoding("Hello, Claude") + countTextTokensEitherEncoding("日本語"),
   );
+  // The embedding models bill cl100k: 4 tokens for "日本語" where o200k counts 2.
+  assert.ok(countEmbeddingTokens(texts, SMALL) >= countTextTokens("Hello, Claude") + 4);
   const ids = parseEmbeddingsRequest({ model: MODEL, input: [[1, 2, 3], [4]] });
   assert.equal(countEmbeddingTokens(ids, SMALL), 4);
 });

@@ -1,4 +1,5 @@
 import { countTokens, decode, encode } from "gpt-tokenizer/encoding/o200k_base";
+import { countTokens as countCl100kTokens } from "gpt-tokenizer/encoding/cl100k_base";
 
 /** Text that looks like a special token is ordinary user text to us, never a control token. */
 const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
@@ -15,6 +16,16 @@ const TOKENS_PER_REPLY = 3;
 
 export function countTextTokens(text: string): number {
   return text.length === 0 ? 0 : countTokens(text, PLAIN_TEXT);
+}
+
+/**
+ * The larger of a text's o200k and cl100k counts: OpenAI's embedding models (text-embedding-3,
+ * ada-002) bill cl100k, which takes up to several times o200k's tokens on non-Latin scripts, and an
+ * OpenAI-compatible server may use either; a reservation must cover whichever bills.
+ */
+export function countTextTokensEitherEncoding(text: string): number {
+  if (text.length === 0) return 0;
+  return Math.max(countTokens(text, PLAIN_TEXT), countCl100kTokens(text, PLAIN_TEXT));
 }
 
 /** Prompt tokens of a chat, counted with the o200k_base tokenizer and OpenAI's chat framing. */
