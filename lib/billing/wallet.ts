@@ -134,6 +134,8 @@ export class Wallets {
   readonly #growing = new Map<string, Promise<boolean>>();
   readonly #posting = new Map<LocalSlice, Promise<void>>();
   readonly #returning = new Map<LocalSlice, Promise<void>>();
+  /** Slices a sweeper gave back while this process still held reservations in them. */
+  readonly #orphaned = new WeakSet<LocalSlice>();
   /** Per app: the reserves waiting for its slice to grow (see SliceDemand). */
   readonly #waiting = new Map<string, SliceDemand>();
   /**
@@ -181,6 +183,13 @@ export class Wallets {
     if (slice) {
       this.#sliceOfReservation.delete(reservationId);
       const result = slice.settle(reservationId, input, this.#now());
+      if (result && this.#orphaned.has(slice)) {
+        // A sweeper gave the slice back and nothing posts it any more: unless taken from the
+        // wallet now, the answer would state a cost that never left it.
+        slice.takePending(Number.MAX_SAFE_INTEGER);
+        this.stats.orphanCharges++;
+        return this.#enqueue(appId, (done) => ({ kind: "charge", usage: result.usage, done }));
+      }
       if (result) return Promise.resolve(result);
     }
     return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));
@@ -514,6 +523,7 @@ export class Wallets {
    */
   async #orphan(slice: LocalSlice) {
     slice.closing = true;
+    this.#orphaned.add(slice);
     if (this.#slices.get(slice.record.appId) === slice) this.#slices.delete(slice.record.appId);
     const { usage } = slice.takePending(Number.MAX_SAFE_INTEGER);
     this.stats.orphanCharges += usage.length;
