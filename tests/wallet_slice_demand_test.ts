@@ -91,3 +91,28 @@ Deno.test("200 clients in a closed loop on one slice: every reserve admitted in 
     assert.equal(wallet.spent, charged, "what left the wallet is what was charged");
     assert.equal(wallet.reserved, 0, "the slice went back at drain");
   }));
+
+Deno.test("a reservation settled after a sweeper gave its slice back is charged from the wallet: what left it is exactly what the settles answered", () =>
+  withSlices(async (wallets, appId, kv) => {
+    const before = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    const first = await wallets.reserve(appId, hold("orphan-1"));
+    const second = await wallets.reserve(appId, hold("orphan-2"));
+    assert.ok(first.ok && second.ok && first.reservation.sliceId);
+    // As a sweeper does when this process stalled past the slice's lease.
+    const returned = await wallets.returnExpiredSlice(
+      appId,
+      first.reservation.sliceId,
+      Number.MAX_SAFE_INTEGER,
+    );
+    assert.ok(returned.returned);
+    const a = await wallets.settle(appId, first.reservation.id, usage("orphan-1", 700));
+    // The next post finds the slice gone and charges its pending settle from the wallet.
+    while (wallets.stats.orphanCharges < 1) await new Promise((r) => setTimeout(r, 5));
+    const b = await wallets.settle(appId, second.reservation.id, usage("orphan-2", 500));
+    assert.ok(a.settled && b.settled);
+    assert.equal(b.charged, 500);
+    await wallets.drain();
+    const after = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(after.spent - before.spent, a.charged + b.charged);
+    assert.equal(after.reserved, 0);
+  }));

@@ -183,7 +183,7 @@ export class Wallets {
     if (slice) {
       this.#sliceOfReservation.delete(reservationId);
       const result = slice.settle(reservationId, input, this.#now());
-      if (result && this.#orphaned.has(slice)) {
+      if (result?.settled && this.#orphaned.has(slice)) {
         // A sweeper gave the slice back and nothing posts it any more: unless taken from the
         // wallet now, the answer would state a cost that never left it.
         slice.takePending(Number.MAX_SAFE_INTEGER);
