@@ -147,16 +147,20 @@ export function requireLiveApiKey(cache: KeyCache): MiddlewareHandler<Env> {
   };
 }
 
+/** The token of an `Authorization: Bearer <token>` header, or null when there is none. */
+export function bearerToken(c: Context): string | null {
+  return /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "")?.[1] ?? null;
+}
+
 function bearerKey(c: Context<Env>): string {
-  const header = c.req.header("authorization") ?? "";
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  if (!match) {
+  const token = bearerToken(c);
+  if (token === null) {
     throw new ApiError(
       "invalid_api_key",
       "Missing API key. Send 'Authorization: Bearer <API_KEY>'.",
     );
   }
-  return match[1];
+  return token;
 }
 
 export const requireSupportedVersion: MiddlewareHandler<Env> = async (c, next) => {

@@ -3,7 +3,7 @@ import type { Context } from "hono";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { keys } from "@/lib/db.ts";
 import { PROMETHEUS_CONTENT_TYPE, type ServiceMetrics } from "@/lib/ops/mod.ts";
-import type { Env } from "./middleware.ts";
+import { bearerToken, type Env } from "./middleware.ts";
 
 const KV_PROBE_TIMEOUT_MS = 2_000;
 
@@ -61,8 +61,8 @@ export function metricsEndpoint(
 ) {
   return async (c: Context<Env>) => {
     if (!deps.token) return c.notFound();
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
-    if (!match || !timingSafeEqualStrings(match[1], deps.token)) {
+    const token = bearerToken(c);
+    if (token === null || !timingSafeEqualStrings(token, deps.token)) {
       c.header("WWW-Authenticate", 'Bearer realm="metrics"');
       return c.text("Unauthorized: send Authorization: Bearer <METRICS_TOKEN>.\n", 401);
     }

@@ -33,7 +33,7 @@ import {
 } from "@/lib/tenants/mod.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { idempotency } from "@/routes/idempotency.ts";
-import type { Env } from "@/routes/middleware.ts";
+import { bearerToken, type Env } from "@/routes/middleware.ts";
 import { readJsonBody } from "@/routes/v1/chat/completions.ts";
 
 /** Management request bodies are small: a name and a few numbers. */
@@ -212,12 +212,12 @@ function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
 /** `Authorization: Bearer tbm_…`: the owner the management key acts for. */
 function requireManagementKey(kv: Deno.Kv): MiddlewareHandler<ManagementEnv> {
   return async (c, next) => {
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
-    const entry = match ? await authenticateManagementKey(kv, match[1]) : null;
+    const token = bearerToken(c);
+    const entry = token === null ? null : await authenticateManagementKey(kv, token);
     if (!entry) {
       throw new ApiError(
         "invalid_management_key",
-        match
+        token !== null
           ? "Invalid management key: it is malformed, unknown or revoked."
           : "Missing management key. Send 'Authorization: Bearer <MANAGEMENT_KEY>'.",
       );
