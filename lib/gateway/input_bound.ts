@@ -14,6 +14,7 @@ import {
 } from "./chat_request.ts";
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { readImageSize } from "./image_size.ts";
+import { messagesTools } from "./providers/anthropic/request.ts";
 import { countTextTokens } from "./tokens.ts";
 
 /** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
@@ -150,14 +151,13 @@ export function anthropicInputBound(request: ChatRequest): number {
       }
     }
   }
-  const tools = request.params.tools ?? [];
-  const schema = schemaValue(request);
-  if (tools.length || schema !== null) total += ANTHROPIC_TOOLS_SYSTEM_PROMPT;
+  // The tools exactly as sent: the answer tool's fixed description and the default input schema
+  // of a tool without parameters are billed too.
+  const tools = messagesTools(request);
   if (tools.length) {
-    total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * tools.length +
-      claudeTokenBoundOfJson(toolsValue(tools));
+    total += ANTHROPIC_TOOLS_SYSTEM_PROMPT + ANTHROPIC_TOKENS_PER_TOOL_BLOCK * tools.length +
+      claudeTokenBoundOfJson(tools);
   }
-  if (schema !== null) total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK + claudeTokenBoundOfJson(schema);
   return total;
 }
 

@@ -8,7 +8,8 @@ import {
   openAiInputBound,
 } from "./input_bound.ts";
 import { countPromptTokens, countTextTokens } from "./tokens.ts";
-import { claudeTokenBound } from "./claude_tokens.ts";
+import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
+import { messagesTools } from "./providers/anthropic/request.ts";
 import { testModel } from "./providers/test_support.ts";
 
 const gpt = testModel("openai", "gpt-4o");
@@ -95,6 +96,18 @@ Deno.test("the Anthropic bound counts text by the Claude bound, the tool prompt 
     }],
   }));
   assert.ok(image >= anthropicImageTokens(null));
+});
+
+Deno.test("the Anthropic bound counts the tools as sent: the answer tool's description and default schemas", () => {
+  const structured = request({
+    messages: [{ role: "user", content: "hi" }],
+    tools: [{ type: "function", function: { name: "t" } }],
+    response_format: { type: "json_object" },
+  });
+  const sent = messagesTools(structured);
+  assert.equal(sent.length, 2, "the tool and the answer tool");
+  const plain = anthropicInputBound(request({ messages: [{ role: "user", content: "hi" }] }));
+  assert.ok(anthropicInputBound(structured) - plain >= 530 + claudeTokenBoundOfJson(sent));
 });
 
 Deno.test("a prediction adds its tokens to the output the reservation covers", () => {

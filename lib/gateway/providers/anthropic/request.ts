@@ -188,6 +188,28 @@ function systemPrompt(messages: readonly ChatMessage[]): string | Block[] | unde
     : blocks.map((b) => b.text as string).join("\n\n");
 }
 
+/**
+ * The tools of the Messages request, the answer tool standing in for `response_format` last; the
+ * input bound counts these very values, so that what is sent is what is reserved for.
+ */
+export function messagesTools(request: ChatRequest): Record<string, unknown>[] {
+  const tools: Record<string, unknown>[] = (request.params.tools ?? []).map((t) => ({
+    name: t.function.name,
+    ...(t.function.description ? { description: t.function.description } : {}),
+    input_schema: t.function.parameters ?? { type: "object", properties: {} },
+    ...(t.cache_control ? { cache_control: t.cache_control } : {}),
+  }));
+  const answerTool = responseTool(request);
+  if (answerTool) {
+    tools.push({
+      name: answerTool.name,
+      description: "Answer with this tool: its input is the response, in the requested format.",
+      input_schema: answerTool.schema,
+    });
+  }
+  return tools;
+}
+
 /** The Messages request for a compatible one. */
 export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<string, unknown> {
   const { request } = up;
@@ -210,20 +232,8 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   const budget = thinkingBudget(request, up.maxTokens);
   if (budget !== null) body.thinking = { type: "enabled", budget_tokens: budget };
 
-  const tools: Record<string, unknown>[] = (p.tools ?? []).map((t) => ({
-    name: t.function.name,
-    ...(t.function.description ? { description: t.function.description } : {}),
-    input_schema: t.function.parameters ?? { type: "object", properties: {} },
-    ...(t.cache_control ? { cache_control: t.cache_control } : {}),
-  }));
+  const tools = messagesTools(request);
   const answerTool = responseTool(request);
-  if (answerTool) {
-    tools.push({
-      name: answerTool.name,
-      description: "Answer with this tool: its input is the response, in the requested format.",
-      input_schema: answerTool.schema,
-    });
-  }
   if (tools.length) body.tools = tools;
   const choice = toolChoice(request, answerTool?.name ?? null, budget !== null);
   if (choice) body.tool_choice = choice;
