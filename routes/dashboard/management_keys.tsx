@@ -15,12 +15,9 @@ import {
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import { renderPage } from "@/routes/render.ts";
 import type { PageEnv } from "@/routes/session.ts";
+import { when } from "./pages/shared.tsx";
 
 const PATH = "/dashboard/management-keys";
-
-function when(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 16).replace("T", " ") + " UTC";
-}
 
 /** GET /dashboard/management-keys: the owner's keys for the management API. */
 export function managementKeysPage(

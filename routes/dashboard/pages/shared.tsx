@@ -9,7 +9,7 @@ export function usd(micros: Micros): string {
   return `$${formatUsd(micros)}`;
 }
 
-function when(ms: number | null): string {
+export function when(ms: number | null): string {
   if (ms === null) return "never";
   return new Date(ms).toISOString().slice(0, 16).replace("T", " ") + " UTC";
 }
