@@ -20,7 +20,6 @@ import {
   getRateLimits,
   getSpendCaps,
   LimitAboveCeilingError,
-  listUsage,
   MAX_LIMIT,
   setRateLimits,
   setSpendCaps,
@@ -50,6 +49,8 @@ import { pageUsage, usageReport } from "@/lib/management/mod.ts";
 import { addWebhookRoutes, type WebhookRouteDeps } from "./webhooks.ts";
 
 const USAGE_PAGE_SIZE = 50;
+/** A usage record's id (`newId("use")`): the only cursor the usage pages hand out. */
+const USAGE_ID_PATTERN = /^use_[0-9a-z]+$/;
 
 type DashboardEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
 
@@ -285,15 +286,16 @@ export function dashboardRoutes(
     const app = c.get("app");
     const cursor = c.req.query("cursor") ?? "";
     const user = c.req.query("user") || undefined;
-    let page;
-    try {
-      page = user === undefined
-        ? await listUsage(kv, app.id, { cursor, limit: USAGE_PAGE_SIZE })
-        : await userUsagePage(app.id, user, cursor);
-    } catch {
+    if (cursor !== "" && !USAGE_ID_PATTERN.test(cursor)) {
       // A cursor that is not one of ours: start again from the newest.
-      return c.redirect(`/dashboard/apps/${app.id}/usage`, 303);
+      const userQuery = user === undefined ? "" : `?user=${encodeURIComponent(user)}`;
+      return c.redirect(`/dashboard/apps/${app.id}/usage${userQuery}`, 303);
     }
+    // One pager for all and for one end user's requests; the cursor is the last record's id.
+    const page = await pageUsage(kv, app.id, {
+      limit: USAGE_PAGE_SIZE,
+      startingAfter: cursor || undefined,
+    }, { user });
     const today = new Date().toISOString().slice(0, 10);
     const rows = await usageReport(kv, app.id, {
       groupBy: "user",
@@ -301,18 +303,16 @@ export function dashboardRoutes(
       to: today,
     });
     return c.html(
-      usagePage(session(c), app, page, await keyNames(kv, app.id), cursor === "", { rows, user }),
+      usagePage(
+        session(c),
+        app,
+        { records: page.data, nextCursor: page.nextCursor },
+        await keyNames(kv, app.id),
+        cursor === "",
+        { rows, user },
+      ),
     );
   });
-
-  /** One end user's requests, a page at a time; the cursor is the last record's id. */
-  async function userUsagePage(appId: string, user: string, cursor: string) {
-    const page = await pageUsage(kv, appId, {
-      limit: USAGE_PAGE_SIZE,
-      startingAfter: cursor || undefined,
-    }, { user });
-    return { records: page.data, nextCursor: page.nextCursor };
-  }
 
   r.get("/apps/:appId/wallet", async (c) => {
     return c.html(walletPage(session(c), await walletView(c.get("app"))));
