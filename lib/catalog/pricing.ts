@@ -19,7 +19,12 @@ export interface Usage {
 
 /** The reservation taken before the model runs: the input bound plus the whole output cap. */
 export function reservationCost(model: Model, promptTokens: number, maxTokens: number): Micros {
-  return tokensCost(promptTokens, maxTokens, model.inputPrice, model.outputPrice);
+  // Any part of the prompt may be billed as a cache write (Anthropic: 1.25 times the input price),
+  // so the input is reserved at the dearer of the two prices.
+  const inputPrice = model.cacheWritePrice > model.inputPrice
+    ? model.cacheWritePrice
+    : model.inputPrice;
+  return tokensCost(promptTokens, maxTokens, inputPrice, model.outputPrice);
 }
 
 /**

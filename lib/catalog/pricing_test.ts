@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { buildCatalog } from "./catalog.ts";
-import { usageCost } from "./pricing.ts";
+import { reservationCost, usageCost } from "./pricing.ts";
 
 function model(prices: Record<string, string>) {
   return buildCatalog({
@@ -56,4 +56,17 @@ Deno.test("cached counts beyond the prompt are not believed: input is never made
     usageCost(cheap, { promptTokens: 10, completionTokens: 0, cachedTokens: 1_000_000 }),
     3,
   );
+});
+
+Deno.test("a reservation covers a prompt billed wholly as a cache write, at its dearer price", () => {
+  const sonnet = model({ cache_read_usd_per_mtok: "0.30", cache_write_usd_per_mtok: "3.75" });
+  const written = usageCost(sonnet, {
+    promptTokens: 1000,
+    completionTokens: 100,
+    cacheWriteTokens: 1000,
+  });
+  assert.equal(written, 3750 + 1500);
+  assert.ok(reservationCost(sonnet, 1000, 100) >= written);
+  // Without a dearer cache-write price, the input price stands.
+  assert.equal(reservationCost(model({}), 1000, 100), 3000 + 1500);
 });
