@@ -61,7 +61,7 @@ export function requestContext(
 }
 
 /** `redact` cleans the message of secrets it may quote (an upstream's reason can quote our key). */
-export function apiErrorResponse(
+function apiErrorResponse(
   c: Context<Env>,
   error: ApiError,
   docsBaseUrl: string,

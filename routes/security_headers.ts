@@ -4,7 +4,7 @@ import type { MiddlewareHandler } from "hono";
  * The pages load scripts only from our own origin (islands bundle), with no inline script, so the
  * policy needs no 'unsafe-inline' for scripts. Styles and images come from /static as well.
  */
-export const STRIPE_CHECKOUT_ORIGIN = "https://checkout.stripe.com";
+const STRIPE_CHECKOUT_ORIGIN = "https://checkout.stripe.com";
 
 export const CONTENT_SECURITY_POLICY = [
   "default-src 'self'",

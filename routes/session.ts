@@ -21,7 +21,7 @@ export type PageEnv = {
   Variables: Env["Variables"] & { session: Session | null };
 };
 
-export const CSRF_FIELD = "_csrf";
+const CSRF_FIELD = "_csrf";
 
 /** Cookie settings: `Secure` (and the `__Host-` name that requires it) except on plain localhost. */
 export function sessionCookie(publicUrl: string) {
@@ -115,7 +115,7 @@ export function checkForm(publicUrl: string): MiddlewareHandler<PageEnv> {
 }
 
 /** Forms are a few fields; anything larger is refused before it is parsed. */
-export const MAX_FORM_BYTES = 16 * 1024;
+const MAX_FORM_BYTES = 16 * 1024;
 
 /**
  * Account pages are never cached (they show keys and balances), never framed (no clickjacking of

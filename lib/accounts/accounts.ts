@@ -10,7 +10,7 @@ const SCRYPT = { N: 32768, r: 8, p: 1 };
 const HASH_BYTES = 32;
 const SALT_BYTES = 16;
 export const PASSWORD_MIN = 10;
-export const PASSWORD_MAX = 200;
+const PASSWORD_MAX = 200;
 const EMAIL_PATTERN = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
 export class AccountError extends Error {}
@@ -57,7 +57,7 @@ export function normalizeEmail(email: string): string {
   return email.trim().toLowerCase();
 }
 
-export function validateCredentials(email: string, password: string): string | null {
+function validateCredentials(email: string, password: string): string | null {
   if (!EMAIL_PATTERN.test(email) || email.length > 254) return "Enter a valid email address.";
   if (password.length < PASSWORD_MIN) {
     return `Choose a password of at least ${PASSWORD_MIN} characters.`;

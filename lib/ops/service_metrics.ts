@@ -10,7 +10,7 @@ import type { WalletStats } from "@/lib/billing/mod.ts";
 
 const LATENCY_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 /** An operator endpoint must stay cheap: past this many reservations the scan stops and says so. */
-export const RESERVATION_SCAN_LIMIT = 10_000;
+const RESERVATION_SCAN_LIMIT = 10_000;
 
 export class ServiceMetrics {
   readonly #registry = new Registry();

@@ -10,7 +10,7 @@ import {
 import { type Micros, newId, NotFoundError, randomToken } from "@/lib/core/mod.ts";
 import { type IssuedKey, prepareKey } from "./keys.ts";
 
-export const STARTER_CREDITS: Micros = 5_000_000;
+const STARTER_CREDITS: Micros = 5_000_000;
 
 export interface CreatedApp {
   app: AppRecord;

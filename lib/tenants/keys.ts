@@ -23,7 +23,7 @@ export interface IssuedKey {
   apiKey: string;
 }
 
-export function generateRawKey(): string {
+function generateRawKey(): string {
   return KEY_PREFIX + randomToken(186).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
 }
 

@@ -14,7 +14,7 @@ export function newWebhookSecret(): string {
   return `whsec_${randomToken(192)}`;
 }
 
-export function signatureOf(secret: string, timestamp: number, body: string): string {
+function signatureOf(secret: string, timestamp: number, body: string): string {
   return createHmac("sha256", secret).update(`${timestamp}.${body}`).digest("hex");
 }
 

@@ -20,7 +20,7 @@ import { when } from "./pages/shared.tsx";
 const PATH = "/dashboard/management-keys";
 
 /** GET /dashboard/management-keys: the owner's keys for the management API. */
-export function managementKeysPage(
+function managementKeysPage(
   session: Session,
   rows: ManagementKeyRecord[],
   error?: string,
@@ -110,7 +110,7 @@ export function managementKeysPage(
 }
 
 /** The one time a raw management key is shown. */
-export function managementKeyIssuedPage(session: Session, name: string, managementKey: string) {
+function managementKeyIssuedPage(session: Session, name: string, managementKey: string) {
   return renderPage(
     <Layout title="Management key created" nav={<AccountNav session={session} />} islands>
       <section class="card narrow">
