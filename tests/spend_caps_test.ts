@@ -157,3 +157,16 @@ Deno.test("a cap set while a wallet is remembered in memory applies from the ver
     assert.equal(res.status, 402);
     assert.equal((await res.json()).error.code, "key_spend_cap_exceeded");
   }));
+
+Deno.test("under wallet slices, a cap set while a slice is live applies once the slice has posted", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    assert.equal((await s.chat(apiKey, request("warm"))).status, 200);
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 1 });
+    // The slice admits in memory; its next post checks the caps entry and finds it changed.
+    await s.chat(apiKey, request("admitted before the post"));
+    await new Promise((r) => setTimeout(r, 200)); // posts run every 10 ms; idle slices stay 1 s
+    const res = await s.chat(apiKey, request("capped"));
+    assert.equal(res.status, 402);
+    assert.equal((await res.json()).error.code, "key_spend_cap_exceeded");
+  }, { env: { WALLET_SLICES: "on" } }));

@@ -146,9 +146,12 @@ export class Wallets {
   readonly #sliceLocks = new Map<string, Promise<void>>();
   #sliceTimer: ReturnType<typeof setInterval> | null = null;
   readonly #onMoneyMoved: ((appId: string) => void) | undefined;
-  /** Each app's spend caps as this process's last batch read them (slices serve uncapped only). */
-  readonly #capsSeen = new Map<string, SpendCapsRecord | null>();
-  readonly #capsReading = new Map<string, Promise<SpendCapsRecord | null>>();
+  /**
+   * Each app's spend caps entry as this process last read it (slices serve uncapped only). Every
+   * slice post checks it, so a cap set meanwhile is seen within one post.
+   */
+  readonly #capsSeen = new Map<string, Deno.KvEntryMaybe<SpendCapsRecord>>();
+  readonly #capsReading = new Map<string, Promise<Deno.KvEntryMaybe<SpendCapsRecord>>>();
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
     this.#kv = kv;
@@ -222,7 +225,8 @@ export class Wallets {
    */
   predictFits(appId: string, amount: Micros): boolean {
     // Spend caps are decided in the reservation's commit only: an app with any is not predicted.
-    if (this.#capsSeen.get(appId) !== null) return false;
+    const caps = this.#capsSeen.get(appId);
+    if (!caps || caps.value !== null) return false;
     const slice = this.#slices.get(appId);
     if (slice && !slice.closing) return slice.available >= amount;
     const known = this.#known.get(appId);
@@ -297,8 +301,8 @@ export class Wallets {
     // Spend caps are decided in the reservation's commit; a slice admits without one. So a request
     // under a cap, or of an app this process has not yet committed (its caps are unknown), takes
     // the per-request path. A cap set while a slice is live applies from this process's next commit
-    // of the wallet, which reads the caps.
-    const caps = this.#capsSeen.get(appId) ?? await this.#readCaps(appId);
+    // of the wallet, which reads the caps, or from its next post, which checks them.
+    const caps = (this.#capsSeen.get(appId) ?? await this.#readCaps(appId)).value;
     if (cappedScopes(caps, input.keyId, input.user).length > 0) {
       this.stats.sliceFallbacks++;
       return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
@@ -340,12 +344,12 @@ export class Wallets {
   }
 
   /** The app's spend caps, read once when no batch of this process has read them yet. */
-  #readCaps(appId: string): Promise<SpendCapsRecord | null> {
+  #readCaps(appId: string): Promise<Deno.KvEntryMaybe<SpendCapsRecord>> {
     let reading = this.#capsReading.get(appId);
     if (!reading) {
       reading = this.#kv.get<SpendCapsRecord>(keys.spendCaps(appId)).then((entry) => {
-        if (!this.#capsSeen.has(appId)) this.#capsSeen.set(appId, entry.value);
-        return this.#capsSeen.get(appId) ?? null;
+        if (!this.#capsSeen.has(appId)) this.#capsSeen.set(appId, entry);
+        return this.#capsSeen.get(appId)!;
       }).finally(() => this.#capsReading.delete(appId));
       this.#capsReading.set(appId, reading);
     }
@@ -469,6 +473,8 @@ export class Wallets {
       const postId = randomToken(96);
       const atomic = this.#kv.atomic().check({ key: sliceKey, versionstamp: slice.versionstamp });
       for (const guard of guards) atomic.check(guard);
+      const caps = this.#capsSeen.get(appId);
+      if (caps) atomic.check(caps);
       atomic.set(sliceKey, record);
       writeCharges(atomic, appId, usage, now);
       atomic.set(keys.walletBatch(appId, postId), now, { expireIn: BATCH_MARKER_MS });
@@ -493,10 +499,13 @@ export class Wallets {
       }
       slice.putBack(usage, spent);
       this.stats.conflicts++;
-      const [entry, ...current] = await this.#kv.getMany([
+      const [entry, capsEntry, ...current] = await this.#kv.getMany([
         sliceKey,
+        keys.spendCaps(appId),
         ...guards.map((g) => g.key),
       ]);
+      // A cap set since: requests under it take the per-request path from now on.
+      this.#capsSeen.set(appId, capsEntry as Deno.KvEntryMaybe<SpendCapsRecord>);
       guards.forEach((guard, i) => {
         const keyId = guardKeyId(slice, guard);
         if (current[i].versionstamp === null) {
@@ -637,7 +646,7 @@ export class Wallets {
         throw new WalletNotFoundError(appId);
       }
       if (this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
-      this.#capsSeen.set(appId, spendCapsEntry.value);
+      this.#capsSeen.set(appId, spendCapsEntry);
 
       const batchId = randomToken(96);
       const now = this.#now();
