@@ -28,6 +28,8 @@ export function rateLimitHeaders(
         return;
       }
     }
-    for (const [name, value] of Object.entries(headersOf(status))) c.header(name, value);
+    // Set on the response already made: Hono's c.header() would copy the whole response per header.
+    const headers = c.res.headers;
+    for (const [name, value] of Object.entries(headersOf(status))) headers.set(name, value);
   };
 }
