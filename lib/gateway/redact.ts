@@ -22,9 +22,27 @@ export const MIN_SECRET_RUN = 12;
 export const MIN_SECRET_LENGTH = 8;
 /** The visible tail of a masked key: `****abcd`. */
 const MASKED_TAIL = 4;
+/** A masked print needs one of these; a text without any skips the masked-print search. */
+const MASK_HINT = /[*•…]|\.\./;
+
+/** Polynomial hash of a MIN_SECRET_RUN-long window, rolled along a text one character at a time. */
+const HASH_BASE = 31;
+let HASH_TOP = 1; // HASH_BASE ** (MIN_SECRET_RUN - 1), modulo 2^32
+for (let i = 1; i < MIN_SECRET_RUN; i++) HASH_TOP = Math.imul(HASH_TOP, HASH_BASE);
+
+function windowHash(text: string, from: number): number {
+  let hash = 0;
+  for (let k = from; k < from + MIN_SECRET_RUN; k++) {
+    hash = (Math.imul(hash, HASH_BASE) + text.charCodeAt(k)) | 0;
+  }
+  return hash;
+}
 
 export class SecretRedactor {
   readonly #runs = new Set<string>();
+  // Every log line passes through here: windows are compared by a rolling hash first, so a text
+  // with no run of a key costs no string allocation per character.
+  readonly #runHashes = new Set<number>();
   readonly #short: string[] = [];
   readonly #masked: RegExp | null;
 
@@ -36,6 +54,7 @@ export class SecretRedactor {
         if (form.length < MIN_SECRET_RUN) this.#short.push(form);
         for (let i = 0; i + MIN_SECRET_RUN <= form.length; i++) {
           this.#runs.add(form.slice(i, i + MIN_SECRET_RUN));
+          this.#runHashes.add(windowHash(form, i));
         }
       }
       tails.add(escapeRegExp(secret.slice(-MASKED_TAIL)));
@@ -53,24 +72,33 @@ export class SecretRedactor {
 
   redact(text: string): string {
     if (this.empty || text.length < MASKED_TAIL) return text;
-    text = text.replace(this.#masked!, REDACTED);
+    if (MASK_HINT.test(text)) text = text.replace(this.#masked!, REDACTED);
     for (const secret of this.#short) text = text.replaceAll(secret, REDACTED);
+    if (text.length < MIN_SECRET_RUN) return text;
     let out = "";
     let copiedTo = 0;
     let i = 0;
-    while (i + MIN_SECRET_RUN <= text.length) {
-      if (!this.#runs.has(text.slice(i, i + MIN_SECRET_RUN))) {
-        i++;
+    let hash = windowHash(text, 0);
+    for (;;) {
+      if (this.#runHashes.has(hash) && this.#runs.has(text.slice(i, i + MIN_SECRET_RUN))) {
+        let end = i + MIN_SECRET_RUN;
+        while (
+          end < text.length && this.#runs.has(text.slice(end - MIN_SECRET_RUN + 1, end + 1))
+        ) {
+          end++;
+        }
+        out += text.slice(copiedTo, i) + REDACTED;
+        copiedTo = i = end;
+        if (i + MIN_SECRET_RUN > text.length) break;
+        hash = windowHash(text, i);
         continue;
       }
-      let end = i + MIN_SECRET_RUN;
-      while (end < text.length && this.#runs.has(text.slice(end - MIN_SECRET_RUN + 1, end + 1))) {
-        end++;
-      }
-      out += text.slice(copiedTo, i) + REDACTED;
-      copiedTo = i = end;
+      if (i + MIN_SECRET_RUN >= text.length) break;
+      hash = (Math.imul(hash - Math.imul(text.charCodeAt(i), HASH_TOP), HASH_BASE) +
+        text.charCodeAt(i + MIN_SECRET_RUN)) | 0;
+      i++;
     }
-    return out + text.slice(copiedTo);
+    return copiedTo === 0 ? text : out + text.slice(copiedTo);
   }
 
   /** A copy of `value` with every string in it redacted (log fields, nested or not). */

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { REDACTED, SecretRedactor } from "./redact.ts";
 
 const OPENAI_KEY = "sk-proj-Q3x9VbT2mLk8RwZp4NcY7hJd0aFe";
@@ -62,4 +63,20 @@ Deno.test("keys shorter than eight characters are not treated as secrets", () =>
   const short = new SecretRedactor(["ollama"]);
   assert.equal(short.empty, true);
   assert.equal(short.redact("ollama says hi"), "ollama says hi");
+});
+
+Deno.test("no twelve characters of a key survive, wherever in a text it is cut", () => {
+  fc.assert(fc.property(
+    fc.string({ maxLength: 40 }),
+    fc.nat(OPENAI_KEY.length - 12),
+    fc.integer({ min: 12, max: OPENAI_KEY.length }),
+    fc.string({ maxLength: 40 }),
+    (before, from, length, after) => {
+      const piece = OPENAI_KEY.slice(from, from + length);
+      const out = redactor.redact(`${before}${piece}${after}${piece}`);
+      for (let i = 0; i + 12 <= OPENAI_KEY.length; i++) {
+        assert.ok(!out.includes(OPENAI_KEY.slice(i, i + 12)), out);
+      }
+    },
+  ));
 });
