@@ -33,7 +33,7 @@ export async function* openAiStreamParts(
       throw new ProviderError("stream_cut", `upstream error in stream: ${errorText(obj.error)}`);
     }
     // Some servers repeat cumulative usage on every chunk: the last one wins, never a sum.
-    usage = parseOpenAiUsage(obj.usage) ?? usage;
+    if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
     if (Array.isArray(obj.choices) && obj.choices.length > 0) {
       const { usage: _dropped, ...chunk } = obj;
       if ((chunk.choices as ChatCompletionChunk["choices"]).some((c) => c?.finish_reason)) {
