@@ -227,11 +227,17 @@ export class LocalSlice {
     return {
       requests: {
         ...this.rate.requests,
-        remaining: this.rate.requests.remaining + Math.max(0, this.requestsLeft),
+        remaining: Math.min(
+          this.rate.requests.limit,
+          this.rate.requests.remaining + Math.max(0, this.requestsLeft),
+        ),
       },
       tokens: {
         ...this.rate.tokens,
-        remaining: this.rate.tokens.remaining + Math.max(0, this.tokensLeft),
+        remaining: Math.min(
+          this.rate.tokens.limit,
+          this.rate.tokens.remaining + Math.max(0, this.tokensLeft),
+        ),
       },
     };
   }

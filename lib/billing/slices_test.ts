@@ -96,3 +96,31 @@ Deno.test("a released reservation gives its money and tokens back; settling it a
   assert.equal(s.tokensLeft, 50);
   assert.equal(s.settle(r.reservation.id, settleInput(5), NOW), null);
 });
+
+Deno.test("the rate-limit status a slice reports never shows more remaining than the limit", () => {
+  const record: WalletSliceRecord = {
+    id: "slc_1",
+    appId: "app_1",
+    granted: 1_000,
+    spent: 0,
+    rateRequests: 100,
+    rateTokens: 10_000,
+    createdAt: NOW,
+    leaseUntil: NOW + 10_000,
+  };
+  const limits = {
+    requests: { limit: 1_000, remaining: 950, resetMs: 1 },
+    tokens: { limit: 100_000, remaining: 95_000, resetMs: 1 },
+  };
+  const s = new LocalSlice(record, "v1", {
+    requests: 100,
+    tokens: 10_000,
+    available: 500,
+    keysWithOwnLimits: [],
+    rate: limits,
+  }, NOW);
+  const admitted = s.admit(reserveInput(1, "key_a", 10), NOW);
+  assert.ok(admitted?.rate);
+  assert.equal(admitted.rate.requests.remaining, 1_000);
+  assert.equal(admitted.rate.tokens.remaining, 100_000);
+});
