@@ -14,8 +14,43 @@ const TOKENS_PER_MESSAGE = 4;
 /** The assistant reply is primed with a few tokens. */
 const TOKENS_PER_REPLY = 3;
 
+/**
+ * Counts of texts seen lately, per encoding. Every request is counted before it is reserved, and
+ * agent loops resend their whole history each turn while system prompts and tool schemas repeat:
+ * a count is computed once. Bounded by the characters held; full, it starts over.
+ */
+const COUNT_CACHE_CHARS = 4_000_000;
+const COUNT_CACHE_MIN_CHARS = 16;
+
+class CountCache {
+  readonly #counts = new Map<string, number>();
+  #chars = 0;
+
+  count(text: string, count: (text: string) => number): number {
+    if (text.length < COUNT_CACHE_MIN_CHARS) return count(text);
+    const known = this.#counts.get(text);
+    if (known !== undefined) return known;
+    const counted = count(text);
+    if (text.length <= COUNT_CACHE_CHARS / 16) {
+      if (this.#chars + text.length > COUNT_CACHE_CHARS) {
+        this.#counts.clear();
+        this.#chars = 0;
+      }
+      this.#counts.set(text, counted);
+      this.#chars += text.length;
+    }
+    return counted;
+  }
+}
+
+const o200kCounts = new CountCache();
+const eitherCounts = new CountCache();
+const countO200k = (text: string) => countTokens(text, PLAIN_TEXT);
+const countEither = (text: string) =>
+  Math.max(countTokens(text, PLAIN_TEXT), countCl100kTokens(text, PLAIN_TEXT));
+
 export function countTextTokens(text: string): number {
-  return text.length === 0 ? 0 : countTokens(text, PLAIN_TEXT);
+  return text.length === 0 ? 0 : o200kCounts.count(text, countO200k);
 }
 
 /**
@@ -24,8 +59,7 @@ export function countTextTokens(text: string): number {
  * OpenAI-compatible server may use either; a reservation must cover whichever bills.
  */
 export function countTextTokensEitherEncoding(text: string): number {
-  if (text.length === 0) return 0;
-  return Math.max(countTokens(text, PLAIN_TEXT), countCl100kTokens(text, PLAIN_TEXT));
+  return text.length === 0 ? 0 : eitherCounts.count(text, countEither);
 }
 
 /** Prompt tokens of a chat, counted with the o200k_base tokenizer and OpenAI's chat framing. */

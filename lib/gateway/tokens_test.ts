@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { countPromptTokens, countTextTokens, splitIntoTokenTexts } from "./tokens.ts";
+import { countPromptTokens, countTextTokens, splitIntoTokenTexts, textTokenIds } from "./tokens.ts";
 
 const SAMPLES = [
   "Hello, Claude",
@@ -52,4 +52,14 @@ Deno.test("splitting one text leaves nothing behind that changes the next", () =
   const after = splitIntoTokenTexts("Hello, Claude");
   splitIntoTokenTexts("😀🎉");
   assert.deepEqual(splitIntoTokenTexts("Hello, Claude"), after);
+});
+
+Deno.test("a text counted again (from the count cache) has the same count as its token ids", () => {
+  const texts = ["You are a helpful assistant. Answer briefly.", "Привет, как дела? ".repeat(50)];
+  for (const text of texts) {
+    const ids = textTokenIds(text).length;
+    assert.equal(countTextTokens(text), ids);
+    assert.equal(countTextTokens(text), ids);
+    assert.equal(countTextTokens(`${text}!`), textTokenIds(`${text}!`).length);
+  }
 });
