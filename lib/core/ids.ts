@@ -1,17 +1,30 @@
 const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
 
+/**
+ * CSPRNG bytes drawn a block at a time: ids are made several times per request, and one
+ * getRandomValues call per id cost more than the id itself. Each byte is used once.
+ */
+const pool = new Uint8Array(4096);
+let poolAt = pool.length;
+
+function randomByte(): number {
+  if (poolAt === pool.length) {
+    crypto.getRandomValues(pool);
+    poolAt = 0;
+  }
+  return pool[poolAt++];
+}
+
 /** Random base-36 text with at least `bits` bits of entropy from the CSPRNG. */
 export function randomToken(bits = 128): string {
   const length = Math.ceil(bits / Math.log2(36));
-  const bytes = crypto.getRandomValues(new Uint8Array(length * 2));
   let out = "";
-  // Rejection sampling keeps every character uniform (256 is not a multiple of 36).
-  for (const byte of bytes) {
-    if (byte >= 252) continue;
-    out += ALPHABET[byte % 36];
-    if (out.length === length) return out;
+  while (out.length < length) {
+    const byte = randomByte();
+    // Rejection sampling keeps every character uniform (256 is not a multiple of 36).
+    if (byte < 252) out += ALPHABET[byte % 36];
   }
-  return out + randomToken(bits - out.length * Math.log2(36));
+  return out;
 }
 
 /** Identifier that sorts by creation time: prefix, 10 chars of ms timestamp, 16 random chars. */
