@@ -34,6 +34,8 @@ export function chatCompletions(
   };
 }
 
+/** Stateless when not streaming, so one serves every request. */
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true });
 const POLLUTING_KEYS = new Set(["__proto__", "constructor", "prototype"]);
 /** Also any \\u escape, which could spell a polluting key. */
 const POLLUTING_PATTERN = /__proto__|constructor|prototype|\\u/;
@@ -57,7 +59,7 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     : await readLimited(request.body, maxBytes);
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    text = STRICT_UTF8.decode(bytes);
   } catch {
     throw new ApiError("invalid_json", "The request body is not valid UTF-8.");
   }
