@@ -133,14 +133,12 @@ async function main() {
       // Platforms without signals (Deno Deploy, Windows' SIGTERM) stop the isolate themselves.
     }
   }
-  try {
-    // `kill -USR1 <pid>` logs the wallet's commit and conflict counters (read by `deno task bench`).
-    Deno.addSignalListener(
-      "SIGUSR1",
+  // Not on a signal: Deno opens its inspector on SIGUSR1, which then taxes every request.
+  if (config.walletStatsLogMs) {
+    setInterval(
       () => jsonLogger({ event: "wallet_stats", ...wallets.stats }),
+      config.walletStatsLogMs,
     );
-  } catch {
-    // No SIGUSR1 on this platform: the counters are still logged at shutdown.
   }
 }
 

@@ -176,17 +176,23 @@ async function rssKb(pid: number): Promise<number> {
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
 }
 
-/** Asks Tollbooth for its wallet counters (SIGUSR1) and reads the line it logs. */
+/** How often each Tollbooth process logs its wallet counters (WALLET_STATS_LOG_MS). */
+const STATS_EVERY_MS = 200;
+
+/**
+ * A Tollbooth process's wallet counters as of now: the newest `wallet_stats` line it logs after
+ * this call (it logs one every STATS_EVERY_MS). Not by signal: Deno opens its inspector on SIGUSR1,
+ * which then taxes every request of the process being measured.
+ */
 async function walletStats(service: Service) {
   const offset = (await Deno.stat(service.logFile)).size;
-  Deno.kill(service.pid, "SIGUSR1");
   for (let i = 0; i < 100; i++) {
-    await sleep(50);
+    await sleep(STATS_EVERY_MS);
     const file = await Deno.open(service.logFile);
     try {
       await file.seek(offset, Deno.SeekMode.Start);
       const text = await new Response(file.readable).text();
-      const line = text.split("\n").find((l) => l.includes('"wallet_stats"'));
+      const line = text.split("\n").findLast((l) => l.includes('"wallet_stats"'));
       if (line) {
         return JSON.parse(line) as {
           commits: number;
@@ -532,6 +538,7 @@ async function main() {
       RATE_LIMIT_TPM: "1000000000000",
       WALLET_SLICES: "on",
       OPTIMISTIC_UPSTREAM: "on",
+      WALLET_STATS_LOG_MS: String(STATS_EVERY_MS),
     };
     const created = await run(Deno.execPath(), [
       "task",

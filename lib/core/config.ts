@@ -47,6 +47,8 @@ export interface Config {
   walletSlices: boolean;
   /** How long a slice's settled charges may wait to be posted together (the loss bound on SIGKILL). */
   walletSlicePostMs: number;
+  /** When set, the wallet counters are logged (`wallet_stats`) this often, in ms. */
+  walletStatsLogMs: number | undefined;
   /** Let several processes listen on the same port (Linux's SO_REUSEPORT). */
   reusePort: boolean;
   /**
@@ -140,6 +142,7 @@ const EnvSchema = z.object({
   }),
   TRUSTED_PROXY_COUNT: positiveInt(CONFIG_DEFAULTS.TRUSTED_PROXY_COUNT),
   WALLET_SLICE_POST_MS: positiveInt(CONFIG_DEFAULTS.WALLET_SLICE_POST_MS),
+  WALLET_STATS_LOG_MS: positiveInt(0).transform((n) => n || undefined),
   REUSE_PORT: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
   WALLET_SLICES: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
   OPTIMISTIC_UPSTREAM: z.enum(["on", "off"]).optional().or(
@@ -191,6 +194,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     trustedProxyCount: e.TRUSTED_PROXY_COUNT,
     walletSlices: e.WALLET_SLICES === "on",
     walletSlicePostMs: e.WALLET_SLICE_POST_MS,
+    walletStatsLogMs: e.WALLET_STATS_LOG_MS,
     reusePort: e.REUSE_PORT === "on",
     optimisticUpstream: e.OPTIMISTIC_UPSTREAM === "on",
     env,
