@@ -170,17 +170,20 @@ export async function* guardedParts<T>(
 ): AsyncGenerator<T> {
   const { idle, signal } = call;
   const iterator = parts[Symbol.asyncIterator]();
-  let onAbort = () => {};
-  const aborted = new Promise<never>((_, reject) => {
-    onAbort = () => reject(signal.reason);
-    if (signal.aborted) onAbort();
-    else signal.addEventListener("abort", onAbort, { once: true });
-  });
-  aborted.catch(() => {});
+  // One waiter per read, ended by the read or by the abort; a Promise.race against one shared
+  // abort promise would leave a reaction on it for every event of a long stream.
+  let endWait: ((reason: unknown) => void) | null = null;
+  const onAbort = () => endWait?.(signal.reason);
+  signal.addEventListener("abort", onAbort, { once: true });
   let finished = false;
   try {
     while (true) {
-      const next = await Promise.race([iterator.next(), aborted]);
+      if (signal.aborted) throw signal.reason;
+      const next = await new Promise<IteratorResult<T>>((resolve, reject) => {
+        endWait = reject;
+        iterator.next().then(resolve, reject);
+      });
+      endWait = null;
       if (next.done) {
         finished = true;
         return;
