@@ -12,7 +12,7 @@ export {
 } from "./ratelimit.ts";
 export type { CountedTokens, LimitSetter, RateLimitStatus } from "./ratelimit.ts";
 export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.ts";
-export { dailySpend, listUsage, spendByModel, unchargedOf, walletActivity } from "./usage.ts";
+export { dailySpend, spendByModel, unchargedOf, walletActivity } from "./usage.ts";
 export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";
 export { Wallets } from "./wallet.ts";
 export { KeyRevokedError, WalletNotFoundError } from "./wallet_types.ts";

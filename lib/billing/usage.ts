@@ -7,37 +7,11 @@ import type { Micros } from "@/lib/core/mod.ts";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
+/** A page of usage records as the dashboard shows it. */
 export interface UsagePage {
   records: UsageRecord[];
   /** Pass back to get the next (older) page; null on the last page. */
   nextCursor: string | null;
-}
-
-/** Usage records newest first (ids sort by time), a page at a time. */
-export async function listUsage(
-  kv: Deno.Kv,
-  appId: string,
-  options: { cursor?: string; limit?: number } = {},
-): Promise<UsagePage> {
-  const limit = options.limit ?? 50;
-  const page = kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }, {
-    reverse: true,
-    limit,
-    cursor: options.cursor || undefined,
-  });
-  const records: UsageRecord[] = [];
-  for await (const entry of page) records.push(entry.value);
-  let nextCursor: string | null = null;
-  if (records.length === limit) {
-    // A full page may be the last one: look one entry further before offering "older".
-    const probe = kv.list({ prefix: keys.appUsage(appId) }, {
-      reverse: true,
-      limit: 1,
-      cursor: page.cursor,
-    });
-    for await (const _ of probe) nextCursor = page.cursor;
-  }
-  return { records, nextCursor };
 }
 
 export interface DaySpend {
