@@ -5,7 +5,7 @@
  * cancelled. Nothing larger than the limit is ever held in memory.
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { ApiError } from "@/lib/core/mod.ts";
+import { ApiError, concatBytes } from "@/lib/core/mod.ts";
 import { messagePage } from "@/routes/pages/message.tsx";
 
 /** What a route answers to a body over its limit, or to one broken off mid-upload. */
@@ -63,13 +63,7 @@ export async function readUpTo(
     }
     chunks.push(next.value);
   }
-  const out = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
+  return concatBytes(chunks);
 }
 
 /** The API's and the webhook's answer, in the error shape of the spec. */

@@ -1,4 +1,5 @@
 /** Core: money, ids, errors, secrets, the KV handle, config and logging; depends on nothing of ours. */
+export { concatBytes } from "./bytes.ts";
 export { CONFIG_DEFAULTS, ConfigError, loadConfig } from "./config.ts";
 export type { Config } from "./config.ts";
 export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";

@@ -8,7 +8,7 @@
  * removes them; reads also ignore records older than the retention, since expiry is lazy.
  */
 import { type IdempotencyRecord, keys } from "@/lib/db.ts";
-import { newId, sha256Hex } from "@/lib/core/mod.ts";
+import { concatBytes, newId, sha256Hex } from "@/lib/core/mod.ts";
 
 /** How long a recorded result is replayed. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
@@ -164,13 +164,7 @@ export class IdempotencyStore {
         parts.push(entry.value);
       }
     }
-    const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
-    let offset = 0;
-    for (const part of parts) {
-      out.set(part, offset);
-      offset += part.byteLength;
-    }
-    return out;
+    return concatBytes(parts);
   }
 }
 
