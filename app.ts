@@ -80,13 +80,12 @@ export function createApp(deps: AppDeps) {
     leaseMs: config.reservationTtlSeconds * 1000,
     now,
     rateLimits,
-    slices: config.walletSlices
-      ? {
-        // A slice outlives its process by at most this; never longer than a reservation would.
-        leaseMs: Math.min(10_000, config.reservationTtlSeconds * 1000),
-        postEveryMs: config.walletSlicePostMs,
-      }
-      : undefined,
+    slices: config.walletSlices === "off" ? undefined : {
+      // A slice outlives its process by at most this; never longer than a reservation would.
+      leaseMs: Math.min(10_000, config.reservationTtlSeconds * 1000),
+      postEveryMs: config.walletSlicePostMs,
+      hotPerSecond: config.walletSlices === "auto" ? config.walletSliceHotRps : undefined,
+    },
     onMoneyMoved: (appId) => webhookWatcher.nudge(appId),
   });
   const providers = createProviders(catalog, {

@@ -31,6 +31,7 @@ Deno.test("every numeric default the README states is the one the config module 
     MAX_SIGNUPS_PER_ADDRESS_PER_DAY: applied.maxSignupsPerAddressPerDay,
     TRUSTED_PROXY_COUNT: applied.trustedProxyCount,
     WALLET_SLICE_POST_MS: applied.walletSlicePostMs,
+    WALLET_SLICE_HOT_RPS: applied.walletSliceHotRps,
   };
   for (const [name, value] of Object.entries(CONFIG_DEFAULTS)) {
     assert.equal(appliedOf[name as keyof typeof CONFIG_DEFAULTS], value, `${name} as applied`);

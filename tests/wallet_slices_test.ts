@@ -9,7 +9,7 @@ import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { keys, type UsageRecord, type WalletRecord, type WalletSliceRecord } from "@/lib/db.ts";
 import { parseUsd } from "@/lib/core/mod.ts";
 import { chat, instanceFiles, startInstance } from "./instances.ts";
-import { assertAuditClean } from "./helpers.ts";
+import { assertAuditClean, startService, userMessage } from "./helpers.ts";
 
 async function waitFor(what: string, check: () => Promise<boolean>) {
   // A guard against hanging, not a timing assertion: the slice's lease is 2 s, the sweep 1 s.
@@ -192,5 +192,40 @@ Deno.test("SIGKILL with reservations admitted against a slice and charges not ye
     kv.close();
     await child.stop();
     await files.remove();
+  }
+});
+
+Deno.test("by default (WALLET_SLICES=auto) a quiet app takes a commit per request and an app hot in the process is served from a slice; what left the wallet is the sum of the answered costs", async () => {
+  const s = await startService();
+  try {
+    const quiet = await s.newApp("quiet");
+    for (let i = 0; i < 5; i++) {
+      const res = await s.chat(quiet.apiKey, {
+        model: "tollbooth/echo",
+        messages: userMessage(`quiet ${i}`),
+      });
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    assert.equal(s.wallets.stats.sliceAdmitted, 0, "a quiet app is served without a slice");
+
+    const hot = await s.newApp("hot");
+    const before = await s.wallet(hot.appId);
+    const answers = await Promise.all(Array.from({ length: 120 }, async (_, i) => {
+      const res = await s.chat(hot.apiKey, {
+        model: "tollbooth/echo",
+        messages: userMessage(`hot ${i}`),
+      });
+      await res.body?.cancel();
+      return { status: res.status, cost: parseUsd(res.headers.get("tollbooth-request-cost")!) };
+    }));
+    assert.ok(answers.every((a) => a.status === 200));
+    assert.ok(s.wallets.stats.sliceAdmitted > 0, "a hot app is served from a slice");
+    await s.wallets.drain();
+    const after = await s.wallet(hot.appId);
+    assert.equal(after.spent - before.spent, answers.reduce((n, a) => n + a.cost, 0));
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
   }
 });

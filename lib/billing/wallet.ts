@@ -127,7 +127,7 @@ export class Wallets {
   readonly #kept = new Map<string, Set<string>>();
   #keepTimer: ReturnType<typeof setInterval> | null = null;
   /** Slices (null: the per-request protocol only). */
-  readonly #sliceOptions: Required<SliceOptions> | null;
+  readonly #sliceOptions: (Required<Omit<SliceOptions, "hotPerSecond">> & SliceOptions) | null;
   /** This process's slice of each app it serves, and the slice of each hold admitted in one. */
   readonly #slices = new Map<string, LocalSlice>();
   readonly #sliceOfReservation = new Map<string, LocalSlice>();
@@ -138,6 +138,8 @@ export class Wallets {
   readonly #orphaned = new WeakSet<LocalSlice>();
   /** Per app: the reserves waiting for its slice to grow (see SliceDemand). */
   readonly #waiting = new Map<string, SliceDemand>();
+  /** Reserves per app in its current one-second window (auto slices: is the app hot?). */
+  readonly #pace = new Map<string, { since: number; reserves: number }>();
   /**
    * Per slice id: the tail of its grant, post and return commits. They all write the slice record
    * and check its versionstamp, so inside one process they run one after another and never fail
@@ -165,6 +167,7 @@ export class Wallets {
         leaseMs: options.slices.leaseMs ?? 10_000,
         postEveryMs: options.slices.postEveryMs ?? 10,
         idleMs: options.slices.idleMs ?? 1_000,
+        hotPerSecond: options.slices.hotPerSecond,
       }
       : null;
     this.#onMoneyMoved = options.onMoneyMoved;
@@ -176,8 +179,27 @@ export class Wallets {
 
   reserve(appId: string, input: ReserveInput): Promise<ReserveResult> {
     assertAmount(input.amount);
-    if (this.#sliceOptions) return this.#reserveInSlice(appId, input);
+    if (this.#servedFromSlice(appId)) return this.#reserveInSlice(appId, input);
     return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
+  }
+
+  /**
+   * Whether this reserve goes to the app's slice: always with slices on; in auto, once the app is
+   * hot here (a quiet app keeps a commit per request, whose check sees a revoked key or a new cap
+   * at once) and for as long as its slice is live.
+   */
+  #servedFromSlice(appId: string): boolean {
+    if (!this.#sliceOptions) return false;
+    const hot = this.#sliceOptions.hotPerSecond;
+    if (hot === undefined || this.#slices.has(appId)) return true;
+    const now = this.#now();
+    let pace = this.#pace.get(appId);
+    if (!pace || now - pace.since >= 1_000) {
+      if (!pace && this.#pace.size >= MAX_KNOWN_WALLETS) this.#pace.clear();
+      pace = { since: now, reserves: 0 };
+      this.#pace.set(appId, pace);
+    }
+    return ++pace.reserves >= hot;
   }
 
   settle(appId: string, reservationId: string, input: SettleInput): Promise<SettleResult> {

@@ -130,6 +130,11 @@ export interface SliceOptions {
   postEveryMs?: number;
   /** A slice without holds for this long is given back to its wallet. */
   idleMs?: number;
+  /**
+   * Serve an app from a slice only once it is hot: this many reserves within one second in this
+   * process (or a slice of it still live). Unset, every app is served from slices.
+   */
+  hotPerSecond?: number;
 }
 
 export interface WalletStats {

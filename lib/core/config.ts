@@ -44,7 +44,12 @@ export interface Config {
    * Serve hot wallets from slices of their balance held by this process (lib/billing/slices.ts):
    * no commit on a request's path, charges posted within ~10 ms, bounded loss on SIGKILL.
    */
-  walletSlices: boolean;
+  /**
+   * Wallet slices: "auto" serves an app from a slice once it is hot in this process
+   * (WALLET_SLICE_HOT_RPS), "on" always, "off" never (a commit per reserve and settle).
+   */
+  walletSlices: "auto" | "on" | "off";
+  walletSliceHotRps: number;
   /** How long a slice's settled charges may wait to be posted together (the loss bound on SIGKILL). */
   walletSlicePostMs: number;
   /** When set, the wallet counters are logged (`wallet_stats`) this often, in ms. */
@@ -91,6 +96,7 @@ const port = z.string().optional().transform((v, ctx) => {
 export const CONFIG_DEFAULTS = {
   RESERVATION_TTL_SECONDS: 600,
   WALLET_SLICE_POST_MS: 10,
+  WALLET_SLICE_HOT_RPS: 50,
   RATE_LIMIT_RPM: 600,
   RATE_LIMIT_TPM: 2_000_000,
   MAX_BODY_BYTES: 4 * 1024 * 1024,
@@ -144,7 +150,10 @@ const EnvSchema = z.object({
   WALLET_SLICE_POST_MS: positiveInt(CONFIG_DEFAULTS.WALLET_SLICE_POST_MS),
   WALLET_STATS_LOG_MS: positiveInt(0).transform((n) => n || undefined),
   REUSE_PORT: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
-  WALLET_SLICES: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
+  WALLET_SLICES: z.enum(["auto", "on", "off"]).optional().or(
+    z.literal("").transform(() => undefined),
+  ),
+  WALLET_SLICE_HOT_RPS: positiveInt(CONFIG_DEFAULTS.WALLET_SLICE_HOT_RPS),
   OPTIMISTIC_UPSTREAM: z.enum(["on", "off"]).optional().or(
     z.literal("").transform(() => undefined),
   ),
@@ -192,7 +201,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxSignupsPerAddressPerDay: e.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
     trustedProxyHeader: e.TRUSTED_PROXY_HEADER,
     trustedProxyCount: e.TRUSTED_PROXY_COUNT,
-    walletSlices: e.WALLET_SLICES === "on",
+    walletSlices: e.WALLET_SLICES ?? "auto",
+    walletSliceHotRps: e.WALLET_SLICE_HOT_RPS,
     walletSlicePostMs: e.WALLET_SLICE_POST_MS,
     walletStatsLogMs: e.WALLET_STATS_LOG_MS,
     reusePort: e.REUSE_PORT === "on",
