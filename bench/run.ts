@@ -536,7 +536,7 @@ async function main() {
       // The bench measures the gateway, not its rate limits.
       RATE_LIMIT_RPM: "1000000000",
       RATE_LIMIT_TPM: "1000000000000",
-      WALLET_SLICES: "on",
+      // WALLET_SLICES is left at its default (auto): a hot app is served from a slice.
       OPTIMISTIC_UPSTREAM: "on",
       WALLET_STATS_LOG_MS: String(STATS_EVERY_MS),
     };

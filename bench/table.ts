@@ -300,7 +300,7 @@ export function report(r: any): { text: string; rows: Row[] } {
     `Tollbooth bench ${r.startedAt}${
       r.quick ? " (quick)" : ""
     } · ${r.machine.cpus} CPUs · load ${r.machine.loadAverageBefore} → ${r.machine.loadAverageAfter} · closed loop by ${c.tollbooth.generator}`,
-    "direct = the fake upstream itself; tollbooth = wallet slices (WALLET_SLICES=on); tb commits = the same build with a durable commit per reserve and settle; overheads are against direct in this run; CPU and RSS are the serving process's",
+    "direct = the fake upstream itself; tollbooth = the default build (WALLET_SLICES=auto: an app hot in the process is served from a wallet slice) with OPTIMISTIC_UPSTREAM=on; tb commits = the same with WALLET_SLICES=off, a durable commit per reserve and settle; overheads are against direct in this run; CPU and RSS are the serving process's",
     formatTable(rows),
   ].join("\n");
   return { text, rows };
