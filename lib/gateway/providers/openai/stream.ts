@@ -35,7 +35,12 @@ export async function* openAiStreamParts(
     // Some servers repeat cumulative usage on every chunk: the last one wins, never a sum.
     if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
     if (Array.isArray(obj.choices) && obj.choices.length > 0) {
-      const { usage: _dropped, ...chunk } = obj;
+      // Usage is handed on once, at the end; a chunk without it is passed as parsed, uncopied.
+      let chunk = obj;
+      if ("usage" in obj) {
+        const { usage: _dropped, ...rest } = obj;
+        chunk = rest;
+      }
       if ((chunk.choices as ChatCompletionChunk["choices"]).some((c) => c?.finish_reason)) {
         finished = true;
       }
