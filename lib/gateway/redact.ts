@@ -107,14 +107,25 @@ export class SecretRedactor {
     return this.#deep(value, 0) as T;
   }
 
+  /** `value` itself when nothing in it changes: a log line without a key is not copied. */
   #deep(value: unknown, depth: number): unknown {
     if (typeof value === "string") return this.redact(value);
     if (depth > 8 || value === null || typeof value !== "object") return value;
-    if (Array.isArray(value)) return value.map((item) => this.#deep(item, depth + 1));
     if (value instanceof Error) return this.redact(String(value.stack ?? value.message));
-    const out: Record<string, unknown> = {};
-    for (const [name, field] of Object.entries(value)) out[name] = this.#deep(field, depth + 1);
-    return out;
+    if (Array.isArray(value)) {
+      let copy: unknown[] | null = null;
+      value.forEach((item, i) => {
+        const redacted = this.#deep(item, depth + 1);
+        if (redacted !== item) (copy ??= [...value])[i] = redacted;
+      });
+      return copy ?? value;
+    }
+    let copy: Record<string, unknown> | null = null;
+    for (const [name, field] of Object.entries(value)) {
+      const redacted = this.#deep(field, depth + 1);
+      if (redacted !== field) (copy ??= { ...value })[name] = redacted;
+    }
+    return copy ?? value;
   }
 
   /** The same logger, writing redacted lines. */

@@ -48,6 +48,16 @@ Deno.test("log fields are redacted however deeply they nest", () => {
   assert.equal(seen[0].n, 1);
 });
 
+Deno.test("redacting a log line never changes the fields passed in, and a line without a key is passed on as it is", () => {
+  const fields = { event: "x", nested: { list: [ANTHROPIC_KEY, 3] }, at: new Date(0) };
+  const redacted = redactor.redactDeep(fields);
+  assert.deepEqual(fields.nested.list, [ANTHROPIC_KEY, 3], "the caller's object is untouched");
+  assert.deepEqual(redacted.nested.list, [REDACTED, 3]);
+  assert.equal(JSON.stringify(redacted.at), '"1970-01-01T00:00:00.000Z"');
+  const clean = { event: "request", path: "/v1/chat/completions", nested: { n: 1 } };
+  assert.equal(redactor.redactDeep(clean), clean);
+});
+
 Deno.test("ordinary words a key happens to contain are left alone in a log line", () => {
   const words = new SecretRedactor(["sk-upstream-test"]);
   assert.equal(words.redact("outcome upstream_cut"), "outcome upstream_cut");
