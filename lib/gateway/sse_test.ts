@@ -158,3 +158,44 @@ Deno.test("a last line with no line break at all is still read, so a final usage
 Deno.test("a stream ending in a lone CR ends its last line there", async () => {
   assert.deepEqual(await events(body("event: done\rdata: x\r")), [{ event: "done", data: "x" }]);
 });
+
+/** A byte stream (as a fetch body is), read into one reused buffer by parseSse. */
+function byteBody(...chunks: string[]): ReadableStream<Uint8Array> {
+  const queue = chunks.map((c) => encoder.encode(c));
+  let cancelled = false;
+  const stream = new ReadableStream({
+    type: "bytes",
+    pull(controller) {
+      const next = queue.shift();
+      if (next) return controller.enqueue(next);
+      controller.close();
+      // A byte source closing under a pending BYOB read must answer it (with 0 bytes).
+      controller.byobRequest?.respond(0);
+    },
+    cancel() {
+      cancelled = true;
+    },
+  });
+  return Object.assign(stream, { cancelled: () => cancelled });
+}
+
+Deno.test("a byte stream is read whole through the reused buffer, an event longer than the buffer included", async () => {
+  const long = "x".repeat(40_000);
+  const got = await events(
+    byteBody(
+      `data: a\n\ndata: ${long.slice(0, 25_000)}`,
+      `${long.slice(25_000)}\n\n`,
+      "data: b\n\n",
+    ),
+  );
+  assert.deepEqual(got.map((e) => e.data), ["a", long, "b"]);
+});
+
+Deno.test("a consumer that stops early cancels a byte stream too", async () => {
+  const stream = byteBody("data: one\n\ndata: two\n\n", "data: three\n\n");
+  for await (const event of parseSse(stream)) {
+    assert.equal(event.data, "one");
+    break;
+  }
+  assert.equal((stream as unknown as { cancelled(): boolean }).cancelled(), true);
+});
