@@ -112,6 +112,9 @@ export class SecretRedactor {
     if (typeof value === "string") return this.redact(value);
     if (depth > 8 || value === null || typeof value !== "object") return value;
     if (value instanceof Error) return this.redact(String(value.stack ?? value.message));
+    // What JSON.stringify would write for it (a URL's href, a Date's ISO text), redacted in turn.
+    const toJSON = (value as { toJSON?: unknown }).toJSON;
+    if (typeof toJSON === "function") return this.#deep(toJSON.call(value), depth + 1);
     if (Array.isArray(value)) {
       let copy: unknown[] | null = null;
       value.forEach((item, i) => {

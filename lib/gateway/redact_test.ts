@@ -54,6 +54,8 @@ Deno.test("redacting a log line never changes the fields passed in, and a line w
   assert.deepEqual(fields.nested.list, [ANTHROPIC_KEY, 3], "the caller's object is untouched");
   assert.deepEqual(redacted.nested.list, [REDACTED, 3]);
   assert.equal(JSON.stringify(redacted.at), '"1970-01-01T00:00:00.000Z"');
+  const url = redactor.redactDeep({ url: new URL(`https://host/v1?key=${OPENAI_KEY}`) });
+  assert.doesNotMatch(JSON.stringify(url), /Q3x9VbT2/, "what toJSON writes is redacted too");
   const clean = { event: "request", path: "/v1/chat/completions", nested: { n: 1 } };
   assert.equal(redactor.redactDeep(clean), clean);
 });
