@@ -118,7 +118,6 @@ export function createApp(deps: AppDeps) {
   /** Idempotency-Key on a paid POST: keys are private to the calling app. */
   const paidIdempotency = idempotency(idempotencyStore, {
     scope: (c) => `app:${c.get("caller").appId}`,
-    maxBodyBytes: config.maxBodyBytes,
     log,
   });
   let draining = false;
@@ -146,7 +145,6 @@ export function createApp(deps: AppDeps) {
     "/v1/chat/completions",
     ...paidApi,
     chatCompletions(gateway, {
-      maxBodyBytes: config.maxBodyBytes,
       docsBaseUrl,
       redact: (text) => redactor.redact(text),
     }),
@@ -154,13 +152,12 @@ export function createApp(deps: AppDeps) {
   app.post(
     "/v1/embeddings",
     ...paidApi,
-    embeddings(gateway, { maxBodyBytes: config.maxBodyBytes }),
+    embeddings(gateway),
   );
   app.post(
     "/v1/responses",
     ...paidApi,
     responsesRoute(new Responses(gateway, new ResponseStore(kv, now), log), {
-      maxBodyBytes: config.maxBodyBytes,
       redact: (text) => redactor.redact(text),
     }),
   );

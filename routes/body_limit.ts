@@ -41,7 +41,7 @@ export function bodyLimit(maxBytes: number, refuse: BodyRefusal): MiddlewareHand
  * The whole body, "too_large" as soon as it passes `maxBytes` (the rest is never read), or "broken"
  * when the upload broke off.
  */
-export async function readUpTo(
+async function readUpTo(
   body: ReadableStream<Uint8Array>,
   maxBytes: number,
 ): Promise<Uint8Array<ArrayBuffer> | "too_large" | "broken"> {

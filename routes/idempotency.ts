@@ -6,7 +6,7 @@ import {
   validIdempotencyKey,
 } from "@/lib/idempotency/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
-import { readJsonBody } from "@/routes/v1/chat/completions.ts";
+import { readJsonBody } from "@/routes/json_body.ts";
 
 /** The response headers a replay repeats; the others describe the replay itself. */
 const REPLAYED_HEADERS = [
@@ -34,7 +34,6 @@ export function idempotency<E extends Env>(
   options: {
     /** Keys are private to this scope (an app, an owner). */
     scope: (c: Context<E>) => string;
-    maxBodyBytes: number;
     log: Logger;
     /**
      * What of a body is kept for replays. A secret minted by the request (a new API key) must not
@@ -53,7 +52,7 @@ export function idempotency<E extends Env>(
         { param: "Idempotency-Key" },
       );
     }
-    const body = await readJsonBody(c.req.raw, options.maxBodyBytes);
+    const body = await readJsonBody(c.req.raw);
     if ((body as { stream?: unknown } | null)?.stream === true) {
       throw new ApiError(
         "idempotency_key_with_stream",

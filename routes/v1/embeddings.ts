@@ -1,14 +1,13 @@
 import type { Context } from "hono";
 import { type Gateway, parseEmbeddingsRequest } from "@/lib/gateway/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
-import { readJsonBody } from "./chat/completions.ts";
+import { jsonBody } from "@/routes/json_body.ts";
 import { paidAnswerHeaders } from "./paid_answer.ts";
 
 /** POST /v1/embeddings: createEmbedding, paid like a chat completion without output. */
-export function embeddings(gateway: Gateway, options: { maxBodyBytes: number }) {
+export function embeddings(gateway: Gateway) {
   return async (c: Context<Env>) => {
-    const body = c.get("jsonBody") ?? await readJsonBody(c.req.raw, options.maxBodyBytes);
-    const request = parseEmbeddingsRequest(body);
+    const request = parseEmbeddingsRequest(await jsonBody(c));
     const outcome = await gateway.embed(
       c.get("caller"),
       request,

@@ -34,7 +34,7 @@ import {
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { idempotency } from "@/routes/idempotency.ts";
 import { bearerToken, type Env } from "@/routes/middleware.ts";
-import { readJsonBody } from "@/routes/v1/chat/completions.ts";
+import { jsonBody } from "@/routes/json_body.ts";
 
 /** Management request bodies are small: a name and a few numbers. */
 const MAX_BODY_BYTES = 16 * 1024;
@@ -263,12 +263,10 @@ export function managementRoutes(
   const ownerIdempotency = (recordedBody?: (b: Uint8Array) => Uint8Array) =>
     idempotency(deps.idempotencyStore, {
       scope: (c) => `owner:${c.get("manager").ownerId}`,
-      maxBodyBytes: MAX_BODY_BYTES,
       log: deps.log,
       recordedBody,
     });
-  const body = async (c: Context<ManagementEnv>) =>
-    c.get("jsonBody") ?? await readJsonBody(c.req.raw, MAX_BODY_BYTES);
+  const body = jsonBody;
 
   r.use("*", requireManagementKey(kv), bodyLimit(MAX_BODY_BYTES, apiBodyRefusal));
   // Also matches /apps/:app_id itself.

@@ -1,18 +1,16 @@
 import type { Context } from "hono";
 import { encodeSseEvent, type Responses } from "@/lib/gateway/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
-import { readJsonBody } from "./chat/completions.ts";
+import { jsonBody } from "@/routes/json_body.ts";
 import { paidAnswerHeaders, paidEventStream } from "./paid_answer.ts";
 
 /** POST /v1/responses: createResponse (OpenAI's Responses API), paid like a chat completion. */
 export function responsesRoute(
   responses: Responses,
-  options: { maxBodyBytes: number; redact: (text: string) => string },
+  options: { redact: (text: string) => string },
 ) {
   return async (c: Context<Env>) => {
-    const body = responses.parse(
-      c.get("jsonBody") ?? await readJsonBody(c.req.raw, options.maxBodyBytes),
-    );
+    const body = responses.parse(await jsonBody(c));
     const caller = c.get("caller");
     const requestId = c.get("requestId");
     const trace = c.get("trace");

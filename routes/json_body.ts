@@ -1,0 +1,52 @@
+/**
+ * A request's JSON body, for every API route. Its size is not checked here: each route that reads
+ * a body sits behind bodyLimit (body_limit.ts), which refuses one over the limit before it is read.
+ */
+import type { Context } from "hono";
+import { ApiError } from "@/lib/core/mod.ts";
+import type { Env } from "./middleware.ts";
+
+/** Stateless when not streaming, so one serves every request. */
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true });
+const POLLUTING_KEYS = new Set(["__proto__", "constructor", "prototype"]);
+/** Also any \\u escape, which could spell a polluting key. */
+const POLLUTING_PATTERN = /__proto__|constructor|prototype|\\u/;
+
+/** The body as strict UTF-8 JSON, or the one a middleware (idempotency) has already read. */
+export async function jsonBody<E extends Env>(c: Context<E>): Promise<unknown> {
+  return c.get("jsonBody") ?? await readJsonBody(c.req.raw);
+}
+
+export async function readJsonBody(request: Request): Promise<unknown> {
+  const type = request.headers.get("content-type") ?? "";
+  if (!/^application\/json\s*(;|$)/i.test(type.trim())) {
+    throw new ApiError("invalid_json", "Content-Type must be application/json.");
+  }
+  let bytes: Uint8Array;
+  try {
+    bytes = new Uint8Array(await request.arrayBuffer());
+  } catch {
+    // The client broke off the upload (or went away): its fault, not a server error.
+    throw new ApiError("invalid_json", "The request body could not be read to its end.");
+  }
+  let text: string;
+  try {
+    text = STRICT_UTF8.decode(bytes);
+  } catch {
+    throw new ApiError("invalid_json", "The request body is not valid UTF-8.");
+  }
+  try {
+    // The reviver costs a call per value; only a body that could name a polluting key needs it.
+    return POLLUTING_PATTERN.test(text)
+      ? JSON.parse(text, (key, value) => POLLUTING_KEYS.has(key) ? undefined : value)
+      : JSON.parse(text);
+  } catch (error) {
+    // Valid JSON nested deeper than the parser's stack is refused as such, not called invalid.
+    throw new ApiError(
+      "invalid_json",
+      error instanceof RangeError
+        ? "The request body is nested too deeply."
+        : "The request body is not valid JSON.",
+    );
+  }
+}
