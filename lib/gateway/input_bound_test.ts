@@ -10,6 +10,7 @@ import {
 import { countPromptTokens, countTextTokens } from "./tokens.ts";
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { messagesTools } from "./providers/anthropic/request.ts";
+import { legacyClaudeTokens } from "../../tests/claude_token_reference.ts";
 import { testModel } from "./providers/test_support.ts";
 
 const gpt = testModel("openai", "gpt-4o");
@@ -118,4 +119,17 @@ Deno.test("a prediction adds its tokens to the output the reservation covers", (
     countTextTokens(code),
   );
   assert.equal(extraOutputBound(request({ messages })), 0);
+});
+
+Deno.test("text parts are bounded one by one: many tiny parts are held above what Claude bills for them sent a blank line apart", () => {
+  for (const char of ["|", "a"]) {
+    const parts = Array.from({ length: 3_000 }, () => ({ type: "text", text: char }));
+    const req = request({ messages: [{ role: "user", content: parts }] });
+    const sent = parts.map((p) => p.text).join("\n\n");
+    assert.ok(
+      anthropicInputBound(req) >= legacyClaudeTokens(sent),
+      `${char}: bound ${anthropicInputBound(req)} < legacy ${legacyClaudeTokens(sent)}`,
+    );
+    assert.ok(openAiInputBound(req, gpt) >= 3_000 * countTextTokens(char));
+  }
 });
