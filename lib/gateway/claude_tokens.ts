@@ -50,8 +50,14 @@ const CASE_STEP = 1;
  * spends 0.42 tokens a digit on long random runs).
  */
 const DIGIT_STEP = 0.75;
-/** A punctuation or whitespace character repeating the two before it (`====`, indentation). */
+/**
+ * A punctuation or whitespace character repeating the two before it (`====`, indentation), for the
+ * characters whose runs the vocabulary merges; any other repeats at CHANGE_STEP (`,,,,` costs the
+ * legacy tokenizer half a token a character, a control character a whole one).
+ */
 const REPEAT_STEP = 0.25;
+const RUN_MERGES = new Uint8Array(128);
+for (const c of "\t\n =-*#_~./") RUN_MERGES[c.charCodeAt(0)] = 1;
 /** Any other punctuation or whitespace character continuing a run. */
 const CHANGE_STEP = 1;
 /** Longest glued letter or digit run charged as bytes. */
@@ -184,7 +190,7 @@ export function claudeTokenBound(text: string): number {
             cost += CASE_STEP;
           }
         } else if (k === DIGIT) cost += bytes <= 3 ? 1 : DIGIT_STEP;
-        else cost += c === prev && c === prev2 ? REPEAT_STEP : CHANGE_STEP;
+        else cost += c === prev && c === prev2 && RUN_MERGES[c] ? REPEAT_STEP : CHANGE_STEP;
       } else {
         const alnum = k <= DIGIT;
         let glued = alnum && afterGlue;

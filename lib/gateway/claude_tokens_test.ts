@@ -127,3 +127,16 @@ Deno.test("JSON values are bounded as indented JSON text", () => {
   // A lone surrogate is escaped by JSON.stringify, six ASCII characters.
   assert.equal(claudeTokenBoundOfJson("\uD800"), claudeTokenBound('"\\ud800"'));
 });
+
+Deno.test("a run of one repeated punctuation, space or control character is held at or above the legacy tokenizer's count", () => {
+  const chars = [..."!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ \t\n\r\x0b\x0c\x7f"];
+  for (let c = 1; c < 32; c++) chars.push(String.fromCharCode(c));
+  for (const char of chars) {
+    const run = char.repeat(300);
+    const legacy = legacyClaudeTokens(run);
+    assert.ok(
+      claudeTokenBound(run) >= legacy,
+      `${JSON.stringify(char)}: bound ${claudeTokenBound(run)} < legacy ${legacy}`,
+    );
+  }
+});
