@@ -491,9 +491,12 @@ export class Gateway {
       const exact = await this.#exactInputTokens(model, request, maxTokens, requestId, trace);
       if (exact === null) return false;
       const withMargin = exactInputReservation(exact);
-      const next = Math.max(
-        ...kinds.map((kind, i) => kind === "anthropic" ? withMargin : bounds[i]),
-      );
+      // The count is the primary model's: a fallback to another model (another tokenizer) keeps
+      // its bound.
+      const counted = (i: number) =>
+        i === 0 || (model.fallbacks[i - 1].provider.name === model.provider.name &&
+          model.fallbacks[i - 1].upstreamModel === model.upstreamModel);
+      const next = Math.max(...bounds.map((bound, i) => counted(i) ? withMargin : bound));
       if (next >= promptTokens) return false;
       promptTokens = next;
       return true;
