@@ -22,9 +22,10 @@ const REPLAYED_HEADERS = [
  * headers and body again (`Idempotent-Replayed: true`), without running; a different body is 422
  * `idempotency_key_reused`; a repeat while the first runs is 409 `idempotency_key_in_use`.
  *
- * Only successful (2xx) answers are recorded: those are the ones that were charged. A request that
- * failed (400, 402, 429, 502, 500…) charged nothing, so its key is given back and a retry with the
- * same key runs afresh, which is what a client retrying a 502 or a 429 wants.
+ * Answers that were charged are recorded: every success, and a 502 `upstream_interrupted` that
+ * charged what the provider produced (it carries `Tollbooth-Request-Cost`). Any other failure
+ * (400, 402, 429, 502, 500…) charged nothing, so its key is given back and a retry with the same
+ * key runs afresh, which is what a client retrying a 502 or a 429 wants.
  *
  * The body is read here (within the limit) and handed on as `jsonBody`, so the handler does not
  * read it twice.
@@ -97,7 +98,8 @@ export function idempotency<E extends Env>(
     }
     const res = c.res;
     try {
-      if (c.error || res.status < 200 || res.status > 299) {
+      const charged = res.headers.has("tollbooth-request-cost");
+      if ((c.error || res.status < 200 || res.status > 299) && !charged) {
         await store.abandon(scope, key, claim);
         return;
       }

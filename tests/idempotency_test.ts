@@ -19,7 +19,9 @@ const FAKE = "fake/gpt";
  * A loopback OpenAI-compatible upstream that counts its calls, answers each once `release` is
  * called (or at once when not gated), and fails the first `failFirst` calls with a 500.
  */
-function countingUpstream(options: { gated?: boolean; failFirst?: number } = {}) {
+function countingUpstream(
+  options: { gated?: boolean; failFirst?: number; cutFirst?: boolean } = {},
+) {
   let calls = 0;
   let open: () => void = () => {};
   const gate = options.gated ? new Promise<void>((r) => (open = r)) : Promise.resolve();
@@ -31,6 +33,23 @@ function countingUpstream(options: { gated?: boolean; failFirst?: number } = {})
     entered();
     if (calls <= (options.failFirst ?? 0)) {
       return Response.json({ error: { message: "boom", type: "server_error" } }, { status: 500 });
+    }
+    if (options.cutFirst && calls === 1) {
+      // One chunk of the answer, then the stream ends unfinished: the provider bills it.
+      const chunk = {
+        id: "chatcmpl-cut",
+        object: "chat.completion.chunk",
+        created: 1,
+        model: body.model,
+        choices: [{
+          index: 0,
+          delta: { role: "assistant", content: "half an" },
+          finish_reason: null,
+        }],
+      };
+      return new Response(`data: ${JSON.stringify(chunk)}\n\n`, {
+        headers: { "content-type": "text/event-stream" },
+      });
     }
     await gate;
     // Every upstream call is streamed (non-streamed requests are assembled from it).
@@ -226,6 +245,23 @@ Deno.test("a failed first attempt (502, nothing charged) is not recorded: a retr
     assert.equal(replay.headers.get("idempotent-replayed"), "true");
     assert.equal(upstream.calls, 2);
     assert.equal((await usageRecords(s.kv, appId)).length, 1);
+  }));
+
+Deno.test("a first attempt that was charged (502 upstream_interrupted) is recorded: a retry with the key replays it, charged once", () =>
+  withUpstream({ cutFirst: true }, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    const cut = await s.chat(apiKey, request(), withKey("cut-once"));
+    assert.equal(cut.status, 502);
+    assert.equal((await cut.json()).error.code, "upstream_interrupted");
+    const charged = parseUsd(cut.headers.get("tollbooth-request-cost")!);
+    assert.ok(charged > 0);
+
+    const retried = await s.chat(apiKey, request(), withKey("cut-once"));
+    assert.equal(retried.status, 502);
+    assert.equal(retried.headers.get("idempotent-replayed"), "true");
+    assert.equal(parseUsd(retried.headers.get("tollbooth-request-cost")!), charged);
+    assert.equal(upstream.calls, 1);
+    assert.equal((await s.wallet(appId)).spent, charged);
   }));
 
 Deno.test("a streamed request with an Idempotency-Key is refused with 400 idempotency_key_with_stream", () =>

@@ -357,7 +357,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           in: "header",
           required: false,
           description:
-            "Makes a retry safe: the first request with a key runs and is charged; a repeat with the same key and the same body within 24 hours gets the first answer again (status, body, `Tollbooth-Request-Cost`, `Tollbooth-Balance` as they were) with `Idempotent-Replayed: true`, and is neither run nor charged. Same key, other body: 422 `idempotency_key_reused`; a repeat while the first still runs: 409 `idempotency_key_in_use`. Keys are private to the app (API) or the owner (management API). Only successful answers are recorded: after a failure (400, 402, 429, 5xx) nothing was charged and a retry with the same key runs afresh. Not accepted on `stream: true` (400 `idempotency_key_with_stream`).",
+            "Makes a retry safe: the first request with a key runs and is charged; a repeat with the same key and the same body within 24 hours gets the first answer again (status, body, `Tollbooth-Request-Cost`, `Tollbooth-Balance` as they were) with `Idempotent-Replayed: true`, and is neither run nor charged. Same key, other body: 422 `idempotency_key_reused`; a repeat while the first still runs: 409 `idempotency_key_in_use`. Keys are private to the app (API) or the owner (management API). Answers that were charged are recorded: every success, and a 502 `upstream_interrupted` (it carries `Tollbooth-Request-Cost`). After any other failure (400, 402, 429, 5xx) nothing was charged and a retry with the same key runs afresh. Not accepted on `stream: true` (400 `idempotency_key_with_stream`).",
           schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[!-~]+$" },
         },
       },

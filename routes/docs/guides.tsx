@@ -298,9 +298,12 @@ export function billingPage() {
           <code>409 idempotency_key_in_use</code> (retry a moment later to get the answer).
         </li>
         <li>
-          Only successful answers are recorded. A request that failed (400, 402, 429, 502, 500)
-          charged nothing, so its key is free again and a retry with it runs afresh: retrying a 502
-          or a 429 with the same key does what you want.
+          Answers that were charged are recorded: every success, and a{" "}
+          <code>502 upstream_interrupted</code>, which charged what the provider had produced (its
+          <code>Tollbooth-Request-Cost</code>{" "}
+          says so); a retry gets it again. Any other failure (400, 402, 429, 502, 500) charged
+          nothing, so its key is free again and a retry with it runs afresh: retrying such a 502 or
+          a 429 with the same key does what you want.
         </li>
         <li>
           Keys are private to the app: another app's key of the same name is another key.
