@@ -90,11 +90,18 @@ export function idempotency<E extends Env>(
       return c.body(response.body.slice().buffer, response.status as 200);
     }
 
+    // The claim lives as long as the request: renewed like a reservation, three times a lease.
+    const renewal = setInterval(
+      () => store.renew(scope, key, claim).catch(() => {}),
+      store.leaseMs / 3,
+    );
     try {
       await next();
     } catch (error) {
       await store.abandon(scope, key, claim).catch(() => {});
       throw error;
+    } finally {
+      clearInterval(renewal);
     }
     const res = c.res;
     try {
@@ -110,11 +117,12 @@ export function idempotency<E extends Env>(
       }
       const sent = new Uint8Array(await res.clone().arrayBuffer());
       const recorded = options.recordedBody ? options.recordedBody(sent) : sent;
-      await store.complete(scope, key, claim, requestId, bodyHash, {
+      const recordedNow = await store.complete(scope, key, claim, requestId, bodyHash, {
         status: res.status,
         headers,
         body: recorded,
       });
+      if (!recordedNow) throw new Error("the claim was taken over before the answer was recorded");
     } catch (error) {
       // The answer stands (it was charged); only its record is missing, so a repeat after the
       // lease would run again. Said loudly, since it is the one way a key can charge twice.

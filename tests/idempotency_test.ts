@@ -326,6 +326,34 @@ Deno.test("a claim left by a dead process is taken over once its lease has passe
   }, { now: () => clock, env: { RESERVATION_TTL_SECONDS: "60" } });
 });
 
+Deno.test("a claim renewed while its request runs is not taken over after its first lease", async () => {
+  const kv = await Deno.openKv(":memory:");
+  let clock = Date.now();
+  try {
+    const store = new IdempotencyStore(kv, { leaseMs: 60_000, now: () => clock });
+    const hash = canonicalBodyHash(request());
+    const claim = await store.claim("app:a", "long", hash, "req_long");
+    assert.equal(claim.kind, "claimed");
+    if (claim.kind !== "claimed") return;
+    clock += 50_000;
+    assert.equal(await store.renew("app:a", "long", claim), true);
+    clock += 50_000; // past the first lease, within the renewed one
+    assert.equal((await store.claim("app:a", "long", hash, "req_retry")).kind, "in_use");
+    assert.equal(
+      await store.complete("app:a", "long", claim, "req_long", hash, {
+        status: 200,
+        headers: {},
+        body: new TextEncoder().encode("{}"),
+      }),
+      true,
+      "the renewed claim still records its answer",
+    );
+    assert.equal((await store.claim("app:a", "long", hash, "req_retry")).kind, "replay");
+  } finally {
+    kv.close();
+  }
+});
+
 Deno.test("a large answer is recorded in parts and replayed byte for byte", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = new IdempotencyStore(kv, { leaseMs: 1000 });

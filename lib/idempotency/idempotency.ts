@@ -24,8 +24,11 @@ export interface RecordedResponse {
 }
 
 export type Claim =
-  /** This request runs; it must end with `complete` or `abandon`. */
-  | { kind: "claimed"; claimId: string; versionstamp: string }
+  /**
+   * This request runs; it must end with `complete` or `abandon`, and `renew` its lease while it
+   * runs. `versionstamp` follows each renewal.
+   */
+  | { kind: "claimed"; claimId: string; versionstamp: string; record: IdempotencyRecord }
   /** A finished request with the same key and body: answer with its response. */
   | { kind: "replay"; requestId: string; response: RecordedResponse }
   /** Same key, different body. */
@@ -84,17 +87,44 @@ export class IdempotencyStore {
         .set(recordKey, running, { expireIn: IDEMPOTENCY_RETENTION_MS })
         .commit();
       if (result.ok) {
-        return { kind: "claimed", claimId: running.claimId, versionstamp: result.versionstamp };
+        return {
+          kind: "claimed",
+          claimId: running.claimId,
+          versionstamp: result.versionstamp,
+          record: running,
+        };
       }
     }
     // Ten lost races in a row: someone else holds it now.
     return { kind: "in_use" };
   }
 
+  get leaseMs(): number {
+    return this.#leaseMs;
+  }
+
   /**
-   * Records the claimed request's answer for replays. The body parts go first, the record that
-   * points at them last, checked against our claim (a claim taken over after its lease is left to
-   * its new holder).
+   * Extends a running claim's lease, so that a request longer than one lease (a long answer, read
+   * while the upstream keeps talking) is not taken over and run a second time. False when the
+   * claim is no longer ours.
+   */
+  async renew(scope: string, key: string, claim: Extract<Claim, { kind: "claimed" }>) {
+    const recordKey = keys.idempotency(scope, key);
+    const record = { ...claim.record, leaseUntil: this.#now() + this.#leaseMs };
+    const result = await this.#kv.atomic()
+      .check({ key: recordKey, versionstamp: claim.versionstamp })
+      .set(recordKey, record, { expireIn: IDEMPOTENCY_RETENTION_MS })
+      .commit();
+    if (!result.ok) return false;
+    claim.versionstamp = result.versionstamp;
+    claim.record = record;
+    return true;
+  }
+
+  /**
+   * Records the claimed request's answer for replays, checked against our claim (a claim taken
+   * over after its lease is left to its new holder). The record and the last body parts it points
+   * at go in one commit, which for all but the largest answers is the only one.
    */
   async complete(
     scope: string,
@@ -109,11 +139,14 @@ export class IdempotencyStore {
       parts.push(response.body.subarray(i, i + BODY_PART_BYTES));
     }
     const options = { expireIn: IDEMPOTENCY_RETENTION_MS };
-    for (let i = 0; i < parts.length; i += PARTS_PER_COMMIT) {
-      const atomic = this.#kv.atomic();
-      parts.slice(i, i + PARTS_PER_COMMIT).forEach((part, j) =>
-        atomic.set(keys.idempotencyBodyPart(scope, key, claim.claimId, i + j), part, options)
+    const setParts = (atomic: Deno.AtomicOperation, from: number, to: number) =>
+      parts.slice(from, to).forEach((part, j) =>
+        atomic.set(keys.idempotencyBodyPart(scope, key, claim.claimId, from + j), part, options)
       );
+    const last = Math.max(0, parts.length - PARTS_PER_COMMIT);
+    for (let i = 0; i < last; i += PARTS_PER_COMMIT) {
+      const atomic = this.#kv.atomic();
+      setParts(atomic, i, Math.min(i + PARTS_PER_COMMIT, last));
       await atomic.commit();
     }
     const done: IdempotencyRecord = {
@@ -127,10 +160,9 @@ export class IdempotencyStore {
       storedAt: this.#now(),
     };
     const recordKey = keys.idempotency(scope, key);
-    const result = await this.#kv.atomic()
-      .check({ key: recordKey, versionstamp: claim.versionstamp })
-      .set(recordKey, done, options)
-      .commit();
+    const atomic = this.#kv.atomic().check({ key: recordKey, versionstamp: claim.versionstamp });
+    setParts(atomic, last, parts.length);
+    const result = await atomic.set(recordKey, done, options).commit();
     return result.ok;
   }
 
