@@ -100,6 +100,7 @@ Deno.test("management API lists the owner's apps, newest first, with balance and
     assert.equal(first.balance, (wallet.available / 1e6).toFixed(6));
     assert.equal(first.reserved, "0.000000");
     assert.equal(first.credited, "5.000000");
+    assert.equal(first.uncharged, "0.000000");
 
     const one = await call(s, o.managementKey, "GET", `/apps/${o.apps[0].appId}`);
     assert.deepEqual(one.body, first);

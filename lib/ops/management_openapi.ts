@@ -257,7 +257,17 @@ export function managementOpenApi(
   const schemas = {
     App: {
       type: "object",
-      required: ["id", "object", "name", "balance", "reserved", "spent", "credited", "top_up_url"],
+      required: [
+        "id",
+        "object",
+        "name",
+        "balance",
+        "reserved",
+        "spent",
+        "credited",
+        "uncharged",
+        "top_up_url",
+      ],
       properties: {
         id: { type: "string" },
         object: { const: "app" },
@@ -266,6 +276,11 @@ export function managementOpenApi(
         reserved: { ...MONEY, description: "Held by requests in flight (USD)." },
         spent: { ...MONEY, description: "Charged to date (USD)." },
         credited: { ...MONEY, description: "Starter credits + top-ups + operator credits (USD)." },
+        uncharged: {
+          ...MONEY,
+          description:
+            "Usage the provider billed beyond what the reservation and the balance covered, never charged to this app (USD).",
+        },
         top_up_url: { type: "string", format: "uri" },
         created: TIME,
       },

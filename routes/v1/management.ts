@@ -1,6 +1,13 @@
 import { type Context, Hono, type MiddlewareHandler } from "hono";
 import { z } from "zod";
-import { ApiError, formatUsd, type Logger, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import {
+  ApiError,
+  formatUsd,
+  type Logger,
+  type Micros,
+  NotFoundError,
+  parseUsd,
+} from "@/lib/core/mod.ts";
 import type {
   ApiKeyRecord,
   AppRecord,
@@ -9,7 +16,7 @@ import type {
   UsageRecord,
   WalletRecord,
 } from "@/lib/db.ts";
-import { getSpendCaps, setSpendCaps } from "@/lib/billing/mod.ts";
+import { getSpendCaps, setSpendCaps, unchargedOf } from "@/lib/billing/mod.ts";
 import type { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import {
   authenticateManagementKey,
@@ -44,7 +51,7 @@ type ManagementEnv = { Variables: Env["Variables"] & { app: AppRecord } };
 
 const seconds = (ms: number | null) => ms === null ? null : Math.floor(ms / 1000);
 
-function appObject(app: AppRecord, wallet: WalletRecord, publicUrl: string) {
+function appObject(app: AppRecord, wallet: WalletRecord, uncharged: Micros, publicUrl: string) {
   return {
     id: app.id,
     object: "app",
@@ -53,6 +60,7 @@ function appObject(app: AppRecord, wallet: WalletRecord, publicUrl: string) {
     reserved: formatUsd(wallet.reserved),
     spent: formatUsd(wallet.spent),
     credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
+    uncharged: formatUsd(uncharged),
     top_up_url: topUpUrl(publicUrl, app),
     created: seconds(app.createdAt),
   };
@@ -136,7 +144,7 @@ function reportRowObject(row: ReportRow) {
   };
 }
 
-function list<T, U>(page: Page<T>, map: (item: T) => U) {
+function list<T, U>(page: Page<T>, map: (item: T, index: number) => U) {
   return {
     object: "list",
     data: page.data.map(map),
@@ -278,12 +286,16 @@ export function managementRoutes(
       limit: q.limit,
       startingAfter: q.starting_after,
     });
-    return c.json(list(page, ({ app, wallet }) => appObject(app, wallet, publicUrl)));
+    const uncharged = await Promise.all(page.data.map(({ app }) => unchargedOf(kv, app.id)));
+    return c.json(
+      list(page, ({ app, wallet }, i) => appObject(app, wallet, uncharged[i], publicUrl)),
+    );
   });
 
   r.get("/apps/:app_id", async (c) => {
     const app = c.get("app");
-    return c.json(appObject(app, await getWallet(kv, app.id), publicUrl));
+    const [wallet, uncharged] = await Promise.all([getWallet(kv, app.id), unchargedOf(kv, app.id)]);
+    return c.json(appObject(app, wallet, uncharged, publicUrl));
   });
 
   r.get("/apps/:app_id/keys", async (c) => {
