@@ -414,13 +414,11 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
     call: (route: Model) => Promise<T>,
-    /** The same call, started before the reservation committed (optimistic upstream). */
-    early?: Promise<{ value: T; route: Model }>,
   ): Promise<{ value: T; route: Model }> {
     const started = performance.now();
     const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
     try {
-      const answer = await (early ?? this.#firstAnswer(model, requestId, trace, call));
+      const answer = await this.#firstAnswer(model, requestId, trace, call);
       trace.upstreamMs = performance.now() - started;
       return answer;
     } catch (error) {
