@@ -23,7 +23,7 @@ import type { ReservationRecord, UsageRecord, WalletSliceRecord } from "@/lib/db
 import { type Micros, newId } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { RateLimitStatus } from "./ratelimit.ts";
-import type { SettleInput, SettleResult } from "./wallet_types.ts";
+import type { ReserveInput, SettleInput, SettleResult } from "./wallet_types.ts";
 
 export interface SliceHold {
   reservation: ReservationRecord;
@@ -117,14 +117,7 @@ export class LocalSlice {
 
   /** Admits a reservation in memory, or null when the slice lacks the money or the rate room. */
   admit(
-    input: {
-      amount: Micros;
-      keyId: string;
-      requestId: string;
-      model: string;
-      tokens?: number;
-      keyGuard?: KeyGuard;
-    },
+    input: ReserveInput,
     now: number,
   ): { reservation: ReservationRecord; available: Micros; rate?: RateLimitStatus } | null {
     const tokens = input.tokens ?? 0;
