@@ -215,6 +215,19 @@ export async function readAnswerJson(
   }
 }
 
+/** One streamed event's JSON object; null for JSON that is not an object (skipped by readers). */
+export function eventJson(data: string): Record<string, unknown> | null {
+  let json: unknown;
+  try {
+    json = JSON.parse(data);
+  } catch (cause) {
+    throw new ProviderError("malformed_response", "upstream sent an event that is not JSON", {
+      cause,
+    });
+  }
+  return json && typeof json === "object" ? json as Record<string, unknown> : null;
+}
+
 export async function readJson(response: Response): Promise<unknown> {
   const text = await response.text();
   try {

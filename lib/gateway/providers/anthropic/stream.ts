@@ -5,6 +5,7 @@
  * pieces; thinking arrives as `reasoning_content`; the answer tool's input streams as content.
  */
 import { usageObject } from "../usage.ts";
+import { eventJson } from "../http.ts";
 import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
 import {
   type Counts,
@@ -47,15 +48,8 @@ export async function* anthropicStreamParts(
   let toolCalls = 0;
   for await (const event of events) {
     onEvent();
-    let json: Record<string, unknown>;
-    try {
-      json = JSON.parse(event.data);
-    } catch (cause) {
-      throw new ProviderError("malformed_response", "upstream sent an event that is not JSON", {
-        cause,
-      });
-    }
-    if (!json || typeof json !== "object") continue;
+    const json = eventJson(event.data);
+    if (!json) continue;
     switch (json.type ?? event.event) {
       case "message_start": {
         const message = (json.message ?? {}) as Record<string, unknown>;

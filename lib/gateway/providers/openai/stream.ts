@@ -5,6 +5,7 @@
  */
 import { parseSse } from "../../sse.ts";
 import { parseOpenAiUsage } from "../usage.ts";
+import { eventJson } from "../http.ts";
 import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
 
 export async function* openAiStreamParts(
@@ -19,16 +20,8 @@ export async function* openAiStreamParts(
       finished = true;
       break;
     }
-    let json: unknown;
-    try {
-      json = JSON.parse(event.data);
-    } catch (cause) {
-      throw new ProviderError("malformed_response", "upstream sent an event that is not JSON", {
-        cause,
-      });
-    }
-    if (!json || typeof json !== "object") continue;
-    const obj = json as Record<string, unknown>;
+    const obj = eventJson(event.data);
+    if (!obj) continue;
     if (obj.error) {
       throw new ProviderError("stream_cut", `upstream error in stream: ${errorText(obj.error)}`);
     }
