@@ -399,7 +399,7 @@ export function planBatch(input: PlanInput) {
       case "release": {
         const r = live.get(op.reservationId);
         const releasable = r &&
-          (op.onlyIfExpiredAt === undefined || r.leaseUntil <= op.onlyIfExpiredAt);
+          leaseEnded(r.leaseUntil, op.onlyIfExpiredAt);
         if (releasable) {
           wallet.reserved -= r.amount;
           wallet.available += r.amount;
@@ -519,7 +519,7 @@ export function planBatch(input: PlanInput) {
       case "slice_return": {
         const slice = slices.get(op.sliceId);
         const returnable = slice &&
-          (op.onlyIfExpiredAt === undefined || slice.leaseUntil <= op.onlyIfExpiredAt);
+          leaseEnded(slice.leaseUntil, op.onlyIfExpiredAt);
         if (returnable) {
           wallet.reserved -= slice.granted;
           wallet.spent += slice.spent;
@@ -617,4 +617,9 @@ function rateRefused(
     breach: admission.breach,
     retryAfterMs: admission.reason === "rate_limited" ? admission.retryAfterMs : 0,
   };
+}
+
+/** Whether a sweeper's release or return may go ahead: always for its owner, else once expired. */
+function leaseEnded(leaseUntil: number, onlyIfExpiredAt: number | undefined): boolean {
+  return onlyIfExpiredAt === undefined || leaseUntil <= onlyIfExpiredAt;
 }

@@ -500,14 +500,7 @@ export class Wallets {
       atomic.set(sliceKey, record);
       writeCharges(atomic, appId, usage, now);
       atomic.set(keys.walletBatch(appId, postId), now, { expireIn: BATCH_MARKER_MS });
-      let versionstamp: string | null;
-      try {
-        const result = await atomic.commit();
-        versionstamp = result.ok ? result.versionstamp : null;
-      } catch (error) {
-        this.stats.unknownOutcomes++;
-        versionstamp = await this.#batchCommitted(appId, postId, error) ? UNKNOWN_VERSION : null;
-      }
+      const versionstamp = await this.#commitMarked(appId, postId, atomic);
       if (versionstamp !== null) {
         this.stats.slicePosts++;
         this.stats.commits++;
@@ -713,17 +706,7 @@ export class Wallets {
       plan.write(atomic);
       atomic.set(walletKey, plan.wallet);
       atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
-
-      let versionstamp: string | null;
-      try {
-        const result = await atomic.commit();
-        versionstamp = result.ok ? result.versionstamp : null;
-      } catch (error) {
-        // The commit may or may not have been applied: the batch marker tells.
-        this.stats.unknownOutcomes++;
-        this.#known.delete(appId);
-        versionstamp = await this.#batchCommitted(appId, batchId, error) ? UNKNOWN_VERSION : null;
-      }
+      const versionstamp = await this.#commitMarked(appId, batchId, atomic);
       if (versionstamp !== null) {
         this.stats.commits++;
         this.stats.opsCommitted += ops.length;
@@ -747,6 +730,26 @@ export class Wallets {
         throw new WalletUnavailableError(`wallet ${appId}: too many conflicts`);
       }
       await sleep(Math.random() * Math.min(50, 2 ** attempt));
+    }
+  }
+
+  /**
+   * Commits a write that carries the batch marker `markerId`: its versionstamp, or null when it
+   * did not commit. A commit that throws may or may not have been applied: the marker tells, and
+   * the wallet as remembered is dropped meanwhile.
+   */
+  async #commitMarked(
+    appId: string,
+    markerId: string,
+    atomic: Deno.AtomicOperation,
+  ): Promise<string | null> {
+    try {
+      const result = await atomic.commit();
+      return result.ok ? result.versionstamp : null;
+    } catch (error) {
+      this.stats.unknownOutcomes++;
+      this.#known.delete(appId);
+      return await this.#batchCommitted(appId, markerId, error) ? UNKNOWN_VERSION : null;
     }
   }
 
