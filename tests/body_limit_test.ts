@@ -1,3 +1,4 @@
+import { concatBytes } from "@/lib/core/mod.ts";
 /**
  * Every body is read within a limit while it streams, on every route that reads one: a real
  * service process is sent 300 MiB bodies, generated as they go (never held by the test either),
@@ -46,7 +47,11 @@ async function upload(
   let answered = false;
   answer.head.then(() => answered = true, () => answered = true);
   const frame = framing === "chunked"
-    ? concat(encoder.encode(`${CHUNK.byteLength.toString(16)}\r\n`), CHUNK, encoder.encode("\r\n"))
+    ? concatBytes([
+      encoder.encode(`${CHUNK.byteLength.toString(16)}\r\n`),
+      CHUNK,
+      encoder.encode("\r\n"),
+    ])
     : CHUNK;
   try {
     await writeAll(conn, encoder.encode(head));
@@ -74,16 +79,6 @@ async function writeAll(conn: Deno.Conn, bytes: Uint8Array) {
   for (let offset = 0; offset < bytes.byteLength;) {
     offset += await conn.write(bytes.subarray(offset));
   }
-}
-
-function concat(...parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
-  let offset = 0;
-  for (const part of parts) {
-    out.set(part, offset);
-    offset += part.byteLength;
-  }
-  return out;
 }
 
 /**
@@ -119,7 +114,7 @@ function readAnswer(conn: Deno.Conn) {
         assert.ok(text.startsWith("HTTP/1.1 "), `an HTTP answer, got ${JSON.stringify(text)}`);
         return { status: Number(text.slice(9, 12)), body: text.slice(end + 4) };
       }
-      received = concat(received, buffer.subarray(0, n));
+      received = concatBytes([received, buffer.subarray(0, n)]);
     }
   })();
   return { head: head.promise, whole };

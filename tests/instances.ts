@@ -6,6 +6,17 @@ import type { CatalogFile } from "@/lib/catalog/catalog.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
+/** A simulator model at prices that make a few requests add up: for money checks across instances. */
+export const PRICEY = {
+  id: "tollbooth/pricey",
+  provider: "tollbooth",
+  upstream_model: "lorem",
+  input_usd_per_mtok: "100",
+  output_usd_per_mtok: "1000",
+  context_tokens: 32768,
+  max_output_tokens: 8192,
+};
+
 export interface Instance {
   url: string;
   port: number;

@@ -8,17 +8,7 @@ import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { parsePrometheus } from "./prometheus.ts";
-import { admin, chat, type Instance, instanceFiles, startInstance } from "./instances.ts";
-
-const PRICEY = {
-  id: "tollbooth/pricey",
-  provider: "tollbooth",
-  upstream_model: "lorem",
-  input_usd_per_mtok: "100",
-  output_usd_per_mtok: "1000",
-  context_tokens: 32768,
-  max_output_tokens: 8192,
-};
+import { admin, chat, type Instance, instanceFiles, PRICEY, startInstance } from "./instances.ts";
 
 async function withInstances(
   count: number,

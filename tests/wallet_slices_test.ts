@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { keys, type UsageRecord, type WalletRecord, type WalletSliceRecord } from "@/lib/db.ts";
 import { parseUsd } from "@/lib/core/mod.ts";
-import { chat, instanceFiles, startInstance } from "./instances.ts";
+import { chat, instanceFiles, PRICEY, startInstance } from "./instances.ts";
 import { assertAuditClean, startService, userMessage } from "./helpers.ts";
 
 async function waitFor(what: string, check: () => Promise<boolean>) {
@@ -20,15 +20,6 @@ async function waitFor(what: string, check: () => Promise<boolean>) {
   }
 }
 
-const PRICEY = {
-  id: "tollbooth/pricey",
-  provider: "tollbooth",
-  upstream_model: "lorem",
-  input_usd_per_mtok: "100",
-  output_usd_per_mtok: "1000",
-  context_tokens: 32768,
-  max_output_tokens: 8192,
-};
 const SLOW = { ...PRICEY, id: "tollbooth/slow", provider: "slow" };
 
 async function list<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<T[]> {
