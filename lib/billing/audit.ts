@@ -77,7 +77,7 @@ export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<Audit
   };
 }
 
-export async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
+async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
   // One consistent moment is needed; retry while a batch commits between the reads.
   for (;;) {
     const before = await kv.get<WalletRecord>(keys.wallet(appId));

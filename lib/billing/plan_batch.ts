@@ -102,9 +102,9 @@ export type SliceGrantResult =
 export type SliceReturnResult = { returned: boolean; available: Micros };
 
 /** A slice takes at most this fraction of the wallet's available money at each grant. */
-export const SLICE_SHARE = 8;
+const SLICE_SHARE = 8;
 /** A slice's rate block is at most this fraction of each app limit. */
-export const SLICE_RATE_SHARE = 1 / 16;
+const SLICE_RATE_SHARE = 1 / 16;
 
 export interface Settler<T> {
   resolve(value: T): void;

@@ -47,13 +47,13 @@ export function cappedScopes(
   return out;
 }
 
-export function hasCap(caps: SpendCaps): boolean {
+function hasCap(caps: SpendCaps): boolean {
   return caps.total !== null || caps.daily !== null || caps.monthly !== null;
 }
 
 const month = (ms: number) => utcDay(ms).slice(0, 7);
 
-export function emptyCounter(now: number): SpendCounter {
+function emptyCounter(now: number): SpendCounter {
   return { held: 0, total: 0, day: utcDay(now), daySpent: 0, month: month(now), monthSpent: 0 };
 }
 

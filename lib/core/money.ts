@@ -71,7 +71,7 @@ export function componentsCost(
   return Number((picos + PICOS_PER_MICRO - 1n) / PICOS_PER_MICRO);
 }
 
-export function assertMicros(value: number): asserts value is Micros {
+function assertMicros(value: number): asserts value is Micros {
   if (!Number.isSafeInteger(value)) {
     throw new RangeError(`not an integer micro-USD amount: ${value}`);
   }

@@ -43,7 +43,7 @@ export async function callUpstream(call: UpstreamCall) {
   return { response, idle, signal: controller.signal };
 }
 
-export function upstreamIdleGuard(
+function upstreamIdleGuard(
   controller: AbortController,
   timeoutMs: number,
   cleanup: () => void,
@@ -228,7 +228,7 @@ export function eventJson(data: string): Record<string, unknown> | null {
   return json && typeof json === "object" ? json as Record<string, unknown> : null;
 }
 
-export async function readJson(response: Response): Promise<unknown> {
+async function readJson(response: Response): Promise<unknown> {
   const text = await response.text();
   try {
     return JSON.parse(text);

@@ -106,7 +106,7 @@ export function responseObject(
 export type ResponseObject = ReturnType<typeof responseObject>;
 
 /** How a chat finish reason ends a response: completed, or incomplete and why. */
-export function endingOf(finishReason: string | null | undefined) {
+function endingOf(finishReason: string | null | undefined) {
   if (finishReason === "length") {
     return { status: "incomplete" as const, incompleteReason: "max_output_tokens" };
   }
