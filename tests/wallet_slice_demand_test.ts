@@ -116,3 +116,23 @@ Deno.test("a reservation settled after a sweeper gave its slice back is charged 
     assert.equal(after.spent - before.spent, a.charged + b.charged);
     assert.equal(after.reserved, 0);
   }));
+
+Deno.test("a settle costing more than its slice holds is charged whole from the rest of the wallet, nothing left uncharged", () =>
+  withSlices(async (wallets, appId, kv) => {
+    const before = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    const reserved = await wallets.reserve(appId, hold("overage"));
+    assert.ok(reserved.ok && reserved.reservation.sliceId, "admitted in a slice");
+    // Far beyond the reservation and any slice of a 5 USD wallet (at most an eighth of it).
+    const settled = await wallets.settle(
+      appId,
+      reserved.reservation.id,
+      usage("overage", 1_000_000),
+    );
+    assert.ok(settled.settled);
+    assert.equal(settled.charged, 1_000_000);
+    assert.equal(settled.uncharged, 0);
+    await wallets.drain();
+    const after = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(after.spent - before.spent, 1_000_000);
+    assert.equal(after.reserved, 0);
+  }));

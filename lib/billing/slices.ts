@@ -148,27 +148,22 @@ export class LocalSlice {
     return { reservation, available: this.available, rate: this.#rateStatus() };
   }
 
+  /** Whether settling this cost here would leave part of it uncharged (the slice is too small). */
+  overflows(reservationId: string, cost: Micros): boolean {
+    const r = this.reservations.get(reservationId);
+    return r !== undefined && cost > r.amount + this.free;
+  }
+
   /** Settles a reservation in memory: the charge is pending until the next post commits it. */
   settle(reservationId: string, input: SettleInput, now: number): SettleResult | null {
-    const r = this.reservations.get(reservationId);
+    const r = this.#take(reservationId, input, now);
     if (!r) return null;
-    this.reservations.delete(reservationId);
     // As the wallet path: the reservation and, beyond it, the slice's free money; never more.
     const charged = Math.min(input.cost, r.amount + this.free);
     this.free += r.amount - charged;
     this.pendingSpent += charged;
     this.spentSinceGrant += charged;
-    this.tokensLeft += (r.tokens ?? 0) - (input.promptTokens + input.completionTokens);
-    this.lastUsed = now;
-    const usage: UsageRecord = {
-      ...input,
-      id: newId("use", now),
-      appId: this.record.appId,
-      cost: charged,
-      uncharged: input.cost - charged,
-      reserved: r.amount,
-      createdAt: now,
-    };
+    const usage = this.#usage(r, input, charged, now);
     this.pending.push(usage);
     return {
       settled: true,
@@ -177,6 +172,39 @@ export class LocalSlice {
       available: this.available,
       usage,
       rate: this.#rateStatus(),
+    };
+  }
+
+  /**
+   * Takes a reservation out of the slice for a charge the wallet pays instead (its cost exceeds
+   * what the slice holds): its money comes back to the slice, the tokens used count against its
+   * rate block, and the usage record to charge, whole, is returned.
+   */
+  settleOutside(reservationId: string, input: SettleInput, now: number): UsageRecord | null {
+    const r = this.#take(reservationId, input, now);
+    if (!r) return null;
+    this.free += r.amount;
+    return this.#usage(r, input, input.cost, now);
+  }
+
+  #take(reservationId: string, input: SettleInput, now: number): ReservationRecord | null {
+    const r = this.reservations.get(reservationId);
+    if (!r) return null;
+    this.reservations.delete(reservationId);
+    this.tokensLeft += (r.tokens ?? 0) - (input.promptTokens + input.completionTokens);
+    this.lastUsed = now;
+    return r;
+  }
+
+  #usage(r: ReservationRecord, input: SettleInput, charged: Micros, now: number): UsageRecord {
+    return {
+      ...input,
+      id: newId("use", now),
+      appId: this.record.appId,
+      cost: charged,
+      uncharged: input.cost - charged,
+      reserved: r.amount,
+      createdAt: now,
     };
   }
 

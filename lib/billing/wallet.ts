@@ -207,6 +207,12 @@ export class Wallets {
     const slice = this.#sliceOfReservation.get(reservationId);
     if (slice) {
       this.#sliceOfReservation.delete(reservationId);
+      if (!this.#orphaned.has(slice) && slice.overflows(reservationId, input.cost)) {
+        // Beyond the reservation and the slice's free money the rest of the wallet pays, as on
+        // the per-request path: the whole usage is charged from it instead.
+        const usage = slice.settleOutside(reservationId, input, this.#now());
+        if (usage) return this.#enqueue(appId, (done) => ({ kind: "charge", usage, done }));
+      }
       const result = slice.settle(reservationId, input, this.#now());
       if (result?.settled && this.#orphaned.has(slice)) {
         // A sweeper gave the slice back and nothing posts it any more: unless taken from the
