@@ -557,11 +557,46 @@ export class Wallets {
     if (this.#slices.get(slice.record.appId) === slice) this.#slices.delete(slice.record.appId);
     const { usage } = slice.takePending(Number.MAX_SAFE_INTEGER);
     this.stats.orphanCharges += usage.length;
+    await this.#chargeFromWallet(slice.record.appId, usage);
+  }
+
+  /**
+   * Charges from the wallet what a slice that is gone had settled. Those costs were answered, so a
+   * charge that fails (KV down past every retry, nothing committed) is tried again a second
+   * later rather than dropped.
+   */
+  async #chargeFromWallet(appId: string, usage: UsageRecord[]): Promise<void> {
+    const failed: UsageRecord[] = [];
     await Promise.all(
       usage.map((u) =>
-        this.#enqueue(slice.record.appId, (done) => ({ kind: "charge", usage: u, done }))
+        this.#enqueue(appId, (done) => ({ kind: "charge", usage: u, done })).catch(() => {
+          failed.push(u);
+        })
       ),
     );
+    if (failed.length > 0) this.#retryCharges(appId, failed);
+  }
+
+  /**
+   * A second later, charges again those of `usage` that did not commit. A charge whose outcome
+   * stayed unknown may have: its usage record, written in the same commit, tells; while KV cannot
+   * tell, it looks again later rather than risk charging twice.
+   */
+  #retryCharges(appId: string, usage: UsageRecord[]) {
+    const timer = setTimeout(async () => {
+      const uncommitted: UsageRecord[] = [];
+      try {
+        for (let i = 0; i < usage.length; i += 10) {
+          const chunk = usage.slice(i, i + 10);
+          const entries = await this.#kv.getMany(chunk.map((u) => keys.usage(appId, u.id)));
+          chunk.forEach((u, j) => entries[j].versionstamp === null && uncommitted.push(u));
+        }
+      } catch {
+        return this.#retryCharges(appId, usage);
+      }
+      await this.#chargeFromWallet(appId, uncommitted);
+    }, 1_000);
+    Deno.unrefTimer(timer);
   }
 
   /** Gives an idle slice back to its wallet: its unspent money and unused rate block. */
