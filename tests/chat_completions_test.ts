@@ -3,25 +3,15 @@ import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { countPromptTokens } from "@/lib/gateway/tokens.ts";
 import { revokeKey } from "@/lib/tenants/mod.ts";
 import {
-  assertAuditClean,
   PUBLIC_URL,
   readSse,
   spendDownTo,
   startService,
   userMessage,
+  withService,
 } from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";
-
-async function withService(fn: (s: Awaited<ReturnType<typeof startService>>) => Promise<void>) {
-  const service = await startService();
-  try {
-    await fn(service);
-    await assertAuditClean(service.kv);
-  } finally {
-    await service.close();
-  }
-}
 
 function assertCommonHeaders(res: Response) {
   assert.match(res.headers.get("tollbooth-request-id") ?? "", /^req_[0-9a-z]{26}$/);

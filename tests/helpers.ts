@@ -193,6 +193,20 @@ export async function startService(options: {
   };
 }
 
+/** Runs `fn` against a fresh service, then holds every wallet to the audit, and closes it. */
+export async function withService(
+  fn: (s: TestService) => Promise<void>,
+  options: Parameters<typeof startService>[0] = {},
+) {
+  const s = await startService(options);
+  try {
+    await fn(s);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+}
+
 /** Fails the test unless every wallet's money adds up (the audit of `deno task admin audit`). */
 export async function assertAuditClean(kv: Deno.Kv) {
   const report = await auditWallets(kv);

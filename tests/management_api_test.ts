@@ -3,25 +3,9 @@ import { Wallets } from "@/lib/billing/mod.ts";
 import { issueManagementKey, revokeManagementKey } from "@/lib/management/mod.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { assertMatchesOpenApi } from "./openapi_check.ts";
-import {
-  assertAuditClean,
-  PUBLIC_URL,
-  startService,
-  type TestService,
-  userMessage,
-} from "./helpers.ts";
+import { PUBLIC_URL, type TestService, userMessage, withService } from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";
-
-async function withService(fn: (s: TestService) => Promise<void>) {
-  const s = await startService();
-  try {
-    await fn(s);
-    await assertAuditClean(s.kv);
-  } finally {
-    await s.close();
-  }
-}
 
 /** Calls the management API and holds the answer to the documented operation. */
 async function call(

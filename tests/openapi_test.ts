@@ -4,29 +4,15 @@ import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
 import { MANAGEMENT_ONLY_ERRORS, RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
 import { assertMatchesOpenApi, assertSchema } from "./openapi_check.ts";
 import {
-  assertAuditClean,
   PUBLIC_URL,
   readSse,
   serveLoopback,
-  startService,
   type TestService,
   userMessage,
+  withService,
 } from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";
-
-async function withService(
-  fn: (s: TestService) => Promise<void>,
-  options: Parameters<typeof startService>[0] = {},
-) {
-  const service = await startService(options);
-  try {
-    await fn(service);
-    await assertAuditClean(service.kv);
-  } finally {
-    await service.close();
-  }
-}
 
 async function servedDocument(s: TestService) {
   const res = await s.handle(new Request(`${PUBLIC_URL}/openapi.json`));

@@ -2,27 +2,13 @@ import assert from "node:assert/strict";
 import { parseUsd } from "@/lib/core/mod.ts";
 import { getSpendCounter, setSpendCaps } from "@/lib/billing/mod.ts";
 import {
-  assertAuditClean,
   serveLoopback,
   spendDownTo,
-  startService,
   type TestService,
   usageRecords,
   userMessage,
+  withService,
 } from "./helpers.ts";
-
-async function withService(
-  fn: (s: TestService) => Promise<void>,
-  options: Parameters<typeof startService>[0] = {},
-) {
-  const s = await startService(options);
-  try {
-    await fn(s);
-    await assertAuditClean(s.kv);
-  } finally {
-    await s.close();
-  }
-}
 
 /**
  * Caps the scope so that, after the request just made (which spent `cost` and held `reserved`), an

@@ -3,17 +3,7 @@ import { rotateTopUpToken } from "@/lib/tenants/mod.ts";
 import { keys, utcDay } from "@/lib/db.ts";
 import { authenticateKey, rotateKey } from "@/lib/tenants/keys.ts";
 import { dailySpend, spendByModel, walletActivity } from "@/lib/billing/mod.ts";
-import { assertAuditClean, startService, userMessage } from "./helpers.ts";
-
-async function withService(fn: (s: Awaited<ReturnType<typeof startService>>) => Promise<void>) {
-  const service = await startService();
-  try {
-    await fn(service);
-    await assertAuditClean(service.kv);
-  } finally {
-    await service.close();
-  }
-}
+import { startService, userMessage, withService } from "./helpers.ts";
 
 async function spend(s: Awaited<ReturnType<typeof startService>>, apiKey: string, model: string) {
   const res = await s.chat(apiKey, { model, messages: userMessage("hi"), max_tokens: 20 });

@@ -7,13 +7,7 @@ import {
   WebhookDeliverer,
   WebhookWatcher,
 } from "@/lib/webhooks/mod.ts";
-import {
-  assertAuditClean,
-  serveLoopback,
-  spendDownTo,
-  startService,
-  type TestService,
-} from "./helpers.ts";
+import { serveLoopback, spendDownTo, type TestService, withService } from "./helpers.ts";
 
 /**
  * A receiver written from Stripe's documented verification steps, not from our signing code:
@@ -64,19 +58,6 @@ function stripeStyleReceiver(secret: string, answers: number[] = []) {
     return new Response(status === 200 ? "ok" : "nope", { status });
   });
   return { url: `${server.url}/hooks`, received, close: server.close };
-}
-
-async function withService(
-  fn: (s: TestService) => Promise<void>,
-  options: Parameters<typeof startService>[0] = {},
-) {
-  const s = await startService(options);
-  try {
-    await fn(s);
-    await assertAuditClean(s.kv);
-  } finally {
-    await s.close();
-  }
 }
 
 async function events(s: TestService, appId: string): Promise<WebhookEventRecord[]> {
