@@ -4,7 +4,7 @@ import { ApiError, type Config, jsonLogger, type Logger } from "@/lib/core/mod.t
 import { createStripeClient, FormTokens, paymentMode, type Stripe } from "@/lib/payments/mod.ts";
 import { Gateway, providerKeyRedactor, Responses, ResponseStore } from "@/lib/gateway/mod.ts";
 import { KeyCache } from "@/lib/tenants/mod.ts";
-import { openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
+import { type MetricsSnapshot, openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
 import { Wallets } from "@/lib/billing/mod.ts";
 import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
@@ -63,6 +63,8 @@ export interface AppDeps {
   stripe?: Stripe;
   /** Replaces the clock of wallets, rate limits and the sign-in and sign-up throttles (tests). */
   now?: () => number;
+  /** The metric values of the other workers on this port (SERVE_WORKERS), for /metrics. */
+  siblingMetrics?: () => Promise<MetricsSnapshot[]>;
 }
 
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
@@ -214,7 +216,10 @@ export function createApp(deps: AppDeps) {
   });
   app.get("/healthz", healthz);
   app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
-  app.get("/metrics", metricsEndpoint({ kv, metrics, token: config.metricsToken }));
+  app.get(
+    "/metrics",
+    metricsEndpoint({ kv, metrics, token: config.metricsToken, siblings: deps.siblingMetrics }),
+  );
   app.route(
     "/",
     accountRoutes({

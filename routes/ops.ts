@@ -2,7 +2,11 @@ import { timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import type { Context } from "hono";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { keys } from "@/lib/db.ts";
-import { PROMETHEUS_CONTENT_TYPE, type ServiceMetrics } from "@/lib/ops/mod.ts";
+import {
+  type MetricsSnapshot,
+  PROMETHEUS_CONTENT_TYPE,
+  type ServiceMetrics,
+} from "@/lib/ops/mod.ts";
 import { bearerToken, type Env } from "./middleware.ts";
 
 const KV_PROBE_TIMEOUT_MS = 2_000;
@@ -54,10 +58,16 @@ async function probeKv(kv: Deno.Kv): Promise<string> {
 /**
  * GET /metrics: Prometheus text format, for operators only. Without METRICS_TOKEN the endpoint does
  * not exist (404, so a deployment that forgot the token exposes nothing); with it, a request without
- * `Authorization: Bearer <METRICS_TOKEN>` gets 401.
+ * `Authorization: Bearer <METRICS_TOKEN>` gets 401. Under several workers on one port, whichever
+ * answers adds what the others counted (`siblings`), so every scrape sees the whole process.
  */
 export function metricsEndpoint(
-  deps: { kv: Deno.Kv; metrics: ServiceMetrics; token: string | undefined },
+  deps: {
+    kv: Deno.Kv;
+    metrics: ServiceMetrics;
+    token: string | undefined;
+    siblings?: () => Promise<MetricsSnapshot[]>;
+  },
 ) {
   return async (c: Context<Env>) => {
     if (!deps.token) return c.notFound();
@@ -68,6 +78,7 @@ export function metricsEndpoint(
     }
     c.header("Cache-Control", "no-store");
     c.header("Content-Type", PROMETHEUS_CONTENT_TYPE);
-    return c.body(await deps.metrics.scrape(deps.kv));
+    const others = await deps.siblings?.() ?? [];
+    return c.body(await deps.metrics.scrape(deps.kv, Date.now(), others));
   };
 }

@@ -1,15 +1,27 @@
 /**
  * A minimal Prometheus registry: counters, gauges and histograms with labels, rendered in the text
- * exposition format (version 0.0.4). Values live in this process; an operator scrapes every instance
- * and sums in Prometheus, as with any multi-instance service.
+ * exposition format (version 0.0.4). Values live in this thread. Workers sharing one port (any of
+ * them may answer a scrape) add each other's counts with `snapshot()` and `render(others)`; separate
+ * instances are scraped one by one and summed in Prometheus, as with any multi-instance service.
  */
 export type Labels = Record<string, string>;
+
+/** One labelled series: a value, or a histogram's bucket counts. */
+export type Series =
+  | { labels: Labels; value: number }
+  | { labels: Labels; counts: number[]; sum: number; count: number };
+
+/** What a thread counted, family by family: only what adds up across workers. */
+export type MetricsSnapshot = Record<string, Series[]>;
 
 interface Family {
   name: string;
   help: string;
   type: "counter" | "gauge" | "histogram";
-  render(): string[];
+  /** Counted by this thread, so the workers' values are summed (not read from shared state). */
+  summed: boolean;
+  buckets?: readonly number[];
+  series(): Series[];
 }
 
 /** Label values are escaped as the format requires: backslash, double quote and newline. */
@@ -42,10 +54,8 @@ export class Counter {
     this.#series.set(key, series);
   }
 
-  render(): string[] {
-    return [...this.#series.values()].map((s) =>
-      `${this.name}${labelText(s.labels)} ${numberText(s.value)}`
-    );
+  series(): Series[] {
+    return [...this.#series.values()].map((s) => ({ ...s }));
   }
 }
 
@@ -60,8 +70,8 @@ export class Gauge {
     this.#samples.push({ labels, value });
   }
 
-  render(): string[] {
-    return this.#samples.map((s) => `${this.name}${labelText(s.labels)} ${numberText(s.value)}`);
+  series(): Series[] {
+    return this.#samples.map((s) => ({ ...s }));
   }
 }
 
@@ -86,20 +96,8 @@ export class Histogram {
     series.count++;
   }
 
-  render(): string[] {
-    const lines: string[] = [];
-    for (const s of this.#series.values()) {
-      const count = s.count;
-      this.buckets.forEach((bound, i) => {
-        lines.push(
-          `${this.name}_bucket${labelText(s.labels, { le: numberText(bound) })} ${s.counts[i]}`,
-        );
-      });
-      lines.push(`${this.name}_bucket${labelText(s.labels, { le: "+Inf" })} ${count}`);
-      lines.push(`${this.name}_sum${labelText(s.labels)} ${numberText(s.sum)}`);
-      lines.push(`${this.name}_count${labelText(s.labels)} ${count}`);
-    }
-    return lines;
+  series(): Series[] {
+    return [...this.#series.values()].map((s) => ({ ...s, counts: [...s.counts] }));
   }
 }
 
@@ -108,48 +106,105 @@ export class Registry {
 
   counter(name: string, help: string): Counter {
     const c = new Counter(name, help);
-    this.#families.push({ name, help, type: "counter", render: () => c.render() });
+    this.#families.push({ name, help, type: "counter", summed: true, series: () => c.series() });
     return c;
   }
 
   gauge(name: string, help: string): Gauge {
     const g = new Gauge(name, help);
-    this.#families.push({ name, help, type: "gauge", render: () => g.render() });
+    this.#families.push({ name, help, type: "gauge", summed: false, series: () => g.series() });
     return g;
   }
 
   histogram(name: string, help: string, buckets: readonly number[]): Histogram {
     const h = new Histogram(name, help, [...buckets].sort((a, b) => a - b));
-    this.#families.push({ name, help, type: "histogram", render: () => h.render() });
+    this.#families.push({
+      name,
+      help,
+      type: "histogram",
+      summed: true,
+      buckets: h.buckets,
+      series: () => h.series(),
+    });
     return h;
   }
 
-  /** A family whose samples are read from elsewhere at scrape time (a counter kept by another module). */
+  /**
+   * A family whose samples are read from elsewhere at scrape time: `"thread"` when this thread
+   * counted them (summed over workers), `"shared"` when every worker reads the same (from KV).
+   */
   sampled(
     name: string,
     help: string,
     type: "counter" | "gauge",
+    source: "thread" | "shared",
     samples: () => { labels?: Labels; value: number }[],
   ) {
     this.#families.push({
       name,
       help,
       type,
-      render: () =>
-        samples().map((s) => `${name}${labelText(s.labels ?? {})} ${numberText(s.value)}`),
+      summed: source === "thread" && type === "counter",
+      series: () => samples().map((s) => ({ labels: s.labels ?? {}, value: s.value })),
     });
   }
 
-  /** The text exposition format: HELP and TYPE for every family, then its samples. */
-  render(): string {
+  /** This thread's values of every family that adds up across workers. */
+  snapshot(): MetricsSnapshot {
+    const snapshot: MetricsSnapshot = {};
+    for (const f of this.#families) if (f.summed) snapshot[f.name] = f.series();
+    return snapshot;
+  }
+
+  /**
+   * The text exposition format: HELP and TYPE for every family, then its samples, with the values
+   * of `others` (the other workers' snapshots) added to the families that add up.
+   */
+  render(others: MetricsSnapshot[] = []): string {
     const lines: string[] = [];
     for (const f of this.#families) {
       lines.push(`# HELP ${f.name} ${f.help.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")}`);
       lines.push(`# TYPE ${f.name} ${f.type}`);
-      lines.push(...f.render());
+      const series = f.summed ? addUp(f.series(), others.map((o) => o[f.name] ?? [])) : f.series();
+      for (const s of series) {
+        if ("value" in s) {
+          lines.push(`${f.name}${labelText(s.labels)} ${numberText(s.value)}`);
+          continue;
+        }
+        (f.buckets ?? []).forEach((bound, i) => {
+          lines.push(
+            `${f.name}_bucket${labelText(s.labels, { le: numberText(bound) })} ${s.counts[i]}`,
+          );
+        });
+        lines.push(`${f.name}_bucket${labelText(s.labels, { le: "+Inf" })} ${s.count}`);
+        lines.push(`${f.name}_sum${labelText(s.labels)} ${numberText(s.sum)}`);
+        lines.push(`${f.name}_count${labelText(s.labels)} ${s.count}`);
+      }
     }
     return lines.join("\n") + "\n";
   }
+}
+
+/** Own series plus the same series (same labels) of the others; a series only others have is kept. */
+function addUp(own: Series[], others: Series[][]): Series[] {
+  if (others.length === 0) return own;
+  const byKey = new Map(own.map((s) => [seriesKey(s.labels), s]));
+  for (const list of others) {
+    for (const s of list) {
+      const key = seriesKey(s.labels);
+      const mine = byKey.get(key);
+      if (!mine) {
+        byKey.set(key, "value" in s ? { ...s } : { ...s, counts: [...s.counts] });
+      } else if ("value" in mine && "value" in s) {
+        mine.value += s.value;
+      } else if (!("value" in mine) && !("value" in s)) {
+        s.counts.forEach((n, i) => mine.counts[i] = (mine.counts[i] ?? 0) + n);
+        mine.sum += s.sum;
+        mine.count += s.count;
+      }
+    }
+  }
+  return [...byKey.values()];
 }
 
 export const PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";

@@ -1,11 +1,11 @@
 /**
  * Tollbooth's Prometheus metrics. Request metrics are fed by the per-request log line, so the logs
  * and the metrics cannot disagree; the reservation gauges are read from KV at scrape time, so they
- * are the same on every instance; the wallet group-commit counters are this process's own.
+ * are the same on every instance; the wallet group-commit counters are this thread's own.
  */
 import { keys, type ReservationRecord, type ServiceTotal } from "@/lib/db.ts";
 import type { RequestLogLine } from "@/lib/core/mod.ts";
-import { Registry } from "./metrics.ts";
+import { type MetricsSnapshot, Registry } from "./metrics.ts";
 import type { WalletStats } from "@/lib/billing/mod.ts";
 
 const LATENCY_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -74,7 +74,13 @@ export class ServiceMetrics {
 
   constructor(walletStats: WalletStats, startedAt = Date.now()) {
     const total = (name: ServiceTotal, metric: string, help: string) =>
-      this.#registry.sampled(metric, help, "counter", () => [{ value: this.#totals[name] }]);
+      this.#registry.sampled(
+        metric,
+        help,
+        "counter",
+        "shared",
+        () => [{ value: this.#totals[name] }],
+      );
     total(
       "starter_credits_granted",
       "tollbooth_starter_credits_granted_micro_usd_total",
@@ -95,6 +101,7 @@ export class ServiceMetrics {
         `tollbooth_wallet_${name.replace(/[A-Z]/g, (c) => "_" + c.toLowerCase())}_total`,
         help,
         "counter",
+        "thread",
         () => [{ value: walletStats[name] }],
       );
     stat("commits", "Wallet group commits that succeeded in this process.");
@@ -114,6 +121,7 @@ export class ServiceMetrics {
       "tollbooth_process_start_time_seconds",
       "Start time of this process since the Unix epoch.",
       "gauge",
+      "thread",
       () => [{ value: Math.floor(startedAt / 1000) }],
     );
   }
@@ -143,8 +151,16 @@ export class ServiceMetrics {
     }
   }
 
-  /** Reads the shared gauges from KV, then renders every family. */
-  async scrape(kv: Deno.Kv, now = Date.now()): Promise<string> {
+  /** What this thread counted, for the scrape of a worker beside it. */
+  snapshot(): MetricsSnapshot {
+    return this.#registry.snapshot();
+  }
+
+  /**
+   * Reads the shared gauges from KV, then renders every family, with the counts of the other
+   * workers on this port (`others`) added.
+   */
+  async scrape(kv: Deno.Kv, now = Date.now(), others: MetricsSnapshot[] = []): Promise<string> {
     const names = Object.keys(this.#totals) as ServiceTotal[];
     const sums = await kv.getMany<Deno.KvU64[]>(names.map((name) => keys.serviceTotal(name)));
     names.forEach((name, i) => this.#totals[name] = Number(sums[i].value?.value ?? 0n));
@@ -166,6 +182,6 @@ export class ServiceMetrics {
     this.#outstandingAmount.set(amount);
     this.#expired.set(expired);
     this.#truncated.set(truncated);
-    return this.#registry.render();
+    return this.#registry.render(others);
   }
 }
