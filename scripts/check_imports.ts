@@ -105,7 +105,7 @@ export function wrongWay(edges: Map<string, Set<string>>): string[] {
 }
 
 /** Every entry point of the service and its tools. */
-export const ENTRIES = ["main.ts", "scripts/admin.ts", "islands/client.ts"];
+export const ENTRIES = ["main.ts", "worker.ts", "scripts/admin.ts", "islands/client.ts"];
 
 if (import.meta.main) {
   const edges = await importGraph(ENTRIES);

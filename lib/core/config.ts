@@ -57,6 +57,12 @@ export interface Config {
   /** Let several processes listen on the same port (Linux's SO_REUSEPORT). */
   reusePort: boolean;
   /**
+   * How many workers (each its own thread, isolate and KV handle) serve the port in this process:
+   * a number, or `"auto"` (main.ts resolves it: one per core where the kernel balances a shared
+   * port, one elsewhere and under `--dev`).
+   */
+  serveWorkers: number | "auto";
+  /**
    * Start a non-streamed call's upstream while its reservation commits, when the wallet as this
    * process last committed it says the reservation fits (lib/gateway/gateway.ts).
    */
@@ -150,6 +156,18 @@ const EnvSchema = z.object({
   WALLET_SLICE_POST_MS: positiveInt(CONFIG_DEFAULTS.WALLET_SLICE_POST_MS),
   WALLET_STATS_LOG_MS: positiveInt(0).transform((n) => n || undefined),
   REUSE_PORT: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
+  SERVE_WORKERS: z.string().optional().transform((v, ctx): number | "auto" => {
+    if (v === undefined || v === "" || v === "auto") return "auto";
+    const n = Number(v);
+    if (!Number.isSafeInteger(n) || n <= 0) {
+      ctx.addIssue({
+        code: "custom",
+        message: `must be "auto" or a positive integer, got ${JSON.stringify(v)}`,
+      });
+      return z.NEVER;
+    }
+    return n;
+  }),
   WALLET_SLICES: z.enum(["auto", "on", "off"]).optional().or(
     z.literal("").transform(() => undefined),
   ),
@@ -206,6 +224,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     walletSlicePostMs: e.WALLET_SLICE_POST_MS,
     walletStatsLogMs: e.WALLET_STATS_LOG_MS,
     reusePort: e.REUSE_PORT === "on",
+    serveWorkers: e.SERVE_WORKERS,
     optimisticUpstream: e.OPTIMISTIC_UPSTREAM === "on",
     env,
   };

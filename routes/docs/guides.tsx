@@ -505,8 +505,11 @@ export function operationsPage() {
         <li>
           One machine: <code>deno task start</code>. KV is a SQLite file (
           <code>KV_PATH</code>, default{" "}
-          <code>./data/tollbooth.sqlite3</code>); several processes on the same machine may share
-          that file.
+          <code>./data/tollbooth.sqlite3</code>). It serves with one worker per core (
+          <code>SERVE_WORKERS</code>, default <code>auto</code>{" "}
+          on Linux): threads in one process, each with its own event loop, on one port. Several
+          processes on the same machine may share that file too (<code>REUSE_PORT=on</code>{" "}
+          to share a port).
         </li>
         <li>
           Several machines: run a <code>denokv</code> server (
@@ -592,8 +595,9 @@ export function operationsPage() {
         </li>
       </ul>
       <p>
-        Counters and histograms are per process: scrape every instance and sum in Prometheus. The
-        reservation gauges are already service-wide: take one instance's value, not the sum.
+        Counters and histograms are per process (whichever worker of a process answers the scrape
+        adds what the others counted): scrape every instance and sum in Prometheus. The reservation
+        gauges are already service-wide: take one instance's value, not the sum.
       </p>
 
       <h2 id="logs">Logs</h2>

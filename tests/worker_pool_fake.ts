@@ -1,0 +1,46 @@
+/// <reference lib="deno.worker" />
+/**
+ * A stand-in for worker.ts that speaks the supervisor's protocol (lib/ops/workers.ts) without a
+ * service. The test steers it and reads what it saw through the process environment, which
+ * workers share with their parent: `FAKE_WORKER_FAIL_START=<index>` fails that worker's start,
+ * `FAKE_WORKER_CRASH=<index>` makes it fail once after it listens; it records the port it was
+ * given as `FAKE_WORKER_PORT_<index>` and counts its starts in `FAKE_WORKER_STARTS_<index>`.
+ */
+import type { FromWorker, ToWorker } from "@/lib/ops/mod.ts";
+
+const send = (message: FromWorker) => self.postMessage(message);
+let index = -1;
+
+self.onmessage = (event: MessageEvent<ToWorker>) => {
+  const message = event.data;
+  switch (message.type) {
+    case "start": {
+      index = message.index;
+      const starts = Number(Deno.env.get(`FAKE_WORKER_STARTS_${index}`) ?? 0) + 1;
+      Deno.env.set(`FAKE_WORKER_STARTS_${index}`, String(starts));
+      Deno.env.set(`FAKE_WORKER_PORT_${index}`, String(message.port));
+      if (Deno.env.get("FAKE_WORKER_FAIL_START") === String(index)) {
+        throw new Error("cannot open KV");
+      }
+      send({ type: "listening", port: message.port || 41_234 });
+      if (Deno.env.get("FAKE_WORKER_CRASH") === String(index)) {
+        Deno.env.delete("FAKE_WORKER_CRASH");
+        setTimeout(() => {
+          throw new Error("worker crashed");
+        }, 20);
+      }
+      return;
+    }
+    case "stop":
+      Deno.env.set(`FAKE_WORKER_STOPPED_${index}`, message.signal);
+      send({ type: "stopped" });
+      return;
+    case "snapshot":
+      send({
+        type: "snapshot",
+        id: message.id,
+        snapshot: { requests_total: [{ labels: {}, value: index + 1 }] },
+      });
+      return;
+  }
+};

@@ -1,0 +1,82 @@
+/**
+ * The supervisor of SERVE_WORKERS (lib/ops/workers.ts) with stand-in workers (worker_pool_fake.ts):
+ * how it starts them on one port, stops them, and restarts one that fails.
+ */
+import assert from "node:assert/strict";
+import { serveWorkerCount, WorkerPool } from "@/lib/ops/mod.ts";
+
+const FAKE = new URL("./worker_pool_fake.ts", import.meta.url);
+
+function pool(count: number) {
+  const lines: Record<string, unknown>[] = [];
+  const workers = new WorkerPool({
+    count,
+    entry: FAKE,
+    devServer: false,
+    log: (line) => lines.push(line),
+  });
+  return { workers, lines };
+}
+
+function clearFakeEnv() {
+  for (const name of Object.keys(Deno.env.toObject())) {
+    if (name.startsWith("FAKE_WORKER_")) Deno.env.delete(name);
+  }
+}
+
+async function until(check: () => boolean, what: string) {
+  for (let i = 0; i < 200; i++) {
+    if (check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+Deno.test("auto runs one worker per core on Linux, one under --dev, elsewhere, on Deploy and with an in-memory KV", () => {
+  const linux = { devServer: false, os: "linux", cores: 8, deploy: false };
+  assert.equal(serveWorkerCount("auto", linux), 8);
+  assert.equal(serveWorkerCount("auto", { ...linux, cores: 64 }), 16);
+  assert.equal(serveWorkerCount("auto", { ...linux, devServer: true }), 1);
+  assert.equal(serveWorkerCount("auto", { ...linux, os: "darwin" }), 1);
+  assert.equal(serveWorkerCount("auto", { ...linux, deploy: true }), 1);
+  assert.equal(serveWorkerCount(3, { ...linux, devServer: true }), 3, "a number is taken as is");
+  assert.equal(serveWorkerCount(3, { ...linux, kvPath: ":memory:" }), 1);
+});
+
+Deno.test("with PORT=0 the first worker picks the port and the others listen on the same one", async () => {
+  clearFakeEnv();
+  const { workers } = pool(3);
+  await workers.start(0);
+  assert.equal(Deno.env.get("FAKE_WORKER_PORT_0"), "0");
+  assert.equal(Deno.env.get("FAKE_WORKER_PORT_1"), "41234");
+  assert.equal(Deno.env.get("FAKE_WORKER_PORT_2"), "41234");
+  assert.equal(await workers.stop("SIGTERM", 5_000), true);
+  for (const i of [0, 1, 2]) assert.equal(Deno.env.get(`FAKE_WORKER_STOPPED_${i}`), "SIGTERM");
+  clearFakeEnv();
+});
+
+Deno.test("a worker that fails before it listens fails the start, and is not started again", async () => {
+  clearFakeEnv();
+  Deno.env.set("FAKE_WORKER_FAIL_START", "1");
+  const { workers, lines } = pool(2);
+  await assert.rejects(workers.start(8080), /worker 1 failed before it listened: .*cannot open KV/);
+  await workers.stop("startup_failed", 1_000);
+  await new Promise((resolve) => setTimeout(resolve, 1_200));
+  assert.equal(Deno.env.get("FAKE_WORKER_STARTS_1"), "1");
+  assert.equal(lines.filter((l) => l.event === "worker_failed").length, 1);
+  clearFakeEnv();
+});
+
+Deno.test("a worker that fails after it served is logged and started again on the same port", async () => {
+  clearFakeEnv();
+  Deno.env.set("FAKE_WORKER_CRASH", "1");
+  const { workers, lines } = pool(2);
+  await workers.start(8080);
+  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the restart");
+  const failed = lines.find((l) => l.event === "worker_failed");
+  assert.equal(failed?.worker, 1);
+  assert.match(String(failed?.error), /worker crashed/);
+  assert.equal(Deno.env.get("FAKE_WORKER_PORT_1"), "8080");
+  assert.equal(await workers.stop("SIGTERM", 5_000), true);
+  clearFakeEnv();
+});

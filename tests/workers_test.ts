@@ -1,0 +1,99 @@
+/**
+ * SERVE_WORKERS: one process, several workers on one port and one KV file, as one service. The
+ * kernel spreads connections among the workers; the money is as exact as with one.
+ */
+import assert from "node:assert/strict";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { keys, type WalletRecord } from "@/lib/db.ts";
+import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import { parsePrometheus } from "./prometheus.ts";
+import { admin, instanceFiles, PRICEY, startInstance } from "./instances.ts";
+
+const METRICS_TOKEN = "workers-metrics";
+
+Deno.test("two workers serve one port from one process: what left the wallet is the sum of the answered costs, every scrape counts every request, SIGTERM stops both", async () => {
+  const files = await instanceFiles({ models: [PRICEY] });
+  const instance = await startInstance({
+    KV_PATH: files.kvPath,
+    MODELS_FILE: files.modelsFile,
+    SERVE_WORKERS: "2",
+    WALLET_STATS_LOG_MS: "100",
+    METRICS_TOKEN,
+    RATE_LIMIT_RPM: "1000000",
+    RATE_LIMIT_TPM: "1000000000",
+  });
+  const kv = await Deno.openKv(files.kvPath);
+  // A new connection per request, so that the kernel may hand each to either worker.
+  const client = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
+  try {
+    for (let i = 0; i < 100 && !instance.lines.some((l) => l.event === "workers_listening"); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const listening = instance.lines.filter((l) => l.event === "listening");
+    assert.deepEqual(listening.map((l) => l.worker).sort(), [0, 1]);
+    assert.deepEqual(new Set(listening.map((l) => l.port)).size, 1, "both on one port");
+
+    const { app, key } = await createAppRecord(kv, { name: "workers" });
+    const body = JSON.stringify({
+      model: PRICEY.id,
+      messages: [{ role: "user", content: "go" }],
+      max_tokens: 20,
+    });
+    const answers = await Promise.all(Array.from({ length: 60 }, async () => {
+      const res = await fetch(`${instance.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${key.apiKey}` },
+        body,
+        client,
+      });
+      await res.body?.cancel();
+      return { status: res.status, cost: res.headers.get("tollbooth-request-cost") };
+    }));
+    assert.deepEqual(new Set(answers.map((a) => a.status)), new Set([200]));
+    const charged = answers.reduce((sum, a) => sum + parseUsd(a.cost!), 0);
+
+    // Whichever worker answers a scrape adds what the other counted.
+    for (let i = 0; i < 6; i++) {
+      const res = await fetch(`${instance.url}/metrics`, {
+        headers: { authorization: `Bearer ${METRICS_TOKEN}` },
+        client,
+      });
+      const metrics = parsePrometheus(await res.text());
+      assert.equal(
+        metrics.value("tollbooth_chat_completions_total", { model: PRICEY.id, status: "200" }),
+        60,
+      );
+      assert.equal(
+        metrics.value("tollbooth_charged_micro_usd_total", { model: PRICEY.id }),
+        charged,
+      );
+    }
+
+    assert.equal((await instance.stop()).code, 0);
+    const stopped = instance.lines.filter((l) => l.event === "shut_down");
+    assert.deepEqual(stopped.map((l) => l.worker).sort(), [0, 1], "each worker drained");
+    const finalStats = [0, 1].map((w) =>
+      instance.lines.findLast((l) => l.event === "wallet_stats" && l.worker === w)!
+    );
+    for (const stats of finalStats) {
+      assert.ok((stats.opsCommitted as number) > 0, `worker ${stats.worker} served requests`);
+    }
+
+    const wallet = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
+    assert.equal(
+      wallet.spent,
+      charged,
+      "what the answers said left the wallet, to the micro-dollar",
+    );
+    assert.equal(wallet.reserved, 0);
+    const audit = await admin(files.kvPath, "audit");
+    assert.equal(audit.code, 0, audit.stderr);
+    assert.equal(audit.output.ok, true);
+    assert.equal(audit.output.totals.spent, formatUsd(charged));
+  } finally {
+    client.close();
+    kv.close();
+    await instance.stop();
+    await files.remove();
+  }
+});

@@ -1,0 +1,55 @@
+/// <reference lib="deno.worker" />
+/**
+ * One of several workers serving the port (SERVE_WORKERS, lib/ops/workers.ts): a whole service on
+ * this thread, started and stopped by main.ts's supervisor.
+ */
+import { loadCatalogFile } from "@/lib/catalog/mod.ts";
+import { loadConfig } from "@/lib/core/mod.ts";
+import type { FromWorker, MetricsSnapshot, ToWorker } from "@/lib/ops/mod.ts";
+import { type RunningService, startService } from "./service.ts";
+
+let service: RunningService | null = null;
+let nextId = 0;
+const waitingSiblings = new Map<number, (snapshots: MetricsSnapshot[]) => void>();
+const send = (message: FromWorker) => self.postMessage(message);
+
+/** Asks the supervisor for what the other workers counted. */
+function siblingMetrics(): Promise<MetricsSnapshot[]> {
+  const id = nextId++;
+  return new Promise((resolve) => {
+    waitingSiblings.set(id, resolve);
+    send({ type: "siblings", id });
+  });
+}
+
+self.onmessage = async (event: MessageEvent<ToWorker>) => {
+  const message = event.data;
+  switch (message.type) {
+    case "start": {
+      // The supervisor checked both already; a failure here reaches it as this worker's error.
+      const config = { ...loadConfig(Deno.env.toObject()), port: message.port };
+      const catalog = await loadCatalogFile(config.modelsFile, config.env);
+      service = await startService({
+        config,
+        catalog,
+        devServer: message.devServer,
+        reusePort: true,
+        worker: message.index,
+        siblingMetrics,
+        onListen: (port) => send({ type: "listening", port }),
+      });
+      return;
+    }
+    case "stop":
+      await service?.stop(message.signal);
+      send({ type: "stopped" });
+      return;
+    case "snapshot":
+      send({ type: "snapshot", id: message.id, snapshot: service?.metricsSnapshot() ?? {} });
+      return;
+    case "siblings":
+      waitingSiblings.get(message.id)?.(message.snapshots);
+      waitingSiblings.delete(message.id);
+      return;
+  }
+};
