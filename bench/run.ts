@@ -20,7 +20,7 @@ const OPEN_STREAMS = 1000;
 const MESSAGES = [{ role: "user", content: "Say hello to the benchmark." }];
 
 interface Target {
-  name: "direct" | "tollbooth" | "portkey" | "commits";
+  name: "direct" | "tollbooth" | "oneWorker" | "commits" | "portkey";
   url: string;
   headers: Record<string, string>;
   model: string;
@@ -96,6 +96,13 @@ async function waitForHttp(url: string, service: Service) {
   }
   const log = await Deno.readTextFile(service.logFile).catch(() => "");
   throw new Error(`${service.name} did not start:\n${log.slice(-2000)}`);
+}
+
+/** How many workers a Tollbooth process serves with (its `workers_listening` line; else one). */
+async function workersOf(service: Service): Promise<number> {
+  const log = await Deno.readTextFile(service.logFile);
+  const line = log.split("\n").find((l) => l.includes('"workers_listening"'));
+  return line ? JSON.parse(line).workers : 1;
 }
 
 async function waitForLog(service: Service, text: string) {
@@ -179,12 +186,20 @@ async function rssKb(pid: number): Promise<number> {
 /** How often each Tollbooth process logs its wallet counters (WALLET_STATS_LOG_MS). */
 const STATS_EVERY_MS = 200;
 
+type WalletStats = {
+  commits: number;
+  conflicts: number;
+  opsCommitted: number;
+  sliceFallbacks: number;
+  mispredictions: number;
+};
+
 /**
- * A Tollbooth process's wallet counters as of now: the newest `wallet_stats` line it logs after
- * this call (it logs one every STATS_EVERY_MS). Not by signal: Deno opens its inspector on SIGUSR1,
- * which then taxes every request of the process being measured.
+ * A Tollbooth process's wallet counters as of now: the newest `wallet_stats` line of each of its
+ * workers logged after this call (each logs one every STATS_EVERY_MS), summed. Not by signal: Deno
+ * opens its inspector on SIGUSR1, which then taxes every request of the process being measured.
  */
-async function walletStats(service: Service) {
+async function walletStats(service: Service, workers = 1): Promise<WalletStats> {
   const offset = (await Deno.stat(service.logFile)).size;
   for (let i = 0; i < 100; i++) {
     await sleep(STATS_EVERY_MS);
@@ -192,14 +207,21 @@ async function walletStats(service: Service) {
     try {
       await file.seek(offset, Deno.SeekMode.Start);
       const text = await new Response(file.readable).text();
-      const line = text.split("\n").findLast((l) => l.includes('"wallet_stats"'));
-      if (line) {
-        return JSON.parse(line) as {
-          commits: number;
-          conflicts: number;
-          opsCommitted: number;
-          sliceFallbacks: number;
-          mispredictions: number;
+      const newest = new Map<number, WalletStats>();
+      for (const line of text.split("\n")) {
+        if (!line.includes('"wallet_stats"')) continue;
+        const stats = JSON.parse(line) as WalletStats & { worker?: number };
+        newest.set(stats.worker ?? 0, stats);
+      }
+      if (newest.size >= workers) {
+        const all = [...newest.values()];
+        const sum = (k: keyof WalletStats) => all.reduce((acc, s) => acc + s[k], 0);
+        return {
+          commits: sum("commits"),
+          conflicts: sum("conflicts"),
+          opsCommitted: sum("opsCommitted"),
+          sliceFallbacks: sum("sliceFallbacks"),
+          mispredictions: sum("mispredictions"),
         };
       }
     } catch (error) {
@@ -581,6 +603,28 @@ async function main() {
       logDir: tmp,
     });
     await waitForHttp(`http://127.0.0.1:${commitsPort}/docs/errors`, commits);
+    // The default on one JavaScript thread, beside Portkey's one Node process.
+    const oneWorkerPort = await freePort();
+    const oneWorkerEnv = {
+      ...tollboothEnv,
+      PORT: String(oneWorkerPort),
+      KV_PATH: `${tmp}/one-worker.sqlite3`,
+      PUBLIC_URL: `http://127.0.0.1:${oneWorkerPort}`,
+      SERVE_WORKERS: "1",
+    };
+    const oneWorkerApp = JSON.parse(
+      (await run(Deno.execPath(), ["task", "-q", "admin", "create-app", "--name", "bench"], {
+        cwd: ROOT,
+        env: oneWorkerEnv,
+      })).stdout,
+    ) as { api_key: string };
+    const oneWorker = start("one-worker", [Deno.execPath(), "run", "-A", "main.ts"], {
+      env: oneWorkerEnv,
+      logDir: tmp,
+    });
+    await waitForHttp(`http://127.0.0.1:${oneWorkerPort}/docs/errors`, oneWorker);
+    await waitForLog(tollbooth, '"workers_listening"').catch(() => {});
+    const workers = { tollbooth: await workersOf(tollbooth), commits: await workersOf(commits) };
 
     const peerPort = await freePort();
     const peer = start("portkey", ["node", PEER_SERVER, `--port=${peerPort}`, "--headless"], {
@@ -605,6 +649,14 @@ async function main() {
         model: "bench/fast",
         holdModel: "bench/hold",
         pid: tollbooth.pid,
+      },
+      {
+        name: "oneWorker",
+        url: `http://127.0.0.1:${oneWorkerPort}/v1/chat/completions`,
+        headers: { authorization: `Bearer ${oneWorkerApp.api_key}` },
+        model: "bench/fast",
+        holdModel: "bench/hold",
+        pid: oneWorker.pid,
       },
       {
         name: "commits",
@@ -659,11 +711,11 @@ async function main() {
       streaming[t.name] = await sequentialStreams(t, STREAMS_SEQUENTIAL);
     }
 
-    const hotWalletOf = async (target: Target, service: Service) => {
+    const hotWalletOf = async (target: Target, service: Service, workers: number) => {
       log(`hot wallet: one app, 200 connections, ${SECONDS}s: ${target.name}`);
-      const statsBefore = await walletStats(service);
+      const statsBefore = await walletStats(service, workers);
       const hot = await closedLoop(target, 200, SECONDS, tools);
-      const statsAfter = await walletStats(service);
+      const statsAfter = await walletStats(service, workers);
       return {
         ...hot,
         settledPerSecond: hot.okRps,
@@ -676,11 +728,12 @@ async function main() {
           Math.max(1, statsAfter.commits - statsBefore.commits),
       };
     };
-    const hotWallet = await hotWalletOf(targets[1], tollbooth);
-    const hotWalletCommits = await hotWalletOf(targets[2], commits);
+    const hotWallet = await hotWalletOf(targets[1], tollbooth, workers.tollbooth);
+    const hotWalletOneWorker = await hotWalletOf(targets[2], oneWorker, 1);
+    const hotWalletCommits = await hotWalletOf(targets[3], commits, workers.commits);
 
     const memory: Record<string, Awaited<ReturnType<typeof openStreamsMemory>>> = {};
-    for (const t of targets.filter((t) => t.name !== "commits")) {
+    for (const t of targets.filter((t) => t.name !== "commits" && t.name !== "oneWorker")) {
       log(`memory, ${OPEN_STREAMS} streams open at once: ${t.name}`);
       // A first round grows the heaps and pools once; the second one is measured.
       await openStreamsMemory(t, upstreamUrl, OPEN_STREAMS);
@@ -692,6 +745,8 @@ async function main() {
     services.splice(services.indexOf(tollbooth), 1);
     await commits.stop();
     services.splice(services.indexOf(commits), 1);
+    await oneWorker.stop();
+    services.splice(services.indexOf(oneWorker), 1);
 
     // One hot wallet served by 1, 2 and 4 processes on the same KV file and port (SO_REUSEPORT).
     const processes: Record<string, Awaited<ReturnType<typeof hotWalletOf>>> = {};
@@ -702,18 +757,13 @@ async function main() {
         PORT: String(port),
         PUBLIC_URL: `http://127.0.0.1:${port}`,
         REUSE_PORT: "on",
+        // Processes, each on its one thread: what several instances on one KV do.
+        SERVE_WORKERS: "1",
       };
       const group = Array.from(
         { length: n },
         (_, i) =>
-          // SO_REUSEPORT is behind --unstable-net in Deno 2.
-          start(`tollbooth-${n}-${i}`, [
-            Deno.execPath(),
-            "run",
-            "-A",
-            "--unstable-net",
-            "main.ts",
-          ], {
+          start(`tollbooth-${n}-${i}`, [Deno.execPath(), "run", "-A", "main.ts"], {
             env,
             logDir: tmp,
           }),
@@ -725,10 +775,10 @@ async function main() {
         pid: group[0].pid,
       };
       await closedLoop(target, 20, 1, tools); // every process takes its slice
-      const before = await Promise.all(group.map(walletStats));
+      const before = await Promise.all(group.map((s) => walletStats(s)));
       log(`hot wallet from ${n} process(es): 200 connections, ${SECONDS}s`);
       const hot = await closedLoop(target, 200, SECONDS, tools);
-      const after = await Promise.all(group.map(walletStats));
+      const after = await Promise.all(group.map((s) => walletStats(s)));
       const sum = (
         list: typeof before,
         k: "commits" | "conflicts" | "sliceFallbacks" | "mispredictions",
@@ -760,8 +810,13 @@ async function main() {
       cwd: ROOT,
       env: commitsEnv,
     });
+    const auditOneWorker = await run(Deno.execPath(), ["task", "-q", "admin", "audit"], {
+      cwd: ROOT,
+      env: oneWorkerEnv,
+    });
     const auditOk = audit.ok && auditReport.ok === true && auditCommits.ok &&
-      JSON.parse(auditCommits.stdout.trim() || "{}").ok === true;
+      JSON.parse(auditCommits.stdout.trim() || "{}").ok === true && auditOneWorker.ok &&
+      JSON.parse(auditOneWorker.stdout.trim() || "{}").ok === true;
 
     const results = {
       startedAt,
@@ -779,7 +834,9 @@ async function main() {
       closedLoop50: closed,
       openLoop: open,
       streaming,
+      workers,
       hotWallet,
+      hotWalletOneWorker,
       hotWalletCommits,
       processes,
       memory,

@@ -1,9 +1,11 @@
 /**
- * metric, direct, tollbooth (slices), tollbooth with a commit per reserve and settle (the old
+ * metric, direct, tollbooth (the default: slices for hot apps, a worker per core), the same on one
+ * worker (beside Portkey's one process), tollbooth with a commit per reserve and settle (the old
  * protocol, the baseline), portkey, target, ratio, met (null: no target)
  */
 export type Row = [
   string,
+  number | string | null,
   number | string | null,
   number | string | null,
   number | string | null,
@@ -13,7 +15,17 @@ export type Row = [
   boolean | null,
 ];
 
-const HEADER = ["metric", "direct", "tollbooth", "tb commits", "portkey", "target", "ratio", "met"];
+const HEADER = [
+  "metric",
+  "direct",
+  "tollbooth",
+  "tb 1 worker",
+  "tb commits",
+  "portkey",
+  "target",
+  "ratio",
+  "met",
+];
 
 function cell(v: number | string | boolean | null): string {
   if (v === null) return "–";
@@ -30,7 +42,7 @@ export function formatTable(rows: Row[]): string {
   const cells = [HEADER, ...rows.map((r) => r.map(cell))];
   const widths = HEADER.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
   const line = (r: string[]) =>
-    r.map((c, i) => (i === 0 || i === 5 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
+    r.map((c, i) => (i === 0 || i === 6 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
   return [line(cells[0]), widths.map((w) => "-".repeat(w)).join("  "), ...cells.slice(1).map(line)]
     .join("\n");
 }
@@ -51,12 +63,16 @@ export function report(r: any): { text: string; rows: Row[] } {
   const pkTtfbOver = over(s.portkey.ttfbP50, s.direct.ttfbP50);
   const h = r.hotWallet;
   const hc = r.hotWalletCommits;
+  const h1 = r.hotWalletOneWorker;
+  const oneOver500 = over(o5.oneWorker.p50, o5.direct.p50);
+  const oneTtfbOver = over(s.oneWorker.ttfbP50, s.direct.ttfbP50);
   const p = r.processes;
   const rows: Row[] = [
     [
       "closed loop 50 conn: req/s",
       c.direct.rps,
       c.tollbooth.rps,
+      c.oneWorker.rps,
       c.commits.rps,
       c.portkey.rps,
       "tb ≥ 4× pk",
@@ -67,6 +83,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "closed loop: non-2xx or errors",
       c.direct.requests - c.direct.ok,
       c.tollbooth.requests - c.tollbooth.ok,
+      c.oneWorker.requests - c.oneWorker.ok,
       c.commits.requests - c.commits.ok,
       c.portkey.requests - c.portkey.ok,
       "0",
@@ -77,6 +94,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "closed loop: p50 ms",
       c.direct.p50,
       c.tollbooth.p50,
+      c.oneWorker.p50,
       c.commits.p50,
       c.portkey.p50,
       "",
@@ -87,6 +105,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "closed loop: p99 ms",
       c.direct.p99,
       c.tollbooth.p99,
+      c.oneWorker.p99,
       c.commits.p99,
       c.portkey.p99,
       "",
@@ -97,6 +116,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "closed loop: CPU ms/request",
       c.direct.cpuMsPerRequest,
       c.tollbooth.cpuMsPerRequest,
+      c.oneWorker.cpuMsPerRequest,
       c.commits.cpuMsPerRequest,
       c.portkey.cpuMsPerRequest,
       "",
@@ -107,6 +127,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "200 req/s: p50 overhead ms",
       0,
       over(o2.tollbooth.p50, o2.direct.p50),
+      over(o2.oneWorker.p50, o2.direct.p50),
       over(o2.commits.p50, o2.direct.p50),
       over(o2.portkey.p50, o2.direct.p50),
       "",
@@ -117,6 +138,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "500 req/s: p50 ms",
       o5.direct.p50,
       o5.tollbooth.p50,
+      o5.oneWorker.p50,
       o5.commits.p50,
       o5.portkey.p50,
       "",
@@ -127,6 +149,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "500 req/s: p50 overhead ms",
       0,
       tbOver500,
+      oneOver500,
       over(o5.commits.p50, o5.direct.p50),
       pkOver500,
       "tb < 1",
@@ -137,6 +160,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "500 req/s: p99 overhead ms",
       0,
       over(o5.tollbooth.p99, o5.direct.p99),
+      over(o5.oneWorker.p99, o5.direct.p99),
       over(o5.commits.p99, o5.direct.p99),
       over(o5.portkey.p99, o5.direct.p99),
       "",
@@ -147,6 +171,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "500 req/s: CPU ms/request",
       o5.direct.cpuMsPerRequest,
       tbCpu500,
+      o5.oneWorker.cpuMsPerRequest,
       o5.commits.cpuMsPerRequest,
       o5.portkey.cpuMsPerRequest,
       "tb ≤ 0.5",
@@ -157,6 +182,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "open loop: failed requests",
       o2.direct.failed + o5.direct.failed,
       o2.tollbooth.failed + o5.tollbooth.failed,
+      o2.oneWorker.failed + o5.oneWorker.failed,
       o2.commits.failed + o5.commits.failed,
       o2.portkey.failed + o5.portkey.failed,
       "0",
@@ -167,6 +193,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "stream: first byte p50 ms",
       s.direct.ttfbP50,
       s.tollbooth.ttfbP50,
+      s.oneWorker.ttfbP50,
       s.commits.ttfbP50,
       s.portkey.ttfbP50,
       "",
@@ -177,6 +204,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "stream: first byte overhead ms",
       0,
       tbTtfbOver,
+      oneTtfbOver,
       over(s.commits.ttfbP50, s.direct.ttfbP50),
       pkTtfbOver,
       "tb < 1.5",
@@ -187,6 +215,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "stream: total overhead ms",
       0,
       over(s.tollbooth.totalP50, s.direct.totalP50),
+      over(s.oneWorker.totalP50, s.direct.totalP50),
       over(s.commits.totalP50, s.direct.totalP50),
       over(s.portkey.totalP50, s.direct.totalP50),
       "",
@@ -197,6 +226,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "hot wallet 200 conn: settled/s",
       null,
       h.settledPerSecond,
+      h1.settledPerSecond,
       hc.settledPerSecond,
       null,
       "≥ 3000",
@@ -207,6 +237,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "hot wallet: p50 / p99 ms",
       null,
       `${fmt(h.p50)} / ${fmt(h.p99)}`,
+      `${fmt(h1.p50)} / ${fmt(h1.p99)}`,
       `${fmt(hc.p50)} / ${fmt(hc.p99)}`,
       null,
       "",
@@ -217,6 +248,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "hot wallet: conflicts/request",
       null,
       h.conflictsPerRequest,
+      h1.conflictsPerRequest,
       hc.conflictsPerRequest,
       null,
       "0",
@@ -229,6 +261,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       h.sliceFallbacks ?? null,
       null,
       null,
+      null,
       "0",
       "",
       h.sliceFallbacks === undefined ? null : h.sliceFallbacks === 0,
@@ -237,6 +270,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "hot wallet: commits/request",
       null,
       h.commits / Math.max(1, h.ok),
+      h1.commits / Math.max(1, h1.ok),
       hc.commits / Math.max(1, hc.ok),
       null,
       "",
@@ -247,6 +281,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       `hot wallet, ${n} process(es) on one KV: settled/s`,
       null,
       p[n].settledPerSecond,
+      null,
       null,
       null,
       n === 1 ? "" : "scales",
@@ -261,6 +296,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       }, ${p[n].mispredictions ?? "-"}`,
       null,
       null,
+      null,
       "",
       "",
       null,
@@ -269,6 +305,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "1000 open streams: MB RSS",
       m.direct.mbPer1000,
       m.tollbooth.mbPer1000,
+      null,
       null,
       m.portkey.mbPer1000,
       "",
@@ -281,6 +318,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       `${fmt(r.kvCommit.p50)} / ${fmt(r.kvCommit.p99)}`,
       null,
       null,
+      null,
       "",
       "",
       null,
@@ -289,6 +327,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "audit (deno task admin audit)",
       null,
       r.audit.ok ? "clean" : "FAILED",
+      null,
       null,
       null,
       "clean",
@@ -300,7 +339,7 @@ export function report(r: any): { text: string; rows: Row[] } {
     `Tollbooth bench ${r.startedAt}${
       r.quick ? " (quick)" : ""
     } · ${r.machine.cpus} CPUs · load ${r.machine.loadAverageBefore} → ${r.machine.loadAverageAfter} · closed loop by ${c.tollbooth.generator}`,
-    "direct = the fake upstream itself; tollbooth = the default build (WALLET_SLICES=auto: an app hot in the process is served from a wallet slice) with OPTIMISTIC_UPSTREAM=on; tb commits = the same with WALLET_SLICES=off, a durable commit per reserve and settle; overheads are against direct in this run; CPU and RSS are the serving process's",
+    "direct = the fake upstream itself; tollbooth = the default build (SERVE_WORKERS=auto: one worker per core; WALLET_SLICES=auto: an app hot in a worker is served from a wallet slice) with OPTIMISTIC_UPSTREAM=on; tb 1 worker = the same with SERVE_WORKERS=1 (one JavaScript thread, like Portkey's one Node process); tb commits = the default with WALLET_SLICES=off, a durable commit per reserve and settle; overheads are against direct in this run; CPU and RSS are the serving process's (all its threads)",
     formatTable(rows),
   ].join("\n");
   return { text, rows };
