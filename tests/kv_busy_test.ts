@@ -18,24 +18,13 @@ async function lockedFor(times: number) {
       if (prop === "atomic") {
         return () => {
           const op = target.atomic();
-          const wrapped: Deno.AtomicOperation = new Proxy(op, {
-            get(o, p) {
-              if (p === "commit") {
-                return () => {
-                  attempts.commit++;
-                  if (busy.commit-- > 0) return Promise.reject(new TypeError("database is locked"));
-                  return o.commit();
-                };
-              }
-              const v = Reflect.get(o, p, o);
-              if (typeof v !== "function") return v;
-              return (...args: unknown[]) => {
-                const result = v.apply(o, args);
-                return result === o ? wrapped : result;
-              };
-            },
-          });
-          return wrapped;
+          const commit = op.commit.bind(op);
+          op.commit = () => {
+            attempts.commit++;
+            if (busy.commit-- > 0) return Promise.reject(new TypeError("database is locked"));
+            return commit();
+          };
+          return op;
         };
       }
       const v = Reflect.get(target, prop, target);

@@ -25,21 +25,13 @@ const BUSY_ATTEMPTS = 8;
  * second try fails its check; the wallet resolves such outcomes through its batch marker.)
  */
 export function retryWhileBusy(kv: Deno.Kv): Deno.Kv {
+  // The operation's commit is replaced (not the operation proxied): a Proxy's trap ran on every
+  // builder call of every commit (about 2% of the samples of a profile at 500 req/s).
   const atomic = () => {
     const operation = kv.atomic();
-    const proxy: Deno.AtomicOperation = new Proxy(operation, {
-      get(target, prop) {
-        if (prop === "commit") return () => whileBusy(() => target.commit());
-        const value = Reflect.get(target, prop, target);
-        if (typeof value !== "function") return value;
-        // Builder calls return the operation itself: hand back the proxy so commit stays wrapped.
-        return (...args: unknown[]) => {
-          const result = value.apply(target, args);
-          return result === target ? proxy : result;
-        };
-      },
-    });
-    return proxy;
+    const commit = operation.commit.bind(operation);
+    operation.commit = () => whileBusy(commit);
+    return operation;
   };
   return new Proxy(kv, {
     get(target, prop) {
