@@ -245,11 +245,11 @@ export function report(r: any): { text: string; rows: Row[] } {
       null,
     ],
     [
-      "hot wallet: conflicts/request",
+      "hot wallet: conflicts (retried commits) / settled",
       null,
-      h.conflictsPerRequest,
-      h1.conflictsPerRequest,
-      hc.conflictsPerRequest,
+      `${h.conflicts} / ${h.ok}`,
+      `${h1.conflicts} / ${h1.ok}`,
+      `${hc.conflicts} / ${hc.ok}`,
       null,
       "0",
       "",
@@ -289,11 +289,11 @@ export function report(r: any): { text: string; rows: Row[] } {
       n === 1 ? null : p[n].settledPerSecond >= p[1].settledPerSecond,
     ]),
     ...[1, 2, 4].map((n): Row => [
-      `  ${n} process(es): conflicts/request, non-2xx, slice fallbacks, mispredictions`,
+      `  ${n} process(es): conflicts, non-2xx, slice fallbacks, mispredictions`,
       null,
-      `${fmt(p[n].conflictsPerRequest)}, ${p[n].requests - p[n].ok}, ${
-        p[n].sliceFallbacks ?? "-"
-      }, ${p[n].mispredictions ?? "-"}`,
+      `${p[n].conflicts}, ${p[n].requests - p[n].ok}, ${p[n].sliceFallbacks ?? "-"}, ${
+        p[n].mispredictions ?? "-"
+      }`,
       null,
       null,
       null,
