@@ -1,0 +1,919 @@
+/**
+ * A lean HTTP/1.1 client for upstream calls: a fetch-compatible function that answers with a real
+ * Response, over Deno.connect / Deno.connectTls and a keep-alive pool. The global fetch cost
+ * about 0.3 ms of CPU per streamed upstream answer, this about 0.13 ms, on a request path that
+ * spends about 1 ms in all. It speaks only what the upstream calls need (RFC 9112 framing, gzip
+ * and deflate content codings, no redirects); proxies and other schemes go to the global fetch.
+ */
+
+export interface Http1Init {
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string;
+  signal?: AbortSignal | null;
+}
+
+export type Http1Fetch = ((url: string | URL, init?: Http1Init) => Promise<Response>) & {
+  /** Closes the idle connections of the pool (connections in use close when their answer ends). */
+  closeIdle(): void;
+  /** How many connections wait in the pool, all origins together. */
+  idleConnections(): number;
+};
+
+export interface Http1Options {
+  /** What answers what this client does not speak (proxies, other schemes): the global fetch. */
+  fallback?: (url: string, init: Http1Init) => Promise<Response>;
+  /** The environment the proxy variables are read from, once; Deno.env by default. */
+  env?: Record<string, string>;
+  /** Idle connections kept per origin; 64 by default. */
+  maxIdlePerOrigin?: number;
+  /** How long a connection may sit idle; 30 s by default, less when the server says so. */
+  idleTimeoutMs?: number;
+}
+
+/** A response head (status line and fields) larger than this is refused, as are its trailers. */
+export const MAX_HEAD_BYTES = 64 * 1024;
+const READ_BUFFER_BYTES = 16 * 1024;
+/** A chunk-size line (size and extensions) longer than this is refused. */
+const MAX_CHUNK_LINE_BYTES = 4096;
+const MAX_IDLE_PER_ORIGIN = 64;
+const IDLE_TIMEOUT_MS = 30_000;
+
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** Not allowed in a request field value: CR, LF, NUL, and what is not a byte (fetch's rule). */
+const BAD_REQUEST_VALUE = /[\0\r\n]|[^\0-\xff]/;
+const NON_ASCII = /[^\0-\x7f]/;
+const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: ([\t\x20-\x7e\x80-\xff]*))?$/;
+const BAD_RESPONSE_VALUE = /[\0\r]/;
+const DIGITS = /^\d{1,15}$/;
+/** Framing is ours to write: a caller's value would desynchronise the connection. */
+const CLIENT_HEADERS = new Set([
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "upgrade",
+  "te",
+  "trailer",
+]);
+const NORMALISED_METHODS = new Set(["DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"]);
+const FORBIDDEN_METHODS = new Set(["CONNECT", "TRACE", "TRACK"]);
+const PROXY_VARIABLES = new Set(["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]);
+const CR = 13;
+const LF = 10;
+const EMPTY = new Uint8Array(0);
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/**
+ * The client: one per process (or worker), since the pool is its state. Reads the proxy
+ * environment once, here: with a proxy configured every call goes to the global fetch, which
+ * honours it.
+ */
+export function createHttp1Fetch(options: Http1Options = {}): Http1Fetch {
+  const fallback = options.fallback ?? ((url, init) => fetch(url, init as RequestInit));
+  const pool = new Pool(
+    options.maxIdlePerOrigin ?? MAX_IDLE_PER_ORIGIN,
+    options.idleTimeoutMs ?? IDLE_TIMEOUT_MS,
+  );
+  const viaFallback = proxyConfigured(options.env);
+  const targets = new Map<string, Target | null>();
+
+  const http1Fetch = async (input: string | URL, init: Http1Init = {}): Promise<Response> => {
+    const url = String(input);
+    if (viaFallback) return fallback(url, init);
+    let target = targets.get(url);
+    if (target === undefined) {
+      target = parseTarget(url);
+      // The URLs of a gateway are a handful of provider endpoints; a bound keeps any caller safe.
+      if (targets.size >= 1024) targets.clear();
+      targets.set(url, target);
+    }
+    if (target === null) return fallback(url, init);
+    const method = requestMethod(init.method);
+    const wire = requestBytes(method, target, init);
+    const signal = init.signal ?? null;
+    if (signal?.aborted) throw signal.reason;
+    return await new Exchange(pool, target, method, wire, signal).response();
+  };
+  return Object.assign(http1Fetch, {
+    closeIdle: () => pool.closeAll(),
+    idleConnections: () => pool.size(),
+  });
+}
+
+interface Target {
+  url: string;
+  secure: boolean;
+  /** For Deno.connect: an IPv6 literal without its brackets. */
+  hostname: string;
+  port: number;
+  /** The Host field: host, and port when not the scheme's default. */
+  host: string;
+  /** The request target: path and query. */
+  path: string;
+  /** The pool's key: scheme, host and port. */
+  origin: string;
+}
+
+/** The target of an http(s) URL; null for a scheme this client leaves to fetch. */
+function parseTarget(url: string): Target | null {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch (cause) {
+    throw new TypeError(`invalid URL: ${url}`, { cause });
+  }
+  const secure = parsed.protocol === "https:";
+  if (!secure && parsed.protocol !== "http:") return null;
+  if (parsed.username || parsed.password) {
+    throw new TypeError(`a URL with credentials cannot be requested: ${url}`);
+  }
+  const port = parsed.port ? Number(parsed.port) : secure ? 443 : 80;
+  const hostname = parsed.hostname.startsWith("[") ? parsed.hostname.slice(1, -1) : parsed.hostname;
+  return {
+    url,
+    secure,
+    hostname,
+    port,
+    host: parsed.host,
+    path: `${parsed.pathname || "/"}${parsed.search}`,
+    origin: `${parsed.protocol}//${parsed.hostname}:${port}`,
+  };
+}
+
+function proxyConfigured(env: Record<string, string> | undefined): boolean {
+  let variables = env;
+  if (!variables) {
+    // Without the permission (a prompt at import would surprise) a proxy cannot be ruled out.
+    if (Deno.permissions.querySync({ name: "env" }).state !== "granted") return true;
+    variables = Deno.env.toObject();
+  }
+  return Object.entries(variables).some(([name, value]) =>
+    value !== "" && PROXY_VARIABLES.has(name.toUpperCase())
+  );
+}
+
+function requestMethod(method: string | undefined): string {
+  if (method === undefined) return "GET";
+  if (!TOKEN.test(method)) throw new TypeError(`invalid HTTP method: ${JSON.stringify(method)}`);
+  const upper = method.toUpperCase();
+  if (FORBIDDEN_METHODS.has(upper)) throw new TypeError(`method ${method} is forbidden`);
+  return NORMALISED_METHODS.has(upper) ? upper : method;
+}
+
+/** The request's head and body as one buffer, for one write; throws on what fetch refuses. */
+function requestBytes(method: string, target: Target, init: Http1Init): Uint8Array {
+  if (init.body !== undefined && init.body !== null && typeof init.body !== "string") {
+    throw new TypeError("this client sends string bodies only");
+  }
+  const hasBody = typeof init.body === "string";
+  if (hasBody && (method === "GET" || method === "HEAD")) {
+    throw new TypeError(`a ${method} request cannot have a body`);
+  }
+  const body = hasBody ? encoder.encode(init.body) : EMPTY;
+  let head = `${method} ${target.path} HTTP/1.1\r\nhost: ${target.host}\r\n`;
+  let acceptEncoding = false;
+  let userAgent = false;
+  let ascii = true;
+  for (const [name, raw] of Object.entries(init.headers ?? {})) {
+    if (!TOKEN.test(name)) throw new TypeError(`invalid header name: ${JSON.stringify(name)}`);
+    const value = String(raw).replace(/^[\t ]+|[\t ]+$/g, "");
+    if (BAD_REQUEST_VALUE.test(value)) throw new TypeError(`invalid value for header ${name}`);
+    const lower = name.toLowerCase();
+    if (CLIENT_HEADERS.has(lower)) throw new TypeError(`header ${name} is the client's to set`);
+    if (lower === "accept-encoding") acceptEncoding = true;
+    else if (lower === "user-agent") userAgent = true;
+    if (ascii && NON_ASCII.test(value)) ascii = false;
+    head += `${name}: ${value}\r\n`;
+  }
+  // fetch sends no length for a bodiless GET or HEAD, and 0 for any other bodiless method.
+  if (hasBody || (method !== "GET" && method !== "HEAD")) {
+    head += `content-length: ${body.length}\r\n`;
+  }
+  if (!acceptEncoding) head += "accept-encoding: identity\r\n";
+  if (!userAgent) head += "user-agent: tollbooth\r\n";
+  head += "\r\n";
+  // Every character of the head is a byte (checked above): its length is its size in bytes.
+  const wire = new Uint8Array(head.length + body.length);
+  if (ascii) encoder.encodeInto(head, wire);
+  else for (let i = 0; i < head.length; i++) wire[i] = head.charCodeAt(i);
+  wire.set(body, head.length);
+  return wire;
+}
+
+/** A transport failure, in fetch's convention (a TypeError) so callers map it like fetch's. */
+function transportError(message: string, cause?: unknown): TypeError {
+  const reason = cause instanceof Error ? `: ${cause.message}` : "";
+  return new TypeError(`${message}${reason}`, cause === undefined ? undefined : { cause });
+}
+
+/** One connection and its read buffer, reused from response to response. */
+class Connection {
+  buffer = new Uint8Array(READ_BUFFER_BYTES);
+  /** The unconsumed bytes are buffer[start, end). */
+  start = 0;
+  end = 0;
+  /** The read left pending while idle: the next response's first read, or the sign of a close. */
+  parked: Promise<number | null> | null = null;
+  idle = false;
+  idleTimer: ReturnType<typeof setTimeout> | undefined;
+  idleUntil = 0;
+  closed = false;
+
+  constructor(readonly conn: Deno.Conn, readonly origin: string) {}
+
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.idle = false;
+    clearTimeout(this.idleTimer);
+    try {
+      this.conn.close();
+    } catch {
+      // Already closed by the runtime.
+    }
+  }
+
+  async write(bytes: Uint8Array) {
+    let written = 0;
+    while (written < bytes.length) {
+      written += await this.conn.write(written ? bytes.subarray(written) : bytes);
+    }
+  }
+
+  /** Reads more bytes after `end`; the count, or null at the end of the stream. */
+  async fill(): Promise<number | null> {
+    let read: Promise<number | null>;
+    if (this.parked) {
+      read = this.parked;
+      this.parked = null;
+    } else {
+      if (this.start === this.end) this.start = this.end = 0;
+      else if (this.end === this.buffer.length) this.makeRoom();
+      read = this.conn.read(this.buffer.subarray(this.end));
+    }
+    const count = await read;
+    if (count !== null) this.end += count;
+    return count;
+  }
+
+  /** Room after the unconsumed bytes: moved to the front, or a larger buffer (heads only). */
+  private makeRoom() {
+    if (this.start > 0) {
+      this.buffer.copyWithin(0, this.start, this.end);
+      this.end -= this.start;
+      this.start = 0;
+      return;
+    }
+    // Every reader bounds what it buffers below MAX_HEAD_BYTES before asking for more.
+    const larger = new Uint8Array(Math.min(this.buffer.length * 2, MAX_HEAD_BYTES + 1024));
+    larger.set(this.buffer.subarray(0, this.end));
+    this.buffer = larger;
+  }
+
+  /** The index of the next LF in the unconsumed bytes from `from`, or -1. */
+  lineFeed(from: number): number {
+    const at = this.buffer.indexOf(LF, from);
+    return at !== -1 && at < this.end ? at : -1;
+  }
+}
+
+/**
+ * Idle connections per origin, newest on top. While idle a connection has one read pending: when
+ * it completes (the server closed, failed, or said something unasked) the connection is dropped,
+ * so a server's idle close is noticed before reuse; when the connection is taken, that read is the
+ * first read of the next response.
+ */
+class Pool {
+  private readonly idle = new Map<string, Connection[]>();
+
+  constructor(private readonly maxIdle: number, private readonly idleTimeoutMs: number) {}
+
+  take(origin: string): Connection | null {
+    const list = this.idle.get(origin);
+    if (!list) return null;
+    const now = Date.now();
+    let connection: Connection | undefined;
+    while ((connection = list.pop())) {
+      clearTimeout(connection.idleTimer);
+      connection.idle = false;
+      if (connection.idleUntil <= now) {
+        connection.close();
+        continue;
+      }
+      connection.conn.ref();
+      return connection;
+    }
+    return null;
+  }
+
+  /** Keeps a connection whose answer was read to its framed end; serverTimeoutMs from Keep-Alive. */
+  put(connection: Connection, serverTimeoutMs: number | null) {
+    const timeoutMs = Math.min(this.idleTimeoutMs, serverTimeoutMs ?? Infinity);
+    if (timeoutMs <= 0 || this.maxIdle <= 0) return connection.close();
+    let list = this.idle.get(connection.origin);
+    if (!list) this.idle.set(connection.origin, list = []);
+    if (list.length >= this.maxIdle) list.shift()!.close();
+    list.push(connection);
+    connection.idle = true;
+    connection.idleUntil = Date.now() + timeoutMs;
+    connection.start = connection.end = 0;
+    // An idle connection keeps neither the process nor a test's event loop alive.
+    connection.conn.unref();
+    const parked = connection.conn.read(connection.buffer);
+    connection.parked = parked;
+    const drop = () => {
+      if (connection.idle) this.drop(connection);
+    };
+    parked.then(drop, drop);
+    const timer = setTimeout(drop, timeoutMs);
+    Deno.unrefTimer(timer);
+    connection.idleTimer = timer;
+  }
+
+  private drop(connection: Connection) {
+    const list = this.idle.get(connection.origin);
+    const at = list?.indexOf(connection) ?? -1;
+    if (at !== -1) list!.splice(at, 1);
+    connection.close();
+  }
+
+  size(): number {
+    let count = 0;
+    for (const list of this.idle.values()) count += list.length;
+    return count;
+  }
+
+  closeAll() {
+    for (const list of this.idle.values()) {
+      for (const connection of list.splice(0)) connection.close();
+    }
+  }
+}
+
+function connect(target: Target): Promise<Deno.Conn> {
+  return target.secure
+    ? Deno.connectTls({
+      hostname: target.hostname,
+      port: target.port,
+      alpnProtocols: ["http/1.1"],
+    })
+    : Deno.connect({ hostname: target.hostname, port: target.port }).then((conn) => {
+      conn.setNoDelay(true);
+      return conn;
+    });
+}
+
+interface Head {
+  version: 0 | 1;
+  status: number;
+  statusText: string;
+  fields: [string, string][];
+  contentLength: number | null;
+  chunked: boolean;
+  /** Transfer-Encoding and Content-Length together: framed by the former, never reused. */
+  ambiguous: boolean;
+  close: boolean;
+  keepAliveMs: number | null;
+  contentCodings: string[];
+}
+
+/** One request and its response: the abort signal's one listener, and the connection's fate. */
+class Exchange {
+  private connection: Connection | null = null;
+  /** "head" until the response is handed over, "body" while it is read, then "done". */
+  private phase: "head" | "body" | "done" = "head";
+  private rejectHead: ((reason: unknown) => void) | null = null;
+  private body: BodySource | null = null;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly target: Target,
+    private readonly method: string,
+    private readonly wire: Uint8Array,
+    private readonly signal: AbortSignal | null,
+  ) {}
+
+  response(): Promise<Response> {
+    return new Promise<Response>((resolve, reject) => {
+      this.rejectHead = reject;
+      this.signal?.addEventListener("abort", this.onAbort);
+      this.exchange().then(resolve, (error) => {
+        if (this.phase === "done") return; // aborted: rejected with the signal's reason already
+        this.finish(false);
+        reject(error);
+      });
+    });
+  }
+
+  private readonly onAbort = () => {
+    const reason = this.signal!.reason;
+    if (this.phase === "head") {
+      this.finish(false);
+      this.rejectHead!(reason);
+    } else if (this.phase === "body") {
+      this.body!.abort(reason);
+    }
+  };
+
+  /** Ends the exchange: the connection goes back to the pool or is closed. */
+  finish(reusable: boolean, keepAliveMs: number | null = null) {
+    if (this.phase === "done") return;
+    this.phase = "done";
+    this.signal?.removeEventListener("abort", this.onAbort);
+    const connection = this.connection;
+    if (!connection) return;
+    // Bytes past the framed end were never asked for: the connection is out of step.
+    if (reusable && connection.start === connection.end && !connection.closed) {
+      this.pool.put(connection, keepAliveMs);
+    } else {
+      connection.close();
+    }
+  }
+
+  private async exchange(): Promise<Response> {
+    let connection = this.pool.take(this.target.origin);
+    if (!connection) {
+      let conn: Deno.Conn;
+      try {
+        conn = await connect(this.target);
+      } catch (error) {
+        throw transportError(`error sending request for url (${this.target.url})`, error);
+      }
+      connection = new Connection(conn, this.target.origin);
+      if (this.phase === "done") {
+        connection.close();
+        throw new TypeError("aborted");
+      }
+    }
+    this.connection = connection;
+    try {
+      await connection.write(this.wire);
+    } catch (error) {
+      throw transportError(`error sending request for url (${this.target.url})`, error);
+    }
+    const head = await readHead(connection, this.target.url);
+    if (this.phase === "done") throw new TypeError("aborted");
+    return this.respond(head);
+  }
+
+  private respond(head: Head): Response {
+    const { status } = head;
+    const init = { status, statusText: head.statusText, headers: head.fields };
+    const reusable = head.version === 1 && !head.close && !head.ambiguous;
+    if (this.method === "HEAD" || status === 204 || status === 304) {
+      const response = new Response(null, init);
+      this.finish(reusable, head.keepAliveMs);
+      return response;
+    }
+    if (status === 205) {
+      // A body is no part of a 205 (fetch gives none): a connection that carried one is closed.
+      const response = new Response(null, init);
+      this.finish(reusable && !head.chunked && head.contentLength === 0, head.keepAliveMs);
+      return response;
+    }
+    const framing = head.chunked
+      ? new ChunkedBody(this.connection!)
+      : head.contentLength !== null
+      ? new LengthBody(this.connection!, head.contentLength)
+      : new CloseBody(this.connection!);
+    const source = new BodySource(
+      framing,
+      (complete) => this.finish(complete && reusable && framing.reusable, head.keepAliveMs),
+    );
+    this.body = source;
+    let body: ReadableStream<Uint8Array> = new ReadableStream(source);
+    for (const coding of head.contentCodings.toReversed()) {
+      const decompression = new DecompressionStream(coding as CompressionFormat);
+      body = body.pipeThrough(decompression as unknown as TransformStream<Uint8Array, Uint8Array>);
+    }
+    if (head.contentCodings.length) body = asByteStream(body);
+    const response = new Response(body, init);
+    this.phase = "body";
+    // A body framed as empty is complete already: its connection need not wait for a read. Bad
+    // framing in the bytes buffered with the head is the body's error, met at its first read.
+    let complete = false;
+    try {
+      complete = framing.atEnd();
+    } catch {
+      // Thrown again by the first read, since it did not move the reader.
+    }
+    if (complete) source.end();
+    return response;
+  }
+}
+
+/** The body's bytes as they arrive: copied into a BYOB reader's buffer, or enqueued as a copy. */
+class BodySource implements UnderlyingByteSource {
+  readonly type = "bytes";
+  private controller: ReadableByteStreamController | null = null;
+  private finished = false;
+
+  constructor(
+    private readonly framing: Framing,
+    private readonly onFinish: (complete: boolean) => void,
+  ) {}
+
+  start(controller: ReadableByteStreamController) {
+    this.controller = controller;
+  }
+
+  async pull(controller: ReadableByteStreamController) {
+    try {
+      const request = controller.byobRequest;
+      const view = request?.view;
+      const chunk = await this.framing.next(view ? view.byteLength : Infinity);
+      if (this.finished) return; // aborted or cancelled while the read was pending
+      if (chunk === null) return this.end();
+      if (request && view) {
+        new Uint8Array(view.buffer, view.byteOffset, view.byteLength).set(chunk);
+        request.respond(chunk.length);
+      } else {
+        controller.enqueue(chunk.slice());
+      }
+      if (this.framing.atEnd()) this.end();
+    } catch (error) {
+      if (this.finished) return;
+      this.finished = true;
+      this.onFinish(false);
+      controller.error(
+        error instanceof TypeError
+          ? error
+          : transportError("error reading a body from connection", error),
+      );
+    }
+  }
+
+  cancel() {
+    if (this.finished) return;
+    this.finished = true;
+    this.onFinish(false);
+  }
+
+  /** The framed end was reached: the stream closes and the connection may be reused. */
+  end() {
+    if (this.finished) return;
+    this.finished = true;
+    this.onFinish(true);
+    this.controller!.close();
+    this.controller!.byobRequest?.respond(0);
+  }
+
+  abort(reason: unknown) {
+    if (this.finished) return;
+    this.finished = true;
+    this.onFinish(false);
+    this.controller!.error(reason);
+  }
+}
+
+/** A decoded (gzip, deflate) body as a byte stream, so that BYOB readers work on every body. */
+function asByteStream(source: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
+  const reader = source.getReader();
+  return new ReadableStream({
+    type: "bytes",
+    async pull(controller) {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) {
+          controller.close();
+          controller.byobRequest?.respond(0);
+          return;
+        }
+        if (value.length) return controller.enqueue(value);
+      }
+    },
+    cancel: (reason) => reader.cancel(reason),
+  });
+}
+
+/** How a body's end is known. next() gives views of the connection's buffer, valid until the next call. */
+interface Framing {
+  next(max: number): Promise<Uint8Array | null>;
+  /** Whether the framed end is reached, going through any framing already buffered. */
+  atEnd(): boolean;
+  /** Whether the end of this framing leaves the connection usable. */
+  readonly reusable: boolean;
+}
+
+const bodyCut = () => new TypeError("error reading a body from connection: connection closed");
+
+class LengthBody implements Framing {
+  readonly reusable = true;
+  constructor(private readonly connection: Connection, private remaining: number) {}
+
+  async next(max: number): Promise<Uint8Array | null> {
+    if (this.remaining === 0) return null;
+    const c = this.connection;
+    if (c.start === c.end && await c.fill() === null) throw bodyCut();
+    const size = Math.min(this.remaining, c.end - c.start, max);
+    const chunk = c.buffer.subarray(c.start, c.start + size);
+    c.start += size;
+    this.remaining -= size;
+    return chunk;
+  }
+
+  atEnd() {
+    return this.remaining === 0;
+  }
+}
+
+class CloseBody implements Framing {
+  readonly reusable = false;
+  private ended = false;
+  constructor(private readonly connection: Connection) {}
+
+  async next(max: number): Promise<Uint8Array | null> {
+    const c = this.connection;
+    if (c.start === c.end && await c.fill() === null) {
+      this.ended = true;
+      return null;
+    }
+    const size = Math.min(c.end - c.start, max);
+    const chunk = c.buffer.subarray(c.start, c.start + size);
+    c.start += size;
+    return chunk;
+  }
+
+  atEnd() {
+    return this.ended;
+  }
+}
+
+/** Where a chunked body's reader is. */
+const Chunked = { Size: 0, Data: 1, DataEnd: 2, Trailers: 3, Done: 4 } as const;
+type ChunkedState = typeof Chunked[keyof typeof Chunked];
+
+/** RFC 9112 section 7.1: sizes in hex, extensions ignored, trailers read and discarded. */
+class ChunkedBody implements Framing {
+  readonly reusable = true;
+  private state: ChunkedState = Chunked.Size;
+  private remaining = 0;
+  private trailerBytes = 0;
+
+  constructor(private readonly connection: Connection) {}
+
+  async next(max: number): Promise<Uint8Array | null> {
+    const c = this.connection;
+    for (;;) {
+      if (this.state !== Chunked.Data && this.atEnd()) return null;
+      if (this.state !== Chunked.Data || c.start === c.end) {
+        if (await c.fill() === null) throw bodyCut();
+        continue;
+      }
+      const size = Math.min(this.remaining, c.end - c.start, max);
+      const chunk = c.buffer.subarray(c.start, c.start + size);
+      c.start += size;
+      this.remaining -= size;
+      if (this.remaining === 0) this.state = Chunked.DataEnd;
+      return chunk;
+    }
+  }
+
+  /** Goes through the framing in the buffer: true at the end, false when data or bytes are due. */
+  atEnd(): boolean {
+    const c = this.connection;
+    for (;;) {
+      switch (this.state) {
+        case Chunked.Data:
+          return false;
+        case Chunked.Done:
+          return true;
+        case Chunked.DataEnd: {
+          if (c.start === c.end) return false;
+          if (c.buffer[c.start] === CR) {
+            if (c.end - c.start < 2) return false;
+            if (c.buffer[c.start + 1] !== LF) throw chunkError("no CRLF after chunk data");
+            c.start += 2;
+          } else if (c.buffer[c.start] === LF) {
+            c.start += 1;
+          } else {
+            throw chunkError("no CRLF after chunk data");
+          }
+          this.state = Chunked.Size;
+          break;
+        }
+        case Chunked.Size: {
+          const lf = c.lineFeed(c.start);
+          if (lf === -1) {
+            if (c.end - c.start > MAX_CHUNK_LINE_BYTES) {
+              throw chunkError("chunk size line too long");
+            }
+            return false;
+          }
+          if (lf - c.start > MAX_CHUNK_LINE_BYTES) throw chunkError("chunk size line too long");
+          const size = chunkSize(c.buffer, c.start, lf);
+          c.start = lf + 1;
+          if (size === 0) this.state = Chunked.Trailers;
+          else {
+            this.remaining = size;
+            this.state = Chunked.Data;
+          }
+          break;
+        }
+        case Chunked.Trailers: {
+          const lf = c.lineFeed(c.start);
+          if (lf === -1) {
+            if (this.trailerBytes + c.end - c.start > MAX_HEAD_BYTES) {
+              throw chunkError("trailers larger than 64 KiB");
+            }
+            return false;
+          }
+          const length = lf - c.start;
+          this.trailerBytes += length + 1;
+          if (this.trailerBytes > MAX_HEAD_BYTES) throw chunkError("trailers larger than 64 KiB");
+          c.start = lf + 1;
+          if (length === 0 || (length === 1 && c.buffer[lf - 1] === CR)) this.state = Chunked.Done;
+          break;
+        }
+      }
+    }
+  }
+}
+
+function chunkError(message: string) {
+  return new TypeError(`invalid chunked body: ${message}`);
+}
+
+/** chunk-size [ BWS ";" extensions ] from a line buffer[start, lf), its CR included. */
+function chunkSize(buffer: Uint8Array, start: number, lf: number): number {
+  let end = lf;
+  if (end > start && buffer[end - 1] === CR) end--;
+  let size = 0;
+  let at = start;
+  for (; at < end; at++) {
+    const byte = buffer[at];
+    const digit = byte >= 48 && byte <= 57
+      ? byte - 48
+      : byte >= 97 && byte <= 102
+      ? byte - 87
+      : byte >= 65 && byte <= 70
+      ? byte - 55
+      : -1;
+    if (digit === -1) break;
+    size = size * 16 + digit;
+    if (size > Number.MAX_SAFE_INTEGER / 16) throw chunkError("chunk size too large");
+  }
+  if (at === start) throw chunkError("invalid chunk size");
+  while (at < end && (buffer[at] === 0x20 || buffer[at] === 0x09)) at++;
+  if (at < end && buffer[at] !== 0x3b /* ; */) throw chunkError("invalid chunk size");
+  return size;
+}
+
+/**
+ * Reads a response head, skipping interim (1xx) ones; all of them together are held to
+ * MAX_HEAD_BYTES. The buffer is left at the first byte after the head.
+ */
+async function readHead(c: Connection, url: string): Promise<Head> {
+  let headBytes = 0;
+  let received = false;
+  for (;;) {
+    let scan = c.start;
+    let blank = -1;
+    for (;;) {
+      const lf = c.lineFeed(scan);
+      if (lf !== -1) {
+        const lineLength = lf - scan;
+        if (lineLength === 0 || (lineLength === 1 && c.buffer[scan] === CR)) {
+          if (scan === c.start) {
+            throw transportError(`invalid HTTP response from ${url}: empty line before the status`);
+          }
+          blank = lf;
+          break;
+        }
+        scan = lf + 1;
+        continue;
+      }
+      if (headBytes + c.end - c.start > MAX_HEAD_BYTES) {
+        throw transportError(`invalid HTTP response from ${url}: head larger than 64 KiB`);
+      }
+      let count: number | null;
+      const before = c.start;
+      try {
+        count = await c.fill();
+      } catch (error) {
+        throw transportError(`error reading the response from ${url}`, error);
+      }
+      if (count === null) {
+        throw transportError(
+          received || c.end > c.start
+            ? `connection closed in the response head from ${url}`
+            : `connection closed before message completed (${url})`,
+        );
+      }
+      received = true;
+      scan -= before - c.start; // the buffer may have been compacted
+    }
+    headBytes += blank + 1 - c.start;
+    if (headBytes > MAX_HEAD_BYTES) {
+      throw transportError(`invalid HTTP response from ${url}: head larger than 64 KiB`);
+    }
+    const text = latin1(c.buffer.subarray(c.start, blank + 1));
+    c.start = blank + 1;
+    const head = parseHead(text, url);
+    if (head.status >= 200) return head;
+    if (head.status === 101) {
+      throw transportError(`invalid HTTP response from ${url}: unexpected 101 Switching Protocols`);
+    }
+  }
+}
+
+/** The head as bytes map to characters in a ByteString, as fetch gives header values. */
+function latin1(bytes: Uint8Array): string {
+  const text = decoder.decode(bytes);
+  if (!NON_ASCII.test(text)) return text;
+  let out = "";
+  for (let i = 0; i < bytes.length; i += 4096) {
+    out += String.fromCharCode(...bytes.subarray(i, i + 4096));
+  }
+  return out;
+}
+
+function parseHead(text: string, url: string): Head {
+  const invalid = (why: string) => transportError(`invalid HTTP response from ${url}: ${why}`);
+  const lines = text.split("\n");
+  lines.pop(); // after the blank line's LF
+  lines.pop(); // the blank line
+  for (let i = 0; i < lines.length; i++) {
+    if (lines[i].endsWith("\r")) lines[i] = lines[i].slice(0, -1);
+  }
+  const status = STATUS_LINE.exec(lines[0]);
+  if (!status) throw invalid(`bad status line ${JSON.stringify(lines[0].slice(0, 100))}`);
+  const code = Number(status[2]);
+  if (code < 100 || code > 599) throw invalid(`status ${code} out of range`);
+  const head: Head = {
+    version: status[1] === "1" ? 1 : 0,
+    status: code,
+    statusText: status[3] ?? "",
+    fields: [],
+    contentLength: null,
+    chunked: false,
+    ambiguous: false,
+    close: false,
+    keepAliveMs: null,
+    contentCodings: [],
+  };
+  let transferCodings: string[] | null = null;
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i];
+    if (line[0] === " " || line[0] === "\t") throw invalid("obsolete line folding");
+    const colon = line.indexOf(":");
+    const name = colon === -1 ? "" : line.slice(0, colon);
+    if (!TOKEN.test(name)) throw invalid(`bad header line ${JSON.stringify(line.slice(0, 100))}`);
+    const value = line.slice(colon + 1).replace(/^[\t ]+|[\t ]+$/g, "");
+    if (BAD_RESPONSE_VALUE.test(value)) throw invalid(`bad value for header ${name}`);
+    head.fields.push([name, value]);
+    switch (name.toLowerCase()) {
+      case "content-length":
+        for (const part of value.split(",")) {
+          const digits = part.trim();
+          if (!DIGITS.test(digits)) throw invalid(`bad content-length ${JSON.stringify(value)}`);
+          const length = Number(digits);
+          if (head.contentLength !== null && head.contentLength !== length) {
+            throw invalid("conflicting content-length values");
+          }
+          head.contentLength = length;
+        }
+        break;
+      case "transfer-encoding":
+        transferCodings ??= [];
+        transferCodings.push(...listTokens(value));
+        break;
+      case "connection":
+        if (listTokens(value).includes("close")) head.close = true;
+        break;
+      case "keep-alive": {
+        const timeout = /(?:^|[,;\s])timeout\s*=\s*"?(\d{1,9})/i.exec(value);
+        if (timeout) head.keepAliveMs = (Number(timeout[1]) - 1) * 1000;
+        break;
+      }
+      case "content-encoding":
+        for (const coding of listTokens(value)) {
+          if (coding === "identity") continue;
+          if (coding === "gzip" || coding === "x-gzip") head.contentCodings.push("gzip");
+          else if (coding === "deflate") head.contentCodings.push("deflate");
+          else throw invalid(`unsupported content-encoding ${JSON.stringify(coding)}`);
+        }
+        break;
+    }
+  }
+  if (transferCodings !== null) {
+    // We send no TE field, so chunked, once, is the only transfer coding a server may apply.
+    if (transferCodings.length !== 1 || transferCodings[0] !== "chunked") {
+      throw invalid(`unsupported transfer-encoding ${JSON.stringify(transferCodings.join(", "))}`);
+    }
+    head.chunked = true;
+    if (head.contentLength !== null) {
+      head.ambiguous = true;
+      head.contentLength = null;
+    }
+  }
+  return head;
+}
+
+function listTokens(value: string): string[] {
+  return value.split(",").map((token) => token.trim().toLowerCase()).filter((token) => token);
+}
