@@ -1,4 +1,8 @@
 import { ProviderError } from "./types.ts";
+import { createHttp1Fetch } from "./http1.ts";
+
+/** One client, so one pool of upstream connections, per process (or worker). */
+const upstreamFetch = createHttp1Fetch();
 
 export interface UpstreamCall {
   url: string;
@@ -25,7 +29,7 @@ export async function callUpstream(call: UpstreamCall) {
   );
   let response: Response;
   try {
-    response = await (call.fetch ?? fetch)(call.url, {
+    response = await (call.fetch ?? upstreamFetch)(call.url, {
       method: "POST",
       headers: call.headers,
       body: call.body,
