@@ -291,6 +291,16 @@ Deno.test("a caller's user-agent and accept-encoding replace the defaults", asyn
   });
 });
 
+Deno.test("headers given as a Headers object or as pairs are sent", async () => {
+  await withServer(answering(() => "HTTP/1.1 204 No Content\r\n\r\n"), async (server, client) => {
+    await client(server.url, post("{}", { headers: new Headers({ "x-api-key": "k1" }) }));
+    await client(server.url, post("{}", { headers: [["x-api-key", "k2"]] }));
+    const [first, second] = server.peers[0].requests;
+    assert.match(first.head, /\r\nx-api-key: k1\r\n/);
+    assert.match(second.head, /\r\nx-api-key: k2\r\n/);
+  });
+});
+
 Deno.test("a keep-alive connection is reused for the next request", async () => {
   await withServer(
     answering((request) =>
@@ -557,7 +567,15 @@ Deno.test("response headers just under 64 KiB are read", async () => {
 });
 
 Deno.test("a bad status line is an error", async () => {
-  for (const line of ["HTTP/2 200 OK", "HTTP/1.1 20 OK", "ICY 200 OK", "HTTP/1.1 200 OK\r"]) {
+  for (
+    const line of [
+      "HTTP/2 200 OK",
+      "HTTP/1.1 20 OK",
+      "ICY 200 OK",
+      "HTTP/1.1 200 OK\r",
+      "\ufeffHTTP/1.1 200 OK",
+    ]
+  ) {
     const error = await answerError(`${line}\r\ncontent-length: 0\r\n\r\n`);
     assert.ok(error instanceof TypeError, line);
     assert.match(error.message, /status line/);
