@@ -428,7 +428,7 @@ class Exchange {
   };
 
   /** Ends the exchange: the connection goes back to the pool or is closed. */
-  finish(reusable: boolean, keepAliveMs: number | null = null) {
+  private finish(reusable: boolean, keepAliveMs: number | null = null) {
     if (this.phase === "done") return;
     this.phase = "done";
     this.signal?.removeEventListener("abort", this.onAbort);
