@@ -3,8 +3,16 @@ export interface SseEvent {
   data: string;
 }
 
-/** Parses a server-sent event stream as the HTML standard defines it (data, event, comments). */
-export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerator<SseEvent> {
+/**
+ * Parses a server-sent event stream as the HTML standard defines it (data, event, comments).
+ * `isLast` names the event a stream ends with (`[DONE]`, `message_stop`): a reader that stops there
+ * leaves the body's few remaining bytes (the chunked end) to be read rather than cancelled, so that
+ * the upstream connection goes back to its pool instead of being closed and opened anew.
+ */
+export async function* parseSse(
+  body: ReadableStream<Uint8Array>,
+  isLast: (event: SseEvent) => boolean = () => false,
+): AsyncGenerator<SseEvent> {
   const decoder = new TextDecoder();
   let buffer = "";
   let event: string | null = null;
@@ -28,6 +36,7 @@ export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerato
     return null;
   };
   let finished = false;
+  let lastSeen = false;
   // Upstreams end lines with \n; a stream is scanned for \r\n or a lone \r only once it has one.
   let crSeen = false;
   try {
@@ -43,7 +52,10 @@ export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerato
         while ((newline = buffer.indexOf("\n", start)) !== -1) {
           const complete = takeLine(buffer.slice(start, newline));
           start = newline + 1;
-          if (complete) yield complete;
+          if (complete) {
+            lastSeen ||= isLast(complete);
+            yield complete;
+          }
         }
         if (start > 0) buffer = buffer.slice(start);
         continue;
@@ -56,7 +68,10 @@ export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerato
         if (width === 1 && buffer[newline] === "\r" && newline === buffer.length - 1) break;
         buffer = buffer.slice(newline + width);
         const complete = takeLine(line);
-        if (complete) yield complete;
+        if (complete) {
+          lastSeen ||= isLast(complete);
+          yield complete;
+        }
       }
     }
     finished = true;
@@ -68,8 +83,33 @@ export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerato
     if (data.length) yield { event, data: data.join("\n") };
   } finally {
     // A body read to its end needs no release: releasing a reader costs an Error it never shows.
-    if (!finished) await reader.cancel().catch(() => {});
+    if (!finished && lastSeen) readToEnd(reader);
+    else if (!finished) await reader.cancel().catch(() => {});
   }
+}
+
+/** How long, and how much, the rest of a body after its last event may take before it is cut. */
+const READ_TO_END_MS = 2_000;
+const READ_TO_END_BYTES = 65_536;
+
+/** Reads what follows a stream's last event, in the background; cancels a body that goes on. */
+function readToEnd(reader: ReturnType<typeof chunkReader>) {
+  const timer = setTimeout(() => reader.cancel().catch(() => {}), READ_TO_END_MS);
+  (async () => {
+    let bytes = 0;
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        bytes += value.byteLength;
+        if (bytes > READ_TO_END_BYTES) return await reader.cancel();
+      }
+    } catch {
+      // Cut or cancelled: the connection is closed, which is all that is left to do.
+    } finally {
+      clearTimeout(timer);
+    }
+  })();
 }
 
 /** Large enough for any one network read of an event stream; a larger chunk takes two reads. */

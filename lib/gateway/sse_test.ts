@@ -199,3 +199,54 @@ Deno.test("a consumer that stops early cancels a byte stream too", async () => {
   }
   assert.equal((stream as unknown as { cancelled(): boolean }).cancelled(), true);
 });
+
+/** A body that counts how it ended: read to its end, or cancelled. */
+function endingBody(chunks: string[], after: () => Uint8Array | null = () => null) {
+  const ending = { readToEnd: false, cancelled: false };
+  const queue = chunks.map((c) => encoder.encode(c));
+  const stream = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      const next = queue.shift() ?? after();
+      if (next) return controller.enqueue(next);
+      ending.readToEnd = true;
+      controller.close();
+    },
+    cancel() {
+      ending.cancelled = true;
+    },
+  });
+  return { stream, ending };
+}
+
+async function until(check: () => boolean) {
+  for (let i = 0; i < 1_000 && !check(); i++) await new Promise((r) => setTimeout(r, 1));
+}
+
+Deno.test("a reader that stops at the stream's last event leaves the body to be read to its end, not cancelled (the connection can be reused)", async () => {
+  const { stream, ending } = endingBody(["data: a\n\n", "data: [DONE]\n\n", ""]);
+  for await (const event of parseSse(stream, (e) => e.data === "[DONE]")) {
+    if (event.data === "[DONE]") break;
+  }
+  await until(() => ending.readToEnd || ending.cancelled);
+  assert.deepEqual(ending, { readToEnd: true, cancelled: false });
+});
+
+Deno.test("a reader that stops before the last event cancels the body (the upstream stops)", async () => {
+  const { stream, ending } = endingBody(["data: a\n\n", "data: b\n\n", "data: [DONE]\n\n"]);
+  for await (const _event of parseSse(stream, (e) => e.data === "[DONE]")) break;
+  await until(() => ending.readToEnd || ending.cancelled);
+  assert.deepEqual(ending, { readToEnd: false, cancelled: true });
+});
+
+Deno.test("a body that goes on after its last event is cancelled once 64 KiB more have come", async () => {
+  const filler = new Uint8Array(8_192);
+  let sentAfter = 0;
+  const { stream, ending } = endingBody(["data: [DONE]\n\n"], () => {
+    sentAfter++;
+    return filler;
+  });
+  for await (const _event of parseSse(stream, (e) => e.data === "[DONE]")) break;
+  await until(() => ending.cancelled);
+  assert.equal(ending.cancelled, true);
+  assert.ok(sentAfter <= 10, `read ${sentAfter} chunks of 8 KiB after the end`);
+});

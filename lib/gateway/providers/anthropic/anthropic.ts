@@ -53,7 +53,11 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
     async stream(request) {
       const call = await post(base, request, messagesRequest(request, true));
       return guardedParts(
-        anthropicStreamParts(parseSse(call.response.body!), meta(request), call.idle.touch),
+        anthropicStreamParts(
+          parseSse(call.response.body!, (event) => event.event === "message_stop"),
+          meta(request),
+          call.idle.touch,
+        ),
         call,
       );
     },

@@ -45,7 +45,7 @@ export async function* openAiStreamParts(
 }
 
 export function openAiSseParts(body: ReadableStream<Uint8Array>, onEvent: () => void) {
-  return openAiStreamParts(parseSse(body), onEvent);
+  return openAiStreamParts(parseSse(body, (event) => event.data === "[DONE]"), onEvent);
 }
 
 function errorText(error: unknown): string {
