@@ -40,8 +40,12 @@ export async function callUpstream(call: UpstreamCall) {
     throw idle.translate(error);
   }
   if (!response.ok) {
+    // The guard stays armed while the error body is read: an upstream gone silent inside it, or a
+    // client gone away, must end the read rather than hold the request forever.
+    idle.touch();
+    const error = await statusError(response, bearerToken(call.headers));
     idle.stop();
-    throw await statusError(response, bearerToken(call.headers));
+    throw error;
   }
   idle.touch();
   return { response, idle, signal: controller.signal };

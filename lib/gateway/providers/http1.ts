@@ -362,17 +362,29 @@ class Pool {
   }
 }
 
-function connect(target: Target): Promise<Deno.Conn> {
-  return target.secure
-    ? Deno.connectTls({
-      hostname: target.hostname,
-      port: target.port,
-      alpnProtocols: ["http/1.1"],
-    })
-    : Deno.connect({ hostname: target.hostname, port: target.port }).then((conn) => {
-      conn.setNoDelay(true);
-      return conn;
-    });
+/**
+ * TCP first (cancellable by the signal, so an unreachable provider does not keep a socket per
+ * request for the OS's whole connect timeout; without Nagle, so a request's last segment is not
+ * held back for an ACK), then TLS over it for https.
+ */
+async function connect(target: Target, signal: AbortSignal | null): Promise<Deno.Conn> {
+  const tcp = await Deno.connect({
+    hostname: target.hostname,
+    port: target.port,
+    ...(signal ? { signal } : {}),
+  });
+  tcp.setNoDelay(true);
+  if (!target.secure) return tcp;
+  try {
+    return await Deno.startTls(tcp, { hostname: target.hostname, alpnProtocols: ["http/1.1"] });
+  } catch (error) {
+    try {
+      tcp.close();
+    } catch {
+      // Already closed by the failed handshake.
+    }
+    throw error;
+  }
 }
 
 interface Head {
@@ -447,7 +459,7 @@ class Exchange {
     if (!connection) {
       let conn: Deno.Conn;
       try {
-        conn = await connect(this.target);
+        conn = await connect(this.target, this.signal);
       } catch (error) {
         throw transportError(`error sending request for url (${this.target.url})`, error);
       }

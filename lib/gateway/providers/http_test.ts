@@ -1,0 +1,52 @@
+import assert from "node:assert/strict";
+import { callUpstream } from "./http.ts";
+import { ProviderError } from "./types.ts";
+
+/** A loopback server that answers every connection with these bytes and then keeps it open. */
+function silentAfter(bytes: string) {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const open: Deno.Conn[] = [];
+  (async () => {
+    for await (const conn of listener) {
+      open.push(conn);
+      await conn.read(new Uint8Array(65_536));
+      await conn.write(new TextEncoder().encode(bytes));
+    }
+  })().catch(() => {});
+  return {
+    url: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/v1/chat/completions`,
+    close() {
+      listener.close();
+      for (const conn of open) conn.close();
+    },
+  };
+}
+
+Deno.test("an upstream that goes silent inside an error body ends in a timeout, not a hang", async () => {
+  const server = silentAfter(
+    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n" +
+      '{"error":{"mess',
+  );
+  let hang: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const call = callUpstream({
+      url: server.url,
+      headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
+      body: "{}",
+      signal: new AbortController().signal,
+      timeoutMs: 100,
+    });
+    const outcome = await Promise.race([
+      call.then(() => "answered", (error) => error),
+      new Promise((resolve) =>
+        hang = setTimeout(() => resolve("still waiting after 10 s"), 10_000)
+      ),
+    ]);
+    assert.ok(outcome instanceof ProviderError, String(outcome));
+    assert.equal(outcome.kind, "upstream_error");
+    assert.equal(outcome.upstreamStatus, 503);
+  } finally {
+    clearTimeout(hang);
+    server.close();
+  }
+});
