@@ -136,3 +136,51 @@ Deno.test("a settle costing more than its slice holds is charged whole from the 
     assert.equal(after.spent - before.spent, 1_000_000);
     assert.equal(after.reserved, 0);
   }));
+
+Deno.test("in auto, an app whose per-request commits meet another writer's is served from slices: the writers stop fighting, and what left the wallet is the sum of the settles", async () => {
+  const s = await startService();
+  // Two writers on one KV (as two workers or processes are), each far below the hot pace.
+  const writers = [0, 1].map(() =>
+    new Wallets(s.kv, {
+      leaseMs: 60_000,
+      rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+      slices: { idleMs: 60_000, hotPerSecond: 1_000_000 },
+    })
+  );
+  try {
+    const { appId } = await s.newApp();
+    await writers[0].credit(appId, { amount: 100_000_000, kind: "operator_credit", reason: "t" });
+    let charged = 0;
+    for (let round = 0; round < 20 && writers.every((w) => w.stats.sliceGrants === 0); round++) {
+      await Promise.all(writers.flatMap((wallets, w) =>
+        Array.from({ length: 20 }, async (_, i) => {
+          const requestId = `req_${round}_${w}_${i}`;
+          const reserved = await wallets.reserve(appId, hold(requestId));
+          assert.equal(reserved.ok, true);
+          if (!reserved.ok) return;
+          const settled = await wallets.settle(
+            appId,
+            reserved.reservation.id,
+            usage(requestId, 700),
+          );
+          assert.equal(settled.settled, true);
+          if (settled.settled) charged += settled.charged;
+        })
+      ));
+    }
+    const conflicts = writers.reduce((n, w) => n + w.stats.conflicts, 0);
+    assert.ok(conflicts > 0, "the two writers' per-request commits met");
+    assert.ok(
+      writers.some((w) => w.stats.sliceGrants > 0),
+      "after meeting, the app is served from a slice",
+    );
+    await Promise.all(writers.map((w) => w.drain()));
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, charged);
+    assert.equal(wallet.reserved, 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await Promise.all(writers.map((w) => w.drain()));
+    await s.close();
+  }
+});

@@ -186,13 +186,16 @@ export class Wallets {
   /**
    * Whether this reserve goes to the app's slice: always with slices on; in auto, once the app is
    * hot here (a quiet app keeps a commit per request, whose check sees a revoked key or a new cap
-   * at once) and for as long as its slice is live.
+   * at once), or once its commits met another writer's (workers, processes or instances sharing
+   * its traffic, each below the pace: their per-request commits would fight over the wallet), and
+   * for as long as its slice is live.
    */
   #servedFromSlice(appId: string): boolean {
     if (!this.#sliceOptions) return false;
     const hot = this.#sliceOptions.hotPerSecond;
     if (hot === undefined || this.#slices.has(appId)) return true;
     const now = this.#now();
+    if ((this.#contendedUntil.get(appId) ?? 0) > now) return true;
     let pace = this.#pace.get(appId);
     if (!pace || now - pace.since >= 1_000) {
       if (!pace && this.#pace.size >= MAX_KNOWN_WALLETS) this.#pace.clear();

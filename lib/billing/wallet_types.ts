@@ -132,7 +132,8 @@ export interface SliceOptions {
   idleMs?: number;
   /**
    * Serve an app from a slice only once it is hot: this many reserves within one second in this
-   * process (or a slice of it still live). Unset, every app is served from slices.
+   * process, or a commit of it that met another writer's within the last second (or a slice of it
+   * still live). Unset, every app is served from slices.
    */
   hotPerSecond?: number;
 }
