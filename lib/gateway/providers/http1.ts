@@ -29,6 +29,8 @@ export interface Http1Options {
   maxIdlePerOrigin?: number;
   /** How long a connection may sit idle; 30 s by default, less when the server says so. */
   idleTimeoutMs?: number;
+  /** PEM certificates trusted for https besides the system's roots (a private gateway; tests). */
+  caCerts?: string[];
 }
 
 /** A response head (status line and fields) larger than this is refused, as are its trailers. */
@@ -99,7 +101,7 @@ export function createHttp1Fetch(options: Http1Options = {}): Http1Fetch {
     const wire = requestBytes(method, target, init);
     const signal = init.signal ?? null;
     if (signal?.aborted) throw signal.reason;
-    return await new Exchange(pool, target, method, wire, signal).response();
+    return await new Exchange(pool, target, method, wire, signal, options.caCerts).response();
   };
   return Object.assign(http1Fetch, {
     closeIdle: () => pool.closeAll(),
@@ -367,7 +369,11 @@ class Pool {
  * request for the OS's whole connect timeout; without Nagle, so a request's last segment is not
  * held back for an ACK), then TLS over it for https.
  */
-async function connect(target: Target, signal: AbortSignal | null): Promise<Deno.Conn> {
+async function connect(
+  target: Target,
+  signal: AbortSignal | null,
+  caCerts: string[] | undefined,
+): Promise<Deno.Conn> {
   const tcp = await Deno.connect({
     hostname: target.hostname,
     port: target.port,
@@ -376,7 +382,11 @@ async function connect(target: Target, signal: AbortSignal | null): Promise<Deno
   tcp.setNoDelay(true);
   if (!target.secure) return tcp;
   try {
-    return await Deno.startTls(tcp, { hostname: target.hostname, alpnProtocols: ["http/1.1"] });
+    return await Deno.startTls(tcp, {
+      hostname: target.hostname,
+      alpnProtocols: ["http/1.1"],
+      ...(caCerts ? { caCerts } : {}),
+    });
   } catch (error) {
     try {
       tcp.close();
@@ -415,6 +425,7 @@ class Exchange {
     private readonly method: string,
     private readonly wire: Uint8Array,
     private readonly signal: AbortSignal | null,
+    private readonly caCerts: string[] | undefined,
   ) {}
 
   response(): Promise<Response> {
@@ -459,7 +470,7 @@ class Exchange {
     if (!connection) {
       let conn: Deno.Conn;
       try {
-        conn = await connect(this.target, this.signal);
+        conn = await connect(this.target, this.signal, this.caCerts);
       } catch (error) {
         throw transportError(`error sending request for url (${this.target.url})`, error);
       }

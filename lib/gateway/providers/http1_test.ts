@@ -788,3 +788,91 @@ Deno.test("a scheme other than http or https goes to the global fetch", async ()
   assert.equal(await (await client("data:text/plain,hi", { method: "GET" })).text(), "via fetch");
   assert.deepEqual(calls, ["data:text/plain,hi"]);
 });
+
+const TLS_DIR = new URL("../../../tests/fixtures/tls/", import.meta.url);
+const tlsFile = (name: string) => Deno.readTextFileSync(new URL(name, TLS_DIR));
+
+/** An https server on 127.0.0.1 that answers every request on a connection with `ok`. */
+function tlsServer() {
+  const listener = Deno.listenTls({
+    hostname: "127.0.0.1",
+    port: 0,
+    cert: tlsFile("server.pem"),
+    key: tlsFile("server.key"),
+    alpnProtocols: ["http/1.1"],
+  });
+  const seen = { connections: 0, alpn: [] as (string | null)[] };
+  const open: Deno.TlsConn[] = [];
+  (async () => {
+    for await (const conn of listener) {
+      seen.connections++;
+      open.push(conn);
+      (async () => {
+        const handshake = await conn.handshake();
+        seen.alpn.push(handshake.alpnProtocol);
+        const buffer = new Uint8Array(65_536);
+        let text = "";
+        for (;;) {
+          const n = await conn.read(buffer);
+          if (n === null) return;
+          text += new TextDecoder().decode(buffer.subarray(0, n));
+          while (text.includes("\r\n\r\n")) {
+            const end = text.indexOf("\r\n\r\n") + 4;
+            const length = Number(/content-length: (\d+)/i.exec(text.slice(0, end))?.[1] ?? 0);
+            if (text.length < end + length) break;
+            text = text.slice(end + length);
+            await conn.write(
+              new TextEncoder().encode("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
+            );
+          }
+        }
+      })().catch(() => {});
+    }
+  })().catch(() => {});
+  return {
+    url: `https://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/v1/chat/completions`,
+    seen,
+    close() {
+      listener.close();
+      for (const conn of open) {
+        try {
+          conn.close();
+        } catch {
+          // already closed
+        }
+      }
+    },
+  };
+}
+
+Deno.test("https: the server's certificate is verified, ALPN says http/1.1, and the TLS connection is reused", async () => {
+  const server = tlsServer();
+  const client = createHttp1Fetch({ caCerts: [tlsFile("ca.pem")], env: {} });
+  try {
+    for (let i = 0; i < 3; i++) {
+      const res = await client(server.url, { method: "POST", headers: {}, body: "{}" });
+      assert.equal(res.status, 200);
+      assert.equal(await res.text(), "ok");
+    }
+    assert.equal(server.seen.connections, 1);
+    assert.deepEqual(server.seen.alpn, ["http/1.1"]);
+  } finally {
+    client.closeIdle();
+    server.close();
+  }
+});
+
+Deno.test("https: a server whose certificate no trusted authority signed is refused", async () => {
+  const server = tlsServer();
+  const client = createHttp1Fetch({ env: {} });
+  try {
+    await assert.rejects(
+      client(server.url, { method: "POST", headers: {}, body: "{}" }),
+      (error: unknown) =>
+        error instanceof TypeError && /invalid peer certificate/.test(String(error.message)),
+    );
+  } finally {
+    client.closeIdle();
+    server.close();
+  }
+});
