@@ -481,13 +481,28 @@ class Exchange {
       }
     }
     this.connection = connection;
+    // The answer is read while the request is written: a server may answer a large body early (a
+    // 413 from a proxy in front) and close, and then its answer, not the failed write, is what
+    // happened. The outcome is taken at once, so a failed read never goes unhandled meanwhile.
+    const reading = readHead(connection, this.target.url).then(
+      (head) => ({ head, error: null }),
+      (error: unknown) => ({ head: null, error }),
+    );
+    let writeError: unknown = null;
     try {
       await connection.write(this.wire);
     } catch (error) {
-      throw transportError(`error sending request for url (${this.target.url})`, error);
+      writeError = error;
     }
-    const head = await readHead(connection, this.target.url);
+    const { head, error } = await reading;
+    if (!head) {
+      if (writeError) {
+        throw transportError(`error sending request for url (${this.target.url})`, writeError);
+      }
+      throw error;
+    }
     if (this.phase === "done") throw new TypeError("aborted");
+    if (writeError) head.close = true;
     return this.respond(head);
   }
 

@@ -876,3 +876,35 @@ Deno.test("https: a server whose certificate no trusted authority signed is refu
     server.close();
   }
 });
+
+Deno.test("a server that answers a large body early (413) and closes without reading it: the answer is returned, not the failed write", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const served = (async () => {
+    const conn = await listener.accept();
+    const buffer = new Uint8Array(4096);
+    let head = "";
+    while (!head.includes("\r\n\r\n")) {
+      const n = await conn.read(buffer);
+      if (n === null) break;
+      head += new TextDecoder().decode(buffer.subarray(0, n));
+    }
+    const answer = '{"error":{"message":"request too large"}}';
+    await conn.write(
+      new TextEncoder().encode(
+        `HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: ${answer.length}\r\nconnection: close\r\n\r\n${answer}`,
+      ),
+    );
+    conn.close();
+  })();
+  const client = createHttp1Fetch({ env: {} });
+  try {
+    const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/v1/chat/completions`;
+    const res = await client(url, post("x".repeat(16 * 1024 * 1024), { signal: bounded() }));
+    assert.equal(res.status, 413);
+    assert.match(await res.text(), /request too large/);
+  } finally {
+    await served;
+    listener.close();
+    client.closeIdle();
+  }
+});
