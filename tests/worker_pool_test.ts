@@ -24,8 +24,9 @@ function clearFakeEnv() {
   }
 }
 
+/** Waits for what a worker does on its own time; gives up after 10 s rather than hang. */
 async function until(check: () => boolean, what: string) {
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < 1_000; i++) {
     if (check()) return;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
@@ -77,6 +78,24 @@ Deno.test("a worker that fails after it served is logged and started again on th
   assert.equal(failed?.worker, 1);
   assert.match(String(failed?.error), /worker crashed/);
   assert.equal(Deno.env.get("FAKE_WORKER_PORT_1"), "8080");
+  assert.equal(await workers.stop("SIGTERM", 5_000), true);
+  clearFakeEnv();
+});
+
+Deno.test("a restarted worker that fails before it listens is started again, after a longer pause", async () => {
+  clearFakeEnv();
+  Deno.env.set("FAKE_WORKER_CRASH", "1");
+  const { workers, lines } = pool(2);
+  await workers.start(8080);
+  // Its restart (the second start) fails before it listens; the third start succeeds.
+  Deno.env.set("FAKE_WORKER_FAIL_START", "1");
+  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the first restart");
+  Deno.env.delete("FAKE_WORKER_FAIL_START");
+  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "3", "the second restart");
+  assert.deepEqual(
+    lines.filter((l) => l.event === "worker_failed").map((l) => l.worker),
+    [1, 1],
+  );
   assert.equal(await workers.stop("SIGTERM", 5_000), true);
   clearFakeEnv();
 });

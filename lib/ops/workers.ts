@@ -15,8 +15,12 @@ import type { MetricsSnapshot } from "./metrics.ts";
 const MAX_AUTO_WORKERS = 16;
 /** How long a scrape waits for the other workers' snapshots before using their last ones. */
 const SNAPSHOT_WAIT_MS = 1_000;
-/** A worker that failed after it served is started again after this pause. */
+/**
+ * A worker that failed after the pool served is started again after this pause, doubled per
+ * failure in a row (a restart that fails before it listens counts), up to the maximum.
+ */
 const RESTART_DELAY_MS = 1_000;
+const MAX_RESTART_DELAY_MS = 30_000;
 
 /** Supervisor to worker. */
 export type ToWorker =
@@ -54,6 +58,8 @@ interface Slot {
   /** The last snapshot it sent: used when it is slow to answer, so counters never go down. */
   lastSnapshot: MetricsSnapshot | null;
   stopped: PromiseWithResolvers<void> | null;
+  /** Failures since it last listened: the restart delay doubles with each. */
+  failures: number;
 }
 
 export class WorkerPool {
@@ -67,6 +73,8 @@ export class WorkerPool {
   #nextId = 0;
   readonly #waiting = new Map<number, (snapshot: MetricsSnapshot) => void>();
   #started = Promise.withResolvers<void>();
+  /** Every worker listened once: from then on a failed worker is restarted, never the start failed. */
+  #serving = false;
 
   constructor(options: { count: number; entry: URL; devServer: boolean; log: Logger }) {
     this.#entry = options.entry;
@@ -78,6 +86,7 @@ export class WorkerPool {
       listening: false,
       lastSnapshot: null,
       stopped: null,
+      failures: 0,
     }));
   }
 
@@ -139,14 +148,15 @@ export class WorkerPool {
     slot.worker = null;
     slot.stopped?.resolve();
     this.#log({ level: "error", event: "worker_failed", worker: slot.index, error: reason });
-    if (!slot.listening) {
+    if (!this.#serving) {
       this.#started.reject(new Error(`worker ${slot.index} failed before it listened: ${reason}`));
       return;
     }
     if (this.#stopping) return;
+    const delay = Math.min(MAX_RESTART_DELAY_MS, RESTART_DELAY_MS * 2 ** slot.failures++);
     setTimeout(() => {
       if (!this.#stopping && slot.worker === null) this.#spawn(slot);
-    }, RESTART_DELAY_MS);
+    }, delay);
   }
 
   #receive(slot: Slot, message: FromWorker) {
@@ -158,7 +168,11 @@ export class WorkerPool {
           this.#port = message.port;
           for (const other of this.#slots.slice(1)) this.#spawn(other);
         }
-        if (this.#slots.every((s) => s.listening)) this.#started.resolve();
+        slot.failures = 0;
+        if (!this.#serving && this.#slots.every((s) => s.listening)) {
+          this.#serving = true;
+          this.#started.resolve();
+        }
         return;
       case "stopped":
         slot.stopped?.resolve();
