@@ -98,11 +98,18 @@ async function waitForHttp(url: string, service: Service) {
   throw new Error(`${service.name} did not start:\n${log.slice(-2000)}`);
 }
 
-/** How many workers a Tollbooth process serves with (its `workers_listening` line; else one). */
+/**
+ * How many workers a serving Tollbooth process runs: its `workers_listening` line, logged once all
+ * listen; a process on one worker logs none (given 2 s).
+ */
 async function workersOf(service: Service): Promise<number> {
-  const log = await Deno.readTextFile(service.logFile);
-  const line = log.split("\n").find((l) => l.includes('"workers_listening"'));
-  return line ? JSON.parse(line).workers : 1;
+  for (let i = 0; i < 20; i++) {
+    const log = await Deno.readTextFile(service.logFile);
+    const line = log.split("\n").find((l) => l.includes('"workers_listening"'));
+    if (line) return JSON.parse(line).workers;
+    await sleep(100);
+  }
+  return 1;
 }
 
 async function waitForLog(service: Service, text: string) {
@@ -548,12 +555,8 @@ async function main() {
         models: [benchModel("bench/fast", "fast"), benchModel("bench/hold", "hold")],
       }),
     );
-    const tollboothPort = await freePort();
-    const tollboothEnv = {
-      PORT: String(tollboothPort),
-      KV_PATH: kvPath,
+    const baseEnv = {
       MODELS_FILE: modelsFile,
-      PUBLIC_URL: `http://127.0.0.1:${tollboothPort}`,
       BENCH_UPSTREAM_KEY: "sk-bench",
       // The bench measures the gateway, not its rate limits.
       RATE_LIMIT_RPM: "1000000000",
@@ -562,69 +565,51 @@ async function main() {
       OPTIMISTIC_UPSTREAM: "on",
       WALLET_STATS_LOG_MS: String(STATS_EVERY_MS),
     };
-    const created = await run(Deno.execPath(), [
-      "task",
-      "-q",
-      "admin",
-      "create-app",
-      "--name",
-      "bench",
-    ], {
-      cwd: ROOT,
-      env: tollboothEnv,
-    });
-    if (!created.ok) throw new Error(`create-app failed: ${created.stderr}`);
-    const app = JSON.parse(created.stdout) as {
-      app_id: string;
-      api_key: string;
+    /**
+     * Tollbooth as it runs in production: a real process on its own KV file, its app made by the
+     * admin task; `env` is what this one changes from the default.
+     */
+    const startTollbooth = async (name: string, kvFile: string, env: Record<string, string>) => {
+      const port = await freePort();
+      const fullEnv: Record<string, string> = {
+        ...baseEnv,
+        PORT: String(port),
+        KV_PATH: kvFile,
+        PUBLIC_URL: `http://127.0.0.1:${port}`,
+        ...env,
+      };
+      const created = await run(Deno.execPath(), [
+        "task",
+        "-q",
+        "admin",
+        "create-app",
+        "--name",
+        name,
+      ], {
+        cwd: ROOT,
+        env: fullEnv,
+      });
+      if (!created.ok) throw new Error(`create-app failed: ${created.stderr}`);
+      const apiKey = (JSON.parse(created.stdout) as { api_key: string }).api_key;
+      const service = start(name, [Deno.execPath(), "run", "-A", "main.ts"], {
+        env: fullEnv,
+        logDir: tmp,
+      });
+      await waitForHttp(`http://127.0.0.1:${port}/docs/errors`, service);
+      return { service, env: fullEnv, port, apiKey, workers: await workersOf(service) };
     };
-    const tollbooth = start("tollbooth", [Deno.execPath(), "run", "-A", "main.ts"], {
-      env: tollboothEnv,
-      logDir: tmp,
-    });
-    await waitForHttp(`http://127.0.0.1:${tollboothPort}/docs/errors`, tollbooth);
+    const tb = await startTollbooth("tollbooth", kvPath, {});
+    const tollbooth = tb.service;
     // The baseline in the same run: the same service with a durable commit per reserve and settle.
-    const commitsPort = await freePort();
-    const commitsEnv = {
-      ...tollboothEnv,
-      PORT: String(commitsPort),
-      KV_PATH: `${tmp}/commits.sqlite3`,
-      PUBLIC_URL: `http://127.0.0.1:${commitsPort}`,
+    const tbCommits = await startTollbooth("commits", `${tmp}/commits.sqlite3`, {
       WALLET_SLICES: "off",
-    };
-    const commitsApp = JSON.parse(
-      (await run(Deno.execPath(), ["task", "-q", "admin", "create-app", "--name", "bench"], {
-        cwd: ROOT,
-        env: commitsEnv,
-      })).stdout,
-    ) as { api_key: string };
-    const commits = start("commits", [Deno.execPath(), "run", "-A", "main.ts"], {
-      env: commitsEnv,
-      logDir: tmp,
     });
-    await waitForHttp(`http://127.0.0.1:${commitsPort}/docs/errors`, commits);
+    const commits = tbCommits.service;
     // The default on one JavaScript thread, beside Portkey's one Node process.
-    const oneWorkerPort = await freePort();
-    const oneWorkerEnv = {
-      ...tollboothEnv,
-      PORT: String(oneWorkerPort),
-      KV_PATH: `${tmp}/one-worker.sqlite3`,
-      PUBLIC_URL: `http://127.0.0.1:${oneWorkerPort}`,
+    const tbOneWorker = await startTollbooth("one-worker", `${tmp}/one-worker.sqlite3`, {
       SERVE_WORKERS: "1",
-    };
-    const oneWorkerApp = JSON.parse(
-      (await run(Deno.execPath(), ["task", "-q", "admin", "create-app", "--name", "bench"], {
-        cwd: ROOT,
-        env: oneWorkerEnv,
-      })).stdout,
-    ) as { api_key: string };
-    const oneWorker = start("one-worker", [Deno.execPath(), "run", "-A", "main.ts"], {
-      env: oneWorkerEnv,
-      logDir: tmp,
     });
-    await waitForHttp(`http://127.0.0.1:${oneWorkerPort}/docs/errors`, oneWorker);
-    await waitForLog(tollbooth, '"workers_listening"').catch(() => {});
-    const workers = { tollbooth: await workersOf(tollbooth), commits: await workersOf(commits) };
+    const oneWorker = tbOneWorker.service;
 
     const peerPort = await freePort();
     const peer = start("portkey", ["node", PEER_SERVER, `--port=${peerPort}`, "--headless"], {
@@ -644,24 +629,24 @@ async function main() {
       },
       {
         name: "tollbooth",
-        url: `http://127.0.0.1:${tollboothPort}/v1/chat/completions`,
-        headers: { authorization: `Bearer ${app.api_key}` },
+        url: `http://127.0.0.1:${tb.port}/v1/chat/completions`,
+        headers: { authorization: `Bearer ${tb.apiKey}` },
         model: "bench/fast",
         holdModel: "bench/hold",
         pid: tollbooth.pid,
       },
       {
         name: "oneWorker",
-        url: `http://127.0.0.1:${oneWorkerPort}/v1/chat/completions`,
-        headers: { authorization: `Bearer ${oneWorkerApp.api_key}` },
+        url: `http://127.0.0.1:${tbOneWorker.port}/v1/chat/completions`,
+        headers: { authorization: `Bearer ${tbOneWorker.apiKey}` },
         model: "bench/fast",
         holdModel: "bench/hold",
         pid: oneWorker.pid,
       },
       {
         name: "commits",
-        url: `http://127.0.0.1:${commitsPort}/v1/chat/completions`,
-        headers: { authorization: `Bearer ${commitsApp.api_key}` },
+        url: `http://127.0.0.1:${tbCommits.port}/v1/chat/completions`,
+        headers: { authorization: `Bearer ${tbCommits.apiKey}` },
         model: "bench/fast",
         holdModel: "bench/hold",
         pid: commits.pid,
@@ -728,9 +713,9 @@ async function main() {
           Math.max(1, statsAfter.commits - statsBefore.commits),
       };
     };
-    const hotWallet = await hotWalletOf(targets[1], tollbooth, workers.tollbooth);
+    const hotWallet = await hotWalletOf(targets[1], tollbooth, tb.workers);
     const hotWalletOneWorker = await hotWalletOf(targets[2], oneWorker, 1);
-    const hotWalletCommits = await hotWalletOf(targets[3], commits, workers.commits);
+    const hotWalletCommits = await hotWalletOf(targets[3], commits, tbCommits.workers);
 
     const memory: Record<string, Awaited<ReturnType<typeof openStreamsMemory>>> = {};
     for (const t of targets.filter((t) => t.name !== "commits" && t.name !== "oneWorker")) {
@@ -753,7 +738,7 @@ async function main() {
     for (const n of [1, 2, 4]) {
       const port = await freePort();
       const env = {
-        ...tollboothEnv,
+        ...tb.env,
         PORT: String(port),
         PUBLIC_URL: `http://127.0.0.1:${port}`,
         REUSE_PORT: "on",
@@ -803,16 +788,16 @@ async function main() {
     // Audit the KV file every process left.
     const audit = await run(Deno.execPath(), ["task", "-q", "admin", "audit"], {
       cwd: ROOT,
-      env: tollboothEnv,
+      env: tb.env,
     });
     const auditReport = JSON.parse(audit.stdout.trim() || "{}");
     const auditCommits = await run(Deno.execPath(), ["task", "-q", "admin", "audit"], {
       cwd: ROOT,
-      env: commitsEnv,
+      env: tbCommits.env,
     });
     const auditOneWorker = await run(Deno.execPath(), ["task", "-q", "admin", "audit"], {
       cwd: ROOT,
-      env: oneWorkerEnv,
+      env: tbOneWorker.env,
     });
     const auditOk = audit.ok && auditReport.ok === true && auditCommits.ok &&
       JSON.parse(auditCommits.stdout.trim() || "{}").ok === true && auditOneWorker.ok &&
@@ -834,7 +819,7 @@ async function main() {
       closedLoop50: closed,
       openLoop: open,
       streaming,
-      workers,
+      workers: { tollbooth: tb.workers, commits: tbCommits.workers },
       hotWallet,
       hotWalletOneWorker,
       hotWalletCommits,
