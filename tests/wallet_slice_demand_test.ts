@@ -184,3 +184,39 @@ Deno.test("in auto, an app whose per-request commits meet another writer's is se
     await s.close();
   }
 });
+
+Deno.test("a settle beyond its slice when the rest of the wallet is held elsewhere charges what the slice holds, as the per-request path would (the reservation, never less)", async () => {
+  const s = await startService();
+  const limits = { rpm: 1_000_000_000, tpm: 1_000_000_000_000 };
+  const sliced = new Wallets(s.kv, {
+    leaseMs: 60_000,
+    rateLimits: limits,
+    slices: { idleMs: 60_000 },
+  });
+  const other = new Wallets(s.kv, { leaseMs: 60_000, rateLimits: limits });
+  try {
+    const { appId } = await s.newApp();
+    const first = await sliced.reserve(appId, hold("first"));
+    assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
+    // Another process holds everything the slice did not take.
+    const left = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!.available;
+    const elsewhere = await other.reserve(appId, { ...hold("elsewhere"), amount: left });
+    assert.ok(elsewhere.ok);
+    // Beyond the reservation and the slice's free money.
+    const cost = 10_000_000;
+    const settled = await sliced.settle(appId, first.reservation.id, usage("first", cost));
+    assert.ok(settled.settled);
+    assert.ok(settled.charged >= HOLD, `charged ${settled.charged}, the reservation was ${HOLD}`);
+    assert.equal(settled.charged + settled.uncharged, cost);
+    await sliced.drain();
+    await other.release(appId, elsewhere.reservation.id);
+    await other.drain();
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, settled.charged, "what the answer said left the wallet");
+    await assertAuditClean(s.kv);
+  } finally {
+    await sliced.drain();
+    await other.drain();
+    await s.close();
+  }
+});

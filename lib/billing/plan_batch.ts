@@ -70,7 +70,16 @@ export type Op =
    * Posts a charge whose slice is gone (its process stalled past the slice's lease and a sweeper
    * returned it): charged from the wallet's available, never beyond it.
    */
-  | { kind: "charge"; usage: UsageRecord; done: Settler<SettleResult> };
+  | {
+    kind: "charge";
+    usage: UsageRecord;
+    /**
+     * What the caller can charge elsewhere (a slice's hold and free money): when the wallet's
+     * available cannot beat it, nothing is charged here (`settled: false`).
+     */
+    floor?: Micros;
+    done: Settler<SettleResult>;
+  };
 
 export interface SliceGrantInput {
   sliceId: string;
@@ -536,6 +545,11 @@ export function planBatch(input: PlanInput) {
       }
       case "charge": {
         const charged = Math.min(op.usage.cost, wallet.available);
+        if (op.floor !== undefined && charged < op.floor) {
+          const answer = { settled: false as const, available: wallet.available };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
         wallet.available -= charged;
         wallet.spent += charged;
         const usage = {

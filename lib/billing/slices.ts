@@ -176,15 +176,26 @@ export class LocalSlice {
   }
 
   /**
-   * Takes a reservation out of the slice for a charge the wallet pays instead (its cost exceeds
-   * what the slice holds): its money comes back to the slice, the tokens used count against its
-   * rate block, and the usage record to charge, whole, is returned.
+   * The usage record of a reservation whose cost exceeds what the slice holds, for the wallet to
+   * charge whole instead; the reservation stays until `chargedOutside` or `settle` ends it.
    */
-  settleOutside(reservationId: string, input: SettleInput, now: number): UsageRecord | null {
+  usageOutside(reservationId: string, input: SettleInput, now: number): UsageRecord | null {
+    const r = this.reservations.get(reservationId);
+    return r ? this.#usage(r, input, input.cost, now) : null;
+  }
+
+  /** What settling here could charge at most: the reservation and the slice's free money. */
+  cover(reservationId: string): Micros {
+    return (this.reservations.get(reservationId)?.amount ?? 0) + this.free;
+  }
+
+  /**
+   * Ends a reservation whose usage the wallet charged: its hold goes back to the free money, the
+   * tokens used count against the slice's rate block.
+   */
+  chargedOutside(reservationId: string, input: SettleInput, now: number) {
     const r = this.#take(reservationId, input, now);
-    if (!r) return null;
-    this.free += r.amount;
-    return this.#usage(r, input, input.cost, now);
+    if (r) this.free += r.amount;
   }
 
   #take(reservationId: string, input: SettleInput, now: number): ReservationRecord | null {

@@ -211,21 +211,55 @@ export class Wallets {
     if (slice) {
       this.#sliceOfReservation.delete(reservationId);
       if (!this.#orphaned.has(slice) && slice.overflows(reservationId, input.cost)) {
-        // Beyond the reservation and the slice's free money the rest of the wallet pays, as on
-        // the per-request path: the whole usage is charged from it instead.
-        const usage = slice.settleOutside(reservationId, input, this.#now());
-        if (usage) return this.#enqueue(appId, (done) => ({ kind: "charge", usage, done }));
+        return this.#settleOverflow(appId, slice, reservationId, input);
       }
-      const result = slice.settle(reservationId, input, this.#now());
-      if (result?.settled && this.#orphaned.has(slice)) {
-        // A sweeper gave the slice back and nothing posts it any more: unless taken from the
-        // wallet now, the answer would state a cost that never left it.
-        slice.takePending(Number.MAX_SAFE_INTEGER);
-        this.stats.orphanCharges++;
-        return this.#enqueue(appId, (done) => ({ kind: "charge", usage: result.usage, done }));
-      }
-      if (result) return Promise.resolve(result);
+      return this.#settleInSlice(appId, slice, reservationId, input);
     }
+    return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));
+  }
+
+  /**
+   * A cost beyond the reservation and the slice's free money: the rest of the wallet pays, as on
+   * the per-request path, the whole usage charged from it, unless its balance cannot beat what
+   * the slice would charge, or the charge fails: then the slice settles it (never less, and its
+   * posts retry).
+   */
+  async #settleOverflow(
+    appId: string,
+    slice: LocalSlice,
+    reservationId: string,
+    input: SettleInput,
+  ): Promise<SettleResult> {
+    const usage = slice.usageOutside(reservationId, input, this.#now());
+    if (usage) {
+      const floor = Math.min(input.cost, slice.cover(reservationId));
+      const charged = await this.#enqueue<SettleResult>(
+        appId,
+        (done) => ({ kind: "charge", usage, floor, done }),
+      ).catch(() => null);
+      if (charged?.settled) {
+        slice.chargedOutside(reservationId, input, this.#now());
+        return charged;
+      }
+    }
+    return this.#settleInSlice(appId, slice, reservationId, input);
+  }
+
+  #settleInSlice(
+    appId: string,
+    slice: LocalSlice,
+    reservationId: string,
+    input: SettleInput,
+  ): Promise<SettleResult> {
+    const result = slice.settle(reservationId, input, this.#now());
+    if (result?.settled && this.#orphaned.has(slice)) {
+      // A sweeper gave the slice back and nothing posts it any more: unless taken from the
+      // wallet now, the answer would state a cost that never left it.
+      slice.takePending(Number.MAX_SAFE_INTEGER);
+      this.stats.orphanCharges++;
+      return this.#enqueue(appId, (done) => ({ kind: "charge", usage: result.usage, done }));
+    }
+    if (result) return Promise.resolve(result);
     return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));
   }
 
