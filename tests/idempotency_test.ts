@@ -354,6 +354,29 @@ Deno.test("a claim renewed while its request runs is not taken over after its fi
   }
 });
 
+Deno.test("an answer completed while a renewal of its claim is in flight is still recorded", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const store = new IdempotencyStore(kv, { leaseMs: 60_000 });
+    const hash = canonicalBodyHash(request());
+    const claim = await store.claim("app:a", "racing", hash, "req_racing");
+    assert.equal(claim.kind, "claimed");
+    if (claim.kind !== "claimed") return;
+    // The renewal timer fired just before the request ended: its commit is still on its way.
+    const renewing = store.renew("app:a", "racing", claim);
+    const recorded = await store.complete("app:a", "racing", claim, "req_racing", hash, {
+      status: 200,
+      headers: {},
+      body: new TextEncoder().encode("{}"),
+    });
+    assert.equal(await renewing, true);
+    assert.equal(recorded, true, "the answer is recorded, not lost to the renewal");
+    assert.equal((await store.claim("app:a", "racing", hash, "req_retry")).kind, "replay");
+  } finally {
+    kv.close();
+  }
+});
+
 Deno.test("a large answer is recorded in parts and replayed byte for byte", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = new IdempotencyStore(kv, { leaseMs: 1000 });

@@ -46,6 +46,8 @@ export class IdempotencyStore {
   readonly #kv: Deno.Kv;
   readonly #leaseMs: number;
   readonly #now: () => number;
+  /** The last renewal of each running claim of this process. */
+  readonly #renewals = new WeakMap<object, Promise<boolean>>();
 
   constructor(kv: Deno.Kv, options: IdempotencyOptions) {
     this.#kv = kv;
@@ -108,7 +110,21 @@ export class IdempotencyStore {
    * while the upstream keeps talking) is not taken over and run a second time. False when the
    * claim is no longer ours.
    */
-  async renew(scope: string, key: string, claim: Extract<Claim, { kind: "claimed" }>) {
+  renew(scope: string, key: string, claim: Extract<Claim, { kind: "claimed" }>) {
+    const renewing = this.#renewOnce(scope, key, claim);
+    this.#renewals.set(claim, renewing);
+    return renewing;
+  }
+
+  /**
+   * Waits for a renewal in flight: complete and abandon check the claim's versionstamp, which a
+   * renewal committing after they read it would leave stale (the answer then never recorded).
+   */
+  async #renewed(claim: Extract<Claim, { kind: "claimed" }>) {
+    await this.#renewals.get(claim)?.catch(() => {});
+  }
+
+  async #renewOnce(scope: string, key: string, claim: Extract<Claim, { kind: "claimed" }>) {
     const recordKey = keys.idempotency(scope, key);
     const record = { ...claim.record, leaseUntil: this.#now() + this.#leaseMs };
     const result = await this.#kv.atomic()
@@ -134,6 +150,7 @@ export class IdempotencyStore {
     bodyHash: string,
     response: RecordedResponse,
   ): Promise<boolean> {
+    await this.#renewed(claim);
     const parts: Uint8Array[] = [];
     for (let i = 0; i < response.body.byteLength; i += BODY_PART_BYTES) {
       parts.push(response.body.subarray(i, i + BODY_PART_BYTES));
@@ -168,6 +185,7 @@ export class IdempotencyStore {
 
   /** Gives the key back: the request failed without a charge, so a retry may run it afresh. */
   async abandon(scope: string, key: string, claim: Extract<Claim, { kind: "claimed" }>) {
+    await this.#renewed(claim);
     const recordKey = keys.idempotency(scope, key);
     await this.#kv.atomic()
       .check({ key: recordKey, versionstamp: claim.versionstamp })
