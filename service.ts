@@ -4,7 +4,7 @@
  */
 import { createApp } from "./app.ts";
 import type { Catalog } from "@/lib/catalog/mod.ts";
-import { type Config, flushLogs, jsonLogger, openKv } from "@/lib/core/mod.ts";
+import { type Config, flushLogs, jsonLogger, openKv, within } from "@/lib/core/mod.ts";
 import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
 import { devBanner, type MetricsSnapshot } from "@/lib/ops/mod.ts";
 
@@ -148,16 +148,5 @@ function warnAboutPayments(payments: string) {
       event: "payments_unavailable",
       message: "no STRIPE_SECRET_KEY: the top-up pages show purchases as unavailable",
     });
-  }
-}
-
-/** Whether `promise` settled within `ms`. */
-async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<false>((resolve) => timer = setTimeout(() => resolve(false), ms));
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timeout]);
-  } finally {
-    clearTimeout(timer);
   }
 }

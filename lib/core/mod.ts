@@ -11,3 +11,4 @@ export type { Logger, RequestLogLine, TraceFields } from "./log.ts";
 export { componentsCost, formatUsd, parsePricePerMTok, parseUsd, tokensCost } from "./money.ts";
 export type { Micros, PicosPerToken } from "./money.ts";
 export { sha256Hex, timingSafeEqualStrings } from "./secrets.ts";
+export { within } from "./async.ts";

@@ -8,7 +8,7 @@
  * The main thread only supervises: it starts the workers, restarts one that fails, relays the
  * metric snapshots a /metrics scrape adds up, and stops them all on a signal.
  */
-import type { Logger } from "@/lib/core/mod.ts";
+import { type Logger, within } from "@/lib/core/mod.ts";
 import type { MetricsSnapshot } from "./metrics.ts";
 
 /** Beyond this many workers on one KV file, their commits queue behind each other's. */
@@ -108,13 +108,7 @@ export class WorkerPool {
       slot.stopped = Promise.withResolvers<void>();
       this.#post(slot, { type: "stop", signal });
     }
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const all = Promise.all(live.map((s) => s.stopped!.promise)).then(() => true);
-    const late = new Promise<false>((resolve) =>
-      timer = setTimeout(() => resolve(false), deadlineMs)
-    );
-    const finished = await Promise.race([all, late]);
-    clearTimeout(timer);
+    const finished = await within(Promise.all(live.map((s) => s.stopped!.promise)), deadlineMs);
     for (const slot of this.#slots) {
       slot.worker?.terminate();
       slot.worker = null;
