@@ -7,7 +7,7 @@ import { startService } from "./service.ts";
 let sweep: (() => Promise<void>) | null = null;
 
 // Deno Deploy only registers crons defined at the top level of the entry module, before serving.
-// Workers (SERVE_WORKERS) sweep on their own timers; the cron is for a service on this thread.
+// Under workers (SERVE_WORKERS) the first one sweeps on its own timer; the cron is for one thread.
 Deno.cron("sweep expired reservations", "* * * * *", async () => {
   await sweep?.();
 });

@@ -50,7 +50,10 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
     siblingMetrics: options.siblingMetrics,
   });
   const workerField = options.worker === undefined ? {} : { worker: options.worker };
-  if (options.worker === undefined || options.worker === 0) warnAboutPayments(payments);
+  // One worker of a process runs the jobs that scan the whole KV (any instance may, so a single
+  // one suffices per process); if it fails, its restart takes them up again.
+  const background = options.worker === undefined || options.worker === 0;
+  if (background) warnAboutPayments(payments);
 
   const sweep = async () => {
     try {
@@ -62,16 +65,18 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
   };
   // A long-lived process also sweeps on its own, often enough for short TTLs.
   const sweepEveryMs = Math.min(60_000, Math.max(1_000, (config.reservationTtlSeconds * 1000) / 4));
-  const sweeper = setInterval(sweep, sweepEveryMs);
-  await sweep();
-  // Each service delivers due webhook events (leased, so never two at once) and looks over every
-  // app with webhooks now and then, for what a crashed process detected but never queued.
-  webhooks.deliverer.start(1_000);
-  const webhookSweep = setInterval(() => {
-    webhooks.watcher.sweep().catch((error) =>
-      jsonLogger({ level: "error", event: "webhook_sweep_failed", error: String(error) })
-    );
-  }, 60_000);
+  const sweeper = background ? setInterval(sweep, sweepEveryMs) : undefined;
+  if (background) await sweep();
+  // It also delivers due webhook events (leased, so never two at once) and looks over every app
+  // with webhooks now and then, for what a crashed process detected but never queued.
+  if (background) webhooks.deliverer.start(1_000);
+  const webhookSweep = background
+    ? setInterval(() => {
+      webhooks.watcher.sweep().catch((error) =>
+        jsonLogger({ level: "error", event: "webhook_sweep_failed", error: String(error) })
+      );
+    }, 60_000)
+    : undefined;
   const statsLog = config.walletStatsLogMs
     ? setInterval(
       () => jsonLogger({ event: "wallet_stats", ...workerField, ...wallets.stats }),
