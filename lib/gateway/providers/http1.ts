@@ -34,7 +34,7 @@ export interface Http1Options {
 }
 
 /** A response head (status line and fields) larger than this is refused, as are its trailers. */
-export const MAX_HEAD_BYTES = 64 * 1024;
+const MAX_HEAD_BYTES = 64 * 1024;
 const READ_BUFFER_BYTES = 16 * 1024;
 /** Less room than this after the unconsumed bytes, and they are moved to the front first. */
 const MIN_READ_BYTES = 2048;
