@@ -287,8 +287,12 @@ export async function usageRecords(kv: Deno.Kv, appId: string): Promise<UsageRec
 }
 
 /** Waits (up to 2 s) for something that happens after a response, such as a stream's settle. */
-export async function until(condition: () => boolean | Promise<boolean>, what: string) {
-  for (let i = 0; i < 200; i++) {
+export async function until(
+  condition: () => boolean | Promise<boolean>,
+  what: string,
+  { timeoutMs = 2_000 } = {},
+) {
+  for (let i = 0; i < timeoutMs / 10; i++) {
     if (await condition()) return;
     await new Promise((r) => setTimeout(r, 10));
   }

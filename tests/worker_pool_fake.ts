@@ -5,6 +5,8 @@
  * workers share with their parent: `FAKE_WORKER_FAIL_START=<index>` fails that worker's start,
  * `FAKE_WORKER_CRASH=<index>` makes it fail once after it listens; it records the port it was
  * given as `FAKE_WORKER_PORT_<index>` and counts its starts in `FAKE_WORKER_STARTS_<index>`.
+ * `FAKE_WORKER_ASK=<index>` has that worker ask for its siblings' metrics once it listens, and
+ * record what it got as `FAKE_WORKER_SIBLINGS_<index>`. Each worker counts `index + 1` requests.
  */
 import type { FromWorker, ToWorker } from "@/lib/ops/mod.ts";
 
@@ -23,6 +25,7 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
         throw new Error("cannot open KV");
       }
       send({ type: "listening", port: message.port || 41_234 });
+      if (Deno.env.get("FAKE_WORKER_ASK") === String(index)) send({ type: "siblings", id: 1 });
       if (Deno.env.get("FAKE_WORKER_CRASH") === String(index)) {
         Deno.env.delete("FAKE_WORKER_CRASH");
         setTimeout(() => {
@@ -31,6 +34,9 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       }
       return;
     }
+    case "siblings":
+      Deno.env.set(`FAKE_WORKER_SIBLINGS_${index}`, JSON.stringify(message.snapshots));
+      return;
     case "stop":
       Deno.env.set(`FAKE_WORKER_STOPPED_${index}`, message.signal);
       send({ type: "stopped" });

@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { serveWorkerCount, WorkerPool } from "@/lib/ops/mod.ts";
+import { until } from "./helpers.ts";
 
 const FAKE = new URL("./worker_pool_fake.ts", import.meta.url);
 
@@ -22,15 +23,6 @@ function clearFakeEnv() {
   for (const name of Object.keys(Deno.env.toObject())) {
     if (name.startsWith("FAKE_WORKER_")) Deno.env.delete(name);
   }
-}
-
-/** Waits for what a worker does on its own time; gives up after 10 s rather than hang. */
-async function until(check: () => boolean, what: string) {
-  for (let i = 0; i < 1_000; i++) {
-    if (check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 Deno.test("auto runs one worker per core on Linux, one under --dev, elsewhere, on Deploy and with an in-memory KV", () => {
@@ -68,11 +60,17 @@ Deno.test("a worker that fails before it listens fails the start, and is not sta
   clearFakeEnv();
 });
 
-Deno.test("a worker that fails after it served is logged and started again on the same port", async () => {
+/** Two workers on port 8080, the second of which fails once, soon after it listens. */
+async function poolWithACrash() {
   clearFakeEnv();
   Deno.env.set("FAKE_WORKER_CRASH", "1");
-  const { workers, lines } = pool(2);
-  await workers.start(8080);
+  const started = pool(2);
+  await started.workers.start(8080);
+  return started;
+}
+
+Deno.test("a worker that fails after it served is logged and started again on the same port", async () => {
+  const { workers, lines } = await poolWithACrash();
   await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the restart");
   const failed = lines.find((l) => l.event === "worker_failed");
   assert.equal(failed?.worker, 1);
@@ -83,19 +81,33 @@ Deno.test("a worker that fails after it served is logged and started again on th
 });
 
 Deno.test("a restarted worker that fails before it listens is started again, after a longer pause", async () => {
-  clearFakeEnv();
-  Deno.env.set("FAKE_WORKER_CRASH", "1");
-  const { workers, lines } = pool(2);
-  await workers.start(8080);
+  const { workers, lines } = await poolWithACrash();
   // Its restart (the second start) fails before it listens; the third start succeeds.
   Deno.env.set("FAKE_WORKER_FAIL_START", "1");
   await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the first restart");
   Deno.env.delete("FAKE_WORKER_FAIL_START");
-  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "3", "the second restart");
+  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "3", "the second restart", {
+    timeoutMs: 10_000,
+  });
   assert.deepEqual(
     lines.filter((l) => l.event === "worker_failed").map((l) => l.worker),
     [1, 1],
   );
+  assert.equal(await workers.stop("SIGTERM", 5_000), true);
+  clearFakeEnv();
+});
+
+Deno.test("a worker asking for its siblings' metrics gets every other worker's snapshot", async () => {
+  clearFakeEnv();
+  Deno.env.set("FAKE_WORKER_ASK", "0");
+  const { workers } = pool(3);
+  await workers.start(8080);
+  await until(() => Deno.env.get("FAKE_WORKER_SIBLINGS_0") !== undefined, "the answer");
+  const snapshots = JSON.parse(Deno.env.get("FAKE_WORKER_SIBLINGS_0")!);
+  assert.deepEqual(snapshots, [
+    { requests_total: [{ labels: {}, value: 2 }] },
+    { requests_total: [{ labels: {}, value: 3 }] },
+  ]);
   assert.equal(await workers.stop("SIGTERM", 5_000), true);
   clearFakeEnv();
 });
