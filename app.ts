@@ -6,7 +6,7 @@ import { Gateway, providerKeyRedactor, Responses, ResponseStore } from "@/lib/ga
 import { KeyCache } from "@/lib/tenants/mod.ts";
 import { type MetricsSnapshot, openApiDocument, ServiceMetrics } from "@/lib/ops/mod.ts";
 import { createProviders } from "@/lib/gateway/providers/mod.ts";
-import { Wallets } from "@/lib/billing/mod.ts";
+import { type CommitLocks, Wallets } from "@/lib/billing/mod.ts";
 import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import { WebhookDeliverer, WebhookWatcher } from "@/lib/webhooks/mod.ts";
 import { idempotency } from "@/routes/idempotency.ts";
@@ -65,6 +65,8 @@ export interface AppDeps {
   now?: () => number;
   /** The metric values of the other workers on this port (SERVE_WORKERS), for /metrics. */
   siblingMetrics?: () => Promise<MetricsSnapshot[]>;
+  /** The workers on this port take turns committing one wallet (SERVE_WORKERS). */
+  commitLocks?: CommitLocks;
 }
 
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
@@ -89,6 +91,7 @@ export function createApp(deps: AppDeps) {
       hotPerSecond: config.walletSlices === "auto" ? config.walletSliceHotRps : undefined,
     },
     onMoneyMoved: (appId) => webhookWatcher.nudge(appId),
+    locks: deps.commitLocks,
   });
   const providers = createProviders(catalog, {
     timeoutMs: config.upstreamTimeoutMs,

@@ -5,7 +5,7 @@
 import { createApp } from "./app.ts";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { type Config, flushLogs, jsonLogger, openKv, within } from "@/lib/core/mod.ts";
-import { sweepExpiredReservations } from "@/lib/billing/mod.ts";
+import { type CommitLocks, sweepExpiredReservations } from "@/lib/billing/mod.ts";
 import { devBanner, type MetricsSnapshot } from "@/lib/ops/mod.ts";
 
 /** How long the wallet may take to commit the settles of finished requests after the grace. */
@@ -21,6 +21,8 @@ export interface ServiceOptions {
   worker?: number;
   /** What the other workers counted, for a scrape of /metrics that any worker may answer. */
   siblingMetrics?: () => Promise<MetricsSnapshot[]>;
+  /** Shared with the other workers on this port: one wallet's commits take turns. */
+  commitLocks?: CommitLocks;
   onListen?: (port: number) => void;
 }
 
@@ -48,6 +50,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
     log: jsonLogger,
     devServer,
     siblingMetrics: options.siblingMetrics,
+    commitLocks: options.commitLocks,
   });
   const workerField = options.worker === undefined ? {} : { worker: options.worker };
   // One worker of a process runs the jobs that scan the whole KV (any instance may, so a single

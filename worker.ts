@@ -5,6 +5,7 @@
  */
 import { loadCatalogFile } from "@/lib/catalog/mod.ts";
 import { loadConfig } from "@/lib/core/mod.ts";
+import { CommitLocks } from "@/lib/billing/mod.ts";
 import type { FromWorker, MetricsSnapshot, ToWorker } from "@/lib/ops/mod.ts";
 import { type RunningService, startService } from "./service.ts";
 
@@ -36,6 +37,7 @@ self.onmessage = async (event: MessageEvent<ToWorker>) => {
         reusePort: true,
         worker: message.index,
         siblingMetrics,
+        commitLocks: new CommitLocks(message.commitLocks, message.index),
         onListen: (port) => send({ type: "listening", port }),
       });
       return;

@@ -11,7 +11,7 @@ import { admin, instanceFiles, PRICEY, startInstance } from "./instances.ts";
 
 const METRICS_TOKEN = "workers-metrics";
 
-Deno.test("two workers serve one port from one process: what left the wallet is the sum of the answered costs, every scrape counts every request, SIGTERM stops both", async () => {
+Deno.test("two workers serve one port from one process: what left the wallet is the sum of the answered costs, every scrape counts every request, their commits never fail each other's, SIGTERM stops both", async () => {
   const files = await instanceFiles({ models: [PRICEY] });
   const instance = await startInstance({
     KV_PATH: files.kvPath,
@@ -77,6 +77,8 @@ Deno.test("two workers serve one port from one process: what left the wallet is 
     );
     for (const stats of finalStats) {
       assert.ok((stats.opsCommitted as number) > 0, `worker ${stats.worker} served requests`);
+      // Their commits of the one wallet take turns (commit locks) instead of failing each other's.
+      assert.equal(stats.conflicts, 0, `worker ${stats.worker}'s commits never failed`);
     }
 
     const wallet = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;

@@ -14,6 +14,7 @@ export type { CountedTokens, LimitSetter, RateLimitStatus } from "./ratelimit.ts
 export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.ts";
 export { dailySpend, spendByModel, unchargedOf, walletActivity } from "./usage.ts";
 export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";
+export { CommitLocks } from "./commit_locks.ts";
 export { Wallets } from "./wallet.ts";
 export { KeyRevokedError, WalletNotFoundError } from "./wallet_types.ts";
 export type { CreditResult, ReserveInput, WalletStats } from "./wallet_types.ts";

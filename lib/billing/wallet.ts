@@ -28,6 +28,7 @@ import {
 } from "@/lib/db.ts";
 import { type Micros, newId, randomToken } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
+import type { CommitLocks } from "./commit_locks.ts";
 import { LocalSlice } from "./slices.ts";
 import { cappedScopes } from "./spend_caps.ts";
 import { RateWindows } from "./ratelimit.ts";
@@ -66,6 +67,8 @@ interface KnownWallet {
   rateWindows: Deno.KvEntryMaybe<RateWindowsRecord>;
   rateOverrides: Deno.KvEntryMaybe<RateLimitOverrides>;
   spendCaps: Deno.KvEntryMaybe<SpendCapsRecord>;
+  /** The commit locks' generation our commit left (0 without locks): another means a sibling wrote. */
+  generation: number;
 }
 
 /** A commit applied but whose versionstamp we never saw: nothing may be cached from it. */
@@ -148,6 +151,7 @@ export class Wallets {
   readonly #sliceLocks = new Map<string, Promise<void>>();
   #sliceTimer: ReturnType<typeof setInterval> | null = null;
   readonly #onMoneyMoved: ((appId: string) => void) | undefined;
+  readonly #locks: CommitLocks | undefined;
   /**
    * Each app's spend caps entry as this process last read it (slices serve uncapped only). Every
    * slice post checks it, so a cap set meanwhile is seen within one post.
@@ -171,6 +175,7 @@ export class Wallets {
       }
       : null;
     this.#onMoneyMoved = options.onMoneyMoved;
+    this.#locks = options.locks;
   }
 
   get leaseMs(): number {
@@ -698,116 +703,146 @@ export class Wallets {
     // this wallet lately: then the memory is mostly stale and each try would cost a failed commit.
     let useMemory = (this.#contendedUntil.get(appId) ?? 0) <= this.#now();
     let commitFailed = false;
+    let backoff = 0;
     for (let attempt = 1;; attempt++) {
-      // The versionstamp checks catch any other writer and the retry reads afresh. The rate
-      // windows and limit overrides come in the same read as the wallet: no extra round trip.
-      const cached = useMemory ? this.#known.get(appId) : undefined;
-      useMemory = false;
-      let walletEntry, rateWindowsEntry, rateOverridesEntry, spendCapsEntry, reservations, markers;
-      let slices, counters;
+      // Waited for outside the commit lock, so a sibling worker commits meanwhile.
+      if (backoff > 0) await sleep(Math.random() * Math.min(50, 2 ** backoff));
+      backoff = 0;
+      const turn = await this.#locks?.begin(appId);
+      let generation: number | undefined;
       try {
-        // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
-        if (commitFailed) ops = await this.#refreshKeyGuards(ops);
-        if (ops.length === 0) return;
-        [walletEntry, rateWindowsEntry, rateOverridesEntry, spendCapsEntry] = cached
-          ? [cached.entry, cached.rateWindows, cached.rateOverrides, cached.spendCaps]
-          : await this.#kv.getMany<
-            [WalletRecord, RateWindowsRecord, RateLimitOverrides, SpendCapsRecord]
-          >([
-            walletKey,
-            keys.rateWindows(appId),
-            keys.rateLimitOverrides(appId),
-            keys.spendCaps(appId),
+        // The versionstamp checks catch any other writer and the retry reads afresh. The rate
+        // windows and limit overrides come in the same read as the wallet: no extra round trip.
+        const remembered = useMemory ? this.#known.get(appId) : undefined;
+        // A sibling worker's commit since ours: the memory is stale, but not contended.
+        const cached = remembered && remembered.generation === (turn?.generation ?? 0)
+          ? remembered
+          : undefined;
+        useMemory = false;
+        let walletEntry,
+          rateWindowsEntry,
+          rateOverridesEntry,
+          spendCapsEntry,
+          reservations,
+          markers;
+        let slices, counters;
+        try {
+          // A failed commit may be a revoked key rather than a wallet conflict: look before retrying.
+          if (commitFailed) ops = await this.#refreshKeyGuards(ops);
+          if (ops.length === 0) return;
+          [walletEntry, rateWindowsEntry, rateOverridesEntry, spendCapsEntry] = cached
+            ? [cached.entry, cached.rateWindows, cached.rateOverrides, cached.spendCaps]
+            : await this.#kv.getMany<
+              [WalletRecord, RateWindowsRecord, RateLimitOverrides, SpendCapsRecord]
+            >([
+              walletKey,
+              keys.rateWindows(appId),
+              keys.rateLimitOverrides(appId),
+              keys.spendCaps(appId),
+            ]);
+          [reservations, markers, slices] = await Promise.all([
+            this.#readReservations(appId, ops, cached?.reservations),
+            this.#readMarkers(ops),
+            this.#readSlices(appId, ops),
           ]);
-        [reservations, markers, slices] = await Promise.all([
-          this.#readReservations(appId, ops, cached?.reservations),
-          this.#readMarkers(ops),
-          this.#readSlices(appId, ops),
-        ]);
-        // Like reservations, counters are read after the wallet and written only with it.
-        counters = await this.#readCounters(appId, ops, spendCapsEntry.value, reservations);
-      } catch (error) {
-        // A failed read changed nothing: retry it rather than fail (and lose) a whole batch.
-        this.stats.readFailures++;
-        if (attempt >= this.#maxAttempts) {
-          throw new WalletUnavailableError(`wallet ${appId}: KV reads failing`, { cause: error });
+          // Like reservations, counters are read after the wallet and written only with it.
+          counters = await this.#readCounters(appId, ops, spendCapsEntry.value, reservations);
+        } catch (error) {
+          // A failed read changed nothing: retry it rather than fail (and lose) a whole batch.
+          this.stats.readFailures++;
+          if (attempt >= this.#maxAttempts) {
+            throw new WalletUnavailableError(`wallet ${appId}: KV reads failing`, { cause: error });
+          }
+          backoff = attempt;
+          continue;
         }
-        await sleep(Math.random() * Math.min(50, 2 ** attempt));
-        continue;
-      }
-      if (walletEntry.value === null || walletEntry.versionstamp === null) {
-        throw new WalletNotFoundError(appId);
-      }
-      if (this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
-      this.#capsSeen.set(appId, spendCapsEntry);
+        if (walletEntry.value === null || walletEntry.versionstamp === null) {
+          throw new WalletNotFoundError(appId);
+        }
+        if (this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
+        this.#capsSeen.set(appId, spendCapsEntry);
 
-      const batchId = randomToken(96);
-      const now = this.#now();
-      const plan = planBatch({
-        appId,
-        ops,
-        wallet: walletEntry.value,
-        reservations,
-        slices: new Map([...slices].map(([id, e]) => [id, e.value])),
-        markers,
-        now,
-        leaseMs: this.#leaseMs,
-        rate: this.#rateLimits
-          ? new RateWindows(
-            this.#rateLimits,
-            rateOverridesEntry.value,
-            rateWindowsEntry.value,
-          )
-          : undefined,
-        spendCaps: spendCapsEntry.value,
-        counters,
-      });
-      if (plan.unchanged) {
-        // Only refusals and no-ops: nothing to write. A refusal is final when decided on a fresh
-        // read; one decided from memory is checked against the store first (the memory may be
-        // missing money another process has since freed).
-        if (cached) continue;
-        plan.resolveAll();
-        return;
-      }
-      const atomic = this.#kv.atomic().check(walletEntry);
-      // Limits changed by an operator make the commit fail, and the retry reads them.
-      if (plan.rateLimited) atomic.check(rateOverridesEntry);
-      // So do caps changed by an owner, even from none: a cached wallet never misses a new cap.
-      atomic.check(spendCapsEntry);
-      for (const marker of plan.markerChecks) {
-        atomic.check({ key: keys.creditMarker(marker), versionstamp: null });
-      }
-      for (const guard of keyGuards(ops).values()) atomic.check(guard);
-      // Slices are also written by their process's posts, outside this batch.
-      for (const entry of slices.values()) atomic.check(entry);
-      plan.write(atomic);
-      atomic.set(walletKey, plan.wallet);
-      atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
-      const versionstamp = await this.#commitMarked(appId, batchId, atomic);
-      if (versionstamp !== null) {
-        this.stats.commits++;
-        this.stats.opsCommitted += ops.length;
-        const rateWindows = plan.rateRecord
-          ? { key: keys.rateWindows(appId), value: plan.rateRecord, versionstamp }
-          : rateWindowsEntry;
-        this.#remember(appId, versionstamp, plan.wallet, plan.reservations, cached?.reservations, {
-          rateWindows,
-          rateOverrides: rateOverridesEntry,
-          spendCaps: spendCapsEntry,
+        const batchId = randomToken(96);
+        const now = this.#now();
+        const plan = planBatch({
+          appId,
+          ops,
+          wallet: walletEntry.value,
+          reservations,
+          slices: new Map([...slices].map(([id, e]) => [id, e.value])),
+          markers,
+          now,
+          leaseMs: this.#leaseMs,
+          rate: this.#rateLimits
+            ? new RateWindows(
+              this.#rateLimits,
+              rateOverridesEntry.value,
+              rateWindowsEntry.value,
+            )
+            : undefined,
+          spendCaps: spendCapsEntry.value,
+          counters,
         });
-        plan.resolveAll(versionstamp);
-        if (ops.some((op) => op.kind === "settle" || op.kind === "credit")) this.#moneyMoved(appId);
-        return;
+        if (plan.unchanged) {
+          // Only refusals and no-ops: nothing to write. A refusal is final when decided on a fresh
+          // read; one decided from memory is checked against the store first (the memory may be
+          // missing money another process has since freed).
+          if (cached) continue;
+          plan.resolveAll();
+          return;
+        }
+        const atomic = this.#kv.atomic().check(walletEntry);
+        // Limits changed by an operator make the commit fail, and the retry reads them.
+        if (plan.rateLimited) atomic.check(rateOverridesEntry);
+        // So do caps changed by an owner, even from none: a cached wallet never misses a new cap.
+        atomic.check(spendCapsEntry);
+        for (const marker of plan.markerChecks) {
+          atomic.check({ key: keys.creditMarker(marker), versionstamp: null });
+        }
+        for (const guard of keyGuards(ops).values()) atomic.check(guard);
+        // Slices are also written by their process's posts, outside this batch.
+        for (const entry of slices.values()) atomic.check(entry);
+        plan.write(atomic);
+        atomic.set(walletKey, plan.wallet);
+        atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
+        const versionstamp = await this.#commitMarked(appId, batchId, atomic);
+        if (versionstamp !== null) {
+          generation = turn?.end(true) ?? 0;
+          this.stats.commits++;
+          this.stats.opsCommitted += ops.length;
+          const rateWindows = plan.rateRecord
+            ? { key: keys.rateWindows(appId), value: plan.rateRecord, versionstamp }
+            : rateWindowsEntry;
+          this.#remember(
+            appId,
+            versionstamp,
+            plan.wallet,
+            plan.reservations,
+            cached?.reservations,
+            {
+              rateWindows,
+              rateOverrides: rateOverridesEntry,
+              spendCaps: spendCapsEntry,
+              generation,
+            },
+          );
+          plan.resolveAll(versionstamp);
+          if (ops.some((op) => op.kind === "settle" || op.kind === "credit")) {
+            this.#moneyMoved(appId);
+          }
+          return;
+        }
+        this.#known.delete(appId);
+        if (cached) this.#contendedUntil.set(appId, this.#now() + CONTENDED_MS);
+        commitFailed = true;
+        this.stats.conflicts++;
+        if (attempt >= this.#maxAttempts) {
+          throw new WalletUnavailableError(`wallet ${appId}: too many conflicts`);
+        }
+        backoff = attempt;
+      } finally {
+        if (generation === undefined) turn?.end(false);
       }
-      this.#known.delete(appId);
-      if (cached) this.#contendedUntil.set(appId, this.#now() + CONTENDED_MS);
-      commitFailed = true;
-      this.stats.conflicts++;
-      if (attempt >= this.#maxAttempts) {
-        throw new WalletUnavailableError(`wallet ${appId}: too many conflicts`);
-      }
-      await sleep(Math.random() * Math.min(50, 2 ** attempt));
     }
   }
 
@@ -847,7 +882,7 @@ export class Wallets {
     wallet: WalletRecord,
     touched: Map<string, ReservationRecord | null>,
     previous: Map<string, ReservationRecord> | undefined,
-    rate: Pick<KnownWallet, "rateWindows" | "rateOverrides" | "spendCaps">,
+    rate: Pick<KnownWallet, "rateWindows" | "rateOverrides" | "spendCaps" | "generation">,
   ) {
     if (versionstamp === UNKNOWN_VERSION) return;
     const reservations = previous ?? new Map<string, ReservationRecord>();

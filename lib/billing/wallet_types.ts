@@ -2,6 +2,7 @@
  * The wallet's public face: what callers of `Wallets` pass, what they get back, and what it throws.
  */
 import type { LedgerEntry, RateLimits, ReservationRecord, UsageRecord } from "@/lib/db.ts";
+import type { CommitLocks } from "./commit_locks.ts";
 import type { Micros } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { RateBreach, RateLimitStatus } from "./ratelimit.ts";
@@ -121,6 +122,8 @@ export interface WalletOptions {
   onMoneyMoved?: (appId: string) => void;
   /** Serve hot wallets from slices (slices.ts); without it every hold is its own commit. */
   slices?: SliceOptions;
+  /** Workers of one process: their commits of one wallet take turns (commit_locks.ts). */
+  locks?: CommitLocks;
 }
 
 export interface SliceOptions {

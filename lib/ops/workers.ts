@@ -8,6 +8,7 @@
  * The main thread only supervises: it starts the workers, restarts one that fails, relays the
  * metric snapshots a /metrics scrape adds up, and stops them all on a signal.
  */
+import { CommitLocks } from "@/lib/billing/mod.ts";
 import { type Logger, within } from "@/lib/core/mod.ts";
 import type { MetricsSnapshot } from "./metrics.ts";
 
@@ -24,7 +25,14 @@ const MAX_RESTART_DELAY_MS = 30_000;
 
 /** Supervisor to worker. */
 export type ToWorker =
-  | { type: "start"; index: number; devServer: boolean; port: number }
+  | {
+    type: "start";
+    index: number;
+    devServer: boolean;
+    port: number;
+    /** The workers' shared commit locks (CommitLocks). */
+    commitLocks: SharedArrayBuffer;
+  }
   | { type: "stop"; signal: string }
   | { type: "snapshot"; id: number }
   | { type: "siblings"; id: number; snapshots: MetricsSnapshot[] };
@@ -73,6 +81,7 @@ export class WorkerPool {
   #nextId = 0;
   readonly #waiting = new Map<number, (snapshot: MetricsSnapshot) => void>();
   #started = Promise.withResolvers<void>();
+  readonly #commitLocks = CommitLocks.memory();
   /** Every worker listened once: from then on a failed worker is restarted, never the start failed. */
   #serving = false;
 
@@ -133,6 +142,7 @@ export class WorkerPool {
       index: slot.index,
       devServer: this.#devServer,
       port: this.#port,
+      commitLocks: this.#commitLocks,
     });
   }
 
@@ -140,6 +150,8 @@ export class WorkerPool {
     if (slot.worker !== worker) return;
     worker.terminate();
     slot.worker = null;
+    // A commit it was making ends with its thread: its turn must not block the others.
+    CommitLocks.releaseOwner(this.#commitLocks, slot.index);
     slot.stopped?.resolve();
     this.#log({ level: "error", event: "worker_failed", worker: slot.index, error: reason });
     if (!this.#serving) {

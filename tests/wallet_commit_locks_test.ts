@@ -1,0 +1,121 @@
+/**
+ * Commit locks (lib/billing/commit_locks.ts): two wallet engines on one KV file, each with its own
+ * handle like two workers of one process, sharing one lock memory, hammer one wallet with real
+ * concurrency. Their commits take turns, so neither ever fails its versionstamp check, and the
+ * money adds up to the last micro-dollar.
+ */
+import assert from "node:assert/strict";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { keys, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
+import { CommitLocks } from "@/lib/billing/commit_locks.ts";
+import { Wallets } from "@/lib/billing/wallet.ts";
+import type { SettleInput, SliceOptions } from "@/lib/billing/wallet_types.ts";
+import { assertAuditClean } from "./helpers.ts";
+
+const FUNDED = 100_000_000;
+
+function usage(cost: number): SettleInput {
+  return {
+    requestId: "req_test",
+    keyId: "key_test",
+    model: "tollbooth/echo",
+    provider: "tollbooth",
+    promptTokens: 10,
+    completionTokens: 10,
+    cost,
+    streamed: false,
+    outcome: "completed",
+    countedLocally: false,
+  };
+}
+
+/** Runs `perEngine` paid requests from each of two engines at once, 20 in flight per engine. */
+async function twoWorkers(slices: SliceOptions | undefined, locked: boolean) {
+  const path = await Deno.makeTempFile({ suffix: ".kv" });
+  const handles = [await Deno.openKv(path), await Deno.openKv(path)];
+  const memory = CommitLocks.memory();
+  const engines = handles.map((kv, i) =>
+    new Wallets(kv, {
+      leaseMs: 60_000,
+      slices,
+      locks: locked ? new CommitLocks(memory, i) : undefined,
+    })
+  );
+  const { app } = await createAppRecord(handles[0], { name: "hot" });
+  // Enough that neither engine's slice can take what the other needs.
+  await engines[0].credit(app.id, {
+    amount: FUNDED - 5_000_000,
+    kind: "operator_credit",
+    reason: "test",
+  });
+  const answered: number[] = [];
+  const perEngine = 150;
+  await Promise.all(engines.map(async (wallets, e) => {
+    let next = 0;
+    await Promise.all(Array.from({ length: 20 }, async () => {
+      while (next < perEngine) {
+        const n = next++;
+        const reserved = await wallets.reserve(app.id, {
+          amount: 2_000,
+          keyId: "key_test",
+          requestId: `req_${e}_${n}`,
+          model: "tollbooth/echo",
+        });
+        assert.ok(reserved.ok, JSON.stringify(reserved));
+        const cost = 1 + ((n * 37 + e) % 1_999);
+        const settled = await wallets.settle(app.id, reserved.reservation.id, usage(cost));
+        assert.ok(settled.settled);
+        answered.push(cost);
+      }
+    }));
+  }));
+  for (const wallets of engines) await wallets.drain();
+  const kv = handles[0];
+  const wallet = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
+  const charged: number[] = [];
+  for await (const e of kv.list<UsageRecord>({ prefix: keys.appUsage(app.id) })) {
+    charged.push(e.value.cost);
+  }
+  const conflicts = engines.map((w) => w.stats.conflicts);
+  return { handles, path, wallet, charged, answered, conflicts };
+}
+
+async function close(run: { handles: Deno.Kv[]; path: string }) {
+  for (const kv of run.handles) kv.close();
+  await Deno.remove(run.path);
+}
+
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+
+for (
+  const [label, slices] of [
+    ["a commit per request", undefined],
+    ["slices", { postEveryMs: 5 }],
+  ] as const
+) {
+  Deno.test(`two workers of one process committing one wallet (${label}) take turns: no failed commit, and what left the wallet is the sum of the answered costs`, async () => {
+    const run = await twoWorkers(slices, true);
+    try {
+      assert.deepEqual(run.conflicts, [0, 0]);
+      assert.equal(run.charged.length, 300);
+      assert.equal(sum(run.charged), sum(run.answered));
+      assert.equal(run.wallet.spent, sum(run.answered));
+      assert.equal(run.wallet.reserved, 0);
+      assert.equal(run.wallet.available + run.wallet.spent, FUNDED);
+      await assertAuditClean(run.handles[0]);
+    } finally {
+      await close(run);
+    }
+  });
+}
+
+Deno.test("without shared locks the same two workers fail each other's commits (what the locks save)", async () => {
+  const run = await twoWorkers(undefined, false);
+  try {
+    assert.ok(sum(run.conflicts) > 0, `conflicts: ${run.conflicts}`);
+    assert.equal(run.wallet.spent, sum(run.answered));
+    await assertAuditClean(run.handles[0]);
+  } finally {
+    await close(run);
+  }
+});
