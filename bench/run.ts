@@ -20,7 +20,7 @@ const OPEN_STREAMS = 1000;
 const MESSAGES = [{ role: "user", content: "Say hello to the benchmark." }];
 
 interface Target {
-  name: "direct" | "tollbooth" | "oneWorker" | "commits" | "portkey";
+  name: "direct" | "tollbooth" | "oneWorker" | "commits" | "portkey" | "floor";
   url: string;
   headers: Record<string, string>;
   model: string;
@@ -617,6 +617,17 @@ async function main() {
       logDir: tmp,
     });
     await waitForHttp(`http://127.0.0.1:${peerPort}/`, peer);
+    // The floor: what Deno.serve and our upstream client cost with nothing of a gateway between.
+    const floorPort = await freePort();
+    const floor = start("floor", [
+      Deno.execPath(),
+      "run",
+      "-A",
+      `${BENCH}floor.ts`,
+      `--port=${floorPort}`,
+      `--upstream=${upstreamUrl}`,
+    ], { logDir: tmp });
+    await waitForHttp(`http://127.0.0.1:${floorPort}/`, floor);
 
     const targets: Target[] = [
       {
@@ -662,6 +673,14 @@ async function main() {
         model: "fast",
         holdModel: "hold",
         pid: peer.pid,
+      },
+      {
+        name: "floor",
+        url: `http://127.0.0.1:${floorPort}/v1/chat/completions`,
+        headers: {},
+        model: "fast",
+        holdModel: "hold",
+        pid: floor.pid,
       },
     ];
     const tools = { wrk, tmp, ticks };
@@ -718,7 +737,8 @@ async function main() {
     const hotWalletCommits = await hotWalletOf(targets[3], commits, tbCommits.workers);
 
     const memory: Record<string, Awaited<ReturnType<typeof openStreamsMemory>>> = {};
-    for (const t of targets.filter((t) => t.name !== "commits" && t.name !== "oneWorker")) {
+    const memoryTargets = ["direct", "tollbooth", "portkey"];
+    for (const t of targets.filter((t) => memoryTargets.includes(t.name))) {
       log(`memory, ${OPEN_STREAMS} streams open at once: ${t.name}`);
       // A first round grows the heaps and pools once; the second one is measured.
       await openStreamsMemory(t, upstreamUrl, OPEN_STREAMS);

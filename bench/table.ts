@@ -1,10 +1,12 @@
 /**
  * metric, direct, tollbooth (the default: slices for hot apps, a worker per core), the same on one
  * worker (beside Portkey's one process), tollbooth with a commit per reserve and settle (the old
- * protocol, the baseline), portkey, target, ratio, met (null: no target)
+ * protocol, the baseline), portkey, the floor (bench/floor.ts), target, ratio, met (null: no
+ * target)
  */
 export type Row = [
   string,
+  number | string | null,
   number | string | null,
   number | string | null,
   number | string | null,
@@ -22,6 +24,7 @@ const HEADER = [
   "tb 1 worker",
   "tb commits",
   "portkey",
+  "deno floor",
   "target",
   "ratio",
   "met",
@@ -42,7 +45,7 @@ export function formatTable(rows: Row[]): string {
   const cells = [HEADER, ...rows.map((r) => r.map(cell))];
   const widths = HEADER.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
   const line = (r: string[]) =>
-    r.map((c, i) => (i === 0 || i === 6 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
+    r.map((c, i) => (i === 0 || i === 7 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
   return [line(cells[0]), widths.map((w) => "-".repeat(w)).join("  "), ...cells.slice(1).map(line)]
     .join("\n");
 }
@@ -75,6 +78,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       c.oneWorker.rps,
       c.commits.rps,
       c.portkey.rps,
+      c.floor?.rps ?? null,
       "tb ≥ 4× pk",
       ratio(c.tollbooth.rps, c.portkey.rps),
       c.tollbooth.rps >= 4 * c.portkey.rps,
@@ -86,6 +90,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       c.oneWorker.requests - c.oneWorker.ok,
       c.commits.requests - c.commits.ok,
       c.portkey.requests - c.portkey.ok,
+      c.floor ? c.floor.requests - c.floor.ok : null,
       "0",
       "",
       c.tollbooth.requests === c.tollbooth.ok,
@@ -97,6 +102,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       c.oneWorker.p50,
       c.commits.p50,
       c.portkey.p50,
+      c.floor?.p50 ?? null,
       "",
       "",
       null,
@@ -108,6 +114,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       c.oneWorker.p99,
       c.commits.p99,
       c.portkey.p99,
+      c.floor?.p99 ?? null,
       "",
       "",
       null,
@@ -119,6 +126,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       c.oneWorker.cpuMsPerRequest,
       c.commits.cpuMsPerRequest,
       c.portkey.cpuMsPerRequest,
+      c.floor?.cpuMsPerRequest ?? null,
       "",
       ratio(c.tollbooth.cpuMsPerRequest, c.portkey.cpuMsPerRequest),
       null,
@@ -130,6 +138,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       over(o2.oneWorker.p50, o2.direct.p50),
       over(o2.commits.p50, o2.direct.p50),
       over(o2.portkey.p50, o2.direct.p50),
+      o2.floor ? over(o2.floor.p50, o2.direct.p50) : null,
       "",
       "",
       null,
@@ -141,6 +150,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       o5.oneWorker.p50,
       o5.commits.p50,
       o5.portkey.p50,
+      o5.floor?.p50 ?? null,
       "",
       "",
       null,
@@ -152,6 +162,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       oneOver500,
       over(o5.commits.p50, o5.direct.p50),
       pkOver500,
+      o5.floor ? over(o5.floor.p50, o5.direct.p50) : null,
       "tb < 1",
       ratio(tbOver500, pkOver500),
       tbOver500 < 1,
@@ -163,6 +174,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       over(o5.oneWorker.p99, o5.direct.p99),
       over(o5.commits.p99, o5.direct.p99),
       over(o5.portkey.p99, o5.direct.p99),
+      o5.floor ? over(o5.floor.p99, o5.direct.p99) : null,
       "",
       "",
       null,
@@ -174,6 +186,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       o5.oneWorker.cpuMsPerRequest,
       o5.commits.cpuMsPerRequest,
       o5.portkey.cpuMsPerRequest,
+      o5.floor?.cpuMsPerRequest ?? null,
       "tb ≤ 0.5",
       ratio(tbCpu500, o5.commits.cpuMsPerRequest),
       tbCpu500 <= 0.5,
@@ -185,6 +198,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       o2.oneWorker.failed + o5.oneWorker.failed,
       o2.commits.failed + o5.commits.failed,
       o2.portkey.failed + o5.portkey.failed,
+      o2.floor && o5.floor ? o2.floor.failed + o5.floor.failed : null,
       "0",
       "",
       o2.tollbooth.failed + o5.tollbooth.failed === 0,
@@ -196,6 +210,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       s.oneWorker.ttfbP50,
       s.commits.ttfbP50,
       s.portkey.ttfbP50,
+      s.floor?.ttfbP50 ?? null,
       "",
       "",
       null,
@@ -207,6 +222,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       oneTtfbOver,
       over(s.commits.ttfbP50, s.direct.ttfbP50),
       pkTtfbOver,
+      s.floor ? over(s.floor.ttfbP50, s.direct.ttfbP50) : null,
       "tb < 1.5",
       ratio(tbTtfbOver, pkTtfbOver),
       tbTtfbOver < 1.5,
@@ -218,6 +234,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       over(s.oneWorker.totalP50, s.direct.totalP50),
       over(s.commits.totalP50, s.direct.totalP50),
       over(s.portkey.totalP50, s.direct.totalP50),
+      s.floor ? over(s.floor.totalP50, s.direct.totalP50) : null,
       "",
       "",
       null,
@@ -228,6 +245,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       h.settledPerSecond,
       h1.settledPerSecond,
       hc.settledPerSecond,
+      null,
       null,
       "≥ 3000",
       ratio(h.settledPerSecond, hc.settledPerSecond),
@@ -240,6 +258,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       `${fmt(h1.p50)} / ${fmt(h1.p99)}`,
       `${fmt(hc.p50)} / ${fmt(hc.p99)}`,
       null,
+      null,
       "",
       "",
       null,
@@ -251,6 +270,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       `${h1.conflicts} / ${h1.ok}`,
       `${hc.conflicts} / ${hc.ok}`,
       null,
+      null,
       "0",
       "",
       h.conflicts === 0,
@@ -259,6 +279,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "hot wallet: slice fallbacks (per-request path)",
       null,
       h.sliceFallbacks ?? null,
+      null,
       null,
       null,
       null,
@@ -273,6 +294,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       h1.commits / Math.max(1, h1.ok),
       hc.commits / Math.max(1, hc.ok),
       null,
+      null,
       "",
       "",
       null,
@@ -281,6 +303,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       `hot wallet, ${n} process(es) on one KV: settled/s`,
       null,
       p[n].settledPerSecond,
+      null,
       null,
       null,
       null,
@@ -297,6 +320,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       null,
       null,
       null,
+      null,
       "",
       "",
       null,
@@ -308,6 +332,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       null,
       null,
       m.portkey.mbPer1000,
+      null,
       "",
       ratio(m.tollbooth.mbPer1000, m.portkey.mbPer1000),
       m.tollbooth.completed === m.tollbooth.streams,
@@ -316,6 +341,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "KV commit on this disk: p50 / p99 ms",
       null,
       `${fmt(r.kvCommit.p50)} / ${fmt(r.kvCommit.p99)}`,
+      null,
       null,
       null,
       null,
@@ -330,6 +356,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       null,
       null,
       null,
+      null,
       "clean",
       "",
       r.audit.ok,
@@ -339,7 +366,7 @@ export function report(r: any): { text: string; rows: Row[] } {
     `Tollbooth bench ${r.startedAt}${
       r.quick ? " (quick)" : ""
     } · ${r.machine.cpus} CPUs · load ${r.machine.loadAverageBefore} → ${r.machine.loadAverageAfter} · closed loop by ${c.tollbooth.generator}`,
-    "direct = the fake upstream itself; tollbooth = the default build (SERVE_WORKERS=auto: one worker per core; WALLET_SLICES=auto: an app hot in a worker is served from a wallet slice) with OPTIMISTIC_UPSTREAM=on; tb 1 worker = the same with SERVE_WORKERS=1 (one JavaScript thread, like Portkey's one Node process); tb commits = the default with WALLET_SLICES=off, a durable commit per reserve and settle; overheads are against direct in this run; CPU and RSS are the serving process's (all its threads)",
+    "direct = the fake upstream itself; tollbooth = the default build (SERVE_WORKERS=auto: one worker per core; WALLET_SLICES=auto: an app hot in a worker is served from a wallet slice) with OPTIMISTIC_UPSTREAM=on; tb 1 worker = the same with SERVE_WORKERS=1 (one JavaScript thread, like Portkey's one Node process); tb commits = the default with WALLET_SLICES=off, a durable commit per reserve and settle; deno floor = bench/floor.ts, one thread of Deno.serve passing each request through Tollbooth's own upstream client and nothing else (what any Deno gateway with this client costs here); overheads are against direct in this run; CPU and RSS are the serving process's (all its threads)",
     formatTable(rows),
   ].join("\n");
   return { text, rows };
