@@ -717,6 +717,8 @@ async function main() {
 
     const hotWalletOf = async (target: Target, service: Service, workers: number) => {
       log(`hot wallet: one app, 200 connections, ${SECONDS}s: ${target.name}`);
+      // Steady state, not the ramp: 200 new connections, heaps and slices grown to this pace.
+      await closedLoop(target, 200, 2, tools);
       const statsBefore = await walletStats(service, workers);
       const hot = await closedLoop(target, 200, SECONDS, tools);
       const statsAfter = await walletStats(service, workers);
@@ -779,7 +781,8 @@ async function main() {
         url: `http://127.0.0.1:${port}/v1/chat/completions`,
         pid: group[0].pid,
       };
-      await closedLoop(target, 20, 1, tools); // every process takes its slice
+      // Every process takes its slice and grows it to the pace, as above.
+      await closedLoop(target, 200, 2, tools);
       const before = await Promise.all(group.map((s) => walletStats(s)));
       log(`hot wallet from ${n} process(es): 200 connections, ${SECONDS}s`);
       const hot = await closedLoop(target, 200, SECONDS, tools);
