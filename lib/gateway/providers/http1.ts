@@ -482,19 +482,22 @@ class Exchange {
     }
     this.connection = connection;
     // The answer is read while the request is written: a server may answer a large body early (a
-    // 413 from a proxy in front) and close, and then its answer, not the failed write, is what
-    // happened. The outcome is taken at once, so a failed read never goes unhandled meanwhile.
+    // 413 from a proxy in front), and then its answer, not the write, is what happened, whether it
+    // closes (the write fails) or keeps the connection without reading (the write never ends).
+    // Both outcomes are taken at once, so neither failure goes unhandled meanwhile.
     const reading = readHead(connection, this.target.url).then(
       (head) => ({ head, error: null }),
       (error: unknown) => ({ head: null, error }),
     );
-    let writeError: unknown = null;
-    try {
-      await connection.write(this.wire);
-    } catch (error) {
-      writeError = error;
-    }
+    let written: { error: unknown } | null = null;
+    const writing = connection.write(this.wire).then(
+      () => void (written = { error: null }),
+      (error: unknown) => void (written = { error: error ?? new Error("write failed") }),
+    );
     const { head, error } = await reading;
+    // Both ops may complete in one turn of the loop: a write done by the next turn was not cut.
+    if (written === null) await Promise.race([writing, new Promise((r) => setTimeout(r, 0))]);
+    const writeError = (written as { error: unknown } | null)?.error;
     if (!head) {
       if (writeError) {
         throw transportError(`error sending request for url (${this.target.url})`, writeError);
@@ -502,7 +505,9 @@ class Exchange {
       throw error;
     }
     if (this.phase === "done") throw new TypeError("aborted");
-    if (writeError) head.close = true;
+    // A request not sent whole leaves the connection out of step: closed after this answer, which
+    // also ends a write still waiting on a server that stopped reading.
+    if (written === null || writeError) head.close = true;
     return this.respond(head);
   }
 
