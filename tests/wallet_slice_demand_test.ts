@@ -4,9 +4,9 @@
  * conflict with each other.
  */
 import assert from "node:assert/strict";
-import { Wallets } from "@/lib/billing/mod.ts";
+import { sweepExpiredReservations, Wallets } from "@/lib/billing/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
-import { assertAuditClean, startService } from "./helpers.ts";
+import { assertAuditClean, startService, until, usageRecords } from "./helpers.ts";
 
 const HOLD = 1_000;
 
@@ -217,6 +217,109 @@ Deno.test("a settle beyond its slice when the rest of the wallet is held elsewhe
   } finally {
     await sliced.drain();
     await other.drain();
+    await s.close();
+  }
+});
+
+/** The same KV, whose commits throw (connection lost before the commit) while `failing.on`. */
+function failingCommits(kv: Deno.Kv) {
+  const failing = { on: false, failed: 0 };
+  const proxied = new Proxy(kv, {
+    get(target, prop) {
+      if (prop === "atomic") {
+        return () => {
+          const op = target.atomic();
+          const commit = op.commit.bind(op);
+          op.commit = () => {
+            if (!failing.on) return commit();
+            failing.failed++;
+            return Promise.reject(new Error("connection reset before the commit"));
+          };
+          return op;
+        };
+      }
+      const value = Reflect.get(target, prop);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  return { kv: proxied, failing };
+}
+
+Deno.test("a settle beyond its slice whose wallet charge fails (KV lost past its retries) is settled in the slice: charged what the slice holds, posted once KV is back, nothing lost", async () => {
+  const s = await startService();
+  const { kv, failing } = failingCommits(s.kv);
+  const sliced = new Wallets(kv, {
+    leaseMs: 60_000,
+    maxAttempts: 3,
+    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+    slices: { idleMs: 60_000 },
+  });
+  try {
+    const { appId } = await s.newApp();
+    const first = await sliced.reserve(appId, hold("first"));
+    assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
+    failing.on = true;
+    // Beyond the reservation and the slice's free money: the wallet would pay the rest.
+    const cost = 10_000_000;
+    const settled = await sliced.settle(appId, first.reservation.id, usage("first", cost));
+    failing.on = false;
+    assert.ok(failing.failed >= 3, `the wallet charge was tried and failed (${failing.failed})`);
+    assert.ok(settled.settled);
+    assert.ok(settled.charged >= HOLD, `charged ${settled.charged}, the reservation was ${HOLD}`);
+    assert.equal(settled.charged + settled.uncharged, cost);
+    await sliced.drain();
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, settled.charged, "what the answer said left the wallet");
+    assert.equal(wallet.reserved, 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    failing.on = false;
+    await sliced.drain();
+    await s.close();
+  }
+});
+
+Deno.test("charges settled in a slice a sweeper gave back are charged from the wallet after KV fails, once KV is back: never dropped, never twice", async () => {
+  const s = await startService();
+  const { kv, failing } = failingCommits(s.kv);
+  const limits = { rpm: 1_000_000_000, tpm: 1_000_000_000_000 };
+  const sliced = new Wallets(kv, {
+    leaseMs: 60_000,
+    maxAttempts: 2,
+    rateLimits: limits,
+    slices: { idleMs: 60_000, postEveryMs: 5 },
+  });
+  const sweeper = new Wallets(s.kv, { leaseMs: 60_000, rateLimits: limits });
+  try {
+    const { appId } = await s.newApp();
+    const first = await sliced.reserve(appId, hold("first"));
+    assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
+    // KV goes away for this process: its posts fail, the charge stays pending, the lease runs out.
+    failing.on = true;
+    const settled = await sliced.settle(appId, first.reservation.id, usage("first", 600));
+    assert.ok(settled.settled && settled.charged === 600);
+    assert.equal(await sweepExpiredReservations(s.kv, sweeper, Date.now() + 3_600_000), 1);
+    // Its next post finds the slice gone and charges from the wallet, which fails too.
+    await until(() => sliced.stats.orphanCharges > 0, "the orphaned charge");
+    const failedBefore = failing.failed;
+    await until(() => failing.failed > failedBefore, "the wallet charge to fail");
+    failing.on = false;
+    // Retried a second later, once: its usage record says whether an earlier try committed.
+    await until(
+      async () => (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!.spent === 600,
+      "the retried charge",
+      { timeoutMs: 10_000 },
+    );
+    await new Promise((r) => setTimeout(r, 1_500));
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, 600, "what the answer said left the wallet, once");
+    assert.equal(wallet.reserved, 0);
+    assert.equal((await usageRecords(s.kv, appId)).length, 1);
+    await assertAuditClean(s.kv);
+  } finally {
+    failing.on = false;
+    await sliced.drain();
+    await sweeper.drain();
     await s.close();
   }
 });
