@@ -7,13 +7,17 @@
  * given as `FAKE_WORKER_PORT_<index>` and counts its starts in `FAKE_WORKER_STARTS_<index>`.
  * `FAKE_WORKER_ASK=<index>` has that worker ask for its siblings' metrics once it listens, and
  * record what it got as `FAKE_WORKER_SIBLINGS_<index>`. Each worker counts `index + 1` requests.
+ * At each start a worker takes and ends a commit turn of the wallet "app_locked", and records in
+ * `FAKE_WORKER_LOCK_WAITS_<index>_<start>` how many of its turns waited past 50 ms; a crashing worker
+ * takes that turn again before it fails and never ends it.
  */
+import { CommitLocks } from "@/lib/billing/mod.ts";
 import type { FromWorker, ToWorker } from "@/lib/ops/mod.ts";
 
 const send = (message: FromWorker) => self.postMessage(message);
 let index = -1;
 
-self.onmessage = (event: MessageEvent<ToWorker>) => {
+self.onmessage = async (event: MessageEvent<ToWorker>) => {
   const message = event.data;
   switch (message.type) {
     case "start": {
@@ -24,10 +28,14 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       if (Deno.env.get("FAKE_WORKER_FAIL_START") === String(index)) {
         throw new Error("cannot open KV");
       }
+      const locks = new CommitLocks(message.commitLocks, index, { waitMs: 50 });
+      (await locks.begin("app_locked")).end(false);
+      Deno.env.set(`FAKE_WORKER_LOCK_WAITS_${index}_${starts}`, String(locks.timeouts));
       send({ type: "listening", port: message.port || 41_234 });
       if (Deno.env.get("FAKE_WORKER_ASK") === String(index)) send({ type: "siblings", id: 1 });
       if (Deno.env.get("FAKE_WORKER_CRASH") === String(index)) {
         Deno.env.delete("FAKE_WORKER_CRASH");
+        await locks.begin("app_locked");
         setTimeout(() => {
           throw new Error("worker crashed");
         }, 20);

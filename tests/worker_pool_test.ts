@@ -69,13 +69,16 @@ async function poolWithACrash() {
   return started;
 }
 
-Deno.test("a worker that fails after it served is logged and started again on the same port", async () => {
+Deno.test("a worker that fails after it served is logged and started again on the same port, the commit turns it held freed", async () => {
   const { workers, lines } = await poolWithACrash();
   await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the restart");
   const failed = lines.find((l) => l.event === "worker_failed");
   assert.equal(failed?.worker, 1);
   assert.match(String(failed?.error), /worker crashed/);
   assert.equal(Deno.env.get("FAKE_WORKER_PORT_1"), "8080");
+  // It died in the middle of a commit turn: the supervisor freed it, so its restart waited for none.
+  await until(() => Deno.env.get("FAKE_WORKER_LOCK_WAITS_1_2") !== undefined, "its first turn");
+  assert.equal(Deno.env.get("FAKE_WORKER_LOCK_WAITS_1_2"), "0");
   assert.equal(await workers.stop("SIGTERM", 5_000), true);
   clearFakeEnv();
 });
