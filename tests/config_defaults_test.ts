@@ -42,3 +42,11 @@ Deno.test("every numeric default the README states is the one the config module 
 Deno.test("the upstream timeout defaults to two minutes", () => {
   assert.equal(loadConfig({}).upstreamTimeoutMs, 120_000);
 });
+
+Deno.test("SERVE_WORKERS takes auto or 1 to 31 (one bit each in the shared commit locks), and refuses the rest", () => {
+  assert.equal(loadConfig({ SERVE_WORKERS: "31" }).serveWorkers, 31);
+  assert.equal(loadConfig({}).serveWorkers, "auto");
+  for (const bad of ["0", "32", "-1", "two"]) {
+    assert.throws(() => loadConfig({ SERVE_WORKERS: bad }), /SERVE_WORKERS.*1 to 31/);
+  }
+});

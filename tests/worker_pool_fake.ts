@@ -8,7 +8,7 @@
  * `FAKE_WORKER_ASK=<index>` has that worker ask for its siblings' metrics once it listens, and
  * record what it got as `FAKE_WORKER_SIBLINGS_<index>`. Each worker counts `index + 1` requests.
  * At each start a worker takes and ends a commit turn of the wallet "app_locked", and records in
- * `FAKE_WORKER_LOCK_WAITS_<index>_<start>` how many of its turns waited past 50 ms; a crashing worker
+ * `FAKE_WORKER_LOCK_TAKEOVERS_<index>_<start>` how many locks it took over after 50 ms; a crashing worker
  * takes that turn again before it fails and never ends it.
  */
 import { CommitLocks } from "@/lib/billing/mod.ts";
@@ -28,14 +28,16 @@ self.onmessage = async (event: MessageEvent<ToWorker>) => {
       if (Deno.env.get("FAKE_WORKER_FAIL_START") === String(index)) {
         throw new Error("cannot open KV");
       }
-      const locks = new CommitLocks(message.commitLocks, index, { waitMs: 50 });
-      (await locks.begin("app_locked")).end(false);
-      Deno.env.set(`FAKE_WORKER_LOCK_WAITS_${index}_${starts}`, String(locks.timeouts));
+      // A probe with an owner of its own: a restarted worker would count its predecessor's lock
+      // as its own.
+      const probe = new CommitLocks(message.commitLocks, index + 10, { waitMs: 50 });
+      (await probe.begin("app_locked")).end(false);
+      Deno.env.set(`FAKE_WORKER_LOCK_TAKEOVERS_${index}_${starts}`, String(probe.takenOver));
       send({ type: "listening", port: message.port || 41_234 });
       if (Deno.env.get("FAKE_WORKER_ASK") === String(index)) send({ type: "siblings", id: 1 });
       if (Deno.env.get("FAKE_WORKER_CRASH") === String(index)) {
         Deno.env.delete("FAKE_WORKER_CRASH");
-        await locks.begin("app_locked");
+        await new CommitLocks(message.commitLocks, index).begin("app_locked");
         setTimeout(() => {
           throw new Error("worker crashed");
         }, 20);

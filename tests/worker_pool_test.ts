@@ -77,8 +77,8 @@ Deno.test("a worker that fails after it served is logged and started again on th
   assert.match(String(failed?.error), /worker crashed/);
   assert.equal(Deno.env.get("FAKE_WORKER_PORT_1"), "8080");
   // It died in the middle of a commit turn: the supervisor freed it, so its restart waited for none.
-  await until(() => Deno.env.get("FAKE_WORKER_LOCK_WAITS_1_2") !== undefined, "its first turn");
-  assert.equal(Deno.env.get("FAKE_WORKER_LOCK_WAITS_1_2"), "0");
+  await until(() => Deno.env.get("FAKE_WORKER_LOCK_TAKEOVERS_1_2") !== undefined, "its first turn");
+  assert.equal(Deno.env.get("FAKE_WORKER_LOCK_TAKEOVERS_1_2"), "0");
   assert.equal(await workers.stop("SIGTERM", 5_000), true);
   clearFakeEnv();
 });

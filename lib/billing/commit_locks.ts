@@ -9,84 +9,163 @@
  * wrote the wallet since: it reads afresh instead of failing. Other processes are still caught by
  * the versionstamp check, as before; the lock only saves work, never guards money.
  *
- * Memory: a SharedArrayBuffer of `slots` pairs (lock word, generation); an app maps to a slot by
- * hash, so two apps may share one (a needless wait or read, never a wrong decision). A lock word
- * holds its owner's number plus one, so the supervisor can free what a dead worker held.
+ * Memory: a SharedArrayBuffer of `slots` triples (lock word, generation, waiting workers); an app
+ * maps to a slot by hash, so two apps may share one (a needless wait or read, never a wrong
+ * decision). The lock word holds its owner's index plus one. A worker that wants a held lock sets
+ * its bit among the waiting, and the holder hands the lock over on release to the next waiting
+ * worker after itself, round robin: a worker whose next batch is ready the moment it releases
+ * cannot take the lock back ahead of one that waited. Inside a worker, turns on one slot queue in
+ * order, so only one of them competes with the other workers. A lock held past `waitMs` (its
+ * holder died or hangs) is taken over; the supervisor also frees what a dead worker held.
  */
 
-/** How long a commit waits for its turn before it goes ahead unlocked (the check still guards it). */
+import { MAX_SERVE_WORKERS } from "@/lib/core/mod.ts";
+
+/** How long one holder may keep a lock that others wait for before it is taken over. */
 const WAIT_MS = 2_000;
 const DEFAULT_SLOTS = 1_024;
+const WORDS_PER_SLOT = 3;
 
 export interface CommitTurn {
   /** The wallet's generation when the turn began: equal to the one remembered, memory is fresh. */
   readonly generation: number;
-  /** Ends the turn; `committed` bumps the generation and returns the new one. */
+  /**
+   * Ends the turn; `committed` (or possibly committed) bumps the generation. Returns the
+   * generation this turn's commit left, or -1 when another's bump is in it too (memory stale).
+   */
   end(committed: boolean): number;
 }
 
 export class CommitLocks {
   readonly #words: Int32Array;
   readonly #slots: number;
-  readonly #owner: number;
+  readonly #index: number;
   readonly #waitMs: number;
-  /** Turns that waited past WAIT_MS and went ahead unlocked. */
-  timeouts = 0;
+  /** Per slot: the last of this worker's turns on it, which the next one waits for. */
+  readonly #queued = new Map<number, Promise<void>>();
+  /** Locks taken over from a holder that kept them past `waitMs`. */
+  takenOver = 0;
 
   /** The shared memory for `slots` wallets (a power of two), made by the supervisor. */
   static memory(slots = DEFAULT_SLOTS): SharedArrayBuffer {
-    return new SharedArrayBuffer(slots * 2 * Int32Array.BYTES_PER_ELEMENT);
+    return new SharedArrayBuffer(slots * WORDS_PER_SLOT * Int32Array.BYTES_PER_ELEMENT);
   }
 
-  /** Frees every lock a dead worker held; its half-done commit is settled by the checks. */
-  static releaseOwner(memory: SharedArrayBuffer, owner: number) {
+  /** Frees every lock a dead worker held and forgets it among the waiting. */
+  static releaseOwner(memory: SharedArrayBuffer, index: number) {
     const words = new Int32Array(memory);
-    for (let i = 0; i < words.length; i += 2) {
-      if (Atomics.compareExchange(words, i, owner + 1, 0) === owner + 1) Atomics.notify(words, i);
+    for (let base = 0; base < words.length; base += WORDS_PER_SLOT) {
+      Atomics.and(words, base + 2, ~(1 << index));
+      if (Atomics.compareExchange(words, base, index + 1, 0) === index + 1) {
+        Atomics.notify(words, base);
+      }
     }
   }
 
-  constructor(memory: SharedArrayBuffer, owner: number, options: { waitMs?: number } = {}) {
+  constructor(memory: SharedArrayBuffer, index: number, options: { waitMs?: number } = {}) {
+    if (!Number.isInteger(index) || index < 0 || index >= MAX_SERVE_WORKERS) {
+      throw new RangeError(`a commit lock owner is 0 to ${MAX_SERVE_WORKERS - 1}, got ${index}`);
+    }
     this.#words = new Int32Array(memory);
-    this.#slots = this.#words.length / 2;
-    this.#owner = owner + 1;
+    this.#slots = this.#words.length / WORDS_PER_SLOT;
+    this.#index = index;
     this.#waitMs = options.waitMs ?? WAIT_MS;
   }
 
   async begin(appId: string): Promise<CommitTurn> {
-    const lock = (hash(appId) & (this.#slots - 1)) * 2;
-    const words = this.#words;
-    const deadline = performance.now() + this.#waitMs;
-    let held = true;
-    for (;;) {
-      const current = Atomics.compareExchange(words, lock, 0, this.#owner);
-      if (current === 0) break;
-      const left = deadline - performance.now();
-      if (left <= 0) {
-        held = false;
-        this.timeouts++;
-        break;
-      }
-      // V8 resolves the wait outside Deno's event loop: a timer keeps the loop alive meanwhile,
-      // and a little past V8's own timeout, which is delivered after it.
-      const wait = Atomics.waitAsync(words, lock, current, left);
-      if (wait.async) {
-        const keepAlive = setTimeout(() => {}, left + 100);
-        await wait.value;
-        clearTimeout(keepAlive);
-      }
+    const slot = hash(appId) & (this.#slots - 1);
+    const base = slot * WORDS_PER_SLOT;
+    const previous = this.#queued.get(slot);
+    const mine = Promise.withResolvers<void>();
+    this.#queued.set(slot, mine.promise);
+    const leave = () => {
+      mine.resolve();
+      if (this.#queued.get(slot) === mine.promise) this.#queued.delete(slot);
+    };
+    if (previous) await previous;
+    try {
+      await this.#acquire(base);
+    } catch (error) {
+      leave();
+      throw error;
     }
-    const generation = Atomics.load(words, lock + 1);
+    const words = this.#words;
+    const generation = Atomics.load(words, base + 1);
+    let ended = false;
     return {
       generation,
       end: (committed) => {
-        const next = committed ? Atomics.add(words, lock + 1, 1) + 1 : generation;
-        if (held && Atomics.compareExchange(words, lock, this.#owner, 0) === this.#owner) {
-          Atomics.notify(words, lock, 1);
+        if (ended) throw new Error("a commit turn ends once");
+        ended = true;
+        let next = generation;
+        if (committed) {
+          const before = Atomics.add(words, base + 1, 1);
+          next = before === generation ? before + 1 : -1;
         }
+        this.#release(base);
+        leave();
         return next;
       },
     };
+  }
+
+  async #acquire(base: number) {
+    const words = this.#words;
+    const me = this.#index + 1;
+    if (Atomics.compareExchange(words, base, 0, me) === 0) return;
+    const bit = 1 << this.#index;
+    Atomics.or(words, base + 2, bit);
+    try {
+      let holder = 0;
+      let heldSince = 0;
+      for (;;) {
+        const current = Atomics.load(words, base);
+        if (current === me) return; // handed over
+        if (current === 0) {
+          if (Atomics.compareExchange(words, base, 0, me) === 0) return;
+          continue;
+        }
+        const now = performance.now();
+        if (current !== holder) {
+          holder = current;
+          heldSince = now;
+        }
+        const left = heldSince + this.#waitMs - now;
+        if (left <= 0) {
+          // Its holder died or hangs: the lock only saves work (the check guards the money).
+          if (Atomics.compareExchange(words, base, current, me) === current) {
+            this.takenOver++;
+            return;
+          }
+          continue;
+        }
+        // V8 resolves the wait outside Deno's event loop: a timer keeps the loop alive meanwhile,
+        // and a little past V8's own timeout, which is delivered after it.
+        const wait = Atomics.waitAsync(words, base, current, left);
+        if (wait.async) {
+          const keepAlive = setTimeout(() => {}, left + 100);
+          await wait.value;
+          clearTimeout(keepAlive);
+        }
+      }
+    } finally {
+      Atomics.and(words, base + 2, ~bit);
+    }
+  }
+
+  /** Hands the lock to the next waiting worker after this one, or frees it. */
+  #release(base: number) {
+    const words = this.#words;
+    const me = this.#index + 1;
+    const waiting = Atomics.load(words, base + 2) & ~(1 << this.#index);
+    let next = 0;
+    if (waiting !== 0) {
+      const after = waiting & ~((2 << this.#index) - 1);
+      const pick = after !== 0 ? after : waiting;
+      next = 31 - Math.clz32(pick & -pick) + 1;
+    }
+    // Taken over meanwhile (this turn outlived the wait): the lock is no longer this worker's.
+    if (Atomics.compareExchange(words, base, me, next) === me) Atomics.notify(words, base);
   }
 }
 

@@ -1,19 +1,58 @@
 import assert from "node:assert/strict";
 import { CommitLocks } from "./commit_locks.ts";
 
+/** Resolves once the promise has, or says it has not after `ms`. */
+async function settledWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let settled = false;
+  promise.then(() => settled = true, () => settled = true);
+  await new Promise((r) => setTimeout(r, ms));
+  return settled;
+}
+
 Deno.test("a wallet's commit turn waits for the turn of another worker on the same memory", async () => {
   const memory = CommitLocks.memory(8);
   const first = await new CommitLocks(memory, 0).begin("app_1");
-  let secondBegan = false;
-  const second = new CommitLocks(memory, 1).begin("app_1").then((turn) => {
-    secondBegan = true;
-    return turn;
-  });
-  await new Promise((r) => setTimeout(r, 20));
-  assert.equal(secondBegan, false);
+  const second = new CommitLocks(memory, 1).begin("app_1");
+  assert.equal(await settledWithin(second, 20), false);
   first.end(false);
   (await second).end(false);
-  assert.equal(secondBegan, true);
+});
+
+Deno.test("a released lock goes to the worker that waited, not back to its holder's next batch", async () => {
+  const memory = CommitLocks.memory(8);
+  const a = new CommitLocks(memory, 0);
+  const b = new CommitLocks(memory, 1);
+  const order: string[] = [];
+  const first = await a.begin("app_1");
+  const waiting = b.begin("app_1").then((turn) => {
+    order.push("b");
+    return turn;
+  });
+  await settledWithin(waiting, 10);
+  first.end(false);
+  // Its next batch asks at once, in the same task: it must wait for b.
+  const again = a.begin("app_1").then((turn) => {
+    order.push("a again");
+    return turn;
+  });
+  (await waiting).end(false);
+  (await again).end(false);
+  assert.deepEqual(order, ["b", "a again"]);
+  assert.equal(a.takenOver + b.takenOver, 0);
+});
+
+Deno.test("turns of one worker on one slot queue in order and never take the lock from each other", async () => {
+  const memory = CommitLocks.memory(1); // every app in the one slot
+  const locks = new CommitLocks(memory, 0, { waitMs: 30 });
+  const order: number[] = [];
+  await Promise.all([1, 2, 3].map(async (n) => {
+    const turn = await locks.begin(`app_${n}`);
+    order.push(n);
+    await new Promise((r) => setTimeout(r, 40)); // longer than the wait: no take-over from itself
+    turn.end(true);
+  }));
+  assert.deepEqual(order, [1, 2, 3]);
+  assert.equal(locks.takenOver, 0);
 });
 
 Deno.test("a committed turn bumps the wallet's generation; one that committed nothing leaves it", async () => {
@@ -29,32 +68,40 @@ Deno.test("a committed turn bumps the wallet's generation; one that committed no
   assert.equal((await a.begin("app_1")).generation, after);
 });
 
-Deno.test("the supervisor frees the turns of a dead worker, and only its", async () => {
+Deno.test("a commit whose generation another writer bumped too reports its memory stale (-1)", async () => {
   const memory = CommitLocks.memory(8);
-  const dead = new CommitLocks(memory, 3);
-  await dead.begin("app_1");
-  let began = false;
-  const waiting = new CommitLocks(memory, 1).begin("app_1").then((turn) => {
-    began = true;
-    return turn;
-  });
-  CommitLocks.releaseOwner(memory, 0);
-  await new Promise((r) => setTimeout(r, 20));
-  assert.equal(began, false);
-  CommitLocks.releaseOwner(memory, 3);
-  (await waiting).end(false);
-  assert.equal(began, true);
+  const turn = await new CommitLocks(memory, 0).begin("app_1");
+  // A worker that took the lock over from a hung holder committed meanwhile.
+  const words = new Int32Array(memory);
+  for (let i = 1; i < words.length; i += 3) Atomics.add(words, i, 1);
+  assert.equal(turn.end(true), -1);
 });
 
-Deno.test("a turn held past the wait goes ahead unlocked and is counted", async () => {
+Deno.test("the supervisor frees the turns of a dead worker, and only its", async () => {
   const memory = CommitLocks.memory(8);
-  await new CommitLocks(memory, 0).begin("app_1");
+  await new CommitLocks(memory, 3).begin("app_1");
+  const waiting = new CommitLocks(memory, 1).begin("app_1");
+  CommitLocks.releaseOwner(memory, 0);
+  assert.equal(await settledWithin(waiting, 20), false);
+  CommitLocks.releaseOwner(memory, 3);
+  (await waiting).end(false);
+});
+
+Deno.test("a lock held past the wait is taken over and counted; its old holder's end leaves it alone", async () => {
+  const memory = CommitLocks.memory(8);
+  const hung = await new CommitLocks(memory, 0).begin("app_1");
   const late = new CommitLocks(memory, 1, { waitMs: 30 });
   const turn = await late.begin("app_1");
-  assert.equal(late.timeouts, 1);
-  // Ending a turn it never held must not free the holder's.
-  turn.end(true);
-  const third = new CommitLocks(memory, 2, { waitMs: 30 });
-  (await third.begin("app_1")).end(false);
-  assert.equal(third.timeouts, 1);
+  assert.equal(late.takenOver, 1);
+  hung.end(true);
+  const third = new CommitLocks(memory, 2, { waitMs: 1_000 });
+  const waiting = third.begin("app_1");
+  assert.equal(await settledWithin(waiting, 20), false, "still the late turn's");
+  turn.end(false);
+  (await waiting).end(false);
+  assert.equal(third.takenOver, 0);
+});
+
+Deno.test("an owner outside the waiting mask is refused", () => {
+  assert.throws(() => new CommitLocks(CommitLocks.memory(8), 31), RangeError);
 });

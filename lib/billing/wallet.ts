@@ -114,6 +114,7 @@ export class Wallets {
     optimisticStarts: 0,
     mispredictions: 0,
     orphanCharges: 0,
+    commitLockTakeovers: 0,
   };
   readonly #kv: Deno.Kv;
   readonly #queues = new Map<string, Op[]>();
@@ -709,7 +710,9 @@ export class Wallets {
       if (backoff > 0) await sleep(Math.random() * Math.min(50, 2 ** backoff));
       backoff = 0;
       const turn = await this.#locks?.begin(appId);
+      if (this.#locks) this.stats.commitLockTakeovers = this.#locks.takenOver;
       let generation: number | undefined;
+      let wrote = false;
       try {
         // The versionstamp checks catch any other writer and the retry reads afresh. The rate
         // windows and limit overrides come in the same read as the wallet: no extra round trip.
@@ -805,7 +808,10 @@ export class Wallets {
         plan.write(atomic);
         atomic.set(walletKey, plan.wallet);
         atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
+        // A commit whose outcome stays unknown (#commitMarked throws) may have written the wallet.
+        wrote = true;
         const versionstamp = await this.#commitMarked(appId, batchId, atomic);
+        wrote = versionstamp !== null;
         if (versionstamp !== null) {
           generation = turn?.end(true) ?? 0;
           this.stats.commits++;
@@ -841,7 +847,7 @@ export class Wallets {
         }
         backoff = attempt;
       } finally {
-        if (generation === undefined) turn?.end(false);
+        if (generation === undefined) turn?.end(wrote);
       }
     }
   }

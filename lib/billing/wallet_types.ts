@@ -162,4 +162,6 @@ export interface WalletStats {
   mispredictions: number;
   /** Charges whose slice was gone when posted: charged from the wallet instead. */
   orphanCharges: number;
+  /** Commit locks (workers) taken over from a sibling that held one past its wait: it hung or died. */
+  commitLockTakeovers: number;
 }

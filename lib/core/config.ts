@@ -70,6 +70,9 @@ export interface Config {
   env: Record<string, string | undefined>;
 }
 
+/** Workers of one process at most: they take turns on wallet commits by one bit each (an Int32). */
+export const MAX_SERVE_WORKERS = 31;
+
 const positiveInt = (fallback: number) =>
   z.string().optional().transform((v, ctx) => {
     if (v === undefined || v === "") return fallback;
@@ -159,10 +162,13 @@ const EnvSchema = z.object({
   SERVE_WORKERS: z.string().optional().transform((v, ctx): number | "auto" => {
     if (v === undefined || v === "" || v === "auto") return "auto";
     const n = Number(v);
-    if (!Number.isSafeInteger(n) || n <= 0) {
+    // Workers take turns on wallet commits through one bit each in shared memory (commit_locks.ts).
+    if (!Number.isSafeInteger(n) || n <= 0 || n > MAX_SERVE_WORKERS) {
       ctx.addIssue({
         code: "custom",
-        message: `must be "auto" or a positive integer, got ${JSON.stringify(v)}`,
+        message: `must be "auto" or an integer from 1 to ${MAX_SERVE_WORKERS}, got ${
+          JSON.stringify(v)
+        }`,
       });
       return z.NEVER;
     }

@@ -1,6 +1,6 @@
 /** Core: money, ids, errors, secrets, the KV handle, config and logging; depends on nothing of ours. */
 export { concatBytes } from "./bytes.ts";
-export { CONFIG_DEFAULTS, ConfigError, loadConfig } from "./config.ts";
+export { CONFIG_DEFAULTS, ConfigError, loadConfig, MAX_SERVE_WORKERS } from "./config.ts";
 export type { Config } from "./config.ts";
 export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";
 export type { ErrorCode } from "./errors.ts";

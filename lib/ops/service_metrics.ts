@@ -114,6 +114,10 @@ export class ServiceMetrics {
       "Upstream calls started while their reservation committed (OPTIMISTIC_UPSTREAM).",
     );
     stat(
+      "commitLockTakeovers",
+      "Commit locks taken over from a worker that held one past its wait (hung or died).",
+    );
+    stat(
       "mispredictions",
       "Optimistic upstream calls whose reservation was then refused: aborted, nothing charged.",
     );

@@ -161,7 +161,10 @@ export class WorkerPool {
     if (this.#stopping) return;
     const delay = Math.min(MAX_RESTART_DELAY_MS, RESTART_DELAY_MS * 2 ** slot.failures++);
     setTimeout(() => {
-      if (!this.#stopping && slot.worker === null) this.#spawn(slot);
+      if (this.#stopping || slot.worker !== null) return;
+      // Again: a thread that outlived terminate() a moment may have taken one since.
+      CommitLocks.releaseOwner(this.#commitLocks, slot.index);
+      this.#spawn(slot);
     }, delay);
   }
 
