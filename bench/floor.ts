@@ -1,9 +1,9 @@
 /**
  * The bench's floor: the least a Deno gateway with Tollbooth's upstream client can cost on this
  * machine. One thread: `Deno.serve` and `createHttp1Fetch` (lib/gateway/providers/http1.ts), the
- * request body passed to the upstream as it came and the upstream's answer streamed back, nothing
- * else (no key, no wallet, no parsing, no logs). Tollbooth minus this is what the gateway adds;
- * this minus direct is what the runtime and the extra hop cost.
+ * request body read whole and sent on to the upstream, its answer streamed back, nothing else (no
+ * key, no wallet, no parsing, no logs). Tollbooth on one worker minus this is what the gateway
+ * adds; this minus direct is what the runtime and the extra hop cost.
  *
  *   deno run -A bench/floor.ts --port=18601 --upstream=http://127.0.0.1:18600
  */

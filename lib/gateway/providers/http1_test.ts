@@ -945,9 +945,10 @@ Deno.test("a server that answers a large body early (413) and keeps the connecti
     assert.match(await res.text(), /request too large/);
     assert.equal(client.idleConnections(), 0, "not returned to the pool");
   } finally {
+    // A connection wrongly kept in the pool would hold the server until its idle timeout.
+    client.closeIdle();
     await served;
     assert.ok(clientClosed);
     listener.close();
-    client.closeIdle();
   }
 });
