@@ -72,6 +72,7 @@ export class CommitLocks {
     this.#waitMs = options.waitMs ?? WAIT_MS;
   }
 
+  /** A turn must be ended: the next turns of this worker on its slot wait for it. */
   async begin(appId: string): Promise<CommitTurn> {
     const slot = hash(appId) & (this.#slots - 1);
     const base = slot * WORDS_PER_SLOT;
@@ -86,6 +87,8 @@ export class CommitLocks {
     try {
       await this.#acquire(base);
     } catch (error) {
+      // Handed over in the moment before it failed: passed on, or freed.
+      this.#release(base);
       leave();
       throw error;
     }
@@ -100,7 +103,7 @@ export class CommitLocks {
         let next = generation;
         if (committed) {
           const before = Atomics.add(words, base + 1, 1);
-          next = before === generation ? before + 1 : -1;
+          next = before === generation ? (before + 1) | 0 : -1;
         }
         this.#release(base);
         leave();
