@@ -47,6 +47,12 @@ const ModelSchema = z.object({
   /** OpenAI's image rule for this model: tokens per image and per 512-px tile (85 and 170 by default). */
   image_base_tokens: z.number().int().min(0).max(100_000).optional(),
   image_tile_tokens: z.number().int().min(0).max(100_000).optional(),
+  /**
+   * How the reservation counts this chat model's text (OpenAI kind): `o200k`, `cl100k`, or
+   * `utf8_bytes` (its UTF-8 bytes: a ceiling no byte-level tokenizer exceeds, for families whose
+   * tokenizer is not OpenAI's). Unset: by the upstream model's name (tokenizerOf).
+   */
+  tokenizer: z.enum(["o200k", "cl100k", "utf8_bytes"]).optional(),
   /** Tried in order when the provider before fails before answering; priced like the model. */
   fallbacks: z.array(
     z.object({ provider: z.string(), upstream_model: z.string().min(1) }).strict(),
@@ -80,6 +86,7 @@ export interface Route {
 }
 
 export type ModelType = "chat" | "embedding";
+export type Tokenizer = "o200k" | "cl100k" | "utf8_bytes";
 
 export interface Model {
   id: string;
@@ -109,6 +116,20 @@ export interface Model {
   outputCapParam: "max_tokens" | "max_completion_tokens" | null;
   imageBaseTokens: number;
   imageTileTokens: number;
+  /** Set by the catalog for every route of the model; null: by each route's model name. */
+  tokenizer: Tokenizer | null;
+}
+
+/** OpenAI's GPT-4 (not 4o, 4.1 or later) and GPT-3.5 models bill cl100k tokens. */
+const CL100K_MODEL = /^gpt-(?:3\.5-|4(?:-|$))/;
+
+/**
+ * The tokenizer the input bound counts a route's text with (OpenAI kind): the catalog's, else
+ * cl100k for OpenAI's models that bill it and o200k (GPT-4o onwards, and the default estimate for
+ * other families, which their reported usage corrects) for the rest.
+ */
+export function tokenizerOf(model: Pick<Model, "tokenizer">, upstreamModel: string): Tokenizer {
+  return model.tokenizer ?? (CL100K_MODEL.test(upstreamModel) ? "cl100k" : "o200k");
 }
 
 export interface Catalog {
@@ -167,6 +188,19 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       }
       return { provider: fallback, upstreamModel: f.upstream_model };
     });
+    if (m.tokenizer !== undefined) {
+      if (type === "embedding") {
+        throw new CatalogError(
+          `catalog field models.${i}.tokenizer: for chat models; an embedding model's input is counted with both OpenAI encodings`,
+        );
+      }
+      const routes = [provider, ...fallbacks.map((f) => f.provider)];
+      if (routes.every((p) => p.kind === "anthropic")) {
+        throw new CatalogError(
+          `catalog field models.${i}.tokenizer: for routes of the OpenAI kind; Anthropic-kind text has its own bound`,
+        );
+      }
+    }
     if (type === "embedding") {
       const where = [
         ["provider", provider],
@@ -199,6 +233,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       outputCapParam: m.output_cap_param ?? null,
       imageBaseTokens: m.image_base_tokens ?? 85,
       imageTileTokens: m.image_tile_tokens ?? 170,
+      tokenizer: m.tokenizer ?? null,
     });
   });
   const models = [...byId.values()];

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { buildCatalog, CatalogError } from "./catalog.ts";
+import { buildCatalog, CatalogError, tokenizerOf } from "./catalog.ts";
 
 /** A small valid catalog file; each test changes one thing. */
 function catalogFile() {
@@ -232,4 +232,39 @@ Deno.test("an embedding model has no output price nor output cap, and a chat mod
   // The simulator serves embeddings too.
   const simulated = catalogWith({ type: "embedding", input_usd_per_mtok: "1", provider: "sim" });
   assert.equal(buildCatalog(simulated, {}).get("oa/m")!.provider.kind, "simulator");
+});
+
+Deno.test("a route's tokenizer is the catalog's, else cl100k for OpenAI's GPT-4 and GPT-3.5 and o200k for the rest", () => {
+  const unset = { tokenizer: null };
+  for (const name of ["gpt-4", "gpt-4-0613", "gpt-4-turbo", "gpt-4-32k", "gpt-3.5-turbo"]) {
+    assert.equal(tokenizerOf(unset, name), "cl100k", name);
+  }
+  for (const name of ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "o3", "llama-3.3-70b"]) {
+    assert.equal(tokenizerOf(unset, name), "o200k", name);
+  }
+  assert.equal(tokenizerOf({ tokenizer: "utf8_bytes" }, "gpt-4"), "utf8_bytes");
+  const file = catalogFile();
+  file.models[1].tokenizer = "utf8_bytes";
+  assert.equal(buildCatalog(file, {}).get("openai/gpt-4o-mini")?.tokenizer, "utf8_bytes");
+});
+
+Deno.test("a tokenizer is refused on an embedding model, on a model whose every route is Anthropic's, and when unknown", () => {
+  assert.match(
+    refusal((c) => {
+      c.models[1].tokenizer = "cl100k";
+      c.models[1].type = "embedding";
+      delete c.models[1].output_usd_per_mtok;
+      delete c.models[1].max_output_tokens;
+      delete c.models[1].fallbacks;
+    }),
+    /models\.1\.tokenizer: for chat models/,
+  );
+  assert.match(
+    refusal((c) => {
+      c.models[1].provider = "backup";
+      c.models[1].tokenizer = "cl100k";
+    }),
+    /models\.1\.tokenizer: for routes of the OpenAI kind/,
+  );
+  assert.match(refusal((c) => c.models[1].tokenizer = "llama"), /models\.1\.tokenizer/);
 });

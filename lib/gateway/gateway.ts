@@ -2,7 +2,13 @@
  * One paid request's life, independent of HTTP: price, reserve, call the provider, settle.
  * Every path that reserves ends in exactly one settle or release (or, after a crash, the sweeper).
  */
-import { type Catalog, type Model, type ModelType, reservationCost } from "@/lib/catalog/mod.ts";
+import {
+  type Catalog,
+  type Model,
+  type ModelType,
+  reservationCost,
+  tokenizerOf,
+} from "@/lib/catalog/mod.ts";
 import {
   assertSupported,
   type ChatRequest,
@@ -338,7 +344,8 @@ export class Gateway {
         requestId,
         modelId: model.id,
         countedPromptTokens: promptTokens,
-        countOutput: (text) => outputBound(route.provider.kind, text),
+        countOutput: (text) =>
+          outputBound(route.provider.kind, text, tokenizerOf(model, route.upstreamModel)),
         includeUsage: streamed && request.includeUsage,
         settle: async (usage, outcome, countedLocally) => {
           stopRenewal();
@@ -473,13 +480,16 @@ export class Gateway {
       );
     }
     const maxTokens = request.maxTokens ?? Math.min(DEFAULT_MAX_TOKENS, model.maxOutputTokens);
-    const kinds: ProviderKind[] = [
-      model.provider.kind,
-      ...model.fallbacks.map((f) => f.provider.kind),
+    const routes = [
+      { provider: model.provider, upstreamModel: model.upstreamModel },
+      ...model.fallbacks,
     ];
+    const kinds: ProviderKind[] = routes.map((r) => r.provider.kind);
     assertSupported(request, kinds, maxTokens);
-    // The largest of the bounds of every provider that may serve the request: the reservation covers any.
-    const bounds = kinds.map((kind) => inputBound(kind, request, model));
+    // The largest of the bounds of every route that may serve the request: the reservation covers any.
+    const bounds = routes.map((r) =>
+      inputBound(r.provider.kind, request, model, tokenizerOf(model, r.upstreamModel))
+    );
     let promptTokens = Math.max(...bounds);
     // Anthropic's count_tokens, asked only when the bound decides: counted once, never cached.
     let exactTried = false;
@@ -508,7 +518,10 @@ export class Gateway {
       );
     }
     // Output beyond the cap that the provider may bill (rejected predicted output).
-    const outputTokens = maxTokens + extraOutputBound(request);
+    const outputTokens = maxTokens +
+      Math.max(
+        ...routes.map((r) => extraOutputBound(request, tokenizerOf(model, r.upstreamModel))),
+      );
     const plan = (): PlannedReservation => ({
       amount: reservationCost(model, promptTokens, outputTokens),
       tokens: promptTokens + outputTokens,

@@ -4,7 +4,7 @@
  * One function per provider kind; the same number serves the context check, the tokens-per-minute
  * limit and the reservation, so that the reservation covers whatever the provider can bill.
  */
-import type { Model } from "@/lib/catalog/mod.ts";
+import type { Model, Tokenizer } from "@/lib/catalog/mod.ts";
 import {
   type ChatMessage,
   type ChatRequest,
@@ -14,7 +14,7 @@ import {
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { readImageSize } from "./image_size.ts";
 import { messagesTools } from "./providers/anthropic/request.ts";
-import { countTextTokens } from "./tokens.ts";
+import { countTokensWith } from "./tokens.ts";
 
 /** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
 const OPENAI_TOKENS_PER_MESSAGE = 4;
@@ -133,8 +133,16 @@ function messageTextTokens(m: ChatMessage, count: TextCounter, perPart: number):
   return tokens;
 }
 
-/** The input OpenAI (or an OpenAI-compatible server with o200k counts) bills for this request. */
-export function openAiInputBound(request: ChatRequest, model: Model): number {
+/**
+ * The input OpenAI (or an OpenAI-compatible server) bills for this request, its text counted with
+ * `tokenizer` (the route's: tokenizerOf).
+ */
+export function openAiInputBound(
+  request: ChatRequest,
+  model: Model,
+  tokenizer: Tokenizer = "o200k",
+): number {
+  const countTextTokens = (text: string) => countTokensWith(tokenizer, text);
   let total = OPENAI_TOKENS_PER_REPLY;
   for (const m of request.messages) {
     total += OPENAI_TOKENS_PER_MESSAGE +
@@ -188,23 +196,29 @@ export function anthropicInputBound(request: ChatRequest): number {
   return total;
 }
 
-/** The bound for one provider kind; the simulator bills by OpenAI's rules. */
-export function inputBound(kind: ProviderKind, request: ChatRequest, model: Model): number {
-  return kind === "anthropic" ? anthropicInputBound(request) : openAiInputBound(request, model);
+/** The bound for one route (its kind and tokenizer); the simulator bills by OpenAI's rules. */
+export function inputBound(
+  kind: ProviderKind,
+  request: ChatRequest,
+  model: Model,
+  tokenizer: Tokenizer,
+): number {
+  return kind === "anthropic"
+    ? anthropicInputBound(request)
+    : openAiInputBound(request, model, tokenizer);
 }
 
 /** Output a provider produced, counted by us when it reports none (a cut or abandoned stream). */
-export function outputBound(kind: ProviderKind, text: string): number {
-  return kind === "anthropic" ? claudeTokenBound(text) : countTextTokens(text);
+export function outputBound(kind: ProviderKind, text: string, tokenizer: Tokenizer): number {
+  return kind === "anthropic" ? claudeTokenBound(text) : countTokensWith(tokenizer, text);
 }
 
 /**
  * Output the upstream may bill beyond the cap: OpenAI bills rejected predicted-output tokens as
  * completion tokens, and those are at most the prediction itself.
  */
-export function extraOutputBound(request: ChatRequest): number {
+export function extraOutputBound(request: ChatRequest, tokenizer: Tokenizer): number {
   const prediction = request.params.prediction;
-  return prediction
-    ? contentTokens(prediction.content, countTextTokens, OPENAI_TOKENS_PER_PART)
-    : 0;
+  const count = (text: string) => countTokensWith(tokenizer, text);
+  return prediction ? contentTokens(prediction.content, count, OPENAI_TOKENS_PER_PART) : 0;
 }

@@ -7,7 +7,8 @@ import {
   openAiImageTokens,
   openAiInputBound,
 } from "./input_bound.ts";
-import { countPromptTokens, countTextTokens } from "./tokens.ts";
+import { countPromptTokens, countTextTokens, countTokensWith } from "./tokens.ts";
+import { countTokens as countCl100k } from "gpt-tokenizer/encoding/cl100k_base";
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { messagesTools } from "./providers/anthropic/request.ts";
 import { legacyClaudeTokens } from "../../tests/claude_token_reference.ts";
@@ -115,10 +116,13 @@ Deno.test("a prediction adds its tokens to the output the reservation covers", (
   const messages = [{ role: "user", content: "Edit this" }];
   const code = "const x = 1;\n".repeat(20);
   assert.equal(
-    extraOutputBound(request({ messages, prediction: { type: "content", content: code } })),
+    extraOutputBound(
+      request({ messages, prediction: { type: "content", content: code } }),
+      "o200k",
+    ),
     countTextTokens(code),
   );
-  assert.equal(extraOutputBound(request({ messages })), 0);
+  assert.equal(extraOutputBound(request({ messages }), "o200k"), 0);
 });
 
 Deno.test("text parts are bounded one by one: many tiny parts are held above what Claude bills for them sent a blank line apart", () => {
@@ -131,5 +135,23 @@ Deno.test("text parts are bounded one by one: many tiny parts are held above wha
       `${char}: bound ${anthropicInputBound(req)} < legacy ${legacyClaudeTokens(sent)}`,
     );
     assert.ok(openAiInputBound(req, gpt) >= 3_000 * countTextTokens(char));
+  }
+});
+
+Deno.test("the OpenAI bound counts text with the route's tokenizer: cl100k for a model that bills it, at least the UTF-8 bytes with utf8_bytes", () => {
+  const text = "Пример текста на русском языке, and some English. 日本語のテキストも少し。";
+  const body = request({ messages: [{ role: "user", content: text }] });
+  const cl100k = openAiInputBound(body, testModel("openai", "gpt-4"), "cl100k");
+  const o200k = openAiInputBound(body, gpt, "o200k");
+  assert.ok(cl100k > o200k, `cl100k ${cl100k} over o200k ${o200k} on this text`);
+  assert.ok(cl100k >= countCl100k(text) + 4 + 3, "the cl100k count plus OpenAI's framing");
+  const bytes = openAiInputBound(body, gpt, "utf8_bytes");
+  assert.ok(bytes >= new TextEncoder().encode(text).length);
+  assert.ok(bytes > cl100k);
+});
+
+Deno.test("utf8_bytes counts a text's UTF-8 bytes exactly, surrogate pairs and lone surrogates included", () => {
+  for (const text of ["", "ascii", "é", "€", "😀", "a\uD800b", "\uDC00", "日本語😀é"]) {
+    assert.equal(countTokensWith("utf8_bytes", text), new TextEncoder().encode(text).length, text);
   }
 });

@@ -72,7 +72,7 @@ async function reservations(d: Dialect, body: Record<string, unknown>) {
   const cap = request.maxTokens!;
   return {
     exact,
-    bound: reservationCost(model, inputBound("anthropic", request, model), cap),
+    bound: reservationCost(model, inputBound("anthropic", request, model, "o200k"), cap),
     counted: reservationCost(model, exactInputReservation(exact), cap),
   };
 }
