@@ -10,14 +10,16 @@
  * the versionstamp check, as before; the lock only saves work, never guards money.
  *
  * Memory: a SharedArrayBuffer of `slots` records (lock word, generation, waiting workers, last
- * holder, streak); an app maps to a slot by hash, so two apps may share one (a needless wait or
+ * handed to, streak); an app maps to a slot by hash, so two apps may share one (a needless wait or
  * read, never a wrong decision). The lock word holds its owner's index plus one. A worker that
  * wants a held lock sets its bit among the waiting. On release with others waiting, the holder
- * frees the lock, and its next batch, ready at once, usually takes it again without waking another
- * thread; after MAX_STREAK such turns in a row it hands the lock to the next waiting worker after
- * itself, round robin, so no waiter waits longer than that. Inside a worker, turns on one slot
- * queue in order, so only one of them competes with the other workers. A lock held past `waitMs`
- * (its holder died or hangs) is taken over; the supervisor also frees what a dead worker held.
+ * frees the lock, and its next batch, ready at once, usually takes it again without waiting for
+ * another thread to wake; after MAX_STREAK such releases in a row (by any holders) the lock is
+ * handed to the next waiting worker after the one it was last handed to, round robin, so every
+ * waiter gets it within a bounded number of turns. Inside a worker, turns on one slot queue in
+ * order, so only one of them competes with the other workers. A lock whose holders make no
+ * progress for `waitMs` (its holder died or hangs) is taken over; the supervisor also frees what a
+ * dead worker held.
  */
 
 import { MAX_SERVE_WORKERS } from "@/lib/core/mod.ts";
@@ -29,6 +31,7 @@ const WORDS_PER_SLOT = 5;
 const LOCK = 0;
 const GENERATION = 1;
 const WAITING = 2;
+/** The worker the lock was last handed to (index plus one): where the round robin goes on. */
 const LAST_HOLDER = 3;
 const STREAK = 4;
 /**
@@ -128,10 +131,6 @@ export class CommitLocks {
     const words = this.#words;
     const me = this.#index + 1;
     if (Atomics.compareExchange(words, base + LOCK, 0, me) !== 0) await this.#wait(base);
-    // A turn after another worker's starts a new streak.
-    if (Atomics.exchange(words, base + LAST_HOLDER, me) !== me) {
-      Atomics.store(words, base + STREAK, 0);
-    }
   }
 
   async #wait(base: number) {
@@ -140,7 +139,8 @@ export class CommitLocks {
     const bit = 1 << this.#index;
     Atomics.or(words, base + WAITING, bit);
     try {
-      let holder = 0;
+      // What shows the lock's holders make progress: who holds it, the commits, the streak.
+      let progress = "";
       let heldSince = 0;
       for (;;) {
         const current = Atomics.load(words, base + LOCK);
@@ -150,8 +150,11 @@ export class CommitLocks {
           continue;
         }
         const now = performance.now();
-        if (current !== holder) {
-          holder = current;
+        const seen = `${current}:${Atomics.load(words, base + GENERATION)}:${
+          Atomics.load(words, base + STREAK)
+        }`;
+        if (seen !== progress) {
+          progress = seen;
           heldSince = now;
         }
         const left = heldSince + this.#waitMs - now;
@@ -177,22 +180,30 @@ export class CommitLocks {
     }
   }
 
-  /** Frees the lock, or hands it to the next waiting worker after this one when its streak is up. */
+  /**
+   * Frees the lock, or, after MAX_STREAK releases in a row with workers waiting (whoever held the
+   * lock), hands it to the next waiting worker after the one it was last handed to.
+   */
   #release(base: number) {
     const words = this.#words;
     const me = this.#index + 1;
+    // Taken over meanwhile (this turn outlived the wait): the lock is no longer this worker's.
+    if (Atomics.load(words, base + LOCK) !== me) return;
     const waiting = Atomics.load(words, base + WAITING) & ~(1 << this.#index);
     let next = 0;
-    if (waiting !== 0) {
-      if (Atomics.add(words, base + STREAK, 1) + 1 >= MAX_STREAK) {
-        const after = waiting & ~((2 << this.#index) - 1);
-        const pick = after !== 0 ? after : waiting;
-        next = 31 - Math.clz32(pick & -pick) + 1;
-      }
+    if (waiting === 0) Atomics.store(words, base + STREAK, 0);
+    else if (Atomics.add(words, base + STREAK, 1) + 1 >= MAX_STREAK) {
+      const last = Atomics.load(words, base + LAST_HOLDER); // an index plus one, or 0
+      const after = last >= 31 ? 0 : waiting & ~((1 << last) - 1);
+      const pick = after !== 0 ? after : waiting;
+      next = 31 - Math.clz32(pick & -pick) + 1;
+      Atomics.store(words, base + STREAK, 0);
+      Atomics.store(words, base + LAST_HOLDER, next);
     }
-    // Taken over meanwhile (this turn outlived the wait): the lock is no longer this worker's.
-    if (Atomics.compareExchange(words, base + LOCK, me, next) !== me) return;
-    if (waiting !== 0) Atomics.notify(words, base + LOCK);
+    // Every change is told: a worker may have begun to wait after `waiting` was read.
+    if (Atomics.compareExchange(words, base + LOCK, me, next) === me) {
+      Atomics.notify(words, base + LOCK);
+    }
   }
 }
 

@@ -106,3 +106,31 @@ Deno.test("a lock held past the wait is taken over and counted; its old holder's
 Deno.test("an owner outside the waiting mask is refused", () => {
   assert.throws(() => new CommitLocks(CommitLocks.memory(8), 31), RangeError);
 });
+
+Deno.test("with three workers, one that waits gets the lock within a bounded number of turns while the other two trade it", async () => {
+  const memory = CommitLocks.memory(8);
+  const [a, b, c] = [0, 1, 2].map((i) => new CommitLocks(memory, i));
+  const order: string[] = [];
+  let stop = false;
+  const trade = async (locks: CommitLocks, name: string) => {
+    while (!stop) {
+      const turn = await locks.begin("app_1");
+      order.push(name);
+      turn.end(false);
+      await Promise.resolve();
+    }
+  };
+  const first = await a.begin("app_1");
+  const traders = [trade(a, "a"), trade(b, "b")];
+  const waiting = c.begin("app_1").then((turn) => {
+    order.push("c");
+    stop = true;
+    turn.end(false);
+  });
+  await new Promise((r) => setTimeout(r, 10));
+  first.end(false);
+  await waiting;
+  await Promise.all(traders);
+  assert.ok(order.indexOf("c") <= 8, order.join(" "));
+  assert.equal(a.takenOver + b.takenOver + c.takenOver, 0);
+});
