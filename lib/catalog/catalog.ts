@@ -48,9 +48,10 @@ const ModelSchema = z.object({
   image_base_tokens: z.number().int().min(0).max(100_000).optional(),
   image_tile_tokens: z.number().int().min(0).max(100_000).optional(),
   /**
-   * How the reservation counts this chat model's text (OpenAI kind): `o200k`, `cl100k`, or
-   * `utf8_bytes` (its UTF-8 bytes: a ceiling no byte-level tokenizer exceeds, for families whose
-   * tokenizer is not OpenAI's). Unset: by the upstream model's name (tokenizerOf).
+   * How the reservation counts this chat model's text (OpenAI kind), on every route: `o200k`,
+   * `cl100k`, or `utf8_bytes` (its UTF-8 bytes, which no byte-level tokenizer exceeds, plus
+   * allowances for open models' chat templates: for families whose tokenizer is not OpenAI's).
+   * Unset: by each route's model name (tokenizerOf).
    */
   tokenizer: z.enum(["o200k", "cl100k", "utf8_bytes"]).optional(),
   /** Tried in order when the provider before fails before answering; priced like the model. */
@@ -120,8 +121,11 @@ export interface Model {
   tokenizer: Tokenizer | null;
 }
 
-/** OpenAI's GPT-4 (not 4o, 4.1 or later) and GPT-3.5 models bill cl100k tokens. */
-const CL100K_MODEL = /^gpt-(?:3\.5-|4(?:-|$))/;
+/**
+ * OpenAI's GPT-4 (not 4o, 4.1 or later) and GPT-3.5 models bill cl100k tokens; so do their
+ * fine-tunes (`ft:gpt-4-0613:…`), and a router may prefix the name (`openai/gpt-4`).
+ */
+const CL100K_MODEL = /(?:^|[:/])gpt-(?:3\.5-|4(?:-|$))/i;
 
 /**
  * The tokenizer the input bound counts a route's text with (OpenAI kind): the catalog's, else

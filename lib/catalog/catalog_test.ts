@@ -236,10 +236,34 @@ Deno.test("an embedding model has no output price nor output cap, and a chat mod
 
 Deno.test("a route's tokenizer is the catalog's, else cl100k for OpenAI's GPT-4 and GPT-3.5 and o200k for the rest", () => {
   const unset = { tokenizer: null };
-  for (const name of ["gpt-4", "gpt-4-0613", "gpt-4-turbo", "gpt-4-32k", "gpt-3.5-turbo"]) {
+  for (
+    const name of [
+      "gpt-4",
+      "gpt-4-0613",
+      "gpt-4-turbo",
+      "gpt-4-32k",
+      "gpt-3.5-turbo",
+      "ft:gpt-4-0613:acme::abc",
+      "ft:gpt-3.5-turbo-0125:acme::abc",
+      "openai/gpt-4",
+      "GPT-4",
+    ]
+  ) {
     assert.equal(tokenizerOf(unset, name), "cl100k", name);
   }
-  for (const name of ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "o3", "llama-3.3-70b"]) {
+  for (
+    const name of [
+      "gpt-4o",
+      "gpt-4o-mini",
+      "gpt-4.1",
+      "gpt-4.5-preview",
+      "chatgpt-4o-latest",
+      "ft:gpt-4o-mini:acme::abc",
+      "gpt-5",
+      "o3",
+      "llama-3.3-70b",
+    ]
+  ) {
     assert.equal(tokenizerOf(unset, name), "o200k", name);
   }
   assert.equal(tokenizerOf({ tokenizer: "utf8_bytes" }, "gpt-4"), "utf8_bytes");

@@ -26,6 +26,15 @@ const OPENAI_TOKENS_PER_TOOL_CALL = 10;
 const OPENAI_SCHEMA_OVERHEAD = 16;
 /** A text part after the first: whatever separates it from the one before. */
 const OPENAI_TOKENS_PER_PART = 1;
+/**
+ * With `utf8_bytes` (open models behind the OpenAI kind), allowances for their chat templates
+ * over the text's bytes: Llama 3.1's dated system block (about 20 tokens) with begin-of-text and
+ * the reply's header, about 5 tokens of headers per message, and Qwen's tool instructions (about
+ * 90 tokens), each with room over. A template that adds more is not covered.
+ */
+const OPEN_TEMPLATE_BASE_TOKENS = 64;
+const OPEN_TEMPLATE_TOKENS_PER_MESSAGE = 8;
+const OPEN_TEMPLATE_TOOLS_TOKENS = 256;
 
 /** OpenAI's image rule: a 2048-px square box, then the short side to 768 px, in 512-px tiles. */
 const OPENAI_IMAGE_BOX = 2048;
@@ -137,15 +146,14 @@ function messageTextTokens(m: ChatMessage, count: TextCounter, perPart: number):
  * The input OpenAI (or an OpenAI-compatible server) bills for this request, its text counted with
  * `tokenizer` (the route's: tokenizerOf).
  */
-export function openAiInputBound(
-  request: ChatRequest,
-  model: Model,
-  tokenizer: Tokenizer = "o200k",
-): number {
+export function openAiInputBound(request: ChatRequest, model: Model, tokenizer: Tokenizer): number {
   const countTextTokens = (text: string) => countTokensWith(tokenizer, text);
-  let total = OPENAI_TOKENS_PER_REPLY;
+  // Open models' chat templates add more than OpenAI's framing: a dated system block (Llama 3.1),
+  // a default system prompt (Qwen), tool instructions, a begin-of-text token.
+  const open = tokenizer === "utf8_bytes";
+  let total = open ? OPEN_TEMPLATE_BASE_TOKENS : OPENAI_TOKENS_PER_REPLY;
   for (const m of request.messages) {
-    total += OPENAI_TOKENS_PER_MESSAGE +
+    total += (open ? OPEN_TEMPLATE_TOKENS_PER_MESSAGE : OPENAI_TOKENS_PER_MESSAGE) +
       messageTextTokens(m, countTextTokens, OPENAI_TOKENS_PER_PART);
     if (m.role === "assistant") total += OPENAI_TOKENS_PER_TOOL_CALL * (m.tool_calls?.length ?? 0);
     if (m.role === "user" && Array.isArray(m.content)) {
@@ -157,8 +165,8 @@ export function openAiInputBound(
   }
   const tools = request.params.tools ?? [];
   if (tools.length) {
-    total += OPENAI_TOOLS_OVERHEAD + OPENAI_TOKENS_PER_TOOL * tools.length +
-      countTextTokens(JSON.stringify(toolsValue(tools)));
+    total += (open ? OPEN_TEMPLATE_TOOLS_TOKENS : OPENAI_TOOLS_OVERHEAD) +
+      OPENAI_TOKENS_PER_TOOL * tools.length + countTextTokens(JSON.stringify(toolsValue(tools)));
   }
   const schema = schemaValue(request);
   if (schema !== null) total += OPENAI_SCHEMA_OVERHEAD + countTextTokens(JSON.stringify(schema));

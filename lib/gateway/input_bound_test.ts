@@ -40,14 +40,14 @@ Deno.test("Anthropic images cost width × height / 750 after fitting 1568 px; un
 Deno.test("the OpenAI bound is the text count for plain chats and grows with tools, schemas and calls", () => {
   const messages = [{ role: "user", content: "Hello there" }];
   assert.equal(
-    openAiInputBound(request({ messages }), gpt),
+    openAiInputBound(request({ messages }), gpt, "o200k"),
     countPromptTokens([{ content: "Hello there" }]),
   );
   const tools = [{
     type: "function",
     function: { name: "lookup", description: "x ".repeat(2000), parameters: { type: "object" } },
   }];
-  const withTools = openAiInputBound(request({ messages, tools }), gpt);
+  const withTools = openAiInputBound(request({ messages, tools }), gpt, "o200k");
   assert.ok(withTools > countTextTokens("x ".repeat(2000)), `${withTools}`);
   const schema = {
     type: "object",
@@ -59,6 +59,7 @@ Deno.test("the OpenAI bound is the text count for plain chats and grows with too
       response_format: { type: "json_schema", json_schema: { name: "a", schema } },
     }),
     gpt,
+    "o200k",
   );
   assert.ok(withSchema > countTextTokens("y ".repeat(500)));
   const call = openAiInputBound(
@@ -78,6 +79,7 @@ Deno.test("the OpenAI bound is the text count for plain chats and grows with too
       tools,
     }),
     gpt,
+    "o200k",
   );
   assert.ok(call > withTools + 600);
 });
@@ -134,7 +136,7 @@ Deno.test("text parts are bounded one by one: many tiny parts are held above wha
       anthropicInputBound(req) >= legacyClaudeTokens(sent),
       `${char}: bound ${anthropicInputBound(req)} < legacy ${legacyClaudeTokens(sent)}`,
     );
-    assert.ok(openAiInputBound(req, gpt) >= 3_000 * countTextTokens(char));
+    assert.ok(openAiInputBound(req, gpt, "o200k") >= 3_000 * countTextTokens(char));
   }
 });
 
@@ -146,7 +148,14 @@ Deno.test("the OpenAI bound counts text with the route's tokenizer: cl100k for a
   assert.ok(cl100k > o200k, `cl100k ${cl100k} over o200k ${o200k} on this text`);
   assert.ok(cl100k >= countCl100k(text) + 4 + 3, "the cl100k count plus OpenAI's framing");
   const bytes = openAiInputBound(body, gpt, "utf8_bytes");
-  assert.ok(bytes >= new TextEncoder().encode(text).length);
+  // The text's bytes, and the allowance for an open model's chat template (Llama 3.1: ~35 for one "hi").
+  assert.ok(bytes >= new TextEncoder().encode(text).length + 64 + 8);
+  const hi = openAiInputBound(
+    request({ messages: [{ role: "user", content: "hi" }] }),
+    gpt,
+    "utf8_bytes",
+  );
+  assert.ok(hi >= 35, `one "hi" to an open model: ${hi}`);
   assert.ok(bytes > cl100k);
 });
 

@@ -3,6 +3,7 @@ import { contentText, type ToolDefinition } from "../../chat_request.ts";
 import { openAiInputBound } from "../../input_bound.ts";
 import { inFormat } from "../../embedding_vectors.ts";
 import { randomToken } from "@/lib/core/mod.ts";
+import { tokenizerOf } from "@/lib/catalog/mod.ts";
 import {
   type ChatCompletionChunk,
   type Provider,
@@ -45,7 +46,11 @@ type Answer =
 export function createSimulator(options: { tokenDelayMs: number }): Provider {
   function answer(up: UpstreamRequest): Answer {
     const { request } = up;
-    const promptTokens = openAiInputBound(request, up.model);
+    const promptTokens = openAiInputBound(
+      request,
+      up.model,
+      tokenizerOf(up.model, up.model.upstreamModel),
+    );
     const lastUser = contentText(request.messages.findLast((m) => m.role === "user")?.content);
     const last = request.messages.at(-1)!;
     const tool = chosenTool(up);
