@@ -198,10 +198,22 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
           `catalog field models.${i}.tokenizer: for chat models; an embedding model's input is counted with both OpenAI encodings`,
         );
       }
-      const routes = [provider, ...fallbacks.map((f) => f.provider)];
-      if (routes.every((p) => p.kind === "anthropic")) {
+      const routes = [
+        { provider, upstreamModel: m.upstream_model },
+        ...fallbacks,
+      ];
+      if (routes.every((r) => r.provider.kind === "anthropic")) {
         throw new CatalogError(
           `catalog field models.${i}.tokenizer: for routes of the OpenAI kind; Anthropic-kind text has its own bound`,
+        );
+      }
+      // It applies to every route: o200k would under-count a route that bills cl100k.
+      const cl100k = routes.find((r) =>
+        r.provider.kind !== "anthropic" && CL100K_MODEL.test(r.upstreamModel)
+      );
+      if (m.tokenizer === "o200k" && cl100k) {
+        throw new CatalogError(
+          `catalog field models.${i}.tokenizer: "${cl100k.upstreamModel}" bills cl100k tokens, which o200k would under-count`,
         );
       }
     }

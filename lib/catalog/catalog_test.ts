@@ -272,7 +272,7 @@ Deno.test("a route's tokenizer is the catalog's, else cl100k for OpenAI's GPT-4 
   assert.equal(buildCatalog(file, {}).get("openai/gpt-4o-mini")?.tokenizer, "utf8_bytes");
 });
 
-Deno.test("a tokenizer is refused on an embedding model, on a model whose every route is Anthropic's, and when unknown", () => {
+Deno.test("a tokenizer is refused on an embedding model, on a model whose every route is Anthropic's, as o200k on a route that bills cl100k, and when unknown", () => {
   assert.match(
     refusal((c) => {
       c.models[1].tokenizer = "cl100k";
@@ -291,4 +291,12 @@ Deno.test("a tokenizer is refused on an embedding model, on a model whose every 
     /models\.1\.tokenizer: for routes of the OpenAI kind/,
   );
   assert.match(refusal((c) => c.models[1].tokenizer = "llama"), /models\.1\.tokenizer/);
+  // It applies to every route: o200k would under-count a fallback that bills cl100k.
+  assert.match(
+    refusal((c) => {
+      c.models[1].tokenizer = "o200k";
+      c.models[1].fallbacks = [{ provider: "openai", upstream_model: "gpt-4-0613" }];
+    }),
+    /models\.1\.tokenizer: "gpt-4-0613" bills cl100k tokens/,
+  );
 });
