@@ -1,5 +1,5 @@
 /** Core: money, ids, errors, secrets, the KV handle, config and logging; depends on nothing of ours. */
-export { concatBytes } from "./bytes.ts";
+export { concatBytes, utf8Length } from "./bytes.ts";
 export { CONFIG_DEFAULTS, ConfigError, loadConfig, MAX_SERVE_WORKERS } from "./config.ts";
 export type { Config } from "./config.ts";
 export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";

@@ -24,6 +24,7 @@
  * already spends 45-100% of the bytes, so twice its count is about the bytes; and nothing public
  * about the newer tokenizers' vocabularies for those scripts supports charging less.
  */
+import { utf8Length } from "@/lib/core/mod.ts";
 
 // The ASCII costs. Each was raised until the corpus test passed (tests/claude_token_reference.ts
 // says how much headroom each sample needs) and no further; docs/token-bounds.md has the table.
@@ -113,23 +114,6 @@ for (let c = 0; c < 128; c++) {
  * known), so normalize() runs once per distinct code point per process, not per character.
  */
 let normalizedBytes: Uint8Array | undefined;
-
-function utf8Length(s: string): number {
-  let n = 0;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c < 0x80) n += 1;
-    else if (c < 0x800) n += 2;
-    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
-      const d = s.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) {
-        n += 4;
-        i++;
-      } else n += 3;
-    } else n += 3;
-  }
-  return n;
-}
 
 /** Bytes to charge a non-ASCII code point: its UTF-8 length, or more if normalization lengthens it. */
 function nonAsciiBytes(cp: number): number {

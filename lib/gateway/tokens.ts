@@ -1,6 +1,7 @@
 import { countTokens, decode, encode } from "gpt-tokenizer/encoding/o200k_base";
 import { countTokens as countCl100kTokens } from "gpt-tokenizer/encoding/cl100k_base";
 import type { Tokenizer } from "@/lib/catalog/mod.ts";
+import { utf8Length } from "@/lib/core/mod.ts";
 
 /** Text that looks like a special token is ordinary user text to us, never a control token. */
 const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
@@ -74,26 +75,8 @@ export function countTokensWith(tokenizer: Tokenizer, text: string): number {
     case "cl100k":
       return cl100kCounts.count(text, countCl100k);
     case "utf8_bytes":
-      return utf8Bytes(text);
+      return utf8Length(text);
   }
-}
-
-/** A text's UTF-8 length, without encoding it (a lone surrogate encodes as 3 bytes, as U+FFFD). */
-function utf8Bytes(text: string): number {
-  let bytes = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c < 0x80) bytes += 1;
-    else if (c < 0x800) bytes += 2;
-    else if (c >= 0xd800 && c < 0xdc00 && i + 1 < text.length) {
-      const next = text.charCodeAt(i + 1);
-      if (next >= 0xdc00 && next < 0xe000) {
-        bytes += 4;
-        i++;
-      } else bytes += 3;
-    } else bytes += 3;
-  }
-  return bytes;
 }
 
 /** Prompt tokens of a chat, counted with the o200k_base tokenizer and OpenAI's chat framing. */
