@@ -877,8 +877,14 @@ Deno.test("https: a server whose certificate no trusted authority signed is refu
   }
 });
 
-Deno.test("a server that answers a large body early (413) and closes without reading it: the answer is returned, not the failed write", async () => {
+/**
+ * A server that reads a request's head only, then answers 413 at once: and closes (`close`), or
+ * keeps the connection without reading until the client closes it (`keep`). Not a Peer, which
+ * reads everything that arrives.
+ */
+function earlyAnswerServer(then: "close" | "keep") {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const state = { clientClosed: false };
   const served = (async () => {
     const conn = await listener.accept();
     const buffer = new Uint8Array(4096);
@@ -886,69 +892,55 @@ Deno.test("a server that answers a large body early (413) and closes without rea
     while (!head.includes("\r\n\r\n")) {
       const n = await conn.read(buffer);
       if (n === null) break;
-      head += new TextDecoder().decode(buffer.subarray(0, n));
+      head += decoder.decode(buffer.subarray(0, n));
     }
     const answer = '{"error":{"message":"request too large"}}';
+    const close = then === "close" ? "connection: close\r\n" : "";
     await conn.write(
-      new TextEncoder().encode(
-        `HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: ${answer.length}\r\nconnection: close\r\n\r\n${answer}`,
+      encoder.encode(
+        `HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: ${answer.length}\r\n${close}\r\n${answer}`,
       ),
     );
+    if (then === "keep") {
+      // Reads nothing more for a while, then drains until the client closes.
+      await new Promise((r) => setTimeout(r, 200));
+      while (await conn.read(new Uint8Array(1 << 20)).catch(() => null) !== null) { /* drain */ }
+      state.clientClosed = true;
+    }
     conn.close();
   })();
+  const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/v1/chat/completions`;
+  return { url, state, served, close: () => listener.close() };
+}
+
+Deno.test("a server that answers a large body early (413) and closes without reading it: the answer is returned, not the failed write", async () => {
+  const server = earlyAnswerServer("close");
   const client = createHttp1Fetch({ env: {} });
   try {
-    const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/v1/chat/completions`;
-    const res = await client(url, post("x".repeat(16 * 1024 * 1024), { signal: bounded() }));
+    const res = await client(server.url, post("x".repeat(16 * 1024 * 1024), { signal: bounded() }));
     assert.equal(res.status, 413);
     assert.match(await res.text(), /request too large/);
   } finally {
-    await served;
-    listener.close();
+    await server.served;
+    server.close();
     client.closeIdle();
   }
 });
 
 Deno.test("a server that answers a large body early (413) and keeps the connection without reading: the answer is returned at once, and the connection closed after it", async () => {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  let clientClosed = false;
-  const served = (async () => {
-    const conn = await listener.accept();
-    const buffer = new Uint8Array(4096);
-    let head = "";
-    while (!head.includes("\r\n\r\n")) {
-      const n = await conn.read(buffer);
-      if (n === null) break;
-      head += new TextDecoder().decode(buffer.subarray(0, n));
-    }
-    const answer = '{"error":{"message":"request too large"}}';
-    await conn.write(
-      new TextEncoder().encode(
-        `HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: ${answer.length}\r\n\r\n${answer}`,
-      ),
-    );
-    // Reads nothing more until the client gives up on the connection; then drains and closes.
-    await new Promise((r) => setTimeout(r, 200));
-    for (;;) {
-      const n = await conn.read(new Uint8Array(1 << 20)).catch(() => null);
-      if (n === null) break;
-    }
-    clientClosed = true;
-    conn.close();
-  })();
+  const server = earlyAnswerServer("keep");
   const client = createHttp1Fetch({ env: {} });
   try {
-    const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/v1/chat/completions`;
     // The guard is generous; the answer must come long before it.
-    const res = await client(url, post("x".repeat(16 * 1024 * 1024), { signal: bounded() }));
+    const res = await client(server.url, post("x".repeat(16 * 1024 * 1024), { signal: bounded() }));
     assert.equal(res.status, 413);
     assert.match(await res.text(), /request too large/);
     assert.equal(client.idleConnections(), 0, "not returned to the pool");
   } finally {
     // A connection wrongly kept in the pool would hold the server until its idle timeout.
     client.closeIdle();
-    await served;
-    assert.ok(clientClosed);
-    listener.close();
+    await server.served;
+    assert.ok(server.state.clientClosed);
+    server.close();
   }
 });
