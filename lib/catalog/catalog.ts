@@ -49,9 +49,9 @@ const ModelSchema = z.object({
   image_tile_tokens: z.number().int().min(0).max(100_000).optional(),
   /**
    * How the reservation counts this chat model's text (OpenAI kind), on every route: `o200k`,
-   * `cl100k`, or `utf8_bytes` (its UTF-8 bytes, which no byte-level tokenizer exceeds, plus
+   * `cl100k` (counted as the larger of cl100k and o200k), or `utf8_bytes` (its UTF-8 bytes, which no byte-level tokenizer exceeds, plus
    * allowances for open models' chat templates: for families whose tokenizer is not OpenAI's).
-   * Unset: by each route's model name (tokenizerOf).
+   * Unset: by each route's model name (routeTokenizer).
    */
   tokenizer: z.enum(["o200k", "cl100k", "utf8_bytes"]).optional(),
   /** Tried in order when the provider before fails before answering; priced like the model. */
@@ -84,6 +84,8 @@ export type ProviderConfig =
 export interface Route {
   provider: ProviderConfig;
   upstreamModel: string;
+  /** What the input bound counts this route's text with (OpenAI kind): see routeTokenizer. */
+  tokenizer: Tokenizer;
 }
 
 export type ModelType = "chat" | "embedding";
@@ -117,23 +119,24 @@ export interface Model {
   outputCapParam: "max_tokens" | "max_completion_tokens" | null;
   imageBaseTokens: number;
   imageTileTokens: number;
-  /** Set by the catalog for every route of the model; null: by each route's model name. */
-  tokenizer: Tokenizer | null;
+  /** The primary route's tokenizer (each fallback has its own): see routeTokenizer. */
+  tokenizer: Tokenizer;
 }
 
 /**
  * OpenAI's GPT-4 (not 4o, 4.1 or later) and GPT-3.5 models bill cl100k tokens; so do their
- * fine-tunes (`ft:gpt-4-0613:…`), and a router may prefix the name (`openai/gpt-4`).
+ * fine-tunes (`ft:gpt-4-0613:…`); a router may prefix the name (`openai/gpt-4`), and Azure writes
+ * `gpt-35-turbo`.
  */
-const CL100K_MODEL = /(?:^|[:/])gpt-(?:3\.5-|4(?:-|$))/i;
+const CL100K_MODEL = /(?:^|[:/])gpt-(?:3\.?5-|4(?:-|$))/i;
 
 /**
  * The tokenizer the input bound counts a route's text with (OpenAI kind): the catalog's, else
  * cl100k for OpenAI's models that bill it and o200k (GPT-4o onwards, and the default estimate for
- * other families, which their reported usage corrects) for the rest.
+ * other families, which their reported usage corrects) for the rest. Decided once, at load.
  */
-export function tokenizerOf(model: Pick<Model, "tokenizer">, upstreamModel: string): Tokenizer {
-  return model.tokenizer ?? (CL100K_MODEL.test(upstreamModel) ? "cl100k" : "o200k");
+function routeTokenizer(set: Tokenizer | undefined, upstreamModel: string): Tokenizer {
+  return set ?? (CL100K_MODEL.test(upstreamModel) ? "cl100k" : "o200k");
 }
 
 export interface Catalog {
@@ -190,7 +193,11 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
           `catalog field models.${i}.fallbacks.${j}.provider: unknown provider "${f.provider}"`,
         );
       }
-      return { provider: fallback, upstreamModel: f.upstream_model };
+      return {
+        provider: fallback,
+        upstreamModel: f.upstream_model,
+        tokenizer: routeTokenizer(m.tokenizer, f.upstream_model),
+      };
     });
     if (m.tokenizer !== undefined) {
       if (type === "embedding") {
@@ -198,10 +205,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
           `catalog field models.${i}.tokenizer: for chat models; an embedding model's input is counted with both OpenAI encodings`,
         );
       }
-      const routes = [
-        { provider, upstreamModel: m.upstream_model },
-        ...fallbacks,
-      ];
+      const routes = [{ provider, upstreamModel: m.upstream_model }, ...fallbacks];
       if (routes.every((r) => r.provider.kind === "anthropic")) {
         throw new CatalogError(
           `catalog field models.${i}.tokenizer: for routes of the OpenAI kind; Anthropic-kind text has its own bound`,
@@ -249,7 +253,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       outputCapParam: m.output_cap_param ?? null,
       imageBaseTokens: m.image_base_tokens ?? 85,
       imageTileTokens: m.image_tile_tokens ?? 170,
-      tokenizer: m.tokenizer ?? null,
+      tokenizer: routeTokenizer(m.tokenizer, m.upstream_model),
     });
   });
   const models = [...byId.values()];

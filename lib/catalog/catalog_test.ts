@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { buildCatalog, CatalogError, tokenizerOf } from "./catalog.ts";
+import { buildCatalog, CatalogError } from "./catalog.ts";
 
 /** A small valid catalog file; each test changes one thing. */
 function catalogFile() {
@@ -235,41 +235,43 @@ Deno.test("an embedding model has no output price nor output cap, and a chat mod
 });
 
 Deno.test("a route's tokenizer is the catalog's, else cl100k for OpenAI's GPT-4 and GPT-3.5 and o200k for the rest", () => {
-  const unset = { tokenizer: null };
-  for (
-    const name of [
-      "gpt-4",
-      "gpt-4-0613",
-      "gpt-4-turbo",
-      "gpt-4-32k",
-      "gpt-3.5-turbo",
-      "ft:gpt-4-0613:acme::abc",
-      "ft:gpt-3.5-turbo-0125:acme::abc",
-      "openai/gpt-4",
-      "GPT-4",
-    ]
-  ) {
-    assert.equal(tokenizerOf(unset, name), "cl100k", name);
+  /** The tokenizers of a model's primary route and of a fallback, by their model names. */
+  const tokenizers = (primary: string, fallback: string, set?: string) => {
+    const file = catalogFile();
+    file.models[1].upstream_model = primary;
+    file.models[1].fallbacks = [{ provider: "openai", upstream_model: fallback }];
+    if (set) file.models[1].tokenizer = set;
+    const model = buildCatalog(file, {}).get("openai/gpt-4o-mini")!;
+    return [model.tokenizer, model.fallbacks[0].tokenizer];
+  };
+  const cl100k = [
+    "gpt-4",
+    "gpt-4-0613",
+    "gpt-4-turbo",
+    "gpt-4-32k",
+    "gpt-3.5-turbo",
+    "gpt-35-turbo",
+    "ft:gpt-4-0613:acme::abc",
+    "ft:gpt-3.5-turbo-0125:acme::abc",
+    "openai/gpt-4",
+    "GPT-4",
+  ];
+  const o200k = [
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-4.1",
+    "gpt-4.5-preview",
+    "chatgpt-4o-latest",
+    "ft:gpt-4o-mini:acme::abc",
+    "gpt-5",
+    "o3",
+    "llama-3.3-70b",
+  ];
+  for (const [a, b] of cl100k.map((name, i) => [name, o200k[i % o200k.length]])) {
+    assert.deepEqual(tokenizers(a, b), ["cl100k", "o200k"], `${a}, ${b}`);
+    assert.deepEqual(tokenizers(b, a), ["o200k", "cl100k"], `${b}, ${a}`);
   }
-  for (
-    const name of [
-      "gpt-4o",
-      "gpt-4o-mini",
-      "gpt-4.1",
-      "gpt-4.5-preview",
-      "chatgpt-4o-latest",
-      "ft:gpt-4o-mini:acme::abc",
-      "gpt-5",
-      "o3",
-      "llama-3.3-70b",
-    ]
-  ) {
-    assert.equal(tokenizerOf(unset, name), "o200k", name);
-  }
-  assert.equal(tokenizerOf({ tokenizer: "utf8_bytes" }, "gpt-4"), "utf8_bytes");
-  const file = catalogFile();
-  file.models[1].tokenizer = "utf8_bytes";
-  assert.equal(buildCatalog(file, {}).get("openai/gpt-4o-mini")?.tokenizer, "utf8_bytes");
+  assert.deepEqual(tokenizers("gpt-4", "llama-3", "utf8_bytes"), ["utf8_bytes", "utf8_bytes"]);
 });
 
 Deno.test("a tokenizer is refused on an embedding model, on a model whose every route is Anthropic's, as o200k on a route that bills cl100k, and when unknown", () => {

@@ -1,6 +1,6 @@
 /** Catalog: the curated models, their providers and prices, and the cost of a request at those prices. */
-export { CatalogError, loadCatalogFile, tokenizerOf } from "./catalog.ts";
-export type { Catalog, Model, ModelType, ProviderConfig, Tokenizer } from "./catalog.ts";
+export { CatalogError, loadCatalogFile } from "./catalog.ts";
+export type { Catalog, Model, ModelType, ProviderConfig, Route, Tokenizer } from "./catalog.ts";
 export { modelList, modelObject } from "./model_list.ts";
 export type { ModelList, ModelObject } from "./model_list.ts";
 export { reservationCost, usageCost } from "./pricing.ts";

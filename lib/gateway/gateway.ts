@@ -7,7 +7,7 @@ import {
   type Model,
   type ModelType,
   reservationCost,
-  tokenizerOf,
+  type Route,
 } from "@/lib/catalog/mod.ts";
 import {
   assertSupported,
@@ -344,8 +344,7 @@ export class Gateway {
         requestId,
         modelId: model.id,
         countedPromptTokens: promptTokens,
-        countOutput: (text) =>
-          outputBound(route.provider.kind, text, tokenizerOf(model, route.upstreamModel)),
+        countOutput: (text) => outputBound(route.provider.kind, text, route.tokenizer),
         includeUsage: streamed && request.includeUsage,
         settle: async (usage, outcome, countedLocally) => {
           stopRenewal();
@@ -382,11 +381,7 @@ export class Gateway {
   ): Promise<{ value: T; route: Model }> {
     const routes: Model[] = [
       model,
-      ...model.fallbacks.map((f) => ({
-        ...model,
-        provider: f.provider,
-        upstreamModel: f.upstreamModel,
-      })),
+      ...model.fallbacks.map((f) => ({ ...model, ...f })),
     ];
     for (const [i, route] of routes.entries()) {
       trace.provider = route.provider.name;
@@ -480,16 +475,21 @@ export class Gateway {
       );
     }
     const maxTokens = request.maxTokens ?? Math.min(DEFAULT_MAX_TOKENS, model.maxOutputTokens);
-    const routes = [
-      { provider: model.provider, upstreamModel: model.upstreamModel },
-      ...model.fallbacks,
-    ];
+    const routes: Route[] = [model, ...model.fallbacks];
     const kinds: ProviderKind[] = routes.map((r) => r.provider.kind);
     assertSupported(request, kinds, maxTokens);
-    // The largest of the bounds of every route that may serve the request: the reservation covers any.
-    const bounds = routes.map((r) =>
-      inputBound(r.provider.kind, request, model, tokenizerOf(model, r.upstreamModel))
-    );
+    // The largest of the bounds of every route that may serve the request: the reservation covers
+    // any. Routes alike (kind and tokenizer) share one count.
+    const counted = new Map<string, number>();
+    const bounds = routes.map((r) => {
+      const key = `${r.provider.kind}:${r.tokenizer}`;
+      let bound = counted.get(key);
+      if (bound === undefined) {
+        bound = inputBound(r.provider.kind, request, model, r.tokenizer);
+        counted.set(key, bound);
+      }
+      return bound;
+    });
     let promptTokens = Math.max(...bounds);
     // Anthropic's count_tokens, asked only when the bound decides: counted once, never cached.
     let exactTried = false;
@@ -520,7 +520,7 @@ export class Gateway {
     // Output beyond the cap that the provider may bill (rejected predicted output).
     const outputTokens = maxTokens +
       Math.max(
-        ...routes.map((r) => extraOutputBound(request, tokenizerOf(model, r.upstreamModel))),
+        ...routes.map((r) => extraOutputBound(request, r.tokenizer)),
       );
     const plan = (): PlannedReservation => ({
       amount: reservationCost(model, promptTokens, outputTokens),

@@ -147,6 +147,15 @@ Deno.test("the OpenAI bound counts text with the route's tokenizer: cl100k for a
   const o200k = openAiInputBound(body, gpt, "o200k");
   assert.ok(cl100k > o200k, `cl100k ${cl100k} over o200k ${o200k} on this text`);
   assert.ok(cl100k >= countCl100k(text) + 4 + 3, "the cl100k count plus OpenAI's framing");
+  // Neither encoding bounds the other: a catalog's cl100k counts the larger, whichever route bills.
+  for (const sample of ["HTTPServerError", "I".repeat(22)]) {
+    const one = request({ messages: [{ role: "user", content: sample }] });
+    assert.ok(
+      openAiInputBound(one, gpt, "cl100k") >=
+        Math.max(openAiInputBound(one, gpt, "o200k"), countCl100k(sample) + 4 + 3),
+      sample,
+    );
+  }
   const bytes = openAiInputBound(body, gpt, "utf8_bytes");
   // The text's bytes, and the allowance for an open model's chat template (Llama 3.1: ~35 for one "hi").
   assert.ok(bytes >= new TextEncoder().encode(text).length + 64 + 8);

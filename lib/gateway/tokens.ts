@@ -46,10 +46,8 @@ class CountCache {
 }
 
 const o200kCounts = new CountCache();
-const cl100kCounts = new CountCache();
 const eitherCounts = new CountCache();
 const countO200k = (text: string) => countTokens(text, PLAIN_TEXT);
-const countCl100k = (text: string) => countCl100kTokens(text, PLAIN_TEXT);
 const countEither = (text: string) =>
   Math.max(countTokens(text, PLAIN_TEXT), countCl100kTokens(text, PLAIN_TEXT));
 
@@ -73,7 +71,9 @@ export function countTokensWith(tokenizer: Tokenizer, text: string): number {
     case "o200k":
       return o200kCounts.count(text, countO200k);
     case "cl100k":
-      return cl100kCounts.count(text, countCl100k);
+      // Neither encoding bounds the other ("IIII…" counts more in cl100k, identifiers in o200k),
+      // and a catalog's cl100k applies to every route: the larger of the two covers either.
+      return eitherCounts.count(text, countEither);
     case "utf8_bytes":
       return utf8Length(text);
   }

@@ -3,7 +3,6 @@ import { contentText, type ToolDefinition } from "../../chat_request.ts";
 import { openAiInputBound } from "../../input_bound.ts";
 import { inFormat } from "../../embedding_vectors.ts";
 import { randomToken } from "@/lib/core/mod.ts";
-import { tokenizerOf } from "@/lib/catalog/mod.ts";
 import {
   type ChatCompletionChunk,
   type Provider,
@@ -46,11 +45,7 @@ type Answer =
 export function createSimulator(options: { tokenDelayMs: number }): Provider {
   function answer(up: UpstreamRequest): Answer {
     const { request } = up;
-    const promptTokens = openAiInputBound(
-      request,
-      up.model,
-      tokenizerOf(up.model, up.model.upstreamModel),
-    );
+    const promptTokens = openAiInputBound(request, up.model, up.model.tokenizer);
     const lastUser = contentText(request.messages.findLast((m) => m.role === "user")?.content);
     const last = request.messages.at(-1)!;
     const tool = chosenTool(up);
