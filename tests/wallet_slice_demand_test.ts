@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { sweepExpiredReservations, Wallets } from "@/lib/billing/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
 import { assertAuditClean, startService, until, usageRecords } from "./helpers.ts";
+import { faultyKv } from "./faulty_kv.ts";
 
 const HOLD = 1_000;
 
@@ -224,25 +225,21 @@ Deno.test("a settle beyond its slice when the rest of the wallet is held elsewhe
 /** The same KV, whose commits throw (connection lost before the commit) while `failing.on`. */
 function failingCommits(kv: Deno.Kv) {
   const failing = { on: false, failed: 0 };
-  const proxied = new Proxy(kv, {
-    get(target, prop) {
-      if (prop === "atomic") {
-        return () => {
-          const op = target.atomic();
-          const commit = op.commit.bind(op);
-          op.commit = () => {
-            if (!failing.on) return commit();
-            failing.failed++;
-            return Promise.reject(new Error("connection reset before the commit"));
-          };
-          return op;
-        };
-      }
-      const value = Reflect.get(target, prop);
-      return typeof value === "function" ? value.bind(target) : value;
+  const faulty = faultyKv(kv, (step) => failing.on && step === "commit" ? "throw" : "ok");
+  return {
+    kv: faulty.kv,
+    failing: {
+      get on() {
+        return failing.on;
+      },
+      set on(on: boolean) {
+        failing.on = on;
+      },
+      get failed() {
+        return faulty.injected.length;
+      },
     },
-  });
-  return { kv: proxied, failing };
+  };
 }
 
 Deno.test("a settle beyond its slice whose wallet charge fails (KV lost past its retries) is settled in the slice: charged what the slice holds, posted once KV is back, nothing lost", async () => {
@@ -320,6 +317,53 @@ Deno.test("charges settled in a slice a sweeper gave back are charged from the w
     failing.on = false;
     await sliced.drain();
     await sweeper.drain();
+    await s.close();
+  }
+});
+
+Deno.test("a settle beyond its slice whose wallet charge committed but answered with an error (outcome unknown) is charged once: the committed charge is the answer, the slice charges nothing more", async () => {
+  const s = await startService();
+  let armed = false;
+  let markerReadsToFail = 0;
+  const faulty = faultyKv(s.kv, (step) => {
+    if (armed && step === "commit") {
+      armed = false;
+      // The batch marker cannot be read back either: the outcome stays unknown.
+      markerReadsToFail = 5;
+      return "throw_after_commit";
+    }
+    if (step === "get" && markerReadsToFail > 0) {
+      markerReadsToFail--;
+      return "throw";
+    }
+    return "ok";
+  });
+  const sliced = new Wallets(faulty.kv, {
+    leaseMs: 60_000,
+    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+    // No post runs meanwhile: the only commit is the wallet charge.
+    slices: { idleMs: 60_000, postEveryMs: 60_000 },
+  });
+  try {
+    const { appId } = await s.newApp();
+    const first = await sliced.reserve(appId, hold("first"));
+    assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
+    armed = true;
+    const cost = 10_000_000;
+    const settled = await sliced.settle(appId, first.reservation.id, usage("first", cost));
+    assert.deepEqual(faulty.injected.map((f) => f.fault).slice(0, 2), [
+      "throw_after_commit",
+      "throw",
+    ]);
+    assert.ok(settled.settled);
+    assert.equal(settled.charged + settled.uncharged, cost);
+    await sliced.drain();
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, settled.charged, "what the answer said left the wallet, once");
+    assert.equal((await usageRecords(s.kv, appId)).length, 1);
+    await assertAuditClean(s.kv);
+  } finally {
+    await sliced.drain();
     await s.close();
   }
 });

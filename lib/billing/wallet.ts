@@ -242,13 +242,45 @@ export class Wallets {
       const charged = await this.#enqueue<SettleResult>(
         appId,
         (done) => ({ kind: "charge", usage, floor, done }),
-      ).catch(() => null);
+      ).catch(() => undefined);
       if (charged?.settled) {
         slice.chargedOutside(reservationId, input, this.#now());
         return charged;
       }
+      // Failed, but its outcome may have been unknown: it may have charged all the same.
+      const record = charged === undefined ? await this.#committedUsage(appId, usage) : null;
+      if (record) {
+        slice.chargedOutside(reservationId, input, this.#now());
+        return {
+          settled: true,
+          charged: record.cost,
+          uncharged: record.uncharged,
+          available: slice.available,
+          usage: record,
+        };
+      }
     }
     return this.#settleInSlice(appId, slice, reservationId, input);
+  }
+
+  /**
+   * After a charge failed: its usage record if it committed all the same (an outcome left
+   * unknown), else null. The record is written in the charge's own commit, so it tells; while KV
+   * cannot tell, this throws rather than let the slice charge the same usage a second time.
+   */
+  async #committedUsage(appId: string, usage: UsageRecord): Promise<UsageRecord | null> {
+    for (let attempt = 1;; attempt++) {
+      try {
+        return (await this.#kv.get<UsageRecord>(keys.usage(appId, usage.id))).value;
+      } catch (error) {
+        if (attempt >= 5) {
+          throw new WalletUnavailableError(`usage ${usage.id}: charge outcome unknown`, {
+            cause: error,
+          });
+        }
+        await sleep(20 * attempt);
+      }
+    }
   }
 
   #settleInSlice(
