@@ -276,50 +276,62 @@ Deno.test("a settle beyond its slice whose wallet charge fails (KV lost past its
   }
 });
 
-Deno.test("charges settled in a slice a sweeper gave back are charged from the wallet after KV fails, once KV is back: never dropped, never twice", async () => {
-  const s = await startService();
-  const { kv, failing } = failingCommits(s.kv);
-  const limits = { rpm: 1_000_000_000, tpm: 1_000_000_000_000 };
-  const sliced = new Wallets(kv, {
-    leaseMs: 60_000,
-    maxAttempts: 2,
-    rateLimits: limits,
-    slices: { idleMs: 60_000, postEveryMs: 5 },
+for (
+  const [then, when] of [
+    ["retry", "a second later"],
+    ["drain", "at drain, before the retry is due"],
+  ] as const
+) {
+  Deno.test(`charges settled in a slice a sweeper gave back are charged from the wallet after KV fails, once KV is back (${when}): never dropped, never twice`, async () => {
+    const s = await startService();
+    const { kv, failing } = failingCommits(s.kv);
+    const limits = { rpm: 1_000_000_000, tpm: 1_000_000_000_000 };
+    const sliced = new Wallets(kv, {
+      leaseMs: 60_000,
+      maxAttempts: 2,
+      rateLimits: limits,
+      slices: { idleMs: 60_000, postEveryMs: 5 },
+    });
+    const sweeper = new Wallets(s.kv, { leaseMs: 60_000, rateLimits: limits });
+    try {
+      const { appId } = await s.newApp();
+      const first = await sliced.reserve(appId, hold("first"));
+      assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
+      // KV goes away for this process: its posts fail, the charge stays pending, the lease runs out.
+      failing.on = true;
+      const settled = await sliced.settle(appId, first.reservation.id, usage("first", 600));
+      assert.ok(settled.settled && settled.charged === 600);
+      assert.equal(await sweepExpiredReservations(s.kv, sweeper, Date.now() + 3_600_000), 1);
+      // Its next post finds the slice gone and charges from the wallet, which fails too.
+      await until(() => sliced.stats.orphanCharges > 0, "the orphaned charge");
+      // Long past both attempts of that charge (a few ms of backoff): it is left to the retry.
+      await new Promise((r) => setTimeout(r, 300));
+      failing.on = false;
+      if (then === "drain") {
+        // A process stopping now would otherwise exit before the retry: drain tries it.
+        await sliced.drain();
+        assert.equal((await s.kv.get<WalletRecord>(keys.wallet(appId))).value!.spent, 600);
+      }
+      // Retried once: its usage record says whether an earlier try committed.
+      await until(
+        async () => (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!.spent === 600,
+        "the retried charge",
+        { timeoutMs: 10_000 },
+      );
+      await new Promise((r) => setTimeout(r, 1_500));
+      const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+      assert.equal(wallet.spent, 600, "what the answer said left the wallet, once");
+      assert.equal(wallet.reserved, 0);
+      assert.equal((await usageRecords(s.kv, appId)).length, 1);
+      await assertAuditClean(s.kv);
+    } finally {
+      failing.on = false;
+      await sliced.drain();
+      await sweeper.drain();
+      await s.close();
+    }
   });
-  const sweeper = new Wallets(s.kv, { leaseMs: 60_000, rateLimits: limits });
-  try {
-    const { appId } = await s.newApp();
-    const first = await sliced.reserve(appId, hold("first"));
-    assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
-    // KV goes away for this process: its posts fail, the charge stays pending, the lease runs out.
-    failing.on = true;
-    const settled = await sliced.settle(appId, first.reservation.id, usage("first", 600));
-    assert.ok(settled.settled && settled.charged === 600);
-    assert.equal(await sweepExpiredReservations(s.kv, sweeper, Date.now() + 3_600_000), 1);
-    // Its next post finds the slice gone and charges from the wallet, which fails too.
-    await until(() => sliced.stats.orphanCharges > 0, "the orphaned charge");
-    // Long past both attempts of that charge (a few ms of backoff): it is left to the retry.
-    await new Promise((r) => setTimeout(r, 300));
-    failing.on = false;
-    // Retried a second later, once: its usage record says whether an earlier try committed.
-    await until(
-      async () => (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!.spent === 600,
-      "the retried charge",
-      { timeoutMs: 10_000 },
-    );
-    await new Promise((r) => setTimeout(r, 1_500));
-    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
-    assert.equal(wallet.spent, 600, "what the answer said left the wallet, once");
-    assert.equal(wallet.reserved, 0);
-    assert.equal((await usageRecords(s.kv, appId)).length, 1);
-    await assertAuditClean(s.kv);
-  } finally {
-    failing.on = false;
-    await sliced.drain();
-    await sweeper.drain();
-    await s.close();
-  }
-});
+}
 
 Deno.test("a settle beyond its slice whose wallet charge committed but answered with an error (outcome unknown) is charged once: the committed charge is the answer, the slice charges nothing more", async () => {
   const s = await startService();

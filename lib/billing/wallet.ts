@@ -140,6 +140,8 @@ export class Wallets {
   readonly #returning = new Map<LocalSlice, Promise<void>>();
   /** Slices a sweeper gave back while this process still held reservations in them. */
   readonly #orphaned = new WeakSet<LocalSlice>();
+  /** Charges of orphaned slices that failed, each waiting to be tried again (#retryCharges). */
+  readonly #retries = new Set<() => Promise<void>>();
   /** Per app: the reserves waiting for its slice to grow (see SliceDemand). */
   readonly #waiting = new Map<string, SliceDemand>();
   /** Reserves per app in its current one-second window (auto slices: is the app hot?). */
@@ -388,13 +390,16 @@ export class Wallets {
 
   /**
    * Resolves once every queued operation has been committed or refused, every settled charge of
-   * a slice posted, and every slice without holds given back to its wallet.
+   * a slice posted, every slice without holds given back to its wallet, and every failed charge
+   * waiting for its retry tried once more.
    */
   async drain(): Promise<void> {
     for (const slice of this.#slices.values()) {
       await this.#postAll(slice);
       if (slice.reservations.size === 0) await this.#returnSlice(slice);
     }
+    // Answered charges waiting to be tried again: now, once, rather than never after the exit.
+    await Promise.all([...this.#retries].map((retry) => retry()));
     while (this.#queues.size > 0) await new Promise((r) => setTimeout(r, 1));
   }
 
@@ -658,7 +663,9 @@ export class Wallets {
    * tell, it looks again later rather than risk charging twice.
    */
   #retryCharges(appId: string, usage: UsageRecord[]) {
-    const timer = setTimeout(async () => {
+    const retry = async () => {
+      clearTimeout(timer);
+      this.#retries.delete(retry);
       const uncommitted: UsageRecord[] = [];
       try {
         for (let i = 0; i < usage.length; i += 10) {
@@ -670,8 +677,10 @@ export class Wallets {
         return this.#retryCharges(appId, usage);
       }
       await this.#chargeFromWallet(appId, uncommitted);
-    }, 1_000);
+    };
+    const timer = setTimeout(retry, 1_000);
     Deno.unrefTimer(timer);
+    this.#retries.add(retry);
   }
 
   /** Gives an idle slice back to its wallet: its unspent money and unused rate block. */
