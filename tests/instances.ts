@@ -77,7 +77,9 @@ export async function startInstance(
   const child = new Deno.Command(Deno.execPath(), {
     args: command,
     cwd: ROOT,
-    env: { PORT: "0", PUBLIC_URL: "http://tollbooth.test", ...env },
+    // One worker unless a test asks for more: tests that count a process's slices or lines would
+    // otherwise depend on how many cores the machine has.
+    env: { PORT: "0", PUBLIC_URL: "http://tollbooth.test", SERVE_WORKERS: "1", ...env },
     stdin: "null",
     stdout: "piped",
     stderr: "piped",

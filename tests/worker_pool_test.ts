@@ -71,7 +71,10 @@ async function poolWithACrash() {
 
 Deno.test("a worker that fails after it served is logged and started again on the same port, the commit turns it held freed", async () => {
   const { workers, lines } = await poolWithACrash();
-  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the restart");
+  // Restarted a second after it failed, then its modules load: more than until's default.
+  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the restart", {
+    timeoutMs: 10_000,
+  });
   const failed = lines.find((l) => l.event === "worker_failed");
   assert.equal(failed?.worker, 1);
   assert.match(String(failed?.error), /worker crashed/);
@@ -87,7 +90,9 @@ Deno.test("a restarted worker that fails before it listens is started again, aft
   const { workers, lines } = await poolWithACrash();
   // Its restart (the second start) fails before it listens; the third start succeeds.
   Deno.env.set("FAKE_WORKER_FAIL_START", "1");
-  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the first restart");
+  await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the first restart", {
+    timeoutMs: 10_000,
+  });
   Deno.env.delete("FAKE_WORKER_FAIL_START");
   await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "3", "the second restart", {
     timeoutMs: 10_000,

@@ -869,7 +869,8 @@ Deno.test("https: a server whose certificate no trusted authority signed is refu
     await assert.rejects(
       client(server.url, { method: "POST", headers: {}, body: "{}" }),
       (error: unknown) =>
-        error instanceof TypeError && /invalid peer certificate/.test(String(error.message)),
+        // The wording is the TLS library's; that it is about the certificate is ours.
+        error instanceof TypeError && /certificate/i.test(String(error.message)),
     );
   } finally {
     client.closeIdle();
