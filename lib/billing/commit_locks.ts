@@ -41,7 +41,7 @@ const STREAK = 4;
  */
 const MAX_STREAK = 4;
 
-export interface CommitTurn {
+interface CommitTurn {
   /** The wallet's generation when the turn began: equal to the one remembered, memory is fresh. */
   readonly generation: number;
   /**

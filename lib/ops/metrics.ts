@@ -7,7 +7,7 @@
 export type Labels = Record<string, string>;
 
 /** One labelled series: a value, or a histogram's bucket counts. */
-export type Series =
+type Series =
   | { labels: Labels; value: number }
   | { labels: Labels; counts: number[]; sum: number; count: number };
 

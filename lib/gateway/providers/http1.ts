@@ -20,15 +20,11 @@ export type Http1Fetch = ((url: string | URL, init?: Http1Init) => Promise<Respo
   idleConnections(): number;
 };
 
-export interface Http1Options {
+interface Http1Options {
   /** What answers what this client does not speak (proxies, other schemes): the global fetch. */
   fallback?: (url: string, init: Http1Init) => Promise<Response>;
   /** The environment the proxy variables are read from, once; Deno.env by default. */
   env?: Record<string, string>;
-  /** Idle connections kept per origin; 64 by default. */
-  maxIdlePerOrigin?: number;
-  /** How long a connection may sit idle; 30 s by default, less when the server says so. */
-  idleTimeoutMs?: number;
   /** PEM certificates trusted for https besides the system's roots (a private gateway; tests). */
   caCerts?: string[];
 }
@@ -36,6 +32,8 @@ export interface Http1Options {
 /** A response head (status line and fields) larger than this is refused, as are its trailers. */
 const MAX_HEAD_BYTES = 64 * 1024;
 const READ_BUFFER_BYTES = 16 * 1024;
+/** How often idle connections past their time are closed. */
+const SWEEP_MS = 1_000;
 /** Less room than this after the unconsumed bytes, and they are moved to the front first. */
 const MIN_READ_BYTES = 2048;
 /** A chunk-size line (size and extensions) longer than this is refused. */
@@ -79,10 +77,7 @@ const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
  */
 export function createHttp1Fetch(options: Http1Options = {}): Http1Fetch {
   const fallback = options.fallback ?? ((url, init) => fetch(url, init as RequestInit));
-  const pool = new Pool(
-    options.maxIdlePerOrigin ?? MAX_IDLE_PER_ORIGIN,
-    options.idleTimeoutMs ?? IDLE_TIMEOUT_MS,
-  );
+  const pool = new Pool();
   const viaFallback = proxyConfigured(options.env);
   const targets = new Map<string, Target | null>();
 
@@ -228,7 +223,6 @@ class Connection {
   /** The read left pending while idle: the next response's first read, or the sign of a close. */
   parked: Promise<number | null> | null = null;
   idle = false;
-  idleTimer: ReturnType<typeof setTimeout> | undefined;
   idleUntil = 0;
   closed = false;
 
@@ -238,7 +232,6 @@ class Connection {
     if (this.closed) return;
     this.closed = true;
     this.idle = false;
-    clearTimeout(this.idleTimer);
     try {
       this.conn.close();
     } catch {
@@ -299,8 +292,7 @@ class Connection {
  */
 class Pool {
   private readonly idle = new Map<string, Connection[]>();
-
-  constructor(private readonly maxIdle: number, private readonly idleTimeoutMs: number) {}
+  private sweeper: ReturnType<typeof setInterval> | null = null;
 
   take(origin: string): Connection | null {
     const list = this.idle.get(origin);
@@ -308,7 +300,6 @@ class Pool {
     const now = Date.now();
     let connection: Connection | undefined;
     while ((connection = list.pop())) {
-      clearTimeout(connection.idleTimer);
       connection.idle = false;
       if (connection.idleUntil <= now) {
         connection.close();
@@ -322,11 +313,11 @@ class Pool {
 
   /** Keeps a connection whose answer was read to its framed end; serverTimeoutMs from Keep-Alive. */
   put(connection: Connection, serverTimeoutMs: number | null) {
-    const timeoutMs = Math.min(this.idleTimeoutMs, serverTimeoutMs ?? Infinity);
-    if (timeoutMs <= 0 || this.maxIdle <= 0) return connection.close();
+    const timeoutMs = Math.min(IDLE_TIMEOUT_MS, serverTimeoutMs ?? Infinity);
+    if (timeoutMs <= 0) return connection.close();
     let list = this.idle.get(connection.origin);
     if (!list) this.idle.set(connection.origin, list = []);
-    if (list.length >= this.maxIdle) list.shift()!.close();
+    if (list.length >= MAX_IDLE_PER_ORIGIN) list.shift()!.close();
     list.push(connection);
     connection.idle = true;
     connection.idleUntil = Date.now() + timeoutMs;
@@ -339,9 +330,23 @@ class Pool {
       if (connection.idle) this.drop(connection);
     };
     parked.then(drop, drop);
-    const timer = setTimeout(drop, timeoutMs);
-    Deno.unrefTimer(timer);
-    connection.idleTimer = timer;
+    // One sweep per pool for connections past their idle time, not a timer per answer: `take`
+    // already refuses them, the sweep only closes them when no request comes.
+    if (this.sweeper === null) {
+      this.sweeper = setInterval(() => this.sweep(), SWEEP_MS);
+      Deno.unrefTimer(this.sweeper);
+    }
+  }
+
+  private sweep() {
+    const now = Date.now();
+    for (const list of this.idle.values()) {
+      for (const connection of list.filter((c) => c.idleUntil <= now)) this.drop(connection);
+    }
+    if (this.size() === 0 && this.sweeper !== null) {
+      clearInterval(this.sweeper);
+      this.sweeper = null;
+    }
   }
 
   private drop(connection: Connection) {
@@ -361,6 +366,8 @@ class Pool {
     for (const list of this.idle.values()) {
       for (const connection of list.splice(0)) connection.close();
     }
+    if (this.sweeper !== null) clearInterval(this.sweeper);
+    this.sweeper = null;
   }
 }
 
