@@ -94,7 +94,9 @@ const READ_TO_END_BYTES = 65_536;
 
 /** Reads what follows a stream's last event, in the background; cancels a body that goes on. */
 function readToEnd(reader: ReturnType<typeof chunkReader>) {
+  // Armed before the first read: an upstream may send nothing more and keep the connection open.
   const timer = setTimeout(() => reader.cancel().catch(() => {}), READ_TO_END_MS);
+  Deno.unrefTimer(timer);
   (async () => {
     let bytes = 0;
     try {

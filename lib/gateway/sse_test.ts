@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { encodeSseData, parseSse, type SseEvent } from "./sse.ts";
+import { until } from "../../tests/fakes/common.ts";
 
 const encoder = new TextEncoder();
 
@@ -218,23 +219,19 @@ function endingBody(chunks: string[], after: () => Uint8Array | null = () => nul
   return { stream, ending };
 }
 
-async function until(check: () => boolean) {
-  for (let i = 0; i < 1_000 && !check(); i++) await new Promise((r) => setTimeout(r, 1));
-}
-
 Deno.test("a reader that stops at the stream's last event leaves the body to be read to its end, not cancelled (the connection can be reused)", async () => {
   const { stream, ending } = endingBody(["data: a\n\n", "data: [DONE]\n\n", ""]);
   for await (const event of parseSse(stream, (e) => e.data === "[DONE]")) {
     if (event.data === "[DONE]") break;
   }
-  await until(() => ending.readToEnd || ending.cancelled);
+  await until(() => ending.readToEnd || ending.cancelled, "the body's end");
   assert.deepEqual(ending, { readToEnd: true, cancelled: false });
 });
 
 Deno.test("a reader that stops before the last event cancels the body (the upstream stops)", async () => {
   const { stream, ending } = endingBody(["data: a\n\n", "data: b\n\n", "data: [DONE]\n\n"]);
   for await (const _event of parseSse(stream, (e) => e.data === "[DONE]")) break;
-  await until(() => ending.readToEnd || ending.cancelled);
+  await until(() => ending.readToEnd || ending.cancelled, "the body's end");
   assert.deepEqual(ending, { readToEnd: false, cancelled: true });
 });
 
@@ -246,7 +243,21 @@ Deno.test("a body that goes on after its last event is cancelled once 64 KiB mor
     return filler;
   });
   for await (const _event of parseSse(stream, (e) => e.data === "[DONE]")) break;
-  await until(() => ending.cancelled);
+  await until(() => ending.cancelled, "the cancel");
   assert.equal(ending.cancelled, true);
   assert.ok(sentAfter <= 10, `read ${sentAfter} chunks of 8 KiB after the end`);
+});
+
+Deno.test("a body that sends nothing after its last event and stays open is cancelled after 2 s, not held", async () => {
+  let cancelled = false;
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+    },
+    cancel() {
+      cancelled = true;
+    },
+  });
+  for await (const _event of parseSse(stream, (e) => e.data === "[DONE]")) break;
+  await until(() => cancelled, "the cancel", { timeoutMs: 5_000 });
 });
