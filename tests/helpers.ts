@@ -287,14 +287,4 @@ export async function usageRecords(kv: Deno.Kv, appId: string): Promise<UsageRec
 }
 
 /** Waits (up to 2 s) for something that happens after a response, such as a stream's settle. */
-export async function until(
-  condition: () => boolean | Promise<boolean>,
-  what: string,
-  { timeoutMs = 2_000 } = {},
-) {
-  for (let i = 0; i < timeoutMs / 10; i++) {
-    if (await condition()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  assert.fail(`timed out waiting for ${what}`);
-}
+export { until } from "./fakes/common.ts";

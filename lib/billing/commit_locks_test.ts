@@ -1,19 +1,12 @@
 import assert from "node:assert/strict";
+import { within } from "@/lib/core/mod.ts";
 import { CommitLocks } from "./commit_locks.ts";
-
-/** Resolves once the promise has, or says it has not after `ms`. */
-async function settledWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let settled = false;
-  promise.then(() => settled = true, () => settled = true);
-  await new Promise((r) => setTimeout(r, ms));
-  return settled;
-}
 
 Deno.test("a wallet's commit turn waits for the turn of another worker on the same memory", async () => {
   const memory = CommitLocks.memory(8);
   const first = await new CommitLocks(memory, 0).begin("app_1");
   const second = new CommitLocks(memory, 1).begin("app_1");
-  assert.equal(await settledWithin(second, 20), false);
+  assert.equal(await within(second, 20), false);
   first.end(false);
   (await second).end(false);
 });
@@ -29,7 +22,7 @@ Deno.test("a worker whose next batch is ready keeps the lock at most 4 turns in 
     order.push("b");
     turn.end(false);
   });
-  await settledWithin(waiting, 10);
+  await within(waiting, 10);
   first.end(false);
   // Its next batches ask at once, each in the task that ended the turn before.
   for (let i = 0; i < 6; i++) {
@@ -83,7 +76,7 @@ Deno.test("the supervisor frees the turns of a dead worker, and only its", async
   await new CommitLocks(memory, 3).begin("app_1");
   const waiting = new CommitLocks(memory, 1).begin("app_1");
   CommitLocks.releaseOwner(memory, 0);
-  assert.equal(await settledWithin(waiting, 20), false);
+  assert.equal(await within(waiting, 20), false);
   CommitLocks.releaseOwner(memory, 3);
   (await waiting).end(false);
 });
@@ -97,7 +90,7 @@ Deno.test("a lock held past the wait is taken over and counted; its old holder's
   hung.end(true);
   const third = new CommitLocks(memory, 2, { waitMs: 1_000 });
   const waiting = third.begin("app_1");
-  assert.equal(await settledWithin(waiting, 20), false, "still the late turn's");
+  assert.equal(await within(waiting, 20), false, "still the late turn's");
   turn.end(false);
   (await waiting).end(false);
   assert.equal(third.takenOver, 0);

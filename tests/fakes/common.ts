@@ -38,6 +38,19 @@ export function headersObject(headers: Headers): Record<string, string> {
   return out;
 }
 
+/** Waits for a condition another task makes true (up to 2 s unless told), failing with `what`. */
+export async function until(
+  condition: () => boolean | Promise<boolean>,
+  what: string,
+  { timeoutMs = 2_000 } = {},
+) {
+  for (let i = 0; i < timeoutMs / 10; i++) {
+    if (await condition()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
 /** A wait that ends early when the caller goes away, so shutting a server down never hangs. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { parseSse } from "../sse.ts";
 import { createHttp1Fetch, type Http1Fetch, type Http1Init } from "./http1.ts";
+import { sleep, until } from "../../../tests/fakes/common.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -167,23 +168,6 @@ const post = (body = "{}", extra: Partial<Http1Init> = {}): Http1Init => ({
 /** A bound on a wait whose end the test needs: a client that buffered would fail, not hang. */
 const bounded = () => AbortSignal.timeout(10_000);
 
-/** Waits for a condition another task makes true, a turn of the event loop at a time. */
-async function until(condition: () => boolean, what: string) {
-  for (let turn = 0; !condition(); turn++) {
-    if (turn > 10_000) throw new Error(`still waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 1));
-  }
-}
-
-/** A promise and the function that resolves it. */
-function signal() {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => resolve = r);
-  return { promise, resolve };
-}
-
-const pause = () => new Promise((resolve) => setTimeout(resolve, 5));
-
 function gzip(text: string, format: CompressionFormat): Promise<Uint8Array> {
   const compressed = new Blob([text]).stream().pipeThrough(new CompressionStream(format));
   return new Response(compressed).bytes();
@@ -221,7 +205,7 @@ Deno.test("a chunked body split at awkward byte boundaries arrives whole and in 
     await peer.request();
     for (const piece of pieces) {
       await peer.write(piece);
-      await pause(); // separate reads for the client, most likely
+      await sleep(5); // separate reads for the client, most likely
     }
     await peer.clientClosed();
   }, async (server, client) => {
@@ -344,7 +328,7 @@ Deno.test("a read-until-close answer is read to the close and its connection not
   await withServer(async (peer) => {
     await peer.request();
     await peer.write("HTTP/1.1 200 OK\r\n\r\nuntil ");
-    await pause();
+    await sleep(5);
     await peer.write("the end");
   }, async (server, client) => {
     assert.equal(await (await client(server.url, post())).text(), "until the end");
@@ -394,7 +378,7 @@ Deno.test("a server's unasked bytes on an idle connection make the client drop i
   await withServer(async (peer) => {
     await peer.request();
     await peer.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
-    await pause();
+    await sleep(5);
     await peer.write("HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n");
     await peer.clientClosed();
   }, async (server, client) => {
@@ -418,7 +402,7 @@ Deno.test("a failure on a reused connection before any answer is reported, never
 });
 
 Deno.test("an SSE answer flows part by part", async () => {
-  const firstRead = signal();
+  const firstRead = Promise.withResolvers<void>();
   await withServer(async (peer) => {
     await peer.request();
     await peer.write(
@@ -439,7 +423,7 @@ Deno.test("an SSE answer flows part by part", async () => {
 });
 
 Deno.test("abort before headers rejects with the signal's reason and closes the connection", async () => {
-  const received = signal();
+  const received = Promise.withResolvers<void>();
   await withServer(async (peer) => {
     await peer.request();
     received.resolve();
