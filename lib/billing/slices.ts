@@ -148,12 +148,6 @@ export class LocalSlice {
     return { reservation, available: this.available, rate: this.#rateStatus() };
   }
 
-  /** Whether settling this cost here would leave part of it uncharged (the slice is too small). */
-  overflows(reservationId: string, cost: Micros): boolean {
-    const r = this.reservations.get(reservationId);
-    return r !== undefined && cost > r.amount + this.free;
-  }
-
   /** Settles a reservation in memory: the charge is pending until the next post commits it. */
   settle(reservationId: string, input: SettleInput, now: number): SettleResult | null {
     const r = this.#take(reservationId, input, now);

@@ -179,6 +179,11 @@ export class Wallets {
       : null;
     this.#onMoneyMoved = options.onMoneyMoved;
     this.#locks = options.locks;
+    // Counted by the locks themselves, read where the stats are.
+    Object.defineProperty(this.stats, "commitLockTakeovers", {
+      get: () => this.#locks?.takenOver ?? 0,
+      enumerable: true,
+    });
   }
 
   get leaseMs(): number {
@@ -218,7 +223,8 @@ export class Wallets {
     const slice = this.#sliceOfReservation.get(reservationId);
     if (slice) {
       this.#sliceOfReservation.delete(reservationId);
-      if (!this.#orphaned.has(slice) && slice.overflows(reservationId, input.cost)) {
+      // Beyond what the slice can charge: the rest of the wallet may pay.
+      if (!this.#orphaned.has(slice) && input.cost > slice.cover(reservationId)) {
         return this.#settleOverflow(appId, slice, reservationId, input);
       }
       return this.#settleInSlice(appId, slice, reservationId, input);
@@ -240,7 +246,7 @@ export class Wallets {
   ): Promise<SettleResult> {
     const usage = slice.usageOutside(reservationId, input, this.#now());
     if (usage) {
-      const floor = Math.min(input.cost, slice.cover(reservationId));
+      const floor = slice.cover(reservationId);
       const charged = await this.#enqueue<SettleResult>(
         appId,
         (done) => ({ kind: "charge", usage, floor, done }),
@@ -751,7 +757,6 @@ export class Wallets {
       if (backoff > 0) await sleep(Math.random() * Math.min(50, 2 ** backoff));
       backoff = 0;
       const turn = await this.#locks?.begin(appId);
-      if (this.#locks) this.stats.commitLockTakeovers = this.#locks.takenOver;
       let generation: number | undefined;
       let wrote = false;
       try {
