@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { type AppDeps, createApp } from "@/app.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { auditWallets, Wallets } from "@/lib/billing/mod.ts";
+import type { SettleInput } from "@/lib/billing/wallet_types.ts";
 import { buildCatalog, type Catalog, type CatalogFile } from "@/lib/catalog/catalog.ts";
 import { type Config, loadConfig, type Logger, openKv } from "@/lib/core/mod.ts";
 import { keys } from "@/lib/db.ts";
@@ -288,3 +289,19 @@ export async function usageRecords(kv: Deno.Kv, appId: string): Promise<UsageRec
 
 /** Waits (up to 2 s) for something that happens after a response, such as a stream's settle. */
 export { until } from "./fakes/common.ts";
+
+/** What a wallet's settle is given for a plain completed request of `cost` micro-USD. */
+export function settleInput(cost: number): SettleInput {
+  return {
+    requestId: "req_test",
+    keyId: "key_test",
+    model: "tollbooth/echo",
+    provider: "tollbooth",
+    promptTokens: 10,
+    completionTokens: 10,
+    cost,
+    streamed: false,
+    outcome: "completed",
+    countedLocally: false,
+  };
+}

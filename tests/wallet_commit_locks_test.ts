@@ -9,25 +9,10 @@ import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { keys, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
 import { CommitLocks } from "@/lib/billing/commit_locks.ts";
 import { Wallets } from "@/lib/billing/wallet.ts";
-import type { SettleInput, SliceOptions } from "@/lib/billing/wallet_types.ts";
-import { assertAuditClean } from "./helpers.ts";
+import type { SliceOptions } from "@/lib/billing/wallet_types.ts";
+import { assertAuditClean, settleInput } from "./helpers.ts";
 
 const FUNDED = 100_000_000;
-
-function usage(cost: number): SettleInput {
-  return {
-    requestId: "req_test",
-    keyId: "key_test",
-    model: "tollbooth/echo",
-    provider: "tollbooth",
-    promptTokens: 10,
-    completionTokens: 10,
-    cost,
-    streamed: false,
-    outcome: "completed",
-    countedLocally: false,
-  };
-}
 
 /** Runs `perEngine` paid requests from each of two engines at once, 20 in flight per engine. */
 async function twoWorkers(slices: SliceOptions | undefined, locked: boolean) {
@@ -63,7 +48,7 @@ async function twoWorkers(slices: SliceOptions | undefined, locked: boolean) {
         });
         assert.ok(reserved.ok, JSON.stringify(reserved));
         const cost = 1 + ((n * 37 + e) % 1_999);
-        const settled = await wallets.settle(app.id, reserved.reservation.id, usage(cost));
+        const settled = await wallets.settle(app.id, reserved.reservation.id, settleInput(cost));
         assert.ok(settled.settled);
         answered.push(cost);
       }

@@ -3,26 +3,11 @@ import { createApp as createAppRecord, issueKey, revokeKey } from "@/lib/tenants
 import { keys } from "@/lib/db.ts";
 import type { WalletRecord } from "@/lib/db.ts";
 import { Wallets } from "@/lib/billing/wallet.ts";
-import { KeyRevokedError, type SettleInput } from "@/lib/billing/wallet_types.ts";
+import { KeyRevokedError } from "@/lib/billing/wallet_types.ts";
 import { openKv } from "@/lib/core/mod.ts";
-import { assertAuditClean } from "./helpers.ts";
+import { assertAuditClean, settleInput } from "./helpers.ts";
 
 const LEASE_MS = 60_000;
-
-function usage(cost: number): SettleInput {
-  return {
-    requestId: "req_test",
-    keyId: "key_test",
-    model: "tollbooth/echo",
-    provider: "tollbooth",
-    promptTokens: 10,
-    completionTokens: 10,
-    cost,
-    streamed: false,
-    outcome: "completed",
-    countedLocally: false,
-  };
-}
 
 function reserveInput(amount: number, keyGuard?: { key: Deno.KvKey; versionstamp: string }) {
   return { amount, keyId: "key_test", requestId: "req_test", model: "tollbooth/echo", keyGuard };
@@ -132,7 +117,7 @@ Deno.test("a settle frees room for a later reserve of the same batch, not an ear
     const commitsBefore = wallets.stats.commits;
     const [early, settled, late] = await Promise.all([
       wallets.reserve(appId, reserveInput(3_000_000)),
-      wallets.settle(appId, reserved.reservation.id, usage(1_000_000)),
+      wallets.settle(appId, reserved.reservation.id, settleInput(1_000_000)),
       wallets.reserve(appId, reserveInput(3_000_000)),
     ]);
     assert.equal(wallets.stats.commits - commitsBefore, 1);
@@ -145,7 +130,7 @@ Deno.test("a settle frees room for a later reserve of the same batch, not an ear
       { available: wallet.available, reserved: wallet.reserved, spent: wallet.spent },
       { available: 1_000_000, reserved: 3_000_000, spent: 1_000_000 },
     );
-    if (late.ok) await wallets.settle(appId, late.reservation.id, usage(0));
+    if (late.ok) await wallets.settle(appId, late.reservation.id, settleInput(0));
   }));
 
 Deno.test("a settle and a release of one reservation in the same batch charge it once", () =>
@@ -153,7 +138,7 @@ Deno.test("a settle and a release of one reservation in the same batch charge it
     const reserved = await wallets.reserve(appId, reserveInput(1_000_000));
     assert.ok(reserved.ok);
     const [settled, released] = await Promise.all([
-      wallets.settle(appId, reserved.reservation.id, usage(400_000)),
+      wallets.settle(appId, reserved.reservation.id, settleInput(400_000)),
       wallets.release(appId, reserved.reservation.id),
     ]);
     assert.ok(settled.settled);
@@ -266,7 +251,7 @@ for (const when of ["before", "after"] as const) {
       const reserved = await wallets.reserve(app.id, reserveInput(3_000_000));
       assert.ok(reserved.ok);
       control.failNext = when;
-      const settled = await wallets.settle(app.id, reserved.reservation.id, usage(1_234_567));
+      const settled = await wallets.settle(app.id, reserved.reservation.id, settleInput(1_234_567));
       assert.ok(settled.settled);
 
       assert.equal(wallets.stats.unknownOutcomes, 3);
@@ -317,7 +302,7 @@ Deno.test("two instances on one KV file never overdraw a wallet and settle exact
         if (!r.ok) throw new Error("unreachable");
         const cost = 1_000 + i;
         spent += cost;
-        return (w === w1 ? w2 : w1).settle(app.id, r.reservation.id, usage(cost));
+        return (w === w1 ? w2 : w1).settle(app.id, r.reservation.id, settleInput(cost));
       }));
       if (w1.stats.conflicts + w2.stats.conflicts > 0 && round >= 1) break;
     }
@@ -356,8 +341,8 @@ Deno.test("a wallet written by another instance since our last commit is re-read
     // Memory said it does not fit; a refusal from memory is checked against the store, not
     // committed, so the answer comes from the fresh wallet without a failed commit.
     assert.equal(w1.stats.conflicts, 0, "no commit was wasted on the stale memory");
-    await w1.settle(app.id, first.reservation.id, usage(4_000_000));
-    await w2.settle(app.id, second.reservation.id, usage(2_000_000));
+    await w1.settle(app.id, first.reservation.id, settleInput(4_000_000));
+    await w2.settle(app.id, second.reservation.id, settleInput(2_000_000));
     const wallet = await walletOf(kv2, app.id);
     assert.deepEqual(
       { available: wallet.available, reserved: wallet.reserved, spent: wallet.spent },
@@ -380,7 +365,7 @@ Deno.test("a batch of settles adds its charges to the spend counters once each",
     await Promise.all(reservations.map((h, i) => {
       if (!h.ok) throw new Error("unreachable");
       return wallets.settle(appId, h.reservation.id, {
-        ...usage(10_000 * (i + 1)),
+        ...settleInput(10_000 * (i + 1)),
         model: `m${i % 2}`,
       });
     }));
