@@ -3,7 +3,7 @@
  * the wallet's activity (credits and spend together).
  */
 import { keys, type LedgerEntry, type UsageRecord, utcDay } from "@/lib/db.ts";
-import type { Micros } from "@/lib/core/mod.ts";
+import { getManyChunked, type Micros } from "@/lib/core/mod.ts";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -27,13 +27,8 @@ export async function dailySpend(
   days = 30,
 ): Promise<DaySpend[]> {
   const list = Array.from({ length: days }, (_, i) => utcDay(now - (days - 1 - i) * DAY_MS));
-  const out: DaySpend[] = [];
-  for (let i = 0; i < list.length; i += 10) {
-    const chunk = list.slice(i, i + 10);
-    const entries = await kv.getMany<Deno.KvU64[]>(chunk.map((d) => keys.dailySpend(appId, d)));
-    chunk.forEach((day, j) => out.push({ day, micros: Number(entries[j].value?.value ?? 0n) }));
-  }
-  return out;
+  const entries = await getManyChunked<Deno.KvU64>(kv, list.map((d) => keys.dailySpend(appId, d)));
+  return list.map((day, j) => ({ day, micros: Number(entries[j].value?.value ?? 0n) }));
 }
 
 export interface ModelSpend {

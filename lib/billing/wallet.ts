@@ -26,7 +26,7 @@ import {
   type WalletRecord,
   type WalletSliceRecord,
 } from "@/lib/db.ts";
-import { type Micros, newId, randomToken } from "@/lib/core/mod.ts";
+import { getManyChunked, type Micros, newId, randomToken } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { CommitLocks } from "./commit_locks.ts";
 import { LocalSlice } from "./slices.ts";
@@ -672,13 +672,10 @@ export class Wallets {
     const retry = async () => {
       clearTimeout(timer);
       this.#retries.delete(retry);
-      const uncommitted: UsageRecord[] = [];
+      let uncommitted: UsageRecord[];
       try {
-        for (let i = 0; i < usage.length; i += 10) {
-          const chunk = usage.slice(i, i + 10);
-          const entries = await this.#kv.getMany(chunk.map((u) => keys.usage(appId, u.id)));
-          chunk.forEach((u, j) => entries[j].versionstamp === null && uncommitted.push(u));
-        }
+        const entries = await getManyChunked(this.#kv, usage.map((u) => keys.usage(appId, u.id)));
+        uncommitted = usage.filter((_, j) => entries[j].versionstamp === null);
       } catch {
         return this.#retryCharges(appId, usage);
       }
@@ -987,13 +984,12 @@ export class Wallets {
       else unknown.push(op.reservationId);
     }
     // Read after the wallet: a hold changed since then implies a newer wallet, which fails our check.
-    for (let i = 0; i < unknown.length; i += 10) {
-      const chunk = [...new Set(unknown.slice(i, i + 10))];
-      const entries = await this.#kv.getMany<ReservationRecord[]>(
-        chunk.map((id) => keys.reservation(appId, id)),
-      );
-      chunk.forEach((id, j) => out.set(id, entries[j].value));
-    }
+    const ids = [...new Set(unknown)];
+    const entries = await getManyChunked<ReservationRecord>(
+      this.#kv,
+      ids.map((id) => keys.reservation(appId, id)),
+    );
+    ids.forEach((id, j) => out.set(id, entries[j].value));
     return out;
   }
 
@@ -1019,13 +1015,11 @@ export class Wallets {
   ): Promise<Map<string, SpendCounter | null>> {
     const out = new Map<string, SpendCounter | null>();
     const needed = countersNeeded(ops, caps, reservations);
-    for (let i = 0; i < needed.length; i += 10) {
-      const chunk = needed.slice(i, i + 10);
-      const entries = await this.#kv.getMany<SpendCounter[]>(
-        chunk.map((n) => keys.spendCounter(appId, n.scope, n.id)),
-      );
-      chunk.forEach((n, j) => out.set(`${n.scope}:${n.id}`, entries[j].value));
-    }
+    const entries = await getManyChunked<SpendCounter>(
+      this.#kv,
+      needed.map((n) => keys.spendCounter(appId, n.scope, n.id)),
+    );
+    needed.forEach((n, j) => out.set(`${n.scope}:${n.id}`, entries[j].value));
     return out;
   }
 

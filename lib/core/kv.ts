@@ -56,3 +56,15 @@ async function whileBusy<T>(run: () => Promise<T>): Promise<T> {
     }
   }
 }
+
+/** Reads any number of keys, in order: KV's getMany takes at most 10, so ten at a time. */
+export async function getManyChunked<T>(
+  kv: Deno.Kv,
+  keys: Deno.KvKey[],
+): Promise<Deno.KvEntryMaybe<T>[]> {
+  const out: Deno.KvEntryMaybe<T>[] = [];
+  for (let i = 0; i < keys.length; i += 10) {
+    out.push(...await kv.getMany<T[]>(keys.slice(i, i + 10)));
+  }
+  return out;
+}
