@@ -27,6 +27,21 @@ interface ChoiceDraft {
   finishReason: string | null;
 }
 
+/** The chunk fields the assembly sets itself or drops (`obfuscation` is per-chunk padding). */
+const ASSEMBLED_FIELDS = new Set([
+  "id",
+  "created",
+  "model",
+  "choices",
+  "object",
+  "usage",
+  "obfuscation",
+]);
+
+function appendAll(list: unknown[], items: unknown[]) {
+  for (const item of items) list.push(item);
+}
+
 function append(previous: string | null, piece: unknown): string | null {
   return typeof piece === "string" ? (previous ?? "") + piece : previous;
 }
@@ -36,7 +51,7 @@ export async function assembleCompletion(
 ): Promise<CompletionResult & { promptTokens: number | null }> {
   const choices = new Map<number, ChoiceDraft>();
   let meta: { id: string; created: number; model: string } | null = null;
-  let extra: Record<string, unknown> = {};
+  const extra: Record<string, unknown> = {};
   let usage: Usage | null = null;
   let usageObject: UsageObject | null = null;
   let promptTokens: number | null = null;
@@ -50,19 +65,13 @@ export async function assembleCompletion(
       promptTokens = part.promptTokens;
       continue;
     }
-    const {
-      id,
-      created,
-      model,
-      choices: chunkChoices,
-      object: _o,
-      usage: _u,
-      obfuscation: _padding,
-      ...rest
-    } = part.chunk;
-    meta ??= { id, created, model };
-    extra = { ...extra, ...rest };
-    for (const c of chunkChoices) {
+    const chunk = part.chunk;
+    meta ??= { id: chunk.id, created: chunk.created, model: chunk.model };
+    // Copied field by field: a rest and a spread per chunk were a tenth of assembling an answer.
+    for (const field in chunk) {
+      if (!ASSEMBLED_FIELDS.has(field)) extra[field] = chunk[field as keyof typeof chunk];
+    }
+    for (const c of chunk.choices) {
       let draft = choices.get(c.index);
       if (!draft) {
         draft = {
@@ -97,11 +106,12 @@ export async function assembleCompletion(
       const logprobs = c.logprobs as { content?: unknown; refusal?: unknown } | null | undefined;
       if (logprobs) {
         draft.logprobs ??= { content: null, refusal: null };
+        // Appended in place: a copy per chunk made a long answer's logprobs quadratic.
         if (Array.isArray(logprobs.content)) {
-          draft.logprobs.content = [...(draft.logprobs.content ?? []), ...logprobs.content];
+          appendAll(draft.logprobs.content ??= [], logprobs.content);
         }
         if (Array.isArray(logprobs.refusal)) {
-          draft.logprobs.refusal = [...(draft.logprobs.refusal ?? []), ...logprobs.refusal];
+          appendAll(draft.logprobs.refusal ??= [], logprobs.refusal);
         }
       }
       if (c.finish_reason) draft.finishReason = c.finish_reason;
