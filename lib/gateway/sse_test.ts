@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { encodeSseData, parseSse, type SseEvent } from "./sse.ts";
+import { encodeSseData, encodeSseEvent, parseSse, type SseEvent } from "./sse.ts";
 import { until } from "../../tests/fakes/common.ts";
 
 const encoder = new TextEncoder();
@@ -147,6 +147,24 @@ Deno.test("a consumer that stops early cancels the body", async () => {
 
 Deno.test("encodeSseData writes one data event ended by a blank line", () => {
   assert.equal(new TextDecoder().decode(encodeSseData('{"a":1}')), 'data: {"a":1}\n\n');
+});
+
+Deno.test("encoded events keep their own bytes while later ones are encoded, past any one buffer", () => {
+  const texts = Array.from(
+    { length: 2_000 },
+    (_, i) => JSON.stringify({ i, text: i % 3 ? "péage 🚗" : "x".repeat(i % 700) }),
+  );
+  const encoded = texts.map((text) => encodeSseData(text));
+  const decoder = new TextDecoder();
+  encoded.forEach((bytes, i) => assert.equal(decoder.decode(bytes), `data: ${texts[i]}\n\n`));
+});
+
+Deno.test("an event larger than the shared buffer is encoded whole", () => {
+  const data = "é".repeat(100_000);
+  assert.equal(
+    new TextDecoder().decode(encodeSseEvent("big", data)),
+    `event: big\ndata: ${data}\n\n`,
+  );
 });
 
 Deno.test("a last line with no line break at all is still read, so a final usage event counts", async () => {
