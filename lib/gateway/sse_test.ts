@@ -210,6 +210,17 @@ Deno.test("a byte stream is read whole through the reused buffer, an event longe
   assert.deepEqual(got.map((e) => e.data), ["a", long, "b"]);
 });
 
+Deno.test("byte streams read at the same time, and after others ended, each read their own bytes", async () => {
+  const read = (n: number) =>
+    events(byteBody(...Array.from({ length: 1 + n % 7 }, (_, i) => `data: ${n}-${i}\n\n`)));
+  const expected = (n: number) => Array.from({ length: 1 + n % 7 }, (_, i) => `${n}-${i}`);
+  for (let round = 0; round < 3; round++) {
+    const bodies = Array.from({ length: 40 }, (_, n) => read(round * 100 + n));
+    const got = await Promise.all(bodies);
+    got.forEach((e, n) => assert.deepEqual(e.map((x) => x.data), expected(round * 100 + n)));
+  }
+});
+
 Deno.test("a consumer that stops early cancels a byte stream too", async () => {
   const stream = byteBody("data: one\n\ndata: two\n\n", "data: three\n\n");
   for await (const event of parseSse(stream)) {
