@@ -57,3 +57,25 @@ Deno.test("rendering with other workers' values leaves this worker's own counts 
   assert.equal(sampleValue(mine.render(), 'requests_total{status="200"}'), 5);
   assert.equal(sampleValue(mine.render(), 'latency_seconds_bucket{le="0.1"}'), 1);
 });
+
+Deno.test("a label set counts as one series whatever the order of its names", () => {
+  const registry = new Registry();
+  const requests = registry.counter("requests_total", "Requests.");
+  requests.inc({ status: "200", model: "a/b" });
+  requests.inc({ model: "a/b", status: "200" }, 2);
+  const text = registry.render();
+  assert.equal(text.split("\n").filter((l) => l.startsWith("requests_total{")).length, 1);
+  assert.equal(sampleValue(text, 'requests_total{status="200",model="a/b"}'), 3);
+});
+
+Deno.test("label sets whose values would run into each other stay separate series", () => {
+  const registry = new Registry();
+  const requests = registry.counter("requests_total", "Requests.");
+  requests.inc({ a: "x;b=y" });
+  requests.inc({ a: "x;b=1:y" }, 2);
+  requests.inc({ a: "x", b: "y" }, 5);
+  const text = registry.render();
+  assert.equal(sampleValue(text, 'requests_total{a="x;b=y"}'), 1);
+  assert.equal(sampleValue(text, 'requests_total{a="x;b=1:y"}'), 2);
+  assert.equal(sampleValue(text, 'requests_total{a="x",b="y"}'), 5);
+});
