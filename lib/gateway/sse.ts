@@ -16,22 +16,29 @@ export async function* parseSse(
   const decoder = new TextDecoder();
   let buffer = "";
   let event: string | null = null;
-  let data: string[] = [];
+  /** The event's data lines so far, joined by line feeds; null before its first. */
+  let data: string | null = null;
   const reader = chunkReader(body);
   /** Applies one line; returns the event it completes, if any. */
   const takeLine = (line: string): SseEvent | null => {
     if (line === "") {
-      const done = data.length ? { event, data: data.join("\n") } : null;
+      const done = data === null ? null : { event, data };
       event = null;
-      data = [];
+      data = null;
       return done;
+    }
+    // Nearly every line of an upstream's stream is "data: …": read without splitting it.
+    if (line.startsWith("data:")) {
+      const value = line.slice(line.charCodeAt(5) === 32 ? 6 : 5);
+      data = data === null ? value : `${data}\n${value}`;
+      return null;
     }
     if (line.startsWith(":")) return null;
     const colon = line.indexOf(":");
     const field = colon === -1 ? line : line.slice(0, colon);
     let value = colon === -1 ? "" : line.slice(colon + 1);
     if (value.startsWith(" ")) value = value.slice(1);
-    if (field === "data") data.push(value);
+    if (field === "data") data = data === null ? value : `${data}\n${value}`;
     else if (field === "event") event = value;
     return null;
   };
@@ -80,7 +87,7 @@ export async function* parseSse(
     buffer += decoder.decode();
     if (buffer.endsWith("\r")) buffer = buffer.slice(0, -1);
     if (buffer !== "") takeLine(buffer);
-    if (data.length) yield { event, data: data.join("\n") };
+    if (data !== null) yield { event, data };
   } finally {
     // A body read to its end needs no release: releasing a reader costs an Error it never shows.
     if (!finished && lastSeen) readToEnd(reader);

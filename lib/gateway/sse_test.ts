@@ -109,6 +109,13 @@ Deno.test("a field line without a colon is the field with an empty value", async
   assert.deepEqual(await events(body("data\n\n")), [{ event: null, data: "" }]);
 });
 
+Deno.test("an empty data line is an event with empty data, and joins others as an empty line", async () => {
+  assert.deepEqual(await events(body("data:\n\ndata: a\ndata:\ndata: b\n\n")), [
+    { event: null, data: "" },
+    { event: null, data: "a\n\nb" },
+  ]);
+});
+
 Deno.test("fields other than data and event (id, retry, unknown) are ignored", async () => {
   assert.deepEqual(await events(body("id: 7\nretry: 100\nfoo: bar\ndata: x\n\n")), [
     { event: null, data: "x" },
