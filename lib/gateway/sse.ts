@@ -98,12 +98,40 @@ export async function* parseSse(
 /** How long, and how much, the rest of a body after its last event may take before it is cut. */
 const READ_TO_END_MS = 2_000;
 const READ_TO_END_BYTES = 65_536;
+/** How often bodies still being read to their end are checked against their time. */
+const READ_TO_END_SWEEP_MS = 250;
+
+type ChunkReader = ReturnType<typeof chunkReader>;
+/** Bodies being read to their end, each with the time it is cut at. */
+const readingToEnd = new Map<ChunkReader, number>();
+let readToEndSweep: ReturnType<typeof setInterval> | null = null;
+
+/**
+ * Cuts the bodies past their time. One sweep for all of them rather than a timer per body, which
+ * was set and cleared for every answer although almost every body ends within the same read.
+ */
+function sweepReadsToEnd() {
+  const now = Date.now();
+  for (const [reader, cutAt] of readingToEnd) {
+    if (cutAt > now) continue;
+    readingToEnd.delete(reader);
+    reader.cancel().catch(() => {});
+  }
+  if (readingToEnd.size === 0 && readToEndSweep !== null) {
+    clearInterval(readToEndSweep);
+    readToEndSweep = null;
+  }
+}
 
 /** Reads what follows a stream's last event, in the background; cancels a body that goes on. */
-function readToEnd(reader: ReturnType<typeof chunkReader>) {
-  // Armed before the first read: an upstream may send nothing more and keep the connection open.
-  const timer = setTimeout(() => reader.cancel().catch(() => {}), READ_TO_END_MS);
-  Deno.unrefTimer(timer);
+function readToEnd(reader: ChunkReader) {
+  // Timed before the first read: an upstream may send nothing more and keep the connection open.
+  readingToEnd.set(reader, Date.now() + READ_TO_END_MS);
+  if (readToEndSweep === null) {
+    const sweep = setInterval(sweepReadsToEnd, READ_TO_END_SWEEP_MS);
+    Deno.unrefTimer(sweep);
+    readToEndSweep = sweep;
+  }
   (async () => {
     let bytes = 0;
     try {
@@ -116,7 +144,7 @@ function readToEnd(reader: ReturnType<typeof chunkReader>) {
     } catch {
       // Cut or cancelled: the connection is closed, which is all that is left to do.
     } finally {
-      clearTimeout(timer);
+      readingToEnd.delete(reader);
     }
   })();
 }
