@@ -25,6 +25,8 @@ interface Target {
   headers: Record<string, string>;
   model: string;
   holdModel: string;
+  /** The model whose answer streams 200 chunks. */
+  longModel: string;
   /** The process whose CPU and memory the target costs. */
   pid: number;
 }
@@ -286,6 +288,7 @@ async function closedLoop(
   connections: number,
   seconds: number,
   tools: { wrk: boolean; tmp: string; ticks: number },
+  body = requestBody(target),
 ): Promise<LoopResult> {
   const cpuBefore = await cpuMs(target.pid, tools.ticks);
   let result: Omit<LoopResult, "cpuMsPerRequest">;
@@ -296,7 +299,7 @@ async function closedLoop(
       script,
       [
         `wrk.method = "POST"`,
-        `wrk.body = ${luaString(requestBody(target))}`,
+        `wrk.body = ${luaString(body)}`,
         ...Object.entries(headers).map(([k, v]) =>
           `wrk.headers[${luaString(k)}] = ${luaString(v)}`
         ),
@@ -316,7 +319,7 @@ async function closedLoop(
     if (!out.ok) throw new Error(`wrk failed: ${out.stderr}`);
     result = parseWrk(out.stdout);
   } else {
-    result = await fetchClosedLoop(target, connections, seconds);
+    result = await fetchClosedLoop(target, connections, seconds, body);
   }
   const cpuAfter = await cpuMs(target.pid, tools.ticks);
   return {
@@ -359,10 +362,14 @@ function parseWrk(text: string): Omit<LoopResult, "cpuMsPerRequest"> {
   };
 }
 
-async function fetchClosedLoop(target: Target, connections: number, seconds: number) {
+async function fetchClosedLoop(
+  target: Target,
+  connections: number,
+  seconds: number,
+  body: string,
+) {
   const latencies: number[] = [];
   let ok = 0;
-  const body = requestBody(target);
   const end = performance.now() + seconds * 1000;
   const started = performance.now();
   await Promise.all(Array.from({ length: connections }, async () => {
@@ -552,7 +559,11 @@ async function main() {
             api_key_env: "BENCH_UPSTREAM_KEY",
           },
         },
-        models: [benchModel("bench/fast", "fast"), benchModel("bench/hold", "hold")],
+        models: [
+          benchModel("bench/fast", "fast"),
+          benchModel("bench/hold", "hold"),
+          benchModel("bench/long", "long"),
+        ],
       }),
     );
     const baseEnv = {
@@ -636,6 +647,7 @@ async function main() {
         headers: { authorization: "Bearer sk-bench" },
         model: "fast",
         holdModel: "hold",
+        longModel: "long",
         pid: upstream.pid,
       },
       {
@@ -644,6 +656,7 @@ async function main() {
         headers: { authorization: `Bearer ${tb.apiKey}` },
         model: "bench/fast",
         holdModel: "bench/hold",
+        longModel: "bench/long",
         pid: tollbooth.pid,
       },
       {
@@ -652,6 +665,7 @@ async function main() {
         headers: { authorization: `Bearer ${tbOneWorker.apiKey}` },
         model: "bench/fast",
         holdModel: "bench/hold",
+        longModel: "bench/long",
         pid: oneWorker.pid,
       },
       {
@@ -660,6 +674,7 @@ async function main() {
         headers: { authorization: `Bearer ${tbCommits.apiKey}` },
         model: "bench/fast",
         holdModel: "bench/hold",
+        longModel: "bench/long",
         pid: commits.pid,
       },
       {
@@ -672,6 +687,7 @@ async function main() {
         },
         model: "fast",
         holdModel: "hold",
+        longModel: "long",
         pid: peer.pid,
       },
       {
@@ -680,6 +696,7 @@ async function main() {
         headers: {},
         model: "fast",
         holdModel: "hold",
+        longModel: "long",
         pid: floor.pid,
       },
     ];
@@ -713,6 +730,15 @@ async function main() {
     for (const t of targets) {
       log(`streaming, ${STREAMS_SEQUENTIAL} one after another: ${t.name}`);
       streaming[t.name] = await sequentialStreams(t, STREAMS_SEQUENTIAL);
+    }
+
+    // A long answer: what relaying each of its 200 chunks costs (parsing, counting, re-encoding).
+    const longStreams: Record<string, LoopResult> = {};
+    for (const t of targets) {
+      log(`200-chunk streams, closed loop, 10 connections, ${OPEN_SECONDS}s: ${t.name}`);
+      const body = requestBody(t, true, t.longModel);
+      await closedLoop(t, 10, 1, tools, body);
+      longStreams[t.name] = await closedLoop(t, 10, OPEN_SECONDS, tools, body);
     }
 
     const hotWalletOf = async (target: Target, service: Service, workers: number) => {
@@ -842,6 +868,7 @@ async function main() {
       closedLoop50: closed,
       openLoop: open,
       streaming,
+      longStreams,
       workers: { tollbooth: tb.workers, commits: tbCommits.workers },
       hotWallet,
       hotWalletOneWorker,

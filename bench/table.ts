@@ -57,6 +57,8 @@ export function report(r: any): { text: string; rows: Row[] } {
   const o5 = r.openLoop[500];
   const o2 = r.openLoop[200];
   const s = r.streaming;
+  /** Results written before the 200-chunk scenario have none. */
+  const ls = r.longStreams ?? null;
   const m = r.memory;
   const over = (x: number, base: number) => x - base;
   const tbOver500 = over(o5.tollbooth.p50, o5.direct.p50);
@@ -239,6 +241,34 @@ export function report(r: any): { text: string; rows: Row[] } {
       "",
       null,
     ],
+    ...(ls
+      ? [
+        [
+          "200-chunk streams, 10 conn: req/s",
+          ls.direct.rps,
+          ls.tollbooth.rps,
+          ls.oneWorker.rps,
+          ls.commits.rps,
+          ls.portkey.rps,
+          ls.floor.rps,
+          "",
+          ratio(ls.tollbooth.rps, ls.portkey.rps),
+          null,
+        ] as Row,
+        [
+          "200-chunk streams: CPU ms/request",
+          ls.direct.cpuMsPerRequest,
+          ls.tollbooth.cpuMsPerRequest,
+          ls.oneWorker.cpuMsPerRequest,
+          ls.commits.cpuMsPerRequest,
+          ls.portkey.cpuMsPerRequest,
+          ls.floor.cpuMsPerRequest,
+          "",
+          ratio(ls.tollbooth.cpuMsPerRequest, ls.portkey.cpuMsPerRequest),
+          null,
+        ] as Row,
+      ]
+      : []),
     [
       "hot wallet 200 conn: settled/s",
       null,
