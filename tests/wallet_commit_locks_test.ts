@@ -95,12 +95,18 @@ for (
 }
 
 Deno.test("without shared locks the same two workers fail each other's commits (what the locks save)", async () => {
-  const run = await twoWorkers(undefined, false);
-  try {
-    assert.ok(sum(run.conflicts) > 0, `conflicts: ${run.conflicts}`);
-    assert.equal(run.wallet.spent, sum(run.answered));
-    await assertAuditClean(run.handles[0]);
-  } finally {
-    await close(run);
+  // Whether two unlocked engines meet is up to the scheduler: a run in which they happen not to is
+  // tried again (up to five), and every run's money must add up either way.
+  const seen: number[][] = [];
+  for (let attempt = 0; attempt < 5 && !seen.some((c) => sum(c) > 0); attempt++) {
+    const run = await twoWorkers(undefined, false);
+    try {
+      seen.push(run.conflicts);
+      assert.equal(run.wallet.spent, sum(run.answered));
+      await assertAuditClean(run.handles[0]);
+    } finally {
+      await close(run);
+    }
   }
+  assert.ok(seen.some((c) => sum(c) > 0), `conflicts in each run: ${JSON.stringify(seen)}`);
 });
