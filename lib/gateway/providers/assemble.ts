@@ -51,7 +51,8 @@ export async function assembleCompletion(
 ): Promise<CompletionResult & { promptTokens: number | null }> {
   const choices = new Map<number, ChoiceDraft>();
   let meta: { id: string; created: number; model: string } | null = null;
-  const extra: Record<string, unknown> = {};
+  // No prototype, so a field named `__proto__` is set as data wherever `__proto__` is a setter.
+  const extra: Record<string, unknown> = Object.create(null);
   let usage: Usage | null = null;
   let usageObject: UsageObject | null = null;
   let promptTokens: number | null = null;
