@@ -12,7 +12,7 @@ export {
 } from "./embeddings_request.ts";
 export { Gateway } from "./gateway.ts";
 export type { EmbeddingsList, RequestTrace, StreamOutcome } from "./gateway.ts";
-export { encodeSseData, encodeSseEvent } from "./sse.ts";
+export { encodeSseData, encodeSseEvent, SSE_DONE } from "./sse.ts";
 export { Responses } from "./responses/responses.ts";
 export type { ResponseOutcome, ResponseStreamOutcome } from "./responses/responses.ts";
 export { ResponseStore } from "./responses/store.ts";

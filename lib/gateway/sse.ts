@@ -196,8 +196,11 @@ function chunkReader(body: ReadableStream<Uint8Array>) {
 
 const encoder = new TextEncoder();
 
-/** The shared buffer events are encoded into; a new one is taken once it is full. */
-const SLAB_BYTES = 64 * 1024;
+/**
+ * The shared buffer events are encoded into; a new one is taken once it is full. Small, since an
+ * event still queued for a slow client keeps its whole buffer alive: 8 KiB at most per open stream.
+ */
+const SLAB_BYTES = 8 * 1024;
 let slab = new Uint8Array(SLAB_BYTES);
 let slabUsed = 0;
 
@@ -218,6 +221,12 @@ function encodeEventText(text: string): Uint8Array {
   slabUsed += encoder.encodeInto(text, slab.subarray(start)).written;
   return slab.subarray(start, slabUsed);
 }
+
+/**
+ * The end of a chat stream, one buffer for every stream: encoded per stream when it starts, its
+ * view would hold a shared buffer for the stream's whole life.
+ */
+export const SSE_DONE: Uint8Array = encoder.encode("data: [DONE]\n\n");
 
 export function encodeSseData(data: string): Uint8Array {
   return encodeEventText(`data: ${data}\n\n`);

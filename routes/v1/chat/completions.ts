@@ -1,5 +1,5 @@
 import type { Context } from "hono";
-import { encodeSseData, type Gateway, parseChatRequest } from "@/lib/gateway/mod.ts";
+import { encodeSseData, type Gateway, parseChatRequest, SSE_DONE } from "@/lib/gateway/mod.ts";
 import { errorBody } from "@/lib/core/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
 import { paidAnswerHeaders, paidEventStream } from "../paid_answer.ts";
@@ -29,6 +29,6 @@ export function chatCompletions(
       const { code, message } = event.error;
       const body = errorBody(code, options.redact(message), options.docsBaseUrl);
       return { bytes: encodeSseData(JSON.stringify(body)), errorCode: code };
-    }, encodeSseData("[DONE]"));
+    }, SSE_DONE);
   };
 }
