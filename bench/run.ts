@@ -736,7 +736,13 @@ async function main() {
     const longStreams: Record<string, LoopResult> = {};
     for (const t of targets) {
       log(`200-chunk streams, closed loop, 10 connections, ${OPEN_SECONDS}s: ${t.name}`);
-      const body = requestBody(t, true, t.longModel);
+      // Room for the answer's 200 tokens, and usage asked for as a billing client asks for it (so
+      // every target's upstream sends the same chunks, with OpenAI's `usage: null` on each).
+      const body = JSON.stringify({
+        ...JSON.parse(requestBody(t, true, t.longModel)),
+        max_tokens: 256,
+        stream_options: { include_usage: true },
+      });
       await closedLoop(t, 10, 1, tools, body);
       longStreams[t.name] = await closedLoop(t, 10, OPEN_SECONDS, tools, body);
     }
