@@ -234,6 +234,37 @@ Deno.test("a BYOB reader with a small buffer gets the body in pieces that fit it
   );
 });
 
+Deno.test("chunks of a chunked body that arrived together are given in one BYOB read", async () => {
+  await withServer(
+    answering(() =>
+      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" +
+      "3\r\nabc\r\n3\r\ndef\r\n4\r\nghij\r\n0\r\n\r\n"
+    ),
+    async (server, client) => {
+      const response = await client(server.url, post());
+      const reader = response.body!.getReader({ mode: "byob" });
+      const first = await reader.read(new Uint8Array(64));
+      assert.equal(decoder.decode(first.value), "abcdefghij");
+      assert.equal((await reader.read(new Uint8Array(64))).done, true);
+    },
+  );
+});
+
+Deno.test("the data before bad chunk framing in the same read is given first, then the error", async () => {
+  await withServer(
+    answering(() =>
+      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\nzz\r\nxyz\r\n0\r\n\r\n"
+    ),
+    async (server, client) => {
+      const response = await client(server.url, post());
+      const reader = response.body!.getReader({ mode: "byob" });
+      const first = await reader.read(new Uint8Array(64));
+      assert.equal(decoder.decode(first.value), "abc");
+      await assert.rejects(() => reader.read(new Uint8Array(64)), /chunk size/);
+    },
+  );
+});
+
 Deno.test("the request bytes on the wire are as specified", async () => {
   const body = '{"text":"héllo ✓"}';
   await withServer(
