@@ -684,7 +684,10 @@ class LengthBody implements Framing {
     if (this.remaining === 0) return null;
     const c = this.connection;
     if (c.start === c.end && await c.fill() === null) throw bodyCut();
-    return this.buffered(max);
+    // Nothing buffered after a read would be a read of nothing: never the body's end.
+    const chunk = this.buffered(max);
+    if (!chunk) throw bodyCut();
+    return chunk;
   }
 
   buffered(max: number): Uint8Array | null {
@@ -713,7 +716,9 @@ class CloseBody implements Framing {
       this.ended = true;
       return null;
     }
-    return this.buffered(max);
+    const chunk = this.buffered(max);
+    if (!chunk) throw bodyCut();
+    return chunk;
   }
 
   buffered(max: number): Uint8Array | null {

@@ -250,6 +250,24 @@ Deno.test("chunks of a chunked body that arrived together are given in one BYOB 
   );
 });
 
+Deno.test("a chunked body whose last chunk and trailers arrived with its data ends in that read, and its connection is reused", async () => {
+  await withServer(
+    answering(() =>
+      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" +
+      "3\r\nabc\r\n3\r\ndef\r\n0\r\nx-trailer: 1\r\n\r\n"
+    ),
+    async (server, client) => {
+      for (let i = 0; i < 2; i++) {
+        const response = await client(server.url, post());
+        const reader = response.body!.getReader({ mode: "byob" });
+        assert.equal(decoder.decode((await reader.read(new Uint8Array(64))).value), "abcdef");
+        assert.equal((await reader.read(new Uint8Array(64))).done, true);
+      }
+      assert.equal(server.accepted, 1);
+    },
+  );
+});
+
 Deno.test("the data before bad chunk framing in the same read is given first, then the error", async () => {
   await withServer(
     answering(() =>
