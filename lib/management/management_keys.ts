@@ -2,7 +2,7 @@
  * Management keys: an owner's credentials for the management API. Like API keys they are shown
  * once and stored only as a SHA-256 hash; their prefix (`tbm_`) keeps them apart from app keys.
  */
-import { newId, NotFoundError, randomToken, sha256Hex } from "@/lib/core/mod.ts";
+import { getManyChunked, newId, NotFoundError, randomToken, sha256Hex } from "@/lib/core/mod.ts";
 import { keys, type ManagementKeyHashEntry, type ManagementKeyRecord } from "@/lib/db.ts";
 
 const KEY_PREFIX = "tbm_";
@@ -68,13 +68,11 @@ export async function listManagementKeys(
   for await (const entry of kv.list({ prefix: keys.ownerManagementKeys(ownerId) })) {
     ids.push(String(entry.key[2]));
   }
-  const out: ManagementKeyRecord[] = [];
-  for (let i = 0; i < ids.length; i += 10) {
-    const entries = await kv.getMany<ManagementKeyRecord[]>(
-      ids.slice(i, i + 10).map((id) => keys.managementKey(id)),
-    );
-    for (const e of entries) if (e.value) out.push(e.value);
-  }
+  const entries = await getManyChunked<ManagementKeyRecord>(
+    kv,
+    ids.map((id) => keys.managementKey(id)),
+  );
+  const out = entries.flatMap((e) => e.value ? [e.value] : []);
   return out.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1));
 }
 

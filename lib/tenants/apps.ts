@@ -7,7 +7,7 @@ import {
   utcDay,
   type WalletRecord,
 } from "@/lib/db.ts";
-import { type Micros, newId, NotFoundError, randomToken } from "@/lib/core/mod.ts";
+import { getManyChunked, type Micros, newId, NotFoundError, randomToken } from "@/lib/core/mod.ts";
 import { type IssuedKey, prepareKey } from "./keys.ts";
 
 const STARTER_CREDITS: Micros = 5_000_000;
@@ -149,12 +149,8 @@ async function countOwnerApps(kv: Deno.Kv, ownerId: string, now: number) {
     ids.push(keys.app(String(app.key[2])));
   }
   const today = utcDay(now);
-  let onDay = 0;
-  for (let i = 0; i < ids.length; i += 10) {
-    for (const app of await kv.getMany<AppRecord[]>(ids.slice(i, i + 10))) {
-      if (app.value && utcDay(app.value.createdAt) === today) onDay++;
-    }
-  }
+  const apps = await getManyChunked<AppRecord>(kv, ids);
+  const onDay = apps.filter((app) => app.value && utcDay(app.value.createdAt) === today).length;
   return { entry, record: { total: ids.length, day: today, onDay } };
 }
 

@@ -25,7 +25,7 @@ import {
   type WebhookSettingsRecord,
   type WebhookWatchRecord,
 } from "@/lib/db.ts";
-import { formatUsd, type Logger, newId } from "@/lib/core/mod.ts";
+import { formatUsd, getManyChunked, type Logger, newId } from "@/lib/core/mod.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "./signing.ts";
 
 /**
@@ -217,27 +217,25 @@ export class WebhookWatcher {
         }
       }
       const eventIdOf = (entry: LedgerEntry) => `evt_${entry.id.slice(entry.id.indexOf("_") + 1)}`;
-      for (let i = 0; i < topUps.length; i += 10) {
-        const chunk = topUps.slice(i, i + 10);
-        const existing = await this.#kv.getMany(
-          chunk.map((entry) => keys.webhookEvent(appId, eventIdOf(entry))),
-        );
-        chunk.forEach((entry, j) => {
-          if (existing[j].versionstamp !== null) return;
-          events.push(prepareEvent(
-            appId,
-            "balance.topped_up",
-            {
-              amount: formatUsd(entry.amount),
-              ledger_entry_id: entry.id,
-              reference: entry.reference,
-              balance: formatUsd(wallet.value!.available),
-            },
-            now,
-            eventIdOf(entry),
-          ));
-        });
-      }
+      const existing = await getManyChunked(
+        this.#kv,
+        topUps.map((entry) => keys.webhookEvent(appId, eventIdOf(entry))),
+      );
+      topUps.forEach((entry, j) => {
+        if (existing[j].versionstamp !== null) return;
+        events.push(prepareEvent(
+          appId,
+          "balance.topped_up",
+          {
+            amount: formatUsd(entry.amount),
+            ledger_entry_id: entry.id,
+            reference: entry.reference,
+            balance: formatUsd(wallet.value!.available),
+          },
+          now,
+          eventIdOf(entry),
+        ));
+      });
 
       if (!events.length && below === watch.value.below && ledgerSeen === watch.value.ledgerSeen) {
         return;

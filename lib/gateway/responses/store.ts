@@ -4,6 +4,7 @@
  * as OpenAI keeps them. A body larger than a KV value is split into chunks; the head, written
  * last, makes it visible, so a half-written response is never read.
  */
+import { getManyChunked } from "@/lib/core/mod.ts";
 import { keys, type StoredResponseItemRecord, type StoredResponseRecord } from "@/lib/db.ts";
 import type { ResponseInputItem } from "./request.ts";
 import type { OutputItem } from "./response.ts";
@@ -104,17 +105,16 @@ export class ResponseStore {
   async items(appId: string, ids: string[]): Promise<Map<string, ResponseInputItem>> {
     const found = new Map<string, ResponseInputItem>();
     const byResponse = new Map<string, string[]>();
-    for (let i = 0; i < ids.length; i += 10) {
-      const entries = await this.#kv.getMany<StoredResponseItemRecord[]>(
-        ids.slice(i, i + 10).map((id) => keys.storedResponseItem(appId, id)),
-      );
-      entries.forEach((entry, j) => {
-        if (!entry.value || entry.value.expiresAt <= this.#now()) return;
-        const list = byResponse.get(entry.value.responseId) ?? [];
-        list.push(ids[i + j]);
-        byResponse.set(entry.value.responseId, list);
-      });
-    }
+    const entries = await getManyChunked<StoredResponseItemRecord>(
+      this.#kv,
+      ids.map((id) => keys.storedResponseItem(appId, id)),
+    );
+    entries.forEach((entry, i) => {
+      if (!entry.value || entry.value.expiresAt <= this.#now()) return;
+      const list = byResponse.get(entry.value.responseId) ?? [];
+      list.push(ids[i]);
+      byResponse.set(entry.value.responseId, list);
+    });
     for (const [responseId, wanted] of byResponse) {
       const response = await this.load(appId, responseId);
       for (const item of response?.output ?? []) {
