@@ -480,13 +480,13 @@ export class Gateway {
     assertSupported(request, kinds, maxTokens);
     // The largest of the bounds of every route that may serve the request: the reservation covers
     // any. Routes alike (kind and tokenizer) share one count.
-    const counted = new Map<string, number>();
+    const boundsByKind = new Map<string, number>();
     const bounds = routes.map((r) => {
       const key = `${r.provider.kind}:${r.tokenizer}`;
-      let bound = counted.get(key);
+      let bound = boundsByKind.get(key);
       if (bound === undefined) {
         bound = inputBound(r.provider.kind, request, model, r.tokenizer);
-        counted.set(key, bound);
+        boundsByKind.set(key, bound);
       }
       return bound;
     });
@@ -501,10 +501,10 @@ export class Gateway {
       const withMargin = exactInputReservation(exact);
       // The count is the primary model's: a fallback to another model (another tokenizer) keeps
       // its bound.
-      const counted = (i: number) =>
+      const servesPrimary = (i: number) =>
         i === 0 || (model.fallbacks[i - 1].provider.name === model.provider.name &&
           model.fallbacks[i - 1].upstreamModel === model.upstreamModel);
-      const next = Math.max(...bounds.map((bound, i) => counted(i) ? withMargin : bound));
+      const next = Math.max(...bounds.map((bound, i) => servesPrimary(i) ? withMargin : bound));
       if (next >= promptTokens) return false;
       promptTokens = next;
       return true;
