@@ -6,11 +6,11 @@
  */
 import assert from "node:assert/strict";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
-import { keys, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
+import { keys, type WalletRecord } from "@/lib/db.ts";
 import { CommitLocks } from "@/lib/billing/commit_locks.ts";
 import { Wallets } from "@/lib/billing/wallet.ts";
 import type { SliceOptions } from "@/lib/billing/wallet_types.ts";
-import { assertAuditClean, settleInput } from "./helpers.ts";
+import { assertAuditClean, settleInput, usageRecords } from "./helpers.ts";
 
 const FUNDED = 100_000_000;
 
@@ -57,10 +57,7 @@ async function twoWorkers(slices: SliceOptions | undefined, locked: boolean) {
   for (const wallets of engines) await wallets.drain();
   const kv = handles[0];
   const wallet = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
-  const charged: number[] = [];
-  for await (const e of kv.list<UsageRecord>({ prefix: keys.appUsage(app.id) })) {
-    charged.push(e.value.cost);
-  }
+  const charged = (await usageRecords(kv, app.id)).map((u) => u.cost);
   const conflicts = engines.map((w) => w.stats.conflicts);
   return { handles, path, wallet, charged, answered, conflicts };
 }

@@ -937,7 +937,7 @@ function earlyAnswerServer(then: "close" | "keep") {
     );
     if (then === "keep") {
       // Reads nothing more for a while, then drains until the client closes.
-      await new Promise((r) => setTimeout(r, 200));
+      await sleep(200);
       while (await conn.read(new Uint8Array(1 << 20)).catch(() => null) !== null) { /* drain */ }
       state.clientClosed = true;
     }
