@@ -371,3 +371,52 @@ Deno.test("a settle beyond its slice whose wallet charge committed but answered 
     await s.close();
   }
 });
+
+for (const fault of ["throw", "throw_after_commit"] as const) {
+  Deno.test(`a settle beyond its slice whose wallet charge's outcome KV cannot tell (${fault}, reads failing) ends its reservation and is charged once KV is back: what left the wallet is the answered cost`, async () => {
+    const s = await startService();
+    let armed = false;
+    let readsToFail = 0;
+    const faulty = faultyKv(s.kv, (step) => {
+      if (armed && step === "commit") {
+        armed = false;
+        // Neither the batch marker nor the usage record can be read back for a while.
+        readsToFail = 10;
+        return fault;
+      }
+      if (step === "get" && readsToFail > 0) {
+        readsToFail--;
+        return "throw";
+      }
+      return "ok";
+    });
+    const sliced = new Wallets(faulty.kv, {
+      leaseMs: 60_000,
+      rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+      slices: { idleMs: 60_000, postEveryMs: 60_000 },
+    });
+    try {
+      const { appId } = await s.newApp();
+      // Enough outside the slice to pay the whole cost: the answer is then exactly what leaves.
+      await sliced.credit(appId, { amount: 20_000_000, kind: "operator_credit", reason: "t" });
+      const first = await sliced.reserve(appId, hold("first"));
+      assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
+      armed = true;
+      const cost = 10_000_000;
+      const settled = await sliced.settle(appId, first.reservation.id, usage("first", cost));
+      assert.equal(readsToFail, 0, "KV could not tell whether the charge committed");
+      assert.ok(settled.settled);
+      assert.equal(settled.charged, cost);
+      // The retry runs in the drain; the slice, holding nothing, goes back to the wallet.
+      await sliced.drain();
+      const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+      assert.equal(wallet.spent, cost, "what the answer said left the wallet, once");
+      assert.equal(wallet.reserved, 0, "no hold left behind");
+      assert.equal((await usageRecords(s.kv, appId)).length, 1);
+      await assertAuditClean(s.kv);
+    } finally {
+      await sliced.drain();
+      await s.close();
+    }
+  });
+}

@@ -256,7 +256,23 @@ export class Wallets {
         return charged;
       }
       // Failed, but its outcome may have been unknown: it may have charged all the same.
-      const record = charged === undefined ? await this.#committedUsage(appId, usage) : null;
+      let record: UsageRecord | null;
+      try {
+        record = charged === undefined ? await this.#committedUsage(appId, usage) : null;
+      } catch {
+        // KV can tell neither way: the slice must not charge it too. The reservation ends here
+        // (a throw would leave it in the slice, renewed and never returned) and the charge is
+        // tried again once KV tells whether it committed, as an orphaned slice's charges are.
+        slice.chargedOutside(reservationId, input, this.#now());
+        this.#retryCharges(appId, [usage]);
+        return {
+          settled: true,
+          charged: usage.cost,
+          uncharged: usage.uncharged,
+          available: slice.available,
+          usage,
+        };
+      }
       if (record) {
         slice.chargedOutside(reservationId, input, this.#now());
         return {
