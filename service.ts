@@ -133,6 +133,8 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
         event: "shut_down",
         inFlightFinished: drained,
         walletCommitted: committed,
+        // Micro-USD of answered charges whose commit failed and that wait for a retry: lost now.
+        chargesPending: wallets.pendingCharges,
         ms: Math.round(performance.now() - started),
         ...workerField,
       });

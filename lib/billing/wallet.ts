@@ -141,7 +141,9 @@ export class Wallets {
   /** Slices a sweeper gave back while this process still held reservations in them. */
   readonly #orphaned = new WeakSet<LocalSlice>();
   /** Charges of orphaned slices that failed, each waiting to be tried again (#retryCharges). */
-  readonly #retries = new Set<() => Promise<void>>();
+  readonly #retries = new Map<() => Promise<void>, UsageRecord[]>();
+  /** Those retries running now: drain waits for them. */
+  readonly #retrying = new Set<Promise<void>>();
   /** Per app: the reserves waiting for its slice to grow (see SliceDemand). */
   readonly #waiting = new Map<string, SliceDemand>();
   /** Reserves per app in its current one-second window (auto slices: is the app hot?). */
@@ -416,13 +418,32 @@ export class Wallets {
    * waiting for its retry tried once more.
    */
   async drain(): Promise<void> {
+    // One slice failing its post does not keep the others, or the retries, from theirs.
+    let failure: unknown = null;
     for (const slice of this.#slices.values()) {
-      await this.#postAll(slice);
-      if (slice.reservations.size === 0) await this.#returnSlice(slice);
+      try {
+        await this.#postAll(slice);
+        if (slice.reservations.size === 0) await this.#returnSlice(slice);
+      } catch (error) {
+        failure ??= error;
+      }
     }
-    // Answered charges waiting to be tried again: now, once, rather than never after the exit.
-    await Promise.all([...this.#retries].map((retry) => retry()));
+    // Answered charges waiting to be tried again: now, once, rather than never after the exit;
+    // and those already being tried.
+    await Promise.all([...this.#retries.keys()].map((retry) => retry()));
+    await Promise.all(this.#retrying);
     while (this.#queues.size > 0) await new Promise((r) => setTimeout(r, 1));
+    if (failure !== null) throw failure;
+  }
+
+  /**
+   * Micro-USD of answered charges that failed and wait for a retry: what an exit now leaves
+   * uncharged (the shutdown log reports it).
+   */
+  get pendingCharges(): Micros {
+    let total = 0;
+    for (const usage of this.#retries.values()) for (const u of usage) total += u.cost;
+    return total;
   }
 
   // ---- slices (see slices.ts) ------------------------------------------------------------------
@@ -685,9 +706,7 @@ export class Wallets {
    * tell, it looks again later rather than risk charging twice.
    */
   #retryCharges(appId: string, usage: UsageRecord[]) {
-    const retry = async () => {
-      clearTimeout(timer);
-      this.#retries.delete(retry);
+    const attempt = async () => {
       let uncommitted: UsageRecord[];
       try {
         const entries = await getManyChunked(this.#kv, usage.map((u) => keys.usage(appId, u.id)));
@@ -697,9 +716,16 @@ export class Wallets {
       }
       await this.#chargeFromWallet(appId, uncommitted);
     };
+    const retry = () => {
+      clearTimeout(timer);
+      this.#retries.delete(retry);
+      const running = attempt().finally(() => this.#retrying.delete(running));
+      this.#retrying.add(running);
+      return running;
+    };
     const timer = setTimeout(retry, 1_000);
     Deno.unrefTimer(timer);
-    this.#retries.add(retry);
+    this.#retries.set(retry, usage);
   }
 
   /** Gives an idle slice back to its wallet: its unspent money and unused rate block. */
