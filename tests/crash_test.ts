@@ -124,6 +124,8 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
     RESERVATION_TTL_SECONDS: String(TTL_SECONDS),
     FAKE_OPENAI_KEY: "sk-fake-upstream",
     NO_COLOR: "1",
+    // One worker, as tests/instances.ts starts them: the timings below do not grow with the cores.
+    SERVE_WORKERS: "1",
   };
   const kv = await Deno.openKv(kvPath);
   const children: Child[] = [];
