@@ -3,6 +3,7 @@ import {
   ApiError,
   errorBody,
   type Logger,
+  logSoon,
   newRequestId,
   type RequestLogLine,
   requestLogLine,
@@ -42,15 +43,16 @@ export function requestContext(
     c.set("finishRequest", () => {
       if (finished) return;
       finished = true;
-      const line = requestLogLine({
-        requestId,
-        method: c.req.method,
-        path: c.req.path,
-        status: c.res.status,
-        totalMs: performance.now() - started,
-      }, c.get("trace"));
-      log(line);
-      observe?.(line);
+      const totalMs = performance.now() - started;
+      const status = c.res.status;
+      logSoon(() => {
+        const line = requestLogLine(
+          { requestId, method: c.req.method, path: c.req.path, status, totalMs },
+          c.get("trace"),
+        );
+        log(line);
+        observe?.(line);
+      });
     });
     c.header("Tollbooth-Request-Id", requestId);
     c.header("Tollbooth-Version", API_VERSION);

@@ -134,7 +134,12 @@ export async function startService(options: {
     ...options.payments,
     now: options.now,
   });
-  const handle = async (request: Request) => await app.fetch(request);
+  const handle = async (request: Request) => {
+    const response = await app.fetch(request);
+    // A request's log line is written just after its response is out (logSoon): let it be.
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    return response;
+  };
   const post: TestService["post"] = async (apiKey, path, body, init = {}) => {
     const headers: Record<string, string> = {
       "content-type": "application/json",

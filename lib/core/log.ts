@@ -22,8 +22,33 @@ export const jsonLogger: Logger = (fields) => {
   else flushTimer ??= setTimeout(flushLogs, LOG_FLUSH_MS);
 };
 
+let deferred: (() => void)[] = [];
+
+/**
+ * Runs `write` (building and logging a line) once the current task's responses are on their way:
+ * a request's log line and metrics then cost it no latency, and lines of answers sent together are
+ * built together. `flushLogs` runs what is still waiting.
+ */
+export function logSoon(write: () => void): void {
+  if (deferred.push(write) === 1) setTimeout(writeDeferred, 0);
+}
+
+function writeDeferred() {
+  const writes = deferred;
+  deferred = [];
+  for (const write of writes) {
+    try {
+      write();
+    } catch (error) {
+      // A timer's exception would end the process; one bad line must not cost the others.
+      console.error("a deferred log line failed", error);
+    }
+  }
+}
+
 /** Writes the buffered log lines now (before an exit, and from the timer). */
 export function flushLogs(): void {
+  writeDeferred();
   if (flushTimer !== null) clearTimeout(flushTimer);
   flushTimer = null;
   if (pendingLines.length === 0) return;

@@ -1,0 +1,39 @@
+import assert from "node:assert/strict";
+import { flushLogs, logSoon } from "./log.ts";
+
+const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
+
+Deno.test("a deferred line is written after the current task, not during it", async () => {
+  const written: string[] = [];
+  logSoon(() => written.push("a"));
+  logSoon(() => written.push("b"));
+  await Promise.resolve();
+  assert.deepEqual(written, [], "microtasks (a response's own continuations) run first");
+  await nextTask();
+  assert.deepEqual(written, ["a", "b"]);
+});
+
+Deno.test("flushing the logs (before an exit) writes the deferred lines first", () => {
+  const written: string[] = [];
+  logSoon(() => written.push("last words"));
+  flushLogs();
+  assert.deepEqual(written, ["last words"]);
+});
+
+Deno.test("a deferred line that throws does not cost the lines after it", async () => {
+  const written: string[] = [];
+  const errors: unknown[] = [];
+  const error = console.error;
+  console.error = (...args: unknown[]) => errors.push(args);
+  try {
+    logSoon(() => {
+      throw new Error("broken line");
+    });
+    logSoon(() => written.push("after"));
+    await nextTask();
+  } finally {
+    console.error = error;
+  }
+  assert.deepEqual(written, ["after"]);
+  assert.equal(errors.length, 1);
+});
