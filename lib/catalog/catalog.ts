@@ -125,10 +125,11 @@ export interface Model {
 
 /**
  * OpenAI's GPT-4 (not 4o, 4.1 or later) and GPT-3.5 models bill cl100k tokens; so do their
- * fine-tunes (`ft:gpt-4-0613:…`); a router may prefix the name (`openai/gpt-4`), and Azure writes
- * `gpt-35-turbo`.
+ * fine-tunes (`ft:gpt-4-0613:…`); a router may prefix the name (`openai/gpt-4`), Azure writes
+ * `gpt-35-turbo`, and a deployment name may carry the model's after a prefix (`prod-gpt-4`): o200k
+ * would under-count what those bill.
  */
-const CL100K_MODEL = /(?:^|[:/])gpt-(?:3\.?5-|4(?:-|$))/i;
+const CL100K_MODEL = /(?:^|[^a-z0-9])gpt-(?:3\.?5-|4(?:-|$))/i;
 
 /**
  * The tokenizer the input bound counts a route's text with (OpenAI kind): the catalog's, else

@@ -255,6 +255,9 @@ Deno.test("a route's tokenizer is the catalog's, else cl100k for OpenAI's GPT-4 
     "ft:gpt-3.5-turbo-0125:acme::abc",
     "openai/gpt-4",
     "GPT-4",
+    "prod-gpt-4",
+    "eu_gpt-35-turbo",
+    "team.gpt-4-32k",
   ];
   const o200k = [
     "gpt-4o",
@@ -262,6 +265,8 @@ Deno.test("a route's tokenizer is the catalog's, else cl100k for OpenAI's GPT-4 
     "gpt-4.1",
     "gpt-4.5-preview",
     "chatgpt-4o-latest",
+    "prod-gpt-4o",
+    "mygpt-4",
     "ft:gpt-4o-mini:acme::abc",
     "gpt-5",
     "o3",
