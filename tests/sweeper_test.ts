@@ -8,7 +8,9 @@ import {
 import { createApp } from "@/app.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { buildCatalog } from "@/lib/catalog/catalog.ts";
-import { loadConfig } from "@/lib/core/mod.ts";
+import { loadConfig, requestLogLine } from "@/lib/core/mod.ts";
+import { usageCost } from "@/lib/catalog/mod.ts";
+import { WalletDesk } from "@/lib/gateway/wallet_desk.ts";
 import {
   assertAuditClean,
   PUBLIC_URL,
@@ -17,6 +19,8 @@ import {
   testCatalogFile,
   userMessage,
 } from "./helpers.ts";
+
+const LINE = { method: "POST", path: "/v1/chat/completions", status: 200, totalMs: 1 };
 
 const reserveInput = (requestId: string, amount = 1_000) => ({
   amount,
@@ -74,6 +78,52 @@ Deno.test("a settle that arrives after the sweeper released the reservation char
       countedLocally: false,
     });
     assert.equal(settled.settled, false);
+    const w = await s.wallet(appId);
+    assert.deepEqual([w.available, w.reserved, w.spent], [5_000_000, 0, 0]);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("a request settled after the sweeper released its reservation logs what it cost as uncharged", async () => {
+  const s = await startService();
+  try {
+    const { appId, keyId } = await s.newApp();
+    const wallets = new Wallets(s.kv, { leaseMs: 1 });
+    const logs: Record<string, unknown>[] = [];
+    const desk = new WalletDesk({
+      kv: s.kv,
+      wallets,
+      publicUrl: PUBLIC_URL,
+      log: (line) => logs.push(line),
+    });
+    const model = s.catalog.get("tollbooth/echo")!;
+    const r = await wallets.reserve(appId, { ...reserveInput("late", 5_000), keyId });
+    assert.ok(r.ok);
+    await new Promise((res) => setTimeout(res, 5));
+    assert.equal(await sweepExpiredReservations(s.kv, wallets), 1);
+    const trace = {};
+    const usage = { promptTokens: 1_000, completionTokens: 1_000 };
+    const settled = await desk.settle({ appId, keyId }, r.reservation, model, usage, {
+      requestId: "late",
+      streamed: false,
+      outcome: "completed",
+      countedLocally: false,
+    }, trace);
+    const cost = usageCost(model, usage);
+    assert.ok(cost > 0);
+    assert.equal(settled.charged, 0);
+    assert.deepEqual(logs, [{
+      level: "warn",
+      requestId: "late",
+      event: "settle_after_release",
+      appId,
+      model: "tollbooth/echo",
+      uncharged: cost,
+    }]);
+    assert.equal(requestLogLine({ ...LINE, requestId: "late" }, trace).uncharged, cost);
+    assert.equal(requestLogLine({ ...LINE, requestId: "late" }, trace).cost, 0);
     const w = await s.wallet(appId);
     assert.deepEqual([w.available, w.reserved, w.spent], [5_000_000, 0, 0]);
     await assertAuditClean(s.kv);
