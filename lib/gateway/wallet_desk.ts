@@ -180,18 +180,18 @@ export class WalletDesk {
     trace.outcome = info.outcome;
     if (!result.settled) {
       // The sweeper released the reservation first: the request is not charged, and never twice.
-      // What it cost is the operator's loss, so the log says how much and the request's line
-      // counts it as uncharged.
+      // What it cost is the operator's loss; it is not in the uncharged counters (no usage record
+      // is written for a reservation that is gone, since a retried settle looks the same), so the
+      // warning says how much.
       this.#deps.log({
         level: "warn",
         requestId: info.requestId,
         event: "settle_after_release",
         appId: caller.appId,
         model: model.id,
-        uncharged: cost,
+        notCharged: cost,
       });
       trace.cost = 0;
-      trace.uncharged = cost;
       return { charged: 0, available: result.available };
     }
     trace.cost = result.charged;
