@@ -95,6 +95,11 @@ function watchIdle(watch: IdleWatch) {
   idleSweepEveryMs = period;
 }
 
+/** How many upstream calls the sweep watches now: calls waiting on the upstream, not paused ones. */
+export function watchedCalls(): number {
+  return watched.size;
+}
+
 function upstreamIdleGuard(
   controller: AbortController,
   timeoutMs: number,
@@ -111,15 +116,23 @@ function upstreamIdleGuard(
     },
   };
   watchIdle(watch);
+  let stopped = false;
   return {
     touch() {
+      if (stopped || timedOut) return;
       watch.waitingSince = Date.now();
+      watchIdle(watch);
     },
-    /** No timeout while the reader does not ask for more: silence is measured on our reads only. */
+    /**
+     * No timeout while the reader does not ask for more: silence is measured on our reads only.
+     * A paused call leaves the watch, so that a stream abandoned between two reads is not kept.
+     */
     pause() {
       watch.waitingSince = null;
+      watched.delete(watch);
     },
     stop() {
+      stopped = true;
       watch.waitingSince = null;
       watched.delete(watch);
       cleanup();

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { callUpstream } from "./http.ts";
+import { callUpstream, guardedParts, watchedCalls } from "./http.ts";
 import { ProviderError } from "./types.ts";
 
 /** A loopback server that answers every connection with these bytes and then keeps it open. */
@@ -47,6 +47,42 @@ Deno.test("an upstream that goes silent inside an error body ends in a timeout, 
     assert.equal(outcome.upstreamStatus, 503);
   } finally {
     clearTimeout(hang);
+    server.close();
+  }
+});
+
+Deno.test("a stream left between two reads is not watched for silence, nor kept by the watch", async () => {
+  const server = silentAfter(
+    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" +
+      "6\r\nfirst\n\r\n",
+  );
+  const abort = new AbortController();
+  try {
+    const call = await callUpstream({
+      url: server.url,
+      headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
+      body: "{}",
+      signal: abort.signal,
+      timeoutMs: 60_000,
+    });
+    assert.equal(watchedCalls(), 1, "waiting for the body: watched");
+    const reader = call.response.body!.getReader();
+    const parts = guardedParts(
+      (async function* () {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) return;
+          yield value;
+        }
+      })(),
+      call,
+    );
+    assert.ok(!(await parts.next()).done);
+    // The consumer holds the part and never asks again (a client gone before its reader started):
+    // nothing may keep this call alive in the watch.
+    assert.equal(watchedCalls(), 0);
+  } finally {
+    abort.abort();
     server.close();
   }
 });
