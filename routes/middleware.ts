@@ -43,16 +43,17 @@ export function requestContext(
     c.set("finishRequest", () => {
       if (finished) return;
       finished = true;
-      const totalMs = performance.now() - started;
-      const status = c.res.status;
-      logSoon(() => {
-        const line = requestLogLine(
-          { requestId, method: c.req.method, path: c.req.path, status, totalMs },
-          c.get("trace"),
-        );
-        log(line);
-        observe?.(line);
-      });
+      const line = requestLogLine({
+        requestId,
+        method: c.req.method,
+        path: c.req.path,
+        status: c.res.status,
+        totalMs: performance.now() - started,
+      }, c.get("trace"));
+      // The metrics count the request at once (a scrape right after the answer sees it); the
+      // line's redaction and serialisation wait until the answer is out.
+      observe?.(line);
+      logSoon(() => log(line));
     });
     c.header("Tollbooth-Request-Id", requestId);
     c.header("Tollbooth-Version", API_VERSION);

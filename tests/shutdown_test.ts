@@ -72,6 +72,14 @@ Deno.test("SIGTERM: the stream in flight completes and is settled, new connectio
       assert.equal(wallet.reserved, 0, "the stream was settled before the exit");
       assert.ok(wallet.spent > 0);
       assert.ok(instance.lines.some((l) => l.event === "shut_down" && l.inFlightFinished === true));
+      const streamLine = instance.lines.findIndex((l) =>
+        l.event === "request" && l.path === "/v1/chat/completions"
+      );
+      assert.ok(streamLine >= 0, "the stream's request line was written");
+      assert.ok(
+        streamLine < instance.lines.findIndex((l) => l.event === "shut_down"),
+        "before the last words",
+      );
       assert.ok((await auditWallets(kv)).ok);
     } finally {
       kv.close();
