@@ -14,31 +14,40 @@ export async function* openAiStreamParts(
 ): AsyncGenerator<StreamPart> {
   let usage: ReturnType<typeof parseOpenAiUsage> = null;
   let finished = false;
-  for await (const event of events) {
-    onEvent();
-    if (event.data === "[DONE]") {
-      finished = true;
-      break;
-    }
-    const obj = eventJson(event.data);
-    if (!obj) continue;
-    if (obj.error) {
-      throw new ProviderError("stream_cut", `upstream error in stream: ${errorText(obj.error)}`);
-    }
-    // Some servers repeat cumulative usage on every chunk: the last one wins, never a sum.
-    if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
-    if (Array.isArray(obj.choices) && obj.choices.length > 0) {
-      // Usage is handed on once, at the end. OpenAI sends `usage: null` on every other chunk: it
-      // is unset in place (JSON leaves it out) rather than copied away, which cost a tenth of
-      // relaying a chunk.
-      if (obj.usage !== undefined) obj.usage = undefined;
-      if ((obj.choices as ChatCompletionChunk["choices"]).some((c) => c?.finish_reason)) {
+  try {
+    for await (const event of events) {
+      onEvent();
+      if (event.data === "[DONE]") {
         finished = true;
+        break;
       }
-      yield { type: "chunk", chunk: obj as ChatCompletionChunk };
+      const obj = eventJson(event.data);
+      if (!obj) continue;
+      if (obj.error) {
+        throw new ProviderError("stream_cut", `upstream error in stream: ${errorText(obj.error)}`);
+      }
+      // Some servers repeat cumulative usage on every chunk: the last one wins, never a sum.
+      if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
+      if (Array.isArray(obj.choices) && obj.choices.length > 0) {
+        // Usage is handed on once, at the end. OpenAI sends `usage: null` on every other chunk: it
+        // is unset in place (JSON leaves it out) rather than copied away, which cost a tenth of
+        // relaying a chunk.
+        if (obj.usage !== undefined) obj.usage = undefined;
+        if ((obj.choices as ChatCompletionChunk["choices"]).some((c) => c?.finish_reason)) {
+          finished = true;
+        }
+        yield { type: "chunk", chunk: obj as ChatCompletionChunk };
+      }
     }
+    if (!finished) {
+      throw new ProviderError("stream_cut", "upstream stream ended before it finished");
+    }
+  } catch (error) {
+    // The usage chunk is the provider's bill: a stream cut after it (before `[DONE]`) is charged
+    // by it, not by a local count that cannot see hidden reasoning.
+    if (usage) yield { type: "usage", usage: usage.usage, raw: usage.raw };
+    throw error;
   }
-  if (!finished) throw new ProviderError("stream_cut", "upstream stream ended before it finished");
   if (usage) yield { type: "usage", usage: usage.usage, raw: usage.raw };
 }
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { collect, fixtureEvents } from "../test_support.ts";
 import { assembleCompletion } from "../assemble.ts";
-import type { ChatCompletionChunk } from "../types.ts";
+import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
 import { openAiStreamParts } from "./stream.ts";
 
 const TOOL_CALLS = new URL("./fixtures/stream_tool_calls.sse", import.meta.url);
@@ -46,4 +46,38 @@ Deno.test("a streamed answer assembles into the completion a client would build"
   assert.equal(completion.choices[0].finish_reason, "tool_calls");
   assert.equal(completion.usage?.prompt_tokens_details?.cached_tokens, 1920);
   assert.equal(usage?.cachedTokens, 1920);
+});
+
+Deno.test("a stream cut after its usage chunk, before [DONE], hands on that usage and then fails", async () => {
+  async function* cutBeforeDone() {
+    for await (const event of fixtureEvents(TOOL_CALLS)) {
+      if (event.data === "[DONE]") break;
+      yield event;
+    }
+    throw new ProviderError("stream_cut", "connection reset");
+  }
+  const parts: StreamPart[] = [];
+  await assert.rejects(async () => {
+    for await (const part of openAiStreamParts(cutBeforeDone())) parts.push(part);
+  }, /connection reset/);
+  const usage = parts.at(-1)!;
+  assert.ok(usage.type === "usage", "the provider's bill, not a local count, settles the stream");
+  assert.deepEqual(usage.usage, {
+    promptTokens: 2006,
+    completionTokens: 300,
+    cachedTokens: 1920,
+    reasoningTokens: 256,
+  });
+});
+
+Deno.test("a stream cut before any usage fails with no usage part", async () => {
+  async function* cutEarly() {
+    yield { data: JSON.stringify({ choices: [{ index: 0, delta: { content: "Hi" } }] }) };
+    throw new ProviderError("stream_cut", "connection reset");
+  }
+  const parts: StreamPart[] = [];
+  await assert.rejects(async () => {
+    for await (const part of openAiStreamParts(cutEarly())) parts.push(part);
+  }, /connection reset/);
+  assert.deepEqual(parts.map((p) => p.type), ["chunk"]);
 });
