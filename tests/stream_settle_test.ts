@@ -14,20 +14,24 @@ import {
 
 const encoder = new TextEncoder();
 
-function chunk(content: string, finish: string | null = null) {
+function chunk(content: string | Record<string, string>, finish: string | null = null) {
+  const delta = typeof content === "string" ? { content } : content;
   return `data: ${
     JSON.stringify({
       id: "chatcmpl-fake",
       object: "chat.completion.chunk",
       created: 1,
       model: "gpt-test",
-      choices: [{ index: 0, delta: { content }, finish_reason: finish }],
+      choices: [{ index: 0, delta, finish_reason: finish }],
     })
   }\n\n`;
 }
 
-/** An OpenAI-compatible upstream whose stream sends `words`, then behaves as `ending` says. */
-function fakeUpstream(words: string[], ending: "hang" | "cut") {
+/**
+ * An OpenAI-compatible upstream whose stream sends `words` (a delta's content, or a whole delta),
+ * then behaves as `ending` says.
+ */
+function fakeUpstream(words: (string | Record<string, string>)[], ending: "hang" | "cut") {
   const seen = { aborted: false, requests: 0 };
   const server = serveLoopback((request) => {
     seen.requests++;
@@ -123,6 +127,32 @@ Deno.test("a stream the upstream cuts is charged for what was produced and ends 
     const wallet = await s.wallet(appId);
     assert.equal(wallet.reserved, 0);
     assert.equal(wallet.spent, usage.cost);
+    await assertAuditClean(s.kv);
+  } finally {
+    await upstream.close();
+    await s.close();
+  }
+});
+
+Deno.test("a cut stream whose reasoning comes under both of its names counts that reasoning once", async () => {
+  const thought = "Weighing the toll against the distance travelled";
+  const upstream = fakeUpstream(
+    [{ reasoning_content: thought, reasoning: thought }, "Pay."],
+    "cut",
+  );
+  const s = await startService({ openaiBaseUrl: upstream.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage("think"),
+      stream: true,
+    });
+    assert.equal(res.status, 200);
+    await readSse(res);
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal(usage.countedLocally, true);
+    assert.equal(usage.completionTokens, countTextTokens(`${thought}Pay.`));
     await assertAuditClean(s.kv);
   } finally {
     await upstream.close();

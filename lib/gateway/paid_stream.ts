@@ -311,15 +311,20 @@ export class PaidStream {
 
 /**
  * What a delta adds to the output the provider bills: text, refusal, reasoning (as OpenAI-style
- * servers name it either way) and tool calls' names and arguments.
+ * servers name it either way; some send the same text under both names, counted once) and tool
+ * calls' names and arguments.
  */
 function producedText(delta: ChatCompletionChunk["choices"][number]["delta"] | undefined): string {
   if (!delta) return "";
   let text = "";
-  for (const field of ["content", "refusal", "reasoning_content", "reasoning"]) {
+  for (const field of ["content", "refusal"]) {
     const value = delta[field];
     if (typeof value === "string") text += value;
   }
+  const reasoning = typeof delta.reasoning_content === "string"
+    ? delta.reasoning_content
+    : delta.reasoning;
+  if (typeof reasoning === "string") text += reasoning;
   if (Array.isArray(delta.tool_calls)) {
     for (const call of delta.tool_calls) {
       const fn = (call as { function?: { name?: unknown; arguments?: unknown } })?.function;
