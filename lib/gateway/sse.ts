@@ -8,10 +8,12 @@ export interface SseEvent {
  * `isLast` names the event a stream ends with (`[DONE]`, `message_stop`): a reader that stops there
  * leaves the body's few remaining bytes (the chunked end) to be read rather than cancelled, so that
  * the upstream connection goes back to its pool instead of being closed and opened anew.
+ * `onRead` hears of every read that brought bytes, comments (an upstream's keep-alive) included.
  */
 export async function* parseSse(
   body: ReadableStream<Uint8Array>,
   isLast: (event: SseEvent) => boolean = () => false,
+  onRead: () => void = () => {},
 ): AsyncGenerator<SseEvent> {
   const decoder = new TextDecoder();
   let buffer = "";
@@ -50,6 +52,7 @@ export async function* parseSse(
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
+      onRead();
       const text = decoder.decode(value, { stream: true });
       crSeen ||= text.includes("\r");
       buffer += text;

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { callUpstream, guardedParts, watchedCalls } from "./http.ts";
+import { openAiSseParts } from "./openai/stream.ts";
 import { ProviderError } from "./types.ts";
 
 /** A loopback server that answers every connection with these bytes and then keeps it open. */
@@ -84,5 +85,49 @@ Deno.test("a stream left between two reads is not watched for silence, nor kept 
   } finally {
     abort.abort();
     server.close();
+  }
+});
+
+Deno.test("keep-alive comments count as signs of life: a stream that sends only them for longer than the timeout is not cut", async () => {
+  const encoder = new TextEncoder();
+  const chunk = JSON.stringify({
+    id: "chatcmpl-1",
+    object: "chat.completion.chunk",
+    created: 1,
+    model: "m",
+    choices: [{ index: 0, delta: { content: "Done thinking." }, finish_reason: "stop" }],
+  });
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () =>
+    new Response(
+      new ReadableStream<Uint8Array>({
+        async start(controller) {
+          // Four timeouts long, a comment every quarter of one.
+          for (let i = 0; i < 16; i++) {
+            controller.enqueue(encoder.encode(": PROCESSING\n\n"));
+            await new Promise((r) => setTimeout(r, 25));
+          }
+          controller.enqueue(encoder.encode(`data: ${chunk}\n\ndata: [DONE]\n\n`));
+          controller.close();
+        },
+      }),
+      { headers: { "content-type": "text/event-stream" } },
+    ));
+  try {
+    const call = await callUpstream({
+      url: `http://127.0.0.1:${server.addr.port}/v1/chat/completions`,
+      headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
+      body: "{}",
+      signal: new AbortController().signal,
+      timeoutMs: 100,
+    });
+    const parts = [];
+    for await (
+      const part of guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call)
+    ) {
+      parts.push(part);
+    }
+    assert.deepEqual(parts.map((p) => p.type), ["chunk"]);
+  } finally {
+    await server.shutdown();
   }
 });

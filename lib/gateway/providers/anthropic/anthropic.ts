@@ -54,9 +54,12 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
       const call = await post(base, request, messagesRequest(request, true));
       return guardedParts(
         anthropicStreamParts(
-          parseSse(call.response.body!, (event) => event.event === "message_stop"),
+          parseSse(
+            call.response.body!,
+            (event) => event.event === "message_stop",
+            call.idle.touch,
+          ),
           meta(request),
-          call.idle.touch,
         ),
         call,
       );

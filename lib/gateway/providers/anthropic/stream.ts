@@ -27,7 +27,6 @@ type Delta = ChatCompletionChunk["choices"][number]["delta"];
 export async function* anthropicStreamParts(
   events: AsyncIterable<{ event: string | null; data: string }>,
   meta: AnthropicStreamMeta,
-  onEvent: () => void = () => {},
 ): AsyncGenerator<StreamPart> {
   let id = `msg-${meta.requestId}`;
   const created = Math.floor(Date.now() / 1000);
@@ -47,7 +46,6 @@ export async function* anthropicStreamParts(
   const blocks = new Map<number, { kind: "tool"; index: number } | { kind: "answer" }>();
   let toolCalls = 0;
   for await (const event of events) {
-    onEvent();
     const json = eventJson(event.data);
     if (!json) continue;
     switch (json.type ?? event.event) {

@@ -10,13 +10,11 @@ import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../typ
 
 export async function* openAiStreamParts(
   events: AsyncIterable<{ data: string }>,
-  onEvent: () => void = () => {},
 ): AsyncGenerator<StreamPart> {
   let usage: ReturnType<typeof parseOpenAiUsage> = null;
   let finished = false;
   try {
     for await (const event of events) {
-      onEvent();
       if (event.data === "[DONE]") {
         finished = true;
         break;
@@ -51,8 +49,9 @@ export async function* openAiStreamParts(
   if (usage) yield { type: "usage", usage: usage.usage, raw: usage.raw };
 }
 
-export function openAiSseParts(body: ReadableStream<Uint8Array>, onEvent: () => void) {
-  return openAiStreamParts(parseSse(body, (event) => event.data === "[DONE]"), onEvent);
+/** `onRead` hears of every read that brought bytes: the idle guard's sign of life. */
+export function openAiSseParts(body: ReadableStream<Uint8Array>, onRead: () => void) {
+  return openAiStreamParts(parseSse(body, (event) => event.data === "[DONE]", onRead));
 }
 
 function errorText(error: unknown): string {
