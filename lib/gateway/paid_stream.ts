@@ -59,7 +59,8 @@ export class PaidStream {
   #reportedUsage: Usage | null = null;
   /** The upstream's own usage object, details kept, to hand on to the client. */
   #reportedUsageObject: UsageObject | null = null;
-  #reportedPromptTokens: number | null = null;
+  /** The upstream's prompt count (with its cache breakdown) before its final usage. */
+  #reportedPrompt: Omit<Usage, "completionTokens"> | null = null;
   #meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
   /** Set while a chunk waits for the client to ask for it (null while we wait for the upstream). */
   #waitingForClientSince: number | null = null;
@@ -149,7 +150,7 @@ export class PaidStream {
       ? "client_closed"
       : ending.kind;
     const usage = this.#reportedUsage ?? {
-      promptTokens: this.#reportedPromptTokens ?? this.#options.countedPromptTokens,
+      ...(this.#reportedPrompt ?? { promptTokens: this.#options.countedPromptTokens }),
       completionTokens: this.#options.countOutput(this.#produced),
     };
     try {
@@ -212,7 +213,8 @@ export class PaidStream {
       return null;
     }
     if (part.type === "prompt_tokens") {
-      this.#reportedPromptTokens = part.promptTokens;
+      const { type: _, ...prompt } = part;
+      this.#reportedPrompt = prompt;
       return null;
     }
     const chunk = { ...part.chunk, model: this.#options.modelId };

@@ -1,6 +1,7 @@
 /** The openai npm client against both provider kinds: the dialect it speaks, billed exactly. */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { usageCost } from "@/lib/catalog/mod.ts";
 import type {
   ChatCompletionMessageParam,
   ChatCompletionTool,
@@ -334,6 +335,41 @@ Deno.test("openai SDK, anthropic kind: reasoning_effort thinks within a budget; 
     assert.equal(content, "42");
     const record = await assertCharged(d, CLAUDE_MODEL, { prompt: 40, completion: 180 });
     assert.equal(usage?.cost, (record.cost / 1e6).toFixed(6));
+  }));
+
+Deno.test("openai SDK: a Claude stream cut before its final usage is billed at the cache prices its start reported", () =>
+  withDialect(async (d) => {
+    const long = "The quick brown fox jumps over the lazy dog. ".repeat(300);
+    // Cut after message_start, the text block's start and its first delta: no message_delta.
+    d.claude.script({
+      text: "A summary that the cut leaves unfinished.",
+      inputTokens: 1612,
+      cacheCreationInputTokens: 1600,
+      outputTokens: 12,
+      cutAfterEvents: 3,
+    });
+    const stream = await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages: [
+        {
+          role: "system",
+          content: [{ type: "text", text: long, cache_control: { type: "ephemeral" } }],
+        },
+        { role: "user", content: "Summarise." },
+      ] as ChatCompletionMessageParam[],
+      stream: true,
+    });
+    await assert.rejects(async () => {
+      for await (const _ of stream) { /* read to the cut */ }
+    });
+    const [record] = await d.newUsage();
+    assert.equal(record.outcome, "upstream_cut");
+    assert.equal(record.countedLocally, true);
+    assert.equal(record.promptTokens, 1612);
+    assert.equal(record.cacheWriteTokens, 1600, "cache writes at their price, above input's");
+    assert.equal(record.cachedTokens ?? 0, 0);
+    const model = d.s.catalog.get(CLAUDE_MODEL)!;
+    assert.equal(record.cost, usageCost(model, record));
   }));
 
 Deno.test("openai SDK: cached input is reported and billed at the cache prices, on both kinds", () =>

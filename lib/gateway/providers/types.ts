@@ -62,8 +62,16 @@ export interface CompletionResult {
 /** What a provider's stream yields: content chunks, and the usage once it is known. */
 export type StreamPart =
   | { type: "chunk"; chunk: ChatCompletionChunk }
-  /** The upstream's own prompt count, known before the end; used if the final usage never comes. */
-  | { type: "prompt_tokens"; promptTokens: number }
+  /**
+   * The upstream's own prompt count, known before the end; used if the final usage never comes.
+   * The cache breakdown, when the upstream gives one, is priced as the final usage's would be.
+   */
+  | {
+    type: "prompt_tokens";
+    promptTokens: number;
+    cachedTokens?: number;
+    cacheWriteTokens?: number;
+  }
   /** `raw` is the usage object to show the client (the upstream's, details kept), when there is one. */
   | { type: "usage"; usage: Usage; raw?: UsageObject };
 

@@ -54,7 +54,16 @@ export async function* anthropicStreamParts(
         if (typeof message.id === "string") id = message.id;
         counts = mergeCounts(counts, message.usage);
         const prompt = promptTokensOf(counts);
-        if (prompt !== null) yield { type: "prompt_tokens", promptTokens: prompt };
+        if (prompt !== null) {
+          // A stream cut before message_delta is billed by these: cache writes cost more than
+          // input, and cache reads far less.
+          yield {
+            type: "prompt_tokens",
+            promptTokens: prompt,
+            cachedTokens: counts.cacheRead ?? 0,
+            cacheWriteTokens: counts.cacheWrite ?? 0,
+          };
+        }
         yield chunk({ role: "assistant", content: "" });
         break;
       }
