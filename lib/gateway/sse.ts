@@ -1,3 +1,17 @@
+import { ProviderError } from "./providers/types.ts";
+
+/**
+ * The longest line an event stream may send: far above any real event (a base64 image in one
+ * delta included), it bounds the memory one upstream can take before its stream is cut.
+ */
+export const MAX_LINE_CHARS = 32 * 1024 * 1024;
+
+const lineTooLong = () =>
+  new ProviderError(
+    "stream_cut",
+    `upstream event stream line longer than ${MAX_LINE_CHARS} characters`,
+  );
+
 export interface SseEvent {
   event: string | null;
   data: string;
@@ -16,7 +30,6 @@ export async function* parseSse(
   onRead: () => void = () => {},
 ): AsyncGenerator<SseEvent> {
   const decoder = new TextDecoder();
-  let buffer = "";
   let event: string | null = null;
   /** The event's data lines so far, joined by line feeds; null before its first. */
   let data: string | null = null;
@@ -48,6 +61,20 @@ export async function* parseSse(
   let lastSeen = false;
   // Upstreams end lines with \n; a stream is scanned for \r\n or a lone \r only once it has one.
   let crSeen = false;
+  const lineBreak = /\r\n|\r|\n/g;
+  /** A read ended in \r: its line has ended, and an \n starting the next read belongs to it. */
+  let skipLineFeed = false;
+  /** The start of the current line, as read so far: each read scans only its own text. */
+  let partial: string[] = [];
+  let partialLength = 0;
+  const lineOf = (text: string, from: number, to: number) => {
+    const line = text.slice(from, to);
+    if (partial.length === 0) return line;
+    const whole = partial.join("") + line;
+    partial = [];
+    partialLength = 0;
+    return whole;
+  };
   try {
     for (;;) {
       const { value, done } = await reader.read();
@@ -55,41 +82,44 @@ export async function* parseSse(
       onRead();
       const text = decoder.decode(value, { stream: true });
       crSeen ||= text.includes("\r");
-      buffer += text;
-      if (!crSeen) {
-        let start = 0;
-        let newline: number;
-        while ((newline = buffer.indexOf("\n", start)) !== -1) {
-          const complete = takeLine(buffer.slice(start, newline));
-          start = newline + 1;
-          if (complete) {
-            lastSeen ||= isLast(complete);
-            yield complete;
-          }
-        }
-        if (start > 0) buffer = buffer.slice(start);
-        continue;
+      let start = 0;
+      if (skipLineFeed) {
+        skipLineFeed = false;
+        if (text.charCodeAt(0) === 10) start = 1;
       }
-      let newline: number;
-      while ((newline = buffer.search(/\r\n|\r|\n/)) !== -1) {
-        const line = buffer.slice(0, newline);
-        const width = buffer.startsWith("\r\n", newline) ? 2 : 1;
-        // A lone \r at the end of the buffer may be the first half of \r\n.
-        if (width === 1 && buffer[newline] === "\r" && newline === buffer.length - 1) break;
-        buffer = buffer.slice(newline + width);
-        const complete = takeLine(line);
+      for (;;) {
+        let end: number;
+        let next: number;
+        if (!crSeen) {
+          end = text.indexOf("\n", start);
+          next = end + 1;
+        } else {
+          lineBreak.lastIndex = start;
+          const found = lineBreak.exec(text);
+          end = found ? found.index : -1;
+          next = found ? end + found[0].length : 0;
+          // A \r that ends this read may be the first half of \r\n.
+          if (found && found[0] === "\r" && next === text.length) skipLineFeed = true;
+        }
+        if (end === -1) break;
+        const complete = takeLine(lineOf(text, start, end));
+        start = next;
         if (complete) {
           lastSeen ||= isLast(complete);
           yield complete;
         }
       }
+      if (start < text.length) {
+        partialLength += text.length - start;
+        if (partialLength > MAX_LINE_CHARS) throw lineTooLong();
+        partial.push(start === 0 ? text : text.slice(start));
+      }
     }
     finished = true;
     // The standard drops an unterminated last line; an upstream that ends its usage event that
     // way would then go unbilled by its own count, so the line is kept.
-    buffer += decoder.decode();
-    if (buffer.endsWith("\r")) buffer = buffer.slice(0, -1);
-    if (buffer !== "") takeLine(buffer);
+    const last = partial.join("") + decoder.decode();
+    if (last !== "") takeLine(last);
     if (data !== null) yield { event, data };
   } finally {
     // A body read to its end needs no release: releasing a reader costs an Error it never shows.

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { encodeSseData, encodeSseEvent, parseSse, type SseEvent } from "./sse.ts";
+import { encodeSseData, encodeSseEvent, MAX_LINE_CHARS, parseSse, type SseEvent } from "./sse.ts";
+import { ProviderError } from "./providers/types.ts";
 import { until } from "../../tests/fakes/common.ts";
 
 const encoder = new TextEncoder();
@@ -73,6 +74,24 @@ Deno.test("a multi-byte character split across chunks is decoded whole", async (
   assert.deepEqual(await events(body(bytes.slice(0, cut), bytes.slice(cut))), [
     { event: null, data: "é€😀" },
   ]);
+});
+
+Deno.test("a line longer than the limit cuts the stream, with or without CRs, before more is held", async () => {
+  for (const start of ["data: ", "data: \r"]) {
+    const mebibyte = encoder.encode("x".repeat(1024 * 1024));
+    let sent = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        controller.enqueue(sent === 0 ? encoder.encode(start) : mebibyte);
+        sent++;
+      },
+    });
+    await assert.rejects(
+      events(endless),
+      (error) => error instanceof ProviderError && error.kind === "stream_cut",
+    );
+    assert.ok(sent <= MAX_LINE_CHARS / (1024 * 1024) + 3, `read ${sent} MiB before the cut`);
+  }
 });
 
 Deno.test("comment lines are ignored, and a block of comments alone is no event", async () => {
