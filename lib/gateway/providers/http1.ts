@@ -430,7 +430,8 @@ class Exchange {
     private readonly pool: Pool,
     private readonly target: Target,
     private readonly method: string,
-    private readonly wire: Uint8Array,
+    /** The request's bytes until they are handed to the write: not kept for a long answer. */
+    private wire: Uint8Array | null,
     private readonly signal: AbortSignal | null,
     private readonly caCerts: string[] | undefined,
   ) {}
@@ -497,7 +498,9 @@ class Exchange {
       (error: unknown) => ({ head: null, error }),
     );
     let written: { error: unknown } | null = null;
-    const writing = connection.write(this.wire).then(
+    const wire = this.wire!;
+    this.wire = null;
+    const writing = connection.write(wire).then(
       () => void (written = { error: null }),
       (error: unknown) => void (written = { error: error ?? new Error("write failed") }),
     );
