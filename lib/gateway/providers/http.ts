@@ -20,12 +20,15 @@ export interface UpstreamCall {
  */
 export async function callUpstream(call: UpstreamCall) {
   const controller = new AbortController();
-  const onClientAbort = () => controller.abort(call.signal.reason);
-  call.signal.addEventListener("abort", onClientAbort, { once: true });
+  // The closures below outlive the call's start (a stream's whole answer): they keep the signal,
+  // not `call`, whose body may be megabytes.
+  const clientSignal = call.signal;
+  const onClientAbort = () => controller.abort(clientSignal.reason);
+  clientSignal.addEventListener("abort", onClientAbort, { once: true });
   const idle = upstreamIdleGuard(
     controller,
     call.timeoutMs,
-    () => call.signal.removeEventListener("abort", onClientAbort),
+    () => clientSignal.removeEventListener("abort", onClientAbort),
   );
   let response: Response;
   try {
@@ -165,9 +168,43 @@ function bearerToken(headers: Record<string, string>): string | null {
   return token && token.length >= 8 ? token : null;
 }
 
+/** An upstream's error answer is read this far: its reason is in the first bytes, if anywhere. */
+const ERROR_BODY_BYTES = 64 * 1024;
+
+/** The start of a body, at most `max` bytes, as text; the rest is not read. */
+async function textUpTo(response: Response, max: number): Promise<string> {
+  if (!response.body) return "";
+  const reader = response.body.getReader();
+  const parts: Uint8Array[] = [];
+  let length = 0;
+  let ended = false;
+  try {
+    while (length < max) {
+      const { value, done } = await reader.read();
+      if (done) {
+        ended = true;
+        break;
+      }
+      parts.push(value);
+      length += value.byteLength;
+    }
+  } finally {
+    if (!ended) await reader.cancel().catch(() => {});
+  }
+  const bytes = new Uint8Array(Math.min(length, max));
+  let at = 0;
+  for (const part of parts) {
+    const take = Math.min(part.byteLength, bytes.length - at);
+    bytes.set(part.subarray(0, take), at);
+    at += take;
+    if (at === bytes.length) break;
+  }
+  return new TextDecoder().decode(bytes);
+}
+
 async function statusError(response: Response, secret: string | null): Promise<ProviderError> {
   const status = response.status;
-  const text = await response.text().catch(() => "");
+  const text = await textUpTo(response, ERROR_BODY_BYTES).catch(() => "");
   let reason = upstreamReason(text) ?? `status ${status}`;
   if (secret) reason = reason.replaceAll(secret, "[redacted]");
   if (status === 429) {

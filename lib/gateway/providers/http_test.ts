@@ -131,3 +131,34 @@ Deno.test("keep-alive comments count as signs of life: a stream that sends only 
     await server.shutdown();
   }
 });
+
+Deno.test("an upstream's error answer is read only so far: an endless one still ends in its error, with its reason", async () => {
+  const encoder = new TextEncoder();
+  const padding = encoder.encode(" ".repeat(65_536));
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () =>
+    new Response(
+      new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(encoder.encode('{"error":{"message":"the model is overloaded"}}'));
+        },
+        pull(controller) {
+          controller.enqueue(padding);
+        },
+      }),
+      { status: 503, headers: { "content-type": "application/json" } },
+    ));
+  try {
+    const error = await callUpstream({
+      url: `http://127.0.0.1:${server.addr.port}/v1/chat/completions`,
+      headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
+      body: "{}",
+      signal: new AbortController().signal,
+      timeoutMs: 10_000,
+    }).then(() => null, (error) => error);
+    assert.ok(error instanceof ProviderError, String(error));
+    assert.equal(error.upstreamStatus, 503);
+    assert.match(error.message, /the model is overloaded/);
+  } finally {
+    await server.shutdown();
+  }
+});
