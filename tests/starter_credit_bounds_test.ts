@@ -221,3 +221,11 @@ Deno.test("behind a trusted proxy, accounts are counted per client address, the 
     assert.equal((await signUp(s, "a3@example.com", "10.9.9.9, 203.0.113.5")).status, 429);
     assert.equal((await signUp(s, "b1@example.com", "203.0.113.6")).status, 303);
   }, midDay));
+
+Deno.test("behind a trusted proxy, the addresses of one IPv6 /64 are one client's", () =>
+  withService({ TRUSTED_PROXY_HEADER: "x-forwarded-for" }, async (s) => {
+    assert.equal((await signUp(s, "v1@example.com", "2001:db8:7:1::1")).status, 303);
+    assert.equal((await signUp(s, "v2@example.com", "2001:db8:7:1::2")).status, 303);
+    assert.equal((await signUp(s, "v3@example.com", "2001:db8:7:1:abcd::9")).status, 429);
+    assert.equal((await signUp(s, "w1@example.com", "2001:db8:7:2::1")).status, 303);
+  }, midDay));

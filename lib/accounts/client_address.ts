@@ -18,9 +18,9 @@ export function clientAddressOf(
   headers: Headers,
   trust: ProxyTrust,
 ): string {
-  if (!trust.header) return connection;
+  if (!trust.header) return addressBucket(connection.toLowerCase());
   const value = headers.get(trust.header)?.trim();
-  if (!value) return connection;
+  if (!value) return addressBucket(connection.toLowerCase());
   let address = value;
   if (trust.header === "x-forwarded-for") {
     // Each proxy appends the address it saw connect: entries to the left of what our own proxies
@@ -29,5 +29,26 @@ export function clientAddressOf(
     const hops = value.split(",").map((hop) => hop.trim()).filter(Boolean);
     address = hops[Math.max(0, hops.length - trust.count)] ?? connection;
   }
-  return address.toLowerCase().slice(0, MAX_ADDRESS_LENGTH);
+  return addressBucket(address.toLowerCase().slice(0, MAX_ADDRESS_LENGTH));
+}
+
+/**
+ * The unit a limit counts: an IPv4 address, or an IPv6 address's /64. A host is given a whole /64
+ * (every VPS has one), so counting its addresses one by one let one machine sign up without end.
+ * An IPv4 address written as IPv6 (`::ffff:203.0.113.7`) is the IPv4 address.
+ */
+export function addressBucket(address: string): string {
+  if (!address.includes(":")) return address;
+  const bare = address.replace(/^\[|\](?::\d+)?$/g, "").replace(/%.*$/, "");
+  const mapped = /^(?:0{0,4}:){0,5}(?::|0{0,4}:)?ffff:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(bare);
+  if (mapped) return mapped[1];
+  const halves = bare.split("::");
+  if (halves.length > 2) return address;
+  const head = halves[0] ? halves[0].split(":") : [];
+  const tail = halves.length === 2 && halves[1] ? halves[1].split(":") : [];
+  const missing = 8 - head.length - tail.length;
+  if (halves.length === 1 ? missing !== 0 : missing < 1) return address;
+  const groups = [...head, ...Array(missing).fill("0"), ...tail];
+  if (!groups.every((g) => /^[0-9a-f]{1,4}$/.test(g))) return address;
+  return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(":")}::/64`;
 }

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { clientAddressOf } from "./client_address.ts";
+import { addressBucket, clientAddressOf } from "./client_address.ts";
 
 const headers = (init: Record<string, string>) => new Headers(init);
 
@@ -18,11 +18,35 @@ Deno.test("X-Forwarded-For gives the right-most untrusted hop, whatever the clie
   assert.equal(clientAddressOf("10.0.0.2", short, two), "198.51.100.4");
 });
 
-Deno.test("a single-address header such as Fly-Client-IP is taken as it is; missing, the connection's", () => {
+Deno.test("a single-address header such as Fly-Client-IP is taken as it is (IPv6: its /64); missing, the connection's", () => {
   const fly = { header: "fly-client-ip", count: 1 };
   assert.equal(
     clientAddressOf("10.0.0.2", headers({ "fly-client-ip": " 2001:DB8::1 " }), fly),
-    "2001:db8::1",
+    "2001:db8:0:0::/64",
+  );
+  assert.equal(
+    clientAddressOf("10.0.0.2", headers({ "fly-client-ip": "203.0.113.9" }), fly),
+    "203.0.113.9",
   );
   assert.equal(clientAddressOf("10.0.0.2", headers({}), fly), "10.0.0.2");
+});
+
+Deno.test("limits count an IPv6 client by its /64, and an IPv4 address written as IPv6 as IPv4", () => {
+  const none = { header: undefined, count: 1 };
+  const a = clientAddressOf("2001:db8:1:2::1", headers({}), none);
+  const b = clientAddressOf("2001:db8:1:2:ffff:ffff:ffff:ffff", headers({}), none);
+  assert.equal(a, "2001:db8:1:2::/64");
+  assert.equal(a, b, "one host's addresses are one client");
+  assert.notEqual(clientAddressOf("2001:db8:1:3::1", headers({}), none), a, "the next /64 is not");
+  const viaProxy = { header: "x-forwarded-for", count: 1 };
+  assert.equal(
+    clientAddressOf("10.0.0.2", headers({ "x-forwarded-for": "2001:DB8:1:2::abcd" }), viaProxy),
+    a,
+  );
+  assert.equal(addressBucket("::ffff:203.0.113.7"), "203.0.113.7");
+  assert.equal(addressBucket("::1"), "0:0:0:0::/64");
+  assert.equal(addressBucket("fe80::1%eth0"), "fe80:0:0:0::/64");
+  assert.equal(addressBucket("[2001:db8::1]:8080"), "2001:db8:0:0::/64");
+  assert.equal(addressBucket("203.0.113.7"), "203.0.113.7");
+  assert.equal(addressBucket("not:an:address"), "not:an:address", "kept as it is, not merged");
 });
