@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import type { UsageRecord } from "@/lib/db.ts";
+import { parseUsd } from "@/lib/core/mod.ts";
 import { usageCost } from "@/lib/catalog/mod.ts";
 import { countPromptTokens, countTextTokens } from "@/lib/gateway/tokens.ts";
 import {
@@ -14,7 +15,7 @@ import {
 
 const encoder = new TextEncoder();
 
-function chunk(content: string | Record<string, string>, finish: string | null = null) {
+function chunk(content: string | Record<string, unknown>, finish: string | null = null) {
   const delta = typeof content === "string" ? { content } : content;
   return `data: ${
     JSON.stringify({
@@ -31,7 +32,7 @@ function chunk(content: string | Record<string, string>, finish: string | null =
  * An OpenAI-compatible upstream whose stream sends `words` (a delta's content, or a whole delta),
  * then behaves as `ending` says.
  */
-function fakeUpstream(words: (string | Record<string, string>)[], ending: "hang" | "cut") {
+function fakeUpstream(words: (string | Record<string, unknown>)[], ending: "hang" | "cut") {
   const seen = { aborted: false, requests: 0 };
   const server = serveLoopback((request) => {
     seen.requests++;
@@ -229,6 +230,60 @@ Deno.test("a client that stops reading a stream without leaving is treated as go
     // Leaving also ends the upstream call, so a failure here cannot hang the cleanup.
     await reader?.cancel().catch(() => {});
     await upstream.close();
+    await s.close();
+  }
+});
+
+Deno.test("null entries an upstream slips into choices or tool calls are dropped: the answer is served and its cost told", async () => {
+  const call = {
+    index: 0,
+    id: "call_1",
+    type: "function",
+    function: { name: "f", arguments: "{}" },
+  };
+  const server = serveLoopback(() =>
+    new Response(
+      [
+        chunk({ role: "assistant", tool_calls: [null, call] }),
+        `data: ${
+          JSON.stringify({
+            id: "c",
+            object: "chat.completion.chunk",
+            created: 1,
+            model: "m",
+            choices: [null],
+          })
+        }\n\n`,
+        chunk({}, "tool_calls"),
+        `data: ${
+          JSON.stringify({
+            id: "c",
+            object: "chat.completion.chunk",
+            created: 1,
+            model: "m",
+            choices: [],
+            usage: { prompt_tokens: 7, completion_tokens: 5, total_tokens: 12 },
+          })
+        }\n\n`,
+        "data: [DONE]\n\n",
+      ].join(""),
+      { headers: { "content-type": "text/event-stream" } },
+    )
+  );
+  const s = await startService({ openaiBaseUrl: server.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, { model: "fake/gpt", messages: userMessage("call f") });
+    assert.equal(res.status, 200);
+    const body = await res.json();
+    assert.deepEqual(body.choices[0].message.tool_calls, [call].map(({ index: _, ...c }) => c));
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal([usage.promptTokens, usage.completionTokens].join(), "7,5");
+    assert.equal(parseUsd(res.headers.get("tollbooth-request-cost")!), usage.cost);
+    assert.equal((await s.wallet(appId)).spent, usage.cost);
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
     await s.close();
   }
 });

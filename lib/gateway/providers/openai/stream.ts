@@ -27,6 +27,7 @@ export async function* openAiStreamParts(
       // Some servers repeat cumulative usage on every chunk: the last one wins, never a sum.
       if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
       if (Array.isArray(obj.choices) && obj.choices.length > 0) {
+        dropMalformedEntries(obj);
         // Usage is handed on once, at the end. OpenAI sends `usage: null` on every other chunk: it
         // is unset in place (JSON leaves it out) rather than copied away, which cost a tenth of
         // relaying a chunk.
@@ -52,6 +53,24 @@ export async function* openAiStreamParts(
 /** `onRead` hears of every read that brought bytes: the idle guard's sign of life. */
 export function openAiSseParts(body: ReadableStream<Uint8Array>, onRead: () => void) {
   return openAiStreamParts(parseSse(body, (event) => event.data === "[DONE]", onRead));
+}
+
+const isObject = (value: unknown) => value !== null && typeof value === "object";
+
+/**
+ * A `null` (or other non-object) choice or tool call an upstream slips into a chunk is dropped
+ * here, so that nothing past this converter (counting, assembly, the Responses events) trips on
+ * it after the answer has been charged.
+ */
+function dropMalformedEntries(obj: Record<string, unknown>) {
+  let choices = obj.choices as unknown[];
+  if (!choices.every(isObject)) obj.choices = choices = choices.filter(isObject);
+  for (const choice of choices as { delta?: unknown }[]) {
+    const delta = choice.delta as { tool_calls?: unknown } | undefined;
+    if (!isObject(delta) || !Array.isArray(delta!.tool_calls)) continue;
+    const calls = delta!.tool_calls as unknown[];
+    if (!calls.every(isObject)) delta!.tool_calls = calls.filter(isObject);
+  }
 }
 
 function errorText(error: unknown): string {
