@@ -61,9 +61,15 @@ const ANTHROPIC_TOKENS_PER_TOOL_BLOCK = 20;
  * block's framing.
  */
 const ANTHROPIC_TOKENS_PER_PART = 10;
-/** Anthropic scales an image to fit 1568 px on its long edge and bills width × height / 750. */
+/**
+ * Anthropic scales an image to fit 1568 px on its long edge and bills width × height / 750; its
+ * newer vision docs describe 28-px patches instead (the image padded to multiples of 28, a token a
+ * patch), which bill a thin image far more (1 × 1568 px: 56 patches, 3 by the area). The bound
+ * takes the larger of the two.
+ */
 const ANTHROPIC_IMAGE_EDGE = 1568;
 const ANTHROPIC_PIXELS_PER_TOKEN = 750;
+const ANTHROPIC_PATCH = 28;
 
 export function openAiImageTokens(
   size: { width: number; height: number } | null,
@@ -89,7 +95,10 @@ export function anthropicImageTokens(size: { width: number; height: number } | n
   // Rounded up at each step, so the bound never falls below the provider's own rounding.
   const w = Math.ceil(width * scale);
   const h = Math.ceil(height * scale);
-  return Math.ceil((w * h) / ANTHROPIC_PIXELS_PER_TOKEN);
+  return Math.max(
+    Math.ceil((w * h) / ANTHROPIC_PIXELS_PER_TOKEN),
+    Math.ceil(w / ANTHROPIC_PATCH) * Math.ceil(h / ANTHROPIC_PATCH),
+  );
 }
 
 function imageSizeOf(url: string): { width: number; height: number } | null {

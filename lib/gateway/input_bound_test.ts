@@ -31,10 +31,15 @@ Deno.test("OpenAI images follow its vision guide: 85 per image plus 170 per 512-
   assert.equal(openAiImageTokens({ width: 1024, height: 1024 }, "high", mini), 2833 + 4 * 5667);
 });
 
-Deno.test("Anthropic images cost width × height / 750 after fitting 1568 px; unknown sizes the most", () => {
+Deno.test("Anthropic images cost the larger of width × height / 750 and their 28-px patches after fitting 1568 px; unknown sizes the most", () => {
   assert.equal(anthropicImageTokens({ width: 1000, height: 1000 }), 1334);
   assert.equal(anthropicImageTokens({ width: 3136, height: 1568 }), Math.ceil(1568 * 784 / 750));
   assert.equal(anthropicImageTokens(null), Math.ceil(1568 * 1568 / 750));
+  // Thin and small images by 28-px patches, which bill them more than their area does.
+  assert.equal(anthropicImageTokens({ width: 1, height: 1568 }), 56);
+  assert.equal(anthropicImageTokens({ width: 29, height: 1541 }), 2 * 56);
+  assert.equal(anthropicImageTokens({ width: 1000, height: 32 }), 36 * 2);
+  assert.equal(anthropicImageTokens({ width: 200, height: 200 }), 8 * 8);
 });
 
 Deno.test("the OpenAI bound is the text count for plain chats and grows with tools, schemas and calls", () => {
