@@ -30,7 +30,12 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { extraOutputBound, inputBound, outputBound } from "./input_bound.ts";
+import {
+  anthropicUnreadImageTokens,
+  extraOutputBound,
+  inputBound,
+  outputBound,
+} from "./input_bound.ts";
 import { usageObject } from "./providers/usage.ts";
 
 import type { Caller, RequestTrace } from "./caller.ts";
@@ -498,7 +503,15 @@ export class Gateway {
       exactTried = true;
       const exact = await this.#exactInputTokens(model, request, maxTokens, requestId, trace);
       if (exact === null) return false;
-      const withMargin = exactInputReservation(exact);
+      // Images the count fetched by URL may be other images when the call fetches them: held at
+      // their most, up to what the context lets the provider bill.
+      const withMargin = Math.max(
+        exactInputReservation(exact),
+        Math.min(
+          exactInputReservation(exact) + anthropicUnreadImageTokens(request),
+          model.contextTokens - maxTokens,
+        ),
+      );
       // The count is the primary model's: a fallback to another model (another tokenizer) keeps
       // its bound.
       const servesPrimary = (i: number) =>

@@ -101,6 +101,24 @@ export function anthropicImageTokens(size: { width: number; height: number } | n
   );
 }
 
+/**
+ * What the images whose size we cannot read (URLs the provider fetches itself) may cost at most on
+ * the Anthropic kind: an exact count (count_tokens) saw them as they were when it fetched them, and
+ * the messages call fetches them again, when they may be other images.
+ */
+export function anthropicUnreadImageTokens(request: ChatRequest): number {
+  let total = 0;
+  for (const m of request.messages) {
+    if (m.role !== "user" || !Array.isArray(m.content)) continue;
+    for (const part of m.content) {
+      if (part.type === "image_url" && !imageSizeOf(part.image_url.url)) {
+        total += anthropicImageTokens(null);
+      }
+    }
+  }
+  return total;
+}
+
 function imageSizeOf(url: string): { width: number; height: number } | null {
   return url.startsWith("data:") ? readImageSize(url) : null;
 }

@@ -7,7 +7,7 @@ import { anthropicInputBound, inputBound } from "@/lib/gateway/input_bound.ts";
 import { parseChatRequest } from "@/lib/gateway/chat_request.ts";
 import { exactInputReservation } from "@/lib/gateway/gateway.ts";
 import { reservationCost } from "@/lib/catalog/mod.ts";
-import { spendDownTo, usageRecords } from "../helpers.ts";
+import { spendDownTo, startService, usageRecords } from "../helpers.ts";
 import { CLAUDE_MODEL, type Dialect, expectedCharge, withDialect } from "./harness.ts";
 
 Deno.test("countInputTokens asks count_tokens about the same Messages request, and the bound is above it", async () => {
@@ -130,3 +130,55 @@ Deno.test("a request whose bound fits the balance easily is not counted: count_t
     await res.json();
     assert.equal(d.claude.counts().length, 0);
   }));
+
+Deno.test("after an exact count, images given by URL are still held at their most (up to the context): the call fetches them again", async () => {
+  const urls = Array.from({ length: 100 }, (_, i) => `https://images.example/${i}.png`);
+  // What count_tokens fetches: 1 × 1 pixel images. The messages call may fetch others.
+  const claude = startAnthropicUpstream({
+    imageSizes: Object.fromEntries(urls.map((url) => [url, { width: 1, height: 1 }])),
+  });
+  const s = await startService({
+    catalogFile: {
+      providers: {
+        ant: { kind: "anthropic", base_url: claude.url, api_key_env: "ANT_KEY" },
+      },
+      models: [{
+        id: "ant/m",
+        provider: "ant",
+        upstream_model: "claude-sonnet-4-5",
+        input_usd_per_mtok: "3.00",
+        output_usd_per_mtok: "15.00",
+        cache_write_usd_per_mtok: "3.75",
+        context_tokens: 200_000,
+        max_output_tokens: 8192,
+      }],
+    },
+    env: { ANT_KEY: claude.apiKey },
+  });
+  try {
+    const model = s.catalog.get("ant/m")!;
+    const body = {
+      model: "ant/m",
+      messages: [{
+        role: "user",
+        content: [
+          { type: "text", text: "What do these show?" },
+          ...urls.map((url) => ({ type: "image_url", image_url: { url } })),
+        ],
+      }],
+      max_tokens: 16,
+    };
+    const bound = inputBound("anthropic", parseChatRequest(body), model, "o200k");
+    assert.ok(bound + 16 > model.contextTokens, "the bound alone is over the context");
+    const { apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, body);
+    assert.equal(res.status, 200);
+    await res.json();
+    assert.equal(claude.counts().length, 1, "count_tokens was asked");
+    const line = s.logs.findLast((l) => l.event === "request")!;
+    assert.equal(line.reserved, reservationCost(model, model.contextTokens - 16, 16));
+  } finally {
+    await s.close();
+    await claude.close();
+  }
+});
