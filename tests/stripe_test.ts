@@ -320,6 +320,18 @@ Deno.test("a Stripe key without the webhook secret stops the start with a clear 
   assert.equal(loadConfig({ PAYMENTS: "dev" }).payments, "dev");
 });
 
+Deno.test("the free test checkout cannot be switched on where Stripe is configured", () => {
+  assert.throws(
+    () =>
+      loadConfig({
+        PAYMENTS: "dev",
+        STRIPE_SECRET_KEY: "sk_test_x",
+        STRIPE_WEBHOOK_SECRET: "whsec_x",
+      }),
+    /PAYMENTS=dev .* cannot be set with STRIPE_SECRET_KEY/,
+  );
+});
+
 Deno.test("two processes on one database receiving the same event concurrently credit once", async () => {
   const dir = await Deno.makeTempDir();
   const kvPath = `${dir}/kv.sqlite3`;

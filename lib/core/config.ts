@@ -202,6 +202,13 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       "environment variables STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET: set both or neither",
     );
   }
+  if (e.PAYMENTS === "dev" && stripeSecretKey) {
+    // The test checkout credits anyone for free: on a server set up for real payments that is a
+    // leak, and Stripe's own events would go unanswered.
+    throw new ConfigError(
+      "environment variable PAYMENTS=dev (the free test checkout) cannot be set with STRIPE_SECRET_KEY: unset one",
+    );
+  }
   return {
     port: e.PORT,
     kvPath: e.KV_PATH,
