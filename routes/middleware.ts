@@ -115,8 +115,8 @@ const INVALID_KEY_MESSAGE = "Invalid API key: it is malformed, unknown or revoke
 
 /**
  * Keys come from the in-memory cache, so this is only for routes that reserve before they answer
- * 200: the reserve's commit checks that the key still exists. An error answer of a cached key is
- * checked here, so a revoked key gets its 401 before any other error.
+ * 200: the reserve's commit checks that the key still exists. An error answer of a cached key, and
+ * a replayed one, are checked here, so a revoked key gets its 401 before any other answer.
  */
 export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
   return async (c, next) => {
@@ -126,7 +126,9 @@ export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
     Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
     await next();
     const error = c.error;
-    if (!error) return;
+    // A replayed answer (Idempotency-Key) reserves nothing, so no commit checked the key either.
+    const replayed = !error && c.res.headers.has("idempotent-replayed");
+    if (!error && !replayed) return;
     if (error instanceof ApiError && error.code === "invalid_api_key") cache.forget(key.hash);
     else if (key.cached && !(await cache.stillValid(key))) {
       throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);

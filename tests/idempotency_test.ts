@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { parseUsd } from "@/lib/core/mod.ts";
+import { revokeKey } from "@/lib/tenants/mod.ts";
 import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import { canonicalBodyHash } from "@/lib/idempotency/mod.ts";
 import {
@@ -133,6 +134,18 @@ Deno.test("a repeat with the same key and body replays the first answer: no upst
     assert.equal(upstream.calls, 1);
     assert.deepEqual(await s.wallet(appId), afterFirst);
     assert.equal((await usageRecords(s.kv, appId)).length, 1);
+  }));
+
+Deno.test("a revoked key gets 401, not the replay of an answer it was given before", () =>
+  withUpstream({}, async (s) => {
+    const { apiKey, keyId } = await s.newApp();
+    const first = await s.chat(apiKey, request(), withKey("order-7"));
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    await revokeKey(s.kv, keyId);
+    const again = await s.chat(apiKey, request(), withKey("order-7"));
+    assert.equal(again.status, 401);
+    assert.equal((await again.json()).error.code, "invalid_api_key");
   }));
 
 Deno.test("10 simultaneous repeats of one key: one upstream call, one charge, nine 409s, then replays", () =>
