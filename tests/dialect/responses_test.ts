@@ -281,6 +281,35 @@ Deno.test("store: false keeps nothing: its id and items cannot be referenced lat
     await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 3 });
   }));
 
+Deno.test("item references reach into at most 32 stored responses: more is a 400 before anything is reserved", () =>
+  withDialect(async (d) => {
+    const openai = client(d);
+    const ids: string[] = [];
+    for (let i = 0; i < 33; i++) {
+      d.openai.script({ content: `Answer ${i}.`, promptTokens: 10, completionTokens: 3 });
+      const stored = await openai.responses.create({ model: OPENAI_MODEL, input: `q${i}` });
+      ids.push(stored.output[0].id!);
+    }
+    await d.newUsage();
+    const reference = (n: number) => ({
+      model: OPENAI_MODEL,
+      input: [
+        ...ids.slice(0, n).map((id) => ({ type: "item_reference", id })),
+        { role: "user", content: "Summarise all of that." },
+      ],
+    });
+    const refused = await d.s.post(d.apiKey, "/responses", reference(33));
+    assert.equal(refused.status, 400);
+    const error = (await refused.json()).error;
+    assert.equal(error.code, "invalid_parameter");
+    assert.equal(error.param, "input");
+    assert.deepEqual(await d.newUsage(), [], "nothing was reserved or charged");
+    d.openai.script({ content: "Summary.", promptTokens: 200, completionTokens: 2 });
+    const served = await d.s.post(d.apiKey, "/responses", reference(32));
+    assert.equal(served.status, 200);
+    await served.body?.cancel();
+  }));
+
 Deno.test("a stored response belongs to its app: another app cannot continue it", () =>
   withDialect(async (d) => {
     d.openai.script({ content: "Mine.", promptTokens: 10, completionTokens: 2 });

@@ -179,13 +179,25 @@ export function parseResponsesBody(raw: unknown): ResponsesBody {
   return parsed.data;
 }
 
+/**
+ * At most this many `item_reference` items, from at most MAX_REFERENCED_RESPONSES stored responses:
+ * each response is read whole, before anything is reserved, so references must not be free work.
+ */
+export const MAX_ITEM_REFERENCES = 256;
+export const MAX_REFERENCED_RESPONSES = 32;
+
 /** The item ids `input` references, to be looked up before `toChatRequest`. */
 export function referencedItems(body: ResponsesBody): string[] {
   if (typeof body.input === "string") return [];
-  return body.input.flatMap((item) => {
+  const ids = new Set<string>();
+  for (const item of body.input) {
     const ref = ItemReference.safeParse(item);
-    return ref.success ? [ref.data.id] : [];
-  });
+    if (ref.success) ids.add(ref.data.id);
+  }
+  if (ids.size > MAX_ITEM_REFERENCES) {
+    throw invalid("input", `references more than ${MAX_ITEM_REFERENCES} stored items`);
+  }
+  return [...ids];
 }
 
 /** The chat-completions body the response is served by. */

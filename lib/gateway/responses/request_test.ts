@@ -215,3 +215,21 @@ Deno.test("each malformed or unsupported field is refused with its Responses pat
     assert.deepEqual(refusal(body), { code, param }, JSON.stringify(body));
   }
 });
+
+Deno.test("item references are counted once each, and more than 256 are refused naming input", () => {
+  const refs = (n: number) =>
+    parseResponsesBody({
+      model: MODEL,
+      input: Array.from({ length: n }, (_, i) => ({ type: "item_reference", id: `msg_${i}` })),
+    });
+  const twice = parseResponsesBody({
+    model: MODEL,
+    input: [{ type: "item_reference", id: "msg_1" }, { type: "item_reference", id: "msg_1" }],
+  });
+  assert.deepEqual(referencedItems(twice), ["msg_1"]);
+  assert.equal(referencedItems(refs(256)).length, 256);
+  assert.throws(
+    () => referencedItems(refs(257)),
+    (e) => e instanceof ApiError && e.code === "invalid_parameter" && e.param === "input",
+  );
+});

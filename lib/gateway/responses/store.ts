@@ -4,9 +4,9 @@
  * as OpenAI keeps them. A body larger than a KV value is split into chunks; the head, written
  * last, makes it visible, so a half-written response is never read.
  */
-import { getManyChunked } from "@/lib/core/mod.ts";
+import { ApiError, getManyChunked } from "@/lib/core/mod.ts";
 import { keys, type StoredResponseItemRecord, type StoredResponseRecord } from "@/lib/db.ts";
-import type { ResponseInputItem } from "./request.ts";
+import { MAX_REFERENCED_RESPONSES, type ResponseInputItem } from "./request.ts";
 import type { OutputItem } from "./response.ts";
 
 export const STORED_RESPONSE_TTL_MS = 30 * 24 * 60 * 60 * 1000;
@@ -115,6 +115,13 @@ export class ResponseStore {
       list.push(ids[i]);
       byResponse.set(entry.value.responseId, list);
     });
+    if (byResponse.size > MAX_REFERENCED_RESPONSES) {
+      throw new ApiError(
+        "invalid_parameter",
+        `Invalid value for 'input': its item_reference items point into more than ${MAX_REFERENCED_RESPONSES} stored responses.`,
+        { param: "input" },
+      );
+    }
     for (const [responseId, wanted] of byResponse) {
       const response = await this.load(appId, responseId);
       for (const item of response?.output ?? []) {
