@@ -322,3 +322,41 @@ Deno.test("paid requests that take the balance below the threshold queue one bal
     const watch = await s.kv.get<{ below: boolean }>(keys.webhookWatch(appId));
     assert.equal(watch.value!.below, false);
   }));
+
+Deno.test("an endpoint whose name resolves inside the network is not sent to: the attempt says why", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "https://hooks.example.com/tollbooth",
+      lowBalanceThreshold: null,
+    });
+    const sent: string[] = [];
+    const fetchSpy = (input: string | URL | Request) => {
+      sent.push(String(input));
+      return Promise.resolve(new Response("ok"));
+    };
+    const resolving =
+      (addresses: Record<string, string[]>) => (_host: string, type: "A" | "AAAA") =>
+        Promise.resolve(addresses[type] ?? []);
+    for (const inside of [["169.254.169.254"], ["10.0.0.5"], ["127.0.0.1"]]) {
+      await sendTestEvent(s.kv, appId);
+      const deliverer = new WebhookDeliverer(s.kv, {
+        fetch: fetchSpy as typeof fetch,
+        resolve: resolving({ A: ["93.184.216.34"], AAAA: inside.map((a) => `::ffff:${a}`) }),
+      });
+      assert.equal(await deliverer.deliverDue(), 1);
+    }
+    assert.deepEqual(sent, [], "nothing left for an address inside the network");
+    const attempts = (await events(s, appId)).flatMap((e) => e.attempts);
+    assert.equal(attempts.length, 3);
+    for (const attempt of attempts) assert.match(attempt.error!, /resolves to a private/);
+
+    await sendTestEvent(s.kv, appId);
+    const outside = new WebhookDeliverer(s.kv, {
+      fetch: fetchSpy as typeof fetch,
+      resolve: resolving({ A: ["93.184.216.34"] }),
+      now: () => Date.now() + 24 * 60 * 60 * 1000,
+    });
+    assert.ok(await outside.deliverDue() >= 1);
+    assert.ok(sent.length >= 1, "a public address is sent to");
+  }));

@@ -27,6 +27,7 @@ import {
 } from "@/lib/db.ts";
 import { formatUsd, getManyChunked, type Logger, newId } from "@/lib/core/mod.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "./signing.ts";
+import { privateIp } from "./settings.ts";
 
 /**
  * How long an app found without webhooks is not looked at after a commit. Settings saved in this
@@ -265,6 +266,8 @@ export interface DelivererOptions {
   maxAttempts?: number;
   /** How long a receiver may take to answer one attempt. */
   timeoutMs?: number;
+  /** Resolves a host name, to refuse one that points inside the network (Deno.resolveDns). */
+  resolve?: (hostname: string, type: "A" | "AAAA") => Promise<string[]>;
 }
 
 export const WEBHOOK_DEFAULTS = {
@@ -287,12 +290,14 @@ export class WebhookDeliverer {
   readonly #now: () => number;
   readonly #log: Logger;
   readonly #o: typeof WEBHOOK_DEFAULTS;
+  readonly #resolve: NonNullable<DelivererOptions["resolve"]>;
   #timer: ReturnType<typeof setInterval> | undefined;
   #busy: Promise<number> | null = null;
 
   constructor(kv: Deno.Kv, options: DelivererOptions = {}) {
     this.#kv = kv;
     this.#fetch = options.fetch ?? fetch;
+    this.#resolve = options.resolve ?? ((hostname, type) => Deno.resolveDns(hostname, type));
     this.#now = options.now ?? Date.now;
     this.#log = options.log ?? (() => {});
     this.#o = {
@@ -391,11 +396,34 @@ export class WebhookDeliverer {
     return true;
   }
 
+  /**
+   * Whether the endpoint's host name resolves inside the network (a name checked when saved may
+   * point anywhere since). Addresses written out were checked when the endpoint was saved; a
+   * name that does not resolve is left to fail the send.
+   */
+  async #pointsInside(url: string): Promise<boolean> {
+    const hostname = new URL(url).hostname;
+    if (hostname.startsWith("[") || /^\d+\.\d+\.\d+\.\d+$/.test(hostname)) return false;
+    if (hostname === "localhost") return false;
+    const found = await Promise.all(
+      (["A", "AAAA"] as const).map((type) => this.#resolve(hostname, type).catch(() => [])),
+    );
+    return found.flat().some(privateIp);
+  }
+
   async #send(settings: WebhookSettingsRecord, event: WebhookEventRecord): Promise<WebhookAttempt> {
     const at = this.#now();
     const started = performance.now();
     const timestamp = Math.floor(at / 1000);
     try {
+      if (await this.#pointsInside(settings.url)) {
+        return {
+          at,
+          status: null,
+          error: "refused: the endpoint's name resolves to a private or reserved address",
+          durationMs: performance.now() - started,
+        };
+      }
       const res = await this.#fetch(settings.url, {
         method: "POST",
         headers: {

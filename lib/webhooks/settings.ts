@@ -44,15 +44,33 @@ export function validWebhookUrl(raw: string, options: { allowLoopback: boolean }
   return url.href;
 }
 
-function privateAddress(host: string): boolean {
-  const v4 = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(host);
+function privateAddress(hostname: string): boolean {
+  const host = hostname.replace(/\.$/, "");
+  if (/^\d+\.\d+\.\d+\.\d+$/.test(host)) return privateIp(host);
+  // A name without a dot is resolved inside the service's own network (search domains).
+  return host.startsWith("[") || !host.includes(".") ||
+    [".localhost", ".internal", ".local", ".svc", ".cluster.local"].some((end) =>
+      host.endsWith(end)
+    );
+}
+
+/**
+ * Whether an IP address (v4, or v6 without brackets) is not on the public internet: loopback,
+ * private, link-local (cloud metadata), carrier-grade NAT, benchmarking, multicast or reserved.
+ */
+export function privateIp(address: string): boolean {
+  const v4 = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(address);
   if (v4) {
     const [a, b] = [Number(v4[1]), Number(v4[2])];
     return a === 10 || a === 127 || a === 0 || (a === 169 && b === 254) ||
       (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) ||
-      (a === 100 && b >= 64 && b <= 127);
+      (a === 100 && b >= 64 && b <= 127) || (a === 198 && (b === 18 || b === 19)) || a >= 224;
   }
-  return host.startsWith("[") || host.endsWith(".localhost") || host.endsWith(".internal");
+  const v6 = address.toLowerCase();
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(v6);
+  if (mapped) return privateIp(mapped[1]);
+  return v6 === "::" || v6 === "::1" || /^f[cd]/.test(v6) || /^fe[89ab]/.test(v6) ||
+    v6.startsWith("ff") || v6.startsWith("64:ff9b:");
 }
 
 export async function getWebhookSettings(

@@ -1,0 +1,59 @@
+import assert from "node:assert/strict";
+import { privateIp, validWebhookUrl, WebhookUrlError } from "./settings.ts";
+
+const strict = { allowLoopback: false };
+
+Deno.test("a public https endpoint is accepted as it is", () => {
+  assert.equal(
+    validWebhookUrl("https://hooks.example.com/tb", strict),
+    "https://hooks.example.com/tb",
+  );
+});
+
+Deno.test("endpoints inside the network are refused: private, metadata, reserved, internal names", () => {
+  for (
+    const url of [
+      "https://10.1.2.3/x",
+      "https://169.254.169.254/latest/meta-data",
+      "https://198.18.0.1/x",
+      "https://224.0.0.1/x",
+      "https://[::1]/x",
+      "https://instance-data/x",
+      "https://kubernetes.default.svc/x",
+      "https://foo.internal./x",
+      "https://printer.local/x",
+      "https://127.0.0.1/x",
+    ]
+  ) {
+    assert.throws(() => validWebhookUrl(url, strict), WebhookUrlError, url);
+  }
+});
+
+Deno.test("plain http is only for loopback, and only where the service allows it", () => {
+  assert.throws(() => validWebhookUrl("http://hooks.example.com/x", strict), WebhookUrlError);
+  assert.throws(() => validWebhookUrl("http://127.0.0.1:9/x", strict), WebhookUrlError);
+  assert.equal(
+    validWebhookUrl("http://127.0.0.1:9/x", { allowLoopback: true }),
+    "http://127.0.0.1:9/x",
+  );
+});
+
+Deno.test("addresses off the public internet are told apart, IPv4 written as IPv6 included", () => {
+  for (
+    const inside of [
+      "10.0.0.1",
+      "100.64.0.1",
+      "172.31.255.255",
+      "::1",
+      "fd00::1",
+      "fe80::1",
+      "::ffff:192.168.1.1",
+      "64:ff9b::a00:1",
+    ]
+  ) {
+    assert.ok(privateIp(inside), inside);
+  }
+  for (const outside of ["93.184.216.34", "172.32.0.1", "2606:4700::6810:84e5", "::ffff:8.8.8.8"]) {
+    assert.ok(!privateIp(outside), outside);
+  }
+});
