@@ -278,6 +278,11 @@ export const WEBHOOK_DEFAULTS = {
   timeoutMs: 10_000,
 };
 
+/** A delivery round sends this many events, at most ROUND_PER_APP of one app, of the first ROUND_SCAN due. */
+const ROUND_SIZE = 20;
+const ROUND_PER_APP = 2;
+const ROUND_SCAN = 500;
+
 /** The wait after the `attempts`-th failed attempt. */
 export function backoffMs(attempts: number, base: number, max: number): number {
   return Math.min(max, base * 2 ** (attempts - 1));
@@ -329,15 +334,27 @@ export class WebhookDeliverer {
     return this.#busy;
   }
 
-  /** One round: takes and sends up to 20 due events; returns how many were attempted. */
+  /**
+   * One round: takes and sends up to 20 due events, at most 2 of any one app, so that an app with
+   * a backlog (or an endpoint that never answers) cannot fill every round; returns how many were
+   * attempted.
+   */
   async deliverDue(): Promise<number> {
     const now = this.#now();
-    const due = await Array.fromAsync(
-      this.#kv.list<WebhookOutboxEntry>({
+    const due: Deno.KvEntry<WebhookOutboxEntry>[] = [];
+    const perApp = new Map<string, number>();
+    for await (
+      const entry of this.#kv.list<WebhookOutboxEntry>({
         start: keys.webhookOutboxAll(),
         end: [...keys.webhookOutboxAll(), now + 1],
-      }, { limit: 20 }),
-    );
+      }, { limit: ROUND_SCAN })
+    ) {
+      const taken = perApp.get(entry.value.appId) ?? 0;
+      if (taken >= ROUND_PER_APP) continue;
+      perApp.set(entry.value.appId, taken + 1);
+      due.push(entry);
+      if (due.length === ROUND_SIZE) break;
+    }
     const sent = await Promise.all(due.map((entry) => this.#deliverOne(entry)));
     return sent.filter(Boolean).length;
   }
