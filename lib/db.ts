@@ -16,6 +16,9 @@ export const keys = {
   ledger: (appId: string) => ["ledger", appId] as const,
   creditMarker: (marker: string) => ["credit_markers", marker] as const,
   devPurchase: (purchaseId: string) => ["dev_purchases", purchaseId] as const,
+  /** A Checkout Session this service opened for an app: only those are looked up at Stripe. */
+  checkoutSession: (appId: string, sessionId: string) =>
+    ["checkout_sessions", appId, sessionId] as const,
   serverSecret: (name: string) => ["server_secrets", name] as const,
 
   apiKey: (keyId: string) => ["api_keys", keyId] as const,

@@ -151,7 +151,7 @@ export function topUpRoutes(deps: TopUpDeps) {
     }
     try {
       const pageUrl = `${deps.publicUrl}${pagePath(app)}`;
-      const session = await createCheckoutSession(deps.stripe!, {
+      const session = await createCheckoutSession({ stripe: deps.stripe!, kv }, {
         app,
         amount,
         successUrl: `${pageUrl}/receipt?session_id={CHECKOUT_SESSION_ID}`,

@@ -295,6 +295,17 @@ Deno.test("the receipt shows the credited payment, crediting it if the webhook i
     assert.equal(unknown.status, 404);
   }));
 
+Deno.test("a receipt address with a session this service did not open is answered without asking Stripe", () =>
+  withStripe(async (s, fake) => {
+    const { topUpToken } = await s.newApp("Story Forge");
+    const before = fake.requests.length;
+    for (let i = 0; i < 20; i++) {
+      const guessed = await page(s, `/top-up/${topUpToken}/receipt?session_id=cs_live_guess${i}`);
+      assert.equal(guessed.status, 404);
+    }
+    assert.equal(fake.requests.length, before, "no call spent the account's Stripe rate limit");
+  }));
+
 Deno.test("without Stripe configured the webhook answers 503 and changes nothing", async () => {
   const s = await startService();
   try {

@@ -4,7 +4,7 @@
  * exactly once and only for the amount our own metadata and Stripe's total agree on.
  */
 import Stripe from "stripe";
-import type { AppRecord, LedgerEntry } from "@/lib/db.ts";
+import { type AppRecord, keys, type LedgerEntry } from "@/lib/db.ts";
 import { formatUsd, type Logger, type Micros } from "@/lib/core/mod.ts";
 import {
   centsToMicros,
@@ -40,10 +40,14 @@ export interface CheckoutInput {
   idempotencyKey: string;
 }
 
+/** How long a Checkout Session this service opened can be looked up from its receipt page. */
+const CHECKOUT_SESSION_KEPT_MS = 3 * 24 * 60 * 60 * 1000;
+
 export async function createCheckoutSession(
-  stripe: Stripe,
+  deps: { stripe: Stripe; kv: Deno.Kv },
   input: CheckoutInput,
 ): Promise<{ id: string; url: string }> {
+  const { stripe } = deps;
   const { app, amount } = input;
   if (!isTopUpAmount(amount)) throw new RangeError(`${amount} micro-USD is not a top-up amount`);
   const usd = formatUsd(amount).replace(/\.0+$/, "");
@@ -71,6 +75,9 @@ export async function createCheckoutSession(
     cancel_url: input.cancelUrl,
   }, { idempotencyKey: input.idempotencyKey });
   if (!session.url) throw new Error(`Checkout Session ${session.id} has no url`);
+  await deps.kv.set(keys.checkoutSession(app.id, session.id), Date.now(), {
+    expireIn: CHECKOUT_SESSION_KEPT_MS,
+  });
   return { id: session.id, url: session.url };
 }
 
@@ -174,6 +181,11 @@ export async function confirmCheckoutSession(
 > {
   const credited = await findTopUpEntry(deps.kv, app.id, "stripe", sessionId);
   if (credited) return { status: "credited", entry: credited };
+  // Only sessions this service opened for the app are asked about: a receipt address with any
+  // other id (top-up pages are public) would spend the account's Stripe API rate limit.
+  if ((await deps.kv.get(keys.checkoutSession(app.id, sessionId))).versionstamp === null) {
+    return { status: "unknown" };
+  }
   let session: CheckoutSession;
   try {
     session = await deps.stripe.checkout.sessions.retrieve(sessionId);
