@@ -14,17 +14,16 @@ import { assertAuditClean, settleInput, usageRecords } from "./helpers.ts";
 
 const FUNDED = 100_000_000;
 
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+
 /** Runs `perEngine` paid requests from each of two engines at once, 20 in flight per engine. */
 async function twoWorkers(slices: SliceOptions | undefined, locked: boolean) {
   const path = await Deno.makeTempFile({ suffix: ".kv" });
   const handles = [await Deno.openKv(path), await Deno.openKv(path)];
   const memory = CommitLocks.memory();
+  const locks = handles.map((_, i) => locked ? new CommitLocks(memory, i) : undefined);
   const engines = handles.map((kv, i) =>
-    new Wallets(kv, {
-      leaseMs: 60_000,
-      slices,
-      locks: locked ? new CommitLocks(memory, i) : undefined,
-    })
+    new Wallets(kv, { leaseMs: 60_000, slices, locks: locks[i] })
   );
   const { app } = await createAppRecord(handles[0], { name: "hot" });
   // Enough that neither engine's slice can take what the other needs.
@@ -59,15 +58,16 @@ async function twoWorkers(slices: SliceOptions | undefined, locked: boolean) {
   const wallet = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
   const charged = (await usageRecords(kv, app.id)).map((u) => u.cost);
   const conflicts = engines.map((w) => w.stats.conflicts);
-  return { handles, path, wallet, charged, answered, conflicts };
+  // A lock whose holder made no progress for its wait (a commit stalled past 2 s on a loaded
+  // machine) is taken over by design, and only then may the two commits meet.
+  const takenOver = sum(locks.map((l) => l?.takenOver ?? 0));
+  return { handles, path, wallet, charged, answered, conflicts, takenOver };
 }
 
 async function close(run: { handles: Deno.Kv[]; path: string }) {
   for (const kv of run.handles) kv.close();
   await Deno.remove(run.path);
 }
-
-const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 
 for (
   const [label, slices] of [
@@ -78,7 +78,10 @@ for (
   Deno.test(`two workers of one process committing one wallet (${label}) take turns: no failed commit, and what left the wallet is the sum of the answered costs`, async () => {
     const run = await twoWorkers(slices, true);
     try {
-      assert.deepEqual(run.conflicts, [0, 0]);
+      assert.ok(
+        sum(run.conflicts) <= run.takenOver,
+        `${sum(run.conflicts)} failed commits with ${run.takenOver} locks taken over`,
+      );
       assert.equal(run.charged.length, 300);
       assert.equal(sum(run.charged), sum(run.answered));
       assert.equal(run.wallet.spent, sum(run.answered));
