@@ -55,7 +55,8 @@ export function openAiSseParts(body: ReadableStream<Uint8Array>, onRead: () => v
   return openAiStreamParts(parseSse(body, (event) => event.data === "[DONE]", onRead));
 }
 
-const isObject = (value: unknown) => value !== null && typeof value === "object";
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === "object";
 
 /**
  * A `null` (or other non-object) choice or tool call an upstream slips into a chunk is dropped
@@ -66,10 +67,10 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
   let choices = obj.choices as unknown[];
   if (!choices.every(isObject)) obj.choices = choices = choices.filter(isObject);
   for (const choice of choices as { delta?: unknown }[]) {
-    const delta = choice.delta as { tool_calls?: unknown } | undefined;
-    if (!isObject(delta) || !Array.isArray(delta!.tool_calls)) continue;
-    const calls = delta!.tool_calls as unknown[];
-    if (!calls.every(isObject)) delta!.tool_calls = calls.filter(isObject);
+    const delta = choice.delta;
+    if (!isObject(delta) || !Array.isArray(delta.tool_calls)) continue;
+    const calls: unknown[] = delta.tool_calls;
+    if (!calls.every(isObject)) delta.tool_calls = calls.filter(isObject);
   }
 }
 
