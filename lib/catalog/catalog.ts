@@ -54,9 +54,17 @@ const ModelSchema = z.object({
    * Unset: by each route's model name (routeTokenizer).
    */
   tokenizer: z.enum(["o200k", "cl100k", "utf8_bytes"]).optional(),
-  /** Tried in order when the provider before fails before answering; priced like the model. */
+  /**
+   * Tried in order when the provider before fails before answering; priced like the model. A
+   * fallback to another model gives its own image rule when it differs (the hold covers each).
+   */
   fallbacks: z.array(
-    z.object({ provider: z.string(), upstream_model: z.string().min(1) }).strict(),
+    z.object({
+      provider: z.string(),
+      upstream_model: z.string().min(1),
+      image_base_tokens: z.number().int().min(0).max(100_000).optional(),
+      image_tile_tokens: z.number().int().min(0).max(100_000).optional(),
+    }).strict(),
   ).max(5).optional(),
 }).strict();
 
@@ -86,6 +94,9 @@ export interface Route {
   upstreamModel: string;
   /** What the input bound counts this route's text with (OpenAI kind): see routeTokenizer. */
   tokenizer: Tokenizer;
+  /** OpenAI's image rule for this route's model: tokens per image and per 512-px tile. */
+  imageBaseTokens: number;
+  imageTileTokens: number;
 }
 
 export type ModelType = "chat" | "embedding";
@@ -198,6 +209,8 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         provider: fallback,
         upstreamModel: f.upstream_model,
         tokenizer: routeTokenizer(m.tokenizer, f.upstream_model),
+        imageBaseTokens: f.image_base_tokens ?? m.image_base_tokens ?? 85,
+        imageTileTokens: f.image_tile_tokens ?? m.image_tile_tokens ?? 170,
       };
     });
     if (m.tokenizer !== undefined) {

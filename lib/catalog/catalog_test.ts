@@ -108,6 +108,28 @@ Deno.test("a model's fallbacks resolve to their providers, in order", () => {
   assert.deepEqual(buildCatalog(catalogFile(), {}).get("tollbooth/echo")!.fallbacks, []);
 });
 
+Deno.test("a fallback bills images by the model's rule unless it gives its own", () => {
+  const file = catalogFile();
+  const mini = file.models[1];
+  mini.image_base_tokens = 2833;
+  mini.image_tile_tokens = 5667;
+  mini.fallbacks = [
+    { provider: "openai", upstream_model: "gpt-4o-mini-2024-07-18" },
+    { provider: "openai", upstream_model: "gpt-4o", image_base_tokens: 85, image_tile_tokens: 170 },
+  ];
+  const model = buildCatalog(file, {}).get("openai/gpt-4o-mini")!;
+  assert.deepEqual(
+    model.fallbacks.map((f) => [f.imageBaseTokens, f.imageTileTokens]),
+    [[2833, 5667], [85, 170]],
+  );
+  assert.match(
+    refusal((c) =>
+      c.models[1].fallbacks = [{ provider: "openai", upstream_model: "x", image_tile_tokens: -1 }]
+    ),
+    /models\.1\.fallbacks\.0\.image_tile_tokens/,
+  );
+});
+
 Deno.test("a bad field is refused with a message naming it", () => {
   const cases: [(c: CatalogFile) => void, RegExp][] = [
     [(c) => (c.models[0].input_usd_per_mtok = 0.5), /^catalog field models\.0\.input_usd_per_mtok/],

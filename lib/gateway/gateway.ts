@@ -484,13 +484,15 @@ export class Gateway {
     const kinds: ProviderKind[] = routes.map((r) => r.provider.kind);
     assertSupported(request, kinds, maxTokens);
     // The largest of the bounds of every route that may serve the request: the reservation covers
-    // any. Routes alike (kind and tokenizer) share one count.
+    // any. Routes alike (kind, tokenizer and image rule) share one count.
     const boundsByKind = new Map<string, number>();
     const bounds = routes.map((r) => {
-      const key = `${r.provider.kind}:${r.tokenizer}`;
+      const key = `${r.provider.kind}:${r.tokenizer}:${r.imageBaseTokens}:${r.imageTileTokens}`;
       let bound = boundsByKind.get(key);
       if (bound === undefined) {
-        bound = inputBound(r.provider.kind, request, model, r.tokenizer);
+        // Each route's own image rule: a fallback to another model may bill images otherwise.
+        const images = { imageBaseTokens: r.imageBaseTokens, imageTileTokens: r.imageTileTokens };
+        bound = inputBound(r.provider.kind, request, { ...model, ...images }, r.tokenizer);
         boundsByKind.set(key, bound);
       }
       return bound;
