@@ -23,6 +23,29 @@ function silentAfter(bytes: string) {
   };
 }
 
+/** A loopback server that answers every request with this body. */
+function serveBody(body: ReadableStream<Uint8Array>, init: ResponseInit) {
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    () => new Response(body, init),
+  );
+  return {
+    url: `http://127.0.0.1:${server.addr.port}/v1/chat/completions`,
+    close: () => server.shutdown(),
+  };
+}
+
+/** A call as the providers make it, with a fake key. */
+function upstreamCall(url: string, timeoutMs: number, signal = new AbortController().signal) {
+  return callUpstream({
+    url,
+    headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
+    body: "{}",
+    signal,
+    timeoutMs,
+  });
+}
+
 Deno.test("an upstream that goes silent inside an error body ends in a timeout, not a hang", async () => {
   const server = silentAfter(
     "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n" +
@@ -30,13 +53,7 @@ Deno.test("an upstream that goes silent inside an error body ends in a timeout, 
   );
   let hang: ReturnType<typeof setTimeout> | undefined;
   try {
-    const call = callUpstream({
-      url: server.url,
-      headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
-      body: "{}",
-      signal: new AbortController().signal,
-      timeoutMs: 100,
-    });
+    const call = upstreamCall(server.url, 100);
     const outcome = await Promise.race([
       call.then(() => "answered", (error) => error),
       new Promise((resolve) =>
@@ -59,13 +76,7 @@ Deno.test("a stream left between two reads is not watched for silence, nor kept 
   );
   const abort = new AbortController();
   try {
-    const call = await callUpstream({
-      url: server.url,
-      headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
-      body: "{}",
-      signal: abort.signal,
-      timeoutMs: 60_000,
-    });
+    const call = await upstreamCall(server.url, 60_000, abort.signal);
     assert.equal(watchedCalls(), 1, "waiting for the body: watched");
     const reader = call.response.body!.getReader();
     const parts = guardedParts(
@@ -97,29 +108,22 @@ Deno.test("keep-alive comments count as signs of life: a stream that sends only 
     model: "m",
     choices: [{ index: 0, delta: { content: "Done thinking." }, finish_reason: "stop" }],
   });
-  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () =>
-    new Response(
-      new ReadableStream<Uint8Array>({
-        async start(controller) {
-          // Four timeouts long, a comment every quarter of one.
-          for (let i = 0; i < 16; i++) {
-            controller.enqueue(encoder.encode(": PROCESSING\n\n"));
-            await new Promise((r) => setTimeout(r, 25));
-          }
-          controller.enqueue(encoder.encode(`data: ${chunk}\n\ndata: [DONE]\n\n`));
-          controller.close();
-        },
-      }),
-      { headers: { "content-type": "text/event-stream" } },
-    ));
+  const server = serveBody(
+    new ReadableStream<Uint8Array>({
+      async start(controller) {
+        // Four timeouts long, a comment every quarter of one.
+        for (let i = 0; i < 16; i++) {
+          controller.enqueue(encoder.encode(": PROCESSING\n\n"));
+          await new Promise((r) => setTimeout(r, 25));
+        }
+        controller.enqueue(encoder.encode(`data: ${chunk}\n\ndata: [DONE]\n\n`));
+        controller.close();
+      },
+    }),
+    { headers: { "content-type": "text/event-stream" } },
+  );
   try {
-    const call = await callUpstream({
-      url: `http://127.0.0.1:${server.addr.port}/v1/chat/completions`,
-      headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
-      body: "{}",
-      signal: new AbortController().signal,
-      timeoutMs: 100,
-    });
+    const call = await upstreamCall(server.url, 100);
     const parts = [];
     for await (
       const part of guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call)
@@ -128,37 +132,30 @@ Deno.test("keep-alive comments count as signs of life: a stream that sends only 
     }
     assert.deepEqual(parts.map((p) => p.type), ["chunk"]);
   } finally {
-    await server.shutdown();
+    await server.close();
   }
 });
 
 Deno.test("an upstream's error answer is read only so far: an endless one still ends in its error, with its reason", async () => {
   const encoder = new TextEncoder();
   const padding = encoder.encode(" ".repeat(65_536));
-  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () =>
-    new Response(
-      new ReadableStream<Uint8Array>({
-        start(controller) {
-          controller.enqueue(encoder.encode('{"error":{"message":"the model is overloaded"}}'));
-        },
-        pull(controller) {
-          controller.enqueue(padding);
-        },
-      }),
-      { status: 503, headers: { "content-type": "application/json" } },
-    ));
+  const server = serveBody(
+    new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(encoder.encode('{"error":{"message":"the model is overloaded"}}'));
+      },
+      pull(controller) {
+        controller.enqueue(padding);
+      },
+    }),
+    { status: 503, headers: { "content-type": "application/json" } },
+  );
   try {
-    const error = await callUpstream({
-      url: `http://127.0.0.1:${server.addr.port}/v1/chat/completions`,
-      headers: { "content-type": "application/json", authorization: "Bearer sk-test-0123456789" },
-      body: "{}",
-      signal: new AbortController().signal,
-      timeoutMs: 10_000,
-    }).then(() => null, (error) => error);
+    const error = await upstreamCall(server.url, 10_000).then(() => null, (error) => error);
     assert.ok(error instanceof ProviderError, String(error));
     assert.equal(error.upstreamStatus, 503);
     assert.match(error.message, /the model is overloaded/);
   } finally {
-    await server.shutdown();
+    await server.close();
   }
 });
