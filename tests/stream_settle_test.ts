@@ -8,6 +8,7 @@ import {
   readSse,
   serveLoopback,
   startService,
+  type TestService,
   until,
   usageRecords,
   userMessage,
@@ -104,18 +105,31 @@ Deno.test("a client that disconnects mid-stream stops the upstream and pays for 
   }
 });
 
-Deno.test("a stream the upstream cuts is charged for what was produced and ends with an error event", async () => {
-  const upstream = fakeUpstream(["One", " two"], "cut");
+/** Streams a chat whose upstream sends `words` and then breaks off; `check` sees what came. */
+async function withCutStream(
+  words: (string | Record<string, unknown>)[],
+  check: (s: TestService, appId: string, events: string[]) => Promise<void>,
+) {
+  const upstream = fakeUpstream(words, "cut");
   const s = await startService({ openaiBaseUrl: upstream.url });
   try {
     const { appId, apiKey } = await s.newApp();
     const res = await s.chat(apiKey, {
       model: "fake/gpt",
-      messages: userMessage("count"),
+      messages: userMessage("go on"),
       stream: true,
     });
     assert.equal(res.status, 200);
-    const events = await readSse(res);
+    await check(s, appId, await readSse(res));
+    await assertAuditClean(s.kv);
+  } finally {
+    await upstream.close();
+    await s.close();
+  }
+}
+
+Deno.test("a stream the upstream cuts is charged for what was produced and ends with an error event", () =>
+  withCutStream(["One", " two"], async (s, appId, events) => {
     assert.notEqual(events.at(-1), "[DONE]");
     const last = JSON.parse(events.at(-1)!);
     assert.equal(last.error.code, "stream_interrupted");
@@ -128,37 +142,18 @@ Deno.test("a stream the upstream cuts is charged for what was produced and ends 
     const wallet = await s.wallet(appId);
     assert.equal(wallet.reserved, 0);
     assert.equal(wallet.spent, usage.cost);
-    await assertAuditClean(s.kv);
-  } finally {
-    await upstream.close();
-    await s.close();
-  }
-});
+  }));
 
-Deno.test("a cut stream whose reasoning comes under both of its names counts that reasoning once", async () => {
+Deno.test("a cut stream whose reasoning comes under both of its names counts that reasoning once", () => {
   const thought = "Weighing the toll against the distance travelled";
-  const upstream = fakeUpstream(
+  return withCutStream(
     [{ reasoning_content: thought, reasoning: thought }, "Pay."],
-    "cut",
+    async (s, appId) => {
+      const usage = await onlyUsage(s.kv, appId);
+      assert.equal(usage.countedLocally, true);
+      assert.equal(usage.completionTokens, countTextTokens(`${thought}Pay.`));
+    },
   );
-  const s = await startService({ openaiBaseUrl: upstream.url });
-  try {
-    const { appId, apiKey } = await s.newApp();
-    const res = await s.chat(apiKey, {
-      model: "fake/gpt",
-      messages: userMessage("think"),
-      stream: true,
-    });
-    assert.equal(res.status, 200);
-    await readSse(res);
-    const usage = await onlyUsage(s.kv, appId);
-    assert.equal(usage.countedLocally, true);
-    assert.equal(usage.completionTokens, countTextTokens(`${thought}Pay.`));
-    await assertAuditClean(s.kv);
-  } finally {
-    await upstream.close();
-    await s.close();
-  }
 });
 
 Deno.test("a client that cancels the response body in process settles the stream too", async () => {
