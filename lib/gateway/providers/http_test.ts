@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { callUpstream, guardedParts, watchedCalls } from "./http.ts";
 import { openAiSseParts } from "./openai/stream.ts";
-import { ProviderError } from "./types.ts";
+import { ProviderError, type StreamPart } from "./types.ts";
 
 /** A loopback server that answers every connection with these bytes and then keeps it open. */
 function silentAfter(bytes: string) {
@@ -155,6 +155,47 @@ Deno.test("an upstream's error answer is read only so far: an endless one still 
     assert.ok(error instanceof ProviderError, String(error));
     assert.equal(error.upstreamStatus, 503);
     assert.match(error.message, /the model is overloaded/);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("a stream that stalls after its usage chunk, until the idle guard cuts it, still hands on that usage", async () => {
+  const encoder = new TextEncoder();
+  const usage = { prompt_tokens: 900, completion_tokens: 5000, total_tokens: 5900 };
+  const chunk = (fields: Record<string, unknown>) =>
+    `data: ${
+      JSON.stringify({
+        id: "c",
+        object: "chat.completion.chunk",
+        created: 1,
+        model: "m",
+        ...fields,
+      })
+    }\n\n`;
+  const server = serveBody(
+    new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(encoder.encode(
+          chunk({ choices: [{ index: 0, delta: { content: "42" }, finish_reason: "stop" }] }) +
+            chunk({ choices: [], usage }),
+        ));
+        // No [DONE]: the upstream stalls here until the guard cuts it.
+      },
+    }),
+    { headers: { "content-type": "text/event-stream" } },
+  );
+  try {
+    const call = await upstreamCall(server.url, 100);
+    const parts: StreamPart[] = [];
+    await assert.rejects(async () => {
+      for await (
+        const part of guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call)
+      ) parts.push(part);
+    });
+    const billed = parts.find((p) => p.type === "usage");
+    assert.ok(billed?.type === "usage", "the provider's usage reached the reader before the cut");
+    assert.equal(billed.usage.completionTokens, 5000);
   } finally {
     await server.close();
   }

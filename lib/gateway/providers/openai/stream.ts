@@ -12,6 +12,8 @@ export async function* openAiStreamParts(
   events: AsyncIterable<{ data: string }>,
 ): AsyncGenerator<StreamPart> {
   let usage: ReturnType<typeof parseOpenAiUsage> = null;
+  /** The usage already handed on (OpenAI's own usage chunk, as soon as it comes). */
+  let handed: ReturnType<typeof parseOpenAiUsage> = null;
   let finished = false;
   try {
     for await (const event of events) {
@@ -28,7 +30,8 @@ export async function* openAiStreamParts(
       if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
       if (Array.isArray(obj.choices) && obj.choices.length > 0) {
         dropMalformedEntries(obj);
-        // Usage is handed on once, at the end. OpenAI sends `usage: null` on every other chunk: it
+        // Usage repeated on content chunks is handed on once, at the end. OpenAI sends `usage: null`
+        // on every other chunk: it
         // is unset in place (JSON leaves it out) rather than copied away, which cost a tenth of
         // relaying a chunk.
         if (obj.usage !== undefined) obj.usage = undefined;
@@ -36,6 +39,11 @@ export async function* openAiStreamParts(
           finished = true;
         }
         yield { type: "chunk", chunk: obj as ChatCompletionChunk };
+      } else if (usage && obj.usage != null) {
+        // OpenAI's usage chunk (no choices) is the bill: handed on at once, so that a cut the
+        // reader takes before the converter does (a timeout, the client leaving) still bills it.
+        handed = usage;
+        yield { type: "usage", usage: usage.usage, raw: usage.raw };
       }
     }
     if (!finished) {
@@ -44,10 +52,10 @@ export async function* openAiStreamParts(
   } catch (error) {
     // The usage chunk is the provider's bill: a stream cut after it (before `[DONE]`) is charged
     // by it, not by a local count that cannot see hidden reasoning.
-    if (usage) yield { type: "usage", usage: usage.usage, raw: usage.raw };
+    if (usage && usage !== handed) yield { type: "usage", usage: usage.usage, raw: usage.raw };
     throw error;
   }
-  if (usage) yield { type: "usage", usage: usage.usage, raw: usage.raw };
+  if (usage && usage !== handed) yield { type: "usage", usage: usage.usage, raw: usage.raw };
 }
 
 /** `onRead` hears of every read that brought bytes: the idle guard's sign of life. */
