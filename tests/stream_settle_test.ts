@@ -156,6 +156,17 @@ Deno.test("a cut stream whose reasoning comes under both of its names counts tha
   );
 });
 
+Deno.test("a cut stream with an empty reasoning_content beside its reasoning counts the reasoning", () => {
+  const thought = "Weighing the toll against the distance travelled";
+  return withCutStream(
+    [{ reasoning_content: "", reasoning: thought }, "Pay."],
+    async (s, appId) => {
+      const usage = await onlyUsage(s.kv, appId);
+      assert.equal(usage.completionTokens, countTextTokens(`${thought}Pay.`));
+    },
+  );
+});
+
 Deno.test("a client that cancels the response body in process settles the stream too", async () => {
   const upstream = fakeUpstream(["a", " b"], "hang");
   const s = await startService({ openaiBaseUrl: upstream.url });

@@ -323,7 +323,7 @@ function producedText(delta: ChatCompletionChunk["choices"][number]["delta"] | u
     const value = delta[field];
     if (typeof value === "string") text += value;
   }
-  const reasoning = typeof delta.reasoning_content === "string"
+  const reasoning = typeof delta.reasoning_content === "string" && delta.reasoning_content !== ""
     ? delta.reasoning_content
     : delta.reasoning;
   if (typeof reasoning === "string") text += reasoning;
