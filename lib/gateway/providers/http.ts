@@ -1,5 +1,6 @@
 import { ProviderError } from "./types.ts";
 import { createHttp1Fetch } from "./http1.ts";
+import { concatBytes } from "@/lib/core/mod.ts";
 
 /** One client, so one pool of upstream connections, per process (or worker). */
 const upstreamFetch = createHttp1Fetch();
@@ -124,7 +125,8 @@ function upstreamIdleGuard(
     touch() {
       if (stopped || timedOut) return;
       watch.waitingSince = Date.now();
-      watchIdle(watch);
+      // Called on every read of a stream: only a paused call needs to rejoin the sweep.
+      if (!watched.has(watch)) watchIdle(watch);
     },
     /**
      * No timeout while the reader does not ask for more: silence is measured on our reads only.
@@ -191,15 +193,7 @@ async function textUpTo(response: Response, max: number): Promise<string> {
   } finally {
     if (!ended) await reader.cancel().catch(() => {});
   }
-  const bytes = new Uint8Array(Math.min(length, max));
-  let at = 0;
-  for (const part of parts) {
-    const take = Math.min(part.byteLength, bytes.length - at);
-    bytes.set(part.subarray(0, take), at);
-    at += take;
-    if (at === bytes.length) break;
-  }
-  return new TextDecoder().decode(bytes);
+  return new TextDecoder().decode(concatBytes(parts).subarray(0, max));
 }
 
 async function statusError(response: Response, secret: string | null): Promise<ProviderError> {
