@@ -82,6 +82,7 @@ export function idempotency<E extends Env>(
     if (claim.kind === "replay") {
       const trace = c.get("trace");
       trace.outcome = "idempotent_replay";
+      c.set("replayed", true);
       trace.cost = 0;
       const { response } = claim;
       for (const [name, value] of Object.entries(response.headers)) c.header(name, value);

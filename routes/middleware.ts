@@ -24,6 +24,8 @@ export type Env = {
     manager: { ownerId: string; keyId: string };
     /** The JSON body, when a middleware (idempotency) has already read it. */
     jsonBody: unknown;
+    /** Answered from an Idempotency-Key's record: nothing reserved, so no commit checked the key. */
+    replayed: boolean;
     /** Writes the request's one log line (and feeds the metrics); later calls do nothing. */
     finishRequest: () => void;
   };
@@ -126,9 +128,7 @@ export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
     Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
     await next();
     const error = c.error;
-    // A replayed answer (Idempotency-Key) reserves nothing, so no commit checked the key either.
-    const replayed = !error && c.res.headers.has("idempotent-replayed");
-    if (!error && !replayed) return;
+    if (!error && !c.get("replayed")) return;
     if (error instanceof ApiError && error.code === "invalid_api_key") cache.forget(key.hash);
     else if (key.cached && !(await cache.stillValid(key))) {
       throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
