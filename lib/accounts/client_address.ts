@@ -4,6 +4,8 @@
  * (TRUSTED_PROXY_HEADER): a header is never believed by default, since any client can send one.
  */
 
+import { ipv6Groups, mappedIpv4 } from "@/lib/core/mod.ts";
+
 export interface ProxyTrust {
   /** Lower-case header name, such as `x-forwarded-for` or `fly-client-ip`; unset: none trusted. */
   header: string | undefined;
@@ -38,17 +40,7 @@ export function clientAddressOf(
  * An IPv4 address written as IPv6 (`::ffff:203.0.113.7`) is the IPv4 address.
  */
 export function addressBucket(address: string): string {
-  if (!address.includes(":")) return address;
-  const bare = address.replace(/^\[|\](?::\d+)?$/g, "").replace(/%.*$/, "");
-  const mapped = /^(?:0{0,4}:){0,5}(?::|0{0,4}:)?ffff:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(bare);
-  if (mapped) return mapped[1];
-  const halves = bare.split("::");
-  if (halves.length > 2) return address;
-  const head = halves[0] ? halves[0].split(":") : [];
-  const tail = halves.length === 2 && halves[1] ? halves[1].split(":") : [];
-  const missing = 8 - head.length - tail.length;
-  if (halves.length === 1 ? missing !== 0 : missing < 1) return address;
-  const groups = [...head, ...Array(missing).fill("0"), ...tail];
-  if (!groups.every((g) => /^[0-9a-f]{1,4}$/.test(g))) return address;
-  return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(":")}::/64`;
+  const groups = ipv6Groups(address);
+  if (!groups) return address;
+  return mappedIpv4(groups) ?? `${groups.slice(0, 4).map((g) => g.toString(16)).join(":")}::/64`;
 }

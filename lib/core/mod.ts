@@ -1,5 +1,6 @@
 /** Core: money, ids, errors, secrets, the KV handle, config and logging; depends on nothing of ours. */
 export { concatBytes, utf8Length } from "./bytes.ts";
+export { ipv4Octets, ipv6Groups, mappedIpv4 } from "./ip.ts";
 export { CONFIG_DEFAULTS, ConfigError, loadConfig, MAX_SERVE_WORKERS } from "./config.ts";
 export type { Config } from "./config.ts";
 export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";

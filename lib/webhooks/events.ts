@@ -25,7 +25,7 @@ import {
   type WebhookSettingsRecord,
   type WebhookWatchRecord,
 } from "@/lib/db.ts";
-import { formatUsd, getManyChunked, type Logger, newId } from "@/lib/core/mod.ts";
+import { formatUsd, getManyChunked, ipv4Octets, type Logger, newId } from "@/lib/core/mod.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "./signing.ts";
 import { privateIp } from "./settings.ts";
 
@@ -420,7 +420,7 @@ export class WebhookDeliverer {
    */
   async #pointsInside(url: string): Promise<boolean> {
     const hostname = new URL(url).hostname;
-    if (hostname.startsWith("[") || /^\d+\.\d+\.\d+\.\d+$/.test(hostname)) return false;
+    if (hostname.startsWith("[") || ipv4Octets(hostname)) return false;
     if (hostname === "localhost") return false;
     const found = await Promise.all(
       (["A", "AAAA"] as const).map((type) => this.#resolve(hostname, type).catch(() => [])),

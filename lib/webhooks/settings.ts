@@ -4,7 +4,7 @@ import {
   type WebhookSettingsRecord,
   type WebhookWatchRecord,
 } from "@/lib/db.ts";
-import type { Micros } from "@/lib/core/mod.ts";
+import { ipv4Octets, ipv6Groups, mappedIpv4, type Micros } from "@/lib/core/mod.ts";
 import { newWebhookSecret } from "./signing.ts";
 
 const LOOPBACK_HOSTS = new Set(["127.0.0.1", "localhost", "[::1]"]);
@@ -46,7 +46,7 @@ export function validWebhookUrl(raw: string, options: { allowLoopback: boolean }
 
 function privateAddress(hostname: string): boolean {
   const host = hostname.replace(/\.$/, "");
-  if (/^\d+\.\d+\.\d+\.\d+$/.test(host)) return privateIp(host);
+  if (ipv4Octets(host)) return privateIp(host);
   // A name without a dot is resolved inside the service's own network (search domains).
   return host.startsWith("[") || !host.includes(".") ||
     [".localhost", ".internal", ".local", ".svc", ".cluster.local"].some((end) =>
@@ -59,18 +59,24 @@ function privateAddress(hostname: string): boolean {
  * private, link-local (cloud metadata), carrier-grade NAT, benchmarking, multicast or reserved.
  */
 export function privateIp(address: string): boolean {
-  const v4 = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(address);
+  const v4 = ipv4Octets(address);
   if (v4) {
-    const [a, b] = [Number(v4[1]), Number(v4[2])];
+    const [a, b] = v4;
     return a === 10 || a === 127 || a === 0 || (a === 169 && b === 254) ||
       (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) ||
       (a === 100 && b >= 64 && b <= 127) || (a === 198 && (b === 18 || b === 19)) || a >= 224;
   }
-  const v6 = address.toLowerCase();
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(v6);
-  if (mapped) return privateIp(mapped[1]);
-  return v6 === "::" || v6 === "::1" || /^f[cd]/.test(v6) || /^fe[89ab]/.test(v6) ||
-    v6.startsWith("ff") || v6.startsWith("64:ff9b:");
+  const groups = ipv6Groups(address);
+  if (!groups) return false;
+  const mapped = mappedIpv4(groups);
+  if (mapped) return privateIp(mapped);
+  const [first, second] = groups;
+  const zeroUntilLast = groups.slice(0, 7).every((g) => g === 0);
+  return (zeroUntilLast && groups[7] <= 1) || // :: and ::1
+    (first & 0xfe00) === 0xfc00 || // unique local
+    (first & 0xffc0) === 0xfe80 || // link-local
+    first >= 0xff00 || // multicast
+    (first === 0x64 && second === 0xff9b); // NAT64 of any IPv4, private ones included
 }
 
 export async function getWebhookSettings(

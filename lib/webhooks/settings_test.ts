@@ -49,6 +49,8 @@ Deno.test("addresses off the public internet are told apart, IPv4 written as IPv
       "fe80::1",
       "::ffff:192.168.1.1",
       "64:ff9b::a00:1",
+      "0:0:0:0:0:0:0:1",
+      "::ffff:7f00:1",
     ]
   ) {
     assert.ok(privateIp(inside), inside);
