@@ -491,8 +491,7 @@ export class Gateway {
       let bound = boundsByKind.get(key);
       if (bound === undefined) {
         // Each route's own image rule: a fallback to another model may bill images otherwise.
-        const images = { imageBaseTokens: r.imageBaseTokens, imageTileTokens: r.imageTileTokens };
-        bound = inputBound(r.provider.kind, request, { ...model, ...images }, r.tokenizer);
+        bound = inputBound(r.provider.kind, request, r, r.tokenizer);
         boundsByKind.set(key, bound);
       }
       return bound;

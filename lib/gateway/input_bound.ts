@@ -173,7 +173,14 @@ function messageTextTokens(m: ChatMessage, count: TextCounter, perPart: number):
  * The input OpenAI (or an OpenAI-compatible server) bills for this request, its text counted with
  * `tokenizer` (the route's: tokenizerOf).
  */
-export function openAiInputBound(request: ChatRequest, model: Model, tokenizer: Tokenizer): number {
+/** The image rule a route bills by: its model's, or a fallback's own. */
+export type ImageRule = Pick<Model, "imageBaseTokens" | "imageTileTokens">;
+
+export function openAiInputBound(
+  request: ChatRequest,
+  model: ImageRule,
+  tokenizer: Tokenizer,
+): number {
   const countTextTokens = (text: string) => countTokensWith(tokenizer, text);
   // Open models' chat templates add more than OpenAI's framing: a dated system block (Llama 3.1),
   // a default system prompt (Qwen), tool instructions, a begin-of-text token.
@@ -235,7 +242,7 @@ export function anthropicInputBound(request: ChatRequest): number {
 export function inputBound(
   kind: ProviderKind,
   request: ChatRequest,
-  model: Model,
+  model: ImageRule,
   tokenizer: Tokenizer,
 ): number {
   return kind === "anthropic"
