@@ -331,19 +331,26 @@ for (
   });
 }
 
-Deno.test("a settle beyond its slice whose wallet charge committed but answered with an error (outcome unknown) is charged once: the committed charge is the answer, the slice charges nothing more", async () => {
-  const s = await startService();
+/**
+ * A sliced engine whose next commit, once `arm()` is called, ends with `fault`, after which the
+ * next `readsToFail` reads throw too: KV cannot tell whether that commit happened. No post runs
+ * meanwhile, so the armed commit is the settle's wallet charge.
+ */
+function slicedWithUnknownCommit(
+  kv: Deno.Kv,
+  fault: "throw" | "throw_after_commit",
+  readsToFail: number,
+) {
   let armed = false;
-  let markerReadsToFail = 0;
-  const faulty = faultyKv(s.kv, (step) => {
+  const state = { readsLeft: 0 };
+  const faulty = faultyKv(kv, (step) => {
     if (armed && step === "commit") {
       armed = false;
-      // The batch marker cannot be read back either: the outcome stays unknown.
-      markerReadsToFail = 5;
-      return "throw_after_commit";
+      state.readsLeft = readsToFail;
+      return fault;
     }
-    if (step === "get" && markerReadsToFail > 0) {
-      markerReadsToFail--;
+    if (step === "get" && state.readsLeft > 0) {
+      state.readsLeft--;
       return "throw";
     }
     return "ok";
@@ -351,14 +358,20 @@ Deno.test("a settle beyond its slice whose wallet charge committed but answered 
   const sliced = new Wallets(faulty.kv, {
     leaseMs: 60_000,
     rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
-    // No post runs meanwhile: the only commit is the wallet charge.
     slices: { idleMs: 60_000, postEveryMs: 60_000 },
   });
+  return { sliced, faulty, state, arm: () => (armed = true) };
+}
+
+Deno.test("a settle beyond its slice whose wallet charge committed but answered with an error (outcome unknown) is charged once: the committed charge is the answer, the slice charges nothing more", async () => {
+  const s = await startService();
+  // The batch marker cannot be read back either: the outcome stays unknown.
+  const { sliced, faulty, arm } = slicedWithUnknownCommit(s.kv, "throw_after_commit", 5);
   try {
     const { appId } = await s.newApp();
     const first = await sliced.reserve(appId, hold("first"));
     assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
-    armed = true;
+    arm();
     const cost = 10_000_000;
     const settled = await sliced.settle(appId, first.reservation.id, usage("first", cost));
     assert.deepEqual(faulty.injected.map((f) => f.fault).slice(0, 2), [
@@ -381,36 +394,18 @@ Deno.test("a settle beyond its slice whose wallet charge committed but answered 
 for (const fault of ["throw", "throw_after_commit"] as const) {
   Deno.test(`a settle beyond its slice whose wallet charge's outcome KV cannot tell (${fault}, reads failing) ends its reservation and is charged once KV is back: what left the wallet is the answered cost`, async () => {
     const s = await startService();
-    let armed = false;
-    let readsToFail = 0;
-    const faulty = faultyKv(s.kv, (step) => {
-      if (armed && step === "commit") {
-        armed = false;
-        // Neither the batch marker nor the usage record can be read back for a while.
-        readsToFail = 10;
-        return fault;
-      }
-      if (step === "get" && readsToFail > 0) {
-        readsToFail--;
-        return "throw";
-      }
-      return "ok";
-    });
-    const sliced = new Wallets(faulty.kv, {
-      leaseMs: 60_000,
-      rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
-      slices: { idleMs: 60_000, postEveryMs: 60_000 },
-    });
+    // Neither the batch marker nor the usage record can be read back for a while.
+    const { sliced, state, arm } = slicedWithUnknownCommit(s.kv, fault, 10);
     try {
       const { appId } = await s.newApp();
       // Enough outside the slice to pay the whole cost: the answer is then exactly what leaves.
       await sliced.credit(appId, { amount: 20_000_000, kind: "operator_credit", reason: "t" });
       const first = await sliced.reserve(appId, hold("first"));
       assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
-      armed = true;
+      arm();
       const cost = 10_000_000;
       const settled = await sliced.settle(appId, first.reservation.id, usage("first", cost));
-      assert.equal(readsToFail, 0, "KV could not tell whether the charge committed");
+      assert.equal(state.readsLeft, 0, "KV could not tell whether the charge committed");
       assert.ok(settled.settled);
       assert.equal(settled.charged, cost);
       // The retry runs in the drain; the slice, holding nothing, goes back to the wallet.
