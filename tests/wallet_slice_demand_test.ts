@@ -421,3 +421,47 @@ for (const fault of ["throw", "throw_after_commit"] as const) {
     }
   });
 }
+
+Deno.test("a slice posts at once when 64 settled charges wait, not at its next tick: a hot slice's posts stay small and its unposted charges few", async () => {
+  const s = await startService();
+  // The tick is a minute away: only the count can start a post within this test.
+  const wallets = new Wallets(s.kv, {
+    leaseMs: 60_000,
+    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+    slices: { postEveryMs: 60_000, idleMs: 60_000 },
+  });
+  try {
+    const { appId } = await s.newApp();
+    await wallets.credit(appId, { amount: 100_000_000, kind: "operator_credit", reason: "hot" });
+    const before = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    const holds = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => wallets.reserve(appId, hold(`p${i}`))),
+    );
+    assert.ok(holds.every((r) => r.ok && r.reservation.sliceId), "all admitted in the slice");
+    let charged = 0;
+    const settle = async (i: number) => {
+      const r = holds[i];
+      assert.ok(r.ok);
+      const settled = await wallets.settle(appId, r.reservation.id, usage(`p${i}`, 500 + i));
+      assert.ok(settled.settled);
+      charged += settled.charged;
+    };
+    for (let i = 0; i < 63; i++) await settle(i);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(wallets.stats.slicePosts, 0, "63 waiting charges wait for the tick");
+    assert.equal((await usageRecords(s.kv, appId)).length, 0);
+    await settle(63);
+    await until(() => wallets.stats.slicePosts === 1, "the post the 64th charge starts");
+    assert.equal((await usageRecords(s.kv, appId)).length, 64, "the 64 were posted in one commit");
+    for (let i = 64; i < 100; i++) await settle(i);
+    await wallets.drain();
+    const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(after.spent - before.spent, charged, "what left the wallet is what was charged");
+    assert.equal((await usageRecords(s.kv, appId)).length, 100);
+    assert.equal(after.reserved, 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await wallets.drain();
+    await s.close();
+  }
+});

@@ -81,6 +81,12 @@ const MAX_KNOWN_WALLETS = 10_000;
 const BATCH_MARKER_MS = 60 * 60 * 1000;
 /** Charges posted in one slice commit at most (KV's mutation and size budgets per commit). */
 const MAX_POST = 128;
+/**
+ * Pending charges that start a post at once instead of at the next tick: a hot slice posts in
+ * batches of this size, so its posts stay small and its unposted charges few, while a slice at a
+ * moderate pace posts once per tick (a post is a durable commit: its cost is per commit).
+ */
+const POST_AT_COUNT = 64;
 /** A slice's first grant covers this many requests like the one that asked; later ones its pace. */
 const SLICE_REQUESTS = 64;
 /** A slice is only taken when the grant covers this many requests like the one that asked. */
@@ -174,7 +180,7 @@ export class Wallets {
     this.#sliceOptions = options.slices
       ? {
         leaseMs: options.slices.leaseMs ?? 10_000,
-        postEveryMs: options.slices.postEveryMs ?? 10,
+        postEveryMs: options.slices.postEveryMs ?? 50,
         idleMs: options.slices.idleMs ?? 1_000,
         hotPerSecond: options.slices.hotPerSecond,
       }
@@ -322,6 +328,12 @@ export class Wallets {
       slice.takePending(Number.MAX_SAFE_INTEGER);
       this.stats.orphanCharges++;
       return this.#enqueue(appId, (done) => ({ kind: "charge", usage: result.usage, done }));
+    }
+    if (
+      result?.settled && slice.pending.length >= POST_AT_COUNT && !this.#posting.has(slice) &&
+      !this.#returning.has(slice)
+    ) {
+      this.#post(slice).catch(() => {});
     }
     if (result) return Promise.resolve(result);
     return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));

@@ -129,7 +129,7 @@ export interface WalletOptions {
 export interface SliceOptions {
   /** A slice its process stopped renewing is given back by any sweeper after this long. */
   leaseMs?: number;
-  /** Settled charges wait at most about this long (plus one commit) to be posted. */
+  /** Settled charges wait at most about this long (plus one commit) to be posted; 64 at once. */
   postEveryMs?: number;
   /** A slice without holds for this long is given back to its wallet. */
   idleMs?: number;

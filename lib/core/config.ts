@@ -42,7 +42,8 @@ export interface Config {
   trustedProxyCount: number;
   /**
    * Serve hot wallets from slices of their balance held by this process (lib/billing/slices.ts):
-   * no commit on a request's path, charges posted within ~10 ms, bounded loss on SIGKILL.
+   * no commit on a request's path, charges posted within ~50 ms (or at once when 64 wait),
+   * bounded loss on SIGKILL.
    */
   /**
    * Wallet slices: "auto" serves an app from a slice once it is hot in this process
@@ -104,7 +105,7 @@ const port = z.string().optional().transform((v, ctx) => {
  */
 export const CONFIG_DEFAULTS = {
   RESERVATION_TTL_SECONDS: 600,
-  WALLET_SLICE_POST_MS: 10,
+  WALLET_SLICE_POST_MS: 50,
   WALLET_SLICE_HOT_RPS: 50,
   RATE_LIMIT_RPM: 600,
   RATE_LIMIT_TPM: 2_000_000,
