@@ -151,7 +151,7 @@ Deno.test("under wallet slices, a cap set while a slice is live applies once the
     await setSpendCaps(s.kv, appId, { keyId }, { total: 1 });
     // The slice admits in memory; its next post checks the caps entry and finds it changed.
     await s.chat(apiKey, request("admitted before the post"));
-    await new Promise((r) => setTimeout(r, 200)); // posts run every 10 ms; idle slices stay 1 s
+    await new Promise((r) => setTimeout(r, 200)); // posts run every 50 ms; idle slices stay 1 s
     const res = await s.chat(apiKey, request("capped"));
     assert.equal(res.status, 402);
     assert.equal((await res.json()).error.code, "key_spend_cap_exceeded");

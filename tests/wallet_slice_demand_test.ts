@@ -465,3 +465,35 @@ Deno.test("a slice posts at once when 64 settled charges wait, not at its next t
     await s.close();
   }
 });
+
+Deno.test("charges that settled while a post committed are posted next, without waiting for another settle or the tick", async () => {
+  const s = await startService();
+  const wallets = new Wallets(s.kv, {
+    leaseMs: 60_000,
+    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+    slices: { postEveryMs: 60_000, idleMs: 60_000 },
+  });
+  try {
+    const { appId } = await s.newApp();
+    await wallets.credit(appId, { amount: 100_000_000, kind: "operator_credit", reason: "hot" });
+    const holds = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => wallets.reserve(appId, hold(`b${i}`))),
+    );
+    assert.ok(holds.every((r) => r.ok && r.reservation.sliceId), "all admitted in the slice");
+    // A burst: more than one post (128 at most) carries, and then no settle comes.
+    await Promise.all(holds.map((r, i) => {
+      assert.ok(r.ok);
+      return wallets.settle(appId, r.reservation.id, usage(`b${i}`, 500));
+    }));
+    await until(
+      async () => (await usageRecords(s.kv, appId)).length === 200,
+      "every settled charge posted without a tick",
+    );
+    assert.ok(wallets.stats.slicePosts >= 2);
+    await wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await wallets.drain();
+    await s.close();
+  }
+});

@@ -12,9 +12,9 @@
  * - a reservation admitted but not settled is never charged (as a reservation released by the sweeper);
  * - a charge settled (its answer may be out, with its Tollbooth-Request-Cost) but not yet posted
  *   is lost: at most the charges of the requests settled in the last `postEveryMs` plus one post
- *   commit (and one grant commit of the same slice, which a post waits for), and at most 64 more
- *   than settle during one post commit (64 waiting charges start a post at once), and never more
- *   than the slice's granted money;
+ *   commit (and one grant commit of the same slice, which a post waits for); under load (64
+ *   waiting charges start a post at once, and what settled during a post is posted next) about what
+ *   settles during two commits, and never more than the slice's granted money;
  * - once the slice's lease has run out any sweeper returns it: the wallet gets its unspent part
  *   back and its posted spent, and the audit is exact again.
  *

@@ -329,12 +329,7 @@ export class Wallets {
       this.stats.orphanCharges++;
       return this.#enqueue(appId, (done) => ({ kind: "charge", usage: result.usage, done }));
     }
-    if (
-      result?.settled && slice.pending.length >= POST_AT_COUNT && !this.#posting.has(slice) &&
-      !this.#returning.has(slice)
-    ) {
-      this.#post(slice).catch(() => {});
-    }
+    if (result?.settled) this.#postIfDue(slice);
     if (result) return Promise.resolve(result);
     return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));
   }
@@ -618,7 +613,20 @@ export class Wallets {
     const post = this.#exclusive(slice.record.id, () => this.#commitPost(slice))
       .finally(() => this.#posting.delete(slice));
     this.#posting.set(slice, post);
+    // What settled during this commit posts next, without waiting for a settle or the tick; a
+    // failed post leaves its retry to the tick rather than looping against a KV that is down.
+    post.then(() => this.#postIfDue(slice), () => {});
     return post;
+  }
+
+  /** Starts a post when 64 charges wait and nothing else holds the slice (see POST_AT_COUNT). */
+  #postIfDue(slice: LocalSlice) {
+    if (
+      slice.pending.length >= POST_AT_COUNT && !this.#posting.has(slice) &&
+      !this.#returning.has(slice) && !this.#orphaned.has(slice)
+    ) {
+      this.#post(slice).catch(() => {});
+    }
   }
 
   async #commitPost(slice: LocalSlice): Promise<void> {
