@@ -31,13 +31,16 @@ const usage = (requestId: string, cost: number) => ({
   countedLocally: false,
 });
 
-async function withSlices(fn: (wallets: Wallets, appId: string, kv: Deno.Kv) => Promise<void>) {
+/** Posts as often as the timer allows unless told, so they interleave with the grants. */
+async function withSlices(
+  fn: (wallets: Wallets, appId: string, kv: Deno.Kv) => Promise<void>,
+  { postEveryMs = 1 } = {},
+) {
   const s = await startService();
   const wallets = new Wallets(s.kv, {
     leaseMs: 60_000,
     rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
-    // Posts as often as the timer allows, so they interleave with the grants.
-    slices: { postEveryMs: 1, idleMs: 60_000 },
+    slices: { postEveryMs, idleMs: 60_000 },
   });
   try {
     const { appId } = await s.newApp();
@@ -422,78 +425,52 @@ for (const fault of ["throw", "throw_after_commit"] as const) {
   });
 }
 
-Deno.test("a slice posts at once when 64 settled charges wait, not at its next tick: a hot slice's posts stay small and its unposted charges few", async () => {
-  const s = await startService();
-  // The tick is a minute away: only the count can start a post within this test.
-  const wallets = new Wallets(s.kv, {
-    leaseMs: 60_000,
-    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
-    slices: { postEveryMs: 60_000, idleMs: 60_000 },
+/** 200 holds admitted in the app's slice. */
+async function sliceHolds(wallets: Wallets, appId: string, prefix: string) {
+  const holds = await Promise.all(
+    Array.from({ length: 200 }, (_, i) => wallets.reserve(appId, hold(`${prefix}${i}`))),
+  );
+  return holds.map((r) => {
+    assert.ok(r.ok && r.reservation.sliceId, "admitted in the slice");
+    return r.reservation;
   });
-  try {
-    const { appId } = await s.newApp();
-    await wallets.credit(appId, { amount: 100_000_000, kind: "operator_credit", reason: "hot" });
-    const before = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
-    const holds = await Promise.all(
-      Array.from({ length: 100 }, (_, i) => wallets.reserve(appId, hold(`p${i}`))),
-    );
-    assert.ok(holds.every((r) => r.ok && r.reservation.sliceId), "all admitted in the slice");
+}
+
+// The tick is a minute away in these two: only the count can start a post within a test.
+
+Deno.test("a slice posts at once when 64 settled charges wait, not at its next tick: a hot slice's posts stay small and its unposted charges few", () =>
+  withSlices(async (wallets, appId, kv) => {
+    const before = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    const holds = await sliceHolds(wallets, appId, "p");
     let charged = 0;
     const settle = async (i: number) => {
-      const r = holds[i];
-      assert.ok(r.ok);
-      const settled = await wallets.settle(appId, r.reservation.id, usage(`p${i}`, 500 + i));
+      const settled = await wallets.settle(appId, holds[i].id, usage(`p${i}`, 500 + i));
       assert.ok(settled.settled);
       charged += settled.charged;
     };
     for (let i = 0; i < 63; i++) await settle(i);
     await new Promise((r) => setTimeout(r, 50));
     assert.equal(wallets.stats.slicePosts, 0, "63 waiting charges wait for the tick");
-    assert.equal((await usageRecords(s.kv, appId)).length, 0);
+    assert.equal((await usageRecords(kv, appId)).length, 0);
     await settle(63);
     await until(() => wallets.stats.slicePosts === 1, "the post the 64th charge starts");
-    assert.equal((await usageRecords(s.kv, appId)).length, 64, "the 64 were posted in one commit");
-    for (let i = 64; i < 100; i++) await settle(i);
+    assert.equal((await usageRecords(kv, appId)).length, 64, "the 64 were posted in one commit");
+    for (let i = 64; i < 200; i++) await settle(i);
     await wallets.drain();
-    const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    const after = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
     assert.equal(after.spent - before.spent, charged, "what left the wallet is what was charged");
-    assert.equal((await usageRecords(s.kv, appId)).length, 100);
+    assert.equal((await usageRecords(kv, appId)).length, 200);
     assert.equal(after.reserved, 0);
-    await assertAuditClean(s.kv);
-  } finally {
-    await wallets.drain();
-    await s.close();
-  }
-});
+  }, { postEveryMs: 60_000 }));
 
-Deno.test("charges that settled while a post committed are posted next, without waiting for another settle or the tick", async () => {
-  const s = await startService();
-  const wallets = new Wallets(s.kv, {
-    leaseMs: 60_000,
-    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
-    slices: { postEveryMs: 60_000, idleMs: 60_000 },
-  });
-  try {
-    const { appId } = await s.newApp();
-    await wallets.credit(appId, { amount: 100_000_000, kind: "operator_credit", reason: "hot" });
-    const holds = await Promise.all(
-      Array.from({ length: 200 }, (_, i) => wallets.reserve(appId, hold(`b${i}`))),
-    );
-    assert.ok(holds.every((r) => r.ok && r.reservation.sliceId), "all admitted in the slice");
+Deno.test("charges that settled while a post committed are posted next, without waiting for another settle or the tick", () =>
+  withSlices(async (wallets, appId, kv) => {
+    const holds = await sliceHolds(wallets, appId, "b");
     // A burst: more than one post (128 at most) carries, and then no settle comes.
-    await Promise.all(holds.map((r, i) => {
-      assert.ok(r.ok);
-      return wallets.settle(appId, r.reservation.id, usage(`b${i}`, 500));
-    }));
+    await Promise.all(holds.map((r, i) => wallets.settle(appId, r.id, usage(`b${i}`, 500))));
     await until(
-      async () => (await usageRecords(s.kv, appId)).length === 200,
+      async () => (await usageRecords(kv, appId)).length === 200,
       "every settled charge posted without a tick",
     );
     assert.ok(wallets.stats.slicePosts >= 2);
-    await wallets.drain();
-    await assertAuditClean(s.kv);
-  } finally {
-    await wallets.drain();
-    await s.close();
-  }
-});
+  }, { postEveryMs: 60_000 }));
