@@ -16,17 +16,22 @@ import {
 
 const encoder = new TextEncoder();
 
-function chunk(content: string | Record<string, unknown>, finish: string | null = null) {
-  const delta = typeof content === "string" ? { content } : content;
+/** One chunk event with these top-level fields (choices, usage) as given. */
+function rawChunk(fields: Record<string, unknown>) {
   return `data: ${
     JSON.stringify({
       id: "chatcmpl-fake",
       object: "chat.completion.chunk",
       created: 1,
       model: "gpt-test",
-      choices: [{ index: 0, delta, finish_reason: finish }],
+      ...fields,
     })
   }\n\n`;
+}
+
+function chunk(content: string | Record<string, unknown>, finish: string | null = null) {
+  const delta = typeof content === "string" ? { content } : content;
+  return rawChunk({ choices: [{ index: 0, delta, finish_reason: finish }] });
 }
 
 /**
@@ -251,26 +256,12 @@ Deno.test("null entries an upstream slips into choices or tool calls are dropped
     new Response(
       [
         chunk({ role: "assistant", tool_calls: [null, call] }),
-        `data: ${
-          JSON.stringify({
-            id: "c",
-            object: "chat.completion.chunk",
-            created: 1,
-            model: "m",
-            choices: [null],
-          })
-        }\n\n`,
+        rawChunk({ choices: [null] }),
         chunk({}, "tool_calls"),
-        `data: ${
-          JSON.stringify({
-            id: "c",
-            object: "chat.completion.chunk",
-            created: 1,
-            model: "m",
-            choices: [],
-            usage: { prompt_tokens: 7, completion_tokens: 5, total_tokens: 12 },
-          })
-        }\n\n`,
+        rawChunk({
+          choices: [],
+          usage: { prompt_tokens: 7, completion_tokens: 5, total_tokens: 12 },
+        }),
         "data: [DONE]\n\n",
       ].join(""),
       { headers: { "content-type": "text/event-stream" } },
