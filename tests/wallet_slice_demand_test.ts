@@ -425,6 +425,87 @@ for (const fault of ["throw", "throw_after_commit"] as const) {
   });
 }
 
+for (const fault of ["throw", "throw_after_commit"] as const) {
+  Deno.test(`a post whose outcome KV cannot tell (${fault}, its marker unreadable) is resolved from its usage records a second later: each answered charge leaves the wallet exactly once`, async () => {
+    const s = await startService();
+    const { sliced, state, arm } = slicedWithUnknownCommit(s.kv, fault, 5);
+    try {
+      const { appId } = await s.newApp();
+      await sliced.credit(appId, { amount: 100_000_000, kind: "operator_credit", reason: "t" });
+      const before = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+      const holds = await sliceHolds(sliced, appId, "d");
+      let charged = 0;
+      arm();
+      // The 64th settle starts the post whose commit fails; the tick is a minute away.
+      for (let i = 0; i < 64; i++) {
+        const settled = await sliced.settle(appId, holds[i].id, usage(`d${i}`, 700 + i));
+        assert.ok(settled.settled);
+        charged += settled.charged;
+      }
+      await until(() => sliced.stats.unknownOutcomes === 1, "the post's unknown outcome");
+      await until(() => sliced.pendingCharges === charged, "the post's charges set aside");
+      assert.equal(state.readsLeft, 0, "KV could not tell whether the post committed");
+      await until(
+        async () => (await usageRecords(s.kv, appId)).length === 64,
+        "the charges posted once KV tells",
+        { timeoutMs: 5_000 },
+      );
+      for (let i = 64; i < 200; i++) await sliced.release(appId, holds[i].id);
+      await sliced.drain();
+      const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+      assert.equal(
+        after.spent - before.spent,
+        charged,
+        "what the answers said left the wallet, once",
+      );
+      assert.equal(after.reserved, 0, "no hold left behind");
+      assert.equal((await usageRecords(s.kv, appId)).length, 64);
+      assert.equal(sliced.pendingCharges, 0);
+      await assertAuditClean(s.kv);
+    } finally {
+      await sliced.drain().catch(() => {});
+      await s.close();
+    }
+  });
+}
+
+for (const fault of ["throw", "throw_after_commit"] as const) {
+  Deno.test(`a drain whose post's outcome KV cannot tell (${fault}) resolves it before it ends: the charges leave the wallet exactly once and the slice goes back`, async () => {
+    const s = await startService();
+    const { sliced, arm } = slicedWithUnknownCommit(s.kv, fault, 5);
+    try {
+      const { appId } = await s.newApp();
+      const before = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+      const holds = await Promise.all(
+        Array.from({ length: 10 }, (_, i) => sliced.reserve(appId, hold(`e${i}`))),
+      );
+      let charged = 0;
+      for (const [i, r] of holds.entries()) {
+        assert.ok(r.ok && r.reservation.sliceId, "admitted in the slice");
+        const settled = await sliced.settle(appId, r.reservation.id, usage(`e${i}`, 900));
+        assert.ok(settled.settled);
+        charged += settled.charged;
+      }
+      arm();
+      await sliced.drain();
+      assert.equal(sliced.stats.unknownOutcomes, 1, "the drain's post had an unknown outcome");
+      const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+      assert.equal(
+        after.spent - before.spent,
+        charged,
+        "what the answers said left the wallet, once",
+      );
+      assert.equal(after.reserved, 0, "the slice went back");
+      assert.equal((await usageRecords(s.kv, appId)).length, 10);
+      assert.equal(sliced.pendingCharges, 0);
+      await assertAuditClean(s.kv);
+    } finally {
+      await sliced.drain().catch(() => {});
+      await s.close();
+    }
+  });
+}
+
 /** 200 holds admitted in the app's slice. */
 async function sliceHolds(wallets: Wallets, appId: string, prefix: string) {
   const holds = await Promise.all(

@@ -18,6 +18,11 @@
  * - once the slice's lease has run out any sweeper returns it: the wallet gets its unspent part
  *   back and its posted spent, and the audit is exact again.
  *
+ * Without a crash nothing settled is lost: a post whose commit KV cannot say applied (it threw, and
+ * its batch marker cannot be read back) keeps its charges aside until their usage records, written
+ * in the same commit, tell (a second later, then each second): the committed ones stay posted, the
+ * others go back to the slice while it is live, else to the wallet; `drain` resolves them first.
+ *
  * Pure bookkeeping: the engine (wallet.ts) does every read and commit.
  */
 import type { ReservationRecord, UsageRecord, WalletSliceRecord } from "@/lib/db.ts";

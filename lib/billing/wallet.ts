@@ -427,18 +427,25 @@ export class Wallets {
   async drain(): Promise<void> {
     // One slice failing its post does not keep the others, or the retries, from theirs.
     let failure: unknown = null;
-    for (const slice of this.#slices.values()) {
-      try {
-        await this.#postAll(slice);
-        if (slice.reservations.size === 0) await this.#returnSlice(slice);
-      } catch (error) {
-        failure ??= error;
+    const postAndReturn = async () => {
+      for (const slice of this.#slices.values()) {
+        try {
+          await this.#postAll(slice);
+          if (slice.reservations.size === 0) await this.#returnSlice(slice);
+        } catch (error) {
+          failure ??= error;
+        }
       }
-    }
+    };
+    await postAndReturn();
     // Answered charges waiting to be tried again: now, once, rather than never after the exit;
-    // and those already being tried.
+    // and those already being tried. A post's charges found uncommitted go back to their slice
+    // if it is still live, so the slices post once more.
     await Promise.all([...this.#retries.keys()].map((retry) => retry()));
     await Promise.all(this.#retrying);
+    // What the second round cannot post is what stays unposted: its failure is the one to tell.
+    failure = null;
+    await postAndReturn();
     while (this.#queues.size > 0) await new Promise((r) => setTimeout(r, 1));
     if (failure !== null) throw failure;
   }
@@ -649,7 +656,16 @@ export class Wallets {
       atomic.set(sliceKey, record);
       writeCharges(atomic, appId, usage, now);
       atomic.set(keys.walletBatch(appId, postId), now, { expireIn: BATCH_MARKER_MS });
-      const versionstamp = await this.#commitMarked(appId, postId, atomic);
+      let versionstamp: string | null;
+      try {
+        versionstamp = await this.#commitMarked(appId, postId, atomic);
+      } catch (error) {
+        // KV cannot tell whether these answered charges were posted: posting them again could
+        // charge them twice, dropping them could lose them. Their usage records, written in the
+        // same commit, tell once KV answers again.
+        this.#retryCharges(appId, usage, slice);
+        throw error;
+      }
       if (versionstamp !== null) {
         this.stats.slicePosts++;
         this.stats.commits++;
@@ -723,16 +739,23 @@ export class Wallets {
   /**
    * A second later, charges again those of `usage` that did not commit. A charge whose outcome
    * stayed unknown may have: its usage record, written in the same commit, tells; while KV cannot
-   * tell, it looks again later rather than risk charging twice.
+   * tell, it looks again later rather than risk charging twice. Charges of a post (`slice`) go
+   * back to that slice while it is live, whose money already covers them; else to the wallet.
    */
-  #retryCharges(appId: string, usage: UsageRecord[]) {
+  #retryCharges(appId: string, usage: UsageRecord[], slice?: LocalSlice) {
     const attempt = async () => {
       let uncommitted: UsageRecord[];
       try {
         const entries = await getManyChunked(this.#kv, usage.map((u) => keys.usage(appId, u.id)));
         uncommitted = usage.filter((_, j) => entries[j].versionstamp === null);
       } catch {
-        return this.#retryCharges(appId, usage);
+        return this.#retryCharges(appId, usage, slice);
+      }
+      if (uncommitted.length === 0) return;
+      if (slice && !slice.closing && this.#slices.get(appId) === slice) {
+        slice.putBack(uncommitted, uncommitted.reduce((n, u) => n + u.cost, 0));
+        this.#postIfDue(slice);
+        return;
       }
       await this.#chargeFromWallet(appId, uncommitted);
     };
