@@ -39,27 +39,37 @@ Deno.test("two instances under concurrent load on one app: no overdraft, exact t
   withInstances(2, async ({ instances, kv, kvPath }) => {
     const { app, key } = await createAppRecord(kv, { name: "shared" });
     // Each request reserves about 0.05 USD and costs about 0.05 USD (50 tokens at 1000 USD/M): the
-    // 5.00 USD cover about a hundred; 160 are sent, 40 at a time per instance.
+    // 5.00 USD cover about a hundred; 160 are sent, 40 at a time per instance, then the rest one
+    // at a time.
     const body = {
       model: PRICEY.id,
       messages: [{ role: "user", content: "go" }],
       max_tokens: 50,
     };
     const results: { status: number; cost: string | null; balance: string | null }[] = [];
+    const send = async (instance: Instance) => {
+      const res = await chat(instance, key.apiKey, body);
+      const out = {
+        status: res.status,
+        cost: res.headers.get("tollbooth-request-cost"),
+        balance: res.headers.get("tollbooth-balance"),
+      };
+      await res.body?.cancel();
+      results.push(out);
+      return out;
+    };
     for (let wave = 0; wave < 2; wave++) {
-      const wave_ = await Promise.all(
-        Array.from({ length: 80 }, async (_, i) => {
-          const res = await chat(instances[i % instances.length], key.apiKey, body);
-          const out = {
-            status: res.status,
-            cost: res.headers.get("tollbooth-request-cost"),
-            balance: res.headers.get("tollbooth-balance"),
-          };
-          await res.body?.cancel();
-          return out;
-        }),
+      await Promise.all(
+        Array.from({ length: 80 }, (_, i) => send(instances[i % instances.length])),
       );
-      results.push(...wave_);
+    }
+    // One instance may refuse while the other's slice still holds money its own requests did not
+    // need; an idle slice goes back within a second. Then what is left is served one at a time,
+    // until both instances refuse.
+    await new Promise((r) => setTimeout(r, 1_500));
+    for (let i = 0, refusedInARow = 0; refusedInARow < instances.length && i < 200; i++) {
+      const { status } = await send(instances[i % instances.length]);
+      refusedInARow = status === 402 ? refusedInARow + 1 : 0;
     }
     const statuses = new Set(results.map((r) => r.status));
     assert.deepEqual([...statuses].sort(), [200, 402], "some paid, the rest refused for credits");
