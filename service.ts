@@ -87,6 +87,12 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
     )
     : undefined;
 
+  // Once per process: workers share the file, and the first one speaks for it.
+  if (background) {
+    for (const message of catalog.warnings ?? []) {
+      jsonLogger({ level: "warn", event: "catalog_warning", message });
+    }
+  }
   const server = Deno.serve({
     port: config.port,
     reusePort: options.reusePort,

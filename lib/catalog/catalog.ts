@@ -154,7 +154,16 @@ function routeTokenizer(set: Tokenizer | undefined, upstreamModel: string): Toke
 export interface Catalog {
   models: Model[];
   get(id: string): Model | undefined;
+  /** What the operator should know about the file at start (logged once), none fatal. */
+  warnings?: string[];
 }
+
+/**
+ * Open model families that reach us through the OpenAI kind (Groq, Together, vLLM, Ollama):
+ * their tokenizers are not OpenAI's, and most count more tokens than o200k for the same text.
+ */
+const OPEN_FAMILY_MODEL =
+  /llama|mistral|mixtral|codestral|ministral|qwen|qwq|deepseek|gemma|phi-\d|(?:^|[^a-z])yi-|command-r|falcon|granite|olmo|nemotron|glm-|kimi|internlm|baichuan|dbrx|jamba|starcoder|vicuna|zephyr/i;
 
 export class CatalogError extends Error {}
 
@@ -172,6 +181,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
   }
 
   const byId = new Map<string, Model>();
+  const warnings: string[] = [];
   parsed.data.models.forEach((m, i) => {
     const provider = providers.get(m.provider);
     if (!provider) {
@@ -235,6 +245,17 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         );
       }
     }
+    if (type === "chat" && m.tokenizer === undefined) {
+      const routes = [{ provider, upstreamModel: m.upstream_model }, ...fallbacks];
+      const open = routes.find((r) =>
+        r.provider.kind === "openai" && OPEN_FAMILY_MODEL.test(r.upstreamModel)
+      );
+      if (open) {
+        warnings.push(
+          `catalog field models.${i}.tokenizer: "${open.upstreamModel}" looks like an open model family, whose tokenizer is not OpenAI's; its input is held at an o200k count, which can fall below what it bills. Set "tokenizer": "utf8_bytes" to hold an upper bound.`,
+        );
+      }
+    }
     if (type === "embedding") {
       const where = [
         ["provider", provider],
@@ -271,7 +292,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
     });
   });
   const models = [...byId.values()];
-  return { models, get: (id) => byId.get(id) };
+  return { models, get: (id) => byId.get(id), warnings };
 }
 
 function toProvider(

@@ -329,3 +329,45 @@ Deno.test("a tokenizer is refused on an embedding model, on a model whose every 
     /models\.1\.tokenizer: "gpt-4-0613" bills cl100k tokens/,
   );
 });
+
+/** The catalog file with one more chat model behind the OpenAI kind. */
+function withOpenAiModel(upstreamModel: string, extra: Record<string, unknown> = {}) {
+  const file = catalogFile();
+  file.models.push({
+    id: `groq/${upstreamModel.replaceAll("/", "-")}`,
+    provider: "openai",
+    upstream_model: upstreamModel,
+    input_usd_per_mtok: "0.59",
+    output_usd_per_mtok: "0.79",
+    context_tokens: 128_000,
+    max_output_tokens: 8_192,
+    ...extra,
+  });
+  return file;
+}
+
+Deno.test("an open model family behind the OpenAI kind without a tokenizer is warned of at load: its o200k hold can fall below its bill", () => {
+  for (
+    const name of [
+      "llama-3.1-70b-versatile",
+      "meta-llama/Llama-3.3-70B",
+      "qwen2.5-72b",
+      "mixtral-8x7b-32768",
+    ]
+  ) {
+    const { warnings } = buildCatalog(withOpenAiModel(name), {});
+    assert.equal(warnings?.length, 1, name);
+    assert.match(
+      warnings![0],
+      new RegExp(`models\\.2\\.tokenizer: "${name.replace(".", "\\.")}".*utf8_bytes`),
+    );
+  }
+});
+
+Deno.test("OpenAI's own models, and open ones whose tokenizer the catalog sets, load without a warning", () => {
+  for (const name of ["gpt-4o", "o4-mini", "gpt-4.1-mini"]) {
+    assert.deepEqual(buildCatalog(withOpenAiModel(name), {}).warnings, [], name);
+  }
+  const set = buildCatalog(withOpenAiModel("llama-3.1-8b", { tokenizer: "utf8_bytes" }), {});
+  assert.deepEqual(set.warnings, []);
+});
