@@ -3,6 +3,7 @@ import type { UsageRecord } from "@/lib/db.ts";
 import { parseUsd } from "@/lib/core/mod.ts";
 import { usageCost } from "@/lib/catalog/mod.ts";
 import { countPromptTokens, countTextTokens } from "@/lib/gateway/tokens.ts";
+import { watchedStreams } from "@/lib/gateway/gateway.ts";
 import {
   assertAuditClean,
   readSse,
@@ -193,6 +194,32 @@ Deno.test("a client that cancels the response body in process settles the stream
     await assertAuditClean(s.kv);
   } finally {
     await upstream.close();
+    await s.close();
+  }
+});
+
+Deno.test("open streams are watched for a stalled client by one sweep, which forgets each stream once it is settled", async () => {
+  // The stall limit is the upstream timeout: checked every 100 ms here.
+  const s = await startService({ env: { UPSTREAM_TIMEOUT_MS: "400" } });
+  try {
+    const { apiKey } = await s.newApp();
+    const bodies = await Promise.all(Array.from({ length: 3 }, async () => {
+      const res = await s.chat(apiKey, {
+        model: "tollbooth/echo",
+        messages: userMessage("x"),
+        stream: true,
+      });
+      assert.equal(res.status, 200);
+      assert.ok(watchedStreams() >= 1, "watched while it is open");
+      return await res.text();
+    }));
+    assert.ok(bodies.every((b) => b.includes("[DONE]")));
+    await until(() => watchedStreams() === 0, "the sweep to forget the settled streams");
+    assert.ok(
+      !s.logs.some((l) => l.event === "client_stalled"),
+      "a client that read is no staller",
+    );
+  } finally {
     await s.close();
   }
 });
