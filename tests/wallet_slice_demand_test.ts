@@ -425,6 +425,24 @@ for (const fault of ["throw", "throw_after_commit"] as const) {
   });
 }
 
+/**
+ * After a drain: what the answers said (`charged`) left the wallet once, in `records` usage records;
+ * no hold and no charge waiting are left, and the audit is clean.
+ */
+async function assertChargedOnce(
+  kv: Deno.Kv,
+  wallets: Wallets,
+  appId: string,
+  { before, charged, records }: { before: WalletRecord; charged: number; records: number },
+) {
+  const after = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+  assert.equal(after.spent - before.spent, charged, "what the answers said left the wallet, once");
+  assert.equal(after.reserved, 0, "no hold left behind: the slice went back");
+  assert.equal((await usageRecords(kv, appId)).length, records);
+  assert.equal(wallets.pendingCharges, 0, "no charge waits to be resolved");
+  await assertAuditClean(kv);
+}
+
 for (const fault of ["throw", "throw_after_commit"] as const) {
   Deno.test(`a post whose outcome KV cannot tell (${fault}, its marker unreadable) is resolved from its usage records a second later: each answered charge leaves the wallet exactly once`, async () => {
     const s = await startService();
@@ -452,16 +470,7 @@ for (const fault of ["throw", "throw_after_commit"] as const) {
       );
       for (let i = 64; i < 200; i++) await sliced.release(appId, holds[i].id);
       await sliced.drain();
-      const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
-      assert.equal(
-        after.spent - before.spent,
-        charged,
-        "what the answers said left the wallet, once",
-      );
-      assert.equal(after.reserved, 0, "no hold left behind");
-      assert.equal((await usageRecords(s.kv, appId)).length, 64);
-      assert.equal(sliced.pendingCharges, 0);
-      await assertAuditClean(s.kv);
+      await assertChargedOnce(s.kv, sliced, appId, { before, charged, records: 64 });
     } finally {
       await sliced.drain().catch(() => {});
       await s.close();
@@ -489,16 +498,7 @@ for (const fault of ["throw", "throw_after_commit"] as const) {
       arm();
       await sliced.drain();
       assert.equal(sliced.stats.unknownOutcomes, 1, "the drain's post had an unknown outcome");
-      const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
-      assert.equal(
-        after.spent - before.spent,
-        charged,
-        "what the answers said left the wallet, once",
-      );
-      assert.equal(after.reserved, 0, "the slice went back");
-      assert.equal((await usageRecords(s.kv, appId)).length, 10);
-      assert.equal(sliced.pendingCharges, 0);
-      await assertAuditClean(s.kv);
+      await assertChargedOnce(s.kv, sliced, appId, { before, charged, records: 10 });
     } finally {
       await sliced.drain().catch(() => {});
       await s.close();
