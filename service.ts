@@ -135,7 +135,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
         Promise.all([webhooks.deliverer.stop(), webhooks.watcher.idle()]),
         FINAL_COMMIT_MS,
       );
-      // The requests' own lines (written just after their answers) come before the last words.
+      // The requests' own lines (written with the next batch of lines) come before the last words.
       flushLogs();
       jsonLogger({
         event: "shut_down",
