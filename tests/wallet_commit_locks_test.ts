@@ -11,6 +11,7 @@ import { CommitLocks } from "@/lib/billing/commit_locks.ts";
 import { Wallets } from "@/lib/billing/wallet.ts";
 import type { SliceOptions } from "@/lib/billing/wallet_types.ts";
 import { assertAuditClean, settleInput, usageRecords } from "./helpers.ts";
+import { openKv } from "@/lib/core/mod.ts";
 
 const FUNDED = 100_000_000;
 
@@ -19,7 +20,9 @@ const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 /** Runs `perEngine` paid requests from each of two engines at once, 20 in flight per engine. */
 async function twoWorkers(slices: SliceOptions | undefined, locked: boolean) {
   const path = await Deno.makeTempFile({ suffix: ".kv" });
-  const handles = [await Deno.openKv(path), await Deno.openKv(path)];
+  // Opened as the service opens its KV: a handle's housekeeping that holds the file's lock for a
+  // moment ("database is locked") makes the other's write try again, as in production.
+  const handles = [await openKv(path), await openKv(path)];
   const memory = CommitLocks.memory();
   const locks = handles.map((_, i) => locked ? new CommitLocks(memory, i) : undefined);
   const engines = handles.map((kv, i) =>

@@ -6,6 +6,7 @@ import { Wallets } from "@/lib/billing/wallet.ts";
 import { type SettleInput, WalletUnavailableError } from "@/lib/billing/wallet_types.ts";
 import { type Fault, faultyKv, type Step } from "./faulty_kv.ts";
 import { assertAuditClean } from "./helpers.ts";
+import { openKv } from "@/lib/core/mod.ts";
 
 const RESERVED = 1_000;
 const COST = 700;
@@ -189,8 +190,10 @@ Deno.test("KV down for longer than the retry budget fails the call and changes n
 Deno.test("settlements racing the sweeper from another instance are applied once: settle or release, never both, never neither", async () => {
   const dir = await Deno.makeTempDir();
   const path = `${dir}/race.sqlite3`;
-  const kvA = await Deno.openKv(path);
-  const kvB = await Deno.openKv(path);
+  // Two handles on one file, opened as the service opens its KV: a write that meets the other's
+  // lock for a moment ("database is locked") is tried again, as in production.
+  const kvA = await openKv(path);
+  const kvB = await openKv(path);
   try {
     const apps = [];
     for (let i = 0; i < 3; i++) apps.push((await createApp(kvA, { name: `race ${i}` })).app.id);
