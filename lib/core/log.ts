@@ -49,9 +49,10 @@ function writeDeferred() {
 
 /** Writes the buffered log lines now (before an exit, and from the timer). */
 export function flushLogs(): void {
-  writeDeferred();
+  // The timer goes first: a line deferred while the waiting ones are written gets a timer of its own.
   if (flushTimer !== null) clearTimeout(flushTimer);
   flushTimer = null;
+  writeDeferred();
   if (pendingLines.length === 0) return;
   const text = pendingLines.join("\n");
   pendingLines = [];

@@ -40,3 +40,15 @@ Deno.test("a deferred line that throws does not cost the lines after it", async 
   assert.deepEqual(written, ["after"]);
   assert.equal(errors.length, 1);
 });
+
+Deno.test("a line deferred while the waiting lines are written is written with the next batch, not left behind", async () => {
+  const written: string[] = [];
+  logSoon(() => {
+    written.push("first");
+    logSoon(() => written.push("second"));
+  });
+  await nextFlush();
+  assert.deepEqual(written, ["first"]);
+  await nextFlush();
+  assert.deepEqual(written, ["first", "second"]);
+});
