@@ -13,3 +13,4 @@ export { componentsCost, formatUsd, parsePricePerMTok, parseUsd, tokensCost } fr
 export type { Micros, PicosPerToken } from "./money.ts";
 export { sha256Hex, timingSafeEqualStrings } from "./secrets.ts";
 export { within } from "./async.ts";
+export { Sweep } from "./sweep.ts";

@@ -17,7 +17,7 @@ import {
 } from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
 import type { ReservationRecord } from "@/lib/db.ts";
-import { ApiError, formatUsd, type Micros } from "@/lib/core/mod.ts";
+import { ApiError, formatUsd, type Micros, Sweep } from "@/lib/core/mod.ts";
 import type { Providers } from "./providers/mod.ts";
 import {
   type ChatCompletion,
@@ -114,51 +114,30 @@ interface Prepared {
 
 const DEFAULT_CLIENT_STALL_MS = 120_000;
 
-/** Open streams whose client may stall, each with its stall time and what to do when it has. */
-const stallWatched = new Map<PaidStream, { stallMs: number; stalled: () => void }>();
-let stallSweep: ReturnType<typeof setInterval> | null = null;
-let stallSweepEveryMs = Infinity;
-
 /**
- * Watches a stream until it is settled: one sweep for every open stream rather than an interval
- * per stream, whose last tick (after a short answer had ended) was a turn of the event loop per
- * stream. A stall is noticed at most a quarter of its time late (50 ms to 1 s between checks).
+ * Open streams whose client may stall, until each is settled: one sweep for all of them rather
+ * than an interval per stream, whose last tick (after a short answer had ended) was a turn of the
+ * event loop per stream.
  */
+const stallWatch = new Sweep<{ paid: PaidStream; stallMs: number; stalled: () => void }>(
+  ({ paid, stallMs, stalled }) => {
+    if (paid.settled) return true;
+    if (!paid.endIfStalled(stallMs)) return false;
+    stalled();
+    return true;
+  },
+);
+
+/** A stall is noticed at most a quarter of its time late (50 ms to 1 s between checks). */
 function watchStall(paid: PaidStream, stallMs: number, stalled: () => void) {
-  stallWatched.set(paid, { stallMs, stalled });
-  const period = Math.max(50, Math.min(1_000, stallMs / 4));
-  if (period >= stallSweepEveryMs) return;
-  if (stallSweep !== null) clearInterval(stallSweep);
-  stallSweep = setInterval(sweepStalls, period);
-  // An open stream keeps the process alive by its own connection; the sweep must not after it.
-  Deno.unrefTimer(stallSweep);
-  stallSweepEveryMs = period;
+  stallWatch.watch({ paid, stallMs, stalled }, Math.max(50, Math.min(1_000, stallMs / 4)));
 }
 
 /** How many streams the stall sweep watches now (settled ones stay until its next tick). */
 export function watchedStreams(): number {
-  return stallWatched.size;
+  return stallWatch.size;
 }
 
-function sweepStalls() {
-  for (const [paid, { stallMs, stalled }] of stallWatched) {
-    try {
-      if (paid.settled) stallWatched.delete(paid);
-      else if (paid.endIfStalled(stallMs)) {
-        stallWatched.delete(paid);
-        stalled();
-      }
-    } catch (error) {
-      // A timer's exception would end the process; one stream's must not cost the others.
-      stallWatched.delete(paid);
-      console.error("a stalled stream could not be ended", error);
-    }
-  }
-  if (stallWatched.size > 0 || stallSweep === null) return;
-  clearInterval(stallSweep);
-  stallSweep = null;
-  stallSweepEveryMs = Infinity;
-}
 const DEFAULT_COUNT_TOKENS_TIMEOUT_MS = 2_000;
 
 /**

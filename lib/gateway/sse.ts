@@ -1,3 +1,4 @@
+import { Sweep } from "@/lib/core/mod.ts";
 import { ProviderError } from "./providers/types.ts";
 
 /**
@@ -135,36 +136,23 @@ const READ_TO_END_BYTES = 65_536;
 const READ_TO_END_SWEEP_MS = 250;
 
 type ChunkReader = ReturnType<typeof chunkReader>;
-/** Bodies being read to their end, each with the time it is cut at. */
-const readingToEnd = new Map<ChunkReader, number>();
-let readToEndSweep: ReturnType<typeof setInterval> | null = null;
 
 /**
- * Cuts the bodies past their time. One sweep for all of them rather than a timer per body, which
- * was set and cleared for every answer although almost every body ends within the same read.
+ * Bodies being read to their end, each with the time it is cut at: one sweep for all of them
+ * rather than a timer per body, which was set and cleared for every answer although almost every
+ * body ends within the same read.
  */
-function sweepReadsToEnd() {
-  const now = Date.now();
-  for (const [reader, cutAt] of readingToEnd) {
-    if (cutAt > now) continue;
-    readingToEnd.delete(reader);
-    reader.cancel().catch(() => {});
-  }
-  if (readingToEnd.size === 0 && readToEndSweep !== null) {
-    clearInterval(readToEndSweep);
-    readToEndSweep = null;
-  }
-}
+const readingToEnd = new Sweep<{ reader: ChunkReader; cutAt: number }>((body, now) => {
+  if (body.cutAt > now) return false;
+  body.reader.cancel().catch(() => {});
+  return true;
+});
 
 /** Reads what follows a stream's last event, in the background; cancels a body that goes on. */
 function readToEnd(reader: ChunkReader) {
   // Timed before the first read: an upstream may send nothing more and keep the connection open.
-  readingToEnd.set(reader, Date.now() + READ_TO_END_MS);
-  if (readToEndSweep === null) {
-    const sweep = setInterval(sweepReadsToEnd, READ_TO_END_SWEEP_MS);
-    Deno.unrefTimer(sweep);
-    readToEndSweep = sweep;
-  }
+  const body = { reader, cutAt: Date.now() + READ_TO_END_MS };
+  readingToEnd.watch(body, READ_TO_END_SWEEP_MS);
   (async () => {
     let bytes = 0;
     try {
@@ -177,7 +165,7 @@ function readToEnd(reader: ChunkReader) {
     } catch {
       // Cut or cancelled: the connection is closed, which is all that is left to do.
     } finally {
-      readingToEnd.delete(reader);
+      readingToEnd.forget(body);
     }
   })();
 }

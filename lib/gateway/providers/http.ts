@@ -1,6 +1,6 @@
 import { ProviderError } from "./types.ts";
 import { createHttp1Fetch } from "./http1.ts";
-import { concatBytes } from "@/lib/core/mod.ts";
+import { concatBytes, Sweep } from "@/lib/core/mod.ts";
 
 /** One client, so one pool of upstream connections, per process (or worker). */
 const upstreamFetch = createHttp1Fetch();
@@ -63,40 +63,17 @@ interface IdleWatch {
 }
 
 /** Every guarded call in flight, checked by one sweep rather than a timer per call. */
-const watched = new Set<IdleWatch>();
-let idleSweep: ReturnType<typeof setInterval> | null = null;
-let idleSweepEveryMs = Infinity;
+const watched = new Sweep<IdleWatch>((watch, now) => {
+  if (watch.waitingSince === null || now - watch.waitingSince < watch.timeoutMs) return false;
+  watch.cut();
+  return true;
+});
 
 /** A cut comes at most a tenth of the timeout late (at most 250 ms, at least 5 ms between checks). */
 const sweepPeriod = (timeoutMs: number) => Math.min(250, Math.max(5, Math.floor(timeoutMs / 10)));
 
-function sweepIdleCalls() {
-  const now = Date.now();
-  for (const watch of watched) {
-    if (watch.waitingSince === null || now - watch.waitingSince < watch.timeoutMs) continue;
-    watched.delete(watch);
-    watch.cut();
-  }
-  // Stopped here, not when the last call ends: at a moderate rate the set empties between
-  // almost every two calls, and a timer per call was what this sweep replaced.
-  if (watched.size === 0) stopIdleSweep();
-}
-
-function stopIdleSweep() {
-  if (idleSweep !== null) clearInterval(idleSweep);
-  idleSweep = null;
-  idleSweepEveryMs = Infinity;
-}
-
 function watchIdle(watch: IdleWatch) {
-  watched.add(watch);
-  const period = sweepPeriod(watch.timeoutMs);
-  if (period >= idleSweepEveryMs) return;
-  stopIdleSweep();
-  idleSweep = setInterval(sweepIdleCalls, period);
-  // The calls themselves keep the process alive while they run; the sweep must not after them.
-  Deno.unrefTimer(idleSweep);
-  idleSweepEveryMs = period;
+  watched.watch(watch, sweepPeriod(watch.timeoutMs));
 }
 
 /** How many upstream calls the sweep watches now: calls waiting on the upstream, not paused ones. */
@@ -134,12 +111,12 @@ function upstreamIdleGuard(
      */
     pause() {
       watch.waitingSince = null;
-      watched.delete(watch);
+      watched.forget(watch);
     },
     stop() {
       stopped = true;
       watch.waitingSince = null;
-      watched.delete(watch);
+      watched.forget(watch);
       cleanup();
     },
     /** Turns whatever a fetch or a body read threw into the failure it stands for. */
