@@ -223,13 +223,13 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         imageTileTokens: f.image_tile_tokens ?? m.image_tile_tokens ?? 170,
       };
     });
+    const routes = [{ provider, upstreamModel: m.upstream_model }, ...fallbacks];
     if (m.tokenizer !== undefined) {
       if (type === "embedding") {
         throw new CatalogError(
           `catalog field models.${i}.tokenizer: for chat models; an embedding model's input is counted with both OpenAI encodings`,
         );
       }
-      const routes = [{ provider, upstreamModel: m.upstream_model }, ...fallbacks];
       if (routes.every((r) => r.provider.kind === "anthropic")) {
         throw new CatalogError(
           `catalog field models.${i}.tokenizer: for routes of the OpenAI kind; Anthropic-kind text has its own bound`,
@@ -246,7 +246,6 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       }
     }
     if (type === "chat" && m.tokenizer === undefined) {
-      const routes = [{ provider, upstreamModel: m.upstream_model }, ...fallbacks];
       const open = routes.find((r) =>
         r.provider.kind === "openai" && OPEN_FAMILY_MODEL.test(r.upstreamModel)
       );

@@ -19,8 +19,12 @@ export const jsonLogger: Logger = (fields) => {
   pendingLines.push(line);
   pendingBytes += line.length + 1;
   if (pendingBytes >= LOG_FLUSH_BYTES) flushLogs();
-  else flushTimer ??= setTimeout(flushLogs, LOG_FLUSH_MS);
+  else scheduleFlush();
 };
+
+function scheduleFlush() {
+  flushTimer ??= setTimeout(flushLogs, LOG_FLUSH_MS);
+}
 
 let deferred: (() => void)[] = [];
 
@@ -31,7 +35,8 @@ let deferred: (() => void)[] = [];
  * 500 req/s). `flushLogs` runs what is still waiting.
  */
 export function logSoon(write: () => void): void {
-  if (deferred.push(write) === 1) flushTimer ??= setTimeout(flushLogs, LOG_FLUSH_MS);
+  deferred.push(write);
+  scheduleFlush();
 }
 
 function writeDeferred() {
