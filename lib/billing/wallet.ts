@@ -443,9 +443,12 @@ export class Wallets {
     // if it is still live, so the slices post once more.
     await Promise.all([...this.#retries.keys()].map((retry) => retry()));
     await Promise.all(this.#retrying);
-    // What the second round cannot post is what stays unposted: its failure is the one to tell.
-    failure = null;
-    await postAndReturn();
+    // Once more where the first round failed or charges came back: what this second round cannot
+    // post or return is what stays so, and its failure is the one to tell.
+    if (failure !== null || [...this.#slices.values()].some((slice) => slice.pending.length > 0)) {
+      failure = null;
+      await postAndReturn();
+    }
     while (this.#queues.size > 0) await new Promise((r) => setTimeout(r, 1));
     if (failure !== null) throw failure;
   }
@@ -663,7 +666,7 @@ export class Wallets {
         // KV cannot tell whether these answered charges were posted: posting them again could
         // charge them twice, dropping them could lose them. Their usage records, written in the
         // same commit, tell once KV answers again.
-        this.#retryCharges(appId, usage, slice);
+        if (usage.length > 0) this.#retryCharges(appId, usage, slice);
         throw error;
       }
       if (versionstamp !== null) {
