@@ -1,4 +1,4 @@
-/** Core: money, ids, errors, secrets, the KV handle, config and logging; depends on nothing of ours. */
+/** Core: money, ids, errors, secrets, the KV handle, config, logging and the shared timer sweep; depends on nothing of ours. */
 export { concatBytes, utf8Length } from "./bytes.ts";
 export { ipv4Octets, ipv6Groups, mappedIpv4 } from "./ip.ts";
 export { CONFIG_DEFAULTS, ConfigError, loadConfig, MAX_SERVE_WORKERS } from "./config.ts";
