@@ -40,6 +40,21 @@ interface Service {
 
 const services: Service[] = [];
 
+/**
+ * Tollbooth's process as `deno task start` runs it in production (its V8 flags included), without
+ * the task's islands build: the command after the task's last `&&`, with this Deno.
+ */
+async function tollboothCommand(): Promise<string[]> {
+  const config = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`));
+  const words = String(config.tasks?.start ?? "").split("&&").at(-1)!.trim().split(/\s+/);
+  if (words[0] !== "deno" || words.at(-1) !== "main.ts") {
+    throw new Error(
+      `deno.json's start task no longer ends in "deno … main.ts": ${config.tasks?.start}`,
+    );
+  }
+  return [Deno.execPath(), ...words.slice(1)];
+}
+
 // ---- processes -------------------------------------------------------------------------------
 
 function freePort(): number {
@@ -662,7 +677,7 @@ async function main() {
       });
       if (!created.ok) throw new Error(`create-app failed: ${created.stderr}`);
       const apiKey = (JSON.parse(created.stdout) as { api_key: string }).api_key;
-      const service = start(name, [Deno.execPath(), "run", "-A", "main.ts"], {
+      const service = start(name, await tollboothCommand(), {
         env: fullEnv,
         logDir: tmp,
       });
@@ -839,6 +854,7 @@ async function main() {
 
     // One hot wallet served by 1, 2 and 4 processes on the same KV file and port (SO_REUSEPORT).
     const processes: Record<string, Awaited<ReturnType<typeof hotWalletOf>>> = {};
+    const command = await tollboothCommand();
     for (const n of [1, 2, 4]) {
       const port = await freePort();
       const env = {
@@ -852,7 +868,7 @@ async function main() {
       const group = Array.from(
         { length: n },
         (_, i) =>
-          start(`tollbooth-${n}-${i}`, [Deno.execPath(), "run", "-A", "main.ts"], {
+          start(`tollbooth-${n}-${i}`, command, {
             env,
             logDir: tmp,
           }),
