@@ -118,6 +118,7 @@ export function createApp(deps: AppDeps) {
   // A claim outlives any request that still holds money: the same lease as a reservation's.
   const idempotencyStore = new IdempotencyStore(kv, {
     leaseMs: config.reservationTtlSeconds * 1000,
+    maxBodyBytes: config.idempotencyReplayMaxBytes,
     now,
   });
   /** Idempotency-Key on a paid POST: keys are private to the calling app. */

@@ -371,6 +371,8 @@ export type IdempotencyRecord =
       headers: Record<string, string>;
       /** The body is stored in this many parts (`keys.idempotencyBodyPart`), for KV's value size. */
       bodyParts: number;
+      /** Set instead of parts when the body was over the replay limit: its size, not kept. */
+      omittedBytes?: number;
       storedAt: number;
     }
   );

@@ -20,7 +20,8 @@ const REPLAYED_HEADERS = [
  * `Idempotency-Key` on a POST with a JSON body. Without the header the request passes untouched.
  * With it: the first request runs; a repeat with the same body gets the first one's status,
  * headers and body again (`Idempotent-Replayed: true`), without running; a different body is 422
- * `idempotency_key_reused`; a repeat while the first runs is 409 `idempotency_key_in_use`.
+ * `idempotency_key_reused`; a repeat while the first runs is 409 `idempotency_key_in_use`; a
+ * repeat of an answer too large to have been recorded is 422 `idempotency_replay_too_large`.
  *
  * Answers that were charged are recorded: every success, and a 502 `upstream_interrupted` that
  * charged what the provider produced (it carries `Tollbooth-Request-Cost`). Any other failure
@@ -77,6 +78,12 @@ export function idempotency<E extends Env>(
       throw new ApiError(
         "idempotency_key_in_use",
         "A request with this Idempotency-Key is still running. Retry shortly to get its answer.",
+      );
+    }
+    if (claim.kind === "too_large") {
+      throw new ApiError(
+        "idempotency_replay_too_large",
+        `The first request with this Idempotency-Key (${claim.requestId}) succeeded and was charged, but its answer (${claim.bytes} bytes) is over the ${claim.limit} bytes kept for replays, so it cannot be given again. This request was not run; send a new key to run it again.`,
       );
     }
     if (claim.kind === "replay") {

@@ -410,6 +410,78 @@ Deno.test("a large answer is recorded in parts and replayed byte for byte", asyn
   kv.close();
 });
 
+Deno.test("an answer up to the replay limit is replayed; one byte over, it is recorded as too large, without its body", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const store = new IdempotencyStore(kv, { leaseMs: 1000, maxBodyBytes: 100_000 });
+    const answer = (bytes: number) => ({
+      status: 200,
+      headers: {},
+      body: new Uint8Array(bytes).fill(120),
+    });
+    for (const [key, bytes] of [["at", 100_000], ["over", 100_001]] as const) {
+      const claim = await store.claim("app:x", key, "h", `req_${key}`);
+      assert.equal(claim.kind, "claimed");
+      if (claim.kind !== "claimed") return;
+      assert.ok(await store.complete("app:x", key, claim, `req_${key}`, "h", answer(bytes)));
+    }
+    const atLimit = await store.claim("app:x", "at", "h", "req_2");
+    assert.equal(atLimit.kind, "replay");
+    if (atLimit.kind === "replay") assert.equal(atLimit.response.body.byteLength, 100_000);
+    const over = await store.claim("app:x", "over", "h", "req_3");
+    assert.equal(over.kind, "too_large");
+    if (over.kind === "too_large") {
+      assert.deepEqual(over, {
+        kind: "too_large",
+        requestId: "req_over",
+        bytes: 100_001,
+        limit: 100_000,
+      });
+    }
+    const stored = await Array.fromAsync(kv.list({ prefix: ["idempotency_bodies", "app:x"] }));
+    assert.ok(
+      stored.every((entry) => entry.key[2] === "at"),
+      "the answer over the limit left no body parts",
+    );
+    assert.equal(
+      (await store.claim("app:x", "over", "other body", "req_4")).kind,
+      "reused",
+      "a key recorded as too large still refuses another body",
+    );
+  } finally {
+    kv.close();
+  }
+});
+
+Deno.test("a repeat of an answer too large to record is 422 idempotency_replay_too_large: not run, not charged", () =>
+  withUpstream({}, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    const first = await s.chat(apiKey, request(), withKey("huge"));
+    assert.equal(first.status, 200);
+    const firstId = first.headers.get("tollbooth-request-id")!;
+    const cost = parseUsd(first.headers.get("tollbooth-request-cost")!);
+    assert.ok(cost > 0);
+    await first.body?.cancel();
+    const afterFirst = await s.wallet(appId);
+
+    const again = await s.chat(apiKey, request(), withKey("huge"));
+    assert.equal(again.status, 422);
+    const body = await again.json();
+    assert.equal(body.error.code, "idempotency_replay_too_large");
+    assert.ok(body.error.message.includes(firstId), "the message names the request that ran");
+    assert.equal(again.headers.get("tollbooth-request-cost"), null);
+
+    assert.equal(upstream.calls, 1, "the repeat never reached the provider");
+    assert.deepEqual(await s.wallet(appId), afterFirst);
+    const usage = await usageRecords(s.kv, appId);
+    assert.equal(usage.length, 1);
+    assert.equal(
+      usage.reduce((sum, u) => sum + u.cost, 0),
+      cost,
+      "the ledger holds the one charge",
+    );
+  }, { env: { IDEMPOTENCY_REPLAY_MAX_BYTES: "64" } }));
+
 Deno.test("embeddings and responses take Idempotency-Key too: a repeat is replayed and charged once", async () => {
   const s = await startService();
   try {

@@ -10,6 +10,8 @@ export interface Config {
   rateLimitRpm: number;
   rateLimitTpm: number;
   maxBodyBytes: number;
+  /** The largest answer an Idempotency-Key records for replays. */
+  idempotencyReplayMaxBytes: number;
   upstreamTimeoutMs: number;
   /**
    * Anthropic requests whose bound-based reservation exceeds this percentage of the balance are
@@ -110,6 +112,9 @@ export const CONFIG_DEFAULTS = {
   RATE_LIMIT_RPM: 600,
   RATE_LIMIT_TPM: 2_000_000,
   MAX_BODY_BYTES: 4 * 1024 * 1024,
+  // Every chat answer fits with room to spare; a batch of float embeddings may not, and recording
+  // it would store tens of MB per request in KV for a day, paid by nobody.
+  IDEMPOTENCY_REPLAY_MAX_BYTES: 8 * 1024 * 1024,
   // Longer than a reasoning model may think before its first byte: a timeout cuts work the
   // provider still bills, so it errs long.
   UPSTREAM_TIMEOUT_MS: 120_000,
@@ -135,6 +140,7 @@ const EnvSchema = z.object({
   RATE_LIMIT_RPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_RPM),
   RATE_LIMIT_TPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_TPM),
   MAX_BODY_BYTES: positiveInt(CONFIG_DEFAULTS.MAX_BODY_BYTES),
+  IDEMPOTENCY_REPLAY_MAX_BYTES: positiveInt(CONFIG_DEFAULTS.IDEMPOTENCY_REPLAY_MAX_BYTES),
   UPSTREAM_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.UPSTREAM_TIMEOUT_MS),
   EXACT_COUNT_PERCENT: positiveInt(CONFIG_DEFAULTS.EXACT_COUNT_PERCENT),
   COUNT_TOKENS_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.COUNT_TOKENS_TIMEOUT_MS),
@@ -219,6 +225,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimitRpm: e.RATE_LIMIT_RPM,
     rateLimitTpm: e.RATE_LIMIT_TPM,
     maxBodyBytes: e.MAX_BODY_BYTES,
+    idempotencyReplayMaxBytes: e.IDEMPOTENCY_REPLAY_MAX_BYTES,
     upstreamTimeoutMs: e.UPSTREAM_TIMEOUT_MS,
     exactCountPercent: e.EXACT_COUNT_PERCENT,
     countTokensTimeoutMs: e.COUNT_TOKENS_TIMEOUT_MS,

@@ -109,6 +109,15 @@ export const ERROR_CODES = {
     fix:
       "Use a new key (a UUID) for every distinct request; reuse a key only to retry the same one.",
   },
+  idempotency_replay_too_large: {
+    status: 422,
+    type: "invalid_request_error",
+    title: "Idempotent answer too large to replay",
+    cause:
+      "The first request with this `Idempotency-Key` and body succeeded and was charged, but its answer was larger than the server keeps for replays (8 MiB by default), so it was not recorded. This repeat was not run and nothing was charged for it; the message names the first request's id.",
+    fix:
+      'Ask for a smaller answer where a retry must be safe (embeddings: fewer inputs per request, or `encoding_format: "base64"`). To run the request again, and be charged again, send it with a new key.',
+  },
   invalid_api_key: {
     status: 401,
     type: "authentication_error",

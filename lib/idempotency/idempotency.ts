@@ -34,17 +34,27 @@ export type Claim =
   /** Same key, different body. */
   | { kind: "reused" }
   /** Same key and body, and the first request is still running. */
-  | { kind: "in_use" };
+  | { kind: "in_use" }
+  /** Same key and body; the first one's answer was charged but too large to be kept for replays. */
+  | { kind: "too_large"; requestId: string; bytes: number; limit: number };
 
 export interface IdempotencyOptions {
   /** How long a claim may run before another request may take the key over. */
   leaseMs: number;
+  /**
+   * The largest body recorded for replays. A larger one is not kept: its record says so, and a
+   * repeat is refused rather than run (and charged) again. Defaults to 8 MiB.
+   */
+  maxBodyBytes?: number;
   now?: () => number;
 }
+
+const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 
 export class IdempotencyStore {
   readonly #kv: Deno.Kv;
   readonly #leaseMs: number;
+  readonly #maxBodyBytes: number;
   readonly #now: () => number;
   /** The last renewal of each running claim of this process. */
   readonly #renewals = new WeakMap<object, Promise<boolean>>();
@@ -52,6 +62,7 @@ export class IdempotencyStore {
   constructor(kv: Deno.Kv, options: IdempotencyOptions) {
     this.#kv = kv;
     this.#leaseMs = options.leaseMs;
+    this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
     this.#now = options.now ?? Date.now;
   }
 
@@ -66,6 +77,14 @@ export class IdempotencyStore {
       }
       if (current?.state === "running" && current.leaseUntil > now) return { kind: "in_use" };
       if (current?.state === "done" && this.#live(current, now)) {
+        if (current.omittedBytes !== undefined) {
+          return {
+            kind: "too_large",
+            requestId: current.requestId,
+            bytes: current.omittedBytes,
+            limit: this.#maxBodyBytes,
+          };
+        }
         const body = await this.#readBody(scope, key, current);
         if (body) {
           return {
@@ -140,7 +159,8 @@ export class IdempotencyStore {
   /**
    * Records the claimed request's answer for replays, checked against our claim (a claim taken
    * over after its lease is left to its new holder). The record and the last body parts it points
-   * at go in one commit, which for all but the largest answers is the only one.
+   * at go in one commit, which for all but the largest answers is the only one. An answer over
+   * the replay limit is recorded without its body, as its size only.
    */
   async complete(
     scope: string,
@@ -151,8 +171,9 @@ export class IdempotencyStore {
     response: RecordedResponse,
   ): Promise<boolean> {
     await this.#renewed(claim);
+    const omitted = response.body.byteLength > this.#maxBodyBytes;
     const parts: Uint8Array[] = [];
-    for (let i = 0; i < response.body.byteLength; i += BODY_PART_BYTES) {
+    for (let i = 0; !omitted && i < response.body.byteLength; i += BODY_PART_BYTES) {
       parts.push(response.body.subarray(i, i + BODY_PART_BYTES));
     }
     const options = { expireIn: IDEMPOTENCY_RETENTION_MS };
@@ -174,6 +195,7 @@ export class IdempotencyStore {
       status: response.status,
       headers: response.headers,
       bodyParts: parts.length,
+      ...(omitted ? { omittedBytes: response.body.byteLength } : {}),
       storedAt: this.#now(),
     };
     const recordKey = keys.idempotency(scope, key);

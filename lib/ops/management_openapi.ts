@@ -20,6 +20,7 @@ const WRITE_ERRORS: ErrorCode[] = [
   "request_too_large",
   "idempotency_key_in_use",
   "idempotency_key_reused",
+  "idempotency_replay_too_large",
 ];
 
 const MONEY = { type: "string", pattern: "^-?[0-9]+\\.[0-9]{6}$" };

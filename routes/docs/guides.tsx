@@ -298,6 +298,13 @@ export function billingPage() {
           <code>409 idempotency_key_in_use</code> (retry a moment later to get the answer).
         </li>
         <li>
+          Answers up to 8 MiB are recorded (the server's{" "}
+          <code>IDEMPOTENCY_REPLAY_MAX_BYTES</code>; every chat answer fits, a large batch of float
+          embeddings may not). A larger one is answered once and recorded as too large: a repeat
+          gets <code>422 idempotency_replay_too_large</code>{" "}
+          naming the request that ran, and is neither run nor charged.
+        </li>
+        <li>
           Answers that were charged are recorded: every success, and a{" "}
           <code>502 upstream_interrupted</code>, which charged what the provider had produced (its
           <code>Tollbooth-Request-Cost</code>{" "}
