@@ -8,7 +8,7 @@
  * removes them; reads also ignore records older than the retention, since expiry is lazy.
  */
 import { type IdempotencyRecord, keys } from "@/lib/db.ts";
-import { concatBytes, newId, sha256Hex } from "@/lib/core/mod.ts";
+import { concatBytes, CONFIG_DEFAULTS, newId, sha256Hex } from "@/lib/core/mod.ts";
 
 /** How long a recorded result is replayed. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
@@ -43,13 +43,12 @@ export interface IdempotencyOptions {
   leaseMs: number;
   /**
    * The largest body recorded for replays. A larger one is not kept: its record says so, and a
-   * repeat is refused rather than run (and charged) again. Defaults to 8 MiB.
+   * repeat is refused rather than run (and charged) again. Defaults to the service's default
+   * (IDEMPOTENCY_REPLAY_MAX_BYTES).
    */
   maxBodyBytes?: number;
   now?: () => number;
 }
-
-const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 
 export class IdempotencyStore {
   readonly #kv: Deno.Kv;
@@ -62,7 +61,7 @@ export class IdempotencyStore {
   constructor(kv: Deno.Kv, options: IdempotencyOptions) {
     this.#kv = kv;
     this.#leaseMs = options.leaseMs;
-    this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+    this.#maxBodyBytes = options.maxBodyBytes ?? CONFIG_DEFAULTS.IDEMPOTENCY_REPLAY_MAX_BYTES;
     this.#now = options.now ?? Date.now;
   }
 
