@@ -655,6 +655,7 @@ async function main() {
      * Tollbooth as it runs in production: a real process on its own KV file, its app made by the
      * admin task; `env` is what this one changes from the default.
      */
+    const tollboothProcess = await tollboothCommand();
     const startTollbooth = async (name: string, kvFile: string, env: Record<string, string>) => {
       const port = await freePort();
       const fullEnv: Record<string, string> = {
@@ -677,7 +678,7 @@ async function main() {
       });
       if (!created.ok) throw new Error(`create-app failed: ${created.stderr}`);
       const apiKey = (JSON.parse(created.stdout) as { api_key: string }).api_key;
-      const service = start(name, await tollboothCommand(), {
+      const service = start(name, tollboothProcess, {
         env: fullEnv,
         logDir: tmp,
       });
@@ -854,7 +855,6 @@ async function main() {
 
     // One hot wallet served by 1, 2 and 4 processes on the same KV file and port (SO_REUSEPORT).
     const processes: Record<string, Awaited<ReturnType<typeof hotWalletOf>>> = {};
-    const command = await tollboothCommand();
     for (const n of [1, 2, 4]) {
       const port = await freePort();
       const env = {
@@ -868,7 +868,7 @@ async function main() {
       const group = Array.from(
         { length: n },
         (_, i) =>
-          start(`tollbooth-${n}-${i}`, command, {
+          start(`tollbooth-${n}-${i}`, tollboothProcess, {
             env,
             logDir: tmp,
           }),
