@@ -122,13 +122,24 @@ Deno.test("optimistic upstream: a reservation refused because another process sp
 
     const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
     assert.equal(after.spent, spentBefore, "nothing charged for the refused request");
-    assert.equal((await list<UsageRecord>(s.kv, keys.appUsage(appId))).length, 1);
+    const usage = await list<UsageRecord>(s.kv, keys.appUsage(appId));
+    assert.equal(usage.length, 1);
+    // The same body plans the same hold: what the aborted call could at most have cost us.
+    assert.ok(usage[0].reserved > 0);
+    assert.equal(s.wallets.stats.mispredictionExposureMicros, usage[0].reserved);
     const metrics = await (await s.handle(
       new Request("http://127.0.0.1/metrics", {
         headers: { authorization: "Bearer metrics-token" },
       }),
     )).text();
     assert.match(metrics, /^tollbooth_wallet_mispredictions_total 1$/m);
+    assert.match(
+      metrics,
+      new RegExp(
+        `^tollbooth_wallet_misprediction_exposure_micros_total ${usage[0].reserved}$`,
+        "m",
+      ),
+    );
 
     await elsewhere.release(appId, taken.reservation.id);
     await assertAuditClean(s.kv);
@@ -155,6 +166,7 @@ Deno.test("optimistic upstream: when the prediction holds, the call started earl
     }
     assert.equal(s.wallets.stats.optimisticStarts, 1, "the second call started early");
     assert.equal(s.wallets.stats.mispredictions, 0);
+    assert.equal(s.wallets.stats.mispredictionExposureMicros, 0);
     assert.equal(fake.seen.calls, 2, "one upstream call per request");
     const usage = await list<UsageRecord>(s.kv, keys.appUsage(appId));
     const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;

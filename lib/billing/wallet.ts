@@ -119,6 +119,7 @@ export class Wallets {
     sliceFallbacks: 0,
     optimisticStarts: 0,
     mispredictions: 0,
+    mispredictionExposureMicros: 0,
     orphanCharges: 0,
     commitLockTakeovers: 0,
   };

@@ -160,6 +160,11 @@ export interface WalletStats {
    */
   optimisticStarts: number;
   mispredictions: number;
+  /**
+   * The holds the aborted calls would have taken, in micro-USD: an upper bound of what their
+   * providers may bill for them (the hold bounds the whole call), which is the operator's.
+   */
+  mispredictionExposureMicros: number;
   /** Charges whose slice was gone when posted: charged from the wallet instead. */
   orphanCharges: number;
   /** Commit locks (workers) taken over from a sibling that held one past its wait: it hung or died. */

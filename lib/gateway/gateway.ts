@@ -324,6 +324,8 @@ export class Gateway {
     let early:
       | Promise<{ value: Awaited<ReturnType<ReturnType<typeof open>>>; route: Model }>
       | undefined;
+    /** The hold the early call was started for: it bounds what its provider may bill. */
+    let earlyHold = 0;
     let prepared: Prepared;
     try {
       prepared = await this.#prepare(caller, request, requestId, trace, (planned) => {
@@ -331,6 +333,7 @@ export class Gateway {
         if (streamed || !this.#deps.optimisticUpstream) return;
         if (!this.#deps.wallets.predictFits(caller.appId, planned.amount)) return;
         this.#deps.wallets.stats.optimisticStarts++;
+        earlyHold = planned.amount;
         early = this.#firstAnswer(planned.model, requestId, trace, open(planned.maxTokens));
         // Awaited once the reservation holds; refused, it is aborted and its outcome ignored.
         early.catch(() => {});
@@ -339,12 +342,15 @@ export class Gateway {
       if (early) {
         upstreamAbort.abort();
         this.#deps.wallets.stats.mispredictions++;
+        this.#deps.wallets.stats.mispredictionExposureMicros += earlyHold;
         this.#deps.log({
           level: "info",
           requestId,
           event: "optimistic_upstream_aborted",
           appId: caller.appId,
           status: error instanceof ApiError ? error.status : null,
+          // Micro-USD: the most its provider may bill for it, which nobody is charged.
+          exposure: earlyHold,
         });
       }
       throw error;

@@ -121,6 +121,10 @@ export class ServiceMetrics {
       "mispredictions",
       "Optimistic upstream calls whose reservation was then refused: aborted, nothing charged.",
     );
+    stat(
+      "mispredictionExposureMicros",
+      "Micro-USD the aborted optimistic calls would have held: a bound of what providers may bill for them.",
+    );
     this.#registry.sampled(
       "tollbooth_process_start_time_seconds",
       "Start time of this process since the Unix epoch.",
