@@ -19,6 +19,8 @@ export const keys = {
   /** A Checkout Session this service opened for an app: only those are looked up at Stripe. */
   checkoutSession: (appId: string, sessionId: string) =>
     ["checkout_sessions", appId, sessionId] as const,
+  /** A credited Stripe payment by its PaymentIntent: where its refunds and disputes are taken from. */
+  stripePayment: (paymentIntentId: string) => ["stripe_payments", paymentIntentId] as const,
   serverSecret: (name: string) => ["server_secrets", name] as const,
 
   apiKey: (keyId: string) => ["api_keys", keyId] as const,
@@ -136,6 +138,20 @@ export interface AppRecord {
   topUpShowBalance?: boolean;
 }
 
+/**
+ * What `keys.stripePayment` holds: the credited top-up a PaymentIntent paid for, and the refunds
+ * taken back so far. Stripe reports a charge's refunds as a running total; each rise past the
+ * highest seen is claimed here first (`from` → `to` cents), then taken from the wallet under its
+ * own marker, so a crash between the two is mended by the next delivery.
+ */
+export interface StripePaymentRecord {
+  appId: string;
+  sessionId: string;
+  /** What the payment credited, in micro-USD. */
+  amount: Micros;
+  refundClaims: { from: number; to: number }[];
+}
+
 /** What `keys.creditMarker` holds: the ledger entry the marked credit wrote. */
 export interface CreditMarkerRecord {
   appId: string;
@@ -150,7 +166,10 @@ export interface DevPurchaseRecord {
   createdAt: number;
 }
 
-/** Invariant: available + reserved + spent = starter + topUps + operatorCredits. */
+/**
+ * Invariant: available + reserved + spent = starter + topUps + operatorCredits − refunded.
+ * `refunded` and `owed` are absent on wallets from before refunds were taken back (read as 0).
+ */
 export interface WalletRecord {
   available: Micros;
   reserved: Micros;
@@ -158,13 +177,27 @@ export interface WalletRecord {
   starter: Micros;
   topUps: Micros;
   operatorCredits: Micros;
+  /** Taken back from the wallet for refunded and disputed payments (less disputes won). */
+  refunded?: Micros;
+  /**
+   * Taken back but not yet found: the money was already spent or held when the refund came. It is
+   * taken as money becomes available (holds ending, later top-ups) before anything is reserved.
+   * Outside the invariant: it never left the wallet.
+   */
+  owed?: Micros;
 }
 
 export type CreditKind = "starter" | "top_up" | "operator_credit";
+/**
+ * Payments taken back: refunded (by the payee) or charged back (a dispute). `chargeback_reversed`
+ * gives back a chargeback whose dispute was won.
+ */
+export type DebitKind = "refund" | "chargeback" | "chargeback_reversed";
 
 export interface LedgerEntry {
   id: string;
-  kind: CreditKind;
+  kind: CreditKind | DebitKind;
+  /** Positive for every kind: `refund` and `chargeback` take it, the others add it. */
   amount: Micros;
   reason: string;
   /** External reference (a payment session id) for receipts; null for internal credits. */

@@ -127,6 +127,8 @@ export async function runAdmin(
           reserved: formatUsd(wallet.reserved),
           spent: formatUsd(wallet.spent),
           credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
+          refunded: formatUsd(wallet.refunded ?? 0),
+          owed: formatUsd(wallet.owed ?? 0),
           uncharged: formatUsd(uncharged),
           top_up_url: topUpUrl(publicUrl, app),
           top_up_return_url: app.topUpReturnUrl ?? null,

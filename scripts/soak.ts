@@ -172,7 +172,8 @@ const audit = await auditWallets(service.kv);
 let difference = 0;
 for (const app of apps) {
   const w = (await service.kv.get<WalletRecord>(keys.wallet(app.appId))).value!;
-  difference += w.available + w.reserved + w.spent - (w.starter + w.topUps + w.operatorCredits);
+  difference += w.available + w.reserved + w.spent -
+    (w.starter + w.topUps + w.operatorCredits - (w.refunded ?? 0));
 }
 const summary = {
   seconds: Math.round(elapsed),

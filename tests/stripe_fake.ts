@@ -183,6 +183,56 @@ export function startFakeStripe() {
 
 let eventCounter = 0;
 
+/** A Charge as Stripe sends it in `charge.refunded` (fields from the API reference). */
+export function chargeObject(
+  input: { paymentIntent: string; amount: number; amountRefunded: number; currency?: string },
+): Record<string, unknown> {
+  const id = `ch_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
+  return {
+    id,
+    object: "charge",
+    amount: input.amount,
+    amount_captured: input.amount,
+    amount_refunded: input.amountRefunded,
+    balance_transaction: `txn_${id.slice(3)}`,
+    captured: true,
+    created: Math.floor(Date.now() / 1000),
+    currency: input.currency ?? "usd",
+    customer: null,
+    description: "Credits",
+    disputed: false,
+    livemode: false,
+    metadata: {},
+    paid: true,
+    payment_intent: input.paymentIntent,
+    payment_method: `pm_${id.slice(3)}`,
+    refunded: input.amountRefunded === input.amount,
+    status: "succeeded",
+  };
+}
+
+/** A Dispute as Stripe sends it in `charge.dispute.*` events (fields from the API reference). */
+export function disputeObject(
+  input: { id?: string; paymentIntent: string; amount: number; status: string },
+): Record<string, unknown> {
+  return {
+    id: input.id ?? `dp_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`,
+    object: "dispute",
+    amount: input.amount,
+    balance_transactions: [],
+    charge: `ch_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`,
+    created: Math.floor(Date.now() / 1000),
+    currency: "usd",
+    evidence_details: { due_by: null, has_evidence: false, past_due: false, submission_count: 0 },
+    is_charge_refundable: false,
+    livemode: false,
+    metadata: {},
+    payment_intent: input.paymentIntent,
+    reason: "fraudulent",
+    status: input.status,
+  };
+}
+
 /** An Event envelope around a session, as Stripe delivers it. */
 export function eventPayload(type: string, object: Record<string, unknown>, id?: string): string {
   return JSON.stringify({

@@ -1,10 +1,13 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "@/lib/core/mod.ts";
 import { createStripeClient } from "@/lib/payments/mod.ts";
-import { moneyState, page, postForm, topUpFormToken } from "./forms.ts";
+import { ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
+import { keys, type LedgerEntry, type StripePaymentRecord } from "@/lib/db.ts";
 import {
+  chargeObject,
   checkoutSessionObject,
+  disputeObject,
   eventPayload,
   signPayload,
   startFakeStripe,
@@ -368,3 +371,268 @@ Deno.test("two processes on one database receiving the same event concurrently c
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/** A paid top-up delivered by its webhook; its PaymentIntent, which refunds and disputes name. */
+async function topUp(s: TestService, appId: string, amountMicros: number): Promise<string> {
+  const session = paidSession(appId, amountMicros);
+  const { body } = await deliver(s, eventPayload("checkout.session.completed", session));
+  assert.equal(body.outcome, "credited");
+  return session.payment_intent as string;
+}
+
+const refunded = (paymentIntent: string, cents: number, amount = 1_000) =>
+  eventPayload(
+    "charge.refunded",
+    chargeObject({ paymentIntent, amount, amountRefunded: cents }),
+  );
+
+const sumOf = (ledger: LedgerEntry[], kind: LedgerEntry["kind"]) =>
+  ledger.filter((e) => e.kind === kind).reduce((n, e) => n + e.amount, 0);
+
+Deno.test("a refunded top-up is taken back from the balance once, however often and concurrently Stripe delivers it", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    assert.equal((await s.wallet(appId)).available, 15_000_000);
+    const payload = refunded(paymentIntent, 1_000);
+    const signature = await signPayload(payload);
+    const results = await Promise.all(
+      Array.from({ length: 30 }, () => deliver(s, payload, signature)),
+    );
+    assert.ok(results.every((r) => r.status === 200));
+    const outcomes = results.map((r) => r.body.outcome);
+    assert.equal(outcomes.filter((o) => o === "taken_back").length, 1);
+    assert.equal(outcomes.filter((o) => o === "already_taken_back").length, 29);
+    assert.equal((await deliver(s, payload)).body.outcome, "already_taken_back");
+    const { wallet, ledger } = await moneyState(s, appId);
+    assert.equal(wallet.available, 5_000_000, "the starter credit is what is left");
+    assert.equal(wallet.refunded, 10_000_000);
+    assert.equal(wallet.owed, 0);
+    assert.equal(wallet.topUps, 10_000_000, "the top-up stays credited: the refund is beside it");
+    assert.equal(sumOf(ledger, "refund"), 10_000_000);
+    assert.equal(ledger.filter((e) => e.kind === "refund").length, 1);
+  }));
+
+Deno.test("partial refunds are taken back as the charge's refunded total rises, whatever order they arrive in", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    // $7 refunded in total, delivered before the earlier $3 total it includes.
+    assert.equal((await deliver(s, refunded(paymentIntent, 700))).body.outcome, "taken_back");
+    assert.equal(
+      (await deliver(s, refunded(paymentIntent, 300))).body.outcome,
+      "already_taken_back",
+    );
+    assert.equal((await s.wallet(appId)).available, 8_000_000);
+    assert.equal((await deliver(s, refunded(paymentIntent, 1_000))).body.outcome, "taken_back");
+    // A total above what was paid is held to the payment.
+    assert.equal(
+      (await deliver(s, refunded(paymentIntent, 5_000, 5_000))).body.outcome,
+      "already_taken_back",
+    );
+    const { wallet, ledger } = await moneyState(s, appId);
+    assert.equal(wallet.available, 5_000_000);
+    assert.equal(wallet.refunded, 10_000_000);
+    assert.deepEqual(
+      ledger.filter((e) => e.kind === "refund").map((e) => e.amount).sort(),
+      [3_000_000, 7_000_000],
+    );
+  }));
+
+Deno.test("a refund of credits already held takes what is left, owes the rest, and takes it before anything else is reserved", () =>
+  withStripe(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    // Requests in flight hold all but $1 of the $15.
+    const held = await s.wallets.reserve(appId, {
+      amount: 14_000_000,
+      keyId: "key_elsewhere",
+      requestId: "req_held",
+      model: "fake/gpt",
+    });
+    assert.ok(held.ok);
+    const { body } = await deliver(s, refunded(paymentIntent, 1_000));
+    assert.equal(body.outcome, "taken_back");
+    let wallet = await s.wallet(appId);
+    assert.deepEqual(
+      { available: wallet.available, refunded: wallet.refunded, owed: wallet.owed },
+      { available: 0, refunded: 1_000_000, owed: 9_000_000 },
+    );
+    // Nothing can be spent while the debt is not paid.
+    const refused = await s.chat(apiKey, {
+      model: "tollbooth/echo",
+      messages: [{ role: "user", content: "hi" }],
+    });
+    assert.equal(refused.status, 402);
+    await refused.body?.cancel();
+    // The hold ends unspent: the debt is paid from it first.
+    await s.wallets.release(appId, held.reservation.id);
+    wallet = await s.wallet(appId);
+    assert.deepEqual(
+      { available: wallet.available, refunded: wallet.refunded, owed: wallet.owed },
+      { available: 5_000_000, refunded: 10_000_000, owed: 0 },
+    );
+  }));
+
+Deno.test("money still owed is taken from the next top-up first", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const held = await s.wallets.reserve(appId, {
+      amount: 15_000_000,
+      keyId: "key_elsewhere",
+      requestId: "req_held",
+      model: "fake/gpt",
+    });
+    assert.ok(held.ok);
+    await deliver(s, refunded(paymentIntent, 1_000));
+    // The hold is spent in full: the refunded credits are gone, owed in full.
+    await s.wallets.settle(appId, held.reservation.id, {
+      requestId: "req_held",
+      keyId: "key_elsewhere",
+      model: "fake/gpt",
+      provider: "fake",
+      promptTokens: 1,
+      completionTokens: 1,
+      cost: 15_000_000,
+      streamed: false,
+      outcome: "completed",
+      countedLocally: false,
+    });
+    assert.equal((await s.wallet(appId)).owed, 10_000_000);
+    await topUp(s, appId, 25_000_000);
+    const wallet = await s.wallet(appId);
+    assert.deepEqual(
+      { available: wallet.available, refunded: wallet.refunded, owed: wallet.owed },
+      { available: 15_000_000, refunded: 10_000_000, owed: 0 },
+    );
+  }));
+
+Deno.test("a disputed top-up is charged back once, and given back once if the dispute is won, in any order", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const id = "dp_test_won";
+    const dispute = (status: string) => disputeObject({ id, paymentIntent, amount: 1_000, status });
+    // The win arrives before the dispute's creation: the chargeback is taken, then given back.
+    const won = eventPayload("charge.dispute.closed", dispute("won"));
+    assert.equal((await deliver(s, won)).body.outcome, "given_back");
+    for (
+      const payload of [
+        eventPayload("charge.dispute.created", dispute("needs_response")),
+        eventPayload("charge.dispute.funds_withdrawn", dispute("needs_response")),
+        eventPayload("charge.dispute.funds_reinstated", dispute("won")),
+        won,
+      ]
+    ) {
+      assert.equal((await deliver(s, payload)).body.outcome, "already_taken_back");
+    }
+    const { wallet, ledger } = await moneyState(s, appId);
+    assert.equal(wallet.available, 15_000_000);
+    assert.equal(wallet.refunded, 0);
+    assert.equal(sumOf(ledger, "chargeback"), 10_000_000);
+    assert.equal(sumOf(ledger, "chargeback_reversed"), 10_000_000);
+  }));
+
+Deno.test("a dispute lost keeps its chargeback; an inquiry moves no money and takes nothing", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const before = await moneyState(s, appId);
+    const inquiry = disputeObject({
+      paymentIntent,
+      amount: 1_000,
+      status: "warning_needs_response",
+    });
+    assert.equal(
+      (await deliver(s, eventPayload("charge.dispute.created", inquiry))).body.outcome,
+      "inquiry",
+    );
+    assert.deepEqual(await moneyState(s, appId), before);
+    const lost = disputeObject({ paymentIntent, amount: 400, status: "needs_response" });
+    assert.equal(
+      (await deliver(s, eventPayload("charge.dispute.created", lost))).body.outcome,
+      "taken_back",
+    );
+    const closed = { ...lost, status: "lost" };
+    assert.equal(
+      (await deliver(s, eventPayload("charge.dispute.closed", closed))).body.outcome,
+      "already_taken_back",
+    );
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.available, 11_000_000);
+    assert.equal(wallet.refunded, 4_000_000);
+    assert.ok(s.logs.some((l) => l.event === "top_up_disputed" && l.appId === appId));
+  }));
+
+Deno.test("a refund or dispute of a payment that is not one of our top-ups is acknowledged and changes nothing", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    await topUp(s, appId, 10_000_000);
+    const before = await moneyState(s, appId);
+    for (
+      const payload of [
+        refunded("pi_someone_else", 1_000),
+        eventPayload(
+          "charge.dispute.created",
+          disputeObject({
+            paymentIntent: "pi_someone_else",
+            amount: 1_000,
+            status: "needs_response",
+          }),
+        ),
+      ]
+    ) {
+      const { status, body } = await deliver(s, payload);
+      assert.equal(status, 200);
+      assert.equal(body.outcome, "unmatched");
+    }
+    assert.deepEqual(await moneyState(s, appId), before);
+    assert.equal(s.logs.filter((l) => l.event === "stripe_reversal_unmatched").length, 2);
+  }));
+
+Deno.test("two processes on one database receiving rising refund totals concurrently take each part once", async () => {
+  const dir = await Deno.makeTempDir();
+  const kvPath = `${dir}/kv.sqlite3`;
+  const fake = startFakeStripe();
+  const options = { env: STRIPE_ENV, payments: { stripe: fake.stripe }, kvPath };
+  const one = await startService(options);
+  const two = await startService(options);
+  try {
+    const { appId } = await one.newApp();
+    const paymentIntent = await topUp(one, appId, 10_000_000);
+    const payloads = [200, 500, 500, 900, 1_000].map((cents) => refunded(paymentIntent, cents));
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => deliver(i % 2 ? one : two, payloads[i % 5])),
+    );
+    assert.ok(results.every((r) => r.status === 200));
+    const wallet = await one.wallet(appId);
+    assert.equal(wallet.available, 5_000_000);
+    assert.equal(wallet.refunded, 10_000_000);
+    assert.equal(sumOf(await ledgerOf(one, appId), "refund"), 10_000_000);
+    await assertAuditClean(one.kv);
+  } finally {
+    await one.close();
+    await two.close();
+    await fake.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a refund claimed but not taken (a crash between the two) is taken by the next delivery", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    // What a process leaves when it dies after claiming the $4 and before debiting it.
+    const key = keys.stripePayment(paymentIntent);
+    const record = (await s.kv.get<StripePaymentRecord>(key)).value!;
+    await s.kv.set(key, { ...record, refundClaims: [{ from: 0, to: 400 }] });
+    assert.equal((await s.wallet(appId)).available, 15_000_000);
+    // Stripe delivers the same total again: nothing new to claim, but the claim is taken.
+    assert.equal((await deliver(s, refunded(paymentIntent, 400))).body.outcome, "taken_back");
+    assert.equal((await s.wallet(appId)).available, 11_000_000);
+    assert.equal(
+      (await deliver(s, refunded(paymentIntent, 400))).body.outcome,
+      "already_taken_back",
+    );
+  }));

@@ -16,6 +16,9 @@ export interface WalletAudit {
   reserved: string;
   spent: string;
   credited: string;
+  /** Taken back for refunds and chargebacks; `owed`: still to be taken (outside the invariant). */
+  refunded: string;
+  owed: string;
   /** Usage beyond what reservations and the balance covered, never charged: outside the invariant. */
   uncharged: string;
   liveReservations: number;
@@ -31,6 +34,8 @@ export interface AuditReport {
     reserved: string;
     spent: string;
     credited: string;
+    refunded: string;
+    owed: string;
     uncharged: string;
   };
   /** The apps with uncharged usage, most first. */
@@ -40,13 +45,22 @@ export interface AuditReport {
 
 /**
  * Checks the money invariant of every wallet against its own records: the wallet's fields add up,
- * the reservations sum to `reserved`, the usage records sum to `spent`, the ledger sums to the credits.
+ * the reservations sum to `reserved`, the usage records sum to `spent`, the ledger sums to the credits
+ * and to what refunds and chargebacks took back (or still owe).
  * Uncharged usage is reported beside it: the usage records' `uncharged` must sum to the app's
  * uncharged counter (what `show-app` and the dashboard show).
  */
 export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<AuditReport> {
   const wallets: WalletAudit[] = [];
-  const totals = { available: 0, reserved: 0, spent: 0, credited: 0, uncharged: 0 };
+  const totals = {
+    available: 0,
+    reserved: 0,
+    spent: 0,
+    credited: 0,
+    refunded: 0,
+    owed: 0,
+    uncharged: 0,
+  };
   const unchargedApps: { appId: string; micros: number }[] = [];
   for await (const entry of kv.list<WalletRecord>({ prefix: keys.allWallets() })) {
     const appId = String(entry.key[1]);
@@ -56,6 +70,8 @@ export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<Audit
     totals.reserved += entry.value.reserved;
     totals.spent += entry.value.spent;
     totals.credited += entry.value.starter + entry.value.topUps + entry.value.operatorCredits;
+    totals.refunded += entry.value.refunded ?? 0;
+    totals.owed += entry.value.owed ?? 0;
     totals.uncharged += audit.uncharged;
     if (audit.uncharged > 0) unchargedApps.push({ appId, micros: audit.uncharged });
   }
@@ -70,6 +86,8 @@ export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<Audit
       reserved: formatUsd(totals.reserved),
       spent: formatUsd(totals.spent),
       credited: formatUsd(totals.credited),
+      refunded: formatUsd(totals.refunded),
+      owed: formatUsd(totals.owed),
       uncharged: formatUsd(totals.uncharged),
     },
     unchargedApps: unchargedApps.map((a) => ({ appId: a.appId, uncharged: formatUsd(a.micros) })),
@@ -97,12 +115,18 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
 
     const problems: string[] = [];
     const credited = w.starter + w.topUps + w.operatorCredits;
+    const refunded = w.refunded ?? 0;
+    const owed = w.owed ?? 0;
     const expect = (label: string, actual: number, wanted: number) => {
       if (actual !== wanted) {
         problems.push(`${label}: ${formatUsd(actual)} != ${formatUsd(wanted)}`);
       }
     };
-    expect("available + reserved + spent vs credits", w.available + w.reserved + w.spent, credited);
+    expect(
+      "available + reserved + spent vs credits less refunded",
+      w.available + w.reserved + w.spent,
+      credited - refunded,
+    );
     expect(
       "sum of reservations and slices vs reserved",
       sum(reservations, (r) => r.amount) + sum(slices, (s) => s.granted),
@@ -116,7 +140,15 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
     for (const s of slices) {
       if (s.spent > s.granted) problems.push(`slice ${s.id} spent more than it was granted`);
     }
-    expect("sum of ledger vs credits", sum(ledger, (l) => l.amount), credited);
+    const credits = ledger.filter((l) => !TAKEN_BACK.has(l.kind));
+    const takenBack = ledger.filter((l) => TAKEN_BACK.has(l.kind));
+    expect("sum of credit ledger vs credits", sum(credits, (l) => l.amount), credited);
+    // A reversal gives back what a chargeback took: the ledger's net matches refunded + owed.
+    expect(
+      "refund and chargeback ledger vs refunded + owed",
+      sum(takenBack, (l) => l.kind === "chargeback_reversed" ? -l.amount : l.amount),
+      refunded + owed,
+    );
     expect(
       "starter ledger vs starter",
       sum(ledger.filter((l) => l.kind === "starter"), (l) => l.amount),
@@ -138,6 +170,8 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
         available: w.available,
         reserved: w.reserved,
         spent: w.spent,
+        refunded,
+        owed,
       })
     ) {
       if (!Number.isSafeInteger(value) || value < 0) problems.push(`${label} is ${value}`);
@@ -151,6 +185,8 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
       reserved: formatUsd(w.reserved),
       spent: formatUsd(w.spent),
       credited: formatUsd(credited),
+      refunded: formatUsd(refunded),
+      owed: formatUsd(owed),
       uncharged: formatUsd(uncharged),
       liveReservations: reservations.length - expired,
       expiredReservations: expired,
@@ -158,6 +194,9 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
     return { report, wallet: w, uncharged };
   }
 }
+
+/** The ledger kinds that take a payment back, or give a chargeback back: not credits. */
+const TAKEN_BACK = new Set<LedgerEntry["kind"]>(["refund", "chargeback", "chargeback_reversed"]);
 
 async function entries<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<Deno.KvEntry<T>[]> {
   const out: Deno.KvEntry<T>[] = [];

@@ -17,7 +17,13 @@ export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts
 export { CommitLocks } from "./commit_locks.ts";
 export { Wallets } from "./wallet.ts";
 export { KeyRevokedError, WalletNotFoundError } from "./wallet_types.ts";
-export type { CreditResult, ReserveInput, WalletStats } from "./wallet_types.ts";
+export type {
+  CreditResult,
+  DebitResult,
+  DebitReversalResult,
+  ReserveInput,
+  WalletStats,
+} from "./wallet_types.ts";
 export {
   getSpendCaps,
   getSpendCounter,

@@ -30,6 +30,10 @@ import {
 import {
   type CreditInput,
   type CreditResult,
+  type DebitInput,
+  type DebitResult,
+  type DebitReversalInput,
+  type DebitReversalResult,
   KeyRevokedError,
   type ReleaseResult,
   type RenewResult,
@@ -55,6 +59,10 @@ export type Op =
     done: Settler<RenewResult>;
   }
   | { kind: "credit"; input: CreditInput; done: Settler<CreditResult> }
+  /** Takes a refunded or disputed payment back: what is available, the rest owed. */
+  | { kind: "debit"; input: DebitInput; done: Settler<DebitResult> }
+  /** Gives a won dispute's chargeback back: what is owed of it forgiven first. */
+  | { kind: "debit_reversal"; input: DebitReversalInput; done: Settler<DebitReversalResult> }
   /** Moves money (and a block of the rate window) into a process's slice, creating or growing it. */
   | { kind: "slice_grant"; grant: SliceGrantInput; done: Settler<SliceGrantResult> }
   /** Gives a slice's unspent money back to the wallet and posts its spent; deletes the slice. */
@@ -133,7 +141,7 @@ export function takeBatch(queue: Op[], maxBatch: number): Op[] {
   let n = 0;
   while (n < queue.length && n < maxBatch) {
     const op = queue[n];
-    if (op.kind === "credit" && op.input.marker) {
+    if (markerOf(op)) {
       if (extraChecks === MAX_EXTRA_CHECKS) break;
       extraChecks++;
     }
@@ -152,6 +160,14 @@ export function takeBatch(queue: Op[], maxBatch: number): Op[] {
     n++;
   }
   return queue.splice(0, n);
+}
+
+/** The marker an operation writes once (a credit's, a debit's): checked absent by the commit. */
+export function markerOf(op: Op): string | undefined {
+  if (op.kind === "credit" || op.kind === "debit" || op.kind === "debit_reversal") {
+    return op.input.marker;
+  }
+  return undefined;
 }
 
 /** The slice an operation reads and writes (its entry is checked by the batch's commit). */
@@ -272,6 +288,27 @@ export function planBatch(input: PlanInput) {
     uncharged += usage.uncharged;
   };
 
+  /** Set when the batch changed the wallet with no other write (money owed taken). */
+  let walletChanged = false;
+  /**
+   * Money owed for a refund is taken before anything can be reserved or granted from the available
+   * balance, and once more after the batch: holds released and credits made in it pay it first.
+   */
+  const collectOwed = () => {
+    const owed = wallet.owed ?? 0;
+    if (owed === 0 || wallet.available === 0) return;
+    const take = Math.min(owed, wallet.available);
+    wallet.available -= take;
+    wallet.refunded = (wallet.refunded ?? 0) + take;
+    wallet.owed = owed - take;
+    walletChanged = true;
+  };
+  const writeMarker = (marker: string, entryId: string) => {
+    markersSeen.add(marker);
+    markerChecks.push(marker);
+    writes.push((a) => a.set(keys.creditMarker(marker), { appId, entryId }));
+  };
+
   const dropReservation = (r: ReservationRecord) => {
     live.set(r.id, null);
     touched.set(r.id, null);
@@ -282,7 +319,9 @@ export function planBatch(input: PlanInput) {
     );
   };
 
+  collectOwed();
   for (const op of input.ops) {
+    if (op.kind === "reserve" || op.kind === "slice_grant") collectOwed();
     switch (op.kind) {
       case "reserve": {
         const { amount } = op.input;
@@ -466,13 +505,69 @@ export function planBatch(input: PlanInput) {
         if (entry.kind === "starter") wallet.starter += entry.amount;
         else if (entry.kind === "top_up") wallet.topUps += entry.amount;
         else wallet.operatorCredits += entry.amount;
-        if (marker) {
-          markersSeen.add(marker);
-          markerChecks.push(marker);
-          writes.push((a) => a.set(keys.creditMarker(marker), { appId, entryId: entry.id }));
-        }
+        if (marker) writeMarker(marker, entry.id);
         writes.push((a) => a.set(keys.ledgerEntry(appId, entry.id), entry));
+        collectOwed();
         const answer = { credited: true as const, entry, available: wallet.available };
+        answers.push(() => op.done.resolve(answer));
+        break;
+      }
+      case "debit": {
+        const { marker } = op.input;
+        if (markersSeen.has(marker)) {
+          const answer = {
+            debited: false as const,
+            duplicate: true as const,
+            available: wallet.available,
+          };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
+        const entry = ledgerEntryOf(op.input, op.input.kind, now);
+        // A wallet never goes below zero: what is not available now is owed, and taken later.
+        const taken = Math.min(entry.amount, wallet.available);
+        wallet.available -= taken;
+        wallet.refunded = (wallet.refunded ?? 0) + taken;
+        wallet.owed = (wallet.owed ?? 0) + entry.amount - taken;
+        writeMarker(marker, entry.id);
+        writes.push((a) => a.set(keys.ledgerEntry(appId, entry.id), entry));
+        const answer = {
+          debited: true as const,
+          entry,
+          taken,
+          owed: wallet.owed,
+          available: wallet.available,
+        };
+        answers.push(() => op.done.resolve(answer));
+        break;
+      }
+      case "debit_reversal": {
+        const { marker } = op.input;
+        if (markersSeen.has(marker)) {
+          const answer = {
+            reversed: false as const,
+            duplicate: true as const,
+            available: wallet.available,
+          };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
+        const entry = ledgerEntryOf(op.input, "chargeback_reversed", now);
+        const forgiven = Math.min(entry.amount, wallet.owed ?? 0);
+        // Never more than was taken: a reversal without its chargeback gives nothing back.
+        const returned = Math.min(entry.amount - forgiven, wallet.refunded ?? 0);
+        const given = { ...entry, amount: forgiven + returned };
+        wallet.owed = (wallet.owed ?? 0) - forgiven;
+        wallet.refunded = (wallet.refunded ?? 0) - returned;
+        wallet.available += returned;
+        writeMarker(marker, entry.id);
+        writes.push((a) => a.set(keys.ledgerEntry(appId, given.id), given));
+        const answer = {
+          reversed: true as const,
+          entry: given,
+          available: wallet.available,
+          owed: wallet.owed,
+        };
         answers.push(() => op.done.resolve(answer));
         break;
       }
@@ -571,6 +666,7 @@ export function planBatch(input: PlanInput) {
     }
   }
 
+  collectOwed();
   let daySpend = 0;
   for (const [model, spent] of modelSpend) {
     daySpend += spent;
@@ -599,7 +695,7 @@ export function planBatch(input: PlanInput) {
   return {
     wallet,
     /** Nothing to write: every operation was refused or found nothing to do. */
-    unchanged: writes.length === 0 && rateRecord === null,
+    unchanged: writes.length === 0 && rateRecord === null && !walletChanged,
     /** Whether this batch enforced rate limits, and the windows it wrote (null: unchanged). */
     rateLimited: input.rate !== undefined,
     rateRecord,
@@ -615,6 +711,21 @@ export function planBatch(input: PlanInput) {
     resolveAll(versionstamp = "") {
       for (const a of answers) a(versionstamp);
     },
+  };
+}
+
+function ledgerEntryOf(
+  input: { amount: Micros; reason: string; reference: string },
+  kind: LedgerEntry["kind"],
+  now: number,
+): LedgerEntry {
+  return {
+    id: newId("led", now),
+    kind,
+    amount: input.amount,
+    reason: input.reason,
+    reference: input.reference,
+    createdAt: now,
   };
 }
 

@@ -15,11 +15,15 @@ import {
   type PlanInput,
   refuseRevokedKeys,
   type Settler,
+  type SliceGrantResult,
   takeBatch,
 } from "./plan_batch.ts";
 import {
   type CreditInput,
   type CreditResult,
+  type DebitInput,
+  type DebitResult,
+  type DebitReversalResult,
   KeyRevokedError,
   type ReleaseResult,
   type RenewResult,
@@ -98,6 +102,26 @@ function credit(amount: number, extra: Partial<CreditInput> = {}) {
   const op: Op = {
     kind: "credit",
     input: { amount, kind: "top_up", reason: "Top-up", ...extra },
+    done,
+  };
+  return { op, done };
+}
+
+function debit(amount: number, marker: string, extra: Partial<DebitInput> = {}) {
+  const done = new Answer<DebitResult>();
+  const op: Op = {
+    kind: "debit",
+    input: { amount, kind: "refund", reason: "Refund", reference: "pi_1", marker, ...extra },
+    done,
+  };
+  return { op, done };
+}
+
+function reversal(amount: number, marker: string) {
+  const done = new Answer<DebitReversalResult>();
+  const op: Op = {
+    kind: "debit_reversal",
+    input: { amount, reason: "Dispute won", reference: "dp_1", marker },
     done,
   };
   return { op, done };
@@ -185,7 +209,11 @@ function keyNames(writes: Write[]): string[] {
 const credited = (w: WalletRecord) => w.starter + w.topUps + w.operatorCredits;
 
 function assertBalanced(w: WalletRecord) {
-  assert.equal(w.available + w.reserved + w.spent, credited(w), "available + reserved + spent");
+  assert.equal(
+    w.available + w.reserved + w.spent,
+    credited(w) - (w.refunded ?? 0),
+    "available + reserved + spent",
+  );
 }
 
 function rateWindows(
@@ -891,4 +919,162 @@ Deno.test("spend caps: settle moves the hold to spent in every window, release g
     month: "2026-07",
     monthSpent: 170,
   });
+});
+
+Deno.test("a refund takes its amount from the available balance into refunded, with its ledger entry and marker", () => {
+  const d = debit(300, "stripe_refund:pi_1:300");
+  const p = plan([d], { wallet: wallet(1_000) });
+  p.resolveAll();
+  const answer = d.done.get();
+  assert.ok(answer.debited);
+  assert.deepEqual(
+    { taken: answer.taken, owed: answer.owed, available: answer.available },
+    { taken: 300, owed: 0, available: 700 },
+  );
+  assert.equal(p.wallet.refunded, 300);
+  assert.equal(p.wallet.topUps, 1_000, "what was credited stays what was credited");
+  assertBalanced(p.wallet);
+  assert.deepEqual(
+    { ...answer.entry, id: "" },
+    { id: "", kind: "refund", amount: 300, reason: "Refund", reference: "pi_1", createdAt: NOW },
+  );
+  assert.deepEqual(p.markerChecks, ["stripe_refund:pi_1:300"]);
+  assert.deepEqual(writesOf(p), [
+    {
+      op: "set",
+      key: keys.creditMarker("stripe_refund:pi_1:300"),
+      value: { appId: APP, entryId: answer.entry.id },
+    },
+    { op: "set", key: keys.ledgerEntry(APP, answer.entry.id), value: answer.entry },
+  ]);
+});
+
+Deno.test("a refund beyond the available balance takes what is there and owes the rest: the wallet never goes below zero", () => {
+  const existing = reservation("res_1", 400);
+  const d = debit(1_000, "m1", { kind: "chargeback" });
+  const p = plan([d], {
+    wallet: wallet(250, { reserved: 400, spent: 350, topUps: 1_000 }),
+    reservations: reservationsOf(existing),
+  });
+  p.resolveAll();
+  const answer = d.done.get();
+  assert.ok(answer.debited);
+  assert.deepEqual(
+    { taken: answer.taken, owed: answer.owed, available: answer.available },
+    { taken: 250, owed: 750, available: 0 },
+  );
+  assert.equal(answer.entry.amount, 1_000);
+  assert.equal(p.wallet.refunded, 250);
+  assert.equal(p.wallet.owed, 750);
+  assert.equal(p.wallet.reserved, 400, "a hold in flight is not taken from");
+  assertBalanced(p.wallet);
+});
+
+Deno.test("money owed is taken before a reserve: the reserve is decided against what is left", () => {
+  const r = reserve(300);
+  const p = plan([r], { wallet: wallet(500, { owed: 400, refunded: 100, topUps: 600 }) });
+  p.resolveAll();
+  const answer = r.done.get();
+  assert.equal(answer.ok, false, "only 100 is left once 400 is paid back");
+  assert.equal(p.wallet.available, 100);
+  assert.equal(p.wallet.owed, 0);
+  assert.equal(p.wallet.refunded, 500);
+  assert.equal(p.unchanged, false, "the wallet is written for the debt taken");
+  assertBalanced(p.wallet);
+});
+
+Deno.test("money owed is taken before a slice is granted from the balance", () => {
+  const done = new Answer<SliceGrantResult>();
+
+  const op: Op = {
+    kind: "slice_grant",
+    grant: {
+      sliceId: "slc_1",
+      want: 800,
+      minimum: 10,
+      rateWant: { requests: 1, tokens: 1 },
+      minimumTokens: 0,
+      leaseMs: LEASE_MS,
+    },
+    done,
+  };
+  const p = plan([{ op }], {
+    wallet: wallet(800, { owed: 800, topUps: 800 }),
+    slices: new Map([["slc_1", null]]),
+  });
+  p.resolveAll();
+  assert.equal(done.get().granted, 0, "nothing is left to grant once the debt is paid");
+  assert.equal(p.wallet.refunded, 800);
+  assert.equal(p.wallet.owed, 0);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a top-up pays what is owed first, and its answer shows the balance after", () => {
+  const c = credit(1_000, { marker: "stripe:cs_2" });
+  const p = plan([c], { wallet: wallet(0, { owed: 300, refunded: 200, topUps: 200 }) });
+  p.resolveAll();
+  const answer = c.done.get();
+  assert.ok(answer.credited);
+  assert.equal(answer.available, 700);
+  assert.equal(p.wallet.owed, 0);
+  assert.equal(p.wallet.refunded, 500);
+  assert.equal(p.wallet.topUps, 1_200);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a hold released in a batch pays what is owed at the batch's end", () => {
+  const existing = reservation("res_1", 400);
+  const rel = release("res_1");
+  const p = plan([rel], {
+    wallet: wallet(0, { reserved: 400, owed: 250, refunded: 600, topUps: 1_000 }),
+    reservations: reservationsOf(existing),
+  });
+  p.resolveAll();
+  assert.equal(p.wallet.available, 150);
+  assert.equal(p.wallet.owed, 0);
+  assert.equal(p.wallet.refunded, 850);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a debit whose marker is already stored is a duplicate and changes nothing", () => {
+  const d = debit(300, "m1");
+  const p = plan([d], { wallet: wallet(1_000), markers: new Set(["m1"]) });
+  p.resolveAll();
+  assert.deepEqual(d.done.get(), { debited: false, duplicate: true, available: 1_000 });
+  assert.equal(p.unchanged, true);
+  assert.deepEqual(p.markerChecks, []);
+});
+
+Deno.test("a won dispute's reversal forgives what is owed first, then gives back what was taken", () => {
+  // A chargeback of 1,000 took 250 and owes 750; 100 of the debt was paid since.
+  const start = wallet(0, { spent: 750, refunded: 350, owed: 650, topUps: 1_100 });
+  const back = reversal(1_000, "stripe_dispute_won:dp_1");
+  const p = plan([back], { wallet: start });
+  p.resolveAll();
+  const answer = back.done.get();
+  assert.ok(answer.reversed);
+  assert.equal(answer.entry.kind, "chargeback_reversed");
+  assert.equal(answer.entry.amount, 1_000);
+  assert.equal(p.wallet.owed, 0);
+  assert.equal(p.wallet.refunded, 0);
+  assert.equal(p.wallet.available, 350);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a reversal never gives back more than was taken back", () => {
+  const back = reversal(1_000, "m_back");
+  const p = plan([back], { wallet: wallet(500, { refunded: 200, topUps: 700 }) });
+  p.resolveAll();
+  const answer = back.done.get();
+  assert.ok(answer.reversed);
+  assert.equal(answer.entry.amount, 200, "the entry says what was given back");
+  assert.equal(p.wallet.available, 700);
+  assert.equal(p.wallet.refunded, 0);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a batch stays within KV's 10 checks: debit markers count with the credits'", () => {
+  const queue = Array.from({ length: 9 }, (_, i) => debit(1, `m${i}`).op);
+  assert.equal(takeBatch(queue, 100).length, 7);
+  assert.equal(queue.length, 2);
 });

@@ -36,6 +36,7 @@ import {
   countersNeeded,
   guardId,
   keyGuards,
+  markerOf,
   type Op,
   planBatch,
   refuseRevokedKeys,
@@ -48,6 +49,10 @@ import {
 import {
   type CreditInput,
   type CreditResult,
+  type DebitInput,
+  type DebitResult,
+  type DebitReversalInput,
+  type DebitReversalResult,
   type ReleaseResult,
   type RenewResult,
   type ReserveInput,
@@ -104,6 +109,9 @@ interface SliceDemand {
   amount: Micros;
   tokens: number;
 }
+
+/** Operations after whose commit the app's balance watchers (webhooks) look again. */
+const MONEY_MOVING = new Set<Op["kind"]>(["settle", "credit", "debit", "debit_reversal"]);
 
 export class Wallets {
   readonly stats: WalletStats = {
@@ -418,6 +426,23 @@ export class Wallets {
     assertAmount(input.amount);
     if (input.amount === 0) throw new RangeError("a credit must be positive");
     return this.#enqueue(appId, (done) => ({ kind: "credit", input, done }));
+  }
+
+  /**
+   * Takes a refunded or disputed payment back, once per marker: from the available balance, and
+   * what that cannot give is owed, taken before anything is reserved as money comes back.
+   */
+  debit(appId: string, input: DebitInput): Promise<DebitResult> {
+    assertAmount(input.amount);
+    if (input.amount === 0) throw new RangeError("a debit must be positive");
+    return this.#enqueue(appId, (done) => ({ kind: "debit", input, done }));
+  }
+
+  /** Gives a won dispute's chargeback back, once per marker (see DebitReversalInput). */
+  reverseDebit(appId: string, input: DebitReversalInput): Promise<DebitReversalResult> {
+    assertAmount(input.amount);
+    if (input.amount === 0) throw new RangeError("a reversal must be positive");
+    return this.#enqueue(appId, (done) => ({ kind: "debit_reversal", input, done }));
   }
 
   /**
@@ -965,7 +990,7 @@ export class Wallets {
             },
           );
           plan.resolveAll(versionstamp);
-          if (ops.some((op) => op.kind === "settle" || op.kind === "credit")) {
+          if (ops.some((op) => MONEY_MOVING.has(op.kind))) {
             this.#moneyMoved(appId);
           }
           return;
@@ -1113,9 +1138,10 @@ export class Wallets {
   }
 
   async #readMarkers(ops: Op[]): Promise<Set<string>> {
-    const markers = ops.flatMap((op) =>
-      op.kind === "credit" && op.input.marker ? [op.input.marker] : []
-    );
+    const markers = ops.flatMap((op) => {
+      const marker = markerOf(op);
+      return marker ? [marker] : [];
+    });
     const present = new Set<string>();
     if (markers.length === 0) return present;
     const entries = await this.#kv.getMany(markers.map((m) => keys.creditMarker(m)));

@@ -87,6 +87,42 @@ export type CreditResult =
   | { credited: true; entry: LedgerEntry; available: Micros }
   | { credited: false; duplicate: true; available: Micros };
 
+/** Takes a refunded or disputed payment back from the wallet (see `WalletRecord.owed`). */
+export interface DebitInput {
+  amount: Micros;
+  kind: "refund" | "chargeback";
+  reason: string;
+  reference: string;
+  /** Written with the debit; a second debit with the same marker changes nothing. */
+  marker: string;
+}
+
+export type DebitResult =
+  | {
+    debited: true;
+    entry: LedgerEntry;
+    /** What the available balance gave at once; the rest of `entry.amount` is owed. */
+    taken: Micros;
+    owed: Micros;
+    available: Micros;
+  }
+  | { debited: false; duplicate: true; available: Micros };
+
+/**
+ * Gives back what a chargeback took when its dispute is won: what is still owed of it is forgiven
+ * first, the rest returns to the available balance.
+ */
+export interface DebitReversalInput {
+  amount: Micros;
+  reason: string;
+  reference: string;
+  marker: string;
+}
+
+export type DebitReversalResult =
+  | { reversed: true; entry: LedgerEntry; available: Micros; owed: Micros }
+  | { reversed: false; duplicate: true; available: Micros };
+
 export type ReleaseResult = { released: boolean; available: Micros; rate?: RateLimitStatus };
 
 export type RenewResult = { renewed: boolean; leaseUntil: number };

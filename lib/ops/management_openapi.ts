@@ -266,6 +266,8 @@ export function managementOpenApi(
         "reserved",
         "spent",
         "credited",
+        "refunded",
+        "owed",
         "uncharged",
         "top_up_url",
       ],
@@ -277,6 +279,16 @@ export function managementOpenApi(
         reserved: { ...MONEY, description: "Held by requests in flight (USD)." },
         spent: { ...MONEY, description: "Charged to date (USD)." },
         credited: { ...MONEY, description: "Starter credits + top-ups + operator credits (USD)." },
+        refunded: {
+          ...MONEY,
+          description:
+            "Taken back for refunded and disputed top-ups, less disputes won (USD). balance + reserved + spent = credited − refunded.",
+        },
+        owed: {
+          ...MONEY,
+          description:
+            "Taken back but not yet found: the refunded money was already spent or held. Taken from the balance as it comes back, before anything is reserved (USD).",
+        },
         uncharged: {
           ...MONEY,
           description:
@@ -410,12 +422,28 @@ export function managementOpenApi(
       properties: {
         id: { type: "string" },
         object: { const: "ledger_entry" },
-        type: { type: "string", enum: ["starter", "top_up", "operator_credit", "charge"] },
-        amount: { ...MONEY, description: "USD; credits positive, charges negative." },
+        type: {
+          type: "string",
+          enum: [
+            "starter",
+            "top_up",
+            "operator_credit",
+            "refund",
+            "chargeback",
+            "chargeback_reversed",
+            "charge",
+          ],
+        },
+        amount: {
+          ...MONEY,
+          description:
+            "USD; credits and chargebacks given back positive, charges, refunds and chargebacks negative.",
+        },
         reason: { type: ["string", "null"] },
         reference: {
           type: ["string", "null"],
-          description: "The payment reference of a top-up.",
+          description:
+            "The payment reference: a top-up's, a refund's PaymentIntent, a chargeback's dispute.",
         },
         request_id: { type: ["string", "null"], description: "The request a charge paid for." },
         model: { type: ["string", "null"] },

@@ -14,6 +14,13 @@ import {
   microsToCents,
 } from "./top_up.ts";
 import { WalletNotFoundError, type Wallets } from "@/lib/billing/mod.ts";
+import {
+  DISPUTE_EVENTS,
+  rememberStripePayment,
+  type ReversalOutcome,
+  takeBackDispute,
+  takeBackRefund,
+} from "./stripe_reversals.ts";
 
 export type { Stripe };
 export type CheckoutSession = Stripe.Checkout.Session;
@@ -135,6 +142,18 @@ export async function fulfilCheckoutSession(
       reference: session.id,
       amount,
     });
+    // After the credit (a refused one must not be taken back); a crash before this is mended by
+    // Stripe's next delivery of the event, which finds the session already credited.
+    const paymentIntentId = typeof session.payment_intent === "string"
+      ? session.payment_intent
+      : session.payment_intent?.id;
+    if (paymentIntentId) {
+      await rememberStripePayment(deps.kv, paymentIntentId, {
+        appId,
+        sessionId: session.id,
+        amount,
+      });
+    }
     if (!result.credited) return { status: "already_credited", appId };
     deps.log({
       event: "top_up_credited",
@@ -152,7 +171,10 @@ export async function fulfilCheckoutSession(
   }
 }
 
-/** The events that can complete a payment; everything else is acknowledged and ignored. */
+/**
+ * The events that can complete a payment; with refunds and disputes (stripe_reversals.ts), the
+ * only ones acted on: everything else is acknowledged and ignored.
+ */
 const FULFILLING_EVENTS = new Set([
   "checkout.session.completed",
   "checkout.session.async_payment_succeeded",
@@ -161,7 +183,14 @@ const FULFILLING_EVENTS = new Set([
 export async function handleStripeEvent(
   deps: { kv: Deno.Kv; wallets: Wallets; log: Logger },
   event: Stripe.Event,
-): Promise<FulfilOutcome | { status: "ignored" }> {
+): Promise<FulfilOutcome | ReversalOutcome | { status: "ignored" }> {
+  const object = event.data.object as { object?: string };
+  if (event.type === "charge.refunded" && object.object === "charge") {
+    return await takeBackRefund(deps, event, object as Stripe.Charge);
+  }
+  if (DISPUTE_EVENTS.has(event.type) && object.object === "dispute") {
+    return await takeBackDispute(deps, event, object as Stripe.Dispute);
+  }
   if (!FULFILLING_EVENTS.has(event.type)) return { status: "ignored" };
   const session = event.data.object as CheckoutSession;
   if (session.object !== "checkout.session") return { status: "ignored" };

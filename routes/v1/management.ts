@@ -11,6 +11,7 @@ import {
 import type {
   ApiKeyRecord,
   AppRecord,
+  LedgerEntry,
   SpendCaps,
   SpendCapsRecord,
   UsageRecord,
@@ -60,6 +61,8 @@ function appObject(app: AppRecord, wallet: WalletRecord, uncharged: Micros, publ
     reserved: formatUsd(wallet.reserved),
     spent: formatUsd(wallet.spent),
     credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
+    refunded: formatUsd(wallet.refunded ?? 0),
+    owed: formatUsd(wallet.owed ?? 0),
     uncharged: formatUsd(uncharged),
     top_up_url: topUpUrl(publicUrl, app),
     created: seconds(app.createdAt),
@@ -106,13 +109,16 @@ function usageObject(u: UsageRecord) {
   };
 }
 
+/** Refunds and chargebacks take money back: negative, like charges. */
+const takesBack = (entry: LedgerEntry) => entry.kind === "refund" || entry.kind === "chargeback";
+
 function ledgerObject(item: LedgerItem) {
   if (item.kind === "credit") {
     return {
       id: item.id,
       object: "ledger_entry",
       type: item.entry.kind,
-      amount: formatUsd(item.entry.amount),
+      amount: formatUsd(takesBack(item.entry) ? -item.entry.amount : item.entry.amount),
       reason: item.entry.reason,
       reference: item.entry.reference,
       request_id: null,

@@ -10,7 +10,13 @@ const CREDIT_LABELS = {
   starter: "Starter credits",
   top_up: "Top-up",
   operator_credit: "Credit from Tollbooth",
+  refund: "Top-up refunded",
+  chargeback: "Top-up disputed (chargeback)",
+  chargeback_reversed: "Dispute won: chargeback given back",
 };
+
+/** Ledger entries that take money back, shown with a minus like charges. */
+const TAKES_BACK = new Set(["refund", "chargeback"]);
 
 /** GET /dashboard/apps/:id/wallet */
 export function walletPage(
@@ -35,8 +41,24 @@ export function walletPage(
         Credited in total: {usd(wallet.starter + wallet.topUps + wallet.operatorCredits)} (starter
         {" "}
         {usd(wallet.starter)}, top-ups {usd(wallet.topUps)}, credits from Tollbooth{" "}
-        {usd(wallet.operatorCredits)}). Available + in flight + spent always equals that total.
+        {usd(wallet.operatorCredits)}). {(wallet.refunded ?? 0) > 0
+          ? (
+            <>
+              Refunded and disputed top-ups took back{" "}
+              {usd(wallet.refunded ?? 0)}: available + in flight + spent always equals the total
+              less that.
+            </>
+          )
+          : <>Available + in flight + spent always equals that total.</>}
       </p>
+      {(wallet.owed ?? 0) > 0 && (
+        <p class="muted" data-testid="owed">
+          Owed: <strong>{usd(wallet.owed ?? 0)}</strong>{" "}
+          of a refunded or disputed top-up had already been spent or was held by requests in flight.
+          It is taken from the balance as money comes back (holds ending, the next top-up) before
+          anything is reserved.
+        </p>
+      )}
       {view.uncharged > 0 && (
         <p class="muted" data-testid="uncharged">
           Not charged: <strong>{usd(view.uncharged)}</strong>{" "}
@@ -71,7 +93,9 @@ export function walletPage(
                           <span class="muted">— {a.entry.reason}</span>
                         )}
                       </td>
-                      <td class="num credit">+{usd(a.entry.amount)}</td>
+                      {TAKES_BACK.has(a.entry.kind)
+                        ? <td class="num">−{usd(a.entry.amount)}</td>
+                        : <td class="num credit">+{usd(a.entry.amount)}</td>}
                     </tr>
                   )
                   : (
