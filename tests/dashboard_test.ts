@@ -489,6 +489,33 @@ Deno.test("the owner sets the top-up page's return link and balance display from
     assert.equal(cleared.topUpShowBalance, false, "an unticked box turns the balance off");
   }));
 
+Deno.test("the wallet page shows a refunded top-up taken back and what is still owed", () =>
+  withService(async (s) => {
+    const owner = new OwnerSession(s);
+    await owner.signUp("refunds@example.com");
+    const { appId } = await owner.createApp("Refunded app");
+    const held = await s.wallets.reserve(appId, {
+      amount: 4_000_000,
+      keyId: "key_elsewhere",
+      requestId: "req_held",
+      model: "tollbooth/echo",
+    });
+    assert.ok(held.ok);
+    await s.wallets.debit(appId, {
+      amount: 3_000_000,
+      kind: "refund",
+      reason: "Refund of 3.000000 USD of a Stripe top-up",
+      reference: "pi_1",
+      marker: "r1",
+    });
+    const page = await owner.page(`/dashboard/apps/${appId}/wallet`);
+    assert.match(page, /Top-up refunded/);
+    assert.match(page, /−\$3\.000000/);
+    assert.match(page, /took back \$1\.000000/);
+    assert.match(page, /data-testid="owed"[^]*Owed: <strong>\$2\.000000<\/strong>/);
+    await s.wallets.release(appId, held.reservation.id);
+  }));
+
 Deno.test("the owner sets the app's rate limits from the dashboard and the API enforces them", () =>
   withService(async (s) => {
     const owner = new OwnerSession(s);

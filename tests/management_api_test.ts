@@ -307,6 +307,41 @@ Deno.test("usage report groups by day, model, key and end user, and filters by e
     assert.equal(bad.body.error.param, "group_by");
   }));
 
+Deno.test("the ledger shows refunds and chargebacks negative and a won dispute's reversal positive; the app shows refunded and owed", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    await s.wallets.credit(app.appId, { amount: 2_000_000, kind: "top_up", reason: "Top-up" });
+    const refund = { kind: "refund", reason: "Refund", reference: "pi_1" } as const;
+    await s.wallets.debit(app.appId, { ...refund, amount: 500_000, marker: "r1" });
+    const dispute = { reason: "Dispute", reference: "dp_1" };
+    await s.wallets.debit(app.appId, {
+      ...dispute,
+      kind: "chargeback",
+      amount: 1_500_000,
+      marker: "d1",
+    });
+    await s.wallets.reverseDebit(app.appId, { ...dispute, amount: 1_500_000, marker: "d1_won" });
+    const page = await call(s, o.managementKey, "GET", `/apps/${app.appId}/ledger?limit=10`);
+    assert.equal(page.status, 200);
+    const amounts = Object.fromEntries(
+      page.body.data.map((e: { type: string; amount: string }) => [e.type, e.amount]),
+    );
+    assert.deepEqual(amounts, {
+      starter: "5.000000",
+      top_up: "2.000000",
+      refund: "-0.500000",
+      chargeback: "-1.500000",
+      chargeback_reversed: "1.500000",
+    });
+    const total = Object.values(amounts).reduce((n, a) => n + Math.round(Number(a) * 1e6), 0);
+    assert.equal(total, (await s.wallet(app.appId)).available);
+    const shown = await call(s, o.managementKey, "GET", `/apps/${app.appId}`);
+    assert.equal(shown.body.refunded, "0.500000");
+    assert.equal(shown.body.owed, "0.000000");
+    assert.equal(shown.body.balance, "6.500000");
+  }));
+
 Deno.test("the ledger lists credits and charges newest first, across pages", () =>
   withService(async (s) => {
     const o = await owner(s);

@@ -32,7 +32,9 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
           <code>GET /apps</code>,{" "}
           <code>GET /apps/{"{app_id}"}</code>: balance, amount held by requests in flight (<code>
             reserved
-          </code>), spent, credited, top-up page.
+          </code>), spent, credited, <code>refunded</code>{" "}
+          (taken back for refunded and disputed top-ups), <code>owed</code>{" "}
+          (taken back but already spent: paid from the balance before anything else), top-up page.
         </li>
         <li>
           <code>GET /apps/{"{app_id}"}/keys</code>, <code>POST /apps/{"{app_id}"}/keys</code>{" "}
@@ -62,8 +64,9 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
           field; requests without one form the group <code>null</code>.
         </li>
         <li>
-          <code>GET /apps/{"{app_id}"}/ledger</code>: credits (starter, top-ups, operator credits)
-          and charges, newest first; amounts are signed (charges negative).
+          <code>GET /apps/{"{app_id}"}/ledger</code>: credits (starter, top-ups, operator credits),
+          refunds and chargebacks of top-ups (and chargebacks given back when a dispute is won) and
+          charges, newest first; amounts are signed (charges, refunds and chargebacks negative).
         </li>
       </ul>
 
