@@ -1,4 +1,7 @@
-/** Payments: the hosted top-up page, Stripe Checkout and the webhook that credits a purchase. */
+/**
+ * Payments: the hosted top-up page, Stripe Checkout, and the webhook that credits a purchase and
+ * takes refunded and disputed ones back.
+ */
 export { FormTokens } from "./form_tokens.ts";
 export {
   confirmCheckoutSession,

@@ -16,8 +16,9 @@ function refusal(c: Context<Env>, status: 400 | 503, message: string) {
 
 /**
  * Stripe's webhook: the signature is checked on the raw bytes before anything is parsed; a paid
- * Checkout Session is credited once however often and in whatever order its events arrive. A 2xx
- * tells Stripe to stop; a 5xx (the wallet store failing) makes it retry later.
+ * Checkout Session is credited once, and a refund or dispute of it taken back once, however often
+ * and in whatever order the events arrive. A 2xx tells Stripe to stop; a 5xx (the wallet store
+ * failing) makes it retry later.
  */
 export function stripeWebhook(
   deps: {
