@@ -386,6 +386,24 @@ const refunded = (paymentIntent: string, cents: number, amount = 1_000) =>
     chargeObject({ paymentIntent, amount, amountRefunded: cents }),
   );
 
+/** A request in flight elsewhere holding `amount` of the wallet. */
+async function hold(s: TestService, appId: string, amount: number) {
+  const held = await s.wallets.reserve(appId, {
+    amount,
+    keyId: "key_elsewhere",
+    requestId: "req_held",
+    model: "fake/gpt",
+  });
+  assert.ok(held.ok);
+  return held;
+}
+
+const moneyLeft = (w: { available: number; refunded?: number; owed?: number }) => ({
+  available: w.available,
+  refunded: w.refunded,
+  owed: w.owed,
+});
+
 const sumOf = (ledger: LedgerEntry[], kind: LedgerEntry["kind"]) =>
   ledger.filter((e) => e.kind === kind).reduce((n, e) => n + e.amount, 0);
 
@@ -444,18 +462,12 @@ Deno.test("a refund of credits already held takes what is left, owes the rest, a
     const { appId, apiKey } = await s.newApp();
     const paymentIntent = await topUp(s, appId, 10_000_000);
     // Requests in flight hold all but $1 of the $15.
-    const held = await s.wallets.reserve(appId, {
-      amount: 14_000_000,
-      keyId: "key_elsewhere",
-      requestId: "req_held",
-      model: "fake/gpt",
-    });
-    assert.ok(held.ok);
+    const held = await hold(s, appId, 14_000_000);
     const { body } = await deliver(s, refunded(paymentIntent, 1_000));
     assert.equal(body.outcome, "taken_back");
     let wallet = await s.wallet(appId);
     assert.deepEqual(
-      { available: wallet.available, refunded: wallet.refunded, owed: wallet.owed },
+      moneyLeft(wallet),
       { available: 0, refunded: 1_000_000, owed: 9_000_000 },
     );
     // Nothing can be spent while the debt is not paid.
@@ -469,7 +481,7 @@ Deno.test("a refund of credits already held takes what is left, owes the rest, a
     await s.wallets.release(appId, held.reservation.id);
     wallet = await s.wallet(appId);
     assert.deepEqual(
-      { available: wallet.available, refunded: wallet.refunded, owed: wallet.owed },
+      moneyLeft(wallet),
       { available: 5_000_000, refunded: 10_000_000, owed: 0 },
     );
   }));
@@ -478,13 +490,7 @@ Deno.test("money still owed is taken from the next top-up first", () =>
   withStripe(async (s) => {
     const { appId } = await s.newApp();
     const paymentIntent = await topUp(s, appId, 10_000_000);
-    const held = await s.wallets.reserve(appId, {
-      amount: 15_000_000,
-      keyId: "key_elsewhere",
-      requestId: "req_held",
-      model: "fake/gpt",
-    });
-    assert.ok(held.ok);
+    const held = await hold(s, appId, 15_000_000);
     await deliver(s, refunded(paymentIntent, 1_000));
     // The hold is spent in full: the refunded credits are gone, owed in full.
     await s.wallets.settle(appId, held.reservation.id, {
@@ -503,7 +509,7 @@ Deno.test("money still owed is taken from the next top-up first", () =>
     await topUp(s, appId, 25_000_000);
     const wallet = await s.wallet(appId);
     assert.deepEqual(
-      { available: wallet.available, refunded: wallet.refunded, owed: wallet.owed },
+      moneyLeft(wallet),
       { available: 15_000_000, refunded: 10_000_000, owed: 0 },
     );
   }));

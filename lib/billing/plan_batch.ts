@@ -303,6 +303,8 @@ export function planBatch(input: PlanInput) {
     wallet.owed = owed - take;
     walletChanged = true;
   };
+  /** An answer decided now, delivered once the batch has committed. */
+  const answerWith = <T>(done: Settler<T>, answer: T) => answers.push(() => done.resolve(answer));
   const writeMarker = (marker: string, entryId: string) => {
     markersSeen.add(marker);
     markerChecks.push(marker);
@@ -485,12 +487,7 @@ export function planBatch(input: PlanInput) {
       case "credit": {
         const { marker } = op.input;
         if (marker && markersSeen.has(marker)) {
-          const answer = {
-            credited: false as const,
-            duplicate: true as const,
-            available: wallet.available,
-          };
-          answers.push(() => op.done.resolve(answer));
+          answerWith(op.done, { credited: false, duplicate: true, available: wallet.available });
           break;
         }
         const entry: LedgerEntry = {
@@ -515,12 +512,7 @@ export function planBatch(input: PlanInput) {
       case "debit": {
         const { marker } = op.input;
         if (markersSeen.has(marker)) {
-          const answer = {
-            debited: false as const,
-            duplicate: true as const,
-            available: wallet.available,
-          };
-          answers.push(() => op.done.resolve(answer));
+          answerWith(op.done, { debited: false, duplicate: true, available: wallet.available });
           break;
         }
         const entry = ledgerEntryOf(op.input, op.input.kind, now);
@@ -544,12 +536,7 @@ export function planBatch(input: PlanInput) {
       case "debit_reversal": {
         const { marker } = op.input;
         if (markersSeen.has(marker)) {
-          const answer = {
-            reversed: false as const,
-            duplicate: true as const,
-            available: wallet.available,
-          };
-          answers.push(() => op.done.resolve(answer));
+          answerWith(op.done, { reversed: false, duplicate: true, available: wallet.available });
           break;
         }
         const entry = ledgerEntryOf(op.input, "chargeback_reversed", now);
