@@ -423,13 +423,18 @@ export interface WebhookSettingsRecord {
 export interface WebhookWatchRecord {
   /** The balance was below the threshold when last looked at: the alert is spent until it rises. */
   below: boolean;
-  /** The newest ledger entry already considered for `balance.topped_up` events. */
+  /** The newest ledger entry already considered for the ledger's events (top-ups, refunds…). */
   ledgerSeen: string | null;
   /** The newest ledger entry when the endpoint was set: it and older ones are never announced. */
   announceAfter: string | null;
 }
 
-export type WebhookEventType = "balance.low" | "balance.topped_up" | "webhook.test";
+export type WebhookEventType =
+  | "balance.low"
+  | "balance.topped_up"
+  | "balance.taken_back"
+  | "balance.given_back"
+  | "webhook.test";
 
 export interface WebhookAttempt {
   at: number;

@@ -286,6 +286,56 @@ Deno.test("balance.topped_up fires once per credited top-up, not for top-ups bef
     // A clock that ticks on every reading: ledger entries a millisecond apart, as top-ups are.
   }, { now: ticking() }));
 
+Deno.test("balance.taken_back fires once per refund or chargeback, with what is owed; balance.given_back once per dispute won", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: null,
+    });
+    const a = new WebhookWatcher(s.kv);
+    const b = new WebhookWatcher(s.kv);
+    const refund = await s.wallets.debit(appId, {
+      amount: 7_000_000,
+      kind: "refund",
+      reason: "Refund",
+      reference: "pi_1",
+      marker: "r1",
+    });
+    assert.ok(refund.debited);
+    const dispute = { reason: "Dispute", reference: "dp_1" };
+    await s.wallets.debit(appId, {
+      ...dispute,
+      kind: "chargeback",
+      amount: 1_000_000,
+      marker: "d1",
+    });
+    await s.wallets.reverseDebit(appId, { ...dispute, amount: 1_000_000, marker: "d1_won" });
+    await Promise.all([a.observe(appId), b.observe(appId), a.observe(appId)]);
+    const all = await events(s, appId);
+    const takenBack = all.filter((e) => e.type === "balance.taken_back");
+    assert.equal(takenBack.length, 2);
+    const refunded = takenBack.map((e) => JSON.parse(e.payload).data)
+      .find((d) => d.kind === "refund");
+    assert.deepEqual(
+      { ...refunded, balance: undefined, owed: undefined },
+      {
+        kind: "refund",
+        amount: "7.000000",
+        ledger_entry_id: refund.entry.id,
+        reference: "pi_1",
+        balance: undefined,
+        owed: undefined,
+      },
+    );
+    const wallet = await s.wallet(appId);
+    assert.equal(refunded.owed, "2.000000", "the starter $5 could give only 5 of the 7");
+    assert.equal(wallet.owed, 2_000_000);
+    const givenBack = all.filter((e) => e.type === "balance.given_back");
+    assert.equal(givenBack.length, 1);
+    assert.equal(JSON.parse(givenBack[0].payload).data.kind, "chargeback_reversed");
+  }, { now: ticking() }));
+
 /** Starts after the app's creation (which reads the real clock), then ticks a millisecond a read. */
 function ticking() {
   let t = Date.now() + 60_000;

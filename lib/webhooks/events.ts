@@ -5,8 +5,9 @@
  * Detection (`WebhookWatcher`) never runs inside a paid request: the wallet only nudges it after a
  * commit, and it reads the wallet afresh, so it decides on the newest balance whatever order the
  * nudges come in. Its decisions are one atomic commit guarded by the app's watch record, so any
- * number of processes fire one `balance.low` per crossing and one `balance.topped_up` per top-up
- * (whose event id is derived from the ledger entry). A periodic sweep catches what a crashed
+ * number of processes fire one `balance.low` per crossing, and one event per ledger entry that
+ * owners hear of (a top-up, a refund or chargeback taken back, a chargeback given back), whose
+ * event id is derived from the entry's. A periodic sweep catches what a crashed
  * process nudged but never observed.
  *
  * Delivery (`WebhookDeliverer`): an outbox entry is keyed by the time it is due. A deliverer takes
@@ -29,6 +30,14 @@ import { formatUsd, getManyChunked, ipv4Octets, type Logger, newId } from "@/lib
 import { SIGNATURE_HEADER, signatureHeader } from "./signing.ts";
 import { privateIp } from "./settings.ts";
 
+/** The ledger entries owners hear of, and the event each is announced as. */
+const LEDGER_EVENTS = {
+  top_up: "balance.topped_up",
+  refund: "balance.taken_back",
+  chargeback: "balance.taken_back",
+  chargeback_reversed: "balance.given_back",
+} as const satisfies Partial<Record<LedgerEntry["kind"], WebhookEventType>>;
+
 /**
  * How long an app found without webhooks is not looked at after a commit. Settings saved in this
  * process take effect at once (`forget`); saved by another process, within this long, and the
@@ -36,7 +45,7 @@ import { privateIp } from "./settings.ts";
  */
 const QUIET_MS = 10_000;
 
-/** How far before the newest ledger entry seen the next scan for top-ups starts. */
+/** How far before the newest ledger entry seen the next scan for announced entries starts. */
 const LEDGER_MARGIN_MS = 60_000;
 
 /** The time in an id made by `newId` (prefix, `_`, ten base-36 digits of milliseconds, …). */
@@ -200,7 +209,7 @@ export class WebhookWatcher {
       }
 
       // Ledger ids sort by time only to the millisecond (and another process's clock may lag a
-      // little), so the scan starts a margin before the newest entry seen, and top-ups already
+      // little), so the scan starts a margin before the newest entry seen, and entries already
       // announced are recognised by their event id, which is derived from the entry's.
       let ledgerSeen = watch.value.ledgerSeen;
       const selector = ledgerSeen
@@ -209,29 +218,33 @@ export class WebhookWatcher {
           start: keys.ledgerEntry(appId, idAt("led", timeOfId(ledgerSeen) - LEDGER_MARGIN_MS)),
         }
         : { prefix: keys.ledger(appId) };
-      const topUps: LedgerEntry[] = [];
+      const announcing: LedgerEntry[] = [];
       for await (const e of this.#kv.list<LedgerEntry>(selector, { limit: 200 })) {
         if (ledgerSeen === null || e.value.id > ledgerSeen) ledgerSeen = e.value.id;
         const announced = watch.value.announceAfter;
-        if (e.value.kind === "top_up" && (announced === null || e.value.id > announced)) {
-          topUps.push(e.value);
+        if (e.value.kind in LEDGER_EVENTS && (announced === null || e.value.id > announced)) {
+          announcing.push(e.value);
         }
       }
       const eventIdOf = (entry: LedgerEntry) => `evt_${entry.id.slice(entry.id.indexOf("_") + 1)}`;
       const existing = await getManyChunked(
         this.#kv,
-        topUps.map((entry) => keys.webhookEvent(appId, eventIdOf(entry))),
+        announcing.map((entry) => keys.webhookEvent(appId, eventIdOf(entry))),
       );
-      topUps.forEach((entry, j) => {
+      announcing.forEach((entry, j) => {
         if (existing[j].versionstamp !== null) return;
+        const type = LEDGER_EVENTS[entry.kind as keyof typeof LEDGER_EVENTS];
+        const topUp = type === "balance.topped_up";
         events.push(prepareEvent(
           appId,
-          "balance.topped_up",
+          type,
           {
+            ...(topUp ? {} : { kind: entry.kind }),
             amount: formatUsd(entry.amount),
             ledger_entry_id: entry.id,
             reference: entry.reference,
             balance: formatUsd(wallet.value!.available),
+            ...(topUp ? {} : { owed: formatUsd(wallet.value!.owed ?? 0) }),
           },
           now,
           eventIdOf(entry),

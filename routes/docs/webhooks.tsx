@@ -37,6 +37,18 @@ export function webhooksDocsPage(examples: Examples) {
           <code>balance</code> after it).
         </li>
         <li>
+          <code>balance.taken_back</code>: a top-up was refunded or charged back (<code>kind</code>
+          {" "}
+          <code>refund</code> or <code>chargeback</code>, <code>amount</code>,{" "}
+          <code>reference</code>, <code>ledger_entry_id</code>, <code>balance</code>, and{" "}
+          <code>owed</code>: what had already been spent, taken from the balance before anything
+          else as money comes back).{" "}
+          <code>balance.given_back</code>: a dispute was won and its chargeback given back (<code>
+            kind
+          </code>{" "}
+          <code>chargeback_reversed</code>, the same fields).
+        </li>
+        <li>
           <code>webhook.test</code>: sent by the dashboard's “Send test event” button.
         </li>
       </ul>
