@@ -138,18 +138,12 @@ export interface AppRecord {
   topUpShowBalance?: boolean;
 }
 
-/**
- * What `keys.stripePayment` holds: the credited top-up a PaymentIntent paid for, and the refunds
- * taken back so far. Stripe reports a charge's refunds as a running total; each rise past the
- * highest seen is claimed here first (`from` → `to` cents), then taken from the wallet under its
- * own marker, so a crash between the two is mended by the next delivery.
- */
+/** What `keys.stripePayment` holds: the credited top-up a PaymentIntent paid for. */
 export interface StripePaymentRecord {
   appId: string;
   sessionId: string;
   /** What the payment credited, in micro-USD. */
   amount: Micros;
-  refundClaims: { from: number; to: number }[];
 }
 
 /** What `keys.creditMarker` holds: the ledger entry the marked credit wrote. */
@@ -189,10 +183,11 @@ export interface WalletRecord {
 
 export type CreditKind = "starter" | "top_up" | "operator_credit";
 /**
- * Payments taken back: refunded (by the payee) or charged back (a dispute). `chargeback_reversed`
- * gives back a chargeback whose dispute was won.
+ * Payments taken back: refunded (by the payee) or charged back (a dispute). `refund_reversed` gives
+ * back a refund that failed or was canceled, `chargeback_reversed` a chargeback whose dispute was
+ * won.
  */
-export type DebitKind = "refund" | "chargeback" | "chargeback_reversed";
+export type DebitKind = "refund" | "chargeback" | "refund_reversed" | "chargeback_reversed";
 
 export interface LedgerEntry {
   id: string;

@@ -321,7 +321,12 @@ Deno.test("the ledger shows refunds and chargebacks negative and a won dispute's
       amount: 1_500_000,
       marker: "d1",
     });
-    await s.wallets.reverseDebit(app.appId, { ...dispute, amount: 1_500_000, marker: "d1_won" });
+    await s.wallets.reverseDebit(app.appId, {
+      ...dispute,
+      kind: "chargeback_reversed",
+      amount: 1_500_000,
+      marker: "d1_won",
+    });
     const page = await call(s, o.managementKey, "GET", `/apps/${app.appId}/ledger?limit=10`);
     assert.equal(page.status, 200);
     const amounts = Object.fromEntries(

@@ -183,31 +183,26 @@ export function startFakeStripe() {
 
 let eventCounter = 0;
 
-/** A Charge as Stripe sends it in `charge.refunded` (fields from the API reference). */
-export function chargeObject(
-  input: { paymentIntent: string; amount: number; amountRefunded: number; currency?: string },
+/** A Refund as Stripe sends it in `refund.*` events (fields from the API reference). */
+export function refundObject(
+  input: { id?: string; paymentIntent: string; amount: number; status?: string },
 ): Record<string, unknown> {
-  const id = `ch_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
   return {
-    id,
-    object: "charge",
+    id: input.id ?? `re_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`,
+    object: "refund",
     amount: input.amount,
-    amount_captured: input.amount,
-    amount_refunded: input.amountRefunded,
-    balance_transaction: `txn_${id.slice(3)}`,
-    captured: true,
+    balance_transaction: null,
+    charge: `ch_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`,
     created: Math.floor(Date.now() / 1000),
-    currency: input.currency ?? "usd",
-    customer: null,
-    description: "Credits",
-    disputed: false,
-    livemode: false,
+    currency: "usd",
+    destination_details: { card: { type: "refund" }, type: "card" },
     metadata: {},
-    paid: true,
     payment_intent: input.paymentIntent,
-    payment_method: `pm_${id.slice(3)}`,
-    refunded: input.amountRefunded === input.amount,
-    status: "succeeded",
+    reason: "requested_by_customer",
+    receipt_number: null,
+    source_transfer_reversal: null,
+    status: input.status ?? "succeeded",
+    transfer_reversal: null,
   };
 }
 

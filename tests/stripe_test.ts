@@ -3,12 +3,12 @@ import { loadConfig } from "@/lib/core/mod.ts";
 import { createStripeClient } from "@/lib/payments/mod.ts";
 import { ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
-import { keys, type LedgerEntry, type StripePaymentRecord } from "@/lib/db.ts";
+import type { LedgerEntry } from "@/lib/db.ts";
 import {
-  chargeObject,
   checkoutSessionObject,
   disputeObject,
   eventPayload,
+  refundObject,
   signPayload,
   startFakeStripe,
   STRIPE_ENV,
@@ -380,10 +380,15 @@ async function topUp(s: TestService, appId: string, amountMicros: number): Promi
   return session.payment_intent as string;
 }
 
-const refunded = (paymentIntent: string, cents: number, amount = 1_000) =>
+/** A refund event; `id` names the refund (one per refund, as Stripe's). */
+const refunded = (
+  paymentIntent: string,
+  cents: number,
+  options: { id?: string; type?: string; status?: string } = {},
+) =>
   eventPayload(
-    "charge.refunded",
-    chargeObject({ paymentIntent, amount, amountRefunded: cents }),
+    options.type ?? "refund.created",
+    refundObject({ id: options.id, paymentIntent, amount: cents, status: options.status }),
   );
 
 /** A request in flight elsewhere holding `amount` of the wallet. */
@@ -431,30 +436,69 @@ Deno.test("a refunded top-up is taken back from the balance once, however often 
     assert.equal(ledger.filter((e) => e.kind === "refund").length, 1);
   }));
 
-Deno.test("partial refunds are taken back as the charge's refunded total rises, whatever order they arrive in", () =>
+Deno.test("each partial refund is taken back once, and never more than the payment credited", () =>
   withStripe(async (s) => {
     const { appId } = await s.newApp();
     const paymentIntent = await topUp(s, appId, 10_000_000);
-    // $7 refunded in total, delivered before the earlier $3 total it includes.
-    assert.equal((await deliver(s, refunded(paymentIntent, 700))).body.outcome, "taken_back");
-    assert.equal(
-      (await deliver(s, refunded(paymentIntent, 300))).body.outcome,
-      "already_taken_back",
-    );
-    assert.equal((await s.wallet(appId)).available, 8_000_000);
-    assert.equal((await deliver(s, refunded(paymentIntent, 1_000))).body.outcome, "taken_back");
-    // A total above what was paid is held to the payment.
-    assert.equal(
-      (await deliver(s, refunded(paymentIntent, 5_000, 5_000))).body.outcome,
-      "already_taken_back",
-    );
+    const first = refunded(paymentIntent, 300, { id: "re_first" });
+    assert.equal((await deliver(s, first)).body.outcome, "taken_back");
+    const second = refunded(paymentIntent, 700, { id: "re_second", status: "pending" });
+    assert.equal((await deliver(s, second)).body.outcome, "taken_back");
+    // Its later updates and replays take nothing more.
+    for (
+      const payload of [
+        first,
+        refunded(paymentIntent, 700, { id: "re_second", type: "refund.updated" }),
+      ]
+    ) {
+      assert.equal((await deliver(s, payload)).body.outcome, "already_taken_back");
+    }
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+    // A refund claiming more than its payment is held to what that payment credited.
+    const other = await topUp(s, appId, 10_000_000);
+    const large = refunded(other, 5_000, { id: "re_large" });
+    assert.equal((await deliver(s, large)).body.outcome, "taken_back");
     const { wallet, ledger } = await moneyState(s, appId);
     assert.equal(wallet.available, 5_000_000);
-    assert.equal(wallet.refunded, 10_000_000);
+    assert.equal(wallet.refunded, 20_000_000);
+    assert.equal(wallet.owed, 0);
     assert.deepEqual(
-      ledger.filter((e) => e.kind === "refund").map((e) => e.amount).sort(),
-      [3_000_000, 7_000_000],
+      ledger.filter((e) => e.kind === "refund").map((e) => e.amount).sort((a, b) => a - b),
+      [3_000_000, 7_000_000, 10_000_000],
     );
+  }));
+
+Deno.test("a refund that fails or is canceled gives back what it took, whatever order its events arrive in", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    // The failure arrives first: the refund is taken and given back at once.
+    const failed = refunded(paymentIntent, 400, {
+      id: "re_failed",
+      type: "refund.failed",
+      status: "failed",
+    });
+    assert.equal((await deliver(s, failed)).body.outcome, "given_back");
+    assert.equal(
+      (await deliver(s, refunded(paymentIntent, 400, { id: "re_failed", status: "pending" })))
+        .body.outcome,
+      "already_taken_back",
+    );
+    // In order this time: created, then canceled.
+    await deliver(s, refunded(paymentIntent, 600, { id: "re_canceled", status: "pending" }));
+    assert.equal((await s.wallet(appId)).available, 9_000_000);
+    const canceled = refunded(paymentIntent, 600, {
+      id: "re_canceled",
+      type: "refund.updated",
+      status: "canceled",
+    });
+    assert.equal((await deliver(s, canceled)).body.outcome, "given_back");
+    assert.equal((await deliver(s, canceled)).body.outcome, "already_taken_back");
+    const { wallet, ledger } = await moneyState(s, appId);
+    assert.equal(wallet.available, 15_000_000);
+    assert.equal(wallet.refunded, 0);
+    assert.equal(sumOf(ledger, "refund"), 10_000_000);
+    assert.equal(sumOf(ledger, "refund_reversed"), 10_000_000);
   }));
 
 Deno.test("a refund of credits already held takes what is left, owes the rest, and takes it before anything else is reserved", () =>
@@ -597,7 +641,7 @@ Deno.test("a refund or dispute of a payment that is not one of our top-ups is ac
     assert.equal(s.logs.filter((l) => l.event === "stripe_reversal_unmatched").length, 2);
   }));
 
-Deno.test("two processes on one database receiving rising refund totals concurrently take each part once", async () => {
+Deno.test("two processes on one database receiving the same refunds concurrently take each once", async () => {
   const dir = await Deno.makeTempDir();
   const kvPath = `${dir}/kv.sqlite3`;
   const fake = startFakeStripe();
@@ -607,9 +651,11 @@ Deno.test("two processes on one database receiving rising refund totals concurre
   try {
     const { appId } = await one.newApp();
     const paymentIntent = await topUp(one, appId, 10_000_000);
-    const payloads = [200, 500, 500, 900, 1_000].map((cents) => refunded(paymentIntent, cents));
+    const payloads = [100, 200, 300, 400].map((cents, i) =>
+      refunded(paymentIntent, cents, { id: `re_${i}` })
+    );
     const results = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => deliver(i % 2 ? one : two, payloads[i % 5])),
+      Array.from({ length: 40 }, (_, i) => deliver(i % 2 ? one : two, payloads[i % 4])),
     );
     assert.ok(results.every((r) => r.status === 200));
     const wallet = await one.wallet(appId);
@@ -624,21 +670,3 @@ Deno.test("two processes on one database receiving rising refund totals concurre
     await Deno.remove(dir, { recursive: true });
   }
 });
-
-Deno.test("a refund claimed but not taken (a crash between the two) is taken by the next delivery", () =>
-  withStripe(async (s) => {
-    const { appId } = await s.newApp();
-    const paymentIntent = await topUp(s, appId, 10_000_000);
-    // What a process leaves when it dies after claiming the $4 and before debiting it.
-    const key = keys.stripePayment(paymentIntent);
-    const record = (await s.kv.get<StripePaymentRecord>(key)).value!;
-    await s.kv.set(key, { ...record, refundClaims: [{ from: 0, to: 400 }] });
-    assert.equal((await s.wallet(appId)).available, 15_000_000);
-    // Stripe delivers the same total again: nothing new to claim, but the claim is taken.
-    assert.equal((await deliver(s, refunded(paymentIntent, 400))).body.outcome, "taken_back");
-    assert.equal((await s.wallet(appId)).available, 11_000_000);
-    assert.equal(
-      (await deliver(s, refunded(paymentIntent, 400))).body.outcome,
-      "already_taken_back",
-    );
-  }));

@@ -310,7 +310,12 @@ Deno.test("balance.taken_back fires once per refund or chargeback, with what is 
       amount: 1_000_000,
       marker: "d1",
     });
-    await s.wallets.reverseDebit(appId, { ...dispute, amount: 1_000_000, marker: "d1_won" });
+    await s.wallets.reverseDebit(appId, {
+      ...dispute,
+      kind: "chargeback_reversed",
+      amount: 1_000_000,
+      marker: "d1_won",
+    });
     await Promise.all([a.observe(appId), b.observe(appId), a.observe(appId)]);
     const all = await events(s, appId);
     const takenBack = all.filter((e) => e.type === "balance.taken_back");

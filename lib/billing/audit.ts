@@ -146,7 +146,7 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
     // A reversal gives back what a chargeback took: the ledger's net matches refunded + owed.
     expect(
       "refund and chargeback ledger vs refunded + owed",
-      sum(takenBack, (l) => l.kind === "chargeback_reversed" ? -l.amount : l.amount),
+      sum(takenBack, (l) => l.kind.endsWith("_reversed") ? -l.amount : l.amount),
       refunded + owed,
     );
     expect(
@@ -195,8 +195,13 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
   }
 }
 
-/** The ledger kinds that take a payment back, or give a chargeback back: not credits. */
-const TAKEN_BACK = new Set<LedgerEntry["kind"]>(["refund", "chargeback", "chargeback_reversed"]);
+/** The ledger kinds that take a payment back, or give it back again: not credits. */
+const TAKEN_BACK = new Set<LedgerEntry["kind"]>([
+  "refund",
+  "chargeback",
+  "refund_reversed",
+  "chargeback_reversed",
+]);
 
 async function entries<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<Deno.KvEntry<T>[]> {
   const out: Deno.KvEntry<T>[] = [];

@@ -61,7 +61,7 @@ export type Op =
   | { kind: "credit"; input: CreditInput; done: Settler<CreditResult> }
   /** Takes a refunded or disputed payment back: what is available, the rest owed. */
   | { kind: "debit"; input: DebitInput; done: Settler<DebitResult> }
-  /** Gives a won dispute's chargeback back: what is owed of it forgiven first. */
+  /** Gives back what a debit took (a refund failed, a dispute won): what is owed forgiven first. */
   | { kind: "debit_reversal"; input: DebitReversalInput; done: Settler<DebitReversalResult> }
   /** Moves money (and a block of the rate window) into a process's slice, creating or growing it. */
   | { kind: "slice_grant"; grant: SliceGrantInput; done: Settler<SliceGrantResult> }
@@ -539,7 +539,7 @@ export function planBatch(input: PlanInput) {
           answerWith(op.done, { reversed: false, duplicate: true, available: wallet.available });
           break;
         }
-        const entry = ledgerEntryOf(op.input, "chargeback_reversed", now);
+        const entry = ledgerEntryOf(op.input, op.input.kind, now);
         const forgiven = Math.min(entry.amount, wallet.owed ?? 0);
         // Never more than was taken: a reversal without its chargeback gives nothing back.
         const returned = Math.min(entry.amount - forgiven, wallet.refunded ?? 0);

@@ -121,7 +121,13 @@ function reversal(amount: number, marker: string) {
   const done = new Answer<DebitReversalResult>();
   const op: Op = {
     kind: "debit_reversal",
-    input: { amount, reason: "Dispute won", reference: "dp_1", marker },
+    input: {
+      amount,
+      kind: "chargeback_reversed",
+      reason: "Dispute won",
+      reference: "dp_1",
+      marker,
+    },
     done,
   };
   return { op, done };

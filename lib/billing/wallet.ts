@@ -438,7 +438,7 @@ export class Wallets {
     return this.#enqueue(appId, (done) => ({ kind: "debit", input, done }));
   }
 
-  /** Gives a won dispute's chargeback back, once per marker (see DebitReversalInput). */
+  /** Gives back what a debit took, once per marker (see DebitReversalInput). */
   reverseDebit(appId: string, input: DebitReversalInput): Promise<DebitReversalResult> {
     assertAmount(input.amount);
     if (input.amount === 0) throw new RangeError("a reversal must be positive");

@@ -109,11 +109,12 @@ export type DebitResult =
   | { debited: false; duplicate: true; available: Micros };
 
 /**
- * Gives back what a chargeback took when its dispute is won: what is still owed of it is forgiven
- * first, the rest returns to the available balance.
+ * Gives back what a debit took when it is undone (a refund failed or canceled, a dispute won):
+ * what is still owed of it is forgiven first, the rest returns to the available balance.
  */
 export interface DebitReversalInput {
   amount: Micros;
+  kind: "refund_reversed" | "chargeback_reversed";
   reason: string;
   reference: string;
   marker: string;

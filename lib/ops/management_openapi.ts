@@ -430,6 +430,7 @@ export function managementOpenApi(
             "operator_credit",
             "refund",
             "chargeback",
+            "refund_reversed",
             "chargeback_reversed",
             "charge",
           ],
@@ -437,7 +438,7 @@ export function managementOpenApi(
         amount: {
           ...MONEY,
           description:
-            "USD; credits and chargebacks given back positive, charges, refunds and chargebacks negative.",
+            "USD; credits, and refunds and chargebacks given back, positive; charges, refunds and chargebacks negative.",
         },
         reason: { type: ["string", "null"] },
         reference: {

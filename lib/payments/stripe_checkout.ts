@@ -16,6 +16,7 @@ import {
 import { WalletNotFoundError, type Wallets } from "@/lib/billing/mod.ts";
 import {
   DISPUTE_EVENTS,
+  REFUND_EVENTS,
   rememberStripePayment,
   type ReversalOutcome,
   takeBackDispute,
@@ -185,8 +186,8 @@ export async function handleStripeEvent(
   event: Stripe.Event,
 ): Promise<FulfilOutcome | ReversalOutcome | { status: "ignored" }> {
   const object = event.data.object as { object?: string };
-  if (event.type === "charge.refunded" && object.object === "charge") {
-    return await takeBackRefund(deps, event, object as Stripe.Charge);
+  if (REFUND_EVENTS.has(event.type) && object.object === "refund") {
+    return await takeBackRefund(deps, event, object as Stripe.Refund);
   }
   if (DISPUTE_EVENTS.has(event.type) && object.object === "dispute") {
     return await takeBackDispute(deps, event, object as Stripe.Dispute);

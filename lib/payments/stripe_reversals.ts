@@ -4,14 +4,14 @@
  * (already spent, or held by requests in flight) is owed and taken as money comes back to it.
  *
  * Each event may arrive late, twice, concurrently or out of order; every step is keyed by a marker
- * the wallet writes once, so replays change nothing and a later event mends an earlier step a
- * crash cut short.
+ * the wallet writes once (the refund's or dispute's id), so replays change nothing, and a step
+ * that undoes another (a failed refund, a won dispute) first makes sure what it undoes was done.
  */
 import type Stripe from "stripe";
 import { keys, type StripePaymentRecord } from "@/lib/db.ts";
 import { formatUsd, type Logger, type Micros } from "@/lib/core/mod.ts";
 import { WalletNotFoundError, type Wallets } from "@/lib/billing/mod.ts";
-import { centsToMicros, microsToCents } from "./top_up.ts";
+import { centsToMicros } from "./top_up.ts";
 
 interface Deps {
   kv: Deno.Kv;
@@ -34,7 +34,7 @@ export async function rememberStripePayment(
   paymentIntentId: string,
   payment: { appId: string; sessionId: string; amount: Micros },
 ): Promise<void> {
-  const record: StripePaymentRecord = { ...payment, refundClaims: [] };
+  const record: StripePaymentRecord = payment;
   await kv.atomic()
     .check({ key: keys.stripePayment(paymentIntentId), versionstamp: null })
     .set(keys.stripePayment(paymentIntentId), record)
@@ -62,67 +62,61 @@ async function paymentOf(deps: Deps, paymentIntentId: string | null, event: Stri
 }
 
 /**
- * `charge.refunded`: Stripe gives the charge's refunds as a running total. A rise past the highest
- * total seen is first claimed on the payment's record (one commit, so concurrent deliveries claim
- * it once), then every claim is taken under its own marker: a claim whose debit a crash cut off is
- * taken by the next delivery of any refund event of the payment.
+ * The refund events (one Refund object each, sent for every refund since API version
+ * 2024-10-28.acacia). A refund's amount is taken back once whatever its status, and given back
+ * once if it failed or was canceled: any order of its events ends in the same ledger.
  */
+export const REFUND_EVENTS = new Set(["refund.created", "refund.updated", "refund.failed"]);
+
+const UNDONE_REFUND = new Set(["failed", "canceled"]);
+
 export async function takeBackRefund(
   deps: Deps,
   event: Stripe.Event,
-  charge: Stripe.Charge,
+  refund: Stripe.Refund,
 ): Promise<ReversalOutcome> {
-  const paymentIntentId = idOf(charge.payment_intent);
+  const paymentIntentId = idOf(refund.payment_intent);
   const entry = await paymentOf(deps, paymentIntentId, event);
   if (!entry || !paymentIntentId) return { status: "unmatched" };
-  let current: Deno.KvEntryMaybe<StripePaymentRecord> = entry;
-  let payment = entry.value!;
-  // Never more than the payment credited, whatever the charge says.
-  const total = Math.min(charge.amount_refunded, microsToCents(payment.amount));
-  for (;;) {
-    const highest = Math.max(0, ...payment.refundClaims.map((c) => c.to));
-    if (total <= highest) break;
-    const claimed: StripePaymentRecord = {
-      ...payment,
-      refundClaims: [...payment.refundClaims, { from: highest, to: total }],
-    };
-    const committed = await deps.kv.atomic()
-      .check(current)
-      .set(keys.stripePayment(paymentIntentId), claimed)
-      .commit();
-    if (committed.ok) {
-      payment = claimed;
-      break;
-    }
-    // Another delivery claimed first; the record is never deleted, so it is still there.
-    current = await deps.kv.get<StripePaymentRecord>(keys.stripePayment(paymentIntentId));
-    payment = current.value!;
-  }
-  let taken = 0;
-  let owed = 0;
-  for (const claim of payment.refundClaims) {
-    const amount = centsToMicros(claim.to - claim.from);
-    const result = await debit(deps, payment.appId, {
+  const payment = entry.value!;
+  // Never more than the payment credited, whatever the refund says.
+  const amount = Math.min(centsToMicros(refund.amount), payment.amount);
+  const taken = await debit(deps, payment.appId, {
+    amount,
+    kind: "refund",
+    reason: `Refund of ${formatUsd(amount)} USD of a Stripe top-up`,
+    reference: refund.id,
+    marker: `stripe_refund:${refund.id}`,
+  });
+  if (taken === null) return { status: "unmatched" };
+  if (UNDONE_REFUND.has(refund.status ?? "")) {
+    const back = await deps.wallets.reverseDebit(payment.appId, {
       amount,
-      kind: "refund",
-      reason: `Refund of ${formatUsd(amount)} USD of a Stripe top-up`,
-      reference: paymentIntentId,
-      marker: `stripe_refund:${paymentIntentId}:${claim.to}`,
+      kind: "refund_reversed",
+      reason: `The refund of ${formatUsd(amount)} USD ${refund.status}: given back`,
+      reference: refund.id,
+      marker: `stripe_refund_undone:${refund.id}`,
     });
-    if (result?.debited) {
-      taken += amount;
-      owed = result.owed;
-    }
+    if (!back.reversed) return { status: "already_taken_back", appId: payment.appId };
+    deps.log({
+      event: "top_up_refund_undone",
+      appId: payment.appId,
+      refund: refund.id,
+      status: refund.status,
+      amount: formatUsd(back.entry.amount),
+    });
+    return { status: "given_back", appId: payment.appId, amount: back.entry.amount };
   }
-  if (taken === 0) return { status: "already_taken_back", appId: payment.appId };
+  if (!taken.debited) return { status: "already_taken_back", appId: payment.appId };
   deps.log({
     event: "top_up_refunded",
     appId: payment.appId,
+    refund: refund.id,
     paymentIntent: paymentIntentId,
-    amount: formatUsd(taken),
-    owed: formatUsd(owed),
+    amount: formatUsd(amount),
+    owed: formatUsd(taken.owed),
   });
-  return { status: "taken_back", appId: payment.appId, amount: taken, owed };
+  return { status: "taken_back", appId: payment.appId, amount, owed: taken.owed };
 }
 
 /** The dispute events that move money: Stripe withdraws the amount, and reinstates it if won. */
@@ -160,6 +154,7 @@ export async function takeBackDispute(
   if (won) {
     const back = await deps.wallets.reverseDebit(payment.appId, {
       amount,
+      kind: "chargeback_reversed",
       reason: `Dispute won: the chargeback of ${formatUsd(amount)} USD is given back`,
       reference: dispute.id,
       marker: `stripe_dispute_won:${dispute.id}`,

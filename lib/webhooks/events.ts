@@ -35,6 +35,7 @@ const LEDGER_EVENTS = {
   top_up: "balance.topped_up",
   refund: "balance.taken_back",
   chargeback: "balance.taken_back",
+  refund_reversed: "balance.given_back",
   chargeback_reversed: "balance.given_back",
 } as const satisfies Partial<Record<LedgerEntry["kind"], WebhookEventType>>;
 

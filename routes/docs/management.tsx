@@ -65,8 +65,9 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
         </li>
         <li>
           <code>GET /apps/{"{app_id}"}/ledger</code>: credits (starter, top-ups, operator credits),
-          refunds and chargebacks of top-ups (and chargebacks given back when a dispute is won) and
-          charges, newest first; amounts are signed (charges, refunds and chargebacks negative).
+          refunds and chargebacks of top-ups (and given back when a refund fails or a dispute is
+          won) and charges, newest first; amounts are signed (charges, refunds and chargebacks
+          negative).
         </li>
       </ul>
 

@@ -43,9 +43,8 @@ export function webhooksDocsPage(examples: Examples) {
           <code>reference</code>, <code>ledger_entry_id</code>, <code>balance</code>, and{" "}
           <code>owed</code>: what had already been spent, taken from the balance before anything
           else as money comes back).{" "}
-          <code>balance.given_back</code>: a dispute was won and its chargeback given back (<code>
-            kind
-          </code>{" "}
+          <code>balance.given_back</code>: a refund failed or was canceled, or a dispute was won,
+          and what it took was given back (<code>kind</code> <code>refund_reversed</code> or{" "}
           <code>chargeback_reversed</code>, the same fields).
         </li>
         <li>

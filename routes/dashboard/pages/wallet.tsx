@@ -12,6 +12,7 @@ const CREDIT_LABELS = {
   operator_credit: "Credit from Tollbooth",
   refund: "Top-up refunded",
   chargeback: "Top-up disputed (chargeback)",
+  refund_reversed: "Refund failed: given back",
   chargeback_reversed: "Dispute won: chargeback given back",
 };
 
