@@ -346,14 +346,30 @@ Deno.test("the free test checkout cannot be switched on where Stripe is configur
   );
 });
 
-Deno.test("two processes on one database receiving the same event concurrently credit once", async () => {
+/** Two services on one KV database, as two processes of one deployment; the audit after. */
+async function withTwoProcesses(fn: (one: TestService, two: TestService) => Promise<void>) {
   const dir = await Deno.makeTempDir();
-  const kvPath = `${dir}/kv.sqlite3`;
   const fake = startFakeStripe();
-  const options = { env: STRIPE_ENV, payments: { stripe: fake.stripe }, kvPath };
+  const options = {
+    env: STRIPE_ENV,
+    payments: { stripe: fake.stripe },
+    kvPath: `${dir}/kv.sqlite3`,
+  };
   const one = await startService(options);
   const two = await startService(options);
   try {
+    await fn(one, two);
+    await assertAuditClean(one.kv);
+  } finally {
+    await one.close();
+    await two.close();
+    await fake.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("two processes on one database receiving the same event concurrently credit once", () =>
+  withTwoProcesses(async (one, two) => {
     const { appId } = await one.newApp();
     const payload = eventPayload("checkout.session.completed", paidSession(appId, 5_000_000));
     const signature = await signPayload(payload);
@@ -363,14 +379,7 @@ Deno.test("two processes on one database receiving the same event concurrently c
     assert.ok(results.every((r) => r.status === 200));
     assert.equal(results.filter((r) => r.body.outcome === "credited").length, 1);
     assert.equal((await one.wallet(appId)).available, 10_000_000);
-    await assertAuditClean(one.kv);
-  } finally {
-    await one.close();
-    await two.close();
-    await fake.close();
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  }));
 
 /** A paid top-up delivered by its webhook; its PaymentIntent, which refunds and disputes name. */
 async function topUp(s: TestService, appId: string, amountMicros: number): Promise<string> {
@@ -403,11 +412,38 @@ async function hold(s: TestService, appId: string, amount: number) {
   return held;
 }
 
-const moneyLeft = (w: { available: number; refunded?: number; owed?: number }) => ({
-  available: w.available,
-  refunded: w.refunded,
-  owed: w.owed,
-});
+async function assertMoneyLeft(
+  s: TestService,
+  appId: string,
+  expected: { available: number; refunded: number; owed: number },
+) {
+  const { available, refunded, owed } = await s.wallet(appId);
+  assert.deepEqual({ available, refunded, owed }, expected);
+}
+
+/** A new app's $10 top-up refunded while `holding` of its $15 is held by a request in flight. */
+async function refundWhileHeld(s: TestService, holding: number) {
+  const { appId, apiKey } = await s.newApp();
+  const paymentIntent = await topUp(s, appId, 10_000_000);
+  const held = await hold(s, appId, holding);
+  const { body } = await deliver(s, refunded(paymentIntent, 1_000));
+  assert.equal(body.outcome, "taken_back");
+  return { appId, apiKey, held };
+}
+
+/** What was taken back was all given back: the $15 as before, both sides in the ledger. */
+async function assertAllGivenBack(
+  s: TestService,
+  appId: string,
+  kind: "refund" | "chargeback",
+  amount: number,
+) {
+  const { wallet, ledger } = await moneyState(s, appId);
+  assert.equal(wallet.available, 15_000_000);
+  assert.equal(wallet.refunded, 0);
+  assert.equal(sumOf(ledger, kind), amount);
+  assert.equal(sumOf(ledger, `${kind}_reversed`), amount);
+}
 
 const sumOf = (ledger: LedgerEntry[], kind: LedgerEntry["kind"]) =>
   ledger.filter((e) => e.kind === kind).reduce((n, e) => n + e.amount, 0);
@@ -494,26 +530,14 @@ Deno.test("a refund that fails or is canceled gives back what it took, whatever 
     });
     assert.equal((await deliver(s, canceled)).body.outcome, "given_back");
     assert.equal((await deliver(s, canceled)).body.outcome, "already_taken_back");
-    const { wallet, ledger } = await moneyState(s, appId);
-    assert.equal(wallet.available, 15_000_000);
-    assert.equal(wallet.refunded, 0);
-    assert.equal(sumOf(ledger, "refund"), 10_000_000);
-    assert.equal(sumOf(ledger, "refund_reversed"), 10_000_000);
+    await assertAllGivenBack(s, appId, "refund", 10_000_000);
   }));
 
 Deno.test("a refund of credits already held takes what is left, owes the rest, and takes it before anything else is reserved", () =>
   withStripe(async (s) => {
-    const { appId, apiKey } = await s.newApp();
-    const paymentIntent = await topUp(s, appId, 10_000_000);
     // Requests in flight hold all but $1 of the $15.
-    const held = await hold(s, appId, 14_000_000);
-    const { body } = await deliver(s, refunded(paymentIntent, 1_000));
-    assert.equal(body.outcome, "taken_back");
-    let wallet = await s.wallet(appId);
-    assert.deepEqual(
-      moneyLeft(wallet),
-      { available: 0, refunded: 1_000_000, owed: 9_000_000 },
-    );
+    const { appId, apiKey, held } = await refundWhileHeld(s, 14_000_000);
+    await assertMoneyLeft(s, appId, { available: 0, refunded: 1_000_000, owed: 9_000_000 });
     // Nothing can be spent while the debt is not paid.
     const refused = await s.chat(apiKey, {
       model: "tollbooth/echo",
@@ -523,19 +547,12 @@ Deno.test("a refund of credits already held takes what is left, owes the rest, a
     await refused.body?.cancel();
     // The hold ends unspent: the debt is paid from it first.
     await s.wallets.release(appId, held.reservation.id);
-    wallet = await s.wallet(appId);
-    assert.deepEqual(
-      moneyLeft(wallet),
-      { available: 5_000_000, refunded: 10_000_000, owed: 0 },
-    );
+    await assertMoneyLeft(s, appId, { available: 5_000_000, refunded: 10_000_000, owed: 0 });
   }));
 
 Deno.test("money still owed is taken from the next top-up first", () =>
   withStripe(async (s) => {
-    const { appId } = await s.newApp();
-    const paymentIntent = await topUp(s, appId, 10_000_000);
-    const held = await hold(s, appId, 15_000_000);
-    await deliver(s, refunded(paymentIntent, 1_000));
+    const { appId, held } = await refundWhileHeld(s, 15_000_000);
     // The hold is spent in full: the refunded credits are gone, owed in full.
     await s.wallets.settle(appId, held.reservation.id, {
       requestId: "req_held",
@@ -551,11 +568,7 @@ Deno.test("money still owed is taken from the next top-up first", () =>
     });
     assert.equal((await s.wallet(appId)).owed, 10_000_000);
     await topUp(s, appId, 25_000_000);
-    const wallet = await s.wallet(appId);
-    assert.deepEqual(
-      moneyLeft(wallet),
-      { available: 15_000_000, refunded: 10_000_000, owed: 0 },
-    );
+    await assertMoneyLeft(s, appId, { available: 15_000_000, refunded: 10_000_000, owed: 0 });
   }));
 
 Deno.test("a disputed top-up is charged back once, and given back once if the dispute is won, in any order", () =>
@@ -577,11 +590,7 @@ Deno.test("a disputed top-up is charged back once, and given back once if the di
     ) {
       assert.equal((await deliver(s, payload)).body.outcome, "already_taken_back");
     }
-    const { wallet, ledger } = await moneyState(s, appId);
-    assert.equal(wallet.available, 15_000_000);
-    assert.equal(wallet.refunded, 0);
-    assert.equal(sumOf(ledger, "chargeback"), 10_000_000);
-    assert.equal(sumOf(ledger, "chargeback_reversed"), 10_000_000);
+    await assertAllGivenBack(s, appId, "chargeback", 10_000_000);
   }));
 
 Deno.test("a dispute lost keeps its chargeback; an inquiry moves no money and takes nothing", () =>
@@ -641,14 +650,8 @@ Deno.test("a refund or dispute of a payment that is not one of our top-ups is ac
     assert.equal(s.logs.filter((l) => l.event === "stripe_reversal_unmatched").length, 2);
   }));
 
-Deno.test("two processes on one database receiving the same refunds concurrently take each once", async () => {
-  const dir = await Deno.makeTempDir();
-  const kvPath = `${dir}/kv.sqlite3`;
-  const fake = startFakeStripe();
-  const options = { env: STRIPE_ENV, payments: { stripe: fake.stripe }, kvPath };
-  const one = await startService(options);
-  const two = await startService(options);
-  try {
+Deno.test("two processes on one database receiving the same refunds concurrently take each once", () =>
+  withTwoProcesses(async (one, two) => {
     const { appId } = await one.newApp();
     const paymentIntent = await topUp(one, appId, 10_000_000);
     const payloads = [100, 200, 300, 400].map((cents, i) =>
@@ -662,11 +665,4 @@ Deno.test("two processes on one database receiving the same refunds concurrently
     assert.equal(wallet.available, 5_000_000);
     assert.equal(wallet.refunded, 10_000_000);
     assert.equal(sumOf(await ledgerOf(one, appId), "refund"), 10_000_000);
-    await assertAuditClean(one.kv);
-  } finally {
-    await one.close();
-    await two.close();
-    await fake.close();
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  }));

@@ -523,14 +523,13 @@ export function planBatch(input: PlanInput) {
         wallet.owed = (wallet.owed ?? 0) + entry.amount - taken;
         writeMarker(marker, entry.id);
         writes.push((a) => a.set(keys.ledgerEntry(appId, entry.id), entry));
-        const answer = {
-          debited: true as const,
+        answerWith(op.done, {
+          debited: true,
           entry,
           taken,
           owed: wallet.owed,
           available: wallet.available,
-        };
-        answers.push(() => op.done.resolve(answer));
+        });
         break;
       }
       case "debit_reversal": {
@@ -541,7 +540,7 @@ export function planBatch(input: PlanInput) {
         }
         const entry = ledgerEntryOf(op.input, op.input.kind, now);
         const forgiven = Math.min(entry.amount, wallet.owed ?? 0);
-        // Never more than was taken: a reversal without its chargeback gives nothing back.
+        // Never more than was taken: a reversal without its debit gives nothing back.
         const returned = Math.min(entry.amount - forgiven, wallet.refunded ?? 0);
         const given = { ...entry, amount: forgiven + returned };
         wallet.owed = (wallet.owed ?? 0) - forgiven;
@@ -549,13 +548,12 @@ export function planBatch(input: PlanInput) {
         wallet.available += returned;
         writeMarker(marker, entry.id);
         writes.push((a) => a.set(keys.ledgerEntry(appId, given.id), given));
-        const answer = {
-          reversed: true as const,
+        answerWith(op.done, {
+          reversed: true,
           entry: given,
           available: wallet.available,
           owed: wallet.owed,
-        };
-        answers.push(() => op.done.resolve(answer));
+        });
         break;
       }
       case "slice_grant": {
