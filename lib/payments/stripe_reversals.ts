@@ -34,10 +34,9 @@ export async function rememberStripePayment(
   paymentIntentId: string,
   payment: { appId: string; sessionId: string; amount: Micros },
 ): Promise<void> {
-  const record: StripePaymentRecord = payment;
   await kv.atomic()
     .check({ key: keys.stripePayment(paymentIntentId), versionstamp: null })
-    .set(keys.stripePayment(paymentIntentId), record)
+    .set(keys.stripePayment(paymentIntentId), payment satisfies StripePaymentRecord)
     .commit();
 }
 
