@@ -9,7 +9,7 @@ import { createProviders } from "@/lib/gateway/providers/mod.ts";
 import { type CommitLocks, Wallets } from "@/lib/billing/mod.ts";
 import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import { WebhookDeliverer, WebhookWatcher } from "@/lib/webhooks/mod.ts";
-import { idempotency } from "@/routes/idempotency.ts";
+import { apiKeyScope, idempotency } from "@/routes/idempotency.ts";
 import { rateLimitHeaders } from "./routes/rate_limit_headers.ts";
 import { errorsPage } from "@/routes/docs/errors.tsx";
 import { endpointsPage } from "@/routes/docs/endpoints.tsx";
@@ -121,9 +121,9 @@ export function createApp(deps: AppDeps) {
     maxBodyBytes: config.idempotencyReplayMaxBytes,
     now,
   });
-  /** Idempotency-Key on a paid POST: keys are private to the calling app. */
+  /** Idempotency-Key on a paid POST: keys are private to the calling API key. */
   const paidIdempotency = idempotency(idempotencyStore, {
-    scope: (c) => `app:${c.get("caller").appId}`,
+    scope: (c) => apiKeyScope(c.get("caller")),
     log,
   });
   let draining = false;

@@ -8,6 +8,14 @@ import {
 import type { Env } from "@/routes/middleware.ts";
 import { readJsonBody } from "@/routes/json_body.ts";
 
+/**
+ * The scope of a paid API request's keys: the calling API key, so that the customers a reseller
+ * gives a key each neither replay nor block each other's requests.
+ */
+export function apiKeyScope(caller: { appId: string; keyId: string }): string {
+  return `app:${caller.appId}:key:${caller.keyId}`;
+}
+
 /** The response headers a replay repeats; the others describe the replay itself. */
 const REPLAYED_HEADERS = [
   "content-type",
@@ -34,7 +42,7 @@ const REPLAYED_HEADERS = [
 export function idempotency<E extends Env>(
   store: IdempotencyStore,
   options: {
-    /** Keys are private to this scope (an app, an owner). */
+    /** Keys are private to this scope (an API key, an owner). */
     scope: (c: Context<E>) => string;
     log: Logger;
     /**

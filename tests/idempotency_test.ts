@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { issueKey } from "@/lib/tenants/mod.ts";
+import { apiKeyScope } from "@/routes/idempotency.ts";
 import { parseUsd } from "@/lib/core/mod.ts";
 import { revokeKey } from "@/lib/tenants/mod.ts";
 import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
@@ -243,6 +245,27 @@ Deno.test("keys are private to the app: another app's request with the same key 
     assert.equal((await usageRecords(s.kv, b.appId)).length, 1);
   }));
 
+Deno.test("keys are private to the API key: another key of the same app, same key and body, runs and is charged", () =>
+  withUpstream({}, async (s, upstream) => {
+    const app = await s.newApp("reseller");
+    const other = await issueKey(s.kv, app.appId, "second customer");
+    const first = await s.chat(app.apiKey, request(), withKey("order-1"));
+    const second = await s.chat(other.apiKey, request(), withKey("order-1"));
+    assert.equal(first.status, 200);
+    assert.equal(second.status, 200);
+    assert.equal(second.headers.get("idempotent-replayed"), null, "not the first key's answer");
+    assert.notEqual((await first.json()).id, (await second.json()).id);
+    // A different body under the same key from the other API key is not a reuse either.
+    const third = await s.chat(other.apiKey, request("Another"), withKey("order-2"));
+    const fourth = await s.chat(app.apiKey, request("Different"), withKey("order-2"));
+    assert.equal(third.status, 200);
+    assert.equal(fourth.status, 200);
+    await third.body?.cancel();
+    await fourth.body?.cancel();
+    assert.equal(upstream.calls, 4);
+    assert.equal((await usageRecords(s.kv, app.appId)).length, 4);
+  }));
+
 Deno.test("a failed first attempt (502, nothing charged) is not recorded: a retry with the key runs", () =>
   withUpstream({ failFirst: 1 }, async (s, upstream) => {
     const { appId, apiKey } = await s.newApp();
@@ -321,11 +344,11 @@ Deno.test("a key is replayed for 24 hours, then runs afresh", async () => {
 Deno.test("a claim left by a dead process is taken over once its lease has passed", async () => {
   let clock = Date.now();
   await withUpstream({}, async (s, upstream) => {
-    const { appId, apiKey } = await s.newApp();
+    const { appId, apiKey, keyId } = await s.newApp();
     // Another process claimed the key and died before answering.
     const dead = new IdempotencyStore(s.kv, { leaseMs: 60_000, now: () => clock });
     const claim = await dead.claim(
-      `app:${appId}`,
+      apiKeyScope({ appId, keyId }),
       "orphan",
       canonicalBodyHash(request()),
       "req_dead",

@@ -293,6 +293,10 @@ export function billingPage() {
           names the request that ran.
         </li>
         <li>
+          Keys are private to the API key that sends them: two API keys of one app (a reseller's
+          customers, say) never replay or block each other's requests.
+        </li>
+        <li>
           The same key with another body:{" "}
           <code>422 idempotency_key_reused</code>. A repeat while the first is still running:{" "}
           <code>409 idempotency_key_in_use</code> (retry a moment later to get the answer).
@@ -311,9 +315,6 @@ export function billingPage() {
           says so); a retry gets it again. Any other failure (400, 402, 429, 502, 500) charged
           nothing, so its key is free again and a retry with it runs afresh: retrying such a 502 or
           a 429 with the same key does what you want.
-        </li>
-        <li>
-          Keys are private to the app: another app's key of the same name is another key.
         </li>
         <li>
           Streams are not replayed: <code>stream: true</code> with a key is{" "}
