@@ -277,7 +277,7 @@ export class ResponseEvents {
   /** A stream that broke off after it began: the error, then response.failed. */
   fail(code: string, message: string): ResponseEvent[] {
     const events = this.#close("incomplete");
-    events.push(this.#event("error", { code, message, param: null }));
+    events.push(this.error(code, message));
     events.push(
       this.#event("response.failed", {
         response: this.#response({
@@ -289,6 +289,11 @@ export class ResponseEvents {
       }),
     );
     return events;
+  }
+
+  /** The error event alone: what can still be said when the converter's own state broke. */
+  error(code: string, message: string): ResponseEvent {
+    return this.#event("error", { code, message, param: null });
   }
 
   #text(part: "output_text" | "refusal", delta: string): ResponseEvent[] {

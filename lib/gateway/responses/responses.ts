@@ -5,7 +5,7 @@
  */
 import { ApiError, type Micros, randomToken } from "@/lib/core/mod.ts";
 import { parseChatRequest } from "../chat_request.ts";
-import type { Caller, Gateway, RequestTrace } from "../gateway.ts";
+import type { Caller, Gateway, RequestTrace, StreamEvent } from "../gateway.ts";
 import {
   parseResponsesBody,
   referencedItems,
@@ -88,32 +88,20 @@ export class Responses {
     const outcome = await this.#gateway.stream(caller, request, requestId, trace)
       .catch(inResponsesTerms);
     const { meta, conversation } = prepared;
-    const converter = new ResponseEvents(body, meta);
-    const save = (output: ResponseEvents["output"]) =>
-      this.#save(caller, meta, conversation, output, requestId);
-    async function* events(): AsyncGenerator<ResponseEvent> {
-      yield* converter.start();
-      let usage = null;
-      for await (const event of outcome.events) {
-        if (event.type === "error") {
-          yield* converter.fail(event.error.code, event.error.message);
-          return;
-        }
-        const chunk = event.chunk;
-        if (chunk.usage && chunk.choices.length === 0) {
-          usage = chunk.usage as Parameters<ResponseEvents["finish"]>[0];
-          continue;
-        }
-        yield* converter.chunk(chunk);
-      }
+    const events = responseStreamEvents(outcome.events, new ResponseEvents(body, meta), {
+      requestId,
+      log: this.#log,
       // response.completed says whether it was stored (a response too large to keep is not).
-      if (meta.store) meta.store = await save(converter.output);
-      yield* converter.finish(usage);
-    }
+      beforeFinish: async (output) => {
+        if (meta.store) {
+          meta.store = await this.#save(caller, meta, conversation, output, requestId);
+        }
+      },
+    });
     return {
       provider: outcome.provider,
       available: outcome.available,
-      events: events(),
+      events,
       cancel: () => outcome.cancel(),
     };
   }
@@ -178,6 +166,84 @@ export class Responses {
       });
       return false;
     }
+  }
+}
+
+/**
+ * The gateway's chat stream as Responses events. An exception of the conversion itself ends the
+ * client's stream with error and response.failed (logged with the request id), and the rest of
+ * the upstream is still read: the provider bills the whole answer, and its usage is charged.
+ */
+export async function* responseStreamEvents(
+  source: AsyncIterable<StreamEvent>,
+  converter: ResponseEvents,
+  options: {
+    requestId: string;
+    log: (fields: Record<string, unknown>) => void;
+    /** Runs before the last event, which says whether the response was stored. */
+    beforeFinish: (output: ResponseEvents["output"]) => Promise<void>;
+  },
+): AsyncGenerator<ResponseEvent> {
+  yield* converter.start();
+  let usage = null;
+  /** An exception of our own converting: the rest is read, not converted. */
+  let broken: { error: unknown } | null = null;
+  for await (const event of source) {
+    // Read to the end all the same: the provider bills the whole answer, and its usage is
+    // what is charged, not a count of what had been converted.
+    if (broken) continue;
+    if (event.type === "error") {
+      yield* converter.fail(event.error.code, event.error.message);
+      return;
+    }
+    const chunk = event.chunk;
+    if (chunk.usage && chunk.choices.length === 0) {
+      usage = chunk.usage as Parameters<ResponseEvents["finish"]>[0];
+      continue;
+    }
+    let converted: ResponseEvent[];
+    try {
+      converted = converter.chunk(chunk);
+    } catch (error) {
+      broken = { error };
+      continue;
+    }
+    yield* converted;
+  }
+  if (!broken) {
+    let last: ResponseEvent[];
+    try {
+      await options.beforeFinish(converter.output);
+      last = converter.finish(usage);
+    } catch (error) {
+      broken = { error };
+      last = [];
+    }
+    if (!broken) return yield* last;
+  }
+  const { error } = broken;
+  options.log({
+    level: "error",
+    requestId: options.requestId,
+    event: "response_conversion_failed",
+    error: error instanceof Error ? error.message : String(error),
+    stack: error instanceof Error ? error.stack : undefined,
+  });
+  yield* failedEnding(converter, options.requestId);
+}
+
+/**
+ * How a stream our own conversion broke ends: error and response.failed, in OpenAI's shape. The
+ * converter's state may be what broke, so a bare error event stands in if it cannot say more.
+ */
+function failedEnding(converter: ResponseEvents, requestId: string): ResponseEvent[] {
+  const code = "internal_error";
+  const message =
+    `Internal error while streaming the response. Quote request id ${requestId} to support.`;
+  try {
+    return converter.fail(code, message);
+  } catch {
+    return [converter.error(code, message)];
   }
 }
 

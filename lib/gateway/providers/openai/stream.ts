@@ -68,15 +68,20 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
 
 /**
  * A `null` (or other non-object) choice or tool call an upstream slips into a chunk is dropped
- * here, so that nothing past this converter (counting, assembly, the Responses events) trips on
- * it after the answer has been charged.
+ * here, and so is a `tool_calls` that is not a list, so that nothing past this converter
+ * (counting, assembly, the Responses events, a client's SDK) trips on it after the answer has
+ * been charged.
  */
 function dropMalformedEntries(obj: Record<string, unknown>) {
   let choices = obj.choices as unknown[];
   if (!choices.every(isObject)) obj.choices = choices = choices.filter(isObject);
   for (const choice of choices as { delta?: unknown }[]) {
     const delta = choice.delta;
-    if (!isObject(delta) || !Array.isArray(delta.tool_calls)) continue;
+    if (!isObject(delta) || delta.tool_calls == null) continue;
+    if (!Array.isArray(delta.tool_calls)) {
+      delete delta.tool_calls;
+      continue;
+    }
     const calls: unknown[] = delta.tool_calls;
     if (!calls.every(isObject)) delta.tool_calls = calls.filter(isObject);
   }

@@ -81,3 +81,24 @@ Deno.test("a stream cut before any usage fails with no usage part", async () => 
   }, /connection reset/);
   assert.deepEqual(parts.map((p) => p.type), ["chunk"]);
 });
+
+Deno.test("a tool_calls that is not a list is dropped from its chunk; the rest of the chunk passes", async () => {
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+    data: JSON.stringify({
+      id: "c",
+      object: "chat.completion.chunk",
+      created: 1,
+      model: "m",
+      choices: [{ index: 0, delta, finish_reason: finish }],
+    }),
+  });
+  async function* events() {
+    yield chunk({ content: "Hi", tool_calls: {} });
+    yield chunk({ tool_calls: "call" }, "stop");
+    yield { data: "[DONE]" };
+  }
+  const chunks = (await collect(openAiStreamParts(events())))
+    .flatMap((p) => p.type === "chunk" ? [p.chunk as ChatCompletionChunk] : []);
+  assert.deepEqual(chunks.map((c) => c.choices[0].delta), [{ content: "Hi" }, {}]);
+  assert.equal(chunks[1].choices[0].finish_reason, "stop");
+});
