@@ -25,6 +25,16 @@ function usageOf(cost: number): SettleInput {
   };
 }
 
+/** A chargeback or its reversal on an app, under one of three markers. */
+const takeBack = <K extends "debit" | "reversal">(kind: K) =>
+  fc.record({
+    kind: fc.constant(kind),
+    app: fc.nat(APPS - 1),
+    amount: fc.integer({ min: 1, max: 20_000_000 }),
+    marker: fc.constantFrom("d1", "d2", "d3"),
+    instance: fc.nat(1),
+  });
+
 /** Operations on the first round's reservations, picked by index (modulo how many there are). */
 const followUp = fc.oneof(
   fc.record({
@@ -43,6 +53,9 @@ const followUp = fc.oneof(
     marker: fc.option(fc.constantFrom("m1", "m2", "m3"), { nil: undefined }),
     instance: fc.nat(1),
   }),
+  // Chargebacks and their reversals: markers shared across instances and ops.
+  takeBack("debit"),
+  takeBack("reversal"),
 );
 
 const scenario = fc.record({
@@ -110,6 +123,27 @@ async function runScenario(s: Scenario, kvFor: (real: Deno.Kv) => Deno.Kv, failu
         }));
         return;
       }
+      if (op.kind === "debit") {
+        const r = await settled(wallets.debit(apps[op.app], {
+          amount: op.amount,
+          kind: "chargeback",
+          reason: "property",
+          reference: op.marker,
+          marker: `${apps[op.app]}:debit:${op.marker}`,
+        }));
+        if (r.ok && r.value.debited) assert.ok(r.value.taken <= op.amount);
+        return;
+      }
+      if (op.kind === "reversal") {
+        await settled(wallets.reverseDebit(apps[op.app], {
+          amount: op.amount,
+          kind: "chargeback_reversed",
+          reason: "property",
+          reference: op.marker,
+          marker: `${apps[op.app]}:reversal:${op.marker}`,
+        }));
+        return;
+      }
       if (reservations.length === 0) return;
       const reservation = reservations[op.reservation % reservations.length];
       if (op.kind === "settle") {
@@ -145,7 +179,7 @@ async function runScenario(s: Scenario, kvFor: (real: Deno.Kv) => Deno.Kv, failu
   }
 }
 
-Deno.test("random concurrent reserve, settle, release, renew, credit and sweep across apps and instances keep every wallet balanced", async () => {
+Deno.test("random concurrent reserve, settle, release, renew, credit, chargeback, its reversal and sweep across apps and instances keep every wallet balanced", async () => {
   await fc.assert(
     fc.asyncProperty(scenario, (s) => runScenario(s, (kv) => kv, false)),
     { numRuns: 40 },
