@@ -6,7 +6,7 @@
  * commit, and it reads the wallet afresh, so it decides on the newest balance whatever order the
  * nudges come in. Its decisions are one atomic commit guarded by the app's watch record, so any
  * number of processes fire one `balance.low` per crossing, and one event per ledger entry that
- * owners hear of (a top-up, a refund or chargeback taken back, a chargeback given back), whose
+ * owners hear of (a top-up, a refund or chargeback taken back, or given back again), whose
  * event id is derived from the entry's. A periodic sweep catches what a crashed
  * process nudged but never observed.
  *
@@ -223,7 +223,8 @@ export class WebhookWatcher {
       for await (const e of this.#kv.list<LedgerEntry>(selector, { limit: 200 })) {
         if (ledgerSeen === null || e.value.id > ledgerSeen) ledgerSeen = e.value.id;
         const announced = watch.value.announceAfter;
-        if (e.value.kind in LEDGER_EVENTS && (announced === null || e.value.id > announced)) {
+        const announces = Object.hasOwn(LEDGER_EVENTS, e.value.kind);
+        if (announces && (announced === null || e.value.id > announced)) {
           announcing.push(e.value);
         }
       }
