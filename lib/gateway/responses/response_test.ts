@@ -1,28 +1,12 @@
 import assert from "node:assert/strict";
 import { parseSse } from "../sse.ts";
-import { parseResponsesBody } from "./request.ts";
 import {
   completionToResponse,
   outputText,
   type ResponseEvent,
   ResponseEvents,
-  type ResponseMeta,
 } from "./response.ts";
-
-function meta(): ResponseMeta {
-  let n = 0;
-  return {
-    id: "resp_test",
-    createdAt: 1_741_290_958,
-    model: "openai/gpt-4o-mini",
-    store: true,
-    previousResponseId: null,
-    newItemId: (prefix) => `${prefix}_${++n}`,
-  };
-}
-
-const body = (fields: Record<string, unknown> = {}) =>
-  parseResponsesBody({ model: "openai/gpt-4o-mini", input: "Hi", ...fields });
+import { testBody, testMeta } from "./test_support.ts";
 
 async function fixtureEvents(name: string): Promise<ResponseEvent[]> {
   const text = await Deno.readTextFile(new URL(`./fixtures/${name}`, import.meta.url));
@@ -77,8 +61,8 @@ Deno.test("a text completion is one message item with its output_text, and the u
         completion_tokens_details: { reasoning_tokens: 3 },
       },
     },
-    body({ instructions: "Be kind.", store: false }),
-    meta(),
+    testBody({ instructions: "Be kind.", store: false }),
+    testMeta(),
   );
   assert.equal(response.object, "response");
   assert.equal(response.status, "completed");
@@ -115,8 +99,8 @@ Deno.test("tool calls become function_call items with the chat call id as call_i
         finish_reason: "tool_calls",
       }],
     },
-    body(),
-    meta(),
+    testBody(),
+    testMeta(),
   );
   assert.deepEqual(response.output, [{
     type: "function_call",
@@ -134,8 +118,8 @@ Deno.test("a completion cut at its output cap is an incomplete response, reason 
     {
       choices: [{ message: { role: "assistant", content: "Hal" }, finish_reason: "length" }],
     },
-    body({ max_output_tokens: 16 }),
-    meta(),
+    testBody({ max_output_tokens: 16 }),
+    testMeta(),
   );
   assert.equal(response.status, "incomplete");
   assert.deepEqual(response.incomplete_details, { reason: "max_output_tokens" });
@@ -144,7 +128,10 @@ Deno.test("a completion cut at its output cap is an incomplete response, reason 
 });
 
 Deno.test("a streamed text answer gives the documented event sequence and shapes", async () => {
-  const events = new ResponseEvents(body({ instructions: "You are a helpful assistant." }), meta());
+  const events = new ResponseEvents(
+    testBody({ instructions: "You are a helpful assistant." }),
+    testMeta(),
+  );
   const out = [
     ...events.start(),
     ...events.chunk(chunk({ role: "assistant", content: "" })),
@@ -175,7 +162,7 @@ Deno.test("streamed tool-call fragments give the documented function_call events
     },
     strict: true,
   }];
-  const events = new ResponseEvents(body({ tools }), meta());
+  const events = new ResponseEvents(testBody({ tools }), testMeta());
   const fragments = ['{"', "location", '":"', "Paris", ",", " France", '"}'];
   const out = [
     ...events.start(),
@@ -202,7 +189,7 @@ Deno.test("streamed tool-call fragments give the documented function_call events
 });
 
 Deno.test("text then two calls: each item is closed before the next is added", () => {
-  const events = new ResponseEvents(body(), meta());
+  const events = new ResponseEvents(testBody(), testMeta());
   const out = [
     ...events.chunk(chunk({ content: "Checking." })),
     ...events.chunk(
@@ -234,7 +221,7 @@ Deno.test("text then two calls: each item is closed before the next is added", (
 });
 
 Deno.test("a stream cut after it began ends with an error event and response.failed", () => {
-  const events = new ResponseEvents(body(), meta());
+  const events = new ResponseEvents(testBody(), testMeta());
   events.start();
   events.chunk(chunk({ content: "partial" }));
   const out = events.fail("stream_interrupted", "The upstream stream failed.");

@@ -1,21 +1,9 @@
 import assert from "node:assert/strict";
 import type { StreamEvent } from "../gateway.ts";
 import type { ChatCompletionChunk } from "../providers/types.ts";
-import { parseResponsesBody } from "./request.ts";
-import { type ResponseEvent, ResponseEvents, type ResponseMeta } from "./response.ts";
+import { type ResponseEvent, ResponseEvents } from "./response.ts";
 import { responseStreamEvents } from "./responses.ts";
-
-function meta(): ResponseMeta {
-  let n = 0;
-  return {
-    id: "resp_test",
-    createdAt: 1_741_290_958,
-    model: "openai/gpt-4o-mini",
-    store: false,
-    previousResponseId: null,
-    newItemId: (prefix) => `${prefix}_${++n}`,
-  };
-}
+import { testBody, testMeta } from "./test_support.ts";
 
 const chunk = (content: string, finish: string | null = null): StreamEvent => ({
   type: "chunk",
@@ -65,8 +53,8 @@ async function run(converter: ResponseEvents, contents: string[]) {
 }
 
 Deno.test("a conversion that throws mid-stream ends with error and response.failed, logged with the request id", async () => {
-  const body = parseResponsesBody({ model: "openai/gpt-4o-mini", input: "Hi", stream: true });
-  const { events, logs, read } = await run(new BreakingEvents(body, meta()), [
+  const body = testBody({ stream: true });
+  const { events, logs, read } = await run(new BreakingEvents(body, testMeta({ store: false })), [
     "Hello",
     "boom",
     " more",
@@ -95,16 +83,22 @@ Deno.test("a conversion that throws at the end (after the last chunk) ends with 
       throw new RangeError("finish bug");
     }
   }
-  const body = parseResponsesBody({ model: "openai/gpt-4o-mini", input: "Hi", stream: true });
-  const { events, logs, read } = await run(new BreakingAtFinish(body, meta()), ["Hi", " there"]);
+  const body = testBody({ stream: true });
+  const { events, logs, read } = await run(new BreakingAtFinish(body, testMeta({ store: false })), [
+    "Hi",
+    " there",
+  ]);
   assert.deepEqual(events.slice(-2).map((e) => e.type), ["error", "response.failed"]);
   assert.equal(logs[0].error, "finish bug");
   assert.equal(read, 2);
 });
 
 Deno.test("a stream converted without a fault ends with response.completed and logs nothing", async () => {
-  const body = parseResponsesBody({ model: "openai/gpt-4o-mini", input: "Hi", stream: true });
-  const { events, logs } = await run(new ResponseEvents(body, meta()), ["Hi", " there"]);
+  const body = testBody({ stream: true });
+  const { events, logs } = await run(new ResponseEvents(body, testMeta({ store: false })), [
+    "Hi",
+    " there",
+  ]);
   assert.equal(events.at(-1)!.type, "response.completed");
   assert.equal(logs.length, 0);
 });
