@@ -1,4 +1,7 @@
-/** Billing: the wallet (reserve, settle, release, credit), rate limits, usage records, the sweeper and the audit. */
+/**
+ * Billing: the wallet (reserve, settle, release, credit, debit), rate limits, usage records, the
+ * sweeper and the audit.
+ */
 export { auditWallets } from "./audit.ts";
 export {
   getRateLimits,

@@ -1,4 +1,4 @@
-/** Webhooks: an app's endpoint and threshold, low-balance and top-up events, signed delivery. */
+/** Webhooks: an app's endpoint and threshold, low-balance, top-up, refund and chargeback events, signed delivery. */
 export {
   backoffMs,
   listWebhookEvents,
