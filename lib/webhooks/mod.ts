@@ -1,4 +1,7 @@
-/** Webhooks: an app's endpoint and threshold, low-balance, top-up, refund and chargeback events, signed delivery. */
+/**
+ * Webhooks: an app's endpoint and threshold, low-balance, top-up, refund and chargeback events,
+ * signed delivery.
+ */
 export {
   backoffMs,
   listWebhookEvents,
