@@ -6,6 +6,7 @@ import { ownerIdByEmail } from "@/lib/accounts/mod.ts";
 import { createApp as createAppRecord, getApp, getWallet, topUpUrl } from "@/lib/tenants/mod.ts";
 import {
   auditWallets,
+  creditedOf,
   getRateLimits,
   MAX_LIMIT,
   setRateLimits,
@@ -126,7 +127,7 @@ export async function runAdmin(
           balance: formatUsd(wallet.available),
           reserved: formatUsd(wallet.reserved),
           spent: formatUsd(wallet.spent),
-          credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
+          credited: formatUsd(creditedOf(wallet)),
           refunded: formatUsd(wallet.refunded ?? 0),
           owed: formatUsd(wallet.owed ?? 0),
           uncharged: formatUsd(uncharged),

@@ -8,7 +8,7 @@
  *
  * SOAK_SECONDS (default 60), SOAK_CLIENTS (default 24).
  */
-import { auditWallets, sweepExpiredReservations } from "@/lib/billing/mod.ts";
+import { auditWallets, creditedOf, sweepExpiredReservations } from "@/lib/billing/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { startFakeOpenAi } from "@/tests/fake_openai.ts";
@@ -172,8 +172,7 @@ const audit = await auditWallets(service.kv);
 let difference = 0;
 for (const app of apps) {
   const w = (await service.kv.get<WalletRecord>(keys.wallet(app.appId))).value!;
-  difference += w.available + w.reserved + w.spent -
-    (w.starter + w.topUps + w.operatorCredits - (w.refunded ?? 0));
+  difference += w.available + w.reserved + w.spent - (creditedOf(w) - (w.refunded ?? 0));
 }
 const summary = {
   seconds: Math.round(elapsed),

@@ -7,6 +7,7 @@ import {
   type WalletSliceRecord,
 } from "@/lib/db.ts";
 import { formatUsd } from "@/lib/core/mod.ts";
+import { creditedOf, givesBack, takesBack } from "./ledger.ts";
 
 export interface WalletAudit {
   appId: string;
@@ -69,7 +70,7 @@ export async function auditWallets(kv: Deno.Kv, now = Date.now()): Promise<Audit
     totals.available += entry.value.available;
     totals.reserved += entry.value.reserved;
     totals.spent += entry.value.spent;
-    totals.credited += entry.value.starter + entry.value.topUps + entry.value.operatorCredits;
+    totals.credited += creditedOf(entry.value);
     totals.refunded += entry.value.refunded ?? 0;
     totals.owed += entry.value.owed ?? 0;
     totals.uncharged += audit.uncharged;
@@ -114,7 +115,7 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
     const slices = slicesAfter.map((e) => e.value);
 
     const problems: string[] = [];
-    const credited = w.starter + w.topUps + w.operatorCredits;
+    const credited = creditedOf(w);
     const refunded = w.refunded ?? 0;
     const owed = w.owed ?? 0;
     const expect = (label: string, actual: number, wanted: number) => {
@@ -140,13 +141,12 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
     for (const s of slices) {
       if (s.spent > s.granted) problems.push(`slice ${s.id} spent more than it was granted`);
     }
-    const credits = ledger.filter((l) => !TAKEN_BACK.has(l.kind));
-    const takenBack = ledger.filter((l) => TAKEN_BACK.has(l.kind));
+    const credits = ledger.filter((l) => !takesBack(l.kind) && !givesBack(l.kind));
     expect("sum of credit ledger vs credits", sum(credits, (l) => l.amount), credited);
-    // A reversal gives back what a chargeback took: the ledger's net matches refunded + owed.
+    // A reversal gives back what a refund or chargeback took: the net matches refunded + owed.
     expect(
       "refund and chargeback ledger vs refunded + owed",
-      sum(takenBack, (l) => l.kind.endsWith("_reversed") ? -l.amount : l.amount),
+      sum(ledger, (l) => takesBack(l.kind) ? l.amount : givesBack(l.kind) ? -l.amount : 0),
       refunded + owed,
     );
     expect(
@@ -194,14 +194,6 @@ async function auditWallet(kv: Deno.Kv, appId: string, now = Date.now()) {
     return { report, wallet: w, uncharged };
   }
 }
-
-/** The ledger kinds that take a payment back, or give it back again: not credits. */
-const TAKEN_BACK = new Set<LedgerEntry["kind"]>([
-  "refund",
-  "chargeback",
-  "refund_reversed",
-  "chargeback_reversed",
-]);
 
 async function entries<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<Deno.KvEntry<T>[]> {
   const out: Deno.KvEntry<T>[] = [];

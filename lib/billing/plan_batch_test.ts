@@ -7,6 +7,7 @@ import {
   type WalletRecord,
 } from "@/lib/db.ts";
 import { RateWindows } from "./ratelimit.ts";
+import { creditedOf } from "./ledger.ts";
 import {
   guardId,
   keyGuards,
@@ -212,12 +213,10 @@ function keyNames(writes: Write[]): string[] {
   return writes.map((w) => `${w.op} ${w.key.join("/")}`);
 }
 
-const credited = (w: WalletRecord) => w.starter + w.topUps + w.operatorCredits;
-
 function assertBalanced(w: WalletRecord) {
   assert.equal(
     w.available + w.reserved + w.spent,
-    credited(w) - (w.refunded ?? 0),
+    creditedOf(w) - (w.refunded ?? 0),
     "available + reserved + spent",
   );
 }

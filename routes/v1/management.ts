@@ -11,13 +11,18 @@ import {
 import type {
   ApiKeyRecord,
   AppRecord,
-  LedgerEntry,
   SpendCaps,
   SpendCapsRecord,
   UsageRecord,
   WalletRecord,
 } from "@/lib/db.ts";
-import { getSpendCaps, setSpendCaps, unchargedOf } from "@/lib/billing/mod.ts";
+import {
+  creditedOf,
+  getSpendCaps,
+  setSpendCaps,
+  takesBack,
+  unchargedOf,
+} from "@/lib/billing/mod.ts";
 import type { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import {
   authenticateManagementKey,
@@ -60,7 +65,7 @@ function appObject(app: AppRecord, wallet: WalletRecord, uncharged: Micros, publ
     balance: formatUsd(wallet.available),
     reserved: formatUsd(wallet.reserved),
     spent: formatUsd(wallet.spent),
-    credited: formatUsd(wallet.starter + wallet.topUps + wallet.operatorCredits),
+    credited: formatUsd(creditedOf(wallet)),
     refunded: formatUsd(wallet.refunded ?? 0),
     owed: formatUsd(wallet.owed ?? 0),
     uncharged: formatUsd(uncharged),
@@ -109,16 +114,13 @@ function usageObject(u: UsageRecord) {
   };
 }
 
-/** Refunds and chargebacks take money back: negative, like charges. */
-const takesBack = (entry: LedgerEntry) => entry.kind === "refund" || entry.kind === "chargeback";
-
 function ledgerObject(item: LedgerItem) {
   if (item.kind === "credit") {
     return {
       id: item.id,
       object: "ledger_entry",
       type: item.entry.kind,
-      amount: formatUsd(takesBack(item.entry) ? -item.entry.amount : item.entry.amount),
+      amount: formatUsd(takesBack(item.entry.kind) ? -item.entry.amount : item.entry.amount),
       reason: item.entry.reason,
       reference: item.entry.reference,
       request_id: null,

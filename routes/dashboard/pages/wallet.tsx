@@ -1,6 +1,6 @@
 import type { AppRecord, WalletRecord } from "@/lib/db.ts";
 import type { Micros } from "@/lib/core/mod.ts";
-import type { WalletActivity } from "@/lib/billing/mod.ts";
+import { creditedOf, takesBack, type WalletActivity } from "@/lib/billing/mod.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import { TopUpLink } from "./top_up_link.tsx";
@@ -15,9 +15,6 @@ const CREDIT_LABELS = {
   refund_reversed: "Refund failed: given back",
   chargeback_reversed: "Dispute won: chargeback given back",
 };
-
-/** Ledger entries that take money back, shown with a minus like charges. */
-const TAKES_BACK = new Set(["refund", "chargeback"]);
 
 /** GET /dashboard/apps/:id/wallet */
 export function walletPage(
@@ -39,10 +36,9 @@ export function walletPage(
       <AppHeader app={app} active="wallet" />
       <Balances wallet={wallet} />
       <p class="muted">
-        Credited in total: {usd(wallet.starter + wallet.topUps + wallet.operatorCredits)} (starter
-        {" "}
-        {usd(wallet.starter)}, top-ups {usd(wallet.topUps)}, credits from Tollbooth{" "}
-        {usd(wallet.operatorCredits)}). {(wallet.refunded ?? 0) > 0
+        Credited in total: {usd(creditedOf(wallet))} (starter {usd(wallet.starter)}, top-ups{" "}
+        {usd(wallet.topUps)}, credits from Tollbooth {usd(wallet.operatorCredits)}).{" "}
+        {(wallet.refunded ?? 0) > 0
           ? (
             <>
               Refunded and disputed top-ups took back{" "}
@@ -94,7 +90,7 @@ export function walletPage(
                           <span class="muted">— {a.entry.reason}</span>
                         )}
                       </td>
-                      {TAKES_BACK.has(a.entry.kind)
+                      {takesBack(a.entry.kind)
                         ? <td class="num">−{usd(a.entry.amount)}</td>
                         : <td class="num credit">+{usd(a.entry.amount)}</td>}
                     </tr>

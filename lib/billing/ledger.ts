@@ -1,0 +1,22 @@
+/**
+ * What a wallet's record and its ledger entries mean in money: what was credited, and which
+ * entries take a payment back or give it back again. One place for the views, the audit and the
+ * scripts.
+ */
+import type { LedgerEntry, WalletRecord } from "@/lib/db.ts";
+import type { Micros } from "@/lib/core/mod.ts";
+
+/** Starter credits, top-ups and operator credits: what was ever put into the wallet. */
+export function creditedOf(wallet: WalletRecord): Micros {
+  return wallet.starter + wallet.topUps + wallet.operatorCredits;
+}
+
+/** A refund or a chargeback: money taken back out of the wallet (shown negative, like charges). */
+export function takesBack(kind: LedgerEntry["kind"]): boolean {
+  return kind === "refund" || kind === "chargeback";
+}
+
+/** A failed refund or a won dispute: what a refund or chargeback took, given back. */
+export function givesBack(kind: LedgerEntry["kind"]): boolean {
+  return kind === "refund_reversed" || kind === "chargeback_reversed";
+}
