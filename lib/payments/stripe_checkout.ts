@@ -16,6 +16,7 @@ import {
 import { WalletNotFoundError, type Wallets } from "@/lib/billing/mod.ts";
 import {
   DISPUTE_EVENTS,
+  idOf,
   REFUND_EVENTS,
   rememberStripePayment,
   type ReversalOutcome,
@@ -145,9 +146,7 @@ export async function fulfilCheckoutSession(
     });
     // After the credit (a refused one must not be taken back); a crash before this is mended by
     // Stripe's next delivery of the event, which finds the session already credited.
-    const paymentIntentId = typeof session.payment_intent === "string"
-      ? session.payment_intent
-      : session.payment_intent?.id;
+    const paymentIntentId = idOf(session.payment_intent);
     if (paymentIntentId) {
       await rememberStripePayment(deps.kv, paymentIntentId, {
         appId,

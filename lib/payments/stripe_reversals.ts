@@ -40,82 +40,135 @@ export async function rememberStripePayment(
     .commit();
 }
 
-const idOf = (value: string | { id: string } | null | undefined): string | null =>
+/** A Stripe field that is an id or the expanded object: its id. */
+export const idOf = (value: string | { id: string } | null | undefined): string | null =>
   typeof value === "string" ? value : value?.id ?? null;
 
-async function paymentOf(deps: Deps, paymentIntentId: string | null, event: Stripe.Event) {
-  const entry = paymentIntentId
-    ? await deps.kv.get<StripePaymentRecord>(keys.stripePayment(paymentIntentId))
+/** A refund or dispute of a top-up, as both are taken back and given back. */
+interface Reversal {
+  /** The refund's or dispute's id: each is taken back once, and given back once. */
+  id: string;
+  kind: "refund" | "chargeback";
+  paymentIntent: string | null;
+  cents: number;
+  /** The refund failed or was canceled, the dispute was won: what was taken is given back. */
+  undone: boolean;
+  /** Why, for the ledger entry that gives it back ("failed", "won"). */
+  because: string;
+}
+
+const WORDING = {
+  refund: {
+    taken: (usd: string) => `Refund of ${usd} USD of a Stripe top-up`,
+    given: (usd: string, because: string) => `The refund of ${usd} USD ${because}: given back`,
+    markers: ["stripe_refund", "stripe_refund_undone"],
+    logs: ["top_up_refunded", "top_up_refund_undone"],
+  },
+  chargeback: {
+    taken: (usd: string) => `Chargeback of ${usd} USD: a Stripe top-up was disputed`,
+    given: (usd: string) => `Dispute won: the chargeback of ${usd} USD is given back`,
+    markers: ["stripe_dispute", "stripe_dispute_won"],
+    logs: ["top_up_disputed", "top_up_dispute_won"],
+  },
+} as const;
+
+/**
+ * Takes the reversal's amount back from the wallet its payment credited (never more than the
+ * payment credited), once; an undone one is then given back, once. The taking comes first even
+ * for an event that undoes it, so any order of events ends in the same ledger.
+ */
+async function takeBack(
+  deps: Deps,
+  event: Stripe.Event,
+  reversal: Reversal,
+): Promise<ReversalOutcome> {
+  const { id, kind } = reversal;
+  const wording = WORDING[kind];
+  const payment = reversal.paymentIntent
+    ? (await deps.kv.get<StripePaymentRecord>(keys.stripePayment(reversal.paymentIntent))).value
     : null;
-  if (!entry?.value) {
+  const amount = Math.min(centsToMicros(reversal.cents), payment?.amount ?? Infinity);
+  const unmatched = (why: string): ReversalOutcome => {
+    // Not taken back from any wallet: the operator's to settle by hand, so the amount is told.
     deps.log({
       level: "warn",
       event: "stripe_reversal_unmatched",
+      why,
       stripeEvent: event.id,
       type: event.type,
-      paymentIntent: paymentIntentId,
+      paymentIntent: reversal.paymentIntent,
+      amount: formatUsd(amount),
     });
-    return null;
+    return { status: "unmatched" };
+  };
+  if (!payment) return unmatched("no top-up of ours was paid by this payment");
+  const usd = formatUsd(amount);
+  let taken;
+  try {
+    taken = await deps.wallets.debit(payment.appId, {
+      amount,
+      kind,
+      reason: wording.taken(usd),
+      reference: id,
+      marker: `${wording.markers[0]}:${id}`,
+    });
+  } catch (error) {
+    if (!(error instanceof WalletNotFoundError)) throw error;
+    return unmatched(`the app ${payment.appId} has no wallet any more`);
   }
-  return entry;
+  const { appId } = payment;
+  if (reversal.undone) {
+    const back = await deps.wallets.reverseDebit(appId, {
+      amount,
+      kind: kind === "refund" ? "refund_reversed" : "chargeback_reversed",
+      reason: wording.given(usd, reversal.because),
+      reference: id,
+      marker: `${wording.markers[1]}:${id}`,
+    });
+    if (!back.reversed) return { status: "already_taken_back", appId };
+    deps.log({
+      event: wording.logs[1],
+      appId,
+      reference: id,
+      amount: formatUsd(back.entry.amount),
+    });
+    return { status: "given_back", appId, amount: back.entry.amount };
+  }
+  if (!taken.debited) return { status: "already_taken_back", appId };
+  deps.log({
+    level: kind === "chargeback" ? "warn" : "info",
+    event: wording.logs[0],
+    appId,
+    reference: id,
+    paymentIntent: reversal.paymentIntent,
+    amount: usd,
+    owed: formatUsd(taken.owed),
+  });
+  return { status: "taken_back", appId, amount, owed: taken.owed };
 }
 
 /**
  * The refund events (one Refund object each, sent for every refund since API version
- * 2024-10-28.acacia). A refund's amount is taken back once whatever its status, and given back
- * once if it failed or was canceled: any order of its events ends in the same ledger.
+ * 2024-10-28.acacia). A refund is taken back whatever its status, and given back if it failed or
+ * was canceled.
  */
 export const REFUND_EVENTS = new Set(["refund.created", "refund.updated", "refund.failed"]);
 
 const UNDONE_REFUND = new Set(["failed", "canceled"]);
 
-export async function takeBackRefund(
+export function takeBackRefund(
   deps: Deps,
   event: Stripe.Event,
   refund: Stripe.Refund,
 ): Promise<ReversalOutcome> {
-  const paymentIntentId = idOf(refund.payment_intent);
-  const entry = await paymentOf(deps, paymentIntentId, event);
-  if (!entry || !paymentIntentId) return { status: "unmatched" };
-  const payment = entry.value!;
-  // Never more than the payment credited, whatever the refund says.
-  const amount = Math.min(centsToMicros(refund.amount), payment.amount);
-  const taken = await debit(deps, payment.appId, {
-    amount,
+  return takeBack(deps, event, {
+    id: refund.id,
     kind: "refund",
-    reason: `Refund of ${formatUsd(amount)} USD of a Stripe top-up`,
-    reference: refund.id,
-    marker: `stripe_refund:${refund.id}`,
+    paymentIntent: idOf(refund.payment_intent),
+    cents: refund.amount,
+    undone: UNDONE_REFUND.has(refund.status ?? ""),
+    because: refund.status ?? "",
   });
-  if (taken === null) return { status: "unmatched" };
-  if (UNDONE_REFUND.has(refund.status ?? "")) {
-    const back = await deps.wallets.reverseDebit(payment.appId, {
-      amount,
-      kind: "refund_reversed",
-      reason: `The refund of ${formatUsd(amount)} USD ${refund.status}: given back`,
-      reference: refund.id,
-      marker: `stripe_refund_undone:${refund.id}`,
-    });
-    if (!back.reversed) return { status: "already_taken_back", appId: payment.appId };
-    deps.log({
-      event: "top_up_refund_undone",
-      appId: payment.appId,
-      refund: refund.id,
-      status: refund.status,
-      amount: formatUsd(back.entry.amount),
-    });
-    return { status: "given_back", appId: payment.appId, amount: back.entry.amount };
-  }
-  if (!taken.debited) return { status: "already_taken_back", appId: payment.appId };
-  deps.log({
-    event: "top_up_refunded",
-    appId: payment.appId,
-    refund: refund.id,
-    paymentIntent: paymentIntentId,
-    amount: formatUsd(amount),
-    owed: formatUsd(taken.owed),
-  });
-  return { status: "taken_back", appId: payment.appId, amount, owed: taken.owed };
 }
 
 /** The dispute events that move money: Stripe withdraws the amount, and reinstates it if won. */
@@ -136,58 +189,12 @@ export async function takeBackDispute(
   dispute: Stripe.Dispute,
 ): Promise<ReversalOutcome> {
   if (dispute.status.startsWith("warning_")) return { status: "inquiry" };
-  const paymentIntentId = idOf(dispute.payment_intent);
-  const entry = await paymentOf(deps, paymentIntentId, event);
-  if (!entry || !paymentIntentId) return { status: "unmatched" };
-  const payment = entry.value!;
-  const amount = Math.min(centsToMicros(dispute.amount), payment.amount);
-  const taken = await debit(deps, payment.appId, {
-    amount,
+  return await takeBack(deps, event, {
+    id: dispute.id,
     kind: "chargeback",
-    reason: `Chargeback of ${formatUsd(amount)} USD: a Stripe top-up was disputed`,
-    reference: dispute.id,
-    marker: `stripe_dispute:${dispute.id}`,
+    paymentIntent: idOf(dispute.payment_intent),
+    cents: dispute.amount,
+    undone: event.type === "charge.dispute.funds_reinstated" || dispute.status === "won",
+    because: "won",
   });
-  if (taken === null) return { status: "unmatched" };
-  const won = event.type === "charge.dispute.funds_reinstated" || dispute.status === "won";
-  if (won) {
-    const back = await deps.wallets.reverseDebit(payment.appId, {
-      amount,
-      kind: "chargeback_reversed",
-      reason: `Dispute won: the chargeback of ${formatUsd(amount)} USD is given back`,
-      reference: dispute.id,
-      marker: `stripe_dispute_won:${dispute.id}`,
-    });
-    if (back.reversed) {
-      deps.log({
-        event: "top_up_dispute_won",
-        appId: payment.appId,
-        dispute: dispute.id,
-        amount: formatUsd(back.entry.amount),
-      });
-      return { status: "given_back", appId: payment.appId, amount: back.entry.amount };
-    }
-    return { status: "already_taken_back", appId: payment.appId };
-  }
-  if (!taken.debited) return { status: "already_taken_back", appId: payment.appId };
-  deps.log({
-    level: "warn",
-    event: "top_up_disputed",
-    appId: payment.appId,
-    dispute: dispute.id,
-    amount: formatUsd(amount),
-    owed: formatUsd(taken.owed),
-  });
-  return { status: "taken_back", appId: payment.appId, amount, owed: taken.owed };
-}
-
-/** A debit of an app deleted since its top-up: logged, nothing to take. */
-async function debit(deps: Deps, appId: string, input: Parameters<Wallets["debit"]>[1]) {
-  try {
-    return await deps.wallets.debit(appId, input);
-  } catch (error) {
-    if (!(error instanceof WalletNotFoundError)) throw error;
-    deps.log({ level: "warn", event: "stripe_reversal_no_wallet", appId, marker: input.marker });
-    return null;
-  }
 }
