@@ -305,10 +305,14 @@ export function planBatch(input: PlanInput) {
   };
   /** An answer decided now, delivered once the batch has committed. */
   const answerWith = <T>(done: Settler<T>, answer: T) => answers.push(() => done.resolve(answer));
-  const writeMarker = (marker: string, entryId: string) => {
-    markersSeen.add(marker);
-    markerChecks.push(marker);
-    writes.push((a) => a.set(keys.creditMarker(marker), { appId, entryId }));
+  /** A ledger entry, with the marker (checked absent by the commit) that makes it happen once. */
+  const writeEntry = (entry: LedgerEntry, marker: string | undefined) => {
+    if (marker) {
+      markersSeen.add(marker);
+      markerChecks.push(marker);
+      writes.push((a) => a.set(keys.creditMarker(marker), { appId, entryId: entry.id }));
+    }
+    writes.push((a) => a.set(keys.ledgerEntry(appId, entry.id), entry));
   };
 
   const dropReservation = (r: ReservationRecord) => {
@@ -490,23 +494,14 @@ export function planBatch(input: PlanInput) {
           answerWith(op.done, { credited: false, duplicate: true, available: wallet.available });
           break;
         }
-        const entry: LedgerEntry = {
-          id: newId("led", now),
-          kind: op.input.kind,
-          amount: op.input.amount,
-          reason: op.input.reason,
-          reference: op.input.reference ?? null,
-          createdAt: now,
-        };
+        const entry = ledgerEntryOf(op.input, op.input.kind, now);
         wallet.available += entry.amount;
         if (entry.kind === "starter") wallet.starter += entry.amount;
         else if (entry.kind === "top_up") wallet.topUps += entry.amount;
         else wallet.operatorCredits += entry.amount;
-        if (marker) writeMarker(marker, entry.id);
-        writes.push((a) => a.set(keys.ledgerEntry(appId, entry.id), entry));
+        writeEntry(entry, marker);
         collectOwed();
-        const answer = { credited: true as const, entry, available: wallet.available };
-        answers.push(() => op.done.resolve(answer));
+        answerWith(op.done, { credited: true, entry, available: wallet.available });
         break;
       }
       case "debit": {
@@ -521,8 +516,7 @@ export function planBatch(input: PlanInput) {
         wallet.available -= taken;
         wallet.refunded = (wallet.refunded ?? 0) + taken;
         wallet.owed = (wallet.owed ?? 0) + entry.amount - taken;
-        writeMarker(marker, entry.id);
-        writes.push((a) => a.set(keys.ledgerEntry(appId, entry.id), entry));
+        writeEntry(entry, marker);
         answerWith(op.done, {
           debited: true,
           entry,
@@ -546,8 +540,7 @@ export function planBatch(input: PlanInput) {
         wallet.owed = (wallet.owed ?? 0) - forgiven;
         wallet.refunded = (wallet.refunded ?? 0) - returned;
         wallet.available += returned;
-        writeMarker(marker, entry.id);
-        writes.push((a) => a.set(keys.ledgerEntry(appId, given.id), given));
+        writeEntry(given, marker);
         answerWith(op.done, {
           reversed: true,
           entry: given,
@@ -700,7 +693,7 @@ export function planBatch(input: PlanInput) {
 }
 
 function ledgerEntryOf(
-  input: { amount: Micros; reason: string; reference: string },
+  input: { amount: Micros; reason: string; reference?: string | null },
   kind: LedgerEntry["kind"],
   now: number,
 ): LedgerEntry {
@@ -709,7 +702,7 @@ function ledgerEntryOf(
     kind,
     amount: input.amount,
     reason: input.reason,
-    reference: input.reference,
+    reference: input.reference ?? null,
     createdAt: now,
   };
 }
