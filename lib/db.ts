@@ -40,6 +40,8 @@ export const keys = {
   walletSlice: (appId: string, sliceId: string) => ["wallet_slices", appId, sliceId] as const,
   appWalletSlices: (appId: string) => ["wallet_slices", appId] as const,
   allWalletSlices: () => ["wallet_slices"] as const,
+  /** The last time a reserve was refused while other slices of the wallet held its money. */
+  walletSliceRecall: (appId: string) => ["wallet_slice_recalls", appId] as const,
 
   usage: (appId: string, usageId: string) => ["usage", appId, usageId] as const,
   appUsage: (appId: string) => ["usage", appId] as const,
@@ -297,6 +299,14 @@ export interface WalletSliceRecord {
   createdAt: number;
   /** Past it (its process died or stalled), any sweeper returns the slice's unspent part. */
   leaseUntil: number;
+}
+
+/**
+ * A process refused a reserve for credits while slices of the wallet held the money it lacked:
+ * every slice granted before `at` stops admitting and gives its free money back.
+ */
+export interface SliceRecallRecord {
+  at: number;
 }
 
 export type UsageOutcome = "completed" | "upstream_cut" | "client_closed";

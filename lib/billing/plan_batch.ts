@@ -75,6 +75,11 @@ export type Op =
     done: Settler<SliceReturnResult>;
   }
   /**
+   * Gives part of a live slice's unspent money back to the wallet (its process knows the part no
+   * hold or unposted charge needs); the slice stays, with its holds.
+   */
+  | { kind: "slice_shrink"; sliceId: string; amount: Micros; done: Settler<SliceShrinkResult> }
+  /**
    * Posts a charge whose slice is gone (its process stalled past the slice's lease and a sweeper
    * returned it): charged from the wallet's available, never beyond it.
    */
@@ -117,6 +122,10 @@ export type SliceGrantResult =
   | { granted: 0; available: Micros };
 
 export type SliceReturnResult = { returned: boolean; available: Micros };
+
+export type SliceShrinkResult =
+  | { given: Micros; record: WalletSliceRecord; available: Micros; versionstamp: string }
+  | { given: 0; available: Micros };
 
 /** A slice takes at most this fraction of the wallet's available money at each grant. */
 const SLICE_SHARE = 8;
@@ -173,7 +182,7 @@ export function markerOf(op: Op): string | undefined {
 /** The slice an operation reads and writes (its entry is checked by the batch's commit). */
 export function sliceIdOf(op: Op): string | undefined {
   if (op.kind === "slice_grant") return op.grant.sliceId;
-  if (op.kind === "slice_return") return op.sliceId;
+  if (op.kind === "slice_return" || op.kind === "slice_shrink") return op.sliceId;
   return undefined;
 }
 
@@ -614,6 +623,24 @@ export function planBatch(input: PlanInput) {
         }
         const answer = { returned: Boolean(returnable), available: wallet.available };
         answers.push(() => op.done.resolve(answer));
+        break;
+      }
+      case "slice_shrink": {
+        const slice = slices.get(op.sliceId);
+        // Never below what the slice has posted: a crash then returns the rest as before.
+        const given = slice ? Math.min(op.amount, slice.granted - slice.spent) : 0;
+        if (!slice || given <= 0) {
+          const answer = { given: 0 as const, available: wallet.available };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
+        wallet.reserved -= given;
+        wallet.available += given;
+        const record: WalletSliceRecord = { ...slice, granted: slice.granted - given };
+        slices.set(record.id, record);
+        writes.push((a) => a.set(keys.walletSlice(appId, record.id), record));
+        const answer = { given, record, available: wallet.available };
+        answers.push((versionstamp) => op.done.resolve({ ...answer, versionstamp }));
         break;
       }
       case "charge": {

@@ -5,6 +5,7 @@ import {
   type ReservationRecord,
   utcDay,
   type WalletRecord,
+  type WalletSliceRecord,
 } from "@/lib/db.ts";
 import { RateWindows } from "./ratelimit.ts";
 import { creditedOf } from "./ledger.ts";
@@ -17,6 +18,7 @@ import {
   refuseRevokedKeys,
   type Settler,
   type SliceGrantResult,
+  type SliceShrinkResult,
   takeBatch,
 } from "./plan_batch.ts";
 import {
@@ -1082,4 +1084,80 @@ Deno.test("a batch stays within KV's 10 checks: debit markers count with the cre
   const queue = Array.from({ length: 9 }, (_, i) => debit(1, `m${i}`).op);
   assert.equal(takeBatch(queue, 100).length, 7);
   assert.equal(queue.length, 2);
+});
+
+function shrink(sliceId: string, amount: number) {
+  const done = new Answer<SliceShrinkResult>();
+  const op: Op = { kind: "slice_shrink", sliceId, amount, done };
+  return { op, done };
+}
+
+function sliceRecord(granted: number, spent: number): WalletSliceRecord {
+  return {
+    id: "slc_1",
+    appId: APP,
+    granted,
+    spent,
+    rateRequests: 10,
+    rateTokens: 100,
+    createdAt: NOW - 1_000,
+    leaseUntil: NOW + 9_000,
+  };
+}
+
+Deno.test("a slice's shrink gives the money back to the available balance and keeps the slice with its holds", () => {
+  const s = shrink("slc_1", 600);
+  const p = plan([s], {
+    // 1,000 granted to the slice, 100 of it posted as spent.
+    wallet: wallet(4_000, { reserved: 1_000, topUps: 5_000 }),
+    slices: new Map([["slc_1", sliceRecord(1_000, 100)]]),
+  });
+  p.resolveAll("v1");
+  const answer = s.done.get();
+  assert.equal(answer.given, 600);
+  assert.ok("record" in answer);
+  assert.equal(answer.record.granted, 400);
+  assert.equal(answer.available, 4_600);
+  assert.equal(p.wallet.available, 4_600);
+  assert.equal(p.wallet.reserved, 400);
+  assertBalanced(p.wallet);
+  assert.deepEqual(writesOf(p), [
+    { op: "set", key: keys.walletSlice(APP, "slc_1"), value: answer.record },
+  ]);
+});
+
+Deno.test("a slice's shrink never gives back what the slice has posted as spent", () => {
+  const s = shrink("slc_1", 900);
+  const p = plan([s], {
+    wallet: wallet(4_000, { reserved: 1_000, topUps: 5_000 }),
+    slices: new Map([["slc_1", sliceRecord(1_000, 300)]]),
+  });
+  p.resolveAll("v1");
+  assert.equal(s.done.get().given, 700);
+  assert.equal(p.wallet.reserved, 300);
+  assertBalanced(p.wallet);
+});
+
+Deno.test("a shrink of a slice that is gone gives nothing and writes nothing", () => {
+  const s = shrink("slc_1", 500);
+  const p = plan([s], {
+    wallet: wallet(5_000),
+    slices: new Map([["slc_1", null]]),
+  });
+  p.resolveAll();
+  assert.deepEqual(s.done.get(), { given: 0, available: 5_000 });
+  assert.equal(p.unchanged, true);
+});
+
+Deno.test("money a shrink gives back pays what is owed at the batch's end", () => {
+  const s = shrink("slc_1", 500);
+  const p = plan([s], {
+    wallet: wallet(0, { reserved: 1_000, owed: 300, refunded: 200, topUps: 1_200 }),
+    slices: new Map([["slc_1", sliceRecord(1_000, 0)]]),
+  });
+  p.resolveAll("v1");
+  assert.equal(s.done.get().given, 500);
+  assert.equal(p.wallet.owed, 0);
+  assert.equal(p.wallet.available, 200);
+  assertBalanced(p.wallet);
 });

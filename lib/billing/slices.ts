@@ -57,6 +57,14 @@ export class LocalSlice {
   rate: RateLimitStatus | undefined;
   /** No new reservations: the slice is being returned or replaced. */
   closing = false;
+  /**
+   * No new reservations either: a reserve was refused for money this slice held. Its free money
+   * goes back to the wallet, and the slice goes back once its holds end.
+   */
+  recalled = false;
+  /** The newest recall this slice has answered, and when this process last looked for one. */
+  recallAnswered = 0;
+  recallCheckedAt = 0;
   lastUsed: number;
   /** Money settled, reservations admitted and tokens used since the last grant: the app's pace. */
   spentSinceGrant: Micros = 0;
@@ -115,9 +123,16 @@ export class LocalSlice {
     this.tokensSinceGrant = 0;
   }
 
+  /** Money given back to the wallet by a committed shrink; the record is as it committed it. */
+  shrunk(record: WalletSliceRecord, versionstamp: string) {
+    this.record = { ...this.record, granted: record.granted };
+    this.versionstamp = versionstamp;
+  }
+
   /** Whether a request with this key and these tokens is served by the slice at all. */
   serves(keyId: string, tokens: number): boolean {
-    return !this.closing && !this.keysWithOwnLimits.has(keyId) && !this.revokedKeys.has(keyId) &&
+    return !this.closing && !this.recalled && !this.keysWithOwnLimits.has(keyId) &&
+      !this.revokedKeys.has(keyId) &&
       tokens >= 0;
   }
 

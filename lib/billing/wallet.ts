@@ -19,6 +19,7 @@ import {
   type RateLimits,
   type RateWindowsRecord,
   type ReservationRecord,
+  type SliceRecallRecord,
   type SpendCapsRecord,
   type SpendCounter,
   type UsageRecord,
@@ -44,6 +45,7 @@ import {
   type SliceGrantResult,
   sliceIdOf,
   type SliceReturnResult,
+  type SliceShrinkResult,
   takeBatch,
 } from "./plan_batch.ts";
 import {
@@ -103,6 +105,16 @@ const SLICE_MIN_REQUESTS = 4;
  */
 const SLICE_TRIES = 8;
 
+/** How often a process holding a slice looks for a recall of it (see #answerRecall). */
+const RECALL_CHECK_MS = 100;
+/**
+ * How long a reserve refused for money other processes' slices hold waits for them to give it
+ * back: they look every RECALL_CHECK_MS and give it back in one commit.
+ */
+const RECALL_WAIT_MS = 500;
+const RECALL_POLL_MS = 10;
+const RECALL_KEEP_MS = 60_000;
+
 /** Reserves waiting for a slice to grow: what the next grant must cover beyond the app's pace. */
 interface SliceDemand {
   count: number;
@@ -125,6 +137,8 @@ export class Wallets {
     slicePosts: 0,
     sliceAdmitted: 0,
     sliceFallbacks: 0,
+    sliceRecalls: 0,
+    sliceGiveBacks: 0,
     optimisticStarts: 0,
     mispredictions: 0,
     mispredictionExposureMicros: 0,
@@ -159,6 +173,12 @@ export class Wallets {
   readonly #retries = new Map<() => Promise<void>, UsageRecord[]>();
   /** Those retries running now: drain waits for them. */
   readonly #retrying = new Set<Promise<void>>();
+  /** Per app: the recall this process is making for a refused reserve (see #reclaim). */
+  readonly #reclaiming = new Map<string, Promise<boolean>>();
+  /** Per app: until when this process takes no new slice, having answered a recall. */
+  readonly #recallAnswered = new Map<string, number>();
+  /** Gives back of free money under way, per slice: drain waits for them. */
+  readonly #givingBack = new Map<LocalSlice, Promise<Micros>>();
   /** Per app: the reserves waiting for its slice to grow (see SliceDemand). */
   readonly #waiting = new Map<string, SliceDemand>();
   /** Reserves per app in its current one-second window (auto slices: is the app hot?). */
@@ -210,7 +230,20 @@ export class Wallets {
   reserve(appId: string, input: ReserveInput): Promise<ReserveResult> {
     assertAmount(input.amount);
     if (this.#servedFromSlice(appId)) return this.#reserveInSlice(appId, input);
-    return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
+    return this.#reserveOrReclaim(appId, input);
+  }
+
+  /**
+   * The per-request reserve. Refused for credits while slices (this process's or others') hold
+   * free money of the app, it asks for that money back and tries once more: a slice never makes a
+   * request fail that the app's balance covers.
+   */
+  async #reserveOrReclaim(appId: string, input: ReserveInput): Promise<ReserveResult> {
+    const reserve = () =>
+      this.#enqueue<ReserveResult>(appId, (done) => ({ kind: "reserve", input, done }));
+    const result = await reserve();
+    if (result.ok || result.reason !== "insufficient_credits" || !this.#sliceOptions) return result;
+    return await this.#reclaim(appId, input.amount, result.available) ? reserve() : result;
   }
 
   /**
@@ -373,7 +406,7 @@ export class Wallets {
     const caps = this.#capsSeen.get(appId);
     if (!caps || caps.value !== null) return false;
     const slice = this.#slices.get(appId);
-    if (slice && !slice.closing) return slice.available >= amount;
+    if (slice && !slice.closing && !slice.recalled) return slice.available >= amount;
     const known = this.#known.get(appId);
     if (!known || (this.#contendedUntil.get(appId) ?? 0) > this.#now()) return false;
     return known.entry.value.available >= amount;
@@ -451,6 +484,7 @@ export class Wallets {
    * waiting for its retry tried once more.
    */
   async drain(): Promise<void> {
+    await Promise.all([...this.#reclaiming.values(), ...this.#givingBack.values()]);
     // One slice failing its post does not keep the others, or the retries, from theirs.
     let failure: unknown = null;
     const postAndReturn = async () => {
@@ -499,7 +533,7 @@ export class Wallets {
     const caps = (this.#capsSeen.get(appId) ?? await this.#readCaps(appId)).value;
     if (cappedScopes(caps, input.keyId, input.user).length > 0) {
       this.stats.sliceFallbacks++;
-      return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
+      return this.#reserveOrReclaim(appId, input);
     }
     const tokens = input.tokens ?? 0;
     for (let attempt = 0; attempt < SLICE_TRIES; attempt++) {
@@ -513,6 +547,8 @@ export class Wallets {
         }
         if (!slice.closing && !slice.serves(input.keyId, tokens)) break;
       }
+      // A new slice now would take again the money a recall just brought back for someone.
+      if ((this.#recallAnswered.get(appId) ?? 0) > this.#now()) break;
       // Counted while it waits, so the grant planned meanwhile covers it.
       const waiting = this.#waiting.get(appId) ?? { count: 0, amount: 0, tokens: 0 };
       this.#waiting.set(appId, waiting);
@@ -532,9 +568,118 @@ export class Wallets {
       }
       if (!grew) break;
     }
-    // A low balance, tight limits, a key with limits of its own or a revoked key: one commit each.
+    // A low balance, tight limits, a key with limits of its own, a revoked key or a recalled
+    // slice: one commit each.
     this.stats.sliceFallbacks++;
-    return this.#enqueue(appId, (done) => ({ kind: "reserve", input, done }));
+    return this.#reserveOrReclaim(appId, input);
+  }
+
+  /**
+   * After a reserve of `amount` was refused with `available` outside slices: this process's slice
+   * gives its free money back at once; if that is not enough and other processes' slices hold the
+   * rest, they are recalled and this waits up to RECALL_WAIT_MS for the money. Whether trying
+   * again can succeed. Refusals of one app at once share one recall.
+   */
+  #reclaim(appId: string, amount: Micros, available: Micros): Promise<boolean> {
+    let running = this.#reclaiming.get(appId);
+    if (!running) {
+      running = this.#recallSlices(appId, amount, available)
+        .catch(() => false)
+        .finally(() => this.#reclaiming.delete(appId));
+      this.#reclaiming.set(appId, running);
+    }
+    return running;
+  }
+
+  async #recallSlices(appId: string, amount: Micros, available: Micros): Promise<boolean> {
+    const own = this.#slices.get(appId);
+    let freed = 0;
+    if (own && !own.closing) {
+      this.#recall(own);
+      freed = await this.#giveBack(own);
+    }
+    if (available + freed >= amount) return true;
+    const now = this.#now();
+    let elsewhere = 0;
+    for await (
+      const entry of this.#kv.list<WalletSliceRecord>({ prefix: keys.appWalletSlices(appId) })
+    ) {
+      const slice = entry.value;
+      if (slice.id !== own?.record.id && slice.leaseUntil > now) {
+        elsewhere += slice.granted - slice.spent;
+      }
+    }
+    // Their holds count in this, so it may promise more than comes back; never less.
+    if (available + freed + elsewhere < amount) return freed > 0;
+    const recall: SliceRecallRecord = { at: now };
+    // Kept a while only: a holder answers a recall made since its slice was created, once.
+    await this.#kv.set(keys.walletSliceRecall(appId), recall, { expireIn: RECALL_KEEP_MS });
+    this.stats.sliceRecalls++;
+    const deadline = Date.now() + RECALL_WAIT_MS;
+    while (Date.now() < deadline) {
+      await sleep(RECALL_POLL_MS);
+      const wallet = await this.#kv.get<WalletRecord>(keys.wallet(appId));
+      if ((wallet.value?.available ?? 0) >= amount) return true;
+    }
+    return freed > 0;
+  }
+
+  /**
+   * Gives the slice's free money back to the wallet in one commit; what was given. The money
+   * leaves the slice's free part before the commit, so nothing admits it meanwhile, and comes back
+   * if the commit fails.
+   */
+  #giveBack(slice: LocalSlice): Promise<Micros> {
+    const running = this.#givingBack.get(slice);
+    if (running) return running.then(() => this.#giveBack(slice));
+    const amount = slice.free;
+    if (amount <= 0 || this.#orphaned.has(slice)) return Promise.resolve(0);
+    slice.free = 0;
+    const appId = slice.record.appId;
+    const sliceId = slice.record.id;
+    const giving = this.#exclusive(
+      sliceId,
+      () =>
+        this.#enqueue<SliceShrinkResult>(
+          appId,
+          (done) => ({ kind: "slice_shrink", sliceId, amount, done }),
+        ),
+    ).then((result) => {
+      if ("record" in result) {
+        slice.shrunk(result.record, result.versionstamp);
+        this.stats.sliceGiveBacks++;
+      }
+      slice.free += amount - result.given;
+      return result.given;
+    }, () => {
+      slice.free += amount;
+      return 0;
+    }).finally(() => this.#givingBack.delete(slice));
+    this.#givingBack.set(slice, giving);
+    return giving;
+  }
+
+  /**
+   * A holder's side of a recall: a recall made since the slice was created stops its admissions
+   * and gives its free money back; the slice goes back once its holds end (#sliceTick).
+   */
+  async #answerRecall(slice: LocalSlice) {
+    const entry = await this.#kv.get<SliceRecallRecord>(
+      keys.walletSliceRecall(slice.record.appId),
+    );
+    const at = entry.value?.at ?? 0;
+    if (at < slice.record.createdAt || at <= slice.recallAnswered) return;
+    slice.recallAnswered = at;
+    this.#recall(slice);
+    await this.#giveBack(slice);
+  }
+
+  /** The slice admits nothing more, and no new slice of its app is taken while the recall lasts. */
+  #recall(slice: LocalSlice) {
+    slice.recalled = true;
+    const appId = slice.record.appId;
+    if (this.#recallAnswered.size >= MAX_KNOWN_WALLETS) this.#recallAnswered.clear();
+    this.#recallAnswered.set(appId, this.#now() + RECALL_WAIT_MS);
   }
 
   /** The app's spend caps, read once when no batch of this process has read them yet. */
@@ -624,10 +769,14 @@ export class Wallets {
     const { leaseMs, idleMs } = this.#sliceOptions!;
     for (const slice of this.#slices.values()) {
       if (this.#posting.has(slice) || this.#returning.has(slice)) continue;
+      if (!slice.closing && now - slice.recallCheckedAt >= RECALL_CHECK_MS) {
+        slice.recallCheckedAt = now;
+        this.#answerRecall(slice).catch(() => {});
+      }
       const renewDue = slice.record.leaseUntil - now < (leaseMs * 2) / 3;
       if (slice.pending.length > 0 || (renewDue && slice.reservations.size > 0)) {
         this.#post(slice).catch(() => {});
-      } else if (slice.idle && (now - slice.lastUsed >= idleMs || renewDue)) {
+      } else if (slice.idle && (slice.recalled || now - slice.lastUsed >= idleMs || renewDue)) {
         this.#returnSlice(slice).catch(() => {});
       }
     }

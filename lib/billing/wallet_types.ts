@@ -192,6 +192,12 @@ export interface WalletStats {
   /** Reserves that slices were on for but that took the per-request path (one commit each). */
   sliceFallbacks: number;
   /**
+   * Recalls this process made (a reserve refused for money other processes' slices held), and
+   * slices of this process that gave their free money back (recalled here or elsewhere).
+   */
+  sliceRecalls: number;
+  sliceGiveBacks: number;
+  /**
    * Upstream calls started while their reservation committed (the wallet as this process knew it
    * said it fits), and those whose reservation was then refused: upstream aborted, nothing charged.
    */

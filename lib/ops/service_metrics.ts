@@ -110,6 +110,11 @@ export class ServiceMetrics {
     stat("opsCommitted", "Wallet operations (reserve, settle, release, renew, credit) committed.");
     stat("sliceFallbacks", "Reserves that slices were on for but that took the per-request path.");
     stat(
+      "sliceRecalls",
+      "Reserves refused for money other processes' slices held, which asked for it back.",
+    );
+    stat("sliceGiveBacks", "Slices of this process that gave their free money back to the wallet.");
+    stat(
       "optimisticStarts",
       "Upstream calls started while their reservation committed (OPTIMISTIC_UPSTREAM).",
     );

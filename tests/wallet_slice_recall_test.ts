@@ -1,0 +1,200 @@
+/**
+ * A slice never makes a request fail that the app's balance covers: a reserve refused for credits
+ * while slices hold free money of the app gets that money back (this process's slice at once,
+ * other processes' through a recall) and is tried again. Two `Wallets` on two handles of one KV
+ * file are two processes: they share nothing but KV.
+ */
+import assert from "node:assert/strict";
+import { Wallets } from "@/lib/billing/mod.ts";
+import { keys, type WalletRecord, type WalletSliceRecord } from "@/lib/db.ts";
+import { openKv } from "@/lib/core/mod.ts";
+import { assertAuditClean, startService, usageRecords } from "./helpers.ts";
+
+const STARTER = 5_000_000;
+const SMALL = 1_000;
+
+const hold = (requestId: string, amount = SMALL) => ({
+  amount,
+  keyId: "key_t",
+  requestId,
+  model: "tollbooth/echo",
+  tokens: 10,
+});
+const usage = (requestId: string, cost: number) => ({
+  requestId,
+  keyId: "key_t",
+  model: "tollbooth/echo",
+  provider: "tollbooth",
+  promptTokens: 4,
+  completionTokens: 6,
+  cost,
+  streamed: false,
+  outcome: "completed" as const,
+  countedLocally: false,
+});
+
+function processWallets(kv: Deno.Kv) {
+  return new Wallets(kv, {
+    leaseMs: 60_000,
+    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+    // Slices stay while idle: only a recall gives their money back during the test.
+    slices: { postEveryMs: 20, idleMs: 60_000 },
+  });
+}
+
+/** Two processes on one KV file, one app with the 5.00 USD starter; the ledger summed after. */
+async function withTwoProcesses(
+  fn: (a: Wallets, b: Wallets, appId: string, kv: Deno.Kv) => Promise<void>,
+) {
+  const kvPath = await Deno.makeTempFile({ suffix: ".sqlite3" });
+  const s = await startService({ kvPath });
+  const otherKv = await openKv(kvPath);
+  const a = processWallets(s.kv);
+  const b = processWallets(otherKv);
+  try {
+    const { appId } = await s.newApp();
+    await fn(a, b, appId, s.kv);
+    await Promise.all([a.drain(), b.drain()]);
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    const charged = (await usageRecords(s.kv, appId)).reduce((n, u) => n + u.cost, 0);
+    assert.equal(wallet.spent, charged, "what left the wallet is the sum of its usage records");
+    assert.equal(wallet.available + wallet.reserved + wallet.spent, STARTER);
+    assert.ok(wallet.available >= 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await Promise.all([a.drain(), b.drain()]);
+    otherKv.close();
+    await s.close();
+    await Deno.remove(kvPath).catch(() => {});
+  }
+}
+
+function reservationOf(result: Awaited<ReturnType<Wallets["reserve"]>>) {
+  assert.ok(result.ok, `admitted (available ${result.available})`);
+  return result.reservation;
+}
+
+async function slicesOf(kv: Deno.Kv, appId: string): Promise<WalletSliceRecord[]> {
+  const entries = await Array.fromAsync(
+    kv.list<WalletSliceRecord>({ prefix: keys.appWalletSlices(appId) }),
+  );
+  return entries.map((e) => e.value);
+}
+
+Deno.test("a reserve the balance covers only with this process's slice is admitted: the slice gives its free money back first", () =>
+  withTwoProcesses(async (a, _b, appId, kv) => {
+    const small = reservationOf(await a.reserve(appId, hold("small")));
+    assert.ok(small.sliceId, "the small request was admitted in a slice");
+    const [slice] = await slicesOf(kv, appId);
+    // The slice took more than the balance outside it can spare for the large request.
+    const large = STARTER - SMALL - 500;
+    assert.ok(STARTER - slice.granted < large);
+
+    const big = reservationOf(await a.reserve(appId, hold("large", large)));
+    assert.equal(big.sliceId, undefined, "the large request holds money of its own");
+    assert.equal(a.stats.sliceGiveBacks, 1);
+    assert.equal(a.stats.sliceRecalls, 0, "no other process was asked");
+
+    const settled = [
+      await a.settle(appId, small.id, usage("small", 900)),
+      await a.settle(appId, big.id, usage("large", 3_000_000)),
+    ];
+    assert.deepEqual(settled.map((r) => r.settled && r.charged), [900, 3_000_000]);
+  }));
+
+Deno.test("a reserve the balance covers only with another process's slice is admitted: that process gives the slice's free money back when recalled", () =>
+  withTwoProcesses(async (a, b, appId, kv) => {
+    const small = reservationOf(await a.reserve(appId, hold("small")));
+    assert.ok(small.sliceId);
+    const large = STARTER - SMALL - 500;
+
+    const big = reservationOf(await b.reserve(appId, hold("large", large)));
+    assert.equal(b.stats.sliceRecalls, 1, "the refused process recalled the other's slice");
+    assert.equal(a.stats.sliceGiveBacks, 1, "the holder gave its free money back");
+    assert.ok((await kv.get(keys.walletSliceRecall(appId))).value);
+
+    // The holder's hold is still good, and its slice admits nothing more: its next reserve takes
+    // the per-request path while the hold lasts.
+    const fallbacks = a.stats.sliceFallbacks;
+    const afterRecall = await a.reserve(appId, hold("after", 100));
+    assert.ok(afterRecall.ok);
+    assert.equal(afterRecall.reservation.sliceId, undefined);
+    assert.equal(a.stats.sliceFallbacks, fallbacks + 1);
+
+    const settled = [
+      await a.settle(appId, small.id, usage("small", 900)),
+      await a.settle(appId, afterRecall.reservation.id, usage("after", 80)),
+      await b.settle(appId, big.id, usage("large", 4_000_000)),
+    ];
+    assert.deepEqual(settled.map((r) => r.settled && r.charged), [900, 80, 4_000_000]);
+  }));
+
+Deno.test("a recalled slice goes back to the wallet as soon as its holds end", () =>
+  withTwoProcesses(async (a, b, appId, kv) => {
+    const small = reservationOf(await a.reserve(appId, hold("small")));
+    const big = reservationOf(await b.reserve(appId, hold("large", STARTER - SMALL - 500)));
+    await a.settle(appId, small.id, usage("small", 700));
+    // A guard against hanging, not a timing assertion: the holder ticks every 20 ms.
+    const deadline = Date.now() + 30_000;
+    while (a.stats.sliceReturns === 0) {
+      assert.ok(Date.now() < deadline, "the recalled slice was never given back");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.deepEqual(await slicesOf(kv, appId), []);
+    const wallet = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, 700, "the slice's posted charge is the wallet's spent");
+    assert.equal(wallet.reserved, big.amount, "only the large request's hold is left");
+    await b.release(appId, big.id);
+  }));
+
+Deno.test("a reserve the whole balance cannot cover is refused without a recall: the other process keeps serving from its slice", () =>
+  withTwoProcesses(async (a, b, appId, kv) => {
+    const small = reservationOf(await a.reserve(appId, hold("small")));
+    const refused = await b.reserve(appId, hold("too large", STARTER + 1));
+    assert.equal(refused.ok, false);
+    assert.equal(!refused.ok && refused.reason, "insufficient_credits");
+    assert.equal(b.stats.sliceRecalls, 0);
+    assert.equal((await kv.get(keys.walletSliceRecall(appId))).value, null);
+    const next = reservationOf(await a.reserve(appId, hold("next")));
+    assert.equal(next.sliceId, small.sliceId, "still admitted in the same slice");
+    await a.settle(appId, small.id, usage("small", 500));
+    await a.settle(appId, next.id, usage("next", 500));
+  }));
+
+Deno.test("while two processes serve small requests from slices, a large request the balance covers only with the slices' money is admitted, and what left the wallet is exactly what the settles answered", () =>
+  withTwoProcesses(async (a, b, appId, kv) => {
+    let answered = 0;
+    let smallPaid = 0;
+    const smallLoop = async (wallets: Wallets, name: string) => {
+      for (let i = 0; i < 40; i++) {
+        const r = await wallets.reserve(appId, hold(`${name}-${i}`));
+        if (!r.ok) continue;
+        await new Promise((r) => setTimeout(r, 1));
+        const settled = await wallets.settle(appId, r.reservation.id, usage(`${name}-${i}`, 100));
+        assert.ok(settled.settled);
+        answered += settled.charged;
+        smallPaid++;
+      }
+    };
+    const large = async () => {
+      while ((await slicesOf(kv, appId)).length < 2) {
+        await new Promise((r) => setTimeout(r, 1));
+      }
+      // The small requests spend at most 40,000 and hold at most 10,000 at once: this fits what
+      // is left, but not beside the two slices' grants (64,000 or more each).
+      const r = reservationOf(await b.reserve(appId, hold("large", 4_945_000)));
+      const settled = await b.settle(appId, r.id, usage("large", 4_000_000));
+      assert.ok(settled.settled);
+      answered += settled.charged;
+    };
+    await Promise.all([
+      ...Array.from({ length: 5 }, (_, i) => smallLoop(a, `a${i}`)),
+      ...Array.from({ length: 5 }, (_, i) => smallLoop(b, `b${i}`)),
+      large(),
+    ]);
+    assert.equal(smallPaid, 400, "no small request was refused");
+    assert.ok(b.stats.sliceRecalls + b.stats.sliceGiveBacks > 0, "the slices' money was needed");
+    await Promise.all([a.drain(), b.drain()]);
+    const wallet = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, answered, "what left the wallet is what the settles answered");
+  }));
