@@ -220,3 +220,64 @@ Deno.test("by default (WALLET_SLICES=auto) a quiet app takes a commit per reques
     await s.close();
   }
 });
+
+Deno.test("two processes on one KV: a request the balance covers only with the other process's slice money is answered, not refused with 402, and what left the wallet is the sum of the answered costs", async () => {
+  const files = await instanceFiles({ models: [PRICEY, SLOW] });
+  const catalog = JSON.parse(await Deno.readTextFile(files.modelsFile));
+  catalog.providers.slow = { kind: "simulator", token_delay_ms: 200 };
+  await Deno.writeTextFile(files.modelsFile, JSON.stringify(catalog));
+  const env = {
+    KV_PATH: files.kvPath,
+    MODELS_FILE: files.modelsFile,
+    WALLET_SLICES: "on",
+    WALLET_STATS_LOG_MS: "100",
+    RATE_LIMIT_RPM: "1000000",
+    RATE_LIMIT_TPM: "1000000000",
+  };
+  const [holder, asker] = await Promise.all([startInstance(env), startInstance(env)]);
+  const kv = await Deno.openKv(files.kvPath);
+  try {
+    const { app, key } = await createAppRecord(kv, { name: "recall" });
+    // A stream in flight keeps the holder's slice in use (not idle) while the large request comes.
+    const stream = await chat(holder, key.apiKey, {
+      model: SLOW.id,
+      messages: [{ role: "user", content: "write" }],
+      max_tokens: 10,
+      stream: true,
+    });
+    assert.equal(stream.status, 200);
+    const [slice] = await list<WalletSliceRecord>(kv, keys.appWalletSlices(app.id));
+    assert.ok(slice, "the holder took a slice of the wallet");
+    const wallet = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
+    // 1,000 USD per million output tokens: max_tokens alone holds this much, more than the
+    // balance outside the slice and less than the whole balance with the slice's free money.
+    const maxTokens = Math.floor((wallet.available + slice.granted) / 1_000) - 150;
+    assert.ok(maxTokens * 1_000 > wallet.available, "the slice holds money the request needs");
+    const large = await answer(
+      await chat(asker, key.apiKey, {
+        model: PRICEY.id,
+        messages: [{ role: "user", content: "go" }],
+        max_tokens: maxTokens,
+      }),
+    );
+    assert.equal(large.status, 200);
+    assert.ok(large.cost! > 0);
+    assert.match(await stream.text(), /\[DONE\]/);
+    for (const instance of [holder, asker]) assert.equal((await instance.stop()).code, 0);
+
+    const after = (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
+    const usage = await list<UsageRecord>(kv, keys.appUsage(app.id));
+    assert.equal(usage.length, 2);
+    assert.equal(after.spent, usage.reduce((n, u) => n + u.cost, 0));
+    assert.equal(usage.find((u) => u.requestId === large.requestId)?.cost, large.cost);
+    assert.equal(after.reserved, 0);
+    await assertAuditClean(kv);
+    const recalls = asker.lines.filter((l) => l.event === "wallet_stats")
+      .reduce((n, s) => Math.max(n, Number(s.sliceRecalls)), 0);
+    assert.equal(recalls, 1, "the asking process recalled the holder's slice once");
+  } finally {
+    kv.close();
+    await Promise.all([holder.stop(), asker.stop()]);
+    await files.remove();
+  }
+});
