@@ -58,7 +58,10 @@ async function withTwoProcesses(
     const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
     const charged = (await usageRecords(s.kv, appId)).reduce((n, u) => n + u.cost, 0);
     assert.equal(wallet.spent, charged, "what left the wallet is the sum of its usage records");
-    assert.equal(wallet.available + wallet.reserved + wallet.spent, STARTER);
+    assert.equal(
+      wallet.available + wallet.reserved + wallet.spent,
+      STARTER - (wallet.refunded ?? 0),
+    );
     assert.ok(wallet.available >= 0);
     await assertAuditClean(s.kv);
   } finally {
@@ -197,4 +200,36 @@ Deno.test("while two processes serve small requests from slices, a large request
     await Promise.all([a.drain(), b.drain()]);
     const wallet = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
     assert.equal(wallet.spent, answered, "what left the wallet is what the settles answered");
+  }));
+
+Deno.test("a refund that leaves money owed recalls the app's slices: their free money pays the debt at once, not after their holds", () =>
+  withTwoProcesses(async (a, b, appId, kv) => {
+    const small = reservationOf(await a.reserve(appId, hold("small")));
+    const [slice] = await slicesOf(kv, appId);
+    const outside = STARTER - slice.granted;
+    // More than the balance outside the slice, less than the whole balance but the hold.
+    const refund = outside + 20_000;
+    const debited = await b.debit(appId, {
+      amount: refund,
+      kind: "refund",
+      reason: "Refund",
+      reference: "pi_1",
+      marker: "stripe:re_1",
+    });
+    assert.ok(debited.debited);
+    assert.equal(debited.owed, 20_000, "the refund owes what the slice holds");
+    assert.equal(b.stats.sliceRecalls, 1);
+    // A guard against hanging, not a timing assertion: the holder looks every 100 ms.
+    const deadline = Date.now() + 30_000;
+    let wallet = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    while ((wallet.owed ?? 0) > 0) {
+      assert.ok(Date.now() < deadline, "the debt was not paid from the slice");
+      await new Promise((r) => setTimeout(r, 20));
+      wallet = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    }
+    assert.equal(a.stats.sliceGiveBacks, 1);
+    assert.equal(wallet.refunded, refund);
+    // The hold admitted before the refund is still good.
+    const settled = await a.settle(appId, small.id, usage("small", 900));
+    assert.ok(settled.settled && settled.charged === 900);
   }));

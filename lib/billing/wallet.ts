@@ -465,10 +465,19 @@ export class Wallets {
    * Takes a refunded or disputed payment back, once per marker: from the available balance, and
    * what that cannot give is owed, taken before anything is reserved as money comes back.
    */
-  debit(appId: string, input: DebitInput): Promise<DebitResult> {
+  async debit(appId: string, input: DebitInput): Promise<DebitResult> {
     assertAmount(input.amount);
     if (input.amount === 0) throw new RangeError("a debit must be positive");
-    return this.#enqueue(appId, (done) => ({ kind: "debit", input, done }));
+    const result = await this.#enqueue<DebitResult>(
+      appId,
+      (done) => ({ kind: "debit", input, done }),
+    );
+    // The unspent money of the app's slices is the app's too: recalled, it pays the debt now
+    // rather than being spent first. Without the recall the debt is still paid, later.
+    if (result.debited && result.owed > 0 && this.#sliceOptions) {
+      await this.#recallForDebt(appId).catch(() => {});
+    }
+    return result;
   }
 
   /** Gives back what a debit took, once per marker (see DebitReversalInput). */
@@ -592,29 +601,11 @@ export class Wallets {
   }
 
   async #recallSlices(appId: string, amount: Micros, available: Micros): Promise<boolean> {
-    const own = this.#slices.get(appId);
-    let freed = 0;
-    if (own && !own.closing) {
-      this.#recall(own);
-      freed = await this.#giveBack(own);
-    }
+    const freed = await this.#recallOwn(appId);
     if (available + freed >= amount) return true;
-    const now = this.#now();
-    let elsewhere = 0;
-    for await (
-      const entry of this.#kv.list<WalletSliceRecord>({ prefix: keys.appWalletSlices(appId) })
-    ) {
-      const slice = entry.value;
-      if (slice.id !== own?.record.id && slice.leaseUntil > now) {
-        elsewhere += slice.granted - slice.spent;
-      }
-    }
     // Their holds count in this, so it may promise more than comes back; never less.
-    if (available + freed + elsewhere < amount) return freed > 0;
-    const recall: SliceRecallRecord = { at: now };
-    // Kept a while only: a holder answers a recall made since its slice was created, once.
-    await this.#kv.set(keys.walletSliceRecall(appId), recall, { expireIn: RECALL_KEEP_MS });
-    this.stats.sliceRecalls++;
+    if (available + freed + await this.#unspentElsewhere(appId) < amount) return freed > 0;
+    await this.#writeRecall(appId);
     const deadline = Date.now() + RECALL_WAIT_MS;
     while (Date.now() < deadline) {
       await sleep(RECALL_POLL_MS);
@@ -622,6 +613,41 @@ export class Wallets {
       if ((wallet.value?.available ?? 0) >= amount) return true;
     }
     return freed > 0;
+  }
+
+  /** A refund or dispute left money owed: every slice of the app gives its free money back. */
+  async #recallForDebt(appId: string) {
+    await this.#recallOwn(appId);
+    if (await this.#unspentElsewhere(appId) > 0) await this.#writeRecall(appId);
+  }
+
+  /** This process's slice of the app stops admitting and gives its free money back; how much. */
+  #recallOwn(appId: string): Promise<Micros> {
+    const own = this.#slices.get(appId);
+    if (!own || own.closing) return Promise.resolve(0);
+    this.#recall(own);
+    return this.#giveBack(own);
+  }
+
+  /** What the live slices of other processes hold unspent (their holds included). */
+  async #unspentElsewhere(appId: string): Promise<Micros> {
+    const own = this.#slices.get(appId)?.record.id;
+    const now = this.#now();
+    let unspent = 0;
+    for await (
+      const entry of this.#kv.list<WalletSliceRecord>({ prefix: keys.appWalletSlices(appId) })
+    ) {
+      const slice = entry.value;
+      if (slice.id !== own && slice.leaseUntil > now) unspent += slice.granted - slice.spent;
+    }
+    return unspent;
+  }
+
+  async #writeRecall(appId: string) {
+    const recall: SliceRecallRecord = { at: this.#now() };
+    // Kept a while only: a holder answers a recall made since its slice was created, once.
+    await this.#kv.set(keys.walletSliceRecall(appId), recall, { expireIn: RECALL_KEEP_MS });
+    this.stats.sliceRecalls++;
   }
 
   /**
