@@ -233,3 +233,24 @@ Deno.test("a refund that leaves money owed recalls the app's slices: their free 
     const settled = await a.settle(appId, small.id, usage("small", 900));
     assert.ok(settled.settled && settled.charged === 900);
   }));
+
+Deno.test("a reserve refused though the slices' holds would have to end first is refused after one recall, and the refusals right after it without another", () =>
+  withTwoProcesses(async (a, b, appId, kv) => {
+    const holds = [];
+    for (let i = 0; i < 6; i++) {
+      holds.push(reservationOf(await a.reserve(appId, hold(`h${i}`, 100_000))));
+    }
+    const [slice] = await slicesOf(kv, appId);
+    assert.ok(holds.every((h) => h.sliceId === slice.id), "every hold is in the one slice");
+    const outside = STARTER - slice.granted;
+    // The slice's unspent money would cover it, but most of it is held by requests in flight.
+    const large = outside + 100_000;
+    const first = await b.reserve(appId, hold("first", large));
+    assert.equal(first.ok, false);
+    assert.equal(b.stats.sliceRecalls, 1);
+    assert.equal(a.stats.sliceGiveBacks, 1, "the holder gave back what its holds left free");
+    const again = await b.reserve(appId, hold("again", large));
+    assert.equal(again.ok, false);
+    assert.equal(b.stats.sliceRecalls, 1, "no second recall while the first proved futile");
+    for (const h of holds) await a.release(appId, h.id);
+  }));

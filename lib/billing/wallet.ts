@@ -177,6 +177,8 @@ export class Wallets {
   readonly #reclaiming = new Map<string, Promise<boolean>>();
   /** Per app: until when this process takes no new slice, having answered a recall. */
   readonly #recallAnswered = new Map<string, number>();
+  /** Per app: until when a refused reserve does not recall again, the last recall having failed. */
+  readonly #recallFutile = new Map<string, number>();
   /** Gives back of free money under way, per slice: drain waits for them. */
   readonly #givingBack = new Map<LocalSlice, Promise<Micros>>();
   /** Per app: the reserves waiting for its slice to grow (see SliceDemand). */
@@ -557,7 +559,7 @@ export class Wallets {
         if (!slice.closing && !slice.serves(input.keyId, tokens)) break;
       }
       // A new slice now would take again the money a recall just brought back for someone.
-      if ((this.#recallAnswered.get(appId) ?? 0) > this.#now()) break;
+      if ((this.#recallAnswered.get(appId) ?? 0) > Date.now()) break;
       // Counted while it waits, so the grant planned meanwhile covers it.
       const waiting = this.#waiting.get(appId) ?? { count: 0, amount: 0, tokens: 0 };
       this.#waiting.set(appId, waiting);
@@ -603,6 +605,9 @@ export class Wallets {
   async #recallSlices(appId: string, amount: Micros, available: Micros): Promise<boolean> {
     const freed = await this.#recallOwn(appId);
     if (available + freed >= amount) return true;
+    // A flood of refusals while the slices' holds keep the money is answered at once, not after
+    // a wait each.
+    if ((this.#recallFutile.get(appId) ?? 0) > Date.now()) return freed > 0;
     // Their holds count in this, so it may promise more than comes back; never less.
     if (available + freed + await this.#unspentElsewhere(appId) < amount) return freed > 0;
     await this.#writeRecall(appId);
@@ -612,6 +617,8 @@ export class Wallets {
       const wallet = await this.#kv.get<WalletRecord>(keys.wallet(appId));
       if ((wallet.value?.available ?? 0) >= amount) return true;
     }
+    if (this.#recallFutile.size >= MAX_KNOWN_WALLETS) this.#recallFutile.clear();
+    this.#recallFutile.set(appId, Date.now() + 2 * RECALL_WAIT_MS);
     return freed > 0;
   }
 
@@ -705,7 +712,7 @@ export class Wallets {
     slice.recalled = true;
     const appId = slice.record.appId;
     if (this.#recallAnswered.size >= MAX_KNOWN_WALLETS) this.#recallAnswered.clear();
-    this.#recallAnswered.set(appId, this.#now() + RECALL_WAIT_MS);
+    this.#recallAnswered.set(appId, Date.now() + RECALL_WAIT_MS);
   }
 
   /** The app's spend caps, read once when no batch of this process has read them yet. */
