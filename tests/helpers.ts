@@ -297,6 +297,27 @@ export async function usageRecords(kv: Deno.Kv, appId: string): Promise<UsageRec
 /** Waits (up to 2 s) for something that happens after a response, such as a stream's settle. */
 export { until } from "./fakes/common.ts";
 
+/** A wallet reserve for a request of 10 tokens holding `amount` micro-USD (wallet-level tests). */
+export function holdInput(requestId: string, amount = 1_000) {
+  return { amount, keyId: "key_t", requestId, model: "tollbooth/echo", tokens: 10 };
+}
+
+/** The settle of a `holdInput` request: 4 prompt and 6 completion tokens costing `cost`. */
+export function usageInput(requestId: string, cost: number): SettleInput {
+  return {
+    requestId,
+    keyId: "key_t",
+    model: "tollbooth/echo",
+    provider: "tollbooth",
+    promptTokens: 4,
+    completionTokens: 6,
+    cost,
+    streamed: false,
+    outcome: "completed",
+    countedLocally: false,
+  };
+}
+
 /** What a wallet's settle is given for a plain completed request of `cost` micro-USD. */
 export function settleInput(cost: number): SettleInput {
   return {

@@ -6,30 +6,20 @@
 import assert from "node:assert/strict";
 import { sweepExpiredReservations, Wallets } from "@/lib/billing/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
-import { assertAuditClean, startService, until, usageRecords } from "./helpers.ts";
+import {
+  assertAuditClean,
+  holdInput,
+  startService,
+  until,
+  usageInput,
+  usageRecords,
+} from "./helpers.ts";
 import { faultyKv } from "./faulty_kv.ts";
 
 const HOLD = 1_000;
 
-const hold = (requestId: string) => ({
-  amount: HOLD,
-  keyId: "key_t",
-  requestId,
-  model: "tollbooth/echo",
-  tokens: 10,
-});
-const usage = (requestId: string, cost: number) => ({
-  requestId,
-  keyId: "key_t",
-  model: "tollbooth/echo",
-  provider: "tollbooth",
-  promptTokens: 4,
-  completionTokens: 6,
-  cost,
-  streamed: false,
-  outcome: "completed" as const,
-  countedLocally: false,
-});
+const hold = (requestId: string) => holdInput(requestId, HOLD);
+const usage = usageInput;
 
 /** Posts as often as the timer allows unless told, so they interleave with the grants. */
 async function withSlices(

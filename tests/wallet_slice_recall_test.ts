@@ -8,30 +8,13 @@ import assert from "node:assert/strict";
 import { Wallets } from "@/lib/billing/mod.ts";
 import { keys, type WalletRecord, type WalletSliceRecord } from "@/lib/db.ts";
 import { openKv } from "@/lib/core/mod.ts";
-import { assertAuditClean, startService, usageRecords } from "./helpers.ts";
+import { assertAuditClean, holdInput, startService, usageInput, usageRecords } from "./helpers.ts";
 
 const STARTER = 5_000_000;
 const SMALL = 1_000;
 
-const hold = (requestId: string, amount = SMALL) => ({
-  amount,
-  keyId: "key_t",
-  requestId,
-  model: "tollbooth/echo",
-  tokens: 10,
-});
-const usage = (requestId: string, cost: number) => ({
-  requestId,
-  keyId: "key_t",
-  model: "tollbooth/echo",
-  provider: "tollbooth",
-  promptTokens: 4,
-  completionTokens: 6,
-  cost,
-  streamed: false,
-  outcome: "completed" as const,
-  countedLocally: false,
-});
+const hold = (requestId: string, amount = SMALL) => holdInput(requestId, amount);
+const usage = usageInput;
 
 function processWallets(kv: Deno.Kv) {
   return new Wallets(kv, {

@@ -22,6 +22,15 @@ async function waitFor(what: string, check: () => Promise<boolean>) {
 
 const SLOW = { ...PRICEY, id: "tollbooth/slow", provider: "slow" };
 
+/** PRICEY, and SLOW from a simulator that streams a token every 200 ms: its requests stay in flight. */
+async function filesWithSlowModel() {
+  const files = await instanceFiles({ models: [PRICEY, SLOW] });
+  const catalog = JSON.parse(await Deno.readTextFile(files.modelsFile));
+  catalog.providers.slow = { kind: "simulator", token_delay_ms: 200 };
+  await Deno.writeTextFile(files.modelsFile, JSON.stringify(catalog));
+  return files;
+}
+
 async function list<T>(kv: Deno.Kv, prefix: Deno.KvKey): Promise<T[]> {
   const out: T[] = [];
   for await (const entry of kv.list<T>({ prefix })) out.push(entry.value);
@@ -101,11 +110,7 @@ Deno.test("three processes on one KV serving one hot wallet from slices: what le
 });
 
 Deno.test("SIGKILL with reservations admitted against a slice and charges not yet posted: after restart the sweeper gives the slice back, nothing overcharged or overdrawn, only unposted charges lost, audit clean", async () => {
-  const files = await instanceFiles({ models: [PRICEY, SLOW] });
-  // The simulator providers: "slow" streams a token every 200 ms, so its requests stay in flight.
-  const catalog = JSON.parse(await Deno.readTextFile(files.modelsFile));
-  catalog.providers.slow = { kind: "simulator", token_delay_ms: 200 };
-  await Deno.writeTextFile(files.modelsFile, JSON.stringify(catalog));
+  const files = await filesWithSlowModel();
   const env = {
     KV_PATH: files.kvPath,
     MODELS_FILE: files.modelsFile,
@@ -222,10 +227,7 @@ Deno.test("by default (WALLET_SLICES=auto) a quiet app takes a commit per reques
 });
 
 Deno.test("two processes on one KV: a request the balance covers only with the other process's slice money is answered, not refused with 402, and what left the wallet is the sum of the answered costs", async () => {
-  const files = await instanceFiles({ models: [PRICEY, SLOW] });
-  const catalog = JSON.parse(await Deno.readTextFile(files.modelsFile));
-  catalog.providers.slow = { kind: "simulator", token_delay_ms: 200 };
-  await Deno.writeTextFile(files.modelsFile, JSON.stringify(catalog));
+  const files = await filesWithSlowModel();
   const env = {
     KV_PATH: files.kvPath,
     MODELS_FILE: files.modelsFile,
