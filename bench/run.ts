@@ -202,6 +202,31 @@ async function cpuMs(pid: number, ticksPerSecond: number): Promise<number> {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
 }
 
+/**
+ * CPU time so far of each worker thread of a process (SERVE_WORKERS: Deno names their threads
+ * `worker-N`), in ms; empty for a process without workers.
+ */
+async function workerCpuMs(pid: number, ticksPerSecond: number): Promise<Map<string, number>> {
+  const cpu = new Map<string, number>();
+  for await (const task of Deno.readDir(`/proc/${pid}/task`)) {
+    try {
+      const name = (await Deno.readTextFile(`/proc/${pid}/task/${task.name}/comm`)).trim();
+      if (!name.startsWith("worker-")) continue;
+      cpu.set(name, await cpuMs(Number(task.name), ticksPerSecond));
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return cpu;
+}
+
+/** The busiest worker's share of what the workers spent between two readings (null: none). */
+function busiestShare(before: Map<string, number>, after: Map<string, number>): number | null {
+  const spent = [...after].map(([name, ms]) => ms - (before.get(name) ?? 0));
+  const total = spent.reduce((a, b) => a + b, 0);
+  return total > 0 ? Math.max(...spent) / total : null;
+}
+
 async function rssKb(pid: number): Promise<number> {
   const status = await Deno.readTextFile(`/proc/${pid}/status`);
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
@@ -454,6 +479,11 @@ type OpenLoopResult = {
   cpuMsPerRequest: number;
   /** CPU per request of each window, in order: how much this machine's pace drifted. */
   windowCpuMs: number[];
+  /**
+   * Per window, the busiest worker's share of the workers' CPU: near 1 when the load's
+   * connections landed on one worker, near 1/N when they split (a request then costs more).
+   */
+  windowBusiestWorkerShare: (number | null)[];
 };
 
 /**
@@ -476,6 +506,7 @@ async function openLoopsInTurn(
     cpuMs: 0,
     latencies: [] as number[],
     windowCpuMs: [] as number[],
+    windowBusiestWorkerShare: [] as (number | null)[],
   }]));
   const windowSeconds = seconds / OPEN_ROUNDS;
   for (let round = 1; round <= OPEN_ROUNDS; round++) {
@@ -485,9 +516,13 @@ async function openLoopsInTurn(
       );
       await openLoop(t, rate, 1); // settle at the rate first
       const cpuBefore = await cpuMs(t.pid, ticks);
+      const workersBefore = await workerCpuMs(t.pid, ticks);
       const window = await openLoop(t, rate, windowSeconds);
       const cpu = await cpuMs(t.pid, ticks) - cpuBefore;
       const p = pooled.get(t.name)!;
+      p.windowBusiestWorkerShare.push(
+        busiestShare(workersBefore, await workerCpuMs(t.pid, ticks)),
+      );
       p.requests += window.requests;
       p.failed += window.failed;
       p.cpuMs += cpu;
@@ -504,6 +539,7 @@ async function openLoopsInTurn(
       p99: percentile(p.latencies, 99),
       cpuMsPerRequest: p.cpuMs / p.requests,
       windowCpuMs: p.windowCpuMs,
+      windowBusiestWorkerShare: p.windowBusiestWorkerShare,
     }]),
   );
 }

@@ -50,6 +50,12 @@ export function formatTable(rows: Row[]): string {
     .join("\n");
 }
 
+/** Per-window shares as "0.98 / 0.55 / 0.61"; null for results written before they were kept. */
+function shares(values: (number | null)[] | undefined): string | null {
+  if (!values || values.every((v) => v === null)) return null;
+  return values.map((v) => (v === null ? "–" : v.toFixed(2))).join(" / ");
+}
+
 /** The one table of a run, from its results (as written to bench/results/). */
 // deno-lint-ignore no-explicit-any
 export function report(r: any): { text: string; rows: Row[] } {
@@ -192,6 +198,19 @@ export function report(r: any): { text: string; rows: Row[] } {
       "tb ≤ 0.5",
       ratio(tbCpu500, o5.commits.cpuMsPerRequest),
       tbCpu500 <= 0.5,
+    ],
+    [
+      // How the load's connections fell on the default's workers: its CPU figure depends on it.
+      "500 req/s: busiest worker's share of CPU",
+      null,
+      shares(o5.tollbooth.windowBusiestWorkerShare),
+      null,
+      null,
+      null,
+      null,
+      "",
+      "",
+      null,
     ],
     [
       "open loop: failed requests",
