@@ -545,3 +545,25 @@ Deno.test("charges that settled while a post committed are posted next, without 
     );
     assert.ok(wallets.stats.slicePosts >= 2);
   }, { postEveryMs: 60_000 }));
+
+Deno.test("an engine without rate limits serves from slices too: one grant admits the reserves after it", async () => {
+  const s = await startService();
+  const wallets = new Wallets(s.kv, { leaseMs: 60_000, slices: { postEveryMs: 5 } });
+  try {
+    const { appId } = await s.newApp();
+    for (let i = 0; i < 10; i++) {
+      const r = await wallets.reserve(appId, hold(`r${i}`));
+      assert.ok(r.ok && r.reservation.sliceId, "admitted in a slice");
+      await wallets.settle(appId, r.reservation.id, usage(`r${i}`, 500));
+    }
+    assert.equal(wallets.stats.sliceGrants, 1);
+    assert.equal(wallets.stats.sliceAdmitted, 10);
+    await wallets.drain();
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.spent, 5_000);
+    await assertAuditClean(s.kv);
+  } finally {
+    await wallets.drain();
+    await s.close();
+  }
+});

@@ -764,8 +764,13 @@ export class Wallets {
       sliceId,
       () =>
         this.#enqueue<SliceGrantResult>(appId, (done) => ({ kind: "slice_grant", grant, done }))
-          .then((result) => {
-            if (!("record" in result)) return false;
+          .then((granted) => {
+            if (!("record" in granted)) return false;
+            // An engine without rate limits grants no block and checks none: the slice's is
+            // unbounded.
+            const result = this.#rateLimits
+              ? granted
+              : { ...granted, requests: Infinity, tokens: Infinity };
             this.stats.sliceGrants++;
             const current = this.#slices.get(appId);
             if (current && current.record.id === sliceId) {
@@ -800,10 +805,12 @@ export class Wallets {
   #sliceTick() {
     const now = this.#now();
     const { leaseMs, idleMs } = this.#sliceOptions!;
+    // The recall's checks keep the real clock's pace, whatever clock the leases are on.
+    const realNow = Date.now();
     for (const slice of this.#slices.values()) {
       if (this.#posting.has(slice) || this.#returning.has(slice)) continue;
-      if (!slice.closing && now - slice.recallCheckedAt >= RECALL_CHECK_MS) {
-        slice.recallCheckedAt = now;
+      if (!slice.closing && realNow - slice.recallCheckedAt >= RECALL_CHECK_MS) {
+        slice.recallCheckedAt = realNow;
         this.#answerRecall(slice).catch(() => {});
       }
       const renewDue = slice.record.leaseUntil - now < (leaseMs * 2) / 3;
