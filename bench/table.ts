@@ -50,6 +50,11 @@ export function formatTable(rows: Row[]): string {
     .join("\n");
 }
 
+/** A row with a figure for the default build only. */
+function tollboothOnly(metric: string, value: number | string | null): Row {
+  return [metric, null, value, null, null, null, null, "", "", null];
+}
+
 /** Per-window shares as "0.98 / 0.55 / 0.61"; null for results written before they were kept. */
 function shares(values: (number | null)[] | undefined): string | null {
   if (!values || values.every((v) => v === null)) return null;
@@ -199,19 +204,11 @@ export function report(r: any): { text: string; rows: Row[] } {
       ratio(tbCpu500, o5.commits.cpuMsPerRequest),
       tbCpu500 <= 0.5,
     ],
-    [
-      // How the load's connections fell on the default's workers: its CPU figure depends on it.
+    // How the load's connections fell on the default's workers: its CPU figure depends on it.
+    tollboothOnly(
       "500 req/s: busiest worker's share of CPU",
-      null,
       shares(o5.tollbooth.windowBusiestWorkerShare),
-      null,
-      null,
-      null,
-      null,
-      "",
-      "",
-      null,
-    ],
+    ),
     [
       "open loop: failed requests",
       o2.direct.failed + o5.direct.failed,
@@ -360,20 +357,14 @@ export function report(r: any): { text: string; rows: Row[] } {
       ratio(p[n].settledPerSecond, p[1].settledPerSecond),
       n === 1 ? null : p[n].settledPerSecond >= p[1].settledPerSecond,
     ]),
-    ...[1, 2, 4].map((n): Row => [
-      `  ${n} process(es): conflicts, non-2xx, slice fallbacks, mispredictions`,
-      null,
-      `${p[n].conflicts}, ${p[n].requests - p[n].ok}, ${p[n].sliceFallbacks ?? "-"}, ${
-        p[n].mispredictions ?? "-"
-      }`,
-      null,
-      null,
-      null,
-      null,
-      "",
-      "",
-      null,
-    ]),
+    ...[1, 2, 4].map((n) =>
+      tollboothOnly(
+        `  ${n} process(es): conflicts, non-2xx, slice fallbacks, mispredictions`,
+        `${p[n].conflicts}, ${p[n].requests - p[n].ok}, ${p[n].sliceFallbacks ?? "-"}, ${
+          p[n].mispredictions ?? "-"
+        }`,
+      )
+    ),
     [
       "1000 open streams: MB RSS",
       m.direct.mbPer1000,
@@ -386,18 +377,10 @@ export function report(r: any): { text: string; rows: Row[] } {
       ratio(m.tollbooth.mbPer1000, m.portkey.mbPer1000),
       m.tollbooth.completed === m.tollbooth.streams,
     ],
-    [
+    tollboothOnly(
       "KV commit on this disk: p50 / p99 ms",
-      null,
       `${fmt(r.kvCommit.p50)} / ${fmt(r.kvCommit.p99)}`,
-      null,
-      null,
-      null,
-      null,
-      "",
-      "",
-      null,
-    ],
+    ),
     [
       "audit (deno task admin audit)",
       null,
