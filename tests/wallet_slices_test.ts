@@ -233,6 +233,7 @@ Deno.test("two processes on one KV: a request the balance covers only with the o
     MODELS_FILE: files.modelsFile,
     WALLET_SLICES: "on",
     WALLET_STATS_LOG_MS: "100",
+    METRICS_TOKEN: "metrics-token",
     RATE_LIMIT_RPM: "1000000",
     RATE_LIMIT_TPM: "1000000000",
   };
@@ -264,6 +265,12 @@ Deno.test("two processes on one KV: a request the balance covers only with the o
     );
     assert.equal(large.status, 200);
     assert.ok(large.cost! > 0);
+    const metricsOf = async (instance: typeof holder) =>
+      await (await fetch(`${instance.url}/metrics`, {
+        headers: { authorization: "Bearer metrics-token" },
+      })).text();
+    assert.match(await metricsOf(asker), /^tollbooth_wallet_slice_recalls_total 1$/m);
+    assert.match(await metricsOf(holder), /^tollbooth_wallet_slice_give_backs_total 1$/m);
     assert.match(await stream.text(), /\[DONE\]/);
     for (const instance of [holder, asker]) assert.equal((await instance.stop()).code, 0);
 

@@ -601,6 +601,14 @@ export function operationsPage() {
           <code>_ops_committed_total</code>: the wallet's group commit in this process (ops per
           commit shows the batching; conflicts come only from other instances)
         </li>
+        <li>
+          <code>tollbooth_wallet_slice_fallbacks_total</code>, <code>_slice_recalls_total</code>,
+          {" "}
+          <code>_slice_give_backs_total</code>: reserves of a hot app that took a commit of their
+          own; reserves refused for money that other processes' slices of the wallet held, which
+          asked for it back; and slices of this process that gave their free money back (a request
+          the balance covers is never refused for a slice)
+        </li>
       </ul>
       <p>
         Counters and histograms are per process (whichever worker of a process answers the scrape
