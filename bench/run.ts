@@ -195,8 +195,13 @@ async function ensurePeer() {
 }
 
 /** CPU time (user + system) of a process so far, in ms. */
-async function cpuMs(pid: number, ticksPerSecond: number): Promise<number> {
-  const stat = await Deno.readTextFile(`/proc/${pid}/stat`);
+function cpuMs(pid: number, ticksPerSecond: number): Promise<number> {
+  return cpuMsOf(`/proc/${pid}/stat`, ticksPerSecond);
+}
+
+/** CPU time of a `stat` file: a process's, or one thread's (`/proc/<pid>/task/<tid>/stat`). */
+async function cpuMsOf(statPath: string, ticksPerSecond: number): Promise<number> {
+  const stat = await Deno.readTextFile(statPath);
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
@@ -212,7 +217,8 @@ async function workerCpuMs(pid: number, ticksPerSecond: number): Promise<Map<str
     try {
       const name = (await Deno.readTextFile(`/proc/${pid}/task/${task.name}/comm`)).trim();
       if (!name.startsWith("worker-")) continue;
-      cpu.set(name, await cpuMs(Number(task.name), ticksPerSecond));
+      // Not /proc/<tid>/stat: that one counts the whole process.
+      cpu.set(name, await cpuMsOf(`/proc/${pid}/task/${task.name}/stat`, ticksPerSecond));
     } catch {
       // The thread ended meanwhile.
     }
