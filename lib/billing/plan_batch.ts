@@ -78,7 +78,7 @@ export type Op =
    * Gives part of a live slice's unspent money back to the wallet (its process knows the part no
    * hold or unposted charge needs); the slice stays, with its holds.
    */
-  | { kind: "slice_shrink"; sliceId: string; amount: Micros; done: Settler<SliceShrinkResult> }
+  | { kind: "slice_give_back"; sliceId: string; amount: Micros; done: Settler<SliceGiveBackResult> }
   /**
    * Posts a charge whose slice is gone (its process stalled past the slice's lease and a sweeper
    * returned it): charged from the wallet's available, never beyond it.
@@ -123,7 +123,7 @@ export type SliceGrantResult =
 
 export type SliceReturnResult = { returned: boolean; available: Micros };
 
-export type SliceShrinkResult =
+export type SliceGiveBackResult =
   | { given: Micros; record: WalletSliceRecord; available: Micros; versionstamp: string }
   | { given: 0; available: Micros };
 
@@ -182,7 +182,7 @@ export function markerOf(op: Op): string | undefined {
 /** The slice an operation reads and writes (its entry is checked by the batch's commit). */
 export function sliceIdOf(op: Op): string | undefined {
   if (op.kind === "slice_grant") return op.grant.sliceId;
-  if (op.kind === "slice_return" || op.kind === "slice_shrink") return op.sliceId;
+  if (op.kind === "slice_return" || op.kind === "slice_give_back") return op.sliceId;
   return undefined;
 }
 
@@ -625,7 +625,7 @@ export function planBatch(input: PlanInput) {
         answers.push(() => op.done.resolve(answer));
         break;
       }
-      case "slice_shrink": {
+      case "slice_give_back": {
         const slice = slices.get(op.sliceId);
         // Never below what the slice has posted: a crash then returns the rest as before.
         const given = slice ? Math.min(op.amount, slice.granted - slice.spent) : 0;

@@ -17,8 +17,8 @@ import {
   type PlanInput,
   refuseRevokedKeys,
   type Settler,
+  type SliceGiveBackResult,
   type SliceGrantResult,
-  type SliceShrinkResult,
   takeBatch,
 } from "./plan_batch.ts";
 import {
@@ -1086,9 +1086,9 @@ Deno.test("a batch stays within KV's 10 checks: debit markers count with the cre
   assert.equal(queue.length, 2);
 });
 
-function shrink(sliceId: string, amount: number) {
-  const done = new Answer<SliceShrinkResult>();
-  const op: Op = { kind: "slice_shrink", sliceId, amount, done };
+function giveBack(sliceId: string, amount: number) {
+  const done = new Answer<SliceGiveBackResult>();
+  const op: Op = { kind: "slice_give_back", sliceId, amount, done };
   return { op, done };
 }
 
@@ -1105,8 +1105,8 @@ function sliceRecord(granted: number, spent: number): WalletSliceRecord {
   };
 }
 
-Deno.test("a slice's shrink gives the money back to the available balance and keeps the slice with its holds", () => {
-  const s = shrink("slc_1", 600);
+Deno.test("a slice's give-back returns the money to the available balance and keeps the slice with its holds", () => {
+  const s = giveBack("slc_1", 600);
   const p = plan([s], {
     // 1,000 granted to the slice, 100 of it posted as spent.
     wallet: wallet(4_000, { reserved: 1_000, topUps: 5_000 }),
@@ -1126,8 +1126,8 @@ Deno.test("a slice's shrink gives the money back to the available balance and ke
   ]);
 });
 
-Deno.test("a slice's shrink never gives back what the slice has posted as spent", () => {
-  const s = shrink("slc_1", 900);
+Deno.test("a slice's give-back never returns what the slice has posted as spent", () => {
+  const s = giveBack("slc_1", 900);
   const p = plan([s], {
     wallet: wallet(4_000, { reserved: 1_000, topUps: 5_000 }),
     slices: new Map([["slc_1", sliceRecord(1_000, 300)]]),
@@ -1138,8 +1138,8 @@ Deno.test("a slice's shrink never gives back what the slice has posted as spent"
   assertBalanced(p.wallet);
 });
 
-Deno.test("a shrink of a slice that is gone gives nothing and writes nothing", () => {
-  const s = shrink("slc_1", 500);
+Deno.test("a give-back of a slice that is gone returns nothing and writes nothing", () => {
+  const s = giveBack("slc_1", 500);
   const p = plan([s], {
     wallet: wallet(5_000),
     slices: new Map([["slc_1", null]]),
@@ -1149,8 +1149,8 @@ Deno.test("a shrink of a slice that is gone gives nothing and writes nothing", (
   assert.equal(p.unchanged, true);
 });
 
-Deno.test("money a shrink gives back pays what is owed at the batch's end", () => {
-  const s = shrink("slc_1", 500);
+Deno.test("money a slice gives back pays what is owed at the batch's end", () => {
+  const s = giveBack("slc_1", 500);
   const p = plan([s], {
     wallet: wallet(0, { reserved: 1_000, owed: 300, refunded: 200, topUps: 1_200 }),
     slices: new Map([["slc_1", sliceRecord(1_000, 0)]]),

@@ -123,8 +123,8 @@ export class LocalSlice {
     this.tokensSinceGrant = 0;
   }
 
-  /** Money given back to the wallet by a committed shrink; the record is as it committed it. */
-  shrunk(record: WalletSliceRecord, versionstamp: string) {
+  /** Money given back to the wallet (slice_give_back): the record as that commit left it. */
+  gaveBack(record: WalletSliceRecord, versionstamp: string) {
     this.record = { ...this.record, granted: record.granted };
     this.versionstamp = versionstamp;
   }

@@ -42,10 +42,10 @@ import {
   planBatch,
   refuseRevokedKeys,
   type Settler,
+  type SliceGiveBackResult,
   type SliceGrantResult,
   sliceIdOf,
   type SliceReturnResult,
-  type SliceShrinkResult,
   takeBatch,
 } from "./plan_batch.ts";
 import {
@@ -673,13 +673,13 @@ export class Wallets {
     const giving = this.#exclusive(
       sliceId,
       () =>
-        this.#enqueue<SliceShrinkResult>(
+        this.#enqueue<SliceGiveBackResult>(
           appId,
-          (done) => ({ kind: "slice_shrink", sliceId, amount, done }),
+          (done) => ({ kind: "slice_give_back", sliceId, amount, done }),
         ),
     ).then((result) => {
       if ("record" in result) {
-        slice.shrunk(result.record, result.versionstamp);
+        slice.gaveBack(result.record, result.versionstamp);
         this.stats.sliceGiveBacks++;
       }
       slice.free += amount - result.given;
