@@ -76,9 +76,16 @@ export type Op =
   }
   /**
    * Gives part of a live slice's unspent money back to the wallet (its process knows the part no
-   * hold or unposted charge needs); the slice stays, with its holds.
+   * hold or unposted charge needs), and its rate block's unused part to the app's window; the
+   * slice stays, with its holds.
    */
-  | { kind: "slice_give_back"; sliceId: string; amount: Micros; done: Settler<SliceGiveBackResult> }
+  | {
+    kind: "slice_give_back";
+    sliceId: string;
+    amount: Micros;
+    unusedRate: { requests: number; tokens: number };
+    done: Settler<SliceGiveBackResult>;
+  }
   /**
    * Posts a charge whose slice is gone (its process stalled past the slice's lease and a sweeper
    * returned it): charged from the wallet's available, never beyond it.
@@ -628,12 +635,13 @@ export function planBatch(input: PlanInput) {
       case "slice_give_back": {
         const slice = slices.get(op.sliceId);
         // Never below what the slice has posted: a crash then returns the rest as before.
-        const given = slice ? Math.min(op.amount, slice.granted - slice.spent) : 0;
-        if (!slice || given <= 0) {
+        const given = slice ? Math.max(0, Math.min(op.amount, slice.granted - slice.spent)) : 0;
+        if (!slice) {
           const answer = { given: 0 as const, available: wallet.available };
           answers.push(() => op.done.resolve(answer));
           break;
         }
+        input.rate?.giveBack(op.unusedRate.requests, op.unusedRate.tokens, now);
         wallet.reserved -= given;
         wallet.available += given;
         const record: WalletSliceRecord = { ...slice, granted: slice.granted - given };

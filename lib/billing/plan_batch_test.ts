@@ -1086,9 +1086,9 @@ Deno.test("a batch stays within KV's 10 checks: debit markers count with the cre
   assert.equal(queue.length, 2);
 });
 
-function giveBack(sliceId: string, amount: number) {
+function giveBack(sliceId: string, amount: number, unusedRate = { requests: 0, tokens: 0 }) {
   const done = new Answer<SliceGiveBackResult>();
-  const op: Op = { kind: "slice_give_back", sliceId, amount, done };
+  const op: Op = { kind: "slice_give_back", sliceId, amount, unusedRate, done };
   return { op, done };
 }
 
@@ -1160,4 +1160,25 @@ Deno.test("money a slice gives back pays what is owed at the batch's end", () =>
   assert.equal(p.wallet.owed, 0);
   assert.equal(p.wallet.available, 200);
   assertBalanced(p.wallet);
+});
+
+Deno.test("a slice's give-back returns its rate block's unused part to the app's window, written with the batch", () => {
+  const rate = rateWindows({ rpm: 60, tpm: 1_000 });
+  // The slice took 10 requests and 500 tokens of the window; 6 and 300 of them are unused.
+  assert.deepEqual(rate.takeBlock({ requests: 10, tokens: 500 }, 1, NOW), {
+    requests: 10,
+    tokens: 500,
+  });
+  const s = giveBack("slc_1", 0, { requests: 6, tokens: 300 });
+  const p = plan([s], {
+    wallet: wallet(4_000, { reserved: 1_000, topUps: 5_000 }),
+    slices: new Map([["slc_1", sliceRecord(1_000, 1_000)]]),
+    rate,
+  });
+  p.resolveAll("v1");
+  assert.equal(s.done.get().given, 0, "no money was free");
+  const status = rate.status("", NOW);
+  assert.equal(status.requests.remaining, 56);
+  assert.equal(status.tokens.remaining, 800);
+  assert.ok(p.rateRecord?.app, "the window is written");
 });

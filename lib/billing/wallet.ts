@@ -666,8 +666,19 @@ export class Wallets {
     const running = this.#givingBack.get(slice);
     if (running) return running.then(() => this.#giveBack(slice));
     const amount = slice.free;
-    if (amount <= 0 || this.#orphaned.has(slice)) return Promise.resolve(0);
+    // A recalled slice admits nothing more: its unused rate room goes back with its money, or the
+    // app's other requests would meet a limit that nothing uses.
+    const unusedRate = { requests: slice.requestsLeft, tokens: slice.tokensLeft };
+    const nothing = amount <= 0 && unusedRate.requests === 0 && unusedRate.tokens === 0;
+    if (nothing || this.#orphaned.has(slice)) return Promise.resolve(0);
     slice.free = 0;
+    slice.requestsLeft = 0;
+    slice.tokensLeft = 0;
+    const keep = (given: Micros) => {
+      slice.free += amount - given;
+      slice.requestsLeft += unusedRate.requests;
+      slice.tokensLeft += unusedRate.tokens;
+    };
     const appId = slice.record.appId;
     const sliceId = slice.record.id;
     const giving = this.#exclusive(
@@ -675,17 +686,19 @@ export class Wallets {
       () =>
         this.#enqueue<SliceGiveBackResult>(
           appId,
-          (done) => ({ kind: "slice_give_back", sliceId, amount, done }),
+          (done) => ({ kind: "slice_give_back", sliceId, amount, unusedRate, done }),
         ),
     ).then((result) => {
-      if ("record" in result) {
-        slice.gaveBack(result.record, result.versionstamp);
-        this.stats.sliceGiveBacks++;
+      if (!("record" in result)) {
+        keep(0);
+        return 0;
       }
+      slice.gaveBack(result.record, result.versionstamp);
+      this.stats.sliceGiveBacks++;
       slice.free += amount - result.given;
       return result.given;
     }, () => {
-      slice.free += amount;
+      keep(0);
       return 0;
     }).finally(() => this.#givingBack.delete(slice));
     this.#givingBack.set(slice, giving);
