@@ -243,3 +243,15 @@ Deno.test("a reserve refused though the slices' holds would have to end first is
     assert.equal(b.stats.sliceRecalls, 1, "no second recall while the first proved futile");
     for (const h of holds) await a.release(appId, h.id);
   }));
+
+Deno.test("a reserve beyond the balance and every hold is refused at once: this process's own slice keeps serving", () =>
+  withTwoProcesses(async (a, _b, appId) => {
+    const small = reservationOf(await a.reserve(appId, hold("small")));
+    const refused = await a.reserve(appId, hold("too large", STARTER + 1));
+    assert.equal(refused.ok, false);
+    assert.equal(a.stats.sliceGiveBacks, 0, "the slice gave nothing back for a hopeless request");
+    const next = reservationOf(await a.reserve(appId, hold("next")));
+    assert.equal(next.sliceId, small.sliceId, "still admitted in the same slice");
+    await a.settle(appId, small.id, usage("small", 500));
+    await a.settle(appId, next.id, usage("next", 500));
+  }));

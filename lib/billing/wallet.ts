@@ -245,6 +245,9 @@ export class Wallets {
       this.#enqueue<ReserveResult>(appId, (done) => ({ kind: "reserve", input, done }));
     const result = await reserve();
     if (result.ok || result.reason !== "insufficient_credits" || !this.#sliceOptions) return result;
+    // Slices' money is in the wallet's reserved (their grants, holds and all): when not even that
+    // would cover the request, no slice is disturbed and no KV is read for it.
+    if (result.available + result.reserved < input.amount) return result;
     return await this.#reclaim(appId, input.amount, result.available) ? reserve() : result;
   }
 
