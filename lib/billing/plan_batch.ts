@@ -634,13 +634,12 @@ export function planBatch(input: PlanInput) {
       }
       case "slice_give_back": {
         const slice = slices.get(op.sliceId);
-        // Never below what the slice has posted: a crash then returns the rest as before.
-        const given = slice ? Math.max(0, Math.min(op.amount, slice.granted - slice.spent)) : 0;
         if (!slice) {
-          const answer = { given: 0 as const, available: wallet.available };
-          answers.push(() => op.done.resolve(answer));
+          answerWith(op.done, { given: 0, available: wallet.available });
           break;
         }
+        // Never below what the slice has posted: a crash then returns the rest as before.
+        const given = Math.max(0, Math.min(op.amount, slice.granted - slice.spent));
         input.rate?.giveBack(op.unusedRate.requests, op.unusedRate.tokens, now);
         wallet.reserved -= given;
         wallet.available += given;

@@ -677,10 +677,12 @@ export class Wallets {
     slice.free = 0;
     slice.requestsLeft = 0;
     slice.tokensLeft = 0;
-    const keep = (given: Micros) => {
-      slice.free += amount - given;
+    /** Nothing was given back: the slice keeps its money and room. */
+    const keep = () => {
+      slice.free += amount;
       slice.requestsLeft += unusedRate.requests;
       slice.tokensLeft += unusedRate.tokens;
+      return 0;
     };
     const appId = slice.record.appId;
     const sliceId = slice.record.id;
@@ -692,18 +694,12 @@ export class Wallets {
           (done) => ({ kind: "slice_give_back", sliceId, amount, unusedRate, done }),
         ),
     ).then((result) => {
-      if (!("record" in result)) {
-        keep(0);
-        return 0;
-      }
+      if (!("record" in result)) return keep();
       slice.gaveBack(result.record, result.versionstamp);
       this.stats.sliceGiveBacks++;
       slice.free += amount - result.given;
       return result.given;
-    }, () => {
-      keep(0);
-      return 0;
-    }).finally(() => this.#givingBack.delete(slice));
+    }, keep).finally(() => this.#givingBack.delete(slice));
     this.#givingBack.set(slice, giving);
     return giving;
   }
