@@ -61,14 +61,14 @@ const WORDING = {
   refund: {
     taken: (usd: string) => `Refund of ${usd} USD of a Stripe top-up`,
     given: (usd: string, because: string) => `The refund of ${usd} USD ${because}: given back`,
-    markers: ["stripe_refund", "stripe_refund_undone"],
-    logs: ["top_up_refunded", "top_up_refund_undone"],
+    markers: { taken: "stripe_refund", given: "stripe_refund_undone" },
+    logs: { taken: "top_up_refunded", given: "top_up_refund_undone" },
   },
   chargeback: {
     taken: (usd: string) => `Chargeback of ${usd} USD: a Stripe top-up was disputed`,
     given: (usd: string) => `Dispute won: the chargeback of ${usd} USD is given back`,
-    markers: ["stripe_dispute", "stripe_dispute_won"],
-    logs: ["top_up_disputed", "top_up_dispute_won"],
+    markers: { taken: "stripe_dispute", given: "stripe_dispute_won" },
+    logs: { taken: "top_up_disputed", given: "top_up_dispute_won" },
   },
 } as const;
 
@@ -110,7 +110,7 @@ async function takeBack(
       kind,
       reason: wording.taken(usd),
       reference: id,
-      marker: `${wording.markers[0]}:${id}`,
+      marker: `${wording.markers.taken}:${id}`,
     });
   } catch (error) {
     if (!(error instanceof WalletNotFoundError)) throw error;
@@ -123,11 +123,11 @@ async function takeBack(
       kind: kind === "refund" ? "refund_reversed" : "chargeback_reversed",
       reason: wording.given(usd, reversal.because),
       reference: id,
-      marker: `${wording.markers[1]}:${id}`,
+      marker: `${wording.markers.given}:${id}`,
     });
     if (!back.reversed) return { status: "already_taken_back", appId };
     deps.log({
-      event: wording.logs[1],
+      event: wording.logs.given,
       appId,
       reference: id,
       amount: formatUsd(back.entry.amount),
@@ -137,7 +137,7 @@ async function takeBack(
   if (!taken.debited) return { status: "already_taken_back", appId };
   deps.log({
     level: kind === "chargeback" ? "warn" : "info",
-    event: wording.logs[0],
+    event: wording.logs.taken,
     appId,
     reference: id,
     paymentIntent: reversal.paymentIntent,
