@@ -63,8 +63,9 @@ export const keys = {
   /** Service-wide sums (Deno.KvU64) written in the same commit as what they count. */
   serviceTotal: (name: ServiceTotal) => ["service_totals", name] as const,
   /**
-   * A claimed Idempotency-Key within its scope (`app:<id>` for the API, `owner:<id>` for the
-   * management API); the recorded response's body lives in parts beside it, under the claim's id.
+   * A claimed Idempotency-Key within its scope (`app:<id>:key:<id>` for the API, see
+   * `apiKeyScope`; `owner:<id>` for the management API); the recorded response's body lives in
+   * parts beside it, under the claim's id.
    */
   idempotency: (scope: string, key: string) => ["idempotency", scope, key] as const,
   idempotencyBodyPart: (scope: string, key: string, claimId: string, part: number) =>
