@@ -305,16 +305,11 @@ export function holdInput(requestId: string, amount = 1_000) {
 /** The settle of a `holdInput` request: 4 prompt and 6 completion tokens costing `cost`. */
 export function usageInput(requestId: string, cost: number): SettleInput {
   return {
+    ...settleInput(cost),
     requestId,
     keyId: "key_t",
-    model: "tollbooth/echo",
-    provider: "tollbooth",
     promptTokens: 4,
     completionTokens: 6,
-    cost,
-    streamed: false,
-    outcome: "completed",
-    countedLocally: false,
   };
 }
 
