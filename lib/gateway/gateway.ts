@@ -84,7 +84,8 @@ export interface StreamOutcome {
   available: Micros;
   /** The catalog provider that answered (the first, or a fallback). */
   provider: string;
-  events: AsyncGenerator<StreamEvent>;
+  /** In batches, as the upstream's parts came: never an empty batch. */
+  events: AsyncGenerator<StreamEvent[]>;
   /** The client went away: stop the upstream and settle what was produced. */
   cancel(): Promise<void>;
 }
@@ -174,8 +175,10 @@ export class Gateway {
     // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
     // is billed to us either way, so it is read to its end and settled like any other.
     const parts: StreamPart[] = [];
-    for await (const event of opened.paid.events) {
-      if (event.type === "chunk") parts.push({ type: "chunk", chunk: event.chunk });
+    for await (const events of opened.paid.events) {
+      for (const event of events) {
+        if (event.type === "chunk") parts.push({ type: "chunk", chunk: event.chunk });
+      }
     }
     trace.upstreamMs = performance.now() - started;
     const { ending, charged, usage, usageObject: reported } = opened.paid.result;
@@ -198,7 +201,7 @@ export class Gateway {
         { headers: costHeaders },
       );
     }
-    const { completion } = await assembleCompletion(parts);
+    const { completion } = assembleCompletion(parts);
     completion.model = opened.model.id;
     completion.usage = reported ?? usageObject(usage);
     return {
@@ -359,7 +362,7 @@ export class Gateway {
     const started = performance.now();
     // A stream may outlive its lease; keep the reservation alive from now on so the sweeper leaves it.
     const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
-    let parts: AsyncIterator<StreamPart>, first: IteratorResult<StreamPart>, route: Model;
+    let parts: AsyncIterator<StreamPart[]>, first: IteratorResult<StreamPart[]>, route: Model;
     let upstream: UpstreamRequest;
     try {
       ({ value: { parts, first, upstream }, route } = await (early ??

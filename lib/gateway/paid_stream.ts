@@ -50,8 +50,8 @@ export interface PaidStreamOptions {
 
 export class PaidStream {
   readonly #options: PaidStreamOptions;
-  readonly #parts: AsyncIterator<StreamPart>;
-  #first: IteratorResult<StreamPart> | null;
+  readonly #parts: AsyncIterator<StreamPart[]>;
+  #first: IteratorResult<StreamPart[]> | null;
   readonly #upstreamAbort: AbortController;
 
   #ending: Ending | null = null;
@@ -69,12 +69,13 @@ export class PaidStream {
   #charged: Micros | null = null;
   #settledUsage: Usage | null = null;
   #draining: Promise<void> | null = null;
-  readonly events: AsyncGenerator<StreamEvent>;
+  /** The events in batches, one per batch of the upstream's parts: never an empty batch. */
+  readonly events: AsyncGenerator<StreamEvent[]>;
 
   constructor(
     options: PaidStreamOptions,
-    parts: AsyncIterator<StreamPart>,
-    first: IteratorResult<StreamPart>,
+    parts: AsyncIterator<StreamPart[]>,
+    first: IteratorResult<StreamPart[]>,
     upstreamAbort: AbortController,
   ) {
     this.#options = options;
@@ -167,7 +168,7 @@ export class PaidStream {
     }
   }
 
-  async *#events(): AsyncGenerator<StreamEvent> {
+  async *#events(): AsyncGenerator<StreamEvent[]> {
     try {
       yield* this.#forward();
     } finally {
@@ -176,7 +177,8 @@ export class PaidStream {
       await this.#parts.return?.().catch(() => {});
       await this.settle();
     }
-    yield* this.#closing();
+    const closing = this.#closing();
+    if (closing.length > 0) yield closing;
   }
 
   /**
@@ -187,11 +189,11 @@ export class PaidStream {
     this.#draining ??= (async () => {
       const first = this.#first;
       this.#first = null;
-      if (first && !first.done) this.#record(first.value);
+      if (first && !first.done) { for (const part of first.value) this.#record(part); }
       if (first?.done) return;
       try {
         for (let next = await this.#parts.next(); !next.done; next = await this.#parts.next()) {
-          this.#record(next.value);
+          for (const part of next.value) this.#record(part);
         }
       } catch (error) {
         this.#options.log({
@@ -223,15 +225,19 @@ export class PaidStream {
     return chunk;
   }
 
-  async *#forward(): AsyncGenerator<StreamEvent> {
+  async *#forward(): AsyncGenerator<StreamEvent[]> {
     try {
       let next = this.#first!;
       this.#first = null;
       for (; !next.done; next = await this.#parts.next()) {
-        const chunk = this.#record(next.value);
-        if (chunk) {
+        const events: StreamEvent[] = [];
+        for (const part of next.value) {
+          const chunk = this.#record(part);
+          if (chunk) events.push({ type: "chunk", chunk });
+        }
+        if (events.length > 0) {
           this.#waitingForClientSince = Date.now();
-          yield { type: "chunk", chunk };
+          yield events;
           this.#waitingForClientSince = null;
         }
       }
@@ -249,30 +255,29 @@ export class PaidStream {
   }
 
   /** What follows the last chunk: the usage chunk, and an error event when it did not end well. */
-  async *#closing(): AsyncGenerator<StreamEvent> {
+  #closing(): StreamEvent[] {
     const ending = this.#ending ?? { kind: "completed" };
     const charged = this.#charged;
-    if (ending.kind === "client_gone") return;
+    if (ending.kind === "client_gone") return [];
     if (ending.kind === "stalled") {
-      yield this.#error(
+      return [this.#error(
         "stream_interrupted",
         `The stream was ended because it was not read for ${
           Math.round(ending.afterMs / 1000)
         } s; the tokens produced before then were charged (${formatUsd(charged ?? 0)} USD).`,
-      );
-      return;
+      )];
     }
     if (charged === null) {
       // Ending with [DONE] would claim a clean, billed completion; it was neither.
-      yield this.#error(
+      return [this.#error(
         "internal_error",
         `The response could not be billed; nothing was charged. Quote request id ${this.#options.requestId} to support.`,
-      );
-      return;
+      )];
     }
+    const events: StreamEvent[] = [];
     const usage = this.#settledUsage;
     if (this.#options.includeUsage && usage) {
-      yield {
+      events.push({
         type: "chunk",
         chunk: {
           id: this.#meta?.id ?? `chatcmpl-${this.#options.requestId}`,
@@ -287,7 +292,7 @@ export class PaidStream {
             cost: formatUsd(charged),
           },
         },
-      };
+      });
     }
     if (ending.kind === "upstream_cut") {
       this.#options.log({
@@ -297,13 +302,14 @@ export class PaidStream {
         kind: ending.failure.kind,
         message: ending.failure.message,
       });
-      yield this.#error(
+      events.push(this.#error(
         "stream_interrupted",
         `The upstream stream failed after it had begun (${ending.failure.message}); the tokens produced before the cut were charged (${
           formatUsd(charged)
         } USD).`,
-      );
+      ));
     }
+    return events;
   }
 
   #error(code: "stream_interrupted" | "internal_error", message: string): StreamEvent {

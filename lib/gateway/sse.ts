@@ -19,8 +19,10 @@ export interface SseEvent {
 }
 
 /**
- * Parses a server-sent event stream as the HTML standard defines it (data, event, comments).
- * `isLast` names the event a stream ends with (`[DONE]`, `message_stop`): a reader that stops there
+ * Parses a server-sent event stream as the HTML standard defines it (data, event, comments), in
+ * batches: the events each network read completes, never an empty batch. A chat answer's dozen
+ * events mostly come in one read, and a step of an async generator per event, in every layer
+ * above, cost more than parsing them. `isLast` names the event a stream ends with (`[DONE]`, `message_stop`): a reader that stops there
  * leaves the body's few remaining bytes (the chunked end) to be read rather than cancelled, so that
  * the upstream connection goes back to its pool instead of being closed and opened anew.
  * `onRead` hears of every read that brought bytes, comments (an upstream's keep-alive) included.
@@ -29,7 +31,7 @@ export async function* parseSse(
   body: ReadableStream<Uint8Array>,
   isLast: (event: SseEvent) => boolean = () => false,
   onRead: () => void = () => {},
-): AsyncGenerator<SseEvent> {
+): AsyncGenerator<SseEvent[]> {
   const decoder = new TextDecoder();
   let event: string | null = null;
   /** The event's data lines so far, joined by line feeds; null before its first. */
@@ -83,6 +85,7 @@ export async function* parseSse(
       onRead();
       const text = decoder.decode(value, { stream: true });
       crSeen ||= text.includes("\r");
+      const batch: SseEvent[] = [];
       let start = 0;
       if (skipLineFeed) {
         skipLineFeed = false;
@@ -107,21 +110,26 @@ export async function* parseSse(
         start = next;
         if (complete) {
           lastSeen ||= isLast(complete);
-          yield complete;
+          batch.push(complete);
         }
       }
       if (start < text.length) {
         partialLength += text.length - start;
-        if (partialLength > MAX_LINE_CHARS) throw lineTooLong();
+        if (partialLength > MAX_LINE_CHARS) {
+          // The events before the line still count (a usage event among them is the bill).
+          if (batch.length > 0) yield batch;
+          throw lineTooLong();
+        }
         partial.push(start === 0 ? text : text.slice(start));
       }
+      if (batch.length > 0) yield batch;
     }
     finished = true;
     // The standard drops an unterminated last line; an upstream that ends its usage event that
     // way would then go unbilled by its own count, so the line is kept.
     const last = partial.join("") + decoder.decode();
     if (last !== "") takeLine(last);
-    if (data !== null) yield { event, data };
+    if (data !== null) yield [{ event, data }];
   } finally {
     // A body read to its end needs no release: releasing a reader costs an Error it never shows.
     if (!finished && lastSeen) readToEnd(reader);

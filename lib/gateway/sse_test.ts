@@ -19,9 +19,19 @@ function body(...chunks: (string | Uint8Array)[]): ReadableStream<Uint8Array> {
 
 async function events(stream: ReadableStream<Uint8Array>): Promise<SseEvent[]> {
   const out: SseEvent[] = [];
-  for await (const event of parseSse(stream)) out.push(event);
+  for await (const batch of parseSse(stream)) out.push(...batch);
   return out;
 }
+
+Deno.test("the events one read completes come as one batch; a read that completes none brings none", async () => {
+  const batches = await Array.fromAsync(
+    parseSse(body("data: one\n\ndata: two\n\nda", "ta: three\n", "\n: comment\n\n")),
+  );
+  assert.deepEqual(batches, [
+    [{ event: null, data: "one" }, { event: null, data: "two" }],
+    [{ event: null, data: "three" }],
+  ]);
+});
 
 Deno.test("events are separated by blank lines, LF line endings", async () => {
   assert.deepEqual(await events(body("data: one\n\ndata: two\n\n")), [
@@ -94,6 +104,18 @@ Deno.test("a line longer than the limit cuts the stream, with or without CRs, be
   }
 });
 
+Deno.test("the events a read completed before a line too long are handed on before the cut", async () => {
+  const read = encoder.encode(`data: usage\n\ndata: ${"x".repeat(MAX_LINE_CHARS + 1)}`);
+  const seen: SseEvent[] = [];
+  await assert.rejects(
+    async () => {
+      for await (const batch of parseSse(body(read))) seen.push(...batch);
+    },
+    (error) => error instanceof ProviderError && error.kind === "stream_cut",
+  );
+  assert.deepEqual(seen, [{ event: null, data: "usage" }]);
+});
+
 Deno.test("comment lines are ignored, and a block of comments alone is no event", async () => {
   assert.deepEqual(await events(body(": keep-alive\n\n:ping\ndata: x\n: between\n\n")), [
     { event: null, data: "x" },
@@ -164,8 +186,8 @@ Deno.test("a consumer that stops early cancels the body", async () => {
       cancelled = true;
     },
   });
-  for await (const event of parseSse(stream)) {
-    assert.equal(event.data, "one");
+  for await (const batch of parseSse(stream)) {
+    assert.equal(batch[0].data, "one");
     break;
   }
   assert.equal(cancelled, true);
@@ -249,8 +271,8 @@ Deno.test("byte streams read at the same time, and after others ended, each read
 
 Deno.test("a consumer that stops early cancels a byte stream too", async () => {
   const stream = byteBody("data: one\n\ndata: two\n\n", "data: three\n\n");
-  for await (const event of parseSse(stream)) {
-    assert.equal(event.data, "one");
+  for await (const batch of parseSse(stream)) {
+    assert.equal(batch[0].data, "one");
     break;
   }
   assert.equal((stream as unknown as { cancelled(): boolean }).cancelled(), true);
@@ -276,8 +298,8 @@ function endingBody(chunks: string[], after: () => Uint8Array | null = () => nul
 
 Deno.test("a reader that stops at the stream's last event leaves the body to be read to its end, not cancelled (the connection can be reused)", async () => {
   const { stream, ending } = endingBody(["data: a\n\n", "data: [DONE]\n\n", ""]);
-  for await (const event of parseSse(stream, (e) => e.data === "[DONE]")) {
-    if (event.data === "[DONE]") break;
+  for await (const batch of parseSse(stream, (e) => e.data === "[DONE]")) {
+    if (batch.some((event) => event.data === "[DONE]")) break;
   }
   await until(() => ending.readToEnd || ending.cancelled, "the body's end");
   assert.deepEqual(ending, { readToEnd: true, cancelled: false });
@@ -285,7 +307,7 @@ Deno.test("a reader that stops at the stream's last event leaves the body to be 
 
 Deno.test("a reader that stops before the last event cancels the body (the upstream stops)", async () => {
   const { stream, ending } = endingBody(["data: a\n\n", "data: b\n\n", "data: [DONE]\n\n"]);
-  for await (const _event of parseSse(stream, (e) => e.data === "[DONE]")) break;
+  for await (const _batch of parseSse(stream, (e) => e.data === "[DONE]")) break;
   await until(() => ending.readToEnd || ending.cancelled, "the body's end");
   assert.deepEqual(ending, { readToEnd: false, cancelled: true });
 });
@@ -297,7 +319,7 @@ Deno.test("a body that goes on after its last event is cancelled once 64 KiB mor
     sentAfter++;
     return filler;
   });
-  for await (const _event of parseSse(stream, (e) => e.data === "[DONE]")) break;
+  for await (const _batch of parseSse(stream, (e) => e.data === "[DONE]")) break;
   await until(() => ending.cancelled, "the cancel");
   assert.equal(ending.cancelled, true);
   assert.ok(sentAfter <= 10, `read ${sentAfter} chunks of 8 KiB after the end`);
@@ -313,6 +335,6 @@ Deno.test("a body that sends nothing after its last event and stays open is canc
       cancelled = true;
     },
   });
-  for await (const _event of parseSse(stream, (e) => e.data === "[DONE]")) break;
+  for await (const _batch of parseSse(stream, (e) => e.data === "[DONE]")) break;
   await until(() => cancelled, "the cancel", { timeoutMs: 5_000 });
 });

@@ -33,7 +33,8 @@ export function paidEventStream<E>(
   outcome: {
     available: Micros;
     provider: string;
-    events: AsyncGenerator<E>;
+    /** In batches (what one read of the upstream brought), never an empty batch. */
+    events: AsyncGenerator<E[]>;
     cancel(): Promise<void>;
   },
   encode: (event: E) => EncodedEvent,
@@ -67,9 +68,11 @@ export function paidEventStream<E>(
           onEnd(failed);
           return;
         }
-        const encoded = encode(next.value);
-        failed ??= encoded.errorCode;
-        controller.enqueue(encoded.bytes);
+        for (const event of next.value) {
+          const encoded = encode(event);
+          failed ??= encoded.errorCode;
+          controller.enqueue(encoded.bytes);
+        }
       },
       async cancel() {
         try {

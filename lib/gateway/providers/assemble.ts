@@ -46,9 +46,9 @@ function append(previous: string | null, piece: unknown): string | null {
   return typeof piece === "string" ? (previous ?? "") + piece : previous;
 }
 
-export async function assembleCompletion(
-  parts: AsyncIterable<StreamPart> | Iterable<StreamPart>,
-): Promise<CompletionResult & { promptTokens: number | null }> {
+export function assembleCompletion(
+  parts: Iterable<StreamPart>,
+): CompletionResult & { promptTokens: number | null } {
   const choices = new Map<number, ChoiceDraft>();
   let meta: { id: string; created: number; model: string } | null = null;
   // No prototype, so a field named `__proto__` is set as data wherever `__proto__` is a setter.
@@ -56,7 +56,7 @@ export async function assembleCompletion(
   let usage: Usage | null = null;
   let usageObject: UsageObject | null = null;
   let promptTokens: number | null = null;
-  for await (const part of parts) {
+  for (const part of parts) {
     if (part.type === "usage") {
       usage = part.usage;
       usageObject = part.raw ?? null;

@@ -18,8 +18,8 @@ function chunk(choice: Record<string, unknown>, fields: Record<string, unknown> 
 
 const logprob = (token: string) => ({ token, logprob: -0.1, bytes: null, top_logprobs: [] });
 
-Deno.test("logprobs of every chunk are appended in order", async () => {
-  const { completion } = await assembleCompletion([
+Deno.test("logprobs of every chunk are appended in order", () => {
+  const { completion } = assembleCompletion([
     chunk({ delta: { content: "Hel" }, logprobs: { content: [logprob("Hel")], refusal: null } }),
     chunk({ delta: { content: "lo" }, logprobs: { content: [logprob("lo")], refusal: null } }),
     chunk({ delta: {}, logprobs: { content: [logprob("!"), logprob("?")] } }),
@@ -34,16 +34,16 @@ Deno.test("logprobs of every chunk are appended in order", async () => {
   assert.equal((choice.logprobs as { refusal: unknown }).refusal, null);
 });
 
-Deno.test("an answer whose chunks carry no logprobs has logprobs null", async () => {
-  const { completion } = await assembleCompletion([
+Deno.test("an answer whose chunks carry no logprobs has logprobs null", () => {
+  const { completion } = assembleCompletion([
     chunk({ delta: { content: "Hi" }, logprobs: null }),
     chunk({ delta: {}, finish_reason: "stop" }),
   ]);
   assert.equal(completion.choices[0].logprobs, null);
 });
 
-Deno.test("chunk fields beyond the known ones are kept, the last value winning; padding is dropped", async () => {
-  const { completion } = await assembleCompletion([
+Deno.test("chunk fields beyond the known ones are kept, the last value winning; padding is dropped", () => {
+  const { completion } = assembleCompletion([
     chunk({ delta: { content: "a" } }, { system_fingerprint: "fp_1", obfuscation: "xyz" }),
     chunk({ delta: {}, finish_reason: "stop" }, {
       system_fingerprint: "fp_2",
@@ -55,12 +55,12 @@ Deno.test("chunk fields beyond the known ones are kept, the last value winning; 
   assert.equal("obfuscation" in completion, false);
 });
 
-Deno.test("an upstream field named __proto__ stays data and does not become the answer's prototype", async () => {
+Deno.test("an upstream field named __proto__ stays data and does not become the answer's prototype", () => {
   const parsed = JSON.parse(
     '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","__proto__":{"polluted":true},' +
       '"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}',
   );
-  const { completion } = await assembleCompletion([{ type: "chunk", chunk: parsed }]);
+  const { completion } = assembleCompletion([{ type: "chunk", chunk: parsed }]);
   assert.equal(Object.getPrototypeOf(completion), Object.prototype);
   assert.equal((completion as Record<string, unknown>).polluted, undefined);
   assert.match(JSON.stringify(completion), /"__proto__":\{"polluted":true\}/);

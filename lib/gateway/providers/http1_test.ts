@@ -464,9 +464,9 @@ Deno.test("an SSE answer flows part by part", async () => {
   }, async (server, client) => {
     const response = await client(server.url, post("{}", { signal: bounded() }));
     const events = parseSse(response.body!);
-    assert.deepEqual((await events.next()).value, { event: null, data: '{"n":1}' });
+    assert.deepEqual((await events.next()).value, [{ event: null, data: '{"n":1}' }]);
     firstRead.resolve();
-    assert.deepEqual((await events.next()).value, { event: null, data: '{"n":2}' });
+    assert.deepEqual((await events.next()).value, [{ event: null, data: '{"n":2}' }]);
     assert.equal((await events.next()).done, true);
   });
 });

@@ -126,9 +126,9 @@ Deno.test("keep-alive comments count as signs of life: a stream that sends only 
     const call = await upstreamCall(server.url, 100);
     const parts = [];
     for await (
-      const part of guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call)
+      const batch of guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call)
     ) {
-      parts.push(part);
+      parts.push(...batch);
     }
     assert.deepEqual(parts.map((p) => p.type), ["chunk"]);
   } finally {
@@ -190,8 +190,8 @@ Deno.test("a stream that stalls after its usage chunk, until the idle guard cuts
     const parts: StreamPart[] = [];
     await assert.rejects(async () => {
       for await (
-        const part of guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call)
-      ) parts.push(part);
+        const batch of guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call)
+      ) parts.push(...batch);
     });
     const billed = parts.find((p) => p.type === "usage");
     assert.ok(billed?.type === "usage", "the provider's usage reached the reader before the cut");

@@ -47,6 +47,7 @@ export function fixtureEvents(url: URL) {
   return parseSse(new Blob([bytes]).stream());
 }
 
-export async function collect(parts: AsyncIterable<StreamPart>): Promise<StreamPart[]> {
-  return await Array.fromAsync(parts);
+/** Every part of a converter's batches, in order. */
+export async function collect(batches: AsyncIterable<StreamPart[]>): Promise<StreamPart[]> {
+  return (await Array.fromAsync(batches)).flat();
 }

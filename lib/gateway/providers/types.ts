@@ -109,8 +109,11 @@ export class ProviderError extends Error {
  * assembled into one completion (assemble.ts), so that a timeout measures silence, not length.
  */
 export interface Provider {
-  /** Resolves once the upstream has answered; the iterable then yields parts as they arrive. */
-  stream(request: UpstreamRequest): Promise<AsyncIterable<StreamPart>>;
+  /**
+   * Resolves once the upstream has answered; the iterable then yields parts as they arrive, in
+   * batches: what one read of the upstream brought, never an empty batch.
+   */
+  stream(request: UpstreamRequest): Promise<AsyncIterable<StreamPart[]>>;
   /**
    * Whether the provider bills work this request's stream does not show (a reasoning model's
    * hidden reasoning, Claude's full thinking behind its summary): such a stream is read to its

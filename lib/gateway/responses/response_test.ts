@@ -12,7 +12,7 @@ async function fixtureEvents(name: string): Promise<ResponseEvent[]> {
   const text = await Deno.readTextFile(new URL(`./fixtures/${name}`, import.meta.url));
   const stream = new Response(text).body!;
   const out: ResponseEvent[] = [];
-  for await (const event of parseSse(stream)) {
+  for await (const event of (await Array.fromAsync(parseSse(stream))).flat()) {
     const data = JSON.parse(event.data);
     assert.equal(event.event, data.type, "each event is named after its type");
     out.push(data);

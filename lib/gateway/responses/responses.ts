@@ -32,8 +32,11 @@ export interface ResponseStreamOutcome {
   provider: string;
   /** Balance right after the reservation. */
   available: Micros;
-  /** The events, ending with response.completed (or .incomplete, or error and response.failed). */
-  events: AsyncGenerator<ResponseEvent>;
+  /**
+   * The events in batches (never empty), ending with response.completed (or .incomplete, or error
+   * and response.failed).
+   */
+  events: AsyncGenerator<ResponseEvent[]>;
   cancel(): Promise<void>;
 }
 
@@ -175,7 +178,7 @@ export class Responses {
  * the upstream is still read: the provider bills the whole answer, and its usage is charged.
  */
 export async function* responseStreamEvents(
-  source: AsyncIterable<StreamEvent>,
+  source: AsyncIterable<StreamEvent[]>,
   converter: ResponseEvents,
   options: {
     requestId: string;
@@ -183,43 +186,49 @@ export async function* responseStreamEvents(
     /** Runs before the last event, which says whether the response was stored. */
     beforeFinish: (output: ResponseEvents["output"]) => Promise<void>;
   },
-): AsyncGenerator<ResponseEvent> {
-  yield* converter.start();
+): AsyncGenerator<ResponseEvent[]> {
+  /** The events of the batch being converted, never handed on empty. */
+  let out: ResponseEvent[] = converter.start();
   let usage = null;
   /** An exception of our own converting: the rest is read, not converted. */
   let broken: { error: unknown } | null = null;
-  for await (const event of source) {
+  for await (const events of source) {
     // Read to the end all the same: the provider bills the whole answer, and its usage is
     // what is charged, not a count of what had been converted.
-    if (broken) continue;
-    if (event.type === "error") {
-      yield* converter.fail(event.error.code, event.error.message);
-      return;
+    for (const event of events) {
+      if (broken) break;
+      if (event.type === "error") {
+        out.push(...converter.fail(event.error.code, event.error.message));
+        yield out;
+        return;
+      }
+      const chunk = event.chunk;
+      if (chunk.usage && chunk.choices.length === 0) {
+        usage = chunk.usage as Parameters<ResponseEvents["finish"]>[0];
+        continue;
+      }
+      try {
+        out.push(...converter.chunk(chunk));
+      } catch (error) {
+        broken = { error };
+      }
     }
-    const chunk = event.chunk;
-    if (chunk.usage && chunk.choices.length === 0) {
-      usage = chunk.usage as Parameters<ResponseEvents["finish"]>[0];
-      continue;
+    if (out.length > 0) {
+      yield out;
+      out = [];
     }
-    let converted: ResponseEvent[];
-    try {
-      converted = converter.chunk(chunk);
-    } catch (error) {
-      broken = { error };
-      continue;
-    }
-    yield* converted;
   }
   if (!broken) {
-    let last: ResponseEvent[];
     try {
       await options.beforeFinish(converter.output);
-      last = converter.finish(usage);
+      out.push(...converter.finish(usage));
     } catch (error) {
       broken = { error };
-      last = [];
     }
-    if (!broken) return yield* last;
+    if (!broken) {
+      if (out.length > 0) yield out;
+      return;
+    }
   }
   const { error } = broken;
   options.log({
@@ -229,7 +238,8 @@ export async function* responseStreamEvents(
     error: error instanceof Error ? error.message : String(error),
     stack: error instanceof Error ? error.stack : undefined,
   });
-  yield* failedEnding(converter, options.requestId);
+  out.push(...failedEnding(converter, options.requestId));
+  yield out;
 }
 
 /**

@@ -27,10 +27,10 @@ class BreakingEvents extends ResponseEvents {
 /** The upstream's answer as the gateway hands it on, counting how much of it was read. */
 function source(contents: string[]) {
   const read = { count: 0 };
-  async function* events(): AsyncGenerator<StreamEvent> {
+  async function* events(): AsyncGenerator<StreamEvent[]> {
     for (const [i, content] of contents.entries()) {
       read.count++;
-      yield chunk(content, i === contents.length - 1 ? "stop" : null);
+      yield [chunk(content, i === contents.length - 1 ? "stop" : null)];
     }
   }
   return { events: events(), read };
@@ -41,13 +41,13 @@ async function run(converter: ResponseEvents, contents: string[]) {
   const upstream = source(contents);
   const out: ResponseEvent[] = [];
   for await (
-    const event of responseStreamEvents(upstream.events, converter, {
+    const batch of responseStreamEvents(upstream.events, converter, {
       requestId: "req_test",
       log: (fields) => logs.push(fields),
       beforeFinish: () => Promise.resolve(),
     })
   ) {
-    out.push(event);
+    out.push(...batch);
   }
   return { events: out, logs, read: upstream.read.count };
 }

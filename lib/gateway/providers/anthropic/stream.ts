@@ -25,9 +25,9 @@ export interface AnthropicStreamMeta {
 type Delta = ChatCompletionChunk["choices"][number]["delta"];
 
 export async function* anthropicStreamParts(
-  events: AsyncIterable<{ event: string | null; data: string }>,
+  batches: AsyncIterable<{ event: string | null; data: string }[]>,
   meta: AnthropicStreamMeta,
-): AsyncGenerator<StreamPart> {
+): AsyncGenerator<StreamPart[]> {
   let id = `msg-${meta.requestId}`;
   const created = Math.floor(Date.now() / 1000);
   const chunk = (delta: Delta, finish: string | null = null): StreamPart => ({
@@ -45,9 +45,12 @@ export async function* anthropicStreamParts(
   /** Content block index -> what it streams: a tool call's index, the answer, or nothing. */
   const blocks = new Map<number, { kind: "tool"; index: number } | { kind: "answer" }>();
   let toolCalls = 0;
-  for await (const event of events) {
+  /** The parts of the batch being converted: handed on whole, before any failure it ends with. */
+  let parts: StreamPart[] = [];
+  /** Converts one event into `parts`. */
+  const take = (event: { event: string | null; data: string }) => {
     const json = eventJson(event.data);
-    if (!json) continue;
+    if (!json) return;
     switch (json.type ?? event.event) {
       case "message_start": {
         const message = (json.message ?? {}) as Record<string, unknown>;
@@ -57,14 +60,14 @@ export async function* anthropicStreamParts(
         if (prompt !== null) {
           // A stream cut before message_delta is billed by these: cache writes cost more than
           // input, and cache reads far less.
-          yield {
+          parts.push({
             type: "prompt_tokens",
             promptTokens: prompt,
             cachedTokens: counts.cacheRead ?? 0,
             cacheWriteTokens: counts.cacheWrite ?? 0,
-          };
+          });
         }
-        yield chunk({ role: "assistant", content: "" });
+        parts.push(chunk({ role: "assistant", content: "" }));
         break;
       }
       case "content_block_start": {
@@ -77,32 +80,35 @@ export async function* anthropicStreamParts(
         }
         const call = toolCalls++;
         blocks.set(index, { kind: "tool", index: call });
-        yield chunk({
+        parts.push(chunk({
           tool_calls: [{
             index: call,
             id: typeof block.id === "string" ? block.id : `toolu_${call}`,
             type: "function",
             function: { name: block.name, arguments: "" },
           }],
-        });
+        }));
         break;
       }
       case "content_block_delta": {
         const delta = json.delta as Record<string, unknown> | undefined;
         if (delta?.type === "text_delta" && typeof delta.text === "string" && delta.text) {
-          yield chunk({ content: delta.text });
+          parts.push(chunk({ content: delta.text }));
         } else if (delta?.type === "thinking_delta" && typeof delta.thinking === "string") {
-          if (delta.thinking) yield chunk({ reasoning_content: delta.thinking });
+          if (delta.thinking) parts.push(chunk({ reasoning_content: delta.thinking }));
         } else if (
           delta?.type === "input_json_delta" && typeof delta.partial_json === "string" &&
           delta.partial_json
         ) {
           const target = blocks.get(Number(json.index));
-          if (target?.kind === "answer") yield chunk({ content: delta.partial_json });
+          if (target?.kind === "answer") parts.push(chunk({ content: delta.partial_json }));
           else if (target?.kind === "tool") {
-            yield chunk({
-              tool_calls: [{ index: target.index, function: { arguments: delta.partial_json } }],
-            });
+            parts.push(chunk({
+              tool_calls: [{
+                index: target.index,
+                function: { arguments: delta.partial_json },
+              }],
+            }));
           }
         }
         break;
@@ -111,10 +117,10 @@ export async function* anthropicStreamParts(
         counts = mergeCounts(counts, json.usage);
         const stopReason = (json.delta as { stop_reason?: unknown } | undefined)?.stop_reason;
         if (stopReason) {
-          yield chunk({}, finishReasonWithTools(stopReason, toolCalls));
+          parts.push(chunk({}, finishReasonWithTools(stopReason, toolCalls)));
           // The final counts are known now: a stream cut before message_stop still bills them.
           const usage = usageOfCounts(counts);
-          if (usage) yield { type: "usage", usage, raw: usageObject(usage) };
+          if (usage) parts.push({ type: "usage", usage, raw: usageObject(usage) });
         }
         break;
       }
@@ -122,15 +128,35 @@ export async function* anthropicStreamParts(
         stopped = true;
         break;
       case "error":
-        throw new ProviderError("stream_cut", `upstream error in stream: ${errorText(json.error)}`);
+        throw new ProviderError(
+          "stream_cut",
+          `upstream error in stream: ${errorText(json.error)}`,
+        );
       default: // ping, content_block_stop, signature deltas, and event types added later
         break;
     }
-    if (stopped) break;
+  };
+  try {
+    batches: for await (const events of batches) {
+      for (const event of events) {
+        take(event);
+        if (stopped) break batches;
+      }
+      if (parts.length > 0) {
+        yield parts;
+        parts = [];
+      }
+    }
+    if (!stopped) {
+      throw new ProviderError("stream_cut", "upstream stream ended before message_stop");
+    }
+  } catch (error) {
+    if (parts.length > 0) yield parts;
+    throw error;
   }
-  if (!stopped) throw new ProviderError("stream_cut", "upstream stream ended before message_stop");
   const usage = usageOfCounts(counts);
-  if (usage) yield { type: "usage", usage, raw: usageObject(usage) };
+  if (usage) parts.push({ type: "usage", usage, raw: usageObject(usage) });
+  if (parts.length > 0) yield parts;
 }
 
 function errorText(error: unknown): string {

@@ -49,8 +49,8 @@ Deno.test("input_json_delta streams as OpenAI's tool-call fragments: index, id a
     cached_tokens: 1000,
     cache_write_tokens: 0,
   });
-  const { completion } = await assembleCompletion(
-    anthropicStreamParts(fixture("stream_tool_use.sse"), META),
+  const { completion } = assembleCompletion(
+    await collect(anthropicStreamParts(fixture("stream_tool_use.sse"), META)),
   );
   assert.equal(
     (completion.choices[0].message.tool_calls as { function: { arguments: string } }[])[0]
@@ -60,8 +60,8 @@ Deno.test("input_json_delta streams as OpenAI's tool-call fragments: index, id a
 });
 
 Deno.test("thinking streams as reasoning_content; signatures are not forwarded", async () => {
-  const { completion, usage } = await assembleCompletion(
-    anthropicStreamParts(fixture("stream_thinking.sse"), META),
+  const { completion, usage } = assembleCompletion(
+    await collect(anthropicStreamParts(fixture("stream_thinking.sse"), META)),
   );
   assert.equal(
     completion.choices[0].message.reasoning_content,
@@ -86,7 +86,7 @@ Deno.test("the answer tool's input_json_delta streams as content", async () => {
   ).join("");
   assert.equal(content, `Okay, let's check the weather.{"location": "San Francisco, CA"}`);
   // Assembled, the answer tool's call is the content, not one of the tool calls.
-  const { completion } = await assembleCompletion(parts);
+  const { completion } = assembleCompletion(parts);
   const calls = completion.choices[0].message.tool_calls as { function: { name: string } }[];
   assert.deepEqual(calls.map((c) => c.function.name), ["get_time"]);
 });

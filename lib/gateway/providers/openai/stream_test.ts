@@ -32,8 +32,8 @@ Deno.test("streamed tool-call fragments pass unchanged; the usage comes last wit
 });
 
 Deno.test("a streamed answer assembles into the completion a client would build", async () => {
-  const { completion, usage } = await assembleCompletion(
-    openAiStreamParts(fixtureEvents(TOOL_CALLS)),
+  const { completion, usage } = assembleCompletion(
+    await collect(openAiStreamParts(fixtureEvents(TOOL_CALLS))),
   );
   assert.deepEqual(completion.choices[0].message.tool_calls, [
     {
@@ -50,15 +50,13 @@ Deno.test("a streamed answer assembles into the completion a client would build"
 
 Deno.test("a stream cut after its usage chunk, before [DONE], hands on that usage and then fails", async () => {
   async function* cutBeforeDone() {
-    for await (const event of fixtureEvents(TOOL_CALLS)) {
-      if (event.data === "[DONE]") break;
-      yield event;
-    }
+    const events = (await Array.fromAsync(fixtureEvents(TOOL_CALLS))).flat();
+    yield events.slice(0, events.findIndex((event) => event.data === "[DONE]"));
     throw new ProviderError("stream_cut", "connection reset");
   }
   const parts: StreamPart[] = [];
   await assert.rejects(async () => {
-    for await (const part of openAiStreamParts(cutBeforeDone())) parts.push(part);
+    for await (const batch of openAiStreamParts(cutBeforeDone())) parts.push(...batch);
   }, /connection reset/);
   const usage = parts.at(-1)!;
   assert.ok(usage.type === "usage", "the provider's bill, not a local count, settles the stream");
@@ -72,14 +70,46 @@ Deno.test("a stream cut after its usage chunk, before [DONE], hands on that usag
 
 Deno.test("a stream cut before any usage fails with no usage part", async () => {
   async function* cutEarly() {
-    yield { data: JSON.stringify({ choices: [{ index: 0, delta: { content: "Hi" } }] }) };
+    yield [{ data: JSON.stringify({ choices: [{ index: 0, delta: { content: "Hi" } }] }) }];
     throw new ProviderError("stream_cut", "connection reset");
   }
   const parts: StreamPart[] = [];
   await assert.rejects(async () => {
-    for await (const part of openAiStreamParts(cutEarly())) parts.push(part);
+    for await (const batch of openAiStreamParts(cutEarly())) parts.push(...batch);
   }, /connection reset/);
   assert.deepEqual(parts.map((p) => p.type), ["chunk"]);
+});
+
+Deno.test("a failure inside a batch of events hands on the parts before it, usage included", async () => {
+  async function* oneRead() {
+    yield [
+      { data: JSON.stringify({ choices: [{ index: 0, delta: { content: "Hi" } }] }) },
+      { data: JSON.stringify({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 1 } }) },
+      { data: "{not json" },
+    ];
+  }
+  const batches: StreamPart[][] = [];
+  await assert.rejects(async () => {
+    for await (const batch of openAiStreamParts(oneRead())) batches.push(batch);
+  }, ProviderError);
+  assert.deepEqual(batches.map((batch) => batch.map((p) => p.type)), [["chunk", "usage"]]);
+});
+
+Deno.test("the parts of one read come as one batch, and every batch has parts", async () => {
+  const content = (text: string) => ({
+    data: JSON.stringify({ choices: [{ index: 0, delta: { content: text } }] }),
+  });
+  const batches: number[] = [];
+  async function* finished() {
+    yield [content("a"), content("b")];
+    // JSON that is not an object is skipped: its read brings no batch.
+    yield [{ data: "null" }];
+    yield [{
+      data: JSON.stringify({ choices: [{ index: 0, delta: {}, finish_reason: "stop" }] }),
+    }, { data: "[DONE]" }];
+  }
+  for await (const batch of openAiStreamParts(finished())) batches.push(batch.length);
+  assert.deepEqual(batches, [2, 1]);
 });
 
 Deno.test("a tool_calls that is not a list is dropped from its chunk; the rest of the chunk passes", async () => {
@@ -93,9 +123,8 @@ Deno.test("a tool_calls that is not a list is dropped from its chunk; the rest o
     }),
   });
   async function* events() {
-    yield chunk({ content: "Hi", tool_calls: {} });
-    yield chunk({ tool_calls: "call" }, "stop");
-    yield { data: "[DONE]" };
+    yield [chunk({ content: "Hi", tool_calls: {} })];
+    yield [chunk({ tool_calls: "call" }, "stop"), { data: "[DONE]" }];
   }
   const chunks = (await collect(openAiStreamParts(events())))
     .flatMap((p) => p.type === "chunk" ? [p.chunk as ChatCompletionChunk] : []);

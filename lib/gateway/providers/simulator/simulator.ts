@@ -94,11 +94,13 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
           choices: [{ index: 0, delta, finish_reason: finish }],
         },
       });
-      async function* parts(): AsyncGenerator<StreamPart> {
-        if (a.kind === "text") yield chunk({ role: "assistant", content: "" }, null);
+      // Pieces without a delay between them come in one batch, as one read of a real upstream.
+      async function* parts(): AsyncGenerator<StreamPart[]> {
+        let batch: StreamPart[] = [];
+        if (a.kind === "text") batch.push(chunk({ role: "assistant", content: "" }, null));
         else {
           // As OpenAI streams a call: its id and name first, then the arguments in pieces.
-          yield chunk({
+          batch.push(chunk({
             role: "assistant",
             content: null,
             tool_calls: [{
@@ -107,21 +109,26 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
               type: "function",
               function: { name: a.name, arguments: "" },
             }],
-          }, null);
+          }, null));
         }
         for (const piece of a.pieces) {
-          if (options.tokenDelayMs > 0) await delay(options.tokenDelayMs, request.signal);
+          if (options.tokenDelayMs > 0) {
+            yield batch;
+            batch = [];
+            await delay(options.tokenDelayMs, request.signal);
+          }
           request.signal.throwIfAborted();
-          yield chunk(
+          batch.push(chunk(
             a.kind === "text"
               ? { content: piece }
               : { tool_calls: [{ index: 0, function: { arguments: piece } }] },
             null,
-          );
+          ));
         }
-        yield chunk({}, a.finishReason);
+        batch.push(chunk({}, a.finishReason));
         const usage = { promptTokens: a.promptTokens, completionTokens: a.pieces.length };
-        yield { type: "usage", usage, raw: usageObject(usage) };
+        batch.push({ type: "usage", usage, raw: usageObject(usage) });
+        yield batch;
       }
       return Promise.resolve(parts());
     },

@@ -8,7 +8,7 @@ const echo = testModel("simulator", "echo");
 const simulator = createSimulator({ tokenDelayMs: 0 });
 /** A non-streamed answer, as the gateway serves it: the stream assembled. */
 const complete = async (request: UpstreamRequest) =>
-  await assembleCompletion(await simulator.stream(request));
+  assembleCompletion(await collect(await simulator.stream(request)));
 const tools = [{
   type: "function",
   function: {
@@ -50,7 +50,7 @@ Deno.test("echo's tool call streams like OpenAI's: id and name first, then the a
     type: "function",
     function: { name: "get_weather", arguments: "" },
   }]);
-  const { completion } = await assembleCompletion(await simulator.stream(request));
+  const { completion } = assembleCompletion(await collect(await simulator.stream(request)));
   assert.equal(
     (completion.choices[0].message.tool_calls as { function: { arguments: string } }[])[0].function
       .arguments,
