@@ -33,8 +33,17 @@ function labelText(labels: Labels, extra?: Labels): string {
   return parts.length ? `{${parts.join(",")}}` : "";
 }
 
+/**
+ * One series' identity whatever the order its labels were given in. Names are identifiers and
+ * values are quoted, so no two label sets share a key. Built by hand: a request counts seven
+ * series, and entries, a sort callback and JSON of the pairs were a tenth of the request's metrics.
+ */
 function seriesKey(labels: Labels): string {
-  return JSON.stringify(Object.entries(labels).sort(([a], [b]) => a < b ? -1 : 1));
+  const names = Object.keys(labels);
+  if (names.length > 1) names.sort();
+  let key = "";
+  for (const name of names) key += `${name}=${JSON.stringify(labels[name])},`;
+  return key;
 }
 
 function numberText(value: number): string {
@@ -89,9 +98,9 @@ export class Histogram {
       series = { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 };
       this.#series.set(key, series);
     }
-    this.buckets.forEach((bound, i) => {
-      if (value <= bound) series.counts[i]++;
-    });
+    for (let i = 0; i < this.buckets.length; i++) {
+      if (value <= this.buckets[i]) series.counts[i]++;
+    }
     series.sum += value;
     series.count++;
   }

@@ -79,3 +79,14 @@ Deno.test("label sets whose values would run into each other stay separate serie
   assert.equal(sampleValue(text, 'requests_total{a="x;b=1:y"}'), 2);
   assert.equal(sampleValue(text, 'requests_total{a="x",b="y"}'), 5);
 });
+
+Deno.test("labels given in another order count in the same series", () => {
+  const registry = new Registry();
+  const requests = registry.counter("requests_total", "Requests.");
+  requests.inc({ model: "m", status: "200" });
+  requests.inc({ status: "200", model: "m" }, 2);
+  requests.inc({ status: "200", model: "m,status=200" });
+  const text = registry.render();
+  assert.equal(sampleValue(text, 'requests_total{model="m",status="200"}'), 3);
+  assert.equal(sampleValue(text, 'requests_total{status="200",model="m,status=200"}'), 1);
+});
