@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { flushLogs, logSoon } from "./log.ts";
+import { flushLogs, jsonLogger, logSoon } from "./log.ts";
 
 /** Past the next write of buffered lines (LOG_FLUSH_MS, 20 ms). */
 const nextFlush = () => new Promise((resolve) => setTimeout(resolve, 40));
@@ -51,4 +51,31 @@ Deno.test("a line deferred while the waiting lines are written is written with t
   assert.deepEqual(written, ["first"]);
   await nextFlush();
   assert.deepEqual(written, ["first", "second"]);
+});
+
+Deno.test("a line is one JSON object: time and level (info unless the fields say), then the fields", () => {
+  flushLogs();
+  const printed: string[] = [];
+  const print = console.log;
+  console.log = (text: string) => printed.push(text);
+  try {
+    jsonLogger({ event: "a", n: 1, nested: { quote: '"' } });
+    jsonLogger({ level: "warn", event: "b" });
+    jsonLogger({});
+    flushLogs();
+  } finally {
+    console.log = print;
+  }
+  const lines = printed.join("\n").split("\n").map((line) => JSON.parse(line));
+  assert.deepEqual(lines.map((line) => Object.keys(line).slice(0, 2)), [
+    ["time", "level"],
+    ["time", "level"],
+    ["time", "level"],
+  ]);
+  assert.deepEqual(lines.map(({ time: _, ...rest }) => rest), [
+    { level: "info", event: "a", n: 1, nested: { quote: '"' } },
+    { level: "warn", event: "b" },
+    { level: "info" },
+  ]);
+  assert.ok(lines.every((line) => !Number.isNaN(Date.parse(line.time))));
 });
