@@ -22,9 +22,11 @@ export interface SseEvent {
  * Parses a server-sent event stream as the HTML standard defines it (data, event, comments), in
  * batches: the events each network read completes, never an empty batch. A chat answer's dozen
  * events mostly come in one read, and a step of an async generator per event, in every layer
- * above, cost more than parsing them. `isLast` names the event a stream ends with (`[DONE]`, `message_stop`): a reader that stops there
- * leaves the body's few remaining bytes (the chunked end) to be read rather than cancelled, so that
- * the upstream connection goes back to its pool instead of being closed and opened anew.
+ * above, cost more than parsing them.
+ *
+ * `isLast` names the event a stream ends with (`[DONE]`, `message_stop`): a reader that stops
+ * there leaves the body's few remaining bytes (the chunked end) to be read rather than cancelled,
+ * so that the upstream connection goes back to its pool instead of being closed and opened anew.
  * `onRead` hears of every read that brought bytes, comments (an upstream's keep-alive) included.
  */
 export async function* parseSse(
