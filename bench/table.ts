@@ -156,6 +156,19 @@ export function report(r: any): { text: string; rows: Row[] } {
       "",
       null,
     ],
+    // With the 500 req/s and closed-loop rows: how much a request costs as the pace falls.
+    [
+      "200 req/s: CPU ms/request",
+      o2.direct.cpuMsPerRequest,
+      o2.tollbooth.cpuMsPerRequest,
+      o2.oneWorker.cpuMsPerRequest,
+      o2.commits.cpuMsPerRequest,
+      o2.portkey.cpuMsPerRequest,
+      o2.floor?.cpuMsPerRequest ?? null,
+      "",
+      ratio(o2.tollbooth.cpuMsPerRequest, o2.portkey.cpuMsPerRequest),
+      null,
+    ],
     [
       "500 req/s: p50 ms",
       o5.direct.p50,
