@@ -61,6 +61,28 @@ function shares(values: (number | null)[] | undefined): string | null {
   return values.map((v) => (v === null ? "–" : v.toFixed(2))).join(" / ");
 }
 
+type Cpu = { cpuMsPerRequest: number };
+
+/** Every target's CPU per request in one measurement, with Tollbooth's ratio to Portkey's. */
+function cpuRow(
+  metric: string,
+  t: Record<"direct" | "tollbooth" | "oneWorker" | "commits" | "portkey", Cpu> & { floor?: Cpu },
+): Row {
+  const cpu = (x: Cpu) => x.cpuMsPerRequest;
+  return [
+    metric,
+    cpu(t.direct),
+    cpu(t.tollbooth),
+    cpu(t.oneWorker),
+    cpu(t.commits),
+    cpu(t.portkey),
+    t.floor ? cpu(t.floor) : null,
+    "",
+    ratio(cpu(t.tollbooth), cpu(t.portkey)),
+    null,
+  ];
+}
+
 /** The one table of a run, from its results (as written to bench/results/). */
 // deno-lint-ignore no-explicit-any
 export function report(r: any): { text: string; rows: Row[] } {
@@ -132,18 +154,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "",
       null,
     ],
-    [
-      "closed loop: CPU ms/request",
-      c.direct.cpuMsPerRequest,
-      c.tollbooth.cpuMsPerRequest,
-      c.oneWorker.cpuMsPerRequest,
-      c.commits.cpuMsPerRequest,
-      c.portkey.cpuMsPerRequest,
-      c.floor?.cpuMsPerRequest ?? null,
-      "",
-      ratio(c.tollbooth.cpuMsPerRequest, c.portkey.cpuMsPerRequest),
-      null,
-    ],
+    cpuRow("closed loop: CPU ms/request", c),
     [
       "200 req/s: p50 overhead ms",
       0,
@@ -157,18 +168,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       null,
     ],
     // With the 500 req/s and closed-loop rows: how much a request costs as the pace falls.
-    [
-      "200 req/s: CPU ms/request",
-      o2.direct.cpuMsPerRequest,
-      o2.tollbooth.cpuMsPerRequest,
-      o2.oneWorker.cpuMsPerRequest,
-      o2.commits.cpuMsPerRequest,
-      o2.portkey.cpuMsPerRequest,
-      o2.floor?.cpuMsPerRequest ?? null,
-      "",
-      ratio(o2.tollbooth.cpuMsPerRequest, o2.portkey.cpuMsPerRequest),
-      null,
-    ],
+    cpuRow("200 req/s: CPU ms/request", o2),
     [
       "500 req/s: p50 ms",
       o5.direct.p50,
