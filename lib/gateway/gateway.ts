@@ -174,11 +174,10 @@ export class Gateway {
     const opened = await this.#open(caller, request, requestId, trace, false);
     // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
     // is billed to us either way, so it is read to its end and settled like any other.
+    // A chunk event is a chunk part as it stands: assembled without a copy.
     const parts: StreamPart[] = [];
     for await (const events of opened.paid.events) {
-      for (const event of events) {
-        if (event.type === "chunk") parts.push({ type: "chunk", chunk: event.chunk });
-      }
+      for (const event of events) if (event.type === "chunk") parts.push(event);
     }
     trace.upstreamMs = performance.now() - started;
     const { ending, charged, usage, usageObject: reported } = opened.paid.result;
@@ -320,8 +319,9 @@ export class Gateway {
       };
       const parts = (await this.#deps.providers(route.provider).stream(upstream))
         [Symbol.asyncIterator]();
-      // The first part is awaited before the client gets its 200, so that an upstream that fails
-      // or stays silent at the start still gets a real status (and the next provider a chance).
+      // The first batch of parts is awaited before the client gets its 200, so that an upstream
+      // that fails or stays silent at the start still gets a real status (and the next provider a
+      // chance).
       return { parts, first: await parts.next(), upstream };
     };
     let early:

@@ -62,7 +62,7 @@ export class PaidStream {
   /** The upstream's prompt count (with its cache breakdown) before its final usage. */
   #reportedPrompt: Omit<Usage, "completionTokens"> | null = null;
   #meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
-  /** Set while a chunk waits for the client to ask for it (null while we wait for the upstream). */
+  /** Set while a batch waits for the client to ask for it (null while we wait for the upstream). */
   #waitingForClientSince: number | null = null;
   #settlement: Promise<void> | null = null;
   /** What was charged, once settled; null when the settle failed (the sweeper releases the reservation). */
