@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { collect, fixtureEvents } from "../test_support.ts";
 import { assembleCompletion } from "../assemble.ts";
-import type { ChatCompletionChunk } from "../types.ts";
+import type { ChatCompletionChunk, StreamPart } from "../types.ts";
 import { anthropicStreamParts } from "./stream.ts";
 
 const META = { requestId: "req_1", upstreamModel: "claude-sonnet-4-5", answerTool: null };
@@ -89,4 +89,34 @@ Deno.test("the answer tool's input_json_delta streams as content", async () => {
   const { completion } = assembleCompletion(parts);
   const calls = completion.choices[0].message.tool_calls as { function: { name: string } }[];
   assert.deepEqual(calls.map((c) => c.function.name), ["get_time"]);
+});
+
+Deno.test("a failure inside a batch of events hands on the parts before it, the final counts included", async () => {
+  const event = (type: string, fields: Record<string, unknown>) => ({
+    event: type,
+    data: JSON.stringify({ type, ...fields }),
+  });
+  async function* oneRead() {
+    yield [
+      event("message_start", { message: { id: "msg_1", usage: { input_tokens: 9 } } }),
+      event("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hi" } }),
+      event("message_delta", { delta: { stop_reason: "end_turn" }, usage: { output_tokens: 2 } }),
+      event("error", { error: { type: "overloaded_error", message: "Overloaded" } }),
+    ];
+  }
+  const batches: StreamPart[][] = [];
+  await assert.rejects(async () => {
+    for await (const batch of anthropicStreamParts(oneRead(), META)) batches.push(batch);
+  }, /Overloaded/);
+  assert.equal(batches.length, 1);
+  const usage = batches[0].find((p) => p.type === "usage");
+  assert.ok(usage?.type === "usage", "the final counts reached the reader before the failure");
+  assert.equal(usage.usage.completionTokens, 2);
+  assert.deepEqual(batches[0].map((p) => p.type), [
+    "prompt_tokens",
+    "chunk",
+    "chunk",
+    "chunk",
+    "usage",
+  ]);
 });
