@@ -303,6 +303,16 @@ async function kvCommitLatency(dir: string) {
   }
 }
 
+/**
+ * CPU per wake-up of an idle thread on this machine (bench/wake_probe.ts, a process of its own):
+ * what a request that arrives to a sleeping server costs before any work, twice per proxied call.
+ */
+async function wakeCost() {
+  const probe = await run(Deno.execPath(), ["run", `${BENCH}wake_probe.ts`]);
+  if (!probe.ok) throw new Error(`wake probe failed: ${probe.stderr}`);
+  return JSON.parse(probe.stdout) as { wakeMicros: number };
+}
+
 // ---- load generators -------------------------------------------------------------------------
 
 function requestBody(target: Target, stream = false, model = target.model) {
@@ -820,6 +830,7 @@ async function main() {
     ];
     const tools = { wrk, tmp, ticks };
     const kvCommit = await kvCommitLatency(tmp);
+    const wake = await wakeCost();
     const log = (s: string) => console.error(`[bench] ${s}`);
 
     // Warm every path (JIT, connection pools, caches) before measuring anything.
@@ -979,6 +990,7 @@ async function main() {
         node: (await run("node", ["--version"])).stdout.trim(),
       },
       kvCommit,
+      wake,
       closedLoop50: closed,
       openLoop: open,
       streaming,

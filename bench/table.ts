@@ -394,6 +394,13 @@ export function report(r: any): { text: string; rows: Row[] } {
       "KV commit on this disk: p50 / p99 ms",
       `${fmt(r.kvCommit.p50)} / ${fmt(r.kvCommit.p99)}`,
     ),
+    // Runs written before the probe have no wake figure.
+    ...(r.wake
+      ? [tollboothOnly(
+        "CPU per wake-up of an idle thread here: ms",
+        (r.wake.wakeMicros / 1000).toFixed(3),
+      )]
+      : []),
     [
       "audit (deno task admin audit)",
       null,
