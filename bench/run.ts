@@ -304,13 +304,14 @@ async function kvCommitLatency(dir: string) {
 }
 
 /**
- * CPU per wake-up of an idle thread on this machine (bench/wake_probe.ts, a process of its own):
- * what a request that arrives to a sleeping server costs before any work, twice per proxied call.
+ * What a wake-up costs on this machine (bench/wake_probe.ts, processes of their own): the CPU of an
+ * echo per loopback message, one at a time (woken for each, as a server at a moderate pace is twice
+ * per proxied request) and with 16 in flight (rarely asleep, as a saturated server).
  */
 async function wakeCost() {
-  const probe = await run(Deno.execPath(), ["run", `${BENCH}wake_probe.ts`]);
+  const probe = await run(Deno.execPath(), ["run", "-A", `${BENCH}wake_probe.ts`]);
   if (!probe.ok) throw new Error(`wake probe failed: ${probe.stderr}`);
-  return JSON.parse(probe.stdout) as { wakeMicros: number };
+  return JSON.parse(probe.stdout) as { oneAtATimeMicros: number; inFlightMicros: number };
 }
 
 // ---- load generators -------------------------------------------------------------------------

@@ -394,11 +394,13 @@ export function report(r: any): { text: string; rows: Row[] } {
       "KV commit on this disk: p50 / p99 ms",
       `${fmt(r.kvCommit.p50)} / ${fmt(r.kvCommit.p99)}`,
     ),
-    // Runs written before the probe have no wake figure.
-    ...(r.wake
+    // Runs written before the echo probe have no such figure.
+    ...(r.wake?.oneAtATimeMicros
       ? [tollboothOnly(
-        "CPU per wake-up of an idle thread here: ms",
-        (r.wake.wakeMicros / 1000).toFixed(3),
+        "loopback echo here, CPU per message: one at a time / 16 in flight, ms",
+        `${(r.wake.oneAtATimeMicros / 1000).toFixed(3)} / ${
+          (r.wake.inFlightMicros / 1000).toFixed(3)
+        }`,
       )]
       : []),
     [
