@@ -1,5 +1,6 @@
 import { Sweep } from "@/lib/core/mod.ts";
 import { ProviderError } from "./providers/types.ts";
+import type { BodyReader } from "./providers/http1.ts";
 
 /**
  * The longest line an event stream may send: far above any real event (a base64 image in one
@@ -30,7 +31,7 @@ export interface SseEvent {
  * `onRead` hears of every read that brought bytes, comments (an upstream's keep-alive) included.
  */
 export async function* parseSse(
-  body: ReadableStream<Uint8Array>,
+  body: ReadableStream<Uint8Array> | BodyReader,
   isLast: (event: SseEvent) => boolean = () => false,
   onRead: () => void = () => {},
 ): AsyncGenerator<SseEvent[]> {
@@ -190,18 +191,22 @@ const spareReadBuffers: ArrayBuffer[] = [];
 const MAX_SPARE_READ_BUFFERS = 64;
 
 /**
- * Reads a body's chunks into one reused buffer where the stream allows it (a fetch body is a byte
- * stream): the default reader allocates and zero-fills a new buffer for every read, which was a
- * third of what reading an upstream's stream cost. Each chunk must be used before the next read.
+ * Reads a body's chunks into one reused buffer where the body allows it (the upstream client's
+ * body, a fetch body's byte stream): the default reader allocates and zero-fills a new buffer for
+ * every read, which was a third of what reading an upstream's stream cost. Each chunk must be used
+ * before the next read.
  */
-function chunkReader(body: ReadableStream<Uint8Array>) {
-  let byob: ReadableStreamBYOBReader | null = null;
-  try {
-    byob = body.getReader({ mode: "byob" });
-  } catch {
-    // Not a byte stream (a stream made in JS): the default reader.
+function chunkReader(body: ReadableStream<Uint8Array> | BodyReader) {
+  let byob: BodyReader | null = null;
+  if (!(body instanceof ReadableStream)) byob = body;
+  else {
+    try {
+      byob = body.getReader({ mode: "byob" });
+    } catch {
+      // Not a byte stream (a stream made in JS): the default reader.
+    }
+    if (!byob) return body.getReader();
   }
-  if (!byob) return body.getReader();
   const reader = byob;
   let buffer = spareReadBuffers.pop() ?? new ArrayBuffer(READ_BUFFER_BYTES);
   let ended = false;

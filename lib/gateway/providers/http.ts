@@ -1,5 +1,5 @@
 import { ProviderError } from "./types.ts";
-import { createHttp1Fetch } from "./http1.ts";
+import { type BodyReader, createHttp1Fetch, type Http1Answer } from "./http1.ts";
 import { concatBytes, Sweep } from "@/lib/core/mod.ts";
 
 /** One client, so one pool of upstream connections, per process (or worker). */
@@ -31,14 +31,18 @@ export async function callUpstream(call: UpstreamCall) {
     call.timeoutMs,
     () => clientSignal.removeEventListener("abort", onClientAbort),
   );
-  let response: Response;
+  let response: Http1Answer;
   try {
-    response = await (call.fetch ?? upstreamFetch)(call.url, {
+    const init = {
       method: "POST",
       headers: call.headers,
       body: call.body,
       signal: controller.signal,
-    });
+    };
+    // Without a Response and its web streams: the stream parsers read the body themselves.
+    response = call.fetch
+      ? await call.fetch(call.url, init)
+      : await upstreamFetch.answer(call.url, init);
   } catch (error) {
     idle.stop();
     throw idle.translate(error);
@@ -150,16 +154,25 @@ function bearerToken(headers: Record<string, string>): string | null {
 /** An upstream's error answer is read this far: its reason is in the first bytes, if anywhere. */
 const ERROR_BODY_BYTES = 64 * 1024;
 
-/** The start of a body, at most `max` bytes, as text; the rest is not read. */
-async function textUpTo(response: Response, max: number): Promise<string> {
-  if (!response.body) return "";
-  const reader = response.body.getReader();
+/** Reads of a body this size at a time, where the body takes the reader's buffer. */
+const BODY_READ_BYTES = 16 * 1024;
+
+/** The start of a body, at most `max` bytes (all of it for Infinity); the rest is not read. */
+async function bytesUpTo(
+  body: BodyReader | ReadableStream<Uint8Array> | null,
+  max: number,
+): Promise<Uint8Array> {
+  if (!body) return new Uint8Array(0);
+  const reader = body instanceof ReadableStream ? body.getReader() : body;
+  const read = body instanceof ReadableStream
+    ? () => (reader as ReadableStreamDefaultReader<Uint8Array>).read()
+    : () => (reader as BodyReader).read(new Uint8Array(BODY_READ_BYTES));
   const parts: Uint8Array[] = [];
   let length = 0;
   let ended = false;
   try {
     while (length < max) {
-      const { value, done } = await reader.read();
+      const { value, done } = await read();
       if (done) {
         ended = true;
         break;
@@ -170,12 +183,16 @@ async function textUpTo(response: Response, max: number): Promise<string> {
   } finally {
     if (!ended) await reader.cancel().catch(() => {});
   }
-  return new TextDecoder().decode(concatBytes(parts).subarray(0, max));
+  const bytes = concatBytes(parts);
+  return length > max ? bytes.subarray(0, max) : bytes;
 }
 
-async function statusError(response: Response, secret: string | null): Promise<ProviderError> {
+async function statusError(response: Http1Answer, secret: string | null): Promise<ProviderError> {
   const status = response.status;
-  const text = await textUpTo(response, ERROR_BODY_BYTES).catch(() => "");
+  const text = await bytesUpTo(response.body, ERROR_BODY_BYTES).then(
+    (bytes) => new TextDecoder().decode(bytes),
+    () => "",
+  );
   let reason = upstreamReason(text) ?? `status ${status}`;
   if (secret) reason = reason.replaceAll(secret, "[redacted]");
   if (status === 429) {
@@ -210,7 +227,7 @@ function upstreamReason(text: string): string | null {
   }
 }
 
-function retryAfterSeconds(headers: Headers): number {
+function retryAfterSeconds(headers: Http1Answer["headers"]): number {
   const raw = headers.get("retry-after");
   if (raw) {
     const seconds = Number(raw);
@@ -291,8 +308,8 @@ export function eventJson(data: string): Record<string, unknown> | null {
   return json && typeof json === "object" ? json as Record<string, unknown> : null;
 }
 
-async function readJson(response: Response): Promise<unknown> {
-  const text = await response.text();
+async function readJson(response: Http1Answer): Promise<unknown> {
+  const text = new TextDecoder().decode(await bytesUpTo(response.body, Infinity));
   try {
     return JSON.parse(text);
   } catch (cause) {

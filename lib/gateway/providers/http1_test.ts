@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { parseSse } from "../sse.ts";
-import { createHttp1Fetch, type Http1Fetch, type Http1Init } from "./http1.ts";
+import {
+  type BodyReader,
+  createHttp1Fetch,
+  type Http1Answer,
+  type Http1Fetch,
+  type Http1Init,
+} from "./http1.ts";
 import { sleep, until } from "../../../tests/fakes/common.ts";
 
 const encoder = new TextEncoder();
@@ -977,4 +983,176 @@ Deno.test("a server that answers a large body early (413) and keeps the connecti
     assert.ok(server.state.clientClosed);
     server.close();
   }
+});
+
+// The answer without a Response (`client.answer`): what the providers read.
+
+/** Reads a body reader to its end through a buffer of `size` bytes; the reads' texts. */
+async function readAll(body: BodyReader, size = 64): Promise<string[]> {
+  const reads: string[] = [];
+  for (;;) {
+    const { value, done } = await body.read(new Uint8Array(size));
+    if (done) return reads;
+    reads.push(decoder.decode(value));
+  }
+}
+
+function bodyReader(answer: Http1Answer): BodyReader {
+  assert.ok(answer.body && !(answer.body instanceof ReadableStream), "a body reader");
+  return answer.body;
+}
+
+Deno.test("answer: an identity body is read into the caller's buffer, chunks that arrived together in one read, and its connection is reused", async () => {
+  await withServer(
+    answering(() =>
+      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" +
+      "3\r\nabc\r\n3\r\ndef\r\n4\r\nghij\r\n0\r\n\r\n"
+    ),
+    async (server, client) => {
+      for (let i = 0; i < 2; i++) {
+        const answer = await client.answer(server.url, post());
+        assert.equal(answer.status, 200);
+        assert.equal(answer.ok, true);
+        assert.deepEqual(await readAll(bodyReader(answer)), ["abcdefghij"]);
+      }
+      assert.equal(server.accepted, 1);
+      assert.equal(client.idleConnections(), 1);
+    },
+  );
+});
+
+Deno.test("answer: a buffer smaller than the body gets it in pieces that fit", async () => {
+  await withServer(
+    answering(() => "HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n0123456789"),
+    async (server, client) => {
+      const answer = await client.answer(server.url, post());
+      assert.deepEqual(await readAll(bodyReader(answer), 4), ["0123", "4567", "89"]);
+    },
+  );
+});
+
+Deno.test("answer: header fields are found in any case, repeated ones joined as Headers joins them", async () => {
+  await withServer(
+    answering(() =>
+      "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nx-list: a\r\nX-List: b\r\n" +
+      "content-length: 0\r\n\r\n"
+    ),
+    async (server, client) => {
+      const answer = await client.answer(server.url, post());
+      assert.equal(answer.status, 429);
+      assert.equal(answer.statusText, "Too Many Requests");
+      assert.equal(answer.ok, false);
+      assert.equal(answer.headers.get("retry-after"), "3");
+      assert.equal(answer.headers.get("X-LIST"), "a, b");
+      assert.equal(answer.headers.get("absent"), null);
+      assert.deepEqual(await readAll(bodyReader(answer)), []);
+    },
+  );
+});
+
+Deno.test("answer: abort mid-body rejects the waiting read with the reason, and every read after it; the connection is closed", async () => {
+  await withServer(async (peer) => {
+    if (!await peer.request()) return;
+    await peer.write("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nfirst part");
+    await peer.clientClosed();
+  }, async (server, client) => {
+    const controller = new AbortController();
+    const body = bodyReader(
+      await client.answer(server.url, post("{}", { signal: controller.signal })),
+    );
+    assert.equal(decoder.decode((await body.read(new Uint8Array(64))).value), "first part");
+    const pending = body.read(new Uint8Array(64));
+    const reason = new DOMException("upstream timed out", "TimeoutError");
+    controller.abort(reason);
+    await assert.rejects(pending, (error) => error === reason);
+    await assert.rejects(body.read(new Uint8Array(64)), (error) => error === reason);
+    await server.peers[0].clientClosed();
+    assert.equal(client.idleConnections(), 0);
+  });
+});
+
+Deno.test("answer: cancelling the body closes the connection", async () => {
+  await withServer(async (peer) => {
+    await peer.request();
+    await peer.write("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+    await peer.clientClosed();
+  }, async (server, client) => {
+    const body = bodyReader(await client.answer(server.url, post()));
+    assert.equal(decoder.decode((await body.read(new Uint8Array(64))).value), "first");
+    await body.cancel();
+    await server.peers[0].clientClosed();
+    assert.equal(client.idleConnections(), 0);
+  });
+});
+
+Deno.test("answer: a connection closed mid-body fails the read with a TypeError", async () => {
+  await withServer(async (peer) => {
+    await peer.request();
+    await peer.write("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nsome");
+  }, async (server, client) => {
+    const body = bodyReader(await client.answer(server.url, post()));
+    assert.equal(decoder.decode((await body.read(new Uint8Array(64))).value), "some");
+    await assert.rejects(body.read(new Uint8Array(64)), TypeError);
+  });
+});
+
+Deno.test("answer: the data before bad chunk framing in the same read comes first, then the error", async () => {
+  await withServer(
+    answering(() => "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabcXX"),
+    async (server, client) => {
+      const body = bodyReader(await client.answer(server.url, post()));
+      assert.equal(decoder.decode((await body.read(new Uint8Array(64))).value), "abc");
+      await assert.rejects(body.read(new Uint8Array(64)), /no CRLF after chunk data/);
+    },
+  );
+});
+
+Deno.test("answer: a 204 has no body and its connection is reused", async () => {
+  await withServer(
+    answering(() => "HTTP/1.1 204 No Content\r\n\r\n"),
+    async (server, client) => {
+      for (let i = 0; i < 2; i++) {
+        assert.equal((await client.answer(server.url, post())).body, null);
+      }
+      assert.equal(server.accepted, 1);
+    },
+  );
+});
+
+Deno.test("answer: a gzip-encoded body comes decoded, as a byte stream", async () => {
+  const text = "a compressed answer, ".repeat(50);
+  const bytes = await gzip(text, "gzip");
+  await withServer(
+    answering(() => {
+      const head =
+        `HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: ${bytes.length}\r\n\r\n`;
+      const out = new Uint8Array(head.length + bytes.length);
+      out.set(encoder.encode(head));
+      out.set(bytes, head.length);
+      return out;
+    }),
+    async (server, client) => {
+      const answer = await client.answer(server.url, post());
+      assert.ok(answer.body instanceof ReadableStream);
+      assert.equal(await new Response(answer.body).text(), text);
+    },
+  );
+});
+
+Deno.test("answer: an event stream parses straight from the body reader", async () => {
+  await withServer(
+    answering(() =>
+      "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" +
+      "9\r\ndata: a\n\n\r\n9\r\ndata: b\n\n\r\n0\r\n\r\n"
+    ),
+    async (server, client) => {
+      const answer = await client.answer(server.url, post());
+      const events: string[] = [];
+      for await (const batch of parseSse(bodyReader(answer))) {
+        for (const event of batch) events.push(event.data);
+      }
+      assert.deepEqual(events, ["a", "b"]);
+      assert.equal(client.idleConnections(), 1);
+    },
+  );
 });

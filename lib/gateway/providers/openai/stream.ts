@@ -4,6 +4,7 @@
  * chunk that carries it and kept with its details for the client's own usage chunk.
  */
 import { parseSse } from "../../sse.ts";
+import type { BodyReader } from "../http1.ts";
 import { parseOpenAiUsage } from "../usage.ts";
 import { eventJson } from "../http.ts";
 import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
@@ -73,7 +74,10 @@ export async function* openAiStreamParts(
 }
 
 /** `onRead` hears of every read that brought bytes: the idle guard's sign of life. */
-export function openAiSseParts(body: ReadableStream<Uint8Array>, onRead: () => void) {
+export function openAiSseParts(
+  body: ReadableStream<Uint8Array> | BodyReader,
+  onRead: () => void,
+) {
   return openAiStreamParts(parseSse(body, (event) => event.data === "[DONE]", onRead));
 }
 
