@@ -64,12 +64,10 @@ const MAX_CHUNK_LINE_BYTES = 4096;
 const MAX_IDLE_PER_ORIGIN = 64;
 const IDLE_TIMEOUT_MS = 30_000;
 
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /** Not allowed in a request field value: CR, LF, NUL, and what is not a byte (fetch's rule). */
 const BAD_REQUEST_VALUE = /[\0\r\n]|[^\0-\xff]/;
 const NON_ASCII = /[^\0-\x7f]/;
 const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: ([\t\x20-\x7e\x80-\xff]*))?$/;
-const BAD_RESPONSE_VALUE = /[\0\r]/;
 const DIGITS = /^\d{1,15}$/;
 /** Framing is ours to write: a caller's value would desynchronise the connection. */
 const CLIENT_HEADERS = new Set([
@@ -194,7 +192,7 @@ function proxyConfigured(env: Record<string, string> | undefined): boolean {
 
 function requestMethod(method: string | undefined): string {
   if (method === undefined) return "GET";
-  if (!TOKEN.test(method)) throw new TypeError(`invalid HTTP method: ${JSON.stringify(method)}`);
+  if (!isToken(method)) throw new TypeError(`invalid HTTP method: ${JSON.stringify(method)}`);
   const upper = method.toUpperCase();
   if (FORBIDDEN_METHODS.has(upper)) throw new TypeError(`method ${method} is forbidden`);
   return NORMALISED_METHODS.has(upper) ? upper : method;
@@ -219,8 +217,8 @@ function requestBytes(method: string, target: Target, init: Http1Init): Uint8Arr
     ? headers
     : Object.entries(headers);
   for (const [name, raw] of fields) {
-    if (!TOKEN.test(name)) throw new TypeError(`invalid header name: ${JSON.stringify(name)}`);
-    const value = String(raw).replace(/^[\t ]+|[\t ]+$/g, "");
+    if (!isToken(name)) throw new TypeError(`invalid header name: ${JSON.stringify(name)}`);
+    const value = trimOws(String(raw), 0);
     if (BAD_REQUEST_VALUE.test(value)) throw new TypeError(`invalid value for header ${name}`);
     const lower = name.toLowerCase();
     if (CLIENT_HEADERS.has(lower)) throw new TypeError(`header ${name} is the client's to set`);
@@ -1092,16 +1090,45 @@ function latin1(bytes: Uint8Array): string {
   return out;
 }
 
+/** Which bytes may appear in a token (RFC 9110 section 5.6.2): a field name or a method. */
+const TOKEN_BYTES = (() => {
+  const table = new Uint8Array(128);
+  for (const c of "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") {
+    table[c.charCodeAt(0)] = 1;
+  }
+  return table;
+})();
+
+function isToken(text: string): boolean {
+  if (text.length === 0) return false;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code > 127 || TOKEN_BYTES[code] === 0) return false;
+  }
+  return true;
+}
+
+/** The value without the optional whitespace (spaces, tabs) around it. */
+function trimOws(text: string, from: number): string {
+  let start = from;
+  let end = text.length;
+  while (start < end && (text.charCodeAt(start) === 32 || text.charCodeAt(start) === 9)) start++;
+  while (end > start && (text.charCodeAt(end - 1) === 32 || text.charCodeAt(end - 1) === 9)) end--;
+  return text.slice(start, end);
+}
+
+/** First letters (lower-cased) of the fields the framing reads; others skip the lower-casing. */
+const FRAMING_INITIALS = new Set(["c", "k", "t"].map((letter) => letter.charCodeAt(0)));
+
 function parseHead(text: string, url: string): Head {
   const invalid = (why: string) => transportError(`invalid HTTP response from ${url}: ${why}`);
-  const lines = text.split("\n");
-  lines.pop(); // after the blank line's LF
-  lines.pop(); // the blank line
-  for (let i = 0; i < lines.length; i++) {
-    if (lines[i].endsWith("\r")) lines[i] = lines[i].slice(0, -1);
-  }
-  const status = STATUS_LINE.exec(lines[0]);
-  if (!status) throw invalid(`bad status line ${JSON.stringify(lines[0].slice(0, 100))}`);
+  // The text ends with the blank line; each line loses one CR before its LF.
+  const lineOf = (from: number, lf: number) =>
+    text.slice(from, lf > from && text.charCodeAt(lf - 1) === CR ? lf - 1 : lf);
+  let lf = text.indexOf("\n");
+  const statusLine = lineOf(0, lf);
+  const status = STATUS_LINE.exec(statusLine);
+  if (!status) throw invalid(`bad status line ${JSON.stringify(statusLine.slice(0, 100))}`);
   const code = Number(status[2]);
   if (code < 100 || code > 599) throw invalid(`status ${code} out of range`);
   const head: Head = {
@@ -1117,15 +1144,20 @@ function parseHead(text: string, url: string): Head {
     contentCodings: [],
   };
   let transferCodings: string[] | null = null;
-  for (let i = 1; i < lines.length; i++) {
-    const line = lines[i];
-    if (line[0] === " " || line[0] === "\t") throw invalid("obsolete line folding");
+  for (;;) {
+    const from = lf + 1;
+    lf = text.indexOf("\n", from);
+    const line = lineOf(from, lf);
+    if (line === "") break;
+    const first = line.charCodeAt(0);
+    if (first === 32 || first === 9) throw invalid("obsolete line folding");
     const colon = line.indexOf(":");
     const name = colon === -1 ? "" : line.slice(0, colon);
-    if (!TOKEN.test(name)) throw invalid(`bad header line ${JSON.stringify(line.slice(0, 100))}`);
-    const value = line.slice(colon + 1).replace(/^[\t ]+|[\t ]+$/g, "");
-    if (BAD_RESPONSE_VALUE.test(value)) throw invalid(`bad value for header ${name}`);
+    if (!isToken(name)) throw invalid(`bad header line ${JSON.stringify(line.slice(0, 100))}`);
+    const value = trimOws(line, colon + 1);
+    if (value.includes("\r") || value.includes("\0")) throw invalid(`bad value for header ${name}`);
     head.fields.push([name, value]);
+    if (!FRAMING_INITIALS.has(first | 0x20)) continue;
     switch (name.toLowerCase()) {
       case "content-length":
         for (const part of value.split(",")) {

@@ -621,6 +621,40 @@ Deno.test("a bad status line is an error", async () => {
   }
 });
 
+Deno.test("a response header without a token name, or with a CR or NUL in its value, is an error", async () => {
+  for (
+    const [field, message] of [
+      ["bad name: 1", /bad header line/],
+      ["no-colon", /bad header line/],
+      [": empty", /bad header line/],
+      ["x-\u00e9: 1", /bad header line/],
+      ["x-value: a\rb", /bad value for header x-value/],
+      ["x-value: a\0b", /bad value for header x-value/],
+    ] as const
+  ) {
+    const error = await answerError(`HTTP/1.1 200 OK\r\n${field}\r\ncontent-length: 0\r\n\r\n`);
+    assert.ok(error instanceof TypeError, field);
+    assert.match(error.message, message, field);
+  }
+});
+
+Deno.test("the framing's fields are read in any case, their values without the whitespace around them", async () => {
+  await withServer(
+    answering(() =>
+      "HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: \t chunked \t\r\nConnection: Keep-Alive\r\n" +
+      "X-Spaced:   kept inside  \r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    ),
+    async (server, client) => {
+      for (let i = 0; i < 2; i++) {
+        const response = await client(server.url, post());
+        assert.equal(response.headers.get("x-spaced"), "kept inside");
+        assert.equal(await response.text(), "abc");
+      }
+      assert.equal(server.accepted, 1);
+    },
+  );
+});
+
 Deno.test("an invalid chunk size is an error", async () => {
   for (const size of ["zz", "-1", "", "1 1", "fffffffffffffffff"]) {
     const error = await answerError(
