@@ -1,9 +1,11 @@
 /**
- * A lean HTTP/1.1 client for upstream calls: a fetch-compatible function that answers with a real
- * Response, over Deno.connect / Deno.connectTls and a keep-alive pool. The global fetch cost
+ * A lean HTTP/1.1 client for upstream calls, over Deno.connect / Deno.startTls and a keep-alive
+ * pool: a fetch-compatible function that answers with a real Response, and `answer()`, the same
+ * exchange without the Response and its streams, which the providers read. The global fetch cost
  * about 0.3 ms of CPU per streamed upstream answer where a minimal HTTP/1.1 client over
- * Deno.connect took about 0.13 ms, on a request path that spends about 1 ms in all. It speaks only what the upstream calls need (RFC 9112 framing, gzip
- * and deflate content codings, no redirects); proxies and other schemes go to the global fetch.
+ * Deno.connect took about 0.13 ms, on a request path that spends about 1 ms in all. It speaks only
+ * what the upstream calls need (RFC 9112 framing, gzip and deflate content codings, no redirects);
+ * proxies and other schemes go to the global fetch.
  */
 
 export interface Http1Init {
