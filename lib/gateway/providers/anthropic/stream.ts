@@ -6,6 +6,7 @@
  */
 import { usageObject } from "../usage.ts";
 import { eventJson } from "../http.ts";
+import { convertBatches } from "../part_batches.ts";
 import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
 import {
   type Counts,
@@ -24,7 +25,7 @@ export interface AnthropicStreamMeta {
 
 type Delta = ChatCompletionChunk["choices"][number]["delta"];
 
-export async function* anthropicStreamParts(
+export function anthropicStreamParts(
   batches: AsyncIterable<{ event: string | null; data: string }[]>,
   meta: AnthropicStreamMeta,
 ): AsyncGenerator<StreamPart[]> {
@@ -45,10 +46,8 @@ export async function* anthropicStreamParts(
   /** Content block index -> what it streams: a tool call's index, the answer, or nothing. */
   const blocks = new Map<number, { kind: "tool"; index: number } | { kind: "answer" }>();
   let toolCalls = 0;
-  /** The parts of the batch being converted: handed on whole, before any failure it ends with. */
-  let parts: StreamPart[] = [];
   /** Converts one event into `parts`. */
-  const take = (event: { event: string | null; data: string }) => {
+  const take = (event: { event: string | null; data: string }, parts: StreamPart[]) => {
     const json = eventJson(event.data);
     if (!json) return;
     switch (json.type ?? event.event) {
@@ -136,27 +135,20 @@ export async function* anthropicStreamParts(
         break;
     }
   };
-  try {
-    batches: for await (const events of batches) {
-      for (const event of events) {
-        take(event);
-        if (stopped) break batches;
-      }
-      if (parts.length > 0) {
-        yield parts;
-        parts = [];
-      }
-    }
-    if (!stopped) {
-      throw new ProviderError("stream_cut", "upstream stream ended before message_stop");
-    }
-  } catch (error) {
-    if (parts.length > 0) yield parts;
-    throw error;
-  }
-  const usage = usageOfCounts(counts);
-  if (usage) parts.push({ type: "usage", usage, raw: usageObject(usage) });
-  if (parts.length > 0) yield parts;
+  return convertBatches(batches, {
+    take(event, parts) {
+      take(event, parts);
+      return stopped;
+    },
+    // Only message_stop ends a message whole.
+    finished: () => false,
+    close(parts, cut) {
+      // A cut's final counts were handed on with their message_delta.
+      if (cut) return;
+      const usage = usageOfCounts(counts);
+      if (usage) parts.push({ type: "usage", usage, raw: usageObject(usage) });
+    },
+  }, "upstream stream ended before message_stop");
 }
 
 function errorText(error: unknown): string {

@@ -7,70 +7,53 @@ import { parseSse } from "../../sse.ts";
 import type { BodyReader } from "../http1.ts";
 import { parseOpenAiUsage } from "../usage.ts";
 import { eventJson } from "../http.ts";
+import { convertBatches } from "../part_batches.ts";
 import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
 
-export async function* openAiStreamParts(
+export function openAiStreamParts(
   batches: AsyncIterable<{ data: string }[]>,
 ): AsyncGenerator<StreamPart[]> {
   let usage: ReturnType<typeof parseOpenAiUsage> = null;
   /** The usage already handed on (OpenAI's own usage chunk, as soon as it comes). */
   let handed: ReturnType<typeof parseOpenAiUsage> = null;
   let finished = false;
-  /** The parts of the batch being converted: handed on whole, before any failure it ends with. */
-  let parts: StreamPart[] = [];
-  try {
-    batches: for await (const events of batches) {
-      for (const event of events) {
-        if (event.data === "[DONE]") {
+  return convertBatches(batches, {
+    take(event, parts) {
+      if (event.data === "[DONE]") return true;
+      const obj = eventJson(event.data);
+      if (!obj) return false;
+      if (obj.error) {
+        throw new ProviderError("stream_cut", `upstream error in stream: ${errorText(obj.error)}`);
+      }
+      // Some servers repeat cumulative usage on every chunk: the last one wins, never a sum.
+      if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
+      if (Array.isArray(obj.choices) && obj.choices.length > 0) {
+        dropMalformedEntries(obj);
+        // Usage repeated on content chunks is handed on once, at the end. OpenAI sends
+        // `usage: null` on every other chunk: it is unset in place (JSON leaves it out) rather
+        // than copied away, which cost a tenth of relaying a chunk.
+        if (obj.usage !== undefined) obj.usage = undefined;
+        if ((obj.choices as ChatCompletionChunk["choices"]).some((c) => c?.finish_reason)) {
           finished = true;
-          break batches;
         }
-        const obj = eventJson(event.data);
-        if (!obj) continue;
-        if (obj.error) {
-          throw new ProviderError(
-            "stream_cut",
-            `upstream error in stream: ${errorText(obj.error)}`,
-          );
-        }
-        // Some servers repeat cumulative usage on every chunk: the last one wins, never a sum.
-        if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
-        if (Array.isArray(obj.choices) && obj.choices.length > 0) {
-          dropMalformedEntries(obj);
-          // Usage repeated on content chunks is handed on once, at the end. OpenAI sends
-          // `usage: null` on every other chunk: it is unset in place (JSON leaves it out) rather
-          // than copied away, which cost a tenth of relaying a chunk.
-          if (obj.usage !== undefined) obj.usage = undefined;
-          if ((obj.choices as ChatCompletionChunk["choices"]).some((c) => c?.finish_reason)) {
-            finished = true;
-          }
-          parts.push({ type: "chunk", chunk: obj as ChatCompletionChunk });
-        } else if (usage && obj.usage != null) {
-          // OpenAI's usage chunk (no choices) is the bill: handed on with its batch, so that a cut
-          // the reader takes before the converter does (a timeout, the client leaving) bills it.
-          handed = usage;
-          parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
-        }
+        parts.push({ type: "chunk", chunk: obj as ChatCompletionChunk });
+      } else if (usage && obj.usage != null) {
+        // OpenAI's usage chunk (no choices) is the bill: handed on with its batch, so that a cut
+        // the reader takes before the converter does (a timeout, the client leaving) bills it.
+        handed = usage;
+        parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
       }
-      if (parts.length > 0) {
-        yield parts;
-        parts = [];
-      }
-    }
-    if (!finished) {
-      throw new ProviderError("stream_cut", "upstream stream ended before it finished");
-    }
-  } catch (error) {
+      return false;
+    },
+    finished: () => finished,
     // The usage chunk is the provider's bill: a stream cut after it (before `[DONE]`) is charged
     // by it, not by a local count that cannot see hidden reasoning.
-    if (usage && usage !== handed) {
-      parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
-    }
-    if (parts.length > 0) yield parts;
-    throw error;
-  }
-  if (usage && usage !== handed) parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
-  if (parts.length > 0) yield parts;
+    close(parts) {
+      if (usage && usage !== handed) {
+        parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
+      }
+    },
+  }, "upstream stream ended before it finished");
 }
 
 /** `onRead` hears of every read that brought bytes: the idle guard's sign of life. */
