@@ -197,17 +197,16 @@ const MAX_SPARE_READ_BUFFERS = 64;
  * before the next read.
  */
 function chunkReader(body: ReadableStream<Uint8Array> | BodyReader) {
-  let byob: BodyReader | null = null;
-  if (!(body instanceof ReadableStream)) byob = body;
+  let reader: BodyReader;
+  if (!(body instanceof ReadableStream)) reader = body;
   else {
     try {
-      byob = body.getReader({ mode: "byob" });
+      reader = body.getReader({ mode: "byob" });
     } catch {
       // Not a byte stream (a stream made in JS): the default reader.
+      return body.getReader();
     }
-    if (!byob) return body.getReader();
   }
-  const reader = byob;
   let buffer = spareReadBuffers.pop() ?? new ArrayBuffer(READ_BUFFER_BYTES);
   let ended = false;
   return {
