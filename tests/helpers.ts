@@ -137,7 +137,7 @@ export async function startService(options: {
   const handle = async (request: Request) => {
     const response = await app.fetch(request);
     // A request's log line is written with the next batch of lines (logSoon): the response's own
-    // continuations run first, then the batch is written now rather than up to 20 ms later.
+    // continuations run first, then the batch is written now rather than up to 100 ms later.
     await new Promise((resolve) => setTimeout(resolve, 0));
     flushLogs();
     return response;

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { flushLogs, jsonLogger, logSoon } from "./log.ts";
 
-/** Past the next write of buffered lines (LOG_FLUSH_MS, 20 ms). */
-const nextFlush = () => new Promise((resolve) => setTimeout(resolve, 40));
+/** Past the next write of buffered lines (LOG_FLUSH_MS, 100 ms). */
+const nextFlush = () => new Promise((resolve) => setTimeout(resolve, 150));
 
 Deno.test("a deferred line is written with the next batch of lines, not during the current task", async () => {
   const written: string[] = [];
