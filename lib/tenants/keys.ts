@@ -80,6 +80,10 @@ export interface AuthenticatedKey extends ApiKeyHashEntry {
  * the key's hash index entry; every reserve checks that entry's versionstamp in its commit (see
  * `ReserveInput.keyGuard`), so a revoked key fails its next paid request on every instance, and is
  * then dropped from here. Unknown keys are never cached: a key issued elsewhere works at once.
+ *
+ * Entries are found by the raw key, so a known key is not hashed again: SHA-256 of the key was
+ * about 2% of a request's CPU at 500 req/s. The raw keys of recently used keys thus stay in this
+ * process's memory, as the providers' keys always do.
  */
 export class KeyCache {
   readonly #kv: Deno.Kv;
@@ -92,10 +96,10 @@ export class KeyCache {
   }
 
   async authenticate(rawKey: string): Promise<AuthenticatedKey | null> {
+    const hit = this.#entries.get(rawKey);
+    if (hit) return { ...hit, cached: true };
     if (!KEY_PATTERN.test(rawKey)) return null;
     const hash = sha256Hex(rawKey);
-    const hit = this.#entries.get(hash);
-    if (hit) return { ...hit, cached: true };
     const entry = await this.#kv.get<ApiKeyHashEntry>(keys.apiKeyByHash(hash));
     if (!entry.value || !entry.versionstamp) return null;
     const found = {
@@ -107,7 +111,7 @@ export class KeyCache {
     if (this.#entries.size >= this.#maxEntries) {
       this.#entries.delete(this.#entries.keys().next().value!);
     }
-    this.#entries.set(hash, found);
+    this.#entries.set(rawKey, found);
     return { ...found, cached: false };
   }
 
@@ -118,8 +122,11 @@ export class KeyCache {
     return entry.versionstamp !== null;
   }
 
+  /** Drops the key with this hash (it was revoked): rare, so a scan rather than a second index. */
   forget(hash: string): void {
-    this.#entries.delete(hash);
+    for (const [rawKey, entry] of this.#entries) {
+      if (entry.hash === hash) this.#entries.delete(rawKey);
+    }
   }
 }
 
