@@ -27,7 +27,13 @@ import {
   type WalletRecord,
   type WalletSliceRecord,
 } from "@/lib/db.ts";
-import { getManyChunked, type Micros, newId, randomToken } from "@/lib/core/mod.ts";
+import {
+  CONFIG_DEFAULTS,
+  getManyChunked,
+  type Micros,
+  newId,
+  randomToken,
+} from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { CommitLocks } from "./commit_locks.ts";
 import { LocalSlice } from "./slices.ts";
@@ -211,7 +217,7 @@ export class Wallets {
     this.#sliceOptions = options.slices
       ? {
         leaseMs: options.slices.leaseMs ?? 10_000,
-        postEveryMs: options.slices.postEveryMs ?? 50,
+        postEveryMs: options.slices.postEveryMs ?? CONFIG_DEFAULTS.WALLET_SLICE_POST_MS,
         idleMs: options.slices.idleMs ?? 1_000,
         hotPerSecond: options.slices.hotPerSecond,
       }

@@ -107,7 +107,7 @@ const port = z.string().optional().transform((v, ctx) => {
  */
 export const CONFIG_DEFAULTS = {
   RESERVATION_TTL_SECONDS: 600,
-  WALLET_SLICE_POST_MS: 50,
+  WALLET_SLICE_POST_MS: 100,
   WALLET_SLICE_HOT_RPS: 50,
   RATE_LIMIT_RPM: 600,
   RATE_LIMIT_TPM: 2_000_000,
