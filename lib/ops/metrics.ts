@@ -52,15 +52,34 @@ function numberText(value: number): string {
   return Number.isNaN(value) ? "NaN" : String(value);
 }
 
+/** One counter series, found once: what a hot path counts into. */
+export interface CounterSeries {
+  inc(by?: number): void;
+}
+
+/** One histogram series, found once. */
+export interface HistogramSeries {
+  observe(value: number): void;
+}
+
 export class Counter {
   readonly #series = new Map<string, { labels: Labels; value: number }>();
   constructor(readonly name: string, readonly help: string) {}
 
   inc(labels: Labels = {}, by = 1) {
+    this.child(labels).inc(by);
+  }
+
+  /** The series of `labels`, made (at 0) when it is not there yet: call it when counting into it. */
+  child(labels: Labels = {}): CounterSeries {
     const key = seriesKey(labels);
-    const series = this.#series.get(key) ?? { labels, value: 0 };
-    series.value += by;
-    this.#series.set(key, series);
+    let series = this.#series.get(key);
+    if (!series) {
+      series = { labels, value: 0 };
+      this.#series.set(key, series);
+    }
+    const found = series;
+    return { inc: (by = 1) => void (found.value += by) };
   }
 
   series(): Series[] {
@@ -92,17 +111,28 @@ export class Histogram {
   constructor(readonly name: string, readonly help: string, readonly buckets: readonly number[]) {}
 
   observe(value: number, labels: Labels = {}) {
+    this.child(labels).observe(value);
+  }
+
+  /** The series of `labels`, made (empty) when it is not there yet: call it when observing into it. */
+  child(labels: Labels = {}): HistogramSeries {
     const key = seriesKey(labels);
     let series = this.#series.get(key);
     if (!series) {
       series = { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 };
       this.#series.set(key, series);
     }
-    for (let i = 0; i < this.buckets.length; i++) {
-      if (value <= this.buckets[i]) series.counts[i]++;
-    }
-    series.sum += value;
-    series.count++;
+    const found = series;
+    const buckets = this.buckets;
+    return {
+      observe: (value) => {
+        for (let i = 0; i < buckets.length; i++) {
+          if (value <= buckets[i]) found.counts[i]++;
+        }
+        found.sum += value;
+        found.count++;
+      },
+    };
   }
 
   series(): Series[] {

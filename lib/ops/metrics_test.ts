@@ -90,3 +90,21 @@ Deno.test("labels given in another order count in the same series", () => {
   assert.equal(sampleValue(text, 'requests_total{model="m",status="200"}'), 3);
   assert.equal(sampleValue(text, 'requests_total{status="200",model="m,status=200"}'), 1);
 });
+
+Deno.test("a series found once counts into the series its labels name", () => {
+  const registry = new Registry();
+  const requests = registry.counter("requests_total", "Requests.");
+  const ok = requests.child({ status: "200", model: "m" });
+  ok.inc();
+  ok.inc(4);
+  requests.inc({ model: "m", status: "200" });
+  const latency = registry.histogram("latency_seconds", "Latency.", [0.1, 1]);
+  const fast = latency.child({ model: "m" });
+  fast.observe(0.05);
+  latency.observe(0.5, { model: "m" });
+  const text = registry.render();
+  assert.equal(sampleValue(text, 'requests_total{status="200",model="m"}'), 6);
+  assert.equal(sampleValue(text, 'latency_seconds_bucket{model="m",le="0.1"}'), 1);
+  assert.equal(sampleValue(text, 'latency_seconds_bucket{model="m",le="1"}'), 2);
+  assert.equal(sampleValue(text, 'latency_seconds_count{model="m"}'), 2);
+});

@@ -5,12 +5,35 @@
  */
 import { keys, type ReservationRecord, type ServiceTotal } from "@/lib/db.ts";
 import type { RequestLogLine } from "@/lib/core/mod.ts";
-import { type MetricsSnapshot, Registry } from "./metrics.ts";
+import {
+  type CounterSeries,
+  type HistogramSeries,
+  type MetricsSnapshot,
+  Registry,
+} from "./metrics.ts";
 import type { WalletStats } from "@/lib/billing/mod.ts";
 
 const LATENCY_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 /** An operator endpoint must stay cheap: past this many reservations the scan stops and says so. */
 const RESERVATION_SCAN_LIMIT = 10_000;
+/** Kinds of request remembered with their series; past this many (odd model names) they start over. */
+const MAX_REQUEST_KINDS = 1_000;
+
+/**
+ * The series one kind of request (status, model, streaming, provider, failure) counts into, each
+ * found the first time it is needed: a request counts into seven, and finding each by its labels
+ * (building the label set and its key) was most of what counting a request cost.
+ */
+interface RequestKind {
+  http: CounterSeries;
+  chat?: CounterSeries;
+  duration?: HistogramSeries;
+  upstream?: HistogramSeries;
+  upstreamFailures?: CounterSeries;
+  promptTokens?: CounterSeries;
+  completionTokens?: CounterSeries;
+  charged?: CounterSeries;
+}
 
 export class ServiceMetrics {
   readonly #registry = new Registry();
@@ -139,25 +162,44 @@ export class ServiceMetrics {
     );
   }
 
+  readonly #kinds = new Map<string, RequestKind>();
+
   /** Counts one finished request from its log line. */
   observeRequest(line: RequestLogLine) {
-    this.#http.inc({ status: String(line.status) });
-    if (line.path !== "/v1/chat/completions") return;
+    const chat = line.path === "/v1/chat/completions";
+    const kindKey = chat
+      ? `${line.status}\0${line.model}\0${line.streamed}\0${line.provider}\0${line.upstreamFailure}`
+      : String(line.status);
+    let kind = this.#kinds.get(kindKey);
+    if (!kind) {
+      if (this.#kinds.size >= MAX_REQUEST_KINDS) this.#kinds.clear();
+      kind = { http: this.#http.child({ status: String(line.status) }) };
+      this.#kinds.set(kindKey, kind);
+    }
+    kind.http.inc();
+    if (!chat) return;
     const model = line.model ?? "none";
     const streamed = String(line.streamed ?? false);
-    this.#chat.inc({ model, status: String(line.status), streamed });
-    this.#duration.observe(line.totalMs / 1000, { model, streamed });
+    (kind.chat ??= this.#chat.child({ model, status: String(line.status), streamed })).inc();
+    (kind.duration ??= this.#duration.child({ model, streamed })).observe(line.totalMs / 1000);
     if (line.upstreamMs !== null && line.provider !== null) {
-      this.#upstream.observe(line.upstreamMs / 1000, { provider: line.provider, model });
+      (kind.upstream ??= this.#upstream.child({ provider: line.provider, model }))
+        .observe(line.upstreamMs / 1000);
     }
     if (line.upstreamFailure !== null) {
-      this.#upstreamFailures.inc({ provider: line.provider ?? "none", kind: line.upstreamFailure });
+      (kind.upstreamFailures ??= this.#upstreamFailures.child({
+        provider: line.provider ?? "none",
+        kind: line.upstreamFailure,
+      })).inc();
     }
-    if (line.promptTokens !== null) this.#tokens.inc({ model, kind: "prompt" }, line.promptTokens);
+    if (line.promptTokens !== null) {
+      (kind.promptTokens ??= this.#tokens.child({ model, kind: "prompt" })).inc(line.promptTokens);
+    }
     if (line.completionTokens !== null) {
-      this.#tokens.inc({ model, kind: "completion" }, line.completionTokens);
+      (kind.completionTokens ??= this.#tokens.child({ model, kind: "completion" }))
+        .inc(line.completionTokens);
     }
-    if (line.cost) this.#charged.inc({ model }, line.cost);
+    if (line.cost) (kind.charged ??= this.#charged.child({ model })).inc(line.cost);
     const inputCount = (line as { inputCount?: string }).inputCount;
     if (inputCount) {
       this.#inputCounts.inc({ provider: line.provider ?? "none", outcome: inputCount });
