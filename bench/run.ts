@@ -6,9 +6,24 @@
  *   deno task bench            # the full run, a few minutes
  *   deno task bench --quick    # short durations, for working on the bench itself
  */
+import {
+  benchCatalog,
+  cpuMs,
+  cpuMsOf,
+  freePort,
+  openLoop as openLoopAt,
+  percentile,
+  ROOT,
+  run,
+  type Service,
+  sleep,
+  start,
+  stopAll,
+  tollboothCommand,
+  waitForHttp,
+} from "./harness.ts";
 import { report } from "./table.ts";
 
-const ROOT = new URL("..", import.meta.url).pathname;
 const BENCH = new URL(".", import.meta.url).pathname;
 const PEER_DIR = `${BENCH}peer`;
 const PEER_SERVER = `${PEER_DIR}/node_modules/@portkey-ai/gateway/build/start-server.js`;
@@ -31,89 +46,7 @@ interface Target {
   pid: number;
 }
 
-interface Service {
-  name: string;
-  pid: number;
-  logFile: string;
-  stop(): Promise<void>;
-}
-
-const services: Service[] = [];
-
-/**
- * Tollbooth's process as `deno task start` runs it in production (its V8 flags included), without
- * the task's islands build: the command after the task's last `&&`, with this Deno.
- */
-async function tollboothCommand(): Promise<string[]> {
-  const config = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`));
-  const words = String(config.tasks?.start ?? "").split("&&").at(-1)!.trim().split(/\s+/);
-  if (words[0] !== "deno" || words.at(-1) !== "main.ts") {
-    throw new Error(
-      `deno.json's start task no longer ends in "deno … main.ts": ${config.tasks?.start}`,
-    );
-  }
-  return [Deno.execPath(), ...words.slice(1)];
-}
-
 // ---- processes -------------------------------------------------------------------------------
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = listener.addr as Deno.NetAddr;
-  listener.close();
-  return port;
-}
-
-/** Starts a process with its output in a log file (so reading it costs the bench nothing). */
-function start(
-  name: string,
-  command: string[],
-  options: { env?: Record<string, string>; cwd?: string; logDir: string },
-): Service {
-  const logFile = `${options.logDir}/${name}.log`;
-  const child = new Deno.Command("sh", {
-    args: ["-c", 'exec "$@" >"$LOG_FILE" 2>&1', "sh", ...command],
-    env: { ...options.env, LOG_FILE: logFile },
-    cwd: options.cwd ?? ROOT,
-    stdin: "null",
-    stdout: "null",
-    stderr: "null",
-  }).spawn();
-  const service: Service = {
-    name,
-    pid: child.pid,
-    logFile,
-    async stop() {
-      try {
-        child.kill("SIGTERM");
-      } catch { /* already gone */ }
-      const killer = setTimeout(() => {
-        try {
-          child.kill("SIGKILL");
-        } catch { /* already gone */ }
-      }, 12_000);
-      await child.status;
-      clearTimeout(killer);
-    },
-  };
-  services.push(service);
-  return service;
-}
-
-async function waitForHttp(url: string, service: Service) {
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    try {
-      const res = await fetch(url);
-      await res.body?.cancel();
-      return;
-    } catch {
-      await sleep(100);
-    }
-  }
-  const log = await Deno.readTextFile(service.logFile).catch(() => "");
-  throw new Error(`${service.name} did not start:\n${log.slice(-2000)}`);
-}
 
 /**
  * How many workers a serving Tollbooth process runs: its `workers_listening` line, logged once all
@@ -136,24 +69,6 @@ async function waitForLog(service: Service, text: string) {
     await sleep(100);
   }
   throw new Error(`${service.name} did not log ${text}`);
-}
-
-async function stopAll() {
-  await Promise.all(services.splice(0).reverse().map((s) => s.stop()));
-}
-
-async function run(command: string, args: string[], options: Deno.CommandOptions = {}) {
-  const out = await new Deno.Command(command, {
-    args,
-    stdout: "piped",
-    stderr: "piped",
-    ...options,
-  }).output();
-  return {
-    ok: out.success,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr),
-  };
 }
 
 async function hasCommand(command: string, args: string[]): Promise<boolean> {
@@ -192,19 +107,6 @@ async function ensurePeer() {
     "--ignore-scripts",
   ], { cwd: PEER_DIR });
   if (!result.ok) throw new Error(`npm install in bench/peer failed:\n${result.stderr}`);
-}
-
-/** CPU time (user + system) of a process so far, in ms. */
-function cpuMs(pid: number, ticksPerSecond: number): Promise<number> {
-  return cpuMsOf(`/proc/${pid}/stat`, ticksPerSecond);
-}
-
-/** CPU time of a `stat` file: a process's, or one thread's (`/proc/<pid>/task/<tid>/stat`). */
-async function cpuMsOf(statPath: string, ticksPerSecond: number): Promise<number> {
-  const stat = await Deno.readTextFile(statPath);
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
 }
 
 /**
@@ -453,35 +355,9 @@ async function fetchClosedLoop(
   };
 }
 
-/** Requests sent on a fixed schedule whatever the answers; latency counted from the scheduled time. */
-async function openLoop(target: Target, rate: number, seconds: number) {
-  const body = requestBody(target);
-  const latencies: number[] = [];
-  let failed = 0;
-  const total = Math.round(rate * seconds);
-  const interval = 1000 / rate;
-  const pending: Promise<void>[] = [];
-  const started = performance.now();
-  let sent = 0;
-  while (sent < total) {
-    const now = performance.now();
-    while (sent < total && started + sent * interval <= now) {
-      const due = started + sent * interval;
-      pending.push(
-        fetch(target.url, requestInit(target, body)).then(async (res) => {
-          await res.arrayBuffer();
-          if (!res.ok) failed++;
-          latencies.push(performance.now() - due);
-        }, () => {
-          failed++;
-        }),
-      );
-      sent++;
-    }
-    await sleep(Math.max(0, started + sent * interval - performance.now()));
-  }
-  await Promise.all(pending);
-  return { requests: total, failed, latencies };
+/** The target's open loop: its model's request at `rate` for `seconds`. */
+function openLoop(target: Target, rate: number, seconds: number) {
+  return openLoopAt(target.url, requestInit(target, requestBody(target)), rate, seconds);
 }
 
 /** How many windows each target gets at each open-loop rate, taken in turn with the others'. */
@@ -633,16 +509,6 @@ async function openStreamsMemory(target: Target, upstreamUrl: string, count: num
   };
 }
 
-function percentile(values: number[], p: number): number {
-  if (values.length === 0) return NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
-}
-
-function sleep(ms: number) {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
 // ---- the run ---------------------------------------------------------------------------------
 
 async function main() {
@@ -668,32 +534,7 @@ async function main() {
     // Tollbooth, as it runs in production: a real process on a KV file, app made by the admin task.
     const kvPath = `${tmp}/tollbooth.sqlite3`;
     const modelsFile = `${tmp}/models.json`;
-    const benchModel = (id: string, upstreamModel: string) => ({
-      id,
-      provider: "bench",
-      upstream_model: upstreamModel,
-      input_usd_per_mtok: "0.10",
-      output_usd_per_mtok: "0.40",
-      context_tokens: 128000,
-      max_output_tokens: 4096,
-    });
-    await Deno.writeTextFile(
-      modelsFile,
-      JSON.stringify({
-        providers: {
-          bench: {
-            kind: "openai",
-            base_url: `${upstreamUrl}/v1`,
-            api_key_env: "BENCH_UPSTREAM_KEY",
-          },
-        },
-        models: [
-          benchModel("bench/fast", "fast"),
-          benchModel("bench/hold", "hold"),
-          benchModel("bench/long", "long"),
-        ],
-      }),
-    );
+    await Deno.writeTextFile(modelsFile, JSON.stringify(benchCatalog(upstreamUrl)));
     const baseEnv = {
       MODELS_FILE: modelsFile,
       BENCH_UPSTREAM_KEY: "sk-bench",
@@ -708,7 +549,7 @@ async function main() {
      * Tollbooth as it runs in production: a real process on its own KV file, its app made by the
      * admin task; `env` is what this one changes from the default.
      */
-    const tollboothProcess = await tollboothCommand();
+    const tollboothProcess = await tollboothCommand(ROOT);
     const startTollbooth = async (name: string, kvFile: string, env: Record<string, string>) => {
       const port = await freePort();
       const fullEnv: Record<string, string> = {
@@ -901,11 +742,8 @@ async function main() {
 
     // Stop Tollbooth (it drains its wallet queues and gives its slices back).
     await tollbooth.stop();
-    services.splice(services.indexOf(tollbooth), 1);
     await commits.stop();
-    services.splice(services.indexOf(commits), 1);
     await oneWorker.stop();
-    services.splice(services.indexOf(oneWorker), 1);
 
     // One hot wallet served by 1, 2 and 4 processes on the same KV file and port (SO_REUSEPORT).
     const processes: Record<string, Awaited<ReturnType<typeof hotWalletOf>>> = {};
@@ -956,7 +794,6 @@ async function main() {
       };
       for (const s of group) {
         await s.stop();
-        services.splice(services.indexOf(s), 1);
       }
     }
 

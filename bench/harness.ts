@@ -1,0 +1,186 @@
+/**
+ * What the bench scripts share: the processes they start (each with its output in a log file, all
+ * stopped by `stopAll`), their CPU time from /proc, and an open-loop load.
+ */
+
+export const ROOT = new URL("..", import.meta.url).pathname;
+
+export interface Service {
+  name: string;
+  pid: number;
+  logFile: string;
+  stop(): Promise<void>;
+}
+
+const services: Service[] = [];
+
+export function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = listener.addr as Deno.NetAddr;
+  listener.close();
+  return port;
+}
+
+/** Starts a process with its output in a log file (so reading it costs the bench nothing). */
+export function start(
+  name: string,
+  command: string[],
+  options: { env?: Record<string, string>; cwd?: string; logDir: string },
+): Service {
+  const logFile = `${options.logDir}/${name}.log`;
+  const child = new Deno.Command("sh", {
+    args: ["-c", 'exec "$@" >"$LOG_FILE" 2>&1', "sh", ...command],
+    env: { ...options.env, LOG_FILE: logFile },
+    cwd: options.cwd ?? ROOT,
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  const service: Service = {
+    name,
+    pid: child.pid,
+    logFile,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch { /* already gone */ }
+      const killer = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* already gone */ }
+      }, 12_000);
+      await child.status;
+      clearTimeout(killer);
+      // Stopped on its own: `stopAll` has nothing left to stop of it.
+      const index = services.indexOf(service);
+      if (index >= 0) services.splice(index, 1);
+    },
+  };
+  services.push(service);
+  return service;
+}
+
+export async function waitForHttp(url: string, service: Service) {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(url);
+      await res.body?.cancel();
+      return;
+    } catch {
+      await sleep(100);
+    }
+  }
+  const log = await Deno.readTextFile(service.logFile).catch(() => "");
+  throw new Error(`${service.name} did not start:\n${log.slice(-2000)}`);
+}
+
+export async function stopAll() {
+  await Promise.all(services.splice(0).reverse().map((s) => s.stop()));
+}
+
+export async function run(command: string, args: string[], options: Deno.CommandOptions = {}) {
+  const out = await new Deno.Command(command, {
+    args,
+    stdout: "piped",
+    stderr: "piped",
+    ...options,
+  }).output();
+  return {
+    ok: out.success,
+    stdout: new TextDecoder().decode(out.stdout),
+    stderr: new TextDecoder().decode(out.stderr),
+  };
+}
+
+/** CPU time (user + system) of a process so far, in ms. */
+export function cpuMs(pid: number, ticksPerSecond: number): Promise<number> {
+  return cpuMsOf(`/proc/${pid}/stat`, ticksPerSecond);
+}
+
+/** CPU time of a `stat` file: a process's, or one thread's (`/proc/<pid>/task/<tid>/stat`). */
+export async function cpuMsOf(statPath: string, ticksPerSecond: number): Promise<number> {
+  const stat = await Deno.readTextFile(statPath);
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
+}
+
+/** Requests sent on a fixed schedule whatever the answers; latency counted from the scheduled time. */
+export async function openLoop(url: string, init: RequestInit, rate: number, seconds: number) {
+  const latencies: number[] = [];
+  let failed = 0;
+  const total = Math.round(rate * seconds);
+  const interval = 1000 / rate;
+  const pending: Promise<void>[] = [];
+  const started = performance.now();
+  let sent = 0;
+  while (sent < total) {
+    const now = performance.now();
+    while (sent < total && started + sent * interval <= now) {
+      const due = started + sent * interval;
+      pending.push(
+        fetch(url, init).then(async (res) => {
+          await res.arrayBuffer();
+          if (!res.ok) failed++;
+          latencies.push(performance.now() - due);
+        }, () => {
+          failed++;
+        }),
+      );
+      sent++;
+    }
+    await sleep(Math.max(0, started + sent * interval - performance.now()));
+  }
+  await Promise.all(pending);
+  return { requests: total, failed, latencies };
+}
+
+export function percentile(values: number[], p: number): number {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+
+export function sleep(ms: number) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/**
+ * Tollbooth's process as `deno task start` runs it in production (its V8 flags included), without
+ * the task's islands build: the command after the task's last `&&` in `root`'s deno.json, with
+ * this Deno.
+ */
+export async function tollboothCommand(root: string): Promise<string[]> {
+  const config = JSON.parse(await Deno.readTextFile(`${root}/deno.json`));
+  const words = String(config.tasks?.start ?? "").split("&&").at(-1)!.trim().split(/\s+/);
+  if (words[0] !== "deno" || words.at(-1) !== "main.ts") {
+    throw new Error(
+      `deno.json's start task no longer ends in "deno … main.ts": ${config.tasks?.start}`,
+    );
+  }
+  return [Deno.execPath(), ...words.slice(1)];
+}
+
+/** The bench's catalog: its models, all served by the fake upstream at `upstreamUrl`. */
+export function benchCatalog(upstreamUrl: string) {
+  const benchModel = (id: string, upstreamModel: string) => ({
+    id,
+    provider: "bench",
+    upstream_model: upstreamModel,
+    input_usd_per_mtok: "0.10",
+    output_usd_per_mtok: "0.40",
+    context_tokens: 128000,
+    max_output_tokens: 4096,
+  });
+  return {
+    providers: {
+      bench: { kind: "openai", base_url: `${upstreamUrl}/v1`, api_key_env: "BENCH_UPSTREAM_KEY" },
+    },
+    models: [
+      benchModel("bench/fast", "fast"),
+      benchModel("bench/hold", "hold"),
+      benchModel("bench/long", "long"),
+    ],
+  };
+}
