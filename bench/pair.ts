@@ -8,7 +8,7 @@
  * behind one fake upstream. Both are loaded at `--rate` req/s at once; each window's CPU per
  * request (the serving process, all its threads) is compared within its pair. A second round
  * starts both afresh, the new build first, so that neither order nor one JIT's luck decides.
- * One build against itself measured 0.99–1.02 per window.
+ * One build against itself measured 0.95–1.04 per window and 0.98–1.00 per round.
  *
  *   deno task bench:pair a5c8bd5 HEAD
  *   deno task bench:pair ../old-checkout . --rate=200 --windows=6
