@@ -4,6 +4,7 @@
  */
 
 export const ROOT = new URL("..", import.meta.url).pathname;
+export const BENCH = new URL(".", import.meta.url).pathname;
 
 export interface Service {
   name: string;
@@ -183,4 +184,50 @@ export function benchCatalog(upstreamUrl: string) {
       benchModel("bench/long", "long"),
     ],
   };
+}
+
+/**
+ * The fast fake upstream in a process of its own, and the bench catalog pointing at it (written in
+ * `dir`): its URL and process, and the environment every Tollbooth the bench starts shares.
+ */
+export async function startUpstream(dir: string) {
+  const port = freePort();
+  const upstream = start("upstream", [
+    Deno.execPath(),
+    "run",
+    "-A",
+    `${BENCH}upstream.ts`,
+    `--port=${port}`,
+  ], { logDir: dir });
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}/`, upstream);
+  const modelsFile = `${dir}/models.json`;
+  await Deno.writeTextFile(modelsFile, JSON.stringify(benchCatalog(url)));
+  const env: Record<string, string> = {
+    MODELS_FILE: modelsFile,
+    BENCH_UPSTREAM_KEY: "sk-bench",
+    // The bench measures the gateway, not its rate limits.
+    RATE_LIMIT_RPM: "1000000000",
+    RATE_LIMIT_TPM: "1000000000000",
+    // WALLET_SLICES is left at its default (auto): a hot app is served from a slice.
+    OPTIMISTIC_UPSTREAM: "on",
+  };
+  return { url, env, pid: upstream.pid };
+}
+
+/** Runs a bench script's `main`, stopping every process it started however it ends. */
+export async function runStoppingAll(main: () => Promise<void>) {
+  const onSignal = async () => {
+    await stopAll();
+    Deno.exit(130);
+  };
+  Deno.addSignalListener("SIGINT", onSignal);
+  Deno.addSignalListener("SIGTERM", onSignal);
+  try {
+    await main();
+  } finally {
+    await stopAll();
+    Deno.removeSignalListener("SIGINT", onSignal);
+    Deno.removeSignalListener("SIGTERM", onSignal);
+  }
 }

@@ -17,21 +17,22 @@
  * (checked out into temporary worktrees, which are removed afterwards).
  */
 import {
-  benchCatalog,
+  BENCH,
   cpuMs,
   freePort,
   openLoop,
   percentile,
   ROOT,
   run,
+  runStoppingAll,
   type Service,
   start,
+  startUpstream,
   stopAll,
   tollboothCommand,
   waitForHttp,
 } from "./harness.ts";
 
-const BENCH = new URL(".", import.meta.url).pathname;
 const positional = Deno.args.filter((a) => !a.startsWith("--"));
 const option = (name: string, fallback: number) => {
   const given = Deno.args.find((a) => a.startsWith(`--${name}=`))?.split("=")[1];
@@ -150,25 +151,7 @@ async function main() {
     builds.push(await checkout("old", positional[0], tmp));
     builds.push(await checkout("new", positional[1], tmp));
     const ticks = Number((await run("getconf", ["CLK_TCK"])).stdout.trim()) || 100;
-    const upstreamPort = freePort();
-    const upstream = start("upstream", [
-      Deno.execPath(),
-      "run",
-      "-A",
-      `${BENCH}upstream.ts`,
-      `--port=${upstreamPort}`,
-    ], { logDir: tmp });
-    const upstreamUrl = `http://127.0.0.1:${upstreamPort}`;
-    await waitForHttp(`${upstreamUrl}/`, upstream);
-    const modelsFile = `${tmp}/models.json`;
-    await Deno.writeTextFile(modelsFile, JSON.stringify(benchCatalog(upstreamUrl)));
-    const env = {
-      MODELS_FILE: modelsFile,
-      BENCH_UPSTREAM_KEY: "sk-bench",
-      RATE_LIMIT_RPM: "1000000000",
-      RATE_LIMIT_TPM: "1000000000000",
-      OPTIMISTIC_UPSTREAM: "on",
-    };
+    const { env } = await startUpstream(tmp);
     console.log(
       `old = ${builds[0].given}, new = ${
         builds[1].given
@@ -231,10 +214,4 @@ async function main() {
   }
 }
 
-const onSignal = async () => {
-  await stopAll();
-  Deno.exit(130);
-};
-Deno.addSignalListener("SIGINT", onSignal);
-Deno.addSignalListener("SIGTERM", onSignal);
-await main();
+await runStoppingAll(main);

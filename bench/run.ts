@@ -7,7 +7,7 @@
  *   deno task bench --quick    # short durations, for working on the bench itself
  */
 import {
-  benchCatalog,
+  BENCH,
   cpuMs,
   cpuMsOf,
   freePort,
@@ -15,16 +15,17 @@ import {
   percentile,
   ROOT,
   run,
+  runStoppingAll,
   type Service,
   sleep,
   start,
+  startUpstream,
   stopAll,
   tollboothCommand,
   waitForHttp,
 } from "./harness.ts";
 import { report } from "./table.ts";
 
-const BENCH = new URL(".", import.meta.url).pathname;
 const PEER_DIR = `${BENCH}peer`;
 const PEER_SERVER = `${PEER_DIR}/node_modules/@portkey-ai/gateway/build/start-server.js`;
 const QUICK = Deno.args.includes("--quick");
@@ -520,31 +521,11 @@ async function main() {
   const loadBefore = (await Deno.readTextFile("/proc/loadavg")).split(" ").slice(0, 3).join(" ");
   try {
     // The fast fake upstream, in its own process.
-    const upstreamPort = await freePort();
-    const upstream = start("upstream", [
-      Deno.execPath(),
-      "run",
-      "-A",
-      `${BENCH}upstream.ts`,
-      `--port=${upstreamPort}`,
-    ], { logDir: tmp });
-    const upstreamUrl = `http://127.0.0.1:${upstreamPort}`;
-    await waitForHttp(`${upstreamUrl}/`, upstream);
+    const { url: upstreamUrl, env: upstreamEnv, pid: upstreamPid } = await startUpstream(tmp);
 
     // Tollbooth, as it runs in production: a real process on a KV file, app made by the admin task.
     const kvPath = `${tmp}/tollbooth.sqlite3`;
-    const modelsFile = `${tmp}/models.json`;
-    await Deno.writeTextFile(modelsFile, JSON.stringify(benchCatalog(upstreamUrl)));
-    const baseEnv = {
-      MODELS_FILE: modelsFile,
-      BENCH_UPSTREAM_KEY: "sk-bench",
-      // The bench measures the gateway, not its rate limits.
-      RATE_LIMIT_RPM: "1000000000",
-      RATE_LIMIT_TPM: "1000000000000",
-      // WALLET_SLICES is left at its default (auto): a hot app is served from a slice.
-      OPTIMISTIC_UPSTREAM: "on",
-      WALLET_STATS_LOG_MS: String(STATS_EVERY_MS),
-    };
+    const baseEnv = { ...upstreamEnv, WALLET_STATS_LOG_MS: String(STATS_EVERY_MS) };
     /**
      * Tollbooth as it runs in production: a real process on its own KV file, its app made by the
      * admin task; `env` is what this one changes from the default.
@@ -618,7 +599,7 @@ async function main() {
         model: "fast",
         holdModel: "hold",
         longModel: "long",
-        pid: upstream.pid,
+        pid: upstreamPid,
       },
       {
         name: "tollbooth",
@@ -857,17 +838,4 @@ async function main() {
   }
 }
 
-const onSignal = async () => {
-  await stopAll();
-  Deno.exit(130);
-};
-Deno.addSignalListener("SIGINT", onSignal);
-Deno.addSignalListener("SIGTERM", onSignal);
-
-try {
-  await main();
-} finally {
-  await stopAll();
-  Deno.removeSignalListener("SIGINT", onSignal);
-  Deno.removeSignalListener("SIGTERM", onSignal);
-}
+await runStoppingAll(main);
