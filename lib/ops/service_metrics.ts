@@ -35,6 +35,9 @@ interface RequestKind {
   charged?: CounterSeries;
 }
 
+/** A nullable label's part of a kind's key: null apart from any name, "null" included. */
+const known = (value: string | null) => value === null ? "-" : `=${value}`;
+
 export class ServiceMetrics {
   readonly #registry = new Registry();
   readonly #http = this.#registry.counter(
@@ -168,7 +171,9 @@ export class ServiceMetrics {
   observeRequest(line: RequestLogLine) {
     const chat = line.path === "/v1/chat/completions";
     const kindKey = chat
-      ? `${line.status}\0${line.model}\0${line.streamed}\0${line.provider}\0${line.upstreamFailure}`
+      ? `${line.status}\0${known(line.model)}\0${line.streamed}\0${known(line.provider)}\0${
+        known(line.upstreamFailure)
+      }`
       : String(line.status);
     let kind = this.#kinds.get(kindKey);
     if (!kind) {

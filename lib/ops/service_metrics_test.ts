@@ -62,3 +62,19 @@ Deno.test("a request of any other path counts only by status", () => {
   const s = series(metrics, "tollbooth_http_requests_total", { status: "200" });
   assert.ok("value" in s && s.value === 1);
 });
+
+Deno.test("a provider named null is not counted as a request without a provider", () => {
+  const metrics = new ServiceMetrics({} as WalletStats);
+  const line = (provider: string | null) =>
+    requestLogLine(
+      { requestId: "r", method: "POST", path: "/v1/chat/completions", status: 502, totalMs: 5 },
+      { model: "x/m", provider: provider ?? undefined, upstreamFailure: "timeout" },
+    );
+  metrics.observeRequest(line(null));
+  metrics.observeRequest(line("null"));
+  const failures = metrics.snapshot()["tollbooth_upstream_failures_total"] ?? [];
+  const of = (provider: string) =>
+    failures.find((s) => s.labels.provider === provider && "value" in s && s.value === 1);
+  assert.ok(of("none"), "the request without a provider");
+  assert.ok(of("null"), "the provider named null");
+});
