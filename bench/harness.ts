@@ -187,20 +187,30 @@ export function benchCatalog(upstreamUrl: string) {
 }
 
 /**
+ * One of the bench's own servers (`script` in bench/) in a process of its own on a free port, once
+ * it answers: its process, port and URL.
+ */
+export async function serveScript(name: string, script: string, args: string[], logDir: string) {
+  const port = freePort();
+  const service = start(name, [
+    Deno.execPath(),
+    "run",
+    "-A",
+    `${BENCH}${script}`,
+    `--port=${port}`,
+    ...args,
+  ], { logDir });
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}/`, service);
+  return { service, port, url };
+}
+
+/**
  * The fast fake upstream in a process of its own, and the bench catalog pointing at it (written in
  * `dir`): its URL and process, and the environment every Tollbooth the bench starts shares.
  */
 export async function startUpstream(dir: string) {
-  const port = freePort();
-  const upstream = start("upstream", [
-    Deno.execPath(),
-    "run",
-    "-A",
-    `${BENCH}upstream.ts`,
-    `--port=${port}`,
-  ], { logDir: dir });
-  const url = `http://127.0.0.1:${port}`;
-  await waitForHttp(`${url}/`, upstream);
+  const { service: upstream, url } = await serveScript("upstream", "upstream.ts", [], dir);
   const modelsFile = `${dir}/models.json`;
   await Deno.writeTextFile(modelsFile, JSON.stringify(benchCatalog(url)));
   const env: Record<string, string> = {

@@ -16,6 +16,7 @@ import {
   ROOT,
   run,
   runStoppingAll,
+  serveScript,
   type Service,
   sleep,
   start,
@@ -532,7 +533,7 @@ async function main() {
      */
     const tollboothProcess = await tollboothCommand(ROOT);
     const startTollbooth = async (name: string, kvFile: string, env: Record<string, string>) => {
-      const port = await freePort();
+      const port = freePort();
       const fullEnv: Record<string, string> = {
         ...baseEnv,
         PORT: String(port),
@@ -573,23 +574,16 @@ async function main() {
     });
     const oneWorker = tbOneWorker.service;
 
-    const peerPort = await freePort();
+    const peerPort = freePort();
     const peer = start("portkey", ["node", PEER_SERVER, `--port=${peerPort}`, "--headless"], {
       cwd: PEER_DIR,
       logDir: tmp,
     });
     await waitForHttp(`http://127.0.0.1:${peerPort}/`, peer);
     // The floor: what Deno.serve and our upstream client cost with nothing of a gateway between.
-    const floorPort = await freePort();
-    const floor = start("floor", [
-      Deno.execPath(),
-      "run",
-      "-A",
-      `${BENCH}floor.ts`,
-      `--port=${floorPort}`,
+    const { service: floor, url: floorUrl } = await serveScript("floor", "floor.ts", [
       `--upstream=${upstreamUrl}`,
-    ], { logDir: tmp });
-    await waitForHttp(`http://127.0.0.1:${floorPort}/`, floor);
+    ], tmp);
 
     const targets: Target[] = [
       {
@@ -643,7 +637,7 @@ async function main() {
       },
       {
         name: "floor",
-        url: `http://127.0.0.1:${floorPort}/v1/chat/completions`,
+        url: `${floorUrl}/v1/chat/completions`,
         headers: {},
         model: "fast",
         holdModel: "hold",
@@ -729,7 +723,7 @@ async function main() {
     // One hot wallet served by 1, 2 and 4 processes on the same KV file and port (SO_REUSEPORT).
     const processes: Record<string, Awaited<ReturnType<typeof hotWalletOf>>> = {};
     for (const n of [1, 2, 4]) {
-      const port = await freePort();
+      const port = freePort();
       const env = {
         ...tb.env,
         PORT: String(port),
