@@ -157,7 +157,7 @@ const ERROR_BODY_BYTES = 64 * 1024;
 /** Reads of a body this size at a time, where the body takes the reader's buffer. */
 const BODY_READ_BYTES = 16 * 1024;
 
-/** The start of a body, at most `max` bytes (all of it for Infinity); the rest is not read. */
+/** The start of a body, at most `max` bytes; the rest is not read. */
 async function bytesUpTo(
   body: BodyReader | ReadableStream<Uint8Array> | null,
   max: number,
@@ -282,12 +282,16 @@ export async function* guardedParts<T>(
   }
 }
 
-/** Reads a non-streamed answer's JSON body under the same idle guard as its headers. */
+/**
+ * Reads a non-streamed answer's JSON body under the same idle guard as its headers. A body longer
+ * than `maxBytes` is not read on: an upstream that answers without end must not fill our memory.
+ */
 export async function readAnswerJson(
   { response, idle }: Awaited<ReturnType<typeof callUpstream>>,
+  maxBytes: number,
 ): Promise<unknown> {
   try {
-    return await readJson(response);
+    return await readJson(response, maxBytes);
   } catch (error) {
     throw idle.translate(error);
   } finally {
@@ -308,8 +312,15 @@ export function eventJson(data: string): Record<string, unknown> | null {
   return json && typeof json === "object" ? json as Record<string, unknown> : null;
 }
 
-async function readJson(response: Http1Answer): Promise<unknown> {
-  const text = new TextDecoder().decode(await bytesUpTo(response.body, Infinity));
+async function readJson(response: Http1Answer, maxBytes: number): Promise<unknown> {
+  const bytes = await bytesUpTo(response.body, maxBytes + 1);
+  if (bytes.byteLength > maxBytes) {
+    throw new ProviderError(
+      "malformed_response",
+      `upstream answered with a body larger than ${maxBytes} bytes`,
+    );
+  }
+  const text = new TextDecoder().decode(bytes);
   try {
     return JSON.parse(text);
   } catch (cause) {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { callUpstream, guardedParts, watchedCalls } from "./http.ts";
+import { callUpstream, guardedParts, readAnswerJson, watchedCalls } from "./http.ts";
 import { openAiSseParts } from "./openai/stream.ts";
 import { ProviderError, type StreamPart } from "./types.ts";
 
@@ -197,6 +197,50 @@ Deno.test("a stream that stalls after its usage chunk, until the idle guard cuts
     const billed = parts.find((p) => p.type === "usage");
     assert.ok(billed?.type === "usage", "the provider's usage reached the reader before the cut");
     assert.equal(billed.usage.completionTokens, 5000);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("a non-streamed answer longer than its limit is refused as malformed, not read on", async () => {
+  // Valid JSON, so that only the limit can refuse it.
+  const json = new TextEncoder().encode(`[${"1,".repeat(100_000)}1]`);
+  const server = serveBody(
+    new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let at = 0; at < json.length; at += 16_384) {
+          controller.enqueue(json.subarray(at, at + 16_384));
+        }
+        controller.close();
+      },
+    }),
+    { status: 200, headers: { "content-type": "application/json" } },
+  );
+  try {
+    const call = await upstreamCall(server.url, 10_000);
+    const error = await readAnswerJson(call, 100_000).then(() => null, (error) => error);
+    assert.ok(error instanceof ProviderError, String(error));
+    assert.equal(error.kind, "malformed_response");
+    assert.match(error.message, /larger than 100000 bytes/);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("a non-streamed answer within its limit is read whole", async () => {
+  const server = serveBody(
+    new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"input_tokens":'));
+        controller.enqueue(new TextEncoder().encode("42}"));
+        controller.close();
+      },
+    }),
+    { status: 200, headers: { "content-type": "application/json" } },
+  );
+  try {
+    const call = await upstreamCall(server.url, 10_000);
+    assert.deepEqual(await readAnswerJson(call, 19), { input_tokens: 42 });
   } finally {
     await server.close();
   }

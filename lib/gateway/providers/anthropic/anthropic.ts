@@ -8,6 +8,8 @@ export { messagesRequest } from "./request.ts";
 export { finishReason } from "./response.ts";
 
 export const ANTHROPIC_VERSION = "2023-06-01";
+/** count_tokens answers `{"input_tokens": N}`; anything far longer is not that answer. */
+const COUNT_ANSWER_BYTES = 64 * 1024;
 
 export interface AnthropicOptions {
   /** e.g. https://api.anthropic.com (the path /v1/messages is appended). */
@@ -74,7 +76,10 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
     async countInputTokens(request) {
       const { max_tokens: _cap, stream: _stream, metadata: _m, stop_sequences: _s, ...body } =
         messagesRequest(request, false);
-      const json = await readAnswerJson(await post(`${base}/count_tokens`, request, body));
+      const json = await readAnswerJson(
+        await post(`${base}/count_tokens`, request, body),
+        COUNT_ANSWER_BYTES,
+      );
       const tokens = (json as { input_tokens?: unknown })?.input_tokens;
       if (typeof tokens !== "number" || !Number.isSafeInteger(tokens) || tokens < 0) {
         throw new ProviderError("malformed_response", "count_tokens answered without input_tokens");

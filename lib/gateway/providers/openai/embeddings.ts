@@ -18,6 +18,26 @@ export function embeddingsBody(request: EmbedRequest): Record<string, unknown> {
   return body;
 }
 
+/** Vectors of a model whose size the request does not fix are taken to be at most this long. */
+export const MAX_UNASKED_DIMENSIONS = 8192;
+/** The longest number JSON can carry a float32 in ("-1.2345678e-38" is shorter), with its comma. */
+const FLOAT_JSON_BYTES = 26;
+/** An answer's fields besides the vectors: per item, and once. */
+const ITEM_OVERHEAD_BYTES = 256;
+const ANSWER_OVERHEAD_BYTES = 64 * 1024;
+
+/**
+ * The most an honest answer to this request can take: its vectors at the asked or the largest
+ * model size, in the encoding asked. Reading stops beyond it.
+ */
+export function embeddingsAnswerBytes(request: EmbedRequest): number {
+  const dimensions = request.dimensions ?? MAX_UNASKED_DIMENSIONS;
+  const vectorBytes = request.encodingFormat === "base64"
+    ? 4 * Math.ceil((dimensions * 4) / 3) + 2
+    : dimensions * FLOAT_JSON_BYTES;
+  return ANSWER_OVERHEAD_BYTES + request.inputs.length * (vectorBytes + ITEM_OVERHEAD_BYTES);
+}
+
 const Count = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 
 const Answer = z.looseObject({

@@ -2,7 +2,12 @@ import assert from "node:assert/strict";
 import { toBase64 } from "../../embedding_vectors.ts";
 import { type EmbedRequest, ProviderError } from "../types.ts";
 import type { Model } from "@/lib/catalog/mod.ts";
-import { embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
+import {
+  embeddingsAnswerBytes,
+  embeddingsBody,
+  MAX_UNASKED_DIMENSIONS,
+  readEmbeddingsAnswer,
+} from "./embeddings.ts";
 
 const documented = JSON.parse(
   Deno.readTextFileSync(new URL("./fixtures/embeddings.json", import.meta.url)),
@@ -104,4 +109,33 @@ Deno.test("an answer that is not one vector per input is malformed", () => {
   malformed({ data: [{ embedding: { x: 1 } }] });
   malformed({ data: [{ embedding: "%%%" }] });
   malformed("not json object");
+});
+
+Deno.test("the longest honest answer fits the read limit: every number at its longest, in either encoding, asked size or not", () => {
+  const inputs = ["a", "b", "c"];
+  // The longest a float32 widened to a double prints.
+  const longest = -1.1754943508222875e-38;
+  for (const dimensions of [256, undefined]) {
+    const size = dimensions ?? MAX_UNASKED_DIMENSIONS;
+    for (const encodingFormat of ["float", "base64"] as const) {
+      const vector = new Array(size).fill(longest);
+      const answer = JSON.stringify({
+        object: "list",
+        data: inputs.map((_, index) => ({
+          object: "embedding",
+          index,
+          embedding: encodingFormat === "float" ? vector : toBase64(vector),
+        })),
+        model: "text-embedding-3-large-with-a-long-dated-name-2026-11-27",
+        usage: { prompt_tokens: 123_456_789, total_tokens: 123_456_789 },
+      });
+      const limit = embeddingsAnswerBytes(request({ inputs, dimensions, encodingFormat }));
+      assert.ok(
+        answer.length <= limit,
+        `${answer.length} > ${limit} (${dimensions} ${encodingFormat})`,
+      );
+      // Not a limit in name only: within twice the longest answer, plus the envelope's allowance.
+      assert.ok(limit < 2 * answer.length + 64 * 1024, `${limit} for ${answer.length}`);
+    }
+  }
 });

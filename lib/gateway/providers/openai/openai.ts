@@ -2,7 +2,7 @@ import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts"
 import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
 import { isReasoningModel, openAiRequestBody } from "./request.ts";
 import { openAiSseParts } from "./stream.ts";
-import { embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
+import { embeddingsAnswerBytes, embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
 
 export interface OpenAiOptions {
   baseUrl: string;
@@ -49,7 +49,7 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
 
     async embed(request) {
       const answer = await post("/embeddings", embeddingsBody(request), request.signal);
-      const json = await readAnswerJson(answer);
+      const json = await readAnswerJson(answer, embeddingsAnswerBytes(request));
       return readEmbeddingsAnswer(json, request);
     },
   };
