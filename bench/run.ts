@@ -112,17 +112,33 @@ async function ensurePeer() {
 }
 
 /**
- * CPU time so far of each worker thread of a process (SERVE_WORKERS: Deno names their threads
- * `worker-N`), in ms; empty for a process without workers.
+ * What a thread of a serving process does: runs JavaScript (the main thread, or a SERVE_WORKERS
+ * worker, which Deno names `worker-N`), helps V8 (GC and compiler threads, `V8 DefaultWorker`),
+ * runs Deno KV's SQLite (`sw-N`: its fsyncs and reads), or anything else (the runtime's I/O
+ * threads; a Node process names every thread `node`, so its V8 helpers count here too).
  */
-async function workerCpuMs(pid: number, ticksPerSecond: number): Promise<Map<string, number>> {
-  const cpu = new Map<string, number>();
+type ThreadKind = "js" | "v8" | "kv" | "other";
+const THREAD_KINDS: ThreadKind[] = ["js", "v8", "kv", "other"];
+
+function threadKind(pid: number, tid: string, name: string): ThreadKind {
+  if (tid === String(pid) || name.startsWith("worker-")) return "js";
+  if (name.startsWith("V8 ")) return "v8";
+  if (/^sw-\d+$/.test(name)) return "kv";
+  return "other";
+}
+
+/** CPU time so far of each thread of a process, by thread id, in ms. */
+async function threadCpuMs(
+  pid: number,
+  ticksPerSecond: number,
+): Promise<Map<string, { name: string; kind: ThreadKind; ms: number }>> {
+  const cpu = new Map<string, { name: string; kind: ThreadKind; ms: number }>();
   for await (const task of Deno.readDir(`/proc/${pid}/task`)) {
     try {
       const name = (await Deno.readTextFile(`/proc/${pid}/task/${task.name}/comm`)).trim();
-      if (!name.startsWith("worker-")) continue;
       // Not /proc/<tid>/stat: that one counts the whole process.
-      cpu.set(name, await cpuMsOf(`/proc/${pid}/task/${task.name}/stat`, ticksPerSecond));
+      const ms = await cpuMsOf(`/proc/${pid}/task/${task.name}/stat`, ticksPerSecond);
+      cpu.set(task.name, { name, kind: threadKind(pid, task.name, name), ms });
     } catch {
       // The thread ended meanwhile.
     }
@@ -130,9 +146,31 @@ async function workerCpuMs(pid: number, ticksPerSecond: number): Promise<Map<str
   return cpu;
 }
 
-/** The busiest worker's share of what the workers spent between two readings (null: none). */
-function busiestShare(before: Map<string, number>, after: Map<string, number>): number | null {
-  const spent = [...after].map(([name, ms]) => ms - (before.get(name) ?? 0));
+/** What each worker thread (SERVE_WORKERS) spent between two readings, by name. */
+function workerSpent(
+  before: Awaited<ReturnType<typeof threadCpuMs>>,
+  after: Awaited<ReturnType<typeof threadCpuMs>>,
+): Map<string, number> {
+  const spent = new Map<string, number>();
+  for (const [tid, { name, ms }] of after) {
+    if (name.startsWith("worker-")) spent.set(name, ms - (before.get(tid)?.ms ?? 0));
+  }
+  return spent;
+}
+
+/** What each kind of thread spent between two readings (a thread that ended is not counted). */
+function kindSpent(
+  before: Awaited<ReturnType<typeof threadCpuMs>>,
+  after: Awaited<ReturnType<typeof threadCpuMs>>,
+): Record<ThreadKind, number> {
+  const spent = { js: 0, v8: 0, kv: 0, other: 0 };
+  for (const [tid, { kind, ms }] of after) spent[kind] += ms - (before.get(tid)?.ms ?? 0);
+  return spent;
+}
+
+/** The busiest worker's share of what the workers spent (null: none). */
+function busiestShare(spentByWorker: Map<string, number>): number | null {
+  const spent = [...spentByWorker.values()];
   const total = spent.reduce((a, b) => a + b, 0);
   return total > 0 ? Math.max(...spent) / total : null;
 }
@@ -379,6 +417,8 @@ type OpenLoopResult = {
    * connections landed on one worker, near 1/N when they split (a request then costs more).
    */
   windowBusiestWorkerShare: (number | null)[];
+  /** CPU per request by the kind of thread that spent it; they add up to about cpuMsPerRequest. */
+  cpuMsPerRequestByThread: Record<ThreadKind, number>;
 };
 
 /**
@@ -402,6 +442,7 @@ async function openLoopsInTurn(
     latencies: [] as number[],
     windowCpuMs: [] as number[],
     windowBusiestWorkerShare: [] as (number | null)[],
+    threadCpuMs: { js: 0, v8: 0, kv: 0, other: 0 },
   }]));
   const windowSeconds = seconds / OPEN_ROUNDS;
   for (let round = 1; round <= OPEN_ROUNDS; round++) {
@@ -411,13 +452,14 @@ async function openLoopsInTurn(
       );
       await openLoop(t, rate, 1); // settle at the rate first
       const cpuBefore = await cpuMs(t.pid, ticks);
-      const workersBefore = await workerCpuMs(t.pid, ticks);
+      const threadsBefore = await threadCpuMs(t.pid, ticks);
       const window = await openLoop(t, rate, windowSeconds);
       const cpu = await cpuMs(t.pid, ticks) - cpuBefore;
+      const threadsAfter = await threadCpuMs(t.pid, ticks);
       const p = pooled.get(t.name)!;
-      p.windowBusiestWorkerShare.push(
-        busiestShare(workersBefore, await workerCpuMs(t.pid, ticks)),
-      );
+      p.windowBusiestWorkerShare.push(busiestShare(workerSpent(threadsBefore, threadsAfter)));
+      const byKind = kindSpent(threadsBefore, threadsAfter);
+      for (const kind of THREAD_KINDS) p.threadCpuMs[kind] += byKind[kind];
       p.requests += window.requests;
       p.failed += window.failed;
       p.cpuMs += cpu;
@@ -435,6 +477,9 @@ async function openLoopsInTurn(
       cpuMsPerRequest: p.cpuMs / p.requests,
       windowCpuMs: p.windowCpuMs,
       windowBusiestWorkerShare: p.windowBusiestWorkerShare,
+      cpuMsPerRequestByThread: Object.fromEntries(
+        THREAD_KINDS.map((kind) => [kind, p.threadCpuMs[kind] / p.requests]),
+      ) as Record<ThreadKind, number>,
     }]),
   );
 }

@@ -63,6 +63,18 @@ function shares(values: (number | null)[] | undefined): string | null {
 
 type Cpu = { cpuMsPerRequest: number };
 
+type ByThread = { cpuMsPerRequestByThread?: Record<"js" | "v8" | "kv" | "other", number> };
+
+/**
+ * One target's CPU per request by kind of thread, as "JavaScript / V8 helpers / KV / other"; null
+ * for results written before it was kept. A Node process names every thread alike: its V8 helpers
+ * are in "other".
+ */
+function byThread(x: ByThread | undefined): string | null {
+  const t = x?.cpuMsPerRequestByThread;
+  return t ? [t.js, t.v8, t.kv, t.other].map((v) => v.toFixed(2)).join(" / ") : null;
+}
+
 /** Every target's CPU per request in one measurement, with Tollbooth's ratio to Portkey's. */
 function cpuRow(
   metric: string,
@@ -216,6 +228,18 @@ export function report(r: any): { text: string; rows: Row[] } {
       "tb ≤ 0.5",
       ratio(tbCpu500, o5.commits.cpuMsPerRequest),
       tbCpu500 <= 0.5,
+    ],
+    [
+      "500 req/s: CPU ms/request by thread: JS / V8 helpers / KV / other",
+      byThread(o5.direct),
+      byThread(o5.tollbooth),
+      byThread(o5.oneWorker),
+      byThread(o5.commits),
+      byThread(o5.portkey),
+      byThread(o5.floor),
+      "",
+      "",
+      null,
     ],
     // How the load's connections fell on the default's workers: its CPU figure depends on it.
     tollboothOnly(
