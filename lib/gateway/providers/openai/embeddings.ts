@@ -18,24 +18,24 @@ export function embeddingsBody(request: EmbedRequest): Record<string, unknown> {
   return body;
 }
 
-/** Vectors of a model whose size the request does not fix are taken to be at most this long. */
-export const MAX_UNASKED_DIMENSIONS = 8192;
-/** The longest number JSON can carry a float32 in ("-1.2345678e-38" is shorter), with its comma. */
+/** The longest vector an answer is allowed per input, unless the request asks for longer. */
+export const MAX_VECTOR_DIMENSIONS = 8192;
+/** The longest number JSON can carry a float32 in ("-1.1754943508222875e-38"), with its comma. */
 const FLOAT_JSON_BYTES = 26;
 /** An answer's fields besides the vectors: per item, and once. */
 const ITEM_OVERHEAD_BYTES = 256;
 const ANSWER_OVERHEAD_BYTES = 64 * 1024;
 
 /**
- * The most an honest answer to this request can take: its vectors at the asked or the largest
- * model size, in the encoding asked. Reading stops beyond it.
+ * The most an answer to this request may take before reading stops: per input, a vector of the
+ * largest model size (or the asked size, if larger) in JSON numbers. Not the asked size, nor base64
+ * when that was asked: a server that ignores `dimensions` or `encoding_format` answers with full
+ * float vectors, which the answer's reader accepts.
  */
 export function embeddingsAnswerBytes(request: EmbedRequest): number {
-  const dimensions = request.dimensions ?? MAX_UNASKED_DIMENSIONS;
-  const vectorBytes = request.encodingFormat === "base64"
-    ? 4 * Math.ceil((dimensions * 4) / 3) + 2
-    : dimensions * FLOAT_JSON_BYTES;
-  return ANSWER_OVERHEAD_BYTES + request.inputs.length * (vectorBytes + ITEM_OVERHEAD_BYTES);
+  const dimensions = Math.max(request.dimensions ?? 0, MAX_VECTOR_DIMENSIONS);
+  return ANSWER_OVERHEAD_BYTES +
+    request.inputs.length * (dimensions * FLOAT_JSON_BYTES + ITEM_OVERHEAD_BYTES);
 }
 
 const Count = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);

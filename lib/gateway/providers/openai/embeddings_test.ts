@@ -5,7 +5,7 @@ import type { Model } from "@/lib/catalog/mod.ts";
 import {
   embeddingsAnswerBytes,
   embeddingsBody,
-  MAX_UNASKED_DIMENSIONS,
+  MAX_VECTOR_DIMENSIONS,
   readEmbeddingsAnswer,
 } from "./embeddings.ts";
 
@@ -111,31 +111,42 @@ Deno.test("an answer that is not one vector per input is malformed", () => {
   malformed("not json object");
 });
 
-Deno.test("the longest honest answer fits the read limit: every number at its longest, in either encoding, asked size or not", () => {
+Deno.test("the read limit holds any answer the reader accepts: every number at its longest, full-size floats whatever size or encoding was asked", () => {
   const inputs = ["a", "b", "c"];
   // The longest a float32 widened to a double prints.
   const longest = -1.1754943508222875e-38;
-  for (const dimensions of [256, undefined]) {
-    const size = dimensions ?? MAX_UNASKED_DIMENSIONS;
-    for (const encodingFormat of ["float", "base64"] as const) {
-      const vector = new Array(size).fill(longest);
-      const answer = JSON.stringify({
-        object: "list",
-        data: inputs.map((_, index) => ({
-          object: "embedding",
-          index,
-          embedding: encodingFormat === "float" ? vector : toBase64(vector),
-        })),
-        model: "text-embedding-3-large-with-a-long-dated-name-2026-11-27",
-        usage: { prompt_tokens: 123_456_789, total_tokens: 123_456_789 },
-      });
-      const limit = embeddingsAnswerBytes(request({ inputs, dimensions, encodingFormat }));
-      assert.ok(
-        answer.length <= limit,
-        `${answer.length} > ${limit} (${dimensions} ${encodingFormat})`,
-      );
-      // Not a limit in name only: within twice the longest answer, plus the envelope's allowance.
-      assert.ok(limit < 2 * answer.length + 64 * 1024, `${limit} for ${answer.length}`);
-    }
+  const answer = (size: number, base64: boolean) => {
+    const vector = new Array(size).fill(longest);
+    return JSON.stringify({
+      object: "list",
+      data: inputs.map((_, index) => ({
+        object: "embedding",
+        index,
+        embedding: base64 ? toBase64(vector) : vector,
+      })),
+      model: "text-embedding-3-large-with-a-long-dated-name-2026-11-27",
+      usage: { prompt_tokens: 123_456_789, total_tokens: 123_456_789 },
+    });
+  };
+  const cases = [
+    // As asked.
+    { dimensions: 256, encodingFormat: "float", size: 256, base64: false },
+    { dimensions: 256, encodingFormat: "base64", size: 256, base64: true },
+    { dimensions: undefined, encodingFormat: "float", size: MAX_VECTOR_DIMENSIONS, base64: false },
+    { dimensions: 12_000, encodingFormat: "float", size: 12_000, base64: false },
+    // A server that ignores `dimensions` or `encoding_format`: full-size floats.
+    { dimensions: 256, encodingFormat: "base64", size: MAX_VECTOR_DIMENSIONS, base64: false },
+  ] as const;
+  for (const { dimensions, encodingFormat, size, base64 } of cases) {
+    const text = answer(size, base64);
+    const limit = embeddingsAnswerBytes(request({ inputs, dimensions, encodingFormat }));
+    assert.ok(text.length <= limit, `${text.length} > ${limit} (${dimensions} ${encodingFormat})`);
   }
+});
+
+Deno.test("the read limit grows with the inputs, about 213 KB each, not without bound", () => {
+  const one = embeddingsAnswerBytes(request({ inputs: ["a"] }));
+  const many = embeddingsAnswerBytes(request({ inputs: new Array(2048).fill("a") }));
+  assert.ok(one < 300_000, String(one));
+  assert.equal(many - one, 2047 * (one - 64 * 1024));
 });
