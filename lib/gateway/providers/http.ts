@@ -157,10 +157,11 @@ const ERROR_BODY_BYTES = 64 * 1024;
 /** Reads of a body this size at a time, where the body takes the reader's buffer. */
 const BODY_READ_BYTES = 16 * 1024;
 
-/** The start of a body, at most `max` bytes; the rest is not read. */
+/** The start of a body, at most `max` bytes; the rest is not read. `onRead` hears of each read. */
 async function bytesUpTo(
   body: BodyReader | ReadableStream<Uint8Array> | null,
   max: number,
+  onRead: () => void = () => {},
 ): Promise<Uint8Array> {
   if (!body) return new Uint8Array(0);
   const reader = body instanceof ReadableStream ? body.getReader() : body;
@@ -177,6 +178,7 @@ async function bytesUpTo(
         ended = true;
         break;
       }
+      onRead();
       parts.push(value);
       length += value.byteLength;
     }
@@ -291,7 +293,8 @@ export async function readAnswerJson(
   maxBytes: number,
 ): Promise<unknown> {
   try {
-    return await readJson(response, maxBytes);
+    // Each read is a sign of life: a long answer that keeps coming is not silence.
+    return await readJson(response, maxBytes, idle.touch);
   } catch (error) {
     throw idle.translate(error);
   } finally {
@@ -312,8 +315,12 @@ export function eventJson(data: string): Record<string, unknown> | null {
   return json && typeof json === "object" ? json as Record<string, unknown> : null;
 }
 
-async function readJson(response: Http1Answer, maxBytes: number): Promise<unknown> {
-  const bytes = await bytesUpTo(response.body, maxBytes + 1);
+async function readJson(
+  response: Http1Answer,
+  maxBytes: number,
+  onRead: () => void,
+): Promise<unknown> {
+  const bytes = await bytesUpTo(response.body, maxBytes + 1, onRead);
   if (bytes.byteLength > maxBytes) {
     throw new ProviderError(
       "malformed_response",

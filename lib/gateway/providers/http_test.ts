@@ -245,3 +245,30 @@ Deno.test("a non-streamed answer within its limit is read whole", async () => {
     await server.close();
   }
 });
+
+Deno.test("a non-streamed answer that keeps coming is read whole, however long it takes: silence is what times out", async () => {
+  const encoder = new TextEncoder();
+  let sent = 0;
+  const server = serveBody(
+    new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        await new Promise((resolve) => setTimeout(resolve, 60));
+        if (sent === 8) {
+          controller.enqueue(encoder.encode("1]"));
+          controller.close();
+          return;
+        }
+        controller.enqueue(encoder.encode(sent === 0 ? "[1," : "1,"));
+        sent++;
+      },
+    }),
+    { status: 200, headers: { "content-type": "application/json" } },
+  );
+  try {
+    // Nine pieces 60 ms apart: over half a second in all, never 200 ms without a byte.
+    const call = await upstreamCall(server.url, 200);
+    assert.deepEqual(await readAnswerJson(call, 1024), new Array(9).fill(1));
+  } finally {
+    await server.close();
+  }
+});
