@@ -655,8 +655,7 @@ class FramedBody implements BodyReader {
     private readonly onFinish: (complete: boolean) => void,
   ) {}
 
-  async read(view: Uint8Array): Promise<ReadableStreamReadResult<Uint8Array>> {
-    const target = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+  async read(target: Uint8Array): Promise<ReadableStreamReadResult<Uint8Array>> {
     const chunk = await this.next(target.length);
     if (chunk === null) return { done: true, value: target.subarray(0, 0) };
     target.set(chunk);
