@@ -5,15 +5,16 @@ import type { UpstreamRequest } from "../types.ts";
 
 /**
  * OpenAI's reasoning models (the o-series and GPT-5) refuse `max_tokens`; every other compatible
- * server knows `max_tokens`, while not all know `max_completion_tokens`.
+ * server knows `max_tokens`, while not all know `max_completion_tokens` (Ollama ignores it and
+ * generates to its own limit). The model decides, never the field the client happened to use: the
+ * cap is what keeps the provider's bill within the hold.
  */
 export function outputCapParam(
   model: Pick<Model, "outputCapParam" | "upstreamModel">,
-  clientParam: "max_tokens" | "max_completion_tokens" | null,
 ): "max_tokens" | "max_completion_tokens" {
   if (model.outputCapParam) return model.outputCapParam;
   if (REASONING_MODEL_NAME.test(model.upstreamModel)) return "max_completion_tokens";
-  return clientParam ?? "max_tokens";
+  return "max_tokens";
 }
 
 /** OpenAI's reasoning models: the o-series and GPT-5. */
@@ -53,7 +54,7 @@ export function openAiRequestBody(up: UpstreamRequest, stream: boolean): Record<
     messages: up.request.messages.map(upstreamMessage),
   };
   if (tools) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
-  body[outputCapParam(up.model, up.request.capParam)] = up.maxTokens;
+  body[outputCapParam(up.model)] = up.maxTokens;
   body.stream = stream;
   // The usage is what the request is billed by: always asked for, whatever the client said.
   if (stream) body.stream_options = { ...streamOptions, include_usage: true };

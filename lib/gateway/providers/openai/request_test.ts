@@ -77,11 +77,25 @@ Deno.test("reasoning models get max_completion_tokens, by the catalog flag or Op
     assert.equal("max_tokens" in body, false, name);
   }
   const flagged = testModel("openai", "my-reasoner", { output_cap_param: "max_completion_tokens" });
-  assert.equal(outputCapParam(flagged, null), "max_completion_tokens");
-  // Other servers get the field the client used, max_tokens when it used none.
+  assert.equal(outputCapParam(flagged), "max_completion_tokens");
+  const flaggedBody = openAiRequestBody(
+    upstreamRequest(flagged, { messages, max_tokens: 9 }, 9),
+    false,
+  );
+  assert.equal(flaggedBody.max_completion_tokens, 9);
+  assert.equal("max_tokens" in flaggedBody, false);
+});
+
+Deno.test("other servers get max_tokens whatever field the client capped with", () => {
+  // A server that ignores max_completion_tokens (Ollama) would generate past the hold.
+  const messages = [{ role: "user", content: "x" }];
   const plain = testModel("openai", "llama-3.1-8b");
-  assert.equal(outputCapParam(plain, null), "max_tokens");
-  assert.equal(outputCapParam(plain, "max_completion_tokens"), "max_completion_tokens");
+  assert.equal(outputCapParam(plain), "max_tokens");
+  for (const cap of [{ max_completion_tokens: 16 }, { max_tokens: 16 }]) {
+    const body = openAiRequestBody(upstreamRequest(plain, { messages, ...cap }, 16), false);
+    assert.equal(body.max_tokens, 16, JSON.stringify(cap));
+    assert.equal("max_completion_tokens" in body, false, JSON.stringify(cap));
+  }
   assert.equal(
     openAiRequestBody(upstreamRequest(plain, { messages }), false).max_tokens,
     2048,
