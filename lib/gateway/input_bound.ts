@@ -13,7 +13,7 @@ import {
 } from "./chat_request.ts";
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { readImageSize } from "./image_size.ts";
-import { messagesTools } from "./providers/anthropic/request.ts";
+import { messagesTools, toolInput } from "./providers/anthropic/request.ts";
 import { countTokensWith } from "./tokens.ts";
 
 /** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
@@ -156,13 +156,24 @@ function contentTokens(content: ChatMessage["content"], count: TextCounter, perP
   return tokens + perPart * Math.max(0, parts - 1);
 }
 
-function messageTextTokens(m: ChatMessage, count: TextCounter, perPart: number): number {
+/** A call's arguments as the provider is sent them. */
+type SentArguments = (args: string) => string;
+const asGiven: SentArguments = (args) => args;
+const asMessagesInput: SentArguments = (args) => JSON.stringify(toolInput(args));
+
+function messageTextTokens(
+  m: ChatMessage,
+  count: TextCounter,
+  perPart: number,
+  sentArguments: SentArguments,
+): number {
   let tokens = contentTokens(m.content, count, perPart);
   if ("name" in m && m.name) tokens += count(m.name) + 1;
   if (m.role === "assistant") {
     if (m.refusal) tokens += count(m.refusal);
     for (const call of m.tool_calls ?? []) {
-      tokens += count(call.id) + count(call.function.name) + count(call.function.arguments);
+      tokens += count(call.id) + count(call.function.name) +
+        count(sentArguments(call.function.arguments));
     }
   }
   if (m.role === "tool") tokens += count(m.tool_call_id);
@@ -188,7 +199,7 @@ export function openAiInputBound(
   let total = open ? OPEN_TEMPLATE_BASE_TOKENS : OPENAI_TOKENS_PER_REPLY;
   for (const m of request.messages) {
     total += (open ? OPEN_TEMPLATE_TOKENS_PER_MESSAGE : OPENAI_TOKENS_PER_MESSAGE) +
-      messageTextTokens(m, countTextTokens, OPENAI_TOKENS_PER_PART);
+      messageTextTokens(m, countTextTokens, OPENAI_TOKENS_PER_PART, asGiven);
     if (m.role === "assistant") total += OPENAI_TOKENS_PER_TOOL_CALL * (m.tool_calls?.length ?? 0);
     if (m.role === "user" && Array.isArray(m.content)) {
       for (const part of m.content) {
@@ -216,7 +227,7 @@ export function anthropicInputBound(request: ChatRequest): number {
   let total = ANTHROPIC_BASE_TOKENS;
   for (const m of request.messages) {
     total += ANTHROPIC_TOKENS_PER_MESSAGE +
-      messageTextTokens(m, claudeTokenBound, ANTHROPIC_TOKENS_PER_PART);
+      messageTextTokens(m, claudeTokenBound, ANTHROPIC_TOKENS_PER_PART, asMessagesInput);
     if (m.role === "assistant") {
       total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * (m.tool_calls?.length ?? 0);
     }

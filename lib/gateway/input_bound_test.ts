@@ -16,6 +16,20 @@ import { testModel } from "./providers/test_support.ts";
 
 const gpt = testModel("openai", "gpt-4o");
 const request = (body: Record<string, unknown>) => parseChatRequest({ model: "p/m", ...body });
+/** A conversation whose one tool call carries `args`. */
+const toolCallHistory = (args: string) =>
+  request({
+    messages: [
+      { role: "user", content: "go" },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "c1", type: "function", function: { name: "t", arguments: args } }],
+      },
+      { role: "tool", tool_call_id: "c1", content: "done" },
+    ],
+    tools: [{ type: "function", function: { name: "t" } }],
+  });
 
 Deno.test("OpenAI images follow its vision guide: 85 per image plus 170 per 512-px tile after scaling", () => {
   // The guide's worked examples.
@@ -117,6 +131,16 @@ Deno.test("the Anthropic bound counts the tools as sent: the answer tool's descr
   assert.equal(sent.length, 2, "the tool and the answer tool");
   const plain = anthropicInputBound(request({ messages: [{ role: "user", content: "hi" }] }));
   assert.ok(anthropicInputBound(structured) - plain >= 530 + claudeTokenBoundOfJson(sent));
+});
+
+Deno.test("the Anthropic bound counts a call's arguments as sent: numbers JSON writes out in full", () => {
+  // Messages takes the arguments as an object: 4 characters of `1e20` go out as 21 digits.
+  const args = `{"a":[${Array(2_000).fill("1e20").join(",")}]}`;
+  const sent = toolCallHistory(args);
+  const history = anthropicInputBound(sent) - anthropicInputBound(toolCallHistory("{}"));
+  const sentJson = JSON.stringify(JSON.parse(args));
+  assert.equal(sentJson.length > 4 * args.length, true);
+  assert.ok(history >= claudeTokenBound(sentJson) - claudeTokenBound("{}"));
 });
 
 Deno.test("a prediction adds its tokens to the output the reservation covers", () => {

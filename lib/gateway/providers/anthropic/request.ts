@@ -124,8 +124,12 @@ function assistantBlocks(m: Extract<ChatMessage, { role: "assistant" }>): Block[
   return out;
 }
 
-/** Arguments are checked to be a JSON object before the request is accepted (assertSupported). */
-function toolInput(args: string): Record<string, unknown> {
+/**
+ * A call's arguments as Messages takes them: an object, written out again by JSON.stringify (so
+ * `1e20` is sent as 21 digits). Arguments are checked to be a JSON object before the request is
+ * accepted (assertSupported).
+ */
+export function toolInput(args: string): Record<string, unknown> {
   if (args.trim() === "") return {};
   return JSON.parse(args);
 }
