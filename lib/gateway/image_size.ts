@@ -69,9 +69,36 @@ function pngSize(b: Uint8Array): ImageSize | null {
   return { width: u32be(b, 16), height: u32be(b, 20), mediaType: "image/png" };
 }
 
+/**
+ * The logical screen, widened to every frame's extent: a frame may reach past the screen its header
+ * declares, and decoders (Pillow among them) grow the canvas to hold it, so a 1×1 screen around a
+ * 2048×768 frame is billed as the frame.
+ */
 function gifSize(b: Uint8Array): ImageSize | null {
-  if (b.length < 10 || !/^GIF8[79]a$/.test(ascii(b, 0, 6))) return null;
-  return { width: u16le(b, 6), height: u16le(b, 8), mediaType: "image/gif" };
+  if (b.length < 13 || !/^GIF8[79]a$/.test(ascii(b, 0, 6))) return null;
+  let width = u16le(b, 6);
+  let height = u16le(b, 8);
+  const colorTableBytes = (packed: number) => (packed & 0x80 ? 3 << ((packed & 7) + 1) : 0);
+  /** Past a chain of data sub-blocks (each a length byte, 0 ends it). */
+  const skipSubBlocks = (i: number) => {
+    while (i < b.length && b[i] !== 0) i += b[i] + 1;
+    return i + 1;
+  };
+  let i = 13 + colorTableBytes(b[10]);
+  while (i < b.length) {
+    const block = b[i];
+    if (block === 0x2c && i + 10 <= b.length) {
+      width = Math.max(width, u16le(b, i + 1) + u16le(b, i + 5));
+      height = Math.max(height, u16le(b, i + 3) + u16le(b, i + 7));
+      // The descriptor, its color table, the LZW code size, then the image data.
+      i = skipSubBlocks(i + 10 + colorTableBytes(b[i + 9]) + 1);
+    } else if (block === 0x21 && i + 2 <= b.length) {
+      i = skipSubBlocks(i + 2);
+    } else {
+      break; // the trailer, or bytes no decoder reads past either
+    }
+  }
+  return { width, height, mediaType: "image/gif" };
 }
 
 function webpSize(b: Uint8Array): ImageSize | null {

@@ -117,3 +117,40 @@ Deno.test("what is not a readable image of its stated type is refused with the r
     /says image\/png but holds a image\/gif/,
   );
 });
+
+Deno.test("a GIF is as large as its frames reach, whatever its screen says", () => {
+  /** An image descriptor at (left, top), its one byte of LZW data, no local color table. */
+  const frame = (left: number, top: number, width: number, height: number) => [
+    0x2c,
+    ...le16(left),
+    ...le16(top),
+    ...le16(width),
+    ...le16(height),
+    0,
+    2,
+    1,
+    0x44,
+    0,
+  ];
+  const graphicControl = [0x21, 0xf9, 4, 0, 0, 0, 0, 0];
+  // A 1×1 screen with a 4-color global table, a 2048×768 frame, then one reaching x = 3010.
+  const gif = [
+    ...ascii("GIF89a"),
+    ...le16(1),
+    ...le16(1),
+    0x81,
+    0,
+    0,
+    ...Array(12).fill(0),
+    ...graphicControl,
+    ...frame(0, 0, 2048, 768),
+    ...graphicControl,
+    ...frame(3000, 10, 10, 10),
+    0x3b,
+  ];
+  assert.deepEqual(readImageSize(dataUrl("image/gif", gif)), {
+    width: 3010,
+    height: 768,
+    mediaType: "image/gif",
+  });
+});
