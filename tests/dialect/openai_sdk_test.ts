@@ -403,3 +403,49 @@ Deno.test("openai SDK: cached input is reported and billed at the cache prices, 
     assert.equal(read.usage?.prompt_tokens_details?.cached_tokens, 1600);
     await assertCharged(d, CLAUDE_MODEL, { prompt: 1612, cached: 1600, completion: 3 });
   }));
+
+Deno.test("openai SDK, anthropic kind: a tool Claude calls without arguments runs under runTools, its arguments {}", () =>
+  withDialect(async (d) => {
+    // Claude streams such a call as input {} and one empty partial_json (the fake does too).
+    const noArguments = { content: [{ type: "tool_use" as const, name: "now", input: {} }] };
+    d.claude.script(noArguments, { text: "It is noon." });
+    const runner = client(d).chat.completions.runTools({
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user", content: "What time is it?" }],
+      tools: [{
+        type: "function",
+        function: {
+          name: "now",
+          description: "The time now",
+          parameters: { type: "object", properties: {} },
+          function: () => "12:00",
+          parse: JSON.parse,
+        },
+      }],
+    });
+    assert.equal(await runner.finalContent(), "It is noon.");
+    const call = runner.messages.find((m) => m.role === "assistant" && m.tool_calls?.length);
+    assert.ok(call && call.role === "assistant");
+    assert.equal(
+      call.tool_calls![0].type === "function" && call.tool_calls![0].function.arguments,
+      "{}",
+    );
+
+    d.claude.script(noArguments);
+    const streamed = await client(d).chat.completions.stream({
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user", content: "What time is it?" }],
+      tools: [{ type: "function", function: { name: "now" } }],
+    }).finalChatCompletion();
+    const fragment = streamed.choices[0].message.tool_calls![0];
+    assert.equal(fragment.type === "function" && fragment.function.arguments, "{}");
+
+    d.claude.script(noArguments);
+    const response = await client(d).responses.create({
+      model: CLAUDE_MODEL,
+      input: "What time is it?",
+      tools: [{ type: "function", name: "now", parameters: null, strict: false }],
+    });
+    const functionCall = response.output.find((item) => item.type === "function_call");
+    assert.equal(functionCall?.type === "function_call" && functionCall.arguments, "{}");
+  }));

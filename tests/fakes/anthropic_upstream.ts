@@ -1008,8 +1008,11 @@ function resolve(
         name: b.name,
         input: b.input,
       });
-      // The API streams tool input as partial JSON, starting with an empty fragment.
-      pieces.push(b.chunks ?? ["", ...splitEvery(json, 12)]);
+      // The API streams tool input as partial JSON, starting with an empty fragment; a call
+      // without arguments gets that empty fragment alone, never "{}" (BerriAI/litellm#5063,
+      // pipecat-ai/pipecat#409).
+      const noInput = Object.keys(b.input).length === 0;
+      pieces.push(b.chunks ?? (noInput ? [""] : ["", ...splitEvery(json, 12)]));
     } else if (b.type === "thinking") {
       const signature = b.signature ?? `Eq${btoa(randomId(48))}`;
       blocks.push({ type: "thinking", thinking: b.thinking, signature });

@@ -173,6 +173,28 @@ Deno.test("anthropic fake: streamed tool input arrives as input_json_delta the S
     assert.deepEqual(message.usage, whole.usage);
   }));
 
+Deno.test("anthropic fake: a tool called without arguments streams one empty partial_json, as the API does", () =>
+  withAnthropic(async (fake, client) => {
+    fake.script({ content: [{ type: "tool_use", name: "get_time", input: {} }] });
+    const stream = client.messages.stream({
+      model: MODEL,
+      max_tokens: 1024,
+      tools: [{ name: "get_time", input_schema: { type: "object", properties: {} } }],
+      messages: [{ role: "user", content: "What time is it?" }],
+    });
+    const jsonPieces: string[] = [];
+    stream.on("streamEvent", (event) => {
+      if (event.type === "content_block_delta" && event.delta.type === "input_json_delta") {
+        jsonPieces.push(event.delta.partial_json);
+      }
+    });
+    const message = await stream.finalMessage();
+    assert.deepEqual(jsonPieces, [""]);
+    const use = message.content[0];
+    assert.ok(use.type === "tool_use");
+    assert.deepEqual(use.input, {});
+  }));
+
 Deno.test("anthropic fake: thinking streams with its signature, and the tool loop must carry it back", () =>
   withAnthropic(async (fake, client) => {
     fake.script({

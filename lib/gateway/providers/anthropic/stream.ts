@@ -43,9 +43,29 @@ export function anthropicStreamParts(
   });
   let counts: Counts = NO_COUNTS;
   let stopped = false;
-  /** Content block index -> what it streams: a tool call's index, the answer, or nothing. */
-  const blocks = new Map<number, { kind: "tool"; index: number } | { kind: "answer" }>();
+  /**
+   * Content block index -> what it streams: a tool call's index, or the answer; `input` is whether
+   * any of its input has streamed yet.
+   */
+  const blocks = new Map<
+    number,
+    { kind: "tool"; index: number; input: boolean } | { kind: "answer"; input: boolean }
+  >();
   let toolCalls = 0;
+  /**
+   * A tool called without arguments streams no input at all (input {} at its start, then at most
+   * one empty partial_json), while OpenAI's clients parse the arguments as JSON: such a block ends
+   * with "{}", as OpenAI would have sent.
+   */
+  const endInput = (index: number, parts: StreamPart[]) => {
+    const block = blocks.get(index);
+    if (!block || block.input) return;
+    block.input = true;
+    if (block.kind === "answer") parts.push(chunk({ content: "{}" }));
+    else {
+      parts.push(chunk({ tool_calls: [{ index: block.index, function: { arguments: "{}" } }] }));
+    }
+  };
   /** Converts one event into `parts`. */
   const take = (event: { event: string | null; data: string }, parts: StreamPart[]) => {
     const json = eventJson(event.data);
@@ -74,11 +94,11 @@ export function anthropicStreamParts(
         const index = Number(json.index);
         if (block?.type !== "tool_use" || typeof block.name !== "string") break;
         if (block.name === meta.answerTool) {
-          blocks.set(index, { kind: "answer" });
+          blocks.set(index, { kind: "answer", input: false });
           break;
         }
         const call = toolCalls++;
-        blocks.set(index, { kind: "tool", index: call });
+        blocks.set(index, { kind: "tool", index: call, input: false });
         parts.push(chunk({
           tool_calls: [{
             index: call,
@@ -100,6 +120,7 @@ export function anthropicStreamParts(
           delta.partial_json
         ) {
           const target = blocks.get(Number(json.index));
+          if (target) target.input = true;
           if (target?.kind === "answer") parts.push(chunk({ content: delta.partial_json }));
           else if (target?.kind === "tool") {
             parts.push(chunk({
@@ -112,10 +133,15 @@ export function anthropicStreamParts(
         }
         break;
       }
+      case "content_block_stop":
+        endInput(Number(json.index), parts);
+        break;
       case "message_delta": {
         counts = mergeCounts(counts, json.usage);
         const stopReason = (json.delta as { stop_reason?: unknown } | undefined)?.stop_reason;
         if (stopReason) {
+          // A block the stream never closed is over once the message is.
+          for (const index of blocks.keys()) endInput(index, parts);
           parts.push(chunk({}, finishReasonWithTools(stopReason, toolCalls)));
           // The final counts are known now: a stream cut before message_stop still bills them.
           const usage = usageOfCounts(counts);
@@ -131,7 +157,7 @@ export function anthropicStreamParts(
           "stream_cut",
           `upstream error in stream: ${errorText(json.error)}`,
         );
-      default: // ping, content_block_stop, signature deltas, and event types added later
+      default: // ping, signature deltas, and event types added later
         break;
     }
   };

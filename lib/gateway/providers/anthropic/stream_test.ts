@@ -120,3 +120,57 @@ Deno.test("a failure inside a batch of events hands on the parts before it, the 
     "usage",
   ]);
 });
+
+Deno.test("a tool called without arguments ends with arguments {}, streamed and assembled", async () => {
+  // The real stream of a no-argument call: input {} at its start, one empty partial_json.
+  const parts = await collect(anthropicStreamParts(fixture("stream_tool_use_no_input.sse"), META));
+  const toolDeltas = parts.flatMap((p) =>
+    p.type === "chunk" ? (p.chunk as ChatCompletionChunk).choices[0].delta.tool_calls ?? [] : []
+  ) as { function: { arguments?: string } }[];
+  assert.equal(toolDeltas.map((d) => d.function.arguments ?? "").join(""), "{}");
+  const finish = parts.findLast((p) => p.type === "chunk");
+  assert.equal(
+    (finish as { chunk: ChatCompletionChunk }).chunk.choices[0].finish_reason,
+    "tool_calls",
+  );
+  const { completion } = assembleCompletion(parts);
+  const calls = completion.choices[0].message.tool_calls as {
+    function: { name: string; arguments: string };
+  }[];
+  assert.deepEqual(calls.map((c) => c.function), [{ name: "get_time", arguments: "{}" }]);
+});
+
+Deno.test("an answer tool called with empty input answers {}", async () => {
+  const { completion } = assembleCompletion(
+    await collect(
+      anthropicStreamParts(fixture("stream_tool_use_no_input.sse"), {
+        ...META,
+        answerTool: "get_time",
+      }),
+    ),
+  );
+  assert.equal(completion.choices[0].message.content, "{}");
+  assert.equal(completion.choices[0].message.tool_calls, undefined);
+  assert.equal(completion.choices[0].finish_reason, "stop");
+});
+
+Deno.test("a tool block the stream never closed still ends with arguments {} at the message's end", async () => {
+  const event = (type: string, fields: Record<string, unknown>) => ({
+    event: type,
+    data: JSON.stringify({ type, ...fields }),
+  });
+  async function* oneRead() {
+    yield [
+      event("message_start", { message: { id: "msg_1", usage: { input_tokens: 9 } } }),
+      event("content_block_start", {
+        index: 0,
+        content_block: { type: "tool_use", id: "toolu_1", name: "now", input: {} },
+      }),
+      event("message_delta", { delta: { stop_reason: "tool_use" }, usage: { output_tokens: 5 } }),
+      event("message_stop", {}),
+    ];
+  }
+  const { completion } = assembleCompletion(await collect(anthropicStreamParts(oneRead(), META)));
+  const calls = completion.choices[0].message.tool_calls as { function: { arguments: string } }[];
+  assert.equal(calls[0].function.arguments, "{}");
+});
