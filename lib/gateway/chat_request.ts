@@ -691,6 +691,22 @@ function assertAnthropicCan(request: ChatRequest, maxTokens: number) {
       { param: "reasoning_effort" },
     );
   }
+  // Blank messages are not sent (Anthropic refuses them), so what is left must still ask something.
+  const asks = request.messages.some((m) =>
+    m.role === "tool" || (m.role === "user" && userMessageSaysSomething(m))
+  );
+  if (!asks) {
+    const blank = request.messages.findIndex((m) => m.role === "user");
+    throw blank === -1
+      ? invalid(
+        "messages",
+        "a model served by the anthropic provider kind needs a user message besides the system prompt",
+      )
+      : invalid(
+        `messages[${blank}].content`,
+        "is empty; a model served by the anthropic provider kind needs a user message with text or an image",
+      );
+  }
   request.messages.forEach((m, i) => {
     if (m.role !== "assistant") return;
     m.tool_calls?.forEach((call, j) => {
@@ -757,4 +773,15 @@ export function contentText(content: ChatMessage["content"]): string {
     else if (part.type === "refusal") out += part.refusal;
   }
   return out;
+}
+
+/** Text of only whitespace, which Anthropic refuses as a text block and no model can read. */
+export function isBlank(text: string): boolean {
+  return text.trim() === "";
+}
+
+/** Whether a user message gives the model anything: non-blank text, or an image (or file). */
+export function userMessageSaysSomething(m: Extract<ChatMessage, { role: "user" }>): boolean {
+  if (typeof m.content === "string") return !isBlank(m.content);
+  return m.content.some((part) => part.type !== "text" || !isBlank(part.text));
 }

@@ -238,3 +238,46 @@ Deno.test("each provider kind refuses what it cannot honour, by an explicit list
     );
   }
 });
+
+/** The refusal a Claude route makes of a request, or null when it takes it. */
+function claudeRefusal(body: Record<string, unknown>, maxTokens = 4096) {
+  try {
+    assertSupported(parseChatRequest({ model: "m/x", ...body }), ["anthropic"], maxTokens);
+    return null;
+  } catch (e) {
+    assert.ok(e instanceof ApiError, String(e));
+    return { code: e.code, param: e.param, message: e.message };
+  }
+}
+
+Deno.test("a Claude conversation with nothing left to ask once blank messages are dropped is refused, naming them", () => {
+  const system = { role: "system", content: "You are a poet. Write a haiku." };
+  assert.deepEqual(claudeRefusal({ messages: [system] }), {
+    code: "invalid_parameter",
+    param: "messages",
+    message:
+      "Invalid value for 'messages': a model served by the anthropic provider kind needs a user message besides the system prompt.",
+  });
+  assert.deepEqual(claudeRefusal({ messages: [system, { role: "user", content: " \n" }] }), {
+    code: "invalid_parameter",
+    param: "messages[1].content",
+    message:
+      "Invalid value for 'messages[1].content': is empty; a model served by the anthropic provider kind needs a user message with text or an image.",
+  });
+  // Something to ask beside the blank message: it is dropped, not refused.
+  assert.equal(
+    claudeRefusal({ messages: [{ role: "user", content: "" }, { role: "user", content: "q" }] }),
+    null,
+  );
+  assert.equal(
+    claudeRefusal({
+      messages: [{
+        role: "user",
+        content: [{ type: "text", text: "" }, { type: "image_url", image_url: { url: PNG_1x1 } }],
+      }],
+    }),
+    null,
+  );
+  // OpenAI takes them.
+  assertSupported(parseChatRequest({ model: "m/x", messages: [system] }), ["openai"], 4096);
+});

@@ -13,7 +13,12 @@ import {
 } from "./chat_request.ts";
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { readImageSize } from "./image_size.ts";
-import { messagesTools, toolInput } from "./providers/anthropic/request.ts";
+import {
+  messagesTools,
+  OPENING_USER_TEXT,
+  opensWithAssistant,
+  toolInput,
+} from "./providers/anthropic/request.ts";
 import { countTokensWith } from "./tokens.ts";
 
 /** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
@@ -238,6 +243,10 @@ export function anthropicInputBound(request: ChatRequest): number {
         total += anthropicImageTokens(imageSizeOf(part.image_url.url));
       }
     }
+  }
+  // A conversation that opens with the assistant is sent after a user turn of our own.
+  if (opensWithAssistant(request.messages)) {
+    total += ANTHROPIC_TOKENS_PER_MESSAGE + claudeTokenBound(OPENING_USER_TEXT);
   }
   // The tools exactly as sent: the answer tool's fixed description and the default input schema
   // of a tool without parameters are billed too.

@@ -10,7 +10,11 @@ import {
 import { countPromptTokens, countTextTokens, countTokensWith } from "./tokens.ts";
 import { countTokens as countCl100k } from "gpt-tokenizer/encoding/cl100k_base";
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
-import { messagesTools } from "./providers/anthropic/request.ts";
+import {
+  messagesRequest,
+  messagesTools,
+  OPENING_USER_TEXT,
+} from "./providers/anthropic/request.ts";
 import { legacyClaudeTokens } from "../../tests/claude_token_reference.ts";
 import { testModel } from "./providers/test_support.ts";
 
@@ -201,4 +205,28 @@ Deno.test("utf8_bytes counts a text's UTF-8 bytes exactly, surrogate pairs and l
   for (const text of ["", "ascii", "é", "€", "😀", "a\uD800b", "\uDC00", "日本語😀é"]) {
     assert.equal(countTokensWith("utf8_bytes", text), new TextEncoder().encode(text).length, text);
   }
+});
+
+Deno.test("a Claude conversation that opens with the assistant is held for the user turn sent before it", () => {
+  const greeting = [
+    { role: "system", content: "Be kind." },
+    { role: "assistant", content: "Hi! How can I help?" },
+    { role: "user", content: "q" },
+  ];
+  const opened = request({ messages: greeting });
+  // The same Messages request, had the client sent the opening turn itself.
+  const asSent = request({
+    messages: [greeting[0], { role: "user", content: OPENING_USER_TEXT }, ...greeting.slice(1)],
+  });
+  const claude = testModel("anthropic", "claude-sonnet-4-5");
+  const sent = (r: typeof opened) =>
+    messagesRequest({
+      model: claude,
+      request: r,
+      maxTokens: 100,
+      signal: new AbortController().signal,
+      requestId: "r",
+    }, false);
+  assert.deepEqual(sent(opened), sent(asSent));
+  assert.ok(anthropicInputBound(opened) >= anthropicInputBound(asSent));
 });

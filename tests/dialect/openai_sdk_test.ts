@@ -449,3 +449,72 @@ Deno.test("openai SDK, anthropic kind: a tool Claude calls without arguments run
     const functionCall = response.output.find((item) => item.type === "function_call");
     assert.equal(functionCall?.type === "function_call" && functionCall.arguments, "{}");
   }));
+
+Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude in a shape it accepts, or are refused before anything is reserved", () =>
+  withDialect(async (d) => {
+    const call = {
+      id: "call_abc123",
+      type: "function" as const,
+      function: { name: "get_weather", arguments: '{"city":"P"}' },
+    };
+    const accepted: [string, Record<string, unknown>][] = [
+      ["a greeting opens the conversation", {
+        messages: [
+          { role: "system", content: "s" },
+          { role: "assistant", content: "Hi! How can I help?" },
+          { role: "user", content: "q" },
+        ],
+      }],
+      ["GPT history: blank text beside tool calls", {
+        tools: TOOLS,
+        messages: [
+          { role: "user", content: "q" },
+          { role: "assistant", content: "\n\n", tool_calls: [call] },
+          { role: "tool", tool_call_id: call.id, content: "sunny" },
+        ],
+      }],
+      ["an empty assistant message mid-conversation", {
+        messages: [
+          { role: "user", content: "q" },
+          { role: "assistant", content: "" },
+          { role: "user", content: "again" },
+        ],
+      }],
+      ["a prefill with a trailing space", {
+        messages: [{ role: "user", content: "q" }, {
+          role: "assistant",
+          content: "The answer is ",
+        }],
+      }],
+      ["a tool whose parameters are {}", {
+        tools: [{ type: "function", function: { name: "noop", parameters: {} } }],
+        messages: [{ role: "user", content: "q" }],
+      }],
+    ];
+    for (const [label, body] of accepted) {
+      const answer = await client(d).chat.completions.create(
+        {
+          model: CLAUDE_MODEL,
+          ...body,
+        } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming,
+      ).catch((error) => assert.fail(`${label}: ${error}`));
+      assert.equal(answer.choices[0].message.content, "Hello!", label);
+    }
+    assert.equal((await d.newUsage()).length, accepted.length);
+
+    const refused: [string, unknown[], string][] = [
+      ["system only", [{ role: "system", content: "Write a haiku." }], "messages"],
+      ["an empty user message", [{ role: "user", content: "" }], "messages[0].content"],
+    ];
+    const sent = d.claude.messages().length;
+    for (const [label, messages, param] of refused) {
+      const error = await client(d).chat.completions.create(
+        { model: CLAUDE_MODEL, messages } as OpenAI.ChatCompletionCreateParamsNonStreaming,
+      ).then(() => assert.fail(`${label}: accepted`), (e) => e);
+      assert.ok(error instanceof OpenAI.BadRequestError, label);
+      assert.equal(error.code, "invalid_parameter", label);
+      assert.equal(error.param, param, label);
+    }
+    assert.equal(d.claude.messages().length, sent, "the refusals never reached Claude");
+    assert.equal((await d.newUsage()).length, 0, "and reserved nothing");
+  }));

@@ -9,7 +9,9 @@ import {
   type ChatMessage,
   type ChatRequest,
   contentText,
+  isBlank,
   type TextContentPart,
+  userMessageSaysSomething,
 } from "../../chat_request.ts";
 import { parseImageDataUrl } from "../../image_size.ts";
 import type { UpstreamRequest } from "../types.ts";
@@ -60,8 +62,15 @@ export function responseTool(request: ChatRequest): { name: string; schema: unkn
   return { name, schema };
 }
 
+/**
+ * The user turn sent before a conversation that opens with the assistant (a chat UI's greeting):
+ * Messages must open with a user turn. The input bound holds it (input_bound.ts).
+ */
+export const OPENING_USER_TEXT = ".";
+
+/** Blank text is not sent: Anthropic refuses a text block of only whitespace. */
 function textBlock(part: TextContentPart): Block | null {
-  if (part.text === "") return null;
+  if (isBlank(part.text)) return null;
   return part.cache_control
     ? { type: "text", text: part.text, cache_control: part.cache_control }
     : { type: "text", text: part.text };
@@ -69,13 +78,13 @@ function textBlock(part: TextContentPart): Block | null {
 
 function textBlocks(content: ChatMessage["content"]): Block[] {
   if (content === null || content === undefined) return [];
-  if (typeof content === "string") return content ? [{ type: "text", text: content }] : [];
+  if (typeof content === "string") return isBlank(content) ? [] : [{ type: "text", text: content }];
   const out: Block[] = [];
   for (const part of content) {
     if (part.type === "text") {
       const block = textBlock(part);
       if (block) out.push(block);
-    } else if (part.type === "refusal" && part.refusal) {
+    } else if (part.type === "refusal" && !isBlank(part.refusal)) {
       out.push({ type: "text", text: part.refusal });
     }
   }
@@ -112,7 +121,9 @@ function userBlocks(m: Extract<ChatMessage, { role: "user" }>): Block[] {
 
 function assistantBlocks(m: Extract<ChatMessage, { role: "assistant" }>): Block[] {
   const out = textBlocks(m.content);
-  if (out.length === 0 && m.refusal) out.push({ type: "text", text: m.refusal });
+  if (out.length === 0 && m.refusal && !isBlank(m.refusal)) {
+    out.push({ type: "text", text: m.refusal });
+  }
   for (const call of m.tool_calls ?? []) {
     out.push({
       type: "tool_use",
@@ -134,10 +145,38 @@ export function toolInput(args: string): Record<string, unknown> {
   return JSON.parse(args);
 }
 
-/** The conversation as alternating turns; tool results open the user turn they belong to. */
+/** Whether an assistant message has anything to send: text, a refusal, or tool calls. */
+function assistantSaysSomething(m: Extract<ChatMessage, { role: "assistant" }>): boolean {
+  return textBlocks(m.content).length > 0 || (!!m.refusal && !isBlank(m.refusal)) ||
+    (m.tool_calls?.length ?? 0) > 0;
+}
+
+/**
+ * Whether the conversation's first turn that is sent is the assistant's, so that the opening user
+ * turn goes before it. Blank messages are not sent (see turns), and neither are system messages.
+ */
+export function opensWithAssistant(messages: readonly ChatMessage[]): boolean {
+  for (const m of messages) {
+    if (m.role === "tool") return false;
+    if (m.role === "user" && userMessageSaysSomething(m)) return false;
+    if (m.role === "assistant" && assistantSaysSomething(m)) return true;
+  }
+  return false;
+}
+
+/**
+ * The conversation as alternating turns; tool results open the user turn they belong to. A message
+ * left with nothing to send (blank text, OpenAI's "" beside tool calls) is dropped, which Anthropic
+ * requires, and the turns on either side of it merge. The request was refused before it got here
+ * if nothing at all is left to ask (assertSupported).
+ */
 function turns(messages: readonly ChatMessage[]): Turn[] {
   const out: Turn[] = [];
+  if (opensWithAssistant(messages)) {
+    out.push({ role: "user", blocks: [{ type: "text", text: OPENING_USER_TEXT }] });
+  }
   const push = (role: Turn["role"], blocks: Block[]) => {
+    if (blocks.length === 0) return;
     const last = out.at(-1);
     if (last && last.role === role) {
       // Tool results come first in a user turn, as Messages requires.
@@ -171,12 +210,15 @@ function turns(messages: readonly ChatMessage[]): Turn[] {
         break;
     }
   }
+  // A final assistant turn is a prefill, which Anthropic refuses with trailing whitespace; the
+  // model writes the whitespace itself when it goes on.
+  const tail = out.at(-1)?.role === "assistant" ? out.at(-1)!.blocks.at(-1) : undefined;
+  if (tail?.type === "text") tail.text = (tail.text as string).trimEnd();
   return out;
 }
 
 /** A turn of plain text is sent as one string, as clients write it; anything else as blocks. */
 function turnContent(turn: Turn): string | Block[] {
-  if (turn.blocks.length === 0) return "";
   const plain = turn.blocks.every((b) => b.type === "text" && !b.cache_control);
   return plain ? turn.blocks.map((b) => b.text as string).join("\n\n") : turn.blocks;
 }
@@ -200,7 +242,7 @@ export function messagesTools(request: ChatRequest): Record<string, unknown>[] {
   const tools: Record<string, unknown>[] = (request.params.tools ?? []).map((t) => ({
     name: t.function.name,
     ...(t.function.description ? { description: t.function.description } : {}),
-    input_schema: t.function.parameters ?? { type: "object", properties: {} },
+    input_schema: objectSchema(t.function.parameters),
     ...(t.cache_control ? { cache_control: t.cache_control } : {}),
   }));
   const answerTool = responseTool(request);
@@ -208,10 +250,20 @@ export function messagesTools(request: ChatRequest): Record<string, unknown>[] {
     tools.push({
       name: answerTool.name,
       description: "Answer with this tool: its input is the response, in the requested format.",
-      input_schema: answerTool.schema,
+      input_schema: objectSchema(answerTool.schema),
     });
   }
   return tools;
+}
+
+/**
+ * A tool's schema as Anthropic takes it: `type: "object"` is required there, while OpenAI takes
+ * `{}` or a schema without a type (its default for a function without parameters) as an object.
+ */
+function objectSchema(schema: unknown): unknown {
+  if (schema === undefined || schema === null) return { type: "object", properties: {} };
+  if (typeof schema !== "object" || Array.isArray(schema) || "type" in schema) return schema;
+  return { type: "object", properties: {}, ...schema };
 }
 
 /** The Messages request for a compatible one. */

@@ -176,3 +176,152 @@ Deno.test("Anthropic's temperature is capped at 1; user becomes metadata.user_id
   assert.deepEqual(body.metadata, { user_id: "u-9" });
   assert.equal("seed" in body, false);
 });
+
+const sentMessages = (body: Record<string, unknown>) =>
+  messagesRequest(upstreamRequest(claude, body), false).messages;
+const weatherCall = {
+  id: "call_a",
+  type: "function",
+  function: { name: "weather", arguments: '{"city":"Paris"}' },
+};
+const weatherTool = {
+  type: "function",
+  function: { name: "weather", parameters: { type: "object", properties: {} } },
+};
+
+Deno.test("a tool whose parameters are {}, lack a type or are absent is sent with an object input_schema", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [{ role: "user", content: "x" }],
+      tools: [
+        { type: "function", function: { name: "empty", parameters: {} } },
+        {
+          type: "function",
+          function: { name: "untyped", parameters: { properties: { a: { type: "string" } } } },
+        },
+        { type: "function", function: { name: "absent" } },
+      ],
+    }),
+    false,
+  );
+  assert.deepEqual((body.tools as { input_schema: unknown }[]).map((t) => t.input_schema), [
+    { type: "object", properties: {} },
+    { type: "object", properties: { a: { type: "string" } } },
+    { type: "object", properties: {} },
+  ]);
+});
+
+Deno.test("a json_schema whose schema lacks a type is sent as an object schema", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [{ role: "user", content: "x" }],
+      response_format: { type: "json_schema", json_schema: { name: "any", schema: {} } },
+    }),
+    false,
+  );
+  assert.deepEqual((body.tools as { input_schema: unknown }[])[0].input_schema, {
+    type: "object",
+    properties: {},
+  });
+});
+
+Deno.test("blank assistant text beside tool calls is dropped; the tool_use blocks are kept", () => {
+  const messages = sentMessages({
+    tools: [weatherTool],
+    messages: [
+      { role: "user", content: "Weather?" },
+      { role: "assistant", content: "\n\n", tool_calls: [weatherCall] },
+      { role: "tool", tool_call_id: "call_a", content: "sunny" },
+    ],
+  });
+  assert.deepEqual(messages, [
+    { role: "user", content: "Weather?" },
+    {
+      role: "assistant",
+      content: [{ type: "tool_use", id: "call_a", name: "weather", input: { city: "Paris" } }],
+    },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: "call_a", content: "sunny" }] },
+  ]);
+});
+
+Deno.test("blank text parts are not sent, in any role", () => {
+  const messages = sentMessages({
+    messages: [
+      {
+        role: "system",
+        content: [{ type: "text", text: " " }, { type: "text", text: "Be brief." }],
+      },
+      { role: "user", content: [{ type: "text", text: "Hi" }, { type: "text", text: "\t\n" }] },
+    ],
+  });
+  assert.deepEqual(messages, [{ role: "user", content: "Hi" }]);
+});
+
+Deno.test("an assistant message with nothing to send is dropped, and the user turns around it merge", () => {
+  const messages = sentMessages({
+    messages: [
+      { role: "user", content: "q" },
+      { role: "assistant", content: "" },
+      { role: "user", content: "again" },
+    ],
+  });
+  assert.deepEqual(messages, [{ role: "user", content: "q\n\nagain" }]);
+});
+
+Deno.test("a blank user message is dropped when the conversation asks something else", () => {
+  const messages = sentMessages({
+    messages: [
+      { role: "user", content: "q" },
+      { role: "assistant", content: "a" },
+      { role: "user", content: "  " },
+      { role: "user", content: "b" },
+    ],
+  });
+  assert.deepEqual(messages, [
+    { role: "user", content: "q" },
+    { role: "assistant", content: "a" },
+    { role: "user", content: "b" },
+  ]);
+});
+
+Deno.test("a conversation that opens with the assistant (a greeting) is sent after a user turn of '.'", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [
+        { role: "system", content: "Be kind." },
+        { role: "assistant", content: "Hi! How can I help?" },
+        { role: "user", content: "q" },
+      ],
+    }),
+    false,
+  );
+  assert.equal(body.system, "Be kind.");
+  assert.deepEqual(body.messages, [
+    { role: "user", content: "." },
+    { role: "assistant", content: "Hi! How can I help?" },
+    { role: "user", content: "q" },
+  ]);
+  // A blank user message before the greeting is not a first turn.
+  assert.deepEqual(
+    sentMessages({
+      messages: [
+        { role: "user", content: "" },
+        { role: "assistant", content: "Hi!" },
+        { role: "user", content: "q" },
+      ],
+    }),
+    [{ role: "user", content: "." }, { role: "assistant", content: "Hi!" }, {
+      role: "user",
+      content: "q",
+    }],
+  );
+});
+
+Deno.test("a final assistant message (a prefill) is sent without trailing whitespace", () => {
+  assert.deepEqual(
+    sentMessages({
+      messages: [{ role: "user", content: "q" }, { role: "assistant", content: "The answer is " }],
+    }),
+    [{ role: "user", content: "q" }, { role: "assistant", content: "The answer is" }],
+  );
+});
