@@ -681,6 +681,19 @@ export function assertSupported(
   }
 }
 
+/**
+ * Whether a model of the anthropic kind thinks for this request: `reasoning_effort` asks for it,
+ * except in a turn that continues a tool call, which needs the thinking block the model signed and
+ * the compatible format cannot carry back.
+ */
+export function claudeThinks(request: ChatRequest): boolean {
+  const effort = request.params.reasoning_effort;
+  if (!effort || effort === "none") return false;
+  const messages = request.messages;
+  const last = messages.findLast((m) => m.role !== "tool");
+  return !(messages.at(-1)?.role === "tool" && last?.role === "assistant");
+}
+
 /** What a Messages request cannot carry although the compatible format can. */
 function assertAnthropicCan(request: ChatRequest, maxTokens: number) {
   const effort = request.params.reasoning_effort;
@@ -691,6 +704,7 @@ function assertAnthropicCan(request: ChatRequest, maxTokens: number) {
       { param: "reasoning_effort" },
     );
   }
+  if (claudeThinks(request)) assertThinkingCan(request);
   // Blank messages are not sent (Anthropic refuses them), so what is left must still ask something.
   const asks = request.messages.some((m) =>
     m.role === "tool" || (m.role === "user" && userMessageSaysSomething(m))
@@ -726,6 +740,32 @@ function assertAnthropicCan(request: ChatRequest, maxTokens: number) {
       }
     });
   });
+}
+
+/**
+ * Extended thinking's limits (Anthropic's "Extended thinking" docs), which Anthropic answers with a
+ * 400 after the reservation: refused before it, naming the field.
+ */
+function assertThinkingCan(request: ChatRequest) {
+  const p = request.params;
+  const refuse = (param: string, rule: string) =>
+    new ApiError(
+      "unsupported_parameter",
+      `Unsupported value for '${param}': ${rule} when reasoning_effort is set (Claude's extended thinking).`,
+      { param },
+    );
+  // Above 1 is sent as 1 (Anthropic's range ends there), which thinking takes.
+  if (typeof p.temperature === "number" && p.temperature < 1) {
+    throw refuse("temperature", "Claude models accept only 1");
+  }
+  if (typeof p.top_p === "number" && p.top_p < 0.95) {
+    throw refuse("top_p", "Claude models accept only 0.95 to 1");
+  }
+  if (typeof p.top_k === "number") throw refuse("top_k", "Claude models accept none");
+  const choice = p.tool_choice;
+  if (choice === "required" || (choice && typeof choice === "object")) {
+    throw refuse("tool_choice", "Claude models cannot be made to call a tool (send auto or none)");
+  }
 }
 
 /** Anthropic's least thinking budget, which must stay below max_tokens. */

@@ -281,3 +281,63 @@ Deno.test("a Claude conversation with nothing left to ask once blank messages ar
   // OpenAI takes them.
   assertSupported(parseChatRequest({ model: "m/x", messages: [system] }), ["openai"], 4096);
 });
+
+Deno.test("with reasoning_effort, a Claude route refuses the sampling and forced tools thinking cannot take, before any reservation", () => {
+  const tools = [{ type: "function", function: { name: "w" } }];
+  const thinking = {
+    messages: [{ role: "user", content: "x" }],
+    tools,
+    reasoning_effort: "low",
+  };
+  const refusedParam = (extra: Record<string, unknown>) =>
+    claudeRefusal({ ...thinking, ...extra })?.param ?? null;
+  assert.deepEqual(claudeRefusal({ ...thinking, temperature: 0.2 }), {
+    code: "unsupported_parameter",
+    param: "temperature",
+    message:
+      "Unsupported value for 'temperature': Claude models accept only 1 when reasoning_effort is set (Claude's extended thinking).",
+  });
+  assert.equal(refusedParam({ top_p: 0.9 }), "top_p");
+  assert.equal(refusedParam({ top_k: 40 }), "top_k");
+  assert.equal(refusedParam({ tool_choice: "required" }), "tool_choice");
+  assert.equal(
+    refusedParam({ tool_choice: { type: "function", function: { name: "w" } } }),
+    "tool_choice",
+  );
+  // What thinking takes.
+  for (
+    const allowed of [
+      { temperature: 1 },
+      { temperature: 1.5 }, // sent as 1
+      { top_p: 0.95 },
+      { tool_choice: "auto" },
+      { tool_choice: "none" },
+      { reasoning_effort: "none", temperature: 0.2, top_k: 5, tool_choice: "required" },
+      // A json_schema answer's tool is not forced while thinking: the answer stays possible.
+      { response_format: { type: "json_object" } },
+    ]
+  ) assert.equal(claudeRefusal({ ...thinking, ...allowed }), null, JSON.stringify(allowed));
+  // A turn that answers tool calls runs without thinking, so its sampling stands.
+  assert.equal(
+    claudeRefusal({
+      tools,
+      reasoning_effort: "low",
+      temperature: 0.2,
+      messages: [
+        { role: "user", content: "x" },
+        {
+          role: "assistant",
+          tool_calls: [{ id: "c", type: "function", function: { name: "w", arguments: "{}" } }],
+        },
+        { role: "tool", tool_call_id: "c", content: "y" },
+      ],
+    }),
+    null,
+  );
+  // OpenAI's reasoning models are not Claude's business here.
+  assertSupported(
+    parseChatRequest({ model: "m/x", ...thinking, temperature: 0.2 }),
+    ["openai"],
+    4096,
+  );
+});

@@ -502,17 +502,37 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
     }
     assert.equal((await d.newUsage()).length, accepted.length);
 
-    const refused: [string, unknown[], string][] = [
-      ["system only", [{ role: "system", content: "Write a haiku." }], "messages"],
-      ["an empty user message", [{ role: "user", content: "" }], "messages[0].content"],
+    const ask = [{ role: "user", content: "q" }];
+    const refused: [string, Record<string, unknown>, string][] = [
+      ["system only", { messages: [{ role: "system", content: "Write a haiku." }] }, "messages"],
+      [
+        "an empty user message",
+        { messages: [{ role: "user", content: "" }] },
+        "messages[0].content",
+      ],
+      ["thinking at temperature 0.2", {
+        messages: ask,
+        reasoning_effort: "low",
+        max_completion_tokens: 4000,
+        temperature: 0.2,
+      }, "temperature"],
+      ["thinking forced to call a tool", {
+        messages: ask,
+        reasoning_effort: "low",
+        max_completion_tokens: 4000,
+        tools: TOOLS,
+        tool_choice: "required",
+      }, "tool_choice"],
     ];
     const sent = d.claude.messages().length;
-    for (const [label, messages, param] of refused) {
+    for (const [label, body, param] of refused) {
       const error = await client(d).chat.completions.create(
-        { model: CLAUDE_MODEL, messages } as OpenAI.ChatCompletionCreateParamsNonStreaming,
+        {
+          model: CLAUDE_MODEL,
+          ...body,
+        } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming,
       ).then(() => assert.fail(`${label}: accepted`), (e) => e);
       assert.ok(error instanceof OpenAI.BadRequestError, label);
-      assert.equal(error.code, "invalid_parameter", label);
       assert.equal(error.param, param, label);
     }
     assert.equal(d.claude.messages().length, sent, "the refusals never reached Claude");

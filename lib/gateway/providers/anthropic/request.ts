@@ -8,6 +8,7 @@
 import {
   type ChatMessage,
   type ChatRequest,
+  claudeThinks,
   contentText,
   isBlank,
   type TextContentPart,
@@ -36,17 +37,9 @@ const THINKING_BUDGET: Record<string, number> = {
 
 /** The thinking budget of a request, or null when it asks for no thinking (or cannot have it). */
 export function thinkingBudget(request: ChatRequest, maxTokens: number): number | null {
-  const effort = request.params.reasoning_effort;
-  if (!effort || effort === "none") return null;
-  // Thinking that continues a tool call needs the thinking block the model signed, which the
-  // compatible format cannot carry back: such a turn runs without thinking.
-  if (continuesToolTurn(request.messages)) return null;
+  if (!claudeThinks(request)) return null;
+  const effort = request.params.reasoning_effort!;
   return Math.max(MIN_THINKING_BUDGET, Math.min(THINKING_BUDGET[effort], maxTokens - 1));
-}
-
-function continuesToolTurn(messages: readonly ChatMessage[]): boolean {
-  const last = messages.findLast((m) => m.role !== "tool");
-  return messages.at(-1)?.role === "tool" && last?.role === "assistant";
 }
 
 /** The tool standing in for `response_format`, whose input is the answer; null without one. */
