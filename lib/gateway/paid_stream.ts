@@ -56,6 +56,8 @@ export class PaidStream {
 
   #ending: Ending | null = null;
   #produced = "";
+  /** Output the upstream produced that no chunk carried (a converter held it back or dropped it). */
+  #unshown = "";
   #reportedUsage: Usage | null = null;
   /** The upstream's own usage object, details kept, to hand on to the client. */
   #reportedUsageObject: UsageObject | null = null;
@@ -152,7 +154,9 @@ export class PaidStream {
       : ending.kind;
     const usage = this.#reportedUsage ?? {
       ...(this.#reportedPrompt ?? { promptTokens: this.#options.countedPromptTokens }),
-      completionTokens: this.#options.countOutput(this.#produced),
+      // Counted apart: the upstream billed them as separate blocks.
+      completionTokens: this.#options.countOutput(this.#produced) +
+        (this.#unshown ? this.#options.countOutput(this.#unshown) : 0),
     };
     try {
       this.#charged = await this.#options.settle(usage, outcome, this.#reportedUsage === null);
@@ -217,6 +221,10 @@ export class PaidStream {
     if (part.type === "prompt_tokens") {
       const { type: _, ...prompt } = part;
       this.#reportedPrompt = prompt;
+      return null;
+    }
+    if (part.type === "unshown_output") {
+      this.#unshown = part.text;
       return null;
     }
     const chunk = { ...part.chunk, model: this.#options.modelId };

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { usageCost } from "@/lib/catalog/mod.ts";
+import { claudeTokenBound } from "@/lib/gateway/claude_tokens.ts";
 import type {
   ChatCompletionMessageParam,
   ChatCompletionTool,
@@ -537,4 +538,77 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
     }
     assert.equal(d.claude.messages().length, sent, "the refusals never reached Claude");
     assert.equal((await d.newUsage()).length, 0, "and reserved nothing");
+  }));
+
+Deno.test("openai SDK, anthropic kind: with reasoning_effort, a json_schema answer parses though Claude wrote text before calling the answer tool", () =>
+  withDialect(async (d) => {
+    // Thinking leaves the answer tool unforced, so Claude may say something first.
+    const preamble = (req: { body: { tools: { name: string }[] } }) => ({
+      content: [
+        { type: "thinking" as const, thinking: "ok" },
+        { type: "text" as const, text: "Here is the person." },
+        { type: "tool_use" as const, name: req.body.tools.at(-1)!.name, input: { name: "Ann" } },
+      ],
+    });
+    const body = {
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user" as const, content: "Who?" }],
+      reasoning_effort: "low" as const,
+      max_completion_tokens: 4000,
+      response_format: {
+        type: "json_schema" as const,
+        json_schema: {
+          name: "person",
+          schema: { type: "object", properties: { name: { type: "string" } } },
+        },
+      },
+    };
+    d.claude.script(preamble);
+    const whole = await client(d).chat.completions.parse(body);
+    assert.equal(whole.choices[0].message.content, '{"name":"Ann"}');
+    assert.deepEqual(whole.choices[0].message.parsed, { name: "Ann" });
+    assert.equal(whole.choices[0].finish_reason, "stop");
+
+    d.claude.script(preamble);
+    const streamed = await client(d).chat.completions.stream(body).finalChatCompletion();
+    assert.deepEqual(streamed.choices[0].message.parsed, { name: "Ann" });
+
+    // Never called: the text is the answer.
+    d.claude.script({
+      content: [{ type: "thinking", thinking: "ok" }, { type: "text", text: "I cannot." }],
+    });
+    const unanswered = await client(d).chat.completions.create(body);
+    assert.equal(unanswered.choices[0].message.content, "I cannot.");
+  }));
+
+Deno.test("openai SDK, anthropic kind: text held back from a json_schema answer is billed when the stream is cut", () =>
+  withDialect(async (d) => {
+    const held = "Here is the person.";
+    // Cut after the text block (message_start, thinking with its ping, signature and stop, the
+    // text's start, its one delta and stop): no message_delta, so the output is counted by us.
+    d.claude.script((req) => ({
+      content: [
+        { type: "thinking", thinking: "ok", chunks: ["ok"] },
+        { type: "text", text: held, chunks: [held] },
+        { type: "tool_use", name: req.body.tools.at(-1).name, input: { name: "Ann" } },
+      ],
+      cutAfterEvents: 9,
+    }));
+    const stream = await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user", content: "Who?" }],
+      reasoning_effort: "low",
+      max_completion_tokens: 4000,
+      response_format: { type: "json_object" },
+      stream: true,
+    });
+    let content = "";
+    await assert.rejects(async () => {
+      for await (const chunk of stream) content += chunk.choices[0]?.delta.content ?? "";
+    });
+    assert.equal(content, "", "held back, never shown");
+    const [record] = await d.newUsage();
+    assert.equal(record.outcome, "upstream_cut");
+    assert.equal(record.countedLocally, true);
+    assert.equal(record.completionTokens, claudeTokenBound("ok") + claudeTokenBound(held));
   }));

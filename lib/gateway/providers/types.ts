@@ -73,7 +73,13 @@ export type StreamPart =
     cacheWriteTokens?: number;
   }
   /** `raw` is the usage object to show the client (the upstream's, details kept), when there is one. */
-  | { type: "usage"; usage: Usage; raw?: UsageObject };
+  | { type: "usage"; usage: Usage; raw?: UsageObject }
+  /**
+   * Output the upstream produced, and bills, that no chunk carries (yet): text held back or
+   * dropped by a converter. Cumulative, so the last wins; counted with the chunks' output when the
+   * upstream's usage never comes.
+   */
+  | { type: "unshown_output"; text: string };
 
 export type ProviderFailure =
   | "not_configured"

@@ -53,6 +53,18 @@ export function anthropicStreamParts(
   >();
   let toolCalls = 0;
   /**
+   * With a response_format served by the answer tool the content is that tool's input, JSON only:
+   * text the model writes beside it (thinking leaves the tool unforced, so Claude may say "Here is
+   * the person." first) is held back, dropped once the answer tool is called and released as the
+   * content at the end if it never is. The provider bills it either way (`unshown_output`).
+   */
+  const holdsText = meta.answerTool !== null;
+  let held = "";
+  let dropped = "";
+  let answered = false;
+  const unshown = (parts: StreamPart[]) =>
+    parts.push({ type: "unshown_output", text: dropped + held });
+  /**
    * A tool called without arguments streams no input at all (input {} at its start, then at most
    * one empty partial_json), while OpenAI's clients parse the arguments as JSON: such a block ends
    * with "{}", as OpenAI would have sent.
@@ -95,6 +107,9 @@ export function anthropicStreamParts(
         if (block?.type !== "tool_use" || typeof block.name !== "string") break;
         if (block.name === meta.answerTool) {
           blocks.set(index, { kind: "answer", input: false });
+          answered = true;
+          dropped += held;
+          held = "";
           break;
         }
         const call = toolCalls++;
@@ -112,7 +127,12 @@ export function anthropicStreamParts(
       case "content_block_delta": {
         const delta = json.delta as Record<string, unknown> | undefined;
         if (delta?.type === "text_delta" && typeof delta.text === "string" && delta.text) {
-          parts.push(chunk({ content: delta.text }));
+          if (!holdsText) parts.push(chunk({ content: delta.text }));
+          else {
+            if (answered) dropped += delta.text;
+            else held += delta.text;
+            unshown(parts);
+          }
         } else if (delta?.type === "thinking_delta" && typeof delta.thinking === "string") {
           if (delta.thinking) parts.push(chunk({ reasoning_content: delta.thinking }));
         } else if (
@@ -142,6 +162,12 @@ export function anthropicStreamParts(
         if (stopReason) {
           // A block the stream never closed is over once the message is.
           for (const index of blocks.keys()) endInput(index, parts);
+          if (held) {
+            // The answer tool was never called: the text is the answer.
+            parts.push(chunk({ content: held }));
+            held = "";
+            unshown(parts);
+          }
           parts.push(chunk({}, finishReasonWithTools(stopReason, toolCalls)));
           // The final counts are known now: a stream cut before message_stop still bills them.
           const usage = usageOfCounts(counts);

@@ -77,18 +77,47 @@ Deno.test("thinking streams as reasoning_content; signatures are not forwarded",
   });
 });
 
-Deno.test("the answer tool's input_json_delta streams as content", async () => {
+Deno.test("the answer tool's input streams as the content, and text beside it is dropped: the content is JSON only", async () => {
   const parts = await collect(
     anthropicStreamParts(fixture("stream_tool_use.sse"), { ...META, answerTool: "get_weather" }),
   );
   const content = parts.flatMap((p) =>
     p.type === "chunk" ? [(p.chunk as ChatCompletionChunk).choices[0].delta.content ?? ""] : []
   ).join("");
-  assert.equal(content, `Okay, let's check the weather.{"location": "San Francisco, CA"}`);
+  assert.equal(content, `{"location": "San Francisco, CA"}`);
+  // Never shown, but billed: it counts when no usage comes.
+  assert.deepEqual(parts.findLast((p) => p.type === "unshown_output"), {
+    type: "unshown_output",
+    text: "Okay, let's check the weather.",
+  });
   // Assembled, the answer tool's call is the content, not one of the tool calls.
   const { completion } = assembleCompletion(parts);
+  assert.equal(completion.choices[0].message.content, `{"location": "San Francisco, CA"}`);
   const calls = completion.choices[0].message.tool_calls as { function: { name: string } }[];
   assert.deepEqual(calls.map((c) => c.function.name), ["get_time"]);
+});
+
+Deno.test("with an answer tool that is never called, the text held back is the content, delivered at the end", async () => {
+  const parts = await collect(
+    anthropicStreamParts(fixture("stream_thinking.sse"), { ...META, answerTool: "person" }),
+  );
+  const chunks = parts.flatMap((p) => p.type === "chunk" ? [p.chunk.choices[0]] : []);
+  const withContent = chunks.filter((c) => c.delta.content);
+  assert.deepEqual(withContent.map((c) => c.delta.content), ["The GCD is 21."]);
+  // Released after the thinking, just before the finish.
+  assert.equal(chunks.indexOf(withContent[0]), chunks.length - 2);
+  assert.equal(chunks.at(-1)!.finish_reason, "stop");
+  assert.deepEqual(parts.findLast((p) => p.type === "unshown_output"), {
+    type: "unshown_output",
+    text: "",
+  });
+  const { completion } = assembleCompletion(parts);
+  assert.equal(completion.choices[0].message.content, "The GCD is 21.");
+});
+
+Deno.test("without an answer tool, text streams as it comes", async () => {
+  const parts = await collect(anthropicStreamParts(fixture("stream_tool_use.sse"), META));
+  assert.equal(parts.some((p) => p.type === "unshown_output"), false);
 });
 
 Deno.test("a failure inside a batch of events hands on the parts before it, the final counts included", async () => {
