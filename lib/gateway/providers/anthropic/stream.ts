@@ -29,7 +29,8 @@ export function anthropicStreamParts(
   batches: AsyncIterable<{ event: string | null; data: string }[]>,
   meta: AnthropicStreamMeta,
 ): AsyncGenerator<StreamPart[]> {
-  let id = `msg-${meta.requestId}`;
+  // OpenAI's shape of id, the message's own inside it so that it can be traced at Anthropic.
+  let id = `chatcmpl-${meta.requestId}`;
   const created = Math.floor(Date.now() / 1000);
   const chunk = (delta: Delta, finish: string | null = null): StreamPart => ({
     type: "chunk",
@@ -38,7 +39,8 @@ export function anthropicStreamParts(
       object: "chat.completion.chunk",
       created,
       model: meta.upstreamModel,
-      choices: [{ index: 0, delta, finish_reason: finish }],
+      // Claude has no logprobs; OpenAI's chunks say so with null.
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
     },
   });
   let counts: Counts = NO_COUNTS;
@@ -85,7 +87,7 @@ export function anthropicStreamParts(
     switch (json.type ?? event.event) {
       case "message_start": {
         const message = (json.message ?? {}) as Record<string, unknown>;
-        if (typeof message.id === "string") id = message.id;
+        if (typeof message.id === "string") id = `chatcmpl-${message.id}`;
         counts = mergeCounts(counts, message.usage);
         const prompt = promptTokensOf(counts);
         if (prompt !== null) {
@@ -98,7 +100,8 @@ export function anthropicStreamParts(
             cacheWriteTokens: counts.cacheWrite ?? 0,
           });
         }
-        parts.push(chunk({ role: "assistant", content: "" }));
+        // As OpenAI's first chunk, whose refusal: null the assembled message keeps.
+        parts.push(chunk({ role: "assistant", content: "", refusal: null }));
         break;
       }
       case "content_block_start": {

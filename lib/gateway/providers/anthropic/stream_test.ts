@@ -13,7 +13,7 @@ Deno.test("input_json_delta streams as OpenAI's tool-call fragments: index, id a
     (p.chunk as ChatCompletionChunk).choices[0]
   );
   assert.deepEqual(deltas.map((d) => [d.delta, d.finish_reason]), [
-    [{ role: "assistant", content: "" }, null],
+    [{ role: "assistant", content: "", refusal: null }, null],
     [{ content: "Okay, let" }, null],
     [{ content: "'s check the weather." }, null],
     [{
@@ -202,4 +202,17 @@ Deno.test("a tool block the stream never closed still ends with arguments {} at 
   const { completion } = assembleCompletion(await collect(anthropicStreamParts(oneRead(), META)));
   const calls = completion.choices[0].message.tool_calls as { function: { arguments: string } }[];
   assert.equal(calls[0].function.arguments, "{}");
+});
+
+Deno.test("chunks and the assembled completion have OpenAI's shape: a chatcmpl- id tracing the message, logprobs and refusal null", async () => {
+  const parts = await collect(anthropicStreamParts(fixture("stream_tool_use.sse"), META));
+  const chunks = parts.flatMap((p) => p.type === "chunk" ? [p.chunk] : []);
+  for (const chunk of chunks) {
+    assert.equal(chunk.id, "chatcmpl-msg_014p7gG3wDgGV9EUtLvnow3U");
+    assert.equal(chunk.choices[0].logprobs, null);
+  }
+  const { completion } = assembleCompletion(parts);
+  assert.equal(completion.id, "chatcmpl-msg_014p7gG3wDgGV9EUtLvnow3U");
+  assert.equal(completion.choices[0].message.refusal, null);
+  assert.equal(completion.choices[0].logprobs, null);
 });
