@@ -88,10 +88,20 @@ export function DialectSection() {
           <code>system</code>; turns of one role are merged, as Messages wants them to alternate.
         </li>
         <li>
-          <code>tools</code> become tools with <code>input_schema</code>; <code>tool_choice</code>
+          Blank text (such as the <code>"\n\n"</code>{" "}
+          beside a GPT model's tool calls) is not sent, and a message left with nothing is dropped;
+          a conversation that opens with the assistant (a greeting) is sent after a user turn of
           {" "}
-          <code>auto</code>/<code>required</code>/named/<code>none</code> become{" "}
-          <code>auto</code>/<code>any</code>/<code>tool</code>/<code>none</code>;{" "}
+          <code>"."</code>, which the reservation covers; a final assistant message (a prefill) is
+          sent without trailing whitespace. A system prompt alone, or only blank user messages, is
+          refused with 400 <code>invalid_parameter</code>.
+        </li>
+        <li>
+          <code>tools</code> become tools with <code>input_schema</code> (parameters that are{" "}
+          <code>{"{}"}</code> or lack a <code>type</code> as an object schema);{" "}
+          <code>tool_choice</code> <code>auto</code>/<code>required</code>/named/<code>none</code>
+          {" "}
+          become <code>auto</code>/<code>any</code>/<code>tool</code>/<code>none</code>;{" "}
           <code>parallel_tool_calls: false</code> becomes <code>disable_parallel_tool_use</code>.
         </li>
         <li>
@@ -103,13 +113,20 @@ export function DialectSection() {
         <li>
           <code>response_format</code> (<code>json_schema</code>,{" "}
           <code>json_object</code>) becomes a forced tool whose input is the answer, returned as the
-          message's <code>content</code>.
+          message's{" "}
+          <code>content</code>. Text Claude writes beside it (possible with thinking, which leaves
+          the tool unforced) is held back: dropped when the tool is called, the content when it is
+          not; it is billed either way.
         </li>
         <li>
           <code>reasoning_effort</code>{" "}
           becomes extended thinking with a budget (minimal 1024, low 2048, medium 8192, high 24576,
           xhigh 32768 tokens, kept below the cap); a turn that answers tool calls runs without
-          thinking, since the signed thinking block cannot come back through this format.
+          thinking, since the signed thinking block cannot come back through this format. With
+          thinking, <code>temperature</code> below 1, <code>top_p</code> below 0.95,{" "}
+          <code>top_k</code> and a <code>tool_choice</code> that forces a tool are refused with 400
+          {" "}
+          <code>unsupported_parameter</code> before anything is reserved, as Anthropic refuses them.
         </li>
         <li>
           <code>cache_control: {"{"}"type": "ephemeral"{"}"}</code>{" "}
@@ -121,8 +138,8 @@ export function DialectSection() {
           {" "}
           <code>delta.tool_calls</code> fragments (<code>index</code>, <code>id</code>,{" "}
           <code>function.name</code>, then <code>function.arguments</code>{" "}
-          pieces) exactly as OpenAI streams them; thinking becomes <code>reasoning_content</code>;
-          {" "}
+          pieces) exactly as OpenAI streams them, a call without input ending with{" "}
+          <code>"{"{}"}"</code>; thinking becomes <code>reasoning_content</code>;{" "}
           <code>cache_read_input_tokens</code> becomes{" "}
           <code>prompt_tokens_details.cached_tokens</code> and cache writes{" "}
           <code>prompt_tokens_details.cache_write_tokens</code>.
