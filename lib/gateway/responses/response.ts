@@ -11,8 +11,8 @@ export interface ResponseMeta {
   model: string;
   store: boolean;
   previousResponseId: string | null;
-  /** Makes item ids (`msg_…`, `fc_…`); random in the service, fixed in tests. */
-  newItemId(prefix: "msg" | "fc"): string;
+  /** Makes item ids (`rs_…`, `msg_…`, `fc_…`); random in the service, fixed in tests. */
+  newItemId(prefix: "rs" | "msg" | "fc"): string;
 }
 
 /** The chat usage object, as the gateway gives it. */
@@ -25,7 +25,16 @@ interface ChatUsage {
   completion_tokens_details?: { reasoning_tokens?: number };
 }
 
+/** The model's reasoning as a summary part: what the AI SDK and LangChain read it from. */
+type SummaryText = { type: "summary_text"; text: string };
+
 export type OutputItem =
+  | {
+    type: "reasoning";
+    id: string;
+    summary: SummaryText[];
+    status: "in_progress" | "completed" | "incomplete";
+  }
   | {
     type: "message";
     id: string;
@@ -83,7 +92,10 @@ export function responseObject(
     output: state.output,
     parallel_tool_calls: body.parallel_tool_calls ?? true,
     previous_response_id: meta.previousResponseId,
-    reasoning: { effort: body.reasoning?.effort ?? null, summary: null },
+    reasoning: {
+      effort: body.reasoning?.effort ?? null,
+      summary: body.reasoning?.summary ?? body.reasoning?.generate_summary ?? null,
+    },
     store: meta.store,
     temperature: body.temperature ?? 1,
     text: { format: body.text?.format ?? { type: "text" } },
@@ -121,6 +133,7 @@ interface CompletionLike {
     message?: {
       content?: string | null;
       refusal?: string | null;
+      reasoning_content?: string | null;
       tool_calls?: { id: string; function: { name: string; arguments: string } }[];
       [k: string]: unknown;
     };
@@ -140,6 +153,14 @@ export function completionToResponse(
   const ending = endingOf(choice?.finish_reason);
   const itemStatus = ending.status === "completed" ? "completed" : "incomplete";
   const output: OutputItem[] = [];
+  if (typeof message.reasoning_content === "string" && message.reasoning_content !== "") {
+    output.push({
+      type: "reasoning",
+      id: meta.newItemId("rs"),
+      summary: [{ type: "summary_text", text: message.reasoning_content }],
+      status: itemStatus,
+    });
+  }
   const content: Extract<OutputItem, { type: "message" }>["content"] = [];
   if (typeof message.content === "string" && message.content !== "") {
     content.push({ type: "output_text", text: message.content, annotations: [] });
@@ -189,6 +210,7 @@ interface ChunkLike {
     delta?: {
       content?: string | null;
       refusal?: string | null;
+      reasoning_content?: string | null;
       tool_calls?: {
         index: number;
         id?: string;
@@ -201,6 +223,7 @@ interface ChunkLike {
 }
 
 type OpenItem =
+  | { kind: "reasoning"; index: number; item: Extract<OutputItem, { type: "reasoning" }> }
   | {
     kind: "message";
     index: number;
@@ -249,6 +272,9 @@ export class ResponseEvents {
     const events: ResponseEvent[] = [];
     for (const choice of chunk.choices ?? []) {
       const delta = choice.delta ?? {};
+      if (typeof delta.reasoning_content === "string" && delta.reasoning_content !== "") {
+        events.push(...this.#reasoning(delta.reasoning_content));
+      }
       if (typeof delta.content === "string" && delta.content !== "") {
         events.push(...this.#text("output_text", delta.content));
       }
@@ -294,6 +320,42 @@ export class ResponseEvents {
   /** The error event alone: what can still be said when the converter's own state broke. */
   error(code: string, message: string): ResponseEvent {
     return this.#event("error", { code, message, param: null });
+  }
+
+  /** Reasoning text streams as the one summary part of a reasoning item, as OpenAI's summaries do. */
+  #reasoning(delta: string): ResponseEvent[] {
+    const events: ResponseEvent[] = [];
+    if (this.#open?.kind !== "reasoning") {
+      events.push(...this.#close("completed"));
+      const item: Extract<OutputItem, { type: "reasoning" }> = {
+        type: "reasoning",
+        id: this.#meta.newItemId("rs"),
+        summary: [],
+        status: "in_progress",
+      };
+      this.#open = { kind: "reasoning", index: this.#output.length, item };
+      this.#output.push(item);
+      events.push(this.#event("response.output_item.added", {
+        output_index: this.#open.index,
+        item: structuredClone(item),
+      }));
+      item.summary.push({ type: "summary_text", text: "" });
+      events.push(this.#event("response.reasoning_summary_part.added", {
+        item_id: item.id,
+        output_index: this.#open.index,
+        summary_index: 0,
+        part: { type: "summary_text", text: "" },
+      }));
+    }
+    const open = this.#open as Extract<OpenItem, { kind: "reasoning" }>;
+    open.item.summary[0].text += delta;
+    events.push(this.#event("response.reasoning_summary_text.delta", {
+      item_id: open.item.id,
+      output_index: open.index,
+      summary_index: 0,
+      delta,
+    }));
+    return events;
   }
 
   #text(part: "output_text" | "refusal", delta: string): ResponseEvent[] {
@@ -397,7 +459,17 @@ export class ResponseEvents {
     if (!open) return [];
     this.#open = null;
     const events: ResponseEvent[] = [];
-    if (open.kind === "message") {
+    if (open.kind === "reasoning") {
+      const where = { item_id: open.item.id, output_index: open.index, summary_index: 0 };
+      const part = open.item.summary[0];
+      events.push(
+        this.#event("response.reasoning_summary_text.done", { ...where, text: part.text }),
+        this.#event("response.reasoning_summary_part.done", {
+          ...where,
+          part: structuredClone(part),
+        }),
+      );
+    } else if (open.kind === "message") {
       if (open.part) events.push(...this.#closePart(open));
     } else {
       events.push(this.#event("response.function_call_arguments.done", {

@@ -237,3 +237,51 @@ Deno.test("a stream cut after it began ends with an error event and response.fai
   assert.equal(failed.error.code, "stream_interrupted");
   assert.equal((out[2].item as { status: string }).status, "incomplete");
 });
+
+Deno.test("reasoning comes back as a reasoning item with its text as the summary, before the message", () => {
+  const response = completionToResponse(
+    {
+      choices: [{
+        message: { role: "assistant", content: "Hello!", reasoning_content: "A greeting." },
+        finish_reason: "stop",
+      }],
+    },
+    testBody({ reasoning: { effort: "low", summary: "auto" } }),
+    testMeta(),
+  );
+  assert.deepEqual(response.output[0], {
+    type: "reasoning",
+    id: "rs_1",
+    summary: [{ type: "summary_text", text: "A greeting." }],
+    status: "completed",
+  });
+  assert.equal(response.output[1].type, "message");
+  assert.deepEqual(response.reasoning, { effort: "low", summary: "auto" });
+  assert.equal(outputText(response.output), "Hello!");
+});
+
+Deno.test("streamed reasoning gives the documented reasoning summary events, closed before the message", async () => {
+  const events = new ResponseEvents(
+    testBody({ reasoning: { effort: "medium", summary: "auto" } }),
+    testMeta(),
+  );
+  const out = [
+    ...events.start(),
+    ...events.chunk(chunk({ role: "assistant", content: "" })),
+    ...events.chunk(chunk({ reasoning_content: "**Responding to a greeting**\n\n" })),
+    ...events.chunk(chunk({ reasoning_content: "The user says hello, so I answer in kind." })),
+    ...events.chunk(chunk({ content: "Hello! How can I help?" })),
+    ...events.chunk(chunk({}, "stop")),
+    ...events.finish({
+      prompt_tokens: 9,
+      completion_tokens: 120,
+      completion_tokens_details: { reasoning_tokens: 64 },
+    }),
+  ];
+  const documented = await fixtureEvents("stream_reasoning.sse");
+  assert.deepEqual(out.map((e) => e.type), documented.map((e) => e.type));
+  out.forEach((e, i) => assertShapeIncludes(e, documented[i], e.type));
+  const completed = out.at(-1)!.response as { output: { type: string }[] };
+  assert.deepEqual(completed.output.map((item) => item.type), ["reasoning", "message"]);
+  assert.equal(outputText(events.output), "Hello! How can I help?");
+});
