@@ -87,6 +87,14 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
         with the JSON body in{" "}
         <code>responseBody</code>. The SDK does not retry a 402; it does retry 429 and 5xx.
       </p>
+      <p>
+        The SDK decides from a model's id whether it reasons, and an id such as{" "}
+        <code>openai/o4-mini</code> is not one it knows: it drops <code>reasoningEffort</code>{" "}
+        with a warning. For a reasoning model pass <code>forceReasoning: true</code> beside it in
+        {" "}
+        <code>providerOptions.openai</code>; the reasoning the model shows comes back as the SDK's
+        reasoning parts.
+      </p>
 
       <DialectSection />
 

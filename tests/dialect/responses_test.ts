@@ -416,3 +416,58 @@ Deno.test("a response stream whose client goes away is settled for what was prod
     await until(async () => (await d.newUsage()).length === 1, "the settle of the left stream");
     assert.equal((await d.s.wallet(d.appId)).reserved, 0);
   }));
+
+Deno.test("AI SDK with forceReasoning on Claude: the effort becomes thinking, which comes back as reasoning, and a later turn refers to it", () =>
+  withDialect(async (d) => {
+    const answer = (text: string) => ({
+      content: [
+        { type: "thinking" as const, thinking: "Six sevens are forty-two." },
+        { type: "text" as const, text },
+      ],
+      inputTokens: 40,
+      outputTokens: 180,
+    });
+    d.claude.script(answer("42"), answer("Still 42."));
+    const sentToUs: { input: { type?: string }[] }[] = [];
+    const openai = createOpenAI({
+      baseURL: d.baseURL,
+      apiKey: d.apiKey,
+      fetch: (url, init) => {
+        sentToUs.push(JSON.parse(String(init?.body)));
+        return fetch(url, init);
+      },
+    });
+    const providerOptions = { openai: { forceReasoning: true, reasoningEffort: "low" } };
+    const first = streamText({
+      model: openai(CLAUDE_MODEL),
+      prompt: "6 × 7?",
+      maxOutputTokens: 4000,
+      providerOptions,
+    });
+    const parts: string[] = [];
+    for await (const part of first.fullStream) parts.push(part.type);
+    assert.equal(await first.text, "42");
+    assert.equal(await first.reasoningText, "Six sevens are forty-two.");
+    assert.ok(parts.indexOf("reasoning-delta") < parts.indexOf("text-delta"));
+    assert.deepEqual(d.claude.messages()[0].body.thinking, {
+      type: "enabled",
+      budget_tokens: 2048,
+    });
+
+    const second = await generateText({
+      model: openai(CLAUDE_MODEL),
+      messages: [
+        { role: "user", content: "6 × 7?" },
+        ...(await first.response).messages,
+        { role: "user", content: "Sure?" },
+      ],
+      maxOutputTokens: 4000,
+      providerOptions,
+    });
+    assert.equal(second.text, "Still 42.");
+    assert.ok(sentToUs[1].input.some((item) => item.type === "item_reference"));
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 40, completion: 180 }, {
+      prompt: 40,
+      completion: 180,
+    });
+  }));
