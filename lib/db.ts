@@ -245,8 +245,19 @@ export interface SpendCaps {
   monthly: Micros | null;
 }
 
+/**
+ * A key's caps, and the counter they are counted on when it is not the key's own: a rotated key's
+ * replacement keeps counting on its predecessor's, so the spend so far stays counted against the
+ * cap and the holds of the old key's requests in flight are released where they were taken.
+ */
+export interface KeySpendCaps extends SpendCaps {
+  /** The key id the counter (`keys.spendCounter(app, "key", id)`) is kept under; absent: its own. */
+  counter?: string;
+}
+
 export interface SpendCapsRecord {
-  keys: Record<string, SpendCaps>;
+  /** An entry may have no cap left and only `counter`, so that a cap set again counts on. */
+  keys: Record<string, KeySpendCaps>;
   /** The caps of each end user of the app (the request's `user`); null: none. */
   endUser: SpendCaps | null;
 }
@@ -277,6 +288,8 @@ export interface ReservationRecord {
   user?: string;
   /** The spend counters holding this reservation (its key's, its end user's), when capped. */
   capped?: SpendScope[];
+  /** The key counter holding it when not the key's own (see `KeySpendCaps.counter`). */
+  keyCounter?: string;
   /** Set when the reservation was admitted in memory against this process's slice (never stored). */
   sliceId?: string;
 }

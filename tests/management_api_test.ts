@@ -501,3 +501,19 @@ Deno.test("management API: a body over 16 KiB is refused before it is read, and 
     assert.equal(res.body.error.code, "request_too_large");
     assert.equal((await call(s, o.managementKey, "GET", path)).body.data.length, 1);
   }));
+
+Deno.test("management API: a revoked key's spend cap cannot be set, as on the dashboard", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const path = `/apps/${app.appId}/keys/${app.keyId}`;
+    assert.equal((await call(s, o.managementKey, "POST", `${path}/revoke`)).status, 200);
+    const res = await call(s, o.managementKey, "POST", `${path}/spend_cap`, {
+      body: { total: "1.00" },
+    });
+    assert.equal(res.status, 404);
+    assert.equal(res.body.error.code, "resource_not_found");
+    assert.equal(res.body.error.param, "key_id");
+    const listed = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
+    assert.equal(listed.body.data[0].spend_cap, null);
+  }));

@@ -1,6 +1,13 @@
 import assert from "node:assert/strict";
 import { parseUsd } from "@/lib/core/mod.ts";
-import { getSpendCounter, setSpendCaps } from "@/lib/billing/mod.ts";
+import {
+  getRateLimits,
+  getSpendCaps,
+  getSpendCounter,
+  rotateKey,
+  setRateLimits,
+  setSpendCaps,
+} from "@/lib/billing/mod.ts";
 import {
   serveLoopback,
   spendDownTo,
@@ -156,3 +163,88 @@ Deno.test("under wallet slices, a cap set while a slice is live applies once the
     assert.equal(res.status, 402);
     assert.equal((await res.json()).error.code, "key_spend_cap_exceeded");
   }, { env: { WALLET_SLICES: "on" } }));
+
+Deno.test("a rotated key keeps its spend cap and what it spent: the new key is refused once the remainder is spent", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    // Spending counts from when a cap is first set.
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 4_000_000 });
+    assert.equal((await s.chat(apiKey, request("one"))).status, 200);
+    const [first] = await usageRecords(s.kv, appId);
+    // Room for exactly one more identical request after the first, counted across the rotation.
+    const cap = 2 * first.cost + first.reserved - 1;
+    await setSpendCaps(s.kv, appId, { keyId }, { total: cap });
+    const { issued } = await rotateKey(s.kv, keyId);
+    assert.equal((await s.chat(apiKey, request("one"))).status, 401, "the old key is revoked");
+    const caps = await getSpendCaps(s.kv, appId);
+    assert.equal(caps.keys[issued.record.id].total, cap);
+    assert.equal(caps.keys[keyId], undefined);
+    assert.equal((await getSpendCounter(s.kv, appId, "key", issued.record.id)).total, first.cost);
+
+    let refused: Response | undefined;
+    for (let i = 0; i < 5 && !refused; i++) {
+      const res = await s.chat(issued.apiKey, request("one"));
+      if (res.status === 402) refused = res;
+      else assert.equal((await res.json()).object, "chat.completion");
+    }
+    assert.ok(refused, "the new key is capped");
+    const records = await usageRecords(s.kv, appId);
+    assert.ok(records.length >= 2, "the new key spent the remainder first");
+    const spent = records.reduce((n, r) => n + r.cost, 0);
+    const { error } = await refused.json();
+    assert.equal(error.code, "key_spend_cap_exceeded");
+    // What remains counts the old key's spend too.
+    assert.equal(parseUsd(error.remaining), cap - spent);
+  }));
+
+Deno.test("a request of the old key in flight across a rotation settles on the cap the new key counts on", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 100_000 });
+    const held = await s.wallets.reserve(appId, {
+      amount: 40_000,
+      keyId,
+      requestId: "req_in_flight",
+      model: "tollbooth/lorem",
+    });
+    assert.ok(held.ok);
+    const { issued } = await rotateKey(s.kv, keyId);
+    const newKey = issued.record.id;
+    // The hold counts against the new key as it did against the old one.
+    assert.equal((await getSpendCounter(s.kv, appId, "key", newKey)).held, 40_000);
+    await s.wallets.settle(appId, held.reservation.id, {
+      requestId: "req_in_flight",
+      keyId,
+      model: "tollbooth/lorem",
+      provider: "tollbooth",
+      promptTokens: 1,
+      completionTokens: 1,
+      cost: 30_000,
+      streamed: false,
+      outcome: "completed",
+      countedLocally: false,
+    });
+    const counter = await getSpendCounter(s.kv, appId, "key", newKey);
+    assert.deepEqual([counter.held, counter.total], [0, 30_000]);
+    assert.equal((await s.chat(apiKey, request("old"))).status, 401);
+  }));
+
+Deno.test("a key's own rate limit survives its rotation", () =>
+  withService(async (s) => {
+    const { appId, keyId } = await s.newApp();
+    await setRateLimits(s.kv, appId, { rpm: 2 }, { by: "operator" }, keyId);
+    const { issued } = await rotateKey(s.kv, keyId);
+    const limits = await getRateLimits(s.kv, {
+      rpm: s.config.rateLimitRpm,
+      tpm: s.config.rateLimitTpm,
+    }, appId);
+    assert.equal(limits.keys[issued.record.id].rpm, 2);
+    assert.equal(limits.keys[keyId], undefined);
+    const statuses = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await s.chat(issued.apiKey, { ...request(`r${i}`), max_tokens: 10 });
+      statuses.push(res.status);
+      await res.body?.cancel();
+    }
+    assert.deepEqual(statuses, [200, 200, 429]);
+  }));

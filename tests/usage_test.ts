@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { rotateTopUpToken } from "@/lib/tenants/mod.ts";
 import { keys, utcDay } from "@/lib/db.ts";
-import { authenticateKey, rotateKey } from "@/lib/tenants/keys.ts";
+import { authenticateKey } from "@/lib/tenants/keys.ts";
+import { rotateKey } from "@/lib/billing/mod.ts";
 import { dailySpend, spendByModel, walletActivity } from "@/lib/billing/mod.ts";
 import { startService, userMessage, withService } from "./helpers.ts";
 

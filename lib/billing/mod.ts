@@ -19,6 +19,7 @@ export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.
 export { dailySpend, spendByModel, unchargedOf, walletActivity } from "./usage.ts";
 export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";
 export { CommitLocks } from "./commit_locks.ts";
+export { rotateKey } from "./key_rotation.ts";
 export { Wallets } from "./wallet.ts";
 export { KeyRevokedError, WalletNotFoundError } from "./wallet_types.ts";
 export type {

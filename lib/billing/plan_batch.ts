@@ -23,6 +23,7 @@ import {
   cappedScopes,
   counterId,
   currentCounter,
+  heldCounterId,
   holdOn,
   releaseOn,
   spendOn,
@@ -256,7 +257,7 @@ export function countersNeeded(
     } else if (op.kind === "settle" || op.kind === "release") {
       const r = reservations.get(op.reservationId);
       if (!r) continue;
-      for (const scope of r.capped ?? []) add(scope, scope === "key" ? r.keyId : r.user!);
+      for (const scope of r.capped ?? []) add(scope, heldCounterId(r, scope));
       for (const s of cappedScopes(caps, r.keyId, r.user)) add(s.scope, s.id);
     }
   }
@@ -397,6 +398,10 @@ export function planBatch(input: PlanInput) {
         if (op.input.user !== undefined) reservation.user = op.input.user;
         if (scopes.length > 0) {
           reservation.capped = scopes.map((s) => s.scope);
+          const keyCounter = scopes.find((s) => s.scope === "key")?.id;
+          if (keyCounter !== undefined && keyCounter !== op.input.keyId) {
+            reservation.keyCounter = keyCounter;
+          }
           for (const s of scopes) putCounter(s.scope, s.id, holdOn(counter(s.scope, s.id), amount));
         }
         const rate = input.rate?.consume(op.input.keyId, tokens, now);
@@ -425,7 +430,7 @@ export function planBatch(input: PlanInput) {
         // The reservation leaves the counters that held it; the charge is spent under every cap now set.
         const spendScopes = new Map<string, { scope: SpendScope; id: string; held: boolean }>();
         for (const scope of r.capped ?? []) {
-          const id = scope === "key" ? r.keyId : r.user!;
+          const id = heldCounterId(r, scope);
           spendScopes.set(counterId(scope, id), { scope, id, held: true });
         }
         for (const s of cappedScopes(caps, r.keyId, r.user)) {
@@ -475,7 +480,7 @@ export function planBatch(input: PlanInput) {
           wallet.available += r.amount;
           dropReservation(r);
           for (const scope of r.capped ?? []) {
-            const id = scope === "key" ? r.keyId : r.user!;
+            const id = heldCounterId(r, scope);
             putCounter(scope, id, releaseOn(counter(scope, id), r.amount));
           }
         }

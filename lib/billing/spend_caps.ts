@@ -9,6 +9,8 @@
  */
 import {
   keys,
+  type KeySpendCaps,
+  type ReservationRecord,
   type SpendCaps,
   type SpendCapsRecord,
   type SpendCounter,
@@ -32,7 +34,10 @@ export function counterId(scope: SpendScope, id: string): string {
   return `${scope}:${id}`;
 }
 
-/** The capped scopes a request of this key and end user falls under. */
+/**
+ * The capped scopes a request of this key and end user falls under; `id` is the counter's (for a
+ * key, the one its caps name, which is a predecessor's after a rotation).
+ */
 export function cappedScopes(
   caps: SpendCapsRecord | null,
   keyId: string,
@@ -40,11 +45,21 @@ export function cappedScopes(
 ): { scope: SpendScope; id: string; caps: SpendCaps }[] {
   const out: { scope: SpendScope; id: string; caps: SpendCaps }[] = [];
   const keyCaps = caps?.keys[keyId];
-  if (keyCaps && hasCap(keyCaps)) out.push({ scope: "key", id: keyId, caps: keyCaps });
+  if (keyCaps && hasCap(keyCaps)) {
+    out.push({ scope: "key", id: keyCaps.counter ?? keyId, caps: keyCaps });
+  }
   if (user !== undefined && caps?.endUser && hasCap(caps.endUser)) {
     out.push({ scope: "user", id: user, caps: caps.endUser });
   }
   return out;
+}
+
+/** The counter a reservation's hold sits on, in one of the scopes it was capped in. */
+export function heldCounterId(
+  r: Pick<ReservationRecord, "keyId" | "keyCounter" | "user">,
+  scope: SpendScope,
+): string {
+  return scope === "key" ? r.keyCounter ?? r.keyId : r.user!;
 }
 
 function hasCap(caps: SpendCaps): boolean {
@@ -142,7 +157,9 @@ export async function setSpendCaps(
     const entry = await kv.get<SpendCapsRecord>(keys.spendCaps(appId));
     const record: SpendCapsRecord = structuredClone(entry.value ?? { keys: {}, endUser: null });
     if ("keyId" in target) {
-      if (hasCap(valid)) record.keys[target.keyId] = valid;
+      const counter = record.keys[target.keyId]?.counter;
+      const next: KeySpendCaps = counter === undefined ? valid : { ...valid, counter };
+      if (hasCap(valid) || counter !== undefined) record.keys[target.keyId] = next;
       else delete record.keys[target.keyId];
     } else {
       record.endUser = hasCap(valid) ? valid : null;
@@ -153,7 +170,10 @@ export async function setSpendCaps(
   throw new Error("spend caps conflicted; try again");
 }
 
-/** The spend counters of one scope (what a key or end user has held and spent under caps). */
+/**
+ * The spend counters of one scope (what a key or end user has held and spent under caps); a key's
+ * is the counter its caps name, a predecessor's when it replaced a rotated key.
+ */
 export async function getSpendCounter(
   kv: Deno.Kv,
   appId: string,
@@ -161,8 +181,29 @@ export async function getSpendCounter(
   id: string,
   now = Date.now(),
 ): Promise<SpendCounter> {
-  const entry = await kv.get<SpendCounter>(keys.spendCounter(appId, scope, id));
+  const counterOf = scope === "key" ? (await getSpendCaps(kv, appId)).keys[id]?.counter ?? id : id;
+  const entry = await kv.get<SpendCounter>(keys.spendCounter(appId, scope, counterOf));
   return currentCounter(entry.value, now);
+}
+
+/**
+ * What a rotation does to the app's caps: the replacement takes the old key's caps and counts on
+ * its counter (spend so far, and holds of the old key's requests still in flight). A key without
+ * caps but with a counter (its cap was removed) passes the counter on, so a cap set again counts
+ * on. Null when there is nothing to carry.
+ */
+export function capsAfterRotation(
+  caps: SpendCapsRecord | null,
+  oldKeyId: string,
+  newKeyId: string,
+  oldKeyHasCounter: boolean,
+): SpendCapsRecord | null {
+  const old = caps?.keys[oldKeyId];
+  if (!old && !oldKeyHasCounter) return null;
+  const next: SpendCapsRecord = structuredClone(caps ?? { keys: {}, endUser: null });
+  next.keys[newKeyId] = { ...(old ?? NO_CAPS), counter: old?.counter ?? oldKeyId };
+  delete next.keys[oldKeyId];
+  return next;
 }
 
 const CAP_WORDS: Record<CapName, string> = { total: "total", daily: "daily", monthly: "monthly" };

@@ -170,28 +170,3 @@ export async function listAppKeys(kv: Deno.Kv, appId: string) {
   }
   return out;
 }
-
-/**
- * One-step rotation: a new key under the same name is issued and the old one revoked in one commit,
- * so there is never a moment with both or neither.
- */
-export async function rotateKey(
-  kv: Deno.Kv,
-  keyId: string,
-  now = Date.now(),
-): Promise<{ issued: IssuedKey; revoked: ApiKeyRecord }> {
-  for (let attempt = 0; attempt < 10; attempt++) {
-    const entry = await kv.get<ApiKeyRecord>(keys.apiKey(keyId));
-    if (!entry.value || entry.value.revokedAt !== null) {
-      throw new NotFoundError(`no live key ${keyId}`);
-    }
-    const revoked = { ...entry.value, revokedAt: now };
-    const { issued, write } = prepareKey(revoked.appId, revoked.name, now);
-    const atomic = kv.atomic()
-      .check(entry)
-      .set(keys.apiKey(keyId), revoked)
-      .delete(keys.apiKeyByHash(revoked.hash));
-    if ((await write(atomic).commit()).ok) return { issued, revoked };
-  }
-  throw new Error("key rotation conflicted; try again");
-}

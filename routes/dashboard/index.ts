@@ -10,7 +10,6 @@ import {
   listOwnerApps,
   renameApp,
   revokeKey,
-  rotateKey,
   rotateTopUpToken,
   topUpUrl,
 } from "@/lib/tenants/mod.ts";
@@ -21,6 +20,7 @@ import {
   getSpendCaps,
   LimitAboveCeilingError,
   MAX_LIMIT,
+  rotateKey,
   setRateLimits,
   setSpendCaps,
   spendByModel,

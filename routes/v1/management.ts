@@ -75,7 +75,8 @@ function appObject(app: AppRecord, wallet: WalletRecord, uncharged: Micros, publ
 }
 
 function capsObject(caps: SpendCaps | null | undefined) {
-  if (!caps) return null;
+  // A rotated key's entry may carry only its counter, with no cap left.
+  if (!caps || (caps.total === null && caps.daily === null && caps.monthly === null)) return null;
   const usd = (v: number | null) => v === null ? null : formatUsd(v);
   return { total: usd(caps.total), daily: usd(caps.daily), monthly: usd(caps.monthly) };
 }
@@ -347,10 +348,14 @@ export function managementRoutes(
     const keyId = c.req.param("key_id");
     const input = parseBody(CapsBody, await body(c));
     const key = (await listAppKeys(kv, appId)).find((k) => k.id === keyId);
-    if (!key) {
-      throw new ApiError("resource_not_found", `No key '${keyId.slice(0, 64)}' in this app.`, {
-        param: "key_id",
-      });
+    // A revoked key can spend nothing more: a cap on it would only ever be shown, never used (the
+    // dashboard refuses it alike).
+    if (!key || key.revokedAt !== null) {
+      throw new ApiError(
+        "resource_not_found",
+        `No live key '${keyId.slice(0, 64)}' in this app.`,
+        { param: "key_id" },
+      );
     }
     const caps = await setSpendCaps(kv, appId, { keyId }, input);
     return c.json(keyObject(key, caps));

@@ -1,0 +1,30 @@
+import assert from "node:assert/strict";
+import { cappedScopes, capsAfterRotation, heldCounterId } from "./spend_caps.ts";
+
+const cap = { total: 200_000, daily: null, monthly: null };
+
+Deno.test("a rotation moves a key's caps to its replacement, counted on the old key's counter", () => {
+  const once = capsAfterRotation({ keys: { key_a: cap }, endUser: null }, "key_a", "key_b", true);
+  assert.deepEqual(once, { keys: { key_b: { ...cap, counter: "key_a" } }, endUser: null });
+  // Rotated again: still the first key's counter, where the spend so far is.
+  const twice = capsAfterRotation(once, "key_b", "key_c", false);
+  assert.deepEqual(twice?.keys, { key_c: { ...cap, counter: "key_a" } });
+  assert.deepEqual(cappedScopes(twice, "key_c", undefined), [
+    { scope: "key", id: "key_a", caps: { ...cap, counter: "key_a" } },
+  ]);
+});
+
+Deno.test("a rotation of a key whose cap was removed passes its counter on, and of a key never capped changes nothing", () => {
+  const uncapped = capsAfterRotation({ keys: {}, endUser: null }, "key_a", "key_b", true);
+  assert.deepEqual(uncapped?.keys, {
+    key_b: { total: null, daily: null, monthly: null, counter: "key_a" },
+  });
+  assert.deepEqual(cappedScopes(uncapped, "key_b", undefined), []);
+  assert.equal(capsAfterRotation(null, "key_a", "key_b", false), null);
+});
+
+Deno.test("a reservation's key hold sits on the counter it was taken on", () => {
+  assert.equal(heldCounterId({ keyId: "key_b", keyCounter: "key_a" }, "key"), "key_a");
+  assert.equal(heldCounterId({ keyId: "key_b" }, "key"), "key_b");
+  assert.equal(heldCounterId({ keyId: "key_b", user: "u1" }, "user"), "u1");
+});
