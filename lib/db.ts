@@ -411,6 +411,12 @@ export type IdempotencyRecord =
     claimId: string;
     /** SHA-256 of the canonical JSON body: a repeat must send the same request. */
     bodyHash: string;
+    /**
+     * The method and path it was claimed on (`POST /v1/chat/completions`): a repeat must be sent to
+     * the same endpoint. Absent on records from before it was kept, which are compared on the body
+     * alone until they expire.
+     */
+    endpoint?: string;
     /** The request that ran. */
     requestId: string;
   }

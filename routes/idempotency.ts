@@ -25,9 +25,10 @@ const REPLAYED_HEADERS = [
 ];
 
 /**
- * `Idempotency-Key` on a POST with a JSON body. Without the header the request passes untouched.
- * With it: the first request runs; a repeat with the same body gets the first one's status,
- * headers and body again (`Idempotent-Replayed: true`), without running; a different body is 422
+ * `Idempotency-Key` on a POST with a JSON body (or none, on a `bodyless` route). Without the
+ * header the request passes untouched. With it: the first request runs; a repeat to the same
+ * endpoint with the same body gets the first one's status, headers and body again
+ * (`Idempotent-Replayed: true`), without running; another endpoint or body is 422
  * `idempotency_key_reused`; a repeat while the first runs is 409 `idempotency_key_in_use`; a
  * repeat of an answer too large to have been recorded is 422 `idempotency_replay_too_large`.
  *
@@ -50,6 +51,8 @@ export function idempotency<E extends Env>(
      * be stored in the clear, so such routes blank it here and a replay shows it as null.
      */
     recordedBody?: (body: Uint8Array) => Uint8Array;
+    /** The route takes no request body: none is read, so an empty one is fine. */
+    bodyless?: boolean;
   },
 ): MiddlewareHandler<E> {
   return async (c, next) => {
@@ -62,7 +65,9 @@ export function idempotency<E extends Env>(
         { param: "Idempotency-Key" },
       );
     }
-    const body = await readJsonBody(c.req.raw);
+    // A route without a request body (a revoke) is the same request whatever was sent, or nothing:
+    // its identity is that of `{}`, what clients sent it before empty bodies were accepted.
+    const body = options.bodyless ? {} : await readJsonBody(c.req.raw);
     if ((body as { stream?: unknown } | null)?.stream === true) {
       throw new ApiError(
         "idempotency_key_with_stream",
@@ -70,16 +75,19 @@ export function idempotency<E extends Env>(
         { param: "stream" },
       );
     }
-    c.set("jsonBody", body);
+    if (!options.bodyless) c.set("jsonBody", body);
     const scope = options.scope(c);
     const bodyHash = canonicalBodyHash(body);
     const requestId = c.get("requestId");
-    const claim = await store.claim(scope, key, bodyHash, requestId);
+    const endpoint = `${c.req.method} ${c.req.path}`;
+    const claim = await store.claim(scope, key, bodyHash, requestId, endpoint);
 
     if (claim.kind === "reused") {
       throw new ApiError(
         "idempotency_key_reused",
-        "This Idempotency-Key was already used with a different request body. Use a new key for a new request.",
+        claim.differs === "endpoint"
+          ? `This Idempotency-Key was already used for another endpoint (${claim.endpoint}). Use a new key for a new request.`
+          : "This Idempotency-Key was already used with a different request body. Use a new key for a new request.",
       );
     }
     if (claim.kind === "in_use") {

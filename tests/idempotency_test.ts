@@ -17,6 +17,7 @@ import {
 import { completionStream } from "./upstreams.ts";
 
 const FAKE = "fake/gpt";
+const CHAT = "POST /v1/chat/completions";
 
 /**
  * A loopback OpenAI-compatible upstream that counts its calls, answers each once `release` is
@@ -352,6 +353,7 @@ Deno.test("a claim left by a dead process is taken over once its lease has passe
       "orphan",
       canonicalBodyHash(request()),
       "req_dead",
+      CHAT,
     );
     assert.equal(claim.kind, "claimed");
     assert.equal((await s.chat(apiKey, request(), withKey("orphan"))).status, 409);
@@ -368,13 +370,13 @@ Deno.test("a claim renewed while its request runs is not taken over after its fi
   try {
     const store = new IdempotencyStore(kv, { leaseMs: 60_000, now: () => clock });
     const hash = canonicalBodyHash(request());
-    const claim = await store.claim("app:a", "long", hash, "req_long");
+    const claim = await store.claim("app:a", "long", hash, "req_long", CHAT);
     assert.equal(claim.kind, "claimed");
     if (claim.kind !== "claimed") return;
     clock += 50_000;
     assert.equal(await store.renew("app:a", "long", claim), true);
     clock += 50_000; // past the first lease, within the renewed one
-    assert.equal((await store.claim("app:a", "long", hash, "req_retry")).kind, "in_use");
+    assert.equal((await store.claim("app:a", "long", hash, "req_retry", CHAT)).kind, "in_use");
     assert.equal(
       await store.complete("app:a", "long", claim, "req_long", hash, {
         status: 200,
@@ -384,7 +386,7 @@ Deno.test("a claim renewed while its request runs is not taken over after its fi
       true,
       "the renewed claim still records its answer",
     );
-    assert.equal((await store.claim("app:a", "long", hash, "req_retry")).kind, "replay");
+    assert.equal((await store.claim("app:a", "long", hash, "req_retry", CHAT)).kind, "replay");
   } finally {
     kv.close();
   }
@@ -395,7 +397,7 @@ Deno.test("an answer completed while a renewal of its claim is in flight is stil
   try {
     const store = new IdempotencyStore(kv, { leaseMs: 60_000 });
     const hash = canonicalBodyHash(request());
-    const claim = await store.claim("app:a", "racing", hash, "req_racing");
+    const claim = await store.claim("app:a", "racing", hash, "req_racing", CHAT);
     assert.equal(claim.kind, "claimed");
     if (claim.kind !== "claimed") return;
     // The renewal timer fired just before the request ended: its commit is still on its way.
@@ -407,7 +409,7 @@ Deno.test("an answer completed while a renewal of its claim is in flight is stil
     });
     assert.equal(await renewing, true);
     assert.equal(recorded, true, "the answer is recorded, not lost to the renewal");
-    assert.equal((await store.claim("app:a", "racing", hash, "req_retry")).kind, "replay");
+    assert.equal((await store.claim("app:a", "racing", hash, "req_retry", CHAT)).kind, "replay");
   } finally {
     kv.close();
   }
@@ -417,7 +419,7 @@ Deno.test("a large answer is recorded in parts and replayed byte for byte", asyn
   const kv = await Deno.openKv(":memory:");
   const store = new IdempotencyStore(kv, { leaseMs: 1000 });
   const body = Uint8Array.from({ length: 65_536 * 3 + 17 }, (_, i) => (i * 31) % 251);
-  const claim = await store.claim("app:x", "big", "h", "req_1");
+  const claim = await store.claim("app:x", "big", "h", "req_1", CHAT);
   assert.equal(claim.kind, "claimed");
   if (claim.kind !== "claimed") return;
   assert.ok(
@@ -427,7 +429,7 @@ Deno.test("a large answer is recorded in parts and replayed byte for byte", asyn
       body,
     }),
   );
-  const replay = await store.claim("app:x", "big", "h", "req_2");
+  const replay = await store.claim("app:x", "big", "h", "req_2", CHAT);
   assert.equal(replay.kind, "replay");
   if (replay.kind === "replay") assert.deepEqual(replay.response.body, body);
   kv.close();
@@ -443,15 +445,15 @@ Deno.test("an answer up to the replay limit is replayed; one byte over, it is re
       body: new Uint8Array(bytes).fill(120),
     });
     for (const [key, bytes] of [["at", 100_000], ["over", 100_001]] as const) {
-      const claim = await store.claim("app:x", key, "h", `req_${key}`);
+      const claim = await store.claim("app:x", key, "h", `req_${key}`, CHAT);
       assert.equal(claim.kind, "claimed");
       if (claim.kind !== "claimed") return;
       assert.ok(await store.complete("app:x", key, claim, `req_${key}`, "h", answer(bytes)));
     }
-    const atLimit = await store.claim("app:x", "at", "h", "req_2");
+    const atLimit = await store.claim("app:x", "at", "h", "req_2", CHAT);
     assert.equal(atLimit.kind, "replay");
     if (atLimit.kind === "replay") assert.equal(atLimit.response.body.byteLength, 100_000);
-    const over = await store.claim("app:x", "over", "h", "req_3");
+    const over = await store.claim("app:x", "over", "h", "req_3", CHAT);
     assert.equal(over.kind, "too_large");
     if (over.kind === "too_large") {
       assert.deepEqual(over, {
@@ -467,7 +469,7 @@ Deno.test("an answer up to the replay limit is replayed; one byte over, it is re
       "the answer over the limit left no body parts",
     );
     assert.equal(
-      (await store.claim("app:x", "over", "other body", "req_4")).kind,
+      (await store.claim("app:x", "over", "other body", "req_4", CHAT)).kind,
       "reused",
       "a key recorded as too large still refuses another body",
     );
@@ -546,5 +548,45 @@ Deno.test("embeddings and responses take Idempotency-Key too: a repeat is replay
     await assertAuditClean(s.kv);
   } finally {
     await s.close();
+  }
+});
+
+Deno.test("the same key and body sent to another endpoint gets 422 idempotency_key_reused, never the first endpoint's answer", () =>
+  withUpstream({}, async (s, upstream) => {
+    const { appId, apiKey } = await s.newApp();
+    const first = await s.chat(apiKey, request(), withKey("one-request"));
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    const before = await s.wallet(appId);
+    const other = await s.post(apiKey, "/embeddings", request(), withKey("one-request"));
+    assert.equal(other.status, 422);
+    assert.equal(other.headers.get("idempotent-replayed"), null);
+    const { error } = await other.json();
+    assert.equal(error.code, "idempotency_key_reused");
+    assert.match(error.message, /another endpoint \(POST \/v1\/chat\/completions\)/);
+    assert.equal(upstream.calls, 1);
+    assert.deepEqual(await s.wallet(appId), before);
+  }));
+
+Deno.test("a record from before endpoints were kept still replays a retry of the same body, until it expires", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const store = new IdempotencyStore(kv, { leaseMs: 1000 });
+    const claim = await store.claim("app:x", "legacy", "h", "req_1", CHAT);
+    assert.equal(claim.kind, "claimed");
+    if (claim.kind !== "claimed") return;
+    await store.complete("app:x", "legacy", claim, "req_1", "h", {
+      status: 200,
+      headers: {},
+      body: new TextEncoder().encode("{}"),
+    });
+    // As an older version wrote it: no endpoint.
+    const entry = await kv.get<Record<string, unknown>>(["idempotency", "app:x", "legacy"]);
+    const { endpoint: _, ...legacy } = entry.value!;
+    await kv.set(entry.key, legacy);
+    assert.equal((await store.claim("app:x", "legacy", "h", "req_2", CHAT)).kind, "replay");
+    assert.equal((await store.claim("app:x", "legacy", "other", "req_3", CHAT)).kind, "reused");
+  } finally {
+    kv.close();
   }
 });

@@ -517,3 +517,47 @@ Deno.test("management API: a revoked key's spend cap cannot be set, as on the da
     const listed = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
     assert.equal(listed.body.data[0].spend_cap, null);
   }));
+
+Deno.test("management API: one Idempotency-Key on two keys' revoke gets 422 for the second, which stays live", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const second = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+      body: { name: "second" },
+    });
+    const headers = { "idempotency-key": "revoke-once" };
+    const revoke = (keyId: string) =>
+      call(s, o.managementKey, "POST", `/apps/${app.appId}/keys/${keyId}/revoke`, {
+        body: {},
+        headers,
+      });
+    assert.equal((await revoke(app.keyId)).status, 200);
+    const other = await revoke(second.body.id);
+    assert.equal(other.status, 422);
+    assert.equal(other.body.error.code, "idempotency_key_reused");
+    assert.equal(other.headers.get("idempotent-replayed"), null);
+    assert.equal((await chat(s, second.body.api_key)).status, 200, "the second key is live");
+  }));
+
+Deno.test("management API: a revoke with no body works with and without an Idempotency-Key, and its retry replays", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const [first, second] = o.apps;
+    const bare = await call(
+      s,
+      o.managementKey,
+      "POST",
+      `/apps/${first.appId}/keys/${first.keyId}/revoke`,
+    );
+    assert.equal(bare.status, 200);
+    const path = `/apps/${second.appId}/keys/${second.keyId}/revoke`;
+    const headers = { "idempotency-key": "revoke-no-body" };
+    const keyed = await call(s, o.managementKey, "POST", path, { headers });
+    assert.equal(keyed.status, 200);
+    assert.equal(typeof keyed.body.revoked, "number");
+    // A retry that now sends `{}` is the same request: the body of a body-less route is not read.
+    const retry = await call(s, o.managementKey, "POST", path, { headers, body: {} });
+    assert.equal(retry.status, 200);
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(retry.body, keyed.body);
+  }));

@@ -105,7 +105,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "Idempotency key reused with another request",
     cause:
-      "The `Idempotency-Key` was used in the last 24 hours for a request with a different body (compared as canonical JSON: key order and spacing do not matter). Nothing was run or charged.",
+      "The `Idempotency-Key` was used in the last 24 hours for another endpoint (method and path; the message names it), or with a different body (compared as canonical JSON: key order and spacing do not matter). Nothing was run or charged.",
     fix:
       "Use a new key (a UUID) for every distinct request; reuse a key only to retry the same one.",
   },

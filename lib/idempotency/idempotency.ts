@@ -31,8 +31,9 @@ export type Claim =
   | { kind: "claimed"; claimId: string; versionstamp: string; record: IdempotencyRecord }
   /** A finished request with the same key and body: answer with its response. */
   | { kind: "replay"; requestId: string; response: RecordedResponse }
-  /** Same key, different body. */
-  | { kind: "reused" }
+  /** Same key, sent to another endpoint (`endpoint` names the first one's) or with another body. */
+  | { kind: "reused"; differs: "endpoint"; endpoint: string }
+  | { kind: "reused"; differs: "body" }
   /** Same key and body, and the first request is still running. */
   | { kind: "in_use" }
   /** Same key and body; the first one's answer was charged but too large to be kept for replays. */
@@ -65,14 +66,27 @@ export class IdempotencyStore {
     this.#now = options.now ?? Date.now;
   }
 
-  async claim(scope: string, key: string, bodyHash: string, requestId: string): Promise<Claim> {
+  /**
+   * `endpoint` is the request's method and path: a key is one request, so one sent to another
+   * endpoint is refused like one sent with another body, never answered with the other's record.
+   */
+  async claim(
+    scope: string,
+    key: string,
+    bodyHash: string,
+    requestId: string,
+    endpoint: string,
+  ): Promise<Claim> {
     const recordKey = keys.idempotency(scope, key);
     for (let attempt = 0; attempt < 10; attempt++) {
       const now = this.#now();
       const entry = await this.#kv.get<IdempotencyRecord>(recordKey);
       const current = entry.value;
-      if (current && current.bodyHash !== bodyHash && this.#live(current, now)) {
-        return { kind: "reused" };
+      if (current && this.#live(current, now)) {
+        if (current.endpoint !== undefined && current.endpoint !== endpoint) {
+          return { kind: "reused", differs: "endpoint", endpoint: current.endpoint };
+        }
+        if (current.bodyHash !== bodyHash) return { kind: "reused", differs: "body" };
       }
       if (current?.state === "running" && current.leaseUntil > now) return { kind: "in_use" };
       if (current?.state === "done" && this.#live(current, now)) {
@@ -98,6 +112,7 @@ export class IdempotencyStore {
         state: "running",
         claimId: newId("idem", now),
         bodyHash,
+        endpoint,
         requestId,
         leaseUntil: now + this.#leaseMs,
       };
@@ -190,6 +205,7 @@ export class IdempotencyStore {
       state: "done",
       claimId: claim.claimId,
       bodyHash,
+      ...(claim.record.endpoint === undefined ? {} : { endpoint: claim.record.endpoint }),
       requestId,
       status: response.status,
       headers: response.headers,

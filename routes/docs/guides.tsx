@@ -305,7 +305,7 @@ export function billingPage() {
           customers, say) never replay or block each other's requests.
         </li>
         <li>
-          The same key with another body:{" "}
+          The same key on another endpoint, or with another body:{" "}
           <code>422 idempotency_key_reused</code>. A repeat while the first is still running:{" "}
           <code>409 idempotency_key_in_use</code> (retry a moment later to get the answer).
         </li>

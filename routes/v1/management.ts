@@ -277,11 +277,13 @@ export function managementRoutes(
 ) {
   const { kv, publicUrl } = deps;
   const r = new Hono<ManagementEnv>();
-  const ownerIdempotency = (recordedBody?: (b: Uint8Array) => Uint8Array) =>
+  const ownerIdempotency = (
+    options: { recordedBody?: (b: Uint8Array) => Uint8Array; bodyless?: boolean } = {},
+  ) =>
     idempotency(deps.idempotencyStore, {
       scope: (c) => `owner:${c.get("manager").ownerId}`,
       log: deps.log,
-      recordedBody,
+      ...options,
     });
   const body = jsonBody;
 
@@ -321,7 +323,7 @@ export function managementRoutes(
     });
   });
 
-  r.post("/apps/:app_id/keys", ownerIdempotency(withoutSecret), async (c) => {
+  r.post("/apps/:app_id/keys", ownerIdempotency({ recordedBody: withoutSecret }), async (c) => {
     const input = parseBody(NewKeyBody, await body(c));
     const appId = c.get("app").id;
     const issued = await issueKey(kv, appId, input.name);
@@ -331,7 +333,7 @@ export function managementRoutes(
     return c.json({ ...keyObject(issued.record, caps), api_key: issued.apiKey }, 201);
   });
 
-  r.post("/apps/:app_id/keys/:key_id/revoke", ownerIdempotency(), async (c) => {
+  r.post("/apps/:app_id/keys/:key_id/revoke", ownerIdempotency({ bodyless: true }), async (c) => {
     const keyId = c.req.param("key_id");
     const key = (await listAppKeys(kv, c.get("app").id)).find((k) => k.id === keyId);
     if (!key) {
