@@ -1,6 +1,6 @@
 /**
- * A loopback stand-in for the part of Stripe's API the top-up flow calls (create and retrieve a
- * Checkout Session), answering with objects shaped like the API reference's, and signed webhook
+ * A loopback stand-in for the part of Stripe's API the top-up flow calls (create, retrieve and list
+ * Checkout Sessions), answering with objects shaped like the API reference's, and signed webhook
  * events built with the stripe package's own test helper.
  */
 import Stripe from "stripe";
@@ -138,6 +138,20 @@ export function startFakeStripe() {
       });
       sessions.set(session.id, session);
       return Response.json(session);
+    }
+    if (request.method === "GET" && url.pathname === "/v1/checkout/sessions") {
+      // List Checkout Sessions, filtered by `payment_intent` as Stripe's API filters it.
+      const paymentIntent = url.searchParams.get("payment_intent");
+      const limit = Number(url.searchParams.get("limit") ?? 10);
+      const found = [...sessions.values()]
+        .filter((s) => paymentIntent === null || s.payment_intent === paymentIntent)
+        .reverse();
+      return Response.json({
+        object: "list",
+        data: found.slice(0, limit),
+        has_more: found.length > limit,
+        url: "/v1/checkout/sessions",
+      });
     }
     const match = /^\/v1\/checkout\/sessions\/([^/]+)$/.exec(url.pathname);
     if (request.method === "GET" && match) {

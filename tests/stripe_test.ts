@@ -666,3 +666,67 @@ Deno.test("two processes on one database receiving the same refunds concurrently
     assert.equal(wallet.refunded, 10_000_000);
     assert.equal(sumOf(await ledgerOf(one, appId), "refund"), 10_000_000);
   }));
+
+Deno.test("a refund that arrives before its payment's checkout.session.completed credits the payment, then takes the refund back", () =>
+  withStripe(async (s, fake) => {
+    const { appId } = await s.newApp();
+    // Stripe knows the paid session; its completion event is still on the way.
+    const session = paidSession(appId, 10_000_000);
+    fake.sessions.set(session.id, session);
+    const paymentIntent = session.payment_intent as string;
+    const refund = refunded(paymentIntent, 1_000, { id: "re_early" });
+    const early = await deliver(s, refund);
+    assert.equal(early.status, 200);
+    assert.equal(early.body.outcome, "taken_back");
+    const late = await deliver(s, eventPayload("checkout.session.completed", session));
+    assert.equal(late.body.outcome, "already_credited");
+    assert.equal((await deliver(s, refund)).body.outcome, "already_taken_back");
+    const { wallet, ledger } = await moneyState(s, appId);
+    assert.equal(wallet.available, 5_000_000);
+    assert.equal(wallet.topUps, 10_000_000);
+    assert.equal(wallet.refunded, 10_000_000);
+    assert.equal(ledger.filter((e) => e.kind === "top_up").length, 1);
+    assert.equal(sumOf(ledger, "refund"), 10_000_000);
+    assert.equal(s.logs.filter((l) => l.event === "stripe_reversal_unmatched").length, 0);
+  }));
+
+Deno.test("a dispute won before its payment's completion event came ends with the payment credited and nothing taken", () =>
+  withStripe(async (s, fake) => {
+    const { appId } = await s.newApp();
+    const session = paidSession(appId, 10_000_000);
+    fake.sessions.set(session.id, session);
+    const paymentIntent = session.payment_intent as string;
+    const won = disputeObject({ paymentIntent, amount: 1_000, status: "won" });
+    assert.equal(
+      (await deliver(s, eventPayload("charge.dispute.closed", won))).body.outcome,
+      "given_back",
+    );
+    await deliver(s, eventPayload("checkout.session.completed", session));
+    await assertAllGivenBack(s, appId, "chargeback", 10_000_000);
+  }));
+
+Deno.test("a refund whose payment cannot be looked up at Stripe is answered 5xx, so Stripe delivers it again, and nothing changes", async () => {
+  const fake = startFakeStripe();
+  const broken = createStripeClient("sk_test_wrong", {
+    host: "127.0.0.1",
+    port: fake.port,
+    protocol: "http",
+  });
+  const s = await startService({ env: STRIPE_ENV, payments: { stripe: broken } });
+  try {
+    const { appId } = await s.newApp();
+    const session = paidSession(appId, 10_000_000);
+    fake.sessions.set(session.id, session);
+    const before = await moneyState(s, appId);
+    const res = await s.handle(
+      await webhookRequest(refunded(session.payment_intent as string, 1_000)),
+    );
+    await res.body?.cancel();
+    assert.ok(res.status >= 500, `status ${res.status}`);
+    assert.deepEqual(await moneyState(s, appId), before);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});

@@ -4,7 +4,7 @@
  * exactly once and only for the amount our own metadata and Stripe's total agree on.
  */
 import Stripe from "stripe";
-import { type AppRecord, keys, type LedgerEntry } from "@/lib/db.ts";
+import { type AppRecord, keys, type LedgerEntry, type StripePaymentRecord } from "@/lib/db.ts";
 import { formatUsd, type Logger, type Micros } from "@/lib/core/mod.ts";
 import {
   centsToMicros,
@@ -181,20 +181,49 @@ const FULFILLING_EVENTS = new Set([
 ]);
 
 export async function handleStripeEvent(
-  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger },
+  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger; stripe: Stripe },
   event: Stripe.Event,
 ): Promise<FulfilOutcome | ReversalOutcome | { status: "ignored" }> {
   const object = event.data.object as { object?: string };
+  const reversalDeps = {
+    ...deps,
+    creditUnseenPayment: (paymentIntentId: string) => creditUnseenPayment(deps, paymentIntentId),
+  };
   if (REFUND_EVENTS.has(event.type) && object.object === "refund") {
-    return await takeBackRefund(deps, event, object as Stripe.Refund);
+    return await takeBackRefund(reversalDeps, event, object as Stripe.Refund);
   }
   if (DISPUTE_EVENTS.has(event.type) && object.object === "dispute") {
-    return await takeBackDispute(deps, event, object as Stripe.Dispute);
+    return await takeBackDispute(reversalDeps, event, object as Stripe.Dispute);
   }
   if (!FULFILLING_EVENTS.has(event.type)) return { status: "ignored" };
   const session = event.data.object as CheckoutSession;
   if (session.object !== "checkout.session") return { status: "ignored" };
   return await fulfilCheckoutSession(deps, session);
+}
+
+/**
+ * A refund or dispute named a payment with no credit seen here: asks Stripe for the Checkout
+ * Session that payment paid and fulfils it as its own completion event would (once, by the
+ * session's marker), so the reversal has a credit to take back. Answering 5xx until the completion
+ * event came instead would leave the refunded credits spendable for as long as Stripe's retries
+ * wait (hours), and would never match a payment credited before payments were kept.
+ */
+async function creditUnseenPayment(
+  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger; stripe: Stripe },
+  paymentIntentId: string,
+): Promise<StripePaymentRecord | null> {
+  const { data } = await deps.stripe.checkout.sessions.list({
+    payment_intent: paymentIntentId,
+    limit: 1,
+  });
+  if (data.length === 0) return null;
+  const outcome = await fulfilCheckoutSession(deps, data[0]);
+  if (outcome.status === "not_paid") {
+    // A refund or dispute exists only for money received: Stripe's view is behind; ask again.
+    throw new Error(`the session of ${paymentIntentId} is refunded but not yet paid`);
+  }
+  if (outcome.status !== "credited" && outcome.status !== "already_credited") return null;
+  return (await deps.kv.get<StripePaymentRecord>(keys.stripePayment(paymentIntentId))).value;
 }
 
 /** Receipt lookup for a session: our ledger entry when credited, else Stripe's word on it. */

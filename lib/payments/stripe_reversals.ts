@@ -6,6 +6,8 @@
  * Each event may arrive late, twice, concurrently or out of order; every step is keyed by a marker
  * the wallet writes once (the refund's or dispute's id), so replays change nothing, and a step
  * that undoes another (a failed refund, a won dispute) first makes sure what it undoes was done.
+ * Likewise a reversal of a payment not yet credited here first credits it (its Checkout Session,
+ * asked of Stripe, marked by its id like any credit), then takes back.
  */
 import type Stripe from "stripe";
 import { keys, type StripePaymentRecord } from "@/lib/db.ts";
@@ -17,6 +19,13 @@ interface Deps {
   kv: Deno.Kv;
   wallets: Wallets;
   log: Logger;
+  /**
+   * The payment a reversal names when no credit of it was seen yet: Stripe does not order its
+   * events, so a refund may come before its checkout's completion. Credits the payment first if
+   * it is one of our top-ups (returning its record), null if it is not ours; throws when Stripe
+   * cannot be asked, so the event is answered 5xx and delivered again.
+   */
+  creditUnseenPayment: (paymentIntentId: string) => Promise<StripePaymentRecord | null>;
 }
 
 export type ReversalOutcome =
@@ -25,7 +34,7 @@ export type ReversalOutcome =
   | { status: "given_back"; appId: string; amount: Micros }
   /** An inquiry (`warning_…`): Stripe moved no money, so nothing is taken. */
   | { status: "inquiry" }
-  /** No top-up of ours was paid by this payment (another product, or paid before this was kept). */
+  /** No top-up of ours was paid by this payment (another product on the Stripe account). */
   | { status: "unmatched" };
 
 /** Remembers which app a paid top-up credited, for its refunds and disputes; kept once written. */
@@ -84,9 +93,12 @@ async function takeBack(
 ): Promise<ReversalOutcome> {
   const { id, kind } = reversal;
   const wording = WORDING[kind];
-  const payment = reversal.paymentIntent
+  let payment = reversal.paymentIntent
     ? (await deps.kv.get<StripePaymentRecord>(keys.stripePayment(reversal.paymentIntent))).value
     : null;
+  if (!payment && reversal.paymentIntent) {
+    payment = await deps.creditUnseenPayment(reversal.paymentIntent);
+  }
   const amount = Math.min(centsToMicros(reversal.cents), payment?.amount ?? Infinity);
   const unmatched = (why: string): ReversalOutcome => {
     // Not taken back from any wallet: the operator's to settle by hand, so the amount is told.

@@ -18,7 +18,7 @@ function refusal(c: Context<Env>, status: 400 | 503, message: string) {
  * Stripe's webhook: the signature is checked on the raw bytes before anything is parsed; a paid
  * Checkout Session is credited once, and a refund or dispute of it taken back once, however often
  * and in whatever order the events arrive. A 2xx tells Stripe to stop; a 5xx (the wallet store
- * failing) makes it retry later.
+ * failing, or Stripe's API when a reversal's payment must be looked up) makes it retry later.
  */
 export function stripeWebhook(
   deps: {
@@ -57,7 +57,7 @@ export function stripeWebhook(
       });
       return refusal(c, 400, "Invalid Stripe signature.");
     }
-    const outcome = await handleStripeEvent(deps, event);
+    const outcome = await handleStripeEvent({ ...deps, stripe }, event);
     return c.json({ received: true, event: event.id, outcome: outcome.status });
   };
 }
