@@ -81,11 +81,26 @@ export const keys = {
   allWebhookSettings: () => ["webhook_settings"] as const,
   /** What the low-balance and top-up detection has already seen of an app's wallet. */
   webhookWatch: (appId: string) => ["webhook_watch", appId] as const,
+  /** Pending until delivered or given up; then kept `WEBHOOK_EVENT_RETENTION_MS` (expireIn). */
   webhookEvent: (appId: string, eventId: string) => ["webhook_events", appId, eventId] as const,
   appWebhookEvents: (appId: string) => ["webhook_events", appId] as const,
-  /** Deliveries due at `dueAt` (or leased by a deliverer until then). */
-  webhookOutbox: (dueAt: number, eventId: string) => ["webhook_outbox", dueAt, eventId] as const,
-  webhookOutboxAll: () => ["webhook_outbox"] as const,
+  /**
+   * An app's deliveries due at `dueAt` (or leased by a deliverer until then). Per app, so that a
+   * deliverer takes each app's share without reading past another app's backlog.
+   */
+  webhookOutbox: (appId: string, dueAt: number, eventId: string) =>
+    ["webhook_app_outbox", appId, dueAt, eventId] as const,
+  appWebhookOutbox: (appId: string) => ["webhook_app_outbox", appId] as const,
+  /**
+   * Apps that may have outbox entries: set in every commit that writes one, removed (checked) by a
+   * deliverer that found the app's outbox empty. Deliverers go round these.
+   */
+  webhookOutboxApp: (appId: string) => ["webhook_outbox_apps", appId] as const,
+  webhookOutboxApps: () => ["webhook_outbox_apps"] as const,
+  /** The outbox of earlier versions, one queue for all apps (`[…, dueAt, eventId]`): drained. */
+  legacyWebhookOutbox: () => ["webhook_outbox"] as const,
+  /** When the app's last dashboard test events were queued, to hold them to a few a minute. */
+  webhookTestSends: (appId: string) => ["webhook_test_sends", appId] as const,
   /** The app's spend caps (per key, and per end user); written by owners, checked by batches. */
   spendCaps: (appId: string) => ["spend_caps", appId] as const,
   /** What a capped key or end user holds and has spent; written only by wallet batches. */

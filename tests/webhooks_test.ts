@@ -2,12 +2,15 @@ import assert from "node:assert/strict";
 import { keys, type WebhookEventRecord } from "@/lib/db.ts";
 import {
   listWebhookEvents,
+  prepareEvent,
   saveWebhookSettings,
   sendTestEvent,
   WebhookDeliverer,
   WebhookWatcher,
 } from "@/lib/webhooks/mod.ts";
 import { serveLoopback, spendDownTo, type TestService, withService } from "./helpers.ts";
+import { OwnerSession } from "./owner_session.ts";
+import { TEST_EVENTS_PER_MINUTE } from "@/routes/dashboard/webhooks.ts";
 
 /**
  * A receiver written from Stripe's documented verification steps, not from our signing code:
@@ -211,10 +214,10 @@ Deno.test("an event whose deliverer died mid-delivery is sent by another once th
       await saveWebhookSettings(s.kv, appId, { url: receiver.url, lowBalanceThreshold: null });
       const event = await sendTestEvent(s.kv, appId, clock);
       // The dead deliverer's lease: the outbox entry moved to the end of its lease, never finished.
-      const due = await s.kv.get(keys.webhookOutbox(clock, event.id));
+      const due = await s.kv.get(keys.webhookOutbox(appId, clock, event.id));
       assert.ok(due.versionstamp);
       await s.kv.atomic().check(due).delete(due.key)
-        .set(keys.webhookOutbox(clock + 60_000, event.id), { appId }).commit();
+        .set(keys.webhookOutbox(appId, clock + 60_000, event.id), { appId }).commit();
 
       const other = new WebhookDeliverer(s.kv, { now: () => clock });
       assert.equal(await other.deliverDue(), 0, "leased: not sent twice at once");
@@ -448,4 +451,101 @@ Deno.test("an app with a backlog takes at most two places in a delivery round: a
     });
     assert.equal(await deliverer.deliverDue(), 3);
     assert.deepEqual(sent.sort(), ["busy.example.com", "busy.example.com", "quiet.example.com"]);
+  }));
+
+Deno.test("an app with 800 events queued ahead does not delay another app's event past the first round", () =>
+  withService(async (s) => {
+    const busy = await s.newApp("busy");
+    const quiet = await s.newApp("quiet");
+    for (const [app, host] of [[busy, "busy"], [quiet, "quiet"]] as const) {
+      await saveWebhookSettings(s.kv, app.appId, {
+        url: `https://${host}.example.com/hooks`,
+        lowBalanceThreshold: null,
+      });
+    }
+    const clock = Date.now();
+    for (let i = 0; i < 800; i += 50) {
+      const atomic = s.kv.atomic();
+      for (let j = 0; j < 50; j++) {
+        prepareEvent(busy.appId, "webhook.test", {}, clock - 10_000 + i + j).write(atomic);
+      }
+      assert.ok((await atomic.commit()).ok);
+    }
+    await sendTestEvent(s.kv, quiet.appId, clock);
+    const sent: string[] = [];
+    const deliverer = new WebhookDeliverer(s.kv, {
+      now: () => clock + 1_000,
+      resolve: () => Promise.resolve(["93.184.216.34"]),
+      fetch: ((input: string | URL | Request) => {
+        sent.push(new URL(String(input)).hostname);
+        return Promise.resolve(new Response("nope", { status: 500 }));
+      }) as typeof fetch,
+    });
+    await deliverer.deliverDue();
+    assert.ok(sent.includes("quiet.example.com"), "the quiet app's event went in the first round");
+    assert.equal(sent.filter((h) => h === "busy.example.com").length, 2);
+  }));
+
+Deno.test("events queued in the outbox of an earlier version are still delivered", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "https://legacy.example.com/hooks",
+      lowBalanceThreshold: null,
+    });
+    const clock = Date.now();
+    const { record } = prepareEvent(appId, "webhook.test", {}, clock);
+    // As an earlier version queued it: one outbox for all apps, keyed by due time.
+    await s.kv.atomic()
+      .set(keys.webhookEvent(appId, record.id), record)
+      .set([...keys.legacyWebhookOutbox(), clock, record.id], { appId })
+      .commit();
+    const sent: string[] = [];
+    const deliverer = new WebhookDeliverer(s.kv, {
+      now: () => clock + 1_000,
+      resolve: () => Promise.resolve(["93.184.216.34"]),
+      fetch: ((input: string | URL | Request) => {
+        sent.push(String(input));
+        return Promise.resolve(new Response("ok"));
+      }) as typeof fetch,
+    });
+    assert.equal(await deliverer.deliverDue(), 1);
+    assert.deepEqual(sent, ["https://legacy.example.com/hooks"]);
+    assert.equal((await events(s, appId))[0].state, "delivered");
+    assert.equal(
+      (await Array.fromAsync(s.kv.list({ prefix: keys.legacyWebhookOutbox() }))).length,
+      0,
+    );
+    // Nothing left for the app: its mark among the apps with queued events goes.
+    assert.equal(await deliverer.deliverDue(), 0);
+    assert.equal((await s.kv.get(keys.webhookOutboxApp(appId))).versionstamp, null);
+  }));
+
+Deno.test("the dashboard's test event button sends a few a minute per app, then says when the next can go", () =>
+  withService(async (s) => {
+    const owner = await new OwnerSession(s).signUp("hooks@example.com");
+    const { appId } = await owner.createApp("hooked");
+    const csrf = await owner.csrf();
+    const saved = await owner.post(`/dashboard/apps/${appId}/webhooks`, {
+      url: "https://hooks.example.com/in",
+      threshold: "",
+      _csrf: csrf,
+    });
+    assert.equal(saved.status, 200);
+    await saved.body?.cancel();
+    const clicks = await Promise.all(
+      Array.from(
+        { length: 12 },
+        () => owner.post(`/dashboard/apps/${appId}/webhooks/test`, { _csrf: csrf }),
+      ),
+    );
+    const statuses = clicks.map((r) => r.status);
+    assert.equal(statuses.filter((st) => st === 303).length, TEST_EVENTS_PER_MINUTE);
+    assert.equal(statuses.filter((st) => st === 429).length, 12 - TEST_EVENTS_PER_MINUTE);
+    const refused = clicks.find((r) => r.status === 429)!;
+    assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+    assert.match(await refused.text(), /At most 5 test events a minute/);
+    for (const r of clicks) if (r !== refused) await r.body?.cancel();
+    const tests = (await events(s, appId)).filter((e) => e.type === "webhook.test");
+    assert.equal(tests.length, TEST_EVENTS_PER_MINUTE);
   }));

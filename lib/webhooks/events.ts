@@ -10,10 +10,12 @@
  * event id is derived from the entry's. A periodic sweep catches what a crashed
  * process nudged but never observed.
  *
- * Delivery (`WebhookDeliverer`): an outbox entry is keyed by the time it is due. A deliverer takes
- * one by moving it, in one checked commit, to the end of a lease; if the process dies mid-delivery
- * the entry is due again when the lease ends, and another deliverer sends it (at least once, never
- * two deliverers at a time). Every event carries an id for receivers to de-duplicate.
+ * Delivery (`WebhookDeliverer`): an outbox entry is keyed by its app and the time it is due. A
+ * deliverer takes one by moving it, in one checked commit, to the end of a lease; if the process
+ * dies mid-delivery the entry is due again when the lease ends, and another deliverer sends it (at
+ * least once, never two deliverers at a time). Every event carries an id for receivers to
+ * de-duplicate. Each round goes round the apps with outbox entries and takes a few of each, so no
+ * app's backlog, however long, holds up another app's events.
  */
 import {
   keys,
@@ -60,6 +62,26 @@ function idAt(prefix: string, ms: number): string {
   return `${prefix}_${Math.max(0, ms).toString(36).padStart(10, "0")}`;
 }
 
+/**
+ * How long a delivered or given-up event stays listed. Its record is also what makes a ledger
+ * entry's announcement happen once, so entries are announced only well within this (see
+ * `ANNOUNCE_WITHIN_MS`).
+ */
+export const WEBHOOK_EVENT_RETENTION_MS = 30 * 24 * 60 * 60 * 1000;
+
+/**
+ * A ledger entry older than this is never announced: its event, if it had one, may have expired.
+ * The watcher announces within seconds of the commit, its sweep within minutes.
+ */
+const ANNOUNCE_WITHIN_MS = 7 * 24 * 60 * 60 * 1000;
+
+/** An outbox entry's writes: the entry, and the app's mark among those a deliverer goes round. */
+function queue(atomic: Deno.AtomicOperation, appId: string, dueAt: number, eventId: string) {
+  return atomic
+    .set(keys.webhookOutbox(appId, dueAt, eventId), { appId } satisfies WebhookOutboxEntry)
+    .set(keys.webhookOutboxApp(appId), true);
+}
+
 /** A prepared event: its record, and the writes that store it with its outbox entry. */
 export function prepareEvent(
   appId: string,
@@ -87,21 +109,55 @@ export function prepareEvent(
     nextAttemptAt: now,
   };
   const write = (atomic: Deno.AtomicOperation) =>
-    atomic
-      .check({ key: keys.webhookEvent(appId, id), versionstamp: null })
-      .set(keys.webhookEvent(appId, id), record)
-      .set(keys.webhookOutbox(now, id), { appId } satisfies WebhookOutboxEntry);
+    queue(
+      atomic
+        .check({ key: keys.webhookEvent(appId, id), versionstamp: null })
+        .set(keys.webhookEvent(appId, id), record),
+      appId,
+      now,
+      id,
+    );
   return { record, write };
 }
 
-/** Queues a `webhook.test` event, delivered like any other. */
-export async function sendTestEvent(kv: Deno.Kv, appId: string, now = Date.now()) {
-  const { record, write } = prepareEvent(appId, "webhook.test", {
-    message: "A test event from the Tollbooth dashboard.",
-  }, now);
-  const result = await write(kv.atomic()).commit();
-  if (!result.ok) throw new Error("test event conflicted; try again");
-  return record;
+/** More test events in the last minute than the app may send; `retryAfterSeconds` until one fits. */
+export class TestEventLimitError extends Error {
+  constructor(readonly perMinute: number, readonly retryAfterSeconds: number) {
+    super(`at most ${perMinute} test events a minute`);
+  }
+}
+
+/**
+ * Queues a `webhook.test` event, delivered like any other. With `perMinute`, at most that many are
+ * queued per app in any minute (the dashboard's button: each event is up to 12 attempts at the
+ * owner's endpoint); the count and the event are one commit, so concurrent clicks cannot pass it.
+ */
+export async function sendTestEvent(
+  kv: Deno.Kv,
+  appId: string,
+  now = Date.now(),
+  options: { perMinute?: number } = {},
+) {
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const { record, write } = prepareEvent(appId, "webhook.test", {
+      message: "A test event from the Tollbooth dashboard.",
+    }, now);
+    const atomic = kv.atomic();
+    if (options.perMinute !== undefined) {
+      const sends = await kv.get<number[]>(keys.webhookTestSends(appId));
+      const recent = (sends.value ?? []).filter((at) => at > now - 60_000).sort((a, b) => a - b);
+      if (recent.length >= options.perMinute) {
+        const fits = recent[recent.length - options.perMinute] + 60_000;
+        throw new TestEventLimitError(
+          options.perMinute,
+          Math.max(1, Math.ceil((fits - now) / 1000)),
+        );
+      }
+      atomic.check(sends).set(keys.webhookTestSends(appId), [...recent, now], { expireIn: 60_000 });
+    }
+    if ((await write(atomic).commit()).ok) return record;
+  }
+  throw new Error("test event conflicted; try again");
 }
 
 /** An app's events, newest first, with their delivery attempts. */
@@ -223,7 +279,8 @@ export class WebhookWatcher {
       for await (const e of this.#kv.list<LedgerEntry>(selector, { limit: 200 })) {
         if (ledgerSeen === null || e.value.id > ledgerSeen) ledgerSeen = e.value.id;
         const announced = watch.value.announceAfter;
-        const announces = Object.hasOwn(LEDGER_EVENTS, e.value.kind);
+        const announces = Object.hasOwn(LEDGER_EVENTS, e.value.kind) &&
+          e.value.createdAt > now - ANNOUNCE_WITHIN_MS;
         if (announces && (announced === null || e.value.id > announced)) {
           announcing.push(e.value);
         }
@@ -293,10 +350,15 @@ export const WEBHOOK_DEFAULTS = {
   timeoutMs: 10_000,
 };
 
-/** A delivery round sends this many events, at most ROUND_PER_APP of one app, of the first ROUND_SCAN due. */
+/**
+ * A delivery round sends up to ROUND_SIZE events, at most ROUND_PER_APP of one app, looking at up
+ * to ROUND_APPS apps with outbox entries, going on next round after the last one it looked at.
+ */
 const ROUND_SIZE = 20;
 const ROUND_PER_APP = 2;
-const ROUND_SCAN = 500;
+const ROUND_APPS = 200;
+/** Entries of the earlier, single outbox moved to the per-app one per round. */
+const LEGACY_MOVES = 100;
 
 /** The wait after the `attempts`-th failed attempt. */
 export function backoffMs(attempts: number, base: number, max: number): number {
@@ -313,6 +375,8 @@ export class WebhookDeliverer {
   readonly #resolve: NonNullable<DelivererOptions["resolve"]>;
   #timer: ReturnType<typeof setInterval> | undefined;
   #busy: Promise<number> | null = null;
+  /** The last app a round looked at: the next round starts after it. */
+  #lastApp: string | null = null;
 
   constructor(kv: Deno.Kv, options: DelivererOptions = {}) {
     this.#kv = kv;
@@ -350,34 +414,85 @@ export class WebhookDeliverer {
   }
 
   /**
-   * One round: takes and sends up to 20 due events, at most 2 of any one app, so that an app with
-   * a backlog (or an endpoint that never answers) cannot fill every round; returns how many were
+   * One round: takes and sends up to 20 due events, at most 2 of any one app, going round the apps
+   * with outbox entries from where the last round stopped. An app with a backlog (or an endpoint
+   * that never answers) costs each round one short read and two places, however long its queue:
+   * another app's event goes out in the next round that reaches it. Returns how many were
    * attempted.
    */
   async deliverDue(): Promise<number> {
     const now = this.#now();
+    await this.#moveLegacyEntries();
     const due: Deno.KvEntry<WebhookOutboxEntry>[] = [];
-    const perApp = new Map<string, number>();
-    for await (
-      const entry of this.#kv.list<WebhookOutboxEntry>({
-        start: keys.webhookOutboxAll(),
-        end: [...keys.webhookOutboxAll(), now + 1],
-      }, { limit: ROUND_SCAN })
-    ) {
-      const taken = perApp.get(entry.value.appId) ?? 0;
-      if (taken >= ROUND_PER_APP) continue;
-      perApp.set(entry.value.appId, taken + 1);
-      due.push(entry);
-      if (due.length === ROUND_SIZE) break;
+    const apps = await this.#appsInTurn();
+    for (const app of apps) {
+      if (due.length >= ROUND_SIZE) break;
+      this.#lastApp = String(app.key[1]);
+      const taken = await Array.fromAsync(this.#kv.list<WebhookOutboxEntry>({
+        start: keys.appWebhookOutbox(this.#lastApp),
+        end: [...keys.appWebhookOutbox(this.#lastApp), now + 1],
+      }, { limit: Math.min(ROUND_PER_APP, ROUND_SIZE - due.length) }));
+      due.push(...taken);
+      if (taken.length === 0) await this.#forgetIfEmpty(app);
     }
     const sent = await Promise.all(due.map((entry) => this.#deliverOne(entry)));
     return sent.filter(Boolean).length;
   }
 
+  /** Up to ROUND_APPS apps with outbox entries, starting after the last one looked at. */
+  async #appsInTurn(): Promise<Deno.KvEntry<unknown>[]> {
+    const prefix = keys.webhookOutboxApps();
+    // An id followed by "\0" is the first key past that id's.
+    const after = this.#lastApp === null ? [] : await Array.fromAsync(this.#kv.list({
+      prefix,
+      start: keys.webhookOutboxApp(`${this.#lastApp}\0`),
+    }, { limit: ROUND_APPS }));
+    const wrapped = after.length < ROUND_APPS
+      ? await Array.fromAsync(this.#kv.list({ prefix }, { limit: ROUND_APPS - after.length }))
+      : [];
+    const seen = new Set(after.map((e) => String(e.key[1])));
+    return [...after, ...wrapped.filter((e) => !seen.has(String(e.key[1])))];
+  }
+
+  /**
+   * Drops an app's mark once its outbox is empty (leases included). Checked against the mark as
+   * read: an event queued since has set it again, and the mark stays.
+   */
+  async #forgetIfEmpty(app: Deno.KvEntry<unknown>): Promise<void> {
+    const appId = String(app.key[1]);
+    const [any] = await Array.fromAsync(
+      this.#kv.list({ prefix: keys.appWebhookOutbox(appId) }, { limit: 1 }),
+    );
+    if (any) return;
+    await this.#kv.atomic().check(app).delete(app.key).commit();
+  }
+
+  /**
+   * Moves entries of the single outbox of earlier versions into the per-app one, each in a commit
+   * checked against it (a deliverer of an earlier version may take it first, and writes its
+   * retry there again, to be moved next round).
+   */
+  async #moveLegacyEntries(): Promise<void> {
+    const legacy = await Array.fromAsync(
+      this.#kv.list<WebhookOutboxEntry>({ prefix: keys.legacyWebhookOutbox() }, {
+        limit: LEGACY_MOVES,
+      }),
+    );
+    await Promise.all(legacy.map((entry) => {
+      const [, dueAt, eventId] = entry.key;
+      return queue(
+        this.#kv.atomic().check(entry).delete(entry.key),
+        entry.value.appId,
+        Number(dueAt),
+        String(eventId),
+      ).commit();
+    }));
+  }
+
   async #deliverOne(entry: Deno.KvEntry<WebhookOutboxEntry>): Promise<boolean> {
-    const eventId = String(entry.key[2]);
+    const eventId = String(entry.key[3]);
     const { appId } = entry.value;
-    const leaseKey = keys.webhookOutbox(this.#now() + this.#o.leaseMs, eventId);
+    const leaseKey = keys.webhookOutbox(appId, this.#now() + this.#o.leaseMs, eventId);
     const leased = await this.#kv.atomic()
       .check(entry)
       .delete(entry.key)
@@ -413,13 +528,13 @@ export class WebhookDeliverer {
       .check(lease)
       .check(eventEntry)
       .delete(leaseKey)
-      .set(keys.webhookEvent(appId, eventId), updated);
-    if (nextAttemptAt !== null) {
-      atomic.set(
-        keys.webhookOutbox(nextAttemptAt, eventId),
-        { appId } satisfies WebhookOutboxEntry,
+      .set(
+        keys.webhookEvent(appId, eventId),
+        updated,
+        // Done with: listed for a while, then gone (KV deletes it; nothing else refers to it).
+        nextAttemptAt === null ? { expireIn: WEBHOOK_EVENT_RETENTION_MS } : undefined,
       );
-    }
+    if (nextAttemptAt !== null) queue(atomic, appId, nextAttemptAt, eventId);
     const result = await atomic.commit();
     if (!result.ok) {
       // Our lease ran out and another deliverer has the event now: it sends it again.

@@ -7,7 +7,9 @@ export {
   listWebhookEvents,
   prepareEvent,
   sendTestEvent,
+  TestEventLimitError,
   WEBHOOK_DEFAULTS,
+  WEBHOOK_EVENT_RETENTION_MS,
   WebhookDeliverer,
   WebhookWatcher,
 } from "./events.ts";

@@ -7,6 +7,7 @@ import {
   listWebhookEvents,
   saveWebhookSettings,
   sendTestEvent,
+  TestEventLimitError,
   validWebhookUrl,
   type WebhookDeliverer,
   WebhookUrlError,
@@ -16,6 +17,9 @@ import type { PageEnv } from "@/routes/session.ts";
 import { webhooksPage } from "./pages/webhooks.tsx";
 
 type WebhooksEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
+
+/** Each is up to 12 attempts at the owner's endpoint: a few a minute is all a check needs. */
+export const TEST_EVENTS_PER_MINUTE = 5;
 
 export interface WebhookRouteDeps {
   kv: Deno.Kv;
@@ -94,7 +98,15 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
   r.post("/apps/:appId/webhooks/test", async (c) => {
     const app = c.get("app");
     if (await getWebhookSettings(kv, app.id)) {
-      await sendTestEvent(kv, app.id);
+      try {
+        await sendTestEvent(kv, app.id, Date.now(), { perMinute: TEST_EVENTS_PER_MINUTE });
+      } catch (error) {
+        if (!(error instanceof TestEventLimitError)) throw error;
+        const message =
+          `At most ${error.perMinute} test events a minute: the next can be sent in ${error.retryAfterSeconds} s. The ones already sent are listed below.`;
+        c.header("retry-after", String(error.retryAfterSeconds));
+        return c.html(webhooksPage(session(c), { ...await view(app), error: message }), 429);
+      }
       await deps.deliverer.kick();
     }
     return c.redirect(path(app), 303);

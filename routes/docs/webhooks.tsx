@@ -48,7 +48,8 @@ export function webhooksDocsPage(examples: Examples) {
           <code>chargeback_reversed</code>, the same fields).
         </li>
         <li>
-          <code>webhook.test</code>: sent by the dashboard's “Send test event” button.
+          <code>webhook.test</code>: sent by the dashboard's “Send test event” button (at most 5 a
+          minute per app).
         </li>
       </ul>
       <CodeBlock code={EXAMPLE} caption="An event's body" />
@@ -66,7 +67,8 @@ export function webhooksDocsPage(examples: Examples) {
         <li>
           At least once: answer 2xx when you have the event. Anything else (or no answer in 10
           seconds) is retried after 10 s, 20 s, 40 s, … up to an hour apart, 12 attempts in all
-          (about 4 hours), then the event is marked failed in the dashboard.
+          (about 4 hours), then the event is marked failed in the dashboard. Delivered and failed
+          events are listed for 30 days.
         </li>
         <li>
           The same event can arrive twice (a retry after a lost answer, a process restarted
