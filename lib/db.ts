@@ -76,6 +76,12 @@ export const keys = {
   ownerManagementKey: (ownerId: string, keyId: string) =>
     ["owner_management_keys", ownerId, keyId] as const,
   ownerManagementKeys: (ownerId: string) => ["owner_management_keys", ownerId] as const,
+  /**
+   * Rewritten by every management key issued to the owner: the issue checks it, so the live keys
+   * it counted are still all there are when it commits.
+   */
+  ownerManagementKeysIssued: (ownerId: string) =>
+    ["owner_management_keys_issued", ownerId] as const,
   /** An app's webhook endpoint, signing secret and low-balance threshold. */
   webhookSettings: (appId: string) => ["webhook_settings", appId] as const,
   allWebhookSettings: () => ["webhook_settings"] as const,

@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { Wallets } from "@/lib/billing/mod.ts";
-import { issueManagementKey, revokeManagementKey } from "@/lib/management/mod.ts";
+import {
+  issueManagementKey,
+  listManagementKeys,
+  MAX_MANAGEMENT_KEYS,
+  revokeManagementKey,
+  TooManyManagementKeysError,
+} from "@/lib/management/mod.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { assertMatchesOpenApi } from "./openapi_check.ts";
 import { PUBLIC_URL, type TestService, userMessage, withService } from "./helpers.ts";
@@ -560,4 +566,18 @@ Deno.test("management API: a revoke with no body works with and without an Idemp
     assert.equal(retry.status, 200);
     assert.equal(retry.headers.get("idempotent-replayed"), "true");
     assert.deepEqual(retry.body, keyed.body);
+  }));
+
+Deno.test("30 management keys issued at once for one owner: 20 live ones are made, never more", () =>
+  withService(async (s) => {
+    const results = await Promise.allSettled(
+      Array.from({ length: 30 }, (_, i) => issueManagementKey(s.kv, "own_burst", `k${i}`)),
+    );
+    const made = results.filter((r) => r.status === "fulfilled").length;
+    assert.equal(made, MAX_MANAGEMENT_KEYS);
+    for (const r of results) {
+      if (r.status === "rejected") assert.ok(r.reason instanceof TooManyManagementKeysError);
+    }
+    const live = (await listManagementKeys(s.kv, "own_burst")).filter((k) => k.revokedAt === null);
+    assert.equal(live.length, MAX_MANAGEMENT_KEYS);
   }));

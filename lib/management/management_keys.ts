@@ -20,34 +20,40 @@ export async function issueManagementKey(
   name: string,
   now = Date.now(),
 ): Promise<{ record: ManagementKeyRecord; managementKey: string }> {
-  const live = (await listManagementKeys(kv, ownerId)).filter((k) => k.revokedAt === null);
-  if (live.length >= MAX_MANAGEMENT_KEYS) {
-    throw new TooManyManagementKeysError(
-      `at most ${MAX_MANAGEMENT_KEYS} live management keys; revoke one first`,
-    );
+  // Counted and issued in one checked commit: concurrent issues cannot pass the bound together. A
+  // failed commit means another issue committed, so the retries end at the bound at the latest.
+  for (;;) {
+    const issued = await kv.get<number>(keys.ownerManagementKeysIssued(ownerId));
+    const live = (await listManagementKeys(kv, ownerId)).filter((k) => k.revokedAt === null);
+    if (live.length >= MAX_MANAGEMENT_KEYS) {
+      throw new TooManyManagementKeysError(
+        `at most ${MAX_MANAGEMENT_KEYS} live management keys; revoke one first`,
+      );
+    }
+    const managementKey = KEY_PREFIX +
+      randomToken(207).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
+    const record: ManagementKeyRecord = {
+      id: newId("mk", now),
+      ownerId,
+      name,
+      prefix: managementKey.slice(0, DISPLAY_PREFIX_LENGTH),
+      hash: sha256Hex(managementKey),
+      createdAt: now,
+      revokedAt: null,
+    };
+    const result = await kv.atomic()
+      .check(issued)
+      .check({ key: keys.managementKeyByHash(record.hash), versionstamp: null })
+      .set(keys.ownerManagementKeysIssued(ownerId), (issued.value ?? 0) + 1)
+      .set(keys.managementKey(record.id), record)
+      .set(
+        keys.managementKeyByHash(record.hash),
+        { keyId: record.id, ownerId } satisfies ManagementKeyHashEntry,
+      )
+      .set(keys.ownerManagementKey(ownerId, record.id), true)
+      .commit();
+    if (result.ok) return { record, managementKey };
   }
-  const managementKey = KEY_PREFIX +
-    randomToken(207).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
-  const record: ManagementKeyRecord = {
-    id: newId("mk", now),
-    ownerId,
-    name,
-    prefix: managementKey.slice(0, DISPLAY_PREFIX_LENGTH),
-    hash: sha256Hex(managementKey),
-    createdAt: now,
-    revokedAt: null,
-  };
-  const result = await kv.atomic()
-    .check({ key: keys.managementKeyByHash(record.hash), versionstamp: null })
-    .set(keys.managementKey(record.id), record)
-    .set(
-      keys.managementKeyByHash(record.hash),
-      { keyId: record.id, ownerId } satisfies ManagementKeyHashEntry,
-    )
-    .set(keys.ownerManagementKey(ownerId, record.id), true)
-    .commit();
-  if (!result.ok) throw new Error("management key issue conflicted; try again");
-  return { record, managementKey };
 }
 
 /** The owner behind a raw management key, or null when it is malformed, unknown or revoked. */

@@ -61,9 +61,10 @@ function privateAddress(hostname: string): boolean {
 export function privateIp(address: string): boolean {
   const v4 = ipv4Octets(address);
   if (v4) {
-    const [a, b] = v4;
+    const [a, b, c] = v4;
     return a === 10 || a === 127 || a === 0 || (a === 169 && b === 254) ||
       (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) ||
+      (a === 192 && b === 0 && c === 0) || // IETF protocol assignments (DS-Lite, NAT64 discovery)
       (a === 100 && b >= 64 && b <= 127) || (a === 198 && (b === 18 || b === 19)) || a >= 224;
   }
   const groups = ipv6Groups(address);
@@ -71,10 +72,14 @@ export function privateIp(address: string): boolean {
   const mapped = mappedIpv4(groups);
   if (mapped) return privateIp(mapped);
   const [first, second] = groups;
-  const zeroUntilLast = groups.slice(0, 7).every((g) => g === 0);
-  return (zeroUntilLast && groups[7] <= 1) || // :: and ::1
+  // ::/96 holds ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d, which some stacks still
+  // route to the IPv4 address; ::ffff:0:a.b.c.d (IPv4-translated) likewise carries one.
+  const ipv4Tail = groups.slice(0, 6).every((g) => g === 0) ||
+    (groups.slice(0, 4).every((g) => g === 0) && groups[4] === 0xffff && groups[5] === 0);
+  return ipv4Tail ||
     (first & 0xfe00) === 0xfc00 || // unique local
     (first & 0xffc0) === 0xfe80 || // link-local
+    (first & 0xffc0) === 0xfec0 || // site-local (deprecated, still private where used)
     first >= 0xff00 || // multicast
     (first === 0x64 && second === 0xff9b); // NAT64 of any IPv4, private ones included
 }

@@ -59,3 +59,24 @@ Deno.test("addresses off the public internet are told apart, IPv4 written as IPv
     assert.ok(!privateIp(outside), outside);
   }
 });
+
+Deno.test("IETF-reserved 192.0.0.0/24, site-local fec0::/10 and IPv4 carried in ::/96 or ::ffff:0:0/96 are inside", () => {
+  for (
+    const inside of [
+      "192.0.0.1",
+      "192.0.0.170",
+      "fec0::1",
+      "feff::1",
+      "::127.0.0.1",
+      "::a9fe:a9fe",
+      "::169.254.169.254",
+      "::ffff:0:10.0.0.1",
+      "::ffff:0:127.0.0.1",
+    ]
+  ) {
+    assert.ok(privateIp(inside), inside);
+  }
+  for (const outside of ["192.0.1.1", "192.1.0.1", "2001:4860:4860::8888"]) {
+    assert.ok(!privateIp(outside), outside);
+  }
+});
