@@ -276,6 +276,21 @@ Deno.test("deep nesting, huge numbers and prototype-pollution keys are refused o
     assert.match(error.message, /nested too deeply/);
   }));
 
+Deno.test("a deeply nested body with an Idempotency-Key is the same 400 as without one, and changes nothing", () =>
+  withService(async (s, { appId, apiKey }) => {
+    const before = await s.wallet(appId);
+    const nested = `{"model":"fake/gpt","messages":[{"role":"user","content":"x"}],"metadata":${
+      "[".repeat(5_000)
+    }${"]".repeat(5_000)}}`;
+    for (const key of [null, "deep-1"]) {
+      const headers: Record<string, string> = key ? { "idempotency-key": key } : {};
+      const res = await s.chat(apiKey, nested, { headers });
+      assert.equal(res.status, 400, `idempotency key ${key}`);
+      assert.match((await res.json()).error.message, /nested too deeply/);
+    }
+    assert.deepEqual(await s.wallet(appId), before);
+  }));
+
 Deno.test("10 MB bodies are refused before parsing, with and without a declared length; a body broken off mid-upload is a 400", () =>
   withService(async (s, { appId, apiKey }) => {
     const big = new Uint8Array(10 * 1024 * 1024).fill(0x20);

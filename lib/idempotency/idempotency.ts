@@ -8,7 +8,7 @@
  * removes them; reads also ignore records older than the retention, since expiry is lazy.
  */
 import { type IdempotencyRecord, keys } from "@/lib/db.ts";
-import { concatBytes, CONFIG_DEFAULTS, newId, sha256Hex } from "@/lib/core/mod.ts";
+import { ApiError, concatBytes, CONFIG_DEFAULTS, newId, sha256Hex } from "@/lib/core/mod.ts";
 
 /** How long a recorded result is replayed. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
@@ -260,7 +260,17 @@ export class IdempotencyStore {
  * that the same request serialised in another key order or spacing is the same request.
  */
 export function canonicalBodyHash(body: unknown): string {
-  return sha256Hex(canonicalJson(body));
+  let json: string;
+  try {
+    json = canonicalJson(body);
+  } catch (error) {
+    // Valid JSON nested deeper than this walk's stack: the same 400 the body's parser gives it.
+    if (error instanceof RangeError) {
+      throw new ApiError("invalid_json", "The request body is nested too deeply.");
+    }
+    throw error;
+  }
+  return sha256Hex(json);
 }
 
 export function canonicalJson(value: unknown): string {
