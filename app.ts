@@ -44,7 +44,7 @@ import { serveStatic } from "@/routes/static.ts";
 import { topUpRoutes } from "@/routes/top_up.tsx";
 import { chatCompletions } from "@/routes/v1/chat/completions.ts";
 import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
-import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
+import { apiBodyRefusal, bodyLimit, setBodyReadTimeout } from "@/routes/body_limit.ts";
 import { modelRoutes } from "@/routes/v1/models.ts";
 import { embeddings } from "@/routes/v1/embeddings.ts";
 import { responsesRoute } from "@/routes/v1/responses.ts";
@@ -128,6 +128,7 @@ export function createApp(deps: AppDeps) {
   });
   let draining = false;
 
+  setBodyReadTimeout(config.bodyReadTimeoutMs);
   const keyCache = new KeyCache(kv);
   const app = new Hono<Env>();
   app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
@@ -139,7 +140,7 @@ export function createApp(deps: AppDeps) {
     requireApiKey(keyCache),
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
-    bodyLimit(config.maxBodyBytes, apiBodyRefusal),
+    bodyLimit(config.maxBodyBytes, apiBodyRefusal, { readsJson: true }),
     paidIdempotency,
   ] as const;
   const freeApi = [

@@ -2,20 +2,47 @@
  * Every request body is read within a limit while it streams: a declared Content-Length over the
  * limit is refused before a byte is read (the HTTP server holds a body to the length it declared),
  * and a chunked body is read up to the limit and refused at the first byte beyond, its upload
- * cancelled. Nothing larger than the limit is ever held in memory.
+ * cancelled. Nothing larger than the limit is ever held in memory, nor more than was sent: a body
+ * declared larger than PRESIZED_READ_BYTES is read as it arrives, since reading it whole at once
+ * sizes a buffer by its declared length first (a client that declares 4 MB and sends one byte held
+ * 8 MB). A body not whole BODY_READ_TIMEOUT_MS after reading began is refused (408): a trickled
+ * upload holds its connection, and is cut off.
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { ApiError, concatBytes } from "@/lib/core/mod.ts";
+import { ApiError, concatBytes, CONFIG_DEFAULTS } from "@/lib/core/mod.ts";
 import { messagePage } from "@/routes/pages/message.tsx";
 
-/** What a route answers to a body over its limit, or to one broken off mid-upload. */
+/**
+ * How long a body may take to arrive (BODY_READ_TIMEOUT_MS): one setting for the process, which
+ * serves one configuration; the app sets it as it starts.
+ */
+let readTimeoutMs: number = CONFIG_DEFAULTS.BODY_READ_TIMEOUT_MS;
+
+export function setBodyReadTimeout(ms: number): void {
+  readTimeoutMs = ms;
+}
+/** Up to this declared length a body is read at once (one read, the route's fast path). */
+const PRESIZED_READ_BYTES = 16 * 1024;
+
+/** What a route answers to a body over its limit, broken off mid-upload, or too slow to arrive. */
 export type BodyRefusal = (
   c: Context,
-  problem: "too_large" | "broken",
+  problem: "too_large" | "broken" | "timed_out",
   maxBytes: number,
 ) => Response | Promise<Response>;
 
-export function bodyLimit(maxBytes: number, refuse: BodyRefusal): MiddlewareHandler {
+export function bodyLimit(
+  maxBytes: number,
+  refuse: BodyRefusal,
+  options: {
+    /**
+     * The route reads its body with readJsonBody, which holds that one read to the same deadline:
+     * a small declared body is left to it (the API's fast path). Other routes get every body read
+     * here first.
+     */
+    readsJson?: boolean;
+  } = {},
+): MiddlewareHandler {
   return async function bodyLimit(c, next) {
     const request = c.req.raw;
     // The length is looked at before the body: touching request.body makes a stream of it, and
@@ -26,7 +53,7 @@ export function bodyLimit(maxBytes: number, refuse: BodyRefusal): MiddlewareHand
         await request.body?.cancel().catch(() => {});
         return await refuse(c, "too_large", maxBytes);
       }
-      return await next();
+      if (options.readsJson && Number(declared) <= PRESIZED_READ_BYTES) return await next();
     }
     if (!request.body) return await next();
     const read = await readUpTo(request.body, maxBytes);
@@ -38,22 +65,79 @@ export function bodyLimit(maxBytes: number, refuse: BodyRefusal): MiddlewareHand
 }
 
 /**
- * The whole body, "too_large" as soon as it passes `maxBytes` (the rest is never read), or "broken"
- * when the upload broke off.
+ * Bodies being read, each with the moment it is overdue. One sweep a second finds the overdue
+ * ones rather than a timer per body, which would cost every request a timer of its own; the sweep
+ * stops once it finds nothing left to watch.
+ */
+const reading = new Map<symbol, { overdueAt: number; expire: () => void }>();
+let sweep: ReturnType<typeof setInterval> | null = null;
+
+function sweepOverdue() {
+  const now = Date.now();
+  for (const [id, read] of reading) {
+    if (read.overdueAt > now) continue;
+    reading.delete(id);
+    read.expire();
+  }
+  if (reading.size === 0 && sweep !== null) {
+    clearInterval(sweep);
+    sweep = null;
+  }
+}
+
+/** Thrown by `withinBodyDeadline` when the body is overdue. */
+export class BodyTimeoutError extends Error {}
+
+/**
+ * `read` (of one body), refused with BodyTimeoutError once the read timeout has passed since
+ * `startedAt`; `cancel` stops the read then, where the caller can.
+ */
+export function withinBodyDeadline<T>(
+  read: Promise<T>,
+  startedAt: number,
+  cancel?: () => void,
+): Promise<T> {
+  const overdue = Promise.withResolvers<never>();
+  const id = Symbol();
+  reading.set(id, {
+    overdueAt: startedAt + readTimeoutMs,
+    expire: () => {
+      // Refused before the cancel, which ends the read as if the body were whole.
+      overdue.reject(new BodyTimeoutError("the body did not arrive in time"));
+      cancel?.();
+    },
+  });
+  if (sweep === null) {
+    const timer = setInterval(sweepOverdue, 1000);
+    // A body still arriving never keeps the process from exiting.
+    Deno.unrefTimer(timer);
+    sweep = timer;
+  }
+  // The read that lost the race may still fail once its connection closes; nobody awaits it then.
+  read.catch(() => {});
+  return Promise.race([read, overdue.promise]).finally(() => reading.delete(id));
+}
+
+/**
+ * The whole body, "too_large" as soon as it passes `maxBytes` (the rest is never read), "broken"
+ * when the upload broke off, or "timed_out" when it did not arrive in time.
  */
 async function readUpTo(
   body: ReadableStream<Uint8Array>,
   maxBytes: number,
-): Promise<Uint8Array<ArrayBuffer> | "too_large" | "broken"> {
+): Promise<Uint8Array<ArrayBuffer> | "too_large" | "broken" | "timed_out"> {
   const reader = body.getReader();
   const chunks: Uint8Array[] = [];
+  const startedAt = Date.now();
   let size = 0;
   for (;;) {
     let next;
     try {
-      next = await reader.read();
-    } catch {
-      return "broken";
+      next = await withinBodyDeadline(reader.read(), startedAt, () => {
+        reader.cancel().catch(() => {});
+      });
+    } catch (error) {
+      return error instanceof BodyTimeoutError ? "timed_out" : "broken";
     }
     if (next.done) break;
     size += next.value.byteLength;
@@ -71,6 +155,7 @@ export const apiBodyRefusal: BodyRefusal = (_c, problem, maxBytes) => {
   if (problem === "broken") {
     throw new ApiError("invalid_json", "The request body could not be read to its end.");
   }
+  if (problem === "timed_out") throw bodyTimeout();
   throw new ApiError(
     "request_too_large",
     `The request body exceeds the limit of ${maxBytes} bytes.`,
@@ -79,7 +164,18 @@ export const apiBodyRefusal: BodyRefusal = (_c, problem, maxBytes) => {
 
 /** A page's answer: a page that says what happened (413 for too large, 400 for broken off). */
 export const pageBodyRefusal: BodyRefusal = (c, problem, maxBytes) =>
-  problem === "broken"
+  problem === "timed_out"
+    ? c.html(
+      messagePage({
+        title: "Form not received in time",
+        message: `The form was still arriving ${
+          readTimeoutMs / 1000
+        } seconds later, so it was not read. Nothing was changed.`,
+        session: null,
+      }),
+      408,
+    )
+    : problem === "broken"
     ? c.html(
       messagePage({
         title: "Form not received",
@@ -98,3 +194,10 @@ export const pageBodyRefusal: BodyRefusal = (c, problem, maxBytes) =>
       }),
       413,
     );
+
+export function bodyTimeout(): ApiError {
+  return new ApiError(
+    "request_timeout",
+    `The request body had not arrived whole ${readTimeoutMs / 1000} seconds after its headers.`,
+  );
+}

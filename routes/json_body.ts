@@ -5,12 +5,18 @@
 import type { Context } from "hono";
 import { ApiError } from "@/lib/core/mod.ts";
 import type { Env } from "./middleware.ts";
+import { bodyTimeout, BodyTimeoutError, withinBodyDeadline } from "./body_limit.ts";
 
 /** Stateless when not streaming, so one serves every request. */
 const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true });
-const POLLUTING_KEYS = new Set(["__proto__", "constructor", "prototype"]);
-/** Also any \\u escape, which could spell a polluting key. */
-const POLLUTING_PATTERN = /__proto__|constructor|prototype|\\u/;
+/**
+ * JSON.parse makes `__proto__` an own property, which Object.assign or a copy by assignment would
+ * then take as the prototype. `constructor` and `prototype` are left alone: as own properties of
+ * parsed data they change nothing, and they are real names in tool schemas and metadata.
+ */
+const POLLUTING_KEY = "__proto__";
+/** Also any \\u escape, which could spell the polluting key. */
+const POLLUTING_PATTERN = /__proto__|\\u/;
 
 /** The body as strict UTF-8 JSON, or the one a middleware (idempotency) has already read. */
 export async function jsonBody<E extends Env>(c: Context<E>): Promise<unknown> {
@@ -24,8 +30,9 @@ export async function readJsonBody(request: Request): Promise<unknown> {
   }
   let bytes: Uint8Array;
   try {
-    bytes = new Uint8Array(await request.arrayBuffer());
-  } catch {
+    bytes = new Uint8Array(await withinBodyDeadline(request.arrayBuffer(), Date.now()));
+  } catch (error) {
+    if (error instanceof BodyTimeoutError) throw bodyTimeout();
     // The client broke off the upload (or went away): its fault, not a server error.
     throw new ApiError("invalid_json", "The request body could not be read to its end.");
   }
@@ -38,7 +45,7 @@ export async function readJsonBody(request: Request): Promise<unknown> {
   try {
     // The reviver costs a call per value; only a body that could name a polluting key needs it.
     return POLLUTING_PATTERN.test(text)
-      ? JSON.parse(text, (key, value) => POLLUTING_KEYS.has(key) ? undefined : value)
+      ? JSON.parse(text, (key, value) => key === POLLUTING_KEY ? undefined : value)
       : JSON.parse(text);
   } catch (error) {
     // Valid JSON nested deeper than the parser's stack is refused as such, not called invalid.

@@ -210,3 +210,80 @@ Deno.test("300 MiB bodies, chunked or declared, are refused at each route's limi
     await files.remove();
   }
 });
+
+/** Sends a request's head declaring `declared` body bytes, then only `sent` of them, and waits. */
+async function stall(
+  instance: Instance,
+  path: string,
+  headers: Record<string, string>,
+  declared: number,
+  sent: number,
+) {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: instance.port });
+  const head = [
+    `POST ${path} HTTP/1.1`,
+    "Host: 127.0.0.1",
+    `Content-Length: ${declared}`,
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+    "",
+    "",
+  ].join("\r\n");
+  await writeAll(conn, concatBytes([encoder.encode(head), new Uint8Array(sent).fill(0x7b)]));
+  const answer = readAnswer(conn).whole;
+  return {
+    answer: answer.finally(() => {
+      try {
+        conn.close();
+      } catch {
+        // already closed
+      }
+    }),
+  };
+}
+
+Deno.test("stalled uploads hold no more memory than they sent, and are refused 408 once BODY_READ_TIMEOUT_MS has passed", async () => {
+  const files = await instanceFiles();
+  const created = await admin(files.kvPath, "create-app", "--name", "slow bodies");
+  assert.equal(created.code, 0, created.stderr);
+  const instance = await startInstance({
+    KV_PATH: files.kvPath,
+    MODELS_FILE: files.modelsFile,
+    BODY_READ_TIMEOUT_MS: "3000",
+  });
+  try {
+    const api = {
+      Authorization: `Bearer ${created.output.api_key}`,
+      "Content-Type": "application/json",
+    };
+    const form = { "Content-Type": "application/x-www-form-urlencoded" };
+    await resetPeak(instance.pid);
+    const before = await memory(instance.pid);
+    // Each declares just under the 4 MiB limit and sends one byte: a buffer sized by the declared
+    // length would take 8 MB apiece, 320 MB in all.
+    const large = await Promise.all(
+      Array.from({ length: 40 }, () => stall(instance, "/v1/chat/completions", api, 4_000_000, 1)),
+    );
+    const small = await stall(instance, "/v1/chat/completions", api, 200, 10);
+    const page = await stall(instance, "/signup", form, 100, 5);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const growth = (await memory(instance.pid)).peak - before.rss;
+    assert.ok(growth < 40 * 1024 * 1024, `40 stalled uploads grew the process ${MiB(growth)} MiB`);
+    for (const { answer } of [...large, small]) {
+      const { status, body } = await answer;
+      assert.equal(status, 408, body);
+      assert.equal(JSON.parse(body).error.code, "request_timeout");
+    }
+    const refused = await page.answer;
+    assert.equal(refused.status, 408);
+    assert.match(refused.body, /Form not received in time/);
+    // The service still serves, and the refused requests changed nothing.
+    const models = await fetch(`${instance.url}/v1/models`, { headers: api });
+    assert.equal(models.status, 200);
+    await models.body?.cancel();
+    const audit = await admin(files.kvPath, "audit");
+    assert.equal(audit.code, 0, JSON.stringify(audit.output));
+  } finally {
+    await instance.stop();
+    await files.remove();
+  }
+});

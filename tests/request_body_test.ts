@@ -9,21 +9,36 @@ function post(body: string) {
   });
 }
 
-Deno.test("keys that could pollute a prototype are dropped from a body, even when escaped", async () => {
+Deno.test("__proto__ is dropped from a body, even when escaped, and pollutes nothing", async () => {
   for (
     const body of [
       '{"a": 1, "__proto__": {"polluted": true}}',
       '{"a": 1, "\\u005f\\u005fproto__": {"polluted": true}}',
-      '{"a": 1, "nested": {"constructor": {"prototype": {"polluted": true}}}}',
+      '{"a": 1, "nested": {"__proto__": {"polluted": true}}}',
     ]
   ) {
     const parsed = await readJsonBody(post(body)) as Record<string, unknown>;
     assert.equal(parsed.a, 1);
     assert.equal(Object.hasOwn(parsed, "__proto__"), false, body);
     const nested = parsed.nested as Record<string, unknown> | undefined;
-    if (nested) assert.equal(Object.hasOwn(nested, "constructor"), false, body);
+    if (nested) assert.equal(Object.hasOwn(nested, "__proto__"), false, body);
+    assert.equal(Object.assign({}, parsed, nested).polluted, undefined);
     assert.equal(({} as Record<string, unknown>).polluted, undefined);
   }
+});
+
+Deno.test("constructor and prototype are ordinary names: a tool schema keeps the properties so named", async () => {
+  const schema = {
+    type: "object",
+    properties: { name: {}, constructor: { type: "string" }, prototype: { type: "string" } },
+    required: ["name", "constructor", "prototype"],
+  };
+  const parsed = await readJsonBody(post(JSON.stringify({ parameters: schema }))) as {
+    parameters: typeof schema;
+  };
+  assert.deepEqual(parsed.parameters, schema);
+  assert.equal(Object.hasOwn(parsed.parameters.properties, "constructor"), true);
+  assert.equal(({} as Record<string, unknown>).type, undefined);
 });
 
 Deno.test("a body without such keys parses as plain JSON", async () => {

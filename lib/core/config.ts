@@ -10,6 +10,8 @@ export interface Config {
   rateLimitRpm: number;
   rateLimitTpm: number;
   maxBodyBytes: number;
+  /** A request body not whole this long after reading began is refused (408). */
+  bodyReadTimeoutMs: number;
   /** The largest answer an Idempotency-Key records for replays. */
   idempotencyReplayMaxBytes: number;
   upstreamTimeoutMs: number;
@@ -112,6 +114,8 @@ export const CONFIG_DEFAULTS = {
   RATE_LIMIT_RPM: 600,
   RATE_LIMIT_TPM: 2_000_000,
   MAX_BODY_BYTES: 4 * 1024 * 1024,
+  // A 4 MiB body takes about 34 s at 1 Mbit/s: a minute lets slow links finish and cuts trickles.
+  BODY_READ_TIMEOUT_MS: 60_000,
   // Every chat answer fits with room to spare; a batch of float embeddings may not, and recording
   // it would store tens of MB per request in KV for a day, paid by nobody.
   IDEMPOTENCY_REPLAY_MAX_BYTES: 8 * 1024 * 1024,
@@ -140,6 +144,7 @@ const EnvSchema = z.object({
   RATE_LIMIT_RPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_RPM),
   RATE_LIMIT_TPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_TPM),
   MAX_BODY_BYTES: positiveInt(CONFIG_DEFAULTS.MAX_BODY_BYTES),
+  BODY_READ_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.BODY_READ_TIMEOUT_MS),
   IDEMPOTENCY_REPLAY_MAX_BYTES: positiveInt(CONFIG_DEFAULTS.IDEMPOTENCY_REPLAY_MAX_BYTES),
   UPSTREAM_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.UPSTREAM_TIMEOUT_MS),
   EXACT_COUNT_PERCENT: positiveInt(CONFIG_DEFAULTS.EXACT_COUNT_PERCENT),
@@ -225,6 +230,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimitRpm: e.RATE_LIMIT_RPM,
     rateLimitTpm: e.RATE_LIMIT_TPM,
     maxBodyBytes: e.MAX_BODY_BYTES,
+    bodyReadTimeoutMs: e.BODY_READ_TIMEOUT_MS,
     idempotencyReplayMaxBytes: e.IDEMPOTENCY_REPLAY_MAX_BYTES,
     upstreamTimeoutMs: e.UPSTREAM_TIMEOUT_MS,
     exactCountPercent: e.EXACT_COUNT_PERCENT,

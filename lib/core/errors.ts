@@ -56,6 +56,14 @@ export const ERROR_CODES = {
     cause: "The request body is larger than the documented limit (4 MiB by default).",
     fix: "Send a shorter conversation.",
   },
+  request_timeout: {
+    status: 408,
+    type: "invalid_request_error",
+    title: "Request body not received in time",
+    cause:
+      "The request body had not arrived whole `BODY_READ_TIMEOUT_MS` (60 seconds by default) after its headers. A slow upload holds a connection and what it has sent, so it is cut off. Nothing was charged.",
+    fix: "Send the body at once, and retry; the OpenAI SDKs retry a 408 by themselves.",
+  },
   context_length_exceeded: {
     status: 400,
     type: "invalid_request_error",

@@ -287,7 +287,11 @@ export function managementRoutes(
     });
   const body = jsonBody;
 
-  r.use("*", requireManagementKey(kv), bodyLimit(MAX_BODY_BYTES, apiBodyRefusal));
+  r.use(
+    "*",
+    requireManagementKey(kv),
+    bodyLimit(MAX_BODY_BYTES, apiBodyRefusal, { readsJson: true }),
+  );
   // Also matches /apps/:app_id itself.
   r.use("/apps/:app_id/*", ownedApp(kv));
 
