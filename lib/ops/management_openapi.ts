@@ -18,6 +18,7 @@ const WRITE_ERRORS: ErrorCode[] = [
   "invalid_json",
   "missing_parameter",
   "request_too_large",
+  "request_timeout",
   "idempotency_key_in_use",
   "idempotency_key_reused",
   "idempotency_replay_too_large",
