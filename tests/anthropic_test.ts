@@ -121,6 +121,7 @@ Deno.test("anthropic non-streaming: x-api-key and anthropic-version sent, the st
       completion_tokens: 15,
       total_tokens: 40,
       prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
+      cost: res.headers.get("tollbooth-request-cost"),
     });
 
     const sent = fake.seen[0];

@@ -36,7 +36,7 @@ import {
   inputBound,
   outputBound,
 } from "./input_bound.ts";
-import { usageObject } from "./providers/usage.ts";
+import { clientUsage } from "./providers/usage.ts";
 
 import type { Caller, RequestTrace } from "./caller.ts";
 import type { Wallets } from "@/lib/billing/mod.ts";
@@ -202,7 +202,7 @@ export class Gateway {
     }
     const { completion } = assembleCompletion(parts);
     completion.model = opened.model.id;
-    completion.usage = reported ?? usageObject(usage);
+    completion.usage = clientUsage(reported, usage, charged);
     return {
       completion,
       provider: opened.route.provider.name,

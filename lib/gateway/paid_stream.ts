@@ -12,7 +12,7 @@ import {
   type StreamPart,
   type UsageObject,
 } from "./providers/types.ts";
-import { usageObject } from "./providers/usage.ts";
+import { clientUsage } from "./providers/usage.ts";
 
 export type StreamEvent =
   | { type: "chunk"; chunk: ChatCompletionChunk }
@@ -293,12 +293,11 @@ export class PaidStream {
           created: this.#meta?.created ?? Math.floor(Date.now() / 1000),
           model: this.#options.modelId,
           choices: [],
-          usage: {
-            ...(this.#reportedUsage && this.#reportedUsageObject
-              ? this.#reportedUsageObject
-              : usageObject(usage)),
-            cost: formatUsd(charged),
-          },
+          usage: clientUsage(
+            this.#reportedUsage ? this.#reportedUsageObject : null,
+            usage,
+            charged,
+          ),
         },
       });
     }

@@ -1,6 +1,7 @@
 /** Usage in the compatible wire shape: read tolerantly from upstreams, written for clients. */
 import { z } from "zod";
 import type { Usage } from "@/lib/catalog/mod.ts";
+import { formatUsd, type Micros } from "@/lib/core/mod.ts";
 import type { UsageObject } from "./types.ts";
 
 const Count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
@@ -9,23 +10,53 @@ const Count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
 const UsageSchema = z.looseObject({
   prompt_tokens: Count,
   completion_tokens: Count,
+  total_tokens: Count.nullish().catch(null),
   prompt_tokens_details: z.looseObject({ cached_tokens: Count.nullish().catch(null) }).nullish()
     .catch(null),
   completion_tokens_details: z.looseObject({ reasoning_tokens: Count.nullish().catch(null) })
     .nullish().catch(null),
+  /** DeepSeek's names for cache hits, without prompt_tokens_details. */
+  prompt_cache_hit_tokens: Count.nullish().catch(null),
 });
 
-/** The usage of an OpenAI-shaped answer and the object itself, or null when it has no usable counts. */
+/**
+ * The usage of an OpenAI-shaped answer and the object itself, or null when it has no usable counts.
+ * OpenAI counts reasoning within completion_tokens; a server that counts it apart still bills it
+ * as output: reasoning above completion_tokens is added to them, and a total above prompt plus
+ * completion (Gemini's thinking, absent from its completion_tokens) is output too. The object a
+ * client sees then says the completion tokens it was billed for.
+ */
 export function parseOpenAiUsage(raw: unknown): { usage: Usage; raw: UsageObject } | null {
   const parsed = UsageSchema.safeParse(raw);
   if (!parsed.success) return null;
   const u = parsed.data;
-  const usage: Usage = { promptTokens: u.prompt_tokens, completionTokens: u.completion_tokens };
-  const cached = u.prompt_tokens_details?.cached_tokens;
-  if (cached) usage.cachedTokens = cached;
   const reasoning = u.completion_tokens_details?.reasoning_tokens;
+  let completion = u.completion_tokens;
+  if (reasoning && reasoning > completion) completion += reasoning;
+  if (u.total_tokens && u.total_tokens > u.prompt_tokens + completion) {
+    completion = u.total_tokens - u.prompt_tokens;
+  }
+  const usage: Usage = { promptTokens: u.prompt_tokens, completionTokens: completion };
+  const cached = u.prompt_tokens_details?.cached_tokens ?? u.prompt_cache_hit_tokens;
+  if (cached) usage.cachedTokens = cached;
   if (reasoning) usage.reasoningTokens = reasoning;
-  return { usage, raw: raw as UsageObject };
+  const shown = completion === u.completion_tokens ? raw as UsageObject : {
+    ...raw as UsageObject,
+    completion_tokens: completion,
+    total_tokens: u.prompt_tokens + completion,
+  };
+  return { usage, raw: shown };
+}
+
+/**
+ * The usage a client is shown: the provider's object (details kept) or ours, with `cost`, what
+ * left the wallet. What an upstream says it cost us (OpenRouter's `cost`, `cost_details`,
+ * `is_byok`) is the operator's business, not the client's.
+ */
+export function clientUsage(raw: UsageObject | null, usage: Usage, charged: Micros): UsageObject {
+  const { cost: _cost, cost_details: _details, is_byok: _byok, ...shown } = raw ??
+    usageObject(usage);
+  return { ...shown, cost: formatUsd(charged) } as UsageObject;
 }
 
 /** A usage object for a client, details included, from counts we hold. */

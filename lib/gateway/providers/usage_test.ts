@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { parseOpenAiUsage, usageObject } from "./usage.ts";
+import { clientUsage, parseOpenAiUsage, usageObject } from "./usage.ts";
 
 Deno.test("odd usage details are ignored, not fatal; no usable counts is null", () => {
   const odd = parseOpenAiUsage({
@@ -35,4 +35,59 @@ Deno.test("usage details are read and written back: cached and reasoning tokens"
     prompt_tokens_details: { cached_tokens: 1920 },
     completion_tokens_details: { reasoning_tokens: 256 },
   });
+});
+
+Deno.test("reasoning a server counts apart from completion_tokens is billed as output", () => {
+  // Gemini's compatibility layer: thinking is in total_tokens, not in completion_tokens.
+  const gemini = parseOpenAiUsage({ prompt_tokens: 9, completion_tokens: 3, total_tokens: 105 });
+  assert.deepEqual(gemini?.usage, { promptTokens: 9, completionTokens: 96 });
+  assert.equal(gemini?.raw.completion_tokens, 96, "the client is shown what it was billed for");
+  assert.equal(gemini?.raw.total_tokens, 105);
+  // Reasoning above completion_tokens cannot be inside them.
+  const apart = parseOpenAiUsage({
+    prompt_tokens: 1000,
+    completion_tokens: 500,
+    completion_tokens_details: { reasoning_tokens: 2000 },
+  });
+  assert.equal(apart?.usage.completionTokens, 2500);
+  // OpenAI's own: reasoning within completion_tokens, the total their sum; nothing changes.
+  const openai = { prompt_tokens: 10, completion_tokens: 300, total_tokens: 310 };
+  const same = parseOpenAiUsage({
+    ...openai,
+    completion_tokens_details: { reasoning_tokens: 256 },
+  });
+  assert.equal(same?.usage.completionTokens, 300);
+  assert.equal(same?.raw.completion_tokens, 300);
+});
+
+Deno.test("DeepSeek's prompt_cache_hit_tokens are cache reads", () => {
+  const parsed = parseOpenAiUsage({
+    prompt_tokens: 1000,
+    completion_tokens: 500,
+    total_tokens: 1500,
+    prompt_cache_hit_tokens: 800,
+    prompt_cache_miss_tokens: 200,
+  });
+  assert.equal(parsed?.usage.cachedTokens, 800);
+});
+
+Deno.test("the usage a client is shown carries what left the wallet as cost, never the upstream's own price", () => {
+  const raw = {
+    prompt_tokens: 1000,
+    completion_tokens: 500,
+    total_tokens: 1500,
+    cost: 0.0123,
+    cost_details: { upstream_inference_cost: 0.0101 },
+    is_byok: false,
+    prompt_tokens_details: { cached_tokens: 0 },
+  };
+  const usage = { promptTokens: 1000, completionTokens: 500 };
+  assert.deepEqual(clientUsage(raw, usage, 2_000), {
+    prompt_tokens: 1000,
+    completion_tokens: 500,
+    total_tokens: 1500,
+    prompt_tokens_details: { cached_tokens: 0 },
+    cost: "0.002000",
+  });
+  assert.deepEqual(clientUsage(null, usage, 2_000), { ...usageObject(usage), cost: "0.002000" });
 });
