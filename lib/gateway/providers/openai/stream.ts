@@ -13,20 +13,25 @@ import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../typ
 export function openAiStreamParts(
   batches: AsyncIterable<{ data: string }[]>,
 ): AsyncGenerator<StreamPart[]> {
-  let usage: ReturnType<typeof parseOpenAiUsage> = null;
+  let usage: ParsedUsage = null;
   /** The usage already handed on (OpenAI's own usage chunk, as soon as it comes). */
-  let handed: ReturnType<typeof parseOpenAiUsage> = null;
+  let handed: ParsedUsage = null;
   let finished = false;
   return convertBatches(batches, {
     take(event, parts) {
       if (event.data === "[DONE]") return true;
       const obj = eventJson(event.data);
       if (!obj) return false;
-      if (obj.error) {
-        throw new ProviderError("stream_cut", `upstream error in stream: ${errorText(obj.error)}`);
+      // OpenAI's shape, and older vLLM's (the error object itself, object: "error").
+      if (obj.error || obj.object === "error") {
+        throw new ProviderError(
+          "stream_cut",
+          `upstream error in stream: ${errorText(obj.error ?? obj)}`,
+        );
       }
-      // Some servers repeat cumulative usage on every chunk: the last one wins, never a sum.
-      if (obj.usage != null) usage = parseOpenAiUsage(obj.usage) ?? usage;
+      // Some servers repeat cumulative usage on every chunk: never a sum, and a cumulative count
+      // never shrinks, so a later usage smaller than one before (a trailing zero) is not the bill.
+      if (obj.usage != null) usage = laterUsage(usage, parseOpenAiUsage(obj.usage));
       if (Array.isArray(obj.choices) && obj.choices.length > 0) {
         dropMalformedEntries(obj);
         // Usage repeated on content chunks is handed on once, at the end. OpenAI sends
@@ -62,6 +67,15 @@ export function openAiSseParts(
   onRead: () => void,
 ) {
   return openAiStreamParts(parseSse(body, (event) => event.data === "[DONE]", onRead));
+}
+
+type ParsedUsage = ReturnType<typeof parseOpenAiUsage>;
+
+function laterUsage(before: ParsedUsage, next: ParsedUsage): ParsedUsage {
+  if (!next) return before;
+  if (!before) return next;
+  const total = (u: NonNullable<ParsedUsage>) => u.usage.promptTokens + u.usage.completionTokens;
+  return total(next) >= total(before) ? next : before;
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> =>

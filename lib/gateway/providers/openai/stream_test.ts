@@ -131,3 +131,42 @@ Deno.test("a tool_calls that is not a list is dropped from its chunk; the rest o
   assert.deepEqual(chunks.map((c) => c.choices[0].delta), [{ content: "Hi" }, {}]);
   assert.equal(chunks[1].choices[0].finish_reason, "stop");
 });
+
+Deno.test("an error object in older vLLM's shape mid-stream is a cut, not an ending", async () => {
+  async function* vllm() {
+    yield [
+      { data: JSON.stringify({ choices: [{ index: 0, delta: { content: "Hi" } }] }) },
+      { data: JSON.stringify({ object: "error", message: "CUDA out of memory", code: 500 }) },
+      { data: "[DONE]" },
+    ];
+  }
+  await assert.rejects(
+    async () => {
+      for await (const _ of openAiStreamParts(vllm())) { /* drained */ }
+    },
+    (error: unknown) => error instanceof ProviderError && /CUDA out of memory/.test(error.message),
+  );
+});
+
+Deno.test("a trailing usage smaller than one before it is not the bill: cumulative counts never shrink", async () => {
+  async function* trailingZero() {
+    yield [
+      {
+        data: JSON.stringify({
+          choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: "stop" }],
+        }),
+      },
+      {
+        data: JSON.stringify({
+          choices: [],
+          usage: { prompt_tokens: 1000, completion_tokens: 500 },
+        }),
+      },
+      { data: JSON.stringify({ choices: [], usage: { prompt_tokens: 0, completion_tokens: 0 } }) },
+      { data: "[DONE]" },
+    ];
+  }
+  const usages = (await collect(openAiStreamParts(trailingZero())))
+    .flatMap((p) => p.type === "usage" ? [p.usage] : []);
+  assert.deepEqual(usages.at(-1), { promptTokens: 1000, completionTokens: 500 });
+});
