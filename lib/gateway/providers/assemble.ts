@@ -42,6 +42,24 @@ function appendAll(list: unknown[], items: unknown[]) {
   for (const item of items) list.push(item);
 }
 
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === "object" && !Array.isArray(value);
+
+/**
+ * Where a tool-call fragment without `index` goes: a call of its own when it opens one (an id
+ * other than the last call's, or a name without an id, as Gemini sends whole calls), else the
+ * last call, which it continues (a fragment of arguments alone, or the call's own id repeated).
+ */
+function indexOfUnnumbered(draft: ChoiceDraft, raw: Record<string, unknown>): number {
+  const last = draft.toolCalls.size - 1;
+  const current = draft.toolCalls.get(last);
+  const id = typeof raw.id === "string" ? raw.id : "";
+  const name = (raw.function as { name?: unknown } | undefined)?.name;
+  const opens = !current ||
+    (id !== "" ? id !== current.id : typeof name === "string" && name !== "");
+  return opens ? draft.toolCalls.size : last;
+}
+
 function append(previous: string | null, piece: unknown): string | null {
   return typeof piece === "string" ? (previous ?? "") + piece : previous;
 }
@@ -95,13 +113,16 @@ export function assembleCompletion(
       draft.reasoning = append(draft.reasoning, d.reasoning_content ?? d.reasoning);
       if (Array.isArray(d.tool_calls)) {
         for (const raw of d.tool_calls as Record<string, unknown>[]) {
-          const index = typeof raw.index === "number" ? raw.index : draft.toolCalls.size;
+          const index = typeof raw.index === "number" ? raw.index : indexOfUnnumbered(draft, raw);
           const fn = (raw.function ?? {}) as { name?: unknown; arguments?: unknown };
           const call = draft.toolCalls.get(index) ??
             { id: "", type: "function" as const, function: { name: "", arguments: "" } };
           if (typeof raw.id === "string" && raw.id) call.id = raw.id;
-          if (typeof fn.name === "string") call.function.name += fn.name;
+          // Set, not appended: some servers (Fireworks, NIM) repeat the name on every fragment.
+          if (typeof fn.name === "string" && fn.name) call.function.name = fn.name;
           if (typeof fn.arguments === "string") call.function.arguments += fn.arguments;
+          // Some send the arguments as the object itself rather than its JSON text.
+          else if (isRecord(fn.arguments)) call.function.arguments += JSON.stringify(fn.arguments);
           draft.toolCalls.set(index, call);
         }
       }

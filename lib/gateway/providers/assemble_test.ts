@@ -65,3 +65,54 @@ Deno.test("an upstream field named __proto__ stays data and does not become the 
   assert.equal((completion as Record<string, unknown>).polluted, undefined);
   assert.match(JSON.stringify(completion), /"__proto__":\{"polluted":true\}/);
 });
+
+const call = (fields: Record<string, unknown>) => chunk({ delta: { tool_calls: [fields] } });
+type ToolCall = { id: string; function: { name: string; arguments: string } };
+const toolCalls = (completion: { choices: { message: Record<string, unknown> }[] }) =>
+  completion.choices[0].message.tool_calls as ToolCall[];
+
+Deno.test("a tool-call name repeated on every fragment is the call's name, not a repetition", () => {
+  const fragment = (args: string) => ({
+    index: 0,
+    id: "call_1",
+    type: "function",
+    function: { name: "get_weather", arguments: args },
+  });
+  const { completion } = assembleCompletion([
+    call(fragment('{"city":')),
+    call(fragment('"Paris"}')),
+  ]);
+  assert.deepEqual(completion.choices[0].message.tool_calls, [{
+    id: "call_1",
+    type: "function",
+    function: { name: "get_weather", arguments: '{"city":"Paris"}' },
+  }]);
+});
+
+Deno.test("fragments without index continue their call; whole calls without index are calls of their own", () => {
+  const { completion } = assembleCompletion([
+    call({ id: "call_1", function: { name: "get_weather", arguments: "" } }),
+    call({ function: { arguments: '{"city":' } }),
+    call({ function: { arguments: '"Paris"}' } }),
+    call({ id: "call_2", function: { name: "get_time", arguments: '{"tz":"CET"}' } }),
+    call({ function: { name: "get_date", arguments: "{}" } }),
+  ]);
+  assert.deepEqual(
+    toolCalls(completion).map((c) => [c.id, c.function.name, c.function.arguments]),
+    [
+      ["call_1", "get_weather", '{"city":"Paris"}'],
+      ["call_2", "get_time", '{"tz":"CET"}'],
+      ["", "get_date", "{}"],
+    ],
+  );
+});
+
+Deno.test("arguments sent as an object are its JSON text", () => {
+  const { completion } = assembleCompletion([
+    call({ index: 0, id: "call_1", function: { name: "f", arguments: { city: "Paris" } } }),
+  ]);
+  assert.equal(
+    toolCalls(completion)[0].function.arguments,
+    '{"city":"Paris"}',
+  );
+});
