@@ -21,6 +21,7 @@ import type { RateLimitStatus, RateWindows } from "./ratelimit.ts";
 import {
   capBreach,
   cappedScopes,
+  capRoom,
   counterId,
   currentCounter,
   heldCounterId,
@@ -422,11 +423,6 @@ export function planBatch(input: PlanInput) {
           answers.push(() => op.done.resolve(answer));
           break;
         }
-        const charged = Math.min(op.input.cost, r.amount + wallet.available);
-        wallet.reserved -= r.amount;
-        wallet.available += r.amount - charged;
-        wallet.spent += charged;
-        dropReservation(r);
         // The reservation leaves the counters that held it; the charge is spent under every cap now set.
         const spendScopes = new Map<string, { scope: SpendScope; id: string; held: boolean }>();
         for (const scope of r.capped ?? []) {
@@ -438,6 +434,20 @@ export function planBatch(input: PlanInput) {
             spendScopes.set(counterId(s.scope, s.id), { ...s, held: false });
           }
         }
+        // A cost above the hold is charged only as far as the balance and every cap have room:
+        // the rest is uncharged, as the balance's is, so that no settle passes a cap either.
+        let roomAboveHold = wallet.available;
+        for (const s of cappedScopes(caps, r.keyId, r.user)) {
+          const c = counter(s.scope, s.id);
+          const othersHeld = c.held -
+            (spendScopes.get(counterId(s.scope, s.id))?.held ? r.amount : 0);
+          roomAboveHold = Math.min(roomAboveHold, capRoom(s.caps, c, othersHeld) - r.amount);
+        }
+        const charged = Math.min(op.input.cost, r.amount + Math.max(0, roomAboveHold));
+        wallet.reserved -= r.amount;
+        wallet.available += r.amount - charged;
+        wallet.spent += charged;
+        dropReservation(r);
         for (const s of spendScopes.values()) {
           putCounter(
             s.scope,

@@ -1182,3 +1182,37 @@ Deno.test("a slice's give-back returns its rate block's unused part to the app's
   assert.equal(status.tokens.remaining, 800);
   assert.ok(p.rateRecord?.app, "the window is written");
 });
+
+Deno.test("spend caps: a cost above the hold is charged only up to the cap's room; the rest is uncharged", () => {
+  const held = reservation("res_1", 300, { capped: ["key"] });
+  // The key's total cap is 1,000 (CAPS): 500 spent and this hold of 300 leave 200 above the hold.
+  const counters = new Map([["key:key_a", {
+    held: 300,
+    total: 500,
+    day: utcDay(NOW),
+    daySpent: 500,
+    month: "2026-07",
+    monthSpent: 500,
+  }]]);
+  const s = settle("res_1", 900);
+  const p = plan([s], {
+    wallet: walletReserving(10_000, held),
+    reservations: new Map([["res_1", held]]),
+    spendCaps: CAPS,
+    counters,
+  });
+  p.resolveAll();
+  const answer = s.done.get();
+  assert.ok(answer.settled);
+  assert.deepEqual({ charged: answer.charged, uncharged: answer.uncharged }, {
+    charged: 500,
+    uncharged: 400,
+  });
+  const written = new Map(
+    writesOf(p).flatMap((w) => w.op === "set" ? [[JSON.stringify(w.key), w.value]] : []),
+  );
+  const counter = written.get(JSON.stringify(keys.spendCounter(APP, "key", "key_a"))) as {
+    total: number;
+  };
+  assert.equal(counter.total, 1_000, "spent up to the cap, not past it");
+});

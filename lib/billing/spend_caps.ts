@@ -106,6 +106,20 @@ export function capBreach(
   return null;
 }
 
+/** What may still be spent under `caps` with `held` held by other requests (a large number when uncapped). */
+export function capRoom(caps: SpendCaps, counter: SpendCounter, held: Micros): Micros {
+  let room = Number.MAX_SAFE_INTEGER;
+  const windows: [Micros | null, Micros][] = [
+    [caps.total, counter.total],
+    [caps.daily, counter.daySpent],
+    [caps.monthly, counter.monthSpent],
+  ];
+  for (const [limit, spent] of windows) {
+    if (limit !== null) room = Math.min(room, Math.max(0, limit - spent - held));
+  }
+  return room;
+}
+
 export function holdOn(counter: SpendCounter, amount: Micros): SpendCounter {
   return { ...counter, held: counter.held + amount };
 }
