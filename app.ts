@@ -40,6 +40,7 @@ import { healthz, metricsEndpoint, readyz } from "@/routes/ops.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import { serverErrorPage } from "@/routes/pages/server_error.tsx";
 import { securityHeaders } from "@/routes/security_headers.ts";
+import { boundedPathSegments } from "@/routes/path_bound.ts";
 import { serveStatic } from "@/routes/static.ts";
 import { topUpRoutes } from "@/routes/top_up.tsx";
 import { chatCompletions } from "@/routes/v1/chat/completions.ts";
@@ -133,6 +134,8 @@ export function createApp(deps: AppDeps) {
   const app = new Hono<Env>();
   app.use("*", requestContext(log, (line) => metrics.observeRequest(line)));
   app.use("*", securityHeaders);
+  // A model's lookup is in the catalog in memory, and its 404 carries the caller's rate limits.
+  app.use("*", boundedPathSegments(["/v1/models/"]));
   app.onError(errorHandler(log, docsBaseUrl, serverErrorPage, (text) => redactor.redact(text)));
 
   /** Paid endpoints: the reserve's commit checks the (cached) key; every answer shows the limits. */

@@ -750,3 +750,27 @@ Deno.test("an owner caps a key's and each end user's spend from the keys tab, an
     assert.equal((await userRefused.json()).error.code, "user_spend_cap_exceeded");
     assert.equal((await ask()).status, 200);
   }));
+
+Deno.test("an over-long app, key or management-key id in a dashboard path is the 404 page, not a 500", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("long@example.com");
+    const { appId } = await v.createApp("app");
+    const csrf = await v.csrf();
+    // Over the path bound, and under it but longer than any id (held by the lookups themselves).
+    for (const long of ["a".repeat(5000), "a".repeat(400)]) {
+      const answers = [
+        await v.request(`/dashboard/apps/${long}`),
+        await v.request(`/dashboard/apps/${long}/keys`),
+        await v.post(`/dashboard/apps/${appId}/keys/${long}/revoke`, { _csrf: csrf }),
+        await v.post(`/dashboard/apps/${appId}/keys/${long}/rotate`, { _csrf: csrf }),
+        await v.post(`/dashboard/management-keys/${long}/revoke`, { _csrf: csrf }),
+      ];
+      for (const res of answers) {
+        assert.equal(res.status, 404, res.url);
+        assert.match(await res.text(), /Page not found/);
+      }
+    }
+    const cursor = await v.request(`/dashboard/apps/${appId}/usage?cursor=use_${"a".repeat(5000)}`);
+    assert.equal(cursor.status, 303, "an over-long cursor is not ours: back to the newest");
+  }));

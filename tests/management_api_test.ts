@@ -581,3 +581,27 @@ Deno.test("30 management keys issued at once for one owner: 20 live ones are mad
     const live = (await listManagementKeys(s.kv, "own_burst")).filter((k) => k.revokedAt === null);
     assert.equal(live.length, MAX_MANAGEMENT_KEYS);
   }));
+
+Deno.test("management API: an over-long app or key id is 404 resource_not_found naming it, not a 500", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    // Over the path bound (answered before any route), and under it but longer than any id.
+    for (const long of ["a".repeat(5000), "a".repeat(400)]) {
+      for (
+        const [method, path, param] of [
+          ["GET", `/apps/${long}`, "app_id"],
+          ["GET", `/apps/${long}/usage`, "app_id"],
+          ["POST", `/apps/${app.appId}/keys/${long}/revoke`, "key_id"],
+        ] as const
+      ) {
+        const res = await call(s, o.managementKey, method, path);
+        assert.equal(res.status, 404, path.slice(0, 40));
+        assert.equal(res.body.error.code, "resource_not_found");
+        assert.equal(res.body.error.param, param);
+        assert.ok(res.body.error.doc_url.endsWith("#resource_not_found"));
+      }
+    }
+    const keys = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
+    assert.ok(keys.body.data.every((k: { revoked: number | null }) => k.revoked === null));
+  }));

@@ -139,3 +139,14 @@ Deno.test("the openai npm client lists and retrieves models", async () => {
     await s.close();
   }
 });
+
+Deno.test("GET /v1/models/{model} with an id longer than any model's is 404 not_found with param model, never a 500", () =>
+  withService(async (s, { apiKey }) => {
+    for (const id of ["a".repeat(5000), "x%2F".repeat(200), "tollbooth/" + "a".repeat(600)]) {
+      const res = await s.get(apiKey, `/models/${id}`, { template: ONE });
+      assert.equal(res.status, 404, id.slice(0, 20));
+      const { error } = await res.json();
+      assert.equal(error.code, "not_found");
+      assert.equal(error.param, "model");
+    }
+  }));

@@ -242,3 +242,50 @@ Deno.test("timingSafeEqualStrings is true only for equal strings, whatever their
   assert.equal(timingSafeEqualStrings("é", "e\u0301"), false);
   assert.equal(timingSafeEqualStrings("\u{1F511}", "\u{1F511}"), true);
 });
+
+Deno.test("a path segment longer than any id is the app's 404 everywhere: JSON under /v1, the not-found page elsewhere, never a 500", async () => {
+  const s = await startService({ payments: { devServer: true } });
+  try {
+    const { appId, topUpToken } = await s.newApp();
+    const long = "a".repeat(5000);
+    const pages = [
+      `/${long}`,
+      `/docs/${long}`,
+      `/dashboard/apps/${long}`,
+      `/top-up/${long}`,
+      `/top-up/${topUpToken}/dev-checkout/${long}`,
+      `/top-up/${topUpToken}/receipt/${long}`,
+      `/static/${long}`,
+    ];
+    for (const path of pages) {
+      for (const method of ["GET", "POST"]) {
+        const res = await s.handle(new Request(`${PUBLIC_URL}${path}`, { method }));
+        assert.equal(res.status, 404, `${method} ${path.slice(0, 40)}`);
+        assert.match(res.headers.get("content-type") ?? "", /text\/html/);
+        assert.match(await res.text(), /not found|does not work/i);
+      }
+    }
+    const api = [
+      [`/v1/${long}`, "not_found"],
+      [`/v1/chat/completions/${long}`, "not_found"],
+      [`/v1/management/${long}`, "not_found"],
+      [`/v1/management/apps/${long}`, "resource_not_found"],
+      [`/v1/management/apps/${appId}/keys/${long}/revoke`, "resource_not_found"],
+    ];
+    for (const [path, code] of api) {
+      const res = await s.handle(new Request(`${PUBLIC_URL}${path}`));
+      assert.equal(res.status, 404, path.slice(0, 40));
+      const { error } = await res.json();
+      assert.equal(error.code, code);
+      assert.ok(error.doc_url.endsWith(`#${code}`));
+      assert.equal(typeof error.message, "string");
+      assert.ok(res.headers.get("tollbooth-request-id"));
+    }
+    // A long query string is not a long segment: the app's own page still answers.
+    const res = await s.handle(new Request(`${PUBLIC_URL}/models?x=${long}`));
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+  } finally {
+    await s.close();
+  }
+});

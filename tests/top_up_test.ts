@@ -337,3 +337,19 @@ Deno.test("admin set-top-up stores the return URL and balance setting; show-app 
     kv.close();
   }
 });
+
+Deno.test("a test-checkout id longer than any purchase id is the 404 page, not a 500", () =>
+  withService(DEV, async (s) => {
+    const { appId, topUpToken } = await s.newApp();
+    const before = await moneyState(s, appId);
+    for (const id of ["a".repeat(5000), "a".repeat(400), `devp_${"a".repeat(400)}`]) {
+      const path = `/top-up/${topUpToken}/dev-checkout/${id}`;
+      const res = await page(s, path);
+      assert.equal(res.status, 404, id.slice(0, 10));
+      await res.body?.cancel();
+      const post = await postForm(s, path, { form_token: "x" });
+      assert.equal(post.status, 404, id.slice(0, 10));
+      await post.body?.cancel();
+    }
+    assert.deepEqual(await moneyState(s, appId), before);
+  }));

@@ -146,7 +146,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "No such resource",
     cause:
-      "The app or key named in the path does not exist, or belongs to another owner (the two look the same). `param` names the path parameter.",
+      "The app or key named in the path does not exist, or belongs to another owner (the two look the same), or a segment of the path is longer than 512 characters, which no id is. `param` names the path parameter.",
     fix: "List your apps (`GET /v1/management/apps`) or the app's keys for valid ids.",
   },
   insufficient_credits: {
@@ -197,7 +197,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "No such endpoint or model",
     cause:
-      "The path or method does not exist (see `/openapi.json`: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}` and the management API under `/v1/management/`), or `GET /v1/models/{model}` names a model that is not on the curated list (`param`: `model`).",
+      "The path or method does not exist (see `/openapi.json`: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{model}` and the management API under `/v1/management/`), or `GET /v1/models/{model}` names a model that is not on the curated list (`param`: `model`), or a segment of the path is longer than 512 characters, which no model id is.",
     fix: "Check the path and method, or take the model ID from `GET /v1/models`.",
   },
   provider_unreachable: {

@@ -32,6 +32,14 @@ export function newId(prefix: string, now = Date.now()): string {
   return `${prefix}_${now.toString(36).padStart(10, "0")}${randomToken(80)}`;
 }
 
+/**
+ * Whether `id` could be one of our ids (`newId`'s are 27 to 31 characters). Text from a URL is
+ * held to this before it becomes part of a storage key: KV throws on keys over 2 KiB.
+ */
+export function isPlausibleId(id: string): boolean {
+  return id.length > 0 && id.length <= 64;
+}
+
 export function newRequestId(): string {
   return newId("req");
 }

@@ -5,7 +5,7 @@ export { CONFIG_DEFAULTS, ConfigError, loadConfig, MAX_SERVE_WORKERS } from "./c
 export type { Config } from "./config.ts";
 export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";
 export type { ErrorCode } from "./errors.ts";
-export { newId, newRequestId, randomToken } from "./ids.ts";
+export { isPlausibleId, newId, newRequestId, randomToken } from "./ids.ts";
 export { getManyChunked, openKv } from "./kv.ts";
 export { flushLogs, jsonLogger, logSoon, requestLogLine } from "./log.ts";
 export type { Logger, RequestLogLine, TraceFields } from "./log.ts";

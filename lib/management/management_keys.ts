@@ -2,7 +2,14 @@
  * Management keys: an owner's credentials for the management API. Like API keys they are shown
  * once and stored only as a SHA-256 hash; their prefix (`tbm_`) keeps them apart from app keys.
  */
-import { getManyChunked, newId, NotFoundError, randomToken, sha256Hex } from "@/lib/core/mod.ts";
+import {
+  getManyChunked,
+  isPlausibleId,
+  newId,
+  NotFoundError,
+  randomToken,
+  sha256Hex,
+} from "@/lib/core/mod.ts";
 import { keys, type ManagementKeyHashEntry, type ManagementKeyRecord } from "@/lib/db.ts";
 
 const KEY_PREFIX = "tbm_";
@@ -89,6 +96,7 @@ export async function revokeManagementKey(
   keyId: string,
   now = Date.now(),
 ): Promise<ManagementKeyRecord> {
+  if (!isPlausibleId(keyId)) throw new NotFoundError(`no management key ${keyId.slice(0, 64)}`);
   for (;;) {
     const entry = await kv.get<ManagementKeyRecord>(keys.managementKey(keyId));
     if (!entry.value || entry.value.ownerId !== ownerId) {

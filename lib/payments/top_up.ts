@@ -157,6 +157,8 @@ export async function findTopUpEntry(
   source: PaymentSource,
   reference: string,
 ): Promise<LedgerEntry | null> {
+  // Only a reference of the source's shape can have a marker (and fits a storage key).
+  if (paymentSourceOf(reference) !== source) return null;
   const marker = await kv.get<CreditMarkerRecord>(
     keys.creditMarker(paymentMarker(source, reference)),
   );

@@ -7,7 +7,14 @@ import {
   utcDay,
   type WalletRecord,
 } from "@/lib/db.ts";
-import { getManyChunked, type Micros, newId, NotFoundError, randomToken } from "@/lib/core/mod.ts";
+import {
+  getManyChunked,
+  isPlausibleId,
+  type Micros,
+  newId,
+  NotFoundError,
+  randomToken,
+} from "@/lib/core/mod.ts";
 import { type IssuedKey, prepareKey } from "./keys.ts";
 
 const STARTER_CREDITS: Micros = 5_000_000;
@@ -155,12 +162,14 @@ async function countOwnerApps(kv: Deno.Kv, ownerId: string, now: number) {
 }
 
 export async function getApp(kv: Deno.Kv, appId: string): Promise<AppRecord> {
+  if (!isPlausibleId(appId)) throw new NotFoundError(`no app ${appId.slice(0, 64)}`);
   const entry = await kv.get<AppRecord>(keys.app(appId));
   if (!entry.value) throw new NotFoundError(`no app ${appId}`);
   return entry.value;
 }
 
 export async function getWallet(kv: Deno.Kv, appId: string): Promise<WalletRecord> {
+  if (!isPlausibleId(appId)) throw new NotFoundError(`no wallet for app ${appId.slice(0, 64)}`);
   const entry = await kv.get<WalletRecord>(keys.wallet(appId));
   if (!entry.value) throw new NotFoundError(`no wallet for app ${appId}`);
   return entry.value;

@@ -28,7 +28,7 @@ import {
   walletActivity,
 } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/mod.ts";
-import { NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import { isPlausibleId, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import {
   checkForm,
@@ -50,7 +50,7 @@ import { addWebhookRoutes, type WebhookRouteDeps } from "./webhooks.ts";
 
 const USAGE_PAGE_SIZE = 50;
 /** A usage record's id (`newId("use")`): the only cursor the usage pages hand out. */
-const USAGE_ID_PATTERN = /^use_[0-9a-z]+$/;
+const USAGE_ID_PATTERN = /^use_[0-9a-z]{1,60}$/;
 
 type DashboardEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
 
@@ -254,7 +254,9 @@ export function dashboardRoutes(
 
   /** The app's key, or null: a key id of another app is treated as unknown. */
   async function ownedKey(c: Context<DashboardEnv>, app: AppRecord): Promise<ApiKeyRecord | null> {
-    const key = (await kv.get<ApiKeyRecord>(keys.apiKey(c.req.param("keyId") ?? ""))).value;
+    const keyId = c.req.param("keyId") ?? "";
+    if (!isPlausibleId(keyId)) return null;
+    const key = (await kv.get<ApiKeyRecord>(keys.apiKey(keyId))).value;
     return key?.appId === app.id ? key : null;
   }
 
