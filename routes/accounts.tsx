@@ -123,8 +123,8 @@ export function accountRoutes(
   });
 
   pages.post("/signup", session, form, async (c) => {
-    const body = await c.req.parseBody();
-    const email = String(body.email ?? "");
+    const body = c.get("form");
+    const email = body.email ?? "";
     const address = addressOf(c);
     const wait = await beginSignUp(kv, address, now());
     if (wait > 0) {
@@ -144,7 +144,7 @@ export function accountRoutes(
       return c.html(accountPage("signup", { email, error }), 429);
     }
     try {
-      const owner = await signUp(kv, { email, password: String(body.password ?? "") });
+      const owner = await signUp(kv, { email, password: body.password ?? "" });
       await startSession(c, kv, cookie, owner.id);
       return c.redirect("/dashboard", 303);
     } catch (error) {
@@ -161,9 +161,9 @@ export function accountRoutes(
   });
 
   pages.post("/signin", session, form, async (c) => {
-    const body = await c.req.parseBody();
-    const email = normalizeEmail(String(body.email ?? ""));
-    const password = String(body.password ?? "");
+    const body = c.get("form");
+    const email = normalizeEmail(body.email ?? "");
+    const password = body.password ?? "";
     const next = safeNext(c.req.query("next"));
     const attempt = await beginSignIn(kv, email, addressOf(c), now());
     const wait = attempt.retryAfter;

@@ -14,11 +14,16 @@ import {
 } from "@/lib/accounts/mod.ts";
 import type { Env } from "./middleware.ts";
 import { messagePage } from "@/routes/pages/message.tsx";
+import { type FormFields, formNotReceived, readForm } from "./forms.ts";
 
 export type { Session };
 
 export type PageEnv = {
-  Variables: Env["Variables"] & { session: Session | null };
+  Variables: Env["Variables"] & {
+    session: Session | null;
+    /** A POST's form fields, read once by `checkForm` (which answers an unreadable form). */
+    form: FormFields;
+  };
 };
 
 const CSRF_FIELD = "_csrf";
@@ -93,7 +98,8 @@ function refused(c: Context<PageEnv>) {
 
 /**
  * Every POST of a page must come from this site (Origin / Sec-Fetch-Site, when the browser sends
- * them), and, once signed in, carry the session's CSRF token in a hidden field.
+ * them), and, once signed in, carry the session's CSRF token in a hidden field. The form is read
+ * here, once, into `form`: a body that is no readable form is answered here too.
  */
 export function checkForm(publicUrl: string): MiddlewareHandler<PageEnv> {
   const publicOrigin = new URL(publicUrl).origin;
@@ -105,11 +111,12 @@ export function checkForm(publicUrl: string): MiddlewareHandler<PageEnv> {
     }
     if (c.req.header("sec-fetch-site") === "cross-site") return refused(c);
     const session = c.get("session");
-    if (session) {
-      const sent = String((await c.req.parseBody())[CSRF_FIELD] ?? "");
-      const expected = session.record.csrfToken;
-      if (!timingSafeEqualStrings(sent, expected)) return refused(c);
+    const form = await readForm(c);
+    if (!form) return formNotReceived(c, session);
+    if (session && !timingSafeEqualStrings(form[CSRF_FIELD] ?? "", session.record.csrfToken)) {
+      return refused(c);
     }
+    c.set("form", form);
     await next();
   };
 }

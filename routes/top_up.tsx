@@ -23,6 +23,7 @@ import type { Logger, Micros } from "@/lib/core/mod.ts";
 import type { Wallets } from "@/lib/billing/mod.ts";
 import type { Env } from "./middleware.ts";
 import { formSizeLimit } from "./session.ts";
+import { readForm } from "./forms.ts";
 import {
   crediting,
   devCheckoutPage,
@@ -66,19 +67,6 @@ function isCrossSitePost(c: C, publicUrl: string): boolean {
   return origin !== new URL(c.req.url).origin && origin !== new URL(publicUrl).origin;
 }
 
-async function readForm(c: C): Promise<Record<string, string>> {
-  const type = c.req.header("content-type") ?? "";
-  if (!/^(application\/x-www-form-urlencoded|multipart\/form-data)/i.test(type)) return {};
-  try {
-    const body = await c.req.parseBody();
-    return Object.fromEntries(
-      Object.entries(body).filter(([, v]) => typeof v === "string"),
-    ) as Record<string, string>;
-  } catch {
-    return {};
-  }
-}
-
 export function topUpRoutes(deps: TopUpDeps) {
   const { kv, formTokens, mode } = deps;
   const routes = new Hono<Env>();
@@ -96,6 +84,14 @@ export function topUpRoutes(deps: TopUpDeps) {
     const wallet = await kv.get<WalletRecord>(keys.wallet(app.id));
     return wallet.value?.available ?? null;
   };
+  const notReceived = (c: C, app: AppRecord) =>
+    refuse(
+      c,
+      400,
+      "Form not received",
+      "The form did not arrive whole or could not be read, so nothing was bought and nothing was charged. Open the top-up page again and choose an amount.",
+      app,
+    );
   const expired = (c: C, app: AppRecord) =>
     refuse(
       c,
@@ -125,6 +121,7 @@ export function topUpRoutes(deps: TopUpDeps) {
     if (!app) return notFound(c);
     if (isCrossSitePost(c, deps.publicUrl)) return expired(c, app);
     const form = await readForm(c);
+    if (!form) return notReceived(c, app);
     if (!(await formTokens.verify(purchasePurpose(app), form.form_token))) return expired(c, app);
     const amount = topUpAmountOfChoice(form.amount);
     if (amount === null) {
@@ -210,6 +207,7 @@ export function topUpRoutes(deps: TopUpDeps) {
     if (!purchase) return notFound(c);
     if (isCrossSitePost(c, deps.publicUrl)) return expired(c, app);
     const form = await readForm(c);
+    if (!form) return notReceived(c, app);
     if (!(await formTokens.verify(devCheckoutPurpose(purchase.id), form.form_token))) {
       return expired(c, app);
     }

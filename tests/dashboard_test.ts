@@ -774,3 +774,72 @@ Deno.test("an over-long app, key or management-key id in a dashboard path is the
     const cursor = await v.request(`/dashboard/apps/${appId}/usage?cursor=use_${"a".repeat(5000)}`);
     assert.equal(cursor.status, 303, "an over-long cursor is not ours: back to the newest");
   }));
+
+/** A POST whose body stops short of its declared Content-Length, as a dropped upload does. */
+function cutOffBody(text: string, declared: number): RequestInit {
+  const bytes = new TextEncoder().encode(text);
+  return {
+    method: "POST",
+    headers: {
+      "content-type": "application/x-www-form-urlencoded",
+      "content-length": String(declared),
+    },
+    body: new ReadableStream({
+      start(controller) {
+        controller.enqueue(bytes);
+        controller.error(new Error("connection reset"));
+      },
+    }),
+  };
+}
+
+const BROKEN_MULTIPART: RequestInit = {
+  method: "POST",
+  headers: { "content-type": "multipart/form-data; boundary=xyz" },
+  body: "garbage{{",
+};
+
+Deno.test("a broken multipart or cut-off form on sign-up and sign-in is a 400 page, and no account is made", () =>
+  withService(async (s) => {
+    for (const path of ["/signup", "/signin"]) {
+      for (const init of [BROKEN_MULTIPART, cutOffBody("email=x%40example.com&pass", 400)]) {
+        const res = await s.handle(new Request(`${PUBLIC_URL}${path}`, init));
+        assert.equal(res.status, 400, path);
+        const html = await res.text();
+        assert.match(html, /Form not received/);
+        assert.match(html, /nothing was changed/);
+      }
+    }
+    const owners = [];
+    for await (const o of s.kv.list({ prefix: ["owners"] })) owners.push(o);
+    assert.equal(owners.length, 0);
+  }));
+
+Deno.test("a signed-in dashboard POST with a broken multipart body is a 400 page and changes nothing", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("broken@example.com");
+    const { appId, apiKey } = await v.createApp("first");
+    const before = await countApps(s.kv);
+    const keyId = (await listAppKeys(s.kv, appId))[0].id;
+    const paths = [
+      "/dashboard/apps",
+      `/dashboard/apps/${appId}/rename`,
+      `/dashboard/apps/${appId}/limits`,
+      `/dashboard/apps/${appId}/keys/${keyId}/revoke`,
+      "/dashboard/management-keys",
+      "/signout",
+    ];
+    for (const path of paths) {
+      for (const init of [BROKEN_MULTIPART, cutOffBody("name=x&_csrf=", 300)]) {
+        const res = await v.request(path, init);
+        assert.equal(res.status, 400, path);
+        assert.match(await res.text(), /Form not received/);
+      }
+    }
+    assert.equal(await countApps(s.kv), before);
+    assert.ok(v.cookie, "still signed in");
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    assert.equal(chat.status, 200, "the key was not revoked");
+    await chat.body?.cancel();
+  }));

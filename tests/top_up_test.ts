@@ -353,3 +353,39 @@ Deno.test("a test-checkout id longer than any purchase id is the 404 page, not a
     }
     assert.deepEqual(await moneyState(s, appId), before);
   }));
+
+Deno.test("a broken multipart or cut-off top-up form is a 400 'Form not received' page, and nothing is bought", () =>
+  withService(DEV, async (s) => {
+    const { appId, topUpToken } = await s.newApp();
+    const before = await moneyState(s, appId);
+    const token = await topUpFormToken(s, topUpToken);
+    const whole = `amount=10&form_token=${token}`;
+    const bodies: RequestInit[] = [
+      {
+        headers: { "content-type": "multipart/form-data; boundary=xyz" },
+        body: "garbage{{",
+      },
+      {
+        headers: {
+          "content-type": "application/x-www-form-urlencoded",
+          "content-length": String(whole.length),
+        },
+        body: new ReadableStream({
+          start(controller) {
+            controller.enqueue(new TextEncoder().encode(whole.slice(0, 12)));
+            controller.error(new Error("connection reset"));
+          },
+        }),
+      },
+    ];
+    for (const init of bodies) {
+      const res = await s.handle(
+        new Request(`${PUBLIC_URL}/top-up/${topUpToken}`, { method: "POST", ...init }),
+      );
+      assert.equal(res.status, 400);
+      const html = await res.text();
+      assert.match(html, /Form not received/);
+      assert.match(html, /nothing was charged/);
+    }
+    assert.deepEqual(await moneyState(s, appId), before);
+  }));

@@ -118,7 +118,7 @@ export function dashboardRoutes(
   });
 
   r.post("/apps", async (c) => {
-    const name = String((await c.req.parseBody()).name ?? "").trim();
+    const name = (c.get("form").name ?? "").trim();
     if (name.length === 0 || name.length > 100) {
       const apps = await listOwnerApps(kv, session(c).owner.id);
       return c.html(appsPage(session(c), apps, "An app name has 1 to 100 characters."), 400);
@@ -187,7 +187,7 @@ export function dashboardRoutes(
   r.post("/apps/:appId/rename", async (c) => {
     const app = c.get("app");
     try {
-      await renameApp(kv, app.id, String((await c.req.parseBody()).name ?? ""));
+      await renameApp(kv, app.id, c.get("form").name ?? "");
     } catch (error) {
       if (!(error instanceof RangeError)) throw error;
       const message = "An app name has 1 to 100 characters.";
@@ -215,10 +215,10 @@ export function dashboardRoutes(
   /** Caps from a form of the keys tab: each of total, daily, monthly in USD, empty for none. */
   async function saveCaps(c: Context<DashboardEnv>, target: { keyId: string } | { endUser: true }) {
     const app = c.get("app");
-    const form = await c.req.parseBody();
+    const form = c.get("form");
     const caps: Record<string, number | null> = {};
     for (const name of ["total", "daily", "monthly"]) {
-      const raw = String(form[name] ?? "").trim().replace(/^\$/, "");
+      const raw = (form[name] ?? "").trim().replace(/^\$/, "");
       try {
         caps[name] = raw === "" ? null : parseUsd(raw);
         if (caps[name] === 0) throw new RangeError("zero");
@@ -241,7 +241,7 @@ export function dashboardRoutes(
 
   r.post("/apps/:appId/keys", async (c) => {
     const app = c.get("app");
-    const name = keyNameOf((await c.req.parseBody()).name);
+    const name = keyNameOf(c.get("form").name);
     if (!name) {
       const error = "A key name has 1 to 60 characters.";
       if (wantsJson(c)) return c.json({ error }, 400);
@@ -322,8 +322,8 @@ export function dashboardRoutes(
 
   r.post("/apps/:appId/top-up-settings", async (c) => {
     const app = c.get("app");
-    const form = await c.req.parseBody();
-    const returnUrl = String(form.return_url ?? "").trim();
+    const form = c.get("form");
+    const returnUrl = (form.return_url ?? "").trim();
     try {
       await updateTopUpSettings(kv, app.id, {
         returnUrl: returnUrl === "" ? null : returnUrl,
@@ -339,10 +339,10 @@ export function dashboardRoutes(
 
   r.post("/apps/:appId/limits", async (c) => {
     const app = c.get("app");
-    const form = await c.req.parseBody();
+    const form = c.get("form");
     const change: { rpm?: number | null; tpm?: number | null } = {};
     for (const name of ["rpm", "tpm"] as const) {
-      const raw = String(form[name] ?? "").trim();
+      const raw = (form[name] ?? "").trim();
       const value = raw === "" ? null : Number(raw);
       if (value !== null && !(Number.isSafeInteger(value) && value >= 1 && value <= MAX_LIMIT)) {
         const limitsError =

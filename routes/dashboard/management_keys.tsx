@@ -147,7 +147,7 @@ export function managementKeyRoutes(kv: Deno.Kv) {
 
   r.post("/", async (c) => {
     const ownerId = session(c).owner.id;
-    const name = String((await c.req.parseBody()).name ?? "").trim();
+    const name = (c.get("form").name ?? "").trim();
     const refuse = async (error: string) =>
       c.html(managementKeysPage(session(c), await listManagementKeys(kv, ownerId), error), 400);
     if (name.length === 0 || name.length > 60) return refuse("A key name has 1 to 60 characters.");

@@ -46,9 +46,9 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
 
   r.post("/apps/:appId/webhooks", async (c) => {
     const app = c.get("app");
-    const form = await c.req.parseBody();
-    const rawUrl = String(form.url ?? "");
-    const rawThreshold = String(form.threshold ?? "").trim().replace(/^\$/, "");
+    const form = c.get("form");
+    const rawUrl = form.url ?? "";
+    const rawThreshold = (form.threshold ?? "").trim().replace(/^\$/, "");
     let url: string, threshold: number | null;
     try {
       url = validWebhookUrl(rawUrl, { allowLoopback: deps.allowLoopback });
