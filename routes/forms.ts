@@ -40,3 +40,12 @@ export function formNotReceived(c: Context, session: Session | null): Response {
     400,
   );
 }
+
+/**
+ * A whole number of digits only, such as a limit typed into a form: `Number()` would also take
+ * "0x10", "1e3", " 7 " or "", so it is not used on form text. Null when `text` is not one.
+ */
+export function parseFormInteger(text: string): number | null {
+  if (!/^[0-9]{1,15}$/.test(text)) return null;
+  return Number(text);
+}

@@ -843,3 +843,27 @@ Deno.test("a signed-in dashboard POST with a broken multipart body is a 400 page
     assert.equal(chat.status, 200, "the key was not revoked");
     await chat.body?.cancel();
   }));
+
+Deno.test("the rate-limit form takes digits only: 0x10, 1e3, 16.0 and +16 are refused, not read as numbers", () =>
+  withService(async (s) => {
+    const owner = new OwnerSession(s);
+    await owner.signUp("digits@example.com");
+    const { appId } = await owner.createApp("app");
+    const csrf = await owner.csrf();
+    for (const rpm of ["0x10", "1e3", "16.0", "+16", "0b11", "1_000", "٣"]) {
+      const res = await owner.post(`/dashboard/apps/${appId}/limits`, {
+        _csrf: csrf,
+        rpm,
+        tpm: "",
+      });
+      assert.equal(res.status, 400, rpm);
+      assert.match(await res.text(), /whole numbers/);
+    }
+    const saved = await owner.post(`/dashboard/apps/${appId}/limits`, {
+      _csrf: csrf,
+      rpm: " 16 ",
+      tpm: "",
+    });
+    assert.equal(saved.status, 303);
+    assert.match(await owner.page(`/dashboard/apps/${appId}`), /In force: 16 requests/);
+  }));

@@ -39,6 +39,7 @@ import {
   requireOwner,
   sessionCookie,
 } from "@/routes/session.ts";
+import { parseFormInteger } from "@/routes/forms.ts";
 import { appsPage } from "./pages/apps.tsx";
 import { keyIssuedPage, keysPage } from "./pages/keys.tsx";
 import { overviewPage } from "./pages/overview.tsx";
@@ -343,8 +344,8 @@ export function dashboardRoutes(
     const change: { rpm?: number | null; tpm?: number | null } = {};
     for (const name of ["rpm", "tpm"] as const) {
       const raw = (form[name] ?? "").trim();
-      const value = raw === "" ? null : Number(raw);
-      if (value !== null && !(Number.isSafeInteger(value) && value >= 1 && value <= MAX_LIMIT)) {
+      const value = raw === "" ? null : parseFormInteger(raw);
+      if (raw !== "" && !(value !== null && value >= 1 && value <= MAX_LIMIT)) {
         const limitsError =
           `Requests and tokens per minute are whole numbers from 1 to ${MAX_LIMIT}, or empty for the default.`;
         return c.html(overviewPage(session(c), { ...await overview(app), limitsError }), 400);
