@@ -6,6 +6,7 @@ import {
   MAX_MANAGEMENT_KEYS,
   revokeManagementKey,
   TooManyManagementKeysError,
+  usageReport,
 } from "@/lib/management/mod.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { assertMatchesOpenApi } from "./openapi_check.ts";
@@ -604,4 +605,36 @@ Deno.test("management API: an over-long app or key id is 404 resource_not_found 
     }
     const keys = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
     assert.ok(keys.body.data.every((k: { revoked: number | null }) => k.revoked === null));
+  }));
+
+Deno.test("usage report: a day outside 2000-01-01..9999-12-31, or from after to, is 400 invalid_parameter naming it", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const report = (query: string) =>
+      call(s, o.managementKey, "GET", `/apps/${app.appId}/usage/report?group_by=day&${query}`);
+    for (
+      const [query, param] of [
+        ["from=0999-12-30&to=1000-01-02", "from"],
+        ["to=0000-01-01", "to"],
+        ["from=1999-12-31&to=2000-01-02", "from"],
+        ["from=1969-12-31", "from"],
+        ["from=2026-03-02&to=2026-03-01", "from"],
+        ["from=2026-02-30", "from"],
+      ]
+    ) {
+      const res = await report(query);
+      assert.equal(res.status, 400, query);
+      assert.equal(res.body.error.code, "invalid_parameter", query);
+      assert.equal(res.body.error.param, param, query);
+    }
+    const bounds = await report("from=2000-01-01&to=2000-01-02");
+    assert.equal(bounds.status, 200);
+    assert.deepEqual(bounds.body.data, []);
+    const last = await report("from=9999-12-01&to=9999-12-31");
+    assert.equal(last.status, 200);
+    // The listing itself reads no range that ends before it begins, whoever calls it.
+    for (const [from, to] of [["2026-03-02", "2026-03-01"], ["0999-12-30", "1000-01-02"]]) {
+      assert.deepEqual(await usageReport(s.kv, app.appId, { groupBy: "day", from, to }), []);
+    }
   }));

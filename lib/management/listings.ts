@@ -170,6 +170,8 @@ export interface ReportRow {
 
 /** The widest span one report covers. */
 export const MAX_REPORT_DAYS = 93;
+/** The earliest day a report may begin; the last is 9999-12-31 (four-digit years). */
+export const FIRST_REPORT_DAY = "2000-01-01";
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 /** The first id a record created at `ms` may have (ids begin with their time in base 36). */
@@ -188,6 +190,9 @@ export async function usageReport(
 ): Promise<ReportRow[]> {
   const start = Date.parse(`${options.from}T00:00:00Z`);
   const end = Date.parse(`${options.to}T00:00:00Z`) + DAY_MS;
+  // No day between them, or a day before the ids' clock starts: KV refuses a range that ends
+  // before it begins, and a negative time has no id.
+  if (!(start >= 0 && start < end)) return [];
   const groups = new Map<string | null, ReportRow>();
   const groupOf = (r: UsageRecord): string | null =>
     options.groupBy === "day"

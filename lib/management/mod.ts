@@ -8,6 +8,7 @@ export {
   TooManyManagementKeysError,
 } from "./management_keys.ts";
 export {
+  FIRST_REPORT_DAY,
   MAX_PAGE_LIMIT,
   MAX_REPORT_DAYS,
   pageLedger,

@@ -223,14 +223,16 @@ export function managementOpenApi(
             in: "query",
             required: false,
             schema: { type: "string", format: "date" },
-            description: "First UTC day (default: 29 days before `to`).",
+            description:
+              "First UTC day (default: 29 days before `to`), from 2000-01-01 to 9999-12-31.",
           },
           {
             name: "to",
             in: "query",
             required: false,
             schema: { type: "string", format: "date" },
-            description: "Last UTC day, inclusive (default: today). At most 93 days in all.",
+            description:
+              "Last UTC day, inclusive (default: today), from 2000-01-01 to 9999-12-31. At most 93 days in all, and not before `from`.",
           },
           ...page,
           ...usageFilters,

@@ -58,8 +58,10 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
         </li>
         <li>
           <code>GET /apps/{"{app_id}"}/usage/report?group_by=day|model|key|user</code> with{" "}
-          <code>from</code> and <code>to</code>{" "}
-          (UTC days, at most 93; default the last 30): requests, tokens and cost per group.{" "}
+          <code>from</code> and <code>to</code> (UTC days from 2000-01-01 to 9999-12-31,{" "}
+          <code>from</code> not after{" "}
+          <code>to</code>, at most 93; default the last 30): requests, tokens and cost per group.
+          {" "}
           <code>user</code> is the chat request's <code>user</code>{" "}
           field; requests without one form the group <code>null</code>.
         </li>

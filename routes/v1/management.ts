@@ -26,6 +26,7 @@ import {
 import type { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import {
   authenticateManagementKey,
+  FIRST_REPORT_DAY,
   type LedgerItem,
   MAX_PAGE_LIMIT,
   MAX_REPORT_DAYS,
@@ -188,6 +189,10 @@ const DAY = /^\d{4}-\d{2}-\d{2}$/;
 const day = z.string().regex(DAY, "a UTC day as YYYY-MM-DD").refine(
   (d) => !Number.isNaN(Date.parse(`${d}T00:00:00Z`)),
   "not a calendar day",
+).refine(
+  // No usage is older than this service; a day before 1970 has no usage id to start a range at.
+  (d) => d >= FIRST_REPORT_DAY,
+  `a day from ${FIRST_REPORT_DAY} to 9999-12-31`,
 );
 
 const capAmount = z.string().regex(/^\d{1,9}(\.\d{1,6})?$/, 'a USD amount such as "5.00"')
