@@ -730,3 +730,37 @@ Deno.test("a refund whose payment cannot be looked up at Stripe is answered 5xx,
     await fake.close();
   }
 });
+
+Deno.test("the webhook's refusals are in the API's error shape: code, type, message, param and doc_url", async () => {
+  const refusalOf = async (s: TestService, headers: Record<string, string>) => {
+    const res = await s.handle(
+      new Request(`${PUBLIC_URL}/webhooks/stripe`, { method: "POST", headers, body: "{}" }),
+    );
+    return { status: res.status, error: (await res.json()).error };
+  };
+  await withStripe(async (s) => {
+    const missing = await refusalOf(s, {});
+    assert.equal(missing.status, 400);
+    assert.equal(missing.error.code, "missing_parameter");
+    assert.equal(missing.error.param, "Stripe-Signature");
+    const invalid = await refusalOf(s, { "stripe-signature": "t=1,v1=deadbeef" });
+    assert.equal(invalid.status, 400);
+    assert.equal(invalid.error.code, "invalid_parameter");
+    assert.equal(invalid.error.param, "Stripe-Signature");
+    for (const { error } of [missing, invalid]) {
+      assert.equal(error.type, "invalid_request_error");
+      assert.equal(error.doc_url, `${PUBLIC_URL}/docs/errors#${error.code}`);
+    }
+  });
+  const unconfigured = await startService();
+  try {
+    const { status, error } = await refusalOf(unconfigured, { "stripe-signature": "t=1,v1=x" });
+    assert.equal(status, 503);
+    assert.equal(error.code, "payments_unavailable");
+    assert.equal(error.type, "api_error");
+    assert.equal(error.doc_url, `${PUBLIC_URL}/docs/errors#payments_unavailable`);
+    assert.match(error.message, /not configured/);
+  } finally {
+    await unconfigured.close();
+  }
+});

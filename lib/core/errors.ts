@@ -225,6 +225,15 @@ export const ERROR_CODES = {
       "A non-streamed request is served from a streamed upstream call: the provider cut the connection, sent an error, or stayed silent longer than its timeout after it had begun answering. The provider bills the tokens it produced, so they are charged (counted by us when the provider gave no usage); `Tollbooth-Request-Cost` on this response says how much. The partial answer is not returned.",
     fix: "Retry the request, or stream it (`stream: true`) to keep what arrives before a cut.",
   },
+  payments_unavailable: {
+    status: 503,
+    type: "api_error",
+    title: "Payments are not configured",
+    cause:
+      "Answered only to Stripe's webhook (`POST /webhooks/stripe`): this server has no `STRIPE_SECRET_KEY` and `STRIPE_WEBHOOK_SECRET`, so it cannot check or credit the event. Nothing was credited; Stripe delivers the event again later.",
+    fix:
+      "Set both secrets on the server that `PUBLIC_URL/webhooks/stripe` reaches, or point the Stripe webhook at the server that has them.",
+  },
   internal_error: {
     status: 500,
     type: "api_error",

@@ -1,7 +1,7 @@
 /** Operations: metrics, the OpenAPI document, the dev banner. */
 export { devBanner } from "./dev_banner.ts";
 export { type MetricsSnapshot, PROMETHEUS_CONTENT_TYPE } from "./metrics.ts";
-export { openApiDocument, RATE_LIMIT_HEADERS } from "./openapi.ts";
+export { openApiDocument, RATE_LIMIT_HEADERS, WEBHOOK_ONLY_ERRORS } from "./openapi.ts";
 export { MANAGEMENT_ONLY_ERRORS } from "./management_openapi.ts";
 export { ServiceMetrics } from "./service_metrics.ts";
 export { type FromWorker, serveWorkerCount, type ToWorker, WorkerPool } from "./workers.ts";

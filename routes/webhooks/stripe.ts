@@ -1,6 +1,6 @@
 import type { Context } from "hono";
 import Stripe from "stripe";
-import type { Logger } from "@/lib/core/mod.ts";
+import { ApiError, type Logger } from "@/lib/core/mod.ts";
 import { handleStripeEvent } from "@/lib/payments/mod.ts";
 import type { Wallets } from "@/lib/billing/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
@@ -10,9 +10,7 @@ export const MAX_EVENT_BYTES = 512 * 1024;
 
 const cryptoProvider = Stripe.createSubtleCryptoProvider();
 
-function refusal(c: Context<Env>, status: 400 | 503, message: string) {
-  return c.json({ error: { type: "invalid_request_error", message } }, status);
-}
+const SIGNATURE = "Stripe-Signature";
 
 /**
  * Stripe's webhook: the signature is checked on the raw bytes before anything is parsed; a paid
@@ -32,10 +30,15 @@ export function stripeWebhook(
   return async (c: Context<Env>) => {
     const { stripe, webhookSecret } = deps;
     if (!stripe || !webhookSecret) {
-      return refusal(c, 503, "Stripe payments are not configured on this server.");
+      throw new ApiError(
+        "payments_unavailable",
+        "Stripe payments are not configured on this server.",
+      );
     }
     const signature = c.req.header("stripe-signature");
-    if (!signature) return refusal(c, 400, "Missing Stripe-Signature header.");
+    if (!signature) {
+      throw new ApiError("missing_parameter", `Missing ${SIGNATURE} header.`, { param: SIGNATURE });
+    }
     // The signature covers the exact bytes Stripe sent: verify those, not a re-encoding. Their
     // size is held to MAX_EVENT_BYTES by the route's body limit.
     const body = new Uint8Array(await c.req.arrayBuffer());
@@ -55,7 +58,7 @@ export function stripeWebhook(
         event: "stripe_webhook_rejected",
         error: (error as Error).message,
       });
-      return refusal(c, 400, "Invalid Stripe signature.");
+      throw new ApiError("invalid_parameter", "Invalid Stripe signature.", { param: SIGNATURE });
     }
     const outcome = await handleStripeEvent({ ...deps, stripe }, event);
     return c.json({ received: true, event: event.id, outcome: outcome.status });
