@@ -607,6 +607,32 @@ Deno.test("management API: an over-long app or key id is 404 resource_not_found 
     assert.ok(keys.body.data.every((k: { revoked: number | null }) => k.revoked === null));
   }));
 
+Deno.test("management API: a Tollbooth-Version other than the current one is 400 unsupported_version, as on the rest of /v1", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    for (const version of ["2020-01-01", "latest"]) {
+      const headers = { "tollbooth-version": version };
+      for (
+        const [method, path] of [
+          ["GET", "/apps"],
+          ["GET", `/apps/${app.appId}/usage/report?group_by=day`],
+          ["POST", `/apps/${app.appId}/keys/${app.keyId}/revoke`],
+        ] as const
+      ) {
+        const res = await call(s, o.managementKey, method, path, { headers });
+        assert.equal(res.status, 400, path);
+        assert.equal(res.body.error.code, "unsupported_version");
+      }
+    }
+    const current = await call(s, o.managementKey, "GET", "/apps", {
+      headers: { "tollbooth-version": "2026-07-29" },
+    });
+    assert.equal(current.status, 200);
+    const before = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
+    assert.equal(before.body.data[0].revoked, null, "the refused revoke changed nothing");
+  }));
+
 Deno.test("usage report: a day outside 2000-01-01..9999-12-31, or from after to, is 400 invalid_parameter naming it", () =>
   withService(async (s) => {
     const o = await owner(s);

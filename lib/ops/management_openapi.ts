@@ -9,6 +9,7 @@ export const MANAGEMENT_ONLY_ERRORS: ErrorCode[] = ["invalid_management_key", "r
 
 const READ_ERRORS: ErrorCode[] = [
   "invalid_parameter",
+  "unsupported_version",
   "invalid_management_key",
   "resource_not_found",
   "internal_error",
@@ -97,7 +98,7 @@ export function managementOpenApi(
     },
   });
 
-  const paths = {
+  const operations = {
     "/management/apps": {
       get: {
         operationId: "listApps",
@@ -257,6 +258,11 @@ export function managementOpenApi(
       },
     },
   };
+  // The version header applies to every route, as on the rest of the API.
+  const version = { $ref: "#/components/parameters/Version" };
+  const paths = Object.fromEntries(
+    Object.entries(operations).map(([path, item]) => [path, { parameters: [version], ...item }]),
+  );
 
   const schemas = {
     App: {

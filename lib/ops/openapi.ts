@@ -355,6 +355,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
     },
     components: {
       parameters: {
+        Version: versionParameter,
         IdempotencyKey: {
           name: "Idempotency-Key",
           in: "header",

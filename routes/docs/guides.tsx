@@ -448,7 +448,8 @@ export function versioningPage(apiVersion: string) {
           The base address carries the prefix <code>/v1</code>.
         </li>
         <li>
-          A request may send a <code>Tollbooth-Version</code>{" "}
+          A request to any <code>/v1</code> endpoint, the management API's included, may send a{" "}
+          <code>Tollbooth-Version</code>{" "}
           header. Today it must be the current version; any other value is refused with{" "}
           <a href="/docs/errors#unsupported_version">
             <code>400 unsupported_version</code>

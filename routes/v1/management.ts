@@ -47,7 +47,7 @@ import {
 } from "@/lib/tenants/mod.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { idempotency } from "@/routes/idempotency.ts";
-import { bearerToken, type Env } from "@/routes/middleware.ts";
+import { bearerToken, type Env, requireSupportedVersion } from "@/routes/middleware.ts";
 import { jsonBody } from "@/routes/json_body.ts";
 
 /** Management request bodies are small: a name and a few numbers. */
@@ -295,6 +295,7 @@ export function managementRoutes(
   r.use(
     "*",
     requireManagementKey(kv),
+    requireSupportedVersion,
     bodyLimit(MAX_BODY_BYTES, apiBodyRefusal, { readsJson: true }),
   );
   // Also matches /apps/:app_id itself.
