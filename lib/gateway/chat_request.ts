@@ -251,10 +251,15 @@ export const ChatRequestSchema = z.strictObject({
     z.string(),
     z.array(z.string({ error: "must be a string" })).max(4, "at most 4 stop sequences"),
   ], { error: "must be a string or an array of up to 4 strings" }).nullish(),
-  user: z.string({ error: "must be a string" }).max(256).nullish(),
-  metadata: z.record(z.string(), z.string({ error: "must be a string" }).max(512), {
-    error: "must be an object of strings",
-  }).refine((m) => Object.keys(m).length <= 16, "at most 16 keys").nullish(),
+  user: z.string({ error: "must be a string" }).max(256, "must be at most 256 characters")
+    .nullish(),
+  metadata: z.record(
+    z.string(),
+    z.string({ error: "must be a string" }).max(512, "must be at most 512 characters"),
+    {
+      error: "must be an object of strings",
+    },
+  ).refine((m) => Object.keys(m).length <= 16, "at most 16 keys").nullish(),
   temperature: Probability(2).nullish(),
   top_p: Probability(1).nullish(),
   top_k: z.number({ error: "must be an integer" }).int("must be an integer").min(0).nullish(),
@@ -262,7 +267,10 @@ export const ChatRequestSchema = z.strictObject({
   presence_penalty: Penalty.nullish(),
   logit_bias: z.record(
     z.string(),
-    z.number({ error: "must be a number" }).min(-100).max(100, "must be at most 100"),
+    z.number({ error: "must be a number" }).min(-100, "must be at least -100").max(
+      100,
+      "must be at most 100",
+    ),
     { error: "must be an object of token ids to numbers" },
   ).nullish(),
   prediction: z.strictObject({
@@ -275,8 +283,14 @@ export const ChatRequestSchema = z.strictObject({
   store: z.boolean({ error: "must be a boolean" }).nullish(),
   verbosity: z.enum(["low", "medium", "high"], { error: "must be one of low, medium, high" })
     .nullish(),
-  prompt_cache_key: z.string({ error: "must be a string" }).max(1024).nullish(),
-  safety_identifier: z.string({ error: "must be a string" }).max(256).nullish(),
+  prompt_cache_key: z.string({ error: "must be a string" }).max(
+    1024,
+    "must be at most 1024 characters",
+  ).nullish(),
+  safety_identifier: z.string({ error: "must be a string" }).max(
+    256,
+    "must be at most 256 characters",
+  ).nullish(),
   modalities: z.array(z.string()).nullish(),
 });
 

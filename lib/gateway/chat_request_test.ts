@@ -341,3 +341,36 @@ Deno.test("with reasoning_effort, a Claude route refuses the sampling and forced
     4096,
   );
 });
+
+/** The 400's message, for a body the validator refuses. */
+function refusal(body: Record<string, unknown>): ApiError {
+  try {
+    parseChatRequest({ model: "m/x", messages: [{ role: "user", content: "x" }], ...body });
+  } catch (e) {
+    assert.ok(e instanceof ApiError, String(e));
+    return e;
+  }
+  throw new Error("accepted");
+}
+
+Deno.test("an over-long user, metadata value or cache key is refused saying how long it may be, not 'must be a string'", () => {
+  const cases: [Record<string, unknown>, string, RegExp][] = [
+    [{ user: "u".repeat(257) }, "user", /at most 256 characters/],
+    [{ safety_identifier: "u".repeat(257) }, "safety_identifier", /at most 256 characters/],
+    [{ prompt_cache_key: "k".repeat(1025) }, "prompt_cache_key", /at most 1024 characters/],
+    [{ metadata: { a: "v".repeat(513) } }, "metadata.a", /at most 512 characters/],
+    [{ logit_bias: { "50256": -101 } }, "logit_bias.50256", /at least -100/],
+  ];
+  for (const [body, param, message] of cases) {
+    const e = refusal(body);
+    assert.equal(e.code, "invalid_parameter");
+    assert.equal(e.param, param);
+    assert.match(e.message, message);
+  }
+  assert.match(refusal({ user: 7 }).message, /must be a string/);
+  parseChatRequest({
+    model: "m/x",
+    messages: [{ role: "user", content: "x" }],
+    user: "u".repeat(256),
+  });
+});

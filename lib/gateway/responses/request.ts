@@ -129,13 +129,27 @@ export const ResponsesRequestSchema = z.strictObject({
   stream: z.boolean({ error: "must be a boolean" }).nullish(),
   stream_options: z.strictObject({ include_obfuscation: z.boolean().optional() }).nullish(),
   store: z.boolean({ error: "must be a boolean" }).nullish(),
-  previous_response_id: z.string({ error: "must be a string" }).min(1).nullish(),
-  temperature: z.number({ error: "must be a number" }).min(0).max(2).nullish(),
-  top_p: z.number({ error: "must be a number" }).min(0).max(1).nullish(),
+  previous_response_id: z.string({ error: "must be a string" }).min(1, "must not be empty")
+    .nullish(),
+  temperature: z.number({ error: "must be a number" }).min(0, "must be at least 0").max(
+    2,
+    "must be at most 2",
+  ).nullish(),
+  top_p: z.number({ error: "must be a number" }).min(0, "must be at least 0").max(
+    1,
+    "must be at most 1",
+  ).nullish(),
   metadata: z.record(z.string(), z.string()).nullish(),
-  user: z.string({ error: "must be a string" }).max(256).nullish(),
-  safety_identifier: z.string({ error: "must be a string" }).max(256).nullish(),
-  prompt_cache_key: z.string({ error: "must be a string" }).max(1024).nullish(),
+  user: z.string({ error: "must be a string" }).max(256, "must be at most 256 characters")
+    .nullish(),
+  safety_identifier: z.string({ error: "must be a string" }).max(
+    256,
+    "must be at most 256 characters",
+  ).nullish(),
+  prompt_cache_key: z.string({ error: "must be a string" }).max(
+    1024,
+    "must be at most 1024 characters",
+  ).nullish(),
   service_tier: z.string().nullish(),
   truncation: z.literal("disabled", "only 'disabled' is supported").nullish(),
   /** Extra output OpenAI can add on request; none of it exists without OpenAI's own store. */
