@@ -34,8 +34,11 @@ const TextPart = z.strictObject({
 const ImagePart = z.strictObject({
   type: z.literal("image_url"),
   image_url: z.strictObject({
+    // https only, as documented: the provider fetches the image, and over plain http anyone on
+    // the way can swap it; whether a provider fetches http at all differs, and a clear 400 here
+    // beats one provider's refusal after the reservation.
     url: z.string({ error: "must be a string" }).refine(
-      (url) => url.startsWith("data:") || /^https?:\/\/[^\s]+$/i.test(url),
+      (url) => url.startsWith("data:") || /^https:\/\/[^\s]+$/i.test(url),
       "must be an https URL or a data URL",
     ),
     detail: z.enum(["auto", "low", "high"], { error: "must be one of auto, low, high" })

@@ -374,3 +374,15 @@ Deno.test("an over-long user, metadata value or cache key is refused saying how 
     user: "u".repeat(256),
   });
 });
+
+Deno.test("image URLs are https or data URLs, as documented: plain http is refused with that message", () => {
+  const image = (url: string) => ({
+    messages: [{ role: "user", content: [{ type: "image_url", image_url: { url } }] }],
+  });
+  for (const url of ["http://example.com/cat.png", "HTTP://example.com/cat.png", "https:/x"]) {
+    const e = refusal(image(url));
+    assert.equal(e.param, "messages[0].content[0].image_url.url");
+    assert.match(e.message, /must be an https URL or a data URL/);
+  }
+  parseChatRequest({ model: "m/x", ...image("HTTPS://example.com/cat.png") });
+});
