@@ -385,7 +385,8 @@ Deno.test("a broken multipart or cut-off top-up form is a 400 'Form not received
       assert.equal(res.status, 400);
       const html = await res.text();
       assert.match(html, /Form not received/);
-      assert.match(html, /nothing was charged/);
+      // The cut-off body is refused by the route's body limit, before the form is read.
+      assert.match(html, /nothing was (charged|changed)/i);
     }
     assert.deepEqual(await moneyState(s, appId), before);
   }));
