@@ -111,6 +111,41 @@ Deno.test("a reservation settled after a sweeper gave its slice back is charged 
     assert.equal(after.reserved, 0);
   }));
 
+Deno.test("a process that stalled past its slice's lease, swept meanwhile, does not grow the returned slice: its free money stays the wallet's, and what left it is what the settles answered", async () => {
+  const s = await startService();
+  // Posts and renewals never run by themselves here: the stalled process wakes with a reserve.
+  const stalled = new Wallets(s.kv, {
+    leaseMs: 60_000,
+    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+    slices: { leaseMs: 200, postEveryMs: 60_000, idleMs: 60_000 },
+  });
+  const sweeper = new Wallets(s.kv, { leaseMs: 60_000 });
+  try {
+    const { appId } = await s.newApp();
+    const before = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    const first = await stalled.reserve(appId, hold("before-stall"));
+    assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
+    const a = await stalled.settle(appId, first.reservation.id, usage("before-stall", 700));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const swept = await sweeper.returnExpiredSlice(appId, first.reservation.sliceId, Date.now());
+    assert.ok(swept.returned, "the sweeper gave the slice back");
+    const second = await stalled.reserve(appId, hold("after-stall"));
+    assert.ok(second.ok);
+    assert.notEqual(second.reservation.sliceId, first.reservation.sliceId, "not the swept slice");
+    const b = await stalled.settle(appId, second.reservation.id, usage("after-stall", 500));
+    assert.ok(a.settled && b.settled);
+    await stalled.drain();
+    const after = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(after.spent - before.spent, a.charged + b.charged);
+    assert.equal(after.reserved, 0);
+    assert.ok(after.available >= 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await stalled.drain();
+    await s.close();
+  }
+});
+
 Deno.test("a settle costing more than its slice holds is charged whole from the rest of the wallet, nothing left uncharged", () =>
   withSlices(async (wallets, appId, kv) => {
     const before = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;

@@ -113,6 +113,13 @@ export interface SliceGrantInput {
   /** The tokens of the request that asked: a block smaller than this is refused. */
   minimumTokens: number;
   leaseMs: number;
+  /**
+   * The grant adds to a slice this process holds. Its entry being gone means a sweeper returned it
+   * once its lease ran out, with the money this process still counts free in it: nothing is
+   * granted then (`gone`), rather than a fresh entry under the old id that the process would add
+   * that returned money to.
+   */
+  grows: boolean;
 }
 
 export type SliceGrantResult =
@@ -128,7 +135,7 @@ export type SliceGrantResult =
     /** The grant's commit ("" when its outcome was unknown and then found applied). */
     versionstamp: string;
   }
-  | { granted: 0; available: Micros };
+  | { granted: 0; available: Micros; gone?: true };
 
 export type SliceReturnResult = { returned: boolean; available: Micros };
 
@@ -583,6 +590,11 @@ export function planBatch(input: PlanInput) {
       case "slice_grant": {
         const { grant } = op;
         const existing = slices.get(grant.sliceId) ?? null;
+        if (grant.grows && !existing) {
+          const answer = { granted: 0 as const, available: wallet.available, gone: true as const };
+          answers.push(() => op.done.resolve(answer));
+          break;
+        }
         const money = Math.min(grant.want, Math.floor(wallet.available / SLICE_SHARE));
         let block = { requests: 0, tokens: 0 };
         let fits = money >= grant.minimum && money > 0;

@@ -1002,6 +1002,7 @@ Deno.test("money owed is taken before a slice is granted from the balance", () =
       rateWant: { requests: 1, tokens: 1 },
       minimumTokens: 0,
       leaseMs: LEASE_MS,
+      grows: false,
     },
     done,
   };
@@ -1215,4 +1216,26 @@ Deno.test("spend caps: a cost above the hold is charged only up to the cap's roo
     total: number;
   };
   assert.equal(counter.total, 1_000, "spent up to the cap, not past it");
+});
+
+Deno.test("a grant to a slice this process holds, whose entry a sweeper returned, grants nothing and says it is gone", () => {
+  const done = new Answer<SliceGrantResult>();
+  const op: Op = {
+    kind: "slice_grant",
+    grant: {
+      sliceId: "slc_1",
+      want: 800,
+      minimum: 10,
+      rateWant: { requests: 1, tokens: 1 },
+      minimumTokens: 0,
+      leaseMs: LEASE_MS,
+      grows: true,
+    },
+    done,
+  };
+  const p = plan([{ op }], { wallet: wallet(10_000), slices: new Map([["slc_1", null]]) });
+  p.resolveAll();
+  assert.deepEqual(done.get(), { granted: 0, available: 10_000, gone: true });
+  assert.equal(p.wallet.reserved, 0, "no fresh entry under the returned slice's id");
+  assert.equal(writesOf(p).length, 0);
 });

@@ -777,12 +777,18 @@ export class Wallets {
       },
       minimumTokens: tokens,
       leaseMs: options.leaseMs,
+      grows: live !== undefined,
     };
     const growing = this.#exclusive(
       sliceId,
       () =>
         this.#enqueue<SliceGrantResult>(appId, (done) => ({ kind: "slice_grant", grant, done }))
-          .then((granted) => {
+          .then(async (granted) => {
+            if ("gone" in granted && live) {
+              // Swept while this process stalled: what it settled in it is charged from the wallet.
+              await this.#orphan(live);
+              return false;
+            }
             if (!("record" in granted)) return false;
             // An engine without rate limits grants no block and checks none: the slice's is
             // unbounded.
