@@ -31,7 +31,17 @@ export function openAiStreamParts(
       }
       // Some servers repeat cumulative usage on every chunk: never a sum, and a cumulative count
       // never shrinks, so a later usage smaller than one before (a trailing zero) is not the bill.
-      if (obj.usage != null) usage = laterUsage(usage, parseOpenAiUsage(obj.usage));
+      if (obj.usage != null) {
+        const parsed = parseOpenAiUsage(obj.usage);
+        if (parsed) usage = laterUsage(usage, parsed);
+        else {
+          // Counts without a usable completion count (null): the prompt's is still the upstream's.
+          const prompt = (obj.usage as { prompt_tokens?: unknown }).prompt_tokens;
+          if (Number.isSafeInteger(prompt) && (prompt as number) >= 0) {
+            parts.push({ type: "prompt_tokens", promptTokens: prompt as number });
+          }
+        }
+      }
       if (Array.isArray(obj.choices) && obj.choices.length > 0) {
         dropMalformedEntries(obj);
         // Usage repeated on content chunks is handed on once, at the end. OpenAI sends

@@ -170,3 +170,22 @@ Deno.test("a trailing usage smaller than one before it is not the bill: cumulati
     .flatMap((p) => p.type === "usage" ? [p.usage] : []);
   assert.deepEqual(usages.at(-1), { promptTokens: 1000, completionTokens: 500 });
 });
+
+Deno.test("a usage whose completion count is null still hands on the upstream's prompt count", async () => {
+  async function* nullCompletion() {
+    yield [
+      { data: JSON.stringify({ choices: [{ index: 0, delta: { content: "Hi" } }] }) },
+      {
+        data: JSON.stringify({
+          choices: [],
+          usage: { prompt_tokens: 1000, completion_tokens: null, total_tokens: null },
+        }),
+      },
+      { data: "[DONE]" },
+    ];
+  }
+  const parts = await collect(openAiStreamParts(nullCompletion()));
+  assert.deepEqual(parts.filter((p) => p.type !== "chunk"), [
+    { type: "prompt_tokens", promptTokens: 1000 },
+  ]);
+});
