@@ -392,6 +392,69 @@ Deno.test("the ledger lists credits and charges newest first, across pages", () 
     assert.equal(total, wallet.available);
   }));
 
+Deno.test("management API: a starting_after that is no cursor of the list is 400 invalid_parameter, on every paged list", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    await chat(s, app.apiKey);
+    const usage = await call(s, o.managementKey, "GET", `/apps/${app.appId}/usage`);
+    const usageId = usage.body.data[0].id;
+    const other = await call(s, o.managementKey, "GET", `/apps/${o.apps[1].appId}/usage`);
+    assert.deepEqual(other.body.data, []);
+    for (
+      const path of [
+        `/apps/${app.appId}/usage?starting_after=zzz`,
+        `/apps/${app.appId}/usage?user=alice&starting_after=zzz`,
+        // A real record of another app's list is no cursor of this one.
+        `/apps/${o.apps[1].appId}/usage?starting_after=${usageId}`,
+        `/apps/${app.appId}/ledger?starting_after=zzz`,
+        `/apps/${o.apps[1].appId}/ledger?starting_after=${usageId}`,
+        `/apps?starting_after=zzz`,
+        `/apps/${app.appId}/usage/report?group_by=model&starting_after=zzz`,
+      ]
+    ) {
+      const res = await call(s, o.managementKey, "GET", path);
+      assert.equal(res.status, 400, path);
+      assert.equal(res.body.error.code, "invalid_parameter", path);
+      assert.equal(res.body.error.param, "starting_after", path);
+    }
+    // The cursors a page hands out are accepted, of either kind on the ledger.
+    const ledger = await call(s, o.managementKey, "GET", `/apps/${app.appId}/ledger`);
+    assert.deepEqual(ledger.body.data.map((e: { type: string }) => e.type), ["charge", "starter"]);
+    for (const entry of ledger.body.data) {
+      const after = await call(
+        s,
+        o.managementKey,
+        "GET",
+        `/apps/${app.appId}/ledger?starting_after=${entry.id}`,
+      );
+      assert.equal(after.status, 200);
+    }
+    const afterUsage = await call(
+      s,
+      o.managementKey,
+      "GET",
+      `/apps/${app.appId}/usage?starting_after=${usageId}`,
+    );
+    assert.equal(afterUsage.status, 200);
+    assert.deepEqual(afterUsage.body.data, []);
+  }));
+
+Deno.test("management API: the keys list is not paged: every key of the app, live and revoked, in one answer", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const made = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+      body: { name: "second" },
+    });
+    await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys/${made.body.id}/revoke`);
+    const res = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys?limit=1`);
+    assert.equal(res.status, 200);
+    assert.equal(res.body.data.length, 2);
+    assert.equal(res.body.has_more, false);
+    assert.equal(res.body.next_cursor, null);
+  }));
+
 Deno.test("management API: a bad limit is 400 invalid_parameter naming it", () =>
   withService(async (s) => {
     const o = await owner(s);
@@ -647,13 +710,25 @@ Deno.test("usage report: a day outside 2000-01-01..9999-12-31, or from after to,
         ["from=1969-12-31", "from"],
         ["from=2026-03-02&to=2026-03-01", "from"],
         ["from=2026-02-30", "from"],
+        // Days that do not exist, in a range that would otherwise be accepted: Date.parse rolls
+        // them over into the next month.
+        ["from=2026-02-31&to=2026-03-05", "from"],
+        ["from=2026-02-30&to=2026-03-01", "from"],
+        ["from=2026-02-01&to=2026-02-29", "to"],
+        ["from=2026-04-01&to=2026-04-31", "to"],
+        ["from=2026-13-01&to=2026-12-31", "from"],
+        ["from=2026-00-10&to=2026-01-10", "from"],
       ]
     ) {
       const res = await report(query);
       assert.equal(res.status, 400, query);
       assert.equal(res.body.error.code, "invalid_parameter", query);
       assert.equal(res.body.error.param, param, query);
+      assert.match(res.body.error.message, new RegExp(`'${param}'`), query);
     }
+    const leap = await report("from=2024-02-29&to=2024-03-01");
+    assert.equal(leap.status, 200);
+    assert.equal(leap.body.from, "2024-02-29");
     const bounds = await report("from=2000-01-01&to=2000-01-02");
     assert.equal(bounds.status, 200);
     assert.deepEqual(bounds.body.data, []);

@@ -33,13 +33,28 @@ export interface Page<T> {
   nextCursor: string | null;
 }
 
+/**
+ * A `startingAfter` that names no record of the list. Records are never deleted, so every cursor a
+ * page handed out stays valid; any other string would silently page from an arbitrary point (a
+ * mistyped cursor got the first page again), so it is refused.
+ */
+export class UnknownCursorError extends Error {
+  constructor() {
+    super("unknown cursor");
+  }
+}
+
 /** One page of the records under `prefix` whose last key part is their id, newest first. */
 async function pageOf<T>(
   kv: Deno.Kv,
   prefix: Deno.KvKey,
   request: PageRequest,
-  options: { filter?: (value: T) => boolean; idOf?: (key: Deno.KvKey) => string } = {},
+  options: { filter?: (value: T) => boolean; cursorChecked?: boolean } = {},
 ): Promise<Page<{ id: string; value: T }>> {
+  if (request.startingAfter && !options.cursorChecked) {
+    const cursor = await kv.get([...prefix, request.startingAfter]);
+    if (cursor.versionstamp === null) throw new UnknownCursorError();
+  }
   const selector = request.startingAfter
     ? { prefix, end: [...prefix, request.startingAfter] }
     : { prefix };
@@ -128,16 +143,26 @@ export async function pageLedger(
   appId: string,
   request: PageRequest,
 ): Promise<Page<LedgerItem>> {
+  if (request.startingAfter) {
+    const [credit, charge] = await kv.getMany([
+      keys.ledgerEntry(appId, request.startingAfter),
+      keys.usage(appId, request.startingAfter),
+    ]);
+    if (credit.versionstamp === null && charge.versionstamp === null) {
+      throw new UnknownCursorError();
+    }
+  }
   const after = request.startingAfter ? orderKey(request.startingAfter) : undefined;
+  // The cursor is an entry of one kind; the other list is cut at the same time, where it has none.
   const [credits, charges] = await Promise.all([
     pageOf<LedgerEntry>(kv, keys.ledger(appId), {
       limit: request.limit + 1,
       startingAfter: after && `led_${after}`,
-    }),
+    }, { cursorChecked: true }),
     pageOf<UsageRecord>(kv, keys.appUsage(appId), {
       limit: request.limit + 1,
       startingAfter: after && `use_${after}`,
-    }),
+    }, { cursorChecked: true }),
   ]);
   const merged: LedgerItem[] = [
     ...credits.data.map((d) => ({

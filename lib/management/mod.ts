@@ -14,6 +14,7 @@ export {
   pageLedger,
   pageOwnerApps,
   pageUsage,
+  UnknownCursorError,
   usageReport,
 } from "./listings.ts";
 export type {

@@ -77,7 +77,7 @@ export function managementOpenApi(
       required: false,
       schema: { type: "string" },
       description:
-        "The `next_cursor` of the previous page. Pages are newest first and stable while new items land: a walk to the end shows every item that existed when it began, each once.",
+        "The `next_cursor` of the previous page. Pages are newest first and stable while new items land: a walk to the end shows every item that existed when it began, each once. A value that is no cursor of this list: 400 `invalid_parameter`.",
     },
   ];
   const usageFilters = [
@@ -123,6 +123,8 @@ export function managementOpenApi(
         summary: "The app's API keys, live and revoked, newest first (never the secret).",
         security,
         parameters: [appId],
+        description:
+          "Not paged: every key of the app in one answer, `has_more` always false (`limit` and `starting_after` are not taken).",
         responses: { ...ok(listOf("ApiKey"), "Every key of the app."), ...errors(READ_ERRORS) },
       },
       post: {

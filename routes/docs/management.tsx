@@ -81,7 +81,9 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
         <code>next_cursor</code> as <code>starting_after</code> until <code>has_more</code>{" "}
         is false. Lists are newest first and stable while requests keep landing: a walk to the end
         shows every record that existed when it began, each exactly once (newer records appear on a
-        new walk).
+        new walk). A <code>starting_after</code> that is not a cursor of that list is 400{" "}
+        <code>invalid_parameter</code>. The keys list is not paged: it answers every key of the app
+        at once, with <code>has_more: false</code>.
       </p>
 
       <h2 id="idempotency">Idempotency</h2>

@@ -35,6 +35,7 @@ import {
   pageOwnerApps,
   pageUsage,
   type ReportRow,
+  UnknownCursorError,
   usageReport,
 } from "@/lib/management/mod.ts";
 import {
@@ -174,6 +175,20 @@ function query<T extends z.ZodType>(c: Context, schema: T): z.infer<T> {
   });
 }
 
+/** A page of a list, an unknown `starting_after` refused as the report refuses it. */
+async function paged<T>(page: Promise<T>): Promise<T> {
+  try {
+    return await page;
+  } catch (error) {
+    if (!(error instanceof UnknownCursorError)) throw error;
+    throw new ApiError(
+      "invalid_parameter",
+      "Unknown cursor for this list: pass the next_cursor of its previous page.",
+      { param: "starting_after" },
+    );
+  }
+}
+
 const pageQuery = {
   limit: z.coerce.number().int().min(1).max(MAX_PAGE_LIMIT).default(DEFAULT_PAGE_LIMIT),
   starting_after: z.string().min(1).max(200).optional(),
@@ -186,8 +201,17 @@ const usageFilterQuery = {
 };
 
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
+/**
+ * A day that exists: Date.parse takes 2026-02-31 (as March 3), so the parsed day must come back as
+ * the same string.
+ */
+function isCalendarDay(d: string): boolean {
+  const time = Date.parse(`${d}T00:00:00Z`);
+  return !Number.isNaN(time) && new Date(time).toISOString().slice(0, 10) === d;
+}
+
 const day = z.string().regex(DAY, "a UTC day as YYYY-MM-DD").refine(
-  (d) => !Number.isNaN(Date.parse(`${d}T00:00:00Z`)),
+  isCalendarDay,
   "not a calendar day",
 ).refine(
   // No usage is older than this service; a day before 1970 has no usage id to start a range at.
@@ -303,10 +327,10 @@ export function managementRoutes(
 
   r.get("/apps", async (c) => {
     const q = query(c, z.object(pageQuery));
-    const page = await pageOwnerApps(kv, c.get("manager").ownerId, {
+    const page = await paged(pageOwnerApps(kv, c.get("manager").ownerId, {
       limit: q.limit,
       startingAfter: q.starting_after,
-    });
+    }));
     const uncharged = await Promise.all(page.data.map(({ app }) => unchargedOf(kv, app.id)));
     return c.json(
       list(page, ({ app, wallet }, i) => appObject(app, wallet, uncharged[i], publicUrl)),
@@ -386,10 +410,10 @@ export function managementRoutes(
 
   r.get("/apps/:app_id/usage", async (c) => {
     const q = query(c, z.object({ ...pageQuery, ...usageFilterQuery }));
-    const page = await pageUsage(kv, c.get("app").id, {
+    const page = await paged(pageUsage(kv, c.get("app").id, {
       limit: q.limit,
       startingAfter: q.starting_after,
-    }, { user: q.user, keyId: q.key_id, model: q.model });
+    }, { user: q.user, keyId: q.key_id, model: q.model }));
     return c.json(list(page, usageObject));
   });
 
@@ -447,10 +471,10 @@ export function managementRoutes(
 
   r.get("/apps/:app_id/ledger", async (c) => {
     const q = query(c, z.object(pageQuery));
-    const page = await pageLedger(kv, c.get("app").id, {
+    const page = await paged(pageLedger(kv, c.get("app").id, {
       limit: q.limit,
       startingAfter: q.starting_after,
-    });
+    }));
     return c.json(list(page, ledgerObject));
   });
 
