@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
-import { formatUsd, parsePricePerMTok, tokensCost } from "@/lib/core/mod.ts";
+import { z } from "zod";
+import { ERROR_CODES, formatUsd, parsePricePerMTok, tokensCost } from "@/lib/core/mod.ts";
 import { RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
-import { FIELD_SUPPORT } from "@/lib/gateway/mod.ts";
+import { ChatRequestSchema, FIELD_SUPPORT } from "@/lib/gateway/mod.ts";
 import { DOCS_PAGES } from "@/components/DocsLayout.tsx";
 import { EXAMPLE_FILES } from "@/routes/docs/examples.ts";
 import { PUBLIC_URL, startService, type TestService } from "./helpers.ts";
@@ -133,3 +134,16 @@ Deno.test("the versioning page states the current version and the header", () =>
     assert.ok(html.includes("2026-07-29"));
     assert.ok(html.includes("Tollbooth-Version"));
   }));
+
+Deno.test("the errors page's invalid_parameter names every message role the validator accepts", () => {
+  type Messages = { items: { oneOf: { properties: { role: { const: string } } }[] } };
+  const schema = z.toJSONSchema(ChatRequestSchema, { io: "input", unrepresentable: "any" });
+  const messages = (schema.properties as Record<string, unknown>).messages as Messages;
+  const roles = messages.items.oneOf.map((m) => m.properties.role.const);
+  assert.ok(roles.length >= 5, `roles: ${roles}`);
+  const cause = ERROR_CODES.invalid_parameter.cause;
+  const named = /a message role other than ([a-z, ]+?), empty `messages`/.exec(cause);
+  assert.ok(named, cause);
+  const listed = named[1].split(/, | or /);
+  assert.deepEqual(listed.sort(), [...roles].sort());
+});

@@ -23,7 +23,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "A field has the wrong type or value",
     cause:
-      "A field is present but invalid: a role other than system, user or assistant, empty `messages`, a non-integer or out-of-range `max_tokens`, a prompt plus `max_tokens` larger than the tokens-per-minute limit (waiting would never help), and so on. `param` is the path of the field, such as `messages[2].role`.",
+      "A field is present but invalid: a message role other than system, developer, user, assistant or tool, empty `messages`, a non-integer or out-of-range `max_tokens`, a prompt plus `max_tokens` larger than the tokens-per-minute limit (waiting would never help), and so on. `param` is the path of the field, such as `messages[2].role`.",
     fix: "Correct the field named in `param`; the message says what is allowed.",
   },
   unsupported_parameter: {
