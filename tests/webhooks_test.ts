@@ -3,12 +3,21 @@ import { keys, type WebhookEventRecord } from "@/lib/db.ts";
 import {
   listWebhookEvents,
   prepareEvent,
+  retrySpanMs,
+  retrySpanText,
   saveWebhookSettings,
   sendTestEvent,
+  WEBHOOK_DEFAULTS,
   WebhookDeliverer,
   WebhookWatcher,
 } from "@/lib/webhooks/mod.ts";
-import { serveLoopback, spendDownTo, type TestService, withService } from "./helpers.ts";
+import {
+  PUBLIC_URL,
+  serveLoopback,
+  spendDownTo,
+  type TestService,
+  withService,
+} from "./helpers.ts";
 import { OwnerSession } from "./owner_session.ts";
 import { TEST_EVENTS_PER_MINUTE } from "@/routes/dashboard/webhooks.ts";
 
@@ -171,6 +180,39 @@ Deno.test("an event is given up after its last attempt, and the dashboard's reco
     assert.equal(event.attempts[0].status, null);
     assert.ok(event.attempts[0].error);
     assert.equal(await deliverer.deliverDue(), 0);
+  }));
+
+Deno.test("a failing event is retried for the span the dashboard and /docs/webhooks state", () =>
+  withService(async (s) => {
+    const owner = await new OwnerSession(s).signUp("span@example.com");
+    const { appId } = await owner.createApp("spanned");
+    let clock = Date.now();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/refused",
+      lowBalanceThreshold: null,
+    });
+    await sendTestEvent(s.kv, appId, clock);
+    // The deliverer's defaults, the ones the pages describe.
+    const deliverer = new WebhookDeliverer(s.kv, { now: () => clock });
+    for (;;) {
+      assert.equal(await deliverer.deliverDue(), 1);
+      const [event] = await events(s, appId);
+      if (event.nextAttemptAt === null) break;
+      clock = event.nextAttemptAt;
+    }
+    const [event] = await events(s, appId);
+    assert.equal(event.state, "failed");
+    assert.equal(event.attempts.length, WEBHOOK_DEFAULTS.maxAttempts);
+    const span = event.attempts.at(-1)!.at - event.attempts[0].at;
+    assert.equal(span, retrySpanMs());
+    // 12 attempts from 10 s doubling, an hour at most: 5,110 s of doubling and two hours capped.
+    assert.equal(span, 12_310_000);
+    assert.equal(retrySpanText(), "about 3.5 hours");
+
+    const dashboard = await owner.page(`/dashboard/apps/${appId}/webhooks`);
+    assert.match(dashboard, /12 attempts in all over about 3\.5 hours/);
+    const docs = await (await s.handle(new Request(`${PUBLIC_URL}/docs/webhooks`))).text();
+    assert.match(docs, /12 attempts in all \(about 3\.5 hours\)/);
   }));
 
 Deno.test("two deliverers racing for the same events send each exactly once", () =>

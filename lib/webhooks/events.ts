@@ -365,6 +365,30 @@ export function backoffMs(attempts: number, base: number, max: number): number {
   return Math.min(max, base * 2 ** (attempts - 1));
 }
 
+/**
+ * How long a failing event is retried: the waits between its first attempt and its last (each
+ * attempt's own few seconds aside). The dashboard and /docs/webhooks state it from this, so they
+ * say what the deliverer does.
+ */
+export function retrySpanMs(
+  o: Pick<typeof WEBHOOK_DEFAULTS, "retryBaseMs" | "maxBackoffMs" | "maxAttempts"> =
+    WEBHOOK_DEFAULTS,
+): number {
+  let total = 0;
+  for (let failed = 1; failed < o.maxAttempts; failed++) {
+    total += backoffMs(failed, o.retryBaseMs, o.maxBackoffMs);
+  }
+  return total;
+}
+
+/** The retry span in words, to the half hour: "about 3.5 hours". */
+export function retrySpanText(spanMs = retrySpanMs()): string {
+  const hours = Math.round(spanMs / 1_800_000) / 2;
+  return hours < 1
+    ? `about ${Math.max(1, Math.round(spanMs / 60_000))} minutes`
+    : `about ${hours} hour${hours === 1 ? "" : "s"}`;
+}
+
 /** Sends due events; one per process, started by main.ts (tests call `deliverDue`). */
 export class WebhookDeliverer {
   readonly #kv: Deno.Kv;

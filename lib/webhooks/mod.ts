@@ -6,6 +6,8 @@ export {
   backoffMs,
   listWebhookEvents,
   prepareEvent,
+  retrySpanMs,
+  retrySpanText,
   sendTestEvent,
   TestEventLimitError,
   WEBHOOK_DEFAULTS,

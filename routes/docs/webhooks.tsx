@@ -1,6 +1,7 @@
 import { CodeBlock, DocsLayout } from "@/components/DocsLayout.tsx";
 import { renderPage } from "@/routes/render.ts";
 import type { Examples } from "./examples.ts";
+import { retrySpanText, WEBHOOK_DEFAULTS } from "@/lib/webhooks/mod.ts";
 
 const EXAMPLE = `{
   "id": "evt_0mhx3c2k1s9f2a7q0d8e4b1c5",
@@ -13,6 +14,7 @@ const EXAMPLE = `{
 
 /** GET /docs/webhooks */
 export function webhooksDocsPage(examples: Examples) {
+  const base = WEBHOOK_DEFAULTS.retryBaseMs / 1000;
   return renderPage(
     <DocsLayout title="Webhooks" path="/docs/webhooks">
       <h1>Webhooks: low balance and top-ups</h1>
@@ -65,10 +67,12 @@ export function webhooksDocsPage(examples: Examples) {
       <h2 id="delivery">Delivery and retries</h2>
       <ul>
         <li>
-          At least once: answer 2xx when you have the event. Anything else (or no answer in 10
-          seconds) is retried after 10 s, 20 s, 40 s, … up to an hour apart, 12 attempts in all
-          (about 4 hours), then the event is marked failed in the dashboard. Delivered and failed
-          events are listed for 30 days.
+          At least once: answer 2xx when you have the event. Anything else (or no answer in{" "}
+          {WEBHOOK_DEFAULTS.timeoutMs / 1000} seconds) is retried after {base} s, {2 * base} s,{" "}
+          {4 * base} s, … up to {WEBHOOK_DEFAULTS.maxBackoffMs / 60_000} minutes apart,{" "}
+          {WEBHOOK_DEFAULTS.maxAttempts}{" "}
+          attempts in all ({retrySpanText()}), then the event is marked failed in the dashboard.
+          Delivered and failed events are listed for 30 days.
         </li>
         <li>
           The same event can arrive twice (a retry after a lost answer, a process restarted

@@ -1,6 +1,7 @@
 import type { AppRecord, WebhookEventRecord, WebhookSettingsRecord } from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { formatUsd } from "@/lib/core/mod.ts";
+import { retrySpanText, WEBHOOK_DEFAULTS } from "@/lib/webhooks/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import { renderPage } from "@/routes/render.ts";
@@ -59,8 +60,9 @@ export function webhooksPage(
         <p class="muted">
           Tollbooth POSTs a signed event to this address when the balance (available plus held by
           requests in flight) falls below the threshold (once per crossing, again after it has risen
-          above), and when a top-up is credited. Failed deliveries are retried with growing waits
-          for about a day.
+          above), and when a top-up is credited. A failed delivery is retried with growing waits,
+          {" "}
+          {WEBHOOK_DEFAULTS.maxAttempts} attempts in all over {retrySpanText()}.
         </p>
         <Alert error={view.error} />
         <form method="post" action={base} class="stack">
