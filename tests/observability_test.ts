@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { createApp } from "@/app.ts";
 import { buildCatalog } from "@/lib/catalog/catalog.ts";
 import { loadConfig } from "@/lib/core/mod.ts";
+import { PROVIDER_FAILURES } from "@/lib/gateway/mod.ts";
 import { parsePrometheus } from "./prometheus.ts";
 import {
   assertAuditClean,
@@ -208,6 +209,21 @@ Deno.test("/metrics counts requests by status and model, in a text format that p
     assert.ok(m.value("tollbooth_wallet_commits_total")! >= 8);
     assert.ok(m.value("tollbooth_wallet_ops_committed_total")! >= 10);
     assert.equal(m.types.get("tollbooth_wallet_conflicts_total"), "counter");
+  }));
+
+Deno.test("the upstream failure kinds in /metrics' help and on /docs/operations are the ones counted", () =>
+  withService(async (s) => {
+    const res = await get(s, "/metrics", { authorization: `Bearer ${TOKEN}` });
+    const help = /^# HELP tollbooth_upstream_failures_total .*\(([a-z_, ]+)\)\.$/m.exec(
+      await res.text(),
+    );
+    assert.ok(help, "the help line lists the kinds");
+    const kinds = Object.keys(PROVIDER_FAILURES);
+    assert.deepEqual(help[1].split(", "), kinds);
+    assert.ok(!kinds.includes("server_error"), "a 5xx is an upstream_error");
+    const docs = await (await get(s, "/docs/operations")).text();
+    const listed = docs.split("tollbooth_upstream_failures_total")[1].split("</ul>")[0];
+    assert.deepEqual([...listed.matchAll(/<li><code>([a-z_]+)<\/code>/g)].map((m) => m[1]), kinds);
   }));
 
 Deno.test("/metrics shows outstanding reservations and their total, read from KV", () =>

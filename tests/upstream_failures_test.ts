@@ -195,7 +195,63 @@ async function readStream(res: Response) {
   return { data, last, content, chunks };
 }
 
+/**
+ * An upstream that answers 200 and the first events, then drops the connection inside its chunked
+ * body (no last chunk): the provider broke off mid-answer, as a reset or a crashed server does.
+ */
+function droppingUpstream(kind: Kind) {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = listener.addr as Deno.NetAddr;
+  (async () => {
+    for await (const conn of listener) {
+      (async () => {
+        const buffer = new Uint8Array(64 * 1024);
+        let request = "";
+        // The whole request first, so that the drop is of the answer, not of the request.
+        while (true) {
+          const n = await conn.read(buffer);
+          if (n === null) break;
+          request += new TextDecoder().decode(buffer.subarray(0, n));
+          const end = request.indexOf("\r\n\r\n");
+          const length = Number(/content-length: *(\d+)/i.exec(request)?.[1] ?? 0);
+          if (end >= 0 && new TextEncoder().encode(request.slice(end + 4)).length >= length) break;
+        }
+        const events = new TextEncoder().encode(streamStart(kind).join(""));
+        await conn.write(new TextEncoder().encode(
+          "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" +
+            `${events.length.toString(16)}\r\n`,
+        ));
+        await conn.write(events);
+        await conn.write(new TextEncoder().encode("\r\n"));
+        conn.close();
+      })().catch(() => {});
+    }
+  })().catch(() => {});
+  return { url: `http://127.0.0.1:${port}`, close: () => listener.close() };
+}
+
 for (const kind of KINDS) {
+  Deno.test(`${kind}: a connection dropped inside the answer's body is a stream_cut, charged what was produced`, async () => {
+    const upstream = droppingUpstream(kind);
+    try {
+      await withBaseUrl(kind, upstream.url, async (s, apiKey, appId) => {
+        const streamed = await ask(s, apiKey, true);
+        assert.equal(streamed.status, 200);
+        const { last, content } = await readStream(streamed);
+        assert.equal(content, PIECES.join(""));
+        assert.equal(JSON.parse(last).error.code, "stream_interrupted");
+        const whole = await ask(s, apiKey, false);
+        await assertError(whole, 502, "upstream_interrupted");
+        assert.equal(whole.headers.get("tollbooth-request-cost"), (cutCost(kind) / 1e6).toFixed(6));
+        // The provider failed mid-answer: counted as such, not as a provider we could not reach.
+        assert.deepEqual(failures(s), ["stream_cut", "stream_cut"]);
+        assert.equal((await s.wallet(appId)).available, START - 2 * cutCost(kind));
+      });
+    } finally {
+      upstream.close();
+    }
+  });
+
   Deno.test(`${kind}: connection refused is 502 provider_unreachable, nothing charged`, async () => {
     const port = closedPort();
     await withBaseUrl(kind, `http://127.0.0.1:${port}`, async (s, apiKey, appId) => {

@@ -17,3 +17,5 @@ export { Responses } from "./responses/responses.ts";
 export type { ResponseOutcome, ResponseStreamOutcome } from "./responses/responses.ts";
 export { ResponseStore } from "./responses/store.ts";
 export { providerKeyRedactor, SecretRedactor } from "./redact.ts";
+export { PROVIDER_FAILURES } from "./providers/types.ts";
+export type { ProviderFailure } from "./providers/types.ts";

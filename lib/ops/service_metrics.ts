@@ -5,6 +5,7 @@
  */
 import { keys, type ReservationRecord, type ServiceTotal } from "@/lib/db.ts";
 import type { RequestLogLine } from "@/lib/core/mod.ts";
+import { PROVIDER_FAILURES } from "@/lib/gateway/mod.ts";
 import {
   type CounterSeries,
   type HistogramSeries,
@@ -60,7 +61,9 @@ export class ServiceMetrics {
   );
   readonly #upstreamFailures = this.#registry.counter(
     "tollbooth_upstream_failures_total",
-    "Upstream provider failures by provider and kind (timeout, unreachable, server_error, stream_cut, ...).",
+    `Upstream provider failures by provider and kind (${
+      Object.keys(PROVIDER_FAILURES).join(", ")
+    }).`,
   );
   readonly #tokens = this.#registry.counter(
     "tollbooth_tokens_total",

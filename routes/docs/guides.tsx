@@ -1,5 +1,5 @@
 import { CodeBlock, DocsLayout } from "@/components/DocsLayout.tsx";
-import { DEFAULT_MAX_TOKENS } from "@/lib/gateway/mod.ts";
+import { DEFAULT_MAX_TOKENS, PROVIDER_FAILURES } from "@/lib/gateway/mod.ts";
 import { type Config, formatUsd, parsePricePerMTok, tokensCost } from "@/lib/core/mod.ts";
 import { RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
 import { renderPage } from "@/routes/render.ts";
@@ -590,8 +590,14 @@ export function operationsPage() {
           <code>tollbooth_upstream_duration_seconds</code> (until the provider answered): histograms
         </li>
         <li>
-          <code>tollbooth_upstream_failures_total{"{provider,kind}"}</code>{" "}
-          (timeout, unreachable, upstream_error, rate_limited, stream_cut, …)
+          <code>tollbooth_upstream_failures_total{"{provider,kind}"}</code>, kind one of:
+          <ul>
+            {Object.entries(PROVIDER_FAILURES).map(([kind, meaning]) => (
+              <li>
+                <code>{kind}</code>: {meaning}
+              </li>
+            ))}
+          </ul>
         </li>
         <li>
           <code>tollbooth_tokens_total{"{model,kind}"}</code>,{" "}

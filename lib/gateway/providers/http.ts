@@ -45,7 +45,7 @@ export async function callUpstream(call: UpstreamCall) {
       : await upstreamFetch.answer(call.url, init);
   } catch (error) {
     idle.stop();
-    throw idle.translate(error);
+    throw idle.translate(error, "connect");
   }
   if (!response.ok) {
     // The guard stays armed while the error body is read: an upstream gone silent inside it, or a
@@ -123,8 +123,12 @@ function upstreamIdleGuard(
       watched.forget(watch);
       cleanup();
     },
-    /** Turns whatever a fetch or a body read threw into the failure it stands for. */
-    translate(error: unknown): unknown {
+    /**
+     * Turns whatever a fetch or a body read threw into the failure it stands for. A connection
+     * that fails inside the body reached the provider, which then broke off mid-answer: that is a
+     * `stream_cut` (what /metrics and the log line count), not an unreachable provider.
+     */
+    translate(error: unknown, during: "connect" | "body"): unknown {
       if (error instanceof ProviderError) return error;
       if (timedOut) {
         return new ProviderError("timeout", `no data from upstream for ${timeoutMs} ms`, {
@@ -132,13 +136,12 @@ function upstreamIdleGuard(
         });
       }
       if (controller.signal.aborted) return error; // the client went away; the caller knows
-      return new ProviderError(
-        "unreachable",
-        `upstream unreachable: ${(error as Error)?.message ?? error}`,
-        {
+      const reason = (error as Error)?.message ?? error;
+      return during === "body"
+        ? new ProviderError("stream_cut", `upstream broke off mid-answer: ${reason}`, {
           cause: error,
-        },
-      );
+        })
+        : new ProviderError("unreachable", `upstream unreachable: ${reason}`, { cause: error });
     },
   };
 }
@@ -275,7 +278,7 @@ export async function* guardedParts<T>(
       idle.touch();
     }
   } catch (error) {
-    throw idle.translate(error);
+    throw idle.translate(error, "body");
   } finally {
     signal.removeEventListener("abort", onAbort);
     idle.stop();
@@ -296,7 +299,7 @@ export async function readAnswerJson(
     // Each read is a sign of life: a long answer that keeps coming is not silence.
     return await readJson(response, maxBytes, idle.touch);
   } catch (error) {
-    throw idle.translate(error);
+    throw idle.translate(error, "body");
   } finally {
     idle.stop();
   }

@@ -81,16 +81,24 @@ export type StreamPart =
    */
   | { type: "unshown_output"; text: string };
 
-export type ProviderFailure =
-  | "not_configured"
-  | "unreachable"
-  | "timeout"
-  | "upstream_error"
-  | "upstream_auth"
-  | "rate_limited"
-  | "bad_request"
-  | "malformed_response"
-  | "stream_cut";
+/**
+ * Every kind of upstream failure, with what it means: the log line's `upstreamFailure` and the
+ * `kind` label of `tollbooth_upstream_failures_total`, whose help text and /docs/operations list
+ * are made from this table.
+ */
+export const PROVIDER_FAILURES = {
+  not_configured: "the provider's key is not set",
+  unreachable: "no connection (refused, DNS, TLS, reset before an answer)",
+  timeout: "no answer, or no data mid-answer, for the provider's timeout",
+  upstream_error: "a 5xx, 404 or 408 answer",
+  upstream_auth: "our key refused (401, 402, 403)",
+  rate_limited: "the provider's 429",
+  bad_request: "another 4xx: the provider refused the request as invalid",
+  malformed_response: "an answer we could not read",
+  stream_cut: "the provider broke off mid-answer (connection dropped, error event, unfinished)",
+} as const;
+
+export type ProviderFailure = keyof typeof PROVIDER_FAILURES;
 
 /** A failure of the upstream; `kind` decides status and charge. */
 export class ProviderError extends Error {
