@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { signUp } from "@/lib/accounts/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import { ADMIN_COMMANDS } from "@/lib/ops/mod.ts";
+import { runAdmin } from "@/scripts/admin.ts";
 import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
 
 const ADMIN = new URL("../scripts/admin.ts", import.meta.url).pathname;
@@ -171,4 +173,24 @@ Deno.test("admin commands with bad arguments print a message and exit non-zero",
       assert.notEqual(code, 0, args.join(" "));
       assert.match(stderr, message, args.join(" "));
     }
+  }));
+
+Deno.test("every command of the admin table runs, is in the usage text and on /docs/operations", () =>
+  withFileService(async (s, kvPath) => {
+    for (const { name } of ADMIN_COMMANDS) {
+      // Each command reads its options first: an unknown one is refused by the command itself,
+      // not as an unknown command.
+      await assert.rejects(
+        runAdmin([name, "--bogus", "x"], s.kv, PUBLIC_URL),
+        /unknown option --bogus/,
+        name,
+      );
+    }
+    const { stderr } = await admin(kvPath);
+    for (const { name, options } of ADMIN_COMMANDS) {
+      assert.ok(stderr.includes(`\n  ${name} ${options}`.trimEnd()), `${name} in the usage text`);
+    }
+    const docs = await (await s.handle(new Request(`${PUBLIC_URL}/docs/operations`))).text();
+    const listed = /deno task admin ([a-z| -]+)<\/code>/.exec(docs)?.[1];
+    assert.deepEqual(listed?.split(" | "), ADMIN_COMMANDS.map((c) => c.name));
   }));

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createApp } from "@/app.ts";
 import { buildCatalog } from "@/lib/catalog/catalog.ts";
-import { loadConfig } from "@/lib/core/mod.ts";
+import { loadConfig, REQUEST_LOG_FIELDS } from "@/lib/core/mod.ts";
 import { PROVIDER_FAILURES } from "@/lib/gateway/mod.ts";
 import { parsePrometheus } from "./prometheus.ts";
 import {
@@ -65,6 +65,15 @@ const LINE_FIELDS = [
   "totalMs",
   "upstreamMs",
 ];
+
+Deno.test("/docs/operations lists every field of the request log line", () =>
+  withService(async (s) => {
+    assert.deepEqual(REQUEST_LOG_FIELDS, LINE_FIELDS);
+    const docs = await (await get(s, "/docs/operations")).text();
+    const listed = /when it is settled\):\s*<code>([a-zA-Z, ]+)<\/code>/.exec(docs)?.[1];
+    assert.deepEqual(listed?.split(", "), LINE_FIELDS.filter((f) => f !== "event"));
+    assert.ok(listed?.includes("uncharged"));
+  }));
 
 Deno.test("a non-streamed request writes exactly one log line with every field and no key", () =>
   withService(async (s) => {

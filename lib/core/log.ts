@@ -153,3 +153,11 @@ export function requestLogLine(
     upstreamMs: trace.upstreamMs === undefined ? null : tenths(trace.upstreamMs),
   };
 }
+
+/**
+ * The fields of every request line, in the order it writes them: what /docs/operations lists, taken
+ * from the line itself so the list cannot leave a field out.
+ */
+export const REQUEST_LOG_FIELDS = Object.keys(
+  requestLogLine({ requestId: "", method: "", path: "", status: 0, totalMs: 0 }, {}),
+) as (keyof RequestLogLine)[];

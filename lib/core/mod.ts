@@ -7,7 +7,7 @@ export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";
 export type { ErrorCode } from "./errors.ts";
 export { isPlausibleId, newId, newRequestId, randomToken } from "./ids.ts";
 export { getManyChunked, openKv } from "./kv.ts";
-export { flushLogs, jsonLogger, logSoon, requestLogLine } from "./log.ts";
+export { flushLogs, jsonLogger, logSoon, REQUEST_LOG_FIELDS, requestLogLine } from "./log.ts";
 export type { Logger, RequestLogLine, TraceFields } from "./log.ts";
 export { componentsCost, formatUsd, parsePricePerMTok, parseUsd, tokensCost } from "./money.ts";
 export type { Micros, PicosPerToken } from "./money.ts";

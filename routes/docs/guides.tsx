@@ -1,7 +1,13 @@
 import { CodeBlock, DocsLayout } from "@/components/DocsLayout.tsx";
 import { DEFAULT_MAX_TOKENS, PROVIDER_FAILURES } from "@/lib/gateway/mod.ts";
-import { type Config, formatUsd, parsePricePerMTok, tokensCost } from "@/lib/core/mod.ts";
-import { RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
+import {
+  type Config,
+  formatUsd,
+  parsePricePerMTok,
+  REQUEST_LOG_FIELDS,
+  tokensCost,
+} from "@/lib/core/mod.ts";
+import { ADMIN_COMMANDS, RATE_LIMIT_HEADERS } from "@/lib/ops/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import type { Examples } from "./examples.ts";
 import { DialectSection } from "./dialect.tsx";
@@ -636,11 +642,9 @@ export function operationsPage() {
         Each request writes exactly one JSON line on stdout with <code>"event": "request"</code>
         {" "}
         when it is done (for a stream: when it is settled):{" "}
-        <code>
-          requestId, method, path, status, errorCode, appId, keyId, model, provider, streamed,
-          promptTokens, completionTokens, reserved, cost, outcome, upstreamFailure, totalMs,
-          upstreamMs
-        </code>. Amounts are micro-USD; fields that do not apply are{" "}
+        <code>{REQUEST_LOG_FIELDS.filter((f) => f !== "event").join(", ")}</code>. Amounts are
+        micro-USD (<code>uncharged</code>: usage the reservation and the balance could not cover,
+        never charged); fields that do not apply are{" "}
         <code>null</code>. The API key itself is never logged, only its id. Other lines (<code>
           listening
         </code>, <code>reservations_swept</code>,{" "}
@@ -650,9 +654,7 @@ export function operationsPage() {
 
       <h2 id="admin">Admin commands</h2>
       <p>
-        <code>
-          deno task admin create-app | create-key | revoke-key | show-app | credit | audit
-        </code>{" "}
+        <code>deno task admin {ADMIN_COMMANDS.map((c) => c.name).join(" | ")}</code>{" "}
         work beside running instances on the same <code>KV_PATH</code> (and{" "}
         <code>DENO_KV_ACCESS_TOKEN</code>). A revocation is seen by every instance on the next
         request. <code>audit</code> exits non-zero when any wallet's money does not add up.

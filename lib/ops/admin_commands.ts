@@ -1,0 +1,23 @@
+/**
+ * The commands of `deno task admin` (scripts/admin.ts), with their options: the script's usage
+ * text, its check for an unknown command and the /docs/operations list are made from this table,
+ * so a command cannot be added to one and missed by the others.
+ */
+export const ADMIN_COMMANDS = [
+  { name: "create-app", options: "--name NAME [--owner EMAIL]" },
+  { name: "create-key", options: "--app APP_ID [--name NAME]" },
+  { name: "revoke-key", options: "--key KEY_ID" },
+  { name: "show-app", options: "--app APP_ID" },
+  { name: "credit", options: "--app APP_ID --amount USD --reason TEXT" },
+  {
+    name: "set-top-up",
+    options: "--app APP_ID [--return-url URL|none] [--show-balance true|false]",
+  },
+  {
+    name: "set-limits",
+    options: "--app APP_ID [--key KEY_ID] [--rpm N|default] [--tpm N|default]",
+  },
+  { name: "audit", options: "" },
+] as const;
+
+export type AdminCommand = (typeof ADMIN_COMMANDS)[number]["name"];
