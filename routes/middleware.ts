@@ -131,6 +131,13 @@ export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
     if (!error && !c.get("replayed")) return;
     if (error instanceof ApiError && error.code === "invalid_api_key") cache.forget(key.hash);
     else if (key.cached && !(await cache.stillValid(key))) {
+      // The error answer is built on the answer it replaces, whose headers would carry over: a
+      // revoked key's 401 said Idempotent-Replayed with the replay's cost and balance.
+      for (const name of [...c.res.headers.keys()]) {
+        if (name !== "tollbooth-request-id" && name !== "tollbooth-version") {
+          c.res.headers.delete(name);
+        }
+      }
       throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
     }
   };

@@ -149,6 +149,11 @@ Deno.test("a revoked key gets 401, not the replay of an answer it was given befo
     const again = await s.chat(apiKey, request(), withKey("order-7"));
     assert.equal(again.status, 401);
     assert.equal((await again.json()).error.code, "invalid_api_key");
+    // Nothing of the answer it did not get: no replay mark, cost or balance.
+    for (const name of ["idempotent-replayed", "tollbooth-request-cost", "tollbooth-balance"]) {
+      assert.equal(again.headers.get(name), null, name);
+    }
+    assert.match(again.headers.get("content-type")!, /^application\/json/);
   }));
 
 Deno.test("10 simultaneous repeats of one key: one upstream call, one charge, nine 409s, then replays", () =>
