@@ -1,6 +1,7 @@
 /**
  * Checks real responses against the served OpenAPI document: the status is documented, every
- * required header is present and matches its schema, and the body matches the response schema.
+ * required header is present and matches its schema, every `Tollbooth-*` and `Idempotent-*` header
+ * sent is documented, and the body matches the response schema.
  * helpers.ts runs it on every non-streamed chat response of the test suite.
  */
 import assert from "node:assert/strict";
@@ -61,6 +62,17 @@ export async function assertMatchesOpenApi(
   assert.ok(item?.[method], `${method} ${path} is not documented`);
   const documented = ((item[method] as Json).responses as Json)[String(res.status)] as Json;
   assert.ok(documented, `${method} ${path}: status ${res.status} is not documented`);
+
+  // The service's own headers must be documented where they are sent, so the document cannot
+  // leave one out (as it did the replay headers and a charged 502's cost).
+  const names = Object.keys((documented.headers ?? {}) as Json).map((n) => n.toLowerCase());
+  for (const name of res.headers.keys()) {
+    if (!/^(tollbooth-|idempotent-)/.test(name)) continue;
+    assert.ok(
+      names.includes(name),
+      `${method} ${path} ${res.status}: header ${name} is not documented`,
+    );
+  }
 
   for (const [name, spec] of Object.entries((documented.headers ?? {}) as Json)) {
     const header = resolve(doc, spec);

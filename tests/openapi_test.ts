@@ -221,3 +221,51 @@ Deno.test("a response that breaks the document is caught by the check", async ()
   const noId = new Response("{}", { status: 200, headers: { "content-type": "application/json" } });
   await assert.rejects(assertMatchesOpenApi(noId), /required header Tollbooth-Request-Id/);
 });
+
+Deno.test("every operation taking Idempotency-Key documents the replay headers on each answer it records, and a charged 502 its cost", () =>
+  withService(async (s) => {
+    const doc = await servedDocument(s);
+    type Op = {
+      operationId: string;
+      parameters?: { $ref?: string }[];
+      responses: Record<string, { headers?: Record<string, unknown> }>;
+    };
+    const idempotent: string[] = [];
+    for (const item of Object.values(doc.paths) as Record<string, Op>[]) {
+      for (const op of Object.values(item)) {
+        if (!op.parameters?.some((p) => p.$ref === "#/components/parameters/IdempotencyKey")) {
+          continue;
+        }
+        idempotent.push(op.operationId);
+        for (const [status, response] of Object.entries(op.responses)) {
+          const headers = Object.keys(response.headers ?? {});
+          const charged = headers.includes("Tollbooth-Request-Cost");
+          const replayed = headers.includes("Idempotent-Replayed") &&
+            headers.includes("Tollbooth-Original-Request-Id");
+          assert.equal(replayed, status.startsWith("2") || charged, `${op.operationId} ${status}`);
+        }
+      }
+    }
+    for (
+      const id of ["createChatCompletion", "createResponse", "createEmbedding", "createApiKey"]
+    ) {
+      assert.ok(idempotent.includes(id), id);
+    }
+    assert.ok(idempotent.includes("setEndUserSpendCap"));
+    // The endpoints served from a stream can be cut after they began: that 502 was charged.
+    for (const path of ["/chat/completions", "/responses"]) {
+      const bad = doc.paths[path].post.responses["502"];
+      assert.ok(bad.content["application/json"].schema.properties.error.properties.code.enum
+        .includes("upstream_interrupted"));
+      for (const name of ["Tollbooth-Request-Cost", "Tollbooth-Balance", "Idempotent-Replayed"]) {
+        assert.ok(name in bad.headers, `${path} 502 ${name}`);
+      }
+    }
+    // An embedding is one JSON answer: it cannot be cut after it began.
+    const embedding = doc.paths["/embeddings"].post.responses["502"];
+    assert.ok(
+      !embedding.content["application/json"].schema.properties.error.properties.code.enum
+        .includes("upstream_interrupted"),
+    );
+    assert.ok(!("Tollbooth-Request-Cost" in embedding.headers));
+  }));

@@ -26,16 +26,52 @@ export const RATE_LIMIT_HEADERS = {
 /** On the answer of a repeated Idempotency-Key, replayed from the first request. */
 const REPLAY_HEADERS = {
   "Idempotent-Replayed": {
+    component: "IdempotentReplayed",
     description:
       "`true` when this is the recorded answer of an earlier request with the same `Idempotency-Key`: nothing ran and nothing was charged this time.",
     schema: { type: "string", const: "true" },
   },
   "Tollbooth-Original-Request-Id": {
+    component: "OriginalRequestId",
     description:
       "On a replay: the `Tollbooth-Request-Id` of the request that ran (this response has its own).",
     schema: { type: "string", pattern: "^req_[0-9a-z]+$" },
   },
 } as const;
+
+/** Error codes whose answer was charged: they carry the cost, and an Idempotency-Key records them. */
+const CHARGED_ERRORS: ErrorCode[] = ["upstream_interrupted"];
+
+type Operation = { parameters?: unknown[]; responses: Record<string, { headers?: object }> };
+
+/**
+ * Adds the replay headers to every answer an `Idempotency-Key` records (a 2xx, or an error that
+ * was charged: it carries `Tollbooth-Request-Cost`), on every operation that takes the key. Done
+ * over the whole document, so an idempotent operation added later cannot miss them.
+ */
+function withReplayHeaders<P extends Record<string, Record<string, unknown>>>(paths: P): P {
+  const takesKey = (op: Operation) =>
+    (op.parameters ?? []).some((p) =>
+      (p as { $ref?: string }).$ref === "#/components/parameters/IdempotencyKey"
+    );
+  for (const item of Object.values(paths)) {
+    for (const op of Object.values(item) as Operation[]) {
+      if (!takesKey(op)) continue;
+      for (const [status, response] of Object.entries(op.responses)) {
+        const charged = "Tollbooth-Request-Cost" in (response.headers ?? {});
+        if (!status.startsWith("2") && !charged) continue;
+        // A copy: responses of several operations may share one headers object.
+        response.headers = {
+          ...response.headers,
+          ...Object.fromEntries(
+            Object.entries(REPLAY_HEADERS).map(([name, h]) => [name, headerRef(h.component)]),
+          ),
+        };
+      }
+    }
+  }
+  return paths;
+}
 
 /** Amounts in headers and bodies: USD with exactly six decimals. */
 const MONEY_PATTERN = "^[0-9]+\\.[0-9]{6}$";
@@ -80,8 +116,13 @@ function errorSchema(codes: ErrorCode[]) {
   };
 }
 
-/** A request without a stream has no stream to break off. */
-const EMBEDDING_ERRORS = ENDPOINT_ERRORS.filter((c) => c !== "stream_interrupted");
+/**
+ * An embedding is one JSON answer, not assembled from a stream: nothing to break off after it
+ * began, and a failed call is never charged.
+ */
+const EMBEDDING_ERRORS = ENDPOINT_ERRORS.filter((c) =>
+  c !== "stream_interrupted" && c !== "upstream_interrupted"
+);
 
 /** The errors of a free read (GET /v1/models): no body, no wallet, no provider. */
 const READ_ERRORS: ErrorCode[] = ["unsupported_version", "invalid_api_key", "internal_error"];
@@ -93,6 +134,19 @@ function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ER
     "Tollbooth-Version": headerRef("Version"),
   };
   if (status === 429) headers["Retry-After"] = headerRef("RetryAfter");
+  const charged = codes.filter((c) => CHARGED_ERRORS.includes(c));
+  if (charged.length > 0) {
+    const only = charged.map((c) => `\`${c}\``).join(", ");
+    headers["Tollbooth-Request-Cost"] = {
+      description:
+        `On ${only} only: what was charged for the work the provider did before it broke off (USD).`,
+      schema: { type: "string", pattern: MONEY_PATTERN },
+    };
+    headers["Tollbooth-Balance"] = {
+      description: `On ${only} only: wallet balance (USD) after that charge.`,
+      schema: { type: "string", pattern: MONEY_PATTERN },
+    };
+  }
   // A 401 has no caller to count; a 500 may be the limiter's own storage failing.
   if (status !== 401 && status !== 500) {
     for (const name of Object.keys(RATE_LIMIT_HEADERS)) headers[name] = headerRef(name);
@@ -190,7 +244,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
     servers: [{ url: `${publicUrl}/v1` }],
     security: [{ apiKey: [] }],
     externalDocs: { url: `${publicUrl}/docs`, description: "Quick start and guides" },
-    paths: {
+    paths: withReplayHeaders({
       "/models": {
         get: {
           operationId: "listModels",
@@ -332,7 +386,6 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                   description: "The catalog provider that served the request.",
                   schema: { type: "string" },
                 },
-                ...REPLAY_HEADERS,
                 ...Object.fromEntries(
                   Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)]),
                 ),
@@ -352,7 +405,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
         },
       },
       ...management.paths,
-    },
+    }),
     components: {
       parameters: {
         Version: versionParameter,
@@ -389,6 +442,12 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           description: "Whole seconds to wait before retrying.",
           schema: { type: "string", pattern: "^[0-9]+$" },
         },
+        ...Object.fromEntries(
+          Object.values(REPLAY_HEADERS).map(({ component, description, schema }) => [
+            component,
+            { description, schema },
+          ]),
+        ),
         ...rateLimitHeaders,
       },
       schemas: {
