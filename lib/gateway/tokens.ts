@@ -6,9 +6,65 @@ import { utf8Length } from "@/lib/core/mod.ts";
 /** Text that looks like a special token is ordinary user text to us, never a control token. */
 const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
 
-/** The o200k token ids of a text. */
+/**
+ * gpt-tokenizer's merges take time in the square of one pre-token's length: a run of one class of
+ * characters (letters, punctuation, whitespace) that the pre-tokenizer keeps whole. 320,000 "x"
+ * took 172 s of one thread, and any key could send them. Runs this long or longer are never given
+ * to it whole: a count bounds such a run by its UTF-8 bytes, which no byte-level token count
+ * exceeds, and an encoding takes it in pieces of this length.
+ */
+const LONG_RUN_CHARS = 256;
+const LONG_RUN = /[\p{L}\p{M}]{256,}|[^\s\p{L}\p{M}\p{N}]{256,}|\s{256,}/gu;
+
+/** The text between long runs (`run: false`) and the long runs themselves, in order. */
+function* runsOf(text: string): Generator<{ text: string; run: boolean }> {
+  let from = 0;
+  for (const match of text.matchAll(LONG_RUN)) {
+    if (match.index > from) yield { text: text.slice(from, match.index), run: false };
+    yield { text: match[0], run: true };
+    from = match.index + match[0].length;
+  }
+  if (from < text.length) yield { text: text.slice(from), run: false };
+}
+
+/**
+ * `count` of a text whose long runs are bounded by their bytes; the pieces are counted apart, each
+ * split costing at most the one token a merge across it would have saved.
+ */
+function countRunsBounded(text: string, count: (text: string) => number): number {
+  if (text.length < LONG_RUN_CHARS) return count(text);
+  let total = 0;
+  let pieces = 0;
+  for (const piece of runsOf(text)) {
+    total += piece.run ? utf8Length(piece.text) : count(piece.text);
+    pieces++;
+  }
+  return total + pieces - 1;
+}
+
+/** `encode` of a text whose long runs are encoded in pieces of LONG_RUN_CHARS. */
+function encodeRunsInPieces(text: string): number[] {
+  if (text.length < LONG_RUN_CHARS) return encode(text, PLAIN_TEXT);
+  const ids: number[] = [];
+  for (const piece of runsOf(text)) {
+    if (!piece.run) {
+      for (const id of encode(piece.text, PLAIN_TEXT)) ids.push(id);
+      continue;
+    }
+    for (let at = 0; at < piece.text.length;) {
+      let end = Math.min(at + LONG_RUN_CHARS, piece.text.length);
+      // Never between the two halves of a surrogate pair.
+      if (end < piece.text.length && /[\uDC00-\uDFFF]/.test(piece.text[end])) end--;
+      for (const id of encode(piece.text.slice(at, end), PLAIN_TEXT)) ids.push(id);
+      at = end;
+    }
+  }
+  return ids;
+}
+
+/** The o200k token ids of a text (long runs taken in pieces: see LONG_RUN_CHARS). */
 export function textTokenIds(text: string): number[] {
-  return encode(text, PLAIN_TEXT);
+  return encodeRunsInPieces(text);
 }
 
 /** Per-message framing of the chat format (role and separators), as OpenAI documents it. */
@@ -47,9 +103,13 @@ class CountCache {
 
 const o200kCounts = new CountCache();
 const eitherCounts = new CountCache();
-const countO200k = (text: string) => countTokens(text, PLAIN_TEXT);
+const countO200k = (text: string) =>
+  countRunsBounded(text, (piece) => countTokens(piece, PLAIN_TEXT));
 const countEither = (text: string) =>
-  Math.max(countTokens(text, PLAIN_TEXT), countCl100kTokens(text, PLAIN_TEXT));
+  countRunsBounded(
+    text,
+    (piece) => Math.max(countTokens(piece, PLAIN_TEXT), countCl100kTokens(piece, PLAIN_TEXT)),
+  );
 
 export function countTextTokens(text: string): number {
   return text.length === 0 ? 0 : o200kCounts.count(text, countO200k);
@@ -93,7 +153,7 @@ export function countPromptTokens(messages: readonly { content: string }[]): num
 export function splitIntoTokenTexts(text: string): string[] {
   const pieces: string[] = [];
   let pending: number[] = [];
-  for (const token of encode(text, PLAIN_TEXT)) {
+  for (const token of encodeRunsInPieces(text)) {
     pending.push(token);
     const piece = decode(pending);
     if (piece.includes("\uFFFD")) continue;

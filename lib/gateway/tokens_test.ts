@@ -1,5 +1,16 @@
 import assert from "node:assert/strict";
-import { countPromptTokens, countTextTokens, splitIntoTokenTexts, textTokenIds } from "./tokens.ts";
+import fc from "fast-check";
+import { countTokens as countO200kExactly } from "gpt-tokenizer/encoding/o200k_base";
+import { countTokens as countCl100kExactly } from "gpt-tokenizer/encoding/cl100k_base";
+import {
+  countPromptTokens,
+  countTextTokens,
+  countTokensWith,
+  splitIntoTokenTexts,
+  textTokenIds,
+} from "./tokens.ts";
+
+const PLAIN = { disallowedSpecial: new Set<string>() };
 
 const SAMPLES = [
   "Hello, Claude",
@@ -62,4 +73,40 @@ Deno.test("a text counted again (from the count cache) has the same count as its
     assert.equal(countTextTokens(text), ids);
     assert.equal(countTextTokens(`${text}!`), textTokenIds(`${text}!`).length);
   }
+});
+
+Deno.test("a long run of one kind of character is bounded by its bytes, never tokenized whole", () => {
+  // Whole, gpt-tokenizer takes minutes over these (its merges grow with the square of a run).
+  assert.equal(countTextTokens("x".repeat(1_000_000)), 1_000_000);
+  assert.equal(countTokensWith("cl100k", "=".repeat(1_000_000)), 1_000_000);
+  assert.equal(countTextTokens("\n".repeat(1_000_000)), 1_000_000);
+  assert.equal(countTextTokens("漢".repeat(300_000)), 900_000, "three bytes each");
+  assert.ok(textTokenIds("y".repeat(1_000_000)).length > 0);
+  const pieces = splitIntoTokenTexts(`say ${"z".repeat(100_000)} now`);
+  assert.equal(pieces.join(""), `say ${"z".repeat(100_000)} now`);
+});
+
+Deno.test("with long runs in it, a text's bounded count is at least its exact count, in both encodings", () => {
+  const runs = ["x", "=", " ", "\n", "漢", "é", "ab", "-_"];
+  fc.assert(
+    fc.property(
+      fc.array(
+        fc.oneof(
+          fc.string({ maxLength: 40 }),
+          fc.tuple(fc.constantFrom(...runs), fc.integer({ min: 1, max: 700 })).map(([c, n]) =>
+            c.repeat(n)
+          ),
+        ),
+        { maxLength: 6 },
+      ),
+      (parts) => {
+        const text = parts.join("");
+        const exact = countO200kExactly(text, PLAIN);
+        assert.ok(countTextTokens(text) >= exact, `o200k ${exact}`);
+        const either = Math.max(exact, countCl100kExactly(text, PLAIN));
+        assert.ok(countTokensWith("cl100k", text) >= either, `either ${either}`);
+      },
+    ),
+    { numRuns: 300 },
+  );
 });
