@@ -13,8 +13,8 @@ const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
  * to it whole: a count bounds such a run by its UTF-8 bytes, which no byte-level token count
  * exceeds, and an encoding takes it in pieces of this length.
  */
-const LONG_RUN_CHARS = 256;
-const LONG_RUN = /[\p{L}\p{M}]{256,}|[^\s\p{L}\p{M}\p{N}]{256,}|\s{256,}/gu;
+const LONG_RUN_CHARS = 128;
+const LONG_RUN = /[\p{L}\p{M}]{128,}|[^\s\p{L}\p{M}\p{N}]{128,}|\s{128,}/gu;
 
 /** The text between long runs (`run: false`) and the long runs themselves, in order. */
 function* runsOf(text: string): Generator<{ text: string; run: boolean }> {
