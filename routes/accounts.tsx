@@ -6,6 +6,7 @@ import {
   beginSignIn,
   beginSignUp,
   checkCredentials,
+  MAX_EMAIL_CHARS,
   normalizeEmail,
   PASSWORD_MIN,
   type ProxyTrust,
@@ -165,6 +166,10 @@ export function accountRoutes(
     const email = normalizeEmail(body.email ?? "");
     const password = body.password ?? "";
     const next = safeNext(c.req.query("next"));
+    const wrong = () =>
+      c.html(accountPage("signin", { email, next, error: "Wrong email or password." }), 401);
+    // No account has such an address, and it would not fit the throttle's key.
+    if (email.length > MAX_EMAIL_CHARS) return wrong();
     const attempt = await beginSignIn(kv, email, addressOf(c), now());
     const wait = attempt.retryAfter;
     if (wait > 0) {
@@ -182,12 +187,7 @@ export function accountRoutes(
       );
     }
     const owner = await checkCredentials(kv, { email, password });
-    if (!owner) {
-      return c.html(
-        accountPage("signin", { email, next, error: "Wrong email or password." }),
-        401,
-      );
-    }
+    if (!owner) return wrong();
     await signInSucceeded(kv, email, attempt, now());
     await startSession(c, kv, cookie, owner.id);
     return c.redirect(next, 303);

@@ -107,6 +107,15 @@ Deno.test("sign-in with the right password opens the dashboard; a wrong one says
     assert.match(await v.page("/dashboard"), /Signed in as ada@example\.com/);
   }));
 
+Deno.test("sign-in with an address longer than any email is a wrong sign-in, not a 500", () =>
+  withService(async (s) => {
+    for (const email of [`${"a".repeat(3_000)}@example.com`, `${"b".repeat(250)}@x.co`]) {
+      const res = await new OwnerSession(s).post("/signin", { email, password: "whatever it is" });
+      assert.equal(res.status, 401, `${email.length} characters`);
+      assert.match(await res.text(), /Wrong email or password/);
+    }
+  }));
+
 Deno.test("sign-in never redirects to another site", () =>
   withService(async (s) => {
     await new OwnerSession(s).signUp("ada@example.com");

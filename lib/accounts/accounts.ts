@@ -53,12 +53,17 @@ export async function verifyPassword(password: string, stored: string): Promise<
 /** A hash of no one's password: unknown emails cost as much time as wrong passwords. */
 let decoyHash: Promise<string> | undefined;
 
+/** The longest address there can be (RFC 5321's path limit less its brackets). */
+export const MAX_EMAIL_CHARS = 254;
+
 export function normalizeEmail(email: string): string {
   return email.trim().toLowerCase();
 }
 
 function validateCredentials(email: string, password: string): string | null {
-  if (!EMAIL_PATTERN.test(email) || email.length > 254) return "Enter a valid email address.";
+  if (!EMAIL_PATTERN.test(email) || email.length > MAX_EMAIL_CHARS) {
+    return "Enter a valid email address.";
+  }
   if (password.length < PASSWORD_MIN) {
     return `Choose a password of at least ${PASSWORD_MIN} characters.`;
   }

@@ -3,6 +3,7 @@ export {
   AccountError,
   checkCredentials,
   getOwner,
+  MAX_EMAIL_CHARS,
   normalizeEmail,
   ownerIdByEmail,
   PASSWORD_MIN,
