@@ -33,6 +33,9 @@ export const securityHeaders: MiddlewareHandler = async (c, next) => {
   if (!headers.has("Content-Security-Policy")) {
     headers.set("Content-Security-Policy", CONTENT_SECURITY_POLICY);
   }
-  headers.set("Referrer-Policy", "strict-origin-when-cross-origin");
+  // A page that asked for a stricter one (account pages: same-origin) keeps it.
+  if (!headers.has("Referrer-Policy")) {
+    headers.set("Referrer-Policy", "strict-origin-when-cross-origin");
+  }
   headers.set("X-Frame-Options", "DENY");
 };

@@ -1,6 +1,7 @@
 import { timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit, pageBodyRefusal } from "./body_limit.ts";
+import { CONTENT_SECURITY_POLICY } from "./security_headers.ts";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import {
   clientAddressOf,
@@ -126,13 +127,14 @@ const MAX_FORM_BYTES = 16 * 1024;
 
 /**
  * Account pages are never cached (they show keys and balances), never framed (no clickjacking of
- * the revoke button) and never leak their address to other sites.
+ * the revoke button) and never leak their address to other sites. The site's own policy
+ * (securityHeaders) applies in full: these pages, which show secrets once, get no weaker one.
  */
 export const privatePage: MiddlewareHandler<PageEnv> = async (c, next) => {
   await next();
   c.header("Cache-Control", "no-store");
   c.header("X-Frame-Options", "DENY");
-  c.header("Content-Security-Policy", "frame-ancestors 'none'");
+  c.header("Content-Security-Policy", CONTENT_SECURITY_POLICY);
   c.header("Referrer-Policy", "same-origin");
   c.header("X-Content-Type-Options", "nosniff");
 };

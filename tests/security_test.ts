@@ -109,6 +109,22 @@ Deno.test("raw API keys (and our provider key) never appear in logs, console out
   }
 });
 
+Deno.test("account pages carry the site's whole CSP, never a weaker one, and keep their same-origin referrer policy", async () => {
+  const s = await startService();
+  try {
+    for (const path of ["/signup", "/signin", "/dashboard"]) {
+      const res = await s.handle(new Request(`${PUBLIC_URL}${path}`));
+      await res.body?.cancel();
+      assert.equal(res.headers.get("content-security-policy"), CONTENT_SECURITY_POLICY, path);
+      assert.equal(res.headers.get("referrer-policy"), "same-origin", path);
+      assert.equal(res.headers.get("cache-control"), "no-store", path);
+      assert.equal(res.headers.get("x-frame-options"), "DENY", path);
+    }
+  } finally {
+    await s.close();
+  }
+});
+
 function bigints(_key: string, value: unknown) {
   return typeof value === "bigint" ? value.toString() : value;
 }
