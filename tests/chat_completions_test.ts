@@ -286,6 +286,24 @@ Deno.test("400 invalid_parameter gives the path of the bad field", () =>
     assert.equal((await s.wallet(appId)).available, 5_000_000);
   }));
 
+Deno.test("400 before any reservation for parallel_tool_calls without tools, which OpenAI refuses", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    const cases: [Record<string, unknown>, string, RegExp][] = [
+      [
+        { parallel_tool_calls: false },
+        "parallel_tool_calls",
+        /'parallel_tool_calls' is only allowed when 'tools' are specified/,
+      ],
+    ];
+    for (const [extra, param, message] of cases) {
+      const res = await s.chat(apiKey, { model: ECHO, messages: userMessage("x"), ...extra });
+      const error = await assertError(res, 400, "invalid_parameter", param);
+      assert.match(error.message, message);
+    }
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+  }));
+
 Deno.test("400 model_not_found for a model off the curated list, with param model", () =>
   withService(async (s) => {
     const { apiKey } = await s.newApp();

@@ -652,6 +652,13 @@ function checkTools(data: Body) {
     }
     names.add(tool.function.name);
   });
+  // OpenAI refuses it without tools, after our reservation: refused here, in OpenAI's words.
+  if (data.parallel_tool_calls != null && names.size === 0) {
+    throw invalid(
+      "parallel_tool_calls",
+      "'parallel_tool_calls' is only allowed when 'tools' are specified",
+    );
+  }
   const choice = data.tool_choice;
   if (choice && choice !== "none" && choice !== "auto" && names.size === 0) {
     throw invalid("tool_choice", "needs 'tools' to choose from");

@@ -386,3 +386,23 @@ Deno.test("image URLs are https or data URLs, as documented: plain http is refus
   }
   parseChatRequest({ model: "m/x", ...image("HTTPS://example.com/cat.png") });
 });
+
+Deno.test("parallel_tool_calls without tools is refused before any reservation, in OpenAI's words", () => {
+  const user = { role: "user", content: "x" };
+  for (const tools of [undefined, []]) {
+    assert.throws(
+      () => parseChatRequest({ model: "m/x", messages: [user], tools, parallel_tool_calls: false }),
+      (e) =>
+        e instanceof ApiError && e.code === "invalid_parameter" &&
+        e.param === "parallel_tool_calls" &&
+        e.message ===
+          "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed when 'tools' are specified.",
+    );
+  }
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [user],
+    parallel_tool_calls: null,
+  });
+  assert.equal("parallel_tool_calls" in request.params, false);
+});

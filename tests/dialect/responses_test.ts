@@ -361,6 +361,20 @@ Deno.test("responses refuse like chat: 401, 402 with top_up_url, and 400s naming
     );
   }));
 
+Deno.test("parallel_tool_calls without tools is accepted, as OpenAI's Responses API does, and not sent upstream", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "Hi.", promptTokens: 10, completionTokens: 2 });
+    const response = await client(d).responses.create({
+      model: OPENAI_MODEL,
+      input: "hi",
+      parallel_tool_calls: false,
+    });
+    assert.equal(response.status, "completed");
+    assert.equal(response.parallel_tool_calls, false);
+    assert.equal("parallel_tool_calls" in d.openai.chats.at(-1)!.body, false);
+    await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 2 });
+  }));
+
 Deno.test("responses count against the same rate limits (429 with Retry-After); an embedding model is 400 model_not_supported", async () => {
   const { startService, assertAuditClean } = await import("../helpers.ts");
   const s = await startService({ env: { RATE_LIMIT_RPM: "1" } });

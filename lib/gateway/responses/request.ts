@@ -256,9 +256,13 @@ export function toChatRequest(body: ResponsesBody, stored: StoredContext): Conve
   }
   if (body.text?.verbosity != null) chat.verbosity = body.text.verbosity;
   if (body.reasoning?.effort != null) chat.reasoning_effort = body.reasoning.effort;
+  // The Responses API takes it without tools, Chat Completions does not; without tools it means
+  // nothing, so it goes only with them.
+  if (body.parallel_tool_calls != null && body.tools?.length) {
+    chat.parallel_tool_calls = body.parallel_tool_calls;
+  }
   for (
     const field of [
-      "parallel_tool_calls",
       "temperature",
       "top_p",
       "metadata",

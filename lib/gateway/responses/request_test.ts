@@ -233,3 +233,17 @@ Deno.test("item references are counted once each, and more than 256 are refused 
     (e) => e instanceof ApiError && e.code === "invalid_parameter" && e.param === "input",
   );
 });
+
+Deno.test("parallel_tool_calls goes to the chat body only with tools: Chat Completions refuses it without", () => {
+  assert.equal("parallel_tool_calls" in chatOf({ input: "x", parallel_tool_calls: false }), false);
+  assert.equal(
+    "parallel_tool_calls" in chatOf({ input: "x", tools: [], parallel_tool_calls: true }),
+    false,
+  );
+  const chat = chatOf({
+    input: "x",
+    tools: [{ type: "function", name: "f" }],
+    parallel_tool_calls: false,
+  });
+  assert.equal(chat.parallel_tool_calls, false);
+});
