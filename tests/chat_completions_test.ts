@@ -286,15 +286,20 @@ Deno.test("400 invalid_parameter gives the path of the bad field", () =>
     assert.equal((await s.wallet(appId)).available, 5_000_000);
   }));
 
-Deno.test("400 before any reservation for parallel_tool_calls without tools, which OpenAI refuses", () =>
+Deno.test("400 before any reservation for what OpenAI refuses: parallel_tool_calls without tools, metadata past its limits", () =>
   withService(async (s) => {
     const { appId, apiKey } = await s.newApp();
+    const pairs = (n: number) =>
+      Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
     const cases: [Record<string, unknown>, string, RegExp][] = [
       [
         { parallel_tool_calls: false },
         "parallel_tool_calls",
         /'parallel_tool_calls' is only allowed when 'tools' are specified/,
       ],
+      [{ metadata: pairs(17) }, "metadata", /at most 16 key-value pairs/],
+      [{ metadata: { ["k".repeat(65)]: "v" } }, "metadata", /at most 64 characters/],
+      [{ metadata: { k: "v".repeat(513) } }, "metadata.k", /at most 512 characters/],
     ];
     for (const [extra, param, message] of cases) {
       const res = await s.chat(apiKey, { model: ECHO, messages: userMessage("x"), ...extra });

@@ -221,6 +221,41 @@ const Penalty = z.number({ error: "must be a number" }).min(-2, "must be at leas
   "must be at most 2",
 );
 
+/**
+ * `metadata` within OpenAI's limits (at most 16 pairs, keys of at most 64 characters, values of
+ * at most 512), on chat and Responses alike: OpenAI refuses more after our reservation, and other
+ * providers would take what OpenAI's would not.
+ */
+export const METADATA_LIMITS = { pairs: 16, keyChars: 64, valueChars: 512 } as const;
+
+export const Metadata = z.record(
+  z.string(),
+  z.string({ error: "must be a string" }).max(
+    METADATA_LIMITS.valueChars,
+    `must be at most ${METADATA_LIMITS.valueChars} characters`,
+  ),
+  { error: "must be an object of strings" },
+).superRefine((metadata, ctx) => {
+  const keys = Object.keys(metadata);
+  if (keys.length > METADATA_LIMITS.pairs) {
+    ctx.addIssue({
+      code: "custom",
+      message:
+        `must hold at most ${METADATA_LIMITS.pairs} key-value pairs (it holds ${keys.length})`,
+    });
+    return;
+  }
+  const long = keys.find((key) => key.length > METADATA_LIMITS.keyChars);
+  if (long !== undefined) {
+    ctx.addIssue({
+      code: "custom",
+      message: `keys must be at most ${METADATA_LIMITS.keyChars} characters ('${
+        long.slice(0, 20)
+      }…' has ${long.length})`,
+    });
+  }
+});
+
 /** Every field of the body Tollbooth accepts; anything else is a 400 naming it. */
 export const ChatRequestSchema = z.strictObject({
   model: z.string({ error: "must be a string" }).min(1, "must not be empty"),
@@ -256,13 +291,7 @@ export const ChatRequestSchema = z.strictObject({
   ], { error: "must be a string or an array of up to 4 strings" }).nullish(),
   user: z.string({ error: "must be a string" }).max(256, "must be at most 256 characters")
     .nullish(),
-  metadata: z.record(
-    z.string(),
-    z.string({ error: "must be a string" }).max(512, "must be at most 512 characters"),
-    {
-      error: "must be an object of strings",
-    },
-  ).refine((m) => Object.keys(m).length <= 16, "at most 16 keys").nullish(),
+  metadata: Metadata.nullish(),
   temperature: Probability(2).nullish(),
   top_p: Probability(1).nullish(),
   top_k: z.number({ error: "must be an integer" }).int("must be an integer").min(0).nullish(),

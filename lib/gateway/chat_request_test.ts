@@ -406,3 +406,25 @@ Deno.test("parallel_tool_calls without tools is refused before any reservation, 
   });
   assert.equal("parallel_tool_calls" in request.params, false);
 });
+
+Deno.test("metadata is held to OpenAI's limits: 16 pairs, keys of 64 characters, values of 512", () => {
+  const pairs = (n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
+  const cases: [Record<string, string>, string, RegExp][] = [
+    [pairs(17), "metadata", /at most 16 key-value pairs/],
+    [{ ["k".repeat(65)]: "v" }, "metadata", /keys must be at most 64 characters/],
+    [{ a: "v".repeat(513) }, "metadata.a", /at most 512 characters/],
+  ];
+  for (const [metadata, param, message] of cases) {
+    const e = refusal({ metadata });
+    assert.equal(e.code, "invalid_parameter");
+    assert.equal(e.param, param);
+    assert.match(e.message, message);
+  }
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [{ role: "user", content: "x" }],
+    metadata: { ...pairs(15), ["k".repeat(64)]: "v".repeat(512) },
+  });
+  assert.equal(Object.keys(request.params.metadata as object).length, 16);
+});

@@ -375,6 +375,27 @@ Deno.test("parallel_tool_calls without tools is accepted, as OpenAI's Responses 
     await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 2 });
   }));
 
+Deno.test("metadata past OpenAI's limits is a 400 naming metadata and the limit, before anything is reserved", () =>
+  withDialect(async (d) => {
+    const pairs = (n: number) =>
+      Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
+    const cases: [Record<string, string>, string, RegExp][] = [
+      [pairs(17), "metadata", /at most 16 key-value pairs/],
+      [{ ["k".repeat(65)]: "v" }, "metadata", /at most 64 characters/],
+      [{ k: "v".repeat(513) }, "metadata.k", /at most 512 characters/],
+    ];
+    for (const [metadata, param, message] of cases) {
+      const error = await client(d).responses.create({ model: OPENAI_MODEL, input: "x", metadata })
+        .catch((e) => e);
+      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+      assert.equal(error.code, "invalid_parameter");
+      assert.equal(error.param, param);
+      assert.match(error.message, message);
+    }
+    assert.equal(d.openai.chats.length, 0);
+    assert.deepEqual(await d.newUsage(), []);
+  }));
+
 Deno.test("responses count against the same rate limits (429 with Retry-After); an embedding model is 400 model_not_supported", async () => {
   const { startService, assertAuditClean } = await import("../helpers.ts");
   const s = await startService({ env: { RATE_LIMIT_RPM: "1" } });

@@ -8,6 +8,7 @@
  */
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
+import { Metadata } from "../chat_request.ts";
 
 const InputText = z.strictObject({ type: z.literal("input_text"), text: z.string() });
 const InputImage = z.strictObject({
@@ -139,7 +140,7 @@ export const ResponsesRequestSchema = z.strictObject({
     1,
     "must be at most 1",
   ).nullish(),
-  metadata: z.record(z.string(), z.string()).nullish(),
+  metadata: Metadata.nullish(),
   user: z.string({ error: "must be a string" }).max(256, "must be at most 256 characters")
     .nullish(),
   safety_identifier: z.string({ error: "must be a string" }).max(

@@ -247,3 +247,27 @@ Deno.test("parallel_tool_calls goes to the chat body only with tools: Chat Compl
   });
   assert.equal(chat.parallel_tool_calls, false);
 });
+
+Deno.test("metadata is held to OpenAI's limits (16 pairs, keys of 64 characters, values of 512), naming metadata", () => {
+  const pairs = (n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
+  const cases: [Record<string, string>, string, RegExp][] = [
+    [pairs(17), "metadata", /at most 16 key-value pairs/],
+    [{ ["k".repeat(65)]: "v" }, "metadata", /keys must be at most 64 characters/],
+    [{ a: "v".repeat(513) }, "metadata.a", /at most 512 characters/],
+  ];
+  for (const [metadata, param, message] of cases) {
+    assert.throws(
+      () => parseResponsesBody({ model: MODEL, input: "x", metadata }),
+      (e) => {
+        assert.ok(e instanceof ApiError, String(e));
+        assert.equal(e.code, "invalid_parameter");
+        assert.equal(e.param, param);
+        assert.match(e.message, message);
+        return true;
+      },
+    );
+  }
+  const metadata = { ...pairs(15), ["k".repeat(64)]: "v".repeat(512) };
+  assert.deepEqual(chatOf({ input: "x", metadata }).metadata, metadata);
+});
