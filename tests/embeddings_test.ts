@@ -274,6 +274,28 @@ Deno.test("embeddings count against the same rate limits: 429 with Retry-After, 
     assert.equal(START - (await s.wallet(appId)).available, spent);
   }, { RATE_LIMIT_RPM: "1" }));
 
+Deno.test("an input's limit is checked in cl100k, as OpenAI's embedding models count it; the hold stays the larger o200k count", () =>
+  withFake(async ({ s, appId, apiKey, upstream }) => {
+    // Runs of newlines: 7,998 tokens in cl100k, 13,330 in o200k, against a limit of 8,192.
+    const unit = "\n".repeat(64) + " a";
+    const input = unit.repeat(2_666);
+    const res = await embed(s, apiKey, { model: "fake/embed", input });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    assert.equal(upstream.received.length, 1);
+    const over = await embed(s, apiKey, { model: "fake/embed", input: unit.repeat(2_731) });
+    assert.equal(over.status, 400);
+    const { error } = await over.json();
+    assert.equal(error.code, "context_length_exceeded");
+    assert.match(error.message, /has 8193 tokens/);
+    assert.equal(upstream.received.length, 1, "refused before the upstream");
+    // The hold is the o200k count: a wallet that covers 7,998 tokens but not 13,330 is a 402.
+    await spendDownTo(s.kv, appId, expectedCost(10_000, FAKE_PRICE));
+    const poor = await embed(s, apiKey, { model: "fake/embed", input });
+    assert.equal(poor.status, 402);
+    await poor.body?.cancel();
+  }));
+
 Deno.test("an input larger than a whole minute's tokens is a 400 on input, not a 429", () =>
   withFake(async ({ s, apiKey }) => {
     const res = await embed(s, apiKey, { model: "fake/embed", input: Array(200).fill(7) });

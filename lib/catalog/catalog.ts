@@ -130,7 +130,10 @@ export interface Model {
   outputCapParam: "max_tokens" | "max_completion_tokens" | null;
   imageBaseTokens: number;
   imageTileTokens: number;
-  /** The primary route's tokenizer (each fallback has its own): see routeTokenizer. */
+  /**
+   * The primary route's tokenizer (each fallback has its own): see routeTokenizer; cl100k for an
+   * embedding model, the count its input limit is in.
+   */
   tokenizer: Tokenizer;
 }
 
@@ -150,6 +153,12 @@ const CL100K_MODEL = /(?:^|[^a-z0-9])gpt-(?:3\.?5-|4(?:-|$))/i;
 function routeTokenizer(set: Tokenizer | undefined, upstreamModel: string): Tokenizer {
   return set ?? (CL100K_MODEL.test(upstreamModel) ? "cl100k" : "o200k");
 }
+
+/**
+ * OpenAI's embedding models (text-embedding-3, ada-002) count their input, and its limit, in
+ * cl100k; their hold is the larger of both encodings all the same (see countEmbeddingTokens).
+ */
+const EMBEDDING_TOKENIZER: Tokenizer = "cl100k";
 
 export interface Catalog {
   models: Model[];
@@ -218,7 +227,9 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       return {
         provider: fallback,
         upstreamModel: f.upstream_model,
-        tokenizer: routeTokenizer(m.tokenizer, f.upstream_model),
+        tokenizer: type === "embedding"
+          ? EMBEDDING_TOKENIZER
+          : routeTokenizer(m.tokenizer, f.upstream_model),
         imageBaseTokens: f.image_base_tokens ?? m.image_base_tokens ?? 85,
         imageTileTokens: f.image_tile_tokens ?? m.image_tile_tokens ?? 170,
       };
@@ -227,7 +238,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
     if (m.tokenizer !== undefined) {
       if (type === "embedding") {
         throw new CatalogError(
-          `catalog field models.${i}.tokenizer: for chat models; an embedding model's input is counted with both OpenAI encodings`,
+          `catalog field models.${i}.tokenizer: for chat models; an embedding model's input is limited in cl100k (OpenAI's embedding models count it so) and held at the larger of both OpenAI encodings`,
         );
       }
       if (routes.every((r) => r.provider.kind === "anthropic")) {
@@ -287,7 +298,9 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       outputCapParam: m.output_cap_param ?? null,
       imageBaseTokens: m.image_base_tokens ?? 85,
       imageTileTokens: m.image_tile_tokens ?? 170,
-      tokenizer: routeTokenizer(m.tokenizer, m.upstream_model),
+      tokenizer: type === "embedding"
+        ? EMBEDDING_TOKENIZER
+        : routeTokenizer(m.tokenizer, m.upstream_model),
     });
   });
   const models = [...byId.values()];

@@ -210,6 +210,7 @@ Deno.test("a model is a chat model unless its entry says type embedding", () => 
   assert.equal(embedding.outputPrice, 0n);
   assert.equal(embedding.outputUsdPerMTok, null);
   assert.equal(embedding.contextTokens, 8192);
+  assert.equal(embedding.tokenizer, "cl100k", "the count OpenAI's embedding models limit input in");
 });
 
 Deno.test("an embedding model has no output price nor output cap, and a chat model needs both", () => {

@@ -4,7 +4,8 @@
  */
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
-import { countTextTokensEitherEncoding } from "./tokens.ts";
+import type { Tokenizer } from "@/lib/catalog/mod.ts";
+import { countLimitTokens, countTokensWith } from "./tokens.ts";
 
 /** OpenAI's limits for one request (text-embedding-3): inputs per request, tokens over all. */
 export const MAX_EMBEDDING_INPUTS = 2048;
@@ -135,20 +136,25 @@ function shapeMessage() {
 }
 
 /**
- * The tokens of each input: for text the larger of its o200k and cl100k counts (the embedding
- * models bill cl100k), for token ids the length. Throws when one input is
- * longer than the model takes, or all of them more than one request may carry.
+ * The tokens to hold for the inputs: for text an upper bound (the larger of its o200k and cl100k
+ * counts, as an OpenAI-compatible server may bill either; its bytes for a utf8_bytes model), for
+ * token ids the length. The limits are checked in the model's own count instead (cl100k for
+ * OpenAI's embedding models), as the provider checks them: the larger count would refuse inputs
+ * the model takes. Throws when one input is longer than the model takes, or all of them more than
+ * one request may carry.
  */
 export function countEmbeddingTokens(
   request: Pick<EmbeddingsRequest, "input" | "inputs">,
-  model: { id: string; contextTokens: number },
+  model: { id: string; contextTokens: number; tokenizer: Tokenizer },
 ): number {
   const { input, inputs } = request;
   // One string or one token array is the whole input; otherwise each input has its index.
   const single = !Array.isArray(input) || typeof input[0] === "number";
   let total = 0;
+  let held = 0;
   for (const [i, one] of inputs.entries()) {
-    const tokens = typeof one === "string" ? countTextTokensEitherEncoding(one) : one.length;
+    const tokens = typeof one === "string" ? countLimitTokens(model.tokenizer, one) : one.length;
+    held += typeof one === "string" ? heldTokens(model.tokenizer, one) : one.length;
     if (tokens > model.contextTokens) {
       const param = single ? "input" : `input[${i}]`;
       throw new ApiError(
@@ -165,7 +171,15 @@ export function countEmbeddingTokens(
       `Invalid value for 'input': ${total} tokens in all, more than the ${MAX_EMBEDDING_REQUEST_TOKENS} one request may carry. Split the inputs over several requests.`,
     );
   }
-  return total;
+  return held;
+}
+
+/**
+ * An upper bound of a text's tokens whichever tokenizer bills it: countTokensWith's cl100k is the
+ * larger of both OpenAI encodings, and no byte-level tokenizer exceeds a text's bytes.
+ */
+function heldTokens(tokenizer: Tokenizer, text: string): number {
+  return countTokensWith(tokenizer === "utf8_bytes" ? "utf8_bytes" : "cl100k", text);
 }
 
 function fromIssue(issue: z.core.$ZodIssue): ApiError {

@@ -5,10 +5,10 @@ import {
   MAX_EMBEDDING_INPUTS,
   parseEmbeddingsRequest,
 } from "./embeddings_request.ts";
-import { countTextTokens, countTextTokensEitherEncoding } from "./tokens.ts";
+import { countLimitTokens, countTextTokens, countTextTokensEitherEncoding } from "./tokens.ts";
 
 const MODEL = "openai/text-embedding-3-small";
-const SMALL = { id: MODEL, contextTokens: 8192 };
+const SMALL = { id: MODEL, contextTokens: 8192, tokenizer: "cl100k" as const };
 
 function refusal(body: unknown): { code: string; param?: string; message: string } {
   try {
@@ -131,7 +131,7 @@ Deno.test("texts are counted with the larger of o200k and cl100k, token arrays b
 });
 
 Deno.test("an input longer than the model takes is context_length_exceeded, naming it", () => {
-  const tiny = { id: MODEL, contextTokens: 3 };
+  const tiny = { ...SMALL, contextTokens: 3 };
   const cases: [unknown, string][] = [
     [[1, 2, 3, 4], "input"],
     ["one two three four five", "input"],
@@ -156,5 +156,36 @@ Deno.test("all inputs together may hold at most 300,000 tokens", () => {
   assert.throws(
     () => countEmbeddingTokens(request, SMALL),
     (e: unknown) => e instanceof ApiError && e.code === "invalid_parameter" && e.param === "input",
+  );
+});
+
+Deno.test("an input's limit is checked in the model's own count (cl100k), while the hold stays the larger count", () => {
+  // Runs of newlines (each shorter than a long run): 3 cl100k tokens a unit, 5 in o200k.
+  const unit = "\n".repeat(64) + " a";
+  const text = unit.repeat(33) + "\n".repeat(32);
+  assert.equal(countLimitTokens("cl100k", text), 100);
+  assert.equal(countTextTokens(text), 167);
+  const model = { ...SMALL, contextTokens: 100 };
+  const request = parseEmbeddingsRequest({ model: MODEL, input: [text, "ok"] });
+  assert.equal(
+    countEmbeddingTokens(request, model),
+    167 + countTextTokensEitherEncoding("ok"),
+    "held at the larger count",
+  );
+  const over = parseEmbeddingsRequest({ model: MODEL, input: ["ok", text + unit] });
+  assert.throws(
+    () => countEmbeddingTokens(over, model),
+    (e: unknown) =>
+      e instanceof ApiError && e.code === "context_length_exceeded" && e.param === "input[1]" &&
+      /has 103 tokens/.test(e.message),
+  );
+  // A utf8_bytes model is limited and held by bytes, which no byte-level tokenizer exceeds.
+  const bytes = { ...SMALL, tokenizer: "utf8_bytes" as const, contextTokens: 10 };
+  const accented = parseEmbeddingsRequest({ model: MODEL, input: "héllo" });
+  assert.equal(countEmbeddingTokens(accented, bytes), 6);
+  assert.throws(
+    () =>
+      countEmbeddingTokens(parseEmbeddingsRequest({ model: MODEL, input: "héllo wörld" }), bytes),
+    (e: unknown) => e instanceof ApiError && e.code === "context_length_exceeded",
   );
 });

@@ -102,14 +102,15 @@ class CountCache {
 }
 
 const o200kCounts = new CountCache();
-const eitherCounts = new CountCache();
+const cl100kCounts = new CountCache();
 const countO200k = (text: string) =>
   countRunsBounded(text, (piece) => countTokens(piece, PLAIN_TEXT));
+const countCl100k = (text: string) =>
+  countRunsBounded(text, (piece) => countCl100kTokens(piece, PLAIN_TEXT));
+// Each encoding cached on its own: a text counted for a hold and for a limit is encoded once.
+// Each bounded count is at or above its encoding's exact one, and so is the larger of the two.
 const countEither = (text: string) =>
-  countRunsBounded(
-    text,
-    (piece) => Math.max(countTokens(piece, PLAIN_TEXT), countCl100kTokens(piece, PLAIN_TEXT)),
-  );
+  Math.max(o200kCounts.count(text, countO200k), cl100kCounts.count(text, countCl100k));
 
 export function countTextTokens(text: string): number {
   return text.length === 0 ? 0 : o200kCounts.count(text, countO200k);
@@ -121,7 +122,7 @@ export function countTextTokens(text: string): number {
  * OpenAI-compatible server may use either; a reservation must cover whichever bills.
  */
 export function countTextTokensEitherEncoding(text: string): number {
-  return text.length === 0 ? 0 : eitherCounts.count(text, countEither);
+  return text.length === 0 ? 0 : countEither(text);
 }
 
 /** A text's tokens by a catalog model's tokenizer (see the catalog's `tokenizer`). */
@@ -133,7 +134,24 @@ export function countTokensWith(tokenizer: Tokenizer, text: string): number {
     case "cl100k":
       // Neither encoding bounds the other ("IIII…" counts more in cl100k, identifiers in o200k),
       // and a catalog's cl100k applies to every route: the larger of the two covers either.
-      return eitherCounts.count(text, countEither);
+      return countEither(text);
+    case "utf8_bytes":
+      return utf8Length(text);
+  }
+}
+
+/**
+ * A text's tokens in the count a model's own input limit is in: its tokenizer's alone, where
+ * countTokensWith gives an upper bound for a hold. utf8_bytes has no count of its own: its bytes.
+ * A long run is still bounded by its bytes (LONG_RUN_CHARS): its exact count costs minutes.
+ */
+export function countLimitTokens(tokenizer: Tokenizer, text: string): number {
+  if (text.length === 0) return 0;
+  switch (tokenizer) {
+    case "o200k":
+      return o200kCounts.count(text, countO200k);
+    case "cl100k":
+      return cl100kCounts.count(text, countCl100k);
     case "utf8_bytes":
       return utf8Length(text);
   }
