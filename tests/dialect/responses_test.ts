@@ -257,6 +257,31 @@ Deno.test("a multi-turn AI SDK conversation references its stored answer by item
     });
   }));
 
+Deno.test("an item_reference sent without its optional type, as the openai SDK's types allow, is served", () =>
+  withDialect(async (d) => {
+    d.openai.script(
+      { content: "Nice to meet you, Ada.", promptTokens: 20, completionTokens: 6 },
+      { content: "Your name is Ada.", promptTokens: 40, completionTokens: 5 },
+    );
+    const openai = client(d);
+    const first = await openai.responses.create({ model: OPENAI_MODEL, input: "I am Ada." });
+    const second = await openai.responses.create({
+      model: OPENAI_MODEL,
+      input: [
+        { role: "user", content: "I am Ada." },
+        { id: first.output[0].id! },
+        { role: "user", content: "What is my name?" },
+      ],
+    });
+    assert.equal(second.output_text, "Your name is Ada.");
+    const sent = d.openai.chats.at(-1)!.body.messages;
+    assert.deepEqual(sent[1], { role: "assistant", content: "Nice to meet you, Ada." });
+    await assertCharged(d, OPENAI_MODEL, { prompt: 20, completion: 6 }, {
+      prompt: 40,
+      completion: 5,
+    });
+  }));
+
 Deno.test("store: false keeps nothing: its id and items cannot be referenced later", () =>
   withDialect(async (d) => {
     const openai = client(d);

@@ -62,8 +62,9 @@ const FunctionCallOutputItem = z.strictObject({
   status: z.string().nullish(),
 });
 
+/** The openai SDK's own types leave `type` out (`type?: 'item_reference' | null`). */
 const ItemReference = z.strictObject({
-  type: z.literal("item_reference"),
+  type: z.literal("item_reference").nullish(),
   id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
 });
 
@@ -330,8 +331,16 @@ function inputMessages(
 
 type Parsed = z.infer<typeof InputItem>;
 
+/** An item without a type is a message, or a reference when it holds only an id. */
+function isUntypedReference(raw: unknown): boolean {
+  if (!raw || typeof raw !== "object") return false;
+  const keys = Object.keys(raw);
+  return keys.includes("id") && keys.every((k) => k === "id" || k === "type");
+}
+
 function parseItem(raw: unknown, i: number): Parsed {
-  const type = raw && typeof raw === "object" ? (raw as { type?: unknown }).type : undefined;
+  let type = raw && typeof raw === "object" ? (raw as { type?: unknown }).type : undefined;
+  if (type == null && isUntypedReference(raw)) type = "item_reference";
   const schema = type === "function_call"
     ? FunctionCallItem
     : type === "function_call_output"
@@ -354,6 +363,7 @@ function parseItem(raw: unknown, i: number): Parsed {
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) throw fromIssue(parsed.error.issues[0], ["input", i]);
+  if (schema === ItemReference) return { ...parsed.data, type: "item_reference" } as Parsed;
   return parsed.data as Parsed;
 }
 

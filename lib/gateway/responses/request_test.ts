@@ -271,3 +271,31 @@ Deno.test("metadata is held to OpenAI's limits (16 pairs, keys of 64 characters,
   const metadata = { ...pairs(15), ["k".repeat(64)]: "v".repeat(512) };
   assert.deepEqual(chatOf({ input: "x", metadata }).metadata, metadata);
 });
+
+Deno.test("an item holding only an id is an item_reference, as the openai SDK's types let it be sent", () => {
+  const items = new Map<string, ResponseInputItem>([
+    ["msg_1", {
+      type: "message",
+      role: "assistant",
+      content: [{ type: "output_text", text: "Hello!" }],
+    }],
+  ]);
+  for (const reference of [{ id: "msg_1" }, { id: "msg_1", type: null }]) {
+    const body = parseResponsesBody({
+      model: MODEL,
+      input: [{ role: "user", content: "Hi" }, reference, { role: "user", content: "Again" }],
+    });
+    assert.deepEqual(referencedItems(body), ["msg_1"]);
+    const { chat } = toChatRequest(body, { previous: [], items });
+    assert.deepEqual(chat.messages, [
+      { role: "user", content: "Hi" },
+      { role: "assistant", content: "Hello!" },
+      { role: "user", content: "Again" },
+    ]);
+  }
+  // With anything besides, it is a message and its missing role is what is named.
+  assert.deepEqual(refusal({ model: MODEL, input: [{ id: "msg_1", content: "x" }] }), {
+    code: "invalid_parameter",
+    param: "input[0].role",
+  });
+});
