@@ -828,7 +828,7 @@ const ANTHROPIC_MIN_THINKING_BUDGET = 1024;
  * For a value that matched no branch of a union (content as a string or parts), the issue of the
  * branch that got furthest, with its full path: the client learns which part is wrong, and why.
  */
-function innermostIssue(issue: z.core.$ZodIssue): z.core.$ZodIssue {
+export function innermostIssue(issue: z.core.$ZodIssue): z.core.$ZodIssue {
   if (issue.code !== "invalid_union" || issue.errors.length === 0) return issue;
   let best: z.core.$ZodIssue | null = null;
   for (const branch of issue.errors) {

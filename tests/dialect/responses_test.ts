@@ -421,6 +421,44 @@ Deno.test("metadata past OpenAI's limits is a 400 naming metadata and the limit,
     assert.deepEqual(await d.newUsage(), []);
   }));
 
+Deno.test("a refusal names Responses fields in its param and its words: reasoning.effort, an image's item path, detail", () =>
+  withDialect(async (d) => {
+    const refused = async (body: Record<string, unknown>) => {
+      const error = await client(d).responses.create(body as never).catch((e) => e);
+      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+      return { param: error.param, message: error.message as string };
+    };
+    const thinking = await refused({
+      model: CLAUDE_MODEL,
+      input: "x",
+      reasoning: { effort: "high" },
+      temperature: 0.5,
+    });
+    assert.equal(thinking.param, "temperature");
+    assert.match(thinking.message, /when reasoning\.effort is set/);
+    assert.doesNotMatch(thinking.message, /reasoning_effort/);
+    const image = (part: Record<string, unknown>) => ({
+      model: OPENAI_MODEL,
+      input: [
+        { role: "user", content: "First." },
+        {
+          role: "user",
+          content: [{ type: "input_text", text: "What is it?" }, { type: "input_image", ...part }],
+        },
+      ],
+    });
+    const http = await refused(image({ image_url: "http://example.com/cat.png" }));
+    assert.equal(http.param, "input[1].content[1].image_url");
+    assert.match(http.message, /'input\[1\]\.content\[1\]\.image_url': must be an https URL/);
+    const original = await refused(
+      image({ image_url: "https://example.com/cat.png", detail: "original" }),
+    );
+    assert.equal(original.param, "input[1].content[1].detail");
+    assert.match(original.message, /must be one of auto, low, high/);
+    assert.equal(d.openai.chats.length + d.claude.messages().length, 0);
+    assert.deepEqual(await d.newUsage(), [], "nothing was reserved or charged");
+  }));
+
 Deno.test("responses count against the same rate limits (429 with Retry-After); an embedding model is 400 model_not_supported", async () => {
   const { startService, assertAuditClean } = await import("../helpers.ts");
   const s = await startService({ env: { RATE_LIMIT_RPM: "1" } });

@@ -8,14 +8,18 @@
  */
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
-import { Metadata } from "../chat_request.ts";
+import { innermostIssue, Metadata } from "../chat_request.ts";
 
 const InputText = z.strictObject({ type: z.literal("input_text"), text: z.string() });
 const InputImage = z.strictObject({
   type: z.literal("input_image"),
   image_url: z.string({ error: "must be an https URL or a data URL" }).optional(),
   file_id: z.string().nullish(),
-  detail: z.enum(["auto", "low", "high"], { error: "must be one of auto, low, high" }).optional(),
+  // Not "original": the chat path's image bound and the providers it translates to know no such
+  // detail, so its tokens could not be bounded before the call.
+  detail: z.enum(["auto", "low", "high"], {
+    error: "must be one of auto, low, high ('original' is not supported)",
+  }).optional(),
 });
 const InputFile = z.looseObject({ type: z.literal("input_file") });
 /** What a client pushes back of an earlier answer: its text (annotations are dropped). */
@@ -175,7 +179,27 @@ export interface ConvertedRequest {
   chat: Record<string, unknown>;
   /** The conversation as sent to the model, without `instructions`, for storing. */
   conversation: Record<string, unknown>[];
+  /**
+   * A chat path (`messages[3].content[0].image_url.url`) as the Responses body names the same
+   * thing (`input[1].content[0].image_url`), or as near as it is exact (`input[1]`, `input`).
+   */
+  inputPath(chatPath: string): string;
 }
+
+/** Where a chat message came from, for naming its fields in an error. */
+type Origin =
+  | { from: "instructions" }
+  | { from: "previous" }
+  | {
+    from: "input";
+    /** The input item of the message, or of its text (null for a turn of calls alone). */
+    item: number | null;
+    kind: "message" | "function_call_output" | "function_calls";
+    /** The item stood behind an item_reference: its fields are not in the request. */
+    referenced: boolean;
+    /** The input item of each of the turn's tool calls, in order. */
+    calls: { item: number; referenced: boolean }[];
+  };
 
 /** Validates the body, or throws the 400 naming the field by its Responses path. */
 export function parseResponsesBody(raw: unknown): ResponsesBody {
@@ -218,10 +242,16 @@ export function referencedItems(body: ResponsesBody): string[] {
 
 /** The chat-completions body the response is served by. */
 export function toChatRequest(body: ResponsesBody, stored: StoredContext): ConvertedRequest {
-  const conversation = [...stored.previous, ...inputMessages(body, stored.items)];
+  const input = inputMessages(body, stored.items);
+  const conversation = [...stored.previous, ...input.messages];
   const messages = body.instructions
     ? [{ role: "system", content: body.instructions }, ...conversation]
     : conversation;
+  const origins: Origin[] = [
+    ...(body.instructions ? [{ from: "instructions" as const }] : []),
+    ...stored.previous.map(() => ({ from: "previous" as const })),
+    ...input.origins,
+  ];
   if (messages.length === 0) {
     throw invalid("input", "holds nothing to answer (only reasoning items)");
   }
@@ -276,18 +306,62 @@ export function toChatRequest(body: ResponsesBody, stored: StoredContext): Conve
   ) {
     if (body[field] != null) chat[field] = body[field];
   }
-  return { body, chat, conversation };
+  return { body, chat, conversation, inputPath: (path) => inputPath(path, origins) };
+}
+
+/** See ConvertedRequest.inputPath. */
+function inputPath(chatPath: string, origins: Origin[]): string {
+  const match = /^messages\[(\d+)\](.*)$/.exec(chatPath);
+  if (!match) return chatPath === "messages" ? "input" : chatPath;
+  const origin = origins[Number(match[1])];
+  const rest = match[2];
+  if (!origin) return "input";
+  if (origin.from === "instructions") return "instructions";
+  if (origin.from === "previous") return "previous_response_id";
+  const call = /^\.tool_calls\[(\d+)\](.*)$/.exec(rest);
+  if (call) {
+    const called = origin.calls[Number(call[1])];
+    if (!called) return "input";
+    const field =
+      { ".function.arguments": ".arguments", ".function.name": ".name", ".id": ".call_id" }[
+        call[2]
+      ];
+    return `input[${called.item}]${called.referenced ? "" : field ?? ""}`;
+  }
+  if (origin.item === null) return "input";
+  const item = `input[${origin.item}]`;
+  if (origin.referenced) return item;
+  if (origin.kind === "function_call_output") {
+    return item + ({ ".tool_call_id": ".call_id", ".content": ".output" }[rest] ?? "");
+  }
+  if (origin.kind !== "message") return item;
+  // A message's parts are converted one for one; only an image's fields are named otherwise.
+  const part = /^(\.content\[\d+\])(\.type|\.text|\.image_url\.url|\.image_url\.detail)?$/
+    .exec(rest);
+  if (part) {
+    const field = { ".image_url.url": ".image_url", ".image_url.detail": ".detail" }[part[2]] ??
+      part[2] ?? "";
+    return item + part[1] + field;
+  }
+  return rest === ".content" || rest === ".role" ? item + rest : item;
 }
 
 /** The input items as chat messages: calls join the assistant turn before them. */
 function inputMessages(
   body: ResponsesBody,
   items: Map<string, ResponseInputItem>,
-): Record<string, unknown>[] {
-  if (typeof body.input === "string") return [{ role: "user", content: body.input }];
+): { messages: Record<string, unknown>[]; origins: Origin[] } {
+  if (typeof body.input === "string") {
+    return {
+      messages: [{ role: "user", content: body.input }],
+      origins: [{ from: "input", item: null, kind: "message", referenced: false, calls: [] }],
+    };
+  }
   const out: Record<string, unknown>[] = [];
+  const origins: (Origin & { from: "input" })[] = [];
   body.input.forEach((raw, i) => {
     let item = parseItem(raw, i);
+    const referenced = item.type === "item_reference";
     if (item.type === "item_reference") {
       const found = items.get(item.id);
       if (!found) {
@@ -311,8 +385,16 @@ function inputMessages(
       // Calls right after an assistant turn (or each other) are that turn's tool calls.
       if (last?.role === "assistant") {
         last.tool_calls = [...(last.tool_calls as unknown[] ?? []), call];
+        origins.at(-1)!.calls.push({ item: i, referenced });
       } else {
         out.push({ role: "assistant", content: null, tool_calls: [call] });
+        origins.push({
+          from: "input",
+          item: null,
+          kind: "function_calls",
+          referenced,
+          calls: [{ item: i, referenced }],
+        });
       }
       return;
     }
@@ -321,12 +403,14 @@ function inputMessages(
         ? item.output
         : item.output.map((p) => p.text).join("");
       out.push({ role: "tool", tool_call_id: item.call_id, content });
+      origins.push({ from: "input", item: i, kind: "function_call_output", referenced, calls: [] });
       return;
     }
     if (!("role" in item)) throw invalid(`input[${i}].id`, "references another reference");
     out.push(messageOf(item, i));
+    origins.push({ from: "input", item: i, kind: "message", referenced, calls: [] });
   });
-  return out;
+  return { messages: out, origins };
 }
 
 type Parsed = z.infer<typeof InputItem>;
@@ -409,7 +493,9 @@ function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string,
   return { role: item.role, content: parts };
 }
 
-function fromIssue(issue: z.core.$ZodIssue, prefix: PropertyKey[] = []): ApiError {
+function fromIssue(outer: z.core.$ZodIssue, prefix: PropertyKey[] = []): ApiError {
+  // A content part's own fault (an image's detail) rather than "must be a string or an array".
+  const issue = innermostIssue(outer);
   const path = [...prefix, ...issue.path];
   if (issue.code === "unrecognized_keys") path.push(issue.keys[0]);
   const param = formatPath(path);

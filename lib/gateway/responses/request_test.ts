@@ -299,3 +299,72 @@ Deno.test("an item holding only an id is an item_reference, as the openai SDK's 
     param: "input[0].role",
   });
 });
+
+Deno.test("a chat path maps to the input item it came from where the mapping is exact", () => {
+  const { inputPath } = toChatRequest(
+    parseResponsesBody({
+      model: MODEL,
+      instructions: "Be brief.",
+      input: [
+        {
+          role: "user",
+          content: [{ type: "input_text", text: "Look" }, {
+            type: "input_image",
+            image_url: "https://x/a.png",
+            detail: "low",
+          }],
+        },
+        { type: "function_call", call_id: "c1", name: "f", arguments: "{}" },
+        { type: "function_call", call_id: "c2", name: "f", arguments: "{}" },
+        { type: "function_call_output", call_id: "c1", output: "one" },
+        { type: "item_reference", id: "msg_1" },
+      ],
+    }),
+    {
+      previous: [{ role: "user", content: "Earlier" }],
+      items: new Map([["msg_1", { type: "message", role: "user", content: "stored" }]]),
+    },
+  );
+  const cases: [string, string][] = [
+    ["messages[0].content", "instructions"],
+    ["messages[1].content", "previous_response_id"],
+    ["messages[2].content[1].image_url.url", "input[0].content[1].image_url"],
+    ["messages[2].content[1].image_url.detail", "input[0].content[1].detail"],
+    ["messages[2].content[0].text", "input[0].content[0].text"],
+    ["messages[3].tool_calls[1].function.arguments", "input[2].arguments"],
+    ["messages[3].tool_calls[0].id", "input[1].call_id"],
+    // Two calls: which one is meant is not in the path.
+    ["messages[3].tool_calls", "input"],
+    ["messages[4].tool_call_id", "input[3].call_id"],
+    ["messages[4].content", "input[3].output"],
+    // The stored item's fields are not in the request: its reference is named.
+    ["messages[5].content", "input[4]"],
+    ["messages[9].content", "input"],
+    ["messages", "input"],
+    ["temperature", "temperature"],
+  ];
+  for (const [chat, responses] of cases) assert.equal(inputPath(chat), responses, chat);
+});
+
+Deno.test("an input_image's detail other than auto, low or high is refused naming detail and what it may be", () => {
+  const error = (() => {
+    try {
+      toChatRequest(
+        parseResponsesBody({
+          model: MODEL,
+          input: [{
+            role: "user",
+            content: [{ type: "input_image", image_url: "https://x/a.png", detail: "original" }],
+          }],
+        }),
+        NONE,
+      );
+    } catch (e) {
+      return e as ApiError;
+    }
+  })()!;
+  assert.ok(error instanceof ApiError);
+  assert.equal(error.code, "invalid_parameter");
+  assert.equal(error.param, "input[0].content[0].detail");
+  assert.match(error.message, /must be one of auto, low, high/);
+});

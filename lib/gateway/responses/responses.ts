@@ -66,9 +66,9 @@ export class Responses {
     requestId: string,
     trace: RequestTrace,
   ): Promise<ResponseOutcome> {
-    const { request, conversation, meta } = await this.#prepare(caller, body);
+    const { request, conversation, meta, inputPath } = await this.#prepare(caller, body);
     const outcome = await this.#gateway.complete(caller, request, requestId, trace)
-      .catch(inResponsesTerms);
+      .catch((error) => inResponsesTerms(error, inputPath));
     const response = completionToResponse(outcome.completion, body, meta);
     response.store = await this.#save(caller, meta, conversation, response.output, requestId);
     return {
@@ -89,7 +89,7 @@ export class Responses {
     // The usage chunk (with the cost) is what response.completed reports.
     const request = { ...prepared.request, includeUsage: true };
     const outcome = await this.#gateway.stream(caller, request, requestId, trace)
-      .catch(inResponsesTerms);
+      .catch((error) => inResponsesTerms(error, prepared.inputPath));
     const { meta, conversation } = prepared;
     const events = responseStreamEvents(outcome.events, new ResponseEvents(body, meta), {
       requestId,
@@ -127,7 +127,7 @@ export class Responses {
     try {
       request = parseChatRequest(converted.chat);
     } catch (error) {
-      inResponsesTerms(error);
+      inResponsesTerms(error, converted.inputPath);
     }
     const meta: ResponseMeta = {
       id: `resp_${randomToken(128)}`,
@@ -137,7 +137,12 @@ export class Responses {
       previousResponseId: previousId,
       newItemId: (prefix) => `${prefix}_${randomToken(128)}`,
     };
-    return { request: request!, conversation: converted.conversation, meta };
+    return {
+      request: request!,
+      conversation: converted.conversation,
+      meta,
+      inputPath: converted.inputPath,
+    };
   }
 
   /**
@@ -281,33 +286,61 @@ function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown
   }];
 }
 
-/** The chat dialect's names in an error, as the Responses API names the same fields. */
+/** The chat dialect's names in an error's param, as the Responses API names the same fields. */
 const RENAMED: [RegExp, string][] = [
-  [/^messages(\[\d+\].*)?$/, "input"],
   [/^max_(completion_)?tokens$/, "max_output_tokens"],
-  [/^response_format(\..*)?$/, "text.format"],
+  [/^response_format(\.json_schema)?/, "text.format"],
   [/^reasoning_effort$/, "reasoning.effort"],
   [/^verbosity$/, "text.verbosity"],
   [/^(tools\[\d+\])\.function\.(.*)$/, "$1.$2"],
   [/^tool_choice\.function\.name$/, "tool_choice.name"],
 ];
 
-function inResponsesTerms(error: unknown): never {
-  if (!(error instanceof ApiError) || error.param === undefined) throw error;
-  let param = error.param;
-  for (const [pattern, replacement] of RENAMED) {
-    if (pattern.test(param)) {
-      param = param.replace(pattern, replacement);
-      break;
+/**
+ * The same names inside an error's words: only these field names, whole, so that no other word is
+ * touched. `messages[…]` paths are mapped to `input[…]` where the mapping is exact (inputPath).
+ */
+const RENAMED_IN_TEXT: [RegExp, string][] = [
+  [/\bmax_completion_tokens\b/g, "max_output_tokens"],
+  [/\bmax_tokens\b/g, "max_output_tokens"],
+  [/\bresponse_format(\.json_schema)?\b/g, "text.format"],
+  [/\breasoning_effort\b/g, "reasoning.effort"],
+  [/\b(tools\[\d+\])\.function\./g, "$1."],
+  [/\btool_choice\.function\.name\b/g, "tool_choice.name"],
+];
+
+/** A chat path inside a message: `messages[3]`, then fields and indexes (not a sentence's dot). */
+const MESSAGE_PATH = /\bmessages\[\d+\](?:\.[a-z_]+|\[\d+\])*/g;
+
+/** Where the upstream's own words begin: they name the upstream's body, and stay as they are. */
+const UPSTREAM_WORDS = "The upstream provider rejected the request:";
+
+/** An error of the chat path in the Responses API's names: its param and its message. */
+export function inResponsesTerms(
+  error: unknown,
+  inputPath: (chatPath: string) => string = (path) => path.startsWith("messages") ? "input" : path,
+): never {
+  if (!(error instanceof ApiError)) throw error;
+  const renameParam = (chatParam: string) => {
+    if (/^messages\b/.test(chatParam)) return inputPath(chatParam);
+    for (const [pattern, replacement] of RENAMED) {
+      if (pattern.test(chatParam)) return chatParam.replace(pattern, replacement);
     }
+    return chatParam;
+  };
+  const param = error.param === undefined ? undefined : renameParam(error.param);
+  const cut = error.message.indexOf(UPSTREAM_WORDS);
+  const ours = cut === -1 ? error.message : error.message.slice(0, cut);
+  let text = ours;
+  if (param !== undefined && param !== error.param) {
+    text = text.replaceAll(`'${error.param}'`, `'${param}'`);
   }
-  if (param === error.param) throw error;
-  throw new ApiError(
-    error.code,
-    error.message.replaceAll(`'${error.param}'`, `'${param}'`).replace(
-      /\bmax_(completion_)?tokens\b/g,
-      "max_output_tokens",
-    ),
-    { param, extra: error.extra, headers: error.headers },
-  );
+  text = text.replace(MESSAGE_PATH, (path) => inputPath(path));
+  for (const [pattern, replacement] of RENAMED_IN_TEXT) text = text.replace(pattern, replacement);
+  if (param === error.param && text === ours) throw error;
+  throw new ApiError(error.code, text + error.message.slice(ours.length), {
+    param,
+    extra: error.extra,
+    headers: error.headers,
+  });
 }

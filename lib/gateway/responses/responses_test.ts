@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
+import { ApiError } from "@/lib/core/mod.ts";
 import type { StreamEvent } from "../gateway.ts";
 import type { ChatCompletionChunk } from "../providers/types.ts";
 import { type ResponseEvent, ResponseEvents } from "./response.ts";
-import { responseStreamEvents } from "./responses.ts";
+import { inResponsesTerms, responseStreamEvents } from "./responses.ts";
 import { testBody, testMeta } from "./test_support.ts";
 
 const chunk = (content: string, finish: string | null = null): StreamEvent => ({
@@ -101,4 +102,86 @@ Deno.test("a stream converted without a fault ends with response.completed and l
   ]);
   assert.equal(events.at(-1)!.type, "response.completed");
   assert.equal(logs.length, 0);
+});
+
+Deno.test("a chat error reads in the Responses API's names: its param and the field names in its words", () => {
+  const terms = (error: ApiError, inputPath?: (path: string) => string) => {
+    try {
+      inResponsesTerms(error, inputPath);
+    } catch (e) {
+      assert.ok(e instanceof ApiError);
+      return { param: e.param, message: e.message, code: e.code };
+    }
+    assert.fail("returned");
+  };
+  assert.deepEqual(
+    terms(
+      new ApiError(
+        "unsupported_parameter",
+        "Unsupported value for 'temperature': Claude models accept only 1 when reasoning_effort is set (Claude's extended thinking).",
+        { param: "temperature" },
+      ),
+    ),
+    {
+      code: "unsupported_parameter",
+      param: "temperature",
+      message:
+        "Unsupported value for 'temperature': Claude models accept only 1 when reasoning.effort is set (Claude's extended thinking).",
+    },
+  );
+  assert.equal(
+    terms(
+      new ApiError(
+        "unsupported_parameter",
+        "Unsupported value for 'reasoning_effort' with an output cap of 900: raise max_tokens.",
+        { param: "reasoning_effort" },
+      ),
+    ).message,
+    "Unsupported value for 'reasoning.effort' with an output cap of 900: raise max_output_tokens.",
+  );
+  assert.deepEqual(
+    terms(
+      new ApiError(
+        "invalid_parameter",
+        "Invalid value for 'response_format.json_schema.schema': see max_completion_tokens.",
+        { param: "response_format.json_schema.schema" },
+      ),
+    ),
+    {
+      code: "invalid_parameter",
+      param: "text.format.schema",
+      message: "Invalid value for 'text.format.schema': see max_output_tokens.",
+    },
+  );
+  const mapped = terms(
+    new ApiError(
+      "invalid_parameter",
+      "Invalid value for 'messages[2].content[0].image_url.url': must be an https URL or a data URL.",
+      { param: "messages[2].content[0].image_url.url" },
+    ),
+    (path) =>
+      path.replace(
+        /^messages\[2\]\.content\[0\]\.image_url\.url$/,
+        "input[1].content[0].image_url",
+      ),
+  );
+  assert.equal(mapped.param, "input[1].content[0].image_url");
+  assert.equal(
+    mapped.message,
+    "Invalid value for 'input[1].content[0].image_url': must be an https URL or a data URL.",
+  );
+  // Words that merely contain a name, and the upstream's own words, are left alone.
+  const untouched = new ApiError(
+    "upstream_rejected",
+    "The upstream provider rejected the request: 'messages[1].content' max_tokens too large",
+  );
+  assert.throws(() => inResponsesTerms(untouched), (e) => e === untouched);
+  assert.equal(
+    terms(
+      new ApiError("invalid_parameter", "my_max_tokens_x and response_formats stay.", {
+        param: "max_tokens",
+      }),
+    ).message,
+    "my_max_tokens_x and response_formats stay.",
+  );
 });
