@@ -48,7 +48,7 @@ import { MAX_EVENT_BYTES, stripeWebhook } from "@/routes/webhooks/stripe.ts";
 import { apiBodyRefusal, bodyLimit, setBodyReadTimeout } from "@/routes/body_limit.ts";
 import { modelRoutes } from "@/routes/v1/models.ts";
 import { embeddings } from "@/routes/v1/embeddings.ts";
-import { responsesRoute } from "@/routes/v1/responses.ts";
+import { responsesRoute, storedResponseRoutes } from "@/routes/v1/responses.ts";
 import { managementRoutes } from "@/routes/v1/management.ts";
 
 export interface AppDeps {
@@ -164,13 +164,17 @@ export function createApp(deps: AppDeps) {
     ...paidApi,
     embeddings(gateway),
   );
+  const responses = new Responses(gateway, new ResponseStore(kv, now), log);
   app.post(
     "/v1/responses",
     ...paidApi,
-    responsesRoute(new Responses(gateway, new ResponseStore(kv, now), log), {
-      redact: (text) => redactor.redact(text),
-    }),
+    responsesRoute(responses, { redact: (text) => redactor.redact(text) }),
   );
+  const stored = storedResponseRoutes(responses);
+  app.get("/v1/responses/:id", ...freeApi, stored.retrieve);
+  app.delete("/v1/responses/:id", ...freeApi, stored.delete);
+  app.get("/v1/responses/:id/input_items", ...freeApi, stored.inputItems);
+  app.post("/v1/responses/:id/cancel", ...freeApi, stored.cancel);
   const models = modelRoutes(catalog, { created: Date.parse(API_VERSION) / 1000 });
   app.get("/v1/models", ...freeApi, models.list);
   app.get("/v1/models/:model{.+}", ...freeApi, models.retrieve);

@@ -531,6 +531,11 @@ export interface StoredResponseRecord {
   expiresAt: number;
   chunks: number;
   bytes: number;
+  /**
+   * Deleted by its app: kept as a marker until it would have expired, so that deleting again
+   * answers as the first time did, while its body and items are gone.
+   */
+  deleted?: true;
 }
 
 /** `keys.storedResponseItem`: which stored response holds the item. */

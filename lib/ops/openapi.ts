@@ -12,6 +12,7 @@ import {
 } from "@/lib/gateway/mod.ts";
 import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
 import { MANAGEMENT_ONLY_ERRORS, managementOpenApi } from "./management_openapi.ts";
+import { storedResponsesOpenApi } from "./stored_responses_openapi.ts";
 
 /** The rate-limit headers of the common compatible form (see /docs/rate-limits). */
 export const RATE_LIMIT_HEADERS = {
@@ -232,6 +233,13 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
     ...Object.fromEntries(Object.keys(RATE_LIMIT_HEADERS).map((n) => [n, headerRef(n)])),
   };
   const management = managementOpenApi({ errorSchema, headerRef });
+  const stored = storedResponsesOpenApi({
+    versionParameter,
+    readHeaders,
+    errorResponse,
+    statusesOf: (codes) => [...new Set(codes.map((c) => ERROR_CODES[c].status))].sort(),
+    ref,
+  });
   return {
     openapi: "3.1.0",
     info: {
@@ -404,6 +412,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           },
         },
       },
+      ...stored.paths,
       ...management.paths,
     }),
     components: {
@@ -719,7 +728,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                 type: "object",
                 required: ["type", "id"],
                 properties: {
-                  type: { type: "string", enum: ["message", "function_call"] },
+                  type: { type: "string", enum: ["reasoning", "message", "function_call"] },
                   id: { type: "string" },
                 },
               },

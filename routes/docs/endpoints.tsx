@@ -71,6 +71,14 @@ export function endpointsPage() {
           </tr>
           <tr>
             <td>
+              <code>GET</code>, <code>DELETE /v1/responses/&#123;id&#125;</code>,{" "}
+              <code>GET /v1/responses/&#123;id&#125;/input_items</code>
+            </td>
+            <td>A stored response read back or deleted; its request's input items</td>
+            <td>free, not rate limited</td>
+          </tr>
+          <tr>
+            <td>
               <code>POST /v1/embeddings</code>
             </td>
             <td>Embeddings of texts or token ids</td>
@@ -242,7 +250,10 @@ export function endpointsPage() {
           naming the field. A response over 8 MiB is answered but not stored (its <code>store</code>
           {" "}
           says false). <code>instructions</code>{" "}
-          are not carried over to the next turn, as at OpenAI.
+          are not carried over to the next turn, as at OpenAI. <code>responses.retrieve</code>,{" "}
+          <code>responses.delete</code> and <code>responses.inputItems.list</code>{" "}
+          read back or delete the app's stored responses, free; <code>responses.cancel</code>{" "}
+          is 404, as background responses are refused.
         </li>
       </ul>
     </DocsLayout>,

@@ -1,4 +1,5 @@
 import type { Context } from "hono";
+import { ApiError } from "@/lib/core/mod.ts";
 import { encodeSseEvent, type Responses } from "@/lib/gateway/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
 import { jsonBody } from "@/routes/json_body.ts";
@@ -32,5 +33,35 @@ export function responsesRoute(
       const safe = event.type === "response.failed" ? options.redact(data) : data;
       return { bytes: encodeSseEvent(event.type, safe) };
     });
+  };
+}
+
+/**
+ * GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items: the app's stored
+ * responses, read back or deleted. Free: they reserve nothing and call no provider.
+ */
+export function storedResponseRoutes(responses: Responses) {
+  const id = (c: Context<Env>) => c.req.param("id") ?? "";
+  return {
+    retrieve: async (c: Context<Env>) => c.json(await responses.retrieve(c.get("caller"), id(c))),
+    delete: async (c: Context<Env>) => c.json(await responses.delete(c.get("caller"), id(c))),
+    inputItems: async (c: Context<Env>) =>
+      c.json(
+        await responses.inputItems(c.get("caller"), id(c), {
+          after: c.req.query("after"),
+          limit: c.req.query("limit"),
+          order: c.req.query("order"),
+        }),
+      ),
+    /** Only a background response can be cancelled, and `background: true` is refused. */
+    cancel: (c: Context<Env>) => {
+      throw new ApiError(
+        "not_found",
+        `No background response '${
+          id(c).slice(0, 100)
+        }' to cancel: background responses are not supported (background: true is refused), so none is ever in progress.`,
+        { param: "response_id" },
+      );
+    },
   };
 }

@@ -9,6 +9,7 @@ import { createOpenAI } from "@ai-sdk/openai";
 import { generateText, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import { assertMatchesOpenApi } from "../openapi_check.ts";
 import {
   assertCharged,
   CLAUDE_MODEL,
@@ -568,4 +569,166 @@ Deno.test("AI SDK with forceReasoning on Claude: the effort becomes thinking, wh
       prompt: 40,
       completion: 180,
     });
+  }));
+
+for (const stream of [false, true]) {
+  Deno.test(`openai SDK responses.retrieve returns a stored response as it was answered${stream ? " (streamed)" : ""}; free, nothing reserved`, () =>
+    withDialect(async (d) => {
+      const openai = client(d);
+      d.openai.script({ content: "Stored answer.", promptTokens: 30, completionTokens: 4 });
+      const created = stream
+        ? await (async () => {
+          let last: OpenAI.Responses.Response | null = null;
+          const events = await openai.responses.create({
+            model: OPENAI_MODEL,
+            instructions: "Be brief.",
+            input: "Keep this.",
+            metadata: { topic: "kept" },
+            stream: true,
+          });
+          for await (const event of events) {
+            if (event.type === "response.completed") last = event.response;
+          }
+          return last!;
+        })()
+        : await openai.responses.create({
+          model: OPENAI_MODEL,
+          instructions: "Be brief.",
+          input: "Keep this.",
+          metadata: { topic: "kept" },
+        });
+      await assertCharged(d, OPENAI_MODEL, { prompt: 30, completion: 4 });
+      const before = (await d.s.wallet(d.appId)).available;
+      const { data: retrieved, response } = await openai.responses.retrieve(created.id)
+        .withResponse();
+      // The SDK adds output_text to what it parses, not to a stream event's response.
+      const { output_text: _text, ...answered } = retrieved;
+      const { output_text: _created, ...sent } = created;
+      assert.deepEqual(answered, sent);
+      assert.equal(retrieved.output_text, "Stored answer.");
+      assert.equal((retrieved.output[0] as { status: string }).status, "completed");
+      assert.equal(retrieved.instructions, "Be brief.");
+      assert.deepEqual(retrieved.metadata, { topic: "kept" });
+      assert.ok(response.headers.get("x-ratelimit-remaining-requests"));
+      assert.equal(response.headers.get("tollbooth-request-cost"), null);
+      assert.equal((await d.s.wallet(d.appId)).available, before, "nothing reserved or charged");
+      assert.deepEqual(await d.newUsage(), []);
+    }));
+}
+
+Deno.test("openai SDK responses.inputItems.list pages the request's input items, newest first by default", () =>
+  withDialect(async (d) => {
+    const openai = client(d);
+    d.openai.script(
+      { content: "First answer.", promptTokens: 10, completionTokens: 3 },
+      { content: "Second answer.", promptTokens: 30, completionTokens: 3 },
+    );
+    const first = await openai.responses.create({ model: OPENAI_MODEL, input: "One." });
+    const second = await openai.responses.create({
+      model: OPENAI_MODEL,
+      previous_response_id: first.id,
+      input: [
+        { role: "user", content: "Two." },
+        { id: first.output[0].id! },
+        { role: "user", content: [{ type: "input_text", text: "Three." }] },
+      ],
+    });
+    const all = await openai.responses.inputItems.list(second.id, { order: "asc" });
+    assert.equal(all.data.length, 3, "only this request's input, not the previous response's");
+    assert.deepEqual(all.data.map((item) => item.type), ["message", "message", "message"]);
+    const texts = all.data.map((item) =>
+      item.type === "message" ? (item.content[0] as { text: string }).text : assert.fail(item.type)
+    );
+    assert.deepEqual(texts, ["Two.", "First answer.", "Three."]);
+    assert.equal(all.data[1].id, first.output[0].id, "a reference lists the item it names");
+    assert.equal(all.has_more, false);
+    // Default order is desc; pages of one, by the after cursor, until has_more is false.
+    const seen: string[] = [];
+    for await (const item of openai.responses.inputItems.list(second.id, { limit: 1 })) {
+      seen.push(item.id);
+    }
+    assert.deepEqual(seen, all.data.map((item) => item.id).reverse());
+    const page = await d.s.get(d.apiKey, `/responses/${second.id}/input_items?limit=2`, {
+      template: "/responses/{response_id}/input_items",
+    });
+    const body = await page.json();
+    assert.equal(body.object, "list");
+    assert.equal(body.has_more, true);
+    assert.equal(body.first_id, seen[0]);
+    assert.equal(body.last_id, seen[1]);
+    assert.deepEqual(body.data.map((i: { id: string }) => i.id), seen.slice(0, 2));
+    const bad = await d.s.get(d.apiKey, `/responses/${second.id}/input_items?limit=101`, {
+      template: "/responses/{response_id}/input_items",
+    });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).error.param, "limit");
+    await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 3 }, {
+      prompt: 30,
+      completion: 3,
+    });
+  }));
+
+Deno.test("openai SDK responses.delete deletes a stored response: again is the same answer, another app's is 404, and it can no longer be continued", () =>
+  withDialect(async (d) => {
+    const openai = client(d);
+    d.openai.script({ content: "Soon gone.", promptTokens: 10, completionTokens: 3 });
+    const created = await openai.responses.create({ model: OPENAI_MODEL, input: "x" });
+    const other = await d.s.newApp("other");
+    const theirs = new OpenAI({ baseURL: d.baseURL, apiKey: other.apiKey, maxRetries: 0 });
+    for (
+      const call of [
+        () => theirs.responses.delete(created.id),
+        () => theirs.responses.retrieve(created.id),
+        () => theirs.responses.inputItems.list(created.id),
+      ]
+    ) {
+      const error = await call().catch((e) => e);
+      assert.ok(error instanceof OpenAI.NotFoundError, String(error));
+      assert.equal(error.code, "not_found");
+    }
+    assert.ok(await openai.responses.retrieve(created.id), "still there for its own app");
+    for (let i = 0; i < 2; i++) {
+      const deleted = await d.s.handle(
+        new Request(`${d.baseURL}/responses/${created.id}`, {
+          method: "DELETE",
+          headers: { authorization: `Bearer ${d.apiKey}` },
+        }),
+      );
+      assert.equal(deleted.status, 200);
+      await assertMatchesOpenApi(deleted, "/responses/{response_id}", "delete");
+      assert.deepEqual(await deleted.json(), { id: created.id, object: "response", deleted: true });
+    }
+    await openai.responses.delete(created.id); // the SDK's call, a third time
+    const gone = await openai.responses.retrieve(created.id).catch((e) => e);
+    assert.ok(gone instanceof OpenAI.NotFoundError);
+    const documented = await d.s.get(d.apiKey, `/responses/${created.id}`, {
+      template: "/responses/{response_id}",
+    });
+    assert.equal((await documented.json()).error.code, "not_found");
+    for (
+      const body of [
+        { previous_response_id: created.id, input: "y" },
+        { input: [{ type: "item_reference", id: created.output[0].id }] },
+      ]
+    ) {
+      const error = await openai.responses.create({ model: OPENAI_MODEL, ...body } as never)
+        .catch((e) => e);
+      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+    }
+    const never = await openai.responses.delete("resp_never").catch((e) => e);
+    assert.ok(never instanceof OpenAI.NotFoundError);
+    const unauthorised = await new OpenAI({ baseURL: d.baseURL, apiKey: "tb_nope", maxRetries: 0 })
+      .responses.retrieve(created.id).catch((e) => e);
+    assert.ok(unauthorised instanceof OpenAI.AuthenticationError);
+    await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 3 });
+  }));
+
+Deno.test("responses.cancel is a 404 saying background responses are not supported", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "Done.", promptTokens: 10, completionTokens: 2 });
+    const created = await client(d).responses.create({ model: OPENAI_MODEL, input: "x" });
+    const error = await client(d).responses.cancel(created.id).catch((e) => e);
+    assert.ok(error instanceof OpenAI.NotFoundError, String(error));
+    assert.match(error.message, /background responses are not supported/);
+    await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 2 });
   }));

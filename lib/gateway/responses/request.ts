@@ -309,6 +309,47 @@ export function toChatRequest(body: ResponsesBody, stored: StoredContext): Conve
   return { body, chat, conversation, inputPath: (path) => inputPath(path, origins) };
 }
 
+/**
+ * The input items of a request as OpenAI lists them (`GET /v1/responses/{id}/input_items`): each
+ * with an id (the client's, or a new one), text content as parts, a reference as the item it
+ * names. Only this request's input: a previous response's is listed under that response.
+ */
+export function inputItemsOf(
+  body: ResponsesBody,
+  items: Map<string, ResponseInputItem>,
+  newId: (prefix: "msg" | "fc" | "fco" | "rs") => string,
+): (Record<string, unknown> & { id: string; type: string })[] {
+  const raw = typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input;
+  return raw.map((one, i) => {
+    let item = parseItem(one, i);
+    if (item.type === "item_reference") item = items.get(item.id) ?? item;
+    if (item.type === "item_reference") return { type: "item_reference", id: item.id };
+    if (item.type === "function_call" || item.type === "function_call_output") {
+      const { id, status, ...rest } = item;
+      return {
+        id: id ?? newId(item.type === "function_call" ? "fc" : "fco"),
+        ...rest,
+        status: status ?? "completed",
+      };
+    }
+    if (item.type === "reasoning") {
+      return { ...item, id: typeof item.id === "string" ? item.id : newId("rs") };
+    }
+    if (!("role" in item)) return { type: "item_reference", id: String(item.id) };
+    const { id, status, phase: _phase, type: _type, content, role } = item;
+    const text = role === "assistant" ? "output_text" : "input_text";
+    return {
+      id: id ?? newId("msg"),
+      type: "message",
+      role,
+      content: typeof content === "string"
+        ? [{ type: text, text: content, ...(text === "output_text" ? { annotations: [] } : {}) }]
+        : content,
+      status: status ?? "completed",
+    };
+  });
+}
+
 /** See ConvertedRequest.inputPath. */
 function inputPath(chatPath: string, origins: Origin[]): string {
   const match = /^messages\[(\d+)\](.*)$/.exec(chatPath);

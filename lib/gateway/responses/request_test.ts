@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { ApiError } from "@/lib/core/mod.ts";
 import { parseChatRequest } from "../chat_request.ts";
 import {
+  inputItemsOf,
   parseResponsesBody,
   referencedItems,
   type ResponseInputItem,
@@ -367,4 +368,64 @@ Deno.test("an input_image's detail other than auto, low or high is refused namin
   assert.equal(error.code, "invalid_parameter");
   assert.equal(error.param, "input[0].content[0].detail");
   assert.match(error.message, /must be one of auto, low, high/);
+});
+
+Deno.test("input items are listed as OpenAI lists them: each with an id, text as parts, a reference as its item", () => {
+  let n = 0;
+  const newId = (prefix: string) => `${prefix}_${++n}`;
+  const stored: ResponseInputItem = {
+    type: "message",
+    id: "msg_stored",
+    role: "assistant",
+    content: [{ type: "output_text", text: "Hello!" }],
+  };
+  const body = parseResponsesBody({
+    model: MODEL,
+    input: [
+      { role: "user", content: "Hi" },
+      { id: "msg_stored" },
+      { type: "function_call", call_id: "c1", name: "f", arguments: "{}", id: "fc_client" },
+      { type: "function_call_output", call_id: "c1", output: "sunny" },
+    ],
+  });
+  assert.deepEqual(
+    inputItemsOf(body, new Map([["msg_stored", stored]]), newId),
+    [
+      {
+        id: "msg_1",
+        type: "message",
+        role: "user",
+        content: [{ type: "input_text", text: "Hi" }],
+        status: "completed",
+      },
+      { ...stored, status: "completed" },
+      {
+        id: "fc_client",
+        type: "function_call",
+        call_id: "c1",
+        name: "f",
+        arguments: "{}",
+        status: "completed",
+      },
+      {
+        id: "fco_2",
+        type: "function_call_output",
+        call_id: "c1",
+        output: "sunny",
+        status: "completed",
+      },
+    ],
+  );
+  assert.deepEqual(
+    inputItemsOf(parseResponsesBody({ model: MODEL, input: "Yo" }), new Map(), newId),
+    [
+      {
+        id: "msg_3",
+        type: "message",
+        role: "user",
+        content: [{ type: "input_text", text: "Yo" }],
+        status: "completed",
+      },
+    ],
+  );
 });

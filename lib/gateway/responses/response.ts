@@ -12,7 +12,7 @@ export interface ResponseMeta {
   store: boolean;
   previousResponseId: string | null;
   /** Makes item ids (`rs_…`, `msg_…`, `fc_…`); random in the service, fixed in tests. */
-  newItemId(prefix: "rs" | "msg" | "fc"): string;
+  newItemId(prefix: "rs" | "msg" | "fc" | "fco"): string;
 }
 
 /** The chat usage object, as the gateway gives it. */

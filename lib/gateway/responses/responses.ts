@@ -7,6 +7,7 @@ import { ApiError, type Micros, randomToken } from "@/lib/core/mod.ts";
 import { parseChatRequest } from "../chat_request.ts";
 import type { Caller, Gateway, RequestTrace, StreamEvent } from "../gateway.ts";
 import {
+  inputItemsOf,
   parseResponsesBody,
   referencedItems,
   type ResponsesBody,
@@ -19,7 +20,7 @@ import {
   type ResponseMeta,
   type ResponseObject,
 } from "./response.ts";
-import { ResponseStore } from "./store.ts";
+import { ResponseStore, type StoredInputItem } from "./store.ts";
 
 export interface ResponseOutcome {
   response: ResponseObject;
@@ -66,11 +67,12 @@ export class Responses {
     requestId: string,
     trace: RequestTrace,
   ): Promise<ResponseOutcome> {
-    const { request, conversation, meta, inputPath } = await this.#prepare(caller, body);
+    const prepared = await this.#prepare(caller, body);
+    const { request, meta, inputPath } = prepared;
     const outcome = await this.#gateway.complete(caller, request, requestId, trace)
       .catch((error) => inResponsesTerms(error, inputPath));
     const response = completionToResponse(outcome.completion, body, meta);
-    response.store = await this.#save(caller, meta, conversation, response.output, requestId);
+    response.store = await this.#save(caller, prepared, response, requestId);
     return {
       response,
       provider: outcome.provider,
@@ -90,15 +92,12 @@ export class Responses {
     const request = { ...prepared.request, includeUsage: true };
     const outcome = await this.#gateway.stream(caller, request, requestId, trace)
       .catch((error) => inResponsesTerms(error, prepared.inputPath));
-    const { meta, conversation } = prepared;
-    const events = responseStreamEvents(outcome.events, new ResponseEvents(body, meta), {
+    const events = responseStreamEvents(outcome.events, new ResponseEvents(body, prepared.meta), {
       requestId,
       log: this.#log,
       // response.completed says whether it was stored (a response too large to keep is not).
-      beforeFinish: async (output) => {
-        if (meta.store) {
-          meta.store = await this.#save(caller, meta, conversation, output, requestId);
-        }
+      beforeFinish: async (response) => {
+        response.store = await this.#save(caller, prepared, response, requestId);
       },
     });
     return {
@@ -107,6 +106,80 @@ export class Responses {
       events,
       cancel: () => outcome.cancel(),
     };
+  }
+
+  /** `GET /v1/responses/{id}`: the stored response as it was answered. */
+  async retrieve(caller: Caller, responseId: string): Promise<ResponseObject> {
+    const stored = await this.#kept(caller, responseId);
+    return { ...stored.response, output: stored.output };
+  }
+
+  /** `GET /v1/responses/{id}/input_items`: the input items of its request, a page at a time. */
+  async inputItems(
+    caller: Caller,
+    responseId: string,
+    query: { after?: string; limit?: string; order?: string },
+  ) {
+    const limit = query.limit === undefined ? 20 : Number(query.limit);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) {
+      throw new ApiError(
+        "invalid_parameter",
+        "Invalid value for 'limit': must be an integer from 1 to 100.",
+        { param: "limit" },
+      );
+    }
+    const order = query.order ?? "desc";
+    if (order !== "asc" && order !== "desc") {
+      throw new ApiError("invalid_parameter", "Invalid value for 'order': must be asc or desc.", {
+        param: "order",
+      });
+    }
+    const stored = await this.#kept(caller, responseId);
+    const items = order === "asc" ? stored.input : [...stored.input].reverse();
+    let start = 0;
+    if (query.after !== undefined) {
+      const at = items.findIndex((item) => item.id === query.after);
+      if (at === -1) {
+        throw new ApiError(
+          "invalid_parameter",
+          `Invalid value for 'after': no input item '${query.after.slice(0, 100)}' in response '${
+            responseId.slice(0, 100)
+          }'.`,
+          { param: "after" },
+        );
+      }
+      start = at + 1;
+    }
+    const data = items.slice(start, start + limit);
+    return {
+      object: "list" as const,
+      data,
+      first_id: data[0]?.id ?? null,
+      last_id: data.at(-1)?.id ?? null,
+      has_more: start + limit < items.length,
+    };
+  }
+
+  /** `DELETE /v1/responses/{id}`: deleting again answers alike; another app's is not found. */
+  async delete(caller: Caller, responseId: string) {
+    if (!(await this.#store.delete(caller.appId, responseId))) throw notStored(responseId);
+    return { id: responseId, object: "response" as const, deleted: true as const };
+  }
+
+  /** A stored response with its object and input, or the 404 saying why there is none. */
+  async #kept(caller: Caller, responseId: string) {
+    const stored = await this.#store.load(caller.appId, responseId);
+    if (!stored) throw notStored(responseId);
+    if (!stored.response || !stored.input) {
+      throw new ApiError(
+        "not_found",
+        `Response '${
+          responseId.slice(0, 100)
+        }' was stored before its object and input were kept: it can still be continued with previous_response_id until it expires, not read back.`,
+        { param: "response_id" },
+      );
+    }
+    return { response: stored.response, output: stored.output, input: stored.input };
   }
 
   async #prepare(caller: Caller, body: ResponsesBody) {
@@ -123,6 +196,7 @@ export class Responses {
     }
     const items = await this.#store.items(caller.appId, referencedItems(body));
     const converted = toChatRequest(body, { previous: previous?.conversation ?? [], items });
+    const newItemId = (prefix: string) => `${prefix}_${randomToken(128)}`;
     let request;
     try {
       request = parseChatRequest(converted.chat);
@@ -135,11 +209,12 @@ export class Responses {
       model: body.model,
       store: body.store !== false,
       previousResponseId: previousId,
-      newItemId: (prefix) => `${prefix}_${randomToken(128)}`,
+      newItemId,
     };
     return {
       request: request!,
       conversation: converted.conversation,
+      input: inputItemsOf(body, items, newItemId),
       meta,
       inputPath: converted.inputPath,
     };
@@ -151,15 +226,22 @@ export class Responses {
    */
   async #save(
     caller: Caller,
-    meta: ResponseMeta,
-    conversation: Record<string, unknown>[],
-    output: ResponseEvents["output"],
+    prepared: {
+      meta: ResponseMeta;
+      conversation: Record<string, unknown>[];
+      input: StoredInputItem[];
+    },
+    response: ResponseObject,
     requestId: string,
   ): Promise<boolean> {
+    const { meta, conversation } = prepared;
     if (!meta.store) return false;
+    const { output, ...kept } = response;
     const encoded = ResponseStore.encode({
       conversation: [...conversation, ...assistantTurn(output)],
       output,
+      response: { ...kept, store: true },
+      input: prepared.input,
     });
     if (!encoded) return false;
     try {
@@ -177,6 +259,16 @@ export class Responses {
   }
 }
 
+function notStored(responseId: string): ApiError {
+  return new ApiError(
+    "not_found",
+    `No stored response '${
+      responseId.slice(0, 100)
+    }' (responses created with store: false, deleted, expired after 30 days or of another app are not kept).`,
+    { param: "response_id" },
+  );
+}
+
 /**
  * The gateway's chat stream as Responses events. An exception of the conversion itself ends the
  * client's stream with error and response.failed (logged with the request id), and the rest of
@@ -188,8 +280,11 @@ export async function* responseStreamEvents(
   options: {
     requestId: string;
     log: (fields: Record<string, unknown>) => void;
-    /** Runs before the last event, which says whether the response was stored. */
-    beforeFinish: (output: ResponseEvents["output"]) => Promise<void>;
+    /**
+     * Runs with the finished response before its last event goes out: it may still say whether
+     * the response was stored.
+     */
+    beforeFinish: (response: ResponseObject) => Promise<void>;
   },
 ): AsyncGenerator<ResponseEvent[]> {
   /** The events of the batch being converted, never handed on empty. */
@@ -225,8 +320,9 @@ export async function* responseStreamEvents(
   }
   if (!broken) {
     try {
-      await options.beforeFinish(converter.output);
-      out.push(...converter.finish(usage));
+      const finished = converter.finish(usage);
+      await options.beforeFinish(finished.at(-1)!.response as ResponseObject);
+      out.push(...finished);
     } catch (error) {
       broken = { error };
     }

@@ -7,7 +7,7 @@
 import { ApiError, getManyChunked } from "@/lib/core/mod.ts";
 import { keys, type StoredResponseItemRecord, type StoredResponseRecord } from "@/lib/db.ts";
 import { MAX_REFERENCED_RESPONSES, type ResponseInputItem } from "./request.ts";
-import type { OutputItem } from "./response.ts";
+import type { OutputItem, ResponseObject } from "./response.ts";
 
 export const STORED_RESPONSE_TTL_MS = 30 * 24 * 60 * 60 * 1000;
 /** A larger response is answered but not stored (`store: false` in its object). */
@@ -22,7 +22,17 @@ export interface StoredResponse {
   /** The chat messages the response answered, `instructions` aside, and its answer after them. */
   conversation: Record<string, unknown>[];
   output: OutputItem[];
+  /**
+   * The response object as it was answered, its output aside (that is `output`), and the input
+   * items of its request as OpenAI lists them: for `GET /v1/responses/{id}` and its input_items.
+   * Absent from responses stored before they were kept.
+   */
+  response?: Omit<ResponseObject, "output">;
+  input?: StoredInputItem[];
 }
+
+/** An input item as `input_items` lists it: every item with an id. */
+export type StoredInputItem = Record<string, unknown> & { id: string; type: string };
 
 export class ResponseStore {
   readonly #kv: Deno.Kv;
@@ -80,10 +90,13 @@ export class ResponseStore {
     await commit(op);
   }
 
-  /** The app's stored response, or null when there is none (never stored, expired, another app's). */
+  /**
+   * The app's stored response, or null when there is none (never stored, expired, deleted,
+   * another app's).
+   */
   async load(appId: string, responseId: string): Promise<StoredResponse | null> {
     const head = await this.#kv.get<StoredResponseRecord>(keys.storedResponse(appId, responseId));
-    if (!head.value || head.value.expiresAt <= this.#now()) return null;
+    if (!head.value || head.value.deleted || head.value.expiresAt <= this.#now()) return null;
     const { chunks, bytes } = head.value;
     const body = new Uint8Array(bytes);
     for (let first = 0; first < chunks; first += 10) {
@@ -99,6 +112,42 @@ export class ResponseStore {
       }
     }
     return JSON.parse(new TextDecoder().decode(body));
+  }
+
+  /**
+   * Deletes the app's stored response: its body and its items at once, a marker left in its place
+   * until it would have expired. Whether there was one (a deleted one counts, so that deleting
+   * twice answers alike); another app's is not there.
+   */
+  async delete(appId: string, responseId: string): Promise<boolean> {
+    const key = keys.storedResponse(appId, responseId);
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const head = await this.#kv.get<StoredResponseRecord>(key);
+      const now = this.#now();
+      if (!head.value || head.value.expiresAt <= now) return false;
+      if (head.value.deleted) return true;
+      const output = (await this.load(appId, responseId))?.output ?? [];
+      const marker: StoredResponseRecord = { ...head.value, chunks: 0, bytes: 0, deleted: true };
+      // The marker first, checked: from then on nothing reads the body or its items.
+      const marked = await this.#kv.atomic().check(head)
+        .set(key, marker, { expireIn: head.value.expiresAt - now }).commit();
+      if (!marked.ok) continue;
+      const leftovers = [
+        ...Array.from(
+          { length: head.value.chunks },
+          (_, i) => keys.storedResponseChunk(appId, responseId, i),
+        ),
+        ...output.map((item) => keys.storedResponseItem(appId, item.id)),
+      ];
+      // What a crash here leaves expires with the response; nothing reads it meanwhile.
+      for (let first = 0; first < leftovers.length; first += 500) {
+        const op = this.#kv.atomic();
+        for (const k of leftovers.slice(first, first + 500)) op.delete(k);
+        await commit(op);
+      }
+      return true;
+    }
+    throw new Error("deleting a stored response lost its commit five times");
   }
 
   /** The stored output items of this app with these ids; ids not found are left out. */

@@ -67,3 +67,24 @@ Deno.test("a response over the size limit is not stored", () => {
   const huge = "x".repeat(MAX_STORED_RESPONSE_BYTES);
   assert.equal(ResponseStore.encode({ conversation: [{ content: huge }], output: [] }), null);
 });
+
+Deno.test("a deleted response is gone with its items; deleting again answers alike; another app's is not found", () =>
+  withStore(async (store, clock) => {
+    const long = "word ".repeat(30_000); // three chunks
+    const output = [message("msg_1", long)];
+    await store.save(
+      "app_a",
+      "resp_1",
+      ResponseStore.encode({ conversation: [], output })!,
+      output,
+    );
+    assert.equal(await store.delete("app_b", "resp_1"), false);
+    assert.ok(await store.load("app_a", "resp_1"));
+    assert.equal(await store.delete("app_a", "resp_1"), true);
+    assert.equal(await store.load("app_a", "resp_1"), null);
+    assert.equal((await store.items("app_a", ["msg_1"])).size, 0);
+    assert.equal(await store.delete("app_a", "resp_1"), true, "deleting again answers alike");
+    assert.equal(await store.delete("app_a", "resp_never"), false);
+    clock.now += STORED_RESPONSE_TTL_MS;
+    assert.equal(await store.delete("app_a", "resp_1"), false, "the marker expires with it");
+  }));
