@@ -53,7 +53,10 @@ export function openAiRequestBody(up: UpstreamRequest, stream: boolean): Record<
     model: up.model.upstreamModel,
     messages: up.request.messages.map(upstreamMessage),
   };
-  if (tools) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
+  if (tools?.length) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
+  // OpenAI refuses a tool_choice without tools; without tools "auto" and "none" (the only choices
+  // then accepted, see checkTools) mean nothing, so they are not sent.
+  else delete body.tool_choice;
   body[outputCapParam(up.model)] = up.maxTokens;
   body.stream = stream;
   // The usage is what the request is billed by: always asked for, whatever the client said.

@@ -101,3 +101,15 @@ Deno.test("other servers get max_tokens whatever field the client capped with", 
     2048,
   );
 });
+
+Deno.test("a tool_choice without tools is not sent: OpenAI refuses it, and without tools it means nothing", () => {
+  const plain = testModel("openai", "gpt-4o");
+  for (const tool_choice of ["auto", "none"]) {
+    const body = openAiRequestBody(
+      upstreamRequest(plain, { messages: [{ role: "user", content: "x" }], tool_choice }),
+      false,
+    );
+    assert.equal("tool_choice" in body, false, tool_choice);
+    assert.equal("tools" in body, false, tool_choice);
+  }
+});
