@@ -150,6 +150,23 @@ export async function revokeKey(
   }
 }
 
+/**
+ * One key of an app with when it was last used, or null when the app has no such key: what a
+ * route acting on one key reads, in one read whatever the number of the app's keys.
+ */
+export async function getAppKey(
+  kv: Deno.Kv,
+  appId: string,
+  keyId: string,
+): Promise<(ApiKeyRecord & { lastUsedAt: number | null }) | null> {
+  const [record, lastUsed] = await kv.getMany<[ApiKeyRecord, number]>([
+    keys.apiKey(keyId),
+    keys.apiKeyLastUsed(keyId),
+  ]);
+  if (!record.value || record.value.appId !== appId) return null;
+  return { ...record.value, lastUsedAt: lastUsed.value ?? null };
+}
+
 export async function listAppKeys(kv: Deno.Kv, appId: string) {
   const ids: string[] = [];
   for await (const entry of kv.list({ prefix: keys.appApiKeys(appId) })) {

@@ -9,7 +9,7 @@ export {
   rotateTopUpToken,
   topUpUrl,
 } from "./apps.ts";
-export { issueKey, KeyCache, listAppKeys, prepareKey, revokeKey } from "./keys.ts";
+export { getAppKey, issueKey, KeyCache, listAppKeys, prepareKey, revokeKey } from "./keys.ts";
 export type { IssuedKey } from "./keys.ts";
 export type { KeyGuard } from "./keys.ts";
 export type { AppCreationBound, AppInput } from "./apps.ts";

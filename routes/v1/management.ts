@@ -40,6 +40,7 @@ import {
 } from "@/lib/management/mod.ts";
 import {
   getApp,
+  getAppKey,
   getWallet,
   issueKey,
   listAppKeys,
@@ -369,7 +370,7 @@ export function managementRoutes(
 
   r.post("/apps/:app_id/keys/:key_id/revoke", ownerIdempotency({ bodyless: true }), async (c) => {
     const keyId = c.req.param("key_id");
-    const key = (await listAppKeys(kv, c.get("app").id)).find((k) => k.id === keyId);
+    const key = await getAppKey(kv, c.get("app").id, keyId);
     if (!key) {
       throw new ApiError("resource_not_found", `No key '${keyId.slice(0, 64)}' in this app.`, {
         param: "key_id",
@@ -383,7 +384,7 @@ export function managementRoutes(
     const appId = c.get("app").id;
     const keyId = c.req.param("key_id");
     const input = parseBody(CapsBody, await body(c));
-    const key = (await listAppKeys(kv, appId)).find((k) => k.id === keyId);
+    const key = await getAppKey(kv, appId, keyId);
     // A revoked key can spend nothing more: a cap on it would only ever be shown, never used (the
     // dashboard refuses it alike).
     if (!key || key.revokedAt !== null) {
