@@ -440,19 +440,39 @@ Deno.test("management API: a starting_after that is no cursor of the list is 400
     assert.deepEqual(afterUsage.body.data, []);
   }));
 
-Deno.test("management API: the keys list is not paged: every key of the app, live and revoked, in one answer", () =>
+Deno.test("management API: the keys list pages newest first, live and revoked, every key once", () =>
   withService(async (s) => {
     const o = await owner(s);
     const app = o.apps[0];
-    const made = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
-      body: { name: "second" },
-    });
-    await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys/${made.body.id}/revoke`);
-    const res = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys?limit=1`);
-    assert.equal(res.status, 200);
-    assert.equal(res.body.data.length, 2);
-    assert.equal(res.body.has_more, false);
-    assert.equal(res.body.next_cursor, null);
+    const made: string[] = [];
+    for (const name of ["second", "third", "fourth"]) {
+      const key = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+        body: { name },
+      });
+      made.push(key.body.id);
+    }
+    await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys/${made[0]}/revoke`);
+    const seen: { id: string; revoked_at: number | null }[] = [];
+    let cursor: string | null = null;
+    do {
+      const after: string = cursor ? `&starting_after=${cursor}` : "";
+      const page = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys?limit=2${after}`);
+      assert.equal(page.status, 200);
+      assert.ok(page.body.data.length <= 2);
+      seen.push(...page.body.data);
+      cursor = page.body.has_more ? page.body.next_cursor : null;
+    } while (cursor);
+    assert.equal(seen.length, 4, "the app's first key and the three made here");
+    assert.deepEqual(seen.slice(0, 3).map((k) => k.id), [...made].reverse());
+    assert.notEqual(seen.find((k) => k.id === made[0])?.revoked_at, null);
+    const unknown = await call(
+      s,
+      o.managementKey,
+      "GET",
+      `/apps/${app.appId}/keys?starting_after=key_nope`,
+    );
+    assert.equal(unknown.status, 400);
+    assert.equal(unknown.body.error.param, "starting_after");
   }));
 
 Deno.test("management API: a bad limit is 400 invalid_parameter naming it", () =>

@@ -7,6 +7,7 @@
  * sort before the walk's start).
  */
 import {
+  type ApiKeyRecord,
   type AppRecord,
   keys,
   type LedgerEntry,
@@ -96,6 +97,30 @@ export async function pageOwnerApps(
       const app = entries[2 * j].value as AppRecord | null;
       const wallet = entries[2 * j + 1].value as WalletRecord | null;
       if (app && wallet) data.push({ app, wallet });
+    });
+  }
+  return { ...page, data };
+}
+
+export type KeyWithLastUse = ApiKeyRecord & { lastUsedAt: number | null };
+
+/** The app's API keys, live and revoked, newest first: a reseller's app may hold thousands. */
+export async function pageAppKeys(
+  kv: Deno.Kv,
+  appId: string,
+  request: PageRequest,
+): Promise<Page<KeyWithLastUse>> {
+  const page = await pageOf<true>(kv, keys.appApiKeys(appId), request);
+  const data: KeyWithLastUse[] = [];
+  for (let i = 0; i < page.data.length; i += 5) {
+    const ids = page.data.slice(i, i + 5).map((d) => d.id);
+    const entries = await kv.getMany<unknown[]>(
+      ids.flatMap((id) => [keys.apiKey(id), keys.apiKeyLastUsed(id)]),
+    );
+    ids.forEach((_, j) => {
+      const record = entries[2 * j].value as ApiKeyRecord | null;
+      const lastUsedAt = (entries[2 * j + 1].value as number | null) ?? null;
+      if (record) data.push({ ...record, lastUsedAt });
     });
   }
   return { ...page, data };

@@ -11,6 +11,7 @@ export {
   FIRST_REPORT_DAY,
   MAX_PAGE_LIMIT,
   MAX_REPORT_DAYS,
+  pageAppKeys,
   pageLedger,
   pageOwnerApps,
   pageUsage,

@@ -122,10 +122,8 @@ export function managementOpenApi(
         operationId: "listApiKeys",
         summary: "The app's API keys, live and revoked, newest first (never the secret).",
         security,
-        parameters: [appId],
-        description:
-          "Not paged: every key of the app in one answer, `has_more` always false (`limit` and `starting_after` are not taken).",
-        responses: { ...ok(listOf("ApiKey"), "Every key of the app."), ...errors(READ_ERRORS) },
+        parameters: [appId, ...page],
+        responses: { ...ok(listOf("ApiKey"), "A page of the app's keys."), ...errors(READ_ERRORS) },
       },
       post: {
         operationId: "createApiKey",

@@ -82,8 +82,8 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
         is false. Lists are newest first and stable while requests keep landing: a walk to the end
         shows every record that existed when it began, each exactly once (newer records appear on a
         new walk). A <code>starting_after</code> that is not a cursor of that list is 400{" "}
-        <code>invalid_parameter</code>. The keys list is not paged: it answers every key of the app
-        at once, with <code>has_more: false</code>.
+        <code>invalid_parameter</code>. The keys list pages the same way (a reseller's app may hold
+        thousands of keys).
       </p>
 
       <h2 id="idempotency">Idempotency</h2>

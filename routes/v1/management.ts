@@ -31,6 +31,7 @@ import {
   MAX_PAGE_LIMIT,
   MAX_REPORT_DAYS,
   type Page,
+  pageAppKeys,
   pageLedger,
   pageOwnerApps,
   pageUsage,
@@ -38,15 +39,7 @@ import {
   UnknownCursorError,
   usageReport,
 } from "@/lib/management/mod.ts";
-import {
-  getApp,
-  getAppKey,
-  getWallet,
-  issueKey,
-  listAppKeys,
-  revokeKey,
-  topUpUrl,
-} from "@/lib/tenants/mod.ts";
+import { getApp, getAppKey, getWallet, issueKey, revokeKey, topUpUrl } from "@/lib/tenants/mod.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { idempotency } from "@/routes/idempotency.ts";
 import { bearerToken, type Env, requireSupportedVersion } from "@/routes/middleware.ts";
@@ -345,17 +338,13 @@ export function managementRoutes(
   });
 
   r.get("/apps/:app_id/keys", async (c) => {
-    const [keyRows, caps] = await Promise.all([
-      listAppKeys(kv, c.get("app").id),
-      getSpendCaps(kv, c.get("app").id),
+    const q = query(c, z.object(pageQuery));
+    const appId = c.get("app").id;
+    const [page, caps] = await Promise.all([
+      paged(pageAppKeys(kv, appId, { limit: q.limit, startingAfter: q.starting_after })),
+      getSpendCaps(kv, appId),
     ]);
-    keyRows.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1));
-    return c.json({
-      object: "list",
-      data: keyRows.map((k) => keyObject(k, caps)),
-      has_more: false,
-      next_cursor: null,
-    });
+    return c.json(list(page, (k) => keyObject(k, caps)));
   });
 
   r.post("/apps/:app_id/keys", ownerIdempotency({ recordedBody: withoutSecret }), async (c) => {
