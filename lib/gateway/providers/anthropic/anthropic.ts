@@ -10,6 +10,8 @@ export { finishReason } from "./response.ts";
 export const ANTHROPIC_VERSION = "2023-06-01";
 /** count_tokens answers `{"input_tokens": N}`; anything far longer is not that answer. */
 const COUNT_ANSWER_BYTES = 64 * 1024;
+/** The fields of a Messages request that count_tokens takes (its documented body). */
+const COUNTED_FIELDS = new Set(["model", "messages", "system", "thinking", "tool_choice", "tools"]);
 
 export interface AnthropicOptions {
   /** e.g. https://api.anthropic.com (the path /v1/messages is appended). */
@@ -74,8 +76,11 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
 
     /** Anthropic's free token-counting endpoint: the input the same Messages request bills. */
     async countInputTokens(request) {
-      const { max_tokens: _cap, stream: _stream, metadata: _m, stop_sequences: _s, ...body } =
-        messagesRequest(request, false);
+      // count_tokens takes only the fields that make the input (sampling fields are refused there).
+      const messages = messagesRequest(request, false);
+      const body = Object.fromEntries(
+        Object.entries(messages).filter(([field]) => COUNTED_FIELDS.has(field)),
+      );
       const json = await readAnswerJson(
         await post(`${base}/count_tokens`, request, body),
         COUNT_ANSWER_BYTES,
