@@ -73,7 +73,7 @@ Deno.test("the compatible request becomes a Messages request: system, max_tokens
         { role: "system", content: "Answer in French." },
         { role: "user", content: "Bye" },
       ],
-      stop: "END",
+      stop: ["END", "\n", " "],
       temperature: 0.3,
       top_p: 0.9,
       seed: 4,
@@ -92,9 +92,10 @@ Deno.test("the compatible request becomes a Messages request: system, max_tokens
       { role: "assistant", content: "Hello" },
       { role: "user", content: "Bye" },
     ],
+    // Blank stop sequences left out (Anthropic refuses them); top_p left out beside temperature
+    // (Claude 4.5 takes one of the two).
     stop_sequences: ["END"],
     temperature: 0.3,
-    top_p: 0.9,
     metadata: { user_id: "u-1" },
     stream: true,
   });

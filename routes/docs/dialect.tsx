@@ -129,6 +129,12 @@ export function DialectSection() {
           <code>unsupported_parameter</code> before anything is reserved, as Anthropic refuses them.
         </li>
         <li>
+          <code>stop</code> becomes <code>stop_sequences</code>{" "}
+          (sequences of only whitespace, which Anthropic refuses, are left out);{" "}
+          <code>temperature</code> is capped at 1; <code>top_p</code> is left out beside a{" "}
+          <code>temperature</code>, as Claude 4.5 models take one of the two.
+        </li>
+        <li>
           <code>cache_control: {"{"}"type": "ephemeral"{"}"}</code>{" "}
           on a text part or a tool marks Anthropic's prompt-cache breakpoint (other kinds drop it).
         </li>

@@ -10,8 +10,8 @@
  * tokenizer (`@anthropic-ai/tokenizer`).
  *
  * Two API versions are served, as the real API does, chosen by the `anthropic-version` header:
- * - 2023-06-01 (what Tollbooth sends): temperature/top_p/top_k accepted (temperature 0..1, only 1
- *   with thinking);
+ * - 2023-06-01 (what Tollbooth sends): temperature/top_p/top_k accepted on messages (temperature
+ *   0..1, only 1 with thinking; temperature and top_p not together), never on count_tokens;
  * - 2026-10-21 (what @anthropic-ai/sdk 1.x sends): temperature, top_p and top_k are refused even
  *   at their defaults ("temperature: Extra inputs are not permitted"), so are `document` blocks
  *   in assistant messages and non-empty `citations` on text blocks of user messages
@@ -352,9 +352,30 @@ const countFields = {
   tools: messagesFields.tools,
 };
 
+/** count_tokens' documented body has no sampling fields in any version: "Extra inputs are not permitted". */
 function schemaFor(endpoint: "messages" | "count", version: string) {
-  const fields = endpoint === "messages" ? messagesFields : countFields;
-  return z.strictObject(version === "2023-06-01" ? { ...fields, ...samplingFields } : fields);
+  if (endpoint === "count") return z.strictObject(countFields);
+  return z.strictObject(
+    version === "2023-06-01" ? { ...messagesFields, ...samplingFields } : messagesFields,
+  );
+}
+
+/**
+ * Rules of the Messages body beyond its schema, in Anthropic's words as quoted in public threads:
+ * Claude 4.5 models take temperature or top_p, not both ("Migrating to Claude 4.5"), and a stop
+ * sequence must hold more than whitespace (BerriAI/litellm#3286).
+ */
+function validateSampling(body: Json) {
+  if (body.temperature !== undefined && body.top_p !== undefined) {
+    throw invalid(
+      "`temperature` and `top_p` cannot both be specified for this model. Please use only one.",
+    );
+  }
+  for (const stop of body.stop_sequences ?? []) {
+    if (stop.trim() === "") {
+      throw invalid("stop_sequences: each stop sequence must contain non-whitespace");
+    }
+  }
 }
 
 function pyList(values: readonly unknown[]): string {
@@ -1285,6 +1306,7 @@ export function startAnthropicUpstream(options: AnthropicUpstreamOptions = {}): 
     validateMessages(body, ctx);
     validateTools(body, ctx);
     validateThinking(body, ctx, endpoint);
+    if (endpoint === "messages") validateSampling(body);
     const config = options.models?.[body.model] ?? {};
     if (
       endpoint === "messages" && config.maxOutputTokens !== undefined &&

@@ -345,6 +345,25 @@ Deno.test("anthropic fake: cache reads and writes need cache_control and a long 
     assert.equal(none.usage.input_tokens, total);
   }));
 
+Deno.test("anthropic fake: temperature and top_p together, a blank stop sequence, and sampling on count_tokens are refused in Anthropic's words", () =>
+  withAnthropic(async (fake) => {
+    const base = { model: MODEL, max_tokens: 50, messages: [{ role: "user", content: "Hi" }] };
+    const both = await post(fake, { ...base, temperature: 0.3, top_p: 0.9 });
+    assert.equal(both.status, 400);
+    assert.match(both.json.error.message, /cannot both be specified/);
+    const blank = await post(fake, { ...base, stop_sequences: ["END", "\n"] });
+    assert.equal(blank.status, 400);
+    assert.match(blank.json.error.message, /must contain non-whitespace/);
+    const counted = await post(
+      fake,
+      { model: MODEL, messages: base.messages, temperature: 0.3 },
+      {},
+      "/v1/messages/count_tokens",
+    );
+    assert.equal(counted.status, 400);
+    assert.match(counted.json.error.message, /temperature: Extra inputs are not permitted/);
+  }));
+
 Deno.test("anthropic fake: requests as Tollbooth sends them (2023-06-01, x-api-key) keep sampling", () =>
   withAnthropic(async (fake) => {
     fake.script({ text: "Bonjour !" });
@@ -353,7 +372,6 @@ Deno.test("anthropic fake: requests as Tollbooth sends them (2023-06-01, x-api-k
       max_tokens: 50,
       system: "Answer in French.",
       temperature: 0.3,
-      top_p: 0.9,
       stop_sequences: ["END"],
       metadata: { user_id: "u-1" },
       messages: [

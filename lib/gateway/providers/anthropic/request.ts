@@ -270,11 +270,14 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   };
   const system = systemPrompt(request.messages);
   if (system !== undefined) body.system = system;
-  if (typeof p.stop === "string") body.stop_sequences = [p.stop];
-  else if (Array.isArray(p.stop) && p.stop.length) body.stop_sequences = p.stop;
+  // Anthropic refuses a stop sequence of only whitespace ("\n" is a common OpenAI one), where the
+  // model would stop at it; such sequences are left out.
+  const stops = (typeof p.stop === "string" ? [p.stop] : p.stop ?? []).filter((s) => !isBlank(s));
+  if (stops.length) body.stop_sequences = stops;
   // Anthropic's temperature runs from 0 to 1; OpenAI's to 2.
   if (typeof p.temperature === "number") body.temperature = Math.min(1, p.temperature);
-  if (typeof p.top_p === "number") body.top_p = p.top_p;
+  // Claude 4.5 models refuse temperature and top_p together; temperature is the one clients mean.
+  else if (typeof p.top_p === "number") body.top_p = p.top_p;
   if (typeof p.top_k === "number") body.top_k = p.top_k;
   if (typeof p.user === "string") body.metadata = { user_id: p.user };
 
