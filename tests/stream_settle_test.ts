@@ -115,6 +115,7 @@ Deno.test("a client that disconnects mid-stream stops the upstream and pays for 
 async function withCutStream(
   words: (string | Record<string, unknown>)[],
   check: (s: TestService, appId: string, events: string[]) => Promise<void>,
+  body: Record<string, unknown> = {},
 ) {
   const upstream = fakeUpstream(words, "cut");
   const s = await startService({ openaiBaseUrl: upstream.url });
@@ -124,6 +125,7 @@ async function withCutStream(
       model: "fake/gpt",
       messages: userMessage("go on"),
       stream: true,
+      ...body,
     });
     assert.equal(res.status, 200);
     await check(s, appId, await readSse(res));
@@ -149,6 +151,18 @@ Deno.test("a stream the upstream cuts is charged for what was produced and ends 
     assert.equal(wallet.reserved, 0);
     assert.equal(wallet.spent, usage.cost);
   }));
+
+Deno.test("a cut stream's own count of its output never passes the output cap the reservation covers", () =>
+  // An upstream that ignored max_tokens: the provider bills no more than the cap it was sent.
+  withCutStream(["Here", ...Array(100).fill(" and more")], async (s, appId) => {
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal(usage.countedLocally, true);
+    assert.equal(usage.completionTokens, 20, "the cap, not the 200 tokens counted");
+    assert.ok(
+      usage.cost <= usage.reserved,
+      `charged ${usage.cost} within the hold ${usage.reserved}`,
+    );
+  }, { max_tokens: 20 }));
 
 Deno.test("a cut stream whose reasoning comes under both of its names counts that reasoning once", () => {
   const thought = "Weighing the toll against the distance travelled";

@@ -109,6 +109,8 @@ interface Prepared {
   model: Model;
   promptTokens: number;
   maxTokens: number;
+  /** The most output any route may bill: the cap and what may be billed beyond it. */
+  outputTokens: number;
   reservation: ReservationRecord;
   available: Micros;
 }
@@ -358,7 +360,7 @@ export class Gateway {
       }
       throw error;
     }
-    const { model, promptTokens, maxTokens, reservation, available } = prepared;
+    const { model, promptTokens, maxTokens, outputTokens, reservation, available } = prepared;
     const started = performance.now();
     // A stream may outlive its lease; keep the reservation alive from now on so the sweeper leaves it.
     const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
@@ -381,6 +383,7 @@ export class Gateway {
         modelId: model.id,
         countedPromptTokens: promptTokens,
         countOutput: (text) => outputBound(route.provider.kind, text, route.tokenizer),
+        maxOutputTokens: outputTokens,
         includeUsage: streamed && request.includeUsage,
         settle: async (usage, outcome, countedLocally) => {
           stopRenewal();
@@ -582,7 +585,7 @@ export class Gateway {
       requestId,
       trace,
     );
-    return { model, promptTokens, maxTokens, reservation, available };
+    return { model, promptTokens, maxTokens, outputTokens, reservation, available };
   }
 
   /**

@@ -33,6 +33,12 @@ export interface PaidStreamOptions {
   countedPromptTokens: number;
   /** Output tokens of produced text, counted the way the provider kind bills it (an upper bound). */
   countOutput(text: string): number;
+  /**
+   * The most output the provider may bill (the cap the reservation covers): a count of our own is
+   * an upper bound that can run far above the real one (a long run of one character is counted by
+   * its bytes), and never charges beyond what the provider could have.
+   */
+  maxOutputTokens: number;
   includeUsage: boolean;
   /** Takes the cost of `usage` from the reservation; throws when the commit fails. */
   settle(usage: Usage, outcome: UsageOutcome, countedLocally: boolean): Promise<Micros>;
@@ -155,8 +161,11 @@ export class PaidStream {
     const usage = this.#reportedUsage ?? {
       ...(this.#reportedPrompt ?? { promptTokens: this.#options.countedPromptTokens }),
       // Counted apart: the upstream billed them as separate blocks.
-      completionTokens: this.#options.countOutput(this.#produced) +
-        (this.#unshown ? this.#options.countOutput(this.#unshown) : 0),
+      completionTokens: Math.min(
+        this.#options.maxOutputTokens,
+        this.#options.countOutput(this.#produced) +
+          (this.#unshown ? this.#options.countOutput(this.#unshown) : 0),
+      ),
     };
     try {
       this.#charged = await this.#options.settle(usage, outcome, this.#reportedUsage === null);
