@@ -466,6 +466,7 @@ export function planBatch(input: PlanInput) {
           r.keyId,
           op.input.promptTokens + op.input.completionTokens - (r.tokens ?? 0),
           now,
+          { reserved: r.tokens ?? 0, since: r.createdAt },
         );
         const usage: UsageRecord = {
           ...op.input,
@@ -503,7 +504,10 @@ export function planBatch(input: PlanInput) {
         }
         // Nothing ran (or what ran is unknown after a crash): its tokens go back to the limit.
         const rate = releasable
-          ? input.rate?.adjustTokens(r.keyId, -(r.tokens ?? 0), now)
+          ? input.rate?.adjustTokens(r.keyId, -(r.tokens ?? 0), now, {
+            reserved: r.tokens ?? 0,
+            since: r.createdAt,
+          })
           : undefined;
         const answer = { released: Boolean(releasable), available: wallet.available, rate };
         answers.push(() => op.done.resolve(answer));

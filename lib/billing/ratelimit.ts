@@ -157,9 +157,26 @@ export class RateWindows {
     return this.status(keyId, now);
   }
 
-  /** Corrects the tokens of a request from what was reserved to what was used (may be negative). */
-  adjustTokens(keyId: string, delta: number, now: number): RateLimitStatus {
-    if (delta !== 0) this.#add(keyId, 0, delta, now);
+  /**
+   * Corrects the tokens of a request from what was reserved to what was used (may be negative).
+   * A request's tokens drain from the window as time passes, so what it gives back is at most what
+   * can be left of its own count: `reserved` tokens counted at `since`, drained at the app's pace.
+   * Giving back more (a long request's unused hold, long drained) took other requests' counts off
+   * the window and let a burst through at twice the limit.
+   */
+  adjustTokens(
+    keyId: string,
+    delta: number,
+    now: number,
+    held?: { reserved: number; since: number },
+  ): RateLimitStatus {
+    let tokens = delta;
+    if (tokens < 0 && held) {
+      const drainedSince = (Math.max(0, now - held.since) * this.limitsOf("app", keyId).tpm) /
+        WINDOW_MS;
+      tokens = -Math.min(-tokens, Math.max(0, held.reserved - drainedSince));
+    }
+    if (tokens !== 0) this.#add(keyId, 0, tokens, now);
     return this.status(keyId, now);
   }
 

@@ -114,6 +114,24 @@ Deno.test("corrected tokens give back what was not used, and a level never drops
   assert.equal(w.adjustTokens("key_a", 400, T0).tokens.remaining, 600);
 });
 
+Deno.test("a settle gives back no more than what is left of its own count: a long request's unused hold, drained, frees nothing", () => {
+  const w = windows({ rpm: 1_000, tpm: 6_000 });
+  // A holds 1,000 tokens at T0; at 100 tokens a second its count has drained by T0 + 10 s.
+  w.consume("key_a", 1_000, T0);
+  const later = T0 + 12_000;
+  // A burst fills the window at 12 s.
+  w.consume("key_a", 6_000, later);
+  assert.equal(w.status("key_a", later).tokens.remaining, 0);
+  // A settles having used 15 tokens: its 985 unused tokens had long drained.
+  w.adjustTokens("key_a", 15 - 1_000, later, { reserved: 1_000, since: T0 });
+  assert.equal(w.status("key_a", later).tokens.remaining, 0, "the burst's count stands");
+  // Settled 4 s after its reserve, a hold of 1,000 has 600 left of its count to give back.
+  const b = windows({ rpm: 1_000, tpm: 6_000 });
+  b.consume("key_a", 1_000, T0);
+  b.adjustTokens("key_a", -1_000, T0 + 4_000, { reserved: 1_000, since: T0 });
+  assert.equal(b.status("key_a", T0 + 4_000).tokens.remaining, 6_000);
+});
+
 Deno.test("a correction of zero tokens writes nothing", () => {
   const w = windows();
   w.adjustTokens("key_a", 0, T0);
