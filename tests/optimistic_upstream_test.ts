@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { Wallets } from "@/lib/billing/mod.ts";
 import { keys, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
 import { serveOnLoopback } from "./fakes/common.ts";
-import { assertAuditClean, startService } from "./helpers.ts";
+import { assertAuditClean, holdInput, startService, usageInput } from "./helpers.ts";
 import { completionStream } from "./upstreams.ts";
 
 const BODY = { model: "fake/gpt", messages: [{ role: "user", content: "hi" }], max_tokens: 50 };
@@ -172,6 +172,66 @@ Deno.test("optimistic upstream: when the prediction holds, the call started earl
     const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
     assert.equal(wallet.spent, usage.reduce((n, u) => n + u.cost, 0));
     await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.server.close();
+  }
+});
+
+Deno.test("optimistic upstream: a burst on one process predicts against its own reserves still being decided, so no call starts on money another request of the burst gets", async () => {
+  const fake = upstream();
+  const s = await startService({
+    openaiBaseUrl: fake.server.url,
+    env: { OPTIMISTIC_UPSTREAM: "on" },
+  });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const first = await s.chat(apiKey, BODY);
+    await first.body?.cancel();
+    const [{ reserved: hold }] = await list<UsageRecord>(s.kv, keys.appUsage(appId));
+    // Room for five holds and a half, spent by this process, so its view of the wallet is current.
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    const spend = wallet.available - Math.floor(5.5 * hold);
+    const spent = await s.wallets.reserve(appId, holdInput("req_spend", spend));
+    assert.ok(spent.ok);
+    await s.wallets.settle(appId, spent.reservation.id, usageInput("req_spend", spend));
+    const before = { calls: fake.seen.calls, mispredictions: s.wallets.stats.mispredictions };
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        s.chat(apiKey, BODY).then(async (res) => {
+          await res.body?.cancel();
+          return res.status;
+        })),
+    );
+    const served = answers.filter((status) => status === 200).length;
+    assert.ok(served >= 5, `served ${served}`);
+    assert.equal(answers.filter((status) => status === 402).length, 20 - served);
+    assert.equal(s.wallets.stats.mispredictions, before.mispredictions, "no early call aborted");
+    assert.equal(fake.seen.calls - before.calls, served, "an upstream call per request served");
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.server.close();
+  }
+});
+
+Deno.test("optimistic upstream: once an app is refused for rate, its requests do not start early until the wait is over", async () => {
+  const fake = upstream();
+  const s = await startService({
+    openaiBaseUrl: fake.server.url,
+    env: { OPTIMISTIC_UPSTREAM: "on", RATE_LIMIT_RPM: "3" },
+  });
+  try {
+    const { apiKey } = await s.newApp();
+    const statuses: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      const res = await s.chat(apiKey, BODY);
+      await res.body?.cancel();
+      statuses.push(res.status);
+    }
+    assert.deepEqual(statuses, [200, 200, 200, 429, 429, 429, 429, 429]);
+    assert.ok(s.wallets.stats.mispredictions <= 1, `${s.wallets.stats.mispredictions}`);
+    assert.ok(fake.seen.calls <= 4, `upstream calls: ${fake.seen.calls}`);
   } finally {
     await s.close();
     await fake.server.close();

@@ -157,6 +157,11 @@ export class Wallets {
   readonly #known = new Map<string, KnownWallet>();
   /** Apps whose remembered wallet was recently found stale: read them first until then. */
   readonly #contendedUntil = new Map<string, number>();
+  #predicts = false;
+  /** Per app, the amounts of this process's reserves not yet answered (for predictFits). */
+  readonly #deciding = new Map<string, Micros>();
+  /** Per app, until when its last reserve refused for rate would still be refused. */
+  readonly #rateLimitedUntil = new Map<string, number>();
   readonly #leaseMs: number;
   readonly #maxBatch: number;
   readonly #maxAttempts: number;
@@ -237,8 +242,24 @@ export class Wallets {
 
   reserve(appId: string, input: ReserveInput): Promise<ReserveResult> {
     assertAmount(input.amount);
-    if (this.#servedFromSlice(appId)) return this.#reserveInSlice(appId, input);
-    return this.#reserveOrReclaim(appId, input);
+    const reserving = this.#servedFromSlice(appId)
+      ? this.#reserveInSlice(appId, input)
+      : this.#reserveOrReclaim(appId, input);
+    // Only a process that predicts (OPTIMISTIC_UPSTREAM) keeps what predictions need.
+    if (!this.#predicts) return reserving;
+    // What this process has asked for and not yet been answered: the wallet as last committed
+    // does not show it, so a prediction subtracts it.
+    this.#deciding.set(appId, (this.#deciding.get(appId) ?? 0) + input.amount);
+    return reserving.then((result) => {
+      if (!result.ok && result.reason === "rate_limited") {
+        this.#rateLimitedUntil.set(appId, this.#now() + result.retryAfterMs);
+      }
+      return result;
+    }).finally(() => {
+      const left = (this.#deciding.get(appId) ?? 0) - input.amount;
+      if (left > 0) this.#deciding.set(appId, left);
+      else this.#deciding.delete(appId);
+    });
   }
 
   /**
@@ -413,14 +434,21 @@ export class Wallets {
    * has not committed the wallet yet or the app has spend caps.
    */
   predictFits(appId: string, amount: Micros): boolean {
+    this.#predicts = true;
     // Spend caps are decided in the reservation's commit only: an app with any is not predicted.
     const caps = this.#capsSeen.get(appId);
     if (!caps || caps.value !== null) return false;
+    // Rate limits are decided there too: an app refused for rate here is not predicted until its
+    // wait is over, or every refused request would call its provider all the same.
+    if ((this.#rateLimitedUntil.get(appId) ?? 0) > this.#now()) return false;
+    // The reserves of this process still being decided come off what it last saw: a burst of
+    // requests each predicted alone would all start on money only some of them get.
+    const deciding = this.#deciding.get(appId) ?? 0;
     const slice = this.#slices.get(appId);
-    if (slice && !slice.closing && !slice.recalled) return slice.available >= amount;
+    if (slice && !slice.closing && !slice.recalled) return slice.available - deciding >= amount;
     const known = this.#known.get(appId);
     if (!known || (this.#contendedUntil.get(appId) ?? 0) > this.#now()) return false;
-    return known.entry.value.available >= amount;
+    return known.entry.value.available - deciding >= amount;
   }
 
   /**
