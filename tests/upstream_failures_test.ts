@@ -451,6 +451,7 @@ for (const kind of KINDS) {
       assert.equal(record.outcome, "upstream_cut");
       assert.equal(record.streamed, false);
       assert.equal(record.cost, charged);
+      assert.equal(res.headers.get("tollbooth-provider"), record.provider, "who served is named");
     }));
 
   Deno.test(`${kind}: a non-streamed answer that stalls past the timeout after it began is 502 upstream_interrupted and charged what was produced`, () =>

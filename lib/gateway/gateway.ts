@@ -192,6 +192,8 @@ export class Gateway {
     const costHeaders = {
       "Tollbooth-Request-Cost": formatUsd(charged),
       "Tollbooth-Balance": formatUsd(opened.balance()),
+      // Charged, so served: it names who served as any answer does.
+      "Tollbooth-Provider": opened.route.provider.name,
     };
     if (ending.kind === "upstream_cut") {
       throw new ApiError(

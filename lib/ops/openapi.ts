@@ -147,6 +147,10 @@ function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ER
       description: `On ${only} only: wallet balance (USD) after that charge.`,
       schema: { type: "string", pattern: MONEY_PATTERN },
     };
+    headers["Tollbooth-Provider"] = {
+      description: `On ${only} only: the catalog provider whose work was charged.`,
+      schema: { type: "string" },
+    };
   }
   // A 401 has no caller to count; a 500 may be the limiter's own storage failing.
   if (status !== 401 && status !== 500) {
