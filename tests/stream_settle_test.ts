@@ -270,6 +270,10 @@ Deno.test("a client that stops reading a stream without leaving is treated as go
     assert.ok(usage.completionTokens > 0);
     assert.ok(usage.completionTokens <= countTextTokens(words.join("")));
     assert.ok(s.logs.some((l) => l.event === "client_stalled"));
+    // Its request is logged now, while the client still holds the connection.
+    const requestLines = () => s.logs.filter((l) => l.event === "request" && l.path !== "/");
+    await until(() => requestLines().length === 1, "the request's log line");
+    assert.equal(requestLines()[0].outcome, "client_closed");
     // The client comes back: its answer was cut, so the stream ends in an error, never [DONE].
     let rest = "";
     for (let r = await reader.read(); !r.done; r = await reader.read()) {
@@ -280,6 +284,7 @@ Deno.test("a client that stops reading a stream without leaving is treated as go
     assert.equal(last.error.code, "stream_interrupted");
     assert.match(last.error.message, /not read/);
     assert.equal((await onlyUsage(s.kv, appId)).cost, usage.cost, "charged once");
+    assert.equal(requestLines().length, 1, "logged once");
     await assertAuditClean(s.kv);
   } finally {
     // Leaving also ends the upstream call, so a failure here cannot hang the cleanup.

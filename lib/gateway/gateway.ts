@@ -88,6 +88,11 @@ export interface StreamOutcome {
   events: AsyncGenerator<StreamEvent[]>;
   /** The client went away: stop the upstream and settle what was produced. */
   cancel(): Promise<void>;
+  /**
+   * Settled because the client stopped reading (without leaving): its request is over, though
+   * the connection may stay open for as long as the client keeps it.
+   */
+  stalled: Promise<void>;
 }
 
 /** An embeddings answer in OpenAI's shape, `model` the catalog id. */
@@ -290,14 +295,17 @@ export class Gateway {
   ): Promise<StreamOutcome> {
     const { paid, route, available } = await this.#open(caller, request, requestId, trace, true);
     const stallMs = this.#deps.clientStallMs ?? DEFAULT_CLIENT_STALL_MS;
+    const stalled = Promise.withResolvers<void>();
     watchStall(paid, stallMs, () => {
       this.#deps.log({ level: "warn", requestId, event: "client_stalled", stalledMs: stallMs });
+      paid.settle().then(stalled.resolve, stalled.resolve);
     });
     return {
       available,
       provider: route.provider.name,
       events: paid.events,
       cancel: () => paid.cancel(),
+      stalled: stalled.promise,
     };
   }
 

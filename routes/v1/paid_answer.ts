@@ -36,6 +36,7 @@ export function paidEventStream<E>(
     /** In batches (what one read of the upstream brought), never an empty batch. */
     events: AsyncGenerator<E[]>;
     cancel(): Promise<void>;
+    stalled: Promise<void>;
   },
   encode: (event: E) => EncodedEvent,
   last?: Uint8Array,
@@ -51,6 +52,9 @@ export function paidEventStream<E>(
     if (errorCode) trace.errorCode = errorCode;
     c.get("finishRequest")();
   };
+  // A client that stopped reading may hold its connection for good: its request is logged and
+  // counted once its stream is settled, not when (if ever) the connection closes.
+  outcome.stalled.then(() => onEnd());
   let failed: string | undefined;
   return c.body(
     new ReadableStream<Uint8Array>({

@@ -39,6 +39,8 @@ export interface ResponseStreamOutcome {
    */
   events: AsyncGenerator<ResponseEvent[]>;
   cancel(): Promise<void>;
+  /** Settled because the client stopped reading (see StreamOutcome). */
+  stalled: Promise<void>;
 }
 
 export class Responses {
@@ -105,6 +107,7 @@ export class Responses {
       available: outcome.available,
       events,
       cancel: () => outcome.cancel(),
+      stalled: outcome.stalled,
     };
   }
 
