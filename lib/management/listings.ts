@@ -15,7 +15,7 @@ import {
   utcDay,
   type WalletRecord,
 } from "@/lib/db.ts";
-import type { Micros } from "@/lib/core/mod.ts";
+import { getManyChunked, type Micros } from "@/lib/core/mod.ts";
 
 export const MAX_PAGE_LIMIT = 100;
 /** Records looked at for one filtered page before it is returned short (with `hasMore`). */
@@ -87,19 +87,26 @@ export async function pageOwnerApps(
   request: PageRequest,
 ): Promise<Page<AppWithWallet>> {
   const page = await pageOf<true>(kv, keys.ownerApps(ownerId), request);
-  const data: AppWithWallet[] = [];
-  for (let i = 0; i < page.data.length; i += 5) {
-    const ids = page.data.slice(i, i + 5).map((d) => d.id);
-    const entries = await kv.getMany<unknown[]>(
-      ids.flatMap((id) => [keys.app(id), keys.wallet(id)]),
-    );
-    ids.forEach((_, j) => {
-      const app = entries[2 * j].value as AppRecord | null;
-      const wallet = entries[2 * j + 1].value as WalletRecord | null;
-      if (app && wallet) data.push({ app, wallet });
-    });
-  }
+  const pairs = await readPairs<AppRecord, WalletRecord>(kv, page.data, keys.app, keys.wallet);
+  const data = pairs.flatMap(([app, wallet]) => app && wallet ? [{ app, wallet }] : []);
   return { ...page, data };
+}
+
+/** Two records of each listed id, read ten keys to a call (KV's most). */
+async function readPairs<A, B>(
+  kv: Deno.Kv,
+  listed: readonly { id: string }[],
+  first: (id: string) => Deno.KvKey,
+  second: (id: string) => Deno.KvKey,
+): Promise<[A | null, B | null][]> {
+  const entries = await getManyChunked<unknown>(
+    kv,
+    listed.flatMap(({ id }) => [first(id), second(id)]),
+  );
+  return listed.map((
+    _,
+    i,
+  ) => [entries[2 * i].value as A | null, entries[2 * i + 1].value as B | null]);
 }
 
 export type KeyWithLastUse = ApiKeyRecord & { lastUsedAt: number | null };
@@ -111,18 +118,15 @@ export async function pageAppKeys(
   request: PageRequest,
 ): Promise<Page<KeyWithLastUse>> {
   const page = await pageOf<true>(kv, keys.appApiKeys(appId), request);
-  const data: KeyWithLastUse[] = [];
-  for (let i = 0; i < page.data.length; i += 5) {
-    const ids = page.data.slice(i, i + 5).map((d) => d.id);
-    const entries = await kv.getMany<unknown[]>(
-      ids.flatMap((id) => [keys.apiKey(id), keys.apiKeyLastUsed(id)]),
-    );
-    ids.forEach((_, j) => {
-      const record = entries[2 * j].value as ApiKeyRecord | null;
-      const lastUsedAt = (entries[2 * j + 1].value as number | null) ?? null;
-      if (record) data.push({ ...record, lastUsedAt });
-    });
-  }
+  const pairs = await readPairs<ApiKeyRecord, number>(
+    kv,
+    page.data,
+    keys.apiKey,
+    keys.apiKeyLastUsed,
+  );
+  const data = pairs.flatMap(([record, lastUsedAt]) =>
+    record ? [{ ...record, lastUsedAt: lastUsedAt ?? null }] : []
+  );
   return { ...page, data };
 }
 
