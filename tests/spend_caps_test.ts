@@ -120,6 +120,23 @@ Deno.test("an end user's cap stops that end user only; the key's other end users
     assert.equal((await s.chat(apiKey, request("d"))).status, 200);
   }));
 
+Deno.test("an end user's cap holds on /v1/responses as on chat, and the usage record names them", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { endUser: true }, { total: 1 });
+    const ask = (user: string) =>
+      s.post(apiKey, "/responses", { model: "tollbooth/echo", input: "hi", user });
+    const refused = await ask("alice");
+    assert.equal(refused.status, 402);
+    assert.equal((await refused.json()).error.code, "user_spend_cap_exceeded");
+    // An empty name names no end user: not capped, and recorded without one.
+    const nobody = await ask("");
+    assert.equal(nobody.status, 200);
+    await nobody.body?.cancel();
+    const [record] = await usageRecords(s.kv, appId);
+    assert.equal(record.user, undefined);
+  }));
+
 Deno.test("an empty wallet is insufficient_credits even under a cap, and a cap is not the wallet's 402", () =>
   withService(async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();

@@ -3,7 +3,7 @@ import { ApiError } from "@/lib/core/mod.ts";
 import { encodeSseEvent, type Responses } from "@/lib/gateway/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
 import { jsonBody } from "@/routes/json_body.ts";
-import { paidAnswerHeaders, paidEventStream } from "./paid_answer.ts";
+import { paidAnswerHeaders, paidEventStream, withEndUser } from "./paid_answer.ts";
 
 /** POST /v1/responses: createResponse (OpenAI's Responses API), paid like a chat completion. */
 export function responsesRoute(
@@ -12,7 +12,7 @@ export function responsesRoute(
 ) {
   return async (c: Context<Env>) => {
     const body = responses.parse(await jsonBody(c));
-    const caller = c.get("caller");
+    const caller = withEndUser(c.get("caller"), body.user);
     const requestId = c.get("requestId");
     const trace = c.get("trace");
     if (!body.stream) {

@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import { encodeSseData, type Gateway, parseChatRequest, SSE_DONE } from "@/lib/gateway/mod.ts";
 import { errorBody } from "@/lib/core/mod.ts";
 import type { Env } from "@/routes/middleware.ts";
-import { paidAnswerHeaders, paidEventStream } from "../paid_answer.ts";
+import { paidAnswerHeaders, paidEventStream, withEndUser } from "../paid_answer.ts";
 import { jsonBody } from "@/routes/json_body.ts";
 
 /** POST /v1/chat/completions: createChatCompletion. */
@@ -12,8 +12,7 @@ export function chatCompletions(
 ) {
   return async (c: Context<Env>) => {
     const request = parseChatRequest(await jsonBody(c));
-    // The end user the app names (OpenAI's `user`) is attributed on the usage record.
-    const caller = { ...c.get("caller"), user: request.params.user ?? undefined };
+    const caller = withEndUser(c.get("caller"), request.params.user);
     const requestId = c.get("requestId");
     const trace = c.get("trace");
 
