@@ -760,6 +760,24 @@ Deno.test("an owner caps a key's and each end user's spend from the keys tab, an
     assert.equal((await ask()).status, 200);
   }));
 
+Deno.test("a refused key name's page shows the stored caps, so saving caps from it erases none", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("caps@example.com");
+    const { appId } = await v.createApp("app");
+    const set = await v.post(`/dashboard/apps/${appId}/end-user-spend-cap`, {
+      _csrf: await v.csrf(),
+      daily: "1.000000",
+    });
+    assert.equal(set.status, 303);
+    const refused = await v.post(`/dashboard/apps/${appId}/keys`, {
+      _csrf: await v.csrf(),
+      name: "   ",
+    });
+    assert.equal(refused.status, 400);
+    assert.match(await refused.text(), /Each end user: per utc day cap in USD" value="1\.000000"/);
+  }));
+
 Deno.test("an over-long app, key or management-key id in a dashboard path is the 404 page, not a 500", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);

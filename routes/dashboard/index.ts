@@ -203,10 +203,15 @@ export function dashboardRoutes(
     return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
   });
 
-  async function keysView(c: Context<DashboardEnv>, app: AppRecord, capsError?: string) {
+  /** The keys tab, with the caps as stored: every answer, an error page too, shows them. */
+  async function keysView(
+    c: Context<DashboardEnv>,
+    app: AppRecord,
+    errors: { key?: string; caps?: string } = {},
+  ) {
     const [rows, record] = await Promise.all([listAppKeys(kv, app.id), getSpendCaps(kv, app.id)]);
     rows.sort((a, b) => b.createdAt - a.createdAt);
-    return keysPage(session(c), app, rows, undefined, { record, error: capsError });
+    return keysPage(session(c), app, rows, errors.key, { record, error: errors.caps });
   }
 
   r.get("/apps/:appId/keys", async (c) => {
@@ -225,7 +230,7 @@ export function dashboardRoutes(
         if (caps[name] === 0) throw new RangeError("zero");
       } catch {
         const error = "A cap is an amount in USD above zero, such as 5.00, or empty for none.";
-        return c.html(await keysView(c, app, error), 400);
+        return c.html(await keysView(c, app, { caps: error }), 400);
       }
     }
     await setSpendCaps(kv, app.id, target, caps);
@@ -246,7 +251,7 @@ export function dashboardRoutes(
     if (!name) {
       const error = "A key name has 1 to 60 characters.";
       if (wantsJson(c)) return c.json({ error }, 400);
-      return c.html(keysPage(session(c), app, await listAppKeys(kv, app.id), error), 400);
+      return c.html(await keysView(c, app, { key: error }), 400);
     }
     const issued = await issueKey(kv, app.id, name);
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name });

@@ -85,8 +85,9 @@ export function keysPage(
   session: Session,
   app: AppRecord,
   keyRows: KeyRow[],
-  error?: string,
-  caps: { record: SpendCapsRecord; error?: string } = { record: { keys: {}, endUser: null } },
+  error: string | undefined,
+  // Never defaulted: a page shown without the stored caps would post them back empty.
+  caps: { record: SpendCapsRecord; error?: string },
 ) {
   const live = keyRows.filter((k) => k.revokedAt === null);
   const revoked = keyRows.filter((k) => k.revokedAt !== null);

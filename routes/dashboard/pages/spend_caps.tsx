@@ -64,7 +64,7 @@ export function SpendCapsCard(
         <button type="submit" class="button secondary small">Save end-user caps</button>
       </form>
       <p class="muted small">
-        The end user is the chat request's <code>user</code> field.
+        The end user is the <code>user</code> field of a chat or Responses request.
       </p>
     </section>
   );
