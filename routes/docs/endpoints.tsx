@@ -37,55 +37,57 @@ export function endpointsPage() {
         headers and the same{" "}
         <a href="/docs/errors">error shape</a>, and is paid from the same wallet.
       </p>
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">Endpoint</th>
-            <th scope="col">What it does</th>
-            <th scope="col">Cost</th>
-          </tr>
-        </thead>
-        <tbody>
-          <tr>
-            <td>
-              <code>POST /v1/chat/completions</code>
-            </td>
-            <td>A chat completion, streamed or not</td>
-            <td>
-              <a href="/docs/billing">reserved, then settled</a>
-            </td>
-          </tr>
-          <tr>
-            <td>
-              <code>GET /v1/models</code>, <code>GET /v1/models/&#123;model&#125;</code>
-            </td>
-            <td>The curated models</td>
-            <td>free, not rate limited</td>
-          </tr>
-          <tr>
-            <td>
-              <code>POST /v1/responses</code>
-            </td>
-            <td>OpenAI's Responses API, for every chat model</td>
-            <td>exactly like the chat completion it is served by</td>
-          </tr>
-          <tr>
-            <td>
-              <code>GET</code>, <code>DELETE /v1/responses/&#123;id&#125;</code>,{" "}
-              <code>GET /v1/responses/&#123;id&#125;/input_items</code>
-            </td>
-            <td>A stored response read back or deleted; its request's input items</td>
-            <td>free, not rate limited</td>
-          </tr>
-          <tr>
-            <td>
-              <code>POST /v1/embeddings</code>
-            </td>
-            <td>Embeddings of texts or token ids</td>
-            <td>the input tokens at the model's input price</td>
-          </tr>
-        </tbody>
-      </table>
+      <div class="table-scroll">
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">Endpoint</th>
+              <th scope="col">What it does</th>
+              <th scope="col">Cost</th>
+            </tr>
+          </thead>
+          <tbody>
+            <tr>
+              <td>
+                <code>POST /v1/chat/completions</code>
+              </td>
+              <td>A chat completion, streamed or not</td>
+              <td>
+                <a href="/docs/billing">reserved, then settled</a>
+              </td>
+            </tr>
+            <tr>
+              <td>
+                <code>GET /v1/models</code>, <code>GET /v1/models/&#123;model&#125;</code>
+              </td>
+              <td>The curated models</td>
+              <td>free, not rate limited</td>
+            </tr>
+            <tr>
+              <td>
+                <code>POST /v1/responses</code>
+              </td>
+              <td>OpenAI's Responses API, for every chat model</td>
+              <td>exactly like the chat completion it is served by</td>
+            </tr>
+            <tr>
+              <td>
+                <code>GET</code>, <code>DELETE /v1/responses/&#123;id&#125;</code>,{" "}
+                <code>GET /v1/responses/&#123;id&#125;/input_items</code>
+              </td>
+              <td>A stored response read back or deleted; its request's input items</td>
+              <td>free, not rate limited</td>
+            </tr>
+            <tr>
+              <td>
+                <code>POST /v1/embeddings</code>
+              </td>
+              <td>Embeddings of texts or token ids</td>
+              <td>the input tokens at the model's input price</td>
+            </tr>
+          </tbody>
+        </table>
+      </div>
 
       <h2 id="models">Models</h2>
       <p>

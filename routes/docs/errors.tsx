@@ -14,30 +14,32 @@ export function errorsPage(): string {
         (a link to the section below). Branch on <code>code</code>. Every response carries{" "}
         <code>Tollbooth-Request-Id</code>; quote it to support.
       </p>
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">Status</th>
-            <th scope="col">Code</th>
-            <th scope="col">Type</th>
-          </tr>
-        </thead>
-        <tbody>
-          {Object.entries(ERROR_CODES).map(([code, e]) => (
+      <div class="table-scroll">
+        <table>
+          <thead>
             <tr>
-              <td>{e.status}</td>
-              <td>
-                <a href={`#${code}`}>
-                  <code>{code}</code>
-                </a>
-              </td>
-              <td>
-                <code>{e.type}</code>
-              </td>
+              <th scope="col">Status</th>
+              <th scope="col">Code</th>
+              <th scope="col">Type</th>
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {Object.entries(ERROR_CODES).map(([code, e]) => (
+              <tr>
+                <td>{e.status}</td>
+                <td>
+                  <a href={`#${code}`}>
+                    <code>{code}</code>
+                  </a>
+                </td>
+                <td>
+                  <code>{e.type}</code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
       {Object.entries(ERROR_CODES).map(([code, e]) => (
         <section id={code} class="error-doc">
           <h2>

@@ -30,33 +30,35 @@ function EndUsers({ app, rows, user }: { app: AppRecord; rows: ReportRow[]; user
       {rows.length === 0
         ? <p class="muted">No requests in the last 30 days.</p>
         : (
-          <table class="end-users">
-            <thead>
-              <tr>
-                <th scope="col">End user</th>
-                <th scope="col" class="num">Requests</th>
-                <th scope="col" class="num">Spent</th>
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map((r) => (
+          <div class="table-scroll">
+            <table class="end-users">
+              <thead>
                 <tr>
-                  <td>
-                    {r.group === null ? <span class="muted">(no user given)</span> : (
-                      <a
-                        href={`${appPath(app)}/usage?user=${encodeURIComponent(r.group)}`}
-                        aria-current={r.group === user ? "page" : undefined}
-                      >
-                        {r.group}
-                      </a>
-                    )}
-                  </td>
-                  <td class="num">{r.requests.toLocaleString("en-US")}</td>
-                  <td class="num">{usd(r.cost)}</td>
+                  <th scope="col">End user</th>
+                  <th scope="col" class="num">Requests</th>
+                  <th scope="col" class="num">Spent</th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {rows.map((r) => (
+                  <tr>
+                    <td>
+                      {r.group === null ? <span class="muted">(no user given)</span> : (
+                        <a
+                          href={`${appPath(app)}/usage?user=${encodeURIComponent(r.group)}`}
+                          aria-current={r.group === user ? "page" : undefined}
+                        >
+                          {r.group}
+                        </a>
+                      )}
+                    </td>
+                    <td class="num">{r.requests.toLocaleString("en-US")}</td>
+                    <td class="num">{usd(r.cost)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         )}
       <p class="muted small">
         The end user is the <code>user</code> field of the chat request.
