@@ -293,8 +293,8 @@ export function billingPage() {
         header (a UUID per distinct request, 1 to 255 visible ASCII characters) and retry with the
         same key: it is never run or charged twice.
       </p>
-      <pre><code>{`curl $BASE/v1/chat/completions -H "Authorization: Bearer $API_KEY" \
-  -H "Content-Type: application/json" -H "Idempotency-Key: 6f1c…-order-42" \
+      <pre><code>{`curl $BASE/v1/chat/completions -H "Authorization: Bearer $API_KEY" \\
+  -H "Content-Type: application/json" -H "Idempotency-Key: 6f1c…-order-42" \\
   -d '{"model": "tollbooth/echo", "messages": [{"role": "user", "content": "Hi"}]}'`}</code></pre>
       <ul>
         <li>
