@@ -44,6 +44,11 @@ export const keys = {
   walletSliceRecall: (appId: string) => ["wallet_slice_recalls", appId] as const,
 
   usage: (appId: string, usageId: string) => ["usage", appId, usageId] as const,
+  /**
+   * A charged request's usage record, by the request's id, written in the commit that charges it:
+   * an Idempotency-Key claim taken over after a crash asks it whether the first run was charged.
+   */
+  chargedRequest: (requestId: string) => ["charged_requests", requestId] as const,
   appUsage: (appId: string) => ["usage", appId] as const,
   dailySpend: (appId: string, day: string) => ["daily_spend", appId, day] as const,
   appDailySpend: (appId: string) => ["daily_spend", appId] as const,
@@ -345,6 +350,15 @@ export interface SliceRecallRecord {
 }
 
 export type UsageOutcome = "completed" | "upstream_cut" | "client_closed";
+
+/** How long a charged request stays findable by its id: longer than any Idempotency-Key lives. */
+export const CHARGED_REQUEST_RETENTION_MS = 48 * 60 * 60 * 1000;
+
+export interface ChargedRequest {
+  appId: string;
+  usageId: string;
+  cost: number;
+}
 
 export interface UsageRecord {
   id: string;

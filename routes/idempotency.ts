@@ -1,5 +1,5 @@
 import type { Context, MiddlewareHandler } from "hono";
-import { ApiError, type Logger } from "@/lib/core/mod.ts";
+import { ApiError, formatUsd, type Logger } from "@/lib/core/mod.ts";
 import {
   canonicalBodyHash,
   type IdempotencyStore,
@@ -100,6 +100,14 @@ export function idempotency<E extends Env>(
       throw new ApiError(
         "idempotency_replay_too_large",
         `The first request with this Idempotency-Key (${claim.requestId}) succeeded and was charged, but its answer (${claim.bytes} bytes) is over the ${claim.limit} bytes kept for replays, so it cannot be given again. This request was not run; send a new key to run it again.`,
+      );
+    }
+    if (claim.kind === "answer_lost") {
+      throw new ApiError(
+        "idempotency_answer_lost",
+        `The first request with this Idempotency-Key (${claim.requestId}) was charged ${
+          formatUsd(claim.cost)
+        } USD, but the server stopped before recording its answer, so it cannot be given again. This request was not run and not charged; send a new key to run it again.`,
       );
     }
     if (claim.kind === "replay") {

@@ -7,10 +7,12 @@ import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import { canonicalBodyHash } from "@/lib/idempotency/mod.ts";
 import {
   assertAuditClean,
+  holdInput,
   serveLoopback,
   startService,
   type TestService,
   until,
+  usageInput,
   usageRecords,
   userMessage,
 } from "./helpers.ts";
@@ -366,6 +368,37 @@ Deno.test("a claim left by a dead process is taken over once its lease has passe
     const taken = await s.chat(apiKey, request(), withKey("orphan"));
     assert.equal(taken.status, 200);
     assert.equal(upstream.calls, 1);
+  }, { now: () => clock, env: { RESERVATION_TTL_SECONDS: "60" } });
+});
+
+Deno.test("a claim left by a process that died after its charge is never run again: a retry is 422 idempotency_answer_lost", async () => {
+  let clock = Date.now();
+  await withUpstream({}, async (s, upstream) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    // Another process claimed the key, was charged for its request, and died before recording
+    // the answer: the charge's commit wrote its usage record, and the claim still says running.
+    const dead = new IdempotencyStore(s.kv, { leaseMs: 60_000, now: () => clock });
+    const claim = await dead.claim(
+      apiKeyScope({ appId, keyId }),
+      "charged",
+      canonicalBodyHash(request()),
+      "req_dead_charged",
+      CHAT,
+    );
+    assert.equal(claim.kind, "claimed");
+    const held = await s.wallets.reserve(appId, holdInput("req_dead_charged", 1_000));
+    assert.ok(held.ok);
+    await s.wallets.settle(appId, held.reservation.id, usageInput("req_dead_charged", 700));
+    const spent = (await s.wallet(appId)).spent;
+    clock += 61_000;
+    const retry = await s.chat(apiKey, request(), withKey("charged"));
+    assert.equal(retry.status, 422);
+    const error = (await retry.json()).error;
+    assert.equal(error.code, "idempotency_answer_lost");
+    assert.match(error.message, /req_dead_charged\) was charged 0\.000700 USD/);
+    assert.equal(upstream.calls, 0, "not run again");
+    assert.equal((await s.wallet(appId)).spent, spent, "not charged again");
+    await assertAuditClean(s.kv);
   }, { now: () => clock, env: { RESERVATION_TTL_SECONDS: "60" } });
 });
 

@@ -3,7 +3,14 @@
  * entries take a payment back or give it back again. One place for the views, the audit and the
  * scripts.
  */
-import type { LedgerEntry, WalletRecord } from "@/lib/db.ts";
+import {
+  CHARGED_REQUEST_RETENTION_MS,
+  type ChargedRequest,
+  keys,
+  type LedgerEntry,
+  type UsageRecord,
+  type WalletRecord,
+} from "@/lib/db.ts";
 import type { Micros } from "@/lib/core/mod.ts";
 
 /** Starter credits, top-ups and operator credits: what was ever put into the wallet. */
@@ -19,4 +26,15 @@ export function takesBack(kind: LedgerEntry["kind"]): boolean {
 /** A failed refund or a won dispute: what a refund or chargeback took, given back. */
 export function givesBack(kind: LedgerEntry["kind"]): boolean {
   return kind === "refund_reversed" || kind === "chargeback_reversed";
+}
+
+/**
+ * Writes a usage record and, in the same operation, its index by request id, which tells a
+ * retry with the request's Idempotency-Key that the first run was charged (see keys.chargedRequest).
+ */
+export function setUsage(atomic: Deno.AtomicOperation, appId: string, usage: UsageRecord) {
+  const charged: ChargedRequest = { appId, usageId: usage.id, cost: usage.cost };
+  return atomic
+    .set(keys.usage(appId, usage.id), usage)
+    .set(keys.chargedRequest(usage.requestId), charged, { expireIn: CHARGED_REQUEST_RETENTION_MS });
 }

@@ -18,6 +18,7 @@ import {
 import { type Micros, newId } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { RateLimitStatus, RateWindows } from "./ratelimit.ts";
+import { setUsage } from "./ledger.ts";
 import {
   capBreach,
   cappedScopes,
@@ -305,7 +306,7 @@ export function planBatch(input: PlanInput) {
   };
 
   const chargeUsage = (usage: UsageRecord) => {
-    writes.push((a) => a.set(keys.usage(appId, usage.id), usage));
+    writes.push((a) => setUsage(a, appId, usage));
     keysUsed.add(usage.keyId);
     if (usage.cost > 0) {
       modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + usage.cost);

@@ -478,7 +478,7 @@ Deno.test("a batch with nothing uncharged writes no uncharged sum", () => {
   );
 });
 
-Deno.test("a settle deletes the reservation and its expiry entry and writes the usage record", () => {
+Deno.test("a settle deletes the reservation and its expiry entry and writes the usage record, indexed by its request", () => {
   const existing = reservation("res_1", 1_000);
   const s = settle("res_1", 300);
   const p = plan([s], {
@@ -492,6 +492,8 @@ Deno.test("a settle deletes the reservation and its expiry entry and writes the 
     `delete ${keys.reservation(APP, "res_1").join("/")}`,
     `delete ${keys.reservationExpiry(existing.leaseUntil, APP, "res_1").join("/")}`,
     `set ${keys.usage(APP, usage.usage.id).join("/")}`,
+    // In the same commit: a retry of its Idempotency-Key learns from it that it was charged.
+    `set ${keys.chargedRequest(usage.usage.requestId).join("/")}`,
     `sum ${keys.modelSpend(APP, "m/one").join("/")}`,
     `sum ${keys.dailySpend(APP, utcDay(NOW)).join("/")}`,
     `set ${keys.apiKeyLastUsed("key_a").join("/")}`,

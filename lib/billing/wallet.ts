@@ -37,6 +37,7 @@ import {
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { CommitLocks } from "./commit_locks.ts";
 import { LocalSlice } from "./slices.ts";
+import { setUsage } from "./ledger.ts";
 import { cappedScopes } from "./spend_caps.ts";
 import { RateWindows } from "./ratelimit.ts";
 import {
@@ -1403,7 +1404,7 @@ function writeCharges(
   let daySpend = 0;
   let uncharged = 0;
   for (const u of usage) {
-    atomic.set(keys.usage(appId, u.id), u);
+    setUsage(atomic, appId, u);
     keysUsed.add(u.keyId);
     if (u.cost > 0) modelSpend.set(u.model, (modelSpend.get(u.model) ?? 0) + u.cost);
     daySpend += u.cost;

@@ -117,6 +117,15 @@ export const ERROR_CODES = {
     fix:
       "Use a new key (a UUID) for every distinct request; reuse a key only to retry the same one.",
   },
+  idempotency_answer_lost: {
+    status: 422,
+    type: "invalid_request_error",
+    title: "Idempotent answer lost",
+    cause:
+      "The first request with this `Idempotency-Key` was charged, but the server stopped before it recorded the answer, so it cannot be given again. This repeat was not run and nothing was charged for it; the message names the first request's id and its cost.",
+    fix:
+      "To run the request again, and be charged again, send it with a new key. The first request's usage record (by its id) shows what it was charged.",
+  },
   idempotency_replay_too_large: {
     status: 422,
     type: "invalid_request_error",

@@ -7,7 +7,7 @@
  * that others may take over once the lease has passed. Records hold no money, so KV's `expireIn`
  * removes them; reads also ignore records older than the retention, since expiry is lazy.
  */
-import { type IdempotencyRecord, keys } from "@/lib/db.ts";
+import { type ChargedRequest, type IdempotencyRecord, keys } from "@/lib/db.ts";
 import { ApiError, concatBytes, CONFIG_DEFAULTS, newId, sha256Hex } from "@/lib/core/mod.ts";
 
 /** How long a recorded result is replayed. */
@@ -37,7 +37,9 @@ export type Claim =
   /** Same key and body, and the first request is still running. */
   | { kind: "in_use" }
   /** Same key and body; the first one's answer was charged but too large to be kept for replays. */
-  | { kind: "too_large"; requestId: string; bytes: number; limit: number };
+  | { kind: "too_large"; requestId: string; bytes: number; limit: number }
+  /** The first run was charged, and its process died before recording the answer. */
+  | { kind: "answer_lost"; requestId: string; cost: number };
 
 export interface IdempotencyOptions {
   /** How long a claim may run before another request may take the key over. */
@@ -107,6 +109,14 @@ export class IdempotencyStore {
           };
         }
         // Its body parts have already expired: the record is as good as gone.
+      }
+      if (current?.state === "running" && this.#live(current, now)) {
+        // Its process died (its lease ran out). If its request was charged (the charge commits
+        // before the answer is recorded), running it again would charge it twice.
+        const charged = await this.#kv.get<ChargedRequest>(keys.chargedRequest(current.requestId));
+        if (charged.value) {
+          return { kind: "answer_lost", requestId: current.requestId, cost: charged.value.cost };
+        }
       }
       const running: IdempotencyRecord = {
         state: "running",

@@ -338,7 +338,11 @@ export function billingPage() {
         </li>
         <li>
           If a Tollbooth instance dies while running the first request, the key stays in use (409)
-          until the request's hold lease has passed (10 minutes by default), then a retry runs it.
+          until the request's hold lease has passed (10 minutes by default). Then a retry runs it,
+          unless the first request had been charged before the instance died: that retry gets 422
+          {" "}
+          <code>idempotency_answer_lost</code>{" "}
+          with the first request's id and cost, and is neither run nor charged again.
         </li>
       </ul>
 
