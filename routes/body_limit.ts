@@ -5,8 +5,9 @@
  * cancelled. Nothing larger than the limit is ever held in memory, nor more than was sent: a body
  * declared larger than PRESIZED_READ_BYTES is read as it arrives, since reading it whole at once
  * sizes a buffer by its declared length first (a client that declares 4 MB and sends one byte held
- * 8 MB). A body not whole BODY_READ_TIMEOUT_MS after reading began is refused (408): a trickled
- * upload holds its connection, and is cut off.
+ * 8 MB). A body read here (any larger one, any chunked one, and every form's) not whole
+ * BODY_READ_TIMEOUT_MS after reading began is refused (408): a trickled upload holds its
+ * connection, and is cut off. A small API body is read at once by readJsonBody, with no deadline.
  */
 import type { Context, MiddlewareHandler } from "hono";
 import { ApiError, concatBytes, CONFIG_DEFAULTS } from "@/lib/core/mod.ts";
@@ -86,13 +87,13 @@ function sweepOverdue() {
 }
 
 /** Thrown by `withinBodyDeadline` when the body is overdue. */
-export class BodyTimeoutError extends Error {}
+class BodyTimeoutError extends Error {}
 
 /**
  * `read` (of one body), refused with BodyTimeoutError once the read timeout has passed since
  * `startedAt`; `cancel` stops the read then, where the caller can.
  */
-export function withinBodyDeadline<T>(
+function withinBodyDeadline<T>(
   read: Promise<T>,
   startedAt: number,
   cancel?: () => void,
@@ -195,7 +196,7 @@ export const pageBodyRefusal: BodyRefusal = (c, problem, maxBytes) =>
       413,
     );
 
-export function bodyTimeout(): ApiError {
+function bodyTimeout(): ApiError {
   return new ApiError(
     "request_timeout",
     `The request body had not arrived whole ${readTimeoutMs / 1000} seconds after its headers.`,
