@@ -391,6 +391,11 @@ export interface UsageRecord {
   countedLocally: boolean;
   /** The app's end user, from the request's `user` field (OpenAI's convention); absent: none. */
   user?: string;
+  /**
+   * Sent with an Idempotency-Key: the commit that charges it also indexes it by request id
+   * (keys.chargedRequest), which a retry of the key reads after a crash.
+   */
+  idempotent?: true;
   createdAt: number;
 }
 

@@ -127,6 +127,10 @@ export function idempotency<E extends Env>(
       () => store.renew(scope, key, claim).catch(() => {}),
       store.leaseMs / 3,
     );
+    // Its charge, if any, is indexed by request id in the commit that makes it: what a retry of
+    // this key reads should this process die before the answer is recorded.
+    const caller = c.get("caller");
+    if (caller) c.set("caller", { ...caller, idempotent: true });
     try {
       await next();
     } catch (error) {

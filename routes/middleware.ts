@@ -17,7 +17,7 @@ export type Env = {
   Variables: {
     requestId: string;
     trace: RequestTrace;
-    caller: { appId: string; keyId: string; keyGuard?: KeyGuard };
+    caller: { appId: string; keyId: string; keyGuard?: KeyGuard; idempotent?: true };
     /** Set when the log line is written later, by the end of a stream. */
     deferLog: boolean;
     /** The owner a management key acts for (management API routes). */

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { issueKey } from "@/lib/tenants/mod.ts";
+import { keys } from "@/lib/db.ts";
 import { apiKeyScope } from "@/routes/idempotency.ts";
 import { parseUsd } from "@/lib/core/mod.ts";
 import { revokeKey } from "@/lib/tenants/mod.ts";
@@ -371,6 +372,22 @@ Deno.test("a claim left by a dead process is taken over once its lease has passe
   }, { now: () => clock, env: { RESERVATION_TTL_SECONDS: "60" } });
 });
 
+Deno.test("a charged request sent with an Idempotency-Key is indexed by its request id; one sent without is not", async () => {
+  await withUpstream({}, async (s) => {
+    const { apiKey } = await s.newApp();
+    const keyed = await s.chat(apiKey, request(), withKey("indexed"));
+    const plain = await s.chat(apiKey, request());
+    assert.equal(keyed.status, 200);
+    assert.equal(plain.status, 200);
+    await keyed.body?.cancel();
+    await plain.body?.cancel();
+    const indexOf = (res: Response) =>
+      s.kv.get(keys.chargedRequest(res.headers.get("tollbooth-request-id")!));
+    assert.notEqual((await indexOf(keyed)).value, null);
+    assert.equal((await indexOf(plain)).value, null);
+  });
+});
+
 Deno.test("a claim left by a process that died after its charge is never run again: a retry is 422 idempotency_answer_lost", async () => {
   let clock = Date.now();
   await withUpstream({}, async (s, upstream) => {
@@ -388,7 +405,10 @@ Deno.test("a claim left by a process that died after its charge is never run aga
     assert.equal(claim.kind, "claimed");
     const held = await s.wallets.reserve(appId, holdInput("req_dead_charged", 1_000));
     assert.ok(held.ok);
-    await s.wallets.settle(appId, held.reservation.id, usageInput("req_dead_charged", 700));
+    await s.wallets.settle(appId, held.reservation.id, {
+      ...usageInput("req_dead_charged", 700),
+      idempotent: true,
+    });
     const spent = (await s.wallet(appId)).spent;
     clock += 61_000;
     const retry = await s.chat(apiKey, request(), withKey("charged"));

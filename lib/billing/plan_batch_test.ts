@@ -478,7 +478,7 @@ Deno.test("a batch with nothing uncharged writes no uncharged sum", () => {
   );
 });
 
-Deno.test("a settle deletes the reservation and its expiry entry and writes the usage record, indexed by its request", () => {
+Deno.test("a settle deletes the reservation and its expiry entry and writes the usage record", () => {
   const existing = reservation("res_1", 1_000);
   const s = settle("res_1", 300);
   const p = plan([s], {
@@ -492,12 +492,24 @@ Deno.test("a settle deletes the reservation and its expiry entry and writes the 
     `delete ${keys.reservation(APP, "res_1").join("/")}`,
     `delete ${keys.reservationExpiry(existing.leaseUntil, APP, "res_1").join("/")}`,
     `set ${keys.usage(APP, usage.usage.id).join("/")}`,
-    // In the same commit: a retry of its Idempotency-Key learns from it that it was charged.
-    `set ${keys.chargedRequest(usage.usage.requestId).join("/")}`,
     `sum ${keys.modelSpend(APP, "m/one").join("/")}`,
     `sum ${keys.dailySpend(APP, utcDay(NOW)).join("/")}`,
     `set ${keys.apiKeyLastUsed("key_a").join("/")}`,
   ]);
+});
+
+Deno.test("the settle of a request sent with an Idempotency-Key indexes its usage record by request id, in the same commit", () => {
+  const existing = reservation("res_1", 1_000);
+  const s = settle("res_1", 300, { idempotent: true });
+  const p = plan([s], {
+    wallet: walletReserving(0, existing),
+    reservations: reservationsOf(existing),
+  });
+  p.resolveAll();
+  const usage = s.done.get();
+  assert.ok(usage.settled);
+  const names = keyNames(writesOf(p));
+  assert.ok(names.includes(`set ${keys.chargedRequest(usage.usage.requestId).join("/")}`));
 });
 
 Deno.test("a settle of a reservation already released charges nothing and writes nothing", () => {

@@ -11,6 +11,8 @@ export interface Caller {
   keyGuard?: KeyGuard;
   /** The app's end user (the request's `user` field): recorded on the usage, capped per app. */
   user?: string;
+  /** Sent with an Idempotency-Key: its charge is indexed by request id (see UsageRecord). */
+  idempotent?: true;
 }
 
 /** What a request did, for its log line; filled in as the request goes. */

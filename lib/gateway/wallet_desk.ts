@@ -164,6 +164,7 @@ export class WalletDesk {
       requestId: info.requestId,
       keyId: caller.keyId,
       ...(caller.user === undefined ? {} : { user: caller.user }),
+      ...(caller.idempotent ? { idempotent: true as const } : {}),
       model: model.id,
       provider: model.provider.name,
       promptTokens: usage.promptTokens,
