@@ -37,9 +37,8 @@ export function bodyLimit(
   refuse: BodyRefusal,
   options: {
     /**
-     * The route reads its body with readJsonBody, which holds that one read to the same deadline:
-     * a small declared body is left to it (the API's fast path). Other routes get every body read
-     * here first.
+     * The route reads its body with readJsonBody: a small declared body is left to it, read at
+     * once with no deadline (see json_body.ts). Other routes get every body read here first.
      */
     readsJson?: boolean;
   } = {},
@@ -199,6 +198,6 @@ export const pageBodyRefusal: BodyRefusal = (c, problem, maxBytes) =>
 function bodyTimeout(): ApiError {
   return new ApiError(
     "request_timeout",
-    `The request body had not arrived whole ${readTimeoutMs / 1000} seconds after its headers.`,
+    `The request body had not arrived whole ${readTimeoutMs / 1000} seconds after reading began.`,
   );
 }

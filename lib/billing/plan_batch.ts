@@ -437,7 +437,8 @@ export function planBatch(input: PlanInput) {
           const id = heldCounterId(r, scope);
           spendScopes.set(counterId(scope, id), { scope, id, held: true });
         }
-        for (const s of cappedScopes(caps, r.keyId, r.user)) {
+        const capped = cappedScopes(caps, r.keyId, r.user);
+        for (const s of capped) {
           if (!spendScopes.has(counterId(s.scope, s.id))) {
             spendScopes.set(counterId(s.scope, s.id), { ...s, held: false });
           }
@@ -445,7 +446,7 @@ export function planBatch(input: PlanInput) {
         // A cost above the hold is charged only as far as the balance and every cap have room:
         // the rest is uncharged, as the balance's is, so that no settle passes a cap either.
         let roomAboveHold = wallet.available;
-        for (const s of cappedScopes(caps, r.keyId, r.user)) {
+        for (const s of capped) {
           const c = counter(s.scope, s.id);
           const othersHeld = c.held -
             (spendScopes.get(counterId(s.scope, s.id))?.held ? r.amount : 0);

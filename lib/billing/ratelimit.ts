@@ -168,10 +168,10 @@ export class RateWindows {
     keyId: string,
     delta: number,
     now: number,
-    held?: { reserved: number; since: number },
+    held: { reserved: number; since: number },
   ): RateLimitStatus {
     let tokens = delta;
-    if (tokens < 0 && held) {
+    if (tokens < 0) {
       const drainedSince = (Math.max(0, now - held.since) * this.limitsOf("app", keyId).tpm) /
         WINDOW_MS;
       tokens = -Math.min(-tokens, Math.max(0, held.reserved - drainedSince));

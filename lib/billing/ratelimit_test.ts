@@ -109,9 +109,10 @@ Deno.test("the wait is the longest of both dimensions and both scopes", () => {
 Deno.test("corrected tokens give back what was not used, and a level never drops below empty", () => {
   const w = windows({ rpm: 60, tpm: 1_000 });
   w.consume("key_a", 800, T0);
-  assert.equal(w.adjustTokens("key_a", -750, T0).tokens.remaining, 950);
-  assert.equal(w.adjustTokens("key_a", -5_000, T0).tokens.remaining, 1_000);
-  assert.equal(w.adjustTokens("key_a", 400, T0).tokens.remaining, 600);
+  const held = { reserved: 800, since: T0 };
+  assert.equal(w.adjustTokens("key_a", -750, T0, held).tokens.remaining, 950);
+  assert.equal(w.adjustTokens("key_a", -5_000, T0, held).tokens.remaining, 1_000);
+  assert.equal(w.adjustTokens("key_a", 400, T0, held).tokens.remaining, 600);
 });
 
 Deno.test("a settle gives back no more than what is left of its own count: a long request's unused hold, drained, frees nothing", () => {
@@ -134,7 +135,7 @@ Deno.test("a settle gives back no more than what is left of its own count: a lon
 
 Deno.test("a correction of zero tokens writes nothing", () => {
   const w = windows();
-  w.adjustTokens("key_a", 0, T0);
+  w.adjustTokens("key_a", 0, T0, { reserved: 0, since: T0 });
   assert.equal(w.changed, false);
   w.consume("key_a", 1, T0);
   assert.equal(w.changed, true);

@@ -86,6 +86,15 @@ export function currentCounter(counter: SpendCounter | null, now: number): Spend
   return c;
 }
 
+/** Each cap with its limit and what its window has spent. */
+function capWindows(caps: SpendCaps, counter: SpendCounter): [CapName, Micros | null, Micros][] {
+  return [
+    ["total", caps.total, counter.total],
+    ["daily", caps.daily, counter.daySpent],
+    ["monthly", caps.monthly, counter.monthSpent],
+  ];
+}
+
 /** The first cap that `amount` more would pass, with what remains under it; null when it fits. */
 export function capBreach(
   scope: SpendScope,
@@ -93,12 +102,7 @@ export function capBreach(
   counter: SpendCounter,
   amount: Micros,
 ): CapBreach | null {
-  const windows: [CapName, Micros | null, Micros][] = [
-    ["total", caps.total, counter.total],
-    ["daily", caps.daily, counter.daySpent],
-    ["monthly", caps.monthly, counter.monthSpent],
-  ];
-  for (const [cap, limit, spent] of windows) {
+  for (const [cap, limit, spent] of capWindows(caps, counter)) {
     if (limit === null) continue;
     const remaining = Math.max(0, limit - spent - counter.held);
     if (amount > remaining) return { scope, cap, limit, remaining };
@@ -109,12 +113,7 @@ export function capBreach(
 /** What may still be spent under `caps` with `held` held by other requests (a large number when uncapped). */
 export function capRoom(caps: SpendCaps, counter: SpendCounter, held: Micros): Micros {
   let room = Number.MAX_SAFE_INTEGER;
-  const windows: [Micros | null, Micros][] = [
-    [caps.total, counter.total],
-    [caps.daily, counter.daySpent],
-    [caps.monthly, counter.monthSpent],
-  ];
-  for (const [limit, spent] of windows) {
+  for (const [, limit, spent] of capWindows(caps, counter)) {
     if (limit !== null) room = Math.min(room, Math.max(0, limit - spent - held));
   }
   return room;

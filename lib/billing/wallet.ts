@@ -441,7 +441,11 @@ export class Wallets {
     if (!caps || caps.value !== null) return false;
     // Rate limits are decided there too: an app refused for rate here is not predicted until its
     // wait is over, or every refused request would call its provider all the same.
-    if ((this.#rateLimitedUntil.get(appId) ?? 0) > this.#now()) return false;
+    const rateLimitedUntil = this.#rateLimitedUntil.get(appId);
+    if (rateLimitedUntil !== undefined) {
+      if (rateLimitedUntil > this.#now()) return false;
+      this.#rateLimitedUntil.delete(appId);
+    }
     // The reserves of this process still being decided come off what it last saw: a burst of
     // requests each predicted alone would all start on money only some of them get.
     const deciding = this.#deciding.get(appId) ?? 0;
