@@ -33,15 +33,10 @@ async function upload(
   framing: "chunked" | "declared",
 ): Promise<Upload> {
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: instance.port });
-  const head = [
-    `POST ${path} HTTP/1.1`,
-    "Host: 127.0.0.1",
+  const head = requestHead(path, [
     "Connection: close",
     framing === "chunked" ? "Transfer-Encoding: chunked" : `Content-Length: ${UPLOAD_BYTES}`,
-    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
-    "",
-    "",
-  ].join("\r\n");
+  ], headers);
   const answer = readAnswer(conn);
   let sent = 0;
   let answered = false;
@@ -211,58 +206,44 @@ Deno.test("300 MiB bodies, chunked or declared, are refused at each route's limi
   }
 });
 
-/** Sends a request's head declaring `declared` body bytes, then only `sent` of them, and waits. */
+/** A request's head: its request line, `framing` (a body's length or chunking) and `headers`. */
+function requestHead(path: string, framing: string[], headers: Record<string, string>): string {
+  return [
+    `POST ${path} HTTP/1.1`,
+    "Host: 127.0.0.1",
+    ...framing,
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+    "",
+    "",
+  ].join("\r\n");
+}
+
+/**
+ * Sends a request's head and only the start of its body, then waits: `declared` bytes are
+ * announced and `sent` of them sent, or (`chunked`) one chunk of one byte.
+ */
 async function stall(
   instance: Instance,
   path: string,
   headers: Record<string, string>,
-  declared: number,
-  sent: number,
+  body: { declared: number; sent: number } | "chunked",
 ) {
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: instance.port });
-  const head = [
-    `POST ${path} HTTP/1.1`,
-    "Host: 127.0.0.1",
-    `Content-Length: ${declared}`,
-    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
-    "",
-    "",
-  ].join("\r\n");
-  await writeAll(conn, concatBytes([encoder.encode(head), new Uint8Array(sent).fill(0x7b)]));
-  const answer = readAnswer(conn).whole;
-  return {
-    answer: answer.finally(() => {
-      try {
-        conn.close();
-      } catch {
-        // already closed
-      }
-    }),
-  };
-}
-
-/** Sends a request's head with a chunked body, then one small chunk of it, and waits. */
-async function stallChunked(instance: Instance, path: string, headers: Record<string, string>) {
-  const conn = await Deno.connect({ hostname: "127.0.0.1", port: instance.port });
-  const head = [
-    `POST ${path} HTTP/1.1`,
-    "Host: 127.0.0.1",
-    "Transfer-Encoding: chunked",
-    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
-    "",
-    "",
-  ].join("\r\n");
-  await writeAll(conn, encoder.encode(`${head}1\r\n{\r\n`));
-  const answer = readAnswer(conn).whole;
-  return {
-    answer: answer.finally(() => {
-      try {
-        conn.close();
-      } catch {
-        // already closed
-      }
-    }),
-  };
+  const start = body === "chunked"
+    ? encoder.encode(`${requestHead(path, ["Transfer-Encoding: chunked"], headers)}1\r\n{\r\n`)
+    : concatBytes([
+      encoder.encode(requestHead(path, [`Content-Length: ${body.declared}`], headers)),
+      new Uint8Array(body.sent).fill(0x7b),
+    ]);
+  await writeAll(conn, start);
+  const answer = readAnswer(conn).whole.finally(() => {
+    try {
+      conn.close();
+    } catch {
+      // already closed
+    }
+  });
+  return { answer };
 }
 
 Deno.test("stalled uploads hold no more memory than they sent, and large, chunked and form ones are refused 408 once BODY_READ_TIMEOUT_MS has passed", async () => {
@@ -285,10 +266,13 @@ Deno.test("stalled uploads hold no more memory than they sent, and large, chunke
     // Each declares just under the 4 MiB limit and sends one byte: a buffer sized by the declared
     // length would take 8 MB apiece, 320 MB in all.
     const large = await Promise.all(
-      Array.from({ length: 40 }, () => stall(instance, "/v1/chat/completions", api, 4_000_000, 1)),
+      Array.from(
+        { length: 40 },
+        () => stall(instance, "/v1/chat/completions", api, { declared: 4_000_000, sent: 1 }),
+      ),
     );
-    const chunked = await stallChunked(instance, "/v1/chat/completions", api);
-    const page = await stall(instance, "/signup", form, 100, 5);
+    const chunked = await stall(instance, "/v1/chat/completions", api, "chunked");
+    const page = await stall(instance, "/signup", form, { declared: 100, sent: 5 });
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     const growth = (await memory(instance.pid)).peak - before.rss;
     assert.ok(growth < 40 * 1024 * 1024, `40 stalled uploads grew the process ${MiB(growth)} MiB`);

@@ -350,20 +350,31 @@ Deno.test("a key is replayed for 24 hours, then runs afresh", async () => {
   }, { now: () => clock });
 });
 
+/** Claims `key` as another process would that then died, its request `requestId` unanswered. */
+async function claimAsDeadProcess(
+  s: TestService,
+  caller: { appId: string; keyId: string },
+  key: string,
+  requestId: string,
+  now: () => number,
+) {
+  const dead = new IdempotencyStore(s.kv, { leaseMs: 60_000, now });
+  const claim = await dead.claim(
+    apiKeyScope(caller),
+    key,
+    canonicalBodyHash(request()),
+    requestId,
+    CHAT,
+  );
+  assert.equal(claim.kind, "claimed");
+}
+
 Deno.test("a claim left by a dead process is taken over once its lease has passed", async () => {
   let clock = Date.now();
   await withUpstream({}, async (s, upstream) => {
     const { appId, apiKey, keyId } = await s.newApp();
     // Another process claimed the key and died before answering.
-    const dead = new IdempotencyStore(s.kv, { leaseMs: 60_000, now: () => clock });
-    const claim = await dead.claim(
-      apiKeyScope({ appId, keyId }),
-      "orphan",
-      canonicalBodyHash(request()),
-      "req_dead",
-      CHAT,
-    );
-    assert.equal(claim.kind, "claimed");
+    await claimAsDeadProcess(s, { appId, keyId }, "orphan", "req_dead", () => clock);
     assert.equal((await s.chat(apiKey, request(), withKey("orphan"))).status, 409);
     clock += 61_000;
     const taken = await s.chat(apiKey, request(), withKey("orphan"));
@@ -394,15 +405,7 @@ Deno.test("a claim left by a process that died after its charge is never run aga
     const { appId, apiKey, keyId } = await s.newApp();
     // Another process claimed the key, was charged for its request, and died before recording
     // the answer: the charge's commit wrote its usage record, and the claim still says running.
-    const dead = new IdempotencyStore(s.kv, { leaseMs: 60_000, now: () => clock });
-    const claim = await dead.claim(
-      apiKeyScope({ appId, keyId }),
-      "charged",
-      canonicalBodyHash(request()),
-      "req_dead_charged",
-      CHAT,
-    );
-    assert.equal(claim.kind, "claimed");
+    await claimAsDeadProcess(s, { appId, keyId }, "charged", "req_dead_charged", () => clock);
     const held = await s.wallets.reserve(appId, holdInput("req_dead_charged", 1_000));
     assert.ok(held.ok);
     await s.wallets.settle(appId, held.reservation.id, {

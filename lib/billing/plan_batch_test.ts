@@ -1004,22 +1004,27 @@ Deno.test("money owed is taken before a reserve: the reserve is decided against 
   assertBalanced(p.wallet);
 });
 
-Deno.test("money owed is taken before a slice is granted from the balance", () => {
+/** A grant of `want` to slice slc_1, which this process holds already when `grows`. */
+function sliceGrant(want: number, grows: boolean) {
   const done = new Answer<SliceGrantResult>();
-
   const op: Op = {
     kind: "slice_grant",
     grant: {
       sliceId: "slc_1",
-      want: 800,
+      want,
       minimum: 10,
       rateWant: { requests: 1, tokens: 1 },
       minimumTokens: 0,
       leaseMs: LEASE_MS,
-      grows: false,
+      grows,
     },
     done,
   };
+  return { op, done };
+}
+
+Deno.test("money owed is taken before a slice is granted from the balance", () => {
+  const { op, done } = sliceGrant(800, false);
   const p = plan([{ op }], {
     wallet: wallet(800, { owed: 800, topUps: 800 }),
     slices: new Map([["slc_1", null]]),
@@ -1233,20 +1238,7 @@ Deno.test("spend caps: a cost above the hold is charged only up to the cap's roo
 });
 
 Deno.test("a grant to a slice this process holds, whose entry a sweeper returned, grants nothing and says it is gone", () => {
-  const done = new Answer<SliceGrantResult>();
-  const op: Op = {
-    kind: "slice_grant",
-    grant: {
-      sliceId: "slc_1",
-      want: 800,
-      minimum: 10,
-      rateWant: { requests: 1, tokens: 1 },
-      minimumTokens: 0,
-      leaseMs: LEASE_MS,
-      grows: true,
-    },
-    done,
-  };
+  const { op, done } = sliceGrant(800, true);
   const p = plan([{ op }], { wallet: wallet(10_000), slices: new Map([["slc_1", null]]) });
   p.resolveAll();
   assert.deepEqual(done.get(), { granted: 0, available: 10_000, gone: true });
