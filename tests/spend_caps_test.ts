@@ -137,6 +137,28 @@ Deno.test("an end user's cap holds on /v1/responses as on chat, and the usage re
     assert.equal(record.user, undefined);
   }));
 
+Deno.test("an end user's cap holds on /v1/embeddings as on chat, and the usage record names them", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    // A short embedding costs the smallest charge, one micro-dollar: the cap allows one.
+    await setSpendCaps(s.kv, appId, { endUser: true }, { total: 1 });
+    const embed = async (user: string) => {
+      const res = await s.post(apiKey, "/embeddings", {
+        model: "tollbooth/embed",
+        input: "hi",
+        user,
+      });
+      return { status: res.status, body: await res.json() };
+    };
+    assert.equal((await embed("alice")).status, 200);
+    const refused = await embed("alice");
+    assert.equal(refused.status, 402);
+    assert.equal(refused.body.error.code, "user_spend_cap_exceeded");
+    assert.equal((await embed("bob")).status, 200);
+    const users = (await usageRecords(s.kv, appId)).map((r) => r.user).sort();
+    assert.deepEqual(users, ["alice", "bob"]);
+  }));
+
 Deno.test("an empty wallet is insufficient_credits even under a cap, and a cap is not the wallet's 402", () =>
   withService(async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();

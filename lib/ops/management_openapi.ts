@@ -176,7 +176,8 @@ export function managementOpenApi(
     "/management/apps/{app_id}/end_user_spend_cap": {
       get: {
         operationId: "getEndUserSpendCap",
-        summary: "The caps each end user (the chat request's `user`) of the app has.",
+        summary:
+          "The caps each end user (the `user` of a chat, Responses or embeddings request) of the app has.",
         security,
         parameters: [appId],
         responses: { ...ok(ref("EndUserSpendCap"), "The caps."), ...errors(READ_ERRORS) },

@@ -62,8 +62,9 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
           <code>from</code> not after{" "}
           <code>to</code>, at most 93; default the last 30): requests, tokens and cost per group.
           {" "}
-          <code>user</code> is the chat request's <code>user</code>{" "}
-          field; requests without one form the group <code>null</code>.
+          <code>user</code> is the <code>user</code>{" "}
+          field of a chat, Responses or embeddings request; requests without one form the group{" "}
+          <code>null</code>.
         </li>
         <li>
           <code>GET /apps/{"{app_id}"}/ledger</code>: credits (starter, top-ups, operator credits),

@@ -90,7 +90,7 @@ export function paidEventStream<E>(
 }
 
 /**
- * The caller with the end user the app names (OpenAI's `user`, on chat and Responses alike): its
+ * The caller with the end user the app names (OpenAI's `user`, on chat, Responses and embeddings alike): its
  * spend caps apply and its usage records carry it. An empty name names no one.
  */
 export function withEndUser<C extends object>(caller: C, user: string | null | undefined) {
