@@ -22,6 +22,7 @@ const REPLAYED_HEADERS = [
   "tollbooth-request-cost",
   "tollbooth-balance",
   "tollbooth-provider",
+  "x-should-retry",
 ];
 
 /**

@@ -305,6 +305,7 @@ Deno.test("a first attempt that was charged (502 upstream_interrupted) is record
     assert.equal(retried.status, 502);
     assert.equal(retried.headers.get("idempotent-replayed"), "true");
     assert.equal(parseUsd(retried.headers.get("tollbooth-request-cost")!), charged);
+    assert.equal(retried.headers.get("x-should-retry"), "false");
     assert.equal(upstream.calls, 1);
     assert.equal((await s.wallet(appId)).spent, charged);
   }));

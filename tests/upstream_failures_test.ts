@@ -3,6 +3,7 @@
  * body's code and the wallet afterwards. Fakes speak the providers' real formats (tests/fixtures).
  */
 import assert from "node:assert/strict";
+import OpenAI from "openai";
 import { countPromptTokens } from "@/lib/gateway/tokens.ts";
 import { claudeTokenBound } from "@/lib/gateway/claude_tokens.ts";
 import {
@@ -453,6 +454,32 @@ for (const kind of KINDS) {
       assert.equal(record.cost, charged);
       assert.equal(res.headers.get("tollbooth-provider"), record.provider, "who served is named");
     }));
+
+  Deno.test(`${kind}: a non-streamed answer cut after it began says x-should-retry: false, so the openai SDK with its default retries runs and charges it once`, async () => {
+    let calls = 0;
+    await withFake(kind, () => {
+      calls++;
+      return sseResponse(streamStart(kind));
+    }, async (s, apiKey, appId) => {
+      const gateway = serveLoopback(s.handle);
+      try {
+        // maxRetries left at the SDK's default (2): a 502 is retried unless the server says not.
+        const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey });
+        const failed = await client.chat.completions.create({
+          model: "up/m",
+          messages: [{ role: "user", content: PROMPT }],
+          max_tokens: 100,
+        }).then(() => null, (error: unknown) => error);
+        assert.ok(failed instanceof OpenAI.APIError);
+        assert.equal(failed.status, 502);
+        assert.equal(failed.headers?.get("x-should-retry"), "false");
+        assert.equal(calls, 1);
+        assert.equal((await s.wallet(appId)).available, START - cutCost(kind));
+      } finally {
+        await gateway.close();
+      }
+    });
+  });
 
   Deno.test(`${kind}: a non-streamed answer that stalls past the timeout after it began is 502 upstream_interrupted and charged what was produced`, () =>
     withFake(

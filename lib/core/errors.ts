@@ -232,7 +232,8 @@ export const ERROR_CODES = {
     title: "The provider broke off mid-answer",
     cause:
       "A non-streamed request is served from a streamed upstream call: the provider cut the connection, sent an error, or stayed silent longer than its timeout after it had begun answering. The provider bills the tokens it produced, so they are charged (counted by us when the provider gave no usage); `Tollbooth-Request-Cost` on this response says how much. The partial answer is not returned.",
-    fix: "Retry the request, or stream it (`stream: true`) to keep what arrives before a cut.",
+    fix:
+      "Retry the request if you want the answer (a retry is charged again), or stream it (`stream: true`) to keep what arrives before a cut. The response says `x-should-retry: false`, so the official OpenAI and Anthropic SDKs do not retry it by themselves; clients that retry every 5xx (the Vercel AI SDK, LangChain) do, unless the request carries an `Idempotency-Key`.",
   },
   payments_unavailable: {
     status: 503,

@@ -201,12 +201,14 @@ export class Gateway {
       "Tollbooth-Provider": opened.route.provider.name,
     };
     if (ending.kind === "upstream_cut") {
+      // The official SDKs retry a 5xx by themselves, and each run would be charged again; this
+      // header (theirs, not a standard) is the one thing that stops them.
       throw new ApiError(
         "upstream_interrupted",
         `The upstream provider broke off after it had begun answering (${ending.failure.message}); the provider bills the tokens it produced, so they were charged (${
           formatUsd(charged)
         } USD). The partial answer is not returned.`,
-        { headers: costHeaders },
+        { headers: { ...costHeaders, "x-should-retry": "false" } },
       );
     }
     const { completion } = assembleCompletion(parts);

@@ -151,6 +151,11 @@ function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ER
       description: `On ${only} only: the catalog provider whose work was charged.`,
       schema: { type: "string" },
     };
+    headers["x-should-retry"] = {
+      description:
+        `On ${only} only: \`false\`. A retry would run and be charged again, so the official OpenAI and Anthropic SDKs, which retry a 5xx by themselves, leave it to the caller.`,
+      schema: { type: "string", const: "false" },
+    };
   }
   // A 401 has no caller to count; a 500 may be the limiter's own storage failing.
   if (status !== 401 && status !== 500) {

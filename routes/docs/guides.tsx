@@ -263,7 +263,11 @@ export function billingPage() {
             <code>502 upstream_interrupted</code>
           </a>{" "}
           and what was produced is charged (the provider bills it); its{" "}
-          <code>Tollbooth-Request-Cost</code> header says how much.
+          <code>Tollbooth-Request-Cost</code> header says how much. It also says{" "}
+          <code>x-should-retry: false</code>, so the official OpenAI and Anthropic SDKs do not run
+          it again by themselves (a run is charged each time); the Vercel AI SDK and LangChain retry
+          every 5xx, so send an <code>Idempotency-Key</code>{" "}
+          with such requests: a repeat replays the 502 and is not charged.
         </li>
         <li>
           A stream's 200 is sent only once the provider has answered, so a refused request gets its
