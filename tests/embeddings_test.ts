@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { embedMany } from "ai";
+import { OpenAIEmbeddings } from "@langchain/openai";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { countTextTokens } from "@/lib/gateway/tokens.ts";
 import { fromBase64 } from "@/lib/gateway/embedding_vectors.ts";
@@ -394,6 +395,35 @@ Deno.test("the Vercel AI SDK's embedMany with @ai-sdk/openai's embedding model",
       assert.equal(usage.tokens, tokens);
       assert.equal(lastBody(upstream).model, "text-embedding-3-small");
       assert.equal((await s.wallet(appId)).spent, expectedCost(tokens, FAKE_PRICE));
+    } finally {
+      await server.close();
+    }
+  }));
+
+Deno.test("LangChain's OpenAIEmbeddings embeds documents and a query, each request charged its usage", () =>
+  withFake(async ({ s, appId, apiKey, upstream }) => {
+    const server = serveLoopback(s.handle);
+    try {
+      const embeddings = new OpenAIEmbeddings({
+        model: "fake/embed",
+        apiKey,
+        configuration: { baseURL: `${server.url}/v1` },
+        maxRetries: 0,
+      });
+      const documents = ["sunny day at the beach", "rainy day in the city"];
+      const vectors = await embeddings.embedDocuments(documents);
+      assert.equal(vectors.length, 2);
+      assert.equal(vectors[0].length, 1536);
+      const query = await embeddings.embedQuery("weather by the sea");
+      assert.equal(query.length, 1536);
+      assert.equal(lastBody(upstream).model, "text-embedding-3-small");
+      const tokens = [...documents, "weather by the sea"].map(countTextTokens);
+      const charged = (await usageRecords(s.kv, appId)).map((r) => r.cost);
+      assert.deepEqual(charged, [
+        expectedCost(tokens[0] + tokens[1], FAKE_PRICE),
+        expectedCost(tokens[2], FAKE_PRICE),
+      ]);
+      assert.equal((await s.wallet(appId)).spent, charged[0] + charged[1]);
     } finally {
       await server.close();
     }

@@ -3,7 +3,7 @@
  * condition, through @ai-sdk/openai-compatible and @ai-sdk/openai's chat model.
  */
 import assert from "node:assert/strict";
-import { generateText, stepCountIs, streamText, tool } from "ai";
+import { generateText, Output, stepCountIs, streamText, tool } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { createOpenAI } from "@ai-sdk/openai";
 import { z } from "zod";
@@ -34,6 +34,7 @@ function models(d: Dialect) {
   return {
     "openai-compatible": (id: string) => compatible.chatModel(id),
     "openai .chat()": (id: string) => openai.chat(id),
+    "openai Responses": (id: string) => openai(id),
   };
 }
 
@@ -91,6 +92,52 @@ for (const { kind, model } of KINDS) {
         assert.deepEqual(steps[0].toolCalls[0].input, { city: "Paris" });
         assertToolResultReachedUpstream(d, kind);
         await assertCharged(d, model, ...usage);
+      }));
+  }
+}
+
+const Person = z.object({ name: z.string(), born: z.number().int() });
+const ADA = { name: "Ada Lovelace", born: 1815 };
+
+for (const { kind, model } of KINDS) {
+  for (const provider of ["openai-compatible", "openai .chat()", "openai Responses"] as const) {
+    Deno.test(`AI SDK ${provider}, ${kind} kind: Output.object is the schema's object, generated and streamed, each charged its usage`, () =>
+      withDialect(async (d) => {
+        for (let i = 0; i < 2; i++) {
+          if (kind === "openai") {
+            d.openai.script({
+              content: JSON.stringify(ADA),
+              promptTokens: 60,
+              completionTokens: 11,
+            });
+          } else {
+            // Without a schema to send (openai-compatible asks for json_object), the answer tool
+            // Tollbooth gives Claude is json_response; with one, it carries the schema's name.
+            const name = provider === "openai-compatible" ? "json_response" : "response";
+            d.claude.script({
+              content: [{ type: "tool_use", name, input: ADA }],
+              inputTokens: 410,
+              outputTokens: 20,
+            });
+          }
+        }
+        const options = {
+          model: models(d)[provider](model),
+          output: Output.object({ schema: Person }),
+          // OpenAI refuses json_object unless the messages mention JSON.
+          prompt: "Who wrote the first program? Answer in JSON.",
+          maxRetries: 0,
+        };
+        assert.deepEqual((await generateText(options)).output, ADA);
+        const streamed = streamText(options);
+        const partials = [];
+        for await (const partial of streamed.partialOutputStream) partials.push(partial);
+        assert.ok(partials.length >= 1);
+        assert.deepEqual(await streamed.output, ADA);
+        const usage = kind === "openai"
+          ? { prompt: 60, completion: 11 }
+          : { prompt: 410, completion: 20 };
+        await assertCharged(d, model, usage, usage);
       }));
   }
 }

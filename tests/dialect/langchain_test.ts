@@ -1,7 +1,7 @@
 /** LangChain.js's ChatOpenAI with a base URL, against both provider kinds: tools and structured output. */
 import assert from "node:assert/strict";
 import { ChatOpenAI } from "@langchain/openai";
-import { HumanMessage, ToolMessage } from "@langchain/core/messages";
+import { type AIMessageChunk, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import { assertCharged, CLAUDE_MODEL, type Dialect, OPENAI_MODEL, withDialect } from "./harness.ts";
 
@@ -113,5 +113,37 @@ for (const { kind, model } of KINDS) {
         model,
         kind === "openai" ? { prompt: 60, completion: 11 } : { prompt: 410, completion: 20 },
       );
+    }));
+
+  Deno.test(`LangChain, ${kind} kind: stream() delivers the answer in chunks with its usage, charged that usage`, () =>
+    withDialect(async (d) => {
+      const answer = "Bergen is the rainiest city in Norway.";
+      const usage = kind === "openai"
+        ? { prompt: 40, completion: 9 }
+        : { prompt: 350, completion: 12 };
+      if (kind === "openai") {
+        d.openai.script({
+          content: answer,
+          promptTokens: usage.prompt,
+          completionTokens: usage.completion,
+        });
+      } else {
+        d.claude.script({
+          text: answer,
+          inputTokens: usage.prompt,
+          outputTokens: usage.completion,
+        });
+      }
+      let whole: AIMessageChunk | undefined;
+      let chunks = 0;
+      for await (const chunk of await chat(d, model).stream("Which city in Norway is rainiest?")) {
+        whole = whole ? whole.concat(chunk) : chunk;
+        chunks++;
+      }
+      assert.ok(chunks > 1, "streamed, not answered at once");
+      assert.equal(whole?.content, answer);
+      assert.equal(whole?.usage_metadata?.input_tokens, usage.prompt);
+      assert.equal(whole?.usage_metadata?.output_tokens, usage.completion);
+      await assertCharged(d, model, usage);
     }));
 }
