@@ -5,12 +5,13 @@ import { type AIMessageChunk, HumanMessage, ToolMessage } from "@langchain/core/
 import { z } from "zod";
 import { assertCharged, CLAUDE_MODEL, type Dialect, OPENAI_MODEL, withDialect } from "./harness.ts";
 
-function chat(d: Dialect, model: string) {
+function chat(d: Dialect, model: string, options: { useResponsesApi?: boolean } = {}) {
   return new ChatOpenAI({
     model,
     apiKey: d.apiKey,
     configuration: { baseURL: d.baseURL },
     maxRetries: 0,
+    ...options,
   });
 }
 
@@ -145,5 +146,58 @@ for (const { kind, model } of KINDS) {
       assert.equal(whole?.usage_metadata?.input_tokens, usage.prompt);
       assert.equal(whole?.usage_metadata?.output_tokens, usage.completion);
       await assertCharged(d, model, usage);
+    }));
+
+  Deno.test(`LangChain with useResponsesApi, ${kind} kind: a tool round trip, then a streamed answer with its usage, each charged`, () =>
+    withDialect(async (d) => {
+      const steps = kind === "openai"
+        ? [{ prompt: 70, completion: 12 }, { prompt: 95, completion: 5 }, {
+          prompt: 40,
+          completion: 6,
+        }]
+        : [{ prompt: 380, completion: 25 }, { prompt: 420, completion: 6 }, {
+          prompt: 350,
+          completion: 6,
+        }];
+      if (kind === "openai") {
+        d.openai.script(
+          {
+            toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }],
+            promptTokens: steps[0].prompt,
+            completionTokens: steps[0].completion,
+          },
+          { content: "Cold in Oslo.", promptTokens: steps[1].prompt, completionTokens: 5 },
+          { content: "Bring a warm coat.", promptTokens: steps[2].prompt, completionTokens: 6 },
+        );
+      } else {
+        d.claude.script(
+          {
+            content: [{ type: "tool_use", name: "get_weather", input: { city: "Oslo" } }],
+            inputTokens: steps[0].prompt,
+            outputTokens: steps[0].completion,
+          },
+          { text: "Cold in Oslo.", inputTokens: steps[1].prompt, outputTokens: 6 },
+          { text: "Bring a warm coat.", inputTokens: steps[2].prompt, outputTokens: 6 },
+        );
+      }
+      const llm = chat(d, model, { useResponsesApi: true });
+      const withTools = llm.bindTools([WEATHER]);
+      const question = new HumanMessage("Weather in Oslo?");
+      const call = await withTools.invoke([question]);
+      assert.deepEqual(call.tool_calls?.[0].args, { city: "Oslo" });
+      const answer = await withTools.invoke([
+        question,
+        call,
+        new ToolMessage({ tool_call_id: call.tool_calls![0].id!, content: "-5 C" }),
+      ]);
+      assert.equal(answer.text, "Cold in Oslo.");
+      let whole: AIMessageChunk | undefined;
+      for await (const chunk of await llm.stream("What should I wear?")) {
+        whole = whole ? whole.concat(chunk) : chunk;
+      }
+      assert.equal(whole?.text, "Bring a warm coat.");
+      assert.equal(whole?.usage_metadata?.input_tokens, steps[2].prompt);
+      assert.equal(whole?.usage_metadata?.output_tokens, steps[2].completion);
+      await assertCharged(d, model, ...steps);
     }));
 }
