@@ -8,13 +8,15 @@ export interface NewKeyFormProps {
   /** "create" asks for a name; "rotate" replaces the named key after a confirmation. */
   mode: "create" | "rotate";
   keyName?: string;
+  /** The name a refused post (without JavaScript) typed, and the alert that says why. */
+  refused?: { name: string; alertId: string };
 }
 
 /**
  * Issues a key (new, or the replacement of a rotated one) and shows it once, in place, with a copy
  * button. Without JavaScript the same form posts and the server shows the key on its own page.
  */
-export default function NewKeyForm({ action, csrfToken, mode, keyName }: NewKeyFormProps) {
+export default function NewKeyForm({ action, csrfToken, mode, keyName, refused }: NewKeyFormProps) {
   const [issued, setIssued] = useState<{ apiKey: string; name: string } | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
@@ -95,7 +97,16 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName }: NewKeyF
       {mode === "create" && (
         <label>
           Key name
-          <input name="name" required maxLength={60} placeholder="e.g. production server" />
+          <input
+            name="name"
+            required
+            maxLength={60}
+            placeholder="e.g. production server"
+            defaultValue={refused?.name}
+            {...(refused
+              ? { autofocus: true, "aria-invalid": true, "aria-describedby": refused.alertId }
+              : {})}
+          />
         </label>
       )}
       <button

@@ -131,6 +131,12 @@ export const keys = {
   ownerByEmail: (email: string) => ["owners_by_email", email] as const,
   /** Sessions are stored under the SHA-256 of their id, never the id itself. */
   session: (sessionHash: string) => ["sessions", sessionHash] as const,
+  /**
+   * A new secret waiting, for a few minutes, for the one page of its session that shows it after
+   * the form's redirect (lib/accounts/reveals.ts).
+   */
+  secretReveal: (sessionHash: string, revealId: string) =>
+    ["secret_reveals", sessionHash, revealId] as const,
   /** One entry per counted attempt (sign-in not yet succeeded, or sign-up), per subject and window. */
   signInFailure: (scope: ThrottleScope, subject: string, window: number, failureId: string) =>
     ["sign_in_failures", scope, subject, window, failureId] as const,
@@ -539,6 +545,20 @@ export interface SessionRecord {
   /** Sent back in a hidden field by every form of the session; checked on every POST. */
   csrfToken: string;
   createdAt: number;
+  expiresAt: number;
+}
+
+/** `keys.secretReveal`: an issued API key, sealed so that only its session can open it. */
+export interface SecretRevealRecord {
+  /** What the page that shows it says happened. */
+  kind: "new_app" | "new_key" | "rotated_key";
+  appId: string;
+  /** The key's name. */
+  name: string;
+  /** The secret, AES-GCM under a key made from the session's id, which KV never holds. */
+  sealed: Uint8Array<ArrayBuffer>;
+  iv: Uint8Array<ArrayBuffer>;
+  /** Past this time it is gone, whether or not KV has deleted it yet. */
   expiresAt: number;
 }
 

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { createApp } from "@/app.ts";
-import { listAppKeys } from "@/lib/tenants/mod.ts";
+import { issueKey, listAppKeys } from "@/lib/tenants/mod.ts";
+import { setRateLimits } from "@/lib/billing/mod.ts";
 import { buildCatalog } from "@/lib/catalog/catalog.ts";
 import { loadConfig } from "@/lib/core/mod.ts";
 import { keys } from "@/lib/db.ts";
@@ -258,9 +259,11 @@ Deno.test("without JavaScript, creating a key shows it once on its own page", ()
       _csrf: await v.csrf(),
       name: "backend",
     });
-    assert.equal(res.status, 200);
-    assert.equal(res.headers.get("cache-control"), "no-store");
-    const html = await res.text();
+    assert.equal(res.status, 303);
+    await res.body?.cancel();
+    const shown = await v.request(res.headers.get("location")!);
+    assert.equal(shown.headers.get("cache-control"), "no-store");
+    const html = await shown.text();
     assert.match(html, /Key “backend” created/);
     assert.match(html, /shown only this once/);
     const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(html)![1];
@@ -893,4 +896,184 @@ Deno.test("the rate-limit form takes digits only: 0x10, 1e3, 16.0 and +16 are re
     });
     assert.equal(saved.status, 303);
     assert.match(await owner.page(`/dashboard/apps/${appId}`), /In force: 16 requests/);
+  }));
+
+Deno.test("creating an app redirects to the page of its key: reloading that page shows the key no more and makes no second app", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const created = await v.postNewApp("Reloaded");
+    assert.equal(created.status, 303);
+    await created.body?.cancel();
+    const location = created.headers.get("location")!;
+    assert.match(location, /^\/dashboard\/apps\/app_[0-9a-z]+\/issued\/rev_[0-9a-z]+$/);
+    const first = await v.page(location);
+    assert.match(first, /App “Reloaded” is ready/);
+    const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(first)![1];
+    assert.ok(!location.includes(apiKey));
+
+    const again = await v.page(location);
+    assert.ok(!again.includes(apiKey), "the key is shown once");
+    assert.match(again, /This key was already shown/);
+    assert.equal(await countApps(s.kv), 1);
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    assert.equal(chat.status, 200);
+    await chat.body?.cancel();
+  }));
+
+Deno.test("a new key's page opens only in the session that made it", () =>
+  withService(async (s) => {
+    const ada = new OwnerSession(s);
+    await ada.signUp("ada@example.com");
+    const created = await ada.postNewApp("Mine");
+    await created.body?.cancel();
+    const location = created.headers.get("location")!;
+    const otherSession = new OwnerSession(s);
+    const signIn = await otherSession.post("/signin", {
+      email: "ada@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(signIn.status, 303);
+    const elsewhere = await otherSession.page(location);
+    assert.doesNotMatch(elsewhere, /tb_[0-9a-z]{36}/);
+    assert.match(await ada.page(location), /value="tb_[0-9a-z]{36}"/);
+  }));
+
+/**
+ * A refused form's page: the form's card is the anchor its action opens at, the alert stands at
+ * the top of the form with its first field focused, and every value is as it was typed.
+ */
+function assertRefusedAt(html: string, anchor: string, typed: string[]) {
+  const card = html.indexOf(`id="${anchor}"`);
+  assert.ok(card >= 0, `the card #${anchor}`);
+  assert.match(html, new RegExp(`action="[^"]*#${anchor}"`), `the form posts back to #${anchor}`);
+  const alert = html.indexOf(`role="alert" id="${anchor}-error"`);
+  assert.ok(alert > card, `the alert of #${anchor} is inside its card`);
+  const firstField = html.indexOf(`aria-describedby="${anchor}-error"`);
+  assert.ok(firstField > alert, "the field the alert describes follows it");
+  assert.match(html.slice(firstField - 400, firstField + 200), /autofocus/);
+  for (const value of typed) {
+    assert.ok(html.indexOf(`value="${value}"`, alert) > alert, `${value} is kept`);
+  }
+}
+
+Deno.test("a refused dashboard form comes back as typed, its alert at the top of the form it opens at", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("first");
+    const csrf = await v.csrf();
+    const app = `/dashboard/apps/${appId}`;
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(await v.page(`${app}/keys`))![1];
+    const longName = "n".repeat(101);
+    const refusals: [string, Record<string, string>, string, string[]][] = [
+      ["/dashboard/apps", { name: "second app" }, "new-app", ["second app"]],
+      [`${app}/rename`, { name: longName }, "rename", [longName]],
+      [`${app}/limits`, { rpm: "-4", tpm: "77" }, "rate-limits", ["-4", "77"]],
+      [
+        `${app}/top-up-settings`,
+        { return_url: "javascript:alert(1)", show_balance: "on" },
+        "top-up-page",
+        ["javascript:alert(1)"],
+      ],
+      [`${app}/keys`, { name: "k".repeat(61) }, "new-key", ["k".repeat(61)]],
+      [
+        `${app}/keys/${keyId}/spend-cap`,
+        { total: "lots", daily: "2.50", monthly: "" },
+        `caps-${keyId}`,
+        ["lots", "2.50"],
+      ],
+      [`${app}/end-user-spend-cap`, { daily: "-1" }, "caps-end-user", ["-1"]],
+      [`${app}/webhooks`, { url: "http://example.com/hook" }, "endpoint", [
+        "http://example.com/hook",
+      ]],
+      ["/dashboard/management-keys", { name: "m".repeat(61) }, "new-management-key", [
+        "m".repeat(61),
+      ]],
+    ];
+    for (const [path, fields, anchor, typed] of refusals) {
+      const res = await v.post(path, { _csrf: csrf, ...fields });
+      assert.ok(res.status >= 400 && res.status < 500, `${path}: ${res.status}`);
+      const html = await res.text();
+      assertRefusedAt(html, anchor, typed);
+      if (anchor === "top-up-page") assert.match(html, /name="show_balance" checked/);
+    }
+  }, { MAX_APPS_PER_OWNER: "1" }));
+
+Deno.test("a spend-cap refusal is shown at the form of the key it concerns, the other forms as stored", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const csrf = await v.csrf();
+    await v.post(`/dashboard/apps/${appId}/end-user-spend-cap`, { _csrf: csrf, daily: "1.00" });
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(
+      await v.page(`/dashboard/apps/${appId}/keys`),
+    )![1];
+    const res = await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, {
+      _csrf: csrf,
+      daily: "lots",
+    });
+    assert.equal(res.status, 400);
+    const html = await res.text();
+    const endUserForm = html.slice(html.indexOf('id="caps-end-user"'));
+    assert.doesNotMatch(endUserForm, /role="alert"/);
+    assert.match(endUserForm, /per utc day cap in USD" value="1\.000000"/);
+  }));
+
+Deno.test("the overview names the keys whose own rate limits replace the app's", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const csrf = await v.csrf();
+    const before = await v.page(`/dashboard/apps/${appId}`);
+    assert.match(before, /no key has limits of its own/);
+    await v.post(`/dashboard/apps/${appId}/keys`, { _csrf: csrf, name: "slow lane" });
+    const slow = (await listAppKeys(s.kv, appId)).find((k) => k.name === "slow lane")!;
+    await setRateLimits(s.kv, appId, { rpm: 7, tpm: 900 }, { by: "operator" }, slow.id);
+    const html = await v.page(`/dashboard/apps/${appId}`);
+    assert.doesNotMatch(html, /each key has the same limits|no key has limits of its own/);
+    assert.match(
+      html,
+      /slow lane \(<code>tb_[0-9a-z]+…<\/code>\): 7 requests and 900 tokens per minute/,
+    );
+    assert.doesNotMatch(html, /default \(<code>/, "a key without limits of its own is not listed");
+  }));
+
+Deno.test("the keys tab is paged newest first with Next and Previous links, every key once", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("many keys");
+    for (let i = 1; i <= 4; i++) await issueKey(s.kv, appId, `key ${i}`);
+    const newestFirst = (await listAppKeys(s.kv, appId)).map((k) => k.id).sort().reverse();
+    const keysOn = (html: string) =>
+      [...html.matchAll(/\/keys\/(key_[0-9a-z]+)\/revoke/g)].map((m) => m[1]);
+    const link = (html: string, rel: "next" | "prev") =>
+      new RegExp(`href="([^"]+)" rel="${rel}"`).exec(html)?.[1].replaceAll("&amp;", "&");
+
+    const seen: string[] = [];
+    const pages: string[] = [];
+    let path: string | undefined = `/dashboard/apps/${appId}/keys?limit=2`;
+    while (path) {
+      const html = await v.page(path);
+      pages.push(html);
+      seen.push(...keysOn(html));
+      path = link(html, "next");
+    }
+    assert.deepEqual(seen, newestFirst);
+    assert.equal(pages.length, 3);
+    assert.equal(link(pages[0], "prev"), undefined, "the first page has no previous one");
+    const back = await v.page(link(pages[2], "prev")!);
+    assert.deepEqual(keysOn(back), newestFirst.slice(2, 4));
+    const first = await v.page(link(back, "prev")!);
+    assert.deepEqual(keysOn(first), newestFirst.slice(0, 2));
+    assert.equal(link(first, "prev"), undefined);
+
+    for (const query of ["starting_after=key_nope", "limit=0", "limit=101", "limit=x"]) {
+      const res = await v.request(`/dashboard/apps/${appId}/keys?${query}`);
+      assert.equal(res.status, 303, query);
+      assert.equal(res.headers.get("location"), `/dashboard/apps/${appId}/keys`);
+    }
   }));

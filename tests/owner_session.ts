@@ -51,16 +51,21 @@ export class OwnerSession {
     return this;
   }
 
-  /** Posts the new-app form; the response is the key page, or the refusal. */
+  /** Posts the new-app form; the response is the redirect to the key's page, or the refusal. */
   async postNewApp(name: string, csrf?: string): Promise<Response> {
     return await this.post("/dashboard/apps", { name, _csrf: csrf ?? await this.csrf() });
   }
 
+  /** Follows a form's redirect (303) to the page that shows what it made. */
+  async followRedirect(res: Response): Promise<string> {
+    assert.equal(res.status, 303);
+    await res.body?.cancel();
+    return await this.page(res.headers.get("location")!);
+  }
+
   /** Creates an app through the form; returns its id and the key shown once. */
   async createApp(name: string) {
-    const res = await this.postNewApp(name);
-    assert.equal(res.status, 200);
-    const html = await res.text();
+    const html = await this.followRedirect(await this.postNewApp(name));
     const appId = /\/dashboard\/apps\/(app_[0-9a-z]+)\/keys/.exec(html)?.[1];
     const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(html)?.[1];
     assert.ok(appId && apiKey);

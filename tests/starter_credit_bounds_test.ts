@@ -88,9 +88,9 @@ Deno.test("one owner creating apps past the bound one after another gets exactly
       const res = await owner.postNewApp(`app ${i}`);
       statuses.push(res.status);
       const html = await res.text();
-      if (res.status !== 200) assert.match(html, /You have 3 apps/);
+      if (res.status !== 303) assert.match(html, /You have 3 apps/);
     }
-    assert.deepEqual(statuses, [200, 200, 200, 403, 403, 403]);
+    assert.deepEqual(statuses, [303, 303, 303, 403, 403, 403]);
     const wallets = await ownerApps(s, await ownerIdOf(s, "serial@example.com"));
     assert.deepEqual(wallets.map((w) => w.available), [5_000_000, 5_000_000, 5_000_000]);
     const scraped = await metrics(s);
@@ -109,7 +109,7 @@ Deno.test("one owner creating 40 apps at once gets exactly the bound", () =>
         return res.status;
       }),
     );
-    assert.equal(statuses.filter((status) => status === 200).length, 3);
+    assert.equal(statuses.filter((status) => status === 303).length, 3);
     assert.equal(statuses.filter((status) => status === 403).length, 37);
     const ownerId = await ownerIdOf(s, "burst@example.com");
     assert.equal((await ownerApps(s, ownerId)).length, 3);

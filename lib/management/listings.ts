@@ -23,14 +23,23 @@ const SCAN_BUDGET = 5_000;
 
 export interface PageRequest {
   limit: number;
-  /** The id of the last record of the previous page. */
+  /** The id of the last record of the previous page: the page holds the records older than it. */
   startingAfter?: string;
+  /**
+   * The id of the first record of the page after this one: the page holds the records newer than
+   * it (the nearest `limit` of them, still newest first), for a pager's way back.
+   */
+  endingBefore?: string;
 }
 
 export interface Page<T> {
   data: T[];
+  /** More records lie beyond this page in the direction it was asked for. */
   hasMore: boolean;
-  /** Pass as `starting_after` for the next page; null on the last one. */
+  /**
+   * Pass as `starting_after` for the next page (as `endingBefore` for a page asked with it); null
+   * on the last one.
+   */
   nextCursor: string | null;
 }
 
@@ -52,27 +61,39 @@ async function pageOf<T>(
   request: PageRequest,
   options: { filter?: (value: T) => boolean; cursorChecked?: boolean } = {},
 ): Promise<Page<{ id: string; value: T }>> {
-  if (request.startingAfter && !options.cursorChecked) {
-    const cursor = await kv.get([...prefix, request.startingAfter]);
-    if (cursor.versionstamp === null) throw new UnknownCursorError();
+  const newer = request.endingBefore !== undefined;
+  const cursor = request.endingBefore ?? request.startingAfter;
+  if (cursor && !options.cursorChecked) {
+    const entry = await kv.get([...prefix, cursor]);
+    if (entry.versionstamp === null) throw new UnknownCursorError();
   }
-  const selector = request.startingAfter
-    ? { prefix, end: [...prefix, request.startingAfter] }
-    : { prefix };
+  // A range's start is inclusive, its end exclusive: the way back skips the cursor itself below.
+  const selector = !cursor
+    ? { prefix }
+    : newer
+    ? { prefix, start: [...prefix, cursor] }
+    : { prefix, end: [...prefix, cursor] };
+  // Newest first is the order of every page; the way back walks oldest first and turns round.
+  const page = (data: { id: string; value: T }[], hasMore: boolean, nextCursor: string | null) => ({
+    data: newer ? data.reverse() : data,
+    hasMore,
+    nextCursor,
+  });
   const data: { id: string; value: T }[] = [];
   let scanned = 0;
   let lastId: string | null = null;
-  for await (const entry of kv.list<T>(selector, { reverse: true, batchSize: 200 })) {
+  for await (const entry of kv.list<T>(selector, { reverse: !newer, batchSize: 200 })) {
     const id = String(entry.key[entry.key.length - 1]);
-    if (data.length === request.limit) return { data, hasMore: true, nextCursor: lastId };
+    if (newer && id === cursor) continue;
+    if (data.length === request.limit) return page(data, true, lastId);
     lastId = id;
     if (!options.filter || options.filter(entry.value)) data.push({ id, value: entry.value });
     if (++scanned >= SCAN_BUDGET && data.length < request.limit) {
       // A sparse filter: return what was found; the cursor goes on from where the scan stopped.
-      return { data, hasMore: true, nextCursor: id };
+      return page(data, true, id);
     }
   }
-  return { data, hasMore: false, nextCursor: null };
+  return page(data, false, null);
 }
 
 export interface AppWithWallet {

@@ -28,7 +28,8 @@ import {
   walletActivity,
 } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/mod.ts";
-import { isPlausibleId, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import { getManyChunked, isPlausibleId, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import { leaveReveal, type Reveal, takeReveal } from "@/lib/accounts/mod.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import {
   checkForm,
@@ -41,15 +42,24 @@ import {
 } from "@/routes/session.ts";
 import { parseFormInteger } from "@/routes/forms.ts";
 import { appsPage } from "./pages/apps.tsx";
-import { keyIssuedPage, keysPage } from "./pages/keys.tsx";
+import { keyIssuedPage, type KeyRefusal, keyShownPage, keysPage } from "./pages/keys.tsx";
+import { CAP_FIELDS, type CapsRefusal } from "./pages/spend_caps.tsx";
 import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
 import { managementKeyRoutes } from "./management_keys.tsx";
-import { pageUsage, usageReport } from "@/lib/management/mod.ts";
+import {
+  MAX_PAGE_LIMIT,
+  pageAppKeys,
+  type PageRequest,
+  pageUsage,
+  UnknownCursorError,
+  usageReport,
+} from "@/lib/management/mod.ts";
 import { addWebhookRoutes, type WebhookRouteDeps } from "./webhooks.ts";
 
 const USAGE_PAGE_SIZE = 50;
+const KEYS_PAGE_SIZE = 50;
 /** A usage record's id (`newId("use")`): the only cursor the usage pages hand out. */
 const USAGE_ID_PATTERN = /^use_[0-9a-z]{1,60}$/;
 
@@ -122,7 +132,8 @@ export function dashboardRoutes(
     const name = (c.get("form").name ?? "").trim();
     if (name.length === 0 || name.length > 100) {
       const apps = await listOwnerApps(kv, session(c).owner.id);
-      return c.html(appsPage(session(c), apps, "An app name has 1 to 100 characters."), 400);
+      const refused = { error: "An app name has 1 to 100 characters.", name };
+      return c.html(appsPage(session(c), apps, refused), 400);
     }
     let created;
     try {
@@ -135,15 +146,31 @@ export function dashboardRoutes(
       if (!(error instanceof AppLimitError)) throw error;
       const apps = await listOwnerApps(kv, session(c).owner.id);
       if (error.retryAfterSeconds) c.header("Retry-After", String(error.retryAfterSeconds));
-      return c.html(appsPage(session(c), apps, error.message), error.perDay ? 429 : 403);
+      const refused = { error: error.message, name };
+      return c.html(appsPage(session(c), apps, refused), error.perDay ? 429 : 403);
     }
-    return c.html(
-      keyIssuedPage(session(c), created.app, {
-        apiKey: created.key.apiKey,
-        name: created.key.record.name,
-        reason: "app",
-      }),
-    );
+    return await redirectToReveal(c, {
+      kind: "new_app",
+      appId: created.app.id,
+      name: created.key.record.name,
+      secret: created.key.apiKey,
+    });
+  });
+
+  /**
+   * Post/Redirect/Get for a new key: the POST leaves the key for the session's next page and
+   * redirects there, so that reloading the page shows it no second time and posts nothing again.
+   */
+  async function redirectToReveal(c: Context<DashboardEnv>, reveal: Reveal) {
+    const revealId = await leaveReveal(kv, session(c).id, reveal);
+    return c.redirect(`/dashboard/apps/${reveal.appId}/issued/${revealId}`, 303);
+  }
+
+  r.get("/apps/:appId/issued/:revealId", async (c) => {
+    const app = c.get("app");
+    const reveal = await takeReveal(kv, session(c).id, c.req.param("revealId"));
+    if (!reveal || reveal.appId !== app.id) return c.html(keyShownPage(session(c), app));
+    return c.html(keyIssuedPage(session(c), app, reveal));
   });
 
   async function overview(app: AppRecord) {
@@ -153,13 +180,18 @@ export function dashboardRoutes(
       spendByModel(kv, app.id),
       getRateLimits(kv, deps.rateLimits, app.id),
     ]);
+    const ownLimitKeyIds = Object.keys(limits.keys);
+    const ownLimitKeys = await getManyChunked<ApiKeyRecord>(kv, ownLimitKeyIds.map(keys.apiKey));
+    const keyLimits = ownLimitKeys.flatMap(({ value: key }) =>
+      key && key.revokedAt === null ? [{ key, limits: limits.keys[key.id] }] : []
+    );
     return {
       app,
       wallet,
       topUpUrl: topUpUrl(publicUrl, app),
       days,
       models,
-      limits: { effective: limits.app, defaults: limits.ceiling },
+      limits: { effective: limits.app, defaults: limits.ceiling, keys: keyLimits },
     };
   }
 
@@ -191,8 +223,11 @@ export function dashboardRoutes(
       await renameApp(kv, app.id, c.get("form").name ?? "");
     } catch (error) {
       if (!(error instanceof RangeError)) throw error;
-      const message = "An app name has 1 to 100 characters.";
-      return c.html(overviewPage(session(c), { ...await overview(app), error: message }), 400);
+      const renameRefused = {
+        error: "An app name has 1 to 100 characters.",
+        name: c.get("form").name ?? "",
+      };
+      return c.html(overviewPage(session(c), { ...await overview(app), renameRefused }), 400);
     }
     return c.redirect(`/dashboard/apps/${app.id}`, 303);
   });
@@ -203,19 +238,56 @@ export function dashboardRoutes(
     return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
   });
 
-  /** The keys tab, with the caps as stored: every answer, an error page too, shows them. */
+  /**
+   * A page of the keys tab (the newest keys, or those either side of a cursor), with the caps as
+   * stored: every answer, an error page too, shows them. A refused form is shown again as typed.
+   */
   async function keysView(
     c: Context<DashboardEnv>,
     app: AppRecord,
-    errors: { key?: string; caps?: string } = {},
+    refused: { key?: KeyRefusal; caps?: CapsRefusal } = {},
+    request: PageRequest = { limit: KEYS_PAGE_SIZE },
   ) {
-    const [rows, record] = await Promise.all([listAppKeys(kv, app.id), getSpendCaps(kv, app.id)]);
-    rows.sort((a, b) => b.createdAt - a.createdAt);
-    return keysPage(session(c), app, rows, errors.key, { record, error: errors.caps });
+    const [page, record] = await Promise.all([
+      pageAppKeys(kv, app.id, request),
+      getSpendCaps(kv, app.id),
+    ]);
+    const paged = request.endingBefore !== undefined || request.startingAfter !== undefined;
+    const olderThanPage = request.endingBefore !== undefined || page.hasMore;
+    const newerThanPage = request.endingBefore !== undefined ? page.hasMore : paged;
+    const limitQuery = request.limit === KEYS_PAGE_SIZE ? "" : `limit=${request.limit}&`;
+    const base = `/dashboard/apps/${app.id}/keys?${limitQuery}`;
+    const first = page.data[0]?.id;
+    const last = page.data.at(-1)?.id;
+    const pager = {
+      // A page emptied meanwhile has no cursor of its own: the way back is the newest page.
+      newer: !newerThanPage ? null : first ? `${base}ending_before=${first}` : base,
+      older: olderThanPage && last ? `${base}starting_after=${last}` : null,
+    };
+    return keysPage(session(c), app, page.data, { refused, caps: record, pager });
   }
 
   r.get("/apps/:appId/keys", async (c) => {
-    return c.html(await keysView(c, c.get("app")));
+    const app = c.get("app");
+    const limitText = c.req.query("limit");
+    const limit = limitText === undefined ? KEYS_PAGE_SIZE : parseFormInteger(limitText);
+    const startingAfter = c.req.query("starting_after");
+    const endingBefore = c.req.query("ending_before");
+    const cursors = [startingAfter, endingBefore].filter((cursor) => cursor !== undefined);
+    const firstPage = `/dashboard/apps/${app.id}/keys`;
+    // A limit or cursor that is not one of ours (or both cursors): start again from the newest.
+    if (
+      limit === null || limit < 1 || limit > MAX_PAGE_LIMIT || cursors.length > 1 ||
+      cursors.some((cursor) => !isPlausibleId(cursor!))
+    ) {
+      return c.redirect(firstPage, 303);
+    }
+    try {
+      return c.html(await keysView(c, app, {}, { limit, startingAfter, endingBefore }));
+    } catch (error) {
+      if (!(error instanceof UnknownCursorError)) throw error;
+      return c.redirect(firstPage, 303);
+    }
   });
 
   /** Caps from a form of the keys tab: each of total, daily, monthly in USD, empty for none. */
@@ -223,14 +295,18 @@ export function dashboardRoutes(
     const app = c.get("app");
     const form = c.get("form");
     const caps: Record<string, number | null> = {};
-    for (const name of ["total", "daily", "monthly"]) {
+    for (const name of CAP_FIELDS) {
       const raw = (form[name] ?? "").trim().replace(/^\$/, "");
       try {
         caps[name] = raw === "" ? null : parseUsd(raw);
         if (caps[name] === 0) throw new RangeError("zero");
       } catch {
-        const error = "A cap is an amount in USD above zero, such as 5.00, or empty for none.";
-        return c.html(await keysView(c, app, { caps: error }), 400);
+        const refused: CapsRefusal = {
+          error: "A cap is an amount in USD above zero, such as 5.00, or empty for none.",
+          target: "keyId" in target ? target.keyId : "end-user",
+          typed: { total: form.total ?? "", daily: form.daily ?? "", monthly: form.monthly ?? "" },
+        };
+        return c.html(await keysView(c, app, { caps: refused }), 400);
       }
     }
     await setSpendCaps(kv, app.id, target, caps);
@@ -251,11 +327,17 @@ export function dashboardRoutes(
     if (!name) {
       const error = "A key name has 1 to 60 characters.";
       if (wantsJson(c)) return c.json({ error }, 400);
-      return c.html(await keysView(c, app, { key: error }), 400);
+      const refused = { error, name: c.get("form").name ?? "" };
+      return c.html(await keysView(c, app, { key: refused }), 400);
     }
     const issued = await issueKey(kv, app.id, name);
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name });
-    return c.html(keyIssuedPage(session(c), app, { apiKey: issued.apiKey, name, reason: "key" }));
+    return await redirectToReveal(c, {
+      kind: "new_key",
+      appId: app.id,
+      name,
+      secret: issued.apiKey,
+    });
   });
 
   /** The app's key, or null: a key id of another app is treated as unknown. */
@@ -285,9 +367,12 @@ export function dashboardRoutes(
     }
     const { issued } = await rotateKey(kv, key.id);
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name: key.name });
-    return c.html(
-      keyIssuedPage(session(c), app, { apiKey: issued.apiKey, name: key.name, reason: "rotate" }),
-    );
+    return await redirectToReveal(c, {
+      kind: "rotated_key",
+      appId: app.id,
+      name: key.name,
+      secret: issued.apiKey,
+    });
   });
 
   r.get("/apps/:appId/usage", async (c) => {
@@ -337,8 +422,12 @@ export function dashboardRoutes(
       });
     } catch (error) {
       if (!(error instanceof RangeError)) throw error;
-      const view = { ...await walletView(app), topUpError: error.message };
-      return c.html(walletPage(session(c), view), 400);
+      const topUpRefused = {
+        error: error.message,
+        returnUrl: form.return_url ?? "",
+        showBalance: form.show_balance === "on",
+      };
+      return c.html(walletPage(session(c), { ...await walletView(app), topUpRefused }), 400);
     }
     return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
   });
@@ -347,13 +436,17 @@ export function dashboardRoutes(
     const app = c.get("app");
     const form = c.get("form");
     const change: { rpm?: number | null; tpm?: number | null } = {};
+    const refuse = async (error: string) => {
+      const limitsRefused = { error, rpm: form.rpm ?? "", tpm: form.tpm ?? "" };
+      return c.html(overviewPage(session(c), { ...await overview(app), limitsRefused }), 400);
+    };
     for (const name of ["rpm", "tpm"] as const) {
       const raw = (form[name] ?? "").trim();
       const value = raw === "" ? null : parseFormInteger(raw);
       if (raw !== "" && !(value !== null && value >= 1 && value <= MAX_LIMIT)) {
-        const limitsError =
-          `Requests and tokens per minute are whole numbers from 1 to ${MAX_LIMIT}, or empty for the default.`;
-        return c.html(overviewPage(session(c), { ...await overview(app), limitsError }), 400);
+        return await refuse(
+          `Requests and tokens per minute are whole numbers from 1 to ${MAX_LIMIT}, or empty for the default.`,
+        );
       }
       change[name] = value;
     }
@@ -361,10 +454,7 @@ export function dashboardRoutes(
       await setRateLimits(kv, app.id, change, { by: "owner", defaults: deps.rateLimits });
     } catch (error) {
       if (!(error instanceof LimitAboveCeilingError)) throw error;
-      return c.html(
-        overviewPage(session(c), { ...await overview(app), limitsError: error.message }),
-        400,
-      );
+      return await refuse(error.message);
     }
     return c.redirect(`/dashboard/apps/${app.id}`, 303);
   });

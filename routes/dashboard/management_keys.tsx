@@ -15,7 +15,7 @@ import {
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import { renderPage } from "@/routes/render.ts";
 import type { PageEnv } from "@/routes/session.ts";
-import { when } from "./pages/shared.tsx";
+import { formAnchor, when } from "./pages/shared.tsx";
 
 const PATH = "/dashboard/management-keys";
 
@@ -23,8 +23,9 @@ const PATH = "/dashboard/management-keys";
 function managementKeysPage(
   session: Session,
   rows: ManagementKeyRecord[],
-  error?: string,
+  refused?: { error: string; name: string },
 ) {
+  const newKey = formAnchor("new-management-key", refused);
   const live = rows.filter((k) => k.revokedAt === null);
   const revoked = rows.filter((k) => k.revokedAt !== null);
   return renderPage(
@@ -39,14 +40,21 @@ function managementKeysPage(
         API keys, read usage and the ledger. It acts on all of your apps: keep it on your server. It
         is shown once, when it is created.
       </p>
-      <section class="card">
+      <section class="card" id={newKey.id}>
         <h2>Create a management key</h2>
-        {error && <p class="alert" role="alert">{error}</p>}
-        <form method="post" action={PATH} class="row-form">
+        {newKey.alert}
+        <form method="post" action={`${PATH}${newKey.fragment}`} class="row-form">
           <CsrfField session={session} />
           <label>
             Key name
-            <input name="name" required maxLength={60} placeholder="e.g. billing backend" />
+            <input
+              name="name"
+              required
+              maxLength={60}
+              placeholder="e.g. billing backend"
+              value={refused?.name}
+              {...newKey.firstField}
+            />
           </label>
           <button type="submit" class="button">Create management key</button>
         </form>
@@ -149,7 +157,13 @@ export function managementKeyRoutes(kv: Deno.Kv) {
     const ownerId = session(c).owner.id;
     const name = (c.get("form").name ?? "").trim();
     const refuse = async (error: string) =>
-      c.html(managementKeysPage(session(c), await listManagementKeys(kv, ownerId), error), 400);
+      c.html(
+        managementKeysPage(session(c), await listManagementKeys(kv, ownerId), {
+          error,
+          name: c.get("form").name ?? "",
+        }),
+        400,
+      );
     if (name.length === 0 || name.length > 60) return refuse("A key name has 1 to 60 characters.");
     try {
       const issued = await issueManagementKey(kv, ownerId, name);

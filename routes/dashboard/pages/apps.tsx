@@ -2,14 +2,15 @@ import { CsrfField } from "@/components/CsrfField.tsx";
 import type { AppRecord, WalletRecord } from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
-import { Alert, appPath, Page, usd, When } from "./shared.tsx";
+import { appPath, formAnchor, Page, usd, When } from "./shared.tsx";
 
 /** GET /dashboard: the owner's apps with their balances, and a form for a new one. */
 export function appsPage(
   session: Session,
   apps: { app: AppRecord; wallet: WalletRecord }[],
-  error?: string,
+  refused?: { error: string; name: string },
 ) {
+  const newApp = formAnchor("new-app", refused);
   return renderPage(
     <Page title="Your apps" session={session}>
       <h1>Your apps</h1>
@@ -49,14 +50,21 @@ export function appsPage(
             </table>
           </div>
         )}
-      <section class="card">
+      <section class="card" id={newApp.id}>
         <h2>Create an app</h2>
-        <Alert error={error} />
-        <form method="post" action="/dashboard/apps" class="row-form">
+        {newApp.alert}
+        <form method="post" action={`/dashboard/apps${newApp.fragment}`} class="row-form">
           <CsrfField session={session} />
           <label>
             App name
-            <input name="name" required maxLength={100} placeholder="e.g. Recipe assistant" />
+            <input
+              name="name"
+              required
+              maxLength={100}
+              placeholder="e.g. Recipe assistant"
+              value={refused?.name}
+              {...newApp.firstField}
+            />
           </label>
           <button type="submit" class="button">Create app</button>
         </form>

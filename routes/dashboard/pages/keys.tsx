@@ -1,36 +1,37 @@
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import type { ApiKeyRecord, AppRecord } from "@/lib/db.ts";
-import type { Session } from "@/lib/accounts/mod.ts";
+import type { Reveal, Session } from "@/lib/accounts/mod.ts";
 import type { SpendCapsRecord } from "@/lib/db.ts";
-import { SpendCapsCard } from "./spend_caps.tsx";
+import { type CapsRefusal, SpendCapsCard } from "./spend_caps.tsx";
 import { renderPage } from "@/routes/render.ts";
-import { Alert, AppHeader, appPath, Page, When } from "./shared.tsx";
+import { AppHeader, appPath, formAnchor, Page, When } from "./shared.tsx";
 
 export type KeyRow = ApiKeyRecord & { lastUsedAt: number | null };
 
+export interface KeyRefusal {
+  error: string;
+  name: string;
+}
+
 /** The one time a raw key is shown: after creating an app, a key, or rotating one. */
-export function keyIssuedPage(
-  session: Session,
-  app: AppRecord,
-  issued: { apiKey: string; name: string; reason: "app" | "key" | "rotate" },
-) {
-  const heading = issued.reason === "app"
+export function keyIssuedPage(session: Session, app: AppRecord, issued: Reveal) {
+  const heading = issued.kind === "new_app"
     ? `App “${app.name}” is ready`
-    : issued.reason === "rotate"
+    : issued.kind === "rotated_key"
     ? `Key “${issued.name}” rotated`
     : `Key “${issued.name}” created`;
   return renderPage(
     <Page title={heading} session={session} islands>
       <section class="card narrow">
         <h1>{heading}</h1>
-        {issued.reason === "app" && (
+        {issued.kind === "new_app" && (
           <p>
             It has <strong>$5.000000</strong>{" "}
             of starter credits and a first API key named “default”.
           </p>
         )}
-        {issued.reason === "rotate" && <p>The old key no longer works.</p>}
+        {issued.kind === "rotated_key" && <p>The old key no longer works.</p>}
         <div class="key-reveal">
           <p>
             <strong>Copy this API key now.</strong>{" "}
@@ -38,12 +39,31 @@ export function keyIssuedPage(
             your server, never in client-side code.
           </p>
           <div class="copy-row">
-            <input class="mono" readOnly value={issued.apiKey} aria-label="New API key" />
-            <Island name="CopyButton" props={{ value: issued.apiKey, label: "Copy key" }} />
+            <input class="mono" readOnly value={issued.secret} aria-label="New API key" />
+            <Island name="CopyButton" props={{ value: issued.secret, label: "Copy key" }} />
           </div>
         </div>
         <p>
           <a class="button" href={`${appPath(app)}/keys`}>I have saved it: go to the keys</a>
+        </p>
+      </section>
+    </Page>,
+  );
+}
+
+/** The same page opened again (reloaded, or from history): the key it showed is not kept. */
+export function keyShownPage(session: Session, app: AppRecord) {
+  return renderPage(
+    <Page title="Key already shown" session={session}>
+      <section class="card narrow">
+        <h1>This key was already shown</h1>
+        <p>
+          A new API key is shown only once, on the page that followed its creation, and we keep only
+          its hash. Nothing was created again. If you did not save it, rotate it on the keys page:
+          that gives a new key and retires the old one.
+        </p>
+        <p>
+          <a class="button" href={`${appPath(app)}/keys`}>Go to the keys</a>
         </p>
       </section>
     </Page>,
@@ -80,32 +100,44 @@ function KeyCells({ k }: { k: KeyRow }) {
   );
 }
 
-/** GET /dashboard/apps/:id/keys */
+/** Where the pages either side of this one are; null where there is none. */
+export interface KeysPager {
+  newer: string | null;
+  older: string | null;
+}
+
+/** GET /dashboard/apps/:id/keys?limit=&starting_after=|ending_before=: a page of keys, newest first. */
 export function keysPage(
   session: Session,
   app: AppRecord,
   keyRows: KeyRow[],
-  error: string | undefined,
-  // Never defaulted: a page shown without the stored caps would post them back empty.
-  caps: { record: SpendCapsRecord; error?: string },
+  view: {
+    refused: { key?: KeyRefusal; caps?: CapsRefusal };
+    // Never optional: a page shown without the stored caps would post them back empty.
+    caps: SpendCapsRecord;
+    pager: KeysPager;
+  },
 ) {
   const live = keyRows.filter((k) => k.revokedAt === null);
   const revoked = keyRows.filter((k) => k.revokedAt !== null);
+  const newKey = formAnchor("new-key", view.refused.key);
+  const { pager } = view;
   return renderPage(
     <Page title={`${app.name} · API keys`} session={session} islands>
       <AppHeader app={app} active="keys" />
-      <section class="card">
+      <section class="card" id={newKey.id}>
         <h2>Create a key</h2>
         <p class="muted">
           The key is shown once, when it is created. Keys are for your server only.
         </p>
-        <Alert error={error} />
+        {newKey.alert}
         <Island
           name="NewKeyForm"
           props={{
-            action: `${appPath(app)}/keys`,
+            action: `${appPath(app)}/keys${newKey.fragment}`,
             csrfToken: session.record.csrfToken,
             mode: "create",
+            refused: view.refused.key && { name: view.refused.key.name, alertId: "new-key-error" },
           }}
         />
       </section>
@@ -118,7 +150,13 @@ export function keysPage(
           <strong>Revoke</strong> stops a key at its very next request.
         </p>
         {live.length === 0
-          ? <p>No active keys: create one to call the API.</p>
+          ? (
+            <p>
+              {pager.newer || pager.older
+                ? "No active keys on this page."
+                : "No active keys: create one to call the API."}
+            </p>
+          )
           : (
             <div class="table-scroll">
               <table>
@@ -172,8 +210,8 @@ export function keysPage(
         session={session}
         app={app}
         live={live}
-        caps={caps.record}
-        error={caps.error}
+        caps={view.caps}
+        refused={view.refused.caps}
       />
       {revoked.length > 0 && (
         <section class="card">
@@ -199,6 +237,12 @@ export function keysPage(
             </table>
           </div>
         </section>
+      )}
+      {(pager.newer || pager.older) && (
+        <nav class="pager" aria-label="Pages of keys">
+          {pager.newer ? <a href={pager.newer} rel="prev">← Previous (newer keys)</a> : <span />}
+          {pager.older && <a href={pager.older} rel="next">Next (older keys) →</a>}
+        </nav>
       )}
     </Page>,
   );

@@ -1,39 +1,73 @@
 import { CsrfField } from "@/components/CsrfField.tsx";
-import type { AppRecord, RateLimits } from "@/lib/db.ts";
+import type { ApiKeyRecord, AppRecord, RateLimits } from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
-import { Alert, appPath } from "./shared.tsx";
+import { appPath, formAnchor } from "./shared.tsx";
 
 const LIMIT_FIELDS = [
   { name: "rpm", label: "Requests per minute" },
   { name: "tpm", label: "Tokens per minute" },
 ] as const;
 
+/** The limits in force: the app's, its defaults, and the live keys that have limits of their own. */
+export interface AppLimits {
+  effective: RateLimits;
+  defaults: RateLimits;
+  keys: { key: ApiKeyRecord; limits: RateLimits }[];
+}
+
+export interface LimitsRefusal {
+  error: string;
+  rpm: string;
+  tpm: string;
+}
+
+const perMinute = (limits: RateLimits) =>
+  `${limits.rpm.toLocaleString("en-US")} requests and ${
+    limits.tpm.toLocaleString("en-US")
+  } tokens per minute`;
+
 /** The overview's card that sets the app's rate limits. */
 export function RateLimitsCard(
-  { session, app, limits, error }: {
+  { session, app, limits, refused }: {
     session: Session;
     app: AppRecord;
-    limits: { effective: RateLimits; defaults: RateLimits };
-    error?: string;
+    limits: AppLimits;
+    refused?: LimitsRefusal;
   },
 ) {
   const custom = (name: "rpm" | "tpm") =>
-    limits.effective[name] === limits.defaults[name] ? "" : String(limits.effective[name]);
+    refused
+      ? refused[name]
+      : limits.effective[name] === limits.defaults[name]
+      ? ""
+      : String(limits.effective[name]);
+  const form = formAnchor("rate-limits", refused);
   return (
-    <section class="card">
+    <section class="card" id={form.id}>
       <h2>Rate limits</h2>
-      <p class="muted">
-        In force: {limits.effective.rpm.toLocaleString("en-US")} requests and{" "}
-        {limits.effective.tpm.toLocaleString("en-US")}{" "}
-        tokens per minute for the whole app; each key has the same limits. A request over them gets
-        429 with <code>Retry-After</code>. Leave a field empty for the default (
-        {limits.defaults.rpm.toLocaleString("en-US")} and{" "}
-        {limits.defaults.tpm.toLocaleString("en-US")}).
+      <p class="muted" data-testid="limits-in-force">
+        In force: {perMinute(limits.effective)} for the whole app. {limits.keys.length === 0
+          ? "Each key may use all of it: no key has limits of its own."
+          : "Each key may use all of it, except these keys with limits of their own (the app's limits still hold for all keys together):"}
       </p>
-      <Alert error={error} />
-      <form method="post" action={`${appPath(app)}/limits`} class="row-form">
+      {limits.keys.length > 0 && (
+        <ul class="muted" data-testid="key-limits">
+          {limits.keys.map(({ key, limits }) => (
+            <li key={key.id}>
+              {key.name} (<code>{key.prefix}…</code>): {perMinute(limits)}
+            </li>
+          ))}
+        </ul>
+      )}
+      <p class="muted">
+        A request over a limit gets 429 with{" "}
+        <code>Retry-After</code>. Leave a field empty for the default ({limits.defaults.rpm
+          .toLocaleString("en-US")} and {limits.defaults.tpm.toLocaleString("en-US")}).
+      </p>
+      {form.alert}
+      <form method="post" action={`${appPath(app)}/limits${form.fragment}`} class="row-form">
         <CsrfField session={session} />
-        {LIMIT_FIELDS.map(({ name, label }) => (
+        {LIMIT_FIELDS.map(({ name, label }, i) => (
           <label key={name}>
             {label}
             <input
@@ -43,6 +77,7 @@ export function RateLimitsCard(
               step={1}
               inputMode="numeric"
               value={custom(name)}
+              {...(i === 0 ? form.firstField : {})}
             />
           </label>
         ))}

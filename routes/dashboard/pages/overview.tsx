@@ -1,13 +1,13 @@
 import { Island } from "@/components/Island.tsx";
 import { CsrfField } from "@/components/CsrfField.tsx";
-import type { AppRecord, RateLimits, WalletRecord } from "@/lib/db.ts";
+import type { AppRecord, WalletRecord } from "@/lib/db.ts";
 import { formatUsd } from "@/lib/core/mod.ts";
 import type { DaySpend, ModelSpend } from "@/lib/billing/mod.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
-import { RateLimitsCard } from "./limits.tsx";
+import { type AppLimits, type LimitsRefusal, RateLimitsCard } from "./limits.tsx";
 import { TopUpLink } from "./top_up_link.tsx";
-import { Alert, AppHeader, appPath, Balances, Page, usd } from "./shared.tsx";
+import { AppHeader, appPath, Balances, formAnchor, Page, usd } from "./shared.tsx";
 
 /** GET /dashboard/apps/:id — money at a glance. */
 export function overviewPage(
@@ -18,12 +18,13 @@ export function overviewPage(
     topUpUrl: string;
     days: DaySpend[];
     models: ModelSpend[];
-    limits: { effective: RateLimits; defaults: RateLimits };
-    error?: string;
-    limitsError?: string;
+    limits: AppLimits;
+    renameRefused?: { error: string; name: string };
+    limitsRefused?: LimitsRefusal;
   },
 ) {
   const { app, wallet } = view;
+  const rename = formAnchor("rename", view.renameRefused);
   return renderPage(
     <Page title={app.name} session={session} islands>
       <AppHeader app={app} active="overview" />
@@ -59,15 +60,26 @@ export function overviewPage(
         )}
       </section>
       <TopUpLink session={session} app={app} url={view.topUpUrl} />
-      <RateLimitsCard session={session} app={app} limits={view.limits} error={view.limitsError} />
-      <section class="card">
+      <RateLimitsCard
+        session={session}
+        app={app}
+        limits={view.limits}
+        refused={view.limitsRefused}
+      />
+      <section class="card" id={rename.id}>
         <h2>Rename</h2>
-        <Alert error={view.error} />
-        <form method="post" action={`${appPath(app)}/rename`} class="row-form">
+        {rename.alert}
+        <form method="post" action={`${appPath(app)}/rename${rename.fragment}`} class="row-form">
           <CsrfField session={session} />
           <label>
             App name
-            <input name="name" required maxLength={100} value={app.name} />
+            <input
+              name="name"
+              required
+              maxLength={100}
+              value={view.renameRefused?.name ?? app.name}
+              {...rename.firstField}
+            />
           </label>
           <button type="submit" class="button secondary">Rename</button>
         </form>

@@ -36,8 +36,24 @@ export function Page(
   );
 }
 
-export function Alert({ error }: { error?: string }) {
-  return error ? <p class="alert" role="alert">{error}</p> : null;
+export function Alert({ error, id }: { error?: string; id?: string }) {
+  return error ? <p class="alert" role="alert" id={id}>{error}</p> : null;
+}
+
+/**
+ * A form's card and how its post comes back to it. A refused post answers with the whole page
+ * again: the action's fragment opens that page at the card, where the alert stands at the top of
+ * the form, and the card's first field takes the focus with the alert as its description.
+ */
+export function formAnchor(anchor: string, refused: { error: string } | undefined) {
+  return {
+    id: anchor,
+    fragment: `#${anchor}`,
+    alert: <Alert error={refused?.error} id={`${anchor}-error`} />,
+    firstField: refused
+      ? { autofocus: true, "aria-invalid": true, "aria-describedby": `${anchor}-error` }
+      : {},
+  };
 }
 
 type Tab = "overview" | "keys" | "usage" | "wallet" | "webhooks";

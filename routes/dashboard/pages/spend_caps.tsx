@@ -2,7 +2,7 @@ import type { ApiKeyRecord, AppRecord, SpendCaps, SpendCapsRecord } from "@/lib/
 import type { Session } from "@/lib/accounts/mod.ts";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
-import { Alert, appPath } from "./shared.tsx";
+import { appPath, formAnchor } from "./shared.tsx";
 
 const FIELDS = [
   ["total", "Total"],
@@ -10,10 +10,27 @@ const FIELDS = [
   ["monthly", "Per UTC month"],
 ] as const;
 
-function CapFields({ caps, label }: { caps: SpendCaps | null | undefined; label: string }) {
+export const CAP_FIELDS = FIELDS.map(([name]) => name);
+type CapField = (typeof CAP_FIELDS)[number];
+
+/** A refused caps form: whose caps (a key's id, or "end-user") and what was typed. */
+export interface CapsRefusal {
+  error: string;
+  target: string;
+  typed: Record<CapField, string>;
+}
+
+function CapFields(
+  { caps, typed, label, firstField }: {
+    caps: SpendCaps | null | undefined;
+    typed: Record<CapField, string> | undefined;
+    label: string;
+    firstField: Record<string, unknown>;
+  },
+) {
   return (
     <>
-      {FIELDS.map(([name, title]) => (
+      {FIELDS.map(([name, title], i) => (
         <label key={name}>
           {title} (USD)
           <input
@@ -21,7 +38,8 @@ function CapFields({ caps, label }: { caps: SpendCaps | null | undefined; label:
             inputMode="decimal"
             placeholder="no cap"
             aria-label={`${label}: ${title.toLowerCase()} cap in USD`}
-            value={caps?.[name] != null ? formatUsd(caps[name]!) : ""}
+            value={typed ? typed[name] : caps?.[name] != null ? formatUsd(caps[name]!) : ""}
+            {...(i === 0 ? firstField : {})}
           />
         </label>
       ))}
@@ -29,14 +47,40 @@ function CapFields({ caps, label }: { caps: SpendCaps | null | undefined; label:
   );
 }
 
-/** The keys tab's caps: one form per live key, and one for each end user of the app. */
+/** One caps form; a refused one comes back with its alert at its top and the values typed. */
+function CapsForm(
+  { session, action, target, owner, label, caps, refused, button }: {
+    session: Session;
+    action: string;
+    target: string;
+    owner: string;
+    label: string;
+    caps: SpendCaps | null | undefined;
+    refused?: CapsRefusal;
+    button: string;
+  },
+) {
+  const mine = refused?.target === target ? refused : undefined;
+  const form = formAnchor(`caps-${target}`, mine);
+  return (
+    <form method="post" action={`${action}${form.fragment}`} class="row-form" id={form.id}>
+      {form.alert}
+      <CsrfField session={session} />
+      <strong class="cap-owner">{owner}</strong>
+      <CapFields caps={caps} typed={mine?.typed} label={label} firstField={form.firstField} />
+      <button type="submit" class="button secondary small">{button}</button>
+    </form>
+  );
+}
+
+/** The keys tab's caps: one form per live key of the page, and one for each end user of the app. */
 export function SpendCapsCard(
-  { session, app, live, caps, error }: {
+  { session, app, live, caps, refused }: {
     session: Session;
     app: AppRecord;
     live: ApiKeyRecord[];
     caps: SpendCapsRecord;
-    error?: string;
+    refused?: CapsRefusal;
   },
 ) {
   return (
@@ -48,21 +92,28 @@ export function SpendCapsCard(
         Requests in flight count against a cap until they are settled, so a burst cannot pass it.
         Spending counts from when a cap is first set; leave a field empty for no cap.
       </p>
-      <Alert error={error} />
       {live.map((k) => (
-        <form method="post" action={`${appPath(app)}/keys/${k.id}/spend-cap`} class="row-form">
-          <CsrfField session={session} />
-          <strong class="cap-owner">{k.name}</strong>
-          <CapFields caps={caps.keys[k.id]} label={`Key ${k.name}`} />
-          <button type="submit" class="button secondary small">Save caps of {k.name}</button>
-        </form>
+        <CapsForm
+          session={session}
+          action={`${appPath(app)}/keys/${k.id}/spend-cap`}
+          target={k.id}
+          owner={k.name}
+          label={`Key ${k.name}`}
+          caps={caps.keys[k.id]}
+          refused={refused}
+          button={`Save caps of ${k.name}`}
+        />
       ))}
-      <form method="post" action={`${appPath(app)}/end-user-spend-cap`} class="row-form">
-        <CsrfField session={session} />
-        <strong class="cap-owner">Each end user</strong>
-        <CapFields caps={caps.endUser} label="Each end user" />
-        <button type="submit" class="button secondary small">Save end-user caps</button>
-      </form>
+      <CapsForm
+        session={session}
+        action={`${appPath(app)}/end-user-spend-cap`}
+        target="end-user"
+        owner="Each end user"
+        label="Each end user"
+        caps={caps.endUser}
+        refused={refused}
+        button="Save end-user caps"
+      />
       <p class="muted small">
         The end user is the <code>user</code> field of a chat or Responses request.
       </p>

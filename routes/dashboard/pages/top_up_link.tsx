@@ -2,14 +2,26 @@ import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import type { AppRecord } from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
-import { Alert, appPath } from "./shared.tsx";
+import { appPath, formAnchor } from "./shared.tsx";
+
+export interface TopUpSettingsRefusal {
+  error: string;
+  returnUrl: string;
+  showBalance: boolean;
+}
 
 /** The top-up page's address and settings, on the overview and the wallet tab. */
 export function TopUpLink(
-  { session, app, url, error }: { session: Session; app: AppRecord; url: string; error?: string },
+  { session, app, url, refused }: {
+    session: Session;
+    app: AppRecord;
+    url: string;
+    refused?: TopUpSettingsRefusal;
+  },
 ) {
+  const settings = formAnchor("top-up-page", refused);
   return (
-    <section class="card">
+    <section class="card" id={settings.id}>
       <h2>Top-up page</h2>
       <p class="muted">
         Share this address with your app's users: anyone who has it can add credits to this wallet
@@ -27,20 +39,29 @@ export function TopUpLink(
         </span>
       </form>
       <h3>What your users see</h3>
-      <Alert error={error} />
-      <form method="post" action={`${appPath(app)}/top-up-settings`} class="stack">
+      {settings.alert}
+      <form
+        method="post"
+        action={`${appPath(app)}/top-up-settings${settings.fragment}`}
+        class="stack"
+      >
         <CsrfField session={session} />
         <label>
           Link back to your app (optional)
           <input
             name="return_url"
             type="url"
-            value={app.topUpReturnUrl ?? ""}
+            value={refused ? refused.returnUrl : app.topUpReturnUrl ?? ""}
             placeholder="https://your-app.example/credits"
+            {...settings.firstField}
           />
         </label>
         <label class="checkbox">
-          <input type="checkbox" name="show_balance" checked={app.topUpShowBalance ?? false} />{" "}
+          <input
+            type="checkbox"
+            name="show_balance"
+            checked={refused ? refused.showBalance : app.topUpShowBalance ?? false}
+          />{" "}
           Show the app's current balance on the top-up page
         </label>
         <button type="submit" class="button secondary">Save top-up page</button>

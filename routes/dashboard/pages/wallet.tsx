@@ -3,7 +3,7 @@ import type { Micros } from "@/lib/core/mod.ts";
 import { creditedOf, takesBack, type WalletActivity } from "@/lib/billing/mod.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
-import { TopUpLink } from "./top_up_link.tsx";
+import { TopUpLink, type TopUpSettingsRefusal } from "./top_up_link.tsx";
 import { AppHeader, appPath, Balances, Page, usd, When } from "./shared.tsx";
 
 const CREDIT_LABELS = {
@@ -27,7 +27,7 @@ export function walletPage(
     topUpUrl: string;
     activity: WalletActivity[];
     keyNames: Map<string, string>;
-    topUpError?: string;
+    topUpRefused?: TopUpSettingsRefusal;
   },
 ) {
   const { app, wallet } = view;
@@ -64,7 +64,7 @@ export function walletPage(
           total.
         </p>
       )}
-      <TopUpLink session={session} app={app} url={view.topUpUrl} error={view.topUpError} />
+      <TopUpLink session={session} app={app} url={view.topUpUrl} refused={view.topUpRefused} />
       <section class="card">
         <h2>Latest activity</h2>
         <div class="table-scroll">

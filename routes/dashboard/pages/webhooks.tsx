@@ -5,7 +5,7 @@ import { retrySpanText, WEBHOOK_DEFAULTS } from "@/lib/webhooks/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import { renderPage } from "@/routes/render.ts";
-import { Alert, AppHeader, appPath, Page, When } from "./shared.tsx";
+import { AppHeader, appPath, formAnchor, Page, When } from "./shared.tsx";
 
 const STATES: Record<WebhookEventRecord["state"], string> = {
   pending: "retrying",
@@ -35,6 +35,7 @@ export function webhooksPage(
 ) {
   const { app, settings } = view;
   const base = `${appPath(app)}/webhooks`;
+  const endpoint = formAnchor("endpoint", view.error ? { error: view.error } : undefined);
   const threshold = view.threshold ??
     (settings?.lowBalanceThreshold != null ? formatUsd(settings.lowBalanceThreshold) : "");
   return renderPage(
@@ -55,7 +56,7 @@ export function webhooksPage(
           </div>
         </section>
       )}
-      <section class="card">
+      <section class="card" id={endpoint.id}>
         <h2>Endpoint</h2>
         <p class="muted">
           Tollbooth POSTs a signed event to this address when the balance (available plus held by
@@ -64,8 +65,8 @@ export function webhooksPage(
           {" "}
           {WEBHOOK_DEFAULTS.maxAttempts} attempts in all over {retrySpanText()}.
         </p>
-        <Alert error={view.error} />
-        <form method="post" action={base} class="stack">
+        {endpoint.alert}
+        <form method="post" action={`${base}${endpoint.fragment}`} class="stack">
           <CsrfField session={session} />
           <label>
             Endpoint (https)
@@ -75,6 +76,7 @@ export function webhooksPage(
               required
               value={view.url ?? settings?.url ?? ""}
               placeholder="https://your-app.example/tollbooth-events"
+              {...endpoint.firstField}
             />
           </label>
           <label>
