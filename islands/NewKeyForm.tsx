@@ -1,4 +1,4 @@
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import CopyButton from "./CopyButton.tsx";
 
 export interface NewKeyFormProps {
@@ -20,9 +20,41 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName, refused }
   const [issued, setIssued] = useState<{ apiKey: string; name: string } | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  const [revealOpen, setRevealOpen] = useState(false);
+  const dialog = useRef<HTMLDialogElement>(null);
+  const opener = useRef<HTMLButtonElement>(null);
+
+  // Shown modal: the page behind it is inert, and Escape closes it.
+  useEffect(() => {
+    if (revealOpen && dialog.current && !dialog.current.open) dialog.current.showModal();
+  }, [revealOpen]);
+
+  // A modal dialog's Tab still leaves the page for the browser's own controls after the last
+  // field; the dialog is all the page there is while it is open, so Tab goes round inside it.
+  function keepFocusInside(event: KeyboardEvent) {
+    if (event.key !== "Tab" || !dialog.current) return;
+    const inside = [
+      ...dialog.current.querySelectorAll<HTMLElement>("input, textarea, button, a[href]"),
+    ];
+    const first = inside[0];
+    const last = inside[inside.length - 1];
+    const from = document.activeElement;
+    if (event.shiftKey && (from === first || !dialog.current.contains(from))) {
+      event.preventDefault();
+      last?.focus();
+    } else if (!event.shiftKey && (from === last || !dialog.current.contains(from))) {
+      event.preventDefault();
+      first?.focus();
+    }
+  }
 
   async function submit(event: Event) {
     event.preventDefault();
+    if (mode === "rotate" && issued) {
+      // Already rotated: the button shows the new key again until the page is reloaded.
+      setRevealOpen(true);
+      return;
+    }
     const form = event.currentTarget as HTMLFormElement;
     if (
       mode === "rotate" &&
@@ -45,6 +77,7 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName, refused }
         throw new Error("Your session has ended: reload the page and sign in again.");
       }
       setIssued({ apiKey: body.api_key, name: body.name });
+      setRevealOpen(true);
       form.reset();
     } catch (e) {
       setError((e as Error).message);
@@ -53,71 +86,89 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName, refused }
     }
   }
 
-  if (issued) {
-    const reveal = (
-      <div class={mode === "rotate" ? "key-reveal modal" : "key-reveal"} role="status">
-        <p>
-          <strong>{mode === "rotate" ? "New key for" : "New key"} “{issued.name}”.</strong>{" "}
-          Copy it now: it is shown only this once and cannot be shown again.
-          {mode === "rotate" && " The old key no longer works."}
-        </p>
-        <div class="copy-row">
-          <input
-            class="mono"
-            readOnly
-            value={issued.apiKey}
-            aria-label="New API key"
-            onFocus={(e) => (e.currentTarget as HTMLInputElement).select()}
-          />
-          <CopyButton value={issued.apiKey} label="Copy key" />
-        </div>
-        <button type="button" class="button" onClick={() => location.reload()}>
-          I have saved it
-        </button>
+  const reveal = issued && (
+    <div class={mode === "rotate" ? "key-reveal modal" : "key-reveal"} role="status">
+      <p>
+        <strong>{mode === "rotate" ? "New key for" : "New key"} “{issued.name}”.</strong>{" "}
+        Copy it now: it is shown only this once and cannot be shown again.
+        {mode === "rotate" && " The old key no longer works."}
+      </p>
+      <div class="copy-row">
+        <input
+          class="mono"
+          readOnly
+          value={issued.apiKey}
+          aria-label="New API key"
+          onFocus={(e) =>
+            (e.currentTarget as HTMLInputElement).select()}
+        />
+        <CopyButton value={issued.apiKey} label="Copy key" />
       </div>
-    );
-    // A rotated key is revealed above the table row it came from, where there is room to read it.
-    return mode === "rotate"
-      ? (
-        <div class="overlay" role="dialog" aria-modal="true" aria-label="Rotated key">
-          {reveal}
-        </div>
-      )
-      : reveal;
-  }
+      <button
+        type="button"
+        class="button"
+        onClick={() =>
+          location.reload()}
+      >
+        I have saved it
+      </button>
+    </div>
+  );
+
+  if (reveal && mode === "create") return reveal;
 
   return (
-    <form
-      method="post"
-      action={action}
-      onSubmit={submit}
-      class={mode === "create" ? "row-form" : "inline-form"}
-    >
-      <input type="hidden" name="_csrf" value={csrfToken} />
-      {mode === "create" && (
-        <label>
-          Key name
-          <input
-            name="name"
-            required
-            maxLength={60}
-            placeholder="e.g. production server"
-            defaultValue={refused?.name}
-            {...(refused
-              ? { autofocus: true, "aria-invalid": true, "aria-describedby": refused.alertId }
-              : {})}
-          />
-        </label>
-      )}
-      <button
-        type="submit"
-        class={mode === "create" ? "button" : "button secondary small"}
-        disabled={busy}
-        aria-label={mode === "rotate" ? `Rotate key ${keyName}` : undefined}
+    <>
+      <form
+        method="post"
+        action={action}
+        onSubmit={submit}
+        class={mode === "create" ? "row-form" : "inline-form"}
       >
-        {mode === "create" ? "Create key" : "Rotate"}
-      </button>
-      {error && <p class="alert" role="alert">{error}</p>}
-    </form>
+        <input type="hidden" name="_csrf" value={csrfToken} />
+        {mode === "create" && (
+          <label>
+            Key name
+            <input
+              name="name"
+              required
+              maxLength={60}
+              placeholder="e.g. production server"
+              defaultValue={refused?.name}
+              {...(refused
+                ? { autofocus: true, "aria-invalid": true, "aria-describedby": refused.alertId }
+                : {})}
+            />
+          </label>
+        )}
+        <button
+          type="submit"
+          ref={opener}
+          class={mode === "create" ? "button" : "button secondary small"}
+          disabled={busy}
+          aria-label={mode === "rotate"
+            ? issued ? `Show the new key of ${keyName}` : `Rotate key ${keyName}`
+            : undefined}
+        >
+          {mode === "create" ? "Create key" : issued ? "Show new key" : "Rotate"}
+        </button>
+        {error && <p class="alert" role="alert">{error}</p>}
+      </form>
+      {reveal && (
+        // The rotated key shows over the table row it came from, where there is room to read it.
+        <dialog
+          ref={dialog}
+          class="key-dialog"
+          aria-label="Rotated key"
+          onKeyDown={keepFocusInside}
+          onClose={() => {
+            setRevealOpen(false);
+            opener.current?.focus();
+          }}
+        >
+          {reveal}
+        </dialog>
+      )}
+    </>
   );
 }

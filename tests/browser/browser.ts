@@ -176,8 +176,14 @@ async function extractTar(file: URL, into: string) {
   }
 }
 
-/** A chromium, headless, without the background traffic a closed network refuses. */
-export async function launchBrowser(): Promise<Browser> {
+/**
+ * A chromium, headless, without the background traffic a closed network refuses. `hostAliases`
+ * resolve to loopback in this browser only: an alias is not localhost, so a page served on it over
+ * plain http is not a secure context, as on an operator's plain-http host.
+ */
+export async function launchBrowser(
+  { hostAliases = [] }: { hostAliases?: string[] } = {},
+): Promise<Browser> {
   const { executablePath, source, env } = await findChromium();
   const launching = chromium.launch({
     executablePath,
@@ -191,6 +197,9 @@ export async function launchBrowser(): Promise<Browser> {
       "--disable-component-update",
       "--disable-sync",
       "--no-first-run",
+      ...(hostAliases.length === 0
+        ? []
+        : [`--host-resolver-rules=${hostAliases.map((h) => `MAP ${h} 127.0.0.1`).join(",")}`]),
     ],
   });
   return await launching.catch((error) => {

@@ -8,8 +8,11 @@ import { launchBrowser, SCREENSHOT_DIR } from "./browser.ts";
 
 const PASSWORD = "correct horse battery";
 
-/** The whole service on a loopback port, its public URL being that port's address. */
-async function serveTollbooth() {
+/**
+ * The whole service on a loopback port, its public URL being that port's address (by `host`, a
+ * name the browser maps to loopback, or 127.0.0.1).
+ */
+async function serveTollbooth(host = "127.0.0.1") {
   const kv = await Deno.openKv(":memory:");
   let handle: (request: Request, info: Deno.ServeHandlerInfo) => Response | Promise<Response> =
     () => new Response("starting", { status: 503 });
@@ -17,7 +20,7 @@ async function serveTollbooth() {
     { hostname: "127.0.0.1", port: 0, onListen: () => {} },
     (request, info) => handle(request, info),
   );
-  const base = `http://127.0.0.1:${(server.addr as Deno.NetAddr).port}`;
+  const base = `http://${host}:${(server.addr as Deno.NetAddr).port}`;
   // Webhook endpoints on loopback (the test's receiver) are allowed, as under `deno task dev`.
   const env = { PUBLIC_URL: base, WEBHOOK_ALLOW_LOOPBACK: "1" };
   const { app, wallets, webhooks } = createApp({
@@ -39,10 +42,13 @@ async function serveTollbooth() {
   };
 }
 
-async function withBrowser(fn: (browser: Browser, base: string) => Promise<void>) {
+async function withBrowser(
+  fn: (browser: Browser, base: string) => Promise<void>,
+  { host }: { host?: string } = {},
+) {
   await Deno.mkdir(SCREENSHOT_DIR, { recursive: true });
-  const service = await serveTollbooth();
-  const browser = await launchBrowser();
+  const service = await serveTollbooth(host);
+  const browser = await launchBrowser({ hostAliases: host ? [host] : [] });
   try {
     await fn(browser, service.base);
     await assertAuditClean(service.kv);
@@ -271,3 +277,92 @@ Deno.test("browser: an owner makes a management key, caps a key, sets a webhook 
       await receiver.shutdown();
     }
   }));
+
+Deno.test("browser: the rotated-key dialog keeps the focus inside it, closes on Escape and gives the focus back to its button", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage();
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Rotating");
+    await page.getByRole("link", { name: "I have saved it: go to the keys" }).click();
+    page.once("dialog", (dialog) => dialog.accept());
+    await page.getByRole("button", { name: "Rotate key default" }).click();
+    const dialog = page.getByRole("dialog", { name: "Rotated key" });
+    await dialog.waitFor();
+    const rotated = await dialog.getByLabel("New API key").inputValue();
+    const focusInDialog = () =>
+      page.evaluate(() => document.activeElement?.closest("dialog[open]") != null);
+    for (let i = 0; i < 8; i++) {
+      await page.keyboard.press("Tab");
+      assert.equal(await focusInDialog(), true, `focus after ${i + 1} Tab presses`);
+    }
+    await page.keyboard.press("Shift+Tab");
+    assert.equal(await focusInDialog(), true, "focus after Shift+Tab");
+
+    await page.keyboard.press("Escape");
+    await dialog.waitFor({ state: "hidden" });
+    const opener = page.getByRole("button", { name: "Show the new key of default" });
+    assert.equal(await opener.evaluate((el) => el === document.activeElement), true);
+    await opener.click();
+    assert.equal(await dialog.getByLabel("New API key").inputValue(), rotated);
+  }));
+
+Deno.test("browser: a 100-character app name wraps at 375 px, on the hosted top-up page and the dashboard", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage();
+    await signUp(page, base, "ada@example.com");
+    const name = "Namewithoutanyspace".repeat(6).slice(0, 100);
+    await createAppNamed(page, name);
+    await page.setViewportSize({ width: 375, height: 800 });
+    const overflow = () => page.evaluate(() => document.documentElement.scrollWidth - innerWidth);
+    assert.equal(await overflow(), 0, "the new app's page");
+    const appUrl = page.url().replace(/\/issued\/.*$/, "");
+    for (const tab of ["", "/keys", "/usage", "/wallet", "/webhooks"]) {
+      await page.goto(`${appUrl}${tab}`);
+      assert.equal(await overflow(), 0, `the tab ${tab || "/"}`);
+    }
+    await page.goto(`${base}/dashboard`);
+    assert.equal(await overflow(), 0, "the apps");
+    await page.goto(appUrl);
+    await page.goto(await page.getByLabel("Top-up page address").inputValue());
+    await page.getByRole("heading", { name: `Add credits to ${name}` }).waitFor();
+    assert.equal(await overflow(), 0, "the top-up page");
+    await shot(page, "top-up-long-name-phone");
+  }));
+
+Deno.test("browser: on a plain-http host the Copy button copies by selection, else selects the text and asks for the shortcut", () =>
+  withBrowser(async (browser, base) => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(`${base}/docs`);
+    assert.deepEqual(
+      await page.evaluate(() => [isSecureContext, "clipboard" in navigator]),
+      [false, false],
+      "plain http on a name that is not localhost is no secure context",
+    );
+    const figure = page.locator("figure.code-block").first();
+    const code = await figure.locator("pre").innerText();
+    await figure.getByRole("button", { name: "Copy" }).click();
+    await figure.getByRole("button", { name: "Copied" }).waitFor({ timeout: 5000 });
+    // Only a secure page may read the clipboard: the service's own loopback address is one.
+    const port = new URL(base).port;
+    const reader = await context.newPage();
+    await context.grantPermissions(["clipboard-read"], { origin: `http://127.0.0.1:${port}` });
+    await reader.goto(`http://127.0.0.1:${port}/docs`);
+    assert.equal(await reader.evaluate(() => navigator.clipboard.readText()), code);
+
+    // A browser that lets no page copy at all.
+    await page.evaluate(() => {
+      document.execCommand = () => false;
+    });
+    const second = page.locator("figure.code-block").nth(1);
+    const secondCode = await second.locator("pre").innerText();
+    await second.getByRole("button", { name: "Copy" }).click();
+    await second.getByText("press Ctrl+C to copy it").waitFor({ timeout: 5000 });
+    // The field is focused and selected once it is on the page, a frame after the message.
+    const selected = await page.waitForFunction(() => {
+      const field = document.activeElement;
+      if (!(field instanceof HTMLTextAreaElement) || field.selectionEnd === 0) return null;
+      return field.value.slice(field.selectionStart, field.selectionEnd);
+    });
+    assert.equal(await selected.jsonValue(), secondCode);
+  }, { host: "tollbooth.test" }));
