@@ -180,7 +180,13 @@ export function createApp(deps: AppDeps) {
   app.get("/v1/models/:model{.+}", ...freeApi, models.retrieve);
   app.route(
     "/v1/management",
-    managementRoutes({ kv, publicUrl: config.publicUrl, idempotencyStore, log }),
+    managementRoutes({
+      kv,
+      publicUrl: config.publicUrl,
+      idempotencyStore,
+      log,
+      keyBound: { maxLiveKeys: config.maxLiveKeysPerApp },
+    }),
   );
   app.all("/v1/*", (c) => {
     throw new ApiError("not_found", `No endpoint ${c.req.method} ${c.req.path}.`);
@@ -252,6 +258,7 @@ export function createApp(deps: AppDeps) {
         maxAppsPerOwner: config.maxAppsPerOwner,
         maxAppCreationsPerDay: config.maxAppCreationsPerDay,
       },
+      keyBound: { maxLiveKeys: config.maxLiveKeysPerApp },
       webhooks: {
         watcher: webhookWatcher,
         deliverer: webhookDeliverer,

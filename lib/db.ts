@@ -28,6 +28,12 @@ export const keys = {
   appApiKey: (appId: string, keyId: string) => ["app_api_keys", appId, keyId] as const,
   appApiKeys: (appId: string) => ["app_api_keys", appId] as const,
   apiKeyLastUsed: (keyId: string) => ["api_key_last_used", keyId] as const,
+  /**
+   * The id of the app's newest key, rewritten by every commit that adds a key to the app (an issue,
+   * a rotation): an issue checks it, so the live keys it counted are still all there are when it
+   * commits.
+   */
+  appApiKeysIssued: (appId: string) => ["app_api_keys_issued", appId] as const,
 
   reservation: (appId: string, reservationId: string) =>
     ["reservations", appId, reservationId] as const,

@@ -99,7 +99,8 @@ export async function runAdmin(
     }
     case "create-key": {
       const flags = parseFlags(rest, ["app", "name"]);
-      const key = await issueKey(kv, required(flags, "app"), flags.name ?? "admin");
+      // The operator is not held to the bound of live keys; the key still counts against it.
+      const key = await issueKey(kv, required(flags, "app"), flags.name ?? "admin", "operator");
       return { output: { key_id: key.record.id, api_key: key.apiKey }, exitCode: 0 };
     }
     case "revoke-key": {

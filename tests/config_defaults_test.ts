@@ -31,6 +31,7 @@ Deno.test("every numeric default the README states is the one the config module 
     MAX_APPS_PER_OWNER: applied.maxAppsPerOwner,
     MAX_APP_CREATIONS_PER_DAY: applied.maxAppCreationsPerDay,
     MAX_SIGNUPS_PER_ADDRESS_PER_DAY: applied.maxSignupsPerAddressPerDay,
+    MAX_LIVE_KEYS_PER_APP: applied.maxLiveKeysPerApp,
     TRUSTED_PROXY_COUNT: applied.trustedProxyCount,
     WALLET_SLICE_POST_MS: applied.walletSlicePostMs,
     WALLET_SLICE_HOT_RPS: applied.walletSliceHotRps,

@@ -308,6 +308,40 @@ Deno.test("key creation and rotation answer JSON for the island, the key once", 
     await fresh.body?.cancel();
   }));
 
+Deno.test("at the app's bound of live keys the new-key form says so, with and without JavaScript, and rotation still works", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const csrf = await v.csrf();
+    const json = { accept: "application/json" };
+    const second = await v.post(`/dashboard/apps/${appId}/keys`, { _csrf: csrf, name: "ci" }, json);
+    assert.equal(second.status, 200);
+    await second.body?.cancel();
+
+    const page = await v.post(`/dashboard/apps/${appId}/keys`, { _csrf: csrf, name: "third" });
+    assert.equal(page.status, 403);
+    assert.match(await page.text(), /This app has 2 live API keys, the most an app may have/);
+    const island = await v.post(
+      `/dashboard/apps/${appId}/keys`,
+      { _csrf: csrf, name: "third" },
+      json,
+    );
+    assert.equal(island.status, 403);
+    assert.match((await island.json()).error, /Revoke a key it no longer uses first/);
+
+    const ci = (await listAppKeys(s.kv, appId)).find((k) => k.name === "ci")!;
+    const rotated = await v.post(
+      `/dashboard/apps/${appId}/keys/${ci.id}/rotate`,
+      { _csrf: csrf },
+      json,
+    );
+    assert.equal(rotated.status, 200);
+    assert.equal((await rotated.json()).name, "ci");
+    const live = (await listAppKeys(s.kv, appId)).filter((k) => k.revokedAt === null);
+    assert.equal(live.length, 2);
+  }, { MAX_LIVE_KEYS_PER_APP: "2" }));
+
 Deno.test("replacing the top-up address shows a new one and retires the old", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);

@@ -257,7 +257,7 @@ Deno.test("keys are private to the app: another app's request with the same key 
 Deno.test("keys are private to the API key: another key of the same app, same key and body, runs and is charged", () =>
   withUpstream({}, async (s, upstream) => {
     const app = await s.newApp("reseller");
-    const other = await issueKey(s.kv, app.appId, "second customer");
+    const other = await issueKey(s.kv, app.appId, "second customer", "operator");
     const first = await s.chat(app.apiKey, request(), withKey("order-1"));
     const second = await s.chat(other.apiKey, request(), withKey("order-1"));
     assert.equal(first.status, 200);

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { Wallets } from "@/lib/billing/mod.ts";
+import { rotateKey, Wallets } from "@/lib/billing/mod.ts";
 import {
   issueManagementKey,
   listManagementKeys,
@@ -8,7 +8,13 @@ import {
   TooManyManagementKeysError,
   usageReport,
 } from "@/lib/management/mod.ts";
-import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import {
+  countLiveKeys,
+  createApp as createAppRecord,
+  issueKey,
+  KeyLimitError,
+} from "@/lib/tenants/mod.ts";
+import { runAdmin } from "@/scripts/admin.ts";
 import { assertMatchesOpenApi } from "./openapi_check.ts";
 import { PUBLIC_URL, type TestService, userMessage, withService } from "./helpers.ts";
 
@@ -664,6 +670,70 @@ Deno.test("30 management keys issued at once for one owner: 20 live ones are mad
     }
     const live = (await listManagementKeys(s.kv, "own_burst")).filter((k) => k.revokedAt === null);
     assert.equal(live.length, MAX_MANAGEMENT_KEYS);
+  }));
+
+Deno.test("management API: 40 keys asked for at once of an app with room for 9 make 9, the rest are 403 api_key_limit_reached", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const { appId } = o.apps[0];
+    const path = `/apps/${appId}/keys`;
+    const answers = await Promise.all(
+      Array.from(
+        { length: 40 },
+        (_, i) => call(s, o.managementKey, "POST", path, { body: { name: `customer ${i}` } }),
+      ),
+    );
+    assert.equal(answers.filter((a) => a.status === 201).length, 9);
+    for (const refused of answers.filter((a) => a.status !== 201)) {
+      assert.equal(refused.status, 403);
+      assert.equal(refused.body.error.code, "api_key_limit_reached");
+      assert.equal(refused.body.error.type, "invalid_request_error");
+      assert.match(refused.body.error.message, /This app has 10 live API keys/);
+      assert.equal(refused.body.error.doc_url, `${PUBLIC_URL}/docs/errors#api_key_limit_reached`);
+    }
+    assert.equal(await countLiveKeys(s.kv, appId), 10);
+    // The bound is the app's: the owner's other app still has room.
+    const other = await call(s, o.managementKey, "POST", `/apps/${o.apps[1].appId}/keys`, {
+      body: { name: "elsewhere" },
+    });
+    assert.equal(other.status, 201);
+    // Revoking one makes room for exactly one.
+    const revoked = answers.find((a) => a.status === 201)!.body.id;
+    await call(s, o.managementKey, "POST", `/apps/${appId}/keys/${revoked}/revoke`);
+    const again = await Promise.all(
+      [1, 2].map((i) => call(s, o.managementKey, "POST", path, { body: { name: `again ${i}` } })),
+    );
+    assert.deepEqual(again.map((a) => a.status).sort(), [201, 403]);
+    assert.equal(await countLiveKeys(s.kv, appId), 10);
+  }, { env: { MAX_LIVE_KEYS_PER_APP: "10" } }));
+
+Deno.test("rotations at an app's bound of live keys are never refused, and creations beside them still cannot pass it", () =>
+  withService(async (s) => {
+    const { appId, keyId } = await s.newApp();
+    const bound = { maxLiveKeys: 10 };
+    const made = [keyId];
+    for (let i = 0; i < 8; i++) made.push((await issueKey(s.kv, appId, `k${i}`, bound)).record.id);
+    // One place left: five rotations race twenty creations for it.
+    const results = await Promise.allSettled([
+      ...made.slice(0, 5).map((id) => rotateKey(s.kv, id)),
+      ...Array.from({ length: 20 }, (_, i) => issueKey(s.kv, appId, `late ${i}`, bound)),
+    ]);
+    assert.ok(results.slice(0, 5).every((r) => r.status === "fulfilled"), "every rotation");
+    const created = results.slice(5).filter((r) => r.status === "fulfilled");
+    assert.equal(created.length, 1);
+    for (const r of results.slice(5)) {
+      if (r.status === "rejected") assert.ok(r.reason instanceof KeyLimitError);
+    }
+    assert.equal(await countLiveKeys(s.kv, appId), 10);
+    // At the bound a rotation still replaces a key; a creation is refused.
+    const { issued } = await rotateKey(s.kv, made[6]);
+    assert.equal(issued.record.appId, appId);
+    await assert.rejects(issueKey(s.kv, appId, "one more", bound), KeyLimitError);
+    assert.equal(await countLiveKeys(s.kv, appId), 10);
+    // The operator is not held to the bound.
+    const { exitCode } = await runAdmin(["create-key", "--app", appId], s.kv, PUBLIC_URL);
+    assert.equal(exitCode, 0);
+    assert.equal(await countLiveKeys(s.kv, appId), 11);
   }));
 
 Deno.test("management API: an over-long app or key id is 404 resource_not_found naming it, not a 500", () =>

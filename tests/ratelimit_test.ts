@@ -306,7 +306,7 @@ Deno.test("the app's limit is shared by its keys; a key's own lower limit binds 
   const clock = manualClock();
   return withService({ rpm: 3, now: clock.now }, async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();
-    const other = await issueKey(s.kv, appId, "second");
+    const other = await issueKey(s.kv, appId, "second", "operator");
     await setRateLimits(s.kv, appId, { rpm: 1 }, { by: "operator" }, keyId);
 
     const a = await s.chat(apiKey, hi());
@@ -493,8 +493,8 @@ Deno.test("only keys with limits of their own keep a window, and idle windows ar
   const clock = manualClock();
   return withService({ rpm: 10, now: clock.now }, async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();
-    const other = await issueKey(s.kv, appId, "second");
-    const plain = await issueKey(s.kv, appId, "third");
+    const other = await issueKey(s.kv, appId, "second", "operator");
+    const plain = await issueKey(s.kv, appId, "third", "operator");
     await setRateLimits(s.kv, appId, { rpm: 5 }, { by: "operator" }, keyId);
     await setRateLimits(s.kv, appId, { rpm: 5 }, { by: "operator" }, other.record.id);
     await (await s.chat(plain.apiKey, hi())).body?.cancel();

@@ -181,7 +181,7 @@ Deno.test("batches stay within 10 checks: reserves of more than 9 keys are split
     const { app } = await createAppRecord(raw, { name: "many keys" });
     const guards = [];
     for (let i = 0; i < 12; i++) {
-      const issued = await issueKey(raw, app.id, `k${i}`);
+      const issued = await issueKey(raw, app.id, `k${i}`, "operator");
       const entry = await raw.get(keys.apiKeyByHash(issued.record.hash));
       guards.push({ key: entry.key, versionstamp: entry.versionstamp! });
     }
@@ -204,7 +204,7 @@ Deno.test("a reserve under a revoked key is refused while the others of its batc
   const kv = await Deno.openKv(":memory:");
   try {
     const { app, key } = await createAppRecord(kv, { name: "revoked" });
-    const other = await issueKey(kv, app.id, "other");
+    const other = await issueKey(kv, app.id, "other", "operator");
     const guardOf = async (hash: string) => {
       const entry = await kv.get(keys.apiKeyByHash(hash));
       return { key: entry.key, versionstamp: entry.versionstamp! };

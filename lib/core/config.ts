@@ -35,6 +35,8 @@ export interface Config {
   /** Bounds on starter credits: apps an owner may make, in all and per UTC day. */
   maxAppsPerOwner: number;
   maxAppCreationsPerDay: number;
+  /** Live (not revoked) API keys an app may have; the operator's keys are not held to it. */
+  maxLiveKeysPerApp: number;
   /** Accounts one client address may make per UTC day. */
   maxSignupsPerAddressPerDay: number;
   /**
@@ -132,6 +134,9 @@ export const CONFIG_DEFAULTS = {
   MAX_APPS_PER_OWNER: 3,
   MAX_APP_CREATIONS_PER_DAY: 2,
   MAX_SIGNUPS_PER_ADDRESS_PER_DAY: 2,
+  // A key per customer of a small reseller, with room; the bound keeps an owner (or a leaked
+  // management key) from growing an app's live keys and every count of them without end.
+  MAX_LIVE_KEYS_PER_APP: 100,
   TRUSTED_PROXY_COUNT: 1,
 } as const;
 
@@ -158,6 +163,7 @@ const EnvSchema = z.object({
   MAX_APPS_PER_OWNER: positiveInt(CONFIG_DEFAULTS.MAX_APPS_PER_OWNER),
   MAX_APP_CREATIONS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_APP_CREATIONS_PER_DAY),
   MAX_SIGNUPS_PER_ADDRESS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_SIGNUPS_PER_ADDRESS_PER_DAY),
+  MAX_LIVE_KEYS_PER_APP: positiveInt(CONFIG_DEFAULTS.MAX_LIVE_KEYS_PER_APP),
   TRUSTED_PROXY_HEADER: z.string().optional().transform((v, ctx) => {
     const name = v?.trim().toLowerCase();
     if (!name) return undefined;
@@ -244,6 +250,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxAppsPerOwner: e.MAX_APPS_PER_OWNER,
     maxAppCreationsPerDay: e.MAX_APP_CREATIONS_PER_DAY,
     maxSignupsPerAddressPerDay: e.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
+    maxLiveKeysPerApp: e.MAX_LIVE_KEYS_PER_APP,
     trustedProxyHeader: e.TRUSTED_PROXY_HEADER,
     trustedProxyCount: e.TRUSTED_PROXY_COUNT,
     walletSlices: e.WALLET_SLICES ?? "auto",

@@ -5,7 +5,11 @@
 import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
 
 /** Codes only the management API answers (the chat endpoint never does). */
-export const MANAGEMENT_ONLY_ERRORS: ErrorCode[] = ["invalid_management_key", "resource_not_found"];
+export const MANAGEMENT_ONLY_ERRORS: ErrorCode[] = [
+  "invalid_management_key",
+  "resource_not_found",
+  "api_key_limit_reached",
+];
 
 const READ_ERRORS: ErrorCode[] = [
   "invalid_parameter",
@@ -127,7 +131,8 @@ export function managementOpenApi(
       },
       post: {
         operationId: "createApiKey",
-        summary: "Issues an API key; the secret `api_key` is in this answer only.",
+        summary:
+          "Issues an API key; the secret `api_key` is in this answer only. An app has at most `MAX_LIVE_KEYS_PER_APP` (100) live keys: one more is 403 `api_key_limit_reached`.",
         security,
         parameters: [appId, idempotencyKey],
         requestBody: {
@@ -136,7 +141,7 @@ export function managementOpenApi(
         },
         responses: {
           ...ok(ref("CreatedApiKey"), "The new key, with its secret.", "201"),
-          ...errors(WRITE_ERRORS),
+          ...errors([...WRITE_ERRORS, "api_key_limit_reached"]),
         },
       },
     },

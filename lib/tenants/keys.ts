@@ -1,4 +1,4 @@
-import { newId, NotFoundError, randomToken, sha256Hex } from "@/lib/core/mod.ts";
+import { getManyChunked, newId, NotFoundError, randomToken, sha256Hex } from "@/lib/core/mod.ts";
 import { type ApiKeyHashEntry, type ApiKeyRecord, keys } from "@/lib/db.ts";
 
 /**
@@ -27,7 +27,28 @@ function generateRawKey(): string {
   return KEY_PREFIX + randomToken(186).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
 }
 
-/** A key record and the writes that store it with its indexes (for use inside an atomic op). */
+/**
+ * How many live (not revoked) keys an app may have when a key is issued, or `"operator"`: the
+ * operator's keys are not held to it (they still count against it).
+ */
+export type KeyIssueBound = { maxLiveKeys: number } | "operator";
+
+/** The app has as many live keys as its bound allows. */
+export class KeyLimitError extends Error {
+  constructor(readonly max: number) {
+    super(
+      `This app has ${max} live API key${
+        max === 1 ? "" : "s"
+      }, the most an app may have. Revoke a key it no longer uses first; rotating a key replaces it and is always allowed.`,
+    );
+  }
+}
+
+/**
+ * A key record and the writes that store it with its indexes (for use inside an atomic op). The
+ * writes rewrite the app's `appApiKeysIssued` marker, so an issue counting the app's live keys at
+ * the same time fails its commit and counts again.
+ */
 export function prepareKey(appId: string, name: string, now = Date.now()) {
   const apiKey = generateRawKey();
   const record: ApiKeyRecord = {
@@ -44,17 +65,44 @@ export function prepareKey(appId: string, name: string, now = Date.now()) {
       .check({ key: keys.apiKeyByHash(record.hash), versionstamp: null })
       .set(keys.apiKey(record.id), record)
       .set(keys.apiKeyByHash(record.hash), { keyId: record.id, appId } satisfies ApiKeyHashEntry)
-      .set(keys.appApiKey(appId, record.id), true);
+      .set(keys.appApiKey(appId, record.id), true)
+      .set(keys.appApiKeysIssued(appId), record.id);
   return { issued: { record, apiKey } satisfies IssuedKey, write };
 }
 
-export async function issueKey(kv: Deno.Kv, appId: string, name = "default"): Promise<IssuedKey> {
-  const app = await kv.get(keys.app(appId));
-  if (app.versionstamp === null) throw new NotFoundError(`no app ${appId}`);
-  const { issued, write } = prepareKey(appId, name);
-  const result = await write(kv.atomic().check(app)).commit();
-  if (!result.ok) throw new Error("key issue conflicted; try again");
-  return issued;
+/**
+ * Issues a key to the app, held to the bound of live keys. Counted and issued in one checked
+ * commit: every commit adding a key to the app rewrites the marker read before the count, so
+ * concurrent issues cannot pass the bound together, and a rotation committed during the count
+ * (which could read as a key fewer) sends it back to count again. A failed commit means another
+ * one committed: the retries end at the bound at the latest.
+ */
+export async function issueKey(
+  kv: Deno.Kv,
+  appId: string,
+  name: string,
+  bound: KeyIssueBound,
+): Promise<IssuedKey> {
+  for (;;) {
+    const [app, marker] = await kv.getMany([keys.app(appId), keys.appApiKeysIssued(appId)]);
+    if (app.versionstamp === null) throw new NotFoundError(`no app ${appId}`);
+    if (bound !== "operator" && await countLiveKeys(kv, appId) >= bound.maxLiveKeys) {
+      throw new KeyLimitError(bound.maxLiveKeys);
+    }
+    const { issued, write } = prepareKey(appId, name);
+    const result = await write(kv.atomic().check(app).check(marker)).commit();
+    if (result.ok) return issued;
+  }
+}
+
+/** The app's keys that are not revoked: its key index, each key's record read to tell. */
+export async function countLiveKeys(kv: Deno.Kv, appId: string): Promise<number> {
+  const ids: Deno.KvKey[] = [];
+  for await (const entry of kv.list({ prefix: keys.appApiKeys(appId) })) {
+    ids.push(keys.apiKey(String(entry.key[2])));
+  }
+  const records = await getManyChunked<ApiKeyRecord>(kv, ids);
+  return records.filter((r) => r.value !== null && r.value.revokedAt === null).length;
 }
 
 /** Resolves a raw bearer key to its key and app, or null when it is malformed, unknown or revoked. */

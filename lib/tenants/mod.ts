@@ -9,7 +9,16 @@ export {
   rotateTopUpToken,
   topUpUrl,
 } from "./apps.ts";
-export { getAppKey, issueKey, KeyCache, listAppKeys, prepareKey, revokeKey } from "./keys.ts";
-export type { IssuedKey } from "./keys.ts";
+export {
+  countLiveKeys,
+  getAppKey,
+  issueKey,
+  KeyCache,
+  KeyLimitError,
+  listAppKeys,
+  prepareKey,
+  revokeKey,
+} from "./keys.ts";
+export type { IssuedKey, KeyIssueBound } from "./keys.ts";
 export type { KeyGuard } from "./keys.ts";
 export type { AppCreationBound, AppInput } from "./apps.ts";

@@ -6,6 +6,8 @@ import {
   getApp,
   getWallet,
   issueKey,
+  type KeyIssueBound,
+  KeyLimitError,
   listAppKeys,
   listOwnerApps,
   renameApp,
@@ -103,6 +105,7 @@ export function dashboardRoutes(
     publicUrl: string;
     rateLimits: RateLimits;
     appCreation: AppCreationBound;
+    keyBound: KeyIssueBound;
     webhooks: Omit<WebhookRouteDeps, "kv">;
   },
 ) {
@@ -330,7 +333,14 @@ export function dashboardRoutes(
       const refused = { error, name: c.get("form").name ?? "" };
       return c.html(await keysView(c, app, { key: refused }), 400);
     }
-    const issued = await issueKey(kv, app.id, name);
+    let issued;
+    try {
+      issued = await issueKey(kv, app.id, name, deps.keyBound);
+    } catch (error) {
+      if (!(error instanceof KeyLimitError)) throw error;
+      if (wantsJson(c)) return c.json({ error: error.message }, 403);
+      return c.html(await keysView(c, app, { key: error.message }), 403);
+    }
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name });
     return await redirectToReveal(c, {
       kind: "new_key",

@@ -40,7 +40,10 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
           <code>GET /apps/{"{app_id}"}/keys</code>, <code>POST /apps/{"{app_id}"}/keys</code>{" "}
           (<code>{'{"name": …}'}</code>; the answer's <code>api_key</code>{" "}
           is the secret, shown this once),{" "}
-          <code>POST /apps/{"{app_id}"}/keys/{"{key_id}"}/revoke</code>.
+          <code>POST /apps/{"{app_id}"}/keys/{"{key_id}"}/revoke</code>. An app has at most 100 live
+          keys by default (the server's <code>MAX_LIVE_KEYS_PER_APP</code>): one more is 403{" "}
+          <code>api_key_limit_reached</code>{" "}
+          until a key is revoked; rotating a key in the dashboard is never refused.
         </li>
         <li>
           Spend caps (USD, <code>total</code>, <code>daily</code>,{" "}

@@ -39,7 +39,16 @@ import {
   UnknownCursorError,
   usageReport,
 } from "@/lib/management/mod.ts";
-import { getApp, getAppKey, getWallet, issueKey, revokeKey, topUpUrl } from "@/lib/tenants/mod.ts";
+import {
+  getApp,
+  getAppKey,
+  getWallet,
+  issueKey,
+  type KeyIssueBound,
+  KeyLimitError,
+  revokeKey,
+  topUpUrl,
+} from "@/lib/tenants/mod.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { idempotency } from "@/routes/idempotency.ts";
 import { bearerToken, type Env, requireSupportedVersion } from "@/routes/middleware.ts";
@@ -296,7 +305,13 @@ function withoutSecret(body: Uint8Array): Uint8Array {
 
 /** /v1/management: an owner's apps, keys, usage and ledger, for apps that resell AI. */
 export function managementRoutes(
-  deps: { kv: Deno.Kv; publicUrl: string; idempotencyStore: IdempotencyStore; log: Logger },
+  deps: {
+    kv: Deno.Kv;
+    publicUrl: string;
+    idempotencyStore: IdempotencyStore;
+    log: Logger;
+    keyBound: KeyIssueBound;
+  },
 ) {
   const { kv, publicUrl } = deps;
   const r = new Hono<ManagementEnv>();
@@ -350,7 +365,13 @@ export function managementRoutes(
   r.post("/apps/:app_id/keys", ownerIdempotency({ recordedBody: withoutSecret }), async (c) => {
     const input = parseBody(NewKeyBody, await body(c));
     const appId = c.get("app").id;
-    const issued = await issueKey(kv, appId, input.name);
+    let issued;
+    try {
+      issued = await issueKey(kv, appId, input.name, deps.keyBound);
+    } catch (error) {
+      if (!(error instanceof KeyLimitError)) throw error;
+      throw new ApiError("api_key_limit_reached", error.message);
+    }
     const caps = input.spend_cap
       ? await setSpendCaps(kv, appId, { keyId: issued.record.id }, input.spend_cap)
       : await getSpendCaps(kv, appId);
