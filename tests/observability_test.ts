@@ -62,6 +62,7 @@ const LINE_FIELDS = [
   "uncharged",
   "outcome",
   "upstreamFailure",
+  "upstreamError",
   "totalMs",
   "upstreamMs",
 ];

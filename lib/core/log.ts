@@ -101,9 +101,23 @@ export type RequestLogLine = {
   uncharged: number | null;
   outcome: string | null;
   upstreamFailure: string | null;
+  /**
+   * What the upstream said of its failure, as a log may carry it: never a quote of the request or
+   * the answer (see lib/gateway/upstream_log.ts).
+   */
+  upstreamError: LoggedUpstreamError | null;
   totalMs: number;
   upstreamMs: number | null;
 };
+
+/** An upstream's error in a log line: its status (null without one), fields, and bounded message. */
+export interface LoggedUpstreamError {
+  status: number | null;
+  type: string | null;
+  code: string | null;
+  param: string | null;
+  message: string;
+}
 
 /** What a request's handlers learned about it, for its log line (the gateway fills in most). */
 export interface TraceFields {
@@ -120,6 +134,7 @@ export interface TraceFields {
   upstreamMs?: number;
   outcome?: string;
   upstreamFailure?: string;
+  upstreamError?: LoggedUpstreamError;
   errorCode?: string;
 }
 
@@ -149,6 +164,7 @@ export function requestLogLine(
     uncharged: trace.uncharged ?? null,
     outcome: trace.outcome ?? null,
     upstreamFailure: trace.upstreamFailure ?? null,
+    upstreamError: trace.upstreamError ?? null,
     totalMs: tenths(request.totalMs),
     upstreamMs: trace.upstreamMs === undefined ? null : tenths(trace.upstreamMs),
   };

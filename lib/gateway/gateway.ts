@@ -30,6 +30,7 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
+import { requestTexts, upstreamErrorLog } from "./upstream_log.ts";
 import {
   anthropicUnreadImageTokens,
   extraOutputBound,
@@ -118,6 +119,16 @@ interface Prepared {
   outputTokens: number;
   reservation: ReservationRecord;
   available: Micros;
+}
+
+/**
+ * A request as its upstream failures need it: where they are noted, and its texts (collected only
+ * when one fails), which the logs must not quote.
+ */
+interface FailingRequest {
+  requestId: string;
+  trace: RequestTrace;
+  sent: () => string[];
 }
 
 const DEFAULT_CLIENT_STALL_MS = 120_000;
@@ -248,8 +259,7 @@ export class Gateway {
       caller,
       reservation,
       model,
-      requestId,
-      trace,
+      { requestId, trace, sent: () => requestTexts(request.input) },
       (route) =>
         this.#embedder(route).embed({
           model: route,
@@ -323,6 +333,7 @@ export class Gateway {
     streamed: boolean,
   ) {
     const upstreamAbort = new AbortController();
+    const failing = { requestId, trace, sent: () => requestTexts(request) };
     const open = (maxTokens: number) => async (route: Model) => {
       const upstream = {
         model: route,
@@ -351,7 +362,7 @@ export class Gateway {
         if (!this.#deps.wallets.predictFits(caller.appId, planned.amount)) return;
         this.#deps.wallets.stats.optimisticStarts++;
         earlyHold = planned.amount;
-        early = this.#firstAnswer(planned.model, requestId, trace, open(planned.maxTokens));
+        early = this.#firstAnswer(planned.model, failing, open(planned.maxTokens));
         // Awaited once the reservation holds; refused, it is aborted and its outcome ignored.
         early.catch(() => {});
       });
@@ -380,12 +391,12 @@ export class Gateway {
     let upstream: UpstreamRequest;
     try {
       ({ value: { parts, first, upstream }, route } = await (early ??
-        this.#firstAnswer(model, requestId, trace, open(maxTokens))));
+        this.#firstAnswer(model, failing, open(maxTokens))));
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
       stopRenewal();
       await this.#desk.release(caller, reservation, trace);
-      throw this.#providerError(error, trace);
+      throw this.#providerError(error, failing);
     }
     trace.upstreamMs = performance.now() - started;
     let balance = available;
@@ -408,7 +419,12 @@ export class Gateway {
           balance = settled.available;
           return settled.charged;
         },
-        onUpstreamCut: (kind) => trace.upstreamFailure = kind,
+        onUpstreamCut: ({ kind, ...upstreamError }) => {
+          trace.upstreamFailure = kind;
+          trace.upstreamError = upstreamError;
+        },
+        upstreamErrorLog: (error, output) =>
+          upstreamErrorLog(error, () => [...failing.sent(), ...output]),
         drainOnLeave: this.#deps.providers(route.provider).billsHiddenWork?.(upstream) ?? false,
         log: this.#deps.log,
       },
@@ -426,10 +442,10 @@ export class Gateway {
    */
   async #firstAnswer<T>(
     model: Model,
-    requestId: string,
-    trace: RequestTrace,
+    failing: FailingRequest,
     call: (route: Model) => Promise<T>,
   ): Promise<{ value: T; route: Model }> {
+    const { requestId, trace } = failing;
     const routes: Model[] = [
       model,
       ...model.fallbacks.map((f) => ({ ...model, ...f })),
@@ -447,8 +463,7 @@ export class Gateway {
           event: "upstream_fallback",
           provider: route.provider.name,
           next: routes[i + 1].provider.name,
-          kind: error.kind,
-          message: error.message,
+          ...upstreamErrorLog(error, failing.sent),
         });
       }
     }
@@ -464,20 +479,20 @@ export class Gateway {
     caller: Caller,
     reservation: ReservationRecord,
     model: Model,
-    requestId: string,
-    trace: RequestTrace,
+    failing: FailingRequest,
     call: (route: Model) => Promise<T>,
   ): Promise<{ value: T; route: Model }> {
+    const { trace } = failing;
     const started = performance.now();
     const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
     try {
-      const answer = await this.#firstAnswer(model, requestId, trace, call);
+      const answer = await this.#firstAnswer(model, failing, call);
       trace.upstreamMs = performance.now() - started;
       return answer;
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
       await this.#desk.release(caller, reservation, trace);
-      throw this.#providerError(error, trace);
+      throw this.#providerError(error, failing);
     } finally {
       stopRenewal();
     }
@@ -632,21 +647,26 @@ export class Gateway {
         requestId,
         event: "count_tokens_failed",
         provider: model.provider.name,
-        message: String((error as Error)?.message ?? error),
+        ...upstreamErrorLog(error, () => requestTexts(request)),
       });
       return null;
     }
   }
 
-  #providerError(error: unknown, trace: RequestTrace): ApiError {
+  /** The client's error for a failed upstream call; the log line gets the failure as logged. */
+  #providerError(error: unknown, { requestId, trace, sent }: FailingRequest): ApiError {
     const mapped = apiErrorOfUpstream(error);
+    const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;
+    trace.upstreamError = upstreamError;
     if (mapped.failure === "upstream_auth") {
       this.#deps.log({
         level: "error",
+        requestId,
         event: "upstream_credentials_refused",
         provider: trace.provider,
-        message: (error as Error).message,
+        kind,
+        ...upstreamError,
       });
     }
     return mapped.error;

@@ -13,6 +13,7 @@ import {
   type UsageObject,
 } from "./providers/types.ts";
 import { clientUsage } from "./providers/usage.ts";
+import type { UpstreamErrorLog } from "./upstream_log.ts";
 
 export type StreamEvent =
   | { type: "chunk"; chunk: ChatCompletionChunk }
@@ -21,7 +22,7 @@ export type StreamEvent =
 /** How the stream ended, once it has; decides the usage record's outcome and the last event. */
 export type Ending =
   | { kind: "completed" }
-  | { kind: "upstream_cut"; failure: ProviderError }
+  | { kind: "upstream_cut"; failure: ProviderError; logged: UpstreamErrorLog }
   | { kind: "client_gone" }
   | { kind: "stalled"; afterMs: number };
 
@@ -42,8 +43,13 @@ export interface PaidStreamOptions {
   includeUsage: boolean;
   /** Takes the cost of `usage` from the reservation; throws when the commit fails. */
   settle(usage: Usage, outcome: UsageOutcome, countedLocally: boolean): Promise<Micros>;
-  /** The upstream broke off after the 200: the kind, for the request's log line. */
-  onUpstreamCut(kind: string): void;
+  /** The upstream broke off after the 200: the failure as logged, for the request's log line. */
+  onUpstreamCut(logged: UpstreamErrorLog): void;
+  /**
+   * An upstream failure as a log line may carry it, its message rid of quotes of the request and of
+   * `output` (what the upstream produced so far).
+   */
+  upstreamErrorLog(error: unknown, output: string[]): UpstreamErrorLog;
   /**
    * The provider bills work it does not stream (a reasoning model's hidden reasoning, Claude's
    * full thinking behind its summary): a client that leaves or stalls does not stop the upstream,
@@ -213,7 +219,7 @@ export class PaidStream {
           level: "warn",
           requestId: this.#options.requestId,
           event: "upstream_drain_failed",
-          error: String((error as Error)?.message ?? error),
+          ...this.#options.upstreamErrorLog(error, [this.#produced, this.#unshown]),
         });
       }
     })();
@@ -266,8 +272,9 @@ export class PaidStream {
         : new ProviderError("stream_cut", String((error as Error)?.message ?? error), {
           cause: error,
         });
-      this.#ending = { kind: "upstream_cut", failure };
-      this.#options.onUpstreamCut(failure.kind);
+      const logged = this.#options.upstreamErrorLog(failure, [this.#produced, this.#unshown]);
+      this.#ending = { kind: "upstream_cut", failure, logged };
+      this.#options.onUpstreamCut(logged);
     }
   }
 
@@ -315,8 +322,7 @@ export class PaidStream {
         level: "warn",
         requestId: this.#options.requestId,
         event: "upstream_stream_failed",
-        kind: ending.failure.kind,
-        message: ending.failure.message,
+        ...ending.logged,
       });
       events.push(this.#error(
         "stream_interrupted",

@@ -653,7 +653,14 @@ export function operationsPage() {
         <code>{REQUEST_LOG_FIELDS.filter((f) => f !== "event").join(", ")}</code>. Amounts are
         micro-USD (<code>uncharged</code>: usage the reservation and the balance could not cover,
         never charged); fields that do not apply are{" "}
-        <code>null</code>. The API key itself is never logged, only its id. Other lines (<code>
+        <code>null</code>. The API key itself is never logged, only its id.{" "}
+        <code>upstreamError</code> is what a failed provider said: its HTTP{" "}
+        <code>status</code>, its error's <code>type</code>, <code>code</code> and{" "}
+        <code>param</code>, and its <code>message</code>{" "}
+        with every run of 8 or more characters that the request (or the answer so far) also holds
+        replaced by{" "}
+        <code>[n chars]</code>, cut to 200 characters: a provider quoting the prompt back puts none
+        of it in the logs. Other lines (<code>
           listening
         </code>, <code>reservations_swept</code>,{" "}
         <code>shutting_down</code>, warnings and errors) carry an <code>event</code>{" "}

@@ -1,4 +1,4 @@
-import { ProviderError } from "./types.ts";
+import { ProviderError, type UpstreamErrorFields, upstreamErrorFields } from "./types.ts";
 import { type BodyReader, createHttp1Fetch, type Http1Answer } from "./http1.ts";
 import { concatBytes, Sweep } from "@/lib/core/mod.ts";
 
@@ -198,37 +198,42 @@ async function statusError(response: Http1Answer, secret: string | null): Promis
     (bytes) => new TextDecoder().decode(bytes),
     () => "",
   );
-  let reason = upstreamReason(text) ?? `status ${status}`;
+  const answer = upstreamReason(text);
+  let reason = answer.reason ?? `status ${status}`;
   if (secret) reason = reason.replaceAll(secret, "[redacted]");
+  const upstream = { upstreamStatus: status, upstreamError: answer.fields };
   if (status === 429) {
     return new ProviderError("rate_limited", `upstream rate limited: ${reason}`, {
-      upstreamStatus: status,
+      ...upstream,
       retryAfterSeconds: retryAfterSeconds(response.headers),
     });
   }
   // Our key, our account's billing or permissions: the operator's problem, never the client's.
   if (status === 401 || status === 402 || status === 403) {
-    return new ProviderError("upstream_auth", `upstream refused our credentials: ${reason}`, {
-      upstreamStatus: status,
-    });
+    return new ProviderError(
+      "upstream_auth",
+      `upstream refused our credentials: ${reason}`,
+      upstream,
+    );
   }
   // A 404 means the catalog names a model or path the upstream does not have: also ours to fix.
   if (status >= 400 && status < 500 && status !== 408 && status !== 404) {
-    return new ProviderError("bad_request", reason, { upstreamStatus: status });
+    return new ProviderError("bad_request", reason, upstream);
   }
-  return new ProviderError("upstream_error", `upstream failed: ${reason}`, {
-    upstreamStatus: status,
-  });
+  return new ProviderError("upstream_error", `upstream failed: ${reason}`, upstream);
 }
 
-/** The human-readable reason out of an upstream error body, in either common shape. */
-function upstreamReason(text: string): string | null {
+/** The human-readable reason out of an upstream error body, in either common shape, and its fields. */
+function upstreamReason(text: string): { reason: string | null; fields?: UpstreamErrorFields } {
   try {
     const json = JSON.parse(text);
     const message = json?.error?.message ?? json?.message;
-    return typeof message === "string" ? message.slice(0, 500) : null;
+    return {
+      reason: typeof message === "string" ? message.slice(0, 500) : null,
+      fields: upstreamErrorFields(json),
+    };
   } catch {
-    return text ? text.slice(0, 200) : null;
+    return { reason: text ? text.slice(0, 200) : null };
   }
 }
 

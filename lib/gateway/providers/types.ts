@@ -100,21 +100,47 @@ export const PROVIDER_FAILURES = {
 
 export type ProviderFailure = keyof typeof PROVIDER_FAILURES;
 
+/** What an upstream's error object names besides its message (OpenAI's and Anthropic's shapes). */
+export interface UpstreamErrorFields {
+  type: string | null;
+  code: string | null;
+  param: string | null;
+}
+
+/** The fields of an error answer or error event: `{error: {…}}`, or the error object itself. */
+export function upstreamErrorFields(json: unknown): UpstreamErrorFields {
+  const outer = json && typeof json === "object" ? json as Record<string, unknown> : {};
+  const inner = outer.error && typeof outer.error === "object"
+    ? outer.error as Record<string, unknown>
+    : outer;
+  const text = (value: unknown) =>
+    typeof value === "string" || typeof value === "number" ? String(value) : null;
+  return { type: text(inner.type), code: text(inner.code), param: text(inner.param) };
+}
+
 /** A failure of the upstream; `kind` decides status and charge. */
 export class ProviderError extends Error {
   readonly kind: ProviderFailure;
   readonly upstreamStatus?: number;
   readonly retryAfterSeconds?: number;
+  /** What the upstream's error object said besides the message, when it sent one. */
+  readonly upstreamError?: UpstreamErrorFields;
 
   constructor(
     kind: ProviderFailure,
     message: string,
-    options: { upstreamStatus?: number; retryAfterSeconds?: number; cause?: unknown } = {},
+    options: {
+      upstreamStatus?: number;
+      retryAfterSeconds?: number;
+      upstreamError?: UpstreamErrorFields;
+      cause?: unknown;
+    } = {},
   ) {
     super(message, { cause: options.cause });
     this.kind = kind;
     this.upstreamStatus = options.upstreamStatus;
     this.retryAfterSeconds = options.retryAfterSeconds;
+    this.upstreamError = options.upstreamError;
   }
 }
 

@@ -7,7 +7,12 @@
 import { usageObject } from "../usage.ts";
 import { eventJson } from "../http.ts";
 import { convertBatches } from "../part_batches.ts";
-import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
+import {
+  type ChatCompletionChunk,
+  ProviderError,
+  type StreamPart,
+  upstreamErrorFields,
+} from "../types.ts";
 import {
   type Counts,
   finishReasonWithTools,
@@ -185,6 +190,7 @@ export function anthropicStreamParts(
         throw new ProviderError(
           "stream_cut",
           `upstream error in stream: ${errorText(json.error)}`,
+          { upstreamError: upstreamErrorFields(json) },
         );
       default: // ping, signature deltas, and event types added later
         break;

@@ -8,7 +8,12 @@ import type { BodyReader } from "../http1.ts";
 import { parseOpenAiUsage } from "../usage.ts";
 import { eventJson } from "../http.ts";
 import { convertBatches } from "../part_batches.ts";
-import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
+import {
+  type ChatCompletionChunk,
+  ProviderError,
+  type StreamPart,
+  upstreamErrorFields,
+} from "../types.ts";
 
 export function openAiStreamParts(
   batches: AsyncIterable<{ data: string }[]>,
@@ -27,6 +32,7 @@ export function openAiStreamParts(
         throw new ProviderError(
           "stream_cut",
           `upstream error in stream: ${errorText(obj.error ?? obj)}`,
+          { upstreamError: upstreamErrorFields(obj) },
         );
       }
       // Some servers repeat cumulative usage on every chunk: never a sum, and a cumulative count
