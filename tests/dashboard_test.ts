@@ -1080,7 +1080,7 @@ Deno.test("the keys tab is paged newest first with Next and Previous links, ever
     const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
     const { appId } = await v.createApp("many keys");
-    for (let i = 1; i <= 4; i++) await issueKey(s.kv, appId, `key ${i}`);
+    for (let i = 1; i <= 4; i++) await issueKey(s.kv, appId, `key ${i}`, "operator");
     const newestFirst = (await listAppKeys(s.kv, appId)).map((k) => k.id).sort().reverse();
     const keysOn = (html: string) =>
       [...html.matchAll(/\/keys\/(key_[0-9a-z]+)\/revoke/g)].map((m) => m[1]);

@@ -339,7 +339,7 @@ export function dashboardRoutes(
     } catch (error) {
       if (!(error instanceof KeyLimitError)) throw error;
       if (wantsJson(c)) return c.json({ error: error.message }, 403);
-      return c.html(await keysView(c, app, { key: error.message }), 403);
+      return c.html(await keysView(c, app, { key: { error: error.message, name } }), 403);
     }
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name });
     return await redirectToReveal(c, {
