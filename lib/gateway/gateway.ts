@@ -655,7 +655,7 @@ export class Gateway {
 
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */
   #providerError(error: unknown, { requestId, trace, sent }: FailingRequest): ApiError {
-    const mapped = apiErrorOfUpstream(error);
+    const mapped = apiErrorOfUpstream(error, sent);
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;
     trace.upstreamError = upstreamError;

@@ -4,11 +4,26 @@
  */
 import { ApiError } from "@/lib/core/mod.ts";
 import { ProviderError, type ProviderFailure } from "./providers/types.ts";
+import { readableEscapes, withoutQuotes } from "./upstream_log.ts";
 
 /** The rejection reads like the prompt does not fit the model's context window. */
 const CONTEXT_OVERFLOW = /context|too long|maximum.*tokens|token limit/i;
 
-const API_ERROR_OF: Record<ProviderFailure, (error: ProviderError) => ApiError> = {
+/**
+ * Whether a rejection is for the context window. The upstream's error code decides when it gave
+ * one (OpenAI's `context_length_exceeded`); else its words do, with what it quoted of the request
+ * (`sent`) left out, so a prompt that says "too long" cannot decide it.
+ */
+function overflowsContext(error: ProviderError, sent: () => string[]): boolean {
+  const code = error.upstreamError?.code;
+  if (code && !/^\d+$/.test(code)) return /context/i.test(code);
+  return CONTEXT_OVERFLOW.test(withoutQuotes(readableEscapes(error.message), sent()));
+}
+
+const API_ERROR_OF: Record<
+  ProviderFailure,
+  (error: ProviderError, sent: () => string[]) => ApiError
+> = {
   rate_limited: (e) =>
     new ApiError(
       "upstream_rate_limited",
@@ -17,8 +32,8 @@ const API_ERROR_OF: Record<ProviderFailure, (error: ProviderError) => ApiError> 
       } s. Nothing was charged.`,
       { headers: { "retry-after": String(e.retryAfterSeconds ?? 1) } },
     ),
-  bad_request: (e) =>
-    CONTEXT_OVERFLOW.test(e.message)
+  bad_request: (e, sent) =>
+    overflowsContext(e, sent)
       ? new ApiError(
         "context_length_exceeded",
         `The upstream provider rejected the request: ${e.message}`,
@@ -49,8 +64,14 @@ function unavailable(e: ProviderError): ApiError {
   );
 }
 
-/** The API error for a failed upstream call, and the failure kind to log. */
-export function apiErrorOfUpstream(error: unknown): { error: ApiError; failure: ProviderFailure } {
+/**
+ * The API error for a failed upstream call, and the failure kind to log. `sent` gives the texts of
+ * the request (`requestTexts`), which the upstream's message may quote.
+ */
+export function apiErrorOfUpstream(
+  error: unknown,
+  sent: () => string[] = () => [],
+): { error: ApiError; failure: ProviderFailure } {
   if (!(error instanceof ProviderError)) {
     return {
       failure: "unreachable",
@@ -60,5 +81,5 @@ export function apiErrorOfUpstream(error: unknown): { error: ApiError; failure: 
       ),
     };
   }
-  return { failure: error.kind, error: API_ERROR_OF[error.kind](error) };
+  return { failure: error.kind, error: API_ERROR_OF[error.kind](error, sent) };
 }

@@ -20,6 +20,41 @@ Deno.test("a rejected request that overflows the context is context_length_excee
   assert.equal(error.param, "messages");
 });
 
+Deno.test("the upstream's error code decides a context overflow when it gives one", () => {
+  const named = apiErrorOfUpstream(
+    new ProviderError("bad_request", "Please reduce the length of the messages or completion.", {
+      upstreamStatus: 400,
+      upstreamError: {
+        type: "invalid_request_error",
+        code: "context_length_exceeded",
+        param: null,
+      },
+    }),
+  );
+  assert.equal(named.error.code, "context_length_exceeded");
+  const other = apiErrorOfUpstream(
+    new ProviderError("bad_request", "Flagged: 'this memo is too long to read'", {
+      upstreamStatus: 400,
+      upstreamError: {
+        type: "invalid_request_error",
+        code: "content_policy_violation",
+        param: null,
+      },
+    }),
+  );
+  assert.equal(other.error.code, "upstream_rejected");
+});
+
+Deno.test("without a code, words of the prompt the upstream quotes do not make a context overflow", () => {
+  const prompt = "Summarize the context of this memo, it is too long";
+  const { error } = apiErrorOfUpstream(
+    new ProviderError("bad_request", `Refused: '${prompt}'`, { upstreamStatus: 400 }),
+    () => [prompt],
+  );
+  assert.equal(error.code, "upstream_rejected");
+  assert.match(error.message, /it is too long/, "the client still reads the upstream's words");
+});
+
 Deno.test("any other rejected request is upstream_rejected, quoting the upstream", () => {
   const { error } = apiErrorOfUpstream(new ProviderError("bad_request", "temperature too high"));
   assert.equal(error.code, "upstream_rejected");

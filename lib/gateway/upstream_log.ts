@@ -19,8 +19,26 @@ export const MAX_LOGGED_MESSAGE = 200;
 /** Type, code and param are identifiers; anything longer is not one. */
 const MAX_LOGGED_FIELD = 100;
 
-/** Keys whose values are the request's shape, never its content: the model, roles, part types. */
-const STRUCTURE_KEYS = new Set(["model", "role", "type", "capParam"]);
+/**
+ * Where a request's own shape sits: keys whose values name the model, a role or a part's type, at
+ * those places only. Elsewhere (metadata, a tool's JSON schema, a stop sequence) any key is the
+ * client's, so `role` or `type` there may hold anything the client wrote.
+ */
+interface Shape {
+  /** Keys of this object whose values are structure, never content. */
+  structure?: readonly string[];
+  /** The shapes of children: of an object under that key, or of each element of an array. */
+  children?: Readonly<Record<string, Shape>>;
+}
+const TYPED: Shape = { structure: ["type"] };
+const MESSAGE: Shape = { structure: ["role"], children: { content: TYPED, tool_calls: TYPED } };
+const CHAT_REQUEST: Shape = {
+  structure: ["model", "capParam"],
+  children: {
+    messages: MESSAGE,
+    params: { children: { tools: TYPED, tool_choice: TYPED, response_format: TYPED } },
+  },
+};
 
 /** An upstream failure as logged: the request log line's `upstreamError`, and the warnings'. */
 export interface UpstreamErrorLog {
@@ -39,7 +57,8 @@ export interface UpstreamErrorLog {
  */
 export function upstreamErrorLog(error: unknown, sent: () => string[]): UpstreamErrorLog {
   const texts = sent();
-  const scrub = (text: string, max: number) => bounded(withoutQuotes(text, texts), max);
+  const scrub = (text: string, max: number) =>
+    bounded(withoutQuotes(readableEscapes(text), texts), max);
   const field = (value: string | null | undefined) => value ? scrub(value, MAX_LOGGED_FIELD) : null;
   if (!(error instanceof ProviderError)) {
     return {
@@ -61,23 +80,51 @@ export function upstreamErrorLog(error: unknown, sent: () => string[]): Upstream
   };
 }
 
-/** Every string of a request long enough to be quoted, its structure's values left out. */
+/**
+ * Every string of a request (a chat request, or an embedding's input) long enough to be quoted,
+ * the values of its shape (the model, roles, part types) left out.
+ */
 export function requestTexts(request: unknown): string[] {
   const out: string[] = [];
-  const stack: unknown[] = [request];
+  const stack: [unknown, Shape | undefined][] = [[request, CHAT_REQUEST]];
   while (stack.length > 0) {
-    const value = stack.pop();
+    const [value, shape] = stack.pop()!;
     if (typeof value === "string") {
       if (value.length >= QUOTED_RUN) out.push(value);
     } else if (Array.isArray(value)) {
-      stack.push(...value);
+      for (const element of value) stack.push([element, shape]);
     } else if (value !== null && typeof value === "object") {
       for (const [key, child] of Object.entries(value)) {
-        if (!STRUCTURE_KEYS.has(key)) stack.push(child);
+        if (shape?.structure?.includes(key) && typeof child === "string") continue;
+        stack.push([child, shape?.children?.[key]]);
       }
     }
   }
   return out;
+}
+
+const ESCAPED: Record<string, string> = {
+  '"': '"',
+  "'": "'",
+  "\\": "\\",
+  "/": "/",
+  b: "\b",
+  f: "\f",
+  n: "\n",
+  r: "\r",
+  t: "\t",
+};
+
+/**
+ * The text with JSON's and Python's string escapes read (`\u041f`, `\x41`, `\"`, `\n`): an upstream
+ * that quotes the request as escaped JSON (non-Latin text as `\uXXXX`) quotes it all the same.
+ */
+export function readableEscapes(text: string): string {
+  if (!text.includes("\\")) return text;
+  return text.replace(
+    /\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(["'\\/bfnrt]))/g,
+    (_, u, x, c) => u || x ? String.fromCharCode(parseInt(u ?? x, 16)) : ESCAPED[c],
+  );
 }
 
 /** Polynomial hash of a QUOTED_RUN-long window, rolled along a text one character at a time. */

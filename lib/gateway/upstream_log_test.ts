@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { ProviderError } from "./providers/types.ts";
 import {
   MAX_LOGGED_MESSAGE,
+  readableEscapes,
   requestTexts,
   upstreamErrorLog,
   withoutQuotes,
@@ -45,6 +46,43 @@ Deno.test("a request's texts leave out its model, roles and part types", () => {
     texts.sort(),
     ["an earlier answer", "https://x.test/a.png", "looks up orders"],
   );
+});
+
+Deno.test("keys named model, role or type that the client chose (metadata, a tool's schema) are its texts", () => {
+  const texts = requestTexts({
+    model: "openai/gpt-4o-mini",
+    messages: [{ role: "user", content: "hello" }],
+    params: {
+      metadata: { role: "patient has a confidential diagnosis" },
+      tools: [{
+        type: "function",
+        function: {
+          parameters: {
+            type: "object",
+            properties: { model: { type: "string", description: "the vault's combination" } },
+          },
+        },
+      }],
+    },
+  });
+  assert.deepEqual(texts.sort(), [
+    "patient has a confidential diagnosis",
+    "the vault's combination",
+  ]);
+});
+
+Deno.test('a quote the upstream escaped as JSON or Python does (\\uXXXX, \\x41, \\") is still a quote', () => {
+  const prompt = "Пароль от сейфа: лебедь-гармошка";
+  const escaped = JSON.stringify(prompt).replace(
+    /[^\x20-\x7e]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+  const logged = upstreamErrorLog(
+    new ProviderError("bad_request", `Bad input: ${escaped}`, { upstreamStatus: 400 }),
+    () => [prompt],
+  );
+  assert.equal(logged.message, `Bad input: "[${prompt.length} chars]"`);
+  assert.equal(readableEscapes("\\x41\\\\u0041 \\'q\\' \\n"), "A\\u0041 'q' \n");
 });
 
 Deno.test("a logged upstream error keeps status, type, code and param, its message bounded after a word", () => {
