@@ -554,19 +554,32 @@ export interface SessionRecord {
   expiresAt: number;
 }
 
-/** `keys.secretReveal`: an issued API key, sealed so that only its session can open it. */
-export interface SecretRevealRecord {
-  /** What the page that shows it says happened. */
-  kind: "new_app" | "new_key" | "rotated_key";
-  appId: string;
-  /** The key's name. */
-  name: string;
+/**
+ * What a secret reveal shows, and so on which page: what happened (its `kind`), to which app's
+ * API key or webhook, or to which of the session owner's management keys.
+ */
+export type SecretRevealSubject =
+  | {
+    kind: "new_app" | "new_key" | "rotated_key";
+    appId: string;
+    /** The API key's name. */
+    name: string;
+  }
+  | { kind: "new_webhook_secret" | "replaced_webhook_secret"; appId: string }
+  | {
+    kind: "new_management_key";
+    /** The management key's name. */
+    name: string;
+  };
+
+/** `keys.secretReveal`: a new secret, sealed so that only its session can open it. */
+export type SecretRevealRecord = SecretRevealSubject & {
   /** The secret, AES-GCM under a key made from the session's id, which KV never holds. */
   sealed: Uint8Array<ArrayBuffer>;
   iv: Uint8Array<ArrayBuffer>;
   /** Past this time it is gone, whether or not KV has deleted it yet. */
   expiresAt: number;
-}
+};
 
 /** The head of a stored response (`keys.storedResponse`); its JSON body is in `chunks` chunks. */
 export interface StoredResponseRecord {

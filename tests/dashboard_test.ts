@@ -10,6 +10,7 @@ import {
   MAX_SIGNUPS_PER_IP,
   THROTTLE_WINDOW_MS,
 } from "@/lib/accounts/sign_in_throttle.ts";
+import { getWebhookSettings } from "@/lib/webhooks/mod.ts";
 import { runAdmin } from "@/scripts/admin.ts";
 import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
 import {
@@ -631,9 +632,11 @@ Deno.test("an owner creates a management key (shown once) that lists their apps,
       _csrf: await v.csrf(),
       name: "billing backend",
     });
-    assert.equal(res.status, 200);
-    assert.equal(res.headers.get("cache-control"), "no-store");
-    const html = await res.text();
+    assert.equal(res.status, 303);
+    await res.body?.cancel();
+    const shown = await v.request(res.headers.get("location")!);
+    assert.equal(shown.headers.get("cache-control"), "no-store");
+    const html = await shown.text();
     assert.match(html, /shown only this once/);
     const managementKey = /value="(tbm_[0-9a-z]{40})"/.exec(html)![1];
 
@@ -703,8 +706,7 @@ Deno.test("an owner sets a webhook (secret shown once), sends a test event and s
         url: `${receiver.url}/hook`,
         threshold: "2.50",
       });
-      assert.equal(saved.status, 200);
-      const html = await saved.text();
+      const html = await v.followRedirect(saved);
       const secret = /value="(whsec_[0-9a-z]+)"/.exec(html)![1];
       assert.match(html, /shown only this once/);
       const again = await v.page(base);
@@ -971,6 +973,80 @@ Deno.test("a new key's page opens only in the session that made it", () =>
     const elsewhere = await otherSession.page(location);
     assert.doesNotMatch(elsewhere, /tb_[0-9a-z]{36}/);
     assert.match(await ada.page(location), /value="tb_[0-9a-z]{36}"/);
+  }));
+
+Deno.test("creating a management key redirects to the page of the key: reloading that page shows it no more and makes no second key", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const created = await v.post("/dashboard/management-keys", {
+      _csrf: await v.csrf(),
+      name: "billing",
+    });
+    assert.equal(created.status, 303);
+    await created.body?.cancel();
+    const location = created.headers.get("location")!;
+    assert.match(location, /^\/dashboard\/management-keys\/issued\/rev_[0-9a-z]+$/);
+    const first = await v.page(location);
+    assert.match(first, /Management key “billing” created/);
+    const managementKey = /value="(tbm_[0-9a-z]{40})"/.exec(first)![1];
+
+    const again = await v.page(location);
+    assert.ok(!again.includes(managementKey), "the key is shown once");
+    assert.match(again, /This management key was already shown/);
+    const listed = await v.page("/dashboard/management-keys");
+    assert.equal([...listed.matchAll(/management-keys\/mk_[0-9a-z]+\/revoke/g)].length, 1);
+  }));
+
+/**
+ * A webhook form's redirect to the page of the signing secret it made: the webhooks page with the
+ * secret once, and without it when opened again.
+ */
+async function webhookSecretShownOnce(v: OwnerSession, posted: Response): Promise<string> {
+  assert.equal(posted.status, 303);
+  await posted.body?.cancel();
+  const location = posted.headers.get("location")!;
+  assert.match(location, /^\/dashboard\/apps\/app_[0-9a-z]+\/webhooks\/secret\/rev_[0-9a-z]+$/);
+  const first = await v.page(location);
+  assert.match(first, /shown only this once/);
+  const secret = /value="(whsec_[0-9a-z]+)"/.exec(first)![1];
+  assert.ok(!location.includes(secret));
+  const again = await v.page(location);
+  assert.ok(!again.includes(secret), "the secret is shown once");
+  assert.match(again, /This signing secret was already shown/);
+  return secret;
+}
+
+const HOOK_URL = "https://hooks.example.com/tollbooth";
+
+Deno.test("saving a first webhook redirects to the page of its signing secret: reloading that page shows it no more and makes no other", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("hooked");
+    const saved = await v.post(`/dashboard/apps/${appId}/webhooks`, {
+      _csrf: await v.csrf(),
+      url: HOOK_URL,
+    });
+    const secret = await webhookSecretShownOnce(v, saved);
+    assert.equal((await getWebhookSettings(s.kv, appId))?.secret, secret);
+  }));
+
+Deno.test("replacing the webhook signing secret redirects to the page of the new one: reloading that page shows it no more and replaces it no second time", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("hooked");
+    const csrf = await v.csrf();
+    const base = `/dashboard/apps/${appId}/webhooks`;
+    const first = await webhookSecretShownOnce(
+      v,
+      await v.post(base, { _csrf: csrf, url: HOOK_URL }),
+    );
+    const replaced = await v.post(`${base}/rotate-secret`, { _csrf: csrf });
+    const secret = await webhookSecretShownOnce(v, replaced);
+    assert.notEqual(secret, first);
+    assert.equal((await getWebhookSettings(s.kv, appId))?.secret, secret);
   }));
 
 /**

@@ -11,8 +11,15 @@ export {
 } from "./accounts.ts";
 export { createSession, endSession, findSession, SESSION_TTL_MS } from "./sessions.ts";
 export type { Session } from "./sessions.ts";
-export { leaveReveal, REVEAL_TTL_MS, takeReveal } from "./reveals.ts";
-export type { Reveal } from "./reveals.ts";
+export {
+  apiKeyRevealOf,
+  isManagementKeyReveal,
+  leaveReveal,
+  REVEAL_TTL_MS,
+  takeReveal,
+  webhookSecretRevealOf,
+} from "./reveals.ts";
+export type { ApiKeyReveal, ManagementKeyReveal, Reveal, WebhookSecretReveal } from "./reveals.ts";
 export {
   beginSignIn,
   beginSignUp,

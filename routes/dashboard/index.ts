@@ -31,7 +31,7 @@ import {
 } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/mod.ts";
 import { getManyChunked, isPlausibleId, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
-import { leaveReveal, type Reveal, takeReveal } from "@/lib/accounts/mod.ts";
+import { apiKeyRevealOf, takeReveal } from "@/lib/accounts/mod.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import {
   checkForm,
@@ -59,6 +59,7 @@ import {
   usageReport,
 } from "@/lib/management/mod.ts";
 import { addWebhookRoutes, type WebhookRouteDeps } from "./webhooks.ts";
+import { redirectToReveal } from "./reveals.ts";
 
 const USAGE_PAGE_SIZE = 50;
 const KEYS_PAGE_SIZE = 50;
@@ -152,7 +153,7 @@ export function dashboardRoutes(
       const refused = { error: error.message, name };
       return c.html(appsPage(session(c), apps, refused), error.perDay ? 429 : 403);
     }
-    return await redirectToReveal(c, {
+    return await redirectToReveal(c, kv, session(c).id, {
       kind: "new_app",
       appId: created.app.id,
       name: created.key.record.name,
@@ -160,20 +161,16 @@ export function dashboardRoutes(
     });
   });
 
-  /**
-   * Post/Redirect/Get for a new key: the POST leaves the key for the session's next page and
-   * redirects there, so that reloading the page shows it no second time and posts nothing again.
-   */
-  async function redirectToReveal(c: Context<DashboardEnv>, reveal: Reveal) {
-    const revealId = await leaveReveal(kv, session(c).id, reveal);
-    return c.redirect(`/dashboard/apps/${reveal.appId}/issued/${revealId}`, 303);
-  }
-
   r.get("/apps/:appId/issued/:revealId", async (c) => {
     const app = c.get("app");
-    const reveal = await takeReveal(kv, session(c).id, c.req.param("revealId"));
-    if (!reveal || reveal.appId !== app.id) return c.html(keyShownPage(session(c), app));
-    return c.html(keyIssuedPage(session(c), app, reveal));
+    const issued = await takeReveal(
+      kv,
+      session(c).id,
+      c.req.param("revealId"),
+      apiKeyRevealOf(app.id),
+    );
+    if (!issued) return c.html(keyShownPage(session(c), app));
+    return c.html(keyIssuedPage(session(c), app, issued));
   });
 
   async function overview(app: AppRecord) {
@@ -342,7 +339,7 @@ export function dashboardRoutes(
       return c.html(await keysView(c, app, { key: { error: error.message, name } }), 403);
     }
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name });
-    return await redirectToReveal(c, {
+    return await redirectToReveal(c, kv, session(c).id, {
       kind: "new_key",
       appId: app.id,
       name,
@@ -377,7 +374,7 @@ export function dashboardRoutes(
     }
     const { issued } = await rotateKey(kv, key.id);
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name: key.name });
-    return await redirectToReveal(c, {
+    return await redirectToReveal(c, kv, session(c).id, {
       kind: "rotated_key",
       appId: app.id,
       name: key.name,

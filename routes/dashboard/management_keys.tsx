@@ -3,7 +3,12 @@ import { AccountNav } from "@/components/AccountNav.tsx";
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import { Layout } from "@/components/Layout.tsx";
-import type { Session } from "@/lib/accounts/mod.ts";
+import {
+  isManagementKeyReveal,
+  type ManagementKeyReveal,
+  type Session,
+  takeReveal,
+} from "@/lib/accounts/mod.ts";
 import { NotFoundError } from "@/lib/core/mod.ts";
 import type { ManagementKeyRecord } from "@/lib/db.ts";
 import {
@@ -16,6 +21,7 @@ import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import { renderPage } from "@/routes/render.ts";
 import type { PageEnv } from "@/routes/session.ts";
 import { formAnchor, when } from "./pages/shared.tsx";
+import { redirectToReveal } from "./reveals.ts";
 
 const PATH = "/dashboard/management-keys";
 
@@ -117,12 +123,13 @@ function managementKeysPage(
   );
 }
 
-/** The one time a raw management key is shown. */
-function managementKeyIssuedPage(session: Session, name: string, managementKey: string) {
+/** The one time a raw management key is shown: the page the creation form redirects to. */
+function managementKeyIssuedPage(session: Session, issued: ManagementKeyReveal) {
+  const managementKey = issued.secret;
   return renderPage(
     <Layout title="Management key created" nav={<AccountNav session={session} />} islands>
       <section class="card narrow">
-        <h1>Management key “{name}” created</h1>
+        <h1>Management key “{issued.name}” created</h1>
         <div class="key-reveal">
           <p>
             <strong>Copy this management key now.</strong>{" "}
@@ -136,6 +143,25 @@ function managementKeyIssuedPage(session: Session, name: string, managementKey: 
         </div>
         <p>
           <a class="button" href={PATH}>I have saved it: back to management keys</a>
+        </p>
+      </section>
+    </Layout>,
+  );
+}
+
+/** The same page opened again (reloaded, or from history): the key it showed is not kept. */
+function managementKeyShownPage(session: Session) {
+  return renderPage(
+    <Layout title="Management key already shown" nav={<AccountNav session={session} />}>
+      <section class="card narrow">
+        <h1>This management key was already shown</h1>
+        <p>
+          A new management key is shown only once, on the page that followed its creation, and we
+          keep only its hash. Nothing was created again. If you did not save it, revoke it and
+          create another.
+        </p>
+        <p>
+          <a class="button" href={PATH}>Go to the management keys</a>
         </p>
       </section>
     </Layout>,
@@ -165,13 +191,25 @@ export function managementKeyRoutes(kv: Deno.Kv) {
         400,
       );
     if (name.length === 0 || name.length > 60) return refuse("A key name has 1 to 60 characters.");
+    let issued;
     try {
-      const issued = await issueManagementKey(kv, ownerId, name);
-      return c.html(managementKeyIssuedPage(session(c), name, issued.managementKey));
+      issued = await issueManagementKey(kv, ownerId, name);
     } catch (error) {
       if (!(error instanceof TooManyManagementKeysError)) throw error;
       return refuse("You have as many management keys as allowed: revoke one first.");
     }
+    return await redirectToReveal(c, kv, session(c).id, {
+      kind: "new_management_key",
+      name,
+      secret: issued.managementKey,
+    });
+  });
+
+  r.get("/issued/:revealId", async (c) => {
+    const revealId = c.req.param("revealId");
+    const issued = await takeReveal(kv, session(c).id, revealId, isManagementKeyReveal);
+    if (!issued) return c.html(managementKeyShownPage(session(c)));
+    return c.html(managementKeyIssuedPage(session(c), issued));
   });
 
   r.post("/:keyId/revoke", async (c) => {

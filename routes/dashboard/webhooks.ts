@@ -13,8 +13,10 @@ import {
   WebhookUrlError,
   type WebhookWatcher,
 } from "@/lib/webhooks/mod.ts";
+import { takeReveal, webhookSecretRevealOf } from "@/lib/accounts/mod.ts";
 import type { PageEnv } from "@/routes/session.ts";
 import { webhooksPage } from "./pages/webhooks.tsx";
+import { redirectToReveal } from "./reveals.ts";
 
 type WebhooksEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
 
@@ -42,6 +44,15 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
 
   r.get("/apps/:appId/webhooks", async (c) => {
     return c.html(webhooksPage(session(c), await view(c.get("app"))));
+  });
+
+  r.get("/apps/:appId/webhooks/secret/:revealId", async (c) => {
+    const app = c.get("app");
+    const revealId = c.req.param("revealId");
+    const revealed = await takeReveal(kv, session(c).id, revealId, webhookSecretRevealOf(app.id));
+    return c.html(
+      webhooksPage(session(c), { ...await view(app), secret: revealed ?? "already_shown" }),
+    );
   });
 
   r.post("/apps/:appId/webhooks", async (c) => {
@@ -73,7 +84,11 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
     // The balance may already be below the new threshold: that is a crossing too.
     await deps.watcher.observe(app.id);
     if (!saved.newSecret) return c.redirect(path(app), 303);
-    return c.html(webhooksPage(session(c), { ...await view(app), newSecret: saved.newSecret }));
+    return await redirectToReveal(c, kv, session(c).id, {
+      kind: "new_webhook_secret",
+      appId: app.id,
+      secret: saved.newSecret,
+    });
   });
 
   r.post("/apps/:appId/webhooks/rotate-secret", async (c) => {
@@ -85,7 +100,11 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
       lowBalanceThreshold: current.lowBalanceThreshold,
       rotateSecret: true,
     });
-    return c.html(webhooksPage(session(c), { ...await view(app), newSecret: saved.newSecret! }));
+    return await redirectToReveal(c, kv, session(c).id, {
+      kind: "replaced_webhook_secret",
+      appId: app.id,
+      secret: saved.newSecret!,
+    });
   });
 
   r.post("/apps/:appId/webhooks/delete", async (c) => {

@@ -1,7 +1,7 @@
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import type { ApiKeyRecord, AppRecord } from "@/lib/db.ts";
-import type { Reveal, Session } from "@/lib/accounts/mod.ts";
+import type { ApiKeyReveal, Session } from "@/lib/accounts/mod.ts";
 import type { SpendCapsRecord } from "@/lib/db.ts";
 import { type CapsRefusal, SpendCapsCard } from "./spend_caps.tsx";
 import { renderPage } from "@/routes/render.ts";
@@ -15,7 +15,7 @@ export interface KeyRefusal {
 }
 
 /** The one time a raw key is shown: after creating an app, a key, or rotating one. */
-export function keyIssuedPage(session: Session, app: AppRecord, issued: Reveal) {
+export function keyIssuedPage(session: Session, app: AppRecord, issued: ApiKeyReveal) {
   const heading = issued.kind === "new_app"
     ? `App “${app.name}” is ready`
     : issued.kind === "rotated_key"

@@ -1,5 +1,5 @@
 import type { AppRecord, WebhookEventRecord, WebhookSettingsRecord } from "@/lib/db.ts";
-import type { Session } from "@/lib/accounts/mod.ts";
+import type { Session, WebhookSecretReveal } from "@/lib/accounts/mod.ts";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { retrySpanText, WEBHOOK_DEFAULTS } from "@/lib/webhooks/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
@@ -19,6 +19,33 @@ function lastResult(e: WebhookEventRecord): string {
   return last.status !== null ? `HTTP ${last.status}` : `unreachable: ${last.error}`;
 }
 
+/** The one time a signing secret is shown. */
+function SigningSecretCard({ revealed }: { revealed: WebhookSecretReveal }) {
+  return (
+    <section class="card" id="signing-secret">
+      <h2>
+        {revealed.kind === "replaced_webhook_secret"
+          ? "Signing secret replaced"
+          : "Webhook saved with its signing secret"}
+      </h2>
+      {revealed.kind === "replaced_webhook_secret" && (
+        <p>Events are signed with this secret from now on; the old one no longer signs them.</p>
+      )}
+      <div class="key-reveal">
+        <p>
+          <strong>Copy this signing secret now.</strong>{" "}
+          It is shown only this once. Check every event's <code>Tollbooth-Signature</code>{" "}
+          with it (see <a href="/docs/webhooks">webhooks</a>).
+        </p>
+        <div class="copy-row">
+          <input class="mono" readOnly value={revealed.secret} aria-label="Signing secret" />
+          <Island name="CopyButton" props={{ value: revealed.secret, label: "Copy secret" }} />
+        </div>
+      </div>
+    </section>
+  );
+}
+
 /** GET /dashboard/apps/:id/webhooks: the endpoint, the threshold, and the deliveries. */
 export function webhooksPage(
   session: Session,
@@ -26,8 +53,11 @@ export function webhooksPage(
     app: AppRecord;
     settings: WebhookSettingsRecord | null;
     events: WebhookEventRecord[];
-    /** Shown once, right after it was made. */
-    newSecret?: string;
+    /**
+     * On the page the form that made a secret redirects to: the secret, shown once, and on that
+     * page opened again, that it was already shown.
+     */
+    secret?: WebhookSecretReveal | "already_shown";
     error?: string;
     url?: string;
     threshold?: string;
@@ -39,23 +69,24 @@ export function webhooksPage(
   const threshold = view.threshold ??
     (settings?.lowBalanceThreshold != null ? formatUsd(settings.lowBalanceThreshold) : "");
   return renderPage(
-    <Page title={`${app.name} · Webhooks`} session={session} islands={Boolean(view.newSecret)}>
+    <Page
+      title={`${app.name} · Webhooks`}
+      session={session}
+      islands={typeof view.secret === "object"}
+    >
       <AppHeader app={app} active="webhooks" />
-      {view.newSecret && (
-        <section class="card">
-          <div class="key-reveal">
+      {view.secret === "already_shown"
+        ? (
+          <section class="card" id="signing-secret">
+            <h2>This signing secret was already shown</h2>
             <p>
-              <strong>Copy this signing secret now.</strong>{" "}
-              It is shown only this once. Check every event's <code>Tollbooth-Signature</code>{" "}
-              with it (see <a href="/docs/webhooks">webhooks</a>).
+              A new signing secret is shown only once, on the page that followed it. Nothing was
+              replaced again. If you did not save it, replace it: events are signed with the new one
+              from then on.
             </p>
-            <div class="copy-row">
-              <input class="mono" readOnly value={view.newSecret} aria-label="Signing secret" />
-              <Island name="CopyButton" props={{ value: view.newSecret, label: "Copy secret" }} />
-            </div>
-          </div>
-        </section>
-      )}
+          </section>
+        )
+        : view.secret && <SigningSecretCard revealed={view.secret} />}
       <section class="card" id={endpoint.id}>
         <h2>Endpoint</h2>
         <p class="muted">
