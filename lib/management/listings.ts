@@ -21,10 +21,17 @@ export const MAX_PAGE_LIMIT = 100;
 /** Records looked at for one filtered page before it is returned short (with `hasMore`). */
 const SCAN_BUDGET = 5_000;
 
+/** A page of a listing walked one way: its newest records, or those older than a cursor. */
 export interface PageRequest {
   limit: number;
   /** The id of the last record of the previous page: the page holds the records older than it. */
   startingAfter?: string;
+  /** Only a listing that takes a `TwoWayPageRequest` walks back: elsewhere it would be ignored. */
+  endingBefore?: never;
+}
+
+/** A page of a listing that a pager walks both ways: on to older records, or back to newer ones. */
+export interface TwoWayPageRequest extends Omit<PageRequest, "endingBefore"> {
   /**
    * The id of the first record of the page after this one: the page holds the records newer than
    * it (the nearest `limit` of them, still newest first), for a pager's way back.
@@ -58,7 +65,7 @@ export class UnknownCursorError extends Error {
 async function pageOf<T>(
   kv: Deno.Kv,
   prefix: Deno.KvKey,
-  request: PageRequest,
+  request: TwoWayPageRequest,
   options: { filter?: (value: T) => boolean; cursorChecked?: boolean } = {},
 ): Promise<Page<{ id: string; value: T }>> {
   const newer = request.endingBefore !== undefined;
@@ -132,11 +139,14 @@ async function readPairs<A, B>(
 
 export type KeyWithLastUse = ApiKeyRecord & { lastUsedAt: number | null };
 
-/** The app's API keys, live and revoked, newest first: a reseller's app may hold thousands. */
+/**
+ * The app's API keys, live and revoked, newest first: a reseller's app may hold thousands. The
+ * dashboard's keys tab walks them both ways.
+ */
 export async function pageAppKeys(
   kv: Deno.Kv,
   appId: string,
-  request: PageRequest,
+  request: TwoWayPageRequest,
 ): Promise<Page<KeyWithLastUse>> {
   const page = await pageOf<true>(kv, keys.appApiKeys(appId), request);
   const pairs = await readPairs<ApiKeyRecord, number>(

@@ -25,5 +25,6 @@ export type {
   PageRequest,
   ReportGrouping,
   ReportRow,
+  TwoWayPageRequest,
   UsageFilter,
 } from "./listings.ts";

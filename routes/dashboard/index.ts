@@ -53,8 +53,8 @@ import { managementKeyRoutes } from "./management_keys.tsx";
 import {
   MAX_PAGE_LIMIT,
   pageAppKeys,
-  type PageRequest,
   pageUsage,
+  type TwoWayPageRequest,
   UnknownCursorError,
   usageReport,
 } from "@/lib/management/mod.ts";
@@ -246,7 +246,7 @@ export function dashboardRoutes(
     c: Context<DashboardEnv>,
     app: AppRecord,
     refused: { key?: KeyRefusal; caps?: CapsRefusal } = {},
-    request: PageRequest = { limit: KEYS_PAGE_SIZE },
+    request: TwoWayPageRequest = { limit: KEYS_PAGE_SIZE },
   ) {
     const [page, record] = await Promise.all([
       pageAppKeys(kv, app.id, request),
