@@ -1187,3 +1187,33 @@ Deno.test("the keys tab is paged newest first with Next and Previous links, ever
       assert.equal(res.headers.get("location"), `/dashboard/apps/${appId}/keys`);
     }
   }));
+
+Deno.test("on a page of the keys tab the spend-caps card has every live key with a cap, whatever its page, and the page's keys", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("many keys");
+    // One page of the keys tab is 50 keys: the three oldest are on the second.
+    for (let i = 1; i <= 52; i++) await issueKey(s.kv, appId, `key ${i}`, "operator");
+    const newestFirst = (await listAppKeys(s.kv, appId)).map((k) => k.id).sort().reverse();
+    const [key2, key1, oldest] = newestFirst.slice(50);
+    const csrf = await v.csrf();
+    const app = `/dashboard/apps/${appId}`;
+    for (const keyId of [oldest, key2]) {
+      const capped = await v.post(`${app}/keys/${keyId}/spend-cap`, { _csrf: csrf, daily: "2.50" });
+      assert.equal(capped.status, 303);
+    }
+    await v.post(`${app}/keys/${key2}/revoke`, { _csrf: csrf });
+    const capForms = (html: string) =>
+      [...html.matchAll(/\/keys\/(key_[0-9a-z]+)\/spend-cap/g)].map((m) => m[1]);
+
+    const firstPage = await v.page(`${app}/keys`);
+    assert.deepEqual(capForms(firstPage), [...newestFirst.slice(0, 50), oldest]);
+    assert.match(firstPage, /Key default: per utc day cap in USD" value="2\.500000"/);
+    assert.match(firstPage, /every key with a cap, whatever its page/);
+
+    // A refused cap of a key of another page comes back at that key's form.
+    const refused = await v.post(`${app}/keys/${key1}/spend-cap`, { _csrf: csrf, daily: "lots" });
+    assert.equal(refused.status, 400);
+    assertRefusedAt(await refused.text(), `caps-${key1}`, ["lots"]);
+  }));

@@ -30,6 +30,7 @@ export type {
   WalletStats,
 } from "./wallet_types.ts";
 export {
+  cappedKeyIds,
   getSpendCaps,
   getSpendCounter,
   setSpendCaps,

@@ -145,6 +145,11 @@ export async function getSpendCaps(kv: Deno.Kv, appId: string): Promise<SpendCap
     { keys: {}, endUser: null };
 }
 
+/** The keys with a cap set: an entry may hold only the counter a cap set again counts on. */
+export function cappedKeyIds(record: SpendCapsRecord): string[] {
+  return Object.entries(record.keys).flatMap(([keyId, caps]) => hasCap(caps) ? [keyId] : []);
+}
+
 export function validCaps(caps: Partial<SpendCaps>): SpendCaps {
   const out = { ...NO_CAPS, ...caps };
   for (const v of Object.values(out)) {

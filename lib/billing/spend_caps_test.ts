@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { cappedScopes, capsAfterRotation, heldCounterId } from "./spend_caps.ts";
+import { cappedKeyIds, cappedScopes, capsAfterRotation, heldCounterId } from "./spend_caps.ts";
 
 const cap = { total: 200_000, daily: null, monthly: null };
 
@@ -27,4 +27,13 @@ Deno.test("a reservation's key hold sits on the counter it was taken on", () => 
   assert.equal(heldCounterId({ keyId: "key_b", keyCounter: "key_a" }, "key"), "key_a");
   assert.equal(heldCounterId({ keyId: "key_b" }, "key"), "key_b");
   assert.equal(heldCounterId({ keyId: "key_b", user: "u1" }, "user"), "u1");
+});
+
+Deno.test("the capped keys are those with a cap set, not those keeping only a counter", () => {
+  const none = { total: null, daily: null, monthly: null };
+  const record = {
+    keys: { key_a: cap, key_b: { ...none, counter: "key_0" }, key_c: { ...cap, counter: "key_1" } },
+    endUser: cap,
+  };
+  assert.deepEqual(cappedKeyIds(record), ["key_a", "key_c"]);
 });

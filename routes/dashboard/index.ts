@@ -17,6 +17,7 @@ import {
 } from "@/lib/tenants/mod.ts";
 import { type ApiKeyRecord, type AppRecord, keys, type RateLimits } from "@/lib/db.ts";
 import {
+  cappedKeyIds,
   dailySpend,
   getRateLimits,
   getSpendCaps,
@@ -240,7 +241,9 @@ export function dashboardRoutes(
 
   /**
    * A page of the keys tab (the newest keys, or those either side of a cursor), with the caps as
-   * stored: every answer, an error page too, shows them. A refused form is shown again as typed.
+   * stored: every answer, an error page too, shows them, of every live key with a cap whatever its
+   * page, and of the page's other live keys. A refused form is shown again as typed, its key's
+   * too when it is on another page.
    */
   async function keysView(
     c: Context<DashboardEnv>,
@@ -252,6 +255,17 @@ export function dashboardRoutes(
       pageAppKeys(kv, app.id, request),
       getSpendCaps(kv, app.id),
     ]);
+    const onPage = new Set(page.data.map((k) => k.id));
+    const refusedKey = refused.caps && refused.caps.target !== "end-user"
+      ? [refused.caps.target]
+      : [];
+    const elsewhereIds = new Set(
+      [...cappedKeyIds(record), ...refusedKey].filter((id) => !onPage.has(id)),
+    );
+    const elsewhere = await getManyChunked<ApiKeyRecord>(kv, [...elsewhereIds].map(keys.apiKey));
+    const capKeys = [...page.data, ...elsewhere.flatMap(({ value: key }) => key ? [key] : [])]
+      .filter((k) => k.revokedAt === null)
+      .sort((a, b) => a.id < b.id ? 1 : -1);
     const paged = request.endingBefore !== undefined || request.startingAfter !== undefined;
     const olderThanPage = request.endingBefore !== undefined || page.hasMore;
     const newerThanPage = request.endingBefore !== undefined ? page.hasMore : paged;
@@ -264,7 +278,7 @@ export function dashboardRoutes(
       newer: !newerThanPage ? null : first ? `${base}ending_before=${first}` : base,
       older: olderThanPage && last ? `${base}starting_after=${last}` : null,
     };
-    return keysPage(session(c), app, page.data, { refused, caps: record, pager });
+    return keysPage(session(c), app, page.data, { refused, caps: record, capKeys, pager });
   }
 
   r.get("/apps/:appId/keys", async (c) => {

@@ -115,6 +115,8 @@ export function keysPage(
     refused: { key?: KeyRefusal; caps?: CapsRefusal };
     // Never optional: a page shown without the stored caps would post them back empty.
     caps: SpendCapsRecord;
+    /** The live keys the caps card has a form for, newest first. */
+    capKeys: ApiKeyRecord[];
     pager: KeysPager;
   },
 ) {
@@ -209,7 +211,8 @@ export function keysPage(
       <SpendCapsCard
         session={session}
         app={app}
-        live={live}
+        capKeys={view.capKeys}
+        paged={Boolean(pager.newer || pager.older)}
         caps={view.caps}
         refused={view.refused.caps}
       />

@@ -73,12 +73,17 @@ function CapsForm(
   );
 }
 
-/** The keys tab's caps: one form per live key of the page, and one for each end user of the app. */
+/**
+ * The keys tab's caps: one form per key of `capKeys` (every live key with a cap, and the page's
+ * other live keys), and one for each end user of the app.
+ */
 export function SpendCapsCard(
-  { session, app, live, caps, refused }: {
+  { session, app, capKeys, paged, caps, refused }: {
     session: Session;
     app: AppRecord;
-    live: ApiKeyRecord[];
+    capKeys: ApiKeyRecord[];
+    /** The keys tab is one of several pages: a key without a cap is listed on its own page only. */
+    paged: boolean;
     caps: SpendCapsRecord;
     refused?: CapsRefusal;
   },
@@ -92,7 +97,13 @@ export function SpendCapsCard(
         Requests in flight count against a cap until they are settled, so a burst cannot pass it.
         Spending counts from when a cap is first set; leave a field empty for no cap.
       </p>
-      {live.map((k) => (
+      {paged && (
+        <p class="muted">
+          Listed here: every key with a cap, whatever its page, and this page's other keys. To cap a
+          key of another page, open that page.
+        </p>
+      )}
+      {capKeys.map((k) => (
         <CapsForm
           session={session}
           action={`${appPath(app)}/keys/${k.id}/spend-cap`}
