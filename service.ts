@@ -6,7 +6,7 @@ import { createApp } from "./app.ts";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { type Config, flushLogs, jsonLogger, openKv, within } from "@/lib/core/mod.ts";
 import { type CommitLocks, sweepExpiredReservations } from "@/lib/billing/mod.ts";
-import { devBanner, type MetricsSnapshot } from "@/lib/ops/mod.ts";
+import { ADMIN_SHARED_SETTINGS, devBanner, type MetricsSnapshot } from "@/lib/ops/mod.ts";
 
 /** How long the wallet may take to commit the settles of finished requests after the grace. */
 const FINAL_COMMIT_MS = 2_000;
@@ -108,7 +108,13 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
       });
       if (devServer) {
         const baseUrl = config.env.PUBLIC_URL ? config.publicUrl : `http://localhost:${port}`;
-        console.error(devBanner({ baseUrl, catalog, testCheckout: payments === "dev" }));
+        const shared = Object.fromEntries(
+          ADMIN_SHARED_SETTINGS.flatMap((name) => {
+            const value = config.env[name];
+            return value === undefined ? [] : [[name, value]];
+          }),
+        );
+        console.error(devBanner({ baseUrl, catalog, testCheckout: payments === "dev", shared }));
       }
       options.onListen?.(port);
     },

@@ -10,9 +10,22 @@ export interface DevBannerInput {
   catalog: Catalog;
   /** Whether top-ups use the test checkout (no real money). */
   testCheckout: boolean;
+  /**
+   * The settings the admin command must share with this service (`KV_PATH`, `PORT`,
+   * `PUBLIC_URL`, those set): without the same KV file its app is not this service's, and without
+   * the same address its top-up URL points elsewhere.
+   */
+  shared?: Record<string, string>;
 }
 
-export function devBanner({ baseUrl, catalog, testCheckout }: DevBannerInput): string {
+/** The settings of `env` that `deno task admin` must be given as the service was. */
+export const ADMIN_SHARED_SETTINGS = ["KV_PATH", "PORT", "PUBLIC_URL"] as const;
+
+export function devBanner(
+  { baseUrl, catalog, testCheckout, shared = {} }: DevBannerInput,
+): string {
+  const prefix = Object.entries(shared).map(([name, value]) => `${name}=${shellWord(value)} `)
+    .join("");
   const builtIn = catalog.models.filter((m) => m.provider.kind === "simulator").map((m) => m.id);
   const missingKeys = new Set<string>();
   let keyless = 0;
@@ -32,7 +45,8 @@ export function devBanner({ baseUrl, catalog, testCheckout }: DevBannerInput): s
     `    API        ${baseUrl}/v1/chat/completions`,
     "",
     "  Create an app, with $5.000000 of starter credits and an API key:",
-    "    deno task admin create-app --name demo",
+    `    ${prefix}deno task admin create-app --name demo`,
+    "  and export its api_key as API_KEY for the README's examples.",
     "",
   ];
   if (builtIn.length > 0) {
@@ -58,4 +72,9 @@ function listed(items: string[]): string {
   return items.length <= 1
     ? items.join("")
     : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`;
+}
+
+/** The value as one word of a POSIX shell command line. */
+function shellWord(value: string): string {
+  return /^[\w@%+=:,./-]+$/.test(value) ? value : `'${value.replaceAll("'", `'\\''`)}'`;
 }

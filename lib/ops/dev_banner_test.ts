@@ -84,3 +84,17 @@ Deno.test("the dev banner never shows a provider key", () => {
   });
   assert.doesNotMatch(banner, /sk-secret-value/);
 });
+
+Deno.test("the dev banner's command carries the KV file, port and address the service was given", () => {
+  const banner = devBanner({
+    baseUrl: "http://127.0.0.1:8960",
+    catalog: catalog(),
+    testCheckout: false,
+    shared: { KV_PATH: "/tmp/my kv/t.sqlite3", PORT: "8960" },
+  });
+  assert.match(
+    banner,
+    /\n +KV_PATH='\/tmp\/my kv\/t.sqlite3' PORT=8960 deno task admin create-app --name demo\n/,
+  );
+  assert.match(banner, /export its api_key as API_KEY/);
+});
