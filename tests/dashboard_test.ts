@@ -12,6 +12,7 @@ import {
 } from "@/lib/accounts/sign_in_throttle.ts";
 import { getWebhookSettings } from "@/lib/webhooks/mod.ts";
 import { runAdmin } from "@/scripts/admin.ts";
+import { TEST_EVENTS_PER_MINUTE } from "@/routes/dashboard/webhooks.ts";
 import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
 import {
   assertAuditClean,
@@ -942,7 +943,7 @@ Deno.test("creating an app redirects to the page of its key: reloading that page
     assert.equal(created.status, 303);
     await created.body?.cancel();
     const location = created.headers.get("location")!;
-    assert.match(location, /^\/dashboard\/apps\/app_[0-9a-z]+\/issued\/rev_[0-9a-z]+$/);
+    assert.match(location, /^\/dashboard\/apps\/app_[0-9a-z]+\/issued\/rev_[0-9a-z]+#secret$/);
     const first = await v.page(location);
     assert.match(first, /App “Reloaded” is ready/);
     const apiKey = /value="(tb_[0-9a-z]{36})"/.exec(first)![1];
@@ -986,7 +987,7 @@ Deno.test("creating a management key redirects to the page of the key: reloading
     assert.equal(created.status, 303);
     await created.body?.cancel();
     const location = created.headers.get("location")!;
-    assert.match(location, /^\/dashboard\/management-keys\/issued\/rev_[0-9a-z]+$/);
+    assert.match(location, /^\/dashboard\/management-keys\/issued\/rev_[0-9a-z]+#secret$/);
     const first = await v.page(location);
     assert.match(first, /Management key “billing” created/);
     const managementKey = /value="(tbm_[0-9a-z]{40})"/.exec(first)![1];
@@ -1006,7 +1007,10 @@ async function webhookSecretShownOnce(v: OwnerSession, posted: Response): Promis
   assert.equal(posted.status, 303);
   await posted.body?.cancel();
   const location = posted.headers.get("location")!;
-  assert.match(location, /^\/dashboard\/apps\/app_[0-9a-z]+\/webhooks\/secret\/rev_[0-9a-z]+$/);
+  assert.match(
+    location,
+    /^\/dashboard\/apps\/app_[0-9a-z]+\/webhooks\/secret\/rev_[0-9a-z]+#secret$/,
+  );
   const first = await v.page(location);
   assert.match(first, /shown only this once/);
   const secret = /value="(whsec_[0-9a-z]+)"/.exec(first)![1];
@@ -1050,18 +1054,30 @@ Deno.test("replacing the webhook signing secret redirects to the page of the new
   }));
 
 /**
- * A refused form's page: the form's card is the anchor its action opens at, the alert stands at
- * the top of the form with its first field focused, and every value is as it was typed.
+ * A refused form's page: the alert stands at the top of the form's card, the field it concerns is
+ * marked invalid, described by the alert and focused, and every value is as it was typed. The form
+ * posts to an address without a fragment: a browser ignores `autofocus` on a page whose URL has one.
  */
-function assertRefusedAt(html: string, anchor: string, typed: string[]) {
+function assertRefusedAt(html: string, anchor: string, field: string, typed: string[]) {
   const card = html.indexOf(`id="${anchor}"`);
   assert.ok(card >= 0, `the card #${anchor}`);
-  assert.match(html, new RegExp(`action="[^"]*#${anchor}"`), `the form posts back to #${anchor}`);
+  assert.doesNotMatch(html, /<form[^>]* action="[^"]*#/, "no form posts to a fragment");
   const alert = html.indexOf(`role="alert" id="${anchor}-error"`);
   assert.ok(alert > card, `the alert of #${anchor} is inside its card`);
-  const firstField = html.indexOf(`aria-describedby="${anchor}-error"`);
-  assert.ok(firstField > alert, "the field the alert describes follows it");
-  assert.match(html.slice(firstField - 400, firstField + 200), /autofocus/);
+  const described = [
+    ...html.matchAll(new RegExp(`<input[^>]*aria-describedby="${anchor}-error"`, "g")),
+  ];
+  assert.equal(described.length, 1, "one field is described by the alert");
+  const [invalid] = described;
+  assert.ok(invalid.index! > alert, "the field the alert describes follows it");
+  assert.match(
+    invalid[0],
+    new RegExp(`name="${field}"`),
+    `the alert of #${anchor} is about ${field}`,
+  );
+  assert.match(invalid[0], /autofocus/);
+  assert.match(invalid[0], /aria-invalid/);
+  assert.equal([...html.matchAll(/aria-invalid/g)].length, 1, "no other field is marked invalid");
   for (const value of typed) {
     assert.ok(html.indexOf(`value="${value}"`, alert) > alert, `${value} is kept`);
   }
@@ -1076,39 +1092,103 @@ Deno.test("a refused dashboard form comes back as typed, its alert at the top of
     const app = `/dashboard/apps/${appId}`;
     const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(await v.page(`${app}/keys`))![1];
     const longName = "n".repeat(101);
-    const refusals: [string, Record<string, string>, string, string[]][] = [
-      ["/dashboard/apps", { name: "second app" }, "new-app", ["second app"]],
-      [`${app}/rename`, { name: longName }, "rename", [longName]],
-      [`${app}/limits`, { rpm: "-4", tpm: "77" }, "rate-limits", ["-4", "77"]],
+    const refusals: [string, Record<string, string>, string, string, string[]][] = [
+      ["/dashboard/apps", { name: "second app" }, "new-app", "name", ["second app"]],
+      [`${app}/rename`, { name: longName }, "rename", "name", [longName]],
+      [`${app}/limits`, { rpm: "-4", tpm: "77" }, "rate-limits", "rpm", ["-4", "77"]],
       [
         `${app}/top-up-settings`,
         { return_url: "javascript:alert(1)", show_balance: "on" },
         "top-up-page",
+        "return_url",
         ["javascript:alert(1)"],
       ],
-      [`${app}/keys`, { name: "k".repeat(61) }, "new-key", ["k".repeat(61)]],
+      [`${app}/keys`, { name: "k".repeat(61) }, "new-key", "name", ["k".repeat(61)]],
       [
         `${app}/keys/${keyId}/spend-cap`,
         { total: "lots", daily: "2.50", monthly: "" },
         `caps-${keyId}`,
+        "total",
         ["lots", "2.50"],
       ],
-      [`${app}/end-user-spend-cap`, { daily: "-1" }, "caps-end-user", ["-1"]],
-      [`${app}/webhooks`, { url: "http://example.com/hook" }, "endpoint", [
+      [`${app}/end-user-spend-cap`, { daily: "-1" }, "caps-end-user", "daily", ["-1"]],
+      [`${app}/limits`, { rpm: "16", tpm: "0" }, "rate-limits", "tpm", ["16", "0"]],
+      [`${app}/webhooks`, { url: "http://example.com/hook" }, "endpoint", "url", [
         "http://example.com/hook",
       ]],
-      ["/dashboard/management-keys", { name: "m".repeat(61) }, "new-management-key", [
+      [`${app}/webhooks`, { url: HOOK_URL, threshold: "1.1234567" }, "endpoint", "threshold", [
+        HOOK_URL,
+        "1.1234567",
+      ]],
+      ["/dashboard/management-keys", { name: "m".repeat(61) }, "new-management-key", "name", [
         "m".repeat(61),
       ]],
     ];
-    for (const [path, fields, anchor, typed] of refusals) {
+    for (const [path, fields, anchor, field, typed] of refusals) {
       const res = await v.post(path, { _csrf: csrf, ...fields });
       assert.ok(res.status >= 400 && res.status < 500, `${path}: ${res.status}`);
       const html = await res.text();
-      assertRefusedAt(html, anchor, typed);
+      assertRefusedAt(html, anchor, field, typed);
       if (anchor === "top-up-page") assert.match(html, /name="show_balance" checked/);
     }
   }, { MAX_APPS_PER_OWNER: "1" }));
+
+Deno.test("too many test events: the limit is said beside the Send test event button, and no field is marked invalid", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("hooked");
+    const csrf = await v.csrf();
+    const base = `/dashboard/apps/${appId}/webhooks`;
+    await (await v.post(base, { _csrf: csrf, url: HOOK_URL })).body?.cancel();
+    let refused: Response | undefined;
+    for (let i = 0; i <= TEST_EVENTS_PER_MINUTE && !refused; i++) {
+      const res = await v.post(`${base}/test`, { _csrf: csrf });
+      if (res.status === 429) refused = res;
+      else await res.body?.cancel();
+    }
+    assert.ok(refused, "the test event past the limit is refused");
+    const html = await refused.text();
+    assert.doesNotMatch(html, /aria-invalid/);
+    assert.doesNotMatch(html, /id="endpoint-error"/);
+    const button = /<button[^>]*>Send test event<\/button>/.exec(html)?.[0] ?? "";
+    assert.match(button, /aria-describedby="test-event-error"/);
+    assert.match(button, /autofocus/);
+    const form = html.slice(
+      html.indexOf(`action="${base}/test"`),
+      html.indexOf("</form>", html.indexOf(`action="${base}/test"`)),
+    );
+    assert.match(form, /role="alert" id="test-event-error">At most 5 test events a minute/);
+  }));
+
+Deno.test("every redirect to a new secret's page names the card that shows it", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const csrf = await v.csrf();
+    const { appId } = await v.createApp("first");
+    const app = `/dashboard/apps/${appId}`;
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(await v.page(`${app}/keys`))![1];
+    const posts: [string, string, Record<string, string>, RegExp][] = [
+      ["new app", "/dashboard/apps", { name: "second" }, /tb_[0-9a-z]{36}/],
+      ["new key", `${app}/keys`, { name: "ci" }, /tb_[0-9a-z]{36}/],
+      ["rotated key", `${app}/keys/${keyId}/rotate`, {}, /tb_[0-9a-z]{36}/],
+      ["management key", "/dashboard/management-keys", { name: "billing" }, /tbm_[0-9a-z]{40}/],
+      ["webhook secret", `${app}/webhooks`, { url: HOOK_URL }, /whsec_[0-9a-z]+/],
+      ["replaced webhook secret", `${app}/webhooks/rotate-secret`, {}, /whsec_[0-9a-z]+/],
+    ];
+    for (const [kind, path, fields, secret] of posts) {
+      const res = await v.post(path, { _csrf: csrf, ...fields });
+      assert.equal(res.status, 303, kind);
+      await res.body?.cancel();
+      const [page, fragment] = res.headers.get("location")!.split("#");
+      assert.equal(fragment, "secret", kind);
+      const html = await v.page(page);
+      const card = html.slice(html.indexOf('id="secret"'));
+      assert.ok(html.includes('id="secret"'), `${kind}: the page has the card`);
+      assert.match(card.slice(0, card.indexOf("</section>")), secret, `${kind}: in the card`);
+    }
+  }));
 
 Deno.test("a spend-cap refusal is shown at the form of the key it concerns, the other forms as stored", () =>
   withService(async (s) => {
@@ -1215,5 +1295,5 @@ Deno.test("on a page of the keys tab the spend-caps card has every live key with
     // A refused cap of a key of another page comes back at that key's form.
     const refused = await v.post(`${app}/keys/${key1}/spend-cap`, { _csrf: csrf, daily: "lots" });
     assert.equal(refused.status, 400);
-    assertRefusedAt(await refused.text(), `caps-${key1}`, ["lots"]);
+    assertRefusedAt(await refused.text(), `caps-${key1}`, "daily", ["lots"]);
   }));

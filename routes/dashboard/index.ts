@@ -230,7 +230,7 @@ export function dashboardRoutes(
       };
       return c.html(overviewPage(session(c), { ...await overview(app), renameRefused }), 400);
     }
-    return c.redirect(`/dashboard/apps/${app.id}`, 303);
+    return c.redirect(`/dashboard/apps/${app.id}#rename`, 303);
   });
 
   r.post("/apps/:appId/top-up-link", async (c) => {
@@ -318,6 +318,7 @@ export function dashboardRoutes(
         const refused: CapsRefusal = {
           error: "A cap is an amount in USD above zero, such as 5.00, or empty for none.",
           target: "keyId" in target ? target.keyId : "end-user",
+          field: name,
           typed: { total: form.total ?? "", daily: form.daily ?? "", monthly: form.monthly ?? "" },
         };
         return c.html(await keysView(c, app, { caps: refused }), 400);
@@ -450,15 +451,15 @@ export function dashboardRoutes(
       };
       return c.html(walletPage(session(c), { ...await walletView(app), topUpRefused }), 400);
     }
-    return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
+    return c.redirect(`/dashboard/apps/${app.id}/wallet#top-up-page`, 303);
   });
 
   r.post("/apps/:appId/limits", async (c) => {
     const app = c.get("app");
     const form = c.get("form");
     const change: { rpm?: number | null; tpm?: number | null } = {};
-    const refuse = async (error: string) => {
-      const limitsRefused = { error, rpm: form.rpm ?? "", tpm: form.tpm ?? "" };
+    const refuse = async (error: string, field: "rpm" | "tpm") => {
+      const limitsRefused = { error, field, rpm: form.rpm ?? "", tpm: form.tpm ?? "" };
       return c.html(overviewPage(session(c), { ...await overview(app), limitsRefused }), 400);
     };
     for (const name of ["rpm", "tpm"] as const) {
@@ -467,6 +468,7 @@ export function dashboardRoutes(
       if (raw !== "" && !(value !== null && value >= 1 && value <= MAX_LIMIT)) {
         return await refuse(
           `Requests and tokens per minute are whole numbers from 1 to ${MAX_LIMIT}, or empty for the default.`,
+          name,
         );
       }
       change[name] = value;
@@ -475,9 +477,9 @@ export function dashboardRoutes(
       await setRateLimits(kv, app.id, change, { by: "owner", defaults: deps.rateLimits });
     } catch (error) {
       if (!(error instanceof LimitAboveCeilingError)) throw error;
-      return await refuse(error.message);
+      return await refuse(error.message, error.limit);
     }
-    return c.redirect(`/dashboard/apps/${app.id}`, 303);
+    return c.redirect(`/dashboard/apps/${app.id}#rate-limits`, 303);
   });
 
   return r;

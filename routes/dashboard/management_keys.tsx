@@ -20,7 +20,7 @@ import {
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import { renderPage } from "@/routes/render.ts";
 import type { PageEnv } from "@/routes/session.ts";
-import { formAnchor, when } from "./pages/shared.tsx";
+import { formAnchor, SECRET_CARD_ID, when } from "./pages/shared.tsx";
 import { redirectToReveal } from "./reveals.ts";
 
 const PATH = "/dashboard/management-keys";
@@ -49,7 +49,7 @@ function managementKeysPage(
       <section class="card" id={newKey.id}>
         <h2>Create a management key</h2>
         {newKey.alert}
-        <form method="post" action={`${PATH}${newKey.fragment}`} class="row-form">
+        <form method="post" action={PATH} class="row-form">
           <CsrfField session={session} />
           <label>
             Key name
@@ -59,7 +59,7 @@ function managementKeysPage(
               maxLength={60}
               placeholder="e.g. billing backend"
               value={refused?.name}
-              {...newKey.firstField}
+              {...newKey.invalidField}
             />
           </label>
           <button type="submit" class="button">Create management key</button>
@@ -128,7 +128,7 @@ function managementKeyIssuedPage(session: Session, issued: ManagementKeyReveal) 
   const managementKey = issued.secret;
   return renderPage(
     <Layout title="Management key created" nav={<AccountNav session={session} />} islands>
-      <section class="card narrow">
+      <section class="card narrow" id={SECRET_CARD_ID}>
         <h1>Management key “{issued.name}” created</h1>
         <div class="key-reveal">
           <p>
@@ -153,7 +153,7 @@ function managementKeyIssuedPage(session: Session, issued: ManagementKeyReveal) 
 function managementKeyShownPage(session: Session) {
   return renderPage(
     <Layout title="Management key already shown" nav={<AccountNav session={session} />}>
-      <section class="card narrow">
+      <section class="card narrow" id={SECRET_CARD_ID}>
         <h1>This management key was already shown</h1>
         <p>
           A new management key is shown only once, on the page that followed its creation, and we

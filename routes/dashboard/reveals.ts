@@ -1,5 +1,6 @@
 import type { Context } from "hono";
 import { leaveReveal, type Reveal } from "@/lib/accounts/mod.ts";
+import { SECRET_CARD_ID } from "./pages/shared.tsx";
 
 /** The one page that takes a reveal of that kind (lib/accounts/reveals.ts). */
 function revealPage(reveal: Reveal, revealId: string): string {
@@ -18,7 +19,9 @@ function revealPage(reveal: Reveal, revealId: string): string {
 
 /**
  * Post/Redirect/Get for a new secret: the POST leaves it for the session's next page and redirects
- * there, so that reloading that page shows it no second time and posts nothing again.
+ * there, so that reloading that page shows it no second time and posts nothing again. The redirect
+ * names the secret's card: without a fragment of its own it would keep the form's, and open the
+ * page scrolled to that form, past the secret.
  */
 export async function redirectToReveal(
   c: Context,
@@ -27,5 +30,5 @@ export async function redirectToReveal(
   reveal: Reveal,
 ): Promise<Response> {
   const revealId = await leaveReveal(kv, sessionId, reveal);
-  return c.redirect(revealPage(reveal, revealId), 303);
+  return c.redirect(`${revealPage(reveal, revealId)}#${SECRET_CARD_ID}`, 303);
 }

@@ -15,7 +15,7 @@ import {
 } from "@/lib/webhooks/mod.ts";
 import { takeReveal, webhookSecretRevealOf } from "@/lib/accounts/mod.ts";
 import type { PageEnv } from "@/routes/session.ts";
-import { webhooksPage } from "./pages/webhooks.tsx";
+import { type EndpointRefusal, webhooksPage } from "./pages/webhooks.tsx";
 import { redirectToReveal } from "./reveals.ts";
 
 type WebhooksEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
@@ -60,30 +60,35 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
     const form = c.get("form");
     const rawUrl = form.url ?? "";
     const rawThreshold = (form.threshold ?? "").trim().replace(/^\$/, "");
+    const refuse = async (field: EndpointRefusal["field"], error: string) =>
+      c.html(
+        webhooksPage(session(c), {
+          ...await view(app),
+          refused: { error, field, url: rawUrl, threshold: rawThreshold },
+        }),
+        400,
+      );
     let url: string, threshold: number | null;
     try {
       url = validWebhookUrl(rawUrl, { allowLoopback: deps.allowLoopback });
+    } catch (error) {
+      if (!(error instanceof WebhookUrlError)) throw error;
+      return await refuse("url", error.message);
+    }
+    try {
       threshold = rawThreshold === "" ? null : parseUsd(rawThreshold);
     } catch (error) {
       if (!(error instanceof RangeError)) throw error;
-      const message = error instanceof WebhookUrlError
-        ? error.message
-        : "The threshold is an amount in USD with at most 6 decimals, such as 5.00, or empty.";
-      return c.html(
-        webhooksPage(session(c), {
-          ...await view(app),
-          error: message,
-          url: rawUrl,
-          threshold: rawThreshold,
-        }),
-        400,
+      return await refuse(
+        "threshold",
+        "The threshold is an amount in USD with at most 6 decimals, such as 5.00, or empty.",
       );
     }
     const saved = await saveWebhookSettings(kv, app.id, { url, lowBalanceThreshold: threshold });
     deps.watcher.forget(app.id);
     // The balance may already be below the new threshold: that is a crossing too.
     await deps.watcher.observe(app.id);
-    if (!saved.newSecret) return c.redirect(path(app), 303);
+    if (!saved.newSecret) return c.redirect(`${path(app)}#endpoint`, 303);
     return await redirectToReveal(c, kv, session(c).id, {
       kind: "new_webhook_secret",
       appId: app.id,
@@ -124,7 +129,7 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
         const message =
           `At most ${error.perMinute} test events a minute: the next can be sent in ${error.retryAfterSeconds} s. The ones already sent are listed below.`;
         c.header("retry-after", String(error.retryAfterSeconds));
-        return c.html(webhooksPage(session(c), { ...await view(app), error: message }), 429);
+        return c.html(webhooksPage(session(c), { ...await view(app), testRefused: message }), 429);
       }
       await deps.deliverer.kick();
     }

@@ -366,3 +366,53 @@ Deno.test("browser: on a plain-http host the Copy button copies by selection, el
     });
     assert.equal(await selected.jsonValue(), secondCode);
   }, { host: "tollbooth.test" }));
+
+/** The keys tab of the app whose page (any of its tabs, or its new key's page) is open. */
+async function openKeysTab(page: Page) {
+  const appUrl = new URL(page.url()).pathname.replace(/^(\/dashboard\/apps\/[^/]+).*$/, "$1");
+  await page.goto(`${appUrl}/keys`);
+  return appUrl;
+}
+
+const focusedField = (page: Page) =>
+  page.evaluate(() => {
+    const field = document.activeElement as HTMLInputElement;
+    return `${field.tagName} ${field.getAttribute("aria-label") ?? field.name}`;
+  });
+
+const inView = (page: Page, selector: string) =>
+  page.locator(selector).evaluate((el) => {
+    const box = el.getBoundingClientRect();
+    return box.top >= 0 && box.bottom <= innerHeight;
+  });
+
+Deno.test("browser: a refused form's page opens with the field the refusal concerns focused, its alert in view", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({ baseURL: base, viewport: { width: 1280, height: 720 } });
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Refused");
+    const appUrl = await openKeysTab(page);
+
+    await page.goto(appUrl);
+    await page.locator("#rate-limits input[name=rpm]").fill("16");
+    // Above the largest limit there is: the browser lets it through, the service refuses it.
+    await page.locator("#rate-limits input[name=tpm]").fill("9999999999");
+    await page.getByRole("button", { name: "Save limits" }).click();
+    await page.getByRole("alert").waitFor();
+    assert.equal(await focusedField(page), "INPUT tpm");
+    assert.equal(await inView(page, "#rate-limits-error"), true);
+
+    await page.goto(`${appUrl}/keys`);
+    await page.getByLabel("Each end user: per utc month cap in USD").fill("-1");
+    await page.getByRole("button", { name: "Save end-user caps" }).click();
+    await page.getByRole("alert").waitFor();
+    assert.equal(await focusedField(page), "INPUT Each end user: per utc month cap in USD");
+    assert.equal(await inView(page, "#caps-end-user-error"), true);
+
+    await page.goto(`${appUrl}/webhooks`);
+    await page.getByLabel("Endpoint (https)").fill("https://hooks.example.com/in");
+    await page.getByLabel("Low-balance threshold in USD (optional)").fill("1.1234567");
+    await page.getByRole("button", { name: "Save webhook" }).click();
+    await page.getByRole("alert").waitFor();
+    assert.equal(await focusedField(page), "INPUT threshold");
+  }));

@@ -53,7 +53,7 @@ export function appsPage(
       <section class="card" id={newApp.id}>
         <h2>Create an app</h2>
         {newApp.alert}
-        <form method="post" action={`/dashboard/apps${newApp.fragment}`} class="row-form">
+        <form method="post" action="/dashboard/apps" class="row-form">
           <CsrfField session={session} />
           <label>
             App name
@@ -63,7 +63,7 @@ export function appsPage(
               maxLength={100}
               placeholder="e.g. Recipe assistant"
               value={refused?.name}
-              {...newApp.firstField}
+              {...newApp.invalidField}
             />
           </label>
           <button type="submit" class="button">Create app</button>

@@ -5,7 +5,7 @@ import type { ApiKeyReveal, Session } from "@/lib/accounts/mod.ts";
 import type { SpendCapsRecord } from "@/lib/db.ts";
 import { type CapsRefusal, SpendCapsCard } from "./spend_caps.tsx";
 import { renderPage } from "@/routes/render.ts";
-import { AppHeader, appPath, formAnchor, Page, When } from "./shared.tsx";
+import { AppHeader, appPath, formAnchor, Page, SECRET_CARD_ID, When } from "./shared.tsx";
 
 export type KeyRow = ApiKeyRecord & { lastUsedAt: number | null };
 
@@ -23,7 +23,7 @@ export function keyIssuedPage(session: Session, app: AppRecord, issued: ApiKeyRe
     : `Key “${issued.name}” created`;
   return renderPage(
     <Page title={heading} session={session} islands>
-      <section class="card narrow">
+      <section class="card narrow" id={SECRET_CARD_ID}>
         <h1>{heading}</h1>
         {issued.kind === "new_app" && (
           <p>
@@ -55,7 +55,7 @@ export function keyIssuedPage(session: Session, app: AppRecord, issued: ApiKeyRe
 export function keyShownPage(session: Session, app: AppRecord) {
   return renderPage(
     <Page title="Key already shown" session={session}>
-      <section class="card narrow">
+      <section class="card narrow" id={SECRET_CARD_ID}>
         <h1>This key was already shown</h1>
         <p>
           A new API key is shown only once, on the page that followed its creation, and we keep only
@@ -136,7 +136,7 @@ export function keysPage(
         <Island
           name="NewKeyForm"
           props={{
-            action: `${appPath(app)}/keys${newKey.fragment}`,
+            action: `${appPath(app)}/keys`,
             csrfToken: session.record.csrfToken,
             mode: "create",
             refused: view.refused.key && { name: view.refused.key.name, alertId: "new-key-error" },

@@ -17,6 +17,8 @@ export interface AppLimits {
 
 export interface LimitsRefusal {
   error: string;
+  /** The field the error concerns. */
+  field: "rpm" | "tpm";
   rpm: string;
   tpm: string;
 }
@@ -65,9 +67,9 @@ export function RateLimitsCard(
           .toLocaleString("en-US")} and {limits.defaults.tpm.toLocaleString("en-US")}).
       </p>
       {form.alert}
-      <form method="post" action={`${appPath(app)}/limits${form.fragment}`} class="row-form">
+      <form method="post" action={`${appPath(app)}/limits`} class="row-form">
         <CsrfField session={session} />
-        {LIMIT_FIELDS.map(({ name, label }, i) => (
+        {LIMIT_FIELDS.map(({ name, label }) => (
           <label key={name}>
             {label}
             <input
@@ -77,7 +79,7 @@ export function RateLimitsCard(
               step={1}
               inputMode="numeric"
               value={custom(name)}
-              {...(i === 0 ? form.firstField : {})}
+              {...(refused?.field === name ? form.invalidField : {})}
             />
           </label>
         ))}

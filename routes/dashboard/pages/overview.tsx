@@ -69,7 +69,7 @@ export function overviewPage(
       <section class="card" id={rename.id}>
         <h2>Rename</h2>
         {rename.alert}
-        <form method="post" action={`${appPath(app)}/rename${rename.fragment}`} class="row-form">
+        <form method="post" action={`${appPath(app)}/rename`} class="row-form">
           <CsrfField session={session} />
           <label>
             App name
@@ -78,7 +78,7 @@ export function overviewPage(
               required
               maxLength={100}
               value={view.renameRefused?.name ?? app.name}
-              {...rename.firstField}
+              {...rename.invalidField}
             />
           </label>
           <button type="submit" class="button secondary">Rename</button>

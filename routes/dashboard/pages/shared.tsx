@@ -41,20 +41,27 @@ export function Alert({ error, id }: { error?: string; id?: string }) {
 }
 
 /**
- * A form's card and how its post comes back to it. A refused post answers with the whole page
- * again: the action's fragment opens that page at the card, where the alert stands at the top of
- * the form, and the card's first field takes the focus with the alert as its description.
+ * A form's card and how a refused post comes back to it: the whole page again, the alert at the top
+ * of the form and the field it concerns marked invalid, described by the alert, and focused. The
+ * form's action has no fragment on purpose: a browser ignores `autofocus` on a page whose URL names
+ * a fragment, while focusing the field also scrolls it, with the alert above it, into view.
  */
 export function formAnchor(anchor: string, refused: { error: string } | undefined) {
   return {
     id: anchor,
-    fragment: `#${anchor}`,
     alert: <Alert error={refused?.error} id={`${anchor}-error`} />,
-    firstField: refused
+    /** The props of the field the refusal concerns; the caller spreads them on that field only. */
+    invalidField: refused
       ? { autofocus: true, "aria-invalid": true, "aria-describedby": `${anchor}-error` }
       : {},
   };
 }
+
+/**
+ * The id of the card that shows a new secret once (an API key, a management key, a signing secret):
+ * the redirect to that page names it, so that the page opens with the secret in view.
+ */
+export const SECRET_CARD_ID = "secret";
 
 type Tab = "overview" | "keys" | "usage" | "wallet" | "webhooks";
 

@@ -17,20 +17,23 @@ type CapField = (typeof CAP_FIELDS)[number];
 export interface CapsRefusal {
   error: string;
   target: string;
+  /** The field the error concerns. */
+  field: CapField;
   typed: Record<CapField, string>;
 }
 
 function CapFields(
-  { caps, typed, label, firstField }: {
+  { caps, typed, label, invalid }: {
     caps: SpendCaps | null | undefined;
     typed: Record<CapField, string> | undefined;
     label: string;
-    firstField: Record<string, unknown>;
+    /** The props of the field a refusal concerns. */
+    invalid: { field: CapField; props: Record<string, unknown> } | undefined;
   },
 ) {
   return (
     <>
-      {FIELDS.map(([name, title], i) => (
+      {FIELDS.map(([name, title]) => (
         <label key={name}>
           {title} (USD)
           <input
@@ -39,7 +42,7 @@ function CapFields(
             placeholder="no cap"
             aria-label={`${label}: ${title.toLowerCase()} cap in USD`}
             value={typed ? typed[name] : caps?.[name] != null ? formatUsd(caps[name]!) : ""}
-            {...(i === 0 ? firstField : {})}
+            {...(invalid?.field === name ? invalid.props : {})}
           />
         </label>
       ))}
@@ -63,11 +66,16 @@ function CapsForm(
   const mine = refused?.target === target ? refused : undefined;
   const form = formAnchor(`caps-${target}`, mine);
   return (
-    <form method="post" action={`${action}${form.fragment}`} class="row-form" id={form.id}>
+    <form method="post" action={action} class="row-form" id={form.id}>
       {form.alert}
       <CsrfField session={session} />
       <strong class="cap-owner">{owner}</strong>
-      <CapFields caps={caps} typed={mine?.typed} label={label} firstField={form.firstField} />
+      <CapFields
+        caps={caps}
+        typed={mine?.typed}
+        label={label}
+        invalid={mine && { field: mine.field, props: form.invalidField }}
+      />
       <button type="submit" class="button secondary small">{button}</button>
     </form>
   );

@@ -42,7 +42,7 @@ export function TopUpLink(
       {settings.alert}
       <form
         method="post"
-        action={`${appPath(app)}/top-up-settings${settings.fragment}`}
+        action={`${appPath(app)}/top-up-settings`}
         class="stack"
       >
         <CsrfField session={session} />
@@ -53,7 +53,7 @@ export function TopUpLink(
             type="url"
             value={refused ? refused.returnUrl : app.topUpReturnUrl ?? ""}
             placeholder="https://your-app.example/credits"
-            {...settings.firstField}
+            {...settings.invalidField}
           />
         </label>
         <label class="checkbox">

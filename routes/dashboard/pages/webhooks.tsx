@@ -5,7 +5,7 @@ import { retrySpanText, WEBHOOK_DEFAULTS } from "@/lib/webhooks/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import { renderPage } from "@/routes/render.ts";
-import { AppHeader, appPath, formAnchor, Page, When } from "./shared.tsx";
+import { Alert, AppHeader, appPath, formAnchor, Page, SECRET_CARD_ID, When } from "./shared.tsx";
 
 const STATES: Record<WebhookEventRecord["state"], string> = {
   pending: "retrying",
@@ -22,7 +22,7 @@ function lastResult(e: WebhookEventRecord): string {
 /** The one time a signing secret is shown. */
 function SigningSecretCard({ revealed }: { revealed: WebhookSecretReveal }) {
   return (
-    <section class="card" id="signing-secret">
+    <section class="card" id={SECRET_CARD_ID}>
       <h2>
         {revealed.kind === "replaced_webhook_secret"
           ? "Signing secret replaced"
@@ -46,6 +46,14 @@ function SigningSecretCard({ revealed }: { revealed: WebhookSecretReveal }) {
   );
 }
 
+/** A refused endpoint form: the field the error concerns, and what was typed. */
+export interface EndpointRefusal {
+  error: string;
+  field: "url" | "threshold";
+  url: string;
+  threshold: string;
+}
+
 /** GET /dashboard/apps/:id/webhooks: the endpoint, the threshold, and the deliveries. */
 export function webhooksPage(
   session: Session,
@@ -58,15 +66,18 @@ export function webhooksPage(
      * page opened again, that it was already shown.
      */
     secret?: WebhookSecretReveal | "already_shown";
-    error?: string;
-    url?: string;
-    threshold?: string;
+    refused?: EndpointRefusal;
+    /** Why no test event was sent (too many a minute): said beside its button. */
+    testRefused?: string;
   },
 ) {
   const { app, settings } = view;
   const base = `${appPath(app)}/webhooks`;
-  const endpoint = formAnchor("endpoint", view.error ? { error: view.error } : undefined);
-  const threshold = view.threshold ??
+  const { refused } = view;
+  const endpoint = formAnchor("endpoint", refused);
+  const invalid = (field: EndpointRefusal["field"]) =>
+    refused?.field === field ? endpoint.invalidField : {};
+  const threshold = refused?.threshold ??
     (settings?.lowBalanceThreshold != null ? formatUsd(settings.lowBalanceThreshold) : "");
   return renderPage(
     <Page
@@ -77,7 +88,7 @@ export function webhooksPage(
       <AppHeader app={app} active="webhooks" />
       {view.secret === "already_shown"
         ? (
-          <section class="card" id="signing-secret">
+          <section class="card" id={SECRET_CARD_ID}>
             <h2>This signing secret was already shown</h2>
             <p>
               A new signing secret is shown only once, on the page that followed it. Nothing was
@@ -97,7 +108,7 @@ export function webhooksPage(
           {WEBHOOK_DEFAULTS.maxAttempts} attempts in all over {retrySpanText()}.
         </p>
         {endpoint.alert}
-        <form method="post" action={`${base}${endpoint.fragment}`} class="stack">
+        <form method="post" action={base} class="stack">
           <CsrfField session={session} />
           <label>
             Endpoint (https)
@@ -105,9 +116,9 @@ export function webhooksPage(
               name="url"
               type="url"
               required
-              value={view.url ?? settings?.url ?? ""}
+              value={refused?.url ?? settings?.url ?? ""}
               placeholder="https://your-app.example/tollbooth-events"
-              {...endpoint.firstField}
+              {...invalid("url")}
             />
           </label>
           <label>
@@ -117,6 +128,7 @@ export function webhooksPage(
               inputMode="decimal"
               value={threshold}
               placeholder="e.g. 5.00"
+              {...invalid("threshold")}
             />
           </label>
           <button type="submit" class="button">Save webhook</button>
@@ -127,7 +139,16 @@ export function webhooksPage(
           <h2>Test and secret</h2>
           <form method="post" action={`${base}/test`} class="inline-form">
             <CsrfField session={session} />
-            <button type="submit" class="button secondary">Send test event</button>
+            <button
+              type="submit"
+              class="button secondary"
+              {...(view.testRefused
+                ? { autofocus: true, "aria-describedby": "test-event-error" }
+                : {})}
+            >
+              Send test event
+            </button>
+            <Alert error={view.testRefused} id="test-event-error" />
           </form>{" "}
           <form method="post" action={`${base}/rotate-secret`} class="inline-form">
             <CsrfField session={session} />
