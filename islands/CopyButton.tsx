@@ -1,23 +1,30 @@
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 
 type Outcome = "idle" | "copied" | "manual";
 
 /**
  * Copies with the older command, for pages where the Clipboard API is missing: it exists only in
- * a secure context (https or localhost), and a gateway may well be served over plain http.
+ * a secure context (https or localhost), and a gateway may well be served over plain http. The
+ * field it selects goes in `beside`, the button's own container: under a modal dialog the rest of
+ * the page is inert, and a field there could be neither focused nor selected. `execCommand` says
+ * true even when it copied nothing, so only a selection that is the whole value counts as copied.
  */
-function copyBySelection(value: string): boolean {
+function copyBySelection(value: string, beside: HTMLElement): boolean {
   const field = document.createElement("textarea");
   field.value = value;
   field.setAttribute("readonly", "");
+  field.setAttribute("aria-hidden", "true");
+  field.tabIndex = -1;
   field.style.position = "fixed";
   field.style.opacity = "0";
   const focused = document.activeElement as HTMLElement | null;
-  document.body.append(field);
+  beside.append(field);
+  field.focus({ preventScroll: true });
   field.select();
   let copied = false;
   try {
-    copied = document.execCommand("copy");
+    copied = document.activeElement === field && field.selectionStart === 0 &&
+      field.selectionEnd === value.length && document.execCommand("copy");
   } catch {
     copied = false;
   }
@@ -26,7 +33,7 @@ function copyBySelection(value: string): boolean {
   return copied;
 }
 
-async function copy(value: string): Promise<boolean> {
+async function copy(value: string, beside: HTMLElement): Promise<boolean> {
   if (navigator.clipboard && isSecureContext) {
     try {
       await navigator.clipboard.writeText(value);
@@ -35,7 +42,7 @@ async function copy(value: string): Promise<boolean> {
       // Refused (no permission, page not focused): the older way may still work.
     }
   }
-  return copyBySelection(value);
+  return copyBySelection(value, beside);
 }
 
 /**
@@ -45,6 +52,10 @@ async function copy(value: string): Promise<boolean> {
  */
 export default function CopyButton({ value, label = "Copy" }: { value: string; label?: string }) {
   const [outcome, setOutcome] = useState<Outcome>("idle");
+  // Rendered hidden on the server: without JavaScript the button would do nothing, and the value
+  // stays selectable beside it.
+  const [running, setRunning] = useState(false);
+  useLayoutEffect(() => setRunning(true), []);
   const manualField = useRef<HTMLTextAreaElement>(null);
   useEffect(() => {
     if (outcome !== "manual") return;
@@ -56,8 +67,10 @@ export default function CopyButton({ value, label = "Copy" }: { value: string; l
       <button
         type="button"
         class="button secondary"
-        onClick={async () => {
-          if (!(await copy(value))) {
+        hidden={!running}
+        onClick={async (event) => {
+          const container = (event.currentTarget as HTMLElement).parentElement!;
+          if (!(await copy(value, container))) {
             setOutcome("manual");
             return;
           }

@@ -1,4 +1,4 @@
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useLayoutEffect, useRef, useState } from "preact/hooks";
 import CopyButton from "./CopyButton.tsx";
 
 export interface NewKeyFormProps {
@@ -7,6 +7,8 @@ export interface NewKeyFormProps {
   csrfToken: string;
   /** "create" asks for a name; "rotate" replaces the named key after a confirmation. */
   mode: "create" | "rotate";
+  /** The keys tab, where "I have saved it" goes: it lists the keys as they now are. */
+  keysPath: string;
   keyName?: string;
   /** The name a refused post (without JavaScript) typed, and the alert that says why. */
   refused?: { name: string; alertId: string };
@@ -16,16 +18,25 @@ export interface NewKeyFormProps {
  * Issues a key (new, or the replacement of a rotated one) and shows it once, in place, with a copy
  * button. Without JavaScript the same form posts and the server shows the key on its own page.
  */
-export default function NewKeyForm({ action, csrfToken, mode, keyName, refused }: NewKeyFormProps) {
+export default function NewKeyForm(
+  { action, csrfToken, mode, keysPath, keyName, refused }: NewKeyFormProps,
+) {
   const [issued, setIssued] = useState<{ apiKey: string; name: string } | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   const [revealOpen, setRevealOpen] = useState(false);
   const dialog = useRef<HTMLDialogElement>(null);
   const opener = useRef<HTMLButtonElement>(null);
+  const shownKey = useRef<HTMLInputElement>(null);
 
-  // Shown modal: the page behind it is inert, and Escape closes it.
-  useEffect(() => {
+  // The form that had the focus is gone: the key that replaced it takes it (and selects itself).
+  useLayoutEffect(() => {
+    if (issued && mode === "create") shownKey.current?.focus();
+  }, [issued]);
+
+  // Shown modal: the page behind it is inert, and Escape closes it. Before the frame is painted,
+  // so that the key is never on the page outside its dialog.
+  useLayoutEffect(() => {
     if (revealOpen && dialog.current && !dialog.current.open) dialog.current.showModal();
   }, [revealOpen]);
 
@@ -86,6 +97,14 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName, refused }
     }
   }
 
+  /**
+   * The keys tab fetched anew, with a GET: this page may be the answer to a refused form, which a
+   * reload would post again. The page of keys it shows stays the one on screen, if it is one.
+   */
+  function keysTab(): string {
+    return location.pathname === keysPath ? `${keysPath}${location.search}` : keysPath;
+  }
+
   const reveal = issued && (
     <div class={mode === "rotate" ? "key-reveal modal" : "key-reveal"} role="status">
       <p>
@@ -95,6 +114,7 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName, refused }
       </p>
       <div class="copy-row">
         <input
+          ref={shownKey}
           class="mono"
           readOnly
           value={issued.apiKey}
@@ -108,7 +128,7 @@ export default function NewKeyForm({ action, csrfToken, mode, keyName, refused }
         type="button"
         class="button"
         onClick={() =>
-          location.reload()}
+          location.assign(keysTab())}
       >
         I have saved it
       </button>

@@ -416,3 +416,99 @@ Deno.test("browser: a refused form's page opens with the field the refusal conce
     await page.getByRole("alert").waitFor();
     assert.equal(await focusedField(page), "INPUT threshold");
   }));
+
+Deno.test("browser: in the rotated-key dialog, Copy copies by selection when the Clipboard API refuses, and says Copied only when it did", () =>
+  withBrowser(async (browser, base) => {
+    const context = await browser.newContext({ baseURL: base });
+    await context.grantPermissions(["clipboard-read", "clipboard-write"]);
+    const page = await context.newPage();
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Copying");
+    await openKeysTab(page);
+    // As when the page has no permission to write: the older way, by selection, is left.
+    await page.evaluate(() => {
+      navigator.clipboard.writeText = () => Promise.reject(new DOMException("", "NotAllowedError"));
+    });
+    page.once("dialog", (dialog) => dialog.accept());
+    await page.getByRole("button", { name: "Rotate key default" }).click();
+    const dialog = page.getByRole("dialog", { name: "Rotated key" });
+    const rotated = await dialog.getByLabel("New API key").inputValue();
+    await dialog.getByRole("button", { name: "Copy key" }).click();
+    await dialog.getByRole("button", { name: "Copied" }).waitFor();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), rotated);
+
+    // A selection that comes out empty copies nothing, whatever execCommand answers.
+    await page.evaluate(() => {
+      HTMLTextAreaElement.prototype.select = () => {};
+    });
+    await dialog.getByRole("button", { name: "Copy key" }).click();
+    await dialog.getByText("press Ctrl+C to copy it").waitFor({ timeout: 5000 });
+    assert.equal(await dialog.getByRole("button", { name: "Copied" }).count(), 0);
+    await context.close();
+  }));
+
+Deno.test("browser: I have saved it, after a key made on the answer to a refused form, fetches the keys tab with a GET", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({ baseURL: base });
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Reposted");
+    const appUrl = await openKeysTab(page);
+    await page.getByLabel("Each end user: total cap in USD").fill("-1");
+    await page.getByRole("button", { name: "Save end-user caps" }).click();
+    await page.getByRole("alert").waitFor();
+
+    await page.getByLabel("Key name").fill("after refusal");
+    await page.getByRole("button", { name: "Create key" }).click();
+    const navigations: string[] = [];
+    page.on("request", (r) => {
+      if (r.isNavigationRequest()) navigations.push(`${r.method()} ${new URL(r.url()).pathname}`);
+    });
+    page.on("dialog", (dialog) => {
+      navigations.push(`dialog ${dialog.message()}`);
+      dialog.dismiss();
+    });
+    await page.getByRole("button", { name: "I have saved it" }).click();
+    await page.getByRole("cell", { name: "after refusal", exact: true }).waitFor();
+    assert.deepEqual(navigations, [`GET ${appUrl}/keys`]);
+    assert.equal(await page.getByRole("alert").count(), 0, "the refused form was not posted again");
+  }));
+
+Deno.test("browser: a key created with Enter takes the focus from the form it replaces", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({ baseURL: base });
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Keyboard");
+    await openKeysTab(page);
+    await page.getByLabel("Key name").fill("from the keyboard");
+    await page.keyboard.press("Enter");
+    const shown = page.getByLabel("New API key");
+    await shown.waitFor();
+    assert.equal(await focusedField(page), "INPUT New API key");
+    assert.equal(
+      await shown.evaluate((field: HTMLInputElement) =>
+        field.selectionEnd! - field.selectionStart!
+      ),
+      (await shown.inputValue()).length,
+      "selected, ready to copy",
+    );
+  }));
+
+Deno.test("browser: without JavaScript no Copy button shows, and the key and the top-up address are there to select", () =>
+  withBrowser(async (browser, base) => {
+    const context = await browser.newContext({ baseURL: base, javaScriptEnabled: false });
+    const page = await context.newPage();
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Plain");
+    assert.match(await page.getByLabel("New API key").inputValue(), /^tb_/);
+    assert.equal(await page.getByRole("button", { name: "Copy key" }).count(), 0);
+    await page.getByRole("link", { name: "I have saved it: go to the keys" }).click();
+    await page.getByRole("link", { name: "Overview" }).click();
+    assert.match(await page.getByLabel("Top-up page address").inputValue(), /^http/);
+    assert.equal(await page.getByRole("button", { name: "Copy link" }).count(), 0);
+    await context.close();
+
+    const withScript = await browser.newPage({ baseURL: base });
+    await signUp(withScript, base, "bob@example.com");
+    await createAppNamed(withScript, "Scripted");
+    await withScript.getByRole("button", { name: "Copy key" }).waitFor();
+  }));

@@ -139,6 +139,7 @@ export function keysPage(
             action: `${appPath(app)}/keys`,
             csrfToken: session.record.csrfToken,
             mode: "create",
+            keysPath: `${appPath(app)}/keys`,
             refused: view.refused.key && { name: view.refused.key.name, alertId: "new-key-error" },
           }}
         />
@@ -182,6 +183,7 @@ export function keysPage(
                               action: `${appPath(app)}/keys/${k.id}/rotate`,
                               csrfToken: session.record.csrfToken,
                               mode: "rotate",
+                              keysPath: `${appPath(app)}/keys`,
                               keyName: k.name,
                             }}
                           />
