@@ -447,6 +447,46 @@ Deno.test("browser: in the rotated-key dialog, Copy copies by selection when the
     await context.close();
   }));
 
+Deno.test("browser: at 375 px a 60-character key name, a long end-user id and the docs' code wrap: no page is wider than the phone", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({ baseURL: base });
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Phone");
+    const appUrl = await openKeysTab(page);
+    const keyName = "K".repeat(60);
+    await page.getByLabel("Key name").fill(keyName);
+    await page.getByRole("button", { name: "Create key" }).click();
+    await page.getByRole("button", { name: "I have saved it" }).click();
+    await page.getByRole("button", { name: `Save caps of ${keyName}` }).waitFor();
+
+    await page.setViewportSize({ width: 375, height: 800 });
+    const overflow = () => page.evaluate(() => document.documentElement.scrollWidth - innerWidth);
+    assert.equal(await overflow(), 0, "the keys tab");
+    await shot(page, "keys-long-name-phone");
+    page.once("dialog", (dialog) => dialog.accept());
+    await page.getByRole("button", { name: `Rotate key ${keyName}` }).click();
+    const dialog = page.getByRole("dialog", { name: "Rotated key" });
+    const box = (await dialog.boundingBox())!;
+    assert.ok(
+      box.x >= 0 && box.x + box.width <= 375,
+      `the dialog is on screen: ${JSON.stringify(box)}`,
+    );
+    await page.keyboard.press("Escape");
+
+    const user = `user-${"u".repeat(200)}`;
+    for (const width of [375, 1280]) {
+      await page.setViewportSize({ width, height: 800 });
+      await page.goto(`${appUrl}/usage?user=${encodeURIComponent(user)}`);
+      await page.getByText(user).waitFor();
+      assert.equal(await overflow(), 0, `the usage of one end user at ${width} px`);
+      await shot(page, `usage-long-user-${width}`);
+    }
+    await page.setViewportSize({ width: 375, height: 800 });
+    await page.goto(`${base}/docs`);
+    assert.equal(await overflow(), 0, "the docs");
+    await shot(page, "docs-phone");
+  }));
+
 Deno.test("browser: I have saved it, after a key made on the answer to a refused form, fetches the keys tab with a GET", () =>
   withBrowser(async (browser, base) => {
     const page = await browser.newPage({ baseURL: base });
