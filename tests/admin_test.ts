@@ -3,6 +3,7 @@ import { signUp } from "@/lib/accounts/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { ADMIN_COMMANDS } from "@/lib/ops/mod.ts";
+import { MAX_WALLET_CREDITS } from "@/lib/billing/mod.ts";
 import { runAdmin } from "@/scripts/admin.ts";
 import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
 
@@ -120,6 +121,29 @@ Deno.test("a credit added by the admin command shows in the running service's ne
     await after.body?.cancel();
     const wallet = (await s.kv.get<WalletRecord>(keys.wallet(app.app_id))).value!;
     assert.equal(wallet.operatorCredits, 10_000_000);
+  }));
+
+Deno.test("a credit past a wallet's one billion USD of credits is refused, writes nothing, and the app and the audit go on", () =>
+  withFileService(async (s, kvPath) => {
+    const app = (await admin(kvPath, "create-app", "--name", "rich")).json;
+    const credit = (amount: string) =>
+      admin(kvPath, "credit", "--app", app.app_id, "--amount", amount, "--reason", "test");
+    // The starter's 5 USD and this make exactly the most a wallet may be credited.
+    assert.equal((await credit("999999995.00")).code, 0);
+    const refused = await credit("0.000001");
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /past 1000000000\.000000 USD, the most a wallet holds/);
+    const wallet = (await s.kv.get<WalletRecord>(keys.wallet(app.app_id))).value!;
+    assert.equal(wallet.starter + wallet.topUps + wallet.operatorCredits, MAX_WALLET_CREDITS);
+    assert.equal(wallet.available, MAX_WALLET_CREDITS);
+    assert.equal((await admin(kvPath, "show-app", "--app", app.app_id)).code, 0);
+    assert.equal((await admin(kvPath, "audit")).code, 0);
+    const served = await s.chat(app.api_key, {
+      model: "tollbooth/echo",
+      messages: userMessage("hi"),
+    });
+    assert.equal(served.status, 200);
+    await served.body?.cancel();
   }));
 
 Deno.test("admin show-app reports balance, reserved and keys without any raw key", () =>

@@ -21,7 +21,12 @@ export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts
 export { CommitLocks } from "./commit_locks.ts";
 export { rotateKey } from "./key_rotation.ts";
 export { Wallets } from "./wallet.ts";
-export { KeyRevokedError, WalletNotFoundError } from "./wallet_types.ts";
+export {
+  KeyRevokedError,
+  MAX_WALLET_CREDITS,
+  WalletCreditLimitError,
+  WalletNotFoundError,
+} from "./wallet_types.ts";
 export type {
   CreditResult,
   DebitResult,

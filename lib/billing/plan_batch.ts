@@ -15,7 +15,7 @@ import {
   type WalletRecord,
   type WalletSliceRecord,
 } from "@/lib/db.ts";
-import { type Micros, newId } from "@/lib/core/mod.ts";
+import { formatUsd, type Micros, newId } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { RateLimitStatus, RateWindows } from "./ratelimit.ts";
 import { setUsage } from "./ledger.ts";
@@ -38,12 +38,14 @@ import {
   type DebitReversalInput,
   type DebitReversalResult,
   KeyRevokedError,
+  MAX_WALLET_CREDITS,
   type ReleaseResult,
   type RenewResult,
   type ReserveInput,
   type ReserveResult,
   type SettleInput,
   type SettleResult,
+  WalletCreditLimitError,
 } from "./wallet_types.ts";
 
 /** One queued operation on an app's wallet, with the promise it answers. */
@@ -536,6 +538,17 @@ export function planBatch(input: PlanInput) {
         const { marker } = op.input;
         if (marker && markersSeen.has(marker)) {
           answerWith(op.done, { credited: false, duplicate: true, available: wallet.available });
+          break;
+        }
+        const credited = wallet.starter + wallet.topUps + wallet.operatorCredits;
+        if (credited + op.input.amount > MAX_WALLET_CREDITS) {
+          const refused = new WalletCreditLimitError(
+            `a credit of ${formatUsd(op.input.amount)} USD would take the wallet's credits past ${
+              formatUsd(MAX_WALLET_CREDITS)
+            } USD, the most a wallet holds; nothing was credited`,
+          );
+          // Answered with the batch, so that a batch planned again refuses it again.
+          answers.push(() => op.done.reject(refused));
           break;
         }
         const entry = ledgerEntryOf(op.input, op.input.kind, now);

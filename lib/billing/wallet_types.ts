@@ -139,6 +139,15 @@ export class WalletUnavailableError extends Error {}
 /** The key guarding a reserve no longer exists: it was revoked since the caller looked it up. */
 export class KeyRevokedError extends Error {}
 
+/**
+ * The most a wallet may be credited in all (starter, top-ups and operator credits): one billion
+ * USD. Every sum the wallet keeps stays an exact integer far below 2^53 micro-dollars.
+ */
+export const MAX_WALLET_CREDITS: Micros = 1_000_000_000_000_000;
+
+/** A credit that would take the wallet's credits past MAX_WALLET_CREDITS; nothing was written. */
+export class WalletCreditLimitError extends RangeError {}
+
 export interface WalletOptions {
   /** How long a reservation lasts, unless renewed, before the sweeper may release it. */
   leaseMs: number;
