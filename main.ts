@@ -76,7 +76,7 @@ async function main() {
       log: jsonLogger,
     });
     try {
-      await pool.start(config.port);
+      await pool.start(config.port, { sharedPort: config.reusePort });
     } catch (error) {
       console.error(`Tollbooth cannot start: ${(error as Error).message}`);
       await pool.stop("startup_failed", WORKER_STOP_MARGIN_MS);

@@ -105,3 +105,34 @@ Deno.test({
     await files.remove();
   }
 });
+
+Deno.test({
+  name:
+    "workers refuse a port another process already listens on (REUSE_PORT off), and share it with REUSE_PORT=on",
+  ignore: Deno.build.os !== "linux",
+}, async () => {
+  const files = await instanceFiles({ models: [PRICEY] });
+  // Another process's workers: a listener that lets others share its port.
+  const other = Deno.listen({ port: 0, reusePort: true });
+  const port = String((other.addr as Deno.NetAddr).port);
+  try {
+    const env = {
+      KV_PATH: files.kvPath,
+      MODELS_FILE: files.modelsFile,
+      SERVE_WORKERS: "2",
+      PORT: port,
+    };
+    const refused = await startInstance(env).then(
+      (instance) => instance.stop().then(() => null),
+      (error: Error) => error.message,
+    );
+    assert.match(refused ?? "started", /instance exited \(1\)/);
+    assert.match(refused!, new RegExp(`port ${port} is already in use by another process`));
+    const shared = await startInstance({ ...env, REUSE_PORT: "on" });
+    assert.equal(shared.port, Number(port));
+    assert.equal((await shared.stop()).code, 0);
+  } finally {
+    other.close();
+    await files.remove();
+  }
+});

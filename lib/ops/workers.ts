@@ -101,9 +101,13 @@ export class WorkerPool {
 
   /**
    * Starts the first worker, then the others on the port it took (PORT=0 picks one); rejects if
-   * one fails before it listens (a bad start would only repeat).
+   * one fails before it listens (a bad start would only repeat). The workers share the port by
+   * SO_REUSEPORT, which would let any other process share it too: unless `sharedPort`, the port
+   * must be free first, so that a second instance (an old one, or one on another KV file) is
+   * refused rather than handed part of the traffic.
    */
-  start(port: number): Promise<void> {
+  start(port: number, { sharedPort = false } = {}): Promise<void> {
+    if (!sharedPort && port !== 0) assertPortFree(port);
     this.#port = port;
     this.#spawn(this.#slots[0]);
     return this.#started.promise;
@@ -219,4 +223,18 @@ export class WorkerPool {
   #post(slot: Slot, message: ToWorker) {
     slot.worker?.postMessage(message);
   }
+}
+
+/** Throws unless the port can be bound alone: a listener of any other process holds it. */
+function assertPortFree(port: number) {
+  let probe: Deno.Listener;
+  try {
+    probe = Deno.listen({ port });
+  } catch (error) {
+    if (!(error instanceof Deno.errors.AddrInUse)) throw error;
+    throw new Error(
+      `port ${port} is already in use by another process; set REUSE_PORT=on to share it on purpose`,
+    );
+  }
+  probe.close();
 }
