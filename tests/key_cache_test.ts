@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { keys } from "@/lib/db.ts";
-import { createApp as createAppRecord, KeyCache, revokeKey } from "@/lib/tenants/mod.ts";
+import { createApp as createAppRecord, issueKey, KeyCache, revokeKey } from "@/lib/tenants/mod.ts";
 import { assertAuditClean, startService, userMessage } from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";
@@ -70,6 +70,26 @@ Deno.test("a key revoked on another instance fails its very next request with 40
     const usage = [];
     for await (const entry of a.kv.list({ prefix: keys.appUsage(appId) })) usage.push(entry);
     assert.equal(usage.length, 2, "only the two requests before the revocation were billed");
+  }));
+
+Deno.test("a quiet app's second revoked key fails its very next request too: a refused key does not make the app contended", () =>
+  withTwoInstances(async (a, b) => {
+    const { appId, apiKey, keyId } = await a.newApp();
+    const useThenRevoke = async (raw: string, id: string) => {
+      for (let i = 0; i < 2; i++) assert.equal((await b.chat(raw, HELLO)).status, 200);
+      await revokeKey(a.kv, id);
+      const res = await b.chat(raw, HELLO);
+      assert.equal(res.status, 401);
+      await res.body?.cancel();
+    };
+    await useThenRevoke(apiKey, keyId);
+    // The first refusal failed b's wallet commit on the key's guard, not on another writer: the
+    // app must stay on the per-request path, whose next commit sees the next revocation.
+    const second = await issueKey(a.kv, appId, "second", "operator");
+    await useThenRevoke(second.apiKey, second.record.id);
+    const usage = [];
+    for await (const entry of a.kv.list({ prefix: keys.appUsage(appId) })) usage.push(entry);
+    assert.equal(usage.length, 4, "only the requests before each revocation were billed");
   }));
 
 Deno.test("a revoked cached key gets 401 before any other error of its request", () =>

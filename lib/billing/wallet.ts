@@ -1108,6 +1108,8 @@ export class Wallets {
     // this wallet lately: then the memory is mostly stale and each try would cost a failed commit.
     let useMemory = (this.#contendedUntil.get(appId) ?? 0) <= this.#now();
     let commitFailed = false;
+    /** The wallet as remembered by a commit that failed: another writer if it has changed since. */
+    let failedOn: string | null = null;
     let backoff = 0;
     for (let attempt = 1;; attempt++) {
       // Waited for outside the commit lock, so a sibling worker commits meanwhile.
@@ -1165,6 +1167,12 @@ export class Wallets {
         if (walletEntry.value === null || walletEntry.versionstamp === null) {
           throw new WalletNotFoundError(appId);
         }
+        // Only another writer of the wallet makes it contended: a check that failed on a revoked
+        // key, a new cap or limit leaves the app a quiet one (whose next commit sees such things).
+        if (failedOn !== null && walletEntry.versionstamp !== failedOn) {
+          this.#contendedUntil.set(appId, this.#now() + CONTENDED_MS);
+        }
+        failedOn = null;
         if (this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
         this.#capsSeen.set(appId, spendCapsEntry);
 
@@ -1242,7 +1250,7 @@ export class Wallets {
           return;
         }
         this.#known.delete(appId);
-        if (cached) this.#contendedUntil.set(appId, this.#now() + CONTENDED_MS);
+        if (cached) failedOn = cached.entry.versionstamp;
         commitFailed = true;
         this.stats.conflicts++;
         if (attempt >= this.#maxAttempts) {
