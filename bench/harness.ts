@@ -218,7 +218,7 @@ export async function startUpstream(dir: string) {
     BENCH_UPSTREAM_KEY: "sk-bench",
     // The bench measures the gateway, not its rate limits.
     RATE_LIMIT_RPM: "1000000000",
-    RATE_LIMIT_TPM: "1000000000000",
+    RATE_LIMIT_TPM: "1000000000",
     // WALLET_SLICES is left at its default (auto): a hot app is served from a slice.
     OPTIMISTIC_UPSTREAM: "on",
   };

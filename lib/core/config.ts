@@ -80,30 +80,53 @@ export interface Config {
 /** Workers of one process at most: they take turns on wallet commits by one bit each (an Int32). */
 export const MAX_SERVE_WORKERS = 31;
 
-const positiveInt = (fallback: number) =>
-  z.string().optional().transform((v, ctx) => {
-    if (v === undefined || v === "") return fallback;
-    const n = Number(v);
-    if (!Number.isSafeInteger(n) || n <= 0) {
-      ctx.addIssue({
-        code: "custom",
-        message: `must be a positive integer, got ${JSON.stringify(v)}`,
-      });
-      return z.NEVER;
-    }
-    return n;
-  });
+/** The longest delay a timer holds: beyond it setTimeout and setInterval fire after 1 ms. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/** 0 asks the OS for a free port (tests); the listening log line says which. */
-const port = z.string().optional().transform((v, ctx) => {
-  if (v === undefined || v === "") return 8000;
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < 0 || n > 65535) {
-    ctx.addIssue({ code: "custom", message: `must be a port number, got ${JSON.stringify(v)}` });
+type Range = readonly [min: number, max: number];
+
+/**
+ * An integer of decimal digits only, within `range`: `Number()` would also take `0x1F41`, `1e3`
+ * and ` 12 `, none of which an operator means as written.
+ */
+function integerWithin(v: string, [min, max]: Range, ctx: z.RefinementCtx, or = ""): number {
+  const n = /^\d+$/.test(v) ? Number(v) : NaN;
+  if (n >= min && n <= max) return n;
+  ctx.addIssue({
+    code: "custom",
+    message: `must be ${or}an integer from ${min} to ${max}, got ${JSON.stringify(v)}`,
+  });
+  return z.NEVER;
+}
+
+/**
+ * The base of every `top_up_url` and doc link handed to clients: a plain http(s) address, a path
+ * prefix allowed. A query, fragment or credentials would end up in the middle of every link built
+ * on it, and another scheme (`javascript:`) would make those links run or mail something.
+ */
+const publicUrl = z.string().optional().transform((v, ctx) => {
+  if (v === undefined || v === "") return undefined;
+  const url = URL.parse(v);
+  if (
+    !url || (url.protocol !== "http:" && url.protocol !== "https:") || /[?#]/.test(v) ||
+    url.username || url.password
+  ) {
+    ctx.addIssue({
+      code: "custom",
+      message:
+        `must be an http(s) URL without query, fragment or credentials, such as https://tollbooth.example.com, got ${
+          JSON.stringify(v)
+        }`,
+    });
     return z.NEVER;
   }
-  return n;
+  return url.href.replace(/\/+$/, "");
 });
+
+const integerIn = (fallback: number, range: Range) =>
+  z.string().optional().transform((v, ctx) =>
+    v === undefined || v === "" ? fallback : integerWithin(v, range, ctx)
+  );
 
 /**
  * The numeric defaults, by environment variable: the one place they are written (the README's
@@ -140,30 +163,105 @@ export const CONFIG_DEFAULTS = {
   TRUSTED_PROXY_COUNT: 1,
 } as const;
 
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
+
+/**
+ * The values each numeric variable accepts, smallest and largest: anything outside is refused at
+ * start with the variable's name (the README's table states them; tests/config_defaults_test.ts
+ * checks both). Every duration fits a timer (MAX_TIMER_MS), derived ones included.
+ */
+export const CONFIG_RANGES = {
+  // 0 asks the OS for a free port (tests); the listening log line says which.
+  PORT: [0, 65_535],
+  // A crashed process's holds stay reserved this long: a day is already long for money to sit
+  // idle. Live requests renew their lease every third of it (a timer).
+  RESERVATION_TTL_SECONDS: [1, 86_400],
+  // The bound of `set-limits` and the dashboard (lib/billing/ratelimit.ts's MAX_LIMIT): beyond it
+  // the scaled levels leave the safe-integer range.
+  RATE_LIMIT_RPM: [1, 1_000_000_000],
+  RATE_LIMIT_TPM: [1, 1_000_000_000],
+  // Bodies are read whole into memory before they are parsed.
+  MAX_BODY_BYTES: [1, 256 * 1024 * 1024],
+  // A 256 MiB body at 1 Mbit/s takes 36 minutes.
+  BODY_READ_TIMEOUT_MS: [1, HOUR_MS],
+  // A recorded answer is kept in KV for a day.
+  IDEMPOTENCY_REPLAY_MAX_BYTES: [1, 64 * 1024 * 1024],
+  UPSTREAM_TIMEOUT_MS: [1, HOUR_MS],
+  // Of the balance: above 100 no reservation could ever qualify.
+  EXACT_COUNT_PERCENT: [1, 100],
+  // A request waits for the count before it starts.
+  COUNT_TOKENS_TIMEOUT_MS: [1, 60_000],
+  // main.ts waits this plus its workers' margin (a timer).
+  SHUTDOWN_GRACE_MS: [1, HOUR_MS],
+  MAX_APPS_PER_OWNER: [1, 10_000],
+  MAX_APP_CREATIONS_PER_DAY: [1, 10_000],
+  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: [1, 10_000],
+  // Each new key counts the app's live keys.
+  MAX_LIVE_KEYS_PER_APP: [1, 10_000],
+  TRUSTED_PROXY_COUNT: [1, 10],
+  // What a SIGKILL may lose: more than a minute's charges is not a bound worth having.
+  WALLET_SLICE_POST_MS: [1, 60_000],
+  WALLET_SLICE_HOT_RPS: [1, 1_000_000],
+  WALLET_STATS_LOG_MS: [1, DAY_MS],
+  // Workers take turns on wallet commits through one bit each in shared memory (commit_locks.ts).
+  SERVE_WORKERS: [1, MAX_SERVE_WORKERS],
+} as const satisfies Record<string, Range>;
+
 const EnvSchema = z.object({
-  PORT: port,
+  PORT: integerIn(8000, CONFIG_RANGES.PORT),
   KV_PATH: z.string().optional(),
   MODELS_FILE: z.string().optional(),
-  PUBLIC_URL: z.url().optional(),
-  RESERVATION_TTL_SECONDS: positiveInt(CONFIG_DEFAULTS.RESERVATION_TTL_SECONDS),
-  RATE_LIMIT_RPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_RPM),
-  RATE_LIMIT_TPM: positiveInt(CONFIG_DEFAULTS.RATE_LIMIT_TPM),
-  MAX_BODY_BYTES: positiveInt(CONFIG_DEFAULTS.MAX_BODY_BYTES),
-  BODY_READ_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.BODY_READ_TIMEOUT_MS),
-  IDEMPOTENCY_REPLAY_MAX_BYTES: positiveInt(CONFIG_DEFAULTS.IDEMPOTENCY_REPLAY_MAX_BYTES),
-  UPSTREAM_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.UPSTREAM_TIMEOUT_MS),
-  EXACT_COUNT_PERCENT: positiveInt(CONFIG_DEFAULTS.EXACT_COUNT_PERCENT),
-  COUNT_TOKENS_TIMEOUT_MS: positiveInt(CONFIG_DEFAULTS.COUNT_TOKENS_TIMEOUT_MS),
+  PUBLIC_URL: publicUrl,
+  RESERVATION_TTL_SECONDS: integerIn(
+    CONFIG_DEFAULTS.RESERVATION_TTL_SECONDS,
+    CONFIG_RANGES.RESERVATION_TTL_SECONDS,
+  ),
+  RATE_LIMIT_RPM: integerIn(CONFIG_DEFAULTS.RATE_LIMIT_RPM, CONFIG_RANGES.RATE_LIMIT_RPM),
+  RATE_LIMIT_TPM: integerIn(CONFIG_DEFAULTS.RATE_LIMIT_TPM, CONFIG_RANGES.RATE_LIMIT_TPM),
+  MAX_BODY_BYTES: integerIn(CONFIG_DEFAULTS.MAX_BODY_BYTES, CONFIG_RANGES.MAX_BODY_BYTES),
+  BODY_READ_TIMEOUT_MS: integerIn(
+    CONFIG_DEFAULTS.BODY_READ_TIMEOUT_MS,
+    CONFIG_RANGES.BODY_READ_TIMEOUT_MS,
+  ),
+  IDEMPOTENCY_REPLAY_MAX_BYTES: integerIn(
+    CONFIG_DEFAULTS.IDEMPOTENCY_REPLAY_MAX_BYTES,
+    CONFIG_RANGES.IDEMPOTENCY_REPLAY_MAX_BYTES,
+  ),
+  UPSTREAM_TIMEOUT_MS: integerIn(
+    CONFIG_DEFAULTS.UPSTREAM_TIMEOUT_MS,
+    CONFIG_RANGES.UPSTREAM_TIMEOUT_MS,
+  ),
+  EXACT_COUNT_PERCENT: integerIn(
+    CONFIG_DEFAULTS.EXACT_COUNT_PERCENT,
+    CONFIG_RANGES.EXACT_COUNT_PERCENT,
+  ),
+  COUNT_TOKENS_TIMEOUT_MS: integerIn(
+    CONFIG_DEFAULTS.COUNT_TOKENS_TIMEOUT_MS,
+    CONFIG_RANGES.COUNT_TOKENS_TIMEOUT_MS,
+  ),
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
   PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
   METRICS_TOKEN: z.string().optional(),
-  SHUTDOWN_GRACE_MS: positiveInt(CONFIG_DEFAULTS.SHUTDOWN_GRACE_MS),
+  SHUTDOWN_GRACE_MS: integerIn(CONFIG_DEFAULTS.SHUTDOWN_GRACE_MS, CONFIG_RANGES.SHUTDOWN_GRACE_MS),
   WEBHOOK_ALLOW_LOOPBACK: z.enum(["1", "true", "0", "false", ""]).optional(),
-  MAX_APPS_PER_OWNER: positiveInt(CONFIG_DEFAULTS.MAX_APPS_PER_OWNER),
-  MAX_APP_CREATIONS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_APP_CREATIONS_PER_DAY),
-  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: positiveInt(CONFIG_DEFAULTS.MAX_SIGNUPS_PER_ADDRESS_PER_DAY),
-  MAX_LIVE_KEYS_PER_APP: positiveInt(CONFIG_DEFAULTS.MAX_LIVE_KEYS_PER_APP),
+  MAX_APPS_PER_OWNER: integerIn(
+    CONFIG_DEFAULTS.MAX_APPS_PER_OWNER,
+    CONFIG_RANGES.MAX_APPS_PER_OWNER,
+  ),
+  MAX_APP_CREATIONS_PER_DAY: integerIn(
+    CONFIG_DEFAULTS.MAX_APP_CREATIONS_PER_DAY,
+    CONFIG_RANGES.MAX_APP_CREATIONS_PER_DAY,
+  ),
+  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: integerIn(
+    CONFIG_DEFAULTS.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
+    CONFIG_RANGES.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
+  ),
+  MAX_LIVE_KEYS_PER_APP: integerIn(
+    CONFIG_DEFAULTS.MAX_LIVE_KEYS_PER_APP,
+    CONFIG_RANGES.MAX_LIVE_KEYS_PER_APP,
+  ),
   TRUSTED_PROXY_HEADER: z.string().optional().transform((v, ctx) => {
     const name = v?.trim().toLowerCase();
     if (!name) return undefined;
@@ -173,29 +271,30 @@ const EnvSchema = z.object({
     }
     return name;
   }),
-  TRUSTED_PROXY_COUNT: positiveInt(CONFIG_DEFAULTS.TRUSTED_PROXY_COUNT),
-  WALLET_SLICE_POST_MS: positiveInt(CONFIG_DEFAULTS.WALLET_SLICE_POST_MS),
-  WALLET_STATS_LOG_MS: positiveInt(0).transform((n) => n || undefined),
+  TRUSTED_PROXY_COUNT: integerIn(
+    CONFIG_DEFAULTS.TRUSTED_PROXY_COUNT,
+    CONFIG_RANGES.TRUSTED_PROXY_COUNT,
+  ),
+  WALLET_SLICE_POST_MS: integerIn(
+    CONFIG_DEFAULTS.WALLET_SLICE_POST_MS,
+    CONFIG_RANGES.WALLET_SLICE_POST_MS,
+  ),
+  WALLET_STATS_LOG_MS: integerIn(0, CONFIG_RANGES.WALLET_STATS_LOG_MS).transform((n) =>
+    n || undefined
+  ),
   REUSE_PORT: z.enum(["on", "off"]).optional().or(z.literal("").transform(() => undefined)),
-  SERVE_WORKERS: z.string().optional().transform((v, ctx): number | "auto" => {
-    if (v === undefined || v === "" || v === "auto") return "auto";
-    const n = Number(v);
-    // Workers take turns on wallet commits through one bit each in shared memory (commit_locks.ts).
-    if (!Number.isSafeInteger(n) || n <= 0 || n > MAX_SERVE_WORKERS) {
-      ctx.addIssue({
-        code: "custom",
-        message: `must be "auto" or an integer from 1 to ${MAX_SERVE_WORKERS}, got ${
-          JSON.stringify(v)
-        }`,
-      });
-      return z.NEVER;
-    }
-    return n;
-  }),
+  SERVE_WORKERS: z.string().optional().transform((v, ctx): number | "auto" =>
+    v === undefined || v === "" || v === "auto"
+      ? "auto"
+      : integerWithin(v, CONFIG_RANGES.SERVE_WORKERS, ctx, '"auto" or ')
+  ),
   WALLET_SLICES: z.enum(["auto", "on", "off"]).optional().or(
     z.literal("").transform(() => undefined),
   ),
-  WALLET_SLICE_HOT_RPS: positiveInt(CONFIG_DEFAULTS.WALLET_SLICE_HOT_RPS),
+  WALLET_SLICE_HOT_RPS: integerIn(
+    CONFIG_DEFAULTS.WALLET_SLICE_HOT_RPS,
+    CONFIG_RANGES.WALLET_SLICE_HOT_RPS,
+  ),
   OPTIMISTIC_UPSTREAM: z.enum(["on", "off"]).optional().or(
     z.literal("").transform(() => undefined),
   ),
@@ -212,6 +311,12 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError(`environment variable ${issue.path.join(".")}: ${issue.message}`);
   }
   const e = parsed.data;
+  if (e.KV_PATH && /^https?:\/\//.test(e.KV_PATH) && !env.DENO_KV_ACCESS_TOKEN) {
+    // Deno would only say it cannot connect: the denokv server refuses a client without it.
+    throw new ConfigError(
+      "environment variable KV_PATH is a denokv URL: set DENO_KV_ACCESS_TOKEN to its access token",
+    );
+  }
   const stripeSecretKey = e.STRIPE_SECRET_KEY || undefined;
   const stripeWebhookSecret = e.STRIPE_WEBHOOK_SECRET || undefined;
   if (Boolean(stripeSecretKey) !== Boolean(stripeWebhookSecret)) {
@@ -231,7 +336,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     port: e.PORT,
     kvPath: e.KV_PATH,
     modelsFile: e.MODELS_FILE ?? DEFAULT_MODELS_FILE,
-    publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ""),
+    publicUrl: e.PUBLIC_URL ?? `http://localhost:${e.PORT}`,
     reservationTtlSeconds: e.RESERVATION_TTL_SECONDS,
     rateLimitRpm: e.RATE_LIMIT_RPM,
     rateLimitTpm: e.RATE_LIMIT_TPM,

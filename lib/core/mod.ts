@@ -1,7 +1,14 @@
 /** Core: money, ids, errors, secrets, the KV handle, config, logging and the shared timer sweep; depends on nothing of ours. */
 export { concatBytes, utf8Length } from "./bytes.ts";
 export { ipv4Octets, ipv6Groups, mappedIpv4 } from "./ip.ts";
-export { CONFIG_DEFAULTS, ConfigError, loadConfig, MAX_SERVE_WORKERS } from "./config.ts";
+export {
+  CONFIG_DEFAULTS,
+  CONFIG_RANGES,
+  ConfigError,
+  loadConfig,
+  MAX_SERVE_WORKERS,
+  MAX_TIMER_MS,
+} from "./config.ts";
 export type { Config } from "./config.ts";
 export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";
 export type { ErrorCode } from "./errors.ts";
