@@ -1,7 +1,7 @@
 import { CatalogError, loadCatalogFile } from "@/lib/catalog/mod.ts";
-import { ConfigError, flushLogs, jsonLogger, loadConfig } from "@/lib/core/mod.ts";
+import { ConfigError, flushLogs, jsonLogger, KvOpenError, loadConfig } from "@/lib/core/mod.ts";
 import { serveWorkerCount, WorkerPool } from "@/lib/ops/mod.ts";
-import { startService } from "./service.ts";
+import { ListenError, type RunningService, startService } from "./service.ts";
 
 /** Set once the service runs on this thread; the cron below calls it. */
 let sweep: (() => Promise<void>) | null = null;
@@ -65,7 +65,15 @@ async function main() {
   }
 
   if (workers === 1) {
-    const service = await startService({ config, catalog, devServer, reusePort: config.reusePort });
+    let service: RunningService;
+    try {
+      service = await startService({ config, catalog, devServer, reusePort: config.reusePort });
+    } catch (error) {
+      if (!(error instanceof KvOpenError || error instanceof ListenError)) throw error;
+      console.error(`Tollbooth cannot start: ${error.message}`);
+      flushLogs();
+      Deno.exit(1);
+    }
     sweep = service.sweep;
     stopper.resolve((signal) => service.stop(signal));
   } else {

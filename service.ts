@@ -11,6 +11,9 @@ import { ADMIN_SHARED_SETTINGS, devBanner, type MetricsSnapshot } from "@/lib/op
 /** How long the wallet may take to commit the settles of finished requests after the grace. */
 const FINAL_COMMIT_MS = 2_000;
 
+/** The port cannot be listened on (another process holds it, or it needs privileges). */
+export class ListenError extends Error {}
+
 export interface ServiceOptions {
   config: Config;
   catalog: Catalog;
@@ -93,7 +96,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
       jsonLogger({ level: "warn", event: "catalog_warning", message });
     }
   }
-  const server = Deno.serve({
+  const server = listen({
     port: config.port,
     reusePort: options.reusePort,
     onListen: ({ port }) => {
@@ -157,6 +160,22 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
       flushLogs();
     },
   };
+}
+
+function listen(
+  options: Deno.ServeTcpOptions,
+  handler: Deno.ServeHandler<Deno.NetAddr>,
+): Deno.HttpServer<Deno.NetAddr> {
+  try {
+    return Deno.serve(options, handler);
+  } catch (error) {
+    throw new ListenError(
+      `PORT ${options.port} cannot be listened on: ${(error as Error).message}`,
+      {
+        cause: error,
+      },
+    );
+  }
 }
 
 function warnAboutPayments(payments: string) {

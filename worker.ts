@@ -4,10 +4,10 @@
  * this thread, started and stopped by main.ts's supervisor.
  */
 import { loadCatalogFile } from "@/lib/catalog/mod.ts";
-import { loadConfig } from "@/lib/core/mod.ts";
+import { KvOpenError, loadConfig } from "@/lib/core/mod.ts";
 import { CommitLocks } from "@/lib/billing/mod.ts";
 import type { FromWorker, MetricsSnapshot, ToWorker } from "@/lib/ops/mod.ts";
-import { type RunningService, startService } from "./service.ts";
+import { ListenError, type RunningService, startService } from "./service.ts";
 
 let service: RunningService | null = null;
 let nextId = 0;
@@ -39,6 +39,11 @@ self.onmessage = async (event: MessageEvent<ToWorker>) => {
         siblingMetrics,
         commitLocks: new CommitLocks(message.commitLocks, message.index),
         onListen: (port) => send({ type: "listening", port }),
+      }).catch((error) => {
+        // Told as it is: thrown, it would reach the supervisor with a stack trace on stderr.
+        if (!(error instanceof KvOpenError || error instanceof ListenError)) throw error;
+        send({ type: "failed", reason: error.message });
+        return null;
       });
       return;
     }

@@ -1,17 +1,27 @@
 export const DEFAULT_KV_PATH = "./data/tollbooth.sqlite3";
 
+/** The KV store named by KV_PATH cannot be opened; the message says which and why. */
+export class KvOpenError extends Error {}
+
 /**
  * Opens the KV store named by KV_PATH: a file, ":memory:", or a denokv URL (with
  * DENO_KV_ACCESS_TOKEN). Unset, it is the local file, except on Deno Deploy, where it is Deploy's KV.
  */
 export async function openKv(path: string | undefined): Promise<Deno.Kv> {
-  if (!path && Deno.env.get("DENO_DEPLOYMENT_ID")) return retryWhileBusy(await Deno.openKv());
-  const target = path || DEFAULT_KV_PATH;
-  if (target !== ":memory:" && !/^https?:\/\//.test(target)) {
-    const dir = target.replace(/[^/]*$/, "");
-    if (dir) await Deno.mkdir(dir, { recursive: true });
+  const deploy = !path && Deno.env.get("DENO_DEPLOYMENT_ID");
+  const target = deploy ? undefined : path || DEFAULT_KV_PATH;
+  try {
+    if (target && target !== ":memory:" && !/^https?:\/\//.test(target)) {
+      const dir = target.replace(/[^/]*$/, "");
+      if (dir) await Deno.mkdir(dir, { recursive: true });
+    }
+    return retryWhileBusy(await Deno.openKv(target));
+  } catch (error) {
+    const what = target === undefined ? "Deno Deploy's KV" : `KV_PATH ${target}`;
+    throw new KvOpenError(`${what} cannot be opened: ${(error as Error).message}`, {
+      cause: error,
+    });
   }
-  return retryWhileBusy(await Deno.openKv(target));
 }
 
 const BUSY = /database is (locked|busy)/i;

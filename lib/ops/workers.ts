@@ -41,6 +41,8 @@ export type ToWorker =
 export type FromWorker =
   | { type: "listening"; port: number }
   | { type: "stopped" }
+  /** It cannot serve for a reason the operator must fix (the KV store, the port). */
+  | { type: "failed"; reason: string }
   | { type: "snapshot"; id: number; snapshot: MetricsSnapshot }
   | { type: "siblings"; id: number };
 
@@ -189,6 +191,9 @@ export class WorkerPool {
         return;
       case "stopped":
         slot.stopped?.resolve();
+        return;
+      case "failed":
+        if (slot.worker) this.#failed(slot, slot.worker, message.reason);
         return;
       case "snapshot":
         slot.lastSnapshot = message.snapshot;
