@@ -2,8 +2,15 @@
  * Operator commands. Each prints one JSON object on stdout; a bad command or argument prints a
  * message on stderr and exits non-zero. Safe to run beside a running service on the same KV.
  */
-import { ownerIdByEmail } from "@/lib/accounts/mod.ts";
-import { createApp as createAppRecord, getApp, getWallet, topUpUrl } from "@/lib/tenants/mod.ts";
+import { MAX_EMAIL_CHARS, ownerIdByEmail } from "@/lib/accounts/mod.ts";
+import {
+  createApp as createAppRecord,
+  getApp,
+  getWallet,
+  MAX_APP_NAME_CHARS,
+  MAX_KEY_NAME_CHARS,
+  topUpUrl,
+} from "@/lib/tenants/mod.ts";
 import {
   auditWallets,
   creditedOf,
@@ -14,13 +21,19 @@ import {
   validLimit,
   Wallets,
 } from "@/lib/billing/mod.ts";
-import { formatUsd, loadConfig, NotFoundError, openKv, parseUsd } from "@/lib/core/mod.ts";
+import { formatUsd, isPlausibleId, loadConfig, openKv, parseUsd } from "@/lib/core/mod.ts";
 import { issueKey, listAppKeys, revokeKey } from "@/lib/tenants/mod.ts";
-import { updateTopUpSettings } from "@/lib/payments/mod.ts";
+import { updateTopUpSettings, validateReturnUrl } from "@/lib/payments/mod.ts";
 import type { RateLimits } from "@/lib/db.ts";
 import { ADMIN_COMMANDS, type AdminCommand } from "@/lib/ops/admin_commands.ts";
 
 class UsageError extends Error {}
+
+/**
+ * The longest `credit --reason`: a note for the ledger, not a document (the entry must stay within
+ * KV's 64 KiB per value).
+ */
+export const MAX_REASON_CHARS = 500;
 
 const USAGE = [
   "usage: deno task admin <command> [options]",
@@ -47,6 +60,22 @@ function required(flags: Record<string, string>, name: string): string {
   const value = flags[name];
   if (!value) throw new UsageError(`--${name} is required`);
   return value;
+}
+
+/** A text flag, trimmed: refused when empty or longer than `max` characters. */
+function textFlag(value: string, name: string, max: number): string {
+  const text = value.trim();
+  if (text.length === 0 || text.length > max) {
+    throw new UsageError(`--${name} must have 1 to ${max} characters`);
+  }
+  return text;
+}
+
+/** An id flag: one of our ids is at most 64 characters, and a longer one cannot be a KV key. */
+function idFlag(flags: Record<string, string>, name: string): string {
+  const id = required(flags, name);
+  if (!isPlausibleId(id)) throw new UsageError(`--${name} is not an id (at most 64 characters)`);
+  return id;
 }
 
 /** A limit flag: a number sets it, `default` clears the override, absent leaves it. */
@@ -79,8 +108,11 @@ export async function runAdmin(
   switch (command as AdminCommand) {
     case "create-app": {
       const flags = parseFlags(rest, ["name", "owner"]);
-      const name = required(flags, "name");
-      const ownerId = flags.owner ? await ownerIdByEmail(kv, flags.owner) : null;
+      const name = textFlag(required(flags, "name"), "name", MAX_APP_NAME_CHARS);
+      const owner = flags.owner === undefined
+        ? undefined
+        : textFlag(flags.owner, "owner", MAX_EMAIL_CHARS);
+      const ownerId = owner ? await ownerIdByEmail(kv, owner) : null;
       // The operator is not held to an owner's bound of apps; the app still counts against it.
       const { app, wallet, key } = await createAppRecord(
         kv,
@@ -99,13 +131,18 @@ export async function runAdmin(
     }
     case "create-key": {
       const flags = parseFlags(rest, ["app", "name"]);
+      const appId = idFlag(flags, "app");
+      // The dashboard's and the management API's rule for a key's name.
+      const name = flags.name === undefined
+        ? "admin"
+        : textFlag(flags.name, "name", MAX_KEY_NAME_CHARS);
       // The operator is not held to the bound of live keys; the key still counts against it.
-      const key = await issueKey(kv, required(flags, "app"), flags.name ?? "admin", "operator");
+      const key = await issueKey(kv, appId, name, "operator");
       return { output: { key_id: key.record.id, api_key: key.apiKey }, exitCode: 0 };
     }
     case "revoke-key": {
       const flags = parseFlags(rest, ["key"]);
-      const key = await revokeKey(kv, required(flags, "key"));
+      const key = await revokeKey(kv, idFlag(flags, "key"));
       return {
         output: {
           key_id: key.id,
@@ -117,7 +154,7 @@ export async function runAdmin(
     }
     case "show-app": {
       const flags = parseFlags(rest, ["app"]);
-      const appId = required(flags, "app");
+      const appId = idFlag(flags, "app");
       const app = await getApp(kv, appId);
       const wallet = await getWallet(kv, appId);
       const keyList = await listAppKeys(kv, appId);
@@ -154,7 +191,7 @@ export async function runAdmin(
     }
     case "credit": {
       const flags = parseFlags(rest, ["app", "amount", "reason"]);
-      const appId = required(flags, "app");
+      const appId = idFlag(flags, "app");
       let amount;
       try {
         amount = parseUsd(required(flags, "amount"));
@@ -164,12 +201,9 @@ export async function runAdmin(
         );
       }
       if (amount <= 0) throw new UsageError("--amount must be positive");
+      const reason = textFlag(required(flags, "reason"), "reason", MAX_REASON_CHARS);
       await getApp(kv, appId);
-      const result = await wallets.credit(appId, {
-        amount,
-        kind: "operator_credit",
-        reason: required(flags, "reason"),
-      });
+      const result = await wallets.credit(appId, { amount, kind: "operator_credit", reason });
       if (!result.credited) throw new Error("credit was not applied");
       return {
         output: {
@@ -183,7 +217,7 @@ export async function runAdmin(
     }
     case "set-top-up": {
       const flags = parseFlags(rest, ["app", "return-url", "show-balance"]);
-      const appId = required(flags, "app");
+      const appId = idFlag(flags, "app");
       const show = flags["show-balance"];
       if (show !== undefined && show !== "true" && show !== "false") {
         throw new UsageError("--show-balance must be true or false");
@@ -192,8 +226,14 @@ export async function runAdmin(
       if (url === undefined && show === undefined) {
         throw new UsageError("give --return-url, --show-balance or both");
       }
+      let returnUrl: string | null | undefined;
+      try {
+        returnUrl = url === undefined ? undefined : url === "none" ? null : validateReturnUrl(url);
+      } catch (error) {
+        throw new UsageError(`--return-url: ${(error as Error).message}`);
+      }
       const app = await updateTopUpSettings(kv, appId, {
-        returnUrl: url === undefined ? undefined : url === "none" ? null : url,
+        returnUrl,
         showBalance: show === undefined ? undefined : show === "true",
       });
       return {
@@ -208,16 +248,17 @@ export async function runAdmin(
     }
     case "set-limits": {
       const flags = parseFlags(rest, ["app", "key", "rpm", "tpm"]);
-      const appId = required(flags, "app");
+      const appId = idFlag(flags, "app");
+      const keyId = flags.key === undefined ? undefined : idFlag(flags, "key");
       const change = { rpm: limitFlag(flags, "rpm"), tpm: limitFlag(flags, "tpm") };
       if (change.rpm === undefined && change.tpm === undefined) {
         throw new UsageError("give --rpm, --tpm or both");
       }
-      await setRateLimits(kv, appId, change, { by: "operator" }, flags.key);
+      await setRateLimits(kv, appId, change, { by: "operator" }, keyId);
       const limits = await getRateLimits(kv, defaultLimits, appId);
-      const scope = flags.key ? limits.keys[flags.key] ?? limits.app : limits.app;
+      const scope = keyId ? limits.keys[keyId] ?? limits.app : limits.app;
       return {
-        output: { app_id: appId, ...(flags.key ? { key_id: flags.key } : {}), ...scope },
+        output: { app_id: appId, ...(keyId ? { key_id: keyId } : {}), ...scope },
         exitCode: 0,
       };
     }
@@ -239,10 +280,11 @@ function defaultRateLimits(): RateLimits {
 }
 
 if (import.meta.main) {
-  const config = loadConfig(Deno.env.toObject());
-  const kv = await openKv(config.kvPath);
+  let kv: Deno.Kv | undefined;
   let exitCode = 0;
   try {
+    const config = loadConfig(Deno.env.toObject());
+    kv = await openKv(config.kvPath);
     const result = await runAdmin(Deno.args, kv, config.publicUrl, {
       rpm: config.rateLimitRpm,
       tpm: config.rateLimitTpm,
@@ -253,15 +295,13 @@ if (import.meta.main) {
     if (error instanceof UsageError) {
       console.error(`admin: ${error.message}\n${USAGE}`);
       exitCode = 2;
-    } else if (error instanceof NotFoundError || error instanceof RangeError) {
-      console.error(`admin: ${error.message}`);
-      exitCode = 1;
     } else {
+      // Bad configuration, an unopenable KV, no such app or key: the message says which.
       console.error(`admin: ${(error as Error).message}`);
       exitCode = 1;
     }
   } finally {
-    kv.close();
+    kv?.close();
   }
   Deno.exit(exitCode);
 }

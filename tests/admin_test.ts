@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { signUp } from "@/lib/accounts/mod.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { ADMIN_COMMANDS } from "@/lib/ops/mod.ts";
@@ -9,10 +10,14 @@ import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
 
 const ADMIN = new URL("../scripts/admin.ts", import.meta.url).pathname;
 
-async function admin(kvPath: string, ...args: string[]) {
+function admin(kvPath: string, ...args: string[]) {
+  return adminWith({ KV_PATH: kvPath }, ...args);
+}
+
+async function adminWith(env: Record<string, string>, ...args: string[]) {
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", ADMIN, ...args],
-    env: { KV_PATH: kvPath, PUBLIC_URL },
+    env: { PUBLIC_URL, ...env },
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -198,6 +203,70 @@ Deno.test("admin commands with bad arguments print a message and exit non-zero",
       assert.match(stderr, message, args.join(" "));
     }
   }));
+
+Deno.test("admin text arguments beyond their bounds are usage errors (exit 2) before anything is written", () =>
+  withFileService(async (s, kvPath) => {
+    const { app } = await createAppRecord(s.kv, { name: "bounds" });
+    const long = (n: number) => "x".repeat(n);
+    const cases: [string[], RegExp][] = [
+      [
+        ["credit", "--app", app.id, "--amount", "1", "--reason", long(70_000)],
+        /--reason must have 1 to 500 characters/,
+      ],
+      [
+        ["credit", "--app", app.id, "--amount", "1", "--reason", "   "],
+        /--reason must have 1 to 500/,
+      ],
+      [["create-key", "--app", app.id, "--name", ""], /--name must have 1 to 60 characters/],
+      [["create-key", "--app", app.id, "--name", long(300)], /--name must have 1 to 60 characters/],
+      [["create-app", "--name", long(101)], /--name must have 1 to 100 characters/],
+      [
+        ["create-app", "--name", "a", "--owner", `${long(3000)}@x.io`],
+        /--owner must have 1 to 254/,
+      ],
+      [["revoke-key", "--key", long(3000)], /--key is not an id/],
+      [["set-limits", "--app", app.id, "--key", long(3000), "--rpm", "5"], /--key is not an id/],
+      [["show-app", "--app", long(3000)], /--app is not an id/],
+      [
+        ["set-top-up", "--app", app.id, "--return-url", "javascript:alert(1)"],
+        /--return-url: the return URL must use https/,
+      ],
+    ];
+    for (const [args, message] of cases) {
+      const label = args.map((a) => a.slice(0, 20)).join(" ");
+      const { code, stderr } = await admin(kvPath, ...args);
+      assert.equal(code, 2, `${label}: ${stderr}`);
+      assert.match(stderr.split("\n")[0], message, label);
+    }
+    const shown = await runAdmin(["show-app", "--app", app.id], s.kv, PUBLIC_URL);
+    const output = shown.output as { balance: string; keys: unknown[]; top_up_return_url: unknown };
+    assert.equal(output.balance, "5.000000");
+    assert.equal(output.keys.length, 1);
+    assert.equal(output.top_up_return_url, null);
+    const named = await admin(kvPath, "create-key", "--app", app.id, "--name", ` ${long(60)} `);
+    assert.equal(named.code, 0, named.stderr);
+  }));
+
+Deno.test("admin with a bad environment variable or a KV it cannot open says so in one line and exits 1", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const cases: [Record<string, string>, RegExp][] = [
+      [
+        { KV_PATH: `${dir}/kv.sqlite3`, RATE_LIMIT_RPM: "abc" },
+        /^admin: environment variable RATE_LIMIT_RPM: must be an integer/,
+      ],
+      [{ KV_PATH: dir }, new RegExp(`^admin: KV_PATH ${dir} cannot be opened`)],
+    ];
+    for (const [env, message] of cases) {
+      const { code, stderr } = await adminWith(env, "audit");
+      assert.equal(code, 1, stderr);
+      assert.equal(stderr.trimEnd().split("\n").length, 1, `one line, no stack trace: ${stderr}`);
+      assert.match(stderr, message);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
 
 Deno.test("every command of the admin table runs, is in the usage text and on /docs/operations", () =>
   withFileService(async (s, kvPath) => {

@@ -320,7 +320,7 @@ Deno.test("admin set-top-up stores the return URL and balance setting; show-app 
         kv,
         PUBLIC_URL,
       ),
-      RangeError,
+      /--return-url: the return URL must use https/,
     );
     await assert.rejects(
       runAdmin(["set-top-up", "--app", app.id, "--show-balance", "yes"], kv, PUBLIC_URL),

@@ -21,5 +21,6 @@ export {
   TOP_UP_AMOUNTS_USD,
   topUpAmountOfChoice,
   updateTopUpSettings,
+  validateReturnUrl,
 } from "./top_up.ts";
 export type { PaymentMode } from "./top_up.ts";

@@ -77,14 +77,17 @@ export async function createApp(
   }
 }
 
+/** An app's name has 1 to this many characters once trimmed. */
+export const MAX_APP_NAME_CHARS = 100;
+
 async function tryCreateApp(
   kv: Deno.Kv,
   input: AppInput,
   now: number,
 ): Promise<CreatedApp | null> {
   const name = input.name.trim();
-  if (name.length === 0 || name.length > 100) {
-    throw new RangeError("an app name has 1 to 100 characters");
+  if (name.length === 0 || name.length > MAX_APP_NAME_CHARS) {
+    throw new RangeError(`an app name has 1 to ${MAX_APP_NAME_CHARS} characters`);
   }
   const ownerCount = input.ownerId ? await countOwnerApps(kv, input.ownerId, now) : null;
   if (ownerCount && input.ownerId && input.bound !== "operator") {
@@ -181,8 +184,8 @@ export function topUpUrl(publicUrl: string, app: AppRecord): string {
 
 function validName(name: string): string {
   const trimmed = name.trim();
-  if (trimmed.length === 0 || trimmed.length > 100) {
-    throw new RangeError("an app name has 1 to 100 characters");
+  if (trimmed.length === 0 || trimmed.length > MAX_APP_NAME_CHARS) {
+    throw new RangeError(`an app name has 1 to ${MAX_APP_NAME_CHARS} characters`);
   }
   return trimmed;
 }

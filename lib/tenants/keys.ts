@@ -31,6 +31,15 @@ function generateRawKey(): string {
  * How many live (not revoked) keys an app may have when a key is issued, or `"operator"`: the
  * operator's keys are not held to it (they still count against it).
  */
+/** An API key's name has 1 to this many characters once trimmed, wherever it is given. */
+export const MAX_KEY_NAME_CHARS = 60;
+
+/** The key name `value` stands for, trimmed, or null when it is empty or too long. */
+export function keyNameOf(value: string): string | null {
+  const name = value.trim();
+  return name.length >= 1 && name.length <= MAX_KEY_NAME_CHARS ? name : null;
+}
+
 export type KeyIssueBound = { maxLiveKeys: number } | "operator";
 
 /** The app has as many live keys as its bound allows. */

@@ -5,6 +5,7 @@ export {
   getApp,
   getWallet,
   listOwnerApps,
+  MAX_APP_NAME_CHARS,
   renameApp,
   rotateTopUpToken,
   topUpUrl,
@@ -15,7 +16,9 @@ export {
   issueKey,
   KeyCache,
   KeyLimitError,
+  keyNameOf,
   listAppKeys,
+  MAX_KEY_NAME_CHARS,
   prepareKey,
   revokeKey,
 } from "./keys.ts";

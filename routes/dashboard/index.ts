@@ -8,8 +8,10 @@ import {
   issueKey,
   type KeyIssueBound,
   KeyLimitError,
+  keyNameOf,
   listAppKeys,
   listOwnerApps,
+  MAX_KEY_NAME_CHARS,
   renameApp,
   revokeKey,
   rotateTopUpToken,
@@ -88,11 +90,6 @@ function ownedApp(kv: Deno.Kv): MiddlewareHandler<DashboardEnv> {
 
 function wantsJson(c: Context) {
   return (c.req.header("accept") ?? "").includes("application/json");
-}
-
-function keyNameOf(value: unknown): string | null {
-  const name = String(value ?? "").trim();
-  return name.length >= 1 && name.length <= 60 ? name : null;
 }
 
 async function keyNames(kv: Deno.Kv, appId: string) {
@@ -338,9 +335,9 @@ export function dashboardRoutes(
 
   r.post("/apps/:appId/keys", async (c) => {
     const app = c.get("app");
-    const name = keyNameOf(c.get("form").name);
+    const name = keyNameOf(String(c.get("form").name ?? ""));
     if (!name) {
-      const error = "A key name has 1 to 60 characters.";
+      const error = `A key name has 1 to ${MAX_KEY_NAME_CHARS} characters.`;
       if (wantsJson(c)) return c.json({ error }, 400);
       const refused = { error, name: c.get("form").name ?? "" };
       return c.html(await keysView(c, app, { key: refused }), 400);

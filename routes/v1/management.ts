@@ -46,6 +46,7 @@ import {
   issueKey,
   type KeyIssueBound,
   KeyLimitError,
+  MAX_KEY_NAME_CHARS,
   revokeKey,
   topUpUrl,
 } from "@/lib/tenants/mod.ts";
@@ -230,7 +231,7 @@ const capAmount = z.string().regex(/^\d{1,9}(\.\d{1,6})?$/, 'a USD amount such a
 const CapsBody = z.object({ total: capAmount, daily: capAmount, monthly: capAmount }).strict();
 
 const NewKeyBody = z.object({
-  name: z.string().trim().min(1).max(60),
+  name: z.string().trim().min(1).max(MAX_KEY_NAME_CHARS),
   spend_cap: CapsBody.optional(),
 }).strict();
 
