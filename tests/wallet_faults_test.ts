@@ -237,3 +237,34 @@ Deno.test("settlements racing the sweeper from another instance are applied once
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a commit KV refuses as beyond its limits fails at once with KV's own error, not as conflicts", async () => {
+  const { real, faulty, wallets, appId } = await setup(() => "ok", 4);
+  try {
+    const before = faulty.steps.filter((s) => s === "commit").length;
+    await assert.rejects(
+      wallets.credit(appId, { amount: 1, kind: "operator_credit", reason: "r".repeat(70_000) }),
+      (error: Error) => /Value too large/.test(error.message) && !/conflicts/.test(error.message),
+    );
+    assert.equal(faulty.steps.filter((s) => s === "commit").length - before, 1, "never retried");
+    assert.equal((await walletOf(real, appId)).available, 5_000_000);
+    await assertAuditClean(real);
+  } finally {
+    real.close();
+  }
+});
+
+Deno.test("commits that keep throwing fail with their own error once the retries run out, not as conflicts", async () => {
+  const { real, wallets, appId } = await setup((step) => step === "commit" ? "throw" : "ok", 3);
+  try {
+    await assert.rejects(
+      wallets.credit(appId, { amount: 1, kind: "operator_credit", reason: "r" }),
+      (error: Error) =>
+        error instanceof WalletUnavailableError && /injected commit failure/.test(error.message) &&
+        !/conflicts/.test(error.message),
+    );
+    assert.equal((await walletOf(real, appId)).available, 5_000_000);
+  } finally {
+    real.close();
+  }
+});

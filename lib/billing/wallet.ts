@@ -87,6 +87,8 @@ interface KnownWallet {
 
 /** A commit applied but whose versionstamp we never saw: nothing may be cached from it. */
 const UNKNOWN_VERSION = "";
+/** KV's refusals of a write beyond its limits (a value over 64 KiB, too many mutations, ...). */
+const KV_LIMIT_EXCEEDED = /too large|too many (checks|mutations)/i;
 /** How long an app whose remembered wallet proved stale is read before each batch. */
 const CONTENDED_MS = 1_000;
 /** Wallets remembered at most; past it the memory is dropped and rebuilt by reads. */
@@ -1110,6 +1112,8 @@ export class Wallets {
     let commitFailed = false;
     /** The wallet as remembered by a commit that failed: another writer if it has changed since. */
     let failedOn: string | null = null;
+    /** Why the last commit failed when it threw rather than failed a check. */
+    let commitError: unknown;
     let backoff = 0;
     for (let attempt = 1;; attempt++) {
       // Waited for outside the commit lock, so a sibling worker commits meanwhile.
@@ -1221,7 +1225,10 @@ export class Wallets {
         atomic.set(keys.walletBatch(appId, batchId), now, { expireIn: BATCH_MARKER_MS });
         // A commit whose outcome stays unknown (#commitMarked throws) may have written the wallet.
         wrote = true;
-        const versionstamp = await this.#commitMarked(appId, batchId, atomic);
+        commitError = undefined;
+        const versionstamp = await this.#commitMarked(appId, batchId, atomic, (error) => {
+          commitError = error;
+        });
         wrote = versionstamp !== null;
         if (versionstamp !== null) {
           generation = turn?.end(true) ?? 0;
@@ -1254,7 +1261,12 @@ export class Wallets {
         commitFailed = true;
         this.stats.conflicts++;
         if (attempt >= this.#maxAttempts) {
-          throw new WalletUnavailableError(`wallet ${appId}: too many conflicts`);
+          throw commitError === undefined
+            ? new WalletUnavailableError(`wallet ${appId}: too many conflicts`)
+            : new WalletUnavailableError(
+              `wallet ${appId}: commits failing: ${(commitError as Error)?.message}`,
+              { cause: commitError },
+            );
         }
         backoff = attempt;
       } finally {
@@ -1266,20 +1278,26 @@ export class Wallets {
   /**
    * Commits a write that carries the batch marker `markerId`: its versionstamp, or null when it
    * did not commit. A commit that throws may or may not have been applied: the marker tells, and
-   * the wallet as remembered is dropped meanwhile.
+   * the wallet as remembered is dropped meanwhile; one that was not applied is also told to
+   * `notApplied`. A write beyond KV's limits is refused before it reaches the store, and would be
+   * on every retry: its error is thrown as it is.
    */
   async #commitMarked(
     appId: string,
     markerId: string,
     atomic: Deno.AtomicOperation,
+    notApplied?: (error: unknown) => void,
   ): Promise<string | null> {
     try {
       const result = await atomic.commit();
       return result.ok ? result.versionstamp : null;
     } catch (error) {
+      if (KV_LIMIT_EXCEEDED.test(String((error as Error)?.message))) throw error;
       this.stats.unknownOutcomes++;
       this.#known.delete(appId);
-      return await this.#batchCommitted(appId, markerId, error) ? UNKNOWN_VERSION : null;
+      if (await this.#batchCommitted(appId, markerId, error)) return UNKNOWN_VERSION;
+      notApplied?.(error);
+      return null;
     }
   }
 
