@@ -208,60 +208,34 @@ export const CONFIG_RANGES = {
   SERVE_WORKERS: [1, MAX_SERVE_WORKERS],
 } as const satisfies Record<string, Range>;
 
+/** A numeric variable with a default: its default when unset, else an integer within its range. */
+const numericSetting = (name: keyof typeof CONFIG_DEFAULTS & keyof typeof CONFIG_RANGES) =>
+  integerIn(CONFIG_DEFAULTS[name], CONFIG_RANGES[name]);
+
 const EnvSchema = z.object({
   PORT: integerIn(8000, CONFIG_RANGES.PORT),
   KV_PATH: z.string().optional(),
   MODELS_FILE: z.string().optional(),
   PUBLIC_URL: publicUrl,
-  RESERVATION_TTL_SECONDS: integerIn(
-    CONFIG_DEFAULTS.RESERVATION_TTL_SECONDS,
-    CONFIG_RANGES.RESERVATION_TTL_SECONDS,
-  ),
-  RATE_LIMIT_RPM: integerIn(CONFIG_DEFAULTS.RATE_LIMIT_RPM, CONFIG_RANGES.RATE_LIMIT_RPM),
-  RATE_LIMIT_TPM: integerIn(CONFIG_DEFAULTS.RATE_LIMIT_TPM, CONFIG_RANGES.RATE_LIMIT_TPM),
-  MAX_BODY_BYTES: integerIn(CONFIG_DEFAULTS.MAX_BODY_BYTES, CONFIG_RANGES.MAX_BODY_BYTES),
-  BODY_READ_TIMEOUT_MS: integerIn(
-    CONFIG_DEFAULTS.BODY_READ_TIMEOUT_MS,
-    CONFIG_RANGES.BODY_READ_TIMEOUT_MS,
-  ),
-  IDEMPOTENCY_REPLAY_MAX_BYTES: integerIn(
-    CONFIG_DEFAULTS.IDEMPOTENCY_REPLAY_MAX_BYTES,
-    CONFIG_RANGES.IDEMPOTENCY_REPLAY_MAX_BYTES,
-  ),
-  UPSTREAM_TIMEOUT_MS: integerIn(
-    CONFIG_DEFAULTS.UPSTREAM_TIMEOUT_MS,
-    CONFIG_RANGES.UPSTREAM_TIMEOUT_MS,
-  ),
-  EXACT_COUNT_PERCENT: integerIn(
-    CONFIG_DEFAULTS.EXACT_COUNT_PERCENT,
-    CONFIG_RANGES.EXACT_COUNT_PERCENT,
-  ),
-  COUNT_TOKENS_TIMEOUT_MS: integerIn(
-    CONFIG_DEFAULTS.COUNT_TOKENS_TIMEOUT_MS,
-    CONFIG_RANGES.COUNT_TOKENS_TIMEOUT_MS,
-  ),
+  RESERVATION_TTL_SECONDS: numericSetting("RESERVATION_TTL_SECONDS"),
+  RATE_LIMIT_RPM: numericSetting("RATE_LIMIT_RPM"),
+  RATE_LIMIT_TPM: numericSetting("RATE_LIMIT_TPM"),
+  MAX_BODY_BYTES: numericSetting("MAX_BODY_BYTES"),
+  BODY_READ_TIMEOUT_MS: numericSetting("BODY_READ_TIMEOUT_MS"),
+  IDEMPOTENCY_REPLAY_MAX_BYTES: numericSetting("IDEMPOTENCY_REPLAY_MAX_BYTES"),
+  UPSTREAM_TIMEOUT_MS: numericSetting("UPSTREAM_TIMEOUT_MS"),
+  EXACT_COUNT_PERCENT: numericSetting("EXACT_COUNT_PERCENT"),
+  COUNT_TOKENS_TIMEOUT_MS: numericSetting("COUNT_TOKENS_TIMEOUT_MS"),
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
   PAYMENTS: z.enum(["dev"]).optional().or(z.literal("").transform(() => undefined)),
   METRICS_TOKEN: z.string().optional(),
-  SHUTDOWN_GRACE_MS: integerIn(CONFIG_DEFAULTS.SHUTDOWN_GRACE_MS, CONFIG_RANGES.SHUTDOWN_GRACE_MS),
+  SHUTDOWN_GRACE_MS: numericSetting("SHUTDOWN_GRACE_MS"),
   WEBHOOK_ALLOW_LOOPBACK: z.enum(["1", "true", "0", "false", ""]).optional(),
-  MAX_APPS_PER_OWNER: integerIn(
-    CONFIG_DEFAULTS.MAX_APPS_PER_OWNER,
-    CONFIG_RANGES.MAX_APPS_PER_OWNER,
-  ),
-  MAX_APP_CREATIONS_PER_DAY: integerIn(
-    CONFIG_DEFAULTS.MAX_APP_CREATIONS_PER_DAY,
-    CONFIG_RANGES.MAX_APP_CREATIONS_PER_DAY,
-  ),
-  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: integerIn(
-    CONFIG_DEFAULTS.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
-    CONFIG_RANGES.MAX_SIGNUPS_PER_ADDRESS_PER_DAY,
-  ),
-  MAX_LIVE_KEYS_PER_APP: integerIn(
-    CONFIG_DEFAULTS.MAX_LIVE_KEYS_PER_APP,
-    CONFIG_RANGES.MAX_LIVE_KEYS_PER_APP,
-  ),
+  MAX_APPS_PER_OWNER: numericSetting("MAX_APPS_PER_OWNER"),
+  MAX_APP_CREATIONS_PER_DAY: numericSetting("MAX_APP_CREATIONS_PER_DAY"),
+  MAX_SIGNUPS_PER_ADDRESS_PER_DAY: numericSetting("MAX_SIGNUPS_PER_ADDRESS_PER_DAY"),
+  MAX_LIVE_KEYS_PER_APP: numericSetting("MAX_LIVE_KEYS_PER_APP"),
   TRUSTED_PROXY_HEADER: z.string().optional().transform((v, ctx) => {
     const name = v?.trim().toLowerCase();
     if (!name) return undefined;
@@ -271,14 +245,8 @@ const EnvSchema = z.object({
     }
     return name;
   }),
-  TRUSTED_PROXY_COUNT: integerIn(
-    CONFIG_DEFAULTS.TRUSTED_PROXY_COUNT,
-    CONFIG_RANGES.TRUSTED_PROXY_COUNT,
-  ),
-  WALLET_SLICE_POST_MS: integerIn(
-    CONFIG_DEFAULTS.WALLET_SLICE_POST_MS,
-    CONFIG_RANGES.WALLET_SLICE_POST_MS,
-  ),
+  TRUSTED_PROXY_COUNT: numericSetting("TRUSTED_PROXY_COUNT"),
+  WALLET_SLICE_POST_MS: numericSetting("WALLET_SLICE_POST_MS"),
   WALLET_STATS_LOG_MS: integerIn(0, CONFIG_RANGES.WALLET_STATS_LOG_MS).transform((n) =>
     n || undefined
   ),
@@ -291,10 +259,7 @@ const EnvSchema = z.object({
   WALLET_SLICES: z.enum(["auto", "on", "off"]).optional().or(
     z.literal("").transform(() => undefined),
   ),
-  WALLET_SLICE_HOT_RPS: integerIn(
-    CONFIG_DEFAULTS.WALLET_SLICE_HOT_RPS,
-    CONFIG_RANGES.WALLET_SLICE_HOT_RPS,
-  ),
+  WALLET_SLICE_HOT_RPS: numericSetting("WALLET_SLICE_HOT_RPS"),
   OPTIMISTIC_UPSTREAM: z.enum(["on", "off"]).optional().or(
     z.literal("").transform(() => undefined),
   ),
