@@ -159,6 +159,24 @@ Deno.test("an end user's cap holds on /v1/embeddings as on chat, and the usage r
     assert.deepEqual(users, ["alice", "bob"]);
   }));
 
+Deno.test("a burst of end users with the longest names is served: a wallet batch too large for one KV commit commits in parts", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { endUser: true }, { total: 1_000_000 });
+    // 256 characters of 3 UTF-8 bytes each: every end user's counter keys are long, and a batch
+    // of a hundred reserves passes KV's 80 KiB of keys per commit.
+    const user = (i: number) => "界".repeat(250) + String(i).padStart(6, "0");
+    const answers = await Promise.all(Array.from({ length: 160 }, async (_, i) => {
+      const res = await s.chat(apiKey, request("hi", { max_tokens: 5, user: user(i) }));
+      await res.body?.cancel();
+      return res.status;
+    }));
+    assert.deepEqual(new Set(answers), new Set([200]));
+    const records = await usageRecords(s.kv, appId);
+    assert.equal(records.length, 160);
+    assert.equal(new Set(records.map((r) => r.user)).size, 160);
+  }, { env: { WALLET_SLICES: "off", RATE_LIMIT_RPM: "100000" } }));
+
 Deno.test("an empty wallet is insufficient_credits even under a cap, and a cap is not the wallet's 402", () =>
   withService(async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();

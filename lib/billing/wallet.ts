@@ -1093,15 +1093,27 @@ export class Wallets {
 
   async #drainQueue(appId: string): Promise<void> {
     const queue = this.#queues.get(appId)!;
-    while (queue.length > 0) {
-      const batch = takeBatch(queue, this.#maxBatch);
-      try {
-        await this.#commitBatch(appId, batch);
-      } catch (error) {
-        for (const op of batch) op.done.reject(error);
-      }
-    }
+    while (queue.length > 0) await this.#commitInParts(appId, takeBatch(queue, this.#maxBatch));
     this.#queues.delete(appId);
+  }
+
+  /**
+   * Commits a batch; one that KV refuses for its size (long end-user names make long counter keys)
+   * is committed in halves instead, so that no operation fails for the others it was batched with.
+   * KV refuses such a write before applying any of it.
+   */
+  async #commitInParts(appId: string, batch: Op[]): Promise<void> {
+    try {
+      await this.#commitBatch(appId, batch);
+    } catch (error) {
+      if (batch.length > 1 && KV_LIMIT_EXCEEDED.test(String((error as Error)?.message))) {
+        const half = Math.ceil(batch.length / 2);
+        await this.#commitInParts(appId, batch.slice(0, half));
+        await this.#commitInParts(appId, batch.slice(half));
+        return;
+      }
+      for (const op of batch) op.done.reject(error);
+    }
   }
 
   async #commitBatch(appId: string, ops: Op[]): Promise<void> {
