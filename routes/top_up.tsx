@@ -14,13 +14,14 @@ import {
   findDevPurchase,
   findTopUpEntry,
   type FormTokens,
+  hasRoomForTopUp,
   type PaymentMode,
   paymentSourceOf,
   type Stripe,
   topUpAmountOfChoice,
 } from "@/lib/payments/mod.ts";
 import type { Logger, Micros } from "@/lib/core/mod.ts";
-import type { Wallets } from "@/lib/billing/mod.ts";
+import { WalletCreditLimitError, type Wallets } from "@/lib/billing/mod.ts";
 import type { Env } from "./middleware.ts";
 import { formSizeLimit } from "./session.ts";
 import { readForm } from "./forms.ts";
@@ -84,6 +85,14 @@ export function topUpRoutes(deps: TopUpDeps) {
     const wallet = await kv.get<WalletRecord>(keys.wallet(app.id));
     return wallet.value?.available ?? null;
   };
+  const walletFull = (c: C, app: AppRecord) =>
+    refuse(
+      c,
+      409,
+      "This app cannot take more credits",
+      "Its wallet holds the most credits a wallet may hold (one billion USD in all), so nothing was bought and nothing was charged.",
+      app,
+    );
   const notReceived = (c: C, app: AppRecord) =>
     refuse(
       c,
@@ -142,6 +151,7 @@ export function topUpRoutes(deps: TopUpDeps) {
         app,
       );
     }
+    if (!(await hasRoomForTopUp(kv, app.id, amount))) return walletFull(c, app);
     if (mode === "dev") {
       const purchase = await createDevPurchase(kv, app.id, amount);
       return c.redirect(`${pagePath(app)}/dev-checkout/${purchase.id}`, 303);
@@ -211,11 +221,16 @@ export function topUpRoutes(deps: TopUpDeps) {
     if (!(await formTokens.verify(devCheckoutPurpose(purchase.id), form.form_token))) {
       return expired(c, app);
     }
-    await creditTopUp(deps.wallets, app.id, {
-      source: "dev",
-      reference: purchase.id,
-      amount: purchase.amount,
-    });
+    try {
+      await creditTopUp(deps.wallets, app.id, {
+        source: "dev",
+        reference: purchase.id,
+        amount: purchase.amount,
+      });
+    } catch (error) {
+      if (!(error instanceof WalletCreditLimitError)) throw error;
+      return walletFull(c, app);
+    }
     return c.redirect(`${pagePath(app)}/receipt?session_id=${purchase.id}`, 303);
   });
 
@@ -249,6 +264,15 @@ export function topUpRoutes(deps: TopUpDeps) {
       if (outcome.status === "processing") {
         c.header("Refresh", "3");
         return privatePage(c, crediting(app, reference));
+      }
+      if (outcome.status === "refused") {
+        return refuse(
+          c,
+          409,
+          "Payment received but not credited",
+          `This payment could not be credited to this app, so no credits were added. The operator has been alerted and will refund it; quote the reference ${reference}.`,
+          app,
+        );
       }
       if (outcome.status === "unpaid") {
         return refuse(

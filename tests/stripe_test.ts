@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "@/lib/core/mod.ts";
 import { createStripeClient } from "@/lib/payments/mod.ts";
+import { MAX_WALLET_CREDITS } from "@/lib/billing/mod.ts";
 import { ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
 import type { LedgerEntry } from "@/lib/db.ts";
@@ -252,6 +253,42 @@ Deno.test("a paid session whose amounts disagree or are not offered is refused a
     assert.ok(refusals.every((l) => l.level === "error"));
     assert.deepEqual(await moneyState(s, appId), before);
     assert.equal((await s.wallet(other.appId)).available, 5_000_000);
+  }));
+
+Deno.test("a payment for a wallet that reached its credit limit after its checkout opened is refused and logged, its receipt says so", () =>
+  withStripe(async (s, fake) => {
+    const { appId, topUpToken } = await s.newApp();
+    await postForm(s, `/top-up/${topUpToken}`, {
+      amount: "10",
+      form_token: await topUpFormToken(s, topUpToken),
+    });
+    const [session] = fake.sessions.values();
+    // Filled to the last dollar between the checkout's opening and its payment.
+    await s.wallets.credit(appId, {
+      amount: MAX_WALLET_CREDITS - 5_000_000 - 1_000_000,
+      kind: "operator_credit",
+      reason: "to the limit",
+    });
+    const before = await moneyState(s, appId);
+    fake.markPaid(session.id);
+    const { status, body } = await deliver(s, eventPayload("checkout.session.completed", session));
+    assert.equal(status, 200, "acknowledged: no later delivery could credit it either");
+    assert.equal(body.outcome, "refused");
+    const refusal = s.logs.find((l) => l.event === "top_up_refused");
+    assert.equal(refusal?.level, "error");
+    assert.match(String(refusal?.reason), /the most a wallet holds/);
+    const receipt = await page(s, `/top-up/${topUpToken}/receipt?session_id=${session.id}`);
+    assert.equal(receipt.status, 409);
+    assert.match(await receipt.text(), /Payment received but not credited/);
+    assert.deepEqual(await moneyState(s, appId), before);
+    // And no new checkout opens for it.
+    const refused = await postForm(s, `/top-up/${topUpToken}`, {
+      amount: "5",
+      form_token: await topUpFormToken(s, topUpToken),
+    });
+    assert.equal(refused.status, 409);
+    assert.match(await refused.text(), /This app cannot take more credits/);
+    assert.equal(fake.sessions.size, 1);
   }));
 
 Deno.test("the receipt shows the credited payment, crediting it if the webhook is late", () =>

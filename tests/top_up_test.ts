@@ -2,6 +2,7 @@ import { createApp as createAppRecord, rotateTopUpToken } from "@/lib/tenants/mo
 import assert from "node:assert/strict";
 import { keys } from "@/lib/db.ts";
 import { NotFoundError } from "@/lib/core/mod.ts";
+import { MAX_WALLET_CREDITS } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/top_up.ts";
 import { runAdmin } from "@/scripts/admin.ts";
 import { formTokenIn, ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
@@ -134,6 +135,33 @@ Deno.test("each of the four amounts credits exactly that amount", () =>
       expected += usd * 1_000_000;
       assert.equal((await s.wallet(appId)).available, expected);
     }
+  }));
+
+Deno.test("a wallet at its credit limit gets no test checkout, and one opened before is refused at payment", () =>
+  withService(DEV, async (s) => {
+    const { appId, topUpToken } = await s.newApp();
+    const chosen = await postForm(s, `/top-up/${topUpToken}`, {
+      amount: "10",
+      form_token: await topUpFormToken(s, topUpToken),
+    });
+    const checkoutPath = chosen.headers.get("location")!;
+    const checkoutHtml = await (await page(s, checkoutPath)).text();
+    await s.wallets.credit(appId, {
+      amount: MAX_WALLET_CREDITS - 5_000_000 - 1_000_000,
+      kind: "operator_credit",
+      reason: "to the limit",
+    });
+    const before = await moneyState(s, appId);
+    const paid = await postForm(s, checkoutPath, { form_token: formTokenIn(checkoutHtml) });
+    assert.equal(paid.status, 409);
+    assert.match(await paid.text(), /This app cannot take more credits/);
+    const again = await postForm(s, `/top-up/${topUpToken}`, {
+      amount: "5",
+      form_token: await topUpFormToken(s, topUpToken),
+    });
+    assert.equal(again.status, 409);
+    await again.body?.cancel();
+    assert.deepEqual(await moneyState(s, appId), before);
   }));
 
 Deno.test("amounts other than 5, 10, 25 and 50 are refused and change nothing", () =>

@@ -18,7 +18,7 @@ import {
 import { formatUsd, type Micros, newId } from "@/lib/core/mod.ts";
 import type { KeyGuard } from "@/lib/tenants/mod.ts";
 import type { RateLimitStatus, RateWindows } from "./ratelimit.ts";
-import { setUsage } from "./ledger.ts";
+import { creditedOf, setUsage } from "./ledger.ts";
 import {
   capBreach,
   cappedScopes,
@@ -540,8 +540,7 @@ export function planBatch(input: PlanInput) {
           answerWith(op.done, { credited: false, duplicate: true, available: wallet.available });
           break;
         }
-        const credited = wallet.starter + wallet.topUps + wallet.operatorCredits;
-        if (credited + op.input.amount > MAX_WALLET_CREDITS) {
+        if (creditedOf(wallet) + op.input.amount > MAX_WALLET_CREDITS) {
           const refused = new WalletCreditLimitError(
             `a credit of ${formatUsd(op.input.amount)} USD would take the wallet's credits past ${
               formatUsd(MAX_WALLET_CREDITS)

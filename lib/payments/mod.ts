@@ -16,6 +16,7 @@ export {
   findAppByTopUpToken,
   findDevPurchase,
   findTopUpEntry,
+  hasRoomForTopUp,
   paymentMode,
   paymentSourceOf,
   TOP_UP_AMOUNTS_USD,

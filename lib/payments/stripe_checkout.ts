@@ -13,7 +13,7 @@ import {
   isTopUpAmount,
   microsToCents,
 } from "./top_up.ts";
-import { WalletNotFoundError, type Wallets } from "@/lib/billing/mod.ts";
+import { WalletCreditLimitError, WalletNotFoundError, type Wallets } from "@/lib/billing/mod.ts";
 import {
   DISPUTE_EVENTS,
   idOf,
@@ -167,6 +167,10 @@ export async function fulfilCheckoutSession(
     if (error instanceof WalletNotFoundError) {
       return refuse(`no wallet for app ${appId}`);
     }
+    // Only if the wallet was credited to its limit between the checkout's opening (which checks
+    // for room) and the payment: no later delivery could credit it either, so it is refused and
+    // logged for the operator to refund.
+    if (error instanceof WalletCreditLimitError) return refuse(error.message);
     throw error;
   }
 }
@@ -235,6 +239,7 @@ export async function confirmCheckoutSession(
   | { status: "credited"; entry: LedgerEntry }
   | { status: "processing" }
   | { status: "unpaid" }
+  | { status: "refused" }
   | { status: "unknown" }
 > {
   const credited = await findTopUpEntry(deps.kv, app.id, "stripe", sessionId);
@@ -262,6 +267,7 @@ export async function confirmCheckoutSession(
     const entry = await findTopUpEntry(deps.kv, app.id, "stripe", sessionId);
     if (entry) return { status: "credited", entry };
   }
-  if (outcome.status === "refused" || outcome.status === "not_ours") return { status: "unknown" };
+  if (outcome.status === "refused") return { status: "refused" };
+  if (outcome.status === "not_ours") return { status: "unknown" };
   return session.status === "complete" ? { status: "processing" } : { status: "unpaid" };
 }

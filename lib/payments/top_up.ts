@@ -9,8 +9,14 @@ import {
   type DevPurchaseRecord,
   keys,
   type LedgerEntry,
+  type WalletRecord,
 } from "@/lib/db.ts";
-import type { CreditResult, Wallets } from "@/lib/billing/mod.ts";
+import {
+  creditedOf,
+  type CreditResult,
+  MAX_WALLET_CREDITS,
+  type Wallets,
+} from "@/lib/billing/mod.ts";
 
 /** SPEC: the amounts offered, in whole USD. */
 export const TOP_UP_AMOUNTS_USD = [5, 10, 25, 50] as const;
@@ -148,6 +154,15 @@ export function creditTopUp(
     reference: payment.reference,
     marker: paymentMarker(payment.source, payment.reference),
   });
+}
+
+/**
+ * Whether the app's wallet can still be credited `amount`: a wallet holds at most
+ * MAX_WALLET_CREDITS in all, and a payment taken beyond it could not be credited.
+ */
+export async function hasRoomForTopUp(kv: Deno.Kv, appId: string, amount: Micros) {
+  const wallet = (await kv.get<WalletRecord>(keys.wallet(appId))).value;
+  return !wallet || creditedOf(wallet) + amount <= MAX_WALLET_CREDITS;
 }
 
 /** The ledger entry a payment credited to this app, or null while it is not credited. */
