@@ -86,7 +86,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "The provider rejected the request",
     cause:
-      "The model's provider refused the request as invalid; the message quotes its reason. Nothing was charged.",
+      "The model's provider refused the request as invalid; the message quotes its reason, and `param` names the field when the provider named one (as it was sent upstream: `max_completion_tokens` for a reasoning model's cap). Nothing was charged.",
     fix:
       "Correct the request as the message says (often a passed-through field the model does not support).",
   },

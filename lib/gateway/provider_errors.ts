@@ -42,6 +42,8 @@ const API_ERROR_OF: Record<
       : new ApiError(
         "upstream_rejected",
         `The upstream provider rejected the request: ${e.message}`,
+        // The field it names, when it names one (OpenAI-compatible servers do; Anthropic does not).
+        e.upstreamError?.param ? { param: e.upstreamError.param } : {},
       ),
   // Our credentials are the operator's problem, not the client's: no detail leaves.
   upstream_auth: () =>

@@ -61,6 +61,17 @@ Deno.test("any other rejected request is upstream_rejected, quoting the upstream
   assert.match(error.message, /temperature too high/);
 });
 
+Deno.test("a rejection naming a field carries it as param", () => {
+  const { error } = apiErrorOfUpstream(
+    new ProviderError("bad_request", "Invalid value for 'temperature'", {
+      upstreamStatus: 400,
+      upstreamError: { type: "invalid_request_error", code: "invalid_value", param: "temperature" },
+    }),
+  );
+  assert.equal(error.code, "upstream_rejected");
+  assert.equal(error.param, "temperature");
+});
+
 Deno.test("refused credentials are provider_unreachable and say nothing of the credentials", () => {
   const { error, failure } = apiErrorOfUpstream(
     new ProviderError("upstream_auth", "invalid x-api-key sk-ant-secret"),
