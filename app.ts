@@ -186,6 +186,8 @@ export function createApp(deps: AppDeps) {
       idempotencyStore,
       log,
       keyBound: { maxLiveKeys: config.maxLiveKeysPerApp },
+      requestsPerMinute: config.managementRateLimitRpm,
+      now,
     }),
   );
   app.all("/v1/*", (c) => {
@@ -222,7 +224,10 @@ export function createApp(deps: AppDeps) {
   app.get("/docs/rate-limits", (c) => c.html(rateLimitsPage(config)));
   app.get(
     "/docs/management",
-    async (c) => c.html(managementDocsPage(config.publicUrl, await loadExamples())),
+    async (c) =>
+      c.html(
+        managementDocsPage(config.publicUrl, await loadExamples(), config.managementRateLimitRpm),
+      ),
   );
   app.get("/docs/webhooks", async (c) => c.html(webhooksDocsPage(await loadExamples())));
   app.get("/docs/versioning", (c) => c.html(versioningPage(API_VERSION)));

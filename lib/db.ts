@@ -93,6 +93,12 @@ export const keys = {
    */
   ownerManagementKeysIssued: (ownerId: string) =>
     ["owner_management_keys_issued", ownerId] as const,
+  /**
+   * Requests a management key has made in a one-minute window (a number), raised by a checked
+   * increment; expires with its window.
+   */
+  managementKeyRequests: (keyId: string, window: number) =>
+    ["management_key_requests", keyId, window] as const,
   /** An app's webhook endpoint, signing secret and low-balance threshold. */
   webhookSettings: (appId: string) => ["webhook_settings", appId] as const,
   allWebhookSettings: () => ["webhook_settings"] as const,

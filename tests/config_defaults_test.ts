@@ -22,6 +22,7 @@ Deno.test("every numeric default the README states is the one the config module 
     RESERVATION_TTL_SECONDS: applied.reservationTtlSeconds,
     RATE_LIMIT_RPM: applied.rateLimitRpm,
     RATE_LIMIT_TPM: applied.rateLimitTpm,
+    MANAGEMENT_RATE_LIMIT_RPM: applied.managementRateLimitRpm,
     MAX_BODY_BYTES: applied.maxBodyBytes,
     BODY_READ_TIMEOUT_MS: applied.bodyReadTimeoutMs,
     IDEMPOTENCY_REPLAY_MAX_BYTES: applied.idempotencyReplayMaxBytes,

@@ -16,7 +16,7 @@ import {
 } from "@/lib/tenants/mod.ts";
 import { runAdmin } from "@/scripts/admin.ts";
 import { assertMatchesOpenApi } from "./openapi_check.ts";
-import { PUBLIC_URL, type TestService, userMessage, withService } from "./helpers.ts";
+import { PUBLIC_URL, startService, type TestService, userMessage, withService } from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";
 
@@ -829,3 +829,104 @@ Deno.test("usage report: a day outside 2000-01-01..9999-12-31, or from after to,
       assert.deepEqual(await usageReport(s.kv, app.appId, { groupBy: "day", from, to }), []);
     }
   }));
+
+/** A clock 15 s into a minute, moved by hand: the management rate limit counts whole minutes. */
+function minuteClock() {
+  const clock = { at: Math.floor(Date.now() / 60_000) * 60_000 + 15_000, now: () => clock.at };
+  return clock;
+}
+
+function assertRateLimited(res: Awaited<ReturnType<typeof call>>, retryAfter: string) {
+  assert.equal(res.status, 429);
+  assert.equal(res.body.error.code, "rate_limit_exceeded");
+  assert.equal(res.body.error.type, "rate_limit_error");
+  assert.match(res.body.error.message, /this management key/);
+  assert.equal(res.body.error.doc_url, `${PUBLIC_URL}/docs/errors#rate_limit_exceeded`);
+  assert.equal(res.headers.get("retry-after"), retryAfter);
+}
+
+Deno.test("management API: a management key's request past its limit in a minute is 429 rate_limit_exceeded with Retry-After to the minute's end, and is not run", () => {
+  const clock = minuteClock();
+  return withService(async (s) => {
+    const o = await owner(s);
+    const { appId } = o.apps[0];
+    for (let i = 0; i < 3; i++) {
+      assert.equal((await call(s, o.managementKey, "GET", "/apps")).status, 200);
+    }
+    const refused = await call(s, o.managementKey, "POST", `/apps/${appId}/keys`, {
+      body: { name: "one too many" },
+      headers: { "idempotency-key": "over-the-limit" },
+    });
+    assertRateLimited(refused, "45");
+    assert.equal(await countLiveKeys(s.kv, appId), 1);
+    // Not recorded for its Idempotency-Key either: the retry in the next minute runs.
+    clock.at += 60_000;
+    const retried = await call(s, o.managementKey, "POST", `/apps/${appId}/keys`, {
+      body: { name: "one too many" },
+      headers: { "idempotency-key": "over-the-limit" },
+    });
+    assert.equal(retried.status, 201);
+    assert.equal(retried.headers.get("idempotent-replayed"), null);
+    assert.equal(await countLiveKeys(s.kv, appId), 2);
+  }, { env: { MANAGEMENT_RATE_LIMIT_RPM: "3" }, now: clock.now });
+});
+
+Deno.test("management API: each management key has its own limit, even of one owner", () => {
+  const clock = minuteClock();
+  return withService(async (s) => {
+    const o = await owner(s);
+    const { managementKey: second } = await issueManagementKey(s.kv, o.ownerId, "second");
+    for (let i = 0; i < 2; i++) {
+      assert.equal((await call(s, o.managementKey, "GET", "/apps")).status, 200);
+    }
+    assertRateLimited(await call(s, o.managementKey, "GET", "/apps"), "45");
+    for (let i = 0; i < 2; i++) assert.equal((await call(s, second, "GET", "/apps")).status, 200);
+    assertRateLimited(await call(s, second, "GET", "/apps"), "45");
+  }, { env: { MANAGEMENT_RATE_LIMIT_RPM: "2" }, now: clock.now });
+});
+
+Deno.test("management API: the next minute allows a limited management key again", () => {
+  const clock = minuteClock();
+  return withService(async (s) => {
+    const o = await owner(s);
+    assert.equal((await call(s, o.managementKey, "GET", "/apps")).status, 200);
+    assertRateLimited(await call(s, o.managementKey, "GET", "/apps"), "45");
+    clock.at += 44_999;
+    assertRateLimited(await call(s, o.managementKey, "GET", "/apps"), "1");
+    clock.at += 1;
+    assert.equal((await call(s, o.managementKey, "GET", "/apps")).status, 200);
+    assertRateLimited(await call(s, o.managementKey, "GET", "/apps"), "60");
+  }, { env: { MANAGEMENT_RATE_LIMIT_RPM: "1" }, now: clock.now });
+});
+
+Deno.test("management API: twice the limit of key creations at once, over two instances on one KV, make exactly the limit; the rest are 429", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "tollbooth-management-rate-" });
+  const clock = minuteClock();
+  const options = {
+    kvPath: `${dir}/kv.sqlite3`,
+    env: { MANAGEMENT_RATE_LIMIT_RPM: "8" },
+    now: clock.now,
+  };
+  const a = await startService(options);
+  const b = await startService(options);
+  try {
+    const o = await owner(a);
+    const { appId } = o.apps[0];
+    const answers = await Promise.all(
+      Array.from(
+        { length: 16 },
+        (_, i) =>
+          call(i % 2 ? a : b, o.managementKey, "POST", `/apps/${appId}/keys`, {
+            body: { name: `customer ${i}` },
+          }),
+      ),
+    );
+    assert.equal(answers.filter((r) => r.status === 201).length, 8);
+    for (const refused of answers.filter((r) => r.status !== 201)) assertRateLimited(refused, "45");
+    assert.equal(await countLiveKeys(a.kv, appId), 1 + 8);
+  } finally {
+    await a.close();
+    await b.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -9,6 +9,8 @@ export interface Config {
   reservationTtlSeconds: number;
   rateLimitRpm: number;
   rateLimitTpm: number;
+  /** Requests a minute each management key may make. */
+  managementRateLimitRpm: number;
   maxBodyBytes: number;
   /** A request body not whole this long after reading began is refused (408). */
   bodyReadTimeoutMs: number;
@@ -138,6 +140,9 @@ export const CONFIG_DEFAULTS = {
   WALLET_SLICE_HOT_RPS: 50,
   RATE_LIMIT_RPM: 600,
   RATE_LIMIT_TPM: 2_000_000,
+  // Five a second, sustained: more than any dashboard or sync job needs, and a leaked key's writes
+  // (revoked keys are kept) are held to that.
+  MANAGEMENT_RATE_LIMIT_RPM: 300,
   MAX_BODY_BYTES: 4 * 1024 * 1024,
   // A 4 MiB body takes about 34 s at 1 Mbit/s: a minute lets slow links finish and cuts trickles.
   BODY_READ_TIMEOUT_MS: 60_000,
@@ -181,6 +186,8 @@ export const CONFIG_RANGES = {
   // the scaled levels leave the safe-integer range.
   RATE_LIMIT_RPM: [1, 1_000_000_000],
   RATE_LIMIT_TPM: [1, 1_000_000_000],
+  // Each request is counted in one commit on its key's counter.
+  MANAGEMENT_RATE_LIMIT_RPM: [1, 1_000_000],
   // Bodies are read whole into memory before they are parsed.
   MAX_BODY_BYTES: [1, 256 * 1024 * 1024],
   // A 256 MiB body at 1 Mbit/s takes 36 minutes.
@@ -220,6 +227,7 @@ const EnvSchema = z.object({
   RESERVATION_TTL_SECONDS: numericSetting("RESERVATION_TTL_SECONDS"),
   RATE_LIMIT_RPM: numericSetting("RATE_LIMIT_RPM"),
   RATE_LIMIT_TPM: numericSetting("RATE_LIMIT_TPM"),
+  MANAGEMENT_RATE_LIMIT_RPM: numericSetting("MANAGEMENT_RATE_LIMIT_RPM"),
   MAX_BODY_BYTES: numericSetting("MAX_BODY_BYTES"),
   BODY_READ_TIMEOUT_MS: numericSetting("BODY_READ_TIMEOUT_MS"),
   IDEMPOTENCY_REPLAY_MAX_BYTES: numericSetting("IDEMPOTENCY_REPLAY_MAX_BYTES"),
@@ -305,6 +313,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     reservationTtlSeconds: e.RESERVATION_TTL_SECONDS,
     rateLimitRpm: e.RATE_LIMIT_RPM,
     rateLimitTpm: e.RATE_LIMIT_TPM,
+    managementRateLimitRpm: e.MANAGEMENT_RATE_LIMIT_RPM,
     maxBodyBytes: e.MAX_BODY_BYTES,
     bodyReadTimeoutMs: e.BODY_READ_TIMEOUT_MS,
     idempotencyReplayMaxBytes: e.IDEMPOTENCY_REPLAY_MAX_BYTES,

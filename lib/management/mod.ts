@@ -8,6 +8,11 @@ export {
   TooManyManagementKeysError,
 } from "./management_keys.ts";
 export {
+  admitManagementRequest,
+  MANAGEMENT_WINDOW_MS,
+  type ManagementAdmission,
+} from "./request_limit.ts";
+export {
   FIRST_REPORT_DAY,
   MAX_PAGE_LIMIT,
   MAX_REPORT_DAYS,

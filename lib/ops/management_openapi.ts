@@ -16,6 +16,7 @@ const READ_ERRORS: ErrorCode[] = [
   "unsupported_version",
   "invalid_management_key",
   "resource_not_found",
+  "rate_limit_exceeded",
   "internal_error",
 ];
 const WRITE_ERRORS: ErrorCode[] = [
@@ -52,7 +53,9 @@ export function managementOpenApi(
       const these = codes.filter((c) => ERROR_CODES[c].status === status);
       return [String(status), {
         description: these.map((c) => `\`${c}\`: ${ERROR_CODES[c].title}.`).join(" "),
-        headers: common,
+        headers: status === 429
+          ? { ...common, "Retry-After": helpers.headerRef("RetryAfter") }
+          : common,
         content: { "application/json": { schema: helpers.errorSchema(these) } },
       }];
     }));
@@ -472,7 +475,7 @@ export function managementOpenApi(
     type: "http",
     scheme: "bearer",
     description:
-      "An owner's management key (`tbm_…`), created in the dashboard. It acts on all of the owner's apps; keep it server-side.",
+      "An owner's management key (`tbm_…`), created in the dashboard. It acts on all of the owner's apps; keep it server-side. Each management key may make `MANAGEMENT_RATE_LIMIT_RPM` (300) requests a minute (fixed UTC minutes); one more is 429 `rate_limit_exceeded` with `Retry-After`, and is not run.",
   };
   return { paths, schemas, securityScheme };
 }

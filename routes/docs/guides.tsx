@@ -381,7 +381,9 @@ export function billingPage() {
 }
 
 /** GET /docs/rate-limits */
-export function rateLimitsPage(config: Pick<Config, "rateLimitRpm" | "rateLimitTpm">) {
+export function rateLimitsPage(
+  config: Pick<Config, "rateLimitRpm" | "rateLimitTpm" | "managementRateLimitRpm">,
+) {
   return renderPage(
     <DocsLayout title="Rate limits" path="/docs/rate-limits">
       <h1>Rate limits</h1>
@@ -440,6 +442,12 @@ export function rateLimitsPage(config: Pick<Config, "rateLimitRpm" | "rateLimitT
         </a>{" "}
         means the model's provider is limiting Tollbooth (its <code>Retry-After</code>{" "}
         is passed on; another model may answer at once).
+      </p>
+      <p>
+        The management API is limited apart: each management key may make{" "}
+        {config.managementRateLimitRpm.toLocaleString("en-US")}{" "}
+        requests a minute (<a href="/docs/management#rate-limit">details</a>), and they never count
+        against an app's limits.
       </p>
     </DocsLayout>,
   );

@@ -1,9 +1,14 @@
 import { CodeBlock, DocsLayout } from "@/components/DocsLayout.tsx";
+import { CONFIG_DEFAULTS } from "@/lib/core/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import type { Examples } from "./examples.ts";
 
-/** GET /docs/management */
-export function managementDocsPage(publicUrl: string, examples: Examples) {
+/** GET /docs/management; `requestsPerMinute` is this server's limit of each management key. */
+export function managementDocsPage(
+  publicUrl: string,
+  examples: Examples,
+  requestsPerMinute: number,
+) {
   const curl = `curl ${publicUrl}/v1/management/apps \\
   -H "Authorization: Bearer $TOLLBOOTH_MANAGEMENT_KEY"`;
   const createKey = `curl ${publicUrl}/v1/management/apps/$APP_ID/keys \\
@@ -101,13 +106,25 @@ export function managementDocsPage(publicUrl: string, examples: Examples) {
       </p>
       <CodeBlock code={createKey} caption="Create an API key for one of your customers" />
 
+      <h2 id="rate-limit">Rate limit</h2>
+      <p>
+        Each management key may make {requestsPerMinute}{" "}
+        requests a minute on this server ({CONFIG_DEFAULTS.MANAGEMENT_RATE_LIMIT_RPM}{" "}
+        by default, the server's{" "}
+        <code>MANAGEMENT_RATE_LIMIT_RPM</code>), reads and writes alike, counted in fixed UTC
+        minutes. One more is 429 <code>rate_limit_exceeded</code> with <code>Retry-After</code>{" "}
+        (the seconds to the end of the minute) and is not run: nothing is created or changed. Each
+        management key has its own count, and it does not touch your apps' API limits.
+      </p>
+
       <h2 id="errors">Errors</h2>
       <p>
         The same error shape as the rest of the API: <code>401 invalid_management_key</code>,{" "}
         <code>404 resource_not_found</code> (an app or key that is not yours; <code>param</code>
         {" "}
         names it), <code>400 invalid_parameter</code> for a bad query or body field,{" "}
-        <code>409</code>/<code>422</code> for Idempotency-Key conflicts.
+        <code>409</code>/<code>422</code> for Idempotency-Key conflicts,{" "}
+        <code>429 rate_limit_exceeded</code> <a href="#rate-limit">over the rate limit</a>.
       </p>
 
       <h2 id="example">Example: Node, no dependencies</h2>

@@ -54,6 +54,7 @@ import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
 import { idempotency } from "@/routes/idempotency.ts";
 import { bearerToken, type Env, requireSupportedVersion } from "@/routes/middleware.ts";
 import { jsonBody } from "@/routes/json_body.ts";
+import { managementRateLimit } from "@/routes/management_rate_limit.ts";
 
 /** Management request bodies are small: a name and a few numbers. */
 const MAX_BODY_BYTES = 16 * 1024;
@@ -312,6 +313,9 @@ export function managementRoutes(
     idempotencyStore: IdempotencyStore;
     log: Logger;
     keyBound: KeyIssueBound;
+    /** Requests a minute of each management key. */
+    requestsPerMinute: number;
+    now: () => number;
   },
 ) {
   const { kv, publicUrl } = deps;
@@ -329,6 +333,7 @@ export function managementRoutes(
   r.use(
     "*",
     requireManagementKey(kv),
+    managementRateLimit(kv, deps.requestsPerMinute, deps.now),
     requireSupportedVersion,
     bodyLimit(MAX_BODY_BYTES, apiBodyRefusal, { readsJson: true }),
   );
