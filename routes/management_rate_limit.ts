@@ -1,6 +1,6 @@
 import type { MiddlewareHandler } from "hono";
 import { ApiError } from "@/lib/core/mod.ts";
-import { admitManagementRequest } from "@/lib/management/mod.ts";
+import { ManagementRequestLimit } from "@/lib/management/mod.ts";
 import type { Env } from "./middleware.ts";
 
 /**
@@ -12,8 +12,9 @@ export function managementRateLimit(
   limit: number,
   now: () => number,
 ): MiddlewareHandler<Env> {
+  const requests = new ManagementRequestLimit(kv, limit, now);
   return async (c, next) => {
-    const admission = await admitManagementRequest(kv, c.get("manager").keyId, limit, now());
+    const admission = await requests.admit(c.get("manager").keyId);
     if (!admission.ok) {
       throw new ApiError(
         "rate_limit_exceeded",

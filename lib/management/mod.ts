@@ -8,9 +8,9 @@ export {
   TooManyManagementKeysError,
 } from "./management_keys.ts";
 export {
-  admitManagementRequest,
   MANAGEMENT_WINDOW_MS,
   type ManagementAdmission,
+  ManagementRequestLimit,
 } from "./request_limit.ts";
 export {
   FIRST_REPORT_DAY,
