@@ -331,6 +331,31 @@ Deno.test("balance.topped_up fires once per credited top-up, not for top-ups bef
     // A clock that ticks on every reading: ledger entries a millisecond apart, as top-ups are.
   }, { now: ticking() }));
 
+Deno.test("a burst of hundreds of ledger entries within a minute holds up no top-up's event, then or later", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: null,
+    });
+    const watcher = new WebhookWatcher(s.kv);
+    const credit = (kind: "top_up" | "operator_credit", i: number) =>
+      s.wallets.credit(appId, { amount: 1_000_000, kind, reason: `${kind} ${i}` });
+    // More entries than one scan reads, all within the scan's margin of each other.
+    for (let i = 0; i < 250; i++) await credit("operator_credit", i);
+    await watcher.observe(appId);
+    for (let i = 0; i < 230; i++) await credit("top_up", i);
+    await watcher.observe(appId);
+    const topUps = () =>
+      listWebhookEvents(s.kv, appId, 1_000).then((all) =>
+        all.filter((e) => e.type === "balance.topped_up").length
+      );
+    assert.equal(await topUps(), 230);
+    await credit("top_up", 230);
+    await watcher.observe(appId);
+    assert.equal(await topUps(), 231);
+  }, { now: ticking() }));
+
 Deno.test("balance.taken_back fires once per refund or chargeback, with what is owed; balance.given_back once per dispute won", () =>
   withService(async (s) => {
     const { appId } = await s.newApp();

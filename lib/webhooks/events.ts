@@ -50,6 +50,8 @@ const QUIET_MS = 10_000;
 
 /** How far before the newest ledger entry seen the next scan for announced entries starts. */
 const LEDGER_MARGIN_MS = 60_000;
+/** Ledger entries past the newest seen that one observation takes in (one commit's events). */
+const NEW_ENTRIES_PER_OBSERVE = 100;
 
 /** The time in an id made by `newId` (prefix, `_`, ten base-36 digits of milliseconds, …). */
 function timeOfId(id: string): number {
@@ -276,7 +278,19 @@ export class WebhookWatcher {
         }
         : { prefix: keys.ledger(appId) };
       const announcing: LedgerEntry[] = [];
-      for await (const e of this.#kv.list<LedgerEntry>(selector, { limit: 200 })) {
+      // The margin's entries are read whole (a burst may hold hundreds), and the new ones at most
+      // NEW_ENTRIES_PER_OBSERVE at a time, so that the scan always moves past what it has seen
+      // and one commit's events stay within KV's limits; the rest are observed next.
+      let newEntries = 0;
+      let more = false;
+      for await (const e of this.#kv.list<LedgerEntry>(selector, { batchSize: 200 })) {
+        if (watch.value.ledgerSeen === null || e.value.id > watch.value.ledgerSeen) {
+          if (newEntries === NEW_ENTRIES_PER_OBSERVE) {
+            more = true;
+            break;
+          }
+          newEntries++;
+        }
         if (ledgerSeen === null || e.value.id > ledgerSeen) ledgerSeen = e.value.id;
         const announced = watch.value.announceAfter;
         const announces = Object.hasOwn(LEDGER_EVENTS, e.value.kind) &&
@@ -320,7 +334,10 @@ export class WebhookWatcher {
           { ...watch.value, below, ledgerSeen } satisfies WebhookWatchRecord,
         );
       for (const event of events) event.write(atomic);
-      if ((await atomic.commit()).ok) return;
+      if ((await atomic.commit()).ok) {
+        if (more) await this.observe(appId);
+        return;
+      }
     }
     throw new Error(`webhook watch of ${appId} kept conflicting`);
   }
