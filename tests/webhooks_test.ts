@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { keys, type WebhookEventRecord } from "@/lib/db.ts";
+import { within } from "@/lib/core/mod.ts";
 import {
   listWebhookEvents,
   prepareEvent,
@@ -19,7 +20,7 @@ import {
   withService,
 } from "./helpers.ts";
 import { OwnerSession } from "./owner_session.ts";
-import { TEST_EVENTS_PER_MINUTE } from "@/routes/dashboard/webhooks.ts";
+import { TEST_EVENT_WAIT_MS, TEST_EVENTS_PER_MINUTE } from "@/routes/dashboard/webhooks.ts";
 
 /**
  * A receiver written from Stripe's documented verification steps, not from our signing code:
@@ -587,6 +588,34 @@ Deno.test("events queued in the outbox of an earlier version are still delivered
     assert.equal(await deliverer.deliverDue(), 0);
     assert.equal((await s.kv.get(keys.webhookOutboxApp(appId))).versionstamp, null);
   }));
+
+Deno.test("the test event button does not wait out an endpoint that never answers: the page shows the event queued", async () => {
+  // Answers only when the test is over.
+  const over = Promise.withResolvers<void>();
+  const hung = serveLoopback(() => over.promise.then(() => new Response("late")));
+  try {
+    await withService(async (s) => {
+      const owner = await new OwnerSession(s).signUp("slow@example.com");
+      const { appId } = await owner.createApp("slow");
+      await saveWebhookSettings(s.kv, appId, {
+        url: `${hung.url}/hook`,
+        lowBalanceThreshold: null,
+      });
+      const csrf = await owner.csrf();
+      const click = owner.post(`/dashboard/apps/${appId}/webhooks/test`, { _csrf: csrf });
+      // The deliverer's own timeout is 10 s: the click must answer well before it.
+      assert.ok(await within(click, TEST_EVENT_WAIT_MS * 3), "answered before the endpoint did");
+      assert.equal((await click).status, 303);
+      await (await click).body?.cancel();
+      const queued = (await events(s, appId)).filter((e) => e.type === "webhook.test");
+      assert.equal(queued.length, 1);
+      over.resolve();
+    });
+  } finally {
+    over.resolve();
+    await hung.close();
+  }
+});
 
 Deno.test("the dashboard's test event button sends a few a minute per app, then says when the next can go", () =>
   withService(async (s) => {
