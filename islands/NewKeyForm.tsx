@@ -35,9 +35,14 @@ export default function NewKeyForm(
   }, [issued]);
 
   // Shown modal: the page behind it is inert, and Escape closes it. Before the frame is painted,
-  // so that the key is never on the page outside its dialog.
+  // so that the key is never on the page outside its dialog. Closed, the focus goes back to the
+  // button that opened it, once the render that closed it has committed (before, the render could
+  // take the focus away again).
+  const wasOpen = useRef(false);
   useLayoutEffect(() => {
     if (revealOpen && dialog.current && !dialog.current.open) dialog.current.showModal();
+    if (!revealOpen && wasOpen.current) opener.current?.focus();
+    wasOpen.current = revealOpen;
   }, [revealOpen]);
 
   // A modal dialog's Tab still leaves the page for the browser's own controls after the last
@@ -181,10 +186,7 @@ export default function NewKeyForm(
           class="key-dialog"
           aria-label="Rotated key"
           onKeyDown={keepFocusInside}
-          onClose={() => {
-            setRevealOpen(false);
-            opener.current?.focus();
-          }}
+          onClose={() => setRevealOpen(false)}
         >
           {reveal}
         </dialog>
