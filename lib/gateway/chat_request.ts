@@ -211,7 +211,11 @@ const ResponseFormat = z.discriminatedUnion("type", [
 
 export const REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"] as const;
 
-const Probability = (max: number) =>
+/**
+ * Fields OpenAI's chat, Responses and embeddings requests share, held to OpenAI's limits (the
+ * Responses and embeddings parsers take them from here).
+ */
+export const Probability = (max: number) =>
   z.number({ error: "must be a number" }).min(0, "must be at least 0").max(
     max,
     `must be at most ${max}`,
@@ -219,6 +223,20 @@ const Probability = (max: number) =>
 const Penalty = z.number({ error: "must be a number" }).min(-2, "must be at least -2").max(
   2,
   "must be at most 2",
+);
+
+/** OpenAI's `user`: the app's end user, whose spend caps apply. */
+export const EndUser = z.string({ error: "must be a string" }).max(
+  256,
+  "must be at most 256 characters",
+);
+export const SafetyIdentifier = z.string({ error: "must be a string" }).max(
+  256,
+  "must be at most 256 characters",
+);
+export const PromptCacheKey = z.string({ error: "must be a string" }).max(
+  1024,
+  "must be at most 1024 characters",
 );
 
 /**
@@ -289,8 +307,7 @@ export const ChatRequestSchema = z.strictObject({
     z.string(),
     z.array(z.string({ error: "must be a string" })).max(4, "at most 4 stop sequences"),
   ], { error: "must be a string or an array of up to 4 strings" }).nullish(),
-  user: z.string({ error: "must be a string" }).max(256, "must be at most 256 characters")
-    .nullish(),
+  user: EndUser.nullish(),
   metadata: Metadata.nullish(),
   temperature: Probability(2).nullish(),
   top_p: Probability(1).nullish(),
@@ -315,14 +332,8 @@ export const ChatRequestSchema = z.strictObject({
   store: z.boolean({ error: "must be a boolean" }).nullish(),
   verbosity: z.enum(["low", "medium", "high"], { error: "must be one of low, medium, high" })
     .nullish(),
-  prompt_cache_key: z.string({ error: "must be a string" }).max(
-    1024,
-    "must be at most 1024 characters",
-  ).nullish(),
-  safety_identifier: z.string({ error: "must be a string" }).max(
-    256,
-    "must be at most 256 characters",
-  ).nullish(),
+  prompt_cache_key: PromptCacheKey.nullish(),
+  safety_identifier: SafetyIdentifier.nullish(),
   modalities: z.array(z.string()).nullish(),
 });
 

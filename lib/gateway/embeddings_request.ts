@@ -6,6 +6,7 @@ import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
 import type { Tokenizer } from "@/lib/catalog/mod.ts";
 import { countLimitTokens, countTokensWith } from "./tokens.ts";
+import { EndUser } from "./chat_request.ts";
 
 /** OpenAI's limits for one request (text-embedding-3): inputs per request, tokens over all. */
 export const MAX_EMBEDDING_INPUTS = 2048;
@@ -50,8 +51,7 @@ const BodySchema = z.object({
   encoding_format: z.enum(["float", "base64"], { error: "must be float or base64" }).optional(),
   dimensions: z.number({ error: "must be an integer" }).int("must be an integer")
     .min(1, "must be at least 1").max(65_536, "is larger than any embedding model's").optional(),
-  user: z.string({ error: "must be a string" }).max(256, "must be at most 256 characters")
-    .optional(),
+  user: EndUser.optional(),
 });
 
 /** Turns a parsed JSON body into an embeddings request, or throws the 400 naming the field. */

@@ -8,7 +8,14 @@
  */
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
-import { innermostIssue, Metadata } from "../chat_request.ts";
+import {
+  EndUser,
+  innermostIssue,
+  Metadata,
+  Probability,
+  PromptCacheKey,
+  SafetyIdentifier,
+} from "../chat_request.ts";
 
 const InputText = z.strictObject({ type: z.literal("input_text"), text: z.string() });
 const InputImage = z.strictObject({
@@ -137,25 +144,12 @@ export const ResponsesRequestSchema = z.strictObject({
   store: z.boolean({ error: "must be a boolean" }).nullish(),
   previous_response_id: z.string({ error: "must be a string" }).min(1, "must not be empty")
     .nullish(),
-  temperature: z.number({ error: "must be a number" }).min(0, "must be at least 0").max(
-    2,
-    "must be at most 2",
-  ).nullish(),
-  top_p: z.number({ error: "must be a number" }).min(0, "must be at least 0").max(
-    1,
-    "must be at most 1",
-  ).nullish(),
+  temperature: Probability(2).nullish(),
+  top_p: Probability(1).nullish(),
   metadata: Metadata.nullish(),
-  user: z.string({ error: "must be a string" }).max(256, "must be at most 256 characters")
-    .nullish(),
-  safety_identifier: z.string({ error: "must be a string" }).max(
-    256,
-    "must be at most 256 characters",
-  ).nullish(),
-  prompt_cache_key: z.string({ error: "must be a string" }).max(
-    1024,
-    "must be at most 1024 characters",
-  ).nullish(),
+  user: EndUser.nullish(),
+  safety_identifier: SafetyIdentifier.nullish(),
+  prompt_cache_key: PromptCacheKey.nullish(),
   service_tier: z.string().nullish(),
   truncation: z.literal("disabled", "only 'disabled' is supported").nullish(),
   /** Extra output OpenAI can add on request; none of it exists without OpenAI's own store. */
