@@ -106,12 +106,20 @@ export async function issueKey(
 
 /** The app's keys that are not revoked: its key index, each key's record read to tell. */
 export async function countLiveKeys(kv: Deno.Kv, appId: string): Promise<number> {
-  const ids: Deno.KvKey[] = [];
-  for await (const entry of kv.list({ prefix: keys.appApiKeys(appId) })) {
-    ids.push(keys.apiKey(String(entry.key[2])));
-  }
-  const records = await getManyChunked<ApiKeyRecord>(kv, ids);
+  const records = await getManyChunked<ApiKeyRecord>(
+    kv,
+    (await appKeyIds(kv, appId)).map(keys.apiKey),
+  );
   return records.filter((r) => r.value !== null && r.value.revokedAt === null).length;
+}
+
+/** The ids of the app's keys, live and revoked, from its key index. */
+async function appKeyIds(kv: Deno.Kv, appId: string): Promise<string[]> {
+  const ids: string[] = [];
+  for await (const entry of kv.list({ prefix: keys.appApiKeys(appId) })) {
+    ids.push(String(entry.key[2]));
+  }
+  return ids;
 }
 
 /** Resolves a raw bearer key to its key and app, or null when it is malformed, unknown or revoked. */
@@ -225,22 +233,14 @@ export async function getAppKey(
 }
 
 export async function listAppKeys(kv: Deno.Kv, appId: string) {
-  const ids: string[] = [];
-  for await (const entry of kv.list({ prefix: keys.appApiKeys(appId) })) {
-    ids.push(String(entry.key[2]));
-  }
-  const out: (ApiKeyRecord & { lastUsedAt: number | null })[] = [];
-  for (let i = 0; i < ids.length; i += 5) {
-    const chunk = ids.slice(i, i + 5);
-    const entries = await kv.getMany<unknown[]>(
-      chunk.flatMap((id) => [keys.apiKey(id), keys.apiKeyLastUsed(id)]),
-    );
-    chunk.forEach((_, j) => {
-      const record = entries[2 * j].value as ApiKeyRecord | null;
-      if (record) {
-        out.push({ ...record, lastUsedAt: (entries[2 * j + 1].value as number | null) ?? null });
-      }
-    });
-  }
-  return out;
+  const ids = await appKeyIds(kv, appId);
+  const entries = await getManyChunked<unknown>(
+    kv,
+    ids.flatMap((id) => [keys.apiKey(id), keys.apiKeyLastUsed(id)]),
+  );
+  return ids.flatMap((_, i) => {
+    const record = entries[2 * i].value as ApiKeyRecord | null;
+    const lastUsedAt = (entries[2 * i + 1].value as number | null) ?? null;
+    return record ? [{ ...record, lastUsedAt }] : [];
+  });
 }
