@@ -30,7 +30,7 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { requestTexts, upstreamErrorLog } from "./upstream_log.ts";
+import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import {
   anthropicUnreadImageTokens,
   extraOutputBound,
@@ -259,7 +259,7 @@ export class Gateway {
       caller,
       reservation,
       model,
-      { requestId, trace, sent: () => requestTexts(request.input) },
+      { requestId, trace, sent: textsOf(request.input) },
       (route) =>
         this.#embedder(route).embed({
           model: route,
@@ -333,7 +333,7 @@ export class Gateway {
     streamed: boolean,
   ) {
     const upstreamAbort = new AbortController();
-    const failing = { requestId, trace, sent: () => requestTexts(request) };
+    const failing = { requestId, trace, sent: textsOf(request) };
     const open = (maxTokens: number) => async (route: Model) => {
       const upstream = {
         model: route,
@@ -647,7 +647,7 @@ export class Gateway {
         requestId,
         event: "count_tokens_failed",
         provider: model.provider.name,
-        ...upstreamErrorLog(error, () => requestTexts(request)),
+        ...upstreamErrorLog(error, textsOf(request)),
       });
       return null;
     }

@@ -81,6 +81,15 @@ export function upstreamErrorLog(error: unknown, sent: () => string[]): Upstream
 }
 
 /**
+ * The request's texts (`requestTexts`), collected the first time a failure asks for them and kept
+ * for the next: a request whose providers fail in turn is scanned once.
+ */
+export function textsOf(request: unknown): () => string[] {
+  let texts: string[] | undefined;
+  return () => texts ??= requestTexts(request);
+}
+
+/**
  * Every string of a request (a chat request, or an embedding's input) long enough to be quoted,
  * the values of its shape (the model, roles, part types) left out.
  */
