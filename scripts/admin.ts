@@ -33,7 +33,7 @@ class UsageError extends Error {}
  * The longest `credit --reason`: a note for the ledger, not a document (the entry must stay within
  * KV's 64 KiB per value).
  */
-export const MAX_REASON_CHARS = 500;
+const MAX_REASON_CHARS = 500;
 
 const USAGE = [
   "usage: deno task admin <command> [options]",

@@ -7,11 +7,7 @@ export {
   revokeManagementKey,
   TooManyManagementKeysError,
 } from "./management_keys.ts";
-export {
-  MANAGEMENT_WINDOW_MS,
-  type ManagementAdmission,
-  ManagementRequestLimit,
-} from "./request_limit.ts";
+export { type ManagementAdmission, ManagementRequestLimit } from "./request_limit.ts";
 export {
   FIRST_REPORT_DAY,
   MAX_PAGE_LIMIT,

@@ -13,7 +13,7 @@
  */
 import { keys } from "@/lib/db.ts";
 
-export const MANAGEMENT_WINDOW_MS = 60_000;
+const MANAGEMENT_WINDOW_MS = 60_000;
 
 export type ManagementAdmission =
   | { ok: true }
