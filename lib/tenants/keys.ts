@@ -27,10 +27,6 @@ function generateRawKey(): string {
   return KEY_PREFIX + randomToken(186).slice(0, KEY_BODY_LENGTH).padEnd(KEY_BODY_LENGTH, "0");
 }
 
-/**
- * How many live (not revoked) keys an app may have when a key is issued, or `"operator"`: the
- * operator's keys are not held to it (they still count against it).
- */
 /** An API key's name has 1 to this many characters once trimmed, wherever it is given. */
 export const MAX_KEY_NAME_CHARS = 60;
 
@@ -40,6 +36,10 @@ export function keyNameOf(value: string): string | null {
   return name.length >= 1 && name.length <= MAX_KEY_NAME_CHARS ? name : null;
 }
 
+/**
+ * How many live (not revoked) keys an app may have when a key is issued, or `"operator"`: the
+ * operator's keys are not held to it (they still count against it).
+ */
 export type KeyIssueBound = { maxLiveKeys: number } | "operator";
 
 /** The app has as many live keys as its bound allows. */
