@@ -13,12 +13,12 @@ import {
 } from "@/lib/tenants/mod.ts";
 import {
   auditWallets,
-  creditedOf,
   getRateLimits,
   MAX_LIMIT,
   setRateLimits,
   unchargedOf,
   validLimit,
+  walletFigures,
   Wallets,
 } from "@/lib/billing/mod.ts";
 import { formatUsd, isPlausibleId, loadConfig, openKv, parseUsd } from "@/lib/core/mod.ts";
@@ -165,13 +165,7 @@ export async function runAdmin(
           app_id: app.id,
           name: app.name,
           owner: app.ownerId,
-          balance: formatUsd(wallet.available),
-          reserved: formatUsd(wallet.reserved),
-          spent: formatUsd(wallet.spent),
-          credited: formatUsd(creditedOf(wallet)),
-          refunded: formatUsd(wallet.refunded ?? 0),
-          owed: formatUsd(wallet.owed ?? 0),
-          uncharged: formatUsd(uncharged),
+          ...walletFigures(wallet, uncharged),
           top_up_url: topUpUrl(publicUrl, app),
           top_up_return_url: app.topUpReturnUrl ?? null,
           top_up_show_balance: app.topUpShowBalance ?? false,

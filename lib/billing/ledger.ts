@@ -11,11 +11,27 @@ import {
   type UsageRecord,
   type WalletRecord,
 } from "@/lib/db.ts";
-import type { Micros } from "@/lib/core/mod.ts";
+import { formatUsd, type Micros } from "@/lib/core/mod.ts";
 
 /** Starter credits, top-ups and operator credits: what was ever put into the wallet. */
 export function creditedOf(wallet: WalletRecord): Micros {
   return wallet.starter + wallet.topUps + wallet.operatorCredits;
+}
+
+/**
+ * A wallet's figures as the management API and the admin CLI show them, in USD strings, with the
+ * app's usage that nothing covered (`unchargedOf`), which is not part of `spent`.
+ */
+export function walletFigures(wallet: WalletRecord, uncharged: Micros) {
+  return {
+    balance: formatUsd(wallet.available),
+    reserved: formatUsd(wallet.reserved),
+    spent: formatUsd(wallet.spent),
+    credited: formatUsd(creditedOf(wallet)),
+    refunded: formatUsd(wallet.refunded ?? 0),
+    owed: formatUsd(wallet.owed ?? 0),
+    uncharged: formatUsd(uncharged),
+  };
 }
 
 /** A refund or a chargeback: money taken back out of the wallet (shown negative, like charges). */

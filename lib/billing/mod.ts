@@ -3,7 +3,7 @@
  * sweeper and the audit.
  */
 export { auditWallets } from "./audit.ts";
-export { creditedOf, givesBack, takesBack } from "./ledger.ts";
+export { creditedOf, givesBack, takesBack, walletFigures } from "./ledger.ts";
 export {
   getRateLimits,
   LimitAboveCeilingError,

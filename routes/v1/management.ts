@@ -17,11 +17,11 @@ import type {
   WalletRecord,
 } from "@/lib/db.ts";
 import {
-  creditedOf,
   getSpendCaps,
   setSpendCaps,
   takesBack,
   unchargedOf,
+  walletFigures,
 } from "@/lib/billing/mod.ts";
 import type { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import {
@@ -69,13 +69,7 @@ function appObject(app: AppRecord, wallet: WalletRecord, uncharged: Micros, publ
     id: app.id,
     object: "app",
     name: app.name,
-    balance: formatUsd(wallet.available),
-    reserved: formatUsd(wallet.reserved),
-    spent: formatUsd(wallet.spent),
-    credited: formatUsd(creditedOf(wallet)),
-    refunded: formatUsd(wallet.refunded ?? 0),
-    owed: formatUsd(wallet.owed ?? 0),
-    uncharged: formatUsd(uncharged),
+    ...walletFigures(wallet, uncharged),
     top_up_url: topUpUrl(publicUrl, app),
     created: seconds(app.createdAt),
   };
