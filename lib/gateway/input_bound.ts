@@ -133,6 +133,42 @@ function toolsValue(tools: readonly ToolDefinition[]) {
   return tools.map((t) => ({ type: t.type, function: t.function }));
 }
 
+/**
+ * Over each string, number and key of a tool definition or a response schema: its quotes and
+ * separator, or the `| ` between enum values, a property's `?: `, a description's `// `.
+ */
+const OPENAI_TOKENS_PER_JSON_ELEMENT = 3;
+
+/**
+ * Tokens of a tool definition or response schema, whatever layout the provider renders it in.
+ * OpenAI renders them as TypeScript-like declarations (an enum as `"a" | "b"`; its cookbook counts 3
+ * tokens per enum value besides the value's own), while compact JSON runs short values together
+ * into far fewer tokens: 42,000 empty enum values were held as 23,000 tokens and billed 126,000.
+ * So every string, number and key is counted on its own with its punctuation, and the bound is
+ * never below the compact JSON's own count.
+ */
+function jsonTokenBound(value: unknown, count: TextCounter): number {
+  return Math.max(count(JSON.stringify(value)), elementTokens(value, count));
+}
+
+function elementTokens(value: unknown, count: TextCounter): number {
+  if (typeof value === "string") return count(value) + OPENAI_TOKENS_PER_JSON_ELEMENT;
+  if (value === null || typeof value !== "object") {
+    return count(String(value)) + OPENAI_TOKENS_PER_JSON_ELEMENT;
+  }
+  // A bracket or brace; the request's nesting depth is bounded, and so is this recursion.
+  let tokens = 1;
+  if (Array.isArray(value)) {
+    for (const item of value) tokens += elementTokens(item, count);
+    return tokens;
+  }
+  for (const [key, item] of Object.entries(value)) {
+    if (item === undefined) continue;
+    tokens += count(key) + OPENAI_TOKENS_PER_JSON_ELEMENT + elementTokens(item, count);
+  }
+  return tokens;
+}
+
 /** The response schema the provider reads, or null when the request asks for none. */
 function schemaValue(request: ChatRequest): unknown {
   const format = request.params.response_format;
@@ -216,10 +252,10 @@ export function openAiInputBound(
   const tools = request.params.tools ?? [];
   if (tools.length) {
     total += (open ? OPEN_TEMPLATE_TOOLS_TOKENS : OPENAI_TOOLS_OVERHEAD) +
-      OPENAI_TOKENS_PER_TOOL * tools.length + countTextTokens(JSON.stringify(toolsValue(tools)));
+      OPENAI_TOKENS_PER_TOOL * tools.length + jsonTokenBound(toolsValue(tools), countTextTokens);
   }
   const schema = schemaValue(request);
-  if (schema !== null) total += OPENAI_SCHEMA_OVERHEAD + countTextTokens(JSON.stringify(schema));
+  if (schema !== null) total += OPENAI_SCHEMA_OVERHEAD + jsonTokenBound(schema, countTextTokens);
   return total;
 }
 

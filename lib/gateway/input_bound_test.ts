@@ -16,6 +16,7 @@ import {
   OPENING_USER_TEXT,
 } from "./providers/anthropic/request.ts";
 import { legacyClaudeTokens } from "../../tests/claude_token_reference.ts";
+import { responseFormatTokens, toolsTokens } from "../../tests/fakes/openai_upstream.ts";
 import { testModel } from "./providers/test_support.ts";
 
 const gpt = testModel("openai", "gpt-4o");
@@ -105,6 +106,39 @@ Deno.test("the OpenAI bound is the text count for plain chats and grows with too
     "o200k",
   );
   assert.ok(call > withTools + 600);
+});
+
+Deno.test("a tool's or a schema's enum is held at the cookbook's 3 tokens per value over its own, however short the values", () => {
+  const messages = [{ role: "user", content: "Say ok." }];
+  const plain = openAiInputBound(request({ messages }), gpt, "o200k");
+  const enumOf = (values: unknown[]) => ({
+    type: "object",
+    properties: {
+      choice: { type: "string", enum: values },
+      nested: { type: "object", properties: { tag: { type: "array", items: { enum: values } } } },
+    },
+  });
+  for (
+    const values of [
+      Array.from({ length: 42_000 }, () => ""),
+      Array.from({ length: 5_000 }, (_, i) => String(i % 10)),
+      Array.from({ length: 3_000 }, (_, i) => `option ${i}`),
+    ]
+  ) {
+    const tools = [{ type: "function", function: { name: "pick", parameters: enumOf(values) } }];
+    const held = openAiInputBound(request({ messages, tools }), gpt, "o200k") - plain;
+    const billed = toolsTokens(tools);
+    assert.ok(billed >= 3 * 2 * values.length, `the fake bills ${billed}`);
+    assert.ok(held >= billed, `held ${held} for tools billed ${billed}`);
+    const response_format = {
+      type: "json_schema",
+      json_schema: { name: "pick", schema: enumOf(values) },
+    };
+    const heldSchema = openAiInputBound(request({ messages, response_format }), gpt, "o200k") -
+      plain;
+    const billedSchema = responseFormatTokens(response_format);
+    assert.ok(heldSchema >= billedSchema, `held ${heldSchema} for a schema billed ${billedSchema}`);
+  }
 });
 
 Deno.test("the Anthropic bound counts text by the Claude bound, the tool prompt and images", () => {

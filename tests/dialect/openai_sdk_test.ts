@@ -250,6 +250,38 @@ for (const { kind, model } of KINDS) {
     }));
 }
 
+for (const { kind, model } of KINDS) {
+  Deno.test(`openai SDK, ${kind} kind: a tool whose enum has thousands of short values is held at what the provider bills for it`, () =>
+    withDialect(async (d) => {
+      if (kind === "openai") d.openai.script({ content: "ok", completionTokens: 1 });
+      else d.claude.script({ text: "ok", outputTokens: 1 });
+      const values = Array.from({ length: 20_000 }, (_, i) => i % 2 ? "" : String(i % 7));
+      await client(d).chat.completions.create({
+        model,
+        max_tokens: 1,
+        messages: [{ role: "user", content: "Say ok." }],
+        tools: [{
+          type: "function",
+          function: {
+            name: "pick",
+            parameters: {
+              type: "object",
+              properties: { choice: { type: "string", enum: values } },
+            },
+          },
+        }],
+      });
+      const billedPrompt = kind === "openai"
+        ? d.openai.chats[0].promptTokens
+        : d.claude.messages()[0].inputTokens;
+      const record = await assertCharged(d, model, { prompt: billedPrompt, completion: 1 });
+      assert.ok(
+        record.reserved >= expectedCharge(model, { prompt: billedPrompt, completion: 1 }),
+        `held ${record.reserved} for a prompt billed ${billedPrompt}`,
+      );
+    }));
+}
+
 Deno.test("openai SDK, reasoning model: the cap goes as max_completion_tokens, reasoning tokens come back and are billed", () =>
   withDialect(async (d) => {
     d.openai.script({

@@ -978,7 +978,8 @@ export function openAiImageTokens(
  * Tool definitions' tokens, after the OpenAI Cookbook's `num_tokens_for_tools` (gpt-4o family):
  * 7 per function, its "name:description", 3 to open the properties, 3 plus "key:type:description"
  * per property, enum values 3 each (−3 once), 12 to close. Nested object or array property
- * schemas, which the cookbook does not count, are added as their JSON's tokens (pessimistic).
+ * schemas, which the cookbook does not count, are added as their JSON's tokens, and each enum value
+ * in them at the cookbook's 3 over its own (OpenAI renders an enum `"a" | "b"` at any depth).
  */
 export function toolsTokens(tools: Json[]): number {
   if (!tools.length) return 0;
@@ -1001,7 +1002,8 @@ export function toolsTokens(tools: Json[]): number {
         const type = Array.isArray(p.type) ? p.type.join("|") : p.type ?? "";
         total += tokenCount(`${key}:${type}:${(p.description ?? "").replace(/\.$/, "")}`);
         if (p.properties || p.items || p.anyOf) {
-          total += tokenCount(JSON.stringify({ ...p, description: undefined }));
+          const nested = { ...p, description: undefined, enum: undefined };
+          total += tokenCount(JSON.stringify(nested, withoutEnums)) + nestedEnumTokens(nested);
         }
       }
     }
@@ -1009,15 +1011,30 @@ export function toolsTokens(tools: Json[]): number {
   return total + 12;
 }
 
+/** A JSON.stringify replacer that leaves enums out: nestedEnumTokens counts them. */
+const withoutEnums = (key: string, value: unknown) => key === "enum" ? undefined : value;
+
+/** Every enum value below a schema, at the cookbook's 3 tokens over its own. */
+function nestedEnumTokens(schema: Json): number {
+  if (schema === null || typeof schema !== "object") return 0;
+  let total = 0;
+  if (!Array.isArray(schema) && Array.isArray(schema.enum)) {
+    for (const item of schema.enum) total += 3 + tokenCount(String(item));
+  }
+  for (const value of Object.values(schema)) total += nestedEnumTokens(value);
+  return total;
+}
+
 /**
  * A structured-output schema's tokens. OpenAI publishes no rule; the fake counts the schema's
- * JSON, its name and description, plus 8 of framing (documented approximation).
+ * JSON, its name and description, plus 8 of framing (documented approximation), and each enum
+ * value at 3 over its own, as in tool definitions.
  */
 export function responseFormatTokens(format: Json): number {
   if (format?.type !== "json_schema") return 0;
   const s = format.json_schema;
   return 8 + tokenCount(s.name) + tokenCount(s.description ?? "") +
-    tokenCount(JSON.stringify(s.schema ?? {}));
+    tokenCount(JSON.stringify(s.schema ?? {}, withoutEnums)) + nestedEnumTokens(s.schema ?? {});
 }
 
 /**
