@@ -184,7 +184,8 @@ Deno.test("anthropic streaming: cache tokens count as prompt tokens and cumulati
     const usage = chunks.at(-1).usage;
     assert.equal(usage.prompt_tokens, 21 + 188 + 1800);
     assert.equal(usage.completion_tokens, 12); // 9 then 12 cumulative: 12, not 21
-    assert.equal((await s.wallet(appId)).available, 5_000_000 - cost(2009, 12));
+    // The 188 written to the cache at Anthropic's 1.25× the input price (2.5 micro-USD each).
+    assert.equal((await s.wallet(appId)).available, 5_000_000 - cost(21 + 1800, 12) - 188 * 2.5);
   }));
 
 Deno.test("anthropic stop_reason maps to finish_reason", async () => {

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { parsePricePerMTok, type PicosPerToken } from "@/lib/core/mod.ts";
+import { formatPricePerMTok, parsePricePerMTok, type PicosPerToken } from "@/lib/core/mod.ts";
 
 const Price = z.string().regex(
   /^\d{1,9}(\.\d{1,6})?$/,
@@ -160,6 +160,15 @@ function routeTokenizer(set: Tokenizer | undefined, upstreamModel: string): Toke
  */
 const EMBEDDING_TOKENIZER: Tokenizer = "cl100k";
 
+/**
+ * What an Anthropic route bills a prompt-cache write at when the catalog names no price: 1.25× the
+ * input price (a 5-minute write, the only kind a request may ask for). Charged at the input price,
+ * a quarter of every written token was the operator's to pay.
+ */
+function anthropicCacheWritePrice(inputPrice: PicosPerToken): PicosPerToken {
+  return (inputPrice * 5n + 3n) / 4n;
+}
+
 export interface Catalog {
   models: Model[];
   get(id: string): Model | undefined;
@@ -279,20 +288,28 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         }
       }
     }
+    const inputPrice = parsePricePerMTok(m.input_usd_per_mtok);
+    const anthropicRoute = routes.some((r) => r.provider.kind === "anthropic");
+    const cacheWritePrice = m.cache_write_usd_per_mtok !== undefined
+      ? parsePricePerMTok(m.cache_write_usd_per_mtok)
+      : anthropicRoute
+      ? anthropicCacheWritePrice(inputPrice)
+      : inputPrice;
     byId.set(m.id, {
       id: m.id,
       type,
       provider,
       upstreamModel: m.upstream_model,
       fallbacks,
-      inputPrice: parsePricePerMTok(m.input_usd_per_mtok),
+      inputPrice,
       outputPrice: parsePricePerMTok(m.output_usd_per_mtok ?? "0"),
       cacheReadPrice: parsePricePerMTok(m.cache_read_usd_per_mtok ?? m.input_usd_per_mtok),
-      cacheWritePrice: parsePricePerMTok(m.cache_write_usd_per_mtok ?? m.input_usd_per_mtok),
+      cacheWritePrice,
       inputUsdPerMTok: m.input_usd_per_mtok,
       outputUsdPerMTok: m.output_usd_per_mtok ?? null,
       cacheReadUsdPerMTok: m.cache_read_usd_per_mtok ?? null,
-      cacheWriteUsdPerMTok: m.cache_write_usd_per_mtok ?? null,
+      cacheWriteUsdPerMTok: m.cache_write_usd_per_mtok ??
+        (anthropicRoute ? formatPricePerMTok(cacheWritePrice) : null),
       contextTokens: m.context_tokens,
       maxOutputTokens: m.max_output_tokens ?? 0,
       outputCapParam: m.output_cap_param ?? null,

@@ -372,3 +372,34 @@ Deno.test("OpenAI's own models, and open ones whose tokenizer the catalog sets, 
   const set = buildCatalog(withOpenAiModel("llama-3.1-8b", { tokenizer: "utf8_bytes" }), {});
   assert.deepEqual(set.warnings, []);
 });
+
+Deno.test("a model an Anthropic route serves bills cache writes at Anthropic's 1.25× the input price unless the catalog names one, and lists it", () => {
+  const file = catalogFile();
+  file.models.push({
+    id: "anthropic/claude",
+    provider: "backup",
+    upstream_model: "claude-sonnet-4-5",
+    input_usd_per_mtok: "3.00",
+    output_usd_per_mtok: "15.00",
+    context_tokens: 200_000,
+    max_output_tokens: 8_192,
+  }, {
+    id: "anthropic/priced",
+    provider: "backup",
+    upstream_model: "claude-haiku-4-5",
+    input_usd_per_mtok: "1.00",
+    output_usd_per_mtok: "5.00",
+    cache_write_usd_per_mtok: "2.00",
+    context_tokens: 200_000,
+    max_output_tokens: 8_192,
+  });
+  file.models[1] = { ...file.models[1], fallbacks: [] };
+  const catalog = buildCatalog(file, {});
+  const claude = catalog.get("anthropic/claude")!;
+  assert.equal(claude.cacheWritePrice, 3_750_000n);
+  assert.equal(claude.cacheWriteUsdPerMTok, "3.75");
+  assert.equal(catalog.get("anthropic/priced")!.cacheWritePrice, 2_000_000n);
+  const openai = catalog.get("openai/gpt-4o-mini")!;
+  assert.equal(openai.cacheWritePrice, openai.inputPrice, "OpenAI reports no cache writes");
+  assert.equal(openai.cacheWriteUsdPerMTok, null);
+});

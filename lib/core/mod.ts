@@ -16,7 +16,14 @@ export { isPlausibleId, newId, newRequestId, randomToken } from "./ids.ts";
 export { getManyChunked, KvOpenError, openKv } from "./kv.ts";
 export { flushLogs, jsonLogger, logSoon, REQUEST_LOG_FIELDS, requestLogLine } from "./log.ts";
 export type { LoggedUpstreamError, Logger, RequestLogLine, TraceFields } from "./log.ts";
-export { componentsCost, formatUsd, parsePricePerMTok, parseUsd, tokensCost } from "./money.ts";
+export {
+  componentsCost,
+  formatPricePerMTok,
+  formatUsd,
+  parsePricePerMTok,
+  parseUsd,
+  tokensCost,
+} from "./money.ts";
 export type { Micros, PicosPerToken } from "./money.ts";
 export { sha256Hex, timingSafeEqualStrings } from "./secrets.ts";
 export { within } from "./async.ts";

@@ -821,7 +821,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                   type: "string",
                   pattern: PRICE_PATTERN,
                   description:
-                    "Input written to the provider's prompt cache; present when the catalog prices it apart (else it costs the input price).",
+                    "Input written to the provider's prompt cache; present when the catalog prices it apart (else it costs the input price), and always for a model an Anthropic route serves (1.25× the input price unless the catalog names another).",
                 },
               },
             },

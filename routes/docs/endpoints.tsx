@@ -118,7 +118,9 @@ export function endpointsPage() {
           writes them (<code>input_usd_per_mtok</code>, and <code>output_usd_per_mtok</code>{" "}
           for chat models; <code>cache_read_usd_per_mtok</code> and{" "}
           <code>cache_write_usd_per_mtok</code>{" "}
-          when the catalog prices cached input apart, which otherwise costs the input price).
+          when the catalog prices cached input apart, which otherwise costs the input price; a model
+          an Anthropic route serves always lists its cache-write price, 1.25× the input price unless
+          the catalog names another).
         </li>
         <li>
           <code>created</code>: the catalog records no release dates, so every model carries the
