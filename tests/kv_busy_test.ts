@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { retryWhileBusy } from "@/lib/core/kv.ts";
+import { openKv, retryWhileBusy } from "@/lib/core/kv.ts";
 
 /** A real in-memory KV whose get and commit fail as SQLite does while another process writes. */
 async function lockedFor(times: number) {
@@ -98,6 +98,39 @@ Deno.test("two processes' worth of handles on one file keep plain writes working
     assert.ok(results.every((r) => r.ok));
   } finally {
     main.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a KV file another process holds locked past SQLite's own five-second wait is opened once it lets go", async () => {
+  const dir = await Deno.makeTempDir();
+  const path = `${dir}/kv.sqlite3`;
+  // A new file locked whole, as a second instance found it while the first set the file up.
+  const holder = new Deno.Command(Deno.execPath(), {
+    args: [
+      "eval",
+      `import { DatabaseSync } from "node:sqlite";
+       const db = new DatabaseSync(${JSON.stringify(path)});
+       db.exec("BEGIN EXCLUSIVE");
+       console.log("locked");
+       await new Promise((r) => setTimeout(r, 6_000));
+       db.exec("COMMIT");`,
+    ],
+    stdout: "piped",
+  }).spawn();
+  const reader = holder.stdout.getReader();
+  await reader.read();
+  reader.releaseLock();
+  try {
+    const started = Date.now();
+    const kv = await openKv(path);
+    assert.ok(Date.now() - started >= 5_000, "it waited for the lock");
+    await kv.set(["opened"], true);
+    assert.equal((await kv.get(["opened"])).value, true);
+    kv.close();
+  } finally {
+    await holder.stdout.cancel();
+    await holder.status;
     await Deno.remove(dir, { recursive: true });
   }
 });

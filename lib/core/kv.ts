@@ -15,7 +15,7 @@ export async function openKv(path: string | undefined): Promise<Deno.Kv> {
       const dir = target.replace(/[^/]*$/, "");
       if (dir) await Deno.mkdir(dir, { recursive: true });
     }
-    return retryWhileBusy(await Deno.openKv(target));
+    return retryWhileBusy(await whileBusy(() => Deno.openKv(target), OPEN_BUSY_BUDGET_MS));
   } catch (error) {
     const what = target === undefined ? "Deno Deploy's KV" : `KV_PATH ${target}`;
     throw new KvOpenError(`${what} cannot be opened: ${(error as Error).message}`, {
@@ -31,6 +31,12 @@ const BUSY = /database is (locked|busy)/i;
  * gave 58–82 errors a minute there), far shorter than any client's timeout.
  */
 const BUSY_BUDGET_MS = 2_000;
+/**
+ * Opening waits longer: SQLite's own wait (5 s) can run out while another process holds the file
+ * for its setup, and two instances starting on a new file at once were seen to refuse one of them
+ * ("database is locked") where a second try would have opened it. A start can afford the wait.
+ */
+const OPEN_BUSY_BUDGET_MS = 15_000;
 
 /**
  * Several processes on one SQLite file (instances, or an admin command beside a running service)
@@ -61,7 +67,7 @@ export function retryWhileBusy(kv: Deno.Kv): Deno.Kv {
   });
 }
 
-async function whileBusy<T>(run: () => Promise<T>): Promise<T> {
+async function whileBusy<T>(run: () => Promise<T>, budgetMs = BUSY_BUDGET_MS): Promise<T> {
   let since: number | null = null;
   for (let attempt = 1;; attempt++) {
     try {
@@ -69,7 +75,7 @@ async function whileBusy<T>(run: () => Promise<T>): Promise<T> {
     } catch (error) {
       if (!BUSY.test(String((error as Error)?.message))) throw error;
       since ??= Date.now();
-      if (Date.now() - since >= BUSY_BUDGET_MS) throw error;
+      if (Date.now() - since >= budgetMs) throw error;
       // Jittered and growing to 50 ms: the holders' turns are short, but there may be many.
       const pause = Math.random() * Math.min(50, 2 ** attempt);
       await new Promise((resolve) => setTimeout(resolve, pause));
