@@ -94,11 +94,11 @@ export const keys = {
   ownerManagementKeysIssued: (ownerId: string) =>
     ["owner_management_keys_issued", ownerId] as const,
   /**
-   * Requests a management key has made in a one-minute window (a number), raised by a checked
-   * increment; expires with its window.
+   * Requests an owner's management keys have made, together, in a one-minute window (a number),
+   * raised by a checked increment; expires with its window.
    */
-  managementKeyRequests: (keyId: string, window: number) =>
-    ["management_key_requests", keyId, window] as const,
+  managementOwnerRequests: (ownerId: string, window: number) =>
+    ["management_owner_requests", ownerId, window] as const,
   /** An app's webhook endpoint, signing secret and low-balance threshold. */
   webhookSettings: (appId: string) => ["webhook_settings", appId] as const,
   allWebhookSettings: () => ["webhook_settings"] as const,

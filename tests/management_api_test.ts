@@ -840,12 +840,22 @@ function assertRateLimited(res: Awaited<ReturnType<typeof call>>, retryAfter: st
   assert.equal(res.status, 429);
   assert.equal(res.body.error.code, "rate_limit_exceeded");
   assert.equal(res.body.error.type, "rate_limit_error");
-  assert.match(res.body.error.message, /this management key/);
+  assert.match(res.body.error.message, /this account's management keys/);
   assert.equal(res.body.error.doc_url, `${PUBLIC_URL}/docs/errors#rate_limit_exceeded`);
   assert.equal(res.headers.get("retry-after"), retryAfter);
+  assert.equal(res.headers.get("x-ratelimit-remaining-requests"), "0");
 }
 
-Deno.test("management API: a management key's request past its limit in a minute is 429 rate_limit_exceeded with Retry-After to the minute's end, and is not run", () => {
+/** The three request-window headers of a management answer. */
+function windowOf(res: Awaited<ReturnType<typeof call>>) {
+  return {
+    limit: res.headers.get("x-ratelimit-limit-requests"),
+    remaining: res.headers.get("x-ratelimit-remaining-requests"),
+    reset: res.headers.get("x-ratelimit-reset-requests"),
+  };
+}
+
+Deno.test("management API: a request past the owner's management limit in a minute is 429 rate_limit_exceeded with Retry-After to the minute's end, and is not run", () => {
   const clock = minuteClock();
   return withService(async (s) => {
     const o = await owner(s);
@@ -871,21 +881,70 @@ Deno.test("management API: a management key's request past its limit in a minute
   }, { env: { MANAGEMENT_RATE_LIMIT_RPM: "3" }, now: clock.now });
 });
 
-Deno.test("management API: each management key has its own limit, even of one owner", () => {
+Deno.test("management API: two management keys of one owner share one limit: one more than the limit at once over both keys, and exactly the limit succeed", () => {
   const clock = minuteClock();
   return withService(async (s) => {
     const o = await owner(s);
     const { managementKey: second } = await issueManagementKey(s.kv, o.ownerId, "second");
+    const answers = await Promise.all(
+      Array.from(
+        { length: 7 },
+        (_, i) => call(s, i % 2 ? second : o.managementKey, "GET", "/apps"),
+      ),
+    );
+    assert.equal(answers.filter((r) => r.status === 200).length, 6);
+    for (const refused of answers.filter((r) => r.status !== 200)) assertRateLimited(refused, "45");
+    // Either key is now refused: the window is the owner's.
+    assertRateLimited(await call(s, o.managementKey, "GET", "/apps"), "45");
+    assertRateLimited(await call(s, second, "GET", "/apps"), "45");
+  }, { env: { MANAGEMENT_RATE_LIMIT_RPM: "6" }, now: clock.now });
+});
+
+Deno.test("management API: another owner's key has its own window", () => {
+  const clock = minuteClock();
+  return withService(async (s) => {
+    const o = await owner(s);
+    const other = await owner(s, "own_other");
     for (let i = 0; i < 2; i++) {
       assert.equal((await call(s, o.managementKey, "GET", "/apps")).status, 200);
     }
     assertRateLimited(await call(s, o.managementKey, "GET", "/apps"), "45");
-    for (let i = 0; i < 2; i++) assert.equal((await call(s, second, "GET", "/apps")).status, 200);
-    assertRateLimited(await call(s, second, "GET", "/apps"), "45");
+    const first = await call(s, other.managementKey, "GET", "/apps");
+    assert.equal(first.status, 200);
+    assert.equal(windowOf(first).remaining, "1");
+    assert.equal((await call(s, other.managementKey, "GET", "/apps")).status, 200);
+    assertRateLimited(await call(s, other.managementKey, "GET", "/apps"), "45");
   }, { env: { MANAGEMENT_RATE_LIMIT_RPM: "2" }, now: clock.now });
 });
 
-Deno.test("management API: the next minute allows a limited management key again", () => {
+Deno.test("management API: every counted management answer carries x-ratelimit-* headers, errors included, the remaining requests decreasing; a 401 carries none", () => {
+  const clock = minuteClock();
+  return withService(async (s) => {
+    const o = await owner(s);
+    const { appId } = o.apps[0];
+    const answers = [
+      await call(s, o.managementKey, "GET", "/apps"),
+      await call(s, o.managementKey, "POST", `/apps/${appId}/keys`, { body: { name: "one" } }),
+      await call(s, o.managementKey, "GET", "/apps/app_nobody"),
+      await call(s, o.managementKey, "GET", "/apps?limit=0"),
+      await call(s, o.managementKey, "POST", `/apps/${appId}/keys`, { body: { name: 7 } }),
+    ];
+    assert.deepEqual(answers.map((r) => r.status), [200, 201, 404, 400, 400]);
+    answers.forEach((res, i) => {
+      assert.deepEqual(windowOf(res), { limit: "5", remaining: String(4 - i), reset: "45s" });
+    });
+    clock.at += 500;
+    const refused = await call(s, o.managementKey, "GET", "/apps");
+    assertRateLimited(refused, "45");
+    assert.deepEqual(windowOf(refused), { limit: "5", remaining: "0", reset: "44.5s" });
+
+    const unknown = await call(s, "tbm_" + "0".repeat(40), "GET", "/apps");
+    assert.equal(unknown.status, 401);
+    assert.deepEqual(windowOf(unknown), { limit: null, remaining: null, reset: null });
+  }, { env: { MANAGEMENT_RATE_LIMIT_RPM: "5" }, now: clock.now });
+});
+
+Deno.test("management API: the next minute allows a limited owner's management key again", () => {
   const clock = minuteClock();
   return withService(async (s) => {
     const o = await owner(s);

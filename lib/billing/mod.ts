@@ -11,6 +11,7 @@ export {
   rateLimitHeaders,
   rateLimitRefusal,
   readRateLimitStatus,
+  requestRateLimitHeaders,
   setRateLimits,
   validLimit,
 } from "./ratelimit.ts";

@@ -351,12 +351,19 @@ export function formatDuration(ms: number): string {
   return seconds;
 }
 
+/** The three `x-ratelimit-*-requests` headers; the management API sends only these. */
+export function requestRateLimitHeaders(requests: DimensionStatus): Record<string, string> {
+  return {
+    "x-ratelimit-limit-requests": String(requests.limit),
+    "x-ratelimit-remaining-requests": String(requests.remaining),
+    "x-ratelimit-reset-requests": formatDuration(requests.resetMs),
+  };
+}
+
 /** The six `x-ratelimit-*` response headers. */
 export function rateLimitHeaders(status: RateLimitStatus): Record<string, string> {
   return {
-    "x-ratelimit-limit-requests": String(status.requests.limit),
-    "x-ratelimit-remaining-requests": String(status.requests.remaining),
-    "x-ratelimit-reset-requests": formatDuration(status.requests.resetMs),
+    ...requestRateLimitHeaders(status.requests),
     "x-ratelimit-limit-tokens": String(status.tokens.limit),
     "x-ratelimit-remaining-tokens": String(status.tokens.remaining),
     "x-ratelimit-reset-tokens": formatDuration(status.tokens.resetMs),

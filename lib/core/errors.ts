@@ -198,9 +198,9 @@ export const ERROR_CODES = {
     type: "rate_limit_error",
     title: "Rate limit exceeded",
     cause:
-      "This API key or its app has used its requests or tokens per minute (the tighter of the two limits applies). A request counts its prompt plus `max_tokens` when it starts, corrected to the tokens actually used when it ends. Nothing was reserved, charged or counted for the refused request; a 429 is about time, a 402 about money, and rate is checked first. Management API: this management key has made its `MANAGEMENT_RATE_LIMIT_RPM` requests (300 by default) in the current minute; the request was not run and nothing was created, changed or counted.",
+      "This API key or its app has used its requests or tokens per minute (the tighter of the two limits applies). A request counts its prompt plus `max_tokens` when it starts, corrected to the tokens actually used when it ends. Nothing was reserved, charged or counted for the refused request; a 429 is about time, a 402 about money, and rate is checked first. Management API: the account's management keys, which share one count, have made `MANAGEMENT_RATE_LIMIT_RPM` requests (300 by default) between them in the current minute; the request was not run and nothing was created, changed or counted.",
     fix:
-      "Wait the number of seconds in `Retry-After`, then retry (the official OpenAI clients do this by themselves). Pace requests with the `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` headers; a lower `max_tokens` counts fewer tokens. On the management API, `Retry-After` is the time to the end of the minute.",
+      "Wait the number of seconds in `Retry-After`, then retry (the official OpenAI clients do this by themselves). Pace requests with the `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` headers; a lower `max_tokens` counts fewer tokens. On the management API, `Retry-After` is the time to the end of the minute, and `x-ratelimit-remaining-requests` what the account has left of it.",
   },
   upstream_rate_limited: {
     status: 429,

@@ -30,6 +30,34 @@ const WRITE_ERRORS: ErrorCode[] = [
   "idempotency_replay_too_large",
 ];
 
+/**
+ * The paid API's request-window headers, counting the owner's management requests: every answer
+ * after the key is accepted carries them.
+ */
+const MANAGEMENT_RATE_LIMIT_HEADERS = {
+  "x-ratelimit-limit-requests": {
+    component: "ManagementLimitRequests",
+    pattern: "^[0-9]+$",
+    description:
+      "Requests a minute the owner's management keys may make together (MANAGEMENT_RATE_LIMIT_RPM).",
+  },
+  "x-ratelimit-remaining-requests": {
+    component: "ManagementRemainingRequests",
+    pattern: "^[0-9]+$",
+    description:
+      "Requests the owner's management keys have left in the current UTC minute, after this one.",
+  },
+  "x-ratelimit-reset-requests": {
+    component: "ManagementResetRequests",
+    // Go's duration notation, as the paid API's resets: `250ms`, `45s`, `1.5s`, `1m0s`.
+    pattern: "^([0-9]{1,3}ms|([0-9]+m)?[0-9]+(\\.[0-9]{1,3})?s)$",
+    description: "Time to the end of the current UTC minute, such as `45s` or `1.5s`.",
+  },
+} as const;
+
+const OVER_THE_LIMIT =
+  "The owner's management keys, which share one count, have made `MANAGEMENT_RATE_LIMIT_RPM` requests in this UTC minute: the request was not run. `Retry-After` is the seconds to the end of the minute.";
+
 const MONEY = { type: "string", pattern: "^-?[0-9]+\\.[0-9]{6}$" };
 /** A USD amount with up to six decimals, such as "5" or "5.000000". */
 const CAP_AMOUNT = { type: "string", pattern: "^[0-9]{1,9}(\\.[0-9]{1,6})?$" };
@@ -47,21 +75,50 @@ export function managementOpenApi(
     "Tollbooth-Request-Id": helpers.headerRef("RequestId"),
     "Tollbooth-Version": helpers.headerRef("Version"),
   };
+  const counted = {
+    ...common,
+    ...Object.fromEntries(
+      Object.entries(MANAGEMENT_RATE_LIMIT_HEADERS).map((
+        [name, { component }],
+      ) => [name, helpers.headerRef(component)]),
+    ),
+  };
+  // A path segment too long to be any id is a 404 before the key is read, so it is not counted.
+  const countedUnlessPathTooLong = {
+    ...common,
+    ...Object.fromEntries(
+      Object.entries(MANAGEMENT_RATE_LIMIT_HEADERS).map(([name, { description, pattern }]) => [
+        name,
+        {
+          description:
+            `${description} Absent on the 404 of a path segment too long to be any id, answered before the key is read.`,
+          schema: { type: "string", pattern },
+        },
+      ]),
+    ),
+  };
   const errors = (codes: ErrorCode[]) => {
     const statuses = [...new Set(codes.map((c) => ERROR_CODES[c].status))].sort();
     return Object.fromEntries(statuses.map((status) => {
       const these = codes.filter((c) => ERROR_CODES[c].status === status);
+      // A 401 has no owner to count; a 500 may be the limiter's own storage failing.
+      const headers = status === 401 || status === 500
+        ? common
+        : status === 404
+        ? countedUnlessPathTooLong
+        : counted;
+      const titles = these.map((c) => `\`${c}\`: ${ERROR_CODES[c].title}.`).join(" ");
       return [String(status), {
-        description: these.map((c) => `\`${c}\`: ${ERROR_CODES[c].title}.`).join(" "),
+        description: status === 429 ? `${titles} ${OVER_THE_LIMIT}` : titles,
         headers: status === 429
-          ? { ...common, "Retry-After": helpers.headerRef("RetryAfter") }
-          : common,
+          ? { ...headers, "Retry-After": helpers.headerRef("RetryAfter") }
+          : headers,
         content: { "application/json": { schema: helpers.errorSchema(these) } },
       }];
     }));
   };
   const ok = (schema: unknown, description: string, status = "200") => ({
-    [status]: { description, headers: common, content: { "application/json": { schema } } },
+    [status]: { description, headers: counted, content: { "application/json": { schema } } },
   });
   const appId = {
     name: "app_id",
@@ -475,7 +532,13 @@ export function managementOpenApi(
     type: "http",
     scheme: "bearer",
     description:
-      "An owner's management key (`tbm_…`), created in the dashboard. It acts on all of the owner's apps; keep it server-side. Each management key may make `MANAGEMENT_RATE_LIMIT_RPM` (300) requests a minute (fixed UTC minutes); one more is 429 `rate_limit_exceeded` with `Retry-After`, and is not run.",
+      "An owner's management key (`tbm_…`), created in the dashboard. It acts on all of the owner's apps; keep it server-side. The owner's management keys may make `MANAGEMENT_RATE_LIMIT_RPM` (300) requests a minute together (one count per owner, fixed UTC minutes), shown in the `x-ratelimit-*-requests` headers; one more is 429 `rate_limit_exceeded` with `Retry-After`, and is not run.",
   };
-  return { paths, schemas, securityScheme };
+  const headers = Object.fromEntries(
+    Object.values(MANAGEMENT_RATE_LIMIT_HEADERS).map(({ component, description, pattern }) => [
+      component,
+      { required: true, description, schema: { type: "string", pattern } },
+    ]),
+  );
+  return { paths, schemas, securityScheme, headers };
 }

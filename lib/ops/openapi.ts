@@ -467,6 +467,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           ]),
         ),
         ...rateLimitHeaders,
+        ...management.headers,
       },
       schemas: {
         CreateChatCompletionRequest: chatRequestSchema(),

@@ -444,10 +444,11 @@ export function rateLimitsPage(
         is passed on; another model may answer at once).
       </p>
       <p>
-        The management API is limited apart: each management key may make{" "}
+        The management API is limited apart: an account's management keys may make{" "}
         {config.managementRateLimitRpm.toLocaleString("en-US")}{" "}
-        requests a minute (<a href="/docs/management#rate-limit">details</a>), and they never count
-        against an app's limits.
+        requests a minute between them, shown in the same <code>x-ratelimit-*-requests</code>{" "}
+        headers (<a href="/docs/management#rate-limit">details</a>), and they never count against an
+        app's limits.
       </p>
     </DocsLayout>,
   );

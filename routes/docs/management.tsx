@@ -3,7 +3,7 @@ import { CONFIG_DEFAULTS } from "@/lib/core/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import type { Examples } from "./examples.ts";
 
-/** GET /docs/management; `requestsPerMinute` is this server's limit of each management key. */
+/** GET /docs/management; `requestsPerMinute` is the limit of all of an owner's keys together. */
 export function managementDocsPage(
   publicUrl: string,
   examples: Examples,
@@ -108,13 +108,23 @@ export function managementDocsPage(
 
       <h2 id="rate-limit">Rate limit</h2>
       <p>
-        Each management key may make {requestsPerMinute}{" "}
-        requests a minute on this server ({CONFIG_DEFAULTS.MANAGEMENT_RATE_LIMIT_RPM}{" "}
-        by default, the server's{" "}
+        Your account's management keys may make {requestsPerMinute}{" "}
+        requests a minute between them on this server (
+        {CONFIG_DEFAULTS.MANAGEMENT_RATE_LIMIT_RPM} by default, the server's{" "}
         <code>MANAGEMENT_RATE_LIMIT_RPM</code>), reads and writes alike, counted in fixed UTC
-        minutes. One more is 429 <code>rate_limit_exceeded</code> with <code>Retry-After</code>{" "}
-        (the seconds to the end of the minute) and is not run: nothing is created or changed. Each
-        management key has its own count, and it does not touch your apps' API limits.
+        minutes. The count is your account's: all of your management keys share it, so a second key
+        does not add to it. One more is 429 <code>rate_limit_exceeded</code> with{" "}
+        <code>Retry-After</code>{" "}
+        (the seconds to the end of the minute) and is not run: nothing is created or changed. It
+        does not touch your apps' API limits.
+      </p>
+      <p>
+        Every answer after your key is accepted, errors and the 429 included, carries the count in
+        the same headers as the paid API's request window: <code>x-ratelimit-limit-requests</code>,
+        {" "}
+        <code>x-ratelimit-remaining-requests</code> (left in this minute) and{" "}
+        <code>x-ratelimit-reset-requests</code> (the time to the end of the minute, such as{" "}
+        <code>45s</code>). A 401 carries none.
       </p>
 
       <h2 id="errors">Errors</h2>

@@ -307,7 +307,7 @@ export function managementRoutes(
     idempotencyStore: IdempotencyStore;
     log: Logger;
     keyBound: KeyIssueBound;
-    /** Requests a minute of each management key. */
+    /** Requests a minute of each owner's management keys, together. */
     requestsPerMinute: number;
     now: () => number;
   },
