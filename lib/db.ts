@@ -21,6 +21,11 @@ export const keys = {
     ["checkout_sessions", appId, sessionId] as const,
   /** A credited Stripe payment by its PaymentIntent: where its refunds and disputes are taken from. */
   stripePayment: (paymentIntentId: string) => ["stripe_payments", paymentIntentId] as const,
+  /**
+   * A paid Stripe top-up its wallet could not take (filled to its credit limit after the checkout
+   * opened), by Checkout Session: refunded instead of credited, and how that refund went.
+   */
+  refusedTopUp: (sessionId: string) => ["refused_top_ups", sessionId] as const,
   serverSecret: (name: string) => ["server_secrets", name] as const,
 
   apiKey: (keyId: string) => ["api_keys", keyId] as const,
@@ -191,6 +196,26 @@ export interface StripePaymentRecord {
   sessionId: string;
   /** What the payment credited, in micro-USD. */
   amount: Micros;
+}
+
+/** What `keys.refusedTopUp` holds: a paid top-up never credited, and its refund through Stripe. */
+export interface RefusedTopUpRecord {
+  appId: string;
+  sessionId: string;
+  paymentIntentId: string;
+  /** What the payment would have credited, in micro-USD; the whole payment is refunded. */
+  amount: Micros;
+  /** Why it was not credited. */
+  reason: string;
+  refusedAt: number;
+  /**
+   * The refund once Stripe made it (`id` null when Stripe answered that the payment was already
+   * refunded, by hand or by an attempt whose answer was lost); null while it is still owed.
+   */
+  refund: { id: string | null; status: string; at: number } | null;
+  /** Refund attempts Stripe refused or did not answer; each retry uses a new idempotency key. */
+  failedAttempts: number;
+  lastError?: string;
 }
 
 /** What `keys.creditMarker` holds: the ledger entry the marked credit wrote. */

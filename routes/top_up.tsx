@@ -265,6 +265,24 @@ export function topUpRoutes(deps: TopUpDeps) {
         c.header("Refresh", "3");
         return privatePage(c, crediting(app, reference));
       }
+      if (outcome.status === "refunded") {
+        return refuse(
+          c,
+          409,
+          "Payment refunded",
+          `This app's wallet could take no more credits when the payment arrived (it holds the most a wallet may), so no credits were added and the whole payment was refunded to the card or account that paid. Refunds take 5 to 10 business days to appear; quote the reference ${reference} if it does not.`,
+          app,
+        );
+      }
+      if (outcome.status === "refund_pending") {
+        return refuse(
+          c,
+          409,
+          "Payment received but not credited: refund pending",
+          `This app's wallet could take no more credits when the payment arrived (it holds the most a wallet may), so no credits were added. The whole payment is being refunded to the card or account that paid; the refund is retried automatically until it is made. Quote the reference ${reference} if it does not appear within 10 business days.`,
+          app,
+        );
+      }
       if (outcome.status === "refused") {
         return refuse(
           c,

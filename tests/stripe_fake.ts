@@ -1,7 +1,7 @@
 /**
  * A loopback stand-in for the part of Stripe's API the top-up flow calls (create, retrieve and list
- * Checkout Sessions), answering with objects shaped like the API reference's, and signed webhook
- * events built with the stripe package's own test helper.
+ * Checkout Sessions; create refunds), answering with objects shaped like the API reference's, and
+ * signed webhook events built with the stripe package's own test helper.
  */
 import Stripe from "stripe";
 import { createStripeClient } from "@/lib/payments/mod.ts";
@@ -103,6 +103,29 @@ export function checkoutSessionObject(
   };
 }
 
+/** A Stripe API error answer, as the API reference shapes it. */
+function stripeError(
+  status: number,
+  error: { type: string; message: string; code?: string; param?: string },
+): Response {
+  return Response.json({ error }, { status });
+}
+
+/** The fields `POST /v1/refunds` takes (API reference, "Create a refund"). */
+const REFUND_FIELDS = new Set([
+  "amount",
+  "charge",
+  "currency",
+  "customer",
+  "instructions_email",
+  "origin",
+  "payment_intent",
+  "reason",
+  "refund_application_fee",
+  "reverse_transfer",
+]);
+const REFUND_REASONS = new Set(["duplicate", "fraudulent", "requested_by_customer"]);
+
 export interface RecordedRequest {
   method: string;
   path: string;
@@ -110,10 +133,138 @@ export interface RecordedRequest {
   form: URLSearchParams;
 }
 
-/** The fake API: sessions it created, by id, so tests can mark them paid. */
+/**
+ * The fake API: sessions it created, by id, so tests can mark them paid; the refunds it made, and
+ * the answers it keeps per Idempotency-Key (for 24 hours at Stripe, errors included).
+ */
 export function startFakeStripe() {
   const requests: RecordedRequest[] = [];
   const sessions = new Map<string, SessionObject>();
+  const refunds: Record<string, unknown>[] = [];
+  const idempotent = new Map<string, { request: string; status: number; body: unknown }>();
+  let refundsToRefuse = 0;
+
+  /** `POST /v1/refunds`, checked as Stripe checks it, plus the key our contract promises. */
+  function createRefund(request: Request, form: URLSearchParams): Response {
+    if (request.headers.get("content-type") !== "application/x-www-form-urlencoded") {
+      return stripeError(400, {
+        type: "invalid_request_error",
+        message: `Invalid request: the body must be form-encoded, not ${
+          request.headers.get("content-type")
+        }`,
+      });
+    }
+    for (const name of form.keys()) {
+      if (!REFUND_FIELDS.has(name) && !/^metadata\[[^\]]{1,40}\]$/.test(name)) {
+        return stripeError(400, {
+          type: "invalid_request_error",
+          code: "parameter_unknown",
+          param: name,
+          message: `Received unknown parameter: ${name}`,
+        });
+      }
+    }
+    const paymentIntent = form.get("payment_intent");
+    if (!paymentIntent) {
+      return stripeError(400, {
+        type: "invalid_request_error",
+        code: "parameter_missing",
+        message:
+          "One of the following params should be provided for this request: payment_intent or charge.",
+      });
+    }
+    const reason = form.get("reason");
+    if (reason !== null && !REFUND_REASONS.has(reason)) {
+      return stripeError(400, {
+        type: "invalid_request_error",
+        code: "parameter_invalid_empty",
+        param: "reason",
+        message: `Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer`,
+      });
+    }
+    const session = [...sessions.values()].find((s) => s.payment_intent === paymentIntent);
+    if (!session || session.payment_status !== "paid") {
+      return stripeError(404, {
+        type: "invalid_request_error",
+        code: "resource_missing",
+        param: "payment_intent",
+        message: `No such payment_intent: '${paymentIntent}'`,
+      });
+    }
+    // Not Stripe's rule, ours: a refund's key names the Checkout Session it refunds.
+    const key = request.headers.get("idempotency-key");
+    if (!key?.includes(session.id)) {
+      return stripeError(400, {
+        type: "invalid_request_error",
+        message:
+          `fake Stripe: a refund's Idempotency-Key must name its Checkout Session ${session.id}; got ${key}`,
+      });
+    }
+    const fingerprint = [...form.entries()].map(([k, v]) => `${k}=${v}`).sort().join("&");
+    const kept = idempotent.get(key);
+    if (kept) {
+      if (kept.request !== fingerprint) {
+        return stripeError(400, {
+          type: "idempotency_error",
+          message:
+            `Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '${key}' if you meant to execute a different request.`,
+        });
+      }
+      return Response.json(kept.body, {
+        status: kept.status,
+        headers: { "idempotent-replayed": "true" },
+      });
+    }
+    const keep = (status: number, body: unknown) => {
+      idempotent.set(key, { request: fingerprint, status, body });
+      return Response.json(body, { status });
+    };
+    if (refundsToRefuse > 0) {
+      refundsToRefuse--;
+      return keep(400, {
+        error: {
+          type: "invalid_request_error",
+          code: "balance_insufficient",
+          message: "You have insufficient funds in your Stripe account for this refund.",
+        },
+      });
+    }
+    const paid = session.amount_total ?? 0;
+    const refunded = refunds
+      .filter((r) => r.payment_intent === paymentIntent)
+      .reduce((sum, r) => sum + (r.amount as number), 0);
+    const amount = form.has("amount") ? Number(form.get("amount")) : paid - refunded;
+    if (refunded >= paid) {
+      return keep(400, {
+        error: {
+          type: "invalid_request_error",
+          code: "charge_already_refunded",
+          message: `Charge for ${paymentIntent} has already been refunded.`,
+        },
+      });
+    }
+    if (!Number.isInteger(amount) || amount < 1 || amount > paid - refunded) {
+      return keep(400, {
+        error: {
+          type: "invalid_request_error",
+          code: "amount_too_large",
+          param: "amount",
+          message: `Refund amount (${amount}) is greater than unrefunded amount on charge (${
+            paid - refunded
+          })`,
+        },
+      });
+    }
+    const metadata: Record<string, string> = {};
+    for (const [name, value] of form) {
+      const field = /^metadata\[(.+)\]$/.exec(name);
+      if (field) metadata[field[1]] = value;
+    }
+    const refund = refundObject({ paymentIntent, amount, metadata, reason });
+    refunds.push(refund);
+    return keep(200, refund);
+  }
+
   const server = serveLoopback(async (request) => {
     const url = new URL(request.url);
     const form = new URLSearchParams(await request.text());
@@ -122,6 +273,9 @@ export function startFakeStripe() {
       return Response.json({ error: { type: "invalid_request_error", message: "bad key" } }, {
         status: 401,
       });
+    }
+    if (request.method === "POST" && url.pathname === "/v1/refunds") {
+      return createRefund(request, form);
     }
     if (request.method === "POST" && url.pathname === "/v1/checkout/sessions") {
       const session = checkoutSessionObject({
@@ -180,6 +334,12 @@ export function startFakeStripe() {
     port: server.port,
     requests,
     sessions,
+    /** The refunds made, each once (a replayed key answers the first's refund again). */
+    refunds,
+    /** The next `count` refunds are refused as Stripe refuses one it cannot pay out. */
+    refuseRefunds(count: number) {
+      refundsToRefuse = count;
+    },
     /** What Stripe does when the buyer pays: the session turns complete and paid. */
     markPaid(id: string) {
       const session = sessions.get(id)!;
@@ -199,7 +359,14 @@ let eventCounter = 0;
 
 /** A Refund as Stripe sends it in `refund.*` events (fields from the API reference). */
 export function refundObject(
-  input: { id?: string; paymentIntent: string; amount: number; status?: string },
+  input: {
+    id?: string;
+    paymentIntent: string;
+    amount: number;
+    status?: string;
+    metadata?: Record<string, string>;
+    reason?: string | null;
+  },
 ): Record<string, unknown> {
   return {
     id: input.id ?? `re_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`,
@@ -210,9 +377,9 @@ export function refundObject(
     created: Math.floor(Date.now() / 1000),
     currency: "usd",
     destination_details: { card: { type: "refund" }, type: "card" },
-    metadata: {},
+    metadata: input.metadata ?? {},
     payment_intent: input.paymentIntent,
-    reason: "requested_by_customer",
+    reason: input.reason === undefined ? "requested_by_customer" : input.reason,
     receipt_number: null,
     source_transfer_reversal: null,
     status: input.status ?? "succeeded",

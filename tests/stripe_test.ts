@@ -255,32 +255,106 @@ Deno.test("a paid session whose amounts disagree or are not offered is refused a
     assert.equal((await s.wallet(other.appId)).available, 5_000_000);
   }));
 
-Deno.test("a payment for a wallet that reached its credit limit after its checkout opened is refused and logged, its receipt says so", () =>
+/**
+ * A $10 checkout opened for a new app, whose wallet is then credited to its limit by the operator
+ * before the payment is made: its completion event cannot credit it.
+ */
+async function paidPastTheLimit(s: TestService, fake: Fake) {
+  const { appId, topUpToken } = await s.newApp();
+  await postForm(s, `/top-up/${topUpToken}`, {
+    amount: "10",
+    form_token: await topUpFormToken(s, topUpToken),
+  });
+  const [session] = fake.sessions.values();
+  // Filled to the last dollar between the checkout's opening and its payment.
+  await s.wallets.credit(appId, {
+    amount: MAX_WALLET_CREDITS - 5_000_000 - 1_000_000,
+    kind: "operator_credit",
+    reason: "to the limit",
+  });
+  const before = await moneyState(s, appId);
+  fake.markPaid(session.id);
+  return {
+    appId,
+    topUpToken,
+    session,
+    before,
+    payload: eventPayload("checkout.session.completed", session),
+    receiptPath: `/top-up/${topUpToken}/receipt?session_id=${session.id}`,
+  };
+}
+
+/** The wallet and its ledger as they were, and no top-up among the credits: nothing credited. */
+async function assertNothingCredited(
+  s: TestService,
+  appId: string,
+  before: Awaited<ReturnType<typeof moneyState>>,
+) {
+  const after = await moneyState(s, appId);
+  assert.deepEqual(after, before);
+  assert.equal(sumOf(after.ledger, "top_up"), 0);
+  assert.equal(after.wallet.topUps, 0);
+  const credits = after.ledger.filter((e) => e.amount > 0).reduce((n, e) => n + e.amount, 0);
+  assert.equal(credits, MAX_WALLET_CREDITS - 1_000_000, "the starter and operator credits only");
+}
+
+const refundRequests = (fake: Fake) =>
+  fake.requests.filter((r) => r.method === "POST" && r.path === "/v1/refunds");
+
+Deno.test("a payment refused at the wallet limit is refunded once", () =>
   withStripe(async (s, fake) => {
-    const { appId, topUpToken } = await s.newApp();
-    await postForm(s, `/top-up/${topUpToken}`, {
-      amount: "10",
-      form_token: await topUpFormToken(s, topUpToken),
-    });
-    const [session] = fake.sessions.values();
-    // Filled to the last dollar between the checkout's opening and its payment.
-    await s.wallets.credit(appId, {
-      amount: MAX_WALLET_CREDITS - 5_000_000 - 1_000_000,
-      kind: "operator_credit",
-      reason: "to the limit",
-    });
-    const before = await moneyState(s, appId);
-    fake.markPaid(session.id);
-    const { status, body } = await deliver(s, eventPayload("checkout.session.completed", session));
-    assert.equal(status, 200, "acknowledged: no later delivery could credit it either");
-    assert.equal(body.outcome, "refused");
-    const refusal = s.logs.find((l) => l.event === "top_up_refused");
-    assert.equal(refusal?.level, "error");
-    assert.match(String(refusal?.reason), /the most a wallet holds/);
-    const receipt = await page(s, `/top-up/${topUpToken}/receipt?session_id=${session.id}`);
+    const { appId, topUpToken, session, before, payload, receiptPath } = await paidPastTheLimit(
+      s,
+      fake,
+    );
+    const { status, body } = await deliver(s, payload);
+    assert.equal(status, 200);
+    assert.equal(body.outcome, "refunded");
+
+    const [request] = refundRequests(fake);
+    assert.equal(request.headers.get("authorization"), `Bearer ${STRIPE_ENV.STRIPE_SECRET_KEY}`);
+    assert.equal(request.headers.get("content-type"), "application/x-www-form-urlencoded");
+    assert.equal(request.headers.get("idempotency-key"), `top-up-refund:${session.id}`);
+    assert.equal(request.form.get("payment_intent"), session.payment_intent);
+    assert.equal(request.form.has("amount"), false, "the whole payment");
+    assert.equal(request.form.get("metadata[checkout_session]"), session.id);
+    assert.equal(request.form.get("metadata[app_id]"), appId);
+    assert.equal(fake.refunds.length, 1);
+    const [refund] = fake.refunds;
+    assert.equal(refund.amount, 1_000);
+    assert.equal(refund.payment_intent, session.payment_intent);
+    assert.equal(refund.status, "succeeded");
+
+    const refunded = s.logs.filter((l) => l.event === "top_up_refunded");
+    assert.equal(refunded.length, 1);
+    assert.equal(refunded[0].level ?? "info", "info");
+    assert.equal(refunded[0].refund, refund.id);
+    assert.match(String(refunded[0].reason), /the most a wallet holds/);
+    assert.equal(s.logs.filter((l) => l.event === "top_up_refused").length, 0);
+
+    const receipt = await page(s, receiptPath);
     assert.equal(receipt.status, 409);
-    assert.match(await receipt.text(), /Payment received but not credited/);
-    assert.deepEqual(await moneyState(s, appId), before);
+    const html = await receipt.text();
+    assert.match(html, /Payment refunded/);
+    assert.doesNotMatch(html, /will refund it/);
+
+    // Stripe then announces the refund it made: there is no credit to take it back from.
+    const announced = await deliver(s, eventPayload("refund.created", refund));
+    assert.equal(announced.status, 200);
+    assert.equal(announced.body.outcome, "never_credited");
+    assert.equal(s.logs.filter((l) => l.event === "stripe_reversal_unmatched").length, 0);
+    // Should that refund fail later at the payer's bank, the operator hears of it.
+    const bounced = await deliver(
+      s,
+      eventPayload("refund.failed", { ...refund, status: "failed" }),
+    );
+    assert.equal(bounced.body.outcome, "never_credited");
+    const failed = s.logs.find((l) => l.event === "top_up_refund_failed");
+    assert.equal(failed?.level, "error");
+    assert.match(String(failed?.why), /neither credits nor money back/);
+
+    assert.equal(fake.refunds.length, 1);
+    await assertNothingCredited(s, appId, before);
     // And no new checkout opens for it.
     const refused = await postForm(s, `/top-up/${topUpToken}`, {
       amount: "5",
@@ -289,6 +363,71 @@ Deno.test("a payment for a wallet that reached its credit limit after its checko
     assert.equal(refused.status, 409);
     assert.match(await refused.text(), /This app cannot take more credits/);
     assert.equal(fake.sessions.size, 1);
+  }));
+
+Deno.test("a redelivered event does not refund twice", () =>
+  withTwoProcesses(async (one, two, fake) => {
+    const { appId, session, before, payload, receiptPath } = await paidPastTheLimit(one, fake);
+    const signature = await signPayload(payload);
+    // Two processes racing over the same event, then Stripe's later redeliveries.
+    const racing = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => deliver(i % 2 ? one : two, payload, signature)),
+    );
+    assert.ok(racing.every((r) => r.status === 200 && r.body.outcome === "refunded"));
+    const asked = refundRequests(fake).length;
+    for (const s of [one, two]) {
+      assert.equal((await deliver(s, payload)).body.outcome, "refunded");
+      assert.equal((await page(s, receiptPath)).status, 409);
+    }
+    assert.equal(refundRequests(fake).length, asked, "a refund made is not asked for again");
+    assert.ok(
+      refundRequests(fake).every((r) =>
+        r.headers.get("idempotency-key") === `top-up-refund:${session.id}`
+      ),
+      "racing deliveries share one key, so Stripe makes one refund",
+    );
+    assert.equal(fake.refunds.length, 1);
+    const logs = [...one.logs, ...two.logs];
+    assert.equal(logs.filter((l) => l.event === "top_up_refunded").length, 1);
+    assert.equal(logs.filter((l) => l.event === "top_up_refund_failed").length, 0);
+    await assertNothingCredited(one, appId, before);
+  }));
+
+Deno.test("a refund Stripe refuses is retried on the next delivery", () =>
+  withStripe(async (s, fake) => {
+    const { appId, session, before, payload, receiptPath } = await paidPastTheLimit(s, fake);
+    // Refused twice: by the first delivery, then by the receipt page's own attempt.
+    fake.refuseRefunds(2);
+    const first = await deliver(s, payload);
+    assert.equal(first.status, 502, "not 2xx: Stripe delivers the event again");
+    assert.equal(first.body.error.code, "refund_failed");
+    assert.equal(first.body.error.type, "api_error");
+    const failed = s.logs.filter((l) => l.event === "top_up_refund_failed");
+    assert.equal(failed.length, 1);
+    assert.equal(failed[0].level, "error");
+    assert.match(String(failed[0].error), /insufficient funds/);
+    assert.equal(fake.refunds.length, 0);
+
+    const pending = await page(s, receiptPath);
+    assert.equal(pending.status, 409);
+    assert.match(await pending.text(), /refund pending/);
+    await assertNothingCredited(s, appId, before);
+
+    const second = await deliver(s, payload);
+    assert.equal(second.status, 200);
+    assert.equal(second.body.outcome, "refunded");
+    assert.equal(fake.refunds.length, 1);
+    // Stripe keeps a key's refusal for a day: each retry asks under a key of its own.
+    assert.deepEqual(refundRequests(fake).map((r) => r.headers.get("idempotency-key")), [
+      `top-up-refund:${session.id}`,
+      `top-up-refund:${session.id}:retry-1`,
+      `top-up-refund:${session.id}:retry-2`,
+    ]);
+    assert.equal((await deliver(s, payload)).body.outcome, "refunded");
+    assert.equal(refundRequests(fake).length, 3, "made once, never asked for again");
+    assert.match(await (await page(s, receiptPath)).text(), /Payment refunded/);
+    assert.equal(s.logs.filter((l) => l.event === "top_up_refunded").length, 1);
+    await assertNothingCredited(s, appId, before);
   }));
 
 Deno.test("the receipt shows the credited payment, crediting it if the webhook is late", () =>
@@ -384,7 +523,9 @@ Deno.test("the free test checkout cannot be switched on where Stripe is configur
 });
 
 /** Two services on one KV database, as two processes of one deployment; the audit after. */
-async function withTwoProcesses(fn: (one: TestService, two: TestService) => Promise<void>) {
+async function withTwoProcesses(
+  fn: (one: TestService, two: TestService, fake: Fake) => Promise<void>,
+) {
   const dir = await Deno.makeTempDir();
   const fake = startFakeStripe();
   const options = {
@@ -395,7 +536,7 @@ async function withTwoProcesses(fn: (one: TestService, two: TestService) => Prom
   const one = await startService(options);
   const two = await startService(options);
   try {
-    await fn(one, two);
+    await fn(one, two, fake);
     await assertAuditClean(one.kv);
   } finally {
     await one.close();

@@ -253,6 +253,15 @@ export const ERROR_CODES = {
     fix:
       "Set both secrets on the server that `PUBLIC_URL/webhooks/stripe` reaches, or point the Stripe webhook at the server that has them.",
   },
+  refund_failed: {
+    status: 502,
+    type: "api_error",
+    title: "A refused payment's refund failed",
+    cause:
+      "Answered only to Stripe's webhook (`POST /webhooks/stripe`): a paid top-up could not be credited, because its app's wallet was credited to the most a wallet may hold (one billion USD) after the checkout opened, and refunding the payment through Stripe's Refunds API failed this time (Stripe refused it or did not answer). Nothing was credited; Stripe delivers the event again later, and the refund is tried again then (once made, never again).",
+    fix:
+      "Nothing, if a later delivery succeeds. If it persists, the `top_up_refund_failed` log lines quote Stripe's error: check that the secret key may create refunds and that the Stripe balance covers the refund.",
+  },
   internal_error: {
     status: 500,
     type: "api_error",

@@ -80,7 +80,7 @@ const MONEY_PATTERN = "^[0-9]+\\.[0-9]{6}$";
 const PRICE_PATTERN = "^[0-9]+(\\.[0-9]{1,6})?$";
 
 /** Codes only Stripe's webhook answers: no endpoint of the document does. */
-export const WEBHOOK_ONLY_ERRORS: ErrorCode[] = ["payments_unavailable"];
+export const WEBHOOK_ONLY_ERRORS: ErrorCode[] = ["payments_unavailable", "refund_failed"];
 
 const ENDPOINT_ERRORS = (Object.keys(ERROR_CODES) as ErrorCode[]).filter((c) =>
   c !== "not_found" && !MANAGEMENT_ONLY_ERRORS.includes(c) && !WEBHOOK_ONLY_ERRORS.includes(c)

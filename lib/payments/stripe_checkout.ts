@@ -1,7 +1,8 @@
 /**
  * Top-ups paid through Stripe Checkout: one Checkout Session per purchase, with the price fixed
  * here; and the fulfilment shared by the webhook and the receipt page, which credits a paid session
- * exactly once and only for the amount our own metadata and Stripe's total agree on.
+ * exactly once and only for the amount our own metadata and Stripe's total agree on, or refunds it
+ * when its wallet can take no more (stripe_refusals.ts).
  */
 import Stripe from "stripe";
 import { type AppRecord, keys, type LedgerEntry, type StripePaymentRecord } from "@/lib/db.ts";
@@ -23,6 +24,12 @@ import {
   takeBackDispute,
   takeBackRefund,
 } from "./stripe_reversals.ts";
+import {
+  findRefusedTopUp,
+  refundFailedError,
+  type RefundOutcome,
+  refundRefusedTopUp,
+} from "./stripe_refusals.ts";
 
 export type { Stripe };
 export type CheckoutSession = Stripe.Checkout.Session;
@@ -95,14 +102,18 @@ export type FulfilOutcome =
   | { status: "already_credited"; appId: string }
   | { status: "not_paid"; appId: string | null }
   | { status: "not_ours" }
-  | { status: "refused"; reason: string; appId: string | null };
+  | { status: "refused"; reason: string; appId: string | null }
+  | RefundOutcome;
+
+type FulfilDeps = { kv: Deno.Kv; wallets: Wallets; log: Logger; stripe: Stripe };
 
 /**
- * Credits a Checkout Session if it is paid and its amounts agree; safe to call any number of times,
- * from any process, in any order (the marker is the session id).
+ * Credits a Checkout Session if it is paid and its amounts agree, or refunds it if its wallet can
+ * take no more; safe to call any number of times, from any process, in any order (the marker, and
+ * the refusal's record, are the session's id).
  */
 export async function fulfilCheckoutSession(
-  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger },
+  deps: FulfilDeps,
   session: CheckoutSession,
 ): Promise<FulfilOutcome> {
   const appId = session.metadata?.app_id ?? null;
@@ -138,6 +149,20 @@ export async function fulfilCheckoutSession(
   if (centsToMicros(session.amount_total) !== amount) {
     return refuse(`amount_total ${session.amount_total} cents does not match ${claimed} micro-USD`);
   }
+  const paymentIntentId = idOf(session.payment_intent);
+  const refundInstead = async (reason: string): Promise<FulfilOutcome> => {
+    if (!paymentIntentId) return refuse(`${reason}; the session names no PaymentIntent to refund`);
+    return await refundRefusedTopUp(deps, {
+      appId,
+      sessionId: session.id,
+      paymentIntentId,
+      amount,
+      reason,
+    });
+  };
+  // A payment refused once is never credited after: it is refunded, or its refund still owed.
+  const refused = await findRefusedTopUp(deps.kv, session.id);
+  if (refused) return await refundInstead(refused.reason);
   try {
     const result = await creditTopUp(deps.wallets, appId, {
       source: "stripe",
@@ -146,7 +171,6 @@ export async function fulfilCheckoutSession(
     });
     // After the credit (a refused one must not be taken back); a crash before this is mended by
     // Stripe's next delivery of the event, which finds the session already credited.
-    const paymentIntentId = idOf(session.payment_intent);
     if (paymentIntentId) {
       await rememberStripePayment(deps.kv, paymentIntentId, {
         appId,
@@ -168,9 +192,9 @@ export async function fulfilCheckoutSession(
       return refuse(`no wallet for app ${appId}`);
     }
     // Only if the wallet was credited to its limit between the checkout's opening (which checks
-    // for room) and the payment: no later delivery could credit it either, so it is refused and
-    // logged for the operator to refund.
-    if (error instanceof WalletCreditLimitError) return refuse(error.message);
+    // for room) and the payment: no later delivery could credit it either (a wallet's credits
+    // only grow), so the payer gets the money back.
+    if (error instanceof WalletCreditLimitError) return await refundInstead(error.message);
     throw error;
   }
 }
@@ -185,7 +209,7 @@ const FULFILLING_EVENTS = new Set([
 ]);
 
 export async function handleStripeEvent(
-  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger; stripe: Stripe },
+  deps: FulfilDeps,
   event: Stripe.Event,
 ): Promise<FulfilOutcome | ReversalOutcome | { status: "ignored" }> {
   const object = event.data.object as { object?: string };
@@ -202,7 +226,9 @@ export async function handleStripeEvent(
   if (!FULFILLING_EVENTS.has(event.type)) return { status: "ignored" };
   const session = event.data.object as CheckoutSession;
   if (session.object !== "checkout.session") return { status: "ignored" };
-  return await fulfilCheckoutSession(deps, session);
+  const outcome = await fulfilCheckoutSession(deps, session);
+  if (outcome.status === "refund_failed") throw refundFailedError(session.id);
+  return outcome;
 }
 
 /**
@@ -213,9 +239,9 @@ export async function handleStripeEvent(
  * wait (hours), and would never match a payment credited before payments were kept.
  */
 async function creditUnseenPayment(
-  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger; stripe: Stripe },
+  deps: FulfilDeps,
   paymentIntentId: string,
-): Promise<StripePaymentRecord | null> {
+): Promise<StripePaymentRecord | "refunded_uncredited" | null> {
   const { data } = await deps.stripe.checkout.sessions.list({
     payment_intent: paymentIntentId,
     limit: 1,
@@ -226,13 +252,15 @@ async function creditUnseenPayment(
     // A refund or dispute exists only for money received: Stripe's view is behind; ask again.
     throw new Error(`the session of ${paymentIntentId} is refunded but not yet paid`);
   }
+  if (outcome.status === "refund_failed") throw refundFailedError(data[0].id);
+  if (outcome.status === "refunded") return "refunded_uncredited";
   if (outcome.status !== "credited" && outcome.status !== "already_credited") return null;
   return (await deps.kv.get<StripePaymentRecord>(keys.stripePayment(paymentIntentId))).value;
 }
 
 /** Receipt lookup for a session: our ledger entry when credited, else Stripe's word on it. */
 export async function confirmCheckoutSession(
-  deps: { kv: Deno.Kv; wallets: Wallets; log: Logger; stripe: Stripe },
+  deps: FulfilDeps,
   app: AppRecord,
   sessionId: string,
 ): Promise<
@@ -240,15 +268,20 @@ export async function confirmCheckoutSession(
   | { status: "processing" }
   | { status: "unpaid" }
   | { status: "refused" }
+  /** Not credited (its wallet could take no more) and refunded, or its refund to be retried. */
+  | { status: "refunded" }
+  | { status: "refund_pending" }
   | { status: "unknown" }
 > {
   const credited = await findTopUpEntry(deps.kv, app.id, "stripe", sessionId);
   if (credited) return { status: "credited", entry: credited };
+  const refused = await findRefusedTopUp(deps.kv, sessionId);
+  if (refused?.appId === app.id && refused.refund) return { status: "refunded" };
   // Only sessions this service opened for the app are asked about: a receipt address with any
   // other id (top-up pages are public) would spend the account's Stripe API rate limit.
-  if ((await deps.kv.get(keys.checkoutSession(app.id, sessionId))).versionstamp === null) {
-    return { status: "unknown" };
-  }
+  const opened = refused?.appId === app.id ||
+    (await deps.kv.get(keys.checkoutSession(app.id, sessionId))).versionstamp !== null;
+  if (!opened) return { status: "unknown" };
   let session: CheckoutSession;
   try {
     session = await deps.stripe.checkout.sessions.retrieve(sessionId);
@@ -268,6 +301,8 @@ export async function confirmCheckoutSession(
     if (entry) return { status: "credited", entry };
   }
   if (outcome.status === "refused") return { status: "refused" };
+  if (outcome.status === "refunded") return { status: "refunded" };
+  if (outcome.status === "refund_failed") return { status: "refund_pending" };
   if (outcome.status === "not_ours") return { status: "unknown" };
   return session.status === "complete" ? { status: "processing" } : { status: "unpaid" };
 }

@@ -7,7 +7,9 @@
  * the wallet writes once (the refund's or dispute's id), so replays change nothing, and a step
  * that undoes another (a failed refund, a won dispute) first makes sure what it undoes was done.
  * Likewise a reversal of a payment not yet credited here first credits it (its Checkout Session,
- * asked of Stripe, marked by its id like any credit), then takes back.
+ * asked of Stripe, marked by its id like any credit), then takes back; unless that payment was
+ * refused at its wallet's credit limit and refunded by us (stripe_refusals.ts): nothing was
+ * credited, so nothing is taken.
  */
 import type Stripe from "stripe";
 import { keys, type StripePaymentRecord } from "@/lib/db.ts";
@@ -22,10 +24,13 @@ interface Deps {
   /**
    * The payment a reversal names when no credit of it was seen yet: Stripe does not order its
    * events, so a refund may come before its checkout's completion. Credits the payment first if
-   * it is one of our top-ups (returning its record), null if it is not ours; throws when Stripe
-   * cannot be asked, so the event is answered 5xx and delivered again.
+   * it is one of our top-ups (returning its record), "refunded_uncredited" if it is one its wallet
+   * could not take (refunded instead), null if it is not ours; throws when Stripe cannot be asked
+   * or the refund still owed fails, so the event is answered 5xx and delivered again.
    */
-  creditUnseenPayment: (paymentIntentId: string) => Promise<StripePaymentRecord | null>;
+  creditUnseenPayment: (
+    paymentIntentId: string,
+  ) => Promise<StripePaymentRecord | "refunded_uncredited" | null>;
 }
 
 export type ReversalOutcome =
@@ -35,7 +40,9 @@ export type ReversalOutcome =
   /** An inquiry (`warning_…`): Stripe moved no money, so nothing is taken. */
   | { status: "inquiry" }
   /** No top-up of ours was paid by this payment (another product on the Stripe account). */
-  | { status: "unmatched" };
+  | { status: "unmatched" }
+  /** A payment refused at its wallet's credit limit and refunded by us: nothing to take back. */
+  | { status: "never_credited" };
 
 /** Remembers which app a paid top-up credited, for its refunds and disputes; kept once written. */
 export async function rememberStripePayment(
@@ -97,7 +104,9 @@ async function takeBack(
     ? (await deps.kv.get<StripePaymentRecord>(keys.stripePayment(reversal.paymentIntent))).value
     : null;
   if (!payment && reversal.paymentIntent) {
-    payment = await deps.creditUnseenPayment(reversal.paymentIntent);
+    const unseen = await deps.creditUnseenPayment(reversal.paymentIntent);
+    if (unseen === "refunded_uncredited") return neverCredited(deps, event, reversal);
+    payment = unseen;
   }
   const amount = Math.min(centsToMicros(reversal.cents), payment?.amount ?? Infinity);
   const unmatched = (why: string): ReversalOutcome => {
@@ -157,6 +166,28 @@ async function takeBack(
     owed: formatUsd(taken.owed),
   });
   return { status: "taken_back", appId, amount, owed: taken.owed };
+}
+
+/**
+ * A reversal of a payment that was refunded instead of credited: usually the events of that refund
+ * itself. Nothing was credited, so nothing is taken; but if that refund failed or was canceled,
+ * the payer has neither the credits nor the money, which only the operator can settle.
+ */
+function neverCredited(deps: Deps, event: Stripe.Event, reversal: Reversal): ReversalOutcome {
+  if (reversal.undone && reversal.kind === "refund") {
+    deps.log({
+      level: "error",
+      event: "top_up_refund_failed",
+      why:
+        `Stripe reports the refund of a payment never credited ${reversal.because}: the payer has neither credits nor money back; settle by hand`,
+      stripeEvent: event.id,
+      type: event.type,
+      reference: reversal.id,
+      paymentIntent: reversal.paymentIntent,
+      amount: formatUsd(centsToMicros(reversal.cents)),
+    });
+  }
+  return { status: "never_credited" };
 }
 
 /**

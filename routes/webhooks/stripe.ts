@@ -14,9 +14,10 @@ const SIGNATURE = "Stripe-Signature";
 
 /**
  * Stripe's webhook: the signature is checked on the raw bytes before anything is parsed; a paid
- * Checkout Session is credited once, and a refund or dispute of it taken back once, however often
- * and in whatever order the events arrive. A 2xx tells Stripe to stop; a 5xx (the wallet store
- * failing, or Stripe's API when a reversal's payment must be looked up) makes it retry later.
+ * Checkout Session is credited once (or refunded once, if its wallet can take no more), and a
+ * refund or dispute of it taken back once, however often and in whatever order the events arrive.
+ * A 2xx tells Stripe to stop; a 5xx (the wallet store failing, Stripe's API when a reversal's
+ * payment must be looked up, or a refund Stripe did not make) makes it retry later.
  */
 export function stripeWebhook(
   deps: {

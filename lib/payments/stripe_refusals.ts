@@ -1,0 +1,178 @@
+/**
+ * A paid top-up its wallet cannot take is refunded, not kept: the wallet was credited to its limit
+ * between the checkout's opening (which checks for room) and the payment, so no later delivery
+ * could credit it either. The refund is the whole payment, made through Stripe's Refunds API once
+ * per Checkout Session; its record (keys.refusedTopUp) is written before the first attempt and
+ * says whether the refund is still owed, so a failed attempt is retried by the next delivery of
+ * the event (or the next view of the receipt) and a made one never again.
+ */
+import Stripe from "stripe";
+import { keys, type RefusedTopUpRecord } from "@/lib/db.ts";
+import { ApiError, formatUsd, type Logger, type Micros } from "@/lib/core/mod.ts";
+
+interface Deps {
+  kv: Deno.Kv;
+  log: Logger;
+  stripe: Stripe;
+}
+
+export type RefundOutcome =
+  | { status: "refunded"; appId: string; refundId: string | null }
+  /** Stripe refused the refund or did not answer: it is still owed, and tried again next time. */
+  | { status: "refund_failed"; appId: string; error: string };
+
+/** The refusal recorded for a Checkout Session, or null if its payment was never refused. */
+export async function findRefusedTopUp(
+  kv: Deno.Kv,
+  sessionId: string,
+): Promise<RefusedTopUpRecord | null> {
+  return (await kv.get<RefusedTopUpRecord>(keys.refusedTopUp(sessionId))).value;
+}
+
+/**
+ * The key of one refund attempt. Stripe keeps the answer to a key for 24 hours, errors included,
+ * so a retry under the first attempt's key would be answered the same refusal: each failed attempt
+ * moves to a new key. Racing deliveries read the same count and share a key, so Stripe makes one
+ * refund for them; and the refund is always the whole payment, which Stripe refunds once at most
+ * (a second is `charge_already_refunded`), whatever the key.
+ */
+export function refundIdempotencyKey(sessionId: string, failedAttempts: number): string {
+  const base = `top-up-refund:${sessionId}`;
+  return failedAttempts === 0 ? base : `${base}:retry-${failedAttempts}`;
+}
+
+/**
+ * Refunds a refused top-up's payment unless its record says it is refunded already: the record is
+ * written first (once), each outcome after. Safe to call any number of times, concurrently, from
+ * any process: `top_up_refunded` is logged by the one call that records the refund.
+ */
+export async function refundRefusedTopUp(
+  deps: Deps,
+  refusal: {
+    appId: string;
+    sessionId: string;
+    paymentIntentId: string;
+    amount: Micros;
+    reason: string;
+  },
+): Promise<RefundOutcome> {
+  const { kv, log, stripe } = deps;
+  const key = keys.refusedTopUp(refusal.sessionId);
+  await kv.atomic().check({ key, versionstamp: null }).set(
+    key,
+    {
+      ...refusal,
+      refusedAt: Date.now(),
+      refund: null,
+      failedAttempts: 0,
+    } satisfies RefusedTopUpRecord,
+  ).commit();
+  const record = await findRefusedTopUp(kv, refusal.sessionId);
+  if (!record) throw new Error(`the refusal of ${refusal.sessionId} was not recorded`);
+  const { appId } = record;
+  if (record.refund) return { status: "refunded", appId, refundId: record.refund.id };
+
+  let refund: NonNullable<RefusedTopUpRecord["refund"]>;
+  try {
+    const made = await stripe.refunds.create({
+      payment_intent: record.paymentIntentId,
+      metadata: { app_id: appId, checkout_session: record.sessionId },
+    }, { idempotencyKey: refundIdempotencyKey(record.sessionId, record.failedAttempts) });
+    refund = { id: made.id, status: made.status ?? "pending", at: Date.now() };
+  } catch (error) {
+    if (!isAlreadyRefunded(error)) return await recordFailure(deps, record, error);
+    refund = { id: null, status: "already_refunded", at: Date.now() };
+  }
+  const recorded = await updateRefusal(
+    kv,
+    record.sessionId,
+    (current) => current.refund ? null : { ...current, refund },
+  );
+  if (!recorded) {
+    const current = await findRefusedTopUp(kv, record.sessionId);
+    return { status: "refunded", appId, refundId: current?.refund?.id ?? refund.id };
+  }
+  log({
+    event: "top_up_refunded",
+    appId,
+    sessionId: record.sessionId,
+    paymentIntent: record.paymentIntentId,
+    refund: refund.id,
+    refundStatus: refund.status,
+    amount: formatUsd(record.amount),
+    credited: false,
+    reason: record.reason,
+  });
+  return { status: "refunded", appId, refundId: refund.id };
+}
+
+/** Stripe's answer when the payment has no money left to refund: it is back with the payer. */
+function isAlreadyRefunded(error: unknown): boolean {
+  return error instanceof Stripe.errors.StripeInvalidRequestError &&
+    error.code === "charge_already_refunded";
+}
+
+async function recordFailure(
+  deps: Deps,
+  record: RefusedTopUpRecord,
+  error: unknown,
+): Promise<RefundOutcome> {
+  const message = error instanceof Error ? error.message : String(error);
+  const failed = await updateRefusal(
+    deps.kv,
+    record.sessionId,
+    (current) =>
+      current.refund ? null : {
+        ...current,
+        failedAttempts: current.failedAttempts + 1,
+        lastError: message.slice(0, 500),
+      },
+  );
+  // Another delivery made the refund meanwhile (this one's attempt shared its key, or was refused
+  // as a second refund): it is done.
+  if (!failed) {
+    const current = await findRefusedTopUp(deps.kv, record.sessionId);
+    return { status: "refunded", appId: record.appId, refundId: current?.refund?.id ?? null };
+  }
+  deps.log({
+    level: "error",
+    event: "top_up_refund_failed",
+    appId: record.appId,
+    sessionId: record.sessionId,
+    paymentIntent: record.paymentIntentId,
+    amount: formatUsd(record.amount),
+    reason: record.reason,
+    failedAttempts: failed.failedAttempts,
+    error: message,
+    retry: "on Stripe's next delivery of the event, or the next view of the receipt",
+  });
+  return { status: "refund_failed", appId: record.appId, error: message };
+}
+
+/** Rewrites the record with `change` (null: leave it), checked against concurrent writes. */
+async function updateRefusal(
+  kv: Deno.Kv,
+  sessionId: string,
+  change: (current: RefusedTopUpRecord) => RefusedTopUpRecord | null,
+): Promise<RefusedTopUpRecord | null> {
+  const key = keys.refusedTopUp(sessionId);
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const entry = await kv.get<RefusedTopUpRecord>(key);
+    if (!entry.value) throw new Error(`no refusal recorded for ${sessionId}`);
+    const next = change(entry.value);
+    if (!next) return null;
+    if ((await kv.atomic().check(entry).set(key, next).commit()).ok) return next;
+  }
+  throw new Error(`the refusal of ${sessionId} changed concurrently; try again`);
+}
+
+/**
+ * Answered to a webhook delivery whose payment is still to be refunded: any non-2xx makes Stripe
+ * deliver the event again later, which tries the refund again.
+ */
+export function refundFailedError(sessionId: string): ApiError {
+  return new ApiError(
+    "refund_failed",
+    `The payment of Checkout Session ${sessionId} could not be credited (its wallet holds the most credits a wallet may), and refunding it through Stripe failed this time: see the top_up_refund_failed log line. Deliver the event again to retry the refund.`,
+  );
+}
