@@ -72,14 +72,20 @@ function emptyCounter(now: number): SpendCounter {
   return { held: 0, total: 0, day: utcDay(now), daySpent: 0, month: month(now), monthSpent: 0 };
 }
 
-/** The counter with its day and month windows moved to `now`. */
+/**
+ * The counter with its day and month windows moved forward to `now`, never back: an instance whose
+ * clock is behind another's, at midnight, would otherwise reset the window the other had opened,
+ * and the two, taking turns, reset each other's spending for as long as their clocks straddle it
+ * (a $1 daily cap let $11.70 through). Behind, it counts into the later window the counter is in.
+ */
 export function currentCounter(counter: SpendCounter | null, now: number): SpendCounter {
   const c = counter ? { ...counter } : emptyCounter(now);
-  if (c.day !== utcDay(now)) {
+  // ISO days and months sort as they run.
+  if (c.day < utcDay(now)) {
     c.day = utcDay(now);
     c.daySpent = 0;
   }
-  if (c.month !== month(now)) {
+  if (c.month < month(now)) {
     c.month = month(now);
     c.monthSpent = 0;
   }

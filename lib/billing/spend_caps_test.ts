@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { cappedKeyIds, cappedScopes, capsAfterRotation, heldCounterId } from "./spend_caps.ts";
+import {
+  cappedKeyIds,
+  cappedScopes,
+  capsAfterRotation,
+  currentCounter,
+  heldCounterId,
+} from "./spend_caps.ts";
 
 const cap = { total: 200_000, daily: null, monthly: null };
 
@@ -36,4 +42,17 @@ Deno.test("the capped keys are those with a cap set, not those keeping only a co
     endUser: cap,
   };
   assert.deepEqual(cappedKeyIds(record), ["key_a", "key_c"]);
+});
+
+Deno.test("a clock behind the counter's day or month counts into that later window and never resets it", () => {
+  const midnight = Date.UTC(2026, 1, 1);
+  const ahead = currentCounter(null, midnight + 5_000);
+  ahead.daySpent = ahead.monthSpent = ahead.total = 900_000;
+  const behind = currentCounter(ahead, midnight - 10_000);
+  assert.equal(behind.day, "2026-02-01");
+  assert.equal(behind.month, "2026-02");
+  assert.equal(behind.daySpent, 900_000, "the later day's spending stays");
+  assert.equal(behind.monthSpent, 900_000, "the later month's spending stays");
+  const next = currentCounter(ahead, Date.UTC(2026, 1, 2));
+  assert.deepEqual([next.day, next.daySpent, next.monthSpent], ["2026-02-02", 0, 900_000]);
 });
