@@ -602,3 +602,35 @@ Deno.test("an engine without rate limits serves from slices too: one grant admit
     await s.close();
   }
 });
+
+Deno.test("a charge settled in a slice before midnight and posted after it counts on its own day in the daily spend, as its usage record does", async () => {
+  const s = await startService();
+  let now = Date.UTC(2028, 1, 29, 23, 59, 59, 900);
+  const wallets = new Wallets(s.kv, {
+    leaseMs: 60_000,
+    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+    slices: { postEveryMs: 60_000, idleMs: 60_000 },
+    now: () => now,
+  });
+  try {
+    const { appId } = await s.newApp();
+    const holds = await sliceHolds(wallets, appId, "m");
+    for (const [i, r] of holds.slice(0, 10).entries()) {
+      assert.ok((await wallets.settle(appId, r.id, usage(`m${i}`, 700))).settled);
+    }
+    now = Date.UTC(2028, 2, 1, 0, 0, 0, 50);
+    for (const r of holds.slice(10)) await wallets.release(appId, r.id);
+    await wallets.drain();
+    const records = await usageRecords(s.kv, appId);
+    assert.equal(records.length, 10);
+    assert.ok(records.every((u) => new Date(u.createdAt).toISOString().startsWith("2028-02-29")));
+    const day = async (d: string) =>
+      Number((await s.kv.get<Deno.KvU64>(keys.dailySpend(appId, d))).value?.value ?? 0n);
+    assert.equal(await day("2028-02-29"), 7_000);
+    assert.equal(await day("2028-03-01"), 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await wallets.drain();
+    await s.close();
+  }
+});

@@ -296,6 +296,8 @@ export function planBatch(input: PlanInput) {
   // and the commit's cost, grow with mutations).
   const keysUsed = new Set<string>();
   const modelSpend = new Map<string, Micros>();
+  /** By each charge's own day, as its usage record and the usage report have it. */
+  const daySpend = new Map<string, Micros>();
   let uncharged: Micros = 0;
   const caps = input.spendCaps ?? null;
   const counters = new Map(input.counters ?? []);
@@ -312,6 +314,8 @@ export function planBatch(input: PlanInput) {
     keysUsed.add(usage.keyId);
     if (usage.cost > 0) {
       modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + usage.cost);
+      const day = utcDay(usage.createdAt);
+      daySpend.set(day, (daySpend.get(day) ?? 0) + usage.cost);
     }
     uncharged += usage.uncharged;
   };
@@ -724,13 +728,11 @@ export function planBatch(input: PlanInput) {
   }
 
   collectOwed();
-  let daySpend = 0;
   for (const [model, spent] of modelSpend) {
-    daySpend += spent;
     writes.push((a) => a.sum(keys.modelSpend(appId, model), BigInt(spent)));
   }
-  if (daySpend > 0) {
-    writes.push((a) => a.sum(keys.dailySpend(appId, utcDay(now)), BigInt(daySpend)));
+  for (const [day, spent] of daySpend) {
+    writes.push((a) => a.sum(keys.dailySpend(appId, day), BigInt(spent)));
   }
   if (uncharged > 0) {
     // Outside the wallet's invariant (it never left a wallet), so counted beside it: per app, and

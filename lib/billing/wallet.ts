@@ -1443,13 +1443,18 @@ function writeCharges(
 ) {
   const keysUsed = new Set<string>();
   const modelSpend = new Map<string, Micros>();
-  let daySpend = 0;
+  // By each charge's own day, as its usage record and the usage report have it: a slice's post
+  // just after midnight carries charges settled before it.
+  const daySpend = new Map<string, Micros>();
   let uncharged = 0;
   for (const u of usage) {
     setUsage(atomic, appId, u);
     keysUsed.add(u.keyId);
-    if (u.cost > 0) modelSpend.set(u.model, (modelSpend.get(u.model) ?? 0) + u.cost);
-    daySpend += u.cost;
+    if (u.cost > 0) {
+      modelSpend.set(u.model, (modelSpend.get(u.model) ?? 0) + u.cost);
+      const day = utcDay(u.createdAt);
+      daySpend.set(day, (daySpend.get(day) ?? 0) + u.cost);
+    }
     uncharged += u.uncharged;
   }
   // As a settle batch: uncharged usage is counted beside the wallet, per app and service-wide.
@@ -1458,7 +1463,7 @@ function writeCharges(
       .sum(keys.serviceTotal("uncharged"), BigInt(uncharged));
   }
   for (const [model, spent] of modelSpend) atomic.sum(keys.modelSpend(appId, model), BigInt(spent));
-  if (daySpend > 0) atomic.sum(keys.dailySpend(appId, utcDay(now)), BigInt(daySpend));
+  for (const [day, spent] of daySpend) atomic.sum(keys.dailySpend(appId, day), BigInt(spent));
   for (const keyId of keysUsed) atomic.set(keys.apiKeyLastUsed(keyId), now);
 }
 
