@@ -3,8 +3,11 @@
  *
  * Cursors are record ids. Every listed record's id begins with its creation time (`newId`), and a
  * page is the KV range strictly older than the cursor, so a walk to the end never shows a record
- * twice and misses none that existed when it began, however many records land meanwhile (new ones
- * sort before the walk's start).
+ * twice and misses none that existed when it began, however many records land meanwhile. Records
+ * do not always land in the order of their ids: a usage record is stamped when its request
+ * settled, and a hot app's are written by its slice's next post (a moment later, or after KV
+ * answers again, or by another instance's clock), so one may land behind the newest already
+ * listed. Clients that sync by walking back to the last id they saw are told to overlap (README).
  */
 import {
   type ApiKeyRecord,

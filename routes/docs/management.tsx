@@ -90,7 +90,11 @@ export function managementDocsPage(
         <code>next_cursor</code> as <code>starting_after</code> until <code>has_more</code>{" "}
         is false. Lists are newest first and stable while requests keep landing: a walk to the end
         shows every record that existed when it began, each exactly once (newer records appear on a
-        new walk). A <code>starting_after</code> that is not a cursor of that list is 400{" "}
+        new walk). A usage record is dated when its request settled but may be written a moment
+        later (a hot app's charges are posted in batches), so it can land behind the newest record
+        you have seen: to sync usage, walk back past the last record you saw by a margin (five
+        minutes is ample) and skip the ids you already have. A <code>starting_after</code>{" "}
+        that is not a cursor of that list is 400{" "}
         <code>invalid_parameter</code>. The keys list pages the same way (a reseller's app may hold
         thousands of keys).
       </p>
