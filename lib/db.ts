@@ -63,6 +63,14 @@ export const keys = {
   appUsage: (appId: string) => ["usage", appId] as const,
   dailySpend: (appId: string, day: string) => ["daily_spend", appId, day] as const,
   appDailySpend: (appId: string) => ["daily_spend", appId] as const,
+  /**
+   * Commits that wrote usage records created on the UTC day (Deno.KvU64): each adds one in the same
+   * commit, so a usage rollup of the day made at this value is current while the value stands.
+   */
+  usageDayVersion: (appId: string, day: string) => ["usage_day_versions", appId, day] as const,
+  /** Part `chunk` of a day's usage summed per `grouping`, cached (see usage_report.ts). */
+  usageRollupChunk: (appId: string, day: string, grouping: UsageRollupGrouping, chunk: number) =>
+    ["usage_rollups", appId, day, grouping, chunk] as const,
   modelSpend: (appId: string, model: string) => ["model_spend", appId, model] as const,
   appModelSpend: (appId: string) => ["model_spend", appId] as const,
   /** An app's uncharged usage since it was created (Deno.KvU64), summed in the settle's commit. */
@@ -444,6 +452,28 @@ export interface UsageRecord {
 
 export function emptyWallet(): WalletRecord {
   return { available: 0, reserved: 0, spent: 0, starter: 0, topUps: 0, operatorCredits: 0 };
+}
+
+/**
+ * What a usage rollup sums per: a report's own grouping, or `detail` (model, key and end user
+ * together) for a report filtered by any of them.
+ */
+export type UsageRollupGrouping = "day" | "model" | "key" | "user" | "detail";
+
+/**
+ * A group of a rollup: its parts (`[group]`, or `[model, keyId, user]` for `detail`; a missing end
+ * user is null), then its requests, prompt tokens, completion tokens and cost. An array rather than
+ * an object: a day may have thousands of groups, and a value's size is bounded.
+ */
+export type UsageRollupRow = [...(string | null)[], number, number, number, Micros];
+
+/** One part of a day's rollup; a rollup too large for one KV value is split over several. */
+export interface UsageRollupChunk {
+  /** The day's `usageDayVersion` the rollup was made at (0n: never written). */
+  version: bigint;
+  /** How many parts the rollup has. */
+  chunks: number;
+  rows: UsageRollupRow[];
 }
 
 /** UTC day of a timestamp, as YYYY-MM-DD. */

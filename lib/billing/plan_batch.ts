@@ -298,6 +298,8 @@ export function planBatch(input: PlanInput) {
   const modelSpend = new Map<string, Micros>();
   /** By each charge's own day, as its usage record and the usage report have it. */
   const daySpend = new Map<string, Micros>();
+  /** The days of the batch's usage records, free ones too: their cached rollups are outdated. */
+  const usageDays = new Set<string>();
   let uncharged: Micros = 0;
   const caps = input.spendCaps ?? null;
   const counters = new Map(input.counters ?? []);
@@ -312,6 +314,7 @@ export function planBatch(input: PlanInput) {
   const chargeUsage = (usage: UsageRecord) => {
     writes.push((a) => setUsage(a, appId, usage));
     keysUsed.add(usage.keyId);
+    usageDays.add(utcDay(usage.createdAt));
     if (usage.cost > 0) {
       modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + usage.cost);
       const day = utcDay(usage.createdAt);
@@ -734,6 +737,7 @@ export function planBatch(input: PlanInput) {
   for (const [day, spent] of daySpend) {
     writes.push((a) => a.sum(keys.dailySpend(appId, day), BigInt(spent)));
   }
+  for (const day of usageDays) writes.push((a) => a.sum(keys.usageDayVersion(appId, day), 1n));
   if (uncharged > 0) {
     // Outside the wallet's invariant (it never left a wallet), so counted beside it: per app, and
     // service-wide for /metrics, in the commit that writes the usage records carrying it.

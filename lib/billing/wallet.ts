@@ -1446,10 +1446,12 @@ function writeCharges(
   // By each charge's own day, as its usage record and the usage report have it: a slice's post
   // just after midnight carries charges settled before it.
   const daySpend = new Map<string, Micros>();
+  const usageDays = new Set<string>();
   let uncharged = 0;
   for (const u of usage) {
     setUsage(atomic, appId, u);
     keysUsed.add(u.keyId);
+    usageDays.add(utcDay(u.createdAt));
     if (u.cost > 0) {
       modelSpend.set(u.model, (modelSpend.get(u.model) ?? 0) + u.cost);
       const day = utcDay(u.createdAt);
@@ -1464,6 +1466,8 @@ function writeCharges(
   }
   for (const [model, spent] of modelSpend) atomic.sum(keys.modelSpend(appId, model), BigInt(spent));
   for (const [day, spent] of daySpend) atomic.sum(keys.dailySpend(appId, day), BigInt(spent));
+  // Outdates the cached usage rollups of each day a record lands on, however late it lands.
+  for (const day of usageDays) atomic.sum(keys.usageDayVersion(appId, day), 1n);
   for (const keyId of keysUsed) atomic.set(keys.apiKeyLastUsed(keyId), now);
 }
 

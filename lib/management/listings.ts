@@ -15,10 +15,9 @@ import {
   keys,
   type LedgerEntry,
   type UsageRecord,
-  utcDay,
   type WalletRecord,
 } from "@/lib/db.ts";
-import { getManyChunked, type Micros } from "@/lib/core/mod.ts";
+import { getManyChunked } from "@/lib/core/mod.ts";
 
 export const MAX_PAGE_LIMIT = 100;
 /** Records looked at for one filtered page before it is returned short (with `hasMore`). */
@@ -244,77 +243,4 @@ export async function pageLedger(
   const data = merged.slice(0, request.limit);
   const hasMore = merged.length > request.limit || credits.hasMore || charges.hasMore;
   return { data, hasMore, nextCursor: hasMore ? data[data.length - 1]?.id ?? null : null };
-}
-
-export type ReportGrouping = "day" | "model" | "key" | "user";
-
-export interface ReportRow {
-  group: string | null;
-  requests: number;
-  promptTokens: number;
-  completionTokens: number;
-  cost: Micros;
-}
-
-/** The widest span one report covers. */
-export const MAX_REPORT_DAYS = 93;
-/** The earliest day a report may begin; the last is 9999-12-31 (four-digit years). */
-export const FIRST_REPORT_DAY = "2000-01-01";
-const DAY_MS = 24 * 60 * 60 * 1000;
-
-/** The first id a record created at `ms` may have (ids begin with their time in base 36). */
-function usageIdAt(ms: number): string {
-  return `use_${ms.toString(36).padStart(10, "0")}`;
-}
-
-/**
- * Usage summed per UTC day, model, key or end user over the days `from` to `to` (inclusive,
- * YYYY-MM-DD), sorted by group (requests without an end user form the group `null`, first).
- */
-export async function usageReport(
-  kv: Deno.Kv,
-  appId: string,
-  options: { groupBy: ReportGrouping; from: string; to: string; filter?: UsageFilter },
-): Promise<ReportRow[]> {
-  const start = Date.parse(`${options.from}T00:00:00Z`);
-  const end = Date.parse(`${options.to}T00:00:00Z`) + DAY_MS;
-  // No day between them, or a day before the ids' clock starts: KV refuses a range that ends
-  // before it begins, and a negative time has no id.
-  if (!(start >= 0 && start < end)) return [];
-  const groups = new Map<string | null, ReportRow>();
-  const groupOf = (r: UsageRecord): string | null =>
-    options.groupBy === "day"
-      ? utcDay(r.createdAt)
-      : options.groupBy === "model"
-      ? r.model
-      : options.groupBy === "key"
-      ? r.keyId
-      : r.user ?? null;
-  const selector = {
-    start: [...keys.appUsage(appId), usageIdAt(start)],
-    end: [...keys.appUsage(appId), usageIdAt(end)],
-  };
-  for await (const entry of kv.list<UsageRecord>(selector, { batchSize: 500 })) {
-    const r = entry.value;
-    if (options.filter && !matches(r, options.filter)) continue;
-    const group = groupOf(r);
-    const row = groups.get(group) ??
-      { group, requests: 0, promptTokens: 0, completionTokens: 0, cost: 0 };
-    row.requests++;
-    row.promptTokens += r.promptTokens;
-    row.completionTokens += r.completionTokens;
-    row.cost += r.cost;
-    groups.set(group, row);
-  }
-  return [...groups.values()].sort((a, b) =>
-    a.group === b.group
-      ? 0
-      : a.group === null
-      ? -1
-      : b.group === null
-      ? 1
-      : a.group < b.group
-      ? -1
-      : 1
-  );
 }

@@ -9,23 +9,20 @@ export {
 } from "./management_keys.ts";
 export { type ManagementAdmission, ManagementRequestLimit } from "./request_limit.ts";
 export {
-  FIRST_REPORT_DAY,
   MAX_PAGE_LIMIT,
-  MAX_REPORT_DAYS,
   pageAppKeys,
   pageLedger,
   pageOwnerApps,
   pageUsage,
   UnknownCursorError,
-  usageReport,
 } from "./listings.ts";
+export { FIRST_REPORT_DAY, MAX_REPORT_DAYS, usageReport } from "./usage_report.ts";
 export type {
   AppWithWallet,
   LedgerItem,
   Page,
   PageRequest,
-  ReportGrouping,
-  ReportRow,
   TwoWayPageRequest,
   UsageFilter,
 } from "./listings.ts";
+export type { ReportGrouping, ReportRow } from "./usage_report.ts";
