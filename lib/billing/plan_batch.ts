@@ -314,10 +314,10 @@ export function planBatch(input: PlanInput) {
   const chargeUsage = (usage: UsageRecord) => {
     writes.push((a) => setUsage(a, appId, usage));
     keysUsed.add(usage.keyId);
-    usageDays.add(utcDay(usage.createdAt));
+    const day = utcDay(usage.createdAt);
+    usageDays.add(day);
     if (usage.cost > 0) {
       modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + usage.cost);
-      const day = utcDay(usage.createdAt);
       daySpend.set(day, (daySpend.get(day) ?? 0) + usage.cost);
     }
     uncharged += usage.uncharged;

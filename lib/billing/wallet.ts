@@ -1451,10 +1451,10 @@ function writeCharges(
   for (const u of usage) {
     setUsage(atomic, appId, u);
     keysUsed.add(u.keyId);
-    usageDays.add(utcDay(u.createdAt));
+    const day = utcDay(u.createdAt);
+    usageDays.add(day);
     if (u.cost > 0) {
       modelSpend.set(u.model, (modelSpend.get(u.model) ?? 0) + u.cost);
-      const day = utcDay(u.createdAt);
       daySpend.set(day, (daySpend.get(day) ?? 0) + u.cost);
     }
     uncharged += u.uncharged;
