@@ -15,6 +15,7 @@ import {
   auditWallets,
   getRateLimits,
   MAX_LIMIT,
+  revokeKey,
   setRateLimits,
   unchargedOf,
   validLimit,
@@ -22,7 +23,7 @@ import {
   Wallets,
 } from "@/lib/billing/mod.ts";
 import { formatUsd, isPlausibleId, loadConfig, openKv, parseUsd } from "@/lib/core/mod.ts";
-import { issueKey, listAppKeys, revokeKey } from "@/lib/tenants/mod.ts";
+import { issueKey, listAppKeys } from "@/lib/tenants/mod.ts";
 import { updateTopUpSettings, validateReturnUrl } from "@/lib/payments/mod.ts";
 import type { RateLimits } from "@/lib/db.ts";
 import { ADMIN_COMMANDS, type AdminCommand } from "@/lib/ops/admin_commands.ts";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { countPromptTokens } from "@/lib/gateway/tokens.ts";
-import { revokeKey } from "@/lib/tenants/mod.ts";
+import { revokeKey } from "@/lib/billing/mod.ts";
 import {
   PUBLIC_URL,
   readSse,

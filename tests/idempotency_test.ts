@@ -3,7 +3,7 @@ import { issueKey } from "@/lib/tenants/mod.ts";
 import { keys } from "@/lib/db.ts";
 import { apiKeyScope } from "@/routes/idempotency.ts";
 import { parseUsd } from "@/lib/core/mod.ts";
-import { revokeKey } from "@/lib/tenants/mod.ts";
+import { revokeKey } from "@/lib/billing/mod.ts";
 import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import { canonicalBodyHash } from "@/lib/idempotency/mod.ts";
 import {

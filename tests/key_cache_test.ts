@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { keys } from "@/lib/db.ts";
-import { createApp as createAppRecord, issueKey, KeyCache, revokeKey } from "@/lib/tenants/mod.ts";
+import { createApp as createAppRecord, issueKey, KeyCache } from "@/lib/tenants/mod.ts";
+import { revokeKey } from "@/lib/billing/mod.ts";
 import { assertAuditClean, startService, userMessage } from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";

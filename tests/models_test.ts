@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { revokeKey } from "@/lib/tenants/mod.ts";
+import { revokeKey } from "@/lib/billing/mod.ts";
 import {
   assertAuditClean,
   serveLoopback,

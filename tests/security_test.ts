@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { revokeKey } from "@/lib/tenants/mod.ts";
+import { revokeKey } from "@/lib/billing/mod.ts";
 import { flushLogs, jsonLogger, randomToken, timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import { CONTENT_SECURITY_POLICY } from "@/routes/security_headers.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { createApp as createAppRecord, issueKey, revokeKey } from "@/lib/tenants/mod.ts";
+import { createApp as createAppRecord, issueKey } from "@/lib/tenants/mod.ts";
+import { revokeKey } from "@/lib/billing/mod.ts";
 import { keys } from "@/lib/db.ts";
 import type { WalletRecord } from "@/lib/db.ts";
 import { Wallets } from "@/lib/billing/wallet.ts";

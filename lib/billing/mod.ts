@@ -20,6 +20,7 @@ export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.
 export { dailySpend, spendByModel, unchargedOf, walletActivity } from "./usage.ts";
 export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";
 export { CommitLocks } from "./commit_locks.ts";
+export { issueKeyWithCaps, KeyCapNotStoredError, revokeKey } from "./key_limits.ts";
 export { rotateKey } from "./key_rotation.ts";
 export { Wallets } from "./wallet.ts";
 export {

@@ -8,6 +8,7 @@
  * burst of concurrent requests can pass a cap. Counters count from when a scope first had a cap.
  */
 import {
+  type ApiKeyRecord,
   keys,
   type KeySpendCaps,
   type ReservationRecord,
@@ -17,7 +18,7 @@ import {
   type SpendScope,
   utcDay,
 } from "@/lib/db.ts";
-import { ApiError, formatUsd, type Micros } from "@/lib/core/mod.ts";
+import { ApiError, formatUsd, getManyChunked, type Micros } from "@/lib/core/mod.ts";
 
 export type CapName = "total" | "daily" | "monthly";
 
@@ -62,7 +63,7 @@ export function heldCounterId(
   return scope === "key" ? r.keyCounter ?? r.keyId : r.user!;
 }
 
-function hasCap(caps: SpendCaps): boolean {
+export function hasCap(caps: SpendCaps): boolean {
   return caps.total !== null || caps.daily !== null || caps.monthly !== null;
 }
 
@@ -167,8 +168,29 @@ export function validCaps(caps: Partial<SpendCaps>): SpendCaps {
 }
 
 /**
+ * `record` without the entries of keys revoked or gone (mutated). A revocation drops its key's
+ * entry, but records written before it did kept them all, and one app's passed KV's 64 KiB value
+ * limit, after which no cap of the app could be set. Up to one read per entry: the entries left
+ * are of live keys, which `MAX_LIVE_KEYS_PER_APP` bounds. Safe without a check in the commit: a
+ * revoked key is never live again.
+ */
+export async function withoutRevokedKeys(
+  kv: Deno.Kv,
+  record: SpendCapsRecord,
+): Promise<SpendCapsRecord> {
+  const ids = Object.keys(record.keys);
+  const records = await getManyChunked<ApiKeyRecord>(kv, ids.map(keys.apiKey));
+  ids.forEach((id, i) => {
+    const key = records[i].value;
+    if (!key || key.revokedAt !== null) delete record.keys[id];
+  });
+  return record;
+}
+
+/**
  * Sets the caps of one key (`target.keyId`) or of each end user of the app. The wallet's commits
- * check this record, so a change applies from the next reserve on every instance.
+ * check this record, so a change applies from the next reserve on every instance. A cap on a key
+ * revoked meanwhile is dropped with the other revoked keys' entries.
  */
 export async function setSpendCaps(
   kv: Deno.Kv,
@@ -188,6 +210,7 @@ export async function setSpendCaps(
     } else {
       record.endUser = hasCap(valid) ? valid : null;
     }
+    await withoutRevokedKeys(kv, record);
     const result = await kv.atomic().check(entry).set(keys.spendCaps(appId), record).commit();
     if (result.ok) return record;
   }

@@ -192,7 +192,7 @@ export function managementOpenApi(
       post: {
         operationId: "createApiKey",
         summary:
-          "Issues an API key; the secret `api_key` is in this answer only. An app has at most `MAX_LIVE_KEYS_PER_APP` (100) live keys: one more is 403 `api_key_limit_reached`.",
+          "Issues an API key; the secret `api_key` is in this answer only. An app has at most `MAX_LIVE_KEYS_PER_APP` (100) live keys: one more is 403 `api_key_limit_reached`. A `spend_cap` is stored in the commit that issues the key: when it cannot be, no key is issued (500 `internal_error`).",
         security,
         parameters: [appId, idempotencyKey],
         requestBody: {
@@ -208,7 +208,8 @@ export function managementOpenApi(
     "/management/apps/{app_id}/keys/{key_id}/revoke": {
       post: {
         operationId: "revokeApiKey",
-        summary: "Revokes a key: its very next request is refused (401).",
+        summary:
+          "Revokes a key: its very next request is refused (401). Its spend caps and rate-limit override go with it (`spend_cap`: null).",
         security,
         parameters: [appId, {
           name: "key_id",

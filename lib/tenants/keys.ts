@@ -80,17 +80,27 @@ export function prepareKey(appId: string, name: string, now = Date.now()) {
 }
 
 /**
+ * Writes another area (billing, which this one does not import) commits together with a key's
+ * issue or revocation, made afresh for each attempt from what it reads then. They must check what
+ * they read, so that a commit on stale reads fails and the attempt is made again.
+ */
+export type WritesWithKey = (
+  key: ApiKeyRecord,
+) => Promise<(atomic: Deno.AtomicOperation) => Deno.AtomicOperation>;
+
+/**
  * Issues a key to the app, held to the bound of live keys. Counted and issued in one checked
  * commit: every commit adding a key to the app rewrites the marker read before the count, so
  * concurrent issues cannot pass the bound together, and a rotation committed during the count
  * (which could read as a key fewer) sends it back to count again. A failed commit means another
- * one committed: the retries end at the bound at the latest.
+ * one committed: the retries end at the bound at the latest. `withKey` writes in the same commit.
  */
 export async function issueKey(
   kv: Deno.Kv,
   appId: string,
   name: string,
   bound: KeyIssueBound,
+  withKey?: WritesWithKey,
 ): Promise<IssuedKey> {
   for (;;) {
     const [app, marker] = await kv.getMany([keys.app(appId), keys.appApiKeysIssued(appId)]);
@@ -99,7 +109,10 @@ export async function issueKey(
       throw new KeyLimitError(bound.maxLiveKeys);
     }
     const { issued, write } = prepareKey(appId, name);
-    const result = await write(kv.atomic().check(app).check(marker)).commit();
+    const alongside = withKey
+      ? await withKey(issued.record)
+      : (atomic: Deno.AtomicOperation) => atomic;
+    const result = await alongside(write(kv.atomic().check(app).check(marker))).commit();
     if (result.ok) return issued;
   }
 }
@@ -195,18 +208,26 @@ export class KeyCache {
   }
 }
 
-/** Revokes a key: its hash index is removed in the same commit, so the next request fails. */
-export async function revokeKey(
+/**
+ * Revokes a key: its hash index is removed in the same commit, so the next request fails, and so
+ * are `withKey`'s writes. Billing's `revokeKey` is the one to call: it also drops what limited the
+ * key, which would otherwise stay in the app's records for good.
+ */
+export async function revokeKeyRecord(
   kv: Deno.Kv,
   keyId: string,
   now = Date.now(),
+  withKey?: WritesWithKey,
 ): Promise<ApiKeyRecord> {
   for (;;) {
     const entry = await kv.get<ApiKeyRecord>(keys.apiKey(keyId));
     if (!entry.value) throw new NotFoundError(`no key ${keyId}`);
     if (entry.value.revokedAt !== null) return entry.value;
     const revoked = { ...entry.value, revokedAt: now };
-    const result = await kv.atomic()
+    const alongside = withKey
+      ? await withKey(entry.value)
+      : (atomic: Deno.AtomicOperation) => atomic;
+    const result = await alongside(kv.atomic())
       .check(entry)
       .set(keys.apiKey(keyId), revoked)
       .delete(keys.apiKeyByHash(revoked.hash))

@@ -20,8 +20,8 @@ export {
   listAppKeys,
   MAX_KEY_NAME_CHARS,
   prepareKey,
-  revokeKey,
+  revokeKeyRecord,
 } from "./keys.ts";
-export type { IssuedKey, KeyIssueBound } from "./keys.ts";
+export type { IssuedKey, KeyIssueBound, WritesWithKey } from "./keys.ts";
 export type { KeyGuard } from "./keys.ts";
 export type { AppCreationBound, AppInput } from "./apps.ts";

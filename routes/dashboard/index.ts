@@ -13,7 +13,6 @@ import {
   listOwnerApps,
   MAX_KEY_NAME_CHARS,
   renameApp,
-  revokeKey,
   rotateTopUpToken,
   topUpUrl,
 } from "@/lib/tenants/mod.ts";
@@ -25,6 +24,7 @@ import {
   getSpendCaps,
   LimitAboveCeilingError,
   MAX_LIMIT,
+  revokeKey,
   rotateKey,
   setRateLimits,
   setSpendCaps,

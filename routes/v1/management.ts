@@ -18,6 +18,9 @@ import type {
 } from "@/lib/db.ts";
 import {
   getSpendCaps,
+  issueKeyWithCaps,
+  KeyCapNotStoredError,
+  revokeKey,
   setSpendCaps,
   takesBack,
   unchargedOf,
@@ -47,7 +50,6 @@ import {
   type KeyIssueBound,
   KeyLimitError,
   MAX_KEY_NAME_CHARS,
-  revokeKey,
   topUpUrl,
 } from "@/lib/tenants/mod.ts";
 import { apiBodyRefusal, bodyLimit } from "@/routes/body_limit.ts";
@@ -365,16 +367,30 @@ export function managementRoutes(
   r.post("/apps/:app_id/keys", ownerIdempotency({ recordedBody: withoutSecret }), async (c) => {
     const input = parseBody(NewKeyBody, await body(c));
     const appId = c.get("app").id;
-    let issued;
+    let issued, caps;
     try {
-      issued = await issueKey(kv, appId, input.name, deps.keyBound);
+      // Issued and capped in one commit: a key asked for with a cap is never live without it.
+      ({ issued, caps } = input.spend_cap
+        ? await issueKeyWithCaps(kv, appId, input.name, deps.keyBound, input.spend_cap)
+        : { issued: await issueKey(kv, appId, input.name, deps.keyBound), caps: null });
     } catch (error) {
-      if (!(error instanceof KeyLimitError)) throw error;
-      throw new ApiError("api_key_limit_reached", error.message);
+      if (error instanceof KeyLimitError) {
+        throw new ApiError("api_key_limit_reached", error.message);
+      }
+      if (!(error instanceof KeyCapNotStoredError)) throw error;
+      deps.log({
+        level: "error",
+        requestId: c.get("requestId"),
+        event: "key_cap_not_stored",
+        appId,
+        error: String(error.cause),
+      });
+      throw new ApiError(
+        "internal_error",
+        "The key was not issued: its spend cap could not be stored. Nothing was created; retry.",
+      );
     }
-    const caps = input.spend_cap
-      ? await setSpendCaps(kv, appId, { keyId: issued.record.id }, input.spend_cap)
-      : await getSpendCaps(kv, appId);
+    caps ??= await getSpendCaps(kv, appId);
     return c.json({ ...keyObject(issued.record, caps), api_key: issued.apiKey }, 201);
   });
 
