@@ -213,3 +213,52 @@ Deno.test("management API: a key with a cap is issued and capped on an app whose
     assert.equal(await countLiveKeys(s.kv, app.id), liveBefore + 1);
     assert.deepEqual(Object.keys((await getSpendCaps(s.kv, app.id)).keys), [created.body.id]);
   }));
+
+/** The KV keys read by `get` and `getMany` while `fn` runs. */
+async function keysRead(fn: () => Promise<unknown>): Promise<number> {
+  const proto = Deno.Kv.prototype;
+  const { get, getMany } = proto;
+  let read = 0;
+  proto.get = function (this: Deno.Kv, ...args: Parameters<typeof get>) {
+    read++;
+    return get.apply(this, args);
+  } as typeof get;
+  proto.getMany = function (this: Deno.Kv, ...args: Parameters<typeof getMany>) {
+    read += args[0].length;
+    return getMany.apply(this, args);
+  } as typeof getMany;
+  try {
+    await fn();
+  } finally {
+    proto.get = get;
+    proto.getMany = getMany;
+  }
+  return read;
+}
+
+Deno.test("a usage or wallet page view's reads do not grow with the number of revoked keys", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId, apiKey } = await v.createApp("app");
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    await chat.body?.cancel();
+    await s.wallets.drain();
+    const views = async () => {
+      const pages = [];
+      for (const tab of ["usage", "wallet"]) {
+        pages.push(await v.page(`/dashboard/apps/${appId}/${tab}`));
+      }
+      return pages;
+    };
+    await views();
+    const before = await keysRead(views);
+    for (let i = 0; i < 200; i++) {
+      await revokeKey(s.kv, (await issueKey(s.kv, appId, `old ${i}`, "operator")).record.id);
+    }
+    let pages: string[] = [];
+    const after = await keysRead(async () => pages = await views());
+    assert.equal(after, before, `${before} reads before 200 revoked keys, ${after} after`);
+    const keyName = `${apiKey.slice(0, 8)}…`;
+    for (const html of pages) assert.ok(html.includes(keyName), "the request's key is named");
+  }));

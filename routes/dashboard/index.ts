@@ -9,7 +9,6 @@ import {
   type KeyIssueBound,
   KeyLimitError,
   keyNameOf,
-  listAppKeys,
   listOwnerApps,
   MAX_KEY_NAME_CHARS,
   renameApp,
@@ -92,9 +91,18 @@ function wantsJson(c: Context) {
   return (c.req.header("accept") ?? "").includes("application/json");
 }
 
-async function keyNames(kv: Deno.Kv, appId: string) {
-  const rows = await listAppKeys(kv, appId);
-  return new Map(rows.map((k) => [k.id, `${k.name} (${k.prefix}…)`]));
+/**
+ * The names of the keys a page shows, by id: only theirs are read, as an app may have had
+ * thousands of keys (revoked ones stay).
+ */
+async function keyNames(kv: Deno.Kv, appId: string, keyIds: Iterable<string>) {
+  const ids = [...new Set(keyIds)];
+  const records = await getManyChunked<ApiKeyRecord>(kv, ids.map(keys.apiKey));
+  return new Map(
+    records.flatMap(({ value: k }) =>
+      k && k.appId === appId ? [[k.id, `${k.name} (${k.prefix}…)`] as const] : []
+    ),
+  );
 }
 
 /** /dashboard: an owner's apps, keys, wallet and usage. Every app route checks ownership. */
@@ -194,12 +202,16 @@ export function dashboardRoutes(
   }
 
   async function walletView(app: AppRecord) {
-    const [wallet, uncharged, activity, names] = await Promise.all([
+    const [wallet, uncharged, activity] = await Promise.all([
       getWallet(kv, app.id),
       unchargedOf(kv, app.id),
       walletActivity(kv, app.id),
-      keyNames(kv, app.id),
     ]);
+    const names = await keyNames(
+      kv,
+      app.id,
+      activity.flatMap((a) => a.kind === "spend" ? [a.usage.keyId] : []),
+    );
     return {
       app,
       wallet,
@@ -419,7 +431,7 @@ export function dashboardRoutes(
         session(c),
         app,
         { records: page.data, nextCursor: page.nextCursor },
-        await keyNames(kv, app.id),
+        await keyNames(kv, app.id, page.data.map((u) => u.keyId)),
         cursor === "",
         { rows, user },
       ),
