@@ -4,7 +4,12 @@
  * conflict with each other.
  */
 import assert from "node:assert/strict";
-import { sweepExpiredReservations, Wallets } from "@/lib/billing/mod.ts";
+import {
+  getSpendCounter,
+  issueKeyWithCaps,
+  sweepExpiredReservations,
+  Wallets,
+} from "@/lib/billing/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
 import {
   assertAuditClean,
@@ -634,3 +639,26 @@ Deno.test("a charge settled in a slice before midnight and posted after it count
     await s.close();
   }
 });
+
+Deno.test("a key issued with a spend cap on an app served from a slice is held to the cap from its first request", () =>
+  withSlices(async (wallets, appId, kv) => {
+    // The app is hot: an uncapped key's requests are admitted in the slice.
+    for (let i = 0; i < 5; i++) {
+      const r = await wallets.reserve(appId, hold(`w${i}`));
+      assert.ok(r.ok && r.reservation.sliceId, "admitted in the slice");
+      await wallets.settle(appId, r.reservation.id, usage(`w${i}`, 500));
+    }
+    const { issued } = await issueKeyWithCaps(kv, appId, "capped", "operator", { total: 2_500 });
+    const keyId = issued.record.id;
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => wallets.reserve(appId, { ...hold(`c${i}`), keyId })),
+    );
+    const admitted = results.filter((r) => r.ok);
+    assert.equal(admitted.length, 2, "two holds of 1,000 fit under a cap of 2,500");
+    assert.ok(admitted.every((r) => r.ok && !r.reservation.sliceId), "none from the slice");
+    for (const [i, r] of admitted.entries()) {
+      if (r.ok) await wallets.settle(appId, r.reservation.id, { ...usage(`c${i}`, 1_000), keyId });
+    }
+    const counter = await getSpendCounter(kv, appId, "key", keyId);
+    assert.equal(counter.total, 2_000);
+  }));

@@ -93,6 +93,7 @@ const KV_LIMIT_EXCEEDED = /too large|too many (checks|mutations)/i;
 const CONTENDED_MS = 1_000;
 /** Wallets remembered at most; past it the memory is dropped and rebuilt by reads. */
 const MAX_KNOWN_WALLETS = 10_000;
+const MAX_KNOWN_KEYS = 10_000;
 /** How long a batch marker is kept to resolve a commit whose outcome was unknown. */
 const BATCH_MARKER_MS = 60 * 60 * 1000;
 /** Charges posted in one slice commit at most (KV's mutation and size budgets per commit). */
@@ -213,6 +214,13 @@ export class Wallets {
    * slice post checks it, so a cap set meanwhile is seen within one post.
    */
   readonly #capsSeen = new Map<string, Deno.KvEntryMaybe<SpendCapsRecord>>();
+  /**
+   * Keys whose caps #capsSeen is known to hold: each key's first reserve in this process reads the
+   * caps afresh, so that a key issued with a cap after this process last read them is never
+   * admitted by a slice as uncapped.
+   */
+  readonly #keysWithCapsSeen = new Set<string>();
+  readonly #capsReadingForKey = new Map<string, Promise<Deno.KvEntryMaybe<SpendCapsRecord>>>();
   readonly #capsReading = new Map<string, Promise<Deno.KvEntryMaybe<SpendCapsRecord>>>();
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
@@ -582,10 +590,13 @@ export class Wallets {
 
   async #reserveInSlice(appId: string, input: ReserveInput): Promise<ReserveResult> {
     // Spend caps are decided in the reservation's commit; a slice admits without one. So a request
-    // under a cap, or of an app this process has not yet committed (its caps are unknown), takes
-    // the per-request path. A cap set while a slice is live applies from this process's next commit
-    // of the wallet, which reads the caps, or from its next post, which checks them.
-    const caps = (this.#capsSeen.get(appId) ?? await this.#readCaps(appId)).value;
+    // under a cap takes the per-request path; the caps are read first for an app this process has
+    // not yet committed, and for a key it has not served yet (one issued with a cap is held to it
+    // from its first request). A cap set on a key while a slice is live applies from this process's
+    // next commit of the wallet, which reads the caps, or from its next post, which checks them.
+    const caps = this.#keysWithCapsSeen.has(input.keyId)
+      ? (this.#capsSeen.get(appId) ?? await this.#readCaps(appId)).value
+      : (await this.#readCapsForKey(appId, input.keyId)).value;
     if (cappedScopes(caps, input.keyId, input.user).length > 0) {
       this.stats.sliceFallbacks++;
       return this.#reserveOrReclaim(appId, input);
@@ -766,6 +777,30 @@ export class Wallets {
     const appId = slice.record.appId;
     if (this.#recallAnswered.size >= MAX_KNOWN_WALLETS) this.#recallAnswered.clear();
     this.#recallAnswered.set(appId, Date.now() + RECALL_WAIT_MS);
+  }
+
+  /**
+   * The app's spend caps read afresh for a key this process has not served yet: the read starts
+   * after the key authenticated, so it holds whatever cap the key was issued with. Concurrent
+   * requests of the key share it; later ones use #capsSeen, which batches and posts keep current.
+   */
+  #readCapsForKey(appId: string, keyId: string): Promise<Deno.KvEntryMaybe<SpendCapsRecord>> {
+    let reading = this.#capsReadingForKey.get(keyId);
+    if (!reading) {
+      reading = this.#kv.get<SpendCapsRecord>(keys.spendCaps(appId)).then((entry) => {
+        const seen = this.#capsSeen.get(appId);
+        // Never back to an older record than a batch has read meanwhile.
+        if (!seen || (entry.versionstamp ?? "") > (seen.versionstamp ?? "")) {
+          if (this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
+          this.#capsSeen.set(appId, entry);
+        }
+        if (this.#keysWithCapsSeen.size >= MAX_KNOWN_KEYS) this.#keysWithCapsSeen.clear();
+        this.#keysWithCapsSeen.add(keyId);
+        return this.#capsSeen.get(appId)!;
+      }).finally(() => this.#capsReadingForKey.delete(keyId));
+      this.#capsReadingForKey.set(keyId, reading);
+    }
+    return reading;
   }
 
   /** The app's spend caps, read once when no batch of this process has read them yet. */
