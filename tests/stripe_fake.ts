@@ -230,8 +230,9 @@ export function startFakeStripe() {
       });
     }
     const paid = session.amount_total ?? 0;
+    // A failed or canceled refund gave its money back to the balance: it refunds nothing.
     const refunded = refunds
-      .filter((r) => r.payment_intent === paymentIntent)
+      .filter((r) => r.payment_intent === paymentIntent && !UNDONE.has(r.status as string))
       .reduce((sum, r) => sum + (r.amount as number), 0);
     const amount = form.has("amount") ? Number(form.get("amount")) : paid - refunded;
     if (refunded >= paid) {
@@ -262,7 +263,8 @@ export function startFakeStripe() {
     }
     const refund = refundObject({ paymentIntent, amount, metadata, reason });
     refunds.push(refund);
-    return keep(200, refund);
+    // The answer as it was: a replay does not show the refund's later failure.
+    return keep(200, { ...refund });
   }
 
   const server = serveLoopback(async (request) => {
@@ -340,6 +342,34 @@ export function startFakeStripe() {
     refuseRefunds(count: number) {
       refundsToRefuse = count;
     },
+    /**
+     * What Stripe does when a refund fails at the payer's bank (`failed`) or is canceled: the
+     * refund turns so (its money may be refunded again), and the events Stripe sends about it.
+     * A failed refund is announced by `refund.failed` and `refund.updated`; a canceled one by
+     * `refund.updated` alone.
+     */
+    failRefund(id: string, status: "failed" | "canceled" = "failed") {
+      const refund = refunds.find((r) => r.id === id);
+      if (!refund) throw new Error(`fake Stripe: no refund ${id}`);
+      const previous = { status: refund.status };
+      Object.assign(
+        refund,
+        status === "failed"
+          ? {
+            status,
+            failure_reason: "expired_or_canceled_card",
+            failure_balance_transaction: `txn_${
+              crypto.randomUUID().replaceAll("-", "").slice(0, 24)
+            }`,
+          }
+          : { status },
+      );
+      return {
+        refund,
+        updated: eventPayload("refund.updated", refund, undefined, previous),
+        failed: status === "failed" ? eventPayload("refund.failed", refund) : null,
+      };
+    },
     /** What Stripe does when the buyer pays: the session turns complete and paid. */
     markPaid(id: string) {
       const session = sessions.get(id)!;
@@ -356,6 +386,8 @@ export function startFakeStripe() {
 }
 
 let eventCounter = 0;
+
+const UNDONE = new Set(["failed", "canceled"]);
 
 /** A Refund as Stripe sends it in `refund.*` events (fields from the API reference). */
 export function refundObject(
@@ -409,14 +441,22 @@ export function disputeObject(
   };
 }
 
-/** An Event envelope around a session, as Stripe delivers it. */
-export function eventPayload(type: string, object: Record<string, unknown>, id?: string): string {
+/**
+ * An Event envelope around an object, as Stripe delivers it; a `*.updated` event also carries the
+ * changed fields' earlier values.
+ */
+export function eventPayload(
+  type: string,
+  object: Record<string, unknown>,
+  id?: string,
+  previousAttributes?: Record<string, unknown>,
+): string {
   return JSON.stringify({
     id: id ?? `evt_test_${Date.now()}${eventCounter++}`,
     object: "event",
     api_version: "2026-10-28.endive",
     created: Math.floor(Date.now() / 1000),
-    data: { object },
+    data: previousAttributes ? { object, previous_attributes: previousAttributes } : { object },
     livemode: false,
     pending_webhooks: 1,
     request: { id: null, idempotency_key: null },

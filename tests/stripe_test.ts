@@ -343,15 +343,7 @@ Deno.test("a payment refused at the wallet limit is refunded once", () =>
     assert.equal(announced.status, 200);
     assert.equal(announced.body.outcome, "never_credited");
     assert.equal(s.logs.filter((l) => l.event === "stripe_reversal_unmatched").length, 0);
-    // Should that refund fail later at the payer's bank, the operator hears of it.
-    const bounced = await deliver(
-      s,
-      eventPayload("refund.failed", { ...refund, status: "failed" }),
-    );
-    assert.equal(bounced.body.outcome, "never_credited");
-    const failed = s.logs.find((l) => l.event === "top_up_refund_failed");
-    assert.equal(failed?.level, "error");
-    assert.match(String(failed?.why), /neither credits nor money back/);
+    assert.equal(s.logs.filter((l) => l.event === "top_up_refund_failed").length, 0);
 
     assert.equal(fake.refunds.length, 1);
     await assertNothingCredited(s, appId, before);
@@ -427,6 +419,124 @@ Deno.test("a refund Stripe refuses is retried on the next delivery", () =>
     assert.equal(refundRequests(fake).length, 3, "made once, never asked for again");
     assert.match(await (await page(s, receiptPath)).text(), /Payment refunded/);
     assert.equal(s.logs.filter((l) => l.event === "top_up_refunded").length, 1);
+    await assertNothingCredited(s, appId, before);
+  }));
+
+/** A refused payment refunded by its completion event: the refund Stripe made, and its key. */
+async function refusedAndRefunded(s: TestService, fake: Fake) {
+  const refused = await paidPastTheLimit(s, fake);
+  assert.equal((await deliver(s, refused.payload)).body.outcome, "refunded");
+  assert.equal(fake.refunds.length, 1);
+  return { ...refused, refund: fake.refunds[0] };
+}
+
+Deno.test("a refund Stripe later reports failed is owed again and made once more", () =>
+  withStripe(async (s, fake) => {
+    const { appId, session, before, refund, payload, receiptPath } = await refusedAndRefunded(
+      s,
+      fake,
+    );
+    const reported = fake.failRefund(refund.id as string);
+    // The new refund is refused at first, by the event's delivery (answered 5xx, so Stripe
+    // delivers it again) and by the receipt page's own attempt.
+    fake.refuseRefunds(2);
+    const first = await deliver(s, reported.failed!);
+    assert.equal(first.status, 502);
+    assert.equal(first.body.error.code, "refund_failed");
+    assert.equal(fake.refunds.length, 1);
+    const owed = await page(s, receiptPath);
+    assert.equal(owed.status, 409);
+    const owedHtml = await owed.text();
+    assert.match(owedHtml, /refund pending/);
+    assert.doesNotMatch(owedHtml, /Payment refunded/);
+
+    // Redelivered: the refund still owed is made (as for any event of a refused payment).
+    const again = await deliver(s, reported.failed!);
+    assert.equal(again.status, 200);
+    assert.equal(again.body.outcome, "never_credited");
+    assert.equal(fake.refunds.length, 2);
+    const [, made] = fake.refunds;
+    assert.equal(made.status, "succeeded");
+    assert.equal(made.amount, 1_000, "the whole payment, again");
+    assert.equal(made.payment_intent, session.payment_intent);
+    // Each attempt after the first refund under a key of its own (the receipt's view was one).
+    assert.deepEqual(refundRequests(fake).map((r) => r.headers.get("idempotency-key")), [
+      `top-up-refund:${session.id}`,
+      `top-up-refund:${session.id}:retry-1`,
+      `top-up-refund:${session.id}:retry-2`,
+      `top-up-refund:${session.id}:retry-3`,
+    ]);
+    assert.match(await (await page(s, receiptPath)).text(), /Payment refunded/);
+
+    // The operator hears of the failure, of the new refund's, and of the new refund.
+    const reports = s.logs.filter((l) => l.event === "top_up_refund_failed" && l.reference);
+    assert.equal(reports[0].level, "error");
+    assert.equal(reports[0].reference, refund.id);
+    assert.equal(reports[0].retry, "refund_failed");
+    assert.ok(reports.slice(1).every((l) => l.level === "info"), "the rest are of the old refund");
+    assert.equal(
+      s.logs.filter((l) => l.event === "top_up_refunded").map((l) => l.refund).join(),
+      [refund.id, made.id].join(),
+    );
+
+    // Stripe's other event about the failed refund, the completion again: nothing more.
+    assert.equal((await deliver(s, reported.updated)).body.outcome, "never_credited");
+    assert.equal((await deliver(s, payload)).body.outcome, "refunded");
+    assert.equal(refundRequests(fake).length, 4);
+    assert.equal(fake.refunds.length, 2);
+    await assertNothingCredited(s, appId, before);
+  }));
+
+Deno.test("a redelivered refund.failed does not refund twice", () =>
+  withTwoProcesses(async (one, two, fake) => {
+    const { appId, session, before, refund, receiptPath } = await refusedAndRefunded(one, fake);
+    const { failed } = fake.failRefund(refund.id as string);
+    const signature = await signPayload(failed!);
+    // Two processes racing over the event, then Stripe's later redeliveries.
+    const racing = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => deliver(i % 2 ? one : two, failed!, signature)),
+    );
+    assert.ok(racing.every((r) => r.status === 200), JSON.stringify(racing));
+    for (const s of [one, two]) {
+      assert.equal((await deliver(s, failed!)).body.outcome, "never_credited");
+      assert.match(await (await page(s, receiptPath)).text(), /Payment refunded/);
+    }
+    assert.equal(fake.refunds.length, 2, "made once more, once");
+    assert.ok(
+      refundRequests(fake).slice(1).every((r) =>
+        r.headers.get("idempotency-key") === `top-up-refund:${session.id}:retry-1`
+      ),
+      "racing deliveries share the retry's key, so Stripe makes one refund",
+    );
+    const logs = [...one.logs, ...two.logs];
+    assert.equal(logs.filter((l) => l.event === "top_up_refunded").length, 2);
+    const reopened = logs.filter((l) => l.event === "top_up_refund_failed" && l.level === "error");
+    assert.ok(reopened.length >= 1);
+    assert.ok(reopened.every((l) => l.retry === "refunded"));
+    await assertNothingCredited(one, appId, before);
+  }));
+
+Deno.test("refund.updated canceled is handled the same", () =>
+  withStripe(async (s, fake) => {
+    const { appId, session, before, refund, receiptPath } = await refusedAndRefunded(s, fake);
+    const { updated, failed } = fake.failRefund(refund.id as string, "canceled");
+    assert.equal(failed, null, "a canceled refund is announced by refund.updated alone");
+    const again = await deliver(s, updated);
+    assert.equal(again.status, 200);
+    assert.equal(again.body.outcome, "refunded_again");
+    assert.equal(fake.refunds.length, 2);
+    assert.equal(
+      refundRequests(fake)[1].headers.get("idempotency-key"),
+      `top-up-refund:${session.id}:retry-1`,
+    );
+    assert.equal((await deliver(s, updated)).body.outcome, "never_credited");
+    assert.equal(fake.refunds.length, 2);
+    assert.match(await (await page(s, receiptPath)).text(), /Payment refunded/);
+    // A failure of the earlier refund, reported late, does not undo the newer one.
+    const late = eventPayload("refund.failed", { ...refund, status: "failed" });
+    assert.equal((await deliver(s, late)).body.outcome, "never_credited");
+    assert.equal(refundRequests(fake).length, 2);
+    assert.match(await (await page(s, receiptPath)).text(), /Payment refunded/);
     await assertNothingCredited(s, appId, before);
   }));
 

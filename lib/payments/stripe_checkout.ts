@@ -26,6 +26,7 @@ import {
 } from "./stripe_reversals.ts";
 import {
   findRefusedTopUp,
+  refundAgainAfterFailure,
   refundFailedError,
   type RefundOutcome,
   refundRefusedTopUp,
@@ -216,6 +217,14 @@ export async function handleStripeEvent(
   const reversalDeps = {
     ...deps,
     creditUnseenPayment: (paymentIntentId: string) => creditUnseenPayment(deps, paymentIntentId),
+    refundAgainAfterFailure: async (
+      sessionId: string,
+      failure: Parameters<typeof refundAgainAfterFailure>[2],
+    ) => {
+      const outcome = await refundAgainAfterFailure(deps, sessionId, failure);
+      if (outcome.status === "refund_failed") throw refundFailedError(sessionId);
+      return outcome;
+    },
   };
   if (REFUND_EVENTS.has(event.type) && object.object === "refund") {
     return await takeBackRefund(reversalDeps, event, object as Stripe.Refund);
@@ -241,7 +250,7 @@ export async function handleStripeEvent(
 async function creditUnseenPayment(
   deps: FulfilDeps,
   paymentIntentId: string,
-): Promise<StripePaymentRecord | "refunded_uncredited" | null> {
+): Promise<StripePaymentRecord | { refusedSessionId: string } | null> {
   const { data } = await deps.stripe.checkout.sessions.list({
     payment_intent: paymentIntentId,
     limit: 1,
@@ -253,7 +262,7 @@ async function creditUnseenPayment(
     throw new Error(`the session of ${paymentIntentId} is refunded but not yet paid`);
   }
   if (outcome.status === "refund_failed") throw refundFailedError(data[0].id);
-  if (outcome.status === "refunded") return "refunded_uncredited";
+  if (outcome.status === "refunded") return { refusedSessionId: data[0].id };
   if (outcome.status !== "credited" && outcome.status !== "already_credited") return null;
   return (await deps.kv.get<StripePaymentRecord>(keys.stripePayment(paymentIntentId))).value;
 }

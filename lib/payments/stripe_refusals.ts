@@ -4,7 +4,8 @@
  * could credit it either. The refund is the whole payment, made through Stripe's Refunds API once
  * per Checkout Session; its record (keys.refusedTopUp) is written before the first attempt and
  * says whether the refund is still owed, so a failed attempt is retried by the next delivery of
- * the event (or the next view of the receipt) and a made one never again.
+ * the event (or the next view of the receipt) and a made one never again. A refund Stripe made and
+ * later reports failed or canceled (the payer's bank returned it) is owed again and made anew.
  */
 import Stripe from "stripe";
 import { keys, type RefusedTopUpRecord } from "@/lib/db.ts";
@@ -104,6 +105,78 @@ export async function refundRefusedTopUp(
     reason: record.reason,
   });
   return { status: "refunded", appId, refundId: refund.id };
+}
+
+export type RefundAgainOutcome =
+  | RefundOutcome
+  /** The failed refund is not the one recorded: a newer one was made since (or is being made). */
+  | { status: "superseded"; appId: string; refundId: string | null };
+
+/**
+ * Stripe reports that a refund of a refused top-up failed or was canceled (days later, at the
+ * payer's bank): the payer has neither the credits nor the money. If the refund recorded is that
+ * one, the record says the refund is owed again (one checked write: of racing or redelivered events,
+ * one reopens it), and it is made again at once under the next retry key. A refund recorded with no
+ * id (Stripe answered "already refunded") may be the failed one too: it is reopened, and if another
+ * refund does hold the money, Stripe answers the retry "already refunded" again. A failure of an
+ * older refund than the one recorded changes nothing: the newer one is the payer's money.
+ */
+export async function refundAgainAfterFailure(
+  deps: Deps,
+  sessionId: string,
+  failure: { refundId: string; status: string; stripeEvent: string; type: string },
+): Promise<RefundAgainOutcome> {
+  const { kv, log } = deps;
+  const isTheRecordedRefund = (current: RefusedTopUpRecord) =>
+    current.refund !== null &&
+    (current.refund.id === failure.refundId || current.refund.id === null);
+  const reopened = await updateRefusal(
+    kv,
+    sessionId,
+    (current) =>
+      isTheRecordedRefund(current)
+        ? {
+          ...current,
+          refund: null,
+          failedAttempts: current.failedAttempts + 1,
+          lastError: `Stripe reported refund ${failure.refundId} ${failure.status}`,
+        }
+        : null,
+  );
+  const record = reopened ?? await findRefusedTopUp(kv, sessionId);
+  if (!record) throw new Error(`no refusal recorded for ${sessionId}`);
+  const reported = {
+    event: "top_up_refund_failed",
+    appId: record.appId,
+    sessionId,
+    paymentIntent: record.paymentIntentId,
+    amount: formatUsd(record.amount),
+    stripeEvent: failure.stripeEvent,
+    type: failure.type,
+    reference: failure.refundId,
+  };
+  if (record.refund) {
+    log({
+      ...reported,
+      level: "info",
+      why: `Stripe reports an earlier refund ${failure.status}; refund ${
+        record.refund.id ?? "(already refunded)"
+      } was made since`,
+    });
+    return { status: "superseded", appId: record.appId, refundId: record.refund.id };
+  }
+  // Owed: reopened by this event, or by a racing one (whose attempt shares this one's key).
+  const retry = await refundRefusedTopUp(deps, record);
+  log({
+    ...reported,
+    level: "error",
+    why:
+      `Stripe reports the refund of a payment never credited ${failure.status}: it is owed again`,
+    failedAttempts: record.failedAttempts,
+    retry: retry.status,
+    ...(retry.status === "refunded" ? { refund: retry.refundId } : { error: retry.error }),
+  });
+  return retry;
 }
 
 /** Stripe's answer when the payment has no money left to refund: it is back with the payer. */

@@ -9,7 +9,7 @@
  * Likewise a reversal of a payment not yet credited here first credits it (its Checkout Session,
  * asked of Stripe, marked by its id like any credit), then takes back; unless that payment was
  * refused at its wallet's credit limit and refunded by us (stripe_refusals.ts): nothing was
- * credited, so nothing is taken.
+ * credited, so nothing is taken, and if our refund failed it is made again.
  */
 import type Stripe from "stripe";
 import { keys, type StripePaymentRecord } from "@/lib/db.ts";
@@ -24,13 +24,22 @@ interface Deps {
   /**
    * The payment a reversal names when no credit of it was seen yet: Stripe does not order its
    * events, so a refund may come before its checkout's completion. Credits the payment first if
-   * it is one of our top-ups (returning its record), "refunded_uncredited" if it is one its wallet
-   * could not take (refunded instead), null if it is not ours; throws when Stripe cannot be asked
-   * or the refund still owed fails, so the event is answered 5xx and delivered again.
+   * it is one of our top-ups (returning its record), the Checkout Session's id if it is one its
+   * wallet could not take (refunded instead), null if it is not ours; throws when Stripe cannot be
+   * asked or the refund still owed fails, so the event is answered 5xx and delivered again.
    */
   creditUnseenPayment: (
     paymentIntentId: string,
-  ) => Promise<StripePaymentRecord | "refunded_uncredited" | null>;
+  ) => Promise<StripePaymentRecord | { refusedSessionId: string } | null>;
+  /**
+   * Stripe reports that a refund of a payment refused at its wallet's limit failed or was
+   * canceled: if it is the refund recorded, it is owed again and made again (stripe_refusals.ts).
+   * Throws when that new refund fails, so the event is answered 5xx and delivered again.
+   */
+  refundAgainAfterFailure: (
+    sessionId: string,
+    failure: { refundId: string; status: string; stripeEvent: string; type: string },
+  ) => Promise<{ status: "refunded"; refundId: string | null } | { status: "superseded" }>;
 }
 
 export type ReversalOutcome =
@@ -42,7 +51,9 @@ export type ReversalOutcome =
   /** No top-up of ours was paid by this payment (another product on the Stripe account). */
   | { status: "unmatched" }
   /** A payment refused at its wallet's credit limit and refunded by us: nothing to take back. */
-  | { status: "never_credited" };
+  | { status: "never_credited" }
+  /** Our refund of such a payment failed: it was made again. */
+  | { status: "refunded_again"; refundId: string | null };
 
 /** Remembers which app a paid top-up credited, for its refunds and disputes; kept once written. */
 export async function rememberStripePayment(
@@ -105,7 +116,9 @@ async function takeBack(
     : null;
   if (!payment && reversal.paymentIntent) {
     const unseen = await deps.creditUnseenPayment(reversal.paymentIntent);
-    if (unseen === "refunded_uncredited") return neverCredited(deps, event, reversal);
+    if (unseen && "refusedSessionId" in unseen) {
+      return await neverCredited(deps, event, reversal, unseen.refusedSessionId);
+    }
     payment = unseen;
   }
   const amount = Math.min(centsToMicros(reversal.cents), payment?.amount ?? Infinity);
@@ -171,23 +184,23 @@ async function takeBack(
 /**
  * A reversal of a payment that was refunded instead of credited: usually the events of that refund
  * itself. Nothing was credited, so nothing is taken; but if that refund failed or was canceled,
- * the payer has neither the credits nor the money, which only the operator can settle.
+ * the payer has neither the credits nor the money: the refund is owed again, and made again.
  */
-function neverCredited(deps: Deps, event: Stripe.Event, reversal: Reversal): ReversalOutcome {
-  if (reversal.undone && reversal.kind === "refund") {
-    deps.log({
-      level: "error",
-      event: "top_up_refund_failed",
-      why:
-        `Stripe reports the refund of a payment never credited ${reversal.because}: the payer has neither credits nor money back; settle by hand`,
-      stripeEvent: event.id,
-      type: event.type,
-      reference: reversal.id,
-      paymentIntent: reversal.paymentIntent,
-      amount: formatUsd(centsToMicros(reversal.cents)),
-    });
-  }
-  return { status: "never_credited" };
+async function neverCredited(
+  deps: Deps,
+  event: Stripe.Event,
+  reversal: Reversal,
+  sessionId: string,
+): Promise<ReversalOutcome> {
+  if (!reversal.undone || reversal.kind !== "refund") return { status: "never_credited" };
+  const again = await deps.refundAgainAfterFailure(sessionId, {
+    refundId: reversal.id,
+    status: reversal.because,
+    stripeEvent: event.id,
+    type: event.type,
+  });
+  if (again.status === "superseded") return { status: "never_credited" };
+  return { status: "refunded_again", refundId: again.refundId };
 }
 
 /**
