@@ -1,11 +1,12 @@
 /**
  * What limits an API key (its spend caps, its rate-limit override) follows it through its issue
  * and its revocation, in the same commit as the key: a key asked for with a cap is never live
- * without it, and a revoked key leaves nothing behind in the app's records, which are one KV value
- * each (64 KiB at most) and are read by every wallet batch. Rotation is in key_rotation.ts.
+ * without it, and a revoked key leaves nothing behind in the app's records once its requests in
+ * flight have settled; the records are one KV value each (64 KiB at most), read by every wallet
+ * batch. Rotation is in key_rotation.ts.
  */
 import { type ApiKeyRecord, keys, type RateLimitOverrides, type SpendCaps } from "@/lib/db.ts";
-import type { SpendCapsRecord } from "@/lib/db.ts";
+import type { SpendCapsRecord, SpendCounter } from "@/lib/db.ts";
 import {
   type IssuedKey,
   issueKey,
@@ -40,13 +41,14 @@ export async function issueKeyWithCaps(
   try {
     const issued = await issueKey(kv, appId, name, bound, async (key) => {
       const entry = await kv.get<SpendCapsRecord>(keys.spendCaps(appId));
-      const record = await withoutRevokedKeys(
+      const { record, checks } = await withoutRevokedKeys(
         kv,
+        appId,
         structuredClone(entry.value ?? { keys: {}, endUser: null }),
       );
       if (hasCap(valid)) record.keys[key.id] = valid;
       written = record;
-      return (atomic) => atomic.check(entry).set(keys.spendCaps(appId), record);
+      return (atomic) => atomic.check(entry, ...checks).set(keys.spendCaps(appId), record);
     });
     return { issued, caps: written! };
   } catch (error) {
@@ -56,10 +58,12 @@ export async function issueKeyWithCaps(
 }
 
 /**
- * Revokes a key (see `revokeKeyRecord`) and, in the same commit, drops its spend caps and its
- * rate-limit override. Both records are checked in the commit; the wallet's batches check them
- * too, so a batch that read them before retries on the new ones. The key's spend counter stays
- * (it is its own KV entry): its requests in flight still settle their holds on it.
+ * Revokes a key (see `revokeKeyRecord`) and, in the same commit, drops its rate-limit override and
+ * its spend caps, unless requests of the key are in flight: their settles must still be held to
+ * its cap, so its entry then stays until a later write of the caps finds nothing held on its
+ * counter (`withoutRevokedKeys`). The counter read is checked in the commit, as are both records;
+ * the wallet's batches check them too, so a batch that read them before retries on the new ones.
+ * The key's spend counter stays (it is its own KV entry).
  */
 export async function revokeKey(
   kv: Deno.Kv,
@@ -71,12 +75,16 @@ export async function revokeKey(
       keys.spendCaps(key.appId),
       keys.rateLimitOverrides(key.appId),
     ]);
+    const keyCaps = caps.value?.keys[keyId];
+    const counter = keyCaps
+      ? await kv.get<SpendCounter>(keys.spendCounter(key.appId, "key", keyCaps.counter ?? keyId))
+      : null;
     return (atomic) => {
       atomic.check(caps).check(overrides);
-      if (caps.value && keyId in caps.value.keys) {
-        const next = structuredClone(caps.value);
+      if (counter && (counter.value?.held ?? 0) === 0) {
+        const next = structuredClone(caps.value!);
         delete next.keys[keyId];
-        atomic.set(keys.spendCaps(key.appId), next);
+        atomic.check(counter).set(keys.spendCaps(key.appId), next);
       }
       if (overrides.value && keyId in overrides.value.keys) {
         const next = structuredClone(overrides.value);

@@ -28,6 +28,7 @@ import {
   heldCounterId,
   holdOn,
   releaseOn,
+  reservationCappedScopes,
   spendOn,
 } from "./spend_caps.ts";
 import {
@@ -269,7 +270,7 @@ export function countersNeeded(
       const r = reservations.get(op.reservationId);
       if (!r) continue;
       for (const scope of r.capped ?? []) add(scope, heldCounterId(r, scope));
-      for (const s of cappedScopes(caps, r.keyId, r.user)) add(s.scope, s.id);
+      for (const s of reservationCappedScopes(caps, r)) add(s.scope, s.id);
     }
   }
   return [...needed.values()];
@@ -446,7 +447,7 @@ export function planBatch(input: PlanInput) {
           const id = heldCounterId(r, scope);
           spendScopes.set(counterId(scope, id), { scope, id, held: true });
         }
-        const capped = cappedScopes(caps, r.keyId, r.user);
+        const capped = reservationCappedScopes(caps, r);
         for (const s of capped) {
           if (!spendScopes.has(counterId(s.scope, s.id))) {
             spendScopes.set(counterId(s.scope, s.id), { ...s, held: false });

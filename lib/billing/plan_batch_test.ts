@@ -946,6 +946,38 @@ Deno.test("spend caps: settle moves the hold to spent in every window, release g
   });
 });
 
+Deno.test("spend caps: a request in flight on a key rotated meanwhile is charged above its hold only within the key's cap", () => {
+  // key_a was rotated to key_b: its cap entry moved, naming key_a's counter, which still holds.
+  const held = reservation("res_1", 300, { capped: ["key"] });
+  const caps = {
+    keys: { key_b: { total: 1_000, daily: null, monthly: null, counter: "key_a" } },
+    endUser: null,
+  };
+  const counters = new Map([["key:key_a", {
+    held: 300,
+    total: 200,
+    day: utcDay(NOW),
+    daySpent: 200,
+    month: "2026-07",
+    monthSpent: 200,
+  }]]);
+  const s = settle("res_1", 3_000);
+  const p = plan([s], {
+    wallet: walletReserving(10_000, held),
+    reservations: reservationsOf(held),
+    spendCaps: caps,
+    counters,
+  });
+  p.resolveAll();
+  const answer = s.done.get();
+  assert.ok(answer.settled);
+  assert.deepEqual({ charged: answer.charged, uncharged: answer.uncharged }, {
+    charged: 800,
+    uncharged: 2_200,
+  });
+  assertBalanced(p.wallet);
+});
+
 Deno.test("a refund takes its amount from the available balance into refunded, with its ledger entry and marker", () => {
   const d = debit(300, "stripe_refund:pi_1:300");
   const p = plan([d], { wallet: wallet(1_000) });

@@ -55,6 +55,30 @@ export function cappedScopes(
   return out;
 }
 
+/**
+ * The capped scopes a reservation's settle charges under: its end user's, and the key caps that
+ * count on its key's counter, whichever key holds them now. A key's requests in flight outlive its
+ * revocation (its entry stays while they hold, see `withoutRevokedKeys`) and its rotation (its
+ * entry moves to the replacement, naming the counter): looking under the reservation's own key id
+ * alone would settle them as if uncapped.
+ */
+export function reservationCappedScopes(
+  caps: SpendCapsRecord | null,
+  r: Pick<ReservationRecord, "keyId" | "keyCounter" | "user">,
+): { scope: SpendScope; id: string; caps: SpendCaps }[] {
+  const counter = heldCounterId(r, "key");
+  const own = caps?.keys[r.keyId];
+  const keyCaps = own && (own.counter ?? r.keyId) === counter
+    ? own
+    : Object.values(caps?.keys ?? {}).find((c) => c.counter === counter);
+  const out: { scope: SpendScope; id: string; caps: SpendCaps }[] = [];
+  if (keyCaps && hasCap(keyCaps)) out.push({ scope: "key", id: counter, caps: keyCaps });
+  if (r.user !== undefined && caps?.endUser && hasCap(caps.endUser)) {
+    out.push({ scope: "user", id: r.user, caps: caps.endUser });
+  }
+  return out;
+}
+
 /** The counter a reservation's hold sits on, in one of the scopes it was capped in. */
 export function heldCounterId(
   r: Pick<ReservationRecord, "keyId" | "keyCounter" | "user">,
@@ -167,24 +191,44 @@ export function validCaps(caps: Partial<SpendCaps>): SpendCaps {
   return out;
 }
 
+/** The most counter checks a prune adds to its commit: KV allows 10, and a key's issue makes 4. */
+const PRUNE_CHECKS = 6;
+
 /**
- * `record` without the entries of keys revoked or gone (mutated). A revocation drops its key's
- * entry, but records written before it did kept them all, and one app's passed KV's 64 KiB value
- * limit, after which no cap of the app could be set. Up to one read per entry: the entries left
- * are of live keys, which `MAX_LIVE_KEYS_PER_APP` bounds. Safe without a check in the commit: a
- * revoked key is never live again.
+ * `record` without the entries of keys revoked or gone whose counter nothing holds on (mutated),
+ * and the counter entries read for those, which the commit writing the record must check: a settle
+ * committed meanwhile fails it, and the writer reads again. An entry stays while a request of its
+ * revoked key is in flight, so that its settle is still held to the cap; a revoked key makes no
+ * new reservation, so its counter's hold only goes down to 0. Records written before revocations
+ * dropped their entries held them all, and one app's passed KV's 64 KiB value limit, after which
+ * no cap of the app could be set: so entries without a counter (nothing ever held on it) go at
+ * once, and at most `PRUNE_CHECKS` others per write, each write shrinking the record, which stays
+ * bounded by the live keys (`MAX_LIVE_KEYS_PER_APP`) and the revoked ones with requests in flight.
  */
 export async function withoutRevokedKeys(
   kv: Deno.Kv,
+  appId: string,
   record: SpendCapsRecord,
-): Promise<SpendCapsRecord> {
+): Promise<{ record: SpendCapsRecord; checks: Deno.AtomicCheck[] }> {
   const ids = Object.keys(record.keys);
   const records = await getManyChunked<ApiKeyRecord>(kv, ids.map(keys.apiKey));
-  ids.forEach((id, i) => {
-    const key = records[i].value;
-    if (!key || key.revokedAt !== null) delete record.keys[id];
+  // Read after the keys: a hold of 0 read after its key's revocation stays 0.
+  const dead = ids.filter((_, i) => !records[i].value || records[i].value!.revokedAt !== null);
+  const counters = await getManyChunked<SpendCounter>(
+    kv,
+    dead.map((id) => keys.spendCounter(appId, "key", record.keys[id].counter ?? id)),
+  );
+  const checks: Deno.AtomicCheck[] = [];
+  dead.forEach((id, i) => {
+    const counter = counters[i];
+    if (counter.versionstamp === null) {
+      delete record.keys[id];
+    } else if (counter.value!.held === 0 && checks.length < PRUNE_CHECKS) {
+      checks.push(counter);
+      delete record.keys[id];
+    }
   });
-  return record;
+  return { record, checks };
 }
 
 /**
@@ -210,8 +254,9 @@ export async function setSpendCaps(
     } else {
       record.endUser = hasCap(valid) ? valid : null;
     }
-    await withoutRevokedKeys(kv, record);
-    const result = await kv.atomic().check(entry).set(keys.spendCaps(appId), record).commit();
+    const { checks } = await withoutRevokedKeys(kv, appId, record);
+    const result = await kv.atomic().check(entry, ...checks).set(keys.spendCaps(appId), record)
+      .commit();
     if (result.ok) return record;
   }
   throw new Error("spend caps conflicted; try again");

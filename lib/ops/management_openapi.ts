@@ -209,7 +209,7 @@ export function managementOpenApi(
       post: {
         operationId: "revokeApiKey",
         summary:
-          "Revokes a key: its very next request is refused (401). Its spend caps and rate-limit override go with it (`spend_cap`: null).",
+          "Revokes a key: its very next request is refused (401). Its spend caps and rate-limit override go with it (`spend_cap`: null); its requests in flight are still charged only within its cap.",
         security,
         parameters: [appId, {
           name: "key_id",

@@ -93,7 +93,8 @@ function keyObject(key: ApiKeyRecord & { lastUsedAt?: number | null }, caps: Spe
     created: seconds(key.createdAt),
     last_used: seconds(key.lastUsedAt ?? null),
     revoked: seconds(key.revokedAt),
-    spend_cap: capsObject(caps.keys[key.id]),
+    // A revoked key's entry outlives it while its requests in flight settle: it caps nothing new.
+    spend_cap: capsObject(key.revokedAt === null ? caps.keys[key.id] : undefined),
   };
 }
 
