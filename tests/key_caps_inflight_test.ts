@@ -13,10 +13,9 @@ import {
 } from "@/lib/billing/mod.ts";
 import { withoutRevokedKeys } from "@/lib/billing/spend_caps.ts";
 import { keys, type SpendCounter } from "@/lib/db.ts";
-import { issueKey } from "@/lib/tenants/mod.ts";
+import { createApp as createAppRecord, issueKey } from "@/lib/tenants/mod.ts";
 import { issueManagementKey } from "@/lib/management/mod.ts";
-import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
-import { PUBLIC_URL, type TestService, withService } from "./helpers.ts";
+import { PUBLIC_URL, settleInput, type TestService, withService } from "./helpers.ts";
 
 const CAP = { total: 1_000_000 };
 
@@ -40,16 +39,9 @@ async function settleOn(
   cost: number,
 ) {
   const settled = await s.wallets.settle(appId, reservationId, {
+    ...settleInput(cost),
     requestId,
     keyId,
-    model: "tollbooth/echo",
-    provider: "tollbooth",
-    promptTokens: 10,
-    completionTokens: 10,
-    cost,
-    streamed: false,
-    outcome: "completed",
-    countedLocally: false,
   });
   assert.ok(settled.settled);
   return settled;
