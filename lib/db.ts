@@ -30,6 +30,10 @@ export const keys = {
 
   apiKey: (keyId: string) => ["api_keys", keyId] as const,
   apiKeyByHash: (hash: string) => ["api_keys_by_hash", hash] as const,
+  /**
+   * An app's key index: true while the key is live, false once it is revoked (written by the
+   * revocation; a key revoked before that was so reads true until a count of live keys finds it).
+   */
   appApiKey: (appId: string, keyId: string) => ["app_api_keys", appId, keyId] as const,
   appApiKeys: (appId: string) => ["app_api_keys", appId] as const,
   apiKeyLastUsed: (keyId: string) => ["api_key_last_used", keyId] as const,

@@ -8,6 +8,7 @@ import {
   issueKeyWithCaps,
   KeyCapNotStoredError,
   revokeKey,
+  rotateKey,
   setRateLimits,
   setSpendCaps,
 } from "@/lib/billing/mod.ts";
@@ -261,4 +262,28 @@ Deno.test("a usage or wallet page view's reads do not grow with the number of re
     assert.equal(after, before, `${before} reads before 200 revoked keys, ${after} after`);
     const keyName = `${apiKey.slice(0, 8)}…`;
     for (const html of pages) assert.ok(html.includes(keyName), "the request's key is named");
+  }));
+
+Deno.test("counting an app's live keys reads the records of keys not marked revoked only; keys revoked before the mark are marked by the count", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    for (let i = 0; i < 150; i++) {
+      await revokeKey(s.kv, (await issueKey(s.kv, appId, `old ${i}`, "operator")).record.id);
+    }
+    // Revoked before revocations marked the index: its entry still reads true.
+    const legacy = (await issueKey(s.kv, appId, "legacy", "operator")).record.id;
+    await revokeKey(s.kv, legacy);
+    await s.kv.set(keys.appApiKey(appId, legacy), true);
+    const rotated = (await issueKey(s.kv, appId, "live", "operator")).record.id;
+    await rotateKey(s.kv, rotated);
+    assert.equal((await s.kv.get(keys.appApiKey(appId, rotated))).value, false, "rotated: marked");
+
+    let live = 0;
+    const first = await keysRead(async () => live = await countLiveKeys(s.kv, appId));
+    assert.equal(live, 2, "the app's default key and the new one");
+    assert.equal(first, 3, "the two live keys' records and the legacy one's");
+    assert.equal((await s.kv.get(keys.appApiKey(appId, legacy))).value, false, "marked");
+    const second = await keysRead(async () => live = await countLiveKeys(s.kv, appId));
+    assert.equal(live, 2);
+    assert.equal(second, 2, "the live keys' records only");
   }));

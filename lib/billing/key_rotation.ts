@@ -46,7 +46,8 @@ export async function rotateKey(
       .check(caps)
       .check(overrides)
       .set(keys.apiKey(keyId), revoked)
-      .delete(keys.apiKeyByHash(revoked.hash));
+      .delete(keys.apiKeyByHash(revoked.hash))
+      .set(keys.appApiKey(appId, keyId), false);
     const nextCaps = capsAfterRotation(caps.value, keyId, newId, counter.versionstamp !== null);
     if (nextCaps) atomic.set(keys.spendCaps(appId), nextCaps);
     const keyLimits = overrides.value?.keys[keyId];

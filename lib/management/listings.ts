@@ -150,7 +150,7 @@ export async function pageAppKeys(
   appId: string,
   request: TwoWayPageRequest,
 ): Promise<Page<KeyWithLastUse>> {
-  const page = await pageOf<true>(kv, keys.appApiKeys(appId), request);
+  const page = await pageOf<boolean>(kv, keys.appApiKeys(appId), request);
   const pairs = await readPairs<ApiKeyRecord, number>(
     kv,
     page.data,
