@@ -101,6 +101,7 @@ export const keys = {
   /** An owner's management keys (`tbm_…`): stored hashed, indexed by hash and by owner. */
   managementKey: (keyId: string) => ["management_keys", keyId] as const,
   managementKeyByHash: (hash: string) => ["management_keys_by_hash", hash] as const,
+  /** True while the management key is live, false once revoked (as `appApiKey`). */
   ownerManagementKey: (ownerId: string, keyId: string) =>
     ["owner_management_keys", ownerId, keyId] as const,
   ownerManagementKeys: (ownerId: string) => ["owner_management_keys", ownerId] as const,

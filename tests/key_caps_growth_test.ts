@@ -13,7 +13,11 @@ import {
   setSpendCaps,
 } from "@/lib/billing/mod.ts";
 import { countLiveKeys, createApp as createAppRecord, issueKey } from "@/lib/tenants/mod.ts";
-import { issueManagementKey } from "@/lib/management/mod.ts";
+import {
+  issueManagementKey,
+  revokeManagementKey,
+  TooManyManagementKeysError,
+} from "@/lib/management/mod.ts";
 import { newId } from "@/lib/core/mod.ts";
 import {
   type ApiKeyRecord,
@@ -286,4 +290,20 @@ Deno.test("counting an app's live keys reads the records of keys not marked revo
     const second = await keysRead(async () => live = await countLiveKeys(s.kv, appId));
     assert.equal(live, 2);
     assert.equal(second, 2, "the live keys' records only");
+  }));
+
+Deno.test("issuing a management key reads the records of the owner's keys not marked revoked only", () =>
+  withService(async (s) => {
+    const ownerId = "owner_many_keys";
+    for (let i = 0; i < 60; i++) {
+      const { record } = await issueManagementKey(s.kv, ownerId, `old ${i}`);
+      await revokeManagementKey(s.kv, ownerId, record.id);
+    }
+    const reads = await keysRead(() => issueManagementKey(s.kv, ownerId, "new"));
+    assert.ok(reads <= 3, `${reads} keys read to issue one among 60 revoked`);
+    for (let i = 0; i < 19; i++) await issueManagementKey(s.kv, ownerId, `live ${i}`);
+    await assert.rejects(
+      () => issueManagementKey(s.kv, ownerId, "one too many"),
+      TooManyManagementKeysError,
+    );
   }));

@@ -94,3 +94,38 @@ export async function getManyChunked<T>(
   }
   return out;
 }
+
+/** Index entries a count marks dead per commit. */
+const MARKS_PER_COMMIT = 100;
+
+/**
+ * How many entries of an index (`prefix`, the id last in each key) stand for live records. An
+ * index whose entries are true while their record is live and set false in the commit that ends it
+ * (a key's revocation) is counted reading only the records of entries not marked false; an entry
+ * found dead there (ended before its index was marked) is marked for the next count. An end is
+ * never undone, so marking needs no check, and a failed mark is made next time.
+ */
+export async function countLiveIndexed<T>(
+  kv: Deno.Kv,
+  prefix: Deno.KvKey,
+  recordKey: (id: string) => Deno.KvKey,
+  isLive: (record: T) => boolean,
+): Promise<number> {
+  const unmarked: Deno.KvKey[] = [];
+  for await (const entry of kv.list<boolean>({ prefix })) {
+    if (entry.value !== false) unmarked.push(entry.key);
+  }
+  const records = await getManyChunked<T>(kv, unmarked.map((k) => recordKey(String(k.at(-1)))));
+  let live = 0;
+  const dead: Deno.KvKey[] = [];
+  records.forEach((r, i) => {
+    if (r.value !== null && isLive(r.value)) live++;
+    else if (r.value !== null) dead.push(unmarked[i]);
+  });
+  for (let i = 0; i < dead.length; i += MARKS_PER_COMMIT) {
+    const atomic = kv.atomic();
+    for (const key of dead.slice(i, i + MARKS_PER_COMMIT)) atomic.set(key, false);
+    await atomic.commit().catch(() => {});
+  }
+  return live;
+}

@@ -3,6 +3,7 @@
  * once and stored only as a SHA-256 hash; their prefix (`tbm_`) keeps them apart from app keys.
  */
 import {
+  countLiveIndexed,
   getManyChunked,
   isPlausibleId,
   newId,
@@ -31,8 +32,7 @@ export async function issueManagementKey(
   // failed commit means another issue committed, so the retries end at the bound at the latest.
   for (;;) {
     const issued = await kv.get<number>(keys.ownerManagementKeysIssued(ownerId));
-    const live = (await listManagementKeys(kv, ownerId)).filter((k) => k.revokedAt === null);
-    if (live.length >= MAX_MANAGEMENT_KEYS) {
+    if (await countLiveManagementKeys(kv, ownerId) >= MAX_MANAGEMENT_KEYS) {
       throw new TooManyManagementKeysError(
         `at most ${MAX_MANAGEMENT_KEYS} live management keys; revoke one first`,
       );
@@ -61,6 +61,19 @@ export async function issueManagementKey(
       .commit();
     if (result.ok) return { record, managementKey };
   }
+}
+
+/**
+ * The owner's management keys that are not revoked: a revocation marks its index entry, so only
+ * the records of unmarked keys are read (see countLiveIndexed).
+ */
+function countLiveManagementKeys(kv: Deno.Kv, ownerId: string): Promise<number> {
+  return countLiveIndexed<ManagementKeyRecord>(
+    kv,
+    keys.ownerManagementKeys(ownerId),
+    keys.managementKey,
+    (key) => key.revokedAt === null,
+  );
 }
 
 /** The owner behind a raw management key, or null when it is malformed, unknown or revoked. */
@@ -108,6 +121,7 @@ export async function revokeManagementKey(
       .check(entry)
       .set(keys.managementKey(keyId), revoked)
       .delete(keys.managementKeyByHash(revoked.hash))
+      .set(keys.ownerManagementKey(ownerId, keyId), false)
       .commit();
     if (result.ok) return revoked;
   }

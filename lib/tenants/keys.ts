@@ -1,4 +1,11 @@
-import { getManyChunked, newId, NotFoundError, randomToken, sha256Hex } from "@/lib/core/mod.ts";
+import {
+  countLiveIndexed,
+  getManyChunked,
+  newId,
+  NotFoundError,
+  randomToken,
+  sha256Hex,
+} from "@/lib/core/mod.ts";
 import { type ApiKeyHashEntry, type ApiKeyRecord, keys } from "@/lib/db.ts";
 
 /**
@@ -117,35 +124,17 @@ export async function issueKey(
   }
 }
 
-/** Index entries a count marks revoked per commit. */
-const MARKS_PER_COMMIT = 100;
-
 /**
- * The app's keys that are not revoked, from its key index: only the records of keys it does not
- * mark revoked are read, so an app's revoked keys cost a list entry each, not a read. A key found
- * revoked there (revoked before revocations marked the index) is marked for the next count.
+ * The app's keys that are not revoked, from its key index: a revocation marks its entry, so only
+ * the records of unmarked keys are read (see countLiveIndexed).
  */
-export async function countLiveKeys(kv: Deno.Kv, appId: string): Promise<number> {
-  const unmarked: string[] = [];
-  for await (const entry of kv.list<boolean>({ prefix: keys.appApiKeys(appId) })) {
-    if (entry.value !== false) unmarked.push(String(entry.key[2]));
-  }
-  const records = await getManyChunked<ApiKeyRecord>(kv, unmarked.map(keys.apiKey));
-  let live = 0;
-  const revoked: string[] = [];
-  records.forEach((r, i) => {
-    if (r.value !== null && r.value.revokedAt === null) live++;
-    else if (r.value !== null) revoked.push(unmarked[i]);
-  });
-  // A revocation is never undone, so marking needs no check; a failed mark is made next time.
-  for (let i = 0; i < revoked.length; i += MARKS_PER_COMMIT) {
-    const atomic = kv.atomic();
-    for (const id of revoked.slice(i, i + MARKS_PER_COMMIT)) {
-      atomic.set(keys.appApiKey(appId, id), false);
-    }
-    await atomic.commit().catch(() => {});
-  }
-  return live;
+export function countLiveKeys(kv: Deno.Kv, appId: string): Promise<number> {
+  return countLiveIndexed<ApiKeyRecord>(
+    kv,
+    keys.appApiKeys(appId),
+    keys.apiKey,
+    (key) => key.revokedAt === null,
+  );
 }
 
 /** The ids of the app's keys, live and revoked, from its key index. */
