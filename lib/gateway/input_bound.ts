@@ -19,7 +19,7 @@ import {
   opensWithAssistant,
   toolInput,
 } from "./providers/anthropic/request.ts";
-import { countTokensWith } from "./tokens.ts";
+import { CountCache, countTokensWith } from "./tokens.ts";
 
 /** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
 const OPENAI_TOKENS_PER_MESSAGE = 4;
@@ -147,9 +147,16 @@ const OPENAI_TOKENS_PER_JSON_ELEMENT = 3;
  * So every string, number and key is counted on its own with its punctuation, and the bound is
  * never below the compact JSON's own count.
  */
-function jsonTokenBound(value: unknown, count: TextCounter): number {
-  return Math.max(count(JSON.stringify(value)), elementTokens(value, count));
+function jsonTokenBound(value: unknown, count: TextCounter, tokenizer: Tokenizer): number {
+  const json = JSON.stringify(value);
+  // An agent loop sends the same tools every turn; walking them costs far more than one count.
+  return jsonBounds.count(
+    `${tokenizer}\n${json}`,
+    () => Math.max(count(json), elementTokens(value, count)),
+  );
 }
+
+const jsonBounds = new CountCache();
 
 function elementTokens(value: unknown, count: TextCounter): number {
   if (typeof value === "string") return count(value) + OPENAI_TOKENS_PER_JSON_ELEMENT;
@@ -252,10 +259,13 @@ export function openAiInputBound(
   const tools = request.params.tools ?? [];
   if (tools.length) {
     total += (open ? OPEN_TEMPLATE_TOOLS_TOKENS : OPENAI_TOOLS_OVERHEAD) +
-      OPENAI_TOKENS_PER_TOOL * tools.length + jsonTokenBound(toolsValue(tools), countTextTokens);
+      OPENAI_TOKENS_PER_TOOL * tools.length +
+      jsonTokenBound(toolsValue(tools), countTextTokens, tokenizer);
   }
   const schema = schemaValue(request);
-  if (schema !== null) total += OPENAI_SCHEMA_OVERHEAD + jsonTokenBound(schema, countTextTokens);
+  if (schema !== null) {
+    total += OPENAI_SCHEMA_OVERHEAD + jsonTokenBound(schema, countTextTokens, tokenizer);
+  }
   return total;
 }
 

@@ -79,7 +79,7 @@ const TOKENS_PER_REPLY = 3;
 const COUNT_CACHE_CHARS = 4_000_000;
 const COUNT_CACHE_MIN_CHARS = 16;
 
-class CountCache {
+export class CountCache {
   readonly #counts = new Map<string, number>();
   #chars = 0;
 
