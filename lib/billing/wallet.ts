@@ -220,7 +220,6 @@ export class Wallets {
    * admitted by a slice as uncapped.
    */
   readonly #keysWithCapsSeen = new Set<string>();
-  readonly #capsReadingForKey = new Map<string, Promise<Deno.KvEntryMaybe<SpendCapsRecord>>>();
   readonly #capsReading = new Map<string, Promise<Deno.KvEntryMaybe<SpendCapsRecord>>>();
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
@@ -594,9 +593,8 @@ export class Wallets {
     // not yet committed, and for a key it has not served yet (one issued with a cap is held to it
     // from its first request). A cap set on a key while a slice is live applies from this process's
     // next commit of the wallet, which reads the caps, or from its next post, which checks them.
-    const caps = this.#keysWithCapsSeen.has(input.keyId)
-      ? (this.#capsSeen.get(appId) ?? await this.#readCaps(appId)).value
-      : (await this.#readCapsForKey(appId, input.keyId)).value;
+    const caps = ((this.#keysWithCapsSeen.has(input.keyId) && this.#capsSeen.get(appId)) ||
+      await this.#readCaps(appId, input.keyId)).value;
     if (cappedScopes(caps, input.keyId, input.user).length > 0) {
       this.stats.sliceFallbacks++;
       return this.#reserveOrReclaim(appId, input);
@@ -780,40 +778,36 @@ export class Wallets {
   }
 
   /**
-   * The app's spend caps read afresh for a key this process has not served yet: the read starts
-   * after the key authenticated, so it holds whatever cap the key was issued with. Concurrent
-   * requests of the key share it; later ones use #capsSeen, which batches and posts keep current.
+   * The app's spend caps for a request of `keyId`, read when this process has not served the key
+   * yet (or knows no caps of the app): the read starts after the key authenticated, so it holds
+   * whatever cap the key was issued with. Concurrent requests of the key share the read.
    */
-  #readCapsForKey(appId: string, keyId: string): Promise<Deno.KvEntryMaybe<SpendCapsRecord>> {
-    let reading = this.#capsReadingForKey.get(keyId);
+  #readCaps(appId: string, keyId: string): Promise<Deno.KvEntryMaybe<SpendCapsRecord>> {
+    let reading = this.#capsReading.get(keyId);
     if (!reading) {
       reading = this.#kv.get<SpendCapsRecord>(keys.spendCaps(appId)).then((entry) => {
-        const seen = this.#capsSeen.get(appId);
-        // Never back to an older record than a batch has read meanwhile.
-        if (!seen || (entry.versionstamp ?? "") > (seen.versionstamp ?? "")) {
-          if (this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
-          this.#capsSeen.set(appId, entry);
-        }
         if (this.#keysWithCapsSeen.size >= MAX_KNOWN_KEYS) this.#keysWithCapsSeen.clear();
         this.#keysWithCapsSeen.add(keyId);
-        return this.#capsSeen.get(appId)!;
-      }).finally(() => this.#capsReadingForKey.delete(keyId));
-      this.#capsReadingForKey.set(keyId, reading);
+        return this.#sawCaps(appId, entry);
+      }).finally(() => this.#capsReading.delete(keyId));
+      this.#capsReading.set(keyId, reading);
     }
     return reading;
   }
 
-  /** The app's spend caps, read once when no batch of this process has read them yet. */
-  #readCaps(appId: string): Promise<Deno.KvEntryMaybe<SpendCapsRecord>> {
-    let reading = this.#capsReading.get(appId);
-    if (!reading) {
-      reading = this.#kv.get<SpendCapsRecord>(keys.spendCaps(appId)).then((entry) => {
-        if (!this.#capsSeen.has(appId)) this.#capsSeen.set(appId, entry);
-        return this.#capsSeen.get(appId)!;
-      }).finally(() => this.#capsReading.delete(appId));
-      this.#capsReading.set(appId, reading);
-    }
-    return reading;
+  /**
+   * Keeps the newer of what #capsSeen holds and `entry`, and returns it: reads finish out of order,
+   * and a slice must never go back to caps from before a key was issued with one.
+   */
+  #sawCaps(
+    appId: string,
+    entry: Deno.KvEntryMaybe<SpendCapsRecord>,
+  ): Deno.KvEntryMaybe<SpendCapsRecord> {
+    const seen = this.#capsSeen.get(appId);
+    if (seen && (seen.versionstamp ?? "") >= (entry.versionstamp ?? "")) return seen;
+    if (!seen && this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
+    this.#capsSeen.set(appId, entry);
+    return entry;
   }
 
   /**
@@ -997,7 +991,7 @@ export class Wallets {
         ...guards.map((g) => g.key),
       ]);
       // A cap set since: requests under it take the per-request path from now on.
-      this.#capsSeen.set(appId, capsEntry as Deno.KvEntryMaybe<SpendCapsRecord>);
+      this.#sawCaps(appId, capsEntry as Deno.KvEntryMaybe<SpendCapsRecord>);
       guards.forEach((guard, i) => {
         const keyId = guardKeyId(slice, guard);
         if (current[i].versionstamp === null) {
@@ -1224,8 +1218,7 @@ export class Wallets {
           this.#contendedUntil.set(appId, this.#now() + CONTENDED_MS);
         }
         failedOn = null;
-        if (this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
-        this.#capsSeen.set(appId, spendCapsEntry);
+        this.#sawCaps(appId, spendCapsEntry);
 
         const batchId = randomToken(96);
         const now = this.#now();
