@@ -35,6 +35,17 @@ const ModelSchema = z.object({
   cache_read_usd_per_mtok: Price.optional(),
   /** Input written to the provider's prompt cache (Anthropic cache writes). */
   cache_write_usd_per_mtok: Price.optional(),
+  /**
+   * Dearer prices a provider bills a whole request at once its input passes a size (OpenAI's
+   * long-context models past 272K tokens, Gemini's past 200K): chat models only.
+   */
+  long_context: z.object({
+    above_input_tokens: z.number().int().positive(),
+    input_usd_per_mtok: Price,
+    output_usd_per_mtok: Price,
+    cache_read_usd_per_mtok: Price.optional(),
+    cache_write_usd_per_mtok: Price.optional(),
+  }).strict().optional(),
   /** For an embedding model: the most tokens one input may have. */
   context_tokens: z.number().int().positive(),
   /** Required of a chat model; an embedding model has none. */
@@ -75,6 +86,7 @@ export const CatalogFileSchema = z.object({
 
 export type CatalogFile = z.infer<typeof CatalogFileSchema>;
 type ProviderFile = z.infer<typeof ProviderSchema>;
+type ModelFile = z.infer<typeof ModelSchema>;
 
 export type ProviderConfig =
   & { name: string; timeoutMs?: number }
@@ -102,13 +114,8 @@ export interface Route {
 export type ModelType = "chat" | "embedding";
 export type Tokenizer = "o200k" | "cl100k" | "utf8_bytes";
 
-export interface Model {
-  id: string;
-  type: ModelType;
-  provider: ProviderConfig;
-  upstreamModel: string;
-  /** Tried in order after `provider`, for failures before any byte reached the client. */
-  fallbacks: Route[];
+/** What each kind of token costs, and the same prices as the catalog writes them, for display. */
+export interface Prices {
   inputPrice: PicosPerToken;
   /** 0 for an embedding model. */
   outputPrice: PicosPerToken;
@@ -116,12 +123,27 @@ export interface Model {
   cacheReadPrice: PicosPerToken;
   /** Input written to a prompt cache; the input price when the catalog gives none. */
   cacheWritePrice: PicosPerToken;
-  /** Prices as written in the catalog, for display. */
   inputUsdPerMTok: string;
   /** Null for an embedding model. */
   outputUsdPerMTok: string | null;
   cacheReadUsdPerMTok: string | null;
   cacheWriteUsdPerMTok: string | null;
+}
+
+/** The prices of a request whose input (cached and cache-written included) passes a size. */
+export interface LongContextPrices extends Prices {
+  aboveInputTokens: number;
+}
+
+export interface Model extends Prices {
+  id: string;
+  type: ModelType;
+  provider: ProviderConfig;
+  upstreamModel: string;
+  /** Tried in order after `provider`, for failures before any byte reached the client. */
+  fallbacks: Route[];
+  /** Null when the provider bills every request at the same prices, whatever its size. */
+  longContext: LongContextPrices | null;
   /** For an embedding model: the most tokens one input may have. */
   contextTokens: number;
   /** 0 for an embedding model. */
@@ -288,28 +310,22 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         }
       }
     }
-    const inputPrice = parsePricePerMTok(m.input_usd_per_mtok);
     const anthropicRoute = routes.some((r) => r.provider.kind === "anthropic");
-    const cacheWritePrice = m.cache_write_usd_per_mtok !== undefined
-      ? parsePricePerMTok(m.cache_write_usd_per_mtok)
-      : anthropicRoute
-      ? anthropicCacheWritePrice(inputPrice)
-      : inputPrice;
+    const prices = toPrices(m, anthropicRoute);
     byId.set(m.id, {
       id: m.id,
       type,
       provider,
       upstreamModel: m.upstream_model,
       fallbacks,
-      inputPrice,
-      outputPrice: parsePricePerMTok(m.output_usd_per_mtok ?? "0"),
-      cacheReadPrice: parsePricePerMTok(m.cache_read_usd_per_mtok ?? m.input_usd_per_mtok),
-      cacheWritePrice,
-      inputUsdPerMTok: m.input_usd_per_mtok,
-      outputUsdPerMTok: m.output_usd_per_mtok ?? null,
-      cacheReadUsdPerMTok: m.cache_read_usd_per_mtok ?? null,
-      cacheWriteUsdPerMTok: m.cache_write_usd_per_mtok ??
-        (anthropicRoute ? formatPricePerMTok(cacheWritePrice) : null),
+      ...prices,
+      longContext: m.long_context === undefined
+        ? null
+        : toLongContextPrices(m.long_context, prices, anthropicRoute, {
+          index: i,
+          type,
+          contextTokens: m.context_tokens,
+        }),
       contextTokens: m.context_tokens,
       maxOutputTokens: m.max_output_tokens ?? 0,
       outputCapParam: m.output_cap_param ?? null,
@@ -322,6 +338,73 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
   });
   const models = [...byId.values()];
   return { models, get: (id) => byId.get(id), warnings };
+}
+
+type PriceFields = Pick<
+  ModelFile,
+  | "input_usd_per_mtok"
+  | "output_usd_per_mtok"
+  | "cache_read_usd_per_mtok"
+  | "cache_write_usd_per_mtok"
+>;
+
+function toPrices(p: PriceFields, anthropicRoute: boolean): Prices {
+  const inputPrice = parsePricePerMTok(p.input_usd_per_mtok);
+  const cacheWritePrice = p.cache_write_usd_per_mtok !== undefined
+    ? parsePricePerMTok(p.cache_write_usd_per_mtok)
+    : anthropicRoute
+    ? anthropicCacheWritePrice(inputPrice)
+    : inputPrice;
+  return {
+    inputPrice,
+    outputPrice: parsePricePerMTok(p.output_usd_per_mtok ?? "0"),
+    cacheReadPrice: parsePricePerMTok(p.cache_read_usd_per_mtok ?? p.input_usd_per_mtok),
+    cacheWritePrice,
+    inputUsdPerMTok: p.input_usd_per_mtok,
+    outputUsdPerMTok: p.output_usd_per_mtok ?? null,
+    cacheReadUsdPerMTok: p.cache_read_usd_per_mtok ?? null,
+    cacheWriteUsdPerMTok: p.cache_write_usd_per_mtok ??
+      (anthropicRoute ? formatPricePerMTok(cacheWritePrice) : null),
+  };
+}
+
+/**
+ * A long-context tier, held to what the reservation relies on: a request whose input bound passes
+ * the size is reserved at these prices and one that stays under it at the model's, so each price
+ * here must be at least the model's for either hold to bound the bill.
+ */
+function toLongContextPrices(
+  tier: NonNullable<ModelFile["long_context"]>,
+  base: Prices,
+  anthropicRoute: boolean,
+  model: { index: number; type: ModelType; contextTokens: number },
+): LongContextPrices {
+  const field = `catalog field models.${model.index}.long_context`;
+  if (model.type === "embedding") {
+    throw new CatalogError(`${field}: for chat models; an embedding model has one input price`);
+  }
+  if (tier.above_input_tokens >= model.contextTokens) {
+    throw new CatalogError(
+      `${field}.above_input_tokens: ${tier.above_input_tokens} is not below context_tokens (${model.contextTokens}), so no request would reach these prices`,
+    );
+  }
+  const prices = toPrices(tier, anthropicRoute);
+  const pairs = [
+    ["input_usd_per_mtok", prices.inputPrice, base.inputPrice],
+    ["output_usd_per_mtok", prices.outputPrice, base.outputPrice],
+    ["cache_read_usd_per_mtok", prices.cacheReadPrice, base.cacheReadPrice],
+    ["cache_write_usd_per_mtok", prices.cacheWritePrice, base.cacheWritePrice],
+  ] as const;
+  for (const [name, price, basePrice] of pairs) {
+    if (price < basePrice) {
+      throw new CatalogError(
+        `${field}.${name}: ${formatPricePerMTok(price)} is below the model's ${
+          formatPricePerMTok(basePrice)
+        }; a long-context price must be at least the model's (a request under the size is reserved at the model's prices)`,
+      );
+    }
+  }
+  return { ...prices, aboveInputTokens: tier.above_input_tokens };
 }
 
 function toProvider(

@@ -403,3 +403,98 @@ Deno.test("a model an Anthropic route serves bills cache writes at Anthropic's 1
   assert.equal(openai.cacheWritePrice, openai.inputPrice, "OpenAI reports no cache writes");
   assert.equal(openai.cacheWriteUsdPerMTok, null);
 });
+
+/** gpt-4o-mini's entry with a long-context tier (OpenAI's rule: past 272K, 2× input, 1.5× output). */
+function withLongContext(tier: Record<string, unknown>, more: Record<string, unknown> = {}) {
+  return (file: CatalogFile) => {
+    file.models[1] = {
+      ...file.models[1],
+      context_tokens: 1_050_000,
+      cache_read_usd_per_mtok: "0.075",
+      long_context: tier,
+      ...more,
+    };
+  };
+}
+
+function loaded(mutate: (c: CatalogFile) => void) {
+  const file = catalogFile();
+  mutate(file);
+  return buildCatalog(file, {}).get("openai/gpt-4o-mini")!;
+}
+
+Deno.test("a long-context tier is read with its size and prices; cache prices it leaves out are its input price", () => {
+  const model = loaded(withLongContext({
+    above_input_tokens: 272_000,
+    input_usd_per_mtok: "0.30",
+    output_usd_per_mtok: "0.90",
+  }));
+  assert.equal(model.longContext?.aboveInputTokens, 272_000);
+  assert.equal(model.longContext?.inputPrice, 300_000n);
+  assert.equal(model.longContext?.outputPrice, 900_000n);
+  assert.equal(model.longContext?.cacheReadPrice, 300_000n);
+  assert.equal(model.longContext?.cacheReadUsdPerMTok, null);
+  assert.equal(model.inputPrice, 150_000n, "the model's own prices are unchanged");
+  assert.equal(buildCatalog(catalogFile(), {}).get("openai/gpt-4o-mini")!.longContext, null);
+});
+
+Deno.test("a long-context tier on an Anthropic route bills its cache writes at 1.25× its input price unless it names one", () => {
+  const model = loaded(withLongContext({
+    above_input_tokens: 200_000,
+    input_usd_per_mtok: "6.00",
+    output_usd_per_mtok: "22.50",
+  }, {
+    provider: "backup",
+    input_usd_per_mtok: "3.00",
+    output_usd_per_mtok: "15.00",
+    cache_read_usd_per_mtok: "0.30",
+    fallbacks: [],
+  }));
+  assert.equal(model.longContext?.cacheWritePrice, 7_500_000n);
+  assert.equal(model.longContext?.cacheWriteUsdPerMTok, "7.50");
+});
+
+Deno.test("a long-context tier cheaper than the model, at or past the context, on an embedding model, or with an unknown field is refused", () => {
+  const tier = {
+    above_input_tokens: 272_000,
+    input_usd_per_mtok: "0.30",
+    output_usd_per_mtok: "0.90",
+  };
+  assert.match(
+    refusal(withLongContext({ ...tier, input_usd_per_mtok: "0.10" })),
+    /models\.1\.long_context\.input_usd_per_mtok: 0\.10 is below the model's 0\.15/,
+  );
+  assert.match(
+    refusal(withLongContext({ ...tier, output_usd_per_mtok: "0.50" })),
+    /long_context\.output_usd_per_mtok: 0\.50 is below the model's 0\.60/,
+  );
+  assert.match(
+    refusal(withLongContext({ ...tier, cache_read_usd_per_mtok: "0.05" })),
+    /long_context\.cache_read_usd_per_mtok: 0\.05 is below the model's 0\.075/,
+  );
+  assert.match(
+    refusal(withLongContext({ ...tier, above_input_tokens: 1_050_000 })),
+    /long_context\.above_input_tokens: 1050000 is not below context_tokens \(1050000\)/,
+  );
+  assert.match(
+    refusal(withLongContext({ ...tier, output_usd_per_mtok: undefined })),
+    /long_context\.output_usd_per_mtok/,
+  );
+  assert.match(refusal(withLongContext({ ...tier, above: 1 })), /long_context/);
+  const embedding = refusal((c) =>
+    c.models.push({
+      id: "openai/embed",
+      type: "embedding",
+      provider: "openai",
+      upstream_model: "text-embedding-3-small",
+      input_usd_per_mtok: "0.02",
+      context_tokens: 8192,
+      long_context: {
+        above_input_tokens: 4096,
+        input_usd_per_mtok: "0.04",
+        output_usd_per_mtok: "0",
+      },
+    })
+  );
+  assert.match(embedding, /models\.2\.long_context: for chat models/);
+});

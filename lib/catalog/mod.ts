@@ -1,6 +1,15 @@
 /** Catalog: the curated models, their providers and prices, and the cost of a request at those prices. */
 export { CatalogError, loadCatalogFile } from "./catalog.ts";
-export type { Catalog, Model, ModelType, ProviderConfig, Route, Tokenizer } from "./catalog.ts";
+export type {
+  Catalog,
+  LongContextPrices,
+  Model,
+  ModelType,
+  Prices,
+  ProviderConfig,
+  Route,
+  Tokenizer,
+} from "./catalog.ts";
 export { modelList, modelObject } from "./model_list.ts";
 export type { ModelList, ModelObject } from "./model_list.ts";
 export { reservationCost, usageCost } from "./pricing.ts";

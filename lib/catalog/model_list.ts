@@ -2,7 +2,7 @@
  * The catalog as `GET /v1/models` shows it: OpenAI's model object (`id`, `object`, `created`,
  * `owned_by`) plus what an app needs to choose and budget: type, context and prices.
  */
-import type { Catalog, Model, ModelType } from "./catalog.ts";
+import type { Catalog, Model, ModelType, Prices } from "./catalog.ts";
 
 export interface ModelObject {
   id: string;
@@ -25,6 +25,14 @@ export interface ModelObject {
     cache_read_usd_per_mtok?: string;
     /** Input written to the provider's prompt cache, when the catalog prices it apart. */
     cache_write_usd_per_mtok?: string;
+    /** The prices of a whole request whose input passes `above_input_tokens`, when it has any. */
+    long_context?: {
+      above_input_tokens: number;
+      input_usd_per_mtok: string;
+      output_usd_per_mtok: string;
+      cache_read_usd_per_mtok?: string;
+      cache_write_usd_per_mtok?: string;
+    };
   };
 }
 
@@ -35,6 +43,7 @@ export interface ModelList {
 
 export function modelObject(model: Model, created: number): ModelObject {
   const chat = model.type === "chat";
+  const tier = model.longContext;
   return {
     id: model.id,
     object: "model",
@@ -44,15 +53,28 @@ export function modelObject(model: Model, created: number): ModelObject {
     context_tokens: model.contextTokens,
     ...(chat ? { max_output_tokens: model.maxOutputTokens } : {}),
     pricing: {
-      input_usd_per_mtok: model.inputUsdPerMTok,
-      ...(model.outputUsdPerMTok !== null ? { output_usd_per_mtok: model.outputUsdPerMTok } : {}),
-      ...(model.cacheReadUsdPerMTok !== null
-        ? { cache_read_usd_per_mtok: model.cacheReadUsdPerMTok }
-        : {}),
-      ...(model.cacheWriteUsdPerMTok !== null
-        ? { cache_write_usd_per_mtok: model.cacheWriteUsdPerMTok }
-        : {}),
+      ...pricingFields(model),
+      ...(tier === null ? {} : {
+        long_context: {
+          above_input_tokens: tier.aboveInputTokens,
+          ...pricingFields(tier),
+          output_usd_per_mtok: tier.outputUsdPerMTok!,
+        },
+      }),
     },
+  };
+}
+
+function pricingFields(prices: Prices) {
+  return {
+    input_usd_per_mtok: prices.inputUsdPerMTok,
+    ...(prices.outputUsdPerMTok !== null ? { output_usd_per_mtok: prices.outputUsdPerMTok } : {}),
+    ...(prices.cacheReadUsdPerMTok !== null
+      ? { cache_read_usd_per_mtok: prices.cacheReadUsdPerMTok }
+      : {}),
+    ...(prices.cacheWriteUsdPerMTok !== null
+      ? { cache_write_usd_per_mtok: prices.cacheWriteUsdPerMTok }
+      : {}),
   };
 }
 

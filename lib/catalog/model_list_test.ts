@@ -28,6 +28,22 @@ const catalog = buildCatalog({
       max_output_tokens: 64_000,
     },
     {
+      id: "openai/gpt-long",
+      provider: "openai",
+      upstream_model: "gpt-long",
+      input_usd_per_mtok: "2.50",
+      output_usd_per_mtok: "15.00",
+      cache_read_usd_per_mtok: "0.25",
+      context_tokens: 1_050_000,
+      max_output_tokens: 128_000,
+      long_context: {
+        above_input_tokens: 272_000,
+        input_usd_per_mtok: "5.00",
+        output_usd_per_mtok: "22.50",
+        cache_read_usd_per_mtok: "0.50",
+      },
+    },
+    {
       id: "openai/text-embedding-3-small",
       type: "embedding",
       provider: "openai",
@@ -60,6 +76,20 @@ Deno.test("cache prices are shown when the catalog prices cached input apart", (
   });
 });
 
+Deno.test("a long-context tier is shown with its size and prices as the catalog writes them", () => {
+  assert.deepEqual(modelObject(catalog.get("openai/gpt-long")!, 1).pricing, {
+    input_usd_per_mtok: "2.50",
+    output_usd_per_mtok: "15.00",
+    cache_read_usd_per_mtok: "0.25",
+    long_context: {
+      above_input_tokens: 272_000,
+      input_usd_per_mtok: "5.00",
+      output_usd_per_mtok: "22.50",
+      cache_read_usd_per_mtok: "0.50",
+    },
+  });
+});
+
 Deno.test("an embedding model shows its input price and per-input token limit only", () => {
   assert.deepEqual(modelObject(catalog.get("openai/text-embedding-3-small")!, 1), {
     id: "openai/text-embedding-3-small",
@@ -78,6 +108,7 @@ Deno.test("the list holds every model in catalog order", () => {
   assert.deepEqual(list.data.map((m) => m.id), [
     "openai/gpt-4o-mini",
     "openai/claude-like",
+    "openai/gpt-long",
     "openai/text-embedding-3-small",
   ]);
 });

@@ -1,4 +1,4 @@
-import type { Model } from "./catalog.ts";
+import type { Model, Prices } from "./catalog.ts";
 import { componentsCost, type Micros, tokensCost } from "@/lib/core/mod.ts";
 
 /**
@@ -17,28 +17,46 @@ export interface Usage {
   reasoningTokens?: number;
 }
 
-/** The reservation taken before the model runs: the input bound plus the whole output cap. */
-export function reservationCost(model: Model, promptTokens: number, maxTokens: number): Micros {
-  // Any part of the prompt may be billed as a cache write (Anthropic: 1.25 times the input price),
-  // so the input is reserved at the dearer of the two prices.
-  const inputPrice = model.cacheWritePrice > model.inputPrice
-    ? model.cacheWritePrice
-    : model.inputPrice;
-  return tokensCost(promptTokens, maxTokens, inputPrice, model.outputPrice);
+/**
+ * The prices a request with this much input (cached and cache-written included) is billed at: the
+ * long-context tier's once the input passes its size, as the providers with one bill the whole
+ * request, output included.
+ */
+export function pricesFor(model: Model, promptTokens: number): Prices {
+  const tier = model.longContext;
+  return tier && promptTokens > tier.aboveInputTokens ? tier : model;
 }
 
 /**
- * Every component at its own price, exact, rounded up once. A provider that reports more cached
- * or cache-written tokens than the prompt holds is not believed past the prompt: the input price
- * is never traded for a cheaper one beyond what was read.
+ * The reservation taken before the model runs: the input bound plus the whole output cap, at the
+ * prices of a request with that much input. A tier's prices are at least the model's (the catalog
+ * holds them to it), so a bound above the size bounds the bill whichever side the real count
+ * falls on, and one at or under it means the real count is too.
+ */
+export function reservationCost(model: Model, promptTokens: number, maxTokens: number): Micros {
+  const prices = pricesFor(model, promptTokens);
+  // Any part of the prompt may be billed as a cache write (Anthropic: 1.25 times the input price),
+  // so the input is reserved at the dearer of the two prices.
+  const inputPrice = prices.cacheWritePrice > prices.inputPrice
+    ? prices.cacheWritePrice
+    : prices.inputPrice;
+  return tokensCost(promptTokens, maxTokens, inputPrice, prices.outputPrice);
+}
+
+/**
+ * Every component at its own price, exact, rounded up once; all at the long-context tier's prices
+ * when the prompt passed its size. A provider that reports more cached or cache-written tokens
+ * than the prompt holds is not believed past the prompt: the input price is never traded for a
+ * cheaper one beyond what was read.
  */
 export function usageCost(model: Model, usage: Usage): Micros {
+  const prices = pricesFor(model, usage.promptTokens);
   const cacheWrite = Math.min(usage.cacheWriteTokens ?? 0, usage.promptTokens);
   const cached = Math.min(usage.cachedTokens ?? 0, usage.promptTokens - cacheWrite);
   return componentsCost([
-    [usage.promptTokens - cached - cacheWrite, model.inputPrice],
-    [cached, model.cacheReadPrice],
-    [cacheWrite, model.cacheWritePrice],
-    [usage.completionTokens, model.outputPrice],
+    [usage.promptTokens - cached - cacheWrite, prices.inputPrice],
+    [cached, prices.cacheReadPrice],
+    [cacheWrite, prices.cacheWritePrice],
+    [usage.completionTokens, prices.outputPrice],
   ]);
 }

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { buildCatalog } from "./catalog.ts";
 import { reservationCost, usageCost } from "./pricing.ts";
 
-function model(prices: Record<string, string>) {
+function model(prices: Record<string, unknown>) {
   return buildCatalog({
     providers: { p: { kind: "simulator" } },
     models: [{
@@ -69,4 +69,54 @@ Deno.test("a reservation covers a prompt billed wholly as a cache write, at its 
   assert.ok(reservationCost(sonnet, 1000, 100) >= written);
   // Without a dearer cache-write price, the input price stands.
   assert.equal(reservationCost(model({}), 1000, 100), 3000 + 1500);
+});
+
+/** Sonnet's long-context rule: past 200K input tokens, the whole request at $6 / $22.50. */
+function longContextModel() {
+  return model({
+    cache_read_usd_per_mtok: "0.30",
+    cache_write_usd_per_mtok: "3.75",
+    context_tokens: 1_000_000,
+    long_context: {
+      above_input_tokens: 200_000,
+      input_usd_per_mtok: "6.00",
+      output_usd_per_mtok: "22.50",
+      cache_read_usd_per_mtok: "0.60",
+      cache_write_usd_per_mtok: "7.50",
+    },
+  });
+}
+
+Deno.test("a request whose input passes the long-context size is billed at the tier's prices, every component", () => {
+  const sonnet = longContextModel();
+  const usage = { completionTokens: 1000, cachedTokens: 100_000, cacheWriteTokens: 1 };
+  // At the size: the model's prices. 99,999 × 3 + 100,000 × 0.30 + 1 × 3.75 + 1,000 × 15.
+  assert.equal(usageCost(sonnet, { ...usage, promptTokens: 200_000 }), 344_997 + 4);
+  // One past it: the tier's. 100,000 × 6 + 100,000 × 0.60 + 1 × 7.50 + 1,000 × 22.50.
+  assert.equal(usageCost(sonnet, { ...usage, promptTokens: 200_001 }), 682_508);
+});
+
+Deno.test("the reservation is at the tier's prices when the input bound passes the size, at the model's when not", () => {
+  const sonnet = longContextModel();
+  // Input at the dearer of input and cache write, output cap at the output price.
+  assert.equal(reservationCost(sonnet, 200_000, 1000), 200_000 * 3.75 + 1000 * 15);
+  assert.equal(reservationCost(sonnet, 200_001, 1000), 1_500_008 + 22_500);
+});
+
+Deno.test("a reservation above the size bounds the bill of any usage up to its bound, either side of the size", () => {
+  const sonnet = longContextModel();
+  for (const bound of [199_000, 200_000, 200_001, 250_000]) {
+    const hold = reservationCost(sonnet, bound, 4096);
+    for (const prompt of [bound - 2000, bound - 1, bound]) {
+      for (const cached of [0, Math.floor(prompt / 2)]) {
+        const cost = usageCost(sonnet, {
+          promptTokens: prompt,
+          completionTokens: 4096,
+          cachedTokens: cached,
+          cacheWriteTokens: prompt - cached,
+        });
+        assert.ok(cost <= hold, `bound ${bound}, prompt ${prompt}: ${cost} > ${hold}`);
+      }
+    }
+  }
 });

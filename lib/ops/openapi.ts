@@ -824,6 +824,20 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                   description:
                     "Input written to the provider's prompt cache; present when the catalog prices it apart (else it costs the input price), and always for a model an Anthropic route serves (1.25× the input price unless the catalog names another).",
                 },
+                long_context: {
+                  type: "object",
+                  description:
+                    "Chat models whose provider bills a large request dearer: a request whose input (cached and cache-written included) passes `above_input_tokens` costs every token at these prices, output included. Cache prices left out cost this tier's input price (a cache write on an Anthropic route 1.25× it).",
+                  required: ["above_input_tokens", "input_usd_per_mtok", "output_usd_per_mtok"],
+                  additionalProperties: false,
+                  properties: {
+                    above_input_tokens: { type: "integer", minimum: 1 },
+                    input_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
+                    output_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
+                    cache_read_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
+                    cache_write_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
+                  },
+                },
               },
             },
           },

@@ -204,6 +204,14 @@ export function billingPage() {
         written to Anthropic's cache at its cache-write price, and output, reasoning included, at
         the output price. A model without cache prices bills cached input at the input price.
       </p>
+      <p id="long-context">
+        Some models cost more per token once a request is large: the{" "}
+        <a href="/models">models page</a>{" "}
+        shows their long-context size and prices. A request whose input (cached input included)
+        passes that size costs every token at the long-context prices, output included, as the
+        provider bills it; its reservation uses them whenever the input's upper bound passes the
+        size.
+      </p>
       <p>
         Example, at 0.15 USD input and 0.60 USD output per million tokens, with {example.prompt}
         {" "}

@@ -13,7 +13,9 @@ export function modelsPage(catalog: Catalog): string {
         (embedding models); <code>GET /v1/models</code>{" "}
         gives the same list as JSON. Prices are in USD per million tokens; a request costs its
         prompt tokens at the input price plus its completion tokens at the output price, rounded up
-        once to the micro-dollar. An embedding model has an input price only.
+        once to the micro-dollar. An embedding model has an input price only. A model with a long
+        context price bills a whole request at it, output included, once the request's input passes
+        the size shown.
       </p>
       <div class="table-scroll">
         <table>
@@ -25,6 +27,7 @@ export function modelsPage(catalog: Catalog): string {
               <th scope="col">Output / 1M tokens</th>
               <th scope="col">Context</th>
               <th scope="col">Max output</th>
+              <th scope="col">Long context</th>
             </tr>
           </thead>
           <tbody>
@@ -38,6 +41,13 @@ export function modelsPage(catalog: Catalog): string {
                 <td>{m.outputUsdPerMTok === null ? "—" : `$${m.outputUsdPerMTok}`}</td>
                 <td>{m.contextTokens.toLocaleString("en-US")}</td>
                 <td>{m.type === "chat" ? m.maxOutputTokens.toLocaleString("en-US") : "—"}</td>
+                <td>
+                  {m.longContext === null
+                    ? "—"
+                    : `over ${
+                      m.longContext.aboveInputTokens.toLocaleString("en-US")
+                    } input tokens: $${m.longContext.inputUsdPerMTok} / $${m.longContext.outputUsdPerMTok}`}
+                </td>
               </tr>
             ))}
           </tbody>
