@@ -43,6 +43,12 @@ export const keys = {
    * commits.
    */
   appApiKeysIssued: (appId: string) => ["app_api_keys_issued", appId] as const,
+  /**
+   * A count raised by every revocation and rotation of one of the app's keys: a slice post that
+   * re-read more keys than its commit could check checks this instead, so no key is revoked
+   * between that read and the commit unseen.
+   */
+  appApiKeyRevocations: (appId: string) => ["app_api_key_revocations", appId] as const,
 
   reservation: (appId: string, reservationId: string) =>
     ["reservations", appId, reservationId] as const,

@@ -1,8 +1,15 @@
 import assert from "node:assert/strict";
 import { keys } from "@/lib/db.ts";
 import { createApp as createAppRecord, issueKey, KeyCache } from "@/lib/tenants/mod.ts";
-import { revokeKey } from "@/lib/billing/mod.ts";
-import { assertAuditClean, startService, userMessage } from "./helpers.ts";
+import { KeyRevokedError, revokeKey, Wallets } from "@/lib/billing/mod.ts";
+import {
+  assertAuditClean,
+  holdInput,
+  settleInput,
+  startService,
+  until,
+  userMessage,
+} from "./helpers.ts";
 
 const ECHO = "tollbooth/echo";
 const HELLO = { model: ECHO, messages: userMessage("Hello"), max_tokens: 20 };
@@ -130,3 +137,96 @@ Deno.test("a revoked key fails on the next request while its other requests are 
     );
     assert.deepEqual(statuses, [200, 401, 200, 401, 200, 401, 200, 401, 200, 401]);
   }));
+
+Deno.test("on a wallet slice, a key revoked among more keys than a post's commit can check is refused after the next post", async () => {
+  // Posts come only from 64 waiting charges (the tick is a minute away), so the test decides when.
+  const s = await startService({
+    env: { WALLET_SLICES: "on", WALLET_SLICE_POST_MS: "60000", RATE_LIMIT_RPM: "100000" },
+  });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const more = [];
+    for (let i = 0; i < 19; i++) more.push(await issueKey(s.kv, appId, `key ${i}`, "operator"));
+    // Twenty keys charged in the slice since its last post; the last one is then revoked.
+    for (const raw of [apiKey, ...more.map((k) => k.apiKey)]) {
+      assert.equal((await s.chat(raw, HELLO)).status, 200);
+    }
+    const revoked = more.at(-1)!;
+    await revokeKey(s.kv, revoked.record.id);
+    assert.equal(s.wallets.stats.slicePosts, 0, "nothing posted yet");
+    for (let i = 20; i < 64; i++) assert.equal((await s.chat(apiKey, HELLO)).status, 200);
+    await until(() => s.wallets.stats.slicePosts >= 1, "the post of 64 waiting charges");
+    const res = await s.chat(revoked.apiKey, HELLO);
+    assert.equal(res.status, 401);
+    assert.equal((await res.json()).error.code, "invalid_api_key");
+    assert.equal((await s.chat(more[0].apiKey, HELLO)).status, 200, "the other keys are served");
+    await s.wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("on a wallet slice, a key revoked between a post's read of its keys and its commit fails that commit and is caught by its retry", async () => {
+  const s = await startService();
+  try {
+    const { appId } = await s.newApp();
+    const cache = new KeyCache(s.kv);
+    const issued = [];
+    for (let i = 0; i < 12; i++) issued.push(await issueKey(s.kv, appId, `key ${i}`, "operator"));
+    const authenticated = await Promise.all(
+      issued.map(async (key) => (await cache.authenticate(key.apiKey))!),
+    );
+    const target = authenticated.at(-1)!;
+    // The revocation lands right after the post's read of the keys, before its commit.
+    let armed = false;
+    const kv = new Proxy(s.kv, {
+      get(real, prop) {
+        if (prop === "getMany") {
+          return async (entries: Deno.KvKey[]) => {
+            const read = await real.getMany(entries);
+            if (armed && entries[0][0] === keys.appApiKeyRevocations(appId)[0]) {
+              armed = false;
+              await revokeKey(real, target.keyId);
+            }
+            return read;
+          };
+        }
+        const value = Reflect.get(real, prop);
+        return typeof value === "function" ? value.bind(real) : value;
+      },
+    });
+    const wallets = new Wallets(kv, {
+      leaseMs: 60_000,
+      slices: { postEveryMs: 60_000, idleMs: 60_000 },
+    });
+    const charge = async (key: (typeof authenticated)[number], requestId: string) => {
+      const held = await wallets.reserve(appId, {
+        ...holdInput(requestId),
+        keyId: key.keyId,
+        keyGuard: key.keyGuard,
+      });
+      assert.ok(held.ok);
+      await wallets.settle(appId, held.reservation.id, { ...settleInput(10), requestId });
+    };
+    for (const [i, key] of authenticated.entries()) await charge(key, `req_${i}`);
+    armed = true;
+    // The 64th waiting charge starts the post.
+    for (let i = 12; i < 64; i++) await charge(authenticated[0], `req_${i}`);
+    await until(() => wallets.stats.slicePosts >= 1, "the post of 64 waiting charges");
+    assert.equal(armed, false, "the revocation landed between the read and the commit");
+    assert.ok(wallets.stats.conflicts >= 1, "the commit failed its check of the revocations");
+    await assert.rejects(
+      wallets.reserve(appId, {
+        ...holdInput("req_after"),
+        keyId: target.keyId,
+        keyGuard: target.keyGuard,
+      }),
+      KeyRevokedError,
+    );
+    await wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});

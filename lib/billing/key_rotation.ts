@@ -47,7 +47,8 @@ export async function rotateKey(
       .check(overrides)
       .set(keys.apiKey(keyId), revoked)
       .delete(keys.apiKeyByHash(revoked.hash))
-      .set(keys.appApiKey(appId, keyId), false);
+      .set(keys.appApiKey(appId, keyId), false)
+      .sum(keys.appApiKeyRevocations(appId), 1n);
     const nextCaps = capsAfterRotation(caps.value, keyId, newId, counter.versionstamp !== null);
     if (nextCaps) atomic.set(keys.spendCaps(appId), nextCaps);
     const keyLimits = overrides.value?.keys[keyId];

@@ -99,6 +99,11 @@ const BATCH_MARKER_MS = 60 * 60 * 1000;
 /** Charges posted in one slice commit at most (KV's mutation and size budgets per commit). */
 const MAX_POST = 128;
 /**
+ * Keys' index entries a post checks in its commit: with the slice's own and the caps', KV's 10
+ * checks per commit (self-hosted denokv). More keys charged since the last post are read instead.
+ */
+const POST_KEY_CHECKS = 8;
+/**
  * Pending charges that start a post at once instead of at the next tick: a hot slice posts in
  * batches of this size, so its posts stay small and its unposted charges few, while a slice at a
  * moderate pace posts once per tick (a post is a durable commit: its cost is per commit).
@@ -946,6 +951,11 @@ export class Wallets {
     const appId = slice.record.appId;
     const sliceKey = keys.walletSlice(appId, slice.record.id);
     for (let attempt = 1;; attempt++) {
+      // The keys charged since the last post are checked in the commit; past what its checks allow,
+      // they are read first and the app's revocation count is checked in their place.
+      const checkAll = slice.guards.size <= POST_KEY_CHECKS;
+      const guards = checkAll ? [...slice.guards.values()] : [];
+      const verified = checkAll ? null : await this.#verifyKeys(slice);
       const { usage, spent } = slice.takePending(MAX_POST);
       const now = this.#now();
       const record: WalletSliceRecord = {
@@ -953,10 +963,10 @@ export class Wallets {
         spent: slice.record.spent + spent,
         leaseUntil: now + this.#sliceOptions!.leaseMs,
       };
-      const guards = [...slice.guards.values()].slice(0, 8);
       const postId = randomToken(96);
       const atomic = this.#kv.atomic().check({ key: sliceKey, versionstamp: slice.versionstamp });
       for (const guard of guards) atomic.check(guard);
+      if (verified) atomic.check(verified.revocations);
       const caps = this.#capsSeen.get(appId);
       if (caps) atomic.check(caps);
       atomic.set(sliceKey, record);
@@ -981,6 +991,7 @@ export class Wallets {
         // After an unknown outcome the next post fails its check and reads the entry afresh.
         slice.versionstamp = versionstamp;
         for (const guard of guards) slice.guards.delete(guardKeyId(slice, guard));
+        for (const keyId of verified?.keyIds ?? []) slice.guards.delete(keyId);
         return;
       }
       slice.putBack(usage, spent);
@@ -1010,6 +1021,35 @@ export class Wallets {
       }
       await sleep(Math.random() * Math.min(50, 2 ** attempt));
     }
+  }
+
+  /**
+   * Reads the index entry of every key the slice charged since its last post, with the app's
+   * revocation count: a key whose entry is gone was revoked (its later requests take the
+   * per-request path, which refuses them). The post then checks the count, which every revocation
+   * raises, so a key revoked after this read fails the post and is read again.
+   */
+  async #verifyKeys(slice: LocalSlice) {
+    const appId = slice.record.appId;
+    const pending = [...slice.guards];
+    const [revocations, ...current] = await getManyChunked(this.#kv, [
+      keys.appApiKeyRevocations(appId),
+      ...pending.map(([, guard]) => guard.key),
+    ]);
+    const keyIds: string[] = [];
+    pending.forEach(([keyId, guard], i) => {
+      if (current[i].versionstamp === null) {
+        slice.revokedKeys.add(keyId);
+        slice.guards.delete(keyId);
+      } else {
+        guard.versionstamp = current[i].versionstamp!;
+        keyIds.push(keyId);
+      }
+    });
+    return {
+      revocations: { key: revocations.key, versionstamp: revocations.versionstamp },
+      keyIds,
+    };
   }
 
   /**

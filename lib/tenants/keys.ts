@@ -243,6 +243,7 @@ export async function revokeKeyRecord(
       .set(keys.apiKey(keyId), revoked)
       .delete(keys.apiKeyByHash(revoked.hash))
       .set(keys.appApiKey(revoked.appId, keyId), false)
+      .sum(keys.appApiKeyRevocations(revoked.appId), 1n)
       .commit();
     if (result.ok) return revoked;
   }
