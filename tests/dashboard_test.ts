@@ -468,7 +468,7 @@ Deno.test("renaming an app shows the new name; an empty name is refused with a m
     assert.match(await v.page(`/dashboard/apps/${appId}`), /New name/);
   }));
 
-Deno.test("a usage cursor that is not ours starts again from the newest page", () =>
+Deno.test("a usage cursor that is not ours, or not one of the app's records, starts again from the newest page", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);
     await v.signUp("ada@example.com");
@@ -476,6 +476,15 @@ Deno.test("a usage cursor that is not ours starts again from the newest page", (
     const res = await v.request(`/dashboard/apps/${appId}/usage?cursor=garbage!`);
     assert.equal(res.status, 303);
     assert.equal(res.headers.get("location"), `/dashboard/apps/${appId}/usage`);
+    // Shaped like a record id, but no record of this app's.
+    const unknown = await v.request(
+      `/dashboard/apps/${appId}/usage?cursor=use_abc&user=${encodeURIComponent("ada 1")}`,
+    );
+    assert.equal(unknown.status, 303);
+    assert.equal(
+      unknown.headers.get("location"),
+      `/dashboard/apps/${appId}/usage?user=ada%201`,
+    );
   }));
 
 Deno.test("an app created by an operator for an owner's email shows on that owner's dashboard", () =>

@@ -410,16 +410,22 @@ export function dashboardRoutes(
     const app = c.get("app");
     const cursor = c.req.query("cursor") ?? "";
     const user = c.req.query("user") || undefined;
-    if (cursor !== "" && !USAGE_ID_PATTERN.test(cursor)) {
-      // A cursor that is not one of ours: start again from the newest.
-      const userQuery = user === undefined ? "" : `?user=${encodeURIComponent(user)}`;
-      return c.redirect(`/dashboard/apps/${app.id}/usage${userQuery}`, 303);
+    const userQuery = user === undefined ? "" : `?user=${encodeURIComponent(user)}`;
+    const firstPage = `/dashboard/apps/${app.id}/usage${userQuery}`;
+    // A cursor that is not one of ours, or not one of this app's records: start again from the
+    // newest.
+    if (cursor !== "" && !USAGE_ID_PATTERN.test(cursor)) return c.redirect(firstPage, 303);
+    let page;
+    try {
+      // One pager for all and for one end user's requests; the cursor is the last record's id.
+      page = await pageUsage(kv, app.id, {
+        limit: USAGE_PAGE_SIZE,
+        startingAfter: cursor || undefined,
+      }, { user });
+    } catch (error) {
+      if (!(error instanceof UnknownCursorError)) throw error;
+      return c.redirect(firstPage, 303);
     }
-    // One pager for all and for one end user's requests; the cursor is the last record's id.
-    const page = await pageUsage(kv, app.id, {
-      limit: USAGE_PAGE_SIZE,
-      startingAfter: cursor || undefined,
-    }, { user });
     const today = new Date().toISOString().slice(0, 10);
     const rows = await usageReport(kv, app.id, {
       groupBy: "user",
