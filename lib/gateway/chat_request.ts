@@ -86,6 +86,8 @@ const ToolCall = z.strictObject({
   function: z.strictObject({
     name: z.string({ error: "must be a string" }).min(1, "must not be empty"),
     arguments: z.string({ error: "must be a JSON string" }),
+    // The openai SDK's parse helpers add the arguments parsed; accepted, never forwarded.
+    parsed_arguments: z.unknown().optional(),
   }),
 });
 
@@ -136,7 +138,13 @@ function withoutEchoedFields(m: ChatMessage): ChatMessage {
   if (m.role !== "assistant") return m;
   const out: Record<string, unknown> = { ...m };
   for (const field of ECHOED_RESPONSE_FIELDS) delete out[field];
-  if (Array.isArray(out.tool_calls) && out.tool_calls.length === 0) delete out.tool_calls;
+  if (m.tool_calls?.length === 0) delete out.tool_calls;
+  else if (m.tool_calls?.some((call) => "parsed_arguments" in call.function)) {
+    out.tool_calls = m.tool_calls.map(({ function: { name, arguments: args }, ...call }) => ({
+      ...call,
+      function: { name, arguments: args },
+    }));
+  }
   return out as ChatMessage;
 }
 const ToolMessage = z.strictObject({
@@ -748,14 +756,15 @@ export function assertSupported(
 /**
  * Whether a model of the anthropic kind thinks for this request: `reasoning_effort` asks for it,
  * except in a turn that continues a tool call, which needs the thinking block the model signed and
- * the compatible format cannot carry back.
+ * the compatible format cannot carry back. Tool results after the last assistant message continue
+ * its tool calls even when user messages follow them: they are all one user turn upstream.
  */
 export function claudeThinks(request: ChatRequest): boolean {
   const effort = request.params.reasoning_effort;
   if (!effort || effort === "none") return false;
   const messages = request.messages;
-  const last = messages.findLast((m) => m.role !== "tool");
-  return !(messages.at(-1)?.role === "tool" && last?.role === "assistant");
+  const lastAssistant = messages.findLastIndex((m) => m.role === "assistant");
+  return lastAssistant < 0 || !messages.slice(lastAssistant + 1).some((m) => m.role === "tool");
 }
 
 /** What a Messages request cannot carry although the compatible format can. */

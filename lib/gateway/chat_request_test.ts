@@ -79,6 +79,40 @@ Deno.test("the dialect real clients send is accepted: tools, tool messages, deve
   assert.equal(request.messages.length, 6);
 });
 
+Deno.test("response-only fields pushed back with an assistant message are accepted and dropped, a tool call's parsed_arguments included", () => {
+  const call = {
+    id: "c1",
+    type: "function",
+    function: { name: "w", arguments: '{"city":"Oslo"}' },
+  };
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [
+      { role: "user", content: "Weather?" },
+      {
+        role: "assistant",
+        content: null,
+        refusal: null,
+        parsed: null,
+        annotations: [],
+        reasoning_content: "Look it up.",
+        tool_calls: [{
+          ...call,
+          function: { ...call.function, parsed_arguments: { city: "Oslo" } },
+        }],
+      },
+      { role: "tool", tool_call_id: "c1", content: "cold" },
+    ],
+    tools: [{ type: "function", function: { name: "w" } }],
+  });
+  assert.deepEqual(request.messages[1], {
+    role: "assistant",
+    content: null,
+    refusal: null,
+    tool_calls: [call],
+  });
+});
+
 Deno.test("malformed parts of the dialect get a 400 with the exact path", () => {
   const user = { role: "user", content: "x" };
   refused(

@@ -28,8 +28,10 @@ export function DialectSection() {
         gets <code>400 invalid_parameter</code> with its exact path in{" "}
         <code>param</code>, and a field not listed below is refused rather than passed on.
         Response-only fields that clients push back with an assistant message (
-        <code>annotations</code>, <code>parsed</code>,{" "}
-        <code>reasoning_content</code>) are accepted and dropped.
+        <code>annotations</code>, <code>parsed</code>, <code>reasoning_content</code>, a tool call's
+        {" "}
+        <code>parsed_arguments</code>, which the openai SDK's parse helpers add) are accepted and
+        dropped.
       </p>
       <div class="table-scroll">
         <table>

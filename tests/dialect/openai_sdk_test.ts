@@ -1,6 +1,9 @@
 /** The openai npm client against both provider kinds: the dialect it speaks, billed exactly. */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { zodFunction, zodResponsesFunction } from "openai/helpers/zod";
+import type { ResponseInputItem } from "openai/resources/responses/responses";
+import { z } from "zod";
 import { usageCost } from "@/lib/catalog/mod.ts";
 import { claudeTokenBound } from "@/lib/gateway/claude_tokens.ts";
 import type {
@@ -15,6 +18,7 @@ import {
   expectedCharge,
   OPENAI_MODEL,
   REASONING_MODEL,
+  scriptAgentLoop,
   withDialect,
 } from "./harness.ts";
 
@@ -144,6 +148,47 @@ for (const { kind, model } of KINDS) {
       assert.equal(second.choices[0].finish_reason, "stop");
       await assertCharged(d, model, usage[1]);
       assertSecondTurnReceived(d, kind, calls);
+    }));
+
+  Deno.test(`openai SDK, ${kind} kind: what the parse helpers return, parsed arguments included, goes back as the next turn's input, in chat and Responses`, () =>
+    withDialect(async (d) => {
+      const Weather = z.object({ city: z.string() });
+      for (const api of ["chat", "responses"] as const) {
+        const usage = scriptAgentLoop(d, kind);
+        if (api === "chat") {
+          const tools = [zodFunction({ name: "weather", parameters: Weather })];
+          const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Paris?" }];
+          const first = await client(d).chat.completions.parse({ model, messages, tools });
+          const call = first.choices[0].message.tool_calls![0];
+          assert.ok(call.type === "function");
+          assert.deepEqual(call.function.parsed_arguments, { city: "Paris" });
+          messages.push(first.choices[0].message, {
+            role: "tool",
+            tool_call_id: call.id,
+            content: "sunny",
+          });
+          const second = await client(d).chat.completions.parse({ model, messages, tools });
+          assert.equal(second.choices[0].message.content, "It is sunny in Paris.");
+        } else {
+          const tools = [zodResponsesFunction({ name: "weather", parameters: Weather })];
+          const input: ResponseInputItem[] = [{ role: "user", content: "Paris?" }];
+          const first = await client(d).responses.parse({ model, input, tools, store: false });
+          const call = first.output.find((item) => item.type === "function_call")!;
+          assert.deepEqual(call.parsed_arguments, { city: "Paris" });
+          input.push(...(first.output as ResponseInputItem[]), {
+            type: "function_call_output",
+            call_id: call.call_id,
+            output: "sunny",
+          });
+          const second = await client(d).responses.parse({ model, input, tools, store: false });
+          assert.equal(second.output_text, "It is sunny in Paris.");
+        }
+        await assertCharged(d, model, ...usage);
+      }
+      if (kind === "openai") {
+        const sent = JSON.stringify(d.openai.chats.map((chat) => chat.body));
+        assert.ok(!sent.includes("parsed_arguments"), "never forwarded");
+      }
     }));
 
   Deno.test(`openai SDK, ${kind} kind: a streamed tool round trip, the SDK assembling the fragments`, () =>
@@ -368,6 +413,57 @@ Deno.test("openai SDK, anthropic kind: reasoning_effort thinks within a budget; 
     assert.equal(content, "42");
     const record = await assertCharged(d, CLAUDE_MODEL, { prompt: 40, completion: 180 });
     assert.equal(usage?.cost, (record.cost / 1e6).toFixed(6));
+  }));
+
+Deno.test("openai SDK, anthropic kind: with reasoning_effort, a turn that answers tool calls and asks more runs without thinking, in chat and Responses", () =>
+  withDialect(async (d) => {
+    const answer = { text: "Cold, and it is Tuesday.", inputTokens: 120, outputTokens: 12 };
+    d.claude.script(answer, answer);
+    const id = "toolu_01";
+    const call = { name: "get_weather", arguments: '{"city":"Oslo"}' };
+    const chat = await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages: [
+        { role: "user", content: "Weather in Oslo?" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id, type: "function", function: call }],
+        },
+        { role: "tool", tool_call_id: id, content: "cold" },
+        { role: "user", content: "Also, what day is it?" },
+      ],
+      tools: TOOLS,
+      reasoning_effort: "low",
+      max_tokens: 4000,
+    });
+    assert.equal(chat.choices[0].message.content, answer.text);
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 120, completion: 12 });
+    const responses = await client(d).responses.create({
+      model: CLAUDE_MODEL,
+      input: [
+        { role: "user", content: "Weather in Oslo?" },
+        { type: "function_call", call_id: id, ...call },
+        { type: "function_call_output", call_id: id, output: "cold" },
+        { role: "user", content: "Also, what day is it?" },
+      ],
+      tools: [{
+        type: "function",
+        name: "get_weather",
+        parameters: {
+          type: "object",
+          properties: { city: { type: "string" } },
+          required: ["city"],
+        },
+        strict: false,
+      }],
+      reasoning: { effort: "low" },
+      max_output_tokens: 4000,
+      store: false,
+    });
+    assert.equal(responses.output_text, answer.text);
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 120, completion: 12 });
+    assert.deepEqual(d.claude.messages().map((m) => m.body.thinking), [undefined, undefined]);
   }));
 
 Deno.test("openai SDK: a Claude stream cut before its final usage is billed at the cache prices its start reported", () =>

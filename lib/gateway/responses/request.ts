@@ -61,6 +61,9 @@ const FunctionCallItem = z.strictObject({
   arguments: z.string({ error: "must be a JSON string" }),
   id: z.string().nullish(),
   status: z.string().nullish(),
+  // The openai SDK's parse helpers add the arguments parsed to the output they return, which a
+  // client pushes back as input: accepted, never forwarded.
+  parsed_arguments: z.unknown().optional(),
 });
 
 const FunctionCallOutputItem = z.strictObject({

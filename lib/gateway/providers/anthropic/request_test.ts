@@ -162,6 +162,32 @@ Deno.test("a turn that answers tool calls runs without thinking: the signed thin
   assert.equal(thinkingBudget(request.request, 8000), null);
 });
 
+Deno.test("a turn that answers tool calls and then says more runs without thinking too: it is one user turn upstream", () => {
+  const toolTurn = [
+    { role: "user", content: "x" },
+    {
+      role: "assistant",
+      tool_calls: [{ id: "c", type: "function", function: { name: "w", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: "c", content: "y" },
+  ];
+  const budget = (messages: unknown[]) =>
+    thinkingBudget(
+      upstreamRequest(claude, {
+        messages,
+        tools: [{ type: "function", function: { name: "w" } }],
+        reasoning_effort: "high",
+      }, 8000).request,
+      8000,
+    );
+  assert.equal(budget([...toolTurn, { role: "user", content: "And what day is it?" }]), null);
+  // Once the model has answered the tool results, a new question thinks again.
+  assert.notEqual(
+    budget([...toolTurn, { role: "assistant", content: "Done." }, { role: "user", content: "z" }]),
+    null,
+  );
+});
+
 Deno.test("Anthropic's temperature is capped at 1; user becomes metadata.user_id; seed is dropped", () => {
   const body = messagesRequest(
     upstreamRequest(claude, {
