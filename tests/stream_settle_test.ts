@@ -111,6 +111,102 @@ Deno.test("a client that disconnects mid-stream stops the upstream and pays for 
   }
 });
 
+/**
+ * Gemini's compatible endpoint reports cumulative usage on every content chunk, its thinking in
+ * `total_tokens` only; Mistral and Together on the chunk that finishes. Three such chunks, then
+ * the upstream hangs (or breaks off).
+ */
+function usageOnContentChunks(ending: "hang" | "cut") {
+  const thinking = 3_000;
+  const events = [1, 2, 3].map((i) =>
+    rawChunk({
+      choices: [{ index: 0, delta: { content: ` word${i}` }, finish_reason: null }],
+      usage: { prompt_tokens: 40, completion_tokens: i * 2, total_tokens: 40 + thinking + i * 2 },
+    })
+  );
+  const server = serveLoopback(() =>
+    new Response(
+      new ReadableStream<Uint8Array>({
+        async start(controller) {
+          for (const event of events) controller.enqueue(encoder.encode(event));
+          if (ending === "cut") {
+            await new Promise((r) => setTimeout(r, 5));
+            controller.error(new Error("upstream died"));
+          }
+        },
+      }),
+      { headers: { "content-type": "text/event-stream" } },
+    )
+  );
+  return { ...server, billed: { promptTokens: 40, completionTokens: 6 + thinking } };
+}
+
+Deno.test("a client that leaves a stream whose upstream reported usage on its content chunks pays that usage, hidden thinking included", async () => {
+  const upstream = usageOnContentChunks("hang");
+  const s = await startService({ openaiBaseUrl: upstream.url });
+  const server = serveLoopback(s.handle);
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const abort = new AbortController();
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "fake/gpt",
+        messages: userMessage("go on"),
+        stream: true,
+        max_tokens: 4000,
+      }),
+      signal: abort.signal,
+    });
+    const reader = res.body!.getReader();
+    let received = "";
+    while (!received.includes("word3")) {
+      received += new TextDecoder().decode((await reader.read()).value);
+    }
+    abort.abort();
+    await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal(usage.outcome, "client_closed");
+    assert.equal(usage.countedLocally, false);
+    assert.equal(usage.promptTokens, upstream.billed.promptTokens);
+    assert.equal(usage.completionTokens, upstream.billed.completionTokens);
+    assert.equal(usage.cost, usageCost(s.catalog.get("fake/gpt")!, upstream.billed));
+    assert.equal((await s.wallet(appId)).spent, usage.cost);
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await upstream.close();
+    await s.close();
+  }
+});
+
+Deno.test("a stream cut after its upstream reported usage on a content chunk is charged that usage, streamed or not", async () => {
+  for (const stream of [true, false]) {
+    const upstream = usageOnContentChunks("cut");
+    const s = await startService({ openaiBaseUrl: upstream.url });
+    try {
+      const { appId, apiKey } = await s.newApp();
+      const res = await s.chat(apiKey, {
+        model: "fake/gpt",
+        messages: userMessage("go on"),
+        stream,
+        max_tokens: 4000,
+      });
+      await res.text();
+      await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
+      const usage = await onlyUsage(s.kv, appId);
+      assert.equal(usage.outcome, "upstream_cut", `stream: ${stream}`);
+      assert.equal(usage.countedLocally, false, `stream: ${stream}`);
+      assert.equal(usage.completionTokens, upstream.billed.completionTokens, `stream: ${stream}`);
+      await assertAuditClean(s.kv);
+    } finally {
+      await upstream.close();
+      await s.close();
+    }
+  }
+});
+
 /** Streams a chat whose upstream sends `words` and then breaks off; `check` sees what came. */
 async function withCutStream(
   words: (string | Record<string, unknown>)[],

@@ -1,7 +1,11 @@
 /**
  * The stream converter of the OpenAI kind: chunks pass whole (tool-call fragments, reasoning,
  * refusal, logprobs); the usage, cumulative where a server repeats it, is taken from the last
- * chunk that carries it and kept with its details for the client's own usage chunk.
+ * chunk that carries it and kept with its details for the client's own usage chunk. It is handed
+ * on as soon as it comes, whichever chunk carries it (OpenAI's own chunk without choices; the
+ * last content chunk of Gemini, Mistral or Together, and every one of Gemini's; xAI's one before
+ * last), so that a stream cut or left before its end is charged by the provider's count, hidden
+ * reasoning included, rather than by ours of what it showed.
  */
 import { parseSse } from "../../sse.ts";
 import type { BodyReader } from "../http1.ts";
@@ -19,8 +23,6 @@ export function openAiStreamParts(
   batches: AsyncIterable<{ data: string }[]>,
 ): AsyncGenerator<StreamPart[]> {
   let usage: ParsedUsage = null;
-  /** The usage already handed on (OpenAI's own usage chunk, as soon as it comes). */
-  let handed: ParsedUsage = null;
   let finished = false;
   return convertBatches(batches, {
     take(event, parts) {
@@ -39,8 +41,11 @@ export function openAiStreamParts(
       // never shrinks, so a later usage smaller than one before (a trailing zero) is not the bill.
       if (obj.usage != null) {
         const parsed = parseOpenAiUsage(obj.usage);
-        if (parsed) usage = laterUsage(usage, parsed);
-        else {
+        const later = laterUsage(usage, parsed);
+        if (later !== usage) {
+          usage = later!;
+          parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
+        } else if (!parsed) {
           // Counts without a usable completion count (null): the prompt's is still the upstream's.
           const prompt = (obj.usage as { prompt_tokens?: unknown }).prompt_tokens;
           if (Number.isSafeInteger(prompt) && (prompt as number) >= 0) {
@@ -50,30 +55,20 @@ export function openAiStreamParts(
       }
       if (Array.isArray(obj.choices) && obj.choices.length > 0) {
         dropMalformedEntries(obj);
-        // Usage repeated on content chunks is handed on once, at the end. OpenAI sends
-        // `usage: null` on every other chunk: it is unset in place (JSON leaves it out) rather
-        // than copied away, which cost a tenth of relaying a chunk.
+        // The client gets the usage in a chunk of its own, at the end. OpenAI sends `usage: null`
+        // on every other chunk: it is unset in place (JSON leaves it out) rather than copied away,
+        // which cost a tenth of relaying a chunk.
         if (obj.usage !== undefined) obj.usage = undefined;
         if ((obj.choices as ChatCompletionChunk["choices"]).some((c) => c?.finish_reason)) {
           finished = true;
         }
         parts.push({ type: "chunk", chunk: obj as ChatCompletionChunk });
-      } else if (usage && obj.usage != null) {
-        // OpenAI's usage chunk (no choices) is the bill: handed on with its batch, so that a cut
-        // the reader takes before the converter does (a timeout, the client leaving) bills it.
-        handed = usage;
-        parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
       }
       return false;
     },
     finished: () => finished,
-    // The usage chunk is the provider's bill: a stream cut after it (before `[DONE]`) is charged
-    // by it, not by a local count that cannot see hidden reasoning.
-    close(parts) {
-      if (usage && usage !== handed) {
-        parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
-      }
-    },
+    // Every usage was handed on with the batch that brought it.
+    close() {},
   }, "upstream stream ended before it finished");
 }
 

@@ -68,6 +68,34 @@ Deno.test("a stream cut after its usage chunk, before [DONE], hands on that usag
   });
 });
 
+Deno.test("usage on a content chunk (Gemini's on every one, Mistral's on the last) is handed on with its batch, so a cut after it bills it", async () => {
+  async function* geminiThenCut() {
+    for (let i = 1; i <= 2; i++) {
+      yield [{
+        data: JSON.stringify({
+          choices: [{ index: 0, delta: { content: `w${i}` }, finish_reason: null }],
+          usage: { prompt_tokens: 9, completion_tokens: i, total_tokens: 9 + 2500 + i },
+        }),
+      }];
+    }
+    throw new ProviderError("stream_cut", "connection reset");
+  }
+  const batches: StreamPart[][] = [];
+  await assert.rejects(async () => {
+    for await (const batch of openAiStreamParts(geminiThenCut())) batches.push(batch);
+  }, /connection reset/);
+  assert.deepEqual(batches.map((batch) => batch.map((p) => p.type)), [
+    ["usage", "chunk"],
+    ["usage", "chunk"],
+  ]);
+  const last = batches[1][0];
+  assert.ok(last.type === "usage");
+  // Gemini's thinking shows only in total_tokens: it is output.
+  assert.deepEqual(last.usage, { promptTokens: 9, completionTokens: 2502 });
+  const chunk = batches[1][1];
+  assert.ok(chunk.type === "chunk" && !("usage" in chunk.chunk && chunk.chunk.usage));
+});
+
 Deno.test("a stream cut before any usage fails with no usage part", async () => {
   async function* cutEarly() {
     yield [{ data: JSON.stringify({ choices: [{ index: 0, delta: { content: "Hi" } }] }) }];
