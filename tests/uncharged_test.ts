@@ -127,6 +127,42 @@ Deno.test("a stream billed beyond its reservation and the balance logs and recor
     assert.equal(record.uncharged, PROVIDER_COST - NEARLY_EMPTY);
   }));
 
+Deno.test("counts past any real bill (a cost beyond 2^53 micro-USD, or a completion and reasoning summing past 2^53 tokens) are charged down to the balance, the rest uncharged, streamed or not", async () => {
+  const usages = [
+    { completionTokens: 2e15 },
+    { completionTokens: 5e15, reasoningTokens: 6e15 },
+  ];
+  for (const billed of usages) {
+    for (const stream of [false, true]) {
+      const upstream = startOpenAiUpstream();
+      upstream.setDefault({ content: "Hi.", promptTokens: 10, ...billed });
+      const s = await startService({
+        openaiBaseUrl: upstream.baseUrl,
+        env: { FAKE_OPENAI_KEY: upstream.apiKey },
+      });
+      try {
+        const { appId, apiKey } = await nearlyEmptyApp(s);
+        const res = await s.chat(apiKey, { ...REQUEST, stream });
+        assert.equal(res.status, 200);
+        const body = await res.text();
+        assert.ok(!body.includes("internal_error"), body.slice(-300));
+        const what = `${JSON.stringify(billed)}, stream: ${stream}`;
+        const charged = async () =>
+          (await usageRecords(s.kv, appId)).find((u) => u.model === MODEL);
+        await until(async () => (await charged()) !== undefined, what);
+        const record = (await charged())!;
+        assert.equal(record.cost, NEARLY_EMPTY, what);
+        assert.equal(record.uncharged, Number.MAX_SAFE_INTEGER - NEARLY_EMPTY, what);
+        assert.equal((await s.wallet(appId)).available, 0, what);
+        await assertAuditClean(s.kv);
+      } finally {
+        await s.close();
+        await upstream.close();
+      }
+    }
+  }
+});
+
 Deno.test("a request the balance covers logs uncharged 0; one released unsettled logs null", () =>
   withUpstream(async ({ s, upstream }) => {
     upstream.setDefault({ content: "Hi.", promptTokens: 10, completionTokens: 5 });

@@ -53,10 +53,14 @@ export function usageCost(model: Model, usage: Usage): Micros {
   const prices = pricesFor(model, usage.promptTokens);
   const cacheWrite = Math.min(usage.cacheWriteTokens ?? 0, usage.promptTokens);
   const cached = Math.min(usage.cachedTokens ?? 0, usage.promptTokens - cacheWrite);
-  return componentsCost([
+  const cost = componentsCost([
     [usage.promptTokens - cached - cacheWrite, prices.inputPrice],
     [cached, prices.cacheReadPrice],
     [cacheWrite, prices.cacheWritePrice],
     [usage.completionTokens, prices.outputPrice],
   ]);
+  // A cost past 2^53 micro-USD (9 billion USD) comes only from counts no provider bills: held to
+  // an amount the wallet can take, it is charged as far as the hold and balance go, the rest
+  // recorded as uncharged, rather than failing the settle and charging nothing.
+  return Math.min(cost, Number.MAX_SAFE_INTEGER);
 }

@@ -32,7 +32,10 @@ export function parseOpenAiUsage(raw: unknown): { usage: Usage; raw: UsageObject
   const u = parsed.data;
   const reasoning = u.completion_tokens_details?.reasoning_tokens;
   let completion = u.completion_tokens;
-  if (reasoning && reasoning > completion) completion += reasoning;
+  // Counts past any real bill still add up to a safe integer, charged as far as the money goes.
+  if (reasoning && reasoning > completion) {
+    completion = Math.min(completion + reasoning, Number.MAX_SAFE_INTEGER);
+  }
   if (u.total_tokens && u.total_tokens > u.prompt_tokens + completion) {
     completion = u.total_tokens - u.prompt_tokens;
   }

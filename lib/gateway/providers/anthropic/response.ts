@@ -39,7 +39,9 @@ export function mergeCounts(previous: Counts, raw: unknown): Counts {
 
 /** Cache writes and cache reads are input the model read: they count as prompt tokens. */
 export function promptTokensOf(c: Counts): number | null {
-  return c.input === null ? null : c.input + (c.cacheWrite ?? 0) + (c.cacheRead ?? 0);
+  if (c.input === null) return null;
+  // Counts past any real bill still add up to a safe integer, charged as far as the money goes.
+  return Math.min(c.input + (c.cacheWrite ?? 0) + (c.cacheRead ?? 0), Number.MAX_SAFE_INTEGER);
 }
 
 export function usageOfCounts(c: Counts): Usage | null {
