@@ -479,7 +479,7 @@ Deno.test("responses count against the same rate limits (429 with Retry-After); 
   }
 });
 
-Deno.test("a response stream the upstream cuts ends with error and response.failed; what was produced is charged", () =>
+Deno.test("a response stream the upstream cuts ends with error and response.failed; what was produced is charged, and its usage tells it", () =>
   withDialect(async (d) => {
     d.openai.script({ content: "one two three four five six", cutAfterEvents: 3 });
     const res = await d.s.post(d.apiKey, "/responses", {
@@ -498,6 +498,10 @@ Deno.test("a response stream the upstream cuts ends with error and response.fail
     const [record] = await d.newUsage();
     assert.equal(record.outcome, "upstream_cut");
     assert.ok(record.cost > 0, "the tokens produced before the cut are charged");
+    // What was charged is told, as a chat stream's usage chunk tells it.
+    assert.equal(failed.response.usage.cost, formatUsd(record.cost));
+    assert.equal(failed.response.usage.input_tokens, record.promptTokens);
+    assert.equal(failed.response.usage.output_tokens, record.completionTokens);
   }));
 
 Deno.test("a response stream whose client goes away is settled for what was produced", () =>

@@ -23,6 +23,8 @@ interface ChatUsage {
   cost?: string;
   prompt_tokens_details?: { cached_tokens?: number };
   completion_tokens_details?: { reasoning_tokens?: number };
+  /** DeepSeek's cache hits, billed at the cache-read price like `cached_tokens`. */
+  prompt_cache_hit_tokens?: number;
 }
 
 /** The model's reasoning as a summary part: what the AI SDK and LangChain read it from. */
@@ -57,7 +59,10 @@ export type OutputItem =
 export function responseUsage(usage: ChatUsage) {
   return {
     input_tokens: usage.prompt_tokens,
-    input_tokens_details: { cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? 0 },
+    input_tokens_details: {
+      cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ??
+        0,
+    },
     output_tokens: usage.completion_tokens,
     output_tokens_details: {
       reasoning_tokens: usage.completion_tokens_details?.reasoning_tokens ?? 0,
@@ -300,8 +305,11 @@ export class ResponseEvents {
     return events;
   }
 
-  /** A stream that broke off after it began: the error, then response.failed. */
-  fail(code: string, message: string): ResponseEvent[] {
+  /**
+   * A stream that broke off after it began: the error, then response.failed, with the usage that
+   * was charged for what the provider produced before the break, when it was.
+   */
+  fail(code: string, message: string, usage: ChatUsage | null = null): ResponseEvent[] {
     const events = this.#close("incomplete");
     events.push(this.error(code, message));
     events.push(
@@ -309,7 +317,7 @@ export class ResponseEvents {
         response: this.#response({
           status: "failed",
           output: this.#output,
-          usage: null,
+          usage,
           error: { code, message },
         }),
       }),

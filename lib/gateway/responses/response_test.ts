@@ -5,6 +5,7 @@ import {
   outputText,
   type ResponseEvent,
   ResponseEvents,
+  responseUsage,
 } from "./response.ts";
 import { testBody, testMeta } from "./test_support.ts";
 
@@ -284,4 +285,17 @@ Deno.test("streamed reasoning gives the documented reasoning summary events, clo
   const completed = out.at(-1)!.response as { output: { type: string }[] };
   assert.deepEqual(completed.output.map((item) => item.type), ["reasoning", "message"]);
   assert.equal(outputText(events.output), "Hello! How can I help?");
+});
+
+Deno.test("the usage shown counts DeepSeek's cache hits as cached input, as they were billed", () => {
+  const usage = responseUsage({
+    prompt_tokens: 1000,
+    completion_tokens: 10,
+    prompt_cache_hit_tokens: 900,
+  });
+  assert.equal(usage.input_tokens_details.cached_tokens, 900);
+  assert.equal(
+    responseUsage({ prompt_tokens: 5, completion_tokens: 1 }).input_tokens_details.cached_tokens,
+    0,
+  );
 });

@@ -301,7 +301,7 @@ export async function* responseStreamEvents(
     for (const event of events) {
       if (broken) break;
       if (event.type === "error") {
-        out.push(...converter.fail(event.error.code, event.error.message));
+        out.push(...converter.fail(event.error.code, event.error.message, usage));
         yield out;
         return;
       }
