@@ -312,6 +312,84 @@ Deno.test("each compatible family works through the catalog alone: kind, base_ur
   }
 });
 
+/** Mistral's answer to a field it does not know: 422 with pydantic's `extra_forbidden`. */
+function mistralRefusal(field: string) {
+  return Response.json({
+    object: "error",
+    message: {
+      detail: [{
+        type: "extra_forbidden",
+        loc: ["body", field, "include_usage"],
+        msg: "Extra inputs are not permitted",
+        input: true,
+      }],
+    },
+    type: "invalid_request_error",
+    param: null,
+    code: null,
+  }, { status: 422 });
+}
+
+Deno.test('a server that refuses stream_options (Mistral\'s) is served with "stream_options": false in its catalog entry, billed by the usage it sends unasked', async () => {
+  const bodies: Record<string, unknown>[] = [];
+  const fake = serveLoopback(async (req) => {
+    const body = await req.json();
+    bodies.push(body);
+    if ("stream_options" in body) return mistralRefusal("stream_options");
+    // Mistral reports usage on its finishing chunk, unasked.
+    return sseResponse([
+      chunk({ role: "assistant", content: "Hello there" }),
+      finalChunk({ usage: { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 } }),
+      "data: [DONE]\n\n",
+    ]);
+  });
+  const mistral = (streamOptions?: boolean) => ({
+    kind: "openai" as const,
+    base_url: `${fake.url}/v1`,
+    api_key_env: "MISTRAL_API_KEY",
+    ...(streamOptions === undefined ? {} : { stream_options: streamOptions }),
+  });
+  const model = (id: string, provider: string) => ({
+    id,
+    provider,
+    upstream_model: "mistral-large-latest",
+    input_usd_per_mtok: "2.00",
+    output_usd_per_mtok: "8.00",
+    context_tokens: 32768,
+    max_output_tokens: 4096,
+  });
+  const s = await startService({
+    env: { MISTRAL_API_KEY: "key-mistral" },
+    catalogFile: {
+      providers: { mistral: mistral(false), asks: mistral() },
+      models: [model("mistral/large", "mistral"), model("asks/large", "asks")],
+    },
+  });
+  try {
+    const { apiKey, appId } = await s.newApp();
+    const plain = await s.chat(apiKey, { model: "mistral/large", messages: userMessage(PROMPT) });
+    assert.equal(plain.status, 200);
+    assert.equal((await plain.json()).usage.completion_tokens, 2);
+    const { usage } = await streamed(await streamAsk(s, apiKey, "mistral/large"));
+    assert.equal(usage.completion_tokens, 2);
+    assert.ok(bodies.every((body) => !("stream_options" in body)), "never sent, the client's too");
+    const records = await usageRecords(s.kv, appId);
+    assert.deepEqual(records.map((r) => [r.countedLocally, r.cost]), [
+      [false, cost(9, 2)],
+      [false, cost(9, 2)],
+    ]);
+    // Asked, as by default, the same server refuses every request: nothing is charged.
+    const refused = await s.chat(apiKey, { model: "asks/large", messages: userMessage(PROMPT) });
+    assert.ok(refused.status >= 400);
+    await refused.body?.cancel();
+    assert.equal((await usageRecords(s.kv, appId)).length, 2);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});
+
 /** Spends directly from the wallet until `left` micro-USD remain. */
 async function spendDownTo(s: TestService, appId: string, left: number) {
   const amount = (await s.wallet(appId)).available - left;

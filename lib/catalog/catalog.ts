@@ -16,6 +16,12 @@ const ProviderSchema = z.discriminatedUnion("kind", [
     base_url: z.url(),
     api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "an environment variable name"),
     timeout_ms: z.number().int().positive().optional(),
+    /**
+     * Kind openai: whether a stream asks for its usage with `stream_options.include_usage` (true
+     * by default). False for a server that refuses the field and sends its usage anyway, as
+     * Mistral's does.
+     */
+    stream_options: z.boolean().optional(),
   }).strict(),
 ]);
 
@@ -97,6 +103,8 @@ export type ProviderConfig =
       baseUrl: string;
       apiKeyEnv: string;
       apiKey: string | undefined;
+      /** Kind openai: whether a stream asks for its usage with `stream_options`. */
+      streamOptions: boolean;
     }
   );
 
@@ -415,6 +423,11 @@ function toProvider(
   if (p.kind === "simulator") {
     return { name, kind: "simulator", tokenDelayMs: p.token_delay_ms ?? 0 };
   }
+  if (p.kind === "anthropic" && p.stream_options !== undefined) {
+    throw new CatalogError(
+      `catalog field providers.${name}.stream_options: for providers of kind openai; Anthropic's streams always carry their usage`,
+    );
+  }
   return {
     name,
     kind: p.kind,
@@ -422,6 +435,7 @@ function toProvider(
     apiKeyEnv: p.api_key_env,
     apiKey: env[p.api_key_env] || undefined,
     timeoutMs: p.timeout_ms,
+    streamOptions: p.stream_options ?? true,
   };
 }
 

@@ -498,3 +498,24 @@ Deno.test("a long-context tier cheaper than the model, at or past the context, o
   );
   assert.match(embedding, /models\.2\.long_context: for chat models/);
 });
+
+Deno.test("a provider of kind openai asks for stream usage unless its entry says stream_options false; the field is refused on kind anthropic", () => {
+  const file = catalogFile();
+  (file.providers.openai as Record<string, unknown>).stream_options = false;
+  const providers = buildCatalog(file, {}).models.map((m) => m.provider);
+  assert.deepEqual(
+    providers.flatMap((p) => p.kind === "simulator" ? [] : [[p.name, p.streamOptions]]),
+    [["openai", false]],
+  );
+  assert.equal(
+    (buildCatalog(catalogFile(), {}).get("openai/gpt-4o-mini")!.provider as {
+      streamOptions: boolean;
+    })
+      .streamOptions,
+    true,
+  );
+  assert.match(
+    refusal((c) => ((c.providers.backup as Record<string, unknown>).stream_options = false)),
+    /providers\.backup\.stream_options: for providers of kind openai/,
+  );
+});

@@ -9,12 +9,15 @@ export interface OpenAiOptions {
   apiKey: string | undefined;
   apiKeyEnv: string;
   timeoutMs: number;
+  /** Whether a stream asks for its usage with `stream_options` (see openAiRequestBody). */
+  streamOptions?: boolean;
   fetch?: typeof fetch;
 }
 
 /**
  * Any server that speaks OpenAI's chat-completions wire format: OpenAI itself, Groq, Together,
- * DeepSeek, Mistral, Gemini's compatible endpoint, vLLM, Ollama. Usage is always asked for.
+ * DeepSeek, Mistral, Gemini's compatible endpoint, vLLM, Ollama. Usage is asked for, except of a
+ * server that refuses to be asked and reports it unasked.
  */
 export function createOpenAiProvider(options: OpenAiOptions): Provider {
   function post(path: string, body: unknown, signal: AbortSignal) {
@@ -33,7 +36,8 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
 
   /** Chat is always streamed: a non-streamed request is assembled from the stream. */
   function send(request: UpstreamRequest) {
-    return post("/chat/completions", openAiRequestBody(request, true), request.signal);
+    const body = openAiRequestBody(request, true, { streamOptions: options.streamOptions });
+    return post("/chat/completions", body, request.signal);
   }
 
   return {

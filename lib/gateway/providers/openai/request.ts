@@ -45,9 +45,17 @@ function stripCacheControl<T>(content: T): T {
   }) as T;
 }
 
-/** The body for `POST {base_url}/chat/completions`: only `model`, the cap and usage are ours. */
-export function openAiRequestBody(up: UpstreamRequest, stream: boolean): Record<string, unknown> {
-  const { stream_options: streamOptions, tools, ...params } = up.request.params;
+/**
+ * The body for `POST {base_url}/chat/completions`: only `model`, the cap and usage are ours.
+ * `streamOptions` false leaves `stream_options` out, the client's included, for a server that
+ * refuses the field (Mistral's) and reports its usage on its last chunk unasked.
+ */
+export function openAiRequestBody(
+  up: UpstreamRequest,
+  stream: boolean,
+  { streamOptions = true } = {},
+): Record<string, unknown> {
+  const { stream_options: clientStreamOptions, tools, ...params } = up.request.params;
   const body: Record<string, unknown> = {
     ...params,
     model: up.model.upstreamModel,
@@ -60,6 +68,8 @@ export function openAiRequestBody(up: UpstreamRequest, stream: boolean): Record<
   body[outputCapParam(up.model)] = up.maxTokens;
   body.stream = stream;
   // The usage is what the request is billed by: always asked for, whatever the client said.
-  if (stream) body.stream_options = { ...streamOptions, include_usage: true };
+  if (stream && streamOptions) {
+    body.stream_options = { ...clientStreamOptions, include_usage: true };
+  }
   return body;
 }
