@@ -15,6 +15,8 @@ import {
 import { countLiveKeys, createApp as createAppRecord, issueKey } from "@/lib/tenants/mod.ts";
 import {
   issueManagementKey,
+  listManagementKeys,
+  REVOKED_KEYS_SHOWN,
   revokeManagementKey,
   TooManyManagementKeysError,
 } from "@/lib/management/mod.ts";
@@ -306,4 +308,35 @@ Deno.test("issuing a management key reads the records of the owner's keys not ma
       () => issueManagementKey(s.kv, ownerId, "one too many"),
       TooManyManagementKeysError,
     );
+  }));
+
+Deno.test("the management keys page shows every live key and the newest 20 revoked, counts the older ones, and reads no older one's record", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const ownerId = (await s.kv.get<{ ownerId: string }>(keys.app(appId))).value!.ownerId;
+    // A millisecond apart, so that creation order is the ids' order.
+    const start = Date.now() - 60_000;
+    for (let i = 0; i < 25; i++) {
+      const { record } = await issueManagementKey(s.kv, ownerId, `old ${i}`, start + i);
+      await revokeManagementKey(s.kv, ownerId, record.id);
+    }
+    for (let i = 0; i < 3; i++) {
+      await issueManagementKey(s.kv, ownerId, `live ${i}`, start + 25 + i);
+    }
+    let listed: Awaited<ReturnType<typeof listManagementKeys>> | undefined;
+    const reads = await keysRead(async () => listed = await listManagementKeys(s.kv, ownerId));
+    assert.equal(reads, 3 + REVOKED_KEYS_SHOWN, "the live keys' records and the shown revoked");
+    assert.equal(listed!.olderRevoked, 5);
+    assert.deepEqual(
+      listed!.keys.filter((k) => k.revokedAt !== null).map((k) => k.name),
+      Array.from({ length: 20 }, (_, i) => `old ${24 - i}`),
+      "the newest revoked, newest first",
+    );
+    const page = await v.page("/dashboard/management-keys");
+    assert.match(page, /live 2/);
+    assert.match(page, /old 24/);
+    assert.doesNotMatch(page, /old 4\b/);
+    assert.match(page, /And 5 older revoked keys, not shown\./);
   }));

@@ -85,21 +85,36 @@ export async function authenticateManagementKey(
   return (await kv.get<ManagementKeyHashEntry>(keys.managementKeyByHash(sha256Hex(raw)))).value;
 }
 
-/** An owner's management keys, newest first. */
+/** Revoked keys a listing shows at most, the newest; the older ones are counted, not read. */
+export const REVOKED_KEYS_SHOWN = 20;
+
+/**
+ * An owner's management keys, newest first: every live one and the newest revoked ones, and how
+ * many older revoked keys were left out. Only the owner's own churn grows the revoked, and the
+ * records read stay within the live bound and REVOKED_KEYS_SHOWN however long it goes on.
+ */
 export async function listManagementKeys(
   kv: Deno.Kv,
   ownerId: string,
-): Promise<ManagementKeyRecord[]> {
+): Promise<{ keys: ManagementKeyRecord[]; olderRevoked: number }> {
+  const marked: string[] = [];
   const ids: string[] = [];
   for await (const entry of kv.list({ prefix: keys.ownerManagementKeys(ownerId) })) {
-    ids.push(String(entry.key[2]));
+    // Revocation marks the index entry false; one revoked before the mark reads true and is read.
+    (entry.value === false ? marked : ids).push(String(entry.key[2]));
   }
+  // Ids sort by creation time: the last are the newest.
+  const olderRevoked = Math.max(0, marked.length - REVOKED_KEYS_SHOWN);
+  ids.push(...marked.slice(olderRevoked));
   const entries = await getManyChunked<ManagementKeyRecord>(
     kv,
     ids.map((id) => keys.managementKey(id)),
   );
   const out = entries.flatMap((e) => e.value ? [e.value] : []);
-  return out.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1));
+  return {
+    keys: out.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1)),
+    olderRevoked,
+  };
 }
 
 /** Revokes an owner's key: the hash index goes in the same commit, so it fails at once. */

@@ -4,6 +4,7 @@ export {
   issueManagementKey,
   listManagementKeys,
   MAX_MANAGEMENT_KEYS,
+  REVOKED_KEYS_SHOWN,
   revokeManagementKey,
   TooManyManagementKeysError,
 } from "./management_keys.ts";

@@ -28,7 +28,7 @@ const PATH = "/dashboard/management-keys";
 /** GET /dashboard/management-keys: the owner's keys for the management API. */
 function managementKeysPage(
   session: Session,
-  rows: ManagementKeyRecord[],
+  { keys: rows, olderRevoked }: { keys: ManagementKeyRecord[]; olderRevoked: number },
   refused?: { error: string; name: string },
 ) {
   const newKey = formAnchor("new-management-key", refused);
@@ -117,6 +117,11 @@ function managementKeysPage(
               </li>
             ))}
           </ul>
+          {olderRevoked > 0 && (
+            <p class="muted">
+              And {olderRevoked} older revoked key{olderRevoked === 1 ? "" : "s"}, not shown.
+            </p>
+          )}
         </section>
       )}
     </Layout>,
