@@ -207,6 +207,53 @@ Deno.test("a stream cut after its upstream reported usage on a content chunk is 
   }
 });
 
+Deno.test("a usage an upstream reported early and not again does not cap the charge of the output it sent after it", async () => {
+  const long = " lorem ipsum dolor sit amet".repeat(40);
+  const events = [
+    rawChunk({
+      choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null }],
+      usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 10 },
+    }),
+    ...Array.from({ length: 10 }, () => chunk(long)),
+  ];
+  const server = serveLoopback(() =>
+    new Response(
+      new ReadableStream<Uint8Array>({
+        start(controller) {
+          for (const event of events) controller.enqueue(encoder.encode(event));
+        },
+      }),
+      { headers: { "content-type": "text/event-stream" } },
+    )
+  );
+  const s = await startService({ openaiBaseUrl: server.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage("go on"),
+      stream: true,
+      max_tokens: 8000,
+    });
+    const reader = res.body!.getReader();
+    let received = "";
+    while ((received.match(/lorem/g)?.length ?? 0) < 400) {
+      received += new TextDecoder().decode((await reader.read()).value);
+    }
+    await reader.cancel();
+    await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal(usage.outcome, "client_closed");
+    assert.equal(usage.promptTokens, 9, "the upstream's prompt count");
+    assert.equal(usage.completionTokens, countTextTokens("Hi" + long.repeat(10)));
+    assert.equal(usage.countedLocally, true);
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+  }
+});
+
 /** Streams a chat whose upstream sends `words` and then breaks off; `check` sees what came. */
 async function withCutStream(
   words: (string | Record<string, unknown>)[],

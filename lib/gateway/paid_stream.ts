@@ -71,6 +71,9 @@ export class PaidStream {
   /** Output the upstream produced that no chunk carried (a converter held it back or dropped it). */
   #unshown = "";
   #reportedUsage: Usage | null = null;
+  /** How much output had come when the upstream last reported its usage. */
+  #producedAtReport = 0;
+  #unshownAtReport = 0;
   /** The upstream's own usage object, details kept, to hand on to the client. */
   #reportedUsageObject: UsageObject | null = null;
   /** The upstream's prompt count (with its cache breakdown) before its final usage. */
@@ -164,17 +167,33 @@ export class PaidStream {
     const outcome: UsageOutcome = ending.kind === "client_gone" || ending.kind === "stalled"
       ? "client_closed"
       : ending.kind;
-    const usage = this.#reportedUsage ?? {
-      ...(this.#reportedPrompt ?? { promptTokens: this.#options.countedPromptTokens }),
-      // Counted apart: the upstream billed them as separate blocks.
-      completionTokens: Math.min(
+    const counted = () =>
+      Math.min(
         this.#options.maxOutputTokens,
+        // Counted apart: the upstream billed them as separate blocks.
         this.#options.countOutput(this.#produced) +
           (this.#unshown ? this.#options.countOutput(this.#unshown) : 0),
-      ),
-    };
+      );
+    let usage = this.#reportedUsage;
+    let countedLocally = usage === null;
+    if (usage === null) {
+      usage = {
+        ...(this.#reportedPrompt ?? { promptTokens: this.#options.countedPromptTokens }),
+        completionTokens: counted(),
+      };
+    } else if (
+      this.#produced.length > this.#producedAtReport || this.#unshown.length > this.#unshownAtReport
+    ) {
+      // Output came after the upstream's last report (one that reported early and not again):
+      // the report is not the whole bill, and what was produced is charged at least.
+      const completionTokens = counted();
+      if (completionTokens > usage.completionTokens) {
+        usage = { ...usage, completionTokens };
+        countedLocally = true;
+      }
+    }
     try {
-      this.#charged = await this.#options.settle(usage, outcome, this.#reportedUsage === null);
+      this.#charged = await this.#options.settle(usage, outcome, countedLocally);
       this.#settledUsage = usage;
     } catch (error) {
       // The reservation stays with its lease: the sweeper releases it; nothing is charged twice.
@@ -231,6 +250,8 @@ export class PaidStream {
     if (part.type === "usage") {
       this.#reportedUsage = part.usage;
       this.#reportedUsageObject = part.raw ?? null;
+      this.#producedAtReport = this.#produced.length;
+      this.#unshownAtReport = this.#unshown.length;
       return null;
     }
     if (part.type === "prompt_tokens") {

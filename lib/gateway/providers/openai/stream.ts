@@ -39,17 +39,19 @@ export function openAiStreamParts(
       }
       // Some servers repeat cumulative usage on every chunk: never a sum, and a cumulative count
       // never shrinks, so a later usage smaller than one before (a trailing zero) is not the bill.
+      // A usage goes out after its chunk's content, which it counts.
+      let reported: StreamPart | null = null;
       if (obj.usage != null) {
         const parsed = parseOpenAiUsage(obj.usage);
         const later = laterUsage(usage, parsed);
         if (later !== usage) {
           usage = later!;
-          parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
+          reported = { type: "usage", usage: usage.usage, raw: usage.raw };
         } else if (!parsed) {
           // Counts without a usable completion count (null): the prompt's is still the upstream's.
           const prompt = (obj.usage as { prompt_tokens?: unknown }).prompt_tokens;
           if (Number.isSafeInteger(prompt) && (prompt as number) >= 0) {
-            parts.push({ type: "prompt_tokens", promptTokens: prompt as number });
+            reported = { type: "prompt_tokens", promptTokens: prompt as number };
           }
         }
       }
@@ -64,6 +66,7 @@ export function openAiStreamParts(
         }
         parts.push({ type: "chunk", chunk: obj as ChatCompletionChunk });
       }
+      if (reported) parts.push(reported);
       return false;
     },
     finished: () => finished,

@@ -84,15 +84,16 @@ Deno.test("usage on a content chunk (Gemini's on every one, Mistral's on the las
   await assert.rejects(async () => {
     for await (const batch of openAiStreamParts(geminiThenCut())) batches.push(batch);
   }, /connection reset/);
+  // Each usage after its chunk's content, which it counts.
   assert.deepEqual(batches.map((batch) => batch.map((p) => p.type)), [
-    ["usage", "chunk"],
-    ["usage", "chunk"],
+    ["chunk", "usage"],
+    ["chunk", "usage"],
   ]);
-  const last = batches[1][0];
+  const last = batches[1][1];
   assert.ok(last.type === "usage");
   // Gemini's thinking shows only in total_tokens: it is output.
   assert.deepEqual(last.usage, { promptTokens: 9, completionTokens: 2502 });
-  const chunk = batches[1][1];
+  const chunk = batches[1][0];
   assert.ok(chunk.type === "chunk" && !("usage" in chunk.chunk && chunk.chunk.usage));
 });
 
