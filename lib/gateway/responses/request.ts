@@ -322,7 +322,10 @@ export function inputItemsOf(
     if (item.type === "item_reference") item = items.get(item.id) ?? item;
     if (item.type === "item_reference") return { type: "item_reference", id: item.id };
     if (item.type === "function_call" || item.type === "function_call_output") {
-      const { id, status, ...rest } = item;
+      // The parse helpers' parsed_arguments is accepted and dropped: neither stored nor listed.
+      const { id, status, parsed_arguments: _parsed, ...rest } = item as typeof item & {
+        parsed_arguments?: unknown;
+      };
       return {
         id: id ?? newId(item.type === "function_call" ? "fc" : "fco"),
         ...rest,

@@ -384,7 +384,15 @@ Deno.test("input items are listed as OpenAI lists them: each with an id, text as
     input: [
       { role: "user", content: "Hi" },
       { id: "msg_stored" },
-      { type: "function_call", call_id: "c1", name: "f", arguments: "{}", id: "fc_client" },
+      // As the openai SDK's parse helpers return it: parsed_arguments is dropped, not listed.
+      {
+        type: "function_call",
+        call_id: "c1",
+        name: "f",
+        arguments: "{}",
+        id: "fc_client",
+        parsed_arguments: {},
+      },
       { type: "function_call_output", call_id: "c1", output: "sunny" },
     ],
   });
