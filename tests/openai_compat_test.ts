@@ -312,6 +312,97 @@ Deno.test("each compatible family works through the catalog alone: kind, base_ur
   }
 });
 
+Deno.test("compatible servers' error bodies reach the client with their reason, and a prompt too long is context_length_exceeded", async () => {
+  const cases: { family: string; status: number; body: unknown; code: string; says: RegExp }[] = [
+    {
+      // Gemini's compatible endpoint: an array of one error.
+      family: "gemini",
+      status: 400,
+      body: [{
+        error: {
+          code: 400,
+          message:
+            "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576).",
+          status: "INVALID_ARGUMENT",
+        },
+      }],
+      code: "context_length_exceeded",
+      says: /input token count \(1200293\)/,
+    },
+    {
+      family: "gemini",
+      status: 400,
+      body: [{
+        error: {
+          code: 400,
+          message:
+            'Invalid JSON payload received. Unknown name "frequency_penalty": Cannot find field.',
+          status: "INVALID_ARGUMENT",
+        },
+      }],
+      code: "upstream_rejected",
+      says: /Unknown name "frequency_penalty"/,
+    },
+    {
+      // xAI: a gRPC status's words as `code`, the reason as `error`.
+      family: "xai",
+      status: 400,
+      body: {
+        code: "Client specified an invalid argument",
+        error:
+          "This model's maximum prompt length is 131072 but the request contains 136973 tokens.",
+      },
+      code: "context_length_exceeded",
+      says: /maximum prompt length is 131072/,
+    },
+    {
+      // Mistral: validation details under `message.detail`.
+      family: "mistral",
+      status: 422,
+      body: {
+        object: "error",
+        message: {
+          detail: [{
+            type: "extra_forbidden",
+            loc: ["body", "seed"],
+            msg: "Extra inputs are not permitted",
+            input: 1,
+          }],
+        },
+        type: "invalid_request_error",
+        param: null,
+        code: null,
+      },
+      code: "upstream_rejected",
+      says: /body\.seed: Extra inputs are not permitted/,
+    },
+    {
+      // DeepSeek: a generic code, the cause in the words.
+      family: "deepseek",
+      status: 400,
+      body: {
+        error: {
+          message:
+            "This model's maximum context length is 65536 tokens. However, you requested 70000 tokens.",
+          type: "invalid_request_error",
+          param: null,
+          code: "invalid_request_error",
+        },
+      },
+      code: "context_length_exceeded",
+      says: /maximum context length is 65536/,
+    },
+  ];
+  for (const { family, status, body, code, says } of cases) {
+    await withOpenAi(() => Response.json(body, { status }), async (s, apiKey) => {
+      const res = await s.chat(apiKey, { model: "up/m", messages: userMessage(PROMPT) });
+      const { error } = await res.json();
+      assert.equal(error.code, code, family);
+      assert.match(error.message, says, family);
+    });
+  }
+});
+
 /** Mistral's answer to a field it does not know: 422 with pydantic's `extra_forbidden`. */
 function mistralRefusal(field: string) {
   return Response.json({

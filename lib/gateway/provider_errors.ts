@@ -9,14 +9,18 @@ import { readableEscapes, withoutQuotes } from "./upstream_log.ts";
 /** The rejection reads like the prompt does not fit the model's context window. */
 const CONTEXT_OVERFLOW = /context|too long|maximum.*tokens|token limit/i;
 
+/** Codes that name only the class of a rejection, not its cause (DeepSeek's, Gemini's). */
+const GENERIC_CODE = /^(\d+|invalid_request_error|invalid_request|invalid_argument|bad_request)$/i;
+
 /**
  * Whether a rejection is for the context window. The upstream's error code decides when it gave
- * one (OpenAI's `context_length_exceeded`); else its words do, with what it quoted of the request
- * (`sent`) left out, so a prompt that says "too long" cannot decide it.
+ * a specific one (OpenAI's `context_length_exceeded`, `string_above_max_length`); else its words
+ * do, with what it quoted of the request (`sent`) left out, so a prompt that says "too long"
+ * cannot decide it.
  */
 function overflowsContext(error: ProviderError, sent: () => string[]): boolean {
   const code = error.upstreamError?.code;
-  if (code && !/^\d+$/.test(code)) return /context/i.test(code);
+  if (code && !GENERIC_CODE.test(code)) return /context/i.test(code);
   return CONTEXT_OVERFLOW.test(withoutQuotes(readableEscapes(error.message), sent()));
 }
 

@@ -1,4 +1,9 @@
-import { ProviderError, type UpstreamErrorFields, upstreamErrorFields } from "./types.ts";
+import {
+  ProviderError,
+  type UpstreamErrorFields,
+  upstreamErrorFields,
+  upstreamErrorMessage,
+} from "./types.ts";
 import { type BodyReader, createHttp1Fetch, type Http1Answer } from "./http1.ts";
 import { concatBytes, Sweep } from "@/lib/core/mod.ts";
 
@@ -223,15 +228,11 @@ async function statusError(response: Http1Answer, secret: string | null): Promis
   return new ProviderError("upstream_error", `upstream failed: ${reason}`, upstream);
 }
 
-/** The human-readable reason out of an upstream error body, in either common shape, and its fields. */
+/** The human-readable reason out of an upstream error body, in any shape it comes in, and its fields. */
 function upstreamReason(text: string): { reason: string | null; fields?: UpstreamErrorFields } {
   try {
     const json = JSON.parse(text);
-    const message = json?.error?.message ?? json?.message;
-    return {
-      reason: typeof message === "string" ? message.slice(0, 500) : null,
-      fields: upstreamErrorFields(json),
-    };
+    return { reason: upstreamErrorMessage(json), fields: upstreamErrorFields(json) };
   } catch {
     return { reason: text ? text.slice(0, 200) : null };
   }

@@ -107,15 +107,52 @@ export interface UpstreamErrorFields {
   param: string | null;
 }
 
-/** The fields of an error answer or error event: `{error: {…}}`, or the error object itself. */
-export function upstreamErrorFields(json: unknown): UpstreamErrorFields {
-  const outer = json && typeof json === "object" ? json as Record<string, unknown> : {};
-  const inner = outer.error && typeof outer.error === "object"
+/**
+ * The error object of an error answer or event: `{error: {…}}` (OpenAI, Anthropic), the object
+ * itself (older vLLM, xAI's `{code, error: "<text>"}`, Mistral's `{object: "error", message}`), or
+ * the one element of an array (Gemini's compatible endpoint answers `[{error: {…}}]`).
+ */
+export function upstreamErrorObject(json: unknown): Record<string, unknown> {
+  const body = Array.isArray(json) && json.length === 1 ? json[0] : json;
+  const outer = body && typeof body === "object" ? body as Record<string, unknown> : {};
+  return outer.error && typeof outer.error === "object"
     ? outer.error as Record<string, unknown>
     : outer;
+}
+
+/** The fields of an error answer or error event, in any of the shapes upstreamErrorObject reads. */
+export function upstreamErrorFields(json: unknown): UpstreamErrorFields {
+  const inner = upstreamErrorObject(json);
   const text = (value: unknown) =>
     typeof value === "string" || typeof value === "number" ? String(value) : null;
-  return { type: text(inner.type), code: text(inner.code), param: text(inner.param) };
+  const code = text(inner.code);
+  // xAI puts a gRPC status's words in `code` ("Client specified an invalid argument"): not a code.
+  return {
+    type: text(inner.type),
+    code: code?.includes(" ") ? null : code,
+    param: text(inner.param),
+  };
+}
+
+/**
+ * The human-readable reason of an error answer or event: its message, or xAI's `error` text, or
+ * Mistral's validation details (`message.detail`, each `loc` and `msg`), at most 500 characters.
+ */
+export function upstreamErrorMessage(json: unknown): string | null {
+  const inner = upstreamErrorObject(json);
+  const said = inner.message ?? (typeof inner.error === "string" ? inner.error : inner.detail);
+  if (typeof said === "string") return said.slice(0, 500);
+  if (said === undefined || said === null) return null;
+  const details = (said as { detail?: unknown }).detail ?? said;
+  if (Array.isArray(details)) {
+    const lines = details.map((d) => {
+      const { loc, msg } = (d ?? {}) as { loc?: unknown; msg?: unknown };
+      const where = Array.isArray(loc) ? loc.join(".") : "";
+      return typeof msg === "string" ? (where ? `${where}: ${msg}` : msg) : JSON.stringify(d);
+    });
+    return lines.join("; ").slice(0, 500);
+  }
+  return JSON.stringify(said).slice(0, 500);
 }
 
 /** A failure of the upstream; `kind` decides status and charge. */

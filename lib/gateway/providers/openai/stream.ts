@@ -17,6 +17,7 @@ import {
   ProviderError,
   type StreamPart,
   upstreamErrorFields,
+  upstreamErrorMessage,
 } from "../types.ts";
 
 export function openAiStreamParts(
@@ -33,7 +34,9 @@ export function openAiStreamParts(
       if (obj.error || obj.object === "error") {
         throw new ProviderError(
           "stream_cut",
-          `upstream error in stream: ${errorText(obj.error ?? obj)}`,
+          `upstream error in stream: ${
+            upstreamErrorMessage(obj) ?? JSON.stringify(obj).slice(0, 200)
+          }`,
           { upstreamError: upstreamErrorFields(obj) },
         );
       }
@@ -114,9 +117,4 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
     const calls: unknown[] = delta.tool_calls;
     if (!calls.every(isObject)) delta.tool_calls = calls.filter(isObject);
   }
-}
-
-function errorText(error: unknown): string {
-  if (error && typeof error === "object" && "message" in error) return String(error.message);
-  return String(error);
 }
