@@ -403,6 +403,74 @@ Deno.test("compatible servers' error bodies reach the client with their reason, 
   }
 });
 
+Deno.test("Gemini 3's thought signature on a tool call reaches the client, streamed or not, and goes back upstream with the call", async () => {
+  const signature = { google: { thought_signature: "CiQB0e2Kb-signature==" } };
+  const sent: Record<string, unknown>[] = [];
+  // As Gemini 3's compatible endpoint: a tool call answered without its signature is refused.
+  const fake = serveLoopback(async (req) => {
+    const body = await req.json();
+    sent.push(body);
+    const assistant = body.messages.find((m: { role: string }) => m.role === "assistant");
+    if (assistant && !assistant.tool_calls?.[0]?.extra_content?.google?.thought_signature) {
+      return Response.json([{
+        error: {
+          code: 400,
+          message: "Function call is missing a thought_signature in functionCall parts.",
+          status: "INVALID_ARGUMENT",
+        },
+      }], { status: 400 });
+    }
+    return sseResponse([
+      chunk({
+        role: "assistant",
+        tool_calls: [{
+          extra_content: signature,
+          function: { arguments: "{}", name: "get_weather" },
+          id: "call_a",
+          type: "function",
+        }],
+      }),
+      finalChunk({
+        choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }],
+        usage: { prompt_tokens: 30, completion_tokens: 10, total_tokens: 40 },
+      }),
+      "data: [DONE]\n\n",
+    ]);
+  });
+  const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } });
+  try {
+    const { apiKey } = await s.newApp();
+    const tools = [{ type: "function", function: { name: "get_weather" } }];
+    const ask = { model: "up/m", tools, messages: [{ role: "user", content: "Weather?" }] };
+    const plain = await (await s.chat(apiKey, ask)).json();
+    const call = plain.choices[0].message.tool_calls[0];
+    assert.deepEqual(call.extra_content, signature, "kept in the assembled answer");
+    const { chunks } = await streamed(await s.chat(apiKey, { ...ask, stream: true }));
+    const streamedCall = chunks.find((c) => c.choices?.[0]?.delta?.tool_calls);
+    assert.deepEqual(streamedCall.choices[0].delta.tool_calls[0].extra_content, signature);
+    const next = await s.chat(apiKey, {
+      ...ask,
+      messages: [
+        ...ask.messages,
+        { role: "assistant", content: null, tool_calls: [call] },
+        { role: "tool", tool_call_id: call.id, content: "20C" },
+      ],
+    });
+    assert.equal(next.status, 200, JSON.stringify(await next.clone().json()));
+    await next.body?.cancel();
+    const assistant = (sent.at(-1)!.messages as { role: string; tool_calls?: unknown[] }[])
+      .find((m) => m.role === "assistant")!;
+    assert.deepEqual(
+      (assistant.tool_calls![0] as { extra_content: unknown }).extra_content,
+      signature,
+    );
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});
+
 /** Mistral's answer to a field it does not know: 422 with pydantic's `extra_forbidden`. */
 function mistralRefusal(field: string) {
   return Response.json({

@@ -89,6 +89,12 @@ const ToolCall = z.strictObject({
     // The openai SDK's parse helpers add the arguments parsed; accepted, never forwarded.
     parsed_arguments: z.unknown().optional(),
   }),
+  /**
+   * What a server attached to the call for its own use, sent back as it came: Gemini's thought
+   * signature (`{google: {thought_signature}}`), without which Gemini 3 refuses the next turn.
+   * Forwarded to OpenAI-kind routes; an Anthropic route has no place for it.
+   */
+  extra_content: z.record(z.string(), z.unknown(), { error: "must be an object" }).optional(),
 });
 
 const SystemMessage = z.strictObject({

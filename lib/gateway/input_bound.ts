@@ -222,6 +222,8 @@ function messageTextTokens(
     for (const call of m.tool_calls ?? []) {
       tokens += count(call.id) + count(call.function.name) +
         count(sentArguments(call.function.arguments));
+      // A server's own payload (Gemini's thought signature) goes back with the call.
+      if (call.extra_content) tokens += count(JSON.stringify(call.extra_content));
     }
   }
   if (m.role === "tool") tokens += count(m.tool_call_id);

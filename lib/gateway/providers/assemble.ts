@@ -13,6 +13,8 @@ interface ToolCallDraft {
   id: string;
   type: "function";
   function: { name: string; arguments: string };
+  /** What the server attached to the call (Gemini's thought signature): kept for the next turn. */
+  extra_content?: Record<string, unknown>;
 }
 
 interface ChoiceDraft {
@@ -123,6 +125,7 @@ export function assembleCompletion(
           if (typeof fn.arguments === "string") call.function.arguments += fn.arguments;
           // Some send the arguments as the object itself rather than its JSON text.
           else if (isRecord(fn.arguments)) call.function.arguments += JSON.stringify(fn.arguments);
+          if (isRecord(raw.extra_content)) call.extra_content = raw.extra_content;
           draft.toolCalls.set(index, call);
         }
       }
