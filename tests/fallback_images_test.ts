@@ -49,13 +49,13 @@ Deno.test("the hold covers the fallback's image rule: a balance that covers only
     const request = parseChatRequest(body);
     const primaryHold = reservationCost(
       catalogModel,
-      inputBound("openai", request, catalogModel, "o200k"),
+      inputBound({ kind: "openai" }, request, catalogModel, "o200k"),
       16,
     );
     const fallbackHold = reservationCost(
       catalogModel,
       inputBound(
-        "openai",
+        { kind: "openai" },
         request,
         { ...catalogModel, imageBaseTokens: 2833, imageTileTokens: 5667 },
         "o200k",

@@ -471,6 +471,90 @@ Deno.test("Gemini 3's thought signature on a tool call reaches the client, strea
   }
 });
 
+Deno.test('DeepSeek\'s thinking mode runs a tool loop with "forward_reasoning_content": true, the reasoning sent back and held', async () => {
+  const assistants: Record<string, unknown>[] = [];
+  // As DeepSeek's thinking mode: a tool loop's turn without the reasoning that made the calls is
+  // refused (api-docs.deepseek.com/guides/thinking_mode#tool-calls).
+  const fake = serveLoopback(async (req) => {
+    const body = await req.json();
+    const i = body.messages.findIndex((m: { role: string }) => m.role === "assistant");
+    assistants.push(body.messages[i]);
+    if (typeof body.messages[i].reasoning_content !== "string") {
+      return Response.json({
+        error: {
+          message:
+            `Missing \`reasoning_content\` field in the assistant message at message index ${i}.`,
+          type: "invalid_request_error",
+          param: null,
+          code: "invalid_request_error",
+        },
+      }, { status: 400 });
+    }
+    return sseResponse([
+      chunk({ role: "assistant", content: "It is 20C." }),
+      finalChunk({ usage: { prompt_tokens: 50, completion_tokens: 5, total_tokens: 55 } }),
+      "data: [DONE]\n\n",
+    ]);
+  });
+  const s = await startService({
+    env: { DEEPSEEK_API_KEY: "key-deepseek" },
+    catalogFile: {
+      providers: {
+        deepseek: {
+          kind: "openai",
+          base_url: `${fake.url}/v1`,
+          api_key_env: "DEEPSEEK_API_KEY",
+          forward_reasoning_content: true,
+        },
+      },
+      models: [{
+        id: "deepseek/reasoner",
+        provider: "deepseek",
+        upstream_model: "deepseek-reasoner",
+        input_usd_per_mtok: "2.00",
+        output_usd_per_mtok: "8.00",
+        context_tokens: 65536,
+        max_output_tokens: 4096,
+      }],
+    },
+  });
+  try {
+    const { apiKey, appId } = await s.newApp();
+    const reasoning = "I should call get_weather for Paris first. ".repeat(50);
+    const res = await s.chat(apiKey, {
+      model: "deepseek/reasoner",
+      tools: [{ type: "function", function: { name: "get_weather" } }],
+      messages: [
+        { role: "user", content: "Weather in Paris?" },
+        {
+          role: "assistant",
+          content: "",
+          reasoning_content: reasoning,
+          tool_calls: [{
+            id: "call_1",
+            type: "function",
+            function: { name: "get_weather", arguments: "{}" },
+          }],
+        },
+        { role: "tool", tool_call_id: "call_1", content: "20C" },
+      ],
+      max_tokens: 100,
+    });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    assert.equal(assistants[0].reasoning_content, reasoning);
+    const [record] = await usageRecords(s.kv, appId);
+    assert.ok(
+      record.reserved >= countTextTokens(reasoning) * 2,
+      `the hold (${record.reserved} micro-USD) covers the reasoning sent back as input`,
+    );
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});
+
 /** Mistral's answer to a field it does not know: 422 with pydantic's `extra_forbidden`. */
 function mistralRefusal(field: string) {
   return Response.json({

@@ -22,6 +22,12 @@ const ProviderSchema = z.discriminatedUnion("kind", [
      * Mistral's does.
      */
     stream_options: z.boolean().optional(),
+    /**
+     * Kind openai: whether an assistant message's `reasoning_content` is sent back as the client
+     * sent it (false by default: most servers refuse or ignore it). True for DeepSeek's thinking
+     * mode, which refuses a tool loop's turn without the reasoning that made its calls.
+     */
+    forward_reasoning_content: z.boolean().optional(),
   }).strict(),
 ]);
 
@@ -105,6 +111,8 @@ export type ProviderConfig =
       apiKey: string | undefined;
       /** Kind openai: whether a stream asks for its usage with `stream_options`. */
       streamOptions: boolean;
+      /** Kind openai: whether an assistant's `reasoning_content` is sent back upstream. */
+      forwardReasoningContent: boolean;
     }
   );
 
@@ -428,6 +436,11 @@ function toProvider(
       `catalog field providers.${name}.stream_options: for providers of kind openai; Anthropic's streams always carry their usage`,
     );
   }
+  if (p.kind === "anthropic" && p.forward_reasoning_content !== undefined) {
+    throw new CatalogError(
+      `catalog field providers.${name}.forward_reasoning_content: for providers of kind openai; Claude's thinking goes back as signed blocks, which the compatible format cannot carry`,
+    );
+  }
   return {
     name,
     kind: p.kind,
@@ -436,6 +449,7 @@ function toProvider(
     apiKey: env[p.api_key_env] || undefined,
     timeoutMs: p.timeout_ms,
     streamOptions: p.stream_options ?? true,
+    forwardReasoningContent: p.forward_reasoning_content ?? false,
   };
 }
 

@@ -519,3 +519,20 @@ Deno.test("a provider of kind openai asks for stream usage unless its entry says
     /providers\.backup\.stream_options: for providers of kind openai/,
   );
 });
+
+Deno.test("a provider of kind openai is sent assistants' reasoning_content back only when its entry says forward_reasoning_content; refused on kind anthropic", () => {
+  const withForward = catalogFile();
+  (withForward.providers.openai as Record<string, unknown>).forward_reasoning_content = true;
+  const provider = (file: CatalogFile) =>
+    buildCatalog(file, {}).get("openai/gpt-4o-mini")!.provider as {
+      forwardReasoningContent: boolean;
+    };
+  assert.equal(provider(withForward).forwardReasoningContent, true);
+  assert.equal(provider(catalogFile()).forwardReasoningContent, false);
+  assert.match(
+    refusal((
+      c,
+    ) => ((c.providers.backup as Record<string, unknown>).forward_reasoning_content = true)),
+    /providers\.backup\.forward_reasoning_content: for providers of kind openai/,
+  );
+});

@@ -130,8 +130,9 @@ const AssistantMessage = z.strictObject({
   function_call: z.null({ error: "the deprecated functions API is not supported" }).optional(),
 });
 
+// `reasoning_content` stays on the message: a provider that wants it back (DeepSeek's thinking
+// mode, within a tool loop) is sent it, the others never (see openAiRequestBody).
 const ECHOED_RESPONSE_FIELDS = [
-  "reasoning_content",
   "reasoning",
   "annotations",
   "parsed",
@@ -144,6 +145,7 @@ function withoutEchoedFields(m: ChatMessage): ChatMessage {
   if (m.role !== "assistant") return m;
   const out: Record<string, unknown> = { ...m };
   for (const field of ECHOED_RESPONSE_FIELDS) delete out[field];
+  if (!m.reasoning_content) delete out.reasoning_content;
   if (m.tool_calls?.length === 0) delete out.tool_calls;
   else if (m.tool_calls?.some((call) => "parsed_arguments" in call.function)) {
     out.tool_calls = m.tool_calls.map(({ function: { name, arguments: args }, ...call }) => ({

@@ -105,10 +105,12 @@ Deno.test("response-only fields pushed back with an assistant message are accept
     ],
     tools: [{ type: "function", function: { name: "w" } }],
   });
+  // reasoning_content stays for the converters: only a provider that wants it back is sent it.
   assert.deepEqual(request.messages[1], {
     role: "assistant",
     content: null,
     refusal: null,
+    reasoning_content: "Look it up.",
     tool_calls: [call],
   });
 });

@@ -552,7 +552,7 @@ export class Gateway {
       let bound = boundsByKind.get(key);
       if (bound === undefined) {
         // Each route's own image rule: a fallback to another model may bill images otherwise.
-        bound = inputBound(r.provider.kind, request, r, r.tokenizer);
+        bound = inputBound(r.provider, request, r, r.tokenizer);
         boundsByKind.set(key, bound);
       }
       return bound;

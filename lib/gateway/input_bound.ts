@@ -306,16 +306,26 @@ export function anthropicInputBound(request: ChatRequest): number {
   return total;
 }
 
-/** The bound for one route (its kind and tokenizer); the simulator bills by OpenAI's rules. */
+/**
+ * The bound for one route (its provider's kind, its tokenizer); the simulator bills by OpenAI's
+ * rules. Assistants' reasoning is counted where the provider is sent it back.
+ */
 export function inputBound(
-  kind: ProviderKind,
+  provider: { kind: ProviderKind; forwardReasoningContent?: boolean },
   request: ChatRequest,
   model: ImageRule,
   tokenizer: Tokenizer,
 ): number {
-  return kind === "anthropic"
-    ? anthropicInputBound(request)
-    : openAiInputBound(request, model, tokenizer);
+  if (provider.kind === "anthropic") return anthropicInputBound(request);
+  const bound = openAiInputBound(request, model, tokenizer);
+  if (!provider.forwardReasoningContent) return bound;
+  let reasoning = 0;
+  for (const m of request.messages) {
+    if (m.role === "assistant" && m.reasoning_content) {
+      reasoning += countTokensWith(tokenizer, m.reasoning_content) + OPENAI_TOKENS_PER_PART;
+    }
+  }
+  return bound + reasoning;
 }
 
 /** Output a provider produced, counted by us when it reports none (a cut or abandoned stream). */

@@ -4,6 +4,7 @@ import {
   anthropicImageTokens,
   anthropicInputBound,
   extraOutputBound,
+  inputBound,
   openAiImageTokens,
   openAiInputBound,
 } from "./input_bound.ts";
@@ -263,4 +264,31 @@ Deno.test("a Claude conversation that opens with the assistant is held for the u
     }, false);
   assert.deepEqual(sent(opened), sent(asSent));
   assert.ok(anthropicInputBound(opened) >= anthropicInputBound(asSent));
+});
+
+Deno.test("an assistant's reasoning is held where the provider is sent it back, and only there", () => {
+  const reasoning = "I should look the weather up before answering. ".repeat(20);
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [
+      { role: "user", content: "Weather?" },
+      {
+        role: "assistant",
+        reasoning_content: reasoning,
+        tool_calls: [{ id: "c1", type: "function", function: { name: "w", arguments: "{}" } }],
+      },
+      { role: "tool", tool_call_id: "c1", content: "sunny" },
+    ],
+    tools: [{ type: "function", function: { name: "w" } }],
+  });
+  const model = testModel("openai", "deepseek-reasoner");
+  const plain = inputBound({ kind: "openai" }, request, model, "o200k");
+  assert.equal(plain, openAiInputBound(request, model, "o200k"));
+  const forwarded = inputBound(
+    { kind: "openai", forwardReasoningContent: true },
+    request,
+    model,
+    "o200k",
+  );
+  assert.ok(forwarded - plain >= countTokensWith("o200k", reasoning), `${forwarded} - ${plain}`);
 });

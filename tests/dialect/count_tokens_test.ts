@@ -82,7 +82,7 @@ async function reservations(d: Dialect, body: Record<string, unknown>) {
   const cap = request.maxTokens!;
   return {
     exact,
-    bound: reservationCost(model, inputBound("anthropic", request, model, "o200k"), cap),
+    bound: reservationCost(model, inputBound({ kind: "anthropic" }, request, model, "o200k"), cap),
     counted: reservationCost(model, exactInputReservation(exact), cap),
   };
 }
@@ -178,7 +178,7 @@ Deno.test("after an exact count, images given by URL are still held at their mos
       }],
       max_tokens: 16,
     };
-    const bound = inputBound("anthropic", parseChatRequest(body), model, "o200k");
+    const bound = inputBound({ kind: "anthropic" }, parseChatRequest(body), model, "o200k");
     assert.ok(bound + 16 > model.contextTokens, "the bound alone is over the context");
     const { apiKey } = await s.newApp();
     const res = await s.chat(apiKey, body);

@@ -11,6 +11,8 @@ export interface OpenAiOptions {
   timeoutMs: number;
   /** Whether a stream asks for its usage with `stream_options` (see openAiRequestBody). */
   streamOptions?: boolean;
+  /** Whether assistants' `reasoning_content` is sent back (see openAiRequestBody). */
+  forwardReasoningContent?: boolean;
   fetch?: typeof fetch;
 }
 
@@ -36,7 +38,10 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
 
   /** Chat is always streamed: a non-streamed request is assembled from the stream. */
   function send(request: UpstreamRequest) {
-    const body = openAiRequestBody(request, true, { streamOptions: options.streamOptions });
+    const body = openAiRequestBody(request, true, {
+      streamOptions: options.streamOptions,
+      forwardReasoningContent: options.forwardReasoningContent,
+    });
     return post("/chat/completions", body, request.signal);
   }
 

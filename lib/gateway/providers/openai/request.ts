@@ -31,9 +31,17 @@ export function isReasoningModel(
     REASONING_MODEL_NAME.test(model.upstreamModel);
 }
 
-/** The message as the client sent it, without what only Tollbooth or other kinds read. */
-function upstreamMessage(m: ChatMessage): Record<string, unknown> {
-  return { ...m, content: stripCacheControl(m.content) };
+/**
+ * The message as the client sent it, without what only Tollbooth or other kinds read, and without
+ * an assistant's `reasoning_content` unless the provider wants it back.
+ */
+function upstreamMessage(
+  m: ChatMessage,
+  forwardReasoningContent: boolean,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...m, content: stripCacheControl(m.content) };
+  if (!forwardReasoningContent) delete out.reasoning_content;
+  return out;
 }
 
 function stripCacheControl<T>(content: T): T {
@@ -48,18 +56,19 @@ function stripCacheControl<T>(content: T): T {
 /**
  * The body for `POST {base_url}/chat/completions`: only `model`, the cap and usage are ours.
  * `streamOptions` false leaves `stream_options` out, the client's included, for a server that
- * refuses the field (Mistral's) and reports its usage on its last chunk unasked.
+ * refuses the field (Mistral's) and reports its usage on its last chunk unasked;
+ * `forwardReasoningContent` sends assistants' `reasoning_content` back (DeepSeek's thinking mode).
  */
 export function openAiRequestBody(
   up: UpstreamRequest,
   stream: boolean,
-  { streamOptions = true } = {},
+  { streamOptions = true, forwardReasoningContent = false } = {},
 ): Record<string, unknown> {
   const { stream_options: clientStreamOptions, tools, ...params } = up.request.params;
   const body: Record<string, unknown> = {
     ...params,
     model: up.model.upstreamModel,
-    messages: up.request.messages.map(upstreamMessage),
+    messages: up.request.messages.map((m) => upstreamMessage(m, forwardReasoningContent)),
   };
   if (tools?.length) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
   // OpenAI refuses a tool_choice without tools; without tools "auto" and "none" (the only choices

@@ -113,3 +113,27 @@ Deno.test("a tool_choice without tools is not sent: OpenAI refuses it, and witho
     assert.equal("tools" in body, false, tool_choice);
   }
 });
+
+Deno.test("an assistant's reasoning_content goes back only to a provider that wants it (DeepSeek's thinking mode)", () => {
+  const thought = {
+    messages: [
+      { role: "user", content: "Weather?" },
+      {
+        role: "assistant",
+        content: null,
+        reasoning_content: "I should call w.",
+        tool_calls: [{ id: "call_1", type: "function", function: { name: "w", arguments: "{}" } }],
+      },
+      { role: "tool", tool_call_id: "call_1", content: "sunny" },
+    ],
+    tools: [{ type: "function", function: { name: "w" } }],
+  };
+  const up = upstreamRequest(testModel("openai", "deepseek-reasoner"), thought, 500);
+  const assistantOf = (body: Record<string, unknown>) =>
+    (body.messages as Record<string, unknown>[])[1];
+  assert.equal("reasoning_content" in assistantOf(openAiRequestBody(up, true)), false);
+  assert.equal(
+    assistantOf(openAiRequestBody(up, true, { forwardReasoningContent: true })).reasoning_content,
+    "I should call w.",
+  );
+});
