@@ -21,14 +21,23 @@ export function outputCapParam(
 const REASONING_MODEL_NAME = /^(o\d|gpt-5)/;
 
 /**
- * A model that reasons before it answers and never streams its reasoning: by OpenAI's names, or
- * flagged in the catalog by the cap parameter only reasoning models require.
+ * Families behind the OpenAI kind that think by default and bill the thinking, which their
+ * streams never show, also under a router's prefix (OpenRouter's `openai/o3`): OpenAI's
+ * o-series and GPT-5, Gemini 2.5 and 3, xAI's Grok 3 mini and Grok 4, DeepSeek's reasoner.
+ */
+const THINKING_MODEL_NAME =
+  /(?:^|\/)(?:o\d|gpt-5|gemini-(?:2\.5|3)|grok-(?:3-mini|4)|deepseek-reasoner)/i;
+
+/**
+ * A model that reasons before it answers and bills reasoning its stream does not show: by the
+ * families' names, or flagged in the catalog by the cap parameter only reasoning models require.
+ * A client that leaves such a stream saves nothing, so its usage is read to the end.
  */
 export function isReasoningModel(
   model: Pick<Model, "outputCapParam" | "upstreamModel">,
 ): boolean {
   return model.outputCapParam === "max_completion_tokens" ||
-    REASONING_MODEL_NAME.test(model.upstreamModel);
+    THINKING_MODEL_NAME.test(model.upstreamModel);
 }
 
 /**

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { testModel, upstreamRequest } from "../test_support.ts";
-import { openAiRequestBody, outputCapParam } from "./request.ts";
+import { isReasoningModel, openAiRequestBody, outputCapParam } from "./request.ts";
 
 const TOOL_ROUND_TRIP = {
   messages: [
@@ -136,4 +136,29 @@ Deno.test("an assistant's reasoning_content goes back only to a provider that wa
     assistantOf(openAiRequestBody(up, true, { forwardReasoningContent: true })).reasoning_content,
     "I should call w.",
   );
+});
+
+Deno.test("models that bill reasoning their stream does not show are known by family, under a router's prefix too", () => {
+  const thinks = (name: string) => isReasoningModel(testModel("openai", name));
+  for (
+    const name of [
+      "o3",
+      "o4-mini",
+      "gpt-5-mini",
+      "openai/o3",
+      "openai/gpt-5",
+      "gemini-2.5-flash",
+      "google/gemini-3-pro-preview",
+      "grok-4",
+      "grok-3-mini",
+      "x-ai/grok-4-fast",
+      "deepseek-reasoner",
+    ]
+  ) assert.ok(thinks(name), name);
+  for (const name of ["gpt-4o", "gpt-4.1-mini", "gemini-2.0-flash", "grok-3", "deepseek-chat"]) {
+    assert.ok(!thinks(name), name);
+  }
+  // The cap goes as max_completion_tokens by OpenAI's own names only: a router takes max_tokens.
+  assert.equal(outputCapParam(testModel("openai", "openai/o3")), "max_tokens");
+  assert.equal(outputCapParam(testModel("openai", "o3")), "max_completion_tokens");
 });
