@@ -36,22 +36,21 @@ function chunk(content: string | Record<string, unknown>, finish: string | null 
 }
 
 /**
- * An OpenAI-compatible upstream whose stream sends `words` (a delta's content, or a whole delta),
- * then behaves as `ending` says.
+ * An OpenAI-compatible upstream whose stream sends these events, then behaves as `ending` says:
+ * "hang" keeps the connection open, sending nothing, until the client goes away.
  */
-function fakeUpstream(words: (string | Record<string, unknown>)[], ending: "hang" | "cut") {
+function eventUpstream(events: string[], ending: "hang" | "cut") {
   const seen = { aborted: false, requests: 0 };
   const server = serveLoopback((request) => {
     seen.requests++;
     request.signal.addEventListener("abort", () => (seen.aborted = true));
     const body = new ReadableStream<Uint8Array>({
       async start(controller) {
-        for (const word of words) controller.enqueue(encoder.encode(chunk(word)));
+        for (const event of events) controller.enqueue(encoder.encode(event));
         if (ending === "cut") {
           await new Promise((r) => setTimeout(r, 5));
           controller.error(new Error("upstream died"));
         }
-        // "hang": keep the connection open, sending nothing, until the client goes away.
       },
       cancel() {
         seen.aborted = true;
@@ -60,6 +59,11 @@ function fakeUpstream(words: (string | Record<string, unknown>)[], ending: "hang
     return new Response(body, { headers: { "content-type": "text/event-stream" } });
   });
   return { ...server, seen };
+}
+
+/** An upstream whose stream sends `words` (a delta's content, or a whole delta), then `ending`. */
+function fakeUpstream(words: (string | Record<string, unknown>)[], ending: "hang" | "cut") {
+  return eventUpstream(words.map((word) => chunk(word)), ending);
 }
 
 async function onlyUsage(kv: Deno.Kv, appId: string): Promise<UsageRecord> {
@@ -124,21 +128,10 @@ function usageOnContentChunks(ending: "hang" | "cut") {
       usage: { prompt_tokens: 40, completion_tokens: i * 2, total_tokens: 40 + thinking + i * 2 },
     })
   );
-  const server = serveLoopback(() =>
-    new Response(
-      new ReadableStream<Uint8Array>({
-        async start(controller) {
-          for (const event of events) controller.enqueue(encoder.encode(event));
-          if (ending === "cut") {
-            await new Promise((r) => setTimeout(r, 5));
-            controller.error(new Error("upstream died"));
-          }
-        },
-      }),
-      { headers: { "content-type": "text/event-stream" } },
-    )
-  );
-  return { ...server, billed: { promptTokens: 40, completionTokens: 6 + thinking } };
+  return {
+    ...eventUpstream(events, ending),
+    billed: { promptTokens: 40, completionTokens: 6 + thinking },
+  };
 }
 
 Deno.test("a client that leaves a stream whose upstream reported usage on its content chunks pays that usage, hidden thinking included", async () => {
@@ -216,16 +209,7 @@ Deno.test("a usage an upstream reported early and not again does not cap the cha
     }),
     ...Array.from({ length: 10 }, () => chunk(long)),
   ];
-  const server = serveLoopback(() =>
-    new Response(
-      new ReadableStream<Uint8Array>({
-        start(controller) {
-          for (const event of events) controller.enqueue(encoder.encode(event));
-        },
-      }),
-      { headers: { "content-type": "text/event-stream" } },
-    )
-  );
+  const server = eventUpstream(events, "hang");
   const s = await startService({ openaiBaseUrl: server.url });
   try {
     const { appId, apiKey } = await s.newApp();
