@@ -471,15 +471,21 @@ Deno.test("Gemini 3's thought signature on a tool call reaches the client, strea
   }
 });
 
-Deno.test('DeepSeek\'s thinking mode runs a tool loop with "forward_reasoning_content": true, the reasoning sent back and held', async () => {
-  const assistants: Record<string, unknown>[] = [];
-  // As DeepSeek's thinking mode: a tool loop's turn without the reasoning that made the calls is
-  // refused (api-docs.deepseek.com/guides/thinking_mode#tool-calls).
+Deno.test("DeepSeek's thinking mode runs a tool loop with forward_reasoning_content, the reasoning sent back and held, as a fallback too", async () => {
+  const reasoning = "I should call get_weather for Paris first. ".repeat(50);
+  const reasoningTokens = countTextTokens(reasoning);
+  const sent: Record<string, Record<string, unknown>[]> = { plain: [], ds: [] };
+  // As DeepSeek's thinking mode (under /ds): a tool loop's turn without the reasoning that made its
+  // calls is refused (api-docs.deepseek.com/guides/thinking_mode#tool-calls); it bills what it is
+  // sent. Under /plain, a server that is never sent the reasoning; under /router, one that is down.
   const fake = serveLoopback(async (req) => {
+    const family = new URL(req.url).pathname.split("/")[1];
+    if (family === "router") return new Response("overloaded", { status: 503 });
     const body = await req.json();
     const i = body.messages.findIndex((m: { role: string }) => m.role === "assistant");
-    assistants.push(body.messages[i]);
-    if (typeof body.messages[i].reasoning_content !== "string") {
+    sent[family].push(body.messages[i]);
+    const thought = body.messages[i].reasoning_content;
+    if (family === "ds" && typeof thought !== "string") {
       return Response.json({
         error: {
           message:
@@ -490,64 +496,91 @@ Deno.test('DeepSeek\'s thinking mode runs a tool loop with "forward_reasoning_co
         },
       }, { status: 400 });
     }
+    const prompt = 40 + (thought ? countTextTokens(thought) : 0);
     return sseResponse([
       chunk({ role: "assistant", content: "It is 20C." }),
-      finalChunk({ usage: { prompt_tokens: 50, completion_tokens: 5, total_tokens: 55 } }),
+      finalChunk({
+        usage: { prompt_tokens: prompt, completion_tokens: 5, total_tokens: prompt + 5 },
+      }),
       "data: [DONE]\n\n",
     ]);
   });
+  const provider = (family: string, forward: boolean) => ({
+    kind: "openai" as const,
+    base_url: `${fake.url}/${family}/v1`,
+    api_key_env: "UPSTREAM_KEY",
+    ...(forward ? { forward_reasoning_content: true } : {}),
+  });
+  const model = (id: string, provider: string, fallbacks: { provider: string }[] = []) => ({
+    id,
+    provider,
+    upstream_model: "deepseek-reasoner",
+    fallbacks: fallbacks.map((f) => ({ ...f, upstream_model: "deepseek-reasoner" })),
+    input_usd_per_mtok: "2.00",
+    output_usd_per_mtok: "8.00",
+    context_tokens: 65536,
+    max_output_tokens: 4096,
+  });
   const s = await startService({
-    env: { DEEPSEEK_API_KEY: "key-deepseek" },
+    env: { UPSTREAM_KEY: "key" },
     catalogFile: {
       providers: {
-        deepseek: {
-          kind: "openai",
-          base_url: `${fake.url}/v1`,
-          api_key_env: "DEEPSEEK_API_KEY",
-          forward_reasoning_content: true,
-        },
+        plain: provider("plain", false),
+        ds: provider("ds", true),
+        router: provider("router", false),
       },
-      models: [{
-        id: "deepseek/reasoner",
-        provider: "deepseek",
-        upstream_model: "deepseek-reasoner",
-        input_usd_per_mtok: "2.00",
-        output_usd_per_mtok: "8.00",
-        context_tokens: 65536,
-        max_output_tokens: 4096,
-      }],
+      models: [
+        model("plain/reasoner", "plain"),
+        model("ds/reasoner", "ds"),
+        model("routed/reasoner", "router", [{ provider: "ds" }]),
+      ],
     },
   });
   try {
     const { apiKey, appId } = await s.newApp();
-    const reasoning = "I should call get_weather for Paris first. ".repeat(50);
-    const res = await s.chat(apiKey, {
-      model: "deepseek/reasoner",
-      tools: [{ type: "function", function: { name: "get_weather" } }],
-      messages: [
-        { role: "user", content: "Weather in Paris?" },
-        {
-          role: "assistant",
-          content: "",
-          reasoning_content: reasoning,
-          tool_calls: [{
-            id: "call_1",
-            type: "function",
-            function: { name: "get_weather", arguments: "{}" },
-          }],
-        },
-        { role: "tool", tool_call_id: "call_1", content: "20C" },
-      ],
-      max_tokens: 100,
-    });
-    assert.equal(res.status, 200);
-    await res.body?.cancel();
-    assert.equal(assistants[0].reasoning_content, reasoning);
-    const [record] = await usageRecords(s.kv, appId);
+    const seen = new Set<string>();
+    const ask = async (id: string, thought = reasoning) => {
+      const res = await s.chat(apiKey, {
+        model: id,
+        tools: [{ type: "function", function: { name: "get_weather" } }],
+        messages: [
+          { role: "user", content: "Weather in Paris?" },
+          {
+            role: "assistant",
+            content: "",
+            reasoning_content: thought,
+            tool_calls: [{
+              id: "call_1",
+              type: "function",
+              function: { name: "get_weather", arguments: "{}" },
+            }],
+          },
+          { role: "tool", tool_call_id: "call_1", content: "20C" },
+        ],
+        max_tokens: 100,
+      });
+      assert.equal(res.status, 200, id);
+      await res.body?.cancel();
+      const record = (await usageRecords(s.kv, appId)).find((r) => !seen.has(r.id))!;
+      seen.add(record.id);
+      return record;
+    };
+    const plain = await ask("plain/reasoner");
+    assert.equal("reasoning_content" in sent.plain[0], false, "never sent where not asked for");
+    const forwarded = await ask("ds/reasoner");
+    assert.equal(sent.ds[0].reasoning_content, reasoning);
     assert.ok(
-      record.reserved >= countTextTokens(reasoning) * 2,
-      `the hold (${record.reserved} micro-USD) covers the reasoning sent back as input`,
+      forwarded.reserved - plain.reserved >= reasoningTokens * 2,
+      `the hold covers the reasoning sent back: ${forwarded.reserved} against ${plain.reserved}`,
     );
+    // The down router's bound leaves the reasoning out; the fallback it falls to is sent it.
+    const routed = await ask("routed/reasoner");
+    assert.equal(routed.provider, "ds");
+    assert.equal(routed.reserved, forwarded.reserved, "held as the fallback that forwards");
+    for (const r of [plain, forwarded, routed]) assert.equal(r.uncharged, 0, r.model);
+    // An empty reasoning still goes back: DeepSeek wants the field, empty or not.
+    await ask("ds/reasoner", "");
+    assert.equal(sent.ds.at(-1)!.reasoning_content, "");
     await assertAuditClean(s.kv);
   } finally {
     await s.close();

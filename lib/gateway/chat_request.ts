@@ -121,7 +121,8 @@ const AssistantMessage = z.strictObject({
   refusal: z.string({ error: "must be a string" }).nullish(),
   tool_calls: z.array(ToolCall, { error: "must be an array of tool calls" }).optional(),
   // Fields of a response message that clients push back into the conversation as they got it
-  // (the openai SDK's `parsed`, OpenAI's `annotations`, reasoning text): accepted, never forwarded.
+  // (the openai SDK's `parsed`, OpenAI's `annotations`, reasoning text): accepted, never forwarded,
+  // except `reasoning_content` to a provider that asks for it back (forward_reasoning_content).
   reasoning_content: z.string().nullish(),
   reasoning: z.string().nullish(),
   annotations: z.array(z.unknown()).nullish(),
@@ -145,7 +146,8 @@ function withoutEchoedFields(m: ChatMessage): ChatMessage {
   if (m.role !== "assistant") return m;
   const out: Record<string, unknown> = { ...m };
   for (const field of ECHOED_RESPONSE_FIELDS) delete out[field];
-  if (!m.reasoning_content) delete out.reasoning_content;
+  // An empty one stays: DeepSeek refuses a tool loop's turn without the field, empty or not.
+  if (m.reasoning_content == null) delete out.reasoning_content;
   if (m.tool_calls?.length === 0) delete out.tool_calls;
   else if (m.tool_calls?.some((call) => "parsed_arguments" in call.function)) {
     out.tool_calls = m.tool_calls.map(({ function: { name, arguments: args }, ...call }) => ({
@@ -403,7 +405,8 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
     openai: "translate",
     anthropic: "translate",
     simulator: "translate",
-    note: "include_usage is always asked of the upstream",
+    note:
+      "include_usage is always asked of the upstream, unless its catalog entry says stream_options: false (the server reports usage unasked)",
   },
   n: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "only 1" },
   tools: {

@@ -545,10 +545,13 @@ export class Gateway {
     const kinds: ProviderKind[] = routes.map((r) => r.provider.kind);
     assertSupported(request, kinds, maxTokens);
     // The largest of the bounds of every route that may serve the request: the reservation covers
-    // any. Routes alike (kind, tokenizer and image rule) share one count.
+    // any. Routes alike (kind, tokenizer, image rule, whether reasoning is sent back) share one
+    // count.
     const boundsByKind = new Map<string, number>();
     const bounds = routes.map((r) => {
-      const key = `${r.provider.kind}:${r.tokenizer}:${r.imageBaseTokens}:${r.imageTileTokens}`;
+      const forwards = r.provider.kind === "openai" && r.provider.forwardReasoningContent;
+      const key =
+        `${r.provider.kind}:${r.tokenizer}:${r.imageBaseTokens}:${r.imageTileTokens}:${forwards}`;
       let bound = boundsByKind.get(key);
       if (bound === undefined) {
         // Each route's own image rule: a fallback to another model may bill images otherwise.
