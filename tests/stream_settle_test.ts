@@ -238,6 +238,41 @@ Deno.test("a usage an upstream reported early and not again does not cap the cha
   }
 });
 
+Deno.test("when output after an early usage raises the charge, the client is shown the usage it was charged for, streamed or not", async () => {
+  const long = " lorem ipsum dolor sit amet".repeat(40);
+  const events = [
+    rawChunk({
+      choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null }],
+      usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 10 },
+    }),
+    ...Array.from({ length: 5 }, () => chunk(long)),
+    chunk({}, "stop"),
+    "data: [DONE]\n\n",
+  ];
+  const server = eventUpstream(events, "hang");
+  const s = await startService({ openaiBaseUrl: server.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const ask = { model: "fake/gpt", messages: userMessage("go on"), max_tokens: 8000 };
+    const plain = await (await s.chat(apiKey, ask)).json();
+    const streamedChunks = (await readSse(
+      await s.chat(apiKey, { ...ask, stream: true, stream_options: { include_usage: true } }),
+    )).filter((e) => e !== "[DONE]").map((e) => JSON.parse(e));
+    const streamedUsage = streamedChunks.findLast((c) => c.usage).usage;
+    const completion = countTextTokens("Hi" + long.repeat(5));
+    for (const shown of [plain.usage, streamedUsage]) {
+      assert.equal(shown.completion_tokens, completion);
+      assert.equal(shown.total_tokens, 9 + completion);
+    }
+    const records = await usageRecords(s.kv, appId);
+    assert.deepEqual(records.map((r) => r.completionTokens), [completion, completion]);
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+  }
+});
+
 /** Streams a chat whose upstream sends `words` and then breaks off; `check` sees what came. */
 async function withCutStream(
   words: (string | Record<string, unknown>)[],

@@ -190,6 +190,15 @@ export class PaidStream {
       if (completionTokens > usage.completionTokens) {
         usage = { ...usage, completionTokens };
         countedLocally = true;
+        // The client is shown what it was charged for, the upstream's details kept.
+        const raw = this.#reportedUsageObject;
+        if (raw) {
+          this.#reportedUsageObject = {
+            ...raw,
+            completion_tokens: completionTokens,
+            total_tokens: usage.promptTokens + completionTokens,
+          };
+        }
       }
     }
     try {
