@@ -28,10 +28,13 @@ export function DialectSection() {
         gets <code>400 invalid_parameter</code> with its exact path in{" "}
         <code>param</code>, and a field not listed below is refused rather than passed on.
         Response-only fields that clients push back with an assistant message (
-        <code>annotations</code>, <code>parsed</code>, <code>reasoning_content</code>, a tool call's
-        {" "}
+        <code>annotations</code>, <code>parsed</code>, a tool call's{" "}
         <code>parsed_arguments</code>, which the openai SDK's parse helpers add) are accepted and
-        dropped.
+        dropped; so is <code>reasoning_content</code>, except to a provider the catalog marks{" "}
+        <code>"forward_reasoning_content": true</code>{" "}
+        (DeepSeek's thinking mode needs it back within a tool loop), where it is sent and held. A
+        tool call's <code>extra_content</code>{" "}
+        (Gemini 3's thought signature) is kept on answers and sent back to OpenAI-kind providers.
       </p>
       <div class="table-scroll">
         <table>
@@ -76,8 +79,10 @@ export function DialectSection() {
         The body reaches the upstream as sent: only <code>model</code>{" "}
         is renamed, the output cap is set (the client's, or 2048) and the call is always streamed
         with <code>stream_options.include_usage</code>{" "}
-        forced (a non-streamed request is assembled into one completion). Models that refuse{" "}
-        <code>max_tokens</code> (OpenAI's o-series and GPT-5, or any model with{" "}
+        forced, unless the provider's catalog entry says <code>"stream_options": false</code>{" "}
+        (Mistral refuses the field and reports usage unasked); a non-streamed request is assembled
+        into one completion. Models that refuse <code>max_tokens</code>{" "}
+        (OpenAI's o-series and GPT-5, or any model with{" "}
         <code>"output_cap_param": "max_completion_tokens"</code> in the catalog) get the cap as{" "}
         <code>max_completion_tokens</code>. Completions and chunks come back whole:{" "}
         <code>tool_calls</code>, <code>refusal</code>, <code>logprobs</code>,{" "}
