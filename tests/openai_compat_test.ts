@@ -437,11 +437,19 @@ Deno.test("Gemini 3's thought signature on a tool call reaches the client, strea
       "data: [DONE]\n\n",
     ]);
   });
-  const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } });
+  const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } }, [{
+    id: "up/gemini",
+    provider: "up",
+    upstream_model: "gemini-3-pro-preview",
+    input_usd_per_mtok: "2.00",
+    output_usd_per_mtok: "8.00",
+    context_tokens: 200_000,
+    max_output_tokens: 8192,
+  }]);
   try {
     const { apiKey } = await s.newApp();
     const tools = [{ type: "function", function: { name: "get_weather" } }];
-    const ask = { model: "up/m", tools, messages: [{ role: "user", content: "Weather?" }] };
+    const ask = { model: "up/gemini", tools, messages: [{ role: "user", content: "Weather?" }] };
     const plain = await (await s.chat(apiKey, ask)).json();
     const call = plain.choices[0].message.tool_calls[0];
     assert.deepEqual(call.extra_content, signature, "kept in the assembled answer");

@@ -92,7 +92,7 @@ const ToolCall = z.strictObject({
   /**
    * What a server attached to the call for its own use, sent back as it came: Gemini's thought
    * signature (`{google: {thought_signature}}`), without which Gemini 3 refuses the next turn.
-   * Forwarded to OpenAI-kind routes; an Anthropic route has no place for it.
+   * Forwarded to routes whose model is Gemini's (see openAiRequestBody).
    */
   extra_content: z.record(z.string(), z.unknown(), { error: "must be an object" }).optional(),
 });

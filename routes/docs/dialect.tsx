@@ -34,7 +34,7 @@ export function DialectSection() {
         <code>"forward_reasoning_content": true</code>{" "}
         (DeepSeek's thinking mode needs it back within a tool loop), where it is sent and held. A
         tool call's <code>extra_content</code>{" "}
-        (Gemini 3's thought signature) is kept on answers and sent back to OpenAI-kind providers.
+        (Gemini 3's thought signature) is kept on answers and sent back to Gemini models only.
       </p>
       <div class="table-scroll">
         <table>

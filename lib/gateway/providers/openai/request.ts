@@ -40,16 +40,26 @@ export function isReasoningModel(
     THINKING_MODEL_NAME.test(model.upstreamModel);
 }
 
+/** Gemini, also under a router's or a cloud's prefix: the one family that attaches extra_content. */
+const GEMINI_MODEL_NAME = /(?:^|\/)gemini-/i;
+
 /**
- * The message as the client sent it, without what only Tollbooth or other kinds read, and without
- * an assistant's `reasoning_content` unless the provider wants it back.
+ * The message as the client sent it, without what only Tollbooth or other kinds read: without an
+ * assistant's `reasoning_content` unless the provider wants it back, and without its tool calls'
+ * `extra_content` (Gemini's thought signatures) unless the model is Gemini's, so a conversation
+ * that moves on from Gemini to another model is not refused for a field that model does not know.
  */
 function upstreamMessage(
   m: ChatMessage,
-  forwardReasoningContent: boolean,
+  options: { forwardReasoningContent: boolean; extraContent: boolean },
 ): Record<string, unknown> {
   const out: Record<string, unknown> = { ...m, content: stripCacheControl(m.content) };
-  if (!forwardReasoningContent) delete out.reasoning_content;
+  if (!options.forwardReasoningContent) delete out.reasoning_content;
+  if (
+    !options.extraContent && m.role === "assistant" && m.tool_calls?.some((c) => c.extra_content)
+  ) {
+    out.tool_calls = m.tool_calls.map(({ extra_content: _extra, ...call }) => call);
+  }
   return out;
 }
 
@@ -77,7 +87,12 @@ export function openAiRequestBody(
   const body: Record<string, unknown> = {
     ...params,
     model: up.model.upstreamModel,
-    messages: up.request.messages.map((m) => upstreamMessage(m, forwardReasoningContent)),
+    messages: up.request.messages.map((m) =>
+      upstreamMessage(m, {
+        forwardReasoningContent,
+        extraContent: GEMINI_MODEL_NAME.test(up.model.upstreamModel),
+      })
+    ),
   };
   if (tools?.length) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
   // OpenAI refuses a tool_choice without tools; without tools "auto" and "none" (the only choices

@@ -162,3 +162,34 @@ Deno.test("models that bill reasoning their stream does not show are known by fa
   assert.equal(outputCapParam(testModel("openai", "openai/o3")), "max_tokens");
   assert.equal(outputCapParam(testModel("openai", "o3")), "max_completion_tokens");
 });
+
+Deno.test("a tool call's extra_content (Gemini's thought signature) goes back to Gemini models only", () => {
+  const signature = { google: { thought_signature: "sig==" } };
+  const turn = {
+    messages: [
+      { role: "user", content: "Weather?" },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{
+          id: "call_1",
+          type: "function",
+          function: { name: "w", arguments: "{}" },
+          extra_content: signature,
+        }],
+      },
+      { role: "tool", tool_call_id: "call_1", content: "sunny" },
+    ],
+    tools: [{ type: "function", function: { name: "w" } }],
+  };
+  const callSent = (name: string) => {
+    const body = openAiRequestBody(upstreamRequest(testModel("openai", name), turn, 500), true);
+    return ((body.messages as { tool_calls?: Record<string, unknown>[] }[])[1].tool_calls!)[0];
+  };
+  for (const name of ["gemini-3-pro-preview", "google/gemini-3-flash"]) {
+    assert.deepEqual(callSent(name).extra_content, signature, name);
+  }
+  for (const name of ["gpt-4.1-mini", "mistral-large-latest"]) {
+    assert.equal("extra_content" in callSent(name), false, name);
+  }
+});
