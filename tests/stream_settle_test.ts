@@ -238,6 +238,41 @@ Deno.test("a usage an upstream reported early and not again does not cap the cha
   }
 });
 
+Deno.test("hidden thinking in an early usage report stays charged beside the output counted after it", async () => {
+  const long = " lorem ipsum dolor sit amet".repeat(40);
+  // Gemini's thinking shows only in total_tokens: 500 of it before the first text.
+  const server = eventUpstream([
+    rawChunk({
+      choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null }],
+      usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 510 },
+    }),
+    ...Array.from({ length: 3 }, () => chunk(long)),
+  ], "hang");
+  const s = await startService({ openaiBaseUrl: server.url });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage("go on"),
+      stream: true,
+      max_tokens: 8000,
+    });
+    const reader = res.body!.getReader();
+    let received = "";
+    while ((received.match(/lorem/g)?.length ?? 0) < 120) {
+      received += new TextDecoder().decode((await reader.read()).value);
+    }
+    await reader.cancel();
+    await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
+    const usage = await onlyUsage(s.kv, appId);
+    assert.equal(usage.completionTokens, 501 + countTextTokens(long.repeat(3)));
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+  }
+});
+
 Deno.test("when output after an early usage raises the charge, the client is shown the usage it was charged for, streamed or not", async () => {
   const long = " lorem ipsum dolor sit amet".repeat(40);
   const events = [

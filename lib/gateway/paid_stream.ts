@@ -185,8 +185,14 @@ export class PaidStream {
       this.#produced.length > this.#producedAtReport || this.#unshown.length > this.#unshownAtReport
     ) {
       // Output came after the upstream's last report (one that reported early and not again):
-      // the report is not the whole bill, and what was produced is charged at least.
-      const completionTokens = counted();
+      // the report covers what came before it, hidden reasoning included, and what came after is
+      // counted by us on top.
+      const after = this.#options.countOutput(this.#produced.slice(this.#producedAtReport)) +
+        this.#options.countOutput(this.#unshown.slice(this.#unshownAtReport));
+      const completionTokens = Math.max(
+        usage.completionTokens,
+        Math.min(this.#options.maxOutputTokens, usage.completionTokens + after),
+      );
       if (completionTokens > usage.completionTokens) {
         usage = { ...usage, completionTokens };
         countedLocally = true;
