@@ -14,15 +14,16 @@ export interface FaultyKv {
   steps: Step[];
   /** Faults actually injected, in order. */
   injected: { step: Step; fault: Fault; index: number }[];
-  plan: (step: Step, index: number) => Fault;
+  /** `key`: a read's (the first of a getMany's). */
+  plan: (step: Step, index: number, key?: Deno.KvKey) => Fault;
 }
 
 export function faultyKv(real: Deno.Kv, plan: FaultyKv["plan"] = () => "ok"): FaultyKv {
   const state: FaultyKv = { kv: real, steps: [], injected: [], plan };
-  const decide = (step: Step): Fault => {
+  const decide = (step: Step, key?: Deno.KvKey): Fault => {
     const index = state.steps.length;
     state.steps.push(step);
-    const fault = state.plan(step, index);
+    const fault = state.plan(step, index, key);
     if (fault !== "ok") state.injected.push({ step, fault, index });
     if (fault === "throw") throw new InjectedKvError(`injected ${step} failure at step ${index}`);
     return fault;
@@ -60,7 +61,7 @@ export function faultyKv(real: Deno.Kv, plan: FaultyKv["plan"] = () => "ok"): Fa
         case "get":
         case "getMany":
           return async (...args: unknown[]) => {
-            decide(name);
+            decide(name, (name === "get" ? args[0] : (args[0] as Deno.KvKey[])[0]) as Deno.KvKey);
             return await value.apply(target, args);
           };
         case "list":

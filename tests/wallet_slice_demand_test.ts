@@ -116,13 +116,45 @@ Deno.test("a reservation settled after a sweeper gave its slice back is charged 
     assert.equal(after.reserved, 0);
   }));
 
+Deno.test("however long the post interval (WALLET_SLICE_POST_MS), a slice whose hold is in use keeps its lease: no sweeper gives it back, and its hold stays its own", async () => {
+  const s = await startService();
+  const wallets = new Wallets(s.kv, {
+    leaseMs: 60_000,
+    rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
+    slices: { leaseMs: 300, postEveryMs: 60_000, idleMs: 60_000 },
+  });
+  const sweeper = new Wallets(s.kv, { leaseMs: 60_000 });
+  try {
+    const { appId } = await s.newApp();
+    const held = await wallets.reserve(appId, hold("long"));
+    assert.ok(held.ok && held.reservation.sliceId, "admitted in a slice");
+    // Three leases long, as a long stream's.
+    await new Promise((resolve) => setTimeout(resolve, 900));
+    const swept = await sweeper.returnExpiredSlice(appId, held.reservation.sliceId, Date.now());
+    assert.equal(swept.returned, false, "the lease was renewed");
+    const settled = await wallets.settle(appId, held.reservation.id, usage("long", 700));
+    assert.ok(settled.settled);
+    assert.equal(settled.charged, 700);
+    assert.equal(settled.uncharged, 0);
+    await wallets.drain();
+    assert.equal(wallets.stats.orphanCharges, 0);
+    await assertAuditClean(s.kv);
+  } finally {
+    await wallets.drain();
+    await s.close();
+  }
+});
+
 Deno.test("a process that stalled past its slice's lease, swept meanwhile, does not grow the returned slice: its free money stays the wallet's, and what left it is what the settles answered", async () => {
   const s = await startService();
-  // Posts and renewals never run by themselves here: the stalled process wakes with a reserve.
+  // The stalled process's clock stands still while it stalls, so its ticks find nothing due: no
+  // post and no renewal runs by itself, and it wakes with a reserve.
+  let stalledAt: number | null = null;
   const stalled = new Wallets(s.kv, {
     leaseMs: 60_000,
     rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
     slices: { leaseMs: 200, postEveryMs: 60_000, idleMs: 60_000 },
+    now: () => stalledAt ?? Date.now(),
   });
   const sweeper = new Wallets(s.kv, { leaseMs: 60_000 });
   try {
@@ -131,9 +163,11 @@ Deno.test("a process that stalled past its slice's lease, swept meanwhile, does 
     const first = await stalled.reserve(appId, hold("before-stall"));
     assert.ok(first.ok && first.reservation.sliceId, "admitted in a slice");
     const a = await stalled.settle(appId, first.reservation.id, usage("before-stall", 700));
+    stalledAt = Date.now();
     await new Promise((resolve) => setTimeout(resolve, 300));
     const swept = await sweeper.returnExpiredSlice(appId, first.reservation.sliceId, Date.now());
     assert.ok(swept.returned, "the sweeper gave the slice back");
+    stalledAt = null;
     const second = await stalled.reserve(appId, hold("after-stall"));
     assert.ok(second.ok);
     assert.notEqual(second.reservation.sliceId, first.reservation.sliceId, "not the swept slice");
@@ -367,7 +401,8 @@ for (
 /**
  * A sliced engine whose next commit, once `arm()` is called, ends with `fault`, after which the
  * next `readsToFail` reads throw too: KV cannot tell whether that commit happened. No post runs
- * meanwhile, so the armed commit is the settle's wallet charge.
+ * meanwhile, so the armed commit is the settle's wallet charge. The slice's looks for a recall
+ * (a read every 100 ms) neither fail nor count.
  */
 function slicedWithUnknownCommit(
   kv: Deno.Kv,
@@ -376,13 +411,14 @@ function slicedWithUnknownCommit(
 ) {
   let armed = false;
   const state = { readsLeft: 0 };
-  const faulty = faultyKv(kv, (step) => {
+  const faulty = faultyKv(kv, (step, _index, key) => {
     if (armed && step === "commit") {
       armed = false;
       state.readsLeft = readsToFail;
       return fault;
     }
-    if (step === "get" && state.readsLeft > 0) {
+    const recallLook = key?.[0] === keys.walletSliceRecall("")[0];
+    if (step === "get" && state.readsLeft > 0 && !recallLook) {
       state.readsLeft--;
       return "throw";
     }

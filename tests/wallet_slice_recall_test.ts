@@ -16,24 +16,25 @@ const SMALL = 1_000;
 const hold = (requestId: string, amount = SMALL) => holdInput(requestId, amount);
 const usage = usageInput;
 
-function processWallets(kv: Deno.Kv) {
+function processWallets(kv: Deno.Kv, postEveryMs = 20) {
   return new Wallets(kv, {
     leaseMs: 60_000,
     rateLimits: { rpm: 1_000_000_000, tpm: 1_000_000_000_000 },
     // Slices stay while idle: only a recall gives their money back during the test.
-    slices: { postEveryMs: 20, idleMs: 60_000 },
+    slices: { postEveryMs, idleMs: 60_000 },
   });
 }
 
 /** Two processes on one KV file, one app with the 5.00 USD starter; the ledger summed after. */
 async function withTwoProcesses(
   fn: (a: Wallets, b: Wallets, appId: string, kv: Deno.Kv) => Promise<void>,
+  { postEveryMs }: { postEveryMs?: number } = {},
 ) {
   const kvPath = await Deno.makeTempFile({ suffix: ".sqlite3" });
   const s = await startService({ kvPath });
   const otherKv = await openKv(kvPath);
-  const a = processWallets(s.kv);
-  const b = processWallets(otherKv);
+  const a = processWallets(s.kv, postEveryMs);
+  const b = processWallets(otherKv, postEveryMs);
   try {
     const { appId } = await s.newApp();
     await fn(a, b, appId, s.kv);
@@ -127,6 +128,19 @@ Deno.test("a reserve the balance covers only with another process's slice is adm
     ];
     assert.deepEqual(settled.map((r) => r.settled && r.charged), [900, 80, 4_000_000]);
   }));
+
+Deno.test("however long the post interval (WALLET_SLICE_POST_MS), a recalled slice gives its free money back in time for the reserve that asked", () =>
+  withTwoProcesses(async (a, b, appId) => {
+    const small = reservationOf(await a.reserve(appId, hold("small")));
+    assert.ok(small.sliceId);
+    const big = reservationOf(await b.reserve(appId, hold("large", STARTER - SMALL - 500)));
+    assert.equal(b.stats.sliceRecalls, 1);
+    const settled = [
+      await a.settle(appId, small.id, usage("small", 900)),
+      await b.settle(appId, big.id, usage("large", 4_000_000)),
+    ];
+    assert.deepEqual(settled.map((r) => r.settled && r.charged), [900, 4_000_000]);
+  }, { postEveryMs: 60_000 }));
 
 Deno.test("a recalled slice goes back to the wallet as soon as its holds end", () =>
   withTwoProcesses(async (a, b, appId, kv) => {

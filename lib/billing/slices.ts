@@ -66,6 +66,8 @@ export class LocalSlice {
   recallAnswered = 0;
   recallCheckedAt = 0;
   lastUsed: number;
+  /** When its charges were last posted (or it was granted): the next post is due postEveryMs on. */
+  postedAt: number;
   /** Money settled, reservations admitted and tokens used since the last grant: the app's pace. */
   spentSinceGrant: Micros = 0;
   admittedSinceGrant = 0;
@@ -92,6 +94,7 @@ export class LocalSlice {
     this.keysWithOwnLimits = new Set(grant.keysWithOwnLimits);
     this.rate = grant.rate;
     this.lastUsed = now;
+    this.postedAt = now;
   }
 
   /** A grant committed into this slice: more money and rate room. */

@@ -874,7 +874,10 @@ export class Wallets {
                 new LocalSlice(result.record, result.versionstamp, result, this.#now()),
               );
             }
-            this.#sliceTimer ??= setInterval(() => this.#sliceTick(), options.postEveryMs);
+            // Ticks come at least as often as recalls are looked for and leases must be renewed,
+            // whatever the post interval: a long one must neither let a slice in use lapse nor
+            // keep a recalled one out.
+            this.#sliceTimer ??= setInterval(() => this.#sliceTick(), this.#sliceTickMs());
             return true;
           }),
     ).catch(() => false).finally(() => this.#growing.delete(appId));
@@ -894,10 +897,20 @@ export class Wallets {
     return run;
   }
 
+  /**
+   * Ticks come at least as often as recalls are looked for and leases must be renewed, whatever
+   * the post interval: a long one must neither let a slice in use lapse nor keep a recalled one
+   * out; posts keep their own interval.
+   */
+  #sliceTickMs(): number {
+    const { postEveryMs, leaseMs } = this.#sliceOptions!;
+    return Math.min(postEveryMs, RECALL_CHECK_MS, leaseMs / 3);
+  }
+
   /** Posts pending charges, renews the leases of slices in use, gives back idle ones. */
   #sliceTick() {
     const now = this.#now();
-    const { leaseMs, idleMs } = this.#sliceOptions!;
+    const { leaseMs, idleMs, postEveryMs } = this.#sliceOptions!;
     // The recall's checks keep the real clock's pace, whatever clock the leases are on.
     const realNow = Date.now();
     for (const slice of this.#slices.values()) {
@@ -907,7 +920,10 @@ export class Wallets {
         this.#answerRecall(slice).catch(() => {});
       }
       const renewDue = slice.record.leaseUntil - now < (leaseMs * 2) / 3;
-      if (slice.pending.length > 0 || (renewDue && slice.reservations.size > 0)) {
+      // Half a tick early counts as due: a timer that fires a little early must not skip a post.
+      const postDue = slice.pending.length > 0 &&
+        now - slice.postedAt >= postEveryMs - this.#sliceTickMs() / 2;
+      if (postDue || (renewDue && !slice.idle)) {
         this.#post(slice).catch(() => {});
       } else if (slice.idle && (slice.recalled || now - slice.lastUsed >= idleMs || renewDue)) {
         this.#returnSlice(slice).catch(() => {});
@@ -988,6 +1004,7 @@ export class Wallets {
         this.stats.opsCommitted += usage.length;
         this.#moneyMoved(appId);
         slice.record = record;
+        slice.postedAt = now;
         // After an unknown outcome the next post fails its check and reads the entry afresh.
         slice.versionstamp = versionstamp;
         for (const guard of guards) slice.guards.delete(guardKeyId(slice, guard));
