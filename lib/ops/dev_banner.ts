@@ -11,15 +11,24 @@ export interface DevBannerInput {
   /** Whether top-ups use the test checkout (no real money). */
   testCheckout: boolean;
   /**
-   * The settings the admin command must share with this service (`KV_PATH`, `PORT`,
-   * `PUBLIC_URL`, those set): without the same KV file its app is not this service's, and without
-   * the same address its top-up URL points elsewhere.
+   * The settings the admin command must share with this service (ADMIN_SHARED_SETTINGS, those
+   * set): without the same KV file its app is not this service's, without the same address its
+   * top-up URL points elsewhere, without the same rate limits it shows other defaults.
    */
   shared?: Record<string, string>;
 }
 
-/** The settings of `env` that `deno task admin` must be given as the service was. */
-export const ADMIN_SHARED_SETTINGS = ["KV_PATH", "PORT", "PUBLIC_URL"] as const;
+/**
+ * The settings of `env` that `deno task admin` must be given as the service was: the rate limits
+ * too, since `show-app` and `set-limits` show a key's default limits as the service applies them.
+ */
+export const ADMIN_SHARED_SETTINGS = [
+  "KV_PATH",
+  "PORT",
+  "PUBLIC_URL",
+  "RATE_LIMIT_RPM",
+  "RATE_LIMIT_TPM",
+] as const;
 
 export function devBanner(
   { baseUrl, catalog, testCheckout, shared = {} }: DevBannerInput,
