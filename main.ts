@@ -1,4 +1,4 @@
-import { CatalogError, loadCatalogFile } from "@/lib/catalog/mod.ts";
+import { CatalogError, catalogFromFile, readCatalogFile } from "@/lib/catalog/mod.ts";
 import { ConfigError, flushLogs, jsonLogger, KvOpenError, loadConfig } from "@/lib/core/mod.ts";
 import { serveWorkerCount, WorkerPool } from "@/lib/ops/mod.ts";
 import { ListenError, type RunningService, startService } from "./service.ts";
@@ -16,10 +16,11 @@ Deno.cron("sweep expired reservations", "* * * * *", async () => {
 const WORKER_STOP_MARGIN_MS = 5_000;
 
 async function main() {
-  let config, catalog;
+  let config, catalog, catalogSource;
   try {
     config = loadConfig(Deno.env.toObject());
-    catalog = await loadCatalogFile(config.modelsFile, config.env);
+    catalogSource = await readCatalogFile(config.modelsFile);
+    catalog = catalogFromFile(config.modelsFile, catalogSource, config.env);
   } catch (error) {
     if (error instanceof ConfigError || error instanceof CatalogError) {
       console.error(`Tollbooth cannot start: ${error.message}`);
@@ -82,6 +83,7 @@ async function main() {
       entry: new URL("./worker.ts", import.meta.url),
       devServer,
       log: jsonLogger,
+      catalogSource,
     });
     try {
       await pool.start(config.port, { sharedPort: config.reusePort });

@@ -3,7 +3,7 @@
  * One of several workers serving the port (SERVE_WORKERS, lib/ops/workers.ts): a whole service on
  * this thread, started and stopped by main.ts's supervisor.
  */
-import { loadCatalogFile } from "@/lib/catalog/mod.ts";
+import { catalogFromFile } from "@/lib/catalog/mod.ts";
 import { KvOpenError, loadConfig } from "@/lib/core/mod.ts";
 import { CommitLocks } from "@/lib/billing/mod.ts";
 import type { FromWorker, MetricsSnapshot, ToWorker } from "@/lib/ops/mod.ts";
@@ -29,7 +29,7 @@ self.onmessage = async (event: MessageEvent<ToWorker>) => {
     case "start": {
       // The supervisor checked both already; a failure here reaches it as this worker's error.
       const config = { ...loadConfig(Deno.env.toObject()), port: message.port };
-      const catalog = await loadCatalogFile(config.modelsFile, config.env);
+      const catalog = catalogFromFile(config.modelsFile, message.catalogSource, config.env);
       service = await startService({
         config,
         catalog,

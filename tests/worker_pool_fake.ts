@@ -4,7 +4,8 @@
  * service. The test steers it and reads what it saw through the process environment, which
  * workers share with their parent: `FAKE_WORKER_FAIL_START=<index>` fails that worker's start,
  * `FAKE_WORKER_CRASH=<index>` makes it fail once after it listens; it records the port it was
- * given as `FAKE_WORKER_PORT_<index>` and counts its starts in `FAKE_WORKER_STARTS_<index>`.
+ * given as `FAKE_WORKER_PORT_<index>`, the catalog as `FAKE_WORKER_CATALOG_<index>`, and counts its
+ * starts in `FAKE_WORKER_STARTS_<index>`.
  * `FAKE_WORKER_ASK=<index>` has that worker ask for its siblings' metrics once it listens, and
  * record what it got as `FAKE_WORKER_SIBLINGS_<index>`. Each worker counts `index + 1` requests.
  * At each start a worker takes and ends a commit turn of the wallet "app_locked", and records in
@@ -25,6 +26,7 @@ self.onmessage = async (event: MessageEvent<ToWorker>) => {
       const starts = Number(Deno.env.get(`FAKE_WORKER_STARTS_${index}`) ?? 0) + 1;
       Deno.env.set(`FAKE_WORKER_STARTS_${index}`, String(starts));
       Deno.env.set(`FAKE_WORKER_PORT_${index}`, String(message.port));
+      Deno.env.set(`FAKE_WORKER_CATALOG_${index}`, JSON.stringify(message.catalogSource));
       if (Deno.env.get("FAKE_WORKER_FAIL_START") === String(index)) {
         throw new Error("cannot open KV");
       }

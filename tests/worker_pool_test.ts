@@ -7,6 +7,8 @@ import { serveWorkerCount, WorkerPool } from "@/lib/ops/mod.ts";
 import { until } from "./helpers.ts";
 
 const FAKE = new URL("./worker_pool_fake.ts", import.meta.url);
+/** What the process read of its catalog file when it started. */
+const CATALOG_AT_START = { providers: {}, models: [{ id: "read/at-start" }] };
 
 function pool(count: number) {
   const lines: Record<string, unknown>[] = [];
@@ -15,6 +17,7 @@ function pool(count: number) {
     entry: FAKE,
     devServer: false,
     log: (line) => lines.push(line),
+    catalogSource: CATALOG_AT_START,
   });
   return { workers, lines };
 }
@@ -69,7 +72,7 @@ async function poolWithACrash() {
   return started;
 }
 
-Deno.test("a worker that fails after it served is logged and started again on the same port, the commit turns it held freed", async () => {
+Deno.test("a worker that fails after it served is logged and started again on the same port and catalog, the commit turns it held freed", async () => {
   const { workers, lines } = await poolWithACrash();
   // Restarted a second after it failed, then its modules load: more than until's default.
   await until(() => Deno.env.get("FAKE_WORKER_STARTS_1") === "2", "the restart", {
@@ -79,6 +82,8 @@ Deno.test("a worker that fails after it served is logged and started again on th
   assert.equal(failed?.worker, 1);
   assert.match(String(failed?.error), /worker crashed/);
   assert.equal(Deno.env.get("FAKE_WORKER_PORT_1"), "8080");
+  // The catalog the process started with, not the file read again: its siblings serve that one.
+  assert.equal(Deno.env.get("FAKE_WORKER_CATALOG_1"), JSON.stringify(CATALOG_AT_START));
   // It died in the middle of a commit turn: the supervisor freed it, so its restart waited for none.
   await until(() => Deno.env.get("FAKE_WORKER_LOCK_TAKEOVERS_1_2") !== undefined, "its first turn");
   assert.equal(Deno.env.get("FAKE_WORKER_LOCK_TAKEOVERS_1_2"), "0");

@@ -453,26 +453,42 @@ function toProvider(
   };
 }
 
-export async function loadCatalogFile(
-  path: string,
-  env: Record<string, string | undefined>,
-): Promise<Catalog> {
+/**
+ * The catalog file's content, parsed but not yet validated: what a process reads once and hands to
+ * its workers, so that a worker restarted later serves the catalog the process started with, not
+ * the file as it has been edited since.
+ */
+export async function readCatalogFile(path: string): Promise<unknown> {
   let text: string;
   try {
     text = await Deno.readTextFile(path);
   } catch (err) {
     throw new CatalogError(`cannot read catalog file ${path}: ${(err as Error).message}`);
   }
-  let raw: unknown;
   try {
-    raw = JSON.parse(text);
+    return JSON.parse(text);
   } catch (err) {
     throw new CatalogError(`catalog file ${path} is not valid JSON: ${(err as Error).message}`);
   }
+}
+
+/** A catalog from the content of the file at `path`; an error names the file and the field. */
+export function catalogFromFile(
+  path: string,
+  raw: unknown,
+  env: Record<string, string | undefined>,
+): Catalog {
   try {
     return buildCatalog(raw, env);
   } catch (err) {
     if (err instanceof CatalogError) throw new CatalogError(`${path}: ${err.message}`);
     throw err;
   }
+}
+
+export async function loadCatalogFile(
+  path: string,
+  env: Record<string, string | undefined>,
+): Promise<Catalog> {
+  return catalogFromFile(path, await readCatalogFile(path), env);
 }

@@ -1,5 +1,5 @@
 /** Catalog: the curated models, their providers and prices, and the cost of a request at those prices. */
-export { CatalogError, loadCatalogFile } from "./catalog.ts";
+export { CatalogError, catalogFromFile, loadCatalogFile, readCatalogFile } from "./catalog.ts";
 export type {
   Catalog,
   LongContextPrices,

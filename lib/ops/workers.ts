@@ -32,6 +32,11 @@ export type ToWorker =
     port: number;
     /** The workers' shared commit locks (CommitLocks). */
     commitLocks: SharedArrayBuffer;
+    /**
+     * The catalog file's content as the process read and checked it at start: a worker restarted
+     * later serves the same catalog as its siblings, whatever the file says by then.
+     */
+    catalogSource: unknown;
   }
   | { type: "stop"; signal: string }
   | { type: "snapshot"; id: number }
@@ -77,6 +82,7 @@ export class WorkerPool {
   readonly #entry: URL;
   readonly #devServer: boolean;
   readonly #log: Logger;
+  readonly #catalogSource: unknown;
   #stopping = false;
   #port = 0;
   #othersStarted = false;
@@ -87,8 +93,11 @@ export class WorkerPool {
   /** Every worker listened once: from then on a failed worker is restarted, never the start failed. */
   #serving = false;
 
-  constructor(options: { count: number; entry: URL; devServer: boolean; log: Logger }) {
+  constructor(
+    options: { count: number; entry: URL; devServer: boolean; log: Logger; catalogSource: unknown },
+  ) {
     this.#entry = options.entry;
+    this.#catalogSource = options.catalogSource;
     this.#devServer = options.devServer;
     this.#log = options.log;
     this.#slots = Array.from({ length: options.count }, (_, index) => ({
@@ -149,6 +158,7 @@ export class WorkerPool {
       devServer: this.#devServer,
       port: this.#port,
       commitLocks: this.#commitLocks,
+      catalogSource: this.#catalogSource,
     });
   }
 
