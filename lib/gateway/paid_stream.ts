@@ -67,6 +67,8 @@ export class PaidStream {
   readonly #upstreamAbort: AbortController;
 
   #ending: Ending | null = null;
+  /** Set at the start by the route, or later by the upstream's own sign of hidden work. */
+  #drainOnLeave: boolean;
   #produced = "";
   /** Output the upstream produced that no chunk carried (a converter held it back or dropped it). */
   #unshown = "";
@@ -96,6 +98,7 @@ export class PaidStream {
     upstreamAbort: AbortController,
   ) {
     this.#options = options;
+    this.#drainOnLeave = options.drainOnLeave ?? false;
     this.#parts = parts;
     this.#first = first;
     this.#upstreamAbort = upstreamAbort;
@@ -108,12 +111,12 @@ export class PaidStream {
    */
   async cancel(): Promise<void> {
     this.#ending ??= { kind: "client_gone" };
-    if (!this.#options.drainOnLeave) {
+    if (!this.#drainOnLeave) {
       this.#upstreamAbort.abort(new DOMException("client closed the stream", "AbortError"));
     }
     await this.events.return(undefined);
     // A stream cancelled before its first read never ran the generator's own drain.
-    if (this.#options.drainOnLeave) await this.#drainUpstream();
+    if (this.#drainOnLeave) await this.#drainUpstream();
     await this.settle();
   }
 
@@ -143,7 +146,7 @@ export class PaidStream {
     const since = this.#waitingForClientSince;
     if (since === null || now - since < stallMs) return false;
     this.#ending = { kind: "stalled", afterMs: stallMs };
-    if (this.#options.drainOnLeave) {
+    if (this.#drainOnLeave) {
       this.#settlement = this.#drainUpstream().then(() => this.#settleOnce());
       return true;
     }
@@ -226,7 +229,7 @@ export class PaidStream {
       yield* this.#forward();
     } finally {
       const left = this.#ending?.kind === "client_gone" || this.#ending?.kind === "stalled";
-      if (this.#options.drainOnLeave && left) await this.#drainUpstream();
+      if (this.#drainOnLeave && left) await this.#drainUpstream();
       await this.#parts.return?.().catch(() => {});
       await this.settle();
     }
@@ -272,6 +275,10 @@ export class PaidStream {
     if (part.type === "prompt_tokens") {
       const { type: _, ...prompt } = part;
       this.#reportedPrompt = prompt;
+      return null;
+    }
+    if (part.type === "hidden_work") {
+      this.#drainOnLeave = true;
       return null;
     }
     if (part.type === "unshown_output") {

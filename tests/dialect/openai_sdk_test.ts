@@ -740,3 +740,46 @@ Deno.test("openai SDK, anthropic kind: text held back from a json_schema answer 
     assert.equal(record.countedLocally, true);
     assert.equal(record.completionTokens, claudeTokenBound("ok") + claudeTokenBound(held));
   }));
+
+Deno.test("openai SDK, anthropic kind: a client that leaves a stream Claude thinks in unasked pays the thinking: the stream is read to its usage", () =>
+  withDialect(async (d) => {
+    // As a model that thinks without being asked and does not show it ("omitted" display).
+    d.claude.script(
+      {
+        content: [
+          { type: "thinking", thinking: "", chunks: [] },
+          { type: "text", text: "word ".repeat(200) },
+        ],
+        thinkingTokens: 5000,
+        chunkDelayMs: 5,
+      } as Parameters<typeof d.claude.script>[0],
+    );
+    const leave = new AbortController();
+    const res = await fetch(`${d.baseURL}/chat/completions`, {
+      method: "POST",
+      signal: leave.signal,
+      headers: { authorization: `Bearer ${d.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: CLAUDE_MODEL,
+        stream: true,
+        max_tokens: 8000,
+        messages: [{ role: "user", content: "Explain." }],
+      }),
+    });
+    const reader = res.body!.getReader();
+    let text = "";
+    while ((text.match(/word/g) ?? []).length < 3) {
+      text += new TextDecoder().decode((await reader.read()).value);
+    }
+    leave.abort();
+    assert.equal(d.claude.messages()[0].body.thinking, undefined, "not asked to think");
+    let records: Awaited<ReturnType<typeof d.newUsage>> = [];
+    for (let i = 0; i < 300 && records.length === 0; i++) {
+      records = await d.newUsage();
+      if (records.length === 0) await new Promise((r) => setTimeout(r, 20));
+    }
+    const [record] = records;
+    assert.equal(record.outcome, "client_closed");
+    assert.equal(record.countedLocally, false, "Claude's own usage, read to the end");
+    assert.ok(record.completionTokens >= 5000, `${record.completionTokens} output tokens charged`);
+  }));

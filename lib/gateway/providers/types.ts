@@ -79,7 +79,12 @@ export type StreamPart =
    * dropped by a converter. Cumulative, so the last wins; counted with the chunks' output when the
    * upstream's usage never comes.
    */
-  | { type: "unshown_output"; text: string };
+  | { type: "unshown_output"; text: string }
+  /**
+   * The upstream is doing work it bills and does not show, unasked (a Claude model that thinks
+   * without being asked to): a client that leaves saves nothing, so the stream is read to its usage.
+   */
+  | { type: "hidden_work" };
 
 /**
  * Every kind of upstream failure, with what it means: the log line's `upstreamFailure` and the

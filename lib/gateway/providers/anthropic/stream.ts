@@ -112,6 +112,12 @@ export function anthropicStreamParts(
       case "content_block_start": {
         const block = json.content_block as Record<string, unknown> | undefined;
         const index = Number(json.index);
+        // Thinking, asked for or not (newer models think unasked and may not show it), is billed
+        // as output: a client leaving from here on saves nothing.
+        if (block?.type === "thinking" || block?.type === "redacted_thinking") {
+          parts.push({ type: "hidden_work" });
+          break;
+        }
         if (block?.type !== "tool_use" || typeof block.name !== "string") break;
         if (block.name === meta.answerTool) {
           blocks.set(index, { kind: "answer", input: false });
