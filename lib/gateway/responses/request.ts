@@ -440,9 +440,10 @@ function inputMessages(
       return;
     }
     if (item.type === "function_call_output") {
+      // Parts stay parts: run together they would lose the boundary between them.
       const content = typeof item.output === "string"
         ? item.output
-        : item.output.map((p) => p.text).join("");
+        : item.output.map((p) => ({ type: "text" as const, text: p.text }));
       out.push({ role: "tool", tool_call_id: item.call_id, content });
       origins.push({ from: "input", item: i, kind: "function_call_output", referenced, calls: [] });
       return;

@@ -98,7 +98,7 @@ Deno.test("function calls join the assistant turn before them; outputs become to
       ],
     },
     { role: "tool", tool_call_id: "call_1", content: "sunny" },
-    { role: "tool", tool_call_id: "call_2", content: "rain" },
+    { role: "tool", tool_call_id: "call_2", content: [{ type: "text", text: "rain" }] },
   ]);
   assert.deepEqual(chat.tools, [
     {

@@ -198,7 +198,7 @@ function turns(messages: readonly ChatMessage[]): Turn[] {
         push("user", [{
           type: "tool_result",
           tool_use_id: m.tool_call_id,
-          content: contentText(m.content),
+          content: toolResultContent(m.content),
         }]);
         break;
     }
@@ -208,6 +208,18 @@ function turns(messages: readonly ChatMessage[]): Turn[] {
   const tail = out.at(-1)?.role === "assistant" ? out.at(-1)!.blocks.at(-1) : undefined;
   if (tail?.type === "text") tail.text = (tail.text as string).trimEnd();
   return out;
+}
+
+/**
+ * A tool result's content: one string, as clients mostly send it; parts as text blocks, so that a
+ * `cache_control` on one (an agent loop's usual cache breakpoint) is kept and the parts are not
+ * run together.
+ */
+function toolResultContent(content: ChatMessage["content"]): string | Block[] {
+  if (!Array.isArray(content)) return contentText(content);
+  const blocks = textBlocks(content);
+  if (blocks.length > 1 || blocks.some((b) => b.cache_control)) return blocks;
+  return contentText(content);
 }
 
 /** A turn of plain text is sent as one string, as clients write it; anything else as blocks. */

@@ -351,3 +351,41 @@ Deno.test("a final assistant message (a prefill) is sent without trailing whites
     [{ role: "user", content: "q" }, { role: "assistant", content: "The answer is" }],
   );
 });
+
+Deno.test("a tool result's text parts go as text blocks, a cache_control on one kept; a single plain part as a string", () => {
+  const resultOf = (content: unknown) => {
+    const body = messagesRequest(
+      upstreamRequest(claude, {
+        messages: [
+          { role: "user", content: "read it" },
+          {
+            role: "assistant",
+            content: null,
+            tool_calls: [{
+              id: "call_a",
+              type: "function",
+              function: { name: "read", arguments: "{}" },
+            }],
+          },
+          { role: "tool", tool_call_id: "call_a", content },
+        ],
+        tools: [{ type: "function", function: { name: "read" } }],
+      }),
+      true,
+    );
+    const turns = body.messages as { content: { content: unknown }[] }[];
+    return turns.at(-1)!.content[0].content;
+  };
+  assert.deepEqual(
+    resultOf([
+      { type: "text", text: "line one" },
+      { type: "text", text: "line two", cache_control: { type: "ephemeral" } },
+    ]),
+    [
+      { type: "text", text: "line one" },
+      { type: "text", text: "line two", cache_control: { type: "ephemeral" } },
+    ],
+  );
+  assert.equal(resultOf([{ type: "text", text: "only" }]), "only");
+  assert.equal(resultOf("plain"), "plain");
+});
