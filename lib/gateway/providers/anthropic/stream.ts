@@ -74,7 +74,8 @@ export function anthropicStreamParts(
   /**
    * A tool called without arguments streams no input at all (input {} at its start, then at most
    * one empty partial_json), while OpenAI's clients parse the arguments as JSON: such a block ends
-   * with "{}", as OpenAI would have sent.
+   * with "{}", as OpenAI would have sent. Only once the message says why it stopped: a call the
+   * output cap cut before its input began is not a call without arguments.
    */
   const endInput = (index: number, parts: StreamPart[]) => {
     const block = blocks.get(index);
@@ -168,14 +169,14 @@ export function anthropicStreamParts(
         break;
       }
       case "content_block_stop":
-        endInput(Number(json.index), parts);
         break;
       case "message_delta": {
         counts = mergeCounts(counts, json.usage);
         const stopReason = (json.delta as { stop_reason?: unknown } | undefined)?.stop_reason;
         if (stopReason) {
-          // A block the stream never closed is over once the message is.
-          for (const index of blocks.keys()) endInput(index, parts);
+          if (stopReason !== "max_tokens") {
+            for (const index of blocks.keys()) endInput(index, parts);
+          }
           if (held) {
             // The answer tool was never called: the text is the answer.
             parts.push(chunk({ content: held }));

@@ -216,3 +216,26 @@ Deno.test("chunks and the assembled completion have OpenAI's shape: a chatcmpl- 
   assert.equal(completion.choices[0].message.refusal, null);
   assert.equal(completion.choices[0].logprobs, null);
 });
+
+Deno.test("a tool call the output cap cut before its input began is not given arguments {}", async () => {
+  const event = (type: string, fields: Record<string, unknown>) => ({
+    event: type,
+    data: JSON.stringify({ type, ...fields }),
+  });
+  async function* cutAtCap() {
+    yield [
+      event("message_start", { message: { id: "msg_1", usage: { input_tokens: 9 } } }),
+      event("content_block_start", {
+        index: 0,
+        content_block: { type: "tool_use", id: "toolu_1", name: "weather", input: {} },
+      }),
+      event("content_block_stop", { index: 0 }),
+      event("message_delta", { delta: { stop_reason: "max_tokens" }, usage: { output_tokens: 5 } }),
+      event("message_stop", {}),
+    ];
+  }
+  const { completion } = assembleCompletion(await collect(anthropicStreamParts(cutAtCap(), META)));
+  const calls = completion.choices[0].message.tool_calls as { function: { arguments: string } }[];
+  assert.equal(calls[0].function.arguments, "");
+  assert.equal(completion.choices[0].finish_reason, "length");
+});
