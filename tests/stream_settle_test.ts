@@ -200,53 +200,16 @@ Deno.test("a stream cut after its upstream reported usage on a content chunk is 
   }
 });
 
-Deno.test("a usage an upstream reported early and not again does not cap the charge of the output it sent after it", async () => {
-  const long = " lorem ipsum dolor sit amet".repeat(40);
-  const events = [
-    rawChunk({
-      choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null }],
-      usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 10 },
-    }),
-    ...Array.from({ length: 10 }, () => chunk(long)),
-  ];
-  const server = eventUpstream(events, "hang");
-  const s = await startService({ openaiBaseUrl: server.url });
-  try {
-    const { appId, apiKey } = await s.newApp();
-    const res = await s.chat(apiKey, {
-      model: "fake/gpt",
-      messages: userMessage("go on"),
-      stream: true,
-      max_tokens: 8000,
-    });
-    const reader = res.body!.getReader();
-    let received = "";
-    while ((received.match(/lorem/g)?.length ?? 0) < 400) {
-      received += new TextDecoder().decode((await reader.read()).value);
-    }
-    await reader.cancel();
-    await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
-    const usage = await onlyUsage(s.kv, appId);
-    assert.equal(usage.outcome, "client_closed");
-    assert.equal(usage.promptTokens, 9, "the upstream's prompt count");
-    assert.equal(usage.completionTokens, countTextTokens("Hi" + long.repeat(10)));
-    assert.equal(usage.countedLocally, true);
-    await assertAuditClean(s.kv);
-  } finally {
-    await server.close();
-    await s.close();
-  }
-});
+const LOREM = " lorem ipsum dolor sit amet".repeat(40);
 
-Deno.test("hidden thinking in an early usage report stays charged beside the output counted after it", async () => {
-  const long = " lorem ipsum dolor sit amet".repeat(40);
-  // Gemini's thinking shows only in total_tokens: 500 of it before the first text.
+/**
+ * A stream whose upstream reports `usage` on its first chunk ("Hi") and not again, then sends
+ * `chunks` chunks of LOREM and hangs; the client reads them all and leaves. The usage record.
+ */
+async function leftAfterEarlyUsage(usage: Record<string, number>, chunks: number) {
   const server = eventUpstream([
-    rawChunk({
-      choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null }],
-      usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 510 },
-    }),
-    ...Array.from({ length: 3 }, () => chunk(long)),
+    rawChunk({ choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null }], usage }),
+    ...Array.from({ length: chunks }, () => chunk(LOREM)),
   ], "hang");
   const s = await startService({ openaiBaseUrl: server.url });
   try {
@@ -259,28 +222,46 @@ Deno.test("hidden thinking in an early usage report stays charged beside the out
     });
     const reader = res.body!.getReader();
     let received = "";
-    while ((received.match(/lorem/g)?.length ?? 0) < 120) {
+    while ((received.match(/lorem/g)?.length ?? 0) < chunks * 40) {
       received += new TextDecoder().decode((await reader.read()).value);
     }
     await reader.cancel();
     await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
-    const usage = await onlyUsage(s.kv, appId);
-    assert.equal(usage.completionTokens, 501 + countTextTokens(long.repeat(3)));
     await assertAuditClean(s.kv);
+    return await onlyUsage(s.kv, appId);
   } finally {
     await server.close();
     await s.close();
   }
+}
+
+Deno.test("a usage an upstream reported early and not again does not cap the charge of the output it sent after it", async () => {
+  const usage = await leftAfterEarlyUsage(
+    { prompt_tokens: 9, completion_tokens: 1, total_tokens: 10 },
+    10,
+  );
+  assert.equal(usage.outcome, "client_closed");
+  assert.equal(usage.promptTokens, 9, "the upstream's prompt count");
+  assert.equal(usage.completionTokens, countTextTokens("Hi" + LOREM.repeat(10)));
+  assert.equal(usage.countedLocally, true);
+});
+
+Deno.test("hidden thinking in an early usage report stays charged beside the output counted after it", async () => {
+  // Gemini's thinking shows only in total_tokens: 500 of it before the first text.
+  const usage = await leftAfterEarlyUsage(
+    { prompt_tokens: 9, completion_tokens: 1, total_tokens: 510 },
+    3,
+  );
+  assert.equal(usage.completionTokens, 501 + countTextTokens(LOREM.repeat(3)));
 });
 
 Deno.test("when output after an early usage raises the charge, the client is shown the usage it was charged for, streamed or not", async () => {
-  const long = " lorem ipsum dolor sit amet".repeat(40);
   const events = [
     rawChunk({
       choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null }],
       usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 10 },
     }),
-    ...Array.from({ length: 5 }, () => chunk(long)),
+    ...Array.from({ length: 5 }, () => chunk(LOREM)),
     chunk({}, "stop"),
     "data: [DONE]\n\n",
   ];
@@ -294,7 +275,7 @@ Deno.test("when output after an early usage raises the charge, the client is sho
       await s.chat(apiKey, { ...ask, stream: true, stream_options: { include_usage: true } }),
     )).filter((e) => e !== "[DONE]").map((e) => JSON.parse(e));
     const streamedUsage = streamedChunks.findLast((c) => c.usage).usage;
-    const completion = countTextTokens("Hi" + long.repeat(5));
+    const completion = countTextTokens("Hi" + LOREM.repeat(5));
     for (const shown of [plain.usage, streamedUsage]) {
       assert.equal(shown.completion_tokens, completion);
       assert.equal(shown.total_tokens, 9 + completion);
