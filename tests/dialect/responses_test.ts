@@ -736,3 +736,53 @@ Deno.test("responses.cancel is a 404 saying background responses are not support
     assert.match(error.message, /background responses are not supported/);
     await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 2 });
   }));
+
+Deno.test("a Responses answer whose tool call the output cap cut mid-JSON can be continued on Claude with that call's answer", () =>
+  withDialect(async (d) => {
+    const weather = {
+      type: "function" as const,
+      name: "weather",
+      parameters: { type: "object", properties: { city: { type: "string" } } },
+      strict: false,
+    };
+    d.claude.script(
+      {
+        content: [{
+          type: "tool_use",
+          name: "weather",
+          input: { city: "Paris" },
+          chunks: ['{"city": "Pa'],
+        }],
+        stopReason: "max_tokens",
+        inputTokens: 100,
+        outputTokens: 20,
+      } as Parameters<typeof d.claude.script>[0],
+      { text: "Say the city again?", inputTokens: 120, outputTokens: 6 },
+    );
+    const openai = new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
+    const first = await openai.responses.create({
+      model: CLAUDE_MODEL,
+      input: "Weather in Paris?",
+      tools: [weather],
+      max_output_tokens: 20,
+    });
+    assert.equal(first.status, "incomplete");
+    const call = first.output.find((item) => item.type === "function_call")!;
+    assert.equal(call.arguments, '{"city": "Pa', "the client sees what was produced");
+    const second = await openai.responses.create({
+      model: CLAUDE_MODEL,
+      previous_response_id: first.id,
+      tools: [weather],
+      input: [{
+        type: "function_call_output",
+        call_id: call.call_id,
+        output: "cut off: try again",
+      }],
+    });
+    assert.equal(second.output_text, "Say the city again?");
+    const sent = d.claude.messages()[1].body.messages[1].content as {
+      type: string;
+      input: unknown;
+    }[];
+    assert.deepEqual(sent.find((b) => b.type === "tool_use")!.input, {});
+  }));

@@ -361,6 +361,20 @@ function failedEnding(converter: ResponseEvents, requestId: string): ResponseEve
   }
 }
 
+/**
+ * A call's arguments as a later turn sends them back: a call the output cap cut mid-JSON goes back
+ * without them, as a call with no arguments, which every provider kind accepts (Anthropic's takes
+ * only a JSON object), so the conversation can go on with that call's answer.
+ */
+function sentBackArguments(args: string): string {
+  try {
+    JSON.parse(args);
+    return args;
+  } catch {
+    return "";
+  }
+}
+
 /** The answer as chat messages, for a later `previous_response_id`: text, then its calls. */
 function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown>[] {
   const text = output.flatMap((item) =>
@@ -373,7 +387,7 @@ function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown
       ? [{
         id: item.call_id,
         type: "function",
-        function: { name: item.name, arguments: item.arguments },
+        function: { name: item.name, arguments: sentBackArguments(item.arguments) },
       }]
       : []
   );
