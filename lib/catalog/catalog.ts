@@ -423,6 +423,15 @@ function toLongContextPrices(
   return { ...prices, aboveInputTokens: tier.above_input_tokens };
 }
 
+/** Provider fields that mean something to the OpenAI kind only, and why not to Anthropic's. */
+const OPENAI_KIND_ONLY = [
+  ["stream_options", "Anthropic's streams always carry their usage"],
+  [
+    "forward_reasoning_content",
+    "Claude's thinking goes back as signed blocks, which the compatible format cannot carry",
+  ],
+] as const;
+
 function toProvider(
   name: string,
   p: ProviderFile,
@@ -431,15 +440,14 @@ function toProvider(
   if (p.kind === "simulator") {
     return { name, kind: "simulator", tokenDelayMs: p.token_delay_ms ?? 0 };
   }
-  if (p.kind === "anthropic" && p.stream_options !== undefined) {
-    throw new CatalogError(
-      `catalog field providers.${name}.stream_options: for providers of kind openai; Anthropic's streams always carry their usage`,
-    );
-  }
-  if (p.kind === "anthropic" && p.forward_reasoning_content !== undefined) {
-    throw new CatalogError(
-      `catalog field providers.${name}.forward_reasoning_content: for providers of kind openai; Claude's thinking goes back as signed blocks, which the compatible format cannot carry`,
-    );
+  if (p.kind === "anthropic") {
+    for (const [field, why] of OPENAI_KIND_ONLY) {
+      if (p[field] !== undefined) {
+        throw new CatalogError(
+          `catalog field providers.${name}.${field}: for providers of kind openai; ${why}`,
+        );
+      }
+    }
   }
   return {
     name,

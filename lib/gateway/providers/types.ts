@@ -117,7 +117,7 @@ export interface UpstreamErrorFields {
  * itself (older vLLM, xAI's `{code, error: "<text>"}`, Mistral's `{object: "error", message}`), or
  * the one element of an array (Gemini's compatible endpoint answers `[{error: {…}}]`).
  */
-export function upstreamErrorObject(json: unknown): Record<string, unknown> {
+function upstreamErrorObject(json: unknown): Record<string, unknown> {
   const body = Array.isArray(json) && json.length === 1 ? json[0] : json;
   const outer = body && typeof body === "object" ? body as Record<string, unknown> : {};
   return outer.error && typeof outer.error === "object"

@@ -168,8 +168,6 @@ export function anthropicStreamParts(
         }
         break;
       }
-      case "content_block_stop":
-        break;
       case "message_delta": {
         counts = mergeCounts(counts, json.usage);
         const stopReason = (json.delta as { stop_reason?: unknown } | undefined)?.stop_reason;
@@ -199,7 +197,9 @@ export function anthropicStreamParts(
           `upstream error in stream: ${errorText(json.error)}`,
           { upstreamError: upstreamErrorFields(json) },
         );
-      default: // ping, signature deltas, and event types added later
+      // ping, content_block_stop (a call's input ends with the message, above), signature deltas,
+      // and event types added later
+      default:
         break;
     }
   };

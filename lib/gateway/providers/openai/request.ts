@@ -84,15 +84,14 @@ export function openAiRequestBody(
   { streamOptions = true, forwardReasoningContent = false } = {},
 ): Record<string, unknown> {
   const { stream_options: clientStreamOptions, tools, ...params } = up.request.params;
+  const messageOptions = {
+    forwardReasoningContent,
+    extraContent: GEMINI_MODEL_NAME.test(up.model.upstreamModel),
+  };
   const body: Record<string, unknown> = {
     ...params,
     model: up.model.upstreamModel,
-    messages: up.request.messages.map((m) =>
-      upstreamMessage(m, {
-        forwardReasoningContent,
-        extraContent: GEMINI_MODEL_NAME.test(up.model.upstreamModel),
-      })
-    ),
+    messages: up.request.messages.map((m) => upstreamMessage(m, messageOptions)),
   };
   if (tools?.length) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
   // OpenAI refuses a tool_choice without tools; without tools "auto" and "none" (the only choices
