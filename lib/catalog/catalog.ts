@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { formatPricePerMTok, parsePricePerMTok, type PicosPerToken } from "@/lib/core/mod.ts";
+import { type ClaudeRules, claudeRules, ClaudeRulesSchema } from "./claude_rules.ts";
 
 const Price = z.string().regex(
   /^\d{1,9}(\.\d{1,6})?$/,
@@ -78,6 +79,11 @@ const ModelSchema = z.object({
    */
   tokenizer: z.enum(["o200k", "cl100k", "utf8_bytes"]).optional(),
   /**
+   * Anthropic kind: what this Claude model takes (thinking, sampling, forced tool calls) where its
+   * name does not tell it (claude_rules.ts).
+   */
+  claude: ClaudeRulesSchema.optional(),
+  /**
    * Tried in order when the provider before fails before answering; priced like the model. A
    * fallback to another model gives its own image rule when it differs (the hold covers each).
    */
@@ -87,6 +93,7 @@ const ModelSchema = z.object({
       upstream_model: z.string().min(1),
       image_base_tokens: z.number().int().min(0).max(100_000).optional(),
       image_tile_tokens: z.number().int().min(0).max(100_000).optional(),
+      claude: ClaudeRulesSchema.optional(),
     }).strict(),
   ).max(5).optional(),
 }).strict();
@@ -125,6 +132,8 @@ export interface Route {
   /** OpenAI's image rule for this route's model: tokens per image and per 512-px tile. */
   imageBaseTokens: number;
   imageTileTokens: number;
+  /** What the route's Claude model takes; null for a route of another kind. */
+  claude: ClaudeRules | null;
 }
 
 export type ModelType = "chat" | "embedding";
@@ -173,6 +182,8 @@ export interface Model extends Prices {
    * embedding model, the count its input limit is in.
    */
   tokenizer: Tokenizer;
+  /** The primary route's Claude rules (each fallback has its own); null for another kind. */
+  claude: ClaudeRules | null;
 }
 
 /**
@@ -279,6 +290,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
           : routeTokenizer(m.tokenizer, f.upstream_model),
         imageBaseTokens: f.image_base_tokens ?? m.image_base_tokens ?? 85,
         imageTileTokens: f.image_tile_tokens ?? m.image_tile_tokens ?? 170,
+        claude: routeClaudeRules(fallback, f.upstream_model, f.claude, `${i}.fallbacks.${j}`),
       };
     });
     const routes = [{ provider, upstreamModel: m.upstream_model }, ...fallbacks];
@@ -350,10 +362,27 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       tokenizer: type === "embedding"
         ? EMBEDDING_TOKENIZER
         : routeTokenizer(m.tokenizer, m.upstream_model),
+      claude: routeClaudeRules(provider, m.upstream_model, m.claude, `${i}`),
     });
   });
   const models = [...byId.values()];
   return { models, get: (id) => byId.get(id), warnings };
+}
+
+/** A route's Claude rules; stating them for a route of another kind is a mistake worth naming. */
+function routeClaudeRules(
+  provider: ProviderConfig,
+  upstreamModel: string,
+  stated: ModelFile["claude"],
+  where: string,
+): ClaudeRules | null {
+  if (provider.kind === "anthropic") return claudeRules(upstreamModel, stated);
+  if (stated !== undefined) {
+    throw new CatalogError(
+      `catalog field models.${where}.claude: for routes of kind anthropic; "${provider.name}" is of kind ${provider.kind}`,
+    );
+  }
+  return null;
 }
 
 type PriceFields = Pick<

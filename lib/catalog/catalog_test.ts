@@ -536,3 +536,33 @@ Deno.test("a provider of kind openai is sent assistants' reasoning_content back 
     /providers\.backup\.forward_reasoning_content: for providers of kind openai/,
   );
 });
+
+Deno.test("each Claude route carries its model's rules, by name or as the catalog states them; other routes have none", () => {
+  const model = loaded((c) => {
+    c.models[1].fallbacks = [
+      { provider: "backup", upstream_model: "claude-opus-4-7" },
+      {
+        provider: "backup",
+        upstream_model: "our-claude-deployment",
+        claude: { thinking: "always", forced_tool_choice: false },
+      },
+    ];
+  });
+  assert.equal(model.claude, null);
+  assert.deepEqual(model.fallbacks.map((f) => f.claude), [
+    { thinking: "adaptive", sampling: false, forcedToolChoice: true },
+    { thinking: "always", sampling: true, forcedToolChoice: false },
+  ]);
+  assert.equal(
+    refusal((c) => (c.models[1].claude = { thinking: "always" })),
+    'catalog field models.1.claude: for routes of kind anthropic; "openai" is of kind openai',
+  );
+  assert.match(
+    refusal((c) => (c.models[1].fallbacks = [{
+      provider: "backup",
+      upstream_model: "x",
+      claude: { thinking: "sometimes" },
+    }])),
+    /^catalog field models\.1\.fallbacks\.0\.claude\.thinking: /,
+  );
+});

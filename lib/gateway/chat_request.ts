@@ -10,6 +10,7 @@
  */
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
+import type { ClaudeRules } from "@/lib/catalog/mod.ts";
 import { readImageSize } from "./image_size.ts";
 
 export const DEFAULT_MAX_TOKENS = 2048;
@@ -431,13 +432,13 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
     openai: "pass",
     anthropic: "translate",
     simulator: "ignore",
-    note: "Anthropic: a forced tool whose input is the answer",
+    note: "Anthropic: a forced tool whose input is the answer, or output_config.format",
   },
   reasoning_effort: {
     openai: "pass",
     anthropic: "translate",
     simulator: "ignore",
-    note: "Anthropic extended thinking with a budget",
+    note: "Anthropic thinking: a budget, or adaptive at output_config.effort",
   },
   logprobs: { openai: "pass", anthropic: "refuse", simulator: "refuse", note: "" },
   top_logprobs: { openai: "pass", anthropic: "refuse", simulator: "refuse", note: "" },
@@ -733,12 +734,14 @@ function checkTools(data: Body) {
  */
 export function assertSupported(
   request: ChatRequest,
-  kinds: readonly ProviderKind[],
+  routes: readonly { provider: { kind: ProviderKind }; claude: ClaudeRules | null }[],
   maxTokens: number,
 ) {
   const p = request.params;
-  for (const kind of new Set(kinds)) {
-    if (kind === "anthropic") assertAnthropicCan(request, maxTokens);
+  for (const route of routes) {
+    if (route.claude) assertAnthropicCan(request, maxTokens, route.claude);
+  }
+  for (const kind of new Set(routes.map((r) => r.provider.kind))) {
     for (const [field, value] of Object.entries(p)) {
       if (FIELD_SUPPORT[field]?.[kind] !== "refuse") continue;
       if ((field === "frequency_penalty" || field === "presence_penalty") && value === 0) continue;
@@ -765,13 +768,24 @@ export function assertSupported(
 }
 
 /**
- * Whether a model of the anthropic kind thinks for this request: `reasoning_effort` asks for it,
- * except in a turn that continues a tool call, which needs the thinking block the model signed and
- * the compatible format cannot carry back. Tool results after the last assistant message continue
- * its tool calls even when user messages follow them: they are all one user turn upstream.
+ * Whether a Claude model thinks for this request. A model that thinks by default does unless
+ * `reasoning_effort` is `none`; one that thinks on request does when it is set to more. A budget
+ * (Claude 4.6 and earlier) is not sent in a turn that continues a tool call, which needs the
+ * thinking block the model signed and the compatible format cannot carry back: tool results after
+ * the last assistant message continue its tool calls even when user messages follow them, as they
+ * are all one user turn upstream. Adaptive thinking has no such rule (a turn may not think at
+ * all), so it thinks there too.
  */
-export function claudeThinks(request: ChatRequest): boolean {
+export function claudeThinks(request: ChatRequest, rules: ClaudeRules): boolean {
   const effort = request.params.reasoning_effort;
+  switch (rules.thinking) {
+    case "always":
+      return true;
+    case "adaptive_by_default":
+      return effort !== "none";
+    case "adaptive":
+      return effort !== undefined && effort !== "none";
+  }
   if (!effort || effort === "none") return false;
   const messages = request.messages;
   const lastAssistant = messages.findLastIndex((m) => m.role === "assistant");
@@ -779,16 +793,43 @@ export function claudeThinks(request: ChatRequest): boolean {
 }
 
 /** What a Messages request cannot carry although the compatible format can. */
-function assertAnthropicCan(request: ChatRequest, maxTokens: number) {
+function assertAnthropicCan(request: ChatRequest, maxTokens: number, rules: ClaudeRules) {
   const effort = request.params.reasoning_effort;
-  if (effort && effort !== "none" && maxTokens <= ANTHROPIC_MIN_THINKING_BUDGET) {
+  if (rules.thinking === "budget") {
+    if (effort && effort !== "none" && maxTokens <= ANTHROPIC_MIN_THINKING_BUDGET) {
+      throw new ApiError(
+        "unsupported_parameter",
+        `Unsupported value for 'reasoning_effort' with an output cap of ${maxTokens}: Anthropic's least thinking budget is ${ANTHROPIC_MIN_THINKING_BUDGET} tokens and must stay below the cap; raise max_tokens.`,
+        { param: "reasoning_effort" },
+      );
+    }
+    if (claudeThinks(request, rules)) assertThinkingCan(request);
+  }
+  if (rules.thinking === "always" && effort === "none") {
     throw new ApiError(
       "unsupported_parameter",
-      `Unsupported value for 'reasoning_effort' with an output cap of ${maxTokens}: Anthropic's least thinking budget is ${ANTHROPIC_MIN_THINKING_BUDGET} tokens and must stay below the cap; raise max_tokens.`,
+      "Unsupported value: 'reasoning_effort' does not support 'none' with this model: it always thinks. Send 'minimal' or 'low' for the least thinking.",
       { param: "reasoning_effort" },
     );
   }
-  if (claudeThinks(request)) assertThinkingCan(request);
+  if (!rules.sampling) assertDefaultSampling(request);
+  if (!rules.forcedToolChoice) {
+    const choice = request.params.tool_choice;
+    if (choice === "required" || (choice && typeof choice === "object")) {
+      throw new ApiError(
+        "unsupported_parameter",
+        "Unsupported value: 'tool_choice' cannot force a tool call with this model. Send 'auto' or 'none'.",
+        { param: "tool_choice" },
+      );
+    }
+    if (request.params.response_format?.type === "json_object") {
+      throw new ApiError(
+        "unsupported_parameter",
+        "Unsupported value: 'response_format' of type 'json_object' is not supported with this model: it answers in JSON by a schema only. Send type 'json_schema'.",
+        { param: "response_format" },
+      );
+    }
+  }
   // Blank messages are not sent (Anthropic refuses them), so what is left must still ask something.
   const asks = request.messages.some((m) =>
     m.role === "tool" || (m.role === "user" && userMessageSaysSomething(m))
@@ -849,6 +890,37 @@ function assertThinkingCan(request: ChatRequest) {
   const choice = p.tool_choice;
   if (choice === "required" || (choice && typeof choice === "object")) {
     throw refuse("tool_choice", "Claude models cannot be made to call a tool (send auto or none)");
+  }
+}
+
+/**
+ * Claude models from Opus 4.7 on take no sampling parameters (Sonnet 5 their defaults only): a
+ * default value is left out upstream (the converter), any other refused here, in OpenAI's words for
+ * its reasoning models, which clients already know.
+ */
+function assertDefaultSampling(request: ChatRequest) {
+  const p = request.params;
+  // Above 1 is sent as 1 (Anthropic's range ends there): the default.
+  if (typeof p.temperature === "number" && p.temperature < 1) {
+    throw new ApiError(
+      "unsupported_parameter",
+      `Unsupported value: 'temperature' does not support ${p.temperature} with this model. Only the default (1) value is supported.`,
+      { param: "temperature" },
+    );
+  }
+  if (typeof p.top_p === "number" && p.top_p < 1) {
+    throw new ApiError(
+      "unsupported_parameter",
+      `Unsupported value: 'top_p' does not support ${p.top_p} with this model. Only the default (1) value is supported.`,
+      { param: "top_p" },
+    );
+  }
+  if (typeof p.top_k === "number") {
+    throw new ApiError(
+      "unsupported_parameter",
+      "Unsupported parameter: 'top_k' is not supported with this model.",
+      { param: "top_k" },
+    );
   }
 }
 

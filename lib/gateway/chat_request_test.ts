@@ -1,6 +1,15 @@
 import assert from "node:assert/strict";
 import { ApiError } from "@/lib/core/mod.ts";
 import { assertSupported, parseChatRequest } from "./chat_request.ts";
+import { claudeRulesByName } from "@/lib/catalog/mod.ts";
+
+/** A route of a kind as the catalog makes it: a Claude route has its model's rules. */
+function route(kind: "openai" | "anthropic", upstreamModel = "claude-sonnet-4-5") {
+  return {
+    provider: { kind },
+    claude: kind === "anthropic" ? claudeRulesByName(upstreamModel) : null,
+  };
+}
 
 const PNG_1x1 =
   "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
@@ -229,7 +238,7 @@ Deno.test("fields that would change the price are refused, not passed on unprice
 Deno.test("each provider kind refuses what it cannot honour, by an explicit list", () => {
   const base = { model: "m/x", messages: [{ role: "user", content: "x" }] };
   const check = (body: Record<string, unknown>, kind: "openai" | "anthropic", maxTokens = 2048) =>
-    assertSupported(parseChatRequest({ ...base, ...body }), [kind], maxTokens);
+    assertSupported(parseChatRequest({ ...base, ...body }), [route(kind)], maxTokens);
   assert.doesNotThrow(() => check({ logprobs: true, top_logprobs: 2 }, "openai"));
   assert.throws(
     () => check({ logprobs: true }, "anthropic"),
@@ -276,9 +285,17 @@ Deno.test("each provider kind refuses what it cannot honour, by an explicit list
 });
 
 /** The refusal a Claude route makes of a request, or null when it takes it. */
-function claudeRefusal(body: Record<string, unknown>, maxTokens = 4096) {
+function claudeRefusal(
+  body: Record<string, unknown>,
+  maxTokens = 4096,
+  upstreamModel = "claude-sonnet-4-5",
+) {
   try {
-    assertSupported(parseChatRequest({ model: "m/x", ...body }), ["anthropic"], maxTokens);
+    assertSupported(
+      parseChatRequest({ model: "m/x", ...body }),
+      [route("anthropic", upstreamModel)],
+      maxTokens,
+    );
     return null;
   } catch (e) {
     assert.ok(e instanceof ApiError, String(e));
@@ -315,7 +332,7 @@ Deno.test("a Claude conversation with nothing left to ask once blank messages ar
     null,
   );
   // OpenAI takes them.
-  assertSupported(parseChatRequest({ model: "m/x", messages: [system] }), ["openai"], 4096);
+  assertSupported(parseChatRequest({ model: "m/x", messages: [system] }), [route("openai")], 4096);
 });
 
 Deno.test("with reasoning_effort, a Claude route refuses the sampling and forced tools thinking cannot take, before any reservation", () => {
@@ -373,7 +390,7 @@ Deno.test("with reasoning_effort, a Claude route refuses the sampling and forced
   // OpenAI's reasoning models are not Claude's business here.
   assertSupported(
     parseChatRequest({ model: "m/x", ...thinking, temperature: 0.2 }),
-    ["openai"],
+    [route("openai")],
     4096,
   );
 });
@@ -463,4 +480,94 @@ Deno.test("metadata is held to OpenAI's limits: 16 pairs, keys of 64 characters,
     metadata: { ...pairs(15), ["k".repeat(64)]: "v".repeat(512) },
   });
   assert.equal(Object.keys(request.params.metadata as object).length, 16);
+});
+
+Deno.test("Claude models from Opus 4.7 on refuse sampling parameters other than their defaults, in OpenAI's words", () => {
+  const messages = [{ role: "user", content: "x" }];
+  for (const model of ["claude-opus-4-7", "claude-sonnet-5", "claude-fable-5"]) {
+    assert.deepEqual(claudeRefusal({ messages, temperature: 0.2 }, 4096, model), {
+      code: "unsupported_parameter",
+      param: "temperature",
+      message:
+        "Unsupported value: 'temperature' does not support 0.2 with this model. Only the default (1) value is supported.",
+    });
+    assert.equal(claudeRefusal({ messages, top_p: 0.9 }, 4096, model)?.param, "top_p");
+    assert.equal(claudeRefusal({ messages, top_k: 5 }, 4096, model)?.param, "top_k");
+    // The defaults (above 1 is Anthropic's 1) are taken, and left out upstream.
+    assert.equal(claudeRefusal({ messages, temperature: 1, top_p: 1 }, 4096, model), null);
+    assert.equal(claudeRefusal({ messages, temperature: 1.5 }, 4096, model), null);
+  }
+  // Earlier models take them.
+  assert.equal(claudeRefusal({ messages, temperature: 0.2 }, 4096, "claude-opus-4-6"), null);
+});
+
+Deno.test("adaptive thinking has no least budget: a small output cap with reasoning_effort is taken", () => {
+  const messages = [{ role: "user", content: "x" }];
+  assert.equal(claudeRefusal({ messages, reasoning_effort: "low" }, 512, "claude-opus-4-8"), null);
+  assert.equal(
+    claudeRefusal({ messages, reasoning_effort: "low" }, 512, "claude-sonnet-4-5")?.param,
+    "reasoning_effort",
+  );
+});
+
+Deno.test("a model that always thinks refuses reasoning_effort none", () => {
+  const messages = [{ role: "user", content: "x" }];
+  assert.deepEqual(claudeRefusal({ messages, reasoning_effort: "none" }, 4096, "claude-fable-5"), {
+    code: "unsupported_parameter",
+    param: "reasoning_effort",
+    message:
+      "Unsupported value: 'reasoning_effort' does not support 'none' with this model: it always thinks. Send 'minimal' or 'low' for the least thinking.",
+  });
+  // One that thinks by default is told not to.
+  assert.equal(
+    claudeRefusal({ messages, reasoning_effort: "none" }, 4096, "claude-sonnet-5"),
+    null,
+  );
+});
+
+Deno.test("a model that cannot be forced to call a tool refuses a forcing tool_choice and a schemaless JSON mode", () => {
+  const messages = [{ role: "user", content: "x" }];
+  const tools = [{ type: "function", function: { name: "f" } }];
+  const named = { type: "function", function: { name: "f" } };
+  for (const tool_choice of ["required", named]) {
+    assert.deepEqual(claudeRefusal({ messages, tools, tool_choice }, 4096, "claude-opus-5-5"), {
+      code: "unsupported_parameter",
+      param: "tool_choice",
+      message:
+        "Unsupported value: 'tool_choice' cannot force a tool call with this model. Send 'auto' or 'none'.",
+    });
+    // Others can be forced, thinking or not (adaptive thinking takes a forced tool).
+    assert.equal(claudeRefusal({ messages, tools, tool_choice }, 4096, "claude-sonnet-5"), null);
+  }
+  assert.equal(
+    claudeRefusal({ messages, response_format: { type: "json_object" } }, 4096, "claude-fable-5-1")
+      ?.param,
+    "response_format",
+  );
+  const schema = { type: "json_schema", json_schema: { name: "a", schema: { type: "object" } } };
+  assert.equal(
+    claudeRefusal(
+      { messages, tools, tool_choice: "auto", response_format: schema },
+      4096,
+      "claude-opus-5-5",
+    ),
+    null,
+  );
+});
+
+Deno.test("every Claude route of a model is held to its own rules: a fallback to a newer model refuses what it cannot take", () => {
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [{ role: "user", content: "x" }],
+    temperature: 0.3,
+  });
+  assert.throws(
+    () =>
+      assertSupported(
+        request,
+        [route("anthropic", "claude-sonnet-4-5"), route("anthropic", "claude-opus-4-7")],
+        4096,
+      ),
+    (e) => e instanceof ApiError && e.param === "temperature",
+  );
 });

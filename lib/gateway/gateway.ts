@@ -9,12 +9,7 @@ import {
   reservationCost,
   type Route,
 } from "@/lib/catalog/mod.ts";
-import {
-  assertSupported,
-  type ChatRequest,
-  DEFAULT_MAX_TOKENS,
-  type ProviderKind,
-} from "./chat_request.ts";
+import { assertSupported, type ChatRequest, DEFAULT_MAX_TOKENS } from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
 import type { ReservationRecord } from "@/lib/db.ts";
 import { ApiError, formatUsd, type Micros, Sweep } from "@/lib/core/mod.ts";
@@ -542,8 +537,7 @@ export class Gateway {
     }
     const maxTokens = request.maxTokens ?? Math.min(DEFAULT_MAX_TOKENS, model.maxOutputTokens);
     const routes: Route[] = [model, ...model.fallbacks];
-    const kinds: ProviderKind[] = routes.map((r) => r.provider.kind);
-    assertSupported(request, kinds, maxTokens);
+    assertSupported(request, routes, maxTokens);
     // The largest of the bounds of every route that may serve the request: the reservation covers
     // any. Routes alike (kind, tokenizer, image rule, whether reasoning is sent back) share one
     // count.

@@ -127,13 +127,27 @@ export function DialectSection() {
         </li>
         <li>
           <code>reasoning_effort</code>{" "}
-          becomes extended thinking with a budget (minimal 1024, low 2048, medium 8192, high 24576,
-          xhigh 32768 tokens, kept below the cap); a turn that answers tool calls runs without
-          thinking, since the signed thinking block cannot come back through this format. With
-          thinking, <code>temperature</code> below 1, <code>top_p</code> below 0.95,{" "}
-          <code>top_k</code> and a <code>tool_choice</code> that forces a tool are refused with 400
+          becomes thinking as the model's generation takes it. Claude 4.6 and earlier think with a
+          budget (minimal 1024, low 2048, medium 8192, high 24576, xhigh 32768 tokens, kept below
+          the cap); a turn that answers tool calls runs without thinking, since the signed thinking
+          block cannot come back through this format. With a budget, <code>temperature</code>{" "}
+          below 1, <code>top_p</code> below 0.95, <code>top_k</code> and a <code>tool_choice</code>
           {" "}
-          <code>unsupported_parameter</code> before anything is reserved, as Anthropic refuses them.
+          that forces a tool are refused with 400 <code>unsupported_parameter</code>{" "}
+          before anything is reserved, as Anthropic refuses them.
+        </li>
+        <li>
+          Opus 4.7 and later think adaptively: <code>reasoning_effort</code> goes as{" "}
+          <code>output_config.effort</code> (<code>minimal</code> as{" "}
+          <code>low</code>), the thinking summarized into{" "}
+          <code>reasoning_content</code>, tool turns included. Opus 4.7 and 4.8 think only when
+          asked; Sonnet 5 and Opus 5 unless <code>reasoning_effort</code> is{" "}
+          <code>none</code>; Fable 5, Mythos 5, Opus 5.5 and Fable 5.1 always (<code>none</code>
+          {" "}
+          is refused). These models take sampling parameters at their defaults only (others are
+          refused); Opus 5.5 and Fable 5.1 cannot be made to call a tool, so a forcing{" "}
+          <code>tool_choice</code> and a <code>json_object</code> format are refused and a{" "}
+          <code>json_schema</code> format goes as <code>output_config.format</code>.
         </li>
         <li>
           <code>stop</code> becomes <code>stop_sequences</code>{" "}

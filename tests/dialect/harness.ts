@@ -35,12 +35,34 @@ export const PRICES = {
     cacheRead: 300_000n,
     cacheWrite: 3_750_000n,
   },
+  "ant/claude-opus-4-7": {
+    input: 5_000_000n,
+    output: 25_000_000n,
+    cacheRead: 500_000n,
+    cacheWrite: 6_250_000n,
+  },
+  "ant/claude-sonnet-5": {
+    input: 3_000_000n,
+    output: 15_000_000n,
+    cacheRead: 300_000n,
+    cacheWrite: 3_750_000n,
+  },
+  "ant/claude-opus-5-5": {
+    input: 4_000_000n,
+    output: 20_000_000n,
+    cacheRead: 200_000n,
+    cacheWrite: 5_000_000n,
+  },
 } as const;
 
 export type DialectModel = keyof typeof PRICES;
 export const OPENAI_MODEL = "oai/gpt-4.1-mini";
 export const REASONING_MODEL = "oai/o4-mini";
 export const CLAUDE_MODEL = "ant/claude-sonnet";
+/** Newer Claude generations, by the rules their names carry (claude_rules.ts). */
+export const ADAPTIVE_CLAUDE = "ant/claude-opus-4-7";
+export const THINKING_CLAUDE = "ant/claude-sonnet-5";
+export const UNFORCEABLE_CLAUDE = "ant/claude-opus-5-5";
 
 /**
  * The charge of a usage at the model's prices: every component at its price, summed in
@@ -109,6 +131,9 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
         model(OPENAI_MODEL, "oai", "gpt-4.1-mini"),
         model(REASONING_MODEL, "oai", "o4-mini"),
         model(CLAUDE_MODEL, "ant", "claude-sonnet-4-5"),
+        model(ADAPTIVE_CLAUDE, "ant", "claude-opus-4-7"),
+        model(THINKING_CLAUDE, "ant", "claude-sonnet-5"),
+        model(UNFORCEABLE_CLAUDE, "ant", "claude-opus-5-5"),
       ],
     },
     env: { OAI_KEY: openai.apiKey, ANT_KEY: claude.apiKey },

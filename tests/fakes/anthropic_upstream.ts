@@ -772,6 +772,125 @@ function validateTools(body: Json, ctx: Context) {
 const THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking";
 
 /**
+ * What the newer models take, from Anthropic's migration guides (platform.claude.com, "Migrating
+ * to Claude Opus 4.7", "… Opus 4.8", "… Claude Sonnet 5", "… Claude Fable 5", and "What's new in
+ * Claude Opus 5.5"); every other model follows the rules of Claude 4.6 and earlier.
+ * - thinking: `budget` takes `enabled` with a budget and thinks only when sent it (Claude 4.5 and
+ *   earlier refuse `adaptive`); `either` takes both (the 4.6 models); `adaptive`
+ *   refuses a budget and thinks only when sent `adaptive`; `by_default` also thinks when sent no
+ *   `thinking`; `always` refuses `disabled` too.
+ * - sampling: Opus 4.7 on refuse temperature, top_p and top_k ("Requests that include them return
+ *   a 400 error"); Sonnet 5 refuses them at other than their defaults.
+ * - forcedTools: Opus 5.5 and Fable 5.1 answer a forcing tool_choice with a 400.
+ * - display: thinking text is returned only with `display: "summarized"` (the default, "omitted",
+ *   streams thinking blocks with empty text).
+ */
+interface Generation {
+  thinking: "budget" | "either" | "adaptive" | "by_default" | "always";
+  sampling: "any" | "defaults" | "none";
+  forcedTools: boolean;
+  display: "summarized" | "omitted";
+}
+const EARLIER_GENERATION: Generation = {
+  thinking: "budget",
+  sampling: "any",
+  forcedTools: true,
+  display: "summarized",
+};
+const GENERATIONS: Record<string, Generation> = {
+  "claude-opus-4-6": { ...EARLIER_GENERATION, thinking: "either" },
+  "claude-sonnet-4-6": { ...EARLIER_GENERATION, thinking: "either" },
+  "claude-opus-4-7": {
+    thinking: "adaptive",
+    sampling: "none",
+    forcedTools: true,
+    display: "omitted",
+  },
+  "claude-opus-4-8": {
+    thinking: "adaptive",
+    sampling: "none",
+    forcedTools: true,
+    display: "omitted",
+  },
+  "claude-sonnet-5": {
+    thinking: "by_default",
+    sampling: "defaults",
+    forcedTools: true,
+    display: "omitted",
+  },
+  "claude-opus-5": {
+    thinking: "by_default",
+    sampling: "none",
+    forcedTools: true,
+    display: "omitted",
+  },
+  "claude-fable-5": { thinking: "always", sampling: "none", forcedTools: true, display: "omitted" },
+  "claude-mythos-5": {
+    thinking: "always",
+    sampling: "none",
+    forcedTools: true,
+    display: "omitted",
+  },
+  "claude-opus-5-5": {
+    thinking: "always",
+    sampling: "none",
+    forcedTools: false,
+    display: "omitted",
+  },
+  "claude-fable-5-1": {
+    thinking: "always",
+    sampling: "none",
+    forcedTools: false,
+    display: "omitted",
+  },
+};
+
+/** A model's generation; a dated snapshot (`claude-opus-4-7-20260416`) is its model's. */
+export function generationOf(model: string): Generation {
+  const dated = /^(.*)-\d{8}$/.exec(model);
+  return GENERATIONS[model] ?? (dated ? GENERATIONS[dated[1]] : undefined) ?? EARLIER_GENERATION;
+}
+
+/**
+ * The newer models' refusals, in Anthropic's words where they are quoted: the thinking one from
+ * "What's new in Claude Opus 5.5", the sampling one from Comfy-Org/ComfyUI#13923; the forced-tool
+ * one is ours (the guide states the 400, not its text).
+ */
+function validateGeneration(body: Json, endpoint: "messages" | "count") {
+  const generation = generationOf(body.model);
+  const type = body.thinking?.type;
+  const budgets = generation.thinking === "budget" || generation.thinking === "either";
+  const refusesType = (type === "enabled" && !budgets) ||
+    (type === "disabled" && generation.thinking === "always");
+  if (refusesType) {
+    throw invalid(
+      `"thinking.type.${type}" is not supported for this model. Use "thinking.type.adaptive" and "output_config.effort" to control thinking behavior.`,
+    );
+  }
+  if (type === "adaptive" && generation.thinking === "budget") {
+    throw invalid(`"thinking.type.adaptive" is not supported for this model.`);
+  }
+  if (endpoint === "messages") {
+    const defaults: Record<string, number | undefined> = {
+      temperature: 1,
+      top_p: 1,
+      top_k: undefined,
+    };
+    for (const field of ["temperature", "top_p", "top_k"]) {
+      if (body[field] === undefined || generation.sampling === "any") continue;
+      if (generation.sampling === "defaults" && body[field] === defaults[field]) continue;
+      throw invalid(`\`${field}\` is deprecated for this model.`);
+    }
+  }
+  const forced = body.tool_choice?.type;
+  if (!generation.forcedTools && (forced === "any" || forced === "tool")) {
+    throw invalid(
+      "tool_choice: forced tool use is not supported for this model. Use `auto` or `none`.",
+    );
+  }
+}
+
+/**
  * Extended thinking's rules (docs "Extended thinking", "Important considerations"), with
  * Anthropic's words as quoted in public threads:
  *   "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
@@ -809,6 +928,10 @@ function validateThinking(body: Json, ctx: Context, endpoint: "messages" | "coun
       `\`top_p\` must be greater than or equal to 0.95 or unset when thinking is enabled. Please consult our documentation at ${THINKING_DOCS}#important-considerations-when-using-extended-thinking`,
     );
   }
+  // Adaptive thinking takes a forced tool on the Claude API (Sonnet 5 guide: only Bedrock needs
+  // thinking off for it) and a final assistant turn that opens with tool_use (a turn may not think
+  // at all): these two rules are the budget's.
+  if (type !== "enabled") return;
   const forced = body.tool_choice?.type;
   if (forced === "any" || forced === "tool") {
     throw invalid("Thinking may not be enabled when tool_choice forces tool use.");
@@ -1036,8 +1159,11 @@ function resolve(
       pieces.push(b.chunks ?? (noInput ? [""] : ["", ...splitEvery(json, 12)]));
     } else if (b.type === "thinking") {
       const signature = b.signature ?? `Eq${btoa(randomId(48))}`;
-      blocks.push({ type: "thinking", thinking: b.thinking, signature });
-      pieces.push(b.chunks ?? splitEvery(b.thinking, 40));
+      // Omitted thinking streams its block with no text, as the newer models do by default.
+      const omitted = generationOf(request.body.model).display === "omitted" &&
+        request.body.thinking?.display !== "summarized";
+      blocks.push({ type: "thinking", thinking: omitted ? "" : b.thinking, signature });
+      pieces.push(omitted ? [] : b.chunks ?? splitEvery(b.thinking, 40));
     } else {
       blocks.push({ type: "redacted_thinking", data: b.data });
       pieces.push([]);
@@ -1306,6 +1432,7 @@ export function startAnthropicUpstream(options: AnthropicUpstreamOptions = {}): 
     validateMessages(body, ctx);
     validateTools(body, ctx);
     validateThinking(body, ctx, endpoint);
+    validateGeneration(body, endpoint);
     if (endpoint === "messages") validateSampling(body);
     const config = options.models?.[body.model] ?? {};
     if (

@@ -719,3 +719,101 @@ Deno.test("anthropic fake: faults — statuses, error events mid-stream, cuts", 
     await assert.rejects(stream.finalMessage());
     assert.equal(fake.tally.cut, 1);
   }));
+
+Deno.test("anthropic fake: the newer models' rules — adaptive only, no sampling, thinking always, no forced tools — in Anthropic's words", () =>
+  withAnthropic(async (fake) => {
+    const ask = { max_tokens: 4096, messages: [{ role: "user", content: "Hi" }] };
+    const budget = { type: "enabled", budget_tokens: 2048 };
+    assert.deepEqual(await refused(fake, { ...ask, model: "claude-opus-4-7", thinking: budget }), {
+      status: 400,
+      type: "invalid_request_error",
+      message:
+        '"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and "output_config.effort" to control thinking behavior.',
+    });
+    assert.match(
+      (await refused(fake, { ...ask, model: "claude-fable-5", thinking: { type: "disabled" } }))
+        .message,
+      /^"thinking\.type\.disabled" is not supported for this model/,
+    );
+    assert.match(
+      (await refused(fake, { ...ask, model: "claude-sonnet-4-5", thinking: { type: "adaptive" } }))
+        .message,
+      /"thinking\.type\.adaptive" is not supported for this model/,
+    );
+    assert.equal(
+      (await refused(fake, { ...ask, model: "claude-opus-4-8-20260601", temperature: 1 })).message,
+      "`temperature` is deprecated for this model.",
+    );
+    assert.equal(
+      (await refused(fake, { ...ask, model: "claude-sonnet-5", top_p: 0.5 })).message,
+      "`top_p` is deprecated for this model.",
+    );
+    const tools = [WEATHER];
+    assert.match(
+      (await refused(fake, {
+        ...ask,
+        model: "claude-opus-5-5",
+        tools,
+        tool_choice: { type: "any" },
+      })).message,
+      /^tool_choice: forced tool use is not supported for this model/,
+    );
+    // What the rules allow: Sonnet 5 at its default temperature, told not to think; adaptive
+    // thinking with a forced tool, and with a tool loop whose assistant turn opens with tool_use.
+    const loop = [
+      { role: "user", content: "Weather?" },
+      {
+        role: "assistant",
+        content: [{
+          type: "tool_use",
+          id: "toolu_1",
+          name: "get_weather",
+          input: { location: "P" },
+        }],
+      },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "Sun" }] },
+    ];
+    for (
+      const body of [
+        { ...ask, model: "claude-sonnet-5", temperature: 1, thinking: { type: "disabled" } },
+        {
+          ...ask,
+          model: "claude-sonnet-5",
+          tools,
+          tool_choice: { type: "tool", name: "get_weather" },
+        },
+        {
+          ...ask,
+          model: "claude-opus-4-7",
+          messages: loop,
+          tools,
+          thinking: { type: "adaptive", display: "summarized" },
+          output_config: { effort: "high" },
+        },
+      ]
+    ) {
+      const { status, json } = await post(fake, body);
+      assert.equal(status, 200, JSON.stringify(json));
+    }
+  }));
+
+Deno.test("anthropic fake: the newer models return thinking text only when asked for it summarized", () =>
+  withAnthropic(async (fake) => {
+    const thought = { type: "thinking" as const, thinking: "Let me see." };
+    const body = {
+      model: "claude-opus-4-7",
+      max_tokens: 4096,
+      messages: [{ role: "user", content: "Hi" }],
+    };
+    fake.script({ content: [thought, { type: "text", text: "Hello" }] });
+    const omitted = await post(fake, { ...body, thinking: { type: "adaptive" } });
+    assert.equal(omitted.json.content[0].thinking, "");
+    fake.script({ content: [thought, { type: "text", text: "Hello" }] });
+    const shown = await post(fake, {
+      ...body,
+      thinking: { type: "adaptive", display: "summarized" },
+    });
+    assert.equal(shown.json.content[0].thinking, "Let me see.");
+    // Billed the same either way.
+    assert.equal(omitted.json.usage.output_tokens, shown.json.usage.output_tokens);
+  }));

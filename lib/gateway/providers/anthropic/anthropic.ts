@@ -1,7 +1,8 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
 import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
-import { messagesRequest, responseTool, thinkingBudget } from "./request.ts";
+import { claudeThinks } from "../../chat_request.ts";
+import { answerTool, messagesRequest, routeRules } from "./request.ts";
 import { anthropicStreamParts } from "./stream.ts";
 
 export { messagesRequest } from "./request.ts";
@@ -11,7 +12,15 @@ export const ANTHROPIC_VERSION = "2023-06-01";
 /** count_tokens answers `{"input_tokens": N}`; anything far longer is not that answer. */
 const COUNT_ANSWER_BYTES = 64 * 1024;
 /** The fields of a Messages request that count_tokens takes (its documented body). */
-const COUNTED_FIELDS = new Set(["model", "messages", "system", "thinking", "tool_choice", "tools"]);
+const COUNTED_FIELDS = new Set([
+  "model",
+  "messages",
+  "system",
+  "thinking",
+  "tool_choice",
+  "tools",
+  "output_config",
+]);
 
 export interface AnthropicOptions {
   /** e.g. https://api.anthropic.com (the path /v1/messages is appended). */
@@ -50,7 +59,7 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
   const meta = (request: UpstreamRequest) => ({
     requestId: request.requestId,
     upstreamModel: request.model.upstreamModel,
-    answerTool: responseTool(request.request)?.name ?? null,
+    answerTool: answerTool(request)?.name ?? null,
   });
 
   return {
@@ -69,9 +78,9 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
       );
     },
 
-    /** Extended thinking bills the full thinking while the stream shows a summary of it. */
+    /** Thinking bills in full while the stream shows a summary of it, or nothing. */
     billsHiddenWork(request) {
-      return thinkingBudget(request.request, request.maxTokens) !== null;
+      return claudeThinks(request.request, routeRules(request));
     },
 
     /** Anthropic's free token-counting endpoint: the input the same Messages request bills. */

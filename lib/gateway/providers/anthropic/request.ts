@@ -3,7 +3,9 @@
  * System and developer messages become `system`; tool calls become `tool_use` blocks and tool
  * messages `tool_result` blocks in a user turn; images become image blocks; turns of one role are
  * merged, as Messages wants them to alternate; `response_format` becomes a forced tool whose input
- * is the answer; `reasoning_effort` becomes extended thinking with a budget.
+ * is the answer (a JSON schema output format where the model cannot be made to call a tool);
+ * `reasoning_effort` becomes thinking as the model takes it: a budget, or adaptive thinking at an
+ * effort.
  */
 import {
   type ChatMessage,
@@ -14,6 +16,7 @@ import {
   type TextContentPart,
   userMessageSaysSomething,
 } from "../../chat_request.ts";
+import { type ClaudeRules, claudeRulesByName } from "@/lib/catalog/mod.ts";
 import { parseImageDataUrl } from "../../image_size.ts";
 import type { UpstreamRequest } from "../types.ts";
 
@@ -35,14 +38,63 @@ const THINKING_BUDGET: Record<string, number> = {
   xhigh: 32768,
 };
 
-/** The thinking budget of a request, or null when it asks for no thinking (or cannot have it). */
-export function thinkingBudget(request: ChatRequest, maxTokens: number): number | null {
-  if (!claudeThinks(request)) return null;
+/** Anthropic's effort levels for OpenAI's reasoning efforts: Messages has no `minimal`. */
+const EFFORT: Record<string, string> = {
+  minimal: "low",
+  low: "low",
+  medium: "medium",
+  high: "high",
+  xhigh: "xhigh",
+};
+
+/** The rules of the route's Claude model (the catalog sets them on every Anthropic route). */
+export function routeRules(up: UpstreamRequest): ClaudeRules {
+  return up.model.claude ?? claudeRulesByName(up.model.upstreamModel);
+}
+
+/**
+ * The thinking budget of a request to a model that thinks by budget, or null when it asks for no
+ * thinking (or cannot have it), or the model thinks adaptively.
+ */
+export function thinkingBudget(
+  request: ChatRequest,
+  maxTokens: number,
+  rules: ClaudeRules,
+): number | null {
+  if (rules.thinking !== "budget" || !claudeThinks(request, rules)) return null;
   const effort = request.params.reasoning_effort!;
   return Math.max(MIN_THINKING_BUDGET, Math.min(THINKING_BUDGET[effort], maxTokens - 1));
 }
 
-/** The tool standing in for `response_format`, whose input is the answer; null without one. */
+/**
+ * The `thinking` of a request to a model that thinks adaptively, or null to send none. Summarized,
+ * not the default (omitted) of these models, so that the client sees the thinking it pays for as
+ * `reasoning_content` rather than a long silence; `display` changes nothing billed.
+ */
+function adaptiveThinking(
+  request: ChatRequest,
+  rules: ClaudeRules,
+): Record<string, unknown> | null {
+  if (rules.thinking === "budget") return null;
+  if (claudeThinks(request, rules)) return { type: "adaptive", display: "summarized" };
+  // A model that thinks by default is told not to; one that thinks on request is not asked.
+  return rules.thinking === "adaptive_by_default" ? { type: "disabled" } : null;
+}
+
+/**
+ * The tool standing in for `response_format` on this route, whose input is the answer; null
+ * without one, or where the model cannot be made to call it (the format goes as
+ * `output_config.format` there).
+ */
+export function answerTool(up: UpstreamRequest): { name: string; schema: unknown } | null {
+  return routeRules(up).forcedToolChoice ? responseTool(up.request) : null;
+}
+
+/**
+ * The tool that would stand in for `response_format`, whose input is the answer; null without one.
+ * The input bound counts it on every route: what `output_config.format` adds instead (the schema,
+ * and the instructions Anthropic gives the model about it) stays below it.
+ */
 export function responseTool(request: ChatRequest): { name: string; schema: unknown } | null {
   const format = request.params.response_format;
   if (!format || format.type === "text") return null;
@@ -243,14 +295,17 @@ function systemPrompt(messages: readonly ChatMessage[]): string | Block[] | unde
  * The tools of the Messages request, the answer tool standing in for `response_format` last; the
  * input bound counts these very values, so that what is sent is what is reserved for.
  */
-export function messagesTools(request: ChatRequest): Record<string, unknown>[] {
+export function messagesTools(
+  request: ChatRequest,
+  answer: { name: string; schema: unknown } | null = responseTool(request),
+): Record<string, unknown>[] {
   const tools: Record<string, unknown>[] = (request.params.tools ?? []).map((t) => ({
     name: t.function.name,
     ...(t.function.description ? { description: t.function.description } : {}),
     input_schema: objectSchema(t.function.parameters),
     ...(t.cache_control ? { cache_control: t.cache_control } : {}),
   }));
-  const answerTool = responseTool(request);
+  const answerTool = answer;
   if (answerTool) {
     tools.push({
       name: answerTool.name,
@@ -286,20 +341,38 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   // model would stop at it; such sequences are left out.
   const stops = (typeof p.stop === "string" ? [p.stop] : p.stop ?? []).filter((s) => !isBlank(s));
   if (stops.length) body.stop_sequences = stops;
-  // Anthropic's temperature runs from 0 to 1; OpenAI's to 2.
-  if (typeof p.temperature === "number") body.temperature = Math.min(1, p.temperature);
-  // Claude 4.5 models refuse temperature and top_p together; temperature is the one clients mean.
-  else if (typeof p.top_p === "number") body.top_p = p.top_p;
-  if (typeof p.top_k === "number") body.top_k = p.top_k;
+  const rules = routeRules(up);
+  // Models that take no sampling parameters were sent none but their defaults (assertSupported),
+  // which are left out.
+  if (rules.sampling) {
+    // Anthropic's temperature runs from 0 to 1; OpenAI's to 2.
+    if (typeof p.temperature === "number") body.temperature = Math.min(1, p.temperature);
+    // Claude 4.5 models refuse temperature and top_p together; temperature is the one clients mean.
+    else if (typeof p.top_p === "number") body.top_p = p.top_p;
+    if (typeof p.top_k === "number") body.top_k = p.top_k;
+  }
   if (typeof p.user === "string") body.metadata = { user_id: p.user };
 
-  const budget = thinkingBudget(request, up.maxTokens);
+  const budget = thinkingBudget(request, up.maxTokens, rules);
   if (budget !== null) body.thinking = { type: "enabled", budget_tokens: budget };
+  const adaptive = adaptiveThinking(request, rules);
+  if (adaptive) body.thinking = adaptive;
+  const outputConfig: Record<string, unknown> = {};
+  const effort = p.reasoning_effort && EFFORT[p.reasoning_effort];
+  if (rules.thinking !== "budget" && effort) outputConfig.effort = effort;
+  const answer = answerTool(up);
+  const format = p.response_format;
+  if (!answer && format?.type === "json_schema") {
+    outputConfig.format = {
+      type: "json_schema",
+      schema: format.json_schema.schema ?? { type: "object" },
+    };
+  }
+  if (Object.keys(outputConfig).length) body.output_config = outputConfig;
 
-  const tools = messagesTools(request);
-  const answerTool = responseTool(request);
+  const tools = messagesTools(request, answer);
   if (tools.length) body.tools = tools;
-  const choice = toolChoice(request, answerTool?.name ?? null, budget !== null);
+  const choice = toolChoice(request, answer?.name ?? null, budget !== null);
   if (choice) body.tool_choice = choice;
   if (stream) body.stream = true;
   return body;

@@ -159,7 +159,7 @@ Deno.test("a turn that answers tool calls runs without thinking: the signed thin
     tools: [{ type: "function", function: { name: "w" } }],
     reasoning_effort: "high",
   }, 8000);
-  assert.equal(thinkingBudget(request.request, 8000), null);
+  assert.equal(thinkingBudget(request.request, 8000, claude.claude!), null);
 });
 
 Deno.test("a turn that answers tool calls and then says more runs without thinking too: it is one user turn upstream", () => {
@@ -179,6 +179,7 @@ Deno.test("a turn that answers tool calls and then says more runs without thinki
         reasoning_effort: "high",
       }, 8000).request,
       8000,
+      claude.claude!,
     );
   assert.equal(budget([...toolTurn, { role: "user", content: "And what day is it?" }]), null);
   // Once the model has answered the tool results, a new question thinks again.
@@ -388,4 +389,103 @@ Deno.test("a tool result's text parts go as text blocks, a cache_control on one 
   );
   assert.equal(resultOf([{ type: "text", text: "only" }]), "only");
   assert.equal(resultOf("plain"), "plain");
+});
+
+/** The thinking-related fields of the Messages request a model is sent. */
+function thinkingOf(upstreamModel: string, body: Record<string, unknown>) {
+  const sent = messagesRequest(upstreamRequest(testModel("anthropic", upstreamModel), body), false);
+  return { thinking: sent.thinking, output_config: sent.output_config };
+}
+
+const ask = [{ role: "user", content: "x" }];
+
+Deno.test("Opus 4.7 on thinks adaptively at the asked effort, summarized; minimal is Anthropic's low", () => {
+  assert.deepEqual(thinkingOf("claude-opus-4-7", { messages: ask, reasoning_effort: "minimal" }), {
+    thinking: { type: "adaptive", display: "summarized" },
+    output_config: { effort: "low" },
+  });
+  assert.deepEqual(thinkingOf("claude-opus-4-8", { messages: ask, reasoning_effort: "xhigh" }), {
+    thinking: { type: "adaptive", display: "summarized" },
+    output_config: { effort: "xhigh" },
+  });
+  // Not asked, or asked for none: no thinking is sent, as the model thinks only on request.
+  for (const body of [{ messages: ask }, { messages: ask, reasoning_effort: "none" }]) {
+    assert.deepEqual(thinkingOf("claude-opus-4-7", body), {
+      thinking: undefined,
+      output_config: undefined,
+    });
+  }
+});
+
+Deno.test("a model that thinks by default is shown thinking unasked, and told not to think by none", () => {
+  assert.deepEqual(thinkingOf("claude-sonnet-5", { messages: ask }), {
+    thinking: { type: "adaptive", display: "summarized" },
+    output_config: undefined,
+  });
+  assert.deepEqual(thinkingOf("claude-sonnet-5", { messages: ask, reasoning_effort: "none" }), {
+    thinking: { type: "disabled" },
+    output_config: undefined,
+  });
+  assert.deepEqual(thinkingOf("claude-fable-5", { messages: ask, reasoning_effort: "high" }), {
+    thinking: { type: "adaptive", display: "summarized" },
+    output_config: { effort: "high" },
+  });
+});
+
+Deno.test("adaptive thinking goes on in a turn that answers tool calls", () => {
+  const messages = [
+    { role: "user", content: "x" },
+    {
+      role: "assistant",
+      tool_calls: [{ id: "c", type: "function", function: { name: "w", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: "c", content: "y" },
+  ];
+  const tools = [{ type: "function", function: { name: "w" } }];
+  assert.deepEqual(
+    thinkingOf("claude-opus-4-7", { messages, tools, reasoning_effort: "high" }).thinking,
+    { type: "adaptive", display: "summarized" },
+  );
+  // A budget is still not sent there.
+  assert.equal(
+    thinkingOf("claude-sonnet-4-5", { messages, tools, reasoning_effort: "high" }).thinking,
+    undefined,
+  );
+});
+
+Deno.test("sampling parameters at their defaults are left out for models that take none", () => {
+  const sent = messagesRequest(
+    upstreamRequest(testModel("anthropic", "claude-opus-4-7"), {
+      messages: ask,
+      temperature: 1.5,
+      top_p: 1,
+    }),
+    false,
+  );
+  assert.equal("temperature" in sent || "top_p" in sent || "top_k" in sent, false);
+});
+
+Deno.test("response_format goes as output_config.format where the model cannot be forced to call a tool", () => {
+  const schema = { type: "object", properties: { a: { type: "string" } }, required: ["a"] };
+  const up = upstreamRequest(testModel("anthropic", "claude-opus-5-5"), {
+    messages: ask,
+    tools: [{ type: "function", function: { name: "w" } }],
+    response_format: { type: "json_schema", json_schema: { name: "answer", schema } },
+    reasoning_effort: "medium",
+  });
+  const sent = messagesRequest(up, false);
+  assert.deepEqual(sent.output_config, {
+    effort: "medium",
+    format: { type: "json_schema", schema },
+  });
+  assert.deepEqual((sent.tools as { name: string }[]).map((t) => t.name), ["w"]);
+  assert.deepEqual(sent.tool_choice, { type: "auto" });
+  // A model that can be forced keeps the answer tool.
+  const forced = messagesRequest(
+    { ...up, model: testModel("anthropic", "claude-sonnet-5") },
+    false,
+  );
+  assert.deepEqual(forced.output_config, { effort: "medium" });
+  assert.deepEqual((forced.tools as { name: string }[]).map((t) => t.name), ["w", "answer"]);
+  assert.deepEqual(forced.tool_choice, { type: "any" });
 });

@@ -1,0 +1,87 @@
+/**
+ * What a Claude model takes in a Messages request, where its generations differ: how it thinks,
+ * whether it takes sampling parameters, whether a tool call can be forced. Anthropic's migration
+ * guides state each rule per model (the README's "Providers" has the table); a request
+ * that breaks one is a 400 after the reservation, so the gateway shapes the request, or refuses it
+ * before the reservation, by these rules.
+ */
+import { z } from "zod";
+
+/**
+ * How a model thinks:
+ * - `budget`: only when asked, with `{type: "enabled", budget_tokens}` (Claude 4.6 and earlier);
+ * - `adaptive`: only when asked, with `{type: "adaptive"}` and `output_config.effort`; a budget is
+ *   refused (Opus 4.7, 4.8);
+ * - `adaptive_by_default`: unless told not to (`{type: "disabled"}`), adaptively (Sonnet 5, Opus 5);
+ * - `always`: adaptively on every request; `disabled` and a budget are refused (Fable 5, Mythos 5,
+ *   Opus 5.5, Fable 5.1).
+ */
+export const CLAUDE_THINKING = ["budget", "adaptive", "adaptive_by_default", "always"] as const;
+export type ClaudeThinking = (typeof CLAUDE_THINKING)[number];
+
+export interface ClaudeRules {
+  thinking: ClaudeThinking;
+  /** Whether `temperature`, `top_p` and `top_k` are taken (Opus 4.7 on refuse them). */
+  sampling: boolean;
+  /** Whether `tool_choice` may force a tool (`any`, `tool`): Opus 5.5 and Fable 5.1 refuse it. */
+  forcedToolChoice: boolean;
+}
+
+/** The catalog's way to state a route's rules where its model's name does not tell them. */
+export const ClaudeRulesSchema = z.object({
+  thinking: z.enum(CLAUDE_THINKING).optional(),
+  sampling: z.boolean().optional(),
+  forced_tool_choice: z.boolean().optional(),
+}).strict();
+export type ClaudeRulesFile = z.infer<typeof ClaudeRulesSchema>;
+
+/**
+ * `claude-<line>-<major>[-<minor>]`, anywhere in the name (a dated snapshot, a platform prefix): a
+ * minor is one or two digits, so the date of `claude-sonnet-4-20250514` is not read as one.
+ */
+const CLAUDE_NAME = /claude-(opus|sonnet|haiku|fable|mythos)-(\d{1,2})(?:-(\d{1,2})(?!\d))?/i;
+
+const EARLIER: ClaudeRules = { thinking: "budget", sampling: true, forcedToolChoice: true };
+
+/**
+ * The rules of a model by its name, as Anthropic's guides give them; a later version of a line
+ * than any they describe is taken to keep the newest rules of its line. Names it cannot read
+ * (Claude 3 names, `claude-3-7-sonnet`) take the earlier rules, which every model before Opus 4.7
+ * follows; the catalog's `claude` states any other.
+ */
+export function claudeRulesByName(upstreamModel: string): ClaudeRules {
+  if (/claude-mythos-preview/i.test(upstreamModel)) {
+    return { thinking: "always", sampling: false, forcedToolChoice: true };
+  }
+  const name = CLAUDE_NAME.exec(upstreamModel);
+  if (!name) return EARLIER;
+  const line = name[1].toLowerCase();
+  const version = Number(name[2]) * 100 + Number(name[3] ?? 0);
+  const rules = (thinking: ClaudeThinking, forcedToolChoice = true): ClaudeRules => ({
+    thinking,
+    sampling: false,
+    forcedToolChoice,
+  });
+  switch (line) {
+    case "fable":
+    case "mythos":
+      return rules("always", version < 501);
+    case "opus":
+      if (version < 407) return EARLIER;
+      if (version < 500) return rules("adaptive");
+      if (version < 505) return rules("adaptive_by_default");
+      return rules("always", false);
+    default: // sonnet, haiku
+      return version < 500 ? EARLIER : rules("adaptive_by_default");
+  }
+}
+
+/** A route's rules: its name's, with what the catalog states over them. */
+export function claudeRules(upstreamModel: string, stated?: ClaudeRulesFile): ClaudeRules {
+  const byName = claudeRulesByName(upstreamModel);
+  return {
+    thinking: stated?.thinking ?? byName.thinking,
+    sampling: stated?.sampling ?? byName.sampling,
+    forcedToolChoice: stated?.forced_tool_choice ?? byName.forcedToolChoice,
+  };
+}
