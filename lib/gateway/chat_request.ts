@@ -822,13 +822,6 @@ function assertAnthropicCan(request: ChatRequest, maxTokens: number, rules: Clau
         { param: "tool_choice" },
       );
     }
-    if (request.params.response_format?.type === "json_object") {
-      throw new ApiError(
-        "unsupported_parameter",
-        "Unsupported value: 'response_format' of type 'json_object' is not supported with this model: it answers in JSON by a schema only. Send type 'json_schema'.",
-        { param: "response_format" },
-      );
-    }
   }
   // Blank messages are not sent (Anthropic refuses them), so what is left must still ask something.
   const asks = request.messages.some((m) =>

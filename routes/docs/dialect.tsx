@@ -146,8 +146,9 @@ export function DialectSection() {
           {" "}
           is refused). These models take sampling parameters at their defaults only (others are
           refused); Opus 5.5 and Fable 5.1 cannot be made to call a tool, so a forcing{" "}
-          <code>tool_choice</code> and a <code>json_object</code> format are refused and a{" "}
-          <code>json_schema</code> format goes as <code>output_config.format</code>.
+          <code>tool_choice</code> is refused, a <code>json_schema</code> format goes as{" "}
+          <code>output_config.format</code>, and <code>json_object</code>{" "}
+          offers the answer tool unforced.
         </li>
         <li>
           <code>stop</code> becomes <code>stop_sequences</code>{" "}

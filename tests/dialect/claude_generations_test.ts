@@ -152,7 +152,7 @@ Deno.test("openai SDK, Sonnet 5: an agent loop runs while the model thinks unask
     await assertCharged(d, THINKING_CLAUDE, { prompt: 10, completion: 3 });
   }));
 
-Deno.test("openai SDK, Opus 5.5: a json_schema answer comes through output_config.format and parses; forcing a tool, a schemaless JSON mode and no thinking are refused before anything is reserved", () =>
+Deno.test("openai SDK, Opus 5.5: a json_schema answer comes through output_config.format and parses, json_object through the answer tool offered unforced; forcing a tool and no thinking are refused before anything is reserved", () =>
   withDialect(async (d) => {
     d.claude.script({
       content: [
@@ -198,14 +198,22 @@ Deno.test("openai SDK, Opus 5.5: a json_schema answer comes through output_confi
       });
       assert.equal(refusal.param, "tool_choice");
     }
-    assert.equal(
-      (await refusedBeforeReservation(d, {
-        model: UNFORCEABLE_CLAUDE,
-        messages,
-        response_format: { type: "json_object" },
-      })).param,
-      "response_format",
-    );
+    // json_object: the answer tool, offered rather than forced; its input is the content.
+    d.claude.script((req) => ({
+      content: [{ type: "tool_use", name: req.body.tools.at(-1).name, input: { city: "Paris" } }],
+      inputTokens: 420,
+      outputTokens: 15,
+    }));
+    const json = await client(d).chat.completions.create({
+      model: UNFORCEABLE_CLAUDE,
+      messages: [{ role: "user", content: "Paris as JSON" }],
+      response_format: { type: "json_object" },
+    });
+    assert.equal(json.choices[0].message.content, '{"city":"Paris"}');
+    const offered = d.claude.messages().at(-1)!.body;
+    assert.deepEqual(offered.tool_choice, { type: "auto" });
+    assert.equal(offered.output_config, undefined);
+    await assertCharged(d, UNFORCEABLE_CLAUDE, { prompt: 420, completion: 15 });
     assert.equal(
       (await refusedBeforeReservation(d, {
         model: UNFORCEABLE_CLAUDE,

@@ -83,11 +83,14 @@ function adaptiveThinking(
 
 /**
  * The tool standing in for `response_format` on this route, whose input is the answer; null
- * without one, or where the model cannot be made to call it (the format goes as
- * `output_config.format` there).
+ * without one. Where the model cannot be made to call a tool, a schema goes as
+ * `output_config.format` instead, and `json_object` (which has no schema to give it: Anthropic's
+ * formats take none that allows any object) keeps the tool, offered unforced.
  */
 export function answerTool(up: UpstreamRequest): { name: string; schema: unknown } | null {
-  return routeRules(up).forcedToolChoice ? responseTool(up.request) : null;
+  const format = up.request.params.response_format;
+  if (!routeRules(up).forcedToolChoice && format?.type === "json_schema") return null;
+  return responseTool(up.request);
 }
 
 /**
@@ -372,23 +375,29 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
 
   const tools = messagesTools(request, answer);
   if (tools.length) body.tools = tools;
-  const choice = toolChoice(request, answer?.name ?? null, budget !== null);
+  const choice = toolChoice(
+    request,
+    answer?.name ?? null,
+    budget !== null || !rules.forcedToolChoice,
+  );
   if (choice) body.tool_choice = choice;
   if (stream) body.stream = true;
   return body;
 }
 
+/** The tool_choice; `unforced` where no tool may be forced (a thinking budget, or the model). */
 function toolChoice(
   request: ChatRequest,
   answerTool: string | null,
-  thinking: boolean,
+  unforced: boolean,
 ): Record<string, unknown> | null {
   const p = request.params;
   const noParallel = p.parallel_tool_calls === false ? { disable_parallel_tool_use: true } : {};
   const choice = p.tool_choice;
   if (answerTool && choice !== "none") {
-    // Thinking allows only auto; otherwise the answer tool is forced (or any tool, with others).
-    if (thinking) return { type: "auto", ...noParallel };
+    // Where none may be forced, it is offered (auto); otherwise the answer tool is forced (or any
+    // tool, with others).
+    if (unforced) return { type: "auto", ...noParallel };
     if (!p.tools?.length) return { type: "tool", name: answerTool, ...noParallel };
     if (choice && typeof choice === "object") {
       return { type: "tool", name: choice.function.name, ...noParallel };

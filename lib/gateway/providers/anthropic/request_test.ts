@@ -489,3 +489,16 @@ Deno.test("response_format goes as output_config.format where the model cannot b
   assert.deepEqual((forced.tools as { name: string }[]).map((t) => t.name), ["w", "answer"]);
   assert.deepEqual(forced.tool_choice, { type: "any" });
 });
+
+Deno.test("json_object keeps the answer tool where no tool can be forced, offered unforced", () => {
+  const sent = messagesRequest(
+    upstreamRequest(testModel("anthropic", "claude-fable-5-1"), {
+      messages: ask,
+      response_format: { type: "json_object" },
+    }),
+    false,
+  );
+  assert.deepEqual((sent.tools as { name: string }[]).map((t) => t.name), ["json_response"]);
+  assert.deepEqual(sent.tool_choice, { type: "auto" });
+  assert.equal(sent.output_config, undefined);
+});
