@@ -13,6 +13,8 @@ import {
   type Dialect,
   OPENAI_MODEL,
   scriptAgentLoop,
+  THINKING_CLAUDE,
+  UNFORCEABLE_CLAUDE,
   withDialect,
 } from "./harness.ts";
 import { assertAuditClean, serveLoopback, startService, usageRecords } from "../helpers.ts";
@@ -141,6 +143,71 @@ for (const { kind, model } of KINDS) {
       }));
   }
 }
+
+for (const provider of ["openai-compatible", "openai .chat()", "openai Responses"] as const) {
+  Deno.test(`AI SDK ${provider}, a Claude that always thinks and cannot be forced to call a tool: Output.object is the schema's object`, () =>
+    withDialect(async (d) => {
+      // openai-compatible asks for json_object (the answer tool, offered); the others send the
+      // schema (Anthropic's output format), and the answer is text.
+      d.claude.script((req) => ({
+        content: [
+          { type: "thinking", thinking: "Ada." },
+          req.body.output_config?.format
+            ? { type: "text", text: JSON.stringify(ADA) }
+            : { type: "tool_use", name: req.body.tools.at(-1).name, input: ADA },
+        ],
+        inputTokens: 410,
+        outputTokens: 30,
+      }));
+      const { output } = await generateText({
+        model: models(d)[provider](UNFORCEABLE_CLAUDE),
+        output: Output.object({ schema: Person }),
+        prompt: "Who wrote the first program? Answer in JSON.",
+        maxRetries: 0,
+      });
+      assert.deepEqual(output, ADA);
+      const sent = d.claude.messages()[0].body;
+      assert.notEqual(sent.tool_choice?.type, "any");
+      assert.notEqual(sent.tool_choice?.type, "tool");
+      await assertCharged(d, UNFORCEABLE_CLAUDE, { prompt: 410, completion: 30 });
+    }));
+}
+
+Deno.test("AI SDK openai-compatible, a Claude that thinks unasked: a multi-step tool loop runs", () =>
+  withDialect(async (d) => {
+    d.claude.script(
+      {
+        content: [
+          { type: "thinking", thinking: "Weather first." },
+          { type: "tool_use", name: "weather", input: { city: "Paris" } },
+        ],
+        inputTokens: 400,
+        outputTokens: 30,
+      },
+      {
+        content: [{ type: "thinking", thinking: "Done." }, { type: "text", text: "Sunny." }],
+        inputTokens: 460,
+        outputTokens: 8,
+      },
+    );
+    const result = await generateText({
+      model: models(d)["openai-compatible"](THINKING_CLAUDE),
+      prompt: "Paris",
+      tools: { weather },
+      stopWhen: stepCountIs(3),
+      maxRetries: 0,
+    });
+    assert.equal(result.text, "Sunny.");
+    assert.equal(result.steps.length, 2);
+    assert.deepEqual(d.claude.messages()[1].body.thinking, {
+      type: "adaptive",
+      display: "summarized",
+    });
+    await assertCharged(d, THINKING_CLAUDE, { prompt: 400, completion: 30 }, {
+      prompt: 460,
+      completion: 8,
+    });
+  }));
 
 Deno.test("AI SDK: an agent loop runs against the simulator's tollbooth/echo with no provider key", async () => {
   const s = await startService();
