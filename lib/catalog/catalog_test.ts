@@ -550,8 +550,8 @@ Deno.test("each Claude route carries its model's rules, by name or as the catalo
   });
   assert.equal(model.claude, null);
   assert.deepEqual(model.fallbacks.map((f) => f.claude), [
-    { thinking: "adaptive", sampling: false, forcedToolChoice: true },
-    { thinking: "always", sampling: true, forcedToolChoice: false },
+    { thinking: "adaptive", sampling: false, forcedToolChoice: true, prefill: false },
+    { thinking: "always", sampling: false, forcedToolChoice: false, prefill: false },
   ]);
   assert.equal(
     refusal((c) => (c.models[1].claude = { thinking: "always" })),

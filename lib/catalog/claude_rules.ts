@@ -25,6 +25,11 @@ export interface ClaudeRules {
   sampling: boolean;
   /** Whether `tool_choice` may force a tool (`any`, `tool`): Opus 5.5 and Fable 5.1 refuse it. */
   forcedToolChoice: boolean;
+  /**
+   * Whether a final assistant turn is taken as the start of the answer (a prefill): Opus and
+   * Sonnet 4.6 on refuse it ("This model does not support assistant message prefill").
+   */
+  prefill: boolean;
 }
 
 /** The catalog's way to state a route's rules where its model's name does not tell them. */
@@ -32,6 +37,7 @@ export const ClaudeRulesSchema = z.object({
   thinking: z.enum(CLAUDE_THINKING).optional(),
   sampling: z.boolean().optional(),
   forced_tool_choice: z.boolean().optional(),
+  prefill: z.boolean().optional(),
 }).strict();
 export type ClaudeRulesFile = z.infer<typeof ClaudeRulesSchema>;
 
@@ -41,7 +47,12 @@ export type ClaudeRulesFile = z.infer<typeof ClaudeRulesSchema>;
  */
 const CLAUDE_NAME = /claude-(opus|sonnet|haiku|fable|mythos)-(\d{1,2})(?:-(\d{1,2})(?!\d))?/i;
 
-const EARLIER: ClaudeRules = { thinking: "budget", sampling: true, forcedToolChoice: true };
+const EARLIER: ClaudeRules = {
+  thinking: "budget",
+  sampling: true,
+  forcedToolChoice: true,
+  prefill: true,
+};
 
 /**
  * The rules of a model by its name, as Anthropic's guides give them; a later version of a line
@@ -51,7 +62,7 @@ const EARLIER: ClaudeRules = { thinking: "budget", sampling: true, forcedToolCho
  */
 export function claudeRulesByName(upstreamModel: string): ClaudeRules {
   if (/claude-mythos-preview/i.test(upstreamModel)) {
-    return { thinking: "always", sampling: false, forcedToolChoice: true };
+    return { thinking: "always", sampling: false, forcedToolChoice: true, prefill: false };
   }
   const name = CLAUDE_NAME.exec(upstreamModel);
   if (!name) return EARLIER;
@@ -61,27 +72,40 @@ export function claudeRulesByName(upstreamModel: string): ClaudeRules {
     thinking,
     sampling: false,
     forcedToolChoice,
+    prefill: false,
   });
+  // The 4.6 models think by budget and take sampling parameters, but no prefill.
+  const noPrefill = { ...EARLIER, prefill: false };
   switch (line) {
     case "fable":
     case "mythos":
       return rules("always", version < 501);
     case "opus":
-      if (version < 407) return EARLIER;
+      if (version < 406) return EARLIER;
+      if (version < 407) return noPrefill;
       if (version < 500) return rules("adaptive");
       if (version < 505) return rules("adaptive_by_default");
       return rules("always", false);
-    default: // sonnet, haiku
+    case "sonnet":
+      if (version < 406) return EARLIER;
+      return version < 500 ? noPrefill : rules("adaptive_by_default");
+    default: // haiku
       return version < 500 ? EARLIER : rules("adaptive_by_default");
   }
 }
 
-/** A route's rules: its name's, with what the catalog states over them. */
+/**
+ * A route's rules: its name's, with what the catalog states over them. A model stated to think
+ * adaptively takes no sampling parameters or prefill unless the catalog says so too, as every
+ * such model Anthropic describes.
+ */
 export function claudeRules(upstreamModel: string, stated?: ClaudeRulesFile): ClaudeRules {
   const byName = claudeRulesByName(upstreamModel);
+  const adaptive = stated?.thinking !== undefined && stated.thinking !== "budget";
   return {
     thinking: stated?.thinking ?? byName.thinking,
-    sampling: stated?.sampling ?? byName.sampling,
+    sampling: stated?.sampling ?? (adaptive ? false : byName.sampling),
     forcedToolChoice: stated?.forced_tool_choice ?? byName.forcedToolChoice,
+    prefill: stated?.prefill ?? (adaptive ? false : byName.prefill),
   };
 }

@@ -734,13 +734,19 @@ function checkTools(data: Body) {
  */
 export function assertSupported(
   request: ChatRequest,
-  routes: readonly { provider: { kind: ProviderKind }; claude: ClaudeRules | null }[],
+  routes: readonly {
+    provider: { kind: ProviderKind };
+    upstreamModel: string;
+    claude: ClaudeRules | null;
+  }[],
   maxTokens: number,
 ) {
   const p = request.params;
-  for (const route of routes) {
-    if (route.claude) assertAnthropicCan(request, maxTokens, route.claude);
-  }
+  routes.forEach((route, i) => {
+    // A refusal by a fallback names it: the model the client asked for may take the request.
+    const model = i === 0 ? "this model" : `this model's fallback ${route.upstreamModel}`;
+    if (route.claude) assertAnthropicCan(request, maxTokens, route.claude, model);
+  });
   for (const kind of new Set(routes.map((r) => r.provider.kind))) {
     for (const [field, value] of Object.entries(p)) {
       if (FIELD_SUPPORT[field]?.[kind] !== "refuse") continue;
@@ -792,34 +798,56 @@ export function claudeThinks(request: ChatRequest, rules: ClaudeRules): boolean 
   return lastAssistant < 0 || !messages.slice(lastAssistant + 1).some((m) => m.role === "tool");
 }
 
-/** What a Messages request cannot carry although the compatible format can. */
-function assertAnthropicCan(request: ChatRequest, maxTokens: number, rules: ClaudeRules) {
+/**
+ * What a Messages request cannot carry although the compatible format can, for a Claude route;
+ * `model` names the route in a refusal by its rules.
+ */
+function assertAnthropicCan(
+  request: ChatRequest,
+  maxTokens: number,
+  rules: ClaudeRules,
+  model: string,
+) {
   const effort = request.params.reasoning_effort;
-  if (rules.thinking === "budget") {
-    if (effort && effort !== "none" && maxTokens <= ANTHROPIC_MIN_THINKING_BUDGET) {
-      throw new ApiError(
-        "unsupported_parameter",
-        `Unsupported value for 'reasoning_effort' with an output cap of ${maxTokens}: Anthropic's least thinking budget is ${ANTHROPIC_MIN_THINKING_BUDGET} tokens and must stay below the cap; raise max_tokens.`,
-        { param: "reasoning_effort" },
-      );
-    }
-    if (claudeThinks(request, rules)) assertThinkingCan(request);
+  if (
+    rules.thinking === "budget" && effort && effort !== "none" &&
+    maxTokens <= ANTHROPIC_MIN_THINKING_BUDGET
+  ) {
+    throw new ApiError(
+      "unsupported_parameter",
+      `Unsupported value for 'reasoning_effort' with an output cap of ${maxTokens}: Anthropic's least thinking budget is ${ANTHROPIC_MIN_THINKING_BUDGET} tokens and must stay below the cap; raise max_tokens.`,
+      { param: "reasoning_effort" },
+    );
+  }
+  // A model that takes sampling parameters takes only some beside thinking, whichever kind.
+  if (rules.sampling && claudeThinks(request, rules)) {
+    assertThinkingCan(request, rules.thinking === "budget");
   }
   if (rules.thinking === "always" && effort === "none") {
     throw new ApiError(
       "unsupported_parameter",
-      "Unsupported value: 'reasoning_effort' does not support 'none' with this model: it always thinks. Send 'minimal' or 'low' for the least thinking.",
+      `Unsupported value: 'reasoning_effort' does not support 'none' with ${model}: it always thinks. Send 'minimal' or 'low' for the least thinking.`,
       { param: "reasoning_effort" },
     );
   }
-  if (!rules.sampling) assertDefaultSampling(request);
+  if (!rules.sampling) assertDefaultSampling(request, model);
   if (!rules.forcedToolChoice) {
     const choice = request.params.tool_choice;
     if (choice === "required" || (choice && typeof choice === "object")) {
       throw new ApiError(
         "unsupported_parameter",
-        "Unsupported value: 'tool_choice' cannot force a tool call with this model. Send 'auto' or 'none'.",
+        `Unsupported value: 'tool_choice' cannot force a tool call with ${model}. Send 'auto' or 'none'.`,
         { param: "tool_choice" },
+      );
+    }
+  }
+  if (!rules.prefill) {
+    const last = lastSaying(request.messages);
+    if (last >= 0 && request.messages[last].role === "assistant") {
+      throw new ApiError(
+        "unsupported_parameter",
+        `Unsupported value for 'messages[${last}]': the conversation ends with an assistant message, which Claude would take as the start of its answer (a prefill), and ${model} takes none. End with a user or tool message.`,
+        { param: `messages[${last}]` },
       );
     }
   }
@@ -864,12 +892,14 @@ function assertAnthropicCan(request: ChatRequest, maxTokens: number, rules: Clau
  * Extended thinking's limits (Anthropic's "Extended thinking" docs), which Anthropic answers with a
  * 400 after the reservation: refused before it, naming the field.
  */
-function assertThinkingCan(request: ChatRequest) {
+function assertThinkingCan(request: ChatRequest, budget: boolean) {
   const p = request.params;
   const refuse = (param: string, rule: string) =>
     new ApiError(
       "unsupported_parameter",
-      `Unsupported value for '${param}': ${rule} when reasoning_effort is set (Claude's extended thinking).`,
+      `Unsupported value for '${param}': ${rule} ${
+        budget ? "when reasoning_effort is set (Claude's extended thinking)" : "while Claude thinks"
+      }.`,
       { param },
     );
   // Above 1 is sent as 1 (Anthropic's range ends there), which thinking takes.
@@ -880,8 +910,9 @@ function assertThinkingCan(request: ChatRequest) {
     throw refuse("top_p", "Claude models accept only 0.95 to 1");
   }
   if (typeof p.top_k === "number") throw refuse("top_k", "Claude models accept none");
+  // Adaptive thinking takes a forced tool (it does not think then); a budget does not.
   const choice = p.tool_choice;
-  if (choice === "required" || (choice && typeof choice === "object")) {
+  if (budget && (choice === "required" || (choice && typeof choice === "object"))) {
     throw refuse("tool_choice", "Claude models cannot be made to call a tool (send auto or none)");
   }
 }
@@ -891,27 +922,27 @@ function assertThinkingCan(request: ChatRequest) {
  * default value is left out upstream (the converter), any other refused here, in OpenAI's words for
  * its reasoning models, which clients already know.
  */
-function assertDefaultSampling(request: ChatRequest) {
+function assertDefaultSampling(request: ChatRequest, model: string) {
   const p = request.params;
   // Above 1 is sent as 1 (Anthropic's range ends there): the default.
   if (typeof p.temperature === "number" && p.temperature < 1) {
     throw new ApiError(
       "unsupported_parameter",
-      `Unsupported value: 'temperature' does not support ${p.temperature} with this model. Only the default (1) value is supported.`,
+      `Unsupported value: 'temperature' does not support ${p.temperature} with ${model}. Only the default (1) value is supported.`,
       { param: "temperature" },
     );
   }
   if (typeof p.top_p === "number" && p.top_p < 1) {
     throw new ApiError(
       "unsupported_parameter",
-      `Unsupported value: 'top_p' does not support ${p.top_p} with this model. Only the default (1) value is supported.`,
+      `Unsupported value: 'top_p' does not support ${p.top_p} with ${model}. Only the default (1) value is supported.`,
       { param: "top_p" },
     );
   }
   if (typeof p.top_k === "number") {
     throw new ApiError(
       "unsupported_parameter",
-      "Unsupported parameter: 'top_k' is not supported with this model.",
+      `Unsupported parameter: 'top_k' is not supported with ${model}.`,
       { param: "top_k" },
     );
   }
@@ -970,6 +1001,26 @@ export function isBlank(text: string): boolean {
 }
 
 /** Whether a user message gives the model anything: non-blank text, or an image (or file). */
+/**
+ * The index of the last message sent to Claude (system and developer messages and blank ones are
+ * not), or -1.
+ */
+function lastSaying(messages: readonly ChatMessage[]): number {
+  return messages.findLastIndex((m) => {
+    switch (m.role) {
+      case "tool":
+        return true;
+      case "user":
+        return userMessageSaysSomething(m);
+      case "assistant":
+        return (m.tool_calls?.length ?? 0) > 0 || !isBlank(contentText(m.content)) ||
+          (!!m.refusal && !isBlank(m.refusal));
+      default:
+        return false;
+    }
+  });
+}
+
 export function userMessageSaysSomething(m: Extract<ChatMessage, { role: "user" }>): boolean {
   if (typeof m.content === "string") return !isBlank(m.content);
   return m.content.some((part) => part.type !== "text" || !isBlank(part.text));

@@ -7,6 +7,7 @@ import { claudeRulesByName } from "@/lib/catalog/mod.ts";
 function route(kind: "openai" | "anthropic", upstreamModel = "claude-sonnet-4-5") {
   return {
     provider: { kind },
+    upstreamModel,
     claude: kind === "anthropic" ? claudeRulesByName(upstreamModel) : null,
   };
 }
@@ -567,6 +568,54 @@ Deno.test("every Claude route of a model is held to its own rules: a fallback to
         [route("anthropic", "claude-sonnet-4-5"), route("anthropic", "claude-opus-4-7")],
         4096,
       ),
-    (e) => e instanceof ApiError && e.param === "temperature",
+    (e) =>
+      e instanceof ApiError && e.param === "temperature" &&
+      e.message.includes("with this model's fallback claude-opus-4-7."),
+  );
+});
+
+Deno.test("Claude 4.6 on refuse a conversation that ends with an assistant message (a prefill to Claude)", () => {
+  const prefill = [{ role: "user", content: "Name a colour." }, {
+    role: "assistant",
+    content: "The colour is",
+  }];
+  for (const model of ["claude-opus-4-6", "claude-opus-4-7", "claude-sonnet-5"]) {
+    assert.deepEqual(claudeRefusal({ messages: prefill }, 4096, model), {
+      code: "unsupported_parameter",
+      param: "messages[1]",
+      message:
+        "Unsupported value for 'messages[1]': the conversation ends with an assistant message, which Claude would take as the start of its answer (a prefill), and this model takes none. End with a user or tool message.",
+    }, model);
+  }
+  assert.equal(claudeRefusal({ messages: prefill }, 4096, "claude-sonnet-4-5"), null);
+  // Blank messages are not sent: what counts is the last one that is.
+  const blankTail = [...prefill, { role: "user", content: " " }];
+  assert.equal(
+    claudeRefusal({ messages: blankTail }, 4096, "claude-opus-4-7")?.param,
+    "messages[1]",
+  );
+  const answered = [...prefill, { role: "user", content: "Go on." }, {
+    role: "assistant",
+    content: "",
+  }];
+  assert.equal(claudeRefusal({ messages: answered }, 4096, "claude-opus-4-7"), null);
+});
+
+Deno.test("a Claude stated to think that takes sampling parameters takes those thinking allows", () => {
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [{ role: "user", content: "x" }],
+    temperature: 0.3,
+  });
+  const alias = {
+    provider: { kind: "anthropic" as const },
+    upstreamModel: "our-claude",
+    claude: { thinking: "always" as const, sampling: true, forcedToolChoice: true, prefill: false },
+  };
+  assert.throws(
+    () => assertSupported(request, [alias], 4096),
+    (e) =>
+      e instanceof ApiError && e.message ===
+        "Unsupported value for 'temperature': Claude models accept only 1 while Claude thinks.",
   );
 });

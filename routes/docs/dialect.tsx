@@ -146,9 +146,10 @@ export function DialectSection() {
           {" "}
           is refused). These models take sampling parameters at their defaults only (others are
           refused); Opus 5.5 and Fable 5.1 cannot be made to call a tool, so a forcing{" "}
-          <code>tool_choice</code> is refused, a <code>json_schema</code> format goes as{" "}
-          <code>output_config.format</code>, and <code>json_object</code>{" "}
-          offers the answer tool unforced.
+          <code>tool_choice</code> is refused, a strict <code>json_schema</code> format goes as{" "}
+          <code>output_config.format</code>, and any other format offers the answer tool unforced.
+          From the 4.6 models on, a conversation that ends with an assistant message (a prefill to
+          Claude) is refused before anything is reserved.
         </li>
         <li>
           <code>stop</code> becomes <code>stop_sequences</code>{" "}

@@ -81,7 +81,7 @@ Deno.test("openai SDK, Opus 4.7: reasoning_effort thinks adaptively at that effo
     await assertCharged(d, ADAPTIVE_CLAUDE, { prompt: 40, completion: 300 });
   }));
 
-Deno.test("openai SDK, Opus 4.7: a temperature other than the default is refused before anything is reserved", () =>
+Deno.test("openai SDK, Opus 4.7: a temperature other than the default, and a prefill, are refused before anything is reserved", () =>
   withDialect(async (d) => {
     const messages = [{ role: "user", content: "Hi" }];
     assert.deepEqual(
@@ -93,6 +93,12 @@ Deno.test("openai SDK, Opus 4.7: a temperature other than the default is refused
           "400 Unsupported value: 'temperature' does not support 0.2 with this model. Only the default (1) value is supported.",
       },
     );
+    // A conversation ending with the assistant would be a prefill, which it takes none of.
+    const prefill = await refusedBeforeReservation(d, {
+      model: ADAPTIVE_CLAUDE,
+      messages: [...messages, { role: "assistant", content: "Hello" }],
+    });
+    assert.equal(prefill.param, "messages[1]");
   }));
 
 Deno.test("openai SDK, Sonnet 5: an agent loop runs while the model thinks unasked; reasoning_effort none turns it off", () =>

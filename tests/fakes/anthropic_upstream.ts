@@ -782,6 +782,8 @@ const THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extende
  * - sampling: Opus 4.7 on refuse temperature, top_p and top_k ("Requests that include them return
  *   a 400 error"); Sonnet 5 refuses them at other than their defaults.
  * - forcedTools: Opus 5.5 and Fable 5.1 answer a forcing tool_choice with a 400.
+ * - prefill: a final assistant turn is refused from the 4.6 models on ("Migrating to the 4.6
+ *   family"; the words quoted in anomalyco/opencode#13768).
  * - display: thinking text is returned only with `display: "summarized"` (the default, "omitted",
  *   streams thinking blocks with empty text).
  */
@@ -789,66 +791,118 @@ interface Generation {
   thinking: "budget" | "either" | "adaptive" | "by_default" | "always";
   sampling: "any" | "defaults" | "none";
   forcedTools: boolean;
+  prefill: boolean;
   display: "summarized" | "omitted";
 }
 const EARLIER_GENERATION: Generation = {
   thinking: "budget",
   sampling: "any",
   forcedTools: true,
+  prefill: true,
   display: "summarized",
 };
 const GENERATIONS: Record<string, Generation> = {
-  "claude-opus-4-6": { ...EARLIER_GENERATION, thinking: "either" },
-  "claude-sonnet-4-6": { ...EARLIER_GENERATION, thinking: "either" },
+  "claude-opus-4-6": { ...EARLIER_GENERATION, thinking: "either", prefill: false },
+  "claude-sonnet-4-6": { ...EARLIER_GENERATION, thinking: "either", prefill: false },
   "claude-opus-4-7": {
     thinking: "adaptive",
     sampling: "none",
     forcedTools: true,
+    prefill: false,
     display: "omitted",
   },
   "claude-opus-4-8": {
     thinking: "adaptive",
     sampling: "none",
     forcedTools: true,
+    prefill: false,
     display: "omitted",
   },
   "claude-sonnet-5": {
     thinking: "by_default",
     sampling: "defaults",
     forcedTools: true,
+    prefill: false,
     display: "omitted",
   },
   "claude-opus-5": {
     thinking: "by_default",
     sampling: "none",
     forcedTools: true,
+    prefill: false,
     display: "omitted",
   },
-  "claude-fable-5": { thinking: "always", sampling: "none", forcedTools: true, display: "omitted" },
+  "claude-fable-5": {
+    thinking: "always",
+    sampling: "none",
+    forcedTools: true,
+    prefill: false,
+    display: "omitted",
+  },
   "claude-mythos-5": {
     thinking: "always",
     sampling: "none",
     forcedTools: true,
+    prefill: false,
+    display: "omitted",
+  },
+  "claude-mythos-preview": {
+    thinking: "always",
+    sampling: "none",
+    forcedTools: true,
+    prefill: false,
     display: "omitted",
   },
   "claude-opus-5-5": {
     thinking: "always",
     sampling: "none",
     forcedTools: false,
+    prefill: false,
     display: "omitted",
   },
   "claude-fable-5-1": {
     thinking: "always",
     sampling: "none",
     forcedTools: false,
+    prefill: false,
     display: "omitted",
   },
 };
 
-/** A model's generation; a dated snapshot (`claude-opus-4-7-20260416`) is its model's. */
+/**
+ * A model's generation by the model its name holds: a dated snapshot (`claude-opus-4-7-20260416`,
+ * `…@20260416`) or a platform's name for it (`anthropic.claude-sonnet-5`) is that model's.
+ */
 export function generationOf(model: string): Generation {
-  const dated = /^(.*)-\d{8}$/.exec(model);
-  return GENERATIONS[model] ?? (dated ? GENERATIONS[dated[1]] : undefined) ?? EARLIER_GENERATION;
+  const named =
+    /claude-(?:mythos-preview|(?:opus|sonnet|haiku|fable|mythos)-\d{1,2}(?:-\d{1,2}(?!\d))?)/
+      .exec(model);
+  return (named && GENERATIONS[named[0]]) || EARLIER_GENERATION;
+}
+
+/**
+ * Structured outputs' schema rule (docs "Structured outputs", "JSON Schema limitations"): every
+ * object sets `additionalProperties: false`, so no schema allows any object. The words are ours.
+ */
+function validateOutputSchema(schema: Json, path: string[]) {
+  if (!schema || typeof schema !== "object") return;
+  if (schema.type === "object" && schema.additionalProperties !== false) {
+    throw invalid(
+      `${
+        path.join(".")
+      }: For 'object' type, 'additionalProperties' must be explicitly set to false`,
+    );
+  }
+  for (const [key, value] of Object.entries(schema)) {
+    if (key === "properties" || key === "$defs" || key === "definitions") {
+      for (const [name, sub] of Object.entries(value as Json)) {
+        validateOutputSchema(sub, [...path, key, name]);
+      }
+    } else if (key === "items") validateOutputSchema(value, [...path, key]);
+    else if (key === "anyOf" || key === "allOf" || key === "oneOf") {
+      (value as Json[]).forEach((sub, i) => validateOutputSchema(sub, [...path, key, String(i)]));
+    }
+  }
 }
 
 /**
@@ -870,6 +924,23 @@ function validateGeneration(body: Json, endpoint: "messages" | "count") {
   if (type === "adaptive" && generation.thinking === "budget") {
     throw invalid(`"thinking.type.adaptive" is not supported for this model.`);
   }
+  // Opus 5 takes `disabled` at effort high or below only ("What's new in Claude Opus 5.5").
+  const effort = body.output_config?.effort;
+  if (
+    type === "disabled" && generation.thinking === "by_default" &&
+    (effort === "xhigh" || effort === "max")
+  ) {
+    throw invalid(
+      `"thinking.type.disabled" is not supported with effort "${effort}" for this model.`,
+    );
+  }
+  if (!generation.prefill && body.messages.at(-1)?.role === "assistant") {
+    throw invalid(
+      "This model does not support assistant message prefill. The conversation must end with a user message.",
+    );
+  }
+  const format = body.output_config?.format;
+  if (format) validateOutputSchema(format.schema, ["output_config", "format", "schema"]);
   if (endpoint === "messages") {
     const defaults: Record<string, number | undefined> = {
       temperature: 1,

@@ -817,3 +817,55 @@ Deno.test("anthropic fake: the newer models return thinking text only when asked
     // Billed the same either way.
     assert.equal(omitted.json.usage.output_tokens, shown.json.usage.output_tokens);
   }));
+
+Deno.test("anthropic fake: 4.6 on refuse a prefill, Opus 5 turns thinking off only at effort high or below, and an output format must close its objects", () =>
+  withAnthropic(async (fake) => {
+    const ask = { max_tokens: 4096, messages: [{ role: "user", content: "Hi" }] };
+    const prefill = {
+      ...ask,
+      messages: [...ask.messages, { role: "assistant", content: "Hello" }],
+    };
+    for (const model of ["claude-sonnet-4-6", "anthropic.claude-opus-4-7-20260416-v1:0"]) {
+      assert.equal(
+        (await refused(fake, { ...prefill, model })).message,
+        "This model does not support assistant message prefill. The conversation must end with a user message.",
+      );
+    }
+    assert.equal((await post(fake, { ...prefill, model: "claude-sonnet-4-5" })).status, 200);
+    assert.match(
+      (await refused(fake, {
+        ...ask,
+        model: "claude-opus-5",
+        thinking: { type: "disabled" },
+        output_config: { effort: "max" },
+      })).message,
+      /^"thinking\.type\.disabled" is not supported with effort "max"/,
+    );
+    const open = { type: "object", properties: { a: { type: "object" } } };
+    assert.equal(
+      (await refused(fake, {
+        ...ask,
+        model: "claude-opus-5-5",
+        output_config: { format: { type: "json_schema", schema: open } },
+      })).message,
+      "output_config.format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false",
+    );
+    const closed = { ...open, additionalProperties: false };
+    assert.match(
+      (await refused(fake, {
+        ...ask,
+        model: "claude-opus-5-5",
+        output_config: { format: { type: "json_schema", schema: closed } },
+      })).message,
+      /^output_config\.format\.schema\.properties\.a: /,
+    );
+    // The platform's and the preview's names are their models'.
+    for (const model of ["anthropic.claude-sonnet-5", "claude-mythos-preview"]) {
+      const { status, json } = await post(fake, {
+        ...ask,
+        model,
+        thinking: { type: "adaptive", display: "summarized" },
+      });
+      assert.equal(status, 200, JSON.stringify(json));
+    }
+  }));

@@ -83,14 +83,21 @@ function adaptiveThinking(
 
 /**
  * The tool standing in for `response_format` on this route, whose input is the answer; null
- * without one. Where the model cannot be made to call a tool, a schema goes as
- * `output_config.format` instead, and `json_object` (which has no schema to give it: Anthropic's
- * formats take none that allows any object) keeps the tool, offered unforced.
+ * without one. Where the model cannot be made to call a tool, a strict schema goes as
+ * `output_config.format` instead (`strictFormat`); anything else keeps the tool, offered
+ * unforced: Anthropic's formats take no schema that allows any object or leaves
+ * `additionalProperties` open, which OpenAI's strict schemas never do and its others may.
  */
 export function answerTool(up: UpstreamRequest): { name: string; schema: unknown } | null {
-  const format = up.request.params.response_format;
-  if (!routeRules(up).forcedToolChoice && format?.type === "json_schema") return null;
+  if (!routeRules(up).forcedToolChoice && strictFormat(up.request)) return null;
   return responseTool(up.request);
+}
+
+/** The schema of a strict `json_schema` format, or null. */
+function strictFormat(request: ChatRequest): Record<string, unknown> | null {
+  const format = request.params.response_format;
+  if (format?.type !== "json_schema" || format.json_schema.strict !== true) return null;
+  return format.json_schema.schema ?? null;
 }
 
 /**
@@ -364,13 +371,8 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   const effort = p.reasoning_effort && EFFORT[p.reasoning_effort];
   if (rules.thinking !== "budget" && effort) outputConfig.effort = effort;
   const answer = answerTool(up);
-  const format = p.response_format;
-  if (!answer && format?.type === "json_schema") {
-    outputConfig.format = {
-      type: "json_schema",
-      schema: format.json_schema.schema ?? { type: "object" },
-    };
-  }
+  const schema = strictFormat(request);
+  if (!answer && schema) outputConfig.format = { type: "json_schema", schema };
   if (Object.keys(outputConfig).length) body.output_config = outputConfig;
 
   const tools = messagesTools(request, answer);

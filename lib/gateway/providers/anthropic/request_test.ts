@@ -465,12 +465,12 @@ Deno.test("sampling parameters at their defaults are left out for models that ta
   assert.equal("temperature" in sent || "top_p" in sent || "top_k" in sent, false);
 });
 
-Deno.test("response_format goes as output_config.format where the model cannot be forced to call a tool", () => {
+Deno.test("a strict json_schema goes as output_config.format where the model cannot be forced to call a tool", () => {
   const schema = { type: "object", properties: { a: { type: "string" } }, required: ["a"] };
   const up = upstreamRequest(testModel("anthropic", "claude-opus-5-5"), {
     messages: ask,
     tools: [{ type: "function", function: { name: "w" } }],
-    response_format: { type: "json_schema", json_schema: { name: "answer", schema } },
+    response_format: { type: "json_schema", json_schema: { name: "answer", schema, strict: true } },
     reasoning_effort: "medium",
   });
   const sent = messagesRequest(up, false);
@@ -490,15 +490,22 @@ Deno.test("response_format goes as output_config.format where the model cannot b
   assert.deepEqual(forced.tool_choice, { type: "any" });
 });
 
-Deno.test("json_object keeps the answer tool where no tool can be forced, offered unforced", () => {
-  const sent = messagesRequest(
-    upstreamRequest(testModel("anthropic", "claude-fable-5-1"), {
-      messages: ask,
-      response_format: { type: "json_object" },
-    }),
-    false,
-  );
-  assert.deepEqual((sent.tools as { name: string }[]).map((t) => t.name), ["json_response"]);
-  assert.deepEqual(sent.tool_choice, { type: "auto" });
-  assert.equal(sent.output_config, undefined);
+Deno.test("json_object and a schema not strict keep the answer tool where no tool can be forced, offered unforced", () => {
+  const formats = [
+    { type: "json_object" },
+    { type: "json_schema", json_schema: { name: "a", schema: { type: "object" } } },
+    { type: "json_schema", json_schema: { name: "a", strict: true } },
+  ];
+  for (const response_format of formats) {
+    const sent = messagesRequest(
+      upstreamRequest(testModel("anthropic", "claude-fable-5-1"), {
+        messages: ask,
+        response_format,
+      }),
+      false,
+    );
+    assert.equal((sent.tools as { name: string }[]).length, 1, JSON.stringify(response_format));
+    assert.deepEqual(sent.tool_choice, { type: "auto" });
+    assert.equal(sent.output_config, undefined);
+  }
 });
