@@ -210,12 +210,28 @@ function routeTokenizer(set: Tokenizer | undefined, upstreamModel: string): Toke
 const EMBEDDING_TOKENIZER: Tokenizer = "cl100k";
 
 /**
- * What an Anthropic route bills a prompt-cache write at when the catalog names no price: 1.25× the
- * input price (a 5-minute write, the only kind a request may ask for). Charged at the input price,
- * a quarter of every written token was the operator's to pay.
+ * What a route that bills prompt-cache writes above input bills them at when the catalog names no
+ * price: 1.25× the input price (Anthropic's 5-minute write, the only kind a request may ask for;
+ * OpenAI's writes from GPT-5.6 on). Charged at the input price, a quarter of every written token
+ * was the operator's to pay.
  */
-function anthropicCacheWritePrice(inputPrice: PicosPerToken): PicosPerToken {
+function premiumCacheWritePrice(inputPrice: PicosPerToken): PicosPerToken {
   return (inputPrice * 5n + 3n) / 4n;
+}
+
+/** OpenAI's GPT-5.6 and later families (`gpt-5.6-mini`, `gpt-6`, a router's `openai/gpt-5.6`). */
+const GPT_VERSION = /(?:^|[^a-z0-9])gpt-(\d+)(?:\.(\d+))?/i;
+
+/**
+ * Whether a route's provider bills a prompt-cache write above the input price: Anthropic always;
+ * OpenAI from the GPT-5.6 family on ("Prompt caching": 1.25× the uncached input rate, reported as
+ * `cache_write_tokens`), which writes by itself, without being asked.
+ */
+function billsCacheWritesAboveInput(route: { provider: ProviderConfig; upstreamModel: string }) {
+  if (route.provider.kind === "anthropic") return true;
+  if (route.provider.kind !== "openai") return false;
+  const gpt = GPT_VERSION.exec(route.upstreamModel);
+  return !!gpt && Number(gpt[1]) * 100 + Number(gpt[2] ?? 0) >= 506;
 }
 
 export interface Catalog {
@@ -338,8 +354,8 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         }
       }
     }
-    const anthropicRoute = routes.some((r) => r.provider.kind === "anthropic");
-    const prices = toPrices(m, anthropicRoute);
+    const premiumWrites = routes.some(billsCacheWritesAboveInput);
+    const prices = toPrices(m, premiumWrites);
     byId.set(m.id, {
       id: m.id,
       type,
@@ -349,7 +365,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       ...prices,
       longContext: m.long_context === undefined
         ? null
-        : toLongContextPrices(m.long_context, prices, anthropicRoute, {
+        : toLongContextPrices(m.long_context, prices, premiumWrites, {
           index: i,
           type,
           contextTokens: m.context_tokens,
@@ -393,12 +409,12 @@ type PriceFields = Pick<
   | "cache_write_usd_per_mtok"
 >;
 
-function toPrices(p: PriceFields, anthropicRoute: boolean): Prices {
+function toPrices(p: PriceFields, premiumWrites: boolean): Prices {
   const inputPrice = parsePricePerMTok(p.input_usd_per_mtok);
   const cacheWritePrice = p.cache_write_usd_per_mtok !== undefined
     ? parsePricePerMTok(p.cache_write_usd_per_mtok)
-    : anthropicRoute
-    ? anthropicCacheWritePrice(inputPrice)
+    : premiumWrites
+    ? premiumCacheWritePrice(inputPrice)
     : inputPrice;
   return {
     inputPrice,
@@ -409,7 +425,7 @@ function toPrices(p: PriceFields, anthropicRoute: boolean): Prices {
     outputUsdPerMTok: p.output_usd_per_mtok ?? null,
     cacheReadUsdPerMTok: p.cache_read_usd_per_mtok ?? null,
     cacheWriteUsdPerMTok: p.cache_write_usd_per_mtok ??
-      (anthropicRoute ? formatPricePerMTok(cacheWritePrice) : null),
+      (premiumWrites ? formatPricePerMTok(cacheWritePrice) : null),
   };
 }
 
@@ -421,7 +437,7 @@ function toPrices(p: PriceFields, anthropicRoute: boolean): Prices {
 function toLongContextPrices(
   tier: NonNullable<ModelFile["long_context"]>,
   base: Prices,
-  anthropicRoute: boolean,
+  premiumWrites: boolean,
   model: { index: number; type: ModelType; contextTokens: number },
 ): LongContextPrices {
   const field = `catalog field models.${model.index}.long_context`;
@@ -433,7 +449,7 @@ function toLongContextPrices(
       `${field}.above_input_tokens: ${tier.above_input_tokens} is not below context_tokens (${model.contextTokens}), so no request would reach these prices`,
     );
   }
-  const prices = toPrices(tier, anthropicRoute);
+  const prices = toPrices(tier, premiumWrites);
   const pairs = [
     ["input_usd_per_mtok", prices.inputPrice, base.inputPrice],
     ["output_usd_per_mtok", prices.outputPrice, base.outputPrice],

@@ -404,6 +404,32 @@ Deno.test("a model an Anthropic route serves bills cache writes at Anthropic's 1
   assert.equal(openai.cacheWriteUsdPerMTok, null);
 });
 
+Deno.test("OpenAI's GPT-5.6 and later bill cache writes at 1.25× the input price unless the catalog names one; earlier GPTs at the input price", () => {
+  const writePrice = (upstream: string, extra: Record<string, unknown> = {}) =>
+    loaded((c) => {
+      c.models[1] = { ...c.models[1], upstream_model: upstream, fallbacks: [], ...extra };
+    }).cacheWriteUsdPerMTok;
+  for (
+    const name of ["gpt-5.6", "gpt-5.6-mini-2026-08-01", "openai/gpt-5.10", "gpt-6", "gpt-6.1-pro"]
+  ) {
+    assert.equal(writePrice(name), "0.1875", name);
+  }
+  for (const name of ["gpt-5", "gpt-5.5", "gpt-4o-mini", "o3", "my-deployment"]) {
+    assert.equal(writePrice(name), null, name);
+  }
+  assert.equal(writePrice("gpt-5.6", { cache_write_usd_per_mtok: "0.20" }), "0.20");
+  // A fallback that bills them prices the model's writes so: the hold covers any route.
+  assert.equal(
+    loaded((c) => {
+      c.models[1] = {
+        ...c.models[1],
+        fallbacks: [{ provider: "openai", upstream_model: "gpt-5.6" }],
+      };
+    }).cacheWriteUsdPerMTok,
+    "0.1875",
+  );
+});
+
 /** gpt-4o-mini's entry with a long-context tier (OpenAI's rule: past 272K, 2× input, 1.5× output). */
 function withLongContext(tier: Record<string, unknown>, more: Record<string, unknown> = {}) {
   return (file: CatalogFile) => {

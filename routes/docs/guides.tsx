@@ -201,8 +201,10 @@ export function billingPage() {
         <strong>up, once</strong>, to the next micro-dollar. Never per token, never twice. The
         components: fresh input at the input price, cached input (OpenAI's{" "}
         <code>cached_tokens</code>, Anthropic's cache reads) at the model's cache-read price, input
-        written to Anthropic's cache at its cache-write price, and output, reasoning included, at
-        the output price. A model without cache prices bills cached input at the input price.
+        written to the provider's cache (Anthropic's cache writes, and OpenAI's{" "}
+        <code>cache_write_tokens</code>{" "}
+        from GPT-5.6 on) at its cache-write price, and output, reasoning included, at the output
+        price. A model without cache prices bills cached input at the input price.
       </p>
       <p id="long-context">
         Some models cost more per token once a request is large: the{" "}

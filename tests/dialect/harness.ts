@@ -23,6 +23,12 @@ export const PRICES = {
     cacheRead: 100_000n,
     cacheWrite: 400_000n,
   },
+  "oai/gpt-5.6": {
+    input: 1_250_000n,
+    output: 10_000_000n,
+    cacheRead: 125_000n,
+    cacheWrite: 1_562_500n,
+  },
   "oai/o4-mini": {
     input: 1_100_000n,
     output: 4_400_000n,
@@ -58,6 +64,8 @@ export const PRICES = {
 export type DialectModel = keyof typeof PRICES;
 export const OPENAI_MODEL = "oai/gpt-4.1-mini";
 export const REASONING_MODEL = "oai/o4-mini";
+/** A GPT that bills its cache writes (GPT-5.6 on). */
+export const CACHE_WRITING_GPT = "oai/gpt-5.6";
 export const CLAUDE_MODEL = "ant/claude-sonnet";
 /** Newer Claude generations, by the rules their names carry (claude_rules.ts). */
 export const ADAPTIVE_CLAUDE = "ant/claude-opus-4-7";
@@ -130,6 +138,7 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
       models: [
         model(OPENAI_MODEL, "oai", "gpt-4.1-mini"),
         model(REASONING_MODEL, "oai", "o4-mini"),
+        model(CACHE_WRITING_GPT, "oai", "gpt-5.6", { output_cap_param: "max_completion_tokens" }),
         model(CLAUDE_MODEL, "ant", "claude-sonnet-4-5"),
         model(ADAPTIVE_CLAUDE, "ant", "claude-opus-4-7"),
         model(THINKING_CLAUDE, "ant", "claude-sonnet-5"),

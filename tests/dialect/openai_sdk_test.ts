@@ -13,6 +13,7 @@ import type {
 import { pngBase64 } from "../fakes/common.ts";
 import {
   assertCharged,
+  CACHE_WRITING_GPT,
   CLAUDE_MODEL,
   type Dialect,
   expectedCharge,
@@ -531,6 +532,39 @@ Deno.test("openai SDK: cached input is reported and billed at the cache prices, 
     const read = await client(d).chat.completions.create({ model: CLAUDE_MODEL, messages });
     assert.equal(read.usage?.prompt_tokens_details?.cached_tokens, 1600);
     await assertCharged(d, CLAUDE_MODEL, { prompt: 1612, cached: 1600, completion: 3 });
+  }));
+
+Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write price, streamed or not, and the hold covered them", () =>
+  withDialect(async (d) => {
+    const long = "The quick brown fox jumps over the lazy dog. ".repeat(300);
+    const messages = [{ role: "system" as const, content: long }, {
+      role: "user" as const,
+      content: "Summarise.",
+    }];
+    const answer = {
+      content: "ok",
+      promptTokens: 2006,
+      cacheWriteTokens: 1920,
+      completionTokens: 3,
+    };
+    d.openai.script(answer, answer);
+    const res = await client(d).chat.completions.create({ model: CACHE_WRITING_GPT, messages });
+    const details = res.usage?.prompt_tokens_details as Record<string, number>;
+    assert.equal(details.cache_write_tokens, 1920);
+    const usage = { prompt: 2006, cacheWrite: 1920, completion: 3 };
+    const record = await assertCharged(d, CACHE_WRITING_GPT, usage);
+    // Written at 1.25× input: dearer than the same prompt uncached.
+    assert.ok(record.cost > expectedCharge(CACHE_WRITING_GPT, { prompt: 2006, completion: 3 }));
+    assert.ok(record.reserved >= record.cost, "the hold covered the bill");
+
+    const stream = await client(d).chat.completions.create({
+      model: CACHE_WRITING_GPT,
+      messages,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    for await (const _ of stream) { /* read to the end */ }
+    await assertCharged(d, CACHE_WRITING_GPT, usage);
   }));
 
 Deno.test("openai SDK, anthropic kind: a tool Claude calls without arguments runs under runTools, its arguments {}", () =>

@@ -64,6 +64,11 @@ export interface OpenAiAnswer extends FaultKnobs {
   reasoningTokens?: number;
   /** Prompt tokens served from OpenAI's prompt cache (a subset of prompt_tokens). */
   cachedTokens?: number;
+  /**
+   * Prompt tokens written to the cache: GPT-5.6 and later report them as `cache_write_tokens` and
+   * bill them at 1.25× input ("Prompt caching"); earlier models neither report nor bill them.
+   */
+  cacheWriteTokens?: number;
   /** Overrides the finish reason the fake derives (stop / length / tool_calls). */
   finishReason?: "stop" | "length" | "tool_calls" | "content_filter";
   /** The logprob given to every sampled token when the request asks for logprobs. */
@@ -1196,6 +1201,11 @@ function render(answer: OpenAiAnswer, request: ChatRequest): Rendered {
   const prompt = answer.promptTokens ?? request.promptTokens;
   // Prompt caching applies to prompts of 1024 tokens or more (prompt-caching guide).
   const cached = prompt >= 1024 ? Math.min(answer.cachedTokens ?? 0, prompt) : 0;
+  const gpt = /gpt-(\d+)(?:\.(\d+))?/.exec(body.model);
+  const writes = !!gpt && Number(gpt[1]) * 100 + Number(gpt[2] ?? 0) >= 506;
+  const written = writes && prompt >= 1024
+    ? Math.min(answer.cacheWriteTokens ?? 0, prompt - cached)
+    : 0;
   return {
     content,
     contentPieces: pieces,
@@ -1206,7 +1216,11 @@ function render(answer: OpenAiAnswer, request: ChatRequest): Rendered {
       prompt_tokens: prompt,
       completion_tokens: completion * n,
       total_tokens: prompt + completion * n,
-      prompt_tokens_details: { cached_tokens: cached, audio_tokens: 0 },
+      prompt_tokens_details: {
+        cached_tokens: cached,
+        audio_tokens: 0,
+        ...(writes ? { cache_write_tokens: written } : {}),
+      },
       completion_tokens_details: {
         reasoning_tokens: reasoning * n,
         audio_tokens: 0,

@@ -11,8 +11,11 @@ const UsageSchema = z.looseObject({
   prompt_tokens: Count,
   completion_tokens: Count,
   total_tokens: Count.nullish().catch(null),
-  prompt_tokens_details: z.looseObject({ cached_tokens: Count.nullish().catch(null) }).nullish()
-    .catch(null),
+  prompt_tokens_details: z.looseObject({
+    cached_tokens: Count.nullish().catch(null),
+    /** GPT-5.6 on: input written to the prompt cache, billed above the input price. */
+    cache_write_tokens: Count.nullish().catch(null),
+  }).nullish().catch(null),
   completion_tokens_details: z.looseObject({ reasoning_tokens: Count.nullish().catch(null) })
     .nullish().catch(null),
   /** DeepSeek's names for cache hits, without prompt_tokens_details. */
@@ -42,6 +45,8 @@ export function parseOpenAiUsage(raw: unknown): { usage: Usage; raw: UsageObject
   const usage: Usage = { promptTokens: u.prompt_tokens, completionTokens: completion };
   const cached = u.prompt_tokens_details?.cached_tokens ?? u.prompt_cache_hit_tokens;
   if (cached) usage.cachedTokens = cached;
+  const written = u.prompt_tokens_details?.cache_write_tokens;
+  if (written) usage.cacheWriteTokens = written;
   if (reasoning) usage.reasoningTokens = reasoning;
   const shown = completion === u.completion_tokens ? raw as UsageObject : {
     ...raw as UsageObject,

@@ -60,6 +60,23 @@ Deno.test("reasoning a server counts apart from completion_tokens is billed as o
   assert.equal(same?.raw.completion_tokens, 300);
 });
 
+Deno.test("OpenAI's cache_write_tokens (GPT-5.6 on) are cache writes, kept in the object a client is shown", () => {
+  const raw = {
+    prompt_tokens: 5000,
+    completion_tokens: 40,
+    total_tokens: 5040,
+    prompt_tokens_details: { cached_tokens: 1024, cache_write_tokens: 3840 },
+  };
+  const parsed = parseOpenAiUsage(raw);
+  assert.deepEqual(parsed?.usage, {
+    promptTokens: 5000,
+    completionTokens: 40,
+    cachedTokens: 1024,
+    cacheWriteTokens: 3840,
+  });
+  assert.deepEqual(parsed?.raw, raw);
+});
+
 Deno.test("DeepSeek's prompt_cache_hit_tokens are cache reads", () => {
   const parsed = parseOpenAiUsage({
     prompt_tokens: 1000,
