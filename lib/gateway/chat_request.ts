@@ -26,10 +26,28 @@ const CacheControl = z.strictObject({
   type: z.literal("ephemeral", "must be 'ephemeral'"),
 });
 
+/** OpenAI's explicit prompt-cache breakpoint on a content part (GPT-5.6 on). */
+export const PromptCacheBreakpoint = z.strictObject({
+  mode: z.literal("explicit", "must be 'explicit'"),
+  ttl: z.enum(["30m", "12h"], { error: "must be one of 30m, 12h" }).optional(),
+});
+
+/** OpenAI's request-wide prompt-cache options (GPT-5.6 on). */
+export const PromptCacheOptions = z.strictObject({
+  mode: z.enum(["implicit", "explicit"], { error: "must be one of implicit, explicit" }).optional(),
+  ttl: z.literal("30m", "must be '30m'").optional(),
+}, { error: "must be an object" });
+
+/** OpenAI's retention of cached prompts (deprecated for prompt_cache_options, still taken). */
+export const PromptCacheRetention = z.enum(["in_memory", "24h"], {
+  error: "must be one of in_memory, 24h",
+});
+
 const TextPart = z.strictObject({
   type: z.literal("text"),
   text: z.string({ error: "must be a string" }),
   cache_control: CacheControl.optional(),
+  prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
 });
 
 const ImagePart = z.strictObject({
@@ -45,6 +63,7 @@ const ImagePart = z.strictObject({
     detail: z.enum(["auto", "low", "high"], { error: "must be one of auto, low, high" })
       .optional(),
   }),
+  prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
 });
 
 const AudioPart = z.strictObject({
@@ -228,7 +247,15 @@ const ResponseFormat = z.discriminatedUnion("type", [
   }),
 ], { error: "must be of type text, json_object or json_schema" });
 
-export const REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"] as const;
+export const REASONING_EFFORTS = [
+  "none",
+  "minimal",
+  "low",
+  "medium",
+  "high",
+  "xhigh",
+  "max",
+] as const;
 
 /**
  * Fields OpenAI's chat, Responses and embeddings requests share, held to OpenAI's limits (the
@@ -352,6 +379,8 @@ export const ChatRequestSchema = z.strictObject({
   verbosity: z.enum(["low", "medium", "high"], { error: "must be one of low, medium, high" })
     .nullish(),
   prompt_cache_key: PromptCacheKey.nullish(),
+  prompt_cache_options: PromptCacheOptions.nullish(),
+  prompt_cache_retention: PromptCacheRetention.nullish(),
   safety_identifier: SafetyIdentifier.nullish(),
   modalities: z.array(z.string()).nullish(),
 });
@@ -497,6 +526,13 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
   store: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
   verbosity: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
   prompt_cache_key: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  prompt_cache_options: {
+    openai: "pass",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "Anthropic: cache_control marks its breakpoints",
+  },
+  prompt_cache_retention: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
   safety_identifier: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
   modalities: {
     openai: "pass",

@@ -619,3 +619,37 @@ Deno.test("a Claude stated to think that takes sampling parameters takes those t
         "Unsupported value for 'temperature': Claude models accept only 1 while Claude thinks.",
   );
 });
+
+Deno.test("GPT-5.6's prompt-cache fields are taken and held to their values", () => {
+  const base = { model: "m/x" };
+  const parsed = parseChatRequest({
+    ...base,
+    messages: [{
+      role: "user",
+      content: [
+        { type: "text", text: "x", prompt_cache_breakpoint: { mode: "explicit", ttl: "30m" } },
+      ],
+    }],
+    prompt_cache_options: { mode: "implicit" },
+    prompt_cache_retention: "in_memory",
+    reasoning_effort: "max",
+  });
+  assert.equal(parsed.params.prompt_cache_retention, "in_memory");
+  const bad = (body: Record<string, unknown>) => refusal({ ...base, ...body }).param;
+  const messages = [{ role: "user", content: "x" }];
+  assert.equal(
+    bad({ messages, prompt_cache_options: { mode: "always" } }),
+    "prompt_cache_options.mode",
+  );
+  assert.equal(bad({ messages, prompt_cache_options: { ttl: "1h" } }), "prompt_cache_options.ttl");
+  assert.equal(bad({ messages, prompt_cache_retention: "forever" }), "prompt_cache_retention");
+  assert.equal(
+    bad({
+      messages: [{
+        role: "user",
+        content: [{ type: "text", text: "x", prompt_cache_breakpoint: { mode: "implicit" } }],
+      }],
+    }),
+    "messages[0].content[0].prompt_cache_breakpoint.mode",
+  );
+});

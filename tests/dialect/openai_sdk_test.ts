@@ -565,6 +565,36 @@ Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write pric
     });
     for await (const _ of stream) { /* read to the end */ }
     await assertCharged(d, CACHE_WRITING_GPT, usage);
+
+    // Explicit breakpoints and options reach OpenAI as sent, through chat and Responses.
+    d.openai.script(answer, answer);
+    const breakpoint = { mode: "explicit" as const, ttl: "12h" as const };
+    await client(d).chat.completions.create({
+      model: CACHE_WRITING_GPT,
+      messages: [
+        {
+          role: "system",
+          content: [{ type: "text", text: long, prompt_cache_breakpoint: breakpoint }],
+        },
+        { role: "user", content: "Summarise." },
+      ],
+      prompt_cache_options: { mode: "explicit" },
+    });
+    const chat = d.openai.chats.at(-1)!.body;
+    assert.deepEqual(chat.messages[0].content[0].prompt_cache_breakpoint, breakpoint);
+    assert.deepEqual(chat.prompt_cache_options, { mode: "explicit" });
+    await assertCharged(d, CACHE_WRITING_GPT, usage);
+    await client(d).responses.create({
+      model: CACHE_WRITING_GPT,
+      input: [{
+        role: "user",
+        content: [{ type: "input_text", text: long, prompt_cache_breakpoint: breakpoint }],
+      }],
+      prompt_cache_options: { mode: "explicit" },
+    });
+    const viaResponses = d.openai.chats.at(-1)!.body;
+    assert.deepEqual(viaResponses.messages[0].content[0].prompt_cache_breakpoint, breakpoint);
+    await assertCharged(d, CACHE_WRITING_GPT, usage);
   }));
 
 Deno.test("openai SDK, anthropic kind: a tool Claude calls without arguments runs under runTools, its arguments {}", () =>

@@ -867,6 +867,16 @@ function validateForModel(body: Json, rules: ModelRules) {
   } else if (present("reasoning_effort")) {
     throw unsupported("reasoning_effort");
   }
+  // Explicit prompt caching is GPT-5.6's and later's: earlier models answer 400 ("Prompt
+  // caching" guide; synthorai's GPT-5.6 guide: "a 400 on GPT-5.5 and older").
+  const gpt = /gpt-(\d+)(?:\.(\d+))?/.exec(body.model);
+  if (!gpt || Number(gpt[1]) * 100 + Number(gpt[2] ?? 0) < 506) {
+    if (present("prompt_cache_options")) throw unsupported("prompt_cache_options");
+    const marked = (body.messages ?? []).some((m: Json) =>
+      Array.isArray(m.content) && m.content.some((p: Json) => p?.prompt_cache_breakpoint)
+    );
+    if (marked) throw unsupported("prompt_cache_breakpoint");
+  }
   const limit = body.max_completion_tokens ?? body.max_tokens;
   if (
     rules.maxOutputTokens !== undefined && typeof limit === "number" &&

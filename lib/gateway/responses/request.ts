@@ -13,13 +13,22 @@ import {
   innermostIssue,
   Metadata,
   Probability,
+  PromptCacheBreakpoint,
   PromptCacheKey,
+  PromptCacheOptions,
+  PromptCacheRetention,
+  REASONING_EFFORTS,
   SafetyIdentifier,
 } from "../chat_request.ts";
 
-const InputText = z.strictObject({ type: z.literal("input_text"), text: z.string() });
+const InputText = z.strictObject({
+  type: z.literal("input_text"),
+  text: z.string(),
+  prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
+});
 const InputImage = z.strictObject({
   type: z.literal("input_image"),
+  prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
   image_url: z.string({ error: "must be an https URL or a data URL" }).optional(),
   file_id: z.string().nullish(),
   // Not "original": the chat path's image bound and the providers it translates to know no such
@@ -136,8 +145,8 @@ export const ResponsesRequestSchema = z.strictObject({
     verbosity: z.enum(["low", "medium", "high"]).nullish(),
   }).nullish(),
   reasoning: z.strictObject({
-    effort: z.enum(["none", "minimal", "low", "medium", "high", "xhigh"], {
-      error: "must be one of none, minimal, low, medium, high, xhigh",
+    effort: z.enum(REASONING_EFFORTS, {
+      error: `must be one of ${REASONING_EFFORTS.join(", ")}`,
     }).nullish(),
     summary: z.enum(["auto", "concise", "detailed"]).nullish(),
     generate_summary: z.enum(["auto", "concise", "detailed"]).nullish(),
@@ -153,6 +162,8 @@ export const ResponsesRequestSchema = z.strictObject({
   user: EndUser.nullish(),
   safety_identifier: SafetyIdentifier.nullish(),
   prompt_cache_key: PromptCacheKey.nullish(),
+  prompt_cache_options: PromptCacheOptions.nullish(),
+  prompt_cache_retention: PromptCacheRetention.nullish(),
   service_tier: z.string().nullish(),
   truncation: z.literal("disabled", "only 'disabled' is supported").nullish(),
   /** Extra output OpenAI can add on request; none of it exists without OpenAI's own store. */
@@ -298,6 +309,8 @@ export function toChatRequest(body: ResponsesBody, stored: StoredContext): Conve
       "user",
       "safety_identifier",
       "prompt_cache_key",
+      "prompt_cache_options",
+      "prompt_cache_retention",
       "service_tier",
     ] as const
   ) {
@@ -507,6 +520,7 @@ function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string,
     const path = `input[${i}].content[${j}]`;
     switch (p.type) {
       case "input_text":
+        return { type: "text", text: p.text, ...breakpointOf(p) };
       case "output_text":
         return { type: "text", text: p.text };
       case "input_image":
@@ -521,6 +535,7 @@ function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string,
         return {
           type: "image_url",
           image_url: { url: p.image_url, ...(p.detail ? { detail: p.detail } : {}) },
+          ...breakpointOf(p),
         };
       case "input_file":
         throw new ApiError(
@@ -554,4 +569,11 @@ function formatPath(path: readonly PropertyKey[]): string {
     out += typeof part === "number" ? `[${part}]` : out ? `.${String(part)}` : String(part);
   }
   return out || "(body)";
+}
+
+/** A part's explicit prompt-cache breakpoint, carried to the chat part it becomes. */
+function breakpointOf(part: { prompt_cache_breakpoint?: unknown }) {
+  return part.prompt_cache_breakpoint
+    ? { prompt_cache_breakpoint: part.prompt_cache_breakpoint }
+    : {};
 }

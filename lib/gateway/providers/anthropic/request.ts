@@ -36,6 +36,7 @@ const THINKING_BUDGET: Record<string, number> = {
   medium: 8192,
   high: 24576,
   xhigh: 32768,
+  max: 65536,
 };
 
 /** Anthropic's effort levels for OpenAI's reasoning efforts: Messages has no `minimal`. */
@@ -45,6 +46,7 @@ const EFFORT: Record<string, string> = {
   medium: "medium",
   high: "high",
   xhigh: "xhigh",
+  max: "max",
 };
 
 /** The rules of the route's Claude model (the catalog sets them on every Anthropic route). */

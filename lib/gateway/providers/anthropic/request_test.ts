@@ -509,3 +509,38 @@ Deno.test("json_object and a schema not strict keep the answer tool where no too
     assert.equal(sent.output_config, undefined);
   }
 });
+
+Deno.test("OpenAI's prompt-cache fields are not sent to Claude (cache_control marks its breakpoints)", () => {
+  const sent = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [
+        {
+          role: "system",
+          content: [{
+            type: "text",
+            text: "Rules.",
+            prompt_cache_breakpoint: { mode: "explicit" },
+          }],
+        },
+        { role: "user", content: "Hi" },
+      ],
+      prompt_cache_options: { mode: "explicit" },
+      prompt_cache_retention: "in_memory",
+    }),
+    false,
+  );
+  assert.equal(sent.system, "Rules.");
+  assert.equal("prompt_cache_options" in sent || "prompt_cache_retention" in sent, false);
+});
+
+Deno.test("reasoning_effort max is Anthropic's max effort, or the largest budget below the cap", () => {
+  assert.deepEqual(thinkingOf("claude-opus-4-8", { messages: ask, reasoning_effort: "max" }), {
+    thinking: { type: "adaptive", display: "summarized" },
+    output_config: { effort: "max" },
+  });
+  const budget = messagesRequest(
+    upstreamRequest(claude, { messages: ask, reasoning_effort: "max" }, 64_000),
+    false,
+  ).thinking;
+  assert.deepEqual(budget, { type: "enabled", budget_tokens: 63_999 });
+});

@@ -193,3 +193,29 @@ Deno.test("a tool call's extra_content (Gemini's thought signature) goes back to
     assert.equal("extra_content" in callSent(name), false, name);
   }
 });
+
+const CACHED = {
+  messages: [
+    {
+      role: "system",
+      content: [{
+        type: "text",
+        text: "Long instructions.",
+        prompt_cache_breakpoint: { mode: "explicit", ttl: "12h" },
+      }],
+    },
+    { role: "user", content: "Hi" },
+  ],
+  prompt_cache_options: { mode: "explicit", ttl: "30m" },
+  prompt_cache_retention: "24h",
+};
+
+Deno.test("GPT-5.6's prompt caching — breakpoints on parts, prompt_cache_options, prompt_cache_retention — goes to OpenAI as sent", () => {
+  const body = openAiRequestBody(
+    upstreamRequest(testModel("openai", "gpt-5.6"), CACHED, 500),
+    false,
+  );
+  assert.deepEqual(body.messages, CACHED.messages);
+  assert.deepEqual(body.prompt_cache_options, CACHED.prompt_cache_options);
+  assert.equal(body.prompt_cache_retention, "24h");
+});
