@@ -150,6 +150,12 @@ export const ResponsesRequestSchema = z.strictObject({
     }).nullish(),
     summary: z.enum(["auto", "concise", "detailed"]).nullish(),
     generate_summary: z.enum(["auto", "concise", "detailed"]).nullish(),
+    // GPT-5.6's pro mode and reasoning carried across turns are the Responses API's own; the
+    // chat-completions call every answer is made of has neither.
+    mode: z.literal("standard", "only 'standard' is supported").nullish(),
+    context: z.enum(["auto", "current_turn"], {
+      error: "must be auto or current_turn: earlier turns' reasoning is not kept",
+    }).nullish(),
   }).nullish(),
   stream: z.boolean({ error: "must be a boolean" }).nullish(),
   stream_options: z.strictObject({ include_obfuscation: z.boolean().optional() }).nullish(),

@@ -437,3 +437,23 @@ Deno.test("input items are listed as OpenAI lists them: each with an id, text as
     ],
   );
 });
+
+Deno.test("GPT-5.6's reasoning fields: standard mode and this turn's context are taken, pro mode and all turns' reasoning refused", () => {
+  const chat = chatOf({
+    input: "Hi",
+    reasoning: { effort: "max", mode: "standard", context: "auto" },
+    prompt_cache_options: { mode: "explicit" },
+    prompt_cache_retention: "24h",
+  });
+  assert.equal(chat.reasoning_effort, "max");
+  assert.deepEqual(chat.prompt_cache_options, { mode: "explicit" });
+  assert.equal(chat.prompt_cache_retention, "24h");
+  assert.equal(
+    refusal({ model: MODEL, input: "Hi", reasoning: { mode: "pro" } }).param,
+    "reasoning.mode",
+  );
+  assert.equal(
+    refusal({ model: MODEL, input: "Hi", reasoning: { context: "all_turns" } }).param,
+    "reasoning.context",
+  );
+});
