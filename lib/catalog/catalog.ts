@@ -219,8 +219,11 @@ function premiumCacheWritePrice(inputPrice: PicosPerToken): PicosPerToken {
   return (inputPrice * 5n + 3n) / 4n;
 }
 
-/** OpenAI's GPT-5.6 and later families (`gpt-5.6-mini`, `gpt-6`, a router's `openai/gpt-5.6`). */
-const GPT_VERSION = /(?:^|[^a-z0-9])gpt-(\d+)(?:\.(\d+))?/i;
+/**
+ * A GPT's version (`gpt-5.6-mini`, `gpt-6`, a router's `openai/gpt-5.6`); Azure's `gpt-35-turbo` is
+ * GPT-3.5, not GPT-35.
+ */
+const GPT_VERSION = /(?:^|[^a-z0-9])gpt-(?!35)(\d+)(?:\.(\d+))?/i;
 
 /**
  * Whether a route's provider bills a prompt-cache write above the input price: Anthropic always;

@@ -414,7 +414,18 @@ Deno.test("OpenAI's GPT-5.6 and later bill cache writes at 1.25× the input pric
   ) {
     assert.equal(writePrice(name), "0.1875", name);
   }
-  for (const name of ["gpt-5", "gpt-5.5", "gpt-4o-mini", "o3", "my-deployment"]) {
+  for (
+    const name of [
+      "gpt-5",
+      "gpt-5.5",
+      "gpt-4o-mini",
+      "o3",
+      "my-deployment",
+      "gpt-35-turbo",
+      "eu_gpt-35-turbo-16k",
+      "gpt-oss-120b",
+    ]
+  ) {
     assert.equal(writePrice(name), null, name);
   }
   assert.equal(writePrice("gpt-5.6", { cache_write_usd_per_mtok: "0.20" }), "0.20");

@@ -1036,7 +1036,6 @@ export function isBlank(text: string): boolean {
   return text.trim() === "";
 }
 
-/** Whether a user message gives the model anything: non-blank text, or an image (or file). */
 /**
  * The index of the last message sent to Claude (system and developer messages and blank ones are
  * not), or -1.
@@ -1057,6 +1056,7 @@ function lastSaying(messages: readonly ChatMessage[]): number {
   });
 }
 
+/** Whether a user message gives the model anything: non-blank text, or an image (or file). */
 export function userMessageSaysSomething(m: Extract<ChatMessage, { role: "user" }>): boolean {
   if (typeof m.content === "string") return !isBlank(m.content);
   return m.content.some((part) => part.type !== "text" || !isBlank(part.text));

@@ -499,7 +499,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                   type: "integer",
                   minimum: 0,
                   description:
-                    "Input written to the provider's cache (Anthropic: cache_creation_input_tokens), billed at the catalog's cache-write price.",
+                    "Input written to the provider's cache (Anthropic: cache_creation_input_tokens; OpenAI's own from GPT-5.6 on), billed at the catalog's cache-write price.",
                 },
               },
             },
@@ -750,7 +750,15 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                 input_tokens: { type: "integer", minimum: 0 },
                 input_tokens_details: {
                   type: "object",
-                  properties: { cached_tokens: { type: "integer", minimum: 0 } },
+                  properties: {
+                    cached_tokens: { type: "integer", minimum: 0 },
+                    cache_write_tokens: {
+                      type: "integer",
+                      minimum: 0,
+                      description:
+                        "Input written to the provider's cache (Anthropic's cache writes, OpenAI's from GPT-5.6 on), billed at the catalog's cache-write price; absent when none.",
+                    },
+                  },
                 },
                 output_tokens: { type: "integer", minimum: 0 },
                 output_tokens_details: {

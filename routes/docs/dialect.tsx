@@ -128,13 +128,13 @@ export function DialectSection() {
         <li>
           <code>reasoning_effort</code>{" "}
           becomes thinking as the model's generation takes it. Claude 4.6 and earlier think with a
-          budget (minimal 1024, low 2048, medium 8192, high 24576, xhigh 32768 tokens, kept below
-          the cap); a turn that answers tool calls runs without thinking, since the signed thinking
-          block cannot come back through this format. With a budget, <code>temperature</code>{" "}
-          below 1, <code>top_p</code> below 0.95, <code>top_k</code> and a <code>tool_choice</code>
+          budget (minimal 1024, low 2048, medium 8192, high 24576, xhigh 32768, max 65536 tokens,
+          kept below the cap); a turn that answers tool calls runs without thinking, since the
+          signed thinking block cannot come back through this format. With a budget,{" "}
+          <code>temperature</code> below 1, <code>top_p</code> below 0.95, <code>top_k</code> and a
           {" "}
-          that forces a tool are refused with 400 <code>unsupported_parameter</code>{" "}
-          before anything is reserved, as Anthropic refuses them.
+          <code>tool_choice</code> that forces a tool are refused with 400{" "}
+          <code>unsupported_parameter</code> before anything is reserved, as Anthropic refuses them.
         </li>
         <li>
           Opus 4.7 and later think adaptively: <code>reasoning_effort</code> goes as{" "}

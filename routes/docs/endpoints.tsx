@@ -241,7 +241,8 @@ export function endpointsPage() {
           <code>response.output_item.done</code>, and last <code>response.completed</code> (or{" "}
           <code>response.incomplete</code> when the output cap was reached) with <code>usage</code>
           {" "}
-          (<code>input_tokens_details.cached_tokens</code>,{" "}
+          (<code>input_tokens_details.cached_tokens</code>, <code>cache_write_tokens</code>{" "}
+          when the provider wrote its cache,{" "}
           <code>output_tokens_details.reasoning_tokens</code>) and{" "}
           <code>usage.cost</code>, what left the wallet. A stream the provider cuts ends with{" "}
           <code>error</code> (<code>stream_interrupted</code>) and{" "}

@@ -584,7 +584,7 @@ Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write pric
     assert.deepEqual(chat.messages[0].content[0].prompt_cache_breakpoint, breakpoint);
     assert.deepEqual(chat.prompt_cache_options, { mode: "explicit" });
     await assertCharged(d, CACHE_WRITING_GPT, usage);
-    await client(d).responses.create({
+    const response = await client(d).responses.create({
       model: CACHE_WRITING_GPT,
       input: [{
         role: "user",
@@ -592,6 +592,9 @@ Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write pric
       }],
       prompt_cache_options: { mode: "explicit" },
     });
+    // The writes the cost includes are shown there too.
+    const shown = response.usage?.input_tokens_details as unknown as Record<string, number>;
+    assert.equal(shown.cache_write_tokens, 1920);
     const viaResponses = d.openai.chats.at(-1)!.body;
     assert.deepEqual(viaResponses.messages[0].content[0].prompt_cache_breakpoint, breakpoint);
     await assertCharged(d, CACHE_WRITING_GPT, usage);

@@ -21,7 +21,7 @@ interface ChatUsage {
   completion_tokens: number;
   /** What left the wallet, in a stream's usage (USD). */
   cost?: string;
-  prompt_tokens_details?: { cached_tokens?: number };
+  prompt_tokens_details?: { cached_tokens?: number; cache_write_tokens?: number };
   completion_tokens_details?: { reasoning_tokens?: number };
   /** DeepSeek's cache hits, billed at the cache-read price like `cached_tokens`. */
   prompt_cache_hit_tokens?: number;
@@ -57,11 +57,14 @@ export type OutputItem =
   };
 
 export function responseUsage(usage: ChatUsage) {
+  const written = usage.prompt_tokens_details?.cache_write_tokens;
   return {
     input_tokens: usage.prompt_tokens,
     input_tokens_details: {
       cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ??
         0,
+      // Billed at the cache-write price: without it a client could not reconcile the cost.
+      ...(written ? { cache_write_tokens: written } : {}),
     },
     output_tokens: usage.completion_tokens,
     output_tokens_details: {

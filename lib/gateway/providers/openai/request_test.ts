@@ -68,7 +68,7 @@ Deno.test("include_usage is forced on streams whatever the client asked; other s
 
 Deno.test("reasoning models get max_completion_tokens, by the catalog flag or OpenAI's names", () => {
   const messages = [{ role: "user", content: "x" }];
-  for (const name of ["o4-mini", "o3", "gpt-5-mini"]) {
+  for (const name of ["o4-mini", "o3", "gpt-5-mini", "gpt-5.6", "gpt-6"]) {
     const body = openAiRequestBody(
       upstreamRequest(testModel("openai", name), { messages, max_tokens: 9 }, 9),
       false,
@@ -91,6 +91,8 @@ Deno.test("other servers get max_tokens whatever field the client capped with", 
   const messages = [{ role: "user", content: "x" }];
   const plain = testModel("openai", "llama-3.1-8b");
   assert.equal(outputCapParam(plain), "max_tokens");
+  // Azure's GPT-3.5 is not a GPT-35.
+  assert.equal(outputCapParam(testModel("openai", "gpt-35-turbo")), "max_tokens");
   for (const cap of [{ max_completion_tokens: 16 }, { max_tokens: 16 }]) {
     const body = openAiRequestBody(upstreamRequest(plain, { messages, ...cap }, 16), false);
     assert.equal(body.max_tokens, 16, JSON.stringify(cap));

@@ -51,11 +51,9 @@ export function openAiStreamParts(
           usage = later!;
           reported = { type: "usage", usage: usage.usage, raw: usage.raw };
         } else if (!parsed) {
-          // Counts without a usable completion count (null): the prompt's is still the upstream's.
-          const prompt = (obj.usage as { prompt_tokens?: unknown }).prompt_tokens;
-          if (Number.isSafeInteger(prompt) && (prompt as number) >= 0) {
-            reported = { type: "prompt_tokens", promptTokens: prompt as number };
-          }
+          // Counts without a usable completion count (null): the prompt's is still the upstream's,
+          // its cache reads and writes priced as the final usage's would be.
+          reported = promptCounts(obj.usage);
         }
       }
       if (Array.isArray(obj.choices) && obj.choices.length > 0) {
@@ -117,4 +115,20 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
     const calls: unknown[] = delta.tool_calls;
     if (!calls.every(isObject)) delta.tool_calls = calls.filter(isObject);
   }
+}
+
+/** The prompt counts of a usage without a usable completion count, or null. */
+function promptCounts(raw: unknown): StreamPart | null {
+  const u = raw as {
+    prompt_tokens?: unknown;
+    prompt_tokens_details?: { cached_tokens?: unknown; cache_write_tokens?: unknown } | null;
+  };
+  const count = (n: unknown) => Number.isSafeInteger(n) && (n as number) >= 0 ? n as number : 0;
+  if (!Number.isSafeInteger(u.prompt_tokens) || (u.prompt_tokens as number) < 0) return null;
+  const part: StreamPart = { type: "prompt_tokens", promptTokens: u.prompt_tokens as number };
+  const cached = count(u.prompt_tokens_details?.cached_tokens);
+  const written = count(u.prompt_tokens_details?.cache_write_tokens);
+  if (cached) part.cachedTokens = cached;
+  if (written) part.cacheWriteTokens = written;
+  return part;
 }

@@ -218,3 +218,26 @@ Deno.test("a usage whose completion count is null still hands on the upstream's 
     { type: "prompt_tokens", promptTokens: 1000 },
   ]);
 });
+
+Deno.test("a usage without a completion count hands on its cache reads and writes with the prompt count", async () => {
+  async function* nullCompletion() {
+    yield [
+      { data: JSON.stringify({ choices: [{ index: 0, delta: { content: "Hi" } }] }) },
+      {
+        data: JSON.stringify({
+          choices: [],
+          usage: {
+            prompt_tokens: 2000,
+            completion_tokens: null,
+            prompt_tokens_details: { cached_tokens: 64, cache_write_tokens: 1900 },
+          },
+        }),
+      },
+      { data: "[DONE]" },
+    ];
+  }
+  const parts = await collect(openAiStreamParts(nullCompletion()));
+  assert.deepEqual(parts.filter((p) => p.type !== "chunk"), [
+    { type: "prompt_tokens", promptTokens: 2000, cachedTokens: 64, cacheWriteTokens: 1900 },
+  ]);
+});
