@@ -372,8 +372,8 @@ export const ChatRequestSchema = z.strictObject({
     type: z.literal("content"),
     content: z.union([z.string(), partsOf(TextOnlyPart, "text parts")]),
   }).nullish(),
-  service_tier: z.enum(["auto", "default", "flex", "scale", "priority"], {
-    error: "must be one of auto, default, flex, scale, priority",
+  service_tier: z.enum(["auto", "default", "flex", "scale", "priority", "fast"], {
+    error: "must be one of auto, default, flex, scale, priority, fast",
   }).nullish(),
   store: z.boolean({ error: "must be a boolean" }).nullish(),
   verbosity: z.enum(["low", "medium", "high"], { error: "must be one of low, medium, high" })

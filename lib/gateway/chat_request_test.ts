@@ -230,6 +230,7 @@ Deno.test("fields that would change the price are refused, not passed on unprice
   const messages = [{ role: "user", content: "x" }];
   refused({ messages, service_tier: "priority" }, "unsupported_parameter", "service_tier");
   refused({ messages, service_tier: "flex" }, "unsupported_parameter", "service_tier");
+  refused({ messages, service_tier: "fast" }, "unsupported_parameter", "service_tier");
   refused({ messages, modalities: ["text", "audio"] }, "unsupported_parameter", "modalities");
   refused({ messages, audio: { voice: "alloy", format: "mp3" } }, "unsupported_parameter", "audio");
   refused({ messages, web_search_options: {} }, "unsupported_parameter", "web_search_options");
