@@ -3,7 +3,8 @@
  * System and developer messages become `system`; tool calls become `tool_use` blocks and tool
  * messages `tool_result` blocks in a user turn; images become image blocks; turns of one role are
  * merged, as Messages wants them to alternate; `response_format` becomes a forced tool whose input
- * is the answer (a JSON schema output format where the model cannot be made to call a tool);
+ * is the answer (a strict schema goes as an output format where the model cannot be made to call a
+ * tool);
  * `reasoning_effort` becomes thinking as the model takes it: a budget, or adaptive thinking at an
  * effort.
  */
@@ -309,7 +310,7 @@ function systemPrompt(messages: readonly ChatMessage[]): string | Block[] | unde
  */
 export function messagesTools(
   request: ChatRequest,
-  answer: { name: string; schema: unknown } | null = responseTool(request),
+  answerTool: { name: string; schema: unknown } | null = responseTool(request),
 ): Record<string, unknown>[] {
   const tools: Record<string, unknown>[] = (request.params.tools ?? []).map((t) => ({
     name: t.function.name,
@@ -317,7 +318,6 @@ export function messagesTools(
     input_schema: objectSchema(t.function.parameters),
     ...(t.cache_control ? { cache_control: t.cache_control } : {}),
   }));
-  const answerTool = answer;
   if (answerTool) {
     tools.push({
       name: answerTool.name,
