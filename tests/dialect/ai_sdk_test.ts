@@ -8,6 +8,7 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { createOpenAI } from "@ai-sdk/openai";
 import { z } from "zod";
 import {
+  ADAPTIVE_CLAUDE,
   assertCharged,
   CLAUDE_MODEL,
   type Dialect,
@@ -172,6 +173,24 @@ for (const provider of ["openai-compatible", "openai .chat()", "openai Responses
       await assertCharged(d, UNFORCEABLE_CLAUDE, { prompt: 410, completion: 30 });
     }));
 }
+
+Deno.test("AI SDK openai Responses: reasoningEffort for a model whose id the SDK does not read as a reasoning model is sent with forceReasoning, as the README says", () =>
+  withDialect(async (d) => {
+    d.claude.script({
+      content: [{ type: "thinking", thinking: "Six sevens." }, { type: "text", text: "42" }],
+      inputTokens: 20,
+      outputTokens: 60,
+    });
+    const { text } = await generateText({
+      model: models(d)["openai Responses"](ADAPTIVE_CLAUDE),
+      prompt: "6 × 7?",
+      providerOptions: { openai: { reasoningEffort: "high", forceReasoning: true } },
+      maxRetries: 0,
+    });
+    assert.equal(text, "42");
+    assert.deepEqual(d.claude.messages()[0].body.output_config, { effort: "high" });
+    await assertCharged(d, ADAPTIVE_CLAUDE, { prompt: 20, completion: 60 });
+  }));
 
 Deno.test("AI SDK openai-compatible, a Claude that thinks unasked: a multi-step tool loop runs", () =>
   withDialect(async (d) => {

@@ -3,9 +3,20 @@ import assert from "node:assert/strict";
 import { ChatOpenAI } from "@langchain/openai";
 import { type AIMessageChunk, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
-import { assertCharged, CLAUDE_MODEL, type Dialect, OPENAI_MODEL, withDialect } from "./harness.ts";
+import {
+  ADAPTIVE_CLAUDE,
+  assertCharged,
+  CLAUDE_MODEL,
+  type Dialect,
+  OPENAI_MODEL,
+  withDialect,
+} from "./harness.ts";
 
-function chat(d: Dialect, model: string, options: { useResponsesApi?: boolean } = {}) {
+function chat(
+  d: Dialect,
+  model: string,
+  options: { useResponsesApi?: boolean; modelKwargs?: Record<string, unknown> } = {},
+) {
   return new ChatOpenAI({
     model,
     apiKey: d.apiKey,
@@ -201,3 +212,30 @@ for (const { kind, model } of KINDS) {
       await assertCharged(d, model, ...steps);
     }));
 }
+
+Deno.test("LangChain: reasoning for a model whose id LangChain does not read as a reasoning model goes through modelKwargs, as the README says", () =>
+  withDialect(async (d) => {
+    const answer = {
+      content: [
+        { type: "thinking" as const, thinking: "Six sevens." },
+        { type: "text" as const, text: "42" },
+      ],
+      inputTokens: 20,
+      outputTokens: 60,
+    };
+    for (const useResponsesApi of [false, true]) {
+      d.claude.script(answer);
+      const modelKwargs = useResponsesApi
+        ? { reasoning: { effort: "high" } }
+        : { reasoning_effort: "high" };
+      await chat(d, ADAPTIVE_CLAUDE, { useResponsesApi, modelKwargs }).invoke("6 × 7?");
+      const sent = d.claude.messages().at(-1)!.body;
+      assert.deepEqual(
+        sent.thinking,
+        { type: "adaptive", display: "summarized" },
+        String(useResponsesApi),
+      );
+      assert.deepEqual(sent.output_config, { effort: "high" });
+      await assertCharged(d, ADAPTIVE_CLAUDE, { prompt: 20, completion: 60 });
+    }
+  }));

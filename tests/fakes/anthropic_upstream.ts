@@ -880,9 +880,26 @@ export function generationOf(model: string): Generation {
   return (named && GENERATIONS[named[0]]) || EARLIER_GENERATION;
 }
 
+/** Bounds structured outputs refuse (docs "Structured outputs", "JSON Schema limitations"). */
+const UNSUPPORTED_BOUNDS = [
+  "minimum",
+  "maximum",
+  "exclusiveMinimum",
+  "exclusiveMaximum",
+  "multipleOf",
+  "minLength",
+  "maxLength",
+  "maxItems",
+  "uniqueItems",
+  "minProperties",
+  "maxProperties",
+];
+
 /**
- * Structured outputs' schema rule (docs "Structured outputs", "JSON Schema limitations"): every
- * object sets `additionalProperties: false`, so no schema allows any object. The words are ours.
+ * Structured outputs' schema rules (docs "Structured outputs", "JSON Schema limitations"): every
+ * object sets `additionalProperties: false`, so no schema allows any object (those words are ours),
+ * and no numeric, length or count bound is taken but `minItems` 0 or 1 (in Anthropic's words, as
+ * quoted in agentjido/req_llm#302: "For 'integer' type, property 'minimum' is not supported").
  */
 function validateOutputSchema(schema: Json, path: string[]) {
   if (!schema || typeof schema !== "object") return;
@@ -891,6 +908,13 @@ function validateOutputSchema(schema: Json, path: string[]) {
       `${
         path.join(".")
       }: For 'object' type, 'additionalProperties' must be explicitly set to false`,
+    );
+  }
+  const bound = UNSUPPORTED_BOUNDS.find((key) => key in schema) ??
+    (schema.minItems > 1 ? "minItems" : undefined);
+  if (bound) {
+    throw invalid(
+      `${path.join(".")}: For '${schema.type}' type, property '${bound}' is not supported`,
     );
   }
   for (const [key, value] of Object.entries(schema)) {

@@ -850,6 +850,23 @@ Deno.test("anthropic fake: 4.6 on refuse a prefill, Opus 5 turns thinking off on
       })).message,
       "output_config.format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false",
     );
+    assert.equal(
+      (await refused(fake, {
+        ...ask,
+        model: "claude-opus-5-5",
+        output_config: {
+          format: {
+            type: "json_schema",
+            schema: {
+              type: "object",
+              properties: { n: { type: "integer", minimum: 0 } },
+              additionalProperties: false,
+            },
+          },
+        },
+      })).message,
+      "output_config.format.schema.properties.n: For 'integer' type, property 'minimum' is not supported",
+    );
     const closed = { ...open, additionalProperties: false };
     assert.match(
       (await refused(fake, {

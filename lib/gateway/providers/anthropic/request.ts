@@ -104,6 +104,53 @@ function strictFormat(request: ChatRequest): Record<string, unknown> | null {
 }
 
 /**
+ * Bounds Anthropic's output formats refuse ("For 'integer' type, property 'minimum' is not
+ * supported"), which OpenAI's strict schemas may carry (zod writes `minimum` and `maximum` for
+ * every integer): they are taken out and told to the model in the description instead, as
+ * Anthropic's own SDKs do; the client's parser still checks them.
+ */
+const UNSUPPORTED_BOUNDS = new Set([
+  "minimum",
+  "maximum",
+  "exclusiveMinimum",
+  "exclusiveMaximum",
+  "multipleOf",
+  "minLength",
+  "maxLength",
+  "maxItems",
+  "uniqueItems",
+  "minProperties",
+  "maxProperties",
+]);
+
+/** A schema as Anthropic's output formats take it: unsupported bounds moved into descriptions. */
+export function formatSchema(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(formatSchema);
+  if (!schema || typeof schema !== "object") return schema;
+  const out: Record<string, unknown> = {};
+  const bounds: string[] = [];
+  for (const [key, value] of Object.entries(schema)) {
+    if (key === "$schema") continue;
+    // minItems above 1 is refused too; 0 and 1 are taken.
+    const refused = UNSUPPORTED_BOUNDS.has(key) ||
+      (key === "minItems" && typeof value === "number" && value > 1);
+    if (refused && typeof value !== "object") bounds.push(`${key} ${JSON.stringify(value)}`);
+    else if (key === "properties" || key === "$defs" || key === "definitions") {
+      out[key] = Object.fromEntries(
+        Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, formatSchema(v)]),
+      );
+    } else if (key === "enum" || key === "const" || key === "default" || key === "required") {
+      out[key] = value;
+    } else out[key] = formatSchema(value);
+  }
+  if (bounds.length) {
+    const said = typeof out.description === "string" ? `${out.description} ` : "";
+    out.description = `${said}(${bounds.join(", ")})`;
+  }
+  return out;
+}
+
+/**
  * The tool that would stand in for `response_format`, whose input is the answer; null without one.
  * The input bound counts it on every route: what `output_config.format` adds instead (the schema,
  * and the instructions Anthropic gives the model about it) stays below it.
@@ -374,7 +421,9 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   if (rules.thinking !== "budget" && effort) outputConfig.effort = effort;
   const answer = answerTool(up);
   const schema = strictFormat(request);
-  if (!answer && schema) outputConfig.format = { type: "json_schema", schema };
+  if (!answer && schema) {
+    outputConfig.format = { type: "json_schema", schema: formatSchema(schema) };
+  }
   if (Object.keys(outputConfig).length) body.output_config = outputConfig;
 
   const tools = messagesTools(request, answer);

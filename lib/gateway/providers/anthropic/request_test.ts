@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { testModel, upstreamRequest } from "../test_support.ts";
-import { messagesRequest, thinkingBudget } from "./request.ts";
+import { formatSchema, messagesRequest, thinkingBudget } from "./request.ts";
 
 const claude = testModel("anthropic", "claude-sonnet-4-5");
 const PNG_1x1 =
@@ -543,4 +543,37 @@ Deno.test("reasoning_effort max is Anthropic's max effort, or the largest budget
     false,
   ).thinking;
   assert.deepEqual(budget, { type: "enabled", budget_tokens: 63_999 });
+});
+
+Deno.test("an output format's bounds Anthropic refuses are told in the description instead; property names are not bounds", () => {
+  const schema = {
+    $schema: "https://json-schema.org/draft/2020-12/schema",
+    type: "object",
+    properties: {
+      born: { type: "integer", minimum: -9007199254740991, maximum: 9007199254740991 },
+      name: { type: "string", description: "Full name", minLength: 1 },
+      tags: { type: "array", items: { type: "string", maxLength: 8 }, minItems: 2 },
+      maximum: { type: "number" },
+    },
+    required: ["born", "name", "tags", "maximum"],
+    additionalProperties: false,
+  };
+  assert.deepEqual(formatSchema(schema), {
+    type: "object",
+    properties: {
+      born: {
+        type: "integer",
+        description: "(minimum -9007199254740991, maximum 9007199254740991)",
+      },
+      name: { type: "string", description: "Full name (minLength 1)" },
+      tags: {
+        type: "array",
+        items: { type: "string", description: "(maxLength 8)" },
+        description: "(minItems 2)",
+      },
+      maximum: { type: "number" },
+    },
+    required: ["born", "name", "tags", "maximum"],
+    additionalProperties: false,
+  });
 });
