@@ -79,8 +79,8 @@ const ModelSchema = z.object({
    */
   tokenizer: z.enum(["o200k", "cl100k", "utf8_bytes"]).optional(),
   /**
-   * Anthropic kind: what this Claude model takes (thinking, sampling, forced tool calls) where its
-   * name does not tell it (claude_rules.ts).
+   * Anthropic kind: what this Claude model takes (thinking, sampling, forced tool calls, a
+   * prefill) where its name does not tell it (claude_rules.ts).
    */
   claude: ClaudeRulesSchema.optional(),
   /**

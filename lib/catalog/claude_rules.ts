@@ -1,6 +1,7 @@
 /**
  * What a Claude model takes in a Messages request, where its generations differ: how it thinks,
- * whether it takes sampling parameters, whether a tool call can be forced. Anthropic's migration
+ * whether it takes sampling parameters, whether a tool call can be forced, whether a conversation
+ * may end with the assistant (a prefill). Anthropic's migration
  * guides state each rule per model (the README's "Providers" has the table); a request
  * that breaks one is a 400 after the reservation, so the gateway shapes the request, or refuses it
  * before the reservation, by these rules.
