@@ -43,10 +43,7 @@ export function parseOpenAiUsage(raw: unknown): { usage: Usage; raw: UsageObject
     completion = u.total_tokens - u.prompt_tokens;
   }
   const usage: Usage = { promptTokens: u.prompt_tokens, completionTokens: completion };
-  const cached = u.prompt_tokens_details?.cached_tokens ?? u.prompt_cache_hit_tokens;
-  if (cached) usage.cachedTokens = cached;
-  const written = u.prompt_tokens_details?.cache_write_tokens;
-  if (written) usage.cacheWriteTokens = written;
+  Object.assign(usage, promptCacheCounts(raw));
   if (reasoning) usage.reasoningTokens = reasoning;
   const shown = completion === u.completion_tokens ? raw as UsageObject : {
     ...raw as UsageObject,
@@ -54,6 +51,30 @@ export function parseOpenAiUsage(raw: unknown): { usage: Usage; raw: UsageObject
     total_tokens: u.prompt_tokens + completion,
   };
   return { usage, raw: shown };
+}
+
+const PromptCacheSchema = UsageSchema.pick({
+  prompt_tokens_details: true,
+  prompt_cache_hit_tokens: true,
+});
+
+/**
+ * The prompt's cache reads and writes a usage reports (OpenAI's details, DeepSeek's hit count),
+ * read alone so that a usage without a usable completion count still prices its prompt as the
+ * final one would.
+ */
+export function promptCacheCounts(
+  raw: unknown,
+): Pick<Usage, "cachedTokens" | "cacheWriteTokens"> {
+  const parsed = PromptCacheSchema.safeParse(raw);
+  if (!parsed.success) return {};
+  const u = parsed.data;
+  const counts: Pick<Usage, "cachedTokens" | "cacheWriteTokens"> = {};
+  const cached = u.prompt_tokens_details?.cached_tokens ?? u.prompt_cache_hit_tokens;
+  if (cached) counts.cachedTokens = cached;
+  const written = u.prompt_tokens_details?.cache_write_tokens;
+  if (written) counts.cacheWriteTokens = written;
+  return counts;
 }
 
 /**

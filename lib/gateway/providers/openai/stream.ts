@@ -9,7 +9,7 @@
  */
 import { parseSse } from "../../sse.ts";
 import type { BodyReader } from "../http1.ts";
-import { parseOpenAiUsage } from "../usage.ts";
+import { parseOpenAiUsage, promptCacheCounts } from "../usage.ts";
 import { eventJson } from "../http.ts";
 import { convertBatches } from "../part_batches.ts";
 import {
@@ -119,16 +119,7 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
 
 /** The prompt counts of a usage without a usable completion count, or null. */
 function promptCounts(raw: unknown): StreamPart | null {
-  const u = raw as {
-    prompt_tokens?: unknown;
-    prompt_tokens_details?: { cached_tokens?: unknown; cache_write_tokens?: unknown } | null;
-  };
-  const count = (n: unknown) => Number.isSafeInteger(n) && (n as number) >= 0 ? n as number : 0;
-  if (!Number.isSafeInteger(u.prompt_tokens) || (u.prompt_tokens as number) < 0) return null;
-  const part: StreamPart = { type: "prompt_tokens", promptTokens: u.prompt_tokens as number };
-  const cached = count(u.prompt_tokens_details?.cached_tokens);
-  const written = count(u.prompt_tokens_details?.cache_write_tokens);
-  if (cached) part.cachedTokens = cached;
-  if (written) part.cacheWriteTokens = written;
-  return part;
+  const prompt = (raw as { prompt_tokens?: unknown }).prompt_tokens;
+  if (!Number.isSafeInteger(prompt) || (prompt as number) < 0) return null;
+  return { type: "prompt_tokens", promptTokens: prompt as number, ...promptCacheCounts(raw) };
 }

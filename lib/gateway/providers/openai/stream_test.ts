@@ -241,3 +241,19 @@ Deno.test("a usage without a completion count hands on its cache reads and write
     { type: "prompt_tokens", promptTokens: 2000, cachedTokens: 64, cacheWriteTokens: 1900 },
   ]);
 });
+
+Deno.test("DeepSeek's cache hits on a usage without a completion count are cache reads too", async () => {
+  async function* nullCompletion() {
+    yield [
+      {
+        data: JSON.stringify({
+          choices: [],
+          usage: { prompt_tokens: 100, completion_tokens: null, prompt_cache_hit_tokens: 80 },
+        }),
+      },
+      { data: "[DONE]" },
+    ];
+  }
+  const parts = await collect(openAiStreamParts(nullCompletion()));
+  assert.deepEqual(parts, [{ type: "prompt_tokens", promptTokens: 100, cachedTokens: 80 }]);
+});
