@@ -764,6 +764,9 @@ function checkTools(data: Body) {
   }
 }
 
+/** How a refusal names the model the client asked for, as against one of its fallbacks. */
+const PRIMARY = "this model";
+
 /**
  * Refuses what the provider kinds serving the model cannot do, with the field's path: an allow-list
  * per kind rather than passing whatever came.
@@ -780,7 +783,7 @@ export function assertSupported(
   const p = request.params;
   routes.forEach((route, i) => {
     // A refusal by a fallback names it: the model the client asked for may take the request.
-    const model = i === 0 ? "this model" : `this model's fallback ${route.upstreamModel}`;
+    const model = i === 0 ? PRIMARY : `this model's fallback ${route.upstreamModel}`;
     if (route.claude) assertAnthropicCan(request, maxTokens, route.claude, model);
   });
   for (const kind of new Set(routes.map((r) => r.provider.kind))) {
@@ -845,19 +848,21 @@ function assertAnthropicCan(
   model: string,
 ) {
   const effort = request.params.reasoning_effort;
+  // Refusals worded for Claude at large name the fallback when it is a fallback's.
+  const whose = model === PRIMARY ? "" : ` (${model})`;
   if (
     rules.thinking === "budget" && effort && effort !== "none" &&
     maxTokens <= ANTHROPIC_MIN_THINKING_BUDGET
   ) {
     throw new ApiError(
       "unsupported_parameter",
-      `Unsupported value for 'reasoning_effort' with an output cap of ${maxTokens}: Anthropic's least thinking budget is ${ANTHROPIC_MIN_THINKING_BUDGET} tokens and must stay below the cap; raise max_tokens.`,
+      `Unsupported value for 'reasoning_effort' with an output cap of ${maxTokens}: Anthropic's least thinking budget is ${ANTHROPIC_MIN_THINKING_BUDGET} tokens and must stay below the cap${whose}; raise max_tokens.`,
       { param: "reasoning_effort" },
     );
   }
   // A model that takes sampling parameters takes only some beside thinking, whichever kind.
   if (rules.sampling && claudeThinks(request, rules)) {
-    assertThinkingCan(request, rules.thinking === "budget");
+    assertThinkingCan(request, rules.thinking === "budget", whose);
   }
   if (rules.thinking === "always" && effort === "none") {
     throw new ApiError(
@@ -877,7 +882,8 @@ function assertAnthropicCan(
       );
     }
   }
-  if (!rules.prefill) {
+  // An output format (a strict schema where no tool can be forced) takes no prefill either.
+  if (!rules.prefill || (!rules.forcedToolChoice && strictSchema(request))) {
     const last = lastSaying(request.messages);
     if (last >= 0 && request.messages[last].role === "assistant") {
       throw new ApiError(
@@ -928,14 +934,14 @@ function assertAnthropicCan(
  * Extended thinking's limits (Anthropic's "Extended thinking" docs), which Anthropic answers with a
  * 400 after the reservation: refused before it, naming the field.
  */
-function assertThinkingCan(request: ChatRequest, budget: boolean) {
+function assertThinkingCan(request: ChatRequest, budget: boolean, whose: string) {
   const p = request.params;
   const refuse = (param: string, rule: string) =>
     new ApiError(
       "unsupported_parameter",
       `Unsupported value for '${param}': ${rule} ${
         budget ? "when reasoning_effort is set (Claude's extended thinking)" : "while Claude thinks"
-      }.`,
+      }${whose}.`,
       { param },
     );
   // Above 1 is sent as 1 (Anthropic's range ends there), which thinking takes.
@@ -1048,12 +1054,26 @@ function lastSaying(messages: readonly ChatMessage[]): number {
       case "user":
         return userMessageSaysSomething(m);
       case "assistant":
-        return (m.tool_calls?.length ?? 0) > 0 || !isBlank(contentText(m.content)) ||
-          (!!m.refusal && !isBlank(m.refusal));
+        return assistantMessageSaysSomething(m);
       default:
         return false;
     }
   });
+}
+
+/** Whether an assistant message has anything to send: text, a refusal, or tool calls. */
+export function assistantMessageSaysSomething(
+  m: Extract<ChatMessage, { role: "assistant" }>,
+): boolean {
+  return (m.tool_calls?.length ?? 0) > 0 || !isBlank(contentText(m.content)) ||
+    (!!m.refusal && !isBlank(m.refusal));
+}
+
+/** The schema of a strict `json_schema` response format, or null. */
+export function strictSchema(request: ChatRequest): Record<string, unknown> | null {
+  const format = request.params.response_format;
+  if (format?.type !== "json_schema" || format.json_schema.strict !== true) return null;
+  return format.json_schema.schema ?? null;
 }
 
 /** Whether a user message gives the model anything: non-blank text, or an image (or file). */

@@ -573,6 +573,37 @@ Deno.test("every Claude route of a model is held to its own rules: a fallback to
       e instanceof ApiError && e.param === "temperature" &&
       e.message.includes("with this model's fallback claude-opus-4-7."),
   );
+  // Refusals worded for Claude at large name the fallback too.
+  const budgetRoutes = [
+    route("anthropic", "claude-opus-4-7"),
+    route("anthropic", "claude-sonnet-4-5"),
+  ];
+  const thinking = {
+    model: "m/x",
+    messages: [{ role: "user", content: "x" }],
+    reasoning_effort: "high",
+  };
+  assert.throws(
+    () => assertSupported(parseChatRequest(thinking), budgetRoutes, 1000),
+    (e) =>
+      e instanceof ApiError && e.param === "reasoning_effort" &&
+      e.message.includes("(this model's fallback claude-sonnet-4-5)"),
+  );
+  assert.throws(
+    () =>
+      assertSupported(
+        parseChatRequest({
+          ...thinking,
+          tools: [{ type: "function", function: { name: "w" } }],
+          tool_choice: "required",
+        }),
+        budgetRoutes,
+        4096,
+      ),
+    (e) =>
+      e instanceof ApiError && e.param === "tool_choice" &&
+      e.message.endsWith("(this model's fallback claude-sonnet-4-5)."),
+  );
 });
 
 Deno.test("Claude 4.6 on refuse a conversation that ends with an assistant message (a prefill to Claude)", () => {

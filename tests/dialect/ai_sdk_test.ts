@@ -174,6 +174,30 @@ for (const provider of ["openai-compatible", "openai .chat()", "openai Responses
     }));
 }
 
+Deno.test("AI SDK openai .chat(), a Claude that cannot be forced to call a tool: a schema with a discriminated union, an integer and a cuid reaches Anthropic's output format in the subset it takes", () =>
+  withDialect(async (d) => {
+    const Shape = z.object({
+      id: z.cuid2(),
+      sides: z.number().int(),
+      kind: z.discriminatedUnion("type", [
+        z.object({ type: z.literal("circle"), r: z.number() }),
+        z.object({ type: z.literal("square"), side: z.number() }),
+      ]),
+    });
+    const shape = { id: "tz4a98xxat96iws9zmbrgj3a", sides: 4, kind: { type: "square", side: 2 } };
+    d.claude.script({ text: JSON.stringify(shape), inputTokens: 300, outputTokens: 40 });
+    const { output } = await generateText({
+      model: models(d)["openai .chat()"](UNFORCEABLE_CLAUDE),
+      output: Output.object({ schema: Shape }),
+      prompt: "A square.",
+      maxRetries: 0,
+    });
+    assert.deepEqual(output, shape);
+    const format = d.claude.messages()[0].body.output_config.format.schema;
+    assert.equal(format.properties.kind.anyOf.length, 2);
+    await assertCharged(d, UNFORCEABLE_CLAUDE, { prompt: 300, completion: 40 });
+  }));
+
 Deno.test("AI SDK openai Responses: reasoningEffort for a model whose id the SDK does not read as a reasoning model is sent with forceReasoning, as the README says", () =>
   withDialect(async (d) => {
     d.claude.script({

@@ -880,29 +880,72 @@ export function generationOf(model: string): Generation {
   return (named && GENERATIONS[named[0]]) || EARLIER_GENERATION;
 }
 
-/** Bounds structured outputs refuse (docs "Structured outputs", "JSON Schema limitations"). */
-const UNSUPPORTED_BOUNDS = [
-  "minimum",
-  "maximum",
-  "exclusiveMinimum",
-  "exclusiveMaximum",
-  "multipleOf",
-  "minLength",
-  "maxLength",
-  "maxItems",
-  "uniqueItems",
-  "minProperties",
-  "maxProperties",
-];
-
 /**
- * Structured outputs' schema rules (docs "Structured outputs", "JSON Schema limitations"): every
- * object sets `additionalProperties: false`, so no schema allows any object (those words are ours),
- * and no numeric, length or count bound is taken but `minItems` 0 or 1 (in Anthropic's words, as
- * quoted in agentjido/req_llm#302: "For 'integer' type, property 'minimum' is not supported").
+ * The JSON Schema subset structured outputs take (docs "Structured outputs", "JSON Schema
+ * limitations"): these keywords, the string formats below, `minItems` 0 or 1, closed objects, one
+ * schema for `items`, no recursion. Anything else is refused, in Anthropic's words as quoted in
+ * agentjido/req_llm#302 ("For 'integer' type, property 'minimum' is not supported"); the words for
+ * open objects, formats and recursion are ours.
  */
+const SCHEMA_KEYWORDS = new Set([
+  "type",
+  "enum",
+  "const",
+  "anyOf",
+  "allOf",
+  "$ref",
+  "$defs",
+  "definitions",
+  "description",
+  "title",
+  "properties",
+  "additionalProperties",
+  "required",
+  "format",
+  "items",
+  "minItems",
+]);
+const SCHEMA_FORMATS = new Set([
+  "date-time",
+  "time",
+  "date",
+  "duration",
+  "email",
+  "hostname",
+  "uri",
+  "ipv4",
+  "ipv6",
+  "uuid",
+]);
+
+/** Whether a schema's references loop back (to the root, or a definition to itself). */
+function schemaLoops(root: Json): boolean {
+  const refs = (node: Json, out: string[] = []): string[] => {
+    if (Array.isArray(node)) node.forEach((n) => refs(n, out));
+    else if (node && typeof node === "object") {
+      for (const [key, value] of Object.entries(node)) {
+        if (key === "$ref") out.push(String(value));
+        else if (key !== "$defs" && key !== "definitions") refs(value, out);
+      }
+    }
+    return out;
+  };
+  const defs: Json = { ...root.definitions, ...root.$defs };
+  const target = (ref: string) => ref.match(/^#\/(?:\$defs|definitions)\/(.+)$/)?.[1];
+  if (refs(root).some((ref) => target(ref) === undefined)) return true;
+  const loops = (name: string, path: string[]): boolean =>
+    refs(defs[name]).some((ref) => {
+      const next = target(ref);
+      return next === undefined || path.includes(next) || loops(next, [...path, next]);
+    });
+  return Object.keys(defs).some((name) => loops(name, [name]));
+}
+
 function validateOutputSchema(schema: Json, path: string[]) {
   if (!schema || typeof schema !== "object") return;
+  if (path.length === 3 && schemaLoops(schema)) {
+    throw invalid(`${path.join(".")}: Recursive schemas are not supported`);
+  }
   if (schema.type === "object" && schema.additionalProperties !== false) {
     throw invalid(
       `${
@@ -910,12 +953,16 @@ function validateOutputSchema(schema: Json, path: string[]) {
       }: For 'object' type, 'additionalProperties' must be explicitly set to false`,
     );
   }
-  const bound = UNSUPPORTED_BOUNDS.find((key) => key in schema) ??
-    (schema.minItems > 1 ? "minItems" : undefined);
-  if (bound) {
+  const refused = Object.keys(schema).find((key) => !SCHEMA_KEYWORDS.has(key)) ??
+    (schema.minItems > 1 ? "minItems" : undefined) ??
+    (Array.isArray(schema.items) || schema.items === false ? "items" : undefined);
+  if (refused) {
     throw invalid(
-      `${path.join(".")}: For '${schema.type}' type, property '${bound}' is not supported`,
+      `${path.join(".")}: For '${schema.type}' type, property '${refused}' is not supported`,
     );
+  }
+  if (schema.format !== undefined && !SCHEMA_FORMATS.has(schema.format)) {
+    throw invalid(`${path.join(".")}: format '${schema.format}' is not supported`);
   }
   for (const [key, value] of Object.entries(schema)) {
     if (key === "properties" || key === "$defs" || key === "definitions") {

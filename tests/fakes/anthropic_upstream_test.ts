@@ -886,3 +886,51 @@ Deno.test("anthropic fake: 4.6 on refuse a prefill, Opus 5 turns thinking off on
       assert.equal(status, 200, JSON.stringify(json));
     }
   }));
+
+Deno.test("anthropic fake: an output format takes JSON Schema's subset only — no oneOf, no other string formats, no tuples, no recursion", () =>
+  withAnthropic(async (fake) => {
+    const ask = {
+      model: "claude-opus-5-5",
+      max_tokens: 4096,
+      messages: [{ role: "user", content: "Hi" }],
+    };
+    const object = (properties: Record<string, unknown>) => ({
+      type: "object",
+      properties,
+      required: Object.keys(properties),
+      additionalProperties: false,
+    });
+    const refusal = async (schema: unknown) =>
+      (await refused(fake, { ...ask, output_config: { format: { type: "json_schema", schema } } }))
+        .message;
+    assert.equal(
+      await refusal(object({ a: { oneOf: [{ type: "string" }, { type: "number" }] } })),
+      "output_config.format.schema.properties.a: For 'undefined' type, property 'oneOf' is not supported",
+    );
+    assert.equal(
+      await refusal(object({ id: { type: "string", format: "cuid2" } })),
+      "output_config.format.schema.properties.id: format 'cuid2' is not supported",
+    );
+    assert.match(
+      await refusal(
+        object({ p: { type: "array", prefixItems: [{ type: "string" }], items: false } }),
+      ),
+      /property 'prefixItems' is not supported/,
+    );
+    assert.equal(
+      await refusal(object({ kids: { type: "array", items: { $ref: "#" } } })),
+      "output_config.format.schema: Recursive schemas are not supported",
+    );
+    const fine = object({
+      a: { anyOf: [{ type: "string" }, { type: "null" }] },
+      at: { type: "string", format: "date-time" },
+      n: { $ref: "#/$defs/N" },
+    });
+    const { status, json } = await post(fake, {
+      ...ask,
+      output_config: {
+        format: { type: "json_schema", schema: { ...fine, $defs: { N: { type: "number" } } } },
+      },
+    });
+    assert.equal(status, 200, JSON.stringify(json));
+  }));

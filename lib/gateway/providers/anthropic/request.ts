@@ -9,16 +9,19 @@
  * effort.
  */
 import {
+  assistantMessageSaysSomething,
   type ChatMessage,
   type ChatRequest,
   claudeThinks,
   contentText,
   isBlank,
+  strictSchema,
   type TextContentPart,
   userMessageSaysSomething,
 } from "../../chat_request.ts";
 import { type ClaudeRules, claudeRulesByName } from "@/lib/catalog/mod.ts";
 import { parseImageDataUrl } from "../../image_size.ts";
+import { formatSchema, isRecursive } from "./output_format.ts";
 import type { UpstreamRequest } from "../types.ts";
 
 type Block = Record<string, unknown> & { type: string };
@@ -87,67 +90,20 @@ function adaptiveThinking(
 /**
  * The tool standing in for `response_format` on this route, whose input is the answer; null
  * without one. Where the model cannot be made to call a tool, a strict schema goes as
- * `output_config.format` instead (`strictFormat`); anything else keeps the tool, offered
+ * `output_config.format` instead (`formatToSend`); anything else keeps the tool, offered
  * unforced: Anthropic's formats take no schema that allows any object or leaves
- * `additionalProperties` open, which OpenAI's strict schemas never do and its others may.
+ * `additionalProperties` open, which OpenAI's strict schemas never do and its others may, nor a
+ * recursive one.
  */
 export function answerTool(up: UpstreamRequest): { name: string; schema: unknown } | null {
-  if (!routeRules(up).forcedToolChoice && strictFormat(up.request)) return null;
+  if (!routeRules(up).forcedToolChoice && formatToSend(up.request)) return null;
   return responseTool(up.request);
 }
 
-/** The schema of a strict `json_schema` format, or null. */
-function strictFormat(request: ChatRequest): Record<string, unknown> | null {
-  const format = request.params.response_format;
-  if (format?.type !== "json_schema" || format.json_schema.strict !== true) return null;
-  return format.json_schema.schema ?? null;
-}
-
-/**
- * Bounds Anthropic's output formats refuse ("For 'integer' type, property 'minimum' is not
- * supported"), which OpenAI's strict schemas may carry (zod writes `minimum` and `maximum` for
- * every integer): they are taken out and told to the model in the description instead, as
- * Anthropic's own SDKs do; the client's parser still checks them.
- */
-const UNSUPPORTED_BOUNDS = new Set([
-  "minimum",
-  "maximum",
-  "exclusiveMinimum",
-  "exclusiveMaximum",
-  "multipleOf",
-  "minLength",
-  "maxLength",
-  "maxItems",
-  "uniqueItems",
-  "minProperties",
-  "maxProperties",
-]);
-
-/** A schema as Anthropic's output formats take it: unsupported bounds moved into descriptions. */
-export function formatSchema(schema: unknown): unknown {
-  if (Array.isArray(schema)) return schema.map(formatSchema);
-  if (!schema || typeof schema !== "object") return schema;
-  const out: Record<string, unknown> = {};
-  const bounds: string[] = [];
-  for (const [key, value] of Object.entries(schema)) {
-    if (key === "$schema") continue;
-    // minItems above 1 is refused too; 0 and 1 are taken.
-    const refused = UNSUPPORTED_BOUNDS.has(key) ||
-      (key === "minItems" && typeof value === "number" && value > 1);
-    if (refused && typeof value !== "object") bounds.push(`${key} ${JSON.stringify(value)}`);
-    else if (key === "properties" || key === "$defs" || key === "definitions") {
-      out[key] = Object.fromEntries(
-        Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, formatSchema(v)]),
-      );
-    } else if (key === "enum" || key === "const" || key === "default" || key === "required") {
-      out[key] = value;
-    } else out[key] = formatSchema(value);
-  }
-  if (bounds.length) {
-    const said = typeof out.description === "string" ? `${out.description} ` : "";
-    out.description = `${said}(${bounds.join(", ")})`;
-  }
-  return out;
+/** The schema of a strict, non-recursive `json_schema` format, or null. */
+function formatToSend(request: ChatRequest): Record<string, unknown> | null {
+  const schema = strictSchema(request);
+  return schema && !isRecursive(schema) ? schema : null;
 }
 
 /**
@@ -251,10 +207,6 @@ export function toolInput(args: string): Record<string, unknown> {
 }
 
 /** Whether an assistant message has anything to send: text, a refusal, or tool calls. */
-function assistantSaysSomething(m: Extract<ChatMessage, { role: "assistant" }>): boolean {
-  return textBlocks(m.content).length > 0 || (!!m.refusal && !isBlank(m.refusal)) ||
-    (m.tool_calls?.length ?? 0) > 0;
-}
 
 /**
  * Whether the conversation's first turn that is sent is the assistant's, so that the opening user
@@ -264,7 +216,7 @@ export function opensWithAssistant(messages: readonly ChatMessage[]): boolean {
   for (const m of messages) {
     if (m.role === "tool") return false;
     if (m.role === "user" && userMessageSaysSomething(m)) return false;
-    if (m.role === "assistant" && assistantSaysSomething(m)) return true;
+    if (m.role === "assistant" && assistantMessageSaysSomething(m)) return true;
   }
   return false;
 }
@@ -420,7 +372,7 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   const effort = p.reasoning_effort && EFFORT[p.reasoning_effort];
   if (rules.thinking !== "budget" && effort) outputConfig.effort = effort;
   const answer = answerTool(up);
-  const schema = strictFormat(request);
+  const schema = formatToSend(request);
   if (!answer && schema) {
     outputConfig.format = { type: "json_schema", schema: formatSchema(schema) };
   }

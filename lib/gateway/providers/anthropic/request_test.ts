@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { testModel, upstreamRequest } from "../test_support.ts";
-import { formatSchema, messagesRequest, thinkingBudget } from "./request.ts";
+import { messagesRequest, thinkingBudget } from "./request.ts";
 
 const claude = testModel("anthropic", "claude-sonnet-4-5");
 const PNG_1x1 =
@@ -476,7 +476,8 @@ Deno.test("a strict json_schema goes as output_config.format where the model can
   const sent = messagesRequest(up, false);
   assert.deepEqual(sent.output_config, {
     effort: "medium",
-    format: { type: "json_schema", schema },
+    // An object the client left open goes closed, as output formats take it.
+    format: { type: "json_schema", schema: { ...schema, additionalProperties: false } },
   });
   assert.deepEqual((sent.tools as { name: string }[]).map((t) => t.name), ["w"]);
   assert.deepEqual(sent.tool_choice, { type: "auto" });
@@ -545,35 +546,24 @@ Deno.test("reasoning_effort max is Anthropic's max effort, or the largest budget
   assert.deepEqual(budget, { type: "enabled", budget_tokens: 63_999 });
 });
 
-Deno.test("an output format's bounds Anthropic refuses are told in the description instead; property names are not bounds", () => {
-  const schema = {
-    $schema: "https://json-schema.org/draft/2020-12/schema",
+Deno.test("a recursive strict schema keeps the answer tool, unforced, where no tool can be forced: no output format takes it", () => {
+  const tree = {
     type: "object",
-    properties: {
-      born: { type: "integer", minimum: -9007199254740991, maximum: 9007199254740991 },
-      name: { type: "string", description: "Full name", minLength: 1 },
-      tags: { type: "array", items: { type: "string", maxLength: 8 }, minItems: 2 },
-      maximum: { type: "number" },
-    },
-    required: ["born", "name", "tags", "maximum"],
+    properties: { name: { type: "string" }, children: { type: "array", items: { $ref: "#" } } },
+    required: ["name", "children"],
     additionalProperties: false,
   };
-  assert.deepEqual(formatSchema(schema), {
-    type: "object",
-    properties: {
-      born: {
-        type: "integer",
-        description: "(minimum -9007199254740991, maximum 9007199254740991)",
+  const sent = messagesRequest(
+    upstreamRequest(testModel("anthropic", "claude-opus-5-5"), {
+      messages: ask,
+      response_format: {
+        type: "json_schema",
+        json_schema: { name: "tree", schema: tree, strict: true },
       },
-      name: { type: "string", description: "Full name (minLength 1)" },
-      tags: {
-        type: "array",
-        items: { type: "string", description: "(maxLength 8)" },
-        description: "(minItems 2)",
-      },
-      maximum: { type: "number" },
-    },
-    required: ["born", "name", "tags", "maximum"],
-    additionalProperties: false,
-  });
+    }),
+    false,
+  );
+  assert.equal(sent.output_config, undefined);
+  assert.deepEqual((sent.tools as { name: string }[]).map((t) => t.name), ["tree"]);
+  assert.deepEqual(sent.tool_choice, { type: "auto" });
 });
