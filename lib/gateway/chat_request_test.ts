@@ -685,3 +685,25 @@ Deno.test("GPT-5.6's prompt-cache fields are taken and held to their values", ()
     "messages[0].content[0].prompt_cache_breakpoint.mode",
   );
 });
+
+Deno.test("a prefill beside an output format is refused, even on a route stated to take prefills", () => {
+  const alias = {
+    provider: { kind: "anthropic" as const },
+    upstreamModel: "our-claude",
+    claude: { thinking: "budget" as const, sampling: true, forcedToolChoice: false, prefill: true },
+  };
+  const body = {
+    model: "m/x",
+    messages: [{ role: "user", content: "x" }, { role: "assistant", content: "{" }],
+  };
+  const strict = {
+    type: "json_schema",
+    json_schema: { name: "a", strict: true, schema: { type: "object" } },
+  };
+  assert.throws(
+    () => assertSupported(parseChatRequest({ ...body, response_format: strict }), [alias], 4096),
+    (e) => e instanceof ApiError && e.param === "messages[1]",
+  );
+  // Without one, the stated rule stands.
+  assertSupported(parseChatRequest(body), [alias], 4096);
+});
