@@ -13,6 +13,7 @@ import {
   until,
   usageRecords,
   userMessage,
+  withService,
 } from "./helpers.ts";
 
 const encoder = new TextEncoder();
@@ -72,47 +73,63 @@ async function onlyUsage(kv: Deno.Kv, appId: string): Promise<UsageRecord> {
   return records[0];
 }
 
+/**
+ * Runs `check` against a fresh service on this OpenAI-kind upstream, with one app; every wallet is
+ * then held to the audit (withService), and the upstream closed. `check`'s result is returned.
+ */
+async function withUpstream<T>(
+  upstream: { url: string; close(): Promise<void> },
+  check: (s: TestService, app: { appId: string; apiKey: string }) => Promise<T>,
+): Promise<T> {
+  let result!: T;
+  try {
+    await withService(async (s) => {
+      result = await check(s, await s.newApp());
+    }, { openaiBaseUrl: upstream.url });
+  } finally {
+    await upstream.close();
+  }
+  return result;
+}
+
 Deno.test("a client that disconnects mid-stream stops the upstream and pays for what was produced", async () => {
   const upstream = fakeUpstream(["Hello", " wide", " world"], "hang");
-  const s = await startService({ openaiBaseUrl: upstream.url });
-  const server = serveLoopback(s.handle);
-  try {
-    const { appId, apiKey } = await s.newApp();
-    const abort = new AbortController();
-    const messages = userMessage("say hello");
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: "fake/gpt", messages, stream: true, max_tokens: 500 }),
-      signal: abort.signal,
-    });
-    assert.equal(res.status, 200);
-    const reader = res.body!.getReader();
-    let received = "";
-    while (!received.includes("world")) {
-      received += new TextDecoder().decode((await reader.read()).value);
-    }
-    abort.abort();
+  await withUpstream(upstream, async (s, { appId, apiKey }) => {
+    const server = serveLoopback(s.handle);
+    try {
+      const abort = new AbortController();
+      const messages = userMessage("say hello");
+      const res = await fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "fake/gpt", messages, stream: true, max_tokens: 500 }),
+        signal: abort.signal,
+      });
+      assert.equal(res.status, 200);
+      const reader = res.body!.getReader();
+      let received = "";
+      while (!received.includes("world")) {
+        received += new TextDecoder().decode((await reader.read()).value);
+      }
+      abort.abort();
 
-    await until(
-      async () => (await s.wallet(appId)).reserved === 0,
-      "the reservation to be settled",
-    );
-    await until(() => upstream.seen.aborted, "the upstream request to be aborted");
-    const usage = await onlyUsage(s.kv, appId);
-    assert.equal(usage.outcome, "client_closed");
-    assert.equal(usage.countedLocally, true);
-    assert.equal(usage.completionTokens, countTextTokens("Hello wide world"));
-    assert.equal(usage.promptTokens, countPromptTokens(messages));
-    const model = s.catalog.get("fake/gpt")!;
-    assert.equal(usage.cost, usageCost(model, usage));
-    assert.equal((await s.wallet(appId)).spent, usage.cost);
-    await assertAuditClean(s.kv);
-  } finally {
-    await server.close();
-    await upstream.close();
-    await s.close();
-  }
+      await until(
+        async () => (await s.wallet(appId)).reserved === 0,
+        "the reservation to be settled",
+      );
+      await until(() => upstream.seen.aborted, "the upstream request to be aborted");
+      const usage = await onlyUsage(s.kv, appId);
+      assert.equal(usage.outcome, "client_closed");
+      assert.equal(usage.countedLocally, true);
+      assert.equal(usage.completionTokens, countTextTokens("Hello wide world"));
+      assert.equal(usage.promptTokens, countPromptTokens(messages));
+      const model = s.catalog.get("fake/gpt")!;
+      assert.equal(usage.cost, usageCost(model, usage));
+      assert.equal((await s.wallet(appId)).spent, usage.cost);
+    } finally {
+      await server.close();
+    }
+  });
 });
 
 /**
@@ -136,50 +153,45 @@ function usageOnContentChunks(ending: "hang" | "cut") {
 
 Deno.test("a client that leaves a stream whose upstream reported usage on its content chunks pays that usage, hidden thinking included", async () => {
   const upstream = usageOnContentChunks("hang");
-  const s = await startService({ openaiBaseUrl: upstream.url });
-  const server = serveLoopback(s.handle);
-  try {
-    const { appId, apiKey } = await s.newApp();
-    const abort = new AbortController();
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({
-        model: "fake/gpt",
-        messages: userMessage("go on"),
-        stream: true,
-        max_tokens: 4000,
-      }),
-      signal: abort.signal,
-    });
-    const reader = res.body!.getReader();
-    let received = "";
-    while (!received.includes("word3")) {
-      received += new TextDecoder().decode((await reader.read()).value);
+  await withUpstream(upstream, async (s, { appId, apiKey }) => {
+    const server = serveLoopback(s.handle);
+    try {
+      const abort = new AbortController();
+      const res = await fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "fake/gpt",
+          messages: userMessage("go on"),
+          stream: true,
+          max_tokens: 4000,
+        }),
+        signal: abort.signal,
+      });
+      const reader = res.body!.getReader();
+      let received = "";
+      while (!received.includes("word3")) {
+        received += new TextDecoder().decode((await reader.read()).value);
+      }
+      abort.abort();
+      await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
+      const usage = await onlyUsage(s.kv, appId);
+      assert.equal(usage.outcome, "client_closed");
+      assert.equal(usage.countedLocally, false);
+      assert.equal(usage.promptTokens, upstream.billed.promptTokens);
+      assert.equal(usage.completionTokens, upstream.billed.completionTokens);
+      assert.equal(usage.cost, usageCost(s.catalog.get("fake/gpt")!, upstream.billed));
+      assert.equal((await s.wallet(appId)).spent, usage.cost);
+    } finally {
+      await server.close();
     }
-    abort.abort();
-    await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
-    const usage = await onlyUsage(s.kv, appId);
-    assert.equal(usage.outcome, "client_closed");
-    assert.equal(usage.countedLocally, false);
-    assert.equal(usage.promptTokens, upstream.billed.promptTokens);
-    assert.equal(usage.completionTokens, upstream.billed.completionTokens);
-    assert.equal(usage.cost, usageCost(s.catalog.get("fake/gpt")!, upstream.billed));
-    assert.equal((await s.wallet(appId)).spent, usage.cost);
-    await assertAuditClean(s.kv);
-  } finally {
-    await server.close();
-    await upstream.close();
-    await s.close();
-  }
+  });
 });
 
 Deno.test("a stream cut after its upstream reported usage on a content chunk is charged that usage, streamed or not", async () => {
   for (const stream of [true, false]) {
     const upstream = usageOnContentChunks("cut");
-    const s = await startService({ openaiBaseUrl: upstream.url });
-    try {
-      const { appId, apiKey } = await s.newApp();
+    await withUpstream(upstream, async (s, { appId, apiKey }) => {
       const res = await s.chat(apiKey, {
         model: "fake/gpt",
         messages: userMessage("go on"),
@@ -192,11 +204,7 @@ Deno.test("a stream cut after its upstream reported usage on a content chunk is 
       assert.equal(usage.outcome, "upstream_cut", `stream: ${stream}`);
       assert.equal(usage.countedLocally, false, `stream: ${stream}`);
       assert.equal(usage.completionTokens, upstream.billed.completionTokens, `stream: ${stream}`);
-      await assertAuditClean(s.kv);
-    } finally {
-      await upstream.close();
-      await s.close();
-    }
+    });
   }
 });
 
@@ -211,9 +219,7 @@ async function leftAfterEarlyUsage(usage: Record<string, number>, chunks: number
     rawChunk({ choices: [{ index: 0, delta: { content: "Hi" }, finish_reason: null }], usage }),
     ...Array.from({ length: chunks }, () => chunk(LOREM)),
   ], "hang");
-  const s = await startService({ openaiBaseUrl: server.url });
-  try {
-    const { appId, apiKey } = await s.newApp();
+  return await withUpstream(server, async (s, { appId, apiKey }) => {
     const res = await s.chat(apiKey, {
       model: "fake/gpt",
       messages: userMessage("go on"),
@@ -227,12 +233,8 @@ async function leftAfterEarlyUsage(usage: Record<string, number>, chunks: number
     }
     await reader.cancel();
     await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
-    await assertAuditClean(s.kv);
     return await onlyUsage(s.kv, appId);
-  } finally {
-    await server.close();
-    await s.close();
-  }
+  });
 }
 
 Deno.test("a usage an upstream reported early and not again does not cap the charge of the output it sent after it", async () => {
@@ -265,10 +267,7 @@ Deno.test("when output after an early usage raises the charge, the client is sho
     chunk({}, "stop"),
     "data: [DONE]\n\n",
   ];
-  const server = eventUpstream(events, "hang");
-  const s = await startService({ openaiBaseUrl: server.url });
-  try {
-    const { appId, apiKey } = await s.newApp();
+  await withUpstream(eventUpstream(events, "hang"), async (s, { appId, apiKey }) => {
     const ask = { model: "fake/gpt", messages: userMessage("go on"), max_tokens: 8000 };
     const plain = await (await s.chat(apiKey, ask)).json();
     const streamedChunks = (await readSse(
@@ -282,11 +281,7 @@ Deno.test("when output after an early usage raises the charge, the client is sho
     }
     const records = await usageRecords(s.kv, appId);
     assert.deepEqual(records.map((r) => r.completionTokens), [completion, completion]);
-    await assertAuditClean(s.kv);
-  } finally {
-    await server.close();
-    await s.close();
-  }
+  });
 });
 
 /** Streams a chat whose upstream sends `words` and then breaks off; `check` sees what came. */
@@ -295,10 +290,7 @@ async function withCutStream(
   check: (s: TestService, appId: string, events: string[]) => Promise<void>,
   body: Record<string, unknown> = {},
 ) {
-  const upstream = fakeUpstream(words, "cut");
-  const s = await startService({ openaiBaseUrl: upstream.url });
-  try {
-    const { appId, apiKey } = await s.newApp();
+  await withUpstream(fakeUpstream(words, "cut"), async (s, { appId, apiKey }) => {
     const res = await s.chat(apiKey, {
       model: "fake/gpt",
       messages: userMessage("go on"),
@@ -307,11 +299,7 @@ async function withCutStream(
     });
     assert.equal(res.status, 200);
     await check(s, appId, await readSse(res));
-    await assertAuditClean(s.kv);
-  } finally {
-    await upstream.close();
-    await s.close();
-  }
+  });
 }
 
 Deno.test("a stream the upstream cuts is charged for what was produced and ends with an error event", () =>
@@ -366,10 +354,7 @@ Deno.test("a cut stream with an empty reasoning_content beside its reasoning cou
 });
 
 Deno.test("a client that cancels the response body in process settles the stream too", async () => {
-  const upstream = fakeUpstream(["a", " b"], "hang");
-  const s = await startService({ openaiBaseUrl: upstream.url });
-  try {
-    const { appId, apiKey } = await s.newApp();
+  await withUpstream(fakeUpstream(["a", " b"], "hang"), async (s, { appId, apiKey }) => {
     const res = await s.chat(apiKey, {
       model: "fake/gpt",
       messages: userMessage("x"),
@@ -383,11 +368,7 @@ Deno.test("a client that cancels the response body in process settles the stream
       "the reservation to be settled",
     );
     assert.equal((await onlyUsage(s.kv, appId)).outcome, "client_closed");
-    await assertAuditClean(s.kv);
-  } finally {
-    await upstream.close();
-    await s.close();
-  }
+  });
 });
 
 Deno.test("open streams are watched for a stalled client by one sweep, which forgets each stream once it is settled", async () => {
@@ -494,9 +475,7 @@ Deno.test("null entries an upstream slips into choices or tool calls are dropped
       { headers: { "content-type": "text/event-stream" } },
     )
   );
-  const s = await startService({ openaiBaseUrl: server.url });
-  try {
-    const { appId, apiKey } = await s.newApp();
+  await withUpstream(server, async (s, { appId, apiKey }) => {
     const res = await s.chat(apiKey, { model: "fake/gpt", messages: userMessage("call f") });
     assert.equal(res.status, 200);
     const body = await res.json();
@@ -505,9 +484,5 @@ Deno.test("null entries an upstream slips into choices or tool calls are dropped
     assert.equal([usage.promptTokens, usage.completionTokens].join(), "7,5");
     assert.equal(parseUsd(res.headers.get("tollbooth-request-cost")!), usage.cost);
     assert.equal((await s.wallet(appId)).spent, usage.cost);
-    await assertAuditClean(s.kv);
-  } finally {
-    await server.close();
-    await s.close();
-  }
+  });
 });
