@@ -874,9 +874,6 @@ export class Wallets {
                 new LocalSlice(result.record, result.versionstamp, result, this.#now()),
               );
             }
-            // Ticks come at least as often as recalls are looked for and leases must be renewed,
-            // whatever the post interval: a long one must neither let a slice in use lapse nor
-            // keep a recalled one out.
             this.#sliceTimer ??= setInterval(() => this.#sliceTick(), this.#sliceTickMs());
             return true;
           }),

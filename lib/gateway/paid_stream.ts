@@ -170,19 +170,17 @@ export class PaidStream {
     const outcome: UsageOutcome = ending.kind === "client_gone" || ending.kind === "stalled"
       ? "client_closed"
       : ending.kind;
-    const counted = () =>
-      Math.min(
-        this.#options.maxOutputTokens,
-        // Counted apart: the upstream billed them as separate blocks.
-        this.#options.countOutput(this.#produced) +
-          (this.#unshown ? this.#options.countOutput(this.#unshown) : 0),
-      );
     let usage = this.#reportedUsage;
     let countedLocally = usage === null;
     if (usage === null) {
       usage = {
         ...(this.#reportedPrompt ?? { promptTokens: this.#options.countedPromptTokens }),
-        completionTokens: counted(),
+        completionTokens: Math.min(
+          this.#options.maxOutputTokens,
+          // Counted apart: the upstream billed them as separate blocks.
+          this.#options.countOutput(this.#produced) +
+            (this.#unshown ? this.#options.countOutput(this.#unshown) : 0),
+        ),
       };
     } else if (
       this.#produced.length > this.#producedAtReport || this.#unshown.length > this.#unshownAtReport

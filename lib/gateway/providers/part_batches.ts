@@ -6,8 +6,11 @@ export interface EventConversion<E> {
   take(event: E, parts: StreamPart[]): boolean;
   /** Whether the stream got far enough to be whole, when it ends without its last event. */
   finished(): boolean;
-  /** The parts still owed once the events end: `cut` when the stream failed (the bill so far). */
-  close(parts: StreamPart[], cut: boolean): void;
+  /**
+   * The parts still owed once the events end, for a format that holds some back: `cut` when the
+   * stream failed (the bill so far).
+   */
+  close?(parts: StreamPart[], cut: boolean): void;
 }
 
 /**
@@ -37,10 +40,10 @@ export async function* convertBatches<E>(
     }
     if (!last && !conversion.finished()) throw new ProviderError("stream_cut", unfinished);
   } catch (error) {
-    conversion.close(parts, true);
+    conversion.close?.(parts, true);
     if (parts.length > 0) yield parts;
     throw error;
   }
-  conversion.close(parts, false);
+  conversion.close?.(parts, false);
   if (parts.length > 0) yield parts;
 }

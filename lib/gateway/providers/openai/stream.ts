@@ -70,9 +70,8 @@ export function openAiStreamParts(
       if (reported) parts.push(reported);
       return false;
     },
+    // Nothing is held back: every usage was handed on with the batch that brought it.
     finished: () => finished,
-    // Every usage was handed on with the batch that brought it.
-    close() {},
   }, "upstream stream ended before it finished");
 }
 
