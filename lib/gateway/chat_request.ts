@@ -784,9 +784,10 @@ export function assertSupported(
   routes.forEach((route, i) => {
     // A refusal by a fallback names it: the model the client asked for may take the request.
     const model = i === 0 ? PRIMARY : `this model's fallback ${route.upstreamModel}`;
-    if (route.claude) assertAnthropicCan(request, maxTokens, route.claude, model);
+    if (route.claude) assertClaudeRules(request, maxTokens, route.claude, model);
   });
   for (const kind of new Set(routes.map((r) => r.provider.kind))) {
+    if (kind === "anthropic") assertAnthropicCan(request);
     for (const [field, value] of Object.entries(p)) {
       if (FIELD_SUPPORT[field]?.[kind] !== "refuse") continue;
       if ((field === "frequency_penalty" || field === "presence_penalty") && value === 0) continue;
@@ -838,10 +839,10 @@ export function claudeThinks(request: ChatRequest, rules: ClaudeRules): boolean 
 }
 
 /**
- * What a Messages request cannot carry although the compatible format can, for a Claude route;
- * `model` names the route in a refusal by its rules.
+ * What a Claude route's model cannot take although the Messages format can carry it (its rules:
+ * claude_rules.ts); `model` names the route in a refusal.
  */
-function assertAnthropicCan(
+function assertClaudeRules(
   request: ChatRequest,
   maxTokens: number,
   rules: ClaudeRules,
@@ -893,6 +894,10 @@ function assertAnthropicCan(
       );
     }
   }
+}
+
+/** What a Messages request cannot carry although the compatible format can, whatever the model. */
+function assertAnthropicCan(request: ChatRequest) {
   // Blank messages are not sent (Anthropic refuses them), so what is left must still ask something.
   const asks = request.messages.some((m) =>
     m.role === "tool" || (m.role === "user" && userMessageSaysSomething(m))
