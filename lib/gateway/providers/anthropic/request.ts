@@ -88,22 +88,24 @@ function adaptiveThinking(
 }
 
 /**
- * The tool standing in for `response_format` on this route, whose input is the answer; null
- * without one. Where the model cannot be made to call a tool, a strict schema goes as
- * `output_config.format` instead (`formatToSend`); anything else keeps the tool, offered
- * unforced: Anthropic's formats take no schema that allows any object or leaves
- * `additionalProperties` open, which OpenAI's strict schemas never do and its others may, nor a
- * recursive one.
+ * How `response_format` goes on this route: as the tool whose input is the answer, or, where the
+ * model cannot be made to call a tool, a strict schema as `output_config.format`. Anything else
+ * keeps the tool, offered unforced: Anthropic's formats take no schema that allows any object or
+ * leaves `additionalProperties` open, which OpenAI's strict schemas never do and its others may,
+ * nor a recursive one.
  */
-export function answerTool(up: UpstreamRequest): { name: string; schema: unknown } | null {
-  if (!routeRules(up).forcedToolChoice && formatToSend(up.request)) return null;
-  return responseTool(up.request);
+function responseShape(
+  up: UpstreamRequest,
+  rules: ClaudeRules,
+): { tool: { name: string; schema: unknown } | null; format: Record<string, unknown> | null } {
+  const schema = rules.forcedToolChoice ? null : strictSchema(up.request);
+  if (schema && !isRecursive(schema)) return { tool: null, format: schema };
+  return { tool: responseTool(up.request), format: null };
 }
 
-/** The schema of a strict, non-recursive `json_schema` format, or null. */
-function formatToSend(request: ChatRequest): Record<string, unknown> | null {
-  const schema = strictSchema(request);
-  return schema && !isRecursive(schema) ? schema : null;
+/** The tool standing in for `response_format` on this route (responseShape), or null. */
+export function answerTool(up: UpstreamRequest): { name: string; schema: unknown } | null {
+  return responseShape(up, routeRules(up)).tool;
 }
 
 /**
@@ -371,11 +373,8 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   const outputConfig: Record<string, unknown> = {};
   const effort = p.reasoning_effort && EFFORT[p.reasoning_effort];
   if (rules.thinking !== "budget" && effort) outputConfig.effort = effort;
-  const answer = answerTool(up);
-  const schema = formatToSend(request);
-  if (!answer && schema) {
-    outputConfig.format = { type: "json_schema", schema: formatSchema(schema) };
-  }
+  const { tool: answer, format } = responseShape(up, rules);
+  if (format) outputConfig.format = { type: "json_schema", schema: formatSchema(format) };
   if (Object.keys(outputConfig).length) body.output_config = outputConfig;
 
   const tools = messagesTools(request, answer);
