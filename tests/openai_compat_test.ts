@@ -23,6 +23,7 @@ import {
   sseResponse,
   startUpstreamService,
   UPSTREAM_KEY,
+  upstreamModel,
 } from "./upstreams.ts";
 
 const START = 5_000_000;
@@ -276,15 +277,12 @@ Deno.test("each compatible family works through the catalog alone: kind, base_ur
           [name, f],
         ) => [name, { kind: "openai", base_url: `${fake.url}${f.path}`, api_key_env: f.env }]),
       ),
-      models: Object.keys(FAMILIES).map((name) => ({
-        id: `${name}/m`,
-        provider: name,
-        upstream_model: `${name}-upstream`,
-        input_usd_per_mtok: "2.00",
-        output_usd_per_mtok: "8.00",
-        context_tokens: 32768,
-        max_output_tokens: 4096,
-      })),
+      models: Object.keys(FAMILIES).map((name) =>
+        upstreamModel(`${name}/m`, name, `${name}-upstream`, {
+          context_tokens: 32768,
+          max_output_tokens: 4096,
+        })
+      ),
     },
   });
   try {
@@ -437,15 +435,9 @@ Deno.test("Gemini 3's thought signature on a tool call reaches the client, strea
       "data: [DONE]\n\n",
     ]);
   });
-  const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } }, [{
-    id: "up/gemini",
-    provider: "up",
-    upstream_model: "gemini-3-pro-preview",
-    input_usd_per_mtok: "2.00",
-    output_usd_per_mtok: "8.00",
-    context_tokens: 200_000,
-    max_output_tokens: 8192,
-  }]);
+  const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } }, [
+    upstreamModel("up/gemini", "up", "gemini-3-pro-preview"),
+  ]);
   try {
     const { apiKey } = await s.newApp();
     const tools = [{ type: "function", function: { name: "get_weather" } }];
@@ -519,16 +511,12 @@ Deno.test("DeepSeek's thinking mode runs a tool loop with forward_reasoning_cont
     api_key_env: "UPSTREAM_KEY",
     ...(forward ? { forward_reasoning_content: true } : {}),
   });
-  const model = (id: string, provider: string, fallbacks: { provider: string }[] = []) => ({
-    id,
-    provider,
-    upstream_model: "deepseek-reasoner",
-    fallbacks: fallbacks.map((f) => ({ ...f, upstream_model: "deepseek-reasoner" })),
-    input_usd_per_mtok: "2.00",
-    output_usd_per_mtok: "8.00",
-    context_tokens: 65536,
-    max_output_tokens: 4096,
-  });
+  const model = (id: string, provider: string, fallbacks: { provider: string }[] = []) =>
+    upstreamModel(id, provider, "deepseek-reasoner", {
+      fallbacks: fallbacks.map((f) => ({ ...f, upstream_model: "deepseek-reasoner" })),
+      context_tokens: 65536,
+      max_output_tokens: 4096,
+    });
   const s = await startService({
     env: { UPSTREAM_KEY: "key" },
     catalogFile: {
@@ -633,15 +621,11 @@ Deno.test('a server that refuses stream_options (Mistral\'s) is served with "str
     api_key_env: "MISTRAL_API_KEY",
     ...(streamOptions === undefined ? {} : { stream_options: streamOptions }),
   });
-  const model = (id: string, provider: string) => ({
-    id,
-    provider,
-    upstream_model: "mistral-large-latest",
-    input_usd_per_mtok: "2.00",
-    output_usd_per_mtok: "8.00",
-    context_tokens: 32768,
-    max_output_tokens: 4096,
-  });
+  const model = (id: string, provider: string) =>
+    upstreamModel(id, provider, "mistral-large-latest", {
+      context_tokens: 32768,
+      max_output_tokens: 4096,
+    });
   const s = await startService({
     env: { MISTRAL_API_KEY: "key-mistral" },
     catalogFile: {

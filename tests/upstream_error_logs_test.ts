@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { serveLoopback, type TestService, until, userMessage } from "./helpers.ts";
-import { sseResponse, startUpstreamService } from "./upstreams.ts";
+import { sseResponse, startUpstreamService, upstreamModel } from "./upstreams.ts";
 
 const SECRET = "the vault code is quokka-harmonica-5521 and the courier is Zebra Violet";
 const PROMPT = `Please keep this between us: ${SECRET}.`;
@@ -99,16 +99,11 @@ async function withQuotingUpstream(fn: (s: TestService, apiKey: string) => Promi
     small: { kind: "openai", base_url: `${upstream.url}/too-long` },
     flaky: { kind: "openai", base_url: `${upstream.url}/fails` },
     moderated: { kind: "openai", base_url: `${upstream.url}/streams` },
-  }, [{
-    id: "flaky/then-gpt",
-    provider: "flaky",
-    upstream_model: "flaky-model",
-    fallbacks: [{ provider: "gpt", upstream_model: "gpt-model" }],
-    input_usd_per_mtok: "2.00",
-    output_usd_per_mtok: "8.00",
-    context_tokens: 200_000,
-    max_output_tokens: 8192,
-  }]);
+  }, [
+    upstreamModel("flaky/then-gpt", "flaky", "flaky-model", {
+      fallbacks: [{ provider: "gpt", upstream_model: "gpt-model" }],
+    }),
+  ]);
   try {
     const { apiKey } = await s.newApp();
     await fn(s, apiKey);

@@ -95,7 +95,26 @@ export interface FakeProvider {
   api_key_env?: string;
 }
 
-/** Prices of every model here: 2 micro-USD per prompt token and 8 per completion token. */
+/** A chat model at these tests' prices: 2 micro-USD per prompt token and 8 per completion token. */
+export function upstreamModel(
+  id: string,
+  provider: string,
+  upstream_model: string,
+  extra: Partial<CatalogFile["models"][number]> = {},
+): CatalogFile["models"][number] {
+  return {
+    id,
+    provider,
+    upstream_model,
+    input_usd_per_mtok: "2.00",
+    output_usd_per_mtok: "8.00",
+    context_tokens: 200_000,
+    max_output_tokens: 8192,
+    ...extra,
+  };
+}
+
+/** Every model here is an upstreamModel, at its prices. */
 export function upstreamCatalog(
   providers: Record<string, FakeProvider>,
   extraModels: CatalogFile["models"] = [],
@@ -107,15 +126,7 @@ export function upstreamCatalog(
       ) => [name, { timeout_ms: 2000, api_key_env: "UPSTREAM_KEY", ...p }]),
     ),
     models: [
-      ...Object.keys(providers).map((name) => ({
-        id: `${name}/m`,
-        provider: name,
-        upstream_model: `${name}-model`,
-        input_usd_per_mtok: "2.00",
-        output_usd_per_mtok: "8.00",
-        context_tokens: 200_000,
-        max_output_tokens: 8192,
-      })),
+      ...Object.keys(providers).map((name) => upstreamModel(`${name}/m`, name, `${name}-model`)),
       ...extraModels,
     ],
   };
