@@ -17,16 +17,21 @@ export function outputCapParam(
   return "max_tokens";
 }
 
-/** OpenAI's reasoning models: the o-series, and GPT-5 and later (not GPT-35, Azure's GPT-3.5). */
-const REASONING_MODEL_NAME = /^(o\d|gpt-[5-9](?!\d))/;
+/** OpenAI's reasoning families: the o-series, and GPT-5 and later (not GPT-35, Azure's GPT-3.5). */
+const OPENAI_REASONING = String.raw`o\d|gpt-[5-9](?!\d)`;
+
+/** OpenAI's reasoning models, by OpenAI's own names. */
+const REASONING_MODEL_NAME = new RegExp(`^(?:${OPENAI_REASONING})`);
 
 /**
  * Families behind the OpenAI kind that think by default and bill the thinking, which their
  * streams never show, also under a router's prefix (OpenRouter's `openai/o3`): OpenAI's
  * o-series and GPT-5 on, Gemini 2.5 and 3, xAI's Grok 3 mini and Grok 4, DeepSeek's reasoner.
  */
-const THINKING_MODEL_NAME =
-  /(?:^|\/)(?:o\d|gpt-[5-9](?!\d)|gemini-(?:2\.5|3)|grok-(?:3-mini|4)|deepseek-reasoner)/i;
+const THINKING_MODEL_NAME = new RegExp(
+  String.raw`(?:^|\/)(?:${OPENAI_REASONING}|gemini-(?:2\.5|3)|grok-(?:3-mini|4)|deepseek-reasoner)`,
+  "i",
+);
 
 /**
  * A model that reasons before it answers and bills reasoning its stream does not show: by the
