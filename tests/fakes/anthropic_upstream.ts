@@ -77,7 +77,6 @@ export type ScriptedBlock =
   | {
     type: "thinking";
     thinking: string;
-    signature?: string;
     chunks?: string[];
   }
   | { type: "redacted_thinking"; data: string };
@@ -562,12 +561,49 @@ function validateBlock(block: Json, role: string, path: PropertyKey[], ctx: Cont
         });
       }
       return;
-    case "thinking":
+    case "thinking": {
       check(thinkingBlock, block, ctx.root, tagged, path);
+      const sealed = unsealThinking(block.signature);
+      const shown = sealed !== null && sealed.model === ctx.root.model &&
+        (block.thinking === sealed.thinking ||
+          (block.thinking === "" && generationOf(sealed.model).display === "omitted"));
+      // Anthropic's words, as quoted in anthropics/claude-code#10627: a block edited, or made by
+      // another model, is refused.
+      if (!shown) throw invalid(`${names.join(".")}: Invalid \`signature\` in \`thinking\` block`);
       return;
+    }
     case "redacted_thinking":
       check(redactedThinkingBlock, block, ctx.root, tagged, path);
+      if (unsealThinking(block.data)?.model !== ctx.root.model) {
+        throw invalid(`${names.join(".")}: Invalid \`data\` in \`redacted_thinking\` block`);
+      }
       return;
+  }
+}
+
+/**
+ * A thinking block's signature, and a redacted block's data, as the fake makes them: the thinking
+ * and the model that wrote it, sealed (a random prefix, then base64), as Anthropic's carry the
+ * thinking encrypted. So a block comes back only whole and to its own model, and the thinking it
+ * holds (all of it, whatever the block showed) is what a tool loop's turn bills as input.
+ */
+export function sealThinking(prefix: string, model: string, thinking: string): string {
+  const salt = crypto.getRandomValues(new Uint8Array(12));
+  const body = new TextEncoder().encode(`${model}\n${thinking}`);
+  const bytes = new Uint8Array(salt.length + body.length);
+  bytes.set(salt);
+  bytes.set(body, salt.length);
+  return prefix + btoa(String.fromCharCode(...bytes));
+}
+
+function unsealThinking(sealed: string): { model: string; thinking: string } | null {
+  try {
+    const bytes = Uint8Array.from(atob(sealed.slice(2)), (c) => c.charCodeAt(0));
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(12));
+    const cut = text.indexOf("\n");
+    return cut < 0 ? null : { model: text.slice(0, cut), thinking: text.slice(cut + 1) };
+  } catch {
+    return null;
   }
 }
 
@@ -1179,9 +1215,9 @@ function blockTokens(block: Json, counter: Counter, countThinking: boolean): num
             0,
           ));
     case "thinking":
-      return countThinking ? claudeTokens(block.thinking) : 0;
+      return countThinking ? claudeTokens(unsealThinking(block.signature)?.thinking ?? "") : 0;
     case "redacted_thinking":
-      return countThinking ? Math.ceil(block.data.length / 4) : 0;
+      return countThinking ? claudeTokens(unsealThinking(block.data)?.thinking ?? "") : 0;
     default:
       return 0;
   }
@@ -1300,14 +1336,17 @@ function resolve(
       const noInput = Object.keys(b.input).length === 0;
       pieces.push(b.chunks ?? (noInput ? [""] : ["", ...splitEvery(json, 12)]));
     } else if (b.type === "thinking") {
-      const signature = b.signature ?? `Eq${btoa(randomId(48))}`;
+      const signature = sealThinking("Eq", request.body.model, b.thinking);
       // Omitted thinking streams its block with no text, as the newer models do by default.
       const omitted = generationOf(request.body.model).display === "omitted" &&
         request.body.thinking?.display !== "summarized";
       blocks.push({ type: "thinking", thinking: omitted ? "" : b.thinking, signature });
       pieces.push(omitted ? [] : b.chunks ?? splitEvery(b.thinking, 40));
     } else {
-      blocks.push({ type: "redacted_thinking", data: b.data });
+      blocks.push({
+        type: "redacted_thinking",
+        data: sealThinking("Em", request.body.model, b.data),
+      });
       pieces.push([]);
     }
   }
