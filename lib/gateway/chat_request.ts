@@ -12,6 +12,7 @@ import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
 import type { ClaudeRules } from "@/lib/catalog/mod.ts";
 import { readImageSize } from "./image_size.ts";
+import { claudeThinkingBlocks, ReasoningDetail } from "./reasoning_details.ts";
 
 export const DEFAULT_MAX_TOKENS = 2048;
 
@@ -145,6 +146,9 @@ const AssistantMessage = z.strictObject({
   // except `reasoning_content` to a provider that asks for it back (forward_reasoning_content).
   reasoning_content: z.string().nullish(),
   reasoning: z.string().nullish(),
+  // Claude's signed thinking (reasoning_details.ts): sent back to Claude, to no other provider.
+  reasoning_details: z.array(ReasoningDetail, { error: "must be an array of reasoning details" })
+    .nullish(),
   annotations: z.array(z.unknown()).nullish(),
   parsed: z.unknown().optional(),
   audio: z.null({ error: "audio output is not supported" }).optional(),
@@ -168,6 +172,7 @@ function withoutEchoedFields(m: ChatMessage): ChatMessage {
   for (const field of ECHOED_RESPONSE_FIELDS) delete out[field];
   // An empty one stays: DeepSeek refuses a tool loop's turn without the field, empty or not.
   if (m.reasoning_content == null) delete out.reasoning_content;
+  if (!m.reasoning_details?.length) delete out.reasoning_details;
   if (m.tool_calls?.length === 0) delete out.tool_calls;
   else if (m.tool_calls?.some((call) => "parsed_arguments" in call.function)) {
     out.tool_calls = m.tool_calls.map(({ function: { name, arguments: args }, ...call }) => ({
@@ -784,7 +789,9 @@ export function assertSupported(
   routes.forEach((route, i) => {
     // A refusal by a fallback names it: the model the client asked for may take the request.
     const model = i === 0 ? PRIMARY : `this model's fallback ${route.upstreamModel}`;
-    if (route.claude) assertClaudeRules(request, maxTokens, route.claude, model);
+    if (route.claude) {
+      assertClaudeRules(request, maxTokens, route.claude, route.upstreamModel, model);
+    }
   });
   for (const kind of new Set(routes.map((r) => r.provider.kind))) {
     if (kind === "anthropic") assertAnthropicCan(request);
@@ -816,13 +823,17 @@ export function assertSupported(
 /**
  * Whether a Claude model thinks for this request. A model that thinks by default does unless
  * `reasoning_effort` is `none`; one that thinks on request does when it is set to more. A budget
- * (Claude 4.6 and earlier) is not sent in a turn that continues a tool call, which needs the
- * thinking block the model signed and the compatible format cannot carry back: tool results after
- * the last assistant message continue its tool calls even when user messages follow them, as they
- * are all one user turn upstream. Adaptive thinking has no such rule (a turn may not think at
- * all), so it thinks there too.
+ * (Claude 4.6 and earlier) is sent in a turn that continues a tool call only with the thinking
+ * block the model signed, which the client sends back as the assistant message's
+ * `reasoning_details`: tool results after the last assistant message continue its tool calls even
+ * when user messages follow them, as they are all one user turn upstream. Adaptive thinking has no
+ * such rule (a turn may not think at all), so it thinks there too.
  */
-export function claudeThinks(request: ChatRequest, rules: ClaudeRules): boolean {
+export function claudeThinks(
+  request: ChatRequest,
+  rules: ClaudeRules,
+  upstreamModel: string,
+): boolean {
   const effort = request.params.reasoning_effort;
   switch (rules.thinking) {
     case "always":
@@ -835,7 +846,11 @@ export function claudeThinks(request: ChatRequest, rules: ClaudeRules): boolean 
   if (!effort || effort === "none") return false;
   const messages = request.messages;
   const lastAssistant = messages.findLastIndex((m) => m.role === "assistant");
-  return lastAssistant < 0 || !messages.slice(lastAssistant + 1).some((m) => m.role === "tool");
+  if (lastAssistant < 0 || !messages.slice(lastAssistant + 1).some((m) => m.role === "tool")) {
+    return true;
+  }
+  const last = messages[lastAssistant] as Extract<ChatMessage, { role: "assistant" }>;
+  return claudeThinkingBlocks(last.reasoning_details, upstreamModel).length > 0;
 }
 
 /**
@@ -846,6 +861,7 @@ function assertClaudeRules(
   request: ChatRequest,
   maxTokens: number,
   rules: ClaudeRules,
+  upstreamModel: string,
   model: string,
 ) {
   const effort = request.params.reasoning_effort;
@@ -862,7 +878,7 @@ function assertClaudeRules(
     );
   }
   // A model that takes sampling parameters takes only some beside thinking, whichever kind.
-  if (rules.sampling && claudeThinks(request, rules)) {
+  if (rules.sampling && claudeThinks(request, rules, upstreamModel)) {
     assertThinkingCan(request, rules.thinking === "budget", whose);
   }
   if (rules.thinking === "always" && effort === "none") {

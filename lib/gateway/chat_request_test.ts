@@ -125,6 +125,51 @@ Deno.test("response-only fields pushed back with an assistant message are accept
   });
 });
 
+Deno.test("an assistant's reasoning_details are taken as OpenRouter shapes them, and refused with the exact path otherwise", () => {
+  const detail = {
+    type: "reasoning.text",
+    text: "Think.",
+    signature: "EqSig",
+    format: "anthropic-claude-v1",
+    id: "claude-sonnet-4-5#0",
+    index: 0,
+  };
+  const withDetails = (reasoning_details: unknown) =>
+    parseChatRequest({
+      model: "m/x",
+      messages: [
+        { role: "user", content: "Hi" },
+        { role: "assistant", content: "Hello.", reasoning_details },
+        { role: "user", content: "Again?" },
+      ],
+    });
+  const encrypted = { type: "reasoning.encrypted", data: "Em", format: "anthropic-claude-v1" };
+  const summary = { type: "reasoning.summary", summary: "Thought.", format: "unknown" };
+  assert.deepEqual(
+    (withDetails([detail, encrypted, summary]).messages[1] as Record<string, unknown>)
+      .reasoning_details,
+    [detail, encrypted, summary],
+  );
+  // None, or an empty list, is no field at all.
+  assert.equal("reasoning_details" in withDetails(null).messages[1], false);
+  assert.equal("reasoning_details" in withDetails([]).messages[1], false);
+  for (
+    const [details, path] of [
+      [[{ ...detail, type: "thinking" }], "messages[1].reasoning_details[0].type"],
+      [[{ ...detail, signature: 7 }], "messages[1].reasoning_details[0].signature"],
+      [[{ ...detail, extra: true }], "messages[1].reasoning_details[0].extra"],
+      [[{ type: "reasoning.encrypted" }], "messages[1].reasoning_details[0].data"],
+      ["EqSig", "messages[1].reasoning_details"],
+    ] as const
+  ) {
+    assert.throws(
+      () => withDetails(details),
+      (e: unknown) => e instanceof ApiError && e.param === path,
+      JSON.stringify(details),
+    );
+  }
+});
+
 Deno.test("malformed parts of the dialect get a 400 with the exact path", () => {
   const user = { role: "user", content: "x" };
   refused(

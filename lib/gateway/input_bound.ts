@@ -13,6 +13,7 @@ import {
 } from "./chat_request.ts";
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { readImageSize } from "./image_size.ts";
+import { claudeThinkingBlocks } from "./reasoning_details.ts";
 import {
   messagesTools,
   OPENING_USER_TEXT,
@@ -66,6 +67,23 @@ const ANTHROPIC_TOKENS_PER_TOOL_BLOCK = 20;
  * block's framing.
  */
 const ANTHROPIC_TOKENS_PER_PART = 10;
+
+/**
+ * A thinking block sent back to Claude (reasoning_details.ts), which it bills as input in the turn
+ * of a tool loop, and on newer models in earlier turns too: its text, and a token for every byte
+ * its signature (or a redacted block's data) decodes to. The signature carries the thinking the
+ * model wrote, encrypted, of which the text is at most a summary (or nothing, where the display is
+ * omitted); the bound assumes every billed token of it takes at least a byte there.
+ */
+function claudeThinkingTokens(m: Extract<ChatMessage, { role: "assistant" }>): number {
+  let tokens = 0;
+  for (const block of claudeThinkingBlocks(m.reasoning_details)) {
+    const sealed = block.type === "thinking" ? block.signature : block.data;
+    tokens += ANTHROPIC_TOKENS_PER_PART + Math.ceil(sealed.length * 3 / 4);
+    if (block.type === "thinking") tokens += claudeTokenBound(block.thinking);
+  }
+  return tokens;
+}
 /**
  * Anthropic scales an image to fit 1568 px on its long edge and bills width × height / 750; its
  * newer vision docs describe 28-px patches instead (the image padded to multiples of 28, a token a
@@ -282,7 +300,8 @@ export function anthropicInputBound(request: ChatRequest): number {
     total += ANTHROPIC_TOKENS_PER_MESSAGE +
       messageTextTokens(m, claudeTokenBound, ANTHROPIC_TOKENS_PER_PART, asMessagesInput);
     if (m.role === "assistant") {
-      total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * (m.tool_calls?.length ?? 0);
+      total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * (m.tool_calls?.length ?? 0) +
+        claudeThinkingTokens(m);
     }
     if (m.role === "tool") total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK;
     if (m.role === "user" && Array.isArray(m.content)) {

@@ -292,3 +292,41 @@ Deno.test("an assistant's reasoning is held where the provider is sent it back, 
   );
   assert.ok(forwarded - plain >= countTokensWith("o200k", reasoning), `${forwarded} - ${plain}`);
 });
+
+Deno.test("Claude's signed thinking sent back is held for its text and a token per byte its signature or data decodes to", () => {
+  const thought = "I should look the weather up before answering. ".repeat(20);
+  const signature = "Eq" + "A".repeat(4000);
+  const data = "Em" + "B".repeat(2000);
+  const conversation = (reasoning_details?: unknown[]) =>
+    parseChatRequest({
+      model: "m/x",
+      messages: [
+        { role: "user", content: "Weather?" },
+        {
+          role: "assistant",
+          reasoning_details,
+          tool_calls: [{ id: "c1", type: "function", function: { name: "w", arguments: "{}" } }],
+        },
+        { role: "tool", tool_call_id: "c1", content: "sunny" },
+      ],
+      tools: [{ type: "function", function: { name: "w" } }],
+    });
+  const common = { format: "anthropic-claude-v1", id: "claude-sonnet-4-5#0", index: 0 };
+  const without = anthropicInputBound(conversation());
+  const signed = anthropicInputBound(
+    conversation([{ type: "reasoning.text", text: thought, signature, ...common }]),
+  );
+  assert.ok(
+    signed - without >= claudeTokenBound(thought) + signature.length * 3 / 4,
+    `${signed} - ${without}`,
+  );
+  const redacted = anthropicInputBound(
+    conversation([{ type: "reasoning.encrypted", data, ...common }]),
+  );
+  assert.ok(redacted - without >= data.length * 3 / 4, `${redacted} - ${without}`);
+  // Another provider's reasoning is never sent to Claude: nothing to hold.
+  const other = anthropicInputBound(
+    conversation([{ type: "reasoning.encrypted", data, format: "openai-responses-v1" }]),
+  );
+  assert.equal(other, without);
+});

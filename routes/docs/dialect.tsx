@@ -129,12 +129,13 @@ export function DialectSection() {
           <code>reasoning_effort</code>{" "}
           becomes thinking as the model's generation takes it. Claude 4.6 and earlier think with a
           budget (minimal 1024, low 2048, medium 8192, high 24576, xhigh 32768, max 65536 tokens,
-          kept below the cap); a turn that answers tool calls runs without thinking, since the
-          signed thinking block cannot come back through this format. With a budget,{" "}
-          <code>temperature</code> below 1, <code>top_p</code> below 0.95, <code>top_k</code> and a
+          kept below the cap); a turn that answers tool calls keeps its budget when the assistant
+          message brings back the thinking block the model signed (<code>reasoning_details</code>,
+          below), and runs without thinking otherwise. With a budget, <code>temperature</code>{" "}
+          below 1, <code>top_p</code> below 0.95, <code>top_k</code> and a <code>tool_choice</code>
           {" "}
-          <code>tool_choice</code> that forces a tool are refused with 400{" "}
-          <code>unsupported_parameter</code> before anything is reserved, as Anthropic refuses them.
+          that forces a tool are refused with 400 <code>unsupported_parameter</code>{" "}
+          before anything is reserved, as Anthropic refuses them.
         </li>
         <li>
           Opus 4.7 and later think adaptively: <code>reasoning_effort</code> goes as{" "}
@@ -172,6 +173,19 @@ export function DialectSection() {
           <code>cache_read_input_tokens</code> becomes{" "}
           <code>prompt_tokens_details.cached_tokens</code> and cache writes{" "}
           <code>prompt_tokens_details.cache_write_tokens</code>.
+        </li>
+        <li>
+          Each thinking block is also one <code>reasoning_details</code>{" "}
+          entry on the message, as OpenRouter carries it (streamed: one delta when the block ends):
+          {" "}
+          <code>reasoning.text</code> with its <code>signature</code>, or{" "}
+          <code>reasoning.encrypted</code> with a redacted block's <code>data</code>, format{" "}
+          <code>anthropic-claude-v1</code>, its <code>id</code>{" "}
+          naming the model that signed it. Send the assistant message back as it came and a request
+          that thinks gives Claude those blocks back first, so that in an agent loop it reasons on
+          from its own thinking. Only the model that signed a block is sent it (Claude refuses a
+          signature not its own); a block edited on the way is refused by Claude, and nothing is
+          charged. The hold counts each block's text and a token per byte of its signature.
         </li>
       </ul>
       <h3 id="dialect-simulator">Simulator</h3>

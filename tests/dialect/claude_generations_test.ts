@@ -137,11 +137,14 @@ Deno.test("openai SDK, Sonnet 5: an agent loop runs while the model thinks unask
       tools: TOOLS,
     });
     assert.equal(second.choices[0].message.content, "Sunny in Paris.");
-    // The turn that answers the call is sent thinking, its assistant turn opening with tool_use:
-    // adaptive thinking takes that.
+    // The turn that answers the call is sent thinking, its assistant turn opening with the
+    // thinking block the message brought back (reasoning_details).
     const loop = d.claude.messages()[1].body;
     assert.deepEqual(loop.thinking, { type: "adaptive", display: "summarized" });
-    assert.equal(loop.messages[1].content[0].type, "tool_use");
+    assert.deepEqual(loop.messages[1].content.map((b: { type: string }) => b.type), [
+      "thinking",
+      "tool_use",
+    ]);
     await assertCharged(d, THINKING_CLAUDE, { prompt: 400, completion: 90 }, {
       prompt: 480,
       completion: 40,

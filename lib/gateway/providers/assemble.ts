@@ -1,7 +1,8 @@
 /**
  * A streamed answer assembled into one chat.completion, as a client library assembles it: content,
  * refusal and reasoning concatenated, tool calls merged by `index` (id and name from the first
- * fragment, arguments from all), logprobs appended, the last finish reason and the usage kept.
+ * fragment, arguments from all), reasoning details likewise (their text, summary and data joined,
+ * the other fields set), logprobs appended, the last finish reason and the usage kept.
  * It lets a non-streamed request be served from a streamed upstream call, in the shape the
  * non-streamed call would have had: a `refusal` the stream carried (null included) is kept, and an
  * answer of only tool calls has `content: null`. Per-chunk padding (`obfuscation`) is dropped.
@@ -24,6 +25,7 @@ interface ChoiceDraft {
   /** Whether any delta carried the refusal field (OpenAI's deltas do, as null). */
   refusalSeen: boolean;
   reasoning: string | null;
+  reasoningDetails: Record<string, unknown>[];
   toolCalls: Map<number, ToolCallDraft>;
   logprobs: { content: unknown[] | null; refusal: unknown[] | null } | null;
   finishReason: string | null;
@@ -66,6 +68,32 @@ function append(previous: string | null, piece: unknown): string | null {
   return typeof piece === "string" ? (previous ?? "") + piece : previous;
 }
 
+/** The fields of a reasoning detail that stream in pieces; the others are set by the last. */
+const DETAIL_PIECES = ["text", "summary", "data"] as const;
+
+/**
+ * A streamed `reasoning_details` entry into the message's: a piece of the last detail when it
+ * carries the same `index` and type (OpenRouter streams a detail's text in pieces, its signature
+ * last), else a detail of its own.
+ */
+function appendDetail(details: Record<string, unknown>[], raw: unknown) {
+  if (!isRecord(raw)) return;
+  const last = details.at(-1);
+  if (!last || raw.index === undefined || last.index !== raw.index || last.type !== raw.type) {
+    details.push({ ...raw });
+    return;
+  }
+  for (const field in raw) {
+    // Set as data, not as the object's prototype.
+    if (field === "__proto__") continue;
+    const value = raw[field];
+    const piece = (DETAIL_PIECES as readonly string[]).includes(field);
+    if (piece && typeof value === "string" && typeof last[field] === "string") {
+      last[field] += value;
+    } else if (value !== null && value !== undefined) last[field] = value;
+  }
+}
+
 export function assembleCompletion(
   parts: Iterable<StreamPart>,
 ): CompletionResult & { promptTokens: number | null } {
@@ -102,6 +130,7 @@ export function assembleCompletion(
           refusal: null,
           refusalSeen: false,
           reasoning: null,
+          reasoningDetails: [],
           toolCalls: new Map(),
           logprobs: null,
           finishReason: null,
@@ -113,6 +142,9 @@ export function assembleCompletion(
       draft.refusal = append(draft.refusal, d.refusal);
       if ("refusal" in d) draft.refusalSeen = true;
       draft.reasoning = append(draft.reasoning, d.reasoning_content ?? d.reasoning);
+      if (Array.isArray(d.reasoning_details)) {
+        for (const raw of d.reasoning_details) appendDetail(draft.reasoningDetails, raw);
+      }
       if (Array.isArray(d.tool_calls)) {
         for (const raw of d.tool_calls as Record<string, unknown>[]) {
           const index = typeof raw.index === "number" ? raw.index : indexOfUnnumbered(draft, raw);
@@ -156,6 +188,7 @@ export function assembleCompletion(
         content: d.content === "" && d.toolCalls.size ? null : d.content,
         ...(d.refusalSeen || d.refusal !== null ? { refusal: d.refusal } : {}),
         ...(d.reasoning !== null ? { reasoning_content: d.reasoning } : {}),
+        ...(d.reasoningDetails.length ? { reasoning_details: d.reasoningDetails } : {}),
         ...(d.toolCalls.size
           ? { tool_calls: [...d.toolCalls.entries()].sort(([a], [b]) => a - b).map(([, c]) => c) }
           : {}),

@@ -116,3 +116,41 @@ Deno.test("arguments sent as an object are its JSON text", () => {
     '{"city":"Paris"}',
   );
 });
+
+Deno.test("reasoning details streamed in pieces are joined by index, the signature kept", () => {
+  const piece = (detail: Record<string, unknown>) =>
+    chunk({ delta: { reasoning_details: [{ format: "anthropic-claude-v1", ...detail }] } });
+  const { completion } = assembleCompletion([
+    piece({ type: "reasoning.text", text: "Let me ", index: 0 }),
+    piece({ type: "reasoning.text", text: "think.", index: 0 }),
+    piece({ type: "reasoning.text", signature: "EqSig", index: 0 }),
+    piece({ type: "reasoning.encrypted", data: "Em", index: 1 }),
+    piece({ type: "reasoning.text", text: "More.", signature: "EqTwo", index: 2 }),
+    chunk({ delta: { content: "Done." }, finish_reason: "stop" }),
+  ]);
+  assert.deepEqual(completion.choices[0].message.reasoning_details, [
+    {
+      type: "reasoning.text",
+      text: "Let me think.",
+      signature: "EqSig",
+      index: 0,
+      format: "anthropic-claude-v1",
+    },
+    { type: "reasoning.encrypted", data: "Em", index: 1, format: "anthropic-claude-v1" },
+    {
+      type: "reasoning.text",
+      text: "More.",
+      signature: "EqTwo",
+      index: 2,
+      format: "anthropic-claude-v1",
+    },
+  ]);
+});
+
+Deno.test("an answer without reasoning details has no reasoning_details field", () => {
+  const { completion } = assembleCompletion([
+    chunk({ delta: { content: "Hi" } }),
+    chunk({ delta: {}, finish_reason: "stop" }),
+  ]);
+  assert.equal("reasoning_details" in completion.choices[0].message, false);
+});

@@ -80,7 +80,7 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
 
     /** Thinking bills in full while the stream shows a summary of it, or nothing. */
     billsHiddenWork(request) {
-      return claudeThinks(request.request, routeRules(request));
+      return claudeThinks(request.request, routeRules(request), request.model.upstreamModel);
     },
 
     /** Anthropic's free token-counting endpoint: the input the same Messages request bills. */

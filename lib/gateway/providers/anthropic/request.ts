@@ -21,6 +21,7 @@ import {
 } from "../../chat_request.ts";
 import { type ClaudeRules, claudeRulesByName } from "@/lib/catalog/mod.ts";
 import { parseImageDataUrl } from "../../image_size.ts";
+import { claudeThinkingBlocks } from "../../reasoning_details.ts";
 import { formatSchema, isRecursive } from "./output_format.ts";
 import type { UpstreamRequest } from "../types.ts";
 
@@ -66,8 +67,9 @@ export function thinkingBudget(
   request: ChatRequest,
   maxTokens: number,
   rules: ClaudeRules,
+  upstreamModel: string,
 ): number | null {
-  if (rules.thinking !== "budget" || !claudeThinks(request, rules)) return null;
+  if (rules.thinking !== "budget" || !claudeThinks(request, rules, upstreamModel)) return null;
   const effort = request.params.reasoning_effort!;
   return Math.max(MIN_THINKING_BUDGET, Math.min(THINKING_BUDGET[effort], maxTokens - 1));
 }
@@ -80,9 +82,12 @@ export function thinkingBudget(
 function adaptiveThinking(
   request: ChatRequest,
   rules: ClaudeRules,
+  upstreamModel: string,
 ): Record<string, unknown> | null {
   if (rules.thinking === "budget") return null;
-  if (claudeThinks(request, rules)) return { type: "adaptive", display: "summarized" };
+  if (claudeThinks(request, rules, upstreamModel)) {
+    return { type: "adaptive", display: "summarized" };
+  }
   // A model that thinks by default is told not to; one that thinks on request is not asked.
   return rules.thinking === "adaptive_by_default" ? { type: "disabled" } : null;
 }
@@ -182,8 +187,19 @@ function userBlocks(m: Extract<ChatMessage, { role: "user" }>): Block[] {
   return out;
 }
 
-function assistantBlocks(m: Extract<ChatMessage, { role: "assistant" }>): Block[] {
-  const out = textBlocks(m.content);
+/**
+ * An assistant message's blocks; when this request thinks, the thinking blocks the route's model
+ * (`signer`) signed for it (its `reasoning_details`) first, as Claude wrote them. They are not
+ * sent otherwise: only a request that thinks takes them.
+ */
+function assistantBlocks(
+  m: Extract<ChatMessage, { role: "assistant" }>,
+  signer: string | null,
+): Block[] {
+  const text = textBlocks(m.content);
+  if (text.length === 0 && !m.tool_calls?.length && !(m.refusal && !isBlank(m.refusal))) return [];
+  const out: Block[] = signer === null ? [] : claudeThinkingBlocks(m.reasoning_details, signer);
+  out.push(...text);
   if (out.length === 0 && m.refusal && !isBlank(m.refusal)) {
     out.push({ type: "text", text: m.refusal });
   }
@@ -227,9 +243,10 @@ export function opensWithAssistant(messages: readonly ChatMessage[]): boolean {
  * The conversation as alternating turns; tool results open the user turn they belong to. A message
  * left with nothing to send (blank text, OpenAI's "" beside tool calls) is dropped, which Anthropic
  * requires, and the turns on either side of it merge. The request was refused before it got here
- * if nothing at all is left to ask (assertSupported).
+ * if nothing at all is left to ask (assertSupported). `signer`: the model whose thinking blocks
+ * assistant turns carry, null for none (assistantBlocks).
  */
-function turns(messages: readonly ChatMessage[]): Turn[] {
+function turns(messages: readonly ChatMessage[], signer: string | null): Turn[] {
   const out: Turn[] = [];
   if (opensWithAssistant(messages)) {
     out.push({ role: "user", blocks: [{ type: "text", text: OPENING_USER_TEXT }] });
@@ -239,10 +256,21 @@ function turns(messages: readonly ChatMessage[]): Turn[] {
     const last = out.at(-1);
     if (last && last.role === role) {
       // Tool results come first in a user turn, as Messages requires.
-      if (blocks[0]?.type === "tool_result") {
-        const firstOther = last.blocks.findIndex((b) => b.type !== "tool_result");
+      // Likewise thinking blocks in an assistant turn, which Claude checks opens with them.
+      const leading = blocks[0]?.type === "tool_result"
+        ? "tool_result"
+        : isThinking(blocks[0])
+        ? "thinking"
+        : null;
+      if (leading) {
+        const lead = leading === "tool_result"
+          ? (b: Block) => b.type === "tool_result"
+          : isThinking;
+        const firstOther = last.blocks.findIndex((b) => !lead(b));
+        const count = blocks.findIndex((b) => !lead(b));
         if (firstOther !== -1) {
-          last.blocks.splice(firstOther, 0, ...blocks);
+          last.blocks.splice(firstOther, 0, ...blocks.slice(0, count === -1 ? undefined : count));
+          if (count !== -1) last.blocks.push(...blocks.slice(count));
           return;
         }
       }
@@ -258,7 +286,7 @@ function turns(messages: readonly ChatMessage[]): Turn[] {
         push("user", userBlocks(m));
         break;
       case "assistant":
-        push("assistant", assistantBlocks(m));
+        push("assistant", assistantBlocks(m, signer));
         break;
       case "tool":
         push("user", [{
@@ -274,6 +302,10 @@ function turns(messages: readonly ChatMessage[]): Turn[] {
   const tail = out.at(-1)?.role === "assistant" ? out.at(-1)!.blocks.at(-1) : undefined;
   if (tail?.type === "text") tail.text = (tail.text as string).trimEnd();
   return out;
+}
+
+function isThinking(block: Block | undefined): boolean {
+  return block?.type === "thinking" || block?.type === "redacted_thinking";
 }
 
 /**
@@ -343,10 +375,18 @@ function objectSchema(schema: unknown): unknown {
 export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<string, unknown> {
   const { request } = up;
   const p = request.params;
+  const rules = routeRules(up);
+  const signer = up.model.upstreamModel;
+  const budget = thinkingBudget(request, up.maxTokens, rules, signer);
+  const adaptive = adaptiveThinking(request, rules, signer);
+  const thinks = budget !== null || adaptive?.type === "adaptive";
   const body: Record<string, unknown> = {
     model: up.model.upstreamModel,
     max_tokens: up.maxTokens,
-    messages: turns(request.messages).map((t) => ({ role: t.role, content: turnContent(t) })),
+    messages: turns(request.messages, thinks ? signer : null).map((t) => ({
+      role: t.role,
+      content: turnContent(t),
+    })),
   };
   const system = systemPrompt(request.messages);
   if (system !== undefined) body.system = system;
@@ -354,7 +394,6 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   // model would stop at it; such sequences are left out.
   const stops = (typeof p.stop === "string" ? [p.stop] : p.stop ?? []).filter((s) => !isBlank(s));
   if (stops.length) body.stop_sequences = stops;
-  const rules = routeRules(up);
   // Models that take no sampling parameters were sent none but their defaults (assertSupported),
   // which are left out.
   if (rules.sampling) {
@@ -366,9 +405,7 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   }
   if (typeof p.user === "string") body.metadata = { user_id: p.user };
 
-  const budget = thinkingBudget(request, up.maxTokens, rules);
   if (budget !== null) body.thinking = { type: "enabled", budget_tokens: budget };
-  const adaptive = adaptiveThinking(request, rules);
   if (adaptive) body.thinking = adaptive;
   const outputConfig: Record<string, unknown> = {};
   const effort = p.reasoning_effort && EFFORT[p.reasoning_effort];

@@ -146,7 +146,7 @@ Deno.test("reasoning_effort becomes extended thinking with a budget below the ca
   assert.equal(think("none", 16000), undefined);
 });
 
-Deno.test("a turn that answers tool calls runs without thinking: the signed thinking block cannot come back", () => {
+Deno.test("a turn that answers tool calls runs without a thinking budget when its signed thinking block does not come back", () => {
   const request = upstreamRequest(claude, {
     messages: [
       { role: "user", content: "x" },
@@ -159,7 +159,7 @@ Deno.test("a turn that answers tool calls runs without thinking: the signed thin
     tools: [{ type: "function", function: { name: "w" } }],
     reasoning_effort: "high",
   }, 8000);
-  assert.equal(thinkingBudget(request.request, 8000, claude.claude!), null);
+  assert.equal(thinkingBudget(request.request, 8000, claude.claude!, claude.upstreamModel), null);
 });
 
 Deno.test("a turn that answers tool calls and then says more runs without thinking too: it is one user turn upstream", () => {
@@ -180,6 +180,7 @@ Deno.test("a turn that answers tool calls and then says more runs without thinki
       }, 8000).request,
       8000,
       claude.claude!,
+      claude.upstreamModel,
     );
   assert.equal(budget([...toolTurn, { role: "user", content: "And what day is it?" }]), null);
   // Once the model has answered the tool results, a new question thinks again.
@@ -187,6 +188,123 @@ Deno.test("a turn that answers tool calls and then says more runs without thinki
     budget([...toolTurn, { role: "assistant", content: "Done." }, { role: "user", content: "z" }]),
     null,
   );
+});
+
+/** A tool loop whose assistant turn carries the thinking `signer` signed, as Tollbooth answered it. */
+function signedToolLoop(signer: string) {
+  return [
+    { role: "user", content: "Weather in Paris?" },
+    {
+      role: "assistant",
+      content: null,
+      reasoning_content: "I should look it up.",
+      reasoning_details: [
+        {
+          type: "reasoning.text",
+          text: "I should look it up.",
+          signature: "EqSig1",
+          format: "anthropic-claude-v1",
+          id: `${signer}#0`,
+          index: 0,
+        },
+        {
+          type: "reasoning.encrypted",
+          data: "EmRedacted",
+          format: "anthropic-claude-v1",
+          id: `${signer}#1`,
+          index: 1,
+        },
+      ],
+      tool_calls: [{ id: "c", type: "function", function: { name: "w", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: "c", content: "sunny" },
+  ];
+}
+const lookupTool = [{ type: "function", function: { name: "w" } }];
+
+Deno.test("a turn that answers tool calls keeps its thinking budget when the signed thinking comes back, sent first in the assistant turn", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: signedToolLoop(claude.upstreamModel),
+      tools: lookupTool,
+      reasoning_effort: "high",
+    }, 8000),
+    false,
+  );
+  assert.deepEqual(body.thinking, { type: "enabled", budget_tokens: 7999 });
+  const turns = body.messages as { role: string; content: { type: string }[] }[];
+  assert.deepEqual(turns[1].content, [
+    { type: "thinking", thinking: "I should look it up.", signature: "EqSig1" },
+    { type: "redacted_thinking", data: "EmRedacted" },
+    { type: "tool_use", id: "c", name: "w", input: {} },
+  ]);
+});
+
+Deno.test("thinking another model signed is not sent: Claude refuses a signature not its own", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: signedToolLoop("claude-opus-4-1"),
+      tools: lookupTool,
+      reasoning_effort: "high",
+    }, 8000),
+    false,
+  );
+  assert.equal(body.thinking, undefined);
+  const turns = body.messages as { role: string; content: { type: string }[] }[];
+  assert.deepEqual(turns[1].content.map((b) => b.type), ["tool_use"]);
+});
+
+Deno.test("signed thinking is not sent to a request that does not think", () => {
+  const messages = [
+    ...signedToolLoop(claude.upstreamModel),
+    { role: "assistant", content: "Sunny." },
+    { role: "user", content: "Thanks." },
+  ];
+  const body = messagesRequest(upstreamRequest(claude, { messages, tools: lookupTool }), false);
+  assert.equal(body.thinking, undefined);
+  const turns = body.messages as { role: string; content: { type: string }[] | string }[];
+  assert.ok(JSON.stringify(turns).includes("tool_use"));
+  assert.ok(!JSON.stringify(turns).includes("thinking"));
+});
+
+Deno.test("signed thinking goes back to a model that thinks adaptively, in every turn it came with", () => {
+  const opus = testModel("anthropic", "claude-opus-4-7");
+  const messages = [
+    ...signedToolLoop(opus.upstreamModel),
+    { role: "assistant", content: "Sunny." },
+    { role: "user", content: "And tomorrow?" },
+  ];
+  const body = messagesRequest(
+    upstreamRequest(opus, { messages, tools: lookupTool, reasoning_effort: "low" }),
+    false,
+  );
+  assert.deepEqual(body.thinking, { type: "adaptive", display: "summarized" });
+  const turns = body.messages as { role: string; content: { type: string }[] | string }[];
+  // The tool loop's assistant turn and its answer are one assistant turn upstream.
+  assert.deepEqual((turns[1].content as { type: string }[]).map((b) => b.type), [
+    "thinking",
+    "redacted_thinking",
+    "tool_use",
+  ]);
+});
+
+Deno.test("thinking blocks of assistant messages merged into one turn stay at its start", () => {
+  const messages = [
+    { role: "user", content: "Go." },
+    { role: "assistant", content: "Let me check." },
+    ...signedToolLoop(claude.upstreamModel).slice(1),
+  ];
+  const body = messagesRequest(
+    upstreamRequest(claude, { messages, tools: lookupTool, reasoning_effort: "high" }, 8000),
+    false,
+  );
+  const turns = body.messages as { role: string; content: { type: string }[] }[];
+  assert.deepEqual(turns[1].content.map((b) => b.type), [
+    "thinking",
+    "redacted_thinking",
+    "text",
+    "tool_use",
+  ]);
 });
 
 Deno.test("Anthropic's temperature is capped at 1; user becomes metadata.user_id; seed is dropped", () => {

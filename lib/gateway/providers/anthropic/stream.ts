@@ -2,8 +2,11 @@
  * The stream converter of the Anthropic kind: Messages events as chat.completion.chunks, streamed
  * the way OpenAI streams them. A `tool_use` block opens a tool call (`index`, `id`, `type`,
  * `function.name`, empty arguments) and its `input_json_delta`s follow as `function.arguments`
- * pieces; thinking arrives as `reasoning_content`; the answer tool's input streams as content.
+ * pieces; thinking arrives as `reasoning_content`, and each thinking block once more, whole and
+ * signed, as a `reasoning_details` entry when it ends (for the client to send back); the answer
+ * tool's input streams as content.
  */
+import { claudeReasoningDetail, type ClaudeThinkingBlock } from "../../reasoning_details.ts";
 import { usageObject } from "../usage.ts";
 import { eventJson } from "../http.ts";
 import { convertBatches } from "../part_batches.ts";
@@ -59,6 +62,9 @@ export function anthropicStreamParts(
     { kind: "tool"; index: number; input: boolean } | { kind: "answer"; input: boolean }
   >();
   let toolCalls = 0;
+  /** Content block index -> the thinking block it is, filled as it streams. */
+  const thinking = new Map<number, ClaudeThinkingBlock>();
+  let details = 0;
   /**
    * With a response_format served by the answer tool the content is that tool's input, JSON only:
    * text the model writes beside it (thinking leaves the tool unforced, so Claude may say "Here is
@@ -117,6 +123,19 @@ export function anthropicStreamParts(
         // as output: a client leaving from here on saves nothing.
         if (block?.type === "thinking" || block?.type === "redacted_thinking") {
           parts.push({ type: "hidden_work" });
+          thinking.set(
+            index,
+            block.type === "thinking"
+              ? {
+                type: "thinking",
+                thinking: typeof block.thinking === "string" ? block.thinking : "",
+                signature: typeof block.signature === "string" ? block.signature : "",
+              }
+              : {
+                type: "redacted_thinking",
+                data: typeof block.data === "string" ? block.data : "",
+              },
+          );
           break;
         }
         if (block?.type !== "tool_use" || typeof block.name !== "string") break;
@@ -150,6 +169,11 @@ export function anthropicStreamParts(
           }
         } else if (delta?.type === "thinking_delta" && typeof delta.thinking === "string") {
           if (delta.thinking) parts.push(chunk({ reasoning_content: delta.thinking }));
+          const block = thinking.get(Number(json.index));
+          if (block?.type === "thinking") block.thinking += delta.thinking;
+        } else if (delta?.type === "signature_delta" && typeof delta.signature === "string") {
+          const block = thinking.get(Number(json.index));
+          if (block?.type === "thinking") block.signature += delta.signature;
         } else if (
           delta?.type === "input_json_delta" && typeof delta.partial_json === "string" &&
           delta.partial_json
@@ -188,6 +212,19 @@ export function anthropicStreamParts(
         }
         break;
       }
+      case "content_block_stop": {
+        const block = thinking.get(Number(json.index));
+        if (!block) break;
+        thinking.delete(Number(json.index));
+        // Unsigned thinking cannot go back to Claude: it is not offered as a detail to send back.
+        if (block.type === "thinking" && !block.signature) break;
+        parts.push(
+          chunk({
+            reasoning_details: [claudeReasoningDetail(block, details++, meta.upstreamModel)],
+          }),
+        );
+        break;
+      }
       case "message_stop":
         stopped = true;
         break;
@@ -197,8 +234,7 @@ export function anthropicStreamParts(
           `upstream error in stream: ${errorText(json.error)}`,
           { upstreamError: upstreamErrorFields(json) },
         );
-      // ping, content_block_stop (a call's input ends with the message, above), signature deltas,
-      // and event types added later
+      // ping, and event types added later
       default:
         break;
     }

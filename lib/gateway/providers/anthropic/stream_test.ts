@@ -59,14 +59,26 @@ Deno.test("input_json_delta streams as OpenAI's tool-call fragments: index, id a
   );
 });
 
-Deno.test("thinking streams as reasoning_content; signatures are not forwarded", async () => {
-  const { completion, usage } = assembleCompletion(
-    await collect(anthropicStreamParts(fixture("stream_thinking.sse"), META)),
+Deno.test("thinking streams as reasoning_content, and each block, signed, as one reasoning detail when it ends", async () => {
+  const parts = await collect(anthropicStreamParts(fixture("stream_thinking.sse"), META));
+  const details = parts.flatMap((p) =>
+    p.type === "chunk" && p.chunk.choices[0].delta.reasoning_details
+      ? [p.chunk.choices[0].delta.reasoning_details]
+      : []
   );
-  assert.equal(
-    completion.choices[0].message.reasoning_content,
-    "I need to find the GCD of 1071 and 462.\n\n1071 = 2 × 462 + 147",
-  );
+  const thought = "I need to find the GCD of 1071 and 462.\n\n1071 = 2 × 462 + 147";
+  const detail = {
+    type: "reasoning.text",
+    text: thought,
+    signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds",
+    id: "claude-sonnet-4-5#0",
+    format: "anthropic-claude-v1",
+    index: 0,
+  };
+  assert.deepEqual(details, [[detail]]);
+  const { completion, usage } = assembleCompletion(parts);
+  assert.equal(completion.choices[0].message.reasoning_content, thought);
+  assert.deepEqual(completion.choices[0].message.reasoning_details, [detail]);
   assert.equal(completion.choices[0].message.content, "The GCD is 21.");
   assert.equal(completion.choices[0].finish_reason, "stop");
   assert.deepEqual(usage, {
@@ -75,6 +87,31 @@ Deno.test("thinking streams as reasoning_content; signatures are not forwarded",
     cachedTokens: 0,
     cacheWriteTokens: 20,
   });
+});
+
+Deno.test("redacted thinking is a reasoning.encrypted detail, in the order of the blocks", async () => {
+  const { completion } = assembleCompletion(
+    await collect(anthropicStreamParts(fixture("stream_redacted_thinking.sse"), META)),
+  );
+  const message = completion.choices[0].message;
+  assert.deepEqual(message.reasoning_details, [
+    {
+      type: "reasoning.encrypted",
+      data: "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP",
+      id: "claude-sonnet-4-5#0",
+      format: "anthropic-claude-v1",
+      index: 0,
+    },
+    {
+      type: "reasoning.text",
+      text: "The user wants the weather; I will call the tool.",
+      signature: "EqoBCkgIARABGAIiQL2UoU0b1OHYi9yH",
+      id: "claude-sonnet-4-5#1",
+      format: "anthropic-claude-v1",
+      index: 1,
+    },
+  ]);
+  assert.equal(completion.choices[0].finish_reason, "tool_calls");
 });
 
 Deno.test("the answer tool's input streams as the content, and text beside it is dropped: the content is JSON only", async () => {

@@ -50,8 +50,8 @@ const GEMINI_MODEL_NAME = /(?:^|\/)gemini-/i;
 
 /**
  * The message as the client sent it, without what only Tollbooth or other kinds read: without an
- * assistant's `reasoning_content` unless the provider wants it back, and without its tool calls'
- * `extra_content` (Gemini's thought signatures) unless the model is Gemini's, so a conversation
+ * assistant's `reasoning_content` unless the provider wants it back, nor its `reasoning_details`
+ * (Claude's signed thinking), and without its tool calls' `extra_content` (Gemini's thought signatures) unless the model is Gemini's, so a conversation
  * that moves on from Gemini to another model is not refused for a field that model does not know.
  */
 function upstreamMessage(
@@ -60,6 +60,7 @@ function upstreamMessage(
 ): Record<string, unknown> {
   const out: Record<string, unknown> = { ...m, content: stripCacheControl(m.content) };
   if (!options.forwardReasoningContent) delete out.reasoning_content;
+  delete out.reasoning_details;
   if (
     !options.extraContent && m.role === "assistant" && m.tool_calls?.some((c) => c.extra_content)
   ) {

@@ -140,6 +140,29 @@ Deno.test("an assistant's reasoning_content goes back only to a provider that wa
   );
 });
 
+Deno.test("an assistant's reasoning_details (Claude's signed thinking) go to no provider of the OpenAI kind", () => {
+  const up = upstreamRequest(testModel("openai", "gpt-5.6"), {
+    messages: [
+      { role: "user", content: "Hi" },
+      {
+        role: "assistant",
+        content: "Hello.",
+        reasoning_details: [{
+          type: "reasoning.text",
+          text: "Greet back.",
+          signature: "EqSig",
+          format: "anthropic-claude-v1",
+          id: "claude-sonnet-4-5#0",
+          index: 0,
+        }],
+      },
+      { role: "user", content: "Again?" },
+    ],
+  });
+  const assistant = (openAiRequestBody(up, true).messages as Record<string, unknown>[])[1];
+  assert.deepEqual(assistant, { role: "assistant", content: "Hello." });
+});
+
 Deno.test("models that bill reasoning their stream does not show are known by family, under a router's prefix too", () => {
   const thinks = (name: string) => isReasoningModel(testModel("openai", name));
   for (

@@ -1,0 +1,93 @@
+/**
+ * `reasoning_details`: OpenRouter's field for the reasoning a provider signs or encrypts, which a
+ * client sends back unchanged on the assistant message it came with, so that the model goes on
+ * from its own reasoning. Claude needs this in a tool loop: its thinking blocks come back with
+ * their signatures or the model reasons from scratch (and a thinking budget cannot be sent at
+ * all). Tollbooth answers each of Claude's thinking blocks as one detail, and sends the details
+ * Claude signed back to Claude as the blocks they were; no other provider is sent any.
+ *
+ * A signature holds only for the model that made it: Claude refuses the whole request when one
+ * block in it came from another model, as after a conversation moved from one Claude to another,
+ * or to a fallback. So a detail's `id` names the model that signed it (`<model>#<index>`), and a
+ * request sends a model only its own.
+ */
+import { z } from "zod";
+
+/** The `format` of a detail that is one of Claude's thinking blocks (OpenRouter's name). */
+export const CLAUDE_REASONING_FORMAT = "anthropic-claude-v1";
+
+const common = {
+  id: z.string({ error: "must be a string" }).nullish(),
+  format: z.string({ error: "must be a string" }).nullish(),
+  index: z.int({ error: "must be an integer" }).nonnegative("must not be negative").optional(),
+};
+
+export const ReasoningDetail = z.discriminatedUnion("type", [
+  z.strictObject({
+    type: z.literal("reasoning.text"),
+    text: z.string({ error: "must be a string" }).nullish(),
+    signature: z.string({ error: "must be a string" }).nullish(),
+    ...common,
+  }),
+  z.strictObject({
+    type: z.literal("reasoning.encrypted"),
+    data: z.string({ error: "must be a string" }),
+    ...common,
+  }),
+  z.strictObject({
+    type: z.literal("reasoning.summary"),
+    summary: z.string({ error: "must be a string" }),
+    ...common,
+  }),
+], {
+  error:
+    "must be a reasoning detail of type reasoning.text, reasoning.encrypted or reasoning.summary",
+});
+
+export type ReasoningDetail = z.infer<typeof ReasoningDetail>;
+
+/** A Claude thinking block, as Messages takes it back. */
+export type ClaudeThinkingBlock =
+  | { type: "thinking"; thinking: string; signature: string }
+  | { type: "redacted_thinking"; data: string };
+
+/** The model that signed a detail Tollbooth answered with (its `id`), or null. */
+function signerOf(detail: ReasoningDetail): string | null {
+  const cut = detail.id?.lastIndexOf("#") ?? -1;
+  return cut > 0 ? detail.id!.slice(0, cut) : null;
+}
+
+/**
+ * The thinking blocks `model` signed among an assistant message's details, in their order; any
+ * Claude's where `model` is not given (to bound what a request may be sent). Details of other
+ * formats or models, and text without a signature, are left out: Claude refuses a block it did
+ * not sign.
+ */
+export function claudeThinkingBlocks(
+  details: readonly ReasoningDetail[] | null | undefined,
+  model?: string,
+): ClaudeThinkingBlock[] {
+  const blocks: ClaudeThinkingBlock[] = [];
+  for (const detail of details ?? []) {
+    if (detail.format !== CLAUDE_REASONING_FORMAT) continue;
+    if (model !== undefined && signerOf(detail) !== model) continue;
+    if (detail.type === "reasoning.text" && detail.signature) {
+      blocks.push({ type: "thinking", thinking: detail.text ?? "", signature: detail.signature });
+    } else if (detail.type === "reasoning.encrypted") {
+      blocks.push({ type: "redacted_thinking", data: detail.data });
+    }
+  }
+  return blocks;
+}
+
+/** One of Claude's thinking blocks, signed by `model`, as the detail a client is answered with. */
+export function claudeReasoningDetail(
+  block: ClaudeThinkingBlock,
+  index: number,
+  model: string,
+): ReasoningDetail {
+  const common = { id: `${model}#${index}`, format: CLAUDE_REASONING_FORMAT, index };
+  return block.type === "thinking"
+    ? { type: "reasoning.text", text: block.thinking, signature: block.signature, ...common }
+    : { type: "reasoning.encrypted", data: block.data, ...common };
+}

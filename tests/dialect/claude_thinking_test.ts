@@ -1,0 +1,220 @@
+/**
+ * Claude's thinking across an agent loop, through the openai client: each thinking block comes
+ * back signed as a `reasoning_details` entry, a client that sends the assistant message back as it
+ * came gives Claude its own thinking again (and a thinking budget goes on in the turn that answers
+ * the tool call), and that turn is billed for the thinking it reads, within the hold.
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import type {
+  ChatCompletionAssistantMessageParam,
+  ChatCompletionMessageParam,
+} from "openai/resources/chat/completions";
+import {
+  ADAPTIVE_CLAUDE,
+  assertCharged,
+  CLAUDE_MODEL,
+  type Dialect,
+  expectedCharge,
+  withDialect,
+} from "./harness.ts";
+
+function client(d: Dialect) {
+  return new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
+}
+
+const TOOLS = [{
+  type: "function" as const,
+  function: {
+    name: "get_weather",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+  },
+}];
+
+const THOUGHT = "The user asks for the weather in Paris, which I cannot know without the tool. "
+  .repeat(
+    400,
+  );
+
+/** The first step thinks and calls the tool; the second answers from its result. */
+function scriptLoop(d: Dialect) {
+  d.claude.script(
+    {
+      content: [
+        { type: "thinking", thinking: THOUGHT },
+        { type: "tool_use", name: "get_weather", input: { city: "Paris" } },
+      ],
+      outputTokens: 7000,
+    },
+    // The whole cap, so that the hold covers the input only if its bound does.
+    { text: "It is sunny in Paris.", outputTokens: 16_000 },
+  );
+}
+
+type Detail = { type: string; text?: string; signature?: string; id?: string };
+
+/** Both steps billed exactly what the fake billed, each within its hold. */
+async function assertLoopBilled(d: Dialect, model: typeof CLAUDE_MODEL) {
+  const [first, second] = d.claude.messages().slice(-2);
+  const records = await d.newUsage();
+  assert.equal(records.length, 2);
+  const billed = [
+    { prompt: first.inputTokens, completion: 7000 },
+    { prompt: second.inputTokens, completion: 16_000 },
+  ];
+  records.forEach((record, i) => {
+    assert.equal(record.promptTokens, billed[i].prompt);
+    assert.equal(record.cost, expectedCharge(model, billed[i]));
+    assert.ok(record.reserved >= record.cost, `held ${record.reserved} for ${record.cost}`);
+  });
+  return { first, second };
+}
+
+Deno.test("openai SDK, anthropic kind: an agent loop that sends the assistant message back as it came keeps Claude's thinking: the signed block goes back first, the budget stays on, and its reading is billed within the hold", () =>
+  withDialect(async (d) => {
+    scriptLoop(d);
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
+    const ask = () =>
+      client(d).chat.completions.create({
+        model: CLAUDE_MODEL,
+        messages,
+        tools: TOOLS,
+        reasoning_effort: "high",
+        max_tokens: 16_000,
+      });
+    const first = (await ask()).choices[0].message;
+    const details = (first as { reasoning_details?: Detail[] }).reasoning_details!;
+    assert.equal(details.length, 1);
+    assert.equal(details[0].type, "reasoning.text");
+    assert.equal(details[0].text, THOUGHT);
+    messages.push(first);
+    messages.push({ role: "tool", tool_call_id: first.tool_calls![0].id, content: "sunny" });
+    assert.equal((await ask()).choices[0].message.content, "It is sunny in Paris.");
+
+    const { second } = await assertLoopBilled(d, CLAUDE_MODEL);
+    assert.deepEqual(second.body.thinking, { type: "enabled", budget_tokens: 15_999 });
+    const assistant = second.body.messages[1].content;
+    assert.deepEqual(assistant[0], {
+      type: "thinking",
+      thinking: THOUGHT,
+      signature: details[0].signature,
+    });
+    assert.equal(assistant[1].type, "tool_use");
+    // The turn read the thinking again: it bills more than the same turn without it would.
+    assert.ok(second.inputTokens > d.claude.inputTokens({ ...second.body, thinking: undefined }));
+  }));
+
+Deno.test("openai SDK, anthropic kind: a streamed agent loop gets each thinking block whole and signed as one reasoning_details entry, which goes back as it came", () =>
+  withDialect(async (d) => {
+    scriptLoop(d);
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
+    const stream = await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      tools: TOOLS,
+      reasoning_effort: "high",
+      max_tokens: 16_000,
+      stream: true,
+    });
+    let reasoning = "";
+    const details: Detail[] = [];
+    const call = { id: "", name: "", arguments: "" };
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta as {
+        reasoning_content?: string;
+        reasoning_details?: Detail[];
+        tool_calls?: { id?: string; function?: { name?: string; arguments?: string } }[];
+      };
+      reasoning += delta?.reasoning_content ?? "";
+      details.push(...delta?.reasoning_details ?? []);
+      for (const fragment of delta?.tool_calls ?? []) {
+        call.id ||= fragment.id ?? "";
+        call.name ||= fragment.function?.name ?? "";
+        call.arguments += fragment.function?.arguments ?? "";
+      }
+    }
+    assert.equal(reasoning, THOUGHT);
+    assert.equal(details.length, 1);
+    const assistant = {
+      role: "assistant",
+      content: null,
+      tool_calls: [{
+        id: call.id,
+        type: "function",
+        function: { name: call.name, arguments: call.arguments },
+      }],
+      reasoning_details: details,
+    } as ChatCompletionAssistantMessageParam;
+    messages.push(assistant, { role: "tool", tool_call_id: call.id, content: "sunny" });
+    const answer = await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      tools: TOOLS,
+      reasoning_effort: "high",
+      max_tokens: 16_000,
+    });
+    assert.equal(answer.choices[0].message.content, "It is sunny in Paris.");
+    const { second } = await assertLoopBilled(d, CLAUDE_MODEL);
+    assert.equal(second.body.messages[1].content[0].type, "thinking");
+  }));
+
+Deno.test("openai SDK, anthropic kind: a conversation moved to another Claude model leaves the first model's thinking out, which the new one would refuse", () =>
+  withDialect(async (d) => {
+    scriptLoop(d);
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
+    const first = (await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      tools: TOOLS,
+      reasoning_effort: "high",
+      max_tokens: 16_000,
+    })).choices[0].message;
+    messages.push(first, { role: "tool", tool_call_id: first.tool_calls![0].id, content: "sunny" });
+    const answer = await client(d).chat.completions.create({
+      model: ADAPTIVE_CLAUDE,
+      messages,
+      tools: TOOLS,
+      reasoning_effort: "high",
+      max_tokens: 16_000,
+    });
+    assert.equal(answer.choices[0].message.content, "It is sunny in Paris.");
+    const sent = d.claude.messages()[1].body;
+    assert.deepEqual(sent.thinking, { type: "adaptive", display: "summarized" });
+    assert.deepEqual(sent.messages[1].content.map((b: { type: string }) => b.type), ["tool_use"]);
+    const [claude, opus] = await d.newUsage();
+    assert.equal(claude.model, CLAUDE_MODEL);
+    assert.equal(opus.model, ADAPTIVE_CLAUDE);
+  }));
+
+Deno.test("openai SDK, anthropic kind: thinking the client edited is refused by Claude, and nothing is charged for it", () =>
+  withDialect(async (d) => {
+    scriptLoop(d);
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
+    const first = (await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      tools: TOOLS,
+      reasoning_effort: "high",
+      max_tokens: 16_000,
+    })).choices[0].message as typeof messages[number] & { reasoning_details: Detail[] };
+    await assertCharged(d, CLAUDE_MODEL, {
+      prompt: d.claude.messages()[0].inputTokens,
+      completion: 7000,
+    });
+    first.reasoning_details[0].text = "I already know it is sunny.";
+    messages.push(first, {
+      role: "tool",
+      tool_call_id: (first as { tool_calls: { id: string }[] }).tool_calls[0].id,
+      content: "sunny",
+    });
+    const error = await client(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      tools: TOOLS,
+      reasoning_effort: "high",
+      max_tokens: 16_000,
+    }).catch((e) => e);
+    assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+    assert.match(error.message, /Invalid `signature` in `thinking` block/);
+    assert.equal((await d.newUsage()).length, 0, "nothing charged");
+  }));
