@@ -130,7 +130,15 @@ async function withFakes(
   const claude = startAnthropicUpstream();
   const s = await startService({
     catalogFile: catalog(openai.baseUrl, claude.url),
-    env: { OAI_KEY: openai.apiKey, ANT_KEY: claude.apiKey, RATE_LIMIT_RPM: "100000" },
+    // The bursts are about money: rate limits out of the way. The default 2M tokens a minute
+    // refused part of the 300-call burst (429) whenever a busy machine spread it over enough time
+    // for early answers to return their holds, so that the wallet no longer bound first.
+    env: {
+      OAI_KEY: openai.apiKey,
+      ANT_KEY: claude.apiKey,
+      RATE_LIMIT_RPM: "100000",
+      RATE_LIMIT_TPM: "1000000000",
+    },
   });
   try {
     await fn(s, openai, claude);
