@@ -91,3 +91,47 @@ export function claudeReasoningDetail(
     ? { type: "reasoning.text", text: block.thinking, signature: block.signature, ...common }
     : { type: "reasoning.encrypted", data: block.data, ...common };
 }
+
+/**
+ * The Responses API carries a reasoning item's hidden state in `encrypted_content`, which a client
+ * sends back with the item (OpenAI's stateless use, `store: false`). Tollbooth puts the item's
+ * details there, marked as its own; the signatures inside are Anthropic's.
+ */
+const ENCRYPTED_CONTENT_MARK = "tollbooth.reasoning_details.v1.";
+
+const Details = z.array(ReasoningDetail);
+
+/**
+ * The `encrypted_content` of a reasoning item with these details, or null when none is one (an
+ * upstream of the OpenAI kind may send details of any shape; only well-formed ones are kept).
+ */
+export function encryptedContentOf(details: readonly unknown[]): string | null {
+  const kept = details.filter((detail) => ReasoningDetail.safeParse(detail).success);
+  if (kept.length === 0) return null;
+  const json = new TextEncoder().encode(JSON.stringify(kept));
+  let binary = "";
+  for (let i = 0; i < json.length; i += 0x8000) {
+    binary += String.fromCharCode(...json.subarray(i, i + 0x8000));
+  }
+  return ENCRYPTED_CONTENT_MARK + btoa(binary);
+}
+
+/**
+ * The details in a reasoning item's `encrypted_content`: "foreign" for another provider's, which
+ * no route here can take back; "malformed" for one marked as Tollbooth's that it did not make.
+ */
+export function detailsOfEncryptedContent(
+  content: string,
+): ReasoningDetail[] | "foreign" | "malformed" {
+  if (!content.startsWith(ENCRYPTED_CONTENT_MARK)) return "foreign";
+  try {
+    const binary = atob(content.slice(ENCRYPTED_CONTENT_MARK.length));
+    const bytes = Uint8Array.from(binary, (c) => c.charCodeAt(0));
+    const parsed = Details.safeParse(
+      JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes)),
+    );
+    return parsed.success ? parsed.data : "malformed";
+  } catch {
+    return "malformed";
+  }
+}

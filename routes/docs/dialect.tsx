@@ -176,16 +176,18 @@ export function DialectSection() {
         </li>
         <li>
           Each thinking block is also one <code>reasoning_details</code>{" "}
-          entry on the message, as OpenRouter carries it (streamed: one delta when the block ends):
-          {" "}
-          <code>reasoning.text</code> with its <code>signature</code>, or{" "}
+          entry on the message, as OpenRouter carries it (streamed: all in one delta once the
+          thinking is over): <code>reasoning.text</code> with its <code>signature</code>, or{" "}
           <code>reasoning.encrypted</code> with a redacted block's <code>data</code>, format{" "}
           <code>anthropic-claude-v1</code>, its <code>id</code>{" "}
           naming the model that signed it. Send the assistant message back as it came and a request
           that thinks gives Claude those blocks back first, so that in an agent loop it reasons on
           from its own thinking. Only the model that signed a block is sent it (Claude refuses a
           signature not its own); a block edited on the way is refused by Claude, and nothing is
-          charged. The hold counts each block's text and a token per byte of its signature.
+          charged. The hold counts each block's text and a token per byte of its signature. In the
+          Responses API they travel sealed in the reasoning item's{" "}
+          <code>encrypted_content</code>: send the output items back as input, or continue with{" "}
+          <code>previous_response_id</code>.
         </li>
       </ul>
       <h3 id="dialect-simulator">Simulator</h3>

@@ -11,27 +11,17 @@ import {
   ADAPTIVE_CLAUDE,
   assertCharged,
   type Dialect,
+  openAiClient,
   THINKING_CLAUDE,
   UNFORCEABLE_CLAUDE,
+  WEATHER_TOOLS,
   withDialect,
 } from "./harness.ts";
-
-function client(d: Dialect) {
-  return new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
-}
-
-const TOOLS = [{
-  type: "function" as const,
-  function: {
-    name: "get_weather",
-    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
-  },
-}];
 
 /** The 400 a request gets, having reached no upstream and charged nothing. */
 async function refusedBeforeReservation(d: Dialect, body: Record<string, unknown>) {
   const sent = d.claude.received.length;
-  const error = await client(d).chat.completions.create(
+  const error = await openAiClient(d).chat.completions.create(
     body as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming,
   ).catch((e) => e);
   assert.ok(error instanceof OpenAI.BadRequestError, String(error));
@@ -59,7 +49,7 @@ Deno.test("openai SDK, Opus 4.7: reasoning_effort thinks adaptively at that effo
       // The default: taken, and left out upstream.
       temperature: 1,
     };
-    const res = await client(d).chat.completions.create(body);
+    const res = await openAiClient(d).chat.completions.create(body);
     assert.equal(res.choices[0].message.content, "42");
     assert.equal(
       (res.choices[0].message as { reasoning_content?: string }).reasoning_content,
@@ -73,7 +63,9 @@ Deno.test("openai SDK, Opus 4.7: reasoning_effort thinks adaptively at that effo
     await assertCharged(d, ADAPTIVE_CLAUDE, { prompt: 40, completion: 300 });
 
     let reasoning = "";
-    for await (const chunk of await client(d).chat.completions.create({ ...body, stream: true })) {
+    for await (
+      const chunk of await openAiClient(d).chat.completions.create({ ...body, stream: true })
+    ) {
       const delta = chunk.choices[0]?.delta as { reasoning_content?: string } | undefined;
       reasoning += delta?.reasoning_content ?? "";
     }
@@ -122,19 +114,19 @@ Deno.test("openai SDK, Sonnet 5: an agent loop runs while the model thinks unask
       },
     );
     const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Paris weather?" }];
-    const first = await client(d).chat.completions.create({
+    const first = await openAiClient(d).chat.completions.create({
       model: THINKING_CLAUDE,
       messages,
-      tools: TOOLS,
+      tools: WEATHER_TOOLS,
     });
     const call = first.choices[0].message.tool_calls![0];
     assert.equal(call.type === "function" && call.function.name, "get_weather");
     messages.push(first.choices[0].message);
     messages.push({ role: "tool", tool_call_id: call.id, content: "sunny" });
-    const second = await client(d).chat.completions.create({
+    const second = await openAiClient(d).chat.completions.create({
       model: THINKING_CLAUDE,
       messages,
-      tools: TOOLS,
+      tools: WEATHER_TOOLS,
     });
     assert.equal(second.choices[0].message.content, "Sunny in Paris.");
     // The turn that answers the call is sent thinking, its assistant turn opening with the
@@ -152,7 +144,7 @@ Deno.test("openai SDK, Sonnet 5: an agent loop runs while the model thinks unask
 
     // reasoning_effort none tells it not to think.
     d.claude.script({ text: "Hi.", inputTokens: 10, outputTokens: 3 });
-    await client(d).chat.completions.create({
+    await openAiClient(d).chat.completions.create({
       model: THINKING_CLAUDE,
       messages: [{ role: "user", content: "Hi" }],
       reasoning_effort: "none",
@@ -177,11 +169,11 @@ Deno.test("openai SDK, Opus 5.5: a json_schema answer comes through output_confi
       required: ["name"],
       additionalProperties: false,
     };
-    const parsed = await client(d).chat.completions.parse({
+    const parsed = await openAiClient(d).chat.completions.parse({
       model: UNFORCEABLE_CLAUDE,
       messages: [{ role: "user", content: "Who?" }],
       // The parse helper auto-parses only strict tools.
-      tools: TOOLS.map((t) => ({ ...t, function: { ...t.function, strict: true } })),
+      tools: WEATHER_TOOLS.map((t) => ({ ...t, function: { ...t.function, strict: true } })),
       response_format: {
         type: "json_schema",
         json_schema: { name: "person", schema, strict: true },
@@ -202,7 +194,7 @@ Deno.test("openai SDK, Opus 5.5: a json_schema answer comes through output_confi
       const refusal = await refusedBeforeReservation(d, {
         model: UNFORCEABLE_CLAUDE,
         messages,
-        tools: TOOLS,
+        tools: WEATHER_TOOLS,
         tool_choice,
       });
       assert.equal(refusal.param, "tool_choice");
@@ -213,7 +205,7 @@ Deno.test("openai SDK, Opus 5.5: a json_schema answer comes through output_confi
       inputTokens: 420,
       outputTokens: 15,
     }));
-    const json = await client(d).chat.completions.create({
+    const json = await openAiClient(d).chat.completions.create({
       model: UNFORCEABLE_CLAUDE,
       messages: [{ role: "user", content: "Paris as JSON" }],
       response_format: { type: "json_object" },

@@ -10,26 +10,17 @@ import type {
   ChatCompletionAssistantMessageParam,
   ChatCompletionMessageParam,
 } from "openai/resources/chat/completions";
+import type { ResponseInputItem } from "openai/resources/responses/responses";
 import {
   ADAPTIVE_CLAUDE,
   assertCharged,
   CLAUDE_MODEL,
   type Dialect,
   expectedCharge,
+  openAiClient,
+  WEATHER_TOOLS,
   withDialect,
 } from "./harness.ts";
-
-function client(d: Dialect) {
-  return new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
-}
-
-const TOOLS = [{
-  type: "function" as const,
-  function: {
-    name: "get_weather",
-    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
-  },
-}];
 
 const THOUGHT = "The user asks for the weather in Paris, which I cannot know without the tool. "
   .repeat(
@@ -49,6 +40,17 @@ function scriptLoop(d: Dialect) {
     // The whole cap, so that the hold covers the input only if its bound does.
     { text: "It is sunny in Paris.", outputTokens: 16_000 },
   );
+}
+
+/** A step of the loop: the tools offered, thinking asked for with room for a large budget. */
+function askLoop(d: Dialect, model: string, messages: ChatCompletionMessageParam[]) {
+  return openAiClient(d).chat.completions.create({
+    model,
+    messages,
+    tools: WEATHER_TOOLS,
+    reasoning_effort: "high",
+    max_tokens: 16_000,
+  });
 }
 
 type Detail = { type: string; text?: string; signature?: string; id?: string };
@@ -74,14 +76,7 @@ Deno.test("openai SDK, anthropic kind: an agent loop that sends the assistant me
   withDialect(async (d) => {
     scriptLoop(d);
     const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
-    const ask = () =>
-      client(d).chat.completions.create({
-        model: CLAUDE_MODEL,
-        messages,
-        tools: TOOLS,
-        reasoning_effort: "high",
-        max_tokens: 16_000,
-      });
+    const ask = () => askLoop(d, CLAUDE_MODEL, messages);
     const first = (await ask()).choices[0].message;
     const details = (first as { reasoning_details?: Detail[] }).reasoning_details!;
     assert.equal(details.length, 1);
@@ -108,10 +103,10 @@ Deno.test("openai SDK, anthropic kind: a streamed agent loop gets each thinking 
   withDialect(async (d) => {
     scriptLoop(d);
     const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
-    const stream = await client(d).chat.completions.create({
+    const stream = await openAiClient(d).chat.completions.create({
       model: CLAUDE_MODEL,
       messages,
-      tools: TOOLS,
+      tools: WEATHER_TOOLS,
       reasoning_effort: "high",
       max_tokens: 16_000,
       stream: true,
@@ -146,13 +141,7 @@ Deno.test("openai SDK, anthropic kind: a streamed agent loop gets each thinking 
       reasoning_details: details,
     } as ChatCompletionAssistantMessageParam;
     messages.push(assistant, { role: "tool", tool_call_id: call.id, content: "sunny" });
-    const answer = await client(d).chat.completions.create({
-      model: CLAUDE_MODEL,
-      messages,
-      tools: TOOLS,
-      reasoning_effort: "high",
-      max_tokens: 16_000,
-    });
+    const answer = await askLoop(d, CLAUDE_MODEL, messages);
     assert.equal(answer.choices[0].message.content, "It is sunny in Paris.");
     const { second } = await assertLoopBilled(d, CLAUDE_MODEL);
     assert.equal(second.body.messages[1].content[0].type, "thinking");
@@ -162,21 +151,9 @@ Deno.test("openai SDK, anthropic kind: a conversation moved to another Claude mo
   withDialect(async (d) => {
     scriptLoop(d);
     const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
-    const first = (await client(d).chat.completions.create({
-      model: CLAUDE_MODEL,
-      messages,
-      tools: TOOLS,
-      reasoning_effort: "high",
-      max_tokens: 16_000,
-    })).choices[0].message;
+    const first = (await askLoop(d, CLAUDE_MODEL, messages)).choices[0].message;
     messages.push(first, { role: "tool", tool_call_id: first.tool_calls![0].id, content: "sunny" });
-    const answer = await client(d).chat.completions.create({
-      model: ADAPTIVE_CLAUDE,
-      messages,
-      tools: TOOLS,
-      reasoning_effort: "high",
-      max_tokens: 16_000,
-    });
+    const answer = await askLoop(d, ADAPTIVE_CLAUDE, messages);
     assert.equal(answer.choices[0].message.content, "It is sunny in Paris.");
     const sent = d.claude.messages()[1].body;
     assert.deepEqual(sent.thinking, { type: "adaptive", display: "summarized" });
@@ -190,13 +167,9 @@ Deno.test("openai SDK, anthropic kind: thinking the client edited is refused by 
   withDialect(async (d) => {
     scriptLoop(d);
     const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
-    const first = (await client(d).chat.completions.create({
-      model: CLAUDE_MODEL,
-      messages,
-      tools: TOOLS,
-      reasoning_effort: "high",
-      max_tokens: 16_000,
-    })).choices[0].message as typeof messages[number] & { reasoning_details: Detail[] };
+    const first = (await askLoop(d, CLAUDE_MODEL, messages)).choices[0].message as
+      & typeof messages[number]
+      & { reasoning_details: Detail[] };
     await assertCharged(d, CLAUDE_MODEL, {
       prompt: d.claude.messages()[0].inputTokens,
       completion: 7000,
@@ -207,14 +180,109 @@ Deno.test("openai SDK, anthropic kind: thinking the client edited is refused by 
       tool_call_id: (first as { tool_calls: { id: string }[] }).tool_calls[0].id,
       content: "sunny",
     });
-    const error = await client(d).chat.completions.create({
-      model: CLAUDE_MODEL,
-      messages,
-      tools: TOOLS,
-      reasoning_effort: "high",
-      max_tokens: 16_000,
-    }).catch((e) => e);
+    const error = await askLoop(d, CLAUDE_MODEL, messages).catch((e) => e);
     assert.ok(error instanceof OpenAI.BadRequestError, String(error));
     assert.match(error.message, /Invalid `signature` in `thinking` block/);
     assert.equal((await d.newUsage()).length, 0, "nothing charged");
+  }));
+
+const RESPONSES_TOOLS = [{
+  type: "function" as const,
+  name: "get_weather",
+  parameters: {
+    type: "object",
+    properties: { city: { type: "string" } },
+    required: ["city"],
+    additionalProperties: false,
+  },
+  strict: true,
+}];
+
+Deno.test("openai SDK Responses, anthropic kind: without storing, the output items sent back as input give Claude its signed thinking back (encrypted_content)", () =>
+  withDialect(async (d) => {
+    scriptLoop(d);
+    const input: ResponseInputItem[] = [{ role: "user", content: "Weather in Paris?" }];
+    const ask = () =>
+      openAiClient(d).responses.create({
+        model: CLAUDE_MODEL,
+        input,
+        tools: RESPONSES_TOOLS,
+        reasoning: { effort: "high" },
+        max_output_tokens: 16_000,
+        store: false,
+        include: ["reasoning.encrypted_content"],
+      });
+    const first = await ask();
+    const reasoning = first.output.find((item) => item.type === "reasoning")!;
+    assert.ok(reasoning.encrypted_content, "the reasoning item carries the signed thinking");
+    const call = first.output.find((item) => item.type === "function_call")!;
+    input.push(...first.output as ResponseInputItem[]);
+    input.push({ type: "function_call_output", call_id: call.call_id, output: "sunny" });
+    assert.equal((await ask()).output_text, "It is sunny in Paris.");
+    const { second } = await assertLoopBilled(d, CLAUDE_MODEL);
+    assert.deepEqual(second.body.thinking, { type: "enabled", budget_tokens: 15_999 });
+    assert.deepEqual(
+      second.body.messages[1].content.map((b: { type: string }) => b.type),
+      ["thinking", "tool_use"],
+    );
+  }));
+
+Deno.test("openai SDK Responses, anthropic kind: a stored response continued by previous_response_id gives Claude its signed thinking back", () =>
+  withDialect(async (d) => {
+    scriptLoop(d);
+    const ask = (input: ResponseInputItem[], previous?: string) =>
+      openAiClient(d).responses.create({
+        model: CLAUDE_MODEL,
+        input,
+        tools: RESPONSES_TOOLS,
+        reasoning: { effort: "high" },
+        max_output_tokens: 16_000,
+        previous_response_id: previous,
+      });
+    const first = await ask([{ role: "user", content: "Weather in Paris?" }]);
+    const call = first.output.find((item) => item.type === "function_call")!;
+    const second = await ask(
+      [{ type: "function_call_output", call_id: call.call_id, output: "sunny" }],
+      first.id,
+    );
+    assert.equal(second.output_text, "It is sunny in Paris.");
+    const { second: sent } = await assertLoopBilled(d, CLAUDE_MODEL);
+    assert.deepEqual(
+      sent.body.messages[1].content.map((b: { type: string }) => b.type),
+      ["thinking", "tool_use"],
+    );
+  }));
+
+Deno.test("openai SDK stream helper, anthropic kind: the final message of a stream keeps every thinking block, redacted ones too, and they all go back", () =>
+  withDialect(async (d) => {
+    d.claude.script(
+      {
+        content: [
+          { type: "redacted_thinking", data: "A thought the safety systems sealed." },
+          { type: "thinking", thinking: THOUGHT },
+          { type: "tool_use", name: "get_weather", input: { city: "Paris" } },
+        ],
+        outputTokens: 7000,
+      },
+      { text: "It is sunny in Paris.", outputTokens: 16_000 },
+    );
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
+    const stream = openAiClient(d).chat.completions.stream({
+      model: CLAUDE_MODEL,
+      messages,
+      tools: WEATHER_TOOLS,
+      reasoning_effort: "high",
+      max_tokens: 16_000,
+    });
+    const first = (await stream.finalChatCompletion()).choices[0].message;
+    const details = (first as { reasoning_details?: Detail[] }).reasoning_details!;
+    assert.deepEqual(details.map((x) => x.type), ["reasoning.encrypted", "reasoning.text"]);
+    messages.push(first, { role: "tool", tool_call_id: first.tool_calls![0].id, content: "sunny" });
+    const answer = await askLoop(d, CLAUDE_MODEL, messages);
+    assert.equal(answer.choices[0].message.content, "It is sunny in Paris.");
+    const { second } = await assertLoopBilled(d, CLAUDE_MODEL);
+    assert.deepEqual(
+      second.body.messages[1].content.map((b: { type: string }) => b.type),
+      ["redacted_thinking", "thinking", "tool_use"],
+    );
   }));

@@ -4,6 +4,7 @@
  * with a real client library and checks what the upstream received and what was charged.
  */
 import assert from "node:assert/strict";
+import OpenAI from "openai";
 import { type AnthropicUpstream, startAnthropicUpstream } from "../fakes/anthropic_upstream.ts";
 import { type OpenAiUpstream, startOpenAiUpstream } from "../fakes/openai_upstream.ts";
 import {
@@ -103,6 +104,20 @@ export interface Dialect {
   /** The usage records written since the last call, oldest first. */
   newUsage(): Promise<UsageRecord[]>;
 }
+
+/** The openai client against Tollbooth, without retries: each test sees every answer as it came. */
+export function openAiClient(d: Dialect) {
+  return new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
+}
+
+/** One function tool, as chat requests offer it. */
+export const WEATHER_TOOLS = [{
+  type: "function" as const,
+  function: {
+    name: "get_weather",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+  },
+}];
 
 export async function withDialect(fn: (d: Dialect) => Promise<void>) {
   const openai = startOpenAiUpstream();

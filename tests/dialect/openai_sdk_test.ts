@@ -18,6 +18,7 @@ import {
   type Dialect,
   expectedCharge,
   OPENAI_MODEL,
+  openAiClient,
   REASONING_MODEL,
   scriptAgentLoop,
   withDialect,
@@ -45,10 +46,6 @@ const KINDS = [
   { kind: "openai", model: OPENAI_MODEL },
   { kind: "anthropic", model: CLAUDE_MODEL },
 ] as const;
-
-function client(d: Dialect) {
-  return new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
-}
 
 /** Two parallel calls, then the answer once their results come back; `usage` of each turn. */
 function scriptToolRoundTrip(d: Dialect, kind: "openai" | "anthropic") {
@@ -134,7 +131,11 @@ for (const { kind, model } of KINDS) {
       const messages: ChatCompletionMessageParam[] = [
         { role: "user", content: "Weather and time in Paris?" },
       ];
-      const first = await client(d).chat.completions.create({ model, messages, tools: TOOLS });
+      const first = await openAiClient(d).chat.completions.create({
+        model,
+        messages,
+        tools: TOOLS,
+      });
       assert.equal(first.choices[0].finish_reason, "tool_calls");
       const calls = first.choices[0].message.tool_calls!.filter((c) => c.type === "function");
       assert.deepEqual(calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]), [
@@ -144,7 +145,11 @@ for (const { kind, model } of KINDS) {
       await assertCharged(d, model, usage[0]);
 
       messages.push(first.choices[0].message, ...toolResults(calls));
-      const second = await client(d).chat.completions.create({ model, messages, tools: TOOLS });
+      const second = await openAiClient(d).chat.completions.create({
+        model,
+        messages,
+        tools: TOOLS,
+      });
       assert.equal(second.choices[0].message.content, "Sunny at noon in Paris.");
       assert.equal(second.choices[0].finish_reason, "stop");
       await assertCharged(d, model, usage[1]);
@@ -159,7 +164,7 @@ for (const { kind, model } of KINDS) {
         if (api === "chat") {
           const tools = [zodFunction({ name: "weather", parameters: Weather })];
           const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Paris?" }];
-          const first = await client(d).chat.completions.parse({ model, messages, tools });
+          const first = await openAiClient(d).chat.completions.parse({ model, messages, tools });
           const call = first.choices[0].message.tool_calls![0];
           assert.ok(call.type === "function");
           assert.deepEqual(call.function.parsed_arguments, { city: "Paris" });
@@ -168,12 +173,17 @@ for (const { kind, model } of KINDS) {
             tool_call_id: call.id,
             content: "sunny",
           });
-          const second = await client(d).chat.completions.parse({ model, messages, tools });
+          const second = await openAiClient(d).chat.completions.parse({ model, messages, tools });
           assert.equal(second.choices[0].message.content, "It is sunny in Paris.");
         } else {
           const tools = [zodResponsesFunction({ name: "weather", parameters: Weather })];
           const input: ResponseInputItem[] = [{ role: "user", content: "Paris?" }];
-          const first = await client(d).responses.parse({ model, input, tools, store: false });
+          const first = await openAiClient(d).responses.parse({
+            model,
+            input,
+            tools,
+            store: false,
+          });
           const call = first.output.find((item) => item.type === "function_call")!;
           assert.deepEqual(call.parsed_arguments, { city: "Paris" });
           input.push(...(first.output as ResponseInputItem[]), {
@@ -181,7 +191,12 @@ for (const { kind, model } of KINDS) {
             call_id: call.call_id,
             output: "sunny",
           });
-          const second = await client(d).responses.parse({ model, input, tools, store: false });
+          const second = await openAiClient(d).responses.parse({
+            model,
+            input,
+            tools,
+            store: false,
+          });
           assert.equal(second.output_text, "It is sunny in Paris.");
         }
         await assertCharged(d, model, ...usage);
@@ -198,7 +213,7 @@ for (const { kind, model } of KINDS) {
       const messages: ChatCompletionMessageParam[] = [
         { role: "user", content: "Weather and time in Paris?" },
       ];
-      const runner = client(d).chat.completions.stream({
+      const runner = openAiClient(d).chat.completions.stream({
         model,
         messages,
         tools: TOOLS,
@@ -215,7 +230,11 @@ for (const { kind, model } of KINDS) {
       await assertCharged(d, model, usage[0]);
 
       messages.push(first.choices[0].message as ChatCompletionMessageParam, ...toolResults(calls));
-      const second = await client(d).chat.completions.stream({ model, messages, tools: TOOLS })
+      const second = await openAiClient(d).chat.completions.stream({
+        model,
+        messages,
+        tools: TOOLS,
+      })
         .finalChatCompletion();
       assert.equal(second.choices[0].message.content, "Sunny at noon in Paris.");
       await assertCharged(d, model, usage[1]);
@@ -243,7 +262,7 @@ for (const { kind, model } of KINDS) {
         });
       }
       const png = pngBase64(1024, 768);
-      const res = await client(d).chat.completions.create({
+      const res = await openAiClient(d).chat.completions.create({
         model,
         max_tokens: 300,
         messages: [
@@ -302,7 +321,7 @@ for (const { kind, model } of KINDS) {
       if (kind === "openai") d.openai.script({ content: "ok", completionTokens: 1 });
       else d.claude.script({ text: "ok", outputTokens: 1 });
       const values = Array.from({ length: 20_000 }, (_, i) => i % 2 ? "" : String(i % 7));
-      await client(d).chat.completions.create({
+      await openAiClient(d).chat.completions.create({
         model,
         max_tokens: 1,
         messages: [{ role: "user", content: "Say ok." }],
@@ -336,7 +355,7 @@ Deno.test("openai SDK, reasoning model: the cap goes as max_completion_tokens, r
       completionTokens: 300,
       promptTokens: 50,
     });
-    const res = await client(d).chat.completions.create({
+    const res = await openAiClient(d).chat.completions.create({
       model: REASONING_MODEL,
       messages: [{ role: "developer", content: "Be exact." }, { role: "user", content: "6 × 7?" }],
       max_completion_tokens: 2000,
@@ -355,7 +374,7 @@ Deno.test("openai SDK, reasoning model: the cap goes as max_completion_tokens, r
 Deno.test("openai SDK, reasoning model with no cap given: Tollbooth's default goes as max_completion_tokens", () =>
   withDialect(async (d) => {
     d.openai.script({ content: "ok", completionTokens: 5, promptTokens: 9 });
-    await client(d).chat.completions.create({
+    await openAiClient(d).chat.completions.create({
       model: REASONING_MODEL,
       messages: [{ role: "user", content: "hi" }],
     });
@@ -376,7 +395,7 @@ Deno.test("openai SDK, anthropic kind: reasoning_effort thinks within a budget; 
     };
     d.claude.script(answer, answer);
     const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "6 × 7?" }];
-    const res = await client(d).chat.completions.create({
+    const res = await openAiClient(d).chat.completions.create({
       model: CLAUDE_MODEL,
       messages,
       max_tokens: 4000,
@@ -393,7 +412,7 @@ Deno.test("openai SDK, anthropic kind: reasoning_effort thinks within a budget; 
     });
     await assertCharged(d, CLAUDE_MODEL, { prompt: 40, completion: 180 });
 
-    const stream = await client(d).chat.completions.create({
+    const stream = await openAiClient(d).chat.completions.create({
       model: CLAUDE_MODEL,
       messages,
       max_tokens: 4000,
@@ -422,7 +441,7 @@ Deno.test("openai SDK, anthropic kind: with reasoning_effort, a turn that answer
     d.claude.script(answer, answer);
     const id = "toolu_01";
     const call = { name: "get_weather", arguments: '{"city":"Oslo"}' };
-    const chat = await client(d).chat.completions.create({
+    const chat = await openAiClient(d).chat.completions.create({
       model: CLAUDE_MODEL,
       messages: [
         { role: "user", content: "Weather in Oslo?" },
@@ -440,7 +459,7 @@ Deno.test("openai SDK, anthropic kind: with reasoning_effort, a turn that answer
     });
     assert.equal(chat.choices[0].message.content, answer.text);
     await assertCharged(d, CLAUDE_MODEL, { prompt: 120, completion: 12 });
-    const responses = await client(d).responses.create({
+    const responses = await openAiClient(d).responses.create({
       model: CLAUDE_MODEL,
       input: [
         { role: "user", content: "Weather in Oslo?" },
@@ -478,7 +497,7 @@ Deno.test("openai SDK: a Claude stream cut before its final usage is billed at t
       outputTokens: 12,
       cutAfterEvents: 3,
     });
-    const stream = await client(d).chat.completions.create({
+    const stream = await openAiClient(d).chat.completions.create({
       model: CLAUDE_MODEL,
       messages: [
         {
@@ -506,7 +525,7 @@ Deno.test("openai SDK: cached input is reported and billed at the cache prices, 
   withDialect(async (d) => {
     const long = "The quick brown fox jumps over the lazy dog. ".repeat(300);
     d.openai.script({ content: "ok", promptTokens: 2006, cachedTokens: 1920, completionTokens: 3 });
-    const viaOpenAi = await client(d).chat.completions.create({
+    const viaOpenAi = await openAiClient(d).chat.completions.create({
       model: OPENAI_MODEL,
       messages: [{ role: "system", content: long }, { role: "user", content: "Summarise." }],
     });
@@ -525,11 +544,11 @@ Deno.test("openai SDK: cached input is reported and billed at the cache prices, 
       },
       { role: "user", content: "Summarise." },
     ] as ChatCompletionMessageParam[];
-    const write = await client(d).chat.completions.create({ model: CLAUDE_MODEL, messages });
+    const write = await openAiClient(d).chat.completions.create({ model: CLAUDE_MODEL, messages });
     assert.equal(write.usage?.prompt_tokens, 1612);
     assert.equal(d.claude.messages()[0].body.system[0].cache_control.type, "ephemeral");
     await assertCharged(d, CLAUDE_MODEL, { prompt: 1612, cacheWrite: 1600, completion: 3 });
-    const read = await client(d).chat.completions.create({ model: CLAUDE_MODEL, messages });
+    const read = await openAiClient(d).chat.completions.create({ model: CLAUDE_MODEL, messages });
     assert.equal(read.usage?.prompt_tokens_details?.cached_tokens, 1600);
     await assertCharged(d, CLAUDE_MODEL, { prompt: 1612, cached: 1600, completion: 3 });
   }));
@@ -548,7 +567,10 @@ Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write pric
       completionTokens: 3,
     };
     d.openai.script(answer, answer);
-    const res = await client(d).chat.completions.create({ model: CACHE_WRITING_GPT, messages });
+    const res = await openAiClient(d).chat.completions.create({
+      model: CACHE_WRITING_GPT,
+      messages,
+    });
     const details = res.usage?.prompt_tokens_details as Record<string, number>;
     assert.equal(details.cache_write_tokens, 1920);
     const usage = { prompt: 2006, cacheWrite: 1920, completion: 3 };
@@ -557,7 +579,7 @@ Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write pric
     assert.ok(record.cost > expectedCharge(CACHE_WRITING_GPT, { prompt: 2006, completion: 3 }));
     assert.ok(record.reserved >= record.cost, "the hold covered the bill");
 
-    const stream = await client(d).chat.completions.create({
+    const stream = await openAiClient(d).chat.completions.create({
       model: CACHE_WRITING_GPT,
       messages,
       stream: true,
@@ -569,7 +591,7 @@ Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write pric
     // Explicit breakpoints and options reach OpenAI as sent, through chat and Responses.
     d.openai.script(answer, answer);
     const breakpoint = { mode: "explicit" as const, ttl: "12h" as const };
-    await client(d).chat.completions.create({
+    await openAiClient(d).chat.completions.create({
       model: CACHE_WRITING_GPT,
       messages: [
         {
@@ -584,7 +606,7 @@ Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write pric
     assert.deepEqual(chat.messages[0].content[0].prompt_cache_breakpoint, breakpoint);
     assert.deepEqual(chat.prompt_cache_options, { mode: "explicit" });
     await assertCharged(d, CACHE_WRITING_GPT, usage);
-    const response = await client(d).responses.create({
+    const response = await openAiClient(d).responses.create({
       model: CACHE_WRITING_GPT,
       input: [{
         role: "user",
@@ -605,7 +627,7 @@ Deno.test("openai SDK, anthropic kind: a tool Claude calls without arguments run
     // Claude streams such a call as input {} and one empty partial_json (the fake does too).
     const noArguments = { content: [{ type: "tool_use" as const, name: "now", input: {} }] };
     d.claude.script(noArguments, { text: "It is noon." });
-    const runner = client(d).chat.completions.runTools({
+    const runner = openAiClient(d).chat.completions.runTools({
       model: CLAUDE_MODEL,
       messages: [{ role: "user", content: "What time is it?" }],
       tools: [{
@@ -628,7 +650,7 @@ Deno.test("openai SDK, anthropic kind: a tool Claude calls without arguments run
     );
 
     d.claude.script(noArguments);
-    const streamed = await client(d).chat.completions.stream({
+    const streamed = await openAiClient(d).chat.completions.stream({
       model: CLAUDE_MODEL,
       messages: [{ role: "user", content: "What time is it?" }],
       tools: [{ type: "function", function: { name: "now" } }],
@@ -637,7 +659,7 @@ Deno.test("openai SDK, anthropic kind: a tool Claude calls without arguments run
     assert.equal(fragment.type === "function" && fragment.function.arguments, "{}");
 
     d.claude.script(noArguments);
-    const response = await client(d).responses.create({
+    const response = await openAiClient(d).responses.create({
       model: CLAUDE_MODEL,
       input: "What time is it?",
       tools: [{ type: "function", name: "now", parameters: null, strict: false }],
@@ -688,7 +710,7 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
       }],
     ];
     for (const [label, body] of accepted) {
-      const answer = await client(d).chat.completions.create(
+      const answer = await openAiClient(d).chat.completions.create(
         {
           model: CLAUDE_MODEL,
           ...body,
@@ -722,7 +744,7 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
     ];
     const sent = d.claude.messages().length;
     for (const [label, body, param] of refused) {
-      const error = await client(d).chat.completions.create(
+      const error = await openAiClient(d).chat.completions.create(
         {
           model: CLAUDE_MODEL,
           ...body,
@@ -759,20 +781,20 @@ Deno.test("openai SDK, anthropic kind: with reasoning_effort, a json_schema answ
       },
     };
     d.claude.script(preamble);
-    const whole = await client(d).chat.completions.parse(body);
+    const whole = await openAiClient(d).chat.completions.parse(body);
     assert.equal(whole.choices[0].message.content, '{"name":"Ann"}');
     assert.deepEqual(whole.choices[0].message.parsed, { name: "Ann" });
     assert.equal(whole.choices[0].finish_reason, "stop");
 
     d.claude.script(preamble);
-    const streamed = await client(d).chat.completions.stream(body).finalChatCompletion();
+    const streamed = await openAiClient(d).chat.completions.stream(body).finalChatCompletion();
     assert.deepEqual(streamed.choices[0].message.parsed, { name: "Ann" });
 
     // Never called: the text is the answer.
     d.claude.script({
       content: [{ type: "thinking", thinking: "ok" }, { type: "text", text: "I cannot." }],
     });
-    const unanswered = await client(d).chat.completions.create(body);
+    const unanswered = await openAiClient(d).chat.completions.create(body);
     assert.equal(unanswered.choices[0].message.content, "I cannot.");
   }));
 
@@ -789,7 +811,7 @@ Deno.test("openai SDK, anthropic kind: text held back from a json_schema answer 
       ],
       cutAfterEvents: 9,
     }));
-    const stream = await client(d).chat.completions.create({
+    const stream = await openAiClient(d).chat.completions.create({
       model: CLAUDE_MODEL,
       messages: [{ role: "user", content: "Who?" }],
       reasoning_effort: "low",

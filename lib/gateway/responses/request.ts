@@ -20,6 +20,7 @@ import {
   REASONING_EFFORTS,
   SafetyIdentifier,
 } from "../chat_request.ts";
+import { detailsOfEncryptedContent, type ReasoningDetail } from "../reasoning_details.ts";
 
 const InputText = z.strictObject({
   type: z.literal("input_text"),
@@ -91,8 +92,15 @@ const ItemReference = z.strictObject({
   id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
 });
 
-/** Reasoning items carry the provider's hidden state; no chat provider can take them back. */
-const ReasoningItem = z.looseObject({ type: z.literal("reasoning") });
+/**
+ * Reasoning items carry the provider's hidden state in `encrypted_content`: Claude's thinking, as
+ * Tollbooth answered it, goes back to Claude with the assistant turn after it; any other is
+ * dropped, as no chat provider can take it back.
+ */
+const ReasoningItem = z.looseObject({
+  type: z.literal("reasoning"),
+  encrypted_content: z.string({ error: "must be a string" }).nullish(),
+});
 
 export const InputItem = z.union([
   MessageItem,
@@ -419,6 +427,17 @@ function inputMessages(
   }
   const out: Record<string, unknown>[] = [];
   const origins: (Origin & { from: "input" })[] = [];
+  // Reasoning items' details, for the assistant turn right after them (any other drops them).
+  let thinking: ReasoningDetail[] = [];
+  const carry = (message: Record<string, unknown>) => {
+    if (message.role !== "assistant") thinking = [];
+    if (thinking.length === 0) return;
+    message.reasoning_details = [
+      ...(message.reasoning_details as ReasoningDetail[] | undefined ?? []),
+      ...thinking,
+    ];
+    thinking = [];
+  };
   body.input.forEach((raw, i) => {
     let item = parseItem(raw, i);
     const referenced = item.type === "item_reference";
@@ -434,7 +453,18 @@ function inputMessages(
       }
       item = found;
     }
-    if (item.type === "reasoning") return;
+    if (item.type === "reasoning") {
+      if (!item.encrypted_content) return;
+      const details = detailsOfEncryptedContent(item.encrypted_content);
+      if (details === "malformed") {
+        throw invalid(
+          `input[${i}].encrypted_content`,
+          "is not the encrypted_content of a reasoning item as Tollbooth answered it",
+        );
+      }
+      if (details !== "foreign") thinking.push(...details);
+      return;
+    }
     if (item.type === "function_call") {
       const call = {
         id: item.call_id,
@@ -445,9 +475,12 @@ function inputMessages(
       // Calls right after an assistant turn (or each other) are that turn's tool calls.
       if (last?.role === "assistant") {
         last.tool_calls = [...(last.tool_calls as unknown[] ?? []), call];
+        carry(last);
         origins.at(-1)!.calls.push({ item: i, referenced });
       } else {
-        out.push({ role: "assistant", content: null, tool_calls: [call] });
+        const turn = { role: "assistant", content: null, tool_calls: [call] };
+        carry(turn);
+        out.push(turn);
         origins.push({
           from: "input",
           item: null,
@@ -463,12 +496,16 @@ function inputMessages(
       const content = typeof item.output === "string"
         ? item.output
         : item.output.map((p) => ({ type: "text" as const, text: p.text }));
-      out.push({ role: "tool", tool_call_id: item.call_id, content });
+      const result = { role: "tool", tool_call_id: item.call_id, content };
+      carry(result);
+      out.push(result);
       origins.push({ from: "input", item: i, kind: "function_call_output", referenced, calls: [] });
       return;
     }
     if (!("role" in item)) throw invalid(`input[${i}].id`, "references another reference");
-    out.push(messageOf(item, i));
+    const message = messageOf(item, i);
+    carry(message);
+    out.push(message);
     origins.push({ from: "input", item: i, kind: "message", referenced, calls: [] });
   });
   return { messages: out, origins };

@@ -9,6 +9,7 @@ import {
   type StoredContext,
   toChatRequest,
 } from "./request.ts";
+import { encryptedContentOf } from "../reasoning_details.ts";
 
 const NONE: StoredContext = { previous: [], items: new Map() };
 const MODEL = "openai/gpt-4o-mini";
@@ -166,11 +167,69 @@ Deno.test("stored items and the previous conversation come before the new input"
   );
 });
 
-Deno.test("reasoning items are dropped: no chat provider takes them back", () => {
+Deno.test("reasoning items of other providers are dropped: no chat provider takes them back", () => {
   const chat = chatOf({
-    input: [{ type: "reasoning", id: "rs_1", summary: [] }, { role: "user", content: "x" }],
+    input: [
+      { type: "reasoning", id: "rs_1", summary: [] },
+      { type: "reasoning", id: "rs_2", summary: [], encrypted_content: "gAAAAABpF-openai" },
+      { role: "user", content: "x" },
+    ],
   });
   assert.deepEqual(chat.messages, [{ role: "user", content: "x" }]);
+});
+
+const SIGNED = {
+  type: "reasoning.text" as const,
+  text: "Look it up.",
+  signature: "EqSig",
+  format: "anthropic-claude-v1",
+  id: "claude-sonnet-4-5#0",
+  index: 0,
+};
+
+Deno.test("Claude's thinking sealed in a reasoning item goes back as the reasoning_details of the assistant turn after it", () => {
+  const sealed = encryptedContentOf([SIGNED])!;
+  const call = { type: "function_call", call_id: "c1", name: "w", arguments: "{}" };
+  const chat = chatOf({
+    input: [
+      { role: "user", content: "Weather?" },
+      { type: "reasoning", id: "rs_1", summary: [], encrypted_content: sealed },
+      call,
+      { type: "function_call_output", call_id: "c1", output: "sunny" },
+    ],
+    tools: [{ type: "function", name: "w", parameters: { type: "object" } }],
+  });
+  const assistant = (chat.messages as Record<string, unknown>[])[1];
+  assert.deepEqual(assistant.reasoning_details, [SIGNED]);
+  // Before a message item, the same; before a user message, it belongs to no turn and is dropped.
+  const withText = chatOf({
+    input: [
+      { role: "user", content: "Hi" },
+      { type: "reasoning", id: "rs_1", summary: [], encrypted_content: sealed },
+      { role: "assistant", content: "Hello." },
+      { type: "reasoning", id: "rs_2", summary: [], encrypted_content: sealed },
+      { role: "user", content: "Again?" },
+    ],
+  });
+  const messages = withText.messages as Record<string, unknown>[];
+  assert.deepEqual(messages[1].reasoning_details, [SIGNED]);
+  assert.equal("reasoning_details" in messages[2], false);
+});
+
+Deno.test("a reasoning item's encrypted_content marked as Tollbooth's that it did not make is refused with its path", () => {
+  const forged = encryptedContentOf([SIGNED])!.slice(0, -8) + "!!!!!!!!";
+  assert.deepEqual(
+    refusal({
+      model: MODEL,
+      input: [
+        { role: "user", content: "x" },
+        { type: "reasoning", id: "rs_1", summary: [], encrypted_content: forged },
+        { role: "assistant", content: "y" },
+        { role: "user", content: "z" },
+      ],
+    }),
+    { code: "invalid_parameter", param: "input[1].encrypted_content" },
+  );
 });
 
 Deno.test("each malformed or unsupported field is refused with its Responses path", () => {

@@ -3,6 +3,7 @@
  * stream of completion chunks into the documented sequence of response events.
  */
 import type { ResponsesBody } from "./request.ts";
+import { encryptedContentOf } from "../reasoning_details.ts";
 
 export interface ResponseMeta {
   id: string;
@@ -35,6 +36,8 @@ export type OutputItem =
     type: "reasoning";
     id: string;
     summary: SummaryText[];
+    /** Claude's signed thinking, for the client to send back (reasoning_details.ts). */
+    encrypted_content?: string;
     status: "in_progress" | "completed" | "incomplete";
   }
   | {
@@ -161,11 +164,16 @@ export function completionToResponse(
   const ending = endingOf(choice?.finish_reason);
   const itemStatus = ending.status === "completed" ? "completed" : "incomplete";
   const output: OutputItem[] = [];
-  if (typeof message.reasoning_content === "string" && message.reasoning_content !== "") {
+  const reasoning = typeof message.reasoning_content === "string" ? message.reasoning_content : "";
+  const sealed = Array.isArray(message.reasoning_details)
+    ? encryptedContentOf(message.reasoning_details)
+    : null;
+  if (reasoning !== "" || sealed !== null) {
     output.push({
       type: "reasoning",
       id: meta.newItemId("rs"),
-      summary: [{ type: "summary_text", text: message.reasoning_content }],
+      summary: reasoning !== "" ? [{ type: "summary_text", text: reasoning }] : [],
+      ...(sealed !== null ? { encrypted_content: sealed } : {}),
       status: itemStatus,
     });
   }
@@ -219,6 +227,7 @@ interface ChunkLike {
       content?: string | null;
       refusal?: string | null;
       reasoning_content?: string | null;
+      reasoning_details?: unknown;
       tool_calls?: {
         index: number;
         id?: string;
@@ -231,7 +240,13 @@ interface ChunkLike {
 }
 
 type OpenItem =
-  | { kind: "reasoning"; index: number; item: Extract<OutputItem, { type: "reasoning" }> }
+  | {
+    kind: "reasoning";
+    index: number;
+    item: Extract<OutputItem, { type: "reasoning" }>;
+    /** Its reasoning details, sealed into `encrypted_content` when it closes. */
+    details: unknown[];
+  }
   | {
     kind: "message";
     index: number;
@@ -283,6 +298,13 @@ export class ResponseEvents {
       if (typeof delta.reasoning_content === "string" && delta.reasoning_content !== "") {
         events.push(...this.#reasoning(delta.reasoning_content));
       }
+      if (Array.isArray(delta.reasoning_details) && delta.reasoning_details.length) {
+        // A block's details come when it ends, its text (if any) already in the open item.
+        events.push(...this.#openReasoning());
+        (this.#open as Extract<OpenItem, { kind: "reasoning" }>).details.push(
+          ...delta.reasoning_details,
+        );
+      }
       if (typeof delta.content === "string" && delta.content !== "") {
         events.push(...this.#text("output_text", delta.content));
       }
@@ -333,32 +355,38 @@ export class ResponseEvents {
     return this.#event("error", { code, message, param: null });
   }
 
+  /** The reasoning item open, opened (without a summary part) unless it is. */
+  #openReasoning(): ResponseEvent[] {
+    if (this.#open?.kind === "reasoning") return [];
+    const events = this.#close("completed");
+    const item: Extract<OutputItem, { type: "reasoning" }> = {
+      type: "reasoning",
+      id: this.#meta.newItemId("rs"),
+      summary: [],
+      status: "in_progress",
+    };
+    this.#open = { kind: "reasoning", index: this.#output.length, item, details: [] };
+    this.#output.push(item);
+    events.push(this.#event("response.output_item.added", {
+      output_index: this.#open.index,
+      item: structuredClone(item),
+    }));
+    return events;
+  }
+
   /** Reasoning text streams as the one summary part of a reasoning item, as OpenAI's summaries do. */
   #reasoning(delta: string): ResponseEvent[] {
-    const events: ResponseEvent[] = [];
-    if (this.#open?.kind !== "reasoning") {
-      events.push(...this.#close("completed"));
-      const item: Extract<OutputItem, { type: "reasoning" }> = {
-        type: "reasoning",
-        id: this.#meta.newItemId("rs"),
-        summary: [],
-        status: "in_progress",
-      };
-      this.#open = { kind: "reasoning", index: this.#output.length, item };
-      this.#output.push(item);
-      events.push(this.#event("response.output_item.added", {
-        output_index: this.#open.index,
-        item: structuredClone(item),
-      }));
-      item.summary.push({ type: "summary_text", text: "" });
+    const events = this.#openReasoning();
+    const open = this.#open as Extract<OpenItem, { kind: "reasoning" }>;
+    if (open.item.summary.length === 0) {
+      open.item.summary.push({ type: "summary_text", text: "" });
       events.push(this.#event("response.reasoning_summary_part.added", {
-        item_id: item.id,
-        output_index: this.#open.index,
+        item_id: open.item.id,
+        output_index: open.index,
         summary_index: 0,
         part: { type: "summary_text", text: "" },
       }));
     }
-    const open = this.#open as Extract<OpenItem, { kind: "reasoning" }>;
     open.item.summary[0].text += delta;
     events.push(this.#event("response.reasoning_summary_text.delta", {
       item_id: open.item.id,
@@ -473,13 +501,17 @@ export class ResponseEvents {
     if (open.kind === "reasoning") {
       const where = { item_id: open.item.id, output_index: open.index, summary_index: 0 };
       const part = open.item.summary[0];
-      events.push(
-        this.#event("response.reasoning_summary_text.done", { ...where, text: part.text }),
-        this.#event("response.reasoning_summary_part.done", {
-          ...where,
-          part: structuredClone(part),
-        }),
-      );
+      if (part) {
+        events.push(
+          this.#event("response.reasoning_summary_text.done", { ...where, text: part.text }),
+          this.#event("response.reasoning_summary_part.done", {
+            ...where,
+            part: structuredClone(part),
+          }),
+        );
+      }
+      const sealed = encryptedContentOf(open.details);
+      if (sealed !== null) open.item.encrypted_content = sealed;
     } else if (open.kind === "message") {
       if (open.part) events.push(...this.#closePart(open));
     } else {

@@ -8,6 +8,23 @@ import {
   responseUsage,
 } from "./response.ts";
 import { testBody, testMeta } from "./test_support.ts";
+import { detailsOfEncryptedContent } from "../reasoning_details.ts";
+
+const SIGNED = {
+  type: "reasoning.text",
+  text: "A greeting.",
+  signature: "EqSig",
+  format: "anthropic-claude-v1",
+  id: "claude-sonnet-4-5#0",
+  index: 0,
+};
+const REDACTED = {
+  type: "reasoning.encrypted",
+  data: "EmData",
+  format: "anthropic-claude-v1",
+  id: "claude-sonnet-4-5#1",
+  index: 1,
+};
 
 async function fixtureEvents(name: string): Promise<ResponseEvent[]> {
   const text = await Deno.readTextFile(new URL(`./fixtures/${name}`, import.meta.url));
@@ -285,6 +302,56 @@ Deno.test("streamed reasoning gives the documented reasoning summary events, clo
   const completed = out.at(-1)!.response as { output: { type: string }[] };
   assert.deepEqual(completed.output.map((item) => item.type), ["reasoning", "message"]);
   assert.equal(outputText(events.output), "Hello! How can I help?");
+});
+
+Deno.test("Claude's signed thinking comes back sealed in the reasoning item's encrypted_content, with or without text", () => {
+  const answer = (message: Record<string, unknown>) =>
+    completionToResponse(
+      { choices: [{ message: { role: "assistant", ...message }, finish_reason: "stop" }] },
+      testBody(),
+      testMeta(),
+    ).output[0] as { type: string; summary: unknown[]; encrypted_content?: string };
+  const signed = answer({
+    content: "Hello!",
+    reasoning_content: "A greeting.",
+    reasoning_details: [SIGNED, REDACTED],
+  });
+  assert.deepEqual(signed.summary, [{ type: "summary_text", text: "A greeting." }]);
+  assert.deepEqual(detailsOfEncryptedContent(signed.encrypted_content!), [SIGNED, REDACTED]);
+  // Redacted thinking alone has no text to show: the item has no summary, and the seal.
+  const redacted = answer({ content: "Hello!", reasoning_details: [REDACTED] });
+  assert.equal(redacted.type, "reasoning");
+  assert.deepEqual(redacted.summary, []);
+  assert.deepEqual(detailsOfEncryptedContent(redacted.encrypted_content!), [REDACTED]);
+  // Details of no known shape (an upstream's own) are not sealed.
+  const other = answer({ content: "Hello!", reasoning_details: [{ type: "custom" }] });
+  assert.equal(other.type, "message");
+});
+
+Deno.test("streamed, the reasoning item is sealed when it closes: details after its text, or an item of their own", () => {
+  const events = new ResponseEvents(testBody(), testMeta());
+  const out = [
+    ...events.start(),
+    ...events.chunk(chunk({ role: "assistant", content: "" })),
+    ...events.chunk(chunk({ reasoning_details: [REDACTED] })),
+    ...events.chunk(chunk({ content: "Let me think." })),
+    ...events.chunk(chunk({ reasoning_content: "A greeting." })),
+    ...events.chunk(chunk({ reasoning_details: [SIGNED] })),
+    ...events.chunk(chunk({ content: "Hello!" })),
+    ...events.chunk(chunk({}, "stop")),
+    ...events.finish({ prompt_tokens: 9, completion_tokens: 20 }),
+  ];
+  const done = out.filter((e) => e.type === "response.output_item.done").map((e) =>
+    e.item as { type: string; summary?: unknown[]; encrypted_content?: string }
+  );
+  assert.deepEqual(done.map((item) => item.type), ["reasoning", "message", "reasoning", "message"]);
+  assert.deepEqual(done[0].summary, []);
+  assert.deepEqual(detailsOfEncryptedContent(done[0].encrypted_content!), [REDACTED]);
+  assert.deepEqual(done[2].summary, [{ type: "summary_text", text: "A greeting." }]);
+  assert.deepEqual(detailsOfEncryptedContent(done[2].encrypted_content!), [SIGNED]);
+  // A reasoning item without a summary part has no summary events.
+  const first = (done[0] as unknown as { id: string }).id;
+  assert.equal(out.some((e) => e.item_id === first && String(e.type).includes("summary")), false);
 });
 
 Deno.test("the usage shown counts DeepSeek's cache hits as cached input, as they were billed", () => {

@@ -5,6 +5,7 @@
  */
 import { ApiError, type Micros, randomToken } from "@/lib/core/mod.ts";
 import { parseChatRequest } from "../chat_request.ts";
+import { detailsOfEncryptedContent } from "../reasoning_details.ts";
 import type { Caller, Gateway, RequestTrace, StreamEvent } from "../gateway.ts";
 import {
   inputItemsOf,
@@ -375,8 +376,16 @@ function sentBackArguments(args: string): string {
   }
 }
 
-/** The answer as chat messages, for a later `previous_response_id`: text, then its calls. */
+/**
+ * The answer as chat messages, for a later `previous_response_id`: text, then its calls, with
+ * Claude's signed thinking (its reasoning items' details) to go back to it.
+ */
 function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown>[] {
+  const thinking = output.flatMap((item) => {
+    if (item.type !== "reasoning" || !item.encrypted_content) return [];
+    const details = detailsOfEncryptedContent(item.encrypted_content);
+    return Array.isArray(details) ? details : [];
+  });
   const text = output.flatMap((item) =>
     item.type === "message"
       ? item.content.map((p) => (p.type === "output_text" ? p.text : p.refusal))
@@ -396,6 +405,7 @@ function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown
     role: "assistant",
     content: text || null,
     ...(calls.length ? { tool_calls: calls } : {}),
+    ...(thinking.length ? { reasoning_details: thinking } : {}),
   }];
 }
 

@@ -2,9 +2,9 @@
  * The stream converter of the Anthropic kind: Messages events as chat.completion.chunks, streamed
  * the way OpenAI streams them. A `tool_use` block opens a tool call (`index`, `id`, `type`,
  * `function.name`, empty arguments) and its `input_json_delta`s follow as `function.arguments`
- * pieces; thinking arrives as `reasoning_content`, and each thinking block once more, whole and
- * signed, as a `reasoning_details` entry when it ends (for the client to send back); the answer
- * tool's input streams as content.
+ * pieces; thinking arrives as `reasoning_content`, and the thinking blocks once more, whole and
+ * signed, as `reasoning_details` entries (for the client to send back), in one delta when the
+ * thinking is over; the answer tool's input streams as content.
  */
 import { claudeReasoningDetail, type ClaudeThinkingBlock } from "../../reasoning_details.ts";
 import { usageObject } from "../usage.ts";
@@ -65,6 +65,17 @@ export function anthropicStreamParts(
   /** Content block index -> the thinking block it is, filled as it streams. */
   const thinking = new Map<number, ClaudeThinkingBlock>();
   let details = 0;
+  /**
+   * The details of thinking blocks that ended, sent in one delta when the next other block
+   * starts (or the message ends): a client library that keeps only the last value of a delta
+   * field it does not know (the openai SDK's stream helpers) still gets them all.
+   */
+  let ended: ReturnType<typeof claudeReasoningDetail>[] = [];
+  const flushDetails = (parts: StreamPart[]) => {
+    if (ended.length === 0) return;
+    parts.push(chunk({ reasoning_details: ended }));
+    ended = [];
+  };
   /**
    * With a response_format served by the answer tool the content is that tool's input, JSON only:
    * text the model writes beside it (thinking leaves the tool unforced, so Claude may say "Here is
@@ -138,6 +149,7 @@ export function anthropicStreamParts(
           );
           break;
         }
+        flushDetails(parts);
         if (block?.type !== "tool_use" || typeof block.name !== "string") break;
         if (block.name === meta.answerTool) {
           blocks.set(index, { kind: "answer", input: false });
@@ -196,6 +208,7 @@ export function anthropicStreamParts(
         counts = mergeCounts(counts, json.usage);
         const stopReason = (json.delta as { stop_reason?: unknown } | undefined)?.stop_reason;
         if (stopReason) {
+          flushDetails(parts);
           if (stopReason !== "max_tokens") {
             for (const index of blocks.keys()) endInput(index, parts);
           }
@@ -218,11 +231,7 @@ export function anthropicStreamParts(
         thinking.delete(Number(json.index));
         // Unsigned thinking cannot go back to Claude: it is not offered as a detail to send back.
         if (block.type === "thinking" && !block.signature) break;
-        parts.push(
-          chunk({
-            reasoning_details: [claudeReasoningDetail(block, details++, meta.upstreamModel)],
-          }),
-        );
+        ended.push(claudeReasoningDetail(block, details++, meta.upstreamModel));
         break;
       }
       case "message_stop":

@@ -89,10 +89,18 @@ Deno.test("thinking streams as reasoning_content, and each block, signed, as one
   });
 });
 
-Deno.test("redacted thinking is a reasoning.encrypted detail, in the order of the blocks", async () => {
-  const { completion } = assembleCompletion(
-    await collect(anthropicStreamParts(fixture("stream_redacted_thinking.sse"), META)),
+Deno.test("redacted thinking is a reasoning.encrypted detail, in the order of the blocks, all in one delta before the answer", async () => {
+  const parts = await collect(
+    anthropicStreamParts(fixture("stream_redacted_thinking.sse"), META),
   );
+  const deltas = parts.flatMap((p) => p.type === "chunk" ? [p.chunk.choices[0].delta] : []);
+  const withDetails = deltas.filter((d) => d.reasoning_details);
+  // One delta, so that a client keeping only a field's last value (the openai SDK's stream
+  // helpers) has them all; before the tool call, while the thinking is the last thing shown.
+  assert.equal(withDetails.length, 1);
+  assert.equal((withDetails[0].reasoning_details as unknown[]).length, 2);
+  assert.ok(deltas.indexOf(withDetails[0]) < deltas.findIndex((d) => d.tool_calls));
+  const { completion } = assembleCompletion(parts);
   const message = completion.choices[0].message;
   assert.deepEqual(message.reasoning_details, [
     {
