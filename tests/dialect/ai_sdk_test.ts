@@ -246,6 +246,12 @@ Deno.test("AI SDK openai-compatible, a Claude that thinks unasked: a multi-step 
       type: "adaptive",
       display: "summarized",
     });
+    // The SDK keeps only the fields it knows: Claude's signed thinking (reasoning_details) does not
+    // come back, and the loop goes on without it.
+    assert.deepEqual(
+      d.claude.messages()[1].body.messages[1].content.map((b: { type: string }) => b.type),
+      ["tool_use"],
+    );
     await assertCharged(d, THINKING_CLAUDE, { prompt: 400, completion: 30 }, {
       prompt: 460,
       completion: 8,

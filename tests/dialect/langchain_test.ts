@@ -9,6 +9,7 @@ import {
   CLAUDE_MODEL,
   type Dialect,
   OPENAI_MODEL,
+  THINKING_CLAUDE,
   withDialect,
 } from "./harness.ts";
 
@@ -238,4 +239,34 @@ Deno.test("LangChain: reasoning for a model whose id LangChain does not read as 
       assert.deepEqual(sent.output_config, { effort: "high" });
       await assertCharged(d, ADAPTIVE_CLAUDE, { prompt: 20, completion: 60 });
     }
+  }));
+
+Deno.test("LangChain, a Claude that thinks unasked: a tool loop runs; LangChain keeps only the fields it knows, so the signed thinking does not come back", () =>
+  withDialect(async (d) => {
+    d.claude.script(
+      {
+        content: [
+          { type: "thinking", thinking: "Weather first." },
+          { type: "tool_use", name: "get_weather", input: { city: "Oslo" } },
+        ],
+        inputTokens: 400,
+        outputTokens: 30,
+      },
+      { text: "Cold in Oslo.", inputTokens: 460, outputTokens: 8 },
+    );
+    const llm = chat(d, THINKING_CLAUDE).bindTools([WEATHER]);
+    const question = new HumanMessage("Weather in Oslo?");
+    const call = await llm.invoke([question]);
+    const answer = await llm.invoke([
+      question,
+      call,
+      new ToolMessage({ tool_call_id: call.tool_calls![0].id!, content: "-5 C" }),
+    ]);
+    assert.equal(answer.content, "Cold in Oslo.");
+    const sent = d.claude.messages()[1].body.messages[1].content;
+    assert.deepEqual(sent.map((b: { type: string }) => b.type), ["tool_use"]);
+    await assertCharged(d, THINKING_CLAUDE, { prompt: 400, completion: 30 }, {
+      prompt: 460,
+      completion: 8,
+    });
   }));
