@@ -12,7 +12,7 @@ import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
 import type { ClaudeRules } from "@/lib/catalog/mod.ts";
 import { readImageSize } from "./image_size.ts";
-import { claudeThinkingBlocks, ReasoningDetail } from "./reasoning_details.ts";
+import { claudeThinkingBlocks, ReasoningDetails } from "./reasoning_details.ts";
 
 export const DEFAULT_MAX_TOKENS = 2048;
 
@@ -147,8 +147,7 @@ const AssistantMessage = z.strictObject({
   reasoning_content: z.string().nullish(),
   reasoning: z.string().nullish(),
   // Claude's signed thinking (reasoning_details.ts): sent back to Claude, to no other provider.
-  reasoning_details: z.array(ReasoningDetail, { error: "must be an array of reasoning details" })
-    .nullish(),
+  reasoning_details: ReasoningDetails.nullish(),
   annotations: z.array(z.unknown()).nullish(),
   parsed: z.unknown().optional(),
   audio: z.null({ error: "audio output is not supported" }).optional(),

@@ -160,6 +160,7 @@ Deno.test("an assistant's reasoning_details are taken as OpenRouter shapes them,
       [[{ ...detail, extra: true }], "messages[1].reasoning_details[0].extra"],
       [[{ type: "reasoning.encrypted" }], "messages[1].reasoning_details[0].data"],
       ["EqSig", "messages[1].reasoning_details"],
+      [Array(257).fill(detail), "messages[1].reasoning_details"],
     ] as const
   ) {
     assert.throws(

@@ -46,6 +46,17 @@ export const ReasoningDetail = z.discriminatedUnion("type", [
 
 export type ReasoningDetail = z.infer<typeof ReasoningDetail>;
 
+/**
+ * The most details one assistant message may carry: an answer has a thinking block or a few, and
+ * the cap keeps a hostile list from costing more than its bytes to walk.
+ */
+export const MAX_REASONING_DETAILS = 256;
+
+/** An assistant message's `reasoning_details`. */
+export const ReasoningDetails = z.array(ReasoningDetail, {
+  error: "must be an array of reasoning details",
+}).max(MAX_REASONING_DETAILS, `must hold at most ${MAX_REASONING_DETAILS} reasoning details`);
+
 /** A Claude thinking block, as Messages takes it back. */
 export type ClaudeThinkingBlock =
   | { type: "thinking"; thinking: string; signature: string }
@@ -99,8 +110,6 @@ export function claudeReasoningDetail(
  */
 const ENCRYPTED_CONTENT_MARK = "tollbooth.reasoning_details.v1.";
 
-const Details = z.array(ReasoningDetail);
-
 /**
  * The `encrypted_content` of a reasoning item with these details, or null when none is one (an
  * upstream of the OpenAI kind may send details of any shape; only well-formed ones are kept).
@@ -127,7 +136,7 @@ export function detailsOfEncryptedContent(
   try {
     const binary = atob(content.slice(ENCRYPTED_CONTENT_MARK.length));
     const bytes = Uint8Array.from(binary, (c) => c.charCodeAt(0));
-    const parsed = Details.safeParse(
+    const parsed = ReasoningDetails.safeParse(
       JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes)),
     );
     return parsed.success ? parsed.data : "malformed";

@@ -462,7 +462,7 @@ function inputMessages(
           "is not the encrypted_content of a reasoning item as Tollbooth answered it",
         );
       }
-      if (details !== "foreign") thinking.push(...details);
+      if (details !== "foreign") { for (const detail of details) thinking.push(detail); }
       return;
     }
     if (item.type === "function_call") {

@@ -216,20 +216,25 @@ Deno.test("Claude's thinking sealed in a reasoning item goes back as the reasoni
   assert.equal("reasoning_details" in messages[2], false);
 });
 
-Deno.test("a reasoning item's encrypted_content marked as Tollbooth's that it did not make is refused with its path", () => {
-  const forged = encryptedContentOf([SIGNED])!.slice(0, -8) + "!!!!!!!!";
-  assert.deepEqual(
-    refusal({
-      model: MODEL,
-      input: [
-        { role: "user", content: "x" },
-        { type: "reasoning", id: "rs_1", summary: [], encrypted_content: forged },
-        { role: "assistant", content: "y" },
-        { role: "user", content: "z" },
-      ],
-    }),
-    { code: "invalid_parameter", param: "input[1].encrypted_content" },
-  );
+Deno.test("a reasoning item's encrypted_content marked as Tollbooth's that it did not make, or holding more details than a message may, is refused with its path", () => {
+  // More details than a message may carry, sealed as Tollbooth seals them: refused, not walked.
+  const tooMany = encryptedContentOf(Array(300).fill({ ...SIGNED, text: "" }))!;
+  for (
+    const forged of [encryptedContentOf([SIGNED])!.slice(0, -8) + "!!!!!!!!", tooMany]
+  ) {
+    assert.deepEqual(
+      refusal({
+        model: MODEL,
+        input: [
+          { role: "user", content: "x" },
+          { type: "reasoning", id: "rs_1", summary: [], encrypted_content: forged },
+          { role: "assistant", content: "y" },
+          { role: "user", content: "z" },
+        ],
+      }),
+      { code: "invalid_parameter", param: "input[1].encrypted_content" },
+    );
+  }
 });
 
 Deno.test("each malformed or unsupported field is refused with its Responses path", () => {

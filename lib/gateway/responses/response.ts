@@ -301,9 +301,9 @@ export class ResponseEvents {
       if (Array.isArray(delta.reasoning_details) && delta.reasoning_details.length) {
         // A block's details come when it ends, its text (if any) already in the open item.
         events.push(...this.#openReasoning());
-        (this.#open as Extract<OpenItem, { kind: "reasoning" }>).details.push(
-          ...delta.reasoning_details,
-        );
+        // Walked, not spread: an upstream's list may be longer than a call's arguments can be.
+        const open = this.#open as Extract<OpenItem, { kind: "reasoning" }>;
+        for (const detail of delta.reasoning_details) open.details.push(detail);
       }
       if (typeof delta.content === "string" && delta.content !== "") {
         events.push(...this.#text("output_text", delta.content));

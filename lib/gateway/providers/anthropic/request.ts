@@ -200,7 +200,7 @@ function assistantBlocks(
   if (text.length === 0 && !m.tool_calls?.length && !(m.refusal && !isBlank(m.refusal))) return [];
   const out: Block[] = signer === null ? [] : claudeThinkingBlocks(m.reasoning_details, signer);
   out.push(...text);
-  if (out.length === 0 && m.refusal && !isBlank(m.refusal)) {
+  if (text.length === 0 && m.refusal && !isBlank(m.refusal)) {
     out.push({ type: "text", text: m.refusal });
   }
   for (const call of m.tool_calls ?? []) {

@@ -280,12 +280,32 @@ Deno.test("signed thinking goes back to a model that thinks adaptively, in every
   );
   assert.deepEqual(body.thinking, { type: "adaptive", display: "summarized" });
   const turns = body.messages as { role: string; content: { type: string }[] | string }[];
-  // The tool loop's assistant turn and its answer are one assistant turn upstream.
+  // The tool loop's assistant turn still opens with its thinking, though the answer came after.
   assert.deepEqual((turns[1].content as { type: string }[]).map((b) => b.type), [
     "thinking",
     "redacted_thinking",
     "tool_use",
   ]);
+});
+
+Deno.test("an assistant's refusal is sent as its text beside the thinking it brought back", () => {
+  const messages = [
+    { role: "user", content: "Do the thing." },
+    {
+      role: "assistant",
+      content: null,
+      refusal: "I can't help with that.",
+      reasoning_details: signedToolLoop(claude.upstreamModel)[1].reasoning_details,
+    },
+    { role: "user", content: "Why not?" },
+  ];
+  const body = messagesRequest(
+    upstreamRequest(claude, { messages, reasoning_effort: "high" }, 8000),
+    false,
+  );
+  const turns = body.messages as { role: string; content: Record<string, unknown>[] }[];
+  assert.deepEqual(turns[1].content.map((b) => b.type), ["thinking", "redacted_thinking", "text"]);
+  assert.equal(turns[1].content[2].text, "I can't help with that.");
 });
 
 Deno.test("thinking blocks of assistant messages merged into one turn stay at its start", () => {
