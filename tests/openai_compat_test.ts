@@ -471,6 +471,124 @@ Deno.test("Gemini 3's thought signature on a tool call reaches the client, strea
   }
 });
 
+/** The events of a Responses stream (each block an `event:` line, then its `data:` line). */
+function responseEvents(
+  text: string,
+): { type: string; response?: { output: Record<string, unknown>[] } }[] {
+  return text.split("\n\n").flatMap((block) => {
+    const data = block.split("\n").find((line) => line.startsWith("data: "));
+    return data ? [JSON.parse(data.slice(6))] : [];
+  });
+}
+
+Deno.test("Gemini 3's thought signature travels through the Responses API: on the function_call item, back as input or by previous_response_id", async () => {
+  const signature = { google: { thought_signature: "CiQB0e2Kb-signature==" } };
+  const sent: Record<string, unknown>[] = [];
+  // As Gemini 3's compatible endpoint: a tool call answered without its signature is refused.
+  const fake = serveLoopback(async (req) => {
+    const body = await req.json();
+    sent.push(body);
+    const assistant = body.messages.find((m: { role: string }) => m.role === "assistant");
+    if (assistant && !assistant.tool_calls?.[0]?.extra_content?.google?.thought_signature) {
+      return Response.json([{
+        error: {
+          code: 400,
+          message: "Function call is missing a thought_signature in functionCall parts.",
+          status: "INVALID_ARGUMENT",
+        },
+      }], { status: 400 });
+    }
+    if (assistant) {
+      return sseResponse([
+        chunk({ role: "assistant", content: "20C and sunny." }),
+        finalChunk({
+          choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+          usage: { prompt_tokens: 50, completion_tokens: 5, total_tokens: 55 },
+        }),
+        "data: [DONE]\n\n",
+      ]);
+    }
+    return sseResponse([
+      chunk({
+        role: "assistant",
+        tool_calls: [{
+          extra_content: signature,
+          function: { arguments: "{}", name: "get_weather" },
+          id: "call_a",
+          type: "function",
+        }],
+      }),
+      finalChunk({
+        choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }],
+        usage: { prompt_tokens: 30, completion_tokens: 10, total_tokens: 40 },
+      }),
+      "data: [DONE]\n\n",
+    ]);
+  });
+  const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } }, [
+    upstreamModel("up/gemini", "up", "gemini-3-pro-preview"),
+  ]);
+  try {
+    const { apiKey } = await s.newApp();
+    const tools = [{ type: "function", name: "get_weather", parameters: { type: "object" } }];
+    const question = { role: "user", content: "Weather?" };
+    for (const stream of [false, true]) {
+      // Without storing: the output items go back as input, the call's extra_content with it.
+      const first = await s.post(apiKey, "/responses", {
+        model: "up/gemini",
+        input: [question],
+        tools,
+        store: false,
+        stream,
+      });
+      const output = stream
+        ? responseEvents(await first.text()).findLast((e) => e.type === "response.completed")!
+          .response!.output
+        : (await first.json()).output;
+      const call = output.find((item: { type: string }) => item.type === "function_call");
+      assert.deepEqual(call.extra_content, signature, `on the item (stream: ${stream})`);
+      const next = await s.post(apiKey, "/responses", {
+        model: "up/gemini",
+        input: [question, ...output, {
+          type: "function_call_output",
+          call_id: call.call_id,
+          output: "20C",
+        }],
+        tools,
+        store: false,
+      });
+      assert.equal(next.status, 200, JSON.stringify(await next.clone().json()));
+      const answer = (await next.json()).output.find((i: { type: string }) => i.type === "message");
+      assert.equal(answer.content[0].text, "20C and sunny.");
+    }
+    // Stored: previous_response_id carries it.
+    const stored = await (await s.post(apiKey, "/responses", {
+      model: "up/gemini",
+      input: [question],
+      tools,
+    })).json();
+    const call = stored.output.find((item: { type: string }) => item.type === "function_call");
+    const continued = await s.post(apiKey, "/responses", {
+      model: "up/gemini",
+      previous_response_id: stored.id,
+      input: [{ type: "function_call_output", call_id: call.call_id, output: "20C" }],
+      tools,
+    });
+    assert.equal(continued.status, 200, JSON.stringify(await continued.clone().json()));
+    await continued.body?.cancel();
+    const assistant = (sent.at(-1)!.messages as { role: string; tool_calls?: unknown[] }[])
+      .find((m) => m.role === "assistant")!;
+    assert.deepEqual(
+      (assistant.tool_calls![0] as { extra_content: unknown }).extra_content,
+      signature,
+    );
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});
+
 Deno.test("DeepSeek's thinking mode runs a tool loop with forward_reasoning_content, the reasoning sent back and held, as a fallback too", async () => {
   const reasoning = "I should call get_weather for Paris first. ".repeat(50);
   const reasoningTokens = countTextTokens(reasoning);

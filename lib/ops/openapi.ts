@@ -707,7 +707,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           type: "object",
           required: ["model", "input"],
           description:
-            "OpenAI's Responses request. Input items: messages (`input_text`, `input_image`, `output_text` parts), `function_call`, `function_call_output`, `item_reference` (an output item of a stored response) and `reasoning` (dropped). Tools: `function` only. Unknown fields are refused with 400 naming them.",
+            "OpenAI's Responses request. Input items: messages (`input_text`, `input_image`, `output_text` parts), `function_call` (its `extra_content`, Gemini 3's thought signature as Tollbooth answered it, goes back with the call), `function_call_output`, `item_reference` (an output item of a stored response) and `reasoning` (Claude's signed thinking sealed in `encrypted_content` by Tollbooth goes back to Claude with the assistant turn after it; any other is dropped). Tools: `function` only. Unknown fields are refused with 400 naming them.",
           properties: {
             model: { type: "string", minLength: 1, examples: ["tollbooth/echo"] },
             input: { oneOf: [{ type: "string" }, { type: "array", minItems: 1 }] },
@@ -740,6 +740,16 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                 properties: {
                   type: { type: "string", enum: ["reasoning", "message", "function_call"] },
                   id: { type: "string" },
+                  encrypted_content: {
+                    type: "string",
+                    description:
+                      "On a reasoning item: Claude's signed thinking, sealed, for the client to send back with the item (asked for or not).",
+                  },
+                  extra_content: {
+                    type: "object",
+                    description:
+                      "On a function_call item: what the server attached to the call (Gemini 3's thought signature), for the client to send back with the item.",
+                  },
                 },
               },
             },

@@ -74,6 +74,9 @@ const FunctionCallItem = z.strictObject({
   // The openai SDK's parse helpers add the arguments parsed to the output they return, which a
   // client pushes back as input: accepted, never forwarded.
   parsed_arguments: z.unknown().optional(),
+  // What the server attached to the call (Gemini 3's thought signature), as Tollbooth answered it:
+  // the chat tool call's own, sent back with it.
+  extra_content: z.record(z.string(), z.unknown(), { error: "must be an object" }).optional(),
 });
 
 const FunctionCallOutputItem = z.strictObject({
@@ -470,6 +473,7 @@ function inputMessages(
         id: item.call_id,
         type: "function",
         function: { name: item.name, arguments: item.arguments },
+        ...(item.extra_content ? { extra_content: item.extra_content } : {}),
       };
       const last = out.at(-1);
       // Calls right after an assistant turn (or each other) are that turn's tool calls.

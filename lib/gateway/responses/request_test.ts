@@ -178,6 +178,24 @@ Deno.test("reasoning items of other providers are dropped: no chat provider take
   assert.deepEqual(chat.messages, [{ role: "user", content: "x" }]);
 });
 
+Deno.test("a function_call item's extra_content (Gemini 3's thought signature) goes back with the call; anything but an object is refused", () => {
+  const signature = { google: { thought_signature: "CiQB0e2Kb==" } };
+  const call = { type: "function_call", call_id: "c1", name: "w", arguments: "{}" };
+  const input = (extra: unknown) => [
+    { role: "user", content: "Weather?" },
+    { ...call, extra_content: extra },
+    { type: "function_call_output", call_id: "c1", output: "sunny" },
+  ];
+  const tools = [{ type: "function", name: "w", parameters: { type: "object" } }];
+  const chat = chatOf({ input: input(signature), tools });
+  const sent = (chat.messages as { tool_calls?: { extra_content?: unknown }[] }[])[1];
+  assert.deepEqual(sent.tool_calls![0].extra_content, signature);
+  assert.deepEqual(refusal({ model: MODEL, input: input("CiQB0e2Kb=="), tools }), {
+    code: "invalid_parameter",
+    param: "input[1].extra_content",
+  });
+});
+
 const SIGNED = {
   type: "reasoning.text" as const,
   text: "Look it up.",

@@ -56,8 +56,16 @@ export type OutputItem =
     call_id: string;
     name: string;
     arguments: string;
+    /**
+     * What the server attached to the call (Gemini 3's thought signature), for the client to send
+     * back with the item, as the chat dialect's tool calls carry it.
+     */
+    extra_content?: Record<string, unknown>;
     status: "in_progress" | "completed" | "incomplete";
   };
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === "object" && !Array.isArray(value);
 
 export function responseUsage(usage: ChatUsage) {
   const written = usage.prompt_tokens_details?.cache_write_tokens;
@@ -145,7 +153,11 @@ interface CompletionLike {
       content?: string | null;
       refusal?: string | null;
       reasoning_content?: string | null;
-      tool_calls?: { id: string; function: { name: string; arguments: string } }[];
+      tool_calls?: {
+        id: string;
+        function: { name: string; arguments: string };
+        extra_content?: unknown;
+      }[];
       [k: string]: unknown;
     };
     finish_reason: string | null;
@@ -200,6 +212,7 @@ export function completionToResponse(
       call_id: call.id,
       name: call.function.name,
       arguments: call.function.arguments,
+      ...(isRecord(call.extra_content) ? { extra_content: call.extra_content } : {}),
       status: itemStatus,
     });
   }
@@ -232,6 +245,7 @@ interface ChunkLike {
         index: number;
         id?: string;
         function?: { name?: string; arguments?: string };
+        extra_content?: unknown;
       }[];
     };
     finish_reason?: string | null;
@@ -459,6 +473,7 @@ export class ResponseEvents {
         call_id: call.id ?? this.#meta.newItemId("fc"),
         name: call.function?.name ?? "",
         arguments: "",
+        ...(isRecord(call.extra_content) ? { extra_content: call.extra_content } : {}),
         status: "in_progress",
       };
       this.#open = { kind: "call", index: this.#output.length, item, toolIndex: call.index };
@@ -469,6 +484,7 @@ export class ResponseEvents {
       }));
     }
     const open = this.#open as Extract<OpenItem, { kind: "call" }>;
+    if (isRecord(call.extra_content)) open.item.extra_content = call.extra_content;
     const delta = call.function?.arguments ?? "";
     if (delta !== "") {
       open.item.arguments += delta;

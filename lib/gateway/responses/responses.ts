@@ -377,8 +377,9 @@ function sentBackArguments(args: string): string {
 }
 
 /**
- * The answer as chat messages, for a later `previous_response_id`: text, then its calls, with
- * Claude's signed thinking (its reasoning items' details) to go back to it.
+ * The answer as chat messages, for a later `previous_response_id`: text, then its calls (with what
+ * the server attached to them), with Claude's signed thinking (its reasoning items' details) to go
+ * back to it.
  */
 function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown>[] {
   const thinking = output.flatMap((item) => {
@@ -397,6 +398,7 @@ function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown
         id: item.call_id,
         type: "function",
         function: { name: item.name, arguments: sentBackArguments(item.arguments) },
+        ...(item.extra_content ? { extra_content: item.extra_content } : {}),
       }]
       : []
   );
