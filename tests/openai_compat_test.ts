@@ -3,6 +3,9 @@
  * configured through the catalog alone, and usage beyond the reservation.
  */
 import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { generateText } from "ai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { countPromptTokens, countTextTokens } from "@/lib/gateway/tokens.ts";
 import {
@@ -868,3 +871,56 @@ Deno.test("the OpenAI-compatible request carries the key, the upstream model, ma
     });
     assert.equal(res.status, 200);
   }));
+
+Deno.test("Mistral's reasoning answer, its content a list of thinking and text parts, reaches the openai SDK and the AI SDK as text and reasoning, billed by Mistral's usage", async () => {
+  const recorded = await Deno.readTextFile(
+    new URL(
+      "../lib/gateway/providers/openai/fixtures/stream_mistral_thinking.sse",
+      import.meta.url,
+    ),
+  );
+  const fake = serveLoopback(() =>
+    new Response(recorded, { headers: { "content-type": "text/event-stream" } })
+  );
+  const s = await startUpstreamService(
+    { mistral: { kind: "openai", base_url: fake.url, stream_options: false } },
+    [upstreamModel("mistral/magistral", "mistral", "magistral-medium-2509")],
+  );
+  const server = serveLoopback(s.handle);
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey, maxRetries: 0 });
+    const ask = {
+      model: "mistral/magistral",
+      messages: [{ role: "user" as const, content: "6 × 7?" }],
+    };
+    const plain = (await openai.chat.completions.create(ask)).choices[0].message;
+    assert.equal(plain.content, "The answer is 42.");
+    assert.equal(
+      (plain as { reasoning_content?: string }).reasoning_content,
+      "Six sevens: forty-two.",
+    );
+    const final = await openai.chat.completions.stream(ask).finalChatCompletion();
+    assert.equal(final.choices[0].message.content, "The answer is 42.");
+    const compatible = createOpenAICompatible({
+      name: "tollbooth",
+      baseURL: `${server.url}/v1`,
+      apiKey,
+    });
+    const { text, reasoningText } = await generateText({
+      model: compatible("mistral/magistral"),
+      prompt: "6 × 7?",
+      maxRetries: 0,
+    });
+    assert.equal(text, "The answer is 42.");
+    assert.equal(reasoningText, "Six sevens: forty-two.");
+    const records = await usageRecords(s.kv, appId);
+    assert.equal(records.length, 3);
+    for (const record of records) assert.equal(record.cost, cost(12, 28));
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+    await fake.close();
+  }
+});

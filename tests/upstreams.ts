@@ -93,6 +93,8 @@ export interface FakeProvider {
   timeout_ms?: number;
   /** Defaults to a variable that is set; use an unset name for "not configured". */
   api_key_env?: string;
+  /** As in the catalog: false for a server that refuses `stream_options` (Mistral's). */
+  stream_options?: boolean;
 }
 
 /** A chat model at these tests' prices: 2 micro-USD per prompt token and 8 per completion token. */

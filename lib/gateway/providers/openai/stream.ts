@@ -106,13 +106,43 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
   if (!choices.every(isObject)) obj.choices = choices = choices.filter(isObject);
   for (const choice of choices as { delta?: unknown }[]) {
     const delta = choice.delta;
-    if (!isObject(delta) || delta.tool_calls == null) continue;
+    if (!isObject(delta)) continue;
+    if (Array.isArray(delta.content)) splitContentParts(delta);
+    if (delta.tool_calls == null) continue;
     if (!Array.isArray(delta.tool_calls)) {
       delete delta.tool_calls;
       continue;
     }
     const calls: unknown[] = delta.tool_calls;
     if (!calls.every(isObject)) delta.tool_calls = calls.filter(isObject);
+  }
+}
+
+/**
+ * A delta whose `content` is a list of parts, as Mistral's reasoning models (Magistral, and Mistral
+ * Small or Medium with `reasoning_effort`) stream it: `thinking` parts (their text parts) become
+ * `reasoning_content` and `text` parts the `content` string, as every other compatible server
+ * sends them; any other part (a citation's `reference`) is dropped. Passed on as a list, the
+ * openai SDK wrote "[object Object]" into the answer, the AI SDK refused the chunk, and the
+ * assembled answer of a non-streamed request lost its text.
+ */
+function splitContentParts(delta: Record<string, unknown>) {
+  let text = "";
+  let thinking = "";
+  for (const part of delta.content as unknown[]) {
+    if (!isObject(part)) continue;
+    if (part.type === "text" && typeof part.text === "string") text += part.text;
+    else if (part.type === "thinking" && Array.isArray(part.thinking)) {
+      for (const inner of part.thinking) {
+        if (isObject(inner) && typeof inner.text === "string") thinking += inner.text;
+      }
+    }
+  }
+  delta.content = text;
+  if (thinking) {
+    delta.reasoning_content = typeof delta.reasoning_content === "string"
+      ? delta.reasoning_content + thinking
+      : thinking;
   }
 }
 

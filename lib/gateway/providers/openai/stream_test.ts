@@ -5,6 +5,7 @@ import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../typ
 import { openAiStreamParts } from "./stream.ts";
 
 const TOOL_CALLS = new URL("./fixtures/stream_tool_calls.sse", import.meta.url);
+const MISTRAL_THINKING = new URL("./fixtures/stream_mistral_thinking.sse", import.meta.url);
 
 Deno.test("streamed tool-call fragments pass unchanged; the usage comes last with its details", async () => {
   const parts = await collect(openAiStreamParts(fixtureEvents(TOOL_CALLS)));
@@ -256,4 +257,24 @@ Deno.test("DeepSeek's cache hits on a usage without a completion count are cache
   }
   const parts = await collect(openAiStreamParts(nullCompletion()));
   assert.deepEqual(parts, [{ type: "prompt_tokens", promptTokens: 100, cachedTokens: 80 }]);
+});
+
+Deno.test("content streamed as a list of parts (Mistral's reasoning models) goes on as OpenAI's: thinking as reasoning_content, text as the content string", async () => {
+  const parts = await collect(openAiStreamParts(fixtureEvents(MISTRAL_THINKING)));
+  const deltas = parts.flatMap((p) => p.type === "chunk" ? [p.chunk.choices[0].delta] : []);
+  for (const delta of deltas) {
+    assert.equal(typeof delta.content, "string", JSON.stringify(delta));
+  }
+  assert.deepEqual(deltas.map((d) => d.reasoning_content ?? null), [
+    null,
+    "Six sevens: ",
+    "forty-two.",
+    null,
+    null,
+    null,
+  ]);
+  const { completion, usage } = assembleCompletion(parts);
+  assert.equal(completion.choices[0].message.content, "The answer is 42.");
+  assert.equal(completion.choices[0].message.reasoning_content, "Six sevens: forty-two.");
+  assert.deepEqual(usage, { promptTokens: 12, completionTokens: 28 });
 });
