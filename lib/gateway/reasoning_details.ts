@@ -57,6 +57,37 @@ export const ReasoningDetails = z.array(ReasoningDetail, {
   error: "must be an array of reasoning details",
 }).max(MAX_REASONING_DETAILS, `must hold at most ${MAX_REASONING_DETAILS} reasoning details`);
 
+/** The fields of a reasoning detail that stream in pieces; the others are set by the last. */
+const DETAIL_PIECES: readonly string[] = ["text", "summary", "data"];
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === "object" && !Array.isArray(value);
+
+/**
+ * A streamed `reasoning_details` entry into a message's list: a piece of the last detail when it
+ * carries the same `index` and type (OpenRouter streams a detail's text in pieces, its signature
+ * last), else a detail of its own. The assembled answer and the Responses API's reasoning item
+ * both take a stream's details this way.
+ */
+export function appendReasoningDetail(details: Record<string, unknown>[], raw: unknown) {
+  if (!isRecord(raw)) return;
+  const last = details.at(-1);
+  if (!last || raw.index === undefined || last.index !== raw.index || last.type !== raw.type) {
+    details.push({ ...raw });
+    return;
+  }
+  for (const field in raw) {
+    // Set as data, not as the object's prototype.
+    if (field === "__proto__") continue;
+    const value = raw[field];
+    if (
+      DETAIL_PIECES.includes(field) && typeof value === "string" && typeof last[field] === "string"
+    ) {
+      last[field] += value;
+    } else if (value !== null && value !== undefined) last[field] = value;
+  }
+}
+
 /** A Claude thinking block, as Messages takes it back. */
 export type ClaudeThinkingBlock =
   | { type: "thinking"; thinking: string; signature: string }
@@ -112,11 +143,12 @@ const ENCRYPTED_CONTENT_MARK = "tollbooth.reasoning_details.v1.";
 
 /**
  * The `encrypted_content` of a reasoning item with these details, or null when none is one (an
- * upstream of the OpenAI kind may send details of any shape; only well-formed ones are kept).
+ * upstream of the OpenAI kind may send details of any shape; only well-formed ones are kept), or
+ * when there are more than a message may carry: an item Tollbooth would refuse back is not made.
  */
 export function encryptedContentOf(details: readonly unknown[]): string | null {
   const kept = details.filter((detail) => ReasoningDetail.safeParse(detail).success);
-  if (kept.length === 0) return null;
+  if (kept.length === 0 || kept.length > MAX_REASONING_DETAILS) return null;
   const json = new TextEncoder().encode(JSON.stringify(kept));
   let binary = "";
   for (let i = 0; i < json.length; i += 0x8000) {

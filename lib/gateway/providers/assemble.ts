@@ -9,6 +9,7 @@
  */
 import type { ChatCompletion, CompletionResult, StreamPart, UsageObject } from "./types.ts";
 import type { Usage } from "@/lib/catalog/mod.ts";
+import { appendReasoningDetail } from "../reasoning_details.ts";
 
 interface ToolCallDraft {
   id: string;
@@ -68,32 +69,6 @@ function append(previous: string | null, piece: unknown): string | null {
   return typeof piece === "string" ? (previous ?? "") + piece : previous;
 }
 
-/** The fields of a reasoning detail that stream in pieces; the others are set by the last. */
-const DETAIL_PIECES = ["text", "summary", "data"] as const;
-
-/**
- * A streamed `reasoning_details` entry into the message's: a piece of the last detail when it
- * carries the same `index` and type (OpenRouter streams a detail's text in pieces, its signature
- * last), else a detail of its own.
- */
-function appendDetail(details: Record<string, unknown>[], raw: unknown) {
-  if (!isRecord(raw)) return;
-  const last = details.at(-1);
-  if (!last || raw.index === undefined || last.index !== raw.index || last.type !== raw.type) {
-    details.push({ ...raw });
-    return;
-  }
-  for (const field in raw) {
-    // Set as data, not as the object's prototype.
-    if (field === "__proto__") continue;
-    const value = raw[field];
-    const piece = (DETAIL_PIECES as readonly string[]).includes(field);
-    if (piece && typeof value === "string" && typeof last[field] === "string") {
-      last[field] += value;
-    } else if (value !== null && value !== undefined) last[field] = value;
-  }
-}
-
 export function assembleCompletion(
   parts: Iterable<StreamPart>,
 ): CompletionResult & { promptTokens: number | null } {
@@ -143,7 +118,7 @@ export function assembleCompletion(
       if ("refusal" in d) draft.refusalSeen = true;
       draft.reasoning = append(draft.reasoning, d.reasoning_content ?? d.reasoning);
       if (Array.isArray(d.reasoning_details)) {
-        for (const raw of d.reasoning_details) appendDetail(draft.reasoningDetails, raw);
+        for (const raw of d.reasoning_details) appendReasoningDetail(draft.reasoningDetails, raw);
       }
       if (Array.isArray(d.tool_calls)) {
         for (const raw of d.tool_calls as Record<string, unknown>[]) {

@@ -235,8 +235,10 @@ Deno.test("Claude's thinking sealed in a reasoning item goes back as the reasoni
 });
 
 Deno.test("a reasoning item's encrypted_content marked as Tollbooth's that it did not make, or holding more details than a message may, is refused with its path", () => {
-  // More details than a message may carry, sealed as Tollbooth seals them: refused, not walked.
-  const tooMany = encryptedContentOf(Array(300).fill({ ...SIGNED, text: "" }))!;
+  // More details than a message may carry, sealed the way Tollbooth seals (which it never does
+  // for so many): refused, not walked.
+  const mark = encryptedContentOf([SIGNED])!.replace(btoa(JSON.stringify([SIGNED])), "");
+  const tooMany = mark + btoa(JSON.stringify(Array(300).fill({ ...SIGNED, text: "" })));
   for (
     const forged of [encryptedContentOf([SIGNED])!.slice(0, -8) + "!!!!!!!!", tooMany]
   ) {

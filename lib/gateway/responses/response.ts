@@ -3,7 +3,7 @@
  * stream of completion chunks into the documented sequence of response events.
  */
 import type { ResponsesBody } from "./request.ts";
-import { encryptedContentOf } from "../reasoning_details.ts";
+import { appendReasoningDetail, encryptedContentOf } from "../reasoning_details.ts";
 
 export interface ResponseMeta {
   id: string;
@@ -259,7 +259,7 @@ type OpenItem =
     index: number;
     item: Extract<OutputItem, { type: "reasoning" }>;
     /** Its reasoning details, sealed into `encrypted_content` when it closes. */
-    details: unknown[];
+    details: Record<string, unknown>[];
   }
   | {
     kind: "message";
@@ -315,9 +315,9 @@ export class ResponseEvents {
       if (Array.isArray(delta.reasoning_details) && delta.reasoning_details.length) {
         // A block's details come when it ends, its text (if any) already in the open item.
         events.push(...this.#openReasoning());
-        // Walked, not spread: an upstream's list may be longer than a call's arguments can be.
+        // Pieces of one detail (OpenRouter streams its text in pieces) are joined, as assembled.
         const open = this.#open as Extract<OpenItem, { kind: "reasoning" }>;
-        for (const detail of delta.reasoning_details) open.details.push(detail);
+        for (const detail of delta.reasoning_details) appendReasoningDetail(open.details, detail);
       }
       if (typeof delta.content === "string" && delta.content !== "") {
         events.push(...this.#text("output_text", delta.content));

@@ -354,6 +354,60 @@ Deno.test("streamed, the reasoning item is sealed when it closes: details after 
   assert.equal(out.some((e) => e.item_id === first && String(e.type).includes("summary")), false);
 });
 
+Deno.test("a detail streamed in pieces (OpenRouter's way) is sealed whole, and the item goes back accepted", () => {
+  const events = new ResponseEvents(testBody(), testMeta());
+  events.start();
+  events.chunk(chunk({ role: "assistant", content: "" }));
+  for (let i = 0; i < 300; i++) {
+    events.chunk(chunk({
+      reasoning_content: "hm ",
+      reasoning_details: [{
+        type: "reasoning.text",
+        text: "hm ",
+        format: "anthropic-claude-v1",
+        index: 0,
+      }],
+    }));
+  }
+  events.chunk(chunk({
+    reasoning_details: [{
+      type: "reasoning.text",
+      signature: "EqSig",
+      format: "anthropic-claude-v1",
+      index: 0,
+    }],
+  }));
+  events.chunk(chunk({ content: "Done." }));
+  events.chunk(chunk({}, "stop"));
+  events.finish({ prompt_tokens: 9, completion_tokens: 300 });
+  const item = events.output[0] as { encrypted_content?: string };
+  assert.deepEqual(detailsOfEncryptedContent(item.encrypted_content!), [{
+    type: "reasoning.text",
+    text: "hm ".repeat(300),
+    signature: "EqSig",
+    format: "anthropic-claude-v1",
+    index: 0,
+  }]);
+});
+
+Deno.test("more details than a message may carry are not sealed: Tollbooth makes no item it would refuse back", () => {
+  const response = completionToResponse(
+    {
+      choices: [{
+        message: {
+          role: "assistant",
+          content: "Hello!",
+          reasoning_details: Array.from({ length: 257 }, (_, index) => ({ ...REDACTED, index })),
+        },
+        finish_reason: "stop",
+      }],
+    },
+    testBody(),
+    testMeta(),
+  );
+  assert.deepEqual(response.output.map((item) => item.type), ["message"]);
+});
+
 Deno.test("the usage shown counts DeepSeek's cache hits as cached input, as they were billed", () => {
   const usage = responseUsage({
     prompt_tokens: 1000,
