@@ -924,3 +924,95 @@ Deno.test("Mistral's reasoning answer, its content a list of thinking and text p
     await fake.close();
   }
 });
+
+Deno.test("OpenRouter's reasoning_details, streamed in pieces, come back whole and go back upstream with forward_reasoning_details, held", async () => {
+  const thought = "The user wants the weather; call the tool. ".repeat(40);
+  const signature = "Eq" + "S".repeat(3000);
+  const sent: Record<string, unknown>[] = [];
+  // As OpenRouter serving a Claude: the reasoning streams as reasoning_details pieces of one index,
+  // the signature last; a tool loop's turn without them back is refused (OpenRouter asks for the
+  // complete reasoning_details back; Anthropic refuses the turn without its signed block).
+  const fake = serveLoopback(async (req) => {
+    const body = await req.json();
+    const assistant = body.messages.find((m: { role: string }) => m.role === "assistant");
+    sent.push(body);
+    if (!assistant) {
+      const piece = (detail: Record<string, unknown>) =>
+        chunk({
+          reasoning: detail.text ?? "",
+          reasoning_details: [{ format: "anthropic-claude-v1", index: 0, ...detail }],
+        });
+      return sseResponse([
+        chunk({ role: "assistant", content: "" }),
+        piece({ type: "reasoning.text", text: thought.slice(0, 900) }),
+        piece({ type: "reasoning.text", text: thought.slice(900) }),
+        piece({ type: "reasoning.text", signature }),
+        chunk({
+          tool_calls: [{
+            index: 0,
+            id: "call_1",
+            type: "function",
+            function: { name: "get_weather", arguments: "{}" },
+          }],
+        }),
+        finalChunk({
+          choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }],
+          usage: { prompt_tokens: 40, completion_tokens: 300, total_tokens: 340 },
+        }),
+        "data: [DONE]\n\n",
+      ]);
+    }
+    const details = assistant.reasoning_details;
+    if (details?.[0]?.signature !== signature || details[0].text !== thought) {
+      return Response.json({ error: { message: "missing reasoning", code: 400 } }, {
+        status: 400,
+      });
+    }
+    // Billed for the thinking it read back, as Anthropic bills a tool loop's turn; the whole output
+    // cap, so that the hold covers the bill only if its input bound does.
+    const prompt = 60 + countTextTokens(thought);
+    return sseResponse([
+      chunk({ role: "assistant", content: "It is 20C." }),
+      finalChunk({
+        usage: { prompt_tokens: prompt, completion_tokens: 100, total_tokens: prompt + 100 },
+      }),
+      "data: [DONE]\n\n",
+    ]);
+  });
+  const s = await startUpstreamService(
+    { router: { kind: "openai", base_url: fake.url, forward_reasoning_details: true } },
+    [upstreamModel("router/claude", "router", "anthropic/claude-sonnet-4.5")],
+  );
+  try {
+    const { apiKey, appId } = await s.newApp();
+    const tools = [{ type: "function", function: { name: "get_weather" } }];
+    const question = { role: "user", content: "Weather in Paris?" };
+    const first =
+      await (await s.chat(apiKey, { model: "router/claude", tools, messages: [question] }))
+        .json();
+    const message = first.choices[0].message;
+    assert.deepEqual(message.reasoning_details, [{
+      type: "reasoning.text",
+      text: thought,
+      signature,
+      format: "anthropic-claude-v1",
+      index: 0,
+    }]);
+    const next = await s.chat(apiKey, {
+      model: "router/claude",
+      tools,
+      max_tokens: 100,
+      messages: [question, message, { role: "tool", tool_call_id: "call_1", content: "20C" }],
+    });
+    assert.equal(next.status, 200, JSON.stringify(await next.clone().json()));
+    await next.body?.cancel();
+    const records = await usageRecords(s.kv, appId);
+    assert.equal(records.length, 2);
+    assert.equal(records[1].promptTokens, 60 + countTextTokens(thought));
+    assert.ok(records[1].reserved >= records[1].cost, `held ${records[1].reserved}`);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});

@@ -95,6 +95,8 @@ export interface FakeProvider {
   api_key_env?: string;
   /** As in the catalog: false for a server that refuses `stream_options` (Mistral's). */
   stream_options?: boolean;
+  /** As in the catalog: true for a router that wants `reasoning_details` back (OpenRouter). */
+  forward_reasoning_details?: boolean;
 }
 
 /** A chat model at these tests' prices: 2 micro-USD per prompt token and 8 per completion token. */

@@ -29,6 +29,12 @@ const ProviderSchema = z.discriminatedUnion("kind", [
      * mode, which refuses a tool loop's turn without the reasoning that made its calls.
      */
     forward_reasoning_content: z.boolean().optional(),
+    /**
+     * Kind openai: whether an assistant message's `reasoning_details` are sent back as the client
+     * sent them (false by default: most servers refuse a field they do not know). True for
+     * OpenRouter, which asks for them back to continue a model's signed or encrypted reasoning.
+     */
+    forward_reasoning_details: z.boolean().optional(),
   }).strict(),
 ]);
 
@@ -120,6 +126,8 @@ export type ProviderConfig =
       streamOptions: boolean;
       /** Kind openai: whether an assistant's `reasoning_content` is sent back upstream. */
       forwardReasoningContent: boolean;
+      /** Kind openai: whether an assistant's `reasoning_details` are sent back upstream. */
+      forwardReasoningDetails: boolean;
     }
   );
 
@@ -476,7 +484,11 @@ const OPENAI_KIND_ONLY = [
   ["stream_options", "Anthropic's streams always carry their usage"],
   [
     "forward_reasoning_content",
-    "Claude's thinking goes back as signed blocks, which the compatible format cannot carry",
+    "Claude's thinking goes back to it as the signed blocks of reasoning_details, not as text",
+  ],
+  [
+    "forward_reasoning_details",
+    "Claude is always sent the reasoning_details it signed, as its thinking blocks",
   ],
 ] as const;
 
@@ -506,6 +518,7 @@ function toProvider(
     timeoutMs: p.timeout_ms,
     streamOptions: p.stream_options ?? true,
     forwardReasoningContent: p.forward_reasoning_content ?? false,
+    forwardReasoningDetails: p.forward_reasoning_details ?? false,
   };
 }
 

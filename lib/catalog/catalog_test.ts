@@ -574,6 +574,23 @@ Deno.test("a provider of kind openai is sent assistants' reasoning_content back 
   );
 });
 
+Deno.test("a provider of kind openai is sent assistants' reasoning_details back only when its entry says forward_reasoning_details; refused on kind anthropic", () => {
+  const withForward = catalogFile();
+  (withForward.providers.openai as Record<string, unknown>).forward_reasoning_details = true;
+  const provider = (file: CatalogFile) =>
+    buildCatalog(file, {}).get("openai/gpt-4o-mini")!.provider as {
+      forwardReasoningDetails: boolean;
+    };
+  assert.equal(provider(withForward).forwardReasoningDetails, true);
+  assert.equal(provider(catalogFile()).forwardReasoningDetails, false);
+  assert.match(
+    refusal((
+      c,
+    ) => ((c.providers.backup as Record<string, unknown>).forward_reasoning_details = true)),
+    /providers\.backup\.forward_reasoning_details: for providers of kind openai/,
+  );
+});
+
 Deno.test("each Claude route carries its model's rules, by name or as the catalog states them; other routes have none", () => {
   const model = loaded((c) => {
     c.models[1].fallbacks = [

@@ -543,7 +543,8 @@ export class Gateway {
     // count.
     const boundsByKind = new Map<string, number>();
     const bounds = routes.map((r) => {
-      const forwards = r.provider.kind === "openai" && r.provider.forwardReasoningContent;
+      const forwards = r.provider.kind === "openai" &&
+        `${r.provider.forwardReasoningContent}/${r.provider.forwardReasoningDetails}`;
       const key =
         `${r.provider.kind}:${r.tokenizer}:${r.imageBaseTokens}:${r.imageTileTokens}:${forwards}`;
       let bound = boundsByKind.get(key);

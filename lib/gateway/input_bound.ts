@@ -330,21 +330,57 @@ export function anthropicInputBound(request: ChatRequest): number {
  * rules. Assistants' reasoning is counted where the provider is sent it back.
  */
 export function inputBound(
-  provider: { kind: ProviderKind; forwardReasoningContent?: boolean },
+  provider: {
+    kind: ProviderKind;
+    forwardReasoningContent?: boolean;
+    forwardReasoningDetails?: boolean;
+  },
   request: ChatRequest,
   model: ImageRule,
   tokenizer: Tokenizer,
 ): number {
   if (provider.kind === "anthropic") return anthropicInputBound(request);
   const bound = openAiInputBound(request, model, tokenizer);
-  if (!provider.forwardReasoningContent) return bound;
+  if (!provider.forwardReasoningContent && !provider.forwardReasoningDetails) return bound;
+  const count = (text: string) => countTokensWith(tokenizer, text);
   let reasoning = 0;
   for (const m of request.messages) {
-    if (m.role === "assistant" && m.reasoning_content) {
-      reasoning += countTokensWith(tokenizer, m.reasoning_content) + OPENAI_TOKENS_PER_PART;
+    if (m.role !== "assistant") continue;
+    if (provider.forwardReasoningContent && m.reasoning_content) {
+      reasoning += count(m.reasoning_content) + OPENAI_TOKENS_PER_PART;
     }
+    if (provider.forwardReasoningDetails) reasoning += reasoningDetailsTokens(m, count);
   }
   return bound + reasoning;
+}
+
+/**
+ * Reasoning details sent back to a router (OpenRouter) that hands them to the model that made
+ * them: their text and summaries, a token for every byte a signature or encrypted data decodes to
+ * (it carries the reasoning the model wrote, of which the text is at most a summary; as for
+ * Claude's own, claudeThinkingTokens), and the details' framing (their JSON less those values, at
+ * a token a character).
+ */
+function reasoningDetailsTokens(
+  m: Extract<ChatMessage, { role: "assistant" }>,
+  count: (text: string) => number,
+): number {
+  let tokens = 0;
+  for (const detail of m.reasoning_details ?? []) {
+    const sealed = detail.type === "reasoning.text"
+      ? detail.signature ?? ""
+      : detail.type === "reasoning.encrypted"
+      ? detail.data
+      : "";
+    const text = detail.type === "reasoning.text"
+      ? detail.text ?? ""
+      : detail.type === "reasoning.summary"
+      ? detail.summary
+      : "";
+    const framing = JSON.stringify({ ...detail, text: "", signature: "", data: "", summary: "" });
+    tokens += count(text) + Math.ceil(sealed.length * 3 / 4) + framing.length;
+  }
+  return tokens;
 }
 
 /** Output a provider produced, counted by us when it reports none (a cut or abandoned stream). */

@@ -330,3 +330,44 @@ Deno.test("Claude's signed thinking sent back is held for its text and a token p
   );
   assert.equal(other, without);
 });
+
+Deno.test("reasoning details are held where the provider is sent them back: their text, and a token per byte their signature or data decodes to", () => {
+  const signature = "Eq" + "A".repeat(4000);
+  const data = "gAAAA" + "B".repeat(2000);
+  const thought = "Look the weather up first. ".repeat(30);
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [
+      { role: "user", content: "Weather?" },
+      {
+        role: "assistant",
+        reasoning_details: [
+          {
+            type: "reasoning.text",
+            text: thought,
+            signature,
+            format: "anthropic-claude-v1",
+            index: 0,
+          },
+          { type: "reasoning.encrypted", data, format: "openai-responses-v1", index: 1 },
+        ],
+        tool_calls: [{ id: "c1", type: "function", function: { name: "w", arguments: "{}" } }],
+      },
+      { role: "tool", tool_call_id: "c1", content: "sunny" },
+    ],
+    tools: [{ type: "function", function: { name: "w" } }],
+  });
+  const model = testModel("openai", "anthropic/claude-sonnet-4.5");
+  const plain = inputBound({ kind: "openai" }, request, model, "o200k");
+  const forwarded = inputBound(
+    { kind: "openai", forwardReasoningDetails: true },
+    request,
+    model,
+    "o200k",
+  );
+  assert.ok(
+    forwarded - plain >=
+      countTokensWith("o200k", thought) + (signature.length + data.length) * 3 / 4,
+    `${forwarded} - ${plain}`,
+  );
+});

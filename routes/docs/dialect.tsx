@@ -32,8 +32,12 @@ export function DialectSection() {
         <code>parsed_arguments</code>, which the openai SDK's parse helpers add) are accepted and
         dropped; so is <code>reasoning_content</code>, except to a provider the catalog marks{" "}
         <code>"forward_reasoning_content": true</code>{" "}
-        (DeepSeek's thinking mode needs it back within a tool loop), where it is sent and held. A
-        tool call's <code>extra_content</code>{" "}
+        (DeepSeek's thinking mode needs it back within a tool loop), where it is sent and held; and
+        so are{" "}
+        <code>reasoning_details</code>, except to Claude (the thinking it signed, below) and to a
+        provider marked <code>"forward_reasoning_details": true</code> (OpenRouter). A tool call's
+        {" "}
+        <code>extra_content</code>{" "}
         (Gemini 3's thought signature) is kept on answers and sent back to Gemini models only.
       </p>
       <div class="table-scroll">

@@ -13,6 +13,8 @@ export interface OpenAiOptions {
   streamOptions?: boolean;
   /** Whether assistants' `reasoning_content` is sent back (see openAiRequestBody). */
   forwardReasoningContent?: boolean;
+  /** Whether assistants' `reasoning_details` are sent back (see openAiRequestBody). */
+  forwardReasoningDetails?: boolean;
   fetch?: typeof fetch;
 }
 
@@ -41,6 +43,7 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
     const body = openAiRequestBody(request, true, {
       streamOptions: options.streamOptions,
       forwardReasoningContent: options.forwardReasoningContent,
+      forwardReasoningDetails: options.forwardReasoningDetails,
     });
     return post("/chat/completions", body, request.signal);
   }

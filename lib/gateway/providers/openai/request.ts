@@ -50,17 +50,22 @@ const GEMINI_MODEL_NAME = /(?:^|\/)gemini-/i;
 
 /**
  * The message as the client sent it, without what only Tollbooth or other kinds read: without an
- * assistant's `reasoning_content` unless the provider wants it back, nor its `reasoning_details`
- * (Claude's signed thinking), and without its tool calls' `extra_content` (Gemini's thought signatures) unless the model is Gemini's, so a conversation
- * that moves on from Gemini to another model is not refused for a field that model does not know.
+ * assistant's `reasoning_content` or `reasoning_details` unless the provider wants them back, and
+ * without its tool calls' `extra_content` (Gemini's thought signatures) unless the model is
+ * Gemini's, so a conversation that moves on from Gemini to another model is not refused for a
+ * field that model does not know.
  */
 function upstreamMessage(
   m: ChatMessage,
-  options: { forwardReasoningContent: boolean; extraContent: boolean },
+  options: {
+    forwardReasoningContent: boolean;
+    forwardReasoningDetails: boolean;
+    extraContent: boolean;
+  },
 ): Record<string, unknown> {
   const out: Record<string, unknown> = { ...m, content: stripCacheControl(m.content) };
   if (!options.forwardReasoningContent) delete out.reasoning_content;
-  delete out.reasoning_details;
+  if (!options.forwardReasoningDetails) delete out.reasoning_details;
   if (
     !options.extraContent && m.role === "assistant" && m.tool_calls?.some((c) => c.extra_content)
   ) {
@@ -82,16 +87,18 @@ function stripCacheControl<T>(content: T): T {
  * The body for `POST {base_url}/chat/completions`: only `model`, the cap and usage are ours.
  * `streamOptions` false leaves `stream_options` out, the client's included, for a server that
  * refuses the field (Mistral's) and reports its usage on its last chunk unasked;
- * `forwardReasoningContent` sends assistants' `reasoning_content` back (DeepSeek's thinking mode).
+ * `forwardReasoningContent` sends assistants' `reasoning_content` back (DeepSeek's thinking mode),
+ * `forwardReasoningDetails` their `reasoning_details` (OpenRouter's).
  */
 export function openAiRequestBody(
   up: UpstreamRequest,
   stream: boolean,
-  { streamOptions = true, forwardReasoningContent = false } = {},
+  { streamOptions = true, forwardReasoningContent = false, forwardReasoningDetails = false } = {},
 ): Record<string, unknown> {
   const { stream_options: clientStreamOptions, tools, ...params } = up.request.params;
   const messageOptions = {
     forwardReasoningContent,
+    forwardReasoningDetails,
     extraContent: GEMINI_MODEL_NAME.test(up.model.upstreamModel),
   };
   const body: Record<string, unknown> = {

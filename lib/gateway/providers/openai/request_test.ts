@@ -140,7 +140,7 @@ Deno.test("an assistant's reasoning_content goes back only to a provider that wa
   );
 });
 
-Deno.test("an assistant's reasoning_details (Claude's signed thinking) go to no provider of the OpenAI kind", () => {
+Deno.test("an assistant's reasoning_details go to a provider of the OpenAI kind only when it wants them back (OpenRouter)", () => {
   const up = upstreamRequest(testModel("openai", "gpt-5.6"), {
     messages: [
       { role: "user", content: "Hi" },
@@ -161,6 +161,12 @@ Deno.test("an assistant's reasoning_details (Claude's signed thinking) go to no 
   });
   const assistant = (openAiRequestBody(up, true).messages as Record<string, unknown>[])[1];
   assert.deepEqual(assistant, { role: "assistant", content: "Hello." });
+  const forwarded = (openAiRequestBody(up, true, { forwardReasoningDetails: true })
+    .messages as Record<string, unknown>[])[1];
+  assert.deepEqual(
+    forwarded.reasoning_details,
+    (up.request.messages[1] as { reasoning_details: unknown }).reasoning_details,
+  );
 });
 
 Deno.test("models that bill reasoning their stream does not show are known by family, under a router's prefix too", () => {
