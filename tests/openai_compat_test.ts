@@ -404,10 +404,14 @@ Deno.test("compatible servers' error bodies reach the client with their reason, 
   }
 });
 
-Deno.test("Gemini 3's thought signature on a tool call reaches the client, streamed or not, and goes back upstream with the call", async () => {
+/**
+ * As Gemini 3's compatible endpoint: a first turn calls get_weather with a thought signature in
+ * the call's extra_content; a turn that answers a call without its signature is refused, one with
+ * it is answered in text. `sent` holds every body it was sent.
+ */
+function startGeminiFake() {
   const signature = { google: { thought_signature: "CiQB0e2Kb-signature==" } };
   const sent: Record<string, unknown>[] = [];
-  // As Gemini 3's compatible endpoint: a tool call answered without its signature is refused.
   const fake = serveLoopback(async (req) => {
     const body = await req.json();
     sent.push(body);
@@ -420,6 +424,16 @@ Deno.test("Gemini 3's thought signature on a tool call reaches the client, strea
           status: "INVALID_ARGUMENT",
         },
       }], { status: 400 });
+    }
+    if (assistant) {
+      return sseResponse([
+        chunk({ role: "assistant", content: "20C and sunny." }),
+        finalChunk({
+          choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+          usage: { prompt_tokens: 50, completion_tokens: 5, total_tokens: 55 },
+        }),
+        "data: [DONE]\n\n",
+      ]);
     }
     return sseResponse([
       chunk({
@@ -438,6 +452,11 @@ Deno.test("Gemini 3's thought signature on a tool call reaches the client, strea
       "data: [DONE]\n\n",
     ]);
   });
+  return { fake, sent, signature };
+}
+
+Deno.test("Gemini 3's thought signature on a tool call reaches the client, streamed or not, and goes back upstream with the call", async () => {
+  const { fake, sent, signature } = startGeminiFake();
   const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } }, [
     upstreamModel("up/gemini", "up", "gemini-3-pro-preview"),
   ]);
@@ -485,49 +504,7 @@ function responseEvents(
 }
 
 Deno.test("Gemini 3's thought signature travels through the Responses API: on the function_call item, back as input or by previous_response_id", async () => {
-  const signature = { google: { thought_signature: "CiQB0e2Kb-signature==" } };
-  const sent: Record<string, unknown>[] = [];
-  // As Gemini 3's compatible endpoint: a tool call answered without its signature is refused.
-  const fake = serveLoopback(async (req) => {
-    const body = await req.json();
-    sent.push(body);
-    const assistant = body.messages.find((m: { role: string }) => m.role === "assistant");
-    if (assistant && !assistant.tool_calls?.[0]?.extra_content?.google?.thought_signature) {
-      return Response.json([{
-        error: {
-          code: 400,
-          message: "Function call is missing a thought_signature in functionCall parts.",
-          status: "INVALID_ARGUMENT",
-        },
-      }], { status: 400 });
-    }
-    if (assistant) {
-      return sseResponse([
-        chunk({ role: "assistant", content: "20C and sunny." }),
-        finalChunk({
-          choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
-          usage: { prompt_tokens: 50, completion_tokens: 5, total_tokens: 55 },
-        }),
-        "data: [DONE]\n\n",
-      ]);
-    }
-    return sseResponse([
-      chunk({
-        role: "assistant",
-        tool_calls: [{
-          extra_content: signature,
-          function: { arguments: "{}", name: "get_weather" },
-          id: "call_a",
-          type: "function",
-        }],
-      }),
-      finalChunk({
-        choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }],
-        usage: { prompt_tokens: 30, completion_tokens: 10, total_tokens: 40 },
-      }),
-      "data: [DONE]\n\n",
-    ]);
-  });
+  const { fake, sent, signature } = startGeminiFake();
   const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } }, [
     upstreamModel("up/gemini", "up", "gemini-3-pro-preview"),
   ]);

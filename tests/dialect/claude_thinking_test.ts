@@ -10,7 +10,10 @@ import type {
   ChatCompletionAssistantMessageParam,
   ChatCompletionMessageParam,
 } from "openai/resources/chat/completions";
-import type { ResponseInputItem } from "openai/resources/responses/responses";
+import type {
+  ResponseCreateParamsNonStreaming,
+  ResponseInputItem,
+} from "openai/resources/responses/responses";
 import {
   ADAPTIVE_CLAUDE,
   assertCharged,
@@ -198,20 +201,28 @@ const RESPONSES_TOOLS = [{
   strict: true,
 }];
 
+/** A step of the loop through the Responses API, as askLoop is through chat. */
+function askResponses(
+  d: Dialect,
+  input: ResponseInputItem[],
+  options: Pick<ResponseCreateParamsNonStreaming, "store" | "include" | "previous_response_id">,
+) {
+  return openAiClient(d).responses.create({
+    model: CLAUDE_MODEL,
+    input,
+    tools: RESPONSES_TOOLS,
+    reasoning: { effort: "high" },
+    max_output_tokens: 16_000,
+    ...options,
+  });
+}
+
 Deno.test("openai SDK Responses, anthropic kind: without storing, the output items sent back as input give Claude its signed thinking back (encrypted_content)", () =>
   withDialect(async (d) => {
     scriptLoop(d);
     const input: ResponseInputItem[] = [{ role: "user", content: "Weather in Paris?" }];
     const ask = () =>
-      openAiClient(d).responses.create({
-        model: CLAUDE_MODEL,
-        input,
-        tools: RESPONSES_TOOLS,
-        reasoning: { effort: "high" },
-        max_output_tokens: 16_000,
-        store: false,
-        include: ["reasoning.encrypted_content"],
-      });
+      askResponses(d, input, { store: false, include: ["reasoning.encrypted_content"] });
     const first = await ask();
     const reasoning = first.output.find((item) => item.type === "reasoning")!;
     assert.ok(reasoning.encrypted_content, "the reasoning item carries the signed thinking");
@@ -231,14 +242,7 @@ Deno.test("openai SDK Responses, anthropic kind: a stored response continued by 
   withDialect(async (d) => {
     scriptLoop(d);
     const ask = (input: ResponseInputItem[], previous?: string) =>
-      openAiClient(d).responses.create({
-        model: CLAUDE_MODEL,
-        input,
-        tools: RESPONSES_TOOLS,
-        reasoning: { effort: "high" },
-        max_output_tokens: 16_000,
-        previous_response_id: previous,
-      });
+      askResponses(d, input, { previous_response_id: previous });
     const first = await ask([{ role: "user", content: "Weather in Paris?" }]);
     const call = first.output.find((item) => item.type === "function_call")!;
     const second = await ask(
