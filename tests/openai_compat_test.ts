@@ -902,14 +902,18 @@ Deno.test("Mistral's reasoning answer, its content a list of thinking and text p
   }
 });
 
-Deno.test("OpenRouter's reasoning_details, streamed in pieces, come back whole and go back upstream with forward_reasoning_details, held", async () => {
+Deno.test("OpenRouter's reasoning_details, streamed in pieces, come back whole and go back upstream with forward_reasoning_details, held, by a fallback too", async () => {
   const thought = "The user wants the weather; call the tool. ".repeat(40);
   const signature = "Eq" + "S".repeat(3000);
   const sent: Record<string, unknown>[] = [];
   // As OpenRouter serving a Claude: the reasoning streams as reasoning_details pieces of one index,
   // the signature last; a tool loop's turn without them back is refused (OpenRouter asks for the
   // complete reasoning_details back; Anthropic refuses the turn without its signed block).
+  // Under /down, a provider that is down (and not marked to forward the details).
   const fake = serveLoopback(async (req) => {
+    if (new URL(req.url).pathname.startsWith("/down")) {
+      return new Response("overloaded", { status: 503 });
+    }
     const body = await req.json();
     const assistant = body.messages.find((m: { role: string }) => m.role === "assistant");
     sent.push(body);
@@ -956,9 +960,19 @@ Deno.test("OpenRouter's reasoning_details, streamed in pieces, come back whole a
       "data: [DONE]\n\n",
     ]);
   });
+  const claude = "anthropic/claude-sonnet-4.5";
   const s = await startUpstreamService(
-    { router: { kind: "openai", base_url: fake.url, forward_reasoning_details: true } },
-    [upstreamModel("router/claude", "router", "anthropic/claude-sonnet-4.5")],
+    {
+      router: { kind: "openai", base_url: fake.url, forward_reasoning_details: true },
+      down: { kind: "openai", base_url: `${fake.url}/down` },
+    },
+    [
+      upstreamModel("router/claude", "router", claude),
+      // The route that forwards is the fallback: the hold is the largest of the routes' bounds.
+      upstreamModel("down/claude", "down", claude, {
+        fallbacks: [{ provider: "router", upstream_model: claude }],
+      }),
+    ],
   );
   try {
     const { apiKey, appId } = await s.newApp();
@@ -975,18 +989,22 @@ Deno.test("OpenRouter's reasoning_details, streamed in pieces, come back whole a
       format: "anthropic-claude-v1",
       index: 0,
     }]);
-    const next = await s.chat(apiKey, {
-      model: "router/claude",
-      tools,
-      max_tokens: 100,
-      messages: [question, message, { role: "tool", tool_call_id: "call_1", content: "20C" }],
-    });
-    assert.equal(next.status, 200, JSON.stringify(await next.clone().json()));
-    await next.body?.cancel();
+    for (const model of ["router/claude", "down/claude"]) {
+      const next = await s.chat(apiKey, {
+        model,
+        tools,
+        max_tokens: 100,
+        messages: [question, message, { role: "tool", tool_call_id: "call_1", content: "20C" }],
+      });
+      assert.equal(next.status, 200, JSON.stringify(await next.clone().json()));
+      await next.body?.cancel();
+    }
     const records = await usageRecords(s.kv, appId);
-    assert.equal(records.length, 2);
-    assert.equal(records[1].promptTokens, 60 + countTextTokens(thought));
-    assert.ok(records[1].reserved >= records[1].cost, `held ${records[1].reserved}`);
+    assert.equal(records.length, 3);
+    for (const record of records.slice(1)) {
+      assert.equal(record.promptTokens, 60 + countTextTokens(thought));
+      assert.ok(record.reserved >= record.cost, `${record.model}: held ${record.reserved}`);
+    }
     await assertAuditClean(s.kv);
   } finally {
     await s.close();

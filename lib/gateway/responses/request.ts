@@ -20,7 +20,11 @@ import {
   REASONING_EFFORTS,
   SafetyIdentifier,
 } from "../chat_request.ts";
-import { detailsOfEncryptedContent, type ReasoningDetail } from "../reasoning_details.ts";
+import {
+  detailsOfEncryptedContent,
+  MAX_REASONING_DETAILS,
+  type ReasoningDetail,
+} from "../reasoning_details.ts";
 
 const InputText = z.strictObject({
   type: z.literal("input_text"),
@@ -435,11 +439,15 @@ function inputMessages(
   const carry = (message: Record<string, unknown>) => {
     if (message.role !== "assistant") thinking = [];
     if (thinking.length === 0) return;
-    message.reasoning_details = [
+    const details = [
       ...(message.reasoning_details as ReasoningDetail[] | undefined ?? []),
       ...thinking,
     ];
     thinking = [];
+    // Items each within the cap may pass it together; a model refuses its reasoning cut short, so
+    // the turn then goes on without any, as from a client that kept none.
+    if (details.length <= MAX_REASONING_DETAILS) message.reasoning_details = details;
+    else delete message.reasoning_details;
   };
   body.input.forEach((raw, i) => {
     let item = parseItem(raw, i);

@@ -234,6 +234,29 @@ Deno.test("Claude's thinking sealed in a reasoning item goes back as the reasoni
   assert.equal("reasoning_details" in messages[2], false);
 });
 
+Deno.test("reasoning items each within the cap but over it together give their turn no details, rather than a refusal", () => {
+  const many = (n: number, from: number) =>
+    encryptedContentOf(
+      Array.from({ length: n }, (_, i) => ({ ...SIGNED, index: from + i, id: `m#${from + i}` })),
+    )!;
+  const call = (id: string) => ({ type: "function_call", call_id: id, name: "w", arguments: "{}" });
+  const chat = chatOf({
+    input: [
+      { role: "user", content: "Weather?" },
+      { type: "reasoning", id: "rs_1", summary: [], encrypted_content: many(200, 0) },
+      call("c1"),
+      { type: "reasoning", id: "rs_2", summary: [], encrypted_content: many(100, 200) },
+      call("c2"),
+      { type: "function_call_output", call_id: "c1", output: "sunny" },
+      { type: "function_call_output", call_id: "c2", output: "warm" },
+    ],
+    tools: [{ type: "function", name: "w", parameters: { type: "object" } }],
+  });
+  const assistant = (chat.messages as Record<string, unknown>[])[1];
+  assert.equal((assistant.tool_calls as unknown[]).length, 2);
+  assert.equal("reasoning_details" in assistant, false);
+});
+
 Deno.test("a reasoning item's encrypted_content marked as Tollbooth's that it did not make, or holding more details than a message may, is refused with its path", () => {
   // More details than a message may carry, sealed the way Tollbooth seals (which it never does
   // for so many): refused, not walked.
