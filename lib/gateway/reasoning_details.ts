@@ -4,7 +4,8 @@
  * from its own reasoning. Claude needs this in a tool loop: its thinking blocks come back with
  * their signatures or the model reasons from scratch (and a thinking budget cannot be sent at
  * all). Tollbooth answers each of Claude's thinking blocks as one detail, and sends the details
- * Claude signed back to Claude as the blocks they were; no other provider is sent any.
+ * Claude signed back to Claude as the blocks they were; another provider is sent them as they came
+ * only where the catalog says it wants them (OpenRouter: `forward_reasoning_details`).
  *
  * A signature holds only for the model that made it: Claude refuses the whole request when one
  * block in it came from another model, as after a conversation moved from one Claude to another,
