@@ -473,7 +473,8 @@ function inputMessages(
           "is not the encrypted_content of a reasoning item as Tollbooth answered it",
         );
       }
-      if (details !== "foreign") { for (const detail of details) thinking.push(detail); }
+      if (details === "foreign") return;
+      for (const detail of details) thinking.push(detail);
       return;
     }
     if (item.type === "function_call") {
