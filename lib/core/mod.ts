@@ -13,6 +13,7 @@ export type { Config } from "./config.ts";
 export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";
 export type { ErrorCode } from "./errors.ts";
 export { isPlausibleId, newId, newRequestId, randomToken } from "./ids.ts";
+export { isRecord } from "./json.ts";
 export { countLiveIndexed, getManyChunked, KvOpenError, openKv } from "./kv.ts";
 export { flushLogs, jsonLogger, logSoon, REQUEST_LOG_FIELDS, requestLogLine } from "./log.ts";
 export type { LoggedUpstreamError, Logger, RequestLogLine, TraceFields } from "./log.ts";

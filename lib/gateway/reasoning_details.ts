@@ -12,6 +12,7 @@
  * or to a fallback. So a detail's `id` names the model that signed it (`<model>#<index>`), and a
  * request sends a model only its own.
  */
+import { isRecord } from "@/lib/core/mod.ts";
 import { z } from "zod";
 
 /** The `format` of a detail that is one of Claude's thinking blocks (OpenRouter's name). */
@@ -60,9 +61,6 @@ export const ReasoningDetails = z.array(ReasoningDetail, {
 
 /** The fields of a reasoning detail that stream in pieces; the others are set by the last. */
 const DETAIL_PIECES: readonly string[] = ["text", "summary", "data"];
-
-const isRecord = (value: unknown): value is Record<string, unknown> =>
-  value !== null && typeof value === "object" && !Array.isArray(value);
 
 /**
  * A streamed `reasoning_details` entry into a message's list: a piece of the last detail when it

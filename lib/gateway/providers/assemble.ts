@@ -7,6 +7,7 @@
  * non-streamed call would have had: a `refusal` the stream carried (null included) is kept, and an
  * answer of only tool calls has `content: null`. Per-chunk padding (`obfuscation`) is dropped.
  */
+import { isRecord } from "@/lib/core/mod.ts";
 import type { ChatCompletion, CompletionResult, StreamPart, UsageObject } from "./types.ts";
 import type { Usage } from "@/lib/catalog/mod.ts";
 import { appendReasoningDetail } from "../reasoning_details.ts";
@@ -46,9 +47,6 @@ const ASSEMBLED_FIELDS = new Set([
 function appendAll(list: unknown[], items: unknown[]) {
   for (const item of items) list.push(item);
 }
-
-const isRecord = (value: unknown): value is Record<string, unknown> =>
-  value !== null && typeof value === "object" && !Array.isArray(value);
 
 /**
  * Where a tool-call fragment without `index` goes: a call of its own when it opens one (an id

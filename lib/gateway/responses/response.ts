@@ -2,6 +2,7 @@
  * Chat completions back into the Responses API: a completion into a response object, and a
  * stream of completion chunks into the documented sequence of response events.
  */
+import { isRecord } from "@/lib/core/mod.ts";
 import type { ResponsesBody } from "./request.ts";
 import { appendReasoningDetail, encryptedContentOf } from "../reasoning_details.ts";
 
@@ -63,9 +64,6 @@ export type OutputItem =
     extra_content?: Record<string, unknown>;
     status: "in_progress" | "completed" | "incomplete";
   };
-
-const isRecord = (value: unknown): value is Record<string, unknown> =>
-  value !== null && typeof value === "object" && !Array.isArray(value);
 
 export function responseUsage(usage: ChatUsage) {
   const written = usage.prompt_tokens_details?.cache_write_tokens;
