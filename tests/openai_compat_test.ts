@@ -407,7 +407,7 @@ Deno.test("compatible servers' error bodies reach the client with their reason, 
 /**
  * As Gemini 3's compatible endpoint: a first turn calls get_weather with a thought signature in
  * the call's extra_content; a turn that answers a call without its signature is refused, one with
- * it is answered in text. `sent` holds every body it was sent.
+ * it is answered in text.
  */
 function startGeminiFake() {
   const signature = { google: { thought_signature: "CiQB0e2Kb-signature==" } };
@@ -452,11 +452,17 @@ function startGeminiFake() {
       "data: [DONE]\n\n",
     ]);
   });
-  return { fake, sent, signature };
+  /** The extra_content of the call in the assistant turn of the last body sent. */
+  const lastSentSignature = () => {
+    const messages = sent.at(-1)!.messages as { role: string; tool_calls?: unknown[] }[];
+    const assistant = messages.find((m) => m.role === "assistant")!;
+    return (assistant.tool_calls![0] as { extra_content: unknown }).extra_content;
+  };
+  return { fake, signature, lastSentSignature };
 }
 
 Deno.test("Gemini 3's thought signature on a tool call reaches the client, streamed or not, and goes back upstream with the call", async () => {
-  const { fake, sent, signature } = startGeminiFake();
+  const { fake, signature, lastSentSignature } = startGeminiFake();
   const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } }, [
     upstreamModel("up/gemini", "up", "gemini-3-pro-preview"),
   ]);
@@ -480,12 +486,7 @@ Deno.test("Gemini 3's thought signature on a tool call reaches the client, strea
     });
     assert.equal(next.status, 200, JSON.stringify(await next.clone().json()));
     await next.body?.cancel();
-    const assistant = (sent.at(-1)!.messages as { role: string; tool_calls?: unknown[] }[])
-      .find((m) => m.role === "assistant")!;
-    assert.deepEqual(
-      (assistant.tool_calls![0] as { extra_content: unknown }).extra_content,
-      signature,
-    );
+    assert.deepEqual(lastSentSignature(), signature);
     await assertAuditClean(s.kv);
   } finally {
     await s.close();
@@ -504,7 +505,7 @@ function responseEvents(
 }
 
 Deno.test("Gemini 3's thought signature travels through the Responses API: on the function_call item, back as input or by previous_response_id", async () => {
-  const { fake, sent, signature } = startGeminiFake();
+  const { fake, signature, lastSentSignature } = startGeminiFake();
   const s = await startUpstreamService({ up: { kind: "openai", base_url: fake.url } }, [
     upstreamModel("up/gemini", "up", "gemini-3-pro-preview"),
   ]);
@@ -556,12 +557,7 @@ Deno.test("Gemini 3's thought signature travels through the Responses API: on th
     });
     assert.equal(continued.status, 200, JSON.stringify(await continued.clone().json()));
     await continued.body?.cancel();
-    const assistant = (sent.at(-1)!.messages as { role: string; tool_calls?: unknown[] }[])
-      .find((m) => m.role === "assistant")!;
-    assert.deepEqual(
-      (assistant.tool_calls![0] as { extra_content: unknown }).extra_content,
-      signature,
-    );
+    assert.deepEqual(lastSentSignature(), signature);
     await assertAuditClean(s.kv);
   } finally {
     await s.close();
