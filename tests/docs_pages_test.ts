@@ -111,11 +111,21 @@ Deno.test("the quick start's dialect table lists every accepted field with what 
   withService(async (s) => {
     const html = await page(s, "/docs");
     const rows = [
-      ...html.matchAll(/<tr><td><code>([a-z_]+)<\/code><\/td><td>([^<]+)<\/td><td>([^<]+)<\/td>/g),
+      ...html.matchAll(
+        /<tr><td><code>([a-z_]+)<\/code><\/td><td>([^<]+)<\/td><td>([^<]+)<\/td><td>([^<]+)<\/td><td>([^<]+)<\/td>/g,
+      ),
     ];
     assert.deepEqual(rows.map((r) => r[1]).sort(), Object.keys(FIELD_SUPPORT).sort());
+    // OpenAI, OpenAI Responses, Anthropic, simulator.
     const logprobs = rows.find((r) => r[1] === "logprobs")!;
-    assert.deepEqual([logprobs[2], logprobs[3]], ["passed on", "refused (400)"]);
+    assert.deepEqual(logprobs.slice(2), [
+      "passed on",
+      "refused (400)",
+      "refused (400)",
+      "refused (400)",
+    ]);
+    const verbosity = rows.find((r) => r[1] === "verbosity")!;
+    assert.deepEqual(verbosity.slice(2), ["passed on", "translated", "ignored", "ignored"]);
     // The error that refuses an unknown field points here.
     assert.match(html, /<h2 id="dialect">/);
   }));

@@ -13,7 +13,11 @@ const ProviderSchema = z.discriminatedUnion("kind", [
     token_delay_ms: z.number().int().min(0).max(10_000).optional(),
   }).strict(),
   z.object({
-    kind: z.enum(["openai", "anthropic"]),
+    /**
+     * The wire format: `openai` (chat completions, and every server that speaks it),
+     * `openai_responses` (OpenAI's Responses API), `anthropic` (Messages).
+     */
+    kind: z.enum(["openai", "openai_responses", "anthropic"]),
     base_url: z.url(),
     api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "an environment variable name"),
     timeout_ms: z.number().int().positive().optional(),
@@ -35,6 +39,12 @@ const ProviderSchema = z.discriminatedUnion("kind", [
      * OpenRouter, which asks for them back to continue a model's signed or encrypted reasoning.
      */
     forward_reasoning_details: z.boolean().optional(),
+    /**
+     * Kind openai_responses: whether reasoning models are asked for summaries of their reasoning
+     * (`reasoning.summary: "auto"`), streamed as `reasoning_content` (false by default: OpenAI
+     * gives them only to organizations it has verified, and refuses the request of any other).
+     */
+    reasoning_summaries: z.boolean().optional(),
   }).strict(),
 ]);
 
@@ -118,7 +128,7 @@ export type ProviderConfig =
   & (
     | { kind: "simulator"; tokenDelayMs: number }
     | {
-      kind: "openai" | "anthropic";
+      kind: "openai" | "openai_responses" | "anthropic";
       baseUrl: string;
       apiKeyEnv: string;
       apiKey: string | undefined;
@@ -128,6 +138,8 @@ export type ProviderConfig =
       forwardReasoningContent: boolean;
       /** Kind openai: whether an assistant's `reasoning_details` are sent back upstream. */
       forwardReasoningDetails: boolean;
+      /** Kind openai_responses: whether reasoning models are asked for summaries. */
+      reasoningSummaries: boolean;
     }
   );
 
@@ -240,7 +252,7 @@ const GPT_VERSION = /(?:^|[^a-z0-9])gpt-(?!35)(\d+)(?:\.(\d+))?/i;
  */
 function billsCacheWritesAboveInput(route: { provider: ProviderConfig; upstreamModel: string }) {
   if (route.provider.kind === "anthropic") return true;
-  if (route.provider.kind !== "openai") return false;
+  if (route.provider.kind !== "openai" && route.provider.kind !== "openai_responses") return false;
   const gpt = GPT_VERSION.exec(route.upstreamModel);
   return !!gpt && Number(gpt[1]) * 100 + Number(gpt[2] ?? 0) >= 506;
 }
@@ -358,9 +370,9 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         ...fallbacks.map((f, j) => [`fallbacks.${j}.provider`, f.provider] as const),
       ] as const;
       for (const [field, p] of where) {
-        if (p.kind === "anthropic") {
+        if (p.kind === "anthropic" || p.kind === "openai_responses") {
           throw new CatalogError(
-            `catalog field models.${i}.${field}: "${p.name}" is of kind anthropic, which serves no embeddings`,
+            `catalog field models.${i}.${field}: "${p.name}" is of kind ${p.kind}, which serves no embeddings`,
           );
         }
       }
@@ -479,18 +491,35 @@ function toLongContextPrices(
   return { ...prices, aboveInputTokens: tier.above_input_tokens };
 }
 
-/** Provider fields that mean something to the OpenAI kind only, and why not to Anthropic's. */
-const OPENAI_KIND_ONLY = [
-  ["stream_options", "Anthropic's streams always carry their usage"],
-  [
-    "forward_reasoning_content",
-    "Claude's thinking goes back to it as the signed blocks of reasoning_details, not as text",
-  ],
-  [
-    "forward_reasoning_details",
-    "Claude is always sent the reasoning_details it signed, as its thinking blocks",
-  ],
-] as const;
+/**
+ * Provider fields that mean something to one kind only, and why not to each other kind (a field
+ * the list does not name for a kind is that kind's).
+ */
+const KIND_ONLY_FIELDS = {
+  stream_options: {
+    kind: "openai",
+    anthropic: "Anthropic's streams always carry their usage",
+    openai_responses: "a Responses stream always ends with its usage",
+  },
+  forward_reasoning_content: {
+    kind: "openai",
+    anthropic:
+      "Claude's thinking goes back to it as the signed blocks of reasoning_details, not as text",
+    openai_responses:
+      "OpenAI's reasoning goes back to it as the encrypted items of reasoning_details, not as text",
+  },
+  forward_reasoning_details: {
+    kind: "openai",
+    anthropic: "Claude is always sent the reasoning_details it signed, as its thinking blocks",
+    openai_responses:
+      "OpenAI is always sent the reasoning_details its model made, as their reasoning items",
+  },
+  reasoning_summaries: {
+    kind: "openai_responses",
+    anthropic: "Claude's thinking shows as it is written, or as Anthropic's summary of it",
+    openai: "the chat completions API gives no reasoning summaries",
+  },
+} as const;
 
 function toProvider(
   name: string,
@@ -500,14 +529,12 @@ function toProvider(
   if (p.kind === "simulator") {
     return { name, kind: "simulator", tokenDelayMs: p.token_delay_ms ?? 0 };
   }
-  if (p.kind === "anthropic") {
-    for (const [field, why] of OPENAI_KIND_ONLY) {
-      if (p[field] !== undefined) {
-        throw new CatalogError(
-          `catalog field providers.${name}.${field}: for providers of kind openai; ${why}`,
-        );
-      }
-    }
+  for (const [field, rule] of Object.entries(KIND_ONLY_FIELDS)) {
+    if (p[field as keyof typeof KIND_ONLY_FIELDS] === undefined || rule.kind === p.kind) continue;
+    const why = (rule as Record<string, string>)[p.kind];
+    throw new CatalogError(
+      `catalog field providers.${name}.${field}: for providers of kind ${rule.kind}; ${why}`,
+    );
   }
   return {
     name,
@@ -519,6 +546,7 @@ function toProvider(
     streamOptions: p.stream_options ?? true,
     forwardReasoningContent: p.forward_reasoning_content ?? false,
     forwardReasoningDetails: p.forward_reasoning_details ?? false,
+    reasoningSummaries: p.reasoning_summaries ?? false,
   };
 }
 

@@ -620,3 +620,90 @@ Deno.test("each Claude route carries its model's rules, by name or as the catalo
     /^catalog field models\.1\.fallbacks\.0\.claude\.thinking: /,
   );
 });
+
+/** The catalog with a provider of kind openai_responses beside the others. */
+function withResponsesProvider(extra: Record<string, unknown> = {}) {
+  return (c: CatalogFile) => {
+    (c.providers as Record<string, unknown>).responses = {
+      kind: "openai_responses",
+      base_url: "https://api.openai.com/v1",
+      api_key_env: "OPENAI_API_KEY",
+      ...extra,
+    };
+    c.models.push({
+      id: "openai/o3-pro",
+      provider: "responses",
+      upstream_model: "o3-pro",
+      input_usd_per_mtok: "20",
+      output_usd_per_mtok: "80",
+      context_tokens: 200_000,
+      max_output_tokens: 100_000,
+    });
+  };
+}
+
+Deno.test("a provider of kind openai_responses serves chat models, and asks for reasoning summaries only when its entry says reasoning_summaries", () => {
+  const build = (extra: Record<string, unknown> = {}) => {
+    const file = catalogFile();
+    withResponsesProvider(extra)(file);
+    return buildCatalog(file, { OPENAI_API_KEY: "sk-x" }).get("openai/o3-pro")!.provider;
+  };
+  const plain = build();
+  assert.equal(plain.kind, "openai_responses");
+  assert.equal((plain as { reasoningSummaries: boolean }).reasoningSummaries, false);
+  assert.equal((plain as { apiKey?: string }).apiKey, "sk-x");
+  const summaries = build({ reasoning_summaries: true });
+  assert.equal((summaries as { reasoningSummaries: boolean }).reasoningSummaries, true);
+});
+
+Deno.test("each kind's own provider fields are refused on another kind, saying why", () => {
+  assert.match(
+    refusal(withResponsesProvider({ stream_options: false })),
+    /providers\.responses\.stream_options: for providers of kind openai; a Responses stream always ends with its usage/,
+  );
+  assert.match(
+    refusal(withResponsesProvider({ forward_reasoning_details: true })),
+    /providers\.responses\.forward_reasoning_details: for providers of kind openai; OpenAI is always sent/,
+  );
+  assert.match(
+    refusal((c) => ((c.providers.openai as Record<string, unknown>).reasoning_summaries = true)),
+    /providers\.openai\.reasoning_summaries: for providers of kind openai_responses; the chat completions API gives no reasoning summaries/,
+  );
+  assert.match(
+    refusal((c) => ((c.providers.backup as Record<string, unknown>).reasoning_summaries = true)),
+    /providers\.backup\.reasoning_summaries: for providers of kind openai_responses/,
+  );
+});
+
+Deno.test("a provider of kind openai_responses serves no embeddings", () => {
+  assert.match(
+    refusal((c) => {
+      withResponsesProvider()(c);
+      c.models.push({
+        id: "openai/text-embedding-3-small",
+        provider: "responses",
+        upstream_model: "text-embedding-3-small",
+        type: "embedding",
+        input_usd_per_mtok: "0.02",
+        context_tokens: 8_191,
+      });
+    }),
+    /models\.3\.provider: "responses" is of kind openai_responses, which serves no embeddings/,
+  );
+});
+
+Deno.test("GPT-5.6's cache writes are priced above input through the Responses API as through chat", () => {
+  const file = catalogFile();
+  withResponsesProvider()(file);
+  file.models.push({
+    id: "openai/gpt-5.6",
+    provider: "responses",
+    upstream_model: "gpt-5.6",
+    input_usd_per_mtok: "1.25",
+    output_usd_per_mtok: "10",
+    context_tokens: 400_000,
+    max_output_tokens: 128_000,
+  });
+  const model = buildCatalog(file, {}).get("openai/gpt-5.6")!;
+  assert.equal(model.cacheWriteUsdPerMTok, "1.5625");
+});

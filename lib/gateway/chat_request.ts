@@ -17,7 +17,7 @@ import { claudeThinkingBlocks, ReasoningDetails } from "./reasoning_details.ts";
 export const DEFAULT_MAX_TOKENS = 2048;
 
 /** The wire formats of the catalog's providers. */
-export type ProviderKind = "openai" | "anthropic" | "simulator";
+export type ProviderKind = "openai" | "openai_responses" | "anthropic" | "simulator";
 
 // ---------------------------------------------------------------------------------------------
 // Messages
@@ -412,134 +412,235 @@ type SupportRow = Record<ProviderKind, Support> & { note: string };
 export const FIELD_SUPPORT: Record<string, SupportRow> = {
   model: {
     openai: "translate",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "translate",
     note: "renamed to the upstream model",
   },
   messages: {
     openai: "pass",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "translate",
     note: "see the message table",
   },
   max_tokens: {
     openai: "translate",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "translate",
-    note: "sent as the model's cap field; default 2048",
+    note: "sent as the model's cap field (Responses: max_output_tokens, at least 16); default 2048",
   },
   max_completion_tokens: {
     openai: "translate",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "translate",
     note: "the same cap as max_tokens",
   },
-  stream: { openai: "pass", anthropic: "translate", simulator: "translate", note: "" },
+  stream: {
+    openai: "pass",
+    openai_responses: "translate",
+    anthropic: "translate",
+    simulator: "translate",
+    note: "",
+  },
   stream_options: {
     openai: "translate",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "translate",
     note:
       "include_usage is always asked of the upstream, unless its catalog entry says stream_options: false (the server reports usage unasked)",
   },
-  n: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "only 1" },
+  n: {
+    openai: "pass",
+    openai_responses: "ignore",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "only 1",
+  },
   tools: {
     openai: "pass",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "translate",
-    note: "function tools; Anthropic input_schema",
+    note:
+      "function tools; Anthropic input_schema; Responses flat function tools, strict only when asked",
   },
   tool_choice: {
     openai: "pass",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "translate",
     note: "Anthropic auto/any/tool/none",
   },
   parallel_tool_calls: {
     openai: "pass",
+    openai_responses: "pass",
     anthropic: "translate",
     simulator: "ignore",
     note: "Anthropic disable_parallel_tool_use",
   },
   response_format: {
     openai: "pass",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "ignore",
-    note: "Anthropic: a forced tool whose input is the answer, or output_config.format",
+    note:
+      "Anthropic: a forced tool whose input is the answer, or output_config.format; Responses text.format",
   },
   reasoning_effort: {
     openai: "pass",
+    openai_responses: "translate",
     anthropic: "translate",
     simulator: "ignore",
-    note: "Anthropic thinking: a budget, or adaptive at output_config.effort",
+    note:
+      "Anthropic thinking: a budget, or adaptive at output_config.effort; Responses reasoning.effort",
   },
-  logprobs: { openai: "pass", anthropic: "refuse", simulator: "refuse", note: "" },
-  top_logprobs: { openai: "pass", anthropic: "refuse", simulator: "refuse", note: "" },
-  seed: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  logprobs: {
+    openai: "pass",
+    openai_responses: "refuse",
+    anthropic: "refuse",
+    simulator: "refuse",
+    note: "",
+  },
+  top_logprobs: {
+    openai: "pass",
+    openai_responses: "refuse",
+    anthropic: "refuse",
+    simulator: "refuse",
+    note: "",
+  },
+  seed: {
+    openai: "pass",
+    openai_responses: "ignore",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "",
+  },
   stop: {
     openai: "pass",
+    openai_responses: "refuse",
     anthropic: "translate",
     simulator: "ignore",
     note: "Anthropic stop_sequences",
   },
   user: {
     openai: "pass",
+    openai_responses: "pass",
     anthropic: "translate",
     simulator: "ignore",
     note: "Anthropic metadata.user_id",
   },
-  metadata: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  metadata: {
+    openai: "pass",
+    openai_responses: "pass",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "",
+  },
   temperature: {
     openai: "pass",
+    openai_responses: "pass",
     anthropic: "translate",
     simulator: "ignore",
     note: "Anthropic allows at most 1",
   },
-  top_p: { openai: "pass", anthropic: "pass", simulator: "ignore", note: "" },
+  top_p: {
+    openai: "pass",
+    openai_responses: "pass",
+    anthropic: "pass",
+    simulator: "ignore",
+    note: "",
+  },
   top_k: {
     openai: "pass",
+    openai_responses: "refuse",
     anthropic: "pass",
     simulator: "ignore",
     note: "for compatible servers that take it",
   },
   frequency_penalty: {
     openai: "pass",
+    openai_responses: "refuse",
     anthropic: "refuse",
     simulator: "ignore",
     note: "0 is accepted everywhere",
   },
   presence_penalty: {
     openai: "pass",
+    openai_responses: "refuse",
     anthropic: "refuse",
     simulator: "ignore",
     note: "0 is accepted everywhere",
   },
-  logit_bias: { openai: "pass", anthropic: "refuse", simulator: "ignore", note: "" },
+  logit_bias: {
+    openai: "pass",
+    openai_responses: "refuse",
+    anthropic: "refuse",
+    simulator: "ignore",
+    note: "",
+  },
   prediction: {
     openai: "pass",
+    openai_responses: "refuse",
     anthropic: "refuse",
     simulator: "ignore",
     note: "counted in the reservation as output",
   },
   service_tier: {
     openai: "pass",
+    openai_responses: "pass",
     anthropic: "ignore",
     simulator: "ignore",
     note: "auto and default only: other tiers change the price",
   },
-  store: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
-  verbosity: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
-  prompt_cache_key: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  store: {
+    openai: "pass",
+    openai_responses: "ignore",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "Responses: never stored at OpenAI (store: false)",
+  },
+  verbosity: {
+    openai: "pass",
+    openai_responses: "translate",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "Responses text.verbosity",
+  },
+  prompt_cache_key: {
+    openai: "pass",
+    openai_responses: "pass",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "",
+  },
   prompt_cache_options: {
     openai: "pass",
+    openai_responses: "pass",
     anthropic: "ignore",
     simulator: "ignore",
     note: "Anthropic: cache_control marks its breakpoints",
   },
-  prompt_cache_retention: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
-  safety_identifier: { openai: "pass", anthropic: "ignore", simulator: "ignore", note: "" },
+  prompt_cache_retention: {
+    openai: "pass",
+    openai_responses: "pass",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "",
+  },
+  safety_identifier: {
+    openai: "pass",
+    openai_responses: "pass",
+    anthropic: "ignore",
+    simulator: "ignore",
+    note: "",
+  },
   modalities: {
     openai: "pass",
+    openai_responses: "ignore",
     anthropic: "ignore",
     simulator: "ignore",
     note: '["text"] only: audio output is not priced',
@@ -768,6 +869,12 @@ function checkTools(data: Body) {
   }
 }
 
+/**
+ * The least `max_output_tokens` OpenAI's Responses API takes: a smaller cap is refused before the
+ * reservation rather than raised, as the hold is priced on the client's cap.
+ */
+const RESPONSES_MIN_OUTPUT_TOKENS = 16;
+
 /** How a refusal names the model the client asked for, as against one of its fallbacks. */
 const PRIMARY = "this model";
 
@@ -794,6 +901,13 @@ export function assertSupported(
   });
   for (const kind of new Set(routes.map((r) => r.provider.kind))) {
     if (kind === "anthropic") assertAnthropicCan(request);
+    if (kind === "openai_responses" && maxTokens < RESPONSES_MIN_OUTPUT_TOKENS) {
+      throw new ApiError(
+        "invalid_parameter",
+        `Invalid value for 'max_tokens': ${maxTokens} is below ${RESPONSES_MIN_OUTPUT_TOKENS}, the least output cap OpenAI's Responses API takes (this model is served through it).`,
+        { param: request.capParam ?? "max_tokens" },
+      );
+    }
     for (const [field, value] of Object.entries(p)) {
       if (FIELD_SUPPORT[field]?.[kind] !== "refuse") continue;
       if ((field === "frequency_penalty" || field === "presence_penalty") && value === 0) continue;

@@ -4,7 +4,10 @@ import { assertSupported, parseChatRequest } from "./chat_request.ts";
 import { claudeRulesByName } from "@/lib/catalog/mod.ts";
 
 /** A route of a kind as the catalog makes it: a Claude route has its model's rules. */
-function route(kind: "openai" | "anthropic", upstreamModel = "claude-sonnet-4-5") {
+function route(
+  kind: "openai" | "openai_responses" | "anthropic",
+  upstreamModel = "claude-sonnet-4-5",
+) {
   return {
     provider: { kind },
     upstreamModel,
@@ -330,6 +333,53 @@ Deno.test("each provider kind refuses what it cannot honour, by an explicit list
       (e) => e instanceof ApiError && e.param === "messages[0].content[0].type",
     );
   }
+});
+
+Deno.test("a Responses-kind route refuses the fields the Responses API does not have, and a cap below its least", () => {
+  const base = { model: "m/x", messages: [{ role: "user", content: "x" }] };
+  const check = (body: Record<string, unknown>, maxTokens = 2048) =>
+    assertSupported(
+      parseChatRequest({ ...base, ...body }),
+      [route("openai_responses", "o3-pro")],
+      maxTokens,
+    );
+  for (
+    const [body, param] of [
+      [{ stop: ["END"] }, "stop"],
+      [{ logprobs: true }, "logprobs"],
+      [{ frequency_penalty: 0.3 }, "frequency_penalty"],
+      [{ logit_bias: { "42": 1 } }, "logit_bias"],
+      [{ prediction: { type: "content", content: "x" } }, "prediction"],
+      [{ top_k: 3 }, "top_k"],
+    ] as const
+  ) {
+    assert.throws(
+      () => check(body),
+      (e) => e instanceof ApiError && e.code === "unsupported_parameter" && e.param === param,
+      param,
+    );
+  }
+  assert.doesNotThrow(() =>
+    check({
+      seed: 1,
+      frequency_penalty: 0,
+      logprobs: false,
+      verbosity: "low",
+      reasoning_effort: "high",
+      store: true,
+    })
+  );
+  assert.throws(
+    () => check({ max_completion_tokens: 15 }, 15),
+    (e) =>
+      e instanceof ApiError && e.code === "invalid_parameter" &&
+      e.param === "max_completion_tokens" && /below 16/.test(e.message),
+  );
+  assert.doesNotThrow(() => check({ max_tokens: 16 }, 16));
+  // A cap of 15 is fine for the chat kinds.
+  assert.doesNotThrow(() =>
+    assertSupported(parseChatRequest({ ...base, max_tokens: 15 }), [route("openai")], 15)
+  );
 });
 
 /** The refusal a Claude route makes of a request, or null when it takes it. */

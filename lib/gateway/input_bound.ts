@@ -13,7 +13,7 @@ import {
 } from "./chat_request.ts";
 import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
 import { readImageSize } from "./image_size.ts";
-import { claudeThinkingBlocks } from "./reasoning_details.ts";
+import { claudeThinkingBlocks, openAiReasoningItems } from "./reasoning_details.ts";
 import {
   messagesTools,
   OPENING_USER_TEXT,
@@ -341,6 +341,7 @@ export function inputBound(
 ): number {
   if (provider.kind === "anthropic") return anthropicInputBound(request);
   const bound = openAiInputBound(request, model, tokenizer);
+  if (provider.kind === "openai_responses") return bound + openAiReasoningTokens(request);
   if (!provider.forwardReasoningContent && !provider.forwardReasoningDetails) return bound;
   const count = (text: string) => countTokensWith(tokenizer, text);
   let reasoning = 0;
@@ -379,6 +380,24 @@ function reasoningDetailsTokens(
       : "";
     const framing = JSON.stringify({ ...detail, text: "", signature: "", data: "", summary: "" });
     tokens += count(text) + Math.ceil(sealed.length * 3 / 4) + framing.length;
+  }
+  return tokens;
+}
+
+/**
+ * The reasoning items sent back to OpenAI's Responses API (any OpenAI model's, as the route's own
+ * are a part of them): a token for every byte an item's encrypted content decodes to, and an
+ * item's framing. The content carries the reasoning the model did, which OpenAI bills as input in
+ * the turns of a tool loop; the bound assumes each billed token takes at least a byte of it, as
+ * for Claude's signatures (claudeThinkingTokens).
+ */
+function openAiReasoningTokens(request: ChatRequest): number {
+  let tokens = 0;
+  for (const m of request.messages) {
+    if (m.role !== "assistant") continue;
+    for (const item of openAiReasoningItems(m.reasoning_details)) {
+      tokens += OPENAI_TOKENS_PER_MESSAGE + Math.ceil(item.encrypted_content.length * 3 / 4);
+    }
   }
   return tokens;
 }

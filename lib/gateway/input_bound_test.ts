@@ -371,3 +371,46 @@ Deno.test("reasoning details are held where the provider is sent them back: thei
     `${forwarded} - ${plain}`,
   );
 });
+
+Deno.test("OpenAI's reasoning items sent back through the Responses API are held at a token per byte their encrypted content decodes to", () => {
+  const data = "gAAAAA" + "B".repeat(6000);
+  const conversation = (reasoning_details?: unknown[]) =>
+    parseChatRequest({
+      model: "m/x",
+      messages: [
+        { role: "user", content: "Weather?" },
+        {
+          role: "assistant",
+          reasoning_details,
+          tool_calls: [{ id: "c1", type: "function", function: { name: "w", arguments: "{}" } }],
+        },
+        { role: "tool", tool_call_id: "c1", content: "sunny" },
+      ],
+      tools: [{ type: "function", function: { name: "w" } }],
+    });
+  const model = testModel("openai_responses", "o4-mini");
+  const bound = (details?: unknown[]) =>
+    inputBound({ kind: "openai_responses" }, conversation(details), model, "o200k");
+  const without = bound();
+  const item = {
+    type: "reasoning.encrypted",
+    data,
+    id: "o4-mini#rs_1",
+    format: "openai-responses-v1",
+    index: 0,
+  };
+  const carried = bound([item]);
+  assert.ok(carried - without >= data.length * 3 / 4, `${carried} - ${without}`);
+  // Without the model's name in its id no item can be made of it: nothing is sent, nothing held.
+  assert.equal(bound([{ ...item, id: "rs_1" }]), without);
+  // Claude's thinking is never sent to OpenAI.
+  assert.equal(
+    bound([{ type: "reasoning.encrypted", data, format: "anthropic-claude-v1", id: "c#0" }]),
+    without,
+  );
+  // The chat kind is not sent them unless told to.
+  assert.equal(
+    inputBound({ kind: "openai" }, conversation([item]), model, "o200k"),
+    inputBound({ kind: "openai" }, conversation(), model, "o200k"),
+  );
+});

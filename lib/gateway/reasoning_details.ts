@@ -134,6 +134,63 @@ export function claudeReasoningDetail(
 }
 
 /**
+ * The `format` of a detail that is one of OpenAI's reasoning items (OpenRouter's name): its
+ * `encrypted_content` as `data`, which OpenAI takes back only from a request that does not store
+ * it (`store: false`), and only with the item's `id`.
+ */
+export const OPENAI_REASONING_FORMAT = "openai-responses-v1";
+
+/** A reasoning item as OpenAI's Responses API takes it back as input. */
+export type OpenAiReasoningItem = {
+  type: "reasoning";
+  id: string;
+  summary: { type: "summary_text"; text: string }[];
+  encrypted_content: string;
+};
+
+/**
+ * The reasoning items `model` made among an assistant message's details, in their order; any
+ * OpenAI model's where `model` is not given (to bound what a request may be sent). An item is
+ * sent back whole or not at all: without its encrypted content OpenAI looks it up among stored
+ * items, and Tollbooth stores none.
+ */
+export function openAiReasoningItems(
+  details: readonly ReasoningDetail[] | null | undefined,
+  model?: string,
+): OpenAiReasoningItem[] {
+  const items: OpenAiReasoningItem[] = [];
+  for (const detail of details ?? []) {
+    if (detail.format !== OPENAI_REASONING_FORMAT || detail.type !== "reasoning.encrypted") {
+      continue;
+    }
+    const signer = signerOf(detail);
+    if (signer === null || (model !== undefined && signer !== model)) continue;
+    const id = detail.id!.slice(signer.length + 1);
+    if (!id) continue;
+    items.push({ type: "reasoning", id, summary: [], encrypted_content: detail.data });
+  }
+  return items;
+}
+
+/**
+ * One of OpenAI's reasoning items, made by `model`, as the detail a client is answered with: its
+ * `id` keeps the item's own after the model's name, as OpenAI wants both back.
+ */
+export function openAiReasoningDetail(
+  item: { id: string; encrypted_content: string },
+  index: number,
+  model: string,
+): ReasoningDetail {
+  return {
+    type: "reasoning.encrypted",
+    data: item.encrypted_content,
+    id: `${model}#${item.id}`,
+    format: OPENAI_REASONING_FORMAT,
+    index,
+  };
+}
+
+/**
  * The Responses API carries a reasoning item's hidden state in `encrypted_content`, which a client
  * sends back with the item (OpenAI's stateless use, `store: false`). Tollbooth puts the item's
  * details there, marked as its own; the signatures inside are Anthropic's.

@@ -188,7 +188,7 @@ function chatRequestSchema() {
     const property = schema.properties[field];
     if (!property) continue;
     const kinds =
-      `OpenAI kind: ${row.openai}; Anthropic kind: ${row.anthropic}; simulator: ${row.simulator}.`;
+      `OpenAI kind: ${row.openai}; OpenAI Responses kind: ${row.openai_responses}; Anthropic kind: ${row.anthropic}; simulator: ${row.simulator}.`;
     property.description = row.note ? `${kinds} ${row.note}.` : kinds;
   }
   schema.properties.max_tokens.description =

@@ -46,6 +46,7 @@ export function DialectSection() {
             <tr>
               <th scope="col">field</th>
               <th scope="col">OpenAI kind</th>
+              <th scope="col">OpenAI Responses kind</th>
               <th scope="col">Anthropic kind</th>
               <th scope="col">simulator</th>
               <th scope="col">note</th>
@@ -58,6 +59,7 @@ export function DialectSection() {
                   <code>{field}</code>
                 </td>
                 <td>{KIND_WORDS[row.openai]}</td>
+                <td>{KIND_WORDS[row.openai_responses]}</td>
                 <td>{KIND_WORDS[row.anthropic]}</td>
                 <td>{KIND_WORDS[row.simulator]}</td>
                 <td>{row.note}</td>
@@ -92,6 +94,61 @@ export function DialectSection() {
         <code>tool_calls</code>, <code>refusal</code>, <code>logprobs</code>,{" "}
         <code>reasoning_content</code> and the usage details.
       </p>
+      <h3 id="dialect-openai-responses">OpenAI Responses kind</h3>
+      <p>
+        For the models OpenAI serves only through its Responses API (o3-pro, GPT-5 pro, the Codex
+        models), and for OpenAI reasoning models whose reasoning should carry across an agent loop,
+        the chat request is sent to{" "}
+        <code>POST /v1/responses</code>, always streamed and never stored at OpenAI (<code>
+          store: false
+        </code>):
+      </p>
+      <ul>
+        <li>
+          Messages become input items: <code>text</code> parts <code>input_text</code>,{" "}
+          <code>image_url</code> parts <code>input_image</code>; an assistant's text{" "}
+          <code>output_text</code>, its <code>tool_calls</code> <code>function_call</code> items and
+          {" "}
+          <code>tool</code> messages <code>function_call_output</code> items. The cap goes as{" "}
+          <code>max_output_tokens</code>{" "}
+          (OpenAI's least is 16: a smaller one is refused before anything is reserved).
+        </li>
+        <li>
+          <code>tools</code> become flat function tools, strict only when the client says{" "}
+          <code>strict: true</code> (as in chat; the Responses API's own default is strict);{" "}
+          <code>tool_choice</code> naming a function becomes{" "}
+          <code>{"{"}"type": "function", "name"{"}"}</code>; <code>response_format</code> becomes
+          {" "}
+          <code>text.format</code>, <code>verbosity</code> <code>text.verbosity</code>,{" "}
+          <code>reasoning_effort</code>{" "}
+          <code>reasoning.effort</code>. Fields the Responses API does not have (<code>stop</code>,
+          {" "}
+          <code>logprobs</code>, penalties other than 0, <code>logit_bias</code>,{" "}
+          <code>prediction</code>, <code>top_k</code>) are refused with 400{" "}
+          <code>unsupported_parameter</code>.
+        </li>
+        <li>
+          Back: text deltas become <code>content</code>, refusals <code>refusal</code>,{" "}
+          <code>function_call</code> items <code>delta.tool_calls</code>{" "}
+          fragments as OpenAI's chat streams them; an incomplete response ends with{" "}
+          <code>finish_reason: "length"</code> (or{" "}
+          <code>"content_filter"</code>); the usage's input, cached, output and reasoning tokens
+          become the chat usage's.
+        </li>
+        <li>
+          A reasoning model's reasoning comes back encrypted (<code>
+            include: ["reasoning.encrypted_content"]
+          </code>) as one <code>reasoning_details</code> entry per reasoning item, format{" "}
+          <code>openai-responses-v1</code>, <code>reasoning.encrypted</code>{" "}
+          with the item's content as <code>data</code> and an <code>id</code>{" "}
+          naming the model and the item. Send the assistant message back as it came and the model
+          that made them gets its reasoning items back before it, so that it reasons on from them in
+          a tool loop; another model is not sent them. The hold counts a token per byte of each
+          item's content. With a provider marked <code>"reasoning_summaries": true</code>{" "}
+          (an organization OpenAI has verified), reasoning models are asked for summaries, streamed
+          as <code>reasoning_content</code>.
+        </li>
+      </ul>
       <h3 id="dialect-anthropic">Anthropic kind</h3>
       <ul>
         <li>

@@ -1,6 +1,7 @@
 import type { Catalog, ProviderConfig } from "@/lib/catalog/mod.ts";
 import { createAnthropicProvider } from "./anthropic/anthropic.ts";
 import { createOpenAiProvider } from "./openai/openai.ts";
+import { createOpenAiResponsesProvider } from "./openai_responses/openai_responses.ts";
 import { createSimulator } from "./simulator/simulator.ts";
 import type { Provider } from "./types.ts";
 
@@ -30,6 +31,12 @@ function createProvider(
       return createSimulator({ tokenDelayMs: config.tokenDelayMs });
     case "openai":
       return createOpenAiProvider({
+        ...config,
+        timeoutMs: config.timeoutMs ?? options.timeoutMs,
+        fetch: options.fetch,
+      });
+    case "openai_responses":
+      return createOpenAiResponsesProvider({
         ...config,
         timeoutMs: config.timeoutMs ?? options.timeoutMs,
         fetch: options.fetch,

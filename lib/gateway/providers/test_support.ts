@@ -6,7 +6,7 @@ import { parseSse } from "../sse.ts";
 import type { StreamPart, UpstreamRequest } from "./types.ts";
 
 export function testModel(
-  kind: "openai" | "anthropic" | "simulator",
+  kind: "openai" | "openai_responses" | "anthropic" | "simulator",
   upstreamModel: string,
   extra: Partial<CatalogFile["models"][number]> = {},
 ): Model {

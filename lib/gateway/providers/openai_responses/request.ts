@@ -1,0 +1,194 @@
+/**
+ * The request converter of the OpenAI Responses kind: a chat request as the body of OpenAI's
+ * `POST /v1/responses`, for the models OpenAI serves only there (o3-pro, GPT-5 pro, the Codex
+ * models) and for reasoning that must go back to OpenAI across a tool loop, which only that API
+ * carries (encrypted reasoning items).
+ *
+ * Messages become input items: text and images as input parts, an assistant's text as
+ * `output_text`, its tool calls as `function_call` items and tool messages as
+ * `function_call_output` items; an assistant message's reasoning that this model made
+ * (`reasoning_details`, see reasoning_details.ts) goes back before it as the reasoning items they
+ * were. Nothing is stored at OpenAI (`store: false`): the encrypted reasoning comes back with the
+ * answer instead, for the client to send with the conversation.
+ */
+import type { ChatMessage, ChatRequest } from "../../chat_request.ts";
+import { openAiReasoningItems } from "../../reasoning_details.ts";
+import { isReasoningModel } from "../openai/request.ts";
+import type { UpstreamRequest } from "../types.ts";
+
+type Json = Record<string, unknown>;
+
+/** Chat's text part, without what only Anthropic reads (`cache_control`). */
+function inputTextPart(part: { text: string; prompt_cache_breakpoint?: unknown }): Json {
+  const out: Json = { type: "input_text", text: part.text };
+  if (part.prompt_cache_breakpoint) out.prompt_cache_breakpoint = part.prompt_cache_breakpoint;
+  return out;
+}
+
+function userContent(m: Extract<ChatMessage, { role: "user" }>): string | Json[] {
+  if (typeof m.content === "string") return m.content;
+  return m.content.map((part) => {
+    if (part.type === "text") return inputTextPart(part);
+    if (part.type === "image_url") {
+      const out: Json = {
+        type: "input_image",
+        image_url: part.image_url.url,
+        // Required by the Responses API; chat's default is "auto".
+        detail: part.image_url.detail ?? "auto",
+      };
+      if (part.prompt_cache_breakpoint) out.prompt_cache_breakpoint = part.prompt_cache_breakpoint;
+      return out;
+    }
+    // Audio and file parts are refused before the call (assertSupported): their tokens cannot be
+    // bounded.
+    throw new Error(`unreachable: a ${part.type} part`);
+  });
+}
+
+function systemContent(content: string | { type: "text"; text: string }[]): string | Json[] {
+  return typeof content === "string" ? content : content.map(inputTextPart);
+}
+
+/** A tool message's text: the Responses API takes a function call's output as one string. */
+function toolOutput(content: string | { type: "text"; text: string }[]): string {
+  return typeof content === "string" ? content : content.map((part) => part.text).join("");
+}
+
+function assistantItems(
+  m: Extract<ChatMessage, { role: "assistant" }>,
+  upstreamModel: string,
+): Json[] {
+  const items: Json[] = openAiReasoningItems(m.reasoning_details, upstreamModel);
+  const content: Json[] = [];
+  if (typeof m.content === "string") {
+    if (m.content) content.push({ type: "output_text", text: m.content });
+  } else if (m.content) {
+    for (const part of m.content) {
+      content.push(
+        part.type === "text"
+          ? { type: "output_text", text: part.text }
+          : { type: "refusal", refusal: part.refusal },
+      );
+    }
+  }
+  if (m.refusal) content.push({ type: "refusal", refusal: m.refusal });
+  if (content.length > 0) items.push({ role: "assistant", content });
+  // The call's own item id (fc_…) is never sent: OpenAI would then want the reasoning item that
+  // came with it, which a conversation moved from another model does not have.
+  for (const call of m.tool_calls ?? []) {
+    items.push({
+      type: "function_call",
+      call_id: call.id,
+      name: call.function.name,
+      arguments: call.function.arguments,
+    });
+  }
+  return items;
+}
+
+/** The conversation as Responses input items, in order. */
+export function inputItems(request: ChatRequest, upstreamModel: string): Json[] {
+  const items: Json[] = [];
+  for (const m of request.messages) {
+    switch (m.role) {
+      case "system":
+      case "developer":
+        items.push({ role: m.role, content: systemContent(m.content) });
+        break;
+      case "user":
+        items.push({ role: "user", content: userContent(m) });
+        break;
+      case "assistant":
+        items.push(...assistantItems(m, upstreamModel));
+        break;
+      case "tool":
+        items.push({
+          type: "function_call_output",
+          call_id: m.tool_call_id,
+          output: toolOutput(m.content),
+        });
+        break;
+    }
+  }
+  return items;
+}
+
+/** Whether this request has the model reason: a reasoning model, or an effort asked for. */
+export function reasons(up: UpstreamRequest): boolean {
+  return isReasoningModel(up.model) || up.request.params.reasoning_effort !== undefined;
+}
+
+/**
+ * The body for `POST {base_url}/responses`. Chat's defaults are kept where the Responses API's
+ * differ: a function tool is strict only when the client says so (the Responses API makes it
+ * strict unless told otherwise), and so is a JSON schema answer.
+ */
+export function responsesRequestBody(
+  up: UpstreamRequest,
+  options: { reasoningSummaries?: boolean } = {},
+): Json {
+  const p = up.request.params;
+  const body: Json = {
+    model: up.model.upstreamModel,
+    input: inputItems(up.request, up.model.upstreamModel),
+    max_output_tokens: up.maxTokens,
+    stream: true,
+    store: false,
+  };
+  for (
+    const field of [
+      "temperature",
+      "top_p",
+      "user",
+      "metadata",
+      "service_tier",
+      "prompt_cache_key",
+      "prompt_cache_options",
+      "prompt_cache_retention",
+      "safety_identifier",
+    ] as const
+  ) {
+    if (p[field] !== undefined) body[field] = p[field];
+  }
+  if (p.tools?.length) {
+    body.tools = p.tools.map(({ function: f }) => ({
+      type: "function",
+      name: f.name,
+      ...(f.description !== undefined ? { description: f.description } : {}),
+      parameters: f.parameters ?? { type: "object", properties: {} },
+      strict: f.strict === true,
+    }));
+    const choice = p.tool_choice;
+    if (choice != null) {
+      body.tool_choice = typeof choice === "string"
+        ? choice
+        : { type: "function", name: choice.function.name };
+    }
+    if (p.parallel_tool_calls !== undefined) body.parallel_tool_calls = p.parallel_tool_calls;
+  }
+  const text: Json = {};
+  const format = p.response_format;
+  if (format?.type === "json_object") text.format = { type: "json_object" };
+  else if (format?.type === "json_schema") {
+    const { name, description, schema, strict } = format.json_schema;
+    text.format = {
+      type: "json_schema",
+      name,
+      ...(description !== undefined ? { description } : {}),
+      schema: schema ?? { type: "object" },
+      strict: strict === true,
+    };
+  }
+  if (p.verbosity) text.verbosity = p.verbosity;
+  if (Object.keys(text).length > 0) body.text = text;
+  if (reasons(up)) {
+    const reasoning: Json = {};
+    if (p.reasoning_effort !== undefined) reasoning.effort = p.reasoning_effort;
+    if (options.reasoningSummaries) reasoning.summary = "auto";
+    if (Object.keys(reasoning).length > 0) body.reasoning = reasoning;
+    // What the model reasoned comes back encrypted, for the next turn of a tool loop: OpenAI
+    // keeps nothing of a request that is not stored.
+    body.include = ["reasoning.encrypted_content"];
+  }
+  return body;
+}

@@ -1,0 +1,252 @@
+/**
+ * The stream converter of the OpenAI Responses kind: the Responses API's semantic events as
+ * chat.completion.chunks. A `function_call` item opens a tool call (`index`, `id` from its
+ * `call_id`, `type`, `function.name`) and its argument deltas follow as `function.arguments`
+ * pieces; text and refusal deltas are `content` and `refusal`; reasoning summaries (and the
+ * reasoning text of models that show it) are `reasoning_content`; a reasoning item's encrypted
+ * content is one `reasoning_details` entry, sent with the others in one delta once the reasoning
+ * is over (the openai SDK's stream helpers keep only the last value of a delta field they do not
+ * know). The usage comes with the last event, `response.completed` or `response.incomplete`.
+ */
+import { isRecord } from "@/lib/core/mod.ts";
+import { openAiReasoningDetail, type ReasoningDetail } from "../../reasoning_details.ts";
+import { eventJson } from "../http.ts";
+import { convertBatches } from "../part_batches.ts";
+import {
+  type ChatCompletionChunk,
+  ProviderError,
+  type StreamPart,
+  upstreamErrorFields,
+  upstreamErrorMessage,
+} from "../types.ts";
+import { parseOpenAiUsage } from "../usage.ts";
+
+export interface ResponsesStreamMeta {
+  requestId: string;
+  upstreamModel: string;
+}
+
+type Delta = ChatCompletionChunk["choices"][number]["delta"];
+type Json = Record<string, unknown>;
+
+/**
+ * A Responses usage in the chat shape the rest of the gateway reads (parseOpenAiUsage): input
+ * tokens are the prompt's, cached ones among them, and output tokens count the reasoning.
+ */
+export function chatUsageOf(usage: unknown): unknown {
+  if (!isRecord(usage)) return null;
+  const input = isRecord(usage.input_tokens_details) ? usage.input_tokens_details : {};
+  const output = isRecord(usage.output_tokens_details) ? usage.output_tokens_details : {};
+  const prompt: Json = {};
+  if (input.cached_tokens !== undefined) prompt.cached_tokens = input.cached_tokens;
+  if (input.cache_write_tokens !== undefined) prompt.cache_write_tokens = input.cache_write_tokens;
+  const completion: Json = {};
+  if (output.reasoning_tokens !== undefined) completion.reasoning_tokens = output.reasoning_tokens;
+  return {
+    prompt_tokens: usage.input_tokens,
+    completion_tokens: usage.output_tokens,
+    total_tokens: usage.total_tokens,
+    ...(Object.keys(prompt).length > 0 ? { prompt_tokens_details: prompt } : {}),
+    ...(Object.keys(completion).length > 0 ? { completion_tokens_details: completion } : {}),
+  };
+}
+
+/** Why an incomplete response stopped, in chat's words. */
+function incompleteFinish(response: Json): string {
+  const details = isRecord(response.incomplete_details) ? response.incomplete_details : {};
+  return details.reason === "content_filter" ? "content_filter" : "length";
+}
+
+export function responsesStreamParts(
+  batches: AsyncIterable<{ event: string | null; data: string }[]>,
+  meta: ResponsesStreamMeta,
+): AsyncGenerator<StreamPart[]> {
+  let id = `chatcmpl-${meta.requestId}`;
+  let model = meta.upstreamModel;
+  const created = Math.floor(Date.now() / 1000);
+  const chunk = (delta: Delta, finish: string | null = null): StreamPart => ({
+    type: "chunk",
+    chunk: {
+      id,
+      object: "chat.completion.chunk",
+      created,
+      model,
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+    },
+  });
+  let started = false;
+  let ended = false;
+  /** Output index -> the tool call it is, and whether any of its arguments have streamed. */
+  const calls = new Map<number, { index: number; streamed: boolean }>();
+  /** Output index of a reasoning item -> the summary part it last showed text of. */
+  const summaries = new Map<number, number>();
+  let shownReasoning = false;
+  let details = 0;
+  let pending: ReasoningDetail[] = [];
+  const flushDetails = (parts: StreamPart[]) => {
+    if (pending.length === 0) return;
+    parts.push(chunk({ reasoning_details: pending }));
+    pending = [];
+  };
+  const start = (parts: StreamPart[]) => {
+    if (started) return;
+    started = true;
+    // As OpenAI's first chunk, whose refusal: null the assembled message keeps.
+    parts.push(chunk({ role: "assistant", content: "", refusal: null }));
+  };
+  const reasoningText = (text: string, parts: StreamPart[], gap: boolean) => {
+    if (!text) return;
+    // Summary parts are paragraphs of their own, as OpenAI's own clients show them.
+    parts.push(chunk({ reasoning_content: gap && shownReasoning ? `\n\n${text}` : text }));
+    shownReasoning = true;
+  };
+  const finish = (response: Json, reason: string, parts: StreamPart[]) => {
+    flushDetails(parts);
+    for (const call of calls.values()) {
+      // A call whose arguments never streamed is a call without arguments: as OpenAI would send.
+      if (!call.streamed && reason !== "length") {
+        parts.push(chunk({ tool_calls: [{ index: call.index, function: { arguments: "{}" } }] }));
+      }
+    }
+    parts.push(chunk({}, reason));
+    const usage = parseOpenAiUsage(chatUsageOf(response.usage));
+    if (usage) parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
+    ended = true;
+  };
+
+  const take = (event: { event: string | null; data: string }, parts: StreamPart[]) => {
+    const json = eventJson(event.data);
+    if (!json) return;
+    switch (json.type ?? event.event) {
+      case "response.created":
+      case "response.in_progress": {
+        const response = isRecord(json.response) ? json.response : {};
+        if (typeof response.id === "string") id = `chatcmpl-${response.id}`;
+        if (typeof response.model === "string") model = response.model;
+        start(parts);
+        break;
+      }
+      case "response.output_item.added": {
+        start(parts);
+        const item = isRecord(json.item) ? json.item : {};
+        const at = Number(json.output_index);
+        if (item.type === "reasoning") {
+          // Reasoning is billed as output whether or not it shows: a client leaving saves nothing.
+          parts.push({ type: "hidden_work" });
+          break;
+        }
+        flushDetails(parts);
+        if (item.type !== "function_call" || typeof item.name !== "string") break;
+        const call = { index: calls.size, streamed: false };
+        calls.set(at, call);
+        const args = typeof item.arguments === "string" ? item.arguments : "";
+        if (args) call.streamed = true;
+        parts.push(chunk({
+          tool_calls: [{
+            index: call.index,
+            id: typeof item.call_id === "string" ? item.call_id : `call_${call.index}`,
+            type: "function",
+            function: { name: item.name, arguments: args },
+          }],
+        }));
+        break;
+      }
+      case "response.output_text.delta":
+        if (typeof json.delta === "string" && json.delta) {
+          start(parts);
+          flushDetails(parts);
+          parts.push(chunk({ content: json.delta }));
+        }
+        break;
+      case "response.refusal.delta":
+        if (typeof json.delta === "string" && json.delta) {
+          start(parts);
+          flushDetails(parts);
+          parts.push(chunk({ refusal: json.delta }));
+        }
+        break;
+      case "response.function_call_arguments.delta": {
+        const call = calls.get(Number(json.output_index));
+        if (!call || typeof json.delta !== "string" || !json.delta) break;
+        call.streamed = true;
+        parts.push(
+          chunk({ tool_calls: [{ index: call.index, function: { arguments: json.delta } }] }),
+        );
+        break;
+      }
+      case "response.reasoning_summary_text.delta": {
+        if (typeof json.delta !== "string") break;
+        start(parts);
+        const at = Number(json.output_index);
+        const part = Number(json.summary_index);
+        const gap = summaries.get(at) !== part;
+        summaries.set(at, part);
+        reasoningText(json.delta, parts, gap);
+        break;
+      }
+      case "response.reasoning_text.delta":
+        if (typeof json.delta === "string") {
+          start(parts);
+          reasoningText(json.delta, parts, false);
+        }
+        break;
+      case "response.output_item.done": {
+        const item = isRecord(json.item) ? json.item : {};
+        if (
+          item.type === "reasoning" && typeof item.id === "string" &&
+          typeof item.encrypted_content === "string" && item.encrypted_content
+        ) {
+          pending.push(openAiReasoningDetail(
+            { id: item.id, encrypted_content: item.encrypted_content },
+            details++,
+            meta.upstreamModel,
+          ));
+        }
+        break;
+      }
+      case "response.completed": {
+        start(parts);
+        const response = isRecord(json.response) ? json.response : {};
+        finish(response, calls.size > 0 ? "tool_calls" : "stop", parts);
+        break;
+      }
+      case "response.incomplete": {
+        start(parts);
+        const response = isRecord(json.response) ? json.response : {};
+        finish(response, incompleteFinish(response), parts);
+        break;
+      }
+      case "response.failed": {
+        const response = isRecord(json.response) ? json.response : {};
+        // What a failed response used is still billed: handed on before the failure.
+        const usage = parseOpenAiUsage(chatUsageOf(response.usage));
+        if (usage) parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
+        const error = response.error ?? {};
+        throw new ProviderError(
+          "stream_cut",
+          `upstream error in stream: ${upstreamErrorMessage({ error }) ?? "the response failed"}`,
+          { upstreamError: upstreamErrorFields({ error }) },
+        );
+      }
+      case "error":
+        throw new ProviderError(
+          "stream_cut",
+          `upstream error in stream: ${
+            upstreamErrorMessage(json) ?? JSON.stringify(json).slice(0, 200)
+          }`,
+          { upstreamError: upstreamErrorFields(json) },
+        );
+      // Part and item boundaries, annotations, and event types added later.
+      default:
+        break;
+    }
+  };
+  return convertBatches(batches, {
+    take(event, parts) {
+      take(event, parts);
+      return ended;
+    },
+    // Only response.completed or response.incomplete ends a response whole.
+    finished: () => false,
+  }, "upstream stream ended before response.completed");
+}

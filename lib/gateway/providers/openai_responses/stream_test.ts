@@ -1,0 +1,355 @@
+import assert from "node:assert/strict";
+import { parseSse } from "../../sse.ts";
+import { OPENAI_REASONING_FORMAT } from "../../reasoning_details.ts";
+import { assembleCompletion } from "../assemble.ts";
+import { collect } from "../test_support.ts";
+import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
+import { responsesStreamParts } from "./stream.ts";
+
+const META = { requestId: "req_1", upstreamModel: "o4-mini" };
+
+/** A Responses event stream as the wire carries it: an `event:` line with each `data:` line. */
+function sse(...events: Record<string, unknown>[]) {
+  const text = events.map((e, i) =>
+    `event: ${e.type}\ndata: ${JSON.stringify({ ...e, sequence_number: i })}\n\n`
+  ).join("");
+  return parseSse(new Blob([text]).stream());
+}
+
+const response = (extra: Record<string, unknown> = {}) => ({
+  id: "resp_1",
+  object: "response",
+  model: "o4-mini-2025-04-16",
+  status: "in_progress",
+  output: [],
+  usage: null,
+  ...extra,
+});
+
+const USAGE = {
+  input_tokens: 120,
+  input_tokens_details: { cached_tokens: 64 },
+  output_tokens: 90,
+  output_tokens_details: { reasoning_tokens: 70 },
+  total_tokens: 210,
+};
+
+const deltas = (parts: StreamPart[]) =>
+  parts.filter((p) => p.type === "chunk").map((p) => {
+    const choice = (p.chunk as ChatCompletionChunk).choices[0];
+    return [choice.delta, choice.finish_reason];
+  });
+
+Deno.test("text deltas stream as content, and the usage comes with response.completed", async () => {
+  const parts = await collect(responsesStreamParts(
+    sse(
+      { type: "response.created", response: response() },
+      { type: "response.in_progress", response: response() },
+      {
+        type: "response.output_item.added",
+        output_index: 0,
+        item: {
+          type: "message",
+          id: "msg_1",
+          role: "assistant",
+          status: "in_progress",
+          content: [],
+        },
+      },
+      { type: "response.output_text.delta", item_id: "msg_1", output_index: 0, delta: "Hel" },
+      { type: "response.output_text.delta", item_id: "msg_1", output_index: 0, delta: "lo." },
+      { type: "response.output_text.done", item_id: "msg_1", output_index: 0, text: "Hello." },
+      {
+        type: "response.completed",
+        response: response({ status: "completed", usage: { ...USAGE, output_tokens_details: {} } }),
+      },
+    ),
+    META,
+  ));
+  assert.deepEqual(deltas(parts), [
+    [{ role: "assistant", content: "", refusal: null }, null],
+    [{ content: "Hel" }, null],
+    [{ content: "lo." }, null],
+    [{}, "stop"],
+  ]);
+  const chunk = parts.find((p) => p.type === "chunk")!;
+  assert.ok(chunk.type === "chunk");
+  assert.equal(chunk.chunk.id, "chatcmpl-resp_1");
+  assert.equal(chunk.chunk.model, "o4-mini-2025-04-16");
+  const usage = parts.findLast((p) => p.type === "usage");
+  assert.ok(usage?.type === "usage");
+  assert.deepEqual(usage.usage, { promptTokens: 120, completionTokens: 90, cachedTokens: 64 });
+  assert.deepEqual(usage.raw, {
+    prompt_tokens: 120,
+    completion_tokens: 90,
+    total_tokens: 210,
+    prompt_tokens_details: { cached_tokens: 64 },
+  });
+});
+
+Deno.test("function_call items stream as OpenAI's tool-call fragments and finish with tool_calls", async () => {
+  const parts = await collect(responsesStreamParts(
+    sse(
+      { type: "response.created", response: response() },
+      {
+        type: "response.output_item.added",
+        output_index: 0,
+        item: {
+          type: "function_call",
+          id: "fc_1",
+          call_id: "call_a",
+          name: "get_weather",
+          arguments: "",
+          status: "in_progress",
+        },
+      },
+      {
+        type: "response.function_call_arguments.delta",
+        item_id: "fc_1",
+        output_index: 0,
+        delta: '{"city":',
+      },
+      {
+        type: "response.function_call_arguments.delta",
+        item_id: "fc_1",
+        output_index: 0,
+        delta: '"Paris"}',
+      },
+      {
+        type: "response.output_item.added",
+        output_index: 1,
+        item: { type: "function_call", id: "fc_2", call_id: "call_b", name: "now", arguments: "" },
+      },
+      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+    ),
+    META,
+  ));
+  assert.deepEqual(deltas(parts), [
+    [{ role: "assistant", content: "", refusal: null }, null],
+    [{
+      tool_calls: [{
+        index: 0,
+        id: "call_a",
+        type: "function",
+        function: { name: "get_weather", arguments: "" },
+      }],
+    }, null],
+    [{ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }, null],
+    [{ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }, null],
+    [{
+      tool_calls: [{
+        index: 1,
+        id: "call_b",
+        type: "function",
+        function: { name: "now", arguments: "" },
+      }],
+    }, null],
+    // A call without arguments ends with "{}", as OpenAI's chat streams it.
+    [{ tool_calls: [{ index: 1, function: { arguments: "{}" } }] }, null],
+    [{}, "tool_calls"],
+  ]);
+  const { completion } = assembleCompletion(parts);
+  const calls = completion.choices[0].message.tool_calls as {
+    id: string;
+    function: { name: string; arguments: string };
+  }[];
+  assert.deepEqual(calls.map((c) => [c.id, c.function.name, c.function.arguments]), [
+    ["call_a", "get_weather", '{"city":"Paris"}'],
+    ["call_b", "now", "{}"],
+  ]);
+});
+
+Deno.test("a reasoning item is hidden work, its summary reasoning_content and its encrypted content one reasoning detail", async () => {
+  const parts = await collect(responsesStreamParts(
+    sse(
+      { type: "response.created", response: response() },
+      {
+        type: "response.output_item.added",
+        output_index: 0,
+        item: { type: "reasoning", id: "rs_1", summary: [] },
+      },
+      {
+        type: "response.reasoning_summary_text.delta",
+        item_id: "rs_1",
+        output_index: 0,
+        summary_index: 0,
+        delta: "**Plan**",
+      },
+      {
+        type: "response.reasoning_summary_text.delta",
+        item_id: "rs_1",
+        output_index: 0,
+        summary_index: 1,
+        delta: "Then answer.",
+      },
+      {
+        type: "response.output_item.done",
+        output_index: 0,
+        item: {
+          type: "reasoning",
+          id: "rs_1",
+          summary: [],
+          encrypted_content: "gAAAAABsealed",
+        },
+      },
+      {
+        type: "response.output_item.added",
+        output_index: 1,
+        item: { type: "message", id: "msg_1", role: "assistant", content: [] },
+      },
+      { type: "response.output_text.delta", item_id: "msg_1", output_index: 1, delta: "42" },
+      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+    ),
+    META,
+  ));
+  assert.ok(parts.some((p) => p.type === "hidden_work"));
+  assert.deepEqual(deltas(parts), [
+    [{ role: "assistant", content: "", refusal: null }, null],
+    [{ reasoning_content: "**Plan**" }, null],
+    [{ reasoning_content: "\n\nThen answer." }, null],
+    [{
+      reasoning_details: [{
+        type: "reasoning.encrypted",
+        data: "gAAAAABsealed",
+        id: "o4-mini#rs_1",
+        format: OPENAI_REASONING_FORMAT,
+        index: 0,
+      }],
+    }, null],
+    [{ content: "42" }, null],
+    [{}, "stop"],
+  ]);
+  const usage = parts.findLast((p) => p.type === "usage");
+  assert.ok(usage?.type === "usage");
+  assert.equal(usage.usage.reasoningTokens, 70);
+});
+
+Deno.test("reasoning details still pending at the end are sent before the finish", async () => {
+  const parts = await collect(responsesStreamParts(
+    sse(
+      { type: "response.created", response: response() },
+      {
+        type: "response.output_item.done",
+        output_index: 0,
+        item: { type: "reasoning", id: "rs_9", summary: [], encrypted_content: "gAAAAB9" },
+      },
+      {
+        type: "response.incomplete",
+        response: response({
+          status: "incomplete",
+          incomplete_details: { reason: "max_output_tokens" },
+          usage: USAGE,
+        }),
+      },
+    ),
+    META,
+  ));
+  const shown = deltas(parts);
+  assert.deepEqual(shown.at(-1), [{}, "length"]);
+  assert.ok("reasoning_details" in (shown.at(-2)![0] as object));
+});
+
+Deno.test("an incomplete response finishes with length, or content_filter when filtered", async () => {
+  for (
+    const [reason, finish] of [["max_output_tokens", "length"], [
+      "content_filter",
+      "content_filter",
+    ]]
+  ) {
+    const parts = await collect(responsesStreamParts(
+      sse(
+        { type: "response.created", response: response() },
+        { type: "response.output_text.delta", item_id: "m", output_index: 0, delta: "Once" },
+        {
+          type: "response.incomplete",
+          response: response({
+            status: "incomplete",
+            incomplete_details: { reason },
+            usage: USAGE,
+          }),
+        },
+      ),
+      META,
+    ));
+    assert.deepEqual(deltas(parts).at(-1), [{}, finish]);
+    assert.ok(parts.some((p) => p.type === "usage"));
+  }
+});
+
+Deno.test("refusal deltas stream as refusal", async () => {
+  const parts = await collect(responsesStreamParts(
+    sse(
+      { type: "response.created", response: response() },
+      {
+        type: "response.refusal.delta",
+        item_id: "m",
+        output_index: 0,
+        content_index: 0,
+        delta: "No.",
+      },
+      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+    ),
+    META,
+  ));
+  assert.deepEqual(deltas(parts)[1], [{ refusal: "No." }, null]);
+  assert.equal(assembleCompletion(parts).completion.choices[0].message.refusal, "No.");
+});
+
+Deno.test("response.failed is a cut stream, its usage handed on first", async () => {
+  const seen: StreamPart[] = [];
+  await assert.rejects(
+    async () => {
+      for await (
+        const batch of responsesStreamParts(
+          sse(
+            { type: "response.created", response: response() },
+            { type: "response.output_text.delta", item_id: "m", output_index: 0, delta: "Hi" },
+            {
+              type: "response.failed",
+              response: response({
+                status: "failed",
+                error: { code: "server_error", message: "The model failed." },
+                usage: USAGE,
+              }),
+            },
+          ),
+          META,
+        )
+      ) seen.push(...batch);
+    },
+    (error) =>
+      error instanceof ProviderError && error.kind === "stream_cut" &&
+      error.message.includes("The model failed.") && error.upstreamError?.code === "server_error",
+  );
+  assert.ok(seen.some((p) => p.type === "usage"));
+});
+
+Deno.test("an error event is a cut stream with the upstream's words", async () => {
+  await assert.rejects(
+    () =>
+      collect(responsesStreamParts(
+        sse(
+          { type: "response.created", response: response() },
+          { type: "error", code: "rate_limit_exceeded", message: "Slow down.", param: null },
+        ),
+        META,
+      )),
+    (error) =>
+      error instanceof ProviderError && error.kind === "stream_cut" &&
+      error.message.includes("Slow down.") && error.upstreamError?.code === "rate_limit_exceeded",
+  );
+});
+
+Deno.test("a stream that ends before response.completed is cut", async () => {
+  await assert.rejects(
+    () =>
+      collect(responsesStreamParts(
+        sse(
+          { type: "response.created", response: response() },
+          { type: "response.output_text.delta", item_id: "m", output_index: 0, delta: "Hi" },
+        ),
+        META,
+      )),
+    (error) => error instanceof ProviderError && error.kind === "stream_cut",
+  );
+});
