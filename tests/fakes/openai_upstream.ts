@@ -25,6 +25,11 @@
 import { decode, encode } from "gpt-tokenizer/encoding/o200k_base";
 import { z } from "zod";
 import {
+  createResponsesEndpoint,
+  echoResponses,
+  type ResponsesRequest,
+} from "./openai_responses.ts";
+import {
   base64Bytes,
   type FaultKnobs,
   headersObject,
@@ -83,6 +88,21 @@ export interface OpenAiAnswer extends FaultKnobs {
   error?: { message?: string; type?: string; param?: string | null; code?: string | null };
   /** The model name the answer reports (OpenAI reports a dated snapshot). */
   model?: string;
+  /**
+   * Responses API only: the reasoning summary a reasoning model gives when the request asks for
+   * one (`reasoning.summary`), as one summary_text part.
+   */
+  reasoningSummary?: string;
+  /**
+   * Responses API only: after this many events the stream fails, with `response.failed`
+   * (response.error {code, message}) or, with `event: "error"`, a bare error event.
+   */
+  streamError?: {
+    afterEvents: number;
+    event?: "response.failed" | "error";
+    code?: string;
+    message?: string;
+  };
 }
 
 export type OpenAiScript = OpenAiAnswer | ((request: ChatRequest) => OpenAiAnswer);
@@ -155,7 +175,7 @@ export class OpenAiError extends Error {
   }
 }
 
-function invalid(message: string, param: string | null = null, code: string | null = null) {
+export function invalid(message: string, param: string | null = null, code: string | null = null) {
   return new OpenAiError(400, message, "invalid_request_error", param, code);
 }
 
@@ -309,7 +329,7 @@ const responseFormat = z.union([
 
 /** z.int() reports a string as "expected number"; this marks its type issues as integer ones. */
 const INT = "expected an integer";
-const int = () => z.int({ error: INT });
+export const int = () => z.int({ error: INT });
 const decimal = (min: number, max: number) => z.number().min(min).max(max).nullable().optional();
 
 /** ChatCompletionCreateParamsBase, field by field. */
@@ -404,7 +424,7 @@ function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
   return v;
 }
 
-function jsonTypeName(v: unknown): string {
+export function jsonTypeName(v: unknown): string {
   if (v === null) return "null";
   if (Array.isArray(v)) return "an array";
   if (typeof v === "number") return Number.isInteger(v) ? "an integer" : "a decimal";
@@ -434,7 +454,7 @@ function expectedName(expected: string): string {
 }
 
 /** "'a', 'b', and 'c'", as OpenAI lists supported values. */
-function supportedList(values: readonly unknown[]): string {
+export function supportedList(values: readonly unknown[]): string {
   const quoted = values.map((v) => `'${String(v)}'`);
   if (quoted.length <= 1) return quoted.join("");
   if (quoted.length === 2) return `${quoted[0]} and ${quoted[1]}`;
@@ -540,7 +560,12 @@ function issueToError(issue: z.core.$ZodIssue, root: unknown, prefix: PropertyKe
   }
 }
 
-function check(schema: z.ZodType, value: unknown, root: unknown, prefix: PropertyKey[]): unknown {
+export function check(
+  schema: z.ZodType,
+  value: unknown,
+  root: unknown,
+  prefix: PropertyKey[],
+): unknown {
   const result = schema.safeParse(value);
   if (!result.success) throw issueToError(result.error.issues[0], root, prefix);
   return result.data;
@@ -698,7 +723,12 @@ function pyTuple(parts: string[]): string {
  * supplied and to be false." and "… 'required' is required to be supplied and to be an array
  * including every key in properties. Missing 'unit'."
  */
-function checkStrictSchema(schema: Json, what: string, param: string, context: string[] = []) {
+export function checkStrictSchema(
+  schema: Json,
+  what: string,
+  param: string,
+  context: string[] = [],
+) {
   if (!schema || typeof schema !== "object") return;
   const fail = (detail: string) =>
     invalid(
@@ -798,7 +828,7 @@ function validateTools(body: Json, root: unknown) {
   }
 }
 
-interface ModelRules
+export interface ModelRules
   extends Required<Omit<OpenAiModelConfig, "contextWindow" | "maxOutputTokens">> {
   contextWindow?: number;
   maxOutputTokens?: number;
@@ -930,7 +960,7 @@ function validateChat(body: Json, rules: ModelRules) {
   validateForModel(body, rules);
 }
 
-function messageText(m: Json): string {
+export function messageText(m: Json): string {
   if (typeof m.content === "string") return m.content;
   if (Array.isArray(m.content)) {
     return m.content.map((p: Json) => p.text ?? p.refusal ?? "").join("");
@@ -1124,7 +1154,7 @@ export function echoAnswer(request: ChatRequest): OpenAiAnswer {
 // =============================================================================================
 // The answer, non-streamed and streamed.
 
-function randomId(prefix: string, length = 24): string {
+export function randomId(prefix: string, length = 24): string {
   const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   let id = prefix;
   for (const b of crypto.getRandomValues(new Uint8Array(length))) {
@@ -1373,6 +1403,11 @@ export interface OpenAiUpstream {
   received: ReceivedRequest[];
   /** The chat requests that passed validation (body, headers, the billed prompt tokens). */
   chats: ChatRequest[];
+  /**
+   * The /v1/responses requests that passed validation (body, headers, the billed inputTokens,
+   * the reasoning tokens carried back).
+   */
+  responses: ResponsesRequest[];
   /** The answers given: ok completions, refused (4xx from validation), scripted failures, cuts. */
   counts: { ok: number; refused: number; failed: number; cut: number };
   /** Queues what the model answers to the next chat requests, in order. */
@@ -1381,6 +1416,8 @@ export interface OpenAiUpstream {
   setDefault(answer: OpenAiScript): void;
   /** prompt_tokens this fake bills for a request body (validated or not). */
   promptTokens(body: Json): number;
+  /** input_tokens this fake bills for a /v1/responses body (carried reasoning included). */
+  responsesInputTokens(body: Json): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -1388,6 +1425,7 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
   const apiKey = options.apiKey ?? OPENAI_FAKE_KEY;
   const received: ReceivedRequest[] = [];
   const chats: ChatRequest[] = [];
+  const responses: ResponsesRequest[] = [];
   const counts = { ok: 0, refused: 0, failed: 0, cut: 0 };
   const queue = new ScriptQueue<OpenAiScript>(options.defaultAnswer ?? echoAnswer);
 
@@ -1489,6 +1527,31 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
       );
     }
     return rules;
+  }
+
+  const responsesEndpoint = createResponsesEndpoint({
+    parseJson,
+    rulesFor,
+    imageTokensFor,
+    counts,
+    responses,
+    nextAnswer(request) {
+      const next = queue.next();
+      if (next === echoAnswer) return echoResponses(request, echoAnswer);
+      return typeof next === "function" ? next(request) : next;
+    },
+  });
+
+  /** Image tokens that never refuse: what a body would cost, for a test's comparison. */
+  function lenientImageTokens(model: string) {
+    return (part: Json) => {
+      try {
+        const rules = modelRules({ ...options, onlyKnownModels: false }, model)!;
+        return imageTokensFor(rules)(part);
+      } catch {
+        return 0;
+      }
+    };
   }
 
   async function chat(request: Request, raw: string, record: ReceivedRequest): Promise<Response> {
@@ -1622,7 +1685,9 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
       authorize(request);
       const route = `${request.method} ${url.pathname.replace(/\/$/, "")}`;
       if (route === "POST /v1/chat/completions") response = await chat(request, raw, record);
-      else if (route === "POST /v1/embeddings") response = embeddings(raw, record);
+      else if (route === "POST /v1/responses") {
+        response = await responsesEndpoint.handle(request, raw, record);
+      } else if (route === "POST /v1/embeddings") response = embeddings(raw, record);
       else if (request.method === "GET" && /^\/v1\/models(\/.+)?$/.test(url.pathname)) {
         response = models(url.pathname);
       } else {
@@ -1653,15 +1718,12 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
     counts,
     script: (...answers) => queue.push(...answers),
     setDefault: (answer) => queue.setDefault(answer),
+    responses,
     promptTokens(body) {
-      return openAiPromptTokens(body, (part: Json) => {
-        try {
-          const rules = modelRules({ ...options, onlyKnownModels: false }, body.model)!;
-          return imageTokensFor(rules)(part);
-        } catch {
-          return 0;
-        }
-      });
+      return openAiPromptTokens(body, lenientImageTokens(body.model));
+    },
+    responsesInputTokens(body) {
+      return responsesEndpoint.inputTokens(body, lenientImageTokens(body.model));
     },
     close: server.close,
   };
