@@ -107,8 +107,7 @@ const responsesFields = {
   model: z.string(),
   input: z.union([z.string(), z.array(z.unknown())]).optional(),
   instructions: z.string().nullable().optional(),
-  // "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got 10
-  // instead." (code integer_below_min_value), the validator's form quoted in openai_upstream.ts.
+  // Below 16 is refused in handle(), in the validator's integer form.
   max_output_tokens: int().min(16).nullable().optional(),
   max_tool_calls: int().min(1).nullable().optional(),
   stream: z.boolean().nullable().optional(),
@@ -1050,6 +1049,15 @@ export function createResponsesEndpoint(deps: ResponsesEndpointDeps) {
     const unknown = Object.keys(body).find((k) => !RESPONSES_PARAMS.includes(k));
     if (unknown !== undefined) {
       throw invalid(`Unknown parameter: '${unknown}'.`, unknown, "unknown_parameter");
+    }
+    const limit = body.max_output_tokens;
+    if (Number.isInteger(limit) && limit < 16) {
+      // Checked before the schema: its int bound reports as "decimal", which OpenAI does not say.
+      throw invalid(
+        `Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got ${limit} instead.`,
+        "max_output_tokens",
+        "integer_below_min_value",
+      );
     }
     check(responsesSchema, body, body, []);
     const rules = deps.rulesFor(body.model);
