@@ -282,3 +282,91 @@ Deno.test("fixtures: the Anthropic fake answers and streams as the documented ex
     await fake.close();
   }
 });
+
+Deno.test("fixtures: the OpenAI fake's Responses API answers and streams as the documented examples", async () => {
+  const fake = startOpenAiUpstream();
+  const auth = { authorization: `Bearer ${fake.apiKey}` };
+  const url = `${fake.baseUrl}/responses`;
+  // Output item events are told apart by the item's type, so each is compared with its own kind.
+  const byType = (event: Json) => event.item ? `${event.type}:${event.item.type}` : event.type;
+  try {
+    fake.script({ content: "Once upon a time, a unicorn slept under the stars." });
+    const basic = await postJson(url, auth, {
+      model: "gpt-4.1",
+      input: "Tell me a three sentence bedtime story about a unicorn.",
+    });
+    assertShapeIncludes(await basic.json(), JSON.parse(fixture("openai_response_basic.json")));
+
+    fake.script({ content: "Hi there! How can I assist you today?" });
+    const text = await postJson(url, auth, {
+      model: "gpt-4.1",
+      instructions: "You are a helpful assistant.",
+      input: "Hello!",
+      stream: true,
+    });
+    assertStreamLike(
+      parseSse(await text.text()),
+      parseSse(fixture("openai_responses_stream_text.sse")),
+      byType,
+    );
+
+    const weather = {
+      type: "function",
+      name: "get_weather",
+      description: "Get current temperature for a given location.",
+      parameters: {
+        type: "object",
+        properties: {
+          location: { type: "string", description: "City and country e.g. Bogotá, Colombia" },
+        },
+        required: ["location"],
+        additionalProperties: false,
+      },
+      strict: true,
+    };
+    fake.script({ toolCalls: [{ name: "get_weather", arguments: { location: "Paris, France" } }] });
+    const call = await postJson(url, auth, {
+      model: "gpt-4.1",
+      input: "What is the weather like in Paris today?",
+      tools: [weather],
+      stream: true,
+    });
+    assertStreamLike(
+      parseSse(await call.text()),
+      parseSse(fixture("openai_responses_stream_function_call.sse")),
+      byType,
+    );
+
+    fake.script({
+      reasoningTokens: 128,
+      reasoningSummary: "**Retrieving weather for Florence**\n\nI need to answer the question.",
+      toolCalls: [{ name: "weather", arguments: { location: "Florence, Italy" } }],
+    });
+    const reasoning = await postJson(url, auth, {
+      model: "gpt-5",
+      input: [
+        { role: "developer", content: "You are a helpful assistant" },
+        {
+          role: "user",
+          content: [{ type: "input_text", text: "What's the weather in Florence?" }],
+        },
+      ],
+      reasoning: { effort: "high", summary: "auto" },
+      include: ["reasoning.encrypted_content"],
+      store: false,
+      tools: [{ ...weather, name: "weather", strict: false }],
+      stream: true,
+    });
+    const events = parseSse(await reasoning.text());
+    assertStreamLike(events, parseSse(fixture("openai_responses_stream_reasoning.sse")), byType);
+    // As on the wire: every event numbered in order; the reasoning item announced with its
+    // encrypted content and an empty summary, done with the summary.
+    assert.deepEqual(events.map((e) => e.data.sequence_number), events.map((_, i) => i));
+    const added = events.find((e) => e.data.type === "response.output_item.added")!.data.item;
+    assert.equal(added.type, "reasoning");
+    assert.deepEqual(added.summary, []);
+    assert.equal(typeof added.encrypted_content, "string");
+  } finally {
+    await fake.close();
+  }
+});
