@@ -362,8 +362,8 @@ function validateContent(item: Json, root: unknown, path: PropertyKey[]) {
 /**
  * Tools in the Responses API are flat: {type: "function", name, description, parameters,
  * strict}. The Chat Completions shape {type, function: {...}} has no `name`, which is how OpenAI
- * refuses it: "Missing required parameter: 'tools[0].name'." (as quoted in
- * github.com/openai/openai-agents-python/issues/1088 and many proxies' threads).
+ * refuses it: "Missing required parameter: 'tools[0].name'." (code missing_required_parameter,
+ * param tools[N].name; as quoted in icebear0828/codex-proxy#399 and diegosouzapw/OmniRoute#1914).
  */
 function validateTools(body: Json) {
   const tools: Json[] = body.tools ?? [];
@@ -1052,6 +1052,7 @@ export function createResponsesEndpoint(deps: ResponsesEndpointDeps) {
     }
     const limit = body.max_output_tokens;
     if (Number.isInteger(limit) && limit < 16) {
+      // OpenAI's words, as quoted in vectorize-io/hindsight#58 (code integer_below_min_value).
       // Checked before the schema: its int bound reports as "decimal", which OpenAI does not say.
       throw invalid(
         `Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got ${limit} instead.`,
