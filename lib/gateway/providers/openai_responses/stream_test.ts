@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { parseSse } from "../../sse.ts";
 import { OPENAI_REASONING_FORMAT } from "../../reasoning_details.ts";
 import { assembleCompletion } from "../assemble.ts";
-import { collect } from "../test_support.ts";
+import { collect, fixtureEvents } from "../test_support.ts";
 import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
 import { responsesStreamParts } from "./stream.ts";
 
@@ -352,4 +352,73 @@ Deno.test("a stream that ends before response.completed is cut", async () => {
       )),
     (error) => error instanceof ProviderError && error.kind === "stream_cut",
   );
+});
+
+const fixture = (name: string) => fixtureEvents(new URL(`./fixtures/${name}`, import.meta.url));
+const FIXTURE_META = { requestId: "req_1", upstreamModel: "gpt-5" };
+
+/** The item a fixture's `response.output_item.done` carries, by type. */
+function doneItem(name: string, type: string): Record<string, unknown> {
+  const text = Deno.readTextFileSync(new URL(`./fixtures/${name}`, import.meta.url));
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("data: ")) continue;
+    const event = JSON.parse(line.slice(6));
+    if (event.type === "response.output_item.done" && event.item.type === type) return event.item;
+  }
+  throw new Error(`no ${type} item in ${name}`);
+}
+
+Deno.test("a recorded text stream assembles into its completion and usage", async () => {
+  const parts = await collect(responsesStreamParts(fixture("stream_text.sse"), FIXTURE_META));
+  const { completion } = assembleCompletion(parts);
+  const message = doneItem("stream_text.sse", "message") as unknown as {
+    content: { text: string }[];
+  };
+  assert.equal(completion.choices[0].message.content, message.content[0].text);
+  assert.equal(completion.choices[0].finish_reason, "stop");
+  const usage = parts.findLast((p) => p.type === "usage");
+  assert.ok(usage?.type === "usage");
+  assert.deepEqual(usage.usage, { promptTokens: 37, completionTokens: 11 });
+});
+
+Deno.test("a recorded function call streams as one tool call whose arguments join to the item's", async () => {
+  const parts = await collect(
+    responsesStreamParts(fixture("stream_function_call.sse"), FIXTURE_META),
+  );
+  const item = doneItem("stream_function_call.sse", "function_call");
+  const { completion } = assembleCompletion(parts);
+  const [call] = completion.choices[0].message.tool_calls as {
+    id: string;
+    function: { name: string; arguments: string };
+  }[];
+  assert.deepEqual([call.id, call.function.name, call.function.arguments], [
+    item.call_id,
+    item.name,
+    item.arguments,
+  ]);
+  assert.equal(completion.choices[0].finish_reason, "tool_calls");
+});
+
+Deno.test("a recorded reasoning stream gives its summary as reasoning_content, its encrypted item as one detail, and bills the reasoning", async () => {
+  const parts = await collect(responsesStreamParts(fixture("stream_reasoning.sse"), FIXTURE_META));
+  const reasoning = doneItem("stream_reasoning.sse", "reasoning") as unknown as {
+    id: string;
+    encrypted_content: string;
+    summary: { text: string }[];
+  };
+  const { completion } = assembleCompletion(parts);
+  const message = completion.choices[0].message;
+  assert.equal(message.reasoning_content, reasoning.summary.map((s) => s.text).join("\n\n"));
+  assert.deepEqual(message.reasoning_details, [{
+    type: "reasoning.encrypted",
+    data: reasoning.encrypted_content,
+    id: `gpt-5#${reasoning.id}`,
+    format: OPENAI_REASONING_FORMAT,
+    index: 0,
+  }]);
+  assert.equal(completion.choices[0].finish_reason, "tool_calls");
+  assert.ok(parts.some((p) => p.type === "hidden_work"));
+  const usage = parts.findLast((p) => p.type === "usage");
+  assert.ok(usage?.type === "usage");
+  assert.deepEqual(usage.usage, { promptTokens: 63, completionTokens: 164, reasoningTokens: 128 });
 });
