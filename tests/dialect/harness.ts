@@ -36,6 +36,18 @@ export const PRICES = {
     cacheRead: 275_000n,
     cacheWrite: 1_100_000n,
   },
+  "oair/o4-mini": {
+    input: 1_100_000n,
+    output: 4_400_000n,
+    cacheRead: 275_000n,
+    cacheWrite: 1_100_000n,
+  },
+  "oair/gpt-4.1-mini": {
+    input: 400_000n,
+    output: 1_600_000n,
+    cacheRead: 100_000n,
+    cacheWrite: 400_000n,
+  },
   "ant/claude-sonnet": {
     input: 3_000_000n,
     output: 15_000_000n,
@@ -67,6 +79,9 @@ export const OPENAI_MODEL = "oai/gpt-4.1-mini";
 export const REASONING_MODEL = "oai/o4-mini";
 /** A GPT that bills its cache writes (GPT-5.6 on). */
 export const CACHE_WRITING_GPT = "oai/gpt-5.6";
+/** Served through OpenAI's Responses API (the provider kind openai_responses). */
+export const RESPONSES_REASONING_MODEL = "oair/o4-mini";
+export const RESPONSES_MODEL = "oair/gpt-4.1-mini";
 export const CLAUDE_MODEL = "ant/claude-sonnet";
 /** Newer Claude generations, by the rules their names carry (claude_rules.ts). */
 export const ADAPTIVE_CLAUDE = "ant/claude-opus-4-7";
@@ -143,6 +158,12 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
           api_key_env: "OAI_KEY",
           timeout_ms: 10_000,
         },
+        oair: {
+          kind: "openai_responses",
+          base_url: openai.baseUrl,
+          api_key_env: "OAI_KEY",
+          timeout_ms: 10_000,
+        },
         ant: {
           kind: "anthropic",
           base_url: claude.url,
@@ -154,6 +175,8 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
         model(OPENAI_MODEL, "oai", "gpt-4.1-mini"),
         model(REASONING_MODEL, "oai", "o4-mini"),
         model(CACHE_WRITING_GPT, "oai", "gpt-5.6", { output_cap_param: "max_completion_tokens" }),
+        model(RESPONSES_REASONING_MODEL, "oair", "o4-mini"),
+        model(RESPONSES_MODEL, "oair", "gpt-4.1-mini"),
         model(CLAUDE_MODEL, "ant", "claude-sonnet-4-5"),
         model(ADAPTIVE_CLAUDE, "ant", "claude-opus-4-7"),
         model(THINKING_CLAUDE, "ant", "claude-sonnet-5"),

@@ -1,0 +1,410 @@
+/**
+ * The OpenAI Responses provider kind through the chat endpoint and Tollbooth's own Responses API:
+ * what the real clients send reaches OpenAI's Responses API as it takes it, every answer comes back
+ * in the chat shape, each request is charged what the provider billed within its hold, and a
+ * reasoning model's encrypted reasoning goes back to it across an agent loop.
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import type { ChatCompletionMessageParam } from "openai/resources/chat/completions";
+import type { ResponseInputItem } from "openai/resources/responses/responses";
+import { generateText, stepCountIs, tool } from "ai";
+import { createOpenAI } from "@ai-sdk/openai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { ChatOpenAI } from "@langchain/openai";
+import { HumanMessage, ToolMessage } from "@langchain/core/messages";
+import { z } from "zod";
+import {
+  assertCharged,
+  type Dialect,
+  expectedCharge,
+  openAiClient,
+  RESPONSES_MODEL,
+  RESPONSES_REASONING_MODEL,
+  WEATHER_TOOLS,
+  withDialect,
+} from "./harness.ts";
+
+type Detail = { type: string; data?: string; id?: string; format?: string };
+
+/** The validated bodies the fake's Responses API received, oldest first. */
+const sent = (d: Dialect) => d.openai.responses.map((r) => r.body);
+
+/**
+ * The usage records since the last check, each charged exactly what the fake billed for its
+ * request (its own counts, not a script's), within its hold.
+ */
+async function assertBilledAsUpstream(
+  d: Dialect,
+  model: typeof RESPONSES_MODEL | typeof RESPONSES_REASONING_MODEL,
+  completions: number[],
+) {
+  const records = await d.newUsage();
+  const requests = d.openai.responses.slice(-completions.length);
+  assert.equal(records.length, completions.length, "one usage record per request");
+  records.forEach((record, i) => {
+    const usage = { prompt: requests[i].inputTokens, completion: completions[i] };
+    assert.equal(record.promptTokens, usage.prompt, "the provider's input count");
+    assert.equal(record.completionTokens, usage.completion, "the provider's output count");
+    assert.equal(record.cost, expectedCharge(model, usage));
+    assert.equal(record.uncharged, 0);
+    assert.ok(record.reserved >= record.cost, `held ${record.reserved} for ${record.cost}`);
+  });
+  return records;
+}
+
+Deno.test("openai SDK, Responses kind: a question is sent to /v1/responses as input items, never stored, and answered and charged in the chat shape", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "Paris is the capital of France." });
+    const completion = await openAiClient(d).chat.completions.create({
+      model: RESPONSES_MODEL,
+      messages: [
+        { role: "system", content: "Be brief." },
+        { role: "user", content: "Capital of France?" },
+      ],
+      max_tokens: 200,
+      temperature: 0.2,
+    });
+    assert.equal(completion.choices[0].message.content, "Paris is the capital of France.");
+    assert.equal(completion.choices[0].finish_reason, "stop");
+    const [body] = sent(d);
+    assert.deepEqual(body.input, [
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "Capital of France?" },
+    ]);
+    assert.equal(body.model, "gpt-4.1-mini");
+    assert.equal(body.max_output_tokens, 200);
+    assert.equal(body.store, false);
+    assert.equal(body.temperature, 0.2);
+    assert.equal(d.openai.chats.length, 0, "nothing went to chat completions");
+    const [record] = await assertBilledAsUpstream(d, RESPONSES_MODEL, [
+      completion.usage!.completion_tokens,
+    ]);
+    assert.equal(completion.usage!.prompt_tokens, record.promptTokens);
+    assert.equal((completion.usage as { cost?: string }).cost, (record.cost / 1e6).toFixed(6));
+  }));
+
+Deno.test("openai SDK, Responses kind: a streamed answer comes in chunks, ends with its usage chunk, and is charged that usage", () =>
+  withDialect(async (d) => {
+    const answer = "Bergen is the rainiest city in Norway.";
+    d.openai.script({ content: answer, cachedTokens: 0 });
+    const stream = await openAiClient(d).chat.completions.create({
+      model: RESPONSES_MODEL,
+      messages: [{ role: "user", content: "Which city in Norway is rainiest?" }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = "";
+    let chunks = 0;
+    let usage: OpenAI.CompletionUsage | undefined;
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      chunks++;
+      text += chunk.choices[0]?.delta.content ?? "";
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    assert.equal(text, answer);
+    assert.ok(chunks > 3, "streamed, not answered at once");
+    assert.equal(finish, "stop");
+    const [record] = await assertBilledAsUpstream(d, RESPONSES_MODEL, [usage!.completion_tokens]);
+    assert.equal(usage!.prompt_tokens, record.promptTokens);
+  }));
+
+Deno.test("openai SDK, Responses kind: an agent loop that sends the assistant message back as it came gives the reasoning model its encrypted reasoning again, billed within the hold", () =>
+  withDialect(async (d) => {
+    d.openai.script(
+      { reasoningTokens: 900, toolCalls: [{ name: "get_weather", arguments: { city: "Paris" } }] },
+      // The whole cap, so that the hold covers the input only if its bound does.
+      { reasoningTokens: 200, content: "It is sunny in Paris.", completionTokens: 4000 },
+    );
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
+    const ask = () =>
+      openAiClient(d).chat.completions.create({
+        model: RESPONSES_REASONING_MODEL,
+        messages,
+        tools: WEATHER_TOOLS,
+        reasoning_effort: "high",
+        max_completion_tokens: 4000,
+      });
+    const first = await ask();
+    const message = first.choices[0].message;
+    assert.equal(first.choices[0].finish_reason, "tool_calls");
+    const details = (message as { reasoning_details?: Detail[] }).reasoning_details!;
+    assert.equal(details.length, 1);
+    assert.equal(details[0].type, "reasoning.encrypted");
+    assert.equal(details[0].format, "openai-responses-v1");
+    assert.match(details[0].id!, /^o4-mini#rs_/);
+    assert.equal(first.usage!.completion_tokens_details?.reasoning_tokens, 900);
+    messages.push(message);
+    messages.push({ role: "tool", tool_call_id: message.tool_calls![0].id, content: "sunny" });
+    const second = await ask();
+    assert.equal(second.choices[0].message.content, "It is sunny in Paris.");
+
+    const [request1, request2] = sent(d);
+    assert.deepEqual(request1.reasoning, { effort: "high" });
+    assert.deepEqual(request1.include, ["reasoning.encrypted_content"]);
+    assert.deepEqual(request2.input.slice(1), [
+      {
+        type: "reasoning",
+        id: details[0].id!.slice("o4-mini#".length),
+        summary: [],
+        encrypted_content: details[0].data,
+      },
+      {
+        type: "function_call",
+        call_id: message.tool_calls![0].id,
+        name: "get_weather",
+        arguments: JSON.stringify({ city: "Paris" }),
+      },
+      { type: "function_call_output", call_id: message.tool_calls![0].id, output: "sunny" },
+    ]);
+    // The turn read its reasoning again, and was billed for it, within the hold.
+    assert.equal(d.openai.responses[1].carriedReasoningTokens, 900);
+    await assertBilledAsUpstream(d, RESPONSES_REASONING_MODEL, [
+      first.usage!.completion_tokens,
+      second.usage!.completion_tokens,
+    ]);
+  }));
+
+Deno.test("openai SDK, Responses kind: a streamed agent loop gets the encrypted reasoning in one delta, which the stream helper keeps and the next turn sends back", () =>
+  withDialect(async (d) => {
+    d.openai.script(
+      { reasoningTokens: 400, toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }] },
+      { reasoningTokens: 50, content: "Cold in Oslo." },
+    );
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Oslo?" }];
+    const stream = openAiClient(d).chat.completions.stream({
+      model: RESPONSES_REASONING_MODEL,
+      messages,
+      tools: WEATHER_TOOLS,
+      stream_options: { include_usage: true },
+    });
+    let withDetails = 0;
+    for await (const chunk of stream) {
+      if ((chunk.choices[0]?.delta as { reasoning_details?: unknown })?.reasoning_details) {
+        withDetails++;
+      }
+    }
+    assert.equal(withDetails, 1);
+    const first = (await stream.finalChatCompletion()).choices[0].message;
+    const details = (first as { reasoning_details?: Detail[] }).reasoning_details!;
+    assert.equal(details.length, 1);
+    messages.push(first as ChatCompletionMessageParam);
+    messages.push({ role: "tool", tool_call_id: first.tool_calls![0].id, content: "-5 C" });
+    const second = await openAiClient(d).chat.completions.create({
+      model: RESPONSES_REASONING_MODEL,
+      messages,
+      tools: WEATHER_TOOLS,
+    });
+    assert.equal(second.choices[0].message.content, "Cold in Oslo.");
+    assert.equal(sent(d)[1].input[1].encrypted_content, details[0].data);
+    assert.equal(d.openai.responses[1].carriedReasoningTokens, 400);
+    const records = await d.newUsage();
+    assert.equal(records.length, 2);
+    for (const record of records) assert.ok(record.reserved >= record.cost);
+  }));
+
+Deno.test("openai SDK, Responses kind: a conversation moved from another model goes on without that model's reasoning", () =>
+  withDialect(async (d) => {
+    d.openai.script({ reasoningTokens: 100, content: "Done." });
+    const foreign = {
+      type: "reasoning.encrypted",
+      data: "gAAAAABforeign",
+      id: "o3#rs_other",
+      format: "openai-responses-v1",
+      index: 0,
+    };
+    const completion = await openAiClient(d).chat.completions.create({
+      model: RESPONSES_REASONING_MODEL,
+      messages: [
+        { role: "user", content: "Weather?" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: "call_1",
+            type: "function",
+            function: { name: "get_weather", arguments: '{"city":"Rome"}' },
+          }],
+          reasoning_details: [foreign],
+        } as ChatCompletionMessageParam,
+        { role: "tool", tool_call_id: "call_1", content: "warm" },
+      ],
+      tools: WEATHER_TOOLS,
+    });
+    assert.ok(!sent(d)[0].input.some((item: { type?: string }) => item.type === "reasoning"));
+    await assertBilledAsUpstream(d, RESPONSES_REASONING_MODEL, [
+      completion.usage!.completion_tokens,
+    ]);
+  }));
+
+Deno.test("openai SDK, Responses kind: an answer cut at the cap finishes with length and is charged the cap", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "word ".repeat(200) });
+    const completion = await openAiClient(d).chat.completions.create({
+      model: RESPONSES_MODEL,
+      messages: [{ role: "user", content: "Go on." }],
+      max_tokens: 20,
+    });
+    assert.equal(completion.choices[0].finish_reason, "length");
+    assert.equal(completion.usage!.completion_tokens, 20);
+    await assertBilledAsUpstream(d, RESPONSES_MODEL, [20]);
+  }));
+
+Deno.test("openai SDK, Responses kind: fields the Responses API lacks and a cap below 16 are refused before anything is reserved or sent", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const refused = async (body: Record<string, unknown>, param: string, code: string) => {
+      const error = await client.chat.completions.create({
+        model: RESPONSES_MODEL,
+        messages: [{ role: "user", content: "hi" }],
+        ...body,
+      } as OpenAI.ChatCompletionCreateParamsNonStreaming).then(
+        () => assert.fail("accepted"),
+        (e) => e,
+      );
+      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+      assert.equal(error.param, param);
+      assert.equal(error.code, code);
+    };
+    await refused({ stop: ["END"] }, "stop", "unsupported_parameter");
+    await refused({ logprobs: true }, "logprobs", "unsupported_parameter");
+    await refused({ presence_penalty: 1 }, "presence_penalty", "unsupported_parameter");
+    await refused({ max_tokens: 10 }, "max_tokens", "invalid_parameter");
+    assert.equal(d.openai.received.length, 0, "nothing reached the provider");
+    assert.equal((await d.newUsage()).length, 0, "nothing charged");
+  }));
+
+Deno.test("openai SDK, Responses kind: the provider's refusal is the client's 400 with its words, and nothing is charged", () =>
+  withDialect(async (d) => {
+    // OpenAI's reasoning models take only the default temperature: its Responses API says so.
+    const error = await openAiClient(d).chat.completions.create({
+      model: RESPONSES_REASONING_MODEL,
+      messages: [{ role: "user", content: "hi" }],
+      temperature: 0.3,
+    }).then(() => assert.fail("accepted"), (e) => e);
+    assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+    assert.match(error.message, /temperature/);
+    assert.equal(d.openai.counts.refused, 1);
+    assert.equal((await d.newUsage()).length, 0);
+  }));
+
+const weather = tool({
+  description: "The weather in a city",
+  inputSchema: z.object({ city: z.string() }),
+  execute: ({ city }) => Promise.resolve(`${city}: sunny, 21 C`),
+});
+
+for (const provider of ["openai-compatible", "openai .chat()"] as const) {
+  Deno.test(`AI SDK ${provider}, Responses kind: generateText runs a tool loop on a reasoning model and is charged each step`, () =>
+    withDialect(async (d) => {
+      d.openai.script(
+        { reasoningTokens: 300, toolCalls: [{ name: "weather", arguments: { city: "Paris" } }] },
+        { reasoningTokens: 40, content: "It is sunny in Paris." },
+      );
+      const model = provider === "openai-compatible"
+        ? createOpenAICompatible({ name: "t", baseURL: d.baseURL, apiKey: d.apiKey })
+          .chatModel(RESPONSES_REASONING_MODEL)
+        : createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey }).chat(RESPONSES_REASONING_MODEL);
+      const result = await generateText({
+        model,
+        prompt: "What is the weather in Paris?",
+        tools: { weather },
+        stopWhen: stepCountIs(3),
+        maxRetries: 0,
+      });
+      assert.equal(result.text, "It is sunny in Paris.");
+      assert.equal(result.steps.length, 2);
+      const output = sent(d)[1].input.find((item: { type?: string }) =>
+        item.type === "function_call_output"
+      );
+      assert.match(output.output, /sunny, 21 C/);
+      const records = await d.newUsage();
+      assert.equal(records.length, 2);
+      records.forEach((record, i) => {
+        assert.equal(record.promptTokens, d.openai.responses[i].inputTokens);
+        assert.ok(record.reserved >= record.cost);
+      });
+    }));
+}
+
+Deno.test("LangChain, Responses kind: bindTools calls a tool, and the ToolMessage answer completes the turn", () =>
+  withDialect(async (d) => {
+    d.openai.script(
+      {
+        toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }],
+        promptTokens: 70,
+        completionTokens: 12,
+      },
+      { content: "Cold in Oslo.", promptTokens: 95, completionTokens: 5 },
+    );
+    const llm = new ChatOpenAI({
+      model: RESPONSES_MODEL,
+      apiKey: d.apiKey,
+      configuration: { baseURL: d.baseURL },
+      maxRetries: 0,
+    }).bindTools([WEATHER_TOOLS[0]]);
+    const question = new HumanMessage("Weather in Oslo?");
+    const call = await llm.invoke([question]);
+    assert.deepEqual(call.tool_calls?.[0].args, { city: "Oslo" });
+    const answer = await llm.invoke([
+      question,
+      call,
+      new ToolMessage({ tool_call_id: call.tool_calls![0].id!, content: "-5 C" }),
+    ]);
+    assert.equal(answer.content, "Cold in Oslo.");
+    assert.deepEqual(sent(d)[1].input.at(-1), {
+      type: "function_call_output",
+      call_id: call.tool_calls![0].id,
+      output: "-5 C",
+    });
+    await assertCharged(d, RESPONSES_MODEL, { prompt: 70, completion: 12 }, {
+      prompt: 95,
+      completion: 5,
+    });
+  }));
+
+Deno.test("openai SDK responses.create, Responses kind: reasoning items sent back as input reach OpenAI as the items it made", () =>
+  withDialect(async (d) => {
+    d.openai.script(
+      { reasoningTokens: 600, toolCalls: [{ name: "get_weather", arguments: { city: "Lima" } }] },
+      { reasoningTokens: 30, content: "Mild in Lima." },
+    );
+    const client = openAiClient(d);
+    const tools = [{
+      type: "function" as const,
+      name: "get_weather",
+      parameters: WEATHER_TOOLS[0].function.parameters,
+      strict: false,
+    }];
+    const input: ResponseInputItem[] = [{ role: "user", content: "Weather in Lima?" }];
+    const first = await client.responses.create({
+      model: RESPONSES_REASONING_MODEL,
+      input,
+      tools,
+      store: false,
+      include: ["reasoning.encrypted_content"],
+    });
+    const call = first.output.find((item) => item.type === "function_call")!;
+    assert.ok(call.type === "function_call");
+    input.push(...(first.output as ResponseInputItem[]));
+    input.push({ type: "function_call_output", call_id: call.call_id, output: "18 C" });
+    const second = await client.responses.create({
+      model: RESPONSES_REASONING_MODEL,
+      input,
+      tools,
+      store: false,
+    });
+    assert.equal(second.output_text, "Mild in Lima.");
+    const [upstreamFirst, upstreamSecond] = d.openai.responses;
+    assert.equal(upstreamSecond.carriedReasoningTokens, 600);
+    const carried = upstreamSecond.body.input.find((item: { type?: string }) =>
+      item.type === "reasoning"
+    );
+    assert.match(carried.encrypted_content, /^gAAAA/);
+    assert.equal(upstreamFirst.body.store, false);
+    const records = await d.newUsage();
+    assert.equal(records.length, 2);
+    for (const record of records) assert.ok(record.reserved >= record.cost);
+  }));
