@@ -4,13 +4,14 @@
  * from its own reasoning. Claude needs this in a tool loop: its thinking blocks come back with
  * their signatures or the model reasons from scratch (and a thinking budget cannot be sent at
  * all). Tollbooth answers each of Claude's thinking blocks as one detail, and sends the details
- * Claude signed back to Claude as the blocks they were; another provider is sent them as they came
- * only where the catalog says it wants them (OpenRouter: `forward_reasoning_details`).
+ * Claude signed back to Claude as the blocks they were; so with OpenAI's reasoning items through
+ * its Responses API (their encrypted content); another provider is sent them as they came only
+ * where the catalog says it wants them (OpenRouter: `forward_reasoning_details`).
  *
  * A signature holds only for the model that made it: Claude refuses the whole request when one
  * block in it came from another model, as after a conversation moved from one Claude to another,
- * or to a fallback. So a detail's `id` names the model that signed it (`<model>#<index>`), and a
- * request sends a model only its own.
+ * or to a fallback. So a detail's `id` names the model that signed it (`<model>#<index>`; OpenAI's
+ * `<model>#<item id>`), and a request sends a model only its own.
  */
 import { isRecord } from "@/lib/core/mod.ts";
 import { z } from "zod";
