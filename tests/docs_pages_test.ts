@@ -120,7 +120,7 @@ Deno.test("the quick start's dialect table lists every accepted field with what 
     const logprobs = rows.find((r) => r[1] === "logprobs")!;
     assert.deepEqual(logprobs.slice(2), [
       "passed on",
-      "refused (400)",
+      "translated",
       "refused (400)",
       "refused (400)",
     ]);

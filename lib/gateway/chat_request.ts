@@ -500,14 +500,14 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
   },
   logprobs: {
     openai: "pass",
-    openai_responses: "refuse",
+    openai_responses: "translate",
     anthropic: "refuse",
     simulator: "refuse",
-    note: "",
+    note: "Responses: include message.output_text.logprobs",
   },
   top_logprobs: {
     openai: "pass",
-    openai_responses: "refuse",
+    openai_responses: "translate",
     anthropic: "refuse",
     simulator: "refuse",
     note: "",

@@ -346,7 +346,6 @@ Deno.test("a Responses-kind route refuses the fields the Responses API does not 
   for (
     const [body, param] of [
       [{ stop: ["END"] }, "stop"],
-      [{ logprobs: true }, "logprobs"],
       [{ frequency_penalty: 0.3 }, "frequency_penalty"],
       [{ logit_bias: { "42": 1 } }, "logit_bias"],
       [{ prediction: { type: "content", content: "x" } }, "prediction"],
@@ -363,7 +362,8 @@ Deno.test("a Responses-kind route refuses the fields the Responses API does not 
     check({
       seed: 1,
       frequency_penalty: 0,
-      logprobs: false,
+      logprobs: true,
+      top_logprobs: 3,
       verbosity: "low",
       reasoning_effort: "high",
       store: true,

@@ -120,10 +120,10 @@ export function DialectSection() {
           <code>{"{"}"type": "function", "name"{"}"}</code>; <code>response_format</code> becomes
           {" "}
           <code>text.format</code>, <code>verbosity</code> <code>text.verbosity</code>,{" "}
-          <code>reasoning_effort</code>{" "}
-          <code>reasoning.effort</code>. Fields the Responses API does not have (<code>stop</code>,
-          {" "}
-          <code>logprobs</code>, penalties other than 0, <code>logit_bias</code>,{" "}
+          <code>reasoning_effort</code> <code>reasoning.effort</code>, <code>logprobs</code>{" "}
+          <code>include: ["message.output_text.logprobs"]</code>{" "}
+          (each token's logprobs come back as chat gives them). Fields the Responses API does not
+          have (<code>stop</code>, penalties other than 0, <code>logit_bias</code>,{" "}
           <code>prediction</code>, <code>top_k</code>) are refused with 400{" "}
           <code>unsupported_parameter</code>.
         </li>

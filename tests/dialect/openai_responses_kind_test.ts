@@ -252,6 +252,28 @@ Deno.test("openai SDK, Responses kind: an answer cut at the cap finishes with le
     await assertBilledAsUpstream(d, RESPONSES_MODEL, [20]);
   }));
 
+Deno.test("openai SDK, Responses kind: logprobs are asked for with include and come back token by token, as chat gives them", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "Sunny and warm.", logprob: -0.25 });
+    const completion = await openAiClient(d).chat.completions.create({
+      model: RESPONSES_MODEL,
+      messages: [{ role: "user", content: "Weather?" }],
+      logprobs: true,
+      top_logprobs: 2,
+    });
+    const [body] = sent(d);
+    assert.deepEqual(body.include, ["message.output_text.logprobs"]);
+    assert.equal(body.top_logprobs, 2);
+    const tokens = completion.choices[0].logprobs!.content!;
+    assert.equal(tokens.map((t) => t.token).join(""), "Sunny and warm.");
+    for (const t of tokens) {
+      assert.equal(t.logprob, -0.25);
+      assert.deepEqual(t.bytes, [...new TextEncoder().encode(t.token)]);
+      assert.equal(t.top_logprobs.length, 2);
+    }
+    await assertBilledAsUpstream(d, RESPONSES_MODEL, [completion.usage!.completion_tokens]);
+  }));
+
 Deno.test("openai SDK, Responses kind: fields the Responses API lacks and a cap below 16 are refused before anything is reserved or sent", () =>
   withDialect(async (d) => {
     const client = openAiClient(d);
@@ -269,7 +291,7 @@ Deno.test("openai SDK, Responses kind: fields the Responses API lacks and a cap 
       assert.equal(error.code, code);
     };
     await refused({ stop: ["END"] }, "stop", "unsupported_parameter");
-    await refused({ logprobs: true }, "logprobs", "unsupported_parameter");
+    await refused({ logit_bias: { "42": 1 } }, "logit_bias", "unsupported_parameter");
     await refused({ presence_penalty: 1 }, "presence_penalty", "unsupported_parameter");
     await refused({ max_tokens: 10 }, "max_tokens", "invalid_parameter");
     assert.equal(d.openai.received.length, 0, "nothing reached the provider");

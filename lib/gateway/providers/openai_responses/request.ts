@@ -181,6 +181,7 @@ export function responsesRequestBody(
   }
   if (p.verbosity) text.verbosity = p.verbosity;
   if (Object.keys(text).length > 0) body.text = text;
+  const include: string[] = [];
   if (reasons(up)) {
     const reasoning: Json = {};
     if (p.reasoning_effort !== undefined) reasoning.effort = p.reasoning_effort;
@@ -188,7 +189,12 @@ export function responsesRequestBody(
     if (Object.keys(reasoning).length > 0) body.reasoning = reasoning;
     // What the model reasoned comes back encrypted, for the next turn of a tool loop: OpenAI
     // keeps nothing of a request that is not stored.
-    body.include = ["reasoning.encrypted_content"];
+    include.push("reasoning.encrypted_content");
   }
+  if (p.logprobs) {
+    include.push("message.output_text.logprobs");
+    body.top_logprobs = p.top_logprobs ?? 0;
+  }
+  if (include.length > 0) body.include = include;
   return body;
 }

@@ -198,3 +198,24 @@ Deno.test("the client's hints pass as the Responses API names them", () => {
   assert.ok(!("seed" in body));
   assert.equal(body.store, false);
 });
+
+Deno.test("logprobs are asked for with include, beside the encrypted reasoning", () => {
+  const body = responsesRequestBody(upstreamRequest(O3, {
+    messages: [{ role: "user", content: "hi" }],
+    logprobs: true,
+    top_logprobs: 3,
+  }));
+  assert.deepEqual(body.include, ["reasoning.encrypted_content", "message.output_text.logprobs"]);
+  assert.equal(body.top_logprobs, 3);
+  const plain = responsesRequestBody(upstreamRequest(GPT, {
+    messages: [{ role: "user", content: "hi" }],
+    logprobs: true,
+  }));
+  assert.deepEqual(plain.include, ["message.output_text.logprobs"]);
+  assert.equal(plain.top_logprobs, 0);
+  const none = responsesRequestBody(upstreamRequest(GPT, {
+    messages: [{ role: "user", content: "hi" }],
+    logprobs: false,
+  }));
+  assert.ok(!("include" in none) && !("top_logprobs" in none));
+});

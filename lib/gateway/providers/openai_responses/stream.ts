@@ -51,6 +51,43 @@ export function chatUsageOf(usage: unknown): unknown {
   };
 }
 
+/** A choice's `logprobs` as chat completions give them. */
+interface ChatLogprobs {
+  content: TokenLogprob[];
+  refusal: null;
+}
+
+interface TokenLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[] | null;
+  top_logprobs?: TokenLogprob[];
+}
+
+const encoder = new TextEncoder();
+
+/** One token's logprob, read tolerantly; chat gives each token's UTF-8 bytes beside it. */
+function tokenLogprob(raw: unknown, top: boolean): TokenLogprob | null {
+  if (!isRecord(raw) || typeof raw.token !== "string" || typeof raw.logprob !== "number") {
+    return null;
+  }
+  const bytes = Array.isArray(raw.bytes) && raw.bytes.length > 0
+    ? raw.bytes as number[]
+    : [...encoder.encode(raw.token)];
+  const out: TokenLogprob = { token: raw.token, logprob: raw.logprob, bytes };
+  if (top) {
+    const alternatives = Array.isArray(raw.top_logprobs) ? raw.top_logprobs : [];
+    out.top_logprobs = alternatives.flatMap((t) => tokenLogprob(t, false) ?? []);
+  }
+  return out;
+}
+
+/** A text delta's logprobs (asked for with `include`) as a chat chunk's, or null. */
+function chatLogprobs(raw: unknown): ChatLogprobs | null {
+  if (!Array.isArray(raw) || raw.length === 0) return null;
+  return { content: raw.flatMap((t) => tokenLogprob(t, true) ?? []), refusal: null };
+}
+
 /** Why an incomplete response stopped, in chat's words. */
 function incompleteFinish(response: Json): string {
   const details = isRecord(response.incomplete_details) ? response.incomplete_details : {};
@@ -64,14 +101,18 @@ export function responsesStreamParts(
   let id = `chatcmpl-${meta.requestId}`;
   let model = meta.upstreamModel;
   const created = Math.floor(Date.now() / 1000);
-  const chunk = (delta: Delta, finish: string | null = null): StreamPart => ({
+  const chunk = (
+    delta: Delta,
+    finish: string | null = null,
+    logprobs: ChatLogprobs | null = null,
+  ): StreamPart => ({
     type: "chunk",
     chunk: {
       id,
       object: "chat.completion.chunk",
       created,
       model,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+      choices: [{ index: 0, delta, logprobs, finish_reason: finish }],
     },
   });
   let started = false;
@@ -155,7 +196,7 @@ export function responsesStreamParts(
         if (typeof json.delta === "string" && json.delta) {
           start(parts);
           flushDetails(parts);
-          parts.push(chunk({ content: json.delta }));
+          parts.push(chunk({ content: json.delta }, null, chatLogprobs(json.logprobs)));
         }
         break;
       case "response.refusal.delta":

@@ -422,3 +422,54 @@ Deno.test("a recorded reasoning stream gives its summary as reasoning_content, i
   assert.ok(usage?.type === "usage");
   assert.deepEqual(usage.usage, { promptTokens: 63, completionTokens: 164, reasoningTokens: 128 });
 });
+
+Deno.test("a text delta's logprobs become the chunk's, with each token's bytes", async () => {
+  const parts = await collect(responsesStreamParts(
+    sse(
+      { type: "response.created", response: response() },
+      {
+        type: "response.output_text.delta",
+        item_id: "m",
+        output_index: 0,
+        content_index: 0,
+        delta: "Hé",
+        logprobs: [{
+          token: "Hé",
+          logprob: -0.5,
+          top_logprobs: [{ token: "Hé", logprob: -0.5 }, { token: "Ho", logprob: -2 }],
+        }],
+      },
+      {
+        type: "response.output_text.delta",
+        item_id: "m",
+        output_index: 0,
+        delta: "!",
+        logprobs: [],
+      },
+      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+    ),
+    META,
+  ));
+  const chunks = parts.filter((p) => p.type === "chunk").map((p) =>
+    (p.chunk as ChatCompletionChunk).choices[0].logprobs
+  );
+  const bytes = [...new TextEncoder().encode("Hé")];
+  assert.deepEqual(chunks[1], {
+    content: [{
+      token: "Hé",
+      logprob: -0.5,
+      bytes,
+      top_logprobs: [
+        { token: "Hé", logprob: -0.5, bytes },
+        { token: "Ho", logprob: -2, bytes: [72, 111] },
+      ],
+    }],
+    refusal: null,
+  });
+  assert.equal(chunks[2], null);
+  const { completion } = assembleCompletion(parts);
+  assert.equal(
+    (completion.choices[0].logprobs as { content: unknown[] }).content.length,
+    1,
+  );
+});
