@@ -430,3 +430,32 @@ Deno.test("openai SDK responses.create, Responses kind: reasoning items sent bac
     assert.equal(records.length, 2);
     for (const record of records) assert.ok(record.reserved >= record.cost);
   }));
+
+Deno.test("AI SDK openai Responses, Responses kind: a stateless tool loop on a reasoning model sends its reasoning items back through Tollbooth's Responses API to OpenAI", () =>
+  withDialect(async (d) => {
+    d.openai.script(
+      { reasoningTokens: 700, toolCalls: [{ name: "weather", arguments: { city: "Paris" } }] },
+      { reasoningTokens: 60, content: "It is sunny in Paris." },
+    );
+    const result = await generateText({
+      model: createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey }).responses(
+        RESPONSES_REASONING_MODEL,
+      ),
+      prompt: "What is the weather in Paris?",
+      tools: { weather },
+      stopWhen: stepCountIs(3),
+      maxRetries: 0,
+      providerOptions: { openai: { store: false, include: ["reasoning.encrypted_content"] } },
+    });
+    assert.equal(result.text, "It is sunny in Paris.");
+    assert.equal(result.steps.length, 2);
+    const [first, second] = d.openai.responses;
+    assert.deepEqual(first.body.include, ["reasoning.encrypted_content"]);
+    assert.equal(second.carriedReasoningTokens, 700);
+    const records = await d.newUsage();
+    assert.equal(records.length, 2);
+    records.forEach((record, i) => {
+      assert.equal(record.promptTokens, d.openai.responses[i].inputTokens);
+      assert.ok(record.reserved >= record.cost);
+    });
+  }));
