@@ -88,6 +88,31 @@ function chatLogprobs(raw: unknown): ChatLogprobs | null {
   return { content: raw.flatMap((t) => tokenLogprob(t, true) ?? []), refusal: null };
 }
 
+/**
+ * The codes of a failed response that refuse the request as sent (a prompt or an image OpenAI
+ * will not take: the SDK's `ResponseError.code`), which no retry or fallback changes.
+ */
+const REFUSING_CODE = /^(?:invalid_|image_|empty_image|failed_to_download_image|unsupported_image)/;
+
+/**
+ * The failure of a `response.failed` or `error` event: a refusal of the request is a bad request
+ * (the client's 400, with OpenAI's words), a rate limit the provider's 429, anything else a cut.
+ * Before the first output the call fails whole: nothing is charged.
+ */
+function failure(event: unknown, fallback: string): ProviderError {
+  const fields = upstreamErrorFields(event);
+  const said = upstreamErrorMessage(event) ?? fallback;
+  if (fields.code && REFUSING_CODE.test(fields.code)) {
+    return new ProviderError("bad_request", said, { upstreamError: fields });
+  }
+  if (fields.code === "rate_limit_exceeded") {
+    return new ProviderError("rate_limited", said, { upstreamError: fields });
+  }
+  return new ProviderError("stream_cut", `upstream error in stream: ${said}`, {
+    upstreamError: fields,
+  });
+}
+
 /** Why an incomplete response stopped, in chat's words. */
 function incompleteFinish(response: Json): string {
   const details = isRecord(response.incomplete_details) ? response.incomplete_details : {};
@@ -122,6 +147,9 @@ export function responsesStreamParts(
   /** Output index of a reasoning item -> the summary part it last showed text of. */
   const summaries = new Map<number, number>();
   let shownReasoning = false;
+  let shownText = false;
+  /** Whether the next text starts a message item after one that showed text. */
+  let separate = false;
   let details = 0;
   let pending: ReasoningDetail[] = [];
   const flushDetails = (parts: StreamPart[]) => {
@@ -164,7 +192,9 @@ export function responsesStreamParts(
         const response = isRecord(json.response) ? json.response : {};
         if (typeof response.id === "string") id = `chatcmpl-${response.id}`;
         if (typeof response.model === "string") model = response.model;
-        start(parts);
+        // No chunk yet: a response that fails before its first output (and reports no usage)
+        // fails the call itself, so that the reservation is released whole, a fallback may serve
+        // it, and the client gets the real status rather than a stream that breaks off.
         break;
       }
       case "response.output_item.added": {
@@ -177,6 +207,9 @@ export function responsesStreamParts(
           break;
         }
         flushDetails(parts);
+        // A later message of the same answer (a model that comments before it answers) is a
+        // paragraph of its own in chat's one content.
+        if (item.type === "message") separate = shownText;
         if (item.type !== "function_call" || typeof item.name !== "string") break;
         const call = { index: calls.size, streamed: false };
         calls.set(at, call);
@@ -196,7 +229,10 @@ export function responsesStreamParts(
         if (typeof json.delta === "string" && json.delta) {
           start(parts);
           flushDetails(parts);
-          parts.push(chunk({ content: json.delta }, null, chatLogprobs(json.logprobs)));
+          const text = separate ? `\n\n${json.delta}` : json.delta;
+          separate = false;
+          shownText = true;
+          parts.push(chunk({ content: text }, null, chatLogprobs(json.logprobs)));
         }
         break;
       case "response.refusal.delta":
@@ -233,6 +269,17 @@ export function responsesStreamParts(
         break;
       case "response.output_item.done": {
         const item = isRecord(json.item) ? json.item : {};
+        const call = calls.get(Number(json.output_index));
+        if (
+          item.type === "function_call" && call && !call.streamed &&
+          typeof item.arguments === "string" && item.arguments
+        ) {
+          // Arguments that came whole, with no delta before them.
+          call.streamed = true;
+          parts.push(
+            chunk({ tool_calls: [{ index: call.index, function: { arguments: item.arguments } }] }),
+          );
+        }
         if (
           item.type === "reasoning" && typeof item.id === "string" &&
           typeof item.encrypted_content === "string" && item.encrypted_content
@@ -262,21 +309,10 @@ export function responsesStreamParts(
         // What a failed response used is still billed: handed on before the failure.
         const usage = parseOpenAiUsage(chatUsageOf(response.usage));
         if (usage) parts.push({ type: "usage", usage: usage.usage, raw: usage.raw });
-        const error = response.error ?? {};
-        throw new ProviderError(
-          "stream_cut",
-          `upstream error in stream: ${upstreamErrorMessage({ error }) ?? "the response failed"}`,
-          { upstreamError: upstreamErrorFields({ error }) },
-        );
+        throw failure({ error: response.error ?? {} }, "the response failed");
       }
       case "error":
-        throw new ProviderError(
-          "stream_cut",
-          `upstream error in stream: ${
-            upstreamErrorMessage(json) ?? JSON.stringify(json).slice(0, 200)
-          }`,
-          { upstreamError: upstreamErrorFields(json) },
-        );
+        throw failure(json, JSON.stringify(json).slice(0, 200));
       // Part and item boundaries, annotations, and event types added later.
       default:
         break;

@@ -330,13 +330,13 @@ Deno.test("an error event is a cut stream with the upstream's words", async () =
       collect(responsesStreamParts(
         sse(
           { type: "response.created", response: response() },
-          { type: "error", code: "rate_limit_exceeded", message: "Slow down.", param: null },
+          { type: "error", code: "server_error", message: "Try again.", param: null },
         ),
         META,
       )),
     (error) =>
       error instanceof ProviderError && error.kind === "stream_cut" &&
-      error.message.includes("Slow down.") && error.upstreamError?.code === "rate_limit_exceeded",
+      error.message.includes("Try again.") && error.upstreamError?.code === "server_error",
   );
 });
 
@@ -472,4 +472,94 @@ Deno.test("a text delta's logprobs become the chunk's, with each token's bytes",
     (completion.choices[0].logprobs as { content: unknown[] }).content.length,
     1,
   );
+});
+
+Deno.test("a response that fails before its first output gives nothing before its failure, which says whether the request was refused", async () => {
+  const cases = [
+    ["invalid_prompt", "bad_request"],
+    ["failed_to_download_image", "bad_request"],
+    ["image_content_policy_violation", "bad_request"],
+    ["rate_limit_exceeded", "rate_limited"],
+    ["server_error", "stream_cut"],
+    ["a_code_added_later", "stream_cut"],
+  ] as const;
+  for (const [code, kind] of cases) {
+    for (const ending of ["response.failed", "error"] as const) {
+      const seen: StreamPart[] = [];
+      const failing = ending === "error"
+        ? { type: "error", code, message: "Not this.", param: null }
+        : {
+          type: "response.failed",
+          response: response({ status: "failed", error: { code, message: "Not this." } }),
+        };
+      await assert.rejects(
+        async () => {
+          for await (
+            const batch of responsesStreamParts(
+              sse(
+                { type: "response.created", response: response() },
+                { type: "response.in_progress", response: response() },
+                failing,
+              ),
+              META,
+            )
+          ) seen.push(...batch);
+        },
+        (error) =>
+          error instanceof ProviderError && error.kind === kind &&
+          error.message.includes("Not this.") && error.upstreamError?.code === code,
+        `${code} in ${ending}`,
+      );
+      assert.deepEqual(seen, [], `${code} in ${ending}: nothing before the failure`);
+    }
+  }
+});
+
+Deno.test("the text of a later message item is a paragraph of its own", async () => {
+  const parts = await collect(responsesStreamParts(
+    sse(
+      { type: "response.created", response: response() },
+      { type: "response.output_item.added", output_index: 0, item: { type: "message", id: "m1" } },
+      { type: "response.output_text.delta", item_id: "m1", output_index: 0, delta: "Checking." },
+      { type: "response.output_item.added", output_index: 1, item: { type: "message", id: "m2" } },
+      { type: "response.output_text.delta", item_id: "m2", output_index: 1, delta: "Done" },
+      { type: "response.output_text.delta", item_id: "m2", output_index: 1, delta: "." },
+      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+    ),
+    META,
+  ));
+  assert.equal(
+    assembleCompletion(parts).completion.choices[0].message.content,
+    "Checking.\n\nDone.",
+  );
+});
+
+Deno.test("a function call whose arguments come whole with the item, without deltas, keeps them", async () => {
+  const parts = await collect(responsesStreamParts(
+    sse(
+      { type: "response.created", response: response() },
+      {
+        type: "response.output_item.added",
+        output_index: 0,
+        item: { type: "function_call", id: "fc_1", call_id: "call_1", name: "w", arguments: "" },
+      },
+      {
+        type: "response.output_item.done",
+        output_index: 0,
+        item: {
+          type: "function_call",
+          id: "fc_1",
+          call_id: "call_1",
+          name: "w",
+          arguments: '{"city":"Rome"}',
+        },
+      },
+      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+    ),
+    META,
+  ));
+  const calls = assembleCompletion(parts).completion.choices[0].message.tool_calls as {
+    function: { arguments: string };
+  }[];
+  assert.equal(calls[0].function.arguments, '{"city":"Rome"}');
 });
