@@ -17,8 +17,11 @@ export function outputCapParam(
   return "max_tokens";
 }
 
-/** OpenAI's reasoning families: the o-series, and GPT-5 and later (not GPT-35, Azure's GPT-3.5). */
-const OPENAI_REASONING = String.raw`o\d|gpt-[5-9](?!\d)`;
+/**
+ * OpenAI's reasoning families: the o-series, GPT-5 and later (not GPT-35, Azure's GPT-3.5), and
+ * codex-mini (o4-mini tuned for Codex).
+ */
+const OPENAI_REASONING = String.raw`o\d|gpt-[5-9](?!\d)|codex-mini`;
 
 /** OpenAI's reasoning models, by OpenAI's own names. */
 const REASONING_MODEL_NAME = new RegExp(`^(?:${OPENAI_REASONING})`);

@@ -68,7 +68,7 @@ Deno.test("include_usage is forced on streams whatever the client asked; other s
 
 Deno.test("reasoning models get max_completion_tokens, by the catalog flag or OpenAI's names", () => {
   const messages = [{ role: "user", content: "x" }];
-  for (const name of ["o4-mini", "o3", "gpt-5-mini", "gpt-5.6", "gpt-6"]) {
+  for (const name of ["o4-mini", "o3", "gpt-5-mini", "gpt-5.6", "gpt-6", "codex-mini-latest"]) {
     const body = openAiRequestBody(
       upstreamRequest(testModel("openai", name), { messages, max_tokens: 9 }, 9),
       false,

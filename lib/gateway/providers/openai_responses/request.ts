@@ -58,7 +58,7 @@ function assistantItems(
   m: Extract<ChatMessage, { role: "assistant" }>,
   upstreamModel: string,
 ): Json[] {
-  const items: Json[] = openAiReasoningItems(m.reasoning_details, upstreamModel);
+  const items: Json[] = [];
   const content: Json[] = [];
   if (typeof m.content === "string") {
     if (m.content) content.push({ type: "output_text", text: m.content });
@@ -72,6 +72,11 @@ function assistantItems(
     }
   }
   if (m.refusal) content.push({ type: "refusal", refusal: m.refusal });
+  // A reasoning item goes back only with the output that followed it: OpenAI refuses one without
+  // (an answer cut at the cap while the model reasoned has none).
+  if (content.length > 0 || (m.tool_calls?.length ?? 0) > 0) {
+    items.push(...openAiReasoningItems(m.reasoning_details, upstreamModel));
+  }
   if (content.length > 0) items.push({ role: "assistant", content });
   // The call's own item id (fc_…) is never sent: OpenAI would then want the reasoning item that
   // came with it, which a conversation moved from another model does not have.

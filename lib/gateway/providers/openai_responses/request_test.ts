@@ -219,3 +219,27 @@ Deno.test("logprobs are asked for with include, beside the encrypted reasoning",
   }));
   assert.ok(!("include" in none) && !("top_logprobs" in none));
 });
+
+Deno.test("reasoning goes back only with the output that followed it: an answer cut while reasoning sends none", () => {
+  const own = openAiReasoningDetail({ id: "rs_1", encrypted_content: "gAAAA-own" }, 0, "o3-pro");
+  const body = responsesRequestBody(upstreamRequest(O3, {
+    messages: [
+      { role: "user", content: "Think hard." },
+      { role: "assistant", content: "", reasoning_details: [own] },
+      { role: "user", content: "Go on." },
+    ],
+  }));
+  assert.deepEqual(body.input, [
+    { role: "user", content: "Think hard." },
+    { role: "user", content: "Go on." },
+  ]);
+});
+
+Deno.test("codex-mini reasons, as the o4-mini it is tuned from", () => {
+  const body = responsesRequestBody(
+    upstreamRequest(testModel("openai_responses", "codex-mini-latest"), {
+      messages: [{ role: "user", content: "hi" }],
+    }),
+  );
+  assert.deepEqual(body.include, ["reasoning.encrypted_content"]);
+});
