@@ -5,7 +5,7 @@
  * the other fields set), logprobs appended, the last finish reason and the usage kept.
  * It lets a non-streamed request be served from a streamed upstream call, in the shape the
  * non-streamed call would have had: a `refusal` the stream carried (null included) is kept, and an
- * answer of only tool calls has `content: null`. Per-chunk padding (`obfuscation`) is dropped.
+ * answer of only tool calls, or only a refusal, has `content: null`. Per-chunk padding (`obfuscation`) is dropped.
  */
 import { isRecord } from "@/lib/core/mod.ts";
 import type { ChatCompletion, CompletionResult, StreamPart, UsageObject } from "./types.ts";
@@ -158,7 +158,7 @@ export function assembleCompletion(
       index: d.index,
       message: {
         role: "assistant",
-        content: d.content === "" && d.toolCalls.size ? null : d.content,
+        content: d.content === "" && (d.toolCalls.size || d.refusal) ? null : d.content,
         ...(d.refusalSeen || d.refusal !== null ? { refusal: d.refusal } : {}),
         ...(d.reasoning !== null ? { reasoning_content: d.reasoning } : {}),
         ...(d.reasoningDetails.length ? { reasoning_details: d.reasoningDetails } : {}),

@@ -154,3 +154,13 @@ Deno.test("an answer without reasoning details has no reasoning_details field", 
   ]);
   assert.equal("reasoning_details" in completion.choices[0].message, false);
 });
+
+Deno.test("an answer of only a refusal has content null, as OpenAI's non-streamed answer has", () => {
+  const { completion } = assembleCompletion([
+    chunk({ delta: { role: "assistant", content: "", refusal: null } }),
+    chunk({ delta: { refusal: "I can't help with that." } }),
+    chunk({ delta: {}, finish_reason: "stop" }),
+  ]);
+  assert.equal(completion.choices[0].message.content, null);
+  assert.equal(completion.choices[0].message.refusal, "I can't help with that.");
+});
