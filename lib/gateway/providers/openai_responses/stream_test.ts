@@ -34,6 +34,10 @@ const USAGE = {
   total_tokens: 210,
 };
 
+/** The converter's parts for these events, in order. */
+const convert = (...events: Record<string, unknown>[]) =>
+  collect(responsesStreamParts(sse(...events), META));
+
 const deltas = (parts: StreamPart[]) =>
   parts.filter((p) => p.type === "chunk").map((p) => {
     const choice = (p.chunk as ChatCompletionChunk).choices[0];
@@ -41,31 +45,28 @@ const deltas = (parts: StreamPart[]) =>
   });
 
 Deno.test("text deltas stream as content, and the usage comes with response.completed", async () => {
-  const parts = await collect(responsesStreamParts(
-    sse(
-      { type: "response.created", response: response() },
-      { type: "response.in_progress", response: response() },
-      {
-        type: "response.output_item.added",
-        output_index: 0,
-        item: {
-          type: "message",
-          id: "msg_1",
-          role: "assistant",
-          status: "in_progress",
-          content: [],
-        },
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    { type: "response.in_progress", response: response() },
+    {
+      type: "response.output_item.added",
+      output_index: 0,
+      item: {
+        type: "message",
+        id: "msg_1",
+        role: "assistant",
+        status: "in_progress",
+        content: [],
       },
-      { type: "response.output_text.delta", item_id: "msg_1", output_index: 0, delta: "Hel" },
-      { type: "response.output_text.delta", item_id: "msg_1", output_index: 0, delta: "lo." },
-      { type: "response.output_text.done", item_id: "msg_1", output_index: 0, text: "Hello." },
-      {
-        type: "response.completed",
-        response: response({ status: "completed", usage: { ...USAGE, output_tokens_details: {} } }),
-      },
-    ),
-    META,
-  ));
+    },
+    { type: "response.output_text.delta", item_id: "msg_1", output_index: 0, delta: "Hel" },
+    { type: "response.output_text.delta", item_id: "msg_1", output_index: 0, delta: "lo." },
+    { type: "response.output_text.done", item_id: "msg_1", output_index: 0, text: "Hello." },
+    {
+      type: "response.completed",
+      response: response({ status: "completed", usage: { ...USAGE, output_tokens_details: {} } }),
+    },
+  );
   assert.deepEqual(deltas(parts), [
     [{ role: "assistant", content: "", refusal: null }, null],
     [{ content: "Hel" }, null],
@@ -88,42 +89,39 @@ Deno.test("text deltas stream as content, and the usage comes with response.comp
 });
 
 Deno.test("function_call items stream as OpenAI's tool-call fragments and finish with tool_calls", async () => {
-  const parts = await collect(responsesStreamParts(
-    sse(
-      { type: "response.created", response: response() },
-      {
-        type: "response.output_item.added",
-        output_index: 0,
-        item: {
-          type: "function_call",
-          id: "fc_1",
-          call_id: "call_a",
-          name: "get_weather",
-          arguments: "",
-          status: "in_progress",
-        },
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    {
+      type: "response.output_item.added",
+      output_index: 0,
+      item: {
+        type: "function_call",
+        id: "fc_1",
+        call_id: "call_a",
+        name: "get_weather",
+        arguments: "",
+        status: "in_progress",
       },
-      {
-        type: "response.function_call_arguments.delta",
-        item_id: "fc_1",
-        output_index: 0,
-        delta: '{"city":',
-      },
-      {
-        type: "response.function_call_arguments.delta",
-        item_id: "fc_1",
-        output_index: 0,
-        delta: '"Paris"}',
-      },
-      {
-        type: "response.output_item.added",
-        output_index: 1,
-        item: { type: "function_call", id: "fc_2", call_id: "call_b", name: "now", arguments: "" },
-      },
-      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
-    ),
-    META,
-  ));
+    },
+    {
+      type: "response.function_call_arguments.delta",
+      item_id: "fc_1",
+      output_index: 0,
+      delta: '{"city":',
+    },
+    {
+      type: "response.function_call_arguments.delta",
+      item_id: "fc_1",
+      output_index: 0,
+      delta: '"Paris"}',
+    },
+    {
+      type: "response.output_item.added",
+      output_index: 1,
+      item: { type: "function_call", id: "fc_2", call_id: "call_b", name: "now", arguments: "" },
+    },
+    { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+  );
   assert.deepEqual(deltas(parts), [
     [{ role: "assistant", content: "", refusal: null }, null],
     [{
@@ -160,48 +158,45 @@ Deno.test("function_call items stream as OpenAI's tool-call fragments and finish
 });
 
 Deno.test("a reasoning item is hidden work, its summary reasoning_content and its encrypted content one reasoning detail", async () => {
-  const parts = await collect(responsesStreamParts(
-    sse(
-      { type: "response.created", response: response() },
-      {
-        type: "response.output_item.added",
-        output_index: 0,
-        item: { type: "reasoning", id: "rs_1", summary: [] },
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    {
+      type: "response.output_item.added",
+      output_index: 0,
+      item: { type: "reasoning", id: "rs_1", summary: [] },
+    },
+    {
+      type: "response.reasoning_summary_text.delta",
+      item_id: "rs_1",
+      output_index: 0,
+      summary_index: 0,
+      delta: "**Plan**",
+    },
+    {
+      type: "response.reasoning_summary_text.delta",
+      item_id: "rs_1",
+      output_index: 0,
+      summary_index: 1,
+      delta: "Then answer.",
+    },
+    {
+      type: "response.output_item.done",
+      output_index: 0,
+      item: {
+        type: "reasoning",
+        id: "rs_1",
+        summary: [],
+        encrypted_content: "gAAAAABsealed",
       },
-      {
-        type: "response.reasoning_summary_text.delta",
-        item_id: "rs_1",
-        output_index: 0,
-        summary_index: 0,
-        delta: "**Plan**",
-      },
-      {
-        type: "response.reasoning_summary_text.delta",
-        item_id: "rs_1",
-        output_index: 0,
-        summary_index: 1,
-        delta: "Then answer.",
-      },
-      {
-        type: "response.output_item.done",
-        output_index: 0,
-        item: {
-          type: "reasoning",
-          id: "rs_1",
-          summary: [],
-          encrypted_content: "gAAAAABsealed",
-        },
-      },
-      {
-        type: "response.output_item.added",
-        output_index: 1,
-        item: { type: "message", id: "msg_1", role: "assistant", content: [] },
-      },
-      { type: "response.output_text.delta", item_id: "msg_1", output_index: 1, delta: "42" },
-      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
-    ),
-    META,
-  ));
+    },
+    {
+      type: "response.output_item.added",
+      output_index: 1,
+      item: { type: "message", id: "msg_1", role: "assistant", content: [] },
+    },
+    { type: "response.output_text.delta", item_id: "msg_1", output_index: 1, delta: "42" },
+    { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+  );
   assert.ok(parts.some((p) => p.type === "hidden_work"));
   assert.deepEqual(deltas(parts), [
     [{ role: "assistant", content: "", refusal: null }, null],
@@ -225,25 +220,22 @@ Deno.test("a reasoning item is hidden work, its summary reasoning_content and it
 });
 
 Deno.test("reasoning details still pending at the end are sent before the finish", async () => {
-  const parts = await collect(responsesStreamParts(
-    sse(
-      { type: "response.created", response: response() },
-      {
-        type: "response.output_item.done",
-        output_index: 0,
-        item: { type: "reasoning", id: "rs_9", summary: [], encrypted_content: "gAAAAB9" },
-      },
-      {
-        type: "response.incomplete",
-        response: response({
-          status: "incomplete",
-          incomplete_details: { reason: "max_output_tokens" },
-          usage: USAGE,
-        }),
-      },
-    ),
-    META,
-  ));
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    {
+      type: "response.output_item.done",
+      output_index: 0,
+      item: { type: "reasoning", id: "rs_9", summary: [], encrypted_content: "gAAAAB9" },
+    },
+    {
+      type: "response.incomplete",
+      response: response({
+        status: "incomplete",
+        incomplete_details: { reason: "max_output_tokens" },
+        usage: USAGE,
+      }),
+    },
+  );
   const shown = deltas(parts);
   assert.deepEqual(shown.at(-1), [{}, "length"]);
   assert.ok("reasoning_details" in (shown.at(-2)![0] as object));
@@ -256,41 +248,35 @@ Deno.test("an incomplete response finishes with length, or content_filter when f
       "content_filter",
     ]]
   ) {
-    const parts = await collect(responsesStreamParts(
-      sse(
-        { type: "response.created", response: response() },
-        { type: "response.output_text.delta", item_id: "m", output_index: 0, delta: "Once" },
-        {
-          type: "response.incomplete",
-          response: response({
-            status: "incomplete",
-            incomplete_details: { reason },
-            usage: USAGE,
-          }),
-        },
-      ),
-      META,
-    ));
+    const parts = await convert(
+      { type: "response.created", response: response() },
+      { type: "response.output_text.delta", item_id: "m", output_index: 0, delta: "Once" },
+      {
+        type: "response.incomplete",
+        response: response({
+          status: "incomplete",
+          incomplete_details: { reason },
+          usage: USAGE,
+        }),
+      },
+    );
     assert.deepEqual(deltas(parts).at(-1), [{}, finish]);
     assert.ok(parts.some((p) => p.type === "usage"));
   }
 });
 
 Deno.test("refusal deltas stream as refusal", async () => {
-  const parts = await collect(responsesStreamParts(
-    sse(
-      { type: "response.created", response: response() },
-      {
-        type: "response.refusal.delta",
-        item_id: "m",
-        output_index: 0,
-        content_index: 0,
-        delta: "No.",
-      },
-      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
-    ),
-    META,
-  ));
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    {
+      type: "response.refusal.delta",
+      item_id: "m",
+      output_index: 0,
+      content_index: 0,
+      delta: "No.",
+    },
+    { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+  );
   assert.deepEqual(deltas(parts)[1], [{ refusal: "No." }, null]);
   assert.equal(assembleCompletion(parts).completion.choices[0].message.refusal, "No.");
 });
@@ -327,13 +313,10 @@ Deno.test("response.failed is a cut stream, its usage handed on first", async ()
 Deno.test("an error event is a cut stream with the upstream's words", async () => {
   await assert.rejects(
     () =>
-      collect(responsesStreamParts(
-        sse(
-          { type: "response.created", response: response() },
-          { type: "error", code: "server_error", message: "Try again.", param: null },
-        ),
-        META,
-      )),
+      convert(
+        { type: "response.created", response: response() },
+        { type: "error", code: "server_error", message: "Try again.", param: null },
+      ),
     (error) =>
       error instanceof ProviderError && error.kind === "stream_cut" &&
       error.message.includes("Try again.") && error.upstreamError?.code === "server_error",
@@ -343,13 +326,10 @@ Deno.test("an error event is a cut stream with the upstream's words", async () =
 Deno.test("a stream that ends before response.completed is cut", async () => {
   await assert.rejects(
     () =>
-      collect(responsesStreamParts(
-        sse(
-          { type: "response.created", response: response() },
-          { type: "response.output_text.delta", item_id: "m", output_index: 0, delta: "Hi" },
-        ),
-        META,
-      )),
+      convert(
+        { type: "response.created", response: response() },
+        { type: "response.output_text.delta", item_id: "m", output_index: 0, delta: "Hi" },
+      ),
     (error) => error instanceof ProviderError && error.kind === "stream_cut",
   );
 });
@@ -424,32 +404,29 @@ Deno.test("a recorded reasoning stream gives its summary as reasoning_content, i
 });
 
 Deno.test("a text delta's logprobs become the chunk's, with each token's bytes", async () => {
-  const parts = await collect(responsesStreamParts(
-    sse(
-      { type: "response.created", response: response() },
-      {
-        type: "response.output_text.delta",
-        item_id: "m",
-        output_index: 0,
-        content_index: 0,
-        delta: "Hé",
-        logprobs: [{
-          token: "Hé",
-          logprob: -0.5,
-          top_logprobs: [{ token: "Hé", logprob: -0.5 }, { token: "Ho", logprob: -2 }],
-        }],
-      },
-      {
-        type: "response.output_text.delta",
-        item_id: "m",
-        output_index: 0,
-        delta: "!",
-        logprobs: [],
-      },
-      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
-    ),
-    META,
-  ));
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    {
+      type: "response.output_text.delta",
+      item_id: "m",
+      output_index: 0,
+      content_index: 0,
+      delta: "Hé",
+      logprobs: [{
+        token: "Hé",
+        logprob: -0.5,
+        top_logprobs: [{ token: "Hé", logprob: -0.5 }, { token: "Ho", logprob: -2 }],
+      }],
+    },
+    {
+      type: "response.output_text.delta",
+      item_id: "m",
+      output_index: 0,
+      delta: "!",
+      logprobs: [],
+    },
+    { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+  );
   const chunks = parts.filter((p) => p.type === "chunk").map((p) =>
     (p.chunk as ChatCompletionChunk).choices[0].logprobs
   );
@@ -516,18 +493,15 @@ Deno.test("a response that fails before its first output gives nothing before it
 });
 
 Deno.test("the text of a later message item is a paragraph of its own", async () => {
-  const parts = await collect(responsesStreamParts(
-    sse(
-      { type: "response.created", response: response() },
-      { type: "response.output_item.added", output_index: 0, item: { type: "message", id: "m1" } },
-      { type: "response.output_text.delta", item_id: "m1", output_index: 0, delta: "Checking." },
-      { type: "response.output_item.added", output_index: 1, item: { type: "message", id: "m2" } },
-      { type: "response.output_text.delta", item_id: "m2", output_index: 1, delta: "Done" },
-      { type: "response.output_text.delta", item_id: "m2", output_index: 1, delta: "." },
-      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
-    ),
-    META,
-  ));
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    { type: "response.output_item.added", output_index: 0, item: { type: "message", id: "m1" } },
+    { type: "response.output_text.delta", item_id: "m1", output_index: 0, delta: "Checking." },
+    { type: "response.output_item.added", output_index: 1, item: { type: "message", id: "m2" } },
+    { type: "response.output_text.delta", item_id: "m2", output_index: 1, delta: "Done" },
+    { type: "response.output_text.delta", item_id: "m2", output_index: 1, delta: "." },
+    { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+  );
   assert.equal(
     assembleCompletion(parts).completion.choices[0].message.content,
     "Checking.\n\nDone.",
@@ -535,29 +509,26 @@ Deno.test("the text of a later message item is a paragraph of its own", async ()
 });
 
 Deno.test("a function call whose arguments come whole with the item, without deltas, keeps them", async () => {
-  const parts = await collect(responsesStreamParts(
-    sse(
-      { type: "response.created", response: response() },
-      {
-        type: "response.output_item.added",
-        output_index: 0,
-        item: { type: "function_call", id: "fc_1", call_id: "call_1", name: "w", arguments: "" },
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    {
+      type: "response.output_item.added",
+      output_index: 0,
+      item: { type: "function_call", id: "fc_1", call_id: "call_1", name: "w", arguments: "" },
+    },
+    {
+      type: "response.output_item.done",
+      output_index: 0,
+      item: {
+        type: "function_call",
+        id: "fc_1",
+        call_id: "call_1",
+        name: "w",
+        arguments: '{"city":"Rome"}',
       },
-      {
-        type: "response.output_item.done",
-        output_index: 0,
-        item: {
-          type: "function_call",
-          id: "fc_1",
-          call_id: "call_1",
-          name: "w",
-          arguments: '{"city":"Rome"}',
-        },
-      },
-      { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
-    ),
-    META,
-  ));
+    },
+    { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+  );
   const calls = assembleCompletion(parts).completion.choices[0].message.tool_calls as {
     function: { arguments: string };
   }[];
