@@ -2,7 +2,8 @@
  * OpenAI's Responses API (`POST /v1/responses`) for the strict OpenAI fake: validation, billing,
  * the Response object, its event stream, and the sealed reasoning items a stateless client carries
  * across a tool loop. openai_upstream.ts routes to it and shares its key check, model rules, script
- * queue, fault knobs, records and token counting.
+ * queue, fault knobs and records; openai_shared.ts holds the types, errors, validation helpers and
+ * token counting the two APIs have in common.
  *
  * Sources (cited again where each rule is implemented):
  * - request, item, event and usage types: openai-node v7.57 `resources/responses/responses.d.ts`
@@ -19,21 +20,26 @@
 import { z } from "zod";
 import { base64Bytes, type ReceivedRequest, sleep, sseBody } from "./common.ts";
 import {
+  cacheBreakpoint,
   type ChatRequest,
   check,
   checkStrictSchema,
+  decimal,
+  functionName,
+  int,
   invalid,
   messageText,
   type ModelRules,
   type OpenAiAnswer,
   OpenAiError,
   randomId,
+  refusalPart,
   responseFormatTokens,
   supportedList,
   tokenCount,
   tokenPieces,
   toolsTokens,
-} from "./openai_upstream.ts";
+} from "./openai_shared.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
@@ -51,17 +57,6 @@ export interface ResponsesRequest extends ChatRequest {
 
 // =============================================================================================
 // Request schema (ResponseCreateParamsBase, openai-node v7.57).
-
-// Defined here, not imported: openai_upstream.ts imports this module, so its bindings are not
-// initialized while these top-level schemas are built. The message marks integer type issues as
-// openai_upstream.ts's INT does, so its issueToError reports "expected an integer".
-const int = () => z.int({ error: "expected an integer" });
-const decimal = (min: number, max: number) => z.number().min(min).max(max).nullable().optional();
-const cacheBreakpoint = z.strictObject({
-  mode: z.literal("explicit"),
-  ttl: z.enum(["30m", "12h"]).optional(),
-});
-const functionName = z.string().max(64).regex(/^[a-zA-Z0-9_-]+$/);
 
 const INCLUDABLE = [
   "file_search_call.results",
@@ -174,7 +169,6 @@ const outputText = z.strictObject({
   annotations: z.array(z.unknown()).optional(),
   logprobs: z.array(z.unknown()).optional(),
 });
-const refusalPart = z.strictObject({ type: z.literal("refusal"), refusal: z.string() });
 const INPUT_PARTS: Record<string, z.ZodType> = {
   input_text: inputText,
   input_image: inputImage,
