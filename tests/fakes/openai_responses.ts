@@ -278,7 +278,10 @@ export class ReasoningSeal {
     body[0] = 0x80;
     new DataView(body.buffer).setUint32(1, payload.length);
     body.set(payload, 5);
-    body.set(crypto.getRandomValues(new Uint8Array(size - 5 - payload.length)), 5 + payload.length);
+    // getRandomValues fills at most 64 KiB at a time; long reasoning seals more than that.
+    for (let at = 5 + payload.length; at < size; at += 65_536) {
+      crypto.getRandomValues(body.subarray(at, Math.min(size, at + 65_536)));
+    }
     const mac = new Uint8Array(await crypto.subtle.sign("HMAC", await this.#key, body));
     const token = new Uint8Array(size + mac.length);
     token.set(body);
@@ -921,7 +924,25 @@ export interface ResponsesEndpointDeps {
   nextAnswer(request: ResponsesRequest): OpenAiAnswer;
   counts: { ok: number; refused: number; failed: number; cut: number };
   responses: ResponsesRequest[];
+  /** The input token counts answered, with the bodies counted. */
+  tokenCounts: { body: Json; inputTokens: number }[];
 }
+
+/** The parameters of `POST /v1/responses/input_tokens` (InputTokenCountParams). */
+const COUNT_PARAMS = [
+  "conversation",
+  "input",
+  "instructions",
+  "model",
+  "parallel_tool_calls",
+  "personality",
+  "previous_response_id",
+  "reasoning",
+  "text",
+  "tool_choice",
+  "tools",
+  "truncation",
+];
 
 export function createResponsesEndpoint(deps: ResponsesEndpointDeps) {
   const seal = new ReasoningSeal();
@@ -1141,8 +1162,34 @@ export function createResponsesEndpoint(deps: ResponsesEndpointDeps) {
     );
   }
 
+  /**
+   * `POST /v1/responses/input_tokens` (openai-node's `responses.inputTokens.count`): the input a
+   * response with this body would bill, validated as the response's own input is. Its parameters
+   * are openai-node v7.57's InputTokenCountParams; a body without `model` is assumed refused as a
+   * response's is.
+   */
+  async function countInputTokens(raw: string, record: ReceivedRequest) {
+    const body = deps.parseJson(raw);
+    record.body = body;
+    if (body.model === undefined) {
+      throw invalid("Missing required parameter: 'model'.", "model", "missing_required_parameter");
+    }
+    const unknown = Object.keys(body).find((k) => !COUNT_PARAMS.includes(k));
+    if (unknown !== undefined) {
+      throw invalid(`Unknown parameter: '${unknown}'.`, unknown, "unknown_parameter");
+    }
+    check(responsesSchema, body, body, []);
+    const rules = deps.rulesFor(body.model);
+    const items = validate(body, rules);
+    const { carried } = await carriedReasoning(body, items);
+    const inputTokens = responsesInputTokens(body, deps.imageTokensFor(rules), carried);
+    deps.tokenCounts.push({ body, inputTokens });
+    return Response.json({ object: "response.input_tokens", input_tokens: inputTokens });
+  }
+
   return {
     handle,
+    countInputTokens,
     /** input_tokens for a body, reasoning carried back included when its seals open. */
     async inputTokens(body: Json, imageTokens: (part: Json) => number): Promise<number> {
       const items: Json[] = Array.isArray(body.input) ? body.input : [];

@@ -545,3 +545,42 @@ Deno.test("responses fake: a bare reasoning item with store off is not found", (
     assert.equal(error.param, "input");
     assert.equal(error.code, null);
   }));
+
+Deno.test("responses fake: the input token count is what the same response bills, sealed reasoning carried back included, and refuses what a response would", () =>
+  withFake(async (fake, client) => {
+    fake.script({ reasoningTokens: 900, toolCalls: [{ name: "w", arguments: { city: "Oslo" } }] });
+    const tools = [{
+      type: "function" as const,
+      name: "w",
+      parameters: { type: "object", properties: { city: { type: "string" } } },
+      strict: false,
+    }];
+    const input: Json[] = [{ role: "user", content: "Weather in Oslo?" }];
+    const first = await client.responses.create({
+      model: "o4-mini",
+      input,
+      tools,
+      store: false,
+      include: ["reasoning.encrypted_content"],
+    });
+    const call = first.output.find((item) => item.type === "function_call")!;
+    assert.ok(call.type === "function_call");
+    input.push(...first.output, {
+      type: "function_call_output",
+      call_id: call.call_id,
+      output: "-5 C",
+    });
+    const counted = await client.responses.inputTokens.count({ model: "o4-mini", input, tools });
+    assert.equal(counted.object, "response.input_tokens");
+    fake.script({ content: "Cold." });
+    await client.responses.create({ model: "o4-mini", input, tools, store: false });
+    assert.equal(counted.input_tokens, fake.responses[1].inputTokens);
+    assert.equal(fake.responses[1].carriedReasoningTokens, 900);
+    assert.deepEqual(fake.tokenCounts.map((c) => c.inputTokens), [counted.input_tokens]);
+    const { status } = await fetch(`${fake.baseUrl}/responses/input_tokens`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${fake.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "o4-mini", input: "hi", max_output_tokens: 100 }),
+    }).then(async (r) => ({ status: r.status, body: await r.text() }));
+    assert.equal(status, 400, "max_output_tokens is not a parameter of the count");
+  }));

@@ -992,6 +992,8 @@ export interface OpenAiUpstream {
    * the reasoning tokens carried back).
    */
   responses: ResponsesRequest[];
+  /** The `/v1/responses/input_tokens` counts answered: the body counted, and its count. */
+  tokenCounts: { body: Json; inputTokens: number }[];
   /** The answers given: ok completions, refused (4xx from validation), scripted failures, cuts. */
   counts: { ok: number; refused: number; failed: number; cut: number };
   /** Queues what the model answers to the next chat requests, in order. */
@@ -1010,6 +1012,7 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
   const received: ReceivedRequest[] = [];
   const chats: ChatRequest[] = [];
   const responses: ResponsesRequest[] = [];
+  const tokenCounts: { body: Json; inputTokens: number }[] = [];
   const counts = { ok: 0, refused: 0, failed: 0, cut: 0 };
   const queue = new ScriptQueue<OpenAiScript>(options.defaultAnswer ?? echoAnswer);
 
@@ -1119,6 +1122,7 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
     imageTokensFor,
     counts,
     responses,
+    tokenCounts,
     nextAnswer(request) {
       const next = queue.next();
       if (next === echoAnswer) return echoResponses(request, echoAnswer);
@@ -1271,6 +1275,8 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
       if (route === "POST /v1/chat/completions") response = await chat(request, raw, record);
       else if (route === "POST /v1/responses") {
         response = await responsesEndpoint.handle(request, raw, record);
+      } else if (route === "POST /v1/responses/input_tokens") {
+        response = await responsesEndpoint.countInputTokens(raw, record);
       } else if (route === "POST /v1/embeddings") response = embeddings(raw, record);
       else if (request.method === "GET" && /^\/v1\/models(\/.+)?$/.test(url.pathname)) {
         response = models(url.pathname);
@@ -1303,6 +1309,7 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
     script: (...answers) => queue.push(...answers),
     setDefault: (answer) => queue.setDefault(answer),
     responses,
+    tokenCounts,
     promptTokens(body) {
       return openAiPromptTokens(body, lenientImageTokens(body.model));
     },
