@@ -26,12 +26,7 @@ import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
 import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
-import {
-  anthropicUnreadImageTokens,
-  extraOutputBound,
-  inputBound,
-  outputBound,
-} from "./input_bound.ts";
+import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
 
 import type { Caller, RequestTrace } from "./caller.ts";
@@ -156,7 +151,8 @@ const DEFAULT_COUNT_TOKENS_TIMEOUT_MS = 2_000;
 
 /**
  * The input to reserve for an exact count: count_tokens is documented as an estimate that may
- * differ from the billed input by a small amount, so 2% and 32 tokens are added.
+ * differ from the billed input by a small amount, so 2% and 32 tokens are added (OpenAI's input
+ * token count is held the same way).
  */
 export function exactInputReservation(exact: number): number {
   return Math.ceil(exact * 1.02) + 32;
@@ -556,7 +552,8 @@ export class Gateway {
       return bound;
     });
     let promptTokens = Math.max(...bounds);
-    // Anthropic's count_tokens, asked only when the bound decides: counted once, never cached.
+    // The provider's own count (Anthropic's count_tokens, OpenAI's input token count), asked only
+    // when the bound decides: counted once, never cached.
     let exactTried = false;
     const tryExact = async () => {
       if (exactTried) return false;
@@ -568,7 +565,8 @@ export class Gateway {
       const withMargin = Math.max(
         exactInputReservation(exact),
         Math.min(
-          exactInputReservation(exact) + anthropicUnreadImageTokens(request),
+          exactInputReservation(exact) +
+            unreadImageTokens(model.provider.kind, request, model),
           model.contextTokens - maxTokens,
         ),
       );
@@ -614,8 +612,8 @@ export class Gateway {
   }
 
   /**
-   * The exact input tokens by the provider's free counting endpoint (Anthropic's count_tokens),
-   * when the model is served by such a provider: null when there is none, or when the count fails
+   * The exact input tokens by the provider's free counting endpoint (Anthropic's count_tokens,
+   * OpenAI's Responses input token count), when the model is served by such a provider: null when there is none, or when the count fails
    * or is slow (the bound then stands). Counted in the request's log line, and so in the metrics.
    */
   async #exactInputTokens(
@@ -626,7 +624,7 @@ export class Gateway {
     trace: RequestTrace,
   ): Promise<number | null> {
     const counter = this.#deps.providers(model.provider);
-    if (model.provider.kind !== "anthropic" || !counter.countInputTokens) return null;
+    if (!counter.countInputTokens) return null;
     const timeoutMs = this.#deps.countTokensTimeoutMs ?? DEFAULT_COUNT_TOKENS_TIMEOUT_MS;
     try {
       const exact = await counter.countInputTokens({

@@ -126,17 +126,23 @@ export function anthropicImageTokens(size: { width: number; height: number } | n
 
 /**
  * What the images whose size we cannot read (URLs the provider fetches itself) may cost at most on
- * the Anthropic kind: an exact count (count_tokens) saw them as they were when it fetched them, and
- * the messages call fetches them again, when they may be other images.
+ * a route of this kind: an exact count (Anthropic's count_tokens, OpenAI's input token count) saw
+ * them as they were when it fetched them, and the call fetches them again, when they may be other
+ * images.
  */
-export function anthropicUnreadImageTokens(request: ChatRequest): number {
+export function unreadImageTokens(
+  kind: ProviderKind,
+  request: ChatRequest,
+  model: ImageRule,
+): number {
   let total = 0;
   for (const m of request.messages) {
     if (m.role !== "user" || !Array.isArray(m.content)) continue;
     for (const part of m.content) {
-      if (part.type === "image_url" && !imageSizeOf(part.image_url.url)) {
-        total += anthropicImageTokens(null);
-      }
+      if (part.type !== "image_url" || imageSizeOf(part.image_url.url)) continue;
+      total += kind === "anthropic"
+        ? anthropicImageTokens(null)
+        : openAiImageTokens(null, part.image_url.detail, model);
     }
   }
   return total;

@@ -144,7 +144,9 @@ export function DialectSection() {
           naming the model and the item. Send the assistant message back as it came and the model
           that made them gets its reasoning items back before it, so that it reasons on from them in
           a tool loop; another model is not sent them. The hold counts a token per byte of each
-          item's content. With a provider marked <code>"reasoning_summaries": true</code>{" "}
+          item's content; where that would refuse the request (the context, or a balance it does not
+          fit), OpenAI's own input token count decides. With a provider marked{" "}
+          <code>"reasoning_summaries": true</code>{" "}
           (an organization OpenAI has verified), reasoning models are asked for summaries, streamed
           as <code>reasoning_content</code>.
         </li>

@@ -77,6 +77,7 @@ Deno.test("openai SDK, Responses kind: a question is sent to /v1/responses as in
     assert.equal(body.store, false);
     assert.equal(body.temperature, 0.2);
     assert.equal(d.openai.chats.length, 0, "nothing went to chat completions");
+    assert.equal(d.openai.tokenCounts.length, 0, "the bound decided nothing: no count asked");
     const [record] = await assertBilledAsUpstream(d, RESPONSES_MODEL, [
       completion.usage!.completion_tokens,
     ]);
@@ -165,6 +166,54 @@ Deno.test("openai SDK, Responses kind: an agent loop that sends the assistant me
       first.usage!.completion_tokens,
       second.usage!.completion_tokens,
     ]);
+  }));
+
+Deno.test("openai SDK, Responses kind: a long agent loop whose encrypted reasoning would pass the context by its bytes is counted by OpenAI, served, and held to that count", () =>
+  withDialect(async (d) => {
+    // Each turn reasons 30,000 tokens: their encrypted content is 4 bytes a token in the fake,
+    // so two of them are held at 240,000 tokens by their bytes, past the 200,000 context.
+    const call = (city: string) => ({
+      reasoningTokens: 30_000,
+      toolCalls: [{ name: "get_weather", arguments: { city } }],
+    });
+    d.openai.script(call("Paris"), call("Rome"), { reasoningTokens: 100, content: "Both sunny." });
+    const messages: ChatCompletionMessageParam[] = [
+      { role: "user", content: "Weather in Paris and Rome?" },
+    ];
+    const ask = () =>
+      openAiClient(d).chat.completions.create({
+        model: RESPONSES_REASONING_MODEL,
+        messages,
+        tools: WEATHER_TOOLS,
+        max_completion_tokens: 32_000,
+      });
+    for (let turn = 0; turn < 2; turn++) {
+      const message = (await ask()).choices[0].message;
+      messages.push(message);
+      messages.push({ role: "tool", tool_call_id: message.tool_calls![0].id, content: "sunny" });
+    }
+    assert.equal(d.openai.tokenCounts.length, 0, "the first two turns fit by the bound");
+    const last = await ask();
+    assert.equal(last.choices[0].message.content, "Both sunny.");
+    assert.equal(d.openai.tokenCounts.length, 1, "the third turn was counted");
+    const [count] = d.openai.tokenCounts;
+    assert.equal(count.body.model, "o4-mini");
+    // Only what the count takes: no stream, store, cap or include.
+    assert.deepEqual(Object.keys(count.body).sort(), ["input", "model", "tools"]);
+    const third = d.openai.responses[2];
+    assert.equal(third.carriedReasoningTokens, 60_000);
+    assert.equal(count.inputTokens, third.inputTokens, "the count is what the call billed");
+    const records = await d.newUsage();
+    assert.equal(records.length, 3);
+    const held = records[2];
+    assert.equal(held.promptTokens, third.inputTokens);
+    assert.ok(held.reserved >= held.cost, `held ${held.reserved} for ${held.cost}`);
+    // Held to the count (2% and 32 tokens over it), not to the bytes.
+    const price = { input: 1.1, output: 4.4 };
+    const byCount = Math.ceil(
+      (Math.ceil(count.inputTokens * 1.02) + 32) * price.input + 32_000 * price.output,
+    );
+    assert.ok(held.reserved <= byCount + 1, `held ${held.reserved}, the count's hold ${byCount}`);
   }));
 
 Deno.test("openai SDK, Responses kind: a streamed agent loop gets the encrypted reasoning in one delta, which the stream helper keeps and the next turn sends back", () =>

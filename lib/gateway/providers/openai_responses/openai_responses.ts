@@ -1,6 +1,6 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { callUpstream, guardedParts } from "../http.ts";
+import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
 import { responsesStreamParts } from "./stream.ts";
 
@@ -15,6 +15,19 @@ export interface OpenAiResponsesOptions {
   fetch?: typeof fetch;
 }
 
+/** The input token count answers `{"object": "response.input_tokens", "input_tokens": N}`. */
+const COUNT_ANSWER_BYTES = 64 * 1024;
+/** The fields of a Responses request that the input token count takes (InputTokenCountParams). */
+const COUNTED_FIELDS = new Set([
+  "model",
+  "input",
+  "reasoning",
+  "text",
+  "tool_choice",
+  "tools",
+  "parallel_tool_calls",
+]);
+
 /** The events a Responses stream ends with; nothing after them is read. */
 const LAST_EVENTS = new Set(["response.completed", "response.incomplete", "response.failed"]);
 
@@ -24,13 +37,15 @@ const LAST_EVENTS = new Set(["response.completed", "response.incomplete", "respo
  * streamed: a non-streamed request is assembled from the stream.
  */
 export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): Provider {
-  function post(request: UpstreamRequest) {
+  const body = (request: UpstreamRequest) =>
+    responsesRequestBody(request, { reasoningSummaries: options.reasoningSummaries });
+
+  function post(path: string, request: UpstreamRequest, body: Record<string, unknown>) {
     if (!options.apiKey) {
       throw new ProviderError("not_configured", `provider key ${options.apiKeyEnv} is not set`);
     }
-    const body = responsesRequestBody(request, { reasoningSummaries: options.reasoningSummaries });
     return callUpstream({
-      url: `${options.baseUrl}/responses`,
+      url: `${options.baseUrl}${path}`,
       headers: { authorization: `Bearer ${options.apiKey}`, "content-type": "application/json" },
       body: JSON.stringify(body),
       signal: request.signal,
@@ -41,7 +56,7 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
 
   return {
     async stream(request) {
-      const call = await post(request);
+      const call = await post("/responses", request, body(request));
       return guardedParts(
         responsesStreamParts(
           parseSse(
@@ -57,5 +72,24 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
 
     /** Reasoning is billed as output and never shown whole. */
     billsHiddenWork: reasons,
+
+    /**
+     * OpenAI's input token count for the same request: the input it bills, the reasoning items
+     * sent back included, whose encrypted content the bound can only count by its bytes.
+     */
+    async countInputTokens(request) {
+      const counted = Object.fromEntries(
+        Object.entries(body(request)).filter(([field]) => COUNTED_FIELDS.has(field)),
+      );
+      const json = await readAnswerJson(
+        await post("/responses/input_tokens", request, counted),
+        COUNT_ANSWER_BYTES,
+      );
+      const tokens = (json as { input_tokens?: unknown })?.input_tokens;
+      if (typeof tokens !== "number" || !Number.isSafeInteger(tokens) || tokens < 0) {
+        throw new ProviderError("malformed_response", "input_tokens answered without a count");
+      }
+      return tokens;
+    },
   };
 }
