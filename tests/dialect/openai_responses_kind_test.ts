@@ -363,7 +363,7 @@ Deno.test("openai SDK, Responses kind: the provider's refusal is the client's 40
 
 for (const stream of [false, true]) {
   Deno.test(
-    `openai SDK, Responses kind: a response OpenAI fails before its first output charges nothing and answers its status${
+    `openai SDK, Responses kind: a response OpenAI fails before its first output, while it reasons too, charges nothing and answers its status${
       stream ? ", streamed" : ""
     }: 400 with OpenAI's words for a refused request, 429 for its rate limit, 502 otherwise`,
     () =>
@@ -374,26 +374,33 @@ for (const stream of [false, true]) {
           ["rate_limit_exceeded", 429, "upstream_rate_limited"],
           ["server_error", 502, "provider_unreachable"],
         ] as const;
-        for (const [code, status, ours] of cases) {
-          for (const event of ["response.failed", "error"] as const) {
-            d.openai.script({
-              content: "Hello there.",
-              streamError: { afterEvents: 2, event, code, message: "Not this one." },
-            });
-            const error = await (async () => {
-              const answer = await openAiClient(d).chat.completions.create({
-                model: RESPONSES_MODEL,
-                messages: [{ role: "user", content: "hello" }],
-                stream,
+        // Right after response.in_progress; for the reasoning model, once its reasoning item is
+        // done too (it may reason for minutes before its first output).
+        const models = [[RESPONSES_MODEL, 2], [RESPONSES_REASONING_MODEL, 4]] as const;
+        for (const [model, afterEvents] of models) {
+          for (const [code, status, ours] of cases) {
+            for (const event of ["response.failed", "error"] as const) {
+              const what = `${model}: ${code} in ${event}`;
+              d.openai.script({
+                content: "Hello there.",
+                reasoningTokens: 500,
+                streamError: { afterEvents, event, code, message: "Not this one." },
               });
-              if (stream) {
-                for await (const _ of answer as AsyncIterable<unknown>) { /* drained */ }
-              }
-            })().then(() => assert.fail(`${code} in ${event}: answered`), (e) => e);
-            assert.ok(error instanceof OpenAI.APIError, String(error));
-            assert.equal(error.status, status, `${code} in ${event}`);
-            assert.equal(error.code, ours, `${code} in ${event}`);
-            if (status === 400) assert.match(error.message, /Not this one\./);
+              const error = await (async () => {
+                const answer = await openAiClient(d).chat.completions.create({
+                  model,
+                  messages: [{ role: "user", content: "hello" }],
+                  stream,
+                });
+                if (stream) {
+                  for await (const _ of answer as AsyncIterable<unknown>) { /* drained */ }
+                }
+              })().then(() => assert.fail(`${what}: answered`), (e) => e);
+              assert.ok(error instanceof OpenAI.APIError, String(error));
+              assert.equal(error.status, status, what);
+              assert.equal(error.code, ours, what);
+              if (status === 400) assert.match(error.message, /Not this one\./);
+            }
           }
         }
         assert.equal((await d.newUsage()).length, 0, "nothing charged");

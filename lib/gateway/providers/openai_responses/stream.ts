@@ -157,11 +157,15 @@ export function responsesStreamParts(
     parts.push(chunk({ reasoning_details: pending }));
     pending = [];
   };
+  /** Whether a reasoning item has begun: work billed as output whether or not it shows. */
+  let reasoned = false;
   const start = (parts: StreamPart[]) => {
     if (started) return;
     started = true;
     // As OpenAI's first chunk, whose refusal: null the assembled message keeps.
     parts.push(chunk({ role: "assistant", content: "", refusal: null }));
+    // A client leaving from here on saves nothing.
+    if (reasoned) parts.push({ type: "hidden_work" });
   };
   const reasoningText = (text: string, parts: StreamPart[], gap: boolean) => {
     if (!text) return;
@@ -198,14 +202,16 @@ export function responsesStreamParts(
         break;
       }
       case "response.output_item.added": {
-        start(parts);
         const item = isRecord(json.item) ? json.item : {};
         const at = Number(json.output_index);
         if (item.type === "reasoning") {
-          // Reasoning is billed as output whether or not it shows: a client leaving saves nothing.
-          parts.push({ type: "hidden_work" });
+          // Nothing to show yet: a response that fails while it reasons (minutes, for the pro
+          // models) fails the call, so that nothing is charged and a fallback may serve it.
+          reasoned = true;
+          if (started) parts.push({ type: "hidden_work" });
           break;
         }
+        start(parts);
         flushDetails(parts);
         // A later message of the same answer (a model that comments before it answers) is a
         // paragraph of its own in chat's one content.

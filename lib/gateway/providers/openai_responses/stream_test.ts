@@ -476,6 +476,17 @@ Deno.test("a response that fails before its first output gives nothing before it
               sse(
                 { type: "response.created", response: response() },
                 { type: "response.in_progress", response: response() },
+                // A reasoning model fails while it reasons: nothing has been shown yet either.
+                {
+                  type: "response.output_item.added",
+                  output_index: 0,
+                  item: { type: "reasoning", id: "rs_1", summary: [] },
+                },
+                {
+                  type: "response.output_item.done",
+                  output_index: 0,
+                  item: { type: "reasoning", id: "rs_1", summary: [], encrypted_content: "gAAAA" },
+                },
                 failing,
               ),
               META,
