@@ -20,6 +20,35 @@ export interface UpstreamCall {
   fetch?: typeof fetch;
 }
 
+/** Where and how a provider that authenticates with a bearer key (OpenAI's kinds) is called. */
+export interface BearerUpstream {
+  baseUrl: string;
+  apiKey: string | undefined;
+  apiKeyEnv: string;
+  timeoutMs: number;
+  fetch?: typeof fetch;
+}
+
+/** A JSON POST to `{baseUrl}{path}` with the provider's key as a bearer token (callUpstream). */
+export function postWithBearer(
+  upstream: BearerUpstream,
+  path: string,
+  body: unknown,
+  signal: AbortSignal,
+) {
+  if (!upstream.apiKey) {
+    throw new ProviderError("not_configured", `provider key ${upstream.apiKeyEnv} is not set`);
+  }
+  return callUpstream({
+    url: `${upstream.baseUrl}${path}`,
+    headers: { authorization: `Bearer ${upstream.apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+    signal,
+    timeoutMs: upstream.timeoutMs,
+    fetch: upstream.fetch,
+  });
+}
+
 /**
  * POSTs to an upstream and maps every transport failure and non-2xx status to a ProviderError.
  * The returned idle guard keeps aborting the body if it stalls for longer than the timeout.

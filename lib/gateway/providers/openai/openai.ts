@@ -1,5 +1,5 @@
-import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
+import type { Provider, UpstreamRequest } from "../types.ts";
+import { guardedParts, postWithBearer, readAnswerJson } from "../http.ts";
 import { isReasoningModel, openAiRequestBody } from "./request.ts";
 import { openAiSseParts } from "./stream.ts";
 import { embeddingsAnswerBytes, embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
@@ -24,19 +24,8 @@ export interface OpenAiOptions {
  * server that refuses to be asked and reports it unasked.
  */
 export function createOpenAiProvider(options: OpenAiOptions): Provider {
-  function post(path: string, body: unknown, signal: AbortSignal) {
-    if (!options.apiKey) {
-      throw new ProviderError("not_configured", `provider key ${options.apiKeyEnv} is not set`);
-    }
-    return callUpstream({
-      url: `${options.baseUrl}${path}`,
-      headers: { authorization: `Bearer ${options.apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify(body),
-      signal,
-      timeoutMs: options.timeoutMs,
-      fetch: options.fetch,
-    });
-  }
+  const post = (path: string, body: unknown, signal: AbortSignal) =>
+    postWithBearer(options, path, body, signal);
 
   /** Chat is always streamed: a non-streamed request is assembled from the stream. */
   function send(request: UpstreamRequest) {

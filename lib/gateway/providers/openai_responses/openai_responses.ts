@@ -1,6 +1,6 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
+import { guardedParts, postWithBearer, readAnswerJson } from "../http.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
 import { responsesStreamParts } from "./stream.ts";
 
@@ -40,19 +40,8 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
   const body = (request: UpstreamRequest) =>
     responsesRequestBody(request, { reasoningSummaries: options.reasoningSummaries });
 
-  function post(path: string, request: UpstreamRequest, body: Record<string, unknown>) {
-    if (!options.apiKey) {
-      throw new ProviderError("not_configured", `provider key ${options.apiKeyEnv} is not set`);
-    }
-    return callUpstream({
-      url: `${options.baseUrl}${path}`,
-      headers: { authorization: `Bearer ${options.apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify(body),
-      signal: request.signal,
-      timeoutMs: options.timeoutMs,
-      fetch: options.fetch,
-    });
-  }
+  const post = (path: string, request: UpstreamRequest, body: Record<string, unknown>) =>
+    postWithBearer(options, path, body, request.signal);
 
   return {
     async stream(request) {
