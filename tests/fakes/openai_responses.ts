@@ -39,6 +39,7 @@ import {
   tokenCount,
   tokenPieces,
   toolsTokens,
+  unverifiedStreamingRefusal,
 } from "./openai_shared.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -451,6 +452,7 @@ function validateToolSequence(items: Json[]) {
  * config: "Unsupported parameter: 'reasoning.effort' is not supported with this model."
  */
 function validateForModel(body: Json, rules: ModelRules) {
+  if (rules.unverifiedStreaming && body.stream === true) throw unverifiedStreamingRefusal();
   const unsupported = (name: string) =>
     invalid(
       `Unsupported parameter: '${name}' is not supported with this model.`,

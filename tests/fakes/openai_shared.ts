@@ -96,6 +96,22 @@ export interface OpenAiModelConfig {
   /** Image token costs: base and per 512-px tile (85/170 for gpt-4o; 2833/5667 for 4o-mini). */
   imageBaseTokens?: number;
   imageTileTokens?: number;
+  /**
+   * The organization is not verified for this model, which OpenAI then refuses to stream (o3,
+   * GPT-5): a request with `stream: true` is answered 400, param `stream`, code
+   * `unsupported_value`, in the words quoted in continuedev/continue#8209 and
+   * BeehiveInnovations/pal-mcp-server#134.
+   */
+  unverifiedStreaming?: boolean;
+}
+
+/** OpenAI's refusal to stream a model to an organization it has not verified. */
+export function unverifiedStreamingRefusal(): OpenAiError {
+  return invalid(
+    "Your organization must be verified to stream this model. Please go to: https://platform.openai.com/settings/organization/general and click on Verify Organization. If you just verified, it can take up to 15 minutes for access to propagate.",
+    "stream",
+    "unsupported_value",
+  );
 }
 
 export interface ModelRules

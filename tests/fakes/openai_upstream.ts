@@ -62,6 +62,7 @@ import {
   tokenCount,
   tokenPieces,
   toolsTokens,
+  unverifiedStreamingRefusal,
 } from "./openai_shared.ts";
 
 // Defined in openai_shared.ts, still this module's API: the script and request types, and the
@@ -527,6 +528,7 @@ function modelRules(options: OpenAiUpstreamOptions, model: string): ModelRules |
     imageTileTokens: config?.imageTileTokens ?? 170,
     contextWindow: config?.contextWindow,
     maxOutputTokens: config?.maxOutputTokens,
+    unverifiedStreaming: config?.unverifiedStreaming ?? false,
   };
 }
 
@@ -546,6 +548,7 @@ function formatNumber(n: number): string {
  * Non-reasoning models refuse reasoning_effort the same way.
  */
 function validateForModel(body: Json, rules: ModelRules) {
+  if (rules.unverifiedStreaming && body.stream === true) throw unverifiedStreamingRefusal();
   const unsupported = (name: string, hint = "") =>
     invalid(
       `Unsupported parameter: '${name}' is not supported with this model.${hint}`,
