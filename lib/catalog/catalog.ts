@@ -45,6 +45,13 @@ const ProviderSchema = z.discriminatedUnion("kind", [
      * gives them only to organizations it has verified, and refuses the request of any other).
      */
     reasoning_summaries: z.boolean().optional(),
+    /**
+     * Kinds openai and openai_responses: whether the upstream call is streamed (true by default).
+     * False for an OpenAI organization it has not verified, which it refuses to stream o3 and
+     * GPT-5 to ("Your organization must be verified to stream this model"): each answer then
+     * comes whole, and `timeout_ms` must cover a whole answer, not a silence.
+     */
+    streaming: z.boolean().optional(),
   }).strict(),
 ]);
 
@@ -140,6 +147,8 @@ export type ProviderConfig =
       forwardReasoningDetails: boolean;
       /** Kind openai_responses: whether reasoning models are asked for summaries. */
       reasoningSummaries: boolean;
+      /** Kinds openai and openai_responses: whether the upstream call is streamed. */
+      streaming: boolean;
     }
   );
 
@@ -519,6 +528,10 @@ const KIND_ONLY_FIELDS = {
     anthropic: "Claude's thinking shows as it is written, or as Anthropic's summary of it",
     openai: "the chat completions API gives no reasoning summaries",
   },
+  streaming: {
+    kind: "openai or openai_responses",
+    anthropic: "Anthropic streams every model",
+  },
 } as const;
 
 function toProvider(
@@ -530,7 +543,8 @@ function toProvider(
     return { name, kind: "simulator", tokenDelayMs: p.token_delay_ms ?? 0 };
   }
   for (const [field, rule] of Object.entries(KIND_ONLY_FIELDS)) {
-    if (p[field as keyof typeof KIND_ONLY_FIELDS] === undefined || rule.kind === p.kind) continue;
+    const value = p[field as keyof typeof KIND_ONLY_FIELDS];
+    if (value === undefined || rule.kind.split(" or ").includes(p.kind)) continue;
     const why = (rule as Record<string, string>)[p.kind];
     throw new CatalogError(
       `catalog field providers.${name}.${field}: for providers of kind ${rule.kind}; ${why}`,
@@ -547,6 +561,7 @@ function toProvider(
     forwardReasoningContent: p.forward_reasoning_content ?? false,
     forwardReasoningDetails: p.forward_reasoning_details ?? false,
     reasoningSummaries: p.reasoning_summaries ?? false,
+    streaming: p.streaming ?? true,
   };
 }
 

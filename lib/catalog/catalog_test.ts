@@ -707,3 +707,21 @@ Deno.test("GPT-5.6's cache writes are priced above input through the Responses A
   const model = buildCatalog(file, {}).get("openai/gpt-5.6")!;
   assert.equal(model.cacheWriteUsdPerMTok, "1.5625");
 });
+
+Deno.test("a provider of OpenAI's kinds is streamed unless its entry says streaming: false; refused on kind anthropic", () => {
+  const streaming = (mutate: (c: CatalogFile) => void, id = "openai/gpt-4o-mini") => {
+    const file = catalogFile();
+    mutate(file);
+    return (buildCatalog(file, {}).get(id)!.provider as { streaming: boolean }).streaming;
+  };
+  assert.equal(streaming(() => {}), true);
+  assert.equal(
+    streaming((c) => ((c.providers.openai as Record<string, unknown>).streaming = false)),
+    false,
+  );
+  assert.equal(streaming(withResponsesProvider({ streaming: false }), "openai/o3-pro"), false);
+  assert.match(
+    refusal((c) => ((c.providers.backup as Record<string, unknown>).streaming = false)),
+    /providers\.backup\.streaming: for providers of kind openai or openai_responses; Anthropic streams every model/,
+  );
+});

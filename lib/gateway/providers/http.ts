@@ -323,6 +323,15 @@ export async function* guardedParts<T>(
 }
 
 /**
+ * The most a whole (non-streamed) chat answer of `maxTokens` may take as JSON: a token's text,
+ * escaped, with its logprobs and twenty alternatives is under 2 KiB; 64 MiB at most whatever the
+ * cap, so that an upstream that answers without end cannot fill our memory.
+ */
+export function wholeAnswerBytes(maxTokens: number): number {
+  return Math.min(64 * 1024 * 1024, 256 * 1024 + maxTokens * 2048);
+}
+
+/**
  * Reads a non-streamed answer's JSON body under the same idle guard as its headers. A body longer
  * than `maxBytes` is not read on: an upstream that answers without end must not fill our memory.
  */

@@ -47,3 +47,8 @@ export async function* convertBatches<E>(
   conversion.close?.(parts, false);
   if (parts.length > 0) yield parts;
 }
+
+/** Events that came in one piece (a whole answer made into its stream's events), as one batch. */
+export async function* oneBatch<E>(events: E[]): AsyncGenerator<E[]> {
+  yield events;
+}

@@ -1,7 +1,7 @@
 import type { Provider, UpstreamRequest } from "../types.ts";
-import { guardedParts, postWithBearer, readAnswerJson } from "../http.ts";
+import { guardedParts, postWithBearer, readAnswerJson, wholeAnswerBytes } from "../http.ts";
 import { isReasoningModel, openAiRequestBody } from "./request.ts";
-import { openAiSseParts } from "./stream.ts";
+import { openAiAnswerParts, openAiSseParts } from "./stream.ts";
 import { embeddingsAnswerBytes, embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
 
 export interface OpenAiOptions {
@@ -15,6 +15,8 @@ export interface OpenAiOptions {
   forwardReasoningContent?: boolean;
   /** Whether assistants' `reasoning_details` are sent back (see openAiRequestBody). */
   forwardReasoningDetails?: boolean;
+  /** False: the upstream is asked for whole answers (an OpenAI organization not verified). */
+  streaming?: boolean;
   fetch?: typeof fetch;
 }
 
@@ -27,9 +29,12 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
   const post = (path: string, body: unknown, signal: AbortSignal) =>
     postWithBearer(options, path, body, signal);
 
-  /** Chat is always streamed: a non-streamed request is assembled from the stream. */
-  function send(request: UpstreamRequest) {
-    const body = openAiRequestBody(request, true, {
+  /**
+   * Chat is streamed (a non-streamed request is assembled from the stream), except from a
+   * provider that may not be streamed to: its whole answer is then made into its stream's parts.
+   */
+  function send(request: UpstreamRequest, stream: boolean) {
+    const body = openAiRequestBody(request, stream, {
       streamOptions: options.streamOptions,
       forwardReasoningContent: options.forwardReasoningContent,
       forwardReasoningDetails: options.forwardReasoningDetails,
@@ -39,7 +44,11 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
 
   return {
     async stream(request) {
-      const call = await send(request);
+      if (options.streaming === false) {
+        const answer = await send(request, false);
+        return openAiAnswerParts(await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens)));
+      }
+      const call = await send(request, true);
       return guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call);
     },
 

@@ -11,7 +11,7 @@ import { parseSse } from "../../sse.ts";
 import type { BodyReader } from "../http1.ts";
 import { parseOpenAiUsage, promptCacheCounts } from "../usage.ts";
 import { eventJson } from "../http.ts";
-import { convertBatches } from "../part_batches.ts";
+import { convertBatches, oneBatch } from "../part_batches.ts";
 import {
   type ChatCompletionChunk,
   ProviderError,
@@ -73,6 +73,34 @@ export function openAiStreamParts(
     // Nothing is held back: every usage was handed on with the batch that brought it.
     finished: () => finished,
   }, "upstream stream ended before it finished");
+}
+
+/**
+ * A whole (non-streamed) completion as the one chunk its stream would add up to: each choice's
+ * message as its delta, tool calls numbered as a stream numbers them, the usage kept.
+ */
+export function completionAsChunk(json: unknown): Record<string, unknown> {
+  if (!isObject(json) || !Array.isArray(json.choices)) {
+    throw new ProviderError("malformed_response", "the upstream's answer is not a chat completion");
+  }
+  const choices = json.choices.map((choice) => {
+    if (!isObject(choice)) return choice;
+    const { message, ...rest } = choice;
+    const delta: Record<string, unknown> = isObject(message) ? { ...message } : {};
+    if (Array.isArray(delta.tool_calls)) {
+      delta.tool_calls = delta.tool_calls.map((call, index) =>
+        isObject(call) ? { index, ...call } : call
+      );
+    }
+    return { ...rest, delta };
+  });
+  return { ...json, object: "chat.completion.chunk", choices };
+}
+
+/** A whole completion's parts: those of the one chunk it would have streamed, then its end. */
+export function openAiAnswerParts(json: unknown): AsyncGenerator<StreamPart[]> {
+  const chunk = JSON.stringify(completionAsChunk(json));
+  return openAiStreamParts(oneBatch([{ data: chunk }, { data: "[DONE]" }]));
 }
 
 /** `onRead` hears of every read that brought bytes: the idle guard's sign of life. */

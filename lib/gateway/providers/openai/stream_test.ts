@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { collect, fixtureEvents } from "../test_support.ts";
 import { assembleCompletion } from "../assemble.ts";
 import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
-import { openAiStreamParts } from "./stream.ts";
+import { openAiAnswerParts, openAiStreamParts } from "./stream.ts";
 
 const TOOL_CALLS = new URL("./fixtures/stream_tool_calls.sse", import.meta.url);
 const MISTRAL_THINKING = new URL("./fixtures/stream_mistral_thinking.sse", import.meta.url);
@@ -277,4 +277,27 @@ Deno.test("content streamed as a list of parts (Mistral's reasoning models) goes
   assert.equal(completion.choices[0].message.content, "The answer is 42.");
   assert.equal(completion.choices[0].message.reasoning_content, "Six sevens: forty-two.");
   assert.deepEqual(usage, { promptTokens: 12, completionTokens: 28 });
+});
+
+Deno.test("a whole completion is made into the parts of the one chunk it would have streamed, and assembles back into itself", async () => {
+  for (const name of ["openai_completion.json", "openai_completion_tool_calls.json"]) {
+    const completion = JSON.parse(
+      Deno.readTextFileSync(new URL(`../../../../tests/fixtures/${name}`, import.meta.url)),
+    );
+    const parts = await collect(openAiAnswerParts(structuredClone(completion)));
+    const assembled = assembleCompletion(parts).completion;
+    const [choice] = completion.choices;
+    // Annotations (web search's citations, which no request here can ask for) are not assembled.
+    const { annotations: _annotations, ...message } = choice.message;
+    assert.deepEqual(assembled.choices[0].message, message, name);
+    assert.equal(assembled.choices[0].finish_reason, choice.finish_reason, name);
+    const usage = parts.findLast((p) => p.type === "usage");
+    assert.ok(usage?.type === "usage", name);
+    assert.equal(usage.usage.promptTokens, completion.usage.prompt_tokens, name);
+    assert.equal(usage.usage.completionTokens, completion.usage.completion_tokens, name);
+  }
+  assert.throws(
+    () => openAiAnswerParts({ error: "no" }),
+    (e) => e instanceof ProviderError && e.kind === "malformed_response",
+  );
 });

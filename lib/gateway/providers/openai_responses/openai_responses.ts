@@ -1,8 +1,9 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { guardedParts, postWithBearer, readAnswerJson } from "../http.ts";
+import { guardedParts, postWithBearer, readAnswerJson, wholeAnswerBytes } from "../http.ts";
+import { oneBatch } from "../part_batches.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
-import { responsesStreamParts } from "./stream.ts";
+import { responseAsEvents, responsesStreamParts } from "./stream.ts";
 
 export interface OpenAiResponsesOptions {
   /** e.g. https://api.openai.com/v1 (the path /responses is appended). */
@@ -12,6 +13,8 @@ export interface OpenAiResponsesOptions {
   timeoutMs: number;
   /** Whether reasoning models are asked for summaries of their reasoning (see the catalog). */
   reasoningSummaries?: boolean;
+  /** False: the upstream is asked for whole answers (an OpenAI organization not verified). */
+  streaming?: boolean;
   fetch?: typeof fetch;
 }
 
@@ -45,6 +48,13 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
 
   return {
     async stream(request) {
+      const meta = { requestId: request.requestId, upstreamModel: request.model.upstreamModel };
+      if (options.streaming === false) {
+        // A whole answer, made into the events its stream would have sent.
+        const answer = await post("/responses", request, { ...body(request), stream: false });
+        const json = await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens));
+        return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
+      }
       const call = await post("/responses", request, body(request));
       return guardedParts(
         responsesStreamParts(
@@ -53,7 +63,7 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
             (event) => LAST_EVENTS.has(event.event ?? ""),
             call.idle.touch,
           ),
-          { requestId: request.requestId, upstreamModel: request.model.upstreamModel },
+          meta,
         ),
         call,
       );

@@ -119,6 +119,80 @@ function incompleteFinish(response: Json): string {
   return details.reason === "content_filter" ? "content_filter" : "length";
 }
 
+/**
+ * A whole (non-streamed) Response as the events its stream would have sent, for the converter
+ * below: each output item added, its text, refusal, summary, reasoning text or arguments as one
+ * delta, the item done; then the response's end by its status.
+ */
+export function responseAsEvents(response: unknown): { event: string; data: string }[] {
+  if (!isRecord(response) || !Array.isArray(response.output)) {
+    throw new ProviderError("malformed_response", "the upstream's answer is not a response");
+  }
+  const events: { event: string; data: string }[] = [];
+  const push = (event: Json) =>
+    events.push({ event: event.type as string, data: JSON.stringify(event) });
+  push({ type: "response.created", response: { ...response, output: [], usage: null } });
+  response.output.forEach((item, at) => {
+    if (!isRecord(item)) return;
+    const parts = (field: string) => Array.isArray(item[field]) ? item[field].filter(isRecord) : [];
+    if (item.type === "reasoning") {
+      push({
+        type: "response.output_item.added",
+        output_index: at,
+        item: { ...item, summary: [] },
+      });
+      parts("summary").forEach((part, index) => {
+        push({
+          type: "response.reasoning_summary_text.delta",
+          output_index: at,
+          summary_index: index,
+          delta: part.text,
+        });
+      });
+      for (const part of parts("content")) {
+        push({ type: "response.reasoning_text.delta", output_index: at, delta: part.text });
+      }
+    } else if (item.type === "message") {
+      push({
+        type: "response.output_item.added",
+        output_index: at,
+        item: { ...item, content: [] },
+      });
+      for (const part of parts("content")) {
+        if (part.type === "output_text") {
+          push({
+            type: "response.output_text.delta",
+            output_index: at,
+            delta: part.text,
+            logprobs: part.logprobs,
+          });
+        } else if (part.type === "refusal") {
+          push({ type: "response.refusal.delta", output_index: at, delta: part.refusal });
+        }
+      }
+    } else if (item.type === "function_call") {
+      push({
+        type: "response.output_item.added",
+        output_index: at,
+        item: { ...item, arguments: "" },
+      });
+      push({
+        type: "response.function_call_arguments.delta",
+        output_index: at,
+        delta: item.arguments,
+      });
+    }
+    push({ type: "response.output_item.done", output_index: at, item });
+  });
+  const end = response.status === "incomplete"
+    ? "response.incomplete"
+    : response.status === "failed"
+    ? "response.failed"
+    : "response.completed";
+  push({ type: end, response });
+  return events;
+}
+
 export function responsesStreamParts(
   batches: AsyncIterable<{ event: string | null; data: string }[]>,
   meta: ResponsesStreamMeta,

@@ -4,7 +4,8 @@ import { OPENAI_REASONING_FORMAT } from "../../reasoning_details.ts";
 import { assembleCompletion } from "../assemble.ts";
 import { collect, fixtureEvents } from "../test_support.ts";
 import { type ChatCompletionChunk, ProviderError, type StreamPart } from "../types.ts";
-import { responsesStreamParts } from "./stream.ts";
+import { responseAsEvents, responsesStreamParts } from "./stream.ts";
+import { oneBatch } from "../part_batches.ts";
 
 const META = { requestId: "req_1", upstreamModel: "o4-mini" };
 
@@ -544,4 +545,50 @@ Deno.test("a function call whose arguments come whole with the item, without del
     function: { arguments: string };
   }[];
   assert.equal(calls[0].function.arguments, '{"city":"Rome"}');
+});
+
+/** The response a recorded stream's last event carries, whole. */
+function finalResponse(name: string): Record<string, unknown> {
+  const text = Deno.readTextFileSync(new URL(`./fixtures/${name}`, import.meta.url));
+  const last = text.split("\n").filter((line) => line.startsWith("data: ")).at(-1)!;
+  return JSON.parse(last.slice(6)).response;
+}
+
+Deno.test("a whole response, made into its stream's events, gives what its recorded stream gave", async () => {
+  for (const name of ["stream_text.sse", "stream_function_call.sse", "stream_reasoning.sse"]) {
+    const streamed = assembleCompletion(
+      await collect(responsesStreamParts(fixture(name), FIXTURE_META)),
+    ).completion;
+    const parts = await collect(
+      responsesStreamParts(oneBatch(responseAsEvents(finalResponse(name))), FIXTURE_META),
+    );
+    const whole = assembleCompletion(parts).completion;
+    assert.deepEqual(whole.choices, streamed.choices, name);
+    assert.deepEqual(whole.usage, streamed.usage, name);
+  }
+});
+
+Deno.test("a whole response that is incomplete or failed ends as its stream would", async () => {
+  const incomplete = await collect(responsesStreamParts(
+    oneBatch(responseAsEvents(response({
+      status: "incomplete",
+      incomplete_details: { reason: "max_output_tokens" },
+      output: [{ type: "message", id: "m", content: [{ type: "output_text", text: "Once" }] }],
+      usage: USAGE,
+    }))),
+    META,
+  ));
+  assert.deepEqual(deltas(incomplete).at(-1), [{}, "length"]);
+  await assert.rejects(
+    () =>
+      collect(responsesStreamParts(
+        oneBatch(responseAsEvents(response({
+          status: "failed",
+          error: { code: "invalid_prompt", message: "Not this." },
+        }))),
+        META,
+      )),
+    (e) => e instanceof ProviderError && e.kind === "bad_request",
+  );
+  assert.throws(() => responseAsEvents({ error: {} }), ProviderError);
 });
