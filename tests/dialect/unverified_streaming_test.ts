@@ -133,3 +133,26 @@ Deno.test("an organization OpenAI has not verified: a streamed provider's o3 is 
     assert.equal(openai.counts.refused, 1);
     assert.equal((await charged()).length, 0);
   }));
+
+Deno.test("a whole Responses answer that repeats a long request (many tools, a small cap) is read and charged, not refused as too long", () =>
+  withUnverifiedOrganization(async ({ client, openai, charged }) => {
+    const words = Array.from({ length: 400 }, (_, i) => `word${i}`).join(" ");
+    const tools = Array.from({ length: 120 }, (_, i) => ({
+      type: "function" as const,
+      function: {
+        name: `tool_${i}`,
+        description: `Tool ${i}: ${words}`,
+        parameters: { type: "object", properties: { q: { type: "string" } } },
+      },
+    }));
+    openai.script({ content: "Yes.", reasoningTokens: 0 });
+    const answer = await client.chat.completions.create({
+      model: "wholer/o3",
+      messages: [{ role: "user", content: "Answer yes." }],
+      tools,
+      max_completion_tokens: 16,
+    });
+    assert.equal(answer.choices[0].message.content, "Yes.");
+    const [record] = await charged();
+    assert.equal(record.promptTokens, openai.responses[0].inputTokens);
+  }));

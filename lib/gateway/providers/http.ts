@@ -327,8 +327,21 @@ export async function* guardedParts<T>(
  * escaped, with its logprobs and twenty alternatives is under 2 KiB; 64 MiB at most whatever the
  * cap, so that an upstream that answers without end cannot fill our memory.
  */
-export function wholeAnswerBytes(maxTokens: number): number {
-  return Math.min(64 * 1024 * 1024, 256 * 1024 + maxTokens * 2048);
+export function wholeAnswerBytes(maxTokens: number, sent: unknown): number {
+  // A whole Response repeats the request's tools, schema and metadata: the body sent (as UTF-16
+  // units, each at most 3 bytes of UTF-8) bounds that echo.
+  const echo = JSON.stringify(sent).length * 3;
+  return Math.min(64 * 1024 * 1024, 256 * 1024 + maxTokens * 2048) + echo;
+}
+
+/**
+ * How long a whole (non-streamed) answer may take: its headers come only once it is written, so
+ * the provider's timeout, meant for a silence, must also cover the writing: a minute and 20 ms a
+ * token of the cap (50 tokens a second, slower than OpenAI's reasoning models write), at most an
+ * hour. A call abandoned for its time may still be billed by the provider, and is not charged.
+ */
+export function wholeAnswerTimeoutMs(timeoutMs: number, maxTokens: number): number {
+  return Math.max(timeoutMs, Math.min(60 * 60 * 1000, 60_000 + maxTokens * 20));
 }
 
 /**

@@ -1,5 +1,12 @@
 import assert from "node:assert/strict";
-import { callUpstream, guardedParts, readAnswerJson, watchedCalls } from "./http.ts";
+import {
+  callUpstream,
+  guardedParts,
+  readAnswerJson,
+  watchedCalls,
+  wholeAnswerBytes,
+  wholeAnswerTimeoutMs,
+} from "./http.ts";
 import { openAiSseParts } from "./openai/stream.ts";
 import { ProviderError, type StreamPart } from "./types.ts";
 
@@ -271,4 +278,22 @@ Deno.test("a non-streamed answer that keeps coming is read whole, however long i
   } finally {
     await server.close();
   }
+});
+
+Deno.test("a whole answer may take a minute and 20 ms a token of its cap, at most an hour, never less than the provider's timeout", () => {
+  assert.equal(wholeAnswerTimeoutMs(120_000, 16), 120_000);
+  assert.equal(wholeAnswerTimeoutMs(120_000, 100_000), 2_060_000);
+  assert.equal(wholeAnswerTimeoutMs(900_000, 10_000), 900_000);
+  assert.equal(wholeAnswerTimeoutMs(1_000, 10_000_000), 3_600_000);
+});
+
+Deno.test("a whole answer may be as long as its cap allows plus the request it repeats", () => {
+  const tools = Array.from(
+    { length: 100 },
+    (_, i) => ({ name: `t${i}`, description: "x".repeat(3000) }),
+  );
+  const small = wholeAnswerBytes(16, {});
+  const echoing = wholeAnswerBytes(16, { tools });
+  assert.ok(echoing - small >= new TextEncoder().encode(JSON.stringify({ tools })).length);
+  assert.ok(wholeAnswerBytes(100_000, {}) > wholeAnswerBytes(16, {}));
 });

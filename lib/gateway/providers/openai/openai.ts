@@ -1,5 +1,11 @@
 import type { Provider, UpstreamRequest } from "../types.ts";
-import { guardedParts, postWithBearer, readAnswerJson, wholeAnswerBytes } from "../http.ts";
+import {
+  guardedParts,
+  postWithBearer,
+  readAnswerJson,
+  wholeAnswerBytes,
+  wholeAnswerTimeoutMs,
+} from "../http.ts";
 import { isReasoningModel, openAiRequestBody } from "./request.ts";
 import { openAiAnswerParts, openAiSseParts } from "./stream.ts";
 import { embeddingsAnswerBytes, embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
@@ -33,22 +39,29 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
    * Chat is streamed (a non-streamed request is assembled from the stream), except from a
    * provider that may not be streamed to: its whole answer is then made into its stream's parts.
    */
-  function send(request: UpstreamRequest, stream: boolean) {
-    const body = openAiRequestBody(request, stream, {
+  function body(request: UpstreamRequest, stream: boolean) {
+    return openAiRequestBody(request, stream, {
       streamOptions: options.streamOptions,
       forwardReasoningContent: options.forwardReasoningContent,
       forwardReasoningDetails: options.forwardReasoningDetails,
     });
-    return post("/chat/completions", body, request.signal);
   }
 
   return {
     async stream(request) {
       if (options.streaming === false) {
-        const answer = await send(request, false);
-        return openAiAnswerParts(await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens)));
+        const sent = body(request, false);
+        const answer = await postWithBearer(
+          { ...options, timeoutMs: wholeAnswerTimeoutMs(options.timeoutMs, request.maxTokens) },
+          "/chat/completions",
+          sent,
+          request.signal,
+        );
+        return openAiAnswerParts(
+          await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent)),
+        );
       }
-      const call = await send(request, true);
+      const call = await post("/chat/completions", body(request, true), request.signal);
       return guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call);
     },
 

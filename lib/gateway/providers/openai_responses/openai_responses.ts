@@ -1,6 +1,12 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { guardedParts, postWithBearer, readAnswerJson, wholeAnswerBytes } from "../http.ts";
+import {
+  guardedParts,
+  postWithBearer,
+  readAnswerJson,
+  wholeAnswerBytes,
+  wholeAnswerTimeoutMs,
+} from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
 import { responseAsEvents, responsesStreamParts } from "./stream.ts";
@@ -51,8 +57,14 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
       const meta = { requestId: request.requestId, upstreamModel: request.model.upstreamModel };
       if (options.streaming === false) {
         // A whole answer, made into the events its stream would have sent.
-        const answer = await post("/responses", request, { ...body(request), stream: false });
-        const json = await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens));
+        const sent = { ...body(request), stream: false };
+        const answer = await postWithBearer(
+          { ...options, timeoutMs: wholeAnswerTimeoutMs(options.timeoutMs, request.maxTokens) },
+          "/responses",
+          sent,
+          request.signal,
+        );
+        const json = await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent));
         return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
       }
       const call = await post("/responses", request, body(request));
