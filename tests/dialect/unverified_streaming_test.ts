@@ -1,7 +1,8 @@
 /**
  * An OpenAI organization that OpenAI has not verified may not stream o3 or GPT-5. A provider marked
  * `"streaming": false` asks for whole answers instead, through chat completions or the Responses
- * API, and serves them to clients that stream and clients that do not, each charged its usage.
+ * API, and serves them to clients that stream and clients that do not, each charged its usage; any
+ * other provider learns it from OpenAI's refusal.
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -9,7 +10,7 @@ import { startOpenAiUpstream } from "../fakes/openai_upstream.ts";
 import { assertAuditClean, serveLoopback, startService, usageRecords } from "../helpers.ts";
 import { WEATHER_TOOLS } from "./harness.ts";
 
-const MODELS = ["whole/o3", "wholer/o3", "streamed/o3"] as const;
+const MODELS = ["whole/o3", "wholer/o3", "streamed/o3", "streamedr/o3"] as const;
 
 async function withUnverifiedOrganization(
   fn: (world: {
@@ -31,6 +32,7 @@ async function withUnverifiedOrganization(
         whole: provider("openai", false),
         wholer: provider("openai_responses", false),
         streamed: provider("openai"),
+        streamedr: provider("openai_responses"),
       },
       models: MODELS.map((id) => ({
         id,
@@ -121,18 +123,32 @@ for (const model of ["whole/o3", "wholer/o3"] as const) {
     }));
 }
 
-Deno.test("an organization OpenAI has not verified: a streamed provider's o3 is refused with OpenAI's words, and nothing is charged", () =>
-  withUnverifiedOrganization(async ({ client, openai, charged }) => {
-    const error = await client.chat.completions.create({
-      model: "streamed/o3",
-      messages: [{ role: "user", content: "hi" }],
-    }).then(() => assert.fail("answered"), (e) => e);
-    assert.ok(error instanceof OpenAI.BadRequestError, String(error));
-    assert.match(error.message, /must be verified to stream this model/);
-    assert.equal(error.param, "stream");
-    assert.equal(openai.counts.refused, 1);
-    assert.equal((await charged()).length, 0);
-  }));
+for (const model of ["streamed/o3", "streamedr/o3"] as const) {
+  Deno.test(`an organization OpenAI has not verified: a provider not marked streaming: false learns from OpenAI's refusal, and the model's requests go whole from then on, each charged once (${model})`, () =>
+    withUnverifiedOrganization(async ({ client, openai, charged }) => {
+      openai.script({ content: "First." }, { content: "Second." });
+      for (const [question, answer] of [["One?", "First."], ["Two?", "Second."]]) {
+        const completion = await client.chat.completions.create({
+          model,
+          messages: [{ role: "user", content: question }],
+          stream: true,
+        });
+        let text = "";
+        for await (const chunk of completion) text += chunk.choices[0]?.delta.content ?? "";
+        assert.equal(text, answer);
+      }
+      // The first request was refused streamed and sent again whole; the second went whole at once.
+      assert.deepEqual(
+        openai.received.map((r) => [r.status, JSON.parse(r.raw).stream]),
+        [[400, true], [200, false], [200, false]],
+      );
+      assert.equal(openai.counts.refused, 1);
+      const sent = model === "streamed/o3" ? openai.chats : openai.responses;
+      const records = await charged();
+      assert.equal(records.length, 2);
+      records.forEach((record, i) => assert.equal(record.promptTokens, sent[i].promptTokens));
+    }));
+}
 
 Deno.test("a whole Responses answer that repeats a long request (many tools, a small cap) is read and charged, not refused as too long", () =>
   withUnverifiedOrganization(async ({ client, openai, charged }) => {

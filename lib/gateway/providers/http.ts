@@ -335,6 +335,16 @@ export function wholeAnswerBytes(maxTokens: number, sent: unknown): number {
 }
 
 /**
+ * Whether OpenAI refused to stream the model: to an organization it has not verified (o3, GPT-5:
+ * "Your organization must be verified to stream this model"), or a model it never streams. Its
+ * 400 names `stream` with code `unsupported_value`; a whole answer is then what may be asked.
+ */
+export function refusedToStream(error: unknown): boolean {
+  return error instanceof ProviderError && error.kind === "bad_request" &&
+    error.upstreamError?.param === "stream" && error.upstreamError.code === "unsupported_value";
+}
+
+/**
  * How long a whole (non-streamed) answer may take: its headers come only once it is written, so
  * the provider's timeout, meant for a silence, must also cover the writing: a minute and 20 ms a
  * token of the cap (50 tokens a second, slower than OpenAI's reasoning models write), at most an

@@ -3,6 +3,7 @@ import {
   guardedParts,
   postWithBearer,
   readAnswerJson,
+  refusedToStream,
   wholeAnswerBytes,
   wholeAnswerTimeoutMs,
 } from "../http.ts";
@@ -47,21 +48,35 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
     });
   }
 
+  async function whole(request: UpstreamRequest) {
+    const sent = body(request, false);
+    const answer = await postWithBearer(
+      { ...options, timeoutMs: wholeAnswerTimeoutMs(options.timeoutMs, request.maxTokens) },
+      "/chat/completions",
+      sent,
+      request.signal,
+    );
+    return openAiAnswerParts(
+      await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent)),
+    );
+  }
+
+  /** Models OpenAI refused to stream to this organization: asked for whole answers from then on. */
+  const unstreamed = new Set<string>();
+
   return {
     async stream(request) {
-      if (options.streaming === false) {
-        const sent = body(request, false);
-        const answer = await postWithBearer(
-          { ...options, timeoutMs: wholeAnswerTimeoutMs(options.timeoutMs, request.maxTokens) },
-          "/chat/completions",
-          sent,
-          request.signal,
-        );
-        return openAiAnswerParts(
-          await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent)),
-        );
+      const model = request.model.upstreamModel;
+      if (options.streaming === false || unstreamed.has(model)) return whole(request);
+      let call;
+      try {
+        call = await post("/chat/completions", body(request, true), request.signal);
+      } catch (error) {
+        // A refusal is not billed: the same request goes whole, and so do the model's next ones.
+        if (!refusedToStream(error)) throw error;
+        unstreamed.add(model);
+        return whole(request);
       }
-      const call = await post("/chat/completions", body(request, true), request.signal);
       return guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call);
     },
 

@@ -4,12 +4,13 @@ import {
   guardedParts,
   postWithBearer,
   readAnswerJson,
+  refusedToStream,
   wholeAnswerBytes,
   wholeAnswerTimeoutMs,
 } from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
-import { responseAsEvents, responsesStreamParts } from "./stream.ts";
+import { responseAsEvents, type ResponsesStreamMeta, responsesStreamParts } from "./stream.ts";
 
 export interface OpenAiResponsesOptions {
   /** e.g. https://api.openai.com/v1 (the path /responses is appended). */
@@ -52,22 +53,36 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
   const post = (path: string, request: UpstreamRequest, body: Record<string, unknown>) =>
     postWithBearer(options, path, body, request.signal);
 
+  /** A whole answer, made into the events its stream would have sent. */
+  async function whole(request: UpstreamRequest, meta: ResponsesStreamMeta) {
+    const sent = { ...body(request), stream: false };
+    const answer = await postWithBearer(
+      { ...options, timeoutMs: wholeAnswerTimeoutMs(options.timeoutMs, request.maxTokens) },
+      "/responses",
+      sent,
+      request.signal,
+    );
+    const json = await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent));
+    return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
+  }
+
+  /** Models OpenAI refused to stream to this organization: asked for whole answers from then on. */
+  const unstreamed = new Set<string>();
+
   return {
     async stream(request) {
-      const meta = { requestId: request.requestId, upstreamModel: request.model.upstreamModel };
-      if (options.streaming === false) {
-        // A whole answer, made into the events its stream would have sent.
-        const sent = { ...body(request), stream: false };
-        const answer = await postWithBearer(
-          { ...options, timeoutMs: wholeAnswerTimeoutMs(options.timeoutMs, request.maxTokens) },
-          "/responses",
-          sent,
-          request.signal,
-        );
-        const json = await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent));
-        return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
+      const model = request.model.upstreamModel;
+      const meta = { requestId: request.requestId, upstreamModel: model };
+      if (options.streaming === false || unstreamed.has(model)) return whole(request, meta);
+      let call;
+      try {
+        call = await post("/responses", request, body(request));
+      } catch (error) {
+        // A refusal is not billed: the same request goes whole, and so do the model's next ones.
+        if (!refusedToStream(error)) throw error;
+        unstreamed.add(model);
+        return whole(request, meta);
       }
-      const call = await post("/responses", request, body(request));
       return guardedParts(
         responsesStreamParts(
           parseSse(
