@@ -345,6 +345,26 @@ export function refusedToStream(error: unknown): boolean {
 }
 
 /**
+ * An OpenAI kind's choice between a streamed call and a whole answer, per model: whole where the
+ * catalog says the provider may not be streamed to, or once OpenAI refused to stream the model
+ * (refusedToStream; not billed), when the same request is sent again whole.
+ */
+export function streamedOrWhole(streaming: boolean | undefined) {
+  /** Models OpenAI refused to stream to this organization: asked for whole answers from then on. */
+  const unstreamed = new Set<string>();
+  return async <T>(model: string, streamed: () => Promise<T>, whole: () => Promise<T>) => {
+    if (streaming === false || unstreamed.has(model)) return await whole();
+    try {
+      return await streamed();
+    } catch (error) {
+      if (!refusedToStream(error)) throw error;
+      unstreamed.add(model);
+      return await whole();
+    }
+  };
+}
+
+/**
  * How long a whole (non-streamed) answer may take: its headers come only once it is written, so
  * the provider's timeout, meant for a silence, must also cover the writing: a minute and 20 ms a
  * token of the cap (50 tokens a second, slower than OpenAI's reasoning models write), at most an

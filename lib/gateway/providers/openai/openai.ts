@@ -3,7 +3,7 @@ import {
   guardedParts,
   postWithBearer,
   readAnswerJson,
-  refusedToStream,
+  streamedOrWhole,
   wholeAnswerBytes,
   wholeAnswerTimeoutMs,
 } from "../http.ts";
@@ -61,23 +61,14 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
     );
   }
 
-  /** Models OpenAI refused to stream to this organization: asked for whole answers from then on. */
-  const unstreamed = new Set<string>();
+  const choose = streamedOrWhole(options.streaming);
 
   return {
-    async stream(request) {
-      const model = request.model.upstreamModel;
-      if (options.streaming === false || unstreamed.has(model)) return whole(request);
-      let call;
-      try {
-        call = await post("/chat/completions", body(request, true), request.signal);
-      } catch (error) {
-        // A refusal is not billed: the same request goes whole, and so do the model's next ones.
-        if (!refusedToStream(error)) throw error;
-        unstreamed.add(model);
-        return whole(request);
-      }
-      return guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call);
+    stream(request) {
+      return choose(request.model.upstreamModel, async () => {
+        const call = await post("/chat/completions", body(request, true), request.signal);
+        return guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call);
+      }, () => whole(request));
     },
 
     billsHiddenWork(request) {

@@ -4,7 +4,7 @@ import {
   guardedParts,
   postWithBearer,
   readAnswerJson,
-  refusedToStream,
+  streamedOrWhole,
   wholeAnswerBytes,
   wholeAnswerTimeoutMs,
 } from "../http.ts";
@@ -66,34 +66,28 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
     return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
   }
 
-  /** Models OpenAI refused to stream to this organization: asked for whole answers from then on. */
-  const unstreamed = new Set<string>();
+  const choose = streamedOrWhole(options.streaming);
+
+  async function streamed(request: UpstreamRequest, meta: ResponsesStreamMeta) {
+    const call = await post("/responses", request, body(request));
+    return guardedParts(
+      responsesStreamParts(
+        parseSse(
+          call.response.body!,
+          (event) => LAST_EVENTS.has(event.event ?? ""),
+          call.idle.touch,
+        ),
+        meta,
+      ),
+      call,
+    );
+  }
 
   return {
-    async stream(request) {
+    stream(request) {
       const model = request.model.upstreamModel;
       const meta = { requestId: request.requestId, upstreamModel: model };
-      if (options.streaming === false || unstreamed.has(model)) return whole(request, meta);
-      let call;
-      try {
-        call = await post("/responses", request, body(request));
-      } catch (error) {
-        // A refusal is not billed: the same request goes whole, and so do the model's next ones.
-        if (!refusedToStream(error)) throw error;
-        unstreamed.add(model);
-        return whole(request, meta);
-      }
-      return guardedParts(
-        responsesStreamParts(
-          parseSse(
-            call.response.body!,
-            (event) => LAST_EVENTS.has(event.event ?? ""),
-            call.idle.touch,
-          ),
-          meta,
-        ),
-        call,
-      );
+      return choose(model, () => streamed(request, meta), () => whole(request, meta));
     },
 
     /** Reasoning is billed as output and never shown whole. */
