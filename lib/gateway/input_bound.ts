@@ -69,6 +69,15 @@ const ANTHROPIC_TOKENS_PER_TOOL_BLOCK = 20;
 const ANTHROPIC_TOKENS_PER_PART = 10;
 
 /**
+ * Reasoning a provider sealed (a signature, encrypted content, as base64) and bills as input when
+ * it is sent back: a token for every byte it decodes to. The bound assumes every billed token of
+ * the reasoning inside takes at least a byte there (a real OpenAI item takes 6 to 30).
+ */
+function sealedTokens(base64: string): number {
+  return Math.ceil(base64.length * 3 / 4);
+}
+
+/**
  * A thinking block sent back to Claude (reasoning_details.ts), which it bills as input in the turn
  * of a tool loop, and on newer models in earlier turns too: its text, and a token for every byte
  * its signature (or a redacted block's data) decodes to. The signature carries the thinking the
@@ -79,7 +88,7 @@ function claudeThinkingTokens(m: Extract<ChatMessage, { role: "assistant" }>): n
   let tokens = 0;
   for (const block of claudeThinkingBlocks(m.reasoning_details)) {
     const sealed = block.type === "thinking" ? block.signature : block.data;
-    tokens += ANTHROPIC_TOKENS_PER_PART + Math.ceil(sealed.length * 3 / 4);
+    tokens += ANTHROPIC_TOKENS_PER_PART + sealedTokens(sealed);
     if (block.type === "thinking") tokens += claudeTokenBound(block.thinking);
   }
   return tokens;
@@ -385,7 +394,7 @@ function reasoningDetailsTokens(
       ? detail.summary
       : "";
     const framing = JSON.stringify({ ...detail, text: "", signature: "", data: "", summary: "" });
-    tokens += count(text) + Math.ceil(sealed.length * 3 / 4) + framing.length;
+    tokens += count(text) + sealedTokens(sealed) + framing.length;
   }
   return tokens;
 }
@@ -402,7 +411,7 @@ function openAiReasoningTokens(request: ChatRequest): number {
   for (const m of request.messages) {
     if (m.role !== "assistant") continue;
     for (const item of openAiReasoningItems(m.reasoning_details)) {
-      tokens += OPENAI_TOKENS_PER_MESSAGE + Math.ceil(item.encrypted_content.length * 3 / 4);
+      tokens += OPENAI_TOKENS_PER_MESSAGE + sealedTokens(item.encrypted_content);
     }
   }
   return tokens;

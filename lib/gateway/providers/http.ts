@@ -365,6 +365,21 @@ export function streamedOrWhole(streaming: boolean | undefined) {
 }
 
 /**
+ * A whole (non-streamed) answer's JSON: asked with the time a whole answer of the request's cap may
+ * take, read within the size it and the request it repeats may have.
+ */
+export async function wholeAnswer(
+  upstream: BearerUpstream,
+  path: string,
+  sent: Record<string, unknown>,
+  request: { maxTokens: number; signal: AbortSignal },
+): Promise<unknown> {
+  const timeoutMs = wholeAnswerTimeoutMs(upstream.timeoutMs, request.maxTokens);
+  const answer = await postWithBearer({ ...upstream, timeoutMs }, path, sent, request.signal);
+  return readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent));
+}
+
+/**
  * How long a whole (non-streamed) answer may take: its headers come only once it is written, so
  * the provider's timeout, meant for a silence, must also cover the writing: a minute and 20 ms a
  * token of the cap (50 tokens a second, slower than OpenAI's reasoning models write), at most an

@@ -4,8 +4,7 @@ import {
   postWithBearer,
   readAnswerJson,
   streamedOrWhole,
-  wholeAnswerBytes,
-  wholeAnswerTimeoutMs,
+  wholeAnswer,
 } from "../http.ts";
 import { isReasoningModel, openAiRequestBody } from "./request.ts";
 import { openAiAnswerParts, openAiSseParts } from "./stream.ts";
@@ -50,15 +49,7 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
 
   async function whole(request: UpstreamRequest) {
     const sent = body(request, false);
-    const answer = await postWithBearer(
-      { ...options, timeoutMs: wholeAnswerTimeoutMs(options.timeoutMs, request.maxTokens) },
-      "/chat/completions",
-      sent,
-      request.signal,
-    );
-    return openAiAnswerParts(
-      await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent)),
-    );
+    return openAiAnswerParts(await wholeAnswer(options, "/chat/completions", sent, request));
   }
 
   const choose = streamedOrWhole(options.streaming);

@@ -5,8 +5,7 @@ import {
   postWithBearer,
   readAnswerJson,
   streamedOrWhole,
-  wholeAnswerBytes,
-  wholeAnswerTimeoutMs,
+  wholeAnswer,
 } from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
@@ -55,14 +54,12 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
 
   /** A whole answer, made into the events its stream would have sent. */
   async function whole(request: UpstreamRequest, meta: ResponsesStreamMeta) {
-    const sent = { ...body(request), stream: false };
-    const answer = await postWithBearer(
-      { ...options, timeoutMs: wholeAnswerTimeoutMs(options.timeoutMs, request.maxTokens) },
+    const json = await wholeAnswer(
+      options,
       "/responses",
-      sent,
-      request.signal,
+      { ...body(request), stream: false },
+      request,
     );
-    const json = await readAnswerJson(answer, wholeAnswerBytes(request.maxTokens, sent));
     return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
   }
 
