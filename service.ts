@@ -6,7 +6,13 @@ import { createApp } from "./app.ts";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { type Config, flushLogs, jsonLogger, openKv, within } from "@/lib/core/mod.ts";
 import { type CommitLocks, sweepExpiredReservations } from "@/lib/billing/mod.ts";
-import { ADMIN_SHARED_SETTINGS, devBanner, type MetricsSnapshot } from "@/lib/ops/mod.ts";
+import {
+  ADMIN_SHARED_SETTINGS,
+  ConnectionSteering,
+  devBanner,
+  type LoadBoard,
+  type MetricsSnapshot,
+} from "@/lib/ops/mod.ts";
 
 /** How long the wallet may take to commit the settles of finished requests after the grace. */
 const FINAL_COMMIT_MS = 2_000;
@@ -26,6 +32,8 @@ export interface ServiceOptions {
   siblingMetrics?: () => Promise<MetricsSnapshot[]>;
   /** Shared with the other workers on this port: one wallet's commits take turns. */
   commitLocks?: CommitLocks;
+  /** Shared with the other workers on this port: their busy shares, to steer connections by. */
+  loadBoard?: LoadBoard;
   onListen?: (port: number) => void;
 }
 
@@ -90,6 +98,12 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
     )
     : undefined;
 
+  const steering =
+    options.loadBoard && options.loadBoard.workers > 1 && options.worker !== undefined
+      ? new ConnectionSteering(options.loadBoard, options.worker)
+      : null;
+  if (steering?.start()) metrics.countSteeredConnections(() => steering.closed);
+
   // Once per process: workers share the file, and the first one speaks for it.
   if (background) {
     for (const message of catalog.warnings ?? []) {
@@ -121,7 +135,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
       }
       options.onListen?.(port);
     },
-  }, app.fetch);
+  }, steering ? steering.wrap(app.fetch) : app.fetch);
 
   return {
     sweep,
@@ -135,6 +149,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
         ...workerField,
       });
       startDraining();
+      steering?.stop();
       clearInterval(sweeper);
       clearInterval(webhookSweep);
       clearInterval(statsLog);

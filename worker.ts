@@ -6,7 +6,7 @@
 import { catalogFromFile } from "@/lib/catalog/mod.ts";
 import { KvOpenError, loadConfig } from "@/lib/core/mod.ts";
 import { CommitLocks } from "@/lib/billing/mod.ts";
-import type { FromWorker, MetricsSnapshot, ToWorker } from "@/lib/ops/mod.ts";
+import { type FromWorker, LoadBoard, type MetricsSnapshot, type ToWorker } from "@/lib/ops/mod.ts";
 import { ListenError, type RunningService, startService } from "./service.ts";
 
 let service: RunningService | null = null;
@@ -38,6 +38,7 @@ self.onmessage = async (event: MessageEvent<ToWorker>) => {
         worker: message.index,
         siblingMetrics,
         commitLocks: new CommitLocks(message.commitLocks, message.index),
+        loadBoard: new LoadBoard(message.loadBoard),
         onListen: (port) => send({ type: "listening", port }),
       }).catch((error) => {
         // Told as it is: thrown, it would reach the supervisor with a stack trace on stderr.

@@ -241,3 +241,67 @@ export async function runStoppingAll(main: () => Promise<void>) {
     Deno.removeSignalListener("SIGTERM", onSignal);
   }
 }
+
+/**
+ * What a thread of a serving process does: runs JavaScript (the main thread, or a SERVE_WORKERS
+ * worker, which Deno names `worker-N`), helps V8 (GC and compiler threads, `V8 DefaultWorker`),
+ * runs Deno KV's SQLite (`sw-N`: its fsyncs and reads), or anything else (the runtime's I/O
+ * threads; a Node process names every thread `node`, so its V8 helpers count here too).
+ */
+export type ThreadKind = "js" | "v8" | "kv" | "other";
+export const THREAD_KINDS: ThreadKind[] = ["js", "v8", "kv", "other"];
+
+function threadKind(pid: number, tid: string, name: string): ThreadKind {
+  if (tid === String(pid) || name.startsWith("worker-")) return "js";
+  if (name.startsWith("V8 ")) return "v8";
+  if (/^sw-\d+$/.test(name)) return "kv";
+  return "other";
+}
+
+/** CPU time so far of each thread of a process, by thread id, in ms. */
+export async function threadCpuMs(
+  pid: number,
+  ticksPerSecond: number,
+): Promise<Map<string, { name: string; kind: ThreadKind; ms: number }>> {
+  const cpu = new Map<string, { name: string; kind: ThreadKind; ms: number }>();
+  for await (const task of Deno.readDir(`/proc/${pid}/task`)) {
+    try {
+      const name = (await Deno.readTextFile(`/proc/${pid}/task/${task.name}/comm`)).trim();
+      // Not /proc/<tid>/stat: that one counts the whole process.
+      const ms = await cpuMsOf(`/proc/${pid}/task/${task.name}/stat`, ticksPerSecond);
+      cpu.set(task.name, { name, kind: threadKind(pid, task.name, name), ms });
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return cpu;
+}
+
+/** What each worker thread (SERVE_WORKERS) spent between two readings, by name. */
+export function workerSpent(
+  before: Awaited<ReturnType<typeof threadCpuMs>>,
+  after: Awaited<ReturnType<typeof threadCpuMs>>,
+): Map<string, number> {
+  const spent = new Map<string, number>();
+  for (const [tid, { name, ms }] of after) {
+    if (name.startsWith("worker-")) spent.set(name, ms - (before.get(tid)?.ms ?? 0));
+  }
+  return spent;
+}
+
+/** What each kind of thread spent between two readings (a thread that ended is not counted). */
+export function kindSpent(
+  before: Awaited<ReturnType<typeof threadCpuMs>>,
+  after: Awaited<ReturnType<typeof threadCpuMs>>,
+): Record<ThreadKind, number> {
+  const spent = { js: 0, v8: 0, kv: 0, other: 0 };
+  for (const [tid, { kind, ms }] of after) spent[kind] += ms - (before.get(tid)?.ms ?? 0);
+  return spent;
+}
+
+/** The busiest worker's share of what the workers spent (null: none). */
+export function busiestShare(spentByWorker: Map<string, number>): number | null {
+  const spent = [...spentByWorker.values()];
+  const total = spent.reduce((a, b) => a + b, 0);
+  return total > 0 ? Math.max(...spent) / total : null;
+}

@@ -4,20 +4,24 @@
  * by more than such a change (0.55–0.76 ms of CPU per request per 4 s window at 500 req/s within
  * minutes, here): side by side, a drift of the host meets both builds in the same window.
  *
- * Each build serves on one worker (as the bench's "tb 1 worker"), on its own port and KV file,
- * behind one fake upstream. Both are loaded at `--rate` req/s at once; each window's CPU per
- * request (the serving process, all its threads) is compared within its pair. A second round
- * starts both afresh, the new build first, so that neither order nor one JIT's luck decides.
- * One build against itself measured 0.95–1.04 per window and 0.98–1.00 per round.
+ * Each build serves on one worker (as the bench's "tb 1 worker"; `--workers` for more), on its own
+ * port and KV file, behind one fake upstream. Both are loaded at `--rate` req/s at once; each
+ * window's CPU per request (the serving process, all its threads) is compared within its pair. A
+ * second round starts both afresh, the new build first, so that neither order nor one JIT's luck
+ * decides. One build against itself measured 0.95–1.04 per window and 0.98–1.00 per round. With
+ * several workers each window also prints each build's busiest worker's share of its workers' CPU
+ * (near 1: the load's connections were on one worker).
  *
  *   deno task bench:pair a5c8bd5 HEAD
  *   deno task bench:pair ../old-checkout . --rate=200 --windows=6
+ *   deno task bench:pair a5c8bd5 HEAD --workers=2
  *
  * `<old>` and `<new>` are directories holding a checkout, or git revisions of this repository
  * (checked out into temporary worktrees, which are removed afterwards).
  */
 import {
   BENCH,
+  busiestShare,
   cpuMs,
   freePort,
   openLoop,
@@ -29,8 +33,10 @@ import {
   start,
   startUpstream,
   stopAll,
+  threadCpuMs,
   tollboothCommand,
   waitForHttp,
+  workerSpent,
 } from "./harness.ts";
 
 const positional = Deno.args.filter((a) => !a.startsWith("--"));
@@ -43,6 +49,8 @@ const option = (name: string, fallback: number) => {
 const RATE = option("rate", 500);
 const WINDOWS = option("windows", 4);
 const SECONDS = option("seconds", 4);
+/** Workers per build (SERVE_WORKERS): 1 as the bench's "tb 1 worker", 2 as its default here. */
+const WORKERS = option("workers", 1);
 const ROUNDS = 2;
 const BODY = JSON.stringify({
   model: "bench/fast",
@@ -83,7 +91,7 @@ async function serve(build: Build, env: Record<string, string>, tmp: string, rou
     PORT: String(port),
     KV_PATH: `${tmp}/${build.label}-${round}.sqlite3`,
     PUBLIC_URL: `http://127.0.0.1:${port}`,
-    SERVE_WORKERS: "1",
+    SERVE_WORKERS: String(WORKERS),
   };
   const created = await run(Deno.execPath(), [
     "task",
@@ -127,12 +135,15 @@ async function warmUp(target: Serving) {
 /** One window at RATE on both at once: each one's CPU per request and p50 latency. */
 async function window(pair: Serving[], ticks: number) {
   await Promise.all(pair.map((t) => openLoop(t.url, t.init, RATE, 1)));
+  const threadsBefore = await Promise.all(pair.map((t) => threadCpuMs(t.service.pid, ticks)));
   const before = await Promise.all(pair.map((t) => cpuMs(t.service.pid, ticks)));
   const loads = await Promise.all(pair.map((t) => openLoop(t.url, t.init, RATE, SECONDS)));
   const after = await Promise.all(pair.map((t) => cpuMs(t.service.pid, ticks)));
+  const threadsAfter = await Promise.all(pair.map((t) => threadCpuMs(t.service.pid, ticks)));
   return pair.map((t, i) => ({
     label: t.build.label,
     cpuMsPerRequest: (after[i] - before[i]) / loads[i].requests,
+    busiestWorkerShare: busiestShare(workerSpent(threadsBefore[i], threadsAfter[i])),
     p50: percentile(loads[i].latencies, 50),
     failed: loads[i].failed,
   }));
@@ -141,7 +152,7 @@ async function window(pair: Serving[], ticks: number) {
 async function main() {
   if (positional.length !== 2) {
     console.error(
-      "usage: deno task bench:pair <old> <new> [--rate=500] [--windows=4] [--seconds=4]",
+      "usage: deno task bench:pair <old> <new> [--rate=500] [--windows=4] [--seconds=4] [--workers=1]",
     );
     Deno.exit(2);
   }
@@ -155,7 +166,7 @@ async function main() {
     console.log(
       `old = ${builds[0].given}, new = ${
         builds[1].given
-      }: one worker each, ${RATE} req/s on both ` +
+      }: ${WORKERS} worker(s) each, ${RATE} req/s on both ` +
         `at once, ${ROUNDS} rounds of ${WINDOWS} windows of ${SECONDS} s`,
     );
     const windows: { round: number; old: number; new: number; ratio: number }[] = [];
@@ -175,7 +186,11 @@ async function main() {
         console.log(
           `round ${round}, window ${w}: CPU ms/request old ${old.cpuMsPerRequest.toFixed(3)}, ` +
             `new ${neu.cpuMsPerRequest.toFixed(3)}, new/old ${ratio.toFixed(3)}; ` +
-            `p50 ms old ${old.p50.toFixed(2)}, new ${neu.p50.toFixed(2)}`,
+            `p50 ms old ${old.p50.toFixed(2)}, new ${neu.p50.toFixed(2)}` +
+            (WORKERS > 1
+              ? `; busiest worker's share old ${old.busiestWorkerShare?.toFixed(2)}, ` +
+                `new ${neu.busiestWorkerShare?.toFixed(2)}`
+              : ""),
         );
       }
       for (const serving of pair) await serving.service.stop();

@@ -136,3 +136,60 @@ Deno.test({
     await files.remove();
   }
 });
+
+Deno.test({
+  name:
+    "two workers lightly loaded gather the keep-alive connections on the first: the second answers with Connection: close until its clients reconnect there",
+  ignore: Deno.build.os !== "linux",
+}, async () => {
+  const files = await instanceFiles({ models: [PRICEY] });
+  const instance = await startInstance({
+    KV_PATH: files.kvPath,
+    MODELS_FILE: files.modelsFile,
+    SERVE_WORKERS: "2",
+    METRICS_TOKEN,
+  });
+  // A new connection per request: the kernel hands about half of them to the second worker.
+  const fresh = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
+  const kept = Deno.createHttpClient({});
+  const get = async (client: Deno.HttpClient) => {
+    const res = await fetch(`${instance.url}/healthz`, { client });
+    await res.body?.cancel();
+    assert.equal(res.status, 200);
+    return res.headers.get("connection") === "close";
+  };
+  try {
+    await until(() => instance.lines.some((l) => l.event === "workers_listening"), "both workers", {
+      timeoutMs: 5_000,
+    });
+    let closed = false;
+    await until(
+      async () => (closed ||= await get(fresh)),
+      "a response that closes its connection",
+      {
+        timeoutMs: 10_000,
+      },
+    );
+
+    // One keep-alive connection: once on the first worker, it is never closed again.
+    let inARow = 0;
+    let requests = 0;
+    while (inARow < 40 && requests < 400) {
+      inARow = (await get(kept)) ? 0 : inARow + 1;
+      requests++;
+    }
+    assert.equal(inARow, 40, `a connection kept for 40 requests in a row within ${requests}`);
+
+    const res = await fetch(`${instance.url}/metrics`, {
+      headers: { authorization: `Bearer ${METRICS_TOKEN}` },
+      client: fresh,
+    });
+    const steered = parsePrometheus(await res.text()).value("tollbooth_connections_steered_total");
+    assert.ok((steered ?? 0) >= 1, `steered connections counted: ${steered}`);
+  } finally {
+    fresh.close();
+    kept.close();
+    await instance.stop();
+    await files.remove();
+  }
+});

@@ -101,6 +101,9 @@ export class ServiceMetrics {
     uncharged: 0,
   };
 
+  /** Connections this worker closed to steer them (connection_steering.ts). */
+  #steeredConnections: () => number = () => 0;
+
   constructor(walletStats: WalletStats, startedAt = Date.now()) {
     const total = (name: ServiceTotal, metric: string, help: string) =>
       this.#registry.sampled(
@@ -160,6 +163,13 @@ export class ServiceMetrics {
       "Micro-USD the aborted optimistic calls would have held: a bound of what providers may bill for them.",
     );
     this.#registry.sampled(
+      "tollbooth_connections_steered_total",
+      "Keep-alive connections a worker closed to gather a light load on the first worker, or to spread a heavy one (SERVE_WORKERS above 1).",
+      "counter",
+      "thread",
+      () => [{ value: this.#steeredConnections() }],
+    );
+    this.#registry.sampled(
       "tollbooth_process_start_time_seconds",
       "Start time of this process since the Unix epoch.",
       "gauge",
@@ -169,6 +179,11 @@ export class ServiceMetrics {
   }
 
   readonly #kinds = new Map<string, RequestKind>();
+
+  /** Where the steered connections' count is read from, once this worker steers. */
+  countSteeredConnections(read: () => number) {
+    this.#steeredConnections = read;
+  }
 
   /** Counts one finished request from its log line. */
   observeRequest(line: RequestLogLine) {

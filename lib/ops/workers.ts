@@ -6,10 +6,13 @@
  * instances: every wallet write is a checked KV commit (slices are per worker).
  *
  * The main thread only supervises: it starts the workers, restarts one that fails, relays the
- * metric snapshots a /metrics scrape adds up, and stops them all on a signal.
+ * metric snapshots a /metrics scrape adds up, and stops them all on a signal. The workers share two
+ * things in memory: the commit locks, and the board of busy shares by which a light load's
+ * connections are gathered on the first worker (connection_steering.ts).
  */
 import { CommitLocks } from "@/lib/billing/mod.ts";
 import { type Logger, within } from "@/lib/core/mod.ts";
+import { LoadBoard } from "./connection_steering.ts";
 import type { MetricsSnapshot } from "./metrics.ts";
 
 /** Beyond this many workers on one KV file, their commits queue behind each other's. */
@@ -32,6 +35,8 @@ export type ToWorker =
     port: number;
     /** The workers' shared commit locks (CommitLocks). */
     commitLocks: SharedArrayBuffer;
+    /** The workers' busy shares (LoadBoard), by which they steer connections. */
+    loadBoard: SharedArrayBuffer;
     /**
      * The catalog file's content as the process read and checked it at start: a worker restarted
      * later serves the same catalog as its siblings, whatever the file says by then.
@@ -90,6 +95,7 @@ export class WorkerPool {
   readonly #waiting = new Map<number, (snapshot: MetricsSnapshot) => void>();
   #started = Promise.withResolvers<void>();
   readonly #commitLocks = CommitLocks.memory();
+  readonly #loadBoard: SharedArrayBuffer;
   /** Every worker listened once: from then on a failed worker is restarted, never the start failed. */
   #serving = false;
 
@@ -100,6 +106,7 @@ export class WorkerPool {
     this.#catalogSource = options.catalogSource;
     this.#devServer = options.devServer;
     this.#log = options.log;
+    this.#loadBoard = LoadBoard.memory(options.count);
     this.#slots = Array.from({ length: options.count }, (_, index) => ({
       index,
       worker: null,
@@ -158,6 +165,7 @@ export class WorkerPool {
       devServer: this.#devServer,
       port: this.#port,
       commitLocks: this.#commitLocks,
+      loadBoard: this.#loadBoard,
       catalogSource: this.#catalogSource,
     });
   }
@@ -168,6 +176,8 @@ export class WorkerPool {
     slot.worker = null;
     // A commit it was making ends with its thread: its turn must not block the others.
     CommitLocks.releaseOwner(this.#commitLocks, slot.index);
+    // Its siblings stop steering connections towards it at once, not once its share is stale.
+    new LoadBoard(this.#loadBoard).clear(slot.index);
     slot.stopped?.resolve();
     this.#log({ level: "error", event: "worker_failed", worker: slot.index, error: reason });
     if (!this.#serving) {
