@@ -102,7 +102,6 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
     options.loadBoard && options.loadBoard.workers > 1 && options.worker !== undefined
       ? new ConnectionSteering(options.loadBoard, options.worker)
       : null;
-  if (steering?.start()) metrics.countSteeredConnections(() => steering.closed);
 
   // Once per process: workers share the file, and the first one speaks for it.
   if (background) {
@@ -133,6 +132,8 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
         );
         console.error(devBanner({ baseUrl, catalog, testCheckout: payments === "dev", shared }));
       }
+      // Only a worker that listens may have connections steered towards it.
+      if (steering?.start()) metrics.countSteeredConnections(() => steering.closed);
       options.onListen?.(port);
     },
   }, steering ? steering.wrap(app.fetch) : app.fetch);
