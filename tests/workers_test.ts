@@ -137,6 +137,28 @@ Deno.test({
   }
 });
 
+/**
+ * CPU time so far of each worker thread of a process, by Deno's thread name: `worker-N`, numbered in
+ * the order the threads were made, so the pool's first worker (started before the others) has the
+ * lowest N.
+ */
+function workerThreadCpuMs(pid: number): Map<number, number> {
+  const cpu = new Map<number, number>();
+  for (const task of Deno.readDirSync(`/proc/${pid}/task`)) {
+    try {
+      const name = Deno.readTextFileSync(`/proc/${pid}/task/${task.name}/comm`).trim();
+      const number = /^worker-(\d+)$/.exec(name)?.[1];
+      if (number === undefined) continue;
+      const stat = Deno.readTextFileSync(`/proc/${pid}/task/${task.name}/stat`);
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      cpu.set(Number(number), (Number(fields[11]) + Number(fields[12])) * 10);
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return cpu;
+}
+
 Deno.test({
   name:
     "two workers lightly loaded gather the keep-alive connections on the first: the second answers with Connection: close until its clients reconnect there",
@@ -148,12 +170,25 @@ Deno.test({
     MODELS_FILE: files.modelsFile,
     SERVE_WORKERS: "2",
     METRICS_TOKEN,
+    RATE_LIMIT_RPM: "1000000",
+    RATE_LIMIT_TPM: "1000000000",
   });
+  const kv = await Deno.openKv(files.kvPath);
   // A new connection per request: the kernel hands about half of them to the second worker.
   const fresh = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
   const kept = Deno.createHttpClient({});
-  const get = async (client: Deno.HttpClient) => {
-    const res = await fetch(`${instance.url}/healthz`, { client });
+  const { key } = await createAppRecord(kv, { name: "gathered" });
+  const complete = async (client: Deno.HttpClient) => {
+    const res = await fetch(`${instance.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key.apiKey}` },
+      body: JSON.stringify({
+        model: PRICEY.id,
+        messages: [{ role: "user", content: "go" }],
+        max_tokens: 20,
+      }),
+      client,
+    });
     await res.body?.cancel();
     assert.equal(res.status, 200);
     return res.headers.get("connection") === "close";
@@ -164,31 +199,41 @@ Deno.test({
     });
     let closed = false;
     await until(
-      async () => (closed ||= await get(fresh)),
+      async () => (closed ||= await complete(fresh)),
       "a response that closes its connection",
-      {
-        timeoutMs: 10_000,
-      },
+      { timeoutMs: 10_000 },
     );
 
     // One keep-alive connection: once on the first worker, it is never closed again.
     let inARow = 0;
     let requests = 0;
     while (inARow < 40 && requests < 400) {
-      inARow = (await get(kept)) ? 0 : inARow + 1;
+      inARow = (await complete(kept)) ? 0 : inARow + 1;
       requests++;
     }
     assert.equal(inARow, 40, `a connection kept for 40 requests in a row within ${requests}`);
+
+    // And the worker that serves it is the first one: the other's thread stays idle meanwhile.
+    const before = workerThreadCpuMs(instance.pid);
+    for (let i = 0; i < 150; i++) assert.equal(await complete(kept), false);
+    const after = workerThreadCpuMs(instance.pid);
+    const [first, second] = [...after.keys()].sort((a, b) => a - b);
+    const spent = (thread: number) => after.get(thread)! - (before.get(thread) ?? 0);
+    assert.ok(
+      spent(first) > 2 * spent(second),
+      `the first worker's thread served them: ${spent(first)} ms against ${spent(second)} ms`,
+    );
 
     const res = await fetch(`${instance.url}/metrics`, {
       headers: { authorization: `Bearer ${METRICS_TOKEN}` },
       client: fresh,
     });
     const steered = parsePrometheus(await res.text()).value("tollbooth_connections_steered_total");
-    assert.ok((steered ?? 0) >= 1, `steered connections counted: ${steered}`);
+    assert.ok((steered ?? 0) >= 1, `marked responses counted: ${steered}`);
   } finally {
     fresh.close();
     kept.close();
+    kv.close();
     await instance.stop();
     await files.remove();
   }

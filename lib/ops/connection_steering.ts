@@ -19,6 +19,7 @@
  * per SHED_EVERY_MS per worker, so that a load that starts while the process is idle moves at most
  * a few connections before the next sample sees it. A closed connection costs its client one
  * reconnection; an HTTP/2 connection ignores the header (Deno drops it), and stays where it is.
+ * A request that closes its connection itself is not marked, nor counted.
  */
 
 /** How often a worker samples its thread's CPU time. */
@@ -81,11 +82,14 @@ export class LoadBoard {
     Atomics.store(this.#words, index * WORDS_PER_WORKER + STAMP, 0n);
   }
 
+  /** Whether a worker's share is there: it samples, so it listens. */
+  present(index: number, now = Date.now()): boolean {
+    return Number(Atomics.load(this.#words, index * WORDS_PER_WORKER + STAMP)) >= now - STALE_MS;
+  }
+
   shares(now = Date.now()): (number | null)[] {
-    const oldest = now - STALE_MS;
     return Array.from({ length: this.workers }, (_, index) => {
-      const stamp = Number(Atomics.load(this.#words, index * WORDS_PER_WORKER + STAMP));
-      if (stamp < oldest) return null;
+      if (!this.present(index, now)) return null;
       return Number(Atomics.load(this.#words, index * WORDS_PER_WORKER + SHARE)) / 1000;
     });
   }
@@ -113,22 +117,28 @@ export class ConnectionSteering {
   readonly #board: LoadBoard;
   readonly #index: number;
   readonly #onChange: (closing: boolean, shares: (number | null)[]) => void;
+  readonly #clock: () => number;
   #timer: ReturnType<typeof setInterval> | undefined;
   #sampledAt = 0;
   #cpuMs = 0;
   #closing = false;
   #closedAt = -Infinity;
-  /** Connections this worker has closed to steer them. */
+  /** Responses this worker has marked to close their connection. */
   closed = 0;
 
   constructor(
     board: LoadBoard,
     index: number,
-    onChange: (closing: boolean, shares: (number | null)[]) => void = () => {},
+    options: {
+      onChange?: (closing: boolean, shares: (number | null)[]) => void;
+      /** Milliseconds, for the rationing of closes. */
+      clock?: () => number;
+    } = {},
   ) {
     this.#board = board;
     this.#index = index;
-    this.#onChange = onChange;
+    this.#onChange = options.onChange ?? (() => {});
+    this.#clock = options.clock ?? (() => performance.now());
   }
 
   /** Starts sampling; false (and nothing steered) where the thread's CPU time cannot be read. */
@@ -171,8 +181,13 @@ export class ConnectionSteering {
   wrap(handler: Handler): Handler {
     return (request, info) => {
       if (!this.#closing) return handler(request, info);
-      const now = performance.now();
+      const now = this.#clock();
       if (now - this.#closedAt < SHED_EVERY_MS) return handler(request, info);
+      // Gathering stops as soon as the first worker is gone from the board, not at the next sample.
+      if (this.#index !== 0 && !this.#board.present(0)) return handler(request, info);
+      if (request.headers.get("connection")?.toLowerCase().includes("close")) {
+        return handler(request, info);
+      }
       this.#closedAt = now;
       this.closed++;
       return Promise.resolve(handler(request, info)).then(closingConnection);

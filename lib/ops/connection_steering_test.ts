@@ -89,18 +89,41 @@ Deno.test("a stopped worker's share is absent, and it closes nothing", () => {
 Deno.test("while closing, one response per 25 ms is marked Connection: close and the others pass as they are", async () => {
   const board = new LoadBoard(LoadBoard.memory(2));
   board.write(0, 0.1);
-  const steering = new ConnectionSteering(board, 1);
+  let now = 1_000;
+  const steering = new ConnectionSteering(board, 1, { clock: () => now });
   steering.sample(250, 0);
   assert.equal(steering.closing, true);
   const handler = steering.wrap(() => new Response("ok"));
-  const first = await handler(request, info);
-  const second = await handler(request, info);
-  assert.equal(first.headers.get("connection"), "close");
-  assert.equal(second.headers.get("connection"), null);
+  assert.equal((await handler(request, info)).headers.get("connection"), "close");
+  now += 24;
+  assert.equal((await handler(request, info)).headers.get("connection"), null);
   assert.equal(steering.closed, 1);
-  await new Promise((resolve) => setTimeout(resolve, 30));
+  now += 1;
   assert.equal((await handler(request, info)).headers.get("connection"), "close");
   assert.equal(steering.closed, 2);
+});
+
+Deno.test("a request that closes its connection itself is neither marked nor counted", async () => {
+  const board = new LoadBoard(LoadBoard.memory(2));
+  board.write(0, 0.1);
+  const steering = new ConnectionSteering(board, 1);
+  steering.sample(250, 0);
+  const closing = new Request("http://localhost/", { headers: { connection: "Close" } });
+  const response = await steering.wrap(() => new Response("ok"))(closing, info);
+  assert.equal(response.headers.get("connection"), null);
+  assert.equal(steering.closed, 0);
+});
+
+Deno.test("a worker stops marking with its next response once the first worker is gone from the board", async () => {
+  const board = new LoadBoard(LoadBoard.memory(2));
+  board.write(0, 0.1);
+  const steering = new ConnectionSteering(board, 1);
+  steering.sample(250, 0);
+  assert.equal(steering.closing, true);
+  board.clear(0);
+  const response = await steering.wrap(() => new Response("ok"))(request, info);
+  assert.equal(response.headers.get("connection"), null);
+  assert.equal(steering.closed, 0);
 });
 
 Deno.test("a response whose headers cannot change is copied to carry Connection: close", async () => {

@@ -101,7 +101,7 @@ export class ServiceMetrics {
     uncharged: 0,
   };
 
-  /** Connections this worker closed to steer them (connection_steering.ts). */
+  /** Responses this worker marked to close their connection (connection_steering.ts). */
   #steeredConnections: () => number = () => 0;
 
   constructor(walletStats: WalletStats, startedAt = Date.now()) {
@@ -164,7 +164,7 @@ export class ServiceMetrics {
     );
     this.#registry.sampled(
       "tollbooth_connections_steered_total",
-      "Keep-alive connections a worker closed to gather a light load on the first worker, or to spread a heavy one (SERVE_WORKERS above 1).",
+      "Responses a worker marked Connection: close to move their keep-alive connection: to gather a light load on the first worker, or to spread a heavy one (SERVE_WORKERS above 1). An HTTP/2 connection ignores the mark.",
       "counter",
       "thread",
       () => [{ value: this.#steeredConnections() }],

@@ -176,7 +176,8 @@ export class WorkerPool {
     slot.worker = null;
     // A commit it was making ends with its thread: its turn must not block the others.
     CommitLocks.releaseOwner(this.#commitLocks, slot.index);
-    // Its siblings stop steering connections towards it at once, not once its share is stale.
+    // Its siblings stop steering connections towards it with their next response, not once its
+    // share is stale.
     new LoadBoard(this.#loadBoard).clear(slot.index);
     slot.stopped?.resolve();
     this.#log({ level: "error", event: "worker_failed", worker: slot.index, error: reason });
