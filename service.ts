@@ -98,10 +98,10 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
     )
     : undefined;
 
-  const steering =
-    options.loadBoard && options.loadBoard.workers > 1 && options.worker !== undefined
-      ? new ConnectionSteering(options.loadBoard, options.worker)
-      : null;
+  const steering = config.connectionSteering && options.loadBoard &&
+      options.loadBoard.workers > 1 && options.worker !== undefined
+    ? new ConnectionSteering(options.loadBoard, options.worker)
+    : null;
 
   // Once per process: workers share the file, and the first one speaks for it.
   if (background) {

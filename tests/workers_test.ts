@@ -238,3 +238,42 @@ Deno.test({
     await files.remove();
   }
 });
+
+Deno.test({
+  name: "with CONNECTION_STEERING=off no worker closes a connection to move it",
+  ignore: Deno.build.os !== "linux",
+}, async () => {
+  const files = await instanceFiles({ models: [PRICEY] });
+  const instance = await startInstance({
+    KV_PATH: files.kvPath,
+    MODELS_FILE: files.modelsFile,
+    SERVE_WORKERS: "2",
+    METRICS_TOKEN,
+    CONNECTION_STEERING: "off",
+  });
+  const fresh = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
+  try {
+    await until(() => instance.lines.some((l) => l.event === "workers_listening"), "both workers", {
+      timeoutMs: 5_000,
+    });
+    // Past the first samples, when a steering worker would have begun to close its connections.
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    let closing = 0;
+    for (let i = 0; i < 60; i++) {
+      const res = await fetch(`${instance.url}/healthz`, { client: fresh });
+      await res.body?.cancel();
+      if (res.headers.get("connection") === "close") closing++;
+    }
+    assert.equal(closing, 0);
+    const res = await fetch(`${instance.url}/metrics`, {
+      headers: { authorization: `Bearer ${METRICS_TOKEN}` },
+      client: fresh,
+    });
+    const steered = parsePrometheus(await res.text()).value("tollbooth_connections_steered_total");
+    assert.equal(steered, 0);
+  } finally {
+    fresh.close();
+    await instance.stop();
+    await files.remove();
+  }
+});

@@ -71,6 +71,8 @@ export interface Config {
    * port, one elsewhere and under `--dev`).
    */
   serveWorkers: number | "auto";
+  /** Workers gather a light load's connections on the first one (lib/ops/connection_steering.ts). */
+  connectionSteering: boolean;
   /**
    * Start a non-streamed call's upstream while its reservation commits, when the wallet as this
    * process last committed it says the reservation fits (lib/gateway/gateway.ts).
@@ -264,6 +266,9 @@ const EnvSchema = z.object({
       ? "auto"
       : integerWithin(v, CONFIG_RANGES.SERVE_WORKERS, ctx, '"auto" or ')
   ),
+  CONNECTION_STEERING: z.enum(["auto", "off"]).optional().or(
+    z.literal("").transform(() => undefined),
+  ),
   WALLET_SLICES: z.enum(["auto", "on", "off"]).optional().or(
     z.literal("").transform(() => undefined),
   ),
@@ -338,6 +343,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     walletStatsLogMs: e.WALLET_STATS_LOG_MS,
     reusePort: e.REUSE_PORT === "on",
     serveWorkers: e.SERVE_WORKERS,
+    connectionSteering: e.CONNECTION_STEERING !== "off",
     optimisticUpstream: e.OPTIMISTIC_UPSTREAM === "on",
     env,
   };
