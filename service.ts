@@ -133,7 +133,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
         console.error(devBanner({ baseUrl, catalog, testCheckout: payments === "dev", shared }));
       }
       // Only a worker that listens may have connections steered towards it.
-      if (steering?.start()) metrics.countSteeredConnections(() => steering.closed);
+      if (steering?.start()) metrics.countSteeredConnections(() => steering.markedResponses);
       options.onListen?.(port);
     },
   }, steering ? steering.wrap(app.fetch) : app.fetch);

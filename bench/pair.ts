@@ -169,7 +169,15 @@ async function main() {
       }: ${WORKERS} worker(s) each, ${RATE} req/s on both ` +
         `at once, ${ROUNDS} rounds of ${WINDOWS} windows of ${SECONDS} s`,
     );
-    const windows: { round: number; old: number; new: number; ratio: number }[] = [];
+    const windows: {
+      round: number;
+      old: number;
+      new: number;
+      ratio: number;
+      /** The busiest worker's share of the workers' CPU, with several workers. */
+      oldBusiestShare: number | null;
+      newBusiestShare: number | null;
+    }[] = [];
     let failed = 0;
     for (let round = 1; round <= ROUNDS; round++) {
       const order = round % 2 === 1 ? builds : [...builds].reverse();
@@ -182,7 +190,14 @@ async function main() {
         const neu = measured.find((m) => m.label === "new")!;
         failed += old.failed + neu.failed;
         const ratio = neu.cpuMsPerRequest / old.cpuMsPerRequest;
-        windows.push({ round, old: old.cpuMsPerRequest, new: neu.cpuMsPerRequest, ratio });
+        windows.push({
+          round,
+          old: old.cpuMsPerRequest,
+          new: neu.cpuMsPerRequest,
+          ratio,
+          oldBusiestShare: old.busiestWorkerShare,
+          newBusiestShare: neu.busiestWorkerShare,
+        });
         console.log(
           `round ${round}, window ${w}: CPU ms/request old ${old.cpuMsPerRequest.toFixed(3)}, ` +
             `new ${neu.cpuMsPerRequest.toFixed(3)}, new/old ${ratio.toFixed(3)}; ` +
@@ -211,7 +226,14 @@ async function main() {
     await Deno.writeTextFile(
       file,
       JSON.stringify(
-        { old: builds[0].given, new: builds[1].given, rate: RATE, windows, failed },
+        {
+          old: builds[0].given,
+          new: builds[1].given,
+          rate: RATE,
+          workers: WORKERS,
+          windows,
+          failed,
+        },
         null,
         2,
       ) +

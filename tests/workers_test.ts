@@ -9,6 +9,10 @@ import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { parsePrometheus } from "./prometheus.ts";
 import { admin, instanceFiles, PRICEY, startInstance } from "./instances.ts";
 import { until } from "./helpers.ts";
+import { threadCpuMs } from "../bench/harness.ts";
+
+/** Linux's /proc counts CPU time in USER_HZ ticks, 100 a second on every architecture. */
+const TICKS_PER_SECOND = 100;
 
 const METRICS_TOKEN = "workers-metrics";
 
@@ -138,23 +142,15 @@ Deno.test({
 });
 
 /**
- * CPU time so far of each worker thread of a process, by Deno's thread name: `worker-N`, numbered in
- * the order the threads were made, so the pool's first worker (started before the others) has the
- * lowest N.
+ * CPU time so far of each worker thread of a process, by the number in Deno's thread name
+ * (`worker-N`, numbered in the order the threads were made: the pool's first worker, started
+ * before the others, has the lowest).
  */
-function workerThreadCpuMs(pid: number): Map<number, number> {
+async function workerThreadCpuMs(pid: number): Promise<Map<number, number>> {
   const cpu = new Map<number, number>();
-  for (const task of Deno.readDirSync(`/proc/${pid}/task`)) {
-    try {
-      const name = Deno.readTextFileSync(`/proc/${pid}/task/${task.name}/comm`).trim();
-      const number = /^worker-(\d+)$/.exec(name)?.[1];
-      if (number === undefined) continue;
-      const stat = Deno.readTextFileSync(`/proc/${pid}/task/${task.name}/stat`);
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      cpu.set(Number(number), (Number(fields[11]) + Number(fields[12])) * 10);
-    } catch {
-      // The thread ended meanwhile.
-    }
+  for (const { name, ms } of (await threadCpuMs(pid, TICKS_PER_SECOND)).values()) {
+    const number = /^worker-(\d+)$/.exec(name)?.[1];
+    if (number !== undefined) cpu.set(Number(number), ms);
   }
   return cpu;
 }
@@ -204,19 +200,24 @@ Deno.test({
       { timeoutMs: 10_000 },
     );
 
-    // One keep-alive connection: once on the first worker, it is never closed again.
+    // One keep-alive connection, paced so that the load stays light (back to back, the first
+    // worker would come near the spread line): once on the first worker, it is never closed again.
+    const paced = async () => {
+      await new Promise((resolve) => setTimeout(resolve, 8));
+      return await complete(kept);
+    };
     let inARow = 0;
     let requests = 0;
     while (inARow < 40 && requests < 400) {
-      inARow = (await complete(kept)) ? 0 : inARow + 1;
+      inARow = (await paced()) ? 0 : inARow + 1;
       requests++;
     }
     assert.equal(inARow, 40, `a connection kept for 40 requests in a row within ${requests}`);
 
     // And the worker that serves it is the first one: the other's thread stays idle meanwhile.
-    const before = workerThreadCpuMs(instance.pid);
-    for (let i = 0; i < 150; i++) assert.equal(await complete(kept), false);
-    const after = workerThreadCpuMs(instance.pid);
+    const before = await workerThreadCpuMs(instance.pid);
+    for (let i = 0; i < 150; i++) assert.equal(await paced(), false);
+    const after = await workerThreadCpuMs(instance.pid);
     const [first, second] = [...after.keys()].sort((a, b) => a - b);
     const spent = (thread: number) => after.get(thread)! - (before.get(thread) ?? 0);
     assert.ok(

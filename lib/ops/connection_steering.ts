@@ -9,7 +9,7 @@
  * keep-alive connections usually split between the workers. Each worker then sleeps between its
  * requests twice as long and runs them with colder caches: on the 2-core development machine two
  * workers whose connections split cost 0.75–0.83 ms of CPU per request at 500 req/s where all on
- * one cost 0.60–0.71 (docs/speed.md). Under load every worker is needed, and nothing is closed.
+ * one cost 0.66 (a one-worker build 0.60–0.71; docs/speed.md). Under load every worker is needed, and nothing is closed.
  * This is what nginx's accept mutex did for its workers, done with the connections themselves.
  *
  * Each worker samples its own thread's CPU time every SAMPLE_MS and writes its busy share (CPU
@@ -19,7 +19,9 @@
  * per SHED_EVERY_MS per worker, so that a load that starts while the process is idle moves at most
  * a few connections before the next sample sees it. A closed connection costs its client one
  * reconnection; an HTTP/2 connection ignores the header (Deno drops it), and stays where it is.
- * A request that closes its connection itself is not marked, nor counted.
+ * A request that asks for `Connection: close` is not marked, nor counted; an HTTP/1.0 request that
+ * does not ask (its connection closes all the same) is, since Deno does not tell a request's
+ * version.
  */
 
 /** How often a worker samples its thread's CPU time. */
@@ -59,8 +61,11 @@ export function closesConnections(index: number, shares: readonly (number | null
 /** The workers' busy shares, in memory shared by the workers of one process. */
 export class LoadBoard {
   readonly #words: BigInt64Array;
+  /** What the supervisor hands each worker. */
+  readonly buffer: SharedArrayBuffer;
 
   constructor(buffer: SharedArrayBuffer) {
+    this.buffer = buffer;
     this.#words = new BigInt64Array(buffer);
   }
 
@@ -96,7 +101,7 @@ export class LoadBoard {
 }
 
 /** The calling thread's CPU time in milliseconds, or null where /proc cannot tell it. */
-export function threadCpuMs(): number | null {
+export function callingThreadCpuMs(): number | null {
   try {
     const stat = Deno.readTextFileSync("/proc/thread-self/stat");
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
@@ -124,7 +129,7 @@ export class ConnectionSteering {
   #closing = false;
   #closedAt = -Infinity;
   /** Responses this worker has marked to close their connection. */
-  closed = 0;
+  markedResponses = 0;
 
   constructor(
     board: LoadBoard,
@@ -143,7 +148,7 @@ export class ConnectionSteering {
 
   /** Starts sampling; false (and nothing steered) where the thread's CPU time cannot be read. */
   start(): boolean {
-    const cpuMs = threadCpuMs();
+    const cpuMs = callingThreadCpuMs();
     if (cpuMs === null) return false;
     this.#cpuMs = cpuMs;
     this.#sampledAt = performance.now();
@@ -160,7 +165,7 @@ export class ConnectionSteering {
   }
 
   /** Takes a sample now (the timer's work; tests call it). */
-  sample(now = performance.now(), cpuMs = threadCpuMs()) {
+  sample(now = performance.now(), cpuMs = callingThreadCpuMs()) {
     if (cpuMs === null) return;
     const wallMs = now - this.#sampledAt;
     if (wallMs <= 0) return;
@@ -189,7 +194,7 @@ export class ConnectionSteering {
         return handler(request, info);
       }
       this.#closedAt = now;
-      this.closed++;
+      this.markedResponses++;
       return Promise.resolve(handler(request, info)).then(closingConnection);
     };
   }

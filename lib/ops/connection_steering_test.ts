@@ -97,10 +97,10 @@ Deno.test("while closing, one response per 25 ms is marked Connection: close and
   assert.equal((await handler(request, info)).headers.get("connection"), "close");
   now += 24;
   assert.equal((await handler(request, info)).headers.get("connection"), null);
-  assert.equal(steering.closed, 1);
+  assert.equal(steering.markedResponses, 1);
   now += 1;
   assert.equal((await handler(request, info)).headers.get("connection"), "close");
-  assert.equal(steering.closed, 2);
+  assert.equal(steering.markedResponses, 2);
 });
 
 Deno.test("a request that closes its connection itself is neither marked nor counted", async () => {
@@ -111,7 +111,7 @@ Deno.test("a request that closes its connection itself is neither marked nor cou
   const closing = new Request("http://localhost/", { headers: { connection: "Close" } });
   const response = await steering.wrap(() => new Response("ok"))(closing, info);
   assert.equal(response.headers.get("connection"), null);
-  assert.equal(steering.closed, 0);
+  assert.equal(steering.markedResponses, 0);
 });
 
 Deno.test("a worker stops marking with its next response once the first worker is gone from the board", async () => {
@@ -123,7 +123,7 @@ Deno.test("a worker stops marking with its next response once the first worker i
   board.clear(0);
   const response = await steering.wrap(() => new Response("ok"))(request, info);
   assert.equal(response.headers.get("connection"), null);
-  assert.equal(steering.closed, 0);
+  assert.equal(steering.markedResponses, 0);
 });
 
 Deno.test("a response whose headers cannot change is copied to carry Connection: close", async () => {
@@ -143,5 +143,5 @@ Deno.test("while not closing, the handler's own response is returned untouched",
   const answer = new Response("ok");
   const response = await steering.wrap(() => answer)(request, info);
   assert.equal(response, answer);
-  assert.equal(steering.closed, 0);
+  assert.equal(steering.markedResponses, 0);
 });

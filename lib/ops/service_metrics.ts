@@ -164,7 +164,7 @@ export class ServiceMetrics {
     );
     this.#registry.sampled(
       "tollbooth_connections_steered_total",
-      "Responses a worker marked Connection: close to move their keep-alive connection: to gather a light load on the first worker, or to spread a heavy one (SERVE_WORKERS above 1). An HTTP/2 connection ignores the mark.",
+      "Responses a worker marked Connection: close to move their keep-alive connection: to gather a light load on the first worker, or to spread a heavy one (SERVE_WORKERS above 1). An HTTP/2 connection ignores the mark; an HTTP/1.0 one closes anyway.",
       "counter",
       "thread",
       () => [{ value: this.#steeredConnections() }],

@@ -95,7 +95,7 @@ export class WorkerPool {
   readonly #waiting = new Map<number, (snapshot: MetricsSnapshot) => void>();
   #started = Promise.withResolvers<void>();
   readonly #commitLocks = CommitLocks.memory();
-  readonly #loadBoard: SharedArrayBuffer;
+  readonly #loadBoard: LoadBoard;
   /** Every worker listened once: from then on a failed worker is restarted, never the start failed. */
   #serving = false;
 
@@ -106,7 +106,7 @@ export class WorkerPool {
     this.#catalogSource = options.catalogSource;
     this.#devServer = options.devServer;
     this.#log = options.log;
-    this.#loadBoard = LoadBoard.memory(options.count);
+    this.#loadBoard = new LoadBoard(LoadBoard.memory(options.count));
     this.#slots = Array.from({ length: options.count }, (_, index) => ({
       index,
       worker: null,
@@ -165,7 +165,7 @@ export class WorkerPool {
       devServer: this.#devServer,
       port: this.#port,
       commitLocks: this.#commitLocks,
-      loadBoard: this.#loadBoard,
+      loadBoard: this.#loadBoard.buffer,
       catalogSource: this.#catalogSource,
     });
   }
@@ -178,7 +178,7 @@ export class WorkerPool {
     CommitLocks.releaseOwner(this.#commitLocks, slot.index);
     // Its siblings stop steering connections towards it with their next response, not once its
     // share is stale.
-    new LoadBoard(this.#loadBoard).clear(slot.index);
+    this.#loadBoard.clear(slot.index);
     slot.stopped?.resolve();
     this.#log({ level: "error", event: "worker_failed", worker: slot.index, error: reason });
     if (!this.#serving) {
