@@ -16,19 +16,36 @@ const TICKS_PER_SECOND = 100;
 
 const METRICS_TOKEN = "workers-metrics";
 
+/** A process of two workers on the simulator's PRICEY model, once both listen. */
+async function startTwoWorkers(env: Record<string, string>) {
+  const files = await instanceFiles({ models: [PRICEY] });
+  const instance = await startInstance({
+    KV_PATH: files.kvPath,
+    MODELS_FILE: files.modelsFile,
+    SERVE_WORKERS: "2",
+    METRICS_TOKEN,
+    ...env,
+  });
+  try {
+    await until(() => instance.lines.some((l) => l.event === "workers_listening"), "both workers", {
+      timeoutMs: 5_000,
+    });
+  } catch (error) {
+    await instance.stop();
+    await files.remove();
+    throw error;
+  }
+  return { files, instance };
+}
+
 Deno.test({
   name:
     "two workers serve one port from one process: what left the wallet is the sum of the answered costs, every scrape counts every request, their commits never fail each other's, SIGTERM stops both",
   // Workers share the port by SO_REUSEPORT's balancing, which is Linux's.
   ignore: Deno.build.os !== "linux",
 }, async () => {
-  const files = await instanceFiles({ models: [PRICEY] });
-  const instance = await startInstance({
-    KV_PATH: files.kvPath,
-    MODELS_FILE: files.modelsFile,
-    SERVE_WORKERS: "2",
+  const { files, instance } = await startTwoWorkers({
     WALLET_STATS_LOG_MS: "100",
-    METRICS_TOKEN,
     RATE_LIMIT_RPM: "1000000",
     RATE_LIMIT_TPM: "1000000000",
   });
@@ -36,9 +53,6 @@ Deno.test({
   // A new connection per request, so that the kernel may hand each to either worker.
   const client = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
   try {
-    await until(() => instance.lines.some((l) => l.event === "workers_listening"), "both workers", {
-      timeoutMs: 5_000,
-    });
     const listening = instance.lines.filter((l) => l.event === "listening");
     assert.deepEqual(listening.map((l) => l.worker).sort(), [0, 1]);
     assert.deepEqual(new Set(listening.map((l) => l.port)).size, 1, "both on one port");
@@ -160,12 +174,7 @@ Deno.test({
     "two workers lightly loaded gather the keep-alive connections on the first: the second answers with Connection: close until its clients reconnect there",
   ignore: Deno.build.os !== "linux",
 }, async () => {
-  const files = await instanceFiles({ models: [PRICEY] });
-  const instance = await startInstance({
-    KV_PATH: files.kvPath,
-    MODELS_FILE: files.modelsFile,
-    SERVE_WORKERS: "2",
-    METRICS_TOKEN,
+  const { files, instance } = await startTwoWorkers({
     RATE_LIMIT_RPM: "1000000",
     RATE_LIMIT_TPM: "1000000000",
   });
@@ -190,9 +199,6 @@ Deno.test({
     return res.headers.get("connection") === "close";
   };
   try {
-    await until(() => instance.lines.some((l) => l.event === "workers_listening"), "both workers", {
-      timeoutMs: 5_000,
-    });
     let closed = false;
     await until(
       async () => (closed ||= await complete(fresh)),
@@ -244,19 +250,9 @@ Deno.test({
   name: "with CONNECTION_STEERING=off no worker closes a connection to move it",
   ignore: Deno.build.os !== "linux",
 }, async () => {
-  const files = await instanceFiles({ models: [PRICEY] });
-  const instance = await startInstance({
-    KV_PATH: files.kvPath,
-    MODELS_FILE: files.modelsFile,
-    SERVE_WORKERS: "2",
-    METRICS_TOKEN,
-    CONNECTION_STEERING: "off",
-  });
+  const { files, instance } = await startTwoWorkers({ CONNECTION_STEERING: "off" });
   const fresh = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
   try {
-    await until(() => instance.lines.some((l) => l.event === "workers_listening"), "both workers", {
-      timeoutMs: 5_000,
-    });
     // Past the first samples, when a steering worker would have begun to close its connections.
     await new Promise((resolve) => setTimeout(resolve, 600));
     let closing = 0;

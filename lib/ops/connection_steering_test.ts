@@ -10,6 +10,15 @@ import {
 const info = {} as Deno.ServeHandlerInfo<Deno.NetAddr>;
 const request = new Request("http://localhost/");
 
+/** The second of two lightly loaded workers, closing: the first's share is there and small. */
+function gatheringSecond(clock?: () => number) {
+  const board = new LoadBoard(LoadBoard.memory(2));
+  board.write(0, 0.1);
+  const steering = new ConnectionSteering(board, 1, { clock });
+  steering.sample(250, 0);
+  return { board, steering };
+}
+
 Deno.test("a worker other than the first closes its connections while the workers' shares sum below the gather line", () => {
   assert.equal(closesConnections(1, [0.1, 0.2]), true);
   assert.equal(closesConnections(3, [0.1, 0.1, 0.1, 0.1]), true);
@@ -87,11 +96,8 @@ Deno.test("a stopped worker's share is absent, and it closes nothing", () => {
 });
 
 Deno.test("while closing, one response per 25 ms is marked Connection: close and the others pass as they are", async () => {
-  const board = new LoadBoard(LoadBoard.memory(2));
-  board.write(0, 0.1);
   let now = 1_000;
-  const steering = new ConnectionSteering(board, 1, { clock: () => now });
-  steering.sample(250, 0);
+  const { steering } = gatheringSecond(() => now);
   assert.equal(steering.closing, true);
   const handler = steering.wrap(() => new Response("ok"));
   assert.equal((await handler(request, info)).headers.get("connection"), "close");
@@ -104,10 +110,7 @@ Deno.test("while closing, one response per 25 ms is marked Connection: close and
 });
 
 Deno.test("a request that closes its connection itself is neither marked nor counted", async () => {
-  const board = new LoadBoard(LoadBoard.memory(2));
-  board.write(0, 0.1);
-  const steering = new ConnectionSteering(board, 1);
-  steering.sample(250, 0);
+  const { steering } = gatheringSecond();
   const closing = new Request("http://localhost/", { headers: { connection: "Close" } });
   const response = await steering.wrap(() => new Response("ok"))(closing, info);
   assert.equal(response.headers.get("connection"), null);
@@ -115,10 +118,7 @@ Deno.test("a request that closes its connection itself is neither marked nor cou
 });
 
 Deno.test("a worker stops marking with its next response once the first worker is gone from the board", async () => {
-  const board = new LoadBoard(LoadBoard.memory(2));
-  board.write(0, 0.1);
-  const steering = new ConnectionSteering(board, 1);
-  steering.sample(250, 0);
+  const { board, steering } = gatheringSecond();
   assert.equal(steering.closing, true);
   board.clear(0);
   const response = await steering.wrap(() => new Response("ok"))(request, info);
@@ -127,10 +127,7 @@ Deno.test("a worker stops marking with its next response once the first worker i
 });
 
 Deno.test("a response whose headers cannot change is copied to carry Connection: close", async () => {
-  const board = new LoadBoard(LoadBoard.memory(2));
-  board.write(0, 0.1);
-  const steering = new ConnectionSteering(board, 1);
-  steering.sample(250, 0);
+  const { steering } = gatheringSecond();
   const handler = steering.wrap(() => Response.redirect("http://localhost/elsewhere", 302));
   const response = await handler(request, info);
   assert.equal(response.status, 302);
