@@ -294,6 +294,18 @@ export async function usageRecords(kv: Deno.Kv, appId: string): Promise<UsageRec
   return entries.map((e) => e.value);
 }
 
+/** The app's usage records written since the last call, once the wallet has committed them. */
+export function newUsageOf(s: TestService, appId: string): () => Promise<UsageRecord[]> {
+  let seen = 0;
+  return async () => {
+    await s.wallets.drain();
+    const all = await usageRecords(s.kv, appId);
+    const fresh = all.slice(seen);
+    seen = all.length;
+    return fresh;
+  };
+}
+
 /** Waits (up to 2 s) for something that happens after a response, such as a stream's settle. */
 export { until } from "./fakes/common.ts";
 

@@ -9,10 +9,10 @@ import { type AnthropicUpstream, startAnthropicUpstream } from "../fakes/anthrop
 import { type OpenAiUpstream, startOpenAiUpstream } from "../fakes/openai_upstream.ts";
 import {
   assertAuditClean,
+  newUsageOf,
   serveLoopback,
   startService,
   type TestService,
-  usageRecords,
 } from "../helpers.ts";
 import type { UsageRecord } from "@/lib/db.ts";
 
@@ -188,7 +188,6 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
   const server = serveLoopback(s.handle);
   try {
     const { appId, apiKey } = await s.newApp();
-    let seen = 0;
     await fn({
       s,
       openai,
@@ -196,13 +195,7 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
       baseURL: `${server.url}/v1`,
       apiKey,
       appId,
-      async newUsage() {
-        await s.wallets.drain();
-        const all = await usageRecords(s.kv, appId);
-        const fresh = all.slice(seen);
-        seen = all.length;
-        return fresh;
-      },
+      newUsage: newUsageOf(s, appId),
     });
     await s.wallets.drain();
     await assertAuditClean(s.kv);

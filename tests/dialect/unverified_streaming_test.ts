@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { startOpenAiUpstream } from "../fakes/openai_upstream.ts";
-import { assertAuditClean, serveLoopback, startService, usageRecords } from "../helpers.ts";
+import { assertAuditClean, newUsageOf, serveLoopback, startService } from "../helpers.ts";
 import { WEATHER_TOOLS } from "./harness.ts";
 
 const MODELS = ["whole/o3", "wholer/o3", "streamed/o3", "streamedr/o3"] as const;
@@ -50,18 +50,7 @@ async function withUnverifiedOrganization(
   try {
     const { appId, apiKey } = await s.newApp();
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey, maxRetries: 0 });
-    let seen = 0;
-    await fn({
-      client,
-      openai,
-      async charged() {
-        await s.wallets.drain();
-        const all = await usageRecords(s.kv, appId);
-        const fresh = all.slice(seen);
-        seen = all.length;
-        return fresh;
-      },
-    });
+    await fn({ client, openai, charged: newUsageOf(s, appId) });
     await s.wallets.drain();
     await assertAuditClean(s.kv);
   } finally {

@@ -47,6 +47,7 @@ import {
   serveOnLoopback,
   sleep,
   sseBody,
+  valueAt,
 } from "./common.ts";
 
 export const ANTHROPIC_FAKE_KEY = "sk-ant-fake-upstream";
@@ -382,15 +383,6 @@ function pyList(values: readonly unknown[]): string {
   return quoted.length <= 1
     ? quoted.join("")
     : `${quoted.slice(0, -1).join(", ")} or ${quoted.at(-1)}`;
-}
-
-function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
-  let v = root;
-  for (const p of path) {
-    if (v === null || typeof v !== "object") return undefined;
-    v = (v as Record<PropertyKey, unknown>)[p];
-  }
-  return v;
 }
 
 /**

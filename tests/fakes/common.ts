@@ -280,3 +280,13 @@ export function jpegBase64(width: number, height: number): string {
   bytes.push(0xff, 0xd9);
   return btoa(String.fromCharCode(...bytes));
 }
+
+/** What a request body holds at a validation error's path (undefined where it stops). */
+export function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let v = root;
+  for (const p of path) {
+    if (v === null || typeof v !== "object") return undefined;
+    v = (v as Record<PropertyKey, unknown>)[p];
+  }
+  return v;
+}

@@ -10,7 +10,7 @@
  */
 import { decode, encode } from "gpt-tokenizer/encoding/o200k_base";
 import { z } from "zod";
-import type { FaultKnobs } from "./common.ts";
+import { type FaultKnobs, valueAt } from "./common.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = any;
@@ -170,15 +170,6 @@ export function openAiPath(path: readonly PropertyKey[]): string {
   let out = "";
   for (const p of path) out += typeof p === "number" ? `[${p}]` : out ? `.${String(p)}` : String(p);
   return out;
-}
-
-function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
-  let v = root;
-  for (const p of path) {
-    if (v === null || typeof v !== "object") return undefined;
-    v = (v as Record<PropertyKey, unknown>)[p];
-  }
-  return v;
 }
 
 export function jsonTypeName(v: unknown): string {
