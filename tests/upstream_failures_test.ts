@@ -161,6 +161,12 @@ function failures(s: TestService) {
   return s.logs.filter((l) => l.path === "/v1/chat/completions").map((l) => l.upstreamFailure);
 }
 
+/** The holds of the calls given up for the timeout, as logged, and as the wallet stats sum them. */
+function abandoned(s: TestService) {
+  const logged = s.logs.filter((l) => l.event === "upstream_abandoned").map((l) => l.exposure);
+  return { logged, counted: s.wallets.stats.abandonedExposureMicros };
+}
+
 function closedPort() {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const { port } = listener.addr as Deno.NetAddr;
@@ -272,6 +278,8 @@ for (const kind of KINDS) {
       await withBaseUrl(kind, `https://127.0.0.1:${plain.port}`, async (s, apiKey, appId) => {
         await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
         assert.deepEqual(failures(s), ["unreachable", "unreachable"]);
+        // Never answered as HTTP: nothing a provider would bill.
+        assert.deepEqual(abandoned(s), { logged: [], counted: 0 });
       });
     } finally {
       await plain.close();
@@ -285,6 +293,11 @@ for (const kind of KINDS) {
         const [plain] = await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
         assert.match(plain.error.message, /timeout/);
         assert.deepEqual(failures(s), ["timeout", "timeout"]);
+        // Sent, then given up: what the provider may bill for them is reported, not charged.
+        const { logged, counted } = abandoned(s);
+        assert.equal(logged.length, 2);
+        for (const exposure of logged) assert.ok((exposure as number) > 0);
+        assert.equal(counted, (logged[0] as number) + (logged[1] as number));
       }, 300);
     } finally {
       silent.close();
@@ -298,6 +311,7 @@ for (const kind of KINDS) {
       async (s, apiKey, appId) => {
         await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
         assert.deepEqual(failures(s), ["timeout", "timeout"]);
+        assert.equal(abandoned(s).logged.length, 2);
       },
       300,
     ));

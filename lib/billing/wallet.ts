@@ -157,6 +157,8 @@ export class Wallets {
     optimisticStarts: 0,
     mispredictions: 0,
     mispredictionExposureMicros: 0,
+    abandonedCalls: 0,
+    abandonedExposureMicros: 0,
     orphanCharges: 0,
     commitLockTakeovers: 0,
   };

@@ -217,6 +217,13 @@ export interface WalletStats {
    * providers may bill for them (the hold bounds the whole call), which is the operator's.
    */
   mispredictionExposureMicros: number;
+  /**
+   * Upstream calls sent and then given up for the provider's timeout before any answer (a route
+   * of a request, its fallbacks each counted), and the holds they were sent under: an upper bound
+   * of what their providers may bill for them, which nobody is charged.
+   */
+  abandonedCalls: number;
+  abandonedExposureMicros: number;
   /** Charges whose slice was gone when posted: charged from the wallet instead. */
   orphanCharges: number;
   /** Commit locks (workers) taken over from a sibling that held one past its wait: it hung or died. */

@@ -353,7 +353,7 @@ export class Gateway {
         if (!this.#deps.wallets.predictFits(caller.appId, planned.amount)) return;
         this.#deps.wallets.stats.optimisticStarts++;
         earlyHold = planned.amount;
-        early = this.#firstAnswer(planned.model, failing, open(planned.maxTokens));
+        early = this.#firstAnswer(planned.model, failing, open(planned.maxTokens), planned.amount);
         // Awaited once the reservation holds; refused, it is aborted and its outcome ignored.
         early.catch(() => {});
       });
@@ -382,7 +382,7 @@ export class Gateway {
     let upstream: UpstreamRequest;
     try {
       ({ value: { parts, first, upstream }, route } = await (early ??
-        this.#firstAnswer(model, failing, open(maxTokens))));
+        this.#firstAnswer(model, failing, open(maxTokens), reservation.amount)));
     } catch (error) {
       trace.upstreamMs = performance.now() - started;
       stopRenewal();
@@ -435,6 +435,8 @@ export class Gateway {
     model: Model,
     failing: FailingRequest,
     call: (route: Model) => Promise<T>,
+    /** The hold the calls are made under: it bounds what a provider may bill for one. */
+    hold: Micros,
   ): Promise<{ value: T; route: Model }> {
     const { requestId, trace } = failing;
     const routes: Model[] = [
@@ -446,6 +448,9 @@ export class Gateway {
       try {
         return { value: await call(route), route };
       } catch (error) {
+        if (error instanceof ProviderError && error.kind === "timeout") {
+          this.#abandoned(requestId, route, hold);
+        }
         const last = i === routes.length - 1;
         if (last || !(error instanceof ProviderError) || error.kind === "bad_request") throw error;
         this.#deps.log({
@@ -459,6 +464,23 @@ export class Gateway {
       }
     }
     throw new Error("unreachable: a model has at least one route");
+  }
+
+  /**
+   * A call sent and given up for the provider's timeout before any answer: the provider may bill
+   * it, up to its hold, and nobody is charged, so the hold is counted and logged as the operator's.
+   */
+  #abandoned(requestId: string, route: Model, hold: Micros) {
+    this.#deps.wallets.stats.abandonedCalls++;
+    this.#deps.wallets.stats.abandonedExposureMicros += hold;
+    this.#deps.log({
+      level: "warn",
+      requestId,
+      event: "upstream_abandoned",
+      provider: route.provider.name,
+      // Micro-USD: the most its provider may bill for it, which nobody is charged.
+      exposure: hold,
+    });
   }
 
   /**
@@ -477,7 +499,7 @@ export class Gateway {
     const started = performance.now();
     const stopRenewal = this.#deps.wallets.keepAlive(caller.appId, reservation.id);
     try {
-      const answer = await this.#firstAnswer(model, failing, call);
+      const answer = await this.#firstAnswer(model, failing, call, reservation.amount);
       trace.upstreamMs = performance.now() - started;
       return answer;
     } catch (error) {
@@ -613,8 +635,9 @@ export class Gateway {
 
   /**
    * The exact input tokens by the provider's free counting endpoint (Anthropic's count_tokens,
-   * OpenAI's Responses input token count), when the model is served by such a provider: null when there is none, or when the count fails
-   * or is slow (the bound then stands). Counted in the request's log line, and so in the metrics.
+   * OpenAI's Responses input token count), when the model is served by such a provider: null when
+   * there is none, or when the count fails or is slow (the bound then stands). Counted in the
+   * request's log line, and so in the metrics.
    */
   async #exactInputTokens(
     model: Model,

@@ -162,6 +162,14 @@ export class ServiceMetrics {
       "mispredictionExposureMicros",
       "Micro-USD the aborted optimistic calls would have held: a bound of what providers may bill for them.",
     );
+    stat(
+      "abandonedCalls",
+      "Upstream calls sent and given up for the provider's timeout before any answer: nothing charged.",
+    );
+    stat(
+      "abandonedExposureMicros",
+      "Micro-USD of the holds the abandoned calls were sent under: a bound of what providers may bill for them.",
+    );
     this.#registry.sampled(
       "tollbooth_connections_steered_total",
       "Responses a worker marked Connection: close to move their keep-alive connection: to gather a light load on the first worker, or to spread a heavy one (SERVE_WORKERS above 1). An HTTP/2 connection ignores the mark; an HTTP/1.0 one closes anyway.",

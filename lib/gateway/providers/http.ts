@@ -383,7 +383,8 @@ export async function wholeAnswer(
  * How long a whole (non-streamed) answer may take: its headers come only once it is written, so
  * the provider's timeout, meant for a silence, must also cover the writing: a minute and 20 ms a
  * token of the cap (50 tokens a second, slower than OpenAI's reasoning models write), at most an
- * hour. A call abandoned for its time may still be billed by the provider, and is not charged.
+ * hour. A call abandoned for its time may still be billed by the provider: it is not charged, and
+ * its hold is reported as the operator's exposure (Gateway, `upstream_abandoned`).
  */
 export function wholeAnswerTimeoutMs(timeoutMs: number, maxTokens: number): number {
   return Math.max(timeoutMs, Math.min(60 * 60 * 1000, 60_000 + maxTokens * 20));
