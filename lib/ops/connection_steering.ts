@@ -121,7 +121,6 @@ type Handler = (request: Request, info: Deno.ServeHandlerInfo<Deno.NetAddr>) =>
 export class ConnectionSteering {
   readonly #board: LoadBoard;
   readonly #index: number;
-  readonly #onChange: (closing: boolean, shares: (number | null)[]) => void;
   readonly #clock: () => number;
   #timer: ReturnType<typeof setInterval> | undefined;
   #sampledAt = 0;
@@ -135,14 +134,12 @@ export class ConnectionSteering {
     board: LoadBoard,
     index: number,
     options: {
-      onChange?: (closing: boolean, shares: (number | null)[]) => void;
       /** Milliseconds, for the rationing of closes. */
       clock?: () => number;
     } = {},
   ) {
     this.#board = board;
     this.#index = index;
-    this.#onChange = options.onChange ?? (() => {});
     this.#clock = options.clock ?? (() => performance.now());
   }
 
@@ -172,10 +169,7 @@ export class ConnectionSteering {
     this.#board.write(this.#index, Math.min(1, Math.max(0, (cpuMs - this.#cpuMs) / wallMs)));
     this.#cpuMs = cpuMs;
     this.#sampledAt = now;
-    const shares = this.#board.shares();
-    const closing = closesConnections(this.#index, shares);
-    if (closing !== this.#closing) this.#onChange(closing, shares);
-    this.#closing = closing;
+    this.#closing = closesConnections(this.#index, this.#board.shares());
   }
 
   get closing(): boolean {
