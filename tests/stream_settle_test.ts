@@ -38,9 +38,9 @@ function chunk(content: string | Record<string, unknown>, finish: string | null 
 
 /**
  * An OpenAI-compatible upstream whose stream sends these events, then behaves as `ending` says:
- * "hang" keeps the connection open, sending nothing, until the client goes away.
+ * "hang" keeps the connection open, sending nothing, until the client goes away; "end" ends it.
  */
-function eventUpstream(events: string[], ending: "hang" | "cut") {
+function eventUpstream(events: string[], ending: "hang" | "cut" | "end") {
   const seen = { aborted: false, requests: 0 };
   const server = serveLoopback((request) => {
     seen.requests++;
@@ -48,6 +48,7 @@ function eventUpstream(events: string[], ending: "hang" | "cut") {
     const body = new ReadableStream<Uint8Array>({
       async start(controller) {
         for (const event of events) controller.enqueue(encoder.encode(event));
+        if (ending === "end") controller.close();
         if (ending === "cut") {
           await new Promise((r) => setTimeout(r, 5));
           controller.error(new Error("upstream died"));
@@ -65,6 +66,16 @@ function eventUpstream(events: string[], ending: "hang" | "cut") {
 /** An upstream whose stream sends `words` (a delta's content, or a whole delta), then `ending`. */
 function fakeUpstream(words: (string | Record<string, unknown>)[], ending: "hang" | "cut") {
   return eventUpstream(words.map((word) => chunk(word)), ending);
+}
+
+/** The calls logged as ended early with their exposure, and what the wallet stats sum of them. */
+function endedEarly(s: TestService) {
+  return {
+    logged: s.logs.filter((l) => l.event === "upstream_ended_early")
+      .map(({ outcome, charged, exposure }) => ({ outcome, charged, exposure })),
+    calls: s.wallets.stats.endedEarlyCalls,
+    exposure: s.wallets.stats.endedEarlyExposureMicros,
+  };
 }
 
 async function onlyUsage(kv: Deno.Kv, appId: string): Promise<UsageRecord> {
@@ -126,6 +137,14 @@ Deno.test("a client that disconnects mid-stream stops the upstream and pays for 
       const model = s.catalog.get("fake/gpt")!;
       assert.equal(usage.cost, usageCost(model, usage));
       assert.equal((await s.wallet(appId)).spent, usage.cost);
+      // Charged by our count: what the provider may bill beyond it is the operator's, and told.
+      const exposure = usage.reserved - usage.cost;
+      assert.ok(exposure > 0);
+      assert.deepEqual(endedEarly(s), {
+        logged: [{ outcome: "client_closed", charged: usage.cost, exposure }],
+        calls: 1,
+        exposure,
+      });
     } finally {
       await server.close();
     }
@@ -182,6 +201,8 @@ Deno.test("a client that leaves a stream whose upstream reported usage on its co
       assert.equal(usage.completionTokens, upstream.billed.completionTokens);
       assert.equal(usage.cost, usageCost(s.catalog.get("fake/gpt")!, upstream.billed));
       assert.equal((await s.wallet(appId)).spent, usage.cost);
+      // The provider's own bill was charged: no exposure beyond it.
+      assert.deepEqual(endedEarly(s), { logged: [], calls: 0, exposure: 0 });
     } finally {
       await server.close();
     }
@@ -204,6 +225,7 @@ Deno.test("a stream cut after its upstream reported usage on a content chunk is 
       assert.equal(usage.outcome, "upstream_cut", `stream: ${stream}`);
       assert.equal(usage.countedLocally, false, `stream: ${stream}`);
       assert.equal(usage.completionTokens, upstream.billed.completionTokens, `stream: ${stream}`);
+      assert.equal(endedEarly(s).calls, 0, `stream: ${stream}`);
     });
   }
 });
@@ -317,6 +339,46 @@ Deno.test("a stream the upstream cuts is charged for what was produced and ends 
     assert.equal(wallet.reserved, 0);
     assert.equal(wallet.spent, usage.cost);
   }));
+
+Deno.test("a stream the upstream cuts before its usage reports its hold beyond the charge as the operator's exposure, streamed or not", async () => {
+  for (const stream of [true, false]) {
+    await withUpstream(fakeUpstream(["One", " two"], "cut"), async (s, { appId, apiKey }) => {
+      const res = await s.chat(apiKey, {
+        model: "fake/gpt",
+        messages: userMessage("go on"),
+        stream,
+        max_tokens: 300,
+      });
+      await res.text();
+      await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
+      const usage = await onlyUsage(s.kv, appId);
+      assert.equal(usage.countedLocally, true);
+      const exposure = usage.reserved - usage.cost;
+      assert.ok(exposure > 0, `stream: ${stream}`);
+      assert.deepEqual(endedEarly(s), {
+        logged: [{ outcome: "upstream_cut", charged: usage.cost, exposure }],
+        calls: 1,
+        exposure,
+      }, `stream: ${stream}`);
+    });
+  }
+});
+
+Deno.test("a stream that runs to its end reports no exposure", async () => {
+  const events = [chunk("Done"), chunk({}, "stop"), "data: [DONE]\n\n"];
+  await withUpstream(eventUpstream(events, "end"), async (s, { appId, apiKey }) => {
+    const res = await s.chat(apiKey, {
+      model: "fake/gpt",
+      messages: userMessage("go on"),
+      stream: true,
+      max_tokens: 300,
+    });
+    assert.equal((await readSse(res)).at(-1), "[DONE]");
+    await until(async () => (await s.wallet(appId)).reserved === 0, "the stream to be settled");
+    assert.equal((await onlyUsage(s.kv, appId)).outcome, "completed");
+    assert.deepEqual(endedEarly(s), { logged: [], calls: 0, exposure: 0 });
+  });
+});
 
 Deno.test("a cut stream's own count of its output never passes the output cap the reservation covers", () =>
   // An upstream that ignored max_tokens: the provider bills no more than the cap it was sent.

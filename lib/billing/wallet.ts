@@ -159,6 +159,8 @@ export class Wallets {
     mispredictionExposureMicros: 0,
     abandonedCalls: 0,
     abandonedExposureMicros: 0,
+    endedEarlyCalls: 0,
+    endedEarlyExposureMicros: 0,
     orphanCharges: 0,
     commitLockTakeovers: 0,
   };

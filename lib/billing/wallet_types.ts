@@ -224,6 +224,14 @@ export interface WalletStats {
    */
   abandonedCalls: number;
   abandonedExposureMicros: number;
+  /**
+   * Calls that ended before their upstream finished (client gone or stalled, upstream cut) and
+   * were charged by our own count of the output, the provider's usage never having come, and what
+   * their holds covered beyond that charge: an upper bound of what their providers may bill beyond
+   * it, which nobody is charged.
+   */
+  endedEarlyCalls: number;
+  endedEarlyExposureMicros: number;
   /** Charges whose slice was gone when posted: charged from the wallet instead. */
   orphanCharges: number;
   /** Commit locks (workers) taken over from a sibling that held one past its wait: it hung or died. */

@@ -11,7 +11,7 @@ import {
 } from "@/lib/catalog/mod.ts";
 import { assertSupported, type ChatRequest, DEFAULT_MAX_TOKENS } from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
-import type { ReservationRecord } from "@/lib/db.ts";
+import type { ReservationRecord, UsageOutcome } from "@/lib/db.ts";
 import { ApiError, formatUsd, type Micros, Sweep } from "@/lib/core/mod.ts";
 import type { Providers } from "./providers/mod.ts";
 import {
@@ -408,6 +408,9 @@ export class Gateway {
             countedLocally,
           }, trace);
           balance = settled.available;
+          if (outcome !== "completed" && countedLocally) {
+            this.#endedEarly(requestId, route, outcome, reservation.amount, settled.charged);
+          }
           return settled.charged;
         },
         onUpstreamCut: ({ kind, ...upstreamError }) => {
@@ -480,6 +483,34 @@ export class Gateway {
       provider: route.provider.name,
       // Micro-USD: the most its provider may bill for it, which nobody is charged.
       exposure: hold,
+    });
+  }
+
+  /**
+   * A call that ended before its upstream finished (the client left or stalled, the upstream broke
+   * off) and without the provider's usage was charged by our count of what it produced; its
+   * provider may bill more (some bill a generation to its end), up to the hold. What the hold
+   * covers beyond the charge is counted and logged as the operator's.
+   */
+  #endedEarly(
+    requestId: string,
+    route: Model,
+    outcome: UsageOutcome,
+    hold: Micros,
+    charged: Micros,
+  ) {
+    const exposure = Math.max(0, hold - charged);
+    this.#deps.wallets.stats.endedEarlyCalls++;
+    this.#deps.wallets.stats.endedEarlyExposureMicros += exposure;
+    this.#deps.log({
+      level: "info",
+      requestId,
+      event: "upstream_ended_early",
+      provider: route.provider.name,
+      outcome,
+      charged,
+      // Micro-USD: the most its provider may bill beyond the charge, which nobody is charged.
+      exposure,
     });
   }
 

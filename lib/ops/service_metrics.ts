@@ -170,6 +170,14 @@ export class ServiceMetrics {
       "abandonedExposureMicros",
       "Micro-USD of the holds the abandoned calls were sent under: a bound of what providers may bill for them.",
     );
+    stat(
+      "endedEarlyCalls",
+      "Paid calls that ended before their upstream finished (client gone or stalled, upstream cut), charged by our count of the output: the provider's usage never came.",
+    );
+    stat(
+      "endedEarlyExposureMicros",
+      "Micro-USD those calls' holds covered beyond their charge: a bound of what providers may bill beyond it.",
+    );
     this.#registry.sampled(
       "tollbooth_connections_steered_total",
       "Responses a worker marked Connection: close to move their keep-alive connection: to gather a light load on the first worker, or to spread a heavy one (SERVE_WORKERS above 1). An HTTP/2 connection ignores the mark; an HTTP/1.0 one closes anyway.",
