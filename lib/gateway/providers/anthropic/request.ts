@@ -435,11 +435,14 @@ function toolChoice(
   const p = request.params;
   const noParallel = p.parallel_tool_calls === false ? { disable_parallel_tool_use: true } : {};
   const choice = p.tool_choice;
-  if (answerTool && choice !== "none") {
+  if (answerTool) {
     // Where none may be forced, it is offered (auto); otherwise the answer tool is forced (or any
-    // tool, with others).
+    // tool, with others). `none` forbids the client's tools, not the format: OpenAI still answers
+    // in it, so the answer tool is forced alone (Claude's `none` would forbid it too).
     if (unforced) return { type: "auto", ...noParallel };
-    if (!p.tools?.length) return { type: "tool", name: answerTool, ...noParallel };
+    if (!p.tools?.length || choice === "none") {
+      return { type: "tool", name: answerTool, ...noParallel };
+    }
     if (choice && typeof choice === "object") {
       return { type: "tool", name: choice.function.name, ...noParallel };
     }

@@ -629,6 +629,36 @@ Deno.test("a strict json_schema goes as output_config.format where the model can
   assert.deepEqual(forced.tool_choice, { type: "any" });
 });
 
+Deno.test("tool_choice none with a response format forces the answer tool: the client's tools stay uncalled, the format holds", () => {
+  const tools = [{ type: "function", function: { name: "w" } }];
+  for (
+    const response_format of [
+      { type: "json_object" },
+      { type: "json_schema", json_schema: { name: "report", schema: { type: "object" } } },
+    ]
+  ) {
+    const sent = messagesRequest(
+      upstreamRequest(claude, { messages: ask, tools, tool_choice: "none", response_format }),
+      false,
+    );
+    const name = response_format.type === "json_object" ? "json_response" : "report";
+    assert.deepEqual((sent.tools as { name: string }[]).map((t) => t.name), ["w", name]);
+    assert.deepEqual(sent.tool_choice, { type: "tool", name });
+  }
+  // Where no tool can be forced (a thinking budget), the answer tool is offered, not forbidden.
+  const thinking = messagesRequest(
+    upstreamRequest(claude, {
+      messages: ask,
+      tools,
+      tool_choice: "none",
+      response_format: { type: "json_object" },
+      reasoning_effort: "low",
+    }),
+    false,
+  );
+  assert.deepEqual(thinking.tool_choice, { type: "auto" });
+});
+
 Deno.test("json_object and a schema not strict keep the answer tool where no tool can be forced, offered unforced", () => {
   const formats = [
     { type: "json_object" },
