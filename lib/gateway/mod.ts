@@ -14,6 +14,7 @@ export { Gateway } from "./gateway.ts";
 export type { EmbeddingsList, RequestTrace, StreamOutcome } from "./gateway.ts";
 export { encodeSseData, encodeSseEvent, SSE_DONE } from "./sse.ts";
 export { Responses } from "./responses/responses.ts";
+export { RESPONSE_INCLUDABLES } from "./responses/request.ts";
 export type { ResponseOutcome, ResponseStreamOutcome } from "./responses/responses.ts";
 export { ResponseStore } from "./responses/store.ts";
 export { providerKeyRedactor, SecretRedactor } from "./redact.ts";

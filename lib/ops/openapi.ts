@@ -9,6 +9,7 @@ import {
   FIELD_SUPPORT,
   MAX_EMBEDDING_INPUTS,
   MAX_EMBEDDING_REQUEST_TOKENS,
+  RESPONSE_INCLUDABLES,
 } from "@/lib/gateway/mod.ts";
 import { ERROR_CODES, type ErrorCode } from "@/lib/core/mod.ts";
 import { MANAGEMENT_ONLY_ERRORS, managementOpenApi } from "./management_openapi.ts";
@@ -720,6 +721,13 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
             stream: { type: ["boolean", "null"] },
             store: { type: ["boolean", "null"], default: true },
             previous_response_id: { type: ["string", "null"] },
+            include: {
+              type: ["array", "null"],
+              items: { type: "string", enum: [...RESPONSE_INCLUDABLES] },
+              description:
+                "`message.output_text.logprobs` returns each output text token's logprob (with `top_logprobs` alternatives) on its `output_text` part and text delta events; the other values are accepted and change nothing.",
+            },
+            top_logprobs: { type: ["integer", "null"], minimum: 0, maximum: 20 },
           },
         },
         Response: {

@@ -460,6 +460,63 @@ Deno.test("a refusal names Responses fields in its param and its words: reasonin
     assert.deepEqual(await d.newUsage(), [], "nothing was reserved or charged");
   }));
 
+Deno.test("openai SDK include message.output_text.logprobs: each token's logprob and top alternatives, whole and streamed; refused on Claude naming include", () =>
+  withDialect(async (d) => {
+    const asked = {
+      model: OPENAI_MODEL,
+      input: "Say hi.",
+      include: ["message.output_text.logprobs" as const],
+      top_logprobs: 2,
+    };
+    d.openai.script({ content: "Hi there", logprob: -0.1 });
+    const whole = await client(d).responses.create(asked);
+    assert.deepEqual(d.openai.chats.at(-1)!.body.logprobs, true);
+    assert.deepEqual(d.openai.chats.at(-1)!.body.top_logprobs, 2);
+    const part = (whole.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0];
+    assert.equal(part.type, "output_text");
+    const logprobs = (part as OpenAI.Responses.ResponseOutputText).logprobs!;
+    assert.equal(logprobs.map((l) => l.token).join(""), "Hi there");
+    for (const l of logprobs) {
+      assert.equal(l.logprob, -0.1);
+      assert.equal(l.top_logprobs.length, 2);
+      assert.deepEqual(l.bytes, [...new TextEncoder().encode(l.token)]);
+    }
+
+    d.openai.script({ content: "Hi there", logprob: -0.1 });
+    const streamed: string[] = [];
+    let done: unknown[] = [];
+    for await (const event of await client(d).responses.create({ ...asked, stream: true })) {
+      if (event.type === "response.output_text.delta") {
+        streamed.push(...event.logprobs.map((l) => l.token));
+      }
+      if (event.type === "response.output_text.done") done = event.logprobs;
+    }
+    assert.equal(streamed.join(""), "Hi there");
+    assert.equal(done.length, logprobs.length);
+
+    const refused = await client(d).responses.create({ ...asked, model: CLAUDE_MODEL })
+      .catch((e) => e);
+    assert.ok(refused instanceof OpenAI.BadRequestError, String(refused));
+    assert.equal(refused.param, "include");
+    assert.equal(d.claude.messages().length, 0);
+  }));
+
+Deno.test("AI SDK default OpenAI provider with providerOptions.openai.logprobs gets the tokens' logprobs", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "Hi there", logprob: -0.1 });
+    const openai = createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey });
+    const result = await generateText({
+      model: openai(OPENAI_MODEL),
+      prompt: "Say hi.",
+      providerOptions: { openai: { logprobs: 2 } },
+      maxRetries: 0,
+    });
+    assert.equal(result.text, "Hi there");
+    const logprobs = result.providerMetadata?.openai?.logprobs as { token: string }[][];
+    assert.equal(logprobs.flat().map((l) => l.token).join(""), "Hi there");
+    assert.equal(d.openai.chats.at(-1)!.body.top_logprobs, 2);
+  }));
+
 Deno.test("responses count against the same rate limits (429 with Retry-After); an embedding model is 400 model_not_supported", async () => {
   const { startService, assertAuditClean } = await import("../helpers.ts");
   const s = await startService({ env: { RATE_LIMIT_RPM: "1" } });

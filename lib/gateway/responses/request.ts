@@ -144,6 +144,22 @@ const TextFormat = z.discriminatedUnion("type", [
   }),
 ], { error: "must be of type text, json_object or json_schema" });
 
+/**
+ * What `include` may ask for, as OpenAI lists it. Only the text's logprobs change an answer here:
+ * reasoning comes with its encrypted content whenever a model gives one, and the rest are outputs
+ * of OpenAI's built-in tools and stored inputs, which no answer here has.
+ */
+export const RESPONSE_INCLUDABLES = [
+  "message.output_text.logprobs",
+  "reasoning.encrypted_content",
+  "message.input_image.image_url",
+  "file_search_call.results",
+  "web_search_call.results",
+  "web_search_call.action.sources",
+  "computer_call_output.output.image_url",
+  "code_interpreter_call.outputs",
+] as const;
+
 export const ResponsesRequestSchema = z.strictObject({
   model: z.string({ error: "must be a string" }).min(1, "must not be empty"),
   input: z.union([z.string(), z.array(z.unknown()).min(1, "must not be empty")], {
@@ -187,8 +203,12 @@ export const ResponsesRequestSchema = z.strictObject({
   prompt_cache_retention: PromptCacheRetention.nullish(),
   service_tier: z.string().nullish(),
   truncation: z.literal("disabled", "only 'disabled' is supported").nullish(),
-  /** Extra output OpenAI can add on request; none of it exists without OpenAI's own store. */
-  include: z.array(z.string()).nullish(),
+  include: z.array(
+    z.enum(RESPONSE_INCLUDABLES, { error: `must be one of ${RESPONSE_INCLUDABLES.join(", ")}` }),
+    { error: "must be an array" },
+  ).nullish(),
+  top_logprobs: z.number({ error: "must be an integer" }).int("must be an integer")
+    .min(0, "must be at least 0").max(20, "must be at most 20").nullish(),
   background: z.literal(false, "background responses are not supported").nullish(),
 });
 
@@ -314,6 +334,10 @@ export function toChatRequest(body: ResponsesBody, stored: StoredContext): Conve
         ...(format.strict != null ? { strict: format.strict } : {}),
       },
     };
+  }
+  if (body.include?.includes("message.output_text.logprobs")) {
+    chat.logprobs = true;
+    if (body.top_logprobs != null) chat.top_logprobs = body.top_logprobs;
   }
   if (body.text?.verbosity != null) chat.verbosity = body.text.verbosity;
   if (body.reasoning?.effort != null) chat.reasoning_effort = body.reasoning.effort;

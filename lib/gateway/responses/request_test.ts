@@ -318,10 +318,25 @@ Deno.test("each malformed or unsupported field is refused with its Responses pat
     ],
     [{ model: MODEL, input: "x", background: true }, "invalid_parameter", "background"],
     [{ model: MODEL, input: "x", max_output_tokens: 5 }, "invalid_parameter", "max_output_tokens"],
+    [{ model: MODEL, input: "x", include: ["no.such.output"] }, "invalid_parameter", "include[0]"],
+    [{ model: MODEL, input: "x", top_logprobs: 21 }, "invalid_parameter", "top_logprobs"],
   ];
   for (const [body, code, param] of cases) {
     assert.deepEqual(refusal(body), { code, param }, JSON.stringify(body));
   }
+});
+
+Deno.test("include message.output_text.logprobs asks the chat call for logprobs, with top_logprobs; other includes change nothing", () => {
+  const asked = chatOf({
+    input: "x",
+    include: ["message.output_text.logprobs", "reasoning.encrypted_content"],
+    top_logprobs: 3,
+  });
+  assert.equal(asked.logprobs, true);
+  assert.equal(asked.top_logprobs, 3);
+  // top_logprobs alone says how many, not whether: the Responses API wants the include for it.
+  const plain = chatOf({ input: "x", include: ["reasoning.encrypted_content"], top_logprobs: 3 });
+  assert.equal("logprobs" in plain || "top_logprobs" in plain, false);
 });
 
 Deno.test("item references are counted once each, and more than 256 are refused naming input", () => {

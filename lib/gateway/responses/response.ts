@@ -29,6 +29,41 @@ interface ChatUsage {
   prompt_cache_hit_tokens?: number;
 }
 
+/** A token of the text with its log probability, as an `output_text` part lists them. */
+interface TextLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+}
+
+type OutputText = { type: "output_text"; text: string; annotations: []; logprobs: TextLogprob[] };
+
+const utf8 = new TextEncoder();
+
+/**
+ * A chat choice's `logprobs.content` as the Responses API gives them: the same tokens, each with
+ * its UTF-8 bytes (a server that leaves them out gets them computed) and its top alternatives.
+ */
+function textLogprobs(logprobs: { content?: unknown } | null | undefined): TextLogprob[] {
+  const entries = logprobs?.content;
+  if (!Array.isArray(entries)) return [];
+  const token = (entry: Record<string, unknown>) => {
+    const text = typeof entry.token === "string" ? entry.token : "";
+    return {
+      token: text,
+      logprob: typeof entry.logprob === "number" ? entry.logprob : 0,
+      bytes: Array.isArray(entry.bytes) ? entry.bytes as number[] : [...utf8.encode(text)],
+    };
+  };
+  return entries.filter(isRecord).map((entry) => ({
+    ...token(entry),
+    top_logprobs: Array.isArray(entry.top_logprobs)
+      ? entry.top_logprobs.filter(isRecord).map(token)
+      : [],
+  }));
+}
+
 /** The model's reasoning as a summary part: what the AI SDK and LangChain read it from. */
 type SummaryText = { type: "summary_text"; text: string };
 
@@ -46,10 +81,7 @@ export type OutputItem =
     id: string;
     status: "in_progress" | "completed" | "incomplete";
     role: "assistant";
-    content: ({ type: "output_text"; text: string; annotations: [] } | {
-      type: "refusal";
-      refusal: string;
-    })[];
+    content: (OutputText | { type: "refusal"; refusal: string })[];
   }
   | {
     type: "function_call";
@@ -125,6 +157,7 @@ export function responseObject(
       strict: t.strict ?? true,
     })),
     top_p: body.top_p ?? 1,
+    top_logprobs: body.top_logprobs ?? 0,
     truncation: "disabled",
     usage: state.usage ? responseUsage(state.usage) : null,
     user: body.user ?? null,
@@ -158,6 +191,7 @@ interface CompletionLike {
       }[];
       [k: string]: unknown;
     };
+    logprobs?: { content?: unknown } | null;
     finish_reason: string | null;
   }[];
   usage?: ChatUsage;
@@ -189,7 +223,12 @@ export function completionToResponse(
   }
   const content: Extract<OutputItem, { type: "message" }>["content"] = [];
   if (typeof message.content === "string" && message.content !== "") {
-    content.push({ type: "output_text", text: message.content, annotations: [] });
+    content.push({
+      type: "output_text",
+      text: message.content,
+      annotations: [],
+      logprobs: textLogprobs(choice.logprobs),
+    });
   }
   if (typeof message.refusal === "string" && message.refusal !== "") {
     content.push({ type: "refusal", refusal: message.refusal });
@@ -246,6 +285,7 @@ interface ChunkLike {
         extra_content?: unknown;
       }[];
     };
+    logprobs?: { content?: unknown } | null;
     finish_reason?: string | null;
   }[];
   usage?: unknown;
@@ -318,7 +358,7 @@ export class ResponseEvents {
         for (const detail of delta.reasoning_details) appendReasoningDetail(open.details, detail);
       }
       if (typeof delta.content === "string" && delta.content !== "") {
-        events.push(...this.#text("output_text", delta.content));
+        events.push(...this.#text("output_text", delta.content, textLogprobs(choice.logprobs)));
       }
       if (typeof delta.refusal === "string" && delta.refusal !== "") {
         events.push(...this.#text("refusal", delta.refusal));
@@ -409,7 +449,11 @@ export class ResponseEvents {
     return events;
   }
 
-  #text(part: "output_text" | "refusal", delta: string): ResponseEvent[] {
+  #text(
+    part: "output_text" | "refusal",
+    delta: string,
+    logprobs: TextLogprob[] = [],
+  ): ResponseEvent[] {
     const events: ResponseEvent[] = [];
     if (this.#open?.kind !== "message") {
       events.push(...this.#close("completed"));
@@ -432,7 +476,7 @@ export class ResponseEvents {
       if (open.part) events.push(...this.#closePart(open));
       open.part = part;
       const fresh = part === "output_text"
-        ? { type: "output_text" as const, text: "", annotations: [] as [] }
+        ? { type: "output_text" as const, text: "", annotations: [] as [], logprobs: [] }
         : { type: "refusal" as const, refusal: "" };
       open.item.content.push(fresh);
       events.push(this.#event("response.content_part.added", {
@@ -443,8 +487,12 @@ export class ResponseEvents {
       }));
     }
     const current = open.item.content.at(-1)!;
-    if (current.type === "output_text") current.text += delta;
-    else current.refusal += delta;
+    if (current.type === "output_text") {
+      current.text += delta;
+      for (const logprob of logprobs) current.logprobs.push(logprob);
+    } else {
+      current.refusal += delta;
+    }
     events.push(this.#event(
       part === "output_text" ? "response.output_text.delta" : "response.refusal.delta",
       {
@@ -452,7 +500,7 @@ export class ResponseEvents {
         output_index: open.index,
         content_index: open.item.content.length - 1,
         delta,
-        ...(part === "output_text" ? { logprobs: [] } : {}),
+        ...(part === "output_text" ? { logprobs } : {}),
       },
     ));
     return events;
@@ -501,7 +549,11 @@ export class ResponseEvents {
     const where = { item_id: open.item.id, output_index: open.index, content_index: contentIndex };
     return [
       part.type === "output_text"
-        ? this.#event("response.output_text.done", { ...where, text: part.text, logprobs: [] })
+        ? this.#event("response.output_text.done", {
+          ...where,
+          text: part.text,
+          logprobs: part.logprobs,
+        })
         : this.#event("response.refusal.done", { ...where, refusal: part.refusal }),
       this.#event("response.content_part.done", { ...where, part: structuredClone(part) }),
     ];

@@ -90,7 +90,7 @@ Deno.test("a text completion is one message item with its output_text, and the u
     id: "msg_1",
     status: "completed",
     role: "assistant",
-    content: [{ type: "output_text", text: "Hi there!", annotations: [] }],
+    content: [{ type: "output_text", text: "Hi there!", annotations: [], logprobs: [] }],
   }]);
   assert.deepEqual(response.usage, {
     input_tokens: 37,
@@ -100,6 +100,71 @@ Deno.test("a text completion is one message item with its output_text, and the u
     total_tokens: 48,
   });
   assert.equal(outputText(response.output), "Hi there!");
+});
+
+/** A chat logprobs entry as OpenAI sends it, with one alternative. */
+const logprob = (token: string, alternative: string) => ({
+  token,
+  logprob: -0.5,
+  bytes: [...new TextEncoder().encode(token)],
+  top_logprobs: [{
+    token: alternative,
+    logprob: -2,
+    bytes: [...new TextEncoder().encode(alternative)],
+  }],
+});
+
+Deno.test("the text's logprobs come back on its output_text part, each token with its bytes and alternatives", () => {
+  const response = completionToResponse(
+    {
+      choices: [{
+        message: { role: "assistant", content: "Hi there" },
+        // A server that leaves out a token's bytes gets them computed.
+        logprobs: { content: [logprob("Hi", "Hey"), { token: " there", logprob: -0.25 }] },
+        finish_reason: "stop",
+      }],
+      usage: { prompt_tokens: 3, completion_tokens: 2 },
+    },
+    testBody({ include: ["message.output_text.logprobs"], top_logprobs: 1 }),
+    testMeta(),
+  );
+  const part = (response.output[0] as { content: { logprobs: unknown }[] }).content[0];
+  assert.deepEqual(part.logprobs, [
+    logprob("Hi", "Hey"),
+    { token: " there", logprob: -0.25, bytes: [32, 116, 104, 101, 114, 101], top_logprobs: [] },
+  ]);
+  assert.equal(response.top_logprobs, 1);
+});
+
+Deno.test("streamed, each text delta carries its tokens' logprobs, and the part's done event all of them", () => {
+  const events = new ResponseEvents(
+    testBody({ include: ["message.output_text.logprobs"] }),
+    testMeta(),
+  );
+  const withLogprobs = (content: string, alternative: string) => ({
+    choices: [{
+      index: 0,
+      delta: { content },
+      logprobs: { content: [logprob(content, alternative)] },
+      finish_reason: null,
+    }],
+  });
+  const out = [
+    ...events.start(),
+    ...events.chunk(withLogprobs("Hi", "Hey")),
+    ...events.chunk(withLogprobs(" there", " you")),
+    ...events.chunk(chunk({}, "stop")),
+    ...events.finish({ prompt_tokens: 3, completion_tokens: 2 }),
+  ];
+  const deltas = out.filter((e) => e.type === "response.output_text.delta");
+  assert.deepEqual(deltas.map((e) => e.logprobs), [
+    [logprob("Hi", "Hey")],
+    [logprob(" there", " you")],
+  ]);
+  const done = out.find((e) => e.type === "response.output_text.done")!;
+  assert.deepEqual(done.logprobs, [logprob("Hi", "Hey"), logprob(" there", " you")]);
+  const part = (events.output[0] as { content: { logprobs: unknown }[] }).content[0];
+  assert.deepEqual(part.logprobs, done.logprobs);
 });
 
 Deno.test("tool calls become function_call items with the chat call id as call_id", () => {

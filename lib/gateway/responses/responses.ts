@@ -419,6 +419,7 @@ const RENAMED: [RegExp, string][] = [
   [/^verbosity$/, "text.verbosity"],
   [/^(tools\[\d+\])\.function\.(.*)$/, "$1.$2"],
   [/^tool_choice\.function\.name$/, "tool_choice.name"],
+  [/^logprobs$/, "include"],
 ];
 
 /**

@@ -7,7 +7,7 @@ const message = (id: string, text: string): OutputItem => ({
   id,
   status: "completed",
   role: "assistant",
-  content: [{ type: "output_text", text, annotations: [] }],
+  content: [{ type: "output_text", text, annotations: [], logprobs: [] }],
 });
 
 async function withStore(fn: (store: ResponseStore, clock: { now: number }) => Promise<void>) {
