@@ -77,6 +77,29 @@ Deno.test("a request in flight on a key rotated meanwhile is charged above its h
     assert.deepEqual({ held: counter.held, total: counter.total }, { held: 0, total: 1_000_000 });
   }));
 
+Deno.test("a cap lowered below a request in flight refuses new requests; the one in flight is charged its hold, nothing above it", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    const { issued } = await issueKeyWithCaps(s.kv, appId, "capped", "operator", CAP);
+    const keyId = issued.record.id;
+    const held = await reserveOn(s, appId, keyId, "req_1");
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 100_000 });
+
+    const refused = await s.wallets.reserve(appId, {
+      amount: 1_000,
+      keyId,
+      requestId: "req_2",
+      model: "tollbooth/echo",
+    });
+    assert.equal(refused.ok, false, "no room under the lowered cap");
+    // The provider bills the work in flight: its hold is charged, and nothing above it.
+    const settled = await settleOn(s, appId, keyId, held, "req_1", 700_000);
+    assert.equal(settled.charged, 500_000);
+    assert.equal(settled.uncharged, 200_000);
+    const counter = await getSpendCounter(s.kv, appId, "key", keyId);
+    assert.deepEqual({ held: counter.held, total: counter.total }, { held: 0, total: 500_000 });
+  }));
+
 Deno.test("a revoked key's cap entry is pruned once nothing holds on its counter, and not before", () =>
   withService(async (s) => {
     const { appId } = await s.newApp();

@@ -56,7 +56,8 @@ export function managementDocsPage(
           <code>POST /apps/{"{app_id}"}/keys/{"{key_id}"}/spend_cap</code>, and{" "}
           <code>GET|POST /apps/{"{app_id}"}/end_user_spend_cap</code>{" "}
           for each end user. A POST replaces the caps (absent or null: none). Requests in flight
-          count against a cap until settled, so no burst passes it; over it, 402{" "}
+          count against a cap until settled, so no burst passes it (a cap lowered below them stops
+          new requests, not those in flight: each is charged up to its hold); over it, 402{" "}
           <code>key_spend_cap_exceeded</code> or <code>user_spend_cap_exceeded</code> with{" "}
           <code>cap</code>, <code>cap_amount</code> and <code>remaining</code>.
         </li>
