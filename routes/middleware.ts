@@ -65,6 +65,9 @@ export function requestContext(
   };
 }
 
+/** Paths a program calls (the API, Stripe's webhook): their errors are JSON, never a page. */
+const MACHINE_PATHS = /^\/(v1|webhooks)\//;
+
 /** `redact` cleans the message of secrets it may quote (an upstream's reason can quote our key). */
 function apiErrorResponse(
   c: Context<Env>,
@@ -99,7 +102,7 @@ export function errorHandler(
       stack: err?.stack,
     });
     c.get("trace").errorCode = "internal_error";
-    if (htmlPage && !c.req.path.startsWith("/v1/")) {
+    if (htmlPage && !MACHINE_PATHS.test(c.req.path)) {
       return c.html(htmlPage(c.get("requestId")), 500);
     }
     return c.json(

@@ -176,6 +176,52 @@ Deno.test("unknown event types get 200 and are ignored", () =>
     assert.deepEqual(await moneyState(s, appId), before);
   }));
 
+Deno.test("a signed event with no object to act on gets 200 and is ignored", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const before = await moneyState(s, appId);
+    const bare = { id: "evt_bare", object: "event", type: "refund.created" };
+    for (
+      const payload of [
+        JSON.stringify({ ...bare, data: { object: null } }),
+        JSON.stringify(bare),
+        JSON.stringify({ ...bare, type: "checkout.session.completed", data: { object: [] } }),
+        "{}",
+        "null",
+      ]
+    ) {
+      const { status, body } = await deliver(s, payload);
+      assert.equal(status, 200, payload);
+      assert.equal(body.outcome, "ignored", payload);
+    }
+    assert.deepEqual(await moneyState(s, appId), before);
+  }));
+
+Deno.test("an unexpected failure behind the webhook is a 500 in the API's JSON error shape, for Stripe to retry", async () => {
+  const fake = startFakeStripe();
+  // A refund of a payment not seen here is looked up at Stripe, which refuses this key (401).
+  const broken = createStripeClient("sk_test_wrong", {
+    host: "127.0.0.1",
+    port: fake.port,
+    protocol: "http",
+  });
+  const s = await startService({ env: STRIPE_ENV, payments: { stripe: broken } });
+  try {
+    const refund = refundObject({ paymentIntent: "pi_unseen", amount: 500 });
+    const res = await s.handle(await webhookRequest(eventPayload("refund.created", refund)));
+    assert.equal(res.status, 500);
+    assert.match(res.headers.get("content-type") ?? "", /^application\/json/);
+    const body = await res.json();
+    assert.equal(body.error.code, "internal_error");
+    const requestId = res.headers.get("tollbooth-request-id")!;
+    assert.match(body.error.message, new RegExp(requestId));
+    assert.ok(s.logs.some((l) => l.event === "unhandled_error" && l.requestId === requestId));
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+});
+
 Deno.test("a webhook with a bad or missing signature gets 400 and changes nothing", () =>
   withStripe(async (s) => {
     const { appId } = await s.newApp();

@@ -6,7 +6,7 @@
  */
 import Stripe from "stripe";
 import { type AppRecord, keys, type LedgerEntry, type StripePaymentRecord } from "@/lib/db.ts";
-import { formatUsd, type Logger, type Micros } from "@/lib/core/mod.ts";
+import { formatUsd, isRecord, type Logger, type Micros } from "@/lib/core/mod.ts";
 import {
   centsToMicros,
   creditTopUp,
@@ -213,6 +213,10 @@ export async function handleStripeEvent(
   deps: FulfilDeps,
   event: Stripe.Event,
 ): Promise<FulfilOutcome | ReversalOutcome | { status: "ignored" }> {
+  // Signed but without an object to act on: nothing Stripe sends, and nothing to retry.
+  if (!isRecord(event) || !isRecord(event.data) || !isRecord(event.data.object)) {
+    return { status: "ignored" };
+  }
   const object = event.data.object as { object?: string };
   const reversalDeps = {
     ...deps,

@@ -62,6 +62,6 @@ export function stripeWebhook(
       throw new ApiError("invalid_parameter", "Invalid Stripe signature.", { param: SIGNATURE });
     }
     const outcome = await handleStripeEvent({ ...deps, stripe }, event);
-    return c.json({ received: true, event: event.id, outcome: outcome.status });
+    return c.json({ received: true, event: event?.id ?? null, outcome: outcome.status });
   };
 }
