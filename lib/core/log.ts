@@ -140,6 +140,17 @@ export interface TraceFields {
 
 const tenths = (ms: number) => Math.round(ms * 10) / 10;
 
+/**
+ * A secret pasted into a URL's path (an API or management key, a provider's `sk-` key): the log
+ * keeps its prefix, enough to tell what was sent, and never the secret.
+ */
+const SECRET_IN_PATH = /(tbm?_|sk-)[A-Za-z0-9_-]{16,}/g;
+
+/** The path as a log line may carry it: any secret in it masked. */
+export function loggedPath(path: string): string {
+  return path.replace(SECRET_IN_PATH, "$1[redacted]");
+}
+
 export function requestLogLine(
   request: { requestId: string; method: string; path: string; status: number; totalMs: number },
   trace: TraceFields,
@@ -149,7 +160,7 @@ export function requestLogLine(
     event: "request",
     requestId: request.requestId,
     method: request.method,
-    path: request.path,
+    path: loggedPath(request.path),
     status: request.status,
     errorCode: trace.errorCode ?? null,
     appId: trace.appId ?? null,

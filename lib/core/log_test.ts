@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { flushLogs, jsonLogger, logSoon } from "./log.ts";
+import { flushLogs, jsonLogger, loggedPath, logSoon, requestLogLine } from "./log.ts";
 
 /** Past the next write of buffered lines (LOG_FLUSH_MS, 100 ms). */
 const nextFlush = () => new Promise((resolve) => setTimeout(resolve, 150));
@@ -78,4 +78,25 @@ Deno.test("a line is one JSON object: time and level (info unless the fields say
     { level: "info" },
   ]);
   assert.ok(lines.every((line) => !Number.isNaN(Date.parse(line.time))));
+});
+
+Deno.test("a key pasted into a request's path is masked in its log line, its prefix kept", () => {
+  const key = "tb_lwug4ayecqrql9a78t6syk8h0sqcudwvlukc";
+  const line = requestLogLine(
+    { requestId: "req_1", method: "GET", path: `/v1/models/${key}`, status: 404, totalMs: 1 },
+    {},
+  );
+  assert.equal(line.path, "/v1/models/tb_[redacted]");
+  assert.equal(
+    loggedPath(
+      "/v1/management/apps/tbm_abcdefghijklmnopqrstuvwxyz0123/keys/sk-proj-abcdefghijklmnop",
+    ),
+    "/v1/management/apps/tbm_[redacted]/keys/sk-[redacted]",
+  );
+  // Ids and short words are not secrets: they stay.
+  assert.equal(
+    loggedPath("/v1/management/apps/app_123/keys/key_456"),
+    "/v1/management/apps/app_123/keys/key_456",
+  );
+  assert.equal(loggedPath("/v1/chat/completions"), "/v1/chat/completions");
 });
