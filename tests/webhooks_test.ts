@@ -493,6 +493,29 @@ Deno.test("an endpoint whose name resolves inside the network is not sent to: th
     assert.ok(sent.length >= 1, "a public address is sent to");
   }));
 
+Deno.test("an endpoint whose name does not resolve is not sent to: the attempt says why", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "https://gone.example.com/tollbooth",
+      lowBalanceThreshold: null,
+    });
+    await sendTestEvent(s.kv, appId);
+    const sent: string[] = [];
+    const deliverer = new WebhookDeliverer(s.kv, {
+      fetch: ((input: string | URL | Request) => {
+        sent.push(String(input));
+        return Promise.resolve(new Response("ok"));
+      }) as typeof fetch,
+      resolve: () => Promise.reject(new Error("NXDOMAIN")),
+    });
+    assert.equal(await deliverer.deliverDue(), 1);
+    // Sent by name, the name could resolve inside the network by the time it is looked up again.
+    assert.deepEqual(sent, []);
+    const [event] = await events(s, appId);
+    assert.equal(event.attempts[0].error, "the endpoint's name does not resolve");
+  }));
+
 Deno.test("an app with a backlog takes at most two places in a delivery round: another app's event is not kept waiting", () =>
   withService(async (s) => {
     const busy = await s.newApp("busy");

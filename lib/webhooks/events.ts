@@ -31,6 +31,7 @@ import {
 import { formatUsd, getManyChunked, ipv4Octets, type Logger, newId } from "@/lib/core/mod.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "./signing.ts";
 import { privateIp } from "./settings.ts";
+import { postPinned } from "./pinned_post.ts";
 
 /** The ledger entries owners hear of, and the event each is announced as. */
 const LEDGER_EVENTS = {
@@ -344,7 +345,13 @@ export class WebhookWatcher {
 }
 
 export interface DelivererOptions {
+  /**
+   * Sends in place of the pinned POST (tests): it is given the URL, not the address checked, so
+   * it stands for a receiver, not for the protection against a name that moves.
+   */
   fetch?: typeof fetch;
+  /** Trusted roots besides the system's, for the pinned POST (tests). */
+  caCerts?: string[];
   now?: () => number;
   log?: Logger;
   /** How long a deliverer holds an event it is sending. */
@@ -409,7 +416,8 @@ export function retrySpanText(spanMs = retrySpanMs()): string {
 /** Sends due events; one per process, started by main.ts (tests call `deliverDue`). */
 export class WebhookDeliverer {
   readonly #kv: Deno.Kv;
-  readonly #fetch: typeof fetch;
+  readonly #fetch: typeof fetch | null;
+  readonly #caCerts: string[] | undefined;
   readonly #now: () => number;
   readonly #log: Logger;
   readonly #o: typeof WEBHOOK_DEFAULTS;
@@ -421,7 +429,8 @@ export class WebhookDeliverer {
 
   constructor(kv: Deno.Kv, options: DelivererOptions = {}) {
     this.#kv = kv;
-    this.#fetch = options.fetch ?? fetch;
+    this.#fetch = options.fetch ?? null;
+    this.#caCerts = options.caCerts;
     this.#resolve = options.resolve ?? ((hostname, type) => Deno.resolveDns(hostname, type));
     this.#now = options.now ?? Date.now;
     this.#log = options.log ?? (() => {});
@@ -585,18 +594,44 @@ export class WebhookDeliverer {
   }
 
   /**
-   * Whether the endpoint's host name resolves inside the network (a name checked when saved may
-   * point anywhere since). Addresses written out were checked when the endpoint was saved; a
-   * name that does not resolve is left to fail the send.
+   * The address to send to: the one written out in the URL (checked when the endpoint was saved),
+   * or one the host name resolves to now, since a name checked when saved may point anywhere
+   * since. Null when the name resolves inside the network, or not at all.
    */
-  async #pointsInside(url: string): Promise<boolean> {
-    const hostname = new URL(url).hostname;
-    if (hostname.startsWith("[") || ipv4Octets(hostname)) return false;
-    if (hostname === "localhost") return false;
-    const found = await Promise.all(
+  async #addressOf(url: URL): Promise<{ address: string } | { refused: string }> {
+    const hostname = url.hostname;
+    if (hostname.startsWith("[")) return { address: hostname.slice(1, -1) };
+    if (ipv4Octets(hostname)) return { address: hostname };
+    const found = (await Promise.all(
       (["A", "AAAA"] as const).map((type) => this.#resolve(hostname, type).catch(() => [])),
-    );
-    return found.flat().some(privateIp);
+    )).flat();
+    if (found.some(privateIp)) {
+      return { refused: "refused: the endpoint's name resolves to a private or reserved address" };
+    }
+    if (found.length === 0) return { refused: "the endpoint's name does not resolve" };
+    return { address: found[0] };
+  }
+
+  /** POSTs to the checked address, the name not looked up again (see pinned_post.ts). */
+  async #post(
+    url: URL,
+    address: string,
+    headers: Record<string, string>,
+    body: string,
+  ): Promise<number> {
+    const signal = AbortSignal.timeout(this.#o.timeoutMs);
+    if (!this.#fetch) {
+      return await postPinned(url, { address, headers, body, signal, caCerts: this.#caCerts });
+    }
+    const res = await this.#fetch(url, {
+      method: "POST",
+      headers,
+      body,
+      redirect: "manual",
+      signal,
+    });
+    await res.body?.cancel();
+    return res.status;
   }
 
   async #send(settings: WebhookSettingsRecord, event: WebhookEventRecord): Promise<WebhookAttempt> {
@@ -604,28 +639,18 @@ export class WebhookDeliverer {
     const started = performance.now();
     const timestamp = Math.floor(at / 1000);
     try {
-      if (await this.#pointsInside(settings.url)) {
-        return {
-          at,
-          status: null,
-          error: "refused: the endpoint's name resolves to a private or reserved address",
-          durationMs: performance.now() - started,
-        };
+      const url = new URL(settings.url);
+      const target = await this.#addressOf(url);
+      if ("refused" in target) {
+        return { at, status: null, error: target.refused, durationMs: performance.now() - started };
       }
-      const res = await this.#fetch(settings.url, {
-        method: "POST",
-        headers: {
-          "content-type": "application/json",
-          "user-agent": "Tollbooth-Webhooks/1",
-          "tollbooth-event-id": event.id,
-          [SIGNATURE_HEADER]: signatureHeader(settings.secret, timestamp, event.payload),
-        },
-        body: event.payload,
-        redirect: "manual",
-        signal: AbortSignal.timeout(this.#o.timeoutMs),
-      });
-      await res.body?.cancel();
-      return { at, status: res.status, error: null, durationMs: performance.now() - started };
+      const status = await this.#post(url, target.address, {
+        "content-type": "application/json",
+        "user-agent": "Tollbooth-Webhooks/1",
+        "tollbooth-event-id": event.id,
+        [SIGNATURE_HEADER]: signatureHeader(settings.secret, timestamp, event.payload),
+      }, event.payload);
+      return { at, status, error: null, durationMs: performance.now() - started };
     } catch (error) {
       return {
         at,
