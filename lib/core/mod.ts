@@ -28,4 +28,5 @@ export {
 export type { Micros, PicosPerToken } from "./money.ts";
 export { sha256Hex, timingSafeEqualStrings } from "./secrets.ts";
 export { within } from "./async.ts";
+export { proxyConfigured } from "./proxy.ts";
 export { Sweep } from "./sweep.ts";

@@ -28,7 +28,14 @@ import {
   type WebhookSettingsRecord,
   type WebhookWatchRecord,
 } from "@/lib/db.ts";
-import { formatUsd, getManyChunked, ipv4Octets, type Logger, newId } from "@/lib/core/mod.ts";
+import {
+  formatUsd,
+  getManyChunked,
+  ipv4Octets,
+  type Logger,
+  newId,
+  proxyConfigured,
+} from "@/lib/core/mod.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "./signing.ts";
 import { privateIp } from "./settings.ts";
 import { postPinned } from "./pinned_post.ts";
@@ -429,7 +436,9 @@ export class WebhookDeliverer {
 
   constructor(kv: Deno.Kv, options: DelivererOptions = {}) {
     this.#kv = kv;
-    this.#fetch = options.fetch ?? null;
+    // Through a proxy, the proxy connects by the name: fetch honours it, the check still refuses
+    // a name that resolves inside.
+    this.#fetch = options.fetch ?? (proxyConfigured() ? fetch : null);
     this.#caCerts = options.caCerts;
     this.#resolve = options.resolve ?? ((hostname, type) => Deno.resolveDns(hostname, type));
     this.#now = options.now ?? Date.now;

@@ -7,6 +7,7 @@
  * what the upstream calls need (RFC 9112 framing, gzip and deflate content codings, no redirects);
  * proxies and other schemes go to the global fetch.
  */
+import { proxyConfigured } from "@/lib/core/mod.ts";
 
 export interface Http1Init {
   method?: string;
@@ -84,7 +85,6 @@ const CLIENT_HEADERS = new Set([
 ]);
 const NORMALISED_METHODS = new Set(["DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"]);
 const FORBIDDEN_METHODS = new Set(["CONNECT", "TRACE", "TRACK"]);
-const PROXY_VARIABLES = new Set(["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]);
 const CR = 13;
 const LF = 10;
 const EMPTY = new Uint8Array(0);
@@ -178,18 +178,6 @@ function parseTarget(url: string): Target | null {
     path: `${parsed.pathname || "/"}${parsed.search}`,
     origin: `${parsed.protocol}//${parsed.hostname}:${port}`,
   };
-}
-
-function proxyConfigured(env: Record<string, string> | undefined): boolean {
-  let variables = env;
-  if (!variables) {
-    // Without the permission (a prompt at import would surprise) a proxy cannot be ruled out.
-    if (Deno.permissions.querySync({ name: "env" }).state !== "granted") return true;
-    variables = Deno.env.toObject();
-  }
-  return Object.entries(variables).some(([name, value]) =>
-    value !== "" && PROXY_VARIABLES.has(name.toUpperCase())
-  );
 }
 
 function requestMethod(method: string | undefined): string {
