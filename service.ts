@@ -155,7 +155,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
       clearInterval(webhookSweep);
       clearInterval(statsLog);
       const drained = await within(server.shutdown(), config.shutdownGraceMs);
-      const committed = await within(wallets.drain(), FINAL_COMMIT_MS);
+      const committed = await within(wallets.drainForExit(), FINAL_COMMIT_MS);
       await within(
         Promise.all([webhooks.deliverer.stop(), webhooks.watcher.idle()]),
         FINAL_COMMIT_MS,

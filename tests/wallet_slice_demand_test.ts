@@ -116,6 +116,28 @@ Deno.test("a reservation settled after a sweeper gave its slice back is charged 
     assert.equal(after.reserved, 0);
   }));
 
+Deno.test("a request settling into a slice during or after the drain before an exit is posted before its settle answers", () =>
+  withSlices(async (wallets, appId, kv) => {
+    const early = await wallets.reserve(appId, hold("before-exit"));
+    const late = await wallets.reserve(appId, hold("past-grace"));
+    assert.ok(early.ok && late.ok && late.reservation.sliceId);
+    // An ordinary settle waits for the slice's next post (a minute away here).
+    await wallets.settle(appId, early.reservation.id, usage("before-exit", 400));
+    assert.equal((await usageRecords(kv, appId)).length, 0);
+    // The slice is kept: a request past the shutdown's grace still holds on it.
+    await wallets.drainForExit();
+    const settled = await wallets.settle(appId, late.reservation.id, usage("past-grace", 700));
+    assert.ok(settled.settled);
+    // No post is coming: the cost this answer states has already left the wallet.
+    // (Posted to the slice's record, with their usage records: the wallet's own record takes the
+    // slice's spending when the slice goes back.)
+    const records = await usageRecords(kv, appId);
+    assert.deepEqual(
+      records.map((r) => [r.requestId, r.cost]).sort(),
+      [["before-exit", 400], ["past-grace", 700]],
+    );
+  }, { postEveryMs: 60_000 }));
+
 Deno.test("however long the post interval (WALLET_SLICE_POST_MS), a slice whose hold is in use keeps its lease: no sweeper gives it back, and its hold stays its own", async () => {
   const s = await startService();
   const wallets = new Wallets(s.kv, {

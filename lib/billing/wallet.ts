@@ -216,6 +216,8 @@ export class Wallets {
    */
   readonly #sliceLocks = new Map<string, Promise<void>>();
   #sliceTimer: ReturnType<typeof setInterval> | null = null;
+  /** Set by the drain before an exit: nothing will post a slice's charge later. */
+  #exiting = false;
   readonly #onMoneyMoved: ((appId: string) => void) | undefined;
   readonly #locks: CommitLocks | undefined;
   /**
@@ -422,6 +424,7 @@ export class Wallets {
       this.stats.orphanCharges++;
       return this.#enqueue(appId, (done) => ({ kind: "charge", usage: result.usage, done }));
     }
+    if (result?.settled && this.#exiting) return this.#postAll(slice).then(() => result);
     if (result?.settled) this.#postIfDue(slice);
     if (result) return Promise.resolve(result);
     return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));
@@ -554,6 +557,16 @@ export class Wallets {
    * a slice posted, every slice without holds given back to its wallet, and every failed charge
    * waiting for its retry tried once more.
    */
+  /**
+   * The last drain, before the process exits. A request still running (one past the shutdown's
+   * grace) may settle into a slice during it or after it, when no post is coming: each such charge
+   * is posted before its settle answers, so no answer states a cost that never left the wallet.
+   */
+  drainForExit(): Promise<void> {
+    this.#exiting = true;
+    return this.drain();
+  }
+
   async drain(): Promise<void> {
     await Promise.all([...this.#reclaiming.values(), ...this.#givingBack.values()]);
     // One slice failing its post does not keep the others, or the retries, from theirs.
