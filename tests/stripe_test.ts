@@ -77,9 +77,9 @@ Deno.test("choosing an amount opens a one-time Checkout Session priced on the se
     assert.equal((await s.wallet(appId)).available, 5_000_000);
   }));
 
-Deno.test("a failing Stripe API gets a clear 502 page and changes nothing", async () => {
+/** A service whose Stripe client the fake refuses (a wrong key: 401, as Stripe answers it). */
+async function withFailingStripe(fn: (s: TestService) => Promise<void>) {
   const fake = startFakeStripe();
-  // The fake refuses this key as Stripe would (401).
   const broken = createStripeClient("sk_test_wrong", {
     host: "127.0.0.1",
     port: fake.port,
@@ -87,6 +87,15 @@ Deno.test("a failing Stripe API gets a clear 502 page and changes nothing", asyn
   });
   const s = await startService({ env: STRIPE_ENV, payments: { stripe: broken } });
   try {
+    await fn(s);
+  } finally {
+    await s.close();
+    await fake.close();
+  }
+}
+
+Deno.test("a failing Stripe API gets a clear 502 page and changes nothing", () =>
+  withFailingStripe(async (s) => {
     const { appId, topUpToken } = await s.newApp();
     const before = await moneyState(s, appId);
     const res = await postForm(s, `/top-up/${topUpToken}`, {
@@ -97,11 +106,7 @@ Deno.test("a failing Stripe API gets a clear 502 page and changes nothing", asyn
     assert.match(await res.text(), /Nothing was charged/);
     assert.deepEqual(await moneyState(s, appId), before);
     assert.ok(s.logs.some((l) => l.event === "checkout_create_failed"));
-  } finally {
-    await s.close();
-    await fake.close();
-  }
-});
+  }));
 
 Deno.test("checkout.session.completed for a paid session credits the amount once", () =>
   withStripe(async (s) => {
@@ -197,16 +202,9 @@ Deno.test("a signed event with no object to act on gets 200 and is ignored", () 
     assert.deepEqual(await moneyState(s, appId), before);
   }));
 
-Deno.test("an unexpected failure behind the webhook is a 500 in the API's JSON error shape, for Stripe to retry", async () => {
-  const fake = startFakeStripe();
-  // A refund of a payment not seen here is looked up at Stripe, which refuses this key (401).
-  const broken = createStripeClient("sk_test_wrong", {
-    host: "127.0.0.1",
-    port: fake.port,
-    protocol: "http",
-  });
-  const s = await startService({ env: STRIPE_ENV, payments: { stripe: broken } });
-  try {
+Deno.test("an unexpected failure behind the webhook is a 500 in the API's JSON error shape, for Stripe to retry", () =>
+  // A refund of a payment not seen here is looked up at Stripe, which fails.
+  withFailingStripe(async (s) => {
     const refund = refundObject({ paymentIntent: "pi_unseen", amount: 500 });
     const res = await s.handle(await webhookRequest(eventPayload("refund.created", refund)));
     assert.equal(res.status, 500);
@@ -216,11 +214,7 @@ Deno.test("an unexpected failure behind the webhook is a 500 in the API's JSON e
     const requestId = res.headers.get("tollbooth-request-id")!;
     assert.match(body.error.message, new RegExp(requestId));
     assert.ok(s.logs.some((l) => l.event === "unhandled_error" && l.requestId === requestId));
-  } finally {
-    await s.close();
-    await fake.close();
-  }
-});
+  }));
 
 Deno.test("a webhook with a bad or missing signature gets 400 and changes nothing", () =>
   withStripe(async (s) => {
