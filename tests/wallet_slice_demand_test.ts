@@ -594,6 +594,54 @@ for (const fault of ["throw", "throw_after_commit"] as const) {
   });
 }
 
+for (const then of ["grant", "give-back"] as const) {
+  Deno.test(`a ${then} of a slice after a post whose outcome KV could not tell keeps that post's charges: each answered charge leaves the wallet exactly once`, async () => {
+    const s = await startService();
+    const { sliced, arm } = slicedWithUnknownCommit(s.kv, "throw_after_commit", 5);
+    try {
+      const { appId } = await s.newApp();
+      await sliced.credit(appId, { amount: 100_000_000, kind: "operator_credit", reason: "t" });
+      const before = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+      const holds = await sliceHolds(sliced, appId, "u");
+      let charged = 0;
+      const settle = async (i: number) => {
+        const settled = await sliced.settle(appId, holds[i].id, usage(`u${i}`, 700 + i));
+        assert.ok(settled.settled);
+        charged += settled.charged;
+      };
+      arm();
+      // The 64th settle starts the post whose commit applies but answers with an error.
+      for (let i = 0; i < 64; i++) await settle(i);
+      await until(() => sliced.stats.unknownOutcomes === 1, "the post's unknown outcome");
+      // Before that outcome is resolved, a commit of the same slice reads its record afresh.
+      if (then === "grant") {
+        const grants = sliced.stats.sliceGrants;
+        const big = await sliced.reserve(appId, holdInput("big", 50_000));
+        assert.ok(big.ok && big.reservation.sliceId);
+        assert.equal(sliced.stats.sliceGrants, grants + 1, "the slice grew");
+        await sliced.release(appId, big.reservation.id);
+      } else {
+        const wallet = (await s.kv.get<WalletRecord>(keys.wallet(appId))).value!;
+        const refused = await sliced.reserve(appId, holdInput("big", wallet.available + 10_000));
+        assert.equal(sliced.stats.sliceGiveBacks, 1, "the slice gave its free money back");
+        if (refused.ok) await sliced.release(appId, refused.reservation.id);
+      }
+      // Posted after it: a post that took the slice's spent from before the unknown one would
+      // write over that post's charges.
+      for (let i = 64; i < 128; i++) await settle(i);
+      for (let i = 128; i < 200; i++) await sliced.release(appId, holds[i].id);
+      await until(() => sliced.pendingCharges === 0, "the unknown post resolved", {
+        timeoutMs: 5_000,
+      });
+      await sliced.drain();
+      await assertChargedOnce(s.kv, sliced, appId, { before, charged, records: 128 });
+    } finally {
+      await sliced.drain().catch(() => {});
+      await s.close();
+    }
+  });
+}
+
 /** 200 holds admitted in the app's slice. */
 async function sliceHolds(wallets: Wallets, appId: string, prefix: string) {
   const holds = await Promise.all(

@@ -110,10 +110,9 @@ export class LocalSlice {
       rate?: RateLimitStatus;
     },
   ) {
-    // Posts may have committed meanwhile: keep our own counters, take the grant's additions.
-    this.record = { ...this.record, granted: record.granted, leaseUntil: record.leaseUntil };
-    this.record.rateRequests = record.rateRequests;
-    this.record.rateTokens = record.rateTokens;
+    // The grant read the record after every post of this process (they take turns on a slice),
+    // and a post whose outcome was unknown may have committed: its spent is the record's.
+    this.record = { ...record };
     this.versionstamp = versionstamp;
     this.free += grant.granted;
     this.requestsLeft += grant.requests;
@@ -126,9 +125,12 @@ export class LocalSlice {
     this.tokensSinceGrant = 0;
   }
 
-  /** Money given back to the wallet (slice_give_back): the record as that commit left it. */
+  /**
+   * Money given back to the wallet (slice_give_back): the record as that commit left it, spent
+   * included (a post whose outcome was unknown may have committed before it).
+   */
   gaveBack(record: WalletSliceRecord, versionstamp: string) {
-    this.record = { ...this.record, granted: record.granted };
+    this.record = { ...record };
     this.versionstamp = versionstamp;
   }
 
