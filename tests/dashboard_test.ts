@@ -3,7 +3,7 @@ import { createApp } from "@/app.ts";
 import { issueKey, listAppKeys } from "@/lib/tenants/mod.ts";
 import { setRateLimits } from "@/lib/billing/mod.ts";
 import { buildCatalog } from "@/lib/catalog/catalog.ts";
-import { loadConfig } from "@/lib/core/mod.ts";
+import { loadConfig, newId } from "@/lib/core/mod.ts";
 import { keys } from "@/lib/db.ts";
 import {
   MAX_FAILURES_PER_EMAIL,
@@ -21,6 +21,7 @@ import {
   startService,
   testCatalogFile,
   type TestService,
+  usageRecords,
   userMessage,
 } from "./helpers.ts";
 
@@ -761,6 +762,34 @@ Deno.test("the usage page groups spend by end user and filters the requests by o
     const rows = ann.slice(ann.indexOf('<table class="usage">'));
     assert.equal((rows.match(/<td>ann<\/td>/g) ?? []).length, 2);
     assert.ok(!rows.includes("<td>bo</td>"));
+  }));
+
+Deno.test("an end user's one request behind thousands of others is found on the usage page's first view", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("rare-user@example.com");
+    const { appId, apiKey } = await v.createApp("busy");
+    const res = await s.chat(apiKey, {
+      model: "tollbooth/echo",
+      messages: userMessage("hi"),
+      user: "rare",
+    });
+    await res.body?.cancel();
+    const [rare] = await usageRecords(s.kv, appId);
+    // More newer records of another end user than one filtered page looks at.
+    const later = Date.now() + 1_000;
+    for (let batch = 0; batch < 12; batch++) {
+      const atomic = s.kv.atomic();
+      for (let i = 0; i < 500; i++) {
+        const id = newId("use", later + batch * 500 + i);
+        atomic.set(keys.usage(appId, id), { ...rare, id, user: "many", cost: 0 });
+      }
+      await atomic.commit();
+    }
+    const page = await v.page(`/dashboard/apps/${appId}/usage?user=rare`);
+    const rows = page.slice(page.indexOf("Requests of end user"));
+    assert.equal((rows.match(/<td>rare<\/td>/g) ?? []).length, 1);
+    assert.ok(!page.includes("No requests yet."));
   }));
 
 Deno.test("an owner caps a key's and each end user's spend from the keys tab, and the API enforces them", () =>

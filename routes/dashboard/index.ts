@@ -406,6 +406,9 @@ export function dashboardRoutes(
     });
   });
 
+  /** Scans (of a few thousand records each) a filtered usage page may take to find something. */
+  const USAGE_EMPTY_SCANS = 8;
+
   r.get("/apps/:appId/usage", async (c) => {
     const app = c.get("app");
     const cursor = c.req.query("cursor") ?? "";
@@ -418,10 +421,17 @@ export function dashboardRoutes(
     let page;
     try {
       // One pager for all and for one end user's requests; the cursor is the last record's id.
-      page = await pageUsage(kv, app.id, {
-        limit: USAGE_PAGE_SIZE,
-        startingAfter: cursor || undefined,
-      }, { user });
+      // A filtered page scans a bounded number of records and may come back empty with more to
+      // look at: an end user with a few requests among many others is looked for a while longer
+      // before the page says so.
+      let after = cursor || undefined;
+      for (let scans = 0;; scans++) {
+        page = await pageUsage(kv, app.id, { limit: USAGE_PAGE_SIZE, startingAfter: after }, {
+          user,
+        });
+        if (page.data.length > 0 || !page.nextCursor || scans === USAGE_EMPTY_SCANS - 1) break;
+        after = page.nextCursor;
+      }
     } catch (error) {
       if (!(error instanceof UnknownCursorError)) throw error;
       return c.redirect(firstPage, 303);

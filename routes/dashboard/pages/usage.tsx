@@ -96,7 +96,15 @@ export function usagePage(
           " “Not charged” is usage beyond what the request's reservation and the balance could cover: the wallet never goes below zero, so it was not taken."}
       </p>
       {page.records.length === 0
-        ? <p>{isFirstPage ? "No requests yet." : "No older requests."}</p>
+        ? (
+          <p>
+            {page.nextCursor
+              ? "None among the requests looked at so far: older ones may match."
+              : isFirstPage
+              ? "No requests yet."
+              : "No older requests."}
+          </p>
+        )
         : (
           <div class="table-scroll">
             <table class="usage">
