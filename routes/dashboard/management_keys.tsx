@@ -89,7 +89,12 @@ function managementKeysPage(
                     </td>
                     <td>{when(k.createdAt)}</td>
                     <td>
-                      <form method="post" action={`${PATH}/${k.id}/revoke`} class="inline-form">
+                      <form
+                        method="post"
+                        action={`${PATH}/${k.id}/revoke`}
+                        class="inline-form"
+                        data-confirm={`Revoke management key "${k.name}"? It stops working at once, and this cannot be undone.`}
+                      >
                         <CsrfField session={session} />
                         <button
                           type="submit"

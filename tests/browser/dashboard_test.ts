@@ -162,10 +162,17 @@ Deno.test({
       const balanceAfter = fresh.headers.get("tollbooth-balance")!;
       await fresh.body?.cancel();
 
+      // Revoking asks first; the question names the key.
+      let asked = "";
+      page.once("dialog", (dialog) => {
+        asked = dialog.message();
+        dialog.accept();
+      });
       await page.getByRole("button", { name: "Revoke key ci server" }).click();
       await page.getByRole("button", { name: "Revoke key ci server" }).waitFor({
         state: "detached",
       });
+      assert.match(asked, /Revoke "ci server"\?/);
       const revokedRow = page.getByRole("row").filter({ hasText: "ci server" });
       assert.equal(await revokedRow.count(), 1, "listed once, among the revoked keys");
       const refused = await chat(base, apiKey);
@@ -266,6 +273,7 @@ Deno.test("browser: an owner makes a management key, caps a key, sets a webhook 
       assert.equal(apps.status, 200);
       assert.deepEqual((await apps.json()).data.map((a: { name: string }) => a.name), ["Resold"]);
       await page.getByRole("link", { name: "I have saved it: back to management keys" }).click();
+      page.once("dialog", (dialog) => dialog.accept());
       await page.getByRole("button", { name: "Revoke management key billing backend" }).click();
       await page.getByRole("heading", { name: "Revoked management keys" }).waitFor();
       const after = await fetch(`${base}/v1/management/apps`, {

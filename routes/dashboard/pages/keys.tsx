@@ -191,6 +191,7 @@ export function keysPage(
                             method="post"
                             action={`${appPath(app)}/keys/${k.id}/revoke`}
                             class="inline-form"
+                            data-confirm={`Revoke "${k.name}"? It stops working at once, and this cannot be undone.`}
                           >
                             <CsrfField session={session} />
                             <button

@@ -31,7 +31,12 @@ export function TopUpLink(
         <input class="mono" readOnly value={url} aria-label="Top-up page address" />
         <Island name="CopyButton" props={{ value: url, label: "Copy link" }} />
       </div>
-      <form method="post" action={`${appPath(app)}/top-up-link`} class="inline-form">
+      <form
+        method="post"
+        action={`${appPath(app)}/top-up-link`}
+        class="inline-form"
+        data-confirm="Replace the top-up page's address? Every link to the current one stops working."
+      >
         <CsrfField session={session} />
         <button type="submit" class="button secondary small">Replace this address</button>
         <span class="muted small">

@@ -150,11 +150,21 @@ export function webhooksPage(
             </button>
             <Alert error={view.testRefused} id="test-event-error" />
           </form>{" "}
-          <form method="post" action={`${base}/rotate-secret`} class="inline-form">
+          <form
+            method="post"
+            action={`${base}/rotate-secret`}
+            class="inline-form"
+            data-confirm="Replace the signing secret? Your endpoint must take the new one: events signed with it fail the old one's check."
+          >
             <CsrfField session={session} />
             <button type="submit" class="button secondary">Replace the signing secret</button>
           </form>{" "}
-          <form method="post" action={`${base}/delete`} class="inline-form">
+          <form
+            method="post"
+            action={`${base}/delete`}
+            class="inline-form"
+            data-confirm="Remove the webhook? No more events are sent to it."
+          >
             <CsrfField session={session} />
             <button type="submit" class="button danger">Remove webhook</button>
           </form>
