@@ -58,6 +58,9 @@ export function requestContext(
       logSoon(() => log(line));
     });
     c.header("Tollbooth-Request-Id", requestId);
+    // The openai SDK reads a request's id from this header only (`_request_id`, an APIError's
+    // requestID): the id support asks for is then at hand in the client.
+    c.header("x-request-id", requestId);
     c.header("Tollbooth-Version", API_VERSION);
     await next();
     if (c.get("deferLog")) return;
@@ -116,6 +119,9 @@ export function errorHandler(
   };
 }
 
+/** What an error answer that replaces another keeps of its headers: the request's own. */
+const KEPT_ON_ERROR = new Set(["tollbooth-request-id", "x-request-id", "tollbooth-version"]);
+
 const INVALID_KEY_MESSAGE = "Invalid API key: it is malformed, unknown or revoked.";
 
 /**
@@ -137,7 +143,7 @@ export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
       // The error answer is built on the answer it replaces, whose headers would carry over: a
       // revoked key's 401 said Idempotent-Replayed with the replay's cost and balance.
       for (const name of [...c.res.headers.keys()]) {
-        if (name !== "tollbooth-request-id" && name !== "tollbooth-version") {
+        if (!KEPT_ON_ERROR.has(name)) {
           c.res.headers.delete(name);
         }
       }

@@ -91,6 +91,28 @@ async function streamed(res: Response) {
   return { data, chunks, usage: chunks.findLast((c) => c.usage)?.usage };
 }
 
+Deno.test("openai streaming with include_usage: every chunk says usage null, and the usage chunk repeats the stream's fingerprint and tier, as OpenAI's do", () =>
+  withOpenAi(
+    () => sseResponse(sseEvents(fixture("openai_stream_usage_last.sse"))),
+    async (s, apiKey) => {
+      const { chunks } = await streamed(await streamAsk(s, apiKey));
+      const last = chunks.at(-1);
+      assert.deepEqual(last.choices, []);
+      for (const chunk of chunks.slice(0, -1)) {
+        assert.ok("usage" in chunk && chunk.usage === null, JSON.stringify(chunk));
+      }
+      assert.equal(last.system_fingerprint, chunks[0].system_fingerprint);
+      assert.ok(last.system_fingerprint);
+      // Without include_usage no chunk mentions usage at all.
+      const plain = await s.chat(apiKey, {
+        model: "up/m",
+        messages: userMessage(PROMPT),
+        stream: true,
+      });
+      for (const chunk of (await streamed(plain)).chunks) assert.equal("usage" in chunk, false);
+    },
+  ));
+
 Deno.test("openai non-streaming: the documented completion is billed from its usage", () =>
   withOpenAi(
     () => completionStream(fixtureJson("openai_completion.json")),

@@ -80,7 +80,8 @@ export class PaidStream {
   #reportedUsageObject: UsageObject | null = null;
   /** The upstream's prompt count (with its cache breakdown) before its final usage. */
   #reportedPrompt: Omit<Usage, "completionTokens"> | null = null;
-  #meta: Pick<ChatCompletionChunk, "id" | "created"> | null = null;
+  /** The first chunk's fields that every chunk of the stream repeats, the usage chunk included. */
+  #meta: StreamMeta | null = null;
   /** Set while a batch waits for the client to ask for it (null while we wait for the upstream). */
   #waitingForClientSince: number | null = null;
   #settlement: Promise<void> | null = null;
@@ -284,7 +285,9 @@ export class PaidStream {
       return null;
     }
     const chunk = { ...part.chunk, model: this.#options.modelId };
-    this.#meta ??= { id: chunk.id, created: chunk.created };
+    this.#meta ??= streamMeta(chunk);
+    // As OpenAI streams them when the usage is asked for: every chunk before it says it has none.
+    if (this.#options.includeUsage) chunk.usage = null;
     for (const choice of chunk.choices) this.#produced += producedText(choice.delta);
     return chunk;
   }
@@ -349,6 +352,12 @@ export class PaidStream {
           object: "chat.completion.chunk",
           created: this.#meta?.created ?? Math.floor(Date.now() / 1000),
           model: this.#options.modelId,
+          ...(this.#meta?.service_tier !== undefined
+            ? { service_tier: this.#meta.service_tier }
+            : {}),
+          ...(this.#meta?.system_fingerprint !== undefined
+            ? { system_fingerprint: this.#meta.system_fingerprint }
+            : {}),
           choices: [],
           usage: clientUsage(
             this.#reportedUsage ? this.#reportedUsageObject : null,
@@ -404,4 +413,19 @@ function producedText(delta: ChatCompletionChunk["choices"][number]["delta"] | u
     }
   }
   return text;
+}
+
+interface StreamMeta {
+  id: string;
+  created: number;
+  system_fingerprint?: unknown;
+  service_tier?: unknown;
+}
+
+/** What the usage chunk repeats of the stream's first chunk. */
+function streamMeta(chunk: ChatCompletionChunk): StreamMeta {
+  const meta: StreamMeta = { id: chunk.id, created: chunk.created };
+  if (chunk.service_tier !== undefined) meta.service_tier = chunk.service_tier;
+  if (chunk.system_fingerprint !== undefined) meta.system_fingerprint = chunk.system_fingerprint;
+  return meta;
 }

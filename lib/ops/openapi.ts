@@ -617,7 +617,11 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                 },
               },
             },
-            usage: ref("Usage"),
+            usage: {
+              description:
+                "With `stream_options.include_usage`: null on every chunk but the last, whose `choices` is empty.",
+              oneOf: [ref("Usage"), { type: "null" }],
+            },
           },
         },
         CreateEmbeddingRequest: {

@@ -872,3 +872,21 @@ Deno.test("openai SDK, anthropic kind: a client that leaves a stream Claude thin
     assert.equal(record.countedLocally, false, "Claude's own usage, read to the end");
     assert.ok(record.completionTokens >= 5000, `${record.completionTokens} output tokens charged`);
   }));
+
+Deno.test("openai SDK: the request id reaches the client, on an answer (request_id) and on an error (requestID)", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "Hi." });
+    const client = new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
+    const { request_id, response } = await client.chat.completions.create({
+      model: OPENAI_MODEL,
+      messages: [{ role: "user", content: "hi" }],
+    }).withResponse();
+    assert.match(request_id ?? "", /^req_/);
+    assert.equal(request_id, response.headers.get("tollbooth-request-id"));
+    const error = await client.chat.completions.create({
+      model: "no/such-model",
+      messages: [{ role: "user", content: "hi" }],
+    }).catch((e) => e);
+    assert.ok(error instanceof OpenAI.APIError);
+    assert.match(error.requestID ?? "", /^req_/);
+  }));
