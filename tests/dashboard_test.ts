@@ -253,6 +253,26 @@ Deno.test("a revoked key is refused on the very next API request", () =>
     assert.equal(chat.status, 401);
   }));
 
+Deno.test("revoking a key from a later page of keys goes back to that page; from elsewhere, to the first", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("pages@example.com");
+    const { appId } = await v.createApp("app");
+    const keysPath = `/dashboard/apps/${appId}/keys`;
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/revoke/.exec(await v.page(keysPath))![1];
+    const later = `${keysPath}?starting_after=${keyId}`;
+    const fromLater = await v.post(`${keysPath}/${keyId}/revoke`, { _csrf: await v.csrf() }, {
+      referer: `${PUBLIC_URL}${later}`,
+    });
+    assert.equal(fromLater.headers.get("location"), later);
+    for (const referer of ["https://elsewhere.example/x", `${PUBLIC_URL}/dashboard`, "nonsense"]) {
+      const res = await v.post(`${keysPath}/${keyId}/revoke`, { _csrf: await v.csrf() }, {
+        referer,
+      });
+      assert.equal(res.headers.get("location"), keysPath, referer);
+    }
+  }));
+
 Deno.test("without JavaScript, creating a key shows it once on its own page", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);

@@ -379,12 +379,29 @@ export function dashboardRoutes(
     return key?.appId === app.id ? key : null;
   }
 
+  /**
+   * The keys page the owner revoked from (its cursor kept), when the browser says which: an owner
+   * among hundreds of keys stays where they were. Anything else is the first page.
+   */
+  function sameKeysPage(referer: string | undefined, appId: string): string {
+    const keysPath = `/dashboard/apps/${appId}/keys`;
+    try {
+      const from = new URL(referer ?? "");
+      if (from.origin === new URL(publicUrl).origin && from.pathname === keysPath) {
+        return keysPath + from.search;
+      }
+    } catch {
+      // No referer, or not a URL.
+    }
+    return keysPath;
+  }
+
   r.post("/apps/:appId/keys/:keyId/revoke", async (c) => {
     const app = c.get("app");
     const key = await ownedKey(c, app);
     if (!key) return notFound(c);
     await revokeKey(kv, key.id);
-    return c.redirect(`/dashboard/apps/${app.id}/keys`, 303);
+    return c.redirect(sameKeysPage(c.req.header("referer"), app.id), 303);
   });
 
   r.post("/apps/:appId/keys/:keyId/rotate", async (c) => {
