@@ -39,6 +39,16 @@ Deno.test("wallet activity lists the starter credit and each charge, newest firs
     assert.equal(activity[1].kind === "credit" && activity[1].entry.kind, "starter");
   }));
 
+Deno.test("wallet activity keeps the latest credits in view however many charges came after them", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    for (let i = 0; i < 35; i++) await spend(s, apiKey, "tollbooth/echo");
+    const activity = await walletActivity(s.kv, appId);
+    assert.equal(activity.filter((a) => a.kind === "spend").length, 30);
+    const oldest = activity.at(-1)!;
+    assert.equal(oldest.kind === "credit" && oldest.entry.kind, "starter");
+  }));
+
 Deno.test("rotating a key revokes the old one and issues a working new one in one step", () =>
   withService(async (s) => {
     const { apiKey, keyId } = await s.newApp();

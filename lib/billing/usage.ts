@@ -49,7 +49,10 @@ export type WalletActivity =
   | { kind: "credit"; at: number; entry: LedgerEntry }
   | { kind: "spend"; at: number; usage: UsageRecord };
 
-/** The latest credits and charges of a wallet, merged newest first. */
+/**
+ * The latest `limit` credits (and debits) and the latest `limit` charges of a wallet, merged newest
+ * first: a busy app's charges never push its top-ups out of view.
+ */
 export async function walletActivity(
   kv: Deno.Kv,
   appId: string,
@@ -66,7 +69,7 @@ export async function walletActivity(
   ) {
     out.push({ kind: "spend", at: entry.value.createdAt, usage: entry.value });
   }
-  return out.sort((a, b) => b.at - a.at).slice(0, limit);
+  return out.sort((a, b) => b.at - a.at);
 }
 
 /**

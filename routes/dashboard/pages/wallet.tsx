@@ -67,6 +67,10 @@ export function walletPage(
       <TopUpLink session={session} app={app} url={view.topUpUrl} refused={view.topUpRefused} />
       <section class="card">
         <h2>Latest activity</h2>
+        <p class="muted">
+          The last 30 credits and refunds and the last 30 charges, newest first. Every charge is on
+          the usage page; every entry, of both kinds, in the management API's ledger.
+        </p>
         <div class="table-scroll">
           <table>
             <thead>
