@@ -611,6 +611,8 @@ export class WebhookDeliverer {
     const hostname = url.hostname;
     if (hostname.startsWith("[")) return { address: hostname.slice(1, -1) };
     if (ipv4Octets(hostname)) return { address: hostname };
+    // Saved only where loopback endpoints are allowed (`deno task dev`, tests).
+    if (hostname === "localhost") return { address: "127.0.0.1" };
     const found = (await Promise.all(
       (["A", "AAAA"] as const).map((type) => this.#resolve(hostname, type).catch(() => [])),
     )).flat();

@@ -439,7 +439,13 @@ function toolChoice(
     // Where none may be forced, it is offered (auto); otherwise the answer tool is forced (or any
     // tool, with others). `none` forbids the client's tools, not the format: OpenAI still answers
     // in it, so the answer tool is forced alone (Claude's `none` would forbid it too).
-    if (unforced) return { type: "auto", ...noParallel };
+    // Where none can be forced, `none` stays none: no client tool may be called, though the
+    // format then goes unenforced.
+    if (unforced) {
+      return choice === "none" && p.tools?.length
+        ? { type: "none" }
+        : { type: "auto", ...noParallel };
+    }
     if (!p.tools?.length || choice === "none") {
       return { type: "tool", name: answerTool, ...noParallel };
     }

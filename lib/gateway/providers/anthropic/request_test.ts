@@ -645,7 +645,7 @@ Deno.test("tool_choice none with a response format forces the answer tool: the c
     assert.deepEqual((sent.tools as { name: string }[]).map((t) => t.name), ["w", name]);
     assert.deepEqual(sent.tool_choice, { type: "tool", name });
   }
-  // Where no tool can be forced (a thinking budget), the answer tool is offered, not forbidden.
+  // Where no tool can be forced (a thinking budget), none stays none: no client tool is called.
   const thinking = messagesRequest(
     upstreamRequest(claude, {
       messages: ask,
@@ -656,7 +656,7 @@ Deno.test("tool_choice none with a response format forces the answer tool: the c
     }),
     false,
   );
-  assert.deepEqual(thinking.tool_choice, { type: "auto" });
+  assert.deepEqual(thinking.tool_choice, { type: "none" });
 });
 
 Deno.test("json_object and a schema not strict keep the answer tool where no tool can be forced, offered unforced", () => {
