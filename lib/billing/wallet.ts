@@ -553,11 +553,6 @@ export class Wallets {
   }
 
   /**
-   * Resolves once every queued operation has been committed or refused, every settled charge of
-   * a slice posted, every slice without holds given back to its wallet, and every failed charge
-   * waiting for its retry tried once more.
-   */
-  /**
    * The last drain, before the process exits. A request still running (one past the shutdown's
    * grace) may settle into a slice during it or after it, when no post is coming: each such charge
    * is posted before its settle answers, so no answer states a cost that never left the wallet.
@@ -567,6 +562,11 @@ export class Wallets {
     return this.drain();
   }
 
+  /**
+   * Resolves once every queued operation has been committed or refused, every settled charge of
+   * a slice posted, every slice without holds given back to its wallet, and every failed charge
+   * waiting for its retry tried once more.
+   */
   async drain(): Promise<void> {
     await Promise.all([...this.#reclaiming.values(), ...this.#givingBack.values()]);
     // One slice failing its post does not keep the others, or the retries, from theirs.

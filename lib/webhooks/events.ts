@@ -605,7 +605,8 @@ export class WebhookDeliverer {
   /**
    * The address to send to: the one written out in the URL (checked when the endpoint was saved),
    * or one the host name resolves to now, since a name checked when saved may point anywhere
-   * since. Null when the name resolves inside the network, or not at all.
+   * since. Refused, with the attempt's reason, when the name resolves inside the network or not
+   * at all.
    */
   async #addressOf(url: URL): Promise<{ address: string } | { refused: string }> {
     const hostname = url.hostname;
