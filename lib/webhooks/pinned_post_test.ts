@@ -55,21 +55,24 @@ Deno.test("a certificate that does not name the URL's host is refused", async ()
   }
 });
 
-Deno.test("interim 1xx heads are skipped for the final status", async () => {
+/** A plain TCP server that reads one request and answers it with `raw` bytes, then closes. */
+function answeringOnce(raw: string) {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
   (async () => {
     const conn = await listener.accept();
     await conn.read(new Uint8Array(4096));
-    await conn.write(
-      new TextEncoder().encode(
-        "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
-      ),
-    );
+    await conn.write(new TextEncoder().encode(raw));
     conn.close();
   })();
+  return { url: `http://localhost:${(listener.addr as Deno.NetAddr).port}/`, listener };
+}
+
+Deno.test("interim 1xx heads are skipped for the final status", async () => {
+  const { url, listener } = answeringOnce(
+    "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+  );
   try {
-    assert.equal(await post(`http://localhost:${port}/`, "127.0.0.1"), 204);
+    assert.equal(await post(url, "127.0.0.1"), 204);
   } finally {
     listener.close();
   }
@@ -94,16 +97,9 @@ Deno.test("a receiver that never answers is given up at the signal", async () =>
 });
 
 Deno.test("what is not an HTTP response is an error, not a status", async () => {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  (async () => {
-    const conn = await listener.accept();
-    await conn.read(new Uint8Array(4096));
-    await conn.write(new TextEncoder().encode("SSH-2.0-OpenSSH_9.2\r\n"));
-    conn.close();
-  })();
+  const { url, listener } = answeringOnce("SSH-2.0-OpenSSH_9.2\r\n");
   try {
-    await assert.rejects(post(`http://localhost:${port}/`, "127.0.0.1"), /invalid HTTP response/);
+    await assert.rejects(post(url, "127.0.0.1"), /invalid HTTP response/);
   } finally {
     listener.close();
   }
