@@ -436,11 +436,11 @@ function toolChoice(
   const noParallel = p.parallel_tool_calls === false ? { disable_parallel_tool_use: true } : {};
   const choice = p.tool_choice;
   if (answerTool) {
-    // Where none may be forced, it is offered (auto); otherwise the answer tool is forced (or any
-    // tool, with others). `none` forbids the client's tools, not the format: OpenAI still answers
-    // in it, so the answer tool is forced alone (Claude's `none` would forbid it too).
-    // Where none can be forced, `none` stays none: no client tool may be called, though the
-    // format then goes unenforced.
+    // The answer tool is forced (or any tool, with others). `none` forbids the client's tools,
+    // not the format: OpenAI still answers in it, so the answer tool is forced alone (Claude's
+    // `none` would forbid it too). Where no tool may be forced, the answer tool is offered (auto),
+    // except beside client tools under `none`: none of those may be called, so the format goes
+    // unenforced.
     if (unforced) {
       return choice === "none" && p.tools?.length
         ? { type: "none" }
