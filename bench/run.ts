@@ -86,6 +86,32 @@ async function hasCommand(command: string, args: string[]): Promise<boolean> {
   }
 }
 
+/**
+ * The cores for the windows with the rig apart: the targets on the first half of this process's
+ * CPUs, the rig (this process, which generates the load, and the fake upstream) on the rest. In
+ * production neither runs beside the gateway; here they share its cores, and each request's write
+ * wakes one of them on the core the gateway's thread runs on. Null (the windows skipped) on one
+ * core or without `taskset` (util-linux).
+ */
+async function rigApartCores(): Promise<{ targets: string; rig: string; all: string } | null> {
+  const current = await run("taskset", ["-c", "-p", String(Deno.pid)]).catch(() => null);
+  // "pid 123's current affinity list: 0-3,6"
+  const all = current?.ok ? current.stdout.trim().split(": ").at(-1) ?? "" : "";
+  const cpus = all.split(",").flatMap((range) => {
+    const [from, to = from] = range.split("-").map(Number);
+    return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+  }).filter(Number.isInteger);
+  if (cpus.length < 2) return null;
+  const half = Math.floor(cpus.length / 2);
+  return { targets: cpus.slice(0, half).join(","), rig: cpus.slice(half).join(","), all };
+}
+
+/** Puts every thread of a process on `cpus` (a list as taskset reads it, "0-3"). */
+async function pinProcess(pid: number, cpus: string) {
+  const pinned = await run("taskset", ["-a", "-p", "-c", cpus, String(pid)]);
+  if (!pinned.ok) throw new Error(`taskset -c ${cpus} for ${pid} failed: ${pinned.stderr}`);
+}
+
 async function ensureWrk(): Promise<boolean> {
   if (await hasCommand("wrk", ["--version"]) || (await run("sh", ["-c", "command -v wrk"])).ok) {
     return true;
@@ -375,6 +401,7 @@ async function openLoopsInTurn(
   seconds: number,
   ticks: number,
   log: (s: string) => void,
+  setting = "",
 ): Promise<Record<string, OpenLoopResult>> {
   const pooled = new Map(targets.map((t) => [t.name, {
     requests: 0,
@@ -389,7 +416,7 @@ async function openLoopsInTurn(
   for (let round = 1; round <= OPEN_ROUNDS; round++) {
     for (const t of targets) {
       log(
-        `open loop ${rate} req/s, window ${round} of ${OPEN_ROUNDS} (${windowSeconds}s): ${t.name}`,
+        `open loop ${rate} req/s${setting}, window ${round} of ${OPEN_ROUNDS} (${windowSeconds}s): ${t.name}`,
       );
       await openLoop(t, rate, 1); // settle at the rate first
       const cpuBefore = await cpuMs(t.pid, ticks);
@@ -648,6 +675,27 @@ async function main() {
     for (const rate of [200, 500]) {
       open[rate] = await openLoopsInTurn(targets, rate, OPEN_SECONDS, ticks, log);
     }
+    // 500 req/s again, the rig on cores of its own: what the host's sharing costs each target.
+    const cores = await rigApartCores();
+    let openRigApart: Record<string, OpenLoopResult> | null = null;
+    if (cores) {
+      const rig = [Deno.pid, upstreamPid];
+      const served = targets.filter((t) => !rig.includes(t.pid));
+      try {
+        for (const pid of rig) await pinProcess(pid, cores.rig);
+        for (const t of served) await pinProcess(t.pid, cores.targets);
+        openRigApart = await openLoopsInTurn(
+          targets,
+          500,
+          OPEN_SECONDS,
+          ticks,
+          log,
+          `, targets on CPUs ${cores.targets}, the rig on ${cores.rig}`,
+        );
+      } finally {
+        for (const pid of [...rig, ...served.map((t) => t.pid)]) await pinProcess(pid, cores.all);
+      }
+    } else log("no taskset or one core: the windows with the rig apart are skipped");
     const streaming: Record<string, Awaited<ReturnType<typeof sequentialStreams>>> = {};
     for (const t of targets) {
       log(`streaming, ${STREAMS_SEQUENTIAL} one after another: ${t.name}`);
@@ -792,6 +840,8 @@ async function main() {
       wake,
       closedLoop50: closed,
       openLoop: open,
+      openLoopRigApart: openRigApart,
+      rigApartCores: cores,
       streaming,
       longStreams,
       workers: { tollbooth: tb.workers, commits: tbCommits.workers },

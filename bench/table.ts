@@ -117,6 +117,8 @@ export function report(r: any): { text: string; rows: Row[] } {
   const oneOver500 = over(o5.oneWorker.p50, o5.direct.p50);
   const oneTtfbOver = over(s.oneWorker.ttfbP50, s.direct.ttfbP50);
   const p = r.processes;
+  /** Null when skipped (one core, no taskset); runs written before it have none. */
+  const ra = r.openLoopRigApart ?? null;
   const rows: Row[] = [
     [
       "closed loop 50 conn: req/s",
@@ -246,6 +248,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "500 req/s: busiest worker's share of CPU",
       shares(o5.tollbooth.windowBusiestWorkerShare),
     ),
+    ...(ra ? rigApartRows(ra, r.rigApartCores) : []),
     [
       "open loop: failed requests",
       o2.direct.failed + o5.direct.failed,
@@ -448,6 +451,60 @@ export function report(r: any): { text: string; rows: Row[] } {
     formatTable(rows),
   ].join("\n");
   return { text, rows };
+}
+
+type OpenLoop = { p50: number; cpuMsPerRequest: number; failed: number };
+
+/**
+ * The 500 req/s windows again with the targets on some cores and the rig (load generator, fake
+ * upstream) on the others, as in production, where neither runs beside the gateway.
+ */
+function rigApartRows(
+  ra: Record<"direct" | "tollbooth" | "oneWorker" | "commits" | "portkey" | "floor", OpenLoop>,
+  cores: { targets: string; rig: string },
+): Row[] {
+  const setting = `500 req/s, targets on CPU ${cores.targets}, rig on ${cores.rig}`;
+  const overhead = (x: OpenLoop) => x.p50 - ra.direct.p50;
+  const cpu = (x: OpenLoop) => x.cpuMsPerRequest;
+  const tbCpu = cpu(ra.tollbooth);
+  return [
+    [
+      `${setting}: p50 overhead ms`,
+      0,
+      overhead(ra.tollbooth),
+      overhead(ra.oneWorker),
+      overhead(ra.commits),
+      overhead(ra.portkey),
+      overhead(ra.floor),
+      "tb < 1",
+      ratio(overhead(ra.tollbooth), overhead(ra.portkey)),
+      overhead(ra.tollbooth) < 1,
+    ],
+    [
+      `${setting}: CPU ms/request`,
+      cpu(ra.direct),
+      tbCpu,
+      cpu(ra.oneWorker),
+      cpu(ra.commits),
+      cpu(ra.portkey),
+      cpu(ra.floor),
+      "tb ≤ 0.5",
+      ratio(tbCpu, cpu(ra.portkey)),
+      tbCpu <= 0.5,
+    ],
+    [
+      `${setting}: failed requests`,
+      ra.direct.failed,
+      ra.tollbooth.failed,
+      ra.oneWorker.failed,
+      ra.commits.failed,
+      ra.portkey.failed,
+      ra.floor.failed,
+      "0",
+      "",
+      ra.tollbooth.failed === 0,
+    ],
+  ];
 }
 
 function ratio(a: number | null, b: number | null): string {
