@@ -98,6 +98,10 @@ const AssistantPart = z.discriminatedUnion("type", [TextPart, RefusalPart], {
 const TextOnlyPart = z.discriminatedUnion("type", [TextPart], {
   error: "must be a part of type text",
 });
+/** A tool's output may show what it saw (a screenshot, a chart): text and images. */
+const ToolPart = z.discriminatedUnion("type", [TextPart, ImagePart], {
+  error: "must be a part of type text or image_url",
+});
 
 const Name = z.string({ error: "must be a string" }).min(1, "must not be empty").max(256);
 
@@ -183,8 +187,8 @@ function withoutEchoedFields(m: ChatMessage): ChatMessage {
 }
 const ToolMessage = z.strictObject({
   role: z.literal("tool"),
-  content: z.union([z.string(), partsOf(TextOnlyPart, "text parts")], {
-    error: "must be a string or an array of text parts",
+  content: z.union([z.string(), partsOf(ToolPart, "text or image_url parts")], {
+    error: "must be a string or an array of text or image_url parts",
   }),
   tool_call_id: z.string({ error: "must be the id of the tool call it answers" }).min(
     1,
@@ -829,7 +833,7 @@ function checkConversation(data: Body) {
     } else {
       open = null;
     }
-    if (m.role === "user" && Array.isArray(m.content)) {
+    if ((m.role === "user" || m.role === "tool") && Array.isArray(m.content)) {
       m.content.forEach((part, j) => {
         if (part.type !== "image_url" || !part.image_url.url.startsWith("data:")) return;
         try {

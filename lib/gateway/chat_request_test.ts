@@ -803,3 +803,34 @@ Deno.test("a prefill beside an output format is refused, even on a route stated 
   // Without one, the stated rule stands.
   assertSupported(parseChatRequest(body), [alias], 4096);
 });
+
+Deno.test("a tool message takes text and image parts, its images checked as a user's are", () => {
+  const answered = (content: unknown) => ({
+    messages: [
+      { role: "user", content: "look" },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "c1", type: "function", function: { name: "shot", arguments: "{}" } }],
+      },
+      { role: "tool", tool_call_id: "c1", content },
+    ],
+  });
+  const screenshot = [
+    { type: "text", text: "the screen:" },
+    { type: "image_url", image_url: { url: "https://example.com/s.png", detail: "low" } },
+  ];
+  const request = parseChatRequest({ model: "m/x", ...answered(screenshot) });
+  assert.deepEqual(request.messages.at(-1)?.content, screenshot);
+  const audio = refusal(
+    answered([{ type: "input_audio", input_audio: { data: "", format: "wav" } }]),
+  );
+  assert.equal(audio.param, "messages[2].content[0].type");
+  assert.match(audio.message, /must be a part of type text or image_url/);
+  const http = refusal(answered([{ type: "image_url", image_url: { url: "http://x/s.png" } }]));
+  assert.equal(http.param, "messages[2].content[0].image_url.url");
+  const unreadable = refusal(
+    answered([{ type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } }]),
+  );
+  assert.equal(unreadable.param, "messages[2].content[0].image_url.url");
+});

@@ -20,6 +20,7 @@ import {
   opensWithAssistant,
   toolInput,
 } from "./providers/anthropic/request.ts";
+import { toolImagesInUserMessages } from "./providers/openai/request.ts";
 import { CountCache, countTokensWith } from "./tokens.ts";
 
 /** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
@@ -146,7 +147,7 @@ export function unreadImageTokens(
 ): number {
   let total = 0;
   for (const m of request.messages) {
-    if (m.role !== "user" || !Array.isArray(m.content)) continue;
+    if ((m.role !== "user" && m.role !== "tool") || !Array.isArray(m.content)) continue;
     for (const part of m.content) {
       if (part.type !== "image_url" || imageSizeOf(part.image_url.url)) continue;
       total += kind === "anthropic"
@@ -280,7 +281,9 @@ export function openAiInputBound(
   // a default system prompt (Qwen), tool instructions, a begin-of-text token.
   const open = tokenizer === "utf8_bytes";
   let total = open ? OPEN_TEMPLATE_BASE_TOKENS : OPENAI_TOKENS_PER_REPLY;
-  for (const m of request.messages) {
+  // As the chat kind sends them (a tool's images in a user message of their own), which bounds
+  // the Responses kind's too (they stay in the tool's output there, without the labels).
+  for (const m of toolImagesInUserMessages(request.messages)) {
     total += (open ? OPEN_TEMPLATE_TOKENS_PER_MESSAGE : OPENAI_TOKENS_PER_MESSAGE) +
       messageTextTokens(m, countTextTokens, OPENAI_TOKENS_PER_PART, asGiven);
     if (m.role === "assistant") total += OPENAI_TOKENS_PER_TOOL_CALL * (m.tool_calls?.length ?? 0);
@@ -319,7 +322,7 @@ export function anthropicInputBound(request: ChatRequest): number {
         claudeThinkingTokens(m);
     }
     if (m.role === "tool") total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK;
-    if (m.role === "user" && Array.isArray(m.content)) {
+    if ((m.role === "user" || m.role === "tool") && Array.isArray(m.content)) {
       for (const part of m.content) {
         if (part.type !== "image_url") continue;
         total += anthropicImageTokens(imageSizeOf(part.image_url.url));

@@ -7,6 +7,7 @@ import {
   inputBound,
   openAiImageTokens,
   openAiInputBound,
+  unreadImageTokens,
 } from "./input_bound.ts";
 import { countPromptTokens, countTextTokens, countTokensWith } from "./tokens.ts";
 import { countTokens as countCl100k } from "gpt-tokenizer/encoding/cl100k_base";
@@ -16,6 +17,7 @@ import {
   messagesTools,
   OPENING_USER_TEXT,
 } from "./providers/anthropic/request.ts";
+import { TOOL_IMAGES_NOTE, toolImagesLabel } from "./providers/openai/request.ts";
 import { legacyClaudeTokens } from "../../tests/claude_token_reference.ts";
 import { responseFormatTokens, toolsTokens } from "../../tests/fakes/openai_upstream.ts";
 import { testModel } from "./providers/test_support.ts";
@@ -413,4 +415,37 @@ Deno.test("OpenAI's reasoning items sent back through the Responses API are held
     inputBound({ kind: "openai" }, conversation([item]), model, "o200k"),
     inputBound({ kind: "openai" }, conversation(), model, "o200k"),
   );
+});
+
+Deno.test("a tool's images are held as a user's are on every kind, with the note and labels the chat kind sends", () => {
+  const screenshot = (content: unknown) =>
+    request({
+      messages: [
+        { role: "user", content: "look" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: "c1", type: "function", function: { name: "shot", arguments: "{}" } }],
+        },
+        { role: "tool", tool_call_id: "c1", content },
+      ],
+      tools: [{ type: "function", function: { name: "shot" } }],
+    });
+  const image = { type: "image_url", image_url: { url: "https://example.com/s.png" } };
+  const withImage = screenshot([image]);
+  const without = screenshot("");
+  const unknownOpenAi = openAiImageTokens(null, "auto", gpt);
+  assert.ok(
+    openAiInputBound(withImage, gpt, "o200k") - openAiInputBound(without, gpt, "o200k") >=
+      unknownOpenAi + countTextTokens(TOOL_IMAGES_NOTE) + countTextTokens(toolImagesLabel("c1")),
+  );
+  assert.ok(
+    inputBound({ kind: "openai_responses" }, withImage, gpt, "o200k") -
+        inputBound({ kind: "openai_responses" }, without, gpt, "o200k") >= unknownOpenAi,
+  );
+  assert.ok(
+    anthropicInputBound(withImage) - anthropicInputBound(without) >= anthropicImageTokens(null),
+  );
+  assert.equal(unreadImageTokens("openai", withImage, gpt), unknownOpenAi);
+  assert.equal(unreadImageTokens("anthropic", withImage, gpt), anthropicImageTokens(null));
 });

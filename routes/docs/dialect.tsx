@@ -24,8 +24,10 @@ export function DialectSection() {
         with <code>content</code> null or empty, answered by <code>tool</code> messages with their
         {" "}
         <code>tool_call_id</code>{" "}
-        right after; tools, structured output and reasoning. Validation is strict: a malformed field
-        gets <code>400 invalid_parameter</code> with its exact path in{" "}
+        right after (a tool's output may hold images too, such as a screenshot; where the provider
+        takes images in user messages only, as OpenAI's chat API does, they follow the tool messages
+        in a user message); tools, structured output and reasoning. Validation is strict: a
+        malformed field gets <code>400 invalid_parameter</code> with its exact path in{" "}
         <code>param</code>, and a field not listed below is refused rather than passed on.
         Response-only fields that clients push back with an assistant message (
         <code>annotations</code>, <code>parsed</code>, a tool call's{" "}
@@ -109,7 +111,8 @@ export function DialectSection() {
           <code>image_url</code> parts <code>input_image</code>; an assistant's text{" "}
           <code>output_text</code>, its <code>tool_calls</code> <code>function_call</code> items and
           {" "}
-          <code>tool</code> messages <code>function_call_output</code> items. The cap goes as{" "}
+          <code>tool</code> messages <code>function_call_output</code> items (their images as{" "}
+          <code>input_image</code> parts of the output). The cap goes as{" "}
           <code>max_output_tokens</code>{" "}
           (OpenAI's least is 16: a smaller one is refused before anything is reserved).
         </li>

@@ -28,7 +28,6 @@ import {
   functionName,
   int,
   invalid,
-  messageText,
   type ModelRules,
   type OpenAiAnswer,
   OpenAiError,
@@ -318,17 +317,21 @@ function itemType(item: Json): string | undefined {
   return undefined;
 }
 
-function validateContent(item: Json, root: unknown, path: PropertyKey[]) {
-  const content = item.content;
+/**
+ * A message's content, or a function_call_output's `output` (a string, or input parts: text,
+ * images, files; ResponseFunctionCallOutputItemList).
+ */
+function validateContent(item: Json, root: unknown, path: PropertyKey[], field = "content") {
+  const content = item[field];
   const param = `${path.map((p) => typeof p === "number" ? `[${p}]` : `.${String(p)}`).join("")}`
     .replace(/^\./, "");
   if (typeof content === "string") return;
   if (!Array.isArray(content)) {
     throw invalid(
-      `Invalid type for '${param}.content': expected one of a string or array of objects, but got ${
+      `Invalid type for '${param}.${field}': expected one of a string or array of objects, but got ${
         content === undefined ? "nothing" : typeof content
       } instead.`,
-      `${param}.content`,
+      `${param}.${field}`,
       "invalid_type",
     );
   }
@@ -341,16 +344,16 @@ function validateContent(item: Json, root: unknown, path: PropertyKey[]) {
     if (!(type in parts)) {
       throw invalid(
         `Invalid value: '${type}'. Supported values are: ${supportedList(Object.keys(parts))}.`,
-        `${param}.content[${k}]`,
+        `${param}.${field}[${k}]`,
         "invalid_value",
       );
     }
-    check(parts[type], part, root, [...path, "content", k]);
+    check(parts[type], part, root, [...path, field, k]);
     if (type === "input_image" && !part.image_url && !part.file_id) {
       // Assumed wording: ResponseInputImage needs one of image_url or file_id.
       throw invalid(
-        `Missing required parameter: '${param}.content[${k}].image_url'.`,
-        `${param}.content[${k}].image_url`,
+        `Missing required parameter: '${param}.${field}[${k}].image_url'.`,
+        `${param}.${field}[${k}].image_url`,
         "missing_required_parameter",
       );
     }
@@ -518,10 +521,9 @@ export function responsesInputTokens(
     else if (type === "function_call") {
       total += 3 + tokenCount(item.name ?? "") + tokenCount(item.arguments ?? "");
     } else if (type === "function_call_output") {
-      const output = typeof item.output === "string"
-        ? item.output
-        : messageText({ content: item.output });
-      total += 3 + tokenCount("tool") + tokenCount(item.call_id ?? "") + tokenCount(output);
+      total += tokenCount(item.call_id ?? "");
+      // A tool message's framing and text; images in its output billed as a message's.
+      message("tool", item.output);
     }
   }
   total += toolsTokens((body.tools ?? []).map((t: Json) => ({ function: t })));
@@ -1020,6 +1022,7 @@ export function createResponsesEndpoint(deps: ResponsesEndpointDeps) {
       }
       check(ITEMS[type!], item, body, ["input", i]);
       if (type === "message") validateContent(item, body, ["input", i]);
+      if (type === "function_call_output") validateContent(item, body, ["input", i], "output");
     });
     // A reasoning item stands before the item it produced. OpenAI's words when it is last
     // (as quoted in the OpenAI community thread "How to use reasoning.encrypted_content with

@@ -86,9 +86,15 @@ const FunctionCallItem = z.strictObject({
 const FunctionCallOutputItem = z.strictObject({
   type: z.literal("function_call_output"),
   call_id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
-  output: z.union([z.string(), z.array(InputText).min(1)], {
-    error: "must be a string or an array of input_text parts",
-  }),
+  // A tool's output may show what it saw (a screenshot, a chart).
+  output: z.union([
+    z.string(),
+    z.array(
+      z.discriminatedUnion("type", [InputText, InputImage, InputFile], {
+        error: "must be a part of type input_text or input_image",
+      }),
+    ).min(1, "must not be an empty array"),
+  ], { error: "must be a string or an array of input_text or input_image parts" }),
   id: z.string().nullish(),
   status: z.string().nullish(),
 });
@@ -430,19 +436,22 @@ function inputPath(chatPath: string, origins: Origin[]): string {
   if (origin.item === null) return "input";
   const item = `input[${origin.item}]`;
   if (origin.referenced) return item;
-  if (origin.kind === "function_call_output") {
-    return item + ({ ".tool_call_id": ".call_id", ".content": ".output" }[rest] ?? "");
-  }
-  if (origin.kind !== "message") return item;
-  // A message's parts are converted one for one; only an image's fields are named otherwise.
-  const part = /^(\.content\[\d+\])(\.type|\.text|\.image_url\.url|\.image_url\.detail)?$/
+  if (origin.kind !== "message" && origin.kind !== "function_call_output") return item;
+  // A tool output's content is its `output`.
+  const content = origin.kind === "message" ? ".content" : ".output";
+  // Parts are converted one for one; only an image's fields are named otherwise.
+  const part = /^\.content(\[\d+\])(\.type|\.text|\.image_url\.url|\.image_url\.detail)?$/
     .exec(rest);
   if (part) {
     const field = { ".image_url.url": ".image_url", ".image_url.detail": ".detail" }[part[2]] ??
       part[2] ?? "";
-    return item + part[1] + field;
+    return item + content + part[1] + field;
   }
-  return rest === ".content" || rest === ".role" ? item + rest : item;
+  if (rest === ".content") return item + content;
+  if (origin.kind === "function_call_output") {
+    return item + (rest === ".tool_call_id" ? ".call_id" : "");
+  }
+  return rest === ".role" ? item + rest : item;
 }
 
 /** The input items as chat messages: calls join the assistant turn before them. */
@@ -532,7 +541,7 @@ function inputMessages(
       // Parts stay parts: run together they would lose the boundary between them.
       const content = typeof item.output === "string"
         ? item.output
-        : item.output.map((p) => ({ type: "text" as const, text: p.text }));
+        : item.output.map((p, j) => inputPartOf(p, `input[${i}].output[${j}]`));
       const result = { role: "tool", tool_call_id: item.call_id, content };
       carry(result);
       out.push(result);
@@ -599,35 +608,46 @@ function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string,
   const parts = item.content.map((p, j) => {
     const path = `input[${i}].content[${j}]`;
     switch (p.type) {
-      case "input_text":
-        return { type: "text", text: p.text, ...breakpointOf(p) };
       case "output_text":
         return { type: "text", text: p.text };
-      case "input_image":
-        if (item.role !== "user") throw invalid(`${path}.type`, "only user messages hold images");
-        if (!p.image_url) {
-          throw new ApiError(
-            "unsupported_parameter",
-            "Unsupported image by file_id: send image_url (an https URL or a data URL).",
-            { param: `${path}.file_id` },
-          );
-        }
-        return {
-          type: "image_url",
-          image_url: { url: p.image_url, ...(p.detail ? { detail: p.detail } : {}) },
-          ...breakpointOf(p),
-        };
-      case "input_file":
-        throw new ApiError(
-          "unsupported_parameter",
-          "Unsupported content part 'input_file': its tokens cannot be bounded before the call.",
-          { param: `${path}.type` },
-        );
       case "refusal":
         throw invalid(`${path}.type`, "a refusal belongs to an assistant message");
+      case "input_image":
+        if (item.role !== "user") throw invalid(`${path}.type`, "only user messages hold images");
     }
+    return inputPartOf(p, path);
   });
   return { role: item.role, content: parts };
+}
+
+/** An input part (a message's or a tool output's) as a chat content part. */
+function inputPartOf(
+  p: z.infer<typeof InputText> | z.infer<typeof InputImage> | z.infer<typeof InputFile>,
+  path: string,
+): Record<string, unknown> {
+  switch (p.type) {
+    case "input_text":
+      return { type: "text", text: p.text, ...breakpointOf(p) };
+    case "input_image":
+      if (!p.image_url) {
+        throw new ApiError(
+          "unsupported_parameter",
+          "Unsupported image by file_id: send image_url (an https URL or a data URL).",
+          { param: `${path}.file_id` },
+        );
+      }
+      return {
+        type: "image_url",
+        image_url: { url: p.image_url, ...(p.detail ? { detail: p.detail } : {}) },
+        ...breakpointOf(p),
+      };
+    case "input_file":
+      throw new ApiError(
+        "unsupported_parameter",
+        "Unsupported content part 'input_file': its tokens cannot be bounded before the call.",
+        { param: `${path}.type` },
+      );
+  }
 }
 
 function fromIssue(outer: z.core.$ZodIssue, prefix: PropertyKey[] = []): ApiError {

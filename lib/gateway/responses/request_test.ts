@@ -109,6 +109,55 @@ Deno.test("function calls join the assistant turn before them; outputs become to
   ]);
 });
 
+Deno.test("a function_call_output's input_text and input_image parts become the tool message's text and images", () => {
+  const chat = chatOf({
+    input: [
+      { role: "user", content: "Screenshot the page." },
+      { type: "function_call", call_id: "call_1", name: "shot", arguments: "{}" },
+      {
+        type: "function_call_output",
+        call_id: "call_1",
+        output: [
+          { type: "input_text", text: "The page:" },
+          { type: "input_image", image_url: "https://example.com/s.png", detail: "high" },
+        ],
+      },
+    ],
+    tools: [{ type: "function", name: "shot" }],
+  });
+  assert.deepEqual((chat.messages as unknown[]).at(-1), {
+    role: "tool",
+    tool_call_id: "call_1",
+    content: [
+      { type: "text", text: "The page:" },
+      { type: "image_url", image_url: { url: "https://example.com/s.png", detail: "high" } },
+    ],
+  });
+});
+
+Deno.test("a function_call_output's file, or image by file_id, is refused naming the part, before any reservation", () => {
+  const withOutput = (part: Record<string, unknown>) => ({
+    model: MODEL,
+    input: [
+      { role: "user", content: "Read it." },
+      { type: "function_call", call_id: "call_1", name: "read", arguments: "{}" },
+      { type: "function_call_output", call_id: "call_1", output: [part] },
+    ],
+  });
+  assert.deepEqual(refusal(withOutput({ type: "input_file", file_id: "file_1" })), {
+    code: "unsupported_parameter",
+    param: "input[2].output[0].type",
+  });
+  assert.deepEqual(refusal(withOutput({ type: "input_image", file_id: "file_1" })), {
+    code: "unsupported_parameter",
+    param: "input[2].output[0].file_id",
+  });
+  assert.deepEqual(refusal(withOutput({ type: "output_text", text: "x" })), {
+    code: "invalid_parameter",
+    param: "input[2].output[0].type",
+  });
+});
+
 Deno.test("tool_choice, text.format, reasoning.effort and max_output_tokens map to their chat fields", () => {
   const chat = chatOf({
     input: "x",
@@ -460,6 +509,8 @@ Deno.test("a chat path maps to the input item it came from where the mapping is 
     ["messages[3].tool_calls", "input"],
     ["messages[4].tool_call_id", "input[3].call_id"],
     ["messages[4].content", "input[3].output"],
+    ["messages[4].content[1].image_url.url", "input[3].output[1].image_url"],
+    ["messages[4].content[0].text", "input[3].output[0].text"],
     // The stored item's fields are not in the request: its reference is named.
     ["messages[5].content", "input[4]"],
     ["messages[9].content", "input"],

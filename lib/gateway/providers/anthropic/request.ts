@@ -167,24 +167,24 @@ function userBlocks(m: Extract<ChatMessage, { role: "user" }>): Block[] {
       const block = textBlock(part);
       if (block) out.push(block);
     } else if (part.type === "image_url") {
-      const url = part.image_url.url;
-      if (url.startsWith("data:")) {
-        const { mediaType, base64 } = parseImageDataUrl(url);
-        out.push({
-          type: "image",
-          source: {
-            type: "base64",
-            media_type: mediaType === "image/jpg" ? "image/jpeg" : mediaType,
-            data: base64,
-          },
-        });
-      } else {
-        out.push({ type: "image", source: { type: "url", url } });
-      }
+      out.push(imageBlock(part.image_url.url));
     }
     // Audio and file parts are refused before the request gets here (assertSupported).
   }
   return out;
+}
+
+function imageBlock(url: string): Block {
+  if (!url.startsWith("data:")) return { type: "image", source: { type: "url", url } };
+  const { mediaType, base64 } = parseImageDataUrl(url);
+  return {
+    type: "image",
+    source: {
+      type: "base64",
+      media_type: mediaType === "image/jpg" ? "image/jpeg" : mediaType,
+      data: base64,
+    },
+  };
 }
 
 /**
@@ -292,7 +292,7 @@ function turns(messages: readonly ChatMessage[], signer: string | null): Turn[] 
         push("user", [{
           type: "tool_result",
           tool_use_id: m.tool_call_id,
-          content: toolResultContent(m.content),
+          content: toolResultContent(m),
         }]);
         break;
     }
@@ -309,15 +309,22 @@ function isThinking(block: Block | undefined): boolean {
 }
 
 /**
- * A tool result's content: one string, as clients mostly send it; parts as text blocks, so that a
- * `cache_control` on one (an agent loop's usual cache breakpoint) is kept and the parts are not
- * run together.
+ * A tool result's content: one string, as clients mostly send it; parts as blocks (text and
+ * images, which a tool result takes), so that a `cache_control` on one (an agent loop's usual cache
+ * breakpoint) is kept and the parts are not run together.
  */
-function toolResultContent(content: ChatMessage["content"]): string | Block[] {
-  if (!Array.isArray(content)) return contentText(content);
-  const blocks = textBlocks(content);
-  if (blocks.length > 1 || blocks.some((b) => b.cache_control)) return blocks;
-  return contentText(content);
+function toolResultContent(m: Extract<ChatMessage, { role: "tool" }>): string | Block[] {
+  if (typeof m.content === "string") return m.content;
+  const blocks: Block[] = [];
+  for (const part of m.content) {
+    if (part.type === "image_url") blocks.push(imageBlock(part.image_url.url));
+    else {
+      const block = textBlock(part);
+      if (block) blocks.push(block);
+    }
+  }
+  if (blocks.length > 1 || blocks.some((b) => b.cache_control || b.type === "image")) return blocks;
+  return contentText(m.content);
 }
 
 /** A turn of plain text is sent as one string, as clients write it; anything else as blocks. */

@@ -491,7 +491,7 @@ Deno.test("a final assistant message (a prefill) is sent without trailing whites
   );
 });
 
-Deno.test("a tool result's text parts go as text blocks, a cache_control on one kept; a single plain part as a string", () => {
+Deno.test("a tool result's parts go as text and image blocks, a cache_control on one kept; a single plain text part as a string", () => {
   const resultOf = (content: unknown) => {
     const body = messagesRequest(
       upstreamRequest(claude, {
@@ -527,6 +527,23 @@ Deno.test("a tool result's text parts go as text blocks, a cache_control on one 
   );
   assert.equal(resultOf([{ type: "text", text: "only" }]), "only");
   assert.equal(resultOf("plain"), "plain");
+  assert.deepEqual(
+    resultOf([
+      { type: "text", text: "the screen:" },
+      { type: "image_url", image_url: { url: PNG_1x1 } },
+    ]),
+    [
+      { type: "text", text: "the screen:" },
+      {
+        type: "image",
+        source: { type: "base64", media_type: "image/png", data: PNG_1x1.split(",")[1] },
+      },
+    ],
+  );
+  assert.deepEqual(
+    resultOf([{ type: "image_url", image_url: { url: "https://example.com/s.png" } }]),
+    [{ type: "image", source: { type: "url", url: "https://example.com/s.png" } }],
+  );
 });
 
 /** The thinking-related fields of the Messages request a model is sent. */

@@ -77,6 +77,53 @@ function upstreamMessage(
   return out;
 }
 
+/** What a tool message says in place of its images when it has no text of its own. */
+export const TOOL_IMAGES_NOTE = "The tool's output is the images in the next user message.";
+
+/** What introduces one tool call's images in the user message that carries them. */
+export function toolImagesLabel(toolCallId: string): string {
+  return `Images from tool call ${toolCallId}:`;
+}
+
+/**
+ * OpenAI's chat API takes images only in user messages. A tool message's images therefore move to
+ * one user message right after the run of tool messages they came in (a call turn's answers must
+ * follow it unbroken), each call's introduced by its id; the tool message keeps its text, or says
+ * where its images went. Messages without such images are returned as they are.
+ */
+export function toolImagesInUserMessages(messages: readonly ChatMessage[]): readonly ChatMessage[] {
+  if (!messages.some(hasToolImages)) return messages;
+  const out: ChatMessage[] = [];
+  let moved: UserPart[] = [];
+  const flush = () => {
+    if (moved.length) out.push({ role: "user", content: moved });
+    moved = [];
+  };
+  for (const m of messages) {
+    if (m.role !== "tool") flush();
+    if (m.role !== "tool" || !hasToolImages(m)) {
+      out.push(m);
+      continue;
+    }
+    const parts = m.content as Exclude<typeof m.content, string>;
+    const text = parts.filter((part) => part.type === "text");
+    out.push({ ...m, content: text.length ? text : TOOL_IMAGES_NOTE });
+    moved.push(
+      { type: "text", text: toolImagesLabel(m.tool_call_id) },
+      ...parts.filter((part) => part.type === "image_url"),
+    );
+  }
+  flush();
+  return out;
+}
+
+type UserPart = Exclude<Extract<ChatMessage, { role: "user" }>["content"], string>[number];
+
+function hasToolImages(m: ChatMessage): boolean {
+  return m.role === "tool" && Array.isArray(m.content) &&
+    m.content.some((part) => part.type === "image_url");
+}
+
 function stripCacheControl<T>(content: T): T {
   if (!Array.isArray(content)) return content;
   return content.map((part) => {
@@ -107,7 +154,9 @@ export function openAiRequestBody(
   const body: Record<string, unknown> = {
     ...params,
     model: up.model.upstreamModel,
-    messages: up.request.messages.map((m) => upstreamMessage(m, messageOptions)),
+    messages: toolImagesInUserMessages(up.request.messages).map((m) =>
+      upstreamMessage(m, messageOptions)
+    ),
   };
   if (tools?.length) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
   // OpenAI refuses a tool_choice without tools; without tools "auto" and "none" (the only choices

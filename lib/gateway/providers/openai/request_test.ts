@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { testModel, upstreamRequest } from "../test_support.ts";
-import { isReasoningModel, openAiRequestBody, outputCapParam } from "./request.ts";
+import {
+  isReasoningModel,
+  openAiRequestBody,
+  outputCapParam,
+  TOOL_IMAGES_NOTE,
+  toolImagesLabel,
+} from "./request.ts";
 
 const TOOL_ROUND_TRIP = {
   messages: [
@@ -249,4 +255,65 @@ Deno.test("GPT-5.6's prompt caching — breakpoints on parts, prompt_cache_optio
   assert.deepEqual(body.messages, CACHED.messages);
   assert.deepEqual(body.prompt_cache_options, CACHED.prompt_cache_options);
   assert.equal(body.prompt_cache_retention, "24h");
+});
+
+Deno.test("a tool message's images go in a user message after the run of tool messages, each call's named", () => {
+  const shot = (name: string) => ({
+    type: "image_url",
+    image_url: { url: `https://example.com/${name}` },
+  });
+  const body = openAiRequestBody(
+    upstreamRequest(testModel("openai", "gpt-4.1"), {
+      messages: [
+        { role: "user", content: "Look at both screens." },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: ["call_a", "call_b", "call_c"].map((id) => ({
+            id,
+            type: "function",
+            function: { name: "look", arguments: "{}" },
+          })),
+        },
+        {
+          role: "tool",
+          tool_call_id: "call_a",
+          content: [{ type: "text", text: "left:" }, shot("a.png")],
+        },
+        { role: "tool", tool_call_id: "call_b", content: "no screen" },
+        { role: "tool", tool_call_id: "call_c", content: [shot("c.png"), shot("d.png")] },
+        { role: "user", content: "Which is brighter?" },
+      ],
+    }),
+    true,
+  );
+  assert.deepEqual((body.messages as unknown[]).slice(2), [
+    { role: "tool", tool_call_id: "call_a", content: [{ type: "text", text: "left:" }] },
+    { role: "tool", tool_call_id: "call_b", content: "no screen" },
+    { role: "tool", tool_call_id: "call_c", content: TOOL_IMAGES_NOTE },
+    {
+      role: "user",
+      content: [
+        { type: "text", text: toolImagesLabel("call_a") },
+        shot("a.png"),
+        { type: "text", text: toolImagesLabel("call_c") },
+        shot("c.png"),
+        shot("d.png"),
+      ],
+    },
+    { role: "user", content: "Which is brighter?" },
+  ]);
+});
+
+Deno.test("tool messages without images are sent as they came", () => {
+  const body = openAiRequestBody(
+    upstreamRequest(testModel("openai", "gpt-4.1"), TOOL_ROUND_TRIP),
+    true,
+  );
+  assert.deepEqual((body.messages as unknown[]).at(-1), {
+    role: "tool",
+    tool_call_id: "call_1",
+    content: "sunny",
+  });
+  assert.equal((body.messages as unknown[]).length, 4);
 });

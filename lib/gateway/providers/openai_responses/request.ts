@@ -25,33 +25,37 @@ function inputTextPart(part: { text: string; prompt_cache_breakpoint?: unknown }
   return out;
 }
 
+type Part = Exclude<Extract<ChatMessage, { role: "user" }>["content"], string>[number];
+
+/** A chat part as a Responses input part. */
+function inputPart(part: Part): Json {
+  if (part.type === "text") return inputTextPart(part);
+  if (part.type === "image_url") {
+    const out: Json = {
+      type: "input_image",
+      image_url: part.image_url.url,
+      // Required by the Responses API; chat's default is "auto".
+      detail: part.image_url.detail ?? "auto",
+    };
+    if (part.prompt_cache_breakpoint) out.prompt_cache_breakpoint = part.prompt_cache_breakpoint;
+    return out;
+  }
+  // Audio and file parts are refused before the call (assertSupported): their tokens cannot be
+  // bounded.
+  throw new Error(`unreachable: a ${part.type} part`);
+}
+
 function userContent(m: Extract<ChatMessage, { role: "user" }>): string | Json[] {
-  if (typeof m.content === "string") return m.content;
-  return m.content.map((part) => {
-    if (part.type === "text") return inputTextPart(part);
-    if (part.type === "image_url") {
-      const out: Json = {
-        type: "input_image",
-        image_url: part.image_url.url,
-        // Required by the Responses API; chat's default is "auto".
-        detail: part.image_url.detail ?? "auto",
-      };
-      if (part.prompt_cache_breakpoint) out.prompt_cache_breakpoint = part.prompt_cache_breakpoint;
-      return out;
-    }
-    // Audio and file parts are refused before the call (assertSupported): their tokens cannot be
-    // bounded.
-    throw new Error(`unreachable: a ${part.type} part`);
-  });
+  return typeof m.content === "string" ? m.content : m.content.map(inputPart);
 }
 
 function systemContent(content: string | { type: "text"; text: string }[]): string | Json[] {
   return typeof content === "string" ? content : content.map(inputTextPart);
 }
 
-/** A tool message's text: the Responses API takes a function call's output as one string. */
-function toolOutput(content: string | { type: "text"; text: string }[]): string {
-  return typeof content === "string" ? content : content.map((part) => part.text).join("");
+/** A tool message's output: a string, or its parts (text and images) as input parts. */
+function toolOutput(m: Extract<ChatMessage, { role: "tool" }>): string | Json[] {
+  return typeof m.content === "string" ? m.content : m.content.map(inputPart);
 }
 
 function assistantItems(
@@ -110,7 +114,7 @@ export function inputItems(request: ChatRequest, upstreamModel: string): Json[] 
         items.push({
           type: "function_call_output",
           call_id: m.tool_call_id,
-          output: toolOutput(m.content),
+          output: toolOutput(m),
         });
         break;
     }

@@ -46,9 +46,48 @@ Deno.test("a chat conversation becomes Responses input items in order", () => {
     },
     { role: "assistant", content: [{ type: "output_text", text: "Let me look." }] },
     { type: "function_call", call_id: "call_1", name: "look", arguments: '{"at":"a"}' },
-    { type: "function_call_output", call_id: "call_1", output: "a cat" },
+    {
+      type: "function_call_output",
+      call_id: "call_1",
+      output: [{ type: "input_text", text: "a cat" }],
+    },
     { role: "assistant", content: [{ type: "refusal", refusal: "I can't say." }] },
   ]);
+});
+
+Deno.test("a tool message's text and images become its function_call_output's parts", () => {
+  const body = responsesRequestBody(upstreamRequest(GPT, {
+    messages: [
+      { role: "user", content: "Take a screenshot." },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{
+          id: "call_1",
+          type: "function",
+          function: { name: "shot", arguments: "{}" },
+        }],
+      },
+      {
+        role: "tool",
+        tool_call_id: "call_1",
+        content: [
+          { type: "text", text: "Here it is:" },
+          { type: "image_url", image_url: { url: "https://example.com/s.png", detail: "high" } },
+          { type: "image_url", image_url: { url: "https://example.com/t.png" } },
+        ],
+      },
+    ],
+  }));
+  assert.deepEqual((body.input as unknown[]).at(-1), {
+    type: "function_call_output",
+    call_id: "call_1",
+    output: [
+      { type: "input_text", text: "Here it is:" },
+      { type: "input_image", image_url: "https://example.com/s.png", detail: "high" },
+      { type: "input_image", image_url: "https://example.com/t.png", detail: "auto" },
+    ],
+  });
 });
 
 Deno.test("the cap goes as max_output_tokens, streamed and never stored", () => {

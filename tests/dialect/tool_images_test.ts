@@ -1,0 +1,164 @@
+/**
+ * A tool that returns an image (a screenshot, a chart), on every provider kind: the image reaches
+ * the provider in the form its wire format takes, the provider bills it, and the hold covers that
+ * bill: the charge is exactly the provider's usage, within what was reserved.
+ */
+import assert from "node:assert/strict";
+import type OpenAI from "openai";
+import { pngBase64 } from "../fakes/common.ts";
+import {
+  CLAUDE_MODEL,
+  type Dialect,
+  type DialectModel,
+  expectedCharge,
+  OPENAI_MODEL,
+  openAiClient,
+  RESPONSES_MODEL,
+} from "./harness.ts";
+import { withDialect } from "./harness.ts";
+
+const SCREENSHOT = `data:image/png;base64,${pngBase64(1024, 1024)}`;
+/** The fewest tokens the screenshot costs: OpenAI's tiles (high detail), Claude's area. */
+const IMAGE_TOKENS = { openai: 765, anthropic: Math.ceil((1024 * 1024) / 750) };
+
+const ROUTES = [
+  { model: OPENAI_MODEL, kind: "openai" },
+  { model: RESPONSES_MODEL, kind: "openai_responses" },
+  { model: CLAUDE_MODEL, kind: "anthropic" },
+] as const;
+
+type Route = (typeof ROUTES)[number];
+
+function scriptAnswer(d: Dialect, route: Route) {
+  if (route.kind === "anthropic") d.claude.script({ text: "A login form." });
+  else d.openai.script({ content: "A login form." });
+}
+
+/** The charge is the provider's own count of the request, images included, within the hold. */
+async function assertBilledWithinHold(
+  d: Dialect,
+  route: Route,
+  usage: { prompt: number; completion: number },
+) {
+  const [record] = await d.newUsage();
+  assert.equal(record.promptTokens, usage.prompt);
+  assert.ok(
+    record.promptTokens > IMAGE_TOKENS[route.kind === "anthropic" ? "anthropic" : "openai"],
+    "the provider billed the image",
+  );
+  assert.equal(record.cost, expectedCharge(route.model as DialectModel, usage));
+  assert.equal(record.uncharged, 0);
+  assert.ok(record.cost <= record.reserved, `charged ${record.cost} within ${record.reserved}`);
+}
+
+/** What the provider got in place of the tool's output, in its own wire format. */
+function sentToolOutput(d: Dialect, route: Route): unknown {
+  if (route.kind === "anthropic") {
+    return d.claude.messages().at(-1)!.body.messages.at(-1)!.content;
+  }
+  if (route.kind === "openai_responses") return d.openai.responses.at(-1)!.body.input.at(-1);
+  return d.openai.chats.at(-1)!.body.messages.slice(-2);
+}
+
+function expectedToolOutput(route: Route, callId: string): unknown {
+  const base64 = SCREENSHOT.split(",")[1];
+  if (route.kind === "anthropic") {
+    return [{
+      type: "tool_result",
+      tool_use_id: callId,
+      content: [
+        { type: "text", text: "The screen:" },
+        { type: "image", source: { type: "base64", media_type: "image/png", data: base64 } },
+      ],
+    }];
+  }
+  if (route.kind === "openai_responses") {
+    return {
+      type: "function_call_output",
+      call_id: callId,
+      output: [
+        { type: "input_text", text: "The screen:" },
+        { type: "input_image", image_url: SCREENSHOT, detail: "high" },
+      ],
+    };
+  }
+  // OpenAI's chat API takes images in user messages only.
+  return [
+    { role: "tool", tool_call_id: callId, content: [{ type: "text", text: "The screen:" }] },
+    {
+      role: "user",
+      content: [
+        { type: "text", text: `Images from tool call ${callId}:` },
+        { type: "image_url", image_url: { url: SCREENSHOT, detail: "high" } },
+      ],
+    },
+  ];
+}
+
+for (const route of ROUTES) {
+  Deno.test(`openai SDK responses.create, ${route.kind} kind: a function_call_output's image reaches the provider and is billed within the hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const answer = await openAiClient(d).responses.create({
+        model: route.model,
+        input: [
+          { role: "user", content: "What is on the screen?" },
+          { type: "function_call", call_id: "call_1", name: "screenshot", arguments: "{}" },
+          {
+            type: "function_call_output",
+            call_id: "call_1",
+            output: [
+              { type: "input_text", text: "The screen:" },
+              { type: "input_image", image_url: SCREENSHOT, detail: "high" },
+            ],
+          },
+        ],
+        tools: [{ type: "function", name: "screenshot", parameters: null, strict: false }],
+        max_output_tokens: 16,
+      });
+      assert.equal(answer.output_text, "A login form.");
+      assert.deepEqual(sentToolOutput(d, route), expectedToolOutput(route, "call_1"));
+      await assertBilledWithinHold(d, route, {
+        prompt: answer.usage!.input_tokens,
+        completion: answer.usage!.output_tokens,
+      });
+    }));
+
+  if (route.kind === "openai_responses") continue;
+  Deno.test(`openai SDK chat.completions.create, ${route.kind} kind: a tool message's image reaches the provider and is billed within the hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const toolMessage = {
+        role: "tool",
+        tool_call_id: "call_1",
+        content: [
+          { type: "text", text: "The screen:" },
+          { type: "image_url", image_url: { url: SCREENSHOT, detail: "high" } },
+        ],
+      } as unknown as OpenAI.ChatCompletionToolMessageParam;
+      const answer = await openAiClient(d).chat.completions.create({
+        model: route.model,
+        messages: [
+          { role: "user", content: "What is on the screen?" },
+          {
+            role: "assistant",
+            content: null,
+            tool_calls: [{
+              id: "call_1",
+              type: "function",
+              function: { name: "screenshot", arguments: "{}" },
+            }],
+          },
+          toolMessage,
+        ],
+        tools: [{ type: "function", function: { name: "screenshot" } }],
+        max_tokens: 16,
+      });
+      assert.equal(answer.choices[0].message.content, "A login form.");
+      assert.deepEqual(sentToolOutput(d, route), expectedToolOutput(route, "call_1"));
+      await assertBilledWithinHold(d, route, {
+        prompt: answer.usage!.prompt_tokens,
+        completion: answer.usage!.completion_tokens,
+      });
+    }));
+}
