@@ -5,6 +5,9 @@
  */
 import assert from "node:assert/strict";
 import type OpenAI from "openai";
+import { createOpenAI } from "@ai-sdk/openai";
+import { generateText, stepCountIs, tool } from "ai";
+import { z } from "zod";
 import { pngBase64 } from "../fakes/common.ts";
 import {
   CLAUDE_MODEL,
@@ -160,5 +163,59 @@ for (const route of ROUTES) {
         prompt: answer.usage!.prompt_tokens,
         completion: answer.usage!.completion_tokens,
       });
+    }));
+}
+
+for (const route of ROUTES.filter((r) => r.kind !== "openai_responses")) {
+  Deno.test(`AI SDK default OpenAI provider, ${route.kind} kind: a tool whose model output is a screenshot runs its loop, each step billed within its hold`, () =>
+    withDialect(async (d) => {
+      if (route.kind === "anthropic") {
+        d.claude.script(
+          { content: [{ type: "tool_use", name: "screenshot", input: {} }] },
+          { text: "A login form." },
+        );
+      } else {
+        d.openai.script({ toolCalls: [{ name: "screenshot", arguments: {} }] }, {
+          content: "A login form.",
+        });
+      }
+      const result = await generateText({
+        model: createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey })(route.model),
+        prompt: "What is on the screen?",
+        tools: {
+          screenshot: tool({
+            inputSchema: z.object({}),
+            execute: () => Promise.resolve("taken"),
+            toModelOutput: () => ({
+              type: "content",
+              value: [
+                { type: "text", text: "The screen:" },
+                {
+                  type: "file",
+                  data: { type: "data", data: SCREENSHOT.split(",")[1] },
+                  mediaType: "image/png",
+                },
+              ],
+            }),
+          }),
+        },
+        stopWhen: stepCountIs(2),
+        maxOutputTokens: 16,
+      });
+      assert.equal(result.text, "A login form.");
+      const sent = route.kind === "anthropic"
+        ? d.claude.messages().at(-1)!.body.messages.at(-1)!.content
+        : d.openai.chats.at(-1)!.body.messages.at(-1)!.content;
+      assert.ok(JSON.stringify(sent).includes(SCREENSHOT.split(",")[1]), "the image was sent");
+      const records = await d.newUsage();
+      assert.equal(records.length, 2);
+      assert.ok(records[1].promptTokens > IMAGE_TOKENS[route.kind], "the image was billed");
+      for (const record of records) {
+        assert.equal(record.uncharged, 0);
+        assert.ok(
+          record.cost <= record.reserved,
+          `charged ${record.cost} within ${record.reserved}`,
+        );
+      }
     }));
 }
