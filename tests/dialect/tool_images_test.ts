@@ -7,6 +7,8 @@ import assert from "node:assert/strict";
 import type OpenAI from "openai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateText, stepCountIs, tool } from "ai";
+import { ChatOpenAI } from "@langchain/openai";
+import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import { pngBase64 } from "../fakes/common.ts";
 import {
@@ -217,5 +219,39 @@ for (const route of ROUTES.filter((r) => r.kind !== "openai_responses")) {
           `charged ${record.cost} within ${record.reserved}`,
         );
       }
+    }));
+}
+
+for (const route of ROUTES.filter((r) => r.kind !== "openai_responses")) {
+  Deno.test(`LangChain ChatOpenAI, ${route.kind} kind: a ToolMessage with an image block is sent and billed within its hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const llm = new ChatOpenAI({
+        model: route.model,
+        apiKey: d.apiKey,
+        configuration: { baseURL: d.baseURL },
+        maxRetries: 0,
+        maxTokens: 16,
+      }).bindTools([{ type: "function", function: { name: "screenshot", parameters: {} } }]);
+      const answer = await llm.invoke([
+        new HumanMessage("What is on the screen?"),
+        new AIMessage({
+          content: "",
+          tool_calls: [{ id: "call_1", name: "screenshot", args: {} }],
+        }),
+        new ToolMessage({
+          tool_call_id: "call_1",
+          content: [
+            { type: "text", text: "The screen:" },
+            { type: "image_url", image_url: { url: SCREENSHOT, detail: "high" } },
+          ],
+        }),
+      ]);
+      assert.equal(answer.content, "A login form.");
+      assert.deepEqual(sentToolOutput(d, route), expectedToolOutput(route, "call_1"));
+      const [record] = await d.newUsage();
+      assert.ok(record.promptTokens > IMAGE_TOKENS[route.kind], "the image was billed");
+      assert.equal(record.uncharged, 0);
+      assert.ok(record.cost <= record.reserved, `charged ${record.cost} within ${record.reserved}`);
     }));
 }
