@@ -58,18 +58,33 @@ export async function walletActivity(
   appId: string,
   limit = 30,
 ): Promise<WalletActivity[]> {
-  const out: WalletActivity[] = [];
+  const credits: LedgerEntry[] = [];
   for await (
     const entry of kv.list<LedgerEntry>({ prefix: keys.ledger(appId) }, { reverse: true, limit })
   ) {
-    out.push({ kind: "credit", at: entry.value.createdAt, entry: entry.value });
+    credits.push(entry.value);
   }
+  const charges: UsageRecord[] = [];
   for await (
     const entry of kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }, { reverse: true, limit })
   ) {
-    out.push({ kind: "spend", at: entry.value.createdAt, usage: entry.value });
+    charges.push(entry.value);
   }
-  return out.sort((a, b) => b.at - a.at);
+  return mergedActivity(credits, charges);
+}
+
+/**
+ * Credits and charges in one list, newest first. Each may be a page of its own kind taken at its
+ * own point (the dashboard's wallet page pages the two apart).
+ */
+export function mergedActivity(
+  credits: readonly LedgerEntry[],
+  charges: readonly UsageRecord[],
+): WalletActivity[] {
+  return [
+    ...credits.map((entry) => ({ kind: "credit" as const, at: entry.createdAt, entry })),
+    ...charges.map((usage) => ({ kind: "spend" as const, at: usage.createdAt, usage })),
+  ].sort((a, b) => b.at - a.at);
 }
 
 /**

@@ -58,7 +58,8 @@ export interface Page<T> {
  * mistyped cursor got the first page again), so it is refused.
  */
 export class UnknownCursorError extends Error {
-  constructor() {
+  /** A page with a cursor per list tells by it which list to start again. */
+  constructor(readonly cursor: string) {
     super("unknown cursor");
   }
 }
@@ -74,7 +75,7 @@ async function pageOf<T>(
   const cursor = request.endingBefore ?? request.startingAfter;
   if (cursor && !options.cursorChecked) {
     const entry = await kv.get([...prefix, cursor]);
-    if (entry.versionstamp === null) throw new UnknownCursorError();
+    if (entry.versionstamp === null) throw new UnknownCursorError(cursor);
   }
   // A range's start is inclusive, its end exclusive: the way back skips the cursor itself below.
   const selector = !cursor
@@ -189,6 +190,20 @@ export async function pageUsage(
   return { ...page, data: page.data.map((d) => d.value) };
 }
 
+/**
+ * The wallet's credits alone (starter, top-ups, operator credits, and the refunds and chargebacks
+ * that take them back), newest first: the dashboard's wallet page pages them apart from its
+ * charges, so a busy app's charges never bury its top-ups.
+ */
+export async function pageCredits(
+  kv: Deno.Kv,
+  appId: string,
+  request: PageRequest,
+): Promise<Page<LedgerEntry>> {
+  const page = await pageOf<LedgerEntry>(kv, keys.ledger(appId), request);
+  return { ...page, data: page.data.map((d) => d.value) };
+}
+
 export type LedgerItem =
   | { kind: "credit"; id: string; at: number; entry: LedgerEntry }
   | { kind: "charge"; id: string; at: number; usage: UsageRecord };
@@ -211,7 +226,7 @@ export async function pageLedger(
       keys.usage(appId, request.startingAfter),
     ]);
     if (credit.versionstamp === null && charge.versionstamp === null) {
-      throw new UnknownCursorError();
+      throw new UnknownCursorError(request.startingAfter);
     }
   }
   const after = request.startingAfter ? orderKey(request.startingAfter) : undefined;

@@ -12,6 +12,7 @@ export { type ManagementAdmission, ManagementRequestLimit } from "./request_limi
 export {
   MAX_PAGE_LIMIT,
   pageAppKeys,
+  pageCredits,
   pageLedger,
   pageOwnerApps,
   pageUsage,
