@@ -23,13 +23,13 @@ import {
   getSpendCaps,
   LimitAboveCeilingError,
   MAX_LIMIT,
+  mergedActivity,
   revokeKey,
   rotateKey,
   setRateLimits,
   setSpendCaps,
   spendByModel,
   unchargedOf,
-  walletActivity,
 } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/mod.ts";
 import { getManyChunked, isPlausibleId, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
@@ -55,6 +55,7 @@ import { managementKeyRoutes } from "./management_keys.tsx";
 import {
   MAX_PAGE_LIMIT,
   pageAppKeys,
+  pageCredits,
   pageUsage,
   type TwoWayPageRequest,
   UnknownCursorError,
@@ -67,6 +68,24 @@ const USAGE_PAGE_SIZE = 50;
 const KEYS_PAGE_SIZE = 50;
 /** A usage record's id (`newId("use")`): the only cursor the usage pages hand out. */
 const USAGE_ID_PATTERN = /^use_[0-9a-z]{1,60}$/;
+/** A ledger entry's id (`newId("led")`): the wallet page's credits cursor. */
+const LEDGER_ID_PATTERN = /^led_[0-9a-z]{1,60}$/;
+/** Credits, and charges, on one wallet page: each list has a page of its own size. */
+const WALLET_PAGE_SIZE = 30;
+
+/** Where each of the wallet page's lists starts: its newest, or those older than its cursor. */
+interface WalletCursors {
+  credits?: string;
+  charges?: string;
+}
+
+function walletPath(app: AppRecord, cursors: WalletCursors): string {
+  const query = new URLSearchParams();
+  if (cursors.credits) query.set("credits_cursor", cursors.credits);
+  if (cursors.charges) query.set("charges_cursor", cursors.charges);
+  const search = query.toString();
+  return `/dashboard/apps/${app.id}/wallet${search && `?${search}`}`;
+}
 
 type DashboardEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
 
@@ -201,24 +220,30 @@ export function dashboardRoutes(
     };
   }
 
-  async function walletView(app: AppRecord) {
-    const [wallet, uncharged, activity] = await Promise.all([
+  async function walletView(app: AppRecord, cursors: WalletCursors = {}) {
+    const [wallet, uncharged, credits, charges] = await Promise.all([
       getWallet(kv, app.id),
       unchargedOf(kv, app.id),
-      walletActivity(kv, app.id),
+      pageCredits(kv, app.id, { limit: WALLET_PAGE_SIZE, startingAfter: cursors.credits }),
+      pageUsage(kv, app.id, { limit: WALLET_PAGE_SIZE, startingAfter: cursors.charges }),
     ]);
-    const names = await keyNames(
-      kv,
-      app.id,
-      activity.flatMap((a) => a.kind === "spend" ? [a.usage.keyId] : []),
-    );
+    const names = await keyNames(kv, app.id, charges.data.map((u) => u.keyId));
+    // Each list's link moves that list on and keeps the other where it is.
+    const pager = {
+      newest: cursors.credits || cursors.charges ? walletPath(app, {}) : null,
+      olderCredits: credits.nextCursor &&
+        walletPath(app, { ...cursors, credits: credits.nextCursor }),
+      olderCharges: charges.nextCursor &&
+        walletPath(app, { ...cursors, charges: charges.nextCursor }),
+    };
     return {
       app,
       wallet,
       uncharged,
       topUpUrl: topUpUrl(publicUrl, app),
-      activity,
+      activity: mergedActivity(credits.data, charges.data),
       keyNames: names,
+      pager,
     };
   }
 
@@ -472,7 +497,30 @@ export function dashboardRoutes(
   });
 
   r.get("/apps/:appId/wallet", async (c) => {
-    return c.html(walletPage(session(c), await walletView(c.get("app"))));
+    const app = c.get("app");
+    const asked = {
+      credits: c.req.query("credits_cursor") || undefined,
+      charges: c.req.query("charges_cursor") || undefined,
+    };
+    // A cursor that is not one of ours, or names no entry of its list, starts that list again from
+    // its newest; the other list stays where the owner had paged it.
+    const ours = {
+      credits: asked.credits && LEDGER_ID_PATTERN.test(asked.credits) ? asked.credits : undefined,
+      charges: asked.charges && USAGE_ID_PATTERN.test(asked.charges) ? asked.charges : undefined,
+    };
+    if (ours.credits !== asked.credits || ours.charges !== asked.charges) {
+      return c.redirect(walletPath(app, ours), 303);
+    }
+    try {
+      return c.html(walletPage(session(c), await walletView(app, ours)));
+    } catch (error) {
+      if (!(error instanceof UnknownCursorError)) throw error;
+      const known = {
+        credits: error.cursor === ours.credits ? undefined : ours.credits,
+        charges: error.cursor === ours.charges ? undefined : ours.charges,
+      };
+      return c.redirect(walletPath(app, known), 303);
+    }
   });
 
   r.post("/apps/:appId/top-up-settings", async (c) => {

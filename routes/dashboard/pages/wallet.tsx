@@ -27,10 +27,12 @@ export function walletPage(
     topUpUrl: string;
     activity: WalletActivity[];
     keyNames: Map<string, string>;
+    /** Where each link leads; null where there is nothing that way. */
+    pager: { newest: string | null; olderCredits: string | null; olderCharges: string | null };
     topUpRefused?: TopUpSettingsRefusal;
   },
 ) {
-  const { app, wallet } = view;
+  const { app, wallet, pager } = view;
   return renderPage(
     <Page title={`${app.name} · Wallet`} session={session} islands>
       <AppHeader app={app} active="wallet" />
@@ -66,10 +68,11 @@ export function walletPage(
       )}
       <TopUpLink session={session} app={app} url={view.topUpUrl} refused={view.topUpRefused} />
       <section class="card">
-        <h2>Latest activity</h2>
+        <h2>{pager.newest ? "Older activity" : "Latest activity"}</h2>
         <p class="muted">
-          The last 30 credits and refunds and the last 30 charges, newest first. Every charge is on
-          the usage page; every entry, of both kinds, in the management API's ledger.
+          Up to 30 credits and refunds and up to 30 charges, newest first. Each kind pages on its
+          own: older credits keep the charges shown, and older charges the credits. Every entry, of
+          both kinds, is also in the management API's ledger.
         </p>
         <div class="table-scroll">
           <table>
@@ -123,6 +126,11 @@ export function walletPage(
             </tbody>
           </table>
         </div>
+        <nav class="pager" aria-label="Pages">
+          {pager.newest && <a href={pager.newest}>Newest</a>}
+          {pager.olderCredits && <a href={pager.olderCredits}>Older credits →</a>}
+          {pager.olderCharges && <a href={pager.olderCharges}>Older charges →</a>}
+        </nav>
         <p class="muted">
           All requests with their tokens are on the <a href={`${appPath(app)}/usage`}>usage</a>{" "}
           page.
