@@ -17,7 +17,7 @@ export {
 } from "./ratelimit.ts";
 export type { CountedTokens, LimitSetter, RateLimitStatus } from "./ratelimit.ts";
 export { releaseExpiredReservations, sweepExpiredReservations } from "./sweeper.ts";
-export { dailySpend, mergedActivity, spendByModel, unchargedOf, walletActivity } from "./usage.ts";
+export { dailySpend, mergedActivity, spendByModel, unchargedOf } from "./usage.ts";
 export type { DaySpend, ModelSpend, UsagePage, WalletActivity } from "./usage.ts";
 export { CommitLocks } from "./commit_locks.ts";
 export { issueKeyWithCaps, KeyCapNotStoredError, revokeKey } from "./key_limits.ts";

@@ -50,30 +50,6 @@ export type WalletActivity =
   | { kind: "spend"; at: number; usage: UsageRecord };
 
 /**
- * The latest `limit` credits (and debits) and the latest `limit` charges of a wallet, merged newest
- * first: a busy app's charges never push its top-ups out of view.
- */
-export async function walletActivity(
-  kv: Deno.Kv,
-  appId: string,
-  limit = 30,
-): Promise<WalletActivity[]> {
-  const credits: LedgerEntry[] = [];
-  for await (
-    const entry of kv.list<LedgerEntry>({ prefix: keys.ledger(appId) }, { reverse: true, limit })
-  ) {
-    credits.push(entry.value);
-  }
-  const charges: UsageRecord[] = [];
-  for await (
-    const entry of kv.list<UsageRecord>({ prefix: keys.appUsage(appId) }, { reverse: true, limit })
-  ) {
-    charges.push(entry.value);
-  }
-  return mergedActivity(credits, charges);
-}
-
-/**
  * Credits and charges in one list, newest first. Each may be a page of its own kind taken at its
  * own point (the dashboard's wallet page pages the two apart).
  */
