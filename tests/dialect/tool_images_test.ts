@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import type OpenAI from "openai";
 import { createOpenAI } from "@ai-sdk/openai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { generateText, stepCountIs, tool } from "ai";
 import { ChatOpenAI } from "@langchain/openai";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
@@ -168,8 +169,31 @@ for (const route of ROUTES) {
     }));
 }
 
-for (const route of ROUTES.filter((r) => r.kind !== "openai_responses")) {
-  Deno.test(`AI SDK default OpenAI provider, ${route.kind} kind: a tool whose model output is a screenshot runs its loop, each step billed within its hold`, () =>
+/** The AI SDK's two ways in: its default OpenAI provider (the Responses API) and chat completions. */
+const AI_SDK_PROVIDERS = [
+  {
+    name: "default OpenAI provider",
+    model: (d: Dialect, id: string) => createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey })(id),
+  },
+  {
+    name: "OpenAI-compatible provider with multi-part tool content",
+    model: (d: Dialect, id: string) =>
+      createOpenAICompatible({
+        name: "tollbooth",
+        baseURL: d.baseURL,
+        apiKey: d.apiKey,
+        includeUsage: true,
+        supportsMultiPartToolContent: true,
+      })(id),
+  },
+];
+
+for (
+  const [route, provider] of ROUTES.filter((r) => r.kind !== "openai_responses").flatMap((r) =>
+    AI_SDK_PROVIDERS.map((p) => [r, p] as const)
+  )
+) {
+  Deno.test(`AI SDK ${provider.name}, ${route.kind} kind: a tool whose model output is a screenshot runs its loop, each step billed within its hold`, () =>
     withDialect(async (d) => {
       if (route.kind === "anthropic") {
         d.claude.script(
@@ -182,7 +206,7 @@ for (const route of ROUTES.filter((r) => r.kind !== "openai_responses")) {
         });
       }
       const result = await generateText({
-        model: createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey })(route.model),
+        model: provider.model(d, route.model),
         prompt: "What is on the screen?",
         tools: {
           screenshot: tool({
