@@ -24,8 +24,8 @@ import { testModel } from "./providers/test_support.ts";
 
 const gpt = testModel("openai", "gpt-4o");
 const request = (body: Record<string, unknown>) => parseChatRequest({ model: "p/m", ...body });
-/** A conversation whose one tool call carries `args`. */
-const toolCallHistory = (args: string) =>
+/** A conversation whose one tool call carries `args` and is answered by `result`. */
+const toolCallHistory = (args: string, result: unknown = "done") =>
   request({
     messages: [
       { role: "user", content: "go" },
@@ -34,7 +34,7 @@ const toolCallHistory = (args: string) =>
         content: null,
         tool_calls: [{ id: "c1", type: "function", function: { name: "t", arguments: args } }],
       },
-      { role: "tool", tool_call_id: "c1", content: "done" },
+      { role: "tool", tool_call_id: "c1", content: result },
     ],
     tools: [{ type: "function", function: { name: "t" } }],
   });
@@ -418,19 +418,7 @@ Deno.test("OpenAI's reasoning items sent back through the Responses API are held
 });
 
 Deno.test("a tool's images are held as a user's are on every kind, with the note and labels the chat kind sends", () => {
-  const screenshot = (content: unknown) =>
-    request({
-      messages: [
-        { role: "user", content: "look" },
-        {
-          role: "assistant",
-          content: null,
-          tool_calls: [{ id: "c1", type: "function", function: { name: "shot", arguments: "{}" } }],
-        },
-        { role: "tool", tool_call_id: "c1", content },
-      ],
-      tools: [{ type: "function", function: { name: "shot" } }],
-    });
+  const screenshot = (content: unknown) => toolCallHistory("{}", content);
   const image = { type: "image_url", image_url: { url: "https://example.com/s.png" } };
   const withImage = screenshot([image]);
   const without = screenshot("");
