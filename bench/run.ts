@@ -401,54 +401,89 @@ async function openLoopsInTurn(
   seconds: number,
   ticks: number,
   log: (s: string) => void,
-  setting = "",
 ): Promise<Record<string, OpenLoopResult>> {
-  const pooled = new Map(targets.map((t) => [t.name, {
-    requests: 0,
-    failed: 0,
-    cpuMs: 0,
-    latencies: [] as number[],
-    windowCpuMs: [] as number[],
-    windowBusiestWorkerShare: [] as (number | null)[],
-    threadCpuMs: { js: 0, v8: 0, kv: 0, other: 0 },
-  }]));
+  const { only } = await openLoopsInSettings(targets, rate, seconds, ticks, log, [
+    { name: "only", arrange: () => Promise.resolve() },
+  ]);
+  return only;
+}
+
+/** A way the processes are laid out on the CPUs for a window, made so by `arrange`. */
+interface Setting {
+  name: string;
+  arrange(): Promise<void>;
+}
+
+/**
+ * openLoopsInTurn under several settings: each target's window is taken once in each setting,
+ * one right after the other, so that the settings meet the same drift of the host.
+ */
+async function openLoopsInSettings(
+  targets: Target[],
+  rate: number,
+  seconds: number,
+  ticks: number,
+  log: (s: string) => void,
+  settings: Setting[],
+): Promise<Record<string, Record<string, OpenLoopResult>>> {
+  const pooledOf = () =>
+    new Map(targets.map((t) => [t.name, {
+      requests: 0,
+      failed: 0,
+      cpuMs: 0,
+      latencies: [] as number[],
+      windowCpuMs: [] as number[],
+      windowBusiestWorkerShare: [] as (number | null)[],
+      threadCpuMs: { js: 0, v8: 0, kv: 0, other: 0 },
+    }]));
+  const pooledBySetting = new Map(settings.map((setting) => [setting.name, pooledOf()]));
   const windowSeconds = seconds / OPEN_ROUNDS;
   for (let round = 1; round <= OPEN_ROUNDS; round++) {
     for (const t of targets) {
-      log(
-        `open loop ${rate} req/s${setting}, window ${round} of ${OPEN_ROUNDS} (${windowSeconds}s): ${t.name}`,
-      );
-      await openLoop(t, rate, 1); // settle at the rate first
-      const cpuBefore = await cpuMs(t.pid, ticks);
-      const threadsBefore = await threadCpuMs(t.pid, ticks);
-      const window = await openLoop(t, rate, windowSeconds);
-      const cpu = await cpuMs(t.pid, ticks) - cpuBefore;
-      const threadsAfter = await threadCpuMs(t.pid, ticks);
-      const p = pooled.get(t.name)!;
-      p.windowBusiestWorkerShare.push(busiestShare(workerSpent(threadsBefore, threadsAfter)));
-      const byKind = kindSpent(threadsBefore, threadsAfter);
-      for (const kind of THREAD_KINDS) p.threadCpuMs[kind] += byKind[kind];
-      p.requests += window.requests;
-      p.failed += window.failed;
-      p.cpuMs += cpu;
-      p.latencies.push(...window.latencies);
-      p.windowCpuMs.push(cpu / window.requests);
+      for (const setting of settings) {
+        log(
+          `open loop ${rate} req/s${
+            settings.length > 1 ? `, ${setting.name}` : ""
+          }, window ${round} of ${OPEN_ROUNDS} (${windowSeconds}s): ${t.name}`,
+        );
+        await setting.arrange();
+        await openLoop(t, rate, 1); // settle at the rate first
+        const cpuBefore = await cpuMs(t.pid, ticks);
+        const threadsBefore = await threadCpuMs(t.pid, ticks);
+        const window = await openLoop(t, rate, windowSeconds);
+        const cpu = await cpuMs(t.pid, ticks) - cpuBefore;
+        const threadsAfter = await threadCpuMs(t.pid, ticks);
+        const p = pooledBySetting.get(setting.name)!.get(t.name)!;
+        p.windowBusiestWorkerShare.push(busiestShare(workerSpent(threadsBefore, threadsAfter)));
+        const byKind = kindSpent(threadsBefore, threadsAfter);
+        for (const kind of THREAD_KINDS) p.threadCpuMs[kind] += byKind[kind];
+        p.requests += window.requests;
+        p.failed += window.failed;
+        p.cpuMs += cpu;
+        p.latencies.push(...window.latencies);
+        p.windowCpuMs.push(cpu / window.requests);
+      }
     }
   }
   return Object.fromEntries(
-    [...pooled].map(([name, p]) => [name, {
-      rate,
-      requests: p.requests,
-      failed: p.failed,
-      p50: percentile(p.latencies, 50),
-      p99: percentile(p.latencies, 99),
-      cpuMsPerRequest: p.cpuMs / p.requests,
-      windowCpuMs: p.windowCpuMs,
-      windowBusiestWorkerShare: p.windowBusiestWorkerShare,
-      cpuMsPerRequestByThread: Object.fromEntries(
-        THREAD_KINDS.map((kind) => [kind, p.threadCpuMs[kind] / p.requests]),
-      ) as Record<ThreadKind, number>,
-    }]),
+    [...pooledBySetting].map(([setting, pooled]) => [
+      setting,
+      Object.fromEntries(
+        [...pooled].map(([name, p]) => [name, {
+          rate,
+          requests: p.requests,
+          failed: p.failed,
+          p50: percentile(p.latencies, 50),
+          p99: percentile(p.latencies, 99),
+          cpuMsPerRequest: p.cpuMs / p.requests,
+          windowCpuMs: p.windowCpuMs,
+          windowBusiestWorkerShare: p.windowBusiestWorkerShare,
+          cpuMsPerRequestByThread: Object.fromEntries(
+            THREAD_KINDS.map((kind) => [kind, p.threadCpuMs[kind] / p.requests]),
+          ) as Record<ThreadKind, number>,
+        }]),
+      ),
+    ]),
   );
 }
 
@@ -675,25 +710,28 @@ async function main() {
     for (const rate of [200, 500]) {
       open[rate] = await openLoopsInTurn(targets, rate, OPEN_SECONDS, ticks, log);
     }
-    // 500 req/s again, the rig on cores of its own: what the host's sharing costs each target.
+    // 500 req/s again, each window taken twice in a row: sharing the cores as above, and with
+    // the rig on cores of its own. What the host's sharing costs each target, both settings
+    // meeting the same drift.
     const cores = await rigApartCores();
     let openRigApart: Record<string, OpenLoopResult> | null = null;
+    let openRigShared: Record<string, OpenLoopResult> | null = null;
     if (cores) {
       const rig = [Deno.pid, upstreamPid];
       const served = targets.filter((t) => !rig.includes(t.pid));
+      const layout = async (rigCpus: string, servedCpus: string) => {
+        for (const pid of rig) await pinProcess(pid, rigCpus);
+        for (const t of served) await pinProcess(t.pid, servedCpus);
+      };
       try {
-        for (const pid of rig) await pinProcess(pid, cores.rig);
-        for (const t of served) await pinProcess(t.pid, cores.targets);
-        openRigApart = await openLoopsInTurn(
-          targets,
-          500,
-          OPEN_SECONDS,
-          ticks,
-          log,
-          `, targets on CPUs ${cores.targets}, the rig on ${cores.rig}`,
-        );
+        const paired = await openLoopsInSettings(targets, 500, OPEN_SECONDS, ticks, log, [
+          { name: "sharing the cores", arrange: () => layout(cores.all, cores.all) },
+          { name: "the rig apart", arrange: () => layout(cores.rig, cores.targets) },
+        ]);
+        openRigShared = paired["sharing the cores"];
+        openRigApart = paired["the rig apart"];
       } finally {
-        for (const pid of [...rig, ...served.map((t) => t.pid)]) await pinProcess(pid, cores.all);
+        await layout(cores.all, cores.all);
       }
     } else log("no taskset or one core: the windows with the rig apart are skipped");
     const streaming: Record<string, Awaited<ReturnType<typeof sequentialStreams>>> = {};
@@ -841,6 +879,7 @@ async function main() {
       closedLoop50: closed,
       openLoop: open,
       openLoopRigApart: openRigApart,
+      openLoopRigShared: openRigShared,
       rigApartCores: cores,
       streaming,
       longStreams,

@@ -248,7 +248,7 @@ export function report(r: any): { text: string; rows: Row[] } {
       "500 req/s: busiest worker's share of CPU",
       shares(o5.tollbooth.windowBusiestWorkerShare),
     ),
-    ...(ra ? rigApartRows(ra, r.rigApartCores) : []),
+    ...(ra ? rigApartRows(ra, r.rigApartCores, r.openLoopRigShared ?? null) : []),
     [
       "open loop: failed requests",
       o2.direct.failed + o5.direct.failed,
@@ -459,9 +459,19 @@ type OpenLoop = { p50: number; cpuMsPerRequest: number; failed: number };
  * The 500 req/s windows again with the targets on some cores and the rig (load generator, fake
  * upstream) on the others, as in production, where neither runs beside the gateway.
  */
+type ByTarget = Record<
+  "direct" | "tollbooth" | "oneWorker" | "commits" | "portkey" | "floor",
+  OpenLoop
+>;
+
+/**
+ * `shared`: the windows taken in turn with those, sharing the cores (runs before 2026-11-28 10:40
+ * have none: their apart windows came after the shared ones, a minute or more apart).
+ */
 function rigApartRows(
-  ra: Record<"direct" | "tollbooth" | "oneWorker" | "commits" | "portkey" | "floor", OpenLoop>,
+  ra: ByTarget,
   cores: { targets: string; rig: string },
+  shared: ByTarget | null,
 ): Row[] {
   const setting = `500 req/s, targets on CPU ${cores.targets}, rig on ${cores.rig}`;
   const overhead = (x: OpenLoop) => x.p50 - ra.direct.p50;
@@ -492,6 +502,20 @@ function rigApartRows(
       ratio(tbCpu, cpu(ra.portkey)),
       tbCpu <= 0.5,
     ],
+    ...(shared
+      ? [[
+        "  its windows' twins sharing the cores, taken in turn: CPU ms/request (ratio: apart / shared)",
+        cpu(shared.direct),
+        cpu(shared.tollbooth),
+        cpu(shared.oneWorker),
+        cpu(shared.commits),
+        cpu(shared.portkey),
+        cpu(shared.floor),
+        "",
+        ratio(tbCpu, cpu(shared.tollbooth)),
+        null,
+      ] as Row]
+      : []),
     [
       `${setting}: failed requests`,
       ra.direct.failed,
