@@ -465,7 +465,7 @@ type ByTarget = Record<
 >;
 
 /**
- * `shared`: the windows taken in turn with those, sharing the cores (runs before 2026-11-28 10:40
+ * `shared`: the windows taken in turn with those, sharing the cores (runs before 2026-11-28 10:33
  * have none: their apart windows came after the shared ones, a minute or more apart).
  */
 function rigApartRows(
