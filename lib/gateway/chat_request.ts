@@ -204,6 +204,7 @@ const Message = z.discriminatedUnion(
 
 export type ChatMessage = z.infer<typeof Message>;
 export type UserContentPart = z.infer<typeof UserPart>;
+export type ImageContentPart = z.infer<typeof ImagePart>;
 export type TextContentPart = z.infer<typeof TextPart>;
 export type ToolCallMessagePart = z.infer<typeof ToolCall>;
 
@@ -1212,6 +1213,14 @@ export function strictSchema(request: ChatRequest): Record<string, unknown> | nu
   const format = request.params.response_format;
   if (format?.type !== "json_schema" || format.json_schema.strict !== true) return null;
   return format.json_schema.schema ?? null;
+}
+
+/** A message's images: a user's, or a tool's (what it saw); no other role holds any. */
+export function imagePartsOf(m: ChatMessage): ImageContentPart[] {
+  if ((m.role !== "user" && m.role !== "tool") || typeof m.content === "string") return [];
+  return (m.content as (UserContentPart | ImageContentPart)[]).filter((part) =>
+    part.type === "image_url"
+  );
 }
 
 /** Whether a user message gives the model anything: non-blank text, or an image (or file). */

@@ -8,6 +8,7 @@ import type { Model, Tokenizer } from "@/lib/catalog/mod.ts";
 import {
   type ChatMessage,
   type ChatRequest,
+  imagePartsOf,
   type ProviderKind,
   type ToolDefinition,
 } from "./chat_request.ts";
@@ -147,9 +148,8 @@ export function unreadImageTokens(
 ): number {
   let total = 0;
   for (const m of request.messages) {
-    if ((m.role !== "user" && m.role !== "tool") || !Array.isArray(m.content)) continue;
-    for (const part of m.content) {
-      if (part.type !== "image_url" || imageSizeOf(part.image_url.url)) continue;
+    for (const part of imagePartsOf(m)) {
+      if (imageSizeOf(part.image_url.url)) continue;
       total += kind === "anthropic"
         ? anthropicImageTokens(null)
         : openAiImageTokens(null, part.image_url.detail, model);
@@ -287,11 +287,8 @@ export function openAiInputBound(
     total += (open ? OPEN_TEMPLATE_TOKENS_PER_MESSAGE : OPENAI_TOKENS_PER_MESSAGE) +
       messageTextTokens(m, countTextTokens, OPENAI_TOKENS_PER_PART, asGiven);
     if (m.role === "assistant") total += OPENAI_TOKENS_PER_TOOL_CALL * (m.tool_calls?.length ?? 0);
-    if (m.role === "user" && Array.isArray(m.content)) {
-      for (const part of m.content) {
-        if (part.type !== "image_url") continue;
-        total += openAiImageTokens(imageSizeOf(part.image_url.url), part.image_url.detail, model);
-      }
+    for (const part of imagePartsOf(m)) {
+      total += openAiImageTokens(imageSizeOf(part.image_url.url), part.image_url.detail, model);
     }
   }
   const tools = request.params.tools ?? [];
@@ -322,11 +319,8 @@ export function anthropicInputBound(request: ChatRequest): number {
         claudeThinkingTokens(m);
     }
     if (m.role === "tool") total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK;
-    if ((m.role === "user" || m.role === "tool") && Array.isArray(m.content)) {
-      for (const part of m.content) {
-        if (part.type !== "image_url") continue;
-        total += anthropicImageTokens(imageSizeOf(part.image_url.url));
-      }
+    for (const part of imagePartsOf(m)) {
+      total += anthropicImageTokens(imageSizeOf(part.image_url.url));
     }
   }
   // A conversation that opens with the assistant is sent after a user turn of our own.

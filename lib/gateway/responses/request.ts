@@ -55,6 +55,11 @@ const ContentPart = z.discriminatedUnion("type", [
   Refusal,
 ], { error: "must be a part of type input_text, input_image, output_text or refusal" });
 
+/** A tool's output may show what it saw (a screenshot, a chart): text and images. */
+const ToolOutputPart = z.discriminatedUnion("type", [InputText, InputImage, InputFile], {
+  error: "must be a part of type input_text or input_image",
+});
+
 const MessageItem = z.strictObject({
   type: z.literal("message").optional(),
   role: z.enum(["user", "assistant", "system", "developer"], {
@@ -86,15 +91,9 @@ const FunctionCallItem = z.strictObject({
 const FunctionCallOutputItem = z.strictObject({
   type: z.literal("function_call_output"),
   call_id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
-  // A tool's output may show what it saw (a screenshot, a chart).
-  output: z.union([
-    z.string(),
-    z.array(
-      z.discriminatedUnion("type", [InputText, InputImage, InputFile], {
-        error: "must be a part of type input_text or input_image",
-      }),
-    ).min(1, "must not be an empty array"),
-  ], { error: "must be a string or an array of input_text or input_image parts" }),
+  output: z.union([z.string(), z.array(ToolOutputPart).min(1, "must not be an empty array")], {
+    error: "must be a string or an array of input_text or input_image parts",
+  }),
   id: z.string().nullish(),
   status: z.string().nullish(),
 });
@@ -621,10 +620,7 @@ function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string,
 }
 
 /** An input part (a message's or a tool output's) as a chat content part. */
-function inputPartOf(
-  p: z.infer<typeof InputText> | z.infer<typeof InputImage> | z.infer<typeof InputFile>,
-  path: string,
-): Record<string, unknown> {
+function inputPartOf(p: z.infer<typeof ToolOutputPart>, path: string): Record<string, unknown> {
   switch (p.type) {
     case "input_text":
       return { type: "text", text: p.text, ...breakpointOf(p) };

@@ -1,6 +1,6 @@
 /** The request converter of the OpenAI kind: the client's body, faithfully, with our cap. */
 import type { Model } from "@/lib/catalog/mod.ts";
-import type { ChatMessage } from "../../chat_request.ts";
+import { type ChatMessage, imagePartsOf, type UserContentPart } from "../../chat_request.ts";
 import type { UpstreamRequest } from "../types.ts";
 
 /**
@@ -94,7 +94,7 @@ export function toolImagesLabel(toolCallId: string): string {
 export function toolImagesInUserMessages(messages: readonly ChatMessage[]): readonly ChatMessage[] {
   if (!messages.some(hasToolImages)) return messages;
   const out: ChatMessage[] = [];
-  let moved: UserPart[] = [];
+  let moved: UserContentPart[] = [];
   const flush = () => {
     if (moved.length) out.push({ role: "user", content: moved });
     moved = [];
@@ -105,23 +105,16 @@ export function toolImagesInUserMessages(messages: readonly ChatMessage[]): read
       out.push(m);
       continue;
     }
-    const parts = m.content as Exclude<typeof m.content, string>;
-    const text = parts.filter((part) => part.type === "text");
+    const text = (m.content as UserContentPart[]).filter((part) => part.type === "text");
     out.push({ ...m, content: text.length ? text : TOOL_IMAGES_NOTE });
-    moved.push(
-      { type: "text", text: toolImagesLabel(m.tool_call_id) },
-      ...parts.filter((part) => part.type === "image_url"),
-    );
+    moved.push({ type: "text", text: toolImagesLabel(m.tool_call_id) }, ...imagePartsOf(m));
   }
   flush();
   return out;
 }
 
-type UserPart = Exclude<Extract<ChatMessage, { role: "user" }>["content"], string>[number];
-
 function hasToolImages(m: ChatMessage): boolean {
-  return m.role === "tool" && Array.isArray(m.content) &&
-    m.content.some((part) => part.type === "image_url");
+  return m.role === "tool" && imagePartsOf(m).length > 0;
 }
 
 function stripCacheControl<T>(content: T): T {

@@ -11,7 +11,7 @@
  * were. Nothing is stored at OpenAI (`store: false`): the encrypted reasoning comes back with the
  * answer instead, for the client to send with the conversation.
  */
-import type { ChatMessage, ChatRequest } from "../../chat_request.ts";
+import type { ChatMessage, ChatRequest, UserContentPart } from "../../chat_request.ts";
 import { openAiReasoningItems } from "../../reasoning_details.ts";
 import { isReasoningModel } from "../openai/request.ts";
 import type { UpstreamRequest } from "../types.ts";
@@ -25,10 +25,8 @@ function inputTextPart(part: { text: string; prompt_cache_breakpoint?: unknown }
   return out;
 }
 
-type Part = Exclude<Extract<ChatMessage, { role: "user" }>["content"], string>[number];
-
 /** A chat part as a Responses input part. */
-function inputPart(part: Part): Json {
+function inputPart(part: UserContentPart): Json {
   if (part.type === "text") return inputTextPart(part);
   if (part.type === "image_url") {
     const out: Json = {
@@ -45,17 +43,13 @@ function inputPart(part: Part): Json {
   throw new Error(`unreachable: a ${part.type} part`);
 }
 
-function userContent(m: Extract<ChatMessage, { role: "user" }>): string | Json[] {
-  return typeof m.content === "string" ? m.content : m.content.map(inputPart);
+/** A user message's content, or a tool message's output (its text and images). */
+function inputContent(content: string | UserContentPart[]): string | Json[] {
+  return typeof content === "string" ? content : content.map(inputPart);
 }
 
 function systemContent(content: string | { type: "text"; text: string }[]): string | Json[] {
   return typeof content === "string" ? content : content.map(inputTextPart);
-}
-
-/** A tool message's output: a string, or its parts (text and images) as input parts. */
-function toolOutput(m: Extract<ChatMessage, { role: "tool" }>): string | Json[] {
-  return typeof m.content === "string" ? m.content : m.content.map(inputPart);
 }
 
 function assistantItems(
@@ -105,7 +99,7 @@ export function inputItems(request: ChatRequest, upstreamModel: string): Json[] 
         items.push({ role: m.role, content: systemContent(m.content) });
         break;
       case "user":
-        items.push({ role: "user", content: userContent(m) });
+        items.push({ role: "user", content: inputContent(m.content) });
         break;
       case "assistant":
         items.push(...assistantItems(m, upstreamModel));
@@ -114,7 +108,7 @@ export function inputItems(request: ChatRequest, upstreamModel: string): Json[] 
         items.push({
           type: "function_call_output",
           call_id: m.tool_call_id,
-          output: toolOutput(m),
+          output: inputContent(m.content),
         });
         break;
     }
