@@ -79,7 +79,7 @@ interface WalletCursors {
   charges?: string;
 }
 
-function walletPath(app: AppRecord, cursors: WalletCursors): string {
+function walletPath(app: AppRecord, cursors: WalletCursors = {}): string {
   const query = new URLSearchParams();
   if (cursors.credits) query.set("credits_cursor", cursors.credits);
   if (cursors.charges) query.set("charges_cursor", cursors.charges);
@@ -230,7 +230,7 @@ export function dashboardRoutes(
     const names = await keyNames(kv, app.id, charges.data.map((u) => u.keyId));
     // Each list's link moves that list on and keeps the other where it is.
     const pager = {
-      newest: cursors.credits || cursors.charges ? walletPath(app, {}) : null,
+      newest: cursors.credits || cursors.charges ? walletPath(app) : null,
       olderCredits: credits.nextCursor &&
         walletPath(app, { ...cursors, credits: credits.nextCursor }),
       olderCharges: charges.nextCursor &&
@@ -270,7 +270,7 @@ export function dashboardRoutes(
   r.post("/apps/:appId/top-up-link", async (c) => {
     const app = c.get("app");
     await rotateTopUpToken(kv, app.id);
-    return c.redirect(`/dashboard/apps/${app.id}/wallet`, 303);
+    return c.redirect(walletPath(app), 303);
   });
 
   /**
@@ -541,7 +541,7 @@ export function dashboardRoutes(
       };
       return c.html(walletPage(session(c), { ...await walletView(app), topUpRefused }), 400);
     }
-    return c.redirect(`/dashboard/apps/${app.id}/wallet#top-up-page`, 303);
+    return c.redirect(`${walletPath(app)}#top-up-page`, 303);
   });
 
   r.post("/apps/:appId/limits", async (c) => {
