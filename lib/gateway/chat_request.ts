@@ -72,12 +72,17 @@ const AudioPart = z.strictObject({
   input_audio: z.strictObject({ data: z.string(), format: z.string() }),
 });
 
+/**
+ * A file as OpenAI's chat API takes it (the openai SDK, the AI SDK's and LangChain's OpenAI
+ * providers send PDFs so): its bytes as a data URL in `file_data`, or the id of an upload. Only a
+ * PDF's bytes are taken (checkFiles), and only where the provider counts them (assertSupported).
+ */
 const FilePart = z.strictObject({
   type: z.literal("file"),
   file: z.strictObject({
-    file_data: z.string().optional(),
-    file_id: z.string().optional(),
-    filename: z.string().optional(),
+    file_data: z.string({ error: "must be a string" }).optional(),
+    file_id: z.string({ error: "must be a string" }).optional(),
+    filename: z.string({ error: "must be a string" }).optional(),
   }),
 });
 
@@ -205,6 +210,7 @@ const Message = z.discriminatedUnion(
 export type ChatMessage = z.infer<typeof Message>;
 export type UserContentPart = z.infer<typeof UserPart>;
 export type ImageContentPart = z.infer<typeof ImagePart>;
+export type FileContentPart = z.infer<typeof FilePart>;
 export type TextContentPart = z.infer<typeof TextPart>;
 export type ToolCallMessagePart = z.infer<typeof ToolCall>;
 
@@ -834,6 +840,7 @@ function checkConversation(data: Body) {
     } else {
       open = null;
     }
+    if (m.role === "user" && Array.isArray(m.content)) checkFiles(m.content, i);
     if ((m.role === "user" || m.role === "tool") && Array.isArray(m.content)) {
       m.content.forEach((part, j) => {
         if (part.type !== "image_url" || !part.image_url.url.startsWith("data:")) return;
@@ -846,6 +853,45 @@ function checkConversation(data: Body) {
           );
         }
       });
+    }
+  });
+}
+
+/** A PDF's bytes as a data URL: what `file_data` must be (its first bytes are `%PDF-`). */
+const PDF_DATA_URL = /^data:application\/pdf;base64,(JVBERi0[A-Za-z0-9+/]*={0,2})$/;
+
+/** The base64 of a file part's PDF; checkFiles has made sure there is one. */
+export function pdfBase64(part: FileContentPart): string {
+  return PDF_DATA_URL.exec(part.file.file_data!)![1];
+}
+
+/**
+ * A file part is a PDF given by its bytes: Tollbooth has no files endpoint for an id to name, and
+ * other types' tokens are not counted by any provider it serves.
+ */
+function checkFiles(content: readonly UserContentPart[], i: number) {
+  content.forEach((part, j) => {
+    if (part.type !== "file") return;
+    const path = `messages[${i}].content[${j}].file`;
+    if (part.file.file_id !== undefined) {
+      throw new ApiError(
+        "unsupported_parameter",
+        `Unsupported parameter '${path}.file_id': there is no files endpoint here; send the PDF's bytes as file_data (a data URL).`,
+        { param: `${path}.file_id` },
+      );
+    }
+    if (part.file.file_data === undefined) {
+      throw new ApiError(
+        "missing_parameter",
+        `Missing required parameter: '${path}.file_data'.`,
+        { param: `${path}.file_data` },
+      );
+    }
+    if (!PDF_DATA_URL.test(part.file.file_data)) {
+      throw invalid(
+        `${path}.file_data`,
+        "must be a PDF as a data URL (data:application/pdf;base64,…)",
+      );
     }
   });
 }
@@ -879,6 +925,32 @@ function checkTools(data: Body) {
  * reservation rather than raised, as the hold is priced on the client's cap.
  */
 const RESPONSES_MIN_OUTPUT_TOKENS = 16;
+
+/**
+ * The kinds whose provider counts a PDF before the call (Anthropic's count_tokens, OpenAI's input
+ * token count of a Responses body): nothing else bounds what one bills, as each page is billed as
+ * its text and as an image of it. OpenAI's chat API has no count.
+ */
+export const COUNTED_DOCUMENT_KINDS: ReadonlySet<ProviderKind> = new Set([
+  "anthropic",
+  "openai_responses",
+]);
+
+/** Each kind's upstream API, as a refusal names it. */
+const KIND_API: Record<ProviderKind, string> = {
+  openai: "OpenAI's chat API (which has no count)",
+  openai_responses: "OpenAI's Responses API",
+  anthropic: "Anthropic's Messages API",
+  simulator: "the built-in simulator",
+};
+
+/** Whether a request holds a file part (a PDF): only its provider's count bounds its input. */
+export function hasDocuments(request: ChatRequest): boolean {
+  return request.messages.some((m) =>
+    m.role === "user" && typeof m.content !== "string" &&
+    m.content.some((part) => part.type === "file")
+  );
+}
 
 /** How a refusal names the model the client asked for, as against one of its fallbacks. */
 const PRIMARY = "this model";
@@ -926,10 +998,19 @@ export function assertSupported(
     request.messages.forEach((m, i) => {
       if (m.role !== "user" || typeof m.content === "string") return;
       m.content.forEach((part, j) => {
-        if (part.type === "input_audio" || part.type === "file") {
+        if (part.type === "input_audio") {
           throw new ApiError(
             "unsupported_parameter",
-            `Unsupported content part '${part.type}': its tokens cannot be bounded before the call (the reservation must cover them), so it is not accepted; send text or images.`,
+            `Unsupported content part 'input_audio': its tokens cannot be bounded before the call (the reservation must cover them), so it is not accepted; send text or images.`,
+            { param: `messages[${i}].content[${j}].type` },
+          );
+        }
+        if (part.type === "file" && !COUNTED_DOCUMENT_KINDS.has(kind)) {
+          throw new ApiError(
+            "unsupported_parameter",
+            `Unsupported content part 'file' on this model: a PDF is taken only where its provider counts it before the call, as the reservation must cover it: on models served through Anthropic's Messages API or OpenAI's Responses API, not through ${
+              KIND_API[kind]
+            }.`,
             { param: `messages[${i}].content[${j}].type` },
           );
         }

@@ -834,3 +834,60 @@ Deno.test("a tool message takes text and image parts, its images checked as a us
   );
   assert.equal(unreadable.param, "messages[2].content[0].image_url.url");
 });
+
+/** A PDF's first and last bytes: what the checks before the call look at. */
+const PDF = `data:application/pdf;base64,${btoa("%PDF-1.4\n%%EOF\n")}`;
+
+const withFile = (file: Record<string, unknown>) => ({
+  messages: [{
+    role: "user",
+    content: [{ type: "text", text: "Summarise it." }, { type: "file", file }],
+  }],
+});
+
+Deno.test("a file part is a PDF's bytes, taken on Anthropic and Responses routes and refused on OpenAI's chat API", () => {
+  const request = parseChatRequest({ model: "m/x", ...withFile({ file_data: PDF }) });
+  assert.doesNotThrow(() => assertSupported(request, [route("anthropic")], 1024));
+  assert.doesNotThrow(() =>
+    assertSupported(request, [route("openai_responses", "gpt-4.1-mini")], 1024)
+  );
+  assert.throws(
+    () => assertSupported(request, [route("openai", "gpt-4.1-mini")], 1024),
+    (e) =>
+      e instanceof ApiError && e.code === "unsupported_parameter" &&
+      e.param === "messages[0].content[1].type" && /OpenAI's chat API/.test(e.message),
+  );
+  // A fallback that cannot count it refuses it too, naming the kind.
+  assert.throws(
+    () => assertSupported(request, [route("anthropic"), route("openai", "gpt-4.1")], 1024),
+    (e) => e instanceof ApiError && e.param === "messages[0].content[1].type",
+  );
+});
+
+Deno.test("a file part by id, without its bytes, or not a PDF is refused with its path", () => {
+  refused(
+    withFile({ file_id: "file-abc" }),
+    "unsupported_parameter",
+    "messages[0].content[1].file.file_id",
+  );
+  refused(
+    withFile({ filename: "a.pdf" }),
+    "missing_parameter",
+    "messages[0].content[1].file.file_data",
+  );
+  refused(
+    withFile({ file_data: `data:application/pdf;base64,${btoa("<html></html>")}` }),
+    "invalid_parameter",
+    "messages[0].content[1].file.file_data",
+  );
+  refused(
+    withFile({ file_data: `data:text/plain;base64,${btoa("%PDF-1.4")}` }),
+    "invalid_parameter",
+    "messages[0].content[1].file.file_data",
+  );
+  refused(
+    withFile({ file_data: PDF, pages: 3 }),
+    "invalid_parameter",
+    "messages[0].content[1].file.pages",
+  );
+});

@@ -605,13 +605,29 @@ export class Gateway {
       return bound;
     });
     let promptTokens = Math.max(...bounds);
+    // The count is the primary model's: a fallback to another model (another tokenizer) keeps
+    // its bound.
+    const servesPrimary = (i: number) =>
+      i === 0 || (model.fallbacks[i - 1].provider.name === model.provider.name &&
+        model.fallbacks[i - 1].upstreamModel === model.upstreamModel);
+    const documents = !Number.isFinite(promptTokens);
+    if (documents && !routes.every((_, i) => servesPrimary(i))) {
+      throw new ApiError(
+        "unsupported_parameter",
+        `Unsupported content part 'file' on ${model.id}: it falls back to another model, whose provider would not have counted the PDF before the call.`,
+        { param: "messages" },
+      );
+    }
     // The provider's own count (Anthropic's count_tokens, OpenAI's input token count), asked only
-    // when the bound decides: counted once, never cached.
+    // when the bound decides: counted once, never cached. A PDF has no bound but that count, so a
+    // request with one is served only once it is counted.
     let exactTried = false;
     const tryExact = async () => {
       if (exactTried) return false;
       exactTried = true;
-      const exact = await this.#exactInputTokens(model, request, maxTokens, requestId, trace);
+      const exact = await this.#exactInputTokens(model, request, maxTokens, requestId, trace, {
+        required: documents,
+      });
       if (exact === null) return false;
       // Images the count fetched by URL may be other images when the call fetches them: held at
       // their most, up to what the context lets the provider bill.
@@ -623,11 +639,6 @@ export class Gateway {
           model.contextTokens - maxTokens,
         ),
       );
-      // The count is the primary model's: a fallback to another model (another tokenizer) keeps
-      // its bound.
-      const servesPrimary = (i: number) =>
-        i === 0 || (model.fallbacks[i - 1].provider.name === model.provider.name &&
-          model.fallbacks[i - 1].upstreamModel === model.upstreamModel);
       const next = Math.max(...bounds.map((bound, i) => servesPrimary(i) ? withMargin : bound));
       if (next >= promptTokens) return false;
       promptTokens = next;
@@ -676,10 +687,14 @@ export class Gateway {
     maxTokens: number,
     requestId: string,
     trace: RequestTrace,
+    { required }: { required: boolean },
   ): Promise<number | null> {
     const counter = this.#deps.providers(model.provider);
     if (!counter.countInputTokens) return null;
-    const timeoutMs = this.#deps.countTokensTimeoutMs ?? DEFAULT_COUNT_TOKENS_TIMEOUT_MS;
+    // Counting a PDF reads every page: it is given the time an upstream call has to answer.
+    const timeoutMs = required
+      ? this.#deps.clientStallMs ?? DEFAULT_CLIENT_STALL_MS
+      : this.#deps.countTokensTimeoutMs ?? DEFAULT_COUNT_TOKENS_TIMEOUT_MS;
     try {
       const exact = await counter.countInputTokens({
         model,
@@ -699,6 +714,11 @@ export class Gateway {
         provider: model.provider.name,
         ...upstreamErrorLog(error, textsOf(request)),
       });
+      // Nothing else bounds it: the client gets the count's failure as it would the call's
+      // (its 400 for a PDF it cannot read, a 502 when it cannot be reached); nothing was held.
+      if (required) {
+        throw this.#providerError(error, { requestId, trace, sent: textsOf(request) });
+      }
       return null;
     }
   }

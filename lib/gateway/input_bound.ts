@@ -8,6 +8,7 @@ import type { Model, Tokenizer } from "@/lib/catalog/mod.ts";
 import {
   type ChatMessage,
   type ChatRequest,
+  hasDocuments,
   imagePartsOf,
   type ProviderKind,
   type ToolDefinition,
@@ -339,7 +340,9 @@ export function anthropicInputBound(request: ChatRequest): number {
 
 /**
  * The bound for one route (its provider's kind, its tokenizer); the simulator bills by OpenAI's
- * rules. Assistants' reasoning is counted where the provider is sent it back.
+ * rules. Assistants' reasoning is counted where the provider is sent it back. A request with a PDF
+ * has none short of the provider's own count (Infinity): a page bills its text, which may be
+ * compressed without limit in the file, and an image of itself.
  */
 export function inputBound(
   provider: {
@@ -351,6 +354,7 @@ export function inputBound(
   model: ImageRule,
   tokenizer: Tokenizer,
 ): number {
+  if (hasDocuments(request)) return Infinity;
   if (provider.kind === "anthropic") return anthropicInputBound(request);
   const bound = openAiInputBound(request, model, tokenizer);
   if (provider.kind === "openai_responses") return bound + openAiReasoningTokens(request);

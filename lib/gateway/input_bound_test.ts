@@ -437,3 +437,21 @@ Deno.test("a tool's images are held as a user's are on every kind, with the note
   assert.equal(unreadImageTokens("openai", withImage, gpt), unknownOpenAi);
   assert.equal(unreadImageTokens("anthropic", withImage, gpt), anthropicImageTokens(null));
 });
+
+Deno.test("a request with a PDF has no bound short of its provider's count, on every kind", () => {
+  const withPdf = request({
+    messages: [{
+      role: "user",
+      content: [
+        { type: "text", text: "Summarise." },
+        {
+          type: "file",
+          file: { file_data: `data:application/pdf;base64,${btoa("%PDF-1.4\n%%EOF")}` },
+        },
+      ],
+    }],
+  });
+  for (const kind of ["openai", "openai_responses", "anthropic", "simulator"] as const) {
+    assert.equal(inputBound({ kind }, withPdf, gpt, "o200k"), Infinity, kind);
+  }
+});

@@ -19,11 +19,10 @@ export function DialectSection() {
         {" "}
         <code>tool</code>; content as a string or parts (<code>text</code>, <code>image_url</code>
         {" "}
-        with a data URL or an https URL and <code>detail</code>); assistant <code>tool_calls</code>
+        with a data URL or an https URL and <code>detail</code>, <code>file</code>{" "}
+        with a PDF, below); assistant <code>tool_calls</code> with <code>content</code>{" "}
+        null or empty, answered by <code>tool</code> messages with their <code>tool_call_id</code>
         {" "}
-        with <code>content</code> null or empty, answered by <code>tool</code> messages with their
-        {" "}
-        <code>tool_call_id</code>{" "}
         right after (a tool's output may hold images too, such as a screenshot; where the provider
         takes images in user messages only, as OpenAI's chat API does, they follow the tool messages
         in a user message); tools, structured output and reasoning. Validation is strict: a
@@ -77,10 +76,29 @@ export function DialectSection() {
         <code>auto</code>/<code>default</code>, audio output (
         <code>audio</code>, <code>modalities</code> with audio), <code>web_search_options</code>,
         {" "}
-        <code>input_audio</code> and <code>file</code> parts; and the deprecated{" "}
-        <code>functions</code>/<code>
+        <code>input_audio</code> parts; and the deprecated <code>functions</code>/<code>
           function_call
         </code>.
+      </p>
+      <h3 id="dialect-pdf">PDFs</h3>
+      <p>
+        A PDF goes in a user message as a <code>file</code> part whose <code>file.file_data</code>
+        {" "}
+        is the file as a data URL (
+        <code>data:application/pdf;base64,…</code>), as the openai SDK, the AI SDK and LangChain
+        send it (on <code>/v1/responses</code>, an <code>input_file</code> with{" "}
+        <code>file_data</code>). A provider bills each page as its text and as an image of it, and
+        nothing in the file bounds that text, so a PDF is served only where the provider counts the
+        request before the call: models served through Anthropic's Messages API (as a{" "}
+        <code>document</code> block, counted by{" "}
+        <code>count_tokens</code>) and through OpenAI's Responses API (as an{" "}
+        <code>input_file</code>, counted by its input token count). The reservation holds that count
+        plus 2% and 32 tokens. A count that fails is answered with the provider's own error (a 400
+        for a file it cannot open) and nothing is held. A model served through OpenAI's chat API, or
+        one that falls back to another model, refuses a PDF with{" "}
+        <code>400 unsupported_parameter</code>, as does a <code>file_id</code>{" "}
+        (there is no files endpoint); data that is not a PDF is{" "}
+        <code>400 invalid_parameter</code>. The file counts against the request body limit.
       </p>
       <h3 id="dialect-openai">OpenAI kind</h3>
       <p>
@@ -108,12 +126,12 @@ export function DialectSection() {
       <ul>
         <li>
           Messages become input items: <code>text</code> parts <code>input_text</code>,{" "}
-          <code>image_url</code> parts <code>input_image</code>; an assistant's text{" "}
-          <code>output_text</code>, its <code>tool_calls</code> <code>function_call</code> items and
+          <code>image_url</code> parts <code>input_image</code>, <code>file</code> parts{" "}
+          <code>input_file</code>; an assistant's text <code>output_text</code>, its{" "}
+          <code>tool_calls</code> <code>function_call</code> items and <code>tool</code> messages
           {" "}
-          <code>tool</code> messages <code>function_call_output</code> items (their images as{" "}
-          <code>input_image</code> parts of the output). The cap goes as{" "}
-          <code>max_output_tokens</code>{" "}
+          <code>function_call_output</code> items (their images as <code>input_image</code>{" "}
+          parts of the output). The cap goes as <code>max_output_tokens</code>{" "}
           (OpenAI's least is 16: a smaller one is refused before anything is reserved).
         </li>
         <li>
@@ -181,7 +199,9 @@ export function DialectSection() {
           Assistant <code>tool_calls</code> become <code>tool_use</code> blocks; <code>tool</code>
           {" "}
           messages become <code>tool_result</code>{" "}
-          blocks at the head of the next user turn; images become image blocks (base64 or URL).
+          blocks at the head of the next user turn; images become image blocks (base64 or URL), PDFs
+          {" "}
+          <code>document</code> blocks.
         </li>
         <li>
           <code>response_format</code> (<code>json_schema</code>,{" "}

@@ -1551,8 +1551,14 @@ export function startAnthropicUpstream(options: AnthropicUpstreamOptions = {}): 
       pdf(source: Json) {
         const perPage = options.pdfPageTokens ?? 2000;
         if (source.type !== "base64") return perPage;
-        const text = atob(source.data);
+        const text = base64Bytes(source.data) ? atob(source.data) : "";
+        // Anthropic's answers to a file it cannot open, and to more pages than it takes (docs
+        // "PDF support": 100 pages a request).
+        if (!text.startsWith("%PDF-") || !text.trimEnd().endsWith("%%EOF")) {
+          throw invalid("The PDF specified was not valid.");
+        }
         const pages = (text.match(/\/Type\s*\/Page(?!s)/g) ?? []).length || 1;
+        if (pages > 100) throw invalid("A maximum of 100 PDF pages may be provided.");
         return pages * perPage;
       },
     };

@@ -281,6 +281,34 @@ export function jpegBase64(width: number, height: number): string {
   return btoa(String.fromCharCode(...bytes));
 }
 
+/**
+ * The base64 of a small PDF of `pages` pages (a catalog, a page tree and its pages, a cross
+ * reference table): what the Anthropic fake reads a page count from, and a reader opens.
+ */
+export function pdfBase64(pages: number): string {
+  const objects = [
+    "<< /Type /Catalog /Pages 2 0 R >>",
+    `<< /Type /Pages /Kids [${
+      Array.from({ length: pages }, (_, i) => `${i + 3} 0 R`).join(" ")
+    }] /Count ${pages} >>`,
+    ...Array.from(
+      { length: pages },
+      () => "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>",
+    ),
+  ];
+  let pdf = "%PDF-1.4\n";
+  const offsets = objects.map((body, i) => {
+    const at = pdf.length;
+    pdf += `${i + 1} 0 obj\n${body}\nendobj\n`;
+    return at;
+  });
+  const xref = pdf.length;
+  pdf += `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n`;
+  for (const at of offsets) pdf += `${String(at).padStart(10, "0")} 00000 n \n`;
+  pdf += `trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${xref}\n%%EOF\n`;
+  return btoa(pdf);
+}
+
 /** What a request body holds at a validation error's path (undefined where it stops). */
 export function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
   let v = root;

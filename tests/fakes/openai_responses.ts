@@ -349,6 +349,24 @@ function validateContent(item: Json, root: unknown, path: PropertyKey[], field =
       );
     }
     check(parts[type], part, root, [...path, field, k]);
+    if (type === "input_file" && typeof part.file_data === "string") {
+      const pdf = pdfText(part.file_data);
+      // Assumed wording: OpenAI documents the data URL (file_data), not its refusal of a bad one.
+      if (pdf === null) {
+        throw invalid(
+          `Invalid file data: '${param}.${field}[${k}].file_data'. Expected a base64-encoded data URL with an application/pdf MIME type.`,
+          `${param}.${field}[${k}].file_data`,
+          "invalid_value",
+        );
+      }
+      if (!pdf.startsWith("%PDF-") || !pdf.trimEnd().endsWith("%%EOF")) {
+        throw invalid(
+          "The file could not be parsed as a PDF.",
+          `${param}.${field}[${k}].file_data`,
+          "invalid_file",
+        );
+      }
+    }
     if (type === "input_image" && !part.image_url && !part.file_id) {
       // Assumed wording: ResponseInputImage needs one of image_url or file_id.
       throw invalid(
@@ -481,8 +499,26 @@ function validateForModel(body: Json, rules: ModelRules) {
 // Billing.
 
 /**
+ * What the fake bills a PDF page: OpenAI extracts each page's text and an image of it (docs "File
+ * inputs") and publishes no rate; a flat one, as the Anthropic fake's, stands in.
+ */
+export const PDF_PAGE_TOKENS = 1_500;
+
+/** A PDF's bytes as text, from a `data:application/pdf;base64,` URL; null for anything else. */
+function pdfText(fileData: string): string | null {
+  const match = /^data:application\/pdf;base64,([A-Za-z0-9+/]*={0,2})$/.exec(fileData);
+  return match && base64Bytes(match[1]) ? atob(match[1]) : null;
+}
+
+function pdfTokens(fileData: string): number {
+  const pages = (pdfText(fileData)?.match(/\/Type\s*\/Page(?!s)/g) ?? []).length || 1;
+  return pages * PDF_PAGE_TOKENS;
+}
+
+/**
  * input_tokens of a Responses request, counted like the chat fake's prompt tokens (o200k, the
- * Cookbook's per-message framing, num_tokens_for_tools, images by the tile rule): `instructions`
+ * Cookbook's per-message framing, num_tokens_for_tools, images by the tile rule, PDFs at a flat
+ * rate a page): `instructions`
  * as a leading system message; a message item as a chat message; a function_call as a chat tool
  * call (3 + name + arguments); a function_call_output as a tool message (3 + "tool" + call_id +
  * output); a text.format json_schema as the chat fake's response_format; plus `reasoningTokens`,
@@ -502,6 +538,7 @@ export function responsesInputTokens(
       if (part.type === "input_text" || part.type === "output_text") {
         total += tokenCount(part.text);
       } else if (part.type === "refusal") total += tokenCount(part.refusal);
+      else if (part.type === "input_file") total += pdfTokens(part.file_data ?? "");
       else if (part.type === "input_image") {
         total += imageTokens({
           image_url: { url: part.image_url ?? part.file_id, detail: part.detail },

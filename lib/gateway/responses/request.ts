@@ -42,7 +42,12 @@ const InputImage = z.strictObject({
     error: "must be one of auto, low, high ('original' is not supported)",
   }).optional(),
 });
-const InputFile = z.looseObject({ type: z.literal("input_file") });
+/** A file in a user message: a PDF's bytes as `file_data` (inputPartOf), as the chat dialect's. */
+const InputFile = z.looseObject({
+  type: z.literal("input_file"),
+  file_data: z.string({ error: "must be a string" }).optional(),
+  filename: z.string({ error: "must be a string" }).optional(),
+});
 /** What a client pushes back of an earlier answer: its text (annotations are dropped). */
 const OutputText = z.looseObject({ type: z.literal("output_text"), text: z.string() });
 const Refusal = z.looseObject({ type: z.literal("refusal"), refusal: z.string() });
@@ -439,11 +444,15 @@ function inputPath(chatPath: string, origins: Origin[]): string {
   // A tool output's content is its `output`.
   const content = origin.kind === "message" ? ".content" : ".output";
   // Parts are converted one for one; only an image's fields are named otherwise.
-  const part = /^\.content(\[\d+\])(\.type|\.text|\.image_url\.url|\.image_url\.detail)?$/
-    .exec(rest);
+  const part =
+    /^\.content(\[\d+\])(\.type|\.text|\.image_url\.url|\.image_url\.detail|\.file\.file_data)?$/
+      .exec(rest);
   if (part) {
-    const field = { ".image_url.url": ".image_url", ".image_url.detail": ".detail" }[part[2]] ??
-      part[2] ?? "";
+    const field = {
+      ".image_url.url": ".image_url",
+      ".image_url.detail": ".detail",
+      ".file.file_data": ".file_data",
+    }[part[2]] ?? part[2] ?? "";
     return item + content + part[1] + field;
   }
   if (rest === ".content") return item + content;
@@ -613,6 +622,10 @@ function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string,
         throw invalid(`${path}.type`, "a refusal belongs to an assistant message");
       case "input_image":
         if (item.role !== "user") throw invalid(`${path}.type`, "only user messages hold images");
+        break;
+      case "input_file":
+        if (item.role !== "user") throw invalid(`${path}.type`, "only user messages hold files");
+        return fileFieldsOf(p, path);
     }
     return inputPartOf(p, path);
   });
@@ -640,10 +653,35 @@ function inputPartOf(p: z.infer<typeof ToolOutputPart>, path: string): Record<st
     case "input_file":
       throw new ApiError(
         "unsupported_parameter",
-        "Unsupported content part 'input_file': its tokens cannot be bounded before the call.",
+        "Unsupported content part 'input_file' in a tool's output: a PDF is taken in a user message.",
         { param: `${path}.type` },
       );
   }
+}
+
+/**
+ * A user's file as the chat dialect's file part, whose checks (a PDF's bytes; a provider that
+ * counts it) then apply; only `file_data` and `filename` are taken.
+ */
+function fileFieldsOf(p: z.infer<typeof InputFile>, path: string): Record<string, unknown> {
+  for (const field of Object.keys(p)) {
+    if (field === "type" || field === "file_data" || field === "filename") continue;
+    throw new ApiError(
+      "unsupported_parameter",
+      `Unsupported parameter '${path}.${field}': send the PDF's bytes as file_data (a data URL).`,
+      { param: `${path}.${field}` },
+    );
+  }
+  if (p.file_data === undefined) {
+    throw new ApiError("missing_parameter", `Missing required parameter: '${path}.file_data'.`, {
+      param: `${path}.file_data`,
+    });
+  }
+  const file = {
+    file_data: p.file_data,
+    ...(p.filename !== undefined ? { filename: p.filename } : {}),
+  };
+  return { type: "file", file };
 }
 
 function fromIssue(outer: z.core.$ZodIssue, prefix: PropertyKey[] = []): ApiError {

@@ -10,6 +10,7 @@ import {
   toChatRequest,
 } from "./request.ts";
 import { encryptedContentOf } from "../reasoning_details.ts";
+import { inResponsesTerms } from "./responses.ts";
 
 const NONE: StoredContext = { previous: [], items: new Map() };
 const MODEL = "openai/gpt-4o-mini";
@@ -353,6 +354,22 @@ Deno.test("each malformed or unsupported field is refused with its Responses pat
     [
       { model: MODEL, input: [{ role: "user", content: [{ type: "input_file", file_id: "f" }] }] },
       "unsupported_parameter",
+      "input[0].content[0].file_id",
+    ],
+    [
+      { model: MODEL, input: [{ role: "user", content: [{ type: "input_file", filename: "a" }] }] },
+      "missing_parameter",
+      "input[0].content[0].file_data",
+    ],
+    [
+      {
+        model: MODEL,
+        input: [{
+          role: "assistant",
+          content: [{ type: "input_file", file_data: "data:application/pdf;base64,JVBERi0=" }],
+        }],
+      },
+      "invalid_parameter",
       "input[0].content[0].type",
     ],
     [
@@ -628,5 +645,43 @@ Deno.test("GPT-5.6's reasoning fields: standard mode and this turn's context are
   assert.equal(
     refusal({ model: MODEL, input: "Hi", reasoning: { context: "all_turns" } }).param,
     "reasoning.context",
+  );
+});
+
+Deno.test("a user's input_file becomes the chat dialect's file part, its faults named by their Responses path", () => {
+  const pdf = "data:application/pdf;base64,JVBERi0xLjQKJSVFT0YK";
+  const input = (file: Record<string, unknown>) => [
+    { role: "user", content: "Hi" },
+    {
+      role: "user",
+      content: [{ type: "input_text", text: "Read it." }, { type: "input_file", ...file }],
+    },
+  ];
+  assert.deepEqual(
+    (chatOf({ input: input({ file_data: pdf, filename: "a.pdf" }) }).messages as unknown[])[1],
+    {
+      role: "user",
+      content: [
+        { type: "text", text: "Read it." },
+        { type: "file", file: { file_data: pdf, filename: "a.pdf" } },
+      ],
+    },
+  );
+  const converted = toChatRequest(
+    parseResponsesBody({
+      model: MODEL,
+      input: input({ file_data: "data:application/pdf;base64,PGh0bWw+" }),
+    }),
+    NONE,
+  );
+  assert.throws(
+    () => {
+      try {
+        parseChatRequest(converted.chat);
+      } catch (error) {
+        inResponsesTerms(error, converted.inputPath);
+      }
+    },
+    (e) => e instanceof ApiError && e.param === "input[1].content[1].file_data",
   );
 });

@@ -14,7 +14,9 @@ import {
   type ChatRequest,
   claudeThinks,
   contentText,
+  type FileContentPart,
   isBlank,
+  pdfBase64,
   strictSchema,
   type TextContentPart,
   userMessageSaysSomething,
@@ -168,10 +170,21 @@ function userBlocks(m: Extract<ChatMessage, { role: "user" }>): Block[] {
       if (block) out.push(block);
     } else if (part.type === "image_url") {
       out.push(imageBlock(part.image_url.url));
+    } else if (part.type === "file") {
+      out.push(documentBlock(part));
     }
-    // Audio and file parts are refused before the request gets here (assertSupported).
+    // Audio parts are refused before the request gets here (assertSupported).
   }
   return out;
+}
+
+/** A PDF as Anthropic's document block; its file name, where given, as the block's title. */
+function documentBlock(part: FileContentPart): Block {
+  return {
+    type: "document",
+    source: { type: "base64", media_type: "application/pdf", data: pdfBase64(part) },
+    ...(part.file.filename ? { title: part.file.filename } : {}),
+  };
 }
 
 function imageBlock(url: string): Block {

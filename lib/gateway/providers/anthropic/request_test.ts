@@ -115,6 +115,32 @@ Deno.test("images become image blocks: base64 from data URLs, url sources from h
   ]);
 });
 
+Deno.test("a PDF becomes a document block from its bytes, its file name as the block's title", () => {
+  const pdf = btoa("%PDF-1.4\n%%EOF\n");
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [{
+        role: "user",
+        content: [
+          { type: "file", file: { file_data: `data:application/pdf;base64,${pdf}` } },
+          {
+            type: "file",
+            file: { file_data: `data:application/pdf;base64,${pdf}`, filename: "q3.pdf" },
+          },
+          { type: "text", text: "Compare the two reports." },
+        ],
+      }],
+    }),
+    false,
+  );
+  const source = { type: "base64", media_type: "application/pdf", data: pdf };
+  assert.deepEqual((body.messages as { content: unknown }[])[0].content, [
+    { type: "document", source },
+    { type: "document", source, title: "q3.pdf" },
+    { type: "text", text: "Compare the two reports." },
+  ]);
+});
+
 Deno.test("json_schema becomes a forced tool whose input is the answer", () => {
   const schema = { type: "object", properties: { name: { type: "string" } }, required: ["name"] };
   const body = messagesRequest(

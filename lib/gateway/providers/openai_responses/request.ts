@@ -4,7 +4,7 @@
  * models) and for reasoning that must go back to OpenAI across a tool loop, which only that API
  * carries (encrypted reasoning items).
  *
- * Messages become input items: text and images as input parts, an assistant's text as
+ * Messages become input items: text, images and PDFs as input parts, an assistant's text as
  * `output_text`, its tool calls as `function_call` items and tool messages as
  * `function_call_output` items; an assistant message's reasoning that this model made
  * (`reasoning_details`, see reasoning_details.ts) goes back before it as the reasoning items they
@@ -38,10 +38,20 @@ function inputPart(part: UserContentPart): Json {
     if (part.prompt_cache_breakpoint) out.prompt_cache_breakpoint = part.prompt_cache_breakpoint;
     return out;
   }
-  // Audio and file parts are refused before the call (assertSupported): their tokens cannot be
-  // bounded.
+  if (part.type === "file") {
+    // OpenAI's examples always name the file; a name is given where the client gave none.
+    return {
+      type: "input_file",
+      file_data: part.file.file_data,
+      filename: part.file.filename ?? DEFAULT_PDF_NAME,
+    };
+  }
+  // Audio parts are refused before the call (assertSupported): their tokens cannot be bounded.
   throw new Error(`unreachable: a ${part.type} part`);
 }
+
+/** The name a PDF goes by when the client gave it none. */
+export const DEFAULT_PDF_NAME = "document.pdf";
 
 /** A user message's content, or a tool message's output (its text and images). */
 function inputContent(content: string | UserContentPart[]): string | Json[] {

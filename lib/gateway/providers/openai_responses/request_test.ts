@@ -55,6 +55,26 @@ Deno.test("a chat conversation becomes Responses input items in order", () => {
   ]);
 });
 
+Deno.test("a PDF becomes an input_file with its data URL, named document.pdf where the client gave no name", () => {
+  const pdf = `data:application/pdf;base64,${btoa("%PDF-1.4\n%%EOF\n")}`;
+  const body = responsesRequestBody(upstreamRequest(GPT, {
+    messages: [{
+      role: "user",
+      content: [
+        { type: "file", file: { file_data: pdf, filename: "q3.pdf" } },
+        { type: "file", file: { file_data: pdf } },
+      ],
+    }],
+  }));
+  assert.deepEqual(body.input, [{
+    role: "user",
+    content: [
+      { type: "input_file", file_data: pdf, filename: "q3.pdf" },
+      { type: "input_file", file_data: pdf, filename: "document.pdf" },
+    ],
+  }]);
+});
+
 Deno.test("a tool message's text and images become its function_call_output's parts", () => {
   const body = responsesRequestBody(upstreamRequest(GPT, {
     messages: [

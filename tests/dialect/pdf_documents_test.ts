@@ -1,0 +1,311 @@
+/**
+ * PDFs in a chat request (a `file` part), as the openai SDK, the AI SDK and LangChain send them:
+ * nothing bounds what a PDF bills but its provider's own count, so a Claude model takes one after
+ * Anthropic's count_tokens has counted the request, and holds that count; a model whose provider
+ * cannot count one refuses it before anything is held.
+ */
+import assert from "node:assert/strict";
+import { createOpenAI } from "@ai-sdk/openai";
+import { generateText } from "ai";
+import { ChatOpenAI } from "@langchain/openai";
+import { HumanMessage } from "@langchain/core/messages";
+import { APIError } from "openai";
+import { pdfBase64 } from "../fakes/common.ts";
+import { PDF_PAGE_TOKENS } from "../fakes/openai_responses.ts";
+import {
+  CLAUDE_MODEL,
+  type Dialect,
+  OPENAI_MODEL,
+  openAiClient,
+  RESPONSES_MODEL,
+} from "./harness.ts";
+import { withDialect } from "./harness.ts";
+import { startService } from "../helpers.ts";
+
+const PAGES = 3;
+const PDF = pdfBase64(PAGES);
+const PDF_URL = `data:application/pdf;base64,${PDF}`;
+
+/** The two kinds whose provider counts a PDF: what each fake bills a page. */
+const ROUTES = [
+  { name: "Claude model", model: CLAUDE_MODEL, kind: "anthropic", pageTokens: 2_000 },
+  {
+    name: "Responses-kind model",
+    model: RESPONSES_MODEL,
+    kind: "openai_responses",
+    pageTokens: PDF_PAGE_TOKENS,
+  },
+] as const;
+type Route = (typeof ROUTES)[number];
+
+function scriptAnswer(d: Dialect, route: Route) {
+  if (route.kind === "anthropic") d.claude.script({ text: "Revenue grew." });
+  else d.openai.script({ content: "Revenue grew." });
+}
+
+const fileMessage = (data = PDF) => ({
+  role: "user" as const,
+  content: [
+    { type: "text" as const, text: "Summarise the report." },
+    {
+      type: "file" as const,
+      file: { file_data: `data:application/pdf;base64,${data}`, filename: "report.pdf" },
+    },
+  ],
+});
+
+/** What the provider was sent for the PDF, in its own wire format, and what it counted first. */
+function sentDocument(d: Dialect, route: Route): { sent: unknown; counted: unknown } {
+  if (route.kind === "anthropic") {
+    const find = (messages: { content: { type: string }[] }[]) =>
+      messages.at(-1)!.content.find((b) => b.type === "document");
+    const counted = d.claude.counts()[0];
+    return {
+      sent: find(d.claude.messages().at(-1)!.body.messages),
+      counted: counted && find(counted.body.messages),
+    };
+  }
+  const find = (input: { content: { type: string }[] }[]) =>
+    input.at(-1)!.content.find((p) => p.type === "input_file");
+  const counted = d.openai.tokenCounts[0];
+  return {
+    sent: find(d.openai.responses.at(-1)!.body.input),
+    counted: counted && find(counted.body.input),
+  };
+}
+
+/** The PDF reached the provider in its wire format, counted first with the same body. */
+function assertDocumentSent(d: Dialect, route: Route, filename = "report.pdf") {
+  const expected = route.kind === "anthropic"
+    ? {
+      type: "document",
+      source: { type: "base64", media_type: "application/pdf", data: PDF },
+      title: filename,
+    }
+    : { type: "input_file", file_data: PDF_URL, filename };
+  const { sent, counted } = sentDocument(d, route);
+  assert.ok(counted, "the provider counted the request before the call");
+  assert.deepEqual(sent, expected);
+  assert.deepEqual(counted, expected);
+}
+
+/** Charged exactly the provider's count of the PDF and the answer, within the hold. */
+async function assertBilledWithinHold(d: Dialect, route: Route) {
+  const [record] = await d.newUsage();
+  const counted = route.kind === "anthropic"
+    ? d.claude.counts()[0].inputTokens
+    : d.openai.tokenCounts[0].inputTokens;
+  assert.ok(
+    record.promptTokens > PAGES * route.pageTokens,
+    `the PDF was billed: ${record.promptTokens}`,
+  );
+  assert.equal(record.promptTokens, counted, "billed what was counted");
+  assert.equal(record.uncharged, 0);
+  assert.ok(record.cost <= record.reserved, `charged ${record.cost} within ${record.reserved}`);
+  assert.equal((await d.s.wallet(d.appId)).reserved, 0, "nothing left held");
+}
+
+for (const route of ROUTES) {
+  Deno.test(`openai SDK, ${route.name}: a PDF file part is counted, sent and billed within its hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const answer = await openAiClient(d).chat.completions.create({
+        model: route.model,
+        messages: [fileMessage()],
+        max_tokens: 32,
+      });
+      assert.equal(answer.choices[0].message.content, "Revenue grew.");
+      assertDocumentSent(d, route);
+      await assertBilledWithinHold(d, route);
+    }));
+
+  Deno.test(`openai SDK, ${route.name}, streamed: a PDF file part is counted, sent and billed within its hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const stream = await openAiClient(d).chat.completions.create({
+        model: route.model,
+        messages: [fileMessage()],
+        max_tokens: 32,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      let text = "";
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+      assert.equal(text, "Revenue grew.");
+      assertDocumentSent(d, route);
+      await assertBilledWithinHold(d, route);
+    }));
+
+  Deno.test(`openai SDK responses.create, ${route.name}: an input_file PDF is counted, sent and billed within its hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const answer = await openAiClient(d).responses.create({
+        model: route.model,
+        input: [{
+          role: "user",
+          content: [
+            { type: "input_text", text: "Summarise the report." },
+            { type: "input_file", file_data: PDF_URL, filename: "report.pdf" },
+          ],
+        }],
+        max_output_tokens: 32,
+      });
+      assert.equal(answer.output_text, "Revenue grew.");
+      assertDocumentSent(d, route);
+      await assertBilledWithinHold(d, route);
+    }));
+
+  for (
+    const [sdk, endpoint] of [
+      ["AI SDK chat model", "chat"],
+      ["AI SDK default provider (the Responses API)", "responses"],
+    ] as const
+  ) {
+    Deno.test(`${sdk}, ${route.name}: a PDF file part is counted, sent and billed within its hold`, () =>
+      withDialect(async (d) => {
+        scriptAnswer(d, route);
+        const openai = createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey });
+        const result = await generateText({
+          model: endpoint === "chat" ? openai.chat(route.model) : openai(route.model),
+          messages: [{
+            role: "user",
+            content: [
+              { type: "text", text: "Summarise the report." },
+              { type: "file", data: PDF, mediaType: "application/pdf", filename: "report.pdf" },
+            ],
+          }],
+          maxOutputTokens: 32,
+        });
+        assert.equal(result.text, "Revenue grew.");
+        assertDocumentSent(d, route);
+        await assertBilledWithinHold(d, route);
+      }));
+  }
+
+  Deno.test(`LangChain ChatOpenAI, ${route.name}: a standard file block with a PDF is counted, sent and billed within its hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const llm = new ChatOpenAI({
+        model: route.model,
+        apiKey: d.apiKey,
+        configuration: { baseURL: d.baseURL },
+        maxRetries: 0,
+        maxTokens: 32,
+      });
+      const answer = await llm.invoke([
+        new HumanMessage({
+          content: [
+            { type: "text", text: "Summarise the report." },
+            {
+              type: "file",
+              source_type: "base64",
+              mime_type: "application/pdf",
+              data: PDF,
+              metadata: { filename: "report.pdf" },
+            },
+          ],
+        }),
+      ]);
+      assert.equal(answer.content, "Revenue grew.");
+      assertDocumentSent(d, route);
+      await assertBilledWithinHold(d, route);
+    }));
+
+  Deno.test(`${route.name}: a PDF the provider cannot open gets its 400 from the count, before anything is held`, () =>
+    withDialect(async (d) => {
+      const before = await d.s.wallet(d.appId);
+      const broken = btoa("%PDF-1.4\n1 0 obj\n<< /Type /Page"); // cut short: no %%EOF
+      const error = await openAiClient(d).chat.completions.create({
+        model: route.model,
+        messages: [fileMessage(broken)],
+        max_tokens: 32,
+      }).catch((e) => e);
+      assert.ok(error instanceof APIError, String(error));
+      assert.equal(error.status, 400);
+      const fake = route.kind === "anthropic" ? d.claude : d.openai;
+      assert.deepEqual(
+        fake.received.map((r) => `${r.path} ${r.status}`),
+        [`${
+          route.kind === "anthropic" ? "/v1/messages/count_tokens" : "/v1/responses/input_tokens"
+        } 400`],
+        "the count refused it, and no call was made",
+      );
+      assert.match(
+        error.message,
+        route.kind === "anthropic"
+          ? /The PDF specified was not valid/
+          : /could not be parsed as a PDF/,
+      );
+      assert.equal((await d.newUsage()).length, 0);
+      assert.deepEqual(await d.s.wallet(d.appId), before, "nothing held or charged");
+    }));
+}
+
+Deno.test("a PDF to a model served through OpenAI's chat API, which cannot count it, is refused before anything is held", () =>
+  withDialect(async (d) => {
+    const before = await d.s.wallet(d.appId);
+    const error = await openAiClient(d).chat.completions.create({
+      model: OPENAI_MODEL,
+      messages: [fileMessage()],
+      max_tokens: 32,
+    }).catch((e) => e);
+    assert.ok(error instanceof APIError, String(error));
+    assert.equal(error.status, 400);
+    assert.equal(error.code, "unsupported_parameter");
+    assert.equal(error.param, "messages[0].content[1].type");
+    assert.equal(d.openai.received.length, 0, "no call was made");
+    assert.deepEqual(await d.s.wallet(d.appId), before, "nothing held or charged");
+  }));
+
+Deno.test("a PDF given without a file name reaches OpenAI's Responses API as document.pdf", () =>
+  withDialect(async (d) => {
+    d.openai.script({ content: "Revenue grew." });
+    await openAiClient(d).chat.completions.create({
+      model: RESPONSES_MODEL,
+      messages: [{
+        role: "user",
+        content: [{ type: "file", file: { file_data: PDF_URL } }],
+      }],
+      max_tokens: 32,
+    });
+    assertDocumentSent(d, ROUTES[1], "document.pdf");
+    await assertBilledWithinHold(d, ROUTES[1]);
+  }));
+
+Deno.test("a PDF to a model that falls back to another model is refused before anything is held", async () => {
+  const s = await startService({
+    catalogFile: {
+      providers: {
+        ant: { kind: "anthropic", base_url: "http://127.0.0.1:9", api_key_env: "K" },
+        backup: { kind: "anthropic", base_url: "http://127.0.0.1:9", api_key_env: "K" },
+      },
+      models: [{
+        id: "ant/claude",
+        provider: "ant",
+        upstream_model: "claude-sonnet-4-5",
+        input_usd_per_mtok: "3.00",
+        output_usd_per_mtok: "15.00",
+        context_tokens: 200_000,
+        max_output_tokens: 8192,
+        fallbacks: [{ provider: "backup", upstream_model: "claude-haiku-4-5" }],
+      }],
+    },
+    env: { K: "sk-ant-unused-0123456789" },
+  });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const before = await s.wallet(appId);
+    const res = await s.chat(apiKey, {
+      model: "ant/claude",
+      messages: [fileMessage()],
+      max_tokens: 32,
+    });
+    assert.equal(res.status, 400);
+    const { error } = await res.json();
+    assert.equal(error.code, "unsupported_parameter");
+    assert.match(error.message, /falls back to another model/);
+    assert.deepEqual(await s.wallet(appId), before, "nothing held or charged");
+  } finally {
+    await s.close();
+  }
+});
