@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { ChatOpenAI, type ChatOpenAIFields } from "@langchain/openai";
 import { type AnthropicUpstream, startAnthropicUpstream } from "../fakes/anthropic_upstream.ts";
 import { type OpenAiUpstream, startOpenAiUpstream } from "../fakes/openai_upstream.ts";
 import {
@@ -123,6 +124,21 @@ export interface Dialect {
 /** The openai client against Tollbooth, without retries: each test sees every answer as it came. */
 export function openAiClient(d: Dialect) {
   return new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
+}
+
+/** LangChain's OpenAI chat model against Tollbooth, without retries, as the openAiClient is. */
+export function langChainModel(
+  d: Dialect,
+  model: string,
+  options: Omit<ChatOpenAIFields, "model" | "apiKey" | "configuration" | "maxRetries"> = {},
+) {
+  return new ChatOpenAI({
+    model,
+    apiKey: d.apiKey,
+    configuration: { baseURL: d.baseURL },
+    maxRetries: 0,
+    ...options,
+  });
 }
 
 /** One function tool, as chat requests offer it. */

@@ -1,31 +1,16 @@
 /** LangChain.js's ChatOpenAI with a base URL, against both provider kinds: tools and structured output. */
 import assert from "node:assert/strict";
-import { ChatOpenAI } from "@langchain/openai";
 import { type AIMessageChunk, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import {
   ADAPTIVE_CLAUDE,
   assertCharged,
   CLAUDE_MODEL,
-  type Dialect,
+  langChainModel,
   OPENAI_MODEL,
   THINKING_CLAUDE,
   withDialect,
 } from "./harness.ts";
-
-function chat(
-  d: Dialect,
-  model: string,
-  options: { useResponsesApi?: boolean; modelKwargs?: Record<string, unknown> } = {},
-) {
-  return new ChatOpenAI({
-    model,
-    apiKey: d.apiKey,
-    configuration: { baseURL: d.baseURL },
-    maxRetries: 0,
-    ...options,
-  });
-}
 
 const WEATHER = {
   type: "function" as const,
@@ -65,7 +50,7 @@ for (const { kind, model } of KINDS) {
           { text: "Cold in Oslo.", inputTokens: 420, outputTokens: 6 },
         );
       }
-      const llm = chat(d, model).bindTools([WEATHER]);
+      const llm = langChainModel(d, model).bindTools([WEATHER]);
       const question = new HumanMessage("Weather in Oslo?");
       const call = await llm.invoke([question]);
       assert.equal(call.tool_calls?.[0].name, "get_weather");
@@ -111,7 +96,7 @@ for (const { kind, model } of KINDS) {
           outputTokens: 20,
         });
       }
-      const structured = chat(d, model).withStructuredOutput(Person, {
+      const structured = langChainModel(d, model).withStructuredOutput(Person, {
         name: "person",
         method: "jsonSchema",
       });
@@ -149,7 +134,9 @@ for (const { kind, model } of KINDS) {
       }
       let whole: AIMessageChunk | undefined;
       let chunks = 0;
-      for await (const chunk of await chat(d, model).stream("Which city in Norway is rainiest?")) {
+      for await (
+        const chunk of await langChainModel(d, model).stream("Which city in Norway is rainiest?")
+      ) {
         whole = whole ? whole.concat(chunk) : chunk;
         chunks++;
       }
@@ -192,7 +179,7 @@ for (const { kind, model } of KINDS) {
           { text: "Bring a warm coat.", inputTokens: steps[2].prompt, outputTokens: 6 },
         );
       }
-      const llm = chat(d, model, { useResponsesApi: true });
+      const llm = langChainModel(d, model, { useResponsesApi: true });
       const withTools = llm.bindTools([WEATHER]);
       const question = new HumanMessage("Weather in Oslo?");
       const call = await withTools.invoke([question]);
@@ -229,7 +216,7 @@ Deno.test("LangChain: reasoning for a model whose id LangChain does not read as 
       const modelKwargs = useResponsesApi
         ? { reasoning: { effort: "high" } }
         : { reasoning_effort: "high" };
-      await chat(d, ADAPTIVE_CLAUDE, { useResponsesApi, modelKwargs }).invoke("6 × 7?");
+      await langChainModel(d, ADAPTIVE_CLAUDE, { useResponsesApi, modelKwargs }).invoke("6 × 7?");
       const sent = d.claude.messages().at(-1)!.body;
       assert.deepEqual(
         sent.thinking,
@@ -254,7 +241,7 @@ Deno.test("LangChain, a Claude that thinks unasked: a tool loop runs; LangChain 
       },
       { text: "Cold in Oslo.", inputTokens: 460, outputTokens: 8 },
     );
-    const llm = chat(d, THINKING_CLAUDE).bindTools([WEATHER]);
+    const llm = langChainModel(d, THINKING_CLAUDE).bindTools([WEATHER]);
     const question = new HumanMessage("Weather in Oslo?");
     const call = await llm.invoke([question]);
     const answer = await llm.invoke([

@@ -11,13 +11,13 @@ import type { ResponseInputItem } from "openai/resources/responses/responses";
 import { generateText, stepCountIs, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
-import { ChatOpenAI } from "@langchain/openai";
 import { HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import {
   assertCharged,
   type Dialect,
   expectedCharge,
+  langChainModel,
   openAiClient,
   RESPONSES_MODEL,
   RESPONSES_REASONING_MODEL,
@@ -457,12 +457,7 @@ Deno.test("LangChain, Responses kind: bindTools calls a tool, and the ToolMessag
       },
       { content: "Cold in Oslo.", promptTokens: 95, completionTokens: 5 },
     );
-    const llm = new ChatOpenAI({
-      model: RESPONSES_MODEL,
-      apiKey: d.apiKey,
-      configuration: { baseURL: d.baseURL },
-      maxRetries: 0,
-    }).bindTools([WEATHER_TOOLS[0]]);
+    const llm = langChainModel(d, RESPONSES_MODEL).bindTools([WEATHER_TOOLS[0]]);
     const question = new HumanMessage("Weather in Oslo?");
     const call = await llm.invoke([question]);
     assert.deepEqual(call.tool_calls?.[0].args, { city: "Oslo" });

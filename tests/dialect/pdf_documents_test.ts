@@ -7,7 +7,6 @@
 import assert from "node:assert/strict";
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateText } from "ai";
-import { ChatOpenAI } from "@langchain/openai";
 import { HumanMessage } from "@langchain/core/messages";
 import { APIError } from "openai";
 import { pdfBase64 } from "../fakes/common.ts";
@@ -15,6 +14,7 @@ import { PDF_PAGE_TOKENS } from "../fakes/openai_responses.ts";
 import {
   CLAUDE_MODEL,
   type Dialect,
+  langChainModel,
   OPENAI_MODEL,
   openAiClient,
   RESPONSES_MODEL,
@@ -185,13 +185,7 @@ for (const route of ROUTES) {
   Deno.test(`LangChain ChatOpenAI, ${route.name}: a standard file block with a PDF is counted, sent and billed within its hold`, () =>
     withDialect(async (d) => {
       scriptAnswer(d, route);
-      const llm = new ChatOpenAI({
-        model: route.model,
-        apiKey: d.apiKey,
-        configuration: { baseURL: d.baseURL },
-        maxRetries: 0,
-        maxTokens: 32,
-      });
+      const llm = langChainModel(d, route.model, { maxTokens: 32 });
       const answer = await llm.invoke([
         new HumanMessage({
           content: [

@@ -8,7 +8,6 @@ import type OpenAI from "openai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { generateText, stepCountIs, tool } from "ai";
-import { ChatOpenAI } from "@langchain/openai";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import { pngBase64 } from "../fakes/common.ts";
@@ -17,6 +16,7 @@ import {
   type Dialect,
   type DialectModel,
   expectedCharge,
+  langChainModel,
   OPENAI_MODEL,
   openAiClient,
   RESPONSES_MODEL,
@@ -250,13 +250,10 @@ for (const route of ROUTES.filter((r) => r.kind !== "openai_responses")) {
   Deno.test(`LangChain ChatOpenAI, ${route.kind} kind: a ToolMessage with an image block is sent and billed within its hold`, () =>
     withDialect(async (d) => {
       scriptAnswer(d, route);
-      const llm = new ChatOpenAI({
-        model: route.model,
-        apiKey: d.apiKey,
-        configuration: { baseURL: d.baseURL },
-        maxRetries: 0,
-        maxTokens: 16,
-      }).bindTools([{ type: "function", function: { name: "screenshot", parameters: {} } }]);
+      const llm = langChainModel(d, route.model, { maxTokens: 16 }).bindTools([{
+        type: "function",
+        function: { name: "screenshot", parameters: {} },
+      }]);
       const answer = await llm.invoke([
         new HumanMessage("What is on the screen?"),
         new AIMessage({
