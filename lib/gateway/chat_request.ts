@@ -103,9 +103,9 @@ const AssistantPart = z.discriminatedUnion("type", [TextPart, RefusalPart], {
 const TextOnlyPart = z.discriminatedUnion("type", [TextPart], {
   error: "must be a part of type text",
 });
-/** A tool's output may show what it saw (a screenshot, a chart): text and images. */
-const ToolPart = z.discriminatedUnion("type", [TextPart, ImagePart], {
-  error: "must be a part of type text or image_url",
+/** A tool's output may show what it saw (a screenshot, a chart, a PDF it fetched). */
+const ToolPart = z.discriminatedUnion("type", [TextPart, ImagePart, FilePart], {
+  error: "must be a part of type text, image_url or file",
 });
 
 const Name = z.string({ error: "must be a string" }).min(1, "must not be empty").max(256);
@@ -192,7 +192,7 @@ function withoutEchoedFields(m: ChatMessage): ChatMessage {
 }
 const ToolMessage = z.strictObject({
   role: z.literal("tool"),
-  content: z.union([z.string(), partsOf(ToolPart, "text or image_url parts")], {
+  content: z.union([z.string(), partsOf(ToolPart, "text, image_url or file parts")], {
     error: "must be a string or an array of text or image_url parts",
   }),
   tool_call_id: z.string({ error: "must be the id of the tool call it answers" }).min(
@@ -211,6 +211,7 @@ export type ChatMessage = z.infer<typeof Message>;
 export type UserContentPart = z.infer<typeof UserPart>;
 export type ImageContentPart = z.infer<typeof ImagePart>;
 export type FileContentPart = z.infer<typeof FilePart>;
+export type ToolContentPart = z.infer<typeof ToolPart>;
 export type TextContentPart = z.infer<typeof TextPart>;
 export type ToolCallMessagePart = z.infer<typeof ToolCall>;
 
@@ -840,7 +841,9 @@ function checkConversation(data: Body) {
     } else {
       open = null;
     }
-    if (m.role === "user" && Array.isArray(m.content)) checkFiles(m.content, i);
+    if ((m.role === "user" || m.role === "tool") && Array.isArray(m.content)) {
+      checkFiles(m.content, i);
+    }
     if ((m.role === "user" || m.role === "tool") && Array.isArray(m.content)) {
       m.content.forEach((part, j) => {
         if (part.type !== "image_url" || !part.image_url.url.startsWith("data:")) return;
@@ -869,7 +872,7 @@ export function pdfBase64(part: FileContentPart): string {
  * A file part is a PDF given by its bytes: Tollbooth has no files endpoint for an id to name, and
  * other types' tokens are not counted by any provider it serves.
  */
-function checkFiles(content: readonly UserContentPart[], i: number) {
+function checkFiles(content: readonly (UserContentPart | ToolContentPart)[], i: number) {
   content.forEach((part, j) => {
     if (part.type !== "file") return;
     const path = `messages[${i}].content[${j}].file`;
@@ -944,12 +947,17 @@ const KIND_API: Record<ProviderKind, string> = {
   simulator: "the built-in simulator",
 };
 
+/** A user's or a tool's file parts (PDFs); no other role holds any. */
+export function filePartsOf(m: ChatMessage): FileContentPart[] {
+  if ((m.role !== "user" && m.role !== "tool") || typeof m.content === "string") return [];
+  return (m.content as (UserContentPart | ToolContentPart)[]).filter((part) =>
+    part.type === "file"
+  );
+}
+
 /** Whether a request holds a file part (a PDF): only its provider's count bounds its input. */
 export function hasDocuments(request: ChatRequest): boolean {
-  return request.messages.some((m) =>
-    m.role === "user" && typeof m.content !== "string" &&
-    m.content.some((part) => part.type === "file")
-  );
+  return request.messages.some((m) => filePartsOf(m).length > 0);
 }
 
 /** How a refusal names the model the client asked for, as against one of its fallbacks. */
@@ -996,8 +1004,8 @@ export function assertSupported(
       );
     }
     request.messages.forEach((m, i) => {
-      if (m.role !== "user" || typeof m.content === "string") return;
-      m.content.forEach((part, j) => {
+      if ((m.role !== "user" && m.role !== "tool") || typeof m.content === "string") return;
+      (m.content as (UserContentPart | ToolContentPart)[]).forEach((part, j) => {
         if (part.type === "input_audio") {
           throw new ApiError(
             "unsupported_parameter",

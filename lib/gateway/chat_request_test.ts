@@ -826,7 +826,7 @@ Deno.test("a tool message takes text and image parts, its images checked as a us
     answered([{ type: "input_audio", input_audio: { data: "", format: "wav" } }]),
   );
   assert.equal(audio.param, "messages[2].content[0].type");
-  assert.match(audio.message, /must be a part of type text or image_url/);
+  assert.match(audio.message, /must be a part of type text, image_url or file/);
   const http = refusal(answered([{ type: "image_url", image_url: { url: "http://x/s.png" } }]));
   assert.equal(http.param, "messages[2].content[0].image_url.url");
   const unreadable = refusal(
@@ -889,5 +889,31 @@ Deno.test("a file part by id, without its bytes, or not a PDF is refused with it
     withFile({ file_data: PDF, pages: 3 }),
     "invalid_parameter",
     "messages[0].content[1].file.pages",
+  );
+});
+
+Deno.test("a tool message's PDF is checked and served as a user's is", () => {
+  const answered = (file: Record<string, unknown>) => ({
+    model: "m/x",
+    messages: [
+      { role: "user", content: "Read the attachment." },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "c1", type: "function", function: { name: "fetch", arguments: "{}" } }],
+      },
+      { role: "tool", tool_call_id: "c1", content: [{ type: "file", file }] },
+    ],
+  });
+  const request = parseChatRequest(answered({ file_data: PDF }));
+  assert.doesNotThrow(() => assertSupported(request, [route("anthropic")], 1024));
+  assert.throws(
+    () => assertSupported(request, [route("openai", "gpt-4.1-mini")], 1024),
+    (e) => e instanceof ApiError && e.param === "messages[2].content[0].type",
+  );
+  refused(
+    answered({ file_id: "file-abc" }),
+    "unsupported_parameter",
+    "messages[2].content[0].file.file_id",
   );
 });

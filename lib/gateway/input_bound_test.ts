@@ -455,3 +455,25 @@ Deno.test("a request with a PDF has no bound short of its provider's count, on e
     assert.equal(inputBound({ kind }, withPdf, gpt, "o200k"), Infinity, kind);
   }
 });
+
+Deno.test("a tool's PDF leaves the request without a bound short of its provider's count", () => {
+  const withPdf = request({
+    messages: [
+      { role: "user", content: "Read it." },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "c1", type: "function", function: { name: "fetch", arguments: "{}" } }],
+      },
+      {
+        role: "tool",
+        tool_call_id: "c1",
+        content: [{
+          type: "file",
+          file: { file_data: `data:application/pdf;base64,${btoa("%PDF-1.4\n%%EOF")}` },
+        }],
+      },
+    ],
+  });
+  assert.equal(inputBound({ kind: "anthropic" }, withPdf, gpt, "o200k"), Infinity);
+});

@@ -23,9 +23,9 @@ export function DialectSection() {
         with a PDF, below); assistant <code>tool_calls</code> with <code>content</code>{" "}
         null or empty, answered by <code>tool</code> messages with their <code>tool_call_id</code>
         {" "}
-        right after (a tool's output may hold images too, such as a screenshot; where the provider
-        takes images in user messages only, as OpenAI's chat API does, they follow the tool messages
-        in a user message); tools, structured output and reasoning. Validation is strict: a
+        right after (a tool's output may hold images too, such as a screenshot, and PDFs; where the
+        provider takes images in user messages only, as OpenAI's chat API does, they follow the tool
+        messages in a user message); tools, structured output and reasoning. Validation is strict: a
         malformed field gets <code>400 invalid_parameter</code> with its exact path in{" "}
         <code>param</code>, and a field not listed below is refused rather than passed on.
         Response-only fields that clients push back with an assistant message (
@@ -82,14 +82,15 @@ export function DialectSection() {
       </p>
       <h3 id="dialect-pdf">PDFs</h3>
       <p>
-        A PDF goes in a user message as a <code>file</code> part whose <code>file.file_data</code>
-        {" "}
-        is the file as a data URL (
+        A PDF goes in a user's or a tool's message as a <code>file</code> part whose{" "}
+        <code>file.file_data</code> is the file as a data URL (
         <code>data:application/pdf;base64,…</code>), as the openai SDK, the AI SDK and LangChain
         send it (on <code>/v1/responses</code>, an <code>input_file</code> with{" "}
-        <code>file_data</code>). A provider bills each page as its text and as an image of it, and
-        nothing in the file bounds that text, so a PDF is served only where the provider counts the
-        request before the call: models served through Anthropic's Messages API (as a{" "}
+        <code>file_data</code>, in a message or a{" "}
+        <code>function_call_output</code>). A provider bills each page as its text and as an image
+        of it, and nothing in the file bounds that text, so a PDF is served only where the provider
+        counts the request before the call: models served through Anthropic's Messages API (as a
+        {" "}
         <code>document</code> block, counted by{" "}
         <code>count_tokens</code>) and through OpenAI's Responses API (as an{" "}
         <code>input_file</code>, counted by its input token count). The reservation holds that count

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateText } from "ai";
 import { HumanMessage } from "@langchain/core/messages";
-import { APIError } from "openai";
+import OpenAI, { APIError } from "openai";
 import { pdfBase64 } from "../fakes/common.ts";
 import { PDF_PAGE_TOKENS } from "../fakes/openai_responses.ts";
 import {
@@ -232,6 +232,111 @@ for (const route of ROUTES) {
       );
       assert.equal((await d.newUsage()).length, 0);
       assert.deepEqual(await d.s.wallet(d.appId), before, "nothing held or charged");
+    }));
+}
+
+/** The tool output the provider was sent, and counted first, in its own wire format. */
+function sentToolOutput(d: Dialect, route: Route): { sent: unknown; counted: unknown } {
+  if (route.kind === "anthropic") {
+    const last = (messages: { content: unknown[] }[]) => messages.at(-1)!.content;
+    return {
+      sent: last(d.claude.messages().at(-1)!.body.messages),
+      counted: last(d.claude.counts()[0].body.messages),
+    };
+  }
+  return {
+    sent: d.openai.responses.at(-1)!.body.input.at(-1),
+    counted: d.openai.tokenCounts[0].body.input.at(-1),
+  };
+}
+
+function expectedToolOutput(route: Route): unknown {
+  if (route.kind === "anthropic") {
+    return [{
+      type: "tool_result",
+      tool_use_id: "call_1",
+      content: [
+        { type: "text", text: "The attachment:" },
+        {
+          type: "document",
+          source: { type: "base64", media_type: "application/pdf", data: PDF },
+          title: "report.pdf",
+        },
+      ],
+    }];
+  }
+  return {
+    type: "function_call_output",
+    call_id: "call_1",
+    output: [
+      { type: "input_text", text: "The attachment:" },
+      { type: "input_file", file_data: PDF_URL, filename: "report.pdf" },
+    ],
+  };
+}
+
+for (const route of ROUTES) {
+  Deno.test(`openai SDK, ${route.name}: a tool message's PDF is counted, sent in the tool's result and billed within its hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const answer = await openAiClient(d).chat.completions.create({
+        model: route.model,
+        messages: [
+          { role: "user", content: "What does the attachment say?" },
+          {
+            role: "assistant",
+            content: null,
+            tool_calls: [{
+              id: "call_1",
+              type: "function",
+              function: { name: "fetch_attachment", arguments: "{}" },
+            }],
+          },
+          {
+            role: "tool",
+            tool_call_id: "call_1",
+            // The openai SDK types a tool message's parts as text; the gateway takes files too.
+            content: [
+              { type: "text", text: "The attachment:" },
+              { type: "file", file: { file_data: PDF_URL, filename: "report.pdf" } },
+            ] as unknown as OpenAI.ChatCompletionContentPartText[],
+          },
+        ],
+        tools: [{ type: "function", function: { name: "fetch_attachment" } }],
+        max_tokens: 32,
+      });
+      assert.equal(answer.choices[0].message.content, "Revenue grew.");
+      const { sent, counted } = sentToolOutput(d, route);
+      assert.deepEqual(sent, expectedToolOutput(route));
+      assert.deepEqual(counted, expectedToolOutput(route));
+      await assertBilledWithinHold(d, route);
+    }));
+
+  Deno.test(`openai SDK responses.create, ${route.name}: a function_call_output's input_file is counted, sent and billed within its hold`, () =>
+    withDialect(async (d) => {
+      scriptAnswer(d, route);
+      const answer = await openAiClient(d).responses.create({
+        model: route.model,
+        input: [
+          { role: "user", content: "What does the attachment say?" },
+          { type: "function_call", call_id: "call_1", name: "fetch_attachment", arguments: "{}" },
+          {
+            type: "function_call_output",
+            call_id: "call_1",
+            output: [
+              { type: "input_text", text: "The attachment:" },
+              { type: "input_file", file_data: PDF_URL, filename: "report.pdf" },
+            ],
+          },
+        ],
+        tools: [{ type: "function", name: "fetch_attachment", parameters: null, strict: false }],
+        max_output_tokens: 32,
+      });
+      assert.equal(answer.output_text, "Revenue grew.");
+      const { sent, counted } = sentToolOutput(d, route);
+      assert.deepEqual(sent, expectedToolOutput(route));
+      assert.deepEqual(counted, expectedToolOutput(route));
+      await assertBilledWithinHold(d, route);
     }));
 }
 

@@ -60,9 +60,9 @@ const ContentPart = z.discriminatedUnion("type", [
   Refusal,
 ], { error: "must be a part of type input_text, input_image, output_text or refusal" });
 
-/** A tool's output may show what it saw (a screenshot, a chart): text and images. */
+/** A tool's output may show what it saw (a screenshot, a chart, a PDF it fetched). */
 const ToolOutputPart = z.discriminatedUnion("type", [InputText, InputImage, InputFile], {
-  error: "must be a part of type input_text or input_image",
+  error: "must be a part of type input_text, input_image or input_file",
 });
 
 const MessageItem = z.strictObject({
@@ -97,7 +97,7 @@ const FunctionCallOutputItem = z.strictObject({
   type: z.literal("function_call_output"),
   call_id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
   output: z.union([z.string(), z.array(ToolOutputPart).min(1, "must not be an empty array")], {
-    error: "must be a string or an array of input_text or input_image parts",
+    error: "must be a string or an array of input_text, input_image or input_file parts",
   }),
   id: z.string().nullish(),
   status: z.string().nullish(),
@@ -625,7 +625,6 @@ function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string,
         break;
       case "input_file":
         if (item.role !== "user") throw invalid(`${path}.type`, "only user messages hold files");
-        return fileFieldsOf(p, path);
     }
     return inputPartOf(p, path);
   });
@@ -651,11 +650,7 @@ function inputPartOf(p: z.infer<typeof ToolOutputPart>, path: string): Record<st
         ...breakpointOf(p),
       };
     case "input_file":
-      throw new ApiError(
-        "unsupported_parameter",
-        "Unsupported content part 'input_file' in a tool's output: a PDF is taken in a user message.",
-        { param: `${path}.type` },
-      );
+      return fileFieldsOf(p, path);
   }
 }
 

@@ -147,7 +147,7 @@ Deno.test("a function_call_output's file, or image by file_id, is refused naming
   });
   assert.deepEqual(refusal(withOutput({ type: "input_file", file_id: "file_1" })), {
     code: "unsupported_parameter",
-    param: "input[2].output[0].type",
+    param: "input[2].output[0].file_id",
   });
   assert.deepEqual(refusal(withOutput({ type: "input_image", file_id: "file_1" })), {
     code: "unsupported_parameter",
@@ -684,4 +684,24 @@ Deno.test("a user's input_file becomes the chat dialect's file part, its faults 
     },
     (e) => e instanceof ApiError && e.param === "input[1].content[1].file_data",
   );
+});
+
+Deno.test("a function_call_output's input_file becomes a file part of its tool message", () => {
+  const pdf = "data:application/pdf;base64,JVBERi0xLjQKJSVFT0YK";
+  const chat = chatOf({
+    input: [
+      { role: "user", content: "Read the attachment." },
+      { type: "function_call", call_id: "call_1", name: "fetch", arguments: "{}" },
+      {
+        type: "function_call_output",
+        call_id: "call_1",
+        output: [{ type: "input_file", file_data: pdf, filename: "a.pdf" }],
+      },
+    ],
+  });
+  assert.deepEqual((chat.messages as unknown[]).at(-1), {
+    role: "tool",
+    tool_call_id: "call_1",
+    content: [{ type: "file", file: { file_data: pdf, filename: "a.pdf" } }],
+  });
 });

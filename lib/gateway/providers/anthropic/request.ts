@@ -322,21 +322,22 @@ function isThinking(block: Block | undefined): boolean {
 }
 
 /**
- * A tool result's content: one string, as clients mostly send it; parts as blocks (text and
- * images, which a tool result takes), so that a `cache_control` on one (an agent loop's usual cache
- * breakpoint) is kept and the parts are not run together.
+ * A tool result's content: one string, as clients mostly send it; parts as blocks (text, images
+ * and documents, which a tool result takes), so that a `cache_control` on one (an agent loop's
+ * usual cache breakpoint) is kept and the parts are not run together.
  */
 function toolResultContent(m: Extract<ChatMessage, { role: "tool" }>): string | Block[] {
   if (typeof m.content === "string") return m.content;
   const blocks: Block[] = [];
   for (const part of m.content) {
     if (part.type === "image_url") blocks.push(imageBlock(part.image_url.url));
+    else if (part.type === "file") blocks.push(documentBlock(part));
     else {
       const block = textBlock(part);
       if (block) blocks.push(block);
     }
   }
-  if (blocks.length > 1 || blocks.some((b) => b.cache_control || b.type === "image")) return blocks;
+  if (blocks.length > 1 || blocks.some((b) => b.cache_control || b.type !== "text")) return blocks;
   return contentText(m.content);
 }
 

@@ -141,6 +141,40 @@ Deno.test("a PDF becomes a document block from its bytes, its file name as the b
   ]);
 });
 
+Deno.test("a tool's PDF becomes a document block inside its tool_result", () => {
+  const pdf = btoa("%PDF-1.4\n%%EOF\n");
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [
+        { role: "user", content: "Read the attachment." },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: "c1",
+            type: "function",
+            function: { name: "fetch", arguments: "{}" },
+          }],
+        },
+        {
+          role: "tool",
+          tool_call_id: "c1",
+          content: [{ type: "file", file: { file_data: `data:application/pdf;base64,${pdf}` } }],
+        },
+      ],
+    }),
+    false,
+  );
+  assert.deepEqual((body.messages as { content: unknown }[])[2].content, [{
+    type: "tool_result",
+    tool_use_id: "c1",
+    content: [{
+      type: "document",
+      source: { type: "base64", media_type: "application/pdf", data: pdf },
+    }],
+  }]);
+});
+
 Deno.test("json_schema becomes a forced tool whose input is the answer", () => {
   const schema = { type: "object", properties: { name: { type: "string" } }, required: ["name"] };
   const body = messagesRequest(
