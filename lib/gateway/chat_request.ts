@@ -955,6 +955,18 @@ export function filePartsOf(m: ChatMessage): FileContentPart[] {
   );
 }
 
+/** The path of a request's first file part (`messages[2].content[1]`); hasDocuments says there is one. */
+export function firstFilePath(request: ChatRequest): string {
+  for (const [i, m] of request.messages.entries()) {
+    if ((m.role !== "user" && m.role !== "tool") || typeof m.content === "string") continue;
+    const j = (m.content as (UserContentPart | ToolContentPart)[]).findIndex((part) =>
+      part.type === "file"
+    );
+    if (j !== -1) return `messages[${i}].content[${j}]`;
+  }
+  return "messages";
+}
+
 /** Whether a request holds a file part (a PDF): only its provider's count bounds its input. */
 export function hasDocuments(request: ChatRequest): boolean {
   return request.messages.some((m) => filePartsOf(m).length > 0);

@@ -9,7 +9,13 @@ import {
   reservationCost,
   type Route,
 } from "@/lib/catalog/mod.ts";
-import { assertSupported, type ChatRequest, DEFAULT_MAX_TOKENS } from "./chat_request.ts";
+import {
+  assertSupported,
+  type ChatRequest,
+  DEFAULT_MAX_TOKENS,
+  firstFilePath,
+  type ProviderKind,
+} from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
 import type { ReservationRecord, UsageOutcome } from "@/lib/db.ts";
 import { ApiError, formatUsd, type Micros, Sweep } from "@/lib/core/mod.ts";
@@ -119,6 +125,8 @@ interface FailingRequest {
   requestId: string;
   trace: RequestTrace;
   sent: () => string[];
+  /** The kind of the route that failed (set as each is called): what its error's fields name. */
+  kind?: ProviderKind;
 }
 
 const DEFAULT_CLIENT_STALL_MS = 120_000;
@@ -448,6 +456,7 @@ export class Gateway {
     ];
     for (const [i, route] of routes.entries()) {
       trace.provider = route.provider.name;
+      failing.kind = route.provider.kind;
       try {
         return { value: await call(route), route };
       } catch (error) {
@@ -612,10 +621,11 @@ export class Gateway {
         model.fallbacks[i - 1].upstreamModel === model.upstreamModel);
     const documents = !Number.isFinite(promptTokens);
     if (documents && !routes.every((_, i) => servesPrimary(i))) {
+      const path = firstFilePath(request);
       throw new ApiError(
         "unsupported_parameter",
-        `Unsupported content part 'file' on ${model.id}: it falls back to another model, whose provider would not have counted the PDF before the call.`,
-        { param: "messages" },
+        `Unsupported content part 'file' on ${model.id}: a PDF is counted by the provider of the model's first route, and its fallbacks are served by others, which would bill it uncounted.`,
+        { param: `${path}.type` },
       );
     }
     // The provider's own count (Anthropic's count_tokens, OpenAI's input token count), asked only
@@ -717,15 +727,27 @@ export class Gateway {
       // Nothing else bounds it: the client gets the count's failure as it would the call's
       // (its 400 for a PDF it cannot read, a 502 when it cannot be reached); nothing was held.
       if (required) {
-        throw this.#providerError(error, { requestId, trace, sent: textsOf(request) });
+        throw this.#providerError(error, {
+          requestId,
+          trace,
+          sent: textsOf(request),
+          kind: model.provider.kind,
+        });
       }
       return null;
     }
   }
 
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */
-  #providerError(error: unknown, { requestId, trace, sent }: FailingRequest): ApiError {
-    const mapped = apiErrorOfUpstream(error, sent);
+  #providerError(error: unknown, failing: FailingRequest): ApiError {
+    const { requestId, trace, sent } = failing;
+    // Only the OpenAI kind sends the client's body as it came (embeddings included); a field an
+    // upstream of another kind names is one of the body we made.
+    const mapped = apiErrorOfUpstream(
+      error,
+      sent,
+      failing.kind === undefined || failing.kind === "openai",
+    );
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;
     trace.upstreamError = upstreamError;

@@ -26,7 +26,7 @@ function overflowsContext(error: ProviderError, sent: () => string[]): boolean {
 
 const API_ERROR_OF: Record<
   ProviderFailure,
-  (error: ProviderError, sent: () => string[]) => ApiError
+  (error: ProviderError, sent: () => string[], namesClientFields: boolean) => ApiError
 > = {
   rate_limited: (e) =>
     new ApiError(
@@ -36,7 +36,7 @@ const API_ERROR_OF: Record<
       } s. Nothing was charged.`,
       { headers: { "retry-after": String(e.retryAfterSeconds ?? 1) } },
     ),
-  bad_request: (e, sent) =>
+  bad_request: (e, sent, namesClientFields) =>
     overflowsContext(e, sent)
       ? new ApiError(
         "context_length_exceeded",
@@ -46,8 +46,10 @@ const API_ERROR_OF: Record<
       : new ApiError(
         "upstream_rejected",
         `The upstream provider rejected the request: ${e.message}`,
-        // The field it names, when it names one (OpenAI-compatible servers do; Anthropic does not).
-        e.upstreamError?.param ? { param: e.upstreamError.param } : {},
+        // The field it names, when it names one (OpenAI-compatible servers do; Anthropic does not)
+        // and its body is the client's own: a path in a body we translated (a Responses
+        // `input[1].content[1].file_data`) names nothing the client sent. Its words still say it.
+        e.upstreamError?.param && namesClientFields ? { param: e.upstreamError.param } : {},
       ),
   // Our credentials are the operator's problem, not the client's: no detail leaves.
   upstream_auth: () =>
@@ -77,6 +79,8 @@ function unavailable(e: ProviderError): ApiError {
 export function apiErrorOfUpstream(
   error: unknown,
   sent: () => string[] = () => [],
+  /** Whether the upstream was sent the client's body as it came (the OpenAI kind's chat). */
+  namesClientFields = true,
 ): { error: ApiError; failure: ProviderFailure } {
   if (!(error instanceof ProviderError)) {
     return {
@@ -87,5 +91,5 @@ export function apiErrorOfUpstream(
       ),
     };
   }
-  return { failure: error.kind, error: API_ERROR_OF[error.kind](error, sent) };
+  return { failure: error.kind, error: API_ERROR_OF[error.kind](error, sent, namesClientFields) };
 }

@@ -230,6 +230,8 @@ for (const route of ROUTES) {
           ? /The PDF specified was not valid/
           : /could not be parsed as a PDF/,
       );
+      // Its param would name a field of the body we made, not of the client's.
+      assert.equal(error.param, undefined);
       assert.equal((await d.newUsage()).length, 0);
       assert.deepEqual(await d.s.wallet(d.appId), before, "nothing held or charged");
     }));
@@ -402,7 +404,8 @@ Deno.test("a PDF to a model that falls back to another model is refused before a
     assert.equal(res.status, 400);
     const { error } = await res.json();
     assert.equal(error.code, "unsupported_parameter");
-    assert.match(error.message, /falls back to another model/);
+    assert.match(error.message, /its fallbacks are served by others/);
+    assert.equal(error.param, "messages[0].content[1].type");
     assert.deepEqual(await s.wallet(appId), before, "nothing held or charged");
   } finally {
     await s.close();
