@@ -411,3 +411,24 @@ Deno.test("a PDF to a model that falls back to another model is refused before a
     await s.close();
   }
 });
+
+Deno.test("responses.create: an input_file to a model served through OpenAI's chat API is refused in the Responses API's names", () =>
+  withDialect(async (d) => {
+    const error = await openAiClient(d).responses.create({
+      model: OPENAI_MODEL,
+      input: [{
+        role: "user",
+        content: [
+          { type: "input_text", text: "Summarise the report." },
+          { type: "input_file", file_data: PDF_URL, filename: "report.pdf" },
+        ],
+      }],
+      max_output_tokens: 32,
+    }).catch((e) => e);
+    assert.ok(error instanceof APIError, String(error));
+    assert.equal(error.status, 400);
+    assert.equal(error.code, "unsupported_parameter");
+    assert.equal(error.param, "input[0].content[1].type");
+    assert.match(error.message, /content part 'input_file'/);
+    assert.equal(d.openai.received.length, 0, "no call was made");
+  }));

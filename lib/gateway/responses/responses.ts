@@ -433,6 +433,7 @@ const RENAMED_IN_TEXT: [RegExp, string][] = [
   [/\breasoning_effort\b/g, "reasoning.effort"],
   [/\b(tools\[\d+\])\.function\./g, "$1."],
   [/\btool_choice\.function\.name\b/g, "tool_choice.name"],
+  [/content part 'file'/g, "content part 'input_file'"],
 ];
 
 /** A chat path inside a message: `messages[3]`, then fields and indexes (not a sentence's dot). */
