@@ -54,7 +54,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "Request body too large",
     cause: "The request body is larger than the documented limit (4 MiB by default).",
-    fix: "Send a shorter conversation.",
+    fix: "Send a shorter conversation, or smaller images and PDFs (a PDF's base64 counts in full).",
   },
   request_timeout: {
     status: 408,

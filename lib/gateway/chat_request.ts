@@ -931,12 +931,13 @@ const RESPONSES_MIN_OUTPUT_TOKENS = 16;
 
 /**
  * The kinds whose provider counts a PDF before the call (Anthropic's count_tokens, OpenAI's input
- * token count of a Responses body): nothing else bounds what one bills, as each page is billed as
- * its text and as an image of it. OpenAI's chat API has no count.
+ * token count of a Responses body, the simulator's own bill): nothing else bounds what one bills,
+ * as each page is billed as its text and as an image of it. OpenAI's chat API has no count.
  */
 export const COUNTED_DOCUMENT_KINDS: ReadonlySet<ProviderKind> = new Set([
   "anthropic",
   "openai_responses",
+  "simulator",
 ]);
 
 /** Each kind's upstream API, as a refusal names it. */
@@ -1028,7 +1029,7 @@ export function assertSupported(
         if (part.type === "file" && !COUNTED_DOCUMENT_KINDS.has(kind)) {
           throw new ApiError(
             "unsupported_parameter",
-            `Unsupported content part 'file' on this model: a PDF is taken only where its provider counts it before the call, as the reservation must cover it: on models served through Anthropic's Messages API or OpenAI's Responses API, not through ${
+            `Unsupported content part 'file' on this model: a PDF is taken only where its provider counts it before the call, as the reservation must cover it: on models served through Anthropic's Messages API, OpenAI's Responses API or the built-in simulator, not through ${
               KIND_API[kind]
             }.`,
             { param: `messages[${i}].content[${j}].type` },

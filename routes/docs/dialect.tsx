@@ -93,10 +93,11 @@ export function DialectSection() {
         {" "}
         <code>document</code> block, counted by{" "}
         <code>count_tokens</code>) and through OpenAI's Responses API (as an{" "}
-        <code>input_file</code>, counted by its input token count). The reservation holds that count
-        plus 2% and 32 tokens. A count that fails is answered with the provider's own error (a 400
-        for a file it cannot open) and nothing is held. A model served through OpenAI's chat API, or
-        one that falls back to another model, refuses a PDF with{" "}
+        <code>input_file</code>, counted by its input token count), and by the built-in simulator
+        (1,000 tokens a page, its own bill). The reservation holds that count plus 2% and 32 tokens.
+        A count that fails is answered with the provider's own error (a 400 for a file it cannot
+        open) and nothing is held. A model served through OpenAI's chat API, or one whose fallbacks
+        are served by other providers or models, refuses a PDF with{" "}
         <code>400 unsupported_parameter</code>, as does a <code>file_id</code>{" "}
         (there is no files endpoint); data that is not a PDF is{" "}
         <code>400 invalid_parameter</code>. The file counts against the request body limit.

@@ -20,7 +20,8 @@ import {
   RESPONSES_MODEL,
 } from "./harness.ts";
 import { withDialect } from "./harness.ts";
-import { startService } from "../helpers.ts";
+import { assertAuditClean, newUsageOf, startService } from "../helpers.ts";
+import { SIMULATED_PDF_PAGE_TOKENS } from "@/lib/gateway/providers/simulator/simulator.ts";
 
 const PAGES = 3;
 const PDF = pdfBase64(PAGES);
@@ -432,3 +433,30 @@ Deno.test("responses.create: an input_file to a model served through OpenAI's ch
     assert.match(error.message, /content part 'input_file'/);
     assert.equal(d.openai.received.length, 0, "no call was made");
   }));
+
+Deno.test("the built-in simulator takes a PDF, held at its own count and charged exactly that bill", async () => {
+  const s = await startService();
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const before = await s.wallet(appId);
+    const res = await s.chat(apiKey, {
+      model: "tollbooth/echo",
+      messages: [fileMessage()],
+      max_tokens: 32,
+    });
+    assert.equal(res.status, 200);
+    const answer = await res.json();
+    assert.equal(answer.choices[0].message.content, "Summarise the report.");
+    assert.ok(answer.usage.prompt_tokens > PAGES * SIMULATED_PDF_PAGE_TOKENS, "its pages billed");
+    const [record] = await newUsageOf(s, appId)();
+    assert.equal(record.promptTokens, answer.usage.prompt_tokens);
+    assert.ok(record.cost <= record.reserved, `charged ${record.cost} within ${record.reserved}`);
+    assert.equal(res.headers.get("tollbooth-request-cost"), answer.usage.cost);
+    await s.wallets.drain();
+    const after = await s.wallet(appId);
+    assert.equal(before.available - after.available, record.cost, "the wallet paid the charge");
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});

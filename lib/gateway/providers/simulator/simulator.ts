@@ -1,5 +1,5 @@
 import { splitIntoTokenTexts, textTokenIds } from "../../tokens.ts";
-import { contentText, type ToolDefinition } from "../../chat_request.ts";
+import { contentText, filePartsOf, pdfBase64, type ToolDefinition } from "../../chat_request.ts";
 import { openAiInputBound } from "../../input_bound.ts";
 import { inFormat } from "../../embedding_vectors.ts";
 import { randomToken } from "@/lib/core/mod.ts";
@@ -18,6 +18,28 @@ const LOREM =
   "nisi ut aliquip ex ea commodo consequat. Duis aute irure dolor in reprehenderit in voluptate velit " +
   "esse cillum dolore eu fugiat nulla pariatur. Excepteur sint occaecat cupidatat non proident, sunt in " +
   "culpa qui officia deserunt mollit anim id est laborum.";
+
+/**
+ * What the simulator bills a PDF page: a flat rate, as a provider bills each page's text and an
+ * image of it. Its pages are the page objects it can see in the file (at least one).
+ */
+export const SIMULATED_PDF_PAGE_TOKENS = 1_000;
+
+/**
+ * The input the simulator bills: OpenAI's rules for the messages, and its flat rate for each PDF
+ * page. Its count (countInputTokens) is this same number, so a PDF is held at what it is billed.
+ */
+function simulatedPromptTokens(up: UpstreamRequest): number {
+  let tokens = openAiInputBound(up.request, up.model, up.model.tokenizer);
+  for (const m of up.request.messages) {
+    for (const part of filePartsOf(m)) {
+      const pdf = atob(pdfBase64(part));
+      const pages = pdf.match(/\/Type\s*\/Page(?!s)/g)?.length ?? 0;
+      tokens += Math.max(1, pages) * SIMULATED_PDF_PAGE_TOKENS;
+    }
+  }
+  return tokens;
+}
 
 /** The simulated embeddings' size when the request names none, and the largest it may name. */
 export const SIMULATED_DIMENSIONS = 256;
@@ -45,7 +67,7 @@ type Answer =
 export function createSimulator(options: { tokenDelayMs: number }): Provider {
   function answer(up: UpstreamRequest): Answer {
     const { request } = up;
-    const promptTokens = openAiInputBound(request, up.model, up.model.tokenizer);
+    const promptTokens = simulatedPromptTokens(up);
     const lastUser = contentText(request.messages.findLast((m) => m.role === "user")?.content);
     const last = request.messages.at(-1)!;
     const tool = chosenTool(up);
@@ -79,6 +101,11 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
   }
 
   return {
+    /** Its own bill, exactly: the simulator is the provider. */
+    countInputTokens(request) {
+      return Promise.resolve(simulatedPromptTokens(request));
+    },
+
     stream(request) {
       const a = answer(request);
       const id = `chatcmpl-${randomToken(96)}`;

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { collect, testModel, upstreamRequest } from "../test_support.ts";
 import { assembleCompletion } from "../assemble.ts";
 import type { ChatCompletionChunk, UpstreamRequest } from "../types.ts";
-import { createSimulator, sampleValue } from "./simulator.ts";
+import { createSimulator, sampleValue, SIMULATED_PDF_PAGE_TOKENS } from "./simulator.ts";
 
 const echo = testModel("simulator", "echo");
 const simulator = createSimulator({ tokenDelayMs: 0 });
@@ -97,4 +97,33 @@ Deno.test("tool_choice none or a named tool is obeyed", async () => {
   }));
   assert.equal(none.completion.choices[0].message.content, "x");
   assert.deepEqual(sampleValue({ type: "array", items: { type: "boolean" } }, "t", 0), [true]);
+});
+
+Deno.test("a PDF is billed at the simulator's flat rate a page, and its count is that bill", async () => {
+  const pages = 2;
+  const pdf = btoa(`%PDF-1.4\n${"<< /Type /Page >>\n".repeat(pages)}%%EOF\n`);
+  const withPdf = (file_data: string) =>
+    upstreamRequest(echo, {
+      messages: [{
+        role: "user",
+        content: [{ type: "text", text: "Read it." }, { type: "file", file: { file_data } }],
+      }],
+    });
+  const plain = await complete(
+    upstreamRequest(echo, { messages: [{ role: "user", content: "Read it." }] }),
+  );
+  const request = withPdf(`data:application/pdf;base64,${pdf}`);
+  const { completion, usage } = await complete(request);
+  assert.equal(completion.choices[0].message.content, "Read it.");
+  assert.equal(
+    usage!.promptTokens,
+    plain.usage!.promptTokens + pages * SIMULATED_PDF_PAGE_TOKENS,
+  );
+  assert.equal(await simulator.countInputTokens!(request), usage!.promptTokens);
+  // A file whose pages it cannot see is one page.
+  const unseen = withPdf(`data:application/pdf;base64,${btoa("%PDF-1.7\n%%EOF\n")}`);
+  assert.equal(
+    (await complete(unseen)).usage!.promptTokens,
+    plain.usage!.promptTokens + SIMULATED_PDF_PAGE_TOKENS,
+  );
 });
