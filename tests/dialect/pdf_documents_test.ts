@@ -44,6 +44,15 @@ function scriptAnswer(d: Dialect, route: Route) {
   else d.openai.script({ content: "Revenue grew." });
 }
 
+/** The PDF as a Responses API message gives it. */
+const PDF_INPUT = [{
+  role: "user" as const,
+  content: [
+    { type: "input_text" as const, text: "Summarise the report." },
+    { type: "input_file" as const, file_data: PDF_URL, filename: "report.pdf" },
+  ],
+}];
+
 const fileMessage = (data = PDF) => ({
   role: "user" as const,
   content: [
@@ -142,13 +151,7 @@ for (const route of ROUTES) {
       scriptAnswer(d, route);
       const answer = await openAiClient(d).responses.create({
         model: route.model,
-        input: [{
-          role: "user",
-          content: [
-            { type: "input_text", text: "Summarise the report." },
-            { type: "input_file", file_data: PDF_URL, filename: "report.pdf" },
-          ],
-        }],
+        input: PDF_INPUT,
         max_output_tokens: 32,
       });
       assert.equal(answer.output_text, "Revenue grew.");
@@ -417,13 +420,7 @@ Deno.test("responses.create: an input_file to a model served through OpenAI's ch
   withDialect(async (d) => {
     const error = await openAiClient(d).responses.create({
       model: OPENAI_MODEL,
-      input: [{
-        role: "user",
-        content: [
-          { type: "input_text", text: "Summarise the report." },
-          { type: "input_file", file_data: PDF_URL, filename: "report.pdf" },
-        ],
-      }],
+      input: PDF_INPUT,
       max_output_tokens: 32,
     }).catch((e) => e);
     assert.ok(error instanceof APIError, String(error));
