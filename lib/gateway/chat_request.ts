@@ -193,7 +193,7 @@ function withoutEchoedFields(m: ChatMessage): ChatMessage {
 const ToolMessage = z.strictObject({
   role: z.literal("tool"),
   content: z.union([z.string(), partsOf(ToolPart, "text, image_url or file parts")], {
-    error: "must be a string or an array of text or image_url parts",
+    error: "must be a string or an array of text, image_url or file parts",
   }),
   tool_call_id: z.string({ error: "must be the id of the tool call it answers" }).min(
     1,
@@ -863,6 +863,16 @@ function checkConversation(data: Body) {
 /** A PDF's bytes as a data URL: what `file_data` must be (its first bytes are `%PDF-`). */
 const PDF_DATA_URL = /^data:application\/pdf;base64,(JVBERi0[A-Za-z0-9+/]*={0,2})$/;
 
+/**
+ * Whether base64 of the alphabet decodes (as `atob` reads it): unpadded, any length but one more
+ * than a multiple of four; padded, a multiple of four.
+ */
+function decodable(base64: string): boolean {
+  const pads = base64.endsWith("==") ? 2 : base64.endsWith("=") ? 1 : 0;
+  const digits = base64.length - pads;
+  return pads === 0 ? digits % 4 !== 1 : base64.length % 4 === 0 && digits % 4 !== 1;
+}
+
 /** The base64 of a file part's PDF; checkFiles has made sure there is one. */
 export function pdfBase64(part: FileContentPart): string {
   return PDF_DATA_URL.exec(part.file.file_data!)![1];
@@ -890,7 +900,8 @@ function checkFiles(content: readonly (UserContentPart | ToolContentPart)[], i: 
         { param: `${path}.file_data` },
       );
     }
-    if (!PDF_DATA_URL.test(part.file.file_data)) {
+    const base64 = PDF_DATA_URL.exec(part.file.file_data)?.[1];
+    if (base64 === undefined || !decodable(base64)) {
       throw invalid(
         `${path}.file_data`,
         "must be a PDF as a data URL (data:application/pdf;base64,…)",

@@ -880,6 +880,23 @@ Deno.test("a file part by id, without its bytes, or not a PDF is refused with it
     "invalid_parameter",
     "messages[0].content[1].file.file_data",
   );
+  // Base64 that does not decode: a length one past a multiple of four, or padding that is off.
+  for (const base64 of ["JVBERi0xA", "JVBERi0==", "JVBERi0xL="]) {
+    refused(
+      withFile({ file_data: `data:application/pdf;base64,${base64}` }),
+      "invalid_parameter",
+      "messages[0].content[1].file.file_data",
+    );
+  }
+  for (const base64 of ["JVBERi0xLg", "JVBERi0xLjQ", "JVBERi0xLg==", "JVBERi0xLjQ="]) {
+    assert.doesNotThrow(() => atob(base64));
+    assert.doesNotThrow(() =>
+      parseChatRequest({
+        model: "m/x",
+        ...withFile({ file_data: `data:application/pdf;base64,${base64}` }),
+      })
+    );
+  }
   refused(
     withFile({ file_data: `data:text/plain;base64,${btoa("%PDF-1.4")}` }),
     "invalid_parameter",
