@@ -841,22 +841,16 @@ function checkConversation(data: Body) {
     } else {
       open = null;
     }
-    if ((m.role === "user" || m.role === "tool") && Array.isArray(m.content)) {
-      checkFiles(m.content, i);
-    }
-    if ((m.role === "user" || m.role === "tool") && Array.isArray(m.content)) {
-      m.content.forEach((part, j) => {
-        if (part.type !== "image_url" || !part.image_url.url.startsWith("data:")) return;
-        try {
-          readImageSize(part.image_url.url);
-        } catch (error) {
-          throw invalid(
-            `messages[${i}].content[${j}].image_url.url`,
-            (error as Error).message,
-          );
-        }
-      });
-    }
+    const parts = mediaPartsOf(m);
+    checkFiles(parts, i);
+    parts.forEach((part, j) => {
+      if (part.type !== "image_url" || !part.image_url.url.startsWith("data:")) return;
+      try {
+        readImageSize(part.image_url.url);
+      } catch (error) {
+        throw invalid(`messages[${i}].content[${j}].image_url.url`, (error as Error).message);
+      }
+    });
   });
 }
 
@@ -961,19 +955,13 @@ const KIND_API: Record<ProviderKind, string> = {
 
 /** A user's or a tool's file parts (PDFs); no other role holds any. */
 export function filePartsOf(m: ChatMessage): FileContentPart[] {
-  if ((m.role !== "user" && m.role !== "tool") || typeof m.content === "string") return [];
-  return (m.content as (UserContentPart | ToolContentPart)[]).filter((part) =>
-    part.type === "file"
-  );
+  return mediaPartsOf(m).filter((part) => part.type === "file");
 }
 
-/** The path of a request's first file part (`messages[2].content[1]`); hasDocuments says there is one. */
+/** The path of a request's first file part (`messages[2].content[1]`), for a refusal of it. */
 export function firstFilePath(request: ChatRequest): string {
   for (const [i, m] of request.messages.entries()) {
-    if ((m.role !== "user" && m.role !== "tool") || typeof m.content === "string") continue;
-    const j = (m.content as (UserContentPart | ToolContentPart)[]).findIndex((part) =>
-      part.type === "file"
-    );
+    const j = mediaPartsOf(m).findIndex((part) => part.type === "file");
     if (j !== -1) return `messages[${i}].content[${j}]`;
   }
   return "messages";
@@ -1028,8 +1016,7 @@ export function assertSupported(
       );
     }
     request.messages.forEach((m, i) => {
-      if ((m.role !== "user" && m.role !== "tool") || typeof m.content === "string") return;
-      (m.content as (UserContentPart | ToolContentPart)[]).forEach((part, j) => {
+      mediaPartsOf(m).forEach((part, j) => {
         if (part.type === "input_audio") {
           throw new ApiError(
             "unsupported_parameter",
@@ -1330,10 +1317,13 @@ export function strictSchema(request: ChatRequest): Record<string, unknown> | nu
 
 /** A message's images: a user's, or a tool's (what it saw); no other role holds any. */
 export function imagePartsOf(m: ChatMessage): ImageContentPart[] {
+  return mediaPartsOf(m).filter((part) => part.type === "image_url");
+}
+
+/** A user's or a tool's content parts, the only ones that hold images or files; else none. */
+export function mediaPartsOf(m: ChatMessage): (UserContentPart | ToolContentPart)[] {
   if ((m.role !== "user" && m.role !== "tool") || typeof m.content === "string") return [];
-  return (m.content as (UserContentPart | ImageContentPart)[]).filter((part) =>
-    part.type === "image_url"
-  );
+  return m.content;
 }
 
 /** Whether a user message gives the model anything: non-blank text, or an image (or file). */
