@@ -75,7 +75,7 @@ export class ServiceMetrics {
   );
   readonly #inputCounts = this.#registry.counter(
     "tollbooth_count_tokens_total",
-    "Prompts counted exactly by the provider's free counting endpoint (Anthropic's count_tokens) before the reservation, by provider and outcome (counted, or failed: the bound stood).",
+    "Prompts counted exactly by the provider's free counting endpoint (Anthropic's count_tokens, OpenAI's Responses input token count, the simulator's own bill) before the reservation, by provider and outcome (counted, or failed: the bound stood, or a PDF was refused).",
   );
   readonly #outstanding = this.#registry.gauge(
     "tollbooth_reservations_outstanding",
