@@ -7,6 +7,8 @@ import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { issueManagementKey } from "@/lib/management/mod.ts";
 import { signatureHeader } from "@/lib/webhooks/mod.ts";
+import { SIMULATED_PDF_PAGE_TOKENS } from "@/lib/gateway/providers/simulator/simulator.ts";
+import { pdfBase64 } from "./fakes/common.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import {
   assertAuditClean,
@@ -47,9 +49,10 @@ async function run(
   file: string,
   ctx: Pick<Ctx, "url" | "apiKey">,
   env: Record<string, string> = {},
+  args: string[] = [],
 ): Promise<string> {
   const out = await new Deno.Command(command, {
-    args: [`${EXAMPLES}${file}`],
+    args: [`${EXAMPLES}${file}`, ...args],
     cwd: ROOT,
     env: { TOLLBOOTH_URL: ctx.url, TOLLBOOTH_API_KEY: ctx.apiKey, ...env },
     stdout: "piped",
@@ -116,6 +119,31 @@ Deno.test("docs example: an openai npm stream prints the cost from its usage chu
       ctx,
       async () => assertTopUp(ctx, await run("node", "openai-stream.mjs", ctx)),
     );
+  }));
+
+Deno.test("docs example: the openai npm package sends a PDF, billed by its pages, and handles 402", () =>
+  withRunningService(async (ctx) => {
+    const dir = await Deno.makeTempDir({ prefix: "docs-pdf-" });
+    try {
+      const path = `${dir}/report.pdf`;
+      await Deno.writeFile(path, Uint8Array.from(atob(pdfBase64(3)), (c) => c.charCodeAt(0)));
+      const output = await run("node", "openai-pdf.mjs", ctx, {}, [path]);
+      const { cost, balance, wallet } = await assertPaidAnswer(
+        ctx,
+        output,
+        "Summarise this report.",
+      );
+      const prompt = Number(/^prompt tokens: (\d+)$/m.exec(output)?.[1]);
+      assert.ok(prompt > 3 * SIMULATED_PDF_PAGE_TOKENS, `its three pages billed: ${prompt}`);
+      assert.equal(formatUsd(wallet.spent), cost);
+      assert.equal(balance, formatUsd(wallet.available));
+      await withEmptyWallet(
+        ctx,
+        async () => assertTopUp(ctx, await run("node", "openai-pdf.mjs", ctx, {}, [path])),
+      );
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
   }));
 
 Deno.test("docs example: the Vercel AI SDK reads cost and balance, and handles 402", () =>

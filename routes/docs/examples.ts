@@ -6,6 +6,7 @@ export const EXAMPLE_FILES = {
   curl: "curl.sh",
   openai: "openai.mjs",
   openaiStream: "openai-stream.mjs",
+  openaiPdf: "openai-pdf.mjs",
   python: "python-openai.py",
   aiSdk: "ai-sdk.mjs",
   management: "management.mjs",

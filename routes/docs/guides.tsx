@@ -78,6 +78,15 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
         stream ends.
       </p>
 
+      <h3 id="openai-node-pdf">PDFs</h3>
+      <CodeBlock caption="openai-pdf.mjs" code={examples.openaiPdf} />
+      <p>
+        A PDF goes as a <code>file</code>{" "}
+        part with the file as a data URL. Its provider counts the request before the call and the
+        reservation holds that count, so a PDF is taken by the models whose provider can count it
+        (see <a href="/docs#dialect-pdf">PDFs</a>); the simulator bills 1,000 tokens a page.
+      </p>
+
       <h2 id="python">Python: the openai package</h2>
       <CodeBlock caption="python-openai.py" code={examples.python} />
       <p>
