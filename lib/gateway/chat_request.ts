@@ -84,6 +84,10 @@ const FilePart = z.strictObject({
     file_id: z.string({ error: "must be a string" }).optional(),
     filename: z.string({ error: "must be a string" }).optional(),
   }),
+  // A PDF re-sent every turn of an agent loop is what a cache breakpoint is for: Claude's, and
+  // OpenAI's explicit one (GPT-5.6 on), each sent only to its own kind, as on text parts.
+  cache_control: CacheControl.optional(),
+  prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
 });
 
 const RefusalPart = z.strictObject({ type: z.literal("refusal"), refusal: z.string() });

@@ -100,7 +100,10 @@ export function DialectSection() {
         are served by other providers or models, refuses a PDF with{" "}
         <code>400 unsupported_parameter</code>, as does a <code>file_id</code>{" "}
         (there is no files endpoint); data that is not a PDF is{" "}
-        <code>400 invalid_parameter</code>. The file counts against the request body limit.
+        <code>400 invalid_parameter</code>. A file part takes <code>cache_control</code>{" "}
+        (Claude's breakpoint: an agent loop that sends the PDF every turn reads it from the cache)
+        and <code>prompt_cache_breakpoint</code>{" "}
+        (OpenAI's). The file counts against the request body limit.
       </p>
       <h3 id="dialect-openai">OpenAI kind</h3>
       <p>

@@ -14,6 +14,7 @@ import { PDF_PAGE_TOKENS } from "../fakes/openai_responses.ts";
 import {
   CLAUDE_MODEL,
   type Dialect,
+  expectedCharge,
   langChainModel,
   OPENAI_MODEL,
   openAiClient,
@@ -457,3 +458,49 @@ Deno.test("the built-in simulator takes a PDF, held at its own count and charged
     await s.close();
   }
 });
+
+Deno.test("openai SDK, Claude model: a PDF marked with cache_control is written to Claude's cache, then read from it, each billed within its hold", () =>
+  withDialect(async (d) => {
+    const pdfTokens = PAGES * ROUTES[0].pageTokens;
+    d.claude.script(
+      { text: "Revenue grew.", cacheCreationInputTokens: pdfTokens },
+      { text: "Revenue grew.", cacheReadInputTokens: pdfTokens },
+    );
+    // Claude's breakpoint on the file part itself (our extension, sent to Anthropic only).
+    const messages = [{
+      role: "user",
+      content: [
+        {
+          type: "file",
+          file: { file_data: PDF_URL, filename: "report.pdf" },
+          cache_control: { type: "ephemeral" },
+        },
+        { type: "text", text: "Summarise the report." },
+      ],
+    }] as unknown as OpenAI.ChatCompletionMessageParam[];
+    for (let turn = 0; turn < 2; turn++) {
+      await openAiClient(d).chat.completions.create({
+        model: CLAUDE_MODEL,
+        messages,
+        max_tokens: 32,
+      });
+    }
+    const sent = d.claude.messages()[0].body.messages[0].content[0];
+    assert.deepEqual(sent.cache_control, { type: "ephemeral" });
+    const [write, read] = await d.newUsage();
+    assert.equal(write.cacheWriteTokens, pdfTokens);
+    assert.equal(read.cachedTokens, pdfTokens);
+    for (const record of [write, read]) {
+      assert.equal(
+        record.cost,
+        expectedCharge(CLAUDE_MODEL, {
+          prompt: record.promptTokens,
+          completion: record.completionTokens,
+          cached: record.cachedTokens ?? 0,
+          cacheWrite: record.cacheWriteTokens ?? 0,
+        }),
+      );
+      assert.ok(record.cost <= record.reserved, `charged ${record.cost} within ${record.reserved}`);
+    }
+    assert.ok(read.cost < write.cost, "the cached read costs less than the write");
+  }));

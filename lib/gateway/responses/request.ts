@@ -47,6 +47,7 @@ const InputFile = z.looseObject({
   type: z.literal("input_file"),
   file_data: z.string({ error: "must be a string" }).optional(),
   filename: z.string({ error: "must be a string" }).optional(),
+  prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
 });
 /** What a client pushes back of an earlier answer: its text (annotations are dropped). */
 const OutputText = z.looseObject({ type: z.literal("output_text"), text: z.string() });
@@ -659,8 +660,9 @@ function inputPartOf(p: z.infer<typeof ToolOutputPart>, path: string): Record<st
  * counts it) then apply; only `file_data` and `filename` are taken.
  */
 function fileFieldsOf(p: z.infer<typeof InputFile>, path: string): Record<string, unknown> {
+  const taken = ["type", "file_data", "filename", "prompt_cache_breakpoint"];
   for (const field of Object.keys(p)) {
-    if (field === "type" || field === "file_data" || field === "filename") continue;
+    if (taken.includes(field)) continue;
     throw new ApiError(
       "unsupported_parameter",
       `Unsupported parameter '${path}.${field}': send the PDF's bytes as file_data (a data URL).`,
@@ -676,7 +678,7 @@ function fileFieldsOf(p: z.infer<typeof InputFile>, path: string): Record<string
     file_data: p.file_data,
     ...(p.filename !== undefined ? { filename: p.filename } : {}),
   };
-  return { type: "file", file };
+  return { type: "file", file, ...breakpointOf(p) };
 }
 
 function fromIssue(outer: z.core.$ZodIssue, prefix: PropertyKey[] = []): ApiError {

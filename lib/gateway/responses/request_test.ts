@@ -657,13 +657,20 @@ Deno.test("a user's input_file becomes the chat dialect's file part, its faults 
       content: [{ type: "input_text", text: "Read it." }, { type: "input_file", ...file }],
     },
   ];
+  const breakpoint = { mode: "explicit" };
   assert.deepEqual(
-    (chatOf({ input: input({ file_data: pdf, filename: "a.pdf" }) }).messages as unknown[])[1],
+    (chatOf({
+      input: input({ file_data: pdf, filename: "a.pdf", prompt_cache_breakpoint: breakpoint }),
+    }).messages as unknown[])[1],
     {
       role: "user",
       content: [
         { type: "text", text: "Read it." },
-        { type: "file", file: { file_data: pdf, filename: "a.pdf" } },
+        {
+          type: "file",
+          file: { file_data: pdf, filename: "a.pdf" },
+          prompt_cache_breakpoint: breakpoint,
+        },
       ],
     },
   );

@@ -184,6 +184,7 @@ function documentBlock(part: FileContentPart): Block {
     type: "document",
     source: { type: "base64", media_type: "application/pdf", data: pdfBase64(part) },
     ...(part.file.filename ? { title: part.file.filename } : {}),
+    ...(part.cache_control ? { cache_control: part.cache_control } : {}),
   };
 }
 

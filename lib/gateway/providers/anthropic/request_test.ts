@@ -115,7 +115,7 @@ Deno.test("images become image blocks: base64 from data URLs, url sources from h
   ]);
 });
 
-Deno.test("a PDF becomes a document block from its bytes, its file name as the block's title", () => {
+Deno.test("a PDF becomes a document block from its bytes, its file name as the block's title, its cache_control kept", () => {
   const pdf = btoa("%PDF-1.4\n%%EOF\n");
   const body = messagesRequest(
     upstreamRequest(claude, {
@@ -126,6 +126,8 @@ Deno.test("a PDF becomes a document block from its bytes, its file name as the b
           {
             type: "file",
             file: { file_data: `data:application/pdf;base64,${pdf}`, filename: "q3.pdf" },
+            cache_control: { type: "ephemeral" },
+            prompt_cache_breakpoint: { mode: "explicit" },
           },
           { type: "text", text: "Compare the two reports." },
         ],
@@ -136,7 +138,7 @@ Deno.test("a PDF becomes a document block from its bytes, its file name as the b
   const source = { type: "base64", media_type: "application/pdf", data: pdf };
   assert.deepEqual((body.messages as { content: unknown }[])[0].content, [
     { type: "document", source },
-    { type: "document", source, title: "q3.pdf" },
+    { type: "document", source, title: "q3.pdf", cache_control: { type: "ephemeral" } },
     { type: "text", text: "Compare the two reports." },
   ]);
 });

@@ -40,11 +40,13 @@ function inputPart(part: UserContentPart): Json {
   }
   if (part.type === "file") {
     // OpenAI's examples always name the file; a name is given where the client gave none.
-    return {
+    const out: Json = {
       type: "input_file",
       file_data: part.file.file_data,
       filename: part.file.filename ?? DEFAULT_PDF_NAME,
     };
+    if (part.prompt_cache_breakpoint) out.prompt_cache_breakpoint = part.prompt_cache_breakpoint;
+    return out;
   }
   // Audio parts are refused before the call (assertSupported): their tokens cannot be bounded.
   throw new Error(`unreachable: a ${part.type} part`);

@@ -55,13 +55,18 @@ Deno.test("a chat conversation becomes Responses input items in order", () => {
   ]);
 });
 
-Deno.test("a PDF becomes an input_file with its data URL, named document.pdf where the client gave no name", () => {
+Deno.test("a PDF becomes an input_file with its data URL and breakpoint, named document.pdf where the client gave no name", () => {
   const pdf = `data:application/pdf;base64,${btoa("%PDF-1.4\n%%EOF\n")}`;
   const body = responsesRequestBody(upstreamRequest(GPT, {
     messages: [{
       role: "user",
       content: [
-        { type: "file", file: { file_data: pdf, filename: "q3.pdf" } },
+        {
+          type: "file",
+          file: { file_data: pdf, filename: "q3.pdf" },
+          cache_control: { type: "ephemeral" },
+          prompt_cache_breakpoint: { mode: "explicit" },
+        },
         { type: "file", file: { file_data: pdf } },
       ],
     }],
@@ -69,7 +74,12 @@ Deno.test("a PDF becomes an input_file with its data URL, named document.pdf whe
   assert.deepEqual(body.input, [{
     role: "user",
     content: [
-      { type: "input_file", file_data: pdf, filename: "q3.pdf" },
+      {
+        type: "input_file",
+        file_data: pdf,
+        filename: "q3.pdf",
+        prompt_cache_breakpoint: { mode: "explicit" },
+      },
       { type: "input_file", file_data: pdf, filename: "document.pdf" },
     ],
   }]);
