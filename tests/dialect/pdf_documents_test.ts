@@ -6,7 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { createOpenAI } from "@ai-sdk/openai";
-import { generateText } from "ai";
+import { generateText, stepCountIs, tool } from "ai";
+import { z } from "zod";
 import { HumanMessage } from "@langchain/core/messages";
 import OpenAI, { APIError } from "openai";
 import { pdfBase64 } from "../fakes/common.ts";
@@ -504,3 +505,57 @@ Deno.test("openai SDK, Claude model: a PDF marked with cache_control is written 
     }
     assert.ok(read.cost < write.cost, "the cached read costs less than the write");
   }));
+
+for (const route of ROUTES) {
+  Deno.test(`AI SDK default provider, ${route.name}: a tool whose model output is a PDF runs its loop, the PDF counted and each step billed within its hold`, () =>
+    withDialect(async (d) => {
+      if (route.kind === "anthropic") {
+        d.claude.script(
+          { content: [{ type: "tool_use", name: "fetch_attachment", input: {} }] },
+          { text: "Revenue grew." },
+        );
+      } else {
+        d.openai.script({ toolCalls: [{ name: "fetch_attachment", arguments: {} }] }, {
+          content: "Revenue grew.",
+        });
+      }
+      const openai = createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey });
+      const result = await generateText({
+        model: openai(route.model),
+        prompt: "What does the attachment say?",
+        tools: {
+          fetch_attachment: tool({
+            inputSchema: z.object({}),
+            execute: () => Promise.resolve("fetched"),
+            toModelOutput: () => ({
+              type: "content",
+              value: [
+                { type: "text", text: "The attachment:" },
+                {
+                  type: "file",
+                  data: { type: "data", data: PDF },
+                  mediaType: "application/pdf",
+                  filename: "report.pdf",
+                },
+              ],
+            }),
+          }),
+        },
+        stopWhen: stepCountIs(2),
+        maxOutputTokens: 32,
+      });
+      assert.equal(result.text, "Revenue grew.");
+      const counted = route.kind === "anthropic" ? d.claude.counts() : d.openai.tokenCounts;
+      assert.ok(JSON.stringify(counted.at(-1)!.body).includes(PDF), "the PDF was counted");
+      const records = await d.newUsage();
+      assert.equal(records.length, 2);
+      assert.ok(records[1].promptTokens > PAGES * route.pageTokens, "the PDF was billed");
+      for (const record of records) {
+        assert.equal(record.uncharged, 0);
+        assert.ok(
+          record.cost <= record.reserved,
+          `charged ${record.cost} within ${record.reserved}`,
+        );
+      }
+    }));
+}
