@@ -455,18 +455,17 @@ export function report(r: any): { text: string; rows: Row[] } {
 
 type OpenLoop = { p50: number; cpuMsPerRequest: number; failed: number };
 
-/**
- * The 500 req/s windows again with the targets on some cores and the rig (load generator, fake
- * upstream) on the others, as in production, where neither runs beside the gateway.
- */
+/** One open-loop pass's results, by target. */
 type ByTarget = Record<
   "direct" | "tollbooth" | "oneWorker" | "commits" | "portkey" | "floor",
   OpenLoop
 >;
 
 /**
- * `shared`: the windows taken in turn with those, sharing the cores (runs before 2026-11-28 10:33
- * have none: their apart windows came after the shared ones, a minute or more apart).
+ * The 500 req/s windows again with the targets on some cores and the rig (load generator, fake
+ * upstream) on the others, as in production, where neither runs beside the gateway. `shared`: the
+ * windows taken in turn with those, sharing the cores (runs before 2026-11-28 10:33 have none:
+ * their apart windows came after the shared ones, a minute or more apart).
  */
 function rigApartRows(
   ra: ByTarget,
