@@ -712,7 +712,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           type: "object",
           required: ["model", "input"],
           description:
-            "OpenAI's Responses request. Input items: messages (`input_text`, `input_image`, `output_text` parts), `function_call` (its `extra_content`, Gemini 3's thought signature as Tollbooth answered it, goes back with the call), `function_call_output` (its `output` a string, or `input_text` and `input_image` parts: a tool's screenshot), `item_reference` (an output item of a stored response) and `reasoning` (Claude's signed thinking sealed in `encrypted_content` by Tollbooth goes back to Claude with the assistant turn after it; any other is dropped). Tools: `function` only. Unknown fields are refused with 400 naming them.",
+            "OpenAI's Responses request. Input items: messages (`input_text`, `input_image`, `input_file` with a PDF's `file_data`, `output_text` parts), `function_call` (its `extra_content`, Gemini 3's thought signature as Tollbooth answered it, goes back with the call), `function_call_output` (its `output` a string, or `input_text`, `input_image` and `input_file` parts: a tool's screenshot or PDF), `item_reference` (an output item of a stored response) and `reasoning` (Claude's signed thinking sealed in `encrypted_content` by Tollbooth goes back to Claude with the assistant turn after it; any other is dropped). Tools: `function` only. Unknown fields are refused with 400 naming them.",
           properties: {
             model: { type: "string", minLength: 1, examples: ["tollbooth/echo"] },
             input: { oneOf: [{ type: "string" }, { type: "array", minItems: 1 }] },

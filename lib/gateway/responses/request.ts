@@ -42,7 +42,7 @@ const InputImage = z.strictObject({
     error: "must be one of auto, low, high ('original' is not supported)",
   }).optional(),
 });
-/** A file in a user message: a PDF's bytes as `file_data` (inputPartOf), as the chat dialect's. */
+/** A file in a user message or a tool's output: a PDF's bytes as `file_data` (fileFieldsOf). */
 const InputFile = z.looseObject({
   type: z.literal("input_file"),
   file_data: z.string({ error: "must be a string" }).optional(),
@@ -656,8 +656,9 @@ function inputPartOf(p: z.infer<typeof ToolOutputPart>, path: string): Record<st
 }
 
 /**
- * A user's file as the chat dialect's file part, whose checks (a PDF's bytes; a provider that
- * counts it) then apply; only `file_data` and `filename` are taken.
+ * A user's or a tool's file as the chat dialect's file part, whose checks (a PDF's bytes; a
+ * provider that counts it) then apply; `file_data`, `filename` and the cache breakpoint are taken,
+ * any other field (an uploaded `file_id`, a `file_url`) is refused by its path.
  */
 function fileFieldsOf(p: z.infer<typeof InputFile>, path: string): Record<string, unknown> {
   const taken = ["type", "file_data", "filename", "prompt_cache_breakpoint"];

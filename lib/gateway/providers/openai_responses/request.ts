@@ -55,7 +55,7 @@ function inputPart(part: UserContentPart): Json {
 /** The name a PDF goes by when the client gave it none. */
 export const DEFAULT_PDF_NAME = "document.pdf";
 
-/** A user message's content, or a tool message's output (its text and images). */
+/** A user message's content, or a tool message's output (its text, images and PDFs). */
 function inputContent(content: string | UserContentPart[]): string | Json[] {
   return typeof content === "string" ? content : content.map(inputPart);
 }
