@@ -8,7 +8,7 @@ import { formatUsd } from "@/lib/core/mod.ts";
 import { issueManagementKey } from "@/lib/management/mod.ts";
 import { signatureHeader } from "@/lib/webhooks/mod.ts";
 import { SIMULATED_PDF_PAGE_TOKENS } from "@/lib/gateway/providers/simulator/simulator.ts";
-import { pdfBase64 } from "./fakes/common.ts";
+import { samplePdfBase64 } from "./fakes/common.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import {
   assertAuditClean,
@@ -126,7 +126,7 @@ Deno.test("docs example: the openai npm package sends a PDF, billed by its pages
     const dir = await Deno.makeTempDir({ prefix: "docs-pdf-" });
     try {
       const path = `${dir}/report.pdf`;
-      await Deno.writeFile(path, Uint8Array.from(atob(pdfBase64(3)), (c) => c.charCodeAt(0)));
+      await Deno.writeFile(path, Uint8Array.from(atob(samplePdfBase64(3)), (c) => c.charCodeAt(0)));
       const output = await run("node", "openai-pdf.mjs", ctx, {}, [path]);
       const { cost, balance, wallet } = await assertPaidAnswer(
         ctx,

@@ -141,6 +141,30 @@ export function langChainModel(
   });
 }
 
+/**
+ * A Responses request's input and tools in which the user asked, the model called `tool` (call
+ * `call_1`) and the tool answered `output`: a tool loop's second turn, as a client sends it.
+ */
+export function answeredToolCall(
+  question: string,
+  tool: string,
+  output: OpenAI.Responses.ResponseInputItem.FunctionCallOutput["output"],
+) {
+  return {
+    input: [
+      { role: "user", content: question },
+      { type: "function_call", call_id: "call_1", name: tool, arguments: "{}" },
+      { type: "function_call_output", call_id: "call_1", output },
+    ] satisfies OpenAI.Responses.ResponseInput,
+    tools: [{
+      type: "function",
+      name: tool,
+      parameters: null,
+      strict: false,
+    }] satisfies OpenAI.Responses.Tool[],
+  };
+}
+
 /** One function tool, as chat requests offer it. */
 export const WEATHER_TOOLS = [{
   type: "function" as const,

@@ -10,9 +10,10 @@ import { generateText, stepCountIs, tool } from "ai";
 import { z } from "zod";
 import { HumanMessage } from "@langchain/core/messages";
 import OpenAI, { APIError } from "openai";
-import { pdfBase64 } from "../fakes/common.ts";
+import { samplePdfBase64 } from "../fakes/common.ts";
 import { PDF_PAGE_TOKENS } from "../fakes/openai_responses.ts";
 import {
+  answeredToolCall,
   CLAUDE_MODEL,
   type Dialect,
   expectedCharge,
@@ -26,7 +27,7 @@ import { assertAuditClean, newUsageOf, startService } from "../helpers.ts";
 import { SIMULATED_PDF_PAGE_TOKENS } from "@/lib/gateway/providers/simulator/simulator.ts";
 
 const PAGES = 3;
-const PDF = pdfBase64(PAGES);
+const PDF = samplePdfBase64(PAGES);
 const PDF_URL = `data:application/pdf;base64,${PDF}`;
 
 /** The two kinds whose provider counts a PDF: what each fake bills a page. */
@@ -325,19 +326,10 @@ for (const route of ROUTES) {
       scriptAnswer(d, route);
       const answer = await openAiClient(d).responses.create({
         model: route.model,
-        input: [
-          { role: "user", content: "What does the attachment say?" },
-          { type: "function_call", call_id: "call_1", name: "fetch_attachment", arguments: "{}" },
-          {
-            type: "function_call_output",
-            call_id: "call_1",
-            output: [
-              { type: "input_text", text: "The attachment:" },
-              { type: "input_file", file_data: PDF_URL, filename: "report.pdf" },
-            ],
-          },
-        ],
-        tools: [{ type: "function", name: "fetch_attachment", parameters: null, strict: false }],
+        ...answeredToolCall("What does the attachment say?", "fetch_attachment", [
+          { type: "input_text", text: "The attachment:" },
+          { type: "input_file", file_data: PDF_URL, filename: "report.pdf" },
+        ]),
         max_output_tokens: 32,
       });
       assert.equal(answer.output_text, "Revenue grew.");

@@ -12,6 +12,7 @@ import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import { pngBase64 } from "../fakes/common.ts";
 import {
+  answeredToolCall,
   CLAUDE_MODEL,
   type Dialect,
   type DialectModel,
@@ -107,19 +108,10 @@ for (const route of ROUTES) {
       scriptAnswer(d, route);
       const answer = await openAiClient(d).responses.create({
         model: route.model,
-        input: [
-          { role: "user", content: "What is on the screen?" },
-          { type: "function_call", call_id: "call_1", name: "screenshot", arguments: "{}" },
-          {
-            type: "function_call_output",
-            call_id: "call_1",
-            output: [
-              { type: "input_text", text: "The screen:" },
-              { type: "input_image", image_url: SCREENSHOT, detail: "high" },
-            ],
-          },
-        ],
-        tools: [{ type: "function", name: "screenshot", parameters: null, strict: false }],
+        ...answeredToolCall("What is on the screen?", "screenshot", [
+          { type: "input_text", text: "The screen:" },
+          { type: "input_image", image_url: SCREENSHOT, detail: "high" },
+        ]),
         max_output_tokens: 16,
       });
       assert.equal(answer.output_text, "A login form.");

@@ -282,10 +282,10 @@ export function jpegBase64(width: number, height: number): string {
 }
 
 /**
- * The base64 of a small PDF of `pages` pages (a catalog, a page tree and its pages, a cross
+ * The base64 of a sample PDF of `pages` pages (a catalog, a page tree and its pages, a cross
  * reference table): what the Anthropic fake reads a page count from, and a reader opens.
  */
-export function pdfBase64(pages: number): string {
+export function samplePdfBase64(pages: number): string {
   const objects = [
     "<< /Type /Catalog /Pages 2 0 R >>",
     `<< /Type /Pages /Kids [${
