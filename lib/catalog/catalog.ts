@@ -119,6 +119,12 @@ const ModelSchema = z.object({
       claude: ClaudeRulesSchema.optional(),
     }).strict(),
   ).max(5).optional(),
+  /**
+   * A model served through OpenAI's chat API (kind openai): the provider, of kind
+   * openai_responses, that serves its requests holding a PDF instead, alone. That API has no count
+   * of a PDF, and nothing but the provider's count bounds what one bills.
+   */
+  documents_provider: z.string().optional(),
 }).strict();
 
 export const CatalogFileSchema = z.object({
@@ -196,6 +202,11 @@ export interface Model extends Prices {
   upstreamModel: string;
   /** Tried in order after `provider`, for failures before any byte reached the client. */
   fallbacks: Route[];
+  /**
+   * What serves a request holding a PDF in place of `provider` and `fallbacks` (the catalog's
+   * `documents_provider`); null where they serve it.
+   */
+  documentRoute: Route | null;
   /** Null when the provider bills every request at the same prices, whatever its size. */
   longContext: LongContextPrices | null;
   /** For an embedding model: the most tokens one input may have. */
@@ -386,7 +397,16 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         }
       }
     }
-    const premiumWrites = routes.some(billsCacheWritesAboveInput);
+    const documentRoute = m.documents_provider === undefined ? null : {
+      provider: documentsProvider(m.documents_provider, provider, providers, { index: i, type }),
+      upstreamModel: m.upstream_model,
+      tokenizer: routeTokenizer(m.tokenizer, m.upstream_model),
+      imageBaseTokens: m.image_base_tokens ?? 85,
+      imageTileTokens: m.image_tile_tokens ?? 170,
+      claude: null,
+    };
+    const premiumWrites = [...routes, ...(documentRoute ? [documentRoute] : [])]
+      .some(billsCacheWritesAboveInput);
     const prices = toPrices(m, premiumWrites);
     byId.set(m.id, {
       id: m.id,
@@ -394,6 +414,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       provider,
       upstreamModel: m.upstream_model,
       fallbacks,
+      documentRoute,
       ...prices,
       longContext: m.long_context === undefined
         ? null
@@ -415,6 +436,44 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
   });
   const models = [...byId.values()];
   return { models, get: (id) => byId.get(id), warnings };
+}
+
+/** Every provider a model's requests may reach: its own, its fallbacks' and its documents'. */
+export function providersOf(model: Model): ProviderConfig[] {
+  return [
+    model.provider,
+    ...model.fallbacks.map((f) => f.provider),
+    ...(model.documentRoute ? [model.documentRoute.provider] : []),
+  ];
+}
+
+/**
+ * The provider a chat model's requests holding a PDF go to: only OpenAI's chat API lacks a count of
+ * one, and the Responses API of the same provider serves the same models with one.
+ */
+function documentsProvider(
+  name: string,
+  primary: ProviderConfig,
+  providers: Map<string, ProviderConfig>,
+  model: { index: number; type: ModelType },
+): ProviderConfig {
+  const field = `catalog field models.${model.index}.documents_provider`;
+  if (model.type === "embedding") {
+    throw new CatalogError(`${field}: for chat models; an embedding model takes no PDF`);
+  }
+  if (primary.kind !== "openai") {
+    throw new CatalogError(
+      `${field}: for models served through OpenAI's chat API (kind openai); "${primary.name}" is of kind ${primary.kind}, which counts a PDF itself`,
+    );
+  }
+  const provider = providers.get(name);
+  if (!provider) throw new CatalogError(`${field}: unknown provider "${name}"`);
+  if (provider.kind !== "openai_responses") {
+    throw new CatalogError(
+      `${field}: "${name}" is of kind ${provider.kind}; it must be of kind openai_responses, whose input token count bounds a PDF`,
+    );
+  }
+  return provider;
 }
 
 /** A route's Claude rules; stating them for a route of another kind is a mistake worth naming. */

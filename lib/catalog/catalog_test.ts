@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { buildCatalog, CatalogError } from "./catalog.ts";
+import { buildCatalog, CatalogError, providersOf } from "./catalog.ts";
 
 /** A small valid catalog file; each test changes one thing. */
 function catalogFile() {
@@ -723,5 +723,59 @@ Deno.test("a provider of OpenAI's kinds is streamed unless its entry says stream
   assert.match(
     refusal((c) => ((c.providers.backup as Record<string, unknown>).streaming = false)),
     /providers\.backup\.streaming: for providers of kind openai or openai_responses; Anthropic streams every model/,
+  );
+});
+
+Deno.test("a chat-API model's documents provider is its route for a request holding a PDF: the same model, that provider, nothing else", () => {
+  const file = catalogFile();
+  withResponsesProvider()(file);
+  file.models[1].documents_provider = "responses";
+  const catalog = buildCatalog(file, { OPENAI_API_KEY: "sk-x" });
+  const model = catalog.get("openai/gpt-4o-mini")!;
+  assert.equal(model.documentRoute?.provider.name, "responses");
+  assert.equal(model.documentRoute?.upstreamModel, "gpt-4o-mini");
+  assert.equal(model.documentRoute?.tokenizer, model.tokenizer);
+  assert.deepEqual(
+    [model.documentRoute?.imageBaseTokens, model.documentRoute?.imageTileTokens],
+    [model.imageBaseTokens, model.imageTileTokens],
+  );
+  assert.deepEqual(providersOf(model).map((p) => p.name), ["openai", "backup", "responses"]);
+  assert.equal(
+    catalog.get("openai/o3-pro")!.documentRoute,
+    null,
+    "none unless the entry names one",
+  );
+});
+
+Deno.test("a documents provider is refused unless it is of kind openai_responses and the model is served through OpenAI's chat API", () => {
+  assert.match(
+    refusal((c) => (c.models[1].documents_provider = "nowhere")),
+    /models\.1\.documents_provider: unknown provider "nowhere"/,
+  );
+  assert.match(
+    refusal((c) => (c.models[1].documents_provider = "backup")),
+    /models\.1\.documents_provider: "backup" is of kind anthropic; it must be of kind openai_responses/,
+  );
+  assert.match(
+    refusal((c) => {
+      withResponsesProvider()(c);
+      c.models[2].documents_provider = "responses";
+    }),
+    /models\.2\.documents_provider: for models served through OpenAI's chat API \(kind openai\); "responses" is of kind openai_responses, which counts a PDF itself/,
+  );
+  assert.match(
+    refusal((c) => {
+      withResponsesProvider()(c);
+      c.models.push({
+        id: "openai/text-embedding-3-small",
+        provider: "openai",
+        upstream_model: "text-embedding-3-small",
+        type: "embedding",
+        input_usd_per_mtok: "0.02",
+        context_tokens: 8_191,
+        documents_provider: "responses",
+      });
+    }),
+    /models\.3\.documents_provider: for chat models; an embedding model takes no PDF/,
   );
 });

@@ -1,5 +1,11 @@
 /** Catalog: the curated models, their providers and prices, and the cost of a request at those prices. */
-export { CatalogError, catalogFromFile, loadCatalogFile, readCatalogFile } from "./catalog.ts";
+export {
+  CatalogError,
+  catalogFromFile,
+  loadCatalogFile,
+  providersOf,
+  readCatalogFile,
+} from "./catalog.ts";
 export type {
   Catalog,
   LongContextPrices,

@@ -14,6 +14,7 @@ import {
   type ChatRequest,
   DEFAULT_MAX_TOKENS,
   firstFilePath,
+  hasDocuments,
   type ProviderKind,
 } from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
@@ -164,6 +165,15 @@ const DEFAULT_COUNT_TOKENS_TIMEOUT_MS = 2_000;
  */
 export function exactInputReservation(exact: number): number {
   return Math.ceil(exact * 1.02) + 32;
+}
+
+/**
+ * The model as it serves this request: one holding a PDF goes to the model's documents route alone
+ * where it has one (the catalog's documents_provider), as only that route's provider counts a PDF.
+ */
+function servingModel(model: Model, request: ChatRequest): Model {
+  if (!model.documentRoute || !hasDocuments(request)) return model;
+  return { ...model, ...model.documentRoute, fallbacks: [], documentRoute: null };
 }
 
 export class Gateway {
@@ -583,7 +593,9 @@ export class Gateway {
     /** Called once the reservation is priced, just before it is asked for. */
     onPriced?: (planned: { model: Model; maxTokens: number; amount: Micros }) => void,
   ): Promise<Prepared> {
-    const model = this.#model(request.model, "chat", trace);
+    const named = this.#model(request.model, "chat", trace);
+    const model = servingModel(named, request);
+    trace.provider = model.provider.name;
     trace.streamed = request.stream;
     if (request.maxTokens !== undefined && request.maxTokens > model.maxOutputTokens) {
       const param = request.capParam ?? "max_tokens";
@@ -595,7 +607,17 @@ export class Gateway {
     }
     const maxTokens = request.maxTokens ?? Math.min(DEFAULT_MAX_TOKENS, model.maxOutputTokens);
     const routes: Route[] = [model, ...model.fallbacks];
-    assertSupported(request, routes, maxTokens);
+    try {
+      assertSupported(request, routes, maxTokens);
+    } catch (error) {
+      // Served otherwise than the model's other requests, which may take what this one cannot.
+      if (!(error instanceof ApiError) || model === named) throw error;
+      throw new ApiError(
+        error.code,
+        `${error.message} A request holding a PDF is served on ${model.id} through OpenAI's Responses API, which counts it.`,
+        { param: error.param },
+      );
+    }
     // The largest of the bounds of every route that may serve the request: the reservation covers
     // any. Routes alike (kind, tokenizer, image rule, whether reasoning is sent back) share one
     // count.

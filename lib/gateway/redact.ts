@@ -5,7 +5,7 @@
  * from the catalog's configured keys, is applied where text leaves: API error bodies, a stream's
  * error event, and every log line.
  */
-import type { Catalog } from "@/lib/catalog/mod.ts";
+import { type Catalog, providersOf } from "@/lib/catalog/mod.ts";
 import type { Logger } from "@/lib/core/mod.ts";
 
 export const REDACTED = "[redacted]";
@@ -152,11 +152,11 @@ export class SecretRedactor {
   }
 }
 
-/** The redactor of every provider key the catalog has configured, fallbacks included. */
+/** The redactor of every provider key the catalog has configured, fallbacks and documents included. */
 export function providerKeyRedactor(catalog: Catalog): SecretRedactor {
   const secrets = new Set<string>();
   for (const model of catalog.models) {
-    for (const provider of [model.provider, ...model.fallbacks.map((f) => f.provider)]) {
+    for (const provider of providersOf(model)) {
       if (provider.kind !== "simulator" && provider.apiKey) secrets.add(provider.apiKey);
     }
   }

@@ -96,8 +96,13 @@ export function DialectSection() {
         <code>input_file</code>, counted by its input token count), and by the built-in simulator
         (1,000 tokens a page, its own bill). The reservation holds that count plus 2% and 32 tokens.
         A count that fails is answered with the provider's own error (a 400 for a file it cannot
-        open) and nothing is held. A model served through OpenAI's chat API, or one whose fallbacks
-        are served by other providers or models, refuses a PDF with{" "}
+        open) and nothing is held. OpenAI's chat API has no count: a model served through it takes a
+        PDF where its catalog entry names a <code>documents_provider</code>{" "}
+        (the shipped catalog's GPT-4o, GPT-4.1 and o4-mini do), and such a request then goes to
+        OpenAI's Responses API alone (the <code>Tollbooth-Provider</code>{" "}
+        header names it), with what that API takes (it refuses <code>stop</code>{" "}
+        and penalties, for instance). Another model served through OpenAI's chat API, or one whose
+        fallbacks are served by other providers or models, refuses a PDF with{" "}
         <code>400 unsupported_parameter</code>, as does a <code>file_id</code>{" "}
         (there is no files endpoint); data that is not a PDF is{" "}
         <code>400 invalid_parameter</code>. A file part takes <code>cache_control</code>{" "}

@@ -76,9 +76,10 @@ export const PRICES = {
 } as const;
 
 export type DialectModel = keyof typeof PRICES;
+/** Served through OpenAI's chat API, and its requests holding a PDF through the Responses API. */
 export const OPENAI_MODEL = "oai/gpt-4.1-mini";
 export const REASONING_MODEL = "oai/o4-mini";
-/** A GPT that bills its cache writes (GPT-5.6 on). */
+/** A GPT that bills its cache writes (GPT-5.6 on); served through OpenAI's chat API alone. */
 export const CACHE_WRITING_GPT = "oai/gpt-5.6";
 /** Served through OpenAI's Responses API (the provider kind openai_responses). */
 export const RESPONSES_REASONING_MODEL = "oair/o4-mini";
@@ -212,7 +213,7 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
         },
       },
       models: [
-        model(OPENAI_MODEL, "oai", "gpt-4.1-mini"),
+        model(OPENAI_MODEL, "oai", "gpt-4.1-mini", { documents_provider: "oair" }),
         model(REASONING_MODEL, "oai", "o4-mini"),
         model(CACHE_WRITING_GPT, "oai", "gpt-5.6", { output_cap_param: "max_completion_tokens" }),
         model(RESPONSES_REASONING_MODEL, "oair", "o4-mini"),

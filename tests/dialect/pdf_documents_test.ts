@@ -11,9 +11,11 @@ import { z } from "zod";
 import { HumanMessage } from "@langchain/core/messages";
 import OpenAI, { APIError } from "openai";
 import { samplePdfBase64 } from "../fakes/common.ts";
+import { startOpenAiUpstream } from "../fakes/openai_upstream.ts";
 import { PDF_PAGE_TOKENS } from "../fakes/openai_responses.ts";
 import {
   answeredToolCall,
+  CACHE_WRITING_GPT,
   CLAUDE_MODEL,
   type Dialect,
   expectedCharge,
@@ -30,12 +32,22 @@ const PAGES = 3;
 const PDF = samplePdfBase64(PAGES);
 const PDF_URL = `data:application/pdf;base64,${PDF}`;
 
-/** The two kinds whose provider counts a PDF: what each fake bills a page. */
+/**
+ * The routes whose provider counts a PDF, and what each fake bills a page: the two kinds that
+ * count one, and a model served through OpenAI's chat API whose requests holding a PDF its
+ * catalog entry sends to the Responses API (`documents_provider`).
+ */
 const ROUTES = [
   { name: "Claude model", model: CLAUDE_MODEL, kind: "anthropic", pageTokens: 2_000 },
   {
     name: "Responses-kind model",
     model: RESPONSES_MODEL,
+    kind: "openai_responses",
+    pageTokens: PDF_PAGE_TOKENS,
+  },
+  {
+    name: "chat-API model with a documents provider",
+    model: OPENAI_MODEL,
     kind: "openai_responses",
     pageTokens: PDF_PAGE_TOKENS,
   },
@@ -340,11 +352,11 @@ for (const route of ROUTES) {
     }));
 }
 
-Deno.test("a PDF to a model served through OpenAI's chat API, which cannot count it, is refused before anything is held", () =>
+Deno.test("a PDF to a model served through OpenAI's chat API alone, which cannot count it, is refused before anything is held", () =>
   withDialect(async (d) => {
     const before = await d.s.wallet(d.appId);
     const error = await openAiClient(d).chat.completions.create({
-      model: OPENAI_MODEL,
+      model: CACHE_WRITING_GPT,
       messages: [fileMessage()],
       max_tokens: 32,
     }).catch((e) => e);
@@ -355,6 +367,103 @@ Deno.test("a PDF to a model served through OpenAI's chat API, which cannot count
     assert.equal(d.openai.received.length, 0, "no call was made");
     assert.deepEqual(await d.s.wallet(d.appId), before, "nothing held or charged");
   }));
+
+Deno.test("a chat-API model's request holding a PDF goes to its documents provider, and its other requests stay on the chat API", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    d.openai.script({ content: "Revenue grew." }, { content: "Hello." });
+    const withPdf = await client.chat.completions.create({
+      model: OPENAI_MODEL,
+      messages: [fileMessage()],
+      max_tokens: 32,
+    }).withResponse();
+    const without = await client.chat.completions.create({
+      model: OPENAI_MODEL,
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 32,
+    }).withResponse();
+    assert.equal(withPdf.data.choices[0].message.content, "Revenue grew.");
+    assert.equal(without.data.choices[0].message.content, "Hello.");
+    assert.equal(withPdf.response.headers.get("tollbooth-provider"), "oair");
+    assert.equal(without.response.headers.get("tollbooth-provider"), "oai");
+    assert.deepEqual(
+      d.openai.received.map((r) => r.path),
+      ["/v1/responses/input_tokens", "/v1/responses", "/v1/chat/completions"],
+    );
+    assert.equal(d.openai.responses[0].body.model, "gpt-4.1-mini");
+    const records = await d.newUsage();
+    assert.deepEqual(records.map((r) => [r.model, r.provider]), [
+      [OPENAI_MODEL, "oair"],
+      [OPENAI_MODEL, "oai"],
+    ]);
+    assert.equal(records[0].promptTokens, d.openai.tokenCounts[0].inputTokens, "billed as counted");
+  }));
+
+Deno.test("a field OpenAI's Responses API lacks, on a chat-API model's request holding a PDF, is refused before anything is held, saying where such a request goes", () =>
+  withDialect(async (d) => {
+    const before = await d.s.wallet(d.appId);
+    const error = await openAiClient(d).chat.completions.create({
+      model: OPENAI_MODEL,
+      messages: [fileMessage()],
+      max_tokens: 32,
+      stop: ["END"],
+    }).catch((e) => e);
+    assert.ok(error instanceof APIError, String(error));
+    assert.equal(error.status, 400);
+    assert.equal(error.code, "unsupported_parameter");
+    assert.equal(error.param, "stop");
+    assert.match(
+      error.message,
+      /A request holding a PDF is served on oai\/gpt-4\.1-mini through OpenAI's Responses API/,
+    );
+    assert.equal(d.openai.received.length, 0, "no call was made");
+    assert.deepEqual(await d.s.wallet(d.appId), before, "nothing held or charged");
+  }));
+
+Deno.test("a PDF to a chat-API model with fallbacks and a documents provider goes to the documents provider alone", async () => {
+  const openai = startOpenAiUpstream();
+  const s = await startService({
+    catalogFile: {
+      providers: {
+        oai: { kind: "openai", base_url: "http://127.0.0.1:9", api_key_env: "K" },
+        backup: { kind: "openai", base_url: "http://127.0.0.1:9", api_key_env: "K" },
+        oair: { kind: "openai_responses", base_url: openai.baseUrl, api_key_env: "K" },
+      },
+      models: [{
+        id: "oai/gpt-4.1",
+        provider: "oai",
+        upstream_model: "gpt-4.1",
+        input_usd_per_mtok: "2.00",
+        output_usd_per_mtok: "8.00",
+        context_tokens: 200_000,
+        max_output_tokens: 8192,
+        fallbacks: [{ provider: "backup", upstream_model: "gpt-4.1-mini" }],
+        documents_provider: "oair",
+      }],
+    },
+    env: { K: openai.apiKey },
+  });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    openai.script({ content: "Revenue grew." });
+    const res = await s.chat(apiKey, {
+      model: "oai/gpt-4.1",
+      messages: [fileMessage()],
+      max_tokens: 32,
+    });
+    assert.equal(res.status, 200, await res.clone().text());
+    assert.equal(res.headers.get("tollbooth-provider"), "oair");
+    assert.equal((await res.json()).choices[0].message.content, "Revenue grew.");
+    const [record] = await newUsageOf(s, appId)();
+    assert.equal(record.promptTokens, openai.tokenCounts[0].inputTokens);
+    assert.ok(record.cost <= record.reserved, `charged ${record.cost} within ${record.reserved}`);
+    await s.wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await openai.close();
+  }
+});
 
 Deno.test("a PDF given without a file name reaches OpenAI's Responses API as document.pdf", () =>
   withDialect(async (d) => {
@@ -410,10 +519,10 @@ Deno.test("a PDF to a model that falls back to another model is refused before a
   }
 });
 
-Deno.test("responses.create: an input_file to a model served through OpenAI's chat API is refused in the Responses API's names", () =>
+Deno.test("responses.create: an input_file to a model served through OpenAI's chat API alone is refused in the Responses API's names", () =>
   withDialect(async (d) => {
     const error = await openAiClient(d).responses.create({
-      model: OPENAI_MODEL,
+      model: CACHE_WRITING_GPT,
       input: PDF_INPUT,
       max_output_tokens: 32,
     }).catch((e) => e);

@@ -1,4 +1,4 @@
-import type { Catalog, ProviderConfig } from "@/lib/catalog/mod.ts";
+import { type Catalog, type ProviderConfig, providersOf } from "@/lib/catalog/mod.ts";
 import { createAnthropicProvider } from "./anthropic/anthropic.ts";
 import { createOpenAiProvider } from "./openai/openai.ts";
 import { createOpenAiResponsesProvider } from "./openai_responses/openai_responses.ts";
@@ -14,7 +14,7 @@ export function createProviders(
 ): Providers {
   const byName = new Map<string, Provider>();
   for (const model of catalog.models) {
-    for (const config of [model.provider, ...model.fallbacks.map((f) => f.provider)]) {
+    for (const config of providersOf(model)) {
       if (byName.has(config.name)) continue;
       byName.set(config.name, createProvider(config, options));
     }
