@@ -12,7 +12,7 @@ const path = process.argv[2] ?? "report.pdf";
 const pdf = await readFile(path);
 
 try {
-  // A Claude model, a model served through OpenAI's Responses API, or the built-in simulator.
+  // A Claude model, an OpenAI model (through its Responses API), or the built-in simulator.
   const { data, response } = await client.chat.completions
     .create({
       model: "tollbooth/echo",

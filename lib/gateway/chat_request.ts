@@ -962,6 +962,16 @@ export function filePartsOf(m: ChatMessage): FileContentPart[] {
   return mediaPartsOf(m).filter((part) => part.type === "file");
 }
 
+/** The request without its file parts (PDFs): what a route that takes none would be asked. */
+export function withoutDocuments(request: ChatRequest): ChatRequest {
+  const messages = request.messages.map((m) =>
+    filePartsOf(m).length === 0
+      ? m
+      : { ...m, content: mediaPartsOf(m).filter((part) => part.type !== "file") } as ChatMessage
+  );
+  return { ...request, messages };
+}
+
 /** The path of a request's first file part (`messages[2].content[1]`), for a refusal of it. */
 export function firstFilePath(request: ChatRequest): string {
   for (const [i, m] of request.messages.entries()) {

@@ -16,6 +16,7 @@ import {
   firstFilePath,
   hasDocuments,
   type ProviderKind,
+  withoutDocuments,
 } from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
 import type { ReservationRecord, UsageOutcome } from "@/lib/db.ts";
@@ -610,8 +611,13 @@ export class Gateway {
     try {
       assertSupported(request, routes, maxTokens);
     } catch (error) {
-      // Served otherwise than the model's other requests, which may take what this one cannot.
       if (!(error instanceof ApiError) || model === named) throw error;
+      // A refusal the model's own routes would make too is not the documents route's doing.
+      try {
+        assertSupported(withoutDocuments(request), [named, ...named.fallbacks], maxTokens);
+      } catch {
+        throw error;
+      }
       throw new ApiError(
         error.code,
         `${error.message} A request holding a PDF is served on ${model.id} through OpenAI's Responses API, which counts it.`,

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { REDACTED, SecretRedactor } from "./redact.ts";
+import { catalogFromFile } from "@/lib/catalog/mod.ts";
+import { providerKeyRedactor, REDACTED, SecretRedactor } from "./redact.ts";
 
 const OPENAI_KEY = "sk-proj-Q3x9VbT2mLk8RwZp4NcY7hJd0aFe";
 const ANTHROPIC_KEY = "sk-ant-api03-Hq7Lm2Vx9Pz4Rt8Kc1Wn6Bd3Fy5Gs0Ju-abcd";
@@ -91,4 +92,40 @@ Deno.test("no twelve characters of a key survive, wherever in a text it is cut",
       }
     },
   ));
+});
+
+Deno.test("the catalog's redactor covers every provider a model may reach: its own, its fallbacks' and its documents'", () => {
+  const provider = (kind: string, env: string) => ({
+    kind,
+    base_url: "https://api.example",
+    api_key_env: env,
+  });
+  const catalog = catalogFromFile("models.json", {
+    providers: {
+      chat: provider("openai", "CHAT_KEY"),
+      backup: provider("openai", "BACKUP_KEY"),
+      documents: provider("openai_responses", "DOCUMENTS_KEY"),
+    },
+    models: [{
+      id: "openai/gpt-4o",
+      provider: "chat",
+      upstream_model: "gpt-4o",
+      input_usd_per_mtok: "2.50",
+      output_usd_per_mtok: "10.00",
+      context_tokens: 128_000,
+      max_output_tokens: 16_384,
+      fallbacks: [{ provider: "backup", upstream_model: "gpt-4o" }],
+      documents_provider: "documents",
+    }],
+  }, {
+    CHAT_KEY: "sk-chat-0123456789abcdef",
+    BACKUP_KEY: "sk-backup-0123456789abcdef",
+    DOCUMENTS_KEY: "sk-documents-0123456789abcdef",
+  });
+  assert.equal(
+    providerKeyRedactor(catalog).redact(
+      "sk-chat-0123456789abcdef sk-backup-0123456789abcdef sk-documents-0123456789abcdef",
+    ),
+    [REDACTED, REDACTED, REDACTED].join(" "),
+  );
 });

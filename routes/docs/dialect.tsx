@@ -98,8 +98,8 @@ export function DialectSection() {
         A count that fails is answered with the provider's own error (a 400 for a file it cannot
         open) and nothing is held. OpenAI's chat API has no count: a model served through it takes a
         PDF where its catalog entry names a <code>documents_provider</code>{" "}
-        (the shipped catalog's GPT-4o, GPT-4.1 and o4-mini do), and such a request then goes to
-        OpenAI's Responses API alone (the <code>Tollbooth-Provider</code>{" "}
+        (the shipped catalog's GPT-4o, GPT-4o mini, GPT-4.1 mini and o4-mini do), and such a request
+        then goes to OpenAI's Responses API alone (the <code>Tollbooth-Provider</code>{" "}
         header names it), with what that API takes (it refuses <code>stop</code>{" "}
         and penalties, for instance). Another model served through OpenAI's chat API, or one whose
         fallbacks are served by other providers or models, refuses a PDF with{" "}

@@ -420,6 +420,27 @@ Deno.test("a field OpenAI's Responses API lacks, on a chat-API model's request h
     assert.deepEqual(await d.s.wallet(d.appId), before, "nothing held or charged");
   }));
 
+Deno.test("a refusal a chat-API model would make without its documents route does not blame that route", () =>
+  withDialect(async (d) => {
+    const error = await openAiClient(d).chat.completions.create({
+      model: OPENAI_MODEL,
+      messages: [{
+        role: "user",
+        content: [
+          ...fileMessage().content,
+          { type: "input_audio", input_audio: { data: "UklGRg==", format: "wav" } },
+        ],
+      }],
+      max_tokens: 32,
+    }).catch((e) => e);
+    assert.ok(error instanceof APIError, String(error));
+    assert.equal(error.status, 400);
+    assert.equal(error.param, "messages[0].content[2].type");
+    assert.match(error.message, /Unsupported content part 'input_audio'/);
+    assert.doesNotMatch(error.message, /A request holding a PDF is served/);
+    assert.equal(d.openai.received.length, 0, "no call was made");
+  }));
+
 Deno.test("a PDF to a chat-API model with fallbacks and a documents provider goes to the documents provider alone", async () => {
   const openai = startOpenAiUpstream();
   const s = await startService({
