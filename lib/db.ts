@@ -74,10 +74,18 @@ export const keys = {
   dailySpend: (appId: string, day: string) => ["daily_spend", appId, day] as const,
   appDailySpend: (appId: string) => ["daily_spend", appId] as const,
   /**
-   * Commits that wrote usage records created on the UTC day (Deno.KvU64): each adds one in the same
-   * commit, so a usage rollup of the day made at this value is current while the value stands.
+   * The usage records created on the UTC day (Deno.KvU64): each commit that writes some adds how
+   * many, so a usage rollup of the day made at this value is current while the value stands.
+   * (Before 2026-11-28 each such commit added one: a day written then has a version below its
+   * records, and is summed whole when it changes.)
    */
   usageDayVersion: (appId: string, day: string) => ["usage_day_versions", appId, day] as const,
+  /**
+   * The usage records created on the UTC day that builds since 2026-11-28 wrote (Deno.KvU64), raised
+   * with `usageDayVersion` in the same commit: while the two agree no older build wrote to the day,
+   * and a rollup summing as many records is the whole day (usage_report.ts).
+   */
+  usageDayRecords: (appId: string, day: string) => ["usage_day_records", appId, day] as const,
   /** Part `chunk` of a day's usage summed per `grouping`, cached (see usage_report.ts). */
   usageRollupChunk: (appId: string, day: string, grouping: UsageRollupGrouping, chunk: number) =>
     ["usage_rollups", appId, day, grouping, chunk] as const,
@@ -485,6 +493,13 @@ export interface UsageRollupChunk {
   /** How many parts the rollup has. */
   chunks: number;
   rows: UsageRollupRow[];
+  /**
+   * How many records the rollup sums, and the id of the last in key order (null: none), on every
+   * part (absent on rollups made before 2026-11-28): a later report adds the records after that id,
+   * and the sum is the whole day when the day's version, which counts its records, agrees.
+   */
+  records?: number;
+  lastId?: string | null;
 }
 
 /** UTC day of a timestamp, as YYYY-MM-DD. */

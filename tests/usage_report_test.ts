@@ -11,19 +11,65 @@ const FIRST_DAY = Date.parse("2024-03-01T00:00:00Z");
 const at = (day: number, hour = 12) => FIRST_DAY + day * DAY_MS + hour * 3_600_000;
 const RANGE = { from: "2024-03-01", to: "2024-03-05" };
 
-/** Counts the range reads (`list`) and key reads (`get`, `getMany`) made through it. */
+/**
+ * Counts the range reads (`list`), the entries they gave (`listed`) and key reads (`get`,
+ * `getMany`) made through it.
+ */
 function countingKv(kv: Deno.Kv) {
-  const calls = { list: 0, get: 0 };
+  const calls = { list: 0, listed: 0, get: 0 };
   const counted = new Proxy(kv, {
     get(target, prop) {
       const value = Reflect.get(target, prop);
       if (typeof value !== "function") return value;
-      if (prop === "list") calls.list++;
+      if (prop === "list") {
+        return async function* (...args: Parameters<Deno.Kv["list"]>) {
+          calls.list++;
+          for await (const entry of target.list(...args)) {
+            calls.listed++;
+            yield entry;
+          }
+        };
+      }
       if (prop === "get" || prop === "getMany") calls.get++;
       return value.bind(target);
     },
   });
   return { kv: counted, calls };
+}
+
+/** A usage record of the app created at `createdAt`, as a settle would write it. */
+function usageRecordAt(appId: string, createdAt: number, user?: string): UsageRecord {
+  const id = newId("use", createdAt);
+  return {
+    ...settleInput(7),
+    id,
+    appId,
+    uncharged: 0,
+    reserved: 7,
+    ...(user === undefined ? {} : { user }),
+    createdAt,
+  };
+}
+
+/**
+ * Lands records in one commit as a build does: since 2026-11-28 raising the day's version and its
+ * record count by their number; before, (`olderBuild`) its version by one.
+ */
+async function land(
+  kv: Deno.Kv,
+  appId: string,
+  records: UsageRecord[],
+  { olderBuild = false } = {},
+) {
+  const atomic = kv.atomic();
+  for (const r of records) atomic.set(keys.usage(appId, r.id), r);
+  const day = new Date(records[0].createdAt).toISOString().slice(0, 10);
+  if (olderBuild) atomic.sum(keys.usageDayVersion(appId, day), 1n);
+  else {
+    atomic.sum(keys.usageDayVersion(appId, day), BigInt(records.length))
+      .sum(keys.usageDayRecords(appId, day), BigInt(records.length));
+  }
+  assert.ok((await atomic.commit()).ok);
 }
 
 async function withWallet(
@@ -174,6 +220,95 @@ for (const via of ["settle batch", "slice post"] as const) {
     }));
 }
 
+Deno.test("a changed day's report reads only the records added since its rollup", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const { app } = await createAppRecord(kv, { name: "busy" });
+    const day = "2024-03-02";
+    const all: UsageRecord[] = [];
+    for (let first = 0; first < 2_000; first += 500) {
+      const batch = Array.from(
+        { length: 500 },
+        (_, n) => usageRecordAt(app.id, at(1, 1) + first + n),
+      );
+      await land(kv, app.id, batch);
+      all.push(...batch);
+    }
+    const { kv: counted, calls } = countingKv(kv);
+    const range = { groupBy: "day" as const, from: day, to: day };
+    assert.deepEqual(await usageReport(counted, app.id, range), reportOf(all, "day"));
+    assert.equal(calls.listed, 2_000, "the first report sums the day");
+
+    for (let round = 1; round <= 3; round++) {
+      const added = Array.from(
+        { length: 10 },
+        (_, n) => usageRecordAt(app.id, at(1, 2 + round) + n, `user_${n % 3}`),
+      );
+      await land(kv, app.id, added);
+      all.push(...added);
+      calls.listed = 0;
+      for (const groupBy of ["day", "user"] as const) {
+        assert.deepEqual(
+          await usageReport(counted, app.id, { ...range, groupBy }),
+          reportOf(all, groupBy),
+          `${groupBy}, round ${round}`,
+        );
+      }
+    }
+    // The user grouping's first report summed the day; the day grouping's read its last rollup's
+    // last record and the ten added.
+    calls.listed = 0;
+    await land(kv, app.id, [usageRecordAt(app.id, at(1, 9))]);
+    await usageReport(counted, app.id, range);
+    assert.equal(calls.listed, 2, "the rollup's last record and the one added");
+  } finally {
+    kv.close();
+  }
+});
+
+Deno.test("a record landing late, before the rollup's last, has its day summed whole", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const { app } = await createAppRecord(kv, { name: "late" });
+    const day = "2024-03-02";
+    const all = Array.from({ length: 20 }, (_, n) => usageRecordAt(app.id, at(1, 12) + n));
+    await land(kv, app.id, all);
+    const range = { groupBy: "day" as const, from: day, to: day };
+    await usageReport(kv, app.id, range);
+    const late = usageRecordAt(app.id, at(1, 3));
+    await land(kv, app.id, [late]);
+    all.push(late);
+    const { kv: counted, calls } = countingKv(kv);
+    assert.deepEqual(await usageReport(counted, app.id, range), reportOf(all, "day"));
+    assert.ok(calls.list > 1, "summed on from the rollup, short of the day's count");
+    assert.ok(calls.listed >= all.length, `then whole: ${calls.listed} records read`);
+  } finally {
+    kv.close();
+  }
+});
+
+Deno.test("a day an older build wrote to (one version a commit) is never taken from a partial sum", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const { app } = await createAppRecord(kv, { name: "upgrading" });
+    const day = "2024-03-02";
+    const all = Array.from({ length: 20 }, (_, n) => usageRecordAt(app.id, at(1, 12) + n));
+    await land(kv, app.id, all);
+    const range = { groupBy: "day" as const, from: day, to: day };
+    await usageReport(kv, app.id, range);
+    // An older build lands a late record without counting it; this build lands one after the
+    // rollup's last: the sum on from the rollup then has as many records as this build counted.
+    const late = usageRecordAt(app.id, at(1, 3));
+    await land(kv, app.id, [late], { olderBuild: true });
+    const next = usageRecordAt(app.id, at(1, 20));
+    await land(kv, app.id, [next]);
+    all.push(late, next);
+    assert.deepEqual(await usageReport(kv, app.id, range), reportOf(all, "day"));
+  } finally {
+    kv.close();
+  }
+});
+
 Deno.test("a rollup larger than one KV value is chunked", async () => {
   const kv = await Deno.openKv(":memory:");
   try {
@@ -198,7 +333,10 @@ Deno.test("a rollup larger than one KV value is chunked", async () => {
           } satisfies UsageRecord,
         );
       }
-      atomic.sum(keys.usageDayVersion(app.id, day), 1n);
+      atomic.sum(keys.usageDayVersion(app.id, day), 100n).sum(
+        keys.usageDayRecords(app.id, day),
+        100n,
+      );
       assert.ok((await atomic.commit()).ok);
     }
     const { kv: counted, calls } = countingKv(kv);
@@ -252,3 +390,28 @@ Deno.test("a report's totals equal the sum of its usage records, cached or not, 
       }
     }
   }));
+
+for (const via of ["settle batch", "slice post"] as const) {
+  Deno.test(`reports between which records land equal the sum of the records, for every grouping (${via})`, () =>
+    withWallet({ slices: via === "slice post" || undefined }, async ({ kv, appId, spend }) => {
+      const users = ["alice", "bob", undefined];
+      let n = 0;
+      for (let round = 0; round < 3; round++) {
+        for (let i = 0; i < 8; i++, n++) {
+          await spend(at(n % 3, (n * 7) % 24), {
+            user: users[n % 3],
+            model: n % 2 ? "m/one" : "m/two",
+            keyId: n % 4 ? "key_a" : "key_b",
+            cost: 100 + n * 37,
+          });
+        }
+        const records = await usageRecords(kv, appId);
+        for (const groupBy of ["day", "model", "key", "user"] as const) {
+          for (const filter of [{}, { user: "alice" }] as UsageFilter[]) {
+            const report = await usageReport(kv, appId, { groupBy, ...RANGE, filter });
+            assert.deepEqual(report, reportOf(records, groupBy, filter), `${groupBy} ${round}`);
+          }
+        }
+      }
+    }));
+}

@@ -299,8 +299,11 @@ export function planBatch(input: PlanInput) {
   const modelSpend = new Map<string, Micros>();
   /** By each charge's own day, as its usage record and the usage report have it. */
   const daySpend = new Map<string, Micros>();
-  /** The days of the batch's usage records, free ones too: their cached rollups are outdated. */
-  const usageDays = new Set<string>();
+  /**
+   * How many of the batch's usage records each day has, free ones too: their cached rollups are
+   * outdated, and the day's version counts its records.
+   */
+  const usageDays = new Map<string, number>();
   let uncharged: Micros = 0;
   const caps = input.spendCaps ?? null;
   const counters = new Map(input.counters ?? []);
@@ -316,7 +319,7 @@ export function planBatch(input: PlanInput) {
     writes.push((a) => setUsage(a, appId, usage));
     keysUsed.add(usage.keyId);
     const day = utcDay(usage.createdAt);
-    usageDays.add(day);
+    usageDays.set(day, (usageDays.get(day) ?? 0) + 1);
     if (usage.cost > 0) {
       modelSpend.set(usage.model, (modelSpend.get(usage.model) ?? 0) + usage.cost);
       daySpend.set(day, (daySpend.get(day) ?? 0) + usage.cost);
@@ -738,7 +741,12 @@ export function planBatch(input: PlanInput) {
   for (const [day, spent] of daySpend) {
     writes.push((a) => a.sum(keys.dailySpend(appId, day), BigInt(spent)));
   }
-  for (const day of usageDays) writes.push((a) => a.sum(keys.usageDayVersion(appId, day), 1n));
+  for (const [day, records] of usageDays) {
+    writes.push((a) =>
+      a.sum(keys.usageDayVersion(appId, day), BigInt(records))
+        .sum(keys.usageDayRecords(appId, day), BigInt(records))
+    );
+  }
   if (uncharged > 0) {
     // Outside the wallet's invariant (it never left a wallet), so counted beside it: per app, and
     // service-wide for /metrics, in the commit that writes the usage records carrying it.

@@ -460,7 +460,8 @@ Deno.test("a batch adds its uncharged usage to the app's and the service's uncha
   const sums = writesOf(p).filter((w) => w.op === "sum" && w.key[0] !== "model_spend");
   assert.deepEqual(sums, [
     { op: "sum", key: keys.dailySpend(APP, utcDay(NOW)), value: 2_600n },
-    { op: "sum", key: keys.usageDayVersion(APP, utcDay(NOW)), value: 1n },
+    { op: "sum", key: keys.usageDayVersion(APP, utcDay(NOW)), value: 2n },
+    { op: "sum", key: keys.usageDayRecords(APP, utcDay(NOW)), value: 2n },
     { op: "sum", key: keys.appUncharged(APP), value: 1_100n },
     { op: "sum", key: keys.serviceTotal("uncharged"), value: 1_100n },
   ]);
@@ -496,6 +497,7 @@ Deno.test("a settle deletes the reservation and its expiry entry and writes the 
     `sum ${keys.modelSpend(APP, "m/one").join("/")}`,
     `sum ${keys.dailySpend(APP, utcDay(NOW)).join("/")}`,
     `sum ${keys.usageDayVersion(APP, utcDay(NOW)).join("/")}`,
+    `sum ${keys.usageDayRecords(APP, utcDay(NOW)).join("/")}`,
     `set ${keys.apiKeyLastUsed("key_a").join("/")}`,
   ]);
 });
@@ -541,7 +543,7 @@ Deno.test("a settle corrects the rate limiter's tokens from those reserved to th
   assert.equal(answer.rate?.tokens.remaining, 950, "50 tokens used, not 800");
 });
 
-Deno.test("a batch of settles adds its charges to each model's and the day's spend once, skips free ones, and raises the day's usage version once", () => {
+Deno.test("a batch of settles adds its charges to each model's and the day's spend once, skips free ones, and raises the day's usage version and record count by its records", () => {
   const existing = [
     reservation("res_1", 100),
     reservation("res_2", 100),
@@ -564,7 +566,8 @@ Deno.test("a batch of settles adds its charges to each model's and the day's spe
     { op: "sum", key: keys.modelSpend(APP, "m/two"), value: 5n },
     { op: "sum", key: keys.dailySpend(APP, utcDay(NOW)), value: 35n },
     // Free usage is usage too: the day's cached report rollups are outdated by it.
-    { op: "sum", key: keys.usageDayVersion(APP, utcDay(NOW)), value: 1n },
+    { op: "sum", key: keys.usageDayVersion(APP, utcDay(NOW)), value: 4n },
+    { op: "sum", key: keys.usageDayRecords(APP, utcDay(NOW)), value: 4n },
   ]);
   const lastUsed = writesOf(p).filter((w) => w.key[0] === "api_key_last_used");
   assert.deepEqual(lastUsed.map((w) => w.key[1]), ["key_a", "key_b"]);

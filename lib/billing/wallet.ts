@@ -1545,13 +1545,13 @@ function writeCharges(
   // By each charge's own day, as its usage record and the usage report have it: a slice's post
   // just after midnight carries charges settled before it.
   const daySpend = new Map<string, Micros>();
-  const usageDays = new Set<string>();
+  const usageDays = new Map<string, number>();
   let uncharged = 0;
   for (const u of usage) {
     setUsage(atomic, appId, u);
     keysUsed.add(u.keyId);
     const day = utcDay(u.createdAt);
-    usageDays.add(day);
+    usageDays.set(day, (usageDays.get(day) ?? 0) + 1);
     if (u.cost > 0) {
       modelSpend.set(u.model, (modelSpend.get(u.model) ?? 0) + u.cost);
       daySpend.set(day, (daySpend.get(day) ?? 0) + u.cost);
@@ -1565,8 +1565,12 @@ function writeCharges(
   }
   for (const [model, spent] of modelSpend) atomic.sum(keys.modelSpend(appId, model), BigInt(spent));
   for (const [day, spent] of daySpend) atomic.sum(keys.dailySpend(appId, day), BigInt(spent));
-  // Outdates the cached usage rollups of each day a record lands on, however late it lands.
-  for (const day of usageDays) atomic.sum(keys.usageDayVersion(appId, day), 1n);
+  // Outdates the cached usage rollups of each day a record lands on, however late it lands, and
+  // counts the day's records (a rollup that sums as many is the whole day).
+  for (const [day, records] of usageDays) {
+    atomic.sum(keys.usageDayVersion(appId, day), BigInt(records))
+      .sum(keys.usageDayRecords(appId, day), BigInt(records));
+  }
   for (const keyId of keysUsed) atomic.set(keys.apiKeyLastUsed(keyId), now);
 }
 

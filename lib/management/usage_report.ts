@@ -1,13 +1,17 @@
 /**
  * The usage report: an app's usage summed per UTC day, model, key or end user over up to 93 days.
  *
- * A report's cost follows the days it shows, not the records they hold. Each day's usage is summed
- * once into a rollup, cached in KV beside the day's version (`keys.usageDayVersion`), which every
- * commit writing usage records created on that day raises in the same commit. A rollup made at the
- * version the day still has is exact: a record that lands late (a slice's next post, a retry after
- * KV answers again) raises it, and the day is summed again. So a report reads each day's version
- * and rollup (ten keys to a call) and walks the records of the days that changed only, in
- * practice today.
+ * A report's cost follows the days it shows and the records added since the last, not the records
+ * the days hold. Each day's usage is summed once into a rollup, cached in KV beside the day's
+ * version (`keys.usageDayVersion`), which every commit writing usage records created on that day
+ * raises by their number in the same commit. A rollup made at the version the day still has is
+ * exact. When the day has changed (today, as traffic runs; or a record that lands late: a slice's
+ * next post, a retry after KV answers again), the records after the rollup's last are added to it,
+ * and the sum is taken for the whole day when it sums as many records as the day has: both of its
+ * counts (`usageDayRecords` counts only what builds since 2026-11-28 wrote) agree with it. A late
+ * record, which sorts before the rollup's last, leaves the sum short, and the day is summed whole.
+ * So a report reads each day's version and rollup (ten keys to a call) and walks the records added
+ * since the last report, in practice today's few.
  */
 import {
   keys,
@@ -44,6 +48,11 @@ const ROLLUP_RETENTION_MS = 100 * DAY_MS;
 const CHUNK_BYTES = 60_000;
 /** Parts written in one commit: ten full parts stay under KV's 800 KiB per commit. */
 const CHUNKS_PER_COMMIT = 10;
+/**
+ * Walks of the records after a changed day's rollup before it is summed whole: a record landing
+ * between a walk and the count that follows it leaves them apart, a late record every time.
+ */
+const INCREMENT_ATTEMPTS = 3;
 /**
  * A day whose version was never raised may still be receiving records from an instance that does
  * not raise it (one not yet upgraded): such a day is cached only once it is this far in the past.
@@ -121,6 +130,13 @@ export async function usageReport(
   );
 }
 
+/** A day's groups as summed from its records: how many, and the last record's id in key order. */
+interface DaySum {
+  rows: UsageRollupRow[];
+  records: number;
+  lastId: string | null;
+}
+
 /** Each day's groups: from its cached rollup while that is current, else summed from its records. */
 async function dayRollups(
   kv: Deno.Kv,
@@ -136,50 +152,106 @@ async function dayRollups(
     ),
   ]);
   const versionOf = (i: number) => versions[i].value?.value ?? 0n;
-  const current = (i: number, chunk: UsageRollupChunk | null, chunks: number) =>
-    chunk !== null && chunk.version === versionOf(i) && chunk.chunks === chunks;
-
-  const out: (UsageRollupRow[] | null)[] = heads.map((head, i) =>
-    head.value && current(i, head.value, head.value.chunks) ? [...head.value.rows] : null
+  const whole = (head: UsageRollupChunk, chunk: UsageRollupChunk | null) =>
+    chunk !== null && chunk.version === head.version && chunk.chunks === head.chunks;
+  // A rollup is read whole when it is current, or when a changed day can be summed on from it.
+  const read = heads.map((head, i) =>
+    head.value !== null && (head.value.version === versionOf(i) || head.value.lastId !== undefined)
   );
-  // The further parts of the current rollups that have them.
   const rest = days.flatMap((day, i) =>
-    out[i] === null ? [] : Array.from(
-      { length: heads[i].value!.chunks - 1 },
-      (_, n) => ({ i, key: keys.usageRollupChunk(appId, day, grouping, n + 1) }),
-    )
+    read[i]
+      ? Array.from(
+        { length: heads[i].value!.chunks - 1 },
+        (_, n) => ({ i, key: keys.usageRollupChunk(appId, day, grouping, n + 1) }),
+      )
+      : []
   );
   const restEntries = await getManyChunked<UsageRollupChunk>(kv, rest.map((r) => r.key));
+  const rollups: (UsageRollupChunk | null)[] = heads.map((head, i) =>
+    read[i] ? { ...head.value!, rows: [...head.value!.rows] } : null
+  );
   rest.forEach(({ i }, n) => {
     const chunk = restEntries[n].value;
     // A part missing, or left from another version: the day is summed again.
-    if (!current(i, chunk, heads[i].value!.chunks)) out[i] = null;
-    else out[i]?.push(...chunk!.rows);
+    if (!whole(heads[i].value!, chunk)) rollups[i] = null;
+    else rollups[i]?.rows.push(...chunk!.rows);
   });
 
   const now = Date.now();
+  const out: UsageRollupRow[][] = [];
   for (const [i, day] of days.entries()) {
-    if (out[i] !== null) continue;
-    const rows = await sumDay(kv, appId, day, grouping);
-    out[i] = rows;
-    const dayEnd = Date.parse(`${day}T00:00:00Z`) + DAY_MS;
-    if (versions[i].versionstamp === null && dayEnd > now - UNVERSIONED_SETTLE_MS) continue;
-    try {
-      await writeRollup(kv, appId, day, grouping, rows, versions[i]);
-    } catch {
-      // A cache: the report has its answer, and the next one sums the day again.
+    const rollup = rollups[i];
+    if (rollup !== null && rollup.version === versionOf(i)) {
+      out[i] = rollup.rows;
+      continue;
     }
+    let version = versions[i];
+    // The records after the rollup's last, added to it: the whole day when the day counts as
+    // many records as the sum has, and no older build wrote to it (then its two counts agree).
+    // A record landing between the walk and the count leaves them apart: walked again, as briefly.
+    let added: DaySum | null = null;
+    for (
+      let attempt = 0;
+      attempt < INCREMENT_ATTEMPTS && rollup?.lastId !== undefined && rollup.records !== undefined;
+      attempt++
+    ) {
+      const summed = await sumDay(kv, appId, day, grouping, {
+        rows: rollup.rows,
+        records: rollup.records,
+        lastId: rollup.lastId,
+      });
+      const counts = await dayCounts(kv, appId, day);
+      version = counts.version;
+      if (counts.whole(summed.records)) {
+        added = summed;
+        break;
+      }
+    }
+    if (added) {
+      out[i] = added.rows;
+      await cacheRollup(kv, appId, day, grouping, added, version);
+      continue;
+    }
+    const summed = await sumDay(kv, appId, day, grouping);
+    out[i] = summed.rows;
+    const counts = await dayCounts(kv, appId, day);
+    if (counts.whole(summed.records)) version = counts.version;
+    else {
+      const dayEnd = Date.parse(`${day}T00:00:00Z`) + DAY_MS;
+      if (version.versionstamp === null && dayEnd > now - UNVERSIONED_SETTLE_MS) continue;
+    }
+    await cacheRollup(kv, appId, day, grouping, summed, version);
   }
-  return out as UsageRollupRow[][];
+  return out;
 }
 
-/** The day's usage records summed per group, in the order of their first record. */
+/**
+ * The day's version and its count of records, read at one moment after its records were: a sum of
+ * as many records is the whole day at that version, since a record is counted in the commit that
+ * writes it, is never written twice, and every record summed was already there.
+ */
+async function dayCounts(kv: Deno.Kv, appId: string, day: string) {
+  const [version, records] = await kv.getMany<[Deno.KvU64, Deno.KvU64]>([
+    keys.usageDayVersion(appId, day),
+    keys.usageDayRecords(appId, day),
+  ]);
+  const whole = (summed: number) =>
+    version.value !== null && records.value !== null &&
+    version.value.value === records.value.value && records.value.value === BigInt(summed);
+  return { version, whole };
+}
+
+/**
+ * The day's usage records summed per group, in the order of their first record; with `from`, the
+ * records after its last added to its groups.
+ */
 async function sumDay(
   kv: Deno.Kv,
   appId: string,
   day: string,
   grouping: UsageRollupGrouping,
-): Promise<UsageRollupRow[]> {
+  from?: { rows: UsageRollupRow[]; records: number; lastId: string | null },
+): Promise<DaySum> {
   const start = Date.parse(`${day}T00:00:00Z`);
   const partsOf = (r: UsageRecord): (string | null)[] =>
     grouping === "day"
@@ -192,55 +264,71 @@ async function sumDay(
       ? [r.user ?? null]
       : [r.model, r.keyId, r.user ?? null];
   const groups = new Map<string, UsageRollupRow>();
+  for (const row of from?.rows ?? []) {
+    groups.set(JSON.stringify(row.slice(0, -4)), [...row] as UsageRollupRow);
+  }
+  let records = from?.records ?? 0;
+  let lastId = from?.lastId ?? null;
   const selector = {
-    start: [...keys.appUsage(appId), usageIdAt(start)],
+    start: [...keys.appUsage(appId), lastId ?? usageIdAt(start)],
     end: [...keys.appUsage(appId), usageIdAt(start + DAY_MS)],
   };
   for await (const entry of kv.list<UsageRecord>(selector, { batchSize: 500 })) {
+    const id = entry.key[entry.key.length - 1] as string;
+    if (id === from?.lastId) continue;
     const r = entry.value;
     const parts = partsOf(r);
-    const id = JSON.stringify(parts);
-    let row = groups.get(id);
-    if (!row) groups.set(id, row = [...parts, 0, 0, 0, 0]);
+    const key = JSON.stringify(parts);
+    let row = groups.get(key);
+    if (!row) groups.set(key, row = [...parts, 0, 0, 0, 0]);
     const n = row.length;
     (row[n - 4] as number)++;
     (row[n - 3] as number) += r.promptTokens;
     (row[n - 2] as number) += r.completionTokens;
     (row[n - 1] as number) += r.cost;
+    records++;
+    lastId = id;
   }
-  return [...groups.values()];
+  return { rows: [...groups.values()], records, lastId };
 }
 
 /**
  * Caches a day's groups as summed at `version`, in parts of at most CHUNK_BYTES. Each commit checks
- * the day's version is still the one read before the records were: a record landing meanwhile
- * leaves the rollup unwritten (or its parts mismatched, which a reader takes for none).
+ * the day's version is still the one read before the records were (or after them, for a sum proved
+ * whole): a record landing meanwhile leaves the rollup unwritten (or its parts mismatched, which a
+ * reader takes for none). A cache: the report has its answer either way.
  */
-async function writeRollup(
+async function cacheRollup(
   kv: Deno.Kv,
   appId: string,
   day: string,
   grouping: UsageRollupGrouping,
-  rows: UsageRollupRow[],
+  summed: DaySum,
   version: Deno.KvEntryMaybe<Deno.KvU64>,
 ): Promise<void> {
-  const parts = chunkRows(rows);
+  const parts = chunkRows(summed.rows);
   const value = (n: number): UsageRollupChunk => ({
     version: version.value?.value ?? 0n,
     chunks: parts.length,
     rows: parts[n],
+    records: summed.records,
+    lastId: summed.lastId,
   });
-  for (let first = 0; first < parts.length; first += CHUNKS_PER_COMMIT) {
-    const atomic = kv.atomic().check({
-      key: keys.usageDayVersion(appId, day),
-      versionstamp: version.versionstamp,
-    });
-    for (let n = first; n < Math.min(parts.length, first + CHUNKS_PER_COMMIT); n++) {
-      atomic.set(keys.usageRollupChunk(appId, day, grouping, n), value(n), {
-        expireIn: ROLLUP_RETENTION_MS,
+  try {
+    for (let first = 0; first < parts.length; first += CHUNKS_PER_COMMIT) {
+      const atomic = kv.atomic().check({
+        key: keys.usageDayVersion(appId, day),
+        versionstamp: version.versionstamp,
       });
+      for (let n = first; n < Math.min(parts.length, first + CHUNKS_PER_COMMIT); n++) {
+        atomic.set(keys.usageRollupChunk(appId, day, grouping, n), value(n), {
+          expireIn: ROLLUP_RETENTION_MS,
+        });
+      }
+      if (!(await atomic.commit()).ok) return;
     }
-    if (!(await atomic.commit()).ok) return;
+  } catch {
+    // The next report sums the day again.
   }
 }
 
