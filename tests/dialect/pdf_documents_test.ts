@@ -399,6 +399,47 @@ Deno.test("a chat-API model's request holding a PDF goes to its documents provid
     assert.equal(records[0].promptTokens, d.openai.tokenCounts[0].inputTokens, "billed as counted");
   }));
 
+Deno.test("responses.create: a stored PDF conversation on a chat-API model continued by previous_response_id goes to its documents provider again, counted with the PDF", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    d.openai.script({ content: "Revenue grew." }, { content: "Costs fell." });
+    const first = await client.responses.create({
+      model: OPENAI_MODEL,
+      input: PDF_INPUT,
+      max_output_tokens: 32,
+    });
+    const next = await client.responses.create({
+      model: OPENAI_MODEL,
+      previous_response_id: first.id,
+      input: "And the costs?",
+      max_output_tokens: 32,
+    }).withResponse();
+    assert.equal(next.data.output_text, "Costs fell.");
+    assert.equal(next.response.headers.get("tollbooth-provider"), "oair");
+    assert.deepEqual(
+      d.openai.received.map((r) => r.path),
+      [
+        "/v1/responses/input_tokens",
+        "/v1/responses",
+        "/v1/responses/input_tokens",
+        "/v1/responses",
+      ],
+    );
+    const hasPdf = (input: { content: { type: string }[] | string }[]) =>
+      input.some((m) => Array.isArray(m.content) && m.content.some((p) => p.type === "input_file"));
+    assert.ok(hasPdf(d.openai.tokenCounts[1].body.input), "the follow-up's count holds the PDF");
+    assert.ok(hasPdf(d.openai.responses[1].body.input), "and so does its call");
+    const records = await d.newUsage();
+    assert.deepEqual(
+      records.map((r) => r.promptTokens),
+      d.openai.tokenCounts.map((c) => c.inputTokens),
+      "each turn billed as counted",
+    );
+    for (const r of records) {
+      assert.ok(r.cost <= r.reserved, `charged ${r.cost} within ${r.reserved}`);
+    }
+  }));
+
 Deno.test("a field OpenAI's Responses API lacks, on a chat-API model's request holding a PDF, is refused before anything is held, saying where such a request goes", () =>
   withDialect(async (d) => {
     const before = await d.s.wallet(d.appId);
