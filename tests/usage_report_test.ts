@@ -266,48 +266,50 @@ Deno.test("a changed day's report reads only the records added since its rollup"
   }
 });
 
-Deno.test("a record landing late, before the rollup's last, has its day summed whole", async () => {
+/** A day of 20 records landed at noon and reported once (its rollup cached), for `fn` to change. */
+async function withReportedDay(
+  fn: (day: {
+    kv: Deno.Kv;
+    appId: string;
+    all: UsageRecord[];
+    range: { groupBy: "day"; from: string; to: string };
+  }) => Promise<void>,
+) {
   const kv = await Deno.openKv(":memory:");
   try {
-    const { app } = await createAppRecord(kv, { name: "late" });
-    const day = "2024-03-02";
+    const { app } = await createAppRecord(kv, { name: "reported" });
     const all = Array.from({ length: 20 }, (_, n) => usageRecordAt(app.id, at(1, 12) + n));
     await land(kv, app.id, all);
-    const range = { groupBy: "day" as const, from: day, to: day };
+    const range = { groupBy: "day" as const, from: "2024-03-02", to: "2024-03-02" };
     await usageReport(kv, app.id, range);
-    const late = usageRecordAt(app.id, at(1, 3));
-    await land(kv, app.id, [late]);
+    await fn({ kv, appId: app.id, all, range });
+  } finally {
+    kv.close();
+  }
+}
+
+Deno.test("a record landing late, before the rollup's last, has its day summed whole", () =>
+  withReportedDay(async ({ kv, appId, all, range }) => {
+    const late = usageRecordAt(appId, at(1, 3));
+    await land(kv, appId, [late]);
     all.push(late);
     const { kv: counted, calls } = countingKv(kv);
-    assert.deepEqual(await usageReport(counted, app.id, range), reportOf(all, "day"));
+    assert.deepEqual(await usageReport(counted, appId, range), reportOf(all, "day"));
     assert.ok(calls.list > 1, "summed on from the rollup, short of the day's count");
     assert.ok(calls.listed >= all.length, `then whole: ${calls.listed} records read`);
-  } finally {
-    kv.close();
-  }
-});
+  }));
 
-Deno.test("a day an older build wrote to (one version a commit) is never taken from a partial sum", async () => {
-  const kv = await Deno.openKv(":memory:");
-  try {
-    const { app } = await createAppRecord(kv, { name: "upgrading" });
-    const day = "2024-03-02";
-    const all = Array.from({ length: 20 }, (_, n) => usageRecordAt(app.id, at(1, 12) + n));
-    await land(kv, app.id, all);
-    const range = { groupBy: "day" as const, from: day, to: day };
-    await usageReport(kv, app.id, range);
+Deno.test("a day an older build wrote to (one version a commit) is never taken from a partial sum", () =>
+  withReportedDay(async ({ kv, appId, all, range }) => {
     // An older build lands a late record without counting it; this build lands one after the
     // rollup's last: the sum on from the rollup then has as many records as this build counted.
-    const late = usageRecordAt(app.id, at(1, 3));
-    await land(kv, app.id, [late], { olderBuild: true });
-    const next = usageRecordAt(app.id, at(1, 20));
-    await land(kv, app.id, [next]);
+    const late = usageRecordAt(appId, at(1, 3));
+    await land(kv, appId, [late], { olderBuild: true });
+    const next = usageRecordAt(appId, at(1, 20));
+    await land(kv, appId, [next]);
     all.push(late, next);
-    assert.deepEqual(await usageReport(kv, app.id, range), reportOf(all, "day"));
-  } finally {
-    kv.close();
-  }
-});
+    assert.deepEqual(await usageReport(kv, appId, range), reportOf(all, "day"));
+  }));
 
 Deno.test("a rollup larger than one KV value is chunked", async () => {
   const kv = await Deno.openKv(":memory:");
