@@ -188,24 +188,26 @@ async function dayRollups(
     let version = versions[i];
     // The records after the rollup's last, added to it: the whole day when the day counts as
     // many records as the sum has, and no older build wrote to it (then its two counts agree).
-    // A record landing between the walk and the count leaves them apart: walked again, as briefly.
+    // Summed on only from a rollup whose version counts its records (one made at a version that
+    // counted them), so that no record the counts never saw hides in it. A record landing between
+    // the walk and the count leaves them apart: walked again, as briefly; a sum short of what was
+    // counted before its walk missed a late record, and the day is summed whole at once.
     let added: DaySum | null = null;
-    for (
-      let attempt = 0;
-      attempt < INCREMENT_ATTEMPTS && rollup?.lastId !== undefined && rollup.records !== undefined;
-      attempt++
-    ) {
-      const summed = await sumDay(kv, appId, day, grouping, {
-        rows: rollup.rows,
-        records: rollup.records,
-        lastId: rollup.lastId,
-      });
+    const base = rollup?.lastId !== undefined && rollup.records !== undefined &&
+        rollup.version === BigInt(rollup.records)
+      ? { rows: rollup.rows, records: rollup.records, lastId: rollup.lastId }
+      : null;
+    let before = base && await dayCounts(kv, appId, day);
+    for (let attempt = 0; base && before && attempt < INCREMENT_ATTEMPTS; attempt++) {
+      const summed = await sumDay(kv, appId, day, grouping, base);
       const counts = await dayCounts(kv, appId, day);
       version = counts.version;
       if (counts.whole(summed.records)) {
         added = summed;
         break;
       }
+      if (summed.records < before.records) break;
+      before = counts;
     }
     if (added) {
       out[i] = added.rows;
@@ -238,7 +240,7 @@ async function dayCounts(kv: Deno.Kv, appId: string, day: string) {
   const whole = (summed: number) =>
     version.value !== null && records.value !== null &&
     version.value.value === records.value.value && records.value.value === BigInt(summed);
-  return { version, whole };
+  return { version, records: Number(records.value?.value ?? 0n), whole };
 }
 
 /**
