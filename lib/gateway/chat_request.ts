@@ -965,9 +965,9 @@ export function filePartsOf(m: ChatMessage): FileContentPart[] {
 /** The request without its file parts (PDFs): what a route that takes none would be asked. */
 export function withoutDocuments(request: ChatRequest): ChatRequest {
   const messages = request.messages.map((m) =>
-    filePartsOf(m).length === 0
-      ? m
-      : { ...m, content: mediaPartsOf(m).filter((part) => part.type !== "file") } as ChatMessage
+    mediaPartsOf(m).some((part) => part.type === "file")
+      ? { ...m, content: mediaPartsOf(m).filter((part) => part.type !== "file") } as ChatMessage
+      : m
   );
   return { ...request, messages };
 }
@@ -983,7 +983,8 @@ export function firstFilePath(request: ChatRequest): string {
 
 /** Whether a request holds a file part (a PDF): only its provider's count bounds its input. */
 export function hasDocuments(request: ChatRequest): boolean {
-  return request.messages.some((m) => filePartsOf(m).length > 0);
+  // On every request's bound: a scan, not a list of each message's files.
+  return request.messages.some((m) => mediaPartsOf(m).some((part) => part.type === "file"));
 }
 
 /** How a refusal names the model the client asked for, as against one of its fallbacks. */
