@@ -119,7 +119,8 @@ function withinBodyDeadline<T>(
 }
 
 /**
- * The whole body, "too_large" as soon as it passes `maxBytes` (the rest is never read), "broken"
+ * The whole body, "too_large" as soon as it passes `maxBytes` (the rest is never held: once the
+ * refusal is sent, Deno's server reads and drops what the client still sends), "broken"
  * when the upload broke off, or "timed_out" when it did not arrive in time.
  */
 async function readUpTo(
