@@ -20,6 +20,21 @@ Deno.test("provider keys come from the environment variable the catalog names", 
   assert.ok(provider.kind === "openai" && provider.apiKey === "sk-test");
 });
 
+Deno.test("the shipped catalog serves its chat models' PDFs through the Responses API, given as long to answer as their other requests", async () => {
+  const catalog = await loadCatalogFile(DEFAULT_MODELS_FILE, { OPENAI_API_KEY: "sk-test" });
+  const chatModels = catalog.models.filter((m) =>
+    m.provider.kind === "openai" && m.type === "chat"
+  );
+  assert.ok(chatModels.length >= 4);
+  for (const model of chatModels) {
+    const documents = model.documentRoute;
+    assert.ok(documents, `${model.id} has a documents route`);
+    assert.equal(documents.provider.kind, "openai_responses");
+    assert.equal(documents.upstreamModel, model.upstreamModel);
+    assert.equal(documents.provider.timeoutMs, model.provider.timeoutMs, model.id);
+  }
+});
+
 Deno.test("a catalog file that is missing or not JSON is refused with its path", async () => {
   const dir = await Deno.makeTempDir();
   try {
