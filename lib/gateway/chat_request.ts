@@ -112,7 +112,8 @@ const ToolPart = z.discriminatedUnion("type", [TextPart, ImagePart, FilePart], {
   error: "must be a part of type text, image_url or file",
 });
 
-const Name = z.string({ error: "must be a string" }).min(1, "must not be empty").max(256);
+/** A participant's name; null, as clients that serialise every field send it, is no name. */
+const Name = z.string({ error: "must be a string" }).min(1, "must not be empty").max(256).nullish();
 
 const ToolCall = z.strictObject({
   id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
@@ -136,7 +137,7 @@ const SystemMessage = z.strictObject({
   content: z.union([z.string(), partsOf(TextOnlyPart, "text parts")], {
     error: "must be a string or an array of text parts",
   }),
-  name: Name.optional(),
+  name: Name,
 });
 const DeveloperMessage = SystemMessage.extend({ role: z.literal("developer") });
 const UserMessage = z.strictObject({
@@ -144,16 +145,16 @@ const UserMessage = z.strictObject({
   content: z.union([z.string(), partsOf(UserPart, "content parts")], {
     error: "must be a string or an array of content parts",
   }),
-  name: Name.optional(),
+  name: Name,
 });
 const AssistantMessage = z.strictObject({
   role: z.literal("assistant"),
   content: z.union([z.string(), partsOf(AssistantPart, "text or refusal parts")], {
     error: "must be a string, an array of text or refusal parts, or null",
   }).nullish(),
-  name: Name.optional(),
+  name: Name,
   refusal: z.string({ error: "must be a string" }).nullish(),
-  tool_calls: z.array(ToolCall, { error: "must be an array of tool calls" }).optional(),
+  tool_calls: z.array(ToolCall, { error: "must be an array of tool calls" }).nullish(),
   // Fields of a response message that clients push back into the conversation as they got it
   // (the openai SDK's `parsed`, OpenAI's `annotations`, reasoning text): accepted, never forwarded,
   // except `reasoning_content` to a provider that asks for it back (forward_reasoning_content).
@@ -177,15 +178,23 @@ const ECHOED_RESPONSE_FIELDS = [
   "function_call",
 ] as const;
 
-/** An assistant message as the conversation needs it: without the echoed response-only fields. */
-function withoutEchoedFields(m: ChatMessage): ChatMessage {
-  if (m.role !== "assistant") return m;
+/**
+ * A message as the conversation needs it: without the echoed response-only fields, a tool
+ * result's name, and fields sent as null.
+ */
+function conversationMessage(m: ChatMessage): ChatMessage {
+  if (m.role !== "assistant") {
+    if (m.name === undefined || (m.name !== null && m.role !== "tool")) return m;
+    const { name: _name, ...rest } = m;
+    return rest as ChatMessage;
+  }
   const out: Record<string, unknown> = { ...m };
   for (const field of ECHOED_RESPONSE_FIELDS) delete out[field];
+  if (m.name === null) delete out.name;
   // An empty one stays: DeepSeek refuses a tool loop's turn without the field, empty or not.
   if (m.reasoning_content == null) delete out.reasoning_content;
   if (!m.reasoning_details?.length) delete out.reasoning_details;
-  if (m.tool_calls?.length === 0) delete out.tool_calls;
+  if (!m.tool_calls?.length) delete out.tool_calls;
   else if (m.tool_calls?.some((call) => "parsed_arguments" in call.function)) {
     out.tool_calls = m.tool_calls.map(({ function: { name, arguments: args }, ...call }) => ({
       ...call,
@@ -203,6 +212,9 @@ const ToolMessage = z.strictObject({
     1,
     "must not be empty",
   ),
+  // The tool's name, which LangChain's tools put on the message they return: accepted, never
+  // forwarded (the call's id says which call it answers, and no provider's tool result has one).
+  name: Name,
 });
 
 const Message = z.discriminatedUnion(
@@ -791,7 +803,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
   if (stream_options) params.stream_options = stream_options;
   return {
     model,
-    messages: messages.map(withoutEchoedFields),
+    messages: messages.map(conversationMessage),
     maxTokens: max_tokens ?? max_completion_tokens ?? undefined,
     capParam: max_completion_tokens != null
       ? "max_completion_tokens"

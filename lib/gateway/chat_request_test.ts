@@ -128,6 +128,60 @@ Deno.test("response-only fields pushed back with an assistant message are accept
   });
 });
 
+Deno.test("a message serialised with every field, its name and tool_calls null, is taken as if they were absent", () => {
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [
+      { role: "system", content: "Be exact.", name: null },
+      { role: "user", content: "Hi", name: null },
+      {
+        role: "assistant",
+        content: "Hello",
+        name: null,
+        refusal: null,
+        annotations: null,
+        audio: null,
+        function_call: null,
+        tool_calls: null,
+      },
+      { role: "user", content: "Again", name: "ada" },
+    ],
+  });
+  assert.deepEqual(request.messages, [
+    { role: "system", content: "Be exact." },
+    { role: "user", content: "Hi" },
+    { role: "assistant", content: "Hello", refusal: null },
+    { role: "user", content: "Again", name: "ada" },
+  ]);
+});
+
+Deno.test("a tool message's name, which LangChain's tools set, is accepted and not forwarded", () => {
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [
+      { role: "user", content: "Weather?" },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "c1", type: "function", function: { name: "w", arguments: "{}" } }],
+      },
+      { role: "tool", tool_call_id: "c1", content: "cold", name: "w" },
+    ],
+    tools: [{ type: "function", function: { name: "w" } }],
+  });
+  assert.deepEqual(request.messages[2], { role: "tool", tool_call_id: "c1", content: "cold" });
+  refused(
+    {
+      messages: [
+        { role: "user", content: "Weather?" },
+        { role: "tool", tool_call_id: "c1", content: "cold", name: 7 },
+      ],
+    },
+    "invalid_parameter",
+    "messages[1].name",
+  );
+});
+
 Deno.test("an assistant's reasoning_details are taken as OpenRouter shapes them, and refused with the exact path otherwise", () => {
   const detail = {
     type: "reasoning.text",

@@ -39,7 +39,12 @@ export function DialectSection() {
         provider marked <code>"forward_reasoning_details": true</code> (OpenRouter). A tool call's
         {" "}
         <code>extra_content</code>{" "}
-        (Gemini 3's thought signature) is kept on answers and sent back to Gemini models only.
+        (Gemini 3's thought signature) is kept on answers and sent back to Gemini models only. A
+        tool message's <code>name</code>{" "}
+        (LangChain's tools name the message they return) is accepted and dropped, and a message's
+        {" "}
+        <code>name</code> or <code>tool_calls</code> sent as <code>null</code>{" "}
+        (as clients that serialise every field send them) is taken as absent.
       </p>
       <div class="table-scroll">
         <table>

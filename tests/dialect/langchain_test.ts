@@ -1,6 +1,7 @@
 /** LangChain.js's ChatOpenAI with a base URL, against both provider kinds: tools and structured output. */
 import assert from "node:assert/strict";
 import { type AIMessageChunk, HumanMessage, ToolMessage } from "@langchain/core/messages";
+import { tool } from "@langchain/core/tools";
 import { z } from "zod";
 import {
   ADAPTIVE_CLAUDE,
@@ -70,6 +71,58 @@ for (const { kind, model } of KINDS) {
           tool_use_id: call.tool_calls![0].id,
           content: "-5 C",
         });
+      }
+      await assertCharged(
+        d,
+        model,
+        ...(kind === "openai"
+          ? [{ prompt: 70, completion: 12 }, { prompt: 95, completion: 5 }]
+          : [{ prompt: 380, completion: 25 }, { prompt: 420, completion: 6 }]),
+      );
+    }));
+
+  Deno.test(`LangChain, ${kind} kind: the ToolMessage a tool() returns for its call, named after the tool, completes the turn`, () =>
+    withDialect(async (d) => {
+      if (kind === "openai") {
+        d.openai.script(
+          {
+            toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }],
+            promptTokens: 70,
+            completionTokens: 12,
+          },
+          { content: "Cold in Oslo.", promptTokens: 95, completionTokens: 5 },
+        );
+      } else {
+        d.claude.script(
+          {
+            content: [{ type: "tool_use", name: "get_weather", input: { city: "Oslo" } }],
+            inputTokens: 380,
+            outputTokens: 25,
+          },
+          { text: "Cold in Oslo.", inputTokens: 420, outputTokens: 6 },
+        );
+      }
+      const getWeather = tool(({ city }) => `-5 C in ${city}`, {
+        name: "get_weather",
+        description: "The weather in a city",
+        schema: z.object({ city: z.string() }),
+      });
+      const llm = langChainModel(d, model).bindTools([getWeather]);
+      const question = new HumanMessage("Weather in Oslo?");
+      const call = await llm.invoke([question]);
+      const result = await getWeather.invoke({ ...call.tool_calls![0], type: "tool_call" });
+      assert.equal(result.name, "get_weather");
+      const answer = await llm.invoke([question, call, result]);
+      assert.equal(answer.content, "Cold in Oslo.");
+      if (kind === "openai") {
+        assert.deepEqual(d.openai.chats[1].body.messages.at(-1), {
+          role: "tool",
+          tool_call_id: call.tool_calls![0].id,
+          content: "-5 C in Oslo",
+        });
+      } else {
+        const last = d.claude.messages()[1].body.messages.at(-1);
+        assert.equal(last.content[0].content, "-5 C in Oslo");
       }
       await assertCharged(
         d,
