@@ -7,6 +7,7 @@ import {
   ADAPTIVE_CLAUDE,
   assertCharged,
   CLAUDE_MODEL,
+  type Dialect,
   langChainModel,
   OPENAI_MODEL,
   THINKING_CLAUDE,
@@ -29,28 +30,39 @@ const KINDS = [
   { kind: "anthropic", model: CLAUDE_MODEL },
 ] as const;
 
+/** The upstream's two turns of a weather tool loop: the call, then the answer after its result. */
+function scriptWeatherTurns(d: Dialect, kind: (typeof KINDS)[number]["kind"]) {
+  if (kind === "openai") {
+    d.openai.script(
+      {
+        toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }],
+        promptTokens: 70,
+        completionTokens: 12,
+      },
+      { content: "Cold in Oslo.", promptTokens: 95, completionTokens: 5 },
+    );
+  } else {
+    d.claude.script(
+      {
+        content: [{ type: "tool_use", name: "get_weather", input: { city: "Oslo" } }],
+        inputTokens: 380,
+        outputTokens: 25,
+      },
+      { text: "Cold in Oslo.", inputTokens: 420, outputTokens: 6 },
+    );
+  }
+}
+
+/** What those two turns are charged, as each kind's upstream reported them. */
+const WEATHER_TURNS_USAGE = {
+  openai: [{ prompt: 70, completion: 12 }, { prompt: 95, completion: 5 }],
+  anthropic: [{ prompt: 380, completion: 25 }, { prompt: 420, completion: 6 }],
+};
+
 for (const { kind, model } of KINDS) {
   Deno.test(`LangChain, ${kind} kind: bindTools calls a tool, and the ToolMessage answer completes the turn`, () =>
     withDialect(async (d) => {
-      if (kind === "openai") {
-        d.openai.script(
-          {
-            toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }],
-            promptTokens: 70,
-            completionTokens: 12,
-          },
-          { content: "Cold in Oslo.", promptTokens: 95, completionTokens: 5 },
-        );
-      } else {
-        d.claude.script(
-          {
-            content: [{ type: "tool_use", name: "get_weather", input: { city: "Oslo" } }],
-            inputTokens: 380,
-            outputTokens: 25,
-          },
-          { text: "Cold in Oslo.", inputTokens: 420, outputTokens: 6 },
-        );
-      }
+      scriptWeatherTurns(d, kind);
       const llm = langChainModel(d, model).bindTools([WEATHER]);
       const question = new HumanMessage("Weather in Oslo?");
       const call = await llm.invoke([question]);
@@ -72,36 +84,12 @@ for (const { kind, model } of KINDS) {
           content: "-5 C",
         });
       }
-      await assertCharged(
-        d,
-        model,
-        ...(kind === "openai"
-          ? [{ prompt: 70, completion: 12 }, { prompt: 95, completion: 5 }]
-          : [{ prompt: 380, completion: 25 }, { prompt: 420, completion: 6 }]),
-      );
+      await assertCharged(d, model, ...WEATHER_TURNS_USAGE[kind]);
     }));
 
   Deno.test(`LangChain, ${kind} kind: the ToolMessage a tool() returns for its call, named after the tool, completes the turn`, () =>
     withDialect(async (d) => {
-      if (kind === "openai") {
-        d.openai.script(
-          {
-            toolCalls: [{ name: "get_weather", arguments: { city: "Oslo" } }],
-            promptTokens: 70,
-            completionTokens: 12,
-          },
-          { content: "Cold in Oslo.", promptTokens: 95, completionTokens: 5 },
-        );
-      } else {
-        d.claude.script(
-          {
-            content: [{ type: "tool_use", name: "get_weather", input: { city: "Oslo" } }],
-            inputTokens: 380,
-            outputTokens: 25,
-          },
-          { text: "Cold in Oslo.", inputTokens: 420, outputTokens: 6 },
-        );
-      }
+      scriptWeatherTurns(d, kind);
       const getWeather = tool(({ city }) => `-5 C in ${city}`, {
         name: "get_weather",
         description: "The weather in a city",
@@ -124,13 +112,7 @@ for (const { kind, model } of KINDS) {
         const last = d.claude.messages()[1].body.messages.at(-1);
         assert.equal(last.content[0].content, "-5 C in Oslo");
       }
-      await assertCharged(
-        d,
-        model,
-        ...(kind === "openai"
-          ? [{ prompt: 70, completion: 12 }, { prompt: 95, completion: 5 }]
-          : [{ prompt: 380, completion: 25 }, { prompt: 420, completion: 6 }]),
-      );
+      await assertCharged(d, model, ...WEATHER_TURNS_USAGE[kind]);
     }));
 
   Deno.test(`LangChain, ${kind} kind: withStructuredOutput returns the parsed object`, () =>
