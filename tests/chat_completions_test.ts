@@ -390,6 +390,33 @@ Deno.test("402 insufficient_credits carries balance and top_up_url and changes n
     assert.deepEqual(await s.wallet(appId), before);
   }));
 
+Deno.test("the 402 and the context refusal name max_completion_tokens when the client capped its output with it", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    const tooLong = await assertError(
+      await s.chat(apiKey, {
+        model: "tollbooth/tiny",
+        messages: userMessage("word ".repeat(60)),
+        max_completion_tokens: 10,
+      }),
+      400,
+      "context_length_exceeded",
+      "messages",
+    );
+    assert.match(tooLong.message, /plus max_completion_tokens \(10\)/);
+    await spendDownTo(s.kv, appId, 1000);
+    const unpaid = await assertError(
+      await s.chat(apiKey, {
+        model: ECHO,
+        messages: userMessage("x"),
+        max_completion_tokens: 8000,
+      }),
+      402,
+      "insufficient_credits",
+    );
+    assert.match(unpaid.message, /prompt plus max_completion_tokens 8000/);
+  }));
+
 Deno.test("a streaming request that cannot be paid gets a real 402, not a 200 stream", () =>
   withService(async (s) => {
     const { appId, apiKey } = await s.newApp();

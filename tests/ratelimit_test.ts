@@ -212,6 +212,22 @@ Deno.test("a request whose tokens exceed a whole minute's limit is a 400 on max_
     assert.deepEqual(await s.wallet(appId), before);
   }));
 
+Deno.test("that 400 names max_completion_tokens when the client capped its output with it", () =>
+  withService({ tpm: 500 }, async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    const before = await s.wallet(appId);
+    const { max_tokens, ...rest } = hi(600);
+    const res = await s.chat(apiKey, { ...rest, max_completion_tokens: max_tokens });
+    assert.equal(res.status, 400);
+    const body = await res.json();
+    assert.equal(body.error.param, "max_completion_tokens");
+    assert.match(
+      body.error.message,
+      /prompt plus max_completion_tokens\b.*Lower max_completion_tokens\./,
+    );
+    assert.deepEqual(await s.wallet(appId), before);
+  }));
+
 Deno.test("x-ratelimit headers are exact: remaining and reset follow the tokens actually used", () => {
   const clock = manualClock();
   return withService({ rpm: 100, tpm: 10_000, now: clock.now }, async (s) => {

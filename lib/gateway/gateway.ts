@@ -682,11 +682,13 @@ export class Gateway {
       promptTokens = next;
       return true;
     };
+    // Refusals name the cap as the client sent it (the default's as max_tokens).
+    const cap = request.capParam ?? "max_tokens";
     if (promptTokens + maxTokens > model.contextTokens) await tryExact();
     if (promptTokens + maxTokens > model.contextTokens) {
       throw new ApiError(
         "context_length_exceeded",
-        `The prompt (at most ${promptTokens} tokens, tools, schemas and images included) plus max_tokens (${maxTokens}) exceeds the context of ${model.id} (${model.contextTokens} tokens).`,
+        `The prompt (at most ${promptTokens} tokens, tools, schemas and images included) plus ${cap} (${maxTokens}) exceeds the context of ${model.id} (${model.contextTokens} tokens).`,
         { param: "messages" },
       );
     }
@@ -698,7 +700,8 @@ export class Gateway {
     const plan = (): PlannedReservation => ({
       amount: reservationCost(model, promptTokens, outputTokens),
       tokens: promptTokens + outputTokens,
-      covers: `prompt plus max_tokens ${maxTokens}`,
+      covers: `prompt plus ${cap} ${maxTokens}`,
+      counted: { what: `prompt plus ${cap}`, param: cap },
       refine: async () => await tryExact() ? plan() : null,
     });
     const planned = plan();
