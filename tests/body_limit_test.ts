@@ -21,7 +21,7 @@ const encoder = new TextEncoder();
 interface Upload {
   status: number;
   body: string;
-  /** Body bytes the service took before it answered. */
+  /** Body bytes sent before the answer arrived (the service drops what came after its limit). */
   sent: number;
 }
 
@@ -191,7 +191,7 @@ Deno.test("bodies of up to 4 GiB, chunked or declared, are refused at each route
         measured.push(
           `${route.path.replace(/\/top-up\/.*/, "/top-up/:token")} ${framing}: ${result.status}, ${
             MiB(result.sent)
-          } MiB taken, peak +${MiB(growth)} MiB`,
+          } MiB sent before the answer, peak +${MiB(growth)} MiB`,
         );
         assert.match(result.body, route.refusal, `${route.path} ${framing}`);
         assert.equal(result.status, route.refusal.source.includes("code") ? 400 : 413);
