@@ -391,8 +391,17 @@ Deno.test("usage and wallet pages show a request with its exact cost", () =>
     const usage = await v.page(`/dashboard/apps/${appId}/usage`);
     assert.ok(usage.includes(requestId));
     assert.ok(usage.includes(`$${cost}`));
+    await s.wallets.credit(appId, {
+      amount: 1_000_000,
+      kind: "top_up",
+      reason: "Top-up of 1.000000 USD via test checkout (development)",
+      reference: "cs_test_1",
+      marker: "t1",
+    });
     const wallet = await v.page(`/dashboard/apps/${appId}/wallet`);
     assert.ok(wallet.includes(`−$${cost}`) && wallet.includes("+$5.000000"));
+    // A credit's reason stands apart from its kind.
+    assert.match(wallet, /Top-up <span class="muted">— Top-up of 1\.000000 USD via test checkout/);
     const overview = await v.page(`/dashboard/apps/${appId}`);
     assert.ok(overview.includes("tollbooth/echo") && overview.includes(`$${cost}`));
   }));
@@ -551,7 +560,10 @@ Deno.test("the owner sets the top-up page's return link and balance display from
       return_url: "javascript:alert(1)",
     });
     assert.equal(refused.status, 400);
-    assert.match(await refused.text(), /class="alert"/);
+    assert.match(
+      await refused.text(),
+      /class="alert"[^>]*>The return URL must use https \(http is allowed only for localhost\)\./,
+    );
     const unchanged = (await s.kv.get<{ topUpReturnUrl?: string }>(keys.app(appId))).value!;
     assert.equal(
       unchanged.topUpReturnUrl,
@@ -1326,6 +1338,22 @@ Deno.test("the keys tab is paged newest first with Next and Previous links, ever
     }
   }));
 
+Deno.test("keys of one name are told apart in the spend-caps card by their prefixes", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("twins");
+    for (let i = 0; i < 2; i++) await issueKey(s.kv, appId, "k1", "operator");
+    const prefixes = (await listAppKeys(s.kv, appId)).filter((k) => k.name === "k1")
+      .map((k) => k.prefix);
+    assert.equal(prefixes.length, 2);
+    const page = await v.page(`/dashboard/apps/${appId}/keys`);
+    for (const prefix of prefixes) {
+      assert.ok(page.includes(`Save caps of k1 (${prefix}…)`), prefix);
+      assert.ok(page.includes(`Key k1 (${prefix}…): total cap in USD`), prefix);
+    }
+  }));
+
 Deno.test("on a page of the keys tab the spend-caps card has every live key with a cap, whatever its page, and the page's keys", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);
@@ -1347,7 +1375,10 @@ Deno.test("on a page of the keys tab the spend-caps card has every live key with
 
     const firstPage = await v.page(`${app}/keys`);
     assert.deepEqual(capForms(firstPage), [...newestFirst.slice(0, 50), oldest]);
-    assert.match(firstPage, /Key default: per utc day cap in USD" value="2\.500000"/);
+    assert.match(
+      firstPage,
+      /Key default \(tb_[0-9a-z]+…\): per utc day cap in USD" value="2\.500000"/,
+    );
     assert.match(firstPage, /every key with a cap, whatever its page/);
 
     // A refused cap of a key of another page comes back at that key's form.

@@ -535,7 +535,8 @@ export function dashboardRoutes(
     } catch (error) {
       if (!(error instanceof RangeError)) throw error;
       const topUpRefused = {
-        error: error.message,
+        // The message reads as a clause (the admin CLI puts it after the flag); here it is the alert.
+        error: `${error.message[0].toUpperCase()}${error.message.slice(1)}.`,
         returnUrl: form.return_url ?? "",
         showBalance: form.show_balance === "on",
       };

@@ -111,18 +111,22 @@ export function SpendCapsCard(
           key of another page, open that page.
         </p>
       )}
-      {capKeys.map((k) => (
-        <CapsForm
-          session={session}
-          action={`${appPath(app)}/keys/${k.id}/spend-cap`}
-          target={k.id}
-          owner={k.name}
-          label={`Key ${k.name}`}
-          caps={caps.keys[k.id]}
-          refused={refused}
-          button={`Save caps of ${k.name}`}
-        />
-      ))}
+      {capKeys.map((k) => {
+        // Keys may share a name (a rotated key keeps its own): the prefix tells them apart.
+        const key = `${k.name} (${k.prefix}…)`;
+        return (
+          <CapsForm
+            session={session}
+            action={`${appPath(app)}/keys/${k.id}/spend-cap`}
+            target={k.id}
+            owner={key}
+            label={`Key ${key}`}
+            caps={caps.keys[k.id]}
+            refused={refused}
+            button={`Save caps of ${key}`}
+          />
+        );
+      })}
       <CapsForm
         session={session}
         action={`${appPath(app)}/end-user-spend-cap`}

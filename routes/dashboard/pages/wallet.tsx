@@ -92,7 +92,7 @@ export function walletPage(
                         <When ms={a.at} />
                       </td>
                       <td>
-                        {CREDIT_LABELS[a.entry.kind]}
+                        {CREDIT_LABELS[a.entry.kind]}{" "}
                         {a.entry.reason !== CREDIT_LABELS[a.entry.kind] && (
                           <span class="muted">— {a.entry.reason}</span>
                         )}
