@@ -27,9 +27,14 @@ import {
   stopSession,
 } from "./session.ts";
 
-/** Only same-site paths: `next` must not send a fresh session to another site. */
+/**
+ * Only same-site paths, with a query of plain and percent-encoded characters: `next` must not send
+ * a fresh session to another site.
+ */
 function safeNext(next: string | undefined): string {
-  return next && /^\/[a-z0-9/_-]*$/i.test(next) && !next.startsWith("//") ? next : "/dashboard";
+  return next && /^\/[a-z0-9/_-]*(\?[a-z0-9_.~%=&+-]*)?$/i.test(next) && !next.startsWith("//")
+    ? next
+    : "/dashboard";
 }
 
 interface FormState {

@@ -79,7 +79,8 @@ export async function stopSession(c: Context<PageEnv>, kv: Deno.Kv, cookie: Cook
 /** Signed-out visitors are sent to sign in, and back here afterwards. */
 export const requireOwner: MiddlewareHandler<PageEnv> = async (c, next) => {
   if (!c.get("session")) {
-    const back = c.req.method === "GET" ? c.req.path : "/dashboard";
+    // A filter or a page of a list is part of where the visitor was.
+    const back = c.req.method === "GET" ? c.req.path + new URL(c.req.url).search : "/dashboard";
     return c.redirect(`/signin?next=${encodeURIComponent(back)}`, 303);
   }
   await next();

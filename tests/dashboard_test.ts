@@ -93,6 +93,20 @@ Deno.test("the dashboard sends signed-out visitors to sign in", () =>
     assert.equal(res.headers.get("location"), "/signin?next=%2Fdashboard%2Fapps%2Fapp_x%2Fkeys");
   }));
 
+Deno.test("a visitor sent to sign in comes back to the page as it was, its filter or list page included", () =>
+  withService(async (s) => {
+    await new OwnerSession(s).signUp("ada@example.com");
+    const page = "/dashboard/apps/app_x/usage?user=alice%40example.com&starting_after=req_1";
+    const sent = await new OwnerSession(s).request(page);
+    assert.equal(sent.headers.get("location"), `/signin?next=${encodeURIComponent(page)}`);
+    const signedIn = await new OwnerSession(s).post(`/signin?next=${encodeURIComponent(page)}`, {
+      email: "ada@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(signedIn.status, 303);
+    assert.equal(signedIn.headers.get("location"), page);
+  }));
+
 Deno.test("sign-in with the right password opens the dashboard; a wrong one says so", () =>
   withService(async (s) => {
     await new OwnerSession(s).signUp("ada@example.com");
@@ -128,6 +142,20 @@ Deno.test("sign-in never redirects to another site", () =>
       password: PASSWORD,
     });
     assert.equal(res.headers.get("location"), "/dashboard");
+    for (
+      const next of [
+        "/\\evil.example",
+        "/x?a=<b>",
+        "/x?u=https://evil.example",
+        "https://evil.example",
+      ]
+    ) {
+      const other = await new OwnerSession(s).post(`/signin?next=${encodeURIComponent(next)}`, {
+        email: "ada@example.com",
+        password: PASSWORD,
+      });
+      assert.equal(other.headers.get("location"), "/dashboard", next);
+    }
   }));
 
 Deno.test("repeated wrong passwords lock sign-in for that email, even with the right one", () =>
