@@ -1214,9 +1214,9 @@ Deno.test("a refused dashboard form comes back as typed, its alert at the top of
       [`${app}/webhooks`, { url: "http://example.com/hook" }, "endpoint", "url", [
         "http://example.com/hook",
       ]],
-      [`${app}/webhooks`, { url: HOOK_URL, threshold: "1.1234567" }, "endpoint", "threshold", [
+      [`${app}/webhooks`, { url: HOOK_URL, threshold: "$1.1234567" }, "endpoint", "threshold", [
         HOOK_URL,
-        "1.1234567",
+        "$1.1234567",
       ]],
       ["/dashboard/management-keys", { name: "m".repeat(61) }, "new-management-key", "name", [
         "m".repeat(61),

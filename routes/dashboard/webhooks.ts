@@ -61,12 +61,13 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
     const app = c.get("app");
     const form = c.get("form");
     const rawUrl = form.url ?? "";
-    const rawThreshold = (form.threshold ?? "").trim().replace(/^\$/, "");
+    const typedThreshold = form.threshold ?? "";
+    const rawThreshold = typedThreshold.trim().replace(/^\$/, "");
     const refuse = async (field: EndpointRefusal["field"], error: string) =>
       c.html(
         webhooksPage(session(c), {
           ...await view(app),
-          refused: { error, field, url: rawUrl, threshold: rawThreshold },
+          refused: { error, field, url: rawUrl, threshold: typedThreshold },
         }),
         400,
       );
