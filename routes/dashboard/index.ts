@@ -558,7 +558,8 @@ export function dashboardRoutes(
       const value = raw === "" ? null : parseFormInteger(raw);
       if (raw !== "" && !(value !== null && value >= 1 && value <= MAX_LIMIT)) {
         return await refuse(
-          `Requests and tokens per minute are whole numbers from 1 to ${MAX_LIMIT}, or empty for the default.`,
+          // The app's own ceiling, far lower, is named by setRateLimits when a number passes it.
+          "Requests and tokens per minute are whole numbers of at least 1, or empty for the default.",
           name,
         );
       }
