@@ -1027,6 +1027,16 @@ Deno.test("the rate-limit form takes digits only: 0x10, 1e3, 16.0 and +16 are re
       // Not a range the app cannot use: its ceiling is far below the largest number taken.
       assert.doesNotMatch(page, /from 1 to/);
     }
+    const huge = await owner.post(`/dashboard/apps/${appId}/limits`, {
+      _csrf: csrf,
+      rpm: "5000000000",
+      tpm: "",
+    });
+    assert.equal(huge.status, 400);
+    assert.match(
+      await huge.text(),
+      /can be at most this app&#39;s ceiling|can be at most this app's ceiling/,
+    );
     const saved = await owner.post(`/dashboard/apps/${appId}/limits`, {
       _csrf: csrf,
       rpm: " 16 ",

@@ -556,10 +556,20 @@ export function dashboardRoutes(
     for (const name of ["rpm", "tpm"] as const) {
       const raw = (form[name] ?? "").trim();
       const value = raw === "" ? null : parseFormInteger(raw);
-      if (raw !== "" && !(value !== null && value >= 1 && value <= MAX_LIMIT)) {
+      if (raw !== "" && !(value !== null && value >= 1)) {
         return await refuse(
-          // The app's own ceiling, far lower, is named by setRateLimits when a number passes it.
           "Requests and tokens per minute are whole numbers of at least 1, or empty for the default.",
+          name,
+        );
+      }
+      // Below this, the app's own ceiling (far lower) is named by setRateLimits.
+      if (value !== null && value > MAX_LIMIT) {
+        return await refuse(
+          `${
+            name === "rpm" ? "Requests" : "Tokens"
+          } per minute can be at most this app's ceiling (the operator's limit), and never more than ${
+            MAX_LIMIT.toLocaleString("en-US")
+          }.`,
           name,
         );
       }
