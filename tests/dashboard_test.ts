@@ -429,7 +429,7 @@ Deno.test("usage and wallet pages show a request with its exact cost", () =>
     const wallet = await v.page(`/dashboard/apps/${appId}/wallet`);
     assert.ok(wallet.includes(`−$${cost}`) && wallet.includes("+$5.000000"));
     // A credit's reason stands apart from its kind.
-    assert.match(wallet, /Top-up <span class="muted">— Top-up of 1\.000000 USD via test checkout/);
+    assert.match(wallet, /Top-up<span class="muted"> — Top-up of 1\.000000 USD via test checkout/);
     const overview = await v.page(`/dashboard/apps/${appId}`);
     assert.ok(overview.includes("tollbooth/echo") && overview.includes(`$${cost}`));
   }));

@@ -240,11 +240,14 @@ Deno.test("browser: an owner makes a management key, caps a key, sets a webhook 
       await page.getByRole("link", { name: "I have saved it: go to the keys" }).click();
 
       // A key capped at one micro-dollar a day is refused with its own 402.
-      await page.getByLabel("Key default: per utc day cap in USD").fill("0.000001");
+      await page.getByLabel(/^Key default \(tb_[0-9a-z]+…\): per utc day cap in USD$/).fill(
+        "0.000001",
+      );
       await page.getByRole("button", { name: "Save caps of default" }).click();
       await page.waitForURL(/\/keys#spend-caps$/);
       assert.equal(
-        await page.getByLabel("Key default: per utc day cap in USD").inputValue(),
+        await page.getByLabel(/^Key default \(tb_[0-9a-z]+…\): per utc day cap in USD$/)
+          .inputValue(),
         "0.000001",
       );
       const capped = await chat(base, apiKey);

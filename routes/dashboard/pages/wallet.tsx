@@ -92,9 +92,9 @@ export function walletPage(
                         <When ms={a.at} />
                       </td>
                       <td>
-                        {CREDIT_LABELS[a.entry.kind]}{" "}
+                        {CREDIT_LABELS[a.entry.kind]}
                         {a.entry.reason !== CREDIT_LABELS[a.entry.kind] && (
-                          <span class="muted">— {a.entry.reason}</span>
+                          <span class="muted">{" "}— {a.entry.reason}</span>
                         )}
                       </td>
                       {takesBack(a.entry.kind)
