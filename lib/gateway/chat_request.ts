@@ -974,10 +974,15 @@ export function filePartsOf(m: ChatMessage): FileContentPart[] {
   return mediaPartsOf(m).filter((part) => part.type === "file");
 }
 
+/** Whether a message holds a file part: a scan, as every request's bound asks it. */
+function holdsFile(m: ChatMessage): boolean {
+  return mediaPartsOf(m).some((part) => part.type === "file");
+}
+
 /** The request without its file parts (PDFs): what a route that takes none would be asked. */
 export function withoutDocuments(request: ChatRequest): ChatRequest {
   const messages = request.messages.map((m) =>
-    mediaPartsOf(m).some((part) => part.type === "file")
+    holdsFile(m)
       ? { ...m, content: mediaPartsOf(m).filter((part) => part.type !== "file") } as ChatMessage
       : m
   );
@@ -995,8 +1000,7 @@ export function firstFilePath(request: ChatRequest): string {
 
 /** Whether a request holds a file part (a PDF): only its provider's count bounds its input. */
 export function hasDocuments(request: ChatRequest): boolean {
-  // On every request's bound: a scan, not a list of each message's files.
-  return request.messages.some((m) => mediaPartsOf(m).some((part) => part.type === "file"));
+  return request.messages.some(holdsFile);
 }
 
 /** How a refusal names the model the client asked for, as against one of its fallbacks. */

@@ -684,6 +684,7 @@ export class Gateway {
     };
     // Refusals name the cap as the client sent it (the default's as max_tokens).
     const cap = request.capParam ?? "max_tokens";
+    const counted = { what: `prompt plus ${cap}`, param: cap };
     if (promptTokens + maxTokens > model.contextTokens) await tryExact();
     if (promptTokens + maxTokens > model.contextTokens) {
       throw new ApiError(
@@ -700,8 +701,8 @@ export class Gateway {
     const plan = (): PlannedReservation => ({
       amount: reservationCost(model, promptTokens, outputTokens),
       tokens: promptTokens + outputTokens,
-      covers: `prompt plus ${cap} ${maxTokens}`,
-      counted: { what: `prompt plus ${cap}`, param: cap },
+      covers: `${counted.what} ${maxTokens}`,
+      counted,
       refine: async () => await tryExact() ? plan() : null,
     });
     const planned = plan();
