@@ -561,20 +561,32 @@ Deno.test("a response stream the upstream cuts ends with error and response.fail
     assert.equal(failed.response.usage.output_tokens, record.completionTokens);
   }));
 
-Deno.test("a response stream whose client goes away is settled for what was produced", () =>
+Deno.test("a response stream whose client goes away is settled for what was produced, and is not stored", () =>
   withDialect(async (d) => {
     d.openai.script({ content: "a b c d e f g h i j k l m n o p", chunkDelayMs: 20 });
-    const res = await d.s.post(d.apiKey, "/responses", {
-      model: OPENAI_MODEL,
-      input: "Talk.",
-      stream: true,
+    // Over a real connection, whose close the server turns into a cancel of the answer.
+    const res = await fetch(`${d.baseURL}/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${d.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: OPENAI_MODEL, input: "Talk.", stream: true }),
     });
     const reader = res.body!.getReader();
-    await reader.read();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    const created = JSON.parse(
+      first.split("\n").find((line) => line.startsWith("data: "))!.slice(6),
+    );
+    // Cancelled while the next read waits on the upstream: that read then ends early.
+    await new Promise((resolve) => setTimeout(resolve, 5));
     await reader.cancel();
     const { until } = await import("../helpers.ts");
     await until(async () => (await d.newUsage()).length === 1, "the settle of the left stream");
     assert.equal((await d.s.wallet(d.appId)).reserved, 0);
+    // A cut-short answer is not kept as a completed one, to be read back or continued from.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const stored = await d.s.get(d.apiKey, `/responses/${created.response.id}`, {
+      template: "/responses/{response_id}",
+    });
+    assert.equal(stored.status, 404, await stored.text());
   }));
 
 Deno.test("AI SDK with forceReasoning on Claude: the effort becomes thinking, which comes back as reasoning, and a later turn refers to it", () =>

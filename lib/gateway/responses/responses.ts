@@ -95,9 +95,11 @@ export class Responses {
     const request = { ...prepared.request, includeUsage: true };
     const outcome = await this.#gateway.stream(caller, request, requestId, trace)
       .catch((error) => inResponsesTerms(error, prepared.inputPath));
+    let clientGone = false;
     const events = responseStreamEvents(outcome.events, new ResponseEvents(body, prepared.meta), {
       requestId,
       log: this.#log,
+      clientGone: () => clientGone,
       // response.completed says whether it was stored (a response too large to keep is not).
       beforeFinish: async (response) => {
         response.store = await this.#save(caller, prepared, response, requestId);
@@ -107,7 +109,10 @@ export class Responses {
       provider: outcome.provider,
       available: outcome.available,
       events,
-      cancel: () => outcome.cancel(),
+      cancel: () => {
+        clientGone = true;
+        return outcome.cancel();
+      },
       stalled: outcome.stalled,
     };
   }
@@ -285,6 +290,11 @@ export async function* responseStreamEvents(
     requestId: string;
     log: (fields: Record<string, unknown>) => void;
     /**
+     * Whether the client went away: the chat stream then ends early but cleanly, and what it
+     * brought is neither a completed response nor one to store.
+     */
+    clientGone?: () => boolean;
+    /**
      * Runs with the finished response before its last event goes out: it may still say whether
      * the response was stored.
      */
@@ -322,6 +332,9 @@ export async function* responseStreamEvents(
       out = [];
     }
   }
+  // Nobody reads a finish now; storing the cut-short answer would offer it for retrieval and
+  // as a previous_response_id as if it were whole (the usage record has what it cost).
+  if (options.clientGone?.()) return;
   if (!broken) {
     try {
       const finished = converter.finish(usage);

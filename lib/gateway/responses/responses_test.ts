@@ -185,3 +185,25 @@ Deno.test("a chat error reads in the Responses API's names: its param and the fi
     "my_max_tokens_x and response_formats stay.",
   );
 });
+
+Deno.test("a stream whose client went away ends without response.completed and is not stored", async () => {
+  const body = testBody({ stream: true });
+  const upstream = source(["Hello", " there"]);
+  let finished = 0;
+  const out: ResponseEvent[] = [];
+  for await (
+    const batch of responseStreamEvents(upstream.events, new ResponseEvents(body, testMeta()), {
+      requestId: "req_test",
+      log: () => {},
+      clientGone: () => true,
+      beforeFinish: () => {
+        finished++;
+        return Promise.resolve();
+      },
+    })
+  ) {
+    out.push(...batch);
+  }
+  assert.equal(finished, 0, "nothing is stored");
+  assert.ok(!out.some((e) => e.type === "response.completed"));
+});
