@@ -37,10 +37,10 @@ const InputImage = z.strictObject({
   image_url: z.string({ error: "must be an https URL or a data URL" }).optional(),
   file_id: z.string().nullish(),
   // Not "original": the chat path's image bound and the providers it translates to know no such
-  // detail, so its tokens could not be bounded before the call.
+  // detail, so its tokens could not be bounded before the call. Null is the default (auto).
   detail: z.enum(["auto", "low", "high"], {
     error: "must be one of auto, low, high ('original' is not supported)",
-  }).optional(),
+  }).nullish(),
 });
 /** A file in a user message or a tool's output: a PDF's bytes as `file_data` (fileFieldsOf). */
 const InputFile = z.looseObject({

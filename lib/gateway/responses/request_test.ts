@@ -66,6 +66,19 @@ Deno.test("message items keep their roles; input_text and input_image become cha
   ]);
 });
 
+Deno.test("an input_image with detail null is taken at the default detail", () => {
+  const chat = chatOf({
+    input: [{
+      role: "user",
+      content: [{ type: "input_image", image_url: "https://example.com/cat.png", detail: null }],
+    }],
+  });
+  assert.deepEqual(chat.messages, [{
+    role: "user",
+    content: [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }],
+  }]);
+});
+
 Deno.test("function calls join the assistant turn before them; outputs become tool messages", () => {
   const chat = chatOf({
     input: [
