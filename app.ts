@@ -271,7 +271,10 @@ export function createApp(deps: AppDeps) {
       },
     }),
   );
-  app.get("/static/*", serveStatic(new URL("./static/", import.meta.url)));
+  const staticRoot = new URL("./static/", import.meta.url);
+  app.get("/static/*", serveStatic(staticRoot));
+  // Browsers ask for it by this name on their own, whatever a page links.
+  app.get("/favicon.ico", serveStatic(staticRoot, { file: "favicon.svg" }));
   app.notFound((c) => c.html(notFoundPage(), 404));
 
   /** Shutdown begins: /readyz answers 503 so that load balancers stop sending traffic here. */

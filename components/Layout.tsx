@@ -16,6 +16,7 @@ export function Layout({ title, children, nav, islands }: LayoutProps) {
         <meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <title>{`${title} · Tollbooth`}</title>
+        <link rel="icon" href="/static/favicon.svg" type="image/svg+xml" />
         <link rel="stylesheet" href="/static/styles.css" />
         {islands && <script type="module" src="/static/build/islands.js" />}
       </head>

@@ -8,11 +8,14 @@ const TYPES: Record<string, string> = {
   ico: "image/x-icon",
 };
 
-/** Serves files under `root` (the stylesheet and the islands bundle), read once and kept in memory. */
-export function serveStatic(root: URL) {
+/**
+ * Serves files under `root` (the stylesheet, the icon and the islands bundle), read once and kept
+ * in memory; with `file`, that one file whatever the path (a well-known name like /favicon.ico).
+ */
+export function serveStatic(root: URL, options: { file?: string } = {}) {
   const cache = new Map<string, Uint8Array<ArrayBuffer>>();
   return async (c: Context) => {
-    const relative = c.req.path.replace(/^\/static\//, "");
+    const relative = options.file ?? c.req.path.replace(/^\/static\//, "");
     const ext = relative.split(".").pop() ?? "";
     if (!/^[a-z0-9_\-/]+\.[a-z0-9]+$/i.test(relative) || relative.includes("..") || !TYPES[ext]) {
       return c.notFound();

@@ -45,6 +45,19 @@ Deno.test("every docs page is served in the site's layout with the docs navigati
     }
   }));
 
+Deno.test("every page links the site's icon, which is also served at /favicon.ico", () =>
+  withService(async (s) => {
+    for (const path of ["/", "/models", "/docs", "/docs/errors", "/signin"]) {
+      assert.match(await page(s, path), /<link rel="icon" href="\/static\/favicon.svg"/, path);
+    }
+    for (const path of ["/static/favicon.svg", "/favicon.ico"]) {
+      const res = await s.handle(new Request(`${PUBLIC_URL}${path}`));
+      assert.equal(res.status, 200, path);
+      assert.equal(res.headers.get("content-type"), "image/svg+xml", path);
+      assert.match(await res.text(), /^<svg /, path);
+    }
+  }));
+
 Deno.test("the quick start and the management page show each example file exactly as the tests run it", () =>
   withService(async (s) => {
     const blocks = [

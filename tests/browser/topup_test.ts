@@ -64,13 +64,13 @@ Deno.test("browser: a 402's top_up_url, choose 10, pay in development mode, bala
     const page = await browser.newPage({ viewport: { width: 390, height: 844 } });
     const consoleErrors: string[] = [];
     page.on("console", (m) => {
-      // Resource failures are checked by URL below (the browser asks for /favicon.ico on its own).
+      // Resource failures are checked by URL below.
       if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) {
         consoleErrors.push(m.text());
       }
     });
     page.on("response", (r) => {
-      if (r.status() >= 400 && !r.url().endsWith("/favicon.ico")) {
+      if (r.status() >= 400) {
         consoleErrors.push(`${r.status()} ${r.url()}`);
       }
     });
