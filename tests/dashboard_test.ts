@@ -419,8 +419,17 @@ Deno.test("usage and wallet pages show a request with its exact cost", () =>
     const usage = await v.page(`/dashboard/apps/${appId}/usage`);
     assert.ok(usage.includes(requestId));
     assert.ok(usage.includes(`$${cost}`));
+    await s.wallets.credit(appId, {
+      amount: 1_000_000,
+      kind: "top_up",
+      reason: "Top-up of 1.000000 USD via test checkout (development)",
+      reference: "cs_test_1",
+      marker: "t1",
+    });
     const wallet = await v.page(`/dashboard/apps/${appId}/wallet`);
     assert.ok(wallet.includes(`−$${cost}`) && wallet.includes("+$5.000000"));
+    // A credit's reason stands apart from its kind.
+    assert.match(wallet, /Top-up<span class="muted"> — Top-up of 1\.000000 USD via test checkout/);
     const overview = await v.page(`/dashboard/apps/${appId}`);
     assert.ok(overview.includes("tollbooth/echo") && overview.includes(`$${cost}`));
   }));

@@ -94,7 +94,7 @@ export function walletPage(
                       <td>
                         {CREDIT_LABELS[a.entry.kind]}
                         {a.entry.reason !== CREDIT_LABELS[a.entry.kind] && (
-                          <span class="muted">— {a.entry.reason}</span>
+                          <span class="muted">{` — ${a.entry.reason}`}</span>
                         )}
                       </td>
                       {takesBack(a.entry.kind)
