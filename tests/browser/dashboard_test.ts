@@ -476,6 +476,20 @@ Deno.test("browser: at 375 px a 60-character key name, a long end-user id and th
     await page.setViewportSize({ width: 375, height: 800 });
     const overflow = () => page.evaluate(() => document.documentElement.scrollWidth - innerWidth);
     assert.equal(await overflow(), 0, "the keys tab");
+    // Nothing the owner acts on hides in a strip that scrolls sideways.
+    const tabs = page.locator(".tabs");
+    for (
+      const control of [
+        page.getByRole("button", { name: `Rotate key ${keyName}` }),
+        page.getByRole("button", { name: `Revoke key ${keyName}` }),
+        ...["Overview", "API keys", "Usage", "Wallet", "Webhooks"].map((name) =>
+          tabs.getByRole("link", { name, exact: true })
+        ),
+      ]
+    ) {
+      const box = (await control.boundingBox())!;
+      assert.ok(box.x >= 0 && box.x + box.width <= 375, `${control}: ${JSON.stringify(box)}`);
+    }
     await shot(page, "keys-long-name-phone");
     page.once("dialog", (dialog) => dialog.accept());
     await page.getByRole("button", { name: `Rotate key ${keyName}` }).click();

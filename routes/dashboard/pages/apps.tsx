@@ -24,7 +24,7 @@ export function appsPage(
         )
         : (
           <div class="table-scroll">
-            <table>
+            <table class="stacked">
               <thead>
                 <tr>
                   <th scope="col">App</th>
@@ -36,12 +36,12 @@ export function appsPage(
               <tbody>
                 {apps.map(({ app, wallet }) => (
                   <tr>
-                    <td>
+                    <td data-label="App">
                       <a href={appPath(app)}>{app.name}</a>
                     </td>
-                    <td class="num">{usd(wallet.available)}</td>
-                    <td class="num">{usd(wallet.reserved)}</td>
-                    <td>
+                    <td class="num" data-label="Available">{usd(wallet.available)}</td>
+                    <td class="num" data-label="In flight">{usd(wallet.reserved)}</td>
+                    <td data-label="Created">
                       <When ms={app.createdAt} />
                     </td>
                   </tr>

@@ -86,14 +86,14 @@ function KeyHeaderCells() {
 function KeyCells({ k }: { k: KeyRow }) {
   return (
     <>
-      <td>{k.name}</td>
-      <td>
+      <td data-label="Name">{k.name}</td>
+      <td data-label="Key">
         <code>{k.prefix}…</code>
       </td>
-      <td>
+      <td data-label="Created">
         <When ms={k.createdAt} />
       </td>
-      <td>
+      <td data-label="Last used">
         <When ms={k.lastUsedAt} />
       </td>
     </>
@@ -162,7 +162,7 @@ export function keysPage(
           )
           : (
             <div class="table-scroll">
-              <table>
+              <table class="stacked">
                 <thead>
                   <tr>
                     <KeyHeaderCells />
@@ -223,7 +223,7 @@ export function keysPage(
         <section class="card">
           <h2>Revoked keys</h2>
           <div class="table-scroll">
-            <table>
+            <table class="stacked">
               <thead>
                 <tr>
                   <KeyHeaderCells />
@@ -234,7 +234,7 @@ export function keysPage(
                 {revoked.map((k) => (
                   <tr class="muted">
                     <KeyCells k={k} />
-                    <td>
+                    <td data-label="Revoked">
                       <When ms={k.revokedAt} />
                     </td>
                   </tr>
