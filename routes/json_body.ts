@@ -9,9 +9,11 @@ import type { Env } from "./middleware.ts";
 /** Stateless when not streaming, so one serves every request. */
 const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true });
 /**
- * JSON.parse makes `__proto__` an own property, which Object.assign or a copy by assignment would
- * then take as the prototype. `constructor` and `prototype` are left alone: as own properties of
- * parsed data they change nothing, and they are real names in tool schemas and metadata.
+ * JSON.parse makes `__proto__` an own property, which Object.assign or a copy by assignment (Zod's
+ * own parsing among them) would then take as the prototype. A body naming it is refused rather
+ * than quietly changed: dropping it would send on something other than what the client wrote.
+ * `constructor` and `prototype` are left alone: as own properties of parsed data they change
+ * nothing, and they are real names in tool schemas and metadata.
  */
 const POLLUTING_KEY = "__proto__";
 /** Also any \\u escape, which could spell the polluting key. */
@@ -44,10 +46,16 @@ export async function readJsonBody(request: Request): Promise<unknown> {
   } catch {
     throw new ApiError("invalid_json", "The request body is not valid UTF-8.");
   }
+  let polluting = false;
+  let parsed: unknown;
   try {
     // The reviver costs a call per value; only a body that could name a polluting key needs it.
-    return POLLUTING_PATTERN.test(text)
-      ? JSON.parse(text, (key, value) => key === POLLUTING_KEY ? undefined : value)
+    parsed = POLLUTING_PATTERN.test(text)
+      ? JSON.parse(text, (key, value) => {
+        if (key !== POLLUTING_KEY) return value;
+        polluting = true;
+        return undefined;
+      })
       : JSON.parse(text);
   } catch (error) {
     // Valid JSON nested deeper than the parser's stack is refused as such, not called invalid.
@@ -58,4 +66,11 @@ export async function readJsonBody(request: Request): Promise<unknown> {
         : "The request body is not valid JSON.",
     );
   }
+  if (polluting) {
+    throw new ApiError(
+      "invalid_json",
+      `The request body has a key named "${POLLUTING_KEY}", which Tollbooth does not accept (it would set an object's prototype).`,
+    );
+  }
+  return parsed;
 }

@@ -7,7 +7,8 @@ export const ERROR_CODES = {
     status: 400,
     type: "invalid_request_error",
     title: "Body is not a JSON object",
-    cause: "The request body could not be parsed as JSON, or it is JSON but not an object.",
+    cause:
+      "The request body could not be parsed as JSON, or it is JSON but not an object, or it names a key `__proto__` (refused: it would set an object's prototype).",
     fix: "Send a JSON object with `Content-Type: application/json`.",
   },
   missing_parameter: {
