@@ -65,6 +65,8 @@ Deno.test("the quick start and the management page show each example file exactl
       ...codeBlocks(await page(s, "/docs/management")),
       ...codeBlocks(await page(s, "/docs/webhooks")),
     ];
+    // The examples read this service's address from the environment; the page says what to set.
+    assert.ok(blocks.some((b) => b.startsWith(`export TOLLBOOTH_URL=${PUBLIC_URL}\n`)));
     for (const file of Object.values(EXAMPLE_FILES)) {
       const source = await Deno.readTextFile(new URL(`../docs/examples/${file}`, import.meta.url));
       assert.ok(blocks.includes(source), `${file} is on the page verbatim`);

@@ -44,10 +44,15 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
       </ol>
       <p>
         Each example below reads <code>TOLLBOOTH_API_KEY</code> and <code>TOLLBOOTH_URL</code>{" "}
-        (default{" "}
-        <code>http://localhost:8000</code>) from the environment. The Node examples and the curl one
-        are run against a live Tollbooth by our test suite, exactly as shown.
+        (default <code>http://localhost:8000</code>, a local{" "}
+        <code>deno task dev</code>) from the environment; for this service, set them first. The Node
+        examples and the curl one are run against a live Tollbooth by our test suite, exactly as
+        shown.
       </p>
+      <CodeBlock
+        caption="environment"
+        code={`export TOLLBOOTH_URL=${publicUrl}\nexport TOLLBOOTH_API_KEY=tb_…  # your app's API key`}
+      />
 
       <h2 id="curl">curl</h2>
       <CodeBlock caption="curl.sh" code={examples.curl} />
