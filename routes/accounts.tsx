@@ -41,6 +41,8 @@ interface FormState {
   email?: string;
   error?: string;
   next?: string;
+  /** The visitor was sent here by a form sent after its session had ended. */
+  unsent?: boolean;
 }
 
 function accountPage(kind: "signup" | "signin", state: FormState): string {
@@ -57,6 +59,11 @@ function accountPage(kind: "signup" | "signin", state: FormState): string {
           </p>
         )}
         {state.error && <p class="alert" role="alert">{state.error}</p>}
+        {state.unsent && !state.error && (
+          <p class="alert" role="status">
+            You were signed out, so the form you sent was not saved. Sign in, then send it again.
+          </p>
+        )}
         <form method="post" action={action} class="stack">
           <label>
             Email
@@ -163,7 +170,7 @@ export function accountRoutes(
   pages.get("/signin", session, (c) => {
     const next = safeNext(c.req.query("next"));
     if (c.get("session")) return c.redirect(next, 303);
-    return c.html(accountPage("signin", { next }));
+    return c.html(accountPage("signin", { next, unsent: c.req.query("unsent") === "1" }));
   });
 
   pages.post("/signin", session, form, async (c) => {

@@ -76,12 +76,23 @@ export async function stopSession(c: Context<PageEnv>, kv: Deno.Kv, cookie: Cook
   deleteCookie(c, cookie.name, { path: "/", secure: cookie.secure, httpOnly: true });
 }
 
-/** Signed-out visitors are sent to sign in, and back here afterwards. */
+/**
+ * Signed-out visitors are sent to sign in, and back here afterwards. A form sent after the session
+ * ended is not acted on: its sender goes back to the page the form was on (the Referer, when it is
+ * ours), and the sign-in page says that what was sent was not saved.
+ */
 export const requireOwner: MiddlewareHandler<PageEnv> = async (c, next) => {
   if (!c.get("session")) {
-    // A filter or a page of a list is part of where the visitor was.
-    const back = c.req.method === "GET" ? c.req.path + new URL(c.req.url).search : "/dashboard";
-    return c.redirect(`/signin?next=${encodeURIComponent(back)}`, 303);
+    const url = new URL(c.req.url);
+    if (c.req.method === "GET") {
+      // A filter or a page of a list is part of where the visitor was.
+      return c.redirect(`/signin?next=${encodeURIComponent(c.req.path + url.search)}`, 303);
+    }
+    const referer = URL.parse(c.req.header("referer") ?? "");
+    // By host, not origin: behind a proxy that ends TLS the request's own URL says http. Sign-in
+    // takes `next` only as a path of this site (safeNext).
+    const back = referer?.host === url.host ? referer.pathname + referer.search : "/dashboard";
+    return c.redirect(`/signin?next=${encodeURIComponent(back)}&unsent=1`, 303);
   }
   await next();
 };

@@ -107,6 +107,39 @@ Deno.test("a visitor sent to sign in comes back to the page as it was, its filte
     assert.equal(signedIn.headers.get("location"), page);
   }));
 
+Deno.test("a form sent after the session ended saves nothing, and sign-in says so and leads back to its page", () =>
+  withService(async (s) => {
+    await new OwnerSession(s).signUp("ada@example.com");
+    const page = "/dashboard/apps/app_x/keys";
+    const sent = await new OwnerSession(s).request(page, {
+      method: "POST",
+      headers: {
+        "content-type": "application/x-www-form-urlencoded",
+        referer: `${PUBLIC_URL}${page}`,
+      },
+      body: "name=ci",
+    });
+    assert.equal(sent.status, 303);
+    const signIn = sent.headers.get("location")!;
+    assert.equal(signIn, `/signin?next=${encodeURIComponent(page)}&unsent=1`);
+    assert.match(await new OwnerSession(s).page(signIn), /the form you sent was not saved/);
+    const signedIn = await new OwnerSession(s).post(`/signin?next=${encodeURIComponent(page)}`, {
+      email: "ada@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(signedIn.headers.get("location"), page);
+    // Another site's page is not where a visitor is sent back to.
+    const foreign = await new OwnerSession(s).request(page, {
+      method: "POST",
+      headers: {
+        "content-type": "application/x-www-form-urlencoded",
+        referer: `https://elsewhere.example${page}`,
+      },
+      body: "name=ci",
+    });
+    assert.equal(foreign.headers.get("location"), "/signin?next=%2Fdashboard&unsent=1");
+  }));
+
 Deno.test("sign-in with the right password opens the dashboard; a wrong one says so", () =>
   withService(async (s) => {
     await new OwnerSession(s).signUp("ada@example.com");
