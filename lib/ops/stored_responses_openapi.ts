@@ -44,10 +44,29 @@ export function storedResponsesOpenApi(helpers: {
           summary: "A stored response, as it was answered.",
           description:
             `${free} A response stored before its object was kept (it can still be continued with \`previous_response_id\`) is 404 too.`,
-          parameters: [versionParameter, idParameter],
+          parameters: [
+            versionParameter,
+            idParameter,
+            {
+              name: "stream",
+              in: "query",
+              required: false,
+              description:
+                "Only `false`: streaming a response's events is for background responses, which are not supported (400 `unsupported_parameter`).",
+              schema: { type: "boolean", const: false },
+            },
+            {
+              name: "starting_after",
+              in: "query",
+              required: false,
+              description:
+                "Not supported: it resumes a background response's event stream (400 `unsupported_parameter`).",
+              schema: { type: "integer" },
+            },
+          ],
           responses: {
             "200": ok("The response object.", ref("Response")),
-            ...errors(STORED_ERRORS),
+            ...errors([...STORED_ERRORS, "unsupported_parameter"]),
           },
         },
         delete: {

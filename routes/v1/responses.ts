@@ -43,7 +43,10 @@ export function responsesRoute(
 export function storedResponseRoutes(responses: Responses) {
   const id = (c: Context<Env>) => c.req.param("id") ?? "";
   return {
-    retrieve: async (c: Context<Env>) => c.json(await responses.retrieve(c.get("caller"), id(c))),
+    retrieve: async (c: Context<Env>) => {
+      refuseReplay(c);
+      return c.json(await responses.retrieve(c.get("caller"), id(c)));
+    },
     delete: async (c: Context<Env>) => c.json(await responses.delete(c.get("caller"), id(c))),
     inputItems: async (c: Context<Env>) =>
       c.json(
@@ -64,4 +67,24 @@ export function storedResponseRoutes(responses: Responses) {
       );
     },
   };
+}
+
+/**
+ * `stream` and `starting_after` on a retrieve replay a background response's events, which are
+ * never kept here (`background: true` is refused): answering with the JSON object instead would
+ * give a client that asked for events an empty stream and no error.
+ */
+function refuseReplay(c: Context<Env>) {
+  const stream = c.req.query("stream");
+  const param = stream !== undefined && stream !== "false"
+    ? "stream"
+    : c.req.query("starting_after") !== undefined
+    ? "starting_after"
+    : null;
+  if (param === null) return;
+  throw new ApiError(
+    "unsupported_parameter",
+    `'${param}' streams a background response's events, and background responses are not supported (background: true is refused). Retrieve the stored response without it.`,
+    { param },
+  );
 }

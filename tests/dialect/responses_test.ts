@@ -689,6 +689,31 @@ for (const stream of [false, true]) {
     }));
 }
 
+Deno.test("openai SDK responses.retrieve with stream: true is a 400 naming stream, not an empty stream", () =>
+  withDialect(async (d) => {
+    const openai = client(d);
+    d.openai.script({ content: "Stored answer.", promptTokens: 30, completionTokens: 4 });
+    const created = await openai.responses.create({ model: OPENAI_MODEL, input: "Keep this." });
+    const refused = await openai.responses.retrieve(created.id, { stream: true }).then(
+      () => null,
+      (e) => e,
+    );
+    assert.ok(refused instanceof OpenAI.APIError, String(refused));
+    assert.equal(refused.status, 400);
+    assert.equal(refused.code, "unsupported_parameter");
+    assert.equal(refused.param, "stream");
+    assert.match(refused.message, /background/);
+    const resumed = await d.s.get(
+      d.apiKey,
+      `/responses/${created.id}?starting_after=3`,
+      { template: "/responses/{response_id}" },
+    );
+    assert.equal(resumed.status, 400);
+    assert.equal((await resumed.json()).error.param, "starting_after");
+    const plain = await openai.responses.retrieve(created.id, { stream: false });
+    assert.equal(plain.id, created.id);
+  }));
+
 Deno.test("openai SDK responses.inputItems.list pages the request's input items, newest first by default", () =>
   withDialect(async (d) => {
     const openai = client(d);
