@@ -75,7 +75,7 @@ export function walletPage(
           both kinds, is also in the management API's ledger.
         </p>
         <div class="table-scroll">
-          <table>
+          <table class="stacked">
             <thead>
               <tr>
                 <th scope="col">Time</th>
@@ -88,31 +88,31 @@ export function walletPage(
                 a.kind === "credit"
                   ? (
                     <tr>
-                      <td>
+                      <td data-label="Time">
                         <When ms={a.at} />
                       </td>
-                      <td>
+                      <td data-label="What">
                         {CREDIT_LABELS[a.entry.kind]}
                         {a.entry.reason !== CREDIT_LABELS[a.entry.kind] && (
                           <span class="muted">{` — ${a.entry.reason}`}</span>
                         )}
                       </td>
                       {takesBack(a.entry.kind)
-                        ? <td class="num">−{usd(a.entry.amount)}</td>
-                        : <td class="num credit">+{usd(a.entry.amount)}</td>}
+                        ? <td class="num" data-label="Amount">−{usd(a.entry.amount)}</td>
+                        : <td class="num credit" data-label="Amount">+{usd(a.entry.amount)}</td>}
                     </tr>
                   )
                   : (
                     <tr>
-                      <td>
+                      <td data-label="Time">
                         <When ms={a.at} />
                       </td>
-                      <td>
+                      <td data-label="What">
                         Request <code class="small">{a.usage.requestId}</code> ·{" "}
                         <code>{a.usage.model}</code> · key{" "}
                         {view.keyNames.get(a.usage.keyId) ?? a.usage.keyId}
                       </td>
-                      <td class="num">
+                      <td class="num" data-label="Amount">
                         −{usd(a.usage.cost)}
                         {a.usage.uncharged > 0 && (
                           <span class="muted small">
