@@ -1,69 +1,123 @@
-import { countTokens, decode, encode } from "gpt-tokenizer/encoding/o200k_base";
-import { countTokens as countCl100kTokens } from "gpt-tokenizer/encoding/cl100k_base";
+import o200k, { decode } from "gpt-tokenizer/encoding/o200k_base";
+import cl100k from "gpt-tokenizer/encoding/cl100k_base";
 import type { Tokenizer } from "@/lib/catalog/mod.ts";
 import { utf8Length } from "@/lib/core/mod.ts";
-
-/** Text that looks like a special token is ordinary user text to us, never a control token. */
-const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
+import { mergedParts } from "./bpe_merge.ts";
 
 /**
- * gpt-tokenizer's merges take time in the square of one pre-token's length: a run of one class of
- * characters (letters, punctuation, whitespace) that the pre-tokenizer keeps whole. 320,000 "x"
- * took 172 s of one thread, and any key could send them; so can a long sentence of a script
- * written without spaces (Thai). Such a run is tokenized in pieces of at most this length, each
- * piece on its own, which keeps the time linear.
+ * What of gpt-tokenizer's encoder the exact count below needs: its pre-tokenizer and its ranks.
+ * They are not its public API (its own count merges in the square of a pre-token's length), so
+ * their shape is checked once, here: a release that changes them stops the service at start and
+ * fails the tests, rather than counting wrong.
  */
-const LONG_RUN_CHARS = 128;
-const LONG_RUN = /[\p{L}\p{M}]{128,}|[^\s\p{L}\p{M}\p{N}]{128,}|\s{128,}/gu;
+interface BpeCore {
+  tokenSplitRegex: RegExp;
+  getBpeRankFromString(text: string): number | undefined;
+  getBpeRankFromBytes(bytes: Uint8Array): number | undefined;
+  bytePairEncode(text: string): number[];
+}
 
-/** The text in pieces: long runs cut into LONG_RUN_CHARS, the text between them whole. */
-function* piecesOf(text: string): Generator<string> {
-  let from = 0;
-  for (const match of text.matchAll(LONG_RUN)) {
-    if (match.index > from) yield text.slice(from, match.index);
-    const run = match[0];
-    for (let at = 0; at < run.length;) {
-      let end = Math.min(at + LONG_RUN_CHARS, run.length);
-      // Never between the two halves of a surrogate pair.
-      if (end < run.length && /[\uDC00-\uDFFF]/.test(run[end])) end--;
-      yield run.slice(at, end);
-      at = end;
+function bpeCoreOf(encoding: unknown, name: string): BpeCore {
+  const core = (encoding as { bytePairEncodingCoreProcessor?: Partial<BpeCore> })
+    .bytePairEncodingCoreProcessor;
+  if (
+    !core || !(core.tokenSplitRegex instanceof RegExp) || !core.tokenSplitRegex.global ||
+    typeof core.getBpeRankFromString !== "function" ||
+    typeof core.getBpeRankFromBytes !== "function" || typeof core.bytePairEncode !== "function"
+  ) {
+    throw new Error(
+      `gpt-tokenizer's ${name} encoder no longer has the internals tokens.ts counts with`,
+    );
+  }
+  return core as BpeCore;
+}
+
+/**
+ * Up to this length a pre-token is merged by gpt-tokenizer itself (its cache of merged pre-tokens
+ * makes repeated words cheap); a longer one (a run of letters with no space, as in Thai or
+ * Chinese, a long number, a base64 blob) by mergedParts, whose time is not quadratic.
+ */
+const LIBRARY_MERGE_CHARS = 64;
+
+const UTF8 = new TextEncoder();
+
+/**
+ * A text's exact tokens by an encoding, as its tokenizer makes them with no special tokens (text
+ * that looks like one is ordinary user text to us, never a control token): each pre-token a
+ * token, or its merged parts. `onToken` sees each token's rank; the count is returned.
+ */
+function tokenize(core: BpeCore, text: string, onToken?: (rank: number) => void): number {
+  let count = 0;
+  for (const [match] of text.matchAll(core.tokenSplitRegex)) {
+    const whole = core.getBpeRankFromString(match);
+    if (whole !== undefined) {
+      count++;
+      onToken?.(whole);
+      continue;
     }
-    from = match.index + run.length;
+    if (match.length <= LIBRARY_MERGE_CHARS) {
+      const ranks = core.bytePairEncode(match);
+      count += ranks.length;
+      if (onToken) { for (const rank of ranks) onToken(rank); }
+      continue;
+    }
+    const rankOf = spanRanks(core, match);
+    const starts = mergedParts(rankOf.bytes, rankOf);
+    count += starts.length;
+    if (onToken) {
+      for (const [i, start] of starts.entries()) {
+        onToken(rankOf(start, starts[i + 1] ?? rankOf.bytes)!);
+      }
+    }
   }
-  if (from < text.length) yield text.slice(from);
+  return count;
 }
 
 /**
- * `count` of a text counted piece by piece, plus one token per cut: a cut can only stop merges
- * across it, and measured on Thai, Hindi, Arabic, CJK, Latin and punctuation runs of both
- * encodings it never cost more than half a token (the pieces' sum came 1–3% above the exact count,
- * never below it).
+ * Ranks of spans of a pre-token's UTF-8 bytes. A span from one character's start to another's is
+ * that slice of the text, looked up as a string (no decoding: a merge looks up two ranks); a span
+ * that cuts a character is no valid UTF-8, and is looked up by its bytes.
  */
-function countInPieces(text: string, count: (text: string) => number): number {
-  if (text.length < LONG_RUN_CHARS) return count(text);
-  let total = 0;
-  let pieces = 0;
-  for (const piece of piecesOf(text)) {
-    total += count(piece);
-    pieces++;
+function spanRanks(core: BpeCore, given: string) {
+  // Lone surrogates as the encoder writes them (U+FFFD), so that slices and bytes agree.
+  const text = given.toWellFormed();
+  const bytes = UTF8.encode(text);
+  // The index in `text` where each byte offset starts a character, else -1; and the end.
+  const charAt = new Int32Array(bytes.length + 1).fill(-1);
+  let byte = 0;
+  for (let i = 0; i < text.length; i++) {
+    charAt[byte] = i;
+    const code = text.charCodeAt(i);
+    if (code < 0x80) byte += 1;
+    else if (code < 0x800) byte += 2;
+    else if (code >= 0xd800 && code <= 0xdbff) {
+      byte += 4;
+      i++;
+    } else byte += 3;
   }
-  return total + pieces - 1;
+  charAt[bytes.length] = text.length;
+  const rankOf = (start: number, end: number) => {
+    if (end - start > LONGEST_TOKEN_BYTES) return undefined;
+    const from = charAt[start];
+    const to = charAt[end];
+    return from >= 0 && to >= 0
+      ? core.getBpeRankFromString(text.slice(from, to))
+      : core.getBpeRankFromBytes(bytes.subarray(start, end));
+  };
+  return Object.assign(rankOf, { bytes: bytes.length });
 }
 
-/** `encode` of a text, piece by piece (see LONG_RUN_CHARS). */
-function encodeInPieces(text: string): number[] {
-  if (text.length < LONG_RUN_CHARS) return encode(text, PLAIN_TEXT);
-  const ids: number[] = [];
-  for (const piece of piecesOf(text)) {
-    for (const id of encode(piece, PLAIN_TEXT)) ids.push(id);
-  }
-  return ids;
-}
+/** No token is longer than this many bytes in either encoding. */
+const LONGEST_TOKEN_BYTES = 256;
 
-/** The o200k token ids of a text (long runs taken in pieces: see LONG_RUN_CHARS). */
+const O200K = bpeCoreOf(o200k, "o200k_base");
+const CL100K = bpeCoreOf(cl100k, "cl100k_base");
+
+/** The o200k token ids of a text. */
 export function textTokenIds(text: string): number[] {
-  return encodeInPieces(text);
+  const ids: number[] = [];
+  tokenize(O200K, text, (rank) => ids.push(rank));
+  return ids;
 }
 
 /** Per-message framing of the chat format (role and separators), as OpenAI documents it. */
@@ -102,11 +156,9 @@ export class CountCache {
 
 const o200kCounts = new CountCache();
 const cl100kCounts = new CountCache();
-const countO200k = (text: string) => countInPieces(text, (piece) => countTokens(piece, PLAIN_TEXT));
-const countCl100k = (text: string) =>
-  countInPieces(text, (piece) => countCl100kTokens(piece, PLAIN_TEXT));
+const countO200k = (text: string) => tokenize(O200K, text);
+const countCl100k = (text: string) => tokenize(CL100K, text);
 // Each encoding cached on its own: a text counted for a hold and for a limit is encoded once.
-// Each bounded count is at or above its encoding's exact one, and so is the larger of the two.
 const countEither = (text: string) =>
   Math.max(o200kCounts.count(text, countO200k), cl100kCounts.count(text, countCl100k));
 
@@ -141,7 +193,6 @@ export function countTokensWith(tokenizer: Tokenizer, text: string): number {
 /**
  * A text's tokens in the count a model's own input limit is in: its tokenizer's alone, where
  * countTokensWith gives an upper bound for a hold. utf8_bytes has no count of its own: its bytes.
- * A long run is counted in pieces (LONG_RUN_CHARS): its exact count costs minutes.
  */
 export function countLimitTokens(tokenizer: Tokenizer, text: string): number {
   if (text.length === 0) return 0;
@@ -169,7 +220,7 @@ export function countPromptTokens(messages: readonly { content: string }[]): num
 export function splitIntoTokenTexts(text: string): string[] {
   const pieces: string[] = [];
   let pending: number[] = [];
-  for (const token of encodeInPieces(text)) {
+  for (const token of textTokenIds(text)) {
     pending.push(token);
     const piece = decode(pending);
     if (piece.includes("\uFFFD")) continue;
