@@ -21,7 +21,9 @@ function rowsOf(html: string): Row[] {
   return body.split("<tr>").slice(1).map((row) => {
     const charge = /<code class="small">(req_[0-9a-z]+)<\/code>[\s\S]*?−\$([0-9.]+)/.exec(row);
     if (charge) return { kind: "charge", name: charge[1], micros: parseUsd(charge[2]) };
-    const credit = /<td>((?:(?!<td>)[\s\S])*?)<\/td><td class="num credit">\+\$([0-9.]+)/.exec(row);
+    const credit =
+      /<td data-label="What">((?:(?!<td)[\s\S])*?)<\/td><td class="num credit" data-label="Amount">\+\$([0-9.]+)/
+        .exec(row);
     assert.ok(credit, row);
     return { kind: "credit", name: credit[1], micros: parseUsd(credit[2]) };
   });
