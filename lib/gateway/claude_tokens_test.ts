@@ -140,3 +140,16 @@ Deno.test("a run of one repeated punctuation, space or control character is held
     );
   }
 });
+
+Deno.test("a made-up word of common letter pairs that follows no space is held at or above the legacy count", () => {
+  for (const word of ["pifrrlt", "lsnveb", "sskspu", "voiexx", "eysylt"]) {
+    for (const before of ["", "\n", ".", "_", "("]) {
+      const text = `${before}${word}`.repeat(50);
+      const legacy = legacyClaudeTokens(text);
+      assert.ok(
+        claudeTokenBound(text) >= legacy,
+        `${JSON.stringify(text.slice(0, 12))}: ${legacy}`,
+      );
+    }
+  }
+});
