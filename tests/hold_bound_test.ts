@@ -3,6 +3,7 @@
  * hold is charged in full, nothing left `uncharged` for the operator.
  */
 import assert from "node:assert/strict";
+import { formatUsd } from "@/lib/core/mod.ts";
 import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
 import {
   assertAuditClean,
@@ -51,7 +52,7 @@ Deno.test("a long run of letters is held at no less than OpenAI bills: an app ho
       0,
       `held ${record.reserved}, billed ${record.cost + record.uncharged}`,
     );
-    assert.equal(res.headers.get("tollbooth-request-cost"), (record.cost / 1e6).toFixed(6));
+    assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
     await assertAuditClean(s.kv);
   } finally {
     await s.close();
