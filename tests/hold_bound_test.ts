@@ -9,6 +9,7 @@ import {
   assertAuditClean,
   spendDownTo,
   startService,
+  testCatalogFile,
   usageRecords,
   userMessage,
 } from "./helpers.ts";
@@ -53,6 +54,45 @@ Deno.test("a long run of letters is held at no less than OpenAI bills: an app ho
       `held ${record.reserved}, billed ${record.cost + record.uncharged}`,
     );
     assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("a prompt of more long pre-tokens than the merge ration is held at more than OpenAI bills and charged exactly the bill", async () => {
+  const upstream = startOpenAiUpstream({ models: { "gpt-test": { contextWindow: 1_000_000 } } });
+  upstream.setDefault({ content: "Hi." });
+  const catalogFile = testCatalogFile(upstream.baseUrl);
+  catalogFile.models = catalogFile.models.map((m) =>
+    m.id === "fake/gpt" ? { ...m, context_tokens: 1_000_000 } : m
+  );
+  const s = await startService({ catalogFile, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    // 112 runs of 8,192 letters: far more than the ration's 500,000 characters, and than what it
+    // refills while they are counted.
+    const text = Array.from({ length: 112 }, () => "x".repeat(8_192)).join(" ");
+    const app = await s.newApp("long");
+    const before = (await s.wallet(app.appId)).available;
+    const res = await s.chat(app.apiKey, {
+      model: "fake/gpt",
+      messages: userMessage(text),
+      max_tokens: 16,
+    });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const [record] = await usageRecords(s.kv, app.appId);
+    const billed = upstream.chats.at(-1)!.promptTokens;
+    assert.equal(record.promptTokens, billed);
+    assert.equal(record.uncharged, 0);
+    // At least two runs held at their 8,192 bytes, not their 1,024 tokens, at 2 µUSD a token.
+    assert.ok(
+      record.reserved - record.cost >= 2 * (8_192 - 1_024) * 2,
+      `held ${record.reserved}, charged ${record.cost}`,
+    );
+    assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+    assert.equal(before - (await s.wallet(app.appId)).available, record.cost);
     await assertAuditClean(s.kv);
   } finally {
     await s.close();

@@ -23,7 +23,7 @@ import {
   toolInput,
 } from "./providers/anthropic/request.ts";
 import { toolImagesInUserMessages } from "./providers/openai/request.ts";
-import { CountCache, countTokensWith } from "./tokens.ts";
+import { CountCache, countExactTokensWith, countTokensWith } from "./tokens.ts";
 
 /** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
 const OPENAI_TOKENS_PER_MESSAGE = 4;
@@ -420,7 +420,7 @@ function openAiReasoningTokens(request: ChatRequest): number {
 
 /** Output a provider produced, counted by us when it reports none (a cut or abandoned stream). */
 export function outputBound(kind: ProviderKind, text: string, tokenizer: Tokenizer): number {
-  return kind === "anthropic" ? claudeTokenBound(text) : countTokensWith(tokenizer, text);
+  return kind === "anthropic" ? claudeTokenBound(text) : countExactTokensWith(tokenizer, text);
 }
 
 /**

@@ -42,12 +42,65 @@ const LIBRARY_MERGE_CHARS = 64;
 const UTF8 = new TextEncoder();
 
 /**
- * A text's exact tokens by an encoding, as its tokenizer makes them with no special tokens (text
- * that looks like one is ordinary user text to us, never a control token): each pre-token a
- * token, or its merged parts. `onToken` sees each token's rank; the count is returned.
+ * Merging a pre-token longer than LIBRARY_MERGE_CHARS costs about a microsecond a character (4 MiB
+ * of letters with no space took 4 s, 7 s in both encodings) on the thread every request shares,
+ * where ordinary prose counts at 3-30 MB/s. Such merges for holds and limits are rationed per
+ * process: a request counts what is left of the ration exactly, and a pre-token beyond it is
+ * bounded from its bytes, which no token covers fewer than one of (hold) nor more than
+ * LONGEST_TOKEN_BYTES of (limit). A hold so bounded is larger than the bill, and settles to it.
  */
-function tokenize(core: BpeCore, text: string, onToken?: (rank: number) => void): number {
+export class MergeRation {
+  #chars: number;
+  #at: number;
+
+  constructor(
+    /** Characters of long pre-tokens one request may merge at once. */
+    readonly burst: number,
+    /** Characters the ration grows by each second, up to the burst. */
+    readonly perSecond: number,
+    readonly now: () => number = () => performance.now(),
+  ) {
+    this.#chars = burst;
+    this.#at = now();
+  }
+
+  /** Whether a pre-token of `chars` characters may be merged now; if so, it is taken. */
+  take(chars: number): boolean {
+    const at = this.now();
+    this.#chars = Math.min(this.burst, this.#chars + (at - this.#at) / 1000 * this.perSecond);
+    this.#at = at;
+    if (chars > this.#chars) return false;
+    this.#chars -= chars;
+    return true;
+  }
+}
+
+/** About half a second of one core at once, a tenth of it each second after. */
+const HOLD_MERGES = new MergeRation(500_000, 100_000);
+
+/** What a long pre-token beyond the ration counts as: more than it has, or fewer. */
+type Beyond = "upper" | "lower";
+
+/** A count, and whether it is exact (a count beyond the ration is not cached). */
+interface Counted {
+  count: number;
+  exact: boolean;
+}
+
+/**
+ * A text's tokens by an encoding, as its tokenizer makes them with no special tokens (text that
+ * looks like one is ordinary user text to us, never a control token): each pre-token a token, or
+ * its merged parts. `onToken` sees each token's rank. Exact unless a ration is given and a long
+ * pre-token is beyond it: that one is bounded from its bytes, from above or below.
+ */
+function tokenize(
+  core: BpeCore,
+  text: string,
+  rationed?: { ration: MergeRation; beyond: Beyond },
+  onToken?: (rank: number) => void,
+): Counted {
   let count = 0;
+  let exact = true;
   for (const [match] of text.matchAll(core.tokenSplitRegex)) {
     const whole = core.getBpeRankFromString(match);
     if (whole !== undefined) {
@@ -61,6 +114,12 @@ function tokenize(core: BpeCore, text: string, onToken?: (rank: number) => void)
       if (onToken) { for (const rank of ranks) onToken(rank); }
       continue;
     }
+    if (rationed && !rationed.ration.take(match.length)) {
+      const bytes = utf8Length(match);
+      count += rationed.beyond === "upper" ? bytes : Math.ceil(bytes / LONGEST_TOKEN_BYTES);
+      exact = false;
+      continue;
+    }
     const rankOf = spanRanks(core, match);
     const starts = mergedParts(rankOf.bytes, rankOf);
     count += starts.length;
@@ -70,7 +129,7 @@ function tokenize(core: BpeCore, text: string, onToken?: (rank: number) => void)
       }
     }
   }
-  return count;
+  return { count, exact };
 }
 
 /**
@@ -116,7 +175,7 @@ const CL100K = bpeCoreOf(cl100k, "cl100k_base");
 /** The o200k token ids of a text. */
 export function textTokenIds(text: string): number[] {
   const ids: number[] = [];
-  tokenize(O200K, text, (rank) => ids.push(rank));
+  tokenize(O200K, text, undefined, (rank) => ids.push(rank));
   return ids;
 }
 
@@ -137,33 +196,55 @@ export class CountCache {
   readonly #counts = new Map<string, number>();
   #chars = 0;
 
-  count(text: string, count: (text: string) => number): number {
-    if (text.length < COUNT_CACHE_MIN_CHARS) return count(text);
+  /** `count`'s count of `text`, from the cache when it was counted before; kept if exact. */
+  count(text: string, count: (text: string) => number | Counted): number {
+    if (text.length < COUNT_CACHE_MIN_CHARS) return countOf(count(text));
     const known = this.#counts.get(text);
     if (known !== undefined) return known;
     const counted = count(text);
+    if (typeof counted !== "number" && !counted.exact) return counted.count;
+    const tokens = countOf(counted);
     if (text.length <= COUNT_CACHE_CHARS / 16) {
       if (this.#chars + text.length > COUNT_CACHE_CHARS) {
         this.#counts.clear();
         this.#chars = 0;
       }
-      this.#counts.set(text, counted);
+      this.#counts.set(text, tokens);
       this.#chars += text.length;
     }
-    return counted;
+    return tokens;
   }
 }
 
-const o200kCounts = new CountCache();
-const cl100kCounts = new CountCache();
-const countO200k = (text: string) => tokenize(O200K, text);
-const countCl100k = (text: string) => tokenize(CL100K, text);
-// Each encoding cached on its own: a text counted for a hold and for a limit is encoded once.
-const countEither = (text: string) =>
-  Math.max(o200kCounts.count(text, countO200k), cl100kCounts.count(text, countCl100k));
+const countOf = (counted: number | Counted) =>
+  typeof counted === "number" ? counted : counted.count;
+
+/** Counting one text in one encoding: exactly, or within a ration. */
+type Count = (text: string) => Counted;
+
+/** An encoding's counts, cached, by the ways a text is counted. */
+function encodingCounts(core: BpeCore) {
+  const cache = new CountCache();
+  const exactly: Count = (text) => tokenize(core, text);
+  const within = (ration: MergeRation, beyond: Beyond): Count => (text) =>
+    tokenize(core, text, { ration, beyond });
+  const held = within(HOLD_MERGES, "upper");
+  const limited = within(HOLD_MERGES, "lower");
+  return {
+    exact: (text: string) => cache.count(text, exactly),
+    // Each encoding cached on its own: a text counted for a hold and for a limit is encoded once.
+    held: (text: string, ration = HOLD_MERGES) =>
+      cache.count(text, ration === HOLD_MERGES ? held : within(ration, "upper")),
+    limited: (text: string, ration = HOLD_MERGES) =>
+      cache.count(text, ration === HOLD_MERGES ? limited : within(ration, "lower")),
+  };
+}
+
+const O200K_COUNTS = encodingCounts(O200K);
+const CL100K_COUNTS = encodingCounts(CL100K);
 
 export function countTextTokens(text: string): number {
-  return text.length === 0 ? 0 : o200kCounts.count(text, countO200k);
+  return text.length === 0 ? 0 : O200K_COUNTS.exact(text);
 }
 
 /**
@@ -172,19 +253,42 @@ export function countTextTokens(text: string): number {
  * OpenAI-compatible server may use either; a reservation must cover whichever bills.
  */
 export function countTextTokensEitherEncoding(text: string): number {
-  return text.length === 0 ? 0 : countEither(text);
+  return text.length === 0 ? 0 : Math.max(O200K_COUNTS.exact(text), CL100K_COUNTS.exact(text));
 }
 
-/** A text's tokens by a catalog model's tokenizer (see the catalog's `tokenizer`). */
-export function countTokensWith(tokenizer: Tokenizer, text: string): number {
+/**
+ * A text's tokens by a catalog model's tokenizer (see the catalog's `tokenizer`), for a hold: no
+ * fewer than the model bills. Exact, but for long pre-tokens beyond the merge ration.
+ */
+export function countTokensWith(
+  tokenizer: Tokenizer,
+  text: string,
+  ration: MergeRation = HOLD_MERGES,
+): number {
   if (text.length === 0) return 0;
   switch (tokenizer) {
     case "o200k":
-      return o200kCounts.count(text, countO200k);
+      return O200K_COUNTS.held(text, ration);
     case "cl100k":
       // Neither encoding bounds the other ("IIII…" counts more in cl100k, identifiers in o200k),
       // and a catalog's cl100k applies to every route: the larger of the two covers either.
-      return countEither(text);
+      return Math.max(O200K_COUNTS.held(text, ration), CL100K_COUNTS.held(text, ration));
+    case "utf8_bytes":
+      return utf8Length(text);
+  }
+}
+
+/**
+ * A text's tokens by a catalog model's tokenizer, exactly, as countTokensWith would count them
+ * with no ration: for output a request has paid to have produced.
+ */
+export function countExactTokensWith(tokenizer: Tokenizer, text: string): number {
+  if (text.length === 0) return 0;
+  switch (tokenizer) {
+    case "o200k":
+      return O200K_COUNTS.exact(text);
+    case "cl100k":
+      return countTextTokensEitherEncoding(text);
     case "utf8_bytes":
       return utf8Length(text);
   }
@@ -193,14 +297,19 @@ export function countTokensWith(tokenizer: Tokenizer, text: string): number {
 /**
  * A text's tokens in the count a model's own input limit is in: its tokenizer's alone, where
  * countTokensWith gives an upper bound for a hold. utf8_bytes has no count of its own: its bytes.
+ * No more than the model counts: beyond the merge ration, a limit is left to the provider.
  */
-export function countLimitTokens(tokenizer: Tokenizer, text: string): number {
+export function countLimitTokens(
+  tokenizer: Tokenizer,
+  text: string,
+  ration: MergeRation = HOLD_MERGES,
+): number {
   if (text.length === 0) return 0;
   switch (tokenizer) {
     case "o200k":
-      return o200kCounts.count(text, countO200k);
+      return O200K_COUNTS.limited(text, ration);
     case "cl100k":
-      return cl100kCounts.count(text, countCl100k);
+      return CL100K_COUNTS.limited(text, ration);
     case "utf8_bytes":
       return utf8Length(text);
   }

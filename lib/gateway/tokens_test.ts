@@ -6,15 +6,20 @@ import {
 } from "gpt-tokenizer/encoding/o200k_base";
 import { countTokens as countCl100kExactly } from "gpt-tokenizer/encoding/cl100k_base";
 import {
+  countExactTokensWith,
   countLimitTokens,
   countPromptTokens,
   countTextTokens,
   countTokensWith,
+  MergeRation,
   splitIntoTokenTexts,
   textTokenIds,
 } from "./tokens.ts";
 
 const PLAIN = { disallowedSpecial: new Set<string>() };
+
+/** Long pre-tokens merged without limit, for tests of exactness. */
+const UNRATIONED = new MergeRation(Infinity, 0);
 
 const SAMPLES = [
   "Hello, Claude",
@@ -84,7 +89,7 @@ Deno.test("a long run of one kind of character is counted in time linear in its 
   for (const [run, tokens] of [["x", 25_000], ["=", 3_125], ["\n", 12_500], ["漢", 200_000]]) {
     const text = (run as string).repeat(200_000);
     assert.equal(countTextTokens(text), tokens, JSON.stringify(run));
-    assert.ok(countTokensWith("cl100k", text) >= (tokens as number));
+    assert.ok(countTokensWith("cl100k", text, UNRATIONED) >= (tokens as number));
   }
   assert.equal(textTokenIds("y".repeat(200_000)).length, countTextTokens("y".repeat(200_000)));
   const pieces = splitIntoTokenTexts(`say ${"z".repeat(100_000)} now`);
@@ -100,7 +105,7 @@ Deno.test("a long pre-token is counted exactly: a run cut into pieces could coun
     assert.equal(countTextTokens(text), countO200kExactly(text, PLAIN), `${times} blocks`);
     assert.deepEqual(textTokenIds(text), encodeO200kExactly(text, PLAIN), `${times} blocks`);
     assert.equal(
-      countTokensWith("cl100k", text),
+      countTokensWith("cl100k", text, UNRATIONED),
       Math.max(countO200kExactly(text, PLAIN), countCl100kExactly(text, PLAIN)),
     );
   }
@@ -132,10 +137,56 @@ Deno.test("any text, long runs and lone surrogates included, is counted exactly 
         assert.equal(countTextTokens(text), exact, "o200k");
         assert.equal(textTokenIds(text).length, exact, "o200k ids");
         const cl100k = countCl100kExactly(text, PLAIN);
-        assert.equal(countTokensWith("cl100k", text), Math.max(exact, cl100k), "either");
-        assert.equal(countLimitTokens("cl100k", text), cl100k, "cl100k");
+        assert.equal(
+          countTokensWith("cl100k", text, UNRATIONED),
+          Math.max(exact, cl100k),
+          "either",
+        );
+        assert.equal(countLimitTokens("cl100k", text, UNRATIONED), cl100k, "cl100k");
       },
     ),
     { numRuns: 300 },
   );
+});
+
+Deno.test("the merge ration grants up to its burst, refills at its rate and never beyond the burst", () => {
+  let now = 0;
+  const ration = new MergeRation(1_000, 100, () => now);
+  assert.ok(ration.take(600));
+  assert.ok(!ration.take(500), "400 left");
+  assert.ok(ration.take(400));
+  now += 2_000;
+  assert.ok(!ration.take(201), "200 refilled");
+  assert.ok(ration.take(200));
+  now += 60_000;
+  assert.ok(!ration.take(1_001), "never more than the burst");
+  assert.ok(ration.take(1_000));
+});
+
+Deno.test("a long pre-token beyond the merge ration is held at its UTF-8 bytes, limited at its bytes over the longest token, and not cached", () => {
+  const spent = new MergeRation(0, 0);
+  const run = "qzvx".repeat(5_000) + "漢".repeat(3_000);
+  const exactO200k = countO200kExactly(run, PLAIN);
+  assert.equal(countTokensWith("o200k", run, spent), 20_000 + 9_000);
+  assert.equal(countTokensWith("cl100k", run, spent), 20_000 + 9_000);
+  assert.equal(countLimitTokens("o200k", run, spent), Math.ceil(29_000 / 256));
+  assert.ok(countLimitTokens("o200k", run, spent) <= exactO200k);
+  // Counted again with the ration to spare: exact, not the bound left behind.
+  assert.equal(countTokensWith("o200k", run, UNRATIONED), exactO200k);
+  assert.equal(countLimitTokens("o200k", run, spent), exactO200k, "exact once cached");
+});
+
+Deno.test("a pre-token of more than the ration's burst is never merged: 4 MiB of letters is held at its bytes at once", () => {
+  const letters = "abcdefghijklmnopqrstuvwxyz".repeat(162_000);
+  assert.equal(countTokensWith("o200k", letters), letters.length);
+  assert.equal(countTokensWith("cl100k", letters), letters.length);
+  assert.equal(countLimitTokens("cl100k", letters), Math.ceil(letters.length / 256));
+});
+
+Deno.test("output a request produced is counted exactly, whatever is left of the ration", () => {
+  const run = "qzvx".repeat(200_000);
+  assert.equal(countTokensWith("o200k", run), run.length, "beyond the burst: held at its bytes");
+  const exact = textTokenIds(run).length;
+  assert.ok(exact < run.length);
+  assert.equal(countExactTokensWith("o200k", run), exact);
 });
