@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
+import { countPromptTokens } from "@/lib/gateway/tokens.ts";
 import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
 import {
   assertAuditClean,
@@ -97,5 +98,32 @@ Deno.test("a prompt of more long pre-tokens than the merge ration is held at mor
   } finally {
     await s.close();
     await upstream.close();
+  }
+});
+
+Deno.test("the built-in simulator bills a prompt beyond the merge ration exactly, below its hold", async () => {
+  const catalogFile = testCatalogFile();
+  catalogFile.models = catalogFile.models.map((m) =>
+    m.id === "tollbooth/echo" ? { ...m, context_tokens: 1_000_000 } : m
+  );
+  const s = await startService({ catalogFile });
+  try {
+    const text = Array.from({ length: 112 }, () => "x".repeat(8_192)).join(" ");
+    const app = await s.newApp("long");
+    const res = await s.chat(app.apiKey, {
+      model: "tollbooth/echo",
+      messages: userMessage(text),
+      max_tokens: 4,
+    });
+    assert.equal(res.status, 200);
+    const body = await res.json();
+    assert.equal(body.usage.prompt_tokens, countPromptTokens([{ content: text }]));
+    const [record] = await usageRecords(s.kv, app.appId);
+    assert.equal(record.uncharged, 0, `held ${record.reserved}, billed ${record.cost}`);
+    assert.ok(record.reserved > record.cost);
+    assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
   }
 });

@@ -276,8 +276,9 @@ export function openAiInputBound(
   request: ChatRequest,
   model: ImageRule,
   tokenizer: Tokenizer,
+  /** A hold's count by default; a provider that bills exactly counts exactly. */
+  countTextTokens: TextCounter = (text) => countTokensWith(tokenizer, text),
 ): number {
-  const countTextTokens = (text: string) => countTokensWith(tokenizer, text);
   // Open models' chat templates add more than OpenAI's framing: a dated system block (Llama 3.1),
   // a default system prompt (Qwen), tool instructions, a begin-of-text token.
   const open = tokenizer === "utf8_bytes";
