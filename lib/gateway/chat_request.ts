@@ -61,8 +61,10 @@ const ImagePart = z.strictObject({
       (url) => url.startsWith("data:") || /^https:\/\/[^\s]+$/i.test(url),
       "must be an https URL or a data URL",
     ),
+    // Null is the default (auto), as the Responses path takes it; not sent on, where it is no
+    // value OpenAI documents.
     detail: z.enum(["auto", "low", "high"], { error: "must be one of auto, low, high" })
-      .optional(),
+      .nullish().transform((detail) => detail ?? undefined),
   }),
   prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
 });

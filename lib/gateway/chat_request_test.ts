@@ -988,3 +988,26 @@ Deno.test("a tool message's PDF is checked and served as a user's is", () => {
     "messages[2].content[0].file.file_id",
   );
 });
+
+Deno.test("an image_url with detail null is taken at the default detail and sent on without it", () => {
+  const request = parseChatRequest({
+    model: "m/x",
+    messages: [{
+      role: "user",
+      content: [{ type: "image_url", image_url: { url: PNG_1x1, detail: null } }],
+    }],
+  });
+  const [part] = request.messages[0].content as { image_url: { detail?: string } }[];
+  assert.equal(part.image_url.detail, undefined);
+  assert.equal(JSON.stringify(part.image_url), JSON.stringify({ url: PNG_1x1 }));
+  refused(
+    {
+      messages: [{
+        role: "user",
+        content: [{ type: "image_url", image_url: { url: PNG_1x1, detail: "max" } }],
+      }],
+    },
+    "invalid_parameter",
+    "messages[0].content[0].image_url.detail",
+  );
+});
