@@ -445,6 +445,8 @@ export interface UsageRecord {
   cachedTokens?: number;
   /** Part of the prompt written to the provider's cache, billed at the cache-write price. */
   cacheWriteTokens?: number;
+  /** Part of those writes kept for an hour (Anthropic), billed at the 1-hour write price. */
+  cacheWrite1hTokens?: number;
   /** Part of the completion the model spent reasoning (billed at the output price). */
   reasoningTokens?: number;
   /** What left the wallet. */

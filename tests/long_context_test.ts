@@ -188,6 +188,7 @@ Deno.test("the models list and the public models page show a model's long-contex
       output_usd_per_mtok: "22.50",
       cache_read_usd_per_mtok: "0.60",
       cache_write_usd_per_mtok: "7.50",
+      cache_write_1h_usd_per_mtok: "12.00",
     });
     const page = await (await s.handle(new Request(`${PUBLIC_URL}/models`))).text();
     assert.match(page, /over 1,000 input tokens: \$4\.00 \/ \$12\.00/);

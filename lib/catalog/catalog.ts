@@ -71,6 +71,8 @@ const ModelSchema = z.object({
   cache_read_usd_per_mtok: Price.optional(),
   /** Input written to the provider's prompt cache (Anthropic cache writes). */
   cache_write_usd_per_mtok: Price.optional(),
+  /** Input written to Anthropic's prompt cache for an hour (a breakpoint with `ttl: "1h"`). */
+  cache_write_1h_usd_per_mtok: Price.optional(),
   /**
    * Dearer prices a provider bills a whole request at once its input passes a size (OpenAI's
    * long-context models past 272K tokens, Gemini's past 200K): chat models only.
@@ -81,6 +83,7 @@ const ModelSchema = z.object({
     output_usd_per_mtok: Price,
     cache_read_usd_per_mtok: Price.optional(),
     cache_write_usd_per_mtok: Price.optional(),
+    cache_write_1h_usd_per_mtok: Price.optional(),
   }).strict().optional(),
   /** For an embedding model: the most tokens one input may have. */
   context_tokens: z.number().int().positive(),
@@ -183,11 +186,14 @@ export interface Prices {
   cacheReadPrice: PicosPerToken;
   /** Input written to a prompt cache; the input price when the catalog gives none. */
   cacheWritePrice: PicosPerToken;
+  /** Input written to Anthropic's cache for an hour; the 5-minute price where no route is Claude. */
+  cacheWrite1hPrice: PicosPerToken;
   inputUsdPerMTok: string;
   /** Null for an embedding model. */
   outputUsdPerMTok: string | null;
   cacheReadUsdPerMTok: string | null;
   cacheWriteUsdPerMTok: string | null;
+  cacheWrite1hUsdPerMTok: string | null;
 }
 
 /** The prices of a request whose input (cached and cache-written included) passes a size. */
@@ -251,12 +257,17 @@ const EMBEDDING_TOKENIZER: Tokenizer = "cl100k";
 
 /**
  * What a route that bills prompt-cache writes above input bills them at when the catalog names no
- * price: 1.25× the input price (Anthropic's 5-minute write, the only kind a request may ask for;
- * OpenAI's writes from GPT-5.6 on). Charged at the input price, a quarter of every written token
+ * price: 1.25× the input price (Anthropic's 5-minute write, a breakpoint's default; OpenAI's
+ * writes from GPT-5.6 on). Charged at the input price, a quarter of every written token
  * was the operator's to pay.
  */
 function premiumCacheWritePrice(inputPrice: PicosPerToken): PicosPerToken {
   return (inputPrice * 5n + 3n) / 4n;
+}
+
+/** Anthropic's 1-hour cache write when the catalog names no price: twice the input price. */
+function hourCacheWritePrice(inputPrice: PicosPerToken): PicosPerToken {
+  return inputPrice * 2n;
 }
 
 /**
@@ -407,7 +418,8 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
     };
     const premiumWrites = [...routes, ...(documentRoute ? [documentRoute] : [])]
       .some(billsCacheWritesAboveInput);
-    const prices = toPrices(m, premiumWrites);
+    const hourWrites = routes.some((r) => r.provider.kind === "anthropic");
+    const prices = toPrices(m, { premiumWrites, hourWrites });
     byId.set(m.id, {
       id: m.id,
       type,
@@ -418,7 +430,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       ...prices,
       longContext: m.long_context === undefined
         ? null
-        : toLongContextPrices(m.long_context, prices, premiumWrites, {
+        : toLongContextPrices(m.long_context, prices, { premiumWrites, hourWrites }, {
           index: i,
           type,
           contextTokens: m.context_tokens,
@@ -498,25 +510,40 @@ type PriceFields = Pick<
   | "output_usd_per_mtok"
   | "cache_read_usd_per_mtok"
   | "cache_write_usd_per_mtok"
+  | "cache_write_1h_usd_per_mtok"
 >;
 
-function toPrices(p: PriceFields, premiumWrites: boolean): Prices {
+/** Which dearer cache writes a model's routes bill, when the catalog prices them not. */
+interface WriteKinds {
+  premiumWrites: boolean;
+  hourWrites: boolean;
+}
+
+function toPrices(p: PriceFields, { premiumWrites, hourWrites }: WriteKinds): Prices {
   const inputPrice = parsePricePerMTok(p.input_usd_per_mtok);
   const cacheWritePrice = p.cache_write_usd_per_mtok !== undefined
     ? parsePricePerMTok(p.cache_write_usd_per_mtok)
     : premiumWrites
     ? premiumCacheWritePrice(inputPrice)
     : inputPrice;
+  const cacheWrite1hPrice = p.cache_write_1h_usd_per_mtok !== undefined
+    ? parsePricePerMTok(p.cache_write_1h_usd_per_mtok)
+    : hourWrites
+    ? hourCacheWritePrice(inputPrice)
+    : cacheWritePrice;
   return {
     inputPrice,
     outputPrice: parsePricePerMTok(p.output_usd_per_mtok ?? "0"),
     cacheReadPrice: parsePricePerMTok(p.cache_read_usd_per_mtok ?? p.input_usd_per_mtok),
     cacheWritePrice,
+    cacheWrite1hPrice,
     inputUsdPerMTok: p.input_usd_per_mtok,
     outputUsdPerMTok: p.output_usd_per_mtok ?? null,
     cacheReadUsdPerMTok: p.cache_read_usd_per_mtok ?? null,
     cacheWriteUsdPerMTok: p.cache_write_usd_per_mtok ??
       (premiumWrites ? formatPricePerMTok(cacheWritePrice) : null),
+    cacheWrite1hUsdPerMTok: p.cache_write_1h_usd_per_mtok ??
+      (hourWrites ? formatPricePerMTok(cacheWrite1hPrice) : null),
   };
 }
 
@@ -528,7 +555,7 @@ function toPrices(p: PriceFields, premiumWrites: boolean): Prices {
 function toLongContextPrices(
   tier: NonNullable<ModelFile["long_context"]>,
   base: Prices,
-  premiumWrites: boolean,
+  writes: WriteKinds,
   model: { index: number; type: ModelType; contextTokens: number },
 ): LongContextPrices {
   const field = `catalog field models.${model.index}.long_context`;
@@ -540,12 +567,13 @@ function toLongContextPrices(
       `${field}.above_input_tokens: ${tier.above_input_tokens} is not below context_tokens (${model.contextTokens}), so no request would reach these prices`,
     );
   }
-  const prices = toPrices(tier, premiumWrites);
+  const prices = toPrices(tier, writes);
   const pairs = [
     ["input_usd_per_mtok", prices.inputPrice, base.inputPrice],
     ["output_usd_per_mtok", prices.outputPrice, base.outputPrice],
     ["cache_read_usd_per_mtok", prices.cacheReadPrice, base.cacheReadPrice],
     ["cache_write_usd_per_mtok", prices.cacheWritePrice, base.cacheWritePrice],
+    ["cache_write_1h_usd_per_mtok", prices.cacheWrite1hPrice, base.cacheWrite1hPrice],
   ] as const;
   for (const [name, price, basePrice] of pairs) {
     if (price < basePrice) {

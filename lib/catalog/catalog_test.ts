@@ -398,10 +398,14 @@ Deno.test("a model an Anthropic route serves bills cache writes at Anthropic's 1
   const claude = catalog.get("anthropic/claude")!;
   assert.equal(claude.cacheWritePrice, 3_750_000n);
   assert.equal(claude.cacheWriteUsdPerMTok, "3.75");
+  // An hour's write: twice the input price.
+  assert.equal(claude.cacheWrite1hPrice, 6_000_000n);
+  assert.equal(claude.cacheWrite1hUsdPerMTok, "6.00");
   assert.equal(catalog.get("anthropic/priced")!.cacheWritePrice, 2_000_000n);
   const openai = catalog.get("openai/gpt-4o-mini")!;
   assert.equal(openai.cacheWritePrice, openai.inputPrice, "OpenAI reports no cache writes");
   assert.equal(openai.cacheWriteUsdPerMTok, null);
+  assert.equal(openai.cacheWrite1hUsdPerMTok, null, "no route keeps writes for an hour");
 });
 
 Deno.test("OpenAI's GPT-5.6 and later bill cache writes at 1.25× the input price unless the catalog names one; earlier GPTs at the input price", () => {
@@ -489,6 +493,7 @@ Deno.test("a long-context tier on an Anthropic route bills its cache writes at 1
   }));
   assert.equal(model.longContext?.cacheWritePrice, 7_500_000n);
   assert.equal(model.longContext?.cacheWriteUsdPerMTok, "7.50");
+  assert.equal(model.longContext?.cacheWrite1hPrice, 12_000_000n);
 });
 
 Deno.test("a long-context tier cheaper than the model, at or past the context, on an embedding model, or with an unknown field is refused", () => {

@@ -25,6 +25,8 @@ export interface ModelObject {
     cache_read_usd_per_mtok?: string;
     /** Input written to the provider's prompt cache, when the catalog prices it apart. */
     cache_write_usd_per_mtok?: string;
+    /** Input written to Anthropic's cache for an hour (`ttl: "1h"`), for Claude models. */
+    cache_write_1h_usd_per_mtok?: string;
     /** The prices of a whole request whose input passes `above_input_tokens`, when it has any. */
     long_context?: {
       above_input_tokens: number;
@@ -32,6 +34,7 @@ export interface ModelObject {
       output_usd_per_mtok: string;
       cache_read_usd_per_mtok?: string;
       cache_write_usd_per_mtok?: string;
+      cache_write_1h_usd_per_mtok?: string;
     };
   };
 }
@@ -74,6 +77,9 @@ function pricingFields(prices: Prices) {
       : {}),
     ...(prices.cacheWriteUsdPerMTok !== null
       ? { cache_write_usd_per_mtok: prices.cacheWriteUsdPerMTok }
+      : {}),
+    ...(prices.cacheWrite1hUsdPerMTok !== null
+      ? { cache_write_1h_usd_per_mtok: prices.cacheWrite1hUsdPerMTok }
       : {}),
   };
 }

@@ -13,6 +13,8 @@ export interface Usage {
   cachedTokens?: number;
   /** Part of the prompt written to the provider's cache (billed at the cache-write price). */
   cacheWriteTokens?: number;
+  /** Part of those writes kept for an hour (Anthropic; billed at the 1-hour write price). */
+  cacheWrite1hTokens?: number;
   /** Part of the completion spent reasoning (billed at the output price, like the rest). */
   reasoningTokens?: number;
 }
@@ -33,13 +35,19 @@ export function pricesFor(model: Model, promptTokens: number): Prices {
  * holds them to it), so a bound above the size bounds the bill whichever side the real count
  * falls on, and one at or under it means the real count is too.
  */
-export function reservationCost(model: Model, promptTokens: number, maxTokens: number): Micros {
+export function reservationCost(
+  model: Model,
+  promptTokens: number,
+  maxTokens: number,
+  /** Whether the request asks for 1-hour cache writes (a breakpoint with `ttl: "1h"`). */
+  hourWrites = false,
+): Micros {
   const prices = pricesFor(model, promptTokens);
-  // Any part of the prompt may be billed as a cache write (Anthropic: 1.25 times the input price),
-  // so the input is reserved at the dearer of the two prices.
-  const inputPrice = prices.cacheWritePrice > prices.inputPrice
-    ? prices.cacheWritePrice
-    : prices.inputPrice;
+  // Any part of the prompt may be billed as a cache write (Anthropic: 1.25 times the input price,
+  // twice it for an hour), so the input is reserved at the dearest of the prices it may be.
+  let inputPrice = prices.inputPrice;
+  if (prices.cacheWritePrice > inputPrice) inputPrice = prices.cacheWritePrice;
+  if (hourWrites && prices.cacheWrite1hPrice > inputPrice) inputPrice = prices.cacheWrite1hPrice;
   return tokensCost(promptTokens, maxTokens, inputPrice, prices.outputPrice);
 }
 
@@ -52,11 +60,13 @@ export function reservationCost(model: Model, promptTokens: number, maxTokens: n
 export function usageCost(model: Model, usage: Usage): Micros {
   const prices = pricesFor(model, usage.promptTokens);
   const cacheWrite = Math.min(usage.cacheWriteTokens ?? 0, usage.promptTokens);
+  const hourWrite = Math.min(usage.cacheWrite1hTokens ?? 0, cacheWrite);
   const cached = Math.min(usage.cachedTokens ?? 0, usage.promptTokens - cacheWrite);
   const cost = componentsCost([
     [usage.promptTokens - cached - cacheWrite, prices.inputPrice],
     [cached, prices.cacheReadPrice],
-    [cacheWrite, prices.cacheWritePrice],
+    [cacheWrite - hourWrite, prices.cacheWritePrice],
+    [hourWrite, prices.cacheWrite1hPrice],
     [usage.completionTokens, prices.outputPrice],
   ]);
   // A cost past 2^53 micro-USD (9 billion USD) comes only from counts no provider bills: held to

@@ -120,3 +120,31 @@ Deno.test("a reservation above the size bounds the bill of any usage up to its b
     }
   }
 });
+
+Deno.test("writes kept for an hour are billed at the 1-hour write price, and a request that asks for them is reserved at it", () => {
+  const sonnet = model({
+    cache_read_usd_per_mtok: "0.30",
+    cache_write_usd_per_mtok: "3.75",
+    cache_write_1h_usd_per_mtok: "6.00",
+  });
+  // 100 fresh × 3 + 300 five-minute writes × 3.75 + 600 one-hour writes × 6 + 10 output × 15.
+  assert.equal(
+    usageCost(sonnet, {
+      promptTokens: 1000,
+      completionTokens: 10,
+      cacheWriteTokens: 900,
+      cacheWrite1hTokens: 600,
+    }),
+    300 + 1125 + 3600 + 150,
+  );
+  const allHour = { promptTokens: 1000, completionTokens: 100, cacheWriteTokens: 1000 };
+  const written = usageCost(sonnet, { ...allHour, cacheWrite1hTokens: 1000 });
+  assert.equal(written, 6000 + 1500);
+  assert.equal(reservationCost(sonnet, 1000, 100, true), written);
+  assert.equal(reservationCost(sonnet, 1000, 100), 3750 + 1500, "no 1-hour breakpoint asked");
+  // A provider reporting more hour writes than writes is not believed past the writes.
+  assert.equal(
+    usageCost(sonnet, { ...allHour, cacheWriteTokens: 10, cacheWrite1hTokens: 50 }),
+    990 * 3 + 60 + 1500,
+  );
+});

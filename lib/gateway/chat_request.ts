@@ -25,6 +25,8 @@ export type ProviderKind = "openai" | "openai_responses" | "anthropic" | "simula
 /** Anthropic's prompt-cache breakpoint, accepted on text parts and tools; other kinds drop it. */
 const CacheControl = z.strictObject({
   type: z.literal("ephemeral", "must be 'ephemeral'"),
+  // Five minutes unless said; an hour costs more to write (the catalog's 1-hour write price).
+  ttl: z.enum(["5m", "1h"], { error: "must be one of 5m, 1h" }).optional(),
 });
 
 /** OpenAI's explicit prompt-cache breakpoint on a content part (GPT-5.6 on). */
@@ -717,6 +719,48 @@ function nestingDepth(value: unknown): number {
   return deepest;
 }
 
+/** Whether a request marks any breakpoint for Anthropic's 1-hour cache (dearer to write). */
+export function asksHourCacheWrites(request: ChatRequest): boolean {
+  if (request.params.tools?.some((t) => t.cache_control?.ttl === "1h")) return true;
+  return request.messages.some((m) =>
+    Array.isArray(m.content) &&
+    m.content.some((part) => "cache_control" in part && part.cache_control?.ttl === "1h")
+  );
+}
+
+/**
+ * Anthropic reads a prompt as its tools, then its system prompt, then the messages, and refuses a
+ * 1-hour cache breakpoint after a 5-minute one: refused here, before anything is reserved.
+ */
+function assertCacheTtlOrder(request: ChatRequest) {
+  const marks: { ttl: "5m" | "1h"; param: string }[] = [];
+  request.params.tools?.forEach((tool, i) => {
+    if (tool.cache_control) {
+      marks.push({ ttl: tool.cache_control.ttl ?? "5m", param: `tools[${i}].cache_control` });
+    }
+  });
+  const inSystem = (m: ChatMessage) => m.role === "system" || m.role === "developer";
+  for (const system of [true, false]) {
+    request.messages.forEach((m, i) => {
+      if (inSystem(m) !== system || !Array.isArray(m.content)) return;
+      m.content.forEach((part, j) => {
+        if ("cache_control" in part && part.cache_control) {
+          const ttl = part.cache_control.ttl ?? "5m";
+          marks.push({ ttl, param: `messages[${i}].content[${j}].cache_control` });
+        }
+      });
+    });
+  }
+  const fiveMinutes = marks.find((mark) => mark.ttl === "5m");
+  const late = fiveMinutes && marks.slice(marks.indexOf(fiveMinutes)).find((m) => m.ttl === "1h");
+  if (late) {
+    throw invalid(
+      `${late.param}.ttl`,
+      `a 1-hour cache breakpoint must come before every 5-minute one (ttl '5m' or none), and ${fiveMinutes.param} comes first in the order Anthropic reads a prompt: tools, system and developer messages, then the others`,
+    );
+  }
+}
+
 function invalid(param: string, message: string): ApiError {
   return new ApiError("invalid_parameter", `Invalid value for '${param}': ${message}.`, { param });
 }
@@ -1165,6 +1209,7 @@ function assertClaudeRules(
 
 /** What a Messages request cannot carry although the compatible format can, whatever the model. */
 function assertAnthropicCan(request: ChatRequest) {
+  assertCacheTtlOrder(request);
   // Blank messages are not sent (Anthropic refuses them), so what is left must still ask something.
   const asks = request.messages.some((m) =>
     m.role === "tool" || (m.role === "user" && userMessageSaysSomething(m))

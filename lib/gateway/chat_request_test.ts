@@ -1011,3 +1011,53 @@ Deno.test("an image_url with detail null is taken at the default detail and sent
     "messages[0].content[0].image_url.detail",
   );
 });
+
+/** A Claude request with breakpoints on a tool, the system prompt and the user's text. */
+function withBreakpoints(ttls: { tool?: string; system?: string; user?: string }) {
+  const mark = (ttl?: string) =>
+    ttl === undefined ? {} : { cache_control: { type: "ephemeral", ...(ttl ? { ttl } : {}) } };
+  return parseChatRequest({
+    model: "m/x",
+    messages: [
+      { role: "user", content: [{ type: "text", text: "Hi", ...mark(ttls.user) }] },
+      { role: "system", content: [{ type: "text", text: "Be brief.", ...mark(ttls.system) }] },
+    ],
+    tools: [{ type: "function", function: { name: "look" }, ...mark(ttls.tool) }],
+  });
+}
+
+Deno.test("a cache breakpoint may be kept for 5 minutes or an hour; another ttl is refused", () => {
+  const request = withBreakpoints({ tool: "1h", system: "5m", user: "" });
+  assert.equal(request.params.tools?.[0].cache_control?.ttl, "1h");
+  assertSupported(request, [route("anthropic")], 1024);
+  refused(
+    {
+      messages: [{
+        role: "user",
+        content: [{ type: "text", text: "Hi", cache_control: { type: "ephemeral", ttl: "2h" } }],
+      }],
+    },
+    "invalid_parameter",
+    "messages[0].content[0].cache_control.ttl",
+  );
+});
+
+Deno.test("a 1-hour breakpoint after a 5-minute one, in the order Claude reads tools, system and messages, is refused before the call", () => {
+  const late = (ttls: Parameters<typeof withBreakpoints>[0], param: string) =>
+    assert.throws(
+      () => assertSupported(withBreakpoints(ttls), [route("anthropic")], 1024),
+      (e) => e instanceof ApiError && e.code === "invalid_parameter" && e.param === param,
+    );
+  late({ tool: "", user: "1h" }, "messages[0].content[0].cache_control.ttl");
+  // The system message comes after the user's in the list, but Claude reads it first.
+  late({ system: "5m", user: "1h" }, "messages[0].content[0].cache_control.ttl");
+  late({ tool: "5m", system: "1h" }, "messages[1].content[0].cache_control.ttl");
+  assertSupported(withBreakpoints({ system: "1h", user: "5m" }), [route("anthropic")], 1024);
+  assertSupported(
+    withBreakpoints({ tool: "1h", system: "1h", user: "1h" }),
+    [route("anthropic")],
+    1024,
+  );
+  // Other kinds send no breakpoints.
+  assertSupported(withBreakpoints({ tool: "5m", user: "1h" }), [route("openai")], 1024);
+});

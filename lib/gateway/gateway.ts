@@ -10,6 +10,7 @@ import {
   type Route,
 } from "@/lib/catalog/mod.ts";
 import {
+  asksHourCacheWrites,
   assertSupported,
   type ChatRequest,
   DEFAULT_MAX_TOKENS,
@@ -699,7 +700,7 @@ export class Gateway {
         ...routes.map((r) => extraOutputBound(request, r.tokenizer)),
       );
     const plan = (): PlannedReservation => ({
-      amount: reservationCost(model, promptTokens, outputTokens),
+      amount: reservationCost(model, promptTokens, outputTokens, asksHourCacheWrites(request)),
       tokens: promptTokens + outputTokens,
       covers: `${counted.what} ${maxTokens}`,
       counted,

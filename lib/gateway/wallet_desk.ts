@@ -223,10 +223,13 @@ export class WalletDesk {
 
 /** The components beyond prompt and completion, recorded only when the provider reported them. */
 function usageDetails(usage: Usage) {
-  const details: { cachedTokens?: number; cacheWriteTokens?: number; reasoningTokens?: number } =
-    {};
+  const details: Pick<
+    Usage,
+    "cachedTokens" | "cacheWriteTokens" | "cacheWrite1hTokens" | "reasoningTokens"
+  > = {};
   if (usage.cachedTokens) details.cachedTokens = usage.cachedTokens;
   if (usage.cacheWriteTokens) details.cacheWriteTokens = usage.cacheWriteTokens;
+  if (usage.cacheWrite1hTokens) details.cacheWrite1hTokens = usage.cacheWrite1hTokens;
   if (usage.reasoningTokens) details.reasoningTokens = usage.reasoningTokens;
   return details;
 }

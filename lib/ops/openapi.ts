@@ -198,7 +198,7 @@ function chatRequestSchema() {
   return {
     ...schema,
     description:
-      "OpenAI's chat-completions request. Every field is listed: any other is refused (400 `invalid_parameter`), and a field the model's provider kind cannot honour is refused with 400 `unsupported_parameter` (pass: sent as is; translate: sent in the provider's terms; ignore: a hint dropped without effect on the bill or the answer's shape). Non-standard: `cache_control` on text parts and tools, sent to Anthropic only.",
+      'OpenAI\'s chat-completions request. Every field is listed: any other is refused (400 `invalid_parameter`), and a field the model\'s provider kind cannot honour is refused with 400 `unsupported_parameter` (pass: sent as is; translate: sent in the provider\'s terms; ignore: a hint dropped without effect on the bill or the answer\'s shape). Non-standard: `cache_control` (`{type: "ephemeral", ttl?: "5m" | "1h"}`) on text parts, files and tools, sent to Anthropic only.',
   };
 }
 
@@ -854,6 +854,12 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                   description:
                     "Input written to the provider's prompt cache; present when the catalog prices it apart (else it costs the input price), and always for a model an Anthropic route serves (1.25× the input price unless the catalog names another).",
                 },
+                cache_write_1h_usd_per_mtok: {
+                  type: "string",
+                  pattern: PRICE_PATTERN,
+                  description:
+                    'Input written to Anthropic\'s prompt cache for an hour (a `cache_control` breakpoint with `ttl: "1h"`); present for a model an Anthropic route serves (twice the input price unless the catalog names another).',
+                },
                 long_context: {
                   type: "object",
                   description:
@@ -866,6 +872,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                     output_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
                     cache_read_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
                     cache_write_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
+                    cache_write_1h_usd_per_mtok: { type: "string", pattern: PRICE_PATTERN },
                   },
                 },
               },

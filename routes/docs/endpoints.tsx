@@ -120,8 +120,11 @@ export function endpointsPage() {
           <code>cache_write_usd_per_mtok</code>{" "}
           when the catalog prices cached input apart, which otherwise costs the input price; a model
           an Anthropic route or a GPT-5.6 or later serves always lists its cache-write price, 1.25×
-          the input price unless the catalog names another). A chat model whose provider bills large
-          requests dearer lists them as{" "}
+          the input price unless the catalog names another, and one an Anthropic route serves its
+          {" "}
+          <code>cache_write_1h_usd_per_mtok</code>{" "}
+          for breakpoints kept an hour, twice the input price unless the catalog names another). A
+          chat model whose provider bills large requests dearer lists them as{" "}
           <code>long_context</code>: a request whose input (cached and cache-written included)
           passes its <code>above_input_tokens</code>{" "}
           costs every token at its prices, output included, and is reserved at them when its input

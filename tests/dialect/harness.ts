@@ -24,54 +24,63 @@ export const PRICES = {
     output: 1_600_000n,
     cacheRead: 100_000n,
     cacheWrite: 400_000n,
+    cacheWrite1h: 400_000n,
   },
   "oai/gpt-5.6": {
     input: 1_250_000n,
     output: 10_000_000n,
     cacheRead: 125_000n,
     cacheWrite: 1_562_500n,
+    cacheWrite1h: 1_562_500n,
   },
   "oai/o4-mini": {
     input: 1_100_000n,
     output: 4_400_000n,
     cacheRead: 275_000n,
     cacheWrite: 1_100_000n,
+    cacheWrite1h: 1_100_000n,
   },
   "oair/o4-mini": {
     input: 1_100_000n,
     output: 4_400_000n,
     cacheRead: 275_000n,
     cacheWrite: 1_100_000n,
+    cacheWrite1h: 1_100_000n,
   },
   "oair/gpt-4.1-mini": {
     input: 400_000n,
     output: 1_600_000n,
     cacheRead: 100_000n,
     cacheWrite: 400_000n,
+    cacheWrite1h: 400_000n,
   },
   "ant/claude-sonnet": {
     input: 3_000_000n,
     output: 15_000_000n,
     cacheRead: 300_000n,
     cacheWrite: 3_750_000n,
+    cacheWrite1h: 6_000_000n,
   },
   "ant/claude-opus-4-7": {
     input: 5_000_000n,
     output: 25_000_000n,
     cacheRead: 500_000n,
     cacheWrite: 6_250_000n,
+    cacheWrite1h: 10_000_000n,
   },
   "ant/claude-sonnet-5": {
     input: 3_000_000n,
     output: 15_000_000n,
     cacheRead: 300_000n,
     cacheWrite: 3_750_000n,
+    cacheWrite1h: 6_000_000n,
   },
   "ant/claude-opus-5-5": {
     input: 4_000_000n,
     output: 20_000_000n,
     cacheRead: 200_000n,
     cacheWrite: 5_000_000n,
+    cacheWrite1h: 8_000_000n,
   },
 } as const;
 
@@ -96,12 +105,14 @@ export const UNFORCEABLE_CLAUDE = "ant/claude-opus-5-5";
  */
 export function expectedCharge(
   model: DialectModel,
-  u: { prompt: number; completion: number; cached?: number; cacheWrite?: number },
+  u: BilledUsage,
 ): number {
   const p = PRICES[model];
   const fresh = u.prompt - (u.cached ?? 0) - (u.cacheWrite ?? 0);
+  const hour = u.cacheWrite1h ?? 0;
   const picos = BigInt(fresh) * p.input + BigInt(u.cached ?? 0) * p.cacheRead +
-    BigInt(u.cacheWrite ?? 0) * p.cacheWrite + BigInt(u.completion) * p.output;
+    BigInt((u.cacheWrite ?? 0) - hour) * p.cacheWrite + BigInt(hour) * p.cacheWrite1h +
+    BigInt(u.completion) * p.output;
   return Number((picos + 999_999n) / 1_000_000n);
 }
 
@@ -248,7 +259,14 @@ export async function withDialect(fn: (d: Dialect) => Promise<void>) {
   }
 }
 
-type BilledUsage = { prompt: number; completion: number; cached?: number; cacheWrite?: number };
+interface BilledUsage {
+  prompt: number;
+  completion: number;
+  cached?: number;
+  cacheWrite?: number;
+  /** Part of the cache writes kept for an hour. */
+  cacheWrite1h?: number;
+}
 
 /**
  * The usage records written since the last check, one per expected usage in order, each charged
@@ -264,6 +282,7 @@ export async function assertCharged(d: Dialect, model: DialectModel, ...usages: 
     assert.equal(record.completionTokens, usage.completion, "completion tokens billed");
     assert.equal(record.cachedTokens ?? 0, usage.cached ?? 0, "cached tokens billed");
     assert.equal(record.cacheWriteTokens ?? 0, usage.cacheWrite ?? 0, "cache-write tokens billed");
+    assert.equal(record.cacheWrite1hTokens ?? 0, usage.cacheWrite1h ?? 0, "1-hour writes billed");
     assert.equal(record.uncharged, 0);
     assert.equal(record.cost, expectedCharge(model, usage), "charged at the catalog's prices");
   });

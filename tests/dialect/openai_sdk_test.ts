@@ -11,6 +11,8 @@ import type {
   ChatCompletionTool,
 } from "openai/resources/chat/completions";
 import { pngBase64 } from "../fakes/common.ts";
+import { spendDownTo, usageRecords } from "../helpers.ts";
+import { formatUsd } from "@/lib/core/mod.ts";
 import {
   assertCharged,
   CACHE_WRITING_GPT,
@@ -551,6 +553,64 @@ Deno.test("openai SDK: cached input is reported and billed at the cache prices, 
     const read = await openAiClient(d).chat.completions.create({ model: CLAUDE_MODEL, messages });
     assert.equal(read.usage?.prompt_tokens_details?.cached_tokens, 1600);
     await assertCharged(d, CLAUDE_MODEL, { prompt: 1612, cached: 1600, completion: 3 });
+  }));
+
+Deno.test("openai SDK: a Claude breakpoint kept for an hour is sent with its ttl, billed at the 1-hour write price, and held at it", () =>
+  withDialect(async (d) => {
+    // Words the Claude bound holds at their legacy count, so the hold has no slack to hide in.
+    const long = "pifrrlt ".repeat(1_000);
+    const messages = [
+      {
+        role: "system",
+        content: [{ type: "text", text: long, cache_control: { type: "ephemeral", ttl: "1h" } }],
+      },
+      { role: "user", content: "Summarise." },
+    ] as ChatCompletionMessageParam[];
+    // The whole prompt written to the cache, for an hour: the dearest input Anthropic bills.
+    const allWritten = { text: "ok", cacheCreationInputTokens: 1e9, outputTokens: 3 };
+    d.claude.script(
+      { ...allWritten, cacheCreation1hInputTokens: 1e9 },
+      { ...allWritten, cacheCreation1hInputTokens: 1e9 },
+    );
+    await openAiClient(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      max_tokens: 3,
+    });
+    const [sent] = d.claude.messages();
+    assert.deepEqual(sent.body.system[0].cache_control, { type: "ephemeral", ttl: "1h" });
+    const prompt = sent.inputTokens;
+    const learned = await assertCharged(d, CLAUDE_MODEL, {
+      prompt,
+      cacheWrite: prompt,
+      cacheWrite1h: prompt,
+      completion: 3,
+    });
+
+    // An app holding exactly the hold is charged in full: the hold priced the hour's writes.
+    const exact = await d.s.newApp("exact");
+    await spendDownTo(d.s.kv, exact.appId, learned.reserved);
+    const client = new OpenAI({ baseURL: d.baseURL, apiKey: exact.apiKey, maxRetries: 0 });
+    const { response } = await client.chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      max_tokens: 3,
+    })
+      .withResponse();
+    const record = (await usageRecords(d.s.kv, exact.appId)).find((u) => u.model === CLAUDE_MODEL)!;
+    assert.equal(record.reserved, learned.reserved);
+    assert.equal(record.cacheWrite1hTokens, prompt);
+    assert.equal(record.uncharged, 0, `held ${record.reserved}, billed ${record.cost}`);
+    assert.equal(
+      record.cost,
+      expectedCharge(CLAUDE_MODEL, {
+        prompt,
+        cacheWrite: prompt,
+        cacheWrite1h: prompt,
+        completion: 3,
+      }),
+    );
+    assert.equal(response.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
   }));
 
 Deno.test("openai SDK: GPT-5.6's cache writes are billed at the cache-write price, streamed or not, and the hold covered them", () =>

@@ -99,6 +99,8 @@ export interface AnthropicAnswer extends FaultKnobs {
   /** Input tokens read from / written to the prompt cache (only with cache_control markers). */
   cacheReadInputTokens?: number;
   cacheCreationInputTokens?: number;
+  /** Part of those writes kept for an hour (only where a breakpoint asks `ttl: "1h"`). */
+  cacheCreation1hInputTokens?: number;
   /** Overrides of what the fake bills. */
   inputTokens?: number;
   outputTokens?: number;
@@ -125,6 +127,8 @@ export interface MessagesRequest {
   inputTokens: number;
   /** Whether the request marks anything for caching (cache_control anywhere). */
   cacheable: boolean;
+  /** Whether a breakpoint asks to be kept for an hour. */
+  hourCacheable: boolean;
 }
 
 export interface AnthropicModelConfig {
@@ -1127,13 +1131,20 @@ function activeToolLoop(messages: Json[]): number | null {
 }
 
 function hasCacheControl(body: Json): boolean {
-  if (body.cache_control) return true;
+  return !!body.cache_control || cacheTtls(body).length > 0;
+}
+
+/**
+ * The TTLs of a request's breakpoints in the order the prompt is read (tools, system, messages;
+ * Prompt caching docs, "Mixing different TTLs": 1-hour entries must come before 5-minute ones).
+ */
+function cacheTtls(body: Json): string[] {
   const blocks: Json[] = [
-    ...(Array.isArray(body.system) ? body.system : []),
     ...(body.tools ?? []),
+    ...(Array.isArray(body.system) ? body.system : []),
     ...body.messages.flatMap((m: Json) => (Array.isArray(m.content) ? m.content : [])),
   ];
-  return blocks.some((b) => b?.cache_control);
+  return blocks.filter((b) => b?.cache_control).map((b) => b.cache_control.ttl ?? "5m");
 }
 
 // =============================================================================================
@@ -1350,6 +1361,9 @@ function resolve(
   const cacheOk = request.cacheable && total >= minCacheable;
   const read = cacheOk ? Math.min(answer.cacheReadInputTokens ?? 0, total) : 0;
   const write = cacheOk ? Math.min(answer.cacheCreationInputTokens ?? 0, total - read) : 0;
+  const hourWrite = request.hourCacheable
+    ? Math.min(answer.cacheCreation1hInputTokens ?? 0, write)
+    : 0;
   const isThinking = (b: ScriptedBlock) => b.type === "thinking" || b.type === "redacted_thinking";
   const thinkingBlocks = scripted.filter(isThinking);
   const thinking = answer.thinkingTokens ?? anthropicOutputTokens(thinkingBlocks);
@@ -1364,7 +1378,10 @@ function resolve(
       input_tokens: total - read - write,
       cache_creation_input_tokens: write,
       cache_read_input_tokens: read,
-      cache_creation: { ephemeral_5m_input_tokens: write, ephemeral_1h_input_tokens: 0 },
+      cache_creation: {
+        ephemeral_5m_input_tokens: write - hourWrite,
+        ephemeral_1h_input_tokens: hourWrite,
+      },
       output_tokens: output,
       ...(thinking ? { output_tokens_details: { thinking_tokens: thinking } } : {}),
       service_tier: "standard",
@@ -1623,6 +1640,14 @@ export function startAnthropicUpstream(options: AnthropicUpstreamOptions = {}): 
         `max_tokens: ${body.max_tokens} > ${config.maxOutputTokens}, which is the maximum allowed number of output tokens for ${body.model}`,
       );
     }
+    const ttls = cacheTtls(body);
+    const firstShort = ttls.indexOf("5m");
+    if (firstShort >= 0 && ttls.lastIndexOf("1h") > firstShort) {
+      // The rule is documented (Prompt caching, "Mixing different TTLs"); these words are ours.
+      throw invalid(
+        "cache_control: a breakpoint with ttl '1h' must not come after one with ttl '5m'",
+      );
+    }
     const inputTokens = anthropicInputTokens(body, counterFor(body.model));
     if (config.contextWindow !== undefined && inputTokens > config.contextWindow) {
       // As in tests/fixtures/anthropic_errors.json (context_too_long).
@@ -1634,6 +1659,7 @@ export function startAnthropicUpstream(options: AnthropicUpstreamOptions = {}): 
       version,
       inputTokens,
       cacheable: hasCacheControl(body),
+      hourCacheable: cacheTtls(body).includes("1h"),
     };
   }
 

@@ -312,6 +312,45 @@ Deno.test("anthropic fake: count_tokens answers what the message bills, tools an
     assert.ok(bad instanceof Anthropic.BadRequestError);
   }));
 
+Deno.test("anthropic fake: writes kept an hour need a 1h breakpoint, which may not follow a 5m one", () =>
+  withAnthropic(async (fake, client) => {
+    const long = "The quick brown fox jumps over the lazy dog. ".repeat(150);
+    const text = (ttl: "5m" | "1h") => ({
+      type: "text" as const,
+      text: long,
+      cache_control: { type: "ephemeral" as const, ttl },
+    });
+    const messages = [{ role: "user" as const, content: "Summarize." }];
+    const answer = { text: "Summary.", cacheCreationInputTokens: 1200 };
+    fake.script({ ...answer, cacheCreation1hInputTokens: 800 });
+    const hour = await client.messages.create({
+      model: MODEL,
+      max_tokens: 100,
+      system: [text("1h")],
+      messages,
+    });
+    assert.equal(hour.usage.cache_creation_input_tokens, 1200);
+    assert.deepEqual(hour.usage.cache_creation, {
+      ephemeral_5m_input_tokens: 400,
+      ephemeral_1h_input_tokens: 800,
+    });
+    fake.script({ ...answer, cacheCreation1hInputTokens: 800 });
+    const short = await client.messages.create({
+      model: MODEL,
+      max_tokens: 100,
+      system: [text("5m")],
+      messages,
+    });
+    assert.equal(short.usage.cache_creation?.ephemeral_1h_input_tokens, 0, "no 1h breakpoint");
+    const late = await client.messages.create({
+      model: MODEL,
+      max_tokens: 100,
+      system: [text("5m"), text("1h")],
+      messages,
+    }).catch((e) => e);
+    assert.ok(late instanceof Anthropic.BadRequestError);
+  }));
+
 Deno.test("anthropic fake: cache reads and writes need cache_control and a long enough prompt", () =>
   withAnthropic(async (fake, client) => {
     const long = "The quick brown fox jumps over the lazy dog. ".repeat(150);

@@ -71,6 +71,7 @@ export type StreamPart =
     promptTokens: number;
     cachedTokens?: number;
     cacheWriteTokens?: number;
+    cacheWrite1hTokens?: number;
   }
   /** `raw` is the usage object to show the client (the upstream's, details kept), when there is one. */
   | { type: "usage"; usage: Usage; raw?: UsageObject }

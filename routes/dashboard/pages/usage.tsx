@@ -137,7 +137,11 @@ export function usagePage(
                     <td class="num">
                       {u.promptTokens.toLocaleString("en-US")}
                       <TokenDetails
-                        parts={[[u.cachedTokens, "cached"], [u.cacheWriteTokens, "cache write"]]}
+                        parts={[
+                          [u.cachedTokens, "cached"],
+                          [u.cacheWriteTokens, "cache write"],
+                          [u.cacheWrite1hTokens, "of it kept 1 h"],
+                        ]}
                       />
                     </td>
                     <td class="num">

@@ -1,7 +1,7 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
 import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
-import { claudeThinks } from "../../chat_request.ts";
+import { asksHourCacheWrites, claudeThinks } from "../../chat_request.ts";
 import { answerTool, messagesRequest, routeRules } from "./request.ts";
 import { anthropicStreamParts } from "./stream.ts";
 
@@ -60,6 +60,7 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
     requestId: request.requestId,
     upstreamModel: request.model.upstreamModel,
     answerTool: answerTool(request)?.name ?? null,
+    hourWrites: asksHourCacheWrites(request.request),
   });
 
   return {

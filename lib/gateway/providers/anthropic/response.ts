@@ -13,17 +13,28 @@ const UsageSchema = z.looseObject({
   cache_creation_input_tokens: Count.nullish().catch(null),
   cache_read_input_tokens: Count.nullish().catch(null),
   output_tokens: Count.nullish().catch(null),
+  // The writes by how long they are kept: the 1-hour ones bill dearer.
+  cache_creation: z.looseObject({ ephemeral_1h_input_tokens: Count.nullish().catch(null) })
+    .nullish().catch(null),
 });
 
 /** Token counts as reported so far; each report is cumulative, so the latest value of a field wins. */
 export interface Counts {
   input: number | null;
   cacheWrite: number | null;
+  /** Part of the writes kept for an hour. */
+  cacheWrite1h: number | null;
   cacheRead: number | null;
   output: number | null;
 }
 
-export const NO_COUNTS: Counts = { input: null, cacheWrite: null, cacheRead: null, output: null };
+export const NO_COUNTS: Counts = {
+  input: null,
+  cacheWrite: null,
+  cacheWrite1h: null,
+  cacheRead: null,
+  output: null,
+};
 
 export function mergeCounts(previous: Counts, raw: unknown): Counts {
   const parsed = UsageSchema.safeParse(raw);
@@ -32,6 +43,7 @@ export function mergeCounts(previous: Counts, raw: unknown): Counts {
   return {
     input: u.input_tokens ?? previous.input,
     cacheWrite: u.cache_creation_input_tokens ?? previous.cacheWrite,
+    cacheWrite1h: u.cache_creation?.ephemeral_1h_input_tokens ?? previous.cacheWrite1h,
     cacheRead: u.cache_read_input_tokens ?? previous.cacheRead,
     output: u.output_tokens ?? previous.output,
   };
@@ -44,13 +56,26 @@ export function promptTokensOf(c: Counts): number | null {
   return Math.min(c.input + (c.cacheWrite ?? 0) + (c.cacheRead ?? 0), Number.MAX_SAFE_INTEGER);
 }
 
-export function usageOfCounts(c: Counts): Usage | null {
+/**
+ * The input's counts by price. A request that asked for 1-hour writes and got no breakdown of them
+ * has every write priced as an hour's, the dearer: never below what Anthropic bills.
+ */
+export function cacheCountsOf(
+  c: Counts,
+  hourWrites: boolean,
+): Pick<Usage, "cachedTokens" | "cacheWriteTokens" | "cacheWrite1hTokens"> {
+  const cacheWriteTokens = c.cacheWrite ?? 0;
+  return {
+    cachedTokens: c.cacheRead ?? 0,
+    cacheWriteTokens,
+    cacheWrite1hTokens: c.cacheWrite1h ?? (hourWrites ? cacheWriteTokens : 0),
+  };
+}
+
+export function usageOfCounts(c: Counts, hourWrites: boolean): Usage | null {
   const prompt = promptTokensOf(c);
   if (prompt === null || c.output === null) return null;
-  const usage: Usage = { promptTokens: prompt, completionTokens: c.output };
-  usage.cachedTokens = c.cacheRead ?? 0;
-  usage.cacheWriteTokens = c.cacheWrite ?? 0;
-  return usage;
+  return { promptTokens: prompt, completionTokens: c.output, ...cacheCountsOf(c, hourWrites) };
 }
 
 export function finishReason(stopReason: unknown): string | null {

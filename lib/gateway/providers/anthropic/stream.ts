@@ -17,6 +17,7 @@ import {
   upstreamErrorFields,
 } from "../types.ts";
 import {
+  cacheCountsOf,
   type Counts,
   finishReasonWithTools,
   mergeCounts,
@@ -28,6 +29,8 @@ import {
 export interface AnthropicStreamMeta {
   requestId: string;
   upstreamModel: string;
+  /** Whether the request asked for 1-hour cache writes (priced dearer). */
+  hourWrites: boolean;
   answerTool: string | null;
 }
 
@@ -119,8 +122,7 @@ export function anthropicStreamParts(
           parts.push({
             type: "prompt_tokens",
             promptTokens: prompt,
-            cachedTokens: counts.cacheRead ?? 0,
-            cacheWriteTokens: counts.cacheWrite ?? 0,
+            ...cacheCountsOf(counts, meta.hourWrites),
           });
         }
         // As OpenAI's first chunk, whose refusal: null the assembled message keeps.
@@ -220,7 +222,7 @@ export function anthropicStreamParts(
           }
           parts.push(chunk({}, finishReasonWithTools(stopReason, toolCalls)));
           // The final counts are known now: a stream cut before message_stop still bills them.
-          const usage = usageOfCounts(counts);
+          const usage = usageOfCounts(counts, meta.hourWrites);
           if (usage) parts.push({ type: "usage", usage, raw: usageObject(usage) });
         }
         break;
@@ -258,7 +260,7 @@ export function anthropicStreamParts(
     close(parts, cut) {
       // A cut's final counts were handed on with their message_delta.
       if (cut) return;
-      const usage = usageOfCounts(counts);
+      const usage = usageOfCounts(counts, meta.hourWrites);
       if (usage) parts.push({ type: "usage", usage, raw: usageObject(usage) });
     },
   }, "upstream stream ended before message_stop");

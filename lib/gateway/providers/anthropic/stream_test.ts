@@ -4,7 +4,12 @@ import { assembleCompletion } from "../assemble.ts";
 import type { ChatCompletionChunk, StreamPart } from "../types.ts";
 import { anthropicStreamParts } from "./stream.ts";
 
-const META = { requestId: "req_1", upstreamModel: "claude-sonnet-4-5", answerTool: null };
+const META = {
+  requestId: "req_1",
+  upstreamModel: "claude-sonnet-4-5",
+  answerTool: null,
+  hourWrites: false,
+};
 const fixture = (name: string) => fixtureEvents(new URL(`./fixtures/${name}`, import.meta.url));
 
 Deno.test("input_json_delta streams as OpenAI's tool-call fragments: index, id and name, then arguments", async () => {
@@ -44,6 +49,7 @@ Deno.test("input_json_delta streams as OpenAI's tool-call fragments: index, id a
     completionTokens: 89,
     cachedTokens: 1000,
     cacheWriteTokens: 0,
+    cacheWrite1hTokens: 0,
   });
   assert.deepEqual(usage.raw?.prompt_tokens_details, {
     cached_tokens: 1000,
@@ -86,6 +92,7 @@ Deno.test("thinking streams as reasoning_content, and each block, signed, as one
     completionTokens: 240,
     cachedTokens: 0,
     cacheWriteTokens: 20,
+    cacheWrite1hTokens: 0,
   });
 });
 
