@@ -68,6 +68,8 @@ const ImagePart = z.strictObject({
     detail: z.enum(["auto", "low", "high"], { error: "must be one of auto, low, high" })
       .nullish().transform((detail) => detail ?? undefined),
   }),
+  // Claude caches an image block too: a screenshot an agent loop sends every turn.
+  cache_control: CacheControl.optional(),
   prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
 });
 

@@ -198,7 +198,7 @@ function chatRequestSchema() {
   return {
     ...schema,
     description:
-      'OpenAI\'s chat-completions request. Every field is listed: any other is refused (400 `invalid_parameter`), and a field the model\'s provider kind cannot honour is refused with 400 `unsupported_parameter` (pass: sent as is; translate: sent in the provider\'s terms; ignore: a hint dropped without effect on the bill or the answer\'s shape). Non-standard: `cache_control` (`{type: "ephemeral", ttl?: "5m" | "1h"}`) on text parts, files and tools, sent to Anthropic only.',
+      'OpenAI\'s chat-completions request. Every field is listed: any other is refused (400 `invalid_parameter`), and a field the model\'s provider kind cannot honour is refused with 400 `unsupported_parameter` (pass: sent as is; translate: sent in the provider\'s terms; ignore: a hint dropped without effect on the bill or the answer\'s shape). Non-standard: `cache_control` (`{type: "ephemeral", ttl?: "5m" | "1h"}`) on text, image and file parts and tools, sent to Anthropic only.',
   };
 }
 

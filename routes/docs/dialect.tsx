@@ -261,8 +261,8 @@ export function DialectSection() {
         </li>
         <li>
           <code>cache_control: {"{"}"type": "ephemeral"{"}"}</code>{" "}
-          on a text part or a tool marks Anthropic's prompt-cache breakpoint (other kinds drop it).
-          With <code>"ttl": "1h"</code>{" "}
+          on a text, image or file part or a tool marks Anthropic's prompt-cache breakpoint (other
+          kinds drop it). With <code>"ttl": "1h"</code>{" "}
           the entry is kept for an hour, written at the model's dearer 1-hour write price (twice the
           input price unless the catalog names one), and the request is held at that price; a 1-hour
           breakpoint after a 5-minute one, in the order Claude reads tools, system and messages, is

@@ -15,6 +15,7 @@ import {
   claudeThinks,
   contentText,
   type FileContentPart,
+  type ImageContentPart,
   isBlank,
   pdfBase64,
   strictSchema,
@@ -169,7 +170,7 @@ function userBlocks(m: Extract<ChatMessage, { role: "user" }>): Block[] {
       const block = textBlock(part);
       if (block) out.push(block);
     } else if (part.type === "image_url") {
-      out.push(imageBlock(part.image_url.url));
+      out.push(imageBlock(part));
     } else if (part.type === "file") {
       out.push(documentBlock(part));
     }
@@ -188,8 +189,10 @@ function documentBlock(part: FileContentPart): Block {
   };
 }
 
-function imageBlock(url: string): Block {
-  if (!url.startsWith("data:")) return { type: "image", source: { type: "url", url } };
+function imageBlock(part: ImageContentPart): Block {
+  const { url } = part.image_url;
+  const cache = part.cache_control ? { cache_control: part.cache_control } : {};
+  if (!url.startsWith("data:")) return { type: "image", source: { type: "url", url }, ...cache };
   const { mediaType, base64 } = parseImageDataUrl(url);
   return {
     type: "image",
@@ -198,6 +201,7 @@ function imageBlock(url: string): Block {
       media_type: mediaType === "image/jpg" ? "image/jpeg" : mediaType,
       data: base64,
     },
+    ...cache,
   };
 }
 
@@ -331,7 +335,7 @@ function toolResultContent(m: Extract<ChatMessage, { role: "tool" }>): string | 
   if (typeof m.content === "string") return m.content;
   const blocks: Block[] = [];
   for (const part of m.content) {
-    if (part.type === "image_url") blocks.push(imageBlock(part.image_url.url));
+    if (part.type === "image_url") blocks.push(imageBlock(part));
     else if (part.type === "file") blocks.push(documentBlock(part));
     else {
       const block = textBlock(part);

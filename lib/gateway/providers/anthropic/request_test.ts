@@ -91,7 +91,7 @@ Deno.test("tool_choice none, auto and a named tool map to Anthropic's", () => {
   });
 });
 
-Deno.test("images become image blocks: base64 from data URLs, url sources from https", () => {
+Deno.test("images become image blocks: base64 from data URLs, url sources from https, a cache_control kept", () => {
   const body = messagesRequest(
     upstreamRequest(claude, {
       messages: [{
@@ -99,7 +99,11 @@ Deno.test("images become image blocks: base64 from data URLs, url sources from h
         content: [
           { type: "text", text: "Compare", cache_control: { type: "ephemeral" } },
           { type: "image_url", image_url: { url: PNG_1x1, detail: "high" } },
-          { type: "image_url", image_url: { url: "https://example.com/cat.jpg" } },
+          {
+            type: "image_url",
+            image_url: { url: "https://example.com/cat.jpg" },
+            cache_control: { type: "ephemeral", ttl: "1h" },
+          },
         ],
       }],
     }),
@@ -111,7 +115,11 @@ Deno.test("images become image blocks: base64 from data URLs, url sources from h
       type: "image",
       source: { type: "base64", media_type: "image/png", data: PNG_1x1.split(",")[1] },
     },
-    { type: "image", source: { type: "url", url: "https://example.com/cat.jpg" } },
+    {
+      type: "image",
+      source: { type: "url", url: "https://example.com/cat.jpg" },
+      cache_control: { type: "ephemeral", ttl: "1h" },
+    },
   ]);
 });
 
