@@ -16,6 +16,7 @@ import {
   spendDownTo,
   startService,
   type TestService,
+  usageRecords,
   userMessage,
 } from "./helpers.ts";
 
@@ -174,6 +175,35 @@ Deno.test("cached input counts toward the size: a Claude request of few fresh to
     const expected = Math.ceil(picos / 1_000_000);
     assert.equal(parseUsd(res.headers.get("tollbooth-request-cost")!), expected);
     assert.equal((await s.wallet(appId)).spent, expected);
+  });
+});
+
+Deno.test("a Claude prompt the legacy tokenizer bills past the size is held past it too: an app holding exactly its hold is charged in full", async () => {
+  await withUpstreams(async ({ s, claude }) => {
+    // Words after a newline: 6 legacy tokens a copy, 1,020 in all, past the size; the bound once
+    // counted 5 a copy, under the size, and held them at the model's prices.
+    const body = {
+      model: "claude/long",
+      messages: userMessage("\npifrrlt".repeat(170)),
+      max_tokens: 16,
+    };
+    const learn = await s.newApp("learn");
+    const first = await s.chat(learn.apiKey, body);
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    const [sent] = claude.messages();
+    assert.ok(sent.inputTokens > SIZE, `billed ${sent.inputTokens}`);
+    const [learned] = await usageRecords(s.kv, learn.appId);
+
+    const exact = await s.newApp("exact");
+    await spendDownTo(s.kv, exact.appId, learned.reserved);
+    const res = await s.chat(exact.apiKey, body);
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const record = (await usageRecords(s.kv, exact.appId)).find((u) => u.model === "claude/long")!;
+    assert.equal(record.reserved, learned.reserved);
+    assert.equal(record.uncharged, 0, `held ${record.reserved}, ${record.uncharged} uncharged`);
+    assert.equal(parseUsd(res.headers.get("tollbooth-request-cost")!), record.cost);
   });
 });
 
