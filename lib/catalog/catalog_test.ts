@@ -609,8 +609,20 @@ Deno.test("each Claude route carries its model's rules, by name or as the catalo
   });
   assert.equal(model.claude, null);
   assert.deepEqual(model.fallbacks.map((f) => f.claude), [
-    { thinking: "adaptive", sampling: false, forcedToolChoice: true, prefill: false },
-    { thinking: "always", sampling: false, forcedToolChoice: false, prefill: false },
+    {
+      thinking: "adaptive",
+      sampling: false,
+      forcedToolChoice: true,
+      prefill: false,
+      imageLongEdge: 2576,
+    },
+    {
+      thinking: "always",
+      sampling: false,
+      forcedToolChoice: false,
+      prefill: false,
+      imageLongEdge: 2576,
+    },
   ]);
   assert.equal(
     refusal((c) => (c.models[1].claude = { thinking: "always" })),

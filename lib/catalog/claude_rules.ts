@@ -31,7 +31,16 @@ export interface ClaudeRules {
    * Sonnet 4.6 on refuse it ("This model does not support assistant message prefill").
    */
   prefill: boolean;
+  /**
+   * The longest image edge the model reads before scaling an image down: 1568 px up to Claude
+   * 4.6, 2576 px from Opus 4.7's high-resolution vision (about three times the tokens an image).
+   * Models after it are taken to read as much.
+   */
+  imageLongEdge: number;
 }
+
+export const EARLIER_IMAGE_EDGE = 1568;
+export const HIGH_RES_IMAGE_EDGE = 2576;
 
 /** The catalog's way to state a route's rules where its model's name does not tell them. */
 export const ClaudeRulesSchema = z.object({
@@ -39,6 +48,7 @@ export const ClaudeRulesSchema = z.object({
   sampling: z.boolean().optional(),
   forced_tool_choice: z.boolean().optional(),
   prefill: z.boolean().optional(),
+  image_long_edge: z.number().int().min(28).max(8000).optional(),
 }).strict();
 export type ClaudeRulesFile = z.infer<typeof ClaudeRulesSchema>;
 
@@ -53,20 +63,34 @@ const EARLIER: ClaudeRules = {
   sampling: true,
   forcedToolChoice: true,
   prefill: true,
+  imageLongEdge: EARLIER_IMAGE_EDGE,
 };
 
 /**
  * The rules of a model by its name, as Anthropic's guides give them; a later version of a line
  * than any they describe is taken to keep the newest rules of its line. Names it cannot read
  * (Claude 3 names, `claude-3-7-sonnet`) take the earlier rules, which every model before Opus 4.7
- * follows; the catalog's `claude` states any other.
+ * follows, but for images, read at the most any model reads unless the name is Claude 3's; the
+ * catalog's `claude` states any other.
  */
 export function claudeRulesByName(upstreamModel: string): ClaudeRules {
   if (/claude-mythos-preview/i.test(upstreamModel)) {
-    return { thinking: "always", sampling: false, forcedToolChoice: true, prefill: false };
+    return {
+      thinking: "always",
+      sampling: false,
+      forcedToolChoice: true,
+      prefill: false,
+      imageLongEdge: HIGH_RES_IMAGE_EDGE,
+    };
   }
   const name = CLAUDE_NAME.exec(upstreamModel);
-  if (!name) return EARLIER;
+  // A name that says nothing (a deployment's alias) may be any model: its images are held at the
+  // most any Claude reads.
+  if (!name) {
+    return /claude-3/i.test(upstreamModel)
+      ? EARLIER
+      : { ...EARLIER, imageLongEdge: HIGH_RES_IMAGE_EDGE };
+  }
   const line = name[1].toLowerCase();
   const version = Number(name[2]) * 100 + Number(name[3] ?? 0);
   const rules = (thinking: ClaudeThinking, forcedToolChoice = true): ClaudeRules => ({
@@ -74,9 +98,13 @@ export function claudeRulesByName(upstreamModel: string): ClaudeRules {
     sampling: false,
     forcedToolChoice,
     prefill: false,
+    imageLongEdge: HIGH_RES_IMAGE_EDGE,
   });
   // The 4.6 models think by budget and take sampling parameters, but no prefill.
   const noPrefill = { ...EARLIER, prefill: false };
+  // Images are read at Opus 4.7's resolution from 4.7 on, whatever else a line keeps.
+  const highRes = (earlier: ClaudeRules): ClaudeRules =>
+    version < 407 ? earlier : { ...earlier, imageLongEdge: HIGH_RES_IMAGE_EDGE };
   switch (line) {
     case "fable":
     case "mythos":
@@ -89,9 +117,9 @@ export function claudeRulesByName(upstreamModel: string): ClaudeRules {
       return rules("always", false);
     case "sonnet":
       if (version < 406) return EARLIER;
-      return version < 500 ? noPrefill : rules("adaptive_by_default");
+      return version < 500 ? highRes(noPrefill) : rules("adaptive_by_default");
     default: // haiku
-      return version < 500 ? EARLIER : rules("adaptive_by_default");
+      return version < 500 ? highRes(EARLIER) : rules("adaptive_by_default");
   }
 }
 
@@ -108,5 +136,6 @@ export function claudeRules(upstreamModel: string, stated?: ClaudeRulesFile): Cl
     sampling: stated?.sampling ?? (adaptive ? false : byName.sampling),
     forcedToolChoice: stated?.forced_tool_choice ?? byName.forcedToolChoice,
     prefill: stated?.prefill ?? (adaptive ? false : byName.prefill),
+    imageLongEdge: stated?.image_long_edge ?? byName.imageLongEdge,
   };
 }

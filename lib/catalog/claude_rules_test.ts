@@ -10,8 +10,15 @@ function rules(
   return { thinking, sampling, forcedToolChoice, prefill };
 }
 
+/** The rules but the image edge (its own test below). */
+function withoutImageEdge({ imageLongEdge: _, ...rest }: ReturnType<typeof claudeRules>) {
+  return rest;
+}
+
 function assertRules(names: string[], expected: ReturnType<typeof rules>) {
-  for (const name of names) assert.deepEqual(claudeRulesByName(name), expected, name);
+  for (const name of names) {
+    assert.deepEqual(withoutImageEdge(claudeRulesByName(name)), expected, name);
+  }
 }
 
 Deno.test("Claude 4.5 and earlier think by budget and take sampling parameters, forced tools and a prefill", () => {
@@ -61,19 +68,46 @@ Deno.test("Fable 5 and the Mythos models always think; Opus 5.5 and Fable 5.1 ca
 
 Deno.test("the catalog's statement wins over the name, field by field; adaptive thinking stated brings no sampling or prefill", () => {
   assert.deepEqual(
-    claudeRules("my-claude-deployment", { thinking: "always", forced_tool_choice: false }),
+    withoutImageEdge(
+      claudeRules("my-claude-deployment", { thinking: "always", forced_tool_choice: false }),
+    ),
     rules("always", false, false, false),
   );
   assert.deepEqual(
-    claudeRules("my-claude-deployment", { thinking: "adaptive", sampling: true }),
+    withoutImageEdge(claudeRules("my-claude-deployment", { thinking: "adaptive", sampling: true })),
     rules("adaptive", true, true, false),
   );
   assert.deepEqual(
-    claudeRules("claude-opus-4-7", { sampling: true }),
+    withoutImageEdge(claudeRules("claude-opus-4-7", { sampling: true })),
     rules("adaptive", true, true, false),
   );
   assert.deepEqual(
-    claudeRules("claude-opus-4-6", { prefill: true }),
+    withoutImageEdge(claudeRules("claude-opus-4-6", { prefill: true })),
     rules("budget", true, true, true),
   );
+});
+
+Deno.test("images are read at up to 1568 px before Opus 4.7 and at 2576 px from it, or from a name that does not say, unless the catalog states an edge", () => {
+  const edge = (name: string) => claudeRulesByName(name).imageLongEdge;
+  for (
+    const name of ["claude-opus-4-6", "claude-sonnet-4-5", "claude-haiku-4-5", "claude-3-7-sonnet"]
+  ) {
+    assert.equal(edge(name), 1568, name);
+  }
+  for (
+    const name of [
+      "claude-opus-4-7",
+      "claude-opus-4-8",
+      "claude-sonnet-4-7",
+      "claude-sonnet-5",
+      "claude-opus-5-5",
+      "claude-fable-5",
+      "claude-mythos-preview",
+      "my-claude-deployment",
+    ]
+  ) {
+    assert.equal(edge(name), 2576, name);
+  }
+  assert.equal(claudeRules("my-claude-deployment", { image_long_edge: 1568 }).imageLongEdge, 1568);
+  assert.equal(claudeRules("claude-opus-4-6", { image_long_edge: 2576 }).imageLongEdge, 2576);
 });

@@ -16,7 +16,7 @@ export type {
   Route,
   Tokenizer,
 } from "./catalog.ts";
-export { claudeRules, claudeRulesByName } from "./claude_rules.ts";
+export { claudeRules, claudeRulesByName, HIGH_RES_IMAGE_EDGE } from "./claude_rules.ts";
 export type { ClaudeRules, ClaudeThinking } from "./claude_rules.ts";
 export { modelList, modelObject } from "./model_list.ts";
 export type { ModelList, ModelObject } from "./model_list.ts";

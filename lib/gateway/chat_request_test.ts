@@ -792,7 +792,13 @@ Deno.test("a Claude stated to think that takes sampling parameters takes those t
   const alias = {
     provider: { kind: "anthropic" as const },
     upstreamModel: "our-claude",
-    claude: { thinking: "always" as const, sampling: true, forcedToolChoice: true, prefill: false },
+    claude: {
+      thinking: "always" as const,
+      sampling: true,
+      forcedToolChoice: true,
+      prefill: false,
+      imageLongEdge: 1568,
+    },
   };
   assert.throws(
     () => assertSupported(request, [alias], 4096),
@@ -840,7 +846,13 @@ Deno.test("a prefill beside an output format is refused, even on a route stated 
   const alias = {
     provider: { kind: "anthropic" as const },
     upstreamModel: "our-claude",
-    claude: { thinking: "budget" as const, sampling: true, forcedToolChoice: false, prefill: true },
+    claude: {
+      thinking: "budget" as const,
+      sampling: true,
+      forcedToolChoice: false,
+      prefill: true,
+      imageLongEdge: 1568,
+    },
   };
   const body = {
     model: "m/x",

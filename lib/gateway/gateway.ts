@@ -626,14 +626,14 @@ export class Gateway {
       );
     }
     // The largest of the bounds of every route that may serve the request: the reservation covers
-    // any. Routes alike (kind, tokenizer, image rule, whether reasoning is sent back) share one
+    // any. Routes alike (kind, tokenizer, image rules, whether reasoning is sent back) share one
     // count.
     const boundsByKind = new Map<string, number>();
     const bounds = routes.map((r) => {
       const forwards = r.provider.kind === "openai" &&
         `${r.provider.forwardReasoningContent}/${r.provider.forwardReasoningDetails}`;
       const key =
-        `${r.provider.kind}:${r.tokenizer}:${r.imageBaseTokens}:${r.imageTileTokens}:${forwards}`;
+        `${r.provider.kind}:${r.tokenizer}:${r.imageBaseTokens}:${r.imageTileTokens}:${r.claude?.imageLongEdge}:${forwards}`;
       let bound = boundsByKind.get(key);
       if (bound === undefined) {
         // Each route's own image rule: a fallback to another model may bill images otherwise.

@@ -4,7 +4,7 @@
  * One function per provider kind; the same number serves the context check, the tokens-per-minute
  * limit and the reservation, so that the reservation covers whatever the provider can bill.
  */
-import type { Model, Tokenizer } from "@/lib/catalog/mod.ts";
+import { HIGH_RES_IMAGE_EDGE, type Model, type Tokenizer } from "@/lib/catalog/mod.ts";
 import {
   type ChatMessage,
   type ChatRequest,
@@ -97,12 +97,12 @@ function claudeThinkingTokens(m: Extract<ChatMessage, { role: "assistant" }>): n
   return tokens;
 }
 /**
- * Anthropic scales an image to fit 1568 px on its long edge and bills width × height / 750; its
- * newer vision docs describe 28-px patches instead (the image padded to multiples of 28, a token a
- * patch), which bill a thin image far more (1 × 1568 px: 56 patches, 3 by the area). The bound
- * takes the larger of the two.
+ * Anthropic scales an image to fit the model's long edge (1568 px, 2576 from Opus 4.7: the route's
+ * `claude.imageLongEdge`) and bills width × height / 750; its newer vision docs describe 28-px
+ * patches instead (the image padded to multiples of 28, a token a patch), which bill a thin image
+ * far more (1 × 1568 px: 56 patches, 3 by the area). The bound takes the larger of the two, and
+ * no cap on megapixels below the edge's square.
  */
-const ANTHROPIC_IMAGE_EDGE = 1568;
 const ANTHROPIC_PIXELS_PER_TOKEN = 750;
 const ANTHROPIC_PATCH = 28;
 
@@ -124,9 +124,12 @@ export function openAiImageTokens(
   return model.imageBaseTokens + model.imageTileTokens * tiles;
 }
 
-export function anthropicImageTokens(size: { width: number; height: number } | null): number {
-  const { width, height } = size ?? { width: ANTHROPIC_IMAGE_EDGE, height: ANTHROPIC_IMAGE_EDGE };
-  const scale = Math.min(1, ANTHROPIC_IMAGE_EDGE / Math.max(width, height));
+export function anthropicImageTokens(
+  size: { width: number; height: number } | null,
+  longEdge: number,
+): number {
+  const { width, height } = size ?? { width: longEdge, height: longEdge };
+  const scale = Math.min(1, longEdge / Math.max(width, height));
   // Rounded up at each step, so the bound never falls below the provider's own rounding.
   const w = Math.ceil(width * scale);
   const h = Math.ceil(height * scale);
@@ -152,7 +155,7 @@ export function unreadImageTokens(
     for (const part of imagePartsOf(m)) {
       if (imageSizeOf(part.image_url.url)) continue;
       total += kind === "anthropic"
-        ? anthropicImageTokens(null)
+        ? anthropicImageTokens(null, imageLongEdgeOf(model))
         : openAiImageTokens(null, part.image_url.detail, model);
     }
   }
@@ -270,7 +273,14 @@ function messageTextTokens(
  * `tokenizer` (the route's: tokenizerOf).
  */
 /** The image rule a route bills by: its model's, or a fallback's own. */
-export type ImageRule = Pick<Model, "imageBaseTokens" | "imageTileTokens">;
+export type ImageRule =
+  & Pick<Model, "imageBaseTokens" | "imageTileTokens">
+  & { claude?: { imageLongEdge: number } | null };
+
+/** The longest edge a Claude route reads an image at; a route without rules, the most any does. */
+function imageLongEdgeOf(route: ImageRule): number {
+  return route.claude?.imageLongEdge ?? HIGH_RES_IMAGE_EDGE;
+}
 
 export function openAiInputBound(
   request: ChatRequest,
@@ -311,7 +321,7 @@ export function openAiInputBound(
  * is bounded on its own; the bound of a whole exceeds the sum of its parts' by at most 7 tokens per
  * cut (see claude_tokens.ts), which the per-message and per-block allowances cover.
  */
-export function anthropicInputBound(request: ChatRequest): number {
+export function anthropicInputBound(request: ChatRequest, imageLongEdge: number): number {
   let total = ANTHROPIC_BASE_TOKENS;
   for (const m of request.messages) {
     total += ANTHROPIC_TOKENS_PER_MESSAGE +
@@ -322,7 +332,7 @@ export function anthropicInputBound(request: ChatRequest): number {
     }
     if (m.role === "tool") total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK;
     for (const part of imagePartsOf(m)) {
-      total += anthropicImageTokens(imageSizeOf(part.image_url.url));
+      total += anthropicImageTokens(imageSizeOf(part.image_url.url), imageLongEdge);
     }
   }
   // A conversation that opens with the assistant is sent after a user turn of our own.
@@ -356,7 +366,7 @@ export function inputBound(
   tokenizer: Tokenizer,
 ): number {
   if (hasDocuments(request)) return Infinity;
-  if (provider.kind === "anthropic") return anthropicInputBound(request);
+  if (provider.kind === "anthropic") return anthropicInputBound(request, imageLongEdgeOf(model));
   const bound = openAiInputBound(request, model, tokenizer);
   if (provider.kind === "openai_responses") return bound + openAiReasoningTokens(request);
   if (!provider.forwardReasoningContent && !provider.forwardReasoningDetails) return bound;

@@ -22,6 +22,10 @@ import { legacyClaudeTokens } from "../../tests/claude_token_reference.ts";
 import { responseFormatTokens, toolsTokens } from "../../tests/fakes/openai_upstream.ts";
 import { testModel } from "./providers/test_support.ts";
 
+/** A Claude route that reads images at up to 1568 px (Claude 4.6 and earlier). */
+const claudeBound = (request: Parameters<typeof anthropicInputBound>[0]) =>
+  anthropicInputBound(request, 1568);
+
 const gpt = testModel("openai", "gpt-4o");
 const request = (body: Record<string, unknown>) => parseChatRequest({ model: "p/m", ...body });
 /** A conversation whose one tool call carries `args` and is answered by `result`. */
@@ -54,14 +58,40 @@ Deno.test("OpenAI images follow its vision guide: 85 per image plus 170 per 512-
 });
 
 Deno.test("Anthropic images cost the larger of width × height / 750 and their 28-px patches after fitting 1568 px; unknown sizes the most", () => {
-  assert.equal(anthropicImageTokens({ width: 1000, height: 1000 }), 1334);
-  assert.equal(anthropicImageTokens({ width: 3136, height: 1568 }), Math.ceil(1568 * 784 / 750));
-  assert.equal(anthropicImageTokens(null), Math.ceil(1568 * 1568 / 750));
+  assert.equal(anthropicImageTokens({ width: 1000, height: 1000 }, 1568), 1334);
+  assert.equal(
+    anthropicImageTokens({ width: 3136, height: 1568 }, 1568),
+    Math.ceil(1568 * 784 / 750),
+  );
+  assert.equal(anthropicImageTokens(null, 1568), Math.ceil(1568 * 1568 / 750));
   // Thin and small images by 28-px patches, which bill them more than their area does.
-  assert.equal(anthropicImageTokens({ width: 1, height: 1568 }), 56);
-  assert.equal(anthropicImageTokens({ width: 29, height: 1541 }), 2 * 56);
-  assert.equal(anthropicImageTokens({ width: 1000, height: 32 }), 36 * 2);
-  assert.equal(anthropicImageTokens({ width: 200, height: 200 }), 8 * 8);
+  assert.equal(anthropicImageTokens({ width: 1, height: 1568 }, 1568), 56);
+  assert.equal(anthropicImageTokens({ width: 29, height: 1541 }, 1568), 2 * 56);
+  assert.equal(anthropicImageTokens({ width: 1000, height: 32 }, 1568), 36 * 2);
+  assert.equal(anthropicImageTokens({ width: 200, height: 200 }, 1568), 8 * 8);
+});
+
+Deno.test("a model that reads images at 2576 px (Opus 4.7 on) holds a large image at its 2576-px size, not 1568", () => {
+  const wide = { width: 2576, height: 1456 };
+  // 92 × 52 patches, what Opus 4.7 bills it; fitted to 1568 px it would be 1,852.
+  assert.ok(anthropicImageTokens(wide, 2576) >= 92 * 52);
+  assert.equal(anthropicImageTokens(wide, 1568), Math.ceil(1568 * 887 / 750));
+  assert.equal(anthropicImageTokens(null, 2576), Math.ceil(2576 * 2576 / 750));
+  const withImage = request({
+    messages: [{
+      role: "user",
+      content: [{ type: "image_url", image_url: { url: "https://example.com/screen.png" } }],
+    }],
+  });
+  const opus47 = { imageBaseTokens: 85, imageTileTokens: 170, claude: { imageLongEdge: 2576 } };
+  assert.equal(
+    unreadImageTokens("anthropic", withImage, opus47),
+    anthropicImageTokens(null, 2576),
+  );
+  assert.ok(
+    inputBound({ kind: "anthropic" }, withImage, opus47, "o200k") >=
+      anthropicImageTokens(null, 2576),
+  );
 });
 
 Deno.test("the OpenAI bound is the text count for plain chats and grows with tools, schemas and calls", () => {
@@ -146,20 +176,20 @@ Deno.test("a tool's or a schema's enum is held at the cookbook's 3 tokens per va
 
 Deno.test("the Anthropic bound counts text by the Claude bound, the tool prompt and images", () => {
   const gujarati = "ગુજરાતી ભાષા";
-  const plain = anthropicInputBound(request({ messages: [{ role: "user", content: gujarati }] }));
+  const plain = claudeBound(request({ messages: [{ role: "user", content: gujarati }] }));
   assert.ok(plain >= claudeTokenBound(gujarati) + 10);
-  const tools = anthropicInputBound(request({
+  const tools = claudeBound(request({
     messages: [{ role: "user", content: gujarati }],
     tools: [{ type: "function", function: { name: "t" } }],
   }));
   assert.ok(tools - plain >= 530, "the largest documented tool-use system prompt");
-  const image = anthropicInputBound(request({
+  const image = claudeBound(request({
     messages: [{
       role: "user",
       content: [{ type: "image_url", image_url: { url: "https://example.com/a.png" } }],
     }],
   }));
-  assert.ok(image >= anthropicImageTokens(null));
+  assert.ok(image >= anthropicImageTokens(null, 1568));
 });
 
 Deno.test("the Anthropic bound counts the tools as sent: the answer tool's description and default schemas", () => {
@@ -170,15 +200,15 @@ Deno.test("the Anthropic bound counts the tools as sent: the answer tool's descr
   });
   const sent = messagesTools(structured);
   assert.equal(sent.length, 2, "the tool and the answer tool");
-  const plain = anthropicInputBound(request({ messages: [{ role: "user", content: "hi" }] }));
-  assert.ok(anthropicInputBound(structured) - plain >= 530 + claudeTokenBoundOfJson(sent));
+  const plain = claudeBound(request({ messages: [{ role: "user", content: "hi" }] }));
+  assert.ok(claudeBound(structured) - plain >= 530 + claudeTokenBoundOfJson(sent));
 });
 
 Deno.test("the Anthropic bound counts a call's arguments as sent: numbers JSON writes out in full", () => {
   // Messages takes the arguments as an object: 4 characters of `1e20` go out as 21 digits.
   const args = `{"a":[${Array(2_000).fill("1e20").join(",")}]}`;
   const sent = toolCallHistory(args);
-  const history = anthropicInputBound(sent) - anthropicInputBound(toolCallHistory("{}"));
+  const history = claudeBound(sent) - claudeBound(toolCallHistory("{}"));
   const sentJson = JSON.stringify(JSON.parse(args));
   assert.equal(sentJson.length > 4 * args.length, true);
   assert.ok(history >= claudeTokenBound(sentJson) - claudeTokenBound("{}"));
@@ -203,8 +233,8 @@ Deno.test("text parts are bounded one by one: many tiny parts are held above wha
     const req = request({ messages: [{ role: "user", content: parts }] });
     const sent = parts.map((p) => p.text).join("\n\n");
     assert.ok(
-      anthropicInputBound(req) >= legacyClaudeTokens(sent),
-      `${char}: bound ${anthropicInputBound(req)} < legacy ${legacyClaudeTokens(sent)}`,
+      claudeBound(req) >= legacyClaudeTokens(sent),
+      `${char}: bound ${claudeBound(req)} < legacy ${legacyClaudeTokens(sent)}`,
     );
     assert.ok(openAiInputBound(req, gpt, "o200k") >= 3_000 * countTextTokens(char));
   }
@@ -265,7 +295,7 @@ Deno.test("a Claude conversation that opens with the assistant is held for the u
       requestId: "r",
     }, false);
   assert.deepEqual(sent(opened), sent(asSent));
-  assert.ok(anthropicInputBound(opened) >= anthropicInputBound(asSent));
+  assert.ok(claudeBound(opened) >= claudeBound(asSent));
 });
 
 Deno.test("an assistant's reasoning is held where the provider is sent it back, and only there", () => {
@@ -314,20 +344,20 @@ Deno.test("Claude's signed thinking sent back is held for its text and a token p
       tools: [{ type: "function", function: { name: "w" } }],
     });
   const common = { format: "anthropic-claude-v1", id: "claude-sonnet-4-5#0", index: 0 };
-  const without = anthropicInputBound(conversation());
-  const signed = anthropicInputBound(
+  const without = claudeBound(conversation());
+  const signed = claudeBound(
     conversation([{ type: "reasoning.text", text: thought, signature, ...common }]),
   );
   assert.ok(
     signed - without >= claudeTokenBound(thought) + signature.length * 3 / 4,
     `${signed} - ${without}`,
   );
-  const redacted = anthropicInputBound(
+  const redacted = claudeBound(
     conversation([{ type: "reasoning.encrypted", data, ...common }]),
   );
   assert.ok(redacted - without >= data.length * 3 / 4, `${redacted} - ${without}`);
   // Another provider's reasoning is never sent to Claude: nothing to hold.
-  const other = anthropicInputBound(
+  const other = claudeBound(
     conversation([{ type: "reasoning.encrypted", data, format: "openai-responses-v1" }]),
   );
   assert.equal(other, without);
@@ -432,10 +462,10 @@ Deno.test("a tool's images are held as a user's are on every kind, with the note
         inputBound({ kind: "openai_responses" }, without, gpt, "o200k") >= unknownOpenAi,
   );
   assert.ok(
-    anthropicInputBound(withImage) - anthropicInputBound(without) >= anthropicImageTokens(null),
+    claudeBound(withImage) - claudeBound(without) >= anthropicImageTokens(null, 1568),
   );
   assert.equal(unreadImageTokens("openai", withImage, gpt), unknownOpenAi);
-  assert.equal(unreadImageTokens("anthropic", withImage, gpt), anthropicImageTokens(null));
+  assert.equal(unreadImageTokens("anthropic", withImage, gpt), anthropicImageTokens(null, 2576));
 });
 
 Deno.test("a request with a PDF has no bound short of its provider's count, on every kind", () => {

@@ -11,7 +11,9 @@ import { generateText, stepCountIs, tool } from "ai";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import { pngBase64 } from "../fakes/common.ts";
+import { spendDownTo, usageRecords } from "../helpers.ts";
 import {
+  ADAPTIVE_CLAUDE,
   answeredToolCall,
   CLAUDE_MODEL,
   type Dialect,
@@ -268,3 +270,38 @@ for (const route of ROUTES.filter((r) => r.kind !== "openai_responses")) {
       assert.ok(record.cost <= record.reserved, `charged ${record.cost} within ${record.reserved}`);
     }));
 }
+
+Deno.test("Opus 4.7 reads an image at up to 2576 px, about three times the tokens of earlier Claude models: the hold covers it", () =>
+  withDialect(async (d) => {
+    // 2576 × 1456 px: 92 × 52 patches of 28 px, where a model that scales to 1568 px bills 1,852.
+    const wide = `data:image/png;base64,${pngBase64(2576, 1456)}`;
+    const body = {
+      model: ADAPTIVE_CLAUDE,
+      max_tokens: 16,
+      messages: [{
+        role: "user" as const,
+        content: [
+          { type: "image_url" as const, image_url: { url: wide } },
+          { type: "text" as const, text: "What does the dashboard show?" },
+        ],
+      }],
+    };
+    d.claude.script({ text: "Sales." }, { text: "Sales." });
+    await openAiClient(d).chat.completions.create(body);
+    const billed = d.claude.messages()[0].inputTokens;
+    assert.ok(billed > 92 * 52, `billed ${billed}`);
+    const [learned] = await d.newUsage();
+    assert.equal(learned.promptTokens, billed);
+
+    // An app holding exactly that hold is charged the whole bill.
+    const exact = await d.s.newApp("exact");
+    await spendDownTo(d.s.kv, exact.appId, learned.reserved);
+    const res = await d.s.chat(exact.apiKey, body);
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const record = (await usageRecords(d.s.kv, exact.appId)).find((u) =>
+      u.model === ADAPTIVE_CLAUDE
+    )!;
+    assert.equal(record.promptTokens, billed);
+    assert.equal(record.uncharged, 0, `held ${record.reserved}, ${record.uncharged} uncharged`);
+  }));

@@ -825,6 +825,8 @@ interface Generation {
   forcedTools: boolean;
   prefill: boolean;
   display: "summarized" | "omitted";
+  /** Reads images at up to 2576 px on the long edge (Opus 4.7's "high-resolution vision"). */
+  highResImages?: boolean;
 }
 const EARLIER_GENERATION: Generation = {
   thinking: "budget",
@@ -842,6 +844,7 @@ const GENERATIONS: Record<string, Generation> = {
     forcedTools: true,
     prefill: false,
     display: "omitted",
+    highResImages: true,
   },
   "claude-opus-4-8": {
     thinking: "adaptive",
@@ -849,6 +852,7 @@ const GENERATIONS: Record<string, Generation> = {
     forcedTools: true,
     prefill: false,
     display: "omitted",
+    highResImages: true,
   },
   "claude-sonnet-5": {
     thinking: "by_default",
@@ -1161,9 +1165,12 @@ export function claudeTokens(text: string): number {
 /**
  * An image's tokens by Anthropic's published rule (docs "Vision", "Evaluate image size"): an image
  * whose long edge exceeds 1568 px, or that exceeds ~1,600 tokens (1.15 megapixels), is first
- * scaled down preserving its aspect ratio; then tokens = width × height / 750, rounded up.
+ * scaled down preserving its aspect ratio; then tokens = width × height / 750, rounded up. A model
+ * with high-resolution vision (Opus 4.7) reads up to 2576 px on the long edge and about 3.75
+ * megapixels, in 28-px patches, a token each (docs "Vision": ⌈width / 28⌉ × ⌈height / 28⌉).
  */
-export function anthropicImageTokens(width: number, height: number): number {
+export function anthropicImageTokens(width: number, height: number, highRes = false): number {
+  if (highRes) return highResImageTokens(width, height);
   let w = width;
   let h = height;
   const long = Math.max(w, h);
@@ -1178,6 +1185,14 @@ export function anthropicImageTokens(width: number, height: number): number {
     h *= scale;
   }
   return Math.ceil(Math.floor(w) * Math.floor(h) / 750);
+}
+
+function highResImageTokens(width: number, height: number): number {
+  let scale = Math.min(1, 2576 / Math.max(width, height));
+  scale = Math.min(scale, Math.sqrt(3_750_000 / (width * height)));
+  const w = Math.floor(width * scale);
+  const h = Math.floor(height * scale);
+  return Math.ceil(w / 28) * Math.ceil(h / 28);
 }
 
 /** Per-message framing the fake adds (role markers); Anthropic publishes no figure for it. */
@@ -1550,12 +1565,13 @@ export function startAnthropicUpstream(options: AnthropicUpstreamOptions = {}): 
 
   function counterFor(model: string): Counter {
     const config = options.models?.[model] ?? {};
+    const highRes = generationOf(model).highResImages ?? false;
     return {
       toolSystemPrompt: config.toolSystemPromptTokens ?? { auto: 346, any: 313 },
       image(source: Json) {
         if (source.type === "base64") {
           const info = imageInfo(base64Bytes(source.data)!)!;
-          return anthropicImageTokens(info.width, info.height);
+          return anthropicImageTokens(info.width, info.height, highRes);
         }
         const size = source.type === "url" ? options.imageSizes?.[source.url] : undefined;
         if (!size) {
@@ -1563,7 +1579,7 @@ export function startAnthropicUpstream(options: AnthropicUpstreamOptions = {}): 
             `Unable to download the file. Please verify the URL and try again.`,
           );
         }
-        return anthropicImageTokens(size.width, size.height);
+        return anthropicImageTokens(size.width, size.height, highRes);
       },
       pdf(source: Json) {
         const perPage = options.pdfPageTokens ?? 2000;
