@@ -679,7 +679,19 @@ export class Gateway {
         ),
       );
       const next = Math.max(...bounds.map((bound, i) => servesPrimary(i) ? withMargin : bound));
-      if (next >= promptTokens) return false;
+      if (next === promptTokens) return false;
+      // A bound the provider's own count exceeds is no bound: held at the count, logged, so that
+      // what the bound missed is never served uncharged.
+      if (next > promptTokens) {
+        this.#deps.log({
+          level: "warn",
+          requestId,
+          event: "input_bound_below_count",
+          model: model.id,
+          bound: promptTokens,
+          counted: exact,
+        });
+      }
       promptTokens = next;
       return true;
     };

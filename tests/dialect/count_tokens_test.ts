@@ -113,6 +113,41 @@ Deno.test("a Claude request whose bound exceeds the balance but whose exact coun
     assert.equal(line?.inputCount, "counted");
   }));
 
+Deno.test("a count above the bound raises the hold: a request the bound underestimated is a 402, never served uncharged", () =>
+  withDialect(async (d) => {
+    // A tool-use system prompt far above the bound's allowance, billed and counted alike.
+    const body = {
+      messages: [{ role: "user", content: "Weather in Paris?" }],
+      tools: [{ type: "function", function: { name: "weather" } }],
+      max_tokens: 50,
+    };
+    const { bound, counted } = await reservations(d, body);
+    assert.ok(counted > bound, `counted ${counted}, bound ${bound}`);
+    const { appId, apiKey } = await d.s.newApp();
+    await spendDownTo(d.s.kv, appId, bound + 2_000);
+    // A first request lets the process see the balance, against which the bound is large.
+    const first = await d.s.chat(apiKey, {
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 5,
+    });
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    const before = (await d.s.wallet(appId)).available;
+    assert.ok(before >= bound && before < counted, `${before} between ${bound} and ${counted}`);
+    const messagesBefore = d.claude.messages().length;
+    const res = await d.s.chat(apiKey, { model: CLAUDE_MODEL, ...body });
+    assert.equal(res.status, 402);
+    await res.body?.cancel();
+    assert.equal(d.claude.messages().length, messagesBefore, "no messages call");
+    assert.equal((await d.s.wallet(appId)).available, before, "nothing taken");
+    assert.ok(d.s.logs.some((l) => l.event === "input_bound_below_count"));
+  }, {
+    claude: {
+      models: { "claude-sonnet-4-5": { toolSystemPromptTokens: { auto: 5_000, any: 5_000 } } },
+    },
+  }));
+
 Deno.test("a Claude request that truly does not fit is a 402 after count_tokens, without the messages call", () =>
   withDialect(async (d) => {
     const body = { messages: [{ role: "user", content: PROSE }], max_tokens: 500 };

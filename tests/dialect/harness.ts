@@ -186,9 +186,12 @@ export const WEATHER_TOOLS = [{
   },
 }];
 
-export async function withDialect(fn: (d: Dialect) => Promise<void>) {
+export async function withDialect(
+  fn: (d: Dialect) => Promise<void>,
+  options: { claude?: Parameters<typeof startAnthropicUpstream>[0] } = {},
+) {
   const openai = startOpenAiUpstream();
-  const claude = startAnthropicUpstream();
+  const claude = startAnthropicUpstream(options.claude);
   const model = (id: DialectModel, provider: string, upstream: string, extra = {}) => ({
     id,
     provider,
