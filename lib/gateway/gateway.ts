@@ -679,9 +679,10 @@ export class Gateway {
         ),
       );
       const next = Math.max(...bounds.map((bound, i) => servesPrimary(i) ? withMargin : bound));
-      if (next === promptTokens) return false;
       // A bound the provider's own count exceeds is no bound: held at the count, logged, so that
-      // what the bound missed is never served uncharged.
+      // what the bound missed is never served uncharged. A count under the bound whose margin
+      // passes it leaves the bound, which holds it.
+      if (next >= promptTokens && exact <= promptTokens) return false;
       if (next > promptTokens) {
         this.#deps.log({
           level: "warn",
