@@ -39,7 +39,7 @@ export interface ClaudeRules {
   imageLongEdge: number;
 }
 
-export const EARLIER_IMAGE_EDGE = 1568;
+const EARLIER_IMAGE_EDGE = 1568;
 export const HIGH_RES_IMAGE_EDGE = 2576;
 
 /** The catalog's way to state a route's rules where its model's name does not tell them. */

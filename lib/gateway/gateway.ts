@@ -712,8 +712,9 @@ export class Gateway {
       Math.max(
         ...routes.map((r) => extraOutputBound(request, r.tokenizer)),
       );
+    const hourWrites = asksHourCacheWrites(request);
     const plan = (): PlannedReservation => ({
-      amount: reservationCost(model, promptTokens, outputTokens, asksHourCacheWrites(request)),
+      amount: reservationCost(model, promptTokens, outputTokens, hourWrites),
       tokens: promptTokens + outputTokens,
       covers: `${counted.what} ${maxTokens}`,
       counted,

@@ -185,11 +185,12 @@ const OPENAI_TOKENS_PER_JSON_ELEMENT = 3;
  * So every string, number and key is counted on its own with its punctuation, and the bound is
  * never below the compact JSON's own count.
  */
-function jsonTokenBound(value: unknown, count: TextCounter, tokenizer: Tokenizer): number {
+function jsonTokenBound(value: unknown, count: TextCounter, counter: string): number {
   const json = JSON.stringify(value);
   // An agent loop sends the same tools every turn; walking them costs far more than one count.
+  // Cached per way of counting: a hold's count beyond the merge ration is no exact bill.
   return jsonBounds.count(
-    `${tokenizer}\n${json}`,
+    `${counter}\n${json}`,
     () => Math.max(count(json), elementTokens(value, count)),
   );
 }
@@ -286,9 +287,12 @@ export function openAiInputBound(
   request: ChatRequest,
   model: ImageRule,
   tokenizer: Tokenizer,
-  /** A hold's count by default; a provider that bills exactly counts exactly. */
-  countTextTokens: TextCounter = (text) => countTokensWith(tokenizer, text),
+  /** A hold's count (rationed: see tokens.ts) by default; a provider that bills exactly, exact. */
+  counting: "held" | "exact" = "held",
 ): number {
+  const countTextTokens: TextCounter = counting === "held"
+    ? (text) => countTokensWith(tokenizer, text)
+    : (text) => countExactTokensWith(tokenizer, text);
   // Open models' chat templates add more than OpenAI's framing: a dated system block (Llama 3.1),
   // a default system prompt (Qwen), tool instructions, a begin-of-text token.
   const open = tokenizer === "utf8_bytes";
@@ -307,11 +311,12 @@ export function openAiInputBound(
   if (tools.length) {
     total += (open ? OPEN_TEMPLATE_TOOLS_TOKENS : OPENAI_TOOLS_OVERHEAD) +
       OPENAI_TOKENS_PER_TOOL * tools.length +
-      jsonTokenBound(toolsValue(tools), countTextTokens, tokenizer);
+      jsonTokenBound(toolsValue(tools), countTextTokens, `${tokenizer}:${counting}`);
   }
   const schema = schemaValue(request);
   if (schema !== null) {
-    total += OPENAI_SCHEMA_OVERHEAD + jsonTokenBound(schema, countTextTokens, tokenizer);
+    total += OPENAI_SCHEMA_OVERHEAD +
+      jsonTokenBound(schema, countTextTokens, `${tokenizer}:${counting}`);
   }
   return total;
 }

@@ -1,4 +1,4 @@
-import { countExactTokensWith, splitIntoTokenTexts, textTokenIds } from "../../tokens.ts";
+import { splitIntoTokenTexts, textTokenIds } from "../../tokens.ts";
 import { contentText, filePartsOf, pdfBase64, type ToolDefinition } from "../../chat_request.ts";
 import { openAiInputBound } from "../../input_bound.ts";
 import { inFormat } from "../../embedding_vectors.ts";
@@ -30,13 +30,7 @@ export const SIMULATED_PDF_PAGE_TOKENS = 1_000;
  * page. Its count (countInputTokens) is this same number, so a PDF is held at what it is billed.
  */
 function simulatedPromptTokens(up: UpstreamRequest): number {
-  const { tokenizer } = up.model;
-  let tokens = openAiInputBound(
-    up.request,
-    up.model,
-    tokenizer,
-    (text) => countExactTokensWith(tokenizer, text),
-  );
+  let tokens = openAiInputBound(up.request, up.model, up.model.tokenizer, "exact");
   for (const m of up.request.messages) {
     for (const part of filePartsOf(m)) {
       const pdf = atob(pdfBase64(part));
