@@ -6,12 +6,13 @@ import { OpenAIEmbeddings } from "@langchain/openai";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { countTextTokens } from "@/lib/gateway/tokens.ts";
 import { fromBase64 } from "@/lib/gateway/embedding_vectors.ts";
-import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
+import { startOpenAiUpstream, tokenCount } from "./fakes/openai_upstream.ts";
 import {
   assertAuditClean,
   serveLoopback,
   spendDownTo,
   startService,
+  testCatalogFile,
   type TestService,
   usageRecords,
 } from "./helpers.ts";
@@ -296,6 +297,62 @@ Deno.test("an input's limit is checked in cl100k, as OpenAI's embedding models c
     assert.equal(poor.status, 402);
     await poor.body?.cancel();
   }));
+
+Deno.test("an embedding model of another family with tokenizer utf8_bytes is held at its bytes, so a wallet at its hold pays the whole bill", async () => {
+  // Mistral's tokenizer splits digits one by one: 6,000 billed where OpenAI's counts give 2,000.
+  const digits = "0123456789".repeat(600);
+  // 10,000 bytes, more than the model's 8,192 tokens per input, about 2,000 tokens: a limit
+  // checked in bytes would refuse what the model takes.
+  const prose = "the quick brown fox ".repeat(500);
+  const upstream = startOpenAiUpstream({
+    apiKey: UPSTREAM_KEY,
+    models: {
+      "mistral-embed": {
+        countTokens: (text) => text.replace(/\D/g, "").length + tokenCount(text.replace(/\d/g, "")),
+      },
+    },
+  });
+  const file = testCatalogFile(upstream.baseUrl);
+  file.models.push({
+    id: "fake/mistral-embed",
+    type: "embedding",
+    provider: "fake",
+    upstream_model: "mistral-embed",
+    input_usd_per_mtok: "0.10",
+    context_tokens: 8192,
+    tokenizer: "utf8_bytes",
+  });
+  const s = await startService({ catalogFile: file });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const price = 100_000; // 0.10 USD per million tokens
+    const held = expectedCost(digits.length + prose.length, price);
+    await spendDownTo(s.kv, appId, held);
+    const res = await embed(s, apiKey, { model: "fake/mistral-embed", input: [digits, prose] });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const billed = 6_000 + tokenCount(prose);
+    const cost = parseUsd(res.headers.get("tollbooth-request-cost")!);
+    assert.equal(cost, expectedCost(billed, price), "every token the provider billed is charged");
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.available, held - cost);
+    assert.equal(wallet.reserved, 0);
+    // What is left covers the bill but not the bytes: refused before the upstream.
+    const again = await embed(s, apiKey, { model: "fake/mistral-embed", input: [digits, prose] });
+    assert.equal(again.status, 402);
+    await again.body?.cancel();
+    assert.equal(upstream.received.length, 1);
+    assert.equal((await s.wallet(appId)).available, held - cost);
+    const records = await usageRecords(s.kv, appId);
+    assert.deepEqual(records.filter((r) => r.model === "fake/mistral-embed").map((r) => r.cost), [
+      cost,
+    ]);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
 
 Deno.test("an input larger than a whole minute's tokens is a 400 on input, not a 429", () =>
   withFake(async ({ s, apiKey }) => {

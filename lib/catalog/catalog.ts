@@ -98,10 +98,11 @@ const ModelSchema = z.object({
   image_base_tokens: z.number().int().min(0).max(100_000).optional(),
   image_tile_tokens: z.number().int().min(0).max(100_000).optional(),
   /**
-   * How the reservation counts this chat model's text (OpenAI kind), on every route: `o200k`,
+   * How the reservation counts this model's text (OpenAI kind), on every route: `o200k`,
    * `cl100k` (counted as the larger of cl100k and o200k), or `utf8_bytes` (its UTF-8 bytes, which no byte-level tokenizer exceeds, plus
    * allowances for open models' chat templates: for families whose tokenizer is not OpenAI's).
-   * Unset: by each route's model name (routeTokenizer).
+   * Unset: by each route's model name (routeTokenizer); cl100k for an embedding model, which
+   * takes cl100k or utf8_bytes only.
    */
   tokenizer: z.enum(["o200k", "cl100k", "utf8_bytes"]).optional(),
   /**
@@ -252,8 +253,14 @@ function routeTokenizer(set: Tokenizer | undefined, upstreamModel: string): Toke
 /**
  * OpenAI's embedding models (text-embedding-3, ada-002) count their input, and its limit, in
  * cl100k; their hold is the larger of both encodings all the same (see countEmbeddingTokens).
+ * Another family's embedding model can bill far more for the same text (Mistral's counts digits
+ * one by one): the catalog's `utf8_bytes` holds its bytes instead.
  */
 const EMBEDDING_TOKENIZER: Tokenizer = "cl100k";
+
+/** OpenAI's own embedding models, whose count cl100k is; a router may prefix the name. */
+const OPENAI_EMBEDDING_MODEL =
+  /(?:^|[^a-z0-9])text-embedding-(?:3-small|3-large|ada-002)(?:$|[^a-z0-9])/i;
 
 /**
  * What a route that bills prompt-cache writes above input bills them at when the catalog names no
@@ -356,7 +363,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         provider: fallback,
         upstreamModel: f.upstream_model,
         tokenizer: type === "embedding"
-          ? EMBEDDING_TOKENIZER
+          ? m.tokenizer ?? EMBEDDING_TOKENIZER
           : routeTokenizer(m.tokenizer, f.upstream_model),
         imageBaseTokens: f.image_base_tokens ?? m.image_base_tokens ?? 85,
         imageTileTokens: f.image_tile_tokens ?? m.image_tile_tokens ?? 170,
@@ -365,9 +372,9 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
     });
     const routes = [{ provider, upstreamModel: m.upstream_model }, ...fallbacks];
     if (m.tokenizer !== undefined) {
-      if (type === "embedding") {
+      if (type === "embedding" && m.tokenizer === "o200k") {
         throw new CatalogError(
-          `catalog field models.${i}.tokenizer: for chat models; an embedding model's input is limited in cl100k (OpenAI's embedding models count it so) and held at the larger of both OpenAI encodings`,
+          `catalog field models.${i}.tokenizer: an embedding model takes cl100k (OpenAI's embedding models count their input so; it is held at the larger of both OpenAI encodings) or utf8_bytes (another family's)`,
         );
       }
       if (routes.every((r) => r.provider.kind === "anthropic")) {
@@ -392,6 +399,16 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       if (open) {
         warnings.push(
           `catalog field models.${i}.tokenizer: "${open.upstreamModel}" looks like an open model family, whose tokenizer is not OpenAI's; its input is held at an o200k count, which can fall below what it bills. Set "tokenizer": "utf8_bytes" to hold an upper bound.`,
+        );
+      }
+    }
+    if (type === "embedding" && m.tokenizer === undefined) {
+      const foreign = routes.find((r) =>
+        r.provider.kind === "openai" && !OPENAI_EMBEDDING_MODEL.test(r.upstreamModel)
+      );
+      if (foreign) {
+        warnings.push(
+          `catalog field models.${i}.tokenizer: "${foreign.upstreamModel}" is not one of OpenAI's embedding models; its input is held at OpenAI's counts, which another family's tokenizer can exceed. Set "tokenizer": "utf8_bytes" to hold an upper bound, or "cl100k" if it counts as OpenAI's do.`,
         );
       }
     }
@@ -441,7 +458,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       imageBaseTokens: m.image_base_tokens ?? 85,
       imageTileTokens: m.image_tile_tokens ?? 170,
       tokenizer: type === "embedding"
-        ? EMBEDDING_TOKENIZER
+        ? m.tokenizer ?? EMBEDDING_TOKENIZER
         : routeTokenizer(m.tokenizer, m.upstream_model),
       claude: routeClaudeRules(provider, m.upstream_model, m.claude, `${i}`),
     });

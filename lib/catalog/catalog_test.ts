@@ -213,6 +213,41 @@ Deno.test("a model is a chat model unless its entry says type embedding", () => 
   assert.equal(embedding.tokenizer, "cl100k", "the count OpenAI's embedding models limit input in");
 });
 
+Deno.test("an embedding model takes tokenizer utf8_bytes or cl100k, and one not OpenAI's without a tokenizer is warned of at load", () => {
+  const load = (upstream: string, tokenizer?: string) =>
+    buildCatalog(
+      catalogWith({
+        type: "embedding",
+        input_usd_per_mtok: "0.1",
+        upstream_model: upstream,
+        ...(tokenizer ? { tokenizer } : {}),
+      }),
+      {},
+    );
+  const bytes = load("mistral-embed", "utf8_bytes");
+  assert.equal(bytes.get("oa/m")!.tokenizer, "utf8_bytes");
+  assert.deepEqual(bytes.warnings, []);
+  assert.deepEqual(load("mistral-embed", "cl100k").warnings, []);
+  const [warning, ...rest] = load("mistral-embed").warnings!;
+  assert.deepEqual(rest, []);
+  assert.match(
+    warning,
+    /models\.0\.tokenizer: "mistral-embed" is not one of OpenAI's .*utf8_bytes/,
+  );
+  for (
+    const openai of [
+      "text-embedding-3-small",
+      "openai/text-embedding-3-large",
+      "text-embedding-ada-002",
+    ]
+  ) {
+    assert.deepEqual(load(openai).warnings, [], openai);
+  }
+  // The simulator's embedding model counts as we do.
+  const simulated = catalogWith({ type: "embedding", input_usd_per_mtok: "1", provider: "sim" });
+  assert.deepEqual(buildCatalog(simulated, {}).warnings, []);
+});
+
 Deno.test("an embedding model has no output price nor output cap, and a chat model needs both", () => {
   const cases: [Record<string, unknown>, RegExp][] = [
     [
@@ -302,16 +337,16 @@ Deno.test("a route's tokenizer is the catalog's, else cl100k for OpenAI's GPT-4 
   assert.deepEqual(tokenizers("gpt-4", "llama-3", "utf8_bytes"), ["utf8_bytes", "utf8_bytes"]);
 });
 
-Deno.test("a tokenizer is refused on an embedding model, on a model whose every route is Anthropic's, as o200k on a route that bills cl100k, and when unknown", () => {
+Deno.test("a tokenizer is refused as o200k on an embedding model, on a model whose every route is Anthropic's, as o200k on a route that bills cl100k, and when unknown", () => {
   assert.match(
     refusal((c) => {
-      c.models[1].tokenizer = "cl100k";
+      c.models[1].tokenizer = "o200k";
       c.models[1].type = "embedding";
       delete c.models[1].output_usd_per_mtok;
       delete c.models[1].max_output_tokens;
       delete c.models[1].fallbacks;
     }),
-    /models\.1\.tokenizer: for chat models/,
+    /models\.1\.tokenizer: an embedding model takes cl100k .* or utf8_bytes/,
   );
   assert.match(
     refusal((c) => {

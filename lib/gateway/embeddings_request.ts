@@ -141,7 +141,8 @@ function shapeMessage() {
  * token ids the length. The limits are checked in the model's own count instead (cl100k for
  * OpenAI's embedding models), as the provider checks them: the larger count would refuse inputs
  * the model takes. Throws when one input is longer than the model takes, or all of them more than
- * one request may carry.
+ * one request may carry. A utf8_bytes model's text has no count of its own to check a limit in
+ * (its bytes would refuse text the model takes): its provider checks it.
  */
 export function countEmbeddingTokens(
   request: Pick<EmbeddingsRequest, "input" | "inputs">,
@@ -153,7 +154,11 @@ export function countEmbeddingTokens(
   let total = 0;
   let held = 0;
   for (const [i, one] of inputs.entries()) {
-    const tokens = typeof one === "string" ? countLimitTokens(model.tokenizer, one) : one.length;
+    const tokens = typeof one !== "string"
+      ? one.length
+      : model.tokenizer === "utf8_bytes"
+      ? 0
+      : countLimitTokens(model.tokenizer, one);
     held += typeof one === "string" ? heldTokens(model.tokenizer, one) : one.length;
     if (tokens > model.contextTokens) {
       const param = single ? "input" : `input[${i}]`;

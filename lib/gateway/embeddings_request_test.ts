@@ -179,13 +179,22 @@ Deno.test("an input's limit is checked in the model's own count (cl100k), while 
       e instanceof ApiError && e.code === "context_length_exceeded" && e.param === "input[1]" &&
       /has 103 tokens/.test(e.message),
   );
-  // A utf8_bytes model is limited and held by bytes, which no byte-level tokenizer exceeds.
+});
+
+Deno.test("a utf8_bytes model's text is held at its bytes and its limit left to the provider; token ids are limited by their length", () => {
   const bytes = { ...SMALL, tokenizer: "utf8_bytes" as const, contextTokens: 10 };
   const accented = parseEmbeddingsRequest({ model: MODEL, input: "héllo" });
   assert.equal(countEmbeddingTokens(accented, bytes), 6);
+  // 13 bytes against a limit of 10 tokens: the model may count fewer, so its provider decides.
+  const longer = parseEmbeddingsRequest({ model: MODEL, input: ["héllo wörld", "ok"] });
+  assert.equal(countEmbeddingTokens(longer, bytes), 15);
   assert.throws(
     () =>
-      countEmbeddingTokens(parseEmbeddingsRequest({ model: MODEL, input: "héllo wörld" }), bytes),
-    (e: unknown) => e instanceof ApiError && e.code === "context_length_exceeded",
+      countEmbeddingTokens(
+        parseEmbeddingsRequest({ model: MODEL, input: [[1], Array(11).fill(1)] }),
+        bytes,
+      ),
+    (e: unknown) =>
+      e instanceof ApiError && e.code === "context_length_exceeded" && e.param === "input[1]",
   );
 });

@@ -313,7 +313,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           operationId: "createEmbedding",
           summary: "Embeds text or token ids with an embedding model.",
           description:
-            `Paid like a chat completion without output: the counted input (the larger of each text's o200k and cl100k counts, the length of each token array) is reserved at the model's input price, then settled to the provider's \`usage.prompt_tokens\`. At most ${MAX_EMBEDDING_INPUTS} inputs and ${MAX_EMBEDDING_REQUEST_TOKENS} tokens in all; each input at most the model's \`context_tokens\`, both counted in cl100k as OpenAI's embedding models count them. A chat model gives 400 \`model_not_supported\`.`,
+            `Paid like a chat completion without output: the counted input (the larger of each text's o200k and cl100k counts, its UTF-8 bytes on a model whose catalog entry says \`utf8_bytes\`, the length of each token array) is reserved at the model's input price, then settled to the provider's \`usage.prompt_tokens\`. At most ${MAX_EMBEDDING_INPUTS} inputs and ${MAX_EMBEDDING_REQUEST_TOKENS} tokens in all; each input at most the model's \`context_tokens\`, both counted in cl100k as OpenAI's embedding models count them (a \`utf8_bytes\` model's text by its provider). A chat model gives 400 \`model_not_supported\`.`,
           parameters: [versionParameter, { $ref: "#/components/parameters/IdempotencyKey" }],
           requestBody: {
             required: true,

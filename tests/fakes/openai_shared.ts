@@ -103,6 +103,11 @@ export interface OpenAiModelConfig {
    * BeehiveInnovations/pal-mcp-server#134.
    */
   unverifiedStreaming?: boolean;
+  /**
+   * How an embedding model of another family counts its input (Mistral's splits digits one by
+   * one); OpenAI's count by default.
+   */
+  countTokens?: (text: string) => number;
 }
 
 /** OpenAI's refusal to stream a model to an organization it has not verified. */
@@ -115,7 +120,7 @@ export function unverifiedStreamingRefusal(): OpenAiError {
 }
 
 export interface ModelRules
-  extends Required<Omit<OpenAiModelConfig, "contextWindow" | "maxOutputTokens">> {
+  extends Required<Omit<OpenAiModelConfig, "contextWindow" | "maxOutputTokens" | "countTokens">> {
   contextWindow?: number;
   maxOutputTokens?: number;
 }

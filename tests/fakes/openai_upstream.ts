@@ -1221,10 +1221,11 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
       );
     }
     const dims = body.dimensions ?? 1536;
+    const count = options.models?.[body.model]?.countTokens ?? tokenCount;
     let tokens = 0;
     const data = inputs.map((input, index) => {
       const text = typeof input === "string" ? input : (input as number[]).join(" ");
-      tokens += typeof input === "string" ? tokenCount(input) : (input as number[]).length;
+      tokens += typeof input === "string" ? count(input) : (input as number[]).length;
       const vector = pseudoEmbedding(text, dims);
       const embedding = body.encoding_format === "base64"
         ? btoa(String.fromCharCode(...new Uint8Array(Float32Array.from(vector).buffer)))
