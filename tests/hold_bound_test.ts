@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { countPromptTokens } from "@/lib/gateway/tokens.ts";
+import { pngBase64 } from "./fakes/common.ts";
 import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
 import {
   assertAuditClean,
@@ -125,5 +126,60 @@ Deno.test("the built-in simulator bills a prompt beyond the merge ration exactly
     await assertAuditClean(s.kv);
   } finally {
     await s.close();
+  }
+});
+
+Deno.test("an image on an OpenAI nano model without image figures in the catalog is held at its patches' most: an app holding exactly the hold is charged in full", async () => {
+  // GPT-4.1 nano bills 32-px patches at 2.46 tokens each, up to 3,779 an image at any detail.
+  const upstream = startOpenAiUpstream({
+    models: { "gpt-4.1-nano": { imageBaseTokens: 3779, imageTileTokens: 0 } },
+  });
+  upstream.setDefault({ content: "A chart." });
+  const file = testCatalogFile(upstream.baseUrl);
+  file.models.push({
+    id: "fake/nano",
+    provider: "fake",
+    upstream_model: "gpt-4.1-nano",
+    input_usd_per_mtok: "0.10",
+    output_usd_per_mtok: "0.40",
+    context_tokens: 32768,
+    max_output_tokens: 8192,
+  });
+  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    const request = {
+      model: "fake/nano",
+      max_tokens: 16,
+      messages: [{
+        role: "user",
+        content: [
+          { type: "text", text: "What does it show?" },
+          { type: "image_url", image_url: { url: `data:image/png;base64,${pngBase64(512, 512)}` } },
+        ],
+      }],
+    };
+    const rich = await s.newApp("rich");
+    const first = await s.chat(rich.apiKey, request);
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    const [learned] = await usageRecords(s.kv, rich.appId);
+    assert.ok(learned.promptTokens > 3779, `billed ${learned.promptTokens}`);
+
+    const exact = await s.newApp("exact");
+    await spendDownTo(s.kv, exact.appId, learned.reserved);
+    const res = await s.chat(exact.apiKey, request);
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const record = (await usageRecords(s.kv, exact.appId)).find((u) => u.model === "fake/nano")!;
+    assert.equal(
+      record.uncharged,
+      0,
+      `held ${record.reserved}, billed ${record.cost + record.uncharged}`,
+    );
+    assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await upstream.close();
   }
 });

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { formatPricePerMTok, parsePricePerMTok, type PicosPerToken } from "@/lib/core/mod.ts";
 import { type ClaudeRules, claudeRules, ClaudeRulesSchema } from "./claude_rules.ts";
+import { openAiImageRuleByName, UNKNOWN_OPENAI_IMAGE_RULE } from "./openai_images.ts";
 
 const Price = z.string().regex(
   /^\d{1,9}(\.\d{1,6})?$/,
@@ -251,6 +252,25 @@ function routeTokenizer(set: Tokenizer | undefined, upstreamModel: string): Toke
 }
 
 /**
+ * A route's image figures: the catalog's (a fallback's own, else its model's), else OpenAI's rule
+ * for the route's model by its name; 85 and 170 on the simulator, which bills so, and on a Claude
+ * route, which has its own rule (claude_rules.ts).
+ */
+function routeImageRule(
+  set: { base: number | undefined; tile: number | undefined },
+  route: { provider: ProviderConfig; upstreamModel: string },
+): Pick<Model, "imageBaseTokens" | "imageTileTokens"> {
+  if (set.base !== undefined || set.tile !== undefined) {
+    return { imageBaseTokens: set.base ?? 85, imageTileTokens: set.tile ?? 170 };
+  }
+  if (route.provider.kind !== "openai" && route.provider.kind !== "openai_responses") {
+    return { imageBaseTokens: 85, imageTileTokens: 170 };
+  }
+  const rule = openAiImageRuleByName(route.upstreamModel) ?? UNKNOWN_OPENAI_IMAGE_RULE;
+  return { imageBaseTokens: rule.baseTokens, imageTileTokens: rule.tileTokens };
+}
+
+/**
  * OpenAI's embedding models (text-embedding-3, ada-002) count their input, and its limit, in
  * cl100k; their hold is the larger of both encodings all the same (see countEmbeddingTokens).
  * Another family's embedding model can bill far more for the same text (Mistral's counts digits
@@ -352,6 +372,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         `catalog field models.${i}.max_output_tokens: larger than context_tokens`,
       );
     }
+    const imagesSet = { base: m.image_base_tokens, tile: m.image_tile_tokens };
     const fallbacks = (m.fallbacks ?? []).map((f, j) => {
       const fallback = providers.get(f.provider);
       if (!fallback) {
@@ -365,8 +386,13 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         tokenizer: type === "embedding"
           ? m.tokenizer ?? EMBEDDING_TOKENIZER
           : routeTokenizer(m.tokenizer, f.upstream_model),
-        imageBaseTokens: f.image_base_tokens ?? m.image_base_tokens ?? 85,
-        imageTileTokens: f.image_tile_tokens ?? m.image_tile_tokens ?? 170,
+        ...routeImageRule(
+          {
+            base: f.image_base_tokens ?? m.image_base_tokens,
+            tile: f.image_tile_tokens ?? m.image_tile_tokens,
+          },
+          { provider: fallback, upstreamModel: f.upstream_model },
+        ),
         claude: routeClaudeRules(fallback, f.upstream_model, f.claude, `${i}.fallbacks.${j}`),
       };
     });
@@ -402,6 +428,27 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         );
       }
     }
+    if (type === "chat") {
+      const figuresSet = (j: number) => {
+        const f = j > 0 ? m.fallbacks![j - 1] : undefined;
+        return [
+          m.image_base_tokens,
+          m.image_tile_tokens,
+          f?.image_base_tokens,
+          f?.image_tile_tokens,
+        ]
+          .some((figure) => figure !== undefined);
+      };
+      const unknown = routes.find((r, j) =>
+        (r.provider.kind === "openai" || r.provider.kind === "openai_responses") &&
+        !figuresSet(j) && openAiImageRuleByName(r.upstreamModel) === null
+      );
+      if (unknown) {
+        warnings.push(
+          `catalog field models.${i}.image_base_tokens: no OpenAI image rule is known for "${unknown.upstreamModel}"; an image is held at ${UNKNOWN_OPENAI_IMAGE_RULE.baseTokens} tokens, the most OpenAI's models but GPT-4o mini bill. If it reads images at another rate, set image_base_tokens and image_tile_tokens.`,
+        );
+      }
+    }
     if (type === "embedding" && m.tokenizer === undefined) {
       const foreign = routes.find((r) =>
         r.provider.kind === "openai" && !OPENAI_EMBEDDING_MODEL.test(r.upstreamModel)
@@ -425,12 +472,14 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
         }
       }
     }
-    const documentRoute = m.documents_provider === undefined ? null : {
-      provider: documentsProvider(m.documents_provider, provider, providers, { index: i, type }),
+    const documents = m.documents_provider === undefined
+      ? null
+      : documentsProvider(m.documents_provider, provider, providers, { index: i, type });
+    const documentRoute = documents === null ? null : {
+      provider: documents,
       upstreamModel: m.upstream_model,
       tokenizer: routeTokenizer(m.tokenizer, m.upstream_model),
-      imageBaseTokens: m.image_base_tokens ?? 85,
-      imageTileTokens: m.image_tile_tokens ?? 170,
+      ...routeImageRule(imagesSet, { provider: documents, upstreamModel: m.upstream_model }),
       claude: null,
     };
     const premiumWrites = [...routes, ...(documentRoute ? [documentRoute] : [])]
@@ -455,8 +504,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       contextTokens: m.context_tokens,
       maxOutputTokens: m.max_output_tokens ?? 0,
       outputCapParam: m.output_cap_param ?? null,
-      imageBaseTokens: m.image_base_tokens ?? 85,
-      imageTileTokens: m.image_tile_tokens ?? 170,
+      ...routeImageRule(imagesSet, { provider, upstreamModel: m.upstream_model }),
       tokenizer: type === "embedding"
         ? m.tokenizer ?? EMBEDDING_TOKENIZER
         : routeTokenizer(m.tokenizer, m.upstream_model),

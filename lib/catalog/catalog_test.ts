@@ -391,21 +391,62 @@ Deno.test("an open model family behind the OpenAI kind without a tokenizer is wa
       "mixtral-8x7b-32768",
     ]
   ) {
-    const { warnings } = buildCatalog(withOpenAiModel(name), {});
-    assert.equal(warnings?.length, 1, name);
+    const warnings = buildCatalog(withOpenAiModel(name), {}).warnings!
+      .filter((w) => w.includes(".tokenizer:"));
+    assert.equal(warnings.length, 1, name);
     assert.match(
-      warnings![0],
+      warnings[0],
       new RegExp(`models\\.2\\.tokenizer: "${name.replace(".", "\\.")}".*utf8_bytes`),
     );
   }
 });
 
-Deno.test("OpenAI's own models, and open ones whose tokenizer the catalog sets, load without a warning", () => {
-  for (const name of ["gpt-4o", "o4-mini", "gpt-4.1-mini"]) {
+Deno.test("OpenAI's own models, and open ones whose tokenizer and image figures the catalog sets, load without a warning", () => {
+  for (const name of ["gpt-4o", "o4-mini", "gpt-4.1-mini", "openai/gpt-5-nano-2025-08-07"]) {
     assert.deepEqual(buildCatalog(withOpenAiModel(name), {}).warnings, [], name);
   }
-  const set = buildCatalog(withOpenAiModel("llama-3.1-8b", { tokenizer: "utf8_bytes" }), {});
+  const set = buildCatalog(
+    withOpenAiModel("llama-3.1-8b", { tokenizer: "utf8_bytes", image_base_tokens: 1601 }),
+    {},
+  );
   assert.deepEqual(set.warnings, []);
+});
+
+Deno.test("an OpenAI route without image figures bills images by OpenAI's rule for its name, and an unknown name at the most any but GPT-4o mini bills, with a warning", () => {
+  const figures = (name: string, extra: Record<string, unknown> = {}) => {
+    const catalog = buildCatalog(withOpenAiModel(name, extra), {});
+    const model = catalog.models.at(-1)!;
+    const warned = catalog.warnings!.some((w) => w.includes(".image_base_tokens:"));
+    return [model.imageBaseTokens, model.imageTileTokens, warned];
+  };
+  assert.deepEqual(figures("gpt-4o"), [85, 170, false]);
+  assert.deepEqual(figures("gpt-4o-mini"), [2833, 5667, false]);
+  assert.deepEqual(figures("gpt-4.1-nano"), [3779, 0, false]);
+  // A name OpenAI's guide gives no rule for: the most, flat, and a warning.
+  assert.deepEqual(figures("gpt-5.6"), [3779, 0, true]);
+  assert.deepEqual(figures("my-vision-deployment"), [3779, 0, true]);
+  // The catalog's figures stand, either of them set.
+  assert.deepEqual(figures("my-vision-deployment", { image_base_tokens: 100 }), [100, 170, false]);
+  assert.deepEqual(figures("gpt-4.1-nano", { image_tile_tokens: 10 }), [85, 10, false]);
+});
+
+Deno.test("a fallback without image figures bills by its own name's rule, and the simulator and Claude routes by 85 and 170", () => {
+  const file = withOpenAiModel("gpt-4o", {
+    fallbacks: [
+      { provider: "openai", upstream_model: "gpt-4.1-nano" },
+      { provider: "backup", upstream_model: "claude-sonnet-4-5" },
+      { provider: "openai", upstream_model: "gpt-5.6-nano", image_base_tokens: 4000 },
+    ],
+  });
+  const catalog = buildCatalog(file, {});
+  const model = catalog.models.at(-1)!;
+  assert.deepEqual(
+    [model, ...model.fallbacks].map((r) => [r.imageBaseTokens, r.imageTileTokens]),
+    [[85, 170], [3779, 0], [85, 170], [4000, 170]],
+  );
+  assert.deepEqual(catalog.warnings, []);
+  const echo = catalog.get("tollbooth/echo")!;
+  assert.deepEqual([echo.imageBaseTokens, echo.imageTileTokens], [85, 170]);
 });
 
 Deno.test("a model an Anthropic route serves bills cache writes at Anthropic's 1.25× the input price unless the catalog names one, and lists it", () => {

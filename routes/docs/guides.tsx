@@ -177,11 +177,13 @@ export function billingPage() {
         tokens (or the model's maximum output, when lower). The input counts everything the provider
         bills as input: message text and names, tool calls and results, tool definitions, the
         response schema, and images by the provider's published rule (OpenAI: 85 tokens plus 170 per
-        512-px tile after its scaling, 85 at low detail; Anthropic: width × height / 750, or its
-        28-px patches where more, after fitting 1568 px, or 2576 px from Opus 4.7 on; an https image
-        whose size is unknown counts the most an image can cost). OpenAI-kind text is counted with
-        the o200k tokenizer plus the chat framing; Anthropic-kind text with an upper bound of
-        Claude's tokenizers. A <code>prediction</code>'s tokens are held as output too.
+        512-px tile after its scaling, 85 at low detail, on GPT-4o and its like; GPT-4o mini and the
+        mini and nano models by their own figures, the latter up to 3,779 an image at any detail;
+        Anthropic: width × height / 750, or its 28-px patches where more, after fitting 1568 px, or
+        2576 px from Opus 4.7 on; an https image whose size is unknown counts the most an image can
+        cost). OpenAI-kind text is counted with the o200k tokenizer plus the chat framing;
+        Anthropic-kind text with an upper bound of Claude's tokenizers. A{" "}
+        <code>prediction</code>'s tokens are held as output too.
       </p>
       <p>
         Claude's tokenizers are not published, so the bound for Anthropic-kind text is pessimistic
