@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
-import { countPromptTokens } from "@/lib/gateway/tokens.ts";
+import { countPromptTokens, countSimulatedTokens } from "@/lib/gateway/tokens.ts";
 import { pngBase64 } from "./fakes/common.ts";
 import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
 import {
@@ -102,7 +102,7 @@ Deno.test("a prompt of more long pre-tokens than the merge ration is held at mor
   }
 });
 
-Deno.test("the built-in simulator bills a prompt beyond the merge ration exactly, below its hold", async () => {
+Deno.test("the built-in simulator bills a long pre-token by pieces of 256 bytes, below o200k's count and its hold, and counts a request as it bills it", async () => {
   const catalogFile = testCatalogFile();
   catalogFile.models = catalogFile.models.map((m) =>
     m.id === "tollbooth/echo" ? { ...m, context_tokens: 1_000_000 } : m
@@ -110,19 +110,35 @@ Deno.test("the built-in simulator bills a prompt beyond the merge ration exactly
   const s = await startService({ catalogFile });
   try {
     const text = Array.from({ length: 112 }, () => "x".repeat(8_192)).join(" ");
+    const request = { model: "tollbooth/echo", messages: userMessage(text), max_tokens: 4 };
     const app = await s.newApp("long");
-    const res = await s.chat(app.apiKey, {
-      model: "tollbooth/echo",
-      messages: userMessage(text),
-      max_tokens: 4,
-    });
+    const res = await s.chat(app.apiKey, request);
     assert.equal(res.status, 200);
     const body = await res.json();
-    assert.equal(body.usage.prompt_tokens, countPromptTokens([{ content: text }]));
+    // OpenAI's framing, and each run of 8,192 letters in 32 pieces (33 with the space before it).
+    const billed = 3 + 4 + countSimulatedTokens(text);
+    assert.equal(billed, 3 + 4 + 32 + 111 * 33);
+    assert.equal(body.usage.prompt_tokens, billed);
+    assert.ok(billed < countPromptTokens([{ content: text }]), "fewer than o200k's count");
+    assert.equal(body.choices[0].message.content, "x".repeat(4 * 256), "four pieces, cut");
     const [record] = await usageRecords(s.kv, app.appId);
     assert.equal(record.uncharged, 0, `held ${record.reserved}, billed ${record.cost}`);
     assert.ok(record.reserved > record.cost);
     assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+
+    // An app whose balance the bound would exceed is served on the simulator's own count of the
+    // request, and charged that count.
+    const poor = await s.newApp("poor");
+    await spendDownTo(s.kv, poor.appId, Math.ceil(record.cost * 1.2));
+    const counted = await s.chat(poor.apiKey, request);
+    assert.equal(counted.status, 200);
+    assert.equal((await counted.json()).usage.prompt_tokens, billed);
+    const charged = (await usageRecords(s.kv, poor.appId)).find((u) =>
+      u.requestId === counted.headers.get("tollbooth-request-id")
+    )!;
+    assert.equal(charged.cost, record.cost);
+    assert.equal(charged.uncharged, 0);
+    assert.ok(charged.reserved < record.reserved, "held at the count, not the bound");
     await assertAuditClean(s.kv);
   } finally {
     await s.close();

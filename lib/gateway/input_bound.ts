@@ -23,7 +23,12 @@ import {
   toolInput,
 } from "./providers/anthropic/request.ts";
 import { toolImagesInUserMessages } from "./providers/openai/request.ts";
-import { CountCache, countExactTokensWith, countTokensWith } from "./tokens.ts";
+import {
+  CountCache,
+  countExactTokensWith,
+  countSimulatedTokens,
+  countTokensWith,
+} from "./tokens.ts";
 
 /** OpenAI's chat framing, as its cookbook counts it: per message, and the primed reply. */
 const OPENAI_TOKENS_PER_MESSAGE = 4;
@@ -287,12 +292,15 @@ export function openAiInputBound(
   request: ChatRequest,
   model: ImageRule,
   tokenizer: Tokenizer,
-  /** A hold's count (rationed: see tokens.ts) by default; a provider that bills exactly, exact. */
-  counting: "held" | "exact" = "held",
+  /**
+   * A hold's count (rationed: see tokens.ts) by default; the simulator's bill, its own count of
+   * the text (never above a hold's), by the same rules for the rest.
+   */
+  counting: "held" | "simulated" = "held",
 ): number {
   const countTextTokens: TextCounter = counting === "held"
     ? (text) => countTokensWith(tokenizer, text)
-    : (text) => countExactTokensWith(tokenizer, text);
+    : countSimulatedTokens;
   // Open models' chat templates add more than OpenAI's framing: a dated system block (Llama 3.1),
   // a default system prompt (Qwen), tool instructions, a begin-of-text token.
   const open = tokenizer === "utf8_bytes";

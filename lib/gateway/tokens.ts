@@ -322,20 +322,84 @@ export function countPromptTokens(messages: readonly { content: string }[]): num
   return total;
 }
 
+/** A piece of text as the simulator makes its tokens: whole characters, and the ids in it. */
+export interface SimulatedPiece {
+  text: string;
+  ids: number[];
+}
+
 /**
- * Splits text into pieces of one token each, merging tokens that only make sense together (a
- * character split over several byte-level tokens), so that every piece is valid text.
+ * Ids of a long pre-token's pieces, past o200k's vocabulary (hashed from the piece, so the same
+ * text embeds the same).
  */
-export function splitIntoTokenTexts(text: string): string[] {
-  const pieces: string[] = [];
-  let pending: number[] = [];
-  for (const token of textTokenIds(text)) {
-    pending.push(token);
-    const piece = decode(pending);
-    if (piece.includes("\uFFFD")) continue;
-    pieces.push(piece);
-    pending = [];
+const UNMERGED_ID_BASE = 1 << 20;
+
+/**
+ * A text's tokens as the built-in simulator makes and bills them, lazily: o200k's for each
+ * pre-token up to LIBRARY_MERGE_CHARS (tokens that split a character are kept together as one
+ * piece, so every piece is valid text); a longer pre-token is cut into pieces of whole characters
+ * of at most LONGEST_TOKEN_BYTES bytes, one id each, instead of merged. No real token is longer
+ * than half that, so a long pre-token is billed fewer tokens than it has, never more than a hold
+ * counts; merging it would hold the thread about a second a MiB, on every count. The same text
+ * gives the same pieces every time: the simulator's count is its bill.
+ */
+export function* simulatedPieces(text: string): Generator<SimulatedPiece> {
+  for (const [match] of text.matchAll(O200K.tokenSplitRegex)) {
+    const whole = O200K.getBpeRankFromString(match);
+    if (whole !== undefined) {
+      yield { text: match, ids: [whole] };
+    } else if (match.length > LIBRARY_MERGE_CHARS) {
+      for (const piece of byteCuts(match.toWellFormed(), LONGEST_TOKEN_BYTES)) {
+        yield { text: piece, ids: [UNMERGED_ID_BASE + (stringHash(piece) & 0xfffffff)] };
+      }
+    } else {
+      let pending: number[] = [];
+      for (const rank of O200K.bytePairEncode(match)) {
+        pending.push(rank);
+        const piece = decode(pending);
+        if (piece.includes("\uFFFD")) continue;
+        yield { text: piece, ids: pending };
+        pending = [];
+      }
+      if (pending.length) yield { text: decode(pending), ids: pending };
+    }
   }
-  if (pending.length) pieces.push(decode(pending));
-  return pieces;
+}
+
+/** The simulator's counts of texts seen lately: its count of a request and its bill agree. */
+const SIMULATED_COUNTS = new CountCache();
+
+/** The simulator's count of a text's tokens (see simulatedPieces). */
+export function countSimulatedTokens(text: string): number {
+  return SIMULATED_COUNTS.count(text, () => {
+    let count = 0;
+    for (const piece of simulatedPieces(text)) count += piece.ids.length;
+    return count;
+  });
+}
+
+/** Whole-character slices of a (well-formed) text of at most `bytes` UTF-8 bytes each. */
+function* byteCuts(text: string, bytes: number): Generator<string> {
+  let start = 0;
+  let size = 0;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    const pair = code >= 0xd800 && code <= 0xdbff;
+    const width = code < 0x80 ? 1 : code < 0x800 ? 2 : pair ? 4 : 3;
+    if (size + width > bytes) {
+      yield text.slice(start, i);
+      start = i;
+      size = 0;
+    }
+    size += width;
+    if (pair) i++;
+  }
+  if (start < text.length) yield text.slice(start);
+}
+
+/** FNV-1a over a string's UTF-16 units: a piece's id. */
+function stringHash(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+  return h >>> 0;
 }

@@ -9,12 +9,16 @@ import {
   countExactTokensWith,
   countLimitTokens,
   countPromptTokens,
+  countSimulatedTokens,
   countTextTokens,
   countTokensWith,
   MergeRation,
-  splitIntoTokenTexts,
+  simulatedPieces,
   textTokenIds,
 } from "./tokens.ts";
+
+/** The texts of the simulator's pieces. */
+const pieceTexts = (text: string) => [...simulatedPieces(text)].map((piece) => piece.text);
 
 const PLAIN = { disallowedSpecial: new Set<string>() };
 
@@ -51,27 +55,50 @@ Deno.test("a chat's prompt adds 4 tokens per message and 3 for the reply to the 
 Deno.test("text that looks like a special token is counted as ordinary text, never refused", () => {
   const text = "<|endoftext|><|im_start|>";
   assert.ok(countTextTokens(text) > 2);
-  assert.equal(splitIntoTokenTexts(text).join(""), text);
+  assert.equal(pieceTexts(text).join(""), text);
 });
 
-Deno.test("the pieces of a text join back to it exactly, and none is a broken character", () => {
-  for (const text of SAMPLES) {
-    const pieces = splitIntoTokenTexts(text);
+Deno.test("the simulator's pieces of a text join back to it exactly, and none is a broken character", () => {
+  const long = ["ก".repeat(300), "😀".repeat(100), "x".repeat(1000)];
+  for (const text of [...SAMPLES, ...long]) {
+    const pieces = pieceTexts(text);
     assert.equal(pieces.join(""), text);
     for (const piece of pieces) assert.ok(!piece.includes("\uFFFD"), `${text}: ${piece}`);
   }
+  // A lone surrogate is no character: it comes back as U+FFFD, as the encoder reads it.
+  const lone = "a\uD800b".repeat(40);
+  assert.equal(pieceTexts(lone).join(""), lone.toWellFormed());
 });
 
-Deno.test("a text splits into one piece per token, so counting pieces counts tokens", () => {
+Deno.test("the simulator bills a text of short pre-tokens its o200k tokens, a piece per token where no character is split", () => {
   for (const text of SAMPLES) {
-    assert.equal(splitIntoTokenTexts(text).length, countTextTokens(text), text);
+    const ids = [...simulatedPieces(text)].flatMap((piece) => piece.ids);
+    assert.deepEqual(ids, textTokenIds(text), text);
+    assert.equal(countSimulatedTokens(text), countTextTokens(text), text);
+  }
+  assert.equal(pieceTexts("Hello, Claude").length, countTextTokens("Hello, Claude"));
+});
+
+Deno.test("the simulator cuts a long pre-token into pieces of at most 256 bytes, fewer than its tokens and never above a hold, the same every time", () => {
+  for (const run of ["x", "=", "漢", "😀", "ab"]) {
+    const text = `say ${run.repeat(100_000)} now`;
+    const pieces = [...simulatedPieces(text)];
+    assert.equal(pieces.map((p) => p.text).join(""), text);
+    for (const piece of pieces) {
+      assert.ok(new TextEncoder().encode(piece.text).length <= 256, JSON.stringify(run));
+    }
+    const simulated = countSimulatedTokens(text);
+    assert.ok(simulated <= countTextTokens(text), `${run}: ${simulated}`);
+    assert.ok(simulated <= countTokensWith("o200k", text), "within a hold's count");
+    assert.ok(simulated >= Math.ceil(new TextEncoder().encode(text).length / 256));
+    assert.deepEqual([...simulatedPieces(text)], pieces);
   }
 });
 
 Deno.test("splitting one text leaves nothing behind that changes the next", () => {
-  const after = splitIntoTokenTexts("Hello, Claude");
-  splitIntoTokenTexts("😀🎉");
-  assert.deepEqual(splitIntoTokenTexts("Hello, Claude"), after);
+  const after = pieceTexts("Hello, Claude");
+  pieceTexts("😀🎉");
+  assert.deepEqual(pieceTexts("Hello, Claude"), after);
 });
 
 Deno.test("a text counted again (from the count cache) has the same count as its token ids", () => {
@@ -92,8 +119,6 @@ Deno.test("a long run of one kind of character is counted in time linear in its 
     assert.ok(countTokensWith("cl100k", text, UNRATIONED) >= (tokens as number));
   }
   assert.equal(textTokenIds("y".repeat(200_000)).length, countTextTokens("y".repeat(200_000)));
-  const pieces = splitIntoTokenTexts(`say ${"z".repeat(100_000)} now`);
-  assert.equal(pieces.join(""), `say ${"z".repeat(100_000)} now`);
 });
 
 Deno.test("a long pre-token is counted exactly: a run cut into pieces could count fewer tokens than the whole", () => {

@@ -1,4 +1,4 @@
-import { splitIntoTokenTexts, textTokenIds } from "../../tokens.ts";
+import { simulatedPieces } from "../../tokens.ts";
 import { contentText, filePartsOf, pdfBase64, type ToolDefinition } from "../../chat_request.ts";
 import { openAiInputBound } from "../../input_bound.ts";
 import { inFormat } from "../../embedding_vectors.ts";
@@ -30,7 +30,7 @@ export const SIMULATED_PDF_PAGE_TOKENS = 1_000;
  * page. Its count (countInputTokens) is this same number, so a PDF is held at what it is billed.
  */
 function simulatedPromptTokens(up: UpstreamRequest): number {
-  let tokens = openAiInputBound(up.request, up.model, up.model.tokenizer, "exact");
+  let tokens = openAiInputBound(up.request, up.model, up.model.tokenizer, "simulated");
   for (const m of up.request.messages) {
     for (const part of filePartsOf(m)) {
       const pdf = atob(pdfBase64(part));
@@ -73,15 +73,14 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
     const tool = chosenTool(up);
     if (tool && last.role !== "tool") {
       const args = JSON.stringify(sampleValue(tool.function.parameters ?? {}, lastUser, 0) ?? {});
-      const all = splitIntoTokenTexts(args);
-      const pieces = all.slice(0, up.maxTokens);
+      const { pieces, cut } = firstPieces(args, up.maxTokens);
       return {
         kind: "tool_call",
         // Deterministic: the same conversation gets the same call.
         id: `call_sim_${request.messages.length}`,
         name: tool.function.name,
         pieces,
-        finishReason: pieces.length < all.length ? "length" : "tool_calls",
+        finishReason: cut ? "length" : "tool_calls",
         promptTokens,
       };
     }
@@ -90,14 +89,8 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
       : last.role === "tool"
       ? contentText(last.content)
       : lastUser;
-    const all = splitIntoTokenTexts(text);
-    const pieces = all.slice(0, up.maxTokens);
-    return {
-      kind: "text",
-      pieces,
-      finishReason: pieces.length < all.length ? "length" : "stop",
-      promptTokens,
-    };
+    const { pieces, cut } = firstPieces(text, up.maxTokens);
+    return { kind: "text", pieces, finishReason: cut ? "length" : "stop", promptTokens };
   }
 
   return {
@@ -172,7 +165,9 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
       }
       let promptTokens = 0;
       const data = request.inputs.map((input, index) => {
-        const ids = typeof input === "string" ? textTokenIds(input) : input;
+        const ids = typeof input === "string"
+          ? [...simulatedPieces(input)].flatMap((piece) => piece.ids)
+          : input;
         promptTokens += ids.length;
         const vector = hashedEmbedding(ids, dimensions);
         return {
@@ -184,6 +179,19 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
       return Promise.resolve({ data, promptTokens });
     },
   };
+}
+
+/**
+ * The first `max` pieces of an answer, and whether it was cut there: an echo of a long message
+ * is read only as far as the cap.
+ */
+function firstPieces(text: string, max: number): { pieces: string[]; cut: boolean } {
+  const pieces: string[] = [];
+  for (const piece of simulatedPieces(text)) {
+    if (pieces.length === max) return { pieces, cut: true };
+    pieces.push(piece.text);
+  }
+  return { pieces, cut: false };
 }
 
 function chosenTool(up: UpstreamRequest): ToolDefinition | null {
