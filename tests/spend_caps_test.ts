@@ -221,6 +221,29 @@ Deno.test("under wallet slices, a cap set while a slice is live applies once the
     assert.equal((await res.json()).error.code, "key_spend_cap_exceeded");
   }, { env: { WALLET_SLICES: "on" } }));
 
+Deno.test("under wallet slices, an end users' cap set while the slice has nothing to post applies within one recall check", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    assert.equal((await s.chat(apiKey, request("warm"))).status, 200);
+    // Held in the slice and not settled (a long stream's): the slice stays in use with nothing
+    // to post, so no post would find the new cap.
+    const inFlight = await s.wallets.reserve(appId, {
+      amount: 1_000,
+      keyId,
+      requestId: "req_in_flight",
+      model: "tollbooth/lorem",
+    });
+    assert.ok(inFlight.ok);
+    await new Promise((r) => setTimeout(r, 150)); // the warm request's charge is posted
+    await setSpendCaps(s.kv, appId, { endUser: true }, { total: 1 });
+    await new Promise((r) => setTimeout(r, 300)); // recalls are looked for every 100 ms
+    const res = await s.chat(apiKey, request("capped", { user: "carol" }));
+    assert.equal(res.status, 402);
+    assert.equal((await res.json()).error.code, "user_spend_cap_exceeded");
+    assert.equal((await getSpendCounter(s.kv, appId, "user", "carol")).total, 0);
+    await s.wallets.release(appId, inFlight.reservation.id);
+  }, { env: { WALLET_SLICES: "on" } }));
+
 Deno.test("a rotated key keeps its spend cap and what it spent: the new key is refused once the remainder is spent", () =>
   withService(async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();

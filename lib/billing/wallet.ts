@@ -778,12 +778,17 @@ export class Wallets {
 
   /**
    * A holder's side of a recall: a recall made since the slice was created stops its admissions
-   * and gives its free money back; the slice goes back once its holds end (#sliceTick).
+   * and gives its free money back; the slice goes back once its holds end (#sliceTick). The app's
+   * spend caps are read with it: a cap set meanwhile takes its requests off the slice within one
+   * check, even while nothing is posted (long streams, no settles).
    */
   async #answerRecall(slice: LocalSlice) {
-    const entry = await this.#kv.get<SliceRecallRecord>(
-      keys.walletSliceRecall(slice.record.appId),
-    );
+    const appId = slice.record.appId;
+    const [entry, caps] = await this.#kv.getMany<[SliceRecallRecord, SpendCapsRecord]>([
+      keys.walletSliceRecall(appId),
+      keys.spendCaps(appId),
+    ]);
+    this.#sawCaps(appId, caps);
     const at = entry.value?.at ?? 0;
     if (at < slice.record.createdAt || at <= slice.recallAnswered) return;
     slice.recallAnswered = at;
