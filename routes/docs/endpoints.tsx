@@ -171,16 +171,19 @@ export function endpointsPage() {
       <ul>
         <li>
           <strong>Reserve:</strong>{" "}
-          the input as counted (each text with the o200k tokenizer, each token array by its length)
-          at the model's input price; the same tokens count against the tokens-per-minute limit.
+          the input as counted (each text at the larger of its o200k and cl100k counts, or its UTF-8
+          bytes on a model of another family whose catalog entry says so; each token array by its
+          length) at the model's input price; the same tokens count against the tokens-per-minute
+          limit.
         </li>
         <li>
           <strong>Settle:</strong> to the provider's <code>usage.prompt_tokens</code>{" "}
           (our count when it reports none), rounded up once to the micro-dollar.{" "}
           <code>Tollbooth-Request-Cost</code> is what left the wallet and{" "}
           <code>Tollbooth-Balance</code>{" "}
-          the wallet after it. A provider that counts more than we did (OpenAI's embedding models
-          use another tokenizer) is charged its count, down to a zero balance and never below.
+          the wallet after it. A provider that counts more than was held (a model of another family
+          the catalog does not mark so) is charged its count, down to a zero balance and never
+          below.
         </li>
         <li>
           The same errors as chat completions: 401, 402 with <code>top_up_url</code>, 429 with{" "}
