@@ -95,7 +95,10 @@ const ModelSchema = z.object({
    * `max_tokens`; unset, the documented rule applies (see outputCapParam).
    */
   output_cap_param: z.enum(["max_tokens", "max_completion_tokens"]).optional(),
-  /** OpenAI's image rule for this model: tokens per image and per 512-px tile (85 and 170 by default). */
+  /**
+   * OpenAI's image rule for this model: tokens per image and per 512-px tile; unset, OpenAI's rule
+   * for the model's name (openai_images.ts).
+   */
   image_base_tokens: z.number().int().min(0).max(100_000).optional(),
   image_tile_tokens: z.number().int().min(0).max(100_000).optional(),
   /**
