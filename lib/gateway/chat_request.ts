@@ -791,8 +791,10 @@ export function parseChatRequest(body: unknown): ChatRequest {
     if (!Object.hasOwn(FIELD_SUPPORT, field)) {
       throw new ApiError(
         "invalid_parameter",
-        `Unrecognized request argument supplied: '${field}'. The fields Tollbooth accepts are listed at /docs#dialect.`,
-        { param: field },
+        `Unrecognized request argument supplied: '${
+          field.slice(0, 100)
+        }'. The fields Tollbooth accepts are listed at /docs#dialect.`,
+        { param: field.slice(0, 100) },
       );
     }
     if (nestingDepth(value) > MAX_NESTING_DEPTH) throw invalid(field, "nested too deeply");

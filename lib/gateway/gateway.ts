@@ -569,7 +569,7 @@ export class Gateway {
     if (!model) {
       throw new ApiError(
         "model_not_found",
-        `The model '${id}' does not exist or is not on the curated list.`,
+        `The model '${id.slice(0, 100)}' does not exist or is not on the curated list.`,
         { param: "model" },
       );
     }

@@ -241,9 +241,8 @@ function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   if (parsed.success) return parsed.data;
   const issue = parsed.error.issues[0];
   if (issue.code === "unrecognized_keys") {
-    throw new ApiError("invalid_parameter", `Unknown field '${issue.keys[0]}'.`, {
-      param: issue.keys[0],
-    });
+    const field = issue.keys[0].slice(0, 100);
+    throw new ApiError("invalid_parameter", `Unknown field '${field}'.`, { param: field });
   }
   const param = issue.path.join(".");
   const missing = issue.code === "invalid_type" &&
