@@ -105,9 +105,18 @@ const FunctionCallOutputItem = z.strictObject({
 });
 
 /** The openai SDK's own types leave `type` out (`type?: 'item_reference' | null`). */
+/**
+ * Ids Tollbooth gives are far shorter; a longer one names nothing (and is no KV key: KV refuses
+ * keys over 2 KB).
+ */
+const MAX_ID_LENGTH = 256;
+
+const StoredId = z.string({ error: "must be a string" }).min(1, "must not be empty")
+  .max(MAX_ID_LENGTH, `must be at most ${MAX_ID_LENGTH} characters`);
+
 const ItemReference = z.strictObject({
   type: z.literal("item_reference").nullish(),
-  id: z.string({ error: "must be a string" }).min(1, "must not be empty"),
+  id: StoredId,
 });
 
 /**
@@ -202,8 +211,7 @@ export const ResponsesRequestSchema = z.strictObject({
   stream: z.boolean({ error: "must be a boolean" }).nullish(),
   stream_options: z.strictObject({ include_obfuscation: z.boolean().optional() }).nullish(),
   store: z.boolean({ error: "must be a boolean" }).nullish(),
-  previous_response_id: z.string({ error: "must be a string" }).min(1, "must not be empty")
-    .nullish(),
+  previous_response_id: StoredId.nullish(),
   temperature: Probability(2).nullish(),
   top_p: Probability(1).nullish(),
   metadata: Metadata.nullish(),
@@ -286,18 +294,50 @@ export function parseResponsesBody(raw: unknown): ResponsesBody {
 export const MAX_ITEM_REFERENCES = 256;
 export const MAX_REFERENCED_RESPONSES = 32;
 
-/** The item ids `input` references, to be looked up before `toChatRequest`. */
+/**
+ * The item ids `input` references, to be looked up before `toChatRequest`. Every reference counts
+ * against the limit, a repeated one too: each is sent, and counted, again.
+ */
 export function referencedItems(body: ResponsesBody): string[] {
   if (typeof body.input === "string") return [];
   const ids = new Set<string>();
+  let references = 0;
   for (const item of body.input) {
     const ref = ItemReference.safeParse(item);
-    if (ref.success) ids.add(ref.data.id);
-  }
-  if (ids.size > MAX_ITEM_REFERENCES) {
-    throw invalid("input", `references more than ${MAX_ITEM_REFERENCES} stored items`);
+    if (!ref.success) continue;
+    ids.add(ref.data.id);
+    if (++references > MAX_ITEM_REFERENCES) {
+      throw invalid("input", `references stored items more than ${MAX_ITEM_REFERENCES} times`);
+    }
   }
   return [...ids];
+}
+
+/**
+ * The referenced items' size in all (their JSON), each as often as it is referenced: at most
+ * `max`. A 2 MB item referenced a hundred times was 200 MB of text to count.
+ */
+export function assertReferencedSize(
+  body: ResponsesBody,
+  items: Map<string, unknown>,
+  max: number,
+) {
+  if (typeof body.input === "string") return;
+  const sizes = new Map<string, number>();
+  let total = 0;
+  for (const item of body.input) {
+    const ref = ItemReference.safeParse(item);
+    if (!ref.success || !items.has(ref.data.id)) continue;
+    let size = sizes.get(ref.data.id);
+    if (size === undefined) {
+      size = JSON.stringify(items.get(ref.data.id)).length;
+      sizes.set(ref.data.id, size);
+    }
+    total += size;
+    if (total > max) {
+      throw invalid("input", `references more than ${max} characters of stored items in all`);
+    }
+  }
 }
 
 /** The chat-completions body the response is served by. */
@@ -476,6 +516,8 @@ function inputMessages(
   }
   const out: Record<string, unknown>[] = [];
   const origins: (Origin & { from: "input" })[] = [];
+  // Tool-call lists made here, which may grow in place (a turn's own may be a stored item's).
+  const grown = new WeakSet<unknown[]>();
   // Reasoning items' details, for the assistant turn right after them (any other drops them).
   let thinking: ReasoningDetail[] = [];
   const carry = (message: Record<string, unknown>) => {
@@ -529,7 +571,14 @@ function inputMessages(
       const last = out.at(-1);
       // Calls right after an assistant turn (or each other) are that turn's tool calls.
       if (last?.role === "assistant") {
-        last.tool_calls = [...(last.tool_calls as unknown[] ?? []), call];
+        // Copied once, then grown: copied for every call, n calls took time in n squared.
+        const calls = last.tool_calls as unknown[] | undefined;
+        if (calls && grown.has(calls)) calls.push(call);
+        else {
+          const copy = [...(calls ?? []), call];
+          grown.add(copy);
+          last.tool_calls = copy;
+        }
         carry(last);
         origins.at(-1)!.calls.push({ item: i, referenced });
       } else {

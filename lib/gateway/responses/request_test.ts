@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { ApiError } from "@/lib/core/mod.ts";
 import { parseChatRequest } from "../chat_request.ts";
 import {
+  assertReferencedSize,
   inputItemsOf,
   parseResponsesBody,
   referencedItems,
@@ -418,22 +419,68 @@ Deno.test("include message.output_text.logprobs asks the chat call for logprobs,
   assert.equal("logprobs" in plain || "top_logprobs" in plain, false);
 });
 
-Deno.test("item references are counted once each, and more than 256 are refused naming input", () => {
-  const refs = (n: number) =>
+Deno.test("every item reference counts, a repeated one too, and more than 256 are refused naming input", () => {
+  const refs = (n: number, id = (i: number) => `msg_${i}`) =>
     parseResponsesBody({
       model: MODEL,
-      input: Array.from({ length: n }, (_, i) => ({ type: "item_reference", id: `msg_${i}` })),
+      input: Array.from({ length: n }, (_, i) => ({ type: "item_reference", id: id(i) })),
     });
-  const twice = parseResponsesBody({
-    model: MODEL,
-    input: [{ type: "item_reference", id: "msg_1" }, { type: "item_reference", id: "msg_1" }],
-  });
-  assert.deepEqual(referencedItems(twice), ["msg_1"]);
+  const refused = (e: unknown) =>
+    e instanceof ApiError && e.code === "invalid_parameter" && e.param === "input";
+  assert.deepEqual(referencedItems(refs(2, () => "msg_1")), ["msg_1"]);
   assert.equal(referencedItems(refs(256)).length, 256);
+  assert.throws(() => referencedItems(refs(257)), refused);
+  // Each repeat is sent and counted again: 100 of one 2 MB item held the thread for 5 s.
+  assert.throws(() => referencedItems(refs(257, () => "msg_1")), refused);
+});
+
+Deno.test("the items referenced may hold at most so much in all, each counted as often as it is referenced", () => {
+  const item = {
+    type: "message",
+    role: "assistant",
+    content: [{ type: "output_text", text: "x".repeat(900) }],
+  };
+  const items = new Map([["msg_1", item]]);
+  const size = JSON.stringify(item).length;
+  const body = (n: number) =>
+    parseResponsesBody({
+      model: MODEL,
+      input: Array.from({ length: n }, () => ({ type: "item_reference", id: "msg_1" })),
+    });
+  assertReferencedSize(body(10), items, size * 10);
   assert.throws(
-    () => referencedItems(refs(257)),
+    () => assertReferencedSize(body(11), items, size * 10),
     (e) => e instanceof ApiError && e.code === "invalid_parameter" && e.param === "input",
   );
+});
+
+Deno.test("an id longer than 256 characters is refused, never looked up: previous_response_id and item_reference", () => {
+  assert.throws(
+    () => parseResponsesBody({ model: MODEL, input: "x", previous_response_id: "r".repeat(257) }),
+    (e) => e instanceof ApiError && e.param === "previous_response_id",
+  );
+  parseResponsesBody({ model: MODEL, input: "x", previous_response_id: "r".repeat(256) });
+  const long = { model: MODEL, input: [{ type: "item_reference", id: "y".repeat(2100) }] };
+  assert.deepEqual(referencedItems(parseResponsesBody(long)), []);
+  assert.deepEqual(refusal(long), { code: "invalid_parameter", param: "input[0].id" });
+});
+
+Deno.test("consecutive function_call items are one assistant turn's tool calls, in order, however many", () => {
+  const n = 40_000; // each call copied the list before: 28 s
+  const chat = chatOf({
+    input: [
+      { role: "user", content: "hi" },
+      ...Array.from({ length: n }, (_, i) => ({
+        type: "function_call",
+        call_id: `c${i}`,
+        name: "f",
+        arguments: "{}",
+      })),
+    ],
+  });
+  const turn = (chat.messages as { tool_calls?: { id: string }[] }[])[1];
+  assert.equal(turn.tool_calls!.length, n);
+  assert.equal(turn.tool_calls![n - 1].id, `c${n - 1}`);
 });
 
 Deno.test("parallel_tool_calls goes to the chat body only with tools: Chat Completions refuses it without", () => {

@@ -8,6 +8,7 @@ import { parseChatRequest } from "../chat_request.ts";
 import { detailsOfEncryptedContent } from "../reasoning_details.ts";
 import type { Caller, Gateway, RequestTrace, StreamEvent } from "../gateway.ts";
 import {
+  assertReferencedSize,
   inputItemsOf,
   parseResponsesBody,
   referencedItems,
@@ -21,7 +22,7 @@ import {
   type ResponseMeta,
   type ResponseObject,
 } from "./response.ts";
-import { ResponseStore, type StoredInputItem } from "./store.ts";
+import { MAX_STORED_RESPONSE_BYTES, ResponseStore, type StoredInputItem } from "./store.ts";
 
 export interface ResponseOutcome {
   response: ResponseObject;
@@ -204,6 +205,8 @@ export class Responses {
       );
     }
     const items = await this.#store.items(caller.appId, referencedItems(body));
+    // As much as one stored response may hold, however often its items are referenced.
+    assertReferencedSize(body, items, MAX_STORED_RESPONSE_BYTES);
     const converted = toChatRequest(body, { previous: previous?.conversation ?? [], items });
     const newItemId = (prefix: string) => `${prefix}_${randomToken(128)}`;
     let request;
