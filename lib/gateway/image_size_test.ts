@@ -118,6 +118,41 @@ Deno.test("what is not a readable image of its stated type is refused with the r
   );
 });
 
+Deno.test("a data URL's header is its media type, parameters and base64, at most 256 characters", () => {
+  const png = [
+    137,
+    80,
+    78,
+    71,
+    13,
+    10,
+    26,
+    10,
+    0,
+    0,
+    0,
+    13,
+    ...ascii("IHDR"),
+    ...be32(3),
+    ...be32(2),
+  ];
+  const payload = btoa(String.fromCharCode(...png));
+  assert.equal(readImageSize(`data:image/png;base64,${payload}`).width, 3);
+  assert.equal(readImageSize(`data:IMAGE/PNG;name=a.png;;base64,${payload}`).height, 2);
+  for (
+    const url of [
+      `data:;base64,${payload}`,
+      `data:image/png;base64;x,${payload}`,
+      `image/png;base64,${payload}`,
+      // 4 MB of empty parameters overflowed the pattern's stack.
+      `data:image/png${";".repeat(4_000_000)}base64,${payload}`,
+      `data:image/png;${"x".repeat(300)};base64,${payload}`,
+    ]
+  ) {
+    assert.throws(() => readImageSize(url), /is not a base64 data URL/, url.slice(0, 40));
+  }
+});
+
 Deno.test("a GIF is as large as its frames reach, whatever its screen says", () => {
   /** An image descriptor at (left, top), its one byte of LZW data, no local color table. */
   const frame = (left: number, top: number, width: number, height: number) => [

@@ -122,13 +122,26 @@ export function isRecursive(schema: unknown): boolean {
   const defName = (ref: string) => /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(ref)?.[1];
   const fromRoot = refsIn(root);
   if (fromRoot.some((ref) => defName(ref) === undefined)) return true;
-  const reaches = (from: string, seen: Set<string>): boolean => {
-    for (const ref of refsIn(defs[from])) {
-      const name = defName(ref);
-      if (name === undefined || seen.has(name)) return true;
-      if (reaches(name, new Set([...seen, name]))) return true;
+  // Each definition is walked once (a walk of every path took time in 2^n for n definitions that
+  // each refer to the next twice), without recursion: a chain of definitions may be long.
+  const state = new Map<string, "open" | "done">();
+  for (const start of Object.keys(defs)) {
+    if (state.has(start)) continue;
+    state.set(start, "open");
+    const path = [{ name: start, refs: refsIn(defs[start]), next: 0 }];
+    while (path.length > 0) {
+      const top = path.at(-1)!;
+      if (top.next === top.refs.length) {
+        state.set(top.name, "done");
+        path.pop();
+        continue;
+      }
+      const name = defName(top.refs[top.next++]);
+      if (name === undefined || state.get(name) === "open") return true;
+      if (state.has(name)) continue;
+      state.set(name, "open");
+      path.push({ name, refs: refsIn(defs[name]), next: 0 });
     }
-    return false;
-  };
-  return Object.keys(defs).some((name) => reaches(name, new Set([name])));
+  }
+  return false;
 }

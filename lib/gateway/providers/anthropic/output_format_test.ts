@@ -137,3 +137,19 @@ Deno.test("a schema that reaches itself is recursive; one that only shares defin
   );
   assert.equal(isRecursive(node({ type: "string" })), false);
 });
+
+Deno.test("definitions that each refer to the next twice are walked once each, recursive or not, however many", () => {
+  // Every path was walked: 2^n paths, hours for 30 definitions.
+  const chain = (n: number, last: unknown) => {
+    const $defs: Record<string, unknown> = {};
+    for (let i = 0; i < n; i++) {
+      $defs[`d${i}`] = { anyOf: [{ $ref: `#/$defs/d${i + 1}` }, { $ref: `#/$defs/d${i + 1}` }] };
+    }
+    $defs[`d${n}`] = last;
+    return { $ref: "#/$defs/d0", $defs };
+  };
+  assert.equal(isRecursive(chain(40, { type: "string" })), false);
+  assert.equal(isRecursive(chain(40, { $ref: "#/$defs/d3" })), true);
+  // A chain longer than any stack.
+  assert.equal(isRecursive(chain(200_000, { type: "string" })), false);
+});
