@@ -44,6 +44,11 @@ function simulatedPromptTokens(up: UpstreamRequest): number {
 /** The simulated embeddings' size when the request names none, and the largest it may name. */
 export const SIMULATED_DIMENSIONS = 256;
 export const MAX_SIMULATED_DIMENSIONS = 3072;
+/**
+ * The most values one request's vectors may hold in all: every input at the default size. 2,048
+ * inputs at 3,072 each were a 34 MB answer to an 8 KB request, for a few millionths of a dollar.
+ */
+export const MAX_SIMULATED_VALUES = 2048 * SIMULATED_DIMENSIONS;
 
 type Answer =
   | { kind: "text"; pieces: string[]; finishReason: string; promptTokens: number }
@@ -72,7 +77,8 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
     const last = request.messages.at(-1)!;
     const tool = chosenTool(up);
     if (tool && last.role !== "tool") {
-      const args = JSON.stringify(sampleValue(tool.function.parameters ?? {}, lastUser, 0) ?? {});
+      const words = { text: lastUser, left: SAMPLE_TEXT_CHARS };
+      const args = JSON.stringify(sampleValue(tool.function.parameters ?? {}, words, 0) ?? {});
       const { pieces, cut } = firstPieces(args, up.maxTokens);
       return {
         kind: "tool_call",
@@ -163,6 +169,14 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
           ),
         );
       }
+      if (dimensions * request.inputs.length > MAX_SIMULATED_VALUES) {
+        return Promise.reject(
+          new ProviderError(
+            "bad_request",
+            `the simulator returns at most ${MAX_SIMULATED_VALUES} values per request (inputs × dimensions); send fewer inputs or dimensions`,
+          ),
+        );
+      }
       let promptTokens = 0;
       const data = request.inputs.map((input, index) => {
         const ids = typeof input === "string"
@@ -203,20 +217,36 @@ function chosenTool(up: UpstreamRequest): ToolDefinition | null {
   return tools[0];
 }
 
+/**
+ * The user's words a tool call's arguments are made from: each string at most the first
+ * SAMPLE_STRING_CHARS of them, all strings together at most SAMPLE_TEXT_CHARS. The whole message in
+ * every string of a wide schema was hundreds of MB for one request.
+ */
+const SAMPLE_STRING_CHARS = 256;
+const SAMPLE_TEXT_CHARS = 16_384;
+
+interface SampleWords {
+  text: string;
+  left: number;
+}
+
 /** A value that fits a JSON Schema, made from the user's words where it takes text. */
-export function sampleValue(schema: unknown, text: string, depth: number): unknown {
+function sampleValue(schema: unknown, words: SampleWords, depth: number): unknown {
   if (!schema || typeof schema !== "object" || depth > 8) return null;
   const s = schema as Record<string, unknown>;
   if (Array.isArray(s.enum) && s.enum.length) return s.enum[0];
   if ("const" in s) return s.const;
   for (const key of ["anyOf", "oneOf", "allOf"]) {
     const options = s[key];
-    if (Array.isArray(options) && options.length) return sampleValue(options[0], text, depth + 1);
+    if (Array.isArray(options) && options.length) return sampleValue(options[0], words, depth + 1);
   }
   const type = Array.isArray(s.type) ? s.type.find((t) => t !== "null") : s.type;
   switch (type) {
-    case "string":
-      return text;
+    case "string": {
+      const taken = words.text.slice(0, Math.min(SAMPLE_STRING_CHARS, words.left));
+      words.left -= taken.length;
+      return taken.toWellFormed();
+    }
     case "integer":
     case "number":
       return typeof s.minimum === "number" ? s.minimum : 1;
@@ -225,11 +255,11 @@ export function sampleValue(schema: unknown, text: string, depth: number): unkno
     case "null":
       return null;
     case "array":
-      return [sampleValue(s.items, text, depth + 1)];
+      return [sampleValue(s.items, words, depth + 1)];
     default: {
       const properties = (s.properties ?? {}) as Record<string, unknown>;
       return Object.fromEntries(
-        Object.entries(properties).map(([k, v]) => [k, sampleValue(v, text, depth + 1)]),
+        Object.entries(properties).map(([k, v]) => [k, sampleValue(v, words, depth + 1)]),
       );
     }
   }

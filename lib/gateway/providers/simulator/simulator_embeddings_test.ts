@@ -7,6 +7,7 @@ import {
   createSimulator,
   hashedEmbedding,
   MAX_SIMULATED_DIMENSIONS,
+  MAX_SIMULATED_VALUES,
   SIMULATED_DIMENSIONS,
 } from "./simulator.ts";
 
@@ -72,6 +73,17 @@ Deno.test("the simulator honours dimensions and base64, and refuses more than it
   assert.deepEqual(floats, hashedEmbedding(textTokenIds("hello"), 8).map(Math.fround));
   await assert.rejects(
     embed("hello", { dimensions: MAX_SIMULATED_DIMENSIONS + 1 }),
+    (e: unknown) => e instanceof ProviderError && e.kind === "bad_request",
+  );
+});
+
+Deno.test("the simulator returns at most 2,048 inputs' worth of default-sized vectors per request", async () => {
+  const most = await embed(Array(2048).fill("a"));
+  assert.equal(most.data.length * most.data[0].embedding.length, MAX_SIMULATED_VALUES);
+  await embed(Array(170).fill("a"), { dimensions: MAX_SIMULATED_DIMENSIONS });
+  // 2,048 inputs at 3,072 values each: a 34 MB answer to an 8 KB request.
+  await assert.rejects(
+    embed(Array(171).fill("a"), { dimensions: MAX_SIMULATED_DIMENSIONS }),
     (e: unknown) => e instanceof ProviderError && e.kind === "bad_request",
   );
 });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { collect, testModel, upstreamRequest } from "../test_support.ts";
 import { assembleCompletion } from "../assemble.ts";
 import type { ChatCompletionChunk, UpstreamRequest } from "../types.ts";
-import { createSimulator, sampleValue, SIMULATED_PDF_PAGE_TOKENS } from "./simulator.ts";
+import { createSimulator, SIMULATED_PDF_PAGE_TOKENS } from "./simulator.ts";
 
 const echo = testModel("simulator", "echo");
 const simulator = createSimulator({ tokenDelayMs: 0 });
@@ -96,7 +96,36 @@ Deno.test("tool_choice none or a named tool is obeyed", async () => {
     tool_choice: "none",
   }));
   assert.equal(none.completion.choices[0].message.content, "x");
-  assert.deepEqual(sampleValue({ type: "array", items: { type: "boolean" } }, "t", 0), [true]);
+});
+
+/** The arguments of the call echo makes to its one tool of `parameters`, for `text`. */
+async function sampledArguments(parameters: unknown, text: string, maxTokens = 100_000) {
+  const { completion } = await complete(upstreamRequest(echo, {
+    messages: [{ role: "user", content: text }],
+    tools: [{ type: "function", function: { name: "f", parameters } }],
+  }, maxTokens));
+  const calls = completion.choices[0].message.tool_calls as { function: { arguments: string } }[];
+  return JSON.parse(calls[0].function.arguments);
+}
+
+Deno.test("a tool's arguments take each type's sample: an array one item, a string the user's words", async () => {
+  const parameters = {
+    type: "object",
+    properties: { flags: { type: "array", items: { type: "boolean" } }, note: { type: "string" } },
+  };
+  assert.deepEqual(await sampledArguments(parameters, "t"), { flags: [true], note: "t" });
+});
+
+Deno.test("a tool's strings take at most 256 characters of the user's words each, 16,384 in all, however wide its schema", async () => {
+  // Each of 500 strings took the whole 1 MB message: 500 MB for one request.
+  const properties = Object.fromEntries(
+    Array.from({ length: 500 }, (_, i) => [`p${i}`, { type: "string" }]),
+  );
+  const args = await sampledArguments({ type: "object", properties }, "a".repeat(1_000_000));
+  const strings = Object.values(args) as string[];
+  assert.equal(strings[0], "a".repeat(256));
+  assert.equal(strings.join("").length, 16_384);
+  assert.equal(strings.at(-1), "");
 });
 
 Deno.test("a PDF is billed at the simulator's flat rate a page, and its count is that bill", async () => {
