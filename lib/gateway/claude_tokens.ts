@@ -236,6 +236,57 @@ export function claudeTokenBound(text: string): number {
  * form. Fixed per-model overheads (the tool-use system prompt) are the caller's to add.
  */
 export function claudeTokenBoundOfJson(value: unknown): number {
-  const json = JSON.stringify(value, null, 2);
-  return json === undefined ? 0 : claudeTokenBound(json);
+  const compact = JSON.stringify(value);
+  if (compact === undefined) return 0;
+  const added = indentation(value, 0);
+  if (compact.length + added <= MAX_INDENTED_JSON_CHARS) {
+    return claudeTokenBound(JSON.stringify(value, null, 2));
+  }
+  // The indented form's ceiling, without writing it: the whitespace it adds is a byte a character.
+  return byteCeiling(compact) + added;
+}
+
+/**
+ * Indented JSON up to this size is written and bounded; a larger one, its ceiling. Deep nesting
+ * indents every line by twice its depth: a 4 MB schema of arrays 58 deep was 234 million
+ * characters, seconds to write and half a GB to hold.
+ */
+const MAX_INDENTED_JSON_CHARS = 4 * 1024 * 1024;
+
+/** The characters two-space indentation adds to a JSON value's compact form. */
+function indentation(value: unknown, depth: number): number {
+  if (value === null || typeof value !== "object") return 0;
+  const line = 1 + 2 * (depth + 1); // a newline and the member's indent
+  let added = 0;
+  let members = 0;
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      added += line + indentation(item, depth + 1);
+      members++;
+    }
+  } else {
+    for (const member of Object.values(value)) {
+      if (member === undefined || typeof member === "function") continue;
+      added += line + 1 + indentation(member, depth + 1); // and the space after the colon
+      members++;
+    }
+  }
+  return members === 0 ? 0 : added + 1 + 2 * depth; // the closing line
+}
+
+/** The most tokens a text can cost: its bytes, each code point at its dearest normal form. */
+function byteCeiling(text: string): number {
+  let total = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x80) total++;
+    else if (c >= 0xd800 && c <= 0xdfff) {
+      const d = c <= 0xdbff && i + 1 < text.length ? text.charCodeAt(i + 1) : 0;
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        total += nonAsciiBytes(((c - 0xd800) << 10) + (d - 0xdc00) + 0x10000);
+        i++;
+      } else total += 3;
+    } else total += nonAsciiBytes(c);
+  }
+  return total;
 }

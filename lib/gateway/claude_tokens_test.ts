@@ -128,6 +128,23 @@ Deno.test("JSON values are bounded as indented JSON text", () => {
   assert.equal(claudeTokenBoundOfJson("\uD800"), claudeTokenBound('"\\ud800"'));
 });
 
+Deno.test("indented JSON too large to write is bounded by its bytes, counted without writing it", () => {
+  // Every shape indentation meets: objects, arrays, empty ones, nesting, a key with a space.
+  const member = { a: [1, {}, [], [true, null]], "b c": { d: "x", e: { f: [0] } } };
+  const wide = Array.from({ length: 60_000 }, () => member);
+  const indented = JSON.stringify(wide, null, 2);
+  assert.ok(indented.length > 4 * 1024 * 1024);
+  assert.equal(claudeTokenBoundOfJson(wide), indented.length, "ASCII: a token a character");
+  // Arrays 58 deep around 100,000 zeros: 12 MB indented from 200 KB.
+  let deep: unknown = Array(100_000).fill(0);
+  for (let i = 0; i < 57; i++) deep = [deep];
+  assert.equal(claudeTokenBoundOfJson(deep), JSON.stringify(deep, null, 2).length);
+  // Beyond ASCII, each character at its dearest normal form's bytes.
+  const accented = Array.from({ length: 60_000 }, () => ({ ...member, g: "ﷺé" }));
+  const bytes = new TextEncoder().encode(JSON.stringify(accented, null, 2)).length;
+  assert.ok(claudeTokenBoundOfJson(accented) >= bytes);
+});
+
 Deno.test("a run of one repeated punctuation, space or control character is held at or above the legacy tokenizer's count", () => {
   const chars = [..."!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ \t\n\r\x0b\x0c\x7f"];
   for (let c = 1; c < 32; c++) chars.push(String.fromCharCode(c));
