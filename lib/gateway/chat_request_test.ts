@@ -617,6 +617,8 @@ Deno.test("metadata is held to OpenAI's limits: 16 pairs, keys of 64 characters,
     Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
   const cases: [Record<string, string>, string, RegExp][] = [
     [pairs(17), "metadata", /at most 16 key-value pairs/],
+    // Counted before any pair is checked, and the values' own faults not reported first.
+    [{ ...pairs(300_000), k0: 5 as unknown as string }, "metadata", /\(it holds 300000\)/],
     [{ ["k".repeat(65)]: "v" }, "metadata", /keys must be at most 64 characters/],
     [{ a: "v".repeat(513) }, "metadata.a", /at most 512 characters/],
   ];
