@@ -333,6 +333,22 @@ Deno.test("400 context_length_exceeded when the prompt and max_tokens cannot fit
     assert.equal((await s.wallet(appId)).available, 5_000_000);
   }));
 
+Deno.test("a prompt far past the context is refused on a count stopped past the room, naming it, nothing charged", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    // 4 MB of words no tokenizer cache knows: counted whole, seconds for a 400.
+    const words = Array.from({ length: 60_000 }, (_, i) => `q${i.toString(36)}z`.repeat(8))
+      .join(" ");
+    for (const model of ["fake/gpt", ECHO]) {
+      const res = await s.chat(apiKey, { model, messages: userMessage(words), max_tokens: 768 });
+      assert.equal(res.status, 400);
+      const { error } = await res.json();
+      assert.equal(error.code, "context_length_exceeded");
+      assert.match(error.message, /more than 32000 tokens as counted/);
+    }
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+  }));
+
 Deno.test("400 unsupported_version for a Tollbooth-Version we do not serve; the current one passes", () =>
   withService(async (s) => {
     const { apiKey } = await s.newApp();

@@ -190,19 +190,26 @@ const OPENAI_TOKENS_PER_JSON_ELEMENT = 3;
  * So every string, number and key is counted on its own with its punctuation, and the bound is
  * never below the compact JSON's own count.
  */
-function jsonTokenBound(value: unknown, count: TextCounter, counter: string): number {
+function jsonTokenBound(
+  value: unknown,
+  count: TextCounter,
+  counter: string,
+  limit: number,
+): number {
   const json = JSON.stringify(value);
   // An agent loop sends the same tools every turn; walking them costs far more than one count.
-  // Cached per way of counting: a hold's count beyond the merge ration is no exact bill.
-  return jsonBounds.count(
-    `${counter}\n${json}`,
-    () => Math.max(count(json), elementTokens(value, count)),
-  );
+  // Cached per way of counting: a hold's count beyond the merge ration is no exact bill. A count
+  // past the limit may have stopped there: not kept.
+  return jsonBounds.count(`${counter}\n${json}`, () => {
+    const tokens = Math.max(count(json), elementTokens(value, count, limit));
+    return tokens > limit ? { count: tokens, exact: false } : tokens;
+  });
 }
 
 const jsonBounds = new CountCache();
 
-function elementTokens(value: unknown, count: TextCounter): number {
+/** Stops once past `limit`: a schema of millions of elements is refused without counting each. */
+function elementTokens(value: unknown, count: TextCounter, limit: number): number {
   if (typeof value === "string") return count(value) + OPENAI_TOKENS_PER_JSON_ELEMENT;
   if (value === null || typeof value !== "object") {
     return count(String(value)) + OPENAI_TOKENS_PER_JSON_ELEMENT;
@@ -210,12 +217,16 @@ function elementTokens(value: unknown, count: TextCounter): number {
   // A bracket or brace; the request's nesting depth is bounded, and so is this recursion.
   let tokens = 1;
   if (Array.isArray(value)) {
-    for (const item of value) tokens += elementTokens(item, count);
+    for (const item of value) {
+      if (tokens > limit) return tokens;
+      tokens += elementTokens(item, count, limit);
+    }
     return tokens;
   }
   for (const [key, item] of Object.entries(value)) {
+    if (tokens > limit) return tokens;
     if (item === undefined) continue;
-    tokens += count(key) + OPENAI_TOKENS_PER_JSON_ELEMENT + elementTokens(item, count);
+    tokens += count(key) + OPENAI_TOKENS_PER_JSON_ELEMENT + elementTokens(item, count, limit);
   }
   return tokens;
 }
@@ -297,10 +308,16 @@ export function openAiInputBound(
    * the text (never above a hold's), by the same rules for the rest.
    */
   counting: "held" | "simulated" = "held",
+  /**
+   * Counting stops once the bound passes this (a context's room for the prompt): the number
+   * returned is then above it, not the whole bound. A bill (the simulator's) has none; its count
+   * before the call may.
+   */
+  limit = Infinity,
 ): number {
   const countTextTokens: TextCounter = counting === "held"
-    ? (text) => countTokensWith(tokenizer, text)
-    : countSimulatedTokens;
+    ? (text) => countTokensWith(tokenizer, text, undefined, limit)
+    : (text) => countSimulatedTokens(text, limit);
   // Open models' chat templates add more than OpenAI's framing: a dated system block (Llama 3.1),
   // a default system prompt (Qwen), tool instructions, a begin-of-text token.
   const open = tokenizer === "utf8_bytes";
@@ -308,6 +325,7 @@ export function openAiInputBound(
   // As the chat kind sends them (a tool's images in a user message of their own), which bounds
   // the Responses kind's too (they stay in the tool's output there, without the labels).
   for (const m of toolImagesInUserMessages(request.messages)) {
+    if (total > limit) return total;
     total += (open ? OPEN_TEMPLATE_TOKENS_PER_MESSAGE : OPENAI_TOKENS_PER_MESSAGE) +
       messageTextTokens(m, countTextTokens, OPENAI_TOKENS_PER_PART, asGiven);
     if (m.role === "assistant") total += OPENAI_TOKENS_PER_TOOL_CALL * (m.tool_calls?.length ?? 0);
@@ -319,12 +337,12 @@ export function openAiInputBound(
   if (tools.length) {
     total += (open ? OPEN_TEMPLATE_TOOLS_TOKENS : OPENAI_TOOLS_OVERHEAD) +
       OPENAI_TOKENS_PER_TOOL * tools.length +
-      jsonTokenBound(toolsValue(tools), countTextTokens, `${tokenizer}:${counting}`);
+      jsonTokenBound(toolsValue(tools), countTextTokens, `${tokenizer}:${counting}`, limit);
   }
   const schema = schemaValue(request);
   if (schema !== null) {
     total += OPENAI_SCHEMA_OVERHEAD +
-      jsonTokenBound(schema, countTextTokens, `${tokenizer}:${counting}`);
+      jsonTokenBound(schema, countTextTokens, `${tokenizer}:${counting}`, limit);
   }
   return total;
 }
@@ -377,10 +395,13 @@ export function inputBound(
   request: ChatRequest,
   model: ImageRule,
   tokenizer: Tokenizer,
+  /** Counting may stop once the bound passes this; the number returned is then above it. */
+  limit = Infinity,
 ): number {
   if (hasDocuments(request)) return Infinity;
   if (provider.kind === "anthropic") return anthropicInputBound(request, imageLongEdgeOf(model));
-  const bound = openAiInputBound(request, model, tokenizer);
+  const bound = openAiInputBound(request, model, tokenizer, "held", limit);
+  if (bound > limit) return bound;
   if (provider.kind === "openai_responses") return bound + openAiReasoningTokens(request);
   if (!provider.forwardReasoningContent && !provider.forwardReasoningDetails) return bound;
   const count = (text: string) => countTokensWith(tokenizer, text);

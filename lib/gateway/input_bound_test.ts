@@ -507,3 +507,52 @@ Deno.test("a tool's PDF leaves the request without a bound short of its provider
   });
   assert.equal(inputBound({ kind: "anthropic" }, withPdf, gpt, "o200k"), Infinity);
 });
+
+Deno.test("a bound given a limit stops counting once past it, and keeps nothing it stopped short of", () => {
+  const words = Array.from({ length: 2_000 }, (_, i) => `word${i}x${i * 7}`).join(" ");
+  const enumValues = Array.from({ length: 50_000 }, (_, i) => `v${i}`);
+  const body = {
+    messages: [{ role: "user", content: words }, { role: "user", content: words }],
+    tools: [{
+      type: "function",
+      function: {
+        name: "f",
+        parameters: { type: "object", properties: { a: { enum: enumValues } } },
+      },
+    }],
+  };
+  const whole = openAiInputBound(request(body), gpt, "o200k");
+  const stopped = openAiInputBound(request(body), gpt, "o200k", "held", 500);
+  assert.ok(stopped > 500 && stopped < whole, `${stopped} of ${whole}`);
+  // Counted again without a limit (the tools' bound and the texts' counts from their caches):
+  // the whole bound, none of it cut short.
+  assert.equal(openAiInputBound(request(body), gpt, "o200k"), whole);
+  // A tool's bound is cached (its JSON short enough): one stopped short is not.
+  const toolsOnly = {
+    messages: [{ role: "user", content: "hi" }],
+    tools: [{
+      type: "function",
+      function: { name: "g", parameters: { enum: enumValues.slice(0, 5_000) } },
+    }],
+  };
+  const toolsStopped = openAiInputBound(request(toolsOnly), gpt, "cl100k", "held", 1_000);
+  const toolsWhole = openAiInputBound(request(toolsOnly), gpt, "cl100k");
+  assert.ok(toolsStopped > 1_000 && toolsStopped < toolsWhole, `${toolsStopped} of ${toolsWhole}`);
+  assert.equal(openAiInputBound(request(toolsOnly), gpt, "cl100k", "held", 1_000), toolsWhole);
+  // Under the limit, the whole bound.
+  assert.equal(openAiInputBound(request(body), gpt, "o200k", "held", whole), whole);
+  assert.equal(inputBound({ kind: "openai" }, request(body), gpt, "o200k", 500), stopped);
+});
+
+Deno.test("a text counted with a limit stops once past it and is not kept; counted whole later, it is whole", () => {
+  const text = Array.from({ length: 5_000 }, (_, i) => `w${i}q${i % 97}`).join(" ");
+  const stopped = countTokensWith("o200k", text + "!", undefined, 100);
+  const whole = countTextTokens(text + "!");
+  assert.ok(stopped > 100 && stopped < whole, `${stopped} of ${whole}`);
+  assert.equal(countTokensWith("o200k", text + "!"), whole);
+  // Once counted whole, a count with a limit is the cached whole.
+  assert.equal(countTokensWith("o200k", text + "!", undefined, 100), whole);
+  assert.ok(
+    countTokensWith("cl100k", text + "?", undefined, 100) < countTokensWith("cl100k", text + "?"),
+  );
+});

@@ -98,10 +98,13 @@ function tokenize(
   text: string,
   rationed?: { ration: MergeRation; beyond: Beyond },
   onToken?: (rank: number) => void,
+  /** Counting stops once the count passes this: what is past a context needs no exact number. */
+  limit = Infinity,
 ): Counted {
   let count = 0;
   let exact = true;
   for (const [match] of text.matchAll(core.tokenSplitRegex)) {
+    if (count > limit) return { count, exact: false };
     const whole = core.getBpeRankFromString(match);
     if (whole !== undefined) {
       count++;
@@ -226,17 +229,24 @@ type Count = (text: string) => Counted;
 function encodingCounts(core: BpeCore) {
   const cache = new CountCache();
   const exactly: Count = (text) => tokenize(core, text);
-  const within = (ration: MergeRation, beyond: Beyond): Count => (text) =>
-    tokenize(core, text, { ration, beyond });
+  const within = (ration: MergeRation, beyond: Beyond, limit = Infinity): Count => (text) =>
+    tokenize(core, text, { ration, beyond }, undefined, limit);
   const held = within(HOLD_MERGES, "upper");
   const limited = within(HOLD_MERGES, "lower");
+  // A count stopped at its limit is no exact count: not cached.
   return {
     exact: (text: string) => cache.count(text, exactly),
     // Each encoding cached on its own: a text counted for a hold and for a limit is encoded once.
-    held: (text: string, ration = HOLD_MERGES) =>
-      cache.count(text, ration === HOLD_MERGES ? held : within(ration, "upper")),
-    limited: (text: string, ration = HOLD_MERGES) =>
-      cache.count(text, ration === HOLD_MERGES ? limited : within(ration, "lower")),
+    held: (text: string, ration = HOLD_MERGES, limit = Infinity) =>
+      cache.count(
+        text,
+        ration === HOLD_MERGES && limit === Infinity ? held : within(ration, "upper", limit),
+      ),
+    limited: (text: string, ration = HOLD_MERGES, limit = Infinity) =>
+      cache.count(
+        text,
+        ration === HOLD_MERGES && limit === Infinity ? limited : within(ration, "lower", limit),
+      ),
   };
 }
 
@@ -264,15 +274,19 @@ export function countTokensWith(
   tokenizer: Tokenizer,
   text: string,
   ration: MergeRation = HOLD_MERGES,
+  /** Counting stops once past this (a count above a context need not be exact). */
+  limit = Infinity,
 ): number {
   if (text.length === 0) return 0;
   switch (tokenizer) {
     case "o200k":
-      return O200K_COUNTS.held(text, ration);
-    case "cl100k":
+      return O200K_COUNTS.held(text, ration, limit);
+    case "cl100k": {
       // Neither encoding bounds the other ("IIII…" counts more in cl100k, identifiers in o200k),
       // and a catalog's cl100k applies to every route: the larger of the two covers either.
-      return Math.max(O200K_COUNTS.held(text, ration), CL100K_COUNTS.held(text, ration));
+      const o200k = O200K_COUNTS.held(text, ration, limit);
+      return o200k > limit ? o200k : Math.max(o200k, CL100K_COUNTS.held(text, ration, limit));
+    }
     case "utf8_bytes":
       return utf8Length(text);
   }
@@ -303,13 +317,15 @@ export function countLimitTokens(
   tokenizer: Tokenizer,
   text: string,
   ration: MergeRation = HOLD_MERGES,
+  /** Counting stops once past this. */
+  limit = Infinity,
 ): number {
   if (text.length === 0) return 0;
   switch (tokenizer) {
     case "o200k":
-      return O200K_COUNTS.limited(text, ration);
+      return O200K_COUNTS.limited(text, ration, limit);
     case "cl100k":
-      return CL100K_COUNTS.limited(text, ration);
+      return CL100K_COUNTS.limited(text, ration, limit);
     case "utf8_bytes":
       return utf8Length(text);
   }
@@ -369,11 +385,20 @@ export function* simulatedPieces(text: string): Generator<SimulatedPiece> {
 /** The simulator's counts of texts seen lately: its count of a request and its bill agree. */
 const SIMULATED_COUNTS = new CountCache();
 
-/** The simulator's count of a text's tokens (see simulatedPieces). */
-export function countSimulatedTokens(text: string): number {
+/**
+ * The simulator's count of a text's tokens: as many as simulatedPieces makes, counted without
+ * writing them. Stops once past `limit` (kept only when whole).
+ */
+export function countSimulatedTokens(text: string, limit = Infinity): number {
   return SIMULATED_COUNTS.count(text, () => {
     let count = 0;
-    for (const piece of simulatedPieces(text)) count += piece.ids.length;
+    for (const [match] of text.matchAll(O200K.tokenSplitRegex)) {
+      if (count > limit) return { count, exact: false };
+      if (O200K.getBpeRankFromString(match) !== undefined) count++;
+      else if (match.length > LIBRARY_MERGE_CHARS) {
+        for (const _ of byteCuts(match.toWellFormed(), LONGEST_TOKEN_BYTES)) count++;
+      } else count += O200K.bytePairEncode(match).length;
+    }
     return count;
   });
 }

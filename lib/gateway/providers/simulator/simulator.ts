@@ -29,8 +29,8 @@ export const SIMULATED_PDF_PAGE_TOKENS = 1_000;
  * The input the simulator bills: OpenAI's rules for the messages, and its flat rate for each PDF
  * page. Its count (countInputTokens) is this same number, so a PDF is held at what it is billed.
  */
-function simulatedPromptTokens(up: UpstreamRequest): number {
-  let tokens = openAiInputBound(up.request, up.model, up.model.tokenizer, "simulated");
+function simulatedPromptTokens(up: UpstreamRequest, limit = Infinity): number {
+  let tokens = openAiInputBound(up.request, up.model, up.model.tokenizer, "simulated", limit);
   for (const m of up.request.messages) {
     for (const part of filePartsOf(m)) {
       const pdf = atob(pdfBase64(part));
@@ -100,9 +100,13 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
   }
 
   return {
-    /** Its own bill, exactly: the simulator is the provider. */
+    /**
+     * Its own bill, exactly: the simulator is the provider. A count past the prompt's room in the
+     * context refuses the request, so it stops there.
+     */
     countInputTokens(request) {
-      return Promise.resolve(simulatedPromptTokens(request));
+      const room = request.model.contextTokens - request.maxTokens;
+      return Promise.resolve(simulatedPromptTokens(request, room));
     },
 
     stream(request) {
