@@ -289,7 +289,7 @@ Deno.test("an input's limit is checked in cl100k, as OpenAI's embedding models c
     assert.equal(over.status, 400);
     const { error } = await over.json();
     assert.equal(error.code, "context_length_exceeded");
-    assert.match(error.message, /has 8193 tokens/);
+    assert.match(error.message, /has more than 8192 tokens/);
     assert.equal(upstream.received.length, 1, "refused before the upstream");
     // The hold is the o200k count: a wallet that covers 7,998 tokens but not 13,330 is a 402.
     await spendDownTo(s.kv, appId, expectedCost(10_000, FAKE_PRICE));

@@ -154,20 +154,21 @@ export function countEmbeddingTokens(
   let total = 0;
   let held = 0;
   for (const [i, one] of inputs.entries()) {
+    // Counted only as far as the limit: an input past it is refused, however long.
     const tokens = typeof one !== "string"
       ? one.length
       : model.tokenizer === "utf8_bytes"
       ? 0
-      : countLimitTokens(model.tokenizer, one);
-    held += typeof one === "string" ? heldTokens(model.tokenizer, one) : one.length;
+      : countLimitTokens(model.tokenizer, one, undefined, model.contextTokens);
     if (tokens > model.contextTokens) {
       const param = single ? "input" : `input[${i}]`;
       throw new ApiError(
         "context_length_exceeded",
-        `Input ${i} has ${tokens} tokens; ${model.id} takes at most ${model.contextTokens} tokens per input. Nothing was charged.`,
+        `Input ${i} has more than ${model.contextTokens} tokens, the most ${model.id} takes per input. Nothing was charged.`,
         { param },
       );
     }
+    held += typeof one === "string" ? heldTokens(model.tokenizer, one) : one.length;
     total += tokens;
   }
   if (total > MAX_EMBEDDING_REQUEST_TOKENS) {
