@@ -679,7 +679,7 @@ export class Gateway {
         Math.min(
           exactInputReservation(exact) +
             unreadImageTokens(model.provider.kind, request, model),
-          model.contextTokens - maxTokens,
+          room,
         ),
       );
       const next = Math.max(...bounds.map((bound, i) => servesPrimary(i) ? withMargin : bound));

@@ -344,10 +344,7 @@ export interface SimulatedPiece {
   ids: number[];
 }
 
-/**
- * Ids of a long pre-token's pieces, past o200k's vocabulary (hashed from the piece, so the same
- * text embeds the same).
- */
+/** Where the ids of a long pre-token's cut pieces start: past o200k's vocabulary. */
 const UNMERGED_ID_BASE = 1 << 20;
 
 /**
@@ -360,27 +357,51 @@ const UNMERGED_ID_BASE = 1 << 20;
  * gives the same pieces every time: the simulator's count is its bill.
  */
 export function* simulatedPieces(text: string): Generator<SimulatedPiece> {
-  for (const [match] of text.matchAll(O200K.tokenSplitRegex)) {
-    const whole = O200K.getBpeRankFromString(match);
-    if (whole !== undefined) {
-      yield { text: match, ids: [whole] };
-    } else if (match.length > LIBRARY_MERGE_CHARS) {
-      for (const piece of byteCuts(match.toWellFormed(), LONGEST_TOKEN_BYTES)) {
-        yield { text: piece, ids: [UNMERGED_ID_BASE + (stringHash(piece) & 0xfffffff)] };
+  for (const token of simulatedPreTokens(text)) {
+    if ("cut" in token) {
+      for (const piece of byteCuts(token.cut, LONGEST_TOKEN_BYTES)) {
+        yield { text: piece, ids: [cutId(piece)] };
       }
-    } else {
-      let pending: number[] = [];
-      for (const rank of O200K.bytePairEncode(match)) {
-        pending.push(rank);
-        const piece = decode(pending);
-        if (piece.includes("\uFFFD")) continue;
-        yield { text: piece, ids: pending };
-        pending = [];
-      }
-      if (pending.length) yield { text: decode(pending), ids: pending };
+      continue;
     }
+    let pending: number[] = [];
+    for (const rank of token.ranks) {
+      pending.push(rank);
+      const piece = decode(pending);
+      if (piece.includes("\uFFFD")) continue;
+      yield { text: piece, ids: pending };
+      pending = [];
+    }
+    if (pending.length) yield { text: decode(pending), ids: pending };
   }
 }
+
+/** The ids of the simulator's tokens of a text (simulatedPieces' ids, with no text decoded). */
+export function simulatedTokenIds(text: string): number[] {
+  const ids: number[] = [];
+  for (const token of simulatedPreTokens(text)) {
+    if ("cut" in token) {
+      for (const piece of byteCuts(token.cut, LONGEST_TOKEN_BYTES)) ids.push(cutId(piece));
+    } else ids.push(...token.ranks);
+  }
+  return ids;
+}
+
+/**
+ * Each pre-token as the simulator tokenizes it: a whole token's rank, or a short one's merged
+ * ranks; a long one (past LIBRARY_MERGE_CHARS) to be cut, not merged.
+ */
+function* simulatedPreTokens(text: string): Generator<{ ranks: number[] } | { cut: string }> {
+  for (const [match] of text.matchAll(O200K.tokenSplitRegex)) {
+    const whole = O200K.getBpeRankFromString(match);
+    if (whole !== undefined) yield { ranks: [whole] };
+    else if (match.length > LIBRARY_MERGE_CHARS) yield { cut: match.toWellFormed() };
+    else yield { ranks: O200K.bytePairEncode(match) };
+  }
+}
+
+/** A cut piece's id: past o200k's vocabulary, hashed from the piece (the same text, the same id). */
+const cutId = (piece: string) => UNMERGED_ID_BASE + (stringHash(piece) & 0xfffffff);
 
 /** The simulator's counts of texts seen lately: its count of a request and its bill agree. */
 const SIMULATED_COUNTS = new CountCache();
@@ -392,12 +413,10 @@ const SIMULATED_COUNTS = new CountCache();
 export function countSimulatedTokens(text: string, limit = Infinity): number {
   return SIMULATED_COUNTS.count(text, () => {
     let count = 0;
-    for (const [match] of text.matchAll(O200K.tokenSplitRegex)) {
+    for (const token of simulatedPreTokens(text)) {
       if (count > limit) return { count, exact: false };
-      if (O200K.getBpeRankFromString(match) !== undefined) count++;
-      else if (match.length > LIBRARY_MERGE_CHARS) {
-        for (const _ of byteCuts(match.toWellFormed(), LONGEST_TOKEN_BYTES)) count++;
-      } else count += O200K.bytePairEncode(match).length;
+      if ("ranks" in token) count += token.ranks.length;
+      else for (const _ of byteCuts(token.cut, LONGEST_TOKEN_BYTES)) count++;
     }
     return count;
   });

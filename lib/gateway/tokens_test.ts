@@ -14,6 +14,7 @@ import {
   countTokensWith,
   MergeRation,
   simulatedPieces,
+  simulatedTokenIds,
   textTokenIds,
 } from "./tokens.ts";
 
@@ -92,6 +93,7 @@ Deno.test("the simulator cuts a long pre-token into pieces of at most 256 bytes,
     assert.ok(simulated <= countTokensWith("o200k", text), "within a hold's count");
     assert.ok(simulated >= Math.ceil(new TextEncoder().encode(text).length / 256));
     assert.deepEqual([...simulatedPieces(text)], pieces);
+    assert.deepEqual(simulatedTokenIds(text), pieces.flatMap((piece) => piece.ids));
   }
 });
 

@@ -1,4 +1,4 @@
-import { simulatedPieces } from "../../tokens.ts";
+import { simulatedPieces, simulatedTokenIds } from "../../tokens.ts";
 import { contentText, filePartsOf, pdfBase64, type ToolDefinition } from "../../chat_request.ts";
 import { openAiInputBound } from "../../input_bound.ts";
 import { inFormat } from "../../embedding_vectors.ts";
@@ -183,9 +183,7 @@ export function createSimulator(options: { tokenDelayMs: number }): Provider {
       }
       let promptTokens = 0;
       const data = request.inputs.map((input, index) => {
-        const ids = typeof input === "string"
-          ? [...simulatedPieces(input)].flatMap((piece) => piece.ids)
-          : input;
+        const ids = typeof input === "string" ? simulatedTokenIds(input) : input;
         promptTokens += ids.length;
         const vector = hashedEmbedding(ids, dimensions);
         return {
