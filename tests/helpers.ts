@@ -248,12 +248,29 @@ export function serveLoopback(handler: (request: Request) => Response | Promise<
   };
 }
 
+const SPEND_DOWN_REQUEST = "req_spend_down";
+
+/**
+ * Sends `body` from a new app whose wallet holds exactly `held` (a hold learned on another app),
+ * to see whether that hold covers the bill: the answer (its body dropped) and its usage record.
+ */
+export async function chatHoldingExactly(s: TestService, body: unknown, held: number) {
+  const app = await s.newApp("exact");
+  await spendDownTo(s.kv, app.appId, held);
+  const res = await s.chat(app.apiKey, body);
+  await res.body?.cancel();
+  const record = (await usageRecords(s.kv, app.appId)).find((u) =>
+    u.requestId !== SPEND_DOWN_REQUEST
+  )!;
+  return { res, record };
+}
+
 /** Spends through the wallet (one settled reservation) so that exactly `target` micro-USD remain. */
 export async function spendDownTo(kv: Deno.Kv, appId: string, target: number) {
   const wallets = new Wallets(kv, { leaseMs: 60_000 });
   const wallet = await kv.get<WalletRecord>(keys.wallet(appId));
   const amount = wallet.value!.available - target;
-  const requestId = "req_spend_down";
+  const requestId = SPEND_DOWN_REQUEST;
   const reserved = await wallets.reserve(appId, {
     amount,
     keyId: "key_test",

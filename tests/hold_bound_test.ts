@@ -9,9 +9,11 @@ import { pngBase64 } from "./fakes/common.ts";
 import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
 import {
   assertAuditClean,
+  chatHoldingExactly,
   spendDownTo,
   startService,
   testCatalogFile,
+  type TestService,
   usageRecords,
   userMessage,
 } from "./helpers.ts";
@@ -19,6 +21,29 @@ import {
 // A run of letters on which counting in 128-character pieces came out two tokens short per cut.
 const BLOCK =
   "rxgpurqwthzdkjdntpzomdhhdfqvhnkbuqykpifasepuktobcteefvtgfuecolddxaheyghcrcrlvdmlrzoukuttgedcrwbxctricbvzvgkzrvzyptnuwxoyjfrmvvvv";
+
+/**
+ * The hold of `request`, learned on an app with room to spare; then the same request from an app
+ * holding exactly that hold, charged in full (nothing `uncharged`), as its header says; the
+ * audit clean after.
+ */
+async function assertHoldCoversBill(s: TestService, request: unknown) {
+  const rich = await s.newApp("rich");
+  const first = await s.chat(rich.apiKey, request);
+  assert.equal(first.status, 200);
+  await first.body?.cancel();
+  const [learned] = await usageRecords(s.kv, rich.appId);
+  const { res, record } = await chatHoldingExactly(s, request, learned.reserved);
+  assert.equal(res.status, 200);
+  assert.equal(
+    record.uncharged,
+    0,
+    `held ${record.reserved}, billed ${record.cost + record.uncharged}`,
+  );
+  assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+  await assertAuditClean(s.kv);
+  return { learned, record };
+}
 
 Deno.test("a long run of letters is held at no less than OpenAI bills: an app holding exactly the hold is charged in full", async () => {
   const upstream = startOpenAiUpstream();
@@ -33,30 +58,11 @@ Deno.test("a long run of letters is held at no less than OpenAI bills: an app ho
       messages: userMessage(BLOCK.repeat(128)),
       max_tokens: 16,
     };
-    // The hold, learned on an app with room to spare.
-    const rich = await s.newApp("rich");
-    const first = await s.chat(rich.apiKey, request);
-    assert.equal(first.status, 200);
-    await first.body?.cancel();
-    const [learned] = await usageRecords(s.kv, rich.appId);
+    const { learned, record } = await assertHoldCoversBill(s, request);
     // The strict fake bills the exact o200k count of the text, with OpenAI's chat framing.
-    const billed = upstream.chats.at(-1)!.promptTokens;
+    const billed = upstream.chats.at(-2)!.promptTokens;
     assert.ok(learned.promptTokens === billed && learned.uncharged === 0);
-
-    const exact = await s.newApp("exact");
-    await spendDownTo(s.kv, exact.appId, learned.reserved);
-    const res = await s.chat(exact.apiKey, request);
-    assert.equal(res.status, 200);
-    await res.body?.cancel();
-    const record = (await usageRecords(s.kv, exact.appId)).find((u) => u.model === "fake/gpt")!;
     assert.equal(record.reserved, learned.reserved);
-    assert.equal(
-      record.uncharged,
-      0,
-      `held ${record.reserved}, billed ${record.cost + record.uncharged}`,
-    );
-    assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
-    await assertAuditClean(s.kv);
   } finally {
     await s.close();
     await upstream.close();
@@ -174,26 +180,8 @@ Deno.test("an image on an OpenAI nano model without image figures in the catalog
         ],
       }],
     };
-    const rich = await s.newApp("rich");
-    const first = await s.chat(rich.apiKey, request);
-    assert.equal(first.status, 200);
-    await first.body?.cancel();
-    const [learned] = await usageRecords(s.kv, rich.appId);
+    const { learned } = await assertHoldCoversBill(s, request);
     assert.ok(learned.promptTokens > 3779, `billed ${learned.promptTokens}`);
-
-    const exact = await s.newApp("exact");
-    await spendDownTo(s.kv, exact.appId, learned.reserved);
-    const res = await s.chat(exact.apiKey, request);
-    assert.equal(res.status, 200);
-    await res.body?.cancel();
-    const record = (await usageRecords(s.kv, exact.appId)).find((u) => u.model === "fake/nano")!;
-    assert.equal(
-      record.uncharged,
-      0,
-      `held ${record.reserved}, billed ${record.cost + record.uncharged}`,
-    );
-    assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
-    await assertAuditClean(s.kv);
   } finally {
     await s.close();
     await upstream.close();

@@ -11,6 +11,7 @@ import { startAnthropicUpstream } from "./fakes/anthropic_upstream.ts";
 import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
 import {
   assertAuditClean,
+  chatHoldingExactly,
   PUBLIC_URL,
   readSse,
   spendDownTo,
@@ -195,12 +196,8 @@ Deno.test("a Claude prompt the legacy tokenizer bills past the size is held past
     assert.ok(sent.inputTokens > SIZE, `billed ${sent.inputTokens}`);
     const [learned] = await usageRecords(s.kv, learn.appId);
 
-    const exact = await s.newApp("exact");
-    await spendDownTo(s.kv, exact.appId, learned.reserved);
-    const res = await s.chat(exact.apiKey, body);
+    const { res, record } = await chatHoldingExactly(s, body, learned.reserved);
     assert.equal(res.status, 200);
-    await res.body?.cancel();
-    const record = (await usageRecords(s.kv, exact.appId)).find((u) => u.model === "claude/long")!;
     assert.equal(record.reserved, learned.reserved);
     assert.equal(record.uncharged, 0, `held ${record.reserved}, ${record.uncharged} uncharged`);
     assert.equal(parseUsd(res.headers.get("tollbooth-request-cost")!), record.cost);

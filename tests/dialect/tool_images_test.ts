@@ -11,7 +11,7 @@ import { generateText, stepCountIs, tool } from "ai";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import { pngBase64 } from "../fakes/common.ts";
-import { spendDownTo, usageRecords } from "../helpers.ts";
+import { chatHoldingExactly } from "../helpers.ts";
 import {
   ADAPTIVE_CLAUDE,
   answeredToolCall,
@@ -294,14 +294,9 @@ Deno.test("Opus 4.7 reads an image at up to 2576 px, about three times the token
     assert.equal(learned.promptTokens, billed);
 
     // An app holding exactly that hold is charged the whole bill.
-    const exact = await d.s.newApp("exact");
-    await spendDownTo(d.s.kv, exact.appId, learned.reserved);
-    const res = await d.s.chat(exact.apiKey, body);
+    const { res, record } = await chatHoldingExactly(d.s, body, learned.reserved);
     assert.equal(res.status, 200);
-    await res.body?.cancel();
-    const record = (await usageRecords(d.s.kv, exact.appId)).find((u) =>
-      u.model === ADAPTIVE_CLAUDE
-    )!;
+    assert.equal(record.model, ADAPTIVE_CLAUDE);
     assert.equal(record.promptTokens, billed);
     assert.equal(record.uncharged, 0, `held ${record.reserved}, ${record.uncharged} uncharged`);
   }));
