@@ -86,7 +86,9 @@ export default function NewKeyForm(
       });
       const body = await response.json().catch(() => ({}));
       if (!response.ok) {
-        throw new Error(body.error ?? `The key could not be issued (${response.status}).`);
+        throw new Error(
+          body.error?.message ?? `The key could not be issued (${response.status}).`,
+        );
       }
       // A session that ended meanwhile answers with the sign-in page, not a key.
       if (typeof body.api_key !== "string") {

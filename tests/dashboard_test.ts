@@ -412,7 +412,10 @@ Deno.test("at the app's bound of live keys the new-key form says so, with and wi
       json,
     );
     assert.equal(island.status, 403);
-    assert.match((await island.json()).error, /Revoke a key it no longer uses first/);
+    const refusal = (await island.json()).error;
+    assert.equal(refusal.code, "api_key_limit_reached");
+    assert.equal(refusal.type, "invalid_request_error");
+    assert.match(refusal.message, /Revoke a key it no longer uses first/);
 
     const ci = (await listAppKeys(s.kv, appId)).find((k) => k.name === "ci")!;
     const rotated = await v.post(
@@ -425,6 +428,50 @@ Deno.test("at the app's bound of live keys the new-key form says so, with and wi
     const live = (await listAppKeys(s.kv, appId)).filter((k) => k.revokedAt === null);
     assert.equal(live.length, 2);
   }, { MAX_LIVE_KEYS_PER_APP: "2" }));
+
+Deno.test("the keys island's refusals are in the API's error shape", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const csrf = await v.csrf();
+    const json = { accept: "application/json" };
+    const unnamed = await v.post(`/dashboard/apps/${appId}/keys`, { _csrf: csrf, name: "" }, json);
+    assert.equal(unnamed.status, 400);
+    const { error } = await unnamed.json();
+    assert.equal(error.code, "invalid_parameter");
+    assert.equal(error.param, "name");
+    assert.match(error.message, /A key name has 1 to 60 characters/);
+    assert.match(error.doc_url, /\/docs\/errors#invalid_parameter$/);
+  }));
+
+Deno.test("concurrent rotations of one key issue one new key; the others are told it is revoked", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const csrf = await v.csrf();
+    const key = (await listAppKeys(s.kv, appId)).find((k) => k.name === "default")!;
+    const rotate = (json: boolean) =>
+      v.post(
+        `/dashboard/apps/${appId}/keys/${key.id}/rotate`,
+        { _csrf: csrf },
+        json ? { accept: "application/json" } : {},
+      );
+    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => rotate(i % 2 === 0)));
+    const statuses = answers.map((answer) => answer.status);
+    const bodies = await Promise.all(answers.map((answer) => answer.text()));
+    assert.equal(statuses.filter((status) => status === 500).length, 0, statuses.join(","));
+    const issued = statuses.filter((status, i) =>
+      status === 200 || (status === 303 && answers[i].headers.get("location")!.includes("/issued/"))
+    );
+    assert.equal(issued.length, 1, statuses.join(","));
+    for (const [i, status] of statuses.entries()) {
+      if (status === 404) assert.equal(JSON.parse(bodies[i]).error.code, "resource_not_found");
+    }
+    const live = (await listAppKeys(s.kv, appId)).filter((k) => k.revokedAt === null);
+    assert.equal(live.length, 1);
+  }));
 
 Deno.test("replacing the top-up address shows a new one and retires the old", () =>
   withService(async (s) => {

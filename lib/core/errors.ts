@@ -156,7 +156,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "No such resource",
     cause:
-      "The app or key named in the path does not exist, or belongs to another owner (the two look the same), or a segment of the path is longer than 512 characters, which no id is. `param` names the path parameter.",
+      "The app or key named in the path does not exist, or belongs to another owner (the two look the same), or a segment of the path is longer than 512 characters, which no id is; a key the dashboard was asked to rotate had been revoked (by another tab, or a click before). `param` names the path parameter.",
     fix: "List your apps (`GET /v1/management/apps`) or the app's keys for valid ids.",
   },
   api_key_limit_reached: {
@@ -164,7 +164,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "The app has as many API keys as allowed",
     cause:
-      "Management API: a new API key was asked for an app that already has the most live (not revoked) keys an app may have, 100 by default (`MAX_LIVE_KEYS_PER_APP`). Nothing was created. Rotating a key replaces it and is never refused.",
+      "A new API key was asked (management API or dashboard) for an app that already has the most live (not revoked) keys an app may have, 100 by default (`MAX_LIVE_KEYS_PER_APP`). Nothing was created. Rotating a key replaces it and is never refused.",
     fix:
       "Revoke keys the app no longer uses (`POST /v1/management/apps/{app_id}/keys/{key_id}/revoke`, or the dashboard), then create the new one.",
   },

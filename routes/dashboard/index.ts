@@ -32,7 +32,13 @@ import {
   unchargedOf,
 } from "@/lib/billing/mod.ts";
 import { updateTopUpSettings } from "@/lib/payments/mod.ts";
-import { getManyChunked, isPlausibleId, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import {
+  ApiError,
+  getManyChunked,
+  isPlausibleId,
+  NotFoundError,
+  parseUsd,
+} from "@/lib/core/mod.ts";
 import { apiKeyRevealOf, takeReveal } from "@/lib/accounts/mod.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import {
@@ -375,7 +381,7 @@ export function dashboardRoutes(
     const name = keyNameOf(String(c.get("form").name ?? ""));
     if (!name) {
       const error = `A key name has 1 to ${MAX_KEY_NAME_CHARS} characters.`;
-      if (wantsJson(c)) return c.json({ error }, 400);
+      if (wantsJson(c)) throw new ApiError("invalid_parameter", error, { param: "name" });
       const refused = { error, name: c.get("form").name ?? "" };
       return c.html(await keysView(c, app, { key: refused }), 400);
     }
@@ -384,7 +390,7 @@ export function dashboardRoutes(
       issued = await issueKey(kv, app.id, name, deps.keyBound);
     } catch (error) {
       if (!(error instanceof KeyLimitError)) throw error;
-      if (wantsJson(c)) return c.json({ error: error.message }, 403);
+      if (wantsJson(c)) throw new ApiError("api_key_limit_reached", error.message);
       return c.html(await keysView(c, app, { key: { error: error.message, name } }), 403);
     }
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name });
@@ -433,12 +439,17 @@ export function dashboardRoutes(
     const app = c.get("app");
     const key = await ownedKey(c, app);
     if (!key) return notFound(c);
-    if (key.revokedAt !== null) {
-      const error = "This key is already revoked; create a new one instead.";
-      if (wantsJson(c)) return c.json({ error }, 409);
+    // A double click, or another tab, may revoke it between the read and the rotation's commit.
+    let issued;
+    try {
+      if (key.revokedAt !== null) throw new NotFoundError(`no live key ${key.id}`);
+      ({ issued } = await rotateKey(kv, key.id));
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+      const message = "This key is already revoked; create a new one instead.";
+      if (wantsJson(c)) throw new ApiError("resource_not_found", message, { param: "key_id" });
       return c.redirect(`/dashboard/apps/${app.id}/keys`, 303);
     }
-    const { issued } = await rotateKey(kv, key.id);
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name: key.name });
     return await redirectToReveal(c, kv, session(c).id, {
       kind: "rotated_key",

@@ -320,6 +320,26 @@ Deno.test("browser: the rotated-key dialog keeps the focus inside it, closes on 
     assert.equal(await dialog.getByLabel("New API key").inputValue(), rotated);
   }));
 
+Deno.test("browser: rotating a key another tab already rotated says so in the form's alert", () =>
+  withBrowser(async (browser, base) => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Two tabs");
+    await page.getByRole("link", { name: "I have saved it: go to the keys" }).click();
+    const other = await context.newPage();
+    await other.goto(page.url());
+    other.once("dialog", (dialog) => dialog.accept());
+    await other.getByRole("button", { name: "Rotate key default" }).click();
+    await other.getByRole("dialog", { name: "Rotated key" }).waitFor();
+
+    page.once("dialog", (dialog) => dialog.accept());
+    await page.getByRole("button", { name: "Rotate key default" }).click();
+    const alert = page.getByRole("alert");
+    await alert.waitFor();
+    assert.equal(await alert.innerText(), "This key is already revoked; create a new one instead.");
+  }));
+
 Deno.test("browser: a 100-character app name wraps at 375 px, on the hosted top-up page and the dashboard", () =>
   withBrowser(async (browser, base) => {
     const page = await browser.newPage();
