@@ -192,7 +192,9 @@ async function paged<T>(page: Promise<T>): Promise<T> {
 }
 
 const pageQuery = {
-  limit: z.coerce.number().int().min(1).max(MAX_PAGE_LIMIT).default(DEFAULT_PAGE_LIMIT),
+  // Digits only: a number's other spellings (1e1, 0x10, " 5") are not a page size anyone means.
+  limit: z.string().regex(/^\d{1,6}$/, "a whole number").transform(Number)
+    .pipe(z.number().min(1).max(MAX_PAGE_LIMIT)).default(DEFAULT_PAGE_LIMIT),
   starting_after: z.string().min(1).max(200).optional(),
 };
 
