@@ -1343,7 +1343,7 @@ export function innermostIssue(issue: z.core.$ZodIssue): z.core.$ZodIssue {
 }
 
 /** The message of a schema issue, in the words of the field rather than of the validator. */
-function describeIssue(issue: z.core.$ZodIssue): string {
+export function describeIssue(issue: z.core.$ZodIssue): string {
   if (issue.code === "unrecognized_keys") return "is not a field Tollbooth accepts here";
   if (issue.code === "invalid_type" && /received undefined$/.test(issue.message)) {
     return "is required";
@@ -1351,7 +1351,8 @@ function describeIssue(issue: z.core.$ZodIssue): string {
   return issue.message;
 }
 
-function formatPath(path: readonly PropertyKey[]): string {
+/** A field's path as OpenAI writes it in `param`: `messages[2].content[0].image_url`. */
+export function formatPath(path: readonly PropertyKey[]): string {
   let out = "";
   for (const part of path) {
     out += typeof part === "number" ? `[${part}]` : out ? `.${String(part)}` : String(part);

@@ -712,7 +712,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           type: "object",
           required: ["model", "input"],
           description:
-            "OpenAI's Responses request. Input items: messages (`input_text`, `input_image`, `input_file` with a PDF's `file_data`, `output_text` parts), `function_call` (its `extra_content`, Gemini 3's thought signature as Tollbooth answered it, goes back with the call), `function_call_output` (its `output` a string, or `input_text`, `input_image` and `input_file` parts: a tool's screenshot or PDF), `item_reference` (an output item of a stored response) and `reasoning` (Claude's signed thinking sealed in `encrypted_content` by Tollbooth goes back to Claude with the assistant turn after it; any other is dropped). Tools: `function` only. Unknown fields are refused with 400 naming them.",
+            "OpenAI's Responses request. Input items: messages (`input_text`, `input_image`, `input_file` with a PDF's `file_data`, `output_text` parts), `function_call` (its `extra_content`, Gemini 3's thought signature as Tollbooth answered it, goes back with the call), `function_call_output` (its `output` a string, or `input_text`, `input_image` and `input_file` parts: a tool's screenshot or PDF), `item_reference` (an output item of a stored response) and `reasoning` (Claude's signed thinking sealed in `encrypted_content` by Tollbooth goes back to Claude with the assistant turn after it; any other is dropped). Tools: `function` only. `conversation` and `prompt` (state kept at OpenAI) are 400 `unsupported_parameter`; unknown fields are refused with 400 naming them.",
           properties: {
             model: { type: "string", minLength: 1, examples: ["tollbooth/echo"] },
             input: { oneOf: [{ type: "string" }, { type: "array", minItems: 1 }] },
@@ -732,6 +732,12 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                 "`message.output_text.logprobs` returns each output text token's logprob (with `top_logprobs` alternatives) on its `output_text` part and text delta events; the other values are accepted and change nothing.",
             },
             top_logprobs: { type: ["integer", "null"], minimum: 0, maximum: 20 },
+            max_tool_calls: {
+              type: ["integer", "null"],
+              minimum: 1,
+              description:
+                "Accepted and not sent on: it bounds calls of built-in tools, and only function tools, which the client calls, are served.",
+            },
           },
         },
         Response: {

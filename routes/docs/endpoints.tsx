@@ -230,8 +230,12 @@ export function endpointsPage() {
           {" "}
           <code>text.verbosity</code>, <code>reasoning.effort</code>, <code>temperature</code>,{" "}
           <code>top_p</code>, <code>metadata</code>, <code>user</code>, <code>store</code>,{" "}
-          <code>previous_response_id</code>,{" "}
-          <code>stream</code>. Errors name the field by its Responses path (<code>
+          <code>previous_response_id</code>, <code>stream</code>, <code>max_tool_calls</code>{" "}
+          (taken, and sent nowhere: it bounds built-in tools, and only function tools are served);
+          {" "}
+          <code>conversation</code> and <code>prompt</code> (state kept at OpenAI) are{" "}
+          <code>400 unsupported_parameter</code>. Errors name the field by its Responses path
+          (<code>
             input[2].content[0].image_url
           </code>, <code>max_output_tokens</code>).
         </li>

@@ -9,7 +9,9 @@
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
 import {
+  describeIssue,
   EndUser,
+  formatPath,
   innermostIssue,
   Metadata,
   Probability,
@@ -229,6 +231,10 @@ export const ResponsesRequestSchema = z.strictObject({
   top_logprobs: z.number({ error: "must be an integer" }).int("must be an integer")
     .min(0, "must be at least 0").max(20, "must be at most 20").nullish(),
   background: z.literal(false, "background responses are not supported").nullish(),
+  // It bounds the built-in tools' calls, which OpenAI runs itself; the function tools served here
+  // are called by the client, so it has nothing to bound.
+  max_tool_calls: z.number({ error: "must be an integer" }).int("must be an integer")
+    .min(1, "must be at least 1").nullish(),
 });
 
 export type ResponsesBody = z.infer<typeof ResponsesRequestSchema>;
@@ -731,25 +737,43 @@ function fileFieldsOf(p: z.infer<typeof InputFile>, path: string): Record<string
   return { type: "file", file, ...breakpointOf(p) };
 }
 
+/**
+ * Fields of OpenAI's Responses API that need state at OpenAI, which no chat call made for the
+ * answer has: refused by name, with what to send instead.
+ */
+const STATEFUL_FIELDS: Record<string, string> = {
+  conversation:
+    "conversations are kept at OpenAI, not here; send previous_response_id or the whole input",
+  prompt: "prompt templates are kept in an OpenAI project; send instructions and input instead",
+};
+
 function fromIssue(outer: z.core.$ZodIssue, prefix: PropertyKey[] = []): ApiError {
   // A content part's own fault (an image's detail) rather than "must be a string or an array".
   const issue = innermostIssue(outer);
   const path = [...prefix, ...issue.path];
-  if (issue.code === "unrecognized_keys") path.push(issue.keys[0]);
-  const param = formatPath(path);
-  return invalid(param, issue.message);
+  if (issue.code === "unrecognized_keys") {
+    const field = issue.keys[0].slice(0, 100);
+    path.push(field);
+    if (path.length === 1) {
+      if (Object.hasOwn(STATEFUL_FIELDS, field)) {
+        return new ApiError(
+          "unsupported_parameter",
+          `Unsupported parameter '${field}': ${STATEFUL_FIELDS[field]}.`,
+          { param: field },
+        );
+      }
+      return new ApiError(
+        "invalid_parameter",
+        `Unknown parameter: '${field}'. The fields Tollbooth accepts are listed at /docs#responses.`,
+        { param: field },
+      );
+    }
+  }
+  return invalid(formatPath(path), describeIssue(issue));
 }
 
 function invalid(param: string, message: string): ApiError {
   return new ApiError("invalid_parameter", `Invalid value for '${param}': ${message}.`, { param });
-}
-
-function formatPath(path: readonly PropertyKey[]): string {
-  let out = "";
-  for (const part of path) {
-    out += typeof part === "number" ? `[${part}]` : out ? `.${String(part)}` : String(part);
-  }
-  return out || "(body)";
 }
 
 /** A part's explicit prompt-cache breakpoint, carried to the chat part it becomes. */

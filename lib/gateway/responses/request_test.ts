@@ -350,6 +350,14 @@ Deno.test("each malformed or unsupported field is refused with its Responses pat
     [{ model: MODEL }, "missing_parameter", "input"],
     [{ model: MODEL, input: "x", temperature: 3 }, "invalid_parameter", "temperature"],
     [{ model: MODEL, input: "x", bogus: 1 }, "invalid_parameter", "bogus"],
+    [{ model: MODEL, input: "x", conversation: "conv_1" }, "unsupported_parameter", "conversation"],
+    [{ model: MODEL, input: "x", prompt: { id: "pmpt_1" } }, "unsupported_parameter", "prompt"],
+    [{ model: MODEL, input: "x", max_tool_calls: 0 }, "invalid_parameter", "max_tool_calls"],
+    [
+      { model: MODEL, input: [{ role: "user", content: "x", bogus: 1 }] },
+      "invalid_parameter",
+      "input[0].bogus",
+    ],
     [
       { model: MODEL, input: [{ role: "robot", content: "x" }] },
       "invalid_parameter",
@@ -404,6 +412,31 @@ Deno.test("each malformed or unsupported field is refused with its Responses pat
   for (const [body, code, param] of cases) {
     assert.deepEqual(refusal(body), { code, param }, JSON.stringify(body));
   }
+});
+
+Deno.test("an unknown field is refused in the field's words, not the validator's", () => {
+  const message = (body: Record<string, unknown>) => {
+    try {
+      toChatRequest(parseResponsesBody(body), NONE);
+    } catch (error) {
+      return (error as ApiError).message;
+    }
+    throw new Error("accepted");
+  };
+  assert.equal(
+    message({ model: MODEL, input: "x", bogus: 1 }),
+    "Unknown parameter: 'bogus'. The fields Tollbooth accepts are listed at /docs#responses.",
+  );
+  assert.equal(
+    message({ model: MODEL, input: [{ role: "user", content: "x", bogus: 1 }] }),
+    "Invalid value for 'input[0].bogus': is not a field Tollbooth accepts here.",
+  );
+  assert.match(message({ model: MODEL, input: "x", conversation: "c" }), /previous_response_id/);
+});
+
+Deno.test("max_tool_calls is taken and goes nowhere: it bounds built-in tools, and only function tools are served", () => {
+  const chat = chatOf({ input: "x", max_tool_calls: 3 });
+  assert.equal("max_tool_calls" in chat, false);
 });
 
 Deno.test("include message.output_text.logprobs asks the chat call for logprobs, with top_logprobs; other includes change nothing", () => {
