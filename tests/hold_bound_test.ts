@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { countPromptTokens, countSimulatedTokens } from "@/lib/gateway/tokens.ts";
 import { pngBase64 } from "./fakes/common.ts";
+import { harmonyPromptTokens } from "./harmony_reference.ts";
 import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
 import {
   assertAuditClean,
@@ -182,6 +183,36 @@ Deno.test("an image on an OpenAI nano model without image figures in the catalog
     };
     const { learned } = await assertHoldCoversBill(s, request);
     assert.ok(learned.promptTokens > 3779, `billed ${learned.promptTokens}`);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gpt-oss on a compatible server is held over what harmony renders: a description of blank lines, each a comment, is charged in full from an app holding exactly the hold", async () => {
+  const request = {
+    model: "fake/gpt-oss-120b",
+    max_tokens: 16,
+    messages: userMessage("hi"),
+    tools: [{ type: "function", function: { name: "f", description: "\n".repeat(30_000) } }],
+  };
+  const billed = harmonyPromptTokens(request);
+  const upstream = startOpenAiUpstream({ models: { "gpt-oss-120b": { contextWindow: 131_072 } } });
+  upstream.setDefault({ content: "ok", promptTokens: billed, completionTokens: 16 });
+  const file = testCatalogFile(upstream.baseUrl);
+  file.models.push({
+    id: "fake/gpt-oss-120b",
+    provider: "fake",
+    upstream_model: "openai/gpt-oss-120b",
+    input_usd_per_mtok: "0.15",
+    output_usd_per_mtok: "0.60",
+    context_tokens: 131_072,
+    max_output_tokens: 32_768,
+  });
+  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    const { learned } = await assertHoldCoversBill(s, request);
+    assert.equal(learned.promptTokens, billed);
   } finally {
     await s.close();
     await upstream.close();

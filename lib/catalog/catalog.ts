@@ -172,6 +172,8 @@ export interface Route {
   upstreamModel: string;
   /** What the input bound counts this route's text with (OpenAI kind): see routeTokenizer. */
   tokenizer: Tokenizer;
+  /** The framing the route's server wraps the text in (OpenAI kind): see routeChatTemplate. */
+  chatTemplate: ChatTemplate;
   /** OpenAI's image rule for this route's model: tokens per image and per 512-px tile. */
   imageBaseTokens: number;
   imageTileTokens: number;
@@ -181,6 +183,12 @@ export interface Route {
 
 export type ModelType = "chat" | "embedding";
 export type Tokenizer = "o200k" | "cl100k" | "utf8_bytes";
+/**
+ * How an OpenAI-kind server frames a chat around its text: OpenAI's chat framing, OpenAI's harmony
+ * format (gpt-oss: a system message of its own, channels, tools as commented declarations), or an
+ * open model's template (Llama's, Qwen's).
+ */
+export type ChatTemplate = "openai" | "harmony" | "open";
 
 /** What each kind of token costs, and the same prices as the catalog writes them, for display. */
 export interface Prices {
@@ -233,6 +241,8 @@ export interface Model extends Prices {
    * embedding model, the count its input limit is in.
    */
   tokenizer: Tokenizer;
+  /** The primary route's chat template (each fallback has its own). */
+  chatTemplate: ChatTemplate;
   /** The primary route's Claude rules (each fallback has its own); null for another kind. */
   claude: ClaudeRules | null;
 }
@@ -252,6 +262,19 @@ const CL100K_MODEL = /(?:^|[^a-z0-9])gpt-(?:3\.?5-|4(?:-|$))/i;
  */
 function routeTokenizer(set: Tokenizer | undefined, upstreamModel: string): Tokenizer {
   return set ?? (CL100K_MODEL.test(upstreamModel) ? "cl100k" : "o200k");
+}
+
+/** gpt-oss, on whatever server (Groq, Together, vLLM; a router may prefix the name). */
+const HARMONY_MODEL = /gpt-oss/i;
+
+/**
+ * The framing the input bound allows a route's text (OpenAI kind): harmony for gpt-oss by name,
+ * whatever its tokenizer (the format is the model's); an open model's template with utf8_bytes;
+ * else OpenAI's. Decided once, at load.
+ */
+function routeChatTemplate(tokenizer: Tokenizer, upstreamModel: string): ChatTemplate {
+  if (HARMONY_MODEL.test(upstreamModel)) return "harmony";
+  return tokenizer === "utf8_bytes" ? "open" : "openai";
 }
 
 /**
@@ -383,12 +406,14 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
           `catalog field models.${i}.fallbacks.${j}.provider: unknown provider "${f.provider}"`,
         );
       }
+      const tokenizer = type === "embedding"
+        ? m.tokenizer ?? EMBEDDING_TOKENIZER
+        : routeTokenizer(m.tokenizer, f.upstream_model);
       return {
         provider: fallback,
         upstreamModel: f.upstream_model,
-        tokenizer: type === "embedding"
-          ? m.tokenizer ?? EMBEDDING_TOKENIZER
-          : routeTokenizer(m.tokenizer, f.upstream_model),
+        tokenizer,
+        chatTemplate: routeChatTemplate(tokenizer, f.upstream_model),
         ...routeImageRule(
           {
             base: f.image_base_tokens ?? m.image_base_tokens,
@@ -482,6 +507,10 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       provider: documents,
       upstreamModel: m.upstream_model,
       tokenizer: routeTokenizer(m.tokenizer, m.upstream_model),
+      chatTemplate: routeChatTemplate(
+        routeTokenizer(m.tokenizer, m.upstream_model),
+        m.upstream_model,
+      ),
       ...routeImageRule(imagesSet, { provider: documents, upstreamModel: m.upstream_model }),
       claude: null,
     };
@@ -489,6 +518,9 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       .some(billsCacheWritesAboveInput);
     const hourWrites = routes.some((r) => r.provider.kind === "anthropic");
     const prices = toPrices(m, { premiumWrites, hourWrites });
+    const tokenizer = type === "embedding"
+      ? m.tokenizer ?? EMBEDDING_TOKENIZER
+      : routeTokenizer(m.tokenizer, m.upstream_model);
     byId.set(m.id, {
       id: m.id,
       type,
@@ -508,9 +540,8 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       maxOutputTokens: m.max_output_tokens ?? 0,
       outputCapParam: m.output_cap_param ?? null,
       ...routeImageRule(imagesSet, { provider, upstreamModel: m.upstream_model }),
-      tokenizer: type === "embedding"
-        ? m.tokenizer ?? EMBEDDING_TOKENIZER
-        : routeTokenizer(m.tokenizer, m.upstream_model),
+      tokenizer,
+      chatTemplate: routeChatTemplate(tokenizer, m.upstream_model),
       claude: routeClaudeRules(provider, m.upstream_model, m.claude, `${i}`),
     });
   });

@@ -50,6 +50,37 @@ const OPEN_TEMPLATE_BASE_TOKENS = 64;
 const OPEN_TEMPLATE_TOKENS_PER_MESSAGE = 8;
 const OPEN_TEMPLATE_TOOLS_TOKENS = 256;
 
+/**
+ * OpenAI's harmony format (gpt-oss), as `openai/harmony` renders a chat: a system message of its
+ * own (identity, knowledge cutoff, date, reasoning level, channels: about 70 tokens) and a developer
+ * message's headers, before any text; `<|start|>`, role, channel and `<|end|>` around each message
+ * (about 6), a tool result headed by its function's name rather than the call's id (counted apart);
+ * tools as a commented namespace of declarations (about 20, and a dozen per tool). Each with room
+ * over.
+ */
+const HARMONY_BASE_TOKENS = 128;
+const HARMONY_TOKENS_PER_MESSAGE = 12;
+const HARMONY_TOOLS_TOKENS = 64;
+
+/** Framing over the text, by the chat template a route's server renders. */
+const FRAMING = {
+  openai: {
+    base: OPENAI_TOKENS_PER_REPLY,
+    perMessage: OPENAI_TOKENS_PER_MESSAGE,
+    tools: OPENAI_TOOLS_OVERHEAD,
+  },
+  harmony: {
+    base: HARMONY_BASE_TOKENS,
+    perMessage: HARMONY_TOKENS_PER_MESSAGE,
+    tools: HARMONY_TOOLS_TOKENS,
+  },
+  open: {
+    base: OPEN_TEMPLATE_BASE_TOKENS,
+    perMessage: OPEN_TEMPLATE_TOKENS_PER_MESSAGE,
+    tools: OPEN_TEMPLATE_TOOLS_TOKENS,
+  },
+} as const;
+
 /** OpenAI's image rule: a 2048-px square box, then the short side to 768 px, in 512-px tiles. */
 const OPENAI_IMAGE_BOX = 2048;
 const OPENAI_IMAGE_SHORT_SIDE = 768;
@@ -181,6 +212,12 @@ function toolsValue(tools: readonly ToolDefinition[]) {
  * separator, or the `| ` between enum values, a property's `?: `, a description's `// `.
  */
 const OPENAI_TOKENS_PER_JSON_ELEMENT = 3;
+/**
+ * Over each line break in one: a description rendered as comments (harmony's) starts every line
+ * with `// `, and its line breaks no longer run together into one token. A description of 60,000
+ * blank lines was held as 60,000 tokens and billed 120,000.
+ */
+const TOKENS_PER_COMMENT_LINE = 3;
 
 /**
  * Tokens of a tool definition or response schema, whatever layout the provider renders it in.
@@ -210,7 +247,7 @@ const jsonBounds = new CountCache();
 
 /** Stops once past `limit`: a schema of millions of elements is refused without counting each. */
 function elementTokens(value: unknown, count: TextCounter, limit: number): number {
-  if (typeof value === "string") return count(value) + OPENAI_TOKENS_PER_JSON_ELEMENT;
+  if (typeof value === "string") return stringTokens(value, count);
   if (value === null || typeof value !== "object") {
     return count(String(value)) + OPENAI_TOKENS_PER_JSON_ELEMENT;
   }
@@ -226,9 +263,18 @@ function elementTokens(value: unknown, count: TextCounter, limit: number): numbe
   for (const [key, item] of Object.entries(value)) {
     if (tokens > limit) return tokens;
     if (item === undefined) continue;
-    tokens += count(key) + OPENAI_TOKENS_PER_JSON_ELEMENT + elementTokens(item, count, limit);
+    tokens += stringTokens(key, count) + elementTokens(item, count, limit);
   }
   return tokens;
+}
+
+function stringTokens(text: string, count: TextCounter): number {
+  let lineBreaks = 0;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code === 10 || code === 13) lineBreaks++;
+  }
+  return count(text) + OPENAI_TOKENS_PER_JSON_ELEMENT + TOKENS_PER_COMMENT_LINE * lineBreaks;
 }
 
 /** The response schema the provider reads, or null when the request asks for none. */
@@ -291,7 +337,7 @@ function messageTextTokens(
  */
 /** The image rule a route bills by: its model's, or a fallback's own. */
 export type ImageRule =
-  & Pick<Model, "imageBaseTokens" | "imageTileTokens">
+  & Pick<Model, "imageBaseTokens" | "imageTileTokens" | "chatTemplate">
   & { claude?: { imageLongEdge: number } | null };
 
 /** The longest edge a Claude route reads an image at; a route without rules, the most any does. */
@@ -318,25 +364,32 @@ export function openAiInputBound(
   const countTextTokens: TextCounter = counting === "held"
     ? (text) => countTokensWith(tokenizer, text, undefined, limit)
     : (text) => countSimulatedTokens(text, limit);
-  // Open models' chat templates add more than OpenAI's framing: a dated system block (Llama 3.1),
-  // a default system prompt (Qwen), tool instructions, a begin-of-text token.
-  const open = tokenizer === "utf8_bytes";
-  let total = open ? OPEN_TEMPLATE_BASE_TOKENS : OPENAI_TOKENS_PER_REPLY;
+  // Open models' chat templates and harmony add more than OpenAI's framing: a dated system block
+  // (Llama 3.1, harmony), a default system prompt (Qwen), tool instructions, channels.
+  const framing = FRAMING[model.chatTemplate];
+  let total = framing.base;
+  // Harmony heads a tool's result with its function's name, which the call's id stands for here.
+  const callNames = model.chatTemplate === "harmony" ? new Map<string, string>() : null;
   // As the chat kind sends them (a tool's images in a user message of their own), which bounds
   // the Responses kind's too (they stay in the tool's output there, without the labels).
   for (const m of toolImagesInUserMessages(request.messages)) {
     if (total > limit) return total;
-    total += (open ? OPEN_TEMPLATE_TOKENS_PER_MESSAGE : OPENAI_TOKENS_PER_MESSAGE) +
+    total += framing.perMessage +
       messageTextTokens(m, countTextTokens, OPENAI_TOKENS_PER_PART, asGiven);
     if (m.role === "assistant") total += OPENAI_TOKENS_PER_TOOL_CALL * (m.tool_calls?.length ?? 0);
+    if (callNames && m.role === "assistant") {
+      for (const call of m.tool_calls ?? []) callNames.set(call.id, call.function.name);
+    }
+    if (callNames && m.role === "tool") {
+      total += countTextTokens(callNames.get(m.tool_call_id) ?? m.name ?? "");
+    }
     for (const part of imagePartsOf(m)) {
       total += openAiImageTokens(imageSizeOf(part.image_url.url), part.image_url.detail, model);
     }
   }
   const tools = request.params.tools ?? [];
   if (tools.length) {
-    total += (open ? OPEN_TEMPLATE_TOOLS_TOKENS : OPENAI_TOOLS_OVERHEAD) +
-      OPENAI_TOKENS_PER_TOOL * tools.length +
+    total += framing.tools + OPENAI_TOKENS_PER_TOOL * tools.length +
       jsonTokenBound(toolsValue(tools), countTextTokens, `${tokenizer}:${counting}`, limit);
   }
   const schema = schemaValue(request);

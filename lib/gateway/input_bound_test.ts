@@ -19,6 +19,7 @@ import {
 } from "./providers/anthropic/request.ts";
 import { TOOL_IMAGES_NOTE, toolImagesLabel } from "./providers/openai/request.ts";
 import { legacyClaudeTokens } from "../../tests/claude_token_reference.ts";
+import { harmonyPromptTokens } from "../../tests/harmony_reference.ts";
 import { responseFormatTokens, toolsTokens } from "../../tests/fakes/openai_upstream.ts";
 import { testModel } from "./providers/test_support.ts";
 
@@ -83,7 +84,12 @@ Deno.test("a model that reads images at 2576 px (Opus 4.7 on) holds a large imag
       content: [{ type: "image_url", image_url: { url: "https://example.com/screen.png" } }],
     }],
   });
-  const opus47 = { imageBaseTokens: 85, imageTileTokens: 170, claude: { imageLongEdge: 2576 } };
+  const opus47 = {
+    imageBaseTokens: 85,
+    imageTileTokens: 170,
+    chatTemplate: "openai" as const,
+    claude: { imageLongEdge: 2576 },
+  };
   assert.equal(
     unreadImageTokens("anthropic", withImage, opus47),
     anthropicImageTokens(null, 2576),
@@ -256,12 +262,14 @@ Deno.test("the OpenAI bound counts text with the route's tokenizer: cl100k for a
       sample,
     );
   }
-  const bytes = openAiInputBound(body, gpt, "utf8_bytes");
+  const llama = testModel("openai", "llama-3.1-8b-instant", { tokenizer: "utf8_bytes" });
+  assert.equal(llama.chatTemplate, "open");
+  const bytes = openAiInputBound(body, llama, "utf8_bytes");
   // The text's bytes, and the allowance for an open model's chat template (Llama 3.1: ~35 for one "hi").
   assert.ok(bytes >= new TextEncoder().encode(text).length + 64 + 8);
   const hi = openAiInputBound(
     request({ messages: [{ role: "user", content: "hi" }] }),
-    gpt,
+    llama,
     "utf8_bytes",
   );
   assert.ok(hi >= 35, `one "hi" to an open model: ${hi}`);
@@ -555,4 +563,91 @@ Deno.test("a text counted with a limit stops once past it and is not kept; count
   assert.ok(
     countTokensWith("cl100k", text + "?", undefined, 100) < countTokensWith("cl100k", text + "?"),
   );
+});
+
+Deno.test("gpt-oss is held over what harmony renders: its system message, channels, tools as comments and a result headed by its function's name", () => {
+  const oss = testModel("openai", "openai/gpt-oss-120b");
+  assert.equal(oss.chatTemplate, "harmony");
+  const weather = {
+    type: "function",
+    function: {
+      name: "get_current_weather_for_a_city_and_country",
+      description: "Gets the weather.\nUse it for any city.\n\nSay which units.",
+      parameters: {
+        type: "object",
+        properties: {
+          city: { type: "string", description: "The city.\nIts English name." },
+          units: { type: "string", description: "metric or imperial" },
+        },
+        required: ["city"],
+      },
+    },
+  };
+  const longName = "qX9_zV7_kW3_jB5_".repeat(4);
+  const ids = Array.from({ length: 40 }, (_, i) => `c${i}`);
+  const chats = [
+    { messages: [{ role: "user", content: "hi" }] },
+    { messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "hi" }] },
+    { messages: [{ role: "user", content: "hi" }], tools: [weather] },
+    {
+      messages: [{ role: "user", content: "hi" }],
+      tools: [{ type: "function", function: { name: "f", description: "\n".repeat(20_000) } }],
+    },
+    {
+      messages: [
+        { role: "user", content: "Weather in Paris and Oslo?" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: ["a", "b"].map((id) => ({
+            id,
+            type: "function",
+            function: { name: weather.function.name, arguments: `{"city":"${id}"}` },
+          })),
+        },
+        { role: "tool", tool_call_id: "a", content: "12C" },
+        { role: "tool", tool_call_id: "b", content: "3C" },
+        { role: "assistant", content: "Paris 12C, Oslo 3C." },
+        { role: "user", content: "Thanks" },
+      ],
+      tools: [weather],
+    },
+    // Results headed by a long name their short call ids stand for.
+    {
+      messages: [
+        { role: "user", content: "go" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: ids.map((id) => ({
+            id,
+            type: "function",
+            function: { name: longName, arguments: "{}" },
+          })),
+        },
+        ...ids.map((id) => ({ role: "tool", tool_call_id: id, content: "ok" })),
+      ],
+      tools: [{ type: "function", function: { name: longName } }],
+    },
+  ];
+  for (const chat of chats) {
+    const bound = inputBound({ kind: "openai" }, request(chat), oss, oss.tokenizer);
+    const billed = harmonyPromptTokens(chat);
+    assert.ok(
+      bound >= billed,
+      `held ${bound} < billed ${billed}: ${JSON.stringify(chat).slice(0, 80)}`,
+    );
+  }
+});
+
+Deno.test("a description's line breaks are held for a comment's // on each line, on every template", () => {
+  const tools = (description: string) =>
+    request({
+      messages: [{ role: "user", content: "hi" }],
+      tools: [{ type: "function", function: { name: "f", description } }],
+    });
+  const lines = 10_000;
+  const grown = openAiInputBound(tools("\n".repeat(lines)), gpt, "o200k") -
+    openAiInputBound(tools(""), gpt, "o200k");
+  assert.ok(grown >= 3 * lines, `${lines} line breaks held as ${grown} tokens`);
 });
