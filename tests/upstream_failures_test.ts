@@ -541,3 +541,71 @@ for (const kind of KINDS) {
     );
   });
 }
+
+/** An OpenAI-kind stream of `deltas` (anything in a choice's delta) with its usage, then [DONE]. */
+function openAiStream(deltas: unknown[], usage: Record<string, unknown>) {
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+    `data: ${
+      JSON.stringify({ id: "chatcmpl-odd", object: "chat.completion.chunk", choices, ...extra })
+    }\n\n`;
+  return sseResponse([
+    ...deltas.map((delta) => chunk([{ index: 0, delta, finish_reason: null }])),
+    chunk([{ index: 0, delta: {}, finish_reason: "stop" }]),
+    chunk([], { usage }),
+    "data: [DONE]\n\n",
+  ]);
+}
+
+for (const endpoint of ["chat", "responses"] as const) {
+  Deno.test(`openai, ${endpoint}: a delta that is a string or a number is emptied: a non-streamed answer is 200, charged once as its header says`, () =>
+    withFake(
+      "openai",
+      () =>
+        openAiStream([{ role: "assistant", content: "" }, "hello", 7, { content: "Hi" }], {
+          prompt_tokens: 10,
+          completion_tokens: 5,
+          total_tokens: 15,
+        }),
+      async (s, apiKey, appId) => {
+        const res = endpoint === "chat"
+          ? await ask(s, apiKey, false)
+          : await s.post(apiKey, "/responses", {
+            model: "up/m",
+            input: PROMPT,
+            max_output_tokens: 100,
+          });
+        assert.equal(res.status, 200, await res.clone().text());
+        await res.body?.cancel();
+        const [record] = await usageRecords(s.kv, appId);
+        assert.equal(record.cost, cost(10, 5));
+        assert.equal(res.headers.get("tollbooth-request-cost"), (record.cost / 1e6).toFixed(6));
+        assert.equal((await s.wallet(appId)).available, START - record.cost);
+      },
+    ));
+}
+
+Deno.test("openai: a usage past what any model can bill is read as none: the answer is charged by our count, and the audit still adds up", () =>
+  withFake(
+    "openai",
+    () =>
+      openAiStream(
+        [{ role: "assistant", content: "" }, ...PIECES.map((content) => ({ content }))],
+        {
+          prompt_tokens: 2 ** 53 - 1,
+          completion_tokens: 5,
+        },
+      ),
+    async (s, apiKey, appId) => {
+      for (let i = 0; i < 2; i++) {
+        const res = await ask(s, apiKey, false);
+        assert.equal(res.status, 200);
+        await res.body?.cancel();
+      }
+      const records = await usageRecords(s.kv, appId);
+      for (const record of records) {
+        assert.equal(record.countedLocally, true);
+        assert.equal(record.uncharged, 0);
+      }
+      assert.equal((await s.wallet(appId)).available, START - 2 * records[0].cost);
+    },
+  ));

@@ -3,9 +3,13 @@ import { formatPricePerMTok, parsePricePerMTok, type PicosPerToken } from "@/lib
 import { type ClaudeRules, claudeRules, ClaudeRulesSchema } from "./claude_rules.ts";
 import { openAiImageRuleByName, UNKNOWN_OPENAI_IMAGE_RULE } from "./openai_images.ts";
 
+/**
+ * Below 100,000 USD per million tokens (over a hundred times the dearest model's): with token
+ * counts believed up to MAX_REPORTED_TOKENS, a request's cost is then a safe integer of micro-USD.
+ */
 const Price = z.string().regex(
-  /^\d{1,9}(\.\d{1,6})?$/,
-  "a decimal USD string with at most 6 decimals",
+  /^\d{1,5}(\.\d{1,6})?$/,
+  "a decimal USD string below 100000 with at most 6 decimals",
 );
 
 const ProviderSchema = z.discriminatedUnion("kind", [

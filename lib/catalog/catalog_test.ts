@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { componentsCost } from "@/lib/core/mod.ts";
+import { MAX_REPORTED_TOKENS } from "@/lib/gateway/providers/usage.ts";
 import { buildCatalog, CatalogError, providersOf } from "./catalog.ts";
 
 /** A small valid catalog file; each test changes one thing. */
@@ -871,4 +873,17 @@ Deno.test("a documents provider is refused unless it is of kind openai_responses
     }),
     /models\.3\.documents_provider: for chat models; an embedding model takes no PDF/,
   );
+});
+
+Deno.test("a price of 100,000 USD per million tokens or more is refused: a believed count at it must cost a safe integer", () => {
+  const at = (price: string) =>
+    refusal((c) => {
+      c.models[0].output_usd_per_mtok = price;
+    });
+  assert.match(at("100000"), /output_usd_per_mtok: a decimal USD string below 100000/);
+  assert.match(at("0.1234567"), /at most 6 decimals/);
+  const dearest = catalogFile();
+  dearest.models[0].output_usd_per_mtok = "99999.999999";
+  const model = buildCatalog(dearest, {}).models[0];
+  assert.ok(Number.isSafeInteger(componentsCost([[MAX_REPORTED_TOKENS, model.outputPrice]])));
 });

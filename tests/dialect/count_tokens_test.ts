@@ -7,7 +7,9 @@ import { anthropicInputBound, inputBound } from "@/lib/gateway/input_bound.ts";
 import { parseChatRequest } from "@/lib/gateway/chat_request.ts";
 import { exactInputReservation } from "@/lib/gateway/gateway.ts";
 import { reservationCost } from "@/lib/catalog/mod.ts";
-import { spendDownTo, startService, usageRecords } from "../helpers.ts";
+import { serveLoopback, spendDownTo, startService, usageRecords } from "../helpers.ts";
+import { createOpenAiResponsesProvider } from "@/lib/gateway/providers/openai_responses/openai_responses.ts";
+import { ProviderError } from "@/lib/gateway/providers/types.ts";
 import { CLAUDE_MODEL, type Dialect, expectedCharge, withDialect } from "./harness.ts";
 
 Deno.test("countInputTokens asks count_tokens about the same Messages request, and the bound is above it", async () => {
@@ -52,6 +54,31 @@ Deno.test("countInputTokens asks count_tokens about the same Messages request, a
     assert.ok(anthropicInputBound(request.request, 1568) >= exact, "the bound is an upper bound");
   } finally {
     await claude.close();
+  }
+});
+
+Deno.test("a count past what any model can bill is a malformed answer, not a hold: Anthropic's count_tokens and OpenAI's input_tokens", async () => {
+  for (const count of [1e15, 2 ** 53 - 1, 100_000_001]) {
+    const upstream = serveLoopback(() => Response.json({ input_tokens: count }));
+    try {
+      const options = { baseUrl: upstream.url, apiKey: "k", apiKeyEnv: "K", timeoutMs: 5_000 };
+      const providers = [
+        [createAnthropicProvider(options), "claude-sonnet-4-5", "anthropic"],
+        [createOpenAiResponsesProvider(options), "gpt-5", "openai_responses"],
+      ] as const;
+      for (const [provider, name, kind] of providers) {
+        const request = upstreamRequest(testModel(kind, name), {
+          messages: [{ role: "user", content: "hi" }],
+        });
+        await assert.rejects(
+          () => provider.countInputTokens!(request),
+          (e) => e instanceof ProviderError && e.kind === "malformed_response",
+          `${kind} answering ${count}`,
+        );
+      }
+    } finally {
+      await upstream.close();
+    }
   }
 });
 

@@ -4,7 +4,21 @@ import type { Usage } from "@/lib/catalog/mod.ts";
 import { formatUsd, type Micros } from "@/lib/core/mod.ts";
 import type { UsageObject } from "./types.ts";
 
-const Count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+/**
+ * The most tokens a provider's count is believed at: ten times the largest context window (10M)
+ * any model has. A count past it is no bill but a fault, read as a missing count; below it, at the
+ * catalog's dearest price, a request's cost stays a safe integer of micro-USD.
+ */
+export const MAX_REPORTED_TOKENS = 100_000_000;
+
+/** A token count as a provider reports it: a whole number within MAX_REPORTED_TOKENS. */
+export const TokenCount = z.number().int().nonnegative().max(MAX_REPORTED_TOKENS);
+
+export function isTokenCount(value: unknown): value is number {
+  return TokenCount.safeParse(value).success;
+}
+
+const Count = TokenCount;
 
 /** What comes back is read tolerantly: unknown fields are kept, odd details are ignored. */
 const UsageSchema = z.looseObject({
@@ -35,10 +49,7 @@ export function parseOpenAiUsage(raw: unknown): { usage: Usage; raw: UsageObject
   const u = parsed.data;
   const reasoning = u.completion_tokens_details?.reasoning_tokens;
   let completion = u.completion_tokens;
-  // Counts past any real bill still add up to a safe integer, charged as far as the money goes.
-  if (reasoning && reasoning > completion) {
-    completion = Math.min(completion + reasoning, Number.MAX_SAFE_INTEGER);
-  }
+  if (reasoning && reasoning > completion) completion += reasoning;
   if (u.total_tokens && u.total_tokens > u.prompt_tokens + completion) {
     completion = u.total_tokens - u.prompt_tokens;
   }

@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { clientUsage, parseOpenAiUsage, usageObject } from "./usage.ts";
+import {
+  clientUsage,
+  isTokenCount,
+  MAX_REPORTED_TOKENS,
+  parseOpenAiUsage,
+  usageObject,
+} from "./usage.ts";
 
 Deno.test("odd usage details are ignored, not fatal; no usable counts is null", () => {
   const odd = parseOpenAiUsage({
@@ -107,4 +113,18 @@ Deno.test("the usage a client is shown carries what left the wallet as cost, nev
     cost: "0.002000",
   });
   assert.deepEqual(clientUsage(null, usage, 2_000), { ...usageObject(usage), cost: "0.002000" });
+});
+
+Deno.test("a count past what any model can bill is read as no count, not charged", () => {
+  const past = MAX_REPORTED_TOKENS + 1;
+  assert.equal(parseOpenAiUsage({ prompt_tokens: past, completion_tokens: 1 }), null);
+  assert.equal(parseOpenAiUsage({ prompt_tokens: 1, completion_tokens: 2 ** 53 - 1 }), null);
+  const reasoning = parseOpenAiUsage({
+    prompt_tokens: 1,
+    completion_tokens: 1,
+    completion_tokens_details: { reasoning_tokens: past },
+  });
+  assert.deepEqual(reasoning?.usage, { promptTokens: 1, completionTokens: 1 });
+  assert.equal(isTokenCount(MAX_REPORTED_TOKENS), true);
+  for (const odd of [past, 1e15, -1, 1.5, "5", null]) assert.equal(isTokenCount(odd), false);
 });

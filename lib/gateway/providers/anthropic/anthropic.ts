@@ -4,6 +4,7 @@ import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
 import { asksHourCacheWrites, claudeThinks } from "../../chat_request.ts";
 import { answerTool, messagesRequest, routeRules } from "./request.ts";
 import { anthropicStreamParts } from "./stream.ts";
+import { isTokenCount } from "../usage.ts";
 
 export { messagesRequest } from "./request.ts";
 export { finishReason } from "./response.ts";
@@ -96,7 +97,7 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
         COUNT_ANSWER_BYTES,
       );
       const tokens = (json as { input_tokens?: unknown })?.input_tokens;
-      if (typeof tokens !== "number" || !Number.isSafeInteger(tokens) || tokens < 0) {
+      if (!isTokenCount(tokens)) {
         throw new ProviderError("malformed_response", "count_tokens answered without input_tokens");
       }
       return tokens;

@@ -4,8 +4,9 @@
  */
 import { z } from "zod";
 import type { Usage } from "@/lib/catalog/mod.ts";
+import { TokenCount } from "../usage.ts";
 
-const Count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+const Count = TokenCount;
 
 /** Tolerant: counts that are missing or odd are absent, never an error. */
 const UsageSchema = z.looseObject({
@@ -52,8 +53,7 @@ export function mergeCounts(previous: Counts, raw: unknown): Counts {
 /** Cache writes and cache reads are input the model read: they count as prompt tokens. */
 export function promptTokensOf(c: Counts): number | null {
   if (c.input === null) return null;
-  // Counts past any real bill still add up to a safe integer, charged as far as the money goes.
-  return Math.min(c.input + (c.cacheWrite ?? 0) + (c.cacheRead ?? 0), Number.MAX_SAFE_INTEGER);
+  return c.input + (c.cacheWrite ?? 0) + (c.cacheRead ?? 0);
 }
 
 /**

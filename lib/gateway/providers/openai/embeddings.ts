@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { inFormat } from "../../embedding_vectors.ts";
 import { type Embedding, type EmbedRequest, type EmbedResult, ProviderError } from "../types.ts";
+import { TokenCount } from "../usage.ts";
 
 export function embeddingsBody(request: EmbedRequest): Record<string, unknown> {
   const body: Record<string, unknown> = {
@@ -38,7 +39,7 @@ export function embeddingsAnswerBytes(request: EmbedRequest): number {
     request.inputs.length * (dimensions * FLOAT_JSON_BYTES + ITEM_OVERHEAD_BYTES);
 }
 
-const Count = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+const Count = TokenCount;
 
 const Answer = z.looseObject({
   data: z.array(z.looseObject({

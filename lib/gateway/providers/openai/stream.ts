@@ -9,7 +9,7 @@
  */
 import { parseSse } from "../../sse.ts";
 import type { BodyReader } from "../http1.ts";
-import { parseOpenAiUsage, promptCacheCounts } from "../usage.ts";
+import { isTokenCount, parseOpenAiUsage, promptCacheCounts } from "../usage.ts";
 import { eventJson } from "../http.ts";
 import { convertBatches, oneBatch } from "../part_batches.ts";
 import {
@@ -134,7 +134,11 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
   if (!choices.every(isObject)) obj.choices = choices = choices.filter(isObject);
   for (const choice of choices as { delta?: unknown }[]) {
     const delta = choice.delta;
-    if (!isObject(delta)) continue;
+    if (!isObject(delta) || Array.isArray(delta)) {
+      // A string or a list where the delta belongs says nothing the answer can carry.
+      if (delta != null) choice.delta = {};
+      continue;
+    }
     if (Array.isArray(delta.content)) splitContentParts(delta);
     if (delta.tool_calls == null) continue;
     if (!Array.isArray(delta.tool_calls)) {
@@ -177,6 +181,6 @@ function splitContentParts(delta: Record<string, unknown>) {
 /** The prompt counts of a usage without a usable completion count, or null. */
 function promptCounts(raw: unknown): StreamPart | null {
   const prompt = (raw as { prompt_tokens?: unknown }).prompt_tokens;
-  if (!Number.isSafeInteger(prompt) || (prompt as number) < 0) return null;
-  return { type: "prompt_tokens", promptTokens: prompt as number, ...promptCacheCounts(raw) };
+  if (!isTokenCount(prompt)) return null;
+  return { type: "prompt_tokens", promptTokens: prompt, ...promptCacheCounts(raw) };
 }

@@ -10,6 +10,7 @@ import {
 import { oneBatch } from "../part_batches.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
 import { responseAsEvents, type ResponsesStreamMeta, responsesStreamParts } from "./stream.ts";
+import { isTokenCount } from "../usage.ts";
 
 export interface OpenAiResponsesOptions {
   /** e.g. https://api.openai.com/v1 (the path /responses is appended). */
@@ -103,7 +104,7 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
         COUNT_ANSWER_BYTES,
       );
       const tokens = (json as { input_tokens?: unknown })?.input_tokens;
-      if (typeof tokens !== "number" || !Number.isSafeInteger(tokens) || tokens < 0) {
+      if (!isTokenCount(tokens)) {
         throw new ProviderError("malformed_response", "input_tokens answered without a count");
       }
       return tokens;
