@@ -609,3 +609,38 @@ Deno.test("openai: a usage past what any model can bill is read as none: the ans
       assert.equal((await s.wallet(appId)).available, START - 2 * records[0].cost);
     },
   ));
+
+Deno.test("openai: a data line trickled a byte at a time is silence: the upstream is cut at its timeout, not held while it trickles", async () => {
+  let cut = false;
+  const trickle = () => {
+    const encoder = new TextEncoder();
+    const start = streamStart("openai");
+    let sent = 0;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (start.length) return controller.enqueue(encoder.encode(start.shift()!));
+        // 20 s of "x", one a tenth of the timeout apart: never a line's end.
+        if (sent++ === 400) return controller.close();
+        return new Promise<void>((resolve) => {
+          timer = setTimeout(() => {
+            controller.enqueue(encoder.encode(sent === 1 ? "data: x" : "x"));
+            resolve();
+          }, 50);
+        });
+      },
+      cancel() {
+        clearTimeout(timer);
+        cut = true;
+      },
+    });
+    return new Response(body, { headers: { "content-type": "text/event-stream" } });
+  };
+  await withFake("openai", trickle, async (s, apiKey, appId) => {
+    const res = await ask(s, apiKey, false);
+    await assertError(res, 502, "upstream_interrupted");
+    assert.equal(cut, true, "the upstream was cut while it still trickled");
+    const [record] = await usageRecords(s.kv, appId);
+    assert.equal(record.cost, cutCost("openai"));
+  }, 500);
+});

@@ -28,7 +28,8 @@ export interface SseEvent {
  * `isLast` names the event a stream ends with (`[DONE]`, `message_stop`): a reader that stops
  * there leaves the body's few remaining bytes (the chunked end) to be read rather than cancelled,
  * so that the upstream connection goes back to its pool instead of being closed and opened anew.
- * `onRead` hears of every read that brought bytes, comments (an upstream's keep-alive) included.
+ * `onRead` hears of every read that ended a line, comments (an upstream's keep-alive) included:
+ * bytes that never end a line (one trickled at a time) are no sign of life.
  */
 export async function* parseSse(
   body: ReadableStream<Uint8Array> | BodyReader,
@@ -85,11 +86,11 @@ export async function* parseSse(
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      onRead();
       const text = decoder.decode(value, { stream: true });
       crSeen ||= text.includes("\r");
       const batch: SseEvent[] = [];
       let start = 0;
+      let lineEnded = false;
       if (skipLineFeed) {
         skipLineFeed = false;
         if (text.charCodeAt(0) === 10) start = 1;
@@ -109,6 +110,7 @@ export async function* parseSse(
           if (found && found[0] === "\r" && next === text.length) skipLineFeed = true;
         }
         if (end === -1) break;
+        lineEnded = true;
         const complete = takeLine(lineOf(text, start, end));
         start = next;
         if (complete) {
@@ -125,6 +127,7 @@ export async function* parseSse(
         }
         partial.push(start === 0 ? text : text.slice(start));
       }
+      if (lineEnded) onRead();
       if (batch.length > 0) yield batch;
     }
     finished = true;

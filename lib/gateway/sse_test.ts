@@ -33,6 +33,14 @@ Deno.test("the events one read completes come as one batch; a read that complete
   ]);
 });
 
+Deno.test("a read is a sign of life when it ends a line, a comment's too; bytes that never end one are not", async () => {
+  let signs = 0;
+  const reads = ["data: {", '"a"', ":1}", "\n", "\n", ": keep-alive\r", "\n", "data: x"];
+  await Array.fromAsync(parseSse(body(...reads), undefined, () => signs++));
+  // "\n", "\n", ": keep-alive\r": the lone CR ends its line; the LF after it ends nothing new.
+  assert.equal(signs, 3);
+});
+
 Deno.test("events are separated by blank lines, LF line endings", async () => {
   assert.deepEqual(await events(body("data: one\n\ndata: two\n\n")), [
     { event: null, data: "one" },
