@@ -65,13 +65,20 @@ export function privateIp(address: string): boolean {
     return a === 10 || a === 127 || a === 0 || (a === 169 && b === 254) ||
       (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) ||
       (a === 192 && b === 0 && c === 0) || // IETF protocol assignments (DS-Lite, NAT64 discovery)
+      (a === 192 && b === 0 && c === 2) || (a === 198 && b === 51 && c === 100) ||
+      (a === 203 && b === 0 && c === 113) || // documentation
+      (a === 192 && b === 88 && c === 99) || // 6to4 relays
       (a === 100 && b >= 64 && b <= 127) || (a === 198 && (b === 18 || b === 19)) || a >= 224;
   }
   const groups = ipv6Groups(address);
   if (!groups) return false;
   const mapped = mappedIpv4(groups);
   if (mapped) return privateIp(mapped);
-  const [first, second] = groups;
+  const [first, second, third] = groups;
+  // 6to4 carries an IPv4 address in its next 32 bits, which a relay would reach.
+  if (first === 0x2002) {
+    return privateIp(`${second >> 8}.${second & 0xff}.${third >> 8}.${third & 0xff}`);
+  }
   // ::/96 holds ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d, which some stacks still
   // route to the IPv4 address; ::ffff:0:a.b.c.d (IPv4-translated) likewise carries one.
   const ipv4Tail = groups.slice(0, 6).every((g) => g === 0) ||
@@ -81,7 +88,10 @@ export function privateIp(address: string): boolean {
     (first & 0xffc0) === 0xfe80 || // link-local
     (first & 0xffc0) === 0xfec0 || // site-local (deprecated, still private where used)
     first >= 0xff00 || // multicast
-    (first === 0x64 && second === 0xff9b); // NAT64 of any IPv4, private ones included
+    (first === 0x64 && second === 0xff9b) || // NAT64 of any IPv4, private ones included
+    (first === 0x2001 && second === 0) || // Teredo: a tunnel to an IPv4 address it hides
+    (first === 0x2001 && second === 0xdb8) || // documentation
+    (first === 0x100 && second === 0 && groups[2] === 0 && groups[3] === 0); // discard-only
 }
 
 export async function getWebhookSettings(

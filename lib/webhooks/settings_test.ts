@@ -51,11 +51,29 @@ Deno.test("addresses off the public internet are told apart, IPv4 written as IPv
       "64:ff9b::a00:1",
       "0:0:0:0:0:0:0:1",
       "::ffff:7f00:1",
+      "192.0.2.1",
+      "198.51.100.7",
+      "203.0.113.5",
+      "192.88.99.1",
+      "2002:a9fe:a9fe::1",
+      "2002:7f00:1::1",
+      "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+      "2001:db8::1",
+      "100::1",
     ]
   ) {
     assert.ok(privateIp(inside), inside);
   }
-  for (const outside of ["93.184.216.34", "172.32.0.1", "2606:4700::6810:84e5", "::ffff:8.8.8.8"]) {
+  for (
+    const outside of [
+      "93.184.216.34",
+      "172.32.0.1",
+      "2606:4700::6810:84e5",
+      "::ffff:8.8.8.8",
+      "2002:808:808::1",
+      "2001:4860::8888",
+    ]
+  ) {
     assert.ok(!privateIp(outside), outside);
   }
 });
