@@ -297,6 +297,9 @@ export interface LedgerEntry {
   /** External reference (a payment session id) for receipts; null for internal credits. */
   reference: string | null;
   createdAt: number;
+  /** The wallet's available balance and money owed just after it; absent before 2026-11-29. */
+  balanceAfter?: Micros;
+  owedAfter?: Micros;
 }
 
 export interface ApiKeyRecord {

@@ -332,6 +332,41 @@ Deno.test("balance.topped_up fires once per credited top-up, not for top-ups bef
     // A clock that ticks on every reading: ledger entries a millisecond apart, as top-ups are.
   }, { now: ticking() }));
 
+Deno.test("each top-up and refund the watcher finds together is announced with the balance and owed just after it", () =>
+  withService(async (s) => {
+    const { appId } = await s.newApp();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/x",
+      lowBalanceThreshold: null,
+    });
+    const topUp = (i: number) =>
+      s.wallets.credit(appId, {
+        amount: 10_000_000,
+        kind: "top_up",
+        reason: "Top-up",
+        reference: `cs_${i}`,
+        marker: `cs_${i}`,
+      });
+    // Credited at once, in one batch or several: each entry knows the balance it left.
+    await Promise.all([0, 1, 2, 3].map(topUp));
+    await s.wallets.debit(appId, {
+      amount: 50_000_000,
+      kind: "refund",
+      reason: "Refund",
+      reference: "pi_1",
+      marker: "r1",
+    });
+    await new WebhookWatcher(s.kv).observe(appId);
+    const data = (await events(s, appId)).map((e) => JSON.parse(e.payload).data);
+    // Four different balances, one per top-up, whichever order they were credited in.
+    assert.deepEqual(
+      data.filter((d) => d.kind === undefined).map((d) => d.balance).sort(),
+      ["15.000000", "25.000000", "35.000000", "45.000000"],
+    );
+    const refund = data.find((d) => d.kind === "refund");
+    assert.deepEqual([refund.balance, refund.owed], ["0.000000", "5.000000"]);
+  }, { now: ticking() }));
+
 Deno.test("a burst of hundreds of ledger entries within a minute holds up no top-up's event, then or later", () =>
   withService(async (s) => {
     const { appId } = await s.newApp();

@@ -344,14 +344,20 @@ export function planBatch(input: PlanInput) {
   };
   /** An answer decided now, delivered once the batch has committed. */
   const answerWith = <T>(done: Settler<T>, answer: T) => answers.push(() => done.resolve(answer));
-  /** A ledger entry, with the marker (checked absent by the commit) that makes it happen once. */
-  const writeEntry = (entry: LedgerEntry, marker: string | undefined) => {
+  /**
+   * A ledger entry, with the marker (checked absent by the commit) that makes it happen once, and
+   * the wallet as the entry left it: a webhook announces the balance after each, however many
+   * land before it looks.
+   */
+  const writeEntry = (made: LedgerEntry, marker: string | undefined) => {
+    const entry = { ...made, balanceAfter: wallet.available, owedAfter: wallet.owed ?? 0 };
     if (marker) {
       markersSeen.add(marker);
       markerChecks.push(marker);
       writes.push((a) => a.set(keys.creditMarker(marker), { appId, entryId: entry.id }));
     }
     writes.push((a) => a.set(keys.ledgerEntry(appId, entry.id), entry));
+    return entry;
   };
 
   const dropReservation = (r: ReservationRecord) => {
@@ -566,9 +572,12 @@ export function planBatch(input: PlanInput) {
         if (entry.kind === "starter") wallet.starter += entry.amount;
         else if (entry.kind === "top_up") wallet.topUps += entry.amount;
         else wallet.operatorCredits += entry.amount;
-        writeEntry(entry, marker);
         collectOwed();
-        answerWith(op.done, { credited: true, entry, available: wallet.available });
+        answerWith(op.done, {
+          credited: true,
+          entry: writeEntry(entry, marker),
+          available: wallet.available,
+        });
         break;
       }
       case "debit": {
@@ -583,10 +592,9 @@ export function planBatch(input: PlanInput) {
         wallet.available -= taken;
         wallet.refunded = (wallet.refunded ?? 0) + taken;
         wallet.owed = (wallet.owed ?? 0) + entry.amount - taken;
-        writeEntry(entry, marker);
         answerWith(op.done, {
           debited: true,
-          entry,
+          entry: writeEntry(entry, marker),
           taken,
           owed: wallet.owed,
           available: wallet.available,
@@ -607,10 +615,9 @@ export function planBatch(input: PlanInput) {
         wallet.owed = (wallet.owed ?? 0) - forgiven;
         wallet.refunded = (wallet.refunded ?? 0) - returned;
         wallet.available += returned;
-        writeEntry(given, marker);
         answerWith(op.done, {
           reversed: true,
-          entry: given,
+          entry: writeEntry(given, marker),
           available: wallet.available,
           owed: wallet.owed,
         });

@@ -677,7 +677,16 @@ Deno.test("a credit adds to the balance and to the total of its kind, and writes
     assertBalanced(p.wallet);
     assert.deepEqual(
       { ...answer.entry, id: "" },
-      { id: "", kind, amount: 250, reason: "why", reference: "ref_1", createdAt: NOW },
+      {
+        id: "",
+        kind,
+        amount: 250,
+        reason: "why",
+        reference: "ref_1",
+        createdAt: NOW,
+        balanceAfter: 350,
+        owedAfter: 0,
+      },
     );
     assert.deepEqual(writesOf(p), [
       { op: "set", key: keys.ledgerEntry(APP, answer.entry.id), value: answer.entry },
@@ -996,7 +1005,16 @@ Deno.test("a refund takes its amount from the available balance into refunded, w
   assertBalanced(p.wallet);
   assert.deepEqual(
     { ...answer.entry, id: "" },
-    { id: "", kind: "refund", amount: 300, reason: "Refund", reference: "pi_1", createdAt: NOW },
+    {
+      id: "",
+      kind: "refund",
+      amount: 300,
+      reason: "Refund",
+      reference: "pi_1",
+      createdAt: NOW,
+      balanceAfter: 700,
+      owedAfter: 0,
+    },
   );
   assert.deepEqual(p.markerChecks, ["stripe_refund:pi_1:300"]);
   assert.deepEqual(writesOf(p), [

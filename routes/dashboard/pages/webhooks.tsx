@@ -103,8 +103,8 @@ export function webhooksPage(
         <p class="muted">
           Tollbooth POSTs a signed event to this address when the balance (available plus held by
           requests in flight) falls below the threshold (once per crossing, again after it has risen
-          above), and when a top-up is credited. A failed delivery is retried with growing waits,
-          {" "}
+          above), when a top-up is credited, when one is refunded or charged back, and when a
+          dispute is won. A failed delivery is retried with growing waits,{" "}
           {WEBHOOK_DEFAULTS.maxAttempts} attempts in all over {retrySpanText()}.
         </p>
         {endpoint.alert}
