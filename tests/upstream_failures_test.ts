@@ -644,3 +644,25 @@ Deno.test("openai: a data line trickled a byte at a time is silence: the upstrea
     assert.equal(record.cost, cutCost("openai"));
   }, 500);
 });
+
+Deno.test("openai: a usage whose total is wrong and whose cached tokens pass the prompt reaches the client as billed, in the documented shape", () =>
+  withFake(
+    "openai",
+    () =>
+      openAiStream([{ role: "assistant", content: "" }, { content: "Hi" }], {
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        total_tokens: -100,
+        prompt_tokens_details: { cached_tokens: 60 },
+      }),
+    async (s, apiKey, appId) => {
+      // s.chat holds the answer to the OpenAPI document.
+      const res = await ask(s, apiKey, false);
+      assert.equal(res.status, 200);
+      const { usage } = await res.json();
+      assert.equal(usage.total_tokens, 15);
+      assert.equal(usage.prompt_tokens_details.cached_tokens, 10);
+      const [record] = await usageRecords(s.kv, appId);
+      assert.equal(usage.cost, (record.cost / 1e6).toFixed(6));
+    },
+  ));

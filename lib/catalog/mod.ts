@@ -20,5 +20,5 @@ export { claudeRules, claudeRulesByName, HIGH_RES_IMAGE_EDGE } from "./claude_ru
 export type { ClaudeRules, ClaudeThinking } from "./claude_rules.ts";
 export { modelList, modelObject } from "./model_list.ts";
 export type { ModelList, ModelObject } from "./model_list.ts";
-export { reservationCost, usageCost } from "./pricing.ts";
+export { believedCacheCounts, reservationCost, usageCost } from "./pricing.ts";
 export type { Usage } from "./pricing.ts";

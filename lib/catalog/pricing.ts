@@ -52,6 +52,17 @@ export function reservationCost(
 }
 
 /**
+ * The prompt's cache writes (the hour's among them) and reads as billed: none past the prompt, and
+ * reads only where writes leave room.
+ */
+export function believedCacheCounts(usage: Usage) {
+  const cacheWrite = Math.min(usage.cacheWriteTokens ?? 0, usage.promptTokens);
+  const hourWrite = Math.min(usage.cacheWrite1hTokens ?? 0, cacheWrite);
+  const cached = Math.min(usage.cachedTokens ?? 0, usage.promptTokens - cacheWrite);
+  return { cached, cacheWrite, hourWrite };
+}
+
+/**
  * Every component at its own price, exact, rounded up once; all at the long-context tier's prices
  * when the prompt passed its size. A provider that reports more cached or cache-written tokens
  * than the prompt holds is not believed past the prompt: the input price is never traded for a
@@ -59,9 +70,7 @@ export function reservationCost(
  */
 export function usageCost(model: Model, usage: Usage): Micros {
   const prices = pricesFor(model, usage.promptTokens);
-  const cacheWrite = Math.min(usage.cacheWriteTokens ?? 0, usage.promptTokens);
-  const hourWrite = Math.min(usage.cacheWrite1hTokens ?? 0, cacheWrite);
-  const cached = Math.min(usage.cachedTokens ?? 0, usage.promptTokens - cacheWrite);
+  const { cached, cacheWrite, hourWrite } = believedCacheCounts(usage);
   const cost = componentsCost([
     [usage.promptTokens - cached - cacheWrite, prices.inputPrice],
     [cached, prices.cacheReadPrice],

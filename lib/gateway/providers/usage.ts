@@ -1,6 +1,6 @@
 /** Usage in the compatible wire shape: read tolerantly from upstreams, written for clients. */
 import { z } from "zod";
-import type { Usage } from "@/lib/catalog/mod.ts";
+import { believedCacheCounts, type Usage } from "@/lib/catalog/mod.ts";
 import { formatUsd, type Micros } from "@/lib/core/mod.ts";
 import type { UsageObject } from "./types.ts";
 
@@ -96,8 +96,25 @@ export function promptCacheCounts(
 export function clientUsage(raw: UsageObject | null, usage: Usage, charged: Micros): UsageObject {
   const { cost: _cost, cost_details: _details, is_byok: _byok, ...shown } = raw ??
     usageObject(usage);
+  // The counts as billed, over whatever the provider wrote: a total it left out or got wrong, or
+  // cached tokens past the prompt, would tell the client another bill than the one it paid.
+  shown.prompt_tokens = usage.promptTokens;
+  shown.completion_tokens = usage.completionTokens;
+  shown.total_tokens = usage.promptTokens + usage.completionTokens;
+  if (raw && (shown.prompt_tokens_details || usage.cachedTokens || usage.cacheWriteTokens)) {
+    const { cached, cacheWrite } = believedCacheCounts(usage);
+    const details = isRecord(shown.prompt_tokens_details) ? shown.prompt_tokens_details : {};
+    shown.prompt_tokens_details = {
+      ...details,
+      cached_tokens: cached,
+      ...(cacheWrite || "cache_write_tokens" in details ? { cache_write_tokens: cacheWrite } : {}),
+    };
+  }
   return { ...shown, cost: formatUsd(charged) } as UsageObject;
 }
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === "object" && !Array.isArray(value);
 
 /** A usage object for a client, details included, from counts we hold. */
 export function usageObject(usage: Usage): UsageObject {

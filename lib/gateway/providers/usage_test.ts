@@ -128,3 +128,35 @@ Deno.test("a count past what any model can bill is read as no count, not charged
   assert.equal(isTokenCount(MAX_REPORTED_TOKENS), true);
   for (const odd of [past, 1e15, -1, 1.5, "5", null]) assert.equal(isTokenCount(odd), false);
 });
+
+Deno.test("the usage a client is shown has the billed counts: a total left out or wrong, cached tokens past the prompt, set right; other details kept", () => {
+  const billed = { promptTokens: 10, completionTokens: 5, cachedTokens: 60 };
+  const shown = clientUsage(
+    {
+      prompt_tokens: 10,
+      completion_tokens: 5,
+      total_tokens: -100,
+      prompt_tokens_details: { cached_tokens: 60, audio_tokens: 0 },
+    },
+    billed,
+    42,
+  );
+  assert.deepEqual(shown, {
+    prompt_tokens: 10,
+    completion_tokens: 5,
+    total_tokens: 15,
+    prompt_tokens_details: { cached_tokens: 10, audio_tokens: 0 },
+    cost: "0.000042",
+  });
+  const noTotal = clientUsage(
+    { prompt_tokens: 3, completion_tokens: 4 } as never,
+    { promptTokens: 3, completionTokens: 4 },
+    1,
+  );
+  assert.deepEqual(noTotal, {
+    prompt_tokens: 3,
+    completion_tokens: 4,
+    total_tokens: 7,
+    cost: "0.000001",
+  });
+});
