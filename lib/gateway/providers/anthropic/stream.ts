@@ -87,6 +87,8 @@ export function anthropicStreamParts(
    */
   const holdsText = meta.answerTool !== null;
   let held = "";
+  /** A stop reason was seen: the answer's finish chunk is out. */
+  let finished = false;
   let dropped = "";
   let answered = false;
   const unshown = (parts: StreamPart[]) =>
@@ -220,7 +222,9 @@ export function anthropicStreamParts(
             held = "";
             unshown(parts);
           }
-          parts.push(chunk({}, finishReasonWithTools(stopReason, toolCalls)));
+          // One finish per answer: a second message_delta with a stop reason brings counts only.
+          if (!finished) parts.push(chunk({}, finishReasonWithTools(stopReason, toolCalls)));
+          finished = true;
           // The final counts are known now: a stream cut before message_stop still bills them.
           const usage = usageOfCounts(counts, meta.hourWrites);
           if (usage) parts.push({ type: "usage", usage, raw: usageObject(usage) });

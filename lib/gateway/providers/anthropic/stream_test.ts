@@ -291,3 +291,27 @@ Deno.test("a tool call the output cap cut before its input began is not given ar
   assert.equal(calls[0].function.arguments, "");
   assert.equal(completion.choices[0].finish_reason, "length");
 });
+
+Deno.test("a second message_delta with a stop reason brings its counts but no second finish", async () => {
+  const event = (type: string, fields: Record<string, unknown>) => ({
+    event: type,
+    data: JSON.stringify({ type, ...fields }),
+  });
+  async function* events() {
+    yield [
+      event("message_start", { message: { id: "msg_1", usage: { input_tokens: 9 } } }),
+      event("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hi" } }),
+      event("message_delta", { delta: { stop_reason: "end_turn" }, usage: { output_tokens: 2 } }),
+      event("message_delta", { delta: { stop_reason: "end_turn" }, usage: { output_tokens: 3 } }),
+      event("message_stop", {}),
+    ];
+  }
+  const parts = await collect(anthropicStreamParts(events(), META));
+  const finishes = parts.filter((p) =>
+    p.type === "chunk" && (p.chunk as ChatCompletionChunk).choices[0]?.finish_reason
+  );
+  assert.equal(finishes.length, 1);
+  const usage = parts.findLast((p) => p.type === "usage");
+  assert.ok(usage?.type === "usage");
+  assert.equal(usage.usage.completionTokens, 3);
+});

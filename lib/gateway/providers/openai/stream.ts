@@ -147,6 +147,27 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
     }
     const calls: unknown[] = delta.tool_calls;
     if (!calls.every(isObject)) delta.tool_calls = calls.filter(isObject);
+    for (const call of delta.tool_calls as Record<string, unknown>[]) fixCallFields(call);
+  }
+}
+
+/**
+ * A call's fields in the types OpenAI streams them: an id or name that is not a string is left
+ * out, and arguments sent as an object (as some servers do) become its JSON, not "[object Object]"
+ * in the arguments a client parses.
+ */
+function fixCallFields(call: Record<string, unknown>) {
+  if (call.id != null && typeof call.id !== "string") delete call.id;
+  if (call.type != null && typeof call.type !== "string") delete call.type;
+  const fn = call.function;
+  if (fn == null) return;
+  if (!isObject(fn) || Array.isArray(fn)) {
+    delete call.function;
+    return;
+  }
+  if (fn.name != null && typeof fn.name !== "string") delete fn.name;
+  if (fn.arguments != null && typeof fn.arguments !== "string") {
+    fn.arguments = JSON.stringify(fn.arguments);
   }
 }
 

@@ -175,6 +175,30 @@ Deno.test("a delta that is a string or a list is emptied: nothing after the char
   assert.deepEqual(deltas, [{}, {}, {}, { content: "Hi" }]);
 });
 
+Deno.test("a tool call's id and name that are not strings are left out, and arguments sent as an object become its JSON", async () => {
+  async function* events() {
+    yield [{
+      data: JSON.stringify({
+        choices: [{
+          index: 0,
+          delta: {
+            tool_calls: [
+              { index: 0, id: 5, type: "function", function: { name: 7, arguments: { a: 1 } } },
+              { index: 1, id: "call_b", type: "function", function: "f" },
+            ],
+          },
+        }],
+      }),
+    }, { data: "[DONE]" }];
+  }
+  const [part] = await collect(openAiStreamParts(events()));
+  assert.ok(part.type === "chunk");
+  assert.deepEqual((part.chunk as ChatCompletionChunk).choices[0].delta.tool_calls, [
+    { index: 0, type: "function", function: { arguments: '{"a":1}' } },
+    { index: 1, id: "call_b", type: "function" },
+  ]);
+});
+
 Deno.test("an error object in older vLLM's shape mid-stream is a cut, not an ending", async () => {
   async function* vllm() {
     yield [
