@@ -184,7 +184,7 @@ export function anthropicImageTokens(
 export function unreadImageTokens(
   kind: ProviderKind,
   request: ChatRequest,
-  model: ImageRule,
+  model: RouteRules,
 ): number {
   let total = 0;
   for (const m of request.messages) {
@@ -331,23 +331,23 @@ function messageTextTokens(
   return tokens;
 }
 
-/**
- * The input OpenAI (or an OpenAI-compatible server) bills for this request, its text counted with
- * `tokenizer` (the route's: tokenizerOf).
- */
-/** The image rule a route bills by: its model's, or a fallback's own. */
-export type ImageRule =
+/** What a route bills its input by: its image rule and chat template (a fallback has its own). */
+export type RouteRules =
   & Pick<Model, "imageBaseTokens" | "imageTileTokens" | "chatTemplate">
   & { claude?: { imageLongEdge: number } | null };
 
 /** The longest edge a Claude route reads an image at; a route without rules, the most any does. */
-function imageLongEdgeOf(route: ImageRule): number {
+function imageLongEdgeOf(route: RouteRules): number {
   return route.claude?.imageLongEdge ?? HIGH_RES_IMAGE_EDGE;
 }
 
+/**
+ * The input OpenAI (or an OpenAI-compatible server) bills for this request, its text counted with
+ * `tokenizer` (the route's: tokenizerOf) and framed as the route's chat template frames it.
+ */
 export function openAiInputBound(
   request: ChatRequest,
-  model: ImageRule,
+  model: RouteRules,
   tokenizer: Tokenizer,
   /**
    * A hold's count (rationed: see tokens.ts) by default; the simulator's bill, its own count of
@@ -446,7 +446,7 @@ export function inputBound(
     forwardReasoningDetails?: boolean;
   },
   request: ChatRequest,
-  model: ImageRule,
+  model: RouteRules,
   tokenizer: Tokenizer,
   /** Counting may stop once the bound passes this; the number returned is then above it. */
   limit = Infinity,
