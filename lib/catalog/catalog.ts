@@ -387,6 +387,11 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       throw new CatalogError(`catalog field models.${i}.id: duplicate model "${m.id}"`);
     }
     const type = m.type ?? "chat";
+    /** A route's tokenizer: an embedding model's applies to every route, a chat route's by name. */
+    const tokenizerOf = (upstreamModel: string) =>
+      type === "embedding"
+        ? m.tokenizer ?? EMBEDDING_TOKENIZER
+        : routeTokenizer(m.tokenizer, upstreamModel);
     for (const field of ["output_usd_per_mtok", "max_output_tokens"] as const) {
       if (type === "chat" && m[field] === undefined) {
         throw new CatalogError(`catalog field models.${i}.${field}: required of a chat model`);
@@ -410,9 +415,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
           `catalog field models.${i}.fallbacks.${j}.provider: unknown provider "${f.provider}"`,
         );
       }
-      const tokenizer = type === "embedding"
-        ? m.tokenizer ?? EMBEDDING_TOKENIZER
-        : routeTokenizer(m.tokenizer, f.upstream_model);
+      const tokenizer = tokenizerOf(f.upstream_model);
       return {
         provider: fallback,
         upstreamModel: f.upstream_model,
@@ -510,11 +513,8 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
     const documentRoute = documents === null ? null : {
       provider: documents,
       upstreamModel: m.upstream_model,
-      tokenizer: routeTokenizer(m.tokenizer, m.upstream_model),
-      chatTemplate: routeChatTemplate(
-        routeTokenizer(m.tokenizer, m.upstream_model),
-        m.upstream_model,
-      ),
+      tokenizer: tokenizerOf(m.upstream_model),
+      chatTemplate: routeChatTemplate(tokenizerOf(m.upstream_model), m.upstream_model),
       ...routeImageRule(imagesSet, { provider: documents, upstreamModel: m.upstream_model }),
       claude: null,
     };
@@ -522,9 +522,7 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       .some(billsCacheWritesAboveInput);
     const hourWrites = routes.some((r) => r.provider.kind === "anthropic");
     const prices = toPrices(m, { premiumWrites, hourWrites });
-    const tokenizer = type === "embedding"
-      ? m.tokenizer ?? EMBEDDING_TOKENIZER
-      : routeTokenizer(m.tokenizer, m.upstream_model);
+    const tokenizer = tokenizerOf(m.upstream_model);
     byId.set(m.id, {
       id: m.id,
       type,
