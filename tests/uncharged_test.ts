@@ -127,12 +127,16 @@ Deno.test("a stream billed beyond its reservation and the balance logs and recor
     assert.equal(record.uncharged, PROVIDER_COST - NEARLY_EMPTY);
   }));
 
-Deno.test("counts past any real bill (a cost beyond 2^53 micro-USD, or a completion and reasoning summing past 2^53 tokens) are charged down to the balance, the rest uncharged, streamed or not", async () => {
-  const usages = [
-    { completionTokens: 2e15 },
-    { completionTokens: 5e15, reasoningTokens: 6e15 },
+Deno.test("a count past what any model can bill is no bill: the answer is counted by us, streamed or not; a believed count past the balance is charged down to it", async () => {
+  const cases = [
+    // Not believed: the usage's completion count is a fault, so the answer is counted by us.
+    { billed: { completionTokens: 2e15 }, countedLocally: true },
+    // The reasoning count alone is a fault: the completion count stands.
+    { billed: { completionTokens: 5, reasoningTokens: 6e15 }, countedLocally: false },
+    // Believed (below 100M tokens), far past the hold and the balance.
+    { billed: { completionTokens: 50_000_000 }, countedLocally: false },
   ];
-  for (const billed of usages) {
+  for (const { billed, countedLocally } of cases) {
     for (const stream of [false, true]) {
       const upstream = startOpenAiUpstream();
       upstream.setDefault({ content: "Hi.", promptTokens: 10, ...billed });
@@ -151,9 +155,15 @@ Deno.test("counts past any real bill (a cost beyond 2^53 micro-USD, or a complet
           (await usageRecords(s.kv, appId)).find((u) => u.model === MODEL);
         await until(async () => (await charged()) !== undefined, what);
         const record = (await charged())!;
-        assert.equal(record.cost, NEARLY_EMPTY, what);
-        assert.equal(record.uncharged, Number.MAX_SAFE_INTEGER - NEARLY_EMPTY, what);
-        assert.equal((await s.wallet(appId)).available, 0, what);
+        assert.equal(record.countedLocally, countedLocally, what);
+        const bill = record.cost + record.uncharged;
+        if (billed.completionTokens === 50_000_000) {
+          assert.equal(bill, 10 * 2 + 50_000_000 * 8, what);
+          assert.equal(record.cost, NEARLY_EMPTY, what);
+        } else {
+          assert.ok(bill < NEARLY_EMPTY && record.uncharged === 0, what);
+        }
+        assert.equal((await s.wallet(appId)).available, NEARLY_EMPTY - record.cost, what);
         await assertAuditClean(s.kv);
       } finally {
         await s.close();
