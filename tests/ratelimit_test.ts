@@ -3,7 +3,7 @@ import fc from "fast-check";
 import OpenAI from "openai";
 import { keys, type RateLimitOverrides } from "@/lib/db.ts";
 import { issueKey } from "@/lib/tenants/mod.ts";
-import { Wallets } from "@/lib/billing/mod.ts";
+import { rotateKey, Wallets } from "@/lib/billing/mod.ts";
 import {
   formatDuration,
   RateWindows,
@@ -576,3 +576,56 @@ Deno.test("Retry-After is exact: a refused request fits after retryAfterMs, and 
     { numRuns: 300 },
   );
 });
+
+/** An app served from a wallet slice (its first request takes one), with a request in flight. */
+async function busyOnSlice(s: TestService) {
+  const app = await s.newApp();
+  const warm = await s.chat(app.apiKey, hi());
+  assert.equal(warm.status, 200);
+  await warm.body?.cancel();
+  // Held in the slice and not settled (a long stream's): the slice stays live with nothing to post.
+  const inFlight = await s.wallets.reserve(app.appId, {
+    amount: 1_000,
+    keyId: app.keyId,
+    requestId: "req_in_flight",
+    model: ECHO,
+  });
+  assert.ok(inFlight.ok);
+  return { ...app, release: () => s.wallets.release(app.appId, inFlight.reservation.id) };
+}
+
+async function sliceService(fn: (s: TestService) => Promise<void>) {
+  const s = await startService({ env: { WALLET_SLICES: "on" } });
+  try {
+    await fn(s);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+}
+
+Deno.test("under wallet slices, a limit given to a busy key binds it within one recall check, not at the slice's next grant", () =>
+  sliceService(async (s) => {
+    const { appId, apiKey, keyId, release } = await busyOnSlice(s);
+    await setRateLimits(s.kv, appId, { rpm: 1 }, { by: "operator" }, keyId);
+    await new Promise((r) => setTimeout(r, 300)); // slices look every 100 ms
+    const first = await s.chat(apiKey, hi());
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    assert.equal(rateHeaders(first).limitRequests, 1, "served by the key's own window");
+    await assertRateLimited(await s.chat(apiKey, hi()));
+    await release();
+  }));
+
+Deno.test("under wallet slices, a busy key with its own limit rotated mid-load: the new key is held to that limit", () =>
+  sliceService(async (s) => {
+    const { appId, keyId, release } = await busyOnSlice(s);
+    await setRateLimits(s.kv, appId, { rpm: 1 }, { by: "operator" }, keyId);
+    const { issued } = await rotateKey(s.kv, keyId);
+    await new Promise((r) => setTimeout(r, 300));
+    const first = await s.chat(issued.apiKey, hi());
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    await assertRateLimited(await s.chat(issued.apiKey, hi()));
+    await release();
+  }));

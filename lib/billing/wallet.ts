@@ -779,16 +779,24 @@ export class Wallets {
   /**
    * A holder's side of a recall: a recall made since the slice was created stops its admissions
    * and gives its free money back; the slice goes back once its holds end (#sliceTick). The app's
-   * spend caps are read with it: a cap set meanwhile takes its requests off the slice within one
-   * check, even while nothing is posted (long streams, no settles).
+   * spend caps and rate-limit overrides are read with it: a cap set meanwhile, or a key given
+   * limits of its own (or a rotation carrying them to a new key), takes that key's requests off the
+   * slice within one check, even while nothing is posted or granted.
    */
   async #answerRecall(slice: LocalSlice) {
     const appId = slice.record.appId;
-    const [entry, caps] = await this.#kv.getMany<[SliceRecallRecord, SpendCapsRecord]>([
+    const [entry, caps, overrides] = await this.#kv.getMany<
+      [SliceRecallRecord, SpendCapsRecord, RateLimitOverrides]
+    >([
       keys.walletSliceRecall(appId),
       keys.spendCaps(appId),
+      keys.rateLimitOverrides(appId),
     ]);
     this.#sawCaps(appId, caps);
+    // Added, never dropped: a read older than a grant's must not put a limited key back on it.
+    for (const keyId of Object.keys(overrides.value?.keys ?? {})) {
+      slice.keysWithOwnLimits.add(keyId);
+    }
     const at = entry.value?.at ?? 0;
     if (at < slice.record.createdAt || at <= slice.recallAnswered) return;
     slice.recallAnswered = at;
