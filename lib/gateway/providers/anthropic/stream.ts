@@ -154,6 +154,8 @@ export function anthropicStreamParts(
           break;
         }
         flushDetails(parts);
+        // A block started again at an index whose call had no input yet: that call ends as `{}`.
+        endInput(index, parts);
         if (block?.type !== "tool_use" || typeof block.name !== "string") break;
         if (block.name === meta.answerTool) {
           blocks.set(index, { kind: "answer", input: false });

@@ -315,3 +315,37 @@ Deno.test("a second message_delta with a stop reason brings its counts but no se
   assert.ok(usage?.type === "usage");
   assert.equal(usage.usage.completionTokens, 3);
 });
+
+Deno.test("a tool block started again at the same index ends the first call with arguments {}", async () => {
+  const event = (type: string, fields: Record<string, unknown>) => ({
+    event: type,
+    data: JSON.stringify({ type, ...fields }),
+  });
+  const start = (id: string) =>
+    event("content_block_start", {
+      index: 0,
+      content_block: { type: "tool_use", id, name: "f", input: {} },
+    });
+  async function* events() {
+    yield [
+      event("message_start", { message: { id: "msg_1", usage: { input_tokens: 9 } } }),
+      start("toolu_a"),
+      start("toolu_b"),
+      event("content_block_delta", {
+        index: 0,
+        delta: { type: "input_json_delta", partial_json: '{"x":1}' },
+      }),
+      event("message_delta", { delta: { stop_reason: "tool_use" }, usage: { output_tokens: 3 } }),
+      event("message_stop", {}),
+    ];
+  }
+  const { completion } = assembleCompletion(await collect(anthropicStreamParts(events(), META)));
+  const calls = completion.choices[0].message.tool_calls as {
+    id: string;
+    function: { arguments: string };
+  }[];
+  assert.deepEqual(calls.map((c) => [c.id, c.function.arguments]), [
+    ["toolu_a", "{}"],
+    ["toolu_b", '{"x":1}'],
+  ]);
+});
