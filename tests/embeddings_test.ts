@@ -395,6 +395,24 @@ Deno.test("an answer with the wrong number of vectors is a 502, nothing charged"
     },
   ));
 
+Deno.test("a base64 vector that is not whole float32s is a 502, nothing charged, whichever encoding the client asked for", async () => {
+  for (const encoding_format of ["base64", "float"]) {
+    await withUpstream(
+      () =>
+        Response.json({
+          data: [{ object: "embedding", index: 0, embedding: btoa("abcde") }],
+          usage: { prompt_tokens: 2, total_tokens: 2 },
+        }),
+      async ({ s, appId, apiKey }) => {
+        const res = await embed(s, apiKey, { model: "fake/embed", input: "a", encoding_format });
+        assert.equal(res.status, 502, encoding_format);
+        await res.body?.cancel();
+        assert.equal((await s.wallet(appId)).available, START);
+      },
+    );
+  }
+});
+
 Deno.test("the openai npm client embeds as floats and as base64, each charged its usage", () =>
   withFake(async ({ s, appId, apiKey }) => {
     const server = serveLoopback(s.handle);

@@ -33,11 +33,27 @@ export function fromBase64(text: string): number[] | null {
   return out;
 }
 
-/** The vector in the format asked for; null when a base64 vector does not decode. */
+/** Whether a base64 vector decodes to whole float32s, without making the floats. */
+function isFloat32Base64(text: string): boolean {
+  try {
+    return atob(text).length % 4 === 0;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The vector in the format asked for; null when a base64 vector does not decode to whole float32s,
+ * whichever format was asked: passed on as it came, a client's SDK failed decoding it after the
+ * charge.
+ */
 export function inFormat(
   embedding: readonly number[] | string,
   format: EncodingFormat,
 ): number[] | string | null {
-  if (typeof embedding === "string") return format === "base64" ? embedding : fromBase64(embedding);
+  if (typeof embedding === "string") {
+    if (format === "float") return fromBase64(embedding);
+    return isFloat32Base64(embedding) ? embedding : null;
+  }
   return format === "float" ? [...embedding] : toBase64(embedding);
 }

@@ -27,3 +27,10 @@ Deno.test("a vector is given in the format asked for, whichever the upstream sen
   assert.deepEqual(inFormat(encoded, "float"), [0.25, 0.5]);
   assert.equal(inFormat("%%%", "float"), null);
 });
+
+Deno.test("a base64 vector that is not whole float32s is null when base64 was asked too, not passed on", () => {
+  for (const broken of [btoa("abcde"), "%%% not base64 !!!"]) {
+    assert.equal(inFormat(broken, "base64"), null, broken);
+    assert.equal(inFormat(broken, "float"), null, broken);
+  }
+});
