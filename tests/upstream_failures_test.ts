@@ -666,3 +666,13 @@ Deno.test("openai: a usage whose total is wrong and whose cached tokens pass the
       assert.equal(usage.cost, (record.cost / 1e6).toFixed(6));
     },
   ));
+
+for (const stream of [false, true]) {
+  Deno.test(`openai: a stream that is only [DONE] answered nothing: 502 provider_unreachable, nothing charged${stream ? ", streamed" : ""}`, () =>
+    withFake("openai", () => sseResponse(["data: [DONE]\n\n"]), async (s, apiKey, appId) => {
+      const res = await ask(s, apiKey, stream);
+      await assertError(res, 502, "provider_unreachable");
+      assert.equal((await s.wallet(appId)).available, START);
+      assert.deepEqual(await usageRecords(s.kv, appId), []);
+    }));
+}

@@ -358,7 +358,13 @@ export class Gateway {
       // The first batch of parts is awaited before the client gets its 200, so that an upstream
       // that fails or stays silent at the start still gets a real status (and the next provider a
       // chance).
-      return { parts, first: await parts.next(), upstream };
+      const first = await parts.next();
+      // Ended before any event (a lone `[DONE]`): nothing was answered, nor charged; the next
+      // provider may answer.
+      if (first.done) {
+        throw new ProviderError("malformed_response", "the stream ended before its first event");
+      }
+      return { parts, first, upstream };
     };
     let early:
       | Promise<{ value: Awaited<ReturnType<ReturnType<typeof open>>>; route: Model }>
