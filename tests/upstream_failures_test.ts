@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { countPromptTokens } from "@/lib/gateway/tokens.ts";
 import { claudeTokenBound } from "@/lib/gateway/claude_tokens.ts";
+import { until } from "./fakes/common.ts";
 import {
   assertAuditClean,
   serveLoopback,
@@ -676,3 +677,49 @@ for (const stream of [false, true]) {
       assert.deepEqual(await usageRecords(s.kv, appId), []);
     }));
 }
+
+Deno.test("openai: a reasoning stream its client left, whose upstream will not stop, is cut once past what its cap could produce, and charged the cap", async () => {
+  let cut = false;
+  const endless = () => {
+    const encoder = new TextEncoder();
+    const start = streamStart("openai");
+    let sent = 0;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (start.length) return controller.enqueue(encoder.encode(start.shift()!));
+        // Words past any cap, a chunk every 5 ms, for 30 s: far longer than the cap allows.
+        if (++sent > 6_000) return controller.close();
+        return new Promise<void>((resolve) => {
+          timer = setTimeout(() => {
+            const chunk = { choices: [{ index: 0, delta: { content: "word ".repeat(50) } }] };
+            controller.enqueue(encoder.encode(`data: ${JSON.stringify(chunk)}\n\n`));
+            resolve();
+          }, 5);
+        });
+      },
+      cancel() {
+        clearTimeout(timer);
+        cut = true;
+      },
+    });
+    return new Response(body, { headers: { "content-type": "text/event-stream" } });
+  };
+  await withFake("openai", endless, async (s, apiKey, appId) => {
+    const res = await s.chat(apiKey, {
+      model: "up/m",
+      messages: userMessage(PROMPT),
+      max_tokens: 10,
+      reasoning_effort: "low",
+      stream: true,
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    await until(async () => (await s.wallet(appId)).reserved === 0, "settled");
+    assert.equal(cut, true, "the upstream was cut");
+    const [record] = await usageRecords(s.kv, appId);
+    assert.equal(record.completionTokens, 10);
+  }, 5000);
+});

@@ -26,6 +26,9 @@ export type Ending =
   | { kind: "client_gone" }
   | { kind: "stalled"; afterMs: number };
 
+/** Characters per token beyond any token of the encodings output is counted in: no cap is this long. */
+const MAX_CHARS_PER_TOKEN = 256;
+
 export interface PaidStreamOptions {
   requestId: string;
   /** The catalog id the client asked for: every chunk carries it, whoever served. */
@@ -249,6 +252,18 @@ export class PaidStream {
       try {
         for (let next = await this.#parts.next(); !next.done; next = await this.#parts.next()) {
           for (const part of next.value) this.#record(part);
+          if (this.#pastCap()) {
+            // More than the cap could be: an upstream that will not stop is cut here, charged
+            // what the cap allows, rather than read (and held) for as long as it goes on.
+            this.#options.log({
+              level: "warn",
+              requestId: this.#options.requestId,
+              event: "upstream_drain_past_cap",
+            });
+            this.#upstreamAbort.abort();
+            await this.#parts.return?.();
+            return;
+          }
         }
       } catch (error) {
         this.#options.log({
@@ -260,6 +275,12 @@ export class PaidStream {
       }
     })();
     return this.#draining;
+  }
+
+  /** Whether the text produced is longer than the output cap's tokens could be, at their longest. */
+  #pastCap(): boolean {
+    const chars = this.#produced.length + this.#unshown.length;
+    return chars > this.#options.maxOutputTokens * MAX_CHARS_PER_TOKEN;
   }
 
   /** Notes a usage report or counts a chunk's output; returns the chunk to forward, if any. */
