@@ -140,6 +140,8 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
       continue;
     }
     if (Array.isArray(delta.content)) splitContentParts(delta);
+    // Text in any other type (a number) is no text a client's SDK takes as OpenAI streams it.
+    else if (delta.content != null && typeof delta.content !== "string") delete delta.content;
     if (delta.tool_calls == null) continue;
     if (!Array.isArray(delta.tool_calls)) {
       delete delta.tool_calls;

@@ -162,17 +162,23 @@ Deno.test("a tool_calls that is not a list is dropped from its chunk; the rest o
   assert.equal(chunks[1].choices[0].finish_reason, "stop");
 });
 
-Deno.test("a delta that is a string or a list is emptied: nothing after the charge trips on it", async () => {
+Deno.test("a delta that is a string or a list is emptied, and content that is not text dropped: nothing after the charge trips on it", async () => {
   const chunk = (delta: unknown, finish: string | null = null) => ({
     data: JSON.stringify({ choices: [{ index: 0, delta, finish_reason: finish }] }),
   });
   async function* events() {
-    yield [chunk("hello"), chunk(["a"]), chunk(7), chunk({ content: "Hi" }, "stop")];
+    yield [
+      chunk("hello"),
+      chunk(["a"]),
+      chunk(7),
+      chunk({ content: 12345 }),
+      chunk({ content: "Hi" }, "stop"),
+    ];
     yield [{ data: "[DONE]" }];
   }
   const deltas = (await collect(openAiStreamParts(events())))
     .flatMap((p) => p.type === "chunk" ? [(p.chunk as ChatCompletionChunk).choices[0].delta] : []);
-  assert.deepEqual(deltas, [{}, {}, {}, { content: "Hi" }]);
+  assert.deepEqual(deltas, [{}, {}, {}, {}, { content: "Hi" }]);
 });
 
 Deno.test("a tool call's id and name that are not strings are left out, and arguments sent as an object become its JSON", async () => {
