@@ -1,7 +1,7 @@
 /** Usage in the compatible wire shape: read tolerantly from upstreams, written for clients. */
 import { z } from "zod";
 import { believedCacheCounts, type Usage } from "@/lib/catalog/mod.ts";
-import { formatUsd, type Micros } from "@/lib/core/mod.ts";
+import { formatUsd, isRecord, type Micros } from "@/lib/core/mod.ts";
 import type { UsageObject } from "./types.ts";
 
 /**
@@ -18,22 +18,20 @@ export function isTokenCount(value: unknown): value is number {
   return TokenCount.safeParse(value).success;
 }
 
-const Count = TokenCount;
-
 /** What comes back is read tolerantly: unknown fields are kept, odd details are ignored. */
 const UsageSchema = z.looseObject({
-  prompt_tokens: Count,
-  completion_tokens: Count,
-  total_tokens: Count.nullish().catch(null),
+  prompt_tokens: TokenCount,
+  completion_tokens: TokenCount,
+  total_tokens: TokenCount.nullish().catch(null),
   prompt_tokens_details: z.looseObject({
-    cached_tokens: Count.nullish().catch(null),
+    cached_tokens: TokenCount.nullish().catch(null),
     /** GPT-5.6 on: input written to the prompt cache, billed above the input price. */
-    cache_write_tokens: Count.nullish().catch(null),
+    cache_write_tokens: TokenCount.nullish().catch(null),
   }).nullish().catch(null),
-  completion_tokens_details: z.looseObject({ reasoning_tokens: Count.nullish().catch(null) })
+  completion_tokens_details: z.looseObject({ reasoning_tokens: TokenCount.nullish().catch(null) })
     .nullish().catch(null),
   /** DeepSeek's names for cache hits, without prompt_tokens_details. */
-  prompt_cache_hit_tokens: Count.nullish().catch(null),
+  prompt_cache_hit_tokens: TokenCount.nullish().catch(null),
 });
 
 /**
@@ -112,9 +110,6 @@ export function clientUsage(raw: UsageObject | null, usage: Usage, charged: Micr
   }
   return { ...shown, cost: formatUsd(charged) } as UsageObject;
 }
-
-const isRecord = (value: unknown): value is Record<string, unknown> =>
-  value !== null && typeof value === "object" && !Array.isArray(value);
 
 /** A usage object for a client, details included, from counts we hold. */
 export function usageObject(usage: Usage): UsageObject {

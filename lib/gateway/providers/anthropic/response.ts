@@ -6,16 +6,14 @@ import { z } from "zod";
 import type { Usage } from "@/lib/catalog/mod.ts";
 import { TokenCount } from "../usage.ts";
 
-const Count = TokenCount;
-
 /** Tolerant: counts that are missing or odd are absent, never an error. */
 const UsageSchema = z.looseObject({
-  input_tokens: Count.nullish().catch(null),
-  cache_creation_input_tokens: Count.nullish().catch(null),
-  cache_read_input_tokens: Count.nullish().catch(null),
-  output_tokens: Count.nullish().catch(null),
+  input_tokens: TokenCount.nullish().catch(null),
+  cache_creation_input_tokens: TokenCount.nullish().catch(null),
+  cache_read_input_tokens: TokenCount.nullish().catch(null),
+  output_tokens: TokenCount.nullish().catch(null),
   // The writes by how long they are kept: the 1-hour ones bill dearer.
-  cache_creation: z.looseObject({ ephemeral_1h_input_tokens: Count.nullish().catch(null) })
+  cache_creation: z.looseObject({ ephemeral_1h_input_tokens: TokenCount.nullish().catch(null) })
     .nullish().catch(null),
 });
 

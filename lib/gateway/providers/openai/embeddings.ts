@@ -39,14 +39,12 @@ export function embeddingsAnswerBytes(request: EmbedRequest): number {
     request.inputs.length * (dimensions * FLOAT_JSON_BYTES + ITEM_OVERHEAD_BYTES);
 }
 
-const Count = TokenCount;
-
 const Answer = z.looseObject({
   data: z.array(z.looseObject({
-    index: Count.optional(),
+    index: z.number().int().nonnegative().optional(),
     embedding: z.union([z.array(z.number()), z.string()]),
   })),
-  usage: z.looseObject({ prompt_tokens: Count }).nullish().catch(null),
+  usage: z.looseObject({ prompt_tokens: TokenCount }).nullish().catch(null),
 });
 
 /** The answer's vectors in input order and its billed tokens; throws malformed_response. */

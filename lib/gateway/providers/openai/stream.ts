@@ -7,6 +7,7 @@
  * last), so that a stream cut or left before its end is charged by the provider's count, hidden
  * reasoning included, rather than by ours of what it showed.
  */
+import { isRecord } from "@/lib/core/mod.ts";
 import { parseSse } from "../../sse.ts";
 import type { BodyReader } from "../http1.ts";
 import { isTokenCount, parseOpenAiUsage, promptCacheCounts } from "../usage.ts";
@@ -134,7 +135,7 @@ function dropMalformedEntries(obj: Record<string, unknown>) {
   if (!choices.every(isObject)) obj.choices = choices = choices.filter(isObject);
   for (const choice of choices as { delta?: unknown }[]) {
     const delta = choice.delta;
-    if (!isObject(delta) || Array.isArray(delta)) {
+    if (!isRecord(delta)) {
       // A string or a list where the delta belongs says nothing the answer can carry.
       if (delta != null) choice.delta = {};
       continue;
@@ -163,7 +164,7 @@ function fixCallFields(call: Record<string, unknown>) {
   if (call.type != null && typeof call.type !== "string") delete call.type;
   const fn = call.function;
   if (fn == null) return;
-  if (!isObject(fn) || Array.isArray(fn)) {
+  if (!isRecord(fn)) {
     delete call.function;
     return;
   }
