@@ -106,7 +106,6 @@ const FunctionCallOutputItem = z.strictObject({
   status: z.string().nullish(),
 });
 
-/** The openai SDK's own types leave `type` out (`type?: 'item_reference' | null`). */
 /**
  * Ids Tollbooth gives are far shorter; a longer one names nothing (and is no KV key: KV refuses
  * keys over 2 KB).
@@ -116,6 +115,7 @@ const MAX_ID_LENGTH = 256;
 const StoredId = z.string({ error: "must be a string" }).min(1, "must not be empty")
   .max(MAX_ID_LENGTH, `must be at most ${MAX_ID_LENGTH} characters`);
 
+/** The openai SDK's own types leave `type` out (`type?: 'item_reference' | null`). */
 const ItemReference = z.strictObject({
   type: z.literal("item_reference").nullish(),
   id: StoredId,
@@ -305,18 +305,25 @@ export const MAX_REFERENCED_RESPONSES = 32;
  * against the limit, a repeated one too: each is sent, and counted, again.
  */
 export function referencedItems(body: ResponsesBody): string[] {
-  if (typeof body.input === "string") return [];
-  const ids = new Set<string>();
-  let references = 0;
-  for (const item of body.input) {
+  return [...new Set(referencesOf(body))];
+}
+
+/** Each reference's id, in order, repeats included: read once per body, for both checks. */
+const references = new WeakMap<ResponsesBody, string[]>();
+
+function referencesOf(body: ResponsesBody): string[] {
+  let ids = references.get(body);
+  if (ids) return ids;
+  ids = [];
+  for (const item of typeof body.input === "string" ? [] : body.input) {
     const ref = ItemReference.safeParse(item);
     if (!ref.success) continue;
-    ids.add(ref.data.id);
-    if (++references > MAX_ITEM_REFERENCES) {
+    if (ids.push(ref.data.id) > MAX_ITEM_REFERENCES) {
       throw invalid("input", `references stored items more than ${MAX_ITEM_REFERENCES} times`);
     }
   }
-  return [...ids];
+  references.set(body, ids);
+  return ids;
 }
 
 /**
@@ -328,16 +335,14 @@ export function assertReferencedSize(
   items: Map<string, unknown>,
   max: number,
 ) {
-  if (typeof body.input === "string") return;
   const sizes = new Map<string, number>();
   let total = 0;
-  for (const item of body.input) {
-    const ref = ItemReference.safeParse(item);
-    if (!ref.success || !items.has(ref.data.id)) continue;
-    let size = sizes.get(ref.data.id);
+  for (const id of referencesOf(body)) {
+    if (!items.has(id)) continue;
+    let size = sizes.get(id);
     if (size === undefined) {
-      size = JSON.stringify(items.get(ref.data.id)).length;
-      sizes.set(ref.data.id, size);
+      size = JSON.stringify(items.get(id)).length;
+      sizes.set(id, size);
     }
     total += size;
     if (total > max) {
