@@ -440,16 +440,18 @@ export function dashboardRoutes(
     const key = await ownedKey(c, app);
     if (!key) return notFound(c);
     // A double click, or another tab, may revoke it between the read and the rotation's commit.
-    let issued;
-    try {
-      if (key.revokedAt !== null) throw new NotFoundError(`no live key ${key.id}`);
-      ({ issued } = await rotateKey(kv, key.id));
-    } catch (error) {
-      if (!(error instanceof NotFoundError)) throw error;
+    const rotated = key.revokedAt === null
+      ? await rotateKey(kv, key.id).catch((error) => {
+        if (error instanceof NotFoundError) return null;
+        throw error;
+      })
+      : null;
+    if (!rotated) {
       const message = "This key is already revoked; create a new one instead.";
       if (wantsJson(c)) throw new ApiError("resource_not_found", message, { param: "key_id" });
       return c.redirect(`/dashboard/apps/${app.id}/keys`, 303);
     }
+    const { issued } = rotated;
     if (wantsJson(c)) return c.json({ api_key: issued.apiKey, name: key.name });
     return await redirectToReveal(c, kv, session(c).id, {
       kind: "rotated_key",
