@@ -613,30 +613,12 @@ Deno.test("openai: a usage past what any model can bill is read as none: the ans
 
 Deno.test("openai: a data line trickled a byte at a time is silence: the upstream is cut at its timeout, not held while it trickles", async () => {
   let cut = false;
-  const trickle = () => {
-    const encoder = new TextEncoder();
-    const start = streamStart("openai");
-    let sent = 0;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const body = new ReadableStream<Uint8Array>({
-      pull(controller) {
-        if (start.length) return controller.enqueue(encoder.encode(start.shift()!));
-        // 20 s of "x", one a tenth of the timeout apart: never a line's end.
-        if (sent++ === 400) return controller.close();
-        return new Promise<void>((resolve) => {
-          timer = setTimeout(() => {
-            controller.enqueue(encoder.encode(sent === 1 ? "data: x" : "x"));
-            resolve();
-          }, 50);
-        });
-      },
-      cancel() {
-        clearTimeout(timer);
-        cut = true;
-      },
+  // 20 s of "x", one a tenth of the timeout apart: never a line's end.
+  const trickle = () =>
+    sseResponse(streamStart("openai"), {
+      paced: { everyMs: 50, count: 400, piece: (i) => i === 0 ? "data: x" : "x" },
+      onCancel: () => cut = true,
     });
-    return new Response(body, { headers: { "content-type": "text/event-stream" } });
-  };
   await withFake("openai", trickle, async (s, apiKey, appId) => {
     const res = await ask(s, apiKey, false);
     await assertError(res, 502, "upstream_interrupted");
@@ -681,31 +663,13 @@ for (const stream of [false, true]) {
 
 Deno.test("openai: a reasoning stream its client left, whose upstream will not stop, is cut once past what its cap could produce, and charged the cap", async () => {
   let cut = false;
-  const endless = () => {
-    const encoder = new TextEncoder();
-    const start = streamStart("openai");
-    let sent = 0;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const body = new ReadableStream<Uint8Array>({
-      pull(controller) {
-        if (start.length) return controller.enqueue(encoder.encode(start.shift()!));
-        // Words past any cap, a chunk every 5 ms, for 30 s: far longer than the cap allows.
-        if (++sent > 6_000) return controller.close();
-        return new Promise<void>((resolve) => {
-          timer = setTimeout(() => {
-            const chunk = { choices: [{ index: 0, delta: { content: "word ".repeat(50) } }] };
-            controller.enqueue(encoder.encode(`data: ${JSON.stringify(chunk)}\n\n`));
-            resolve();
-          }, 5);
-        });
-      },
-      cancel() {
-        clearTimeout(timer);
-        cut = true;
-      },
+  // Words past any cap, a chunk every 5 ms, for 30 s: far longer than the cap allows.
+  const words = { choices: [{ index: 0, delta: { content: "word ".repeat(50) } }] };
+  const endless = () =>
+    sseResponse(streamStart("openai"), {
+      paced: { everyMs: 5, count: 6_000, piece: () => `data: ${JSON.stringify(words)}\n\n` },
+      onCancel: () => cut = true,
     });
-    return new Response(body, { headers: { "content-type": "text/event-stream" } });
-  };
   await withFake("openai", endless, async (s, apiKey, appId) => {
     const res = await s.chat(apiKey, {
       model: "up/m",

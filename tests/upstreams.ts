@@ -17,19 +17,37 @@ export function sseEvents(text: string): string[] {
   return text.split(/\n\n/).filter((e) => e.trim()).map((e) => `${e}\n\n`);
 }
 
-/** An SSE response that sends the given events, then ends (or, with `stall`, stays open silent). */
+/**
+ * An SSE response that sends the given events, then `paced` pieces one every `everyMs` (an
+ * upstream that trickles, or will not stop), then ends (or, with `stall`, stays open silent).
+ */
 export function sseResponse(
   events: string[],
-  options: { stall?: boolean; headers?: Record<string, string>; onCancel?: () => void } = {},
+  options: {
+    stall?: boolean;
+    headers?: Record<string, string>;
+    onCancel?: () => void;
+    paced?: { everyMs: number; count: number; piece: (i: number) => string };
+  } = {},
 ) {
   const encoder = new TextEncoder();
   let i = 0;
+  let paced = 0;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const body = new ReadableStream<Uint8Array>({
     pull(controller) {
       if (i < events.length) {
         controller.enqueue(encoder.encode(events[i++]));
         return;
+      }
+      const { paced: pace } = options;
+      if (pace && paced < pace.count) {
+        return new Promise<void>((resolve) => {
+          timer = setTimeout(() => {
+            controller.enqueue(encoder.encode(pace.piece(paced++)));
+            resolve();
+          }, pace.everyMs);
+        });
       }
       if (!options.stall) {
         controller.close();
