@@ -26,7 +26,7 @@ export type Ending =
   | { kind: "client_gone" }
   | { kind: "stalled"; afterMs: number };
 
-/** Characters per token beyond any token of the encodings output is counted in: no cap is this long. */
+/** More characters than any one output token holds: output past the cap times this cannot be real. */
 const MAX_CHARS_PER_TOKEN = 256;
 
 export interface PaidStreamOptions {
