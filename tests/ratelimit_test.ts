@@ -629,3 +629,23 @@ Deno.test("under wallet slices, a busy key with its own limit rotated mid-load: 
     await assertRateLimited(await s.chat(issued.apiKey, hi()));
     await release();
   }));
+
+Deno.test("a key with its own limit rotated after using it: the replacement starts with the minute's use, not an empty window", () => {
+  const clock = manualClock();
+  return withService({ now: clock.now }, async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    await setRateLimits(s.kv, appId, { rpm: 2 }, { by: "operator" }, keyId);
+    for (let i = 0; i < 2; i++) {
+      const used = await s.chat(apiKey, hi());
+      assert.equal(used.status, 200);
+      await used.body?.cancel();
+    }
+    const { issued } = await rotateKey(s.kv, keyId);
+    await assertRateLimited(await s.chat(issued.apiKey, hi()));
+    clock.advance(WINDOW_MS);
+    const later = await s.chat(issued.apiKey, hi());
+    assert.equal(later.status, 200);
+    await later.body?.cancel();
+    assert.equal(rateHeaders(later).limitRequests, 2);
+  });
+});

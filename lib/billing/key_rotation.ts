@@ -9,6 +9,7 @@ import {
   type ApiKeyRecord,
   keys,
   type RateLimitOverrides,
+  type RateWindowsRecord,
   type SpendCapsRecord,
 } from "@/lib/db.ts";
 import { type IssuedKey, prepareKey } from "@/lib/tenants/mod.ts";
@@ -17,7 +18,8 @@ import { capsAfterRotation } from "./spend_caps.ts";
 /**
  * The caps and overrides records are checked in the commit; the wallet's batches check them too, so
  * a batch that read them before the rotation retries on the new ones (no window with neither key
- * capped, or both). The old key's hash index goes in the same commit, so its cached
+ * capped, or both). A key's rate window moves only with its overrides, so such a batch also retries
+ * rather than write the old key's window back. The old key's hash index goes in the same commit, so its cached
  * authentications fail their next reserve (the key guard), as for a revocation.
  */
 export async function rotateKey(
@@ -31,11 +33,12 @@ export async function rotateKey(
       throw new NotFoundError(`no live key ${keyId}`);
     }
     const { appId } = entry.value;
-    const [caps, overrides, counter] = await kv.getMany<
-      [SpendCapsRecord, RateLimitOverrides, unknown]
+    const [caps, overrides, windows, counter] = await kv.getMany<
+      [SpendCapsRecord, RateLimitOverrides, RateWindowsRecord, unknown]
     >([
       keys.spendCaps(appId),
       keys.rateLimitOverrides(appId),
+      keys.rateWindows(appId),
       keys.spendCounter(appId, "key", keyId),
     ]);
     const revoked = { ...entry.value, revokedAt: now };
@@ -57,6 +60,15 @@ export async function rotateKey(
       next.keys[newId] = keyLimits;
       delete next.keys[keyId];
       atomic.set(keys.rateLimitOverrides(appId), next);
+      // The minute's use goes with the limit: a fresh window would let a rotation spend it again.
+      const window = windows.value?.keys[keyId];
+      if (windows.value && window) {
+        const { [keyId]: _, ...others } = windows.value.keys;
+        atomic.check(windows).set(keys.rateWindows(appId), {
+          ...windows.value,
+          keys: { ...others, [newId]: window },
+        });
+      }
     }
     if ((await write(atomic).commit()).ok) return { issued, revoked };
   }
