@@ -8,6 +8,8 @@ const TYPES: Record<string, string> = {
   ico: "image/x-icon",
 };
 
+const FILE_PATH = /^(?:[a-z0-9_-]+\/)*[a-z0-9_-]+\.[a-z0-9]+$/i;
+
 /**
  * Serves files under `root` (the stylesheet, the icon and the islands bundle), read once and kept
  * in memory; with `file`, that one file whatever the path (a well-known name like /favicon.ico).
@@ -17,13 +19,14 @@ export function serveStatic(root: URL, options: { file?: string } = {}) {
   return async (c: Context) => {
     const relative = options.file ?? c.req.path.replace(/^\/static\//, "");
     const ext = relative.split(".").pop() ?? "";
-    if (!/^[a-z0-9_\-/]+\.[a-z0-9]+$/i.test(relative) || relative.includes("..") || !TYPES[ext]) {
-      return c.notFound();
-    }
+    // Names and folders below root only: a path led by a slash would resolve from the disk's root.
+    if (!FILE_PATH.test(relative) || !TYPES[ext]) return c.notFound();
+    const file = new URL(relative, root);
+    if (!file.href.startsWith(root.href)) return c.notFound();
     let body = cache.get(relative);
     if (!body) {
       try {
-        body = await Deno.readFile(new URL(relative, root));
+        body = await Deno.readFile(file);
       } catch {
         return c.notFound();
       }

@@ -216,6 +216,27 @@ Deno.test("no path redirects off-site: crafted paths never answer with a foreign
   }
 });
 
+Deno.test("static files are served from the static folder only: an absolute path after /static/ is a 404", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "outside" });
+  const secret = `${dir}/secret.css`;
+  await Deno.writeTextFile(secret, "body { --secret: 1 }");
+  const s = await startService();
+  try {
+    assert.match(secret, /^[a-z0-9_\-/]+\.css$/i, "a path the file pattern would let through");
+    for (const path of [`/static/${secret}`, `/static/${secret.slice(1)}`]) {
+      const res = await s.handle(new Request(`${PUBLIC_URL}${path}`));
+      assert.equal(res.status, 404, path);
+      assert.ok(!(await res.text()).includes("--secret"), path);
+    }
+    const ours = await s.handle(new Request(`${PUBLIC_URL}/static/styles.css`));
+    assert.equal(ours.status, 200);
+    await ours.body?.cancel();
+  } finally {
+    await s.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("randomToken draws at least the asked bits from the CSPRNG in base 36", () => {
   for (const bits of [128, 160, 186]) {
     const token = randomToken(bits);
