@@ -73,7 +73,7 @@ export interface AppDeps {
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
 export function createApp(deps: AppDeps) {
   const { kv, config, catalog } = deps;
-  // No provider key leaves: not in a log line, not in an error quoted to a client.
+  // No provider key leaves: not in a log line, not in an upstream's reason quoted to a client.
   const redactor = providerKeyRedactor(catalog);
   const log = redactor.logger(deps.log ?? jsonLogger);
   const now = deps.now ?? Date.now;
@@ -105,6 +105,7 @@ export function createApp(deps: AppDeps) {
     providers,
     publicUrl: config.publicUrl,
     log,
+    redactor,
     clientStallMs: config.upstreamTimeoutMs,
     optimisticUpstream: config.optimisticUpstream,
     exactCountShare: config.exactCountPercent / 100,
@@ -136,7 +137,7 @@ export function createApp(deps: AppDeps) {
   app.use("*", securityHeaders);
   // A model's lookup is in the catalog in memory, and its 404 carries the caller's rate limits.
   app.use("*", boundedPathSegments(["/v1/models/"]));
-  app.onError(errorHandler(log, docsBaseUrl, serverErrorPage, (text) => redactor.redact(text)));
+  app.onError(errorHandler(log, docsBaseUrl, serverErrorPage));
 
   /** Paid endpoints: the reserve's commit checks the (cached) key; every answer shows the limits. */
   const paidApi = [
@@ -154,10 +155,7 @@ export function createApp(deps: AppDeps) {
   app.post(
     "/v1/chat/completions",
     ...paidApi,
-    chatCompletions(gateway, {
-      docsBaseUrl,
-      redact: (text) => redactor.redact(text),
-    }),
+    chatCompletions(gateway, { docsBaseUrl }),
   );
   app.post(
     "/v1/embeddings",
@@ -168,7 +166,7 @@ export function createApp(deps: AppDeps) {
   app.post(
     "/v1/responses",
     ...paidApi,
-    responsesRoute(responses, { redact: (text) => redactor.redact(text) }),
+    responsesRoute(responses),
   );
   const stored = storedResponseRoutes(responses);
   app.get("/v1/responses/:id", ...freeApi, stored.retrieve);

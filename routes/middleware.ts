@@ -71,18 +71,14 @@ export function requestContext(
 /** Paths a program calls (the API, Stripe's webhook): their errors are JSON, never a page. */
 const MACHINE_PATHS = /^\/(v1|webhooks)\//;
 
-/** `redact` cleans the message of secrets it may quote (an upstream's reason can quote our key). */
-function apiErrorResponse(
-  c: Context<Env>,
-  error: ApiError,
-  docsBaseUrl: string,
-  redact: (text: string) => string = (text) => text,
-): Response {
+/**
+ * Messages are sent as they are: an upstream's reason is rid of our keys where the gateway quotes
+ * it, and the rest is ours or the client's own (searching it for our keys would answer guesses).
+ */
+function apiErrorResponse(c: Context<Env>, error: ApiError, docsBaseUrl: string): Response {
   for (const [name, value] of Object.entries(error.headers)) c.header(name, value);
   c.get("trace").errorCode = error.code;
-  const body = error.body(docsBaseUrl);
-  body.error.message = redact(body.error.message);
-  return c.json(body, error.status as 400);
+  return c.json(error.body(docsBaseUrl), error.status as 400);
 }
 
 /**
@@ -93,10 +89,9 @@ export function errorHandler(
   log: Logger,
   docsBaseUrl: string,
   htmlPage?: (requestId: string) => string,
-  redact?: (text: string) => string,
 ) {
   return (err: Error, c: Context<Env>): Response => {
-    if (err instanceof ApiError) return apiErrorResponse(c, err, docsBaseUrl, redact);
+    if (err instanceof ApiError) return apiErrorResponse(c, err, docsBaseUrl);
     log({
       level: "error",
       requestId: c.get("requestId"),

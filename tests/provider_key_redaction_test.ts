@@ -5,7 +5,13 @@
  */
 import assert from "node:assert/strict";
 import type { CatalogFile } from "@/lib/catalog/catalog.ts";
-import { assertAuditClean, serveLoopback, startService, userMessage } from "./helpers.ts";
+import {
+  assertAuditClean,
+  PUBLIC_URL,
+  serveLoopback,
+  startService,
+  userMessage,
+} from "./helpers.ts";
 import { sseResponse } from "./upstreams.ts";
 
 const OPENAI_KEY = "sk-proj-T7vQ2mX9kL4pR8wZ1cN6bY3hJ5dF0aGe";
@@ -24,7 +30,8 @@ function quotes(key: string): Record<string, string> {
 /**
  * An upstream of either wire format whose prompt says what to answer: `status:<n>:<quote>` an
  * error with that status quoting the key, `stream:<quote>` a stream that fails with that quote
- * after its first text.
+ * after its first text, `echo:<text>` a 400 quoting the text back (as vLLM's validation errors
+ * quote the input).
  */
 function quotingUpstream(kind: "openai" | "anthropic") {
   return serveLoopback(async (req) => {
@@ -34,6 +41,10 @@ function quotingUpstream(kind: "openai" | "anthropic") {
       : req.headers.get("x-api-key") ?? "";
     const prompt: string = body.messages.at(-1).content;
     const [mode, ...rest] = prompt.split(":");
+    if (mode === "echo") {
+      const message = `Invalid value: '${rest.join(":")}'.`;
+      return Response.json({ error: { message, type: "invalid_request_error" } }, { status: 400 });
+    }
     const quote = quotes(key)[rest.at(-1)!];
     if (mode === "status") {
       const status = Number(rest[0]);
@@ -160,6 +171,71 @@ Deno.test("an upstream error quoting each provider's key reaches neither the cli
         }
       }
     }
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await openai.close();
+    await anthropic.close();
+  }
+});
+
+/** Twelve characters of each key, and twelve of the same shape that are no part of one. */
+const GUESSES = {
+  right: [OPENAI_KEY.slice(4, 16), ANTHROPIC_KEY.slice(2, 14)],
+  wrong: ["-proj-XXXXXX", "-ant-api03-!"],
+};
+
+Deno.test("a client's own text in an error comes back as sent, never searched for our keys", async () => {
+  const s = await startService({
+    catalogFile: catalog("http://127.0.0.1:9", "http://127.0.0.1:9"),
+    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
+  });
+  try {
+    const { apiKey } = await s.newApp();
+    const auth = { authorization: `Bearer ${apiKey}` };
+    for (const guess of [...GUESSES.right, ...GUESSES.wrong]) {
+      const answers = [
+        await s.handle(new Request(`${PUBLIC_URL}/v1/x/${guess}`)),
+        await s.handle(
+          new Request(`${PUBLIC_URL}/v1/responses/resp_${guess}`, { headers: auth }),
+        ),
+        await s.chat(apiKey, { model: `gpt/${guess}`, messages: userMessage("Hi") }),
+        await s.chat(apiKey, { model: "gpt/m", messages: userMessage("Hi"), [guess]: 1 }),
+      ];
+      for (const res of answers) {
+        const { error } = await res.json();
+        assert.ok(res.status >= 400 && res.status < 500, `${res.status} ${error.message}`);
+        assert.ok(error.message.includes(guess), `${guess} not quoted: ${error.message}`);
+        assert.ok(!error.message.includes("[redacted]"), error.message);
+      }
+    }
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("an upstream's quote of the client's text comes back as sent, a piece of our key as any other guess", async () => {
+  const openai = quotingUpstream("openai");
+  const anthropic = quotingUpstream("anthropic");
+  const s = await startService({
+    catalogFile: catalog(openai.url, anthropic.url),
+    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
+  });
+  try {
+    const { apiKey } = await s.newApp();
+    const told = async (guess: string) => {
+      const res = await s.chat(apiKey, { model: "gpt/m", messages: userMessage(`echo:${guess}`) });
+      assert.equal(res.status, 400);
+      return (await res.json()).error.message as string;
+    };
+    for (const guess of [...GUESSES.right, ...GUESSES.wrong]) {
+      assert.equal(
+        await told(guess),
+        `The upstream provider rejected the request: Invalid value: '${guess}'.`,
+      );
+    }
+    await s.wallets.drain();
     await assertAuditClean(s.kv);
   } finally {
     await s.close();

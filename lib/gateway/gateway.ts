@@ -34,7 +34,8 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
+import { mapQuotes, textsOf, upstreamErrorLog } from "./upstream_log.ts";
+import type { SecretRedactor } from "./redact.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
 
@@ -51,6 +52,12 @@ export interface GatewayDeps {
   providers: Providers;
   publicUrl: string;
   log: (fields: Record<string, unknown>) => void;
+  /**
+   * Finds the provider keys an upstream's reason may quote. Only the upstream's own words are
+   * searched, not what it quotes of the request: matching text a client chose against our keys
+   * would tell the client which of its guesses are pieces of a key.
+   */
+  redactor: SecretRedactor;
   /**
    * A streamed chunk left unread this long means the client has stalled without closing: the
    * stream is then ended as if it had gone (upstream stopped, what was produced charged), so its
@@ -227,7 +234,7 @@ export class Gateway {
       // header (theirs, not a standard) is the one thing that stops them.
       throw new ApiError(
         "upstream_interrupted",
-        `The upstream provider broke off after it had begun answering (${ending.failure.message}); the provider bills the tokens it produced, so they were charged (${
+        `The upstream provider broke off after it had begun answering (${ending.reason}); the provider bills the tokens it produced, so they were charged (${
           formatUsd(charged)
         } USD). The partial answer is not returned.`,
         { headers: { ...costHeaders, "x-should-retry": "false" } },
@@ -445,6 +452,8 @@ export class Gateway {
         },
         upstreamErrorLog: (error, output) =>
           upstreamErrorLog(error, () => [...failing.sent(), ...output]),
+        quoteUpstream: (failure, output) =>
+          this.#quoteUpstream(failure, [...failing.sent(), ...output]),
         drainOnLeave: this.#deps.providers(route.provider).billsHiddenWork?.(upstream) ?? false,
         log: this.#deps.log,
       },
@@ -796,6 +805,17 @@ export class Gateway {
     }
   }
 
+  /**
+   * An upstream's reason as a client may read it: its own words rid of our keys, and what it quotes
+   * of the request as the client sent it (see GatewayDeps.redactor).
+   */
+  #quoteUpstream(failure: ProviderError, sent: readonly string[]): string {
+    return mapQuotes(failure.message, sent, {
+      quoted: (run) => run,
+      own: (run) => this.#deps.redactor.redact(run),
+    });
+  }
+
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */
   #providerError(error: unknown, failing: FailingRequest): ApiError {
     const { requestId, trace, sent } = failing;
@@ -805,6 +825,7 @@ export class Gateway {
       error,
       sent,
       failing.kind === undefined || failing.kind === "openai",
+      (failure) => this.#quoteUpstream(failure, sent()),
     );
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;

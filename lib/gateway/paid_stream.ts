@@ -22,7 +22,13 @@ export type StreamEvent =
 /** How the stream ended, once it has; decides the usage record's outcome and the last event. */
 export type Ending =
   | { kind: "completed" }
-  | { kind: "upstream_cut"; failure: ProviderError; logged: UpstreamErrorLog }
+  | {
+    kind: "upstream_cut";
+    failure: ProviderError;
+    logged: UpstreamErrorLog;
+    /** The failure's reason as the client is told it. */
+    reason: string;
+  }
   | { kind: "client_gone" }
   | { kind: "stalled"; afterMs: number };
 
@@ -53,6 +59,8 @@ export interface PaidStreamOptions {
    * `output` (what the upstream produced so far).
    */
   upstreamErrorLog(error: unknown, output: string[]): UpstreamErrorLog;
+  /** An upstream failure's reason as the client may read it (our keys out of it, not `output`'s). */
+  quoteUpstream(failure: ProviderError, output: string[]): string;
   /**
    * The provider bills work it does not stream (a reasoning model's hidden reasoning, Claude's
    * full thinking behind its summary): a client that leaves or stalls does not stop the upstream,
@@ -338,7 +346,8 @@ export class PaidStream {
           cause: error,
         });
       const logged = this.#options.upstreamErrorLog(failure, [this.#produced, this.#unshown]);
-      this.#ending = { kind: "upstream_cut", failure, logged };
+      const reason = this.#options.quoteUpstream(failure, [this.#produced, this.#unshown]);
+      this.#ending = { kind: "upstream_cut", failure, logged, reason };
       this.#options.onUpstreamCut(logged);
     }
   }
@@ -397,7 +406,7 @@ export class PaidStream {
       });
       events.push(this.#error(
         "stream_interrupted",
-        `The upstream stream failed after it had begun (${ending.failure.message}); the tokens produced before the cut were charged (${
+        `The upstream stream failed after it had begun (${ending.reason}); the tokens produced before the cut were charged (${
           formatUsd(charged)
         } USD).`,
       ));

@@ -26,7 +26,12 @@ function overflowsContext(error: ProviderError, sent: () => string[]): boolean {
 
 const API_ERROR_OF: Record<
   ProviderFailure,
-  (error: ProviderError, sent: () => string[], namesClientFields: boolean) => ApiError
+  (
+    error: ProviderError,
+    sent: () => string[],
+    namesClientFields: boolean,
+    quote: (error: ProviderError) => string,
+  ) => ApiError
 > = {
   rate_limited: (e) =>
     new ApiError(
@@ -36,16 +41,16 @@ const API_ERROR_OF: Record<
       } s. Nothing was charged.`,
       { headers: { "retry-after": String(e.retryAfterSeconds ?? 1) } },
     ),
-  bad_request: (e, sent, namesClientFields) =>
+  bad_request: (e, sent, namesClientFields, quote) =>
     overflowsContext(e, sent)
       ? new ApiError(
         "context_length_exceeded",
-        `The upstream provider rejected the request: ${e.message}`,
+        `The upstream provider rejected the request: ${quote(e)}`,
         { param: "messages" },
       )
       : new ApiError(
         "upstream_rejected",
-        `The upstream provider rejected the request: ${e.message}`,
+        `The upstream provider rejected the request: ${quote(e)}`,
         // The field it names, when it names one (OpenAI-compatible servers do; Anthropic does not)
         // and its body is the client's own: a path in a body we translated (a Responses
         // `input[1].content[1].file_data`) names nothing the client sent. Its words still say it.
@@ -81,6 +86,8 @@ export function apiErrorOfUpstream(
   sent: () => string[] = () => [],
   /** Whether the upstream was sent the client's body as it came (the OpenAI kind's chat). */
   namesClientFields = true,
+  /** The upstream's reason as the client may read it (rid of our keys). */
+  quote: (error: ProviderError) => string = (e) => e.message,
 ): { error: ApiError; failure: ProviderFailure } {
   if (!(error instanceof ProviderError)) {
     return {
@@ -91,5 +98,8 @@ export function apiErrorOfUpstream(
       ),
     };
   }
-  return { failure: error.kind, error: API_ERROR_OF[error.kind](error, sent, namesClientFields) };
+  return {
+    failure: error.kind,
+    error: API_ERROR_OF[error.kind](error, sent, namesClientFields, quote),
+  };
 }

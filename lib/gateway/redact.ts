@@ -2,8 +2,9 @@
  * Provider credentials never leave the process. An upstream may quote our key back in an error
  * (whole, cut short, or masked with its last characters shown, as OpenAI's "sk-proj-****abcd"),
  * whatever header carried it; that text must reach neither clients nor logs. One redactor, built
- * from the catalog's configured keys, is applied where text leaves: API error bodies, a stream's
- * error event, and every log line.
+ * from the catalog's configured keys, is applied to every log line and to an upstream's own words
+ * where the gateway quotes them to a client. Never to text a client chose: which of its guesses
+ * came back redacted would spell a key out.
  */
 import { type Catalog, providersOf } from "@/lib/catalog/mod.ts";
 import type { Logger } from "@/lib/core/mod.ts";

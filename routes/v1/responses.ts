@@ -6,10 +6,7 @@ import { jsonBody } from "@/routes/json_body.ts";
 import { paidAnswerHeaders, paidEventStream, withEndUser } from "./paid_answer.ts";
 
 /** POST /v1/responses: createResponse (OpenAI's Responses API), paid like a chat completion. */
-export function responsesRoute(
-  responses: Responses,
-  options: { redact: (text: string) => string },
-) {
+export function responsesRoute(responses: Responses) {
   return async (c: Context<Env>) => {
     const body = responses.parse(await jsonBody(c));
     const caller = withEndUser(c.get("caller"), body.user);
@@ -22,16 +19,8 @@ export function responsesRoute(
     }
     const outcome = await responses.stream(caller, body, requestId, trace);
     return paidEventStream(c, outcome, (event) => {
-      const data = JSON.stringify(event);
-      // Only a failure quotes the upstream, and so only a failure may quote our key.
-      if (event.type === "error") {
-        return {
-          bytes: encodeSseEvent(event.type, options.redact(data)),
-          errorCode: String(event.code),
-        };
-      }
-      const safe = event.type === "response.failed" ? options.redact(data) : data;
-      return { bytes: encodeSseEvent(event.type, safe) };
+      const bytes = encodeSseEvent(event.type, JSON.stringify(event));
+      return event.type === "error" ? { bytes, errorCode: String(event.code) } : { bytes };
     });
   };
 }

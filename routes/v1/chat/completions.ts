@@ -8,7 +8,7 @@ import { jsonBody } from "@/routes/json_body.ts";
 /** POST /v1/chat/completions: createChatCompletion. */
 export function chatCompletions(
   gateway: Gateway,
-  options: { docsBaseUrl: string; redact: (text: string) => string },
+  options: { docsBaseUrl: string },
 ) {
   return async (c: Context<Env>) => {
     const request = parseChatRequest(await jsonBody(c));
@@ -26,7 +26,7 @@ export function chatCompletions(
     return paidEventStream(c, outcome, (event) => {
       if (event.type === "chunk") return { bytes: encodeSseData(JSON.stringify(event.chunk)) };
       const { code, message } = event.error;
-      const body = errorBody(code, options.redact(message), options.docsBaseUrl);
+      const body = errorBody(code, message, options.docsBaseUrl);
       return { bytes: encodeSseData(JSON.stringify(body)), errorCode: code };
     }, SSE_DONE);
   };
