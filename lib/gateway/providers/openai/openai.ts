@@ -6,7 +6,7 @@ import {
   streamedOrWhole,
   wholeAnswer,
 } from "../http.ts";
-import { isReasoningModel, openAiRequestBody } from "./request.ts";
+import { isReasoningModel, openAiRequestBody, runsProjectTier } from "./request.ts";
 import { openAiAnswerParts, openAiSseParts } from "./stream.ts";
 import { embeddingsAnswerBytes, embeddingsBody, readEmbeddingsAnswer } from "./embeddings.ts";
 
@@ -34,6 +34,7 @@ export interface OpenAiOptions {
 export function createOpenAiProvider(options: OpenAiOptions): Provider {
   const post = (path: string, body: unknown, signal: AbortSignal) =>
     postWithBearer(options, path, body, signal);
+  const pinDefaultTier = runsProjectTier(options.baseUrl);
 
   /**
    * Chat is streamed (a non-streamed request is assembled from the stream), except from a
@@ -44,6 +45,7 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
       streamOptions: options.streamOptions,
       forwardReasoningContent: options.forwardReasoningContent,
       forwardReasoningDetails: options.forwardReasoningDetails,
+      pinDefaultTier,
     });
   }
 

@@ -127,16 +127,41 @@ function stripCacheControl<T>(content: T): T {
 }
 
 /**
+ * Whether `baseUrl` is OpenAI's own API, which runs a request that names no tier, or `auto`, at the
+ * tier its project is set to: priority, billed above the catalog's prices, if its owner chose so.
+ */
+export function runsProjectTier(baseUrl: string): boolean {
+  return URL.parse(baseUrl)?.hostname === "api.openai.com";
+}
+
+/**
+ * The tier to ask for: the client's, or `default` by name where the server would otherwise choose
+ * one (see runsProjectTier). Flex, scale and priority are refused before (other prices).
+ */
+export function askedServiceTier(
+  clientTier: unknown,
+  pinDefault: boolean,
+): unknown {
+  return pinDefault && (clientTier === undefined || clientTier === "auto") ? "default" : clientTier;
+}
+
+/**
  * The body for `POST {base_url}/chat/completions`: only `model`, the cap and usage are ours.
  * `streamOptions` false leaves `stream_options` out, the client's included, for a server that
  * refuses the field (Mistral's) and reports its usage on its last chunk unasked;
  * `forwardReasoningContent` sends assistants' `reasoning_content` back (DeepSeek's thinking mode),
- * `forwardReasoningDetails` their `reasoning_details` (OpenRouter's).
+ * `forwardReasoningDetails` their `reasoning_details` (OpenRouter's); `pinDefaultTier` asks for the
+ * default service tier by name (runsProjectTier).
  */
 export function openAiRequestBody(
   up: UpstreamRequest,
   stream: boolean,
-  { streamOptions = true, forwardReasoningContent = false, forwardReasoningDetails = false } = {},
+  {
+    streamOptions = true,
+    forwardReasoningContent = false,
+    forwardReasoningDetails = false,
+    pinDefaultTier = false,
+  } = {},
 ): Record<string, unknown> {
   const { stream_options: clientStreamOptions, tools, ...params } = up.request.params;
   const messageOptions = {
@@ -156,6 +181,8 @@ export function openAiRequestBody(
   // then accepted, see checkTools) mean nothing, so they are not sent.
   else delete body.tool_choice;
   body[outputCapParam(up.model)] = up.maxTokens;
+  const tier = askedServiceTier(params.service_tier, pinDefaultTier);
+  if (tier !== undefined) body.service_tier = tier;
   body.stream = stream;
   // The usage is what the request is billed by: always asked for, whatever the client said.
   if (stream && streamOptions) {

@@ -4,6 +4,7 @@ import {
   isReasoningModel,
   openAiRequestBody,
   outputCapParam,
+  runsProjectTier,
   TOOL_IMAGES_NOTE,
   toolImagesLabel,
 } from "./request.ts";
@@ -321,4 +322,24 @@ Deno.test("tool messages without images are sent as they came", () => {
     content: "sunny",
   });
   assert.equal((body.messages as unknown[]).length, 4);
+});
+
+Deno.test("OpenAI's own API is asked for the default tier when the client names none or auto; other servers get the client's", () => {
+  const body = (tier: string | undefined, pinDefaultTier: boolean) =>
+    openAiRequestBody(
+      upstreamRequest(testModel("openai", "gpt-4o"), {
+        messages: [{ role: "user", content: "hi" }],
+        ...(tier ? { service_tier: tier } : {}),
+      }),
+      true,
+      { pinDefaultTier },
+    ).service_tier;
+  assert.equal(body(undefined, true), "default");
+  assert.equal(body("auto", true), "default");
+  assert.equal(body("default", true), "default");
+  assert.equal(body(undefined, false), undefined);
+  assert.equal(body("auto", false), "auto");
+  assert.equal(runsProjectTier("https://api.openai.com/v1"), true);
+  assert.equal(runsProjectTier("https://api.groq.com/openai/v1"), false);
+  assert.equal(runsProjectTier("http://127.0.0.1:8080/v1"), false);
 });

@@ -9,6 +9,7 @@ import {
 } from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
+import { runsProjectTier } from "../openai/request.ts";
 import { responseAsEvents, type ResponsesStreamMeta, responsesStreamParts } from "./stream.ts";
 import { isTokenCount } from "../usage.ts";
 
@@ -47,8 +48,12 @@ const LAST_EVENTS = new Set(["response.completed", "response.incomplete", "respo
  * streamed: a non-streamed request is assembled from the stream.
  */
 export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): Provider {
+  const pinDefaultTier = runsProjectTier(options.baseUrl);
   const body = (request: UpstreamRequest) =>
-    responsesRequestBody(request, { reasoningSummaries: options.reasoningSummaries });
+    responsesRequestBody(request, {
+      reasoningSummaries: options.reasoningSummaries,
+      pinDefaultTier,
+    });
 
   const post = (path: string, request: UpstreamRequest, body: Record<string, unknown>) =>
     postWithBearer(options, path, body, request.signal);

@@ -13,7 +13,7 @@
  */
 import type { ChatMessage, ChatRequest, UserContentPart } from "../../chat_request.ts";
 import { openAiReasoningItems } from "../../reasoning_details.ts";
-import { isReasoningModel } from "../openai/request.ts";
+import { askedServiceTier, isReasoningModel } from "../openai/request.ts";
 import type { UpstreamRequest } from "../types.ts";
 
 type Json = Record<string, unknown>;
@@ -140,7 +140,7 @@ export function reasons(up: UpstreamRequest): boolean {
  */
 export function responsesRequestBody(
   up: UpstreamRequest,
-  options: { reasoningSummaries?: boolean } = {},
+  options: { reasoningSummaries?: boolean; pinDefaultTier?: boolean } = {},
 ): Json {
   const p = up.request.params;
   const body: Json = {
@@ -156,7 +156,6 @@ export function responsesRequestBody(
       "top_p",
       "user",
       "metadata",
-      "service_tier",
       "prompt_cache_key",
       "prompt_cache_options",
       "prompt_cache_retention",
@@ -165,6 +164,8 @@ export function responsesRequestBody(
   ) {
     if (p[field] !== undefined) body[field] = p[field];
   }
+  const tier = askedServiceTier(p.service_tier, options.pinDefaultTier ?? false);
+  if (tier !== undefined) body.service_tier = tier;
   if (p.tools?.length) {
     body.tools = p.tools.map(({ function: f }) => ({
       type: "function",

@@ -312,3 +312,14 @@ Deno.test("codex-mini reasons, as the o4-mini it is tuned from", () => {
   );
   assert.deepEqual(body.include, ["reasoning.encrypted_content"]);
 });
+
+Deno.test("OpenAI's Responses API is asked for the default tier when the client names none or auto", () => {
+  const tier = (service_tier?: string) =>
+    responsesRequestBody(
+      upstreamRequest(GPT, { messages: [{ role: "user", content: "hi" }], service_tier }),
+      { pinDefaultTier: true },
+    ).service_tier;
+  assert.equal(tier(), "default");
+  assert.equal(tier("auto"), "default");
+  assert.equal(tier("default"), "default");
+});
