@@ -188,6 +188,34 @@ Deno.test("anthropic streaming: cache tokens count as prompt tokens and cumulati
     assert.equal((await s.wallet(appId)).available, 5_000_000 - cost(21 + 1800, 12) - 188 * 2.5);
   }));
 
+Deno.test("anthropic streaming: a message_delta repeating the input's counts as zeros does not wipe the prompt's charge", () =>
+  withAnthropic(
+    (body) =>
+      body.stream
+        ? sseResponse(sseEvents(
+          fixture("anthropic_stream_basic.sse").replace(
+            '"usage": {"output_tokens": 15}',
+            '"usage": {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 15}',
+          ),
+        ))
+        : Response.json(fixtureJson("anthropic_message_basic.json")),
+    async (s) => {
+      const { appId, apiKey } = await s.newApp();
+      const res = await s.chat(apiKey, {
+        model: "claude/m",
+        messages: userMessage("Hello"),
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      const usage = (await readSse(res)).slice(0, -1).map((e) => JSON.parse(e)).at(-1).usage;
+      assert.equal(usage.prompt_tokens, 25);
+      assert.equal(usage.completion_tokens, 15);
+      const wallet = await s.wallet(appId);
+      assert.equal(wallet.available, 5_000_000 - cost(25, 15));
+      assert.equal(wallet.reserved, 0);
+    },
+  ));
+
 Deno.test("anthropic stop_reason maps to finish_reason", async () => {
   const { finishReason } = await import("@/lib/gateway/providers/anthropic/anthropic.ts");
   assert.equal(finishReason("end_turn"), "stop");

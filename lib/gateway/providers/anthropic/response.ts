@@ -35,16 +35,32 @@ export const NO_COUNTS: Counts = {
   output: null,
 };
 
+/**
+ * The counts after a report. Reports are cumulative, so one that counts less than an earlier one
+ * is not the bill: a server that repeats the input's counts as zeros in its `message_delta` would
+ * otherwise wipe the prompt's charge. The input's counts are taken or kept together (their sum
+ * decides), the output's by itself.
+ */
 export function mergeCounts(previous: Counts, raw: unknown): Counts {
   const parsed = UsageSchema.safeParse(raw);
   if (!parsed.success) return previous;
   const u = parsed.data;
-  return {
+  const reported: Counts = {
     input: u.input_tokens ?? previous.input,
     cacheWrite: u.cache_creation_input_tokens ?? previous.cacheWrite,
     cacheWrite1h: u.cache_creation?.ephemeral_1h_input_tokens ?? previous.cacheWrite1h,
     cacheRead: u.cache_read_input_tokens ?? previous.cacheRead,
     output: u.output_tokens ?? previous.output,
+  };
+  const input = (promptTokensOf(reported) ?? 0) < (promptTokensOf(previous) ?? 0)
+    ? previous
+    : reported;
+  return {
+    input: input.input,
+    cacheWrite: input.cacheWrite,
+    cacheWrite1h: input.cacheWrite1h,
+    cacheRead: input.cacheRead,
+    output: (reported.output ?? 0) < (previous.output ?? 0) ? previous.output : reported.output,
   };
 }
 

@@ -32,3 +32,23 @@ Deno.test("writes with no breakdown are an hour's when the request asked for any
   });
   assert.equal(usageOfCounts(odd, true)?.cacheWrite1hTokens, 900);
 });
+
+Deno.test("a later report that counts less than an earlier one is not the bill: input repeated as zeros keeps the prompt", () => {
+  const zeroed = mergeCounts(mergeCounts(NO_COUNTS, START), {
+    input_tokens: 0,
+    cache_creation_input_tokens: 0,
+    cache_read_input_tokens: 0,
+    output_tokens: 50,
+  });
+  assert.deepEqual(usageOfCounts(zeroed, true), {
+    promptTokens: 1010,
+    completionTokens: 50,
+    cachedTokens: 100,
+    cacheWriteTokens: 900,
+    cacheWrite1hTokens: 600,
+  });
+  // The same counts again, or larger ones, are taken; an output that shrinks is not.
+  const grown = mergeCounts(zeroed, { input_tokens: 20, output_tokens: 7 });
+  assert.equal(usageOfCounts(grown, true)?.promptTokens, 1020);
+  assert.equal(usageOfCounts(grown, true)?.completionTokens, 50);
+});
