@@ -353,6 +353,13 @@ export interface Catalog {
 }
 
 /**
+ * Models that search the web on every request (OpenAI's search models, OpenRouter's `:online`
+ * variants, Perplexity's Sonar): each request is billed a fee on top of its tokens, $5 to $35 per
+ * thousand, which no token price holds.
+ */
+const SEARCH_BILLED_MODEL = /search-preview|search-api|:online$|(?:^|\/)sonar(?:\b|-)/i;
+
+/**
  * Open model families that reach us through the OpenAI kind (Groq, Together, vLLM, Ollama):
  * their tokenizers are not OpenAI's, and most count more tokens than o200k for the same text.
  */
@@ -432,6 +439,12 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       };
     });
     const routes = [{ provider, upstreamModel: m.upstream_model }, ...fallbacks];
+    const searching = routes.find((r) => SEARCH_BILLED_MODEL.test(r.upstreamModel));
+    if (searching) {
+      throw new CatalogError(
+        `catalog field models.${i}.upstream_model: "${searching.upstreamModel}" searches the web on every request and is billed a fee per request beyond its tokens, which the catalog cannot price: its requests would be held and charged below their bill`,
+      );
+    }
     if (m.tokenizer !== undefined) {
       if (type === "embedding" && m.tokenizer === "o200k") {
         throw new CatalogError(

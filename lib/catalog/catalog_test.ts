@@ -887,3 +887,32 @@ Deno.test("a price of 100,000 USD per million tokens or more is refused: a belie
   const model = buildCatalog(dearest, {}).models[0];
   assert.ok(Number.isSafeInteger(componentsCost([[MAX_REPORTED_TOKENS, model.outputPrice]])));
 });
+
+Deno.test("a model that searches the web on every request is refused: its per-request fee has no price here", () => {
+  for (
+    const name of [
+      "gpt-4o-search-preview",
+      "gpt-5-search-api",
+      "openai/gpt-4o:online",
+      "sonar-pro",
+      "perplexity/sonar",
+    ]
+  ) {
+    const primary = refusal((c) => (c.models[1].upstream_model = name));
+    assert.match(
+      primary,
+      new RegExp(
+        `models\\.1\\.upstream_model: "${name.replace(/[.+?]/g, "\\$&")}" searches the web`,
+      ),
+    );
+    const fallback = refusal((c) => {
+      (c.models[1].fallbacks as { upstream_model: string }[])[0].upstream_model = name;
+    });
+    assert.match(fallback, /searches the web on every request/);
+  }
+  for (const name of ["gpt-4o", "research-7b", "sonarqube-helper"]) {
+    const file = catalogFile();
+    file.models[1].upstream_model = name;
+    assert.ok(buildCatalog(file, {}).get("openai/gpt-4o-mini"), name);
+  }
+});
