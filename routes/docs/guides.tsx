@@ -171,8 +171,12 @@ export function billingPage() {
       <h2 id="reserve">1. Reserve</h2>
       <p>
         Before the model runs, the wallet reserves the most the request can cost: an upper bound of
-        the input the provider will bill at the input price plus <code>max_tokens</code>{" "}
-        at the output price. Without <code>max_tokens</code>, the reservation uses{" "}
+        the input the provider will bill, at the dearest price it may bill input at, plus{" "}
+        <code>max_tokens</code>{" "}
+        at the output price. The dearest input price is the cache-write price where the provider
+        writes caches (Anthropic; OpenAI from GPT-5.6 on), the hour-long write price when a request
+        asks for an hour's cache, and the long-context prices (below) when the bound passes the
+        model's long-context size. Without <code>max_tokens</code>, the reservation uses{" "}
         {DEFAULT_MAX_TOKENS}{" "}
         tokens (or the model's maximum output, when lower). The input counts everything the provider
         bills as input: message text and names, tool calls and results, tool definitions, the
@@ -219,8 +223,9 @@ export function billingPage() {
         <code>cached_tokens</code>, Anthropic's cache reads) at the model's cache-read price, input
         written to the provider's cache (Anthropic's cache writes, and OpenAI's{" "}
         <code>cache_write_tokens</code>{" "}
-        from GPT-5.6 on) at its cache-write price, and output, reasoning included, at the output
-        price. A model without cache prices bills cached input at the input price.
+        from GPT-5.6 on) at its cache-write price (Anthropic's hour-long writes at the hour's
+        price), and output, reasoning included, at the output price. A model without cache prices
+        bills cached input at the input price.
       </p>
       <p id="long-context">
         Some models cost more per token once a request is large: the{" "}
