@@ -803,6 +803,7 @@ Deno.test("an owner creates a management key (shown once) that lists their apps,
 
     const keysPage = await v.page("/dashboard/management-keys");
     assert.match(keysPage, /billing backend/);
+    assertAsksFirst(keysPage);
     assert.ok(!keysPage.includes(managementKey), "the raw key is never shown again");
     const keyId = /management-keys\/(mk_[0-9a-z]+)\/revoke/.exec(keysPage)![1];
 
@@ -863,6 +864,7 @@ Deno.test("an owner sets a webhook (secret shown once), sends a test event and s
       const again = await v.page(base);
       assert.ok(!again.includes(secret), "the secret is never shown again");
       assert.match(again, /value="2.500000"/);
+      assertAsksFirst(again);
 
       const test = await v.post(`${base}/test`, { _csrf: await v.csrf() });
       assert.equal(test.status, 303);
@@ -1507,3 +1509,9 @@ Deno.test("on a page of the keys tab the spend-caps card has every live key with
     assert.equal(refused.status, 400);
     assertRefusedAt(await refused.text(), `caps-${key1}`, "daily", ["lots"]);
   }));
+
+/** A page whose forms ask before they act loads the script that asks: without it they act at once. */
+function assertAsksFirst(html: string) {
+  assert.match(html, /data-confirm=/);
+  assert.match(html, /<script[^>]*src="\/static\/build\/islands\.js"/);
+}

@@ -35,7 +35,8 @@ function managementKeysPage(
   const live = rows.filter((k) => k.revokedAt === null);
   const revoked = rows.filter((k) => k.revokedAt !== null);
   return renderPage(
-    <Layout title="Management keys" nav={<AccountNav session={session} />}>
+    // The script asks before a revocation (data-confirm).
+    <Layout title="Management keys" nav={<AccountNav session={session} />} islands>
       <p class="crumbs">
         <a href="/dashboard">Apps</a> / <span>Management keys</span>
       </p>

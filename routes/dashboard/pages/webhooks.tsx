@@ -80,11 +80,8 @@ export function webhooksPage(
   const threshold = refused?.threshold ??
     (settings?.lowBalanceThreshold != null ? formatUsd(settings.lowBalanceThreshold) : "");
   return renderPage(
-    <Page
-      title={`${app.name} · Webhooks`}
-      session={session}
-      islands={typeof view.secret === "object"}
-    >
+    // The script shows a new secret, and asks before the secret is replaced or the hook removed.
+    <Page title={`${app.name} · Webhooks`} session={session} islands>
       <AppHeader app={app} active="webhooks" />
       {view.secret === "already_shown"
         ? (
