@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { formatUsd } from "@/lib/core/mod.ts";
 import { issueManagementKey } from "@/lib/management/mod.ts";
+import { setSpendCaps } from "@/lib/billing/mod.ts";
 import { signatureHeader } from "@/lib/webhooks/mod.ts";
 import { SIMULATED_PDF_PAGE_TOKENS } from "@/lib/gateway/providers/simulator/simulator.ts";
 import { samplePdfBase64 } from "./fakes/common.ts";
@@ -16,6 +17,7 @@ import {
   serveLoopback,
   startService,
   type TestService,
+  usageRecords,
 } from "./helpers.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -91,6 +93,22 @@ async function assertPaidAnswer(ctx: Ctx, output: string, answer: string) {
   return { cost: cost[1], balance: balance[1], wallet };
 }
 
+/** Caps the app's key at one micro-USD (spending counts from then on): no request fits. */
+async function withCappedKey(ctx: Ctx, fn: () => Promise<void>) {
+  const { keyId } = (await usageRecords(ctx.s.kv, ctx.appId))[0];
+  await setSpendCaps(ctx.s.kv, ctx.appId, { keyId }, { total: 1 });
+  try {
+    await fn();
+  } finally {
+    await setSpendCaps(ctx.s.kv, ctx.appId, { keyId }, {});
+  }
+}
+
+/** A cap's 402 is told apart from an empty wallet's: no top-up page for it. */
+function assertCapped(output: string) {
+  assert.equal(output.trim(), "key_spend_cap_exceeded: 0.000001 USD left under the total cap");
+}
+
 function assertTopUp(ctx: Ctx, output: string) {
   assert.equal(
     output.trim(),
@@ -98,7 +116,7 @@ function assertTopUp(ctx: Ctx, output: string) {
   );
 }
 
-Deno.test("docs example: the openai npm package reads cost and balance, and handles 402", () =>
+Deno.test("docs example: the openai npm package reads cost and balance, and handles 402: a top-up for an empty wallet, a cap's own words for a cap", () =>
   withRunningService(async (ctx) => {
     const output = await run("node", "openai.mjs", ctx);
     const { balance, wallet } = await assertPaidAnswer(
@@ -108,9 +126,10 @@ Deno.test("docs example: the openai npm package reads cost and balance, and hand
     );
     assert.equal(balance, formatUsd(wallet.available));
     await withEmptyWallet(ctx, async () => assertTopUp(ctx, await run("node", "openai.mjs", ctx)));
+    await withCappedKey(ctx, async () => assertCapped(await run("node", "openai.mjs", ctx)));
   }));
 
-Deno.test("docs example: an openai npm stream prints the cost from its usage chunk, and handles 402", () =>
+Deno.test("docs example: an openai npm stream prints the cost from its usage chunk, and handles 402: a top-up for an empty wallet, a cap's own words for a cap", () =>
   withRunningService(async (ctx) => {
     const output = await run("node", "openai-stream.mjs", ctx);
     const { cost, wallet } = await assertPaidAnswer(ctx, output, "Hello from a stream");
@@ -119,6 +138,7 @@ Deno.test("docs example: an openai npm stream prints the cost from its usage chu
       ctx,
       async () => assertTopUp(ctx, await run("node", "openai-stream.mjs", ctx)),
     );
+    await withCappedKey(ctx, async () => assertCapped(await run("node", "openai-stream.mjs", ctx)));
   }));
 
 Deno.test("docs example: the openai npm package sends a PDF, billed by its pages, and handles 402", () =>
@@ -146,12 +166,13 @@ Deno.test("docs example: the openai npm package sends a PDF, billed by its pages
     }
   }));
 
-Deno.test("docs example: the Vercel AI SDK reads cost and balance, and handles 402", () =>
+Deno.test("docs example: the Vercel AI SDK reads cost and balance, and handles 402: a top-up for an empty wallet, a cap's own words for a cap", () =>
   withRunningService(async (ctx) => {
     const output = await run("node", "ai-sdk.mjs", ctx);
     const { balance, wallet } = await assertPaidAnswer(ctx, output, "Hello from the AI SDK");
     assert.equal(balance, formatUsd(wallet.available));
     await withEmptyWallet(ctx, async () => assertTopUp(ctx, await run("node", "ai-sdk.mjs", ctx)));
+    await withCappedKey(ctx, async () => assertCapped(await run("node", "ai-sdk.mjs", ctx)));
   }));
 
 Deno.test("docs example: curl shows the money headers, and the 402 body's top_up_url", () =>
@@ -180,7 +201,8 @@ const pythonHasOpenai = await new Deno.Command(PYTHON, {
 }).output().then((o) => o.success, () => false);
 
 Deno.test({
-  name: "docs example: the Python openai package reads cost and balance, and handles 402",
+  name:
+    "docs example: the Python openai package reads cost and balance, and handles 402: a top-up for an empty wallet, a cap's own words for a cap",
   ignore: !pythonHasOpenai,
   fn: () =>
     withRunningService(async (ctx) => {
@@ -189,6 +211,8 @@ Deno.test({
       assert.equal(balance, formatUsd(wallet.available));
       await withEmptyWallet(ctx, async () =>
         assertTopUp(ctx, await run(PYTHON, "python-openai.py", ctx)));
+      await withCappedKey(ctx, async () =>
+        assertCapped(await run(PYTHON, "python-openai.py", ctx)));
     }),
 });
 

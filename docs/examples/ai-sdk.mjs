@@ -19,7 +19,12 @@ try {
   console.log("balance:", response.headers["tollbooth-balance"], "USD");
 } catch (err) {
   if (!APICallError.isInstance(err) || err.statusCode !== 402) throw err;
-  // The wallet cannot cover the request: send your user to the app's top-up page.
   const { error } = JSON.parse(err.responseBody);
-  console.log("top up at:", error.top_up_url, `(balance ${error.balance} USD)`);
+  if (error.code === "insufficient_credits") {
+    // The wallet cannot cover the request: send your user to the app's top-up page.
+    console.log("top up at:", error.top_up_url, `(balance ${error.balance} USD)`);
+  } else {
+    // A spend cap on this key or on the end user: key_spend_cap_exceeded, user_spend_cap_exceeded.
+    console.log(`${error.code}: ${error.remaining} USD left under the ${error.cap} cap`);
+  }
 }

@@ -38,6 +38,11 @@ try {
   console.log("balance:", response.headers.get("tollbooth-balance"), "USD");
 } catch (err) {
   if (!(err instanceof OpenAI.APIError) || err.status !== 402) throw err;
-  // The wallet cannot cover the PDF's counted tokens: send your user to the app's top-up page.
-  console.log("top up at:", err.error.top_up_url, `(balance ${err.error.balance} USD)`);
+  if (err.code === "insufficient_credits") {
+    // The wallet cannot cover the PDF's counted tokens: send your user to the app's top-up page.
+    console.log("top up at:", err.error.top_up_url, `(balance ${err.error.balance} USD)`);
+  } else {
+    // A spend cap on this key or on the end user: key_spend_cap_exceeded, user_spend_cap_exceeded.
+    console.log(`${err.code}: ${err.error.remaining} USD left under the ${err.error.cap} cap`);
+  }
 }

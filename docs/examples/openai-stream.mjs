@@ -28,5 +28,10 @@ try {
 } catch (err) {
   if (!(err instanceof OpenAI.APIError) || err.status !== 402) throw err;
   // A stream that cannot be paid gets a real 402 before any event, never a 200.
-  console.log("top up at:", err.error.top_up_url, `(balance ${err.error.balance} USD)`);
+  if (err.code === "insufficient_credits") {
+    console.log("top up at:", err.error.top_up_url, `(balance ${err.error.balance} USD)`);
+  } else {
+    // A spend cap on this key or on the end user: key_spend_cap_exceeded, user_spend_cap_exceeded.
+    console.log(`${err.code}: ${err.error.remaining} USD left under the ${err.error.cap} cap`);
+  }
 }

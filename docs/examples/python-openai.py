@@ -22,5 +22,9 @@ try:
 except openai.APIStatusError as err:
     if err.status_code != 402:
         raise
-    # The wallet cannot cover the request: send your user to the app's top-up page.
-    print("top up at:", err.body["top_up_url"], f"(balance {err.body['balance']} USD)")
+    if err.body["code"] == "insufficient_credits":
+        # The wallet cannot cover the request: send your user to the app's top-up page.
+        print("top up at:", err.body["top_up_url"], f"(balance {err.body['balance']} USD)")
+    else:
+        # A spend cap on this key or on the end user: key_spend_cap_exceeded, user_spend_cap_exceeded.
+        print(f"{err.body['code']}: {err.body['remaining']} USD left under the {err.body['cap']} cap")
