@@ -90,7 +90,7 @@ export function topUpRoutes(deps: TopUpDeps) {
       c,
       409,
       "This app cannot take more credits",
-      "Its wallet holds the most credits a wallet may hold (one billion USD in all), so nothing was bought and nothing was charged.",
+      "This amount would take its wallet past the most credits a wallet may hold (one billion USD in all), so nothing was bought and nothing was charged. A smaller amount may still fit.",
       app,
     );
   const notReceived = (c: C, app: AppRecord) =>

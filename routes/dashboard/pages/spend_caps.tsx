@@ -138,7 +138,7 @@ export function SpendCapsCard(
         button="Save end-user caps"
       />
       <p class="muted small">
-        The end user is the <code>user</code> field of a chat or Responses request.
+        The end user is the <code>user</code> field of a chat, Responses or embeddings request.
       </p>
     </section>
   );

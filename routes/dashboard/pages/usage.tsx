@@ -61,7 +61,7 @@ function EndUsers({ app, rows, user }: { app: AppRecord; rows: ReportRow[]; user
           </div>
         )}
       <p class="muted small">
-        The end user is the <code>user</code> field of the chat request.
+        The end user is the <code>user</code> field of a chat, Responses or embeddings request.
       </p>
     </section>
   );
