@@ -3,6 +3,7 @@ import OpenAI from "openai";
 import { revokeKey } from "@/lib/billing/mod.ts";
 import {
   assertAuditClean,
+  PUBLIC_URL,
   serveLoopback,
   startService,
   type TestService,
@@ -150,3 +151,25 @@ Deno.test("GET /v1/models/{model} with an id longer than any model's is 404 not_
       assert.equal(error.param, "model");
     }
   }));
+
+Deno.test("the models page shows each model's cache prices, the hour's writes beside the 5-minute ones", async () => {
+  const shipped = JSON.parse(
+    await Deno.readTextFile(new URL("../config/models.json", import.meta.url)),
+  );
+  await withService(async (s) => {
+    const res = await s.handle(new Request(`${PUBLIC_URL}/models`));
+    assert.equal(res.status, 200);
+    const html = await res.text();
+    const claude = s.catalog.models.find((m) =>
+      m.cacheWrite1hUsdPerMTok !== null && m.cacheWrite1hUsdPerMTok !== m.cacheWriteUsdPerMTok
+    );
+    assert.ok(claude, "the shipped catalog has a model with an hour's cache price");
+    const row = new RegExp(`<code>${claude.id}</code>.*?</tr>`, "s").exec(html)?.[0] ?? "";
+    assert.ok(row.includes(`$${claude.cacheReadUsdPerMTok}`), row);
+    assert.ok(
+      row.includes(`$${claude.cacheWriteUsdPerMTok} (1 h: $${claude.cacheWrite1hUsdPerMTok})`),
+      row,
+    );
+    assert.match(html, /cached-input price/);
+  }, { catalogFile: shipped });
+});

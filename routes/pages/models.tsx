@@ -1,5 +1,5 @@
 import { Layout } from "@/components/Layout.tsx";
-import type { Catalog } from "@/lib/catalog/mod.ts";
+import type { Catalog, Prices } from "@/lib/catalog/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 
 /** GET /models: the curated list with prices, public. */
@@ -11,11 +11,13 @@ export function modelsPage(catalog: Catalog): string {
         Use the ID as <code>model</code> in <code>POST /v1/chat/completions</code> or{" "}
         <code>POST /v1/responses</code> (chat models) or <code>POST /v1/embeddings</code>{" "}
         (embedding models); <code>GET /v1/models</code>{" "}
-        gives the same list as JSON. Prices are in USD per million tokens; a request costs its
-        prompt tokens at the input price plus its completion tokens at the output price, rounded up
-        once to the micro-dollar. An embedding model has an input price only. A model with a long
-        context price bills a whole request at it, output included, once the request's input passes
-        the size shown.
+        gives the same list as JSON. Prices are in USD per million tokens; a request costs its fresh
+        prompt tokens at the input price, its cached ones (read from the provider's prompt cache) at
+        the cached-input price, those written to the cache at the cache-write price (an hour's
+        writes at the 1 h price), and its completion tokens at the output price, summed and rounded
+        up once to the micro-dollar. A model without cache prices bills cached input at the input
+        price. An embedding model has an input price only. A model with a long context price bills a
+        whole request at it, output included, once the request's input passes the size shown.
       </p>
       <div class="table-scroll">
         <table>
@@ -24,6 +26,8 @@ export function modelsPage(catalog: Catalog): string {
               <th scope="col">Model ID</th>
               <th scope="col">Type</th>
               <th scope="col">Input / 1M tokens</th>
+              <th scope="col">Cached input</th>
+              <th scope="col">Cache write</th>
               <th scope="col">Output / 1M tokens</th>
               <th scope="col">Context</th>
               <th scope="col">Max output</th>
@@ -38,6 +42,8 @@ export function modelsPage(catalog: Catalog): string {
                 </td>
                 <td>{m.type}</td>
                 <td>${m.inputUsdPerMTok}</td>
+                <td>{m.cacheReadUsdPerMTok === null ? "—" : `$${m.cacheReadUsdPerMTok}`}</td>
+                <td>{cacheWrites(m)}</td>
                 <td>{m.outputUsdPerMTok === null ? "—" : `$${m.outputUsdPerMTok}`}</td>
                 <td>{m.contextTokens.toLocaleString("en-US")}</td>
                 <td>{m.type === "chat" ? m.maxOutputTokens.toLocaleString("en-US") : "—"}</td>
@@ -55,4 +61,13 @@ export function modelsPage(catalog: Catalog): string {
       </div>
     </Layout>,
   );
+}
+
+/** The 5-minute write price, and the hour's beside it where it differs. */
+function cacheWrites(m: Prices): string {
+  if (m.cacheWriteUsdPerMTok === null) return "—";
+  const hour = m.cacheWrite1hUsdPerMTok;
+  return hour === null || hour === m.cacheWriteUsdPerMTok
+    ? `$${m.cacheWriteUsdPerMTok}`
+    : `$${m.cacheWriteUsdPerMTok} (1 h: $${hour})`;
 }

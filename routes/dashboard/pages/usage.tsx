@@ -111,13 +111,13 @@ export function usagePage(
               <thead>
                 <tr>
                   <th scope="col">Time</th>
-                  <th scope="col">Key</th>
-                  <th scope="col">End user</th>
                   <th scope="col">Model</th>
-                  <th scope="col" class="num">Prompt</th>
-                  <th scope="col" class="num">Completion</th>
                   <th scope="col" class="num">Cost</th>
                   {showUncharged && <th scope="col" class="num">Not charged</th>}
+                  <th scope="col" class="num">Prompt</th>
+                  <th scope="col" class="num">Completion</th>
+                  <th scope="col">Key</th>
+                  <th scope="col">End user</th>
                   <th scope="col">Status</th>
                   <th scope="col">Streamed</th>
                   <th scope="col">Request id</th>
@@ -129,11 +129,11 @@ export function usagePage(
                     <td>
                       <When ms={u.createdAt} />
                     </td>
-                    <td>{keyNames.get(u.keyId) ?? u.keyId}</td>
-                    <td>{u.user ?? <span class="muted">—</span>}</td>
                     <td>
                       <code>{u.model}</code>
                     </td>
+                    <td class="num">{usd(u.cost)}</td>
+                    {showUncharged && <td class="num">{usd(u.uncharged)}</td>}
                     <td class="num">
                       {u.promptTokens.toLocaleString("en-US")}
                       <TokenDetails
@@ -148,8 +148,8 @@ export function usagePage(
                       {u.completionTokens.toLocaleString("en-US")}
                       <TokenDetails parts={[[u.reasoningTokens, "reasoning"]]} />
                     </td>
-                    <td class="num">{usd(u.cost)}</td>
-                    {showUncharged && <td class="num">{usd(u.uncharged)}</td>}
+                    <td>{keyNames.get(u.keyId) ?? u.keyId}</td>
+                    <td>{u.user ?? <span class="muted">—</span>}</td>
                     <td>{OUTCOMES[u.outcome]}</td>
                     <td>{u.streamed ? "yes" : "no"}</td>
                     <td>
