@@ -5,7 +5,8 @@
  * nothing, overdraws nothing, and leaves an audit that is clean once the slice's lease ran out.
  */
 import assert from "node:assert/strict";
-import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { createApp as createAppRecord, issueKey } from "@/lib/tenants/mod.ts";
+import { setRateLimits } from "@/lib/billing/ratelimit.ts";
 import { keys, type UsageRecord, type WalletRecord, type WalletSliceRecord } from "@/lib/db.ts";
 import { parseUsd } from "@/lib/core/mod.ts";
 import { chat, instanceFiles, PRICEY, startInstance } from "./instances.ts";
@@ -293,5 +294,37 @@ Deno.test("two processes on one KV: a request the balance covers only with the o
     kv.close();
     await Promise.all([holder.stop(), asker.stop()]);
     await files.remove();
+  }
+});
+
+Deno.test("a slice's answers show the balance after holds that ended in the wallet: a hold made before the slice, given back, is in the next Tollbooth-Balance", async () => {
+  const s = await startService({ env: { WALLET_SLICES: "on" } });
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const limited = await issueKey(s.kv, appId, "own limits", "operator");
+    await setRateLimits(s.kv, appId, { rpm: 1000 }, { by: "operator" }, limited.record.id);
+    // A key with limits of its own is served by the wallet, never a slice: its hold stays there.
+    const hold = 1_000_000;
+    const held = await s.wallets.reserve(appId, {
+      amount: hold,
+      keyId: limited.record.id,
+      requestId: "req_wallet_hold",
+      model: "tollbooth/echo",
+    });
+    assert.ok(held.ok);
+    const before = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("Hi") });
+    assert.equal(before.status, 200);
+    await before.body?.cancel();
+    await s.wallets.release(appId, held.reservation.id);
+    const after = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("Hi") });
+    assert.equal(after.status, 200);
+    await after.body?.cancel();
+    const balance = (res: Response) => parseUsd(res.headers.get("tollbooth-balance")!);
+    const cost = parseUsd(after.headers.get("tollbooth-request-cost")!);
+    assert.equal(balance(after), balance(before) + hold - cost);
+    await s.wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
   }
 });

@@ -52,7 +52,7 @@ export class LocalSlice {
   readonly guards = new Map<string, KeyGuard>();
   readonly revokedKeys = new Set<string>();
   keysWithOwnLimits: Set<string>;
-  /** The wallet's available outside slices when this process last granted (for answers). */
+  /** The wallet's available outside slices as this process last committed or read it (for answers). */
   walletAvailable: Micros;
   rate: RateLimitStatus | undefined;
   /** No new reservations: the slice is being returned or replaced. */

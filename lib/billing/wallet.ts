@@ -781,18 +781,22 @@ export class Wallets {
    * and gives its free money back; the slice goes back once its holds end (#sliceTick). The app's
    * spend caps and rate-limit overrides are read with it: a cap set meanwhile, or a key given
    * limits of its own (or a rotation carrying them to a new key), takes that key's requests off the
-   * slice within one check, even while nothing is posted or granted.
+   * slice within one check, even while nothing is posted or granted. So is the wallet, for the
+   * balance the slice's answers show.
    */
   async #answerRecall(slice: LocalSlice) {
     const appId = slice.record.appId;
-    const [entry, caps, overrides] = await this.#kv.getMany<
-      [SliceRecallRecord, SpendCapsRecord, RateLimitOverrides]
+    const [entry, caps, overrides, wallet] = await this.#kv.getMany<
+      [SliceRecallRecord, SpendCapsRecord, RateLimitOverrides, WalletRecord]
     >([
       keys.walletSliceRecall(appId),
       keys.spendCaps(appId),
       keys.rateLimitOverrides(appId),
+      keys.wallet(appId),
     ]);
     this.#sawCaps(appId, caps);
+    // Other processes' settles and top-ups: the balance this slice's answers show follows them.
+    if (wallet.value) slice.walletAvailable = wallet.value.available;
     // Added, never dropped: a read older than a grant's must not put a limited key back on it.
     for (const keyId of Object.keys(overrides.value?.keys ?? {})) {
       slice.keysWithOwnLimits.add(keyId);
@@ -1374,6 +1378,9 @@ export class Wallets {
               generation,
             },
           );
+          // A slice's answers show the wallet outside it: holds made before the slice end here.
+          const slice = this.#slices.get(appId);
+          if (slice) slice.walletAvailable = plan.wallet.available;
           plan.resolveAll(versionstamp);
           if (ops.some((op) => MONEY_MOVING.has(op.kind))) {
             this.#moneyMoved(appId);
