@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { parseUsd } from "@/lib/core/mod.ts";
+import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import {
   getRateLimits,
   getSpendCaps,
@@ -84,7 +84,7 @@ for (const slices of ["off", "on"]) {
     }, { env: { WALLET_SLICES: slices } }));
 }
 
-Deno.test("a key's daily cap refuses for the rest of the UTC day and allows again the next day", async () => {
+Deno.test("a key's daily cap refuses for the rest of the UTC day (a 402 with the balance and top-up page, as every 402) and allows again the next day", async () => {
   let clock = Date.parse("2026-07-29T12:00:00Z");
   await withService(async (s) => {
     const { appId, apiKey, keyId } = await s.newApp();
@@ -97,6 +97,9 @@ Deno.test("a key's daily cap refuses for the rest of the UTC day and allows agai
     assert.equal(error.code, "key_spend_cap_exceeded");
     assert.equal(error.cap, "daily");
     assert.equal(error.remaining, (remaining / 1e6).toFixed(6));
+    // Every 402 body carries the wallet's balance and top-up page (the spec's 402 body).
+    assert.equal(error.balance, formatUsd((await s.wallet(appId)).available));
+    assert.match(error.top_up_url, /\/top-up\/[0-9a-z]+$/);
     assert.equal((await getSpendCounter(s.kv, appId, "key", keyId, clock)).held, 0);
 
     clock = Date.parse("2026-07-30T00:00:01Z");

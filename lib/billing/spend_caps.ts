@@ -300,8 +300,15 @@ export function capsAfterRotation(
 
 const CAP_WORDS: Record<CapName, string> = { total: "total", daily: "daily", monthly: "monthly" };
 
-/** The 402 of a reserve over a cap, naming the cap and what remains under it. */
-export function spendCapRefusal(breach: CapBreach): ApiError {
+/**
+ * The 402 of a reserve over a cap, naming the cap and what remains under it. It carries the
+ * wallet's `balance` and `top_up_url` as every 402 does (the spec's body), though a top-up does
+ * not lift a cap: its code tells them apart.
+ */
+export function spendCapRefusal(
+  breach: CapBreach,
+  wallet: { balance: string; top_up_url: string },
+): ApiError {
   const whose = breach.scope === "key" ? "this API key" : "this end user (`user`)";
   return new ApiError(
     breach.scope === "key" ? "key_spend_cap_exceeded" : "user_spend_cap_exceeded",
@@ -314,6 +321,7 @@ export function spendCapRefusal(breach: CapBreach): ApiError {
         cap: breach.cap,
         cap_amount: formatUsd(breach.limit),
         remaining: formatUsd(breach.remaining),
+        ...wallet,
       },
     },
   );

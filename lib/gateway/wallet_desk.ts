@@ -103,7 +103,6 @@ export class WalletDesk {
     this.#rememberAvailable(caller.appId, result.available);
     const { amount } = planned;
     if (!result.ok) {
-      const app = await getApp(this.#deps.kv, caller.appId);
       throw new ApiError(
         "insufficient_credits",
         `This request needs ${
@@ -111,16 +110,17 @@ export class WalletDesk {
         } USD reserved (${planned.covers} at ${model.id} prices); the balance is ${
           formatUsd(result.available)
         } USD.`,
-        {
-          extra: {
-            balance: formatUsd(result.available),
-            top_up_url: topUpUrl(this.#deps.publicUrl, app),
-          },
-        },
+        { extra: await this.#walletOfRefusal(caller, result.available) },
       );
     }
     trace.reserved = amount;
     return { reservation: result.reservation, available: result.available };
+  }
+
+  /** What every 402 body carries: the balance and where the app's users add to it. */
+  async #walletOfRefusal(caller: Caller, available: Micros) {
+    const app = await getApp(this.#deps.kv, caller.appId);
+    return { balance: formatUsd(available), top_up_url: topUpUrl(this.#deps.publicUrl, app) };
   }
 
   #rememberAvailable(appId: string, available: Micros) {
@@ -144,7 +144,9 @@ export class WalletDesk {
       );
     });
     if (result.rate) trace.rateLimit = result.rate;
-    if (!result.ok && result.reason === "spend_cap") throw spendCapRefusal(result.breach);
+    if (!result.ok && result.reason === "spend_cap") {
+      throw spendCapRefusal(result.breach, await this.#walletOfRefusal(caller, result.available));
+    }
     if (!result.ok && result.reason !== "insufficient_credits") {
       throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs, counted);
     }

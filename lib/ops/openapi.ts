@@ -902,7 +902,17 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
           properties: {
             error: {
               type: "object",
-              required: ["type", "code", "message", "doc_url", "cap", "cap_amount", "remaining"],
+              required: [
+                "type",
+                "code",
+                "message",
+                "doc_url",
+                "cap",
+                "cap_amount",
+                "remaining",
+                "balance",
+                "top_up_url",
+              ],
               properties: {
                 type: { const: "spend_cap_error" },
                 code: { enum: ["key_spend_cap_exceeded", "user_spend_cap_exceeded"] },
@@ -915,6 +925,17 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                   type: "string",
                   pattern: MONEY_PATTERN,
                   description: "What may still be reserved under the cap (USD).",
+                },
+                balance: {
+                  type: "string",
+                  pattern: MONEY_PATTERN,
+                  description: "Current wallet balance (USD), as every 402 carries.",
+                },
+                top_up_url: {
+                  type: "string",
+                  format: "uri",
+                  description:
+                    "The app's hosted top-up page, as every 402 carries; a top-up does not lift a cap.",
                 },
               },
             },
