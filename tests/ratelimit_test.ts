@@ -617,6 +617,15 @@ Deno.test("under wallet slices, a limit given to a busy key binds it within one 
     await release();
   }));
 
+Deno.test("under wallet slices, an app's limit lowered binds within one recall check, not at the slice's next grant", () =>
+  sliceService(async (s) => {
+    const { appId, apiKey, release } = await busyOnSlice(s);
+    await setRateLimits(s.kv, appId, { rpm: 1 }, { by: "operator" });
+    await new Promise((r) => setTimeout(r, 300)); // slices look every 100 ms
+    await assertRateLimited(await s.chat(apiKey, hi()));
+    await release();
+  }));
+
 Deno.test("under wallet slices, a busy key with its own limit rotated mid-load: the new key is held to that limit", () =>
   sliceService(async (s) => {
     const { appId, keyId, release } = await busyOnSlice(s);

@@ -781,8 +781,9 @@ export class Wallets {
    * and gives its free money back; the slice goes back once its holds end (#sliceTick). The app's
    * spend caps and rate-limit overrides are read with it: a cap set meanwhile, or a key given
    * limits of its own (or a rotation carrying them to a new key), takes that key's requests off the
-   * slice within one check, even while nothing is posted or granted. So is the wallet, for the
-   * balance the slice's answers show.
+   * slice within one check, even while nothing is posted or granted; an app's limit lowered below
+   * the one its block was cut from recalls the slice. So is the wallet read, for the balance the
+   * slice's answers show.
    */
   async #answerRecall(slice: LocalSlice) {
     const appId = slice.record.appId;
@@ -802,10 +803,21 @@ export class Wallets {
       slice.keysWithOwnLimits.add(keyId);
     }
     const at = entry.value?.at ?? 0;
-    if (at < slice.record.createdAt || at <= slice.recallAnswered) return;
-    slice.recallAnswered = at;
+    const recalled = at >= slice.record.createdAt && at > slice.recallAnswered;
+    if (!recalled && !this.#limitLowered(slice, overrides.value)) return;
+    if (recalled) slice.recallAnswered = at;
     this.#recall(slice);
     await this.#giveBack(slice);
+  }
+
+  /**
+   * The app's rate limit is now below the one the slice's block was cut from: the block would
+   * admit at the old pace, so the slice stops and the app's requests go by its window again.
+   */
+  #limitLowered(slice: LocalSlice, overrides: RateLimitOverrides | null): boolean {
+    if (slice.recalled || !this.#rateLimits || !slice.rate) return false;
+    const limits = new RateWindows(this.#rateLimits, overrides, null).limitsOf("app", "");
+    return limits.rpm < slice.rate.requests.limit || limits.tpm < slice.rate.tokens.limit;
   }
 
   /** The slice admits nothing more, and no new slice of its app is taken while the recall lasts. */
