@@ -575,6 +575,8 @@ export type IdempotencyRecord =
       bodyParts: number;
       /** Set instead of parts when the body was over the replay limit: its size, not kept. */
       omittedBytes?: number;
+      /** The replay limit it was over (another instance, or a later setting, may have another). */
+      omittedOver?: number;
       storedAt: number;
     }
   );

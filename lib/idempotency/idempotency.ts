@@ -97,7 +97,7 @@ export class IdempotencyStore {
             kind: "too_large",
             requestId: current.requestId,
             bytes: current.omittedBytes,
-            limit: this.#maxBodyBytes,
+            limit: current.omittedOver ?? this.#maxBodyBytes,
           };
         }
         const body = await this.#readBody(scope, key, current);
@@ -220,7 +220,9 @@ export class IdempotencyStore {
       status: response.status,
       headers: response.headers,
       bodyParts: parts.length,
-      ...(omitted ? { omittedBytes: response.body.byteLength } : {}),
+      ...(omitted
+        ? { omittedBytes: response.body.byteLength, omittedOver: this.#maxBodyBytes }
+        : {}),
       storedAt: this.#now(),
     };
     const recordKey = keys.idempotency(scope, key);

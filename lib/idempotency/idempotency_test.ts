@@ -1,5 +1,10 @@
 import assert from "node:assert/strict";
-import { canonicalBodyHash, canonicalJson, validIdempotencyKey } from "./idempotency.ts";
+import {
+  canonicalBodyHash,
+  canonicalJson,
+  IdempotencyStore,
+  validIdempotencyKey,
+} from "./idempotency.ts";
 
 Deno.test("the same body with its keys in another order is the same request", () => {
   assert.equal(
@@ -25,4 +30,26 @@ Deno.test("a key is 1 to 255 visible ASCII characters", () => {
   assert.ok(!validIdempotencyKey("a".repeat(256)));
   assert.ok(!validIdempotencyKey("has space"));
   assert.ok(!validIdempotencyKey("ключ"));
+});
+
+Deno.test("an answer too large to record names the limit it was over, whichever instance's limit reads it", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const small = new IdempotencyStore(kv, { leaseMs: 60_000, maxBodyBytes: 200 });
+    const large = new IdempotencyStore(kv, { leaseMs: 60_000 });
+    const hash = canonicalBodyHash({ model: "m" });
+    const claim = await small.claim("key_a", "k1", hash, "req_1", "POST /v1/chat/completions");
+    assert.equal(claim.kind, "claimed");
+    if (claim.kind !== "claimed") return;
+    const body = new TextEncoder().encode("x".repeat(671));
+    await small.complete("key_a", "k1", claim, "req_1", hash, { status: 200, headers: {}, body });
+    for (const store of [small, large]) {
+      assert.deepEqual(
+        await store.claim("key_a", "k1", hash, "req_2", "POST /v1/chat/completions"),
+        { kind: "too_large", requestId: "req_1", bytes: 671, limit: 200 },
+      );
+    }
+  } finally {
+    kv.close();
+  }
 });
