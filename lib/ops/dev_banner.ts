@@ -53,7 +53,7 @@ export function devBanner(
     `    Docs       ${baseUrl}/docs`,
     `    API        ${baseUrl}/v1/chat/completions`,
     "",
-    "  Create an app, with $5.000000 of starter credits and an API key:",
+    "  Create an app, with $5.00 of starter credits and an API key:",
     `    ${prefix}deno task admin create-app --name demo`,
     "  and export its api_key as API_KEY for the README's examples.",
     "",

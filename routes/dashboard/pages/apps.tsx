@@ -18,7 +18,7 @@ export function appsPage(
       {apps.length === 0
         ? (
           <p>
-            You have no apps yet. Create one: it starts with <strong>$5.000000</strong>{" "}
+            You have no apps yet. Create one: it starts with <strong>$5.00</strong>{" "}
             of credits and an API key.
           </p>
         )
