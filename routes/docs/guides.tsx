@@ -24,8 +24,9 @@ export function quickStartPage(publicUrl: string, apiVersion: string, examples: 
       </p>
       <ol>
         <li>
-          Get an API key for your app (shown once; keep it server-side, never in a browser or a
-          mobile app).
+          Get an API key for your app: <a href="/signup">sign up</a>, create an app in the{" "}
+          <a href="/dashboard">dashboard</a>, and copy its key (shown once; keep it server-side,
+          never in a browser or a mobile app).
         </li>
         <li>
           Pick a model ID from the <a href="/models">models page</a>, such as{" "}

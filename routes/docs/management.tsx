@@ -11,9 +11,11 @@ export function managementDocsPage(
 ) {
   const curl = `curl ${publicUrl}/v1/management/apps \\
   -H "Authorization: Bearer $TOLLBOOTH_MANAGEMENT_KEY"`;
-  const createKey = `curl ${publicUrl}/v1/management/apps/$APP_ID/keys \\
+  // Any value unique to the request does as the key; uuidgen is not on every system.
+  const createKey = `APP_ID=app_...   # an id from the list above
+curl ${publicUrl}/v1/management/apps/$APP_ID/keys \\
   -H "Authorization: Bearer $TOLLBOOTH_MANAGEMENT_KEY" \\
-  -H "Content-Type: application/json" -H "Idempotency-Key: $(uuidgen)" \\
+  -H "Content-Type: application/json" -H "Idempotency-Key: customer-42-key-1" \\
   -d '{"name": "customer 42"}'`;
   return renderPage(
     <DocsLayout title="Management API" path="/docs/management">

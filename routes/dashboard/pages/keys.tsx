@@ -27,8 +27,7 @@ export function keyIssuedPage(session: Session, app: AppRecord, issued: ApiKeyRe
         <h1>{heading}</h1>
         {issued.kind === "new_app" && (
           <p>
-            It has <strong>$5.00</strong>{" "}
-            of starter credits and a first API key named “default”.
+            It has <strong>$5.00</strong> of starter credits and a first API key named “default”.
           </p>
         )}
         {issued.kind === "rotated_key" && <p>The old key no longer works.</p>}
