@@ -180,10 +180,15 @@ function bearerKey(c: Context<Env>): string {
 }
 
 export const requireSupportedVersion: MiddlewareHandler<Env> = async (c, next) => {
-  const asked = c.req.header("tollbooth-version");
-  if (asked !== undefined && asked.trim() !== API_VERSION) {
+  // A header sent twice (a proxy adding what the client sent) arrives joined by commas; an empty
+  // one pins nothing.
+  const versions = new Set(
+    (c.req.header("tollbooth-version") ?? "").split(",").map((v) => v.trim()).filter(Boolean),
+  );
+  if (versions.size > 1 || (versions.size === 1 && !versions.has(API_VERSION))) {
+    const asked = [...versions].join(", ");
     // Echo only what looks like a version: a secret pasted into the wrong header is not repeated.
-    const shown = /^\d{4}-\d{2}-\d{2}$/.test(asked.trim()) ? `'${asked.trim()}'` : "(not a date)";
+    const shown = /^\d{4}-\d{2}-\d{2}$/.test(asked) ? `'${asked}'` : "(not a date)";
     throw new ApiError(
       "unsupported_version",
       `Unsupported Tollbooth-Version ${shown}. The only version served is ${API_VERSION}.`,

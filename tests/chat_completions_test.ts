@@ -349,7 +349,7 @@ Deno.test("a prompt far past the context is refused on a count stopped past the 
     assert.equal((await s.wallet(appId)).available, 5_000_000);
   }));
 
-Deno.test("400 unsupported_version for a Tollbooth-Version we do not serve; the current one passes", () =>
+Deno.test("400 unsupported_version for a Tollbooth-Version we do not serve; the current one passes, sent twice too, and an empty one pins nothing", () =>
   withService(async (s) => {
     const { apiKey } = await s.newApp();
     const body = { model: ECHO, messages: userMessage("x") };
@@ -358,9 +358,17 @@ Deno.test("400 unsupported_version for a Tollbooth-Version we do not serve; the 
       400,
       "unsupported_version",
     );
-    const ok = await s.chat(apiKey, body, { headers: { "tollbooth-version": "2026-07-29" } });
-    assert.equal(ok.status, 200);
-    await ok.body?.cancel();
+    await assertError(
+      await s.chat(apiKey, body, { headers: { "tollbooth-version": "2026-07-29, 2025-01-01" } }),
+      400,
+      "unsupported_version",
+    );
+    // The current version, sent once, twice (joined by a proxy) or empty: served.
+    for (const version of ["2026-07-29", "2026-07-29, 2026-07-29", ""]) {
+      const ok = await s.chat(apiKey, body, { headers: { "tollbooth-version": version } });
+      assert.equal(ok.status, 200, version);
+      await ok.body?.cancel();
+    }
   }));
 
 Deno.test("400 request_too_large for a body over the limit, refused before parsing", async () => {
