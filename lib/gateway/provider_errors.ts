@@ -6,8 +6,12 @@ import { ApiError } from "@/lib/core/mod.ts";
 import { ProviderError, type ProviderFailure } from "./providers/types.ts";
 import { readableEscapes, withoutQuotes } from "./upstream_log.ts";
 
-/** The rejection reads like the prompt does not fit the model's context window. */
-const CONTEXT_OVERFLOW = /context|too long|maximum.*tokens|token limit/i;
+/**
+ * The rejection reads like the prompt does not fit the model's context window. "context" alone is
+ * not enough: OpenAI's schema errors say where they are with `In context=(...)`.
+ */
+const CONTEXT_OVERFLOW =
+  /context.?(length|window|limit|size)|too long|maximum.*tokens|token limit/i;
 
 /** Codes that name only the class of a rejection, not its cause (DeepSeek's, Gemini's). */
 const GENERIC_CODE = /^(\d+|invalid_request_error|invalid_request|invalid_argument|bad_request)$/i;

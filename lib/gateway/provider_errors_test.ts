@@ -94,3 +94,25 @@ Deno.test("an exception that is not a provider error counts as unreachable", () 
   assert.equal(failure, "unreachable");
   assert.equal(error.code, "provider_unreachable");
 });
+
+Deno.test("a schema error naming where it is ('In context=...') is no context overflow", () => {
+  const { error } = apiErrorOfUpstream(
+    new ProviderError(
+      "bad_request",
+      "Invalid schema for function 'f': In context=('properties', 'x'), 'additionalProperties' is required to be supplied and to be false.",
+      { upstreamStatus: 400 },
+    ),
+  );
+  assert.equal(error.code, "upstream_rejected");
+  for (
+    const overflow of [
+      "This model's maximum context length is 8192 tokens.",
+      "prompt is too long: 208310 tokens > 200000 maximum",
+      "The input token count (1048577) exceeds the maximum number of tokens allowed (1048576).",
+      "Requested tokens exceed context window of 131072",
+    ]
+  ) {
+    const mapped = apiErrorOfUpstream(new ProviderError("bad_request", overflow));
+    assert.equal(mapped.error.code, "context_length_exceeded", overflow);
+  }
+});
