@@ -28,10 +28,12 @@ function quotes(key: string): Record<string, string> {
 }
 
 /**
- * An upstream of either wire format whose prompt says what to answer: `status:<n>:<quote>` an
- * error with that status quoting the key, `stream:<quote>` a stream that fails with that quote
- * after its first text, `echo:<text>` a 400 quoting the text back (as vLLM's validation errors
- * quote the input).
+ * An upstream of either wire format whose prompt's first line says what to answer:
+ * `status:<n>:<quote>` an error with that status quoting the key, `stream:<quote>` a stream that
+ * fails with that quote after its first text, `echo:<text>` a 400 quoting the text back (as vLLM's
+ * validation errors quote the input), `property` a 400 naming the first tool's first property (as
+ * OpenAI's strict schema errors do), `stop` a 400 quoting the first stop sequence. Lines after the
+ * first are the client's own (a client's guesses at our key).
  */
 function quotingUpstream(kind: "openai" | "anthropic") {
   return serveLoopback(async (req) => {
@@ -40,10 +42,19 @@ function quotingUpstream(kind: "openai" | "anthropic") {
       ? (req.headers.get("authorization") ?? "").replace(/^Bearer /, "")
       : req.headers.get("x-api-key") ?? "";
     const prompt: string = body.messages.at(-1).content;
-    const [mode, ...rest] = prompt.split(":");
-    if (mode === "echo") {
-      const message = `Invalid value: '${rest.join(":")}'.`;
-      return Response.json({ error: { message, type: "invalid_request_error" } }, { status: 400 });
+    const [mode, ...rest] = prompt.split("\n")[0].split(":");
+    const refuse = (message: string) =>
+      Response.json({ error: { message, type: "invalid_request_error" } }, { status: 400 });
+    if (mode === "echo") return refuse(`Invalid value: '${rest.join(":")}'.`);
+    if (mode === "property") {
+      const tools = kind === "openai"
+        ? body.tools.map((t: { function: { parameters: unknown } }) => t.function.parameters)
+        : body.tools.map((t: { input_schema: unknown }) => t.input_schema);
+      const [name] = Object.keys(tools[0].properties);
+      return refuse(`Invalid schema for function 'f': In context=('properties', '${name}').`);
+    }
+    if (mode === "stop") {
+      return refuse(`Invalid stop sequence '${(body.stop ?? body.stop_sequences)[0]}'.`);
     }
     const quote = quotes(key)[rest.at(-1)!];
     if (mode === "status") {
@@ -234,6 +245,85 @@ Deno.test("an upstream's quote of the client's text comes back as sent, a piece 
         await told(guess),
         `The upstream provider rejected the request: Invalid value: '${guess}'.`,
       );
+    }
+    await s.wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await openai.close();
+    await anthropic.close();
+  }
+});
+
+/** Every twelve characters of a key a client could guess (it knows the start) and wrong ones. */
+function guessesAt(key: string): string[] {
+  const right = Array.from({ length: key.length - 11 }, (_, i) => key.slice(i, i + 12));
+  return [...right, ...right.map((g) => `${g.slice(0, 11)}!`)];
+}
+
+Deno.test("an upstream's reason quoting our key reads the same whatever guesses at the key the request holds", async () => {
+  const openai = quotingUpstream("openai");
+  const anthropic = quotingUpstream("anthropic");
+  const s = await startService({
+    catalogFile: catalog(openai.url, anthropic.url),
+    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
+  });
+  try {
+    const { apiKey } = await s.newApp();
+    for (const [model, key] of [["gpt/m", OPENAI_KEY], ["claude/m", ANTHROPIC_KEY]]) {
+      for (const command of ["status:400:whole", "status:400:cut", "stream:whole", "stream:cut"]) {
+        const told = async (guesses: string[]) => {
+          const res = await s.chat(apiKey, {
+            model,
+            messages: userMessage([command, ...guesses].join("\n")),
+            stream: command.startsWith("stream"),
+          });
+          // The prompt's length changes only what was charged.
+          return (await res.text()).replaceAll(/"(id|created)":[^,]+,|\d+\.\d{6} USD/g, "");
+        };
+        const bare = await told([]);
+        assert.match(bare, /\[redacted\]/, `${model} ${command}: ${bare}`);
+        assert.equal(await told(guessesAt(key)), bare, `${model} ${command}`);
+        assert.equal(leaks(bare, key), null, bare);
+      }
+    }
+    await s.wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await openai.close();
+    await anthropic.close();
+  }
+});
+
+Deno.test("an upstream quoting a tool's property name or a short stop sequence shows it as sent, a piece of our key as any other", async () => {
+  const openai = quotingUpstream("openai");
+  const anthropic = quotingUpstream("anthropic");
+  const s = await startService({
+    catalogFile: catalog(openai.url, anthropic.url),
+    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
+  });
+  try {
+    const { apiKey } = await s.newApp();
+    const told = async (body: Record<string, unknown>) => {
+      const res = await s.chat(apiKey, body);
+      assert.equal(res.status, 400);
+      return (await res.json()).error.message as string;
+    };
+    for (const model of ["gpt/m", "claude/m"]) {
+      for (const guess of [...GUESSES.right, ...GUESSES.wrong]) {
+        const tool = {
+          type: "function",
+          function: { name: "f", parameters: { type: "object", properties: { [guess]: {} } } },
+        };
+        const property = await told({ model, messages: userMessage("property"), tools: [tool] });
+        assert.ok(property.includes(`'${guess}'`), property);
+      }
+      // A mask and a key's last four characters: a masked print's shape.
+      for (const stop of [`..${OPENAI_KEY.slice(-4)}`, `**${ANTHROPIC_KEY.slice(-4)}`, "..zzzz"]) {
+        const quoted = await told({ model, messages: userMessage("stop"), stop: [stop] });
+        assert.ok(quoted.includes(`'${stop}'`), quoted);
+      }
     }
     await s.wallets.drain();
     await assertAuditClean(s.kv);

@@ -34,7 +34,7 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { mapQuotes, textsOf, upstreamErrorLog } from "./upstream_log.ts";
+import { jsonOf, textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import type { SecretRedactor } from "./redact.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
@@ -53,9 +53,9 @@ export interface GatewayDeps {
   publicUrl: string;
   log: (fields: Record<string, unknown>) => void;
   /**
-   * Finds the provider keys an upstream's reason may quote. Only the upstream's own words are
-   * searched, not what it quotes of the request: matching text a client chose against our keys
-   * would tell the client which of its guesses are pieces of a key.
+   * Finds the provider keys an upstream's reason may quote. A piece the client sent whole itself
+   * is left as sent: redacting text a client chose only where it matches our keys would tell the
+   * client which of its guesses are pieces of a key.
    */
   redactor: SecretRedactor;
   /**
@@ -135,6 +135,8 @@ interface FailingRequest {
   requestId: string;
   trace: RequestTrace;
   sent: () => string[];
+  /** The request as JSON: what an upstream's reason may quote back to the client as sent. */
+  json: () => string;
   /** The kind of the route that failed (set as each is called): what its error's fields name. */
   kind?: ProviderKind;
 }
@@ -277,7 +279,7 @@ export class Gateway {
       caller,
       reservation,
       model,
-      { requestId, trace, sent: textsOf(request.input) },
+      { requestId, trace, sent: textsOf(request.input), json: jsonOf(request.input) },
       (route) =>
         this.#embedder(route).embed({
           model: route,
@@ -351,7 +353,7 @@ export class Gateway {
     streamed: boolean,
   ) {
     const upstreamAbort = new AbortController();
-    const failing = { requestId, trace, sent: textsOf(request) };
+    const failing = { requestId, trace, sent: textsOf(request), json: jsonOf(request) };
     const open = (maxTokens: number) => async (route: Model) => {
       const upstream = {
         model: route,
@@ -453,7 +455,7 @@ export class Gateway {
         upstreamErrorLog: (error, output) =>
           upstreamErrorLog(error, () => [...failing.sent(), ...output]),
         quoteUpstream: (failure, output) =>
-          this.#quoteUpstream(failure, [...failing.sent(), ...output]),
+          this.#quoteUpstream(failure, [failing.json(), ...output]),
         drainOnLeave: this.#deps.providers(route.provider).billsHiddenWork?.(upstream) ?? false,
         log: this.#deps.log,
       },
@@ -798,6 +800,7 @@ export class Gateway {
           requestId,
           trace,
           sent: textsOf(request),
+          json: jsonOf(request),
           kind: model.provider.kind,
         });
       }
@@ -806,14 +809,15 @@ export class Gateway {
   }
 
   /**
-   * An upstream's reason as a client may read it: its own words rid of our keys, and what it quotes
-   * of the request as the client sent it (see GatewayDeps.redactor).
+   * An upstream's reason as a client may read it: rid of our keys, but for a piece the client sent
+   * whole itself (in `known`: the request's JSON, the answer's text), which is shown as sent. So
+   * a guess of a part of a key comes back as any other text does (see GatewayDeps.redactor).
    */
-  #quoteUpstream(failure: ProviderError, sent: readonly string[]): string {
-    return mapQuotes(failure.message, sent, {
-      quoted: (run) => run,
-      own: (run) => this.#deps.redactor.redact(run),
-    });
+  #quoteUpstream(failure: ProviderError, known: readonly string[]): string {
+    return this.#deps.redactor.redact(
+      failure.message,
+      (found) => known.some((text) => text.includes(found)),
+    );
   }
 
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */
@@ -825,7 +829,7 @@ export class Gateway {
       error,
       sent,
       failing.kind === undefined || failing.kind === "openai",
-      (failure) => this.#quoteUpstream(failure, sent()),
+      (failure) => this.#quoteUpstream(failure, [failing.json()]),
     );
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;

@@ -59,7 +59,7 @@ export interface PaidStreamOptions {
    * `output` (what the upstream produced so far).
    */
   upstreamErrorLog(error: unknown, output: string[]): UpstreamErrorLog;
-  /** An upstream failure's reason as the client may read it (our keys out of it, not `output`'s). */
+  /** An upstream failure's reason as the client may read it (our keys out of it; `output` known). */
   quoteUpstream(failure: ProviderError, output: string[]): string;
   /**
    * The provider bills work it does not stream (a reasoning model's hidden reasoning, Claude's

@@ -2,14 +2,20 @@
  * Provider credentials never leave the process. An upstream may quote our key back in an error
  * (whole, cut short, or masked with its last characters shown, as OpenAI's "sk-proj-****abcd"),
  * whatever header carried it; that text must reach neither clients nor logs. One redactor, built
- * from the catalog's configured keys, is applied to every log line and to an upstream's own words
- * where the gateway quotes them to a client. Never to text a client chose: which of its guesses
- * came back redacted would spell a key out.
+ * from the catalog's configured keys, is applied to every log line and to an upstream's reason
+ * where the gateway quotes it to a client. Never to text a client wrote alone (which of its guesses
+ * came back redacted would spell a key out); in an upstream's reason, a piece is kept only where
+ * the client sent that whole piece itself (an echo of what it knows), so no guess of a part of
+ * one changes what it is shown.
  */
 import { type Catalog, providersOf } from "@/lib/catalog/mod.ts";
 import type { Logger } from "@/lib/core/mod.ts";
 
 export const REDACTED = "[redacted]";
+
+/** Whether a piece of a key found in a text may stay as it is. */
+type Keep = (found: string) => boolean;
+const NEVER: Keep = () => false;
 
 /**
  * Any run of this many characters of a key is treated as the key (a key cut short). Shorter runs
@@ -87,7 +93,7 @@ export class SecretRedactor {
   }
 
   /** Masked prints with the word each is part of (up to MASKED_WORD characters of it). */
-  #redactMasked(text: string): string {
+  #redactMasked(text: string, keep: Keep): string {
     let out = "";
     let copiedTo = 0;
     for (const match of text.matchAll(this.#masked!)) {
@@ -97,16 +103,24 @@ export class SecretRedactor {
       while (start > copiedTo && match.index - start < MASKED_WORD && WORD.test(text[start - 1])) {
         start--;
       }
-      out += text.slice(copiedTo, start) + REDACTED;
-      copiedTo = match.index + match[0].length;
+      const end = match.index + match[0].length;
+      const found = text.slice(start, end);
+      out += text.slice(copiedTo, start) + (keep(found) ? found : REDACTED);
+      copiedTo = end;
     }
     return copiedTo === 0 ? text : out + text.slice(copiedTo);
   }
 
-  redact(text: string): string {
+  /**
+   * `text` with every key, piece of a key and masked print of one replaced by REDACTED, except
+   * the pieces found whole that `keep` says may stay.
+   */
+  redact(text: string, keep: Keep = NEVER): string {
     if (this.empty || text.length < MASKED_TAIL) return text;
-    if (MASK_HINT.test(text)) text = this.#redactMasked(text);
-    for (const secret of this.#short) text = text.replaceAll(secret, REDACTED);
+    if (MASK_HINT.test(text)) text = this.#redactMasked(text, keep);
+    for (const secret of this.#short) {
+      if (!keep(secret)) text = text.replaceAll(secret, REDACTED);
+    }
     if (text.length < MIN_SECRET_RUN) return text;
     let out = "";
     let copiedTo = 0;
@@ -124,7 +138,8 @@ export class SecretRedactor {
         ) {
           end++;
         }
-        out += text.slice(copiedTo, i) + REDACTED;
+        const found = text.slice(i, end);
+        out += text.slice(copiedTo, i) + (keep(found) ? found : REDACTED);
         copiedTo = i = end;
         if (i + MIN_SECRET_RUN > text.length) break;
         hash = windowHash(text, i);

@@ -89,6 +89,12 @@ export function textsOf(request: unknown): () => string[] {
   return () => texts ??= requestTexts(request);
 }
 
+/** The request as JSON, made the first time a failure asks for it: all a client sent, keys too. */
+export function jsonOf(request: unknown): () => string {
+  let json: string | undefined;
+  return () => json ??= JSON.stringify(request) ?? "";
+}
+
 /**
  * Every string of a request (a chat request, or an embedding's input) long enough to be quoted,
  * the values of its shape (the model, roles, part types) left out.
@@ -151,41 +157,11 @@ function windowHash(text: string, from: number): number {
 
 /**
  * `message` with every run of QUOTED_RUN or more characters that one of `texts` also holds replaced
- * by `[n chars]`.
+ * by `[n chars]`. The message's windows are hashed once and each text rolled over once, so a
+ * request of megabytes costs a pass over it, not a search per window.
  */
 export function withoutQuotes(message: string, texts: readonly string[]): string {
-  return mapQuotes(message, texts, { quoted: (run) => `[${run.length} chars]`, own: (run) => run });
-}
-
-/**
- * `message` with each run of QUOTED_RUN or more characters that one of `texts` also holds put
- * through `quoted`, and the text between them through `own`.
- */
-export function mapQuotes(
-  message: string,
-  texts: readonly string[],
-  map: { quoted: (run: string) => string; own: (run: string) => string },
-): string {
-  const quoted = quotedMask(message, texts);
-  if (!quoted) return map.own(message);
-  let out = "";
-  for (let i = 0; i < message.length;) {
-    const from = i;
-    const inQuote = quoted[i];
-    while (i < message.length && quoted[i] === inQuote) i++;
-    const run = message.slice(from, i);
-    out += inQuote ? map.quoted(run) : map.own(run);
-  }
-  return out;
-}
-
-/**
- * Which characters of `message` are in a run that one of `texts` also holds (null: none can be).
- * The message's windows are hashed once and each text rolled over once, so a request of megabytes
- * costs a pass over it, not a search per window.
- */
-function quotedMask(message: string, texts: readonly string[]): Uint8Array | null {
-  if (message.length < QUOTED_RUN || texts.length === 0) return null;
+  if (message.length < QUOTED_RUN || texts.length === 0) return message;
   const windows = new Map<number, number[]>();
   // A bitmap of the windows' hashes answers most characters of a long request without the map.
   const seen = new Uint32Array(2048);
@@ -216,7 +192,17 @@ function quotedMask(message: string, texts: readonly string[]): Uint8Array | nul
         text.charCodeAt(j + QUOTED_RUN)) | 0;
     }
   }
-  return quoted;
+  let out = "";
+  for (let i = 0; i < message.length;) {
+    if (!quoted[i]) {
+      out += message[i++];
+      continue;
+    }
+    const from = i;
+    while (i < message.length && quoted[i]) i++;
+    out += `[${i - from} chars]`;
+  }
+  return out;
 }
 
 /**

@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { ProviderError } from "./providers/types.ts";
 import {
-  mapQuotes,
   MAX_LOGGED_MESSAGE,
   readableEscapes,
   requestTexts,
@@ -115,19 +114,4 @@ Deno.test("an error that is not the upstream's is logged as unreachable, scrubbe
   assert.equal(logged.kind, "unreachable");
   assert.equal(logged.status, null);
   assert.equal(logged.message, "reset while sending '[17 chars]'");
-});
-
-Deno.test("mapQuotes hands each quoted run and the text between runs to its own map", () => {
-  const prompt = "the secret word is swordfish";
-  assert.equal(
-    mapQuotes(`Bad input 'the secret word is swordfish' at 3`, [prompt], {
-      quoted: (run) => `<${run}>`,
-      own: (run) => run.toUpperCase(),
-    }),
-    "BAD INPUT '<the secret word is swordfish>' AT 3",
-  );
-  assert.equal(
-    mapQuotes("no quote", [prompt], { quoted: () => "x", own: (r) => `(${r})` }),
-    "(no quote)",
-  );
 });
