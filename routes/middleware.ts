@@ -180,11 +180,11 @@ function bearerKey(c: Context<Env>): string {
 }
 
 export const requireSupportedVersion: MiddlewareHandler<Env> = async (c, next) => {
+  const header = c.req.header("tollbooth-version");
+  if (header === undefined || header.trim() === API_VERSION) return await next();
   // A header sent twice (a proxy adding what the client sent) arrives joined by commas; an empty
   // one pins nothing.
-  const versions = new Set(
-    (c.req.header("tollbooth-version") ?? "").split(",").map((v) => v.trim()).filter(Boolean),
-  );
+  const versions = new Set(header.split(",").map((v) => v.trim()).filter(Boolean));
   if (versions.size > 1 || (versions.size === 1 && !versions.has(API_VERSION))) {
     const asked = [...versions].join(", ");
     // Echo only what looks like a version: a secret pasted into the wrong header is not repeated.
