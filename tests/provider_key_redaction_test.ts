@@ -10,6 +10,7 @@ import {
   PUBLIC_URL,
   serveLoopback,
   startService,
+  type TestService,
   userMessage,
 } from "./helpers.ts";
 import { sseResponse } from "./upstreams.ts";
@@ -125,6 +126,29 @@ function catalog(openaiUrl: string, anthropicUrl: string): CatalogFile {
   };
 }
 
+/** A service whose two models' upstreams quote our keys (quotingUpstream), with an app's key. */
+async function withQuotingUpstreams(
+  fn: (s: TestService, apiKey: string) => Promise<void>,
+  log?: (fields: Record<string, unknown>) => void,
+) {
+  const openai = quotingUpstream("openai");
+  const anthropic = quotingUpstream("anthropic");
+  const s = await startService({
+    catalogFile: catalog(openai.url, anthropic.url),
+    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
+    log,
+  });
+  try {
+    await fn(s, (await s.newApp()).apiKey);
+    await s.wallets.drain();
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+    await openai.close();
+    await anthropic.close();
+  }
+}
+
 /** The key, any eight of its characters in a row, or its last four after a mask. */
 function leaks(text: string, key: string): string | null {
   for (let i = 0; i + 8 <= key.length; i++) {
@@ -134,16 +158,8 @@ function leaks(text: string, key: string): string | null {
 }
 
 Deno.test("an upstream error quoting each provider's key reaches neither the client nor the log", async () => {
-  const openai = quotingUpstream("openai");
-  const anthropic = quotingUpstream("anthropic");
   const logs: string[] = [];
-  const s = await startService({
-    catalogFile: catalog(openai.url, anthropic.url),
-    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
-    log: (fields) => logs.push(JSON.stringify(fields)),
-  });
-  try {
-    const { apiKey } = await s.newApp();
+  await withQuotingUpstreams(async (s, apiKey) => {
     const answers: string[] = [];
     for (const model of ["gpt/m", "claude/m"]) {
       for (const form of Object.keys(quotes(""))) {
@@ -182,12 +198,7 @@ Deno.test("an upstream error quoting each provider's key reaches neither the cli
         }
       }
     }
-    await assertAuditClean(s.kv);
-  } finally {
-    await s.close();
-    await openai.close();
-    await anthropic.close();
-  }
+  }, (fields) => logs.push(JSON.stringify(fields)));
 });
 
 /** Twelve characters of each key, and twelve of the same shape that are no part of one. */
@@ -226,15 +237,8 @@ Deno.test("a client's own text in an error comes back as sent, never searched fo
   }
 });
 
-Deno.test("an upstream's quote of the client's text comes back as sent, a piece of our key as any other guess", async () => {
-  const openai = quotingUpstream("openai");
-  const anthropic = quotingUpstream("anthropic");
-  const s = await startService({
-    catalogFile: catalog(openai.url, anthropic.url),
-    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
-  });
-  try {
-    const { apiKey } = await s.newApp();
+Deno.test("an upstream's quote of the client's text comes back as sent, a piece of our key as any other guess", () =>
+  withQuotingUpstreams(async (s, apiKey) => {
     const told = async (guess: string) => {
       const res = await s.chat(apiKey, { model: "gpt/m", messages: userMessage(`echo:${guess}`) });
       assert.equal(res.status, 400);
@@ -246,14 +250,7 @@ Deno.test("an upstream's quote of the client's text comes back as sent, a piece 
         `The upstream provider rejected the request: Invalid value: '${guess}'.`,
       );
     }
-    await s.wallets.drain();
-    await assertAuditClean(s.kv);
-  } finally {
-    await s.close();
-    await openai.close();
-    await anthropic.close();
-  }
-});
+  }));
 
 /** Every twelve characters of a key a client could guess (it knows the start) and wrong ones. */
 function guessesAt(key: string): string[] {
@@ -261,15 +258,8 @@ function guessesAt(key: string): string[] {
   return [...right, ...right.map((g) => `${g.slice(0, 11)}!`)];
 }
 
-Deno.test("an upstream's reason quoting our key reads the same whatever guesses at the key the request holds", async () => {
-  const openai = quotingUpstream("openai");
-  const anthropic = quotingUpstream("anthropic");
-  const s = await startService({
-    catalogFile: catalog(openai.url, anthropic.url),
-    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
-  });
-  try {
-    const { apiKey } = await s.newApp();
+Deno.test("an upstream's reason quoting our key reads the same whatever guesses at the key the request holds", () =>
+  withQuotingUpstreams(async (s, apiKey) => {
     for (const [model, key] of [["gpt/m", OPENAI_KEY], ["claude/m", ANTHROPIC_KEY]]) {
       for (const command of ["status:400:whole", "status:400:cut", "stream:whole", "stream:cut"]) {
         const told = async (guesses: string[]) => {
@@ -287,24 +277,10 @@ Deno.test("an upstream's reason quoting our key reads the same whatever guesses 
         assert.equal(leaks(bare, key), null, bare);
       }
     }
-    await s.wallets.drain();
-    await assertAuditClean(s.kv);
-  } finally {
-    await s.close();
-    await openai.close();
-    await anthropic.close();
-  }
-});
+  }));
 
-Deno.test("an upstream quoting a tool's property name or a short stop sequence shows it as sent, a piece of our key as any other", async () => {
-  const openai = quotingUpstream("openai");
-  const anthropic = quotingUpstream("anthropic");
-  const s = await startService({
-    catalogFile: catalog(openai.url, anthropic.url),
-    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
-  });
-  try {
-    const { apiKey } = await s.newApp();
+Deno.test("an upstream quoting a tool's property name or a short stop sequence shows it as sent, a piece of our key as any other", () =>
+  withQuotingUpstreams(async (s, apiKey) => {
     const told = async (body: Record<string, unknown>) => {
       const res = await s.chat(apiKey, body);
       assert.equal(res.status, 400);
@@ -325,11 +301,4 @@ Deno.test("an upstream quoting a tool's property name or a short stop sequence s
         assert.ok(quoted.includes(`'${stop}'`), quoted);
       }
     }
-    await s.wallets.drain();
-    await assertAuditClean(s.kv);
-  } finally {
-    await s.close();
-    await openai.close();
-    await anthropic.close();
-  }
-});
+  }));
