@@ -105,7 +105,7 @@ export function createApp(deps: AppDeps) {
     providers,
     publicUrl: config.publicUrl,
     log,
-    redactor,
+    redactor: providerKeyRedactor(catalog, { forClients: true }),
     clientStallMs: config.upstreamTimeoutMs,
     optimisticUpstream: config.optimisticUpstream,
     exactCountShare: config.exactCountPercent / 100,

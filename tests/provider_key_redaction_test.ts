@@ -22,7 +22,8 @@ const ANTHROPIC_KEY = "sk-ant-api03-Wm4Zx8Qp2Lr6Tv1Nc9Hb3Ky7Fd5Js0Ga-Xy12";
 function quotes(key: string): Record<string, string> {
   return {
     whole: `Invalid API key ${key}.`,
-    cut: `Key ${key.slice(0, 18)}... is disabled.`,
+    cut: `Key ${key.slice(0, 24)}... is disabled.`,
+    cut12: `Key ${key.slice(0, 12)}... is disabled.`,
     masked: `Incorrect API key provided: ${key.slice(0, 7)}${"*".repeat(24)}${key.slice(-4)}.`,
     ellipsis: `Key ${key.slice(0, 7)}...${key.slice(-4)} has no access to this model.`,
   };
@@ -33,7 +34,8 @@ function quotes(key: string): Record<string, string> {
  * `status:<n>:<quote>` an error with that status quoting the key, `stream:<quote>` a stream that
  * fails with that quote after its first text, `echo:<text>` a 400 quoting the text back (as vLLM's
  * validation errors quote the input), `property` a 400 naming the first tool's first property (as
- * OpenAI's strict schema errors do), `stop` a 400 quoting the first stop sequence. Lines after the
+ * OpenAI's strict schema errors do), `stop` a 400 quoting the first stop sequence, `param` a 400
+ * naming a field that holds the key. Lines after the
  * first are the client's own (a client's guesses at our key).
  */
 function quotingUpstream(kind: "openai" | "anthropic") {
@@ -53,6 +55,10 @@ function quotingUpstream(kind: "openai" | "anthropic") {
         : body.tools.map((t: { input_schema: unknown }) => t.input_schema);
       const [name] = Object.keys(tools[0].properties);
       return refuse(`Invalid schema for function 'f': In context=('properties', '${name}').`);
+    }
+    if (mode === "param") {
+      const error = { message: "Invalid header value.", param: `authorization=Bearer ${key}` };
+      return Response.json({ error }, { status: 400 });
     }
     if (mode === "stop") {
       return refuse(`Invalid stop sequence '${(body.stop ?? body.stop_sequences)[0]}'.`);
@@ -149,11 +155,17 @@ async function withQuotingUpstreams(
   }
 }
 
-/** The key, any eight of its characters in a row, or its last four after a mask. */
-function leaks(text: string, key: string): string | null {
-  for (let i = 0; i + 8 <= key.length; i++) {
+/**
+ * What of a key a text gives away. In a log: any eight of its characters in a row, or its last
+ * four after a mask. To a client: eight in a row past its public prefix (`sk-proj-`); a shorter
+ * piece, or a masked print's four, is as much as a client could learn by guessing anyway.
+ */
+function leaks(text: string, key: string, reader: "log" | "client"): string | null {
+  const from = reader === "log" ? 0 : /^(?:[A-Za-z0-9]{1,6}[-_]){1,4}/.exec(key)![0].length;
+  for (let i = from; i + 8 <= key.length; i++) {
     if (text.includes(key.slice(i, i + 8))) return key.slice(i, i + 8);
   }
+  if (reader === "client") return null;
   return new RegExp(`[*.…]${key.slice(-4)}`).test(text) ? key.slice(-4) : null;
 }
 
@@ -191,7 +203,7 @@ Deno.test("an upstream error quoting each provider's key reaches neither the cli
       for (const [where, lines] of Object.entries({ client: answers, log: logs })) {
         for (const line of lines) {
           assert.equal(
-            leaks(line, key),
+            leaks(line, key, where as "log" | "client"),
             null,
             `${key.slice(0, 6)}… leaked to the ${where}: ${line}`,
           );
@@ -201,10 +213,13 @@ Deno.test("an upstream error quoting each provider's key reaches neither the cli
   }, (fields) => logs.push(JSON.stringify(fields)));
 });
 
-/** Twelve characters of each key, and twelve of the same shape that are no part of one. */
+/**
+ * Each key's public prefix and seven characters more (a guess within a client's reach: 64^7 at
+ * most), and the same with its last character wrong.
+ */
 const GUESSES = {
-  right: [OPENAI_KEY.slice(4, 16), ANTHROPIC_KEY.slice(2, 14)],
-  wrong: ["-proj-XXXXXX", "-ant-api03-!"],
+  right: [OPENAI_KEY.slice(0, 15), ANTHROPIC_KEY.slice(0, 20)],
+  wrong: [`${OPENAI_KEY.slice(0, 14)}!`, `${ANTHROPIC_KEY.slice(0, 19)}!`],
 };
 
 Deno.test("a client's own text in an error comes back as sent, never searched for our keys", async () => {
@@ -261,20 +276,23 @@ function guessesAt(key: string): string[] {
 Deno.test("an upstream's reason quoting our key reads the same whatever guesses at the key the request holds", () =>
   withQuotingUpstreams(async (s, apiKey) => {
     for (const [model, key] of [["gpt/m", OPENAI_KEY], ["claude/m", ANTHROPIC_KEY]]) {
-      for (const command of ["status:400:whole", "status:400:cut", "stream:whole", "stream:cut"]) {
-        const told = async (guesses: string[]) => {
-          const res = await s.chat(apiKey, {
-            model,
-            messages: userMessage([command, ...guesses].join("\n")),
-            stream: command.startsWith("stream"),
-          });
-          // The prompt's length changes only what was charged.
-          return (await res.text()).replaceAll(/"(id|created)":[^,]+,|\d+\.\d{6} USD/g, "");
-        };
-        const bare = await told([]);
-        assert.match(bare, /\[redacted\]/, `${model} ${command}: ${bare}`);
-        assert.equal(await told(guessesAt(key)), bare, `${model} ${command}`);
-        assert.equal(leaks(bare, key), null, bare);
+      for (const form of ["whole", "cut", "cut12"]) {
+        for (const command of [`status:400:${form}`, `stream:${form}`]) {
+          const told = async (guesses: string[]) => {
+            const res = await s.chat(apiKey, {
+              model,
+              messages: userMessage([command, ...guesses].join("\n")),
+              stream: command.startsWith("stream"),
+            });
+            // The prompt's length changes only what was charged.
+            return (await res.text()).replaceAll(/"(id|created)":[^,]+,|\d+\.\d{6} USD/g, "");
+          };
+          const bare = await told([]);
+          // Twelve characters of a key are no more than its public prefix and a few: shown.
+          if (form !== "cut12") assert.match(bare, /\[redacted\]/, `${model} ${command}: ${bare}`);
+          assert.equal(await told(guessesAt(key)), bare, `${model} ${command}`);
+          assert.equal(leaks(bare, key, "client"), null, bare);
+        }
       }
     }
   }));
@@ -301,4 +319,13 @@ Deno.test("an upstream quoting a tool's property name or a short stop sequence s
         assert.ok(quoted.includes(`'${stop}'`), quoted);
       }
     }
+  }));
+
+Deno.test("the field an upstream's rejection names is rid of our keys as its words are", () =>
+  withQuotingUpstreams(async (s, apiKey) => {
+    const res = await s.chat(apiKey, { model: "gpt/m", messages: userMessage("param") });
+    assert.equal(res.status, 400);
+    const { error } = await res.json();
+    assert.equal(error.param, "authorization=Bearer [redacted]");
+    assert.equal(leaks(JSON.stringify(error), OPENAI_KEY, "client"), null);
   }));

@@ -34,7 +34,7 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { jsonOf, textsOf, upstreamErrorLog } from "./upstream_log.ts";
+import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import type { SecretRedactor } from "./redact.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
@@ -53,9 +53,9 @@ export interface GatewayDeps {
   publicUrl: string;
   log: (fields: Record<string, unknown>) => void;
   /**
-   * Finds the provider keys an upstream's reason may quote. A piece the client sent whole itself
-   * is left as sent: redacting text a client chose only where it matches our keys would tell the
-   * client which of its guesses are pieces of a key.
+   * Finds the provider keys in an upstream's reason (and the field it names) before a client reads
+   * them: the form for clients (providerKeyRedactor's `forClients`), which redacts no piece of a key
+   * a client could guess, since the upstream may be quoting the client's own text.
    */
   redactor: SecretRedactor;
   /**
@@ -135,8 +135,6 @@ interface FailingRequest {
   requestId: string;
   trace: RequestTrace;
   sent: () => string[];
-  /** The request as JSON: what an upstream's reason may quote back to the client as sent. */
-  json: () => string;
   /** The kind of the route that failed (set as each is called): what its error's fields name. */
   kind?: ProviderKind;
 }
@@ -279,7 +277,7 @@ export class Gateway {
       caller,
       reservation,
       model,
-      { requestId, trace, sent: textsOf(request.input), json: jsonOf(request.input) },
+      { requestId, trace, sent: textsOf(request.input) },
       (route) =>
         this.#embedder(route).embed({
           model: route,
@@ -353,7 +351,7 @@ export class Gateway {
     streamed: boolean,
   ) {
     const upstreamAbort = new AbortController();
-    const failing = { requestId, trace, sent: textsOf(request), json: jsonOf(request) };
+    const failing = { requestId, trace, sent: textsOf(request) };
     const open = (maxTokens: number) => async (route: Model) => {
       const upstream = {
         model: route,
@@ -454,8 +452,7 @@ export class Gateway {
         },
         upstreamErrorLog: (error, output) =>
           upstreamErrorLog(error, () => [...failing.sent(), ...output]),
-        quoteUpstream: (failure, output) =>
-          this.#quoteUpstream(failure, [failing.json(), ...output]),
+        quoteUpstream: (text) => this.#deps.redactor.redact(text),
         drainOnLeave: this.#deps.providers(route.provider).billsHiddenWork?.(upstream) ?? false,
         log: this.#deps.log,
       },
@@ -800,24 +797,11 @@ export class Gateway {
           requestId,
           trace,
           sent: textsOf(request),
-          json: jsonOf(request),
           kind: model.provider.kind,
         });
       }
       return null;
     }
-  }
-
-  /**
-   * An upstream's reason as a client may read it: rid of our keys, but for a piece the client sent
-   * whole itself (in `known`: the request's JSON, the answer's text), which is shown as sent. So
-   * a guess of a part of a key comes back as any other text does (see GatewayDeps.redactor).
-   */
-  #quoteUpstream(failure: ProviderError, known: readonly string[]): string {
-    return this.#deps.redactor.redact(
-      failure.message,
-      (found) => known.some((text) => text.includes(found)),
-    );
   }
 
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */
@@ -829,7 +813,7 @@ export class Gateway {
       error,
       sent,
       failing.kind === undefined || failing.kind === "openai",
-      (failure) => this.#quoteUpstream(failure, [failing.json()]),
+      (text) => this.#deps.redactor.redact(text),
     );
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;

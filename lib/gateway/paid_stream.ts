@@ -59,8 +59,8 @@ export interface PaidStreamOptions {
    * `output` (what the upstream produced so far).
    */
   upstreamErrorLog(error: unknown, output: string[]): UpstreamErrorLog;
-  /** An upstream failure's reason as the client may read it (our keys out of it; `output` known). */
-  quoteUpstream(failure: ProviderError, output: string[]): string;
+  /** An upstream's words as the client may read them: our keys out of them. */
+  quoteUpstream(text: string): string;
   /**
    * The provider bills work it does not stream (a reasoning model's hidden reasoning, Claude's
    * full thinking behind its summary): a client that leaves or stalls does not stop the upstream,
@@ -346,7 +346,7 @@ export class PaidStream {
           cause: error,
         });
       const logged = this.#options.upstreamErrorLog(failure, [this.#produced, this.#unshown]);
-      const reason = this.#options.quoteUpstream(failure, [this.#produced, this.#unshown]);
+      const reason = this.#options.quoteUpstream(failure.message);
       this.#ending = { kind: "upstream_cut", failure, logged, reason };
       this.#options.onUpstreamCut(logged);
     }

@@ -34,7 +34,7 @@ const API_ERROR_OF: Record<
     error: ProviderError,
     sent: () => string[],
     namesClientFields: boolean,
-    quote: (error: ProviderError) => string,
+    quote: (text: string) => string,
   ) => ApiError
 > = {
   rate_limited: (e) =>
@@ -49,16 +49,16 @@ const API_ERROR_OF: Record<
     overflowsContext(e, sent)
       ? new ApiError(
         "context_length_exceeded",
-        `The upstream provider rejected the request: ${quote(e)}`,
+        `The upstream provider rejected the request: ${quote(e.message)}`,
         { param: "messages" },
       )
       : new ApiError(
         "upstream_rejected",
-        `The upstream provider rejected the request: ${quote(e)}`,
+        `The upstream provider rejected the request: ${quote(e.message)}`,
         // The field it names, when it names one (OpenAI-compatible servers do; Anthropic does not)
         // and its body is the client's own: a path in a body we translated (a Responses
         // `input[1].content[1].file_data`) names nothing the client sent. Its words still say it.
-        e.upstreamError?.param && namesClientFields ? { param: e.upstreamError.param } : {},
+        e.upstreamError?.param && namesClientFields ? { param: quote(e.upstreamError.param) } : {},
       ),
   // Our credentials are the operator's problem, not the client's: no detail leaves.
   upstream_auth: () =>
@@ -90,8 +90,8 @@ export function apiErrorOfUpstream(
   sent: () => string[] = () => [],
   /** Whether the upstream was sent the client's body as it came (the OpenAI kind's chat). */
   namesClientFields = true,
-  /** The upstream's reason as the client may read it (rid of our keys). */
-  quote: (error: ProviderError) => string = (e) => e.message,
+  /** The upstream's words as the client may read them (rid of our keys). */
+  quote: (text: string) => string = (text) => text,
 ): { error: ApiError; failure: ProviderFailure } {
   if (!(error instanceof ProviderError)) {
     return {

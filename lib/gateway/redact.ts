@@ -2,20 +2,27 @@
  * Provider credentials never leave the process. An upstream may quote our key back in an error
  * (whole, cut short, or masked with its last characters shown, as OpenAI's "sk-proj-****abcd"),
  * whatever header carried it; that text must reach neither clients nor logs. One redactor, built
- * from the catalog's configured keys, is applied to every log line and to an upstream's reason
- * where the gateway quotes it to a client. Never to text a client wrote alone (which of its guesses
- * came back redacted would spell a key out); in an upstream's reason, a piece is kept only where
- * the client sent that whole piece itself (an echo of what it knows), so no guess of a part of
- * one changes what it is shown.
+ * from the catalog's configured keys, is applied to every log line and, in its form for clients,
+ * to an upstream's reason where the gateway quotes it to a client. Never to text a client wrote
+ * alone; and as an upstream may quote the client's text back, the form for clients redacts only
+ * runs no client can guess (MIN_UNKNOWN_RUN): which of its guesses came back redacted would
+ * otherwise spell a key out.
  */
 import { type Catalog, providersOf } from "@/lib/catalog/mod.ts";
 import type { Logger } from "@/lib/core/mod.ts";
 
 export const REDACTED = "[redacted]";
 
-/** Whether a piece of a key found in a text may stay as it is. */
-type Keep = (found: string) => boolean;
-const NEVER: Keep = () => false;
+/**
+ * For text a client reads, a run of a key counts only with this many characters past the key's
+ * public prefix (`sk-proj-`, `sk-ant-api03-`): an upstream may quote a client's own text, and a
+ * text redacted only where it is a piece of our key tells the client whether its guess was one.
+ * A guess of this many unknown characters at once is out of reach (64^8), so no run a client can
+ * guess is redacted, and none gives it a foothold to guess the next character from.
+ */
+export const MIN_UNKNOWN_RUN = 8;
+/** A key's public prefix: short segments, each ended by `-` or `_` (`sk-`, `proj-`, `api03-`). */
+const PUBLIC_PREFIX = /^(?:[A-Za-z0-9]{1,6}[-_]){1,4}/;
 
 /**
  * Any run of this many characters of a key is treated as the key (a key cut short). Shorter runs
@@ -60,16 +67,24 @@ export class SecretRedactor {
   // a bitmap of the runs' hashes (a set lookup per character was most of a log line's redaction),
   // so a text with no run of a key costs no string allocation per character.
   readonly #runHashes = new Uint32Array(RUN_BITMAP_WORDS);
+  /** Keys redacted whole only (too short for runs; every key, for clients). */
   readonly #short: string[] = [];
   readonly #masked: RegExp | null;
+  readonly #empty: boolean;
 
-  constructor(secrets: Iterable<string>) {
+  /** `forClients`: only runs a client cannot guess (MIN_UNKNOWN_RUN) are redacted. */
+  constructor(secrets: Iterable<string>, { forClients = false } = {}) {
     const tails = new Set<string>();
     for (const secret of secrets) {
       if (secret.length < MIN_SECRET_LENGTH) continue;
       for (const form of new Set([secret, encodeURIComponent(secret)])) {
-        if (form.length < MIN_SECRET_RUN) this.#short.push(form);
+        // For clients the runs leave the public prefix: a whole key goes whole all the same.
+        if (form.length < MIN_SECRET_RUN || forClients) this.#short.push(form);
+        const known = forClients ? PUBLIC_PREFIX.exec(form)?.[0].length ?? 0 : 0;
         for (let i = 0; i + MIN_SECRET_RUN <= form.length; i++) {
+          if (i + MIN_SECRET_RUN - Math.max(known, i) < (forClients ? MIN_UNKNOWN_RUN : 0)) {
+            continue;
+          }
           this.#runs.add(form.slice(i, i + MIN_SECRET_RUN));
           const hash = windowHash(form, i) & RUN_BITMAP_MASK;
           this.#runHashes[hash >>> 5] |= 1 << (hash & 31);
@@ -82,18 +97,21 @@ export class SecretRedactor {
     // a long word or mask to its end, as the pattern once was, a text took time in the square of
     // its length (a 64 KB request path held the thread 2.7 s): a mask is matched from its first
     // character only.
-    this.#masked = tails.size === 0
+    // Not for clients: whether a mask and four characters are redacted would tell a client that
+    // made an upstream quote them whether they end one of our keys.
+    this.#masked = tails.size === 0 || forClients
       ? null
       : new RegExp(`(?<![*•….])[*•….]+(?:${[...tails].join("|")})`, "g");
+    this.#empty = tails.size === 0;
   }
 
   /** Whether there is anything to redact at all (no configured keys: every call is a no-op). */
   get empty(): boolean {
-    return this.#masked === null;
+    return this.#empty;
   }
 
   /** Masked prints with the word each is part of (up to MASKED_WORD characters of it). */
-  #redactMasked(text: string, keep: Keep): string {
+  #redactMasked(text: string): string {
     let out = "";
     let copiedTo = 0;
     for (const match of text.matchAll(this.#masked!)) {
@@ -103,24 +121,16 @@ export class SecretRedactor {
       while (start > copiedTo && match.index - start < MASKED_WORD && WORD.test(text[start - 1])) {
         start--;
       }
-      const end = match.index + match[0].length;
-      const found = text.slice(start, end);
-      out += text.slice(copiedTo, start) + (keep(found) ? found : REDACTED);
-      copiedTo = end;
+      out += text.slice(copiedTo, start) + REDACTED;
+      copiedTo = match.index + match[0].length;
     }
     return copiedTo === 0 ? text : out + text.slice(copiedTo);
   }
 
-  /**
-   * `text` with every key, piece of a key and masked print of one replaced by REDACTED, except
-   * the pieces found whole that `keep` says may stay.
-   */
-  redact(text: string, keep: Keep = NEVER): string {
+  redact(text: string): string {
     if (this.empty || text.length < MASKED_TAIL) return text;
-    if (MASK_HINT.test(text)) text = this.#redactMasked(text, keep);
-    for (const secret of this.#short) {
-      if (!keep(secret)) text = text.replaceAll(secret, REDACTED);
-    }
+    if (this.#masked && MASK_HINT.test(text)) text = this.#redactMasked(text);
+    for (const secret of this.#short) text = text.replaceAll(secret, REDACTED);
     if (text.length < MIN_SECRET_RUN) return text;
     let out = "";
     let copiedTo = 0;
@@ -138,8 +148,7 @@ export class SecretRedactor {
         ) {
           end++;
         }
-        const found = text.slice(i, end);
-        out += text.slice(copiedTo, i) + (keep(found) ? found : REDACTED);
+        out += text.slice(copiedTo, i) + REDACTED;
         copiedTo = i = end;
         if (i + MIN_SECRET_RUN > text.length) break;
         hash = windowHash(text, i);
@@ -193,15 +202,21 @@ export class SecretRedactor {
   }
 }
 
-/** The redactor of every provider key the catalog has configured, fallbacks and documents included. */
-export function providerKeyRedactor(catalog: Catalog): SecretRedactor {
+/**
+ * The redactor of every provider key the catalog has configured, fallbacks and documents included;
+ * `forClients` for text a client reads (see MIN_UNKNOWN_RUN), else for logs.
+ */
+export function providerKeyRedactor(
+  catalog: Catalog,
+  options: { forClients?: boolean } = {},
+): SecretRedactor {
   const secrets = new Set<string>();
   for (const model of catalog.models) {
     for (const provider of providersOf(model)) {
       if (provider.kind !== "simulator" && provider.apiKey) secrets.add(provider.apiKey);
     }
   }
-  return new SecretRedactor(secrets);
+  return new SecretRedactor(secrets, options);
 }
 
 function escapeRegExp(text: string): string {

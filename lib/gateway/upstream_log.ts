@@ -89,12 +89,6 @@ export function textsOf(request: unknown): () => string[] {
   return () => texts ??= requestTexts(request);
 }
 
-/** The request as JSON, made the first time a failure asks for it: all a client sent, keys too. */
-export function jsonOf(request: unknown): () => string {
-  let json: string | undefined;
-  return () => json ??= JSON.stringify(request) ?? "";
-}
-
 /**
  * Every string of a request (a chat request, or an embedding's input) long enough to be quoted,
  * the values of its shape (the model, roles, part types) left out.
