@@ -309,7 +309,6 @@ type OpenItem =
     kind: "call";
     index: number;
     item: Extract<OutputItem, { type: "function_call" }>;
-    toolIndex: number;
   };
 
 /**
@@ -322,7 +321,14 @@ export class ResponseEvents {
   readonly #meta: ResponseMeta;
   #sequence = 0;
   readonly #output: OutputItem[] = [];
-  #open: OpenItem | null = null;
+  /** The message or reasoning item open; calls are open in #calls. */
+  #open: Exclude<OpenItem, { kind: "call" }> | null = null;
+  /**
+   * The function calls open, by the chat call they are (its `index`, or its `id` from a server
+   * that sends no index): parallel calls may come interleaved, a piece of each at a time.
+   */
+  readonly #calls = new Map<string, Extract<OpenItem, { kind: "call" }>>();
+  #lastCall: string | undefined;
   #finishReason: string | null = null;
 
   constructor(body: ResponsesBody, meta: ResponseMeta) {
@@ -511,8 +517,22 @@ export class ResponseEvents {
       (infer T)[] | undefined ? T : never,
   ): ResponseEvent[] {
     const events: ResponseEvent[] = [];
-    if (this.#open?.kind !== "call" || this.#open.toolIndex !== call.index) {
-      events.push(...this.#close("completed"));
+    // A piece without index or id goes on the call before it, as a server without indexes sends.
+    const key = call.index !== undefined
+      ? `index ${call.index}`
+      : call.id
+      ? `id ${call.id}`
+      : this.#lastCall ?? "index 0";
+    let open = this.#calls.get(key);
+    if (!open) {
+      if (this.#open) events.push(...this.#close("completed"));
+      // A call whose arguments are whole is over: closed before the next is added, as OpenAI
+      // streams them. One still unfinished stays open for pieces that come interleaved.
+      for (const [earlier, call] of this.#calls) {
+        if (!isJson(call.item.arguments)) continue;
+        this.#calls.delete(earlier);
+        events.push(...this.#closeItem(call, "completed"));
+      }
       const item: Extract<OutputItem, { type: "function_call" }> = {
         type: "function_call",
         id: this.#meta.newItemId("fc"),
@@ -522,14 +542,15 @@ export class ResponseEvents {
         ...(isRecord(call.extra_content) ? { extra_content: call.extra_content } : {}),
         status: "in_progress",
       };
-      this.#open = { kind: "call", index: this.#output.length, item, toolIndex: call.index };
+      open = { kind: "call", index: this.#output.length, item };
+      this.#calls.set(key, open);
       this.#output.push(item);
       events.push(this.#event("response.output_item.added", {
-        output_index: this.#open.index,
+        output_index: open.index,
         item: structuredClone(item),
       }));
     }
-    const open = this.#open as Extract<OpenItem, { kind: "call" }>;
+    this.#lastCall = key;
     if (isRecord(call.extra_content)) open.item.extra_content = call.extra_content;
     const delta = call.function?.arguments ?? "";
     if (delta !== "") {
@@ -559,10 +580,16 @@ export class ResponseEvents {
     ];
   }
 
+  /** Closes the item open, or the calls open, in the order they were added. */
   #close(status: "completed" | "incomplete"): ResponseEvent[] {
-    const open = this.#open;
-    if (!open) return [];
+    const open = [...(this.#open ? [this.#open] : []), ...this.#calls.values()];
     this.#open = null;
+    this.#calls.clear();
+    this.#lastCall = undefined;
+    return open.flatMap((item) => this.#closeItem(item, status));
+  }
+
+  #closeItem(open: OpenItem, status: "completed" | "incomplete"): ResponseEvent[] {
     const events: ResponseEvent[] = [];
     if (open.kind === "reasoning") {
       const where = { item_id: open.item.id, output_index: open.index, summary_index: 0 };
@@ -605,5 +632,14 @@ export class ResponseEvents {
 
   #event(type: string, fields: Record<string, unknown>): ResponseEvent {
     return { type, sequence_number: this.#sequence++, ...fields };
+  }
+}
+
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
   }
 }

@@ -485,3 +485,60 @@ Deno.test("the usage shown counts DeepSeek's cache hits as cached input, as they
     0,
   );
 });
+
+/** Each function_call item of a stream's output, and its events' order. */
+function streamedCalls(chunks: Record<string, unknown>[]) {
+  const events = new ResponseEvents(testBody(), testMeta());
+  const out = [
+    ...chunks.flatMap((delta) => events.chunk(chunk(delta))),
+    ...events.chunk(chunk({}, "tool_calls")),
+    ...events.finish(null),
+  ];
+  const calls = events.output.filter((i) => i.type === "function_call");
+  return { calls: calls.map(({ call_id, name, arguments: a }) => ({ call_id, name, a })), out };
+}
+
+Deno.test("parallel calls streamed interleaved, a piece of each at a time, are one function_call each", () => {
+  const piece = (index: number, args: string, head?: { id: string; name: string }) => ({
+    tool_calls: [{
+      index,
+      ...(head ? { id: head.id, type: "function" } : {}),
+      function: { ...(head ? { name: head.name } : {}), arguments: args },
+    }],
+  });
+  const { calls, out } = streamedCalls([
+    piece(0, "", { id: "call_A", name: "weather" }),
+    piece(1, "", { id: "call_B", name: "weather" }),
+    piece(0, '{"city":'),
+    piece(1, '{"city":'),
+    piece(0, '"Paris"}'),
+    piece(1, '"Rome"}'),
+  ]);
+  assert.deepEqual(calls, [
+    { call_id: "call_A", name: "weather", a: '{"city":"Paris"}' },
+    { call_id: "call_B", name: "weather", a: '{"city":"Rome"}' },
+  ]);
+  // Each delta names its own item.
+  const deltas = out.filter((e) => e.type === "response.function_call_arguments.delta");
+  assert.deepEqual(deltas.map((e) => [e.output_index, e.delta]), [
+    [0, '{"city":'],
+    [1, '{"city":'],
+    [0, '"Paris"}'],
+    [1, '"Rome"}'],
+  ]);
+});
+
+Deno.test("calls from a server that sends no index are told apart by their ids", () => {
+  const call = (id: string, args: string) => ({
+    tool_calls: [{ id, type: "function", function: { name: "weather", arguments: args } }],
+  });
+  const { calls } = streamedCalls([
+    call("call_A", '{"city":"Paris"}'),
+    call("call_B", '{"city":'),
+    { tool_calls: [{ function: { arguments: '"Rome"}' } }] },
+  ]);
+  assert.deepEqual(calls, [
+    { call_id: "call_A", name: "weather", a: '{"city":"Paris"}' },
+    { call_id: "call_B", name: "weather", a: '{"city":"Rome"}' },
+  ]);
+});
