@@ -437,7 +437,7 @@ export function inputItemsOf(
   newId: (prefix: "msg" | "fc" | "fco" | "rs") => string,
 ): (Record<string, unknown> & { id: string; type: string })[] {
   const raw = typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input;
-  return raw.map((one, i) => {
+  const listed = raw.map((one, i) => {
     let item = parseItem(one, i);
     if (item.type === "item_reference") item = items.get(item.id) ?? item;
     if (item.type === "item_reference") return { type: "item_reference", id: item.id };
@@ -468,6 +468,19 @@ export function inputItemsOf(
       status: status ?? "completed",
     };
   });
+  // Listed items are paged by id (`after`): an id twice would page in a circle.
+  const seen = new Set<string>();
+  listed.forEach((item, i) => {
+    if (seen.has(item.id)) {
+      throw new ApiError(
+        "invalid_parameter",
+        `Duplicate item found with id '${item.id.slice(0, 100)}': each input item is given once.`,
+        { param: `input[${i}]` },
+      );
+    }
+    seen.add(item.id);
+  });
+  return listed;
 }
 
 /** See ConvertedRequest.inputPath. */

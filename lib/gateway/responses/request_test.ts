@@ -805,3 +805,32 @@ Deno.test("a function_call_output's input_file becomes a file part of its tool m
     content: [{ type: "file", file: { file_data: pdf, filename: "a.pdf" } }],
   });
 });
+
+Deno.test("an input item given twice (by reference or by id) is refused: input_items pages by id", () => {
+  const stored: ResponseInputItem = {
+    type: "message",
+    id: "msg_stored",
+    role: "assistant",
+    content: [{ type: "output_text", text: "Hello!" }],
+  };
+  for (
+    const input of [
+      [{ type: "item_reference", id: "msg_stored" }, "beta", {
+        type: "item_reference",
+        id: "msg_stored",
+      }],
+      [{ role: "user", content: "a", id: "msg_a" }, { role: "user", content: "b", id: "msg_a" }],
+    ]
+  ) {
+    const body = parseResponsesBody({
+      model: MODEL,
+      input: input.map((i) => typeof i === "string" ? { role: "user", content: i } : i),
+    });
+    assert.throws(
+      () => inputItemsOf(body, new Map([["msg_stored", stored]]), (p) => `${p}_new`),
+      (e: ApiError) =>
+        e.code === "invalid_parameter" && /^input\[[12]\]$/.test(e.param ?? "") &&
+        /Duplicate item found with id/.test(e.message),
+    );
+  }
+});
