@@ -147,14 +147,18 @@ export function responseObject(
     },
     store: meta.store,
     temperature: body.temperature ?? 1,
-    text: { format: body.text?.format ?? { type: "text" } },
+    text: {
+      format: body.text?.format ?? { type: "text" },
+      ...(body.text?.verbosity != null ? { verbosity: body.text.verbosity } : {}),
+    },
     tool_choice: body.tool_choice ?? "auto",
     tools: (body.tools ?? []).map((t) => ({
       type: "function",
       name: t.name,
       description: t.description ?? null,
       parameters: t.parameters ?? null,
-      strict: t.strict ?? true,
+      // As it was served: a call is strict only when the client said so (chat's default).
+      strict: t.strict ?? false,
     })),
     top_p: body.top_p ?? 1,
     top_logprobs: body.top_logprobs ?? 0,
@@ -162,6 +166,10 @@ export function responseObject(
     usage: state.usage ? responseUsage(state.usage) : null,
     user: body.user ?? null,
     metadata: body.metadata ?? {},
+    max_tool_calls: body.max_tool_calls ?? null,
+    prompt_cache_key: body.prompt_cache_key ?? null,
+    safety_identifier: body.safety_identifier ?? null,
+    service_tier: body.service_tier ?? null,
   };
 }
 

@@ -5,6 +5,7 @@ import {
   outputText,
   type ResponseEvent,
   ResponseEvents,
+  responseObject,
   responseUsage,
 } from "./response.ts";
 import { testBody, testMeta } from "./test_support.ts";
@@ -541,4 +542,27 @@ Deno.test("calls from a server that sends no index are told apart by their ids",
     { call_id: "call_A", name: "weather", a: '{"city":"Paris"}' },
     { call_id: "call_B", name: "weather", a: '{"city":"Rome"}' },
   ]);
+});
+
+Deno.test("the response object echoes the request's settings as they were served", () => {
+  const tool = { type: "function", name: "f", parameters: { type: "object", properties: {} } };
+  const response = responseObject(
+    testBody({
+      text: { verbosity: "low" },
+      tools: [tool, { ...tool, name: "g", strict: true }],
+      prompt_cache_key: "k1",
+      safety_identifier: "user-hash",
+      service_tier: "default",
+      max_tool_calls: 3,
+    }),
+    testMeta(),
+    { status: "completed", output: [], usage: null },
+  );
+  assert.deepEqual(response.text, { format: { type: "text" }, verbosity: "low" });
+  // A tool is strict only when the client said so, as the chat call serving it was sent.
+  assert.deepEqual(response.tools.map((t) => t.strict), [false, true]);
+  assert.equal(response.prompt_cache_key, "k1");
+  assert.equal(response.safety_identifier, "user-hash");
+  assert.equal(response.service_tier, "default");
+  assert.equal(response.max_tool_calls, 3);
 });
