@@ -105,7 +105,7 @@ export function createApp(deps: AppDeps) {
     providers,
     publicUrl: config.publicUrl,
     log,
-    redactor: providerKeyRedactor(catalog, { forClients: true }),
+    redactor,
     clientStallMs: config.upstreamTimeoutMs,
     optimisticUpstream: config.optimisticUpstream,
     exactCountShare: config.exactCountPercent / 100,

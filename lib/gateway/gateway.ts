@@ -34,7 +34,7 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
+import { clientTextsOf, textsOf, upstreamErrorLog, withoutQuotes } from "./upstream_log.ts";
 import type { SecretRedactor } from "./redact.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
@@ -53,9 +53,8 @@ export interface GatewayDeps {
   publicUrl: string;
   log: (fields: Record<string, unknown>) => void;
   /**
-   * Finds the provider keys in an upstream's reason (and the field it names) before a client reads
-   * them: the form for clients (providerKeyRedactor's `forClients`), which redacts no piece of a key
-   * a client could guess, since the upstream may be quoting the client's own text.
+   * Finds the provider keys in log lines, and in an upstream's reason (and the field it names)
+   * before a client reads it: such a reason is withheld whole (see #quoteUpstream).
    */
   redactor: SecretRedactor;
   /**
@@ -135,8 +134,15 @@ interface FailingRequest {
   requestId: string;
   trace: RequestTrace;
   sent: () => string[];
+  /** All of the request an upstream could quote back to the client (clientTextsOf). */
+  clientTexts: () => string[];
   /** The kind of the route that failed (set as each is called): what its error's fields name. */
   kind?: ProviderKind;
+}
+
+function failingRequest(requestId: string, trace: RequestTrace, request: unknown): FailingRequest {
+  const sent = textsOf(request);
+  return { requestId, trace, sent, clientTexts: clientTextsOf(request, sent) };
 }
 
 const DEFAULT_CLIENT_STALL_MS = 120_000;
@@ -277,7 +283,7 @@ export class Gateway {
       caller,
       reservation,
       model,
-      { requestId, trace, sent: textsOf(request.input) },
+      failingRequest(requestId, trace, request.input),
       (route) =>
         this.#embedder(route).embed({
           model: route,
@@ -351,7 +357,7 @@ export class Gateway {
     streamed: boolean,
   ) {
     const upstreamAbort = new AbortController();
-    const failing = { requestId, trace, sent: textsOf(request) };
+    const failing = failingRequest(requestId, trace, request);
     const open = (maxTokens: number) => async (route: Model) => {
       const upstream = {
         model: route,
@@ -452,7 +458,8 @@ export class Gateway {
         },
         upstreamErrorLog: (error, output) =>
           upstreamErrorLog(error, () => [...failing.sent(), ...output]),
-        quoteUpstream: (text) => this.#deps.redactor.redact(text),
+        quoteUpstream: (text, output) =>
+          this.#quoteUpstream(text, [...failing.clientTexts(), ...output]),
         drainOnLeave: this.#deps.providers(route.provider).billsHiddenWork?.(upstream) ?? false,
         log: this.#deps.log,
       },
@@ -794,14 +801,22 @@ export class Gateway {
       // (its 400 for a PDF it cannot read, a 502 when it cannot be reached); nothing was held.
       if (required) {
         throw this.#providerError(error, {
-          requestId,
-          trace,
-          sent: textsOf(request),
+          ...failingRequest(requestId, trace, request),
           kind: model.provider.kind,
         });
       }
       return null;
     }
+  }
+
+  /**
+   * An upstream's words as a client may read them: as they came, or null (withheld) when they hold
+   * a key or a run of one once what the client could have had quoted back (`clientTexts`) is taken
+   * out. Never redacted piece by piece, and never decided on the client's text: an upstream may
+   * quote it back, and which guesses came back changed would spell a key out.
+   */
+  #quoteUpstream(text: string, clientTexts: readonly string[]): string | null {
+    return this.#deps.redactor.holdsKey(withoutQuotes(text, clientTexts)) ? null : text;
   }
 
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */
@@ -813,7 +828,7 @@ export class Gateway {
       error,
       sent,
       failing.kind === undefined || failing.kind === "openai",
-      (text) => this.#deps.redactor.redact(text),
+      (text) => this.#quoteUpstream(text, failing.clientTexts()),
     );
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;

@@ -2,27 +2,16 @@
  * Provider credentials never leave the process. An upstream may quote our key back in an error
  * (whole, cut short, or masked with its last characters shown, as OpenAI's "sk-proj-****abcd"),
  * whatever header carried it; that text must reach neither clients nor logs. One redactor, built
- * from the catalog's configured keys, is applied to every log line and, in its form for clients,
- * to an upstream's reason where the gateway quotes it to a client. Never to text a client wrote
- * alone; and as an upstream may quote the client's text back, the form for clients redacts only
- * runs no client can guess (MIN_UNKNOWN_RUN): which of its guesses came back redacted would
- * otherwise spell a key out.
+ * from the catalog's configured keys, is applied to every log line. What a client reads is never
+ * redacted piece by piece: an upstream may quote the client's own text back, and which of its
+ * guesses came back redacted would spell a key out. An upstream's reason in which this redactor
+ * finds a key, once the client's own text is taken out of it, is withheld whole (the gateway's
+ * quoteUpstream).
  */
 import { type Catalog, providersOf } from "@/lib/catalog/mod.ts";
 import type { Logger } from "@/lib/core/mod.ts";
 
 export const REDACTED = "[redacted]";
-
-/**
- * For text a client reads, a run of a key counts only with this many characters past the key's
- * public prefix (`sk-proj-`, `sk-ant-api03-`): an upstream may quote a client's own text, and a
- * text redacted only where it is a piece of our key tells the client whether its guess was one.
- * A guess of this many unknown characters at once is out of reach (64^8), so no run a client can
- * guess is redacted, and none gives it a foothold to guess the next character from.
- */
-export const MIN_UNKNOWN_RUN = 8;
-/** A key's public prefix: short segments, each ended by `-` or `_` (`sk-`, `proj-`, `api03-`). */
-const PUBLIC_PREFIX = /^(?:[A-Za-z0-9]{1,6}[-_]){1,4}/;
 
 /**
  * Any run of this many characters of a key is treated as the key (a key cut short). Shorter runs
@@ -67,24 +56,16 @@ export class SecretRedactor {
   // a bitmap of the runs' hashes (a set lookup per character was most of a log line's redaction),
   // so a text with no run of a key costs no string allocation per character.
   readonly #runHashes = new Uint32Array(RUN_BITMAP_WORDS);
-  /** Keys redacted whole only (too short for runs; every key, for clients). */
   readonly #short: string[] = [];
   readonly #masked: RegExp | null;
-  readonly #empty: boolean;
 
-  /** `forClients`: only runs a client cannot guess (MIN_UNKNOWN_RUN) are redacted. */
-  constructor(secrets: Iterable<string>, { forClients = false } = {}) {
+  constructor(secrets: Iterable<string>) {
     const tails = new Set<string>();
     for (const secret of secrets) {
       if (secret.length < MIN_SECRET_LENGTH) continue;
       for (const form of new Set([secret, encodeURIComponent(secret)])) {
-        // For clients the runs leave the public prefix: a whole key goes whole all the same.
-        if (form.length < MIN_SECRET_RUN || forClients) this.#short.push(form);
-        const known = forClients ? PUBLIC_PREFIX.exec(form)?.[0].length ?? 0 : 0;
+        if (form.length < MIN_SECRET_RUN) this.#short.push(form);
         for (let i = 0; i + MIN_SECRET_RUN <= form.length; i++) {
-          if (i + MIN_SECRET_RUN - Math.max(known, i) < (forClients ? MIN_UNKNOWN_RUN : 0)) {
-            continue;
-          }
           this.#runs.add(form.slice(i, i + MIN_SECRET_RUN));
           const hash = windowHash(form, i) & RUN_BITMAP_MASK;
           this.#runHashes[hash >>> 5] |= 1 << (hash & 31);
@@ -97,17 +78,14 @@ export class SecretRedactor {
     // a long word or mask to its end, as the pattern once was, a text took time in the square of
     // its length (a 64 KB request path held the thread 2.7 s): a mask is matched from its first
     // character only.
-    // Not for clients: whether a mask and four characters are redacted would tell a client that
-    // made an upstream quote them whether they end one of our keys.
-    this.#masked = tails.size === 0 || forClients
+    this.#masked = tails.size === 0
       ? null
       : new RegExp(`(?<![*•….])[*•….]+(?:${[...tails].join("|")})`, "g");
-    this.#empty = tails.size === 0;
   }
 
   /** Whether there is anything to redact at all (no configured keys: every call is a no-op). */
   get empty(): boolean {
-    return this.#empty;
+    return this.#masked === null;
   }
 
   /** Masked prints with the word each is part of (up to MASKED_WORD characters of it). */
@@ -127,9 +105,22 @@ export class SecretRedactor {
     return copiedTo === 0 ? text : out + text.slice(copiedTo);
   }
 
+  /**
+   * Whether `text` holds a key or a run of one. Masked prints aside: their four characters are all
+   * a client could learn from them, and a client's own short text (too short to be found as its
+   * quote) could end in a mask and four guessed characters.
+   */
+  holdsKey(text: string): boolean {
+    return this.#redact(text, false) !== text;
+  }
+
   redact(text: string): string {
+    return this.#redact(text, true);
+  }
+
+  #redact(text: string, masked: boolean): string {
     if (this.empty || text.length < MASKED_TAIL) return text;
-    if (this.#masked && MASK_HINT.test(text)) text = this.#redactMasked(text);
+    if (masked && MASK_HINT.test(text)) text = this.#redactMasked(text);
     for (const secret of this.#short) text = text.replaceAll(secret, REDACTED);
     if (text.length < MIN_SECRET_RUN) return text;
     let out = "";
@@ -202,21 +193,15 @@ export class SecretRedactor {
   }
 }
 
-/**
- * The redactor of every provider key the catalog has configured, fallbacks and documents included;
- * `forClients` for text a client reads (see MIN_UNKNOWN_RUN), else for logs.
- */
-export function providerKeyRedactor(
-  catalog: Catalog,
-  options: { forClients?: boolean } = {},
-): SecretRedactor {
+/** The redactor of every provider key the catalog has configured, fallbacks and documents included. */
+export function providerKeyRedactor(catalog: Catalog): SecretRedactor {
   const secrets = new Set<string>();
   for (const model of catalog.models) {
     for (const provider of providersOf(model)) {
       if (provider.kind !== "simulator" && provider.apiKey) secrets.add(provider.apiKey);
     }
   }
-  return new SecretRedactor(secrets, options);
+  return new SecretRedactor(secrets);
 }
 
 function escapeRegExp(text: string): string {

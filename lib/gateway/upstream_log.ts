@@ -90,6 +90,31 @@ export function textsOf(request: unknown): () => string[] {
 }
 
 /**
+ * All a client could have an upstream quote back: the request's texts and its object keys (a
+ * schema's property names, metadata's keys), each long enough to be taken for a quote.
+ */
+export function clientTextsOf(request: unknown, texts: () => string[]): () => string[] {
+  let all: string[] | undefined;
+  return () => all ??= [...texts(), ...objectKeys(request)];
+}
+
+function objectKeys(request: unknown): string[] {
+  const out: string[] = [];
+  const stack = [request];
+  while (stack.length > 0) {
+    const value = stack.pop();
+    if (Array.isArray(value)) stack.push(...value);
+    else if (value !== null && typeof value === "object") {
+      for (const [key, child] of Object.entries(value)) {
+        if (key.length >= QUOTED_RUN) out.push(key);
+        stack.push(child);
+      }
+    }
+  }
+  return out;
+}
+
+/**
  * Every string of a request (a chat request, or an embedding's input) long enough to be quoted,
  * the values of its shape (the model, roles, part types) left out.
  */
