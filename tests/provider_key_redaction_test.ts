@@ -35,7 +35,8 @@ function quotes(key: string): Record<string, string> {
  * fails with that quote after its first text, `echo:<text>` a 400 quoting the text back (as vLLM's
  * validation errors quote the input), `property` a 400 naming the first tool's first property (as
  * OpenAI's strict schema errors do), `stop` a 400 quoting the first stop sequence, `param` a 400
- * naming a field that holds the key. Lines after the
+ * naming a field that holds the key, `print:<n>` a 400 quoting the prompt, then the key's first n
+ * characters. Lines after the
  * first are the client's own (a client's guesses at our key).
  */
 function quotingUpstream(kind: "openai" | "anthropic") {
@@ -55,6 +56,12 @@ function quotingUpstream(kind: "openai" | "anthropic") {
         : body.tools.map((t: { input_schema: unknown }) => t.input_schema);
       const [name] = Object.keys(tools[0].properties);
       return refuse(`Invalid schema for function 'f': In context=('properties', '${name}').`);
+    }
+    if (mode === "print") {
+      // A key printed up to a point after the client's text: a cut the client can place.
+      return refuse(
+        `Request '${prompt}' refused for key ${key.slice(0, Number(rest[0]))}`,
+      );
     }
     if (mode === "param") {
       const error = { message: "Invalid header value.", param: `authorization=Bearer ${key}` };
@@ -294,8 +301,7 @@ Deno.test("an upstream's reason quoting our key reads the same whatever guesses 
             return (await res.text()).replaceAll(/"(id|created)":[^,]+,|\d+\.\d{6} USD/g, "");
           };
           const bare = await told([]);
-          // Withheld, or (a whole key in an error answer) the key replaced where it was read.
-          assert.ok(WITHHELD.test(bare) || bare.includes("Invalid API key [redacted]"), bare);
+          assert.match(bare, WITHHELD, `${model} ${command}: ${bare}`);
           const printed = { whole: key, cut: key.slice(0, 24), cut12: key.slice(0, 12) }[form]!;
           assert.equal(await told(guessesAt(printed)), bare, `${model} ${command}`);
           assert.equal(leaks(bare, key), null, bare);
@@ -352,5 +358,26 @@ Deno.test("a client that knows a piece of our key cannot read on through an upst
         error.message,
         `The upstream provider rejected the request: Invalid value: '${candidates}'.`,
       );
+    }
+  }));
+
+Deno.test("a key printed up to a point the client chooses, after text of the client's holding its start, is withheld once twelve of it in a row are printed", () =>
+  withQuotingUpstreams(async (s, apiKey) => {
+    for (const [model, key] of [["gpt/m", OPENAI_KEY], ["claude/m", ANTHROPIC_KEY]]) {
+      for (const known of [8, 20]) {
+        for (let printed = known + 1; printed <= known + 11; printed++) {
+          const res = await s.chat(apiKey, {
+            model,
+            messages: [
+              { role: "system", content: key.slice(0, known) },
+              { role: "user", content: `print:${printed}` },
+            ],
+          });
+          const { error } = await res.json();
+          if (printed >= 12) assert.match(error.message, WITHHELD, `${printed}: ${error.message}`);
+          // Fewer than twelve in a row: at most a few past the public prefix, not enough to go on.
+          else assert.ok(error.message.includes(key.slice(0, printed)), error.message);
+        }
+      }
     }
   }));

@@ -34,7 +34,7 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { clientTextsOf, textsOf, upstreamErrorLog, withoutQuotes } from "./upstream_log.ts";
+import { clientTextsOf, quotedMask, textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import type { SecretRedactor } from "./redact.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
@@ -811,12 +811,14 @@ export class Gateway {
 
   /**
    * An upstream's words as a client may read them: as they came, or null (withheld) when they hold
-   * a key or a run of one once what the client could have had quoted back (`clientTexts`) is taken
-   * out. Never redacted piece by piece, and never decided on the client's text: an upstream may
-   * quote it back, and which guesses came back changed would spell a key out.
+   * a key or a run of one not wholly within what the client could have had quoted back
+   * (`clientTexts`). Never redacted piece by piece, and never decided on the client's own text: an
+   * upstream may quote it back, and which guesses came back changed would spell a key out. A run
+   * partly quoted counts, so a client that knows a key's start and has the print cut just past it
+   * learns nothing.
    */
   #quoteUpstream(text: string, clientTexts: readonly string[]): string | null {
-    return this.#deps.redactor.holdsKey(withoutQuotes(text, clientTexts)) ? null : text;
+    return this.#deps.redactor.holdsKey(text, quotedMask(text, clientTexts)) ? null : text;
   }
 
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */

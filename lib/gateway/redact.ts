@@ -106,12 +106,29 @@ export class SecretRedactor {
   }
 
   /**
-   * Whether `text` holds a key or a run of one. Masked prints aside: their four characters are all
-   * a client could learn from them, and a client's own short text (too short to be found as its
-   * quote) could end in a mask and four guessed characters.
+   * Whether `text` holds a key, or a run of MIN_SECRET_RUN characters of one, not all of it in
+   * characters `quoted` marks (the client's own text, quoted back). A run that only partly is
+   * counts: the client may know a key's start and have an upstream print on past it. Masked
+   * prints aside: their four characters are all a client could learn from them.
    */
-  holdsKey(text: string): boolean {
-    return this.#redact(text, false) !== text;
+  holdsKey(text: string, quoted: Uint8Array | null = null): boolean {
+    if (this.empty) return false;
+    const outside = (from: number, to: number) => !quoted || quoted.subarray(from, to).includes(0);
+    for (const secret of this.#short) {
+      for (let at = text.indexOf(secret); at !== -1; at = text.indexOf(secret, at + 1)) {
+        if (outside(at, at + secret.length)) return true;
+      }
+    }
+    for (let i = 0; i + MIN_SECRET_RUN <= text.length; i++) {
+      const hash = windowHash(text, i) & RUN_BITMAP_MASK;
+      if (
+        (this.#runHashes[hash >>> 5] & (1 << (hash & 31))) !== 0 &&
+        this.#runs.has(text.slice(i, i + MIN_SECRET_RUN)) && outside(i, i + MIN_SECRET_RUN)
+      ) {
+        return true;
+      }
+    }
+    return false;
   }
 
   redact(text: string): string {

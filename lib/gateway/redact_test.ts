@@ -158,3 +158,15 @@ Deno.test("holdsKey finds a key or a run of one, but not a masked print's four c
   assert.ok(!redactor.holdsKey(`Incorrect API key provided: sk-proj-****${OPENAI_KEY.slice(-4)}.`));
   assert.ok(!redactor.holdsKey("nothing here"));
 });
+
+Deno.test("holdsKey counts a run that is only partly in the quoted characters", () => {
+  const text = `a ${OPENAI_KEY.slice(0, 14)} b`;
+  const quoted = (from: number, to: number) => {
+    const mask = new Uint8Array(text.length);
+    mask.fill(1, from, to);
+    return mask;
+  };
+  assert.ok(redactor.holdsKey(text, quoted(2, 14)), "two characters printed past the quote");
+  assert.ok(!redactor.holdsKey(text, quoted(2, 16)), "all of it the client's own");
+  assert.ok(!redactor.holdsKey(`a ${OPENAI_KEY.slice(0, 11)} b`));
+});

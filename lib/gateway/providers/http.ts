@@ -85,7 +85,7 @@ export async function callUpstream(call: UpstreamCall) {
     // The guard stays armed while the error body is read: an upstream gone silent inside it, or a
     // client gone away, must end the read rather than hold the request forever.
     idle.touch();
-    const error = await statusError(response, bearerToken(call.headers));
+    const error = await statusError(response);
     idle.stop();
     throw error;
   }
@@ -180,14 +180,6 @@ function upstreamIdleGuard(
   };
 }
 
-/** Our provider key, as sent: an upstream that quotes it back must not pass it on to clients. */
-function bearerToken(headers: Record<string, string>): string | null {
-  const value = Object.entries(headers).find(([name]) => name.toLowerCase() === "authorization")
-    ?.[1];
-  const token = value?.replace(/^Bearer\s+/i, "").trim();
-  return token && token.length >= 8 ? token : null;
-}
-
 /** An upstream's error answer is read this far: its reason is in the first bytes, if anywhere. */
 const ERROR_BODY_BYTES = 64 * 1024;
 
@@ -226,15 +218,19 @@ async function bytesUpTo(
   return length > max ? bytes.subarray(0, max) : bytes;
 }
 
-async function statusError(response: Http1Answer, secret: string | null): Promise<ProviderError> {
+/**
+ * The failure an error status says. Its reason is kept as the upstream wrote it, our key too if
+ * quoted: logs redact it, and a client is never shown a reason that holds it (the gateway's
+ * quoteUpstream), which replacing it here would tell apart from one cut short.
+ */
+async function statusError(response: Http1Answer): Promise<ProviderError> {
   const status = response.status;
   const text = await bytesUpTo(response.body, ERROR_BODY_BYTES).then(
     (bytes) => new TextDecoder().decode(bytes),
     () => "",
   );
   const answer = upstreamReason(text);
-  let reason = answer.reason ?? `status ${status}`;
-  if (secret) reason = reason.replaceAll(secret, "[redacted]");
+  const reason = answer.reason ?? `status ${status}`;
   const upstream = { upstreamStatus: status, upstreamError: answer.fields };
   if (status === 429) {
     return new ProviderError("rate_limited", `upstream rate limited: ${reason}`, {
