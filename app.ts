@@ -105,7 +105,6 @@ export function createApp(deps: AppDeps) {
     providers,
     publicUrl: config.publicUrl,
     log,
-    redactor,
     clientStallMs: config.upstreamTimeoutMs,
     optimisticUpstream: config.optimisticUpstream,
     exactCountShare: config.exactCountPercent / 100,

@@ -100,11 +100,7 @@ Deno.test("raw API keys (and our provider key) never appear in logs, console out
       const hit = lines.find((line) => line.includes("sk-fake-upstream"));
       assert.equal(hit, undefined, `the provider key leaked into ${where}`);
     }
-    // The reason that quoted it reached the client withheld, and the log redacted.
-    assert.ok(seen.some((line) => line.includes("its reason quoted the gateway's credentials")));
-    assert.ok(
-      console_.some((line) => line.includes("Incorrect API key provided: Bearer [redacted]")),
-    );
+    assert.ok(seen.some((line) => line.includes("Incorrect API key provided: Bearer [redacted]")));
     await assertAuditClean(s.kv);
   } finally {
     Object.assign(console, original);

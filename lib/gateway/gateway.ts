@@ -34,8 +34,8 @@ import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream } from "./provider_errors.ts";
-import { clientTextsOf, quotedMask, textsOf, upstreamErrorLog } from "./upstream_log.ts";
-import type { SecretRedactor } from "./redact.ts";
+import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
+import { clientSafe } from "./redact.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
 
@@ -52,11 +52,6 @@ export interface GatewayDeps {
   providers: Providers;
   publicUrl: string;
   log: (fields: Record<string, unknown>) => void;
-  /**
-   * Finds the provider keys in log lines, and in an upstream's reason (and the field it names)
-   * before a client reads it: such a reason is withheld whole (see #quoteUpstream).
-   */
-  redactor: SecretRedactor;
   /**
    * A streamed chunk left unread this long means the client has stalled without closing: the
    * stream is then ended as if it had gone (upstream stopped, what was produced charged), so its
@@ -134,15 +129,12 @@ interface FailingRequest {
   requestId: string;
   trace: RequestTrace;
   sent: () => string[];
-  /** All of the request an upstream could quote back to the client (clientTextsOf). */
-  clientTexts: () => string[];
   /** The kind of the route that failed (set as each is called): what its error's fields name. */
   kind?: ProviderKind;
 }
 
 function failingRequest(requestId: string, trace: RequestTrace, request: unknown): FailingRequest {
-  const sent = textsOf(request);
-  return { requestId, trace, sent, clientTexts: clientTextsOf(request, sent) };
+  return { requestId, trace, sent: textsOf(request) };
 }
 
 const DEFAULT_CLIENT_STALL_MS = 120_000;
@@ -458,8 +450,6 @@ export class Gateway {
         },
         upstreamErrorLog: (error, output) =>
           upstreamErrorLog(error, () => [...failing.sent(), ...output]),
-        quoteUpstream: (text, output) =>
-          this.#quoteUpstream(text, [...failing.clientTexts(), ...output]),
         drainOnLeave: this.#deps.providers(route.provider).billsHiddenWork?.(upstream) ?? false,
         log: this.#deps.log,
       },
@@ -809,18 +799,6 @@ export class Gateway {
     }
   }
 
-  /**
-   * An upstream's words as a client may read them: as they came, or null (withheld) when they hold
-   * a key or a run of one not wholly within what the client could have had quoted back
-   * (`clientTexts`). Never redacted piece by piece, and never decided on the client's own text: an
-   * upstream may quote it back, and which guesses came back changed would spell a key out. A run
-   * partly quoted counts, so a client that knows a key's start and has the print cut just past it
-   * learns nothing.
-   */
-  #quoteUpstream(text: string, clientTexts: readonly string[]): string | null {
-    return this.#deps.redactor.holdsKey(text, quotedMask(text, clientTexts)) ? null : text;
-  }
-
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */
   #providerError(error: unknown, failing: FailingRequest): ApiError {
     const { requestId, trace, sent } = failing;
@@ -830,7 +808,7 @@ export class Gateway {
       error,
       sent,
       failing.kind === undefined || failing.kind === "openai",
-      (text) => this.#quoteUpstream(text, failing.clientTexts()),
+      clientSafe,
     );
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;

@@ -14,7 +14,7 @@ import {
 } from "./providers/types.ts";
 import { clientUsage } from "./providers/usage.ts";
 import type { UpstreamErrorLog } from "./upstream_log.ts";
-import { WITHHELD_REASON } from "./provider_errors.ts";
+import { clientSafe } from "./redact.ts";
 
 export type StreamEvent =
   | { type: "chunk"; chunk: ChatCompletionChunk }
@@ -60,11 +60,6 @@ export interface PaidStreamOptions {
    * `output` (what the upstream produced so far).
    */
   upstreamErrorLog(error: unknown, output: string[]): UpstreamErrorLog;
-  /**
-   * An upstream's words as the client may read them, or null when they are withheld (they quote
-   * our credentials); `output` is what the upstream produced, which the client may have steered.
-   */
-  quoteUpstream(text: string, output: string[]): string | null;
   /**
    * The provider bills work it does not stream (a reasoning model's hidden reasoning, Claude's
    * full thinking behind its summary): a client that leaves or stalls does not stop the upstream,
@@ -350,10 +345,7 @@ export class PaidStream {
           cause: error,
         });
       const logged = this.#options.upstreamErrorLog(failure, [this.#produced, this.#unshown]);
-      const reason =
-        this.#options.quoteUpstream(failure.message, [this.#produced, this.#unshown]) ??
-          WITHHELD_REASON;
-      this.#ending = { kind: "upstream_cut", failure, logged, reason };
+      this.#ending = { kind: "upstream_cut", failure, logged, reason: clientSafe(failure.message) };
       this.#options.onUpstreamCut(logged);
     }
   }

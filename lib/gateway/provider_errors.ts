@@ -6,9 +6,6 @@ import { ApiError } from "@/lib/core/mod.ts";
 import { ProviderError, type ProviderFailure } from "./providers/types.ts";
 import { readableEscapes, withoutQuotes } from "./upstream_log.ts";
 
-/** What a client reads in place of an upstream's reason that quotes our credentials. */
-export const WITHHELD_REASON = "its reason quoted the gateway's credentials, so it is withheld";
-
 /**
  * The rejection reads like the prompt does not fit the model's context window. "context" alone is
  * not enough: OpenAI's schema errors say where they are with `In context=(...)`.
@@ -37,7 +34,7 @@ const API_ERROR_OF: Record<
     error: ProviderError,
     sent: () => string[],
     namesClientFields: boolean,
-    quote: (text: string) => string | null,
+    quote: (text: string) => string,
   ) => ApiError
 > = {
   rate_limited: (e) =>
@@ -52,12 +49,12 @@ const API_ERROR_OF: Record<
     overflowsContext(e, sent)
       ? new ApiError(
         "context_length_exceeded",
-        `The upstream provider rejected the request: ${quote(e.message) ?? WITHHELD_REASON}`,
+        `The upstream provider rejected the request: ${quote(e.message)}`,
         { param: "messages" },
       )
       : new ApiError(
         "upstream_rejected",
-        `The upstream provider rejected the request: ${quote(e.message) ?? WITHHELD_REASON}`,
+        `The upstream provider rejected the request: ${quote(e.message)}`,
         // The field it names, when it names one (OpenAI-compatible servers do; Anthropic does not)
         // and its body is the client's own: a path in a body we translated (a Responses
         // `input[1].content[1].file_data`) names nothing the client sent. Its words still say it.
@@ -81,7 +78,7 @@ const API_ERROR_OF: Record<
 function paramOf(
   e: ProviderError,
   namesClientFields: boolean,
-  quote: (text: string) => string | null,
+  quote: (text: string) => string,
 ): { param?: string } {
   const param = e.upstreamError?.param && namesClientFields ? quote(e.upstreamError.param) : null;
   return param ? { param } : {};
@@ -103,8 +100,8 @@ export function apiErrorOfUpstream(
   sent: () => string[] = () => [],
   /** Whether the upstream was sent the client's body as it came (the OpenAI kind's chat). */
   namesClientFields = true,
-  /** The upstream's words as the client may read them; null: withheld (they quote our keys). */
-  quote: (text: string) => string | null = (text) => text,
+  /** The upstream's words as the client may read them (clientSafe). */
+  quote: (text: string) => string = (text) => text,
 ): { error: ApiError; failure: ProviderFailure } {
   if (!(error instanceof ProviderError)) {
     return {

@@ -2,11 +2,10 @@
  * Provider credentials never leave the process. An upstream may quote our key back in an error
  * (whole, cut short, or masked with its last characters shown, as OpenAI's "sk-proj-****abcd"),
  * whatever header carried it; that text must reach neither clients nor logs. One redactor, built
- * from the catalog's configured keys, is applied to every log line. What a client reads is never
- * redacted piece by piece: an upstream may quote the client's own text back, and which of its
- * guesses came back redacted would spell a key out. An upstream's reason in which this redactor
- * finds a key, once the client's own text is taken out of it, is withheld whole (the gateway's
- * quoteUpstream).
+ * from the catalog's configured keys, is applied to every log line. What a client reads of an
+ * upstream is made safe without looking at our keys (clientSafe): an upstream may quote the
+ * client's own text back, or print a key cut where the client chooses, and any decision made on
+ * our keys would tell a client which of its guesses were pieces of one.
  */
 import { type Catalog, providersOf } from "@/lib/catalog/mod.ts";
 import type { Logger } from "@/lib/core/mod.ts";
@@ -105,39 +104,9 @@ export class SecretRedactor {
     return copiedTo === 0 ? text : out + text.slice(copiedTo);
   }
 
-  /**
-   * Whether `text` holds a key, or a run of MIN_SECRET_RUN characters of one, not all of it in
-   * characters `quoted` marks (the client's own text, quoted back). A run that only partly is
-   * counts: the client may know a key's start and have an upstream print on past it. Masked
-   * prints aside: their four characters are all a client could learn from them.
-   */
-  holdsKey(text: string, quoted: Uint8Array | null = null): boolean {
-    if (this.empty) return false;
-    const outside = (from: number, to: number) => !quoted || quoted.subarray(from, to).includes(0);
-    for (const secret of this.#short) {
-      for (let at = text.indexOf(secret); at !== -1; at = text.indexOf(secret, at + 1)) {
-        if (outside(at, at + secret.length)) return true;
-      }
-    }
-    for (let i = 0; i + MIN_SECRET_RUN <= text.length; i++) {
-      const hash = windowHash(text, i) & RUN_BITMAP_MASK;
-      if (
-        (this.#runHashes[hash >>> 5] & (1 << (hash & 31))) !== 0 &&
-        this.#runs.has(text.slice(i, i + MIN_SECRET_RUN)) && outside(i, i + MIN_SECRET_RUN)
-      ) {
-        return true;
-      }
-    }
-    return false;
-  }
-
   redact(text: string): string {
-    return this.#redact(text, true);
-  }
-
-  #redact(text: string, masked: boolean): string {
     if (this.empty || text.length < MASKED_TAIL) return text;
-    if (masked && MASK_HINT.test(text)) text = this.#redactMasked(text);
+    if (MASK_HINT.test(text)) text = this.#redactMasked(text);
     for (const secret of this.#short) text = text.replaceAll(secret, REDACTED);
     if (text.length < MIN_SECRET_RUN) return text;
     let out = "";
@@ -223,4 +192,23 @@ export function providerKeyRedactor(catalog: Catalog): SecretRedactor {
 
 function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+/** A run of the characters keys are made of (base64url: OpenAI's, Anthropic's, Google's, …). */
+const KEY_LIKE_RUN = /[A-Za-z0-9_-]{12,}/g;
+/**
+ * Runs that are words, not secrets: snake_case and camelCase (field names), no digits. Not
+ * kebab-case: keys are dashed (`sk-proj-…`, a local server's `sk-my-own-key`).
+ */
+const WORDLIKE = /^(?:[a-z]+(?:_[a-z]+)*|[a-z]+(?:[A-Z][a-z]+)+)$/;
+
+/**
+ * An upstream's words as a client may read them: every run of key characters 12 or longer that is
+ * not a word (`max_completion_tokens` and `additionalProperties` stay) replaced by REDACTED. It
+ * looks at the text alone, never at our keys, so nothing a client sends, and no cut it places,
+ * makes it answer differently for a piece of a key: a key printed whole or cut is gone from its
+ * first 12 characters (its public prefix and 4 more), unless they happen to read as a word.
+ */
+export function clientSafe(text: string): string {
+  return text.replace(KEY_LIKE_RUN, (run) => WORDLIKE.test(run) ? run : REDACTED);
 }

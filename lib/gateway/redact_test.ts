@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { catalogFromFile } from "@/lib/catalog/mod.ts";
-import { providerKeyRedactor, REDACTED, SecretRedactor } from "./redact.ts";
+import { clientSafe, providerKeyRedactor, REDACTED, SecretRedactor } from "./redact.ts";
 
 const OPENAI_KEY = "sk-proj-Q3x9VbT2mLk8RwZp4NcY7hJd0aFe";
 const ANTHROPIC_KEY = "sk-ant-api03-Hq7Lm2Vx9Pz4Rt8Kc1Wn6Bd3Fy5Gs0Ju-abcd";
@@ -151,22 +151,20 @@ Deno.test("the catalog's redactor covers every provider a model may reach: its o
   );
 });
 
-Deno.test("holdsKey finds a key or a run of one, but not a masked print's four characters", () => {
-  assert.ok(redactor.holdsKey(`key ${OPENAI_KEY.slice(0, 12)}`));
-  assert.ok(redactor.holdsKey(`key ${ANTHROPIC_KEY}`));
-  assert.ok(!redactor.holdsKey(`key ${OPENAI_KEY.slice(0, 11)}`));
-  assert.ok(!redactor.holdsKey(`Incorrect API key provided: sk-proj-****${OPENAI_KEY.slice(-4)}.`));
-  assert.ok(!redactor.holdsKey("nothing here"));
-});
-
-Deno.test("holdsKey counts a run that is only partly in the quoted characters", () => {
-  const text = `a ${OPENAI_KEY.slice(0, 14)} b`;
-  const quoted = (from: number, to: number) => {
-    const mask = new Uint8Array(text.length);
-    mask.fill(1, from, to);
-    return mask;
-  };
-  assert.ok(redactor.holdsKey(text, quoted(2, 14)), "two characters printed past the quote");
-  assert.ok(!redactor.holdsKey(text, quoted(2, 16)), "all of it the client's own");
-  assert.ok(!redactor.holdsKey(`a ${OPENAI_KEY.slice(0, 11)} b`));
+Deno.test("clientSafe takes out every run of key characters of 12 or more that is not a word, whoever's key", () => {
+  for (const key of [OPENAI_KEY, ANTHROPIC_KEY, "sk-proj-SomeOneElsesKey123456"]) {
+    assert.equal(clientSafe(`Invalid key ${key}.`), `Invalid key ${REDACTED}.`);
+    assert.equal(
+      clientSafe(`Key ${key.slice(0, 12)}... is disabled`),
+      `Key ${REDACTED}... is disabled`,
+    );
+  }
+  // Eleven characters in a row, or a masked print's four, are all that can show.
+  assert.equal(clientSafe(`Key ${OPENAI_KEY.slice(0, 11)}`), `Key ${OPENAI_KEY.slice(0, 11)}`);
+  const masked = `Incorrect API key provided: sk-proj-****${OPENAI_KEY.slice(-4)}.`;
+  assert.equal(clientSafe(masked), masked);
+  // Words stay, however long.
+  const words =
+    "Invalid schema for function 'get_weather': In context=('properties', 'location'), 'additionalProperties' is required; max_completion_tokens is 1048576.";
+  assert.equal(clientSafe(words), words);
 });

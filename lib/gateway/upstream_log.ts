@@ -90,31 +90,6 @@ export function textsOf(request: unknown): () => string[] {
 }
 
 /**
- * All a client could have an upstream quote back: the request's texts and its object keys (a
- * schema's property names, metadata's keys), each long enough to be taken for a quote.
- */
-export function clientTextsOf(request: unknown, texts: () => string[]): () => string[] {
-  let all: string[] | undefined;
-  return () => all ??= [...texts(), ...objectKeys(request)];
-}
-
-function objectKeys(request: unknown): string[] {
-  const out: string[] = [];
-  const stack = [request];
-  while (stack.length > 0) {
-    const value = stack.pop();
-    if (Array.isArray(value)) stack.push(...value);
-    else if (value !== null && typeof value === "object") {
-      for (const [key, child] of Object.entries(value)) {
-        if (key.length >= QUOTED_RUN) out.push(key);
-        stack.push(child);
-      }
-    }
-  }
-  return out;
-}
-
-/**
  * Every string of a request (a chat request, or an embedding's input) long enough to be quoted,
  * the values of its shape (the model, roles, part types) left out.
  */
@@ -199,7 +174,7 @@ export function withoutQuotes(message: string, texts: readonly string[]): string
  * Which characters of `message` are in a run of QUOTED_RUN or more that one of `texts` also holds
  * (null: none can be). The message's windows are hashed once and each text rolled over once.
  */
-export function quotedMask(message: string, texts: readonly string[]): Uint8Array | null {
+function quotedMask(message: string, texts: readonly string[]): Uint8Array | null {
   if (message.length < QUOTED_RUN || texts.length === 0) return null;
   const windows = new Map<number, number[]>();
   // A bitmap of the windows' hashes answers most characters of a long request without the map.
