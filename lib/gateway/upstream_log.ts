@@ -155,27 +155,7 @@ function windowHash(text: string, from: number): number {
  * request of megabytes costs a pass over it, not a search per window.
  */
 export function withoutQuotes(message: string, texts: readonly string[]): string {
-  const quoted = quotedMask(message, texts);
-  if (!quoted) return message;
-  let out = "";
-  for (let i = 0; i < message.length;) {
-    if (!quoted[i]) {
-      out += message[i++];
-      continue;
-    }
-    const from = i;
-    while (i < message.length && quoted[i]) i++;
-    out += `[${i - from} chars]`;
-  }
-  return out;
-}
-
-/**
- * Which characters of `message` are in a run of QUOTED_RUN or more that one of `texts` also holds
- * (null: none can be). The message's windows are hashed once and each text rolled over once.
- */
-function quotedMask(message: string, texts: readonly string[]): Uint8Array | null {
-  if (message.length < QUOTED_RUN || texts.length === 0) return null;
+  if (message.length < QUOTED_RUN || texts.length === 0) return message;
   const windows = new Map<number, number[]>();
   // A bitmap of the windows' hashes answers most characters of a long request without the map.
   const seen = new Uint32Array(2048);
@@ -206,7 +186,17 @@ function quotedMask(message: string, texts: readonly string[]): Uint8Array | nul
         text.charCodeAt(j + QUOTED_RUN)) | 0;
     }
   }
-  return quoted;
+  let out = "";
+  for (let i = 0; i < message.length;) {
+    if (!quoted[i]) {
+      out += message[i++];
+      continue;
+    }
+    const from = i;
+    while (i < message.length && quoted[i]) i++;
+    out += `[${i - from} chars]`;
+  }
+  return out;
 }
 
 /**

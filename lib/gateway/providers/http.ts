@@ -220,8 +220,8 @@ async function bytesUpTo(
 
 /**
  * The failure an error status says. Its reason is kept as the upstream wrote it, our key too if
- * quoted: logs redact it, and a client is never shown a reason that holds it (the gateway's
- * quoteUpstream), which replacing it here would tell apart from one cut short.
+ * quoted: logs redact it, and what a client is shown is made safe without looking at our keys
+ * (clientSafe), which replacing the key here would undo.
  */
 async function statusError(response: Http1Answer): Promise<ProviderError> {
   const status = response.status;
