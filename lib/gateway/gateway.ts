@@ -232,7 +232,9 @@ export class Gateway {
       // header (theirs, not a standard) is the one thing that stops them.
       throw new ApiError(
         "upstream_interrupted",
-        `The upstream provider broke off after it had begun answering (${ending.reason}); the provider bills the tokens it produced, so they were charged (${
+        `The upstream provider broke off after it had begun answering (${
+          clientSafe(ending.failure.message)
+        }); the provider bills the tokens it produced, so they were charged (${
           formatUsd(charged)
         } USD). The partial answer is not returned.`,
         { headers: { ...costHeaders, "x-should-retry": "false" } },
@@ -808,7 +810,6 @@ export class Gateway {
       error,
       sent,
       failing.kind === undefined || failing.kind === "openai",
-      clientSafe,
     );
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;

@@ -23,13 +23,7 @@ export type StreamEvent =
 /** How the stream ended, once it has; decides the usage record's outcome and the last event. */
 export type Ending =
   | { kind: "completed" }
-  | {
-    kind: "upstream_cut";
-    failure: ProviderError;
-    logged: UpstreamErrorLog;
-    /** The failure's reason as the client is told it. */
-    reason: string;
-  }
+  | { kind: "upstream_cut"; failure: ProviderError; logged: UpstreamErrorLog }
   | { kind: "client_gone" }
   | { kind: "stalled"; afterMs: number };
 
@@ -345,7 +339,7 @@ export class PaidStream {
           cause: error,
         });
       const logged = this.#options.upstreamErrorLog(failure, [this.#produced, this.#unshown]);
-      this.#ending = { kind: "upstream_cut", failure, logged, reason: clientSafe(failure.message) };
+      this.#ending = { kind: "upstream_cut", failure, logged };
       this.#options.onUpstreamCut(logged);
     }
   }
@@ -404,9 +398,9 @@ export class PaidStream {
       });
       events.push(this.#error(
         "stream_interrupted",
-        `The upstream stream failed after it had begun (${ending.reason}); the tokens produced before the cut were charged (${
-          formatUsd(charged)
-        } USD).`,
+        `The upstream stream failed after it had begun (${
+          clientSafe(ending.failure.message)
+        }); the tokens produced before the cut were charged (${formatUsd(charged)} USD).`,
       ));
     }
     return events;

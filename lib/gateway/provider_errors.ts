@@ -5,6 +5,7 @@
 import { ApiError } from "@/lib/core/mod.ts";
 import { ProviderError, type ProviderFailure } from "./providers/types.ts";
 import { readableEscapes, withoutQuotes } from "./upstream_log.ts";
+import { clientSafe } from "./redact.ts";
 
 /**
  * The rejection reads like the prompt does not fit the model's context window. "context" alone is
@@ -30,12 +31,7 @@ function overflowsContext(error: ProviderError, sent: () => string[]): boolean {
 
 const API_ERROR_OF: Record<
   ProviderFailure,
-  (
-    error: ProviderError,
-    sent: () => string[],
-    namesClientFields: boolean,
-    quote: (text: string) => string,
-  ) => ApiError
+  (error: ProviderError, sent: () => string[], namesClientFields: boolean) => ApiError
 > = {
   rate_limited: (e) =>
     new ApiError(
@@ -45,20 +41,22 @@ const API_ERROR_OF: Record<
       } s. Nothing was charged.`,
       { headers: { "retry-after": String(e.retryAfterSeconds ?? 1) } },
     ),
-  bad_request: (e, sent, namesClientFields, quote) =>
+  bad_request: (e, sent, namesClientFields) =>
     overflowsContext(e, sent)
       ? new ApiError(
         "context_length_exceeded",
-        `The upstream provider rejected the request: ${quote(e.message)}`,
+        `The upstream provider rejected the request: ${clientSafe(e.message)}`,
         { param: "messages" },
       )
       : new ApiError(
         "upstream_rejected",
-        `The upstream provider rejected the request: ${quote(e.message)}`,
+        `The upstream provider rejected the request: ${clientSafe(e.message)}`,
         // The field it names, when it names one (OpenAI-compatible servers do; Anthropic does not)
         // and its body is the client's own: a path in a body we translated (a Responses
         // `input[1].content[1].file_data`) names nothing the client sent. Its words still say it.
-        paramOf(e, namesClientFields, quote),
+        e.upstreamError?.param && namesClientFields
+          ? { param: clientSafe(e.upstreamError.param) }
+          : {},
       ),
   // Our credentials are the operator's problem, not the client's: no detail leaves.
   upstream_auth: () =>
@@ -73,16 +71,6 @@ const API_ERROR_OF: Record<
   malformed_response: unavailable,
   stream_cut: unavailable,
 };
-
-/** The field an upstream names, when it names one and may be shown (see bad_request). */
-function paramOf(
-  e: ProviderError,
-  namesClientFields: boolean,
-  quote: (text: string) => string,
-): { param?: string } {
-  const param = e.upstreamError?.param && namesClientFields ? quote(e.upstreamError.param) : null;
-  return param ? { param } : {};
-}
 
 function unavailable(e: ProviderError): ApiError {
   return new ApiError(
@@ -100,8 +88,6 @@ export function apiErrorOfUpstream(
   sent: () => string[] = () => [],
   /** Whether the upstream was sent the client's body as it came (the OpenAI kind's chat). */
   namesClientFields = true,
-  /** The upstream's words as the client may read them (clientSafe). */
-  quote: (text: string) => string = (text) => text,
 ): { error: ApiError; failure: ProviderFailure } {
   if (!(error instanceof ProviderError)) {
     return {
@@ -114,6 +100,6 @@ export function apiErrorOfUpstream(
   }
   return {
     failure: error.kind,
-    error: API_ERROR_OF[error.kind](error, sent, namesClientFields, quote),
+    error: API_ERROR_OF[error.kind](error, sent, namesClientFields),
   };
 }
