@@ -144,12 +144,13 @@ function catalog(openaiUrl: string, anthropicUrl: string): CatalogFile {
 async function withQuotingUpstreams(
   fn: (s: TestService, apiKey: string) => Promise<void>,
   log?: (fields: Record<string, unknown>) => void,
+  keys = { OPENAI_KEY, ANTHROPIC_KEY },
 ) {
   const openai = quotingUpstream("openai");
   const anthropic = quotingUpstream("anthropic");
   const s = await startService({
     catalogFile: catalog(openai.url, anthropic.url),
-    env: { OPENAI_KEY: OPENAI_KEY, ANTHROPIC_KEY: ANTHROPIC_KEY },
+    env: keys,
     log,
   });
   try {
@@ -385,3 +386,63 @@ Deno.test("a key printed up to a point the client chooses, after text of the cli
       }
     }
   }));
+
+/**
+ * Keys clientSafe cannot hide: a passphrase reads as a field name, a short key is no run of twelve,
+ * and a base64 key's `+` and `/` cut it into runs a client could read on their own.
+ */
+const UNHIDDEN_KEYS = [
+  { OPENAI_KEY: "correct_horse_battery_staple", ANTHROPIC_KEY: "sk-local1" },
+  {
+    OPENAI_KEY: "localgatewaypassword",
+    ANTHROPIC_KEY: "ABSKQmVkcm9ja0FQSUtleS1+ZGVm/c3R1dnd4eXo=",
+  },
+];
+
+Deno.test("a provider whose key clientSafe cannot hide has its reasons withheld from clients and kept in the log", async () => {
+  for (const keys of UNHIDDEN_KEYS) {
+    const logs: string[] = [];
+    await withQuotingUpstreams(
+      async (s, apiKey) => {
+        const answers: string[] = [];
+        for (const model of ["gpt/m", "claude/m"]) {
+          for (const prompt of ["status:400:whole", "status:400:cut", "param", "echo:a reason"]) {
+            const res = await s.chat(apiKey, { model, messages: userMessage(prompt) });
+            const { error } = await res.json();
+            assert.equal(res.status, 400);
+            assert.equal(error.code, "upstream_rejected");
+            assert.equal(
+              error.message,
+              "The upstream provider rejected the request (its reason is in the operator's log: this provider's messages could quote our key)",
+            );
+            assert.equal(error.param, undefined);
+            answers.push(JSON.stringify(error));
+          }
+          const res = await s.chat(apiKey, {
+            model,
+            messages: userMessage("stream:whole"),
+            stream: true,
+          });
+          const streamed = await res.text();
+          assert.match(streamed, /The upstream stream failed after it had begun; the tokens/);
+          answers.push(streamed);
+        }
+        await s.wallets.drain();
+        for (const key of Object.values(keys)) {
+          for (const line of answers) {
+            assert.equal(leaks(line, key), null, `${key.slice(0, 6)}… leaked: ${line}`);
+          }
+          for (const line of logs) {
+            assert.equal(leaks(line, key, false), null, `${key.slice(0, 6)}… logged: ${line}`);
+          }
+        }
+        assert.ok(
+          logs.some((l) => l.includes("Invalid value: ")),
+          "the log has the reason",
+        );
+      },
+      (fields) => logs.push(JSON.stringify(fields)),
+      keys,
+    );
+  }
+});

@@ -6,6 +6,7 @@ import {
   type Catalog,
   type Model,
   type ModelType,
+  type ProviderConfig,
   reservationCost,
   type Route,
 } from "@/lib/catalog/mod.ts";
@@ -16,7 +17,6 @@ import {
   DEFAULT_MAX_TOKENS,
   firstFilePath,
   hasDocuments,
-  type ProviderKind,
   withoutDocuments,
 } from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
@@ -33,9 +33,8 @@ import {
 import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
 import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
-import { apiErrorOfUpstream } from "./provider_errors.ts";
+import { apiErrorOfUpstream, cutReason } from "./provider_errors.ts";
 import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
-import { clientSafe } from "./redact.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
 
@@ -129,8 +128,8 @@ interface FailingRequest {
   requestId: string;
   trace: RequestTrace;
   sent: () => string[];
-  /** The kind of the route that failed (set as each is called): what its error's fields name. */
-  kind?: ProviderKind;
+  /** The provider of the route that failed (set as each is called). */
+  provider?: ProviderConfig;
 }
 
 function failingRequest(requestId: string, trace: RequestTrace, request: unknown): FailingRequest {
@@ -232,9 +231,9 @@ export class Gateway {
       // header (theirs, not a standard) is the one thing that stops them.
       throw new ApiError(
         "upstream_interrupted",
-        `The upstream provider broke off after it had begun answering (${
-          clientSafe(ending.failure.message)
-        }); the provider bills the tokens it produced, so they were charged (${
+        `The upstream provider broke off after it had begun answering${
+          cutReason(ending.failure, opened.route.provider)
+        }; the provider bills the tokens it produced, so they were charged (${
           formatUsd(charged)
         } USD). The partial answer is not returned.`,
         { headers: { ...costHeaders, "x-should-retry": "false" } },
@@ -427,6 +426,7 @@ export class Gateway {
     const paid = new PaidStream(
       {
         requestId,
+        provider: route.provider,
         modelId: model.id,
         countedPromptTokens: promptTokens,
         countOutput: (text) => outputBound(route.provider.kind, text, route.tokenizer),
@@ -481,7 +481,7 @@ export class Gateway {
     ];
     for (const [i, route] of routes.entries()) {
       trace.provider = route.provider.name;
-      failing.kind = route.provider.kind;
+      failing.provider = route.provider;
       try {
         return { value: await call(route), route };
       } catch (error) {
@@ -794,7 +794,7 @@ export class Gateway {
       if (required) {
         throw this.#providerError(error, {
           ...failingRequest(requestId, trace, request),
-          kind: model.provider.kind,
+          provider: model.provider,
         });
       }
       return null;
@@ -804,13 +804,7 @@ export class Gateway {
   /** The client's error for a failed upstream call; the log line gets the failure as logged. */
   #providerError(error: unknown, failing: FailingRequest): ApiError {
     const { requestId, trace, sent } = failing;
-    // Only the OpenAI kind sends the client's body as it came (embeddings included); a field an
-    // upstream of another kind names is one of the body we made.
-    const mapped = apiErrorOfUpstream(
-      error,
-      sent,
-      failing.kind === undefined || failing.kind === "openai",
-    );
+    const mapped = apiErrorOfUpstream(error, sent, failing.provider);
     const { kind, ...upstreamError } = upstreamErrorLog(error, sent);
     trace.upstreamFailure = mapped.failure;
     trace.upstreamError = upstreamError;

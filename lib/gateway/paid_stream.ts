@@ -5,7 +5,7 @@
  */
 import { ApiError, formatUsd, type Micros } from "@/lib/core/mod.ts";
 import type { UsageOutcome } from "@/lib/db.ts";
-import type { Usage } from "@/lib/catalog/mod.ts";
+import type { ProviderConfig, Usage } from "@/lib/catalog/mod.ts";
 import {
   type ChatCompletionChunk,
   ProviderError,
@@ -14,7 +14,7 @@ import {
 } from "./providers/types.ts";
 import { clientUsage } from "./providers/usage.ts";
 import type { UpstreamErrorLog } from "./upstream_log.ts";
-import { clientSafe } from "./redact.ts";
+import { cutReason } from "./provider_errors.ts";
 
 export type StreamEvent =
   | { type: "chunk"; chunk: ChatCompletionChunk }
@@ -32,6 +32,8 @@ const MAX_CHARS_PER_TOKEN = 256;
 
 export interface PaidStreamOptions {
   requestId: string;
+  /** Who is answering: whether its reason for a cut may be shown. */
+  provider: ProviderConfig;
   /** The catalog id the client asked for: every chunk carries it, whoever served. */
   modelId: string;
   /** The prompt as we counted it, used when the upstream never reports its own. */
@@ -398,9 +400,9 @@ export class PaidStream {
       });
       events.push(this.#error(
         "stream_interrupted",
-        `The upstream stream failed after it had begun (${
-          clientSafe(ending.failure.message)
-        }); the tokens produced before the cut were charged (${formatUsd(charged)} USD).`,
+        `The upstream stream failed after it had begun${
+          cutReason(ending.failure, this.#options.provider)
+        }; the tokens produced before the cut were charged (${formatUsd(charged)} USD).`,
       ));
     }
     return events;

@@ -5,7 +5,8 @@
 import { ApiError } from "@/lib/core/mod.ts";
 import { ProviderError, type ProviderFailure } from "./providers/types.ts";
 import { readableEscapes, withoutQuotes } from "./upstream_log.ts";
-import { clientSafe } from "./redact.ts";
+import type { ProviderConfig } from "@/lib/catalog/mod.ts";
+import { clientSafe, upstreamReasonsShown } from "./redact.ts";
 
 /**
  * The rejection reads like the prompt does not fit the model's context window. "context" alone is
@@ -29,9 +30,27 @@ function overflowsContext(error: ProviderError, sent: () => string[]): boolean {
   return CONTEXT_OVERFLOW.test(withoutQuotes(readableEscapes(error.message), sent()));
 }
 
+/** What of an upstream's error a client may be told. */
+interface Quoting {
+  /**
+   * Whether the upstream was sent the client's body as it came: only the OpenAI kind's is (its
+   * embeddings too); a field another kind names is one of the body we made.
+   */
+  namesClientFields: boolean;
+  /** Whether its reasons are shown at all (upstreamReasonsShown). */
+  reasonShown: boolean;
+}
+
+/** The upstream's reason as a client reads it after "The upstream provider rejected the request". */
+function rejection(e: ProviderError, quoting: Quoting): string {
+  return quoting.reasonShown
+    ? `: ${clientSafe(e.message)}`
+    : " (its reason is in the operator's log: this provider's messages could quote our key)";
+}
+
 const API_ERROR_OF: Record<
   ProviderFailure,
-  (error: ProviderError, sent: () => string[], namesClientFields: boolean) => ApiError
+  (error: ProviderError, sent: () => string[], quoting: Quoting) => ApiError
 > = {
   rate_limited: (e) =>
     new ApiError(
@@ -41,20 +60,20 @@ const API_ERROR_OF: Record<
       } s. Nothing was charged.`,
       { headers: { "retry-after": String(e.retryAfterSeconds ?? 1) } },
     ),
-  bad_request: (e, sent, namesClientFields) =>
+  bad_request: (e, sent, quoting) =>
     overflowsContext(e, sent)
       ? new ApiError(
         "context_length_exceeded",
-        `The upstream provider rejected the request: ${clientSafe(e.message)}`,
+        `The upstream provider rejected the request${rejection(e, quoting)}`,
         { param: "messages" },
       )
       : new ApiError(
         "upstream_rejected",
-        `The upstream provider rejected the request: ${clientSafe(e.message)}`,
+        `The upstream provider rejected the request${rejection(e, quoting)}`,
         // The field it names, when it names one (OpenAI-compatible servers do; Anthropic does not)
         // and its body is the client's own: a path in a body we translated (a Responses
         // `input[1].content[1].file_data`) names nothing the client sent. Its words still say it.
-        e.upstreamError?.param && namesClientFields
+        e.upstreamError?.param && quoting.namesClientFields && quoting.reasonShown
           ? { param: clientSafe(e.upstreamError.param) }
           : {},
       ),
@@ -86,8 +105,8 @@ function unavailable(e: ProviderError): ApiError {
 export function apiErrorOfUpstream(
   error: unknown,
   sent: () => string[] = () => [],
-  /** Whether the upstream was sent the client's body as it came (the OpenAI kind's chat). */
-  namesClientFields = true,
+  /** The provider that failed, once one was called. */
+  provider?: ProviderConfig,
 ): { error: ApiError; failure: ProviderFailure } {
   if (!(error instanceof ProviderError)) {
     return {
@@ -100,6 +119,14 @@ export function apiErrorOfUpstream(
   }
   return {
     failure: error.kind,
-    error: API_ERROR_OF[error.kind](error, sent, namesClientFields),
+    error: API_ERROR_OF[error.kind](error, sent, {
+      namesClientFields: provider === undefined || provider.kind === "openai",
+      reasonShown: provider === undefined || upstreamReasonsShown(provider),
+    }),
   };
+}
+
+/** A cut stream's reason as a client reads it after "broke off": in parentheses, or nothing. */
+export function cutReason(failure: ProviderError, provider: ProviderConfig): string {
+  return upstreamReasonsShown(provider) ? ` (${clientSafe(failure.message)})` : "";
 }

@@ -7,7 +7,7 @@
  * client's own text back, or print a key cut where the client chooses, and any decision made on
  * our keys would tell a client which of its guesses were pieces of one.
  */
-import { type Catalog, providersOf } from "@/lib/catalog/mod.ts";
+import { type Catalog, type ProviderConfig, providersOf } from "@/lib/catalog/mod.ts";
 import type { Logger } from "@/lib/core/mod.ts";
 
 export const REDACTED = "[redacted]";
@@ -211,4 +211,34 @@ const WORDLIKE = /^(?:[a-z]+(?:_[a-z]+)*|[a-z]+(?:[A-Z][a-z]+)+)$/;
  */
 export function clientSafe(text: string): string {
   return text.replace(KEY_LIKE_RUN, (run) => WORDLIKE.test(run) ? run : REDACTED);
+}
+
+/** Could be a piece of a word WORDLIKE lets through: snake_case letters, or camelCase ones. */
+function partOfWord(piece: string): boolean {
+  return (/^[a-z_]+$/.test(piece) && !piece.includes("__")) ||
+    (/^[a-zA-Z]+$/.test(piece) && !/[A-Z]{2}/.test(piece));
+}
+
+/**
+ * Whether clientSafe hides `key` wherever an upstream prints it, whole or cut where a client
+ * chooses: a run holding 12 of its characters in a row is never let through as a word. A key
+ * with other characters (`+`, `/`, `.`) splits into runs clientSafe may not see, a shorter key is
+ * never a run, and a passphrase (`correct_horse_battery_staple`) reads as a field name.
+ */
+export function clientSafeHides(key: string): boolean {
+  if (!/^[A-Za-z0-9_-]+$/.test(key) || key.length < MIN_SECRET_RUN) return false;
+  for (let i = 0; i + MIN_SECRET_RUN <= key.length; i++) {
+    if (partOfWord(key.slice(i, i + MIN_SECRET_RUN))) return false;
+  }
+  return true;
+}
+
+/**
+ * Whether a client may read a provider's reasons (made safe by clientSafe). Decided on the
+ * configuration alone, so a withheld reason tells a client nothing of the key: the operator's
+ * log keeps it. A key shorter than MIN_SECRET_LENGTH is a local server's placeholder, not a secret.
+ */
+export function upstreamReasonsShown(provider: ProviderConfig): boolean {
+  if (provider.kind === "simulator" || !provider.apiKey) return true;
+  return provider.apiKey.length < MIN_SECRET_LENGTH || clientSafeHides(provider.apiKey);
 }

@@ -1,7 +1,14 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { catalogFromFile } from "@/lib/catalog/mod.ts";
-import { clientSafe, providerKeyRedactor, REDACTED, SecretRedactor } from "./redact.ts";
+import {
+  clientSafe,
+  clientSafeHides,
+  providerKeyRedactor,
+  REDACTED,
+  SecretRedactor,
+  upstreamReasonsShown,
+} from "./redact.ts";
 
 const OPENAI_KEY = "sk-proj-Q3x9VbT2mLk8RwZp4NcY7hJd0aFe";
 const ANTHROPIC_KEY = "sk-ant-api03-Hq7Lm2Vx9Pz4Rt8Kc1Wn6Bd3Fy5Gs0Ju-abcd";
@@ -167,4 +174,54 @@ Deno.test("clientSafe takes out every run of key characters of 12 or more that i
   const words =
     "Invalid schema for function 'get_weather': In context=('properties', 'location'), 'additionalProperties' is required; max_completion_tokens is 1048576.";
   assert.equal(clientSafe(words), words);
+});
+
+Deno.test("clientSafe hides a key of random key characters, however it is cut", () => {
+  for (
+    const key of [
+      "sk-proj-T7vQ2mX9kL4pR8wZ1cN6bY3hJ5dF0aGe",
+      "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+    ]
+  ) {
+    assert.ok(clientSafeHides(key), key);
+    for (let from = 0; from + 12 <= key.length; from++) {
+      assert.ok(!clientSafe(`x ${key.slice(from)} y`).includes(key.slice(from, from + 12)));
+    }
+  }
+});
+
+Deno.test("clientSafe does not hide a passphrase, a short key or one with characters other than key characters", () => {
+  for (
+    const key of [
+      "correct_horse_battery_staple",
+      "correctHorseBatteryStaple",
+      "localgatewaypassword",
+      "sk-local1",
+      "ABSKQmVkcm9ja0FQSUtleS1+ZGVm/c3R1dnd4eXo=",
+      // Twelve letters in a row that could be a camelCase word's, the rest random.
+      "9x-abcDefghIjkl-4Q7",
+    ]
+  ) {
+    assert.ok(!clientSafeHides(key), key);
+  }
+});
+
+Deno.test("a provider's reasons are shown unless its key is one clientSafe cannot hide", () => {
+  const provider = (apiKey: string | undefined) => ({
+    name: "p",
+    kind: "openai" as const,
+    baseUrl: "http://127.0.0.1:9",
+    apiKeyEnv: "K",
+    apiKey,
+    streamOptions: true,
+    forwardReasoningContent: false,
+    forwardReasoningDetails: false,
+    reasoningSummaries: false,
+    streaming: true,
+  });
+  assert.ok(upstreamReasonsShown(provider("sk-proj-T7vQ2mX9kL4pR8wZ1cN6bY3hJ5dF0aGe")));
+  assert.ok(upstreamReasonsShown(provider(undefined)), "no key");
+  assert.ok(upstreamReasonsShown(provider("EMPTY")), "a placeholder under eight characters");
+  assert.ok(!upstreamReasonsShown(provider("correct_horse_battery_staple")));
+  assert.ok(!upstreamReasonsShown(provider("sk-local1")));
 });
