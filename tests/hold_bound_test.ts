@@ -189,6 +189,46 @@ Deno.test("an image on an OpenAI nano model without image figures in the catalog
   }
 });
 
+Deno.test("an image on an OpenAI model that reads it at its own size, with no rule known for its name, is held at its patches: an app holding exactly the hold is charged in full", async () => {
+  // GPT-5.6 reads an image at its own size at `auto`, up to 30,000 32-px patches.
+  const upstream = startOpenAiUpstream({
+    models: { "gpt-5.6-terra": { imagePatches: { multiplier: 1.2, most: 30_000 } } },
+  });
+  upstream.setDefault({ content: "Grey." });
+  const file = testCatalogFile(upstream.baseUrl);
+  file.models.push({
+    id: "fake/terra",
+    provider: "fake",
+    upstream_model: "gpt-5.6-terra",
+    input_usd_per_mtok: "2.50",
+    output_usd_per_mtok: "15.00",
+    context_tokens: 1_050_000,
+    max_output_tokens: 128_000,
+  });
+  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    const request = {
+      model: "fake/terra",
+      max_tokens: 16,
+      messages: [{
+        role: "user",
+        content: [
+          { type: "text", text: "What colour is it?" },
+          {
+            type: "image_url",
+            image_url: { url: `data:image/png;base64,${pngBase64(5400, 5400)}` },
+          },
+        ],
+      }],
+    };
+    const { learned } = await assertHoldCoversBill(s, request);
+    assert.ok(learned.promptTokens > 28_561, `billed ${learned.promptTokens}`);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gpt-oss on a compatible server is held over what harmony renders: a description of blank lines, each a comment, is charged in full from an app holding exactly the hold", async () => {
   const request = {
     model: "fake/gpt-oss-120b",

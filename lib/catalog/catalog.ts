@@ -1,7 +1,13 @@
 import { z } from "zod";
 import { formatPricePerMTok, parsePricePerMTok, type PicosPerToken } from "@/lib/core/mod.ts";
 import { type ClaudeRules, claudeRules, ClaudeRulesSchema } from "./claude_rules.ts";
-import { openAiImageRuleByName, UNKNOWN_OPENAI_IMAGE_RULE } from "./openai_images.ts";
+import {
+  type ImagePatches,
+  openAiImageRuleByName,
+  UNKNOWN_OPENAI_IMAGE_RULE,
+} from "./openai_images.ts";
+
+const unknownPatches = UNKNOWN_OPENAI_IMAGE_RULE.patches!;
 
 /**
  * Below 100,000 USD per million tokens (over a hundred times the dearest model's): with token
@@ -181,6 +187,8 @@ export interface Route {
   /** OpenAI's image rule for this route's model: tokens per image and per 512-px tile. */
   imageBaseTokens: number;
   imageTileTokens: number;
+  /** And by the image's own patches (a model read at its own size); null when not. */
+  imagePatches: ImagePatches | null;
   /** What the route's Claude model takes; null for a route of another kind. */
   claude: ClaudeRules | null;
 }
@@ -240,6 +248,7 @@ export interface Model extends Prices {
   outputCapParam: "max_tokens" | "max_completion_tokens" | null;
   imageBaseTokens: number;
   imageTileTokens: number;
+  imagePatches: ImagePatches | null;
   /**
    * The primary route's tokenizer (each fallback has its own): see routeTokenizer; cl100k for an
    * embedding model, the count its input limit is in.
@@ -289,15 +298,23 @@ function routeChatTemplate(tokenizer: Tokenizer, upstreamModel: string): ChatTem
 function routeImageRule(
   set: { base: number | undefined; tile: number | undefined },
   route: { provider: ProviderConfig; upstreamModel: string },
-): Pick<Model, "imageBaseTokens" | "imageTileTokens"> {
+): Pick<Model, "imageBaseTokens" | "imageTileTokens" | "imagePatches"> {
   if (set.base !== undefined || set.tile !== undefined) {
-    return { imageBaseTokens: set.base ?? 85, imageTileTokens: set.tile ?? 170 };
+    return {
+      imageBaseTokens: set.base ?? 85,
+      imageTileTokens: set.tile ?? 170,
+      imagePatches: null,
+    };
   }
   if (route.provider.kind !== "openai" && route.provider.kind !== "openai_responses") {
-    return { imageBaseTokens: 85, imageTileTokens: 170 };
+    return { imageBaseTokens: 85, imageTileTokens: 170, imagePatches: null };
   }
   const rule = openAiImageRuleByName(route.upstreamModel) ?? UNKNOWN_OPENAI_IMAGE_RULE;
-  return { imageBaseTokens: rule.baseTokens, imageTileTokens: rule.tileTokens };
+  return {
+    imageBaseTokens: rule.baseTokens,
+    imageTileTokens: rule.tileTokens,
+    imagePatches: rule.patches,
+  };
 }
 
 /**
@@ -493,7 +510,9 @@ export function buildCatalog(raw: unknown, env: Record<string, string | undefine
       );
       if (unknown) {
         warnings.push(
-          `catalog field models.${i}.image_base_tokens: no OpenAI image rule is known for "${unknown.upstreamModel}"; an image is held at ${UNKNOWN_OPENAI_IMAGE_RULE.baseTokens} tokens, the most OpenAI's models but GPT-4o mini bill. If it reads images at another rate, set image_base_tokens and image_tile_tokens.`,
+          `catalog field models.${i}.image_base_tokens: no OpenAI image rule is known for "${unknown.upstreamModel}"; an image is held at the most OpenAI's models but GPT-4o mini bill: its own 32-px patches at ${unknownPatches.multiplier} tokens each (up to ${
+            unknownPatches.most.toLocaleString("en-US")
+          } patches; an image whose size is not in the request, at that most). If it reads images at another rate, set image_base_tokens and image_tile_tokens.`,
         );
       }
     }

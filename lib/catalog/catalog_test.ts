@@ -414,22 +414,31 @@ Deno.test("OpenAI's own models, and open ones whose tokenizer and image figures 
   assert.deepEqual(set.warnings, []);
 });
 
-Deno.test("an OpenAI route without image figures bills images by OpenAI's rule for its name, and an unknown name at the most any but GPT-4o mini bills, with a warning", () => {
+Deno.test("an OpenAI route without image figures bills images by OpenAI's rule for its name, and an unknown name at the most any but GPT-4o mini bills, its own patches included, with a warning", () => {
   const figures = (name: string, extra: Record<string, unknown> = {}) => {
     const catalog = buildCatalog(withOpenAiModel(name, extra), {});
     const model = catalog.models.at(-1)!;
     const warned = catalog.warnings!.some((w) => w.includes(".image_base_tokens:"));
-    return [model.imageBaseTokens, model.imageTileTokens, warned];
+    return [model.imageBaseTokens, model.imageTileTokens, model.imagePatches, warned];
   };
-  assert.deepEqual(figures("gpt-4o"), [85, 170, false]);
-  assert.deepEqual(figures("gpt-4o-mini"), [2833, 5667, false]);
-  assert.deepEqual(figures("gpt-4.1-nano"), [3779, 0, false]);
-  // A name OpenAI's guide gives no rule for: the most, flat, and a warning.
-  assert.deepEqual(figures("gpt-5.6"), [3779, 0, true]);
-  assert.deepEqual(figures("my-vision-deployment"), [3779, 0, true]);
+  assert.deepEqual(figures("gpt-4o"), [85, 170, null, false]);
+  assert.deepEqual(figures("gpt-4o-mini"), [2833, 5667, null, false]);
+  assert.deepEqual(figures("gpt-4.1-nano"), [3779, 0, null, false]);
+  assert.deepEqual(figures("gpt-5.4-mini-2026-03-17"), [2489, 0, null, false]);
+  assert.deepEqual(figures("gpt-5.4-nano"), [3779, 0, null, false]);
+  // A name OpenAI's guide gives no rule for (GPT-5.6 reads images at their own size): GPT-4o's
+  // tiles or the image's patches at the highest multiplier, whichever is more, and a warning.
+  const most = { multiplier: 2.46, most: 30_000 };
+  assert.deepEqual(figures("gpt-5.6"), [85, 170, most, true]);
+  assert.deepEqual(figures("my-vision-deployment"), [85, 170, most, true]);
   // The catalog's figures stand, either of them set.
-  assert.deepEqual(figures("my-vision-deployment", { image_base_tokens: 100 }), [100, 170, false]);
-  assert.deepEqual(figures("gpt-4.1-nano", { image_tile_tokens: 10 }), [85, 10, false]);
+  assert.deepEqual(figures("my-vision-deployment", { image_base_tokens: 100 }), [
+    100,
+    170,
+    null,
+    false,
+  ]);
+  assert.deepEqual(figures("gpt-4.1-nano", { image_tile_tokens: 10 }), [85, 10, null, false]);
 });
 
 Deno.test("a fallback without image figures bills by its own name's rule, and the simulator and Claude routes by 85 and 170", () => {

@@ -18,6 +18,7 @@ export type {
 } from "./catalog.ts";
 export { claudeRules, claudeRulesByName, HIGH_RES_IMAGE_EDGE } from "./claude_rules.ts";
 export type { ClaudeRules, ClaudeThinking } from "./claude_rules.ts";
+export type { ImagePatches } from "./openai_images.ts";
 export { modelList, modelObject } from "./model_list.ts";
 export type { ModelList, ModelObject } from "./model_list.ts";
 export { believedCacheCounts, reservationCost, usageCost } from "./pricing.ts";

@@ -39,15 +39,23 @@ Deno.test("OpenAI's patch models are held at 1,536 patches times their multiplie
   assert.deepEqual(rule("codex-mini-latest"), [2642, 0]);
   assert.deepEqual(rule("gpt-4.1-nano"), [3779, 0]);
   assert.deepEqual(rule("openai/gpt-5-nano"), [3779, 0]);
+  // GPT-5.4's small models keep the 1,536-patch budget.
+  assert.deepEqual(rule("gpt-5.4-mini"), [2489, 0]);
+  assert.deepEqual(rule("gpt-5.4-nano-2026-03-17"), [3779, 0]);
 });
 
-Deno.test("a name OpenAI's guide gives no rule for has none, and the unknown rule is the most of any but GPT-4o mini", () => {
+Deno.test("a name OpenAI's guide gives no rule for has none, and the unknown rule is the most of any but GPT-4o mini, an image read at its own size included", () => {
   for (
-    const name of ["gpt-5.4-mini", "gpt-5.6", "gpt-5-codex", "o3-mini", "llama-3.2-90b-vision"]
+    const name of ["gpt-5.4", "gpt-5.6", "gpt-5-codex", "o3-mini", "llama-3.2-90b-vision"]
   ) {
     assert.equal(rule(name), null, name);
   }
-  assert.deepEqual(UNKNOWN_OPENAI_IMAGE_RULE, { baseTokens: 3779, tileTokens: 0 });
-  // A tile model's most: 8 tiles after the scaling.
-  assert.ok(UNKNOWN_OPENAI_IMAGE_RULE.baseTokens > 85 + 170 * 8);
+  assert.deepEqual(UNKNOWN_OPENAI_IMAGE_RULE, {
+    baseTokens: 85,
+    tileTokens: 170,
+    patches: { multiplier: 2.46, most: 30_000 },
+  });
+  // The patch models' most: a nano model's 1,536 patches.
+  const { most, multiplier } = UNKNOWN_OPENAI_IMAGE_RULE.patches!;
+  assert.ok(most * multiplier > 1536 * 2.46);
 });

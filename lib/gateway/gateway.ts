@@ -650,7 +650,7 @@ export class Gateway {
       const forwards = r.provider.kind === "openai" &&
         `${r.provider.forwardReasoningContent}/${r.provider.forwardReasoningDetails}`;
       const key =
-        `${r.provider.kind}:${r.tokenizer}:${r.chatTemplate}:${r.imageBaseTokens}:${r.imageTileTokens}:${r.claude?.imageLongEdge}:${forwards}`;
+        `${r.provider.kind}:${r.tokenizer}:${r.chatTemplate}:${r.imageBaseTokens}:${r.imageTileTokens}:${r.imagePatches?.multiplier}/${r.imagePatches?.most}:${r.claude?.imageLongEdge}:${forwards}`;
       let bound = boundsByKind.get(key);
       if (bound === undefined) {
         // Each route's own image rule: a fallback to another model may bill images otherwise.

@@ -4,7 +4,12 @@
  * One function per provider kind; the same number serves the context check, the tokens-per-minute
  * limit and the reservation, so that the reservation covers whatever the provider can bill.
  */
-import { HIGH_RES_IMAGE_EDGE, type Model, type Tokenizer } from "@/lib/catalog/mod.ts";
+import {
+  HIGH_RES_IMAGE_EDGE,
+  type ImagePatches,
+  type Model,
+  type Tokenizer,
+} from "@/lib/catalog/mod.ts";
 import {
   type ChatMessage,
   type ChatRequest,
@@ -87,6 +92,8 @@ const OPENAI_IMAGE_SHORT_SIDE = 768;
 const OPENAI_TILE = 512;
 /** A picture twice as long as wide, the size that gives the most tiles after the scaling: 8. */
 const OPENAI_MAX_TILES = 8;
+/** A patch is 32 × 32 pixels of the image as sent. */
+const OPENAI_PATCH = 32;
 
 /**
  * Anthropic's framing is not published; its documented examples bill about a dozen tokens for a
@@ -143,6 +150,31 @@ const ANTHROPIC_PIXELS_PER_TOKEN = 750;
 const ANTHROPIC_PATCH = 28;
 
 export function openAiImageTokens(
+  size: { width: number; height: number } | null,
+  detail: "auto" | "low" | "high" | undefined,
+  model: Pick<Model, "imageBaseTokens" | "imageTileTokens" | "imagePatches">,
+): number {
+  return Math.max(
+    tiledImageTokens(size, detail, model),
+    model.imagePatches ? patchedImageTokens(size, model.imagePatches) : 0,
+  );
+}
+
+/** An image read at its own size, whatever the detail asked: its patches, up to the most read. */
+function patchedImageTokens(
+  size: { width: number; height: number } | null,
+  patches: ImagePatches,
+): number {
+  const count = size
+    ? Math.min(
+      patches.most,
+      Math.ceil(size.width / OPENAI_PATCH) * Math.ceil(size.height / OPENAI_PATCH),
+    )
+    : patches.most;
+  return Math.ceil(count * patches.multiplier);
+}
+
+function tiledImageTokens(
   size: { width: number; height: number } | null,
   detail: "auto" | "low" | "high" | undefined,
   model: Pick<Model, "imageBaseTokens" | "imageTileTokens">,
@@ -333,7 +365,7 @@ function messageTextTokens(
 
 /** What a route bills its input by: its image rule and chat template (a fallback has its own). */
 export type RouteRules =
-  & Pick<Model, "imageBaseTokens" | "imageTileTokens" | "chatTemplate">
+  & Pick<Model, "imageBaseTokens" | "imageTileTokens" | "imagePatches" | "chatTemplate">
   & { claude?: { imageLongEdge: number } | null };
 
 /** The longest edge a Claude route reads an image at; a route without rules, the most any does. */

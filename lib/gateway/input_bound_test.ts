@@ -58,6 +58,19 @@ Deno.test("OpenAI images follow its vision guide: 85 per image plus 170 per 512-
   assert.equal(openAiImageTokens({ width: 1024, height: 1024 }, "high", mini), 2833 + 4 * 5667);
 });
 
+Deno.test("an image on a model that may read it at its own size is held at its patches or the tiles, whichever is more, at any detail", () => {
+  const unknown = testModel("openai", "gpt-5.6");
+  // 169 × 169 patches at 2.46.
+  assert.equal(openAiImageTokens({ width: 5400, height: 5400 }, "low", unknown), 70_261);
+  assert.equal(openAiImageTokens({ width: 5400, height: 5400 }, "auto", unknown), 70_261);
+  assert.equal(openAiImageTokens({ width: 512, height: 512 }, "high", unknown), 630);
+  // An icon: GPT-4o's one tile (255) is more than its one patch.
+  assert.equal(openAiImageTokens({ width: 32, height: 32 }, "high", unknown), 255);
+  // Past the most read, or its size unknown: the most.
+  assert.equal(openAiImageTokens({ width: 10_000, height: 10_000 }, "auto", unknown), 73_800);
+  assert.equal(openAiImageTokens(null, "auto", unknown), 73_800);
+});
+
 Deno.test("Anthropic images cost the larger of width × height / 750 and their 28-px patches after fitting 1568 px; unknown sizes the most", () => {
   assert.equal(anthropicImageTokens({ width: 1000, height: 1000 }, 1568), 1334);
   assert.equal(
@@ -87,6 +100,7 @@ Deno.test("a model that reads images at 2576 px (Opus 4.7 on) holds a large imag
   const opus47 = {
     imageBaseTokens: 85,
     imageTileTokens: 170,
+    imagePatches: null,
     chatTemplate: "openai" as const,
     claude: { imageLongEdge: 2576 },
   };

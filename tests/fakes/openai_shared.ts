@@ -97,6 +97,11 @@ export interface OpenAiModelConfig {
   imageBaseTokens?: number;
   imageTileTokens?: number;
   /**
+   * The model reads an image at its own size (GPT-5.4's `original`, `auto` on later models): one
+   * patch per 32 × 32 pixels times a multiplier, whatever the detail; more than `most` is refused.
+   */
+  imagePatches?: { multiplier: number; most: number } | null;
+  /**
    * The organization is not verified for this model, which OpenAI then refuses to stream (o3,
    * GPT-5): a request with `stream: true` is answered 400, param `stream`, code
    * `unsupported_value`, in the words quoted in continuedev/continue#8209 and
@@ -119,8 +124,11 @@ export function unverifiedStreamingRefusal(): OpenAiError {
   );
 }
 
-export interface ModelRules
-  extends Required<Omit<OpenAiModelConfig, "contextWindow" | "maxOutputTokens" | "countTokens">> {
+export interface ModelRules extends
+  Required<
+    Omit<OpenAiModelConfig, "contextWindow" | "maxOutputTokens" | "countTokens" | "imagePatches">
+  > {
+  imagePatches: { multiplier: number; most: number } | null;
   contextWindow?: number;
   maxOutputTokens?: number;
 }

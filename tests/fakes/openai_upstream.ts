@@ -526,6 +526,7 @@ function modelRules(options: OpenAiUpstreamOptions, model: string): ModelRules |
     reasoning: config?.reasoning ?? isReasoningModelName(model),
     imageBaseTokens: config?.imageBaseTokens ?? 85,
     imageTileTokens: config?.imageTileTokens ?? 170,
+    imagePatches: config?.imagePatches ?? null,
     contextWindow: config?.contextWindow,
     maxOutputTokens: config?.maxOutputTokens,
     unverifiedStreaming: config?.unverifiedStreaming ?? false,
@@ -1023,6 +1024,13 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
     return (part: Json) => {
       const { url, detail } = part.image_url;
       const size = imageSize(url);
+      if (rules.imagePatches) {
+        const patches = Math.ceil(size.width / 32) * Math.ceil(size.height / 32);
+        if (patches > rules.imagePatches.most) {
+          throw invalid(`Image has ${patches} patches, more than ${rules.imagePatches.most}.`);
+        }
+        return Math.ceil(patches * rules.imagePatches.multiplier);
+      }
       return openAiImageTokens(size.width, size.height, detail, {
         base: rules.imageBaseTokens,
         tile: rules.imageTileTokens,
