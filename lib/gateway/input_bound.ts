@@ -113,6 +113,12 @@ const ANTHROPIC_TOKENS_PER_TOOL_BLOCK = 20;
  * block's framing.
  */
 const ANTHROPIC_TOKENS_PER_PART = 10;
+/**
+ * An image block beyond its pixels' tokens: count_tokens measures 65 (Haiku 4.5) to 77 (Claude 5.5)
+ * more for a message with one than without, which the documented formula leaves out; without it,
+ * hundreds of one-pixel images were held at a token each.
+ */
+const ANTHROPIC_TOKENS_PER_IMAGE = 100;
 
 /**
  * Reasoning a provider sealed (a signature, encrypted content, as base64) and bills as input when
@@ -448,7 +454,8 @@ export function anthropicInputBound(request: ChatRequest, imageLongEdge: number)
     }
     if (m.role === "tool") total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK;
     for (const part of imagePartsOf(m)) {
-      total += anthropicImageTokens(imageSizeOf(part.image_url.url), imageLongEdge);
+      total += ANTHROPIC_TOKENS_PER_IMAGE +
+        anthropicImageTokens(imageSizeOf(part.image_url.url), imageLongEdge);
     }
   }
   // A conversation that opens with the assistant is sent after a user turn of our own.

@@ -185,10 +185,11 @@ export function billingPage() {
         512-px tile after its scaling, 85 at low detail, on GPT-4o and its like; GPT-4o mini and the
         mini and nano models by their own figures, the latter up to 3,779 an image at any detail; a
         model without a known rule at the image's own 32-px patches, 2.46 tokens each, where more;
-        Anthropic: width × height / 750, or its 28-px patches where more, after fitting 1568 px, or
-        2576 px from Opus 4.7 on; an https image whose size is unknown counts the most an image can
-        cost). OpenAI-kind text is counted with the o200k tokenizer plus the chat framing;
-        Anthropic-kind text with an upper bound of Claude's tokenizers. A{" "}
+        Anthropic: 100 per image block plus width × height / 750, or its 28-px patches where more,
+        after fitting 1568 px, or 2576 px from Opus 4.7 on; an https image whose size is unknown
+        counts the most an image can cost). OpenAI-kind text is counted with the o200k tokenizer
+        plus the chat framing; Anthropic-kind text with an upper bound of Claude's tokenizers. A
+        {" "}
         <code>prediction</code>'s tokens are held as output too.
       </p>
       <p>

@@ -300,3 +300,31 @@ Deno.test("Opus 4.7 reads an image at up to 2576 px, about three times the token
     assert.equal(record.promptTokens, billed);
     assert.equal(record.uncharged, 0, `held ${record.reserved}, ${record.uncharged} uncharged`);
   }));
+
+Deno.test("each image block on Claude is held over its framing beyond its pixels: a hundred one-pixel images are charged in full from an app holding exactly the hold", () =>
+  withDialect(async (d) => {
+    const dot = `data:image/png;base64,${pngBase64(1, 1)}`;
+    const body = {
+      model: CLAUDE_MODEL,
+      max_tokens: 16,
+      messages: [{
+        role: "user" as const,
+        content: [
+          ...Array.from({ length: 100 }, () => ({
+            type: "image_url" as const,
+            image_url: { url: dot },
+          })),
+          { type: "text" as const, text: "How many dots?" },
+        ],
+      }],
+    };
+    d.claude.script({ text: "100." }, { text: "100." });
+    await openAiClient(d).chat.completions.create(body);
+    const billed = d.claude.messages()[0].inputTokens;
+    assert.ok(billed > 100 * 65, `billed ${billed}`);
+    const [learned] = await d.newUsage();
+    const { res, record } = await chatHoldingExactly(d.s, body, learned.reserved);
+    assert.equal(res.status, 200);
+    assert.equal(record.promptTokens, billed);
+    assert.equal(record.uncharged, 0, `held ${record.reserved}, ${record.uncharged} uncharged`);
+  }));
