@@ -886,15 +886,17 @@ export function parseChatRequest(body: unknown): ChatRequest {
  */
 function checkConversation(data: Body) {
   let open: { index: number; ids: Set<string> } | null = null;
+  const refuseUnanswered = () => {
+    if (!open || open.ids.size === 0) return;
+    throw invalid(
+      `messages[${open.index}].tool_calls`,
+      `the tool call '${
+        [...open.ids][0]
+      }' has no answer: each tool call must be followed by a tool message with its tool_call_id`,
+    );
+  };
   data.messages.forEach((m, i) => {
-    if (m.role !== "tool" && open && open.ids.size > 0) {
-      throw invalid(
-        `messages[${open.index}].tool_calls`,
-        `the tool call '${
-          [...open.ids][0]
-        }' has no answer: each tool call must be followed by a tool message with its tool_call_id`,
-      );
-    }
+    if (m.role !== "tool") refuseUnanswered();
     if (m.role === "assistant") {
       const calls = m.tool_calls ?? [];
       const hasContent = typeof m.content === "string" ? true : Array.isArray(m.content);
@@ -931,6 +933,8 @@ function checkConversation(data: Body) {
       }
     });
   });
+  // OpenAI and Anthropic both refuse calls left unanswered when the conversation ends with them.
+  refuseUnanswered();
 }
 
 /** A PDF's bytes as a data URL: what `file_data` must be (its first bytes are `%PDF-`). */

@@ -329,6 +329,31 @@ Deno.test("tool messages must answer the calls of the assistant turn just before
   );
 });
 
+Deno.test("a tool call left unanswered at the end of the conversation is refused, as OpenAI and Anthropic refuse it", () => {
+  const call = (id: string) => ({ id, type: "function", function: { name: "f", arguments: "{}" } });
+  refused(
+    {
+      messages: [
+        { role: "user", content: "x" },
+        { role: "assistant", tool_calls: [call("c1"), call("c2")] },
+        { role: "tool", tool_call_id: "c1", content: "r" },
+      ],
+    },
+    "invalid_parameter",
+    "messages[1].tool_calls",
+  );
+  refused(
+    {
+      messages: [
+        { role: "user", content: "x" },
+        { role: "assistant", tool_calls: [call("c1")] },
+      ],
+    },
+    "invalid_parameter",
+    "messages[1].tool_calls",
+  );
+});
+
 Deno.test("fields that would change the price are refused, not passed on unpriced", () => {
   const messages = [{ role: "user", content: "x" }];
   refused({ messages, service_tier: "priority" }, "unsupported_parameter", "service_tier");

@@ -801,6 +801,14 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
         tools: TOOLS,
         tool_choice: "required",
       }, "tool_choice"],
+      ["a parallel tool call answered in part at the end", {
+        tools: TOOLS,
+        messages: [
+          { role: "user", content: "q" },
+          { role: "assistant", content: null, tool_calls: [call, { ...call, id: "call_def456" }] },
+          { role: "tool", tool_call_id: call.id, content: "sunny" },
+        ],
+      }, "messages[1].tool_calls"],
     ];
     const sent = d.claude.messages().length;
     for (const [label, body, param] of refused) {

@@ -509,6 +509,11 @@ Deno.test("consecutive function_call items are one assistant turn's tool calls, 
         name: "f",
         arguments: "{}",
       })),
+      ...Array.from({ length: n }, (_, i) => ({
+        type: "function_call_output",
+        call_id: `c${i}`,
+        output: "ok",
+      })),
     ],
   });
   const turn = (chat.messages as { tool_calls?: { id: string }[] }[])[1];
