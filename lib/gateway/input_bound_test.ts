@@ -224,6 +224,15 @@ Deno.test("the Anthropic bound counts the tools as sent: the answer tool's descr
   assert.ok(claudeBound(structured) - plain >= 530 + claudeTokenBoundOfJson(sent));
 });
 
+Deno.test("the Anthropic bound counts the tools declared for a tool history sent without tools", () => {
+  const history = toolCallHistory("{}");
+  const bare = request({ messages: history.messages });
+  const sent = messagesTools(bare);
+  assert.deepEqual(sent, [{ name: "t", input_schema: { type: "object" } }]);
+  const withoutHistory = claudeBound(request({ messages: [{ role: "user", content: "go" }] }));
+  assert.ok(claudeBound(bare) - withoutHistory >= 530 + claudeTokenBoundOfJson(sent));
+});
+
 Deno.test("the Anthropic bound counts a call's arguments as sent: numbers JSON writes out in full", () => {
   // Messages takes the arguments as an object: 4 characters of `1e20` go out as 21 digits.
   const args = `{"a":[${Array(2_000).fill("1e20").join(",")}]}`;

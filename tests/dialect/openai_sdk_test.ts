@@ -764,6 +764,14 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
           content: "The answer is ",
         }],
       }],
+      ["tool history without tools (a summary step)", {
+        messages: [
+          { role: "user", content: "q" },
+          { role: "assistant", content: null, tool_calls: [call] },
+          { role: "tool", tool_call_id: call.id, content: "sunny" },
+          { role: "user", content: "Summarise." },
+        ],
+      }],
       ["a tool whose parameters are {}", {
         tools: [{ type: "function", function: { name: "noop", parameters: {} } }],
         messages: [{ role: "user", content: "q" }],
@@ -778,7 +786,9 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
       ).catch((error) => assert.fail(`${label}: ${error}`));
       assert.equal(answer.choices[0].message.content, "Hello!", label);
     }
-    assert.equal((await d.newUsage()).length, accepted.length);
+    const usage = await d.newUsage();
+    assert.equal(usage.length, accepted.length);
+    assert.deepEqual(usage.map((u) => u.uncharged), accepted.map(() => 0), "each held in full");
 
     const ask = [{ role: "user", content: "q" }];
     const refused: [string, Record<string, unknown>, string][] = [

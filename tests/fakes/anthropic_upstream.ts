@@ -782,6 +782,15 @@ function validateTools(body: Json, ctx: Context) {
     }
     check(toolSchema, t, ctx.root, ["tools", String(k)], ["tools", k]);
   });
+  const toolBlocks = (body.messages ?? []).some((m: Json) =>
+    blocksOf(m?.content).some((b: Json) => b?.type === "tool_use" || b?.type === "tool_result")
+  );
+  if (toolBlocks && !tools.length) {
+    // Anthropic's words; OpenAI takes tool calls and results in a request without tools.
+    throw invalid(
+      "Requests which include `tool_use` or `tool_result` blocks must define tools.",
+    );
+  }
   const names = tools.map((t) => t.name);
   if (names.some((n, i) => names.indexOf(n) !== i)) {
     // Anthropic: "tools: Tool names must be unique."

@@ -604,6 +604,24 @@ Deno.test("anthropic fake: each validation rule refuses in Anthropic's words", (
         {
           model: MODEL,
           max_tokens: 10,
+          messages: [
+            ...hi,
+            {
+              role: "assistant",
+              content: [{ type: "tool_use", id: "toolu_1", name: "get_weather", input: {} }],
+            },
+            {
+              role: "user",
+              content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "x" }],
+            },
+          ],
+        },
+        "Requests which include `tool_use` or `tool_result` blocks must define tools.",
+      ],
+      [
+        {
+          model: MODEL,
+          max_tokens: 10,
           messages: hi,
           tools: [{ ...WEATHER, name: "get weather" }],
         },

@@ -124,7 +124,10 @@ export function answerTool(up: UpstreamRequest): { name: string; schema: unknown
 export function responseTool(request: ChatRequest): { name: string; schema: unknown } | null {
   const format = request.params.response_format;
   if (!format || format.type === "text") return null;
-  const taken = new Set((request.params.tools ?? []).map((t) => t.function.name));
+  const taken = new Set([
+    ...(request.params.tools ?? []).map((t) => t.function.name),
+    ...historyToolNames(request),
+  ]);
   let name = format.type === "json_schema" ? format.json_schema.name : "json_response";
   while (taken.has(name)) name += "_response";
   const schema = format.type === "json_schema"
@@ -364,6 +367,22 @@ function systemPrompt(messages: readonly ChatMessage[]): string | Block[] | unde
 }
 
 /**
+ * The names of the tools a conversation's calls use, when the request offers no tools: Anthropic
+ * refuses `tool_use` and `tool_result` blocks in a request that defines none, where OpenAI takes
+ * them (an agent's summary step, a client that turns its tools off). They are declared with the
+ * least schema and `tool_choice: none` (toolChoice), so that the model cannot call them.
+ */
+function historyToolNames(request: ChatRequest): string[] {
+  if (request.params.tools?.length) return [];
+  const names = new Set<string>();
+  for (const m of request.messages) {
+    if (m.role !== "assistant") continue;
+    for (const call of m.tool_calls ?? []) names.add(call.function.name);
+  }
+  return [...names];
+}
+
+/**
  * The tools of the Messages request, the answer tool standing in for `response_format` last; the
  * input bound counts these very values, so that what is sent is what is reserved for.
  */
@@ -377,6 +396,9 @@ export function messagesTools(
     input_schema: objectSchema(t.function.parameters),
     ...(t.cache_control ? { cache_control: t.cache_control } : {}),
   }));
+  for (const name of historyToolNames(request)) {
+    tools.push({ name, input_schema: { type: "object" } });
+  }
   if (answerTool) {
     tools.push({
       name: answerTool.name,
@@ -461,14 +483,16 @@ function toolChoice(
   const p = request.params;
   const noParallel = p.parallel_tool_calls === false ? { disable_parallel_tool_use: true } : {};
   const choice = p.tool_choice;
+  // Tools declared only for the conversation's calls (historyToolNames) may not be called.
+  const historyOnly = historyToolNames(request).length > 0;
   if (answerTool) {
     // The answer tool is forced (or any tool, with others). `none` forbids the client's tools,
     // not the format: OpenAI still answers in it, so the answer tool is forced alone (Claude's
     // `none` would forbid it too). Where no tool may be forced, the answer tool is offered (auto),
-    // except beside client tools under `none`: none of those may be called, so the format goes
-    // unenforced.
+    // except beside client tools under `none` or tools declared for the conversation's calls only:
+    // none of those may be called, so the format goes unenforced.
     if (unforced) {
-      return choice === "none" && p.tools?.length
+      return (choice === "none" && p.tools?.length) || historyOnly
         ? { type: "none" }
         : { type: "auto", ...noParallel };
     }
@@ -480,6 +504,7 @@ function toolChoice(
     }
     return { type: "any", ...noParallel };
   }
+  if (historyOnly) return { type: "none" };
   if (!p.tools?.length) return null;
   if (choice === "none") return { type: "none" };
   if (choice === "required") return { type: "any", ...noParallel };

@@ -78,6 +78,62 @@ Deno.test("a tool round trip becomes tool_use blocks and tool_result blocks in o
   });
 });
 
+Deno.test("tool history without tools declares the tools it names, uncallable: Anthropic refuses tool blocks without tools", () => {
+  const call = (id: string, name: string) => ({
+    id,
+    type: "function",
+    function: { name, arguments: "{}" },
+  });
+  const history = [
+    { role: "user", content: "Weather and time in Paris?" },
+    { role: "assistant", content: null, tool_calls: [call("a", "weather"), call("b", "time")] },
+    { role: "tool", tool_call_id: "a", content: "sunny" },
+    { role: "tool", tool_call_id: "b", content: "noon" },
+    { role: "assistant", content: null, tool_calls: [call("c", "weather")] },
+    { role: "tool", tool_call_id: "c", content: "still sunny" },
+    { role: "user", content: "Summarise." },
+  ];
+  const declared = [
+    { name: "weather", input_schema: { type: "object" } },
+    { name: "time", input_schema: { type: "object" } },
+  ];
+  const plain = messagesRequest(upstreamRequest(claude, { messages: history }), false);
+  assert.deepEqual(plain.tools, declared);
+  assert.deepEqual(plain.tool_choice, { type: "none" });
+  const emptyTools = messagesRequest(
+    upstreamRequest(claude, { messages: history, tools: [] }),
+    false,
+  );
+  assert.deepEqual(emptyTools.tools, declared);
+  // The answer tool is forced alone, under a name none of the declared ones has.
+  const structured = messagesRequest(
+    upstreamRequest(claude, {
+      messages: history,
+      response_format: {
+        type: "json_schema",
+        json_schema: { name: "weather", schema: { type: "object" } },
+      },
+    }),
+    false,
+  );
+  assert.deepEqual((structured.tools as { name: string }[]).map((t) => t.name), [
+    "weather",
+    "time",
+    "weather_response",
+  ]);
+  assert.deepEqual(structured.tool_choice, { type: "tool", name: "weather_response" });
+  // The client's own tools are sent as they are, with nothing declared beside them.
+  const offered = messagesRequest(
+    upstreamRequest(claude, {
+      messages: history,
+      tools: [{ type: "function", function: { name: "weather" } }],
+    }),
+    false,
+  );
+  assert.deepEqual((offered.tools as { name: string }[]).map((t) => t.name), ["weather"]);
+  assert.deepEqual(offered.tool_choice, { type: "auto" });
+});
+
 Deno.test("tool_choice none, auto and a named tool map to Anthropic's", () => {
   const tools = [{ type: "function", function: { name: "w" } }];
   const messages = [{ role: "user", content: "x" }];
