@@ -26,6 +26,7 @@ import {
   OPENING_USER_TEXT,
   opensWithAssistant,
   toolInput,
+  toolUseIds,
 } from "./providers/anthropic/request.ts";
 import { toolImagesInUserMessages } from "./providers/openai/request.ts";
 import {
@@ -353,19 +354,21 @@ function messageTextTokens(
   count: TextCounter,
   perPart: number,
   sentArguments: SentArguments,
+  /** The ids the calls or the tool result go with where they are not the client's (toolUseIds). */
+  sentIds?: readonly string[],
 ): number {
   let tokens = contentTokens(m.content, count, perPart);
   if ("name" in m && m.name) tokens += count(m.name) + 1;
   if (m.role === "assistant") {
     if (m.refusal) tokens += count(m.refusal);
-    for (const call of m.tool_calls ?? []) {
-      tokens += count(call.id) + count(call.function.name) +
+    for (const [k, call] of (m.tool_calls ?? []).entries()) {
+      tokens += count(sentIds?.[k] ?? call.id) + count(call.function.name) +
         count(sentArguments(call.function.arguments));
       // A server's own payload (Gemini's thought signature) goes back with the call.
       if (call.extra_content) tokens += count(JSON.stringify(call.extra_content));
     }
   }
-  if (m.role === "tool") tokens += count(m.tool_call_id);
+  if (m.role === "tool") tokens += count(sentIds?.[0] ?? m.tool_call_id);
   return tokens;
 }
 
@@ -445,9 +448,10 @@ export function openAiInputBound(
  */
 export function anthropicInputBound(request: ChatRequest, imageLongEdge: number): number {
   let total = ANTHROPIC_BASE_TOKENS;
-  for (const m of request.messages) {
+  const ids = toolUseIds(request.messages);
+  for (const [i, m] of request.messages.entries()) {
     total += ANTHROPIC_TOKENS_PER_MESSAGE +
-      messageTextTokens(m, claudeTokenBound, ANTHROPIC_TOKENS_PER_PART, asMessagesInput);
+      messageTextTokens(m, claudeTokenBound, ANTHROPIC_TOKENS_PER_PART, asMessagesInput, ids[i]);
     if (m.role === "assistant") {
       total += ANTHROPIC_TOKENS_PER_TOOL_BLOCK * (m.tool_calls?.length ?? 0) +
         claudeThinkingTokens(m);

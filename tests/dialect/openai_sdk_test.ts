@@ -772,6 +772,24 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
           { role: "user", content: "Summarise." },
         ],
       }],
+      ["tool call ids OpenAI takes: Kimi's, and one reused in the next turn", {
+        tools: TOOLS,
+        messages: [
+          { role: "user", content: "q" },
+          {
+            role: "assistant",
+            content: null,
+            tool_calls: [{ ...call, id: "functions.get_weather:0" }],
+          },
+          { role: "tool", tool_call_id: "functions.get_weather:0", content: "sunny" },
+          { role: "user", content: "again" },
+          { role: "assistant", content: null, tool_calls: [call] },
+          { role: "tool", tool_call_id: call.id, content: "rain" },
+          { role: "user", content: "and again" },
+          { role: "assistant", content: null, tool_calls: [call] },
+          { role: "tool", tool_call_id: call.id, content: "snow" },
+        ],
+      }],
       ["a tool whose parameters are {}", {
         tools: [{ type: "function", function: { name: "noop", parameters: {} } }],
         messages: [{ role: "user", content: "q" }],

@@ -240,16 +240,18 @@ const contentSource = z.strictObject({
   type: z.literal("content"),
   content: z.union([z.string(), z.array(z.unknown())]),
 });
+/** Anthropic's pattern for a tool_use id, and for the tool_result that answers it. */
+const toolUseId = z.string().regex(/^[a-zA-Z0-9_-]+$/);
 const toolUseBlock = z.strictObject({
   type: z.literal("tool_use"),
-  id: z.string(),
+  id: toolUseId,
   name: z.string(),
   input: z.record(z.string(), z.unknown()),
   cache_control: cacheControl,
 });
 const toolResultFields = {
   type: z.literal("tool_result"),
-  tool_use_id: z.string(),
+  tool_use_id: toolUseId,
   content: z.union([z.string(), z.array(z.unknown())]).optional(),
   is_error: z.boolean().optional(),
   cache_control: cacheControl,
@@ -724,8 +726,17 @@ function validateMessages(body: Json, ctx: Context) {
  *    `tool_result` block must have a corresponding `tool_use` block in the previous message."
  */
 function validateToolPairs(messages: Json[]) {
+  const used = new Set<string>();
   messages.forEach((m, i) => {
     const blocks = blocksOf(m.content);
+    blocks.forEach((b: Json, k: number) => {
+      if (b.type !== "tool_use") return;
+      // Anthropic's words: an id is unique in the whole request, not only in its turn.
+      if (used.has(b.id)) {
+        throw invalid(`messages.${i}.content.${k}: \`tool_use\` ids must be unique`);
+      }
+      used.add(b.id);
+    });
     const previous = i > 0 ? blocksOf(messages[i - 1].content) : [];
     const offered = new Set(
       messages[i - 1]?.role === "assistant"

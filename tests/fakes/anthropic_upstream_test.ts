@@ -622,6 +622,61 @@ Deno.test("anthropic fake: each validation rule refuses in Anthropic's words", (
         {
           model: MODEL,
           max_tokens: 10,
+          messages: [
+            ...hi,
+            {
+              role: "assistant",
+              content: [{
+                type: "tool_use",
+                id: "functions.get_weather:0",
+                name: "get_weather",
+                input: {},
+              }],
+            },
+            {
+              role: "user",
+              content: [{
+                type: "tool_result",
+                tool_use_id: "functions.get_weather:0",
+                content: "x",
+              }],
+            },
+          ],
+          tools: [WEATHER],
+        },
+        "messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+      ],
+      [
+        {
+          model: MODEL,
+          max_tokens: 10,
+          messages: [
+            ...hi,
+            {
+              role: "assistant",
+              content: [{ type: "tool_use", id: "call_0", name: "get_weather", input: {} }],
+            },
+            {
+              role: "user",
+              content: [{ type: "tool_result", tool_use_id: "call_0", content: "x" }],
+            },
+            {
+              role: "assistant",
+              content: [{ type: "tool_use", id: "call_0", name: "get_weather", input: {} }],
+            },
+            {
+              role: "user",
+              content: [{ type: "tool_result", tool_use_id: "call_0", content: "x" }],
+            },
+          ],
+          tools: [WEATHER],
+        },
+        "messages.3.content.0: `tool_use` ids must be unique",
+      ],
+      [
+        {
+          model: MODEL,
+          max_tokens: 10,
           messages: hi,
           tools: [{ ...WEATHER, name: "get weather" }],
         },

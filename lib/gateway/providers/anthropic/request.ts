@@ -209,6 +209,32 @@ function imageBlock(part: ImageContentPart): Block {
 }
 
 /**
+ * The id each message's tool calls (an assistant's) or tool result (a tool message's, one) is
+ * sent with, by message index; none for other messages. Anthropic refuses an id outside
+ * `^[a-zA-Z0-9_-]+$` (Kimi's `functions.get_weather:0`) or one used twice in a request (`call_0`
+ * in every turn), both of which OpenAI takes: other characters become `_`, and an id already sent
+ * takes a suffix. A tool result answers a call of the assistant message just before it
+ * (checkConversation), so it takes the id that call is sent with.
+ */
+export function toolUseIds(messages: readonly ChatMessage[]): (readonly string[])[] {
+  const sent = new Set<string>();
+  let answered = new Map<string, string>();
+  return messages.map((m) => {
+    if (m.role === "tool") return [answered.get(m.tool_call_id) ?? m.tool_call_id];
+    if (m.role !== "assistant") return [];
+    answered = new Map();
+    return (m.tool_calls ?? []).map((call) => {
+      const base = call.id.replace(/[^a-zA-Z0-9_-]/g, "_");
+      let id = base;
+      for (let n = 2; sent.has(id); n++) id = `${base}_${n}`;
+      sent.add(id);
+      answered.set(call.id, id);
+      return id;
+    });
+  });
+}
+
+/**
  * An assistant message's blocks; when this request thinks, the thinking blocks the route's model
  * (`signer`) signed for it (its `reasoning_details`) first, as Claude wrote them. They are not
  * sent otherwise: only a request that thinks takes them.
@@ -216,6 +242,7 @@ function imageBlock(part: ImageContentPart): Block {
 function assistantBlocks(
   m: Extract<ChatMessage, { role: "assistant" }>,
   signer: string | null,
+  ids: readonly string[],
 ): Block[] {
   const text = textBlocks(m.content);
   if (text.length === 0 && !m.tool_calls?.length && !(m.refusal && !isBlank(m.refusal))) return [];
@@ -224,10 +251,10 @@ function assistantBlocks(
   if (text.length === 0 && m.refusal && !isBlank(m.refusal)) {
     out.push({ type: "text", text: m.refusal });
   }
-  for (const call of m.tool_calls ?? []) {
+  for (const [k, call] of (m.tool_calls ?? []).entries()) {
     out.push({
       type: "tool_use",
-      id: call.id,
+      id: ids[k],
       name: call.function.name,
       input: toolInput(call.function.arguments),
     });
@@ -298,7 +325,8 @@ function turns(messages: readonly ChatMessage[], signer: string | null): Turn[] 
       last.blocks.push(...blocks);
     } else out.push({ role, blocks });
   };
-  for (const m of messages) {
+  const ids = toolUseIds(messages);
+  for (const [i, m] of messages.entries()) {
     switch (m.role) {
       case "system":
       case "developer":
@@ -307,12 +335,12 @@ function turns(messages: readonly ChatMessage[], signer: string | null): Turn[] 
         push("user", userBlocks(m));
         break;
       case "assistant":
-        push("assistant", assistantBlocks(m, signer));
+        push("assistant", assistantBlocks(m, signer, ids[i]));
         break;
       case "tool":
         push("user", [{
           type: "tool_result",
-          tool_use_id: m.tool_call_id,
+          tool_use_id: ids[i][0],
           content: toolResultContent(m),
         }]);
         break;

@@ -134,6 +134,47 @@ Deno.test("tool history without tools declares the tools it names, uncallable: A
   assert.deepEqual(offered.tool_choice, { type: "auto" });
 });
 
+Deno.test("tool call ids Anthropic refuses are sent renamed, each tool result with its call's new id: other characters become _, a repeated id takes a suffix", () => {
+  const turn = (id: string, city: string) => [
+    { role: "user", content: `Weather in ${city}?` },
+    {
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id, type: "function", function: { name: "w", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: id, content: "sunny" },
+  ];
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [
+        ...turn("functions.w:0", "Paris"),
+        ...turn("call_0", "Rome"),
+        ...turn("call_0", "Oslo"),
+        ...turn("functions_w_0", "Bergen"),
+      ],
+      tools: [{ type: "function", function: { name: "w" } }],
+    }),
+    false,
+  );
+  const blocks = (body.messages as { content: string | Record<string, unknown>[] }[])
+    .flatMap((m) => typeof m.content === "string" ? [] : m.content);
+  assert.deepEqual(
+    blocks.filter((b) => b.type !== "text").map((b) =>
+      b.type === "tool_use" ? b.id : b.tool_use_id
+    ),
+    [
+      "functions_w_0",
+      "functions_w_0",
+      "call_0",
+      "call_0",
+      "call_0_2",
+      "call_0_2",
+      "functions_w_0_2",
+      "functions_w_0_2",
+    ],
+  );
+});
+
 Deno.test("tool_choice none, auto and a named tool map to Anthropic's", () => {
   const tools = [{ type: "function", function: { name: "w" } }];
   const messages = [{ role: "user", content: "x" }];
