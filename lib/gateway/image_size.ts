@@ -15,6 +15,15 @@ export interface ImageSize {
  */
 const MAX_DATA_URL_HEADER = 256;
 
+/** The media types a data URL of an image may state, whichever of them its bytes are. */
+const IMAGE_MEDIA_TYPES = new Set([
+  "image/png",
+  "image/jpeg",
+  "image/jpg",
+  "image/gif",
+  "image/webp",
+]);
+
 /** The media type and the base64 payload of a data URL; throws with the reason when it is not one. */
 export function parseImageDataUrl(url: string): { mediaType: string; base64: string } {
   const comma = url.indexOf(",");
@@ -41,9 +50,9 @@ export function readImageSize(url: string): ImageSize {
   }
   const size = pngSize(bytes) ?? gifSize(bytes) ?? webpSize(bytes) ?? jpegSize(bytes);
   if (!size) throw new Error("is not a PNG, JPEG, GIF or WebP image");
-  if (
-    size.mediaType !== mediaType && !(mediaType === "image/jpg" && size.mediaType === "image/jpeg")
-  ) {
+  // Many clients label every image image/jpeg: a mismatch between image types is taken, as OpenAI
+  // takes it (it reads the bytes), and Claude is sent the type of the bytes (imageBlock).
+  if (!IMAGE_MEDIA_TYPES.has(mediaType)) {
     throw new Error(`says ${mediaType} but holds a ${size.mediaType} image`);
   }
   if (size.width < 1 || size.height < 1) throw new Error("has an image without pixels");

@@ -113,9 +113,18 @@ Deno.test("what is not a readable image of its stated type is refused with the r
   );
   const gif = [...ascii("GIF89a"), ...le16(1), ...le16(1), 0, 0, 0];
   assert.throws(
-    () => readImageSize(dataUrl("image/png", gif)),
-    /says image\/png but holds a image\/gif/,
+    () => readImageSize(dataUrl("text/plain", gif)),
+    /says text\/plain but holds a image\/gif/,
   );
+});
+
+Deno.test("an image labelled another image type (a PNG as image/jpeg, as many clients send it) is read as what its bytes are", () => {
+  const gif = [...ascii("GIF89a"), ...le16(3), ...le16(2), 0, 0, 0];
+  assert.deepEqual(readImageSize(dataUrl("image/jpeg", gif)), {
+    width: 3,
+    height: 2,
+    mediaType: "image/gif",
+  });
 });
 
 Deno.test("a data URL's header is its media type, parameters and base64, at most 256 characters", () => {

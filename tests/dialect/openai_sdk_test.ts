@@ -22,6 +22,7 @@ import {
   OPENAI_MODEL,
   openAiClient,
   REASONING_MODEL,
+  RESPONSES_MODEL,
   scriptAgentLoop,
   withDialect,
 } from "./harness.ts";
@@ -851,6 +852,48 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
     }
     assert.equal(d.claude.messages().length, sent, "the refusals never reached Claude");
     assert.equal((await d.newUsage()).length, 0, "and reserved nothing");
+  }));
+
+Deno.test("openai SDK: a PNG labelled image/jpeg, as many clients label every image, is answered on both kinds, in chat and Responses: OpenAI gets it as sent, Claude the type of its bytes", () =>
+  withDialect(async (d) => {
+    const url = `data:image/jpeg;base64,${pngBase64(64, 64)}`;
+    const client = openAiClient(d);
+    for (const model of [OPENAI_MODEL, RESPONSES_MODEL, CLAUDE_MODEL]) {
+      await client.chat.completions.create({
+        model,
+        messages: [{
+          role: "user",
+          content: [{ type: "text", text: "What is this?" }, {
+            type: "image_url",
+            image_url: { url },
+          }],
+        }],
+      });
+      await client.responses.create({
+        model,
+        input: [{
+          role: "user",
+          content: [{ type: "input_text", text: "What is this?" }, {
+            type: "input_image",
+            image_url: url,
+            detail: "auto",
+          }],
+        }],
+      });
+    }
+    for (const chat of d.openai.chats) {
+      assert.equal(chat.body.messages[0].content[1].image_url.url, url, "OpenAI reads the bytes");
+    }
+    assert.equal(d.openai.chats.length, 2);
+    for (const response of d.openai.responses) {
+      assert.equal(response.body.input[0].content[1].image_url, url, "as sent to Responses too");
+    }
+    assert.equal(d.openai.responses.length, 2);
+    const claudeSources = d.claude.messages().map((m) => m.body.messages[0].content[1].source);
+    assert.deepEqual(claudeSources.map((source) => source.media_type), ["image/png", "image/png"]);
+    const usage = await d.newUsage();
+    assert.equal(usage.length, 6);
+    assert.deepEqual(usage.map((u) => u.uncharged), [0, 0, 0, 0, 0, 0]);
   }));
 
 Deno.test("openai SDK, anthropic kind: with reasoning_effort, a json_schema answer parses though Claude wrote text before calling the answer tool", () =>

@@ -23,7 +23,7 @@ import {
   userMessageSaysSomething,
 } from "../../chat_request.ts";
 import { type ClaudeRules, claudeRulesByName } from "@/lib/catalog/mod.ts";
-import { parseImageDataUrl } from "../../image_size.ts";
+import { parseImageDataUrl, readImageSize } from "../../image_size.ts";
 import { claudeThinkingBlocks } from "../../reasoning_details.ts";
 import { formatSchema, isRecursive } from "./output_format.ts";
 import type { UpstreamRequest } from "../types.ts";
@@ -196,14 +196,11 @@ function imageBlock(part: ImageContentPart): Block {
   const { url } = part.image_url;
   const cache = part.cache_control ? { cache_control: part.cache_control } : {};
   if (!url.startsWith("data:")) return { type: "image", source: { type: "url", url }, ...cache };
-  const { mediaType, base64 } = parseImageDataUrl(url);
+  // Claude refuses a media type its bytes are not; the request's may be any image type (readImageSize).
+  const { base64 } = parseImageDataUrl(url);
   return {
     type: "image",
-    source: {
-      type: "base64",
-      media_type: mediaType === "image/jpg" ? "image/jpeg" : mediaType,
-      data: base64,
-    },
+    source: { type: "base64", media_type: readImageSize(url).mediaType, data: base64 },
     ...cache,
   };
 }

@@ -220,6 +220,28 @@ Deno.test("images become image blocks: base64 from data URLs, url sources from h
   ]);
 });
 
+Deno.test("an image labelled another image type (a PNG as image/jpeg) is sent to Claude as the type its bytes are", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [{
+        role: "user",
+        content: [{
+          type: "image_url",
+          image_url: { url: PNG_1x1.replace("image/png", "image/jpeg") },
+        }],
+      }],
+    }),
+    false,
+  );
+  const [image] = (body.messages as { content: { source: Record<string, unknown> }[] }[])[0]
+    .content;
+  assert.deepEqual(image.source, {
+    type: "base64",
+    media_type: "image/png",
+    data: PNG_1x1.split(",")[1],
+  });
+});
+
 Deno.test("a PDF becomes a document block from its bytes, its file name as the block's title, its cache_control kept", () => {
   const pdf = btoa("%PDF-1.4\n%%EOF\n");
   const body = messagesRequest(
