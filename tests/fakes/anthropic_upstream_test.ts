@@ -12,6 +12,7 @@ import {
   type AnthropicUpstream,
   type AnthropicUpstreamOptions,
   claudeTokens,
+  IMAGE_BLOCK_TOKENS,
   startAnthropicUpstream,
 } from "./anthropic_upstream.ts";
 
@@ -299,7 +300,7 @@ Deno.test("anthropic fake: count_tokens answers what the message bills, tools an
         ],
       }],
     });
-    assert.equal(image.input_tokens, counted.input_tokens + 1334);
+    assert.equal(image.input_tokens, counted.input_tokens + IMAGE_BLOCK_TOKENS + 1334);
     assert.equal(anthropicImageTokens(1000, 1000), 1334);
     assert.equal(anthropicImageTokens(1092, 1092), 1590);
     assert.ok(anthropicImageTokens(4000, 3000) <= 1600);
