@@ -51,6 +51,8 @@ export class LocalSlice {
   /** Keys used since the last post: each post re-checks their index entries (revocation). */
   readonly guards = new Map<string, KeyGuard>();
   readonly revokedKeys = new Set<string>();
+  /** The versionstamp of the commit that granted the slice: a key revoked since may be on it. */
+  readonly grantedVersionstamp: string;
   keysWithOwnLimits: Set<string>;
   /** The wallet's available outside slices as this process last committed or read it (for answers). */
   walletAvailable: Micros;
@@ -87,6 +89,7 @@ export class LocalSlice {
   ) {
     this.record = record;
     this.versionstamp = versionstamp;
+    this.grantedVersionstamp = versionstamp;
     this.free = record.granted - record.spent;
     this.requestsLeft = grant.requests;
     this.tokensLeft = grant.tokens;

@@ -782,18 +782,21 @@ export class Wallets {
    * spend caps and rate-limit overrides are read with it: a cap set meanwhile, or a key given
    * limits of its own (or a rotation carrying them to a new key), takes that key's requests off the
    * slice within one check, even while nothing is posted or granted; an app's limit lowered below
-   * the one its block was cut from recalls the slice. So is the wallet read, for the balance the
-   * slice's answers show.
+   * the one its block was cut from recalls the slice, and so does a key revoked or rotated (the
+   * app's revocation count moved): its requests go by the per-request path, which refuses the
+   * revoked key, within one check rather than at the next post, which a slow commit delays. So is
+   * the wallet read, for the balance the slice's answers show.
    */
   async #answerRecall(slice: LocalSlice) {
     const appId = slice.record.appId;
-    const [entry, caps, overrides, wallet] = await this.#kv.getMany<
-      [SliceRecallRecord, SpendCapsRecord, RateLimitOverrides, WalletRecord]
+    const [entry, caps, overrides, wallet, revocations] = await this.#kv.getMany<
+      [SliceRecallRecord, SpendCapsRecord, RateLimitOverrides, WalletRecord, unknown]
     >([
       keys.walletSliceRecall(appId),
       keys.spendCaps(appId),
       keys.rateLimitOverrides(appId),
       keys.wallet(appId),
+      keys.appApiKeyRevocations(appId),
     ]);
     this.#sawCaps(appId, caps);
     // Other processes' settles and top-ups: the balance this slice's answers show follows them.
@@ -804,7 +807,9 @@ export class Wallets {
     }
     const at = entry.value?.at ?? 0;
     const recalled = at >= slice.record.createdAt && at > slice.recallAnswered;
-    if (!recalled && !this.#limitLowered(slice, overrides.value)) return;
+    // Versionstamps grow with every commit: the count moved after the grant.
+    const revoked = (revocations.versionstamp ?? "") > slice.grantedVersionstamp;
+    if (!recalled && !revoked && !this.#limitLowered(slice, overrides.value)) return;
     if (recalled) slice.recallAnswered = at;
     this.#recall(slice);
     await this.#giveBack(slice);
