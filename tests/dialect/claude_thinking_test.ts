@@ -90,7 +90,7 @@ Deno.test("openai SDK, anthropic kind: an agent loop that sends the assistant me
     assert.equal((await ask()).choices[0].message.content, "It is sunny in Paris.");
 
     const { second } = await assertLoopBilled(d, CLAUDE_MODEL);
-    assert.deepEqual(second.body.thinking, { type: "enabled", budget_tokens: 15_999 });
+    assert.deepEqual(second.body.thinking, { type: "enabled", budget_tokens: 12_800 });
     const assistant = second.body.messages[1].content;
     assert.deepEqual(assistant[0], {
       type: "thinking",
@@ -231,7 +231,7 @@ Deno.test("openai SDK Responses, anthropic kind: without storing, the output ite
     input.push({ type: "function_call_output", call_id: call.call_id, output: "sunny" });
     assert.equal((await ask()).output_text, "It is sunny in Paris.");
     const { second } = await assertLoopBilled(d, CLAUDE_MODEL);
-    assert.deepEqual(second.body.thinking, { type: "enabled", budget_tokens: 15_999 });
+    assert.deepEqual(second.body.thinking, { type: "enabled", budget_tokens: 12_800 });
     assert.deepEqual(
       second.body.messages[1].content.map((b: { type: string }) => b.type),
       ["thinking", "tool_use"],

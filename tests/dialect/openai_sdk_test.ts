@@ -411,7 +411,7 @@ Deno.test("openai SDK, anthropic kind: reasoning_effort thinks within a budget; 
     );
     assert.deepEqual(d.claude.messages()[0].body.thinking, {
       type: "enabled",
-      budget_tokens: 2048,
+      budget_tokens: 1024,
     });
     await assertCharged(d, CLAUDE_MODEL, { prompt: 40, completion: 180 });
 

@@ -623,7 +623,7 @@ Deno.test("AI SDK with forceReasoning on Claude: the effort becomes thinking, wh
     assert.ok(parts.indexOf("reasoning-delta") < parts.indexOf("text-delta"));
     assert.deepEqual(d.claude.messages()[0].body.thinking, {
       type: "enabled",
-      budget_tokens: 2048,
+      budget_tokens: 1024,
     });
 
     const second = await generateText({

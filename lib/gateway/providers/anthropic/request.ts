@@ -37,7 +37,7 @@ interface Turn {
 /** Anthropic's least thinking budget. */
 export const MIN_THINKING_BUDGET = 1024;
 
-/** Thinking budgets per reasoning effort, before the cap leaves room for the answer. */
+/** Thinking budgets per reasoning effort, at most (THINKING_SHARE keeps room for the answer). */
 const THINKING_BUDGET: Record<string, number> = {
   minimal: 1024,
   low: 2048,
@@ -45,6 +45,20 @@ const THINKING_BUDGET: Record<string, number> = {
   high: 24576,
   xhigh: 32768,
   max: 65536,
+};
+
+/**
+ * The most of the output cap a budget may take, per effort (OpenRouter's shares): the thinking
+ * counts within `max_tokens`, and a budget of the cap less one (2,047 of the default 2,048) left
+ * the answer a token when the model thought to its budget.
+ */
+const THINKING_SHARE: Record<string, number> = {
+  minimal: 0.1,
+  low: 0.2,
+  medium: 0.5,
+  high: 0.8,
+  xhigh: 0.9,
+  max: 0.95,
 };
 
 /** Anthropic's effort levels for OpenAI's reasoning efforts: Messages has no `minimal`. */
@@ -74,7 +88,9 @@ export function thinkingBudget(
 ): number | null {
   if (rules.thinking !== "budget" || !claudeThinks(request, rules, upstreamModel)) return null;
   const effort = request.params.reasoning_effort!;
-  return Math.max(MIN_THINKING_BUDGET, Math.min(THINKING_BUDGET[effort], maxTokens - 1));
+  // A cap at or under the least budget is refused before (assertClaudeRules): it stays below.
+  const share = Math.floor(maxTokens * THINKING_SHARE[effort]);
+  return Math.max(MIN_THINKING_BUDGET, Math.min(THINKING_BUDGET[effort], share));
 }
 
 /**

@@ -324,14 +324,16 @@ Deno.test("json_schema becomes a forced tool whose input is the answer", () => {
   assert.deepEqual(body.tool_choice, { type: "tool", name: "person" });
 });
 
-Deno.test("reasoning_effort becomes extended thinking with a budget below the cap", () => {
+Deno.test("reasoning_effort becomes extended thinking with a budget that leaves the answer a share of the cap", () => {
   const messages = [{ role: "user", content: "Think." }];
   const think = (effort: string, cap: number) =>
     messagesRequest(upstreamRequest(claude, { messages, reasoning_effort: effort }, cap), false)
       .thinking;
   assert.deepEqual(think("low", 16000), { type: "enabled", budget_tokens: 2048 });
-  assert.deepEqual(think("high", 16000), { type: "enabled", budget_tokens: 15999 });
-  assert.deepEqual(think("medium", 2048), { type: "enabled", budget_tokens: 2047 });
+  // 80% of the cap, under high's 24,576.
+  assert.deepEqual(think("high", 16000), { type: "enabled", budget_tokens: 12800 });
+  // The default cap: half of it would be under Anthropic's least, which it gets.
+  assert.deepEqual(think("medium", 2048), { type: "enabled", budget_tokens: 1024 });
   assert.equal(think("none", 16000), undefined);
 });
 
@@ -420,7 +422,7 @@ Deno.test("a turn that answers tool calls keeps its thinking budget when the sig
     }, 8000),
     false,
   );
-  assert.deepEqual(body.thinking, { type: "enabled", budget_tokens: 7999 });
+  assert.deepEqual(body.thinking, { type: "enabled", budget_tokens: 6400 });
   const turns = body.messages as { role: string; content: { type: string }[] }[];
   assert.deepEqual(turns[1].content, [
     { type: "thinking", thinking: "I should look it up.", signature: "EqSig1" },
@@ -908,7 +910,7 @@ Deno.test("OpenAI's prompt-cache fields are not sent to Claude (cache_control ma
   assert.equal("prompt_cache_options" in sent || "prompt_cache_retention" in sent, false);
 });
 
-Deno.test("reasoning_effort max is Anthropic's max effort, or the largest budget below the cap", () => {
+Deno.test("reasoning_effort max is Anthropic's max effort, or a budget of 95% of the cap", () => {
   assert.deepEqual(thinkingOf("claude-opus-4-8", { messages: ask, reasoning_effort: "max" }), {
     thinking: { type: "adaptive", display: "summarized" },
     output_config: { effort: "max" },
@@ -917,7 +919,7 @@ Deno.test("reasoning_effort max is Anthropic's max effort, or the largest budget
     upstreamRequest(claude, { messages: ask, reasoning_effort: "max" }, 64_000),
     false,
   ).thinking;
-  assert.deepEqual(budget, { type: "enabled", budget_tokens: 63_999 });
+  assert.deepEqual(budget, { type: "enabled", budget_tokens: 60_800 });
 });
 
 Deno.test("a recursive strict schema keeps the answer tool, unforced, where no tool can be forced: no output format takes it", () => {
