@@ -55,7 +55,8 @@ export function devBanner(
     "",
     "  Create an app, with $5.00 of starter credits and an API key:",
     `    ${prefix}deno task admin create-app --name demo`,
-    "  and export its api_key as API_KEY for the README's examples.",
+    "  and export its api_key as API_KEY for the README's examples. To see it in the dashboard,",
+    `  sign up first and add --owner <your email>: without it the app is the operator's alone.`,
     "",
   ];
   if (builtIn.length > 0) {

@@ -47,6 +47,8 @@ Deno.test("the dev banner gives the dashboard, docs and API addresses and the co
   assert.match(banner, /Docs +http:\/\/localhost:8000\/docs\n/);
   assert.match(banner, /API +http:\/\/localhost:8000\/v1\/chat\/completions\n/);
   assert.match(banner, /\n +deno task admin create-app --name demo\n/);
+  // An app without an owner is in no one's dashboard: the banner says how to be its owner.
+  assert.match(banner, /sign up first and add --owner <your email>/);
 });
 
 Deno.test("the dev banner names the built-in models, which need no key, and the keys the others wait for", () => {
