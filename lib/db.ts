@@ -9,6 +9,8 @@ export const keys = {
   appsByOwner: (ownerId: string, appId: string) => ["apps_by_owner", ownerId, appId] as const,
   ownerApps: (ownerId: string) => ["apps_by_owner", ownerId] as const,
   appByTopUpToken: (token: string) => ["apps_by_top_up_token", token] as const,
+  /** A replaced top-up address: its receipt links still show the payments made through it. */
+  appByRetiredTopUpToken: (token: string) => ["apps_by_retired_top_up_token", token] as const,
 
   wallet: (appId: string) => ["wallets", appId] as const,
   walletBatch: (appId: string, batchId: string) => ["wallet_batches", appId, batchId] as const,

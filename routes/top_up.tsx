@@ -11,6 +11,7 @@ import {
   createDevPurchase,
   creditTopUp,
   findAppByTopUpToken,
+  findAppOfAnyTopUpToken,
   findDevPurchase,
   findTopUpEntry,
   type FormTokens,
@@ -74,10 +75,18 @@ export function topUpRoutes(deps: TopUpDeps) {
   routes.use("*", formSizeLimit);
 
   const notFound = (c: C) => privatePage(c, topUpNotFoundPage(), 404);
-  const refuse = (c: C, status: number, title: string, message: string, app?: AppRecord) =>
+  const refuse = (
+    c: C,
+    status: number,
+    title: string,
+    message: string,
+    app?: AppRecord,
+    // A page reached through a replaced address must not lead to the new one.
+    linkBack = true,
+  ) =>
     privatePage(
       c,
-      paymentProblemPage({ title, message, backPath: app ? pagePath(app) : undefined }),
+      paymentProblemPage({ title, message, backPath: app && linkBack ? pagePath(app) : undefined }),
       status,
     );
   const balanceShown = async (app: AppRecord): Promise<Micros | null> => {
@@ -235,23 +244,30 @@ export function topUpRoutes(deps: TopUpDeps) {
   });
 
   routes.get("/:token/receipt", async (c) => {
-    const app = await findAppByTopUpToken(kv, c.req.param("token"));
-    if (!app) return notFound(c);
+    // A receipt outlives a replaced address: the payment was made to the app it was given to.
+    const found = await findAppOfAnyTopUpToken(kv, c.req.param("token"));
+    if (!found) return notFound(c);
+    const { app, current } = found;
+    const refuseHere = (status: number, title: string, message: string) =>
+      refuse(c, status, title, message, app, current);
     const reference = c.req.query("session_id") ?? "";
     const source = paymentSourceOf(reference);
     const unknown = () =>
-      refuse(
-        c,
+      refuseHere(
         404,
         "No payment found",
         "There is no completed payment with this reference for this app. If you paid, the receipt link may be incomplete; nothing is lost, the credits are added once the payment is confirmed.",
-        app,
       );
     if (!source) return unknown();
     const showReceipt = async (entry: NonNullable<Awaited<ReturnType<typeof findTopUpEntry>>>) =>
       privatePage(
         c,
-        receiptPage({ app, entry, balance: await balanceShown(app), topUpPath: pagePath(app) }),
+        receiptPage({
+          app,
+          entry,
+          balance: await balanceShown(app),
+          topUpPath: current ? pagePath(app) : undefined,
+        }),
       );
 
     if (source === "stripe" && deps.stripe) {
@@ -266,39 +282,31 @@ export function topUpRoutes(deps: TopUpDeps) {
         return privatePage(c, crediting(app, reference));
       }
       if (outcome.status === "refunded") {
-        return refuse(
-          c,
+        return refuseHere(
           409,
           "Payment refunded",
           `This app's wallet could take no more credits when the payment arrived (it holds the most a wallet may), so no credits were added and the whole payment was refunded to the card or account that paid. Refunds take 5 to 10 business days to appear; quote the reference ${reference} if it does not.`,
-          app,
         );
       }
       if (outcome.status === "refund_pending") {
-        return refuse(
-          c,
+        return refuseHere(
           409,
           "Payment received but not credited: refund pending",
           `This app's wallet could take no more credits when the payment arrived (it holds the most a wallet may), so no credits were added. The whole payment is being refunded to the card or account that paid; the refund is retried automatically until it is made. Quote the reference ${reference} if it does not appear within 10 business days.`,
-          app,
         );
       }
       if (outcome.status === "refused") {
-        return refuse(
-          c,
+        return refuseHere(
           409,
           "Payment received but not credited",
           `This payment could not be credited to this app, so no credits were added. The operator has been alerted and will refund it; quote the reference ${reference}.`,
-          app,
         );
       }
       if (outcome.status === "unpaid") {
-        return refuse(
-          c,
+        return refuseHere(
           402,
           "Payment not completed",
           "This checkout was not paid, so nothing was charged and no credits were added. You can choose an amount again.",
-          app,
         );
       }
       return unknown();
@@ -306,12 +314,10 @@ export function topUpRoutes(deps: TopUpDeps) {
     const entry = await findTopUpEntry(kv, app.id, source, reference);
     if (entry) return await showReceipt(entry);
     if (source === "dev" && await findDevPurchase(kv, app.id, reference)) {
-      return refuse(
-        c,
+      return refuseHere(
         402,
         "Payment not completed",
         "This test checkout was not confirmed, so no credits were added. You can choose an amount again.",
-        app,
       );
     }
     return unknown();

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "@/lib/core/mod.ts";
 import { createStripeClient } from "@/lib/payments/mod.ts";
+import { rotateTopUpToken } from "@/lib/tenants/mod.ts";
 import { MAX_WALLET_CREDITS } from "@/lib/billing/mod.ts";
 import { ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
@@ -622,6 +623,26 @@ Deno.test("the receipt shows the credited payment, crediting it if the webhook i
     assert.equal(foreign.status, 404);
     const unknown = await page(s, `/top-up/${topUpToken}/receipt?session_id=cs_test_unknown1`);
     assert.equal(unknown.status, 404);
+  }));
+
+Deno.test("a Stripe success URL still shows the payment after the owner replaces the top-up address", () =>
+  withStripe(async (s, fake) => {
+    const { appId, topUpToken } = await s.newApp("Story Forge");
+    await postForm(s, `/top-up/${topUpToken}`, {
+      amount: "10",
+      form_token: await topUpFormToken(s, topUpToken),
+    });
+    const [session] = fake.sessions.values();
+    fake.markPaid(session.id);
+    await rotateTopUpToken(s.kv, appId);
+    // Stripe sends the buyer to the success URL fixed when the session was opened.
+    const successPath = new URL(
+      String(session.success_url).replace("{CHECKOUT_SESSION_ID}", session.id),
+    );
+    const receipt = await page(s, successPath.pathname + successPath.search);
+    assert.equal(receipt.status, 200);
+    assert.match(await receipt.text(), /Thank you: 10\.00 USD added to Story Forge/);
+    assert.equal((await s.wallet(appId)).available, 15_000_000);
   }));
 
 Deno.test("a receipt address with a session this service did not open is answered without asking Stripe", () =>

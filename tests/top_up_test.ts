@@ -93,6 +93,29 @@ Deno.test("a rotated top-up address stops working at once, forms from it include
     assert.deepEqual(await moneyState(s, appId), before);
   }));
 
+Deno.test("a receipt link still shows the payment after the owner replaces the top-up address", () =>
+  withService(DEV, async (s) => {
+    const { appId, topUpToken } = await s.newApp("Story Forge");
+    const other = await s.newApp("other");
+    const { receiptPath } = await buyInDevMode(s, topUpToken, "25");
+    const otherPaid = await buyInDevMode(s, other.topUpToken, "5");
+    const rotated = await rotateTopUpToken(s.kv, appId);
+
+    const receipt = await page(s, receiptPath);
+    assert.equal(receipt.status, 200);
+    const html = await receipt.text();
+    assert.match(html, /Thank you: 25\.00 USD added to Story Forge/);
+    assert.doesNotMatch(html, /Nothing was charged/);
+    // The replaced address may have leaked: its receipt does not lead to the new one.
+    assert.doesNotMatch(html, new RegExp(rotated.topUpToken));
+    assert.doesNotMatch(html, /Buy more credits/);
+    // The old address shows only its own app's payments, and still sells nothing.
+    const foreign = await page(s, otherPaid.receiptPath.replace(other.topUpToken, topUpToken));
+    assert.equal(foreign.status, 404);
+    assert.doesNotMatch(await foreign.text(), /5\.00 USD/);
+    assert.equal((await page(s, `/top-up/${topUpToken}`)).status, 404);
+  }));
+
 Deno.test("the development checkout credits the chosen amount once and shows a receipt", () =>
   withService(DEV, async (s) => {
     const { appId, topUpToken } = await s.newApp("Story Forge");

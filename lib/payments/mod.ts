@@ -14,6 +14,7 @@ export {
   createDevPurchase,
   creditTopUp,
   findAppByTopUpToken,
+  findAppOfAnyTopUpToken,
   findDevPurchase,
   findTopUpEntry,
   hasRoomForTopUp,

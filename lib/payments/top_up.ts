@@ -67,6 +67,23 @@ export async function findAppByTopUpToken(kv: Deno.Kv, token: string): Promise<A
 }
 
 /**
+ * The app a top-up page address is or was given to, and whether it is still its current one: a
+ * receipt link stays valid for payments made before the owner replaced the address.
+ */
+export async function findAppOfAnyTopUpToken(
+  kv: Deno.Kv,
+  token: string,
+): Promise<{ app: AppRecord; current: boolean } | null> {
+  const app = await findAppByTopUpToken(kv, token);
+  if (app) return { app, current: true };
+  if (!TOKEN_SHAPE.test(token)) return null;
+  const retired = await kv.get<string>(keys.appByRetiredTopUpToken(token));
+  if (!retired.value) return null;
+  const owner = await kv.get<AppRecord>(keys.app(retired.value));
+  return owner.value ? { app: owner.value, current: false } : null;
+}
+
+/**
  * The owner's return URL, checked: absolute https, or http on localhost for development; no
  * credentials. The page only ever links to the stored value, so this is the whole open-redirect
  * defence.

@@ -202,7 +202,8 @@ export async function renameApp(kv: Deno.Kv, appId: string, name: string): Promi
 
 /**
  * Gives the app a new top-up page address and retires the old one in the same commit, for when the
- * old address leaked.
+ * old address leaked. The retired address is remembered for its app: buyers who paid through it
+ * hold receipt links under it.
  */
 export async function rotateTopUpToken(kv: Deno.Kv, appId: string): Promise<AppRecord> {
   for (;;) {
@@ -213,6 +214,7 @@ export async function rotateTopUpToken(kv: Deno.Kv, appId: string): Promise<AppR
       .check(entry)
       .check({ key: keys.appByTopUpToken(app.topUpToken), versionstamp: null })
       .delete(keys.appByTopUpToken(entry.value.topUpToken))
+      .set(keys.appByRetiredTopUpToken(entry.value.topUpToken), appId)
       .set(keys.appByTopUpToken(app.topUpToken), app.id)
       .set(keys.app(appId), app)
       .commit();

@@ -108,7 +108,8 @@ export function receiptPage(
     app: AppRecord;
     entry: LedgerEntry;
     balance: Micros | null;
-    topUpPath: string;
+    /** Absent when the receipt was reached through a replaced address. */
+    topUpPath?: string;
   },
 ): string {
   const date = new Date(entry.createdAt).toISOString().replace("T", " ").slice(0, 16) + " UTC";
@@ -142,7 +143,7 @@ export function receiptPage(
       </p>
       <p class="actions">
         <BackToApp app={app} />
-        <a class="button secondary" href={topUpPath}>Buy more credits</a>
+        {topUpPath && <a class="button secondary" href={topUpPath}>Buy more credits</a>}
       </p>
     </PaymentPage>,
   );
