@@ -11,6 +11,7 @@ import {
   THROTTLE_WINDOW_MS,
 } from "@/lib/accounts/sign_in_throttle.ts";
 import { getWebhookSettings } from "@/lib/webhooks/mod.ts";
+import { createDevPurchase, creditTopUp } from "@/lib/payments/mod.ts";
 import { runAdmin } from "@/scripts/admin.ts";
 import { TEST_EVENTS_PER_MINUTE } from "@/routes/dashboard/webhooks.ts";
 import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
@@ -509,9 +510,26 @@ Deno.test("usage and wallet pages show a request with its exact cost", () =>
     const wallet = await v.page(`/dashboard/apps/${appId}/wallet`);
     assert.ok(wallet.includes(`−$${cost}`) && wallet.includes("+$5.000000"));
     // A credit's reason stands apart from its kind.
-    assert.match(wallet, /Top-up<span class="muted"> — Top-up of 1\.000000 USD via test checkout/);
+    assert.match(wallet, /Top-up<span class="muted"> — via Stripe Checkout/);
     const overview = await v.page(`/dashboard/apps/${appId}`);
     assert.ok(overview.includes("tollbooth/echo") && overview.includes(`$${cost}`));
+  }));
+
+Deno.test("the wallet ledger names a top-up once, with the payment reference its buyer's receipt shows", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("ada@example.com");
+    const { appId } = await v.createApp("app");
+    const purchase = await createDevPurchase(s.kv, appId, 25_000_000);
+    await creditTopUp(s.wallets, appId, {
+      source: "dev",
+      reference: purchase.id,
+      amount: purchase.amount,
+    });
+    const wallet = await v.page(`/dashboard/apps/${appId}/wallet`);
+    assert.match(wallet, /Top-up<span class="muted"> — via test checkout \(development\)<\/span>/);
+    assert.doesNotMatch(wallet, /Top-up of 25/);
+    assert.ok(wallet.includes(`Reference <code>${purchase.id}</code>`));
   }));
 
 Deno.test("the usage page shows cached, cache-write and reasoning tokens under the counts", () =>

@@ -18,6 +18,7 @@ export {
   findDevPurchase,
   findTopUpEntry,
   hasRoomForTopUp,
+  paymentMethodName,
   paymentMode,
   paymentSourceOf,
   TOP_UP_AMOUNTS_USD,

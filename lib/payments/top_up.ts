@@ -154,6 +154,11 @@ export function paymentSourceOf(reference: string): PaymentSource | null {
   return null;
 }
 
+/** How a payment was made, in the owner's words. */
+export function paymentMethodName(source: PaymentSource): string {
+  return source === "stripe" ? "Stripe Checkout" : "test checkout (development)";
+}
+
 /** Credits a paid purchase once: a second call with the same payment changes nothing. */
 export function creditTopUp(
   wallets: Wallets,
@@ -163,11 +168,10 @@ export function creditTopUp(
   if (!isTopUpAmount(payment.amount)) {
     throw new RangeError(`${payment.amount} micro-USD is not a top-up amount`);
   }
-  const via = payment.source === "stripe" ? "Stripe Checkout" : "test checkout (development)";
   return wallets.credit(appId, {
     amount: payment.amount,
     kind: "top_up",
-    reason: `Top-up of ${formatUsd(payment.amount)} USD via ${via}`,
+    reason: `Top-up of ${formatUsd(payment.amount)} USD via ${paymentMethodName(payment.source)}`,
     reference: payment.reference,
     marker: paymentMarker(payment.source, payment.reference),
   });

@@ -1,6 +1,7 @@
-import type { AppRecord, WalletRecord } from "@/lib/db.ts";
+import type { AppRecord, LedgerEntry, WalletRecord } from "@/lib/db.ts";
 import type { Micros } from "@/lib/core/mod.ts";
 import { creditedOf, takesBack, type WalletActivity } from "@/lib/billing/mod.ts";
+import { paymentMethodName, paymentSourceOf } from "@/lib/payments/mod.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import { TopUpLink, type TopUpSettingsRefusal } from "./top_up_link.tsx";
@@ -15,6 +16,30 @@ const CREDIT_LABELS = {
   refund_reversed: "Refund failed: given back",
   chargeback_reversed: "Dispute won: chargeback given back",
 };
+
+/**
+ * A credit's kind and reason, and its payment reference: the one a buyer's receipt shows, so an
+ * owner can find a buyer's payment. A top-up's stored reason repeats its kind and amount, so only
+ * how it was paid is said.
+ */
+function CreditDescription({ entry }: { entry: LedgerEntry }) {
+  const label = CREDIT_LABELS[entry.kind];
+  const source = entry.kind === "top_up" && entry.reference
+    ? paymentSourceOf(entry.reference)
+    : null;
+  const detail = source ? `via ${paymentMethodName(source)}` : entry.reason;
+  return (
+    <>
+      {label}
+      {detail !== label && <span class="muted">{` — ${detail}`}</span>}
+      {entry.reference && (
+        <span class="ledger-reference muted small">
+          Reference <code>{entry.reference}</code>
+        </span>
+      )}
+    </>
+  );
+}
 
 /** GET /dashboard/apps/:id/wallet */
 export function walletPage(
@@ -92,10 +117,7 @@ export function walletPage(
                         <When ms={a.at} />
                       </td>
                       <td data-label="What">
-                        {CREDIT_LABELS[a.entry.kind]}
-                        {a.entry.reason !== CREDIT_LABELS[a.entry.kind] && (
-                          <span class="muted">{` — ${a.entry.reason}`}</span>
-                        )}
+                        <CreditDescription entry={a.entry} />
                       </td>
                       {takesBack(a.entry.kind)
                         ? <td class="num" data-label="Amount">−{usd(a.entry.amount)}</td>
