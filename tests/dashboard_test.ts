@@ -1479,6 +1479,33 @@ Deno.test("the keys tab is paged newest first with Next and Previous links, ever
     }
   }));
 
+Deno.test("the spend-caps card shows what a capped key spent in each cap's period and what is left", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("caps@example.com");
+    const { appId, apiKey } = await v.createApp("capped");
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(
+      await v.page(`/dashboard/apps/${appId}/keys`),
+    )![1];
+    const saved = await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, {
+      _csrf: await v.csrf(),
+      total: "1",
+      daily: "0.5",
+      monthly: "",
+    });
+    assert.equal(saved.status, 303);
+    const chat = await s.chat(apiKey, { model: "tollbooth/echo", messages: userMessage("hi") });
+    const cost = Number(chat.headers.get("tollbooth-request-cost"));
+    await chat.body?.cancel();
+    await s.wallets.drain();
+    const usd = (n: number) => `$${n.toFixed(6)}`;
+    const page = await v.page(`/dashboard/apps/${appId}/keys`);
+    assert.ok(page.includes(`${usd(cost)} spent in all · ${usd(1 - cost)} left`), page);
+    assert.ok(page.includes(`${usd(cost)} spent today · ${usd(0.5 - cost)} left`));
+    // No monthly cap: what was spent this month, and nothing said to be left.
+    assert.match(page, new RegExp(`\\${usd(cost)} spent this month</span>`));
+  }));
+
 Deno.test("keys of one name are told apart in the spend-caps card by their prefixes", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);

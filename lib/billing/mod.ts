@@ -40,6 +40,7 @@ export {
   cappedKeyIds,
   getSpendCaps,
   getSpendCounter,
+  keySpendCounters,
   setSpendCaps,
   spendCapRefusal,
   validCaps,

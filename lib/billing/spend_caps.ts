@@ -279,6 +279,28 @@ export async function getSpendCounter(
 }
 
 /**
+ * The spend counters of these keys as of `now`, for the owner to see what each spent against its
+ * caps and what is left; a key whose spending was never counted (never capped) has none.
+ */
+export async function keySpendCounters(
+  kv: Deno.Kv,
+  appId: string,
+  record: SpendCapsRecord,
+  keyIds: string[],
+  now = Date.now(),
+): Promise<Map<string, SpendCounter>> {
+  const entries = await getManyChunked<SpendCounter>(
+    kv,
+    keyIds.map((id) => keys.spendCounter(appId, "key", record.keys[id]?.counter ?? id)),
+  );
+  const counters = new Map<string, SpendCounter>();
+  entries.forEach((entry, i) => {
+    if (entry.value) counters.set(keyIds[i], currentCounter(entry.value, now));
+  });
+  return counters;
+}
+
+/**
  * What a rotation does to the app's caps: the replacement takes the old key's caps and counts on
  * its counter (spend so far, and holds of the old key's requests still in flight). A key without
  * caps but with a counter (its cap was removed) passes the counter on, so a cap set again counts

@@ -21,6 +21,7 @@ import {
   dailySpend,
   getRateLimits,
   getSpendCaps,
+  keySpendCounters,
   LimitAboveCeilingError,
   MAX_LIMIT,
   mergedActivity,
@@ -318,7 +319,14 @@ export function dashboardRoutes(
       newer: !newerThanPage ? null : first ? `${base}ending_before=${first}` : base,
       older: olderThanPage && last ? `${base}starting_after=${last}` : null,
     };
-    return keysPage(session(c), app, page.data, { refused, caps: record, capKeys, pager });
+    const spent = await keySpendCounters(kv, app.id, record, capKeys.map((k) => k.id));
+    return keysPage(session(c), app, page.data, {
+      refused,
+      caps: record,
+      capKeys,
+      spent,
+      pager,
+    });
   }
 
   r.get("/apps/:appId/keys", async (c) => {

@@ -535,6 +535,40 @@ Deno.test("browser: at 375 px a 60-character key name, a long end-user id and th
     await shot(page, "docs-phone");
   }));
 
+Deno.test("browser: at 1280 px a 60-character key name wraps, its Rotate and Revoke stay in the card, and the spend-caps fields line up from key to key", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({ baseURL: base, viewport: { width: 1280, height: 900 } });
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Desk");
+    await openKeysTab(page);
+    const keyName = "K".repeat(60);
+    await page.getByLabel("Key name").fill(keyName);
+    await page.getByRole("button", { name: "Create key" }).click();
+    await page.getByRole("button", { name: "I have saved it" }).click();
+    await page.getByRole("button", { name: `Save caps of ${keyName}` }).waitFor();
+
+    const card = (await page.locator(".card", { has: page.locator("table") }).first()
+      .boundingBox())!;
+    for (const action of ["Rotate", "Revoke"]) {
+      const box = (await page.getByRole("button", { name: `${action} key ${keyName}` })
+        .boundingBox())!;
+      assert.ok(
+        box.x >= card.x && box.x + box.width <= card.x + card.width,
+        `${action} inside the keys card: ${JSON.stringify({ box, card })}`,
+      );
+    }
+    const forms = page.locator("form.caps-form");
+    assert.equal(await forms.count(), 3, "two keys and the end users");
+    const columns = (form: number) =>
+      forms.nth(form).locator("input[inputmode], button").evaluateAll((els) =>
+        els.map((el) => Math.round(el.getBoundingClientRect().x))
+      );
+    const first = await columns(0);
+    assert.equal(first.length, 4);
+    for (const form of [1, 2]) assert.deepEqual(await columns(form), first, `form ${form}`);
+    await shot(page, "keys-long-name-desktop");
+  }));
+
 Deno.test("browser: I have saved it, after a key made on the answer to a refused form, fetches the keys tab with a GET", () =>
   withBrowser(async (browser, base) => {
     const page = await browser.newPage({ baseURL: base });

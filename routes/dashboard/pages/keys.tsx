@@ -2,7 +2,7 @@ import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import type { ApiKeyRecord, AppRecord } from "@/lib/db.ts";
 import type { ApiKeyReveal, Session } from "@/lib/accounts/mod.ts";
-import type { SpendCapsRecord } from "@/lib/db.ts";
+import type { SpendCapsRecord, SpendCounter } from "@/lib/db.ts";
 import { type CapsRefusal, SpendCapsCard } from "./spend_caps.tsx";
 import { renderPage } from "@/routes/render.ts";
 import { AppHeader, appPath, formAnchor, Page, SECRET_CARD_ID, When } from "./shared.tsx";
@@ -85,7 +85,7 @@ function KeyHeaderCells() {
 function KeyCells({ k }: { k: KeyRow }) {
   return (
     <>
-      <td data-label="Name">{k.name}</td>
+      <td data-label="Name" class="key-name">{k.name}</td>
       <td data-label="Key">
         <code>{k.prefix}…</code>
       </td>
@@ -116,6 +116,8 @@ export function keysPage(
     caps: SpendCapsRecord;
     /** The live keys the caps card has a form for, newest first. */
     capKeys: ApiKeyRecord[];
+    /** What each of `capKeys` spent under its caps, for those whose spending is counted. */
+    spent: Map<string, SpendCounter>;
     pager: KeysPager;
   },
 ) {
@@ -214,6 +216,7 @@ export function keysPage(
         session={session}
         app={app}
         capKeys={view.capKeys}
+        spent={view.spent}
         paged={Boolean(pager.newer || pager.older)}
         caps={view.caps}
         refused={view.refused.caps}

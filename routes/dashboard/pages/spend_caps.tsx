@@ -1,6 +1,12 @@
-import type { ApiKeyRecord, AppRecord, SpendCaps, SpendCapsRecord } from "@/lib/db.ts";
+import type {
+  ApiKeyRecord,
+  AppRecord,
+  SpendCaps,
+  SpendCapsRecord,
+  SpendCounter,
+} from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
-import { formatUsd } from "@/lib/core/mod.ts";
+import { formatUsd, type Micros } from "@/lib/core/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { appPath, formAnchor } from "./shared.tsx";
 
@@ -9,6 +15,18 @@ const FIELDS = [
   ["daily", "Per UTC day"],
   ["monthly", "Per UTC month"],
 ] as const;
+
+/** What a counter has spent in each cap's window: in all, today (UTC), this month (UTC). */
+const SPENT_IN: Record<CapField, (counter: SpendCounter) => Micros> = {
+  total: (c) => c.total,
+  daily: (c) => c.daySpent,
+  monthly: (c) => c.monthSpent,
+};
+const WINDOW_NAMES: Record<CapField, string> = {
+  total: "in all",
+  daily: "today",
+  monthly: "this month",
+};
 
 export const CAP_FIELDS = FIELDS.map(([name]) => name);
 type CapField = (typeof CAP_FIELDS)[number];
@@ -22,43 +40,77 @@ export interface CapsRefusal {
   typed: Record<CapField, string>;
 }
 
+/**
+ * Spent in a cap's window and what is left under it; requests in flight hold part of a cap until
+ * they settle, so they count against what is left. Nothing when spending is not counted.
+ */
+function CapUsage(
+  { cap, name, counter, id }: {
+    cap: Micros | null | undefined;
+    name: CapField;
+    counter: SpendCounter | undefined;
+    id: string;
+  },
+) {
+  if (!counter) return null;
+  const spent = SPENT_IN[name](counter);
+  const left = cap == null ? null : Math.max(0, cap - spent - counter.held);
+  return (
+    <span class="cap-usage muted small" id={id}>
+      ${formatUsd(spent)} spent {WINDOW_NAMES[name]}
+      {left !== null && <>{` · $${formatUsd(left)} left`}</>}
+      {left !== null && counter.held > 0 && <>{` ($${formatUsd(counter.held)} held)`}</>}
+    </span>
+  );
+}
+
 function CapFields(
-  { caps, typed, label, invalid }: {
+  { caps, typed, label, invalid, counter, idPrefix }: {
     caps: SpendCaps | null | undefined;
     typed: Record<CapField, string> | undefined;
     label: string;
     /** The props of the field a refusal concerns. */
     invalid: { field: CapField; props: Record<string, unknown> } | undefined;
+    counter: SpendCounter | undefined;
+    idPrefix: string;
   },
 ) {
   return (
     <>
-      {FIELDS.map(([name, title]) => (
-        <label key={name}>
-          {title} (USD)
-          <input
-            name={name}
-            inputMode="decimal"
-            placeholder="no cap"
-            aria-label={`${label}: ${title.toLowerCase()} cap in USD`}
-            value={typed ? typed[name] : caps?.[name] != null ? formatUsd(caps[name]!) : ""}
-            {...(invalid?.field === name ? invalid.props : {})}
-          />
-        </label>
-      ))}
+      {FIELDS.map(([name, title]) => {
+        const usageId = `${idPrefix}-${name}-usage`;
+        const refusal = invalid?.field === name ? invalid.props : {};
+        const described = [refusal["aria-describedby"], counter && usageId].filter(Boolean);
+        return (
+          <label key={name}>
+            {title} (USD)
+            <input
+              name={name}
+              inputMode="decimal"
+              placeholder="no cap"
+              aria-label={`${label}: ${title.toLowerCase()} cap in USD`}
+              value={typed ? typed[name] : caps?.[name] != null ? formatUsd(caps[name]!) : ""}
+              {...refusal}
+              aria-describedby={described.length ? described.join(" ") : undefined}
+            />
+            <CapUsage cap={caps?.[name]} name={name} counter={counter} id={usageId} />
+          </label>
+        );
+      })}
     </>
   );
 }
 
 /** One caps form; a refused one comes back with its alert at its top and the values typed. */
 function CapsForm(
-  { session, action, target, owner, label, caps, refused, button }: {
+  { session, action, target, owner, label, caps, counter, refused, button }: {
     session: Session;
     action: string;
     target: string;
     owner: string;
     label: string;
     caps: SpendCaps | null | undefined;
+    counter?: SpendCounter;
     refused?: CapsRefusal;
     button: string;
   },
@@ -66,7 +118,7 @@ function CapsForm(
   const mine = refused?.target === target ? refused : undefined;
   const form = formAnchor(`caps-${target}`, mine);
   return (
-    <form method="post" action={action} class="row-form" id={form.id}>
+    <form method="post" action={action} class="caps-form" id={form.id}>
       {form.alert}
       <CsrfField session={session} />
       <strong class="cap-owner">{owner}</strong>
@@ -75,8 +127,10 @@ function CapsForm(
         typed={mine?.typed}
         label={label}
         invalid={mine && { field: mine.field, props: form.invalidField }}
+        counter={counter}
+        idPrefix={form.id}
       />
-      <button type="submit" class="button secondary small">{button}</button>
+      <button type="submit" class="button secondary small" aria-label={button}>Save caps</button>
     </form>
   );
 }
@@ -86,10 +140,12 @@ function CapsForm(
  * other live keys), and one for each end user of the app.
  */
 export function SpendCapsCard(
-  { session, app, capKeys, paged, caps, refused }: {
+  { session, app, capKeys, spent, paged, caps, refused }: {
     session: Session;
     app: AppRecord;
     capKeys: ApiKeyRecord[];
+    /** What each key spent under its caps, for those whose spending is counted. */
+    spent: Map<string, SpendCounter>;
     /** The keys tab is one of several pages: a key without a cap is listed on its own page only. */
     paged: boolean;
     caps: SpendCapsRecord;
@@ -103,7 +159,9 @@ export function SpendCapsCard(
         A key or end user over a cap gets 402 (<code>key_spend_cap_exceeded</code>,{" "}
         <code>user_spend_cap_exceeded</code>) while the wallet keeps its money for the others.
         Requests in flight count against a cap until they are settled, so a burst cannot pass it.
-        Spending counts from when a cap is first set; leave a field empty for no cap.
+        Spending counts from when a cap is first set; leave a field empty for no cap. Under a key's
+        caps: what it spent in each cap's period (in all, the current UTC day, the current UTC
+        month) and what is left.
       </p>
       {paged && (
         <p class="muted">
@@ -122,6 +180,7 @@ export function SpendCapsCard(
             owner={key}
             label={`Key ${key}`}
             caps={caps.keys[k.id]}
+            counter={spent.get(k.id)}
             refused={refused}
             button={`Save caps of ${key}`}
           />
