@@ -326,13 +326,70 @@ Deno.test("revoking a key from a later page of keys goes back to that page; from
     const fromLater = await v.post(`${keysPath}/${keyId}/revoke`, { _csrf: await v.csrf() }, {
       referer: `${PUBLIC_URL}${later}`,
     });
-    assert.equal(fromLater.headers.get("location"), later);
+    assert.equal(fromLater.headers.get("location"), `${later}&saved=revoked`);
     for (const referer of ["https://elsewhere.example/x", `${PUBLIC_URL}/dashboard`, "nonsense"]) {
       const res = await v.post(`${keysPath}/${keyId}/revoke`, { _csrf: await v.csrf() }, {
         referer,
       });
-      assert.equal(res.headers.get("location"), keysPath, referer);
+      assert.equal(res.headers.get("location"), `${keysPath}?saved=revoked`, referer);
     }
+  }));
+
+Deno.test("each dashboard save says so, role=status, on the tab its form was on", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("saves@example.com");
+    const { appId } = await v.createApp("app");
+    const app = `/dashboard/apps/${appId}`;
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(await v.page(`${app}/keys`))![1];
+    const saves: [string, Record<string, string>, string, RegExp][] = [
+      [`${app}/keys/${keyId}/spend-cap`, { total: "5" }, `${app}/keys`, /Spend caps saved\./],
+      [`${app}/end-user-spend-cap`, { daily: "1" }, `${app}/keys`, /Spend caps saved\./],
+      [`${app}/top-up-settings`, { from: "overview" }, app, /Top-up page settings saved\./],
+      [`${app}/top-up-settings`, { from: "wallet" }, `${app}/wallet`, /Top-up page settings saved/],
+      [`${app}/top-up-link`, { from: "overview" }, app, /The top-up page has a new address/],
+      [`${app}/top-up-link`, { from: "wallet" }, `${app}/wallet`, /The top-up page has a new/],
+      [`${app}/limits`, { rpm: "10" }, app, /Rate limits saved\./],
+      [`${app}/rename`, { name: "renamed" }, app, /App renamed\./],
+      [
+        `${app}/webhooks`,
+        { url: HOOK_URL, threshold: "2" },
+        `${app}/webhooks`,
+        /Webhook settings saved\./,
+      ],
+      [`${app}/webhooks/delete`, {}, `${app}/webhooks`, /Webhook endpoint removed\./],
+      [`${app}/keys/${keyId}/revoke`, {}, `${app}/keys`, /Key revoked/],
+    ];
+    // The first endpoint saved makes a signing secret, shown on its own page: saves after it do not.
+    const first = await v.post(`${app}/webhooks`, { _csrf: await v.csrf(), url: HOOK_URL });
+    await first.body?.cancel();
+    for (const [path, fields, tab, message] of saves) {
+      const res = await v.post(path, { _csrf: await v.csrf(), ...fields });
+      assert.equal(res.status, 303, path);
+      await res.body?.cancel();
+      const location = res.headers.get("location")!;
+      assert.equal(new URL(location, PUBLIC_URL).pathname, tab, path);
+      const html = await v.page(location);
+      assert.match(html, new RegExp(`<p class="saved" role="status">${message.source}`), path);
+      // Said once: the same tab opened again says nothing.
+      assert.doesNotMatch(await v.page(tab), /class="saved"/, path);
+    }
+  }));
+
+Deno.test("a refused top-up page setting comes back on the tab it was sent from", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("saves@example.com");
+    const { appId } = await v.createApp("app");
+    const res = await v.post(`/dashboard/apps/${appId}/top-up-settings`, {
+      _csrf: await v.csrf(),
+      from: "overview",
+      return_url: "ftp://nope",
+    });
+    assert.equal(res.status, 400);
+    const html = await res.text();
+    assert.match(html, /aria-current="page">Overview</);
+    assert.match(html, /role="alert"/);
   }));
 
 Deno.test("without JavaScript, creating a key shows it once on its own page", () =>

@@ -55,6 +55,7 @@ import { parseFormInteger } from "@/routes/forms.ts";
 import { appsPage } from "./pages/apps.tsx";
 import { keyIssuedPage, type KeyRefusal, keyShownPage, keysPage } from "./pages/keys.tsx";
 import { CAP_FIELDS, type CapsRefusal } from "./pages/spend_caps.tsx";
+import { savedOf, savedPath } from "./pages/shared.tsx";
 import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
@@ -256,7 +257,8 @@ export function dashboardRoutes(
 
   r.get("/apps/:appId", async (c) => {
     const app = c.get("app");
-    return c.html(overviewPage(session(c), await overview(app)));
+    const saved = savedOf(c.req.query("saved"));
+    return c.html(overviewPage(session(c), { ...await overview(app), saved }));
   });
 
   r.post("/apps/:appId/rename", async (c) => {
@@ -271,13 +273,17 @@ export function dashboardRoutes(
       };
       return c.html(overviewPage(session(c), { ...await overview(app), renameRefused }), 400);
     }
-    return c.redirect(`/dashboard/apps/${app.id}#rename`, 303);
+    return c.redirect(savedPath(`/dashboard/apps/${app.id}`, "rename", "rename"), 303);
   });
+
+  /** The tab a top-up page form was posted from (it is on two): the owner goes back there. */
+  const topUpFormPage = (c: Context<DashboardEnv>, app: AppRecord) =>
+    c.get("form").from === "overview" ? `/dashboard/apps/${app.id}` : walletPath(app);
 
   r.post("/apps/:appId/top-up-link", async (c) => {
     const app = c.get("app");
     await rotateTopUpToken(kv, app.id);
-    return c.redirect(walletPath(app), 303);
+    return c.redirect(savedPath(topUpFormPage(c, app), "top-up-address", "top-up-page"), 303);
   });
 
   /**
@@ -326,6 +332,7 @@ export function dashboardRoutes(
       capKeys,
       spent,
       pager,
+      saved: savedOf(c.req.query("saved")),
     });
   }
 
@@ -373,7 +380,7 @@ export function dashboardRoutes(
       }
     }
     await setSpendCaps(kv, app.id, target, caps);
-    return c.redirect(`/dashboard/apps/${app.id}/keys#spend-caps`, 303);
+    return c.redirect(savedPath(`/dashboard/apps/${app.id}/keys`, "caps", "spend-caps"), 303);
   }
 
   r.post("/apps/:appId/keys/:keyId/spend-cap", async (c) => {
@@ -440,7 +447,7 @@ export function dashboardRoutes(
     const key = await ownedKey(c, app);
     if (!key) return notFound(c);
     await revokeKey(kv, key.id);
-    return c.redirect(sameKeysPage(c.req.header("referer"), app.id), 303);
+    return c.redirect(savedPath(sameKeysPage(c.req.header("referer"), app.id), "revoked"), 303);
   });
 
   r.post("/apps/:appId/keys/:keyId/rotate", async (c) => {
@@ -533,7 +540,8 @@ export function dashboardRoutes(
       return c.redirect(walletPath(app, ours), 303);
     }
     try {
-      return c.html(walletPage(session(c), await walletView(app, ours)));
+      const saved = savedOf(c.req.query("saved"));
+      return c.html(walletPage(session(c), { ...await walletView(app, ours), saved }));
     } catch (error) {
       if (!(error instanceof UnknownCursorError)) throw error;
       const known = {
@@ -561,9 +569,12 @@ export function dashboardRoutes(
         returnUrl: form.return_url ?? "",
         showBalance: form.show_balance === "on",
       };
+      if (form.from === "overview") {
+        return c.html(overviewPage(session(c), { ...await overview(app), topUpRefused }), 400);
+      }
       return c.html(walletPage(session(c), { ...await walletView(app), topUpRefused }), 400);
     }
-    return c.redirect(`${walletPath(app)}#top-up-page`, 303);
+    return c.redirect(savedPath(topUpFormPage(c, app), "top-up-settings", "top-up-page"), 303);
   });
 
   r.post("/apps/:appId/limits", async (c) => {
@@ -602,7 +613,7 @@ export function dashboardRoutes(
       if (!(error instanceof LimitAboveCeilingError)) throw error;
       return await refuse(error.message, error.limit);
     }
-    return c.redirect(`/dashboard/apps/${app.id}#rate-limits`, 303);
+    return c.redirect(savedPath(`/dashboard/apps/${app.id}`, "rate-limits", "rate-limits"), 303);
   });
 
   return r;

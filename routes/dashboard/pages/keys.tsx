@@ -5,7 +5,16 @@ import type { ApiKeyReveal, Session } from "@/lib/accounts/mod.ts";
 import type { SpendCapsRecord, SpendCounter } from "@/lib/db.ts";
 import { type CapsRefusal, SpendCapsCard } from "./spend_caps.tsx";
 import { renderPage } from "@/routes/render.ts";
-import { AppHeader, appPath, formAnchor, Page, SECRET_CARD_ID, When } from "./shared.tsx";
+import {
+  AppHeader,
+  appPath,
+  formAnchor,
+  Page,
+  type Saved,
+  SavedNotice,
+  SECRET_CARD_ID,
+  When,
+} from "./shared.tsx";
 
 export type KeyRow = ApiKeyRecord & { lastUsedAt: number | null };
 
@@ -119,6 +128,7 @@ export function keysPage(
     /** What each of `capKeys` spent under its caps, for those whose spending is counted. */
     spent: Map<string, SpendCounter>;
     pager: KeysPager;
+    saved?: Saved;
   },
 ) {
   const live = keyRows.filter((k) => k.revokedAt === null);
@@ -153,6 +163,7 @@ export function keysPage(
           new key right away, requests with the old one are refused from that moment.{" "}
           <strong>Revoke</strong> stops a key at its very next request.
         </p>
+        <SavedNotice saved={view.saved} shows={["revoked"]} />
         {live.length === 0
           ? (
             <p>
@@ -220,6 +231,7 @@ export function keysPage(
         paged={Boolean(pager.newer || pager.older)}
         caps={view.caps}
         refused={view.refused.caps}
+        saved={view.saved}
       />
       {revoked.length > 0 && (
         <section class="card">

@@ -1,7 +1,7 @@
 import { CsrfField } from "@/components/CsrfField.tsx";
 import type { ApiKeyRecord, AppRecord, RateLimits } from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
-import { appPath, formAnchor } from "./shared.tsx";
+import { appPath, formAnchor, type Saved, SavedNotice } from "./shared.tsx";
 
 const LIMIT_FIELDS = [
   { name: "rpm", label: "Requests per minute" },
@@ -30,11 +30,12 @@ const perMinute = (limits: RateLimits) =>
 
 /** The overview's card that sets the app's rate limits. */
 export function RateLimitsCard(
-  { session, app, limits, refused }: {
+  { session, app, limits, refused, saved }: {
     session: Session;
     app: AppRecord;
     limits: AppLimits;
     refused?: LimitsRefusal;
+    saved?: Saved;
   },
 ) {
   const custom = (name: "rpm" | "tpm") =>
@@ -67,6 +68,7 @@ export function RateLimitsCard(
           .toLocaleString("en-US")} and {limits.defaults.tpm.toLocaleString("en-US")}).
       </p>
       {form.alert}
+      <SavedNotice saved={saved} shows={["rate-limits"]} />
       <form method="post" action={`${appPath(app)}/limits`} class="row-form">
         <CsrfField session={session} />
         {LIMIT_FIELDS.map(({ name, label }) => (

@@ -6,8 +6,17 @@ import type { DaySpend, ModelSpend } from "@/lib/billing/mod.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import { type AppLimits, type LimitsRefusal, RateLimitsCard } from "./limits.tsx";
-import { TopUpLink } from "./top_up_link.tsx";
-import { AppHeader, appPath, Balances, formAnchor, Page, usd } from "./shared.tsx";
+import { TopUpLink, type TopUpSettingsRefusal } from "./top_up_link.tsx";
+import {
+  AppHeader,
+  appPath,
+  Balances,
+  formAnchor,
+  Page,
+  type Saved,
+  SavedNotice,
+  usd,
+} from "./shared.tsx";
 
 /** GET /dashboard/apps/:id — money at a glance. */
 export function overviewPage(
@@ -21,6 +30,8 @@ export function overviewPage(
     limits: AppLimits;
     renameRefused?: { error: string; name: string };
     limitsRefused?: LimitsRefusal;
+    topUpRefused?: TopUpSettingsRefusal;
+    saved?: Saved;
   },
 ) {
   const { app, wallet } = view;
@@ -59,16 +70,25 @@ export function overviewPage(
           </table>
         )}
       </section>
-      <TopUpLink session={session} app={app} url={view.topUpUrl} />
+      <TopUpLink
+        session={session}
+        app={app}
+        url={view.topUpUrl}
+        on="overview"
+        refused={view.topUpRefused}
+        saved={view.saved}
+      />
       <RateLimitsCard
         session={session}
         app={app}
         limits={view.limits}
         refused={view.limitsRefused}
+        saved={view.saved}
       />
       <section class="card" id={rename.id}>
         <h2>Rename</h2>
         {rename.alert}
+        <SavedNotice saved={view.saved} shows={["rename"]} />
         <form method="post" action={`${appPath(app)}/rename`} class="row-form">
           <CsrfField session={session} />
           <label>

@@ -36,6 +36,40 @@ export function Page(
   );
 }
 
+/**
+ * What a dashboard form did, named in the address its post redirects to (`?saved=`) and said once
+ * on that page beside the form: a save that only reloaded the page told the owner nothing.
+ */
+export const SAVED_MESSAGES = {
+  caps: "Spend caps saved.",
+  revoked: "Key revoked: it is refused from its next request.",
+  "top-up-settings": "Top-up page settings saved.",
+  "top-up-address": "The top-up page has a new address. The old one no longer opens it.",
+  "rate-limits": "Rate limits saved.",
+  rename: "App renamed.",
+  webhook: "Webhook settings saved.",
+  "webhook-removed": "Webhook endpoint removed.",
+} as const;
+export type Saved = keyof typeof SAVED_MESSAGES;
+
+/** The `?saved=` of a page's address, if it is one of ours. */
+export function savedOf(query: string | undefined): Saved | undefined {
+  return query !== undefined && Object.hasOwn(SAVED_MESSAGES, query) ? query as Saved : undefined;
+}
+
+/** `path` (with any query it has) saying `saved`, then the fragment of the form's card. */
+export function savedPath(path: string, saved: Saved, fragment?: string): string {
+  const url = new URL(path, "http://dashboard.invalid");
+  url.searchParams.set("saved", saved);
+  return `${url.pathname}${url.search}${fragment ? `#${fragment}` : ""}`;
+}
+
+/** The confirmation of `saved`, where the page shows one of `shows`. */
+export function SavedNotice({ saved, shows }: { saved?: Saved; shows: Saved[] }) {
+  if (!saved || !shows.includes(saved)) return null;
+  return <p class="saved" role="status">{SAVED_MESSAGES[saved]}</p>;
+}
+
 export function Alert({ error, id }: { error?: string; id?: string }) {
   return error ? <p class="alert" role="alert" id={id}>{error}</p> : null;
 }

@@ -8,7 +8,7 @@ import type {
 import type { Session } from "@/lib/accounts/mod.ts";
 import { formatUsd, type Micros } from "@/lib/core/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
-import { appPath, formAnchor } from "./shared.tsx";
+import { appPath, formAnchor, type Saved, SavedNotice } from "./shared.tsx";
 
 const FIELDS = [
   ["total", "Total"],
@@ -140,7 +140,7 @@ function CapsForm(
  * other live keys), and one for each end user of the app.
  */
 export function SpendCapsCard(
-  { session, app, capKeys, spent, paged, caps, refused }: {
+  { session, app, capKeys, spent, paged, caps, refused, saved }: {
     session: Session;
     app: AppRecord;
     capKeys: ApiKeyRecord[];
@@ -150,6 +150,7 @@ export function SpendCapsCard(
     paged: boolean;
     caps: SpendCapsRecord;
     refused?: CapsRefusal;
+    saved?: Saved;
   },
 ) {
   return (
@@ -163,6 +164,7 @@ export function SpendCapsCard(
         caps: what it spent in each cap's period (in all, the current UTC day, the current UTC
         month) and what is left.
       </p>
+      <SavedNotice saved={saved} shows={["caps"]} />
       {paged && (
         <p class="muted">
           Listed here: every key with a cap, whatever its page, and this page's other keys. To cap a

@@ -2,7 +2,7 @@ import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import type { AppRecord } from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
-import { appPath, formAnchor } from "./shared.tsx";
+import { appPath, formAnchor, type Saved, SavedNotice } from "./shared.tsx";
 
 export interface TopUpSettingsRefusal {
   error: string;
@@ -12,14 +12,18 @@ export interface TopUpSettingsRefusal {
 
 /** The top-up page's address and settings, on the overview and the wallet tab. */
 export function TopUpLink(
-  { session, app, url, refused }: {
+  { session, app, url, on, refused, saved }: {
     session: Session;
     app: AppRecord;
     url: string;
+    /** The tab it is on: its forms bring the owner back there. */
+    on: "overview" | "wallet";
     refused?: TopUpSettingsRefusal;
+    saved?: Saved;
   },
 ) {
   const settings = formAnchor("top-up-page", refused);
+  const from = <input type="hidden" name="from" value={on} />;
   return (
     <section class="card" id={settings.id}>
       <h2>Top-up page</h2>
@@ -27,6 +31,7 @@ export function TopUpLink(
         Share this address with your app's users: anyone who has it can add credits to this wallet
         (5, 10, 25 or 50 USD). It is also the <code>top_up_url</code> of the API's 402 errors.
       </p>
+      <SavedNotice saved={saved} shows={["top-up-address"]} />
       <div class="copy-row">
         <input class="mono" readOnly value={url} aria-label="Top-up page address" />
         <Island name="CopyButton" props={{ value: url, label: "Copy link" }} />
@@ -38,6 +43,7 @@ export function TopUpLink(
         data-confirm="Replace the top-up page's address? Every link to the current one stops working."
       >
         <CsrfField session={session} />
+        {from}
         <button type="submit" class="button secondary small">Replace this address</button>
         <span class="muted small">
           If it leaked: the current address stops working and a new one is made.
@@ -45,12 +51,14 @@ export function TopUpLink(
       </form>
       <h3>What your users see</h3>
       {settings.alert}
+      <SavedNotice saved={saved} shows={["top-up-settings"]} />
       <form
         method="post"
         action={`${appPath(app)}/top-up-settings`}
         class="stack"
       >
         <CsrfField session={session} />
+        {from}
         <label>
           Link back to your app (optional)
           <input

@@ -5,7 +5,7 @@ import { paymentMethodName, paymentSourceOf } from "@/lib/payments/mod.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import { TopUpLink, type TopUpSettingsRefusal } from "./top_up_link.tsx";
-import { AppHeader, appPath, Balances, Page, usd, When } from "./shared.tsx";
+import { AppHeader, appPath, Balances, Page, type Saved, usd, When } from "./shared.tsx";
 
 const CREDIT_LABELS = {
   starter: "Starter credits",
@@ -55,6 +55,7 @@ export function walletPage(
     /** Where each link leads; null where there is nothing that way. */
     pager: { newest: string | null; olderCredits: string | null; olderCharges: string | null };
     topUpRefused?: TopUpSettingsRefusal;
+    saved?: Saved;
   },
 ) {
   const { app, wallet, pager } = view;
@@ -91,7 +92,14 @@ export function walletPage(
           total.
         </p>
       )}
-      <TopUpLink session={session} app={app} url={view.topUpUrl} refused={view.topUpRefused} />
+      <TopUpLink
+        session={session}
+        app={app}
+        url={view.topUpUrl}
+        on="wallet"
+        refused={view.topUpRefused}
+        saved={view.saved}
+      />
       <section class="card">
         <h2>{pager.newest ? "Older activity" : "Latest activity"}</h2>
         <p class="muted">

@@ -5,7 +5,17 @@ import { retrySpanText, WEBHOOK_DEFAULTS } from "@/lib/webhooks/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { Island } from "@/components/Island.tsx";
 import { renderPage } from "@/routes/render.ts";
-import { Alert, AppHeader, appPath, formAnchor, Page, SECRET_CARD_ID, When } from "./shared.tsx";
+import {
+  Alert,
+  AppHeader,
+  appPath,
+  formAnchor,
+  Page,
+  type Saved,
+  SavedNotice,
+  SECRET_CARD_ID,
+  When,
+} from "./shared.tsx";
 
 const STATES: Record<WebhookEventRecord["state"], string> = {
   pending: "retrying",
@@ -69,6 +79,7 @@ export function webhooksPage(
     refused?: EndpointRefusal;
     /** Why no test event was sent (too many a minute): said beside its button. */
     testRefused?: string;
+    saved?: Saved;
   },
 ) {
   const { app, settings } = view;
@@ -105,6 +116,7 @@ export function webhooksPage(
           {WEBHOOK_DEFAULTS.maxAttempts} attempts in all over {retrySpanText()}.
         </p>
         {endpoint.alert}
+        <SavedNotice saved={view.saved} shows={["webhook", "webhook-removed"]} />
         <form method="post" action={base} class="stack">
           <CsrfField session={session} />
           <label>
