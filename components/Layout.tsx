@@ -7,9 +7,16 @@ export interface LayoutProps {
   nav?: ComponentChildren;
   /** Pages with islands load the client bundle; the others ship no JavaScript. */
   islands?: boolean;
+  /**
+   * Who reads the page: developers get the site's navigation; the buyers on an app's hosted
+   * top-up pages are that app's end users, for whom models, docs and a dashboard mean nothing.
+   */
+  audience?: "developers" | "buyers";
 }
 
-export function Layout({ title, children, nav, islands }: LayoutProps) {
+export function Layout(
+  { title, children, nav, islands, audience = "developers" }: LayoutProps,
+) {
   return (
     <html lang="en">
       <head>
@@ -21,18 +28,29 @@ export function Layout({ title, children, nav, islands }: LayoutProps) {
         {islands && <script type="module" src="/static/build/islands.js" />}
       </head>
       <body>
-        <header class="site-header">
-          <a class="brand" href="/">Tollbooth</a>
-          <nav aria-label="Main">
-            <a href="/models">Models</a>
-            <a href="/docs">Docs</a>
-            <a href="/docs/errors">Errors</a>
-            {nav ?? <a href="/dashboard">Dashboard</a>}
-          </nav>
-        </header>
+        {audience === "buyers"
+          ? (
+            <header class="site-header">
+              <span class="brand">Tollbooth</span>
+              <span class="header-note">Credits for apps</span>
+            </header>
+          )
+          : (
+            <header class="site-header">
+              <a class="brand" href="/">Tollbooth</a>
+              <nav aria-label="Main">
+                <a href="/models">Models</a>
+                <a href="/docs">Docs</a>
+                <a href="/docs/errors">Errors</a>
+                {nav ?? <a href="/dashboard">Dashboard</a>}
+              </nav>
+            </header>
+          )}
         <main>{children}</main>
         <footer class="site-footer">
-          Tollbooth · pay-as-you-go LLM gateway · API version 2026-07-29
+          {audience === "buyers"
+            ? "Tollbooth · prepaid credits for apps"
+            : "Tollbooth · pay-as-you-go LLM gateway · API version 2026-07-29"}
         </footer>
       </body>
     </html>

@@ -56,6 +56,21 @@ Deno.test("the top-up page names the app and offers 5, 10, 25 and 50 USD", () =>
     assert.doesNotMatch(html, /<script>|onclick=|onsubmit=/i, "no inline script");
   }));
 
+Deno.test("the hosted top-up pages show buyers no developer navigation (models, docs, dashboard)", () =>
+  withService(DEV, async (s) => {
+    const { topUpToken } = await s.newApp("Story Forge");
+    const { checkoutHtml, receiptPath } = await buyInDevMode(s, topUpToken, "5");
+    const pages: [string, string][] = [["test checkout", checkoutHtml]];
+    for (const path of [`/top-up/${topUpToken}`, receiptPath, "/top-up/nope"]) {
+      pages.push([path, await (await page(s, path)).text()]);
+    }
+    for (const [path, html] of pages) {
+      assert.match(html, /<header class="site-header">/, path);
+      assert.doesNotMatch(html, /aria-label="Main"|href="\/(models|docs|dashboard)/, path);
+      assert.doesNotMatch(html, /LLM gateway|API version/, path);
+    }
+  }));
+
 Deno.test("an unknown or malformed top-up address is a 404 page that changes nothing", () =>
   withService(DEV, async (s) => {
     const { appId } = await s.newApp();

@@ -24,7 +24,7 @@ function PaymentPage(
   { title, children, islands }: { title: string; children: ComponentChildren; islands?: boolean },
 ) {
   return (
-    <Layout title={title} islands={islands}>
+    <Layout title={title} islands={islands} audience="buyers">
       <div class="topup">{children}</div>
     </Layout>
   );
