@@ -40,9 +40,20 @@ function safeNext(next: string | undefined): string {
 interface FormState {
   email?: string;
   error?: string;
+  /** The field the error concerns: marked invalid, described by the error, and focused. */
+  field?: "email" | "password";
   next?: string;
   /** The visitor was sent here by a form sent after its session had ended. */
   unsent?: boolean;
+}
+
+const ERROR_ID = "account-error";
+
+/** As on the dashboard's forms: a refused field comes back marked, described and focused. */
+function invalidIf(state: FormState, field: "email" | "password") {
+  return state.error && state.field === field
+    ? { autofocus: true, "aria-invalid": true, "aria-describedby": ERROR_ID }
+    : {};
 }
 
 function accountPage(kind: "signup" | "signin", state: FormState): string {
@@ -58,7 +69,7 @@ function accountPage(kind: "signup" | "signin", state: FormState): string {
             Each app you create starts with 5.00 USD of credits. No payment card needed.
           </p>
         )}
-        {state.error && <p class="alert" role="alert">{state.error}</p>}
+        {state.error && <p class="alert" role="alert" id={ERROR_ID}>{state.error}</p>}
         {state.unsent && !state.error && (
           <p class="alert" role="status">
             You were signed out, so the form you sent was not saved. Sign in, then send it again.
@@ -74,6 +85,7 @@ function accountPage(kind: "signup" | "signin", state: FormState): string {
               autocomplete="email"
               value={state.email ?? ""}
               maxLength={254}
+              {...invalidIf(state, "email")}
             />
           </label>
           <label>
@@ -85,6 +97,7 @@ function accountPage(kind: "signup" | "signin", state: FormState): string {
               minLength={signup ? PASSWORD_MIN : undefined}
               maxLength={200}
               autocomplete={signup ? "new-password" : "current-password"}
+              {...invalidIf(state, "password")}
             />
             {signup && <small class="muted">At least {PASSWORD_MIN} characters.</small>}
           </label>
@@ -163,7 +176,10 @@ export function accountRoutes(
     } catch (error) {
       await permit.release();
       if (!(error instanceof AccountError)) throw error;
-      return c.html(accountPage("signup", { email, error: error.message }), 400);
+      return c.html(
+        accountPage("signup", { email, error: error.message, field: error.field }),
+        400,
+      );
     }
   });
 
@@ -179,7 +195,16 @@ export function accountRoutes(
     const password = body.password ?? "";
     const next = safeNext(c.req.query("next"));
     const wrong = () =>
-      c.html(accountPage("signin", { email, next, error: "Wrong email or password." }), 401);
+      c.html(
+        // Which of the two was wrong is not said; the password is the one to type again.
+        accountPage("signin", {
+          email,
+          next,
+          error: "Wrong email or password.",
+          field: "password",
+        }),
+        401,
+      );
     // No account has such an address, and it would not fit the throttle's key.
     if (email.length > MAX_EMAIL_CHARS) return wrong();
     const attempt = await beginSignIn(kv, email, addressOf(c), now());

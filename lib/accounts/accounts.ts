@@ -13,7 +13,12 @@ export const PASSWORD_MIN = 10;
 const PASSWORD_MAX = 200;
 const EMAIL_PATTERN = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
-export class AccountError extends Error {}
+/** A refused sign-up, naming the field it concerns so the form can mark and focus it. */
+export class AccountError extends Error {
+  constructor(message: string, readonly field: "email" | "password") {
+    super(message);
+  }
+}
 
 function scryptAsync(
   password: string,
@@ -60,15 +65,18 @@ export function normalizeEmail(email: string): string {
   return email.trim().toLowerCase();
 }
 
-function validateCredentials(email: string, password: string): string | null {
+function validateCredentials(email: string, password: string): AccountError | null {
   if (!EMAIL_PATTERN.test(email) || email.length > MAX_EMAIL_CHARS) {
-    return "Enter a valid email address.";
+    return new AccountError("Enter a valid email address.", "email");
   }
   if (password.length < PASSWORD_MIN) {
-    return `Choose a password of at least ${PASSWORD_MIN} characters.`;
+    return new AccountError(
+      `Choose a password of at least ${PASSWORD_MIN} characters.`,
+      "password",
+    );
   }
   if (password.length > PASSWORD_MAX) {
-    return `A password has at most ${PASSWORD_MAX} characters.`;
+    return new AccountError(`A password has at most ${PASSWORD_MAX} characters.`, "password");
   }
   return null;
 }
@@ -81,7 +89,7 @@ export async function signUp(
 ): Promise<OwnerRecord> {
   const email = normalizeEmail(input.email);
   const problem = validateCredentials(email, input.password);
-  if (problem) throw new AccountError(problem);
+  if (problem) throw problem;
   const owner: OwnerRecord = {
     id: newId("own", now),
     email,
@@ -93,7 +101,9 @@ export async function signUp(
     .set(keys.owner(owner.id), owner)
     .set(keys.ownerByEmail(email), owner.id)
     .commit();
-  if (!result.ok) throw new AccountError("An account with this email already exists. Sign in.");
+  if (!result.ok) {
+    throw new AccountError("An account with this email already exists. Sign in.", "email");
+  }
   return owner;
 }
 
@@ -121,6 +131,6 @@ export async function getOwner(kv: Deno.Kv, ownerId: string): Promise<OwnerRecor
 /** The id of the owner with this email, for operators assigning an app to an account. */
 export async function ownerIdByEmail(kv: Deno.Kv, email: string): Promise<string> {
   const ownerId = (await kv.get<string>(keys.ownerByEmail(normalizeEmail(email)))).value;
-  if (!ownerId) throw new AccountError(`no account with email ${normalizeEmail(email)}`);
+  if (!ownerId) throw new AccountError(`no account with email ${normalizeEmail(email)}`, "email");
   return ownerId;
 }

@@ -452,6 +452,35 @@ Deno.test("browser: a refused form's page opens with the field the refusal conce
     assert.equal(await focusedField(page), "INPUT threshold");
   }));
 
+Deno.test("browser: a refused sign-up or sign-in opens with the field concerned focused and marked invalid", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({ baseURL: base, viewport: { width: 1280, height: 720 } });
+    const invalid = () =>
+      page.evaluate(() =>
+        [...document.querySelectorAll("[aria-invalid=true]")].map((el) =>
+          `${el.getAttribute("name")} ${el.getAttribute("aria-describedby")}`
+        )
+      );
+    await signUp(page, base, "ada@example.com");
+    await page.getByRole("button", { name: "Sign out" }).click();
+
+    await page.goto(`${base}/signup`);
+    await page.getByLabel("Email").fill("ada@example.com");
+    await page.getByLabel("Password").fill(PASSWORD);
+    await page.getByRole("button", { name: "Create account" }).click();
+    await page.getByRole("alert").waitFor();
+    assert.equal(await focusedField(page), "INPUT email");
+    assert.deepEqual(await invalid(), ["email account-error"]);
+
+    await page.goto(`${base}/signin`);
+    await page.getByLabel("Email").fill("ada@example.com");
+    await page.getByLabel("Password").fill("not the password");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("alert").waitFor();
+    assert.equal(await focusedField(page), "INPUT password");
+    assert.deepEqual(await invalid(), ["password account-error"]);
+  }));
+
 Deno.test("browser: in the rotated-key dialog, Copy copies by selection when the Clipboard API refuses, and says Copied only when it did", () =>
   withBrowser(async (browser, base) => {
     const context = await browser.newContext({ baseURL: base });
