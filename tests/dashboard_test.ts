@@ -976,9 +976,12 @@ Deno.test("the usage page groups spend by end user and filters the requests by o
     assert.equal(annRow?.[1], "2");
     const ann = await v.page(`/dashboard/apps/${appId}/usage?user=ann`);
     assert.match(ann, /Requests of end user <strong>ann<\/strong> only/);
-    const rows = ann.slice(ann.indexOf('<table class="usage">'));
-    assert.equal((rows.match(/<td>ann<\/td>/g) ?? []).length, 2);
-    assert.ok(!rows.includes("<td>bo</td>"));
+    const rows = ann.slice(ann.indexOf('<table class="usage stacked">'));
+    assert.equal(
+      (rows.match(/<td data-label="End user" class="wraps">ann<\/td>/g) ?? []).length,
+      2,
+    );
+    assert.ok(!rows.includes(">bo</td>"));
   }));
 
 Deno.test("an end user's one request behind thousands of others is found on the usage page's first view", () =>
@@ -1005,7 +1008,10 @@ Deno.test("an end user's one request behind thousands of others is found on the 
     }
     const page = await v.page(`/dashboard/apps/${appId}/usage?user=rare`);
     const rows = page.slice(page.indexOf("Requests of end user"));
-    assert.equal((rows.match(/<td>rare<\/td>/g) ?? []).length, 1);
+    assert.equal(
+      (rows.match(/<td data-label="End user" class="wraps">rare<\/td>/g) ?? []).length,
+      1,
+    );
     assert.ok(!page.includes("No requests yet."));
   }));
 

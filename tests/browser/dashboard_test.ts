@@ -599,6 +599,48 @@ Deno.test("browser: at 1280 px a 60-character key name wraps, its Rotate and Rev
     await shot(page, "keys-long-name-desktop");
   }));
 
+Deno.test("browser: every usage column is on screen at 1280 px, and each request's cost and id at 390 px, in the usage table and the wallet ledger", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({ baseURL: base, viewport: { width: 1280, height: 900 } });
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Wide");
+    const apiKey = await page.getByLabel("New API key").inputValue();
+    const appUrl = await openKeysTab(page);
+    const answer = await chat(base, apiKey);
+    assert.equal(answer.status, 200);
+    await answer.body?.cancel();
+    // Whether each element is wholly inside the viewport and its scrolling box, if it has one.
+    const onScreen = (selector: string) =>
+      page.locator(selector).evaluateAll((els) =>
+        els.map((el) => {
+          const box = el.getBoundingClientRect();
+          const scroller = el.closest(".table-scroll")?.getBoundingClientRect();
+          const right = Math.min(innerWidth, scroller?.right ?? innerWidth);
+          return `${el.textContent?.trim().slice(0, 12)}: ${
+            box.left >= 0 && box.right <= right + 1
+          }`;
+        })
+      );
+    const all = (results: string[]) => results.every((r) => r.endsWith("true"));
+
+    await page.goto(`${appUrl}/usage`);
+    const columns = await onScreen("table.usage tbody tr:first-child td");
+    assert.equal(columns.length, 9);
+    assert.ok(all(columns), `at 1280 px: ${columns}`);
+    await shot(page, "usage-desktop");
+
+    await page.setViewportSize({ width: 390, height: 800 });
+    for (const selector of ['table.usage td[data-label="Cost"]', "table.usage td code.small"]) {
+      const cells = await onScreen(selector);
+      assert.ok(cells.length > 0 && all(cells), `at 390 px: ${cells}`);
+    }
+    await shot(page, "usage-phone");
+    await page.goto(`${appUrl}/wallet`);
+    const ids = await onScreen('td[data-label="What"] code');
+    assert.ok(ids.length > 0 && all(ids), `the wallet at 390 px: ${ids}`);
+    await shot(page, "wallet-phone");
+  }));
+
 Deno.test("browser: I have saved it, after a key made on the answer to a refused form, fetches the keys tab with a GET", () =>
   withBrowser(async (browser, base) => {
     const page = await browser.newPage({ baseURL: base });

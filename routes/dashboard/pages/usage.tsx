@@ -107,7 +107,7 @@ export function usagePage(
         )
         : (
           <div class="table-scroll">
-            <table class="usage">
+            <table class="usage stacked">
               <thead>
                 <tr>
                   <th scope="col">Time</th>
@@ -119,22 +119,23 @@ export function usagePage(
                   <th scope="col">Key</th>
                   <th scope="col">End user</th>
                   <th scope="col">Status</th>
-                  <th scope="col">Streamed</th>
                   <th scope="col">Request id</th>
                 </tr>
               </thead>
               <tbody>
                 {page.records.map((u) => (
                   <tr>
-                    <td>
+                    <td data-label="Time">
                       <When ms={u.createdAt} />
                     </td>
-                    <td>
+                    <td data-label="Model">
                       <code>{u.model}</code>
                     </td>
-                    <td class="num">{usd(u.cost)}</td>
-                    {showUncharged && <td class="num">{usd(u.uncharged)}</td>}
-                    <td class="num">
+                    <td class="num" data-label="Cost">{usd(u.cost)}</td>
+                    {showUncharged && (
+                      <td class="num" data-label="Not charged">{usd(u.uncharged)}</td>
+                    )}
+                    <td class="num" data-label="Prompt">
                       {u.promptTokens.toLocaleString("en-US")}
                       <TokenDetails
                         parts={[
@@ -144,15 +145,21 @@ export function usagePage(
                         ]}
                       />
                     </td>
-                    <td class="num">
+                    <td class="num" data-label="Completion">
                       {u.completionTokens.toLocaleString("en-US")}
                       <TokenDetails parts={[[u.reasoningTokens, "reasoning"]]} />
                     </td>
-                    <td>{keyNames.get(u.keyId) ?? u.keyId}</td>
-                    <td>{u.user ?? <span class="muted">—</span>}</td>
-                    <td>{OUTCOMES[u.outcome]}</td>
-                    <td>{u.streamed ? "yes" : "no"}</td>
-                    <td>
+                    <td data-label="Key" class="wraps">{keyNames.get(u.keyId) ?? u.keyId}</td>
+                    <td data-label="End user" class="wraps">
+                      {u.user ?? <span class="muted">—</span>}
+                    </td>
+                    <td data-label="Status">
+                      {OUTCOMES[u.outcome]}
+                      <span class="small muted status-detail">
+                        {u.streamed ? "streamed" : "not streamed"}
+                      </span>
+                    </td>
+                    <td data-label="Request id" class="wraps">
                       <code class="small">{u.requestId}</code>
                     </td>
                   </tr>
