@@ -1198,7 +1198,7 @@ Deno.test("the rate-limit form takes digits only: 0x10, 1e3, 16.0 and +16 are re
     assert.equal(huge.status, 400);
     assert.match(
       await huge.text(),
-      /can be at most this app&#39;s ceiling|can be at most this app's ceiling/,
+      /Requests per minute can be at most 600 for this app \(the operator(&#39;|')s limit\), not 5000000000\./,
     );
     const saved = await owner.post(`/dashboard/apps/${appId}/limits`, {
       _csrf: csrf,
@@ -1207,6 +1207,22 @@ Deno.test("the rate-limit form takes digits only: 0x10, 1e3, 16.0 and +16 are re
     });
     assert.equal(saved.status, 303);
     assert.match(await owner.page(`/dashboard/apps/${appId}`), /In force: 16 requests/);
+  }));
+
+Deno.test("a tokens-per-minute value too large to store names the app's ceiling in its refusal", () =>
+  withService(async (s) => {
+    const owner = new OwnerSession(s);
+    await owner.signUp("ceiling@example.com");
+    const { appId } = await owner.createApp("app");
+    const res = await owner.post(`/dashboard/apps/${appId}/limits`, {
+      _csrf: await owner.csrf(),
+      rpm: "",
+      tpm: "99999999999",
+    });
+    assert.equal(res.status, 400);
+    const page = await res.text();
+    assert.match(page, /Tokens per minute can be at most 2000000 for this app/);
+    assert.doesNotMatch(page, /this app(&#39;|')s ceiling/);
   }));
 
 Deno.test("creating an app redirects to the page of its key: reloading that page shows the key no more and makes no second app", () =>

@@ -594,16 +594,10 @@ export function dashboardRoutes(
           name,
         );
       }
-      // Below this, the app's own ceiling (far lower) is named by setRateLimits.
+      // Too large to store: refused here, naming the app's ceiling as setRateLimits does below it.
       if (value !== null && value > MAX_LIMIT) {
-        return await refuse(
-          `${
-            name === "rpm" ? "Requests" : "Tokens"
-          } per minute can be at most this app's ceiling (the operator's limit), and never more than ${
-            MAX_LIMIT.toLocaleString("en-US")
-          }.`,
-          name,
-        );
+        const { ceiling } = await getRateLimits(kv, deps.rateLimits, app.id);
+        return await refuse(new LimitAboveCeilingError(name, ceiling[name], value).message, name);
       }
       change[name] = value;
     }
