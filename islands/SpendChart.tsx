@@ -8,36 +8,61 @@ export interface SpendChartProps {
 const WIDTH = 600;
 const HEIGHT = 160;
 
-/** Daily spend as SVG bars; hovering or focusing a bar names its day and amount. */
+/**
+ * Daily spend as SVG bars. The chart is one image with a summary for its name and one tab stop:
+ * hovering or tapping a bar, or the arrow keys once it has the focus, name a day and its amount in
+ * the caption (read out as it changes). The days with spend are also listed as text below it.
+ */
 export default function SpendChart({ days }: SpendChartProps) {
   const [active, setActive] = useState<number | null>(null);
   const max = Math.max(1, ...days.map((d) => d.micros));
   const peak = days.find((d) => d.micros === max);
   const slot = WIDTH / Math.max(1, days.length);
   const total = days.reduce((sum, d) => sum + d.micros, 0);
+  const spent = days.filter((d) => d.micros > 0);
   const shown = active === null ? null : days[active];
+  const first = days[0]?.day;
+  const last = days[days.length - 1]?.day;
+  const summary = peak
+    ? `Daily spend from ${first} to ${last}: ${spent.length} day${
+      spent.length === 1 ? "" : "s"
+    } with spend, highest ${peak.usd} USD on ${peak.day}`
+    : `Daily spend from ${first} to ${last}: nothing spent`;
+  const step = (by: number) =>
+    setActive((i) => Math.min(days.length - 1, Math.max(0, (i ?? days.length) + by)));
   return (
     <figure class="chart">
+      {peak && (
+        // Outside the SVG, so it keeps the page's type size when the chart shrinks on a phone.
+        <p class="chart-peak muted">
+          Highest day: <strong>${peak.usd}</strong> ({peak.day})
+        </p>
+      )}
       <svg
         viewBox={`0 0 ${WIDTH} ${HEIGHT + 4}`}
         role="img"
-        aria-label={`Daily spend over the last ${days.length} days`}
+        aria-label={summary}
+        tabIndex={0}
+        onKeyDown={(event) => {
+          if (event.key === "ArrowLeft") step(-1);
+          else if (event.key === "ArrowRight") step(1);
+          else if (event.key === "Escape") setActive(null);
+          else return;
+          event.preventDefault();
+        }}
+        onBlur={() => setActive(null)}
       >
         <line x1="0" x2={WIDTH} y1={HEIGHT} y2={HEIGHT} class="chart-axis" />
         {peak && <line x1="0" x2={WIDTH} y1={8} y2={8} class="chart-axis dashed" />}
-        {peak && <text x="2" y="20" class="chart-label">{`$${peak.usd}`}</text>}
         {days.map((d, i) => {
           const h = d.micros === 0 ? 0 : Math.max(2, Math.round((d.micros / max) * (HEIGHT - 8)));
           return (
             <g
               key={d.day}
-              tabIndex={0}
               onMouseEnter={() => setActive(i)}
-              onFocus={() => setActive(i)}
               onMouseLeave={() => setActive(null)}
-              onBlur={() => setActive(null)}
+              onClick={() => setActive(i)}
             >
-              <title>{`${d.day}: $${d.usd}`}</title>
               <rect x={i * slot} y={0} width={slot} height={HEIGHT} class="chart-hit" />
               <rect
                 x={i * slot + slot * 0.15}
@@ -51,7 +76,7 @@ export default function SpendChart({ days }: SpendChartProps) {
           );
         })}
       </svg>
-      <figcaption class="muted">
+      <figcaption class="muted" aria-live="polite">
         {shown
           ? (
             <>
@@ -60,9 +85,21 @@ export default function SpendChart({ days }: SpendChartProps) {
           )
           : total === 0
           ? "No spend in the last 30 days."
-          : <>From {days[0]?.day} to {days[days.length - 1]?.day} (UTC). Hover a bar for its day.
-          </>}
+          : (
+            <>
+              From {first} to {last}{" "}
+              (UTC). Hover or tap a bar, or focus the chart and use the arrow keys, for its day.
+            </>
+          )}
       </figcaption>
+      {spent.length > 0 && (
+        <details class="chart-days">
+          <summary>Days with spend, as text</summary>
+          <ul>
+            {spent.map((d) => <li key={d.day}>{d.day}: ${d.usd}</li>)}
+          </ul>
+        </details>
+      )}
     </figure>
   );
 }

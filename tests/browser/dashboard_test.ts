@@ -641,6 +641,49 @@ Deno.test("browser: every usage column is on screen at 1280 px, and each request
     await shot(page, "wallet-phone");
   }));
 
+Deno.test("browser: the spend chart is one named tab stop whose days are read with the arrow keys or a tap, its amounts legible at 390 px", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({
+      baseURL: base,
+      viewport: { width: 390, height: 800 },
+      hasTouch: true,
+    });
+    await signUp(page, base, "ada@example.com");
+    await createAppNamed(page, "Charted");
+    const apiKey = await page.getByLabel("New API key").inputValue();
+    const appUrl = await openKeysTab(page);
+    const answer = await chat(base, apiKey);
+    await answer.body?.cancel();
+    await page.goto(appUrl);
+    const today = new Date().toISOString().slice(0, 10);
+
+    const chart = page.locator("figure.chart");
+    const focusable = await chart.locator("[tabindex]").count();
+    assert.equal(focusable, 1, "one tab stop, not one per bar");
+    const image = page.getByRole("img", {
+      name: /^Daily spend from .*: 1 day with spend, highest/,
+    });
+    await image.focus();
+    await page.keyboard.press("ArrowLeft");
+    const caption = chart.locator("figcaption");
+    assert.match(await caption.textContent() ?? "", new RegExp(`^${today}: \\$0\\.0000`));
+    await page.keyboard.press("ArrowLeft");
+    assert.doesNotMatch(await caption.textContent() ?? "", new RegExp(today));
+    await page.keyboard.press("Escape");
+    assert.match(await caption.textContent() ?? "", /Hover or tap a bar/);
+    await chart.locator("svg g").last().tap();
+    assert.match(await caption.textContent() ?? "", new RegExp(`^${today}: `));
+
+    const fontPx = await chart.locator(".chart-peak").evaluate((el) =>
+      parseFloat(getComputedStyle(el).fontSize)
+    );
+    assert.ok(fontPx >= 12, `the highest day's amount is ${fontPx} px tall`);
+    await chart.getByText("Days with spend, as text").click();
+    assert.match(await chart.locator(".chart-days li").first().textContent() ?? "", /\$0\.0000/);
+    await page.getByRole("heading", { name: "Spend by model, all time" }).waitFor();
+    await shot(page, "overview-chart-phone");
+  }));
+
 Deno.test("browser: I have saved it, after a key made on the answer to a refused form, fetches the keys tab with a GET", () =>
   withBrowser(async (browser, base) => {
     const page = await browser.newPage({ baseURL: base });

@@ -48,7 +48,7 @@ export function overviewPage(
         />
       </section>
       <section class="card">
-        <h2>Spend by model</h2>
+        <h2>Spend by model, all time</h2>
         {view.models.length === 0 ? <p class="muted">Nothing spent yet.</p> : (
           <table>
             <thead>
