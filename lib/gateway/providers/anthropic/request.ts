@@ -231,6 +231,9 @@ function imageBlock(part: ImageContentPart): Block {
  */
 export function toolUseIds(messages: readonly ChatMessage[]): (readonly string[])[] {
   const sent = new Set<string>();
+  // Per base, the suffix to try next: ten thousand ids that all become `_` took each a search
+  // from `_2` on, minutes of one thread.
+  const nextSuffix = new Map<string, number>();
   let answered = new Map<string, string>();
   return messages.map((m) => {
     if (m.role === "tool") return [answered.get(m.tool_call_id) ?? m.tool_call_id];
@@ -239,7 +242,9 @@ export function toolUseIds(messages: readonly ChatMessage[]): (readonly string[]
     return (m.tool_calls ?? []).map((call) => {
       const base = call.id.replace(/[^a-zA-Z0-9_-]/g, "_");
       let id = base;
-      for (let n = 2; sent.has(id); n++) id = `${base}_${n}`;
+      let n = nextSuffix.get(base) ?? 2;
+      for (; sent.has(id); n++) id = `${base}_${n}`;
+      nextSuffix.set(base, n);
       sent.add(id);
       answered.set(call.id, id);
       return id;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { testModel, upstreamRequest } from "../test_support.ts";
-import { messagesRequest, thinkingBudget } from "./request.ts";
+import { messagesRequest, thinkingBudget, toolUseIds } from "./request.ts";
 
 const claude = testModel("anthropic", "claude-sonnet-4-5");
 const PNG_1x1 =
@@ -942,4 +942,19 @@ Deno.test("a recursive strict schema keeps the answer tool, unforced, where no t
   assert.equal(sent.output_config, undefined);
   assert.deepEqual((sent.tools as { name: string }[]).map((t) => t.name), ["tree"]);
   assert.deepEqual(sent.tool_choice, { type: "auto" });
+});
+
+Deno.test("thousands of tool call ids that all rename to one base each take the next free suffix", () => {
+  const calls = Array.from({ length: 5_000 }, (_, i) => ({
+    id: String.fromCodePoint(0x4e00 + i),
+    type: "function" as const,
+    function: { name: "f", arguments: "{}" },
+  }));
+  const [, sent] = toolUseIds([
+    { role: "user", content: "go" },
+    { role: "assistant", content: null, tool_calls: calls },
+  ]);
+  assert.equal(new Set(sent).size, 5_000);
+  assert.deepEqual(sent.slice(0, 3), ["_", "__2", "__3"]);
+  assert.equal(sent.at(-1), "__5000");
 });
