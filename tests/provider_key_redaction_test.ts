@@ -37,7 +37,8 @@ function quotes(key: string): Record<string, string> {
  * validation errors quote the input), `property` a 400 naming the first tool's first property (as
  * OpenAI's strict schema errors do), `stop` a 400 quoting the first stop sequence, `param` a 400
  * naming a field that holds the key, `print:<n>` a 400 quoting the prompt, then the key's first n
- * characters. Lines after the
+ * characters, `overflow` a 400 quoting the key just before a context overflow's words. Lines
+ * after the
  * first are the client's own (a client's guesses at our key).
  */
 function quotingUpstream(kind: "openai" | "anthropic") {
@@ -64,6 +65,7 @@ function quotingUpstream(kind: "openai" | "anthropic") {
         `Request '${prompt}' refused for key ${key.slice(0, Number(rest[0]))}`,
       );
     }
+    if (mode === "overflow") return refuse(`Key ${key}: maximum 10 tokens per request.`);
     if (mode === "param") {
       const error = { message: "Invalid header value.", param: `authorization=Bearer ${key}` };
       return Response.json({ error }, { status: 400 });
@@ -446,3 +448,25 @@ Deno.test("a provider whose key clientSafe cannot hide has its reasons withheld 
     );
   }
 });
+
+Deno.test("a withheld reason's error code is the same whatever the client sends beside our key", () =>
+  withQuotingUpstreams(
+    async (s, apiKey) => {
+      const key = UNHIDDEN_KEYS[0].OPENAI_KEY;
+      const codes = new Set<string>();
+      // Each guess at the key's last characters, right or wrong, before the overflow's words.
+      for (const c of [key.at(-1)!, "x", "y"]) {
+        const res = await s.chat(apiKey, {
+          model: "gpt/m",
+          messages: [
+            { role: "system", content: `${c}: maxim` },
+            { role: "user", content: "overflow" },
+          ],
+        });
+        codes.add((await res.json()).error.code);
+      }
+      assert.deepEqual([...codes], ["context_length_exceeded"]);
+    },
+    undefined,
+    UNHIDDEN_KEYS[0],
+  ));

@@ -61,7 +61,9 @@ const API_ERROR_OF: Record<
       { headers: { "retry-after": String(e.retryAfterSeconds ?? 1) } },
     ),
   bad_request: (e, sent, quoting) =>
-    overflowsContext(e, sent)
+    // A withheld reason is read whole: which words of the client's the check left out would tell
+    // a client which of its guesses sat next to our key.
+    overflowsContext(e, quoting.reasonShown ? sent : () => [])
       ? new ApiError(
         "context_length_exceeded",
         `The upstream provider rejected the request${rejection(e, quoting)}`,
