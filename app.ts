@@ -266,6 +266,8 @@ export function createApp(deps: AppDeps) {
         deliverer: webhookDeliverer,
         allowLoopback: config.webhookAllowLoopback || (deps.devServer ?? false),
       },
+      proxyTrust: { header: config.trustedProxyHeader, count: config.trustedProxyCount },
+      now,
     }),
   );
   const staticRoot = new URL("./static/", import.meta.url);

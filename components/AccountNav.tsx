@@ -15,6 +15,7 @@ export function AccountNav({ session }: { session: Session | null }) {
     <>
       <a href="/dashboard">Dashboard</a>
       <a href="/dashboard/management-keys">Management keys</a>
+      <a href="/dashboard/account">Account</a>
       <form method="post" action="/signout" class="inline-form">
         <CsrfField session={session} />
         <button type="submit" class="link-button" title={`Signed in as ${session.owner.email}`}>

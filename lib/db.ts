@@ -178,6 +178,13 @@ export const keys = {
   /** Sessions are stored under the SHA-256 of their id, never the id itself. */
   session: (sessionHash: string) => ["sessions", sessionHash] as const,
   /**
+   * Each session of an owner, written in the session's own commit (value: its `expiresAt`), so that
+   * a password change or reset can end them all.
+   */
+  ownerSession: (ownerId: string, sessionHash: string) =>
+    ["owner_sessions", ownerId, sessionHash] as const,
+  ownerSessions: (ownerId: string) => ["owner_sessions", ownerId] as const,
+  /**
    * A new secret waiting, for a few minutes, for the one page of its session that shows it after
    * the form's redirect (lib/accounts/reveals.ts).
    */
@@ -640,6 +647,11 @@ export interface OwnerRecord {
   /** `scrypt$N$r$p$salt$hash`, salt and hash in base64. */
   passwordHash: string;
   createdAt: number;
+  /**
+   * When the password was last changed or reset; a session of an earlier password (one begun
+   * before it, even one the per-owner index never held) is over.
+   */
+  passwordChangedAt?: number;
 }
 
 export interface SessionRecord {
@@ -648,6 +660,8 @@ export interface SessionRecord {
   csrfToken: string;
   createdAt: number;
   expiresAt: number;
+  /** The owner's `passwordChangedAt` the session belongs to; it must still be the owner's. */
+  passwordChangedAt?: number;
 }
 
 /**

@@ -171,7 +171,7 @@ export function accountRoutes(
     }
     try {
       const owner = await signUp(kv, { email, password: body.password ?? "" });
-      await startSession(c, kv, cookie, owner.id);
+      await startSession(c, kv, cookie, owner);
       return c.redirect("/dashboard", 303);
     } catch (error) {
       await permit.release();
@@ -226,7 +226,7 @@ export function accountRoutes(
     const owner = await checkCredentials(kv, { email, password });
     if (!owner) return wrong();
     await signInSucceeded(kv, email, attempt, now());
-    await startSession(c, kv, cookie, owner.id);
+    await startSession(c, kv, cookie, owner);
     return c.redirect(next, 303);
   });
 

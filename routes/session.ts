@@ -9,11 +9,13 @@ import {
   endSession,
   findSession,
   getOwner,
+  isOfCurrentPassword,
   type ProxyTrust,
   type Session,
   SESSION_TTL_MS,
 } from "@/lib/accounts/mod.ts";
 import type { Env } from "./middleware.ts";
+import type { OwnerRecord } from "@/lib/db.ts";
 import { messagePage } from "@/routes/pages/message.tsx";
 import { type FormFields, formNotReceived, readForm } from "./forms.ts";
 
@@ -47,7 +49,7 @@ export function loadSession(kv: Deno.Kv, cookie: Cookie): MiddlewareHandler<Page
     if (id) {
       const record = await findSession(kv, id);
       const owner = record && await getOwner(kv, record.ownerId);
-      if (record && owner) session = { id, record, owner };
+      if (record && owner && isOfCurrentPassword(record, owner)) session = { id, record, owner };
     }
     c.set("session", session);
     await next();
@@ -58,9 +60,9 @@ export async function startSession(
   c: Context<PageEnv>,
   kv: Deno.Kv,
   cookie: Cookie,
-  ownerId: string,
+  owner: OwnerRecord,
 ) {
-  const { sessionId } = await createSession(kv, ownerId);
+  const { sessionId } = await createSession(kv, owner);
   setCookie(c, cookie.name, sessionId, {
     httpOnly: true,
     secure: cookie.secure,
@@ -72,7 +74,7 @@ export async function startSession(
 
 export async function stopSession(c: Context<PageEnv>, kv: Deno.Kv, cookie: Cookie) {
   const session = c.get("session");
-  if (session) await endSession(kv, session.id);
+  if (session) await endSession(kv, session.id, session.owner.id);
   deleteCookie(c, cookie.name, { path: "/", secure: cookie.secure, httpOnly: true });
 }
 

@@ -86,7 +86,7 @@ Deno.test("credentials check: right password, wrong password, unknown email", ()
 
 Deno.test("a session id has at least 128 bits and KV holds only its SHA-256", () =>
   withKv(async (kv) => {
-    const { sessionId } = await createSession(kv, "own_1");
+    const { sessionId } = await createSession(kv, { id: "own_1" });
     assert.ok(sessionId.length * Math.log2(36) >= 128);
     for await (const entry of kv.list({ prefix: ["sessions"] })) {
       assert.equal(entry.key[1], sha256Hex(sessionId));
@@ -98,10 +98,10 @@ Deno.test("a session id has at least 128 bits and KV holds only its SHA-256", ()
 Deno.test("a session expires, and ends at sign-out", () =>
   withKv(async (kv) => {
     const now = Date.now();
-    const { sessionId } = await createSession(kv, "own_1", now);
+    const { sessionId } = await createSession(kv, { id: "own_1" }, now);
     assert.ok(await findSession(kv, sessionId, now + SESSION_TTL_MS - 1));
     assert.equal(await findSession(kv, sessionId, now + SESSION_TTL_MS), null);
-    await endSession(kv, sessionId);
+    await endSession(kv, sessionId, "own_1");
     assert.equal(await findSession(kv, sessionId, now), null);
     assert.equal(await findSession(kv, "not a session id"), null);
   }));

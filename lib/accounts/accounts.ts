@@ -2,15 +2,16 @@
  * Owner accounts: email + password, the password kept only as a salted scrypt hash.
  */
 import { randomBytes, scrypt, timingSafeEqual } from "node:crypto";
-import { keys, type OwnerRecord } from "@/lib/db.ts";
-import { newId } from "@/lib/core/mod.ts";
+import { keys, type OwnerRecord, type SessionRecord } from "@/lib/db.ts";
+import { newId, sha256Hex } from "@/lib/core/mod.ts";
+import { endOwnerSessions, isOfCurrentPassword } from "./sessions.ts";
 
 /** scrypt cost: N=2^15, r=8 (32 MiB, tens of ms per guess); stored with each hash so it can grow. */
 const SCRYPT = { N: 32768, r: 8, p: 1 };
 const HASH_BYTES = 32;
 const SALT_BYTES = 16;
 export const PASSWORD_MIN = 10;
-const PASSWORD_MAX = 200;
+export const PASSWORD_MAX = 200;
 const EMAIL_PATTERN = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
 /** A refused sign-up, naming the field it concerns so the form can mark and focus it. */
@@ -65,20 +66,21 @@ export function normalizeEmail(email: string): string {
   return email.trim().toLowerCase();
 }
 
+/** Why a new password cannot be chosen, or null: one rule for sign-up and for a change. */
+function passwordLengthProblem(password: string): string | null {
+  if (password.length < PASSWORD_MIN) {
+    return `Choose a password of at least ${PASSWORD_MIN} characters.`;
+  }
+  if (password.length > PASSWORD_MAX) return `A password has at most ${PASSWORD_MAX} characters.`;
+  return null;
+}
+
 function validateCredentials(email: string, password: string): AccountError | null {
   if (!EMAIL_PATTERN.test(email) || email.length > MAX_EMAIL_CHARS) {
     return new AccountError("Enter a valid email address.", "email");
   }
-  if (password.length < PASSWORD_MIN) {
-    return new AccountError(
-      `Choose a password of at least ${PASSWORD_MIN} characters.`,
-      "password",
-    );
-  }
-  if (password.length > PASSWORD_MAX) {
-    return new AccountError(`A password has at most ${PASSWORD_MAX} characters.`, "password");
-  }
-  return null;
+  const problem = passwordLengthProblem(password);
+  return problem ? new AccountError(problem, "password") : null;
 }
 
 /** Creates an owner; the email index is written in the same commit, so an email is taken once. */
@@ -133,4 +135,83 @@ export async function ownerIdByEmail(kv: Deno.Kv, email: string): Promise<string
   const ownerId = (await kv.get<string>(keys.ownerByEmail(normalizeEmail(email)))).value;
   if (!ownerId) throw new AccountError(`no account with email ${normalizeEmail(email)}`, "email");
   return ownerId;
+}
+
+/** A refused password change, naming the field of the form it concerns. */
+export class PasswordChangeError extends Error {
+  constructor(
+    message: string,
+    readonly field: "current_password" | "new_password" | "confirmation",
+  ) {
+    super(message);
+  }
+}
+
+/** Why the new password of a change cannot be taken, or null; checked before the current one. */
+export function newPasswordProblem(
+  newPassword: string,
+  confirmation: string,
+): PasswordChangeError | null {
+  const problem = passwordLengthProblem(newPassword);
+  if (problem) return new PasswordChangeError(problem, "new_password");
+  if (confirmation !== newPassword) {
+    return new PasswordChangeError(
+      "The confirmation differs from the new password. Type the new password twice.",
+      "confirmation",
+    );
+  }
+  return null;
+}
+
+/**
+ * Each change gets a later mark than the last, even within one millisecond: a session kept through
+ * one change must not match the next.
+ */
+const nextPasswordMark = (owner: OwnerRecord, now: number) =>
+  Math.max(now, (owner.passwordChangedAt ?? 0) + 1);
+
+/**
+ * Changes the password of the session's owner when `currentPassword` is theirs. One commit, made
+ * only if neither the owner nor the session changed since they were read, stores the new hash and
+ * keeps this session on the new password; every other session of the owner then ends. Returns how
+ * many live sessions ended.
+ */
+export async function changePassword(
+  kv: Deno.Kv,
+  input: { sessionId: string; currentPassword: string; newPassword: string; confirmation: string },
+  now = Date.now(),
+): Promise<{ sessionsEnded: number }> {
+  const problem = newPasswordProblem(input.newPassword, input.confirmation);
+  if (problem) throw problem;
+  const sessionKey = keys.session(sha256Hex(input.sessionId));
+  const session = await kv.get<SessionRecord>(sessionKey);
+  // Signed out, or its password changed or reset, since the request's session was read.
+  const changedMeanwhile = new PasswordChangeError(
+    "Your account changed while this form was sent, so the password was not changed. Reload the page and try again.",
+    "current_password",
+  );
+  if (!session.value) throw changedMeanwhile;
+  const owner = await kv.get<OwnerRecord>(keys.owner(session.value.ownerId));
+  if (!owner.value) throw new Error(`no owner ${session.value.ownerId}`);
+  const wrong = new PasswordChangeError("The current password is wrong.", "current_password");
+  if (input.currentPassword.length > PASSWORD_MAX) throw wrong;
+  if (!await verifyPassword(input.currentPassword, owner.value.passwordHash)) throw wrong;
+  if (!isOfCurrentPassword(session.value, owner.value)) throw changedMeanwhile;
+  const mark = nextPasswordMark(owner.value, now);
+  const changed = await kv.atomic()
+    .check(owner)
+    .check(session)
+    .set(keys.owner(owner.value.id), {
+      ...owner.value,
+      passwordHash: await hashPassword(input.newPassword),
+      passwordChangedAt: mark,
+    })
+    .set(sessionKey, { ...session.value, passwordChangedAt: mark }, {
+      expireIn: Math.max(1, session.value.expiresAt - now),
+    })
+    .commit();
+  if (!changed.ok) throw changedMeanwhile;
+  return {
+    sessionsEnded: await endOwnerSessions(kv, owner.value.id, { keep: input.sessionId, now }),
+  };
 }

@@ -1,15 +1,26 @@
 /** Accounts: owners, their sign-in sessions and sign-in throttling. */
 export {
   AccountError,
+  changePassword,
   checkCredentials,
   getOwner,
   MAX_EMAIL_CHARS,
+  newPasswordProblem,
   normalizeEmail,
   ownerIdByEmail,
+  PASSWORD_MAX,
   PASSWORD_MIN,
+  PasswordChangeError,
   signUp,
 } from "./accounts.ts";
-export { createSession, endSession, findSession, SESSION_TTL_MS } from "./sessions.ts";
+export {
+  createSession,
+  endOwnerSessions,
+  endSession,
+  findSession,
+  isOfCurrentPassword,
+  SESSION_TTL_MS,
+} from "./sessions.ts";
 export type { Session } from "./sessions.ts";
 export {
   apiKeyRevealOf,

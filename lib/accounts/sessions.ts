@@ -7,25 +7,37 @@ import { randomToken, sha256Hex } from "@/lib/core/mod.ts";
 
 export const SESSION_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
+/** Index entries ended per commit: two deletes each, well inside KV's mutations per commit. */
+const SESSIONS_ENDED_PER_COMMIT = 200;
+
 export interface NewSession {
   /** Goes into the cookie; never stored. */
   sessionId: string;
   record: SessionRecord;
 }
 
+/** A session of the owner's current password; the owner's index of sessions is written with it. */
 export async function createSession(
   kv: Deno.Kv,
-  ownerId: string,
+  owner: Pick<OwnerRecord, "id" | "passwordChangedAt">,
   now = Date.now(),
 ): Promise<NewSession> {
   const sessionId = randomToken(192);
   const record: SessionRecord = {
-    ownerId,
+    ownerId: owner.id,
     csrfToken: randomToken(128),
     createdAt: now,
     expiresAt: now + SESSION_TTL_MS,
+    ...(owner.passwordChangedAt === undefined
+      ? {}
+      : { passwordChangedAt: owner.passwordChangedAt }),
   };
-  await kv.set(keys.session(sha256Hex(sessionId)), record, { expireIn: SESSION_TTL_MS });
+  const sessionHash = sha256Hex(sessionId);
+  const result = await kv.atomic()
+    .set(keys.session(sessionHash), record, { expireIn: SESSION_TTL_MS })
+    .set(keys.ownerSession(owner.id, sessionHash), record.expiresAt, { expireIn: SESSION_TTL_MS })
+    .commit();
+  if (!result.ok) throw new Error("the session could not be stored");
   return { sessionId, record };
 }
 
@@ -40,8 +52,54 @@ export async function findSession(
   return record && record.expiresAt > now ? record : null;
 }
 
-export async function endSession(kv: Deno.Kv, sessionId: string): Promise<void> {
-  await kv.delete(keys.session(sha256Hex(sessionId)));
+/**
+ * Whether the session belongs to the owner's password as it is now. A change or reset ends the
+ * sessions it finds in the owner's index; this also ends the ones it could not find (begun before
+ * the index existed, or by a sign-in that checked the old password while the change was made).
+ */
+export function isOfCurrentPassword(record: SessionRecord, owner: OwnerRecord): boolean {
+  return record.ownerId === owner.id && record.passwordChangedAt === owner.passwordChangedAt;
+}
+
+export async function endSession(kv: Deno.Kv, sessionId: string, ownerId: string): Promise<void> {
+  const sessionHash = sha256Hex(sessionId);
+  await kv.atomic()
+    .delete(keys.session(sessionHash))
+    .delete(keys.ownerSession(ownerId, sessionHash))
+    .commit();
+}
+
+/**
+ * Ends every session of the owner except `keep` (a session id), and returns how many live ones it
+ * ended. Run after the password's commit, which has already made them sessions of an old password:
+ * this removes them from KV, in as many commits as they need.
+ */
+export async function endOwnerSessions(
+  kv: Deno.Kv,
+  ownerId: string,
+  options: { keep?: string; now?: number } = {},
+): Promise<number> {
+  const keepHash = options.keep === undefined ? undefined : sha256Hex(options.keep);
+  const now = options.now ?? Date.now();
+  let ended = 0;
+  let batch: Deno.KvEntry<number>[] = [];
+  const flush = async () => {
+    const atomic = kv.atomic();
+    for (const entry of batch) {
+      const sessionHash = entry.key[2] as string;
+      atomic.delete(keys.session(sessionHash)).delete(entry.key);
+    }
+    await atomic.commit();
+    batch = [];
+  };
+  for await (const entry of kv.list<number>({ prefix: keys.ownerSessions(ownerId) })) {
+    if (entry.key[2] === keepHash) continue;
+    if (entry.value > now) ended++;
+    batch.push(entry);
+    if (batch.length === SESSIONS_ENDED_PER_COMMIT) await flush();
+  }
+  if (batch.length > 0) await flush();
+  return ended;
 }
 
 /** A signed-in visitor: the session as stored and the owner it belongs to. */

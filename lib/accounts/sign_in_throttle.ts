@@ -63,9 +63,18 @@ export async function signInSucceeded(
   attempt: SignInAttempt,
   now = Date.now(),
 ): Promise<void> {
+  await forgetEmailFailures(kv, email, now);
+  for (const key of attempt.entries) await kv.delete(key);
+}
+
+/** Clears the email's failed attempts of the current window: it may sign in again at once. */
+export async function forgetEmailFailures(
+  kv: Deno.Kv,
+  email: string,
+  now = Date.now(),
+): Promise<void> {
   const prefix = keys.signInFailures("email", email, windowOf(now));
   for await (const entry of kv.list({ prefix })) await kv.delete(entry.key);
-  for (const key of attempt.entries) await kv.delete(key);
 }
 
 const DAY_MS = 24 * 60 * 60 * 1000;

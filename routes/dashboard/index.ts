@@ -40,7 +40,7 @@ import {
   NotFoundError,
   parseUsd,
 } from "@/lib/core/mod.ts";
-import { apiKeyRevealOf, takeReveal } from "@/lib/accounts/mod.ts";
+import { apiKeyRevealOf, type ProxyTrust, takeReveal } from "@/lib/accounts/mod.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import {
   checkForm,
@@ -60,6 +60,7 @@ import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
 import { managementKeyRoutes } from "./management_keys.tsx";
+import { accountSettingsRoutes } from "./account.tsx";
 import {
   MAX_PAGE_LIMIT,
   pageAppKeys,
@@ -141,6 +142,9 @@ export function dashboardRoutes(
     appCreation: AppCreationBound;
     keyBound: KeyIssueBound;
     webhooks: Omit<WebhookRouteDeps, "kv">;
+    /** For the password change's throttle, which counts per client address as sign-in does. */
+    proxyTrust: ProxyTrust;
+    now?: () => number;
   },
 ) {
   const { kv, publicUrl } = deps;
@@ -156,6 +160,7 @@ export function dashboardRoutes(
   // Also matches /apps/:appId itself.
   r.use("/apps/:appId/*", ownedApp(kv));
   r.route("/management-keys", managementKeyRoutes(kv));
+  r.route("/account", accountSettingsRoutes({ kv, proxyTrust: deps.proxyTrust, now: deps.now }));
   addWebhookRoutes(r, { kv, ...deps.webhooks });
 
   const session = (c: Context<DashboardEnv>) => c.get("session")!;

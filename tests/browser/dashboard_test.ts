@@ -481,6 +481,42 @@ Deno.test("browser: a refused sign-up or sign-in opens with the field concerned 
     assert.deepEqual(await invalid(), ["password account-error"]);
   }));
 
+Deno.test("browser: the Account page's refused password change opens with its field focused and marked invalid; a change says so and keeps the owner signed in", () =>
+  withBrowser(async (browser, base) => {
+    const page = await browser.newPage({ baseURL: base, viewport: { width: 375, height: 800 } });
+    await signUp(page, base, "ada@example.com");
+    await page.getByRole("link", { name: "Account" }).click();
+    assert.equal(
+      await page.evaluate(() => document.documentElement.scrollWidth - innerWidth),
+      0,
+      "the header and the page fit the phone",
+    );
+    const changeWith = async (current: string, confirmation: string) => {
+      await page.getByLabel("Current password").fill(current);
+      await page.getByLabel(/^New password/).fill("a brand new passphrase");
+      await page.getByLabel("Confirm the new password").fill(confirmation);
+      await page.getByRole("button", { name: "Change password" }).click();
+    };
+    await changeWith("not the password", "a brand new passphrase");
+    await page.getByRole("alert").waitFor();
+    assert.equal(await focusedField(page), "INPUT current_password");
+    assert.equal(
+      await page.locator("[aria-invalid=true]").getAttribute("aria-describedby"),
+      "password-error",
+    );
+
+    await changeWith(PASSWORD, "a brand new passphrase");
+    await page.getByRole("status").waitFor();
+    assert.match(await page.getByRole("status").innerText(), /Password changed/);
+    assert.equal(new URL(page.url()).pathname, "/dashboard/account");
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.goto(`${base}/signin`);
+    await page.getByLabel("Email").fill("ada@example.com");
+    await page.getByLabel("Password").fill("a brand new passphrase");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.waitForURL(`${base}/dashboard`);
+  }));
+
 Deno.test("browser: in the rotated-key dialog, Copy copies by selection when the Clipboard API refuses, and says Copied only when it did", () =>
   withBrowser(async (browser, base) => {
     const context = await browser.newContext({ baseURL: base });

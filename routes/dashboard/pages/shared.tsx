@@ -49,6 +49,7 @@ export const SAVED_MESSAGES = {
   rename: "App renamed.",
   webhook: "Webhook settings saved.",
   "webhook-removed": "Webhook endpoint removed.",
+  password: "Password changed. Every other session of this account was signed out.",
 } as const;
 export type Saved = keyof typeof SAVED_MESSAGES;
 

@@ -1,0 +1,152 @@
+import { type Context, Hono } from "hono";
+import { CsrfField } from "@/components/CsrfField.tsx";
+import {
+  beginSignIn,
+  changePassword,
+  newPasswordProblem,
+  PASSWORD_MAX,
+  PASSWORD_MIN,
+  PasswordChangeError,
+  type ProxyTrust,
+  type Session,
+  signInSucceeded,
+} from "@/lib/accounts/mod.ts";
+import { renderPage } from "@/routes/render.ts";
+import { clientAddress, type PageEnv } from "@/routes/session.ts";
+import { formAnchor, Page, type Saved, SavedNotice, savedOf, savedPath } from "./pages/shared.tsx";
+
+export const ACCOUNT_PATH = "/dashboard/account";
+const PASSWORD_CARD = "password";
+
+type PasswordRefusal = { error: string; field?: PasswordChangeError["field"] };
+
+/** GET /dashboard/account: the owner's email and the form that changes the password. */
+function accountPage(session: Session, state: { saved?: Saved; refused?: PasswordRefusal }) {
+  const card = formAnchor(PASSWORD_CARD, state.refused);
+  const invalidIf = (field: PasswordChangeError["field"]) =>
+    state.refused?.field === field ? card.invalidField : {};
+  return renderPage(
+    <Page title="Account" session={session}>
+      <p class="crumbs">
+        <a href="/dashboard">Apps</a> / <span>Account</span>
+      </p>
+      <h1>Account</h1>
+      <p>
+        Signed in as <strong>{session.owner.email}</strong>.
+      </p>
+      <section class="card narrow" id={card.id}>
+        <h2>Change password</h2>
+        <SavedNotice saved={state.saved} shows={["password"]} />
+        {card.alert}
+        <form method="post" action={`${ACCOUNT_PATH}/password`} class="stack">
+          <CsrfField session={session} />
+          {/* Tells a password manager which account the new password belongs to. */}
+          <input
+            type="email"
+            name="username"
+            autocomplete="username"
+            value={session.owner.email}
+            readOnly
+            hidden
+          />
+          <label>
+            Current password
+            <input
+              type="password"
+              name="current_password"
+              required
+              maxLength={PASSWORD_MAX}
+              autocomplete="current-password"
+              {...invalidIf("current_password")}
+            />
+          </label>
+          <label>
+            New password
+            <input
+              type="password"
+              name="new_password"
+              required
+              minLength={PASSWORD_MIN}
+              maxLength={PASSWORD_MAX}
+              autocomplete="new-password"
+              {...invalidIf("new_password")}
+            />
+            <small class="muted">At least {PASSWORD_MIN} characters.</small>
+          </label>
+          <label>
+            Confirm the new password
+            <input
+              type="password"
+              name="confirmation"
+              required
+              minLength={PASSWORD_MIN}
+              maxLength={PASSWORD_MAX}
+              autocomplete="new-password"
+              {...invalidIf("confirmation")}
+            />
+          </label>
+          <button type="submit" class="button">Change password</button>
+        </form>
+        <p class="muted">
+          Changing the password signs out every other browser and device signed in to this account;
+          this one stays signed in.
+        </p>
+      </section>
+    </Page>,
+  );
+}
+
+/** Mounted inside the dashboard's router, behind its session, CSRF and owner checks. */
+export function accountSettingsRoutes(
+  deps: {
+    kv: Deno.Kv;
+    proxyTrust: ProxyTrust;
+    /** The throttle counts in fixed windows of this clock. */
+    now?: () => number;
+  },
+) {
+  const { kv } = deps;
+  const now = deps.now ?? Date.now;
+  const r = new Hono<PageEnv>();
+  const session = (c: Context<PageEnv>) => c.get("session")!;
+
+  r.get("/", (c) => c.html(accountPage(session(c), { saved: savedOf(c.req.query("saved")) })));
+
+  r.post("/password", async (c) => {
+    const form = c.get("form");
+    const refuse = (refused: PasswordRefusal, status: 400 | 429) =>
+      c.html(accountPage(session(c), { refused }), status);
+    const input = {
+      sessionId: session(c).id,
+      currentPassword: form.current_password ?? "",
+      newPassword: form.new_password ?? "",
+      confirmation: form.confirmation ?? "",
+    };
+    // A new password that cannot be taken is refused before the current one counts as an attempt.
+    const problem = newPasswordProblem(input.newPassword, input.confirmation);
+    if (problem) return refuse({ error: problem.message, field: problem.field }, 400);
+    // The current password is guessed here as at sign-in: the same counts hold both back.
+    const email = session(c).owner.email;
+    const attempt = await beginSignIn(kv, email, clientAddress(c, deps.proxyTrust), now());
+    if (attempt.retryAfter > 0) {
+      c.header("Retry-After", String(attempt.retryAfter));
+      const minutes = Math.ceil(attempt.retryAfter / 60);
+      return refuse({
+        error: `Too many wrong passwords for this account. Try again in ${minutes} minute${
+          minutes === 1 ? "" : "s"
+        }.`,
+        field: "current_password",
+      }, 429);
+    }
+    try {
+      await changePassword(kv, input, now());
+    } catch (error) {
+      if (!(error instanceof PasswordChangeError)) throw error;
+      return refuse({ error: error.message, field: error.field }, 400);
+    }
+    await signInSucceeded(kv, email, attempt, now());
+    return c.redirect(savedPath(ACCOUNT_PATH, "password", PASSWORD_CARD), 303);
+  });
+
+  return r;
+}

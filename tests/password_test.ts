@@ -1,0 +1,190 @@
+import assert from "node:assert/strict";
+import { keys, type OwnerRecord, type SessionRecord } from "@/lib/db.ts";
+import { randomToken, sha256Hex } from "@/lib/core/mod.ts";
+import { SESSION_TTL_MS } from "@/lib/accounts/mod.ts";
+import { MAX_FAILURES_PER_EMAIL } from "@/lib/accounts/sign_in_throttle.ts";
+import { sessionCookie } from "@/routes/session.ts";
+import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
+import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
+
+const NEW_PASSWORD = "a brand new passphrase";
+const CHANGE = "/dashboard/account/password";
+
+async function withService(fn: (s: TestService) => Promise<void>) {
+  const s = await startService();
+  try {
+    await fn(s);
+    await assertAuditClean(s.kv);
+  } finally {
+    await s.close();
+  }
+}
+
+async function signIn(s: TestService, email: string, password: string) {
+  const v = new OwnerSession(s);
+  const res = await v.post("/signin", { email, password });
+  await res.body?.cancel();
+  return { v, status: res.status };
+}
+
+/** Whether the session's cookie still opens the dashboard. */
+async function isSignedIn(v: OwnerSession): Promise<boolean> {
+  const res = await v.request("/dashboard");
+  await res.body?.cancel();
+  return res.status === 200;
+}
+
+async function ownerOf(s: TestService, email: string): Promise<OwnerRecord> {
+  const id = (await s.kv.get<string>(keys.ownerByEmail(email))).value!;
+  return (await s.kv.get<OwnerRecord>(keys.owner(id))).value!;
+}
+
+/** The refused form's alert, and the one field it marks invalid, describes and focuses. */
+function assertRefusedAt(html: string, field: string, message: RegExp) {
+  const alert = /<p class="alert" role="alert" id="password-error">([^<]*)<\/p>/.exec(html);
+  assert.ok(alert, "the password card has the alert");
+  assert.match(alert[1], message);
+  const described = [...html.matchAll(/<input[^>]*aria-describedby="password-error"[^>]*>/g)];
+  assert.equal(described.length, 1, "one field is described by the alert");
+  assert.match(described[0][0], new RegExp(`name="${field}"`));
+  assert.match(described[0][0], /autofocus/);
+  assert.match(described[0][0], /aria-invalid/);
+  assert.equal([...html.matchAll(/aria-invalid/g)].length, 1, "no other field is marked invalid");
+  assert.doesNotMatch(html, /value="(correct horse|a brand new)/, "no password is sent back");
+}
+
+Deno.test("changing the password keeps this session, ends the owner's other sessions, and only the new password signs in", () =>
+  withService(async (s) => {
+    const here = await new OwnerSession(s).signUp("ada@example.com");
+    const elsewhere = (await signIn(s, "ada@example.com", OWNER_PASSWORD)).v;
+    const otherOwner = await new OwnerSession(s).signUp("bob@example.com");
+    assert.match(await here.page("/dashboard"), /href="\/dashboard\/account"/);
+    assert.match(await here.page("/dashboard/account"), /Signed in as <strong>ada@example\.com/);
+
+    const res = await here.post(CHANGE, {
+      _csrf: await here.csrf(),
+      current_password: OWNER_PASSWORD,
+      new_password: NEW_PASSWORD,
+      confirmation: NEW_PASSWORD,
+    });
+    assert.equal(res.headers.get("location"), "/dashboard/account?saved=password#password");
+    assert.match(
+      await here.followRedirect(res),
+      /role="status">Password changed\. Every other session of this account was signed out\./,
+    );
+
+    assert.ok(await isSignedIn(here), "the session that changed it stays");
+    assert.equal(await isSignedIn(elsewhere), false, "another session of the owner ends");
+    assert.ok(await isSignedIn(otherOwner), "another owner's session is left alone");
+    assert.equal((await signIn(s, "ada@example.com", OWNER_PASSWORD)).status, 401);
+    assert.equal((await signIn(s, "ada@example.com", NEW_PASSWORD)).status, 303);
+    const ada = await ownerOf(s, "ada@example.com");
+    let indexed = 0;
+    for await (const _ of s.kv.list({ prefix: keys.ownerSessions(ada.id) })) indexed++;
+    assert.equal(indexed, 2, "this session and the new sign-in's; the ended one is gone from KV");
+  }));
+
+Deno.test("a session the per-owner index never held ends too when the password changes", () =>
+  withService(async (s) => {
+    const here = await new OwnerSession(s).signUp("ada@example.com");
+    const ada = await ownerOf(s, "ada@example.com");
+    // As a session stored before the index existed: only its own entry.
+    const legacyId = randomToken(192);
+    const now = Date.now();
+    const record: SessionRecord = {
+      ownerId: ada.id,
+      csrfToken: randomToken(128),
+      createdAt: now,
+      expiresAt: now + SESSION_TTL_MS,
+    };
+    await s.kv.set(keys.session(sha256Hex(legacyId)), record);
+    const legacy = new OwnerSession(s);
+    legacy.cookie = `${sessionCookie(PUBLIC_URL).name}=${legacyId}`;
+    assert.ok(await isSignedIn(legacy), "it opened the dashboard before the change");
+    const res = await here.post(CHANGE, {
+      _csrf: await here.csrf(),
+      current_password: OWNER_PASSWORD,
+      new_password: NEW_PASSWORD,
+      confirmation: NEW_PASSWORD,
+    });
+    assert.equal(res.status, 303);
+    assert.equal(await isSignedIn(legacy), false);
+    assert.ok(await isSignedIn(here));
+  }));
+
+Deno.test("a wrong current password is refused at its field and counted with failed sign-ins, which then hold back both", () =>
+  withService(async (s) => {
+    const v = await new OwnerSession(s).signUp("ada@example.com");
+    const before = (await ownerOf(s, "ada@example.com")).passwordHash;
+    const change = async (current: string) =>
+      await v.post(CHANGE, {
+        _csrf: await v.csrf(),
+        current_password: current,
+        new_password: NEW_PASSWORD,
+        confirmation: NEW_PASSWORD,
+      });
+    const wrong = await change("not my password");
+    assert.equal(wrong.status, 400);
+    assertRefusedAt(await wrong.text(), "current_password", /current password is wrong/);
+    assert.equal((await signIn(s, "ada@example.com", "another wrong guess")).status, 401);
+    for (let i = 2; i < MAX_FAILURES_PER_EMAIL; i++) {
+      await (await change(`wrong guess ${i}`)).body?.cancel();
+    }
+    const held = await change(OWNER_PASSWORD);
+    assert.equal(held.status, 429, "the right password is held back too, as at sign-in");
+    assert.ok(Number(held.headers.get("retry-after")) > 0);
+    assertRefusedAt(await held.text(), "current_password", /Too many wrong passwords/);
+    assert.equal((await signIn(s, "ada@example.com", OWNER_PASSWORD)).status, 429);
+    assert.equal((await ownerOf(s, "ada@example.com")).passwordHash, before);
+    assert.ok(await isSignedIn(v));
+  }));
+
+Deno.test("a new password too short, or a confirmation that differs, is refused at its field and changes nothing", () =>
+  withService(async (s) => {
+    const v = await new OwnerSession(s).signUp("ada@example.com");
+    const elsewhere = (await signIn(s, "ada@example.com", OWNER_PASSWORD)).v;
+    const before = await ownerOf(s, "ada@example.com");
+    const short = await v.post(CHANGE, {
+      _csrf: await v.csrf(),
+      current_password: OWNER_PASSWORD,
+      new_password: "short",
+      confirmation: "short",
+    });
+    assert.equal(short.status, 400);
+    assertRefusedAt(await short.text(), "new_password", /at least 10 characters/);
+    const differs = await v.post(CHANGE, {
+      _csrf: await v.csrf(),
+      current_password: OWNER_PASSWORD,
+      new_password: NEW_PASSWORD,
+      confirmation: `${NEW_PASSWORD}!`,
+    });
+    assert.equal(differs.status, 400);
+    assertRefusedAt(await differs.text(), "confirmation", /confirmation differs/);
+    assert.deepEqual(await ownerOf(s, "ada@example.com"), before);
+    assert.ok(await isSignedIn(elsewhere), "no session ended");
+  }));
+
+Deno.test("a password change without the session's CSRF token, or from another site, is refused and changes nothing", () =>
+  withService(async (s) => {
+    const v = await new OwnerSession(s).signUp("ada@example.com");
+    const elsewhere = (await signIn(s, "ada@example.com", OWNER_PASSWORD)).v;
+    const fields = {
+      current_password: OWNER_PASSWORD,
+      new_password: NEW_PASSWORD,
+      confirmation: NEW_PASSWORD,
+    };
+    const csrf = await v.csrf();
+    const attempts: [Record<string, string>, Record<string, string>][] = [
+      [fields, {}],
+      [{ ...fields, _csrf: "0".repeat(25) }, {}],
+      [{ ...fields, _csrf: csrf }, { origin: "https://evil.example" }],
+      [{ ...fields, _csrf: csrf }, { "sec-fetch-site": "cross-site" }],
+    ];
+    for (const [body, headers] of attempts) {
+      const res = await v.post(CHANGE, body, headers);
+      assert.equal(res.status, 403);
+      assert.match(await res.text(), /Nothing was changed/);
+    }
+    assert.equal((await signIn(s, "ada@example.com", OWNER_PASSWORD)).status, 303);
+    assert.ok(await isSignedIn(elsewhere));
+  }));
