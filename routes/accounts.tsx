@@ -103,6 +103,12 @@ function accountPage(kind: "signup" | "signin", state: FormState): string {
           </label>
           <button type="submit" class="button">{signup ? "Create account" : "Sign in"}</button>
         </form>
+        {!signup && (
+          <p class="muted">
+            Forgot your password? This service sends no email: ask its operator to reset it. They
+            give you a new password; sign in with it, then change it under Account.
+          </p>
+        )}
         <p class="muted">
           {signup
             ? (

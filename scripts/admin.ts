@@ -2,7 +2,7 @@
  * Operator commands. Each prints one JSON object on stdout; a bad command or argument prints a
  * message on stderr and exits non-zero. Safe to run beside a running service on the same KV.
  */
-import { MAX_EMAIL_CHARS, ownerIdByEmail } from "@/lib/accounts/mod.ts";
+import { MAX_EMAIL_CHARS, ownerIdByEmail, resetPassword } from "@/lib/accounts/mod.ts";
 import {
   createApp as createAppRecord,
   getApp,
@@ -254,6 +254,22 @@ export async function runAdmin(
       const scope = keyId ? limits.keys[keyId] ?? limits.app : limits.app;
       return {
         output: { app_id: appId, ...(keyId ? { key_id: keyId } : {}), ...scope },
+        exitCode: 0,
+      };
+    }
+    case "reset-password": {
+      const flags = parseFlags(rest, ["email"]);
+      const email = textFlag(required(flags, "email"), "email", MAX_EMAIL_CHARS);
+      // No account with the email: an AccountError naming it, exit 1.
+      const reset = await resetPassword(kv, email);
+      return {
+        output: {
+          owner_id: reset.owner.id,
+          email: reset.owner.email,
+          // Printed this once: KV keeps only its hash. The owner signs in with it and changes it.
+          password: reset.password,
+          sessions_ended: reset.sessionsEnded,
+        },
         exitCode: 0,
       };
     }

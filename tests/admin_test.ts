@@ -7,6 +7,8 @@ import { ADMIN_COMMANDS } from "@/lib/ops/mod.ts";
 import { MAX_WALLET_CREDITS } from "@/lib/billing/mod.ts";
 import { runAdmin } from "@/scripts/admin.ts";
 import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
+import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
+import { MAX_FAILURES_PER_EMAIL } from "@/lib/accounts/sign_in_throttle.ts";
 
 const ADMIN = new URL("../scripts/admin.ts", import.meta.url).pathname;
 
@@ -286,4 +288,61 @@ Deno.test("every command of the admin table runs, is in the usage text and on /d
     const docs = await (await s.handle(new Request(`${PUBLIC_URL}/docs/operations`))).text();
     const listed = /deno task admin ([a-z| -]+)<\/code>/.exec(docs)?.[1];
     assert.deepEqual(listed?.split(" | "), ADMIN_COMMANDS.map((c) => c.name));
+  }));
+
+Deno.test("admin reset-password prints a new password that signs in, the old one no longer, and ends every session of the owner", () =>
+  withFileService(async (s, kvPath) => {
+    const signIn = async (password: string) => {
+      const v = new OwnerSession(s);
+      const res = await v.post("/signin", { email: "ada@example.com", password });
+      await res.body?.cancel();
+      return { v, status: res.status };
+    };
+    const first = await new OwnerSession(s).signUp("ada@example.com");
+    const second = (await signIn(OWNER_PASSWORD)).v;
+    const bob = await new OwnerSession(s).signUp("bob@example.com");
+    // The owner who forgot it has guessed until sign-in held them back.
+    for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) await signIn(`forgotten guess ${i}`);
+    assert.equal((await signIn(OWNER_PASSWORD)).status, 429);
+
+    const reset = await admin(kvPath, "reset-password", "--email", " ADA@example.com ");
+    assert.equal(reset.code, 0, reset.stderr);
+    assert.equal(reset.json.email, "ada@example.com");
+    assert.match(reset.json.owner_id, /^own_/);
+    assert.equal(reset.json.sessions_ended, 2);
+    const password: string = reset.json.password;
+    assert.ok(password.length * Math.log2(36) >= 128, "at least 128 random bits");
+
+    for (const v of [first, second]) {
+      const res = await v.request("/dashboard");
+      await res.body?.cancel();
+      assert.equal(res.status, 303, "the owner's sessions ended");
+    }
+    assert.equal((await bob.request("/dashboard")).status, 200, "another owner's session stays");
+    assert.equal((await signIn(OWNER_PASSWORD)).status, 401);
+    const { v, status } = await signIn(password);
+    assert.equal(status, 303, "the printed password signs in at once");
+    assert.match(await v.page("/dashboard"), /Signed in as ada@example\.com/);
+    const stored = await s.kv.get(keys.owner(reset.json.owner_id));
+    assert.ok(!JSON.stringify(stored.value).includes(password), "KV keeps only its hash");
+  }));
+
+Deno.test("admin reset-password of an unknown email exits 1 naming it; without --email it is a usage error", () =>
+  withFileService(async (s, kvPath) => {
+    await new OwnerSession(s).signUp("ada@example.com");
+    const unknown = await admin(kvPath, "reset-password", "--email", "nobody@example.com");
+    assert.equal(unknown.code, 1);
+    assert.equal(unknown.json, null);
+    assert.match(unknown.stderr, /^admin: no account with email nobody@example\.com\n$/);
+    const missing = await admin(kvPath, "reset-password");
+    assert.equal(missing.code, 2);
+    assert.match(missing.stderr, /--email is required/);
+    assert.equal(
+      (await new OwnerSession(s).post("/signin", {
+        email: "ada@example.com",
+        password: OWNER_PASSWORD,
+      })).status,
+      303,
+      "the account's password is unchanged",
+    );
   }));

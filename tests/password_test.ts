@@ -188,3 +188,12 @@ Deno.test("a password change without the session's CSRF token, or from another s
     assert.equal((await signIn(s, "ada@example.com", OWNER_PASSWORD)).status, 303);
     assert.ok(await isSignedIn(elsewhere));
   }));
+
+Deno.test("the sign-in page tells an owner who forgot the password to ask the operator for a reset", () =>
+  withService(async (s) => {
+    const html = await (await s.handle(new Request(`${PUBLIC_URL}/signin`))).text();
+    const form = html.indexOf("</form>");
+    const hint = html.indexOf("Forgot your password?");
+    assert.ok(form > 0 && hint > form, "just after the form");
+    assert.match(html.slice(hint), /ask its operator to reset it/);
+  }));

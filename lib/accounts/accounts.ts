@@ -3,8 +3,9 @@
  */
 import { randomBytes, scrypt, timingSafeEqual } from "node:crypto";
 import { keys, type OwnerRecord, type SessionRecord } from "@/lib/db.ts";
-import { newId, sha256Hex } from "@/lib/core/mod.ts";
+import { newId, randomToken, sha256Hex } from "@/lib/core/mod.ts";
 import { endOwnerSessions, isOfCurrentPassword } from "./sessions.ts";
+import { forgetEmailFailures } from "./sign_in_throttle.ts";
 
 /** scrypt cost: N=2^15, r=8 (32 MiB, tens of ms per guess); stored with each hash so it can grow. */
 const SCRYPT = { N: 32768, r: 8, p: 1 };
@@ -214,4 +215,38 @@ export async function changePassword(
   return {
     sessionsEnded: await endOwnerSessions(kv, owner.value.id, { keep: input.sessionId, now }),
   };
+}
+
+/** Bits of a password the operator resets: as strong as a session id's secret. */
+const RESET_PASSWORD_BITS = 128;
+
+/**
+ * The operator's reset of a forgotten password (there is no email to send a link to): a new random
+ * password, returned once and stored only hashed; every session of the owner ends, and the email's
+ * failed sign-ins are forgotten so the owner can sign in with it at once.
+ */
+export async function resetPassword(
+  kv: Deno.Kv,
+  email: string,
+  now = Date.now(),
+): Promise<{ owner: OwnerRecord; password: string; sessionsEnded: number }> {
+  const ownerId = await ownerIdByEmail(kv, email);
+  const password = randomToken(RESET_PASSWORD_BITS);
+  const passwordHash = await hashPassword(password);
+  for (;;) {
+    const entry = await kv.get<OwnerRecord>(keys.owner(ownerId));
+    if (!entry.value) {
+      throw new AccountError(`no account with email ${normalizeEmail(email)}`, "email");
+    }
+    const owner: OwnerRecord = {
+      ...entry.value,
+      passwordHash,
+      passwordChangedAt: nextPasswordMark(entry.value, now),
+    };
+    // The owner may be changing the password meanwhile: the reset is made on what is stored then.
+    const result = await kv.atomic().check(entry).set(keys.owner(ownerId), owner).commit();
+    if (!result.ok) continue;
+    await forgetEmailFailures(kv, owner.email, now);
+    return { owner, password, sessionsEnded: await endOwnerSessions(kv, ownerId, { now }) };
+  }
 }

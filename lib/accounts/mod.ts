@@ -11,6 +11,7 @@ export {
   PASSWORD_MAX,
   PASSWORD_MIN,
   PasswordChangeError,
+  resetPassword,
   signUp,
 } from "./accounts.ts";
 export {

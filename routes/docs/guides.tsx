@@ -715,7 +715,10 @@ export function operationsPage() {
         <code>deno task admin {ADMIN_COMMANDS.map((c) => c.name).join(" | ")}</code>{" "}
         work beside running instances on the same <code>KV_PATH</code> (and{" "}
         <code>DENO_KV_ACCESS_TOKEN</code>). A revocation is seen by every instance on the next
-        request. <code>audit</code> exits non-zero when any wallet's money does not add up.
+        request. <code>audit</code> exits non-zero when any wallet's money does not add up.{" "}
+        <code>reset-password --email EMAIL</code>{" "}
+        is how an owner who forgot the password gets back in (the service sends no email): it prints
+        a new random password once and signs the owner out everywhere.
       </p>
     </DocsLayout>,
   );
