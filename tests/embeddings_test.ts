@@ -298,7 +298,7 @@ Deno.test("an input's limit is checked in cl100k, as OpenAI's embedding models c
     await poor.body?.cancel();
   }));
 
-Deno.test("an embedding model of another family with tokenizer utf8_bytes is held at its bytes, so a wallet at its hold pays the whole bill", async () => {
+Deno.test("an embedding model of another family with tokenizer utf8_bytes is held at its bytes and its server's special tokens, so a wallet at its hold pays the whole bill", async () => {
   // Mistral's tokenizer splits digits one by one: 6,000 billed where OpenAI's counts give 2,000.
   const digits = "0123456789".repeat(600);
   // 10,000 bytes, more than the model's 8,192 tokens per input, about 2,000 tokens: a limit
@@ -326,7 +326,8 @@ Deno.test("an embedding model of another family with tokenizer utf8_bytes is hel
   try {
     const { appId, apiKey } = await s.newApp();
     const price = 100_000; // 0.10 USD per million tokens
-    const held = expectedCost(digits.length + prose.length, price);
+    // Its bytes, and 4 special tokens an input.
+    const held = expectedCost(digits.length + prose.length + 2 * 4, price);
     await spendDownTo(s.kv, appId, held);
     const res = await embed(s, apiKey, { model: "fake/mistral-embed", input: [digits, prose] });
     assert.equal(res.status, 200);

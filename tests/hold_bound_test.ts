@@ -7,7 +7,7 @@ import { formatUsd } from "@/lib/core/mod.ts";
 import { countPromptTokens, countSimulatedTokens } from "@/lib/gateway/tokens.ts";
 import { pngBase64 } from "./fakes/common.ts";
 import { harmonyPromptTokens } from "./harmony_reference.ts";
-import { startOpenAiUpstream } from "./fakes/openai_upstream.ts";
+import { startOpenAiUpstream, tokenCount } from "./fakes/openai_upstream.ts";
 import {
   assertAuditClean,
   chatHoldingExactly,
@@ -256,6 +256,85 @@ Deno.test("gpt-oss on a compatible server is held over what harmony renders: a d
   try {
     const { learned } = await assertHoldCoversBill(s, request);
     assert.equal(learned.promptTokens, billed);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gpt-oss on a server that joins a message's text parts with nothing between is held over the joined text: a thousand parts of one long word are charged in full from an app holding exactly the hold", async () => {
+  const PARTS = 1000;
+  const request = {
+    model: "fake/gpt-oss-120b",
+    max_tokens: 16,
+    messages: [{
+      role: "user",
+      content: Array.from({ length: PARTS }, () => ({ type: "text", text: BLOCK })),
+    }],
+  };
+  // vLLM's harmony path flattens a message's text parts with "".join.
+  const billed = harmonyPromptTokens({
+    messages: [{ role: "user", content: BLOCK.repeat(PARTS) }],
+  });
+  const upstream = startOpenAiUpstream({ models: { "gpt-oss-120b": { contextWindow: 131_072 } } });
+  upstream.setDefault({ content: "ok", promptTokens: billed, completionTokens: 16 });
+  const file = testCatalogFile(upstream.baseUrl);
+  const fake = file.providers.fake;
+  if (fake.kind !== "simulator") fake.timeout_ms = 20_000;
+  file.models.push({
+    id: "fake/gpt-oss-120b",
+    provider: "fake",
+    upstream_model: "openai/gpt-oss-120b",
+    input_usd_per_mtok: "0.15",
+    output_usd_per_mtok: "0.60",
+    context_tokens: 131_072,
+    max_output_tokens: 32_768,
+  });
+  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    const { learned } = await assertHoldCoversBill(s, request);
+    assert.equal(learned.promptTokens, billed);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("an open embedding model is held over the special tokens its server adds to each input: 2,048 one-byte inputs are charged in full from an app holding exactly the hold", async () => {
+  // vLLM adds the tokenizer's special tokens to each text by default ([CLS] and [SEP]).
+  const upstream = startOpenAiUpstream({
+    models: { "BAAI/bge-m3": { countTokens: (text) => tokenCount(text) + 2 } },
+  });
+  const file = testCatalogFile(upstream.baseUrl);
+  file.models.push({
+    id: "fake/bge-m3",
+    type: "embedding",
+    provider: "fake",
+    upstream_model: "BAAI/bge-m3",
+    input_usd_per_mtok: "0.10",
+    context_tokens: 8192,
+    tokenizer: "utf8_bytes",
+  });
+  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    const body = { model: "fake/bge-m3", input: Array.from({ length: 2048 }, () => "a") };
+    const rich = await s.newApp("rich");
+    const first = await s.post(rich.apiKey, "/embeddings", body);
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    const [learned] = await usageRecords(s.kv, rich.appId);
+    assert.equal(learned.promptTokens, 3 * 2048);
+    const exact = await s.newApp("exact");
+    await spendDownTo(s.kv, exact.appId, learned.reserved);
+    const res = await s.post(exact.apiKey, "/embeddings", body);
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const record = (await usageRecords(s.kv, exact.appId)).find((u) =>
+      u.requestId === res.headers.get("tollbooth-request-id")
+    )!;
+    assert.equal(record.uncharged, 0, `held ${record.reserved}, billed ${record.cost}`);
+    assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+    await assertAuditClean(s.kv);
   } finally {
     await s.close();
     await upstream.close();

@@ -181,11 +181,21 @@ export function countEmbeddingTokens(
 }
 
 /**
+ * What an open model's server adds to each text it embeds: the tokenizer's special tokens (vLLM
+ * adds them by default and bills them: BERT's [CLS] and [SEP], XLM-R's <s> and </s>), with room
+ * over. 2,048 one-byte inputs were held at 2,048 tokens and billed 6,144.
+ */
+const OPEN_EMBEDDING_SPECIAL_TOKENS = 4;
+
+/**
  * An upper bound of a text's tokens whichever tokenizer bills it: countTokensWith's cl100k is the
- * larger of both OpenAI encodings, and no byte-level tokenizer exceeds a text's bytes.
+ * larger of both OpenAI encodings, and no byte-level tokenizer exceeds a text's bytes (and the
+ * special tokens an open model's server adds).
  */
 function heldTokens(tokenizer: Tokenizer, text: string): number {
-  return countTokensWith(tokenizer === "utf8_bytes" ? "utf8_bytes" : "cl100k", text);
+  return tokenizer === "utf8_bytes"
+    ? countTokensWith("utf8_bytes", text) + OPEN_EMBEDDING_SPECIAL_TOKENS
+    : countTokensWith("cl100k", text);
 }
 
 function fromIssue(issue: z.core.$ZodIssue): ApiError {

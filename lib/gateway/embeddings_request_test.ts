@@ -181,13 +181,13 @@ Deno.test("an input's limit is checked in the model's own count (cl100k), while 
   );
 });
 
-Deno.test("a utf8_bytes model's text is held at its bytes and its limit left to the provider; token ids are limited by their length", () => {
+Deno.test("a utf8_bytes model's text is held at its bytes and its server's special tokens, its limit left to the provider; token ids are limited by their length", () => {
   const bytes = { ...SMALL, tokenizer: "utf8_bytes" as const, contextTokens: 10 };
   const accented = parseEmbeddingsRequest({ model: MODEL, input: "héllo" });
-  assert.equal(countEmbeddingTokens(accented, bytes), 6);
+  assert.equal(countEmbeddingTokens(accented, bytes), 6 + 4);
   // 13 bytes against a limit of 10 tokens: the model may count fewer, so its provider decides.
   const longer = parseEmbeddingsRequest({ model: MODEL, input: ["héllo wörld", "ok"] });
-  assert.equal(countEmbeddingTokens(longer, bytes), 15);
+  assert.equal(countEmbeddingTokens(longer, bytes), 13 + 4 + 2 + 4);
   assert.throws(
     () =>
       countEmbeddingTokens(
