@@ -379,6 +379,40 @@ for (const kind of KINDS) {
       },
     ));
 
+  Deno.test(`${kind}: our account out of credit (OpenAI's 429 insufficient_quota, Anthropic's 400 credit balance) is 502 logged at level error, not a rate limit to retry, nothing charged`, () =>
+    withFake(
+      kind,
+      () =>
+        kind === "openai"
+          ? Response.json({
+            error: {
+              message:
+                "You exceeded your current quota, please check your plan and billing details.",
+              type: "insufficient_quota",
+              code: "insufficient_quota",
+              param: null,
+            },
+          }, { status: 429 })
+          : Response.json({
+            type: "error",
+            error: {
+              type: "invalid_request_error",
+              message:
+                "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
+            },
+          }, { status: 400 }),
+      async (s, apiKey, appId) => {
+        const results = await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+        for (const { headers, error } of results) {
+          assert.equal(headers.get("retry-after"), null);
+          assert.doesNotMatch(error.message, /credit|quota/i, "our billing is not the client's");
+        }
+        assert.ok(
+          s.logs.some((l) => l.event === "upstream_credentials_refused" && l.level === "error"),
+        );
+      },
+    ));
+
   Deno.test(`${kind}: malformed JSON before any byte reached the client is 502, nothing charged`, () =>
     withFake(
       kind,

@@ -232,6 +232,15 @@ async function statusError(response: Http1Answer): Promise<ProviderError> {
   const answer = upstreamReason(text);
   const reason = answer.reason ?? `status ${status}`;
   const upstream = { upstreamStatus: status, upstreamError: answer.fields };
+  // Our account out of credit (OpenAI's 429 insufficient_quota, Anthropic's 400 "credit balance
+  // is too low"): the operator's to fix, and no client's retry a second later helps.
+  if (outOfCredit(status, answer.fields, reason)) {
+    return new ProviderError(
+      "upstream_auth",
+      `upstream account out of credit: ${reason}`,
+      upstream,
+    );
+  }
   if (status === 429) {
     return new ProviderError("rate_limited", `upstream rate limited: ${reason}`, {
       ...upstream,
@@ -251,6 +260,20 @@ async function statusError(response: Http1Answer): Promise<ProviderError> {
     return new ProviderError("bad_request", reason, upstream);
   }
   return new ProviderError("upstream_error", `upstream failed: ${reason}`, upstream);
+}
+
+const OUT_OF_CREDIT_CODE = /^(insufficient_quota|billing_hard_limit_reached)$/;
+
+function outOfCredit(
+  status: number,
+  fields: UpstreamErrorFields | undefined,
+  reason: string,
+): boolean {
+  if (status === 429) {
+    return OUT_OF_CREDIT_CODE.test(fields?.code ?? "") ||
+      OUT_OF_CREDIT_CODE.test(fields?.type ?? "");
+  }
+  return status === 400 && /credit balance is too low/i.test(reason);
 }
 
 /** The human-readable reason out of an upstream error body, in any shape it comes in, and its fields. */
