@@ -23,7 +23,7 @@ export type ProviderKind = "openai" | "openai_responses" | "anthropic" | "simula
 // Messages
 
 /** Anthropic's prompt-cache breakpoint, accepted on text parts and tools; other kinds drop it. */
-const CacheControl = z.strictObject({
+export const CacheControl = z.strictObject({
   type: z.literal("ephemeral", "must be 'ephemeral'"),
   // Five minutes unless said; an hour costs more to write (the catalog's 1-hour write price).
   ttl: z.enum(["5m", "1h"], { error: "must be one of 5m, 1h" }).optional(),

@@ -9,6 +9,7 @@ import { createOpenAI } from "@ai-sdk/openai";
 import { generateText, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import { usageCost } from "@/lib/catalog/mod.ts";
 import { assertMatchesOpenApi } from "../openapi_check.ts";
 import {
   assertCharged,
@@ -879,4 +880,31 @@ Deno.test("a Responses answer whose tool call the output cap cut mid-JSON can be
       input: unknown;
     }[];
     assert.deepEqual(sent.find((b) => b.type === "tool_use")!.input, {});
+  }));
+
+Deno.test("a Responses input part's cache_control reaches Claude as its cache breakpoint, and the cache write is billed at its price", () =>
+  withDialect(async (d) => {
+    const long = "The quick brown fox jumps over the lazy dog. ".repeat(300);
+    d.claude.script({
+      text: "ok",
+      inputTokens: 1612,
+      cacheCreationInputTokens: 1600,
+      outputTokens: 3,
+    });
+    const res = await client(d).responses.create({
+      model: CLAUDE_MODEL,
+      input: [
+        {
+          role: "system",
+          content: [{ type: "input_text", text: long, cache_control: { type: "ephemeral" } }],
+        },
+        { role: "user", content: "Summarise." },
+      ],
+    } as unknown as OpenAI.Responses.ResponseCreateParamsNonStreaming);
+    assert.equal(res.output_text, "ok");
+    const sent = d.claude.messages()[0].body.system as { cache_control?: unknown }[];
+    assert.deepEqual(sent.at(-1)?.cache_control, { type: "ephemeral" });
+    const [record] = await d.newUsage();
+    assert.equal(record.cacheWriteTokens, 1600);
+    assert.equal(record.cost, usageCost(d.s.catalog.get(CLAUDE_MODEL)!, record));
   }));

@@ -9,6 +9,7 @@
 import { z } from "zod";
 import { ApiError } from "@/lib/core/mod.ts";
 import {
+  CacheControl,
   describeIssue,
   EndUser,
   formatPath,
@@ -28,13 +29,17 @@ import {
   type ReasoningDetail,
 } from "../reasoning_details.ts";
 
+// Claude's breakpoint (`cache_control`) beside OpenAI's, as on chat's parts: a Claude route is
+// otherwise never asked to cache, and a long prompt pays its whole input price every turn.
 const InputText = z.strictObject({
   type: z.literal("input_text"),
   text: z.string(),
+  cache_control: CacheControl.optional(),
   prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
 });
 const InputImage = z.strictObject({
   type: z.literal("input_image"),
+  cache_control: CacheControl.optional(),
   prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
   image_url: z.string({ error: "must be an https URL or a data URL" }).optional(),
   file_id: z.string().nullish(),
@@ -49,6 +54,7 @@ const InputFile = z.looseObject({
   type: z.literal("input_file"),
   file_data: z.string({ error: "must be a string" }).optional(),
   filename: z.string({ error: "must be a string" }).optional(),
+  cache_control: CacheControl.optional(),
   prompt_cache_breakpoint: PromptCacheBreakpoint.optional(),
 });
 /** What a client pushes back of an earlier answer: its text (annotations are dropped). */
@@ -734,7 +740,7 @@ function inputPartOf(p: z.infer<typeof ToolOutputPart>, path: string): Record<st
  * any other field (an uploaded `file_id`, a `file_url`) is refused by its path.
  */
 function fileFieldsOf(p: z.infer<typeof InputFile>, path: string): Record<string, unknown> {
-  const taken = ["type", "file_data", "filename", "prompt_cache_breakpoint"];
+  const taken = ["type", "file_data", "filename", "cache_control", "prompt_cache_breakpoint"];
   for (const field of Object.keys(p)) {
     if (taken.includes(field)) continue;
     throw new ApiError(
@@ -794,9 +800,17 @@ function invalid(param: string, message: string): ApiError {
   return new ApiError("invalid_parameter", `Invalid value for '${param}': ${message}.`, { param });
 }
 
-/** A part's explicit prompt-cache breakpoint, carried to the chat part it becomes. */
-function breakpointOf(part: { prompt_cache_breakpoint?: unknown }) {
-  return part.prompt_cache_breakpoint
-    ? { prompt_cache_breakpoint: part.prompt_cache_breakpoint }
-    : {};
+/** A part's prompt-cache breakpoints (Claude's, OpenAI's), carried to the chat part it becomes. */
+function breakpointOf(
+  part: {
+    cache_control?: z.infer<typeof CacheControl>;
+    prompt_cache_breakpoint?: z.infer<typeof PromptCacheBreakpoint>;
+  },
+) {
+  return {
+    ...(part.cache_control ? { cache_control: part.cache_control } : {}),
+    ...(part.prompt_cache_breakpoint
+      ? { prompt_cache_breakpoint: part.prompt_cache_breakpoint }
+      : {}),
+  };
 }
