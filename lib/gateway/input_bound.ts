@@ -26,6 +26,7 @@ import {
   OPENING_USER_TEXT,
   opensWithAssistant,
   toolInput,
+  toolNameAsSent,
   toolUseIds,
 } from "./providers/anthropic/request.ts";
 import { toolImagesInUserMessages } from "./providers/openai/request.ts";
@@ -349,16 +350,22 @@ function contentTokens(content: ChatMessage["content"], count: TextCounter, perP
   return tokens + perPart * Math.max(0, parts - 1);
 }
 
-/** A call's arguments as the provider is sent them. */
-type SentArguments = (args: string) => string;
-const asGiven: SentArguments = (args) => args;
-const asMessagesInput: SentArguments = (args) => JSON.stringify(toolInput(args));
+/** A call's arguments and function name as the provider is sent them. */
+interface SentCalls {
+  arguments(args: string): string;
+  name(name: string): string;
+}
+const asGiven: SentCalls = { arguments: (args) => args, name: (name) => name };
+const asMessagesInput: SentCalls = {
+  arguments: (args) => JSON.stringify(toolInput(args)),
+  name: toolNameAsSent,
+};
 
 function messageTextTokens(
   m: ChatMessage,
   count: TextCounter,
   perPart: number,
-  sentArguments: SentArguments,
+  sent: SentCalls,
   /** The ids the calls or the tool result go with where they are not the client's (toolUseIds). */
   sentIds?: readonly string[],
 ): number {
@@ -367,8 +374,8 @@ function messageTextTokens(
   if (m.role === "assistant") {
     if (m.refusal) tokens += count(m.refusal);
     for (const [k, call] of (m.tool_calls ?? []).entries()) {
-      tokens += count(sentIds?.[k] ?? call.id) + count(call.function.name) +
-        count(sentArguments(call.function.arguments));
+      tokens += count(sentIds?.[k] ?? call.id) + count(sent.name(call.function.name)) +
+        count(sent.arguments(call.function.arguments));
       // A server's own payload (Gemini's thought signature) goes back with the call.
       if (call.extra_content) tokens += count(JSON.stringify(call.extra_content));
     }

@@ -273,7 +273,7 @@ function assistantBlocks(
     out.push({
       type: "tool_use",
       id: ids[k],
-      name: call.function.name,
+      name: toolNameAsSent(call.function.name),
       input: toolInput(call.function.arguments),
     });
   }
@@ -423,9 +423,18 @@ function historyToolNames(request: ChatRequest): string[] {
   const names = new Set<string>();
   for (const m of request.messages) {
     if (m.role !== "assistant") continue;
-    for (const call of m.tool_calls ?? []) names.add(call.function.name);
+    for (const call of m.tool_calls ?? []) names.add(toolNameAsSent(call.function.name));
   }
   return [...names];
+}
+
+/**
+ * A called function's name as Anthropic takes it (`^[a-zA-Z0-9_-]{1,64}$`): a conversation carried
+ * over from a server that takes others (`weather.get`) is otherwise refused after the reservation.
+ * A declared tool's name already is one (chat_request.ts checks it); the history's may not be.
+ */
+export function toolNameAsSent(name: string): string {
+  return name.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64) || "_";
 }
 
 /**

@@ -958,3 +958,29 @@ Deno.test("thousands of tool call ids that all rename to one base each take the 
   assert.deepEqual(sent.slice(0, 3), ["_", "__2", "__3"]);
   assert.equal(sent.at(-1), "__5000");
 });
+
+Deno.test("a called function's name Anthropic refuses (another server's weather.get) is sent as one it takes, in the call and in the tools the history declares", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [
+        { role: "user", content: "Weather in Paris?" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: "c1",
+            type: "function",
+            function: { name: "weather.get", arguments: "{}" },
+          }],
+        },
+        { role: "tool", tool_call_id: "c1", content: "sunny" },
+        { role: "user", content: "Summarise." },
+      ],
+    }),
+    false,
+  );
+  assert.deepEqual(body.tools, [{ name: "weather_get", input_schema: { type: "object" } }]);
+  const blocks = (body.messages as { content: string | Record<string, unknown>[] }[])
+    .flatMap((m) => typeof m.content === "string" ? [] : m.content);
+  assert.equal(blocks.find((b) => b.type === "tool_use")?.name, "weather_get");
+});
