@@ -63,6 +63,11 @@ export async function startSession(
   owner: OwnerRecord,
 ) {
   const { sessionId } = await createSession(kv, owner);
+  setSessionCookie(c, cookie, sessionId);
+}
+
+/** Hands the browser a session's id (a new session, or one that replaced its session). */
+export function setSessionCookie(c: Context<PageEnv>, cookie: Cookie, sessionId: string) {
   setCookie(c, cookie.name, sessionId, {
     httpOnly: true,
     secure: cookie.secure,

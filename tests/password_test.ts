@@ -84,6 +84,27 @@ Deno.test("changing the password keeps this session, ends the owner's other sess
     assert.equal(indexed, 2, "this session and the new sign-in's; the ended one is gone from KV");
   }));
 
+Deno.test("the session that changes the password is replaced: a copy of its cookie (a stolen one) is signed out, and its CSRF token is new", () =>
+  withService(async (s) => {
+    const here = await new OwnerSession(s).signUp("ada@example.com");
+    const copy = new OwnerSession(s);
+    copy.cookie = here.cookie;
+    const before = await here.csrf();
+    assert.ok(await isSignedIn(copy));
+    const res = await here.post(CHANGE, {
+      _csrf: before,
+      current_password: OWNER_PASSWORD,
+      new_password: NEW_PASSWORD,
+      confirmation: NEW_PASSWORD,
+    });
+    assert.equal(res.status, 303);
+    await res.body?.cancel();
+    assert.ok(await isSignedIn(here), "the browser that changed it has the new session");
+    assert.notEqual(here.cookie, copy.cookie);
+    assert.equal(await isSignedIn(copy), false, "the copied cookie no longer opens the dashboard");
+    assert.notEqual(await here.csrf(), before);
+  }));
+
 Deno.test("a session the per-owner index never held ends too when the password changes", () =>
   withService(async (s) => {
     const here = await new OwnerSession(s).signUp("ada@example.com");

@@ -4,7 +4,7 @@
 import { randomBytes, scrypt, timingSafeEqual } from "node:crypto";
 import { keys, type OwnerRecord, type SessionRecord } from "@/lib/db.ts";
 import { newId, randomToken, sha256Hex } from "@/lib/core/mod.ts";
-import { endOwnerSessions, isOfCurrentPassword } from "./sessions.ts";
+import { endOwnerSessions, isOfCurrentPassword, newSession, storeSession } from "./sessions.ts";
 import { forgetEmailFailures } from "./sign_in_throttle.ts";
 
 /** scrypt cost: N=2^15, r=8 (32 MiB, tens of ms per guess); stored with each hash so it can grow. */
@@ -181,7 +181,7 @@ export async function changePassword(
   kv: Deno.Kv,
   input: { sessionId: string; currentPassword: string; newPassword: string; confirmation: string },
   now = Date.now(),
-): Promise<{ sessionsEnded: number }> {
+): Promise<{ sessionId: string; sessionsEnded: number }> {
   const problem = newPasswordProblem(input.newPassword, input.confirmation);
   if (problem) throw problem;
   const sessionKey = keys.session(sha256Hex(input.sessionId));
@@ -199,7 +199,10 @@ export async function changePassword(
   if (!await verifyPassword(input.currentPassword, owner.value.passwordHash)) throw wrong;
   if (!isOfCurrentPassword(session.value, owner.value)) throw changedMeanwhile;
   const mark = nextPasswordMark(owner.value, now);
-  const changed = await kv.atomic()
+  // The session that changes it is replaced too (a new id and CSRF token): an owner who fears a
+  // stolen cookie changes the password from the browser it was stolen from.
+  const next = newSession({ id: owner.value.id, passwordChangedAt: mark }, now);
+  const atomic = kv.atomic()
     .check(owner)
     .check(session)
     .set(keys.owner(owner.value.id), {
@@ -207,13 +210,13 @@ export async function changePassword(
       passwordHash: await hashPassword(input.newPassword),
       passwordChangedAt: mark,
     })
-    .set(sessionKey, { ...session.value, passwordChangedAt: mark }, {
-      expireIn: Math.max(1, session.value.expiresAt - now),
-    })
-    .commit();
+    .delete(sessionKey)
+    .delete(keys.ownerSession(owner.value.id, sha256Hex(input.sessionId)));
+  const changed = await storeSession(atomic, next).commit();
   if (!changed.ok) throw changedMeanwhile;
   return {
-    sessionsEnded: await endOwnerSessions(kv, owner.value.id, { keep: input.sessionId, now }),
+    sessionId: next.sessionId,
+    sessionsEnded: await endOwnerSessions(kv, owner.value.id, { keep: next.sessionId, now }),
   };
 }
 

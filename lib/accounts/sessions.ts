@@ -16,29 +16,48 @@ export interface NewSession {
   record: SessionRecord;
 }
 
+/** A session of the owner's password as given, not stored yet (storeSession). */
+export function newSession(
+  owner: Pick<OwnerRecord, "id" | "passwordChangedAt">,
+  now = Date.now(),
+): NewSession {
+  return {
+    sessionId: randomToken(192),
+    record: {
+      ownerId: owner.id,
+      csrfToken: randomToken(128),
+      createdAt: now,
+      expiresAt: now + SESSION_TTL_MS,
+      ...(owner.passwordChangedAt === undefined
+        ? {}
+        : { passwordChangedAt: owner.passwordChangedAt }),
+    },
+  };
+}
+
+/** Adds the session, and the owner's index entry of it, to a commit. */
+export function storeSession(
+  atomic: Deno.AtomicOperation,
+  { sessionId, record }: NewSession,
+): Deno.AtomicOperation {
+  const sessionHash = sha256Hex(sessionId);
+  return atomic
+    .set(keys.session(sessionHash), record, { expireIn: SESSION_TTL_MS })
+    .set(keys.ownerSession(record.ownerId, sessionHash), record.expiresAt, {
+      expireIn: SESSION_TTL_MS,
+    });
+}
+
 /** A session of the owner's current password; the owner's index of sessions is written with it. */
 export async function createSession(
   kv: Deno.Kv,
   owner: Pick<OwnerRecord, "id" | "passwordChangedAt">,
   now = Date.now(),
 ): Promise<NewSession> {
-  const sessionId = randomToken(192);
-  const record: SessionRecord = {
-    ownerId: owner.id,
-    csrfToken: randomToken(128),
-    createdAt: now,
-    expiresAt: now + SESSION_TTL_MS,
-    ...(owner.passwordChangedAt === undefined
-      ? {}
-      : { passwordChangedAt: owner.passwordChangedAt }),
-  };
-  const sessionHash = sha256Hex(sessionId);
-  const result = await kv.atomic()
-    .set(keys.session(sessionHash), record, { expireIn: SESSION_TTL_MS })
-    .set(keys.ownerSession(owner.id, sessionHash), record.expiresAt, { expireIn: SESSION_TTL_MS })
-    .commit();
+  const session = newSession(owner, now);
+  const result = await storeSession(kv.atomic(), session).commit();
   if (!result.ok) throw new Error("the session could not be stored");
-  return { sessionId, record };
+  return session;
 }
 
 /** The live session of an id, or null when unknown or expired (KV's expiry is only eventual). */

@@ -12,7 +12,7 @@ import {
   signInSucceeded,
 } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
-import { clientAddress, type PageEnv } from "@/routes/session.ts";
+import { clientAddress, type PageEnv, sessionCookie, setSessionCookie } from "@/routes/session.ts";
 import { formAnchor, Page, type Saved, SavedNotice, savedOf, savedPath } from "./pages/shared.tsx";
 
 export const ACCOUNT_PATH = "/dashboard/account";
@@ -101,6 +101,8 @@ export function accountSettingsRoutes(
   deps: {
     kv: Deno.Kv;
     proxyTrust: ProxyTrust;
+    /** The session cookie's settings: the change hands the browser a new session. */
+    cookie: ReturnType<typeof sessionCookie>;
     /** The throttle counts in fixed windows of this clock. */
     now?: () => number;
   },
@@ -139,7 +141,8 @@ export function accountSettingsRoutes(
       }, 429);
     }
     try {
-      await changePassword(kv, input, now());
+      const { sessionId } = await changePassword(kv, input, now());
+      setSessionCookie(c, deps.cookie, sessionId);
     } catch (error) {
       if (!(error instanceof PasswordChangeError)) throw error;
       return refuse({ error: error.message, field: error.field }, 400);

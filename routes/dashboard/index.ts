@@ -160,7 +160,15 @@ export function dashboardRoutes(
   // Also matches /apps/:appId itself.
   r.use("/apps/:appId/*", ownedApp(kv));
   r.route("/management-keys", managementKeyRoutes(kv));
-  r.route("/account", accountSettingsRoutes({ kv, proxyTrust: deps.proxyTrust, now: deps.now }));
+  r.route(
+    "/account",
+    accountSettingsRoutes({
+      kv,
+      proxyTrust: deps.proxyTrust,
+      cookie: sessionCookie(publicUrl),
+      now: deps.now,
+    }),
+  );
   addWebhookRoutes(r, { kv, ...deps.webhooks });
 
   const session = (c: Context<DashboardEnv>) => c.get("session")!;
