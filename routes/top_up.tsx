@@ -265,7 +265,8 @@ export function topUpRoutes(deps: TopUpDeps) {
         receiptPage({
           app,
           entry,
-          balance: await balanceShown(app),
+          // A replaced address may have leaked: it shows a past payment, not the wallet now.
+          balance: current ? await balanceShown(app) : null,
           topUpPath: current ? pagePath(app) : undefined,
         }),
       );

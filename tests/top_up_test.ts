@@ -112,7 +112,9 @@ Deno.test("a receipt link still shows the payment after the owner replaces the t
   withService(DEV, async (s) => {
     const { appId, topUpToken } = await s.newApp("Story Forge");
     const other = await s.newApp("other");
+    await updateTopUpSettings(s.kv, appId, { showBalance: true });
     const { receiptPath } = await buyInDevMode(s, topUpToken, "25");
+    assert.match(await (await page(s, receiptPath)).text(), /Balance now/);
     const otherPaid = await buyInDevMode(s, other.topUpToken, "5");
     const rotated = await rotateTopUpToken(s.kv, appId);
 
@@ -121,6 +123,8 @@ Deno.test("a receipt link still shows the payment after the owner replaces the t
     const html = await receipt.text();
     assert.match(html, /Thank you: 25\.00 USD added to Story Forge/);
     assert.doesNotMatch(html, /Nothing was charged/);
+    // Nor does it show the wallet now, which the owner shows on the page only to its buyers.
+    assert.doesNotMatch(html, /Balance now/);
     // The replaced address may have leaked: its receipt does not lead to the new one.
     assert.doesNotMatch(html, new RegExp(rotated.topUpToken));
     assert.doesNotMatch(html, /Buy more credits/);
