@@ -60,7 +60,10 @@ export default function SpendChart({ days }: SpendChartProps) {
             <g
               key={d.day}
               onMouseEnter={() => setActive(i)}
-              onMouseLeave={() => setActive(null)}
+              // A tap ends with a mouseleave of its own: only a mouse moving away clears the day.
+              onPointerLeave={(event) => {
+                if (event.pointerType === "mouse") setActive(null);
+              }}
               onClick={() => setActive(i)}
             >
               <rect x={i * slot} y={0} width={slot} height={HEIGHT} class="chart-hit" />
