@@ -5,17 +5,32 @@ import { PUBLIC_URL, type TestService } from "./helpers.ts";
 export const OWNER_PASSWORD = "correct horse battery";
 
 export class OwnerSession {
-  cookie = "";
+  /** The cookies the pages set (the session's, a save's confirmation), by name. */
+  readonly #jar = new Map<string, string>();
   constructor(readonly s: TestService, readonly headers: Record<string, string> = {}) {}
+
+  /** The Cookie header this browser sends; set it to copy another's (a stolen cookie). */
+  get cookie(): string {
+    return [...this.#jar].map(([name, value]) => `${name}=${value}`).join("; ");
+  }
+  set cookie(header: string) {
+    this.#jar.clear();
+    for (const pair of header.split(/;\s*/)) {
+      const at = pair.indexOf("=");
+      if (at > 0) this.#jar.set(pair.slice(0, at), pair.slice(at + 1));
+    }
+  }
 
   async request(path: string, init: RequestInit = {}): Promise<Response> {
     const headers = new Headers({ ...this.headers, ...init.headers as Record<string, string> });
-    if (this.cookie) headers.set("cookie", this.cookie);
+    if (this.#jar.size > 0) headers.set("cookie", this.cookie);
     const res = await this.s.handle(new Request(PUBLIC_URL + path, { ...init, headers }));
-    const set = res.headers.get("set-cookie");
-    if (set) {
+    for (const set of res.headers.getSetCookie()) {
       const [pair] = set.split(";");
-      this.cookie = /=$/.test(pair) || /Max-Age=0/i.test(set) ? "" : pair;
+      const at = pair.indexOf("=");
+      const [name, value] = [pair.slice(0, at), pair.slice(at + 1)];
+      if (value === "" || /Max-Age=0/i.test(set)) this.#jar.delete(name);
+      else this.#jar.set(name, value);
     }
     return res;
   }

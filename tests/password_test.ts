@@ -67,7 +67,7 @@ Deno.test("changing the password keeps this session, ends the owner's other sess
       new_password: NEW_PASSWORD,
       confirmation: NEW_PASSWORD,
     });
-    assert.equal(res.headers.get("location"), "/dashboard/account?saved=password#password");
+    assert.equal(res.headers.get("location"), "/dashboard/account#password");
     assert.match(
       await here.followRedirect(res),
       /role="status">Password changed\. Every other session of this account was signed out\./,

@@ -13,7 +13,8 @@ import {
 } from "@/lib/accounts/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import { clientAddress, type PageEnv, sessionCookie, setSessionCookie } from "@/routes/session.ts";
-import { formAnchor, Page, type Saved, SavedNotice, savedOf, savedPath } from "./pages/shared.tsx";
+import { formAnchor, Page, type Saved, SavedNotice } from "./pages/shared.tsx";
+import { redirectSaved, takeSaved } from "./saved_notice.ts";
 
 export const ACCOUNT_PATH = "/dashboard/account";
 const PASSWORD_CARD = "password";
@@ -112,7 +113,7 @@ export function accountSettingsRoutes(
   const r = new Hono<PageEnv>();
   const session = (c: Context<PageEnv>) => c.get("session")!;
 
-  r.get("/", (c) => c.html(accountPage(session(c), { saved: savedOf(c.req.query("saved")) })));
+  r.get("/", (c) => c.html(accountPage(session(c), { saved: takeSaved(c) })));
 
   r.post("/password", async (c) => {
     const form = c.get("form");
@@ -148,7 +149,7 @@ export function accountSettingsRoutes(
       return refuse({ error: error.message, field: error.field }, 400);
     }
     await signInSucceeded(kv, email, attempt, now());
-    return c.redirect(savedPath(ACCOUNT_PATH, "password", PASSWORD_CARD), 303);
+    return redirectSaved(c, ACCOUNT_PATH, "password", PASSWORD_CARD);
   });
 
   return r;

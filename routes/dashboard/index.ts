@@ -55,7 +55,7 @@ import { parseFormInteger } from "@/routes/forms.ts";
 import { appsPage } from "./pages/apps.tsx";
 import { keyIssuedPage, type KeyRefusal, keyShownPage, keysPage } from "./pages/keys.tsx";
 import { CAP_FIELDS, type CapsRefusal } from "./pages/spend_caps.tsx";
-import { savedOf, savedPath } from "./pages/shared.tsx";
+import { redirectSaved, takeSaved } from "./saved_notice.ts";
 import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
@@ -270,7 +270,7 @@ export function dashboardRoutes(
 
   r.get("/apps/:appId", async (c) => {
     const app = c.get("app");
-    const saved = savedOf(c.req.query("saved"));
+    const saved = takeSaved(c);
     return c.html(overviewPage(session(c), { ...await overview(app), saved }));
   });
 
@@ -286,7 +286,7 @@ export function dashboardRoutes(
       };
       return c.html(overviewPage(session(c), { ...await overview(app), renameRefused }), 400);
     }
-    return c.redirect(savedPath(`/dashboard/apps/${app.id}`, "rename", "rename"), 303);
+    return redirectSaved(c, `/dashboard/apps/${app.id}`, "rename", "rename");
   });
 
   /** The tab a top-up page form was posted from (it is on two): the owner goes back there. */
@@ -296,7 +296,7 @@ export function dashboardRoutes(
   r.post("/apps/:appId/top-up-link", async (c) => {
     const app = c.get("app");
     await rotateTopUpToken(kv, app.id);
-    return c.redirect(savedPath(topUpFormPage(c, app), "top-up-address", "top-up-page"), 303);
+    return redirectSaved(c, topUpFormPage(c, app), "top-up-address", "top-up-page");
   });
 
   /**
@@ -345,7 +345,7 @@ export function dashboardRoutes(
       capKeys,
       spent,
       pager,
-      saved: savedOf(c.req.query("saved")),
+      saved: takeSaved(c),
     });
   }
 
@@ -393,7 +393,7 @@ export function dashboardRoutes(
       }
     }
     await setSpendCaps(kv, app.id, target, caps);
-    return c.redirect(savedPath(`/dashboard/apps/${app.id}/keys`, "caps", "spend-caps"), 303);
+    return redirectSaved(c, `/dashboard/apps/${app.id}/keys`, "caps", "spend-caps");
   }
 
   r.post("/apps/:appId/keys/:keyId/spend-cap", async (c) => {
@@ -460,7 +460,7 @@ export function dashboardRoutes(
     const key = await ownedKey(c, app);
     if (!key) return notFound(c);
     await revokeKey(kv, key.id);
-    return c.redirect(savedPath(sameKeysPage(c.req.header("referer"), app.id), "revoked"), 303);
+    return redirectSaved(c, sameKeysPage(c.req.header("referer"), app.id), "revoked");
   });
 
   r.post("/apps/:appId/keys/:keyId/rotate", async (c) => {
@@ -553,7 +553,7 @@ export function dashboardRoutes(
       return c.redirect(walletPath(app, ours), 303);
     }
     try {
-      const saved = savedOf(c.req.query("saved"));
+      const saved = takeSaved(c);
       return c.html(walletPage(session(c), { ...await walletView(app, ours), saved }));
     } catch (error) {
       if (!(error instanceof UnknownCursorError)) throw error;
@@ -587,7 +587,7 @@ export function dashboardRoutes(
       }
       return c.html(walletPage(session(c), { ...await walletView(app), topUpRefused }), 400);
     }
-    return c.redirect(savedPath(topUpFormPage(c, app), "top-up-settings", "top-up-page"), 303);
+    return redirectSaved(c, topUpFormPage(c, app), "top-up-settings", "top-up-page");
   });
 
   r.post("/apps/:appId/limits", async (c) => {
@@ -620,7 +620,7 @@ export function dashboardRoutes(
       if (!(error instanceof LimitAboveCeilingError)) throw error;
       return await refuse(error.message, error.limit);
     }
-    return c.redirect(savedPath(`/dashboard/apps/${app.id}`, "rate-limits", "rate-limits"), 303);
+    return redirectSaved(c, `/dashboard/apps/${app.id}`, "rate-limits", "rate-limits");
   });
 
   return r;

@@ -17,7 +17,7 @@ import { takeReveal, webhookSecretRevealOf } from "@/lib/accounts/mod.ts";
 import type { PageEnv } from "@/routes/session.ts";
 import { type EndpointRefusal, webhooksPage } from "./pages/webhooks.tsx";
 import { redirectToReveal } from "./reveals.ts";
-import { savedOf, savedPath } from "./pages/shared.tsx";
+import { redirectSaved, takeSaved } from "./saved_notice.ts";
 
 type WebhooksEnv = { Variables: PageEnv["Variables"] & { app: AppRecord } };
 
@@ -46,7 +46,7 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
   });
 
   r.get("/apps/:appId/webhooks", async (c) => {
-    const saved = savedOf(c.req.query("saved"));
+    const saved = takeSaved(c);
     return c.html(webhooksPage(session(c), { ...await view(c.get("app")), saved }));
   });
 
@@ -93,7 +93,7 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
     deps.watcher.forget(app.id);
     // The balance may already be below the new threshold: that is a crossing too.
     await deps.watcher.observe(app.id);
-    if (!saved.newSecret) return c.redirect(savedPath(path(app), "webhook", "endpoint"), 303);
+    if (!saved.newSecret) return redirectSaved(c, path(app), "webhook", "endpoint");
     return await redirectToReveal(c, kv, session(c).id, {
       kind: "new_webhook_secret",
       appId: app.id,
@@ -120,7 +120,7 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
   r.post("/apps/:appId/webhooks/delete", async (c) => {
     const app = c.get("app");
     await deleteWebhookSettings(kv, app.id);
-    return c.redirect(savedPath(path(app), "webhook-removed", "endpoint"), 303);
+    return redirectSaved(c, path(app), "webhook-removed", "endpoint");
   });
 
   /**

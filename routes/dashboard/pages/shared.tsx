@@ -53,16 +53,9 @@ export const SAVED_MESSAGES = {
 } as const;
 export type Saved = keyof typeof SAVED_MESSAGES;
 
-/** The `?saved=` of a page's address, if it is one of ours. */
+/** The save a confirmation cookie names, if it is one of ours (saved_notice.ts). */
 export function savedOf(query: string | undefined): Saved | undefined {
   return query !== undefined && Object.hasOwn(SAVED_MESSAGES, query) ? query as Saved : undefined;
-}
-
-/** `path` (with any query it has) saying `saved`, then the fragment of the form's card. */
-export function savedPath(path: string, saved: Saved, fragment?: string): string {
-  const url = new URL(path, "http://dashboard.invalid");
-  url.searchParams.set("saved", saved);
-  return `${url.pathname}${url.search}${fragment ? `#${fragment}` : ""}`;
 }
 
 /** The confirmation of `saved`, where the page shows one of `shows`. */
