@@ -1585,6 +1585,41 @@ Deno.test("the spend-caps card shows what a capped key spent in each cap's perio
     assert.match(page, new RegExp(`\\${usd(cost)} spent this month</span>`));
   }));
 
+Deno.test("a cap just set on a key that has spent nothing yet shows all of it left, and a day that has passed counts nothing today", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("fresh@example.com");
+    const { appId } = await v.createApp("fresh");
+    const keyId = /\/keys\/(key_[0-9a-z]+)\/spend-cap/.exec(
+      await v.page(`/dashboard/apps/${appId}/keys`),
+    )![1];
+    const saved = await v.post(`/dashboard/apps/${appId}/keys/${keyId}/spend-cap`, {
+      _csrf: await v.csrf(),
+      total: "1",
+      daily: "0.5",
+      monthly: "",
+    });
+    assert.equal(saved.status, 303);
+    await saved.body?.cancel();
+    let page = await v.page(`/dashboard/apps/${appId}/keys`);
+    assert.ok(page.includes("$0.000000 spent in all · $1.000000 left"), page);
+    assert.ok(page.includes("$0.000000 spent today · $0.500000 left"));
+    // Yesterday's spending, as the counter last wrote it, is not today's.
+    const key = keys.spendCounter(appId, "key", keyId);
+    const yesterday = new Date(Date.now() - 86_400_000).toISOString();
+    await s.kv.set(key, {
+      held: 0,
+      total: 300_000,
+      day: yesterday.slice(0, 10),
+      daySpent: 300_000,
+      month: yesterday.slice(0, 7),
+      monthSpent: 300_000,
+    });
+    page = await v.page(`/dashboard/apps/${appId}/keys`);
+    assert.ok(page.includes("$0.300000 spent in all · $0.700000 left"), page);
+    assert.ok(page.includes("$0.000000 spent today · $0.500000 left"));
+  }));
+
 Deno.test("keys of one name are told apart in the spend-caps card by their prefixes", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);

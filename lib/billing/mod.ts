@@ -38,6 +38,7 @@ export type {
 } from "./wallet_types.ts";
 export {
   cappedKeyIds,
+  currentCounter,
   getSpendCaps,
   getSpendCounter,
   keySpendCounters,

@@ -7,6 +7,7 @@ import type {
 } from "@/lib/db.ts";
 import type { Session } from "@/lib/accounts/mod.ts";
 import { formatUsd, type Micros } from "@/lib/core/mod.ts";
+import { currentCounter } from "@/lib/billing/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
 import { appPath, formAnchor, type Saved, SavedNotice } from "./shared.tsx";
 
@@ -42,7 +43,9 @@ export interface CapsRefusal {
 
 /**
  * Spent in a cap's window and what is left under it; requests in flight hold part of a cap until
- * they settle, so they count against what is left. Nothing when spending is not counted.
+ * they settle, so they count against what is left. A window that has passed (yesterday's spending)
+ * counts nothing, and a cap set on a key not counted yet has all of it left. Nothing when neither
+ * a cap nor a count is there.
  */
 function CapUsage(
   { cap, name, counter, id }: {
@@ -52,14 +55,15 @@ function CapUsage(
     id: string;
   },
 ) {
-  if (!counter) return null;
-  const spent = SPENT_IN[name](counter);
-  const left = cap == null ? null : Math.max(0, cap - spent - counter.held);
+  if (!counter && cap == null) return null;
+  const now = currentCounter(counter ?? null, Date.now());
+  const spent = SPENT_IN[name](now);
+  const left = cap == null ? null : Math.max(0, cap - spent - now.held);
   return (
     <span class="cap-usage muted small" id={id}>
       ${formatUsd(spent)} spent {WINDOW_NAMES[name]}
       {left !== null && <>{` · $${formatUsd(left)} left`}</>}
-      {left !== null && counter.held > 0 && <>{` ($${formatUsd(counter.held)} held)`}</>}
+      {left !== null && now.held > 0 && <>{` ($${formatUsd(now.held)} held)`}</>}
     </span>
   );
 }
@@ -80,7 +84,10 @@ function CapFields(
       {FIELDS.map(([name, title]) => {
         const usageId = `${idPrefix}-${name}-usage`;
         const refusal = invalid?.field === name ? invalid.props : {};
-        const described = [refusal["aria-describedby"], counter && usageId].filter(Boolean);
+        const described = [
+          refusal["aria-describedby"],
+          (counter || caps?.[name] != null) && usageId,
+        ].filter(Boolean);
         return (
           <label key={name}>
             {title} (USD)
