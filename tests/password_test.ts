@@ -44,7 +44,9 @@ function assertRefusedAt(html: string, field: string, message: RegExp) {
   const alert = /<p class="alert" role="alert" id="password-error">([^<]*)<\/p>/.exec(html);
   assert.ok(alert, "the password card has the alert");
   assert.match(alert[1], message);
-  const described = [...html.matchAll(/<input[^>]*aria-describedby="password-error"[^>]*>/g)];
+  const described = [
+    ...html.matchAll(/<input[^>]*aria-describedby="password-error[^"]*"[^>]*>/g),
+  ];
   assert.equal(described.length, 1, "one field is described by the alert");
   assert.match(described[0][0], new RegExp(`name="${field}"`));
   assert.match(described[0][0], /autofocus/);

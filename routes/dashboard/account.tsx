@@ -18,6 +18,7 @@ import { redirectSaved, takeSaved } from "./saved_notice.ts";
 
 export const ACCOUNT_PATH = "/dashboard/account";
 const PASSWORD_CARD = "password";
+const NEW_PASSWORD_HINT = "new-password-hint";
 
 type PasswordRefusal = { error: string; field?: PasswordChangeError["field"] };
 
@@ -71,9 +72,12 @@ function accountPage(session: Session, state: { saved?: Saved; refused?: Passwor
               maxLength={PASSWORD_MAX}
               autocomplete="new-password"
               {...invalidIf("new_password")}
+              // The hint describes the field; inside its label it was read as part of its name.
+              aria-describedby={[invalidIf("new_password")["aria-describedby"], NEW_PASSWORD_HINT]
+                .filter(Boolean).join(" ")}
             />
-            <small class="muted">At least {PASSWORD_MIN} characters.</small>
           </label>
+          <small class="muted" id={NEW_PASSWORD_HINT}>At least {PASSWORD_MIN} characters.</small>
           <label>
             Confirm the new password
             <input
