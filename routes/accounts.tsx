@@ -6,6 +6,7 @@ import {
   beginSignIn,
   beginSignUp,
   checkCredentials,
+  EmailTakenError,
   MAX_EMAIL_CHARS,
   normalizeEmail,
   PASSWORD_MIN,
@@ -45,6 +46,8 @@ interface FormState {
   next?: string;
   /** The visitor was sent here by a form sent after its session had ended. */
   unsent?: boolean;
+  /** The email has an account: the refusal leads to sign-in. */
+  taken?: boolean;
 }
 
 const ERROR_ID = "account-error";
@@ -69,7 +72,17 @@ function accountPage(kind: "signup" | "signin", state: FormState): string {
             Each app you create starts with 5.00 USD of credits. No payment card needed.
           </p>
         )}
-        {state.error && <p class="alert" role="alert" id={ERROR_ID}>{state.error}</p>}
+        {state.error && (
+          <p class="alert" role="alert" id={ERROR_ID}>
+            {state.error}
+            {state.taken && (
+              <>
+                {" "}
+                <a href="/signin">Sign in</a> instead.
+              </>
+            )}
+          </p>
+        )}
         {state.unsent && !state.error && (
           <p class="alert" role="status">
             You were signed out, so the form you sent was not saved. Sign in, then send it again.
@@ -183,7 +196,12 @@ export function accountRoutes(
       await permit.release();
       if (!(error instanceof AccountError)) throw error;
       return c.html(
-        accountPage("signup", { email, error: error.message, field: error.field }),
+        accountPage("signup", {
+          email,
+          error: error.message,
+          field: error.field,
+          taken: error instanceof EmailTakenError,
+        }),
         400,
       );
     }

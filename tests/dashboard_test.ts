@@ -61,6 +61,20 @@ Deno.test("the session cookie is HttpOnly, Secure, SameSite=Lax, Path=/ outside 
     }
   }));
 
+Deno.test("a sign-up for an email that has an account is refused at the email, with a link to sign in", () =>
+  withService(async (s) => {
+    await new OwnerSession(s).signUp("ada@example.com");
+    const res = await new OwnerSession(s).post("/signup", {
+      email: "Ada@Example.com",
+      password: PASSWORD,
+    });
+    assert.equal(res.status, 400);
+    assert.match(
+      await res.text(),
+      /role="alert" id="account-error">An account with this email already exists\. <a href="\/signin">Sign in<\/a> instead\.<\/p>/,
+    );
+  }));
+
 Deno.test("on plain-http localhost the cookie drops Secure so local development works", async () => {
   const env = { PUBLIC_URL: "http://localhost:8000" };
   const kv = await Deno.openKv(":memory:");

@@ -22,6 +22,13 @@ export class AccountError extends Error {
   }
 }
 
+/** A sign-up for an email that has an account: its page leads to sign-in. */
+export class EmailTakenError extends AccountError {
+  constructor() {
+    super("An account with this email already exists.", "email");
+  }
+}
+
 function scryptAsync(
   password: string,
   salt: Buffer,
@@ -105,7 +112,7 @@ export async function signUp(
     .set(keys.ownerByEmail(email), owner.id)
     .commit();
   if (!result.ok) {
-    throw new AccountError("An account with this email already exists. Sign in.", "email");
+    throw new EmailTakenError();
   }
   return owner;
 }

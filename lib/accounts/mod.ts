@@ -3,6 +3,7 @@ export {
   AccountError,
   changePassword,
   checkCredentials,
+  EmailTakenError,
   getOwner,
   MAX_EMAIL_CHARS,
   newPasswordProblem,

@@ -36,7 +36,7 @@ function accountPage(session: Session, state: { saved?: Saved; refused?: Passwor
       <p>
         Signed in as <strong>{session.owner.email}</strong>.
       </p>
-      <section class="card narrow" id={card.id}>
+      <section class="card narrow start" id={card.id}>
         <h2>Change password</h2>
         <SavedNotice saved={state.saved} shows={["password"]} />
         {card.alert}
