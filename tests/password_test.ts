@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import { keys, type OwnerRecord, type SessionRecord } from "@/lib/db.ts";
 import { randomToken, sha256Hex } from "@/lib/core/mod.ts";
-import { SESSION_TTL_MS } from "@/lib/accounts/mod.ts";
+import {
+  createSession,
+  endOwnerSessions,
+  findSession,
+  resetPassword,
+  SESSION_TTL_MS,
+} from "@/lib/accounts/mod.ts";
 import { MAX_FAILURES_PER_EMAIL } from "@/lib/accounts/sign_in_throttle.ts";
 import { sessionCookie } from "@/routes/session.ts";
 import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
@@ -219,4 +225,19 @@ Deno.test("the sign-in page tells an owner who forgot the password to ask the op
     const hint = html.indexOf("Forgot your password?");
     assert.ok(form > 0 && hint > form, "just after the form");
     assert.match(html.slice(hint), /ask its operator to reset it/);
+  }));
+
+Deno.test("ending an owner's old sessions leaves one begun with the new password meanwhile", () =>
+  withService(async (s) => {
+    await new OwnerSession(s).signUp("ada@example.com");
+    const { owner } = await resetPassword(s.kv, "ada@example.com");
+    // A sign-in with the new password, while the sessions of the old one were still being ended.
+    const fresh = await createSession(s.kv, owner);
+    const stale = await createSession(s.kv, { id: owner.id, passwordChangedAt: undefined });
+    const ended = await endOwnerSessions(s.kv, owner.id, {
+      passwordChangedAt: owner.passwordChangedAt,
+    });
+    assert.equal(ended, 1);
+    assert.ok(await findSession(s.kv, fresh.sessionId), "the new password's session stays");
+    assert.equal(await findSession(s.kv, stale.sessionId), null);
   }));

@@ -223,7 +223,7 @@ export async function changePassword(
   if (!changed.ok) throw changedMeanwhile;
   return {
     sessionId: next.sessionId,
-    sessionsEnded: await endOwnerSessions(kv, owner.value.id, { keep: next.sessionId, now }),
+    sessionsEnded: await endOwnerSessions(kv, owner.value.id, { passwordChangedAt: mark, now }),
   };
 }
 
@@ -257,6 +257,13 @@ export async function resetPassword(
     const result = await kv.atomic().check(entry).set(keys.owner(ownerId), owner).commit();
     if (!result.ok) continue;
     await forgetEmailFailures(kv, owner.email, now);
-    return { owner, password, sessionsEnded: await endOwnerSessions(kv, ownerId, { now }) };
+    return {
+      owner,
+      password,
+      sessionsEnded: await endOwnerSessions(kv, ownerId, {
+        passwordChangedAt: owner.passwordChangedAt,
+        now,
+      }),
+    };
   }
 }

@@ -3,7 +3,7 @@
  * database does not hand out live sessions.
  */
 import { keys, type OwnerRecord, type SessionRecord } from "@/lib/db.ts";
-import { randomToken, sha256Hex } from "@/lib/core/mod.ts";
+import { getManyChunked, randomToken, sha256Hex } from "@/lib/core/mod.ts";
 
 export const SESSION_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
@@ -89,31 +89,36 @@ export async function endSession(kv: Deno.Kv, sessionId: string, ownerId: string
 }
 
 /**
- * Ends every session of the owner except `keep` (a session id), and returns how many live ones it
- * ended. Run after the password's commit, which has already made them sessions of an old password:
- * this removes them from KV, in as many commits as they need.
+ * Ends every session of the owner not of its password as now (`passwordChangedAt`), and returns
+ * how many live ones it ended. Run after the password's commit, which has already made them
+ * sessions of an old password: this removes them from KV, in as many commits as they need. A
+ * session begun with the new password meanwhile (the owner signing in elsewhere while thousands
+ * end) is read as such and left alone.
  */
 export async function endOwnerSessions(
   kv: Deno.Kv,
   ownerId: string,
-  options: { keep?: string; now?: number } = {},
+  options: { passwordChangedAt: number | undefined; now?: number },
 ): Promise<number> {
-  const keepHash = options.keep === undefined ? undefined : sha256Hex(options.keep);
   const now = options.now ?? Date.now();
   let ended = 0;
   let batch: Deno.KvEntry<number>[] = [];
   const flush = async () => {
+    const sessions = await getManyChunked<SessionRecord>(
+      kv,
+      batch.map((entry) => keys.session(entry.key[2] as string)),
+    );
     const atomic = kv.atomic();
-    for (const entry of batch) {
-      const sessionHash = entry.key[2] as string;
-      atomic.delete(keys.session(sessionHash)).delete(entry.key);
-    }
+    batch.forEach((entry, i) => {
+      const session = sessions[i].value;
+      if (session && session.passwordChangedAt === options.passwordChangedAt) return;
+      if (session && entry.value > now) ended++;
+      atomic.delete(sessions[i].key).delete(entry.key);
+    });
     await atomic.commit();
     batch = [];
   };
   for await (const entry of kv.list<number>({ prefix: keys.ownerSessions(ownerId) })) {
-    if (entry.key[2] === keepHash) continue;
-    if (entry.value > now) ended++;
     batch.push(entry);
     if (batch.length === SESSIONS_ENDED_PER_COMMIT) await flush();
   }
