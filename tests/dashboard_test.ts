@@ -1599,6 +1599,28 @@ Deno.test("the spend-caps card shows what a capped key spent in each cap's perio
     assert.match(page, new RegExp(`\\${usd(cost)} spent this month</span>`));
   }));
 
+Deno.test("a caps save is confirmed in the form that saved it, not at the top of the card", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("where@example.com");
+    const { appId } = await v.createApp("where");
+    await issueKey(s.kv, appId, "second", "operator");
+    const page = await v.page(`/dashboard/apps/${appId}/keys`);
+    const keyIds = [...page.matchAll(/\/keys\/(key_[0-9a-z]+)\/spend-cap/g)].map((m) => m[1]);
+    assert.equal(keyIds.length, 2);
+    const saved = keyIds[1];
+    const res = await v.post(`/dashboard/apps/${appId}/keys/${saved}/spend-cap`, {
+      _csrf: await v.csrf(),
+      total: "2",
+    });
+    assert.equal(res.headers.get("location"), `/dashboard/apps/${appId}/keys#caps-${saved}`);
+    const html = await v.followRedirect(res);
+    const form = new RegExp(`<form[^>]*id="caps-${saved}"[^>]*>(.*?)</form>`, "s").exec(html);
+    assert.ok(form, "the saved key's form");
+    assert.match(form[1], /role="status">Spend caps saved\./);
+    assert.equal([...html.matchAll(/Spend caps saved\./g)].length, 1, "said once");
+  }));
+
 Deno.test("a cap just set on a key that has spent nothing yet shows all of it left, and a day that has passed counts nothing today", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);

@@ -55,7 +55,7 @@ import { parseFormInteger } from "@/routes/forms.ts";
 import { appsPage } from "./pages/apps.tsx";
 import { keyIssuedPage, type KeyRefusal, keyShownPage, keysPage } from "./pages/keys.tsx";
 import { CAP_FIELDS, type CapsRefusal } from "./pages/spend_caps.tsx";
-import { redirectSaved, takeSaved } from "./saved_notice.ts";
+import { redirectSaved, takeSaved, takeSavedOf } from "./saved_notice.ts";
 import { overviewPage } from "./pages/overview.tsx";
 import { usagePage } from "./pages/usage.tsx";
 import { walletPage } from "./pages/wallet.tsx";
@@ -339,13 +339,15 @@ export function dashboardRoutes(
       older: olderThanPage && last ? `${base}starting_after=${last}` : null,
     };
     const spent = await keySpendCounters(kv, app.id, record, capKeys.map((k) => k.id));
+    const { saved, subject } = takeSavedOf(c);
     return keysPage(session(c), app, page.data, {
       refused,
       caps: record,
       capKeys,
       spent,
       pager,
-      saved: takeSaved(c),
+      saved,
+      savedCaps: subject,
     });
   }
 
@@ -393,7 +395,8 @@ export function dashboardRoutes(
       }
     }
     await setSpendCaps(kv, app.id, target, caps);
-    return redirectSaved(c, `/dashboard/apps/${app.id}/keys`, "caps", "spend-caps");
+    const saved = "keyId" in target ? target.keyId : "end-user";
+    return redirectSaved(c, `/dashboard/apps/${app.id}/keys`, "caps", `caps-${saved}`, saved);
   }
 
   r.post("/apps/:appId/keys/:keyId/spend-cap", async (c) => {

@@ -11,9 +11,18 @@ const SAVED_COOKIE = "tb_saved";
 /** Long enough for the redirect to be followed; it names a message, never anything secret. */
 const SAVED_COOKIE_SECONDS = 60;
 
-/** The 303 after a save to `path` (its query kept), the form's card as the fragment. */
-export function redirectSaved(c: Context, path: string, saved: Saved, fragment?: string) {
-  setCookie(c, SAVED_COOKIE, saved, {
+/**
+ * The 303 after a save to `path` (its query kept), the form's card as the fragment; `subject`
+ * names which of a card's forms saved (a key's caps), where it has several.
+ */
+export function redirectSaved(
+  c: Context,
+  path: string,
+  saved: Saved,
+  fragment?: string,
+  subject?: string,
+) {
+  setCookie(c, SAVED_COOKIE, subject ? `${saved}:${subject}` : saved, {
     path: "/dashboard",
     httpOnly: true,
     sameSite: "Lax",
@@ -24,8 +33,14 @@ export function redirectSaved(c: Context, path: string, saved: Saved, fragment?:
 
 /** The confirmation this page shows, if a save just led here; taken, so a reload shows none. */
 export function takeSaved(c: Context): Saved | undefined {
+  return takeSavedOf(c).saved;
+}
+
+/** The same, with which of the card's forms saved. */
+export function takeSavedOf(c: Context): { saved?: Saved; subject?: string } {
   const value = getCookie(c, SAVED_COOKIE);
-  if (value === undefined) return undefined;
+  if (value === undefined) return {};
   deleteCookie(c, SAVED_COOKIE, { path: "/dashboard" });
-  return savedOf(value);
+  const [saved, subject] = value.split(":", 2);
+  return { saved: savedOf(saved), subject };
 }

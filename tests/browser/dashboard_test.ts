@@ -244,7 +244,7 @@ Deno.test("browser: an owner makes a management key, caps a key, sets a webhook 
         "0.000001",
       );
       await page.getByRole("button", { name: "Save caps of default" }).click();
-      await page.waitForURL(/\/keys#spend-caps$/);
+      await page.waitForURL(/\/keys#caps-key_[0-9a-z]+$/);
       assert.equal(await page.getByRole("status").textContent(), "Spend caps saved.");
       assert.equal(
         await page.getByLabel(/^Key default \(tb_[0-9a-z]+…\): per utc day cap in USD$/)

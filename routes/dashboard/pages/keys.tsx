@@ -129,6 +129,8 @@ export function keysPage(
     spent: Map<string, SpendCounter>;
     pager: KeysPager;
     saved?: Saved;
+    /** Whose caps form saved (a key's id, or end-user): its confirmation goes beside it. */
+    savedCaps?: string;
   },
 ) {
   const live = keyRows.filter((k) => k.revokedAt === null);
@@ -231,7 +233,7 @@ export function keysPage(
         paged={Boolean(pager.newer || pager.older)}
         caps={view.caps}
         refused={view.refused.caps}
-        saved={view.saved}
+        saved={view.saved === "caps" ? view.savedCaps : undefined}
       />
       {revoked.length > 0 && (
         <section class="card">

@@ -9,7 +9,7 @@ import type { Session } from "@/lib/accounts/mod.ts";
 import { formatUsd, type Micros } from "@/lib/core/mod.ts";
 import { currentCounter } from "@/lib/billing/mod.ts";
 import { CsrfField } from "@/components/CsrfField.tsx";
-import { appPath, formAnchor, type Saved, SavedNotice } from "./shared.tsx";
+import { appPath, formAnchor, SavedNotice } from "./shared.tsx";
 
 const FIELDS = [
   ["total", "Total"],
@@ -110,7 +110,7 @@ function CapFields(
 
 /** One caps form; a refused one comes back with its alert at its top and the values typed. */
 function CapsForm(
-  { session, action, target, owner, label, caps, counter, refused, button }: {
+  { session, action, target, owner, label, caps, counter, refused, saved, button }: {
     session: Session;
     action: string;
     target: string;
@@ -119,6 +119,8 @@ function CapsForm(
     caps: SpendCaps | null | undefined;
     counter?: SpendCounter;
     refused?: CapsRefusal;
+    /** These caps were just saved. */
+    saved: boolean;
     button: string;
   },
 ) {
@@ -127,6 +129,7 @@ function CapsForm(
   return (
     <form method="post" action={action} class="caps-form" id={form.id}>
       {form.alert}
+      {saved && <SavedNotice saved="caps" shows={["caps"]} />}
       <CsrfField session={session} />
       <strong class="cap-owner">{owner}</strong>
       <CapFields
@@ -157,7 +160,8 @@ export function SpendCapsCard(
     paged: boolean;
     caps: SpendCapsRecord;
     refused?: CapsRefusal;
-    saved?: Saved;
+    /** Whose caps were just saved (a key's id, or end-user). */
+    saved?: string;
   },
 ) {
   return (
@@ -171,7 +175,6 @@ export function SpendCapsCard(
         caps: what it spent in each cap's period (in all, the current UTC day, the current UTC
         month) and what is left.
       </p>
-      <SavedNotice saved={saved} shows={["caps"]} />
       {paged && (
         <p class="muted">
           Listed here: every key with a cap, whatever its page, and this page's other keys. To cap a
@@ -191,6 +194,7 @@ export function SpendCapsCard(
             caps={caps.keys[k.id]}
             counter={spent.get(k.id)}
             refused={refused}
+            saved={saved === k.id}
             button={`Save caps of ${key}`}
           />
         );
@@ -203,6 +207,7 @@ export function SpendCapsCard(
         label="Each end user"
         caps={caps.endUser}
         refused={refused}
+        saved={saved === "end-user"}
         button="Save end-user caps"
       />
       <p class="muted small">
