@@ -357,10 +357,27 @@ export function assertReferencedSize(
   }
 }
 
+/**
+ * A stored message without the cache breakpoints its turn had: each turn marks its own newest input
+ * (Anthropic's pattern for a conversation), and a chain of turns would otherwise send every earlier
+ * mark again, which the client cannot take back: past 4, Claude refuses the request.
+ */
+function withoutCacheMarks(message: Record<string, unknown>): Record<string, unknown> {
+  if (!Array.isArray(message.content)) return message;
+  return {
+    ...message,
+    content: message.content.map((part: Record<string, unknown>) => {
+      if (!("cache_control" in part) && !("prompt_cache_breakpoint" in part)) return part;
+      const { cache_control: _claude, prompt_cache_breakpoint: _openai, ...rest } = part;
+      return rest;
+    }),
+  };
+}
+
 /** The chat-completions body the response is served by. */
 export function toChatRequest(body: ResponsesBody, stored: StoredContext): ConvertedRequest {
   const input = inputMessages(body, stored.items);
-  const conversation = [...stored.previous, ...input.messages];
+  const conversation = [...stored.previous.map(withoutCacheMarks), ...input.messages];
   const messages = body.instructions
     ? [{ role: "system", content: body.instructions }, ...conversation]
     : conversation;

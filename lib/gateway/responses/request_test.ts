@@ -839,3 +839,30 @@ Deno.test("an input item given twice (by reference or by id) is refused: input_i
     );
   }
 });
+
+Deno.test("a chained turn sends the earlier turns without their cache breakpoints, its own kept", () => {
+  const body = parseResponsesBody({
+    model: "m",
+    input: [{
+      role: "user",
+      content: [{ type: "input_text", text: "Turn 2", cache_control: { type: "ephemeral" } }],
+    }],
+  });
+  const earlier = {
+    role: "user",
+    content: [{
+      type: "text",
+      text: "Turn 1",
+      cache_control: { type: "ephemeral" },
+      prompt_cache_breakpoint: { mode: "explicit" },
+    }],
+  };
+  const { chat } = toChatRequest(body, { previous: [earlier], items: new Map() });
+  assert.deepEqual(chat.messages, [
+    { role: "user", content: [{ type: "text", text: "Turn 1" }] },
+    {
+      role: "user",
+      content: [{ type: "text", text: "Turn 2", cache_control: { type: "ephemeral" } }],
+    },
+  ]);
+});
