@@ -59,6 +59,25 @@ export function readImageSize(url: string): ImageSize {
   return size;
 }
 
+/**
+ * The type an image's bytes are, from their first 12 (its signature): what a provider that checks
+ * the label against the bytes (Claude) is sent. Decoding a whole image again per call (readImageSize)
+ * only to learn this cost a multi-megabyte decode; null where the start is not one of the four.
+ */
+export function imageMediaTypeOf(base64: string): ImageSize["mediaType"] | null {
+  let b: Uint8Array;
+  try {
+    b = base64Bytes(base64.slice(0, 64).replace(/\s+/g, "").slice(0, 16));
+  } catch {
+    return null;
+  }
+  if (b.length < 12) return null;
+  if (ascii(b, 1, 3) === "PNG") return "image/png";
+  if (ascii(b, 0, 4) === "GIF8") return "image/gif";
+  if (ascii(b, 0, 4) === "RIFF" && ascii(b, 8, 4) === "WEBP") return "image/webp";
+  return b[0] === 0xff && b[1] === 0xd8 ? "image/jpeg" : null;
+}
+
 function base64Bytes(base64: string): Uint8Array {
   const clean = base64.replace(/\s+/g, "");
   if (!/^[A-Za-z0-9+/]*={0,2}$/.test(clean)) throw new Error("not base64");

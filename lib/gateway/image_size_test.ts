@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { readImageSize } from "./image_size.ts";
+import { imageMediaTypeOf, readImageSize } from "./image_size.ts";
 
 const dataUrl = (type: string, bytes: number[]) =>
   `data:${type};base64,${btoa(String.fromCharCode(...bytes))}`;
@@ -197,4 +197,17 @@ Deno.test("a GIF is as large as its frames reach, whatever its screen says", () 
     height: 768,
     mediaType: "image/gif",
   });
+});
+
+Deno.test("an image's type is read from its signature alone, as readImageSize reads it", () => {
+  for (
+    const bytes of [
+      [137, ...ascii("PNG"), 13, 10, 26, 10, 0, 0, 0, 13, ...ascii("IHDR"), 0, 0, 0, 2, 0, 0, 0, 3],
+      [...ascii("GIF89a"), ...le16(3), ...le16(2), 0, 0, 0],
+    ]
+  ) {
+    const url = dataUrl("image/jpeg", bytes);
+    assert.equal(imageMediaTypeOf(url.slice(url.indexOf(",") + 1)), readImageSize(url).mediaType);
+  }
+  assert.equal(imageMediaTypeOf(btoa("not an image at all")), null);
 });

@@ -23,7 +23,7 @@ import {
   userMessageSaysSomething,
 } from "../../chat_request.ts";
 import { type ClaudeRules, claudeRulesByName } from "@/lib/catalog/mod.ts";
-import { parseImageDataUrl, readImageSize } from "../../image_size.ts";
+import { imageMediaTypeOf, parseImageDataUrl, readImageSize } from "../../image_size.ts";
 import { claudeThinkingBlocks } from "../../reasoning_details.ts";
 import { formatSchema, isRecursive } from "./output_format.ts";
 import type { UpstreamRequest } from "../types.ts";
@@ -214,9 +214,10 @@ function imageBlock(part: ImageContentPart): Block {
   if (!url.startsWith("data:")) return { type: "image", source: { type: "url", url }, ...cache };
   // Claude refuses a media type its bytes are not; the request's may be any image type (readImageSize).
   const { base64 } = parseImageDataUrl(url);
+  const mediaType = imageMediaTypeOf(base64) ?? readImageSize(url).mediaType;
   return {
     type: "image",
-    source: { type: "base64", media_type: readImageSize(url).mediaType, data: base64 },
+    source: { type: "base64", media_type: mediaType, data: base64 },
     ...cache,
   };
 }
