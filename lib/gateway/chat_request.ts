@@ -29,6 +29,17 @@ export const CacheControl = z.strictObject({
   ttl: z.enum(["5m", "1h"], { error: "must be one of 5m, 1h" }).optional(),
 });
 
+/** A message's content without these fields on its parts (a kind's cache marks another kind refuses). */
+export function withoutPartFields<T>(content: T, fields: readonly string[]): T {
+  if (!Array.isArray(content)) return content;
+  return content.map((part) => {
+    if (!part || typeof part !== "object" || !fields.some((f) => f in part)) return part;
+    const rest = { ...part };
+    for (const field of fields) delete rest[field];
+    return rest;
+  }) as T;
+}
+
 /** OpenAI's explicit prompt-cache breakpoint on a content part (GPT-5.6 on). */
 export const PromptCacheBreakpoint = z.strictObject({
   mode: z.literal("explicit", "must be 'explicit'"),

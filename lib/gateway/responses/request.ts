@@ -22,6 +22,7 @@ import {
   PromptCacheRetention,
   REASONING_EFFORTS,
   SafetyIdentifier,
+  withoutPartFields,
 } from "../chat_request.ts";
 import {
   detailsOfEncryptedContent,
@@ -363,14 +364,9 @@ export function assertReferencedSize(
  * mark again, which the client cannot take back: past 4, Claude refuses the request.
  */
 function withoutCacheMarks(message: Record<string, unknown>): Record<string, unknown> {
-  if (!Array.isArray(message.content)) return message;
   return {
     ...message,
-    content: message.content.map((part: Record<string, unknown>) => {
-      if (!("cache_control" in part) && !("prompt_cache_breakpoint" in part)) return part;
-      const { cache_control: _claude, prompt_cache_breakpoint: _openai, ...rest } = part;
-      return rest;
-    }),
+    content: withoutPartFields(message.content, ["cache_control", "prompt_cache_breakpoint"]),
   };
 }
 

@@ -1,6 +1,11 @@
 /** The request converter of the OpenAI kind: the client's body, faithfully, with our cap. */
 import type { Model } from "@/lib/catalog/mod.ts";
-import { type ChatMessage, imagePartsOf, type UserContentPart } from "../../chat_request.ts";
+import {
+  type ChatMessage,
+  imagePartsOf,
+  type UserContentPart,
+  withoutPartFields,
+} from "../../chat_request.ts";
 import type { UpstreamRequest } from "../types.ts";
 
 /**
@@ -66,7 +71,10 @@ function upstreamMessage(
     extraContent: boolean;
   },
 ): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...m, content: stripCacheControl(m.content) };
+  const out: Record<string, unknown> = {
+    ...m,
+    content: withoutPartFields(m.content, ["cache_control"]),
+  };
   if (!options.forwardReasoningContent) delete out.reasoning_content;
   if (!options.forwardReasoningDetails) delete out.reasoning_details;
   if (
@@ -115,15 +123,6 @@ export function toolImagesInUserMessages(messages: readonly ChatMessage[]): read
 
 function hasToolImages(m: ChatMessage): boolean {
   return m.role === "tool" && imagePartsOf(m).length > 0;
-}
-
-function stripCacheControl<T>(content: T): T {
-  if (!Array.isArray(content)) return content;
-  return content.map((part) => {
-    if (!part || typeof part !== "object" || !("cache_control" in part)) return part;
-    const { cache_control: _cc, ...rest } = part;
-    return rest;
-  }) as T;
 }
 
 /**
