@@ -15,6 +15,7 @@ import {
   HumanMessage,
   ToolMessage,
 } from "@langchain/core/messages";
+import OpenAI from "openai";
 import { z } from "zod";
 import {
   CLAUDE_MODEL,
@@ -187,3 +188,27 @@ Deno.test("openai SDK runTools, budget Claude: the runner replays only the field
     assert.equal(first.reasoning_details?.length, 1);
     assert.deepEqual(await loopSent(d), DROPPED);
   }));
+
+Deno.test("openai SDK, budget Claude: a prompt that fits the window but not beside the output cap, which holds the thinking, is refused before anything is held, as Anthropic would refuse it", () =>
+  withDialect(async (d) => {
+    const ask = (words: number) =>
+      openAiClient(d).chat.completions.create({
+        model: CLAUDE_MODEL,
+        messages: [{ role: "user", content: "word ".repeat(words) }],
+        reasoning_effort: "high",
+        max_tokens: 32_000,
+      });
+    const error = await ask(180_000).catch((e) => e);
+    assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+    assert.equal(error.code, "context_length_exceeded");
+    // Claude's own count says the prompt alone fits; the cap beside it does not.
+    const counted = d.claude.counts().at(-1)!.inputTokens;
+    assert.ok(counted < 200_000 && counted + 32_000 > 200_000, `counted ${counted}`);
+    assert.equal(d.claude.messages().length, 0, "Claude was not asked");
+    assert.equal((await d.newUsage()).length, 0, "nothing charged");
+
+    d.claude.script({ text: "Many words.", outputTokens: 10 });
+    assert.equal((await ask(150_000)).choices[0].message.content, "Many words.");
+    const sent = d.claude.messages()[0];
+    assert.ok(sent.inputTokens + sent.body.max_tokens <= 200_000);
+  }, { claude: { models: { "claude-sonnet-4-5": { contextWindow: 200_000 } } } }));

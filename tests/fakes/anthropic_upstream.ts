@@ -134,7 +134,11 @@ export interface MessagesRequest {
 export interface AnthropicModelConfig {
   /** max_tokens above this is refused ("max_tokens: N > M, which is the maximum …"). */
   maxOutputTokens?: number;
-  /** Prompts above this are refused ("prompt is too long: N tokens > M maximum"). */
+  /**
+   * Prompts above this are refused ("prompt is too long: N tokens > M maximum"), and so are
+   * prompts that leave less room than `max_tokens` ("input length and `max_tokens` exceed context
+   * limit: N + C > M").
+   */
   contextWindow?: number;
   /** Tool-use system prompt tokens (Claude 4 family: 346 for auto/none, 313 for any/tool). */
   toolSystemPromptTokens?: { auto: number; any: number };
@@ -1694,6 +1698,16 @@ export function startAnthropicUpstream(options: AnthropicUpstreamOptions = {}): 
     if (config.contextWindow !== undefined && inputTokens > config.contextWindow) {
       // As in tests/fixtures/anthropic_errors.json (context_too_long).
       throw invalid(`prompt is too long: ${inputTokens} tokens > ${config.contextWindow} maximum`);
+    }
+    if (
+      endpoint === "messages" && config.contextWindow !== undefined &&
+      inputTokens + body.max_tokens > config.contextWindow
+    ) {
+      // The output cap (thinking included) must fit in the window beside the prompt. Anthropic's
+      // words, as quoted in continuedev/continue#6080 and docker/docker-agent#569.
+      throw invalid(
+        `input length and \`max_tokens\` exceed context limit: ${inputTokens} + ${body.max_tokens} > ${config.contextWindow}, decrease input length or \`max_tokens\` and try again`,
+      );
     }
     return {
       body,

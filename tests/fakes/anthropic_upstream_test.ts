@@ -787,6 +787,11 @@ Deno.test("anthropic fake: headers — key, version, and per-model limits", () =
       messages: [{ role: "user", content: "word ".repeat(300) }],
     });
     assert.match(tooLong.message, /^prompt is too long: \d+ tokens > 200 maximum$/);
+    const noRoom = await refused(fake, { ...body, model: "claude-small", max_tokens: 199 });
+    assert.match(
+      noRoom.message,
+      /^input length and `max_tokens` exceed context limit: \d+ \+ 199 > 200, decrease input length or `max_tokens` and try again$/,
+    );
   }, { models: { "claude-small": { maxOutputTokens: 8192, contextWindow: 200 } } }));
 
 Deno.test("anthropic fake: faults — statuses, error events mid-stream, cuts", () =>
