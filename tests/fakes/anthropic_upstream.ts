@@ -1101,7 +1101,7 @@ function validateGeneration(body: Json, endpoint: "messages" | "count") {
  *   "`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation
  *    at …#important-considerations-when-using-extended-thinking"
  *   forced tool use (tool_choice any/tool) is incompatible with thinking.
- * And in a tool loop the final assistant turn must start with a thinking block.
+ * And the final assistant turn, in a tool loop or as a prefill, must start with a thinking block.
  */
 function validateThinking(body: Json, ctx: Context, endpoint: "messages" | "count") {
   const thinking = body.thinking;
@@ -1144,6 +1144,17 @@ function validateThinking(body: Json, ctx: Context, endpoint: "messages" | "coun
     if (first?.type !== "thinking" && first?.type !== "redacted_thinking") {
       throw invalid(
         `messages.${loop}.content.0.type: Expected \`thinking\` or \`redacted_thinking\`, but found \`${first?.type}\`. When \`thinking\` is enabled, a final \`assistant\` message must start with a thinking block (preceeding the lastmost set of \`tool_use\` and \`tool_result\` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable \`thinking\`. Please consult our documentation at ${THINKING_DOCS}`,
+      );
+    }
+  }
+  // A prefill (the conversation ending with the assistant) is a final assistant message too, as
+  // quoted in Aider-AI/aider#3820 (a reply cut at max_tokens, continued without its thinking).
+  const prefill = body.messages.length - 1;
+  if (endpoint === "messages" && body.messages[prefill]?.role === "assistant") {
+    const first = blocksOf(body.messages[prefill].content)[0];
+    if (first?.type !== "thinking" && first?.type !== "redacted_thinking") {
+      throw invalid(
+        `messages.${prefill}.content.0.type: Expected \`thinking\` or \`redacted_thinking\`, but found \`${first?.type}\`. When \`thinking\` is enabled, a final \`assistant\` message must start with a thinking block. We recommend you include thinking blocks from previous turns. To avoid this requirement, disable \`thinking\`. Please consult our documentation at ${THINKING_DOCS}`,
       );
     }
   }

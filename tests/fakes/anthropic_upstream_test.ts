@@ -244,6 +244,16 @@ Deno.test("anthropic fake: thinking streams with its signature, and the tool loo
       bad.message,
       /messages\.1\.content\.0\.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`\. When `thinking` is enabled, a final `assistant` message must start with a thinking block/,
     );
+    // So is a prefill without the thinking block: it is a final assistant message too.
+    const prefill = await client.messages.create({
+      ...base,
+      messages: [question, { role: "assistant", content: "The weather in Paris is" }],
+    }).catch((e) => e);
+    assert.ok(prefill instanceof Anthropic.BadRequestError);
+    assert.match(
+      prefill.message,
+      /messages\.1\.content\.0\.type: Expected `thinking` or `redacted_thinking`, but found `text`\. When `thinking` is enabled, a final `assistant` message must start with a thinking block\./,
+    );
     fake.script({ text: "It's sunny in Paris." });
     const ok = await client.messages.create({
       ...base,
