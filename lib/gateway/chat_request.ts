@@ -1150,8 +1150,8 @@ export function assertSupported(
 /**
  * Whether a Claude model thinks for this request. A model that thinks by default does unless
  * `reasoning_effort` is `none`; one that thinks on request does when it is set to more. A budget
- * (Claude 4.6 and earlier) is sent in a turn that continues a tool call only with the thinking
- * block the model signed, which the client sends back as the assistant message's
+ * (Claude 4.6 and earlier) is sent in a turn that continues a tool call, or a prefill, only with
+ * the thinking block the model signed, which the client sends back as the assistant message's
  * `reasoning_details`: tool results after the last assistant message continue its tool calls even
  * when user messages follow them, as they are all one user turn upstream. Adaptive thinking has no
  * such rule (a turn may not think at all), so it thinks there too.
@@ -1172,6 +1172,13 @@ export function claudeThinks(
   }
   if (!effort || effort === "none") return false;
   const messages = request.messages;
+  // A prefill is a final assistant message too: Claude takes it with a budget only when it opens
+  // with the thinking block the model signed (an answer cut at its cap, sent back to go on).
+  const final = lastSaying(messages);
+  if (final >= 0 && messages[final].role === "assistant") {
+    const prefill = messages[final] as Extract<ChatMessage, { role: "assistant" }>;
+    return claudeThinkingBlocks(prefill.reasoning_details, upstreamModel).length > 0;
+  }
   const lastAssistant = messages.findLastIndex((m) => m.role === "assistant");
   if (lastAssistant < 0 || !messages.slice(lastAssistant + 1).some((m) => m.role === "tool")) {
     return true;

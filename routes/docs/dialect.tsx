@@ -231,8 +231,9 @@ export function DialectSection() {
           becomes thinking as the model's generation takes it. Claude 4.6 and earlier think with a
           budget (minimal 1024, low 2048, medium 8192, high 24576, xhigh 32768, max 65536 tokens,
           and at most 10, 20, 50, 80, 90 and 95% of the output cap, so the answer keeps room; never
-          under Anthropic's least, 1024); a turn that answers tool calls keeps its budget when the
-          assistant message brings back the thinking block the model signed (<code>
+          under Anthropic's least, 1024); a turn that answers tool calls, or ends with the assistant
+          (a prefill), keeps its budget when the assistant message brings back the thinking block
+          the model signed (<code>
             reasoning_details
           </code>, below), and runs without thinking otherwise. With a budget,{" "}
           <code>temperature</code> below 1, <code>top_p</code> below 0.95, <code>top_k</code> and a

@@ -290,3 +290,50 @@ Deno.test("openai SDK stream helper, anthropic kind: the final message of a stre
       ["redacted_thinking", "thinking", "tool_use"],
     );
   }));
+
+Deno.test("openai SDK, anthropic kind: with reasoning_effort, a conversation that ends with the assistant (a prefill) is answered without thinking, which Claude refuses before a final assistant message without its thinking block", () =>
+  withDialect(async (d) => {
+    d.claude.script({ text: " sunny.", inputTokens: 30, outputTokens: 3 });
+    const answer = await openAiClient(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages: [
+        { role: "user", content: "Weather in Paris, in one word?" },
+        { role: "assistant", content: "It is" },
+      ],
+      reasoning_effort: "high",
+      max_tokens: 4000,
+    });
+    assert.equal(answer.choices[0].message.content, " sunny.");
+    assert.equal(d.claude.messages()[0].body.thinking, undefined);
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 30, completion: 3 });
+  }));
+
+Deno.test("openai SDK, anthropic kind: an answer cut at the cap and sent back to be continued keeps thinking, its signed block first", () =>
+  withDialect(async (d) => {
+    d.claude.script(
+      {
+        content: [{ type: "thinking", thinking: THOUGHT }, { type: "text", text: "It is" }],
+        stopReason: "max_tokens",
+        outputTokens: 7000,
+      },
+      { text: " sunny.", outputTokens: 3 },
+    );
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Paris?" }];
+    const ask = () =>
+      openAiClient(d).chat.completions.create({
+        model: CLAUDE_MODEL,
+        messages,
+        reasoning_effort: "high",
+        max_tokens: 16_000,
+      });
+    const cut = await ask();
+    assert.equal(cut.choices[0].finish_reason, "length");
+    messages.push(cut.choices[0].message);
+    assert.equal((await ask()).choices[0].message.content, " sunny.");
+    const sent = d.claude.messages()[1].body;
+    assert.deepEqual(sent.thinking, { type: "enabled", budget_tokens: 12_800 });
+    assert.deepEqual(
+      sent.messages[1].content.map((b: { type: string }) => b.type),
+      ["thinking", "text"],
+    );
+  }));
