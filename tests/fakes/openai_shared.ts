@@ -113,6 +113,8 @@ export interface OpenAiModelConfig {
    * one); OpenAI's count by default.
    */
   countTokens?: (text: string) => number;
+  /** An embedding model's vector length when `dimensions` is not sent (OpenAI's 1,536 by default). */
+  embeddingLength?: number;
 }
 
 /** OpenAI's refusal to stream a model to an organization it has not verified. */
@@ -126,7 +128,10 @@ export function unverifiedStreamingRefusal(): OpenAiError {
 
 export interface ModelRules extends
   Required<
-    Omit<OpenAiModelConfig, "contextWindow" | "maxOutputTokens" | "countTokens" | "imagePatches">
+    Omit<
+      OpenAiModelConfig,
+      "contextWindow" | "maxOutputTokens" | "countTokens" | "embeddingLength" | "imagePatches"
+    >
   > {
   imagePatches: { multiplier: number; most: number } | null;
   contextWindow?: number;

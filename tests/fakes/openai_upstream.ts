@@ -1228,7 +1228,7 @@ export function startOpenAiUpstream(options: OpenAiUpstreamOptions = {}): OpenAi
         "'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference.",
       );
     }
-    const dims = body.dimensions ?? 1536;
+    const dims = body.dimensions ?? options.models?.[body.model]?.embeddingLength ?? 1536;
     const count = options.models?.[body.model]?.countTokens ?? tokenCount;
     let tokens = 0;
     const data = inputs.map((input, index) => {
