@@ -1154,7 +1154,9 @@ export function assertSupported(
  * the thinking block the model signed, which the client sends back as the assistant message's
  * `reasoning_details`: tool results after the last assistant message continue its tool calls even
  * when user messages follow them, as they are all one user turn upstream. Adaptive thinking has no
- * such rule (a turn may not think at all), so it thinks there too.
+ * such rule (a turn may not think at all), so it thinks there too. A budget is not sent beside a
+ * `tool_choice` that forces a tool either: Anthropic refuses the two together, while OpenAI's
+ * reasoning models take them, so such a turn runs without thinking, as an adaptive model's does.
  */
 export function claudeThinks(
   request: ChatRequest,
@@ -1171,6 +1173,7 @@ export function claudeThinks(
       return effort !== undefined && effort !== "none";
   }
   if (!effort || effort === "none") return false;
+  if (forcesTool(request.params.tool_choice)) return false;
   const messages = request.messages;
   // A prefill is a final assistant message too: Claude takes it with a budget only when it opens
   // with the thinking block the model signed (an answer cut at its cap, sent back to go on).
@@ -1224,8 +1227,7 @@ function assertClaudeRules(
   }
   if (!rules.sampling) assertDefaultSampling(request, model);
   if (!rules.forcedToolChoice) {
-    const choice = request.params.tool_choice;
-    if (choice === "required" || (choice && typeof choice === "object")) {
+    if (forcesTool(request.params.tool_choice)) {
       throw new ApiError(
         "unsupported_parameter",
         `Unsupported value: 'tool_choice' cannot force a tool call with ${model}. Send 'auto' or 'none'.`,
@@ -1244,6 +1246,11 @@ function assertClaudeRules(
       );
     }
   }
+}
+
+function forcesTool(choice: ChatRequest["params"]["tool_choice"]): boolean {
+  return choice === "required" ||
+    (choice !== undefined && choice !== null && typeof choice === "object");
 }
 
 /** What a Messages request cannot carry although the compatible format can, whatever the model. */
@@ -1308,11 +1315,6 @@ function assertThinkingCan(request: ChatRequest, budget: boolean, whose: string)
     throw refuse("top_p", "Claude models accept only 0.95 to 1");
   }
   if (typeof p.top_k === "number") throw refuse("top_k", "Claude models accept none");
-  // Adaptive thinking takes a forced tool (it does not think then); a budget does not.
-  const choice = p.tool_choice;
-  if (budget && (choice === "required" || (choice && typeof choice === "object"))) {
-    throw refuse("tool_choice", "Claude models cannot be made to call a tool (send auto or none)");
-  }
 }
 
 /**

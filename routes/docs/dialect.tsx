@@ -235,10 +235,11 @@ export function DialectSection() {
           (a prefill), keeps its budget when the assistant message brings back the thinking block
           the model signed (<code>
             reasoning_details
-          </code>, below), and runs without thinking otherwise. With a budget,{" "}
-          <code>temperature</code> below 1, <code>top_p</code> below 0.95, <code>top_k</code> and a
-          {" "}
-          <code>tool_choice</code> that forces a tool are refused with 400{" "}
+          </code>, below), and runs without thinking otherwise. A turn whose{" "}
+          <code>tool_choice</code>{" "}
+          forces a tool runs without thinking too: Anthropic takes no budget beside it, where
+          OpenAI's reasoning models take both. With a budget, <code>temperature</code> below 1,{" "}
+          <code>top_p</code> below 0.95 and <code>top_k</code> are refused with 400{" "}
           <code>unsupported_parameter</code> before anything is reserved, as Anthropic refuses them.
         </li>
         <li>

@@ -823,13 +823,6 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
         max_completion_tokens: 4000,
         temperature: 0.2,
       }, "temperature"],
-      ["thinking forced to call a tool", {
-        messages: ask,
-        reasoning_effort: "low",
-        max_completion_tokens: 4000,
-        tools: TOOLS,
-        tool_choice: "required",
-      }, "tool_choice"],
       ["a parallel tool call answered in part at the end", {
         tools: TOOLS,
         messages: [
@@ -852,6 +845,34 @@ Deno.test("openai SDK, anthropic kind: conversations OpenAI accepts reach Claude
     }
     assert.equal(d.claude.messages().length, sent, "the refusals never reached Claude");
     assert.equal((await d.newUsage()).length, 0, "and reserved nothing");
+  }));
+
+Deno.test("openai SDK, anthropic kind: with reasoning_effort, a tool_choice that forces a tool is answered by a turn without thinking, as Anthropic takes no budget beside it", () =>
+  withDialect(async (d) => {
+    const ask = [{ role: "user" as const, content: "Weather in Paris?" }];
+    for (
+      const [tool_choice, sentChoice] of [
+        ["required", { type: "any" }],
+        [{ type: "function", function: { name: "get_weather" } }, {
+          type: "tool",
+          name: "get_weather",
+        }],
+      ] as const
+    ) {
+      const { response } = await openAiClient(d).chat.completions.create({
+        model: CLAUDE_MODEL,
+        messages: ask,
+        reasoning_effort: "low",
+        max_completion_tokens: 4000,
+        tools: TOOLS,
+        tool_choice,
+      } as OpenAI.ChatCompletionCreateParamsNonStreaming).withResponse();
+      const sent = d.claude.messages().at(-1)!.body;
+      assert.equal(sent.thinking, undefined, JSON.stringify(tool_choice));
+      assert.deepEqual(sent.tool_choice, sentChoice);
+      const [usage] = await d.newUsage();
+      assert.equal(response.headers.get("tollbooth-request-cost"), formatUsd(usage.cost));
+    }
   }));
 
 Deno.test("openai SDK: a PNG labelled image/jpeg, as many clients label every image, is answered on both kinds, in chat and Responses: OpenAI gets it as sent, Claude the type of its bytes", () =>
