@@ -280,6 +280,14 @@ const requestArb = fc.record({
     { nil: undefined },
   ),
   tool_choice: fc.option(fc.constantFrom("none", "auto", "required"), { nil: undefined }),
+  // OpenAI's allowed tools: which of the tools (by position) and the mode; Claude is sent fewer.
+  allowed: fc.option(
+    fc.record({
+      mode: fc.constantFrom("auto", "required"),
+      pick: fc.array(fc.boolean(), { minLength: 4, maxLength: 4 }),
+    }),
+    { nil: undefined },
+  ),
   max_tokens: fc.constantFrom(4096, 32000),
 }, { requiredKeys: ["system", "turns", "max_tokens"] }).map((r) => {
   const body: Json = {
@@ -291,6 +299,16 @@ const requestArb = fc.record({
     const k of ["tools", "response_format", "reasoning_effort", "stop", "tool_choice"] as const
   ) {
     if (r[k] !== undefined) body[k] = r[k];
+  }
+  const allowed = r.tools?.filter((_, i) => r.allowed?.pick[i]);
+  if (r.allowed && allowed?.length) {
+    body.tool_choice = {
+      type: "allowed_tools",
+      allowed_tools: {
+        mode: r.allowed.mode,
+        tools: allowed.map((t) => ({ type: "function", function: { name: t.function.name } })),
+      },
+    };
   }
   if (!body.tools) delete body.tool_choice;
   return body;

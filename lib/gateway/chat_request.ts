@@ -274,13 +274,48 @@ const Tool = z.strictObject({
   cache_control: CacheControl.optional(),
 });
 
+/**
+ * OpenAI's allowed tools (GPT-5 on): the model may call only these of `tools`, which are all still
+ * sent, so that a prompt cached with every tool stays cached while the choice changes per turn.
+ * `auto` lets it answer instead, `required` makes it call one of them.
+ */
+const AllowedTools = z.strictObject({
+  mode: z.enum(["auto", "required"], { error: "must be one of auto, required" }),
+  tools: z.array(
+    z.strictObject({
+      type: z.literal("function", "must be 'function' (the only tool type)"),
+      function: z.strictObject({ name: FunctionName }),
+    }),
+    { error: "must be an array of {type: 'function', function: {name}}" },
+  ).min(1, "must name at least one tool of 'tools'"),
+});
+
 const ToolChoice = z.union([
   z.enum(["none", "auto", "required"]),
   z.strictObject({
     type: z.literal("function"),
     function: z.strictObject({ name: FunctionName }),
   }),
-], { error: "must be none, auto, required or {type: 'function', function: {name}}" });
+  z.strictObject({ type: z.literal("allowed_tools"), allowed_tools: AllowedTools }),
+], {
+  error:
+    "must be none, auto, required, {type: 'function', function: {name}} or {type: 'allowed_tools', allowed_tools: {mode, tools}}",
+});
+
+export type ToolChoiceSpec = z.infer<typeof ToolChoice>;
+
+/** The names an `allowed_tools` choice allows, in their order, once each; null for any other. */
+export function allowedToolNames(choice: ToolChoiceSpec | null | undefined): string[] | null {
+  if (!choice || typeof choice !== "object" || choice.type !== "allowed_tools") return null;
+  return [...new Set(choice.allowed_tools.tools.map((t) => t.function.name))];
+}
+
+/** Whether the choice makes the model call a tool: `required`, a named one, or allowed_tools' `required`. */
+export function forcesToolCall(choice: ToolChoiceSpec | null | undefined): boolean {
+  if (!choice || choice === "none" || choice === "auto") return false;
+  return choice === "required" || choice.type === "function" ||
+    choice.allowed_tools.mode === "required";
+}
 
 const ResponseFormat = z.discriminatedUnion("type", [
   z.strictObject({ type: z.literal("text") }),
@@ -523,7 +558,8 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
     openai_responses: "translate",
     anthropic: "translate",
     simulator: "translate",
-    note: "Anthropic auto/any/tool/none",
+    note:
+      "Anthropic auto/any/tool/none; allowed_tools: Anthropic is sent only the allowed tools (or made to call the one required); Responses in its flat shape",
   },
   parallel_tool_calls: {
     openai: "pass",
@@ -1017,8 +1053,21 @@ function checkTools(data: Body) {
   if (choice && choice !== "none" && choice !== "auto" && names.size === 0) {
     throw invalid("tool_choice", "needs 'tools' to choose from");
   }
-  if (choice && typeof choice === "object" && !names.has(choice.function.name)) {
-    throw invalid("tool_choice.function.name", "names no tool of 'tools'");
+  if (choice && typeof choice === "object" && choice.type === "function") {
+    if (!names.has(choice.function.name)) {
+      throw invalid("tool_choice.function.name", "names no tool of 'tools'");
+    }
+  }
+  // OpenAI's own refusal of an undeclared name would come after our reservation.
+  if (choice && typeof choice === "object" && choice.type === "allowed_tools") {
+    choice.allowed_tools.tools.forEach((tool, i) => {
+      if (!names.has(tool.function.name)) {
+        throw invalid(
+          `tool_choice.allowed_tools.tools[${i}].function.name`,
+          "names no tool of 'tools'",
+        );
+      }
+    });
   }
 }
 
@@ -1173,7 +1222,7 @@ export function claudeThinks(
       return effort !== undefined && effort !== "none";
   }
   if (!effort || effort === "none") return false;
-  if (forcesTool(request.params.tool_choice)) return false;
+  if (forcesToolCall(request.params.tool_choice)) return false;
   const messages = request.messages;
   // A prefill is a final assistant message too: Claude takes it with a budget only when it opens
   // with the thinking block the model signed (an answer cut at its cap, sent back to go on).
@@ -1227,7 +1276,7 @@ function assertClaudeRules(
   }
   if (!rules.sampling) assertDefaultSampling(request, model);
   if (!rules.forcedToolChoice) {
-    if (forcesTool(request.params.tool_choice)) {
+    if (forcesToolCall(request.params.tool_choice)) {
       throw new ApiError(
         "unsupported_parameter",
         `Unsupported value: 'tool_choice' cannot force a tool call with ${model}. Send 'auto' or 'none'.`,
@@ -1246,11 +1295,6 @@ function assertClaudeRules(
       );
     }
   }
-}
-
-function forcesTool(choice: ChatRequest["params"]["tool_choice"]): boolean {
-  return choice === "required" ||
-    (choice !== undefined && choice !== null && typeof choice === "object");
 }
 
 /** What a Messages request cannot carry although the compatible format can, whatever the model. */

@@ -182,6 +182,54 @@ Deno.test("a tool message's name, which LangChain's tools set, is accepted and n
   );
 });
 
+Deno.test("an allowed_tools tool choice is taken as OpenAI shapes it, its names those of declared tools, and refused with the exact path otherwise", () => {
+  const tools = [
+    { type: "function", function: { name: "weather" } },
+    { type: "function", function: { name: "time" } },
+  ];
+  const messages = [{ role: "user", content: "Weather?" }];
+  const allowed = (allowed_tools: unknown) => ({
+    messages,
+    tools,
+    tool_choice: { type: "allowed_tools", allowed_tools },
+  });
+  const weather = { type: "function", function: { name: "weather" } };
+  const choice = { type: "allowed_tools", allowed_tools: { mode: "required", tools: [weather] } };
+  assert.deepEqual(
+    parseChatRequest({ model: "m/x", messages, tools, tool_choice: choice }).params.tool_choice,
+    choice,
+  );
+  refused(allowed({ tools: [weather] }), "invalid_parameter", "tool_choice.allowed_tools.mode");
+  refused(
+    allowed({ mode: "any", tools: [weather] }),
+    "invalid_parameter",
+    "tool_choice.allowed_tools.mode",
+  );
+  refused(allowed({ mode: "auto" }), "invalid_parameter", "tool_choice.allowed_tools.tools");
+  refused(
+    allowed({ mode: "auto", tools: [] }),
+    "invalid_parameter",
+    "tool_choice.allowed_tools.tools",
+  );
+  refused(
+    allowed({ mode: "auto", tools: [weather, { type: "function", function: { name: "news" } }] }),
+    "invalid_parameter",
+    "tool_choice.allowed_tools.tools[1].function.name",
+  );
+  refused(
+    allowed({ mode: "auto", tools: [{ type: "custom", custom: { name: "weather" } }] }),
+    "invalid_parameter",
+    "tool_choice.allowed_tools.tools[0].type",
+  );
+  refused(
+    // The Responses API's flat shape, sent to chat: its name is not where chat has it.
+    allowed({ mode: "auto", tools: [{ type: "function", name: "weather" }] }),
+    "invalid_parameter",
+    "tool_choice.allowed_tools.tools[0].function",
+  );
+  refused({ messages, tool_choice: choice }, "invalid_parameter", "tool_choice");
+});
+
 Deno.test("an assistant's reasoning_details are taken as OpenRouter shapes them, and refused with the exact path otherwise", () => {
   const detail = {
     type: "reasoning.text",
@@ -529,9 +577,16 @@ Deno.test("with reasoning_effort, a Claude route refuses the sampling thinking c
   });
   assert.equal(refusedParam({ top_p: 0.9 }), "top_p");
   assert.equal(refusedParam({ top_k: 40 }), "top_k");
+  const allowedW = (mode: string) => ({
+    type: "allowed_tools",
+    allowed_tools: { mode, tools: [{ type: "function", function: { name: "w" } }] },
+  });
+  // Allowed tools the model may do without leave it thinking; required ones do not.
+  assert.equal(refusedParam({ tool_choice: allowedW("auto"), temperature: 0.2 }), "temperature");
   // What thinking takes, or a turn without it.
   for (
     const allowed of [
+      { tool_choice: allowedW("required"), temperature: 0.2 },
       { temperature: 1 },
       { temperature: 1.5 }, // sent as 1
       { top_p: 0.95 },
@@ -705,7 +760,11 @@ Deno.test("a model that cannot be forced to call a tool refuses a forcing tool_c
   const messages = [{ role: "user", content: "x" }];
   const tools = [{ type: "function", function: { name: "f" } }];
   const named = { type: "function", function: { name: "f" } };
-  for (const tool_choice of ["required", named]) {
+  const allowedRequired = {
+    type: "allowed_tools",
+    allowed_tools: { mode: "required", tools: [named] },
+  };
+  for (const tool_choice of ["required", named, allowedRequired]) {
     assert.deepEqual(claudeRefusal({ messages, tools, tool_choice }, 4096, "claude-opus-5-5"), {
       code: "unsupported_parameter",
       param: "tool_choice",
@@ -715,6 +774,19 @@ Deno.test("a model that cannot be forced to call a tool refuses a forcing tool_c
     // Others can be forced, thinking or not (adaptive thinking takes a forced tool).
     assert.equal(claudeRefusal({ messages, tools, tool_choice }, 4096, "claude-sonnet-5"), null);
   }
+  // Allowed tools it may do without take no force.
+  assert.equal(
+    claudeRefusal(
+      {
+        messages,
+        tools,
+        tool_choice: { type: "allowed_tools", allowed_tools: { mode: "auto", tools: [named] } },
+      },
+      4096,
+      "claude-opus-5-5",
+    ),
+    null,
+  );
   assert.equal(
     claudeRefusal({ messages, response_format: { type: "json_object" } }, 4096, "claude-fable-5-1"),
     null,

@@ -444,6 +444,12 @@ export function openAiInputBound(
   if (tools.length) {
     total += framing.tools + OPENAI_TOKENS_PER_TOOL * tools.length +
       jsonTokenBound(toolsValue(tools), countTextTokens, `${tokenizer}:${counting}`, limit);
+    // Every tool is sent beside allowed tools; how OpenAI tells the model which it may call is
+    // not published, so the list is held as if it were read as written.
+    const choice = request.params.tool_choice;
+    if (typeof choice === "object" && choice?.type === "allowed_tools") {
+      total += jsonTokenBound(choice, countTextTokens, `${tokenizer}:${counting}`, limit);
+    }
   }
   const schema = schemaValue(request);
   if (schema !== null) {

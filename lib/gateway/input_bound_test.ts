@@ -233,6 +233,50 @@ Deno.test("the Anthropic bound counts the tools declared for a tool history sent
   assert.ok(claudeBound(bare) - withoutHistory >= 530 + claudeTokenBoundOfJson(sent));
 });
 
+/** Two tools, one long; allowed_tools of the given mode over `names`. */
+const allowedToolsRequest = (mode: string, names: string[]) =>
+  request({
+    messages: [{ role: "user", content: "hi" }],
+    tools: [
+      { type: "function", function: { name: "short" } },
+      { type: "function", function: { name: "long", description: "z ".repeat(3000) } },
+    ],
+    tool_choice: {
+      type: "allowed_tools",
+      allowed_tools: {
+        mode,
+        tools: names.map((name) => ({ type: "function", function: { name } })),
+      },
+    },
+  });
+
+Deno.test("the Anthropic bound under allowed_tools counts the tools Claude is sent, and no more", () => {
+  for (
+    const [mode, names, sent] of [
+      ["auto", ["short"], ["short"]],
+      ["required", ["short", "long"], ["short", "long"]],
+      // One tool that must be called is Claude's tool choice: every tool is sent.
+      ["required", ["short"], ["short", "long"]],
+    ] as const
+  ) {
+    const held = allowedToolsRequest(mode, [...names]);
+    const tools = messagesTools(held);
+    assert.deepEqual(tools.map((t) => t.name), sent);
+    const plain = claudeBound(request({ messages: [{ role: "user", content: "hi" }] }));
+    const bound = claudeBound(held);
+    assert.ok(bound - plain >= 530 + claudeTokenBoundOfJson(tools), `${mode} ${names}`);
+    // A tool left out is not held for: 3000 tokens of description.
+    if (sent.length === 1) assert.ok(bound - plain < 600 + 20 + 200, `${bound - plain}`);
+  }
+});
+
+Deno.test("the OpenAI bound under allowed_tools holds every tool, which are all sent, and the choice", () => {
+  const all = openAiInputBound(allowedToolsRequest("auto", ["short", "long"]), gpt, "o200k");
+  const one = openAiInputBound(allowedToolsRequest("auto", ["short"]), gpt, "o200k");
+  assert.ok(one > countTextTokens("z ".repeat(3000)), `${one}`);
+  assert.ok(all > one, "the longer choice is held too");
+});
+
 Deno.test("the Anthropic bound counts a call's arguments as sent: numbers JSON writes out in full", () => {
   // Messages takes the arguments as an object: 4 characters of `1e20` go out as 21 digits.
   const args = `{"a":[${Array(2_000).fill("1e20").join(",")}]}`;

@@ -44,7 +44,16 @@ export function DialectSection() {
         (LangChain's tools name the message they return) is accepted and dropped, and a message's
         {" "}
         <code>name</code> or <code>tool_calls</code> sent as <code>null</code>{" "}
-        (as clients that serialise every field send them) is taken as absent.
+        (as clients that serialise every field send them) is taken as absent.{" "}
+        <code>tool_choice</code> takes OpenAI's allowed tools too:{" "}
+        <code>
+          {'{"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required", "tools": [{"type": "function", "function": {"name": …}}]}}'}
+        </code>{" "}
+        (on <code>/v1/responses</code>,{" "}
+        <code>
+          {'{"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}'}
+        </code>): the model may call only the tools named, each of which must be one of{" "}
+        <code>tools</code> (else <code>400 invalid_parameter</code> naming it).
       </p>
       <div class="table-scroll">
         <table>
@@ -153,11 +162,11 @@ export function DialectSection() {
           <code>tools</code> become flat function tools, strict only when the client says{" "}
           <code>strict: true</code> (as in chat; the Responses API's own default is strict);{" "}
           <code>tool_choice</code> naming a function becomes{" "}
-          <code>{"{"}"type": "function", "name"{"}"}</code>; <code>response_format</code> becomes
+          <code>{"{"}"type": "function", "name"{"}"}</code>, allowed tools their flat shape;{" "}
+          <code>response_format</code> becomes <code>text.format</code>, <code>verbosity</code>{" "}
+          <code>text.verbosity</code>, <code>reasoning_effort</code> <code>reasoning.effort</code>,
           {" "}
-          <code>text.format</code>, <code>verbosity</code> <code>text.verbosity</code>,{" "}
-          <code>reasoning_effort</code> <code>reasoning.effort</code>, <code>logprobs</code>{" "}
-          <code>include: ["message.output_text.logprobs"]</code>{" "}
+          <code>logprobs</code> <code>include: ["message.output_text.logprobs"]</code>{" "}
           (each token's logprobs come back as chat gives them). Fields the Responses API does not
           have (<code>stop</code>, penalties other than 0, <code>logit_bias</code>,{" "}
           <code>prediction</code>, <code>top_k</code>) are refused with 400{" "}
@@ -207,7 +216,18 @@ export function DialectSection() {
           <code>{"{}"}</code> or lack a <code>type</code> as an object schema);{" "}
           <code>tool_choice</code> <code>auto</code>/<code>required</code>/named/<code>none</code>
           {" "}
-          become <code>auto</code>/<code>any</code>/<code>tool</code>/<code>none</code>;{" "}
+          become{" "}
+          <code>auto</code>/<code>any</code>/<code>tool</code>/<code>none</code>. Claude has no
+          allowed tools, and may call any tool it is offered: with{" "}
+          <code>
+            allowed_tools
+          </code>{" "}
+          of mode <code>required</code>{" "}
+          and one tool, it is made to call that tool (<code>tool</code>) with every tool sent, so
+          the cached prompt stands; otherwise it is sent only the allowed tools (all of them when
+          all are allowed), with <code>auto</code> or <code>any</code>{" "}
+          as the mode says, and a dropped tool's <code>cache_control</code>{" "}
+          moves to the last tool sent before it. The hold counts the tools sent.{" "}
           <code>parallel_tool_calls: false</code> becomes <code>disable_parallel_tool_use</code>.
         </li>
         <li>

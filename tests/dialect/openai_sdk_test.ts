@@ -1050,3 +1050,152 @@ Deno.test("openai SDK: the request id reaches the client, on an answer (request_
     assert.ok(error instanceof OpenAI.APIError);
     assert.match(error.requestID ?? "", /^req_/);
   }));
+
+/** OpenAI's allowed tools over TOOLS: the model may call only `names`. */
+const allowedTools = (
+  mode: "auto" | "required",
+  names: string[],
+): OpenAI.Chat.ChatCompletionAllowedToolChoice => ({
+  type: "allowed_tools",
+  allowed_tools: { mode, tools: names.map((name) => ({ type: "function", function: { name } })) },
+});
+
+Deno.test("openai SDK: allowed_tools reach an OpenAI-kind route as sent with every tool, and Claude as the tools it may call, billed exactly", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Time in Paris?" }];
+
+    d.openai.script({
+      toolCalls: [{ name: "get_time", arguments: { city: "Paris" } }],
+      promptTokens: 120,
+      completionTokens: 20,
+    });
+    const choice = allowedTools("required", ["get_time"]);
+    const openai = await client.chat.completions.create({
+      model: OPENAI_MODEL,
+      messages,
+      tools: TOOLS,
+      tool_choice: choice,
+    });
+    assert.equal(openai.choices[0].finish_reason, "tool_calls");
+    assert.deepEqual(d.openai.chats[0].body.tool_choice, choice);
+    assert.equal(d.openai.chats[0].body.tools.length, 2, "every tool, for the cached prefix");
+    await assertCharged(d, OPENAI_MODEL, { prompt: 120, completion: 20 });
+
+    // A route served through OpenAI's Responses API gets them in its flat shape.
+    d.openai.script({
+      toolCalls: [{ name: "get_time", arguments: { city: "Paris" } }],
+      promptTokens: 120,
+      completionTokens: 20,
+    });
+    await client.chat.completions.create({
+      model: RESPONSES_MODEL,
+      messages,
+      tools: TOOLS,
+      tool_choice: choice,
+    });
+    assert.deepEqual(d.openai.responses[0].body.tool_choice, {
+      type: "allowed_tools",
+      mode: "required",
+      tools: [{ type: "function", name: "get_time" }],
+    });
+    assert.equal(d.openai.responses[0].body.tools.length, 2);
+    await assertCharged(d, RESPONSES_MODEL, { prompt: 120, completion: 20 });
+
+    // One tool that must be called: Claude's own tool choice, every tool sent.
+    const call = { type: "tool_use" as const, name: "get_time", input: { city: "Paris" } };
+    d.claude.script({ content: [call], inputTokens: 600, outputTokens: 30 });
+    const forced = await client.chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      tools: TOOLS,
+      tool_choice: choice,
+    });
+    assert.equal(forced.choices[0].finish_reason, "tool_calls");
+    const forcedBody = d.claude.messages()[0].body;
+    assert.deepEqual(forcedBody.tool_choice, { type: "tool", name: "get_time" });
+    assert.deepEqual(forcedBody.tools.map((t: { name: string }) => t.name), [
+      "get_weather",
+      "get_time",
+    ]);
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 600, completion: 30 });
+
+    // Otherwise Claude, which has no allowed tools, is offered only the tools it may call.
+    d.claude.script({ content: [call], inputTokens: 500, outputTokens: 30 });
+    await client.chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages,
+      tools: TOOLS,
+      tool_choice: allowedTools("auto", ["get_time"]),
+    });
+    const offered = d.claude.messages()[1].body;
+    assert.deepEqual(offered.tool_choice, { type: "auto" });
+    assert.deepEqual(offered.tools.map((t: { name: string }) => t.name), ["get_time"]);
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 500, completion: 30 });
+
+    // Through the Responses API, in its flat shape, to both kinds.
+    d.claude.script({ content: [call], inputTokens: 500, outputTokens: 30 });
+    const response = await client.responses.create({
+      model: CLAUDE_MODEL,
+      input: "Time in Paris?",
+      tools: ["get_weather", "get_time"].map((name) => ({
+        type: "function" as const,
+        name,
+        parameters: { type: "object", properties: { city: { type: "string" } } },
+        strict: false,
+      })),
+      tool_choice: {
+        type: "allowed_tools",
+        mode: "auto",
+        tools: [{ type: "function", name: "get_time" }],
+      },
+    });
+    assert.ok(response.output.some((item) => item.type === "function_call"));
+    assert.deepEqual(
+      d.claude.messages()[2].body.tools.map((t: { name: string }) => t.name),
+      ["get_time"],
+    );
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 500, completion: 30 });
+  }));
+
+Deno.test("openai SDK: allowed_tools naming no declared tool, or without a mode, are refused before anything is reserved", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const messages: ChatCompletionMessageParam[] = [{ role: "user", content: "Time in Paris?" }];
+    for (const model of [OPENAI_MODEL, CLAUDE_MODEL]) {
+      const error = await client.chat.completions.create({
+        model,
+        messages,
+        tools: TOOLS,
+        tool_choice: allowedTools("auto", ["get_news"]),
+      }).catch((e) => e);
+      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+      assert.equal(error.code, "invalid_parameter");
+      assert.equal(error.param, "tool_choice.allowed_tools.tools[0].function.name");
+      const modeless = await client.chat.completions.create({
+        model,
+        messages,
+        tools: TOOLS,
+        tool_choice: {
+          type: "allowed_tools",
+          allowed_tools: { tools: [{ type: "function", function: { name: "get_time" } }] },
+        } as unknown as OpenAI.Chat.ChatCompletionAllowedToolChoice,
+      }).catch((e) => e);
+      assert.equal(modeless.status, 400);
+      assert.equal(modeless.param, "tool_choice.allowed_tools.mode");
+    }
+    const responses = await client.responses.create({
+      model: CLAUDE_MODEL,
+      input: "Time in Paris?",
+      tools: [{ type: "function", name: "get_time", parameters: null, strict: false }],
+      tool_choice: {
+        type: "allowed_tools",
+        mode: "required",
+        tools: [{ type: "function", name: "get_news" }],
+      },
+    }).catch((e) => e);
+    assert.equal(responses.status, 400);
+    assert.equal(responses.param, "tool_choice.tools[0].name");
+    assert.equal(d.openai.chats.length + d.claude.messages().length, 0);
+    assert.equal((await d.newUsage()).length, 0);
+  }));

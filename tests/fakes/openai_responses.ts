@@ -87,7 +87,7 @@ const toolChoice = z.union([
   z.strictObject({
     type: z.literal("allowed_tools"),
     mode: z.enum(["auto", "required"]),
-    tools: z.array(z.record(z.string(), z.unknown())),
+    tools: z.array(z.strictObject({ type: z.literal("function"), name: z.string() })),
   }),
 ]);
 
@@ -426,8 +426,14 @@ function validateTools(body: Json) {
       "invalid_value",
     );
   }
-  const named = body.tool_choice?.type === "function" ? body.tool_choice.name : undefined;
-  if (named !== undefined && !names.includes(named)) {
+  const choice = body.tool_choice;
+  const chosen = choice?.type === "function"
+    ? [choice.name]
+    : choice?.type === "allowed_tools"
+    ? choice.tools.map((t: Json) => t.name)
+    : [];
+  const named = chosen.find((name: string) => !names.includes(name));
+  if (named !== undefined) {
     // Assumed wording (OpenAI's Responses answer is not quoted in a public source we found).
     throw invalid(
       `Tool choice 'function' not found in 'tools' parameter.`,

@@ -229,7 +229,13 @@ const toolChoice = z.union([
     type: z.literal("allowed_tools"),
     allowed_tools: z.strictObject({
       mode: z.enum(["auto", "required"]),
-      tools: z.array(z.record(z.string(), z.unknown())),
+      tools: z.array(z.union([
+        z.strictObject({
+          type: z.literal("function"),
+          function: z.strictObject({ name: z.string() }),
+        }),
+        z.strictObject({ type: z.literal("custom"), custom: z.strictObject({ name: z.string() }) }),
+      ])),
     }),
   }),
 ]);
@@ -509,13 +515,18 @@ function validateTools(body: Json, root: unknown) {
       "parallel_tool_calls",
     );
   }
-  const named = choice?.function?.name ?? choice?.custom?.name;
-  if (named !== undefined && !names.includes(named)) {
-    throw invalid(
-      `Invalid value for 'tool_choice': tool '${named}' is not in 'tools'.`,
-      "tool_choice",
-      "invalid_value",
-    );
+  // Allowed tools name declared tools as the named choice does (the wording is assumed).
+  const allowed = choice?.type === "allowed_tools"
+    ? choice.allowed_tools.tools.map((t: Json) => t?.function?.name ?? t?.custom?.name)
+    : [];
+  for (const named of [choice?.function?.name ?? choice?.custom?.name, ...allowed]) {
+    if (named !== undefined && !names.includes(named)) {
+      throw invalid(
+        `Invalid value for 'tool_choice': tool '${named}' is not in 'tools'.`,
+        "tool_choice",
+        "invalid_value",
+      );
+    }
   }
 }
 

@@ -682,3 +682,30 @@ Deno.test("openai fake: embeddings (the SDK's base64 default) and models", () =>
     assert.equal(notFound.status, 404);
     assert.equal((await notFound.json()).error.message, "Invalid URL (POST /v1/nothing)");
   }));
+
+Deno.test("openai fake: allowed_tools name declared tools", () =>
+  withOpenAi(async (fake, client) => {
+    const messages = [{ role: "user" as const, content: "Weather?" }];
+    const allowed = (name: string) => ({
+      type: "allowed_tools" as const,
+      allowed_tools: {
+        mode: "auto" as const,
+        tools: [{ type: "function", function: { name } }],
+      },
+    });
+    await client.chat.completions.create({
+      model: "gpt-5",
+      messages,
+      tools: [WEATHER_TOOL],
+      tool_choice: allowed("get_weather"),
+    });
+    const undeclared = await refusal(client.chat.completions.create({
+      model: "gpt-5",
+      messages,
+      tools: [WEATHER_TOOL],
+      tool_choice: allowed("get_news"),
+    }));
+    assert.equal(undeclared.status, 400);
+    assert.equal(undeclared.param, "tool_choice");
+    assert.equal(fake.chats.length, 1);
+  }));

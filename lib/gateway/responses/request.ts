@@ -159,7 +159,23 @@ const FunctionTool = z.strictObject({
 const ToolChoice = z.union([
   z.enum(["none", "auto", "required"]),
   z.strictObject({ type: z.literal("function"), name: z.string() }),
-], { error: "must be none, auto, required or {type: 'function', name}" });
+  // The chat dialect's allowed tools in the Responses API's flat shape (the chat request checks
+  // the names and the mode's values, see responses.ts for their paths).
+  z.strictObject({
+    type: z.literal("allowed_tools"),
+    mode: z.enum(["auto", "required"], { error: "must be one of auto, required" }),
+    tools: z.array(
+      z.strictObject({
+        type: z.literal("function", "must be 'function' (the only tool type)"),
+        name: z.string({ error: "must be a string" }),
+      }),
+      { error: "must be an array of {type: 'function', name}" },
+    ),
+  }),
+], {
+  error:
+    "must be none, auto, required, {type: 'function', name} or {type: 'allowed_tools', mode, tools}",
+});
 
 const TextFormat = z.discriminatedUnion("type", [
   z.strictObject({ type: z.literal("text") }),
@@ -400,9 +416,18 @@ export function toChatRequest(body: ResponsesBody, stored: StoredContext): Conve
     }));
   }
   if (body.tool_choice != null) {
-    chat.tool_choice = typeof body.tool_choice === "string"
-      ? body.tool_choice
-      : { type: "function", function: { name: body.tool_choice.name } };
+    const choice = body.tool_choice;
+    chat.tool_choice = typeof choice === "string"
+      ? choice
+      : choice.type === "function"
+      ? { type: "function", function: { name: choice.name } }
+      : {
+        type: "allowed_tools",
+        allowed_tools: {
+          mode: choice.mode,
+          tools: choice.tools.map((t) => ({ type: "function", function: { name: t.name } })),
+        },
+      };
   }
   const format = body.text?.format;
   if (format && format.type !== "text") {

@@ -205,6 +205,18 @@ Deno.test("tool_choice, text.format, reasoning.effort and max_output_tokens map 
   );
 });
 
+Deno.test("an allowed_tools tool_choice in the Responses API's flat shape becomes chat's", () => {
+  const chat = chatOf({
+    input: "x",
+    tools: [{ type: "function", name: "f" }, { type: "function", name: "g" }],
+    tool_choice: { type: "allowed_tools", mode: "auto", tools: [{ type: "function", name: "g" }] },
+  });
+  assert.deepEqual(chat.tool_choice, {
+    type: "allowed_tools",
+    allowed_tools: { mode: "auto", tools: [{ type: "function", function: { name: "g" } }] },
+  });
+});
+
 Deno.test("stored items and the previous conversation come before the new input", () => {
   const items = new Map<string, ResponseInputItem>([
     ["msg_1", {

@@ -435,6 +435,8 @@ const RENAMED: [RegExp, string][] = [
   [/^verbosity$/, "text.verbosity"],
   [/^(tools\[\d+\])\.function\.(.*)$/, "$1.$2"],
   [/^tool_choice\.function\.name$/, "tool_choice.name"],
+  [/^tool_choice\.allowed_tools\.(tools\[\d+\])\.function\.name$/, "tool_choice.$1.name"],
+  [/^tool_choice\.allowed_tools\./, "tool_choice."],
   [/^logprobs$/, "include"],
 ];
 
@@ -449,6 +451,8 @@ const RENAMED_IN_TEXT: [RegExp, string][] = [
   [/\breasoning_effort\b/g, "reasoning.effort"],
   [/\b(tools\[\d+\])\.function\./g, "$1."],
   [/\btool_choice\.function\.name\b/g, "tool_choice.name"],
+  [/\btool_choice\.allowed_tools\.(tools\[\d+\])\.function\.name\b/g, "tool_choice.$1.name"],
+  [/\btool_choice\.allowed_tools\./g, "tool_choice."],
   [/content part 'file'/g, "content part 'input_file'"],
 ];
 

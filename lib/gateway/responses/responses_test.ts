@@ -170,6 +170,28 @@ Deno.test("a chat error reads in the Responses API's names: its param and the fi
     mapped.message,
     "Invalid value for 'input[1].content[0].image_url': must be an https URL or a data URL.",
   );
+  assert.deepEqual(
+    terms(
+      new ApiError(
+        "invalid_parameter",
+        "Invalid value for 'tool_choice.allowed_tools.tools[1].function.name': names no tool of 'tools'.",
+        { param: "tool_choice.allowed_tools.tools[1].function.name" },
+      ),
+    ),
+    {
+      code: "invalid_parameter",
+      param: "tool_choice.tools[1].name",
+      message: "Invalid value for 'tool_choice.tools[1].name': names no tool of 'tools'.",
+    },
+  );
+  assert.equal(
+    terms(
+      new ApiError("invalid_parameter", "Invalid value for 'tool_choice.allowed_tools.mode'.", {
+        param: "tool_choice.allowed_tools.mode",
+      }),
+    ).param,
+    "tool_choice.mode",
+  );
   // Words that merely contain a name, and the upstream's own words, are left alone.
   const untouched = new ApiError(
     "upstream_rejected",

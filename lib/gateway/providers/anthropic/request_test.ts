@@ -188,6 +188,86 @@ Deno.test("tool_choice none, auto and a named tool map to Anthropic's", () => {
   });
 });
 
+const threeTools = [
+  { type: "function", function: { name: "weather" }, cache_control: { type: "ephemeral" } },
+  { type: "function", function: { name: "time" } },
+  { type: "function", function: { name: "news" }, cache_control: { type: "ephemeral" } },
+];
+const allowedTools = (mode: string, names: string[]) => ({
+  type: "allowed_tools",
+  allowed_tools: { mode, tools: names.map((name) => ({ type: "function", function: { name } })) },
+});
+const allowedBody = (tool_choice: unknown, extra: Record<string, unknown> = {}) =>
+  messagesRequest(
+    upstreamRequest(claude, {
+      messages: [{ role: "user", content: "x" }],
+      tools: threeTools,
+      tool_choice,
+      ...extra,
+    }),
+    false,
+  );
+const sentToolNames = (body: Record<string, unknown>) =>
+  (body.tools as { name: string }[]).map((t) => t.name);
+
+Deno.test("allowed_tools requiring one tool is Claude's tool choice, every tool still sent so the cached prefix stands", () => {
+  const body = allowedBody(allowedTools("required", ["time"]));
+  assert.deepEqual(sentToolNames(body), ["weather", "time", "news"]);
+  assert.deepEqual(body.tool_choice, { type: "tool", name: "time" });
+});
+
+Deno.test("allowed_tools that allow every tool send them all, auto or any", () => {
+  const all = ["news", "weather", "time"];
+  assert.deepEqual(sentToolNames(allowedBody(allowedTools("auto", all))), [
+    "weather",
+    "time",
+    "news",
+  ]);
+  assert.deepEqual(allowedBody(allowedTools("auto", all)).tool_choice, { type: "auto" });
+  assert.deepEqual(allowedBody(allowedTools("required", all)).tool_choice, { type: "any" });
+});
+
+Deno.test("allowed_tools otherwise send Claude only the allowed tools, a dropped tool's cache breakpoint on the last tool sent before it", () => {
+  const some = allowedBody(allowedTools("required", ["weather", "time"]));
+  assert.deepEqual(some.tools, [
+    {
+      name: "weather",
+      input_schema: { type: "object", properties: {} },
+      cache_control: { type: "ephemeral" },
+    },
+    // news's breakpoint: the prefix it ended, less news.
+    {
+      name: "time",
+      input_schema: { type: "object", properties: {} },
+      cache_control: { type: "ephemeral" },
+    },
+  ]);
+  assert.deepEqual(some.tool_choice, { type: "any" });
+  const one = allowedBody(allowedTools("auto", ["time"]), { parallel_tool_calls: false });
+  // weather's breakpoint has no tool sent before it; news's moves to time.
+  assert.deepEqual(one.tools, [
+    {
+      name: "time",
+      input_schema: { type: "object", properties: {} },
+      cache_control: { type: "ephemeral" },
+    },
+  ]);
+  assert.deepEqual(one.tool_choice, { type: "auto", disable_parallel_tool_use: true });
+});
+
+Deno.test("allowed_tools beside a response format: the answer tool is offered with the allowed tools", () => {
+  const body = allowedBody(allowedTools("auto", ["news"]), {
+    response_format: { type: "json_object" },
+  });
+  assert.deepEqual(sentToolNames(body).slice(0, 1), ["news"]);
+  assert.equal(sentToolNames(body).length, 2);
+  assert.deepEqual(body.tool_choice, { type: "any" });
+  const forced = allowedBody(allowedTools("required", ["news"]), {
+    response_format: { type: "json_object" },
+  });
+  assert.deepEqual(forced.tool_choice, { type: "tool", name: "news" });
+});
+
 Deno.test("images become image blocks: base64 from data URLs, url sources from https, a cache_control kept", () => {
   const body = messagesRequest(
     upstreamRequest(claude, {

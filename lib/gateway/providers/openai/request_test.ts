@@ -343,3 +343,24 @@ Deno.test("OpenAI's own API is asked for the default tier when the client names 
   assert.equal(runsProjectTier("https://api.groq.com/openai/v1"), false);
   assert.equal(runsProjectTier("http://127.0.0.1:8080/v1"), false);
 });
+
+Deno.test("an allowed_tools choice goes to an OpenAI-kind upstream as sent, with every tool", () => {
+  const tools = [
+    { type: "function", function: { name: "w" } },
+    { type: "function", function: { name: "t" } },
+  ];
+  const tool_choice = {
+    type: "allowed_tools",
+    allowed_tools: { mode: "auto", tools: [{ type: "function", function: { name: "t" } }] },
+  };
+  const body = openAiRequestBody(
+    upstreamRequest(testModel("openai", "gpt-5"), {
+      messages: [{ role: "user", content: "x" }],
+      tools,
+      tool_choice,
+    }),
+    true,
+  );
+  assert.deepEqual(body.tools, tools);
+  assert.deepEqual(body.tool_choice, tool_choice);
+});

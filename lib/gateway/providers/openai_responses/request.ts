@@ -178,7 +178,16 @@ export function responsesRequestBody(
     if (choice != null) {
       body.tool_choice = typeof choice === "string"
         ? choice
-        : { type: "function", name: choice.function.name };
+        : choice.type === "function"
+        ? { type: "function", name: choice.function.name }
+        : {
+          type: "allowed_tools",
+          mode: choice.allowed_tools.mode,
+          tools: choice.allowed_tools.tools.map((t) => ({
+            type: "function",
+            name: t.function.name,
+          })),
+        };
     }
     if (p.parallel_tool_calls !== undefined) body.parallel_tool_calls = p.parallel_tool_calls;
   }

@@ -161,6 +161,26 @@ Deno.test("function tools are flat and strict only when the client says so", () 
   assert.equal(body.parallel_tool_calls, false);
 });
 
+Deno.test("an allowed_tools choice goes in the Responses API's flat shape, with every tool", () => {
+  const body = responsesRequestBody(upstreamRequest(GPT, {
+    messages: [{ role: "user", content: "hi" }],
+    tools: [
+      { type: "function", function: { name: "a" } },
+      { type: "function", function: { name: "b" } },
+    ],
+    tool_choice: {
+      type: "allowed_tools",
+      allowed_tools: { mode: "required", tools: [{ type: "function", function: { name: "b" } }] },
+    },
+  }));
+  assert.equal((body.tools as unknown[]).length, 2);
+  assert.deepEqual(body.tool_choice, {
+    type: "allowed_tools",
+    mode: "required",
+    tools: [{ type: "function", name: "b" }],
+  });
+});
+
 Deno.test("a tool choice without tools is not sent", () => {
   const body = responsesRequestBody(upstreamRequest(GPT, {
     messages: [{ role: "user", content: "hi" }],

@@ -1,5 +1,11 @@
 import { simulatedPieces, simulatedTokenIds } from "../../tokens.ts";
-import { contentText, filePartsOf, pdfBase64, type ToolDefinition } from "../../chat_request.ts";
+import {
+  allowedToolNames,
+  contentText,
+  filePartsOf,
+  pdfBase64,
+  type ToolDefinition,
+} from "../../chat_request.ts";
 import { openAiInputBound } from "../../input_bound.ts";
 import { inFormat } from "../../embedding_vectors.ts";
 import { randomToken } from "@/lib/core/mod.ts";
@@ -213,9 +219,12 @@ function firstPieces(text: string, max: number): { pieces: string[]; cut: boolea
 function chosenTool(up: UpstreamRequest): ToolDefinition | null {
   const { tools, tool_choice: choice } = up.request.params;
   if (!tools?.length || choice === "none") return null;
-  if (choice && typeof choice === "object") {
+  if (choice && typeof choice === "object" && choice.type === "function") {
     return tools.find((t) => t.function.name === choice.function.name) ?? null;
   }
+  // Allowed tools: the first of them, as the first of all tools otherwise.
+  const allowed = allowedToolNames(choice);
+  if (allowed) return tools.find((t) => allowed.includes(t.function.name)) ?? null;
   return tools[0];
 }
 

@@ -98,6 +98,23 @@ Deno.test("tool_choice none or a named tool is obeyed", async () => {
   assert.equal(none.completion.choices[0].message.content, "x");
 });
 
+Deno.test("allowed_tools are obeyed: echo calls the first allowed tool", async () => {
+  const two = [...tools, { type: "function", function: { name: "noop" } }];
+  const { completion } = await complete(upstreamRequest(echo, {
+    messages: [{ role: "user", content: "x" }],
+    tools: two,
+    tool_choice: {
+      type: "allowed_tools",
+      allowed_tools: { mode: "auto", tools: [{ type: "function", function: { name: "noop" } }] },
+    },
+  }));
+  assert.equal(
+    (completion.choices[0].message.tool_calls as { function: { name: string } }[])[0].function
+      .name,
+    "noop",
+  );
+});
+
 /** The arguments of the call echo makes to its one tool of `parameters`, for `text`. */
 async function sampledArguments(parameters: unknown, text: string, maxTokens = 100_000) {
   const { completion } = await complete(upstreamRequest(echo, {
