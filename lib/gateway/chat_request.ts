@@ -196,12 +196,12 @@ const ECHOED_RESPONSE_FIELDS = [
 ] as const;
 
 /**
- * A message as the conversation needs it: without the echoed response-only fields, a tool
- * result's name, and fields sent as null.
+ * A message as the conversation needs it: without the echoed response-only fields, and fields sent
+ * as null.
  */
 function conversationMessage(m: ChatMessage): ChatMessage {
   if (m.role !== "assistant") {
-    if (m.name === undefined || (m.name !== null && m.role !== "tool")) return m;
+    if (m.name !== null) return m;
     const { name: _name, ...rest } = m;
     return rest as ChatMessage;
   }
@@ -229,8 +229,10 @@ const ToolMessage = z.strictObject({
     1,
     "must not be empty",
   ),
-  // The tool's name, which LangChain's tools put on the message they return: accepted, never
-  // forwarded (the call's id says which call it answers, and no provider's tool result has one).
+  // The tool's name, which LangChain's tools put on the message they return and OpenAI's own
+  // cookbook sends: passed on by the OpenAI kind as the client's other fields are (Gemini's and
+  // Mistral's compatible APIs read it); Claude's tool_result and the Responses API's
+  // function_call_output have no such field, and are sent none.
   name: Name,
 });
 

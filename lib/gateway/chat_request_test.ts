@@ -155,7 +155,7 @@ Deno.test("a message serialised with every field, its name and tool_calls null, 
   ]);
 });
 
-Deno.test("a tool message's name, which LangChain's tools set, is accepted and not forwarded", () => {
+Deno.test("a tool message's name, which LangChain's tools set, is accepted and kept for the providers that read it", () => {
   const request = parseChatRequest({
     model: "m/x",
     messages: [
@@ -169,7 +169,12 @@ Deno.test("a tool message's name, which LangChain's tools set, is accepted and n
     ],
     tools: [{ type: "function", function: { name: "w" } }],
   });
-  assert.deepEqual(request.messages[2], { role: "tool", tool_call_id: "c1", content: "cold" });
+  assert.deepEqual(request.messages[2], {
+    role: "tool",
+    tool_call_id: "c1",
+    content: "cold",
+    name: "w",
+  });
   refused(
     {
       messages: [

@@ -41,8 +41,8 @@ export function DialectSection() {
         <code>extra_content</code>{" "}
         (Gemini 3's thought signature) is kept on answers and sent back to Gemini models only. A
         tool message's <code>name</code>{" "}
-        (LangChain's tools name the message they return) is accepted and dropped, and a message's
-        {" "}
+        (LangChain's tools name the message they return) is accepted and passed on by the OpenAI
+        kind; Claude and the Responses API have no such field and are sent none. A message's{" "}
         <code>name</code> or <code>tool_calls</code> sent as <code>null</code>{" "}
         (as clients that serialise every field send them) is taken as absent.{" "}
         <code>tool_choice</code> takes OpenAI's allowed tools too:{" "}

@@ -103,14 +103,20 @@ for (const { kind, model } of KINDS) {
       const answer = await llm.invoke([question, call, result]);
       assert.equal(answer.content, "Cold in Oslo.");
       if (kind === "openai") {
+        // The tool's name goes on as LangChain sent it (OpenAI's cookbook sends it too).
         assert.deepEqual(d.openai.chats[1].body.messages.at(-1), {
           role: "tool",
           tool_call_id: call.tool_calls![0].id,
           content: "-5 C in Oslo",
+          name: "get_weather",
         });
       } else {
         const last = d.claude.messages()[1].body.messages.at(-1);
-        assert.equal(last.content[0].content, "-5 C in Oslo");
+        assert.deepEqual(last.content[0], {
+          type: "tool_result",
+          tool_use_id: call.tool_calls![0].id,
+          content: "-5 C in Oslo",
+        });
       }
       await assertCharged(d, model, ...WEATHER_TURNS_USAGE[kind]);
     }));

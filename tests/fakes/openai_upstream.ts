@@ -189,7 +189,13 @@ const MESSAGE_FIELDS: Record<string, z.ZodType> = {
       .optional(),
     audio: z.strictObject({ id: z.string() }).nullable().optional(),
   }),
-  tool: z.strictObject({ role: z.literal("tool"), content: z.unknown(), tool_call_id: z.string() }),
+  // `name` is not in OpenAI's types, but its cookbook sends it on tool messages and the API takes it.
+  tool: z.strictObject({
+    role: z.literal("tool"),
+    content: z.unknown(),
+    tool_call_id: z.string(),
+    name: z.string().optional(),
+  }),
   function: z.strictObject({
     role: z.literal("function"),
     content: z.string().nullable(),

@@ -709,3 +709,26 @@ Deno.test("openai fake: allowed_tools name declared tools", () =>
     assert.equal(undeclared.param, "tool_choice");
     assert.equal(fake.chats.length, 1);
   }));
+
+Deno.test("openai fake: a tool message may carry the tool's name, as OpenAI's cookbook sends it", () =>
+  withOpenAi(async (fake, client) => {
+    const messages = [{ role: "user" as const, content: "Weather?" }];
+    await client.chat.completions.create({
+      model: "gpt-5",
+      messages: [
+        ...messages,
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: "call_1",
+            type: "function",
+            function: { name: "get_weather", arguments: "{}" },
+          }],
+        },
+        { role: "tool", tool_call_id: "call_1", content: "sunny", name: "get_weather" } as never,
+      ],
+      tools: [WEATHER_TOOL],
+    });
+    assert.equal(fake.chats[0].body.messages[2].name, "get_weather");
+  }));

@@ -268,6 +268,28 @@ Deno.test("allowed_tools beside a response format: the answer tool is offered wi
   assert.deepEqual(forced.tool_choice, { type: "tool", name: "news" });
 });
 
+Deno.test("a tool message's name is not sent to Claude: a tool_result has no such field", () => {
+  const body = messagesRequest(
+    upstreamRequest(claude, {
+      messages: [
+        { role: "user", content: "Weather?" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: "c1", type: "function", function: { name: "w", arguments: "{}" } }],
+        },
+        { role: "tool", tool_call_id: "c1", content: "sunny", name: "w" },
+      ],
+      tools: [{ type: "function", function: { name: "w" } }],
+    }),
+    false,
+  );
+  assert.deepEqual((body.messages as unknown[])[2], {
+    role: "user",
+    content: [{ type: "tool_result", tool_use_id: "c1", content: "sunny" }],
+  });
+});
+
 Deno.test("images become image blocks: base64 from data URLs, url sources from https, a cache_control kept", () => {
   const body = messagesRequest(
     upstreamRequest(claude, {

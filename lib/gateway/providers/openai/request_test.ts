@@ -344,6 +344,28 @@ Deno.test("OpenAI's own API is asked for the default tier when the client names 
   assert.equal(runsProjectTier("http://127.0.0.1:8080/v1"), false);
 });
 
+/** A tool round trip whose tool message is named after its tool, as LangChain's tools name it. */
+const NAMED_TOOL_RESULT = {
+  messages: [
+    { role: "user", content: "Weather?" },
+    {
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id: "call_1", type: "function", function: { name: "w", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: "call_1", content: "sunny", name: "w" },
+  ],
+  tools: [{ type: "function", function: { name: "w" } }],
+};
+
+Deno.test("a tool message's name reaches an OpenAI-kind upstream as the client sent it", () => {
+  const body = openAiRequestBody(
+    upstreamRequest(testModel("openai", "gpt-4.1-mini"), NAMED_TOOL_RESULT, 500),
+    true,
+  );
+  assert.deepEqual((body.messages as unknown[])[2], NAMED_TOOL_RESULT.messages[2]);
+});
+
 Deno.test("an allowed_tools choice goes to an OpenAI-kind upstream as sent, with every tool", () => {
   const tools = [
     { type: "function", function: { name: "w" } },

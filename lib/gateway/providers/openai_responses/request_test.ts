@@ -120,6 +120,26 @@ Deno.test("a tool message's text and images become its function_call_output's pa
   });
 });
 
+Deno.test("a tool message's name is not sent in its function_call_output, which has no such field", () => {
+  const body = responsesRequestBody(upstreamRequest(GPT, {
+    messages: [
+      { role: "user", content: "Weather?" },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "c1", type: "function", function: { name: "w", arguments: "{}" } }],
+      },
+      { role: "tool", tool_call_id: "c1", content: "sunny", name: "w" },
+    ],
+    tools: [{ type: "function", function: { name: "w" } }],
+  }));
+  assert.deepEqual((body.input as unknown[])[2], {
+    type: "function_call_output",
+    call_id: "c1",
+    output: "sunny",
+  });
+});
+
 Deno.test("the cap goes as max_output_tokens, streamed and never stored", () => {
   const body = responsesRequestBody(
     upstreamRequest(GPT, { messages: [{ role: "user", content: "hi" }], max_tokens: 100 }, 100),
