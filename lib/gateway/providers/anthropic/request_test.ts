@@ -255,6 +255,15 @@ Deno.test("allowed_tools otherwise send Claude only the allowed tools, a dropped
   assert.deepEqual(one.tool_choice, { type: "auto", disable_parallel_tool_use: true });
 });
 
+Deno.test("with a thinking budget, allowed_tools that must be called run the turn without thinking, those it may do without keep it", () => {
+  const forced = allowedBody(allowedTools("required", ["time"]), { reasoning_effort: "low" });
+  assert.equal(forced.thinking, undefined);
+  assert.deepEqual(forced.tool_choice, { type: "tool", name: "time" });
+  const free = allowedBody(allowedTools("auto", ["time"]), { reasoning_effort: "low" });
+  assert.equal((free.thinking as { type: string }).type, "enabled");
+  assert.deepEqual(free.tool_choice, { type: "auto" });
+});
+
 Deno.test("allowed_tools beside a response format: the answer tool is offered with the allowed tools", () => {
   const body = allowedBody(allowedTools("auto", ["news"]), {
     response_format: { type: "json_object" },
