@@ -357,11 +357,14 @@ const Penalty = z.number({ error: "must be a number" }).min(-2, "must be at leas
   "must be at most 2",
 );
 
-/** OpenAI's `user`: the app's end user, whose spend caps apply. */
+/**
+ * OpenAI's `user`: the app's end user, whose spend caps apply. Storage keys hold it as UTF-8, where
+ * every lone surrogate becomes U+FFFD: such names would share one end user's caps.
+ */
 export const EndUser = z.string({ error: "must be a string" }).max(
   256,
   "must be at most 256 characters",
-);
+).refine((user) => user.isWellFormed(), "must be Unicode text, without a lone surrogate");
 export const SafetyIdentifier = z.string({ error: "must be a string" }).max(
   256,
   "must be at most 256 characters",

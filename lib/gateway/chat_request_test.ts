@@ -662,6 +662,16 @@ Deno.test("an over-long user, metadata value or cache key is refused saying how 
   });
 });
 
+Deno.test("a user with a lone surrogate is refused: storage keys would merge it with other end users, and the usage page could not link it", () => {
+  for (const user of ["\ud800", "ann\udfff", "\udc00\ud800"]) {
+    const e = refusal({ user });
+    assert.equal(e.code, "invalid_parameter");
+    assert.equal(e.param, "user");
+    assert.match(e.message, /lone surrogate/);
+  }
+  parseChatRequest({ model: "m/x", messages: [{ role: "user", content: "x" }], user: "ann 😀" });
+});
+
 Deno.test("image URLs are https or data URLs, as documented: plain http is refused with that message", () => {
   const image = (url: string) => ({
     messages: [{ role: "user", content: [{ type: "image_url", image_url: { url } }] }],
