@@ -998,6 +998,24 @@ Deno.test("the usage page groups spend by end user and filters the requests by o
     assert.ok(!rows.includes(">bo</td>"));
   }));
 
+Deno.test("the usage page lists an end user stored with a lone surrogate in its name, instead of failing with a 500", () =>
+  withService(async (s) => {
+    const v = new OwnerSession(s);
+    await v.signUp("lone-surrogate@example.com");
+    const { appId, apiKey } = await v.createApp("lone surrogate");
+    const res = await s.chat(apiKey, {
+      model: "tollbooth/echo",
+      messages: userMessage("hi"),
+      user: "ann",
+    });
+    await res.body?.cancel();
+    // As recorded before such names were refused.
+    const [record] = await usageRecords(s.kv, appId);
+    await s.kv.set(keys.usage(appId, record.id), { ...record, user: "ann\ud800" });
+    const page = await v.page(`/dashboard/apps/${appId}/usage`);
+    assert.match(page, new RegExp(`href="/dashboard/apps/${appId}/usage\\?user=ann%EF%BF%BD"`));
+  }));
+
 Deno.test("an end user's one request behind thousands of others is found on the usage page's first view", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);

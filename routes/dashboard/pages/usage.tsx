@@ -22,6 +22,14 @@ function TokenDetails({ parts }: { parts: [number | undefined, string][] }) {
   );
 }
 
+/**
+ * An end user's requests. A name stored before lone surrogates were refused is linked as U+FFFD:
+ * encodeURIComponent throws on a lone surrogate.
+ */
+function endUserPath(app: AppRecord, user: string): string {
+  return `${appPath(app)}/usage?user=${encodeURIComponent(user.toWellFormed())}`;
+}
+
 /** Spend per end user (the request's `user`) over the last 30 days; each links to its requests. */
 function EndUsers({ app, rows, user }: { app: AppRecord; rows: ReportRow[]; user?: string }) {
   return (
@@ -45,7 +53,7 @@ function EndUsers({ app, rows, user }: { app: AppRecord; rows: ReportRow[]; user
                     <td>
                       {r.group === null ? <span class="muted">(no user given)</span> : (
                         <a
-                          href={`${appPath(app)}/usage?user=${encodeURIComponent(r.group)}`}
+                          href={endUserPath(app, r.group)}
                           aria-current={r.group === user ? "page" : undefined}
                         >
                           {r.group}
