@@ -21,7 +21,9 @@ const POLLUTING_PATTERN = /__proto__|\\u/;
 
 /** The body as strict UTF-8 JSON, or the one a middleware (idempotency) has already read. */
 export async function jsonBody<E extends Env>(c: Context<E>): Promise<unknown> {
-  return c.get("jsonBody") ?? await readJsonBody(c.req.raw);
+  // A body of `null` was read too: reading it again would find it used up.
+  const read = c.get("jsonBody");
+  return read !== undefined ? read : await readJsonBody(c.req.raw);
 }
 
 export async function readJsonBody(request: Request): Promise<unknown> {

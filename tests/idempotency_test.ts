@@ -335,6 +335,19 @@ Deno.test("a malformed Idempotency-Key is 400 invalid_parameter naming the heade
     assert.equal(upstream.calls, 0);
   }));
 
+Deno.test("a null body with an Idempotency-Key is refused as not a JSON object, as it is without the key", () =>
+  withUpstream({}, async (s, upstream) => {
+    const { apiKey } = await s.newApp();
+    for (const init of [withKey("null-1"), {}]) {
+      const res = await s.chat(apiKey, "null", init);
+      assert.equal(res.status, 400);
+      const body = await res.json();
+      assert.equal(body.error.code, "invalid_json");
+      assert.equal(body.error.message, "The request body must be a JSON object.");
+    }
+    assert.equal(upstream.calls, 0);
+  }));
+
 Deno.test("a key is replayed for 24 hours, then runs afresh", async () => {
   let clock = Date.now();
   await withUpstream({}, async (s, upstream) => {
