@@ -235,7 +235,7 @@ export function createApp(deps: AppDeps) {
     return c.json(openApi);
   });
   app.get("/healthz", healthz);
-  app.get("/readyz", readyz({ kv, catalog, draining: () => draining }));
+  app.get("/readyz", readyz({ kv, catalog, draining: () => draining, log }));
   app.get(
     "/metrics",
     metricsEndpoint({ kv, metrics, token: config.metricsToken, siblings: deps.siblingMetrics }),

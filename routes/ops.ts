@@ -1,4 +1,4 @@
-import { timingSafeEqualStrings } from "@/lib/core/mod.ts";
+import { type Logger, timingSafeEqualStrings } from "@/lib/core/mod.ts";
 import type { Context } from "hono";
 import type { Catalog } from "@/lib/catalog/mod.ts";
 import { keys } from "@/lib/db.ts";
@@ -20,13 +20,16 @@ export function healthz(c: Context<Env>) {
 /**
  * GET /readyz: this instance should receive traffic: KV answers a strong read, the catalog has
  * models, and the process is not shutting down (a draining instance answers 503 so that the load
- * balancer stops sending to it).
+ * balancer stops sending to it). Anyone may ask, so a KV failure is answered "error" and its own
+ * words (paths, the store's messages) go to the log.
  */
-export function readyz(deps: { kv: Deno.Kv; catalog: Catalog; draining: () => boolean }) {
+export function readyz(
+  deps: { kv: Deno.Kv; catalog: Catalog; draining: () => boolean; log: Logger },
+) {
   return async (c: Context<Env>) => {
     c.header("Cache-Control", "no-store");
     const checks = {
-      kv: await probeKv(deps.kv),
+      kv: await probeKv(deps.kv, deps.log),
       catalog: deps.catalog.models.length > 0 ? "ok" : "no models loaded",
       shutdown: deps.draining() ? "draining" : "ok",
     };
@@ -35,7 +38,7 @@ export function readyz(deps: { kv: Deno.Kv; catalog: Catalog; draining: () => bo
   };
 }
 
-async function probeKv(kv: Deno.Kv): Promise<string> {
+async function probeKv(kv: Deno.Kv, log: Logger): Promise<string> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     const timeout = new Promise<string>((resolve) => {
@@ -49,7 +52,12 @@ async function probeKv(kv: Deno.Kv): Promise<string> {
       timeout,
     ]);
   } catch (error) {
-    return `error: ${(error as Error)?.message ?? error}`;
+    log({
+      level: "error",
+      event: "readiness_kv_failed",
+      error: String((error as Error)?.message ?? error),
+    });
+    return "error";
   } finally {
     clearTimeout(timer);
   }

@@ -279,19 +279,22 @@ Deno.test("/healthz answers while the process runs; /readyz checks KV, the catal
     assert.equal((await draining.json()).checks.shutdown, "draining");
   }));
 
-Deno.test("/readyz is 503 when KV does not answer", async () => {
+Deno.test("/readyz is 503 when KV does not answer, and keeps the store's own words for the log", async () => {
+  const lines: Record<string, unknown>[] = [];
   const kv = await Deno.openKv(":memory:");
   const env = { PUBLIC_URL };
   const { app } = createApp({
     kv,
     config: loadConfig(env),
     catalog: buildCatalog(testCatalogFile(), env),
-    log: () => {},
+    log: (line) => void lines.push(line),
   });
   kv.close();
   const res = await app.fetch(new Request(`${PUBLIC_URL}/readyz`));
   assert.equal(res.status, 503);
   const body = await res.json();
-  assert.match(body.checks.kv, /^error/);
+  assert.equal(body.checks.kv, "error");
+  const failed = lines.find((l) => l.event === "readiness_kv_failed");
+  assert.ok(failed && typeof failed.error === "string" && failed.error.length > 0);
   assert.equal(body.checks.catalog, "ok");
 });

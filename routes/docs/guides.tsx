@@ -625,7 +625,9 @@ export function operationsPage() {
         <li>
           <code>GET /readyz</code>: 200 when KV answers a strong read within 2 s, the model catalog
           is loaded and the instance is not shutting down; otherwise 503 with the failing check
-          (readiness).
+          (readiness). A KV failure reads <code>"error"</code>{" "}
+          there, as anyone may ask; its own words are in the log line{" "}
+          <code>readiness_kv_failed</code>.
         </li>
       </ul>
 
