@@ -941,6 +941,12 @@ Deno.test("an owner sets a webhook (secret shown once), sends a test event and s
         threshold: "two dollars",
       });
       assert.equal(badAmount.status, 400);
+      const dollarSignAlone = await v.post(base, {
+        _csrf: await v.csrf(),
+        url: `${receiver.url}/hook`,
+        threshold: "$",
+      });
+      assert.equal(dollarSignAlone.status, 400, "a $ alone is not an empty threshold");
 
       const saved = await v.post(base, {
         _csrf: await v.csrf(),

@@ -64,7 +64,7 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
     const form = c.get("form");
     const rawUrl = form.url ?? "";
     const typedThreshold = form.threshold ?? "";
-    const rawThreshold = typedThreshold.trim().replace(/^\$/, "");
+    const rawThreshold = typedThreshold.trim();
     const refuse = async (field: EndpointRefusal["field"], error: string) =>
       c.html(
         webhooksPage(session(c), {
@@ -81,7 +81,8 @@ export function addWebhookRoutes(r: Hono<WebhooksEnv>, deps: WebhookRouteDeps) {
       return await refuse("url", error.message);
     }
     try {
-      threshold = rawThreshold === "" ? null : parseUsd(rawThreshold);
+      // An empty field is no threshold; a "$" alone is an amount left out, not an empty field.
+      threshold = rawThreshold === "" ? null : parseUsd(rawThreshold.replace(/^\$/, ""));
     } catch (error) {
       if (!(error instanceof RangeError)) throw error;
       return await refuse(
