@@ -595,7 +595,12 @@ export function sealThinking(prefix: string, model: string, thinking: string): s
   const bytes = new Uint8Array(salt.length + body.length);
   bytes.set(salt);
   bytes.set(body, salt.length);
-  return prefix + btoa(String.fromCharCode(...bytes));
+  // In pieces: one spread of a long thinking's bytes overflows the call stack.
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return prefix + btoa(binary);
 }
 
 function unsealThinking(sealed: string): { model: string; thinking: string } | null {
