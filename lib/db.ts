@@ -171,6 +171,14 @@ export const keys = {
   /** The stored response an output item belongs to, for `item_reference` inputs. */
   storedResponseItem: (appId: string, itemId: string) =>
     ["stored_response_items", appId, itemId] as const,
+  /**
+   * Claude's signed thinking of an answer that called tools, by the app and the id of the answer's
+   * first tool call, in chunks: given back to a request that answers those calls without it (see
+   * lib/gateway/thinking_memory.ts). Expires with `expireIn`.
+   */
+  signedThinkingChunk: (appId: string, toolCallId: string, index: number) =>
+    ["signed_thinking", appId, toolCallId, index] as const,
+  appSignedThinking: (appId: string) => ["signed_thinking", appId] as const,
   /** Read (never written) by /readyz to prove KV answers. */
   readinessProbe: () => ["readiness_probe"] as const,
   owner: (ownerId: string) => ["owners", ownerId] as const,
@@ -704,6 +712,15 @@ export interface StoredResponseRecord {
    * answers as the first time did, while its body and items are gone.
    */
   deleted?: true;
+}
+
+/** `keys.signedThinkingChunk`: one piece of the JSON of the thinking's `reasoning_details`. */
+export interface SignedThinkingChunkRecord {
+  /** How many chunks the thinking was written in, all in one commit. */
+  chunks: number;
+  /** Past this time it is gone, whether or not KV has deleted it yet. */
+  expiresAt: number;
+  part: Uint8Array;
 }
 
 /** `keys.storedResponseItem`: which stored response holds the item. */

@@ -1,0 +1,159 @@
+/**
+ * Claude's signed thinking kept for the clients that drop it. A Claude that thinks by budget may
+ * think in a turn that answers its tool calls only when the assistant message that made them
+ * brings back the thinking blocks it signed (`reasoning_details`, reasoning_details.ts). The chat
+ * clients of the openai SDK (`runTools`), the AI SDK (`.chat()`, the OpenAI-compatible provider)
+ * and LangChain's `ChatOpenAI` send back only the fields they know, so their agent loops stopped
+ * thinking after the first step. An answer of such a Claude that calls tools and carries signed
+ * thinking has its details kept here, per app, under the id of its first tool call (the id the
+ * client got and echoes); a request answering those calls without details is given them back, as
+ * if the client had sent them, before it is checked, held and converted.
+ *
+ * Nothing here is money: a keep that fails, expires or never happened leaves the next turn as it
+ * was before (without thinking), and a crash between the keep and the answer leaves an entry that
+ * nobody asks for and that expires.
+ */
+import { keys, type SignedThinkingChunkRecord } from "@/lib/db.ts";
+import { type ChatMessage, type ChatRequest, forcesToolCall } from "./chat_request.ts";
+import { type ReasoningDetail, ReasoningDetails } from "./reasoning_details.ts";
+
+/**
+ * How long kept thinking is given back. An agent loop sends the tool results within seconds or
+ * minutes of the call; an hour covers slow tools and a human approving a call, matches the longest
+ * time Anthropic keeps a prompt cached (a loop resumed later reads its whole prompt again anyway),
+ * and keeps the model's reasoning no longer than its use needs.
+ */
+export const SIGNED_THINKING_TTL_MS = 60 * 60 * 1000;
+/**
+ * The most thinking kept for one answer, as JSON: a 64k-token budget's text and its signature fit.
+ * More is not kept (that turn answers without thinking, as before).
+ */
+export const MAX_SIGNED_THINKING_BYTES = 512 * 1024;
+/** Below KV's 64 KiB value limit, with room for the record's other fields. */
+export const SIGNED_THINKING_CHUNK_BYTES = 60_000;
+/** Chunks the largest kept thinking takes: all written in one commit, read in one getMany. */
+export const MAX_SIGNED_THINKING_CHUNKS = Math.ceil(
+  MAX_SIGNED_THINKING_BYTES / SIGNED_THINKING_CHUNK_BYTES,
+);
+/** A longer id (a client's own, on a recall) is not a key: KV keys hold 2 KiB at most. */
+const MAX_TOOL_CALL_ID_BYTES = 256;
+
+/** The details as stored chunks' parts, or null when they are more than is kept. */
+export function signedThinkingParts(details: readonly ReasoningDetail[]): Uint8Array[] | null {
+  const bytes = new TextEncoder().encode(JSON.stringify(details));
+  if (bytes.byteLength > MAX_SIGNED_THINKING_BYTES) return null;
+  const parts: Uint8Array[] = [];
+  for (let at = 0; at < bytes.byteLength; at += SIGNED_THINKING_CHUNK_BYTES) {
+    // A copy: a view inside a record is stored with its whole buffer.
+    parts.push(bytes.slice(at, at + SIGNED_THINKING_CHUNK_BYTES));
+  }
+  return parts;
+}
+
+/**
+ * The details the stored chunks (read in order from the first) hold, or null when they do not make
+ * one whole written entry that is still live: a chunk missing, expired, or of another write.
+ */
+export function signedThinkingOfChunks(
+  chunks: readonly (SignedThinkingChunkRecord | null)[],
+  now: number,
+): ReasoningDetail[] | null {
+  const head = chunks[0];
+  if (!head || head.chunks < 1 || head.chunks > chunks.length) return null;
+  const taken = chunks.slice(0, head.chunks);
+  const whole = taken.every((c) =>
+    c !== null && c.chunks === head.chunks && c.expiresAt === head.expiresAt && c.expiresAt > now
+  );
+  if (!whole) return null;
+  const bytes = new Uint8Array(taken.reduce((n, c) => n + c!.part.byteLength, 0));
+  let at = 0;
+  for (const c of taken) {
+    bytes.set(c!.part, at);
+    at += c!.part.byteLength;
+  }
+  try {
+    const parsed = ReasoningDetails.safeParse(JSON.parse(new TextDecoder().decode(bytes)));
+    return parsed.success && parsed.data.length > 0 ? parsed.data : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The assistant message whose kept thinking a request would be given back, and the id it is kept
+ * under: a request that asks for reasoning, does not force a tool, and answers the tool calls of
+ * its last assistant message (tool results after it) without that message's `reasoning_details`.
+ * Null for any other request, without a look at KV.
+ */
+export function thinkingToRecall(
+  request: ChatRequest,
+): { message: number; toolCallId: string } | null {
+  const effort = request.params.reasoning_effort;
+  if (!effort || effort === "none" || forcesToolCall(request.params.tool_choice)) return null;
+  const messages = request.messages;
+  const last = messages.findLastIndex((m) => m.role === "assistant");
+  if (last < 0) return null;
+  const m = messages[last] as Extract<ChatMessage, { role: "assistant" }>;
+  const toolCallId = m.tool_calls?.[0]?.id;
+  if (!toolCallId || m.reasoning_details?.length) return null;
+  if (!messages.slice(last + 1).some((after) => after.role === "tool")) return null;
+  if (new TextEncoder().encode(toolCallId).byteLength > MAX_TOOL_CALL_ID_BYTES) return null;
+  return { message: last, toolCallId };
+}
+
+/** The request with the kept details on its message `index`, as if the client had sent them. */
+export function withThinking(
+  request: ChatRequest,
+  index: number,
+  details: ReasoningDetail[],
+): ChatRequest {
+  const messages = request.messages.slice();
+  messages[index] = { ...messages[index], reasoning_details: details } as ChatMessage;
+  return { ...request, messages };
+}
+
+export class ThinkingMemory {
+  readonly #kv: Deno.Kv;
+  readonly #now: () => number;
+
+  constructor(kv: Deno.Kv, now: () => number = Date.now) {
+    this.#kv = kv;
+    this.#now = now;
+  }
+
+  /**
+   * Keeps an answer's signed thinking for the app under its first tool call's id, in one commit
+   * (chunks of an earlier entry under that id beyond this one's are deleted with it). Returns
+   * whether it was kept: not when it is larger than is kept, or the id cannot be a key.
+   */
+  async keep(appId: string, toolCallId: string, details: readonly ReasoningDetail[]) {
+    if (new TextEncoder().encode(toolCallId).byteLength > MAX_TOOL_CALL_ID_BYTES) return false;
+    const parts = signedThinkingParts(details);
+    if (!parts) return false;
+    const expiresAt = this.#now() + SIGNED_THINKING_TTL_MS;
+    const op = this.#kv.atomic();
+    for (let i = 0; i < MAX_SIGNED_THINKING_CHUNKS; i++) {
+      const key = keys.signedThinkingChunk(appId, toolCallId, i);
+      if (i >= parts.length) {
+        op.delete(key);
+        continue;
+      }
+      const record: SignedThinkingChunkRecord = { chunks: parts.length, expiresAt, part: parts[i] };
+      op.set(key, record, { expireIn: SIGNED_THINKING_TTL_MS });
+    }
+    const result = await op.commit();
+    if (!result.ok) throw new Error("keeping signed thinking failed its commit");
+    return true;
+  }
+
+  /** The app's kept thinking under this tool call id, or null (none, expired, another app's). */
+  async recall(appId: string, toolCallId: string): Promise<ReasoningDetail[] | null> {
+    const entries = await this.#kv.getMany<SignedThinkingChunkRecord[]>(
+      Array.from(
+        { length: MAX_SIGNED_THINKING_CHUNKS },
+        (_, i) => keys.signedThinkingChunk(appId, toolCallId, i),
+      ),
+    );
+    return signedThinkingOfChunks(entries.map((e) => e.value), this.#now());
+  }
+}
