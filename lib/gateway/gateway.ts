@@ -4,6 +4,7 @@
  */
 import {
   type Catalog,
+  claudeRulesByName,
   type Model,
   type ModelType,
   type ProviderConfig,
@@ -37,6 +38,7 @@ import { apiErrorOfUpstream, cutReason } from "./provider_errors.ts";
 import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
+import { ThinkingMemory, thinkingToRecall, withThinking } from "./thinking_memory.ts";
 
 import type { Caller, RequestTrace } from "./caller.ts";
 import type { Wallets } from "@/lib/billing/mod.ts";
@@ -185,10 +187,12 @@ function servingModel(model: Model, request: ChatRequest): Model {
 export class Gateway {
   readonly #deps: GatewayDeps;
   readonly #desk: WalletDesk;
+  readonly #thinking: ThinkingMemory;
 
   constructor(deps: GatewayDeps) {
     this.#deps = deps;
     this.#desk = new WalletDesk(deps);
+    this.#thinking = new ThinkingMemory(deps.kv);
   }
 
   /**
@@ -204,6 +208,9 @@ export class Gateway {
     trace: RequestTrace,
   ): Promise<CompletionOutcome> {
     const started = performance.now();
+    if (this.#recallsThinking(request)) {
+      request = await this.#withKeptThinking(caller, request, requestId);
+    }
     const opened = await this.#open(caller, request, requestId, trace, false);
     // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
     // is billed to us either way, so it is read to its end and settled like any other.
@@ -322,6 +329,9 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
   ): Promise<StreamOutcome> {
+    if (this.#recallsThinking(request)) {
+      request = await this.#withKeptThinking(caller, request, requestId);
+    }
     const { paid, route, available } = await this.#open(caller, request, requestId, trace, true);
     const stallMs = this.#deps.clientStallMs ?? DEFAULT_CLIENT_STALL_MS;
     const stalled = Promise.withResolvers<void>();
@@ -336,6 +346,46 @@ export class Gateway {
       cancel: () => paid.cancel(),
       stalled: stalled.promise,
     };
+  }
+
+  /**
+   * Whether a request may be given kept thinking (thinking_memory.ts): it answers tool calls
+   * without their `reasoning_details` and asks for reasoning of a model one of whose Claude routes
+   * thinks by budget. Decided without KV: other requests never wait on it.
+   */
+  #recallsThinking(request: ChatRequest): boolean {
+    if (!request.params.reasoning_effort || request.params.reasoning_effort === "none") {
+      return false;
+    }
+    const named = this.#deps.catalog.get(request.model);
+    if (!named || named.type !== "chat") return false;
+    const model = servingModel(named, request);
+    const budget = (route: Route) =>
+      route.provider.kind === "anthropic" &&
+      (route.claude ?? claudeRulesByName(route.upstreamModel)).thinking === "budget";
+    return [model, ...model.fallbacks].some(budget) && thinkingToRecall(request) !== null;
+  }
+
+  /** The request with the thinking kept for its last assistant message, when the app has it. */
+  async #withKeptThinking(
+    caller: Caller,
+    request: ChatRequest,
+    requestId: string,
+  ): Promise<ChatRequest> {
+    const wanted = thinkingToRecall(request)!;
+    try {
+      const details = await this.#thinking.recall(caller.appId, wanted.toolCallId);
+      return details ? withThinking(request, wanted.message, details) : request;
+    } catch (error) {
+      // Not found, as far as the request goes: it runs without thinking, as it did before.
+      this.#deps.log({
+        level: "warn",
+        requestId,
+        event: "signed_thinking_not_recalled",
+        error: String(error),
+      });
+      return request;
+    }
   }
 
   /**
@@ -453,6 +503,18 @@ export class Gateway {
         upstreamErrorLog: (error, output) =>
           upstreamErrorLog(error, () => [...failing.sent(), ...output]),
         drainOnLeave: this.#deps.providers(route.provider).billsHiddenWork?.(upstream) ?? false,
+        keepThinking: async ({ toolCallId, details }) => {
+          try {
+            await this.#thinking.keep(caller.appId, toolCallId, details);
+          } catch (error) {
+            this.#deps.log({
+              level: "warn",
+              requestId,
+              event: "signed_thinking_not_kept",
+              error: String(error),
+            });
+          }
+        },
         log: this.#deps.log,
       },
       parts,

@@ -63,6 +63,12 @@ export interface PaidStreamOptions {
    * covers) so that its usage, and nothing less, is charged.
    */
   drainOnLeave?: boolean;
+  /**
+   * Keeps an answer's signed thinking (a `signed_thinking` part) for the client's next turn; the
+   * chunks that follow it wait for it, so that it is kept before the client can answer the calls.
+   * Never throws: a keep that fails leaves the next turn without thinking, as before.
+   */
+  keepThinking?: (part: Extract<StreamPart, { type: "signed_thinking" }>) => Promise<void>;
   log: (fields: Record<string, unknown>) => void;
 }
 
@@ -95,6 +101,8 @@ export class PaidStream {
   #charged: Micros | null = null;
   #settledUsage: Usage | null = null;
   #draining: Promise<void> | null = null;
+  /** A keep of signed thinking the next events wait for. */
+  #keeping: Promise<void> | null = null;
   /** The events in batches, one per batch of the upstream's parts: never an empty batch. */
   readonly events: AsyncGenerator<StreamEvent[]>;
 
@@ -308,6 +316,11 @@ export class PaidStream {
       this.#unshown = part.text;
       return null;
     }
+    if (part.type === "signed_thinking") {
+      // A client that left has no next turn.
+      if (!this.#ending) this.#keeping = this.#options.keepThinking?.(part) ?? null;
+      return null;
+    }
     const chunk = { ...part.chunk, model: this.#options.modelId };
     this.#meta ??= streamMeta(chunk);
     // As OpenAI streams them when the usage is asked for: every chunk before it says it has none.
@@ -325,6 +338,10 @@ export class PaidStream {
         for (const part of next.value) {
           const chunk = this.#record(part);
           if (chunk) events.push({ type: "chunk", chunk });
+        }
+        if (this.#keeping) {
+          await this.#keeping;
+          this.#keeping = null;
         }
         if (events.length > 0) {
           this.#waitingForClientSince = Date.now();

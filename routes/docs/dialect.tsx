@@ -255,8 +255,11 @@ export function DialectSection() {
           (a prefill), keeps its budget when the assistant message brings back the thinking block
           the model signed (<code>
             reasoning_details
-          </code>, below), and runs without thinking otherwise. A turn whose{" "}
-          <code>tool_choice</code>{" "}
+          </code>, below; a client that drops it, as the openai SDK's{" "}
+          <code>runTools</code>, the AI SDK's chat models and LangChain's <code>ChatOpenAI</code>
+          {" "}
+          do, is given back the one Tollbooth kept for the call, for an hour), and runs without
+          thinking otherwise. A turn whose <code>tool_choice</code>{" "}
           forces a tool runs without thinking too: Anthropic takes no budget beside it, where
           OpenAI's reasoning models take both. With a budget, <code>temperature</code> below 1,{" "}
           <code>top_p</code> below 0.95 and <code>top_k</code> are refused with 400{" "}
@@ -314,8 +317,12 @@ export function DialectSection() {
           that thinks gives Claude those blocks back first, so that in an agent loop it reasons on
           from its own thinking. Only the model that signed a block is sent it (Claude refuses a
           signature not its own); a block edited on the way is refused by Claude, and nothing is
-          charged. The hold counts each block's text and a token per byte of its signature. In the
-          Responses API they travel sealed in the reasoning item's{" "}
+          charged. The hold counts each block's text and a token per byte of its signature. For a
+          model that thinks by budget, the blocks of an answer that calls tools are also kept per
+          app for an hour (up to 512 KiB) under its first call's id, and a turn answering those
+          calls without them is given them back: chat clients that keep only the fields they know
+          think at every step too. In the Responses API they travel sealed in the reasoning item's
+          {" "}
           <code>encrypted_content</code>: send the output items back as input, or continue with{" "}
           <code>previous_response_id</code>.
         </li>

@@ -87,7 +87,10 @@ export function assembleCompletion(
       promptTokens = part.promptTokens;
       continue;
     }
-    if (part.type === "unshown_output" || part.type === "hidden_work") continue;
+    if (
+      part.type === "unshown_output" || part.type === "hidden_work" ||
+      part.type === "signed_thinking"
+    ) continue;
     const chunk = part.chunk;
     meta ??= { id: chunk.id, created: chunk.created, model: chunk.model };
     // Copied field by field: a rest and a spread per chunk were a tenth of assembling an answer.

@@ -1,5 +1,6 @@
 import type { Model, Usage } from "@/lib/catalog/mod.ts";
 import type { ChatRequest } from "../chat_request.ts";
+import type { ReasoningDetail } from "../reasoning_details.ts";
 
 export interface UpstreamRequest {
   /** The route: the model as this provider names it (a fallback has its own upstream name). */
@@ -85,7 +86,13 @@ export type StreamPart =
    * The upstream is doing work it bills and does not show, unasked (a Claude model that thinks
    * without being asked to): a client that leaves saves nothing, so the stream is read to its usage.
    */
-  | { type: "hidden_work" };
+  | { type: "hidden_work" }
+  /**
+   * An answer of a Claude that thinks by budget ends calling tools with this signed thinking: kept
+   * for the app before the answer's last chunk goes out (thinking_memory.ts), sent before that
+   * chunk. `toolCallId` is the first call's id, as the client sees it.
+   */
+  | { type: "signed_thinking"; toolCallId: string; details: ReasoningDetail[] };
 
 /**
  * Every kind of upstream failure, with what it means: the log line's `upstreamFailure` and the

@@ -62,6 +62,7 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
     upstreamModel: request.model.upstreamModel,
     answerTool: answerTool(request)?.name ?? null,
     hourWrites: asksHourCacheWrites(request.request),
+    keepsThinking: routeRules(request).thinking === "budget",
   });
 
   return {

@@ -32,6 +32,11 @@ export interface AnthropicStreamMeta {
   /** Whether the request asked for 1-hour cache writes (priced dearer). */
   hourWrites: boolean;
   answerTool: string | null;
+  /**
+   * The route's model thinks by budget: an answer that ends calling tools hands on its signed
+   * thinking as a `signed_thinking` part, to be kept for a client that drops it.
+   */
+  keepsThinking?: boolean;
 }
 
 type Delta = ChatCompletionChunk["choices"][number]["delta"];
@@ -74,9 +79,14 @@ export function anthropicStreamParts(
    * field it does not know (the openai SDK's stream helpers) still gets them all.
    */
   let ended: ReturnType<typeof claudeReasoningDetail>[] = [];
+  /** Every detail sent, for a `signed_thinking` part. */
+  const sentDetails: ReturnType<typeof claudeReasoningDetail>[] = [];
+  /** The first tool call's id as Claude gave it (the client echoes it), if it gave one. */
+  let firstToolCallId: string | null = null;
   const flushDetails = (parts: StreamPart[]) => {
     if (ended.length === 0) return;
     parts.push(chunk({ reasoning_details: ended }));
+    sentDetails.push(...ended);
     ended = [];
   };
   /**
@@ -165,6 +175,7 @@ export function anthropicStreamParts(
           break;
         }
         const call = toolCalls++;
+        if (call === 0 && typeof block.id === "string") firstToolCallId = block.id;
         blocks.set(index, { kind: "tool", index: call, input: false });
         parts.push(chunk({
           tool_calls: [{
@@ -224,8 +235,19 @@ export function anthropicStreamParts(
             held = "";
             unshown(parts);
           }
+          const finish = finishReasonWithTools(stopReason, toolCalls);
+          if (
+            !finished && meta.keepsThinking && finish === "tool_calls" && firstToolCallId &&
+            sentDetails.length > 0
+          ) {
+            parts.push({
+              type: "signed_thinking",
+              toolCallId: firstToolCallId,
+              details: sentDetails.slice(),
+            });
+          }
           // One finish per answer: a second message_delta with a stop reason brings counts only.
-          if (!finished) parts.push(chunk({}, finishReasonWithTools(stopReason, toolCalls)));
+          if (!finished) parts.push(chunk({}, finish));
           finished = true;
           // The final counts are known now: a stream cut before message_stop still bills them.
           const usage = usageOfCounts(counts, meta.hourWrites);

@@ -349,3 +349,29 @@ Deno.test("a tool block started again at the same index ends the first call with
     ["toolu_b", '{"x":1}'],
   ]);
 });
+
+Deno.test("an answer of a budget-thinking route that ends calling tools hands on its signed thinking, under the first call's id, just before its finish chunk", async () => {
+  const parts = await collect(
+    anthropicStreamParts(fixture("stream_redacted_thinking.sse"), { ...META, keepsThinking: true }),
+  );
+  const kept = parts.findIndex((p) => p.type === "signed_thinking");
+  const finish = parts.findIndex((p) => p.type === "chunk" && p.chunk.choices[0].finish_reason);
+  assert.equal(kept, finish - 1);
+  const part = parts[kept];
+  assert.ok(part.type === "signed_thinking");
+  assert.equal(part.toolCallId, "toolu_01A09q90qw90lq917835lq9");
+  const { completion } = assembleCompletion(parts);
+  assert.deepEqual(part.details, completion.choices[0].message.reasoning_details);
+});
+
+Deno.test("no signed thinking is handed on by a route that does not think by budget, by an answer without tool calls, or by one without thinking", async () => {
+  const cases = [
+    ["stream_redacted_thinking.sse", false],
+    ["stream_thinking.sse", true],
+    ["stream_tool_use.sse", true],
+  ] as const;
+  for (const [name, keepsThinking] of cases) {
+    const parts = await collect(anthropicStreamParts(fixture(name), { ...META, keepsThinking }));
+    assert.ok(!parts.some((p) => p.type === "signed_thinking"), name);
+  }
+});
