@@ -1289,6 +1289,16 @@ function assertClaudeRules(
       );
     }
   }
+  // Anthropic's output format (a strict schema where no tool can be forced) takes any root; the
+  // answer tool standing in for it otherwise takes an object only, refused after the reservation.
+  const format = request.params.response_format;
+  if (format?.type === "json_schema" && (rules.forcedToolChoice || !strictSchema(request))) {
+    assertObjectRoot(
+      format.json_schema.schema,
+      "response_format.json_schema.schema.type",
+      `${model} answers in a JSON schema's shape through a tool, whose input is an object`,
+    );
+  }
   // An output format (a strict schema where no tool can be forced) takes no prefill either.
   if (!rules.prefill || (!rules.forcedToolChoice && strictSchema(request))) {
     const last = lastSaying(request.messages);
@@ -1305,6 +1315,13 @@ function assertClaudeRules(
 /** What a Messages request cannot carry although the compatible format can, whatever the model. */
 function assertAnthropicCan(request: ChatRequest) {
   assertCacheTtlOrder(request);
+  request.params.tools?.forEach((tool, i) =>
+    assertObjectRoot(
+      tool.function.parameters,
+      `tools[${i}].function.parameters.type`,
+      "a tool's input is an object on a model served by the anthropic provider kind",
+    )
+  );
   // Blank messages are not sent (Anthropic refuses them), so what is left must still ask something.
   const asks = request.messages.some((m) =>
     m.role === "tool" || (m.role === "user" && userMessageSaysSomething(m))
@@ -1340,6 +1357,16 @@ function assertAnthropicCan(request: ChatRequest) {
       }
     });
   });
+}
+
+/**
+ * Anthropic takes a tool's `input_schema` only with `type: "object"` and answers any other type
+ * with a 400 after the reservation; a schema without a type is sent as an object's.
+ */
+function assertObjectRoot(schema: unknown, param: string, why: string) {
+  if (!schema || typeof schema !== "object" || !("type" in schema)) return;
+  if (schema.type === "object") return;
+  throw invalid(param, `must be "object": ${why}`);
 }
 
 /**

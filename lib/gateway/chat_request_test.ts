@@ -533,6 +533,53 @@ function claudeRefusal(
   }
 }
 
+Deno.test("a Claude route refuses a tool's or an answer tool's schema whose type is not object, as Anthropic does; its output format takes any", () => {
+  const messages = [{ role: "user", content: "x" }];
+  const list = { type: "array", items: { type: "string" } };
+  const tools = (
+    parameters: unknown,
+  ) => [{ type: "function", function: { name: "f", parameters } }];
+  const format = (schema: unknown, strict?: boolean) => ({
+    type: "json_schema",
+    json_schema: { name: "names", schema, ...(strict === undefined ? {} : { strict }) },
+  });
+  assert.deepEqual(claudeRefusal({ messages, tools: tools(list) }), {
+    code: "invalid_parameter",
+    param: "tools[0].function.parameters.type",
+    message:
+      `Invalid value for 'tools[0].function.parameters.type': must be "object": a tool's input is an object on a model served by the anthropic provider kind.`,
+  });
+  assert.deepEqual(claudeRefusal({ messages, response_format: format(list) }), {
+    code: "invalid_parameter",
+    param: "response_format.json_schema.schema.type",
+    message:
+      `Invalid value for 'response_format.json_schema.schema.type': must be "object": this model answers in a JSON schema's shape through a tool, whose input is an object.`,
+  });
+  // A strict schema goes as the output format where no tool can be forced (Opus 5.5), else as
+  // the tool.
+  assert.equal(
+    claudeRefusal({ messages, response_format: format(list, true) }, 4096, "claude-opus-5-5"),
+    null,
+  );
+  assert.equal(
+    claudeRefusal({ messages, response_format: format(list, true) })?.param,
+    "response_format.json_schema.schema.type",
+  );
+  // No type is an object's (sent as one), and so is an object.
+  for (const schema of [{ properties: { a: { type: "string" } } }, { type: "object" }]) {
+    assert.equal(claudeRefusal({ messages, tools: tools(schema) }), null);
+    assert.equal(claudeRefusal({ messages, response_format: format(schema) }), null);
+  }
+  // OpenAI's routes are not Claude's: what they take is theirs to say.
+  assert.doesNotThrow(() =>
+    assertSupported(
+      parseChatRequest({ model: "m/x", messages, response_format: format(list) }),
+      [route("openai")],
+      2048,
+    )
+  );
+});
+
 Deno.test("a Claude conversation with nothing left to ask once blank messages are dropped is refused, naming them", () => {
   const system = { role: "system", content: "You are a poet. Write a haiku." };
   assert.deepEqual(claudeRefusal({ messages: [system] }), {

@@ -423,6 +423,39 @@ Deno.test("metadata past OpenAI's limits is a 400 naming metadata and the limit,
     assert.deepEqual(await d.newUsage(), []);
   }));
 
+Deno.test("on Claude a text.format schema or a tool's parameters whose type is not object is a 400 naming it, before anything is reserved", () =>
+  withDialect(async (d) => {
+    const refused = async (body: Record<string, unknown>) => {
+      const error = await client(d).responses.create({ model: CLAUDE_MODEL, input: "x", ...body })
+        .catch((e) => e);
+      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+      assert.equal(error.code, "invalid_parameter");
+      return { param: error.param, message: error.message as string };
+    };
+    const list = { type: "array", items: { type: "string" } };
+    // The answer tool standing in for the format takes an object only, as every Claude tool does.
+    const format = await refused({
+      text: { format: { type: "json_schema", name: "names", schema: list } },
+    });
+    assert.equal(format.param, "text.format.schema.type");
+    assert.match(format.message, /'text\.format\.schema\.type': must be "object"/);
+    const tool = await refused({
+      tools: [{ type: "function", name: "f", parameters: list, strict: false }],
+    });
+    assert.equal(tool.param, "tools[0].parameters.type");
+    assert.match(tool.message, /'tools\[0\]\.parameters\.type': must be "object"/);
+    assert.equal(d.claude.received.length, 0, "Anthropic was not asked");
+    assert.deepEqual(await d.newUsage(), [], "nothing was reserved or charged");
+    // OpenAI takes a schema of any type for the answer.
+    const served = await client(d).responses.create({
+      model: OPENAI_MODEL,
+      input: "x",
+      text: { format: { type: "json_schema", name: "names", schema: list } },
+    });
+    assert.equal(served.status, "completed");
+    await d.newUsage();
+  }));
+
 Deno.test("a refusal names Responses fields in its param and its words: reasoning.effort, an image's item path, detail", () =>
   withDialect(async (d) => {
     const refused = async (body: Record<string, unknown>) => {
