@@ -158,7 +158,14 @@ const FunctionTool = z.strictObject({
 
 const ToolChoice = z.union([
   z.enum(["none", "auto", "required"]),
-  z.strictObject({ type: z.literal("function"), name: z.string() }),
+  // A tool_choice of another type (custom, MCP, a built-in tool) names a tool no request here has.
+  z.strictObject({
+    type: z.literal(
+      "function",
+      "must be 'function' or 'allowed_tools': only function tools are served (no custom, MCP or built-in tools)",
+    ),
+    name: z.string(),
+  }),
   // The chat dialect's allowed tools in the Responses API's flat shape (the chat request checks
   // the names and the mode's values, see responses.ts for their paths).
   z.strictObject({

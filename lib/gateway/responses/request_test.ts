@@ -217,6 +217,26 @@ Deno.test("an allowed_tools tool_choice in the Responses API's flat shape become
   });
 });
 
+Deno.test("a tool_choice naming a custom, MCP or built-in tool is refused saying only function tools are served", () => {
+  const tools = [{ type: "function", name: "f" }];
+  for (
+    const choice of [
+      { type: "custom", name: "f" },
+      { type: "mcp", server_label: "deepwiki" },
+      { type: "web_search_preview" },
+      { type: "apply_patch" },
+    ]
+  ) {
+    assert.throws(
+      () => parseResponsesBody({ model: MODEL, input: "x", tools, tool_choice: choice }),
+      (e) =>
+        e instanceof ApiError && e.code === "invalid_parameter" && e.param === "tool_choice.type" &&
+        /only function tools are served/.test(e.message),
+      choice.type,
+    );
+  }
+});
+
 Deno.test("stored items and the previous conversation come before the new input", () => {
   const items = new Map<string, ResponseInputItem>([
     ["msg_1", {
