@@ -68,7 +68,7 @@ const ContentPart = z.discriminatedUnion("type", [
   InputFile,
   OutputText,
   Refusal,
-], { error: "must be a part of type input_text, input_image, output_text or refusal" });
+], { error: "must be a part of type input_text, input_image, input_file, output_text or refusal" });
 
 /** A tool's output may show what it saw (a screenshot, a chart, a PDF it fetched). */
 const ToolOutputPart = z.discriminatedUnion("type", [InputText, InputImage, InputFile], {

@@ -237,6 +237,21 @@ Deno.test("a tool_choice naming a custom, MCP or built-in tool is refused saying
   }
 });
 
+Deno.test("a message part of a type not taken (input_audio) is refused naming every type taken, input_file included", () => {
+  assert.throws(
+    () =>
+      chatOf({
+        input: [{
+          role: "user",
+          content: [{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }],
+        }],
+      }),
+    (e) =>
+      e instanceof ApiError && e.param === "input[0].content[0].type" &&
+      /input_text, input_image, input_file, output_text or refusal/.test(e.message),
+  );
+});
+
 Deno.test("stored items and the previous conversation come before the new input", () => {
   const items = new Map<string, ResponseInputItem>([
     ["msg_1", {
