@@ -788,9 +788,13 @@ function fileFieldsOf(p: z.infer<typeof InputFile>, path: string): Record<string
   const taken = ["type", "file_data", "filename", "cache_control", "prompt_cache_breakpoint"];
   for (const field of Object.keys(p)) {
     if (taken.includes(field)) continue;
+    // A file stored at OpenAI or on the web is not here to count; any other field is not taken.
+    const instead = field === "file_id" || field === "file_url"
+      ? "send the PDF's bytes as file_data (a data URL)"
+      : `a file part takes ${taken.slice(1).join(", ")}`;
     throw new ApiError(
       "unsupported_parameter",
-      `Unsupported parameter '${path}.${field}': send the PDF's bytes as file_data (a data URL).`,
+      `Unsupported parameter '${path}.${field}': ${instead}.`,
       { param: `${path}.${field}` },
     );
   }

@@ -252,6 +252,26 @@ Deno.test("a message part of a type not taken (input_audio) is refused naming ev
   );
 });
 
+Deno.test("an input_file's detail is refused as a field a file part does not take, not as a file to send by its bytes", () => {
+  const file = (fields: Record<string, unknown>) => ({
+    input: [{ role: "user", content: [{ type: "input_file", ...fields }] }],
+  });
+  const pdf = "data:application/pdf;base64,JVBERi0xLjQKJSVFT0YK";
+  assert.throws(
+    () => chatOf(file({ file_data: pdf, detail: "low" })),
+    (e) =>
+      e instanceof ApiError && e.code === "unsupported_parameter" &&
+      e.param === "input[0].content[0].detail" && !/file_data \(a data URL\)/.test(e.message) &&
+      /takes file_data, filename, cache_control, prompt_cache_breakpoint/.test(e.message),
+  );
+  assert.throws(
+    () => chatOf(file({ file_url: "https://example.com/a.pdf" })),
+    (e) =>
+      e instanceof ApiError && e.param === "input[0].content[0].file_url" &&
+      /send the PDF's bytes as file_data/.test(e.message),
+  );
+});
+
 Deno.test("stored items and the previous conversation come before the new input", () => {
   const items = new Map<string, ResponseInputItem>([
     ["msg_1", {
