@@ -158,26 +158,27 @@ const FunctionTool = z.strictObject({
 
 const ToolChoice = z.union([
   z.enum(["none", "auto", "required"]),
-  // A tool_choice of another type (custom, MCP, a built-in tool) names a tool no request here has.
-  z.strictObject({
-    type: z.literal(
-      "function",
+  // Told apart by type, so that an allowed_tools choice's own fields (mode, tools, both at the
+  // depth of a function's name) are named when wrong, not its type. A tool_choice of another type
+  // (custom, MCP, a built-in tool) names a tool no request here has.
+  z.discriminatedUnion("type", [
+    z.strictObject({ type: z.literal("function"), name: z.string() }),
+    // The chat dialect's allowed tools in the Responses API's flat shape (the chat request checks
+    // the names and the mode's values, see responses.ts for their paths).
+    z.strictObject({
+      type: z.literal("allowed_tools"),
+      mode: z.enum(["auto", "required"], { error: "must be one of auto, required" }),
+      tools: z.array(
+        z.strictObject({
+          type: z.literal("function", "must be 'function' (the only tool type)"),
+          name: z.string({ error: "must be a string" }),
+        }),
+        { error: "must be an array of {type: 'function', name}" },
+      ),
+    }),
+  ], {
+    error:
       "must be 'function' or 'allowed_tools': only function tools are served (no custom, MCP or built-in tools)",
-    ),
-    name: z.string(),
-  }),
-  // The chat dialect's allowed tools in the Responses API's flat shape (the chat request checks
-  // the names and the mode's values, see responses.ts for their paths).
-  z.strictObject({
-    type: z.literal("allowed_tools"),
-    mode: z.enum(["auto", "required"], { error: "must be one of auto, required" }),
-    tools: z.array(
-      z.strictObject({
-        type: z.literal("function", "must be 'function' (the only tool type)"),
-        name: z.string({ error: "must be a string" }),
-      }),
-      { error: "must be an array of {type: 'function', name}" },
-    ),
   }),
 ], {
   error:

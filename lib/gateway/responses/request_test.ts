@@ -272,6 +272,28 @@ Deno.test("an input_file's detail is refused as a field a file part does not tak
   );
 });
 
+Deno.test("an allowed_tools tool_choice with a mode or tools not taken is refused naming that field, not its type", () => {
+  const tools = [{ type: "function", name: "f" }];
+  const cases = [
+    [
+      { type: "allowed_tools", mode: "any", tools: [{ type: "function", name: "f" }] },
+      "tool_choice.mode",
+    ],
+    [{ type: "allowed_tools", tools: [{ type: "function", name: "f" }] }, "tool_choice.mode"],
+    [{ type: "allowed_tools", mode: "auto", tools: null }, "tool_choice.tools"],
+    [{ type: "function" }, "tool_choice.name"],
+  ] as const;
+  for (const [choice, param] of cases) {
+    assert.throws(
+      () => parseResponsesBody({ model: MODEL, input: "x", tools, tool_choice: choice }),
+      (e) =>
+        e instanceof ApiError && e.code === "invalid_parameter" && e.param === param &&
+        !/only function tools are served/.test(e.message),
+      JSON.stringify(choice),
+    );
+  }
+});
+
 Deno.test("stored items and the previous conversation come before the new input", () => {
   const items = new Map<string, ResponseInputItem>([
     ["msg_1", {
