@@ -294,11 +294,15 @@ const AllowedTools = z.strictObject({
 
 const ToolChoice = z.union([
   z.enum(["none", "auto", "required"]),
-  z.strictObject({
-    type: z.literal("function"),
-    function: z.strictObject({ name: FunctionName }),
-  }),
-  z.strictObject({ type: z.literal("allowed_tools"), allowed_tools: AllowedTools }),
+  // Told apart by type: an allowed_tools choice without its object is named as such, where the
+  // function branch's type would otherwise be the issue the union reports.
+  z.discriminatedUnion("type", [
+    z.strictObject({
+      type: z.literal("function"),
+      function: z.strictObject({ name: FunctionName }),
+    }),
+    z.strictObject({ type: z.literal("allowed_tools"), allowed_tools: AllowedTools }),
+  ], { error: "must be 'function' or 'allowed_tools'" }),
 ], {
   error:
     "must be none, auto, required, {type: 'function', function: {name}} or {type: 'allowed_tools', allowed_tools: {mode, tools}}",

@@ -235,6 +235,25 @@ Deno.test("an allowed_tools tool choice is taken as OpenAI shapes it, its names 
   refused({ messages, tool_choice: choice }, "invalid_parameter", "tool_choice");
 });
 
+Deno.test("an allowed_tools tool choice without its allowed_tools object is refused naming that field, not its type", () => {
+  const messages = [{ role: "user", content: "Weather?" }];
+  const tools = [{ type: "function", function: { name: "weather" } }];
+  for (
+    const choice of [{ type: "allowed_tools" }, { type: "allowed_tools", allowed_tools: null }]
+  ) {
+    refused(
+      { messages, tools, tool_choice: choice },
+      "invalid_parameter",
+      "tool_choice.allowed_tools",
+    );
+  }
+  assert.throws(
+    () => parseChatRequest({ model: "m/x", messages, tools, tool_choice: { type: "mcp" } }),
+    (e) =>
+      e instanceof ApiError && e.param === "tool_choice.type" && /allowed_tools/.test(e.message),
+  );
+});
+
 Deno.test("an assistant's reasoning_details are taken as OpenRouter shapes them, and refused with the exact path otherwise", () => {
   const detail = {
     type: "reasoning.text",
