@@ -83,6 +83,12 @@ async function whileBusy<T>(run: () => Promise<T>, budgetMs = BUSY_BUDGET_MS): P
   }
 }
 
+/**
+ * The bytes of one part of a value split across keys: under KV's 64 KiB per value, with room for a
+ * record's other fields beside it.
+ */
+export const KV_VALUE_CHUNK_BYTES = 60_000;
+
 /** Reads any number of keys, in order: KV's getMany takes at most 10, so ten at a time. */
 export async function getManyChunked<T>(
   kv: Deno.Kv,

@@ -14,7 +14,13 @@ export { ApiError, ERROR_CODES, errorBody, NotFoundError } from "./errors.ts";
 export type { ErrorCode } from "./errors.ts";
 export { isPlausibleId, newId, newRequestId, randomToken } from "./ids.ts";
 export { isRecord } from "./json.ts";
-export { countLiveIndexed, getManyChunked, KvOpenError, openKv } from "./kv.ts";
+export {
+  countLiveIndexed,
+  getManyChunked,
+  KV_VALUE_CHUNK_BYTES,
+  KvOpenError,
+  openKv,
+} from "./kv.ts";
 export { flushLogs, jsonLogger, logSoon, REQUEST_LOG_FIELDS, requestLogLine } from "./log.ts";
 export type { LoggedUpstreamError, Logger, RequestLogLine, TraceFields } from "./log.ts";
 export {

@@ -13,6 +13,7 @@
  * was before (without thinking), and a crash between the keep and the answer leaves an entry that
  * nobody asks for and that expires.
  */
+import { concatBytes, KV_VALUE_CHUNK_BYTES } from "@/lib/core/mod.ts";
 import { keys, type SignedThinkingChunkRecord } from "@/lib/db.ts";
 import { type ChatMessage, type ChatRequest, forcesToolCall } from "./chat_request.ts";
 import { type ReasoningDetail, ReasoningDetails } from "./reasoning_details.ts";
@@ -29,11 +30,9 @@ export const SIGNED_THINKING_TTL_MS = 60 * 60 * 1000;
  * More is not kept (that turn answers without thinking, as before).
  */
 export const MAX_SIGNED_THINKING_BYTES = 512 * 1024;
-/** Below KV's 64 KiB value limit, with room for the record's other fields. */
-export const SIGNED_THINKING_CHUNK_BYTES = 60_000;
 /** Chunks the largest kept thinking takes: all written in one commit, read in one getMany. */
 export const MAX_SIGNED_THINKING_CHUNKS = Math.ceil(
-  MAX_SIGNED_THINKING_BYTES / SIGNED_THINKING_CHUNK_BYTES,
+  MAX_SIGNED_THINKING_BYTES / KV_VALUE_CHUNK_BYTES,
 );
 /** A longer id (a client's own, on a recall) is not a key: KV keys hold 2 KiB at most. */
 const MAX_TOOL_CALL_ID_BYTES = 256;
@@ -43,9 +42,9 @@ export function signedThinkingParts(details: readonly ReasoningDetail[]): Uint8A
   const bytes = new TextEncoder().encode(JSON.stringify(details));
   if (bytes.byteLength > MAX_SIGNED_THINKING_BYTES) return null;
   const parts: Uint8Array[] = [];
-  for (let at = 0; at < bytes.byteLength; at += SIGNED_THINKING_CHUNK_BYTES) {
+  for (let at = 0; at < bytes.byteLength; at += KV_VALUE_CHUNK_BYTES) {
     // A copy: a view inside a record is stored with its whole buffer.
-    parts.push(bytes.slice(at, at + SIGNED_THINKING_CHUNK_BYTES));
+    parts.push(bytes.slice(at, at + KV_VALUE_CHUNK_BYTES));
   }
   return parts;
 }
@@ -65,12 +64,7 @@ export function signedThinkingOfChunks(
     c !== null && c.chunks === head.chunks && c.expiresAt === head.expiresAt && c.expiresAt > now
   );
   if (!whole) return null;
-  const bytes = new Uint8Array(taken.reduce((n, c) => n + c!.part.byteLength, 0));
-  let at = 0;
-  for (const c of taken) {
-    bytes.set(c!.part, at);
-    at += c!.part.byteLength;
-  }
+  const bytes = concatBytes(taken.map((c) => c!.part));
   try {
     const parsed = ReasoningDetails.safeParse(JSON.parse(new TextDecoder().decode(bytes)));
     return parsed.success && parsed.data.length > 0 ? parsed.data : null;

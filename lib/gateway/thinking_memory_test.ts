@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { keys } from "@/lib/db.ts";
+import { KV_VALUE_CHUNK_BYTES } from "@/lib/core/mod.ts";
 import { parseChatRequest } from "./chat_request.ts";
 import { claudeReasoningDetail, type ReasoningDetail } from "./reasoning_details.ts";
 import {
   MAX_SIGNED_THINKING_BYTES,
   MAX_SIGNED_THINKING_CHUNKS,
-  SIGNED_THINKING_CHUNK_BYTES,
   SIGNED_THINKING_TTL_MS,
   signedThinkingOfChunks,
   signedThinkingParts,
@@ -81,7 +81,7 @@ Deno.test("kept thinking is split below KV's value limit and put back whole; mor
   const details = [detail("a".repeat(150_000)), detail("b".repeat(20_000), 1)];
   const parts = signedThinkingParts(details)!;
   assert.ok(parts.length > 2);
-  assert.ok(parts.every((p) => p.byteLength <= SIGNED_THINKING_CHUNK_BYTES));
+  assert.ok(parts.every((p) => p.byteLength <= KV_VALUE_CHUNK_BYTES));
   // Each part its own buffer: a view would be stored with the buffer it is cut from.
   assert.ok(parts.every((p) => p.buffer.byteLength === p.byteLength));
   const now = 1_000;

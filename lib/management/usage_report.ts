@@ -21,7 +21,7 @@ import {
   type UsageRollupRow,
   utcDay,
 } from "@/lib/db.ts";
-import { getManyChunked, type Micros } from "@/lib/core/mod.ts";
+import { getManyChunked, KV_VALUE_CHUNK_BYTES, type Micros } from "@/lib/core/mod.ts";
 import type { UsageFilter } from "./listings.ts";
 
 export type ReportGrouping = "day" | "model" | "key" | "user";
@@ -45,7 +45,7 @@ const ROLLUP_RETENTION_MS = 100 * DAY_MS;
  * The estimated bytes of one rollup part, under KV's 64 KiB per value (the estimate counts every
  * character as two bytes, as V8 stores text that is not Latin-1).
  */
-const CHUNK_BYTES = 60_000;
+const CHUNK_BYTES = KV_VALUE_CHUNK_BYTES;
 /** Parts written in one commit: ten full parts stay under KV's 800 KiB per commit. */
 const CHUNKS_PER_COMMIT = 10;
 /**

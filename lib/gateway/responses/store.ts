@@ -4,7 +4,7 @@
  * as OpenAI keeps them. A body larger than a KV value is split into chunks; the head, written
  * last, makes it visible, so a half-written response is never read.
  */
-import { ApiError, getManyChunked } from "@/lib/core/mod.ts";
+import { ApiError, getManyChunked, KV_VALUE_CHUNK_BYTES as CHUNK_BYTES } from "@/lib/core/mod.ts";
 import { keys, type StoredResponseItemRecord, type StoredResponseRecord } from "@/lib/db.ts";
 import { MAX_REFERENCED_RESPONSES, type ResponseInputItem } from "./request.ts";
 import type { OutputItem, ResponseObject } from "./response.ts";
@@ -13,8 +13,6 @@ export const STORED_RESPONSE_TTL_MS = 30 * 24 * 60 * 60 * 1000;
 /** A larger response is answered but not stored (`store: false` in its object). */
 export const MAX_STORED_RESPONSE_BYTES = 8 * 1024 * 1024;
 
-/** Below KV's 64 KiB value limit. */
-const CHUNK_BYTES = 60_000;
 /** Chunks per commit: well within a commit's size limit. */
 const CHUNKS_PER_COMMIT = 10;
 
