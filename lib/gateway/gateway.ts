@@ -38,7 +38,12 @@ import { apiErrorOfUpstream, cutReason } from "./provider_errors.ts";
 import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
-import { ThinkingMemory, thinkingToRecall, withThinking } from "./thinking_memory.ts";
+import {
+  ThinkingMemory,
+  type ThinkingRecall,
+  thinkingToRecall,
+  withThinking,
+} from "./thinking_memory.ts";
 
 import type { Caller, RequestTrace } from "./caller.ts";
 import type { Wallets } from "@/lib/billing/mod.ts";
@@ -208,9 +213,8 @@ export class Gateway {
     trace: RequestTrace,
   ): Promise<CompletionOutcome> {
     const started = performance.now();
-    if (this.#recallsThinking(request)) {
-      request = await this.#withKeptThinking(caller, request, requestId);
-    }
+    const recall = this.#thinkingToRecall(request);
+    if (recall) request = await this.#withKeptThinking(caller, request, recall, requestId);
     const opened = await this.#open(caller, request, requestId, trace, false);
     // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
     // is billed to us either way, so it is read to its end and settled like any other.
@@ -329,9 +333,8 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
   ): Promise<StreamOutcome> {
-    if (this.#recallsThinking(request)) {
-      request = await this.#withKeptThinking(caller, request, requestId);
-    }
+    const recall = this.#thinkingToRecall(request);
+    if (recall) request = await this.#withKeptThinking(caller, request, recall, requestId);
     const { paid, route, available } = await this.#open(caller, request, requestId, trace, true);
     const stallMs = this.#deps.clientStallMs ?? DEFAULT_CLIENT_STALL_MS;
     const stalled = Promise.withResolvers<void>();
@@ -349,30 +352,30 @@ export class Gateway {
   }
 
   /**
-   * Whether a request may be given kept thinking (thinking_memory.ts): it answers tool calls
+   * Where a request may be given kept thinking (thinking_memory.ts), or null: it answers tool calls
    * without their `reasoning_details` and asks for reasoning of a model one of whose Claude routes
    * thinks by budget. Decided without KV: other requests never wait on it.
    */
-  #recallsThinking(request: ChatRequest): boolean {
+  #thinkingToRecall(request: ChatRequest): ThinkingRecall | null {
     if (!request.params.reasoning_effort || request.params.reasoning_effort === "none") {
-      return false;
+      return null;
     }
     const named = this.#deps.catalog.get(request.model);
-    if (!named || named.type !== "chat") return false;
+    if (!named || named.type !== "chat") return null;
     const model = servingModel(named, request);
     const budget = (route: Route) =>
       route.provider.kind === "anthropic" &&
       (route.claude ?? claudeRulesByName(route.upstreamModel)).thinking === "budget";
-    return [model, ...model.fallbacks].some(budget) && thinkingToRecall(request) !== null;
+    return [model, ...model.fallbacks].some(budget) ? thinkingToRecall(request) : null;
   }
 
   /** The request with the thinking kept for its last assistant message, when the app has it. */
   async #withKeptThinking(
     caller: Caller,
     request: ChatRequest,
+    wanted: ThinkingRecall,
     requestId: string,
   ): Promise<ChatRequest> {
-    const wanted = thinkingToRecall(request)!;
     try {
       const details = await this.#thinking.recall(caller.appId, wanted.toolCallId);
       return details ? withThinking(request, wanted.message, details) : request;

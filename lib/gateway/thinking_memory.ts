@@ -73,15 +73,19 @@ export function signedThinkingOfChunks(
   }
 }
 
+/** An assistant message (its index) and the tool call id its kept thinking would be found under. */
+export interface ThinkingRecall {
+  message: number;
+  toolCallId: string;
+}
+
 /**
  * The assistant message whose kept thinking a request would be given back, and the id it is kept
  * under: a request that asks for reasoning, does not force a tool, and answers the tool calls of
  * its last assistant message (tool results after it) without that message's `reasoning_details`.
  * Null for any other request, without a look at KV.
  */
-export function thinkingToRecall(
-  request: ChatRequest,
-): { message: number; toolCallId: string } | null {
+export function thinkingToRecall(request: ChatRequest): ThinkingRecall | null {
   const effort = request.params.reasoning_effort;
   if (!effort || effort === "none" || forcesToolCall(request.params.tool_choice)) return null;
   const messages = request.messages;
