@@ -13,7 +13,7 @@
  * was before (without thinking), and a crash between the keep and the answer leaves an entry that
  * nobody asks for and that expires.
  */
-import { concatBytes, KV_VALUE_CHUNK_BYTES } from "@/lib/core/mod.ts";
+import { concatBytes, KV_VALUE_CHUNK_BYTES, within } from "@/lib/core/mod.ts";
 import { keys, type SignedThinkingChunkRecord } from "@/lib/db.ts";
 import { type ChatMessage, type ChatRequest, forcesToolCall } from "./chat_request.ts";
 import { type ReasoningDetail, ReasoningDetails } from "./reasoning_details.ts";
@@ -110,13 +110,25 @@ export function withThinking(
   return { ...request, messages };
 }
 
+/**
+ * How long a keep may wait for its commit (a few milliseconds as a rule). The answer's last chunk,
+ * and with it the request's settle, waits for the keep: a KV that does not answer must not hold
+ * them, nor a reservation, for longer.
+ */
+export const KEEP_TIMEOUT_MS = 2_000;
+
 export class ThinkingMemory {
   readonly #kv: Deno.Kv;
   readonly #now: () => number;
+  readonly #keepTimeoutMs: number;
 
-  constructor(kv: Deno.Kv, now: () => number = Date.now) {
+  constructor(
+    kv: Deno.Kv,
+    options: { now?: () => number; keepTimeoutMs?: number } = {},
+  ) {
     this.#kv = kv;
-    this.#now = now;
+    this.#now = options.now ?? Date.now;
+    this.#keepTimeoutMs = options.keepTimeoutMs ?? KEEP_TIMEOUT_MS;
   }
 
   /**
@@ -139,7 +151,11 @@ export class ThinkingMemory {
       const record: SignedThinkingChunkRecord = { chunks: parts.length, expiresAt, part: parts[i] };
       op.set(key, record, { expireIn: SIGNED_THINKING_TTL_MS });
     }
-    const result = await op.commit();
+    const committing = op.commit();
+    if (!await within(committing, this.#keepTimeoutMs)) {
+      throw new Error(`keeping signed thinking had no answer from KV in ${this.#keepTimeoutMs} ms`);
+    }
+    const result = await committing;
     if (!result.ok) throw new Error("keeping signed thinking failed its commit");
     return true;
   }

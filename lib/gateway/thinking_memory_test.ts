@@ -110,7 +110,7 @@ Deno.test("thinking kept for an app is recalled by that app alone, until it expi
   const kv = await Deno.openKv(":memory:");
   try {
     let now = 1_000_000;
-    const memory = new ThinkingMemory(kv, () => now);
+    const memory = new ThinkingMemory(kv, { now: () => now });
     const details = [detail("x".repeat(200_000))];
     assert.equal(await memory.keep("app_a", "toolu_1", details), true);
     assert.deepEqual(await memory.recall("app_a", "toolu_1"), details);
@@ -152,6 +152,34 @@ Deno.test("more thinking than is kept, or an id too long to be a key, is not kep
     let left = 0;
     for await (const _ of kv.list({ prefix: keys.appSignedThinking("app_a") })) left++;
     assert.equal(left, 0);
+  } finally {
+    kv.close();
+  }
+});
+
+Deno.test("a keep whose commit KV does not answer gives up within its timeout, so the answer's end and its settle do not wait on it", async () => {
+  const kv = await Deno.openKv(":memory:");
+  // A KV whose commits never answer: what the answer's last chunk would otherwise wait on forever.
+  const silent = new Proxy(kv, {
+    get(target, name) {
+      if (name !== "atomic") return Reflect.get(target, name).bind(target);
+      return () => {
+        const op = target.atomic();
+        return new Proxy(op, {
+          get(o, m) {
+            if (m === "commit") return () => new Promise(() => {});
+            return Reflect.get(o, m).bind(o);
+          },
+        });
+      };
+    },
+  });
+  try {
+    const memory = new ThinkingMemory(silent, { keepTimeoutMs: 50 });
+    await assert.rejects(
+      memory.keep("app_a", "toolu_1", [detail("x")]),
+      /no answer from KV in 50 ms/,
+    );
   } finally {
     kv.close();
   }
