@@ -39,6 +39,7 @@ import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
 import {
+  type RecalledThinking,
   ThinkingMemory,
   type ThinkingRecall,
   thinkingToRecall,
@@ -213,8 +214,8 @@ export class Gateway {
     trace: RequestTrace,
   ): Promise<CompletionOutcome> {
     const started = performance.now();
-    const recall = this.#thinkingToRecall(request);
-    if (recall) request = await this.#withKeptThinking(caller, request, recall, requestId);
+    const recalls = this.#thinkingToRecall(request);
+    if (recalls.length) request = await this.#withKeptThinking(caller, request, recalls, requestId);
     const opened = await this.#open(caller, request, requestId, trace, false);
     // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
     // is billed to us either way, so it is read to its end and settled like any other.
@@ -333,8 +334,8 @@ export class Gateway {
     requestId: string,
     trace: RequestTrace,
   ): Promise<StreamOutcome> {
-    const recall = this.#thinkingToRecall(request);
-    if (recall) request = await this.#withKeptThinking(caller, request, recall, requestId);
+    const recalls = this.#thinkingToRecall(request);
+    if (recalls.length) request = await this.#withKeptThinking(caller, request, recalls, requestId);
     const { paid, route, available } = await this.#open(caller, request, requestId, trace, true);
     const stallMs = this.#deps.clientStallMs ?? DEFAULT_CLIENT_STALL_MS;
     const stalled = Promise.withResolvers<void>();
@@ -352,43 +353,51 @@ export class Gateway {
   }
 
   /**
-   * Where a request may be given kept thinking (thinking_memory.ts), or null: it answers tool calls
-   * without their `reasoning_details` and asks for reasoning of a model one of whose Claude routes
-   * thinks by budget. Decided without KV: other requests never wait on it.
+   * Where a request may be given kept thinking (thinking_memory.ts), if anywhere: it answers tool
+   * calls without their `reasoning_details` and asks for reasoning of a model one of whose Claude
+   * routes thinks by budget. Decided without KV: other requests never wait on it.
    */
-  #thinkingToRecall(request: ChatRequest): ThinkingRecall | null {
+  #thinkingToRecall(request: ChatRequest): readonly ThinkingRecall[] {
     if (!request.params.reasoning_effort || request.params.reasoning_effort === "none") {
-      return null;
+      return [];
     }
     const named = this.#deps.catalog.get(request.model);
-    if (!named || named.type !== "chat") return null;
+    if (!named || named.type !== "chat") return [];
     const model = servingModel(named, request);
     const budget = (route: Route) =>
       route.provider.kind === "anthropic" &&
       (route.claude ?? claudeRulesByName(route.upstreamModel)).thinking === "budget";
-    return [model, ...model.fallbacks].some(budget) ? thinkingToRecall(request) : null;
+    return [model, ...model.fallbacks].some(budget) ? thinkingToRecall(request) : [];
   }
 
-  /** The request with the thinking kept for its last assistant message, when the app has it. */
+  /** The request with the thinking kept for its assistant messages, those the app has. */
   async #withKeptThinking(
     caller: Caller,
     request: ChatRequest,
-    wanted: ThinkingRecall,
+    wanted: readonly ThinkingRecall[],
     requestId: string,
   ): Promise<ChatRequest> {
-    try {
-      const details = await this.#thinking.recall(caller.appId, wanted.toolCallId);
-      return details ? withThinking(request, wanted.message, details) : request;
-    } catch (error) {
-      // Not found, as far as the request goes: it runs without thinking, as it did before.
+    const found = await Promise.allSettled(
+      wanted.map((w) => this.#thinking.recall(caller.appId, w.toolCallId)),
+    );
+    const recalled: RecalledThinking[] = [];
+    const failed: unknown[] = [];
+    for (const [k, outcome] of found.entries()) {
+      if (outcome.status === "rejected") failed.push(outcome.reason);
+      else if (outcome.value) recalled.push({ message: wanted[k].message, details: outcome.value });
+    }
+    // A read that failed is not found, as far as the request goes: its message goes without
+    // thinking, as before.
+    if (failed.length) {
       this.#deps.log({
         level: "warn",
         requestId,
         event: "signed_thinking_not_recalled",
-        error: String(error),
+        messages: failed.length,
+        error: String(failed[0]),
       });
-      return request;
     }
+    return withThinking(request, recalled);
   }
 
   /**

@@ -80,33 +80,62 @@ export interface ThinkingRecall {
 }
 
 /**
- * The assistant message whose kept thinking a request would be given back, and the id it is kept
- * under: a request that asks for reasoning, does not force a tool, and answers the tool calls of
- * its last assistant message (tool results after it) without that message's `reasoning_details`.
- * Null for any other request, without a look at KV.
+ * The most assistant messages one request is given kept thinking for, the latest first: each is
+ * one read, all made at once. A longer loop's earlier steps go without theirs (Claude needs only
+ * the last one's; the rest keep the prompt as the step before sent it, for its cache).
  */
-export function thinkingToRecall(request: ChatRequest): ThinkingRecall | null {
+export const MAX_THINKING_RECALLS = 32;
+
+const NOTHING_TO_RECALL: readonly ThinkingRecall[] = [];
+
+/**
+ * The assistant messages whose kept thinking a request would be given back, and the ids it is kept
+ * under: for a request that asks for reasoning, does not force a tool, and answers the tool calls
+ * of its last assistant message (tool results after it), every assistant message with tool calls
+ * and without `reasoning_details`, the latest first. Not only the last: it is the one Claude
+ * needs, but the step before sent the earlier ones with their thinking too (given back then), and
+ * a prompt that drops it differs from there on, so its cache is missed and written again, at the
+ * client's cost; Claude models that keep earlier thinking in context also reason on from it.
+ * Empty for any other request, without a look at KV.
+ */
+export function thinkingToRecall(request: ChatRequest): readonly ThinkingRecall[] {
   const effort = request.params.reasoning_effort;
-  if (!effort || effort === "none" || forcesToolCall(request.params.tool_choice)) return null;
+  if (!effort || effort === "none" || forcesToolCall(request.params.tool_choice)) {
+    return NOTHING_TO_RECALL;
+  }
   const messages = request.messages;
   const last = messages.findLastIndex((m) => m.role === "assistant");
-  if (last < 0) return null;
-  const m = messages[last] as Extract<ChatMessage, { role: "assistant" }>;
-  const toolCallId = m.tool_calls?.[0]?.id;
-  if (!toolCallId || m.reasoning_details?.length) return null;
-  if (!messages.slice(last + 1).some((after) => after.role === "tool")) return null;
-  if (new TextEncoder().encode(toolCallId).byteLength > MAX_TOOL_CALL_ID_BYTES) return null;
-  return { message: last, toolCallId };
+  if (last < 0 || !messages.slice(last + 1).some((after) => after.role === "tool")) {
+    return NOTHING_TO_RECALL;
+  }
+  const recalls: ThinkingRecall[] = [];
+  for (let i = last; i >= 0 && recalls.length < MAX_THINKING_RECALLS; i--) {
+    const m = messages[i];
+    if (m.role !== "assistant" || m.reasoning_details?.length) continue;
+    const toolCallId = m.tool_calls?.[0]?.id;
+    if (!toolCallId) continue;
+    if (new TextEncoder().encode(toolCallId).byteLength > MAX_TOOL_CALL_ID_BYTES) continue;
+    recalls.push({ message: i, toolCallId });
+  }
+  return recalls;
 }
 
-/** The request with the kept details on its message `index`, as if the client had sent them. */
+/** Kept details found for an assistant message (its index). */
+export interface RecalledThinking {
+  message: number;
+  details: ReasoningDetail[];
+}
+
+/** The request with the kept details on their messages, as if the client had sent them. */
 export function withThinking(
   request: ChatRequest,
-  index: number,
-  details: ReasoningDetail[],
+  recalled: readonly RecalledThinking[],
 ): ChatRequest {
+  if (recalled.length === 0) return request;
   const messages = request.messages.slice();
-  messages[index] = { ...messages[index], reasoning_details: details } as ChatMessage;
+  for (const { message, details } of recalled) {
+    messages[message] = { ...messages[message], reasoning_details: details } as ChatMessage;
+  }
   return { ...request, messages };
 }
 

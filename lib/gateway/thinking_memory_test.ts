@@ -6,6 +6,7 @@ import { claudeReasoningDetail, type ReasoningDetail } from "./reasoning_details
 import {
   MAX_SIGNED_THINKING_BYTES,
   MAX_SIGNED_THINKING_CHUNKS,
+  MAX_THINKING_RECALLS,
   SIGNED_THINKING_TTL_MS,
   signedThinkingOfChunks,
   signedThinkingParts,
@@ -38,20 +39,70 @@ function answering(extra: Record<string, unknown> = {}, assistant: Record<string
 }
 
 Deno.test("thinking is recalled for a turn that answers the last assistant message's calls without its reasoning_details, by its first call's id", () => {
-  assert.deepEqual(thinkingToRecall(answering()), { message: 1, toolCallId: "toolu_1" });
+  assert.deepEqual(thinkingToRecall(answering()), [{ message: 1, toolCallId: "toolu_1" }]);
+});
+
+/** A third step of a loop: two assistant messages with calls, each answered. */
+function thirdStep(second: Record<string, unknown> = {}) {
+  return parseChatRequest({
+    model: "ant/claude",
+    reasoning_effort: "high",
+    messages: [
+      { role: "user", content: "Weather?" },
+      { role: "assistant", content: null, tool_calls: [CALL] },
+      { role: "tool", tool_call_id: "toolu_1", content: "sunny" },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ ...CALL, id: "toolu_2" }],
+        ...second,
+      },
+      { role: "tool", tool_call_id: "toolu_2", content: "rainy" },
+    ],
+  });
+}
+
+Deno.test("thinking is recalled for every assistant message with calls that came without its reasoning_details, the latest first, not only the last", () => {
+  assert.deepEqual(thinkingToRecall(thirdStep()), [
+    { message: 3, toolCallId: "toolu_2" },
+    { message: 1, toolCallId: "toolu_1" },
+  ]);
+  assert.deepEqual(thinkingToRecall(thirdStep({ reasoning_details: [detail("mine")] })), [
+    { message: 1, toolCallId: "toolu_1" },
+  ]);
+});
+
+Deno.test("a long loop is given kept thinking for its latest MAX_THINKING_RECALLS assistant messages", () => {
+  const steps = MAX_THINKING_RECALLS + 5;
+  const messages: unknown[] = [{ role: "user", content: "Go." }];
+  for (let i = 0; i < steps; i++) {
+    messages.push(
+      { role: "assistant", content: null, tool_calls: [{ ...CALL, id: `toolu_${i}` }] },
+      { role: "tool", tool_call_id: `toolu_${i}`, content: "done" },
+    );
+  }
+  const recalls = thinkingToRecall(
+    parseChatRequest({ model: "ant/claude", reasoning_effort: "high", messages }),
+  );
+  assert.equal(recalls.length, MAX_THINKING_RECALLS);
+  assert.deepEqual(recalls[0], { message: 2 * steps - 1, toolCallId: `toolu_${steps - 1}` });
+  assert.deepEqual(recalls.at(-1), {
+    message: 2 * (steps - MAX_THINKING_RECALLS) + 1,
+    toolCallId: `toolu_${steps - MAX_THINKING_RECALLS}`,
+  });
 });
 
 Deno.test("thinking is not recalled without reasoning asked for, beside a forced tool, or for a message that brings its own details", () => {
-  assert.equal(thinkingToRecall(answering({ reasoning_effort: undefined })), null);
-  assert.equal(thinkingToRecall(answering({ reasoning_effort: "none" })), null);
-  assert.equal(
+  assert.deepEqual(thinkingToRecall(answering({ reasoning_effort: undefined })), []);
+  assert.deepEqual(thinkingToRecall(answering({ reasoning_effort: "none" })), []);
+  assert.deepEqual(
     thinkingToRecall(answering({
       tools: [{ type: "function", function: { name: "f" } }],
       tool_choice: "required",
     })),
-    null,
+    [],
   );
-  assert.equal(thinkingToRecall(answering({}, { reasoning_details: [detail("mine")] })), null);
+  assert.deepEqual(thinkingToRecall(answering({}, { reasoning_details: [detail("mine")] })), []);
 });
 
 Deno.test("thinking is not recalled for a conversation whose last assistant message is not answered by tool results", () => {
@@ -64,13 +115,13 @@ Deno.test("thinking is not recalled for a conversation whose last assistant mess
       { role: "user", content: "Thanks." },
     ],
   });
-  assert.equal(thinkingToRecall(request), null);
+  assert.deepEqual(thinkingToRecall(request), []);
 });
 
 Deno.test("recalled details go on the message as if the client had sent them, the request otherwise as it was", () => {
   const request = answering();
   const details = [detail("Weather first.")];
-  const given = withThinking(request, 1, details);
+  const given = withThinking(request, [{ message: 1, details }]);
   assert.deepEqual(given.messages[1], { ...request.messages[1], reasoning_details: details });
   assert.equal(given.messages[2], request.messages[2]);
   assert.equal(given.params, request.params);

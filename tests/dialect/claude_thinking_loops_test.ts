@@ -82,7 +82,11 @@ async function loopSent(d: Dialect) {
   }));
 }
 
-/** Every step thought, and went on from the thinking Claude signed in the steps before. */
+/**
+ * Every step thought, and went on from the thinking Claude signed in the steps before: as the
+ * clients that carry it send it, and as Tollbooth gives it back to the chat clients that drop it
+ * (every step's, so the prompt each step sends begins as the one before it did, for its cache).
+ */
 const CARRIED = [
   { thinks: true, assistant: [] },
   { thinks: true, assistant: [["thinking", "tool_use", "tool_use"]] },
@@ -158,19 +162,8 @@ for (const stream of [false, true]) {
     }));
 }
 
-/**
- * What a chat client that drops `reasoning_details` sends in a three-step loop: the last assistant
- * message's thinking, kept by Tollbooth, comes back at every step, so every step thinks; an earlier
- * step's does not (Claude needs only the last).
- */
-const RECALLED = [
-  { thinks: true, assistant: [] },
-  { thinks: true, assistant: [["thinking", "tool_use", "tool_use"]] },
-  { thinks: true, assistant: [["tool_use", "tool_use"], ["redacted_thinking", "tool_use"]] },
-];
-
 for (const stream of [false, true]) {
-  Deno.test(`openai SDK runTools, budget Claude${stream ? ", streamed" : ""}: the runner replays only the fields it knows, and the signed thinking Tollbooth kept is given back, so every step of a three-step loop thinks, each charged exactly`, () =>
+  Deno.test(`openai SDK runTools, budget Claude${stream ? ", streamed" : ""}: the runner replays only the fields it knows, and the signed thinking Tollbooth kept is given back, so every step of a three-step loop thinks on from every step before it, each charged exactly`, () =>
     withDialect(async (d) => {
       scriptThreeSteps(d);
       const params = {
@@ -194,12 +187,12 @@ for (const stream of [false, true]) {
         ? completions.runTools({ ...params, stream: true })
         : completions.runTools(params);
       assert.equal(await runner.finalContent(), "Sunny everywhere.");
-      assert.deepEqual(await loopSent(d), RECALLED);
+      assert.deepEqual(await loopSent(d), CARRIED);
     }));
 }
 
 for (const stream of [false, true]) {
-  Deno.test(`AI SDK .chat(), budget Claude${stream ? ", streamed" : ""}: the chat model drops reasoning_details, and the signed thinking Tollbooth kept is given back, so every step of a three-step loop thinks`, () =>
+  Deno.test(`AI SDK .chat(), budget Claude${stream ? ", streamed" : ""}: the chat model drops reasoning_details, and the signed thinking Tollbooth kept is given back, so every step of a three-step loop thinks on from every step before it`, () =>
     withDialect(async (d) => {
       scriptThreeSteps(d);
       const options = {
@@ -215,12 +208,12 @@ for (const stream of [false, true]) {
       assert.equal(await result.text, "Sunny everywhere.");
       const steps = await result.steps;
       assert.deepEqual(steps.map((step) => step.toolCalls.length), [2, 1, 0]);
-      assert.deepEqual(await loopSent(d), RECALLED);
+      assert.deepEqual(await loopSent(d), CARRIED);
     }));
 }
 
 for (const stream of [false, true]) {
-  Deno.test(`LangChain ChatOpenAI on chat completions, budget Claude${stream ? ", streamed" : ""}: the signed thinking LangChain drops is given back by Tollbooth, so every step of a three-step loop thinks`, () =>
+  Deno.test(`LangChain ChatOpenAI on chat completions, budget Claude${stream ? ", streamed" : ""}: the signed thinking LangChain drops is given back by Tollbooth, so every step of a three-step loop thinks on from every step before it`, () =>
     withDialect(async (d) => {
       scriptThreeSteps(d);
       const llm = langChainModel(d, CLAUDE_MODEL, {
@@ -241,7 +234,7 @@ for (const stream of [false, true]) {
         }
       }
       assert.equal(messages.at(-1)!.text, "Sunny everywhere.");
-      assert.deepEqual(await loopSent(d), RECALLED);
+      assert.deepEqual(await loopSent(d), CARRIED);
     }));
 }
 
