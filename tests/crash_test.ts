@@ -6,7 +6,9 @@ import assert from "node:assert/strict";
 import { createApp } from "@/lib/tenants/mod.ts";
 import { auditWallets } from "@/lib/billing/mod.ts";
 import { keys, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
+import { parseUsd } from "@/lib/core/mod.ts";
 import { startFakeOpenAi } from "./fake_openai.ts";
+import { startAnthropicUpstream } from "./fakes/anthropic_upstream.ts";
 import { assertAuditClean } from "./helpers.ts";
 
 const TTL_SECONDS = 2;
@@ -281,6 +283,147 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
     }
     kv.close();
     await upstream.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("SIGKILL after a budget Claude's signed thinking is kept and before its answer settles: the reservation is released uncharged, and the restarted process gives the thinking back to the turn that answers the calls", async () => {
+  const dir = await Deno.makeTempDir();
+  const claude = startAnthropicUpstream();
+  const kvPath = `${dir}/tollbooth.sqlite3`;
+  const modelsFile = `${dir}/models.json`;
+  await Deno.writeTextFile(
+    modelsFile,
+    JSON.stringify({
+      providers: {
+        ant: { kind: "anthropic", base_url: claude.url, api_key_env: "ANT_KEY" },
+      },
+      models: [{
+        id: "ant/claude-sonnet",
+        provider: "ant",
+        upstream_model: "claude-sonnet-4-5",
+        input_usd_per_mtok: "3.00",
+        output_usd_per_mtok: "15.00",
+        context_tokens: 200_000,
+        max_output_tokens: 32_000,
+      }],
+    }),
+  );
+  const env = {
+    KV_PATH: kvPath,
+    MODELS_FILE: modelsFile,
+    RESERVATION_TTL_SECONDS: String(TTL_SECONDS),
+    ANT_KEY: claude.apiKey,
+    NO_COLOR: "1",
+    SERVE_WORKERS: "1",
+  };
+  const kv = await Deno.openKv(kvPath);
+  const children: Child[] = [];
+  try {
+    const { app, key } = await createApp(kv, { name: "crash thinking" });
+    // Each event a while after the one before: the kill lands after the chunk that ends the tool
+    // calls (sent once the thinking is kept) and before message_stop, which settles.
+    claude.script(
+      {
+        content: [
+          { type: "thinking", thinking: "Paris first." },
+          { type: "tool_use", id: "toolu_crash", name: "weather", input: { city: "Paris" } },
+        ],
+        chunkDelayMs: 400,
+      },
+      { text: "Sunny in Paris." },
+    );
+    const tools = [{
+      type: "function",
+      function: {
+        name: "weather",
+        parameters: { type: "object", properties: { city: { type: "string" } } },
+      },
+    }];
+    const ask = (url: string, body: Record<string, unknown>) =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key.apiKey}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "ant/claude-sonnet",
+          reasoning_effort: "low",
+          max_tokens: 4000,
+          tools,
+          ...body,
+        }),
+      });
+    const question = { role: "user", content: "Weather in Paris?" };
+
+    const child = await startChild(env);
+    children.push(child);
+    const first = await ask(child.url, { messages: [question], stream: true });
+    assert.equal(first.status, 200);
+    const reader = first.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let seen = "";
+    while (!seen.includes('"finish_reason":"tool_calls"')) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, `the stream ended before its tool calls did: ${seen}`);
+      seen += value;
+    }
+    assert.ok(!seen.includes("[DONE]"), "the answer had not ended");
+    child.process.kill("SIGKILL");
+    assert.equal((await child.process.status).signal, "SIGKILL");
+    await reader.cancel().catch(() => {});
+
+    const kept = await kv.get(keys.signedThinkingChunk(app.id, "toolu_crash", 0));
+    assert.ok(kept.value, "the thinking was kept before the chunk that ended the calls");
+    const wallet = async () => (await kv.get<WalletRecord>(keys.wallet(app.id))).value!;
+    assert.ok((await wallet()).reserved > 0, "the killed request left its reservation");
+
+    const restarted = await startChild(env);
+    children.push(restarted);
+    await waitFor("the reservation released", async () => (await wallet()).reserved === 0, 15_000);
+    const released = await wallet();
+    assert.equal(released.spent, 0, "the killed answer was not charged");
+    assert.equal(released.available, 5_000_000);
+
+    const second = await ask(restarted.url, {
+      messages: [
+        question,
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: "toolu_crash",
+            type: "function",
+            function: { name: "weather", arguments: '{"city":"Paris"}' },
+          }],
+        },
+        { role: "tool", tool_call_id: "toolu_crash", content: "sunny" },
+      ],
+    });
+    assert.equal(second.status, 200);
+    const answer = await second.json();
+    assert.equal(answer.choices[0].message.content, "Sunny in Paris.");
+    const sent = claude.messages().at(-1)!;
+    assert.equal(sent.body.thinking?.type, "enabled", "the turn thought");
+    const assistant = (sent.body.messages as { role: string; content: { type: string }[] }[])
+      .find((m) => m.role === "assistant")!;
+    assert.deepEqual(assistant.content.map((b) => b.type), ["thinking", "tool_use"]);
+    const cost = parseUsd(second.headers.get("tollbooth-request-cost")!);
+    const after = await wallet();
+    let charged = 0;
+    for await (const e of kv.list<UsageRecord>({ prefix: keys.appUsage(app.id) })) {
+      charged += e.value.cost;
+    }
+    assert.equal(after.spent, charged, "the ledger holds the one answered turn");
+    assert.equal(after.spent, cost, "the cost header is the wallet's debit");
+    assert.ok(charged > 0);
+    await assertAuditClean(kv);
+  } finally {
+    for (const c of children) {
+      try {
+        c.process.kill("SIGKILL");
+      } catch { /* already gone */ }
+      await c.process.status;
+    }
+    kv.close();
+    await claude.close();
     await Deno.remove(dir, { recursive: true });
   }
 });
