@@ -67,7 +67,7 @@ export async function issueManagementKey(
  * The owner's management keys that are not revoked: a revocation marks its index entry, so only
  * the records of unmarked keys are read (see countLiveIndexed).
  */
-function countLiveManagementKeys(kv: Deno.Kv, ownerId: string): Promise<number> {
+export function countLiveManagementKeys(kv: Deno.Kv, ownerId: string): Promise<number> {
   return countLiveIndexed<ManagementKeyRecord>(
     kv,
     keys.ownerManagementKeys(ownerId),
@@ -140,4 +140,24 @@ export async function revokeManagementKey(
       .commit();
     if (result.ok) return revoked;
   }
+}
+
+/**
+ * Revokes every live management key of the owner, each as revokeManagementKey does, and returns
+ * how many it revoked: an owner who fears a key leaked with the password ends them in one step.
+ */
+export async function revokeAllManagementKeys(
+  kv: Deno.Kv,
+  ownerId: string,
+  now = Date.now(),
+): Promise<number> {
+  let revoked = 0;
+  for await (const entry of kv.list({ prefix: keys.ownerManagementKeys(ownerId) })) {
+    if (entry.value === false) continue;
+    const before = await kv.get<ManagementKeyRecord>(keys.managementKey(String(entry.key[2])));
+    if (!before.value || before.value.revokedAt !== null) continue;
+    await revokeManagementKey(kv, ownerId, before.value.id, now);
+    revoked++;
+  }
+  return revoked;
 }

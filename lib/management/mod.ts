@@ -1,9 +1,11 @@
 /** Management: owners' management keys, and the pages and reports the management API lists. */
 export {
   authenticateManagementKey,
+  countLiveManagementKeys,
   issueManagementKey,
   listManagementKeys,
   MAX_MANAGEMENT_KEYS,
+  revokeAllManagementKeys,
   REVOKED_KEYS_SHOWN,
   revokeManagementKey,
   TooManyManagementKeysError,
