@@ -9,6 +9,7 @@ import {
   SESSION_TTL_MS,
 } from "@/lib/accounts/mod.ts";
 import { MAX_FAILURES_PER_EMAIL } from "@/lib/accounts/sign_in_throttle.ts";
+import { issueManagementKey } from "@/lib/management/mod.ts";
 import { sessionCookie } from "@/routes/session.ts";
 import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
@@ -90,6 +91,60 @@ Deno.test("changing the password keeps this session, ends the owner's other sess
     let indexed = 0;
     for await (const _ of s.kv.list({ prefix: keys.ownerSessions(ada.id) })) indexed++;
     assert.equal(indexed, 2, "this session and the new sign-in's; the ended one is gone from KV");
+  }));
+
+/** The status of a management API call with the key. */
+async function managementStatus(s: TestService, managementKey: string): Promise<number> {
+  const res = await s.handle(
+    new Request(`${PUBLIC_URL}/v1/management/apps`, {
+      headers: { authorization: `Bearer ${managementKey}` },
+    }),
+  );
+  await res.body?.cancel();
+  return res.status;
+}
+
+Deno.test("a password change leaves management keys working, the Account page says how many, and one form revokes them all", () =>
+  withService(async (s) => {
+    const here = await new OwnerSession(s).signUp("ada@example.com");
+    const ada = await ownerOf(s, "ada@example.com");
+    const mine = [
+      (await issueManagementKey(s.kv, ada.id, "billing")).managementKey,
+      (await issueManagementKey(s.kv, ada.id, "reports")).managementKey,
+    ];
+    await new OwnerSession(s).signUp("bob@example.com");
+    const bobs = (await issueManagementKey(s.kv, (await ownerOf(s, "bob@example.com")).id, "b"))
+      .managementKey;
+
+    const res = await here.post(CHANGE, {
+      _csrf: await here.csrf(),
+      current_password: OWNER_PASSWORD,
+      new_password: NEW_PASSWORD,
+      confirmation: NEW_PASSWORD,
+    });
+    const account = await here.followRedirect(res);
+    assert.match(account, /Management keys still work: see below\./);
+    assert.match(account, /this account has\s+2 live management keys/);
+    for (const key of mine) assert.equal(await managementStatus(s, key), 200);
+
+    // Without the session's CSRF token nothing is revoked.
+    const forged = await here.post("/dashboard/management-keys/revoke-all", {});
+    assert.equal(forged.status, 403);
+    await forged.body?.cancel();
+    for (const key of mine) assert.equal(await managementStatus(s, key), 200);
+
+    const csrf =
+      /action="\/dashboard\/management-keys\/revoke-all"[^]*?name="_csrf" value="([0-9a-z]+)"/
+        .exec(account)![1];
+    const revoked = await here.post("/dashboard/management-keys/revoke-all", { _csrf: csrf });
+    assert.equal(revoked.headers.get("location"), "/dashboard/management-keys");
+    assert.match(await here.followRedirect(revoked), /Every management key was revoked/);
+    for (const key of mine) assert.equal(await managementStatus(s, key), 401);
+    assert.equal(await managementStatus(s, bobs), 200, "another owner's key is left alone");
+    assert.match(
+      await here.page("/dashboard/account"),
+      /This account has no live management keys\./,
+    );
   }));
 
 Deno.test("the session that changes the password is replaced: a copy of its cookie (a stolen one) is signed out, and its CSRF token is new", () =>

@@ -11,10 +11,12 @@ import {
   type Session,
   signInSucceeded,
 } from "@/lib/accounts/mod.ts";
+import { countLiveManagementKeys } from "@/lib/management/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import { clientAddress, type PageEnv, sessionCookie, setSessionCookie } from "@/routes/session.ts";
 import { formAnchor, Page, type Saved, SavedNotice } from "./pages/shared.tsx";
 import { redirectSaved, takeSaved } from "./saved_notice.ts";
+import { RevokeAllManagementKeysForm } from "./management_keys.tsx";
 
 export const ACCOUNT_PATH = "/dashboard/account";
 const PASSWORD_CARD = "password";
@@ -22,13 +24,21 @@ const NEW_PASSWORD_HINT = "new-password-hint";
 
 type PasswordRefusal = { error: string; field?: PasswordChangeError["field"] };
 
-/** GET /dashboard/account: the owner's email and the form that changes the password. */
-function accountPage(session: Session, state: { saved?: Saved; refused?: PasswordRefusal }) {
+/**
+ * GET /dashboard/account: the owner's email, the form that changes the password, and the
+ * management keys a change leaves working, with the one form that revokes them all.
+ */
+function accountPage(
+  session: Session,
+  liveManagementKeys: number,
+  state: { saved?: Saved; refused?: PasswordRefusal },
+) {
   const card = formAnchor(PASSWORD_CARD, state.refused);
   const invalidIf = (field: PasswordChangeError["field"]) =>
     state.refused?.field === field ? card.invalidField : {};
   return renderPage(
-    <Page title="Account" session={session}>
+    // The script asks before the revocation of every management key (data-confirm).
+    <Page title="Account" session={session} islands={liveManagementKeys > 0}>
       <p class="crumbs">
         <a href="/dashboard">Apps</a> / <span>Account</span>
       </p>
@@ -97,6 +107,24 @@ function accountPage(session: Session, state: { saved?: Saved; refused?: Passwor
           this one stays signed in.
         </p>
       </section>
+      <section class="card narrow start" id="management-keys">
+        <h2>Management keys</h2>
+        {liveManagementKeys === 0 ? <p>This account has no live management keys.</p> : (
+          <>
+            <p>
+              A password change or reset leaves management keys working: this account has{" "}
+              {liveManagementKeys}{" "}
+              live management key{liveManagementKeys === 1 ? "" : "s"}. If someone else may have had
+              your password, they may have made one too: revoke them all, then create new ones for
+              your servers.
+            </p>
+            <RevokeAllManagementKeysForm session={session} live={liveManagementKeys} />
+          </>
+        )}
+        <p class="muted">
+          See them one by one under <a href="/dashboard/management-keys">Management keys</a>.
+        </p>
+      </section>
     </Page>,
   );
 }
@@ -117,12 +145,19 @@ export function accountSettingsRoutes(
   const r = new Hono<PageEnv>();
   const session = (c: Context<PageEnv>) => c.get("session")!;
 
-  r.get("/", (c) => c.html(accountPage(session(c), { saved: takeSaved(c) })));
+  const liveManagementKeys = (c: Context<PageEnv>) =>
+    countLiveManagementKeys(kv, session(c).owner.id);
+
+  r.get(
+    "/",
+    async (c) =>
+      c.html(accountPage(session(c), await liveManagementKeys(c), { saved: takeSaved(c) })),
+  );
 
   r.post("/password", async (c) => {
     const form = c.get("form");
-    const refuse = (refused: PasswordRefusal, status: 400 | 429) =>
-      c.html(accountPage(session(c), { refused }), status);
+    const refuse = async (refused: PasswordRefusal, status: 400 | 429) =>
+      c.html(accountPage(session(c), await liveManagementKeys(c), { refused }), status);
     const input = {
       sessionId: session(c).id,
       currentPassword: form.current_password ?? "",

@@ -14,22 +14,43 @@ import type { ManagementKeyRecord } from "@/lib/db.ts";
 import {
   issueManagementKey,
   listManagementKeys,
+  revokeAllManagementKeys,
   revokeManagementKey,
   TooManyManagementKeysError,
 } from "@/lib/management/mod.ts";
 import { notFoundPage } from "@/routes/pages/not_found.tsx";
 import { renderPage } from "@/routes/render.ts";
 import type { PageEnv } from "@/routes/session.ts";
-import { formAnchor, SECRET_CARD_ID, when } from "./pages/shared.tsx";
+import { formAnchor, type Saved, SavedNotice, SECRET_CARD_ID, when } from "./pages/shared.tsx";
 import { redirectToReveal } from "./reveals.ts";
+import { redirectSaved, takeSaved } from "./saved_notice.ts";
 
 const PATH = "/dashboard/management-keys";
+export const REVOKE_ALL_MANAGEMENT_KEYS_PATH = `${PATH}/revoke-all`;
+
+/** One form that revokes every live management key: the step after a suspected compromise. */
+export function RevokeAllManagementKeysForm({ session, live }: { session: Session; live: number }) {
+  return (
+    <form
+      method="post"
+      action={REVOKE_ALL_MANAGEMENT_KEYS_PATH}
+      class="inline-form"
+      data-confirm={`Revoke all ${live} management key${
+        live === 1 ? "" : "s"
+      }? Each stops working at once, and this cannot be undone.`}
+    >
+      <CsrfField session={session} />
+      <button type="submit" class="button danger">Revoke all management keys</button>
+    </form>
+  );
+}
 
 /** GET /dashboard/management-keys: the owner's keys for the management API. */
 function managementKeysPage(
   session: Session,
   { keys: rows, olderRevoked }: { keys: ManagementKeyRecord[]; olderRevoked: number },
   refused?: { error: string; name: string },
+  saved?: Saved,
 ) {
   const newKey = formAnchor("new-management-key", refused);
   const live = rows.filter((k) => k.revokedAt === null);
@@ -68,6 +89,7 @@ function managementKeysPage(
       </section>
       <section class="card">
         <h2>Active management keys</h2>
+        <SavedNotice saved={saved} shows={["management-keys-revoked"]} />
         {live.length === 0 ? <p>No management keys yet.</p> : (
           <div class="table-scroll">
             <table>
@@ -112,6 +134,7 @@ function managementKeysPage(
             </table>
           </div>
         )}
+        {live.length > 1 && <RevokeAllManagementKeysForm session={session} live={live.length} />}
       </section>
       {revoked.length > 0 && (
         <section class="card">
@@ -185,9 +208,8 @@ export function managementKeyRoutes(kv: Deno.Kv) {
   const session = (c: Context<PageEnv>) => c.get("session")!;
 
   r.get("/", async (c) => {
-    return c.html(
-      managementKeysPage(session(c), await listManagementKeys(kv, session(c).owner.id)),
-    );
+    const listed = await listManagementKeys(kv, session(c).owner.id);
+    return c.html(managementKeysPage(session(c), listed, undefined, takeSaved(c)));
   });
 
   r.post("/", async (c) => {
@@ -221,6 +243,11 @@ export function managementKeyRoutes(kv: Deno.Kv) {
     const issued = await takeReveal(kv, session(c).id, revealId, isManagementKeyReveal);
     if (!issued) return c.html(managementKeyShownPage(session(c)));
     return c.html(managementKeyIssuedPage(session(c), issued));
+  });
+
+  r.post("/revoke-all", async (c) => {
+    await revokeAllManagementKeys(kv, session(c).owner.id);
+    return redirectSaved(c, PATH, "management-keys-revoked");
   });
 
   r.post("/:keyId/revoke", async (c) => {

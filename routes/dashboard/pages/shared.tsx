@@ -49,7 +49,10 @@ export const SAVED_MESSAGES = {
   rename: "App renamed.",
   webhook: "Webhook settings saved.",
   "webhook-removed": "Webhook endpoint removed.",
-  password: "Password changed. Every other session of this account was signed out.",
+  password:
+    "Password changed. Every other session of this account was signed out. Management keys still work: see below.",
+  "management-keys-revoked":
+    "Every management key was revoked: each is refused from its next request.",
 } as const;
 export type Saved = keyof typeof SAVED_MESSAGES;
 
