@@ -3,6 +3,7 @@
  * message on stderr and exits non-zero. Safe to run beside a running service on the same KV.
  */
 import { MAX_EMAIL_CHARS, ownerIdByEmail, resetPassword } from "@/lib/accounts/mod.ts";
+import { countLiveManagementKeys, revokeAllManagementKeys } from "@/lib/management/mod.ts";
 import {
   createApp as createAppRecord,
   getApp,
@@ -258,10 +259,17 @@ export async function runAdmin(
       };
     }
     case "reset-password": {
-      const flags = parseFlags(rest, ["email"]);
+      const flags = parseFlags(rest, ["email", "revoke-management-keys"]);
       const email = textFlag(required(flags, "email"), "email", MAX_EMAIL_CHARS);
+      const revokeKeys = flags["revoke-management-keys"];
+      if (revokeKeys !== undefined && revokeKeys !== "true" && revokeKeys !== "false") {
+        throw new UsageError("--revoke-management-keys must be true or false");
+      }
       // No account with the email: an AccountError naming it, exit 1.
       const reset = await resetPassword(kv, email);
+      // A forgotten password leaves the owner's servers their keys; a suspected compromise asks
+      // for all of them to go with it.
+      const revoked = revokeKeys === "true" ? await revokeAllManagementKeys(kv, reset.owner.id) : 0;
       return {
         output: {
           owner_id: reset.owner.id,
@@ -269,6 +277,8 @@ export async function runAdmin(
           // Printed this once: KV keeps only its hash. The owner signs in with it and changes it.
           password: reset.password,
           sessions_ended: reset.sessionsEnded,
+          management_keys_revoked: revoked,
+          management_keys_live: await countLiveManagementKeys(kv, reset.owner.id),
         },
         exitCode: 0,
       };

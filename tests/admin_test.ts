@@ -9,6 +9,7 @@ import { runAdmin } from "@/scripts/admin.ts";
 import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
 import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
 import { MAX_FAILURES_PER_EMAIL } from "@/lib/accounts/sign_in_throttle.ts";
+import { issueManagementKey } from "@/lib/management/mod.ts";
 
 const ADMIN = new URL("../scripts/admin.ts", import.meta.url).pathname;
 
@@ -325,6 +326,58 @@ Deno.test("admin reset-password prints a new password that signs in, the old one
     assert.match(await v.page("/dashboard"), /Signed in as ada@example\.com/);
     const stored = await s.kv.get(keys.owner(reset.json.owner_id));
     assert.ok(!JSON.stringify(stored.value).includes(password), "KV keeps only its hash");
+  }));
+
+Deno.test("admin reset-password leaves the owner's management keys working, and revokes them all with --revoke-management-keys true", () =>
+  withFileService(async (s, kvPath) => {
+    const ownerId = (await signUp(s.kv, { email: "ada@example.com", password: OWNER_PASSWORD })).id;
+    const bobId = (await signUp(s.kv, { email: "bob@example.com", password: OWNER_PASSWORD })).id;
+    const [first, second, bobs] = await Promise.all([
+      issueManagementKey(s.kv, ownerId, "billing"),
+      issueManagementKey(s.kv, ownerId, "reports"),
+      issueManagementKey(s.kv, bobId, "bob's"),
+    ]);
+    const status = async (key: string) => {
+      const res = await s.handle(
+        new Request(`${PUBLIC_URL}/v1/management/apps`, {
+          headers: { authorization: `Bearer ${key}` },
+        }),
+      );
+      await res.body?.cancel();
+      return res.status;
+    };
+
+    const kept = await admin(kvPath, "reset-password", "--email", "ada@example.com");
+    assert.equal(kept.code, 0, kept.stderr);
+    assert.equal(kept.json.management_keys_revoked, 0);
+    assert.equal(kept.json.management_keys_live, 2);
+    assert.equal(await status(first.managementKey), 200);
+
+    const revoked = await admin(
+      kvPath,
+      "reset-password",
+      "--email",
+      "ada@example.com",
+      "--revoke-management-keys",
+      "true",
+    );
+    assert.equal(revoked.code, 0, revoked.stderr);
+    assert.equal(revoked.json.management_keys_revoked, 2);
+    assert.equal(revoked.json.management_keys_live, 0);
+    assert.equal(await status(first.managementKey), 401);
+    assert.equal(await status(second.managementKey), 401);
+    assert.equal(await status(bobs.managementKey), 200, "another owner's key is left alone");
+
+    const bad = await admin(
+      kvPath,
+      "reset-password",
+      "--email",
+      "bob@example.com",
+      "--revoke-management-keys",
+      "yes",
+    );
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--revoke-management-keys must be true or false/);
   }));
 
 Deno.test("admin reset-password of an unknown email exits 1 naming it; without --email it is a usage error", () =>

@@ -17,7 +17,7 @@ export const ADMIN_COMMANDS = [
     name: "set-limits",
     options: "--app APP_ID [--key KEY_ID] [--rpm N|default] [--tpm N|default]",
   },
-  { name: "reset-password", options: "--email EMAIL" },
+  { name: "reset-password", options: "--email EMAIL [--revoke-management-keys true|false]" },
   { name: "audit", options: "" },
 ] as const;
 

@@ -720,7 +720,10 @@ export function operationsPage() {
         request. <code>audit</code> exits non-zero when any wallet's money does not add up.{" "}
         <code>reset-password --email EMAIL</code>{" "}
         is how an owner who forgot the password gets back in (the service sends no email): it prints
-        a new random password once and signs the owner out everywhere.
+        a new random password once and signs the owner out everywhere. The owner's management keys
+        keep working unless it is given <code>--revoke-management-keys true</code>{" "}
+        (for a password someone else may have had); the owner can also revoke them all from the
+        Account page.
       </p>
     </DocsLayout>,
   );
