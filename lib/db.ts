@@ -206,10 +206,11 @@ export const keys = {
 };
 
 /**
- * What an account throttle counts: sign-in attempts per email and per address, sign-up attempts
- * per address (in the throttle's window), accounts made per address (per UTC day).
+ * What an account throttle counts: sign-in attempts per email and per address, a password change's
+ * guesses of the current password per session, sign-up attempts per address (in the throttle's
+ * window), accounts made per address (per UTC day).
  */
-export type ThrottleScope = "email" | "ip" | "signup_ip" | "signup_ip_day";
+export type ThrottleScope = "email" | "ip" | "session" | "signup_ip" | "signup_ip_day";
 
 /** The service-wide sums under `keys.serviceTotal`. */
 export type ServiceTotal = "starter_credits_granted" | "apps_created" | "uncharged";

@@ -34,6 +34,7 @@ export {
 } from "./reveals.ts";
 export type { ApiKeyReveal, ManagementKeyReveal, Reveal, WebhookSecretReveal } from "./reveals.ts";
 export {
+  beginPasswordChange,
   beginSignIn,
   beginSignUp,
   signInSucceeded,

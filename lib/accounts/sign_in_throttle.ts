@@ -8,7 +8,7 @@
  * conflicts), and the k-th recorded attempt sees at least k entries, so at most the limit gets
  * through per window. Entries expire on their own when their window is over.
  */
-import { keys } from "@/lib/db.ts";
+import { keys, type ThrottleScope } from "@/lib/db.ts";
 import { randomToken } from "@/lib/core/mod.ts";
 
 export const THROTTLE_WINDOW_MS = 15 * 60 * 1000;
@@ -32,17 +32,46 @@ async function countUpTo(kv: Deno.Kv, prefix: Deno.KvKey, max: number): Promise<
   return n;
 }
 
-export async function beginSignIn(
+export function beginSignIn(
   kv: Deno.Kv,
   email: string,
   ip: string,
   now = Date.now(),
 ): Promise<SignInAttempt> {
+  return beginAttempt(kv, [
+    { scope: "email", subject: email, max: MAX_FAILURES_PER_EMAIL },
+    { scope: "ip", subject: ip, max: MAX_FAILURES_PER_IP },
+  ], now);
+}
+
+/**
+ * A guess of the current password in a password change, from a signed-in session. It counts
+ * against the email as a sign-in does, so guesses made here hold back sign-in; but it is held back
+ * by this session's own guesses and the address's, not by the email's count: anyone who knows the
+ * email can fill that, and it then kept the owner from changing the password, even to shut out
+ * someone who had it.
+ */
+export function beginPasswordChange(
+  kv: Deno.Kv,
+  email: string,
+  sessionHash: string,
+  ip: string,
+  now = Date.now(),
+): Promise<SignInAttempt> {
+  return beginAttempt(kv, [
+    { scope: "email", subject: email, max: null },
+    { scope: "session", subject: sessionHash, max: MAX_FAILURES_PER_EMAIL },
+    { scope: "ip", subject: ip, max: MAX_FAILURES_PER_IP },
+  ], now);
+}
+
+/** Records the attempt under each subject, then refuses it past any subject's `max` (null: none). */
+async function beginAttempt(
+  kv: Deno.Kv,
+  subjects: { scope: ThrottleScope; subject: string; max: number | null }[],
+  now: number,
+): Promise<SignInAttempt> {
   const window = windowOf(now);
-  const subjects = [
-    { scope: "email" as const, subject: email, max: MAX_FAILURES_PER_EMAIL },
-    { scope: "ip" as const, subject: ip, max: MAX_FAILURES_PER_IP },
-  ];
   const id = randomToken(64);
   const expireIn = (window + 1) * THROTTLE_WINDOW_MS - now;
   const atomic = kv.atomic();
@@ -50,9 +79,11 @@ export async function beginSignIn(
   for (const key of entries) atomic.set(key, now, { expireIn });
   await atomic.commit();
   const counts = await Promise.all(
-    subjects.map((s) => countUpTo(kv, keys.signInFailures(s.scope, s.subject, window), s.max + 1)),
+    subjects.map((s) =>
+      s.max === null ? 0 : countUpTo(kv, keys.signInFailures(s.scope, s.subject, window), s.max + 1)
+    ),
   );
-  const blocked = subjects.some((s, i) => counts[i] > s.max);
+  const blocked = subjects.some((s, i) => s.max !== null && counts[i] > s.max);
   return { retryAfter: blocked ? Math.ceil(expireIn / 1000) : 0, entries };
 }
 

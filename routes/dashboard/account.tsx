@@ -1,7 +1,7 @@
 import { type Context, Hono } from "hono";
 import { CsrfField } from "@/components/CsrfField.tsx";
 import {
-  beginSignIn,
+  beginPasswordChange,
   changePassword,
   newPasswordProblem,
   PASSWORD_MAX,
@@ -11,6 +11,7 @@ import {
   type Session,
   signInSucceeded,
 } from "@/lib/accounts/mod.ts";
+import { sha256Hex } from "@/lib/core/mod.ts";
 import { countLiveManagementKeys } from "@/lib/management/mod.ts";
 import { renderPage } from "@/routes/render.ts";
 import { clientAddress, type PageEnv, sessionCookie, setSessionCookie } from "@/routes/session.ts";
@@ -167,14 +168,20 @@ export function accountSettingsRoutes(
     // A new password that cannot be taken is refused before the current one counts as an attempt.
     const problem = newPasswordProblem(input.newPassword, input.confirmation);
     if (problem) return refuse({ error: problem.message, field: problem.field }, 400);
-    // The current password is guessed here as at sign-in: the same counts hold both back.
+    // The current password is guessed here as at sign-in, and counted against the email too.
     const email = session(c).owner.email;
-    const attempt = await beginSignIn(kv, email, clientAddress(c, deps.proxyTrust), now());
+    const attempt = await beginPasswordChange(
+      kv,
+      email,
+      sha256Hex(session(c).id),
+      clientAddress(c, deps.proxyTrust),
+      now(),
+    );
     if (attempt.retryAfter > 0) {
       c.header("Retry-After", String(attempt.retryAfter));
       const minutes = Math.ceil(attempt.retryAfter / 60);
       return refuse({
-        error: `Too many wrong passwords for this account. Try again in ${minutes} minute${
+        error: `Too many wrong passwords were typed here. Try again in ${minutes} minute${
           minutes === 1 ? "" : "s"
         }.`,
         field: "current_password",
