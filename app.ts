@@ -201,6 +201,7 @@ export function createApp(deps: AppDeps) {
       mode: payments,
       stripe,
       publicUrl: config.publicUrl,
+      proxyTrust: { header: config.trustedProxyHeader, count: config.trustedProxyCount },
     }),
   );
   app.post(

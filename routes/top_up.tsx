@@ -6,6 +6,7 @@
 import { type Context, Hono } from "hono";
 import { type AppRecord, keys, type WalletRecord } from "@/lib/db.ts";
 import {
+  beginCheckout,
   confirmCheckoutSession,
   createCheckoutSession,
   createDevPurchase,
@@ -24,7 +25,8 @@ import {
 import type { Logger, Micros } from "@/lib/core/mod.ts";
 import { WalletCreditLimitError, type Wallets } from "@/lib/billing/mod.ts";
 import type { Env } from "./middleware.ts";
-import { formSizeLimit } from "./session.ts";
+import { clientAddress, formSizeLimit } from "./session.ts";
+import type { ProxyTrust } from "@/lib/accounts/mod.ts";
 import { readForm } from "./forms.ts";
 import {
   crediting,
@@ -44,6 +46,8 @@ export interface TopUpDeps {
   /** Set in "stripe" mode. */
   stripe: Stripe | undefined;
   publicUrl: string;
+  /** Where the client's address is read, for the bound on the Checkout Sessions it opens. */
+  proxyTrust: ProxyTrust;
 }
 
 type C = Context<Env>;
@@ -164,6 +168,20 @@ export function topUpRoutes(deps: TopUpDeps) {
     if (mode === "dev") {
       const purchase = await createDevPurchase(kv, app.id, amount);
       return c.redirect(`${pagePath(app)}/dev-checkout/${purchase.id}`, 303);
+    }
+    const wait = await beginCheckout(kv, clientAddress(c, deps.proxyTrust));
+    if (wait > 0) {
+      c.header("Retry-After", String(wait));
+      const minutes = Math.ceil(wait / 60);
+      return refuse(
+        c,
+        429,
+        "Too many checkouts",
+        `Too many checkouts were opened from your network. Try again in ${minutes} minute${
+          minutes === 1 ? "" : "s"
+        }. Nothing was bought and nothing was charged.`,
+        app,
+      );
     }
     try {
       const pageUrl = `${deps.publicUrl}${pagePath(app)}`;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "@/lib/core/mod.ts";
-import { createStripeClient } from "@/lib/payments/mod.ts";
+import { createStripeClient, MAX_CHECKOUTS_PER_ADDRESS } from "@/lib/payments/mod.ts";
 import { rotateTopUpToken } from "@/lib/tenants/mod.ts";
 import { MAX_WALLET_CREDITS } from "@/lib/billing/mod.ts";
 import { ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
@@ -39,6 +39,27 @@ async function deliver(s: TestService, payload: string, signature?: string) {
 function paidSession(appId: string, amountMicros = 10_000_000, extra = {}) {
   return checkoutSessionObject({ appId, amountMicros, paid: true, ...extra });
 }
+
+Deno.test("one address opens a bounded number of Checkout Sessions per window: past it the page says so and Stripe is not called", () =>
+  withStripe(async (s, fake) => {
+    const { topUpToken } = await s.newApp("Story Forge");
+    const buy = async () =>
+      await postForm(s, `/top-up/${topUpToken}`, {
+        amount: "10",
+        form_token: await topUpFormToken(s, topUpToken),
+      });
+    for (let i = 0; i < MAX_CHECKOUTS_PER_ADDRESS; i++) {
+      const res = await buy();
+      assert.equal(res.status, 303);
+      await res.body?.cancel();
+    }
+    assert.equal(fake.sessions.size, MAX_CHECKOUTS_PER_ADDRESS);
+    const held = await buy();
+    assert.equal(held.status, 429);
+    assert.ok(Number(held.headers.get("retry-after")) > 0);
+    assert.match(await held.text(), /Too many checkouts were opened from your network/);
+    assert.equal(fake.sessions.size, MAX_CHECKOUTS_PER_ADDRESS, "no session was opened for it");
+  }));
 
 Deno.test("choosing an amount opens a one-time Checkout Session priced on the server", () =>
   withStripe(async (s, fake) => {

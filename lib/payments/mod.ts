@@ -11,6 +11,7 @@ export {
 } from "./stripe_checkout.ts";
 export type { Stripe } from "./stripe_checkout.ts";
 export {
+  beginCheckout,
   createDevPurchase,
   creditTopUp,
   findAppByTopUpToken,
@@ -18,6 +19,7 @@ export {
   findDevPurchase,
   findTopUpEntry,
   hasRoomForTopUp,
+  MAX_CHECKOUTS_PER_ADDRESS,
   paymentMethodName,
   paymentMode,
   paymentSourceOf,
