@@ -695,6 +695,39 @@ for (const stream of [false, true]) {
     }));
 }
 
+for (const stream of [false, true]) {
+  Deno.test(`openai: a server that ignores stream and answers the whole completion as JSON is served and charged its usage${stream ? ", streamed" : ""}`, () =>
+    withFake(
+      "openai",
+      () =>
+        Response.json({
+          id: "chatcmpl-whole",
+          object: "chat.completion",
+          created: 1733000000,
+          model: "up-model",
+          choices: [{
+            index: 0,
+            message: { role: "assistant", content: "Once upon a time" },
+            logprobs: null,
+            finish_reason: "stop",
+          }],
+          usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
+        }),
+      async (s, apiKey, appId) => {
+        const res = await ask(s, apiKey, stream);
+        assert.equal(res.status, 200);
+        const content = stream
+          ? (await readStream(res)).content
+          : (await res.json()).choices[0].message.content;
+        assert.equal(content, "Once upon a time");
+        const [record] = await usageRecords(s.kv, appId);
+        assert.equal(record.outcome, "completed");
+        assert.equal(record.cost, cost(10, 5));
+        assert.equal((await s.wallet(appId)).available, START - cost(10, 5));
+      },
+    ));
+}
+
 Deno.test("openai: a reasoning stream its client left, whose upstream will not stop, is cut once past what its cap could produce, and charged the cap", async () => {
   let cut = false;
   // Words past any cap, a chunk every 5 ms, for 30 s: far longer than the cap allows.

@@ -5,6 +5,7 @@ import {
   readAnswerJson,
   streamedOrWhole,
   wholeAnswer,
+  wholeAnswerBytes,
 } from "../http.ts";
 import { isReasoningModel, openAiRequestBody, runsProjectTier } from "./request.ts";
 import { openAiAnswerParts, openAiSseParts } from "./stream.ts";
@@ -59,7 +60,14 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
   return {
     stream(request) {
       return choose(request.model.upstreamModel, async () => {
-        const call = await post("/chat/completions", body(request, true), request.signal);
+        const sent = body(request, true);
+        const call = await post("/chat/completions", sent, request.signal);
+        // A server that ignores `stream` answers with the whole completion, which it bills: read
+        // as an event stream it would end before its first event, a 502 that charges nothing.
+        if (isJson(call.response.headers.get("content-type"))) {
+          const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
+          return openAiAnswerParts(json);
+        }
         return guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call);
       }, () => whole(request));
     },
@@ -75,4 +83,9 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
       return readEmbeddingsAnswer(json, request);
     },
   };
+}
+
+/** `application/json`, with or without parameters, as a whole answer is labelled. */
+function isJson(contentType: string | null): boolean {
+  return /^application\/json\s*(;|$)/i.test(contentType ?? "");
 }
