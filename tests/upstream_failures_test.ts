@@ -728,6 +728,23 @@ for (const stream of [false, true]) {
     ));
 }
 
+Deno.test("openai: an error object answered with 200 is the upstream's error, its reason logged: 502 provider_unreachable, nothing charged", () =>
+  withFake(
+    "openai",
+    () => Response.json({ error: { message: "model overloaded", type: "server_error" } }),
+    async (s, apiKey, appId) => {
+      await assertBothFail(s, apiKey, appId, 502, "provider_unreachable");
+      assert.deepEqual(failures(s), ["upstream_error", "upstream_error"]);
+      const logged = s.logs.filter((l) => l.path === "/v1/chat/completions")
+        .map((l) => (l.upstreamError as { message: string; type: string }));
+      for (const error of logged) {
+        assert.equal(error.message, "upstream failed: model overloaded");
+        assert.equal(error.type, "server_error");
+      }
+      assert.deepEqual(await usageRecords(s.kv, appId), []);
+    },
+  ));
+
 Deno.test("openai: a reasoning stream its client left, whose upstream will not stop, is cut once past what its cap could produce, and charged the cap", async () => {
   let cut = false;
   // Words past any cap, a chunk every 5 ms, for 30 s: far longer than the cap allows.

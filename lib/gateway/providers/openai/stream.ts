@@ -81,6 +81,14 @@ export function openAiStreamParts(
  * message as its delta, tool calls numbered as a stream numbers them, the usage kept.
  */
 export function completionAsChunk(json: unknown): Record<string, unknown> {
+  // An error a server answers with 200 (as it would in a stream): its reason, not "not a completion".
+  if (isObject(json) && !Array.isArray(json.choices) && (json.error || json.object === "error")) {
+    throw new ProviderError(
+      "upstream_error",
+      `upstream failed: ${upstreamErrorMessage(json) ?? JSON.stringify(json).slice(0, 200)}`,
+      { upstreamError: upstreamErrorFields(json) },
+    );
+  }
   if (!isObject(json) || !Array.isArray(json.choices)) {
     throw new ProviderError("malformed_response", "the upstream's answer is not a chat completion");
   }

@@ -340,7 +340,14 @@ Deno.test("a whole completion is made into the parts of the one chunk it would h
     assert.equal(usage.usage.completionTokens, completion.usage.completion_tokens, name);
   }
   assert.throws(
-    () => openAiAnswerParts({ error: "no" }),
+    () => openAiAnswerParts({ id: "chatcmpl-x" }),
     (e) => e instanceof ProviderError && e.kind === "malformed_response",
+  );
+  // An error answered with 200 is the upstream's failure, its reason kept.
+  assert.throws(
+    () => openAiAnswerParts({ error: "no" }),
+    (e) =>
+      e instanceof ProviderError && e.kind === "upstream_error" &&
+      e.message === "upstream failed: no",
   );
 });
