@@ -171,9 +171,13 @@ export function bearerToken(c: Context): string | null {
 function bearerKey(c: Context<Env>): string {
   const token = bearerToken(c);
   if (token === null) {
+    // A header that is there but not one bearer token (another scheme, or two headers, which
+    // arrive joined by a comma) is no missing key: the client is to look at what it sends.
     throw new ApiError(
       "invalid_api_key",
-      "Missing API key. Send 'Authorization: Bearer <API_KEY>'.",
+      c.req.header("authorization")?.trim()
+        ? "Malformed Authorization header. Send it once, as 'Authorization: Bearer <API_KEY>'."
+        : "Missing API key. Send 'Authorization: Bearer <API_KEY>'.",
     );
   }
   return token;

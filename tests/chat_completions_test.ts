@@ -208,6 +208,24 @@ Deno.test("401 invalid_api_key for a missing, malformed, unknown or revoked key"
     assert.ok(!err.message.includes(apiKey), "the key is never echoed");
   }));
 
+Deno.test("401 for an Authorization header that is not one bearer token says it is malformed, not missing", () =>
+  withService(async (s) => {
+    const { apiKey } = await s.newApp();
+    const body = { model: ECHO, messages: userMessage("hi") };
+    const missing = await assertError(await s.chat(null, body), 401, "invalid_api_key");
+    assert.match(missing.message, /^Missing API key/);
+    // Sent twice, the header arrives as its two values joined by a comma.
+    const twice = new Headers([["authorization", `Bearer ${apiKey}`]]);
+    twice.append("authorization", `Bearer ${apiKey}`);
+    const sent = ["Basic abc", `Token ${apiKey}`, "Bearer", twice.get("authorization")!];
+    for (const authorization of sent) {
+      const res = await s.chat(null, body, { headers: { authorization } });
+      const err = await assertError(res, 401, "invalid_api_key");
+      assert.match(err.message, /^Malformed Authorization header/);
+      assert.ok(!err.message.includes(apiKey), "the key is never echoed");
+    }
+  }));
+
 Deno.test("400 invalid_json for a body that is not JSON, not an object, or not UTF-8", () =>
   withService(async (s) => {
     const { appId, apiKey } = await s.newApp();
