@@ -525,6 +525,39 @@ Deno.test("the chat request's user field is recorded on its usage record and rep
     );
   }));
 
+Deno.test("usage report: the next_cursor after an end user of the longest name pages on, as every report cursor", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    // `user` takes up to 256 characters; its group's cursor is longer than a record id.
+    const users = ["a".repeat(256), "b".repeat(256), "c"];
+    for (const user of users) {
+      const res = await s.chat(app.apiKey, {
+        model: ECHO,
+        messages: userMessage("hi"),
+        max_tokens: 8,
+        user,
+      });
+      assert.equal(res.status, 200);
+      await res.body?.cancel();
+    }
+    const walked: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const after: string = cursor === null ? "" : `&starting_after=${encodeURIComponent(cursor)}`;
+      const page = await call(
+        s,
+        o.managementKey,
+        "GET",
+        `/apps/${app.appId}/usage/report?group_by=user&limit=1${after}`,
+      );
+      assert.equal(page.status, 200, JSON.stringify(page.body));
+      walked.push(...page.body.data.map((r: { group: string }) => r.group));
+      cursor = page.body.next_cursor;
+    } while (cursor !== null);
+    assert.deepEqual(walked, users);
+  }));
+
 Deno.test("management API sets a key's spend cap at creation and later, and an end-user cap; requests over them get 402", () =>
   withService(async (s) => {
     const o = await owner(s);

@@ -198,6 +198,13 @@ const pageQuery = {
   starting_after: z.string().min(1).max(200).optional(),
 };
 
+/**
+ * A report's cursor is its last row's group behind `g:`: an end user's name of up to 256
+ * characters, or a model id as long as the catalog has it; longer than the lists' cursors, which
+ * are record ids. It is only compared with the report's rows, never made a storage key.
+ */
+const reportCursorQuery = z.string().min(1).max(1_000).optional();
+
 const usageFilterQuery = {
   user: z.string().min(1).max(256).optional(),
   key_id: z.string().min(1).max(100).optional(),
@@ -455,7 +462,7 @@ export function managementRoutes(
         from: day.optional(),
         to: day.optional(),
         limit: pageQuery.limit,
-        starting_after: pageQuery.starting_after,
+        starting_after: reportCursorQuery,
         ...usageFilterQuery,
       }),
     );
