@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { rotateKey, Wallets } from "@/lib/billing/mod.ts";
+import { getSpendCaps, rotateKey, Wallets } from "@/lib/billing/mod.ts";
 import {
   issueManagementKey,
   listManagementKeys,
@@ -617,6 +617,27 @@ Deno.test("management API sets a key's spend cap at creation and later, and an e
     });
     assert.equal(userRefused.status, 402);
     assert.equal((await userRefused.json()).error.code, "user_spend_cap_exceeded");
+  }));
+
+Deno.test("management API: spend caps set on 30 keys of one app at once are all stored, none is a 500", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const keyIds = [];
+    for (let i = 0; i < 30; i++) {
+      keyIds.push((await issueKey(s.kv, app.appId, `customer ${i}`, "operator")).record.id);
+    }
+    // Every write of one app's caps rewrites its one record: all but one of those at once conflict.
+    const answers = await Promise.all(
+      keyIds.map((keyId) =>
+        call(s, o.managementKey, "POST", `/apps/${app.appId}/keys/${keyId}/spend_cap`, {
+          body: { daily: "1.00" },
+        })
+      ),
+    );
+    assert.deepEqual(answers.map((a) => a.status), keyIds.map(() => 200));
+    const caps = await getSpendCaps(s.kv, app.appId);
+    assert.deepEqual(Object.keys(caps.keys).sort(), [...keyIds].sort());
   }));
 
 Deno.test("management API: a body over 16 KiB is refused before it is read, and nothing is made", () =>

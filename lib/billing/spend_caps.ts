@@ -243,7 +243,12 @@ export async function setSpendCaps(
   caps: Partial<SpendCaps>,
 ): Promise<SpendCapsRecord> {
   const valid = validCaps(caps);
-  for (let attempt = 0; attempt < 10; attempt++) {
+  // Every cap of the app is one record, so writes at once (an owner capping many keys together)
+  // all but one fail their commit. A failed commit means another write committed (the record, or
+  // a revoked key's counter it checked, which nothing holds on, changed): the retries end once
+  // the writers ahead have, as `issueKey`'s do. A bound of tries turned the twentieth such write
+  // into a 500.
+  for (;;) {
     const entry = await kv.get<SpendCapsRecord>(keys.spendCaps(appId));
     const record: SpendCapsRecord = structuredClone(entry.value ?? { keys: {}, endUser: null });
     if ("keyId" in target) {
@@ -259,7 +264,6 @@ export async function setSpendCaps(
       .commit();
     if (result.ok) return record;
   }
-  throw new Error("spend caps conflicted; try again");
 }
 
 /**
