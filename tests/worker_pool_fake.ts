@@ -6,8 +6,8 @@
  * `FAKE_WORKER_CRASH=<index>` makes it fail once after it listens; it records the port it was
  * given as `FAKE_WORKER_PORT_<index>`, the catalog as `FAKE_WORKER_CATALOG_<index>`, and counts its
  * starts in `FAKE_WORKER_STARTS_<index>`.
- * `FAKE_WORKER_ASK=<index>` has that worker ask for its siblings' metrics once it listens, and
- * record what it got as `FAKE_WORKER_SIBLINGS_<index>`. Each worker counts `index + 1` requests.
+ * `FAKE_WORKER_ASK=<index>` has that worker ask for its siblings' metrics once it listens and
+ * `FAKE_WORKER_ASK_NOW` is set, and record what it got as `FAKE_WORKER_SIBLINGS_<index>`. Each worker counts `index + 1` requests.
  * At each start a worker takes and ends a commit turn of the wallet "app_locked", and records in
  * `FAKE_WORKER_LOCK_TAKEOVERS_<index>_<start>` how many locks it took over after 50 ms; a crashing worker
  * takes that turn again before it fails and never ends it.
@@ -36,7 +36,15 @@ self.onmessage = async (event: MessageEvent<ToWorker>) => {
       (await probe.begin("app_locked")).end(false);
       Deno.env.set(`FAKE_WORKER_LOCK_TAKEOVERS_${index}_${starts}`, String(probe.takenOver));
       send({ type: "listening", port: message.port || 41_234 });
-      if (Deno.env.get("FAKE_WORKER_ASK") === String(index)) send({ type: "siblings", id: 1 });
+      if (Deno.env.get("FAKE_WORKER_ASK") === String(index)) {
+        // Once the test says its siblings run: a sibling still loading on a busy machine answers
+        // after the pool's wait, which gives its last snapshot (none yet).
+        const ask = () =>
+          Deno.env.get("FAKE_WORKER_ASK_NOW")
+            ? send({ type: "siblings", id: 1 })
+            : setTimeout(ask, 10);
+        ask();
+      }
       if (Deno.env.get("FAKE_WORKER_CRASH") === String(index)) {
         Deno.env.delete("FAKE_WORKER_CRASH");
         await new CommitLocks(message.commitLocks, index).begin("app_locked");

@@ -115,6 +115,12 @@ Deno.test("a worker asking for its siblings' metrics gets every other worker's s
   Deno.env.set("FAKE_WORKER_ASK", "0");
   const { workers } = pool(3);
   await workers.start(8080);
+  await until(
+    () => [0, 1, 2].every((i) => Deno.env.get(`FAKE_WORKER_STARTS_${i}`) === "1"),
+    "every worker running",
+    { timeoutMs: 10_000 },
+  );
+  Deno.env.set("FAKE_WORKER_ASK_NOW", "1");
   await until(() => Deno.env.get("FAKE_WORKER_SIBLINGS_0") !== undefined, "the answer");
   const snapshots = JSON.parse(Deno.env.get("FAKE_WORKER_SIBLINGS_0")!);
   assert.deepEqual(snapshots, [

@@ -76,7 +76,7 @@ export class MergeRation {
 }
 
 /** About half a second of one core at once, a tenth of it each second after. */
-const HOLD_MERGES = new MergeRation(500_000, 100_000);
+export const HOLD_MERGES = new MergeRation(500_000, 100_000);
 
 /** What a long pre-token beyond the ration counts as: more than it has, or fewer. */
 type Beyond = "upper" | "lower";
