@@ -68,6 +68,16 @@ async function startChild(env: Record<string, string>): Promise<Child> {
   return { process, url: `http://127.0.0.1:${port}`, listeningAt, lines };
 }
 
+/** Kills what is left of the children a test started. */
+async function killAll(children: Child[]) {
+  for (const c of children) {
+    try {
+      c.process.kill("SIGKILL");
+    } catch { /* already gone */ }
+    await c.process.status;
+  }
+}
+
 async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: number) {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -275,12 +285,7 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
     assert.equal(report.ok, true);
     assert.equal(report.apps, 2);
   } finally {
-    for (const c of children) {
-      try {
-        c.process.kill("SIGKILL");
-      } catch { /* already gone */ }
-      await c.process.status;
-    }
+    await killAll(children);
     kv.close();
     await upstream.close();
     await Deno.remove(dir, { recursive: true });
@@ -416,12 +421,7 @@ Deno.test("SIGKILL after a budget Claude's signed thinking is kept and before it
     assert.ok(charged > 0);
     await assertAuditClean(kv);
   } finally {
-    for (const c of children) {
-      try {
-        c.process.kill("SIGKILL");
-      } catch { /* already gone */ }
-      await c.process.status;
-    }
+    await killAll(children);
     kv.close();
     await claude.close();
     await Deno.remove(dir, { recursive: true });
