@@ -174,6 +174,32 @@ Deno.test("management API creates, lists and revokes API keys; a created key wor
     assert.equal(unknown.body.error.param, "key_id");
   }));
 
+Deno.test("management API: a key name with a lone surrogate is 400 with param name, and no key is made", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const bad = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+      body: { name: "reseller \ud800" },
+    });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.param, "name");
+    assert.match(bad.body.error.message, /lone surrogate/);
+    const listed = await call(s, o.managementKey, "GET", `/apps/${app.appId}/keys`);
+    assert.deepEqual(listed.body.data.map((k: { id: string }) => k.id), [app.keyId]);
+  }));
+
+Deno.test("management API: an unknown field inside spend_cap is named by its path, spend_cap.foo", () =>
+  withService(async (s) => {
+    const o = await owner(s);
+    const app = o.apps[0];
+    const bad = await call(s, o.managementKey, "POST", `/apps/${app.appId}/keys`, {
+      body: { name: "capped", spend_cap: { foo: "1.00" } },
+    });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.param, "spend_cap.foo");
+    assert.equal(bad.body.error.message, "Unknown field 'spend_cap.foo'.");
+  }));
+
 Deno.test("management API: a repeated key creation with an Idempotency-Key makes one key, and the replay never shows the secret", () =>
   withService(async (s) => {
     const o = await owner(s);

@@ -238,7 +238,11 @@ const capAmount = z.string().regex(/^\d{1,9}(\.\d{1,6})?$/, 'a USD amount such a
 const CapsBody = z.object({ total: capAmount, daily: capAmount, monthly: capAmount }).strict();
 
 const NewKeyBody = z.object({
-  name: z.string().trim().min(1).max(MAX_KEY_NAME_CHARS),
+  // A lone surrogate (JSON's `"\ud800"`) is no text: it would be shown as U+FFFD everywhere.
+  name: z.string().trim().min(1).max(MAX_KEY_NAME_CHARS).refine(
+    (name) => name.isWellFormed(),
+    "must be Unicode text, without a lone surrogate",
+  ),
   spend_cap: CapsBody.optional(),
 }).strict();
 
@@ -250,7 +254,7 @@ function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
   if (parsed.success) return parsed.data;
   const issue = parsed.error.issues[0];
   if (issue.code === "unrecognized_keys") {
-    const field = issue.keys[0].slice(0, 100);
+    const field = [...issue.path, issue.keys[0].slice(0, 100)].join(".");
     throw new ApiError("invalid_parameter", `Unknown field '${field}'.`, { param: field });
   }
   const param = issue.path.join(".");
