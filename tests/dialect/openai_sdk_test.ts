@@ -990,6 +990,50 @@ Deno.test("openai SDK, anthropic kind: text held back from a json_schema answer 
     assert.equal(record.completionTokens, claudeTokenBound("ok") + claudeTokenBound(held));
   }));
 
+Deno.test("openai SDK, anthropic kind: a json_schema named after a tool, at a length OpenAI takes, is answered through an answer tool whose name Anthropic takes, streamed or not", () =>
+  withDialect(async (d) => {
+    // 61 characters: the name, and the name the answer tool would take first, are tools too.
+    const name = "extract_structured_details_about_every_person_named_in_a_text";
+    const tools = [name, `${name}_response`.slice(0, 64)].map((n) => ({
+      type: "function" as const,
+      function: { name: n, parameters: { type: "object", properties: {} } },
+    }));
+    const answer = { name: "Ada Lovelace", born: 1815 };
+    const usages = [];
+    for (const stream of [false, true]) {
+      d.claude.script((req) => ({
+        content: [{ type: "tool_use", name: req.body.tools.at(-1).name, input: answer }],
+        outputTokens: 14,
+      }));
+      const request = {
+        model: CLAUDE_MODEL,
+        messages: [{ role: "user" as const, content: "Who wrote the first program?" }],
+        tools,
+        tool_choice: "auto" as const,
+        response_format: {
+          type: "json_schema" as const,
+          json_schema: { name, schema: PERSON_SCHEMA, strict: true },
+        },
+      };
+      let content = "";
+      if (stream) {
+        const chunks = await openAiClient(d).chat.completions.create({ ...request, stream });
+        for await (const chunk of chunks) content += chunk.choices[0]?.delta.content ?? "";
+      } else {
+        const res = await openAiClient(d).chat.completions.create(request);
+        assert.equal(res.choices[0].finish_reason, "stop");
+        content = res.choices[0].message.content!;
+      }
+      assert.deepEqual(JSON.parse(content), answer, `stream: ${stream}`);
+      const sent = d.claude.messages().at(-1)!;
+      const names = sent.body.tools.map((t: { name: string }) => t.name);
+      assert.equal(new Set(names).size, 3, "three tools, each its own name");
+      assert.ok(names.every((n: string) => /^[a-zA-Z0-9_-]{1,64}$/.test(n)), names.join(", "));
+      usages.push({ prompt: sent.inputTokens, completion: 14 });
+    }
+    await assertCharged(d, CLAUDE_MODEL, ...usages);
+  }));
+
 Deno.test("openai SDK, anthropic kind: a client that leaves a stream Claude thinks in unasked pays the thinking: the stream is read to its usage", () =>
   withDialect(async (d) => {
     // As a model that thinks without being asked and does not show it ("omitted" display).

@@ -37,6 +37,9 @@ interface Turn {
   blocks: Block[];
 }
 
+/** The longest tool name Anthropic takes (`^[a-zA-Z0-9_-]{1,64}$`). */
+const MAX_TOOL_NAME = 64;
+
 /** Anthropic's least thinking budget. */
 export const MIN_THINKING_BUDGET = 1024;
 
@@ -147,8 +150,15 @@ export function responseTool(request: ChatRequest): { name: string; schema: unkn
     ...(request.params.tools ?? []).map((t) => t.function.name),
     ...historyToolNames(request),
   ]);
-  let name = format.type === "json_schema" ? format.json_schema.name : "json_response";
-  while (taken.has(name)) name += "_response";
+  const base = format.type === "json_schema" ? format.json_schema.name : "json_response";
+  let name = base;
+  // Anthropic takes names of at most 64 characters, and a schema may be named after a tool at
+  // that length (OpenAI takes both): the base is shortened to make room for the suffix, which
+  // counts up so that a shortened name that is taken too is never tried again.
+  for (let n = 1; taken.has(name); n++) {
+    const suffix = n === 1 ? "_response" : `_response_${n}`;
+    name = base.slice(0, MAX_TOOL_NAME - suffix.length) + suffix;
+  }
   const schema = format.type === "json_schema"
     ? format.json_schema.schema ?? { type: "object" }
     : { type: "object" };
@@ -438,7 +448,7 @@ function historyToolNames(request: ChatRequest): string[] {
  * A declared tool's name already is one (chat_request.ts checks it); the history's may not be.
  */
 export function toolNameAsSent(name: string): string {
-  return name.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64) || "_";
+  return name.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, MAX_TOOL_NAME) || "_";
 }
 
 /**
