@@ -334,11 +334,18 @@ export interface ApiKeyRecord {
   hash: string;
   createdAt: number;
   revokedAt: number | null;
+  /**
+   * The key a chain of rotations that replaced it began with; absent on a key no rotation made.
+   * A rotation changes the secret, not the customer: its Idempotency-Keys stay the customer's.
+   */
+  originalKeyId?: string;
 }
 
 export interface ApiKeyHashEntry {
   keyId: string;
   appId: string;
+  /** As on the key's record, for the requests it authenticates. */
+  originalKeyId?: string;
 }
 
 /** A key of the management API: acts for its owner over all of the owner's apps. */

@@ -10,10 +10,14 @@ import { readJsonBody } from "@/routes/json_body.ts";
 
 /**
  * The scope of a paid API request's keys: the calling API key, so that the customers a reseller
- * gives a key each neither replay nor block each other's requests.
+ * gives a key each neither replay nor block each other's requests. A key that replaced a rotated
+ * one has the scope of the chain's first key: a client retrying with the new secret is the same
+ * customer, and ran again its request would be charged twice.
  */
-export function apiKeyScope(caller: { appId: string; keyId: string }): string {
-  return `app:${caller.appId}:key:${caller.keyId}`;
+export function apiKeyScope(
+  caller: { appId: string; keyId: string; originalKeyId?: string },
+): string {
+  return `app:${caller.appId}:key:${caller.originalKeyId ?? caller.keyId}`;
 }
 
 /** The response headers a replay repeats; the others describe the replay itself. */

@@ -17,7 +17,14 @@ export type Env = {
   Variables: {
     requestId: string;
     trace: RequestTrace;
-    caller: { appId: string; keyId: string; keyGuard?: KeyGuard; idempotent?: true };
+    caller: {
+      appId: string;
+      keyId: string;
+      /** The first key of the rotations that led to this one (see ApiKeyRecord). */
+      originalKeyId?: string;
+      keyGuard?: KeyGuard;
+      idempotent?: true;
+    };
     /** Set when the log line is written later, by the end of a stream. */
     deferLog: boolean;
     /** The owner a management key acts for (management API routes). */
@@ -128,7 +135,12 @@ export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
   return async (c, next) => {
     const key = await cache.authenticate(bearerKey(c));
     if (!key) throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
-    c.set("caller", { appId: key.appId, keyId: key.keyId, keyGuard: key.keyGuard });
+    c.set("caller", {
+      appId: key.appId,
+      keyId: key.keyId,
+      originalKeyId: key.originalKeyId,
+      keyGuard: key.keyGuard,
+    });
     Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
     await next();
     const error = c.error;
@@ -157,7 +169,12 @@ export function requireLiveApiKey(cache: KeyCache): MiddlewareHandler<Env> {
     if (!key || (key.cached && !(await cache.stillValid(key)))) {
       throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
     }
-    c.set("caller", { appId: key.appId, keyId: key.keyId, keyGuard: key.keyGuard });
+    c.set("caller", {
+      appId: key.appId,
+      keyId: key.keyId,
+      originalKeyId: key.originalKeyId,
+      keyGuard: key.keyGuard,
+    });
     Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
     await next();
   };

@@ -3,7 +3,7 @@ import { issueKey } from "@/lib/tenants/mod.ts";
 import { keys } from "@/lib/db.ts";
 import { apiKeyScope } from "@/routes/idempotency.ts";
 import { parseUsd } from "@/lib/core/mod.ts";
-import { revokeKey } from "@/lib/billing/mod.ts";
+import { revokeKey, rotateKey } from "@/lib/billing/mod.ts";
 import { IdempotencyStore } from "@/lib/idempotency/mod.ts";
 import { canonicalBodyHash } from "@/lib/idempotency/mod.ts";
 import {
@@ -273,6 +273,31 @@ Deno.test("keys are private to the API key: another key of the same app, same ke
     await fourth.body?.cancel();
     assert.equal(upstream.calls, 4);
     assert.equal((await usageRecords(s.kv, app.appId)).length, 4);
+  }));
+
+Deno.test("a retry with the key that replaced a rotated one replays the first answer: one upstream call, charged once", () =>
+  withUpstream({}, async (s, upstream) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    const first = await s.chat(apiKey, request(), withKey("order-9"));
+    assert.equal(first.status, 200);
+    const firstBody = await first.text();
+    const afterFirst = await s.wallet(appId);
+    // A rotation changes the secret, not the customer: the client retries with the new key.
+    const { issued } = await rotateKey(s.kv, keyId);
+    const again = await s.chat(issued.apiKey, request(), withKey("order-9"));
+    assert.equal(again.status, 200);
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+    assert.equal(await again.text(), firstBody);
+    // And again after a second rotation.
+    const { issued: third } = await rotateKey(s.kv, issued.record.id);
+    const once = await s.chat(third.apiKey, request(), withKey("order-9"));
+    assert.equal(once.headers.get("idempotent-replayed"), "true");
+    await once.body?.cancel();
+    assert.equal(upstream.calls, 1);
+    assert.deepEqual(await s.wallet(appId), afterFirst);
+    const records = await usageRecords(s.kv, appId);
+    assert.equal(records.length, 1);
+    assert.equal(afterFirst.spent, records.reduce((n, r) => n + r.cost, 0));
   }));
 
 Deno.test("a failed first attempt (502, nothing charged) is not recorded: a retry with the key runs", () =>

@@ -42,7 +42,12 @@ export async function rotateKey(
       keys.spendCounter(appId, "key", keyId),
     ]);
     const revoked = { ...entry.value, revokedAt: now };
-    const { issued, write } = prepareKey(appId, revoked.name, now);
+    const { issued, write } = prepareKey(
+      appId,
+      revoked.name,
+      now,
+      revoked.originalKeyId ?? keyId,
+    );
     const newId = issued.record.id;
     const atomic = kv.atomic()
       .check(entry)

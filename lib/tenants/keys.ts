@@ -65,7 +65,13 @@ export class KeyLimitError extends Error {
  * writes rewrite the app's `appApiKeysIssued` marker, so an issue counting the app's live keys at
  * the same time fails its commit and counts again.
  */
-export function prepareKey(appId: string, name: string, now = Date.now()) {
+export function prepareKey(
+  appId: string,
+  name: string,
+  now = Date.now(),
+  /** The first key of the chain a rotation's replacement continues (see ApiKeyRecord). */
+  originalKeyId?: string,
+) {
   const apiKey = generateRawKey();
   const record: ApiKeyRecord = {
     id: newId("key", now),
@@ -75,12 +81,18 @@ export function prepareKey(appId: string, name: string, now = Date.now()) {
     hash: sha256Hex(apiKey),
     createdAt: now,
     revokedAt: null,
+    ...(originalKeyId ? { originalKeyId } : {}),
+  };
+  const hashEntry: ApiKeyHashEntry = {
+    keyId: record.id,
+    appId,
+    ...(originalKeyId ? { originalKeyId } : {}),
   };
   const write = (atomic: Deno.AtomicOperation) =>
     atomic
       .check({ key: keys.apiKeyByHash(record.hash), versionstamp: null })
       .set(keys.apiKey(record.id), record)
-      .set(keys.apiKeyByHash(record.hash), { keyId: record.id, appId } satisfies ApiKeyHashEntry)
+      .set(keys.apiKeyByHash(record.hash), hashEntry)
       .set(keys.appApiKey(appId, record.id), true)
       .set(keys.appApiKeysIssued(appId), record.id);
   return { issued: { record, apiKey } satisfies IssuedKey, write };
@@ -194,6 +206,7 @@ export class KeyCache {
     const found = {
       keyId: entry.value.keyId,
       appId: entry.value.appId,
+      ...(entry.value.originalKeyId ? { originalKeyId: entry.value.originalKeyId } : {}),
       hash,
       keyGuard: { key: entry.key, versionstamp: entry.versionstamp },
     };

@@ -346,7 +346,9 @@ export function billingPage() {
         </li>
         <li>
           Keys are private to the API key that sends them: two API keys of one app (a reseller's
-          customers, say) never replay or block each other's requests.
+          customers, say) never replay or block each other's requests. A key that replaced a rotated
+          one shares the old key's, so a retry sent with the new secret is replayed, not charged
+          again.
         </li>
         <li>
           The same key on another endpoint, or with another body:{" "}
