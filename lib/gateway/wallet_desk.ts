@@ -91,17 +91,24 @@ export class WalletDesk {
       );
       if (released > 0) result = await this.#reserve(caller, input, trace, planned.counted);
     }
-    // The bound does not fit the balance: the exact count decides, before any call to the model.
+    // The bound does not fit the balance, or a spend cap's room: the exact count decides, before
+    // any call to the model.
     const refined = !result.ok && refine ? await refine() : null;
     if (!result.ok && refined) {
       planned = refined;
       input = inputOf(planned);
-      if (planned.amount <= result.available) {
+      const room = result.reason === "spend_cap"
+        ? Math.min(result.available, result.breach.remaining)
+        : result.available;
+      if (planned.amount <= room) {
         result = await this.#reserve(caller, input, trace, planned.counted);
       }
     }
     this.#rememberAvailable(caller.appId, result.available);
     const { amount } = planned;
+    if (!result.ok && result.reason === "spend_cap") {
+      throw spendCapRefusal(result.breach, await this.#walletOfRefusal(caller, result.available));
+    }
     if (!result.ok) {
       throw new ApiError(
         "insufficient_credits",
@@ -144,10 +151,7 @@ export class WalletDesk {
       );
     });
     if (result.rate) trace.rateLimit = result.rate;
-    if (!result.ok && result.reason === "spend_cap") {
-      throw spendCapRefusal(result.breach, await this.#walletOfRefusal(caller, result.available));
-    }
-    if (!result.ok && result.reason !== "insufficient_credits") {
+    if (!result.ok && result.reason !== "insufficient_credits" && result.reason !== "spend_cap") {
       throw rateLimitRefusal(result.reason, result.breach, result.retryAfterMs, counted);
     }
     return result;

@@ -1,5 +1,6 @@
 /** The Anthropic adapter's exact input count (count_tokens), ready for holds near the balance. */
 import assert from "node:assert/strict";
+import { formatUsd } from "@/lib/core/mod.ts";
 import { startAnthropicUpstream } from "../fakes/anthropic_upstream.ts";
 import { createAnthropicProvider } from "@/lib/gateway/providers/anthropic/anthropic.ts";
 import { testModel, upstreamRequest } from "@/lib/gateway/providers/test_support.ts";
@@ -8,6 +9,7 @@ import { parseChatRequest } from "@/lib/gateway/chat_request.ts";
 import { exactInputReservation } from "@/lib/gateway/gateway.ts";
 import { reservationCost } from "@/lib/catalog/mod.ts";
 import { serveLoopback, spendDownTo, startService, usageRecords } from "../helpers.ts";
+import { getSpendCounter, setSpendCaps } from "@/lib/billing/mod.ts";
 import { createOpenAiResponsesProvider } from "@/lib/gateway/providers/openai_responses/openai_responses.ts";
 import { ProviderError } from "@/lib/gateway/providers/types.ts";
 import { CLAUDE_MODEL, type Dialect, expectedCharge, withDialect } from "./harness.ts";
@@ -138,6 +140,33 @@ Deno.test("a Claude request whose bound exceeds the balance but whose exact coun
     assert.equal(record.uncharged, 0);
     const line = d.s.logs.findLast((l) => l.event === "request");
     assert.equal(line?.inputCount, "counted");
+  }));
+
+Deno.test("a Claude request whose bound exceeds its key's spend cap but whose exact count fits is served and charged exactly", () =>
+  withDialect(async (d) => {
+    const body = { messages: [{ role: "user", content: PROSE }], max_tokens: 500 };
+    const { exact, bound, counted } = await reservations(d, body);
+    assert.ok(bound > 2 * counted, `the bound (${bound}) is pessimistic for English prose`);
+    const { appId, apiKey, keyId } = await d.s.newApp();
+    const cap = Math.floor((bound + counted) / 2);
+    await setSpendCaps(d.s.kv, appId, { keyId }, { total: cap });
+    const before = await d.s.wallet(appId);
+    const countsBefore = d.claude.counts().length;
+    const res = await d.s.chat(apiKey, { model: CLAUDE_MODEL, ...body });
+    assert.equal(res.status, 200);
+    await res.json();
+    assert.equal(d.claude.counts().length, countsBefore + 1, "count_tokens decided");
+    const [record] = await usageRecords(d.s.kv, appId);
+    assert.equal(record.promptTokens, exact);
+    assert.equal(record.uncharged, 0);
+    assert.equal(res.headers.get("tollbooth-request-cost"), formatUsd(record.cost));
+    // What left the wallet is what the key's counter spent, within its cap.
+    const after = await d.s.wallet(appId);
+    assert.equal(before.available - after.available, record.cost);
+    assert.equal(after.spent - before.spent, record.cost);
+    const counter = await getSpendCounter(d.s.kv, appId, "key", keyId);
+    assert.deepEqual([counter.total, counter.held], [record.cost, 0]);
+    assert.ok(record.cost <= cap);
   }));
 
 Deno.test("a count above the bound raises the hold: a request the bound underestimated is a 402, never served uncharged", () =>
