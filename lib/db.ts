@@ -208,6 +208,9 @@ export const keys = {
     ["sign_in_failures", scope, subject, window, failureId] as const,
   signInFailures: (scope: ThrottleScope, subject: string, window: number) =>
     ["sign_in_failures", scope, subject, window] as const,
+  /** A subject's entries of every window; a range of subjects is listed between two of these. */
+  signInFailuresOf: (scope: ThrottleScope, subject: string) =>
+    ["sign_in_failures", scope, subject] as const,
 };
 
 /**
@@ -215,7 +218,13 @@ export const keys = {
  * guesses of the current password per session, sign-up attempts per address (in the throttle's
  * window), accounts made per address (per UTC day).
  */
-export type ThrottleScope = "email" | "ip" | "session" | "signup_ip" | "signup_ip_day";
+export type ThrottleScope =
+  | "email"
+  | "email_ip"
+  | "ip"
+  | "session"
+  | "signup_ip"
+  | "signup_ip_day";
 
 /** The service-wide sums under `keys.serviceTotal`. */
 export type ServiceTotal = "starter_credits_granted" | "apps_created" | "uncharged";

@@ -13,6 +13,7 @@ import {
   beginSignIn,
   beginSignUp,
   MAX_FAILURES_PER_EMAIL,
+  MAX_FAILURES_PER_EMAIL_ALL_ADDRESSES,
   MAX_FAILURES_PER_IP,
   MAX_SIGNUPS_PER_IP,
   signInSucceeded,
@@ -106,40 +107,65 @@ Deno.test("a session expires, and ends at sign-out", () =>
     assert.equal(await findSession(kv, "not a session id"), null);
   }));
 
-Deno.test("sign-in is throttled per email after repeated failures, until the window ends", () =>
+Deno.test("sign-in is throttled per email and address after repeated failures, until the window ends; the owner's own address is not held back by them", () =>
   withKv(async (kv) => {
     const now = Math.floor(Date.now() / THROTTLE_WINDOW_MS) * THROTTLE_WINDOW_MS;
     for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) {
       assert.equal((await beginSignIn(kv, "ada@example.com", "10.0.0.1", now)).retryAfter, 0);
     }
-    const blocked = await beginSignIn(kv, "ada@example.com", "10.0.0.2", now);
-    assert.equal(blocked.retryAfter, THROTTLE_WINDOW_MS / 1000, "another address does not help");
+    const blocked = await beginSignIn(kv, "ada@example.com", "10.0.0.1", now);
+    assert.equal(blocked.retryAfter, THROTTLE_WINDOW_MS / 1000);
+    assert.equal((await beginSignIn(kv, "ada@example.com", "10.0.0.2", now)).retryAfter, 0);
     assert.equal((await beginSignIn(kv, "bob@example.com", "10.0.0.1", now)).retryAfter, 0);
     const later = now + THROTTLE_WINDOW_MS;
     assert.equal((await beginSignIn(kv, "ada@example.com", "10.0.0.1", later)).retryAfter, 0);
   }));
 
-Deno.test("a successful sign-in clears the email's count", () =>
+Deno.test("sign-in at one email is throttled after MAX_FAILURES_PER_EMAIL_ALL_ADDRESSES failures from every address together", () =>
+  withKv(async (kv) => {
+    const now = Math.floor(Date.now() / THROTTLE_WINDOW_MS) * THROTTLE_WINDOW_MS;
+    for (let i = 0; i < MAX_FAILURES_PER_EMAIL_ALL_ADDRESSES; i++) {
+      const attempt = await beginSignIn(kv, "ada@example.com", `10.3.${i >> 8}.${i & 255}`, now);
+      assert.equal(attempt.retryAfter, 0, `guess ${i + 1}`);
+    }
+    assert.ok((await beginSignIn(kv, "ada@example.com", "10.4.0.1", now)).retryAfter > 0);
+    assert.equal((await beginSignIn(kv, "bob@example.com", "10.4.0.1", now)).retryAfter, 0);
+  }));
+
+Deno.test("a successful sign-in clears the email's counts, from every address", () =>
   withKv(async (kv) => {
     const now = Date.now();
+    for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) {
+      await beginSignIn(kv, "ada@example.com", "10.0.0.7", now);
+    }
     for (let i = 0; i < MAX_FAILURES_PER_EMAIL - 1; i++) {
       await beginSignIn(kv, "ada@example.com", "10.0.0.1", now);
     }
     const ok = await beginSignIn(kv, "ada@example.com", "10.0.0.1", now);
     await signInSucceeded(kv, "ada@example.com", ok, now);
-    for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) {
-      assert.equal((await beginSignIn(kv, "ada@example.com", "10.0.0.1", now)).retryAfter, 0);
+    for (const address of ["10.0.0.1", "10.0.0.7"]) {
+      for (let i = 0; i < MAX_FAILURES_PER_EMAIL; i++) {
+        assert.equal((await beginSignIn(kv, "ada@example.com", address, now)).retryAfter, 0);
+      }
     }
   }));
 
-Deno.test("parallel guesses at one email get at most the limit through", () =>
+Deno.test("parallel guesses at one email get at most the limits through: per address and in all", () =>
   withKv(async (kv) => {
     const now = Date.now();
-    const attempts = await Promise.all(
-      Array.from({ length: 25 }, (_, i) => beginSignIn(kv, "ada@example.com", `10.1.0.${i}`, now)),
+    const fromOne = await Promise.all(
+      Array.from({ length: 25 }, () => beginSignIn(kv, "ada@example.com", "10.1.0.1", now)),
     );
-    const through = attempts.filter((a) => a.retryAfter === 0).length;
-    assert.ok(through <= MAX_FAILURES_PER_EMAIL, `${through} got through`);
+    const throughOne = fromOne.filter((a) => a.retryAfter === 0).length;
+    assert.ok(throughOne <= MAX_FAILURES_PER_EMAIL, `${throughOne} got through from one address`);
+    const fromMany = await Promise.all(
+      Array.from(
+        { length: MAX_FAILURES_PER_EMAIL_ALL_ADDRESSES + 50 },
+        (_, i) => beginSignIn(kv, "ada@example.com", `10.5.${i >> 8}.${i & 255}`, now),
+      ),
+    );
+    const through = fromMany.filter((a) => a.retryAfter === 0).length;
+    assert.ok(through <= MAX_FAILURES_PER_EMAIL_ALL_ADDRESSES, `${through} got through`);
     assert.ok((await beginSignIn(kv, "ada@example.com", "10.2.0.1", now)).retryAfter > 0);
   }));
 

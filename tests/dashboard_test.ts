@@ -226,6 +226,28 @@ Deno.test("repeated wrong passwords lock sign-in for that email, even with the r
     assert.equal(locked.headers.get("set-cookie"), null);
   }));
 
+Deno.test("failed sign-ins at an owner's email from other addresses do not lock the owner out of signing in from theirs", () =>
+  withService(async (s) => {
+    const from = (address: string) => new OwnerSession(s, { "x-forwarded-for": address });
+    await from("198.51.100.7").signUp("ada@example.com");
+    for (const address of ["203.0.113.1", "203.0.113.2"]) {
+      for (let i = 0; i <= MAX_FAILURES_PER_EMAIL; i++) {
+        await from(address).post("/signin", { email: "ada@example.com", password: `guess ${i}` });
+      }
+      const locked = await from(address).post("/signin", {
+        email: "ada@example.com",
+        password: PASSWORD,
+      });
+      assert.equal(locked.status, 429, "the guessing address is locked");
+    }
+    const owner = await from("198.51.100.7").post("/signin", {
+      email: "ada@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(owner.status, 303);
+    assert.equal(owner.headers.get("location"), "/dashboard");
+  }, { TRUSTED_PROXY_HEADER: "x-forwarded-for" }));
+
 Deno.test("a form post without the CSRF token is refused and changes nothing", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);

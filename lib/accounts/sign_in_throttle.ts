@@ -1,7 +1,10 @@
 /**
- * Slows password guessing: sign-in attempts are counted per email and per client address in fixed
- * time windows; past the limit, sign-in for that email or address is refused until the window
- * ends, whether or not the password is right.
+ * Slows password guessing: sign-in attempts are counted per email and client address, per email
+ * and per address in fixed time windows; past a limit, sign-in for that pair, email or address is
+ * refused until the window ends, whether or not the password is right. One address gets 5 guesses
+ * at an email; the email as a whole takes 100 (NIST SP 800-63B's ceiling of failed attempts on one
+ * account), so that anyone who knows an owner's email cannot lock the owner out with six requests
+ * every 15 minutes: it now takes a hundred, from at least four addresses (30 each).
  *
  * An attempt is recorded before its password is checked and forgotten only when it succeeds, so
  * guesses sent in parallel count too: each attempt is its own KV entry (no read-modify-write, no
@@ -12,7 +15,10 @@ import { keys, type ThrottleScope } from "@/lib/db.ts";
 import { randomToken } from "@/lib/core/mod.ts";
 
 export const THROTTLE_WINDOW_MS = 15 * 60 * 1000;
+/** Failed sign-ins one address may make at one email in a window. */
 export const MAX_FAILURES_PER_EMAIL = 5;
+/** Failed sign-ins at one email in a window, from every address together. */
+export const MAX_FAILURES_PER_EMAIL_ALL_ADDRESSES = 100;
 export const MAX_FAILURES_PER_IP = 30;
 /** Each sign-up costs a memory-hard hash: an address may make this many per window. */
 export const MAX_SIGNUPS_PER_IP = 10;
@@ -39,17 +45,21 @@ export function beginSignIn(
   now = Date.now(),
 ): Promise<SignInAttempt> {
   return beginAttempt(kv, [
-    { scope: "email", subject: email, max: MAX_FAILURES_PER_EMAIL },
+    { scope: "email_ip", subject: emailAtAddress(email, ip), max: MAX_FAILURES_PER_EMAIL },
+    { scope: "email", subject: email, max: MAX_FAILURES_PER_EMAIL_ALL_ADDRESSES },
     { scope: "ip", subject: ip, max: MAX_FAILURES_PER_IP },
   ], now);
 }
 
+/** One subject for an email tried from an address (neither holds a line break). */
+const emailAtAddress = (email: string, ip: string) => `${email}\n${ip}`;
+
 /**
  * A guess of the current password in a password change, from a signed-in session. It counts
- * against the email as a sign-in does, so guesses made here hold back sign-in; but it is held back
- * by this session's own guesses and the address's, not by the email's count: anyone who knows the
- * email can fill that, and it then kept the owner from changing the password, even to shut out
- * someone who had it.
+ * against the email (and the email at this address) as a sign-in does, so guesses made here hold
+ * back sign-in; but it is held back by this session's own guesses and the address's, not by the
+ * email's counts: anyone who knows the email can fill those, and they then kept the owner from
+ * changing the password, even to shut out someone who had it.
  */
 export function beginPasswordChange(
   kv: Deno.Kv,
@@ -59,6 +69,7 @@ export function beginPasswordChange(
   now = Date.now(),
 ): Promise<SignInAttempt> {
   return beginAttempt(kv, [
+    { scope: "email_ip", subject: emailAtAddress(email, ip), max: null },
     { scope: "email", subject: email, max: null },
     { scope: "session", subject: sessionHash, max: MAX_FAILURES_PER_EMAIL },
     { scope: "ip", subject: ip, max: MAX_FAILURES_PER_IP },
@@ -87,7 +98,10 @@ async function beginAttempt(
   return { retryAfter: blocked ? Math.ceil(expireIn / 1000) : 0, entries };
 }
 
-/** A right password clears the email's count and takes this attempt off the address's count. */
+/**
+ * A right password clears the email's counts (from every address, as the owner is in) and takes
+ * this attempt off the address's count.
+ */
 export async function signInSucceeded(
   kv: Deno.Kv,
   email: string,
@@ -98,14 +112,23 @@ export async function signInSucceeded(
   for (const key of attempt.entries) await kv.delete(key);
 }
 
-/** Clears the email's failed attempts of the current window: it may sign in again at once. */
+/**
+ * Clears the email's failed attempts, from every address: it may sign in again at once. An
+ * email's pairs are the subjects from `email\n` up to (not with) `email\v`, whatever the address.
+ */
 export async function forgetEmailFailures(
   kv: Deno.Kv,
   email: string,
   now = Date.now(),
 ): Promise<void> {
-  const prefix = keys.signInFailures("email", email, windowOf(now));
-  for await (const entry of kv.list({ prefix })) await kv.delete(entry.key);
+  const emailWide = kv.list({ prefix: keys.signInFailures("email", email, windowOf(now)) });
+  const pairs = kv.list({
+    start: keys.signInFailuresOf("email_ip", emailAtAddress(email, "")),
+    end: keys.signInFailuresOf("email_ip", `${email}\v`),
+  });
+  for (const entries of [emailWide, pairs]) {
+    for await (const entry of entries) await kv.delete(entry.key);
+  }
 }
 
 const DAY_MS = 24 * 60 * 60 * 1000;
