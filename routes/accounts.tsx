@@ -1,4 +1,4 @@
-import { Hono } from "hono";
+import { Hono, type MiddlewareHandler } from "hono";
 import { AccountNav } from "@/components/AccountNav.tsx";
 import { Layout } from "@/components/Layout.tsx";
 import {
@@ -158,6 +158,14 @@ export function accountRoutes(
   const pages = new Hono<PageEnv>();
   const session = loadSession(kv, cookie);
   const form = checkForm(publicUrl);
+  // A sign-in or sign-up form sent from a tab opened before this browser signed in carries no
+  // CSRF token (it was made without a session), and was refused as a stale form. The browser is
+  // signed in already: it goes where signing in would have taken it, the form not acted on (no
+  // account switched to by a form this site did not make for the session).
+  const signedInAlready: MiddlewareHandler<PageEnv> = async (c, next) => {
+    if (c.get("session")) return c.redirect(safeNext(c.req.query("next")), 303);
+    await next();
+  };
   pages.use("/signup", privatePage, formSizeLimit);
   pages.use("/signin", privatePage, formSizeLimit);
   pages.use("/signout", privatePage, formSizeLimit);
@@ -167,7 +175,7 @@ export function accountRoutes(
     return c.html(accountPage("signup", {}));
   });
 
-  pages.post("/signup", session, form, async (c) => {
+  pages.post("/signup", session, signedInAlready, form, async (c) => {
     const body = c.get("form");
     const email = body.email ?? "";
     const address = addressOf(c);
@@ -213,7 +221,7 @@ export function accountRoutes(
     return c.html(accountPage("signin", { next, unsent: c.req.query("unsent") === "1" }));
   });
 
-  pages.post("/signin", session, form, async (c) => {
+  pages.post("/signin", session, signedInAlready, form, async (c) => {
     const body = c.get("form");
     const email = normalizeEmail(body.email ?? "");
     const password = body.password ?? "";

@@ -248,6 +248,27 @@ Deno.test("failed sign-ins at an owner's email from other addresses do not lock 
     assert.equal(owner.headers.get("location"), "/dashboard");
   }, { TRUSTED_PROXY_HEADER: "x-forwarded-for" }));
 
+Deno.test("a sign-in or sign-up form sent from a tab opened before the browser signed in leads to where signing in would, and switches no account", () =>
+  withService(async (s) => {
+    await new OwnerSession(s).signUp("bob@example.com");
+    const v = await new OwnerSession(s).signUp("ada@example.com");
+    const signIn = await v.post("/signin?next=/dashboard/account", {
+      email: "bob@example.com",
+      password: PASSWORD,
+    });
+    assert.equal(signIn.status, 303);
+    assert.equal(signIn.headers.get("location"), "/dashboard/account");
+    const signUp = await v.post("/signup", { email: "cy@example.com", password: PASSWORD });
+    assert.equal(signUp.status, 303);
+    assert.equal(signUp.headers.get("location"), "/dashboard");
+    const account = await v.request("/dashboard/account");
+    assert.equal(account.status, 200);
+    const page = await account.text();
+    assert.match(page, /ada@example\.com/, "still signed in as the same owner");
+    assert.doesNotMatch(page, /bob@example\.com/);
+    assert.equal(await s.kv.get(keys.ownerByEmail("cy@example.com")).then((e) => e.value), null);
+  }));
+
 Deno.test("a form post without the CSRF token is refused and changes nothing", () =>
   withService(async (s) => {
     const v = new OwnerSession(s);
