@@ -14,7 +14,13 @@ import {
   usageRecords,
   userMessage,
 } from "./helpers.ts";
-import { cost, fixtureJson, sseResponse, startUpstreamService } from "./upstreams.ts";
+import {
+  cost,
+  type FakeProvider,
+  fixtureJson,
+  sseResponse,
+  startUpstreamService,
+} from "./upstreams.ts";
 
 type Kind = "openai" | "anthropic";
 const KINDS: Kind[] = ["openai", "anthropic"];
@@ -96,7 +102,7 @@ function errorFixture(kind: Kind, name: string) {
 }
 
 async function withBaseUrl(
-  kind: Kind,
+  kind: FakeProvider["kind"],
   baseUrl: string,
   fn: (s: TestService, apiKey: string, appId: string) => Promise<void>,
   timeoutMs = 2000,
@@ -116,7 +122,7 @@ async function withBaseUrl(
 }
 
 async function withFake(
-  kind: Kind,
+  kind: FakeProvider["kind"],
   handler: (req: Request) => Response | Promise<Response>,
   fn: (s: TestService, apiKey: string, appId: string) => Promise<void>,
   timeoutMs = 2000,
@@ -744,6 +750,48 @@ Deno.test("openai: an error object answered with 200 is the upstream's error, it
       assert.deepEqual(await usageRecords(s.kv, appId), []);
     },
   ));
+
+/** Each other kind's whole answer (the fixtures) with the counts it reports and its text. */
+const WHOLE_ANSWERS = {
+  anthropic: {
+    fixture: "anthropic_message_basic.json",
+    prompt: 12,
+    completion: 6,
+    name: "message",
+  },
+  openai_responses: {
+    fixture: "openai_response_basic.json",
+    prompt: 36,
+    completion: 87,
+    name: "response",
+  },
+} as const;
+
+for (const [kind, answer] of Object.entries(WHOLE_ANSWERS)) {
+  for (const stream of [false, true]) {
+    Deno.test(`${kind}: a server that ignores stream and answers the whole ${answer.name} as JSON is served and charged its usage${stream ? ", streamed" : ""}`, () =>
+      withFake(
+        kind as keyof typeof WHOLE_ANSWERS,
+        () => Response.json(fixtureJson(answer.fixture)),
+        async (s, apiKey, appId) => {
+          const res = await ask(s, apiKey, stream);
+          assert.equal(res.status, 200, await res.clone().text());
+          const content = stream
+            ? (await readStream(res)).content
+            : (await res.json()).choices[0].message.content;
+          const whole = fixtureJson<Record<string, unknown>>(answer.fixture);
+          const text = kind === "anthropic"
+            ? (whole as { content: { text: string }[] }).content[0].text
+            : (whole as { output: { content: { text: string }[] }[] }).output[0].content[0].text;
+          assert.equal(content, text);
+          const [record] = await usageRecords(s.kv, appId);
+          assert.equal(record.outcome, "completed");
+          assert.equal(record.cost, cost(answer.prompt, answer.completion));
+          assert.equal((await s.wallet(appId)).available, START - record.cost);
+        },
+      ));
+  }
+}
 
 Deno.test("openai: a reasoning stream its client left, whose upstream will not stop, is cut once past what its cap could produce, and charged the cap", async () => {
   let cut = false;

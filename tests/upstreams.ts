@@ -106,7 +106,7 @@ export function completionStream(
 }
 
 export interface FakeProvider {
-  kind: "openai" | "anthropic";
+  kind: "openai" | "openai_responses" | "anthropic";
   base_url: string;
   timeout_ms?: number;
   /** Defaults to a variable that is set; use an unset name for "not configured". */

@@ -384,6 +384,14 @@ export function streamedOrWhole(streaming: boolean | undefined) {
 }
 
 /**
+ * `application/json`, with or without parameters, as a whole answer is labelled: a server that
+ * ignores `stream` answers a streamed call so.
+ */
+export function isJson(contentType: string | null): boolean {
+  return /^application\/json\s*(;|$)/i.test(contentType ?? "");
+}
+
+/**
  * A whole (non-streamed) answer's JSON: asked with the time a whole answer of the request's cap may
  * take, read within the size it and the request it repeats may have.
  */

@@ -1,9 +1,10 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { callUpstream, guardedParts, readAnswerJson } from "../http.ts";
+import { callUpstream, guardedParts, isJson, readAnswerJson, wholeAnswerBytes } from "../http.ts";
+import { oneBatch } from "../part_batches.ts";
 import { asksHourCacheWrites, claudeThinks } from "../../chat_request.ts";
 import { answerTool, messagesRequest, routeRules } from "./request.ts";
-import { anthropicStreamParts } from "./stream.ts";
+import { anthropicStreamParts, messageAsEvents } from "./stream.ts";
 import { isTokenCount } from "../usage.ts";
 
 export { messagesRequest } from "./request.ts";
@@ -67,7 +68,14 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
 
   return {
     async stream(request) {
-      const call = await post(base, request, messagesRequest(request, true));
+      const sent = messagesRequest(request, true);
+      const call = await post(base, request, sent);
+      // A server that ignores `stream` answers with the whole message, which it bills: read as an
+      // event stream it would end before message_stop, a 502 that charges nothing.
+      if (isJson(call.response.headers.get("content-type"))) {
+        const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
+        return anthropicStreamParts(oneBatch(messageAsEvents(json)), meta(request));
+      }
       return guardedParts(
         anthropicStreamParts(
           parseSse(

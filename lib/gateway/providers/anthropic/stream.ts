@@ -6,6 +6,7 @@
  * signed, as `reasoning_details` entries (for the client to send back), in one delta when the
  * thinking is over; the answer tool's input streams as content.
  */
+import { isRecord } from "@/lib/core/mod.ts";
 import { claudeReasoningDetail, type ClaudeThinkingBlock } from "../../reasoning_details.ts";
 import { usageObject } from "../usage.ts";
 import { eventJson } from "../http.ts";
@@ -292,6 +293,63 @@ export function anthropicStreamParts(
       if (usage) parts.push({ type: "usage", usage, raw: usageObject(usage) });
     },
   }, "upstream stream ended before message_stop");
+}
+
+/**
+ * A whole (non-streamed) Message as the events its stream would have sent, for the converter
+ * above: the message started without content, each block started empty, its text, thinking and
+ * signature, or input as one delta, the block stopped; then its stop reason and usage.
+ */
+export function messageAsEvents(message: unknown): { event: string; data: string }[] {
+  if (!isRecord(message) || !Array.isArray(message.content)) {
+    throw new ProviderError("malformed_response", "the upstream's answer is not a message");
+  }
+  const events: { event: string; data: string }[] = [];
+  const push = (event: Record<string, unknown>) =>
+    events.push({ event: event.type as string, data: JSON.stringify(event) });
+  push({
+    type: "message_start",
+    message: { ...message, content: [], stop_reason: null, stop_sequence: null },
+  });
+  message.content.forEach((block, index) => {
+    if (!isRecord(block)) return;
+    const delta = (delta: Record<string, unknown>) =>
+      push({ type: "content_block_delta", index, delta });
+    if (block.type === "text") {
+      push({ type: "content_block_start", index, content_block: { ...block, text: "" } });
+      if (typeof block.text === "string") delta({ type: "text_delta", text: block.text });
+    } else if (block.type === "thinking") {
+      push({
+        type: "content_block_start",
+        index,
+        content_block: { ...block, thinking: "", signature: "" },
+      });
+      if (typeof block.thinking === "string") {
+        delta({ type: "thinking_delta", thinking: block.thinking });
+      }
+      if (typeof block.signature === "string") {
+        delta({ type: "signature_delta", signature: block.signature });
+      }
+    } else if (block.type === "tool_use" || block.type === "server_tool_use") {
+      push({ type: "content_block_start", index, content_block: { ...block, input: {} } });
+      if (block.input !== undefined) {
+        delta({ type: "input_json_delta", partial_json: JSON.stringify(block.input) });
+      }
+    } else {
+      push({ type: "content_block_start", index, content_block: block });
+    }
+    push({ type: "content_block_stop", index });
+  });
+  push({
+    type: "message_delta",
+    delta: {
+      stop_reason: message.stop_reason ?? null,
+      stop_sequence: message.stop_sequence ?? null,
+    },
+    usage: message.usage,
+  });
+  push({ type: "message_stop" });
+  return events;
 }
 
 function errorText(error: unknown): string {

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { collect, fixtureEvents } from "../test_support.ts";
 import { assembleCompletion } from "../assemble.ts";
 import type { ChatCompletionChunk, StreamPart } from "../types.ts";
-import { anthropicStreamParts } from "./stream.ts";
+import { oneBatch } from "../part_batches.ts";
+import { anthropicStreamParts, messageAsEvents } from "./stream.ts";
 
 const META = {
   requestId: "req_1",
@@ -374,4 +375,47 @@ Deno.test("no signed thinking is handed on by a route that does not think by bud
     const parts = await collect(anthropicStreamParts(fixture(name), { ...META, keepsThinking }));
     assert.ok(!parts.some((p) => p.type === "signed_thinking"), name);
   }
+});
+
+Deno.test("a whole message converts as its stream would: thinking, text and a tool call with its input, finish and usage", async () => {
+  const message = {
+    id: "msg_whole",
+    type: "message",
+    role: "assistant",
+    model: "claude-sonnet-4-5",
+    content: [
+      { type: "thinking", thinking: "Weather, then.", signature: "sig" },
+      { type: "text", text: "Let me check." },
+      { type: "tool_use", id: "toolu_1", name: "get_weather", input: { location: "Paris" } },
+    ],
+    stop_reason: "tool_use",
+    stop_sequence: null,
+    usage: { input_tokens: 30, cache_read_input_tokens: 10, output_tokens: 25 },
+  };
+  const { completion, usage } = assembleCompletion(
+    await collect(anthropicStreamParts(oneBatch(messageAsEvents(message)), META)),
+  );
+  assert.equal(completion.id, "chatcmpl-msg_whole");
+  const choice = completion.choices[0];
+  assert.equal(choice.message.reasoning_content, "Weather, then.");
+  assert.equal(choice.message.content, "Let me check.");
+  assert.deepEqual(choice.message.tool_calls, [{
+    id: "toolu_1",
+    type: "function",
+    function: { name: "get_weather", arguments: '{"location":"Paris"}' },
+  }]);
+  assert.equal(choice.finish_reason, "tool_calls");
+  assert.deepEqual(usage, {
+    promptTokens: 40,
+    completionTokens: 25,
+    cachedTokens: 10,
+    cacheWriteTokens: 0,
+    cacheWrite1hTokens: 0,
+  });
+});
+
+Deno.test("a whole answer that is not a message is a malformed response", () => {
+  assert.throws(() => messageAsEvents({ type: "error", error: { type: "overloaded_error" } }), {
+    kind: "malformed_response",
+  });
 });

@@ -1,6 +1,7 @@
 import type { Provider, UpstreamRequest } from "../types.ts";
 import {
   guardedParts,
+  isJson,
   postWithBearer,
   readAnswerJson,
   streamedOrWhole,
@@ -83,9 +84,4 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
       return readEmbeddingsAnswer(json, request);
     },
   };
-}
-
-/** `application/json`, with or without parameters, as a whole answer is labelled. */
-function isJson(contentType: string | null): boolean {
-  return /^application\/json\s*(;|$)/i.test(contentType ?? "");
 }

@@ -2,10 +2,12 @@ import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
 import {
   guardedParts,
+  isJson,
   postWithBearer,
   readAnswerJson,
   streamedOrWhole,
   wholeAnswer,
+  wholeAnswerBytes,
 } from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
@@ -72,7 +74,14 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
   const choose = streamedOrWhole(options.streaming);
 
   async function streamed(request: UpstreamRequest, meta: ResponsesStreamMeta) {
-    const call = await post("/responses", request, body(request));
+    const sent = body(request);
+    const call = await post("/responses", request, sent);
+    // A server that ignores `stream` answers with the whole response, which it bills: read as an
+    // event stream it would end before response.completed, a 502 that charges nothing.
+    if (isJson(call.response.headers.get("content-type"))) {
+      const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
+      return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
+    }
     return guardedParts(
       responsesStreamParts(
         parseSse(
