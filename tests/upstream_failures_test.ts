@@ -337,6 +337,27 @@ for (const kind of KINDS) {
       for (const { headers } of results) assert.equal(headers.get("retry-after"), "17");
     }));
 
+  for (
+    const retryAfter of ["2300000000", new Date(Date.now() + 365 * 86_400_000).toUTCString()]
+  ) {
+    Deno.test(`${kind}: an upstream Retry-After past a minute (${retryAfter}) is relayed as 60 s`, () =>
+      withFake(
+        kind,
+        () => {
+          const answer = errorFixture(kind, "rate_limit");
+          answer.headers.set("retry-after", retryAfter);
+          return answer;
+        },
+        async (s, apiKey, appId) => {
+          const results = await assertBothFail(s, apiKey, appId, 429, "upstream_rate_limited");
+          for (const { headers, error } of results) {
+            assert.equal(headers.get("retry-after"), "60");
+            assert.match(error.message, /retry after 60 s/);
+          }
+        },
+      ));
+  }
+
   Deno.test(`${kind}: upstream 400 context too long is 400 context_length_exceeded with its reason, nothing charged`, () =>
     withFake(kind, () => errorFixture(kind, "context_too_long"), async (s, apiKey, appId) => {
       const [{ error }] = await assertBothFail(s, apiKey, appId, 400, "context_length_exceeded");

@@ -286,15 +286,28 @@ function upstreamReason(text: string): { reason: string | null; fields?: Upstrea
   }
 }
 
+/**
+ * The most of an upstream's `Retry-After` relayed: OpenAI's and Anthropic's limits are mostly per
+ * minute, the OpenAI clients wait no longer than this (past it they back off by themselves), and
+ * a longer one (2300000000, or a date years ahead) would only tell a client to stop for good; a
+ * retry that comes too soon is refused again, charged nothing.
+ */
+const MAX_RETRY_AFTER_SECONDS = 60;
+
 function retryAfterSeconds(headers: Http1Answer["headers"]): number {
   const raw = headers.get("retry-after");
   if (raw) {
     const seconds = Number(raw);
-    if (Number.isFinite(seconds) && seconds >= 0) return Math.max(1, Math.ceil(seconds));
+    if (Number.isFinite(seconds) && seconds >= 0) return relayedSeconds(seconds);
     const date = Date.parse(raw);
-    if (!Number.isNaN(date)) return Math.max(1, Math.ceil((date - Date.now()) / 1000));
+    if (!Number.isNaN(date)) return relayedSeconds((date - Date.now()) / 1000);
   }
   return 1;
+}
+
+/** Whole seconds, at least 1 (a client would retry at once) and at most the cap. */
+function relayedSeconds(seconds: number): number {
+  return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(seconds)));
 }
 
 /**
