@@ -9,6 +9,8 @@
  * BODY_READ_TIMEOUT_MS after reading began is refused (408): a trickled upload holds its
  * connection, and is cut off. A small API body is read at once by readJsonBody, with no deadline.
  */
+import zlib from "node:zlib";
+import { promisify } from "node:util";
 import type { Context, MiddlewareHandler } from "hono";
 import { ApiError, concatBytes, CONFIG_DEFAULTS } from "@/lib/core/mod.ts";
 import { messagePage } from "@/routes/pages/message.tsx";
@@ -22,6 +24,20 @@ let readTimeoutMs: number = CONFIG_DEFAULTS.BODY_READ_TIMEOUT_MS;
 export function setBodyReadTimeout(ms: number): void {
   readTimeoutMs = ms;
 }
+/**
+ * The codings an API body may be sent in (Content-Encoding), as OpenAI's and Anthropic's APIs take
+ * them; each decoded within the route's limit, which holds for what the body decodes to.
+ */
+const DECODERS: Record<
+  string,
+  (bytes: Uint8Array, options: { maxOutputLength: number }) => Promise<Uint8Array>
+> = {
+  gzip: promisify(zlib.gunzip),
+  "x-gzip": promisify(zlib.gunzip),
+  deflate: promisify(zlib.inflate),
+  br: promisify(zlib.brotliDecompress),
+};
+
 /** Up to this declared length a body is read at once (one read, the route's fast path). */
 const PRESIZED_READ_BYTES = 16 * 1024;
 
@@ -45,6 +61,18 @@ export function bodyLimit(
 ): MiddlewareHandler {
   return async function bodyLimit(c, next) {
     const request = c.req.raw;
+    // Only an API body is decoded: a form is never sent compressed, and a webhook's signature is
+    // over the bytes as sent.
+    const coding = options.readsJson ? contentCoding(request.headers) : null;
+    if (coding !== null && !DECODERS[coding]) {
+      await request.body?.cancel().catch(() => {});
+      throw new ApiError(
+        "unsupported_content_encoding",
+        `Content-Encoding ${
+          JSON.stringify(request.headers.get("content-encoding"))
+        } is not supported: send the body as is, or in one of gzip, deflate or br.`,
+      );
+    }
     // The length is looked at before the body: touching request.body makes a stream of it, and
     // a body then read whole through that stream costs more than one read without it.
     const declared = request.headers.get("content-length");
@@ -53,15 +81,57 @@ export function bodyLimit(
         await request.body?.cancel().catch(() => {});
         return await refuse(c, "too_large", maxBytes);
       }
-      if (options.readsJson && Number(declared) <= PRESIZED_READ_BYTES) return await next();
+      if (options.readsJson && coding === null && Number(declared) <= PRESIZED_READ_BYTES) {
+        return await next();
+      }
     }
     if (!request.body) return await next();
     const read = await readUpTo(request.body, maxBytes);
     // A body broken off mid-upload is refused too: a part of a body is never handed on.
     if (typeof read === "string") return await refuse(c, read, maxBytes);
-    c.req.raw = new Request(request, { body: read });
+    if (coding === null) {
+      c.req.raw = new Request(request, { body: read });
+      return await next();
+    }
+    const decoded = await decode(read, coding, maxBytes);
+    if (decoded === "too_large") return await refuse(c, "too_large", maxBytes);
+    const headers = new Headers(request.headers);
+    headers.delete("content-encoding");
+    headers.delete("content-length");
+    c.req.raw = new Request(request, { body: decoded, headers });
     return await next();
   };
+}
+
+/**
+ * The body's one coding, lower-cased; null for none or `identity`. A list of codings (a body
+ * compressed twice, which no client sends) is returned whole, and so refused as unknown.
+ */
+function contentCoding(headers: Headers): string | null {
+  const codings = (headers.get("content-encoding") ?? "").split(",")
+    .map((coding) => coding.trim().toLowerCase())
+    .filter((coding) => coding !== "" && coding !== "identity");
+  return codings.length === 0 ? null : codings.join(", ");
+}
+
+/**
+ * The body decoded, "too_large" once its output passes `maxBytes` (what it decodes to is held to
+ * the limit too: a few KiB of gzip can hold gigabytes of zeros).
+ */
+async function decode(
+  bytes: Uint8Array,
+  coding: string,
+  maxBytes: number,
+): Promise<Uint8Array<ArrayBuffer> | "too_large"> {
+  try {
+    return new Uint8Array(await DECODERS[coding](bytes, { maxOutputLength: maxBytes }));
+  } catch (error) {
+    if ((error as { code?: unknown }).code === "ERR_BUFFER_TOO_LARGE") return "too_large";
+    throw new ApiError(
+      "invalid_json",
+      `The request body is not valid ${coding}, as its Content-Encoding says it is.`,
+    );
+  }
 }
 
 /**

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import zlib from "node:zlib";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { countPromptTokens } from "@/lib/gateway/tokens.ts";
 import { revokeKey } from "@/lib/billing/mod.ts";
@@ -415,6 +416,87 @@ Deno.test("400 request_too_large for a body over the limit, refused before parsi
     await service.close();
   }
 });
+
+/** A chat completion whose body is sent as `body`, with its Content-Encoding. */
+function encodedChat(
+  service: { handle(request: Request): Promise<Response> },
+  apiKey: string,
+  body: Uint8Array,
+  contentEncoding: string,
+) {
+  return service.handle(
+    new Request(`${PUBLIC_URL}/v1/chat/completions`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        "content-type": "application/json",
+        "content-encoding": contentEncoding,
+      },
+      body: new Uint8Array(body),
+    }),
+  );
+}
+
+Deno.test("a body sent with Content-Encoding gzip, deflate or br is decoded and served", () =>
+  withService(async (s) => {
+    const { apiKey } = await s.newApp();
+    const json = new TextEncoder().encode(
+      JSON.stringify({ model: ECHO, messages: userMessage("Hello, compressed") }),
+    );
+    const encoders: Record<string, (bytes: Uint8Array) => Uint8Array> = {
+      gzip: zlib.gzipSync,
+      deflate: zlib.deflateSync,
+      br: zlib.brotliCompressSync,
+      identity: (bytes) => bytes,
+    };
+    for (const [coding, encode] of Object.entries(encoders)) {
+      const res = await encodedChat(s, apiKey, encode(json), coding.toUpperCase());
+      assert.equal(res.status, 200, `${coding}: ${await res.clone().text()}`);
+      assert.match((await res.json()).choices[0].message.content, /Hello, compressed/);
+    }
+  }));
+
+Deno.test("a compressed body is held to the body limit once decoded: a zip bomb is 400 request_too_large, charged nothing", async () => {
+  const service = await startService({ env: { MAX_BODY_BYTES: "100000" } });
+  try {
+    const { appId, apiKey } = await service.newApp();
+    // 64 MiB of JSON that gzip makes 64 KiB: under the limit as sent, far over it decoded.
+    const bomb = zlib.gzipSync(
+      new TextEncoder().encode(
+        JSON.stringify({ model: ECHO, messages: userMessage("a".repeat(64 * 1024 * 1024)) }),
+      ),
+    );
+    assert.ok(bomb.byteLength < 100_000);
+    await assertError(await encodedChat(service, apiKey, bomb, "gzip"), 400, "request_too_large");
+    assert.equal((await service.wallet(appId)).available, 5_000_000);
+  } finally {
+    await service.close();
+  }
+});
+
+Deno.test("a body in a Content-Encoding we do not decode is 415 unsupported_content_encoding naming it; one that is not what it says is 400 invalid_json", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    const json = new TextEncoder().encode(
+      JSON.stringify({ model: ECHO, messages: userMessage("x") }),
+    );
+    for (const coding of ["compress", "zstd", "gzip, br"]) {
+      const error = await assertError(
+        await encodedChat(s, apiKey, json, coding),
+        415,
+        "unsupported_content_encoding",
+      );
+      assert.match(error.message, /Content-Encoding/);
+      assert.ok(error.message.includes(JSON.stringify(coding)), error.message);
+    }
+    const error = await assertError(
+      await encodedChat(s, apiKey, json, "gzip"),
+      400,
+      "invalid_json",
+    );
+    assert.match(error.message, /gzip/);
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+  }));
 
 Deno.test("402 insufficient_credits carries balance and top_up_url and changes nothing", () =>
   withService(async (s) => {

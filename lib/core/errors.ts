@@ -54,8 +54,17 @@ export const ERROR_CODES = {
     status: 400,
     type: "invalid_request_error",
     title: "Request body too large",
-    cause: "The request body is larger than the documented limit (4 MiB by default).",
+    cause:
+      "The request body is larger than the documented limit (4 MiB by default), or decodes to more than it (a body sent with `Content-Encoding`).",
     fix: "Send a shorter conversation, or smaller images and PDFs (a PDF's base64 counts in full).",
+  },
+  unsupported_content_encoding: {
+    status: 415,
+    type: "invalid_request_error",
+    title: "Request body in an unsupported coding",
+    cause:
+      "The request's `Content-Encoding` names a coding other than `gzip`, `deflate` or `br` (or several codings, one over another). Nothing was charged.",
+    fix: "Send the body as is, or compressed with one of gzip, deflate or br.",
   },
   request_timeout: {
     status: 408,

@@ -24,6 +24,7 @@ const WRITE_ERRORS: ErrorCode[] = [
   "invalid_json",
   "missing_parameter",
   "request_too_large",
+  "unsupported_content_encoding",
   "request_timeout",
   "idempotency_key_in_use",
   "idempotency_key_reused",
