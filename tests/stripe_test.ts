@@ -899,7 +899,7 @@ Deno.test("a refund that fails or is canceled gives back what it took, whatever 
       status: "canceled",
     });
     assert.equal((await deliver(s, canceled)).body.outcome, "given_back");
-    assert.equal((await deliver(s, canceled)).body.outcome, "already_taken_back");
+    assert.equal((await deliver(s, canceled)).body.outcome, "already_given_back");
     await assertAllGivenBack(s, appId, "refund", 10_000_000);
   }));
 
@@ -954,13 +954,45 @@ Deno.test("a disputed top-up is charged back once, and given back once if the di
       const payload of [
         eventPayload("charge.dispute.created", dispute("needs_response")),
         eventPayload("charge.dispute.funds_withdrawn", dispute("needs_response")),
-        eventPayload("charge.dispute.funds_reinstated", dispute("won")),
-        won,
       ]
     ) {
       assert.equal((await deliver(s, payload)).body.outcome, "already_taken_back");
     }
+    for (const payload of [eventPayload("charge.dispute.funds_reinstated", dispute("won")), won]) {
+      assert.equal((await deliver(s, payload)).body.outcome, "already_given_back");
+    }
     await assertAllGivenBack(s, appId, "chargeback", 10_000_000);
+  }));
+
+Deno.test("a redelivered dispute won is acknowledged as already given back, and gives the chargeback back once however often and concurrently it comes", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const dispute = (status: string) =>
+      disputeObject({ id: "dp_test_redelivered", paymentIntent, amount: 1_000, status });
+    const created = eventPayload("charge.dispute.created", dispute("needs_response"));
+    assert.equal((await deliver(s, created)).body.outcome, "taken_back");
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+    const won = eventPayload("charge.dispute.closed", dispute("won"));
+    assert.equal((await deliver(s, won)).body.outcome, "given_back");
+    const signature = await signPayload(won);
+    const again = await Promise.all(
+      Array.from({ length: 10 }, () => deliver(s, won, signature)),
+    );
+    assert.deepEqual(
+      again.map((r) => [r.status, r.body.outcome]),
+      Array.from({ length: 10 }, () => [200, "already_given_back"]),
+    );
+    assert.equal(
+      (await deliver(s, eventPayload("charge.dispute.funds_reinstated", dispute("won")))).body
+        .outcome,
+      "already_given_back",
+    );
+    assert.equal((await deliver(s, created)).body.outcome, "already_taken_back");
+    await assertAllGivenBack(s, appId, "chargeback", 10_000_000);
+    const { ledger } = await moneyState(s, appId);
+    assert.equal(ledger.filter((e) => e.kind === "chargeback_reversed").length, 1);
+    assert.equal(s.logs.filter((l) => l.event === "top_up_dispute_won").length, 1);
   }));
 
 Deno.test("a dispute lost keeps its chargeback; an inquiry moves no money and takes nothing", () =>

@@ -46,6 +46,8 @@ export type ReversalOutcome =
   | { status: "taken_back"; appId: string; amount: Micros; owed: Micros }
   | { status: "already_taken_back"; appId: string }
   | { status: "given_back"; appId: string; amount: Micros }
+  /** A failed refund's or won dispute's event again: what it gives back was given back before. */
+  | { status: "already_given_back"; appId: string }
   /** An inquiry (`warning_…`): Stripe moved no money, so nothing is taken. */
   | { status: "inquiry" }
   /** No top-up of ours was paid by this payment (another product on the Stripe account). */
@@ -159,7 +161,7 @@ async function takeBack(
       reference: id,
       marker: `${wording.markers.given}:${id}`,
     });
-    if (!back.reversed) return { status: "already_taken_back", appId };
+    if (!back.reversed) return { status: "already_given_back", appId };
     deps.log({
       event: wording.logs.given,
       appId,
