@@ -110,6 +110,27 @@ Deno.test("every link of the docs leads to a page or a section that exists", () 
     }
   }));
 
+Deno.test("an unknown field's refusal names a docs section that exists and lists the fields", () =>
+  withService(async (s) => {
+    const app = await s.newApp();
+    for (
+      const [path, body] of [
+        ["/chat/completions", { model: "tollbooth/echo", messages: [], bogus: 1 }],
+        ["/responses", { model: "tollbooth/echo", input: "x", bogus: 1 }],
+      ] as const
+    ) {
+      const res = await s.post(app.apiKey, path, body);
+      assert.equal(res.status, 400, path);
+      const { message } = (await res.json()).error;
+      const [, target, anchor] = /listed at (\/docs[a-z/-]*)#([a-z-]+)/.exec(message) ?? [];
+      assert.ok(target, `${path}: ${message}`);
+      const html = await page(s, target);
+      const section = html.split(`id="${anchor}"`)[1];
+      assert.ok(section, `${path} refers to ${target}#${anchor}`);
+      assert.ok(section.includes("max_tokens") || section.includes("max_output_tokens"), path);
+    }
+  }));
+
 Deno.test("the billing page's worked example is computed by the rounding rule itself", () =>
   withService(async (s) => {
     const html = await page(s, "/docs/billing");

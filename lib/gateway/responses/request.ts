@@ -838,7 +838,7 @@ function fromIssue(outer: z.core.$ZodIssue, prefix: PropertyKey[] = []): ApiErro
       }
       return new ApiError(
         "invalid_parameter",
-        `Unknown parameter: '${field}'. The fields Tollbooth accepts are listed at /docs#responses.`,
+        `Unknown parameter: '${field}'. The fields Tollbooth accepts are listed at /docs/endpoints#responses.`,
         { param: field },
       );
     }

@@ -514,7 +514,7 @@ Deno.test("an unknown field is refused in the field's words, not the validator's
   };
   assert.equal(
     message({ model: MODEL, input: "x", bogus: 1 }),
-    "Unknown parameter: 'bogus'. The fields Tollbooth accepts are listed at /docs#responses.",
+    "Unknown parameter: 'bogus'. The fields Tollbooth accepts are listed at /docs/endpoints#responses.",
   );
   assert.equal(
     message({ model: MODEL, input: [{ role: "user", content: "x", bogus: 1 }] }),
