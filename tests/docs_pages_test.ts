@@ -131,6 +131,32 @@ Deno.test("an unknown field's refusal names a docs section that exists and lists
     }
   }));
 
+Deno.test("the endpoints page says a Responses input takes a PDF as input_file, as the request parser does", () =>
+  withService(async (s) => {
+    const app = await s.newApp();
+    const pdf = "%PDF-1.1\n1 0 obj<</Type/Page>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF";
+    const res = await s.post(app.apiKey, "/responses", {
+      model: "tollbooth/echo",
+      input: [{
+        role: "user",
+        content: [
+          { type: "input_text", text: "read" },
+          {
+            type: "input_file",
+            filename: "a.pdf",
+            file_data: `data:application/pdf;base64,${btoa(pdf)}`,
+          },
+        ],
+      }],
+    });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const html = await page(s, "/docs/endpoints");
+    const input = html.split('id="responses"')[1].split("<strong>Fields:</strong>")[0];
+    assert.match(input, /<code>input_file<\/code>/);
+    assert.doesNotMatch(input, /Files and the other item types/);
+  }));
+
 Deno.test("the billing page's worked example is computed by the rounding rule itself", () =>
   withService(async (s) => {
     const html = await page(s, "/docs/billing");

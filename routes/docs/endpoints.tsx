@@ -216,11 +216,15 @@ export function endpointsPage() {
       <ul>
         <li>
           <strong>Input:</strong> a string, or items: messages (<code>input_text</code>,{" "}
-          <code>input_image</code> and, for earlier answers, <code>output_text</code> parts),{" "}
-          <code>function_call</code>, <code>function_call_output</code>, <code>item_reference</code>
+          <code>input_image</code>, <code>input_file</code> (a PDF's bytes in{" "}
+          <code>file_data</code>, as chat's{" "}
+          <a href="/docs#dialect-pdf">PDFs</a>) and, for earlier answers, <code>output_text</code>
           {" "}
-          (an output item of a stored response) and <code>reasoning</code>{" "}
-          (dropped: no chat provider takes it back). Files and the other item types are{" "}
+          parts), <code>function_call</code>, <code>function_call_output</code>,{" "}
+          <code>item_reference</code> (an output item of a stored response) and{" "}
+          <code>reasoning</code> (Claude's, sealed in its{" "}
+          <code>encrypted_content</code>, goes back to Claude; any other is dropped). Files by{" "}
+          <code>file_id</code> or <code>file_url</code> and the other item types are{" "}
           <code>400 unsupported_parameter</code>.
         </li>
         <li>
