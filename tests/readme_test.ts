@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { ERROR_CODES } from "@/lib/core/mod.ts";
+import { DOCS_PAGES } from "@/components/DocsLayout.tsx";
 
 const readme = await Deno.readTextFile(new URL("../README.md", import.meta.url));
 
@@ -25,4 +26,9 @@ Deno.test("the README's errors table lists every error code with its status", ()
     [],
     "codes that no longer exist",
   );
+});
+
+Deno.test("the README names every docs page the service serves", () => {
+  const docs = section("## Docs and API description");
+  for (const { href } of DOCS_PAGES) assert.ok(docs.includes(`\`${href}\``), href);
 });
