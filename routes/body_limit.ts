@@ -108,7 +108,9 @@ export function bodyLimit(
  * compressed twice, which no client sends) is returned whole, and so refused as unknown.
  */
 function contentCoding(headers: Headers): string | null {
-  const codings = (headers.get("content-encoding") ?? "").split(",")
+  const header = headers.get("content-encoding");
+  if (header === null) return null;
+  const codings = header.split(",")
     .map((coding) => coding.trim().toLowerCase())
     .filter((coding) => coding !== "" && coding !== "identity");
   return codings.length === 0 ? null : codings.join(", ");
