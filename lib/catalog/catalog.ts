@@ -52,8 +52,9 @@ const ProviderSchema = z.discriminatedUnion("kind", [
     forward_reasoning_details: z.boolean().optional(),
     /**
      * Kind openai_responses: whether reasoning models are asked for summaries of their reasoning
-     * (`reasoning.summary: "auto"`), streamed as `reasoning_content` (false by default: OpenAI
-     * gives them only to organizations it has verified, and refuses the request of any other).
+     * (`reasoning.summary`: what a Responses request asked for, else "auto"), streamed as
+     * `reasoning_content` (false by default: OpenAI gives them only to organizations it has
+     * verified, and refuses the request of any other).
      */
     reasoning_summaries: z.boolean().optional(),
     /**

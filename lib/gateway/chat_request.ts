@@ -760,7 +760,14 @@ export interface ChatRequest {
   stream: boolean;
   includeUsage: boolean;
   params: ChatParams;
+  /**
+   * The reasoning summary a Responses request asked for (`reasoning.summary`), which chat has no
+   * field for: a provider that gives summaries is asked for this one rather than "auto".
+   */
+  reasoningSummary?: ReasoningSummary;
 }
+
+export type ReasoningSummary = "auto" | "concise" | "detailed";
 
 /**
  * Values are re-serialised for the upstream, and serialising is recursive: a value nested deeper

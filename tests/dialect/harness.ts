@@ -54,6 +54,13 @@ export const PRICES = {
     cacheWrite: 400_000n,
     cacheWrite1h: 400_000n,
   },
+  "oairs/gpt-5.4": {
+    input: 1_250_000n,
+    output: 10_000_000n,
+    cacheRead: 125_000n,
+    cacheWrite: 1_250_000n,
+    cacheWrite1h: 1_250_000n,
+  },
   "ant/claude-sonnet": {
     input: 3_000_000n,
     output: 15_000_000n,
@@ -93,6 +100,8 @@ export const CACHE_WRITING_GPT = "oai/gpt-5.6";
 /** Served through OpenAI's Responses API (the provider kind openai_responses). */
 export const RESPONSES_REASONING_MODEL = "oair/o4-mini";
 export const RESPONSES_MODEL = "oair/gpt-4.1-mini";
+/** Served through OpenAI's Responses API by a verified organization: asked for summaries. */
+export const SUMMARIZED_MODEL = "oairs/gpt-5.4";
 export const CLAUDE_MODEL = "ant/claude-sonnet";
 /** Newer Claude generations, by the rules their names carry (claude_rules.ts). */
 export const ADAPTIVE_CLAUDE = "ant/claude-opus-4-7";
@@ -219,6 +228,13 @@ export async function withDialect(
           api_key_env: "OAI_KEY",
           timeout_ms: 10_000,
         },
+        oairs: {
+          kind: "openai_responses",
+          base_url: openai.baseUrl,
+          api_key_env: "OAI_KEY",
+          timeout_ms: 10_000,
+          reasoning_summaries: true,
+        },
         ant: {
           kind: "anthropic",
           base_url: claude.url,
@@ -232,6 +248,7 @@ export async function withDialect(
         model(CACHE_WRITING_GPT, "oai", "gpt-5.6", { output_cap_param: "max_completion_tokens" }),
         model(RESPONSES_REASONING_MODEL, "oair", "o4-mini"),
         model(RESPONSES_MODEL, "oair", "gpt-4.1-mini"),
+        model(SUMMARIZED_MODEL, "oairs", "gpt-5.4"),
         model(CLAUDE_MODEL, "ant", "claude-sonnet-4-5"),
         model(ADAPTIVE_CLAUDE, "ant", "claude-opus-4-7"),
         model(THINKING_CLAUDE, "ant", "claude-sonnet-5"),

@@ -21,6 +21,7 @@ import {
   openAiClient,
   RESPONSES_MODEL,
   RESPONSES_REASONING_MODEL,
+  SUMMARIZED_MODEL,
   WEATHER_TOOLS,
   withDialect,
 } from "./harness.ts";
@@ -549,4 +550,46 @@ Deno.test("AI SDK openai Responses, Responses kind: a stateless tool loop on a r
       assert.equal(record.promptTokens, d.openai.responses[i].inputTokens);
       assert.ok(record.reserved >= record.cost);
     });
+  }));
+
+Deno.test("openai SDK responses.create, Responses kind: the reasoning summary the client asks for is the one OpenAI is asked for, auto when it asks none", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    for (const summary of ["concise", "detailed"] as const) {
+      d.openai.script({
+        reasoningTokens: 40,
+        reasoningSummary: `A ${summary} summary.`,
+        content: "4",
+      });
+      const response = await client.responses.create({
+        model: SUMMARIZED_MODEL,
+        input: "2 + 2?",
+        reasoning: { summary },
+      });
+      assert.equal(response.output_text, "4");
+      assert.equal(response.reasoning?.summary, summary);
+      const reasoning = response.output.find((item) => item.type === "reasoning");
+      assert.ok(reasoning?.type === "reasoning");
+      assert.deepEqual(reasoning.summary, [{
+        type: "summary_text",
+        text: `A ${summary} summary.`,
+      }]);
+    }
+    d.openai.script({ reasoningTokens: 40, reasoningSummary: "Adding.", content: "4" }, {
+      reasoningTokens: 40,
+      reasoningSummary: "Adding.",
+      content: "4",
+    });
+    await client.responses.create({ model: SUMMARIZED_MODEL, input: "2 + 2?" });
+    await client.chat.completions.create({
+      model: SUMMARIZED_MODEL,
+      messages: [{ role: "user", content: "2 + 2?" }],
+    });
+    assert.deepEqual(sent(d).map((body) => body.reasoning?.summary), [
+      "concise",
+      "detailed",
+      "auto",
+      "auto",
+    ]);
+    await d.newUsage();
   }));

@@ -492,6 +492,18 @@ function validateForModel(body: Json, rules: ModelRules) {
         throw unsupported(name);
       }
     }
+    // Reasoning (shared.d.ts): "`concise` is supported for `computer-use-preview` models and all
+    // reasoning models after `gpt-5`." The refusal's words are assumed, in the shape of the other
+    // unsupported values.
+    for (const name of ["summary", "generate_summary"]) {
+      if (body.reasoning?.[name] === "concise" && !takesConciseSummary(body.model)) {
+        throw invalid(
+          `Unsupported value: 'reasoning.${name}' does not support 'concise' with this model. Supported values are: 'auto' and 'detailed'.`,
+          `reasoning.${name}`,
+          "unsupported_value",
+        );
+      }
+    }
   } else if (body.reasoning) {
     for (const name of ["effort", "summary", "generate_summary"]) {
       if (body.reasoning[name] !== undefined && body.reasoning[name] !== null) {
@@ -499,6 +511,12 @@ function validateForModel(body: Json, rules: ModelRules) {
       }
     }
   }
+}
+
+/** The reasoning models after gpt-5 (gpt-5.1 on, their codex, mini and pro variants). */
+function takesConciseSummary(model: string): boolean {
+  return /^computer-use-preview/.test(model) || /^gpt-5\.\d/.test(model) ||
+    /^gpt-([6-9]|\d{2,})/.test(model);
 }
 
 // =============================================================================================

@@ -105,6 +105,29 @@ Deno.test("responses fake: no summary unless asked, and no encrypted_content unl
     assert.equal((response as Json).store, true);
   }));
 
+Deno.test("responses fake: a concise summary is taken from the reasoning models after gpt-5 only, as OpenAI documents", () =>
+  withFake(async (fake) => {
+    const ask = (model: string, summary: string) =>
+      refused(fake, { model, input: "Hello", reasoning: { summary } });
+    const refusal = await ask("o4-mini", "concise");
+    assert.equal(refusal.status, 400);
+    assert.equal(refusal.param, "reasoning.summary");
+    assert.equal(refusal.code, "unsupported_value");
+    assert.equal((await ask("o4-mini", "nonsense")).status, 400);
+    fake.script({ content: "Hi", reasoningTokens: 5, reasoningSummary: "Brief." });
+    assert.equal(
+      (await post(fake, { model: "gpt-5.4", input: "Hello", reasoning: { summary: "concise" } }))
+        .status,
+      200,
+    );
+    fake.script({ content: "Hi", reasoningTokens: 5, reasoningSummary: "Long." });
+    assert.equal(
+      (await post(fake, { model: "o4-mini", input: "Hello", reasoning: { summary: "detailed" } }))
+        .status,
+      200,
+    );
+  }));
+
 Deno.test("responses fake: a non-reasoning model answers a message only, with function calls after it", () =>
   withFake(async (fake, client) => {
     fake.script({

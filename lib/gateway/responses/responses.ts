@@ -212,6 +212,8 @@ export class Responses {
     let request;
     try {
       request = parseChatRequest(converted.chat);
+      const summary = body.reasoning?.summary ?? body.reasoning?.generate_summary;
+      if (summary != null) request.reasoningSummary = summary;
     } catch (error) {
       inResponsesTerms(error, converted.inputPath);
     }

@@ -210,7 +210,9 @@ export function responsesRequestBody(
   if (reasons(up)) {
     const reasoning: Json = {};
     if (p.reasoning_effort !== undefined) reasoning.effort = p.reasoning_effort;
-    if (options.reasoningSummaries) reasoning.summary = "auto";
+    // The chat path has no field to ask for one, and reads summaries as reasoning_content: "auto"
+    // unless a Responses request asked for another.
+    if (options.reasoningSummaries) reasoning.summary = up.request.reasoningSummary ?? "auto";
     if (Object.keys(reasoning).length > 0) body.reasoning = reasoning;
     // What the model reasoned comes back encrypted, for the next turn of a tool loop: OpenAI
     // keeps nothing of a request that is not stored.
