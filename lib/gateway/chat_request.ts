@@ -164,6 +164,14 @@ const UserMessage = z.strictObject({
   }),
   name: Name,
 });
+/**
+ * What an assistant message was in its turn (OpenAI's Responses API): a preamble before tool calls
+ * (`commentary`) or the answer (`final_answer`).
+ */
+export const MessagePhase = z.enum(["commentary", "final_answer"], {
+  error: "must be commentary or final_answer",
+});
+
 const AssistantMessage = z.strictObject({
   role: z.literal("assistant"),
   content: z.union([z.string(), partsOf(AssistantPart, "text or refusal parts")], {
@@ -179,6 +187,9 @@ const AssistantMessage = z.strictObject({
   reasoning: z.string().nullish(),
   // Claude's signed thinking (reasoning_details.ts): sent back to Claude, to no other provider.
   reasoning_details: ReasoningDetails.nullish(),
+  // A Responses item's phase, which GPT-5.3-codex on want back with the message: sent to the
+  // Responses kind, to no other provider (chat completions has no such field).
+  phase: MessagePhase.nullish(),
   annotations: z.array(z.unknown()).nullish(),
   parsed: z.unknown().optional(),
   audio: z.null({ error: "audio output is not supported" }).optional(),
@@ -211,6 +222,7 @@ function conversationMessage(m: ChatMessage): ChatMessage {
   // An empty one stays: DeepSeek refuses a tool loop's turn without the field, empty or not.
   if (m.reasoning_content == null) delete out.reasoning_content;
   if (!m.reasoning_details?.length) delete out.reasoning_details;
+  if (m.phase == null) delete out.phase;
   if (!m.tool_calls?.length) delete out.tool_calls;
   else if (m.tool_calls?.some((call) => "parsed_arguments" in call.function)) {
     out.tool_calls = m.tool_calls.map(({ function: { name, arguments: args }, ...call }) => ({

@@ -15,9 +15,11 @@ import { HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import {
   assertCharged,
+  CLAUDE_MODEL,
   type Dialect,
   expectedCharge,
   langChainModel,
+  OPENAI_MODEL,
   openAiClient,
   RESPONSES_MODEL,
   RESPONSES_REASONING_MODEL,
@@ -591,5 +593,68 @@ Deno.test("openai SDK responses.create, Responses kind: the reasoning summary th
       "auto",
       "auto",
     ]);
+    await d.newUsage();
+  }));
+
+Deno.test("openai SDK responses.create, Responses kind: an assistant message's phase goes back to OpenAI with the message, and is listed with its input items; chat providers are not sent it", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const input = [
+      { role: "user", content: "Weather in Lima?" },
+      {
+        type: "message",
+        id: "msg_preamble",
+        status: "completed",
+        role: "assistant",
+        phase: "commentary",
+        content: [{ type: "output_text", text: "Checking the forecast.", annotations: [] }],
+      },
+      {
+        type: "function_call",
+        call_id: "call_1",
+        name: "get_weather",
+        arguments: '{"city":"Lima"}',
+      },
+      { type: "function_call_output", call_id: "call_1", output: "18 C" },
+      { role: "assistant", content: "Mild in Lima.", phase: "final_answer" },
+      { role: "user", content: "And tomorrow?" },
+    ] as ResponseInputItem[];
+    const tools = [{
+      type: "function" as const,
+      name: "get_weather",
+      parameters: WEATHER_TOOLS[0].function.parameters,
+      strict: false,
+    }];
+    for (const model of [RESPONSES_MODEL, OPENAI_MODEL, CLAUDE_MODEL]) {
+      if (model === CLAUDE_MODEL) d.claude.script({ text: "Mild again." });
+      else d.openai.script({ content: "Mild again." });
+      const response = await client.responses.create({ model, input, tools });
+      assert.equal(response.output_text, "Mild again.", model);
+      if (model !== RESPONSES_MODEL) continue;
+      const listed = await client.responses.inputItems.list(response.id, { order: "asc" });
+      assert.deepEqual(
+        listed.data.filter((item) => item.type === "message" && item.role === "assistant")
+          .map((item) => (item as { phase?: string }).phase),
+        ["commentary", "final_answer"],
+      );
+    }
+    const [body] = sent(d);
+    assert.deepEqual(
+      body.input.filter((item: { role?: string }) => item.role === "assistant"),
+      [
+        {
+          role: "assistant",
+          content: [{ type: "output_text", text: "Checking the forecast." }],
+          phase: "commentary",
+        },
+        {
+          role: "assistant",
+          content: [{ type: "output_text", text: "Mild in Lima." }],
+          phase: "final_answer",
+        },
+      ],
+    );
+    assert.equal(d.openai.chats.length, 1, "the chat provider took the conversation without it");
+    assert.equal(d.claude.messages().length, 1);
     await d.newUsage();
   }));

@@ -14,6 +14,7 @@ import {
   EndUser,
   formatPath,
   innermostIssue,
+  MessagePhase,
   Metadata,
   Probability,
   PromptCacheBreakpoint,
@@ -85,7 +86,9 @@ const MessageItem = z.strictObject({
   }),
   id: z.string().nullish(),
   status: z.string().nullish(),
-  phase: z.string().nullish(),
+  // GPT-5.3-codex on label an assistant message as a preamble or the answer, and do worse when a
+  // later turn drops the label: it goes back with the message to the Responses kind.
+  phase: MessagePhase.nullish(),
 });
 
 const FunctionCallItem = z.strictObject({
@@ -508,7 +511,7 @@ export function inputItemsOf(
       return { ...item, id: typeof item.id === "string" ? item.id : newId("rs") };
     }
     if (!("role" in item)) return { type: "item_reference", id: String(item.id) };
-    const { id, status, phase: _phase, type: _type, content, role } = item;
+    const { id, status, phase, type: _type, content, role } = item;
     const text = role === "assistant" ? "output_text" : "input_text";
     return {
       id: id ?? newId("msg"),
@@ -517,6 +520,7 @@ export function inputItemsOf(
       content: typeof content === "string"
         ? [{ type: text, text: content, ...(text === "output_text" ? { annotations: [] } : {}) }]
         : content,
+      ...(role === "assistant" && phase != null ? { phase } : {}),
       status: status ?? "completed",
     };
   });
@@ -730,14 +734,17 @@ function parseItem(raw: unknown, i: number): Parsed {
 }
 
 function messageOf(item: z.infer<typeof MessageItem>, i: number): Record<string, unknown> {
-  if (typeof item.content === "string") return { role: item.role, content: item.content };
+  const phase = item.role === "assistant" && item.phase != null ? { phase: item.phase } : {};
+  if (typeof item.content === "string") {
+    return { role: item.role, content: item.content, ...phase };
+  }
   if (item.role === "assistant") {
     const text = item.content.map((p, j) => {
       if (p.type === "output_text" || p.type === "input_text") return p.text;
       if (p.type === "refusal") return p.refusal;
       throw invalid(`input[${i}].content[${j}].type`, "an assistant message holds text only");
     }).join("");
-    return { role: "assistant", content: text };
+    return { role: "assistant", content: text, ...phase };
   }
   const parts = item.content.map((p, j) => {
     const path = `input[${i}].content[${j}]`;

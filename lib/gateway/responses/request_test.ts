@@ -955,3 +955,31 @@ Deno.test("a chained turn sends the earlier turns without their cache breakpoint
     },
   ]);
 });
+
+Deno.test("an assistant message's phase stays on its chat message; a user's is dropped and an unknown one refused", () => {
+  assert.deepEqual(
+    chatOf({
+      input: [
+        { role: "user", content: "Hi", phase: "final_answer" },
+        {
+          type: "message",
+          role: "assistant",
+          phase: "commentary",
+          content: [{ type: "output_text", text: "Looking." }],
+        },
+        { role: "assistant", content: "Hello.", phase: "final_answer" },
+        { role: "assistant", content: "Again.", phase: null },
+      ],
+    }).messages,
+    [
+      { role: "user", content: "Hi" },
+      { role: "assistant", content: "Looking.", phase: "commentary" },
+      { role: "assistant", content: "Hello.", phase: "final_answer" },
+      { role: "assistant", content: "Again." },
+    ],
+  );
+  assert.deepEqual(
+    refusal({ model: MODEL, input: [{ role: "assistant", content: "x", phase: "draft" }] }),
+    { code: "invalid_parameter", param: "input[0].phase" },
+  );
+});

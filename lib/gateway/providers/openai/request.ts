@@ -58,7 +58,8 @@ const GEMINI_MODEL_NAME = /(?:^|\/)gemini-/i;
 
 /**
  * The message as the client sent it, without what only Tollbooth or other kinds read: without an
- * assistant's `reasoning_content` or `reasoning_details` unless the provider wants them back, and
+ * assistant's `reasoning_content` or `reasoning_details` unless the provider wants them back, its
+ * `phase` (the Responses kind's), and
  * without its tool calls' `extra_content` (Gemini's thought signatures) unless the model is
  * Gemini's, so a conversation that moves on from Gemini to another model is not refused for a
  * field that model does not know.
@@ -77,6 +78,7 @@ function upstreamMessage(
   };
   if (!options.forwardReasoningContent) delete out.reasoning_content;
   if (!options.forwardReasoningDetails) delete out.reasoning_details;
+  delete out.phase;
   if (
     !options.extraContent && m.role === "assistant" && m.tool_calls?.some((c) => c.extra_content)
   ) {

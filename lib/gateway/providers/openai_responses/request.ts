@@ -87,7 +87,9 @@ function assistantItems(
   if (content.length > 0 || (m.tool_calls?.length ?? 0) > 0) {
     items.push(...openAiReasoningItems(m.reasoning_details, upstreamModel));
   }
-  if (content.length > 0) items.push({ role: "assistant", content });
+  if (content.length > 0) {
+    items.push({ role: "assistant", content, ...(m.phase ? { phase: m.phase } : {}) });
+  }
   // The call's own item id (fc_…) is never sent: OpenAI would then want the reasoning item that
   // came with it, which a conversation moved from another model does not have.
   for (const call of m.tool_calls ?? []) {
