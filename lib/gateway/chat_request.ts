@@ -172,6 +172,12 @@ export const MessagePhase = z.enum(["commentary", "final_answer"], {
   error: "must be commentary or final_answer",
 });
 
+export type MessagePhase = z.infer<typeof MessagePhase>;
+
+export function isMessagePhase(value: unknown): value is MessagePhase {
+  return value === "commentary" || value === "final_answer";
+}
+
 const AssistantMessage = z.strictObject({
   role: z.literal("assistant"),
   content: z.union([z.string(), partsOf(AssistantPart, "text or refusal parts")], {

@@ -541,6 +541,11 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                         type: "string",
                         description: "The model's reasoning, where the provider shows it.",
                       },
+                      phase: {
+                        enum: ["commentary", "final_answer"],
+                        description:
+                          "Where OpenAI's Responses API labels the message (GPT-5.4 on): a preamble to tool calls or the answer. Send it back with the message.",
+                      },
                       tool_calls: { type: "array", items: ref("ToolCall") },
                     },
                   },
@@ -590,6 +595,7 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
                       content: { type: ["string", "null"] },
                       refusal: { type: ["string", "null"] },
                       reasoning_content: { type: "string" },
+                      phase: { enum: ["commentary", "final_answer"] },
                       tool_calls: {
                         type: "array",
                         description:

@@ -658,3 +658,56 @@ Deno.test("openai SDK responses.create, Responses kind: an assistant message's p
     assert.equal(d.claude.messages().length, 1);
     await d.newUsage();
   }));
+
+Deno.test("openai SDK responses.create, Responses kind: the phase OpenAI gives its message is on the output item, streamed or not, and goes back with previous_response_id", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const tools = [{
+      type: "function" as const,
+      name: "get_weather",
+      parameters: WEATHER_TOOLS[0].function.parameters,
+      strict: false,
+    }];
+    d.openai.script(
+      {
+        reasoningTokens: 20,
+        content: "Checking the forecast.",
+        toolCalls: [{ name: "get_weather", arguments: { city: "Lima" } }],
+      },
+      { reasoningTokens: 20, content: "Mild in Lima." },
+    );
+    const first = await client.responses.create({
+      model: SUMMARIZED_MODEL,
+      input: "Weather in Lima?",
+      tools,
+    });
+    const preamble = first.output.find((item) => item.type === "message");
+    assert.equal(preamble?.type === "message" && preamble.phase, "commentary");
+    const call = first.output.find((item) => item.type === "function_call")!;
+    assert.ok(call.type === "function_call");
+    const stream = await client.responses.create({
+      model: SUMMARIZED_MODEL,
+      previous_response_id: first.id,
+      input: [{ type: "function_call_output", call_id: call.call_id, output: "18 C" }],
+      tools,
+      stream: true,
+    });
+    const added: (string | null | undefined)[] = [];
+    let completed;
+    for await (const event of stream) {
+      if (event.type === "response.output_item.added" && event.item.type === "message") {
+        added.push(event.item.phase);
+      }
+      if (event.type === "response.completed") completed = event.response;
+    }
+    assert.deepEqual(added, ["final_answer"]);
+    const answer = completed!.output.find((item) => item.type === "message");
+    assert.equal(answer?.type === "message" && answer.phase, "final_answer");
+    const second = sent(d)[1];
+    const sentBack = second.input.find((item: { role?: string }) => item.role === "assistant");
+    assert.equal(sentBack.phase, "commentary", "the stored turn keeps its phase");
+    const stored = await client.responses.retrieve(completed!.id);
+    const kept = stored.output.find((item) => item.type === "message");
+    assert.equal(kept?.type === "message" && kept.phase, "final_answer");
+    await d.newUsage();
+  }));

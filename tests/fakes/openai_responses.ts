@@ -757,6 +757,15 @@ function logprobsOf(pieces: string[], body: Json, value: number): Json[] {
   }));
 }
 
+/**
+ * The models that label their messages with a phase (ResponseOutputMessage.phase, openai-node
+ * v7.57: "for models like gpt-5.3-codex and beyond"; GPT-5.4 on, as OpenAI announced it).
+ */
+function labelsPhase(model: string): boolean {
+  return /^gpt-5\.3-codex/.test(model) || /^gpt-5\.([4-9]|\d{2,})/.test(model) ||
+    /^gpt-([6-9]|\d{2,})/.test(model);
+}
+
 /** The output items, as they stand when done (or as first announced, `added`). */
 function outputItems(r: RenderedResponses, answer: OpenAiAnswer, body: Json, added = false) {
   const items: Json[] = [];
@@ -775,6 +784,8 @@ function outputItems(r: RenderedResponses, answer: OpenAiAnswer, body: Json, add
       status: added ? "in_progress" : r.message.status,
       content: added ? [] : [contentPart(r, answer, body)],
       role: "assistant",
+      // A message before tool calls is a preamble to them; one without is the answer.
+      ...(labelsPhase(body.model) ? { phase: r.calls.length ? "commentary" : "final_answer" } : {}),
     });
   }
   for (const call of r.calls) {

@@ -28,6 +28,8 @@ interface ChoiceDraft {
   refusalSeen: boolean;
   reasoning: string | null;
   reasoningDetails: Record<string, unknown>[];
+  /** The Responses kind's message phase: the last given, as the stream's. */
+  phase: unknown;
   toolCalls: Map<number, ToolCallDraft>;
   logprobs: { content: unknown[] | null; refusal: unknown[] | null } | null;
   finishReason: string | null;
@@ -107,6 +109,7 @@ export function assembleCompletion(
           refusalSeen: false,
           reasoning: null,
           reasoningDetails: [],
+          phase: undefined,
           toolCalls: new Map(),
           logprobs: null,
           finishReason: null,
@@ -118,6 +121,7 @@ export function assembleCompletion(
       draft.refusal = append(draft.refusal, d.refusal);
       if ("refusal" in d) draft.refusalSeen = true;
       draft.reasoning = append(draft.reasoning, d.reasoning_content ?? d.reasoning);
+      if (typeof d.phase === "string") draft.phase = d.phase;
       if (Array.isArray(d.reasoning_details)) {
         for (const raw of d.reasoning_details) appendReasoningDetail(draft.reasoningDetails, raw);
       }
@@ -165,6 +169,7 @@ export function assembleCompletion(
         ...(d.refusalSeen || d.refusal !== null ? { refusal: d.refusal } : {}),
         ...(d.reasoning !== null ? { reasoning_content: d.reasoning } : {}),
         ...(d.reasoningDetails.length ? { reasoning_details: d.reasoningDetails } : {}),
+        ...(d.phase !== undefined ? { phase: d.phase } : {}),
         ...(d.toolCalls.size
           ? { tool_calls: [...d.toolCalls.entries()].sort(([a], [b]) => a - b).map(([, c]) => c) }
           : {}),

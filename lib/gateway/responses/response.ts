@@ -3,6 +3,7 @@
  * stream of completion chunks into the documented sequence of response events.
  */
 import { isRecord } from "@/lib/core/mod.ts";
+import { isMessagePhase, type MessagePhase } from "../chat_request.ts";
 import type { ResponsesBody } from "./request.ts";
 import { appendReasoningDetail, encryptedContentOf } from "../reasoning_details.ts";
 
@@ -82,6 +83,8 @@ export type OutputItem =
     status: "in_progress" | "completed" | "incomplete";
     role: "assistant";
     content: (OutputText | { type: "refusal"; refusal: string })[];
+    /** Whether the upstream (OpenAI's Responses API) made it a preamble or the answer. */
+    phase?: MessagePhase;
   }
   | {
     type: "function_call";
@@ -248,6 +251,7 @@ export function completionToResponse(
       status: itemStatus,
       role: "assistant",
       content,
+      ...(isMessagePhase(message.phase) ? { phase: message.phase } : {}),
     });
   }
   for (const call of message.tool_calls ?? []) {
@@ -286,6 +290,7 @@ interface ChunkLike {
       refusal?: string | null;
       reasoning_content?: string | null;
       reasoning_details?: unknown;
+      phase?: unknown;
       tool_calls?: {
         index: number;
         id?: string;
@@ -338,6 +343,8 @@ export class ResponseEvents {
   readonly #calls = new Map<string, Extract<OpenItem, { kind: "call" }>>();
   #lastCall: string | undefined;
   #finishReason: string | null = null;
+  /** The phase the upstream gave the message, which comes before its text. */
+  #phase: MessagePhase | undefined;
 
   constructor(body: ResponsesBody, meta: ResponseMeta) {
     this.#body = body;
@@ -361,6 +368,10 @@ export class ResponseEvents {
     const events: ResponseEvent[] = [];
     for (const choice of chunk.choices ?? []) {
       const delta = choice.delta ?? {};
+      if (isMessagePhase(delta.phase)) {
+        this.#phase = delta.phase;
+        if (this.#open?.kind === "message") this.#open.item.phase = delta.phase;
+      }
       if (typeof delta.reasoning_content === "string" && delta.reasoning_content !== "") {
         events.push(...this.#reasoning(delta.reasoning_content));
       }
@@ -477,6 +488,7 @@ export class ResponseEvents {
         status: "in_progress",
         role: "assistant",
         content: [],
+        ...(this.#phase ? { phase: this.#phase } : {}),
       };
       this.#open = { kind: "message", index: this.#output.length, item, part: null };
       this.#output.push(item);

@@ -421,9 +421,13 @@ function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown
       : []
   );
   if (!text && calls.length === 0) return [];
+  // Its messages are one chat message: the last one's phase is the turn's.
+  const phase = output.flatMap((item) => item.type === "message" && item.phase ? [item.phase] : [])
+    .at(-1);
   return [{
     role: "assistant",
     content: text || null,
+    ...(phase ? { phase } : {}),
     ...(calls.length ? { tool_calls: calls } : {}),
     ...(thinking.length ? { reasoning_details: thinking } : {}),
   }];

@@ -6,9 +6,12 @@
  * reasoning text of models that show it) are `reasoning_content`; a reasoning item's encrypted
  * content is one `reasoning_details` entry, sent with the others in one delta once the reasoning
  * is over (the openai SDK's stream helpers keep only the last value of a delta field they do not
- * know). The usage comes with the last event, `response.completed` or `response.incomplete`.
+ * know). A message item's `phase` (commentary or final answer) is a delta's `phase` as it opens:
+ * chat's one message keeps the last. The usage comes with the last event, `response.completed` or
+ * `response.incomplete`.
  */
 import { isRecord } from "@/lib/core/mod.ts";
+import { isMessagePhase, type MessagePhase } from "../../chat_request.ts";
 import { openAiReasoningDetail, type ReasoningDetail } from "../../reasoning_details.ts";
 import { eventJson } from "../http.ts";
 import { convertBatches } from "../part_batches.ts";
@@ -224,6 +227,8 @@ export function responsesStreamParts(
   let shownText = false;
   /** Whether the next text starts a message item after one that showed text. */
   let separate = false;
+  /** The phase last handed on: chat's one message takes the phase of the last message item. */
+  let phase: MessagePhase | null = null;
   let details = 0;
   let pending: ReasoningDetail[] = [];
   const flushDetails = (parts: StreamPart[]) => {
@@ -289,7 +294,13 @@ export function responsesStreamParts(
         flushDetails(parts);
         // A later message of the same answer (a model that comments before it answers) is a
         // paragraph of its own in chat's one content.
-        if (item.type === "message") separate = shownText;
+        if (item.type === "message") {
+          separate = shownText;
+          if (isMessagePhase(item.phase) && item.phase !== phase) {
+            phase = item.phase;
+            parts.push(chunk({ phase }));
+          }
+        }
         if (item.type !== "function_call" || typeof item.name !== "string") break;
         const call = { index: calls.size, streamed: false };
         calls.set(at, call);
