@@ -123,10 +123,13 @@ export function createApp(deps: AppDeps) {
     now,
   });
   /** Idempotency-Key on a paid POST: keys are private to the calling API key. */
-  const paidIdempotency = idempotency(idempotencyStore, {
-    scope: (c) => apiKeyScope(c.get("caller")),
-    log,
-  });
+  const paidIdempotency = (options: { streams: boolean }) =>
+    idempotency(idempotencyStore, {
+      scope: (c) => apiKeyScope(c.get("caller")),
+      log,
+      ...options,
+    });
+  const streamingIdempotency = paidIdempotency({ streams: true });
   let draining = false;
 
   setBodyReadTimeout(config.bodyReadTimeoutMs);
@@ -144,7 +147,6 @@ export function createApp(deps: AppDeps) {
     rateLimitHeaders(kv, rateLimits, now),
     requireSupportedVersion,
     bodyLimit(config.maxBodyBytes, apiBodyRefusal, { readsJson: true }),
-    paidIdempotency,
   ] as const;
   const freeApi = [
     requireLiveApiKey(keyCache),
@@ -154,17 +156,20 @@ export function createApp(deps: AppDeps) {
   app.post(
     "/v1/chat/completions",
     ...paidApi,
+    streamingIdempotency,
     chatCompletions(gateway, { docsBaseUrl }),
   );
   app.post(
     "/v1/embeddings",
     ...paidApi,
+    paidIdempotency({ streams: false }),
     embeddings(gateway),
   );
   const responses = new Responses(gateway, new ResponseStore(kv, now), log);
   app.post(
     "/v1/responses",
     ...paidApi,
+    streamingIdempotency,
     responsesRoute(responses),
   );
   const stored = storedResponseRoutes(responses);

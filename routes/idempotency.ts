@@ -58,6 +58,11 @@ export function idempotency<E extends Env>(
     recordedBody?: (body: Uint8Array) => Uint8Array;
     /** The route takes no request body: none is read, so an empty one is fine. */
     bodyless?: boolean;
+    /**
+     * The route streams when the body says `stream: true`: a stream is not replayed, so such a
+     * body is refused here. A route that cannot stream refuses the field as its own handler does.
+     */
+    streams?: boolean;
   },
 ): MiddlewareHandler<E> {
   return async (c, next) => {
@@ -73,7 +78,7 @@ export function idempotency<E extends Env>(
     // A route without a request body (a revoke) is the same request whatever was sent, or nothing:
     // its identity is that of `{}`, what clients sent it before empty bodies were accepted.
     const body = options.bodyless ? {} : await readJsonBody(c.req.raw);
-    if ((body as { stream?: unknown } | null)?.stream === true) {
+    if (options.streams && (body as { stream?: unknown } | null)?.stream === true) {
       throw new ApiError(
         "idempotency_key_with_stream",
         "Idempotency-Key is not supported on streamed requests: send the stream without it, or the request without stream: true.",

@@ -504,3 +504,22 @@ Deno.test("LangChain's OpenAIEmbeddings embeds documents and a query, each reque
       await server.close();
     }
   }));
+
+Deno.test("stream: true on embeddings is the same refusal with an Idempotency-Key as without: embeddings have no stream", () =>
+  withFake(async ({ s, appId, apiKey, upstream }) => {
+    const body = { model: "fake/embed", input: "Hello", stream: true };
+    const plain = await s.post(apiKey, "/embeddings", body);
+    const keyed = await s.post(apiKey, "/embeddings", body, {
+      headers: { "idempotency-key": crypto.randomUUID() },
+    });
+    const [plainError, keyedError] = [(await plain.json()).error, (await keyed.json()).error];
+    assert.equal(plain.status, 400);
+    assert.equal(keyed.status, plain.status);
+    assert.deepEqual(
+      { code: keyedError.code, param: keyedError.param, message: keyedError.message },
+      { code: plainError.code, param: plainError.param, message: plainError.message },
+    );
+    assert.notEqual(keyedError.code, "idempotency_key_with_stream");
+    assert.equal(upstream.received.length, 0);
+    assert.equal((await s.wallet(appId)).available, START);
+  }));
