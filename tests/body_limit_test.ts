@@ -302,3 +302,69 @@ Deno.test("stalled uploads hold no more memory than they sent, and large, chunke
     await files.remove();
   }
 });
+
+Deno.test("a small API body trickled a byte a second is refused 408 request_timeout once BODY_READ_TIMEOUT_MS has passed, on every route that reads one", async () => {
+  const files = await instanceFiles();
+  const created = await admin(files.kvPath, "create-app", "--name", "trickled bodies");
+  assert.equal(created.code, 0, created.stderr);
+  const instance = await startInstance({
+    KV_PATH: files.kvPath,
+    MODELS_FILE: files.modelsFile,
+    BODY_READ_TIMEOUT_MS: "2000",
+  });
+  try {
+    const api = {
+      Authorization: `Bearer ${created.output.api_key}`,
+      "Content-Type": "application/json",
+    };
+    const keyed = { ...api, "Idempotency-Key": crypto.randomUUID() };
+    const started = Date.now();
+    const answers = await Promise.all([
+      trickle(instance, "/v1/chat/completions", api),
+      trickle(instance, "/v1/embeddings", api),
+      trickle(instance, "/v1/responses", api),
+      trickle(instance, "/v1/chat/completions", keyed),
+    ]);
+    const elapsed = Date.now() - started;
+    for (const { status, body } of answers) {
+      assert.equal(status, 408, body);
+      assert.equal(JSON.parse(body).error.code, "request_timeout");
+    }
+    // The deadline, and the sweep's second at most, not the 200 seconds the bodies would take.
+    assert.ok(elapsed < 6_000, `answered after ${elapsed} ms`);
+    const audit = await admin(files.kvPath, "audit");
+    assert.equal(audit.code, 0, JSON.stringify(audit.output));
+  } finally {
+    await instance.stop();
+    await files.remove();
+  }
+});
+
+/**
+ * Declares a 200-byte JSON body (under the 16 KiB read at once) and sends it a byte a second
+ * until the service answers; the answer.
+ */
+async function trickle(instance: Instance, path: string, headers: Record<string, string>) {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: instance.port });
+  const body = encoder.encode(JSON.stringify({ model: "tollbooth/echo", pad: "x".repeat(200) }))
+    .subarray(0, 200);
+  await writeAll(conn, encoder.encode(requestHead(path, ["Content-Length: 200"], headers)));
+  const answer = readAnswer(conn);
+  let answered = false;
+  answer.head.then(() => answered = true, () => answered = true);
+  try {
+    for (let i = 0; i < body.byteLength && !answered; i++) {
+      await writeAll(conn, body.subarray(i, i + 1));
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+    }
+  } catch {
+    // The service closed the connection once it answered.
+  }
+  const whole = await answer.whole;
+  try {
+    conn.close();
+  } catch {
+    // already closed
+  }
+  return whole;
+}

@@ -71,7 +71,7 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "Request body not received in time",
     cause:
-      "A request body over 16 KiB, or sent chunked, had not arrived whole `BODY_READ_TIMEOUT_MS` (60 seconds by default) after its headers. A slow upload holds a connection and what it has sent, so it is cut off. Nothing was charged.",
+      "The request body had not arrived whole `BODY_READ_TIMEOUT_MS` (60 seconds by default) after its headers. A slow upload holds a connection and what it has sent, so it is cut off. Nothing was charged.",
     fix: "Send the body at once, and retry; the OpenAI SDKs retry a 408 by themselves.",
   },
   context_length_exceeded: {
