@@ -398,6 +398,10 @@ export function refundObject(
     status?: string;
     metadata?: Record<string, string>;
     reason?: string | null;
+    /** The refund's currency (usd by default), `amount` in its smallest unit. */
+    currency?: string;
+    /** What the payer was shown, when it was another currency (Refund.presentment_details). */
+    presentment?: { amount: number; currency: string };
   },
 ): Record<string, unknown> {
   return {
@@ -407,10 +411,18 @@ export function refundObject(
     balance_transaction: null,
     charge: `ch_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`,
     created: Math.floor(Date.now() / 1000),
-    currency: "usd",
+    currency: input.currency ?? "usd",
     destination_details: { card: { type: "refund" }, type: "card" },
     metadata: input.metadata ?? {},
     payment_intent: input.paymentIntent,
+    ...(input.presentment
+      ? {
+        presentment_details: {
+          presentment_amount: input.presentment.amount,
+          presentment_currency: input.presentment.currency,
+        },
+      }
+      : {}),
     reason: input.reason === undefined ? "requested_by_customer" : input.reason,
     receipt_number: null,
     source_transfer_reversal: null,
@@ -421,7 +433,7 @@ export function refundObject(
 
 /** A Dispute as Stripe sends it in `charge.dispute.*` events (fields from the API reference). */
 export function disputeObject(
-  input: { id?: string; paymentIntent: string; amount: number; status: string },
+  input: { id?: string; paymentIntent: string; amount: number; status: string; currency?: string },
 ): Record<string, unknown> {
   return {
     id: input.id ?? `dp_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`,
@@ -430,7 +442,7 @@ export function disputeObject(
     balance_transactions: [],
     charge: `ch_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`,
     created: Math.floor(Date.now() / 1000),
-    currency: "usd",
+    currency: input.currency ?? "usd",
     evidence_details: { due_by: null, has_evidence: false, past_due: false, submission_count: 0 },
     is_charge_refundable: false,
     livemode: false,

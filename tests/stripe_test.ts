@@ -1166,3 +1166,44 @@ Deno.test("the webhook's refusals are in the API's error shape: code, type, mess
     await unconfigured.close();
   }
 });
+
+Deno.test("a refund or dispute in a currency other than USD takes no wrong number back: nothing is taken, and the operator is told what to settle", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const before = await moneyState(s, appId);
+    // 15,000 won (about 11 USD) read as cents would be 150 USD: the whole top-up.
+    const refund = refundObject({
+      paymentIntent,
+      amount: 15_000,
+      currency: "krw",
+      presentment: { amount: 15_000, currency: "krw" },
+    });
+    const dispute = disputeObject({
+      paymentIntent,
+      amount: 9_000,
+      status: "needs_response",
+      currency: "eur",
+    });
+    for (
+      const payload of [
+        eventPayload("refund.created", refund),
+        eventPayload("charge.dispute.created", dispute),
+        eventPayload("charge.dispute.closed", { ...dispute, status: "won" }),
+      ]
+    ) {
+      const { status, body } = await deliver(s, payload);
+      assert.equal(status, 200);
+      assert.equal(body.outcome, "not_usd");
+    }
+    assert.deepEqual(await moneyState(s, appId), before);
+    const told = s.logs.filter((l) => l.event === "stripe_reversal_not_usd");
+    assert.deepEqual(
+      told.map((l) => [l.level, l.appId, l.reference, l.currency, l.amount]),
+      [
+        ["error", appId, refund.id, "krw", 15_000],
+        ["error", appId, dispute.id, "eur", 9_000],
+        ["error", appId, dispute.id, "eur", 9_000],
+      ],
+    );
+  }));

@@ -55,7 +55,12 @@ export type ReversalOutcome =
   /** A payment refused at its wallet's credit limit and refunded by us: nothing to take back. */
   | { status: "never_credited" }
   /** Our refund of such a payment failed: it was made again. */
-  | { status: "refunded_again"; refundId: string | null };
+  | { status: "refunded_again"; refundId: string | null }
+  /**
+   * In a currency other than USD, of which the amount says nothing in USD: nothing is taken, and
+   * the operator is told what to settle by hand.
+   */
+  | { status: "not_usd"; appId: string };
 
 /** Remembers which app a paid top-up credited, for its refunds and disputes; kept once written. */
 export async function rememberStripePayment(
@@ -79,7 +84,9 @@ interface Reversal {
   id: string;
   kind: "refund" | "chargeback";
   paymentIntent: string | null;
+  /** The amount in `currency`'s smallest unit: cents when it is USD, what top-ups are paid in. */
   cents: number;
+  currency: string;
   /** The refund failed or was canceled, the dispute was won: what was taken is given back. */
   undone: boolean;
   /** Why, for the ledger entry that gives it back ("failed", "won"). */
@@ -124,6 +131,8 @@ async function takeBack(
     payment = unseen;
   }
   const amount = Math.min(centsToMicros(reversal.cents), payment?.amount ?? Infinity);
+  const currency = reversal.currency.toLowerCase();
+  const usdAmount = currency === "usd";
   const unmatched = (why: string): ReversalOutcome => {
     // Not taken back from any wallet: the operator's to settle by hand, so the amount is told.
     deps.log({
@@ -133,11 +142,30 @@ async function takeBack(
       stripeEvent: event.id,
       type: event.type,
       paymentIntent: reversal.paymentIntent,
-      amount: formatUsd(amount),
+      ...(usdAmount ? { amount: formatUsd(amount) } : { amount: reversal.cents, currency }),
     });
     return { status: "unmatched" };
   };
   if (!payment) return unmatched("no top-up of ours was paid by this payment");
+  if (!usdAmount) {
+    // Top-ups are charged in USD, but a refund or dispute may be in the currency the payer was
+    // shown: its amount read as cents could take back ten or a hundred times the money (15,000
+    // won is 11 USD, not 150). What it is in USD is the operator's to find and settle.
+    deps.log({
+      level: "error",
+      event: "stripe_reversal_not_usd",
+      stripeEvent: event.id,
+      type: event.type,
+      appId: payment.appId,
+      reference: id,
+      kind,
+      paymentIntent: reversal.paymentIntent,
+      amount: reversal.cents,
+      currency,
+      credited: formatUsd(payment.amount),
+    });
+    return { status: "not_usd", appId: payment.appId };
+  }
   const usd = formatUsd(amount);
   let taken;
   try {
@@ -224,6 +252,7 @@ export function takeBackRefund(
     kind: "refund",
     paymentIntent: idOf(refund.payment_intent),
     cents: refund.amount,
+    currency: refund.currency,
     undone: UNDONE_REFUND.has(refund.status ?? ""),
     because: refund.status ?? "",
   });
@@ -252,6 +281,7 @@ export async function takeBackDispute(
     kind: "chargeback",
     paymentIntent: idOf(dispute.payment_intent),
     cents: dispute.amount,
+    currency: dispute.currency,
     undone: event.type === "charge.dispute.funds_reinstated" || dispute.status === "won",
     because: "won",
   });
