@@ -11,7 +11,12 @@
  * were. Nothing is stored at OpenAI (`store: false`): the encrypted reasoning comes back with the
  * answer instead, for the client to send with the conversation.
  */
-import type { ChatMessage, ChatRequest, UserContentPart } from "../../chat_request.ts";
+import type {
+  ChatMessage,
+  ChatRequest,
+  ReasoningSummary,
+  UserContentPart,
+} from "../../chat_request.ts";
 import { openAiReasoningItems } from "../../reasoning_details.ts";
 import { askedServiceTier, isReasoningModel } from "../openai/request.ts";
 import type { UpstreamRequest } from "../types.ts";
@@ -135,6 +140,24 @@ export function reasons(up: UpstreamRequest): boolean {
   return isReasoningModel(up.model) || up.request.params.reasoning_effort !== undefined;
 }
 
+/** A GPT's version in a model name (`gpt-5.4-mini`, a router's `openai/gpt-5.1`). */
+const GPT_VERSION = /(?:^|[^a-z0-9])gpt-(\d+)(?:\.(\d+))?/i;
+
+/**
+ * The reasoning summary a request is sent with: the one asked for, but `concise` only where the
+ * model takes it ("supported for `computer-use-preview` models and all reasoning models after
+ * `gpt-5`"). o3, o4-mini and gpt-5 refuse the whole request for it (400), where "auto", what they
+ * were sent before a client could choose, gives a summary.
+ */
+function summaryFor(up: UpstreamRequest): ReasoningSummary {
+  const asked = up.request.reasoningSummary ?? "auto";
+  if (asked !== "concise") return asked;
+  const model = up.model.upstreamModel;
+  if (/(?:^|\/)computer-use-preview/i.test(model)) return asked;
+  const gpt = GPT_VERSION.exec(model);
+  return gpt && Number(gpt[1]) * 100 + Number(gpt[2] ?? 0) > 500 ? asked : "auto";
+}
+
 /**
  * The body for `POST {base_url}/responses`. Chat's defaults are kept where the Responses API's
  * differ: a function tool is strict only when the client says so (the Responses API makes it
@@ -213,8 +236,8 @@ export function responsesRequestBody(
     const reasoning: Json = {};
     if (p.reasoning_effort !== undefined) reasoning.effort = p.reasoning_effort;
     // The chat path has no field to ask for one, and reads summaries as reasoning_content: "auto"
-    // unless a Responses request asked for another.
-    if (options.reasoningSummaries) reasoning.summary = up.request.reasoningSummary ?? "auto";
+    // unless a Responses request asked for another that the model takes.
+    if (options.reasoningSummaries) reasoning.summary = summaryFor(up);
     if (Object.keys(reasoning).length > 0) body.reasoning = reasoning;
     // What the model reasoned comes back encrypted, for the next turn of a tool loop: OpenAI
     // keeps nothing of a request that is not stored.

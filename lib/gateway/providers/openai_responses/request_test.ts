@@ -253,6 +253,26 @@ Deno.test("reasoning summaries are asked for only where the provider says it may
   assert.ok(!("reasoning" in responsesRequestBody(request)));
 });
 
+Deno.test("a concise summary is asked of the models after gpt-5 as asked, and as auto of those that refuse it", () => {
+  const summaryOf = (model: string, asked: "concise" | "detailed") => {
+    const request = upstreamRequest(testModel("openai_responses", model), {
+      messages: [{ role: "user", content: "hi" }],
+      reasoning_effort: "low",
+    });
+    request.request.reasoningSummary = asked;
+    return (responsesRequestBody(request, { reasoningSummaries: true }).reasoning as {
+      summary: string;
+    }).summary;
+  };
+  for (const model of ["gpt-5.1", "gpt-5.4-mini", "openai/gpt-6", "computer-use-preview"]) {
+    assert.equal(summaryOf(model, "concise"), "concise", model);
+  }
+  for (const model of ["o3", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5-codex"]) {
+    assert.equal(summaryOf(model, "concise"), "auto", model);
+    assert.equal(summaryOf(model, "detailed"), "detailed", model);
+  }
+});
+
 Deno.test("an assistant message's reasoning goes back to the model that made it, before the message", () => {
   const own = openAiReasoningDetail({ id: "rs_1", encrypted_content: "gAAAA-own" }, 0, "o3-pro");
   const foreign = openAiReasoningDetail({ id: "rs_2", encrypted_content: "gAAAA-x" }, 1, "o4-mini");
