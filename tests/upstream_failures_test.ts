@@ -842,3 +842,35 @@ Deno.test("openai: a reasoning stream its client left, whose upstream will not s
     assert.equal(record.completionTokens, 10);
   }, 5000);
 });
+
+for (const stream of [false, true]) {
+  Deno.test(`openai: an event stream labelled application/json is read as the stream it is and charged its usage${stream ? ", streamed" : ""}`, () =>
+    withFake(
+      "openai",
+      () =>
+        sseResponse([
+          ...streamStart("openai"),
+          `data: ${
+            JSON.stringify({
+              id: "chatcmpl-cut",
+              object: "chat.completion.chunk",
+              created: 1733000000,
+              model: "up-model",
+              choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: "stop" }],
+              usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
+            })
+          }\n\n`,
+          "data: [DONE]\n\n",
+        ], { headers: { "content-type": "application/json" } }),
+      async (s, apiKey, appId) => {
+        const res = await ask(s, apiKey, stream);
+        assert.equal(res.status, 200, await res.clone().text());
+        const content = stream
+          ? (await readStream(res)).content
+          : (await res.json()).choices[0].message.content;
+        assert.equal(content, PIECES.join(""));
+        const [record] = await usageRecords(s.kv, appId);
+        assert.equal(record.cost, cost(10, 5));
+      },
+    ));
+}

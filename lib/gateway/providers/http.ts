@@ -404,6 +404,49 @@ export function isJson(contentType: string | null): boolean {
   return /^application\/json\s*(;|$)/i.test(contentType ?? "");
 }
 
+/** `{`, which a whole answer (a JSON object) starts with past any white space; events never do. */
+const JSON_START = 0x7b;
+
+/**
+ * Whether a streamed call labelled `application/json` (isJson) was answered with a whole JSON
+ * body rather than events: some OpenAI-compatible proxies label their event streams so, and read
+ * as JSON such a stream was a 502 that charged nothing, though the upstream billed it. Its first
+ * bytes decide, and are put back in front of the rest of the body, which is read as before.
+ */
+export async function answeredWhole(
+  call: Awaited<ReturnType<typeof callUpstream>>,
+): Promise<boolean> {
+  const body = call.response.body;
+  if (!body) return true;
+  const reader = body instanceof ReadableStream ? body.getReader() : body;
+  const readNext = (view: Uint8Array) =>
+    reader instanceof ReadableStreamDefaultReader ? reader.read() : reader.read(view);
+  let first: ReadableStreamReadResult<Uint8Array>;
+  try {
+    first = await readNext(new Uint8Array(BODY_READ_BYTES));
+  } catch (error) {
+    const failure = call.idle.translate(error, "body");
+    call.idle.stop();
+    throw failure;
+  }
+  if (!first.done) call.idle.touch();
+  let held = first.done ? null : first.value;
+  const rest: BodyReader = {
+    read(view) {
+      if (held === null) return first.done ? Promise.resolve(first) : readNext(view);
+      const value = held;
+      held = null;
+      return Promise.resolve({ done: false, value });
+    },
+    cancel: (reason) => reader.cancel(reason),
+  };
+  call.response = { ...call.response, body: rest };
+  const start = held?.find((byte) =>
+    byte !== 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d
+  );
+  return start === undefined || start === JSON_START;
+}
+
 /**
  * A whole (non-streamed) answer's JSON: asked with the time a whole answer of the request's cap may
  * take, read within the size it and the request it repeats may have.

@@ -1,6 +1,13 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import { callUpstream, guardedParts, isJson, readAnswerJson, wholeAnswerBytes } from "../http.ts";
+import {
+  answeredWhole,
+  callUpstream,
+  guardedParts,
+  isJson,
+  readAnswerJson,
+  wholeAnswerBytes,
+} from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { asksHourCacheWrites, claudeThinks } from "../../chat_request.ts";
 import { answerTool, messagesRequest, routeRules } from "./request.ts";
@@ -72,7 +79,7 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
       const call = await post(base, request, sent);
       // A server that ignores `stream` answers with the whole message, which it bills: read as an
       // event stream it would end before message_stop, a 502 that charges nothing.
-      if (isJson(call.response.headers.get("content-type"))) {
+      if (isJson(call.response.headers.get("content-type")) && await answeredWhole(call)) {
         const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
         return anthropicStreamParts(oneBatch(messageAsEvents(json)), meta(request));
       }

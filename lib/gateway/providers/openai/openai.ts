@@ -1,5 +1,6 @@
 import type { Provider, UpstreamRequest } from "../types.ts";
 import {
+  answeredWhole,
   guardedParts,
   isJson,
   postWithBearer,
@@ -65,7 +66,7 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
         const call = await post("/chat/completions", sent, request.signal);
         // A server that ignores `stream` answers with the whole completion, which it bills: read
         // as an event stream it would end before its first event, a 502 that charges nothing.
-        if (isJson(call.response.headers.get("content-type"))) {
+        if (isJson(call.response.headers.get("content-type")) && await answeredWhole(call)) {
           const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
           return openAiAnswerParts(json);
         }

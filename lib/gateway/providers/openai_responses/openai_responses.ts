@@ -1,6 +1,7 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
 import {
+  answeredWhole,
   guardedParts,
   isJson,
   postWithBearer,
@@ -78,7 +79,7 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
     const call = await post("/responses", request, sent);
     // A server that ignores `stream` answers with the whole response, which it bills: read as an
     // event stream it would end before response.completed, a 502 that charges nothing.
-    if (isJson(call.response.headers.get("content-type"))) {
+    if (isJson(call.response.headers.get("content-type")) && await answeredWhole(call)) {
       const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
       return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
     }
