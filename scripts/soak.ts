@@ -6,7 +6,7 @@
  * It ends by waiting for every reservation to settle, runs the audit, prints a summary, and exits non-zero
  * when any micro-dollar is unaccounted for or any request got a 500 (seen by a client or logged).
  *
- * SOAK_SECONDS (default 60), SOAK_CLIENTS (default 24).
+ * SOAK_SECONDS (default 45), SOAK_CLIENTS (default 24). `deno task soak` then runs soak_paths.ts.
  */
 import { auditWallets, creditedOf, sweepExpiredReservations } from "@/lib/billing/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
@@ -14,7 +14,7 @@ import { formatUsd } from "@/lib/core/mod.ts";
 import { startFakeOpenAi } from "@/tests/fake_openai.ts";
 import { serveLoopback, startService } from "@/tests/helpers.ts";
 
-const SECONDS = Number(Deno.env.get("SOAK_SECONDS") ?? 60);
+const SECONDS = Number(Deno.env.get("SOAK_SECONDS") ?? 45);
 const CLIENTS = Number(Deno.env.get("SOAK_CLIENTS") ?? 24);
 const APPS = 8;
 
