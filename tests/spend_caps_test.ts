@@ -8,6 +8,7 @@ import {
   setRateLimits,
   setSpendCaps,
 } from "@/lib/billing/mod.ts";
+import { issueKey } from "@/lib/tenants/mod.ts";
 import {
   serveLoopback,
   spendDownTo,
@@ -311,6 +312,26 @@ Deno.test("a request of the old key in flight across a rotation settles on the c
     assert.deepEqual([counter.held, counter.total], [0, 30_000]);
     assert.equal((await s.chat(apiKey, request("old"))).status, 401);
   }));
+
+Deno.test("under wallet slices, the old key of a rotated capped key is not served uncapped from a slice: it is refused, and the key's counter holds every charge of the key", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 4_000_000 });
+    // An uncapped key of the app has it served from a slice.
+    const other = await issueKey(s.kv, appId, "uncapped", "operator");
+    assert.equal((await s.chat(other.apiKey, request("slice"))).status, 200);
+    // The capped key is known to this process: its authentication and its caps are remembered.
+    assert.equal((await s.chat(apiKey, request("before"))).status, 200);
+    const { issued } = await rotateKey(s.kv, keyId);
+    // The new key's first request reads the caps again, which no longer name the old key.
+    assert.equal((await s.chat(issued.apiKey, request("new key"))).status, 200);
+    const old = await s.chat(apiKey, request("old key"));
+    assert.equal(old.status, 401, "the old key is revoked");
+    await s.wallets.drain();
+    const capped = (await usageRecords(s.kv, appId)).filter((u) => u.keyId !== other.record.id);
+    const counter = await getSpendCounter(s.kv, appId, "key", issued.record.id);
+    assert.equal(counter.total, capped.reduce((n, u) => n + u.cost, 0));
+  }, { env: { WALLET_SLICES: "on" } }));
 
 Deno.test("a key's own rate limit survives its rotation", () =>
   withService(async (s) => {

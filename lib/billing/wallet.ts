@@ -231,6 +231,15 @@ export class Wallets {
    * admitted by a slice as uncapped.
    */
   readonly #keysWithCapsSeen = new Set<string>();
+  /**
+   * Keys whose caps entry went away while this process watched: a rotation moves the entry to the
+   * replacement, a revocation's prune drops it (so does lifting the caps of a key counting on its
+   * own counter). Without an entry such a key reads as uncapped, so a slice would admit the
+   * requests a rotated or revoked key authenticated before, charged outside the counter its cap
+   * counts on; they take the per-request path instead, whose key check refuses them (a key whose
+   * caps were lifted is served there too, a commit a request: correct, only not from a slice).
+   */
+  readonly #keysThatLeftCaps = new Set<string>();
   readonly #capsReading = new Map<string, Promise<Deno.KvEntryMaybe<SpendCapsRecord>>>();
 
   constructor(kv: Deno.Kv, options: WalletOptions) {
@@ -617,7 +626,10 @@ export class Wallets {
     // next commit of the wallet, which reads the caps, or from its next post, which checks them.
     const caps = ((this.#keysWithCapsSeen.has(input.keyId) && this.#capsSeen.get(appId)) ||
       await this.#readCaps(appId, input.keyId)).value;
-    if (cappedScopes(caps, input.keyId, input.user).length > 0) {
+    if (
+      cappedScopes(caps, input.keyId, input.user).length > 0 ||
+      this.#keysThatLeftCaps.has(input.keyId)
+    ) {
       this.stats.sliceFallbacks++;
       return this.#reserveOrReclaim(appId, input);
     }
@@ -862,6 +874,11 @@ export class Wallets {
     const seen = this.#capsSeen.get(appId);
     if (seen && (seen.versionstamp ?? "") >= (entry.versionstamp ?? "")) return seen;
     if (!seen && this.#capsSeen.size >= MAX_KNOWN_WALLETS) this.#capsSeen.clear();
+    for (const keyId of Object.keys(seen?.value?.keys ?? {})) {
+      if (entry.value?.keys[keyId]) continue;
+      if (this.#keysThatLeftCaps.size >= MAX_KNOWN_KEYS) this.#keysThatLeftCaps.clear();
+      this.#keysThatLeftCaps.add(keyId);
+    }
     this.#capsSeen.set(appId, entry);
     return entry;
   }
