@@ -39,6 +39,7 @@ import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
 import { clientUsage } from "./providers/usage.ts";
 import {
+  NOTHING_TO_RECALL,
   type RecalledThinking,
   ThinkingMemory,
   type ThinkingRecall,
@@ -359,15 +360,15 @@ export class Gateway {
    */
   #thinkingToRecall(request: ChatRequest): readonly ThinkingRecall[] {
     if (!request.params.reasoning_effort || request.params.reasoning_effort === "none") {
-      return [];
+      return NOTHING_TO_RECALL;
     }
     const named = this.#deps.catalog.get(request.model);
-    if (!named || named.type !== "chat") return [];
+    if (!named || named.type !== "chat") return NOTHING_TO_RECALL;
     const model = servingModel(named, request);
     const budget = (route: Route) =>
       route.provider.kind === "anthropic" &&
       (route.claude ?? claudeRulesByName(route.upstreamModel)).thinking === "budget";
-    return [model, ...model.fallbacks].some(budget) ? thinkingToRecall(request) : [];
+    return [model, ...model.fallbacks].some(budget) ? thinkingToRecall(request) : NOTHING_TO_RECALL;
   }
 
   /** The request with the thinking kept for its assistant messages, those the app has. */

@@ -86,7 +86,8 @@ export interface ThinkingRecall {
  */
 export const MAX_THINKING_RECALLS = 32;
 
-const NOTHING_TO_RECALL: readonly ThinkingRecall[] = [];
+/** Shared by every request that recalls nothing: most, which should not allocate for it. */
+export const NOTHING_TO_RECALL: readonly ThinkingRecall[] = [];
 
 /**
  * The assistant messages whose kept thinking a request would be given back, and the ids it is kept
