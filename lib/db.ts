@@ -18,11 +18,6 @@ export const keys = {
   ledger: (appId: string) => ["ledger", appId] as const,
   creditMarker: (marker: string) => ["credit_markers", marker] as const,
   devPurchase: (purchaseId: string) => ["dev_purchases", purchaseId] as const,
-  /** One entry per Checkout Session a client address asked for, per window (beginCheckout). */
-  checkoutAttempt: (address: string, window: number, attemptId: string) =>
-    ["checkout_attempts", address, window, attemptId] as const,
-  checkoutAttempts: (address: string, window: number) =>
-    ["checkout_attempts", address, window] as const,
   /** A Checkout Session this service opened for an app: only those are looked up at Stripe. */
   checkoutSession: (appId: string, sessionId: string) =>
     ["checkout_sessions", appId, sessionId] as const,
@@ -224,7 +219,8 @@ export type ThrottleScope =
   | "ip"
   | "session"
   | "signup_ip"
-  | "signup_ip_day";
+  | "signup_ip_day"
+  | "checkout_ip";
 
 /** The service-wide sums under `keys.serviceTotal`. */
 export type ServiceTotal = "starter_credits_granted" | "apps_created" | "uncharged";

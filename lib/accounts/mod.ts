@@ -37,6 +37,7 @@ export {
   beginPasswordChange,
   beginSignIn,
   beginSignUp,
+  countAttempt,
   signInSucceeded,
   takeAccountOfAddress,
 } from "./sign_in_throttle.ts";

@@ -167,14 +167,26 @@ export async function takeAccountOfAddress(
  * Counts a sign-up from an address before its password is hashed; past the limit the sign-up is
  * refused until the window ends. Successful sign-ups count too: the cost is the hashing, not a guess.
  */
-export async function beginSignUp(kv: Deno.Kv, ip: string, now = Date.now()): Promise<number> {
+export function beginSignUp(kv: Deno.Kv, ip: string, now = Date.now()): Promise<number> {
+  return countAttempt(kv, "signup_ip", ip, MAX_SIGNUPS_PER_IP, now);
+}
+
+/**
+ * Counts one attempt of the subject's in the current window, its own entry written before the
+ * count (so attempts at the same time cannot pass the bound together): 0 when it is within `max`,
+ * else the seconds until the window ends. For what costs whether it succeeds or not (a sign-up's
+ * hashing, a Checkout Session at Stripe).
+ */
+export async function countAttempt(
+  kv: Deno.Kv,
+  scope: ThrottleScope,
+  subject: string,
+  max: number,
+  now = Date.now(),
+): Promise<number> {
   const window = windowOf(now);
   const expireIn = (window + 1) * THROTTLE_WINDOW_MS - now;
-  await kv.set(keys.signInFailure("signup_ip", ip, window, randomToken(64)), now, { expireIn });
-  const count = await countUpTo(
-    kv,
-    keys.signInFailures("signup_ip", ip, window),
-    MAX_SIGNUPS_PER_IP + 1,
-  );
-  return count > MAX_SIGNUPS_PER_IP ? Math.ceil(expireIn / 1000) : 0;
+  await kv.set(keys.signInFailure(scope, subject, window, randomToken(64)), now, { expireIn });
+  const count = await countUpTo(kv, keys.signInFailures(scope, subject, window), max + 1);
+  return count > max ? Math.ceil(expireIn / 1000) : 0;
 }

@@ -2,14 +2,7 @@
  * The hosted top-up page's domain: the four amounts, the page address, the owner's settings, and the
  * one way a purchase reaches a wallet (a `top_up` credit guarded by a marker per payment).
  */
-import {
-  type Config,
-  formatUsd,
-  type Micros,
-  newId,
-  NotFoundError,
-  randomToken,
-} from "@/lib/core/mod.ts";
+import { type Config, formatUsd, type Micros, newId, NotFoundError } from "@/lib/core/mod.ts";
 import {
   type AppRecord,
   type CreditMarkerRecord,
@@ -18,6 +11,7 @@ import {
   type LedgerEntry,
   type WalletRecord,
 } from "@/lib/db.ts";
+import { countAttempt } from "@/lib/accounts/mod.ts";
 import {
   creditedOf,
   type CreditResult,
@@ -241,28 +235,13 @@ export async function findDevPurchase(
 }
 
 /**
- * Checkout Sessions one client address may open per window. Each is a call to Stripe, whose rate
- * limit every buyer, receipt and refund of the service shares, and the page is public: without a
- * bound one address could open them as fast as it could post, at no cost.
+ * Checkout Sessions one client address may open per 15 minutes. Each is a call to Stripe, whose
+ * rate limit every buyer, receipt and refund of the service shares, and the page is public: without
+ * a bound one address could open them as fast as it could post, at no cost.
  */
 export const MAX_CHECKOUTS_PER_ADDRESS = 30;
-const CHECKOUT_WINDOW_MS = 15 * 60 * 1000;
 
-/**
- * Counts a Checkout Session the address asks for: 0 when it may open it, else the seconds until
- * the window ends. Each attempt is its own entry, written before counting, so posts at the same
- * time cannot pass the bound together (as the sign-in throttle counts).
- */
-export async function beginCheckout(
-  kv: Deno.Kv,
-  address: string,
-  now = Date.now(),
-): Promise<number> {
-  const window = Math.floor(now / CHECKOUT_WINDOW_MS);
-  const expireIn = (window + 1) * CHECKOUT_WINDOW_MS - now;
-  await kv.set(keys.checkoutAttempt(address, window, randomToken(64)), now, { expireIn });
-  let count = 0;
-  const prefix = keys.checkoutAttempts(address, window);
-  for await (const _ of kv.list({ prefix }, { limit: MAX_CHECKOUTS_PER_ADDRESS + 1 })) count++;
-  return count > MAX_CHECKOUTS_PER_ADDRESS ? Math.ceil(expireIn / 1000) : 0;
+/** Counts a Checkout Session the address asks for: 0 when it may open it, else seconds to wait. */
+export function beginCheckout(kv: Deno.Kv, address: string, now = Date.now()): Promise<number> {
+  return countAttempt(kv, "checkout_ip", address, MAX_CHECKOUTS_PER_ADDRESS, now);
 }
