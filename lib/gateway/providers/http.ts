@@ -400,7 +400,7 @@ export function streamedOrWhole(streaming: boolean | undefined) {
  * `application/json`, with or without parameters, as a whole answer is labelled: a server that
  * ignores `stream` answers a streamed call so.
  */
-export function isJson(contentType: string | null): boolean {
+function isJson(contentType: string | null): boolean {
   return /^application\/json\s*(;|$)/i.test(contentType ?? "");
 }
 
@@ -413,7 +413,7 @@ const JSON_START = 0x7b;
  * as JSON such a stream was a 502 that charged nothing, though the upstream billed it. Its first
  * bytes decide, and are put back in front of the rest of the body, which is read as before.
  */
-export async function answeredWhole(
+async function answeredWhole(
   call: Awaited<ReturnType<typeof callUpstream>>,
 ): Promise<boolean> {
   const body = call.response.body;
@@ -445,6 +445,22 @@ export async function answeredWhole(
     byte !== 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d
   );
   return start === undefined || start === JSON_START;
+}
+
+/**
+ * The whole JSON answer a server that ignores `stream` sent to a streamed call (which it bills, and
+ * which read as an event stream would end before its first event: a 502 that charges nothing), or
+ * null when the call answered with events. `sent` is the body it repeats (wholeAnswerBytes).
+ */
+export async function ignoredStream(
+  call: Awaited<ReturnType<typeof callUpstream>>,
+  maxTokens: number,
+  sent: unknown,
+): Promise<unknown | null> {
+  if (!isJson(call.response.headers.get("content-type")) || !await answeredWhole(call)) {
+    return null;
+  }
+  return await readAnswerJson(call, wholeAnswerBytes(maxTokens, sent));
 }
 
 /**

@@ -1,13 +1,6 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
-import {
-  answeredWhole,
-  callUpstream,
-  guardedParts,
-  isJson,
-  readAnswerJson,
-  wholeAnswerBytes,
-} from "../http.ts";
+import { callUpstream, guardedParts, ignoredStream, readAnswerJson } from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { asksHourCacheWrites, claudeThinks } from "../../chat_request.ts";
 import { answerTool, messagesRequest, routeRules } from "./request.ts";
@@ -77,11 +70,9 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
     async stream(request) {
       const sent = messagesRequest(request, true);
       const call = await post(base, request, sent);
-      // A server that ignores `stream` answers with the whole message, which it bills: read as an
-      // event stream it would end before message_stop, a 502 that charges nothing.
-      if (isJson(call.response.headers.get("content-type")) && await answeredWhole(call)) {
-        const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
-        return anthropicStreamParts(oneBatch(messageAsEvents(json)), meta(request));
+      const whole = await ignoredStream(call, request.maxTokens, sent);
+      if (whole !== null) {
+        return anthropicStreamParts(oneBatch(messageAsEvents(whole)), meta(request));
       }
       return guardedParts(
         anthropicStreamParts(

@@ -1,13 +1,11 @@
 import type { Provider, UpstreamRequest } from "../types.ts";
 import {
-  answeredWhole,
   guardedParts,
-  isJson,
+  ignoredStream,
   postWithBearer,
   readAnswerJson,
   streamedOrWhole,
   wholeAnswer,
-  wholeAnswerBytes,
 } from "../http.ts";
 import { isReasoningModel, openAiRequestBody, runsProjectTier } from "./request.ts";
 import { openAiAnswerParts, openAiSseParts } from "./stream.ts";
@@ -64,12 +62,8 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
       return choose(request.model.upstreamModel, async () => {
         const sent = body(request, true);
         const call = await post("/chat/completions", sent, request.signal);
-        // A server that ignores `stream` answers with the whole completion, which it bills: read
-        // as an event stream it would end before its first event, a 502 that charges nothing.
-        if (isJson(call.response.headers.get("content-type")) && await answeredWhole(call)) {
-          const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
-          return openAiAnswerParts(json);
-        }
+        const whole = await ignoredStream(call, request.maxTokens, sent);
+        if (whole !== null) return openAiAnswerParts(whole);
         return guardedParts(openAiSseParts(call.response.body!, call.idle.touch), call);
       }, () => whole(request));
     },

@@ -1,14 +1,12 @@
 import { parseSse } from "../../sse.ts";
 import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts";
 import {
-  answeredWhole,
   guardedParts,
-  isJson,
+  ignoredStream,
   postWithBearer,
   readAnswerJson,
   streamedOrWhole,
   wholeAnswer,
-  wholeAnswerBytes,
 } from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { reasons, responsesRequestBody } from "./request.ts";
@@ -77,12 +75,8 @@ export function createOpenAiResponsesProvider(options: OpenAiResponsesOptions): 
   async function streamed(request: UpstreamRequest, meta: ResponsesStreamMeta) {
     const sent = body(request);
     const call = await post("/responses", request, sent);
-    // A server that ignores `stream` answers with the whole response, which it bills: read as an
-    // event stream it would end before response.completed, a 502 that charges nothing.
-    if (isJson(call.response.headers.get("content-type")) && await answeredWhole(call)) {
-      const json = await readAnswerJson(call, wholeAnswerBytes(request.maxTokens, sent));
-      return responsesStreamParts(oneBatch(responseAsEvents(json)), meta);
-    }
+    const whole = await ignoredStream(call, request.maxTokens, sent);
+    if (whole !== null) return responsesStreamParts(oneBatch(responseAsEvents(whole)), meta);
     return guardedParts(
       responsesStreamParts(
         parseSse(
