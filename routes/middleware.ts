@@ -135,12 +135,7 @@ export function requireApiKey(cache: KeyCache): MiddlewareHandler<Env> {
   return async (c, next) => {
     const key = await cache.authenticate(bearerKey(c));
     if (!key) throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
-    c.set("caller", {
-      appId: key.appId,
-      keyId: key.keyId,
-      originalKeyId: key.originalKeyId,
-      keyGuard: key.keyGuard,
-    });
+    c.set("caller", callerOf(key));
     Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
     await next();
     const error = c.error;
@@ -169,12 +164,7 @@ export function requireLiveApiKey(cache: KeyCache): MiddlewareHandler<Env> {
     if (!key || (key.cached && !(await cache.stillValid(key)))) {
       throw new ApiError("invalid_api_key", INVALID_KEY_MESSAGE);
     }
-    c.set("caller", {
-      appId: key.appId,
-      keyId: key.keyId,
-      originalKeyId: key.originalKeyId,
-      keyGuard: key.keyGuard,
-    });
+    c.set("caller", callerOf(key));
     Object.assign(c.get("trace"), { appId: key.appId, keyId: key.keyId });
     await next();
   };
@@ -183,6 +173,18 @@ export function requireLiveApiKey(cache: KeyCache): MiddlewareHandler<Env> {
 /** The token of an `Authorization: Bearer <token>` header, or null when there is none. */
 export function bearerToken(c: Context): string | null {
   return /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "")?.[1] ?? null;
+}
+
+/** The caller an authenticated key stands for. */
+function callerOf(
+  key: { appId: string; keyId: string; originalKeyId?: string; keyGuard?: KeyGuard },
+): Env["Variables"]["caller"] {
+  return {
+    appId: key.appId,
+    keyId: key.keyId,
+    originalKeyId: key.originalKeyId,
+    keyGuard: key.keyGuard,
+  };
 }
 
 function bearerKey(c: Context<Env>): string {
