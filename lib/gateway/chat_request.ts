@@ -785,7 +785,9 @@ export interface ChatRequest {
   reasoningSummary?: ReasoningSummary;
 }
 
-export type ReasoningSummary = "auto" | "concise" | "detailed";
+/** What a Responses request may ask of its reasoning summary (`reasoning.summary`). */
+export const ReasoningSummary = z.enum(["auto", "concise", "detailed"]);
+export type ReasoningSummary = z.infer<typeof ReasoningSummary>;
 
 /**
  * Values are re-serialised for the upstream, and serialising is recursive: a value nested deeper

@@ -22,6 +22,7 @@ import {
   PromptCacheOptions,
   PromptCacheRetention,
   REASONING_EFFORTS,
+  ReasoningSummary,
   SafetyIdentifier,
   withoutPartFields,
 } from "../chat_request.ts";
@@ -235,8 +236,8 @@ export const ResponsesRequestSchema = z.strictObject({
     effort: z.enum(REASONING_EFFORTS, {
       error: `must be one of ${REASONING_EFFORTS.join(", ")}`,
     }).nullish(),
-    summary: z.enum(["auto", "concise", "detailed"]).nullish(),
-    generate_summary: z.enum(["auto", "concise", "detailed"]).nullish(),
+    summary: ReasoningSummary.nullish(),
+    generate_summary: ReasoningSummary.nullish(),
     // GPT-5.6's pro mode and reasoning carried across turns are the Responses API's own; the
     // chat-completions call every answer is made of has neither.
     mode: z.literal("standard", "only 'standard' is supported").nullish(),
@@ -310,6 +311,11 @@ type Origin =
   };
 
 /** Validates the body, or throws the 400 naming the field by its Responses path. */
+/** The reasoning summary the request asks for (`generate_summary` is its older name), if any. */
+export function askedSummary(body: ResponsesBody): ReasoningSummary | null {
+  return body.reasoning?.summary ?? body.reasoning?.generate_summary ?? null;
+}
+
 export function parseResponsesBody(raw: unknown): ResponsesBody {
   if (raw === null || typeof raw !== "object" || Array.isArray(raw)) {
     throw new ApiError("invalid_json", "The request body must be a JSON object.");

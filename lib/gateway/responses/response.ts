@@ -4,7 +4,7 @@
  */
 import { isRecord } from "@/lib/core/mod.ts";
 import { isMessagePhase, type MessagePhase } from "../chat_request.ts";
-import type { ResponsesBody } from "./request.ts";
+import { askedSummary, type ResponsesBody } from "./request.ts";
 import { appendReasoningDetail, encryptedContentOf } from "../reasoning_details.ts";
 
 export interface ResponseMeta {
@@ -146,7 +146,7 @@ export function responseObject(
     previous_response_id: meta.previousResponseId,
     reasoning: {
       effort: body.reasoning?.effort ?? null,
-      summary: body.reasoning?.summary ?? body.reasoning?.generate_summary ?? null,
+      summary: askedSummary(body),
     },
     store: meta.store,
     temperature: body.temperature ?? 1,

@@ -8,6 +8,7 @@ import { parseChatRequest } from "../chat_request.ts";
 import { detailsOfEncryptedContent } from "../reasoning_details.ts";
 import type { Caller, Gateway, RequestTrace, StreamEvent } from "../gateway.ts";
 import {
+  askedSummary,
   assertReferencedSize,
   inputItemsOf,
   parseResponsesBody,
@@ -212,8 +213,8 @@ export class Responses {
     let request;
     try {
       request = parseChatRequest(converted.chat);
-      const summary = body.reasoning?.summary ?? body.reasoning?.generate_summary;
-      if (summary != null) request.reasoningSummary = summary;
+      const summary = askedSummary(body);
+      if (summary !== null) request.reasoningSummary = summary;
     } catch (error) {
       inResponsesTerms(error, converted.inputPath);
     }
