@@ -68,6 +68,29 @@ async function startChild(env: Record<string, string>): Promise<Child> {
   return { process, url: `http://127.0.0.1:${port}`, listeningAt, lines };
 }
 
+/**
+ * A directory with a KV file and the catalog given, and the environment a child serves them with:
+ * one worker, as tests/instances.ts starts them (the timings below do not grow with the cores).
+ */
+async function childSetup(catalog: unknown, env: Record<string, string>) {
+  const dir = await Deno.makeTempDir();
+  const kvPath = `${dir}/tollbooth.sqlite3`;
+  const modelsFile = `${dir}/models.json`;
+  await Deno.writeTextFile(modelsFile, JSON.stringify(catalog));
+  return {
+    dir,
+    kvPath,
+    env: {
+      KV_PATH: kvPath,
+      MODELS_FILE: modelsFile,
+      RESERVATION_TTL_SECONDS: String(TTL_SECONDS),
+      NO_COLOR: "1",
+      SERVE_WORKERS: "1",
+      ...env,
+    },
+  };
+}
+
 /** Kills what is left of the children a test started. */
 async function killAll(children: Child[]) {
   for (const c of children) {
@@ -87,13 +110,9 @@ async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: n
 }
 
 Deno.test("SIGKILL with streaming and non-streaming requests in flight: after restart the sweeper releases every reservation within the TTL, audit clean", async () => {
-  const dir = await Deno.makeTempDir();
   const upstream = startFakeOpenAi();
-  const kvPath = `${dir}/tollbooth.sqlite3`;
-  const modelsFile = `${dir}/models.json`;
-  await Deno.writeTextFile(
-    modelsFile,
-    JSON.stringify({
+  const { dir, kvPath, env } = await childSetup(
+    {
       providers: {
         slow: { kind: "simulator", token_delay_ms: 100 },
         fast: { kind: "simulator" },
@@ -128,17 +147,9 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
           max_output_tokens: 8192,
         },
       ],
-    }),
+    },
+    { FAKE_OPENAI_KEY: "sk-fake-upstream" },
   );
-  const env = {
-    KV_PATH: kvPath,
-    MODELS_FILE: modelsFile,
-    RESERVATION_TTL_SECONDS: String(TTL_SECONDS),
-    FAKE_OPENAI_KEY: "sk-fake-upstream",
-    NO_COLOR: "1",
-    // One worker, as tests/instances.ts starts them: the timings below do not grow with the cores.
-    SERVE_WORKERS: "1",
-  };
   const kv = await Deno.openKv(kvPath);
   const children: Child[] = [];
   try {
@@ -293,13 +304,9 @@ Deno.test("SIGKILL with streaming and non-streaming requests in flight: after re
 });
 
 Deno.test("SIGKILL after a budget Claude's signed thinking is kept and before its answer settles: the reservation is released uncharged, and the restarted process gives the thinking back to the turn that answers the calls", async () => {
-  const dir = await Deno.makeTempDir();
   const claude = startAnthropicUpstream();
-  const kvPath = `${dir}/tollbooth.sqlite3`;
-  const modelsFile = `${dir}/models.json`;
-  await Deno.writeTextFile(
-    modelsFile,
-    JSON.stringify({
+  const { dir, kvPath, env } = await childSetup(
+    {
       providers: {
         ant: { kind: "anthropic", base_url: claude.url, api_key_env: "ANT_KEY" },
       },
@@ -312,16 +319,9 @@ Deno.test("SIGKILL after a budget Claude's signed thinking is kept and before it
         context_tokens: 200_000,
         max_output_tokens: 32_000,
       }],
-    }),
+    },
+    { ANT_KEY: claude.apiKey },
   );
-  const env = {
-    KV_PATH: kvPath,
-    MODELS_FILE: modelsFile,
-    RESERVATION_TTL_SECONDS: String(TTL_SECONDS),
-    ANT_KEY: claude.apiKey,
-    NO_COLOR: "1",
-    SERVE_WORKERS: "1",
-  };
   const kv = await Deno.openKv(kvPath);
   const children: Child[] = [];
   try {

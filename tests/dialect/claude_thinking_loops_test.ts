@@ -96,6 +96,33 @@ const CARRIED = [
   },
 ];
 
+/**
+ * LangChain's agent loop written out, as its docs show it: three steps, each answer's tool calls
+ * answered "sunny"; the last answer's text.
+ */
+async function langChainLoop(
+  llm: {
+    invoke(messages: BaseMessage[]): Promise<AIMessageChunk>;
+    stream(messages: BaseMessage[]): Promise<AsyncIterable<AIMessageChunk>>;
+  },
+  stream: boolean,
+): Promise<string> {
+  const messages: BaseMessage[] = [new HumanMessage("Weather in Paris, Rome and Oslo?")];
+  for (let step = 0; step < 3; step++) {
+    let answer: AIMessageChunk | undefined;
+    if (stream) {
+      for await (const chunk of await llm.stream(messages)) {
+        answer = answer ? answer.concat(chunk) : chunk;
+      }
+    } else answer = await llm.invoke(messages);
+    messages.push(answer!);
+    for (const call of answer!.tool_calls ?? []) {
+      messages.push(new ToolMessage({ tool_call_id: call.id!, content: "sunny" }));
+    }
+  }
+  return messages.at(-1)!.text;
+}
+
 /** The same tool in OpenAI's shape, as LangChain binds it. */
 const WEATHER = {
   type: "function" as const,
@@ -144,20 +171,7 @@ for (const stream of [false, true]) {
         modelKwargs: { reasoning: { effort: "high" } },
         maxTokens: 8000,
       }).bindTools([WEATHER]);
-      const messages: BaseMessage[] = [new HumanMessage("Weather in Paris, Rome and Oslo?")];
-      for (let step = 0; step < 3; step++) {
-        let answer: AIMessageChunk | undefined;
-        if (stream) {
-          for await (const chunk of await llm.stream(messages)) {
-            answer = answer ? answer.concat(chunk) : chunk;
-          }
-        } else answer = await llm.invoke(messages);
-        messages.push(answer!);
-        for (const call of answer!.tool_calls ?? []) {
-          messages.push(new ToolMessage({ tool_call_id: call.id!, content: "sunny" }));
-        }
-      }
-      assert.equal(messages.at(-1)!.text, "Sunny everywhere.");
+      assert.equal(await langChainLoop(llm, stream), "Sunny everywhere.");
       assert.deepEqual(await loopSent(d), CARRIED);
     }));
 }
@@ -220,20 +234,7 @@ for (const stream of [false, true]) {
         modelKwargs: { reasoning_effort: "high" },
         maxTokens: 8000,
       }).bindTools([WEATHER]);
-      const messages: BaseMessage[] = [new HumanMessage("Weather in Paris, Rome and Oslo?")];
-      for (let step = 0; step < 3; step++) {
-        let answer: AIMessageChunk | undefined;
-        if (stream) {
-          for await (const chunk of await llm.stream(messages)) {
-            answer = answer ? answer.concat(chunk) : chunk;
-          }
-        } else answer = await llm.invoke(messages);
-        messages.push(answer!);
-        for (const call of answer!.tool_calls ?? []) {
-          messages.push(new ToolMessage({ tool_call_id: call.id!, content: "sunny" }));
-        }
-      }
-      assert.equal(messages.at(-1)!.text, "Sunny everywhere.");
+      assert.equal(await langChainLoop(llm, stream), "Sunny everywhere.");
       assert.deepEqual(await loopSent(d), CARRIED);
     }));
 }
