@@ -139,6 +139,11 @@ function ask(s: TestService, apiKey: string, stream: boolean) {
   return s.chat(apiKey, { model: "up/m", messages: userMessage(PROMPT), max_tokens: 100, stream });
 }
 
+/** The answer's text, read from its stream or its message. */
+async function answerText(res: Response, stream: boolean): Promise<string> {
+  return stream ? (await readStream(res)).content : (await res.json()).choices[0].message.content;
+}
+
 async function assertError(res: Response, status: number, code: string) {
   assert.equal(res.status, status, `status for ${code}`);
   const body = await res.json();
@@ -743,9 +748,7 @@ for (const stream of [false, true]) {
       async (s, apiKey, appId) => {
         const res = await ask(s, apiKey, stream);
         assert.equal(res.status, 200);
-        const content = stream
-          ? (await readStream(res)).content
-          : (await res.json()).choices[0].message.content;
+        const content = await answerText(res, stream);
         assert.equal(content, "Once upon a time");
         const [record] = await usageRecords(s.kv, appId);
         assert.equal(record.outcome, "completed");
@@ -797,9 +800,7 @@ for (const [kind, answer] of Object.entries(WHOLE_ANSWERS)) {
         async (s, apiKey, appId) => {
           const res = await ask(s, apiKey, stream);
           assert.equal(res.status, 200, await res.clone().text());
-          const content = stream
-            ? (await readStream(res)).content
-            : (await res.json()).choices[0].message.content;
+          const content = await answerText(res, stream);
           const whole = fixtureJson<Record<string, unknown>>(answer.fixture);
           const text = kind === "anthropic"
             ? (whole as { content: { text: string }[] }).content[0].text
@@ -865,9 +866,7 @@ for (const stream of [false, true]) {
       async (s, apiKey, appId) => {
         const res = await ask(s, apiKey, stream);
         assert.equal(res.status, 200, await res.clone().text());
-        const content = stream
-          ? (await readStream(res)).content
-          : (await res.json()).choices[0].message.content;
+        const content = await answerText(res, stream);
         assert.equal(content, PIECES.join(""));
         const [record] = await usageRecords(s.kv, appId);
         assert.equal(record.cost, cost(10, 5));
