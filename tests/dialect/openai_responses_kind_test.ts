@@ -28,6 +28,14 @@ import {
   withDialect,
 } from "./harness.ts";
 
+/** The weather tool in the Responses API's flat shape. */
+const FLAT_WEATHER_TOOLS = [{
+  type: "function" as const,
+  name: "get_weather",
+  parameters: WEATHER_TOOLS[0].function.parameters,
+  strict: false,
+}];
+
 type Detail = { type: string; data?: string; id?: string; format?: string };
 
 /** The validated bodies the fake's Responses API received, oldest first. */
@@ -488,17 +496,11 @@ Deno.test("openai SDK responses.create, Responses kind: reasoning items sent bac
       { reasoningTokens: 30, content: "Mild in Lima." },
     );
     const client = openAiClient(d);
-    const tools = [{
-      type: "function" as const,
-      name: "get_weather",
-      parameters: WEATHER_TOOLS[0].function.parameters,
-      strict: false,
-    }];
     const input: ResponseInputItem[] = [{ role: "user", content: "Weather in Lima?" }];
     const first = await client.responses.create({
       model: RESPONSES_REASONING_MODEL,
       input,
-      tools,
+      tools: FLAT_WEATHER_TOOLS,
       store: false,
       include: ["reasoning.encrypted_content"],
     });
@@ -509,7 +511,7 @@ Deno.test("openai SDK responses.create, Responses kind: reasoning items sent bac
     const second = await client.responses.create({
       model: RESPONSES_REASONING_MODEL,
       input,
-      tools,
+      tools: FLAT_WEATHER_TOOLS,
       store: false,
     });
     assert.equal(second.output_text, "Mild in Lima.");
@@ -619,16 +621,10 @@ Deno.test("openai SDK responses.create, Responses kind: an assistant message's p
       { role: "assistant", content: "Mild in Lima.", phase: "final_answer" },
       { role: "user", content: "And tomorrow?" },
     ] as ResponseInputItem[];
-    const tools = [{
-      type: "function" as const,
-      name: "get_weather",
-      parameters: WEATHER_TOOLS[0].function.parameters,
-      strict: false,
-    }];
     for (const model of [RESPONSES_MODEL, OPENAI_MODEL, CLAUDE_MODEL]) {
       if (model === CLAUDE_MODEL) d.claude.script({ text: "Mild again." });
       else d.openai.script({ content: "Mild again." });
-      const response = await client.responses.create({ model, input, tools });
+      const response = await client.responses.create({ model, input, tools: FLAT_WEATHER_TOOLS });
       assert.equal(response.output_text, "Mild again.", model);
       if (model !== RESPONSES_MODEL) continue;
       const listed = await client.responses.inputItems.list(response.id, { order: "asc" });
@@ -662,12 +658,6 @@ Deno.test("openai SDK responses.create, Responses kind: an assistant message's p
 Deno.test("openai SDK responses.create, Responses kind: the phase OpenAI gives its message is on the output item, streamed or not, and goes back with previous_response_id", () =>
   withDialect(async (d) => {
     const client = openAiClient(d);
-    const tools = [{
-      type: "function" as const,
-      name: "get_weather",
-      parameters: WEATHER_TOOLS[0].function.parameters,
-      strict: false,
-    }];
     d.openai.script(
       {
         reasoningTokens: 20,
@@ -679,7 +669,7 @@ Deno.test("openai SDK responses.create, Responses kind: the phase OpenAI gives i
     const first = await client.responses.create({
       model: SUMMARIZED_MODEL,
       input: "Weather in Lima?",
-      tools,
+      tools: FLAT_WEATHER_TOOLS,
     });
     const preamble = first.output.find((item) => item.type === "message");
     assert.equal(preamble?.type === "message" && preamble.phase, "commentary");
@@ -689,7 +679,7 @@ Deno.test("openai SDK responses.create, Responses kind: the phase OpenAI gives i
       model: SUMMARIZED_MODEL,
       previous_response_id: first.id,
       input: [{ type: "function_call_output", call_id: call.call_id, output: "18 C" }],
-      tools,
+      tools: FLAT_WEATHER_TOOLS,
       stream: true,
     });
     const added: (string | null | undefined)[] = [];
