@@ -236,6 +236,28 @@ Deno.test("a refund that leaves money owed recalls the app's slices: their free 
     assert.ok(settled.settled && settled.charged === 900);
   }));
 
+Deno.test("a debit by a process that keeps no slices (an operator's) recalls the others' slices: their free money pays what is owed at once", () =>
+  withTwoProcesses(async (a, _b, appId, kv) => {
+    const small = reservationOf(await a.reserve(appId, hold("small")));
+    const [slice] = await slicesOf(kv, appId);
+    const operator = new Wallets(kv, { leaseMs: 0 });
+    const debited = await operator.debit(appId, {
+      amount: STARTER - slice.granted + 20_000,
+      kind: "refund",
+      reason: "Refund settled by hand",
+      reference: null,
+      marker: "operator_debit:1",
+    });
+    assert.ok(debited.debited);
+    assert.equal(debited.owed, 20_000, "the debit owes what the slice holds");
+    assert.equal(operator.stats.sliceRecalls, 1);
+    await eventually("the holder to give back", () => a.stats.sliceGiveBacks > 0);
+    const wallet = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+    assert.equal(wallet.owed ?? 0, 0, "the slice's free money paid the debt");
+    const settled = await a.settle(appId, small.id, usage("small", 900));
+    assert.ok(settled.settled && settled.charged === 900);
+  }));
+
 Deno.test("a reserve refused though the slices' holds would have to end first is refused after one recall, and the refusals right after it without another", () =>
   withTwoProcesses(async (a, b, appId, kv) => {
     const holds = [];

@@ -547,8 +547,9 @@ export class Wallets {
       (done) => ({ kind: "debit", input, done }),
     );
     // The unspent money of the app's slices is the app's too: recalled, it pays the debt now
-    // rather than being spent first. Without the recall the debt is still paid, later.
-    if (result.debited && result.owed > 0 && this.#sliceOptions) {
+    // rather than being spent first. Without the recall the debt is still paid, later. Recalled
+    // also by a process that keeps no slices itself (an operator's debit): others may hold some.
+    if (result.debited && result.owed > 0) {
       await this.#recallForDebt(appId).catch(() => {});
     }
     return result;

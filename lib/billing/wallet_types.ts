@@ -92,7 +92,8 @@ export interface DebitInput {
   amount: Micros;
   kind: "refund" | "chargeback";
   reason: string;
-  reference: string;
+  /** The refund's or dispute's id; null for an operator's debit that names none. */
+  reference: string | null;
   /** Written with the debit; a second debit with the same marker changes nothing. */
   marker: string;
 }
