@@ -14,6 +14,7 @@ import {
 } from "@/lib/tenants/mod.ts";
 import {
   auditWallets,
+  creditedOf,
   getRateLimits,
   MAX_LIMIT,
   revokeKey,
@@ -23,23 +24,33 @@ import {
   walletFigures,
   Wallets,
 } from "@/lib/billing/mod.ts";
-import { formatUsd, isPlausibleId, loadConfig, openKv, parseUsd } from "@/lib/core/mod.ts";
+import {
+  formatUsd,
+  isPlausibleId,
+  loadConfig,
+  type Micros,
+  openKv,
+  parseUsd,
+} from "@/lib/core/mod.ts";
 import { issueKey, listAppKeys } from "@/lib/tenants/mod.ts";
-import { updateTopUpSettings, validateReturnUrl } from "@/lib/payments/mod.ts";
-import type { RateLimits } from "@/lib/db.ts";
+import { operatorTakeBack, updateTopUpSettings, validateReturnUrl } from "@/lib/payments/mod.ts";
+import { WebhookWatcher } from "@/lib/webhooks/mod.ts";
+import { type CreditMarkerRecord, keys, type LedgerEntry, type RateLimits } from "@/lib/db.ts";
 import { ADMIN_COMMANDS, type AdminCommand } from "@/lib/ops/admin_commands.ts";
 
 class UsageError extends Error {}
 
 /**
- * The longest `credit --reason`: a note for the ledger, not a document (the entry must stay within
- * KV's 64 KiB per value).
+ * The longest `credit --reason` and `debit --reason`: a note for the ledger, not a document (the
+ * entry must stay within KV's 64 KiB per value).
  */
 const MAX_REASON_CHARS = 500;
 
 const USAGE = [
   "usage: deno task admin <command> [options]",
-  ...ADMIN_COMMANDS.map((c) => `  ${c.name} ${c.options}`.trimEnd()),
+  ...ADMIN_COMMANDS.map((c) =>
+    `  ${c.name} ${c.options}`.trimEnd() + ("note" in c ? `\n      ${c.note}` : "")
+  ),
 ].join("\n");
 
 function parseFlags(args: string[], allowed: string[]): Record<string, string> {
@@ -78,6 +89,41 @@ function idFlag(flags: Record<string, string>, name: string): string {
   const id = required(flags, name);
   if (!isPlausibleId(id)) throw new UsageError(`--${name} is not an id (at most 64 characters)`);
   return id;
+}
+
+/** `--amount`: a positive USD amount. */
+function amountFlag(flags: Record<string, string>): Micros {
+  let amount;
+  try {
+    amount = parseUsd(required(flags, "amount"));
+  } catch {
+    throw new UsageError(
+      "--amount must be a positive USD amount with at most 6 decimals, such as 10.00",
+    );
+  }
+  if (amount <= 0) throw new UsageError("--amount must be positive");
+  return amount;
+}
+
+/** A debit's reference already taken back, by the webhook or an earlier run: what it took. */
+async function takenBefore(kv: Deno.Kv, appId: string, marked: CreditMarkerRecord) {
+  if (marked.appId !== appId) {
+    throw new Error(
+      `that reference was taken back from the app ${marked.appId}; nothing was taken`,
+    );
+  }
+  const entry = (await kv.get<LedgerEntry>(keys.ledgerEntry(appId, marked.entryId))).value;
+  const wallet = await getWallet(kv, appId);
+  return {
+    app_id: appId,
+    already_taken: true,
+    kind: entry?.kind ?? null,
+    reference: entry?.reference ?? null,
+    debited: entry ? formatUsd(entry.amount) : null,
+    balance: formatUsd(wallet.available),
+    owed: formatUsd(wallet.owed ?? 0),
+    entry_id: marked.entryId,
+  };
 }
 
 /** A limit flag: a number sets it, `default` clears the override, absent leaves it. */
@@ -188,15 +234,7 @@ export async function runAdmin(
     case "credit": {
       const flags = parseFlags(rest, ["app", "amount", "reason"]);
       const appId = idFlag(flags, "app");
-      let amount;
-      try {
-        amount = parseUsd(required(flags, "amount"));
-      } catch {
-        throw new UsageError(
-          "--amount must be a positive USD amount with at most 6 decimals, such as 10.00",
-        );
-      }
-      if (amount <= 0) throw new UsageError("--amount must be positive");
+      const amount = amountFlag(flags);
       const reason = textFlag(required(flags, "reason"), "reason", MAX_REASON_CHARS);
       await getApp(kv, appId);
       const result = await wallets.credit(appId, { amount, kind: "operator_credit", reason });
@@ -206,6 +244,52 @@ export async function runAdmin(
           app_id: appId,
           credited: formatUsd(amount),
           balance: formatUsd(result.available),
+          entry_id: result.entry.id,
+        },
+        exitCode: 0,
+      };
+    }
+    case "debit": {
+      const flags = parseFlags(rest, ["app", "amount", "reason", "reference"]);
+      const appId = idFlag(flags, "app");
+      const amount = amountFlag(flags);
+      const reason = textFlag(required(flags, "reason"), "reason", MAX_REASON_CHARS);
+      const reference = flags.reference === undefined ? null : idFlag(flags, "reference");
+      await getApp(kv, appId);
+      // Named, it is taken once, and not at all if the Stripe webhook took it back already; unnamed,
+      // each run is a debit of its own.
+      const { kind, marker } = reference
+        ? operatorTakeBack(reference)
+        : { kind: "refund" as const, marker: `operator_debit:${crypto.randomUUID()}` };
+      const before = await kv.get<CreditMarkerRecord>(keys.creditMarker(marker));
+      if (before.value) return { output: await takenBefore(kv, appId, before.value), exitCode: 0 };
+      // A typo's guard: never more than was put in and not yet taken back.
+      const wallet = await getWallet(kv, appId);
+      const takeable = creditedOf(wallet) - (wallet.refunded ?? 0) - (wallet.owed ?? 0);
+      if (amount > takeable) {
+        throw new Error(
+          `a debit of ${formatUsd(amount)} USD is more than the wallet was credited and not ` +
+            `yet taken back (${formatUsd(takeable)} USD); nothing was taken`,
+        );
+      }
+      const result = await wallets.debit(appId, { amount, kind, reason, reference, marker });
+      if (!result.debited) {
+        const marked = (await kv.get<CreditMarkerRecord>(keys.creditMarker(marker))).value!;
+        return { output: await takenBefore(kv, appId, marked), exitCode: 0 };
+      }
+      // The service's sweep would announce it within a minute; at once, as its own debits are.
+      await new WebhookWatcher(kv).observe(appId).catch(() => {});
+      return {
+        output: {
+          app_id: appId,
+          kind,
+          reference,
+          debited: formatUsd(amount),
+          // What the balance could not give now is owed: taken as holds end and money comes in.
+          taken_now: formatUsd(result.taken),
+          owed_of_it: formatUsd(amount - result.taken),
+          balance: formatUsd(result.available),
+          owed: formatUsd(result.owed),
           entry_id: result.entry.id,
         },
         exitCode: 0,

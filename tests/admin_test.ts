@@ -1,13 +1,22 @@
 import assert from "node:assert/strict";
 import { signUp } from "@/lib/accounts/mod.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
-import { keys, type WalletRecord } from "@/lib/db.ts";
-import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import { keys, type LedgerEntry, type WalletRecord, type WalletSliceRecord } from "@/lib/db.ts";
+import { formatUsd, openKv, parseUsd } from "@/lib/core/mod.ts";
 import { ADMIN_COMMANDS } from "@/lib/ops/mod.ts";
-import { MAX_WALLET_CREDITS } from "@/lib/billing/mod.ts";
+import { givesBack, MAX_WALLET_CREDITS, takesBack } from "@/lib/billing/mod.ts";
+import { listWebhookEvents, saveWebhookSettings, WebhookWatcher } from "@/lib/webhooks/mod.ts";
 import { runAdmin } from "@/scripts/admin.ts";
-import { PUBLIC_URL, startService, userMessage } from "./helpers.ts";
+import {
+  assertAuditClean,
+  holdInput,
+  PUBLIC_URL,
+  startService,
+  usageRecords,
+  userMessage,
+} from "./helpers.ts";
 import { OWNER_PASSWORD, OwnerSession } from "./owner_session.ts";
+import { startFakeOpenAi } from "./fake_openai.ts";
 import { MAX_FAILURES_PER_EMAIL } from "@/lib/accounts/sign_in_throttle.ts";
 import { issueManagementKey } from "@/lib/management/mod.ts";
 
@@ -34,10 +43,11 @@ async function adminWith(env: Record<string, string>, ...args: string[]) {
 
 async function withFileService(
   fn: (s: Awaited<ReturnType<typeof startService>>, kvPath: string) => Promise<void>,
+  env: Record<string, string> = {},
 ) {
   const dir = await Deno.makeTempDir();
   const kvPath = `${dir}/kv.sqlite3`;
-  const s = await startService({ kvPath });
+  const s = await startService({ kvPath, env });
   try {
     await fn(s, kvPath);
   } finally {
@@ -399,3 +409,275 @@ Deno.test("admin reset-password of an unknown email exits 1 naming it; without -
       "the account's password is unchanged",
     );
   }));
+
+/**
+ * The app's ledger and usage records summed against its wallet: what came in less what was taken
+ * back is what the wallet holds, has spent and still owes; and the audit finds nothing wrong.
+ */
+async function assertLedgerSums(kv: Deno.Kv, appId: string) {
+  let credited = 0;
+  let takenBack = 0;
+  for await (const { value } of kv.list<LedgerEntry>({ prefix: keys.ledger(appId) })) {
+    if (takesBack(value.kind)) takenBack += value.amount;
+    else if (givesBack(value.kind)) takenBack -= value.amount;
+    else credited += value.amount;
+  }
+  const spent = (await usageRecords(kv, appId)).reduce((n, u) => n + u.cost, 0);
+  const wallet = (await kv.get<WalletRecord>(keys.wallet(appId))).value!;
+  assert.ok(wallet.available >= 0, "the wallet is never overdrawn");
+  assert.equal(wallet.spent, spent, "what was spent is the sum of the usage records");
+  assert.equal(takenBack, (wallet.refunded ?? 0) + (wallet.owed ?? 0));
+  assert.equal(
+    wallet.available + wallet.reserved + wallet.spent,
+    credited - (wallet.refunded ?? 0),
+  );
+  await assertAuditClean(kv);
+  return wallet;
+}
+
+const debitArgs = (appId: string, amount: string, reason: string, ...more: string[]) => [
+  "debit",
+  "--app",
+  appId,
+  "--amount",
+  amount,
+  "--reason",
+  reason,
+  ...more,
+];
+
+Deno.test("admin debit takes the amount back as a refund the owner sees with its reason, on the dashboard and in the management API's ledger", () =>
+  withFileService(async (s, kvPath) => {
+    const owner = new OwnerSession(s);
+    await owner.signUp("ada@example.com");
+    const { appId } = await owner.createApp("Refunded by hand");
+    const reason = "Refund re_3KRW of a Stripe top-up, paid in KRW";
+    const debit = await admin(
+      kvPath,
+      ...debitArgs(appId, "1.25", reason, "--reference", "re_3KRW"),
+    );
+    assert.equal(debit.code, 0, debit.stderr);
+    assert.deepEqual({ ...debit.json, entry_id: undefined }, {
+      app_id: appId,
+      kind: "refund",
+      reference: "re_3KRW",
+      debited: "1.250000",
+      taken_now: "1.250000",
+      owed_of_it: "0.000000",
+      balance: "3.750000",
+      owed: "0.000000",
+      entry_id: undefined,
+    });
+    const page = await owner.page(`/dashboard/apps/${appId}/wallet`);
+    assert.match(page, /Top-up refunded/);
+    assert.match(page, /−\$1\.250000/);
+    assert.ok(page.includes("Refund re_3KRW of a Stripe top-up, paid in KRW"), "the reason shows");
+    const ownerId = (await s.kv.get<{ ownerId: string }>(keys.app(appId))).value!.ownerId;
+    const { managementKey } = await issueManagementKey(s.kv, ownerId, "books");
+    const ledger = await s.handle(
+      new Request(`${PUBLIC_URL}/v1/management/apps/${appId}/ledger`, {
+        headers: { authorization: `Bearer ${managementKey}` },
+      }),
+    );
+    const entry = (await ledger.json()).data.find((e: { type: string }) => e.type === "refund");
+    assert.equal(entry.id, debit.json.entry_id);
+    assert.equal(entry.amount, "-1.250000");
+    assert.equal(entry.reason, reason);
+    assert.equal(entry.reference, "re_3KRW");
+    const wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal(wallet.refunded, 1_250_000);
+  }));
+
+Deno.test("admin debit with a --reference takes it once however often it runs, even at once; without one each run is a new debit", () =>
+  withFileService(async (s, kvPath) => {
+    const { appId } = await s.newApp();
+    const named = debitArgs(appId, "1.00", "Refund settled by hand", "--reference", "re_twice");
+    const [a, b] = await Promise.all([admin(kvPath, ...named), admin(kvPath, ...named)]);
+    assert.equal(a.code, 0, a.stderr);
+    assert.equal(b.code, 0, b.stderr);
+    const runs = [a.json, b.json];
+    assert.equal(runs.filter((r) => r.already_taken).length, 1, "one of the two took it");
+    const again = await admin(kvPath, ...named);
+    assert.equal(again.code, 0);
+    assert.equal(again.json.already_taken, true);
+    assert.equal(again.json.debited, "1.000000");
+    assert.equal(again.json.entry_id, runs.find((r) => !r.already_taken).entry_id);
+    assert.equal((await s.wallet(appId)).refunded, 1_000_000);
+
+    const unnamed = debitArgs(appId, "0.50", "Correction");
+    for (let i = 0; i < 2; i++) assert.equal((await admin(kvPath, ...unnamed)).code, 0);
+    const wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal(wallet.refunded, 2_000_000, "1.00 once, 0.50 twice");
+    assert.equal(wallet.available, 3_000_000);
+  }));
+
+Deno.test("admin debit names a Stripe dispute's id a chargeback, and refuses more than the wallet was credited and not yet taken back", () =>
+  withFileService(async (s, kvPath) => {
+    const { appId } = await s.newApp();
+    const dispute = await admin(
+      kvPath,
+      ...debitArgs(appId, "2.00", "Dispute in EUR", "--reference", "dp_1EUR"),
+    );
+    assert.equal(dispute.json.kind, "chargeback");
+    const tooMuch = await admin(kvPath, ...debitArgs(appId, "3.000001", "typo"));
+    assert.equal(tooMuch.code, 1);
+    assert.match(tooMuch.stderr, /more than the wallet was credited and not yet taken back/);
+    const cases: [string[], RegExp][] = [
+      [debitArgs(appId, "0", "r"), /--amount must be positive/],
+      [debitArgs(appId, "ten", "r"), /--amount must be a positive USD amount/],
+      [debitArgs(appId, "1", " "), /--reason must have 1 to 500/],
+      [debitArgs(appId, "1", "r", "--reference", "x".repeat(65)), /--reference is not an id/],
+      [["debit", "--app", appId, "--amount", "1"], /--reason is required/],
+    ];
+    for (const [args, message] of cases) {
+      const { code, stderr } = await admin(kvPath, ...args);
+      assert.equal(code, 2, stderr);
+      assert.match(stderr, message);
+    }
+    assert.match((await admin(kvPath, ...debitArgs("app_missing", "1", "r"))).stderr, /no app/);
+    const wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal(wallet.refunded, 2_000_000);
+  }));
+
+Deno.test("admin debit beyond the balance takes what is there, owes the rest, and the hold in flight pays it as it ends", () =>
+  withFileService(async (s, kvPath) => {
+    const { appId } = await s.newApp();
+    const held = await s.wallets.reserve(appId, holdInput("req_held", 4_000_000));
+    assert.ok(held.ok);
+    const debit = await admin(kvPath, ...debitArgs(appId, "3.00", "Refund in KRW"));
+    assert.equal(debit.code, 0, debit.stderr);
+    assert.equal(debit.json.taken_now, "1.000000", "what the balance had beside the hold");
+    assert.equal(debit.json.owed_of_it, "2.000000");
+    assert.equal(debit.json.owed, "2.000000");
+    assert.equal(debit.json.balance, "0.000000");
+    await s.wallets.release(appId, held.reservation.id);
+    assert.equal((await s.wallet(appId)).owed, 0, "the hold's end paid the debt");
+    const wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal(wallet.available, 2_000_000);
+    assert.equal(wallet.refunded, 3_000_000);
+  }));
+
+Deno.test("admin debit announces balance.taken_back and balance.low to the app's webhook at once", () =>
+  withFileService(async (s, kvPath) => {
+    const { appId } = await s.newApp();
+    await saveWebhookSettings(s.kv, appId, {
+      url: "http://127.0.0.1:9/hook",
+      lowBalanceThreshold: 1_000_000,
+    });
+    await new WebhookWatcher(s.kv).observe(appId);
+    const debit = await admin(kvPath, ...debitArgs(appId, "4.50", "Refund", "--reference", "re_w"));
+    assert.equal(debit.code, 0, debit.stderr);
+    const events = await listWebhookEvents(s.kv, appId);
+    assert.deepEqual(events.map((e) => e.type).sort(), ["balance.low", "balance.taken_back"]);
+    const taken = JSON.parse(events.find((e) => e.type === "balance.taken_back")!.payload).data;
+    assert.equal(taken.amount, "4.500000");
+    assert.equal(taken.reference, "re_w");
+    assert.equal(taken.balance, "0.500000");
+    await assertLedgerSums(s.kv, appId);
+  }));
+
+Deno.test("admin debit while requests are in flight in the service's slices takes the balance, recalls the slices to pay what is owed before the requests end, and never overdraws", async () => {
+  const upstream = startFakeOpenAi();
+  const dir = await Deno.makeTempDir();
+  const kvPath = `${dir}/kv.sqlite3`;
+  const s = await startService({
+    kvPath,
+    openaiBaseUrl: upstream.url,
+    env: { WALLET_SLICES: "on" },
+  });
+  // The admin command on a KV handle of its own: another process, sharing nothing but KV.
+  const adminKv = await openKv(kvPath);
+  try {
+    const { appId, apiKey } = await s.newApp();
+    const inFlight = Array.from({ length: 4 }, async () => {
+      const res = await s.chat(apiKey, {
+        model: "fake/gpt",
+        messages: userMessage("wait:1500 a slow answer"),
+        max_tokens: 50,
+      });
+      await res.body?.cancel();
+      return res.status;
+    });
+    let answered = false;
+    Promise.all(inFlight).finally(() => answered = true);
+    while (s.wallets.stats.sliceAdmitted < 4) await new Promise((r) => setTimeout(r, 5));
+    const [slice] = await Array.fromAsync(
+      s.kv.list<WalletSliceRecord>({ prefix: keys.appWalletSlices(appId) }),
+    );
+    const before = await s.wallet(appId);
+    // More than the balance outside the slice, by half of what the slice holds.
+    const owed = Math.floor(slice.value.granted / 2);
+    assert.ok(before.reserved - slice.value.granted < owed, "the slice holds that much free");
+    const amount = before.available + owed;
+    const started = Date.now();
+    const debit = await runAdmin(
+      debitArgs(appId, formatUsd(amount), "Refund in KRW"),
+      adminKv,
+      PUBLIC_URL,
+    );
+    const output = debit.output as Record<string, string>;
+    assert.equal(output.owed_of_it, formatUsd(owed));
+    assert.equal(output.balance, "0.000000");
+    let wallet = await s.wallet(appId);
+    while ((wallet.owed ?? 0) > 0) {
+      assert.ok(Date.now() - started < 30_000, "what is owed is paid");
+      await new Promise((r) => setTimeout(r, 10));
+      wallet = await s.wallet(appId);
+    }
+    // Without the recall, only the holds' end and the slice's return would pay it.
+    assert.equal(answered, false, "the slice's free money paid the debt while requests ran");
+    assert.ok(wallet.reserved > 0, "their holds are still in the slice");
+    assert.deepEqual(await Promise.all(inFlight), [200, 200, 200, 200]);
+    await s.wallets.drain();
+    wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal(wallet.owed ?? 0, 0);
+    assert.equal(wallet.refunded, amount);
+  } finally {
+    adminKv.close();
+    await s.close();
+    await upstream.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("admin debits while requests stream through the service's slices never overdraw the wallet, and the ledger sums", () =>
+  withFileService(async (s, kvPath) => {
+    const { appId, apiKey } = await s.newApp();
+    const body = { model: "tollbooth/lorem", messages: userMessage("hi"), stream: true };
+    const statuses = new Set<number>();
+    let running = true;
+    let lowest = Infinity;
+    const traffic = Array.from({ length: 8 }, async () => {
+      while (running) {
+        const res = await s.chat(apiKey, body);
+        statuses.add(res.status);
+        await res.text();
+      }
+    });
+    const watch = (async () => {
+      while (running) {
+        lowest = Math.min(lowest, (await s.wallet(appId)).available);
+        await new Promise((r) => setTimeout(r, 2));
+      }
+    })();
+    try {
+      while (s.wallets.stats.sliceAdmitted < 50) await new Promise((r) => setTimeout(r, 5));
+      // Two debits at once from two processes, together past the balance outside the slices.
+      const half = formatUsd(Math.ceil((await s.wallet(appId)).available / 2) + 10_000);
+      const [a, b] = await Promise.all([
+        admin(kvPath, ...debitArgs(appId, half, "Refund in KRW", "--reference", "re_a")),
+        admin(kvPath, ...debitArgs(appId, half, "Dispute in EUR", "--reference", "dp_b")),
+      ]);
+      assert.equal(a.code, 0, a.stderr);
+      assert.equal(b.code, 0, b.stderr);
+      await new Promise((r) => setTimeout(r, 300));
+    } finally {
+      running = false;
+      await Promise.all([...traffic, watch]);
+    }
+    await s.wallets.drain();
+    assert.ok(lowest >= 0, "the wallet never went below zero");
+    assert.deepEqual([...statuses].filter((st) => st !== 200 && st !== 402), []);
+    const wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal(wallet.owed ?? 0, 0, "what the slices held came back and paid the debt");
+  }, { WALLET_SLICES: "on" }));

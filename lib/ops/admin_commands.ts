@@ -1,7 +1,8 @@
 /**
- * The commands of `deno task admin` (scripts/admin.ts), with their options: the script's usage
- * text, its check for an unknown command and the /docs/operations list are made from this table,
- * so a command cannot be added to one and missed by the others.
+ * The commands of `deno task admin` (scripts/admin.ts), with their options (and what the usage text
+ * must warn of, `note`): the script's usage text, its check for an unknown command and the
+ * /docs/operations list are made from this table, so a command cannot be added to one and missed
+ * by the others.
  */
 export const ADMIN_COMMANDS = [
   { name: "create-app", options: "--name NAME [--owner EMAIL]" },
@@ -9,6 +10,12 @@ export const ADMIN_COMMANDS = [
   { name: "revoke-key", options: "--key KEY_ID" },
   { name: "show-app", options: "--app APP_ID" },
   { name: "credit", options: "--app APP_ID --amount USD --reason TEXT" },
+  {
+    name: "debit",
+    options: "--app APP_ID --amount USD --reason TEXT [--reference STRIPE_ID]",
+    note: "takes it back once per --reference (a Stripe refund's or dispute's id), " +
+      "and not if the webhook took it; without --reference, each run is a new debit",
+  },
   {
     name: "set-top-up",
     options: "--app APP_ID [--return-url URL|none] [--show-balance true|false]",

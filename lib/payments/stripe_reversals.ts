@@ -109,6 +109,19 @@ const WORDING = {
 } as const;
 
 /**
+ * What an operator's `deno task admin debit --reference ID` is (scripts/admin.ts): a Stripe
+ * dispute's id (`dp_`, or `du_` before 2019) a chargeback, any other id a refund; marked as the
+ * webhook marks its own taking back, so one reversal is taken once, by the webhook or by hand.
+ */
+export function operatorTakeBack(reference: string): {
+  kind: "refund" | "chargeback";
+  marker: string;
+} {
+  const kind = /^(dp|du)_/.test(reference) ? "chargeback" : "refund";
+  return { kind, marker: `${WORDING[kind].markers.taken}:${reference}` };
+}
+
+/**
  * Takes the reversal's amount back from the wallet its payment credited (never more than the
  * payment credited), once; an undone one is then given back, once. The taking comes first even
  * for an event that undoes it, so any order of events ends in the same ledger.
