@@ -6,6 +6,7 @@ import { MAX_WALLET_CREDITS } from "@/lib/billing/mod.ts";
 import { ledgerOf, moneyState, page, postForm, topUpFormToken } from "./forms.ts";
 import { assertAuditClean, PUBLIC_URL, startService, type TestService } from "./helpers.ts";
 import type { LedgerEntry } from "@/lib/db.ts";
+import { runAdmin } from "@/scripts/admin.ts";
 import {
   checkoutSessionObject,
   disputeObject,
@@ -1206,4 +1207,84 @@ Deno.test("a refund or dispute in a currency other than USD takes no wrong numbe
         ["error", appId, dispute.id, "eur", 9_000],
       ],
     );
+    assert.match(String(told[1].settle), /^deno task admin debit --app app_\w+ --amount USD /);
+    // Won: what the operator may have taken by hand is theirs to give back.
+    assert.match(
+      String(told[2].settle),
+      new RegExp(`debit --reference ${dispute.id}, give it back: deno task admin credit --app`),
+    );
+  }));
+
+/** The arguments of a logged `deno task admin …` command, its `USD` amount filled in. */
+function commandArgs(command: string, usd: string): string[] {
+  const words = [...command.matchAll(/"([^"]*)"|(\S+)/g)].map((m) => m[1] ?? m[2]);
+  assert.deepEqual(words.slice(0, 3), ["deno", "task", "admin"]);
+  return words.slice(3).map((w, i, all) => all[i - 1] === "--amount" ? usd : w);
+}
+
+Deno.test("a refund in another currency is settled with the admin command its log names: taken once, however often it is run or the event delivered", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const refund = refundObject({ paymentIntent, amount: 15_000, currency: "krw" });
+    const payload = eventPayload("refund.created", refund);
+    assert.equal((await deliver(s, payload)).body.outcome, "not_usd");
+    const told = s.logs.find((l) => l.event === "stripe_reversal_not_usd")!;
+    assert.equal(
+      told.settle,
+      `deno task admin debit --app ${appId} --amount USD --reason "Refund ${refund.id} of a ` +
+        `Stripe top-up, paid in KRW" --reference ${refund.id}`,
+    );
+    // 15,000 won, as the operator finds it in USD.
+    const args = commandArgs(told.settle as string, "11.04");
+    const settled = await runAdmin(args, s.kv, PUBLIC_URL);
+    assert.equal((settled.output as { debited: string }).debited, "11.040000");
+    const again = await runAdmin(args, s.kv, PUBLIC_URL);
+    assert.equal((again.output as { already_taken: boolean }).already_taken, true);
+    assert.equal((await deliver(s, payload)).body.outcome, "not_usd");
+    const refunds = (await ledgerOf(s, appId)).filter((e) => e.kind === "refund");
+    assert.deepEqual(refunds.map((e) => [e.amount, e.reference, e.reason]), [
+      [11_040_000, refund.id, `Refund ${refund.id} of a Stripe top-up, paid in KRW`],
+    ]);
+    const wallet = await s.wallet(appId);
+    assert.equal(wallet.refunded, 11_040_000);
+    assert.equal(wallet.available, 15_000_000 - 11_040_000);
+  }));
+
+Deno.test("an operator's debit naming a refund the webhook already took back takes nothing more", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const refund = refundObject({ paymentIntent, amount: 400, id: "re_by_webhook" });
+    const { body } = await deliver(s, eventPayload("refund.created", refund));
+    assert.equal(body.outcome, "taken_back");
+    const { output } = await runAdmin(
+      [
+        "debit",
+        "--app",
+        appId,
+        "--amount",
+        "4.00",
+        "--reason",
+        "by hand",
+        "--reference",
+        "re_by_webhook",
+      ],
+      s.kv,
+      PUBLIC_URL,
+    );
+    assert.deepEqual(
+      { ...(output as Record<string, unknown>), entry_id: undefined, balance: undefined },
+      {
+        app_id: appId,
+        already_taken: true,
+        kind: "refund",
+        reference: refund.id,
+        debited: "4.000000",
+        owed: "0.000000",
+        entry_id: undefined,
+        balance: undefined,
+      },
+    );
+    assert.equal((await s.wallet(appId)).refunded, 4_000_000);
   }));

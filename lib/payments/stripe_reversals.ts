@@ -121,6 +121,15 @@ export function operatorTakeBack(reference: string): {
   return { kind, marker: `${WORDING[kind].markers.taken}:${reference}` };
 }
 
+/** The command that settles a reversal the webhook could not, its amount in USD left to fill in. */
+function settleCommand(appId: string, reversal: Reversal): string {
+  const what = reversal.kind === "refund" ? "Refund" : "Chargeback";
+  const reason =
+    `${what} ${reversal.id} of a Stripe top-up, paid in ${reversal.currency.toUpperCase()}`;
+  return `deno task admin debit --app ${appId} --amount USD --reason "${reason}" ` +
+    `--reference ${reversal.id}`;
+}
+
 /**
  * Takes the reversal's amount back from the wallet its payment credited (never more than the
  * payment credited), once; an undone one is then given back, once. The taking comes first even
@@ -163,7 +172,8 @@ async function takeBack(
   if (!usdAmount) {
     // Top-ups are charged in USD, but a refund or dispute may be in the currency the payer was
     // shown: its amount read as cents could take back ten or a hundred times the money (15,000
-    // won is 11 USD, not 150). What it is in USD is the operator's to find and settle.
+    // won is 11 USD, not 150). What it is in USD is the operator's to find and settle, with the
+    // command `settle` names; and one undone since is theirs to give back, if they took it.
     deps.log({
       level: "error",
       event: "stripe_reversal_not_usd",
@@ -176,6 +186,14 @@ async function takeBack(
       amount: reversal.cents,
       currency,
       credited: formatUsd(payment.amount),
+      ...(reversal.undone
+        ? {
+          undone: reversal.because,
+          settle: `if it was taken back with debit --reference ${id}, give it back: ` +
+            `deno task admin credit --app ${payment.appId} --amount USD ` +
+            `--reason "The ${kind === "refund" ? "refund" : "dispute"} ${id} ${reversal.because}"`,
+        }
+        : { settle: settleCommand(payment.appId, reversal) }),
     });
     return { status: "not_usd", appId: payment.appId };
   }

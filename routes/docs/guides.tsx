@@ -725,7 +725,12 @@ export function operationsPage() {
         a new random password once and signs the owner out everywhere. The owner's management keys
         keep working unless it is given <code>--revoke-management-keys true</code>{" "}
         (for a password someone else may have had); the owner can also revoke them all from the
-        Account page.
+        Account page. <code>debit</code>{" "}
+        takes back a refund or dispute the Stripe webhook could not, such as one in another currency
+        (logged as <code>stripe_reversal_not_usd</code>, with the command to run in{" "}
+        <code>settle</code>): once per{" "}
+        <code>--reference</code>; without one, each run is a new debit. What the balance does not
+        have is owed, as for any refund.
       </p>
     </DocsLayout>,
   );
