@@ -423,6 +423,51 @@ Deno.test("metadata past OpenAI's limits is a 400 naming metadata and the limit,
     assert.deepEqual(await d.newUsage(), []);
   }));
 
+for (const stream of [false, true]) {
+  Deno.test(`a Responses request's metadata on a model served through OpenAI's chat API is kept with the response, not sent to the unstored completion OpenAI would refuse it on${stream ? " (streamed)" : ""}`, () =>
+    withDialect(async (d) => {
+      d.openai.script(
+        { content: "Tagged.", promptTokens: 20, completionTokens: 3 },
+        { content: "Stored.", promptTokens: 22, completionTokens: 2 },
+      );
+      const metadata = { topic: "billing" };
+      let response: OpenAI.Responses.Response | null = null;
+      if (stream) {
+        const events = await client(d).responses.create({
+          model: OPENAI_MODEL,
+          input: "Tag this.",
+          metadata,
+          stream: true,
+        });
+        for await (const event of events) {
+          if (event.type === "response.completed") response = event.response;
+        }
+      } else {
+        response = await client(d).responses.create({
+          model: OPENAI_MODEL,
+          input: "Tag this.",
+          metadata,
+        });
+      }
+      assert.equal(response?.status, "completed");
+      assert.deepEqual(response?.metadata, metadata);
+      assert.equal("metadata" in d.openai.chats[0].body, false);
+      assert.deepEqual((await client(d).responses.retrieve(response!.id)).metadata, metadata);
+      // A chat client that stores its completion at OpenAI tags it there.
+      await client(d).chat.completions.create({
+        model: OPENAI_MODEL,
+        messages: [{ role: "user", content: "Store this." }],
+        store: true,
+        metadata,
+      });
+      assert.deepEqual(d.openai.chats[1].body.metadata, metadata);
+      await assertCharged(d, OPENAI_MODEL, { prompt: 20, completion: 3 }, {
+        prompt: 22,
+        completion: 2,
+      });
+    }));
+}
+
 Deno.test("on Claude a text.format schema or a tool's parameters whose type is not object is a 400 naming it, before anything is reserved", () =>
   withDialect(async (d) => {
     const refused = async (body: Record<string, unknown>) => {

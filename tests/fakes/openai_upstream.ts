@@ -638,6 +638,11 @@ function validateChat(body: Json, rules: ModelRules) {
       "stream_options",
     );
   }
+  // OpenAI's chat API keeps metadata only on a completion it stores; without `store: true` it
+  // refuses the field, in these words (as quoted in langchaingo#1484 and QwenLM/qwen-code#243).
+  if (body.metadata !== undefined && body.metadata !== null && body.store !== true) {
+    throw invalid("The 'metadata' parameter is only allowed when 'store' is enabled.", "metadata");
+  }
   if (body.top_logprobs !== undefined && body.top_logprobs !== null && !body.logprobs) {
     throw invalid(
       "Invalid value for 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",

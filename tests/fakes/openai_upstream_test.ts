@@ -453,6 +453,14 @@ Deno.test("openai fake: unknown parameters and malformed fields are refused in O
       streamOptions.message,
       "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
     );
+    const metadata = await refusal(
+      client.chat.completions.create({ ...base, metadata: { a: "b" } }),
+    );
+    assert.equal(
+      metadata.message,
+      "The 'metadata' parameter is only allowed when 'store' is enabled.",
+    );
+    assert.equal(metadata.param, "metadata");
     const choice = await refusal(client.chat.completions.create({ ...base, tool_choice: "auto" }));
     assert.equal(
       choice.message,

@@ -177,6 +177,10 @@ export function openAiRequestBody(
       upstreamMessage(m, messageOptions)
     ),
   };
+  // OpenAI's chat API takes metadata only for a completion it stores, and refuses the request
+  // otherwise; unstored, it tags nothing. A Responses request's metadata (kept here with the
+  // response, stored or not) would otherwise fail every model served through this API.
+  if (params.store !== true) delete body.metadata;
   if (tools?.length) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
   // OpenAI refuses a tool_choice without tools; without tools "auto" and "none" (the only choices
   // then accepted, see checkTools) mean nothing, so they are not sent.
