@@ -651,7 +651,7 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
     openai_responses: "pass",
     anthropic: "ignore",
     simulator: "ignore",
-    note: "",
+    note: "OpenAI's chat API: only with store: true, which it requires",
   },
   temperature: {
     openai: "pass",
