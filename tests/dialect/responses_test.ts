@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { createOpenAI } from "@ai-sdk/openai";
-import { generateText, stepCountIs, streamText, tool } from "ai";
+import { generateText, Output, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
 import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
 import { usageCost } from "@/lib/catalog/mod.ts";
@@ -222,6 +222,59 @@ for (const { kind, model } of KINDS) {
       await assertCharged(d, model, usage);
     }));
 }
+
+Deno.test("AI SDK default OpenAI provider, Claude streamed: Output.object with a tool runs its loop, the text Claude wrote beside the call (streamed after it) going back in the call's turn", () =>
+  withDialect(async (d) => {
+    d.claude.script(
+      {
+        content: [
+          { type: "text", text: "Let me check." },
+          { type: "tool_use", name: "weather", input: { city: "Paris" } },
+        ],
+        inputTokens: 400,
+        outputTokens: 30,
+      },
+      (request) => ({
+        content: [{
+          type: "tool_use",
+          name: request.body.tools.at(-1).name,
+          input: { city: "Paris", sunny: true },
+        }],
+        inputTokens: 460,
+        outputTokens: 20,
+      }),
+    );
+    const openai = createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey });
+    const result = streamText({
+      model: openai(CLAUDE_MODEL),
+      prompt: "Is it sunny in Paris?",
+      output: Output.object({ schema: z.object({ city: z.string(), sunny: z.boolean() }) }),
+      tools: {
+        weather: tool({
+          inputSchema: z.object({ city: z.string() }),
+          execute: ({ city }) => Promise.resolve(`${city}: sunny, 21 C`),
+        }),
+      },
+      stopWhen: stepCountIs(4),
+      maxRetries: 0,
+    });
+    const errors = [];
+    for await (const part of result.fullStream) if (part.type === "error") errors.push(part.error);
+    assert.deepEqual(errors, []);
+    assert.deepEqual(await result.output, { city: "Paris", sunny: true });
+    assert.equal((await result.steps).length, 2);
+    const turn = d.claude.messages()[1].body.messages[1];
+    assert.equal(turn.role, "assistant");
+    assert.deepEqual(turn.content.map((block: { type: string }) => block.type), [
+      "text",
+      "tool_use",
+    ]);
+    assert.equal(turn.content[0].text, "Let me check.");
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 400, completion: 30 }, {
+      prompt: 460,
+      completion: 20,
+    });
+  }));
 
 Deno.test("a multi-turn AI SDK conversation references its stored answer by item id", () =>
   withDialect(async (d) => {

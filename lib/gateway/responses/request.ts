@@ -694,6 +694,20 @@ function inputMessages(
     }
     if (!("role" in item)) throw invalid(`input[${i}].id`, "references another reference");
     const message = messageOf(item, i);
+    const last = out.at(-1);
+    // The text of a turn whose calls came first (a stream shows Claude's text beside a tool call
+    // only once the answer tool is ruled out, after the call) is that turn's: apart, the turn's
+    // calls would have no answer right after them, and the request would be refused.
+    if (
+      message.role === "assistant" && typeof message.content === "string" &&
+      last?.role === "assistant" && last.tool_calls && origins.at(-1)!.kind === "function_calls"
+    ) {
+      last.content = message.content;
+      if (message.phase) last.phase = message.phase;
+      Object.assign(origins.at(-1)!, { item: i, kind: "message", referenced });
+      carry(last);
+      return;
+    }
     carry(message);
     out.push(message);
     origins.push({ from: "input", item: i, kind: "message", referenced, calls: [] });

@@ -983,3 +983,36 @@ Deno.test("an assistant message's phase stays on its chat message; a user's is d
     { code: "invalid_parameter", param: "input[0].phase" },
   );
 });
+
+Deno.test("an assistant message after its turn's function calls joins that turn, so the calls' outputs follow them", () => {
+  const chat = chatOf({
+    input: [
+      { role: "user", content: "Weather?" },
+      { type: "function_call", call_id: "c1", name: "weather", arguments: "{}" },
+      { type: "message", role: "assistant", content: [{ type: "output_text", text: "Checking." }] },
+      { type: "function_call_output", call_id: "c1", output: "sunny" },
+    ],
+    tools: [{ type: "function", name: "weather" }],
+  });
+  assert.deepEqual(chat.messages, [
+    { role: "user", content: "Weather?" },
+    {
+      role: "assistant",
+      content: "Checking.",
+      tool_calls: [{ id: "c1", type: "function", function: { name: "weather", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: "c1", content: "sunny" },
+  ]);
+  // A turn that began with its text keeps a later message apart, as before.
+  const apart = chatOf({
+    input: [
+      { role: "user", content: "Hi" },
+      { role: "assistant", content: "One." },
+      { type: "function_call", call_id: "c1", name: "weather", arguments: "{}" },
+      { type: "function_call_output", call_id: "c1", output: "sunny" },
+      { role: "assistant", content: "Two." },
+    ],
+    tools: [{ type: "function", name: "weather" }],
+  });
+  assert.equal((apart.messages as unknown[]).length, 4);
+});
