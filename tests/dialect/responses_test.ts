@@ -1013,6 +1013,57 @@ Deno.test("a Responses answer whose tool call the output cap cut mid-JSON can be
     assert.deepEqual(sent.find((b) => b.type === "tool_use")!.input, {});
   }));
 
+Deno.test("a Responses answer whose tool call the output cap cut mid-JSON can be continued on Claude by referencing the call's stored item", () =>
+  withDialect(async (d) => {
+    const weather = {
+      type: "function" as const,
+      name: "weather",
+      parameters: { type: "object", properties: { city: { type: "string" } } },
+      strict: false,
+    };
+    d.claude.script(
+      {
+        content: [{
+          type: "tool_use",
+          name: "weather",
+          input: { city: "Paris" },
+          chunks: ['{"city": "Pa'],
+        }],
+        stopReason: "max_tokens",
+        inputTokens: 100,
+        outputTokens: 20,
+      } as Parameters<typeof d.claude.script>[0],
+      { text: "Say the city again?", inputTokens: 120, outputTokens: 6 },
+    );
+    const first = await client(d).responses.create({
+      model: CLAUDE_MODEL,
+      input: "Weather in Paris?",
+      tools: [weather],
+      max_output_tokens: 20,
+    });
+    const call = first.output.find((item) => item.type === "function_call")!;
+    assert.equal(call.arguments, '{"city": "Pa', "the client sees what was produced");
+    const second = await client(d).responses.create({
+      model: CLAUDE_MODEL,
+      tools: [weather],
+      input: [
+        { role: "user", content: "Weather in Paris?" },
+        { type: "item_reference", id: call.id! },
+        { type: "function_call_output", call_id: call.call_id, output: "cut off: try again" },
+      ],
+    });
+    assert.equal(second.output_text, "Say the city again?");
+    const sent = d.claude.messages()[1].body.messages[1].content as {
+      type: string;
+      input: unknown;
+    }[];
+    assert.deepEqual(sent.find((b) => b.type === "tool_use")!.input, {});
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 100, completion: 20 }, {
+      prompt: 120,
+      completion: 6,
+    });
+  }));
+
 Deno.test("a Responses input part's cache_control reaches Claude as its cache breakpoint, and the cache write is billed at its price", () =>
   withDialect(async (d) => {
     const long = "The quick brown fox jumps over the lazy dog. ".repeat(300);

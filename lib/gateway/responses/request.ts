@@ -589,6 +589,20 @@ function inputPath(chatPath: string, origins: Origin[]): string {
   return rest === ".role" ? item + rest : item;
 }
 
+/**
+ * A call's arguments as a later turn sends them back: a call the output cap cut mid-JSON goes back
+ * without them, as a call with no arguments, which every provider kind accepts (Anthropic's takes
+ * only a JSON object), so the conversation can go on with that call's answer.
+ */
+export function sentBackArguments(args: string): string {
+  try {
+    JSON.parse(args);
+    return args;
+  } catch {
+    return "";
+  }
+}
+
 /** The input items as chat messages: calls join the assistant turn before them. */
 function inputMessages(
   body: ResponsesBody,
@@ -648,10 +662,13 @@ function inputMessages(
       return;
     }
     if (item.type === "function_call") {
+      // A stored call is sent back as previous_response_id sends it: one cut mid-JSON without
+      // its arguments, which Claude would refuse.
+      const args = referenced ? sentBackArguments(item.arguments) : item.arguments;
       const call = {
         id: item.call_id,
         type: "function",
-        function: { name: item.name, arguments: item.arguments },
+        function: { name: item.name, arguments: args },
         ...(item.extra_content ? { extra_content: item.extra_content } : {}),
       };
       const last = out.at(-1);

@@ -14,6 +14,7 @@ import {
   parseResponsesBody,
   referencedItems,
   type ResponsesBody,
+  sentBackArguments,
   toChatRequest,
 } from "./request.ts";
 import {
@@ -378,20 +379,6 @@ function failedEnding(converter: ResponseEvents, requestId: string): ResponseEve
     return converter.fail(code, message);
   } catch {
     return [converter.error(code, message)];
-  }
-}
-
-/**
- * A call's arguments as a later turn sends them back: a call the output cap cut mid-JSON goes back
- * without them, as a call with no arguments, which every provider kind accepts (Anthropic's takes
- * only a JSON object), so the conversation can go on with that call's answer.
- */
-function sentBackArguments(args: string): string {
-  try {
-    JSON.parse(args);
-    return args;
-  } catch {
-    return "";
   }
 }
 
