@@ -15,7 +15,11 @@
  * clean; no 500 was served or logged. Exits non-zero on any discrepancy, printing it.
  *
  * SOAK_PATHS_SECONDS (default 25), SOAK_CLIENTS (default 24), SOAK_KILL=1 (the SIGKILL above),
- * SOAK_VERBOSE=1 (the 400s and the records behind a discrepancy on stderr).
+ * SOAK_VERBOSE=1 (the 400s and the records behind a discrepancy on stderr). To widen the windows
+ * of the cap checks: SOAK_SLOW_FACTOR (default 1) multiplies the upstreams' pauses between chunks,
+ * SOAK_LOWER_EVERY_MS (default: once, at 40% of the run) lowers the caps again that often, each
+ * time to SOAK_CAP_MARGIN (default 100000) micro-USD above what a scope has spent, never raising
+ * one, and SOAK_ROTATE_MS (default 2000) is the pace of key rotations.
  */
 import {
   auditWallets,
@@ -23,8 +27,14 @@ import {
   setSpendCaps,
   sweepExpiredReservations,
 } from "@/lib/billing/mod.ts";
-import { keys, type SpendCounter, type UsageRecord, type WalletRecord } from "@/lib/db.ts";
-import { parseUsd } from "@/lib/core/mod.ts";
+import {
+  keys,
+  type SpendCapsRecord,
+  type SpendCounter,
+  type UsageRecord,
+  type WalletRecord,
+} from "@/lib/db.ts";
+import { NotFoundError, parseUsd } from "@/lib/core/mod.ts";
 import type { CatalogFile } from "@/lib/catalog/catalog.ts";
 import { startFakeOpenAi } from "@/tests/fake_openai.ts";
 import { type AnthropicAnswer, startAnthropicUpstream } from "@/tests/fakes/anthropic_upstream.ts";
@@ -37,6 +47,10 @@ const CHILD_PORT = Number(Deno.env.get("SOAK_CHILD_PORT") ?? 0);
 const APPS = 6;
 const USERS = ["u1", "u2", "u3"];
 const ROOT = new URL("../", import.meta.url).pathname;
+const SLOW_FACTOR = Number(Deno.env.get("SOAK_SLOW_FACTOR") ?? 1);
+const LOWER_EVERY_MS = Number(Deno.env.get("SOAK_LOWER_EVERY_MS") ?? 0);
+const CAP_MARGIN = Number(Deno.env.get("SOAK_CAP_MARGIN") ?? 100_000);
+const ROTATE_MS = Number(Deno.env.get("SOAK_ROTATE_MS") ?? 2_000);
 
 const pick = <T>(items: T[]) => items[Math.floor(Math.random() * items.length)];
 const chance = (p: number) => Math.random() < p;
@@ -48,7 +62,7 @@ const openai = startFakeOpenAi({ chaos: { failShare: 0.1, cutShare: 0.15 }, keep
 /** Claude's answers: thinking, tool calls, text; a share of failures, cut streams, error events. */
 function claudeAnswer(): AnthropicAnswer {
   const roll = Math.random();
-  const pace = { chunkDelayMs: Math.floor(Math.random() * 20) };
+  const pace = { chunkDelayMs: Math.floor(Math.random() * 20 * SLOW_FACTOR) };
   if (roll < 0.06) return { status: pick([500, 529, 429]) };
   if (roll < 0.12) return { text: "cut short here and there", cutAfterEvents: 3, ...pace };
   if (roll < 0.16) return { text: "an error arrives soon", errorEventAfter: 4, ...pace };
@@ -287,7 +301,7 @@ function requestFor(
   if (kind === "responses") {
     const body: Record<string, unknown> = {
       model: pick(["fake/gpt", "ant/claude", "tollbooth/lorem"]),
-      input: `slow:${Math.floor(Math.random() * 5)} ${words()}`,
+      input: `slow:${Math.floor(Math.random() * 5 * SLOW_FACTOR)} ${words()}`,
       stream,
       store: chance(0.6),
       max_output_tokens: max,
@@ -301,7 +315,10 @@ function requestFor(
   }
   const body: Record<string, unknown> = {
     model: kind === "claude" ? "ant/claude" : pick(["fake/gpt", "tollbooth/lorem"]),
-    messages: [{ role: "user", content: `slow:${Math.floor(Math.random() * 5)} ${words()}` }],
+    messages: [{
+      role: "user",
+      content: `slow:${Math.floor(Math.random() * 5 * SLOW_FACTOR)} ${words()}`,
+    }],
     stream,
     max_tokens: max,
     user,
@@ -481,22 +498,32 @@ const operator = setInterval(() => {
   }).then(() => toppedUp++);
 }, 1_500);
 let rotations = 0;
-const rotator = setInterval(async () => {
+/** Each app's rotation in flight: one at a time, as its key id is the one the next rotates. */
+const rotating = new Map<SoakApp, Promise<void>>();
+const rotator = setInterval(() => {
   // A rotation mid-run: the old secret's requests in flight settle; retries use the new one.
   const app = pick(apps);
-  try {
-    const from = app.keyId;
-    const { issued } = await rotateKey(service.kv, app.keyId);
-    rotationLog.push({ appId: app.appId, from, to: issued.record.id, at: Date.now() });
-    app.apiKey = issued.apiKey;
-    app.keyId = issued.record.id;
-    rotations++;
-  } catch (error) {
-    problems.push(`rotation failed: ${error}`);
-  }
-}, 2_000);
+  if (rotating.has(app)) return;
+  rotating.set(
+    app,
+    (async () => {
+      try {
+        const from = app.keyId;
+        const { issued } = await rotateKey(service.kv, app.keyId);
+        rotationLog.push({ appId: app.appId, from, to: issued.record.id, at: Date.now() });
+        app.apiKey = issued.apiKey;
+        app.keyId = issued.record.id;
+        rotations++;
+      } catch (error) {
+        problems.push(`rotation failed: ${error}`);
+      } finally {
+        rotating.delete(app);
+      }
+    })(),
+  );
+}, ROTATE_MS);
 /** Lowers each cap mid-run to just above what its scopes have spent now. */
-const lowerer = setTimeout(async () => {
+const lowerCaps = async () => {
   const counterOf = async (app: SoakApp, scope: "key" | "user", id: string) =>
     (await service.kv.get<SpendCounter>(keys.spendCounter(app.appId, scope, id))).value;
   for (const app of apps) {
@@ -507,9 +534,20 @@ const lowerer = setTimeout(async () => {
     for (const id of ids) {
       highest = Math.max(highest, (await counterOf(app, scope, id))?.total ?? 0);
     }
-    const cap = highest + 100_000;
+    // Never above the cap in force: the check below holds every scope to its first cap too.
+    const cap = Math.min(highest + CAP_MARGIN, (scope === "key" ? app.keyCap : app.userCap)!);
     if (scope === "key") {
-      await setSpendCaps(service.kv, app.appId, { keyId: app.keyId }, { total: cap });
+      // A rotation committed meanwhile refuses the old key id: the cap goes on its replacement.
+      for (;;) {
+        await rotating.get(app);
+        try {
+          await setSpendCaps(service.kv, app.appId, { keyId: app.keyId }, { total: cap });
+          break;
+        } catch (error) {
+          if (!(error instanceof NotFoundError)) throw error;
+          tally("cap set on a key rotated meanwhile: set again");
+        }
+      }
       app.keyCap = cap;
     } else {
       await setSpendCaps(service.kv, app.appId, { endUser: true }, { total: cap });
@@ -527,6 +565,12 @@ const lowerer = setTimeout(async () => {
       });
     }
   }
+};
+let lowering: Promise<void> = Promise.resolve();
+const lowerer = setTimeout(function lowerAgain() {
+  lowering = lowerCaps().then(() => {
+    if (LOWER_EVERY_MS > 0 && Date.now() < deadline) setTimeout(lowerAgain, LOWER_EVERY_MS);
+  });
 }, SECONDS * 400);
 const killer = KILL
   ? setTimeout(async () => {
@@ -546,6 +590,7 @@ await Promise.all(Array.from({ length: CLIENTS }, async () => {
 clearInterval(operator);
 clearInterval(rotator);
 clearTimeout(lowerer);
+await lowering;
 clearTimeout(killer);
 const elapsed = (performance.now() - started) / 1000;
 
@@ -607,7 +652,7 @@ for (const app of apps) {
     if ((counter?.held ?? 0) !== 0) {
       problems.push(`${app.appId} ${scope} ${id}: ${counter!.held} held`);
     }
-    const lowered = app.lowered.find((l) => l.scope === scope && l.id === id);
+    const lowered = app.lowered.findLast((l) => l.scope === scope && l.id === id);
     // Past a lowering, a scope may end above the new cap only by what it had spent and held then.
     const bound = lowered ? Math.max(lowered.cap, lowered.totalThen + lowered.heldThen) : firstCap;
     if (total > Math.max(bound, 0) || total > firstCap) {
@@ -628,6 +673,14 @@ for (const app of apps) {
     return total;
   };
   if (app.keyCap !== null) {
+    // The cap the soak last set must be the one in force on the key it rotated to.
+    const inForce = (await kv.get<SpendCapsRecord>(keys.spendCaps(app.appId))).value
+      ?.keys[app.keyId];
+    if (inForce?.total !== app.keyCap) {
+      problems.push(
+        `${app.appId}: key ${app.keyId} capped at ${inForce?.total}, not ${app.keyCap}`,
+      );
+    }
     const total = await checkCounter("key", app.counterKeyId, 1_500_000);
     // Every key of the app is one lineage of rotations, so its counter is the app's spend.
     if (total !== sum) {
