@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { formatUsd, parseUsd } from "@/lib/core/mod.ts";
+import { formatUsd, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
 import {
   getRateLimits,
   getSpendCaps,
@@ -332,6 +332,40 @@ Deno.test("under wallet slices, the old key of a rotated capped key is not serve
     const counter = await getSpendCounter(s.kv, appId, "key", issued.record.id);
     assert.equal(counter.total, capped.reduce((n, u) => n + u.cost, 0));
   }, { env: { WALLET_SLICES: "on" } }));
+
+Deno.test("a cap lowered on a key that a rotation replaced meanwhile is refused, not left on the revoked key while its replacement spends past it", () =>
+  withService(async (s) => {
+    const { appId, keyId } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 4_000_000 });
+    // The owner's call found the key live; the rotation commits before its cap is written.
+    const { issued } = await rotateKey(s.kv, keyId);
+    const lowered = await setSpendCaps(s.kv, appId, { keyId }, { total: 1 }).then(
+      () => "stored",
+      (error) => error,
+    );
+    const server = serveLoopback(s.handle);
+    try {
+      await Promise.all(Array.from({ length: 20 }, async (_, i) => {
+        const res = await fetch(`${server.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${issued.apiKey}`, "content-type": "application/json" },
+          body: JSON.stringify(request(`after the lowering ${i}`)),
+        });
+        await res.body?.cancel();
+      }));
+    } finally {
+      await server.close();
+    }
+    await s.wallets.drain();
+    const spent = (await usageRecords(s.kv, appId)).reduce((n, u) => n + u.cost, 0);
+    const counter = await getSpendCounter(s.kv, appId, "key", issued.record.id);
+    assert.equal(counter.total, spent);
+    assert.ok(
+      lowered instanceof NotFoundError,
+      `the cap was ${lowered} on the revoked key, and its replacement spent ${spent} past it`,
+    );
+    assert.equal((await getSpendCaps(s.kv, appId)).keys[issued.record.id].total, 4_000_000);
+  }));
 
 Deno.test("a key's own rate limit survives its rotation", () =>
   withService(async (s) => {

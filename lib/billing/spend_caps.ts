@@ -18,7 +18,7 @@ import {
   type SpendScope,
   utcDay,
 } from "@/lib/db.ts";
-import { ApiError, formatUsd, getManyChunked, type Micros } from "@/lib/core/mod.ts";
+import { ApiError, formatUsd, getManyChunked, type Micros, NotFoundError } from "@/lib/core/mod.ts";
 
 export type CapName = "total" | "daily" | "monthly";
 
@@ -233,8 +233,11 @@ export async function withoutRevokedKeys(
 
 /**
  * Sets the caps of one key (`target.keyId`) or of each end user of the app. The wallet's commits
- * check this record, so a change applies from the next reserve on every instance. A cap on a key
- * revoked meanwhile is dropped with the other revoked keys' entries.
+ * check this record, so a change applies from the next reserve on every instance. A key that is
+ * not live throws NotFoundError: its record is checked in the commit, since a rotation that
+ * commits between a caller's look at the key and this write moves the key's caps to its
+ * replacement, and a cap written after it would sit on the revoked key while the replacement,
+ * which spends, kept the old one (the caller told its cap was set).
  */
 export async function setSpendCaps(
   kv: Deno.Kv,
@@ -250,6 +253,10 @@ export async function setSpendCaps(
   // into a 500.
   for (;;) {
     const entry = await kv.get<SpendCapsRecord>(keys.spendCaps(appId));
+    const key = "keyId" in target ? await kv.get<ApiKeyRecord>(keys.apiKey(target.keyId)) : null;
+    if (key && (key.value?.appId !== appId || key.value.revokedAt !== null)) {
+      throw new NotFoundError(`no live key ${"keyId" in target ? target.keyId : ""} in ${appId}`);
+    }
     const record: SpendCapsRecord = structuredClone(entry.value ?? { keys: {}, endUser: null });
     if ("keyId" in target) {
       const counter = record.keys[target.keyId]?.counter;
@@ -260,8 +267,8 @@ export async function setSpendCaps(
       record.endUser = hasCap(valid) ? valid : null;
     }
     const { checks } = await withoutRevokedKeys(kv, appId, record);
-    const result = await kv.atomic().check(entry, ...checks).set(keys.spendCaps(appId), record)
-      .commit();
+    const result = await kv.atomic().check(entry, ...checks, ...(key ? [key] : []))
+      .set(keys.spendCaps(appId), record).commit();
     if (result.ok) return record;
   }
 }

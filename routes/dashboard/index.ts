@@ -394,7 +394,13 @@ export function dashboardRoutes(
         return c.html(await keysView(c, app, { caps: refused }), 400);
       }
     }
-    await setSpendCaps(kv, app.id, target, caps);
+    try {
+      await setSpendCaps(kv, app.id, target, caps);
+    } catch (error) {
+      // The key was rotated or revoked since the route found it live.
+      if (!(error instanceof NotFoundError)) throw error;
+      return notFound(c);
+    }
     const saved = "keyId" in target ? target.keyId : "end-user";
     return redirectSaved(c, `/dashboard/apps/${app.id}/keys`, "caps", `caps-${saved}`, saved);
   }

@@ -424,16 +424,17 @@ export function managementRoutes(
     const keyId = c.req.param("key_id");
     const input = parseBody(CapsBody, await body(c));
     const key = await getAppKey(kv, appId, keyId);
+    const notLive = () =>
+      new ApiError("resource_not_found", `No live key '${keyId.slice(0, 64)}' in this app.`, {
+        param: "key_id",
+      });
     // A revoked key can spend nothing more: a cap on it would only ever be shown, never used (the
     // dashboard refuses it alike).
-    if (!key || key.revokedAt !== null) {
-      throw new ApiError(
-        "resource_not_found",
-        `No live key '${keyId.slice(0, 64)}' in this app.`,
-        { param: "key_id" },
-      );
-    }
-    const caps = await setSpendCaps(kv, appId, { keyId }, input);
+    if (!key || key.revokedAt !== null) throw notLive();
+    // A rotation or revocation committed since the look above: the write refuses the key.
+    const caps = await setSpendCaps(kv, appId, { keyId }, input).catch((error) => {
+      throw error instanceof NotFoundError ? notLive() : error;
+    });
     return c.json(keyObject(key, caps));
   });
 
