@@ -333,6 +333,34 @@ Deno.test("under wallet slices, the old key of a rotated capped key is not serve
     assert.equal(counter.total, capped.reduce((n, u) => n + u.cost, 0));
   }, { env: { WALLET_SLICES: "on" } }));
 
+Deno.test("under wallet slices, a key rotated before its first reserve in a process (authenticated, then rotated away) is refused, not served uncapped from a slice outside its lineage's counter", () =>
+  withService(async (s) => {
+    const { appId, apiKey, keyId } = await s.newApp();
+    await setSpendCaps(s.kv, appId, { keyId }, { total: 4_000_000 });
+    // This process reads the caps, which name the first key.
+    assert.equal((await s.chat(apiKey, request("first key"))).status, 200);
+    // The key's next secret authenticates here (a refused body reserves nothing, the key is
+    // remembered), and is rotated away before it ever reserves: no caps this process reads name it.
+    const { issued: second } = await rotateKey(s.kv, keyId);
+    assert.equal((await s.chat(second.apiKey, { model: "tollbooth/lorem" })).status, 400);
+    const { issued: third } = await rotateKey(s.kv, second.record.id);
+    // An uncapped key of the app has it served from a slice granted after both rotations (one
+    // granted before is recalled by them), and the new key's first request reads the caps again.
+    const other = await issueKey(s.kv, appId, "uncapped", "operator");
+    assert.equal((await s.chat(other.apiKey, request("slice"))).status, 200);
+    assert.equal((await s.chat(third.apiKey, request("third key"))).status, 200);
+    const old = await s.chat(second.apiKey, request("second key, rotated"));
+    await s.wallets.drain();
+    const capped = (await usageRecords(s.kv, appId)).filter((u) => u.keyId !== other.record.id);
+    const counter = await getSpendCounter(s.kv, appId, "key", third.record.id);
+    assert.equal(
+      counter.total,
+      capped.reduce((n, u) => n + u.cost, 0),
+      "the key's usage uncounted",
+    );
+    assert.equal(old.status, 401, "the rotated key is revoked");
+  }, { env: { WALLET_SLICES: "on" } }));
+
 Deno.test("a cap lowered on a key that a rotation replaced meanwhile is refused, not left on the revoked key while its replacement spends past it", () =>
   withService(async (s) => {
     const { appId, keyId } = await s.newApp();
