@@ -719,7 +719,11 @@ for (const seen of seenCosts) {
     lostCharges++;
   } else if (!record) {
     if (seen.cost !== 0) {
-      problems.push(`${seen.where}: cost ${seen.cost} seen for ${seen.requestId}, no usage record`);
+      problems.push(
+        `${seen.where}: cost ${seen.cost} seen for ${seen.requestId}, no usage record (${
+          seen.url === killedAt.url ? "killed child" : "not the killed child"
+        }, ${seen.at - killedAt.at} ms from the kill)`,
+      );
     }
   } else if (record.cost !== seen.cost) {
     problems.push(
