@@ -249,7 +249,15 @@ const results: Record<string, number> = {};
 const tally = (kind: string) => (results[kind] = (results[kind] ?? 0) + 1);
 const problems: string[] = [];
 /** Every cost a client saw, by the request id it belongs to. */
-const seenCosts: { requestId: string; cost: number; where: string; url: string; at: number }[] = [];
+const seenCosts: {
+  requestId: string;
+  cost: number;
+  where: string;
+  url: string;
+  /** When the request was sent, and when its answer was read. */
+  sentAt: number;
+  at: number;
+}[] = [];
 /** The killed child's address and when it died: its last charges may be lost (documented). */
 const killedAt: { url: string; at: number } = { url: "", at: 0 };
 /** Idempotency keys whose first request was charged (its request id), to prove retries replay. */
@@ -400,6 +408,7 @@ async function oneRequest(app: SoakApp, attempt: {
     : {};
   try {
     const url = pick(targets());
+    const sentAt = Date.now();
     const res = await send(url, app, attempt.path, attempt.raw, headers, controller.signal);
     const text = await res.text();
     const replayed = res.headers.get("idempotent-replayed") === "true";
@@ -414,12 +423,13 @@ async function oneRequest(app: SoakApp, attempt: {
         cost: parseUsd(header),
         where: `${where} header`,
         url,
+        sentAt,
         at: Date.now(),
       });
     }
     if (res.status === 200 || res.status === 502) {
       for (const cost of costsInBody(text, attempt.stream && res.status === 200)) {
-        seenCosts.push({ requestId, cost, where: `${where} body`, url, at: Date.now() });
+        seenCosts.push({ requestId, cost, where: `${where} body`, url, sentAt, at: Date.now() });
       }
     }
     if (attempt.idempotencyKey && !replayed && (res.status === 200 || header !== null)) {
@@ -708,15 +718,22 @@ for (const app of apps) {
 }
 let costsChecked = 0;
 let lostCharges = 0;
+/** Requests whose charge the SIGKILL lost: their idempotent replays show that cost again. */
+const lostToKillIds = new Set<string>();
 for (const seen of seenCosts) {
   const record = usageByRequest.get(seen.requestId);
   costsChecked++;
   // Charges a slice settled and answered but had not posted when its process was SIGKILLed are
   // lost (README "Speed": at most those of the last WALLET_SLICE_POST_MS and a commit or two).
-  const lostToKill = seen.url === killedAt.url &&
-    seen.at <= killedAt.at && killedAt.at - seen.at < 2_000;
+  // Sent before the kill, the child answered it before dying, though the client may finish reading
+  // the answer a few ms after (a run saw one 7 ms after). A replay, from any process, repeats the
+  // answer: its idempotency record is stored apart from the slice's post.
+  const lostToKill = (seen.url === killedAt.url &&
+    seen.sentAt <= killedAt.at && killedAt.at - seen.at < 2_000) ||
+    lostToKillIds.has(seen.requestId);
   if (!record && lostToKill) {
-    lostCharges++;
+    if (!lostToKillIds.has(seen.requestId)) lostCharges++;
+    lostToKillIds.add(seen.requestId);
   } else if (!record) {
     if (seen.cost !== 0) {
       problems.push(
