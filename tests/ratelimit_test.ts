@@ -386,7 +386,7 @@ Deno.test("admin set-limits overrides an app's limits, show-app reports them, de
         PUBLIC_URL,
         defaults,
       ),
-      /no key/,
+      /no live key/,
     );
 
     const cleared = await runAdmin(
@@ -637,6 +637,21 @@ Deno.test("under wallet slices, a busy key with its own limit rotated mid-load: 
     await first.body?.cancel();
     await assertRateLimited(await s.chat(issued.apiKey, hi()));
     await release();
+  }));
+
+Deno.test("a key limit set on a key that a rotation revoked is refused, not written where no key reads it", () =>
+  withService({}, async (s) => {
+    const { appId, keyId } = await s.newApp();
+    const { issued } = await rotateKey(s.kv, keyId);
+    await assert.rejects(
+      setRateLimits(s.kv, appId, { rpm: 1 }, { by: "operator" }, keyId),
+      /no live key/,
+    );
+    const overrides = (await s.kv.get<RateLimitOverrides>(keys.rateLimitOverrides(appId))).value;
+    assert.equal(overrides?.keys[keyId], undefined);
+    await setRateLimits(s.kv, appId, { rpm: 1 }, { by: "operator" }, issued.record.id);
+    const after = (await s.kv.get<RateLimitOverrides>(keys.rateLimitOverrides(appId))).value;
+    assert.deepEqual(after?.keys[issued.record.id], { rpm: 1 });
   }));
 
 Deno.test("a key with its own limit rotated after using it: the replacement starts with the minute's use, not an empty window", () => {

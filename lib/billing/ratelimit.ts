@@ -495,8 +495,10 @@ export async function setRateLimits(
       keys.appApiKey(appId, keyId ?? ""),
     ]);
     if (app.versionstamp === null) throw new NotFoundError(`no app ${appId}`);
-    if (keyId !== undefined && key.versionstamp === null) {
-      throw new NotFoundError(`no key ${keyId} in app ${appId}`);
+    // A revoked key's index entry stays (false): a limit written there would bind no key, while the
+    // operator was told it was set (a rotation moves a key's limit to its replacement).
+    if (keyId !== undefined && key.value !== true) {
+      throw new NotFoundError(`no live key ${keyId} in app ${appId}`);
     }
     const next = structuredClone(current.value ?? emptyOverrides());
     const operatorOfApp = setter.by === "operator" && keyId === undefined;
@@ -521,8 +523,10 @@ export async function setRateLimits(
     }
     if (keyId !== undefined && Object.keys(target).length === 0) delete next.keys[keyId];
     if (operatorOfApp && Object.keys(target).length === 0) delete next.operator;
-    const result = await kv.atomic().check(current).set(keys.rateLimitOverrides(appId), next)
-      .commit();
+    // The key's entry is checked too: a rotation of a key without limits leaves the overrides as
+    // they were, and this write would then land on the key it revoked.
+    const result = await kv.atomic().check(current, ...(keyId === undefined ? [] : [key]))
+      .set(keys.rateLimitOverrides(appId), next).commit();
     if (result.ok) return next;
   }
 }
