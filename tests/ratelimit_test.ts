@@ -166,6 +166,28 @@ Deno.test("the (N+1)th request in a window gets 429 with Retry-After; after wait
   });
 });
 
+Deno.test("a 429 carries retry-after-ms, the exact wait the openai SDK reads first, beside Retry-After, the same wait rounded up to whole seconds", () => {
+  const clock = manualClock();
+  return withService({ rpm: 3, now: clock.now }, async (s) => {
+    const { apiKey } = await s.newApp();
+    for (let i = 0; i < 3; i++) await (await s.chat(apiKey, hi())).body?.cancel();
+    // One request fits again 20 s after the three.
+    clock.advance(12_345);
+    const refused = await s.chat(apiKey, hi());
+    assert.equal(refused.headers.get("retry-after-ms"), "7655");
+    assert.equal((await assertRateLimited(refused)).retryAfter, 8);
+
+    clock.advance(7654);
+    const early = await s.chat(apiKey, hi());
+    assert.equal(early.headers.get("retry-after-ms"), "1");
+    assert.equal((await assertRateLimited(early)).retryAfter, 1);
+    clock.advance(1);
+    const after = await s.chat(apiKey, hi());
+    assert.equal(after.status, 200);
+    await after.body?.cancel();
+  });
+});
+
 Deno.test("token limits bite on a large max_tokens before the request runs, and settle gives back the unused", () => {
   const clock = manualClock();
   return withService({ tpm: 1000, now: clock.now }, async (s) => {
@@ -433,7 +455,7 @@ Deno.test("two instances on one KV enforce one shared limit", async () => {
   }
 });
 
-Deno.test("the openai SDK's automatic retry honours our Retry-After and then succeeds", async () => {
+Deno.test("the openai SDK's automatic retry honours our retry-after-ms and then succeeds", async () => {
   // 6000 tokens a minute drain at 100 a second: a nearly full bucket frees room in seconds.
   const service = await startService({ env: { RATE_LIMIT_TPM: "6000" } });
   const server = Deno.serve(
@@ -456,7 +478,12 @@ Deno.test("the openai SDK's automatic retry honours our Retry-After and then suc
     assert.equal(fill.status, 200);
     await fill.body?.cancel();
 
-    const seen: { status: number; retryAfter: string | null; at: number }[] = [];
+    const seen: {
+      status: number;
+      retryAfter: string | null;
+      retryAfterMs: string | null;
+      at: number;
+    }[] = [];
     const client = new OpenAI({
       baseURL,
       apiKey,
@@ -466,6 +493,7 @@ Deno.test("the openai SDK's automatic retry honours our Retry-After and then suc
         seen.push({
           status: res.status,
           retryAfter: res.headers.get("retry-after"),
+          retryAfterMs: res.headers.get("retry-after-ms"),
           at: Date.now(),
         });
         return res;
@@ -478,8 +506,11 @@ Deno.test("the openai SDK's automatic retry honours our Retry-After and then suc
     });
     assert.equal(completion.choices[0].message.content, "Hi");
     assert.deepEqual(seen.map((r) => r.status), [429, 200]);
+    // It waits the exact wait, which the whole seconds of Retry-After round up, and it is enough.
     const waited = seen[1].at - seen[0].at;
-    assert.ok(waited >= Number(seen[0].retryAfter) * 1000 - 50, `waited ${waited} ms`);
+    const wait = Number(seen[0].retryAfterMs);
+    assert.equal(Number(seen[0].retryAfter), Math.ceil(wait / 1000));
+    assert.ok(waited >= wait - 50, `waited ${waited} ms`);
     await service.wallets.drain();
     await assertAuditClean(service.kv);
   } finally {

@@ -363,6 +363,35 @@ for (const kind of KINDS) {
       ));
   }
 
+  // OpenAI sends both; the openai SDK waits `retry-after-ms` first.
+  for (
+    const [sent, relayed] of [
+      [{ "retry-after-ms": "1500", "retry-after": "2" }, { ms: "1500", seconds: "2" }],
+      [{ "retry-after-ms": "327" }, { ms: "327", seconds: "1" }],
+      [{ "retry-after": "17" }, { ms: "17000", seconds: "17" }],
+      [{ "retry-after-ms": "90000", "retry-after": "90" }, { ms: "60000", seconds: "60" }],
+      [{ "retry-after-ms": "200", "retry-after": "30" }, { ms: "30000", seconds: "30" }],
+    ] as const
+  ) {
+    Deno.test(`${kind}: upstream 429 with ${JSON.stringify(sent)} is relayed as retry-after-ms ${relayed.ms} and Retry-After ${relayed.seconds}, the same wait`, () =>
+      withFake(
+        kind,
+        () => {
+          const answer = errorFixture(kind, "rate_limit");
+          answer.headers.delete("retry-after");
+          for (const [name, value] of Object.entries(sent)) answer.headers.set(name, value);
+          return answer;
+        },
+        async (s, apiKey, appId) => {
+          const results = await assertBothFail(s, apiKey, appId, 429, "upstream_rate_limited");
+          for (const { headers } of results) {
+            assert.equal(headers.get("retry-after-ms"), relayed.ms);
+            assert.equal(headers.get("retry-after"), relayed.seconds);
+          }
+        },
+      ));
+  }
+
   Deno.test(`${kind}: upstream 400 context too long is 400 context_length_exceeded with its reason, nothing charged`, () =>
     withFake(kind, () => errorFixture(kind, "context_too_long"), async (s, apiKey, appId) => {
       const [{ error }] = await assertBothFail(s, apiKey, appId, 400, "context_length_exceeded");

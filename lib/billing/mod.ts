@@ -12,6 +12,8 @@ export {
   rateLimitRefusal,
   readRateLimitStatus,
   requestRateLimitHeaders,
+  retryAfterHeaders,
+  retryAfterSeconds,
   setRateLimits,
   validLimit,
 } from "./ratelimit.ts";

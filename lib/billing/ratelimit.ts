@@ -333,6 +333,19 @@ export function retryAfterSeconds(ms: number): number {
 }
 
 /**
+ * The headers of a refusal that waiting `ms` lets through: `Retry-After` in whole seconds, and
+ * `retry-after-ms` as OpenAI sends it beside it, which the openai SDK waits first. Both name the
+ * same moment: the seconds are the milliseconds rounded up, so neither says to come back sooner
+ * than the wait.
+ */
+export function retryAfterHeaders(ms: number): Record<string, string> {
+  return {
+    "retry-after": String(retryAfterSeconds(ms)),
+    "retry-after-ms": String(Math.max(0, Math.ceil(ms))),
+  };
+}
+
+/**
  * A duration in the form of OpenAI's reset headers (Go's `time.Duration` notation) at millisecond
  * precision: `0s`, `250ms`, `1s`, `1.5s`, `6m0s`, `1m30.25s`, `1h0m0s`.
  */
@@ -400,7 +413,7 @@ export function rateLimitRefusal(
   return new ApiError(
     "rate_limit_exceeded",
     `Rate limit reached for ${whose}: ${what}. Retry after ${seconds} s. Nothing was reserved or charged.`,
-    { headers: { "retry-after": String(seconds) } },
+    { headers: retryAfterHeaders(retryAfterMs) },
   );
 }
 

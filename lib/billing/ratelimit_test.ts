@@ -199,7 +199,7 @@ Deno.test("the six x-ratelimit headers say the status, resets as durations", () 
   });
 });
 
-Deno.test("a request refused for rate is a 429 with Retry-After in whole seconds, naming whose limit", () => {
+Deno.test("a request refused for rate is a 429 with Retry-After in whole seconds and retry-after-ms exact, naming whose limit", () => {
   const error = rateLimitRefusal(
     "rate_limited",
     { scope: "key", dimension: "requests", limit: 6, requested: 1 },
@@ -207,7 +207,7 @@ Deno.test("a request refused for rate is a 429 with Retry-After in whole seconds
   );
   assert.equal(error.status, 429);
   assert.equal(error.code, "rate_limit_exceeded");
-  assert.deepEqual(error.headers, { "retry-after": "2" });
+  assert.deepEqual(error.headers, { "retry-after": "2", "retry-after-ms": "1001" });
   assert.match(error.message, /this API key: 6 requests per minute/);
   assert.match(error.message, /Nothing was reserved or charged/);
 });

@@ -7,6 +7,7 @@ import { ProviderError, type ProviderFailure } from "./providers/types.ts";
 import { readableEscapes, withoutQuotes } from "./upstream_log.ts";
 import type { ProviderConfig } from "@/lib/catalog/mod.ts";
 import { clientSafe, upstreamReasonsShown } from "./redact.ts";
+import { retryAfterHeaders, retryAfterSeconds } from "@/lib/billing/mod.ts";
 
 /**
  * The rejection reads like the prompt does not fit the model's context window. "context" alone is
@@ -56,9 +57,9 @@ const API_ERROR_OF: Record<
     new ApiError(
       "upstream_rate_limited",
       `The upstream provider is rate limiting us; retry after ${
-        e.retryAfterSeconds ?? 1
+        retryAfterSeconds(e.retryAfterMs ?? 1000)
       } s. Nothing was charged.`,
-      { headers: { "retry-after": String(e.retryAfterSeconds ?? 1) } },
+      { headers: retryAfterHeaders(e.retryAfterMs ?? 1000) },
     ),
   bad_request: (e, sent, quoting) =>
     // A withheld reason is read whole: which words of the client's the check left out would tell

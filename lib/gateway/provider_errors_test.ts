@@ -4,7 +4,7 @@ import { ProviderError } from "./providers/types.ts";
 
 Deno.test("an upstream rate limit is a 429-class upstream_rate_limited with its Retry-After", () => {
   const { error, failure } = apiErrorOfUpstream(
-    new ProviderError("rate_limited", "slow down", { upstreamStatus: 429, retryAfterSeconds: 7 }),
+    new ProviderError("rate_limited", "slow down", { upstreamStatus: 429, retryAfterMs: 7000 }),
   );
   assert.equal(failure, "rate_limited");
   assert.equal(error.code, "upstream_rate_limited");

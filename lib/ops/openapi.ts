@@ -135,7 +135,10 @@ function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ER
     "Tollbooth-Request-Id": headerRef("RequestId"),
     "Tollbooth-Version": headerRef("Version"),
   };
-  if (status === 429) headers["Retry-After"] = headerRef("RetryAfter");
+  if (status === 429) {
+    headers["Retry-After"] = headerRef("RetryAfter");
+    headers["retry-after-ms"] = headerRef("RetryAfterMs");
+  }
   const charged = codes.filter((c) => CHARGED_ERRORS.includes(c));
   if (charged.length > 0) {
     const only = charged.map((c) => `\`${c}\``).join(", ");
@@ -459,6 +462,12 @@ export function openApiDocument(publicUrl: string, apiVersion: string) {
         RetryAfter: {
           required: true,
           description: "Whole seconds to wait before retrying.",
+          schema: { type: "string", pattern: "^[0-9]+$" },
+        },
+        RetryAfterMs: {
+          required: true,
+          description:
+            "The same wait in milliseconds, as OpenAI sends it (the openai SDK reads it first); `Retry-After` is it rounded up to whole seconds.",
           schema: { type: "string", pattern: "^[0-9]+$" },
         },
         ...Object.fromEntries(

@@ -244,7 +244,7 @@ async function statusError(response: Http1Answer): Promise<ProviderError> {
   if (status === 429) {
     return new ProviderError("rate_limited", `upstream rate limited: ${reason}`, {
       ...upstream,
-      retryAfterSeconds: retryAfterSeconds(response.headers),
+      retryAfterMs: retryAfterMs(response.headers),
     });
   }
   // Our key, our account's billing or permissions: the operator's problem, never the client's.
@@ -292,22 +292,30 @@ function upstreamReason(text: string): { reason: string | null; fields?: Upstrea
  * a longer one (2300000000, or a date years ahead) would only tell a client to stop for good; a
  * retry that comes too soon is refused again, charged nothing.
  */
-const MAX_RETRY_AFTER_SECONDS = 60;
+const MAX_RETRY_AFTER_MS = 60_000;
 
-function retryAfterSeconds(headers: Http1Answer["headers"]): number {
-  const raw = headers.get("retry-after");
-  if (raw) {
-    const seconds = Number(raw);
-    if (Number.isFinite(seconds) && seconds >= 0) return relayedSeconds(seconds);
-    const date = Date.parse(raw);
-    if (!Number.isNaN(date)) return relayedSeconds((date - Date.now()) / 1000);
-  }
-  return 1;
+/**
+ * The upstream's wait in milliseconds, within the cap; 1 s when it names none. OpenAI's
+ * `retry-after-ms` is the precise one (its `Retry-After` the same wait in whole seconds): it is
+ * taken unless `Retry-After` asks for longer than its rounding, so that neither header relayed
+ * says less than the upstream asked for.
+ */
+function retryAfterMs(headers: Http1Answer["headers"]): number {
+  const precise = Number(headers.get("retry-after-ms") ?? NaN);
+  const ms = Number.isFinite(precise) && precise >= 0 ? precise : null;
+  const coarse = retryAfterHeaderMs(headers.get("retry-after"));
+  let wait = ms ?? coarse ?? 1000;
+  if (ms !== null && coarse !== null && Math.ceil(ms / 1000) * 1000 < coarse) wait = coarse;
+  return Math.min(MAX_RETRY_AFTER_MS, Math.max(0, Math.ceil(wait)));
 }
 
-/** Whole seconds, at least 1 (a client would retry at once) and at most the cap. */
-function relayedSeconds(seconds: number): number {
-  return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(seconds)));
+/** `Retry-After` (seconds, or a date) in milliseconds; null when absent or unreadable. */
+function retryAfterHeaderMs(raw: string | null): number | null {
+  if (!raw) return null;
+  const seconds = Number(raw);
+  if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
+  const date = Date.parse(raw);
+  return Number.isNaN(date) ? null : date - Date.now();
 }
 
 /**

@@ -172,7 +172,8 @@ export function upstreamErrorMessage(json: unknown): string | null {
 export class ProviderError extends Error {
   readonly kind: ProviderFailure;
   readonly upstreamStatus?: number;
-  readonly retryAfterSeconds?: number;
+  /** How long the upstream asked us to wait before retrying (a 429), within the relayed cap. */
+  readonly retryAfterMs?: number;
   /** What the upstream's error object said besides the message, when it sent one. */
   readonly upstreamError?: UpstreamErrorFields;
 
@@ -181,7 +182,7 @@ export class ProviderError extends Error {
     message: string,
     options: {
       upstreamStatus?: number;
-      retryAfterSeconds?: number;
+      retryAfterMs?: number;
       upstreamError?: UpstreamErrorFields;
       cause?: unknown;
     } = {},
@@ -189,7 +190,7 @@ export class ProviderError extends Error {
     super(message, { cause: options.cause });
     this.kind = kind;
     this.upstreamStatus = options.upstreamStatus;
-    this.retryAfterSeconds = options.retryAfterSeconds;
+    this.retryAfterMs = options.retryAfterMs;
     this.upstreamError = options.upstreamError;
   }
 }
