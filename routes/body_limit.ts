@@ -25,18 +25,41 @@ let readTimeoutMs: number = CONFIG_DEFAULTS.BODY_READ_TIMEOUT_MS;
 export function setBodyReadTimeout(ms: number): void {
   readTimeoutMs = ms;
 }
+type Decoder = (bytes: Uint8Array, options: { maxOutputLength: number }) => Promise<Uint8Array>;
+
+/** Deno's node:zlib has zstd (Node 22.15's), which its bundled Node types do not declare yet. */
+const { zstdDecompress } = zlib as unknown as {
+  zstdDecompress: (
+    bytes: Uint8Array,
+    options: { maxOutputLength: number },
+    callback: (error: Error | null, result: Uint8Array) => void,
+  ) => void;
+};
+
+const inflate: Decoder = promisify(zlib.inflate);
+const inflateRaw: Decoder = promisify(zlib.inflateRaw);
+
+/**
+ * `deflate` is zlib's format (RFC 9110, 8.4.1.2), but some clients send the bare deflate stream
+ * without its wrapper, as the RFC notes and browsers take: a body that is not zlib's is read as
+ * one, within the same limit.
+ */
+const inflateEither: Decoder = (bytes, options) =>
+  inflate(bytes, options).catch((error) => {
+    if ((error as { code?: unknown }).code === "ERR_BUFFER_TOO_LARGE") throw error;
+    return inflateRaw(bytes, options);
+  });
+
 /**
  * The codings an API body may be sent in (Content-Encoding), as OpenAI's and Anthropic's APIs take
  * them; each decoded within the route's limit, which holds for what the body decodes to.
  */
-const DECODERS: Record<
-  string,
-  (bytes: Uint8Array, options: { maxOutputLength: number }) => Promise<Uint8Array>
-> = {
+const DECODERS: Record<string, Decoder> = {
   gzip: promisify(zlib.gunzip),
   "x-gzip": promisify(zlib.gunzip),
-  deflate: promisify(zlib.inflate),
+  deflate: inflateEither,
   br: promisify(zlib.brotliDecompress),
+  zstd: promisify(zstdDecompress),
 };
 
 /** Up to this declared length a body is read at once (one read, the route's fast path). */
@@ -72,7 +95,7 @@ export function bodyLimit(
         "unsupported_content_encoding",
         `Content-Encoding ${
           JSON.stringify(request.headers.get("content-encoding"))
-        } is not supported: send the body as is, or in one of gzip, deflate or br.`,
+        } is not supported: send the body as is, or in one of gzip, deflate, br or zstd.`,
       );
     }
     // The length is looked at before the body: touching request.body makes a stream of it, and

@@ -63,8 +63,8 @@ export const ERROR_CODES = {
     type: "invalid_request_error",
     title: "Request body in an unsupported coding",
     cause:
-      "The request's `Content-Encoding` names a coding other than `gzip`, `deflate` or `br` (or several codings, one over another). Nothing was charged.",
-    fix: "Send the body as is, or compressed with one of gzip, deflate or br.",
+      "The request's `Content-Encoding` names a coding other than `gzip`, `deflate`, `br` or `zstd` (or several codings, one over another). Nothing was charged.",
+    fix: "Send the body as is, or compressed with one of gzip, deflate, br or zstd.",
   },
   request_timeout: {
     status: 408,
