@@ -702,6 +702,7 @@ Deno.test("each Claude route carries its model's rules, by name or as the catalo
       forcedToolChoice: true,
       prefill: false,
       imageLongEdge: 2576,
+      strictTools: true,
     },
     {
       thinking: "always",
@@ -709,6 +710,7 @@ Deno.test("each Claude route carries its model's rules, by name or as the catalo
       forcedToolChoice: false,
       prefill: false,
       imageLongEdge: 2576,
+      strictTools: false,
     },
   ]);
   assert.equal(

@@ -37,6 +37,11 @@ export interface ClaudeRules {
    * Models after it are taken to read as much.
    */
   imageLongEdge: number;
+  /**
+   * Whether a tool is taken with `strict: true`, its input then held to its schema by a grammar
+   * (structured outputs, generally available from Claude 4.5 on, no beta header).
+   */
+  strictTools: boolean;
 }
 
 const EARLIER_IMAGE_EDGE = 1568;
@@ -49,6 +54,7 @@ export const ClaudeRulesSchema = z.object({
   forced_tool_choice: z.boolean().optional(),
   prefill: z.boolean().optional(),
   image_long_edge: z.number().int().min(28).max(8000).optional(),
+  strict_tools: z.boolean().optional(),
 }).strict();
 export type ClaudeRulesFile = z.infer<typeof ClaudeRulesSchema>;
 
@@ -64,6 +70,7 @@ const EARLIER: ClaudeRules = {
   forcedToolChoice: true,
   prefill: true,
   imageLongEdge: EARLIER_IMAGE_EDGE,
+  strictTools: false,
 };
 
 /**
@@ -81,6 +88,7 @@ export function claudeRulesByName(upstreamModel: string): ClaudeRules {
       forcedToolChoice: true,
       prefill: false,
       imageLongEdge: HIGH_RES_IMAGE_EDGE,
+      strictTools: true,
     };
   }
   const name = CLAUDE_NAME.exec(upstreamModel);
@@ -93,12 +101,19 @@ export function claudeRulesByName(upstreamModel: string): ClaudeRules {
   }
   const line = name[1].toLowerCase();
   const version = Number(name[2]) * 100 + Number(name[3] ?? 0);
+  // Every line takes strict tools from 4.5 on (Fable and Mythos begin at 5).
+  return { ...rulesOfLine(line, version), strictTools: version >= 405 };
+}
+
+/** A named model's rules but for strict tools (claudeRulesByName). */
+function rulesOfLine(line: string, version: number): ClaudeRules {
   const rules = (thinking: ClaudeThinking, forcedToolChoice = true): ClaudeRules => ({
     thinking,
     sampling: false,
     forcedToolChoice,
     prefill: false,
     imageLongEdge: HIGH_RES_IMAGE_EDGE,
+    strictTools: true,
   });
   // The 4.6 models think by budget and take sampling parameters, but no prefill.
   const noPrefill = { ...EARLIER, prefill: false };
@@ -137,5 +152,6 @@ export function claudeRules(upstreamModel: string, stated?: ClaudeRulesFile): Cl
     forcedToolChoice: stated?.forced_tool_choice ?? byName.forcedToolChoice,
     prefill: stated?.prefill ?? (adaptive ? false : byName.prefill),
     imageLongEdge: stated?.image_long_edge ?? byName.imageLongEdge,
+    strictTools: stated?.strict_tools ?? byName.strictTools,
   };
 }

@@ -10,8 +10,10 @@ function rules(
   return { thinking, sampling, forcedToolChoice, prefill };
 }
 
-/** The rules but the image edge (its own test below). */
-function withoutImageEdge({ imageLongEdge: _, ...rest }: ReturnType<typeof claudeRules>) {
+/** The rules but the image edge and strict tools (their own tests below). */
+function withoutImageEdge(
+  { imageLongEdge: _, strictTools: __, ...rest }: ReturnType<typeof claudeRules>,
+) {
   return rest;
 }
 
@@ -110,4 +112,37 @@ Deno.test("images are read at up to 1568 px before Opus 4.7 and at 2576 px from 
   }
   assert.equal(claudeRules("my-claude-deployment", { image_long_edge: 1568 }).imageLongEdge, 1568);
   assert.equal(claudeRules("claude-opus-4-6", { image_long_edge: 2576 }).imageLongEdge, 2576);
+});
+
+Deno.test("strict tools are taken from Claude 4.5 on, where structured outputs are, and by a name that does not say only when the catalog states it", () => {
+  const strict = (name: string) => claudeRulesByName(name).strictTools;
+  for (
+    const name of [
+      "claude-sonnet-4-5",
+      "claude-haiku-4-5-20251001",
+      "claude-opus-4-5",
+      "claude-opus-4-6",
+      "claude-sonnet-4-6",
+      "claude-opus-4-7",
+      "claude-sonnet-5",
+      "claude-opus-5-5",
+      "claude-fable-5",
+      "claude-mythos-preview",
+      "anthropic.claude-sonnet-4-5-20250929-v1:0",
+    ]
+  ) {
+    assert.equal(strict(name), true, name);
+  }
+  for (
+    const name of [
+      "claude-opus-4-1-20250805",
+      "claude-sonnet-4-20250514",
+      "claude-3-7-sonnet-latest",
+      "my-claude-deployment",
+    ]
+  ) {
+    assert.equal(strict(name), false, name);
+  }
+  assert.equal(claudeRules("my-claude-deployment", { strict_tools: true }).strictTools, true);
+  assert.equal(claudeRules("claude-sonnet-4-5", { strict_tools: false }).strictTools, false);
 });

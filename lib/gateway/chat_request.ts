@@ -578,7 +578,7 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
     anthropic: "translate",
     simulator: "translate",
     note:
-      "function tools; Anthropic input_schema; Responses flat function tools, strict only when asked",
+      "function tools; Anthropic input_schema, strict where the model takes structured outputs; Responses flat function tools, strict only when asked",
   },
   tool_choice: {
     openai: "pass",

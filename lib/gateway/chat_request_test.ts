@@ -960,6 +960,7 @@ Deno.test("a Claude stated to think that takes sampling parameters takes those t
       forcedToolChoice: true,
       prefill: false,
       imageLongEdge: 1568,
+      strictTools: false,
     },
   };
   assert.throws(
@@ -1014,6 +1015,7 @@ Deno.test("a prefill beside an output format is refused, even on a route stated 
       forcedToolChoice: false,
       prefill: true,
       imageLongEdge: 1568,
+      strictTools: false,
     },
   };
   const body = {

@@ -387,7 +387,7 @@ function messageTextTokens(
 /** What a route bills its input by: its image rule and chat template (a fallback has its own). */
 export type RouteRules =
   & Pick<Model, "imageBaseTokens" | "imageTileTokens" | "imagePatches" | "chatTemplate">
-  & { claude?: { imageLongEdge: number } | null };
+  & { claude?: { imageLongEdge: number; strictTools: boolean } | null };
 
 /** The longest edge a Claude route reads an image at; a route without rules, the most any does. */
 function imageLongEdgeOf(route: RouteRules): number {
@@ -464,7 +464,12 @@ export function openAiInputBound(
  * is bounded on its own; the bound of a whole exceeds the sum of its parts' by at most 7 tokens per
  * cut (see claude_tokens.ts), which the per-message and per-block allowances cover.
  */
-export function anthropicInputBound(request: ChatRequest, imageLongEdge: number): number {
+export function anthropicInputBound(
+  request: ChatRequest,
+  imageLongEdge: number,
+  /** Whether the route's model takes strict tools, whose schemas are sent rewritten. */
+  strictTools: boolean,
+): number {
   let total = ANTHROPIC_BASE_TOKENS;
   const ids = toolUseIds(request.messages);
   for (const [i, m] of request.messages.entries()) {
@@ -486,7 +491,7 @@ export function anthropicInputBound(request: ChatRequest, imageLongEdge: number)
   }
   // The tools exactly as sent: the answer tool's fixed description and the default input schema
   // of a tool without parameters are billed too.
-  const tools = messagesTools(request);
+  const tools = messagesTools(request, undefined, strictTools);
   if (tools.length) {
     total += ANTHROPIC_TOOLS_SYSTEM_PROMPT + ANTHROPIC_TOKENS_PER_TOOL_BLOCK * tools.length +
       claudeTokenBoundOfJson(tools);
@@ -513,7 +518,9 @@ export function inputBound(
   limit = Infinity,
 ): number {
   if (hasDocuments(request)) return Infinity;
-  if (provider.kind === "anthropic") return anthropicInputBound(request, imageLongEdgeOf(model));
+  if (provider.kind === "anthropic") {
+    return anthropicInputBound(request, imageLongEdgeOf(model), model.claude?.strictTools ?? false);
+  }
   const bound = openAiInputBound(request, model, tokenizer, "held", limit);
   if (bound > limit) return bound;
   if (provider.kind === "openai_responses") return bound + openAiReasoningTokens(request);

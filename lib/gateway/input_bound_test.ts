@@ -25,7 +25,7 @@ import { testModel } from "./providers/test_support.ts";
 
 /** A Claude route that reads images at up to 1568 px (Claude 4.6 and earlier). */
 const claudeBound = (request: Parameters<typeof anthropicInputBound>[0]) =>
-  anthropicInputBound(request, 1568);
+  anthropicInputBound(request, 1568, false);
 
 const gpt = testModel("openai", "gpt-4o");
 const request = (body: Record<string, unknown>) => parseChatRequest({ model: "p/m", ...body });
@@ -102,7 +102,7 @@ Deno.test("a model that reads images at 2576 px (Opus 4.7 on) holds a large imag
     imageTileTokens: 170,
     imagePatches: null,
     chatTemplate: "openai" as const,
-    claude: { imageLongEdge: 2576 },
+    claude: { imageLongEdge: 2576, strictTools: true },
   };
   assert.equal(
     unreadImageTokens("anthropic", withImage, opus47),

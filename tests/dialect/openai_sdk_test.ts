@@ -1243,3 +1243,38 @@ Deno.test("openai SDK: allowed_tools naming no declared tool, or without a mode,
     assert.equal(d.openai.chats.length + d.claude.messages().length, 0);
     assert.equal((await d.newUsage()).length, 0);
   }));
+
+Deno.test("openai SDK, Claude 4.5: a zodFunction tool goes strict, its schema in the subset Claude's grammar takes (zod's integer bounds told in the description), and its call parses; an unstrict tool beside it stays unstrict; billed exactly", () =>
+  withDialect(async (d) => {
+    d.claude.script({
+      content: [{ type: "tool_use", name: "forecast", input: { city: "Paris", days: 3 } }],
+      inputTokens: 400,
+      outputTokens: 30,
+    });
+    const Forecast = z.object({ city: z.string(), days: z.int() });
+    // The parse helper auto-parses only when every tool is strict: create, beside an unstrict one.
+    const answer = await openAiClient(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user", content: "Paris, three days?" }],
+      tools: [zodFunction({ name: "forecast", parameters: Forecast }), TOOLS[0]],
+    });
+    const call = answer.choices[0].message.tool_calls![0];
+    assert.ok(call.type === "function");
+    assert.deepEqual(Forecast.parse(JSON.parse(call.function.arguments)), {
+      city: "Paris",
+      days: 3,
+    });
+    const [forecast, weather] = d.claude.messages()[0].body.tools;
+    assert.equal(forecast.strict, true);
+    assert.equal(forecast.input_schema.additionalProperties, false);
+    assert.equal(forecast.input_schema.properties.days.type, "integer");
+    assert.equal(forecast.input_schema.properties.days.minimum, undefined);
+    assert.match(forecast.input_schema.properties.days.description, /minimum/);
+    assert.equal(weather.strict, undefined);
+    assert.deepEqual(weather.input_schema, {
+      type: "object",
+      properties: { city: { type: "string" } },
+      required: ["city"],
+    });
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 400, completion: 30 });
+  }));

@@ -1006,9 +1006,14 @@ function schemaLoops(root: Json): boolean {
   return Object.keys(defs).some((name) => loops(name, [name]));
 }
 
-function validateOutputSchema(schema: Json, path: string[]) {
+/**
+ * `path`: where a refusal says it is, each nested schema's own for an output format's; a strict
+ * tool's refusals all name the tool (`tools.0.custom: For 'array' type, property 'maxItems' is not
+ * supported`, quoted in experientiallabs/experiential#804), so `flat` keeps its path.
+ */
+function validateOutputSchema(schema: Json, path: string[], flat = false, root = true) {
   if (!schema || typeof schema !== "object") return;
-  if (path.length === 3 && schemaLoops(schema)) {
+  if (root && schemaLoops(schema)) {
     throw invalid(`${path.join(".")}: Recursive schemas are not supported`);
   }
   if (schema.type === "object" && schema.additionalProperties !== false) {
@@ -1029,16 +1034,56 @@ function validateOutputSchema(schema: Json, path: string[]) {
   if (schema.format !== undefined && !SCHEMA_FORMATS.has(schema.format)) {
     throw invalid(`${path.join(".")}: format '${schema.format}' is not supported`);
   }
+  const under = (...keys: string[]) => flat ? path : [...path, ...keys];
   for (const [key, value] of Object.entries(schema)) {
     if (key === "properties" || key === "$defs" || key === "definitions") {
       for (const [name, sub] of Object.entries(value as Json)) {
-        validateOutputSchema(sub, [...path, key, name]);
+        validateOutputSchema(sub, under(key, name), flat, false);
       }
-    } else if (key === "items") validateOutputSchema(value, [...path, key]);
+    } else if (key === "items") validateOutputSchema(value, under(key), flat, false);
     else if (key === "anyOf" || key === "allOf" || key === "oneOf") {
-      (value as Json[]).forEach((sub, i) => validateOutputSchema(sub, [...path, key, String(i)]));
+      (value as Json[]).forEach((sub, i) =>
+        validateOutputSchema(sub, under(key, String(i)), flat, false)
+      );
     }
   }
+}
+
+/**
+ * Whether a model takes structured outputs (an output format, strict tools): Claude 4.5 and later
+ * ("Structured outputs", generally available on Opus, Sonnet and Haiku 4.5 on, no beta header).
+ */
+function takesStructuredOutputs(model: string): boolean {
+  if (/claude-mythos-preview/.test(model)) return true;
+  const named = /claude-(?:opus|sonnet|haiku|fable|mythos)-(\d{1,2})(?:-(\d{1,2})(?!\d))?/.exec(
+    model,
+  );
+  return named !== null && Number(named[1]) * 100 + Number(named[2] ?? 0) >= 405;
+}
+
+/**
+ * Structured outputs' rules: the model must take them (the refusal's words are ours), and a
+ * strict tool's schema is held to the output format's subset.
+ */
+function validateStructuredOutputs(body: Json) {
+  const tools: Json[] = body.tools ?? [];
+  const strict = tools.findIndex((t) => t?.strict === true);
+  if (!takesStructuredOutputs(body.model)) {
+    if (body.output_config?.format) {
+      throw invalid("output_config.format: structured outputs are not supported for this model.");
+    }
+    if (strict !== -1) {
+      throw invalid(
+        `tools.${strict}.custom.strict: strict tool use is not supported for this model.`,
+      );
+    }
+    return;
+  }
+  tools.forEach((t, k) => {
+    if (t?.strict === true) {
+      validateOutputSchema(t.input_schema, ["tools", String(k), "custom"], true);
+    }
+  });
 }
 
 /**
@@ -1075,6 +1120,7 @@ function validateGeneration(body: Json, endpoint: "messages" | "count") {
       "This model does not support assistant message prefill. The conversation must end with a user message.",
     );
   }
+  validateStructuredOutputs(body);
   const format = body.output_config?.format;
   if (format) validateOutputSchema(format.schema, ["output_config", "format", "schema"]);
   if (endpoint === "messages") {

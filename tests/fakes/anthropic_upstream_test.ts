@@ -1062,3 +1062,54 @@ Deno.test("anthropic fake: an output format takes JSON Schema's subset only — 
     });
     assert.equal(status, 200, JSON.stringify(json));
   }));
+
+Deno.test("anthropic fake: a strict tool's schema takes the output format's subset, refused at the tool; a model before 4.5 takes no strict tool nor output format", () =>
+  withAnthropic(async (fake) => {
+    const ask = { max_tokens: 1024, messages: [{ role: "user", content: "Hi" }] };
+    const tool = (input_schema: unknown) => ({ name: "w", input_schema, strict: true });
+    const closed = {
+      type: "object",
+      properties: { days: { type: "array", items: { type: "string" }, maxItems: 3 } },
+      required: ["days"],
+      additionalProperties: false,
+    };
+    assert.equal(
+      (await refused(fake, { ...ask, model: "claude-sonnet-4-5", tools: [tool(closed)] })).message,
+      "tools.0.custom: For 'array' type, property 'maxItems' is not supported",
+    );
+    const { maxItems: _, ...days } = closed.properties.days;
+    const fine = { ...closed, properties: { days } };
+    assert.equal(
+      (await refused(fake, {
+        ...ask,
+        model: "claude-sonnet-4-5",
+        tools: [tool({ ...fine, additionalProperties: true })],
+      })).message,
+      "tools.0.custom: For 'object' type, 'additionalProperties' must be explicitly set to false",
+    );
+    // Unstrict, the same schema is taken.
+    const unstrict = { ...tool(closed), strict: false };
+    assert.equal((await post(fake, { ...ask, model: MODEL, tools: [unstrict] })).status, 200);
+    for (const model of ["claude-sonnet-4-5", "claude-haiku-4-5-20251001", "claude-opus-5-5"]) {
+      const { status, json } = await post(fake, { ...ask, model, tools: [tool(fine)] });
+      assert.equal(status, 200, `${model}: ${JSON.stringify(json)}`);
+    }
+    for (
+      const model of ["claude-sonnet-4-20250514", "claude-opus-4-1", "claude-3-7-sonnet-latest"]
+    ) {
+      assert.equal(
+        (await refused(fake, { ...ask, model, tools: [{ ...unstrict, name: "v" }, tool(fine)] }))
+          .message,
+        "tools.1.custom.strict: strict tool use is not supported for this model.",
+        model,
+      );
+      assert.equal(
+        (await refused(fake, {
+          ...ask,
+          model,
+          output_config: { format: { type: "json_schema", schema: fine } },
+        })).message,
+        "output_config.format: structured outputs are not supported for this model.",
+      );
+    }
+  }));

@@ -495,17 +495,28 @@ function plainChoice(choice: ToolChoiceSpec | null | undefined): ToolChoiceSpec 
 /**
  * The tools of the Messages request, the answer tool standing in for `response_format` last; the
  * input bound counts these very values, so that what is sent is what is reserved for.
+ * `strictTools`: whether the route's model takes strict tools (ClaudeRules).
  */
 export function messagesTools(
   request: ChatRequest,
   answerTool: { name: string; schema: unknown } | null = responseTool(request),
+  strictTools = false,
 ): Record<string, unknown>[] {
-  const tools: Record<string, unknown>[] = offeredTools(request).map((t) => ({
-    name: t.function.name,
-    ...(t.function.description ? { description: t.function.description } : {}),
-    input_schema: objectSchema(t.function.parameters),
-    ...(t.cache_control ? { cache_control: t.cache_control } : {}),
-  }));
+  const tools: Record<string, unknown>[] = offeredTools(request).map((t) => {
+    const schema = objectSchema(t.function.parameters);
+    // A strict tool's schema is compiled into a grammar as an output format's is, and takes the
+    // same subset: it is rewritten the same way, and one that refers to itself goes unstrict, as a
+    // recursive response format goes as the answer tool. A model without strict tools is sent
+    // none, as it is sent no output format: its calls are then held to nothing.
+    const strict = strictTools && t.function.strict === true && !isRecursive(schema);
+    return {
+      name: t.function.name,
+      ...(t.function.description ? { description: t.function.description } : {}),
+      input_schema: strict ? formatSchema(schema) : schema,
+      ...(strict ? { strict: true } : {}),
+      ...(t.cache_control ? { cache_control: t.cache_control } : {}),
+    };
+  });
   for (const name of historyToolNames(request)) {
     tools.push({ name, input_schema: { type: "object" } });
   }
@@ -572,7 +583,7 @@ export function messagesRequest(up: UpstreamRequest, stream: boolean): Record<st
   if (format) outputConfig.format = { type: "json_schema", schema: formatSchema(format) };
   if (Object.keys(outputConfig).length) body.output_config = outputConfig;
 
-  const tools = messagesTools(request, answer);
+  const tools = messagesTools(request, answer, rules.strictTools);
   if (tools.length) body.tools = tools;
   const choice = toolChoice(
     request,

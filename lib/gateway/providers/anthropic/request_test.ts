@@ -1095,3 +1095,53 @@ Deno.test("a called function's name Anthropic refuses (another server's weather.
     .flatMap((m) => typeof m.content === "string" ? [] : m.content);
   assert.equal(blocks.find((b) => b.type === "tool_use")?.name, "weather_get");
 });
+
+Deno.test("a strict tool goes strict to a Claude that takes structured outputs, its schema in their subset; unstrict to an earlier Claude, or where its schema refers to itself", () => {
+  // As zod writes a strict function's parameters: closed, with a minimum on every integer.
+  const parameters = {
+    type: "object",
+    properties: { city: { type: "string" }, days: { type: "integer", minimum: 1 } },
+    required: ["city", "days"],
+    additionalProperties: false,
+  };
+  const recursive = {
+    type: "object",
+    properties: { children: { type: "array", items: { $ref: "#" } } },
+    required: ["children"],
+    additionalProperties: false,
+  };
+  const tools = [
+    { type: "function", function: { name: "forecast", parameters, strict: true } },
+    { type: "function", function: { name: "loose", parameters } },
+    { type: "function", function: { name: "tree", parameters: recursive, strict: true } },
+  ];
+  const sent = (model: string) =>
+    messagesRequest(upstreamRequest(testModel("anthropic", model), { messages: ask, tools }), false)
+      .tools;
+  for (const model of ["claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-5-5"]) {
+    assert.deepEqual(sent(model), [
+      {
+        name: "forecast",
+        input_schema: {
+          type: "object",
+          properties: {
+            city: { type: "string" },
+            days: { type: "integer", description: "(minimum: 1)" },
+          },
+          additionalProperties: false,
+          required: ["city", "days"],
+        },
+        strict: true,
+      },
+      { name: "loose", input_schema: parameters },
+      { name: "tree", input_schema: recursive },
+    ], model);
+  }
+  for (const model of ["claude-sonnet-4-20250514", "claude-opus-4-1", "my-claude-deployment"]) {
+    assert.deepEqual(sent(model), [
+      { name: "forecast", input_schema: parameters },
+      { name: "loose", input_schema: parameters },
+      { name: "tree", input_schema: recursive },
+    ], model);
+  }
+});
