@@ -628,6 +628,8 @@ interface RenderedResponses {
     arguments: string;
     chunks: string[];
   }[];
+  /** The message after the calls (finalAnswer): only in a response that was not cut. */
+  answer: { id: string; pieces: string[]; text: string } | null;
   incomplete: boolean;
   usage: Json;
 }
@@ -692,7 +694,9 @@ async function renderResponses(
     }
   }
   const text = pieces.join("");
-  const visible = tokenCount(text) + calls.reduce((n, c) => n + callTokens(c), 0);
+  const answerText = incomplete ? "" : answer.finalAnswer ?? "";
+  const visible = tokenCount(text) + calls.reduce((n, c) => n + callTokens(c), 0) +
+    tokenCount(answerText);
   const output = incomplete && limit !== undefined
     ? limit
     : answer.completionTokens ?? visible + reasoning;
@@ -728,6 +732,9 @@ async function renderResponses(
       }
       : null,
     calls,
+    answer: answerText
+      ? { id: randomId("msg_", 48), pieces: tokenPieces(answerText), text: answerText }
+      : null,
     incomplete,
     usage: {
       input_tokens: input,
@@ -784,8 +791,10 @@ function outputItems(r: RenderedResponses, answer: OpenAiAnswer, body: Json, add
       status: added ? "in_progress" : r.message.status,
       content: added ? [] : [contentPart(r, answer, body)],
       role: "assistant",
-      // A message before tool calls is a preamble to them; one without is the answer.
-      ...(labelsPhase(body.model) ? { phase: r.calls.length ? "commentary" : "final_answer" } : {}),
+      // A message before tool calls (or another message) is a preamble; one without, the answer.
+      ...(labelsPhase(body.model)
+        ? { phase: r.calls.length || r.answer ? "commentary" : "final_answer" }
+        : {}),
     });
   }
   for (const call of r.calls) {
@@ -796,6 +805,21 @@ function outputItems(r: RenderedResponses, answer: OpenAiAnswer, body: Json, add
       arguments: added ? "" : call.arguments,
       call_id: call.callId,
       name: call.name,
+    });
+  }
+  if (r.answer) {
+    items.push({
+      id: r.answer.id,
+      type: "message",
+      status: added ? "in_progress" : "completed",
+      content: added ? [] : [{
+        type: "output_text",
+        annotations: [],
+        logprobs: logprobsOf(r.answer.pieces, body, answer.logprob ?? -0.0001),
+        text: r.answer.text,
+      }],
+      role: "assistant",
+      ...(labelsPhase(body.model) ? { phase: "final_answer" } : {}),
     });
   }
   return items;
@@ -958,6 +982,27 @@ function responseEvents(
       push("response.function_call_arguments.delta", { ...at, delta: piece }, true);
     }
     push("response.function_call_arguments.done", { ...at, arguments: call.arguments });
+    push("response.output_item.done", { item: done[output_index], output_index });
+  }
+  if (r.answer) {
+    const output_index = index++;
+    const at = { item_id: r.answer.id, output_index, content_index: 0 };
+    const logprob = answer.logprob ?? -0.0001;
+    push("response.output_item.added", { item: added[output_index], output_index });
+    push("response.content_part.added", {
+      ...at,
+      part: { type: "output_text", annotations: [], logprobs: [], text: "" },
+    });
+    for (const piece of r.answer.pieces) {
+      push("response.output_text.delta", {
+        ...at,
+        delta: piece,
+        logprobs: logprobsOf([piece], body, logprob),
+      }, true);
+    }
+    const part = (done[output_index].content as Json[])[0];
+    push("response.output_text.done", { ...at, text: r.answer.text, logprobs: part.logprobs });
+    push("response.content_part.done", { ...at, part });
     push("response.output_item.done", { item: done[output_index], output_index });
   }
   const final = r.incomplete ? "incomplete" : "completed";

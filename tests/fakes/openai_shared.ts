@@ -65,6 +65,12 @@ export interface OpenAiAnswer extends FaultKnobs {
    */
   reasoningSummary?: string;
   /**
+   * Responses API only: a second message after the tool calls, the answer (`phase:
+   * "final_answer"` for the models that label phases), as GPT-5.4 may follow its preamble and
+   * calls with an answer in one response. The message before the calls is then the preamble.
+   */
+  finalAnswer?: string;
+  /**
    * Responses API only: after this many events the stream fails, with `response.failed`
    * (response.error {code, message}) or, with `event: "error"`, a bare error event.
    */
