@@ -6,8 +6,10 @@
  * reasoning text of models that show it) are `reasoning_content`; a reasoning item's encrypted
  * content is one `reasoning_details` entry, sent with the others in one delta once the reasoning
  * is over (the openai SDK's stream helpers keep only the last value of a delta field they do not
- * know). A message item's `phase` (commentary or final answer) is a delta's `phase` as it opens:
- * chat's one message keeps the last. The usage comes with the last event, `response.completed` or
+ * know). Each message item is a paragraph of chat's one content; one with a `phase` (commentary
+ * or final answer) opens with a delta of its `phase` alone, or with the blank line before it as
+ * its `content`, so that /v1/responses can give each message as an item of its own (chat's one
+ * message keeps the last phase). The usage comes with the last event, `response.completed` or
  * `response.incomplete`.
  */
 import { isRecord } from "@/lib/core/mod.ts";
@@ -227,8 +229,16 @@ export function responsesStreamParts(
   let shownText = false;
   /** Whether the next text starts a message item after one that showed text. */
   let separate = false;
-  /** The phase last handed on: chat's one message takes the phase of the last message item. */
-  let phase: MessagePhase | null = null;
+  /** The phase of the message item added, handed on with its first text or refusal. */
+  let opening: MessagePhase | null = null;
+  const openMessage = (parts: StreamPart[], text: boolean) => {
+    if (!opening) return;
+    // The blank line between two messages goes with the phase, not with the text: the
+    // Responses API's converter drops it there, and chat's one content keeps it.
+    parts.push(chunk({ phase: opening, ...(text && separate ? { content: "\n\n" } : {}) }));
+    if (text) separate = false;
+    opening = null;
+  };
   let details = 0;
   let pending: ReasoningDetail[] = [];
   const flushDetails = (parts: StreamPart[]) => {
@@ -296,10 +306,7 @@ export function responsesStreamParts(
         // paragraph of its own in chat's one content.
         if (item.type === "message") {
           separate = shownText;
-          if (isMessagePhase(item.phase) && item.phase !== phase) {
-            phase = item.phase;
-            parts.push(chunk({ phase }));
-          }
+          opening = isMessagePhase(item.phase) ? item.phase : null;
         }
         if (item.type !== "function_call" || typeof item.name !== "string") break;
         const call = { index: calls.size, streamed: false };
@@ -320,6 +327,7 @@ export function responsesStreamParts(
         if (typeof json.delta === "string" && json.delta) {
           start(parts);
           flushDetails(parts);
+          openMessage(parts, true);
           const text = separate ? `\n\n${json.delta}` : json.delta;
           separate = false;
           shownText = true;
@@ -330,6 +338,7 @@ export function responsesStreamParts(
         if (typeof json.delta === "string" && json.delta) {
           start(parts);
           flushDetails(parts);
+          openMessage(parts, false);
           parts.push(chunk({ refusal: json.delta }));
         }
         break;

@@ -520,6 +520,56 @@ Deno.test("the text of a later message item is a paragraph of its own", async ()
   );
 });
 
+Deno.test("each message item with a phase opens with its phase, the blank line before it beside the phase rather than in its text", async () => {
+  const message = (at: number, id: string, phase: string) => ({
+    type: "response.output_item.added",
+    output_index: at,
+    item: { type: "message", id, role: "assistant", status: "in_progress", content: [], phase },
+  });
+  const text = (at: number, id: string, delta: string) => ({
+    type: "response.output_text.delta",
+    item_id: id,
+    output_index: at,
+    delta,
+  });
+  const parts = await convert(
+    { type: "response.created", response: response() },
+    message(0, "m1", "commentary"),
+    text(0, "m1", "Checking."),
+    message(1, "m2", "commentary"),
+    text(1, "m2", "Still checking."),
+    {
+      type: "response.output_item.added",
+      output_index: 2,
+      item: { type: "function_call", id: "fc_1", call_id: "call_1", name: "f", arguments: "{}" },
+    },
+    message(3, "m3", "final_answer"),
+    text(3, "m3", "Done"),
+    text(3, "m3", "."),
+    { type: "response.completed", response: response({ status: "completed", usage: USAGE }) },
+  );
+  assert.deepEqual(deltas(parts).map(([delta]) => delta).slice(1, -1), [
+    { phase: "commentary" },
+    { content: "Checking." },
+    { phase: "commentary", content: "\n\n" },
+    { content: "Still checking." },
+    {
+      tool_calls: [{
+        index: 0,
+        id: "call_1",
+        type: "function",
+        function: { name: "f", arguments: "{}" },
+      }],
+    },
+    { phase: "final_answer", content: "\n\n" },
+    { content: "Done" },
+    { content: "." },
+  ]);
+  const { message: chat } = assembleCompletion(parts).completion.choices[0];
+  assert.equal(chat.content, "Checking.\n\nStill checking.\n\nDone.", "chat's one content");
+  assert.equal(chat.phase, "final_answer", "chat's one message takes the last phase");
+});
+
 Deno.test("a function call whose arguments come whole with the item, without deltas, keeps them", async () => {
   const parts = await convert(
     { type: "response.created", response: response() },
