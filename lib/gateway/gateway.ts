@@ -26,6 +26,7 @@ import { ApiError, formatUsd, type Micros, Sweep } from "@/lib/core/mod.ts";
 import type { Providers } from "./providers/mod.ts";
 import {
   type ChatCompletion,
+  type ChatCompletionChunk,
   type Embedding,
   ProviderError,
   type StreamPart,
@@ -82,6 +83,11 @@ export interface GatewayDeps {
 
 export interface CompletionOutcome {
   completion: ChatCompletion;
+  /**
+   * The chunks it was assembled from, in order: what the Responses API makes its items of, as
+   * it does a stream's (a chat message holds several of the upstream's messages as one).
+   */
+  chunks: ChatCompletionChunk[];
   /** The catalog provider that answered (the first, or a fallback). */
   provider: string;
   charged: Micros;
@@ -221,7 +227,7 @@ export class Gateway {
     // A client that goes away mid-call does not stop a non-streamed request: the upstream's work
     // is billed to us either way, so it is read to its end and settled like any other.
     // A chunk event is a chunk part as it stands: assembled without a copy.
-    const parts: StreamPart[] = [];
+    const parts: Extract<StreamPart, { type: "chunk" }>[] = [];
     for await (const events of opened.paid.events) {
       for (const event of events) if (event.type === "chunk") parts.push(event);
     }
@@ -257,6 +263,7 @@ export class Gateway {
     completion.usage = clientUsage(reported, usage, charged);
     return {
       completion,
+      chunks: parts.map((part) => part.chunk),
       provider: opened.route.provider.name,
       charged,
       available: opened.balance(),

@@ -701,3 +701,83 @@ Deno.test("openai SDK responses.create, Responses kind: the phase OpenAI gives i
     assert.equal(kept?.type === "message" && kept.phase, "final_answer");
     await d.newUsage();
   }));
+
+Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and an answer in one response are three output items in order, each message with its own id and phase, streamed or not, and charged the upstream's usage", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const answer = {
+      reasoningTokens: 20,
+      content: "Checking the forecast.",
+      toolCalls: [{ name: "get_weather", arguments: { city: "Lima" } }],
+      finalAnswer: "Mild in Lima.",
+      promptTokens: 120,
+      completionTokens: 60,
+    };
+    d.openai.script(answer, answer);
+    const request = {
+      model: SUMMARIZED_MODEL,
+      input: "Weather in Lima?",
+      tools: FLAT_WEATHER_TOOLS,
+    };
+    const shape = (output: OpenAI.Responses.ResponseOutputItem[]) =>
+      output.filter((item) => item.type !== "reasoning").map((item) =>
+        item.type === "message"
+          ? {
+            type: item.type,
+            phase: item.phase,
+            text: item.content.map((p) => p.type === "output_text" ? p.text : p.refusal),
+          }
+          : { type: item.type }
+      );
+    const expected = [
+      { type: "message", phase: "commentary", text: ["Checking the forecast."] },
+      { type: "function_call" },
+      { type: "message", phase: "final_answer", text: ["Mild in Lima."] },
+    ];
+
+    const whole = await client.responses.create(request);
+    assert.deepEqual(shape(whole.output), expected);
+    assert.equal(whole.output_text, "Checking the forecast.Mild in Lima.");
+    const ids = whole.output.map((item) => item.id);
+    assert.equal(new Set(ids).size, ids.length, "each item its own id");
+
+    const stream = await client.responses.create({ ...request, stream: true });
+    const added: { index: number; id: string; type: string; phase?: string | null }[] = [];
+    const done: { index: number; id: string }[] = [];
+    const texts = new Map<string, string>();
+    let completed: OpenAI.Responses.Response | undefined;
+    for await (const event of stream) {
+      if (event.type === "response.output_item.added") {
+        const item = event.item;
+        added.push({
+          index: event.output_index,
+          id: item.id!,
+          type: item.type,
+          ...(item.type === "message" ? { phase: item.phase } : {}),
+        });
+      }
+      if (event.type === "response.output_item.done") {
+        done.push({ index: event.output_index, id: event.item.id! });
+      }
+      if (event.type === "response.output_text.delta") {
+        const opened = added.find((item) => item.id === event.item_id);
+        assert.equal(opened?.index, event.output_index, "a delta names its item's index");
+        assert.equal(event.content_index, 0);
+        texts.set(event.item_id, (texts.get(event.item_id) ?? "") + event.delta);
+      }
+      if (event.type === "response.completed") completed = event.response;
+    }
+    assert.deepEqual(shape(completed!.output), expected);
+    const messages = added.filter((item) => item.type === "message");
+    assert.deepEqual(messages.map((item) => item.phase), ["commentary", "final_answer"]);
+    assert.deepEqual(
+      messages.map((item) => texts.get(item.id)),
+      ["Checking the forecast.", "Mild in Lima."],
+    );
+    assert.deepEqual(added.map((item) => item.index), completed!.output.map((_, i) => i));
+    assert.deepEqual(done, added.map(({ index, id }) => ({ index, id })));
+    assert.deepEqual(completed!.output.map((item) => item.id), added.map((item) => item.id));
+
+    const usage = { prompt: 120, completion: 60 };
+    await assertCharged(d, SUMMARIZED_MODEL, usage, usage);
+  }));

@@ -1,6 +1,6 @@
 /**
- * Chat completions back into the Responses API: a completion into a response object, and a
- * stream of completion chunks into the documented sequence of response events.
+ * Chat completions back into the Responses API: a stream of completion chunks into the documented
+ * sequence of response events, and a non-streamed answer's chunks into the response they end with.
  */
 import { isRecord } from "@/lib/core/mod.ts";
 import { isMessagePhase, type MessagePhase } from "../chat_request.ts";
@@ -189,89 +189,6 @@ function endingOf(finishReason: string | null | undefined) {
   return { status: "completed" as const, incompleteReason: null };
 }
 
-interface CompletionLike {
-  choices: {
-    message?: {
-      content?: string | null;
-      refusal?: string | null;
-      reasoning_content?: string | null;
-      tool_calls?: {
-        id: string;
-        function: { name: string; arguments: string };
-        extra_content?: unknown;
-      }[];
-      [k: string]: unknown;
-    };
-    logprobs?: { content?: unknown } | null;
-    finish_reason: string | null;
-  }[];
-  usage?: ChatUsage;
-}
-
-/** A non-streamed chat completion as a response object. */
-export function completionToResponse(
-  completion: CompletionLike,
-  body: ResponsesBody,
-  meta: ResponseMeta,
-): ResponseObject {
-  const choice = completion.choices[0];
-  const message = choice?.message ?? {};
-  const ending = endingOf(choice?.finish_reason);
-  const itemStatus = ending.status === "completed" ? "completed" : "incomplete";
-  const output: OutputItem[] = [];
-  const reasoning = typeof message.reasoning_content === "string" ? message.reasoning_content : "";
-  const sealed = Array.isArray(message.reasoning_details)
-    ? encryptedContentOf(message.reasoning_details)
-    : null;
-  if (reasoning !== "" || sealed !== null) {
-    output.push({
-      type: "reasoning",
-      id: meta.newItemId("rs"),
-      summary: reasoning !== "" ? [{ type: "summary_text", text: reasoning }] : [],
-      ...(sealed !== null ? { encrypted_content: sealed } : {}),
-      status: itemStatus,
-    });
-  }
-  const content: Extract<OutputItem, { type: "message" }>["content"] = [];
-  if (typeof message.content === "string" && message.content !== "") {
-    content.push({
-      type: "output_text",
-      text: message.content,
-      annotations: [],
-      logprobs: textLogprobs(choice.logprobs),
-    });
-  }
-  if (typeof message.refusal === "string" && message.refusal !== "") {
-    content.push({ type: "refusal", refusal: message.refusal });
-  }
-  if (content.length > 0) {
-    output.push({
-      type: "message",
-      id: meta.newItemId("msg"),
-      status: itemStatus,
-      role: "assistant",
-      content,
-      ...(isMessagePhase(message.phase) ? { phase: message.phase } : {}),
-    });
-  }
-  for (const call of message.tool_calls ?? []) {
-    output.push({
-      type: "function_call",
-      id: meta.newItemId("fc"),
-      call_id: call.id,
-      name: call.function.name,
-      arguments: call.function.arguments,
-      ...(isRecord(call.extra_content) ? { extra_content: call.extra_content } : {}),
-      status: itemStatus,
-    });
-  }
-  return responseObject(body, meta, {
-    ...ending,
-    output,
-    usage: completion.usage ?? null,
-  });
-}
-
 /** The text the client reads as the answer: every output_text of every message. */
 export function outputText(output: OutputItem[]): string {
   return output.flatMap((item) =>
@@ -368,9 +285,12 @@ export class ResponseEvents {
     const events: ResponseEvent[] = [];
     for (const choice of chunk.choices ?? []) {
       const delta = choice.delta ?? {};
-      if (isMessagePhase(delta.phase)) {
-        this.#phase = delta.phase;
-        if (this.#open?.kind === "message") this.#open.item.phase = delta.phase;
+      // A phase opens a message of the upstream's (openai_responses/stream.ts): an item of its
+      // own, and the content beside it is the blank line chat's one content puts between two.
+      const opensMessage = isMessagePhase(delta.phase);
+      if (opensMessage) {
+        this.#phase = delta.phase as MessagePhase;
+        if (this.#open?.kind === "message") events.push(...this.#close("completed"));
       }
       if (typeof delta.reasoning_content === "string" && delta.reasoning_content !== "") {
         events.push(...this.#reasoning(delta.reasoning_content));
@@ -382,7 +302,7 @@ export class ResponseEvents {
         const open = this.#open as Extract<OpenItem, { kind: "reasoning" }>;
         for (const detail of delta.reasoning_details) appendReasoningDetail(open.details, detail);
       }
-      if (typeof delta.content === "string" && delta.content !== "") {
+      if (!opensMessage && typeof delta.content === "string" && delta.content !== "") {
         events.push(...this.#text("output_text", delta.content, textLogprobs(choice.logprobs)));
       }
       if (typeof delta.refusal === "string" && delta.refusal !== "") {
@@ -653,6 +573,28 @@ export class ResponseEvents {
   #event(type: string, fields: Record<string, unknown>): ResponseEvent {
     return { type, sequence_number: this.#sequence++, ...fields };
   }
+}
+
+/**
+ * A non-streamed answer as a response object: what the events of its chunks add up to, as
+ * OpenAI's non-streamed response is its stream's last, so that both list the same items in the
+ * same order (a preamble, its calls, then the answer: not one message before all calls).
+ */
+export function chunksToResponse(
+  chunks: Iterable<ChunkLike>,
+  usage: ChatUsage | null,
+  body: ResponsesBody,
+  meta: ResponseMeta,
+): ResponseObject {
+  const events = new ResponseEvents(body, meta);
+  for (const chunk of chunks) events.chunk(chunk);
+  const response = events.finish(usage).at(-1)!.response as ResponseObject;
+  // A reasoning item whose details could not be sealed holds nothing: a stream has announced it
+  // by then, a whole answer need not list it.
+  response.output = response.output.filter((item) =>
+    item.type !== "reasoning" || item.summary.length > 0 || item.encrypted_content !== undefined
+  );
+  return response;
 }
 
 function isJson(text: string): boolean {

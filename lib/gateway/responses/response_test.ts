@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { parseSse } from "../sse.ts";
 import {
-  completionToResponse,
+  chunksToResponse,
+  type OutputItem,
   outputText,
   type ResponseEvent,
   ResponseEvents,
@@ -68,6 +69,23 @@ function assertShapeIncludes(actual: unknown, expected: unknown, path = "$") {
 const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
   choices: [{ index: 0, delta, finish_reason: finish }],
 });
+
+type Chunks = Parameters<typeof chunksToResponse>[0];
+
+/** A completion as a non-streamed answer is made a response: from the one chunk it adds up to. */
+function completionToResponse(
+  completion: {
+    choices: { message: Record<string, unknown>; logprobs?: unknown; finish_reason: string }[];
+    usage?: Parameters<typeof chunksToResponse>[1];
+  },
+  body: Parameters<typeof chunksToResponse>[2],
+  meta: Parameters<typeof chunksToResponse>[3],
+) {
+  const chunks = completion.choices.map(({ message, ...choice }) => ({
+    choices: [{ ...choice, delta: message }],
+  }));
+  return chunksToResponse(chunks as Chunks, completion.usage ?? null, body, meta);
+}
 
 Deno.test("a text completion is one message item with its output_text, and the usage renamed", () => {
   const response = completionToResponse(
@@ -302,6 +320,74 @@ Deno.test("text then two calls: each item is closed before the next is added", (
     "response.completed",
   ]);
   assert.deepEqual(events.output.map((i) => i.type), ["message", "function_call", "function_call"]);
+});
+
+/**
+ * An answer of two commentary messages, a call and the final answer, as the Responses kind's
+ * converter streams it: each message opens with its phase, the blank line between beside it.
+ */
+const PHASED_ANSWER = [
+  chunk({ role: "assistant", content: "", refusal: null }),
+  chunk({ reasoning_content: "Weather." }),
+  chunk({ phase: "commentary" }),
+  chunk({ content: "Checking." }),
+  chunk({ phase: "commentary", content: "\n\n" }),
+  chunk({ content: "Still checking." }),
+  chunk({ tool_calls: [{ index: 0, id: "call_1", function: { name: "f", arguments: "{}" } }] }),
+  chunk({ phase: "final_answer", content: "\n\n" }),
+  chunk({ content: "Mild" }),
+  chunk({ content: "." }),
+  chunk({}, "tool_calls"),
+];
+
+Deno.test("streamed, each message an answer opens with a phase is an item of its own, with its phase and its text alone", () => {
+  const events = new ResponseEvents(testBody(), testMeta());
+  const out = PHASED_ANSWER.flatMap((c) => events.chunk(c));
+  out.push(...events.finish({ prompt_tokens: 10, completion_tokens: 20 }));
+  const added = out.filter((e) => e.type === "response.output_item.added").map((e) => {
+    const item = e.item as { id: string; type: string; phase?: string };
+    return [e.output_index, item.id, item.type, item.phase];
+  });
+  assert.deepEqual(added, [
+    [0, "rs_1", "reasoning", undefined],
+    [1, "msg_2", "message", "commentary"],
+    [2, "msg_3", "message", "commentary"],
+    [3, "fc_4", "function_call", undefined],
+    [4, "msg_5", "message", "final_answer"],
+  ]);
+  const texts = out.filter((e) => e.type === "response.output_text.delta").map((
+    e,
+  ) => [e.item_id, e.output_index, e.content_index, e.delta]);
+  assert.deepEqual(texts, [
+    ["msg_2", 1, 0, "Checking."],
+    ["msg_3", 2, 0, "Still checking."],
+    ["msg_5", 4, 0, "Mild"],
+    ["msg_5", 4, 0, "."],
+  ]);
+  const done = out.filter((e) => e.type === "response.output_item.done").map((e) => e.output_index);
+  assert.deepEqual(done, [0, 1, 2, 3, 4], "each closed before the next is added");
+  const completed = out.at(-1)!.response as { output: OutputItem[] };
+  assert.deepEqual(completed.output, events.output);
+  assert.equal(outputText(events.output), "Checking.Still checking.Mild.");
+});
+
+Deno.test("not streamed, the same answer lists the same items in the same order: the preamble, its call, then the answer", () => {
+  const response = chunksToResponse(PHASED_ANSWER, null, testBody(), testMeta());
+  assert.deepEqual(
+    response.output.map((item) =>
+      item.type === "message"
+        ? [item.id, item.phase, item.content.map((p) => p.type === "output_text" && p.text)]
+        : [item.id]
+    ),
+    [
+      ["rs_1"],
+      ["msg_2", "commentary", ["Checking."]],
+      ["msg_3", "commentary", ["Still checking."]],
+      ["fc_4"],
+      ["msg_5", "final_answer", ["Mild."]],
+    ],
+  );
+  assert.ok(response.output.every((item) => item.status === "completed"));
 });
 
 Deno.test("a stream cut after it began ends with an error event and response.failed", () => {

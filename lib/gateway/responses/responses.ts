@@ -18,7 +18,7 @@ import {
   toChatRequest,
 } from "./request.ts";
 import {
-  completionToResponse,
+  chunksToResponse,
   type ResponseEvent,
   ResponseEvents,
   type ResponseMeta,
@@ -77,7 +77,8 @@ export class Responses {
     const { request, meta, inputPath } = prepared;
     const outcome = await this.#gateway.complete(caller, request, requestId, trace)
       .catch((error) => inResponsesTerms(error, inputPath));
-    const response = completionToResponse(outcome.completion, body, meta);
+    const usage = outcome.completion.usage as Parameters<typeof chunksToResponse>[1];
+    const response = chunksToResponse(outcome.chunks, usage, body, meta);
     response.store = await this.#save(caller, prepared, response, requestId);
     return {
       response,
