@@ -781,3 +781,53 @@ Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and a
     const usage = { prompt: 120, completion: 60 };
     await assertCharged(d, SUMMARIZED_MODEL, usage, usage);
   }));
+
+Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and an answer go back to OpenAI as two messages, each with its phase, the call after the answer that chat's turn puts it with, by previous_response_id as when the client sends the items back", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    d.openai.script(
+      {
+        content: "Checking the forecast.",
+        toolCalls: [{ name: "get_weather", arguments: { city: "Lima" } }],
+        finalAnswer: "Mild in Lima.",
+      },
+      { content: "Noted." },
+      { content: "Noted." },
+    );
+    const request = { model: SUMMARIZED_MODEL, tools: FLAT_WEATHER_TOOLS };
+    const first = await client.responses.create({ ...request, input: "Weather in Lima?" });
+    const call = first.output.find((item) => item.type === "function_call")!;
+    assert.ok(call.type === "function_call");
+    const result = { type: "function_call_output" as const, call_id: call.call_id, output: "18 C" };
+    await client.responses.create({ ...request, previous_response_id: first.id, input: [result] });
+    await client.responses.create({
+      ...request,
+      input: [
+        { role: "user", content: "Weather in Lima?" },
+        ...first.output as ResponseInputItem[],
+        result,
+      ],
+    });
+    const [, continued, resent] = sent(d);
+    type Item = { role?: string; type?: string; call_id?: string };
+    const answered = (body: Record<string, unknown>) =>
+      (body.input as Item[]).filter((item) =>
+        item.role === "assistant" || item.type === "function_call"
+      )
+        .map(({ call_id: _, ...rest }) => rest);
+    assert.deepEqual(answered(continued), [
+      {
+        role: "assistant",
+        content: [{ type: "output_text", text: "Checking the forecast." }],
+        phase: "commentary",
+      },
+      {
+        role: "assistant",
+        content: [{ type: "output_text", text: "Mild in Lima." }],
+        phase: "final_answer",
+      },
+      { type: "function_call", name: "get_weather", arguments: '{"city":"Lima"}' },
+    ]);
+    assert.deepEqual(answered(continued), answered(resent));
+    await d.newUsage();
+  }));

@@ -711,23 +711,33 @@ function inputMessages(
     }
     if (!("role" in item)) throw invalid(`input[${i}].id`, "references another reference");
     const message = messageOf(item, i);
-    const last = out.at(-1);
-    // The text of a turn whose calls came first (a stream shows Claude's text beside a tool call
-    // only once the answer tool is ruled out, after the call) is that turn's: apart, the turn's
-    // calls would have no answer right after them, and the request would be refused.
-    if (
-      message.role === "assistant" && typeof message.content === "string" &&
-      last?.role === "assistant" && last.tool_calls && origins.at(-1)!.kind === "function_calls"
-    ) {
-      last.content = message.content;
-      if (message.phase) last.phase = message.phase;
-      Object.assign(origins.at(-1)!, { item: i, kind: "message", referenced });
-      carry(last);
-      return;
-    }
     carry(message);
+    const last = out.at(-1);
+    const calls: { item: number; referenced: boolean }[] = [];
+    // A message after a turn's calls, before their outputs (an answer OpenAI gave after its
+    // preamble and calls, in one response), takes those calls and the reasoning that made them:
+    // chat answers a call right after the turn that made it, and each message keeps its phase.
+    if (message.role === "assistant" && last?.role === "assistant" && last.tool_calls) {
+      message.tool_calls = last.tool_calls;
+      calls.push(...origins.at(-1)!.calls);
+      origins.at(-1)!.calls = [];
+      const details = [
+        ...last.reasoning_details as ReasoningDetail[] | undefined ?? [],
+        ...message.reasoning_details as ReasoningDetail[] | undefined ?? [],
+      ];
+      if (details.length > 0 && details.length <= MAX_REASONING_DETAILS) {
+        message.reasoning_details = details;
+      } else delete message.reasoning_details;
+      delete last.tool_calls;
+      delete last.reasoning_details;
+      // A turn of calls alone is nothing without them.
+      if (last.content == null) {
+        out.pop();
+        origins.pop();
+      }
+    }
     out.push(message);
-    origins.push({ from: "input", item: i, kind: "message", referenced, calls: [] });
+    origins.push({ from: "input", item: i, kind: "message", referenced, calls });
   });
   return { messages: out, origins };
 }

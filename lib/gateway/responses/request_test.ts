@@ -1016,3 +1016,37 @@ Deno.test("an assistant message after its turn's function calls joins that turn,
   });
   assert.equal((apart.messages as unknown[]).length, 4);
 });
+
+Deno.test("an answer sent back as OpenAI gave it, a preamble, its call and then the answer, is a valid chat turn: the answer takes the call, each message keeps its phase", () => {
+  const preamble = {
+    type: "message",
+    role: "assistant",
+    phase: "commentary",
+    content: [{ type: "output_text", text: "Checking." }],
+  };
+  const call = { type: "function_call", call_id: "call_1", name: "f", arguments: "{}" };
+  const answer = { role: "assistant", content: "Mild.", phase: "final_answer" };
+  const output = { type: "function_call_output", call_id: "call_1", output: "18 C" };
+  const tool = { role: "tool", tool_call_id: "call_1", content: "18 C" };
+  const calls = [{ id: "call_1", type: "function", function: { name: "f", arguments: "{}" } }];
+  const { messages } = chatOf({
+    input: [{ role: "user", content: "Weather?" }, preamble, call, answer, output],
+  });
+  assert.deepEqual((messages as unknown[]).slice(1), [
+    { role: "assistant", content: "Checking.", phase: "commentary" },
+    { role: "assistant", content: "Mild.", phase: "final_answer", tool_calls: calls },
+    tool,
+  ]);
+  // Calls alone before the answer are no turn of their own once it takes them.
+  const converted = toChatRequest(
+    parseResponsesBody({ model: MODEL, input: [call, answer, output] }),
+    NONE,
+  );
+  assert.deepEqual(converted.chat.messages, [
+    { role: "assistant", content: "Mild.", phase: "final_answer", tool_calls: calls },
+    tool,
+  ]);
+  parseChatRequest(converted.chat);
+  assert.equal(converted.inputPath("messages[0].tool_calls[0].function.name"), "input[0].name");
+  assert.equal(converted.inputPath("messages[0].content"), "input[1].content");
+});

@@ -384,42 +384,62 @@ function failedEnding(converter: ResponseEvents, requestId: string): ResponseEve
 }
 
 /**
- * The answer as chat messages, for a later `previous_response_id`: text, then its calls (with what
- * the server attached to them), with Claude's signed thinking (its reasoning items' details) to go
- * back to it.
+ * The answer as chat messages, for a later `previous_response_id`, as its items sent back in
+ * `input` are taken (request.ts): each message a turn with its phase; calls (with what the server
+ * attached to them) on the turn before them, until a message takes them; Claude's signed thinking
+ * (its reasoning items' details) on the turn after it, to go back to it.
  */
 function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown>[] {
-  const thinking = output.flatMap((item) => {
-    if (item.type !== "reasoning" || !item.encrypted_content) return [];
-    const details = detailsOfEncryptedContent(item.encrypted_content);
-    return Array.isArray(details) ? details : [];
-  });
-  const text = output.flatMap((item) =>
-    item.type === "message"
-      ? item.content.map((p) => (p.type === "output_text" ? p.text : p.refusal))
-      : []
-  ).join("");
-  const calls = output.flatMap((item) =>
-    item.type === "function_call"
-      ? [{
+  type Turn = { tool_calls?: unknown[]; reasoning_details?: unknown[]; [field: string]: unknown };
+  const turns: Turn[] = [];
+  let thinking: unknown[] = [];
+  const carry = (turn: Turn) => {
+    if (thinking.length) turn.reasoning_details = [...turn.reasoning_details ?? [], ...thinking];
+    thinking = [];
+  };
+  for (const item of output) {
+    if (item.type === "reasoning") {
+      const details = item.encrypted_content
+        ? detailsOfEncryptedContent(item.encrypted_content)
+        : null;
+      if (Array.isArray(details)) thinking = [...thinking, ...details];
+    } else if (item.type === "function_call") {
+      let turn = turns.at(-1);
+      if (!turn) turns.push(turn = { role: "assistant", content: null });
+      turn.tool_calls = [...turn.tool_calls ?? [], {
         id: item.call_id,
         type: "function",
         function: { name: item.name, arguments: sentBackArguments(item.arguments) },
         ...(item.extra_content ? { extra_content: item.extra_content } : {}),
-      }]
-      : []
-  );
-  if (!text && calls.length === 0) return [];
-  // Its messages are one chat message: the last one's phase is the turn's.
-  const phase = output.flatMap((item) => item.type === "message" && item.phase ? [item.phase] : [])
-    .at(-1);
-  return [{
-    role: "assistant",
-    content: text || null,
-    ...(phase ? { phase } : {}),
-    ...(calls.length ? { tool_calls: calls } : {}),
-    ...(thinking.length ? { reasoning_details: thinking } : {}),
-  }];
+      }];
+      carry(turn);
+    } else {
+      const text = item.content.map((p) => (p.type === "output_text" ? p.text : p.refusal));
+      const message: Turn = {
+        role: "assistant",
+        content: text.join("") || null,
+        ...(item.phase ? { phase: item.phase } : {}),
+      };
+      carry(message);
+      const last = turns.at(-1);
+      if (last?.tool_calls) {
+        message.tool_calls = last.tool_calls;
+        message.reasoning_details = [
+          ...last.reasoning_details ?? [],
+          ...message.reasoning_details ?? [],
+        ];
+        if (message.reasoning_details.length === 0) delete message.reasoning_details;
+        delete last.tool_calls;
+        delete last.reasoning_details;
+        if (last.content === null) turns.pop();
+      }
+      turns.push(message);
+    }
+  }
+  // Thinking after the last message or call is still the answer's.
+  const last = turns.at(-1);
+  if (last) carry(last);
+  return turns;
 }
 
 /** The chat dialect's names in an error's param, as the Responses API names the same fields. */
