@@ -1244,6 +1244,62 @@ Deno.test("openai SDK: allowed_tools naming no declared tool, or without a mode,
     assert.equal((await d.newUsage()).length, 0);
   }));
 
+Deno.test("openai SDK, Claude 4.5: strict tools Anthropic finds too complex to compile are sent once more unstrict, answered and billed once", () =>
+  withDialect(async (d) => {
+    const tooComplex = (request: { body: { tools?: { strict?: boolean }[] } }) =>
+      request.body.tools?.some((t) => t.strict)
+        ? { status: 400, error: { message: "Schema is too complex for compilation." } }
+        : {
+          content: [{
+            type: "tool_use" as const,
+            name: "forecast",
+            input: { city: "Paris", days: 3 },
+          }],
+          inputTokens: 400,
+          outputTokens: 30,
+        };
+    d.claude.script(tooComplex, tooComplex);
+    const Forecast = z.object({ city: z.string(), days: z.int() });
+    const answer = await openAiClient(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user", content: "Paris, three days?" }],
+      tools: [zodFunction({ name: "forecast", parameters: Forecast })],
+    });
+    const call = answer.choices[0].message.tool_calls![0];
+    assert.ok(call.type === "function");
+    assert.deepEqual(JSON.parse(call.function.arguments), { city: "Paris", days: 3 });
+    const [refused, retried] = d.claude.messages().map((m) => m.body.tools);
+    assert.equal(refused[0].strict, true);
+    assert.equal(retried[0].strict, undefined);
+    assert.deepEqual(retried[0].input_schema, refused[0].input_schema);
+    assert.equal(d.claude.messages().length, 2);
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 400, completion: 30 });
+  }));
+
+Deno.test("openai SDK, Claude 4.5: more strict tools than Anthropic takes in one request go unstrict, and the loop is answered", () =>
+  withDialect(async (d) => {
+    d.claude.script({
+      content: [{ type: "tool_use", name: "tool_20", input: { note: null } }],
+      inputTokens: 900,
+      outputTokens: 20,
+    });
+    const Note = z.object({ note: z.string().nullable() });
+    const tools = Array.from(
+      { length: 21 },
+      (_, i) => zodFunction({ name: `tool_${i}`, parameters: Note }),
+    );
+    const answer = await openAiClient(d).chat.completions.create({
+      model: CLAUDE_MODEL,
+      messages: [{ role: "user", content: "Take a note." }],
+      tools,
+    });
+    assert.equal(answer.choices[0].message.tool_calls![0].type, "function");
+    const sent = d.claude.messages()[0].body.tools as { strict?: boolean }[];
+    assert.equal(sent.length, 21);
+    assert.equal(sent.filter((t) => t.strict).length, 0);
+    await assertCharged(d, CLAUDE_MODEL, { prompt: 900, completion: 20 });
+  }));
+
 Deno.test("openai SDK, Claude 4.5: a zodFunction tool goes strict, its schema in the subset Claude's grammar takes (zod's integer bounds told in the description), and its call parses; an unstrict tool beside it stays unstrict; billed exactly", () =>
   withDialect(async (d) => {
     d.claude.script({

@@ -1084,6 +1084,39 @@ function validateStructuredOutputs(body: Json) {
       validateOutputSchema(t.input_schema, ["tools", String(k), "custom"], true);
     }
   });
+  validateSchemaComplexity([
+    ...tools.filter((t) => t?.strict === true).map((t) => t.input_schema),
+    ...(body.output_config?.format ? [body.output_config.format.schema] : []),
+  ], tools.filter((t) => t?.strict === true).length);
+}
+
+/**
+ * The explicit limits over every strict schema of a request, output format included ("Schema
+ * complexity limits": 20 strict tools, 24 optional parameters, 16 parameters with union types;
+ * the refusals' words are ours).
+ */
+function validateSchemaComplexity(schemas: Json[], strictTools: number) {
+  if (strictTools > 20) throw invalid(`Too many strict tools: ${strictTools}, at most 20.`);
+  let optional = 0;
+  let unions = 0;
+  const visit = (schema: Json) => {
+    if (!schema || typeof schema !== "object") return;
+    for (const [name, sub] of Object.entries(schema.properties ?? {}) as [string, Json][]) {
+      if (!(schema.required ?? []).includes(name)) optional++;
+      if (Array.isArray(sub?.anyOf) || Array.isArray(sub?.type)) unions++;
+      visit(sub);
+    }
+    visit(schema.items);
+    for (const sub of [...schema.anyOf ?? [], ...schema.allOf ?? []]) visit(sub);
+    for (const sub of Object.values({ ...schema.$defs, ...schema.definitions })) visit(sub as Json);
+  };
+  schemas.forEach(visit);
+  if (optional > 24) {
+    throw invalid(`Too many optional parameters in strict schemas: ${optional}, at most 24.`);
+  }
+  if (unions > 16) {
+    throw invalid(`Too many parameters with union types in strict schemas: ${unions}, at most 16.`);
+  }
 }
 
 /**

@@ -1113,3 +1113,49 @@ Deno.test("anthropic fake: a strict tool's schema takes the output format's subs
       );
     }
   }));
+
+Deno.test("anthropic fake: a request's strict schemas are held to the stated limits together, output format included: 20 strict tools, 24 optional parameters, 16 with union types", () =>
+  withAnthropic(async (fake) => {
+    const ask = {
+      model: "claude-sonnet-4-5",
+      max_tokens: 1024,
+      messages: [{ role: "user", content: "Hi" }],
+    };
+    const schema = (names: string[], type: unknown, required: boolean) => ({
+      type: "object",
+      properties: Object.fromEntries(names.map((n) => [n, { type }])),
+      required: required ? names : [],
+      additionalProperties: false,
+    });
+    const names = (n: number, prefix = "f") => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+    const tools = (n: number, s = schema([], "string", true)) =>
+      Array.from({ length: n }, (_, i) => ({ name: `t${i}`, input_schema: s, strict: true }));
+    assert.equal((await post(fake, { ...ask, tools: tools(20) })).status, 200);
+    assert.match((await refused(fake, { ...ask, tools: tools(21) })).message, /strict tools/);
+    // 21 tools of which only 20 strict are taken.
+    const mixed = [...tools(20), { name: "loose", input_schema: { type: "object" } }];
+    assert.equal((await post(fake, { ...ask, tools: mixed })).status, 200);
+    const optional = schema(names(24), "string", false);
+    assert.equal((await post(fake, { ...ask, tools: tools(1, optional) })).status, 200);
+    const format = (s: unknown) => ({
+      output_config: { format: { type: "json_schema", schema: s } },
+    });
+    assert.match(
+      (await refused(fake, {
+        ...ask,
+        tools: tools(1, optional),
+        ...format(schema(["x"], "string", false)),
+      })).message,
+      /optional parameters/,
+    );
+    const unions = schema(names(16), ["string", "null"], true);
+    assert.equal((await post(fake, { ...ask, tools: tools(1, unions) })).status, 200);
+    assert.match(
+      (await refused(fake, {
+        ...ask,
+        tools: [...tools(1, unions), { ...tools(1, unions)[0], name: "u" }],
+      }))
+        .message,
+      /union types/,
+    );
+  }));

@@ -3,7 +3,7 @@ import { type Provider, ProviderError, type UpstreamRequest } from "../types.ts"
 import { callUpstream, guardedParts, ignoredStream, readAnswerJson } from "../http.ts";
 import { oneBatch } from "../part_batches.ts";
 import { asksHourCacheWrites, claudeThinks } from "../../chat_request.ts";
-import { answerTool, messagesRequest, routeRules } from "./request.ts";
+import { answerTool, messagesRequest, routeRules, withoutStrictTools } from "./request.ts";
 import { anthropicStreamParts, messageAsEvents } from "./stream.ts";
 import { isTokenCount } from "../usage.ts";
 
@@ -31,6 +31,14 @@ export interface AnthropicOptions {
   apiKeyEnv: string;
   timeoutMs: number;
   fetch?: typeof fetch;
+}
+
+/** Anthropic's refusal of a request's strict schemas: their number, their size, their grammar. */
+const STRICT_REFUSAL = /compil|grammar|too complex|strict|optional parameters|union types/i;
+
+function strictRefusal(error: unknown): boolean {
+  return error instanceof ProviderError && error.kind === "bad_request" &&
+    STRICT_REFUSAL.test(error.message);
 }
 
 /**
@@ -68,8 +76,19 @@ export function createAnthropicProvider(options: AnthropicOptions): Provider {
 
   return {
     async stream(request) {
-      const sent = messagesRequest(request, true);
-      const call = await post(base, request, sent);
+      let sent = messagesRequest(request, true);
+      let call;
+      try {
+        call = await post(base, request, sent);
+      } catch (error) {
+        // Within the stated limits, strict schemas whose grammar Anthropic finds too large to
+        // compile are still refused ("Schema is too complex for compilation."; how large is not
+        // stated): the call is made once more unstrict, as it went before strictness was passed.
+        const unstrict = strictRefusal(error) ? withoutStrictTools(sent) : null;
+        if (!unstrict) throw error;
+        sent = unstrict;
+        call = await post(base, request, sent);
+      }
       const whole = await ignoredStream(call, request.maxTokens, sent);
       if (whole !== null) {
         return anthropicStreamParts(oneBatch(messageAsEvents(whole)), meta(request));

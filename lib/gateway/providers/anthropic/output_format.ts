@@ -145,3 +145,43 @@ export function isRecursive(schema: unknown): boolean {
   }
   return false;
 }
+
+/**
+ * Anthropic's explicit limits over all the strict schemas of one request ("Schema complexity
+ * limits"): strict tools, parameters not `required`, and parameters typed as a union (`anyOf`, or
+ * a list of types, as OpenAI's strict mode writes every optional field).
+ */
+export const STRICT_LIMITS = { tools: 20, optional: 24, unions: 16 };
+
+/** Whether these strict schemas, each a tool's, are within STRICT_LIMITS together. */
+export function withinStrictLimits(schemas: unknown[]): boolean {
+  if (schemas.length > STRICT_LIMITS.tools) return false;
+  let optional = 0;
+  let unions = 0;
+  const walk = (node: unknown): void => {
+    if (!node || typeof node !== "object" || Array.isArray(node)) return;
+    const schema = node as Schema;
+    const properties = schema.properties;
+    if (properties && typeof properties === "object" && !Array.isArray(properties)) {
+      const required = new Set(Array.isArray(schema.required) ? schema.required : []);
+      for (const [name, property] of Object.entries(properties)) {
+        if (!required.has(name)) optional++;
+        const p = property as Schema | null;
+        if (p && typeof p === "object" && (Array.isArray(p.anyOf) || Array.isArray(p.type))) {
+          unions++;
+        }
+        walk(property);
+      }
+    }
+    walk(schema.items);
+    for (const key of ["anyOf", "allOf"]) {
+      if (Array.isArray(schema[key])) (schema[key] as unknown[]).forEach(walk);
+    }
+    for (const key of ["$defs", "definitions"]) {
+      const defs = schema[key];
+      if (defs && typeof defs === "object") Object.values(defs).forEach(walk);
+    }
+  };
+  schemas.forEach(walk);
+  return optional <= STRICT_LIMITS.optional && unions <= STRICT_LIMITS.unions;
+}

@@ -28,7 +28,7 @@ import {
 import { type ClaudeRules, claudeRulesByName } from "@/lib/catalog/mod.ts";
 import { imageMediaTypeOf, parseImageDataUrl, readImageSize } from "../../image_size.ts";
 import { claudeThinkingBlocks } from "../../reasoning_details.ts";
-import { formatSchema, isRecursive } from "./output_format.ts";
+import { formatSchema, isRecursive, withinStrictLimits } from "./output_format.ts";
 import type { UpstreamRequest } from "../types.ts";
 
 type Block = Record<string, unknown> & { type: string };
@@ -493,6 +493,16 @@ function plainChoice(choice: ToolChoiceSpec | null | undefined): ToolChoiceSpec 
 }
 
 /**
+ * A Messages request sent again without strict tools (the same schemas, so within what was held
+ * for), or null when none went strict.
+ */
+export function withoutStrictTools(body: Record<string, unknown>): Record<string, unknown> | null {
+  const tools = body.tools as Record<string, unknown>[] | undefined;
+  if (!tools?.some((t) => t.strict === true)) return null;
+  return { ...body, tools: tools.map(({ strict: _, ...tool }) => tool) };
+}
+
+/**
  * The tools of the Messages request, the answer tool standing in for `response_format` last; the
  * input bound counts these very values, so that what is sent is what is reserved for.
  * `strictTools`: whether the route's model takes strict tools (ClaudeRules).
@@ -502,17 +512,25 @@ export function messagesTools(
   answerTool: { name: string; schema: unknown } | null = responseTool(request),
   strictTools = false,
 ): Record<string, unknown>[] {
-  const tools: Record<string, unknown>[] = offeredTools(request).map((t) => {
+  const offered = offeredTools(request).map((t) => {
     const schema = objectSchema(t.function.parameters);
     // A strict tool's schema is compiled into a grammar as an output format's is, and takes the
     // same subset: it is rewritten the same way, and one that refers to itself goes unstrict, as a
     // recursive response format goes as the answer tool. A model without strict tools is sent
     // none, as it is sent no output format: its calls are then held to nothing.
     const strict = strictTools && t.function.strict === true && !isRecursive(schema);
+    return { tool: t, schema, formatted: strict ? formatSchema(schema) : null };
+  });
+  // Past Anthropic's limits on a request's strict schemas the whole request is a 400: strictness
+  // is a guarantee on top of a call that works without it (OpenAI's agent SDKs mark every tool
+  // strict, each optional field a union), so then none goes strict rather than none going at all.
+  const strictFits = withinStrictLimits(offered.flatMap((o) => o.formatted ? [o.formatted] : []));
+  const tools: Record<string, unknown>[] = offered.map(({ tool: t, schema, formatted }) => {
+    const strict = formatted !== null && strictFits;
     return {
       name: t.function.name,
       ...(t.function.description ? { description: t.function.description } : {}),
-      input_schema: strict ? formatSchema(schema) : schema,
+      input_schema: strict ? formatted : schema,
       ...(strict ? { strict: true } : {}),
       ...(t.cache_control ? { cache_control: t.cache_control } : {}),
     };

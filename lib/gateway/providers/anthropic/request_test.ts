@@ -1145,3 +1145,43 @@ Deno.test("a strict tool goes strict to a Claude that takes structured outputs, 
     ], model);
   }
 });
+
+Deno.test("past Anthropic's limits on a request's strict schemas (20 tools, 24 optional parameters, 16 unions), no tool goes strict, each with the schema the client gave", () => {
+  // As OpenAI's strict mode writes an optional field: required, its type a union with null.
+  const nullable = (n: number) => ({
+    type: "object",
+    properties: Object.fromEntries(
+      Array.from({ length: n }, (_, i) => [`f${i}`, { type: ["string", "null"] }]),
+    ),
+    required: Array.from({ length: n }, (_, i) => `f${i}`),
+    additionalProperties: false,
+  });
+  const optional = (n: number) => ({
+    type: "object",
+    properties: Object.fromEntries(
+      Array.from({ length: n }, (_, i) => [`f${i}`, { type: "string" }]),
+    ),
+    additionalProperties: false,
+  });
+  const sent = (schemas: Record<string, unknown>[]) =>
+    messagesRequest(
+      upstreamRequest(testModel("anthropic", "claude-sonnet-4-5"), {
+        messages: ask,
+        tools: schemas.map((parameters, i) => ({
+          type: "function",
+          function: { name: `t${i}`, parameters, strict: true },
+        })),
+      }),
+      false,
+    ).tools as { strict?: boolean; input_schema: unknown }[];
+  const strictCount = (schemas: Record<string, unknown>[]) =>
+    sent(schemas).filter((t) => t.strict).length;
+  assert.equal(strictCount(Array.from({ length: 20 }, () => nullable(0))), 20);
+  assert.equal(strictCount(Array.from({ length: 21 }, () => nullable(0))), 0);
+  assert.equal(strictCount([nullable(8), nullable(8)]), 2);
+  assert.equal(strictCount([nullable(8), nullable(9)]), 0);
+  assert.equal(strictCount([optional(12), optional(12)]), 2);
+  assert.equal(strictCount([optional(12), optional(13)]), 0);
+  const over = [nullable(10), nullable(10)];
+  assert.deepEqual(sent(over).map((t) => t.input_schema), over);
+});
