@@ -603,6 +603,18 @@ export function sentBackArguments(args: string): string {
   }
 }
 
+/**
+ * An assistant turn's reasoning details, joined from several reasoning items: items each within
+ * the cap may pass it together, and a model refuses its reasoning cut short, so the turn then goes
+ * on without any, as from a client that kept none. Items sent back in `input` and an answer
+ * continued by `previous_response_id` (responses.ts) are held to it alike.
+ */
+export function setReasoningDetails(turn: Record<string, unknown>, details: unknown[]): void {
+  if (details.length > 0 && details.length <= MAX_REASONING_DETAILS) {
+    turn.reasoning_details = details;
+  } else delete turn.reasoning_details;
+}
+
 /** The input items as chat messages: calls join the assistant turn before them. */
 function inputMessages(
   body: ResponsesBody,
@@ -628,10 +640,7 @@ function inputMessages(
       ...thinking,
     ];
     thinking = [];
-    // Items each within the cap may pass it together; a model refuses its reasoning cut short, so
-    // the turn then goes on without any, as from a client that kept none.
-    if (details.length <= MAX_REASONING_DETAILS) message.reasoning_details = details;
-    else delete message.reasoning_details;
+    setReasoningDetails(message, details);
   };
   body.input.forEach((raw, i) => {
     let item = parseItem(raw, i);
@@ -721,13 +730,10 @@ function inputMessages(
       message.tool_calls = last.tool_calls;
       calls.push(...origins.at(-1)!.calls);
       origins.at(-1)!.calls = [];
-      const details = [
+      setReasoningDetails(message, [
         ...last.reasoning_details as ReasoningDetail[] | undefined ?? [],
         ...message.reasoning_details as ReasoningDetail[] | undefined ?? [],
-      ];
-      if (details.length > 0 && details.length <= MAX_REASONING_DETAILS) {
-        message.reasoning_details = details;
-      } else delete message.reasoning_details;
+      ]);
       delete last.tool_calls;
       delete last.reasoning_details;
       // A turn of calls alone is nothing without them.

@@ -15,6 +15,7 @@ import {
   referencedItems,
   type ResponsesBody,
   sentBackArguments,
+  setReasoningDetails,
   toChatRequest,
 } from "./request.ts";
 import {
@@ -389,12 +390,12 @@ function failedEnding(converter: ResponseEvents, requestId: string): ResponseEve
  * attached to them) on the turn before them, until a message takes them; Claude's signed thinking
  * (its reasoning items' details) on the turn after it, to go back to it.
  */
-function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown>[] {
+export function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown>[] {
   type Turn = { tool_calls?: unknown[]; reasoning_details?: unknown[]; [field: string]: unknown };
   const turns: Turn[] = [];
   let thinking: unknown[] = [];
   const carry = (turn: Turn) => {
-    if (thinking.length) turn.reasoning_details = [...turn.reasoning_details ?? [], ...thinking];
+    if (thinking.length) setReasoningDetails(turn, [...turn.reasoning_details ?? [], ...thinking]);
     thinking = [];
   };
   for (const item of output) {
@@ -424,11 +425,10 @@ function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown
       const last = turns.at(-1);
       if (last?.tool_calls) {
         message.tool_calls = last.tool_calls;
-        message.reasoning_details = [
+        setReasoningDetails(message, [
           ...last.reasoning_details ?? [],
           ...message.reasoning_details ?? [],
-        ];
-        if (message.reasoning_details.length === 0) delete message.reasoning_details;
+        ]);
         delete last.tool_calls;
         delete last.reasoning_details;
         if (last.content === null) turns.pop();

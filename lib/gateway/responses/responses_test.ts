@@ -3,7 +3,10 @@ import { ApiError } from "@/lib/core/mod.ts";
 import type { StreamEvent } from "../gateway.ts";
 import type { ChatCompletionChunk } from "../providers/types.ts";
 import { type ResponseEvent, ResponseEvents } from "./response.ts";
-import { inResponsesTerms, responseStreamEvents } from "./responses.ts";
+import { assistantTurn, inResponsesTerms, responseStreamEvents } from "./responses.ts";
+import { parseResponsesBody, toChatRequest } from "./request.ts";
+import { encryptedContentOf } from "../reasoning_details.ts";
+import { parseChatRequest } from "../chat_request.ts";
 import { testBody, testMeta } from "./test_support.ts";
 
 const chunk = (content: string, finish: string | null = null): StreamEvent => ({
@@ -228,4 +231,73 @@ Deno.test("a stream whose client went away ends without response.completed and i
   }
   assert.equal(finished, 0, "nothing is stored");
   assert.ok(!out.some((e) => e.type === "response.completed"));
+});
+
+Deno.test("an answer's reasoning over the cap together goes back by previous_response_id as its items sent back in input do: its turn without details, not a refusal", () => {
+  const sealed = (n: number, from: number) =>
+    encryptedContentOf(
+      Array.from({ length: n }, (_, i) => ({
+        type: "reasoning.text",
+        text: "Thinking.",
+        signature: "sig",
+        index: from + i,
+      })),
+    )!;
+  const reasoning = (id: string, details: string) => ({
+    type: "reasoning" as const,
+    id,
+    summary: [] as { type: "summary_text"; text: string }[],
+    encrypted_content: details,
+    status: "completed" as const,
+  });
+  const call = (id: string) => ({
+    type: "function_call" as const,
+    id: `fc_${id}`,
+    call_id: id,
+    name: "w",
+    arguments: "{}",
+    status: "completed" as const,
+  });
+  const answer = {
+    type: "message" as const,
+    id: "msg_1",
+    role: "assistant" as const,
+    status: "completed" as const,
+    phase: "final_answer" as const,
+    content: [
+      { type: "output_text" as const, text: "Checking.", annotations: [] as [], logprobs: [] },
+    ],
+  };
+  const outputs = [
+    [
+      reasoning("rs_1", sealed(200, 0)),
+      call("c1"),
+      reasoning("rs_2", sealed(100, 200)),
+      call("c2"),
+    ],
+    [reasoning("rs_1", sealed(200, 0)), call("c1"), reasoning("rs_2", sealed(100, 200)), answer],
+  ];
+  for (const output of outputs) {
+    const byPrevious = assistantTurn(output);
+    const items = output.map(({ status: _, ...item }) =>
+      item.type === "message"
+        ? { ...item, content: item.content.map(({ logprobs: _, ...part }) => part) }
+        : item
+    );
+    const byInput = toChatRequest(
+      parseResponsesBody({ model: "m", input: items }),
+      { previous: [], items: new Map() },
+    ).chat.messages;
+    assert.deepEqual(byPrevious, byInput);
+    // The next turn, which sends the answer back with the calls' outputs, is a valid chat request.
+    const outputsOfCalls = output.flatMap((item) =>
+      item.type === "function_call"
+        ? [{ role: "tool", tool_call_id: item.call_id, content: "ok" }]
+        : []
+    );
+    parseChatRequest({
+      model: "m",
+      messages: [{ role: "user", content: "Weather?" }, ...byPrevious, ...outputsOfCalls],
+    });
+  }
 });
