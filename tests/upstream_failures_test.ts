@@ -371,6 +371,8 @@ for (const kind of KINDS) {
       [{ "retry-after": "17" }, { ms: "17000", seconds: "17" }],
       [{ "retry-after-ms": "90000", "retry-after": "90" }, { ms: "60000", seconds: "60" }],
       [{ "retry-after-ms": "200", "retry-after": "30" }, { ms: "30000", seconds: "30" }],
+      // A blank header names no wait (the openai SDK reads it as none), not a wait of 0.
+      [{ "retry-after-ms": "" }, { ms: "1000", seconds: "1" }],
     ] as const
   ) {
     Deno.test(`${kind}: upstream 429 with ${JSON.stringify(sent)} is relayed as retry-after-ms ${relayed.ms} and Retry-After ${relayed.seconds}, the same wait`, () =>

@@ -301,7 +301,8 @@ const MAX_RETRY_AFTER_MS = 60_000;
  * says less than the upstream asked for.
  */
 function retryAfterMs(headers: Http1Answer["headers"]): number {
-  const precise = Number(headers.get("retry-after-ms") ?? NaN);
+  // Number("") is 0: a blank header would read as a wait of none rather than as no wait named.
+  const precise = Number(headers.get("retry-after-ms")?.trim() || NaN);
   const ms = Number.isFinite(precise) && precise >= 0 ? precise : null;
   const coarse = retryAfterHeaderMs(headers.get("retry-after"));
   let wait = ms ?? coarse ?? 1000;
