@@ -251,11 +251,12 @@ export async function setSpendCaps(
   // a revoked key's counter it checked, which nothing holds on, changed): the retries end once
   // the writers ahead have, as `issueKey`'s do. A bound of tries turned the twentieth such write
   // into a 500.
+  const keyId = "keyId" in target ? target.keyId : null;
   for (;;) {
     const entry = await kv.get<SpendCapsRecord>(keys.spendCaps(appId));
-    const key = "keyId" in target ? await kv.get<ApiKeyRecord>(keys.apiKey(target.keyId)) : null;
+    const key = keyId === null ? null : await kv.get<ApiKeyRecord>(keys.apiKey(keyId));
     if (key && (key.value?.appId !== appId || key.value.revokedAt !== null)) {
-      throw new NotFoundError(`no live key ${"keyId" in target ? target.keyId : ""} in ${appId}`);
+      throw new NotFoundError(`no live key ${keyId} in ${appId}`);
     }
     const record: SpendCapsRecord = structuredClone(entry.value ?? { keys: {}, endUser: null });
     if ("keyId" in target) {
