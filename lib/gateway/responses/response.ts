@@ -285,12 +285,19 @@ export class ResponseEvents {
     const events: ResponseEvent[] = [];
     for (const choice of chunk.choices ?? []) {
       const delta = choice.delta ?? {};
-      // A phase opens a message of the upstream's (openai_responses/stream.ts): an item of its
-      // own, and the content beside it is the blank line chat's one content puts between two.
-      const opensMessage = isMessagePhase(delta.phase);
-      if (opensMessage) {
-        this.#phase = delta.phase as MessagePhase;
-        if (this.#open?.kind === "message") events.push(...this.#close("completed"));
+      let text = typeof delta.content === "string" ? delta.content : "";
+      if (isMessagePhase(delta.phase)) {
+        // A phase opens a message of the upstream's (openai_responses/stream.ts), an item of its
+        // own, with the blank line chat's one content puts between two beside it, which is no
+        // item's text. The phase of the message already open, given again without that line (a
+        // compatible server may give it on every chunk), opens none.
+        const separated = text.startsWith("\n\n");
+        if (separated) text = text.slice(2);
+        const inMessage = this.#open?.kind === "message";
+        if (!inMessage || separated || delta.phase !== this.#phase) {
+          if (inMessage) events.push(...this.#close("completed"));
+          this.#phase = delta.phase as MessagePhase;
+        }
       }
       if (typeof delta.reasoning_content === "string" && delta.reasoning_content !== "") {
         events.push(...this.#reasoning(delta.reasoning_content));
@@ -302,8 +309,8 @@ export class ResponseEvents {
         const open = this.#open as Extract<OpenItem, { kind: "reasoning" }>;
         for (const detail of delta.reasoning_details) appendReasoningDetail(open.details, detail);
       }
-      if (!opensMessage && typeof delta.content === "string" && delta.content !== "") {
-        events.push(...this.#text("output_text", delta.content, textLogprobs(choice.logprobs)));
+      if (text !== "") {
+        events.push(...this.#text("output_text", text, textLogprobs(choice.logprobs)));
       }
       if (typeof delta.refusal === "string" && delta.refusal !== "") {
         events.push(...this.#text("refusal", delta.refusal));

@@ -371,6 +371,28 @@ Deno.test("streamed, each message an answer opens with a phase is an item of its
   assert.equal(outputText(events.output), "Checking.Still checking.Mild.");
 });
 
+Deno.test("a phase given again on each chunk of its message (as a compatible server may) opens no new item, and text beside a phase is the message's", () => {
+  const response = chunksToResponse(
+    [
+      chunk({ role: "assistant", phase: "commentary", content: "Checking" }),
+      chunk({ phase: "commentary", content: " now." }),
+      chunk({ phase: "final_answer", content: "Mild." }),
+      chunk({ phase: "final_answer", content: "\n\nAgain." }),
+      chunk({}, "stop"),
+    ],
+    null,
+    testBody(),
+    testMeta(),
+  );
+  assert.deepEqual(
+    response.output.map((item) =>
+      item.type === "message" &&
+      [item.phase, item.content.map((p) => p.type === "output_text" && p.text).join("")]
+    ),
+    [["commentary", "Checking now."], ["final_answer", "Mild."], ["final_answer", "Again."]],
+  );
+});
+
 Deno.test("not streamed, the same answer lists the same items in the same order: the preamble, its call, then the answer", () => {
   const response = chunksToResponse(PHASED_ANSWER, null, testBody(), testMeta());
   assert.deepEqual(
