@@ -34,7 +34,7 @@ export interface AnthropicOptions {
 }
 
 /** Anthropic's refusal of a request's strict schemas: their number, their size, their grammar. */
-const STRICT_REFUSAL = /compil|grammar|too complex|strict|optional parameters|union types/i;
+const STRICT_REFUSAL = /compil|grammar|too complex|\bstrict\b|optional parameters|union types/i;
 
 function strictRefusal(error: unknown): boolean {
   return error instanceof ProviderError && error.kind === "bad_request" &&
