@@ -18,6 +18,7 @@ export {
   countLiveIndexed,
   getManyChunked,
   KV_VALUE_CHUNK_BYTES,
+  KvBusyError,
   KvOpenError,
   openKv,
 } from "./kv.ts";
