@@ -2,6 +2,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import {
   ApiError,
   errorBody,
+  KvBusyError,
   type Logger,
   logSoon,
   newRequestId,
@@ -88,6 +89,21 @@ function apiErrorResponse(c: Context<Env>, error: ApiError, docsBaseUrl: string)
   return c.json(error.body(docsBaseUrl), error.status as 400);
 }
 
+/** The KV file's lock held by other instances past every retry: a moment's wait, not a fault. */
+const BUSY_ERROR = new ApiError(
+  "service_unavailable",
+  "The service is busy for a moment; nothing was charged. Retry after the seconds in Retry-After.",
+  { headers: { "Retry-After": "1" } },
+);
+
+/** KvBusyError reaches a route as it is or as the cause of the wallet's own error. */
+function causedByBusyKv(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof KvBusyError) return true;
+  }
+  return false;
+}
+
 /**
  * Unexpected exceptions become a 500 in the same shape, logged with the request id. Pages outside
  * the API get `htmlPage` instead, when given.
@@ -99,6 +115,7 @@ export function errorHandler(
 ) {
   return (err: Error, c: Context<Env>): Response => {
     if (err instanceof ApiError) return apiErrorResponse(c, err, docsBaseUrl);
+    if (causedByBusyKv(err)) return apiErrorResponse(c, BUSY_ERROR, docsBaseUrl);
     log({
       level: "error",
       requestId: c.get("requestId"),

@@ -4,7 +4,7 @@
  * store, or (commits only) is applied and then throws, as when a connection drops after the write.
  */
 export type Step = "get" | "getMany" | "list" | "commit";
-export type Fault = "ok" | "throw" | "throw_after_commit";
+export type Fault = "ok" | "throw" | "throw_after_commit" | "busy";
 
 export class InjectedKvError extends Error {}
 
@@ -26,12 +26,21 @@ export function faultyKv(real: Deno.Kv, plan: FaultyKv["plan"] = () => "ok"): Fa
     const fault = state.plan(step, index, key);
     if (fault !== "ok") state.injected.push({ step, fault, index });
     if (fault === "throw") throw new InjectedKvError(`injected ${step} failure at step ${index}`);
+    if (fault === "busy") throw new TypeError("database is locked");
     return fault;
   };
 
   const wrapAtomic = (atomic: Deno.AtomicOperation): Deno.AtomicOperation => {
+    // retryWhileBusy replaces an operation's commit with its own, which calls this one.
+    let replaced: Deno.AtomicOperation["commit"] | undefined;
     const proxy: Deno.AtomicOperation = new Proxy(atomic, {
+      set(target, name, value) {
+        if (name !== "commit") return Reflect.set(target, name, value);
+        replaced = value;
+        return true;
+      },
       get(target, name) {
+        if (name === "commit" && replaced) return replaced;
         if (name === "commit") {
           return async () => {
             const fault = decide("commit");

@@ -1,5 +1,18 @@
 import assert from "node:assert/strict";
+import { createApp } from "@/app.ts";
+import { buildCatalog } from "@/lib/catalog/catalog.ts";
 import { KvBusyError, openKv, retryWhileBusy } from "@/lib/core/kv.ts";
+import { loadConfig, parseUsd } from "@/lib/core/mod.ts";
+import { keys, type WalletRecord } from "@/lib/db.ts";
+import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
+import { faultyKv, type Step } from "./faulty_kv.ts";
+import {
+  assertAuditClean,
+  PUBLIC_URL,
+  testCatalogFile,
+  usageRecords,
+  userMessage,
+} from "./helpers.ts";
 
 /** A real in-memory KV whose get and commit fail as SQLite does while another process writes. */
 async function lockedFor(times: number, stallMs = 0) {
@@ -153,5 +166,87 @@ Deno.test("a KV file another process holds locked past SQLite's own five-second 
     await holder.stdout.cancel();
     await holder.status;
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** The whole app on a KV whose commits meet a held lock while `busy()` says so. */
+async function appOnBusyKv(busy: (step: Step) => boolean) {
+  const real = await Deno.openKv(":memory:");
+  const faulty = faultyKv(real, (step) => busy(step) ? "busy" : "ok");
+  const env = { PUBLIC_URL, RATE_LIMIT_RPM: "1000000" };
+  const { app, wallets } = createApp({
+    kv: retryWhileBusy(faulty.kv),
+    config: loadConfig(env),
+    catalog: buildCatalog(testCatalogFile(), env),
+    log: (f) => f.event === "unhandled_error" && console.error(f.error, f.stack),
+  });
+  const { app: record, key } = await createAppRecord(real, { name: "busy" });
+  const post = (path: string, body: unknown) =>
+    app.fetch(
+      new Request(`${PUBLIC_URL}/v1${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key.apiKey}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      }),
+    );
+  const close = async () => {
+    await wallets.drain();
+    real.close();
+  };
+  return { real, appId: record.id, post, close };
+}
+
+const CHAT = { model: "tollbooth/echo", messages: userMessage("one two three") };
+const EMBED = { model: "tollbooth/embed", input: "one two three" };
+const RESPONSE = { model: "tollbooth/echo", input: "one two three", max_output_tokens: 16 };
+
+Deno.test("a KV whose lock stays held past every retry answers 503 service_unavailable with Retry-After, never a 500, and reserves nothing", async () => {
+  const s = await appOnBusyKv((step) => step === "commit");
+  try {
+    for (const [path, body] of [["/chat/completions", CHAT], ["/embeddings", EMBED]] as const) {
+      const started = Date.now();
+      const res = await s.post(path, body);
+      const { error } = await res.json();
+      assert.equal(res.status, 503, `${path}: ${JSON.stringify(error)}`);
+      assert.equal(error.code, "service_unavailable", path);
+      assert.equal(error.type, "api_error", path);
+      assert.equal(res.headers.get("retry-after"), "1", path);
+      // The wait is the KV's own bound (2 s, 20 tries), not the wallet's 40 tries of it.
+      assert.ok(Date.now() - started < 6_000, `${path} answered in ${Date.now() - started} ms`);
+    }
+    const wallet = (await s.real.get<WalletRecord>(keys.wallet(s.appId))).value!;
+    assert.deepEqual([wallet.available, wallet.reserved, wallet.spent], [5_000_000, 0, 0]);
+    await assertAuditClean(s.real);
+  } finally {
+    await s.close();
+  }
+});
+
+Deno.test("requests that meet a lock held by turns for a second are answered and charged exactly once: spent equals the usage records and the costs the clients saw", async () => {
+  const busyUntil = Date.now() + 1_000;
+  const s = await appOnBusyKv((step) => step === "commit" && Date.now() < busyUntil);
+  try {
+    const bodies = [["/chat/completions", CHAT], ["/embeddings", EMBED], ["/responses", RESPONSE]];
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, async (_, i) => {
+        const [path, body] = bodies[i % bodies.length];
+        const res = await s.post(path as string, body);
+        await res.body?.cancel();
+        return { status: res.status, cost: res.headers.get("tollbooth-request-cost") };
+      }),
+    );
+    assert.deepEqual(answers.map((a) => a.status), answers.map(() => 200), JSON.stringify(answers));
+    const seen = answers.reduce((sum, a) => sum + parseUsd(a.cost!), 0);
+    await new Promise((r) => setTimeout(r, 100));
+    const usage = await usageRecords(s.real, s.appId);
+    assert.equal(usage.length, 12);
+    const wallet = (await s.real.get<WalletRecord>(keys.wallet(s.appId))).value!;
+    assert.equal(wallet.spent, usage.reduce((sum, u) => sum + u.cost, 0));
+    assert.equal(wallet.spent, seen);
+    assert.equal(wallet.reserved, 0);
+    assert.equal(wallet.available, 5_000_000 - wallet.spent);
+    await assertAuditClean(s.real);
+  } finally {
+    await s.close();
   }
 });

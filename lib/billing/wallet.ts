@@ -30,6 +30,7 @@ import {
 import {
   CONFIG_DEFAULTS,
   getManyChunked,
+  KvBusyError,
   type Micros,
   newId,
   randomToken,
@@ -139,6 +140,15 @@ interface SliceDemand {
 
 /** Operations after whose commit the app's balance watchers (webhooks) look again. */
 const MONEY_MOVING = new Set<Op["kind"]>(["settle", "credit", "debit", "debit_reversal"]);
+
+/**
+ * A batch of reserves only (nothing answered yet, nothing to lose) stops at a KV busy past its own
+ * retries: each further try would wait out the lock as long again (40 tries, 80 s), and the client
+ * is better told 503 with Retry-After. Money that moves keeps every try.
+ */
+function givesUpBusy(ops: Op[], error: unknown): boolean {
+  return error instanceof KvBusyError && ops.every((op) => op.kind === "reserve");
+}
 
 export class Wallets {
   readonly stats: WalletStats = {
@@ -1346,7 +1356,7 @@ export class Wallets {
         } catch (error) {
           // A failed read changed nothing: retry it rather than fail (and lose) a whole batch.
           this.stats.readFailures++;
-          if (attempt >= this.#maxAttempts) {
+          if (attempt >= this.#maxAttempts || givesUpBusy(ops, error)) {
             throw new WalletUnavailableError(`wallet ${appId}: KV reads failing`, { cause: error });
           }
           backoff = attempt;
@@ -1446,7 +1456,7 @@ export class Wallets {
         if (cached) failedOn = cached.entry.versionstamp;
         commitFailed = true;
         this.stats.conflicts++;
-        if (attempt >= this.#maxAttempts) {
+        if (attempt >= this.#maxAttempts || givesUpBusy(ops, commitError)) {
           throw commitError === undefined
             ? new WalletUnavailableError(`wallet ${appId}: too many conflicts`)
             : new WalletUnavailableError(

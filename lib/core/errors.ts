@@ -272,6 +272,15 @@ export const ERROR_CODES = {
     fix:
       "Nothing, if a later delivery succeeds. If it persists, the `top_up_refund_failed` log lines quote Stripe's error: check that the secret key may create refunds and that the Stripe balance covers the refund.",
   },
+  service_unavailable: {
+    status: 503,
+    type: "api_error",
+    title: "Busy for a moment",
+    cause:
+      "Our storage stayed busy (other instances held its lock) for longer than we wait, about two seconds, so the request was stopped before it was answered. Nothing was charged for it.",
+    fix:
+      "Wait the number of seconds in `Retry-After`, then retry (the official OpenAI clients do this by themselves).",
+  },
   internal_error: {
     status: 500,
     type: "api_error",

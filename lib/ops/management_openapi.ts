@@ -17,6 +17,7 @@ const READ_ERRORS: ErrorCode[] = [
   "invalid_management_key",
   "resource_not_found",
   "rate_limit_exceeded",
+  "service_unavailable",
   "internal_error",
 ];
 const WRITE_ERRORS: ErrorCode[] = [
@@ -102,8 +103,8 @@ export function managementOpenApi(
     const statuses = [...new Set(codes.map((c) => ERROR_CODES[c].status))].sort();
     return Object.fromEntries(statuses.map((status) => {
       const these = codes.filter((c) => ERROR_CODES[c].status === status);
-      // A 401 has no owner to count; a 500 may be the limiter's own storage failing.
-      const headers = status === 401 || status === 500
+      // A 401 has no owner to count; a 500 or 503 may be the limiter's own storage failing.
+      const headers = status === 401 || status >= 500
         ? common
         : status === 404
         ? countedUnlessPathTooLong
@@ -111,7 +112,7 @@ export function managementOpenApi(
       const titles = these.map((c) => `\`${c}\`: ${ERROR_CODES[c].title}.`).join(" ");
       return [String(status), {
         description: status === 429 ? `${titles} ${OVER_THE_LIMIT}` : titles,
-        headers: status === 429
+        headers: status === 429 || status === 503
           ? { ...headers, "Retry-After": helpers.headerRef("RetryAfter") }
           : headers,
         content: { "application/json": { schema: helpers.errorSchema(these) } },

@@ -127,7 +127,12 @@ const EMBEDDING_ERRORS = ENDPOINT_ERRORS.filter((c) =>
 );
 
 /** The errors of a free read (GET /v1/models): no body, no wallet, no provider. */
-const READ_ERRORS: ErrorCode[] = ["unsupported_version", "invalid_api_key", "internal_error"];
+const READ_ERRORS: ErrorCode[] = [
+  "unsupported_version",
+  "invalid_api_key",
+  "service_unavailable",
+  "internal_error",
+];
 
 function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ERRORS) {
   const codes = endpointErrors.filter((c) => ERROR_CODES[c].status === status);
@@ -139,6 +144,7 @@ function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ER
     headers["Retry-After"] = headerRef("RetryAfter");
     headers["retry-after-ms"] = headerRef("RetryAfterMs");
   }
+  if (status === 503) headers["Retry-After"] = headerRef("RetryAfter");
   const charged = codes.filter((c) => CHARGED_ERRORS.includes(c));
   if (charged.length > 0) {
     const only = charged.map((c) => `\`${c}\``).join(", ");
@@ -161,8 +167,8 @@ function errorResponse(status: number, endpointErrors: ErrorCode[] = ENDPOINT_ER
       schema: { type: "string", const: "false" },
     };
   }
-  // A 401 has no caller to count; a 500 may be the limiter's own storage failing.
-  if (status !== 401 && status !== 500) {
+  // A 401 has no caller to count; a 500 or 503 may be the limiter's own storage failing.
+  if (status !== 401 && status !== 500 && status !== 503) {
     for (const name of Object.keys(RATE_LIMIT_HEADERS)) headers[name] = headerRef(name);
   }
   return {

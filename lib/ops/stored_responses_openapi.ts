@@ -8,6 +8,7 @@ import type { ErrorCode } from "@/lib/core/mod.ts";
 const STORED_ERRORS: ErrorCode[] = [
   "unsupported_version",
   "invalid_api_key",
+  "service_unavailable",
   "internal_error",
   "not_found",
 ];
