@@ -263,7 +263,10 @@ export class Gateway {
     completion.usage = clientUsage(reported, usage, charged);
     return {
       completion,
-      chunks: parts.map((part) => part.chunk),
+      // Only the Responses API reads them: not listed for every chat completion.
+      get chunks() {
+        return parts.map((part) => part.chunk);
+      },
       provider: opened.route.provider.name,
       charged,
       available: opened.balance(),
