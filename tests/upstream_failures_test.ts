@@ -32,21 +32,30 @@ const PIECES = ["Once", " upon", " a time"];
 /** "Once upon a time" in o200k_base. */
 const PIECES_TOKENS = 4;
 
+/** One OpenAI chat chunk event of the cut answer's. */
+function openAiChunk(
+  delta: Record<string, unknown>,
+  { finishReason = null, usage = null }: { finishReason?: string | null; usage?: unknown } = {},
+): string {
+  return `data: ${
+    JSON.stringify({
+      id: "chatcmpl-cut",
+      object: "chat.completion.chunk",
+      created: 1733000000,
+      model: "up-model",
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+      usage,
+    })
+  }\n\n`;
+}
+
 /** The first events of a stream in each format, carrying PIECES. */
 function streamStart(kind: Kind): string[] {
   if (kind === "openai") {
-    const chunk = (delta: Record<string, unknown>) =>
-      `data: ${
-        JSON.stringify({
-          id: "chatcmpl-cut",
-          object: "chat.completion.chunk",
-          created: 1733000000,
-          model: "up-model",
-          choices: [{ index: 0, delta, logprobs: null, finish_reason: null }],
-          usage: null,
-        })
-      }\n\n`;
-    return [chunk({ role: "assistant", content: "" }), ...PIECES.map((p) => chunk({ content: p }))];
+    return [
+      openAiChunk({ role: "assistant", content: "" }),
+      ...PIECES.map((p) => openAiChunk({ content: p })),
+    ];
   }
   return [
     `event: message_start\ndata: ${
@@ -882,16 +891,10 @@ for (const stream of [false, true]) {
       () =>
         sseResponse([
           ...streamStart("openai"),
-          `data: ${
-            JSON.stringify({
-              id: "chatcmpl-cut",
-              object: "chat.completion.chunk",
-              created: 1733000000,
-              model: "up-model",
-              choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: "stop" }],
-              usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
-            })
-          }\n\n`,
+          openAiChunk({}, {
+            finishReason: "stop",
+            usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
+          }),
           "data: [DONE]\n\n",
         ], { headers: { "content-type": "application/json" } }),
       async (s, apiKey, appId) => {

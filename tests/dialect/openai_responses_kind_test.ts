@@ -598,6 +598,20 @@ Deno.test("openai SDK responses.create, Responses kind: the reasoning summary th
     await d.newUsage();
   }));
 
+/** The preamble and the answer of the phased weather answer, as they go back to OpenAI. */
+const PHASED_MESSAGES_SENT = [
+  {
+    role: "assistant",
+    content: [{ type: "output_text", text: "Checking the forecast." }],
+    phase: "commentary",
+  },
+  {
+    role: "assistant",
+    content: [{ type: "output_text", text: "Mild in Lima." }],
+    phase: "final_answer",
+  },
+];
+
 Deno.test("openai SDK responses.create, Responses kind: an assistant message's phase goes back to OpenAI with the message, and is listed with its input items; chat providers are not sent it", () =>
   withDialect(async (d) => {
     const client = openAiClient(d);
@@ -637,18 +651,7 @@ Deno.test("openai SDK responses.create, Responses kind: an assistant message's p
     const [body] = sent(d);
     assert.deepEqual(
       body.input.filter((item: { role?: string }) => item.role === "assistant"),
-      [
-        {
-          role: "assistant",
-          content: [{ type: "output_text", text: "Checking the forecast." }],
-          phase: "commentary",
-        },
-        {
-          role: "assistant",
-          content: [{ type: "output_text", text: "Mild in Lima." }],
-          phase: "final_answer",
-        },
-      ],
+      PHASED_MESSAGES_SENT,
     );
     assert.equal(d.openai.chats.length, 1, "the chat provider took the conversation without it");
     assert.equal(d.claude.messages().length, 1);
@@ -816,16 +819,7 @@ Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and a
       )
         .map(({ call_id: _, ...rest }) => rest);
     assert.deepEqual(answered(continued), [
-      {
-        role: "assistant",
-        content: [{ type: "output_text", text: "Checking the forecast." }],
-        phase: "commentary",
-      },
-      {
-        role: "assistant",
-        content: [{ type: "output_text", text: "Mild in Lima." }],
-        phase: "final_answer",
-      },
+      ...PHASED_MESSAGES_SENT,
       { type: "function_call", name: "get_weather", arguments: '{"city":"Lima"}' },
     ]);
     assert.deepEqual(answered(continued), answered(resent));

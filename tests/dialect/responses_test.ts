@@ -963,39 +963,47 @@ Deno.test("responses.cancel is a 404 saying background responses are not support
     await assertCharged(d, OPENAI_MODEL, { prompt: 10, completion: 2 });
   }));
 
+/**
+ * A Claude answer whose weather call the output cap cut mid-JSON (an incomplete response), the
+ * next answer scripted: the call as the client saw it.
+ */
+async function callCutOnClaude(d: Dialect) {
+  const weather = {
+    type: "function" as const,
+    name: "weather",
+    parameters: { type: "object", properties: { city: { type: "string" } } },
+    strict: false,
+  };
+  d.claude.script(
+    {
+      content: [{
+        type: "tool_use",
+        name: "weather",
+        input: { city: "Paris" },
+        chunks: ['{"city": "Pa'],
+      }],
+      stopReason: "max_tokens",
+      inputTokens: 100,
+      outputTokens: 20,
+    } as Parameters<typeof d.claude.script>[0],
+    { text: "Say the city again?", inputTokens: 120, outputTokens: 6 },
+  );
+  const first = await client(d).responses.create({
+    model: CLAUDE_MODEL,
+    input: "Weather in Paris?",
+    tools: [weather],
+    max_output_tokens: 20,
+  });
+  assert.equal(first.status, "incomplete");
+  const call = first.output.find((item) => item.type === "function_call")!;
+  assert.equal(call.arguments, '{"city": "Pa', "the client sees what was produced");
+  return { weather, first, call };
+}
+
 Deno.test("a Responses answer whose tool call the output cap cut mid-JSON can be continued on Claude with that call's answer", () =>
   withDialect(async (d) => {
-    const weather = {
-      type: "function" as const,
-      name: "weather",
-      parameters: { type: "object", properties: { city: { type: "string" } } },
-      strict: false,
-    };
-    d.claude.script(
-      {
-        content: [{
-          type: "tool_use",
-          name: "weather",
-          input: { city: "Paris" },
-          chunks: ['{"city": "Pa'],
-        }],
-        stopReason: "max_tokens",
-        inputTokens: 100,
-        outputTokens: 20,
-      } as Parameters<typeof d.claude.script>[0],
-      { text: "Say the city again?", inputTokens: 120, outputTokens: 6 },
-    );
-    const openai = new OpenAI({ baseURL: d.baseURL, apiKey: d.apiKey, maxRetries: 0 });
-    const first = await openai.responses.create({
-      model: CLAUDE_MODEL,
-      input: "Weather in Paris?",
-      tools: [weather],
-      max_output_tokens: 20,
-    });
-    assert.equal(first.status, "incomplete");
-    const call = first.output.find((item) => item.type === "function_call")!;
-    assert.equal(call.arguments, '{"city": "Pa', "the client sees what was produced");
-    const second = await openai.responses.create({
+    const { weather, first, call } = await callCutOnClaude(d);
+    const second = await client(d).responses.create({
       model: CLAUDE_MODEL,
       previous_response_id: first.id,
       tools: [weather],
@@ -1015,34 +1023,7 @@ Deno.test("a Responses answer whose tool call the output cap cut mid-JSON can be
 
 Deno.test("a Responses answer whose tool call the output cap cut mid-JSON can be continued on Claude by referencing the call's stored item", () =>
   withDialect(async (d) => {
-    const weather = {
-      type: "function" as const,
-      name: "weather",
-      parameters: { type: "object", properties: { city: { type: "string" } } },
-      strict: false,
-    };
-    d.claude.script(
-      {
-        content: [{
-          type: "tool_use",
-          name: "weather",
-          input: { city: "Paris" },
-          chunks: ['{"city": "Pa'],
-        }],
-        stopReason: "max_tokens",
-        inputTokens: 100,
-        outputTokens: 20,
-      } as Parameters<typeof d.claude.script>[0],
-      { text: "Say the city again?", inputTokens: 120, outputTokens: 6 },
-    );
-    const first = await client(d).responses.create({
-      model: CLAUDE_MODEL,
-      input: "Weather in Paris?",
-      tools: [weather],
-      max_output_tokens: 20,
-    });
-    const call = first.output.find((item) => item.type === "function_call")!;
-    assert.equal(call.arguments, '{"city": "Pa', "the client sees what was produced");
+    const { weather, call } = await callCutOnClaude(d);
     const second = await client(d).responses.create({
       model: CLAUDE_MODEL,
       tools: [weather],
