@@ -774,6 +774,108 @@ Deno.test('a server that refuses stream_options (Mistral\'s) is served with "str
   }
 });
 
+Deno.test("a compatible server without allowed_tools (vLLM's) is offered only the tools a client's allowed_tools allow, with the plain choice; one marked allowed_tools gets them as sent; billed exactly", async () => {
+  const bodies: Record<string, unknown>[] = [];
+  const fake = serveLoopback(async (req) => {
+    const body = await req.json();
+    bodies.push(body);
+    // vLLM validates tool_choice against the choices it knows and refuses any other.
+    const choice = body.tool_choice;
+    const known = choice === undefined || ["none", "auto", "required"].includes(choice) ||
+      (choice?.type === "function" && typeof choice.function?.name === "string");
+    if (!known && new URL(req.url).pathname.startsWith("/vllm")) {
+      return Response.json({
+        object: "error",
+        message:
+          "1 validation error for ChatCompletionRequest\ntool_choice: Input should be 'none', 'auto' or 'required'",
+        type: "BadRequestError",
+        param: null,
+        code: 400,
+      }, { status: 400 });
+    }
+    return sseResponse([
+      chunk({ role: "assistant", content: "" }),
+      chunk({
+        tool_calls: [{
+          index: 0,
+          id: "call_1",
+          type: "function",
+          function: { name: "get_time", arguments: '{"city":"Paris"}' },
+        }],
+      }),
+      finalChunk({
+        choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }],
+        usage: { prompt_tokens: 90, completion_tokens: 12, total_tokens: 102 },
+      }),
+      "data: [DONE]\n\n",
+    ]);
+  });
+  const s = await startUpstreamService(
+    {
+      vllm: { kind: "openai", base_url: `${fake.url}/vllm/v1` },
+      proxy: { kind: "openai", base_url: `${fake.url}/proxy/v1`, allowed_tools: true },
+    },
+  );
+  const server = serveLoopback(s.handle);
+  try {
+    const { apiKey, appId } = await s.newApp();
+    const client = new OpenAI({ apiKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
+    const parameters = { type: "object", properties: { city: { type: "string" } } };
+    const tools = ["get_weather", "get_time", "get_news"].map((name) => ({
+      type: "function" as const,
+      function: { name, parameters },
+    }));
+    const allowed = (mode: "auto" | "required", names: string[]) => ({
+      type: "allowed_tools" as const,
+      allowed_tools: {
+        mode,
+        tools: names.map((name) => ({ type: "function" as const, function: { name } })),
+      },
+    });
+    const ask = (model: string, tool_choice: ReturnType<typeof allowed>) =>
+      client.chat.completions.create({
+        model,
+        messages: [{ role: "user", content: "Time in Paris?" }],
+        tools,
+        tool_choice,
+      });
+    const sentTools = () =>
+      (bodies.at(-1)!.tools as { function: { name: string } }[])
+        .map((t) => t.function.name);
+
+    const auto = await ask("vllm/m", allowed("auto", ["get_time", "get_news"]));
+    assert.equal(auto.choices[0].finish_reason, "tool_calls");
+    assert.deepEqual(sentTools(), ["get_time", "get_news"]);
+    assert.equal(bodies.at(-1)!.tool_choice, "auto");
+
+    await ask("vllm/m", allowed("required", ["get_time", "get_news"]));
+    assert.deepEqual(sentTools(), ["get_time", "get_news"]);
+    assert.equal(bodies.at(-1)!.tool_choice, "required");
+
+    // One tool that must be called: named, every tool still sent for the cached prefix.
+    await ask("vllm/m", allowed("required", ["get_time"]));
+    assert.deepEqual(sentTools(), ["get_weather", "get_time", "get_news"]);
+    assert.deepEqual(bodies.at(-1)!.tool_choice, {
+      type: "function",
+      function: { name: "get_time" },
+    });
+
+    const choice = allowed("auto", ["get_time"]);
+    await ask("proxy/m", choice);
+    assert.deepEqual(sentTools(), ["get_weather", "get_time", "get_news"]);
+    assert.deepEqual(bodies.at(-1)!.tool_choice, choice);
+
+    const records = await usageRecords(s.kv, appId);
+    assert.deepEqual(records.map((r) => r.cost), [1, 2, 3, 4].map(() => cost(90, 12)));
+    assert.equal((await s.wallet(appId)).available, START - 4 * cost(90, 12));
+    await assertAuditClean(s.kv);
+  } finally {
+    await server.close();
+    await s.close();
+    await fake.close();
+  }
+});
+
 /** Spends directly from the wallet until `left` micro-USD remain. */
 async function spendDownTo(s: TestService, appId: string, left: number) {
   const amount = (await s.wallet(appId)).available - left;

@@ -115,6 +115,8 @@ export interface FakeProvider {
   stream_options?: boolean;
   /** As in the catalog: true for a router that wants `reasoning_details` back (OpenRouter). */
   forward_reasoning_details?: boolean;
+  /** As in the catalog: true for a server that takes OpenAI's `allowed_tools` choice. */
+  allowed_tools?: boolean;
 }
 
 /** A chat model at these tests' prices: 2 micro-USD per prompt token and 8 per completion token. */

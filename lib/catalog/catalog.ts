@@ -51,6 +51,12 @@ const ProviderSchema = z.discriminatedUnion("kind", [
      */
     forward_reasoning_details: z.boolean().optional(),
     /**
+     * Kind openai: whether the server takes OpenAI's `allowed_tools` tool choice (by default only
+     * OpenAI's own API, api.openai.com: the choice is its own). A server that does not is offered
+     * only the tools the choice allows, with the plain choice it comes to, as Claude is.
+     */
+    allowed_tools: z.boolean().optional(),
+    /**
      * Kind openai_responses: whether reasoning models are asked for summaries of their reasoning
      * (`reasoning.summary`: what a Responses request asked for, else "auto"), streamed as
      * `reasoning_content` (false by default: OpenAI gives them only to organizations it has
@@ -170,6 +176,8 @@ export type ProviderConfig =
       forwardReasoningContent: boolean;
       /** Kind openai: whether an assistant's `reasoning_details` are sent back upstream. */
       forwardReasoningDetails: boolean;
+      /** Kind openai: whether the server takes the `allowed_tools` tool choice. */
+      allowedTools: boolean;
       /** Kind openai_responses: whether reasoning models are asked for summaries. */
       reasoningSummaries: boolean;
       /** Kinds openai and openai_responses: whether the upstream call is streamed. */
@@ -744,6 +752,11 @@ const KIND_ONLY_FIELDS = {
     openai_responses:
       "OpenAI is always sent the reasoning_details its model made, as their reasoning items",
   },
+  allowed_tools: {
+    kind: "openai",
+    anthropic: "Claude has no allowed tools: it is always offered only the tools it may call",
+    openai_responses: "the Responses API always takes allowed_tools, in its flat shape",
+  },
   reasoning_summaries: {
     kind: "openai_responses",
     anthropic: "Claude's thinking shows as it is written, or as Anthropic's summary of it",
@@ -781,6 +794,7 @@ function toProvider(
     streamOptions: p.stream_options ?? true,
     forwardReasoningContent: p.forward_reasoning_content ?? false,
     forwardReasoningDetails: p.forward_reasoning_details ?? false,
+    allowedTools: p.allowed_tools ?? URL.parse(p.base_url)?.hostname === "api.openai.com",
     reasoningSummaries: p.reasoning_summaries ?? false,
     streaming: p.streaming ?? true,
   };

@@ -683,6 +683,37 @@ Deno.test("a provider of kind openai is sent assistants' reasoning_details back 
   );
 });
 
+Deno.test("a provider of kind openai takes allowed_tools as sent when it is OpenAI's own API or its entry says allowed_tools; refused on kind anthropic", () => {
+  const provider = (edit: (c: CatalogFile) => void = () => {}) => {
+    const file = catalogFile();
+    edit(file);
+    return buildCatalog(file, {}).get("openai/gpt-4o-mini")!.provider as { allowedTools: boolean };
+  };
+  const openai = (c: CatalogFile) => c.providers.openai as Record<string, unknown>;
+  assert.equal(
+    provider((c) => (openai(c).base_url = "https://api.openai.com/v1")).allowedTools,
+    true,
+  );
+  assert.equal(provider((c) => (openai(c).base_url = "http://vllm:8000/v1")).allowedTools, false);
+  assert.equal(
+    provider((c) =>
+      Object.assign(openai(c), { base_url: "http://vllm:8000/v1", allowed_tools: true })
+    )
+      .allowedTools,
+    true,
+  );
+  assert.equal(
+    provider((c) =>
+      Object.assign(openai(c), { base_url: "https://api.openai.com/v1", allowed_tools: false })
+    ).allowedTools,
+    false,
+  );
+  assert.match(
+    refusal((c) => ((c.providers.backup as Record<string, unknown>).allowed_tools = true)),
+    /providers\.backup\.allowed_tools: for providers of kind openai; Claude has no allowed tools/,
+  );
+});
+
 Deno.test("each Claude route carries its model's rules, by name or as the catalog states them; other routes have none", () => {
   const model = loaded((c) => {
     c.models[1].fallbacks = [

@@ -586,7 +586,7 @@ export const FIELD_SUPPORT: Record<string, SupportRow> = {
     anthropic: "translate",
     simulator: "translate",
     note:
-      "Anthropic auto/any/tool/none; allowed_tools: Anthropic is sent only the allowed tools (or made to call the one required); Responses in its flat shape",
+      "Anthropic auto/any/tool/none; allowed_tools: Anthropic, and compatible servers other than OpenAI's own, are sent only the allowed tools (or made to call the one required); Responses in its flat shape",
   },
   parallel_tool_calls: {
     openai: "pass",

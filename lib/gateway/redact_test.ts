@@ -216,6 +216,7 @@ Deno.test("a provider's reasons are shown unless its key is one clientSafe canno
     streamOptions: true,
     forwardReasoningContent: false,
     forwardReasoningDetails: false,
+    allowedTools: false,
     reasoningSummaries: false,
     streaming: true,
   });

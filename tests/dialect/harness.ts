@@ -221,6 +221,8 @@ export async function withDialect(
           base_url: openai.baseUrl,
           api_key_env: "OAI_KEY",
           timeout_ms: 10_000,
+          // It stands in for OpenAI's own API, which takes allowed tools as sent.
+          allowed_tools: true,
         },
         oair: {
           kind: "openai_responses",

@@ -9,7 +9,6 @@
  * effort.
  */
 import {
-  allowedToolNames,
   assistantMessageSaysSomething,
   type ChatMessage,
   type ChatRequest,
@@ -21,13 +20,12 @@ import {
   pdfBase64,
   strictSchema,
   type TextContentPart,
-  type ToolChoiceSpec,
-  type ToolDefinition,
   userMessageSaysSomething,
 } from "../../chat_request.ts";
 import { type ClaudeRules, claudeRulesByName } from "@/lib/catalog/mod.ts";
 import { imageMediaTypeOf, parseImageDataUrl, readImageSize } from "../../image_size.ts";
 import { claudeThinkingBlocks } from "../../reasoning_details.ts";
+import { offeredTools, plainToolChoice } from "../allowed_tools.ts";
 import { formatSchema, isRecursive, withinStrictLimits } from "./output_format.ts";
 import type { UpstreamRequest } from "../types.ts";
 
@@ -452,47 +450,6 @@ export function toolNameAsSent(name: string): string {
 }
 
 /**
- * The client's tools as Claude is offered them. Claude has no allowed tools (OpenAI's
- * `allowed_tools` choice), and a model offered a tool may call it: so the tools it may not call are
- * not sent, which changes the cached prefix (tools come first in it) only where that cannot be
- * helped. Every tool is sent where the choice alone says it all: every tool allowed, or one tool
- * that must be called (Claude's `tool` choice, plainChoice), keeping the prompt cached as OpenAI's
- * allowed tools do. A dropped tool's cache breakpoint moves to the last tool sent before it, which
- * ends the same prefix less the dropped tools; Claude does not need the tools the conversation's
- * earlier calls named to take them, only some tools (which it has).
- */
-export function offeredTools(request: ChatRequest): readonly ToolDefinition[] {
-  const tools = request.params.tools ?? [];
-  const choice = request.params.tool_choice;
-  const allowed = allowedToolNames(choice);
-  if (!allowed || allowed.length === tools.length || typeof plainChoice(choice) === "object") {
-    return tools;
-  }
-  const kept: ToolDefinition[] = [];
-  for (const tool of tools) {
-    if (allowed.includes(tool.function.name)) kept.push(tool);
-    else if (tool.cache_control && kept.length && !kept.at(-1)!.cache_control) {
-      // Of the marks it gathers, the first: a 1-hour mark comes before any 5-minute one.
-      kept.push({ ...kept.pop()!, cache_control: tool.cache_control });
-    }
-  }
-  return kept;
-}
-
-/**
- * The client's choice over the tools Claude is offered (offeredTools): `allowed_tools` as the
- * plain choice it then comes to.
- */
-function plainChoice(choice: ToolChoiceSpec | null | undefined): ToolChoiceSpec | null | undefined {
-  const allowed = allowedToolNames(choice);
-  if (!allowed || !choice || typeof choice !== "object" || choice.type !== "allowed_tools") {
-    return choice;
-  }
-  if (choice.allowed_tools.mode === "auto") return "auto";
-  return allowed.length === 1 ? { type: "function", function: { name: allowed[0] } } : "required";
-}
-
-/**
  * A Messages request sent again without strict tools (the same schemas, so within what was held
  * for), or null when none went strict.
  */
@@ -621,7 +578,7 @@ function toolChoice(
 ): Record<string, unknown> | null {
   const p = request.params;
   const noParallel = p.parallel_tool_calls === false ? { disable_parallel_tool_use: true } : {};
-  const choice = plainChoice(p.tool_choice);
+  const choice = plainToolChoice(p.tool_choice);
   // Tools declared only for the conversation's calls (historyToolNames) may not be called.
   const historyOnly = historyToolNames(request).length > 0;
   if (answerTool) {

@@ -22,6 +22,8 @@ export interface OpenAiOptions {
   forwardReasoningContent?: boolean;
   /** Whether assistants' `reasoning_details` are sent back (see openAiRequestBody). */
   forwardReasoningDetails?: boolean;
+  /** Whether the server takes the `allowed_tools` tool choice (see openAiRequestBody). */
+  allowedTools?: boolean;
   /** False: the upstream is asked for whole answers (an OpenAI organization not verified). */
   streaming?: boolean;
   fetch?: typeof fetch;
@@ -46,6 +48,7 @@ export function createOpenAiProvider(options: OpenAiOptions): Provider {
       streamOptions: options.streamOptions,
       forwardReasoningContent: options.forwardReasoningContent,
       forwardReasoningDetails: options.forwardReasoningDetails,
+      allowedTools: options.allowedTools,
       pinDefaultTier,
     });
   }

@@ -7,6 +7,7 @@ import {
   withoutPartFields,
 } from "../../chat_request.ts";
 import type { UpstreamRequest } from "../types.ts";
+import { offeredTools, plainToolChoice } from "../allowed_tools.ts";
 
 /**
  * OpenAI's reasoning models (the o-series and GPT-5) refuse `max_tokens`; every other compatible
@@ -151,8 +152,9 @@ export function askedServiceTier(
  * `streamOptions` false leaves `stream_options` out, the client's included, for a server that
  * refuses the field (Mistral's) and reports its usage on its last chunk unasked;
  * `forwardReasoningContent` sends assistants' `reasoning_content` back (DeepSeek's thinking mode),
- * `forwardReasoningDetails` their `reasoning_details` (OpenRouter's); `pinDefaultTier` asks for the
- * default service tier by name (runsProjectTier).
+ * `forwardReasoningDetails` their `reasoning_details` (OpenRouter's); `allowedTools` false offers a
+ * server without OpenAI's `allowed_tools` choice only the tools it allows (offeredTools);
+ * `pinDefaultTier` asks for the default service tier by name (runsProjectTier).
  */
 export function openAiRequestBody(
   up: UpstreamRequest,
@@ -161,6 +163,7 @@ export function openAiRequestBody(
     streamOptions = true,
     forwardReasoningContent = false,
     forwardReasoningDetails = false,
+    allowedTools = true,
     pinDefaultTier = false,
   } = {},
 ): Record<string, unknown> {
@@ -181,10 +184,15 @@ export function openAiRequestBody(
   // otherwise; unstored, it tags nothing. A Responses request's metadata (kept here with the
   // response, stored or not) would otherwise fail every model served through this API.
   if (params.store !== true) delete body.metadata;
-  if (tools?.length) body.tools = tools.map(({ cache_control: _cc, ...tool }) => tool);
-  // OpenAI refuses a tool_choice without tools; without tools "auto" and "none" (the only choices
-  // then accepted, see checkTools) mean nothing, so they are not sent.
-  else delete body.tool_choice;
+  if (tools?.length) {
+    const offered = allowedTools ? tools : offeredTools(up.request);
+    body.tools = offered.map(({ cache_control: _cc, ...tool }) => tool);
+    if (!allowedTools) body.tool_choice = plainToolChoice(params.tool_choice);
+  } else {
+    // OpenAI refuses a tool_choice without tools; without tools "auto" and "none" (the only
+    // choices then accepted, see checkTools) mean nothing, so they are not sent.
+    delete body.tool_choice;
+  }
   body[outputCapParam(up.model)] = up.maxTokens;
   const tier = askedServiceTier(params.service_tier, pinDefaultTier);
   if (tier !== undefined) body.service_tier = tier;

@@ -61,6 +61,42 @@ Deno.test("the OpenAI body is the client's, with only model, the cap and include
   });
 });
 
+Deno.test("allowed_tools go as sent to a server that takes them; to one that does not, as the tools they allow and the plain choice", () => {
+  const tool = (name: string) => ({ type: "function", function: { name } });
+  const allowed = (mode: string, names: string[]) => ({
+    type: "allowed_tools",
+    allowed_tools: { mode, tools: names.map(tool) },
+  });
+  const body = (tool_choice: unknown, allowedTools: boolean) =>
+    openAiRequestBody(
+      upstreamRequest(testModel("openai", "gpt-4.1-mini"), {
+        messages: [{ role: "user", content: "Time?" }],
+        tools: [tool("a"), tool("b"), tool("c")],
+        tool_choice,
+      }),
+      true,
+      { allowedTools },
+    );
+  const names = (b: Record<string, unknown>) =>
+    (b.tools as { function: { name: string } }[]).map((t) => t.function.name);
+  const sent = body(allowed("auto", ["b"]), true);
+  assert.deepEqual(names(sent), ["a", "b", "c"]);
+  assert.deepEqual(sent.tool_choice, allowed("auto", ["b"]));
+  for (
+    const [choice, tools, plain] of [
+      [allowed("auto", ["b", "c"]), ["b", "c"], "auto"],
+      [allowed("required", ["a", "c"]), ["a", "c"], "required"],
+      [allowed("required", ["b"]), ["a", "b", "c"], { type: "function", function: { name: "b" } }],
+      [allowed("auto", ["a", "b", "c"]), ["a", "b", "c"], "auto"],
+      ["required", ["a", "b", "c"], "required"],
+    ] as const
+  ) {
+    const offered = body(choice, false);
+    assert.deepEqual(names(offered), tools);
+    assert.deepEqual(offered.tool_choice, plain);
+  }
+});
+
 Deno.test("include_usage is forced on streams whatever the client asked; other stream options kept", () => {
   const body = openAiRequestBody(
     upstreamRequest(testModel("openai", "gpt-4o"), {
