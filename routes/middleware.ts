@@ -1,8 +1,8 @@
 import type { Context, MiddlewareHandler } from "hono";
 import {
   ApiError,
+  causedByBusyKv,
   errorBody,
-  KvBusyError,
   type Logger,
   logSoon,
   newRequestId,
@@ -95,14 +95,6 @@ const BUSY_ERROR = new ApiError(
   "The service is busy for a moment; nothing was charged. Retry after the seconds in Retry-After.",
   { headers: { "Retry-After": "1" } },
 );
-
-/** KvBusyError reaches a route as it is or as the cause of the wallet's own error. */
-function causedByBusyKv(err: unknown): boolean {
-  for (let e = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    if (e instanceof KvBusyError) return true;
-  }
-  return false;
-}
 
 /**
  * Unexpected exceptions become a 500 in the same shape, logged with the request id. Pages outside

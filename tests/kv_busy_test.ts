@@ -73,6 +73,85 @@ Deno.test("reads and commits that meet a locked database are retried until it fr
   }
 });
 
+/**
+ * A real in-memory KV whose sets, deletes and listings meet a locked database `times` times each; a
+ * listing meets it between entries (after `after` of them), as a list reading its next batch does.
+ */
+async function writesAndListsLockedFor(times: number, after = 0) {
+  const kv = await Deno.openKv(":memory:");
+  const busy = { set: times, delete: times, list: times };
+  const attempts = { set: 0, delete: 0, list: 0 };
+  const flaky = new Proxy(kv, {
+    get(target, prop) {
+      if (prop === "set" || prop === "delete") {
+        return (...args: unknown[]) => {
+          attempts[prop]++;
+          if (busy[prop]-- > 0) return Promise.reject(new TypeError("database is locked"));
+          return (target[prop] as (...a: unknown[]) => unknown)(...args);
+        };
+      }
+      if (prop === "list") {
+        return (selector: Deno.KvListSelector, options?: Deno.KvListOptions) => {
+          attempts.list++;
+          const listing = target.list(selector, options);
+          let given = 0;
+          const next = listing.next.bind(listing);
+          listing.next = () => {
+            if (given >= after && busy.list-- > 0) {
+              return Promise.reject(new TypeError("database is locked"));
+            }
+            given++;
+            return next();
+          };
+          return listing;
+        };
+      }
+      const v = Reflect.get(target, prop, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+  return { kv: retryWhileBusy(flaky), real: kv, attempts, close: () => kv.close() };
+}
+
+Deno.test("sets and deletes that meet a locked database are retried until it frees", async () => {
+  const store = await writesAndListsLockedFor(3);
+  try {
+    assert.ok((await store.kv.set(["k"], 1)).ok);
+    assert.equal(store.attempts.set, 4);
+    assert.equal((await store.real.get(["k"])).value, 1);
+    await store.kv.delete(["k"]);
+    assert.equal(store.attempts.delete, 4);
+    assert.equal((await store.real.get(["k"])).value, null);
+  } finally {
+    store.close();
+  }
+});
+
+Deno.test("a listing that meets a locked database part-way goes on where it stopped, each entry once, within its limit", async () => {
+  const store = await writesAndListsLockedFor(3, 2);
+  try {
+    for (let i = 0; i < 6; i++) await store.real.set(["l", i], i);
+    const all = await Array.fromAsync(store.kv.list<number>({ prefix: ["l"] }));
+    assert.deepEqual(all.map((e) => e.value), [0, 1, 2, 3, 4, 5]);
+    const busy = await writesAndListsLockedFor(2, 2);
+    try {
+      for (let i = 0; i < 6; i++) await busy.real.set(["l", i], i);
+      const listing = busy.kv.list<number>({ prefix: ["l"] }, { limit: 4, reverse: true });
+      const limited = await Array.fromAsync(listing);
+      assert.deepEqual(limited.map((e) => e.value), [5, 4, 3, 2]);
+      // The cursor is the last entry's, as a listing's own: the next page starts after it.
+      const rest = await Array.fromAsync(
+        busy.real.list<number>({ prefix: ["l"] }, { reverse: true, cursor: listing.cursor }),
+      );
+      assert.deepEqual(rest.map((e) => e.value), [1, 0]);
+    } finally {
+      busy.close();
+    }
+  } finally {
+    store.close();
+  }
+});
+
 Deno.test("a lock taken by turns many times over is waited out, up to two seconds", async () => {
   const store = await lockedFor(30);
   try {

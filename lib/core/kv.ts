@@ -54,7 +54,8 @@ const BUSY_MIN_TRIES = 20;
 /**
  * Several processes on one SQLite file (instances, or an admin command beside a running service)
  * take turns at its write lock, and one that meets it held for a moment is told "database is
- * locked". That statement did not run, so reads and commits are simply retried. (Were a commit ever
+ * locked". That statement did not run, so reads, listings, commits, sets and deletes are simply
+ * retried. (Were a commit ever
  * applied anyway, retrying it is still harmless: every write here is versionstamp-checked, so the
  * second try fails its check; the wallet resolves such outcomes through its batch marker.)
  */
@@ -72,12 +73,82 @@ export function retryWhileBusy(kv: Deno.Kv): Deno.Kv {
       if (prop === "atomic") return atomic;
       const value = Reflect.get(target, prop, target);
       if (typeof value !== "function") return value;
-      if (prop === "get" || prop === "getMany") {
+      // A set or delete is as unconditional the second time as the first: retrying it is safe.
+      if (prop === "get" || prop === "getMany" || prop === "set" || prop === "delete") {
         return (...args: unknown[]) => whileBusy(() => value.apply(target, args));
+      }
+      if (prop === "list") {
+        return (selector: Deno.KvListSelector, options?: Deno.KvListOptions) =>
+          new ListWhileBusy(target, selector, options);
       }
       return value.bind(target);
     },
   });
+}
+
+/** Whether `error` is a KvBusyError, as it is or as the cause of another (the wallet's own). */
+export function causedByBusyKv(error: unknown): boolean {
+  for (let e = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof KvBusyError) return true;
+  }
+  return false;
+}
+
+/**
+ * A listing that meets a locked database goes on where it stopped: a list reads in batches, so the
+ * lock can be met at any of them, and a new listing from the last entry given (its cursor), for
+ * what is left of the limit, gives no entry twice.
+ */
+class ListWhileBusy<T> implements AsyncIterableIterator<Deno.KvEntry<T>> {
+  readonly #kv: Deno.Kv;
+  readonly #selector: Deno.KvListSelector;
+  readonly #options: Deno.KvListOptions;
+  #listing: Deno.KvListIterator<T> | null = null;
+  /** Entries the current listing gave, and all listings together. */
+  #givenByListing = 0;
+  #given = 0;
+  #cursor: string | undefined;
+
+  constructor(kv: Deno.Kv, selector: Deno.KvListSelector, options: Deno.KvListOptions = {}) {
+    this.#kv = kv;
+    this.#selector = selector;
+    this.#options = options;
+    this.#cursor = options.cursor;
+  }
+
+  get cursor(): string {
+    if (this.#listing && this.#givenByListing > 0) return this.#listing.cursor;
+    if (this.#cursor !== undefined) return this.#cursor;
+    return (this.#listing ?? this.#kv.list<T>(this.#selector, this.#options)).cursor;
+  }
+
+  next(): Promise<IteratorResult<Deno.KvEntry<T>, undefined>> {
+    return whileBusy(async () => {
+      if (!this.#listing) {
+        const { limit } = this.#options;
+        if (limit !== undefined && this.#given >= limit) return { done: true, value: undefined };
+        this.#listing = this.#kv.list<T>(this.#selector, {
+          ...this.#options,
+          cursor: this.#cursor,
+          ...(limit === undefined ? {} : { limit: limit - this.#given }),
+        });
+        this.#givenByListing = 0;
+      }
+      try {
+        const result = await this.#listing.next();
+        if (!result.done) this.#givenByListing++, this.#given++;
+        return result;
+      } catch (error) {
+        if (this.#givenByListing > 0) this.#cursor = this.#listing.cursor;
+        this.#listing = null;
+        throw error;
+      }
+    });
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<Deno.KvEntry<T>> {
+    return this;
+  }
 }
 
 async function whileBusy<T>(run: () => Promise<T>, budgetMs = BUSY_BUDGET_MS): Promise<T> {

@@ -15,6 +15,7 @@ export type { ErrorCode } from "./errors.ts";
 export { isPlausibleId, newId, newRequestId, randomToken } from "./ids.ts";
 export { isRecord } from "./json.ts";
 export {
+  causedByBusyKv,
   countLiveIndexed,
   getManyChunked,
   KV_VALUE_CHUNK_BYTES,
