@@ -68,6 +68,8 @@ export interface AppDeps {
   siblingMetrics?: () => Promise<MetricsSnapshot[]>;
   /** The workers on this port take turns committing one wallet (SERVE_WORKERS). */
   commitLocks?: CommitLocks;
+  /** Replaces the wallet's tries of a failing commit (tests: a settle that fails for good). */
+  walletMaxAttempts?: number;
 }
 
 /** Builds the whole service around one KV handle; no listening, so tests can call `fetch` directly. */
@@ -93,6 +95,7 @@ export function createApp(deps: AppDeps) {
     },
     onMoneyMoved: (appId) => webhookWatcher.nudge(appId),
     locks: deps.commitLocks,
+    maxAttempts: deps.walletMaxAttempts,
   });
   const providers = createProviders(catalog, {
     timeoutMs: config.upstreamTimeoutMs,

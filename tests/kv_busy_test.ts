@@ -249,15 +249,23 @@ Deno.test("a KV file another process holds locked past SQLite's own five-second 
 });
 
 /** The whole app on a KV whose commits meet a held lock while `busy()` says so. */
-async function appOnBusyKv(busy: (step: Step) => boolean) {
+async function appOnBusyKv(
+  busy: (step: Step) => boolean,
+  options: { walletMaxAttempts?: number } = {},
+) {
   const real = await Deno.openKv(":memory:");
   const faulty = faultyKv(real, (step) => busy(step) ? "busy" : "ok");
-  const env = { PUBLIC_URL, RATE_LIMIT_RPM: "1000000" };
+  const env = { PUBLIC_URL, RATE_LIMIT_RPM: "1000000", METRICS_TOKEN: "metrics-token" };
+  const logged: Record<string, unknown>[] = [];
   const { app, wallets } = createApp({
     kv: retryWhileBusy(faulty.kv),
     config: loadConfig(env),
     catalog: buildCatalog(testCatalogFile(), env),
-    log: (f) => f.event === "unhandled_error" && console.error(f.error, f.stack),
+    log: (f) => {
+      logged.push(f);
+      if (f.event === "unhandled_error") console.error(f.error, f.stack);
+    },
+    walletMaxAttempts: options.walletMaxAttempts,
   });
   const { app: record, key } = await createAppRecord(real, { name: "busy" });
   const post = (path: string, body: unknown) =>
@@ -268,12 +276,48 @@ async function appOnBusyKv(busy: (step: Step) => boolean) {
         body: JSON.stringify(body),
       }),
     );
+  const metrics = async () =>
+    await (await app.fetch(
+      new Request(`${PUBLIC_URL}/metrics`, {
+        headers: { authorization: "Bearer metrics-token" },
+      }),
+    )).text();
   const close = async () => {
     await wallets.drain();
     real.close();
   };
-  return { real, appId: record.id, post, close };
+  return { real, appId: record.id, post, metrics, logged, wallets, close };
 }
+
+/**
+ * The app on a KV that locks once the first request's hold is committed, past the settle's tries
+ * (two of them here, 2 s each, rather than 40: the wallet gives up the same way), until `unlock()`.
+ */
+async function appWhoseSettleMeetsALock() {
+  let commits = 0;
+  let locked = true;
+  const s = await appOnBusyKv((step) => step === "commit" && ++commits > 1 && locked, {
+    walletMaxAttempts: 2,
+  });
+  return { ...s, unlock: () => locked = false };
+}
+
+Deno.test("a non-streamed request whose settle meets a lock held past all its tries answers 503 service_unavailable with Retry-After, not 500", async () => {
+  const s = await appWhoseSettleMeetsALock();
+  try {
+    const res = await s.post("/chat/completions", CHAT);
+    const { error } = await res.json();
+    assert.equal(res.status, 503, JSON.stringify(error));
+    assert.equal(error.code, "service_unavailable");
+    assert.equal(error.type, "api_error");
+    assert.match(error.message, /nothing was charged/);
+    assert.equal(res.headers.get("retry-after"), "1");
+    assert.equal(res.headers.get("tollbooth-request-cost"), null);
+  } finally {
+    s.unlock();
+    await s.close();
+  }
+});
 
 const CHAT = { model: "tollbooth/echo", messages: userMessage("one two three") };
 const EMBED = { model: "tollbooth/embed", input: "one two three" };

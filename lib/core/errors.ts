@@ -277,7 +277,7 @@ export const ERROR_CODES = {
     type: "api_error",
     title: "Busy for a moment",
     cause:
-      "Our storage stayed busy (other instances held its lock) for longer than we wait, about two seconds, so the request was stopped before it was answered. Nothing was charged for it.",
+      "Our storage stayed busy (other instances held its lock) for longer than we wait, about two seconds (for a finished response's bill, about 80 seconds), so the request was stopped before it was answered. Nothing was charged for it.",
     fix:
       "Wait the number of seconds in `Retry-After`, then retry (the official OpenAI clients do this by themselves).",
   },

@@ -22,7 +22,7 @@ import {
 } from "./chat_request.ts";
 import { countEmbeddingTokens, type EmbeddingsRequest } from "./embeddings_request.ts";
 import type { ReservationRecord, UsageOutcome } from "@/lib/db.ts";
-import { ApiError, formatUsd, type Micros, Sweep } from "@/lib/core/mod.ts";
+import { ApiError, causedByBusyKv, formatUsd, type Micros, Sweep } from "@/lib/core/mod.ts";
 import type { Providers } from "./providers/mod.ts";
 import {
   type ChatCompletion,
@@ -232,7 +232,16 @@ export class Gateway {
       for (const event of events) if (event.type === "chunk") parts.push(event);
     }
     trace.upstreamMs = performance.now() - started;
-    const { ending, charged, usage, usageObject: reported } = opened.paid.result;
+    const { ending, charged, usage, usageObject: reported, settleFailure } = opened.paid.result;
+    if (charged === null && causedByBusyKv(settleFailure)) {
+      // Storage locked by other instances for longer than the settle waits: a busy moment, as a
+      // reserve that meets it is, and nothing was charged, so the client may simply try again.
+      throw new ApiError(
+        "service_unavailable",
+        "The service was too busy to bill the response, so it is not returned and nothing was charged. Retry after the seconds in Retry-After.",
+        { headers: { "Retry-After": "1" } },
+      );
+    }
     if (charged === null || !usage) {
       throw new ApiError(
         "internal_error",

@@ -99,6 +99,8 @@ export class PaidStream {
   #settlement: Promise<void> | null = null;
   /** What was charged, once settled; null when the settle failed (the sweeper releases the reservation). */
   #charged: Micros | null = null;
+  /** Why the settle failed, when it did. */
+  #settleFailure: unknown = null;
   #settledUsage: Usage | null = null;
   #draining: Promise<void> | null = null;
   /** A keep of signed thinking the next events wait for. */
@@ -142,10 +144,13 @@ export class PaidStream {
     usage: Usage | null;
     /** The upstream's own usage object (details kept) when it reported one. */
     usageObject: UsageObject | null;
+    /** Why the settle failed (charged is null then). */
+    settleFailure: unknown;
   } {
     return {
       ending: this.#ending ?? { kind: "completed" },
       charged: this.#charged,
+      settleFailure: this.#settleFailure,
       usage: this.#settledUsage,
       usageObject: this.#reportedUsage ? this.#reportedUsageObject : null,
     };
@@ -228,6 +233,7 @@ export class PaidStream {
       this.#settledUsage = usage;
     } catch (error) {
       // The reservation stays with its lease: the sweeper releases it; nothing is charged twice.
+      this.#settleFailure = error;
       this.#options.log({
         level: "error",
         requestId: this.#options.requestId,
