@@ -302,6 +302,16 @@ async function appWhoseSettleMeetsALock() {
   return { ...s, unlock: () => locked = false };
 }
 
+/** What the loss's log line says was not charged, once it is logged. */
+function notChargedOf(logged: Record<string, unknown>[], event: string): number {
+  const line = logged.find((f) => f.event === event);
+  assert.ok(line, `a ${event} line: ${JSON.stringify(logged.map((f) => f.event))}`);
+  assert.ok(typeof line.notCharged === "number" && line.notCharged > 0, JSON.stringify(line));
+  assert.ok(typeof line.promptTokens === "number" && line.promptTokens > 0, JSON.stringify(line));
+  assert.ok(typeof line.completionTokens === "number", JSON.stringify(line));
+  return line.notCharged;
+}
+
 Deno.test("a non-streamed request whose settle meets a lock held past all its tries answers 503 service_unavailable with Retry-After, not 500", async () => {
   const s = await appWhoseSettleMeetsALock();
   try {
@@ -313,6 +323,35 @@ Deno.test("a non-streamed request whose settle meets a lock held past all its tr
     assert.match(error.message, /nothing was charged/);
     assert.equal(res.headers.get("retry-after"), "1");
     assert.equal(res.headers.get("tollbooth-request-cost"), null);
+  } finally {
+    s.unlock();
+    await s.close();
+  }
+});
+
+Deno.test("a stream whose settle meets a lock held past all its tries logs the usage and cost it could not bill", async () => {
+  const s = await appWhoseSettleMeetsALock();
+  try {
+    const res = await s.post("/chat/completions", { ...CHAT, stream: true });
+    assert.equal(res.status, 200);
+    const text = await res.text();
+    assert.match(text, /could not be billed/);
+    notChargedOf(s.logged, "stream_settle_failed");
+  } finally {
+    s.unlock();
+    await s.close();
+  }
+});
+
+Deno.test("embeddings whose settle meets a lock held past all its tries answer 503 and log the cost they could not bill", async () => {
+  const s = await appWhoseSettleMeetsALock();
+  try {
+    const res = await s.post("/embeddings", EMBED);
+    const { error } = await res.json();
+    assert.equal(res.status, 503, JSON.stringify(error));
+    assert.equal(res.headers.get("retry-after"), "1");
+    const line = s.logged.find((f) => f.event === "settle_failed");
+    assert.ok(line && typeof line.notCharged === "number" && line.notCharged > 0);
   } finally {
     s.unlock();
     await s.close();

@@ -34,7 +34,7 @@ import {
 } from "./providers/types.ts";
 import { assembleCompletion } from "./providers/assemble.ts";
 import { PaidStream, type StreamEvent } from "./paid_stream.ts";
-import { type PlannedReservation, WalletDesk } from "./wallet_desk.ts";
+import { type PlannedReservation, SettleFailedError, WalletDesk } from "./wallet_desk.ts";
 import { apiErrorOfUpstream, cutReason } from "./provider_errors.ts";
 import { textsOf, upstreamErrorLog } from "./upstream_log.ts";
 import { extraOutputBound, inputBound, outputBound, unreadImageTokens } from "./input_bound.ts";
@@ -327,7 +327,19 @@ export class Gateway {
       streamed: false,
       outcome: "completed",
       countedLocally: result.promptTokens === null,
-    }, trace);
+    }, trace).catch((error) => {
+      // Answered 503 (KV busy) or 500 by the error handler, neither of which says what was lost.
+      if (error instanceof SettleFailedError) {
+        this.#deps.log({
+          level: "error",
+          requestId,
+          event: "settle_failed",
+          error: String(error),
+          ...error.unbilled,
+        });
+      }
+      throw error;
+    });
     return {
       embeddings: {
         object: "list",

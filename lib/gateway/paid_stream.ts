@@ -15,6 +15,7 @@ import {
 import { clientUsage } from "./providers/usage.ts";
 import type { UpstreamErrorLog } from "./upstream_log.ts";
 import { cutReason } from "./provider_errors.ts";
+import { SettleFailedError } from "./wallet_desk.ts";
 
 export type StreamEvent =
   | { type: "chunk"; chunk: ChatCompletionChunk }
@@ -233,12 +234,14 @@ export class PaidStream {
       this.#settledUsage = usage;
     } catch (error) {
       // The reservation stays with its lease: the sweeper releases it; nothing is charged twice.
+      // The loss is said here.
       this.#settleFailure = error;
       this.#options.log({
         level: "error",
         requestId: this.#options.requestId,
         event: "stream_settle_failed",
         error: String(error),
+        ...(error instanceof SettleFailedError ? error.unbilled : {}),
       });
     }
   }

@@ -39,6 +39,20 @@ export interface WalletDeskDeps {
   exactCountShare?: number;
 }
 
+/**
+ * A settle that failed for good (KV down, or locked past every try, as `cause` tells): nothing was
+ * charged and the request is answered so. `unbilled` is what a log line of the loss carries: the
+ * usage and what it cost.
+ */
+export class SettleFailedError extends Error {
+  readonly unbilled: Record<string, unknown>;
+
+  constructor(unbilled: Record<string, unknown>, cause: unknown) {
+    super(`settle failed: ${(cause as Error)?.message ?? cause}`, { cause });
+    this.unbilled = unbilled;
+  }
+}
+
 const DEFAULT_EXACT_COUNT_SHARE = 0.5;
 /** The lazy sweep of one app's expired reservations runs at most this often (per process). */
 const LAZY_SWEEP_EVERY_MS = 1_000;
@@ -180,6 +194,15 @@ export class WalletDesk {
       streamed: info.streamed,
       outcome: info.outcome,
       countedLocally: info.countedLocally,
+    }).catch((error) => {
+      throw new SettleFailedError({
+        appId: caller.appId,
+        model: model.id,
+        promptTokens: usage.promptTokens,
+        completionTokens: usage.completionTokens,
+        ...usageDetails(usage),
+        notCharged: cost,
+      }, error);
     });
     this.#rememberAvailable(caller.appId, result.available);
     trace.promptTokens = usage.promptTokens;
