@@ -237,7 +237,7 @@ Deno.test("requests longer than the reservation TTL, streamed or not, keep their
   }
 });
 
-Deno.test("KV commits failing while requests settle never crash the process; the sweeper releases the reservations once KV is back", async () => {
+Deno.test("KV commits failing while requests settle never crash the process; once KV is back their holds end, the usage recorded as uncharged, or the sweeper releases them", async () => {
   const upstream = startFakeOpenAi();
   const real = await Deno.openKv(":memory:");
   const faulty = faultyKv(real);
@@ -293,11 +293,20 @@ Deno.test("KV commits failing while requests settle never crash the process; the
     await wallets.drain();
     assert.ok((await auditWallets(real)).ok, "nothing half-written");
 
-    // KV is back; once the leases run out, the sweeper releases what could not be settled.
+    // KV is back: each hold that could not be settled ends recording its usage as uncharged (tried
+    // every second), and once the leases run out the sweeper releases any that did not.
     faulty.plan = () => "ok";
     await new Promise((r) => setTimeout(r, 1_100));
     const released = await sweepExpiredReservations(real, wallets);
-    assert.equal(released, 3);
+    await wallets.drain();
+    const usage = await usageRecords(real, record.id);
+    // Both streams' settles failed; the plain request's did too, unless a retry of theirs took the
+    // one commit its reserve was to have (then it was refused at its reserve: a 500 all the same).
+    assert.ok(wallets.stats.unbilledSettles >= 2, JSON.stringify(wallets.stats));
+    assert.equal(released + usage.length, wallets.stats.unbilledSettles);
+    assert.deepEqual(usage.map((u) => u.cost), usage.map(() => 0));
+    const uncharged = usage.reduce((sum, u) => sum + u.uncharged, 0);
+    assert.equal(uncharged, wallets.stats.unbilledRecordedMicros);
     const wallet = (await real.get<WalletRecord>(keys.wallet(record.id))).value!;
     assert.deepEqual([wallet.available, wallet.reserved, wallet.spent], [5_000_000, 0, 0]);
     await assertAuditClean(real);

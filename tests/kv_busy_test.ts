@@ -4,6 +4,7 @@ import { buildCatalog } from "@/lib/catalog/catalog.ts";
 import { KvBusyError, openKv, retryWhileBusy } from "@/lib/core/kv.ts";
 import { loadConfig, parseUsd } from "@/lib/core/mod.ts";
 import { keys, type WalletRecord } from "@/lib/db.ts";
+import { releaseExpiredReservations } from "@/lib/billing/mod.ts";
 import { createApp as createAppRecord } from "@/lib/tenants/mod.ts";
 import { faultyKv, type Step } from "./faulty_kv.ts";
 import {
@@ -289,6 +290,12 @@ async function appOnBusyKv(
   return { real, appId: record.id, post, metrics, logged, wallets, close };
 }
 
+/** A metric's value in /metrics' text (0 when absent). */
+function metricValue(text: string, name: string): number {
+  const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+  return line ? Number(line.slice(name.length + 1)) : 0;
+}
+
 /**
  * The app on a KV that locks once the first request's hold is committed, past the settle's tries
  * (two of them here, 2 s each, rather than 40: the wallet gives up the same way), until `unlock()`.
@@ -323,6 +330,64 @@ Deno.test("a non-streamed request whose settle meets a lock held past all its tr
     assert.match(error.message, /nothing was charged/);
     assert.equal(res.headers.get("retry-after"), "1");
     assert.equal(res.headers.get("tollbooth-request-cost"), null);
+  } finally {
+    s.unlock();
+    await s.close();
+  }
+});
+
+Deno.test("the usage a settle could not bill is logged with its cost and recorded once as the app's uncharged when KV frees: the ledger sums to the credits", async () => {
+  const s = await appWhoseSettleMeetsALock();
+  try {
+    const res = await s.post("/chat/completions", CHAT);
+    await res.body?.cancel();
+    assert.equal(res.status, 503);
+    const lost = notChargedOf(s.logged, "stream_settle_failed");
+    assert.equal(s.wallets.stats.unbilledMicros, lost);
+    s.unlock();
+    // The hold ends recording the usage, a second after the failure, before its lease runs out.
+    await new Promise((r) => setTimeout(r, 1_200));
+    await s.wallets.drain();
+    const usage = await usageRecords(s.real, s.appId);
+    assert.deepEqual(usage.map((u) => [u.cost, u.uncharged]), [[0, lost]]);
+    const wallet = (await s.real.get<WalletRecord>(keys.wallet(s.appId))).value!;
+    assert.equal(wallet.spent, usage.reduce((sum, u) => sum + u.cost, 0));
+    assert.equal(wallet.reserved, 0);
+    assert.equal(wallet.available + wallet.reserved + wallet.spent, 5_000_000);
+    const counted = await s.real.get<Deno.KvU64>(keys.appUncharged(s.appId));
+    assert.equal(Number(counted.value?.value), lost);
+    const metrics = await s.metrics();
+    assert.equal(metricValue(metrics, "tollbooth_uncharged_micro_usd_total"), lost);
+    assert.equal(metricValue(metrics, "tollbooth_wallet_unbilled_micros_total"), lost);
+    assert.equal(metricValue(metrics, "tollbooth_wallet_unbilled_recorded_micros_total"), lost);
+    await assertAuditClean(s.real);
+  } finally {
+    s.unlock();
+    await s.close();
+  }
+});
+
+Deno.test("a hold the sweeper released before the loss could be recorded is not counted as uncharged a second way", async () => {
+  const s = await appWhoseSettleMeetsALock();
+  try {
+    const res = await s.post("/chat/completions", CHAT);
+    await res.body?.cancel();
+    assert.equal(res.status, 503);
+    const lost = notChargedOf(s.logged, "stream_settle_failed");
+    s.unlock();
+    const later = Date.now() + 24 * 3600_000;
+    assert.equal(await releaseExpiredReservations(s.real, s.wallets, s.appId, later), 1);
+    await new Promise((r) => setTimeout(r, 1_200));
+    await s.wallets.drain();
+    assert.deepEqual(await usageRecords(s.real, s.appId), []);
+    const wallet = (await s.real.get<WalletRecord>(keys.wallet(s.appId))).value!;
+    assert.deepEqual([wallet.available, wallet.reserved, wallet.spent], [5_000_000, 0, 0]);
+    assert.equal((await s.real.get(keys.appUncharged(s.appId))).value, null);
+    const metrics = await s.metrics();
+    assert.equal(metricValue(metrics, "tollbooth_uncharged_micro_usd_total"), 0);
+    assert.equal(metricValue(metrics, "tollbooth_wallet_unbilled_micros_total"), lost);
+    assert.equal(metricValue(metrics, "tollbooth_wallet_unbilled_recorded_micros_total"), 0);
+    await assertAuditClean(s.real);
   } finally {
     s.unlock();
     await s.close();

@@ -52,7 +52,17 @@ import {
 /** One queued operation on an app's wallet, with the promise it answers. */
 export type Op =
   | { kind: "reserve"; input: ReserveInput; done: Settler<ReserveResult> }
-  | { kind: "settle"; reservationId: string; input: SettleInput; done: Settler<SettleResult> }
+  | {
+    kind: "settle";
+    reservationId: string;
+    input: SettleInput;
+    /**
+     * A settle that failed for good earlier, its request answered as not charged: the hold ends
+     * and the usage is recorded as uncharged, nothing taken from the wallet.
+     */
+    unbilled?: true;
+    done: Settler<SettleResult>;
+  }
   | {
     kind: "release";
     reservationId: string;
@@ -471,7 +481,9 @@ export function planBatch(input: PlanInput) {
             (spendScopes.get(counterId(s.scope, s.id))?.held ? r.amount : 0);
           roomAboveHold = Math.min(roomAboveHold, capRoom(s.caps, c, othersHeld) - r.amount);
         }
-        const charged = Math.min(op.input.cost, r.amount + Math.max(0, roomAboveHold));
+        const charged = op.unbilled
+          ? 0
+          : Math.min(op.input.cost, r.amount + Math.max(0, roomAboveHold));
         wallet.reserved -= r.amount;
         wallet.available += r.amount - charged;
         wallet.spent += charged;

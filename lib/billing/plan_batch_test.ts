@@ -444,6 +444,30 @@ Deno.test("a settle above its reservation and the whole balance charges down to 
   assertBalanced(p.wallet);
 });
 
+Deno.test("an unbilled settle (its first settle failed for good) ends the hold charging nothing and records the whole cost as uncharged", () => {
+  const existing = reservation("res_1", 1_000);
+  const s = settle("res_1", 700);
+  const p = plan([{ ...s, op: { ...s.op, unbilled: true } as Op }], {
+    wallet: walletReserving(600, existing),
+    reservations: reservationsOf(existing),
+  });
+  p.resolveAll();
+  const answer = s.done.get();
+  assert.ok(answer.settled);
+  assert.deepEqual([answer.charged, answer.uncharged], [0, 700]);
+  assert.deepEqual([answer.usage.cost, answer.usage.uncharged], [0, 700]);
+  assert.deepEqual([p.wallet.available, p.wallet.reserved, p.wallet.spent], [1_600, 0, 0]);
+  assertBalanced(p.wallet);
+  const uncharged: Deno.KvKeyPart[] = [
+    keys.appUncharged(APP)[0],
+    keys.serviceTotal("uncharged")[0],
+  ];
+  assert.deepEqual(writesOf(p).filter((w) => w.op === "sum" && uncharged.includes(w.key[0])), [
+    { op: "sum", key: keys.appUncharged(APP), value: 700n },
+    { op: "sum", key: keys.serviceTotal("uncharged"), value: 700n },
+  ]);
+});
+
 Deno.test("a batch adds its uncharged usage to the app's and the service's uncharged sums once, in its commit", () => {
   const existing = [reservation("res_1", 1_000), reservation("res_2", 1_000)];
   const first = settle("res_1", 2_500);

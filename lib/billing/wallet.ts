@@ -172,6 +172,9 @@ export class Wallets {
     endedEarlyCalls: 0,
     endedEarlyExposureMicros: 0,
     orphanCharges: 0,
+    unbilledSettles: 0,
+    unbilledMicros: 0,
+    unbilledRecordedMicros: 0,
     commitLockTakeovers: 0,
   };
   readonly #kv: Deno.Kv;
@@ -207,6 +210,8 @@ export class Wallets {
   readonly #retries = new Map<() => Promise<void>, UsageRecord[]>();
   /** Those retries running now: drain waits for them. */
   readonly #retrying = new Set<Promise<void>>();
+  /** Usage of settles that failed for good, each waiting to be recorded (#recordUnbilled). */
+  readonly #unbilled = new Set<() => Promise<void>>();
   /** Per app: the recall this process is making for a refused reserve (see #reclaim). */
   readonly #reclaiming = new Map<string, Promise<boolean>>();
   /** Per app: until when this process takes no new slice, having answered a recall. */
@@ -351,7 +356,63 @@ export class Wallets {
       }
       return this.#settleInSlice(appId, slice, reservationId, input);
     }
-    return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));
+    return this.#settleAlone(appId, reservationId, input);
+  }
+
+  /** A settle in its own wallet commit, whose failure for good is a loss recorded later. */
+  #settleAlone(appId: string, reservationId: string, input: SettleInput): Promise<SettleResult> {
+    return this.#enqueue<SettleResult>(
+      appId,
+      (done) => ({ kind: "settle", reservationId, input, done }),
+    ).catch((error) => {
+      this.stats.unbilledSettles++;
+      this.stats.unbilledMicros += input.cost;
+      if (error instanceof WalletUnavailableError) {
+        this.#recordUnbilled(appId, reservationId, input);
+      }
+      throw error;
+    });
+  }
+
+  /**
+   * A settle failed for good and its request was answered as not charged; its hold stays until
+   * its lease runs out. A second later (and again until KV lets it) the hold is ended in a commit
+   * that records the usage as the app's uncharged, charging nothing: the loss shows where uncharged
+   * usage does, counted once, as the hold ends once. A hold already gone (the sweeper released it)
+   * is not recorded: a settle whose outcome stayed unknown, which may have charged, looks the same.
+   * No retried settle charges it: the answer said nothing was.
+   */
+  #recordUnbilled(appId: string, reservationId: string, input: SettleInput) {
+    // Nothing is charged, so no retry of an Idempotency-Key is told that it was.
+    const { idempotent: _, ...uncharged } = input;
+    const attempt = async () => {
+      let result: SettleResult;
+      try {
+        result = await this.#enqueue<SettleResult>(appId, (done) => ({
+          kind: "settle",
+          reservationId,
+          input: uncharged,
+          unbilled: true,
+          done,
+        }));
+      } catch (error) {
+        if (error instanceof WalletUnavailableError && !this.#exiting) {
+          this.#recordUnbilled(appId, reservationId, input);
+        }
+        return;
+      }
+      if (result.settled) this.stats.unbilledRecordedMicros += result.uncharged;
+    };
+    const retry = () => {
+      clearTimeout(timer);
+      this.#unbilled.delete(retry);
+      const running = attempt().finally(() => this.#retrying.delete(running));
+      this.#retrying.add(running);
+      return running;
+    };
+    const timer = setTimeout(retry, 1_000);
+    Deno.unrefTimer(timer);
+    this.#unbilled.add(retry);
   }
 
   /**
@@ -446,7 +507,7 @@ export class Wallets {
     if (result?.settled && this.#exiting) return this.#postAll(slice).then(() => result);
     if (result?.settled) this.#postIfDue(slice);
     if (result) return Promise.resolve(result);
-    return this.#enqueue(appId, (done) => ({ kind: "settle", reservationId, input, done }));
+    return this.#settleAlone(appId, reservationId, input);
   }
 
   release(appId: string, reservationId: string, onlyIfExpiredAt?: number): Promise<ReleaseResult> {
@@ -585,7 +646,7 @@ export class Wallets {
   /**
    * Resolves once every queued operation has been committed or refused, every settled charge of
    * a slice posted, every slice without holds given back to its wallet, and every failed charge
-   * waiting for its retry tried once more.
+   * (and unbilled usage) waiting for its retry tried once more.
    */
   async drain(): Promise<void> {
     await Promise.all([...this.#reclaiming.values(), ...this.#givingBack.values()]);
@@ -605,7 +666,7 @@ export class Wallets {
     // Answered charges waiting to be tried again: now, once, rather than never after the exit;
     // and those already being tried. A post's charges found uncommitted go back to their slice
     // if it is still live, so the slices post once more.
-    await Promise.all([...this.#retries.keys()].map((retry) => retry()));
+    await Promise.all([...this.#retries.keys(), ...this.#unbilled].map((retry) => retry()));
     await Promise.all(this.#retrying);
     // Once more where the first round failed or charges came back: what this second round cannot
     // post or return is what stays so, and its failure is the one to tell.

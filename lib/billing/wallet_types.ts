@@ -235,6 +235,15 @@ export interface WalletStats {
   endedEarlyExposureMicros: number;
   /** Charges whose slice was gone when posted: charged from the wallet instead. */
   orphanCharges: number;
+  /**
+   * Settles that failed for good (KV down or locked past every try), their requests answered as
+   * not charged, and what their usage cost: the operator's loss. Of it, what was recorded later as
+   * the apps' uncharged usage (then also in the service's uncharged total); the rest was not,
+   * its hold released by the sweeper first or the process gone before KV let it.
+   */
+  unbilledSettles: number;
+  unbilledMicros: number;
+  unbilledRecordedMicros: number;
   /** Commit locks (workers) taken over from a sibling that held one past its wait: it hung or died. */
   commitLockTakeovers: number;
 }

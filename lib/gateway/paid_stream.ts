@@ -233,8 +233,8 @@ export class PaidStream {
       this.#charged = await this.#options.settle(usage, outcome, countedLocally);
       this.#settledUsage = usage;
     } catch (error) {
-      // The reservation stays with its lease: the sweeper releases it; nothing is charged twice.
-      // The loss is said here.
+      // Nothing is charged, now or later: the wallet ends the hold recording the usage as
+      // uncharged once KV lets it, or the sweeper releases it. The loss is said here.
       this.#settleFailure = error;
       this.#options.log({
         level: "error",

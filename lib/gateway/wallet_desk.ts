@@ -42,7 +42,7 @@ export interface WalletDeskDeps {
 /**
  * A settle that failed for good (KV down, or locked past every try, as `cause` tells): nothing was
  * charged and the request is answered so. `unbilled` is what a log line of the loss carries: the
- * usage and what it cost.
+ * usage and what it cost (the wallet records it as the app's uncharged usage once KV lets it).
  */
 export class SettleFailedError extends Error {
   readonly unbilled: Record<string, unknown>;

@@ -178,6 +178,18 @@ export class ServiceMetrics {
       "endedEarlyExposureMicros",
       "Micro-USD those calls' holds covered beyond their charge: a bound of what providers may bill beyond it.",
     );
+    stat(
+      "unbilledSettles",
+      "Settles that failed for good (KV down or locked past every try): their requests were answered as not charged.",
+    );
+    stat(
+      "unbilledMicros",
+      "Micro-USD of the usage those settles could not bill: the operator's loss, counted when it happens.",
+    );
+    stat(
+      "unbilledRecordedMicros",
+      "Of that, micro-USD recorded later as the apps' uncharged usage (so also in tollbooth_uncharged_micro_usd_total); the rest was not (its hold released by the sweeper first, or the process gone).",
+    );
     this.#registry.sampled(
       "tollbooth_connections_steered_total",
       "Responses a worker marked Connection: close to move their keep-alive connection: to gather a light load on the first worker, or to spread a heavy one (SERVE_WORKERS above 1). An HTTP/2 connection ignores the mark; an HTTP/1.0 one closes anyway.",
