@@ -681,3 +681,35 @@ Deno.test("admin debits while requests stream through the service's slices never
     const wallet = await assertLedgerSums(s.kv, appId);
     assert.equal(wallet.owed ?? 0, 0, "what the slices held came back and paid the debt");
   }, { WALLET_SLICES: "on" }));
+
+Deno.test("admin debits run at once from many processes take back together no more than the wallet was credited", () =>
+  withFileService(async (s, kvPath) => {
+    const { appId } = await s.newApp();
+    // Processes of their own, and calls at once on KV handles of their own: every debit reads the
+    // wallet before any commits, so a guard that only read would let each of them pass.
+    const handles = await Promise.all(Array.from({ length: 3 }, () => openKv(kvPath)));
+    try {
+      const runs = await Promise.all([
+        ...Array.from(
+          { length: 4 },
+          (_, i) =>
+            admin(kvPath, ...debitArgs(appId, "2.00", `Refund in KRW ${i}`)).then((r) => r.code),
+        ),
+        ...Array.from({ length: 12 }, (_, i) =>
+          runAdmin(
+            debitArgs(appId, "2.00", `Dispute in EUR ${i}`, "--reference", `dp_at_once_${i}`),
+            handles[i % handles.length],
+            PUBLIC_URL,
+          ).then((r) => r.exitCode, (error: Error) => {
+            assert.match(error.message, /more than the wallet was credited and not yet taken/);
+            return 1;
+          })),
+      ]);
+      assert.equal(runs.filter((code) => code === 0).length, 2, "two of 2.00 fit in 5.00");
+    } finally {
+      for (const kv of handles) kv.close();
+    }
+    const wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal((wallet.refunded ?? 0) + (wallet.owed ?? 0), 4_000_000);
+    assert.equal(wallet.available, 1_000_000);
+  }));

@@ -34,6 +34,7 @@ import {
 import {
   type CreditInput,
   type CreditResult,
+  DebitBeyondCreditsError,
   type DebitInput,
   type DebitResult,
   type DebitReversalInput,
@@ -596,6 +597,15 @@ export function planBatch(input: PlanInput) {
         const { marker } = op.input;
         if (markersSeen.has(marker)) {
           answerWith(op.done, { debited: false, duplicate: true, available: wallet.available });
+          break;
+        }
+        const takeable = creditedOf(wallet) - (wallet.refunded ?? 0) - (wallet.owed ?? 0);
+        if (op.input.withinCredits && op.input.amount > takeable) {
+          const refused = new DebitBeyondCreditsError(
+            `a debit of ${formatUsd(op.input.amount)} USD is more than the wallet was credited ` +
+              `and not yet taken back (${formatUsd(takeable)} USD); nothing was taken`,
+          );
+          answers.push(() => op.done.reject(refused));
           break;
         }
         const entry = ledgerEntryOf(op.input, op.input.kind, now);

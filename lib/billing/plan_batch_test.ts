@@ -24,6 +24,7 @@ import {
 import {
   type CreditInput,
   type CreditResult,
+  DebitBeyondCreditsError,
   type DebitInput,
   type DebitResult,
   type DebitReversalResult,
@@ -1151,6 +1152,22 @@ Deno.test("a debit whose marker is already stored is a duplicate and changes not
   assert.deepEqual(d.done.get(), { debited: false, duplicate: true, available: 1_000 });
   assert.equal(p.unchanged, true);
   assert.deepEqual(p.markerChecks, []);
+});
+
+Deno.test("debits within credits are held to what was credited and not yet taken back by the running wallet of their batch", () => {
+  // 1,000 credited, 500 taken back and 100 still owed: 400 may be taken back.
+  const start = wallet(200, { spent: 300, refunded: 500, owed: 100, topUps: 1_000 });
+  const first = debit(300, "m1", { withinCredits: true });
+  const second = debit(200, "m2", { withinCredits: true });
+  const webhook = debit(200, "m3");
+  const p = plan([first, second, webhook], { wallet: start });
+  p.resolveAll();
+  assert.ok(first.done.get().debited);
+  assert.ok(second.done.error instanceof DebitBeyondCreditsError);
+  assert.match(String(second.done.error), /not yet taken back \(0\.000100 USD\)/);
+  assert.ok(webhook.done.get().debited, "a debit not held to it is not refused");
+  assert.equal(p.wallet.refunded! + p.wallet.owed!, 1_100);
+  assertBalanced(p.wallet);
 });
 
 Deno.test("a won dispute's reversal forgives what is owed first, then gives back what was taken", () => {

@@ -96,6 +96,12 @@ export interface DebitInput {
   reference: string | null;
   /** Written with the debit; a second debit with the same marker changes nothing. */
   marker: string;
+  /**
+   * Refused (DebitBeyondCreditsError) when more than the wallet was credited and not yet taken
+   * back: an operator's typo's guard. Decided in the debit's commit, so debits at once from any
+   * number of processes are held to it together.
+   */
+  withinCredits?: boolean;
 }
 
 export type DebitResult =
@@ -148,6 +154,9 @@ export const MAX_WALLET_CREDITS: Micros = 1_000_000_000_000_000;
 
 /** A credit that would take the wallet's credits past MAX_WALLET_CREDITS; nothing was written. */
 export class WalletCreditLimitError extends RangeError {}
+
+/** A debit `withinCredits` of more than the wallet was credited and not yet taken back. */
+export class DebitBeyondCreditsError extends RangeError {}
 
 export interface WalletOptions {
   /** How long a reservation lasts, unless renewed, before the sweeper may release it. */
