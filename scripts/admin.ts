@@ -32,7 +32,12 @@ import {
   parseUsd,
 } from "@/lib/core/mod.ts";
 import { issueKey, listAppKeys } from "@/lib/tenants/mod.ts";
-import { operatorTakeBack, updateTopUpSettings, validateReturnUrl } from "@/lib/payments/mod.ts";
+import {
+  operatorGiveBack,
+  operatorTakeBack,
+  updateTopUpSettings,
+  validateReturnUrl,
+} from "@/lib/payments/mod.ts";
 import { WebhookWatcher } from "@/lib/webhooks/mod.ts";
 import { type CreditMarkerRecord, keys, type LedgerEntry, type RateLimits } from "@/lib/db.ts";
 import { ADMIN_COMMANDS, type AdminCommand } from "@/lib/ops/admin_commands.ts";
@@ -122,6 +127,54 @@ async function takenBefore(kv: Deno.Kv, appId: string, marked: CreditMarkerRecor
     balance: formatUsd(wallet.available),
     owed: formatUsd(wallet.owed ?? 0),
     entry_id: marked.entryId,
+  };
+}
+
+/**
+ * `credit --reversal-of`: gives back what the debit of `reference` took (a refund that failed, a
+ * dispute won), as the webhook does for one it took: a `refund_reversed` or `chargeback_reversed`
+ * entry, once per reference whoever gives it back, what is still owed of it forgiven first.
+ */
+async function giveBack(
+  kv: Deno.Kv,
+  wallets: Wallets,
+  appId: string,
+  reference: string,
+  reason: string,
+) {
+  await getApp(kv, appId);
+  const { kind, taken, marker } = operatorGiveBack(reference);
+  const debit = (await kv.get<CreditMarkerRecord>(keys.creditMarker(taken))).value;
+  if (!debit) {
+    throw new Error(
+      `nothing was taken back with the reference ${reference}; nothing was given back`,
+    );
+  }
+  if (debit.appId !== appId) {
+    throw new Error(
+      `that reference was taken back from the app ${debit.appId}; nothing was given back`,
+    );
+  }
+  // Written in the debit's commit with its marker.
+  const { amount } = (await kv.get<LedgerEntry>(keys.ledgerEntry(appId, debit.entryId))).value!;
+  const result = await wallets.reverseDebit(appId, { amount, kind, reason, reference, marker });
+  if (result.reversed) {
+    // The service's sweep would announce it within a minute; at once, as its own are.
+    await new WebhookWatcher(kv).observe(appId).catch(() => {});
+  }
+  const given = (await kv.get<CreditMarkerRecord>(keys.creditMarker(marker))).value!;
+  const entry = (await kv.get<LedgerEntry>(keys.ledgerEntry(appId, given.entryId))).value;
+  const wallet = await getWallet(kv, appId);
+  return {
+    app_id: appId,
+    ...(result.reversed ? {} : { already_given_back: true }),
+    kind: entry?.kind ?? kind,
+    reference,
+    debited: formatUsd(amount),
+    given_back: entry ? formatUsd(entry.amount) : null,
+    balance: formatUsd(wallet.available),
+    owed: formatUsd(wallet.owed ?? 0),
+    entry_id: given.entryId,
   };
 }
 
@@ -231,8 +284,16 @@ export async function runAdmin(
       };
     }
     case "credit": {
-      const flags = parseFlags(rest, ["app", "amount", "reason"]);
+      const flags = parseFlags(rest, ["app", "amount", "reason", "reversal-of"]);
       const appId = idFlag(flags, "app");
+      if (flags["reversal-of"] !== undefined) {
+        if (flags.amount !== undefined) {
+          throw new UsageError("--reversal-of gives back what its debit took: give no --amount");
+        }
+        const reference = idFlag(flags, "reversal-of");
+        const reason = textFlag(required(flags, "reason"), "reason", MAX_REASON_CHARS);
+        return { output: await giveBack(kv, wallets, appId, reference, reason), exitCode: 0 };
+      }
       const amount = amountFlag(flags);
       const reason = textFlag(required(flags, "reason"), "reason", MAX_REASON_CHARS);
       await getApp(kv, appId);

@@ -713,3 +713,62 @@ Deno.test("admin debits run at once from many processes take back together no mo
     assert.equal((wallet.refunded ?? 0) + (wallet.owed ?? 0), 4_000_000);
     assert.equal(wallet.available, 1_000_000);
   }));
+
+Deno.test("admin credit --reversal-of gives back what the debit of that reference took, once, from its own app only, and nothing for a reference never taken", () =>
+  withFileService(async (s, kvPath) => {
+    const { appId } = await s.newApp();
+    const other = await s.newApp();
+    const reversal = (app: string, reference: string, ...more: string[]) => [
+      "credit",
+      "--app",
+      app,
+      "--reversal-of",
+      reference,
+      "--reason",
+      `The refund ${reference} failed: given back`,
+      ...more,
+    ];
+    const debit = await admin(kvPath, ...debitArgs(appId, "2.50", "Refund", "--reference", "re_x"));
+    assert.equal(debit.code, 0, debit.stderr);
+    const before = await s.wallet(appId);
+    const refusals: [string[], number, RegExp][] = [
+      [reversal(appId, "re_never"), 1, /nothing was taken back with the reference re_never/],
+      [reversal(other.appId, "re_x"), 1, new RegExp(`taken back from the app ${appId}`)],
+      [reversal(appId, "re_x", "--amount", "2.50"), 2, /give no --amount/],
+      [["credit", "--app", appId, "--reversal-of", "re_x"], 2, /--reason is required/],
+    ];
+    for (const [args, code, message] of refusals) {
+      const run = await admin(kvPath, ...args);
+      assert.equal(run.code, code, run.stderr);
+      assert.match(run.stderr, message);
+    }
+    assert.deepEqual(await s.wallet(appId), before, "a refusal writes nothing");
+    const [a, b] = await Promise.all([
+      admin(kvPath, ...reversal(appId, "re_x")),
+      admin(kvPath, ...reversal(appId, "re_x")),
+    ]);
+    assert.equal(a.code, 0, a.stderr);
+    assert.equal(b.code, 0, b.stderr);
+    const given = [a.json, b.json].find((r) => !r.already_given_back);
+    assert.deepEqual({ ...given, entry_id: undefined }, {
+      app_id: appId,
+      kind: "refund_reversed",
+      reference: "re_x",
+      debited: "2.500000",
+      given_back: "2.500000",
+      balance: "5.000000",
+      owed: "0.000000",
+      entry_id: undefined,
+    });
+    assert.equal([a.json, b.json].filter((r) => r.already_given_back).length, 1);
+    // Taken again under the same reference: the debit was taken once, and stays given back.
+    const retaken = await admin(
+      kvPath,
+      ...debitArgs(appId, "2.50", "again", "--reference", "re_x"),
+    );
+    assert.equal(retaken.json.already_taken, true);
+    const wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal(wallet.refunded, 0);
+    assert.equal(wallet.operatorCredits, 0, "given back as a reversal, not an operator credit");
+    assert.equal(wallet.available, 5_000_000);
+  }));

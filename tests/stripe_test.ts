@@ -1211,7 +1211,7 @@ Deno.test("a refund or dispute in a currency other than USD takes no wrong numbe
     // Won: what the operator may have taken by hand is theirs to give back.
     assert.match(
       String(told[2].settle),
-      new RegExp(`debit --reference ${dispute.id}, give it back: deno task admin credit --app`),
+      new RegExp(`^deno task admin credit --app app_\\w+ --reversal-of ${dispute.id} `),
     );
   }));
 
@@ -1249,6 +1249,111 @@ Deno.test("a refund in another currency is settled with the admin command its lo
     const wallet = await s.wallet(appId);
     assert.equal(wallet.refunded, 11_040_000);
     assert.equal(wallet.available, 15_000_000 - 11_040_000);
+  }));
+
+Deno.test("a dispute in another currency won after the operator took it back is given back with the command its log names: a chargeback_reversed entry, once, and the books add up", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const dispute = disputeObject({
+      paymentIntent,
+      amount: 9_000,
+      status: "needs_response",
+      currency: "eur",
+    });
+    assert.equal(
+      (await deliver(s, eventPayload("charge.dispute.created", dispute))).body.outcome,
+      "not_usd",
+    );
+    const takeBack = s.logs.find((l) => l.event === "stripe_reversal_not_usd")!;
+    // 90 euros, as the operator finds them in USD; run twice, taken once.
+    await runAdmin(commandArgs(takeBack.settle as string, "9.75"), s.kv, PUBLIC_URL);
+    await runAdmin(commandArgs(takeBack.settle as string, "9.75"), s.kv, PUBLIC_URL);
+    await assertMoneyLeft(s, appId, { available: 5_250_000, refunded: 9_750_000, owed: 0 });
+
+    const won = eventPayload("charge.dispute.closed", { ...dispute, status: "won" });
+    assert.equal((await deliver(s, won)).body.outcome, "not_usd");
+    const giveBack = s.logs.filter((l) => l.event === "stripe_reversal_not_usd")[1];
+    assert.equal(giveBack.undone, "won");
+    assert.equal(
+      giveBack.settle,
+      `deno task admin credit --app ${appId} --reversal-of ${dispute.id} ` +
+        `--reason "The dispute ${dispute.id} won: given back"`,
+    );
+    const args = commandArgs(giveBack.settle as string, "unused");
+    const [first, second] = await Promise.all([
+      runAdmin(args, s.kv, PUBLIC_URL),
+      runAdmin(args, s.kv, PUBLIC_URL),
+    ]);
+    const outputs = [first.output, second.output] as Record<string, unknown>[];
+    assert.equal(outputs.filter((o) => o.already_given_back).length, 1, "given back once");
+    for (const output of outputs) {
+      assert.equal(output.kind, "chargeback_reversed");
+      assert.equal(output.given_back, "9.750000");
+    }
+    const again = (await runAdmin(args, s.kv, PUBLIC_URL)).output as Record<string, unknown>;
+    assert.equal(again.already_given_back, true);
+    assert.equal((await deliver(s, won)).body.outcome, "not_usd");
+    await assertMoneyLeft(s, appId, { available: 15_000_000, refunded: 0, owed: 0 });
+    const ledger = await ledgerOf(s, appId);
+    assert.deepEqual(
+      ledger.filter((e) => e.reference === dispute.id).map((e) => [e.kind, e.amount]),
+      [["chargeback", 9_750_000], ["chargeback_reversed", 9_750_000]],
+    );
+    assert.deepEqual(ledger.filter((e) => e.kind === "operator_credit"), []);
+    await assertAuditClean(s.kv);
+  }));
+
+Deno.test("a failed refund in another currency whose debit is still partly owed is given back by the operator as the webhook would: the debt forgiven first, the rest returned", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const held = await hold(s, appId, 12_000_000);
+    const refund = refundObject({ paymentIntent, amount: 15_000, currency: "krw" });
+    await deliver(s, eventPayload("refund.created", refund));
+    const takeBack = s.logs.find((l) => l.event === "stripe_reversal_not_usd")!;
+    await runAdmin(commandArgs(takeBack.settle as string, "11.04"), s.kv, PUBLIC_URL);
+    await assertMoneyLeft(s, appId, { available: 0, refunded: 3_000_000, owed: 8_040_000 });
+
+    const failed = { ...refund, status: "failed" };
+    assert.equal((await deliver(s, eventPayload("refund.failed", failed))).body.outcome, "not_usd");
+    const giveBack = s.logs.filter((l) => l.event === "stripe_reversal_not_usd")[1];
+    const { output } = await runAdmin(
+      commandArgs(giveBack.settle as string, "unused"),
+      s.kv,
+      PUBLIC_URL,
+    );
+    assert.equal((output as Record<string, unknown>).kind, "refund_reversed");
+    await assertMoneyLeft(s, appId, { available: 3_000_000, refunded: 0, owed: 0 });
+    await s.wallets.release(appId, held.reservation.id);
+    await assertMoneyLeft(s, appId, { available: 15_000_000, refunded: 0, owed: 0 });
+    await assertAuditClean(s.kv);
+  }));
+
+Deno.test("a refund the webhook took back and the operator gave back by hand is not given back again by its failure's event", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    const refund = refundObject({ paymentIntent, amount: 400, id: "re_given_by_hand" });
+    assert.equal(
+      (await deliver(s, eventPayload("refund.created", refund))).body.outcome,
+      "taken_back",
+    );
+    const args = [
+      "credit",
+      "--app",
+      appId,
+      "--reversal-of",
+      refund.id as string,
+      "--reason",
+      "failed",
+    ];
+    const { output } = await runAdmin(args, s.kv, PUBLIC_URL);
+    assert.equal((output as Record<string, unknown>).given_back, "4.000000");
+    const failed = eventPayload("refund.failed", { ...refund, status: "failed" });
+    assert.equal((await deliver(s, failed)).body.outcome, "already_given_back");
+    await assertMoneyLeft(s, appId, { available: 15_000_000, refunded: 0, owed: 0 });
+    await assertAuditClean(s.kv);
   }));
 
 Deno.test("an operator's debit naming a refund the webhook already took back takes nothing more", () =>

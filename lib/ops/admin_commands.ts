@@ -9,7 +9,12 @@ export const ADMIN_COMMANDS = [
   { name: "create-key", options: "--app APP_ID [--name NAME]" },
   { name: "revoke-key", options: "--key KEY_ID" },
   { name: "show-app", options: "--app APP_ID" },
-  { name: "credit", options: "--app APP_ID --amount USD --reason TEXT" },
+  {
+    name: "credit",
+    options: "--app APP_ID (--amount USD | --reversal-of STRIPE_ID) --reason TEXT",
+    note: "with --reversal-of, gives back once what debit --reference STRIPE_ID took " +
+      "(a refund that failed, a dispute won)",
+  },
   {
     name: "debit",
     options: "--app APP_ID --amount USD --reason TEXT [--reference STRIPE_ID]",

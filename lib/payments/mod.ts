@@ -10,7 +10,7 @@ export {
   handleStripeEvent,
 } from "./stripe_checkout.ts";
 export type { Stripe } from "./stripe_checkout.ts";
-export { operatorTakeBack } from "./stripe_reversals.ts";
+export { operatorGiveBack, operatorTakeBack } from "./stripe_reversals.ts";
 export {
   beginCheckout,
   createDevPurchase,

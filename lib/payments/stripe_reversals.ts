@@ -121,6 +121,24 @@ export function operatorTakeBack(reference: string): {
   return { kind, marker: `${WORDING[kind].markers.taken}:${reference}` };
 }
 
+/**
+ * What an operator's `deno task admin credit --reversal-of ID` gives back (scripts/admin.ts): what
+ * `debit --reference ID` or the webhook took back (`taken`, that debit's marker), marked as the
+ * webhook marks its own giving back, so one reversal is given back once, by the webhook or by hand.
+ */
+export function operatorGiveBack(reference: string): {
+  kind: "refund_reversed" | "chargeback_reversed";
+  taken: string;
+  marker: string;
+} {
+  const { kind, marker: taken } = operatorTakeBack(reference);
+  return {
+    kind: kind === "refund" ? "refund_reversed" : "chargeback_reversed",
+    taken,
+    marker: `${WORDING[kind].markers.given}:${reference}`,
+  };
+}
+
 /** The command that settles a reversal the webhook could not, its amount in USD left to fill in. */
 function settleCommand(appId: string, reversal: Reversal): string {
   const what = reversal.kind === "refund" ? "Refund" : "Chargeback";
@@ -128,6 +146,16 @@ function settleCommand(appId: string, reversal: Reversal): string {
     `${what} ${reversal.id} of a Stripe top-up, paid in ${reversal.currency.toUpperCase()}`;
   return `deno task admin debit --app ${appId} --amount USD --reason "${reason}" ` +
     `--reference ${reversal.id}`;
+}
+
+/**
+ * The command that gives back what the operator took by hand for a reversal since undone: what
+ * that debit took, so no amount is left to fill in; refused if nothing was taken.
+ */
+function giveBackCommand(appId: string, reversal: Reversal): string {
+  const what = reversal.kind === "refund" ? "refund" : "dispute";
+  return `deno task admin credit --app ${appId} --reversal-of ${reversal.id} ` +
+    `--reason "The ${what} ${reversal.id} ${reversal.because}: given back"`;
 }
 
 /**
@@ -173,7 +201,8 @@ async function takeBack(
     // Top-ups are charged in USD, but a refund or dispute may be in the currency the payer was
     // shown: its amount read as cents could take back ten or a hundred times the money (15,000
     // won is 11 USD, not 150). What it is in USD is the operator's to find and settle, with the
-    // command `settle` names; and one undone since is theirs to give back, if they took it.
+    // command `settle` names; and one undone since is theirs to give back, if they took it, as
+    // this webhook would have (the command refuses when nothing was taken).
     deps.log({
       level: "error",
       event: "stripe_reversal_not_usd",
@@ -187,12 +216,7 @@ async function takeBack(
       currency,
       credited: formatUsd(payment.amount),
       ...(reversal.undone
-        ? {
-          undone: reversal.because,
-          settle: `if it was taken back with debit --reference ${id}, give it back: ` +
-            `deno task admin credit --app ${payment.appId} --amount USD ` +
-            `--reason "The ${kind === "refund" ? "refund" : "dispute"} ${id} ${reversal.because}"`,
-        }
+        ? { undone: reversal.because, settle: giveBackCommand(payment.appId, reversal) }
         : { settle: settleCommand(payment.appId, reversal) }),
     });
     return { status: "not_usd", appId: payment.appId };

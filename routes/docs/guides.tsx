@@ -730,7 +730,10 @@ export function operationsPage() {
         (logged as <code>stripe_reversal_not_usd</code>, with the command to run in{" "}
         <code>settle</code>): once per{" "}
         <code>--reference</code>; without one, each run is a new debit. What the balance does not
-        have is owed, as for any refund.
+        have is owed, as for any refund. If that refund fails or the dispute is won,{" "}
+        <code>credit --reversal-of</code>{" "}
+        with the same id gives back what the debit took, once, as the webhook does in USD (the
+        command is in that event's <code>settle</code>).
       </p>
     </DocsLayout>,
   );
