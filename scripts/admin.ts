@@ -95,6 +95,18 @@ function idFlag(flags: Record<string, string>, name: string): string {
   return id;
 }
 
+/**
+ * A Stripe id flag, trimmed: an id has no whitespace, and one pasted with some around it names the
+ * same refund or dispute, whose marker must be the one its first taking wrote or it is taken twice.
+ */
+function stripeIdFlag(flags: Record<string, string>, name: string): string {
+  const id = required(flags, name).trim();
+  if (!isPlausibleId(id) || /\s/.test(id)) {
+    throw new UsageError(`--${name} is not an id (at most 64 characters, without spaces)`);
+  }
+  return id;
+}
+
 /** `--amount`: a positive USD amount. */
 function amountFlag(flags: Record<string, string>): Micros {
   let amount;
@@ -290,7 +302,7 @@ export async function runAdmin(
         if (flags.amount !== undefined) {
           throw new UsageError("--reversal-of gives back what its debit took: give no --amount");
         }
-        const reference = idFlag(flags, "reversal-of");
+        const reference = stripeIdFlag(flags, "reversal-of");
         const reason = textFlag(required(flags, "reason"), "reason", MAX_REASON_CHARS);
         return { output: await giveBack(kv, wallets, appId, reference, reason), exitCode: 0 };
       }
@@ -314,7 +326,7 @@ export async function runAdmin(
       const appId = idFlag(flags, "app");
       const amount = amountFlag(flags);
       const reason = textFlag(required(flags, "reason"), "reason", MAX_REASON_CHARS);
-      const reference = flags.reference === undefined ? null : idFlag(flags, "reference");
+      const reference = flags.reference === undefined ? null : stripeIdFlag(flags, "reference");
       await getApp(kv, appId);
       // Named, it is taken once, and not at all if the Stripe webhook took it back already; unnamed,
       // each run is a debit of its own.

@@ -772,3 +772,27 @@ Deno.test("admin credit --reversal-of gives back what the debit of that referenc
     assert.equal(wallet.operatorCredits, 0, "given back as a reversal, not an operator credit");
     assert.equal(wallet.available, 5_000_000);
   }));
+
+Deno.test("admin debit and credit --reversal-of take a Stripe id pasted with spaces around it as that id: taken once, given back once", () =>
+  withFileService(async (s) => {
+    const { appId } = await s.newApp();
+    const run = (...args: string[]) => runAdmin(args, s.kv, PUBLIC_URL);
+    const output = async (...args: string[]) =>
+      (await run(...args)).output as Record<string, unknown>;
+    assert.equal(
+      (await output(...debitArgs(appId, "2.00", "r", "--reference", "re_pasted"))).reference,
+      "re_pasted",
+    );
+    const pasted = await output(...debitArgs(appId, "2.00", "r", "--reference", " re_pasted\n"));
+    assert.equal(pasted.already_taken, true);
+    const reversal = ["credit", "--app", appId, "--reason", "failed", "--reversal-of"];
+    assert.equal((await output(...reversal, "re_pasted ")).given_back, "2.000000");
+    assert.equal((await output(...reversal, "\tre_pasted")).already_given_back, true);
+    await assert.rejects(
+      run(...debitArgs(appId, "1.00", "r", "--reference", "re_one re_two")),
+      /--reference is not an id \(at most 64 characters, without spaces\)/,
+    );
+    const wallet = await assertLedgerSums(s.kv, appId);
+    assert.equal(wallet.refunded, 0);
+    assert.equal(wallet.available, 5_000_000);
+  }));
