@@ -904,6 +904,45 @@ Deno.test("a refund that fails or is canceled gives back what it took, whatever 
     await assertAllGivenBack(s, appId, "refund", 10_000_000);
   }));
 
+Deno.test("a refund's failure gives back what its debit took when the operator took it by hand first, never another refund's money", () =>
+  withStripe(async (s) => {
+    const { appId } = await s.newApp();
+    const paymentIntent = await topUp(s, appId, 10_000_000);
+    assert.equal(
+      (await deliver(s, refunded(paymentIntent, 500, { id: "re_other" }))).body.outcome,
+      "taken_back",
+    );
+    // Taken by hand before its event, for less than Stripe says.
+    await runAdmin(
+      [
+        "debit",
+        "--app",
+        appId,
+        "--amount",
+        "1.00",
+        "--reason",
+        "by hand",
+        "--reference",
+        "re_hand",
+      ],
+      s.kv,
+      PUBLIC_URL,
+    );
+    const events = [
+      refunded(paymentIntent, 300, { id: "re_hand", status: "pending" }),
+      refunded(paymentIntent, 300, { id: "re_hand", type: "refund.failed", status: "failed" }),
+    ];
+    assert.equal((await deliver(s, events[0])).body.outcome, "already_taken_back");
+    assert.equal((await deliver(s, events[1])).body.outcome, "given_back");
+    const ledger = (await ledgerOf(s, appId)).filter((e) => e.reference === "re_hand");
+    assert.deepEqual(ledger.map((e) => [e.kind, e.amount]), [["refund", 1_000_000], [
+      "refund_reversed",
+      1_000_000,
+    ]]);
+    await assertMoneyLeft(s, appId, { available: 10_000_000, refunded: 5_000_000, owed: 0 });
+    await assertAuditClean(s.kv);
+  }));
+
 Deno.test("a refund of credits already held takes what is left, owes the rest, and takes it before anything else is reserved", () =>
   withStripe(async (s) => {
     // Requests in flight hold all but $1 of the $15.

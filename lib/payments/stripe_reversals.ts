@@ -12,7 +12,12 @@
  * credited, so nothing is taken, and if our refund failed it is made again.
  */
 import type Stripe from "stripe";
-import { keys, type StripePaymentRecord } from "@/lib/db.ts";
+import {
+  type CreditMarkerRecord,
+  keys,
+  type LedgerEntry,
+  type StripePaymentRecord,
+} from "@/lib/db.ts";
 import { formatUsd, type Logger, type Micros } from "@/lib/core/mod.ts";
 import { WalletNotFoundError, type Wallets } from "@/lib/billing/mod.ts";
 import { centsToMicros } from "./top_up.ts";
@@ -235,12 +240,18 @@ async function takeBack(
     if (!(error instanceof WalletNotFoundError)) throw error;
     return unmatched(`the app ${payment.appId} has no wallet any more`);
   }
-  const { appId } = payment;
+  let { appId } = payment;
   if (reversal.undone) {
+    // What this reversal's debit took: an operator may have taken it by hand before its first
+    // event, for another amount or from another app, and no more than that debit is given back.
+    const debit = taken.debited
+      ? { appId, amount: taken.entry.amount }
+      : await debitTaken(deps.kv, `${wording.markers.taken}:${id}`);
+    appId = debit.appId;
     const back = await deps.wallets.reverseDebit(appId, {
-      amount,
+      amount: debit.amount,
       kind: kind === "refund" ? "refund_reversed" : "chargeback_reversed",
-      reason: wording.given(usd, reversal.because),
+      reason: wording.given(formatUsd(debit.amount), reversal.because),
       reference: id,
       marker: `${wording.markers.given}:${id}`,
     });
@@ -264,6 +275,13 @@ async function takeBack(
     owed: formatUsd(taken.owed),
   });
   return { status: "taken_back", appId, amount, owed: taken.owed };
+}
+
+/** The app and amount of the debit `marker` marks (written once, with its ledger entry). */
+async function debitTaken(kv: Deno.Kv, marker: string): Promise<{ appId: string; amount: Micros }> {
+  const marked = (await kv.get<CreditMarkerRecord>(keys.creditMarker(marker))).value!;
+  const entry = (await kv.get<LedgerEntry>(keys.ledgerEntry(marked.appId, marked.entryId))).value!;
+  return { appId: marked.appId, amount: entry.amount };
 }
 
 /**
