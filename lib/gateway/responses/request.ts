@@ -26,11 +26,8 @@ import {
   SafetyIdentifier,
   withoutPartFields,
 } from "../chat_request.ts";
-import {
-  detailsOfEncryptedContent,
-  MAX_REASONING_DETAILS,
-  type ReasoningDetail,
-} from "../reasoning_details.ts";
+import { detailsOfEncryptedContent } from "../reasoning_details.ts";
+import { type ChatTurn, chatTurns, type ConversationItem } from "./turns.ts";
 
 // Claude's breakpoint (`cache_control`) beside OpenAI's, as on chat's parts: a Claude route is
 // otherwise never asked to cache, and a long prompt pays its whole input price every turn.
@@ -405,14 +402,13 @@ function withoutCacheMarks(message: Record<string, unknown>): Record<string, unk
 
 /** The chat-completions body the response is served by. */
 export function toChatRequest(body: ResponsesBody, stored: StoredContext): ConvertedRequest {
-  const input = inputMessages(body, stored.items);
-  const conversation = [...stored.previous.map(withoutCacheMarks), ...input.messages];
+  const input = inputMessages(body, stored.items, stored.previous.map(withoutCacheMarks));
+  const conversation = input.messages;
   const messages = body.instructions
     ? [{ role: "system", content: body.instructions }, ...conversation]
     : conversation;
   const origins: Origin[] = [
     ...(body.instructions ? [{ from: "instructions" as const }] : []),
-    ...stored.previous.map(() => ({ from: "previous" as const })),
     ...input.origins,
   ];
   if (messages.length === 0) {
@@ -603,149 +599,112 @@ export function sentBackArguments(args: string): string {
   }
 }
 
-/**
- * An assistant turn's reasoning details, joined from several reasoning items: items each within
- * the cap may pass it together, and a model refuses its reasoning cut short, so the turn then goes
- * on without any, as from a client that kept none. Items sent back in `input` and an answer
- * continued by `previous_response_id` (responses.ts) are held to it alike.
- */
-export function setReasoningDetails(turn: Record<string, unknown>, details: unknown[]): void {
-  if (details.length > 0 && details.length <= MAX_REASONING_DETAILS) {
-    turn.reasoning_details = details;
-  } else delete turn.reasoning_details;
-}
+/** Where an input item of a chat turn came from. */
+type InputSource = {
+  /** Null for a string input. */
+  item: number | null;
+  kind: "message" | "function_call_output" | "function_call";
+  /** The item stood behind an item_reference: its fields are not in the request. */
+  referenced: boolean;
+};
 
-/** The input items as chat messages: calls join the assistant turn before them. */
+/** The input items as chat messages, after the conversation `previous_response_id` continues. */
 function inputMessages(
   body: ResponsesBody,
   items: Map<string, ResponseInputItem>,
+  previous: Record<string, unknown>[],
 ): { messages: Record<string, unknown>[]; origins: Origin[] } {
-  if (typeof body.input === "string") {
-    return {
-      messages: [{ role: "user", content: body.input }],
-      origins: [{ from: "input", item: null, kind: "message", referenced: false, calls: [] }],
-    };
-  }
-  const out: Record<string, unknown>[] = [];
-  const origins: (Origin & { from: "input" })[] = [];
-  // Tool-call lists made here, which may grow in place (a turn's own may be a stored item's).
-  const grown = new WeakSet<unknown[]>();
-  // Reasoning items' details, for the assistant turn right after them (any other drops them).
-  let thinking: ReasoningDetail[] = [];
-  const carry = (message: Record<string, unknown>) => {
-    if (message.role !== "assistant") thinking = [];
-    if (thinking.length === 0) return;
-    const details = [
-      ...(message.reasoning_details as ReasoningDetail[] | undefined ?? []),
-      ...thinking,
-    ];
-    thinking = [];
-    setReasoningDetails(message, details);
-  };
-  body.input.forEach((raw, i) => {
-    let item = parseItem(raw, i);
-    const referenced = item.type === "item_reference";
-    if (item.type === "item_reference") {
-      const found = items.get(item.id);
-      if (!found) {
-        throw invalid(
-          `input[${i}].id`,
-          `no stored item '${
-            item.id.slice(0, 100)
-          }' (items of responses created with store: false, expired or of another app are not kept)`,
-        );
-      }
-      item = found;
-    }
-    if (item.type === "reasoning") {
-      if (!item.encrypted_content) return;
-      const details = detailsOfEncryptedContent(item.encrypted_content);
-      if (details === "malformed") {
-        throw invalid(
-          `input[${i}].encrypted_content`,
-          "is not the encrypted_content of a reasoning item as Tollbooth answered it",
-        );
-      }
-      if (details === "foreign") return;
-      for (const detail of details) thinking.push(detail);
-      return;
-    }
-    if (item.type === "function_call") {
-      // A stored call is sent back as previous_response_id sends it: one cut mid-JSON without
-      // its arguments, which Claude would refuse.
-      const args = referenced ? sentBackArguments(item.arguments) : item.arguments;
-      const call = {
-        id: item.call_id,
-        type: "function",
-        function: { name: item.name, arguments: args },
-        ...(item.extra_content ? { extra_content: item.extra_content } : {}),
+  const earlier = previous.map((message) => ({ message, source: null, calls: [] }));
+  const converted: ConversationItem<InputSource>[] = typeof body.input === "string"
+    ? [{
+      type: "message",
+      message: { role: "user", content: body.input },
+      source: { item: null, kind: "message", referenced: false },
+    }]
+    : body.input.flatMap((raw, i) => conversationItem(raw, i, items));
+  const turns = chatTurns(converted, earlier);
+  const before = new Set<ChatTurn<InputSource>>(earlier);
+  return {
+    messages: turns.map((turn) => turn.message),
+    origins: turns.map((turn): Origin => {
+      if (before.has(turn)) return { from: "previous" };
+      const { source, calls } = turn;
+      return {
+        from: "input",
+        item: source?.item ?? null,
+        kind: !source
+          ? "function_calls"
+          : source.kind === "function_call_output"
+          ? source.kind
+          : "message",
+        referenced: (source ?? calls[0]).referenced,
+        calls: calls.map(({ item, referenced }) => ({ item: item!, referenced })),
       };
-      const last = out.at(-1);
-      // Calls right after an assistant turn (or each other) are that turn's tool calls.
-      if (last?.role === "assistant") {
-        // Copied once, then grown: copied for every call, n calls took time in n squared.
-        const calls = last.tool_calls as unknown[] | undefined;
-        if (calls && grown.has(calls)) calls.push(call);
-        else {
-          const copy = [...(calls ?? []), call];
-          grown.add(copy);
-          last.tool_calls = copy;
-        }
-        carry(last);
-        origins.at(-1)!.calls.push({ item: i, referenced });
-      } else {
-        const turn = { role: "assistant", content: null, tool_calls: [call] };
-        carry(turn);
-        out.push(turn);
-        origins.push({
-          from: "input",
-          item: null,
-          kind: "function_calls",
-          referenced,
-          calls: [{ item: i, referenced }],
-        });
-      }
-      return;
+    }),
+  };
+}
+
+/** An input item as the conversation takes it: none for reasoning that is not Claude's. */
+function conversationItem(
+  raw: unknown,
+  i: number,
+  items: Map<string, ResponseInputItem>,
+): ConversationItem<InputSource>[] {
+  let item = parseItem(raw, i);
+  const referenced = item.type === "item_reference";
+  if (item.type === "item_reference") {
+    const found = items.get(item.id);
+    if (!found) {
+      throw invalid(
+        `input[${i}].id`,
+        `no stored item '${
+          item.id.slice(0, 100)
+        }' (items of responses created with store: false, expired or of another app are not kept)`,
+      );
     }
-    if (item.type === "function_call_output") {
-      // Parts stay parts: run together they would lose the boundary between them.
-      const content = typeof item.output === "string"
-        ? item.output
-        : item.output.map((p, j) => inputPartOf(p, `input[${i}].output[${j}]`));
-      const result = { role: "tool", tool_call_id: item.call_id, content };
-      carry(result);
-      out.push(result);
-      origins.push({ from: "input", item: i, kind: "function_call_output", referenced, calls: [] });
-      return;
+    item = found;
+  }
+  if (item.type === "reasoning") {
+    if (!item.encrypted_content) return [];
+    const details = detailsOfEncryptedContent(item.encrypted_content);
+    if (details === "malformed") {
+      throw invalid(
+        `input[${i}].encrypted_content`,
+        "is not the encrypted_content of a reasoning item as Tollbooth answered it",
+      );
     }
-    if (!("role" in item)) throw invalid(`input[${i}].id`, "references another reference");
-    const message = messageOf(item, i);
-    carry(message);
-    const last = out.at(-1);
-    const calls: { item: number; referenced: boolean }[] = [];
-    // A message after a turn's calls, before their outputs (an answer OpenAI gave after its
-    // preamble and calls, in one response), takes those calls and the reasoning that made them:
-    // chat answers a call right after the turn that made it, and each message keeps its phase.
-    if (message.role === "assistant" && last?.role === "assistant" && last.tool_calls) {
-      message.tool_calls = last.tool_calls;
-      calls.push(...origins.at(-1)!.calls);
-      origins.at(-1)!.calls = [];
-      setReasoningDetails(message, [
-        ...last.reasoning_details as ReasoningDetail[] | undefined ?? [],
-        ...message.reasoning_details as ReasoningDetail[] | undefined ?? [],
-      ]);
-      delete last.tool_calls;
-      delete last.reasoning_details;
-      // A turn of calls alone is nothing without them.
-      if (last.content == null) {
-        out.pop();
-        origins.pop();
-      }
-    }
-    out.push(message);
-    origins.push({ from: "input", item: i, kind: "message", referenced, calls });
-  });
-  return { messages: out, origins };
+    if (details === "foreign") return [];
+    return [{ type: "reasoning", details }];
+  }
+  if (item.type === "function_call") {
+    // A stored call is sent back as previous_response_id sends it: one cut mid-JSON without
+    // its arguments, which Claude would refuse.
+    const args = referenced ? sentBackArguments(item.arguments) : item.arguments;
+    const call = {
+      id: item.call_id,
+      type: "function",
+      function: { name: item.name, arguments: args },
+      ...(item.extra_content ? { extra_content: item.extra_content } : {}),
+    };
+    return [{ type: "function_call", call, source: { item: i, kind: item.type, referenced } }];
+  }
+  if (item.type === "function_call_output") {
+    // Parts stay parts: run together they would lose the boundary between them.
+    const content = typeof item.output === "string"
+      ? item.output
+      : item.output.map((p, j) => inputPartOf(p, `input[${i}].output[${j}]`));
+    return [{
+      type: "function_call_output",
+      message: { role: "tool", tool_call_id: item.call_id, content },
+      source: { item: i, kind: item.type, referenced },
+    }];
+  }
+  if (!("role" in item)) throw invalid(`input[${i}].id`, "references another reference");
+  return [{
+    type: "message",
+    message: messageOf(item, i),
+    source: { item: i, kind: "message", referenced },
+  }];
 }
 
 type Parsed = z.infer<typeof InputItem>;

@@ -1017,7 +1017,7 @@ Deno.test("an assistant message after its turn's function calls joins that turn,
   assert.equal((apart.messages as unknown[]).length, 4);
 });
 
-Deno.test("an answer sent back as OpenAI gave it, a preamble, its call and then the answer, is a valid chat turn: the answer takes the call, each message keeps its phase", () => {
+Deno.test("an answer sent back as OpenAI gave it, a preamble, its call and then the answer, is a valid chat conversation: the call stays on the preamble's turn, its output right after it, then the answer; each message keeps its phase", () => {
   const preamble = {
     type: "message",
     role: "assistant",
@@ -1033,20 +1033,47 @@ Deno.test("an answer sent back as OpenAI gave it, a preamble, its call and then 
     input: [{ role: "user", content: "Weather?" }, preamble, call, answer, output],
   });
   assert.deepEqual((messages as unknown[]).slice(1), [
-    { role: "assistant", content: "Checking.", phase: "commentary" },
-    { role: "assistant", content: "Mild.", phase: "final_answer", tool_calls: calls },
+    { role: "assistant", content: "Checking.", phase: "commentary", tool_calls: calls },
     tool,
+    { role: "assistant", content: "Mild.", phase: "final_answer" },
   ]);
-  // Calls alone before the answer are no turn of their own once it takes them.
+  // Calls alone before the answer stay a turn of their own: the answer was written after them.
   const converted = toChatRequest(
     parseResponsesBody({ model: MODEL, input: [call, answer, output] }),
     NONE,
   );
   assert.deepEqual(converted.chat.messages, [
-    { role: "assistant", content: "Mild.", phase: "final_answer", tool_calls: calls },
+    { role: "assistant", content: null, tool_calls: calls },
     tool,
+    { role: "assistant", content: "Mild.", phase: "final_answer" },
   ]);
   parseChatRequest(converted.chat);
   assert.equal(converted.inputPath("messages[0].tool_calls[0].function.name"), "input[0].name");
-  assert.equal(converted.inputPath("messages[0].content"), "input[1].content");
+  assert.equal(converted.inputPath("messages[1].content"), "input[2].output");
+  assert.equal(converted.inputPath("messages[2].content"), "input[1].content");
+});
+
+Deno.test("an answer continued by previous_response_id after its preamble and call gets the call's output right after the call's turn, before the answer", () => {
+  const calls = [{ id: "call_1", type: "function", function: { name: "f", arguments: "{}" } }];
+  const previous = [
+    { role: "user", content: "Weather?" },
+    { role: "assistant", content: "Checking.", phase: "commentary", tool_calls: calls },
+    { role: "assistant", content: "Mild.", phase: "final_answer" },
+  ];
+  const converted = toChatRequest(
+    parseResponsesBody({
+      model: MODEL,
+      input: [{ type: "function_call_output", call_id: "call_1", output: "18 C" }],
+    }),
+    { previous, items: new Map() },
+  );
+  assert.deepEqual(converted.chat.messages, [
+    previous[0],
+    previous[1],
+    { role: "tool", tool_call_id: "call_1", content: "18 C" },
+    previous[2],
+  ]);
+  parseChatRequest(converted.chat);
+  assert.equal(converted.inputPath("messages[2].content"), "input[0].output");
+  assert.equal(converted.inputPath("messages[3].content"), "previous_response_id");
 });

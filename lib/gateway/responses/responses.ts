@@ -15,9 +15,9 @@ import {
   referencedItems,
   type ResponsesBody,
   sentBackArguments,
-  setReasoningDetails,
   toChatRequest,
 } from "./request.ts";
+import { chatTurns, type ConversationItem } from "./turns.ts";
 import {
   chunksToResponse,
   type ResponseEvent,
@@ -385,61 +385,36 @@ function failedEnding(converter: ResponseEvents, requestId: string): ResponseEve
 }
 
 /**
- * The answer as chat messages, for a later `previous_response_id`, as its items sent back in
- * `input` are taken (request.ts): each message a turn with its phase; calls (with what the server
- * attached to them) on the turn before them, until a message takes them; Claude's signed thinking
- * (its reasoning items' details) on the turn after it, to go back to it.
+ * The answer as chat messages, for a later `previous_response_id`: converted as its items sent back
+ * in `input` are (turns.ts), calls with what the server attached to them, Claude's signed thinking
+ * (its reasoning items' details) to go back to it.
  */
 export function assistantTurn(output: ResponseEvents["output"]): Record<string, unknown>[] {
-  type Turn = { tool_calls?: unknown[]; reasoning_details?: unknown[]; [field: string]: unknown };
-  const turns: Turn[] = [];
-  let thinking: unknown[] = [];
-  const carry = (turn: Turn) => {
-    if (thinking.length) setReasoningDetails(turn, [...turn.reasoning_details ?? [], ...thinking]);
-    thinking = [];
-  };
-  for (const item of output) {
+  const items = output.flatMap((item, i): ConversationItem<number>[] => {
     if (item.type === "reasoning") {
       const details = item.encrypted_content
         ? detailsOfEncryptedContent(item.encrypted_content)
         : null;
-      if (Array.isArray(details)) thinking = [...thinking, ...details];
-    } else if (item.type === "function_call") {
-      let turn = turns.at(-1);
-      if (!turn) turns.push(turn = { role: "assistant", content: null });
-      turn.tool_calls = [...turn.tool_calls ?? [], {
+      return Array.isArray(details) ? [{ type: "reasoning", details }] : [];
+    }
+    if (item.type === "function_call") {
+      const call = {
         id: item.call_id,
         type: "function",
         function: { name: item.name, arguments: sentBackArguments(item.arguments) },
         ...(item.extra_content ? { extra_content: item.extra_content } : {}),
-      }];
-      carry(turn);
-    } else {
-      const text = item.content.map((p) => (p.type === "output_text" ? p.text : p.refusal));
-      const message: Turn = {
-        role: "assistant",
-        content: text.join("") || null,
-        ...(item.phase ? { phase: item.phase } : {}),
       };
-      carry(message);
-      const last = turns.at(-1);
-      if (last?.tool_calls) {
-        message.tool_calls = last.tool_calls;
-        setReasoningDetails(message, [
-          ...last.reasoning_details ?? [],
-          ...message.reasoning_details ?? [],
-        ]);
-        delete last.tool_calls;
-        delete last.reasoning_details;
-        if (last.content === null) turns.pop();
-      }
-      turns.push(message);
+      return [{ type: "function_call", call, source: i }];
     }
-  }
-  // Thinking after the last message or call is still the answer's.
-  const last = turns.at(-1);
-  if (last) carry(last);
-  return turns;
+    const text = item.content.map((p) => (p.type === "output_text" ? p.text : p.refusal));
+    const message = {
+      role: "assistant",
+      content: text.join("") || null,
+      ...(item.phase ? { phase: item.phase } : {}),
+    };
+    return [{ type: "message", message, source: i }];
+  });
+  return chatTurns(items).map((turn) => turn.message);
 }
 
 /** The chat dialect's names in an error's param, as the Responses API names the same fields. */

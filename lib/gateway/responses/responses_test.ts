@@ -292,12 +292,13 @@ Deno.test("an answer's reasoning over the cap together goes back by previous_res
     // The next turn, which sends the answer back with the calls' outputs, is a valid chat request.
     const outputsOfCalls = output.flatMap((item) =>
       item.type === "function_call"
-        ? [{ role: "tool", tool_call_id: item.call_id, content: "ok" }]
+        ? [{ type: "function_call_output", call_id: item.call_id, output: "ok" }]
         : []
     );
-    parseChatRequest({
-      model: "m",
-      messages: [{ role: "user", content: "Weather?" }, ...byPrevious, ...outputsOfCalls],
-    });
+    const next = toChatRequest(
+      parseResponsesBody({ model: "m", input: outputsOfCalls }),
+      { previous: [{ role: "user", content: "Weather?" }, ...byPrevious], items: new Map() },
+    );
+    parseChatRequest(next.chat);
   }
 });
