@@ -827,3 +827,150 @@ Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and a
     assert.deepEqual(answered(continued), answered(resent));
     await d.newUsage();
   }));
+
+/** A Responses request streamed or not, as the openai SDK makes it; the response it ends with. */
+async function created(
+  client: OpenAI,
+  body: OpenAI.Responses.ResponseCreateParamsNonStreaming,
+  stream: boolean,
+): Promise<OpenAI.Responses.Response> {
+  if (!stream) return await client.responses.create(body);
+  for await (const event of await client.responses.create({ ...body, stream: true })) {
+    if (event.type === "response.completed") return event.response;
+  }
+  throw new Error("the stream did not complete");
+}
+
+Deno.test("openai SDK responses.create: OpenAI's preamble, call and answer go on, streamed or not, by input or by previous_response_id, on OpenAI's chat API and on Claude with the call's output right after the preamble's turn that made it and the answer after it", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const tools = FLAT_WEATHER_TOOLS;
+    for (const model of [OPENAI_MODEL, CLAUDE_MODEL]) {
+      for (const stream of [false, true]) {
+        for (const byPrevious of [false, true]) {
+          const label = `${model}, stream ${stream}, previous_response_id ${byPrevious}`;
+          d.openai.script({
+            content: "Checking the forecast.",
+            toolCalls: [{ name: "get_weather", arguments: { city: "Lima" } }],
+            finalAnswer: "Mild in Lima.",
+          });
+          const question = { role: "user" as const, content: "Weather in Lima?" };
+          const first = await created(
+            client,
+            { model: SUMMARIZED_MODEL, input: [question], tools },
+            stream,
+          );
+          const call = first.output.find((item) => item.type === "function_call")!;
+          assert.ok(call.type === "function_call");
+          // The other model calls the tool again for the follow-up, then answers.
+          if (model === CLAUDE_MODEL) {
+            d.claude.script(
+              { content: [{ type: "tool_use", name: "get_weather", input: { city: "Lima" } }] },
+              { text: "Mild again." },
+            );
+          } else {
+            d.openai.script(
+              { toolCalls: [{ name: "get_weather", arguments: { city: "Lima" } }] },
+              { content: "Mild again." },
+            );
+          }
+          const result = (id: string, output: string) => ({
+            type: "function_call_output" as const,
+            call_id: id,
+            output,
+          });
+          const followUp = [result(call.call_id, "18 C"), {
+            role: "user" as const,
+            content: "And tomorrow?",
+          }];
+          const second = await created(client, {
+            model,
+            tools,
+            ...(byPrevious
+              ? { previous_response_id: first.id, input: followUp }
+              : { input: [question, ...first.output as ResponseInputItem[], ...followUp] }),
+          }, stream);
+          const again = second.output.find((item) => item.type === "function_call")!;
+          assert.ok(again.type === "function_call", label);
+          const third = await created(client, {
+            model,
+            tools,
+            ...(byPrevious
+              ? { previous_response_id: second.id, input: [result(again.call_id, "17 C")] }
+              : {
+                input: [
+                  question,
+                  ...first.output as ResponseInputItem[],
+                  ...followUp,
+                  ...second.output as ResponseInputItem[],
+                  result(again.call_id, "17 C"),
+                ],
+              }),
+          }, stream);
+          const text = third.output.flatMap((item) =>
+            item.type === "message"
+              ? item.content.map((p) => p.type === "output_text" ? p.text : p.refusal)
+              : []
+          );
+          assert.deepEqual(text, ["Mild again."], label);
+
+          if (model === CLAUDE_MODEL) {
+            const [, last] = d.claude.messages().slice(-2).map((m) => m.body.messages);
+            type Block = { type: string; text?: string; name?: string; content?: unknown };
+            const blocks = (content: string | Block[]) =>
+              typeof content === "string"
+                ? [`text ${content}`]
+                : content.map((b) =>
+                  b.type === "text"
+                    ? `text ${b.text}`
+                    : b.type === "tool_use"
+                    ? `call ${b.name}`
+                    : b.type === "tool_result"
+                    ? `output ${b.content}`
+                    : b.type
+                );
+            assert.deepEqual(
+              last.map((m: { role: string; content: string | Block[] }) => [
+                m.role,
+                ...blocks(m.content),
+              ]),
+              [
+                ["user", "text Weather in Lima?"],
+                ["assistant", "text Checking the forecast.", "call get_weather"],
+                ["user", "output 18 C"],
+                ["assistant", "text Mild in Lima."],
+                ["user", "text And tomorrow?"],
+                ["assistant", "call get_weather"],
+                ["user", "output 17 C"],
+              ],
+              label,
+            );
+          } else {
+            const last = d.openai.chats.at(-1)!.body.messages as {
+              role: string;
+              content: string | null;
+              tool_calls?: { function: { name: string } }[];
+            }[];
+            assert.deepEqual(
+              last.map((m) => [
+                m.role,
+                m.content,
+                ...(m.tool_calls ?? []).map((c) => `call ${c.function.name}`),
+              ]),
+              [
+                ["user", "Weather in Lima?"],
+                ["assistant", "Checking the forecast.", "call get_weather"],
+                ["tool", "18 C"],
+                ["assistant", "Mild in Lima."],
+                ["user", "And tomorrow?"],
+                ["assistant", null, "call get_weather"],
+                ["tool", "17 C"],
+              ],
+              label,
+            );
+          }
+        }
+      }
+    }
+    await d.newUsage();
+  }));
