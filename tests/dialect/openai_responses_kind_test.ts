@@ -14,6 +14,7 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import {
+  ADAPTIVE_CLAUDE,
   assertCharged,
   CLAUDE_MODEL,
   type Dialect,
@@ -24,6 +25,7 @@ import {
   RESPONSES_MODEL,
   RESPONSES_REASONING_MODEL,
   SUMMARIZED_MODEL,
+  UNFORCEABLE_CLAUDE,
   WEATHER_TOOLS,
   withDialect,
 } from "./harness.ts";
@@ -785,7 +787,7 @@ Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and a
     await assertCharged(d, SUMMARIZED_MODEL, usage, usage);
   }));
 
-Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and an answer go back to OpenAI as two messages, each with its phase, the call and its output right after the preamble that made it, by previous_response_id as when the client sends the items back", () =>
+Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and an answer go back to OpenAI as two messages, each with its phase, the call's output last (a conversation never ends on the assistant), by previous_response_id as when the client sends the items back", () =>
   withDialect(async (d) => {
     const client = openAiClient(d);
     d.openai.script(
@@ -820,11 +822,65 @@ Deno.test("openai SDK responses.create, Responses kind: a preamble, a call and a
         .map(({ call_id: _, ...rest }) => rest);
     assert.deepEqual(answered(continued), [
       PHASED_MESSAGES_SENT[0],
+      PHASED_MESSAGES_SENT[1],
       { type: "function_call", name: "get_weather", arguments: '{"city":"Lima"}' },
       { type: "function_call_output", output: "18 C" },
-      PHASED_MESSAGES_SENT[1],
     ]);
     assert.deepEqual(answered(continued), answered(resent));
+    await d.newUsage();
+  }));
+
+Deno.test("openai SDK responses.create: OpenAI's preamble, call and answer sent back with the call's output alone reach Claude ending on that output, not on the answer as a prefill its newest models refuse", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const tools = FLAT_WEATHER_TOOLS;
+    for (const model of [CLAUDE_MODEL, ADAPTIVE_CLAUDE, UNFORCEABLE_CLAUDE]) {
+      for (const byPrevious of [false, true]) {
+        const label = `${model}, previous_response_id ${byPrevious}`;
+        d.openai.script({
+          content: "Checking the forecast.",
+          toolCalls: [{ name: "get_weather", arguments: { city: "Lima" } }],
+          finalAnswer: "Mild in Lima.",
+        });
+        const question = { role: "user" as const, content: "Weather in Lima?" };
+        const first = await client.responses.create({
+          model: SUMMARIZED_MODEL,
+          input: [question],
+          tools,
+        });
+        const call = first.output.find((item) => item.type === "function_call")!;
+        assert.ok(call.type === "function_call");
+        const result = {
+          type: "function_call_output" as const,
+          call_id: call.call_id,
+          output: "18 C",
+        };
+        d.claude.script({ text: "Mild, 18 C." });
+        const second = await client.responses.create({
+          model,
+          tools,
+          ...(byPrevious
+            ? { previous_response_id: first.id, input: [result] }
+            : { input: [question, ...first.output as ResponseInputItem[], result] }),
+        });
+        assert.equal(second.output_text, "Mild, 18 C.", label);
+        const sentMessages = d.claude.messages().at(-1)!.body.messages as {
+          role: string;
+          content: string | { type: string; text?: string; name?: string }[];
+        }[];
+        const blocks = (content: (typeof sentMessages)[number]["content"]) =>
+          typeof content === "string" ? [content] : content.map((b) => b.text ?? b.name ?? b.type);
+        assert.deepEqual(
+          sentMessages.map((m) => [m.role, ...blocks(m.content)]),
+          [
+            ["user", "Weather in Lima?"],
+            ["assistant", "Checking the forecast.", "Mild in Lima.", "get_weather"],
+            ["user", "tool_result"],
+          ],
+          label,
+        );
+      }
+    }
     await d.newUsage();
   }));
 

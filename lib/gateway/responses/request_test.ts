@@ -1017,7 +1017,7 @@ Deno.test("an assistant message after its turn's function calls joins that turn,
   assert.equal((apart.messages as unknown[]).length, 4);
 });
 
-Deno.test("an answer sent back as OpenAI gave it, a preamble, its call and then the answer, is a valid chat conversation: the call stays on the preamble's turn, its output right after it, then the answer; each message keeps its phase", () => {
+Deno.test("an answer sent back as OpenAI gave it, a preamble, its call and then the answer, is a valid chat conversation: with more after the call's output, the call stays on the preamble's turn, its output right after it, then the answer; ending on the output, the answer goes before it with the call; each message keeps its phase", () => {
   const preamble = {
     type: "message",
     role: "assistant",
@@ -1029,51 +1029,72 @@ Deno.test("an answer sent back as OpenAI gave it, a preamble, its call and then 
   const output = { type: "function_call_output", call_id: "call_1", output: "18 C" };
   const tool = { role: "tool", tool_call_id: "call_1", content: "18 C" };
   const calls = [{ id: "call_1", type: "function", function: { name: "f", arguments: "{}" } }];
+  const question = { role: "user", content: "And tomorrow?" };
   const { messages } = chatOf({
-    input: [{ role: "user", content: "Weather?" }, preamble, call, answer, output],
+    input: [{ role: "user", content: "Weather?" }, preamble, call, answer, output, question],
   });
   assert.deepEqual((messages as unknown[]).slice(1), [
     { role: "assistant", content: "Checking.", phase: "commentary", tool_calls: calls },
     tool,
     { role: "assistant", content: "Mild.", phase: "final_answer" },
+    question,
   ]);
-  // Calls alone before the answer stay a turn of their own: the answer was written after them.
+  // Ending on the output, the conversation would end on the answer: Claude would continue it as a
+  // prefill (its newest models refuse one). The call goes with the answer, the output after both.
+  const ending = chatOf({
+    input: [{ role: "user", content: "Weather?" }, preamble, call, answer, output],
+  });
+  assert.deepEqual((ending.messages as unknown[]).slice(1), [
+    { role: "assistant", content: "Checking.", phase: "commentary" },
+    { role: "assistant", content: "Mild.", phase: "final_answer", tool_calls: calls },
+    tool,
+  ]);
+  // Calls alone before the answer: their turn has nothing left once the calls go with it.
   const converted = toChatRequest(
     parseResponsesBody({ model: MODEL, input: [call, answer, output] }),
     NONE,
   );
   assert.deepEqual(converted.chat.messages, [
-    { role: "assistant", content: null, tool_calls: calls },
+    { role: "assistant", content: "Mild.", phase: "final_answer", tool_calls: calls },
     tool,
-    { role: "assistant", content: "Mild.", phase: "final_answer" },
   ]);
   parseChatRequest(converted.chat);
   assert.equal(converted.inputPath("messages[0].tool_calls[0].function.name"), "input[0].name");
+  assert.equal(converted.inputPath("messages[0].content"), "input[1].content");
   assert.equal(converted.inputPath("messages[1].content"), "input[2].output");
-  assert.equal(converted.inputPath("messages[2].content"), "input[1].content");
 });
 
-Deno.test("an answer continued by previous_response_id after its preamble and call gets the call's output right after the call's turn, before the answer", () => {
+Deno.test("an answer continued by previous_response_id after its preamble and call gets the call's output right after the call's turn, before the answer, when more follows; ending on the output, after the answer and its call; the stored conversation unchanged", () => {
   const calls = [{ id: "call_1", type: "function", function: { name: "f", arguments: "{}" } }];
   const previous = [
     { role: "user", content: "Weather?" },
     { role: "assistant", content: "Checking.", phase: "commentary", tool_calls: calls },
     { role: "assistant", content: "Mild.", phase: "final_answer" },
   ];
-  const converted = toChatRequest(
-    parseResponsesBody({
-      model: MODEL,
-      input: [{ type: "function_call_output", call_id: "call_1", output: "18 C" }],
-    }),
+  const stored = structuredClone(previous);
+  const output = { type: "function_call_output", call_id: "call_1", output: "18 C" };
+  const tool = { role: "tool", tool_call_id: "call_1", content: "18 C" };
+  const question = { role: "user", content: "And tomorrow?" };
+  const more = toChatRequest(
+    parseResponsesBody({ model: MODEL, input: [output, question] }),
     { previous, items: new Map() },
   );
-  assert.deepEqual(converted.chat.messages, [
+  assert.deepEqual(more.chat.messages, [previous[0], previous[1], tool, previous[2], question]);
+  parseChatRequest(more.chat);
+  assert.equal(more.inputPath("messages[2].content"), "input[0].output");
+  assert.equal(more.inputPath("messages[3].content"), "previous_response_id");
+
+  const ending = toChatRequest(
+    parseResponsesBody({ model: MODEL, input: [output] }),
+    { previous, items: new Map() },
+  );
+  assert.deepEqual(ending.chat.messages, [
     previous[0],
-    previous[1],
-    { role: "tool", tool_call_id: "call_1", content: "18 C" },
-    previous[2],
+    { role: "assistant", content: "Checking.", phase: "commentary" },
+    { role: "assistant", content: "Mild.", phase: "final_answer", tool_calls: calls },
+    tool,
   ]);
-  parseChatRequest(converted.chat);
-  assert.equal(converted.inputPath("messages[2].content"), "input[0].output");
-  assert.equal(converted.inputPath("messages[3].content"), "previous_response_id");
+  parseChatRequest(ending.chat);
+  assert.equal(ending.inputPath("messages[3].content"), "input[0].output");
+  assert.deepEqual(previous, stored);
 });

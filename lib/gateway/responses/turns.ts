@@ -43,7 +43,7 @@ export function chatTurns<S>(
   let held = heldAnswer(turns);
   const release = () => {
     turns.push(...held.turns);
-    held = { turns: [], awaited: new Set() };
+    held = { turns: [], awaited: new Set(), callTurn: null };
   };
   let thinking: ReasoningDetail[] = [];
   const think = (turn: ChatTurn<S>) => {
@@ -117,25 +117,65 @@ export function chatTurns<S>(
     } else {
       // Chat answers a call right after the turn that made it: the answer written after the
       // calls waits for their outputs, and the calls stay after the text written before them.
-      held = { turns: [turn], awaited: new Set(calls.map((call) => call.id)) };
+      held = { turns: [turn], awaited: new Set(calls.map((call) => call.id)), callTurn: last };
     }
   }
-  release();
+  if (held.turns.length > 0 && turns.at(-1)?.message.role === "tool") {
+    answerBeforeOutputs(turns, held);
+  } else release();
   return turns;
+}
+
+/** Messages of an answer written after the calls of `callTurn`, waiting for their outputs. */
+interface HeldAnswer<S> {
+  turns: ChatTurn<S>[];
+  awaited: Set<string>;
+  callTurn: ChatTurn<S> | null;
+}
+
+/**
+ * An answer written after its calls with nothing but their outputs after it cannot follow them:
+ * the conversation would end on the assistant, which Claude continues as a prefill (and its newest
+ * models refuse). So it goes before the outputs, and the calls move onto its last message, which
+ * chat needs them answered right after; a turn of calls alone (no content) is then left with
+ * nothing and goes, its reasoning to the answer's first message.
+ */
+function answerBeforeOutputs<S>(turns: ChatTurn<S>[], held: HeldAnswer<S>): void {
+  // Copies, not the messages changed: an earlier turn's are the stored conversation's.
+  const callTurn = held.callTurn!;
+  const answer = held.turns.at(-1)!;
+  const { tool_calls, ...said } = callTurn.message;
+  answer.message = { ...answer.message, tool_calls };
+  answer.calls = [...answer.calls, ...callTurn.calls];
+  const at = turns.indexOf(callTurn);
+  if (said.content != null) {
+    callTurn.message = said;
+    callTurn.calls = [];
+    turns.splice(at + 1, 0, ...held.turns);
+    return;
+  }
+  const first = held.turns[0];
+  first.message = { ...first.message };
+  setReasoningDetails(first.message, [
+    ...said.reasoning_details as ReasoningDetail[] | undefined ?? [],
+    ...first.message.reasoning_details as ReasoningDetail[] | undefined ?? [],
+  ]);
+  turns.splice(at, 1, ...held.turns);
 }
 
 /**
  * The messages at the end of the earlier turns written after a turn's calls, whose outputs the
  * items may bring (an answer continued by `previous_response_id` ends so), taken out of them.
  */
-function heldAnswer<S>(turns: ChatTurn<S>[]): { turns: ChatTurn<S>[]; awaited: Set<string> } {
+function heldAnswer<S>(turns: ChatTurn<S>[]): HeldAnswer<S> {
   let at = turns.length;
   while (at > 0 && isAnswerText(turns[at - 1].message)) at--;
   const calls = turns[at - 1]?.message.tool_calls as { id: string }[] | undefined;
   if (at === turns.length || turns[at - 1].message.role !== "assistant" || !calls) {
-    return { turns: [], awaited: new Set() };
+    return { turns: [], awaited: new Set(), callTurn: null };
   }
-  return { turns: turns.splice(at), awaited: new Set(calls.map((call) => call.id)) };
+  const callTurn = turns[at - 1];
+  return { turns: turns.splice(at), awaited: new Set(calls.map((call) => call.id)), callTurn };
 }
 
 function isAnswerText(message: Record<string, unknown>): boolean {

@@ -186,10 +186,38 @@ Deno.test("turns: messages with a phase are turns of their own, each keeping its
     ],
   );
   // A phased message after calls alone was written after them: it waits for their outputs.
-  assert.deepEqual(shape(chatTurns([call("c1"), said("Mild.", "final_answer"), output("c1")])), [
-    { role: "assistant", content: "calls", calls: ["c1"] },
-    { role: "tool", content: "out c1" },
-    { role: "assistant", content: "Mild.", phase: "final_answer" },
+  assert.deepEqual(
+    shape(chatTurns([call("c1"), said("Mild.", "final_answer"), output("c1"), user("More?")])),
+    [
+      { role: "assistant", content: "calls", calls: ["c1"] },
+      { role: "tool", content: "out c1" },
+      { role: "assistant", content: "Mild.", phase: "final_answer" },
+      { role: "user", content: "More?" },
+    ],
+  );
+});
+
+Deno.test("turns: a conversation never ends on an answer written after its calls: ending on their outputs, the answer goes before them with the calls, a turn of calls alone giving it its reasoning", () => {
+  assert.deepEqual(
+    shape(chatTurns([thought(0), call("c1"), said("Mild.", "final_answer"), output("c1")])),
+    [
+      { role: "assistant", content: "Mild.", phase: "final_answer", calls: ["c1"], thought: [0] },
+      { role: "tool", content: "out c1" },
+    ],
+  );
+  assert.deepEqual(
+    shape(chatTurns([said("A", "commentary"), call("c1"), said("B"), said("C"), output("c1")])),
+    [
+      { role: "assistant", content: "A", phase: "commentary" },
+      { role: "assistant", content: "B" },
+      { role: "assistant", content: "C", calls: ["c1"] },
+      { role: "tool", content: "out c1" },
+    ],
+  );
+  // Without outputs (yet) nothing moves: the calls wait for them where they were written.
+  assert.deepEqual(shape(chatTurns([said("A", "commentary"), call("c1"), said("B")])), [
+    { role: "assistant", content: "A", phase: "commentary", calls: ["c1"] },
+    { role: "assistant", content: "B" },
   ]);
 });
 
@@ -198,11 +226,15 @@ Deno.test("turns: messages without a phase are turns of their own too, never mer
     { role: "assistant", content: "One." },
     { role: "assistant", content: "Two." },
   ]);
-  assert.deepEqual(shape(chatTurns([said("One."), call("c1"), said("Two."), output("c1")])), [
-    { role: "assistant", content: "One.", calls: ["c1"] },
-    { role: "tool", content: "out c1" },
-    { role: "assistant", content: "Two." },
-  ]);
+  assert.deepEqual(
+    shape(chatTurns([said("One."), call("c1"), said("Two."), output("c1"), user("OK")])),
+    [
+      { role: "assistant", content: "One.", calls: ["c1"] },
+      { role: "tool", content: "out c1" },
+      { role: "assistant", content: "Two." },
+      { role: "user", content: "OK" },
+    ],
+  );
   // Claude's text beside a call, which a stream gives after the call.
   const turns = chatTurns([thought(0), call("c1"), thought(1), said("Checking."), output("c1")]);
   assert.deepEqual(shape(turns), [
