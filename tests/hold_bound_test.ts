@@ -351,3 +351,50 @@ Deno.test("an open embedding model is held over the special tokens its server ad
     await upstream.close();
   }
 });
+
+/**
+ * Llama 3.1's chat template (vLLM renders it) writes each tool as `tojson(indent=4)`: one member a
+ * line, four spaces a level. These tools, arrays 25 deep around 300 `[[]]`, render to 112 kB of
+ * prompt, in which Llama 3's tokenizer (llama3-tokenizer-js 1.2.0) counts 2,955 tokens, the
+ * template's own text included: what the fake reports, as vLLM would.
+ */
+const DEEP_TOOL_PROMPT_TOKENS = 2_955;
+
+function deeplyIndentedTool() {
+  let x: unknown = Array.from({ length: 300 }, () => [[]]);
+  for (let i = 0; i < 25; i++) x = [x];
+  return {
+    type: "function",
+    function: { name: "f", parameters: { type: "object", properties: {}, x } },
+  };
+}
+
+Deno.test("an open model's tools are held at no less than Llama 3.1's template bills for them, indented four spaces a level: an app holding exactly the hold is charged in full", async () => {
+  const upstream = startOpenAiUpstream({ models: { "llama-3.1-8b-instruct": {} } });
+  upstream.setDefault({ content: "Hi.", promptTokens: DEEP_TOOL_PROMPT_TOKENS });
+  const catalogFile = testCatalogFile(upstream.baseUrl);
+  catalogFile.models.push({
+    id: "fake/llama",
+    provider: "fake",
+    upstream_model: "llama-3.1-8b-instruct",
+    input_usd_per_mtok: "2.00",
+    output_usd_per_mtok: "8.00",
+    context_tokens: 131_072,
+    max_output_tokens: 8192,
+    tokenizer: "utf8_bytes",
+  });
+  const s = await startService({ catalogFile, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    const request = {
+      model: "fake/llama",
+      messages: userMessage("hi"),
+      tools: [deeplyIndentedTool()],
+      max_tokens: 16,
+    };
+    const { learned } = await assertHoldCoversBill(s, request);
+    assert.equal(learned.promptTokens, DEEP_TOOL_PROMPT_TOKENS);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});

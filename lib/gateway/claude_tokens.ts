@@ -238,7 +238,7 @@ export function claudeTokenBound(text: string): number {
 export function claudeTokenBoundOfJson(value: unknown): number {
   const compact = JSON.stringify(value);
   if (compact === undefined) return 0;
-  const added = indentation(value, 0);
+  const added = jsonIndentation(value, 2);
   if (compact.length + added <= MAX_INDENTED_JSON_CHARS) {
     return claudeTokenBound(JSON.stringify(value, null, 2));
   }
@@ -253,25 +253,32 @@ export function claudeTokenBoundOfJson(value: unknown): number {
  */
 const MAX_INDENTED_JSON_CHARS = 4 * 1024 * 1024;
 
-/** The characters two-space indentation adds to a JSON value's compact form. */
-function indentation(value: unknown, depth: number): number {
+/**
+ * The characters indenting a JSON value `width` spaces a level adds to its compact form (as
+ * `JSON.stringify(value, null, width)` and Python's `json.dumps(value, indent=width)` write it).
+ */
+export function jsonIndentation(value: unknown, width: number): number {
+  return indentation(value, 0, width);
+}
+
+function indentation(value: unknown, depth: number, width: number): number {
   if (value === null || typeof value !== "object") return 0;
-  const line = 1 + 2 * (depth + 1); // a newline and the member's indent
+  const line = 1 + width * (depth + 1); // a newline and the member's indent
   let added = 0;
   let members = 0;
   if (Array.isArray(value)) {
     for (const item of value) {
-      added += line + indentation(item, depth + 1);
+      added += line + indentation(item, depth + 1, width);
       members++;
     }
   } else {
     for (const member of Object.values(value)) {
       if (member === undefined || typeof member === "function") continue;
-      added += line + 1 + indentation(member, depth + 1); // and the space after the colon
+      added += line + 1 + indentation(member, depth + 1, width); // and the space after the colon
       members++;
     }
   }
-  return members === 0 ? 0 : added + 1 + 2 * depth; // the closing line
+  return members === 0 ? 0 : added + 1 + width * depth; // the closing line
 }
 
 /** The most tokens a text can cost: its bytes, each code point at its dearest normal form. */

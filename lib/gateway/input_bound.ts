@@ -4,6 +4,7 @@
  * One function per provider kind; the same number serves the context check, the tokens-per-minute
  * limit and the reservation, so that the reservation covers whatever the provider can bill.
  */
+import { utf8Length } from "@/lib/core/mod.ts";
 import {
   HIGH_RES_IMAGE_EDGE,
   type ImagePatches,
@@ -18,7 +19,7 @@ import {
   type ProviderKind,
   type ToolDefinition,
 } from "./chat_request.ts";
-import { claudeTokenBound, claudeTokenBoundOfJson } from "./claude_tokens.ts";
+import { claudeTokenBound, claudeTokenBoundOfJson, jsonIndentation } from "./claude_tokens.ts";
 import { readImageSize } from "./image_size.ts";
 import { claudeThinkingBlocks, openAiReasoningItems } from "./reasoning_details.ts";
 import {
@@ -61,6 +62,13 @@ const OPENAI_TOKENS_PER_PART = 4;
 const OPEN_TEMPLATE_BASE_TOKENS = 64;
 const OPEN_TEMPLATE_TOKENS_PER_MESSAGE = 8;
 const OPEN_TEMPLATE_TOOLS_TOKENS = 256;
+/**
+ * Llama 3.x's chat templates write each tool as `tojson(indent=4)`: a member a line, four spaces
+ * a level, whitespace the compact JSON's bytes leave out and a byte-level tokenizer may bill a
+ * token a byte. Tools of arrays 55 deep around 3,000 `[[]]` were held at 15,548 tokens and billed
+ * 36,439 by Llama 3's own tokenizer.
+ */
+const OPEN_TEMPLATE_TOOL_INDENT = 4;
 
 /**
  * OpenAI's harmony format (gpt-oss), as `openai/harmony` renders a chat: a system message of its
@@ -322,6 +330,19 @@ function stringTokens(text: string, count: TextCounter): number {
   return count(text) + OPENAI_TOKENS_PER_JSON_ELEMENT + TOKENS_PER_COMMENT_LINE * lineBreaks;
 }
 
+/**
+ * The bytes of the tools as an open model's chat template writes them, each on its own and
+ * indented (OPEN_TEMPLATE_TOOL_INDENT), counted without writing them: a deep schema indents every
+ * line by four times its depth.
+ */
+function openTemplateToolBytes(tools: readonly ToolDefinition[]): number {
+  let bytes = 0;
+  for (const tool of toolsValue(tools)) {
+    bytes += utf8Length(JSON.stringify(tool)) + jsonIndentation(tool, OPEN_TEMPLATE_TOOL_INDENT);
+  }
+  return bytes;
+}
+
 /** The response schema the provider reads, or null when the request asks for none. */
 function schemaValue(request: ChatRequest): unknown {
   const format = request.params.response_format;
@@ -442,8 +463,16 @@ export function openAiInputBound(
   }
   const tools = request.params.tools ?? [];
   if (tools.length) {
+    const definitions = jsonTokenBound(
+      toolsValue(tools),
+      countTextTokens,
+      `${tokenizer}:${counting}`,
+      limit,
+    );
     total += framing.tools + OPENAI_TOKENS_PER_TOOL * tools.length +
-      jsonTokenBound(toolsValue(tools), countTextTokens, `${tokenizer}:${counting}`, limit);
+      (model.chatTemplate === "open"
+        ? Math.max(definitions, openTemplateToolBytes(tools))
+        : definitions);
     // Every tool is sent beside allowed tools; how OpenAI tells the model which it may call is
     // not published, so the list is held as if it were read as written.
     const choice = request.params.tool_choice;

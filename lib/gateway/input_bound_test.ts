@@ -343,6 +343,33 @@ Deno.test("the OpenAI bound counts text with the route's tokenizer: cl100k for a
   assert.ok(bytes > cl100k);
 });
 
+Deno.test("an open model's tools are held at no less than the bytes Llama 3.1's template writes them in, each indented four spaces a level", () => {
+  const llama = testModel("openai", "llama-3.1-8b-instant", { tokenizer: "utf8_bytes" });
+  let deep: unknown = Array.from({ length: 300 }, () => [[]]);
+  for (let i = 0; i < 25; i++) deep = [deep];
+  const tools = [
+    { type: "function", function: { name: "deep", parameters: { type: "object", x: deep } } },
+    {
+      type: "function",
+      function: {
+        name: "weather",
+        description: "Météo du jour",
+        parameters: { type: "object", properties: { city: { type: "string" } } },
+      },
+    },
+  ];
+  const body = request({ messages: [{ role: "user", content: "hi" }], tools });
+  // The template writes each tool alone, with Python's json.dumps(indent=4), as JSON.stringify does.
+  const written = tools.reduce(
+    (n, tool) => n + new TextEncoder().encode(JSON.stringify(tool, null, 4)).length,
+    0,
+  );
+  assert.ok(
+    openAiInputBound(body, llama, "utf8_bytes") >= written,
+    `${openAiInputBound(body, llama, "utf8_bytes")} < ${written}`,
+  );
+});
+
 Deno.test("utf8_bytes counts a text's UTF-8 bytes exactly, surrogate pairs and lone surrogates included", () => {
   for (const text of ["", "ascii", "é", "€", "😀", "a\uD800b", "\uDC00", "日本語😀é"]) {
     assert.equal(countTokensWith("utf8_bytes", text), new TextEncoder().encode(text).length, text);
