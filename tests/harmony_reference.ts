@@ -11,10 +11,16 @@ interface HarmonyTool {
     name: string;
     description?: string;
     parameters?: {
-      properties?: Record<string, { type?: string; description?: string }>;
+      properties?: Record<string, HarmonySchema>;
       required?: string[];
     };
   };
+}
+
+interface HarmonySchema {
+  type?: string;
+  description?: string;
+  oneOf?: HarmonySchema[];
 }
 
 interface HarmonyMessage {
@@ -36,15 +42,32 @@ function commentLines(description: string): string[] {
   return lines.map((line) => `// ${line}`);
 }
 
+/** A schema's type as harmony writes it: integers as numbers, anything untyped as `any`. */
+function typeName(schema: HarmonySchema): string {
+  if (schema.type === "integer") return "number";
+  return schema.type ?? "any";
+}
+
 function toolDeclaration(tool: HarmonyTool): string {
   const { name, description, parameters } = tool.function;
   const lines = description ? commentLines(description) : [];
   const properties = Object.entries(parameters?.properties ?? {});
   if (properties.length === 0) return [...lines, `type ${name} = () => any;`].join("\n");
-  const fields = properties.flatMap(([key, schema]) => [
-    ...(schema.description ? commentLines(schema.description) : []),
-    `${key}${parameters?.required?.includes(key) ? "" : "?"}: ${schema.type ?? "any"},`,
-  ]);
+  const fields = properties.flatMap(([key, schema]) => {
+    const optional = parameters?.required?.includes(key) ? "" : "?";
+    const description = schema.description ? commentLines(schema.description) : [];
+    // A property of variants (encoding.rs, json_schema_to_typescript): its name alone, then a
+    // line per variant, each its type, and a comma on a line of its own.
+    if (schema.oneOf) {
+      return [
+        ...description,
+        `${key}${optional}:`,
+        ...schema.oneOf.map((variant) => ` | ${typeName(variant)}`),
+        ",",
+      ];
+    }
+    return [...description, `${key}${optional}: ${typeName(schema)},`];
+  });
   return [...lines, `type ${name} = (_: {`, ...fields, "}) => any;"].join("\n");
 }
 

@@ -270,6 +270,43 @@ Deno.test("gpt-oss on a compatible server is held over what harmony renders: a d
   }
 });
 
+Deno.test("gpt-oss on a compatible server is held over what harmony renders: a property of 3,000 empty variants, a line each, is charged in full from an app holding exactly the hold", async () => {
+  const variants = Array.from({ length: 3_000 }, () => ({}));
+  const request = {
+    model: "fake/gpt-oss-120b",
+    max_tokens: 16,
+    messages: userMessage("hi"),
+    tools: [{
+      type: "function",
+      function: {
+        name: "f",
+        parameters: { type: "object", properties: { x: { oneOf: variants } } },
+      },
+    }],
+  };
+  const billed = harmonyPromptTokens(request);
+  const upstream = startOpenAiUpstream({ models: { "gpt-oss-120b": { contextWindow: 131_072 } } });
+  upstream.setDefault({ content: "ok", promptTokens: billed, completionTokens: 16 });
+  const file = testCatalogFile(upstream.baseUrl);
+  file.models.push({
+    id: "fake/gpt-oss-120b",
+    provider: "fake",
+    upstream_model: "openai/gpt-oss-120b",
+    input_usd_per_mtok: "0.15",
+    output_usd_per_mtok: "0.60",
+    context_tokens: 131_072,
+    max_output_tokens: 32_768,
+  });
+  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    const { learned } = await assertHoldCoversBill(s, request);
+    assert.equal(learned.promptTokens, billed);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gpt-oss on a server that joins a message's text parts with nothing between is held over the joined text: a thousand parts of one long word are charged in full from an app holding exactly the hold", async () => {
   const PARTS = 1000;
   const request = {

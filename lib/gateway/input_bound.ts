@@ -81,6 +81,14 @@ const OPEN_TEMPLATE_TOOL_INDENT = 4;
 const HARMONY_BASE_TOKENS = 128;
 const HARMONY_TOKENS_PER_MESSAGE = 12;
 const HARMONY_TOOLS_TOKENS = 64;
+/**
+ * Over each element of a tool's schema as harmony writes it in TypeScript (`openai/harmony`'s
+ * json_schema_to_typescript), where an element may be a line of its own (a `oneOf` variant's
+ * ` | any`, an example's `// - ""`: 3 tokens), indented by its depth (up to 2 more, a token to
+ * spare), which held `{}` at a token and `""` at three: a property of 3,000 empty variants was
+ * held at 3,267 tokens and billed 9,113.
+ */
+const HARMONY_TOKENS_PER_SCHEMA_ELEMENT = 5;
 
 /** Framing over the text, by the chat template a route's server renders. */
 const FRAMING = {
@@ -285,13 +293,15 @@ function jsonTokenBound(
   count: TextCounter,
   counter: string,
   limit: number,
+  /** Tokens over each element (not a key) beyond its own: where a renderer gives it a line. */
+  perElement = 0,
 ): number {
   const json = JSON.stringify(value);
   // An agent loop sends the same tools every turn; walking them costs far more than one count.
   // Cached per way of counting: a hold's count beyond the merge ration is no exact bill. A count
   // past the limit may have stopped there: not kept.
-  return jsonBounds.count(`${counter}\n${json}`, () => {
-    const tokens = Math.max(count(json), elementTokens(value, count, limit));
+  return jsonBounds.count(`${counter}:${perElement}\n${json}`, () => {
+    const tokens = Math.max(count(json), elementTokens(value, count, limit, perElement));
     return tokens > limit ? { count: tokens, exact: false } : tokens;
   });
 }
@@ -299,24 +309,29 @@ function jsonTokenBound(
 const jsonBounds = new CountCache();
 
 /** Stops once past `limit`: a schema of millions of elements is refused without counting each. */
-function elementTokens(value: unknown, count: TextCounter, limit: number): number {
-  if (typeof value === "string") return stringTokens(value, count);
+function elementTokens(
+  value: unknown,
+  count: TextCounter,
+  limit: number,
+  perElement: number,
+): number {
+  if (typeof value === "string") return stringTokens(value, count) + perElement;
   if (value === null || typeof value !== "object") {
-    return count(String(value)) + OPENAI_TOKENS_PER_JSON_ELEMENT;
+    return count(String(value)) + OPENAI_TOKENS_PER_JSON_ELEMENT + perElement;
   }
   // A bracket or brace; the request's nesting depth is bounded, and so is this recursion.
-  let tokens = 1;
+  let tokens = 1 + perElement;
   if (Array.isArray(value)) {
     for (const item of value) {
       if (tokens > limit) return tokens;
-      tokens += elementTokens(item, count, limit);
+      tokens += elementTokens(item, count, limit, perElement);
     }
     return tokens;
   }
   for (const [key, item] of Object.entries(value)) {
     if (tokens > limit) return tokens;
     if (item === undefined) continue;
-    tokens += stringTokens(key, count) + elementTokens(item, count, limit);
+    tokens += stringTokens(key, count) + elementTokens(item, count, limit, perElement);
   }
   return tokens;
 }
@@ -468,6 +483,7 @@ export function openAiInputBound(
       countTextTokens,
       `${tokenizer}:${counting}`,
       limit,
+      model.chatTemplate === "harmony" ? HARMONY_TOKENS_PER_SCHEMA_ELEMENT : 0,
     );
     total += framing.tools + OPENAI_TOKENS_PER_TOOL * tools.length +
       (model.chatTemplate === "open"
