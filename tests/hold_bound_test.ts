@@ -406,6 +406,50 @@ function deeplyIndentedTool() {
   };
 }
 
+/**
+ * Llama 3.1's chat template writes a tool's result through `tojson` (in Jinja a string is iterable,
+ * so it takes the mapping's branch): 20,000 control characters, as `\u0001` escapes, are 60,060 of
+ * Llama 3's tokens (llama3-tokenizer-js 1.2.0) in the prompt it renders for this conversation.
+ */
+const ESCAPED_RESULT_PROMPT_TOKENS = 60_060;
+
+Deno.test("an open model's tool result is held at no less than Llama 3.1's template bills for it, written as JSON: an app holding exactly the hold is charged in full", async () => {
+  const upstream = startOpenAiUpstream({ models: { "llama-3.1-8b-instruct": {} } });
+  upstream.setDefault({ content: "Hi.", promptTokens: ESCAPED_RESULT_PROMPT_TOKENS });
+  const catalogFile = testCatalogFile(upstream.baseUrl);
+  catalogFile.models.push({
+    id: "fake/llama",
+    provider: "fake",
+    upstream_model: "llama-3.1-8b-instruct",
+    input_usd_per_mtok: "2.00",
+    output_usd_per_mtok: "8.00",
+    context_tokens: 131_072,
+    max_output_tokens: 8192,
+    tokenizer: "utf8_bytes",
+  });
+  const s = await startService({ catalogFile, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  try {
+    const request = {
+      model: "fake/llama",
+      max_tokens: 16,
+      messages: [
+        { role: "user", content: "hi" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }],
+        },
+        { role: "tool", tool_call_id: "c1", content: "\u0001".repeat(20_000) },
+      ],
+    };
+    const { learned } = await assertHoldCoversBill(s, request);
+    assert.equal(learned.promptTokens, ESCAPED_RESULT_PROMPT_TOKENS);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("an open model's tools are held at no less than Llama 3.1's template bills for them, indented four spaces a level: an app holding exactly the hold is charged in full", async () => {
   const upstream = startOpenAiUpstream({ models: { "llama-3.1-8b-instruct": {} } });
   upstream.setDefault({ content: "Hi.", promptTokens: DEEP_TOOL_PROMPT_TOKENS });

@@ -370,6 +370,24 @@ Deno.test("an open model's tools are held at no less than the bytes Llama 3.1's 
   );
 });
 
+Deno.test("an open model's tool result is held at no less than its bytes written as a JSON string, as Llama 3.1's template writes it (tojson)", () => {
+  const llama = testModel("openai", "llama-3.1-8b-instant", { tokenizer: "utf8_bytes" });
+  const call = { id: "c1", type: "function", function: { name: "f", arguments: "{}" } };
+  for (const result of ["\u0001".repeat(1_000), '"\\\n'.repeat(1_000)]) {
+    for (const content of [result, [{ type: "text", text: result }]]) {
+      const body = request({
+        messages: [
+          { role: "user", content: "hi" },
+          { role: "assistant", content: null, tool_calls: [call] },
+          { role: "tool", tool_call_id: "c1", content },
+        ],
+      });
+      const written = new TextEncoder().encode(JSON.stringify(result)).length;
+      assert.ok(openAiInputBound(body, llama, "utf8_bytes") >= written + 64 + 3 * 8);
+    }
+  }
+});
+
 Deno.test("utf8_bytes counts a text's UTF-8 bytes exactly, surrogate pairs and lone surrogates included", () => {
   for (const text of ["", "ascii", "é", "€", "😀", "a\uD800b", "\uDC00", "日本語😀é"]) {
     assert.equal(countTokensWith("utf8_bytes", text), new TextEncoder().encode(text).length, text);
