@@ -89,7 +89,8 @@ export function bodyLimit(
     // Only an API body is decoded: a form is never sent compressed, and a webhook's signature is
     // over the bytes as sent.
     const coding = options.readsJson ? contentCoding(request.headers) : null;
-    if (coding !== null && !DECODERS[coding]) {
+    // Own keys only: `constructor` is on every object, and Object() handed the body back as sent.
+    if (coding !== null && !Object.hasOwn(DECODERS, coding)) {
       await request.body?.cancel().catch(() => {});
       throw new ApiError(
         "unsupported_content_encoding",

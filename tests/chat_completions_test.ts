@@ -519,6 +519,22 @@ Deno.test("a body in a Content-Encoding we do not decode is 415 unsupported_cont
     assert.equal((await s.wallet(appId)).available, 5_000_000);
   }));
 
+Deno.test("a Content-Encoding named like a property of every object (constructor) is 415 unsupported_content_encoding, not served as if sent as is", () =>
+  withService(async (s) => {
+    const { appId, apiKey } = await s.newApp();
+    const json = new TextEncoder().encode(
+      JSON.stringify({ model: ECHO, messages: userMessage("x") }),
+    );
+    for (const coding of ["constructor", "Constructor"]) {
+      await assertError(
+        await encodedChat(s, apiKey, json, coding),
+        415,
+        "unsupported_content_encoding",
+      );
+    }
+    assert.equal((await s.wallet(appId)).available, 5_000_000);
+  }));
+
 Deno.test("402 insufficient_credits carries balance and top_up_url and changes nothing", () =>
   withService(async (s) => {
     const { appId, apiKey, topUpToken } = await s.newApp();
