@@ -168,6 +168,9 @@ export const keys = {
     ["stored_responses", appId, responseId] as const,
   storedResponseChunk: (appId: string, responseId: string, index: number) =>
     ["stored_response_chunks", appId, responseId, index] as const,
+  /** Its output items alone, in chunks too: what an `item_reference` reads. */
+  storedResponseOutputChunk: (appId: string, responseId: string, index: number) =>
+    ["stored_response_output_chunks", appId, responseId, index] as const,
   /** The stored response an output item belongs to, for `item_reference` inputs. */
   storedResponseItem: (appId: string, itemId: string) =>
     ["stored_response_items", appId, itemId] as const,
@@ -725,6 +728,12 @@ export interface StoredResponseRecord {
   expiresAt: number;
   chunks: number;
   bytes: number;
+  /**
+   * Its output items' JSON, kept apart in `outputChunks` chunks; absent from responses stored
+   * before it was, whose items are read from the body.
+   */
+  outputChunks?: number;
+  outputBytes?: number;
   /**
    * Deleted by its app: kept as a marker until it would have expired, so that deleting again
    * answers as the first time did, while its body and items are gone.

@@ -60,26 +60,28 @@ export class ResponseStore {
   ): Promise<void> {
     const createdAt = this.#now();
     const expiresAt = createdAt + STORED_RESPONSE_TTL_MS;
-    const expireIn = STORED_RESPONSE_TTL_MS;
-    const chunks = Math.max(1, Math.ceil(body.byteLength / CHUNK_BYTES));
-    for (let first = 0; first < chunks; first += CHUNKS_PER_COMMIT) {
-      const op = this.#kv.atomic();
-      for (let i = first; i < Math.min(chunks, first + CHUNKS_PER_COMMIT); i++) {
-        op.set(
-          keys.storedResponseChunk(appId, responseId, i),
-          body.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES),
-          { expireIn },
-        );
-      }
-      await commit(op);
-    }
+    const chunks = await this.#writeChunks(
+      body,
+      (i) => keys.storedResponseChunk(appId, responseId, i),
+    );
+    // The output apart from the conversation: a reference to one of its items reads what the
+    // answer holds (paid for by its output tokens), not the conversation, which an image's bytes
+    // make megabytes for a few tokens.
+    const outputBody = new TextEncoder().encode(JSON.stringify(output));
+    const outputChunks = await this.#writeChunks(
+      outputBody,
+      (i) => keys.storedResponseOutputChunk(appId, responseId, i),
+    );
     const head: StoredResponseRecord = {
       id: responseId,
       createdAt,
       expiresAt,
       chunks,
       bytes: body.byteLength,
+      outputChunks,
+      outputBytes: outputBody.byteLength,
     };
+    const expireIn = STORED_RESPONSE_TTL_MS;
     const op = this.#kv.atomic().set(keys.storedResponse(appId, responseId), head, { expireIn });
     for (const item of output) {
       const entry: StoredResponseItemRecord = { responseId, expiresAt };
@@ -88,21 +90,30 @@ export class ResponseStore {
     await commit(op);
   }
 
-  /**
-   * The app's stored response, or null when there is none (never stored, expired, deleted,
-   * another app's).
-   */
-  async load(appId: string, responseId: string): Promise<StoredResponse | null> {
-    const head = await this.#kv.get<StoredResponseRecord>(keys.storedResponse(appId, responseId));
-    if (!head.value || head.value.deleted || head.value.expiresAt <= this.#now()) return null;
-    const { chunks, bytes } = head.value;
+  /** Writes `bytes` in chunks under `key`, some commits at a time; how many chunks. */
+  async #writeChunks(bytes: Uint8Array, key: (index: number) => Deno.KvKey): Promise<number> {
+    const expireIn = STORED_RESPONSE_TTL_MS;
+    const chunks = Math.max(1, Math.ceil(bytes.byteLength / CHUNK_BYTES));
+    for (let first = 0; first < chunks; first += CHUNKS_PER_COMMIT) {
+      const op = this.#kv.atomic();
+      for (let i = first; i < Math.min(chunks, first + CHUNKS_PER_COMMIT); i++) {
+        op.set(key(i), bytes.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES), { expireIn });
+      }
+      await commit(op);
+    }
+    return chunks;
+  }
+
+  /** The JSON of `chunks` chunks under `key`, `bytes` long; null when one is missing. */
+  async #readChunks(
+    key: (index: number) => Deno.KvKey,
+    chunks: number,
+    bytes: number,
+  ): Promise<unknown> {
     const body = new Uint8Array(bytes);
     for (let first = 0; first < chunks; first += 10) {
       const batch = await this.#kv.getMany<Uint8Array[]>(
-        Array.from(
-          { length: Math.min(10, chunks - first) },
-          (_, j) => keys.storedResponseChunk(appId, responseId, first + j),
-        ),
+        Array.from({ length: Math.min(10, chunks - first) }, (_, j) => key(first + j)),
       );
       for (const [j, entry] of batch.entries()) {
         if (!entry.value) return null;
@@ -110,6 +121,41 @@ export class ResponseStore {
       }
     }
     return JSON.parse(new TextDecoder().decode(body));
+  }
+
+  /** The head of the app's stored response, or null when there is none (as for `load`). */
+  async #head(appId: string, responseId: string) {
+    const head = await this.#kv.get<StoredResponseRecord>(keys.storedResponse(appId, responseId));
+    if (!head.value || head.value.deleted || head.value.expiresAt <= this.#now()) return null;
+    return head.value;
+  }
+
+  /**
+   * The app's stored response, or null when there is none (never stored, expired, deleted,
+   * another app's).
+   */
+  async load(appId: string, responseId: string): Promise<StoredResponse | null> {
+    const head = await this.#head(appId, responseId);
+    if (!head) return null;
+    return await this.#readChunks(
+      (i) => keys.storedResponseChunk(appId, responseId, i),
+      head.chunks,
+      head.bytes,
+    ) as StoredResponse | null;
+  }
+
+  /** The output items of the app's stored response, or null when there is none. */
+  async #output(appId: string, responseId: string): Promise<OutputItem[] | null> {
+    const head = await this.#head(appId, responseId);
+    if (!head) return null;
+    if (head.outputChunks === undefined || head.outputBytes === undefined) {
+      return (await this.load(appId, responseId))?.output ?? null;
+    }
+    return await this.#readChunks(
+      (i) => keys.storedResponseOutputChunk(appId, responseId, i),
+      head.outputChunks,
+      head.outputBytes,
+    ) as OutputItem[] | null;
   }
 
   /**
@@ -124,7 +170,7 @@ export class ResponseStore {
       const now = this.#now();
       if (!head.value || head.value.expiresAt <= now) return false;
       if (head.value.deleted) return true;
-      const output = (await this.load(appId, responseId))?.output ?? [];
+      const output = (await this.#output(appId, responseId)) ?? [];
       const marker: StoredResponseRecord = { ...head.value, chunks: 0, bytes: 0, deleted: true };
       // The marker first, checked: from then on nothing reads the body or its items.
       const marked = await this.#kv.atomic().check(head)
@@ -134,6 +180,10 @@ export class ResponseStore {
         ...Array.from(
           { length: head.value.chunks },
           (_, i) => keys.storedResponseChunk(appId, responseId, i),
+        ),
+        ...Array.from(
+          { length: head.value.outputChunks ?? 0 },
+          (_, i) => keys.storedResponseOutputChunk(appId, responseId, i),
         ),
         ...output.map((item) => keys.storedResponseItem(appId, item.id)),
       ];
@@ -170,8 +220,7 @@ export class ResponseStore {
       );
     }
     for (const [responseId, wanted] of byResponse) {
-      const response = await this.load(appId, responseId);
-      for (const item of response?.output ?? []) {
+      for (const item of await this.#output(appId, responseId) ?? []) {
         if (wanted.includes(item.id)) found.set(item.id, item as ResponseInputItem);
       }
     }
