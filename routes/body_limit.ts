@@ -92,10 +92,12 @@ export function bodyLimit(
     // Own keys only: `constructor` is on every object, and Object() handed the body back as sent.
     if (coding !== null && !Object.hasOwn(DECODERS, coding)) {
       await request.body?.cancel().catch(() => {});
+      // The header is named, not echoed whole: a client's 60 KB header makes no 60 KB error.
+      const named = request.headers.get("content-encoding")!;
       throw new ApiError(
         "unsupported_content_encoding",
         `Content-Encoding ${
-          JSON.stringify(request.headers.get("content-encoding"))
+          JSON.stringify(named.length > 100 ? `${named.slice(0, 100)}…` : named)
         } is not supported: send the body as is, or in one of gzip, deflate, br or zstd.`,
       );
     }

@@ -535,6 +535,21 @@ Deno.test("a Content-Encoding named like a property of every object (constructor
     assert.equal((await s.wallet(appId)).available, 5_000_000);
   }));
 
+Deno.test("a refused Content-Encoding is named in the error up to 100 characters, not echoed whole", () =>
+  withService(async (s) => {
+    const { apiKey } = await s.newApp();
+    const json = new TextEncoder().encode(
+      JSON.stringify({ model: ECHO, messages: userMessage("x") }),
+    );
+    const err = await assertError(
+      await encodedChat(s, apiKey, json, "x".repeat(60_000)),
+      415,
+      "unsupported_content_encoding",
+    );
+    assert.ok(err.message.includes(`"${"x".repeat(100)}…"`), err.message);
+    assert.ok(err.message.length < 250, `${err.message.length} characters`);
+  }));
+
 Deno.test("402 insufficient_credits carries balance and top_up_url and changes nothing", () =>
   withService(async (s) => {
     const { appId, apiKey, topUpToken } = await s.newApp();
