@@ -394,13 +394,17 @@ Deno.test("a hold the sweeper released before the loss could be recorded is not 
   }
 });
 
-Deno.test("a stream whose settle meets a lock held past all its tries logs the usage and cost it could not bill", async () => {
+Deno.test("a stream whose settle meets a lock held past all its tries ends with a service_unavailable error event and logs the usage and cost it could not bill", async () => {
   const s = await appWhoseSettleMeetsALock();
   try {
     const res = await s.post("/chat/completions", { ...CHAT, stream: true });
     assert.equal(res.status, 200);
     const text = await res.text();
-    assert.match(text, /could not be billed/);
+    const last = text.trim().split("\n\n").at(-1)!;
+    const { error } = JSON.parse(last.replace(/^data: /, ""));
+    assert.equal(error.code, "service_unavailable", last);
+    assert.match(error.message, /nothing was charged/);
+    assert.doesNotMatch(text, /\[DONE\]/);
     notChargedOf(s.logged, "stream_settle_failed");
   } finally {
     s.unlock();

@@ -3,7 +3,7 @@
  * reservation exactly once, however the stream ends (finished, cut by the upstream, left by the
  * client, or stalled by a client that stopped reading).
  */
-import { ApiError, formatUsd, type Micros } from "@/lib/core/mod.ts";
+import { ApiError, causedByBusyKv, formatUsd, type Micros } from "@/lib/core/mod.ts";
 import type { UsageOutcome } from "@/lib/db.ts";
 import type { ProviderConfig, Usage } from "@/lib/catalog/mod.ts";
 import {
@@ -385,6 +385,14 @@ export class PaidStream {
         } s; the tokens produced before then were charged (${formatUsd(charged ?? 0)} USD).`,
       )];
     }
+    if (charged === null && causedByBusyKv(this.#settleFailure)) {
+      // Storage locked by other instances past every try: a busy moment, said as the non-streamed
+      // answer says it, so that the client knows it may simply try again.
+      return [this.#error(
+        "service_unavailable",
+        "The service was too busy to bill the response; nothing was charged. It may be retried in a second.",
+      )];
+    }
     if (charged === null) {
       // Ending with [DONE] would claim a clean, billed completion; it was neither.
       return [this.#error(
@@ -434,7 +442,10 @@ export class PaidStream {
     return events;
   }
 
-  #error(code: "stream_interrupted" | "internal_error", message: string): StreamEvent {
+  #error(
+    code: "stream_interrupted" | "internal_error" | "service_unavailable",
+    message: string,
+  ): StreamEvent {
     return { type: "error", error: new ApiError(code, message) };
   }
 }
