@@ -201,6 +201,64 @@ for (const { model, kind, thinks, reasons } of MODELS) {
   }
 }
 
+/**
+ * GPT-5.4's preamble, call and answer in one response, then another call: each step's upstream
+ * input begins with the one the step before sent (the answer before the first call's output, where
+ * the model saw it when it went on), as a conversation continued by previous_response_id does.
+ */
+for (const store of [true, false]) {
+  for (const stream of [false, true]) {
+    Deno.test(`AI SDK openai Responses, ${SUMMARIZED_MODEL}${stream ? ", streamed" : ""}, ${store ? "stored" : "store: false"}: after an answer written beside its call, each step sends the conversation as the step before it did`, () =>
+      withDialect(async (d) => {
+        d.openai.script(
+          {
+            reasoningTokens: 5,
+            content: "Let me check.",
+            toolCalls: [{ name: "weather", arguments: { city: "Paris" } }],
+            finalAnswer: "Probably sunny.",
+            promptTokens: USAGE[0].prompt,
+            completionTokens: USAGE[0].completion,
+          },
+          {
+            reasoningTokens: 5,
+            toolCalls: [{ name: "weather", arguments: { city: "Rome" } }],
+            promptTokens: USAGE[1].prompt,
+            completionTokens: USAGE[1].completion,
+          },
+          {
+            reasoningTokens: 5,
+            content: "Sunny everywhere.",
+            promptTokens: USAGE[2].prompt,
+            completionTokens: USAGE[2].completion,
+          },
+        );
+        const options = {
+          model: createOpenAI({ baseURL: d.baseURL, apiKey: d.apiKey })(SUMMARIZED_MODEL),
+          prompt: "Weather in Paris and Rome?",
+          tools: { weather },
+          stopWhen: stepCountIs(5),
+          maxRetries: 0,
+          providerOptions: { openai: { store, include: ["reasoning.encrypted_content"] } },
+        };
+        const result = stream ? streamText(options) : await generateText(options);
+        assert.equal(await result.text, "Sunny everywhere.");
+        const inputs = d.openai.responses.map((r) => r.body.input as { type?: string }[]);
+        assert.equal(inputs.length, 3);
+        for (const step of [1, 2]) {
+          assert.deepEqual(
+            inputs[step].slice(0, inputs[step - 1].length),
+            inputs[step - 1],
+            `step ${step + 1} goes on from what step ${step} sent`,
+          );
+        }
+        // Step 2's reasoning right before the call it made.
+        const added = inputs[2].slice(inputs[1].length).map((item) => item.type);
+        assert.deepEqual(added, ["reasoning", "function_call", "function_call_output"]);
+        await assertCharged(d, SUMMARIZED_MODEL, ...USAGE);
+      }));
+  }
+}
+
 /** The same tool in OpenAI's shape, as LangChain binds it. */
 const WEATHER = {
   type: "function" as const,

@@ -45,6 +45,14 @@ export function chatTurns<S>(
     turns.push(...held.turns);
     held = { turns: [], awaited: new Set(), callTurn: null };
   };
+  // With the calls' outputs in, the answer goes before them (answerBeforeOutputs) whatever comes
+  // next: the model went on from it sent there, so each step sends what the step before it did,
+  // as previous_response_id's stored turns do.
+  const answered = () => held.turns.length > 0 && turns.at(-1)?.message.role === "tool";
+  const answerFirst = () => {
+    answerBeforeOutputs(turns, held);
+    held = { turns: [], awaited: new Set(), callTurn: null };
+  };
   let thinking: ReasoningDetail[] = [];
   const think = (turn: ChatTurn<S>) => {
     if (thinking.length === 0) return;
@@ -64,7 +72,8 @@ export function chatTurns<S>(
     }
     if (item.type === "function_call") {
       // A call after the held messages is theirs: they are a turn of calls of their own.
-      release();
+      if (answered()) answerFirst();
+      else release();
       const last = open();
       if (last) {
         const calls = last.message.tool_calls as unknown[] | undefined;
@@ -96,6 +105,7 @@ export function chatTurns<S>(
       turns.push(turn);
       continue;
     }
+    if (answered()) answerFirst();
     think(turn);
     if (held.turns.length > 0) {
       held.turns.push(turn);
@@ -120,9 +130,8 @@ export function chatTurns<S>(
       held = { turns: [turn], awaited: new Set(calls.map((call) => call.id)), callTurn: last };
     }
   }
-  if (held.turns.length > 0 && turns.at(-1)?.message.role === "tool") {
-    answerBeforeOutputs(turns, held);
-  } else release();
+  if (answered()) answerFirst();
+  else release();
   return turns;
 }
 
@@ -136,9 +145,10 @@ interface HeldAnswer<S> {
 /**
  * An answer written after its calls with nothing but their outputs after it cannot follow them:
  * the conversation would end on the assistant, which Claude continues as a prefill (and its newest
- * models refuse). So it goes before the outputs, and the calls move onto its last message, which
- * chat needs them answered right after; a turn of calls alone (no content) is then left with
- * nothing and goes, its reasoning to the answer's first message.
+ * models refuse). So it goes before the outputs (and stays there for the model's turns after them),
+ * and the calls move onto its last message, which chat needs them answered right after; a turn of
+ * calls alone (no content) is then left with nothing and goes, its reasoning to the answer's first
+ * message.
  */
 function answerBeforeOutputs<S>(turns: ChatTurn<S>[], held: HeldAnswer<S>): void {
   // Copies, not the messages changed: an earlier turn's are the stored conversation's.

@@ -115,18 +115,49 @@ Deno.test("turns: a call's output stays right after the turn that made the call,
   );
 });
 
-Deno.test("turns: an answer of earlier turns written after its calls gets their outputs before it; nothing joins an earlier turn", () => {
+Deno.test("turns: an answer of earlier turns written after its calls goes before their outputs, with the calls, when the conversation goes on from them; nothing joins an earlier turn", () => {
   const earlier = chatTurns([user("Weather?"), said("Checking."), call("c1"), said("Mild.")]);
+  const messages = earlier.map((turn) => turn.message);
+  const stored = structuredClone(messages);
   const turns = chatTurns([output("c1"), call("c2"), output("c2")], earlier);
   assert.deepEqual(shape(turns), [
     { role: "user", content: "Weather?" },
-    { role: "assistant", content: "Checking.", calls: ["c1"] },
+    { role: "assistant", content: "Checking." },
+    { role: "assistant", content: "Mild.", calls: ["c1"] },
     { role: "tool", content: "out c1" },
-    { role: "assistant", content: "Mild." },
     { role: "assistant", content: "calls", calls: ["c2"] },
     { role: "tool", content: "out c2" },
   ]);
-  assert.equal(turns[3], earlier[2], "the earlier turn itself, moved");
+  assert.deepEqual(messages, stored, "the stored conversation's messages are copied, not changed");
+});
+
+Deno.test("turns: an answer written after its calls stays before their outputs when the model goes on from them, as the step before sent it", () => {
+  // Items are taken and grown in place: each conversion gets its own.
+  const step = () => [
+    user("Weather?"),
+    thought(0),
+    said("Checking.", "commentary"),
+    call("c1"),
+    said("Mild.", "final_answer"),
+    output("c1"),
+  ];
+  const sent = shape(chatTurns(step()));
+  assert.deepEqual(sent, [
+    { role: "user", content: "Weather?" },
+    { role: "assistant", content: "Checking.", phase: "commentary", thought: [0] },
+    { role: "assistant", content: "Mild.", phase: "final_answer", calls: ["c1"] },
+    { role: "tool", content: "out c1" },
+  ]);
+  assert.deepEqual(shape(chatTurns([...step(), thought(1), call("c2"), output("c2")])), [
+    ...sent,
+    { role: "assistant", content: "calls", calls: ["c2"], thought: [1] },
+    { role: "tool", content: "out c2" },
+  ]);
+  assert.deepEqual(shape(chatTurns([...step(), said("Sunny."), user("Thanks")])), [
+    ...sent,
+    { role: "assistant", content: "Sunny." },
+    { role: "user", content: "Thanks" },
+  ]);
 });
 
 Deno.test("turns: reasoning goes with the assistant turn after it, and is dropped before any other item or at the end", () => {
