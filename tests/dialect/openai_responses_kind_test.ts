@@ -1030,3 +1030,55 @@ Deno.test("openai SDK responses.create: OpenAI's preamble, call and answer go on
     }
     await d.newUsage();
   }));
+
+Deno.test("openai SDK responses.create: OpenAI's preamble before each of two calls, sent back with both outputs, reaches OpenAI's chat API and Claude with both calls answered right after one turn", () =>
+  withDialect(async (d) => {
+    const client = openAiClient(d);
+    const preamble = (id: string, text: string) => ({
+      type: "message" as const,
+      id,
+      role: "assistant" as const,
+      status: "completed" as const,
+      content: [{ type: "output_text" as const, text, annotations: [] }],
+      phase: "commentary" as const,
+    });
+    const input = [
+      { role: "user" as const, content: "Weather in Lima and Quito?" },
+      preamble("msg_lima", "Checking Lima."),
+      {
+        type: "function_call",
+        call_id: "call_lima",
+        name: "get_weather",
+        arguments: '{"city":"Lima"}',
+      },
+      preamble("msg_quito", "Checking Quito."),
+      {
+        type: "function_call",
+        call_id: "call_quito",
+        name: "get_weather",
+        arguments: '{"city":"Quito"}',
+      },
+      { type: "function_call_output", call_id: "call_lima", output: "18 C" },
+      { type: "function_call_output", call_id: "call_quito", output: "12 C" },
+    ] as ResponseInputItem[];
+    d.openai.script({ content: "Both mild." });
+    d.claude.script({ text: "Both mild." });
+    for (const model of [OPENAI_MODEL, CLAUDE_MODEL]) {
+      const response = await client.responses.create({ model, input, tools: FLAT_WEATHER_TOOLS });
+      assert.equal(response.output_text, "Both mild.", model);
+    }
+    const chat = d.openai.chats.at(-1)!.body.messages as Record<string, unknown>[];
+    assert.deepEqual(
+      chat.map((
+        m,
+      ) => [m.role, m.content ?? null, (m.tool_calls as { id: string }[])?.map((c) => c.id)]),
+      [
+        ["user", "Weather in Lima and Quito?", undefined],
+        ["assistant", "Checking Lima.", undefined],
+        ["assistant", "Checking Quito.", ["call_lima", "call_quito"]],
+        ["tool", "18 C", undefined],
+        ["tool", "12 C", undefined],
+      ],
+    );
+    await d.newUsage();
+  }));

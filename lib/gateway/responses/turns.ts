@@ -71,8 +71,10 @@ export function chatTurns<S>(
       continue;
     }
     if (item.type === "function_call") {
-      // A call after the held messages is theirs: they are a turn of calls of their own.
-      if (answered()) answerFirst();
+      // A call after the held messages is theirs. With the calls' outputs in (answered), or before
+      // any of them (OpenAI's preamble before each of its calls: chat answers a turn's calls only
+      // together, right after it), the answer goes before the outputs and the call joins it.
+      if (answered() || (held.turns.length > 0 && turns.at(-1) === held.callTurn)) answerFirst();
       else release();
       const last = open();
       if (last) {
@@ -145,10 +147,11 @@ interface HeldAnswer<S> {
 /**
  * An answer written after its calls with nothing but their outputs after it cannot follow them:
  * the conversation would end on the assistant, which Claude continues as a prefill (and its newest
- * models refuse). So it goes before the outputs (and stays there for the model's turns after them),
- * and the calls move onto its last message, which chat needs them answered right after; a turn of
- * calls alone (no content) is then left with nothing and goes, its reasoning to the answer's first
- * message.
+ * models refuse). Nor can one followed by calls of its own, before any output: chat answers a
+ * turn's calls together. So it goes before the outputs (and stays there for the model's turns
+ * after them), and the calls move onto its last message, which chat needs them answered right
+ * after; a turn of calls alone (no content) is then left with nothing and goes, its reasoning to
+ * the answer's first message.
  */
 function answerBeforeOutputs<S>(turns: ChatTurn<S>[], held: HeldAnswer<S>): void {
   // Copies, not the messages changed: an earlier turn's are the stored conversation's.

@@ -274,3 +274,45 @@ Deno.test("turns: messages without a phase are turns of their own too, never mer
   ]);
   assert.equal(turns[0].source, "Checking.");
 });
+
+Deno.test("turns: a call after an answer written after calls, before their outputs, joins those calls on that answer, so all are answered right after one turn", () => {
+  // OpenAI's preamble before each of its calls, in one response.
+  assert.deepEqual(
+    shape(chatTurns([
+      user("Lima and Quito?"),
+      said("Checking Lima.", "commentary"),
+      call("c1"),
+      said("Checking Quito.", "commentary"),
+      call("c2"),
+      output("c1"),
+      output("c2"),
+    ])),
+    [
+      { role: "user", content: "Lima and Quito?" },
+      { role: "assistant", content: "Checking Lima.", phase: "commentary" },
+      { role: "assistant", content: "Checking Quito.", phase: "commentary", calls: ["c1", "c2"] },
+      { role: "tool", content: "out c1" },
+      { role: "tool", content: "out c2" },
+    ],
+  );
+  assert.deepEqual(
+    shape(chatTurns([thought(0), call("c1"), said("Mild.", "final_answer"), call("c2")])),
+    [{
+      role: "assistant",
+      content: "Mild.",
+      phase: "final_answer",
+      calls: ["c1", "c2"],
+      thought: [0],
+    }],
+  );
+  // Once an output is in, a later call is a turn of its own after it, the answer before it.
+  assert.deepEqual(
+    shape(chatTurns([said("A", "commentary"), call("c1"), said("B"), output("c1"), call("c2")])),
+    [
+      { role: "assistant", content: "A", phase: "commentary" },
+      { role: "assistant", content: "B", calls: ["c1"] },
+      { role: "tool", content: "out c1" },
+      { role: "assistant", content: "calls", calls: ["c2"] },
+    ],
+  );
+});
