@@ -403,16 +403,27 @@ export class Wallets {
       }
       if (result.settled) this.stats.unbilledRecordedMicros += result.uncharged;
     };
+    this.#unbilled.add(this.#inASecond(attempt, this.#unbilled));
+  }
+
+  /**
+   * `attempt` a second from now, or sooner when drain runs it first (as the exit waits for nothing
+   * else): it leaves `waiting` once it starts, and is in #retrying while it runs.
+   */
+  #inASecond(
+    attempt: () => Promise<void>,
+    waiting: { delete(retry: () => Promise<void>): unknown },
+  ): () => Promise<void> {
     const retry = () => {
       clearTimeout(timer);
-      this.#unbilled.delete(retry);
+      waiting.delete(retry);
       const running = attempt().finally(() => this.#retrying.delete(running));
       this.#retrying.add(running);
       return running;
     };
     const timer = setTimeout(retry, 1_000);
     Deno.unrefTimer(timer);
-    this.#unbilled.add(retry);
+    return retry;
   }
 
   /**
@@ -1279,16 +1290,7 @@ export class Wallets {
       }
       await this.#chargeFromWallet(appId, uncommitted);
     };
-    const retry = () => {
-      clearTimeout(timer);
-      this.#retries.delete(retry);
-      const running = attempt().finally(() => this.#retrying.delete(running));
-      this.#retrying.add(running);
-      return running;
-    };
-    const timer = setTimeout(retry, 1_000);
-    Deno.unrefTimer(timer);
-    this.#retries.set(retry, usage);
+    this.#retries.set(this.#inASecond(attempt, this.#retries), usage);
   }
 
   /** Gives an idle slice back to its wallet: its unspent money and unused rate block. */
