@@ -307,6 +307,36 @@ Deno.test("gpt-oss on a compatible server is held over what harmony renders: a p
   }
 });
 
+Deno.test("an OpenAI model is held over a tool of 3,000 empty variants as harmony, the format OpenAI published as its models', writes them, a line each: charged in full from an app holding exactly the hold", async () => {
+  const variants = Array.from({ length: 3_000 }, () => ({}));
+  const request = {
+    model: "fake/gpt",
+    max_tokens: 16,
+    messages: userMessage("hi"),
+    tools: [{
+      type: "function",
+      function: {
+        name: "f",
+        parameters: { type: "object", properties: { x: { oneOf: variants } } },
+      },
+    }],
+  };
+  const billed = harmonyPromptTokens(request);
+  const upstream = startOpenAiUpstream();
+  upstream.setDefault({ content: "ok", promptTokens: billed, completionTokens: 16 });
+  const s = await startService({
+    catalogFile: testCatalogFile(upstream.baseUrl),
+    env: { FAKE_OPENAI_KEY: upstream.apiKey },
+  });
+  try {
+    const { learned } = await assertHoldCoversBill(s, request);
+    assert.equal(learned.promptTokens, billed);
+  } finally {
+    await s.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gpt-oss on a server that joins a message's text parts with nothing between is held over the joined text: a thousand parts of one long word are charged in full from an app holding exactly the hold", async () => {
   const PARTS = 1000;
   const request = {

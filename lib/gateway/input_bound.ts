@@ -89,6 +89,13 @@ const HARMONY_TOOLS_TOKENS = 64;
  * held at 3,267 tokens and billed 9,113.
  */
 const HARMONY_TOKENS_PER_SCHEMA_ELEMENT = 5;
+/**
+ * Over each variant of a `oneOf` or `anyOf` in a tool's schema on OpenAI's own models: OpenAI
+ * published harmony as its models' format, which writes each variant on a line of its own (as
+ * HARMONY_TOKENS_PER_SCHEMA_ELEMENT); a property of 3,000 empty variants was held at a third of
+ * what harmony renders. Only the variants: other elements it writes inline, as counted.
+ */
+const OPENAI_TOKENS_PER_SCHEMA_VARIANT = 5;
 
 /** Framing over the text, by the chat template a route's server renders. */
 const FRAMING = {
@@ -96,16 +103,20 @@ const FRAMING = {
     base: OPENAI_TOKENS_PER_REPLY,
     perMessage: OPENAI_TOKENS_PER_MESSAGE,
     tools: OPENAI_TOOLS_OVERHEAD,
+    schema: { perElement: 0, perVariant: OPENAI_TOKENS_PER_SCHEMA_VARIANT },
   },
   harmony: {
     base: HARMONY_BASE_TOKENS,
     perMessage: HARMONY_TOKENS_PER_MESSAGE,
     tools: HARMONY_TOOLS_TOKENS,
+    schema: { perElement: HARMONY_TOKENS_PER_SCHEMA_ELEMENT, perVariant: 0 },
   },
   open: {
     base: OPEN_TEMPLATE_BASE_TOKENS,
     perMessage: OPEN_TEMPLATE_TOKENS_PER_MESSAGE,
     tools: OPEN_TEMPLATE_TOOLS_TOKENS,
+    // Held at the bytes of their indented JSON (openTemplateToolBytes) as well.
+    schema: { perElement: 0, perVariant: 0 },
   },
 } as const;
 
@@ -293,18 +304,30 @@ function jsonTokenBound(
   count: TextCounter,
   counter: string,
   limit: number,
-  /** Tokens over each element (not a key) beyond its own: where a renderer gives it a line. */
-  perElement = 0,
+  /** Tokens over elements beyond their own, where a renderer gives them a line (SchemaLines). */
+  lines: SchemaLines = NO_LINES,
 ): number {
   const json = JSON.stringify(value);
   // An agent loop sends the same tools every turn; walking them costs far more than one count.
   // Cached per way of counting: a hold's count beyond the merge ration is no exact bill. A count
   // past the limit may have stopped there: not kept.
-  return jsonBounds.count(`${counter}:${perElement}\n${json}`, () => {
-    const tokens = Math.max(count(json), elementTokens(value, count, limit, perElement));
+  const key = `${counter}:${lines.perElement}:${lines.perVariant}\n${json}`;
+  return jsonBounds.count(key, () => {
+    const tokens = Math.max(count(json), elementTokens(value, count, limit, lines));
     return tokens > limit ? { count: tokens, exact: false } : tokens;
   });
 }
+
+/**
+ * Tokens a renderer of a schema adds beyond its JSON's: over each element (not a key), and over
+ * each variant of a `oneOf` or `anyOf` besides.
+ */
+interface SchemaLines {
+  perElement: number;
+  perVariant: number;
+}
+
+const NO_LINES: SchemaLines = { perElement: 0, perVariant: 0 };
 
 const jsonBounds = new CountCache();
 
@@ -313,8 +336,9 @@ function elementTokens(
   value: unknown,
   count: TextCounter,
   limit: number,
-  perElement: number,
+  lines: SchemaLines,
 ): number {
+  const { perElement, perVariant } = lines;
   if (typeof value === "string") return stringTokens(value, count) + perElement;
   if (value === null || typeof value !== "object") {
     return count(String(value)) + OPENAI_TOKENS_PER_JSON_ELEMENT + perElement;
@@ -324,14 +348,17 @@ function elementTokens(
   if (Array.isArray(value)) {
     for (const item of value) {
       if (tokens > limit) return tokens;
-      tokens += elementTokens(item, count, limit, perElement);
+      tokens += elementTokens(item, count, limit, lines);
     }
     return tokens;
   }
   for (const [key, item] of Object.entries(value)) {
     if (tokens > limit) return tokens;
     if (item === undefined) continue;
-    tokens += stringTokens(key, count) + elementTokens(item, count, limit, perElement);
+    tokens += stringTokens(key, count) + elementTokens(item, count, limit, lines);
+    if ((key === "oneOf" || key === "anyOf") && Array.isArray(item)) {
+      tokens += perVariant * item.length;
+    }
   }
   return tokens;
 }
@@ -500,7 +527,7 @@ export function openAiInputBound(
       countTextTokens,
       `${tokenizer}:${counting}`,
       limit,
-      model.chatTemplate === "harmony" ? HARMONY_TOKENS_PER_SCHEMA_ELEMENT : 0,
+      framing.schema,
     );
     total += framing.tools + OPENAI_TOKENS_PER_TOOL * tools.length +
       (model.chatTemplate === "open"

@@ -763,3 +763,22 @@ Deno.test("a description's line breaks are held for a comment's // on each line,
     openAiInputBound(tools(""), gpt, "o200k");
   assert.ok(grown >= 3 * lines, `${lines} line breaks held as ${grown} tokens`);
 });
+
+Deno.test("an OpenAI model's tool is held 5 tokens more a oneOf or anyOf variant, a line each as harmony writes them; its other elements as counted", () => {
+  const withProperty = (x: unknown) =>
+    openAiInputBound(
+      request({
+        messages: [{ role: "user", content: "hi" }],
+        tools: [{
+          type: "function",
+          function: { name: "f", parameters: { type: "object", properties: { x } } },
+        }],
+      }),
+      gpt,
+      "o200k",
+    );
+  const variants = Array.from({ length: 100 }, () => ({ type: "string" }));
+  const asList = withProperty({ items: variants });
+  assert.equal(withProperty({ oneOf: variants }) - asList, 500 + 1);
+  assert.equal(withProperty({ anyOf: variants }) - asList, 500 + 1);
+});
