@@ -171,6 +171,12 @@ export const keys = {
   /** Its output items alone, in chunks too: what an `item_reference` reads. */
   storedResponseOutputChunk: (appId: string, responseId: string, index: number) =>
     ["stored_response_output_chunks", appId, responseId, index] as const,
+  /** Its response object, output aside, in chunks: what `GET /v1/responses/{id}` reads. */
+  storedResponseObjectChunk: (appId: string, responseId: string, index: number) =>
+    ["stored_response_object_chunks", appId, responseId, index] as const,
+  /** Its request's input items, in chunks: what `GET /v1/responses/{id}/input_items` reads. */
+  storedResponseInputChunk: (appId: string, responseId: string, index: number) =>
+    ["stored_response_input_chunks", appId, responseId, index] as const,
   /** The stored response an output item belongs to, for `item_reference` inputs. */
   storedResponseItem: (appId: string, itemId: string) =>
     ["stored_response_items", appId, itemId] as const,
@@ -734,6 +740,14 @@ export interface StoredResponseRecord {
    */
   outputChunks?: number;
   outputBytes?: number;
+  /**
+   * Its response object (output aside) and its request's input items, kept apart likewise; absent
+   * from responses stored before they were, whose body holds them (or, older still, not even it).
+   */
+  objectChunks?: number;
+  objectBytes?: number;
+  inputChunks?: number;
+  inputBytes?: number;
   /**
    * Deleted by its app: kept as a marker until it would have expired, so that deleting again
    * answers as the first time did, while its body and items are gone.

@@ -109,6 +109,8 @@ export async function startService(options: {
   catalogFile?: CatalogFile;
   env?: Record<string, string>;
   kvPath?: string;
+  /** The KV the app is given, from the one the test reads (to watch what the app does with it). */
+  wrapKv?: (kv: Deno.Kv) => Deno.Kv;
   log?: Logger;
   /** Payment wiring: `devServer` as under `deno task dev`, `stripe` a client aimed at a fake. */
   payments?: Pick<AppDeps, "devServer" | "stripe">;
@@ -124,7 +126,7 @@ export async function startService(options: {
   const kv = await openKv(options.kvPath ?? ":memory:");
   const logs: Record<string, unknown>[] = [];
   const { app, wallets, webhooks, startDraining } = createApp({
-    kv,
+    kv: options.wrapKv?.(kv) ?? kv,
     config,
     catalog,
     log: options.log ?? ((f) => {

@@ -124,7 +124,9 @@ export class Responses {
 
   /** `GET /v1/responses/{id}`: the stored response as it was answered. */
   async retrieve(caller: Caller, responseId: string): Promise<ResponseObject> {
-    const stored = await this.#kept(caller, responseId);
+    const stored = await this.#store.retrieve(caller.appId, responseId);
+    if (!stored) throw notStored(responseId);
+    if (!stored.response) throw notKept(responseId);
     return { ...stored.response, output: stored.output };
   }
 
@@ -148,7 +150,9 @@ export class Responses {
         param: "order",
       });
     }
-    const stored = await this.#kept(caller, responseId);
+    const stored = await this.#store.input(caller.appId, responseId);
+    if (!stored) throw notStored(responseId);
+    if (!stored.input) throw notKept(responseId);
     const items = order === "asc" ? stored.input : [...stored.input].reverse();
     let start = 0;
     if (query.after !== undefined) {
@@ -178,22 +182,6 @@ export class Responses {
   async delete(caller: Caller, responseId: string) {
     if (!(await this.#store.delete(caller.appId, responseId))) throw notStored(responseId);
     return { id: responseId, object: "response" as const, deleted: true as const };
-  }
-
-  /** A stored response with its object and input, or the 404 saying why there is none. */
-  async #kept(caller: Caller, responseId: string) {
-    const stored = await this.#store.load(caller.appId, responseId);
-    if (!stored) throw notStored(responseId);
-    if (!stored.response || !stored.input) {
-      throw new ApiError(
-        "not_found",
-        `Response '${
-          responseId.slice(0, 100)
-        }' was stored before its object and input were kept: it can still be continued with previous_response_id until it expires, not read back.`,
-        { param: "response_id" },
-      );
-    }
-    return { response: stored.response, output: stored.output, input: stored.input };
   }
 
   async #prepare(caller: Caller, body: ResponsesBody) {
@@ -275,6 +263,16 @@ export class Responses {
       return false;
     }
   }
+}
+
+function notKept(responseId: string): ApiError {
+  return new ApiError(
+    "not_found",
+    `Response '${
+      responseId.slice(0, 100)
+    }' was stored before its object and input were kept: it can still be continued with previous_response_id until it expires, not read back.`,
+    { param: "response_id" },
+  );
 }
 
 function notStored(responseId: string): ApiError {

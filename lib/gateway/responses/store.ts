@@ -32,6 +32,19 @@ export interface StoredResponse {
 /** An input item as `input_items` lists it: every item with an id. */
 export type StoredInputItem = Record<string, unknown> & { id: string; type: string };
 
+/**
+ * A stored response's parts as written, each read without the others: the conversation is what
+ * `previous_response_id` needs, and it can be megabytes (an image's bytes) for a few tokens.
+ */
+export interface EncodedResponse {
+  /** The conversation and the output. */
+  body: Uint8Array;
+  /** The response object, output aside; null when there is none to keep. */
+  object: Uint8Array | null;
+  /** The input items; null when there are none to keep. */
+  input: Uint8Array | null;
+}
+
 export class ResponseStore {
   readonly #kv: Deno.Kv;
   readonly #now: () => number;
@@ -46,22 +59,27 @@ export class ResponseStore {
     return bytes <= MAX_STORED_RESPONSE_BYTES;
   }
 
-  /** The encoded body, or null when it is too large to store. */
-  static encode(response: StoredResponse): Uint8Array | null {
-    const bytes = new TextEncoder().encode(JSON.stringify(response));
-    return ResponseStore.fits(bytes.byteLength) ? bytes : null;
+  /** The encoded parts, or null when together they are too large to store. */
+  static encode(response: StoredResponse): EncodedResponse | null {
+    const encoder = new TextEncoder();
+    const { conversation, output } = response;
+    const body = encoder.encode(JSON.stringify({ conversation, output }));
+    const object = response.response ? encoder.encode(JSON.stringify(response.response)) : null;
+    const input = response.input ? encoder.encode(JSON.stringify(response.input)) : null;
+    const bytes = body.byteLength + (object?.byteLength ?? 0) + (input?.byteLength ?? 0);
+    return ResponseStore.fits(bytes) ? { body, object, input } : null;
   }
 
   async save(
     appId: string,
     responseId: string,
-    body: Uint8Array,
+    encoded: EncodedResponse,
     output: OutputItem[],
   ): Promise<void> {
     const createdAt = this.#now();
     const expiresAt = createdAt + STORED_RESPONSE_TTL_MS;
     const chunks = await this.#writeChunks(
-      body,
+      encoded.body,
       (i) => keys.storedResponseChunk(appId, responseId, i),
     );
     // The output apart from the conversation: a reference to one of its items reads what the
@@ -72,14 +90,32 @@ export class ResponseStore {
       outputBody,
       (i) => keys.storedResponseOutputChunk(appId, responseId, i),
     );
+    // The object and the input apart too: reading one back reads what its answer holds, or what
+    // its request sent, not the conversation before it.
+    const object = encoded.object && {
+      objectChunks: await this.#writeChunks(
+        encoded.object,
+        (i) => keys.storedResponseObjectChunk(appId, responseId, i),
+      ),
+      objectBytes: encoded.object.byteLength,
+    };
+    const input = encoded.input && {
+      inputChunks: await this.#writeChunks(
+        encoded.input,
+        (i) => keys.storedResponseInputChunk(appId, responseId, i),
+      ),
+      inputBytes: encoded.input.byteLength,
+    };
     const head: StoredResponseRecord = {
       id: responseId,
       createdAt,
       expiresAt,
       chunks,
-      bytes: body.byteLength,
+      bytes: encoded.body.byteLength,
       outputChunks,
       outputBytes: outputBody.byteLength,
+      ...object,
+      ...input,
     };
     const expireIn = STORED_RESPONSE_TTL_MS;
     const op = this.#kv.atomic().set(keys.storedResponse(appId, responseId), head, { expireIn });
@@ -132,30 +168,75 @@ export class ResponseStore {
 
   /**
    * The app's stored response, or null when there is none (never stored, expired, deleted,
-   * another app's).
+   * another app's). Its object and input are not in it when they were kept apart (`retrieve`,
+   * `input`).
    */
   async load(appId: string, responseId: string): Promise<StoredResponse | null> {
     const head = await this.#head(appId, responseId);
     if (!head) return null;
+    return await this.#body(appId, head);
+  }
+
+  async #body(appId: string, head: StoredResponseRecord): Promise<StoredResponse | null> {
     return await this.#readChunks(
-      (i) => keys.storedResponseChunk(appId, responseId, i),
+      (i) => keys.storedResponseChunk(appId, head.id, i),
       head.chunks,
       head.bytes,
     ) as StoredResponse | null;
   }
 
-  /** The output items of the app's stored response, or null when there is none. */
-  async #output(appId: string, responseId: string): Promise<OutputItem[] | null> {
-    const head = await this.#head(appId, responseId);
-    if (!head) return null;
+  /** The output items of the stored response with this head, or null when they are gone. */
+  async #output(appId: string, head: StoredResponseRecord): Promise<OutputItem[] | null> {
     if (head.outputChunks === undefined || head.outputBytes === undefined) {
-      return (await this.load(appId, responseId))?.output ?? null;
+      return (await this.#body(appId, head))?.output ?? null;
     }
     return await this.#readChunks(
-      (i) => keys.storedResponseOutputChunk(appId, responseId, i),
+      (i) => keys.storedResponseOutputChunk(appId, head.id, i),
       head.outputChunks,
       head.outputBytes,
     ) as OutputItem[] | null;
+  }
+
+  /**
+   * The response object and output of the app's stored response, or null when there is none (as
+   * for `load`); `response` is absent from one stored before its object was kept.
+   */
+  async retrieve(
+    appId: string,
+    responseId: string,
+  ): Promise<Pick<StoredResponse, "response" | "output"> | null> {
+    const head = await this.#head(appId, responseId);
+    if (!head) return null;
+    if (head.objectChunks === undefined || head.objectBytes === undefined) {
+      const whole = await this.#body(appId, head);
+      return whole && { response: whole.response, output: whole.output };
+    }
+    const response = await this.#readChunks(
+      (i) => keys.storedResponseObjectChunk(appId, responseId, i),
+      head.objectChunks,
+      head.objectBytes,
+    ) as StoredResponse["response"] | null;
+    const output = response && await this.#output(appId, head);
+    return response && output ? { response, output } : null;
+  }
+
+  /**
+   * The input items of the app's stored response, or null when there is none (as for `load`);
+   * `input` is absent from one stored before its input was kept.
+   */
+  async input(appId: string, responseId: string): Promise<Pick<StoredResponse, "input"> | null> {
+    const head = await this.#head(appId, responseId);
+    if (!head) return null;
+    if (head.inputChunks === undefined || head.inputBytes === undefined) {
+      const whole = await this.#body(appId, head);
+      return whole && { input: whole.input };
+    }
+    const input = await this.#readChunks(
+      (i) => keys.storedResponseInputChunk(appId, responseId, i),
+      head.inputChunks,
+      head.inputBytes,
+    ) as StoredInputItem[] | null;
+    return input && { input };
   }
 
   /**
@@ -170,7 +251,7 @@ export class ResponseStore {
       const now = this.#now();
       if (!head.value || head.value.expiresAt <= now) return false;
       if (head.value.deleted) return true;
-      const output = (await this.#output(appId, responseId)) ?? [];
+      const output = (await this.#output(appId, head.value)) ?? [];
       const marker: StoredResponseRecord = { ...head.value, chunks: 0, bytes: 0, deleted: true };
       // The marker first, checked: from then on nothing reads the body or its items.
       const marked = await this.#kv.atomic().check(head)
@@ -184,6 +265,14 @@ export class ResponseStore {
         ...Array.from(
           { length: head.value.outputChunks ?? 0 },
           (_, i) => keys.storedResponseOutputChunk(appId, responseId, i),
+        ),
+        ...Array.from(
+          { length: head.value.objectChunks ?? 0 },
+          (_, i) => keys.storedResponseObjectChunk(appId, responseId, i),
+        ),
+        ...Array.from(
+          { length: head.value.inputChunks ?? 0 },
+          (_, i) => keys.storedResponseInputChunk(appId, responseId, i),
         ),
         ...output.map((item) => keys.storedResponseItem(appId, item.id)),
       ];
@@ -220,7 +309,8 @@ export class ResponseStore {
       );
     }
     for (const [responseId, wanted] of byResponse) {
-      for (const item of await this.#output(appId, responseId) ?? []) {
+      const head = await this.#head(appId, responseId);
+      for (const item of (head && await this.#output(appId, head)) ?? []) {
         if (wanted.includes(item.id)) found.set(item.id, item as ResponseInputItem);
       }
     }

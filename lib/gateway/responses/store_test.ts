@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
-import { MAX_STORED_RESPONSE_BYTES, ResponseStore, STORED_RESPONSE_TTL_MS } from "./store.ts";
+import {
+  MAX_STORED_RESPONSE_BYTES,
+  ResponseStore,
+  STORED_RESPONSE_TTL_MS,
+  type StoredResponse,
+} from "./store.ts";
 import type { OutputItem } from "./response.ts";
 import { keys, type StoredResponseRecord } from "@/lib/db.ts";
+import { countingReads } from "./test_support.ts";
 
 const message = (id: string, text: string): OutputItem => ({
   type: "message",
@@ -90,35 +96,6 @@ Deno.test("a deleted response is gone with its items; deleting again answers ali
     assert.equal(await store.delete("app_a", "resp_1"), false, "the marker expires with it");
   }));
 
-/** The bytes of the values `kv` read, by get and getMany, as `read.bytes`. */
-function countingReads(kv: Deno.Kv, read: { bytes: number }): Deno.Kv {
-  const count = (value: unknown) => {
-    read.bytes += value instanceof Uint8Array
-      ? value.byteLength
-      : JSON.stringify(value ?? null).length;
-  };
-  return new Proxy(kv, {
-    get(target, name) {
-      if (name === "get") {
-        return async (key: Deno.KvKey) => {
-          const entry = await target.get(key);
-          count(entry.value);
-          return entry;
-        };
-      }
-      if (name === "getMany") {
-        return async (keys: Deno.KvKey[]) => {
-          const entries = await target.getMany(keys);
-          for (const entry of entries) count(entry.value);
-          return entries;
-        };
-      }
-      const value = Reflect.get(target, name);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
-}
-
 Deno.test("an item reference reads the stored output it names, not the conversation its response answered", async () => {
   const kv = await Deno.openKv(":memory:");
   try {
@@ -166,4 +143,62 @@ Deno.test("the items of a response stored before its output was kept apart are s
   } finally {
     kv.close();
   }
+});
+
+/** A response as `Responses` stores it: a large conversation before a short request and answer. */
+function answered(conversationBytes: number) {
+  const output = [message("msg_1", "Short.")];
+  const response = {
+    id: "resp_1",
+    object: "response",
+    created_at: 1,
+    status: "completed",
+  } as unknown as StoredResponse["response"];
+  const input = [{
+    id: "msg_0",
+    type: "message",
+    role: "user",
+    content: [{ type: "input_text", text: "And?" }],
+  }];
+  const conversation = [{ role: "user", content: "x".repeat(conversationBytes) }];
+  return { conversation, output, response, input };
+}
+
+Deno.test("a response stored with its object and input in its body is still read back, and deleted whole", () =>
+  withStore(async (store) => {
+    const stored = answered(100);
+    // As such a response was written: one body holding them all, nothing kept apart.
+    const body = new TextEncoder().encode(JSON.stringify(stored));
+    await store.save("app_a", "resp_1", { body, object: null, input: null }, stored.output);
+    assert.deepEqual(await store.retrieve("app_a", "resp_1"), {
+      response: stored.response,
+      output: stored.output,
+    });
+    assert.deepEqual(await store.input("app_a", "resp_1"), { input: stored.input });
+    assert.equal(await store.delete("app_a", "resp_1"), true);
+    assert.equal(await store.retrieve("app_a", "resp_1"), null);
+    assert.equal(await store.input("app_a", "resp_1"), null);
+  }));
+
+Deno.test("a deleted response's object and input are deleted with it", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const store = new ResponseStore(kv);
+    const stored = answered(100);
+    await store.save("app_a", "resp_1", ResponseStore.encode(stored)!, stored.output);
+    const left = async () =>
+      (await Array.fromAsync(kv.list({ prefix: [] }))).map((entry) => entry.key[0]);
+    assert.ok((await left()).includes("stored_response_object_chunks"));
+    assert.ok((await left()).includes("stored_response_input_chunks"));
+    assert.equal(await store.delete("app_a", "resp_1"), true);
+    assert.deepEqual(await left(), ["stored_responses"], "the marker alone");
+  } finally {
+    kv.close();
+  }
+});
+
+Deno.test("a response whose object and input with its conversation are over the size limit is not stored", () => {
+  const stored = answered(MAX_STORED_RESPONSE_BYTES / 2);
+  stored.input[0].content[0].text = "y".repeat(MAX_STORED_RESPONSE_BYTES / 2);
+  assert.equal(ResponseStore.encode(stored), null);
 });

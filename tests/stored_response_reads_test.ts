@@ -1,0 +1,77 @@
+/**
+ * What a request reads of a stored response: what it needs, never the conversation the response
+ * answered when it needs less, since an image's bytes make that megabytes for a few tokens.
+ */
+import assert from "node:assert/strict";
+import { startService } from "./helpers.ts";
+import { pngBase64 } from "./fakes/common.ts";
+import { countingReads } from "@/lib/gateway/responses/test_support.ts";
+
+/** 3 MB of image for a handful of tokens: a PNG header (what the gateway reads of it) and more. */
+const LARGE_IMAGE = `data:image/png;base64,${pngBase64(64, 64)}${"A".repeat(3_000_000)}`;
+
+/** A service whose KV reads are counted, an app, and its stored response holding the image. */
+async function withLargeStoredResponse(
+  fn: (
+    s: Awaited<ReturnType<typeof startService>>,
+    apiKey: string,
+    stored: { id: string },
+    read: { bytes: number },
+  ) => Promise<void>,
+) {
+  const read = { bytes: 0 };
+  const s = await startService({ wrapKv: (kv) => countingReads(kv, read) });
+  try {
+    const { apiKey } = await s.newApp();
+    const res = await s.post(apiKey, "/responses", {
+      model: "tollbooth/echo",
+      input: [{
+        role: "user",
+        content: [
+          { type: "input_text", text: "What is this?" },
+          { type: "input_image", image_url: LARGE_IMAGE },
+        ],
+      }],
+      max_output_tokens: 16,
+    });
+    assert.equal(res.status, 200, await res.clone().text());
+    const stored = await res.json();
+    assert.equal(stored.store, true);
+    read.bytes = 0;
+    await fn(s, apiKey, stored, read);
+  } finally {
+    await s.close();
+  }
+}
+
+Deno.test("GET /v1/responses/{id} reads the response object, not the conversation it answered", () =>
+  withLargeStoredResponse(async (s, apiKey, stored, read) => {
+    for (let i = 0; i < 2; i++) {
+      read.bytes = 0;
+      const res = await s.get(apiKey, `/responses/${stored.id}`, {
+        template: "/responses/{response_id}",
+      });
+      assert.equal(res.status, 200);
+      assert.equal((await res.json()).id, stored.id);
+      assert.ok(read.bytes < 100_000, `read ${read.bytes} bytes for a short answer`);
+    }
+  }));
+
+Deno.test("GET /v1/responses/{id}/input_items reads its request's input, not the conversation before it", () =>
+  withLargeStoredResponse(async (s, apiKey, stored, read) => {
+    const res = await s.post(apiKey, "/responses", {
+      model: "tollbooth/echo",
+      previous_response_id: stored.id,
+      input: "And now?",
+      max_output_tokens: 16,
+    });
+    assert.equal(res.status, 200, await res.clone().text());
+    const next = await res.json();
+    read.bytes = 0;
+    const items = await s.get(apiKey, `/responses/${next.id}/input_items?limit=1`, {
+      template: "/responses/{response_id}/input_items",
+    });
+    assert.equal(items.status, 200);
+    assert.equal((await items.json()).data.length, 1);
+    assert.ok(read.bytes < 100_000, `read ${read.bytes} bytes for one short input item`);
+  }));
