@@ -75,3 +75,24 @@ Deno.test("GET /v1/responses/{id}/input_items reads its request's input, not the
     assert.equal((await items.json()).data.length, 1);
     assert.ok(read.bytes < 100_000, `read ${read.bytes} bytes for one short input item`);
   }));
+
+Deno.test("a previous_response_id request refused for its own fields is refused before the conversation is read", () =>
+  withLargeStoredResponse(async (s, apiKey, stored, read) => {
+    const refusals = [
+      [{ model: "tollbooth/echo", tool_choice: "required" }, 400, "tool_choice"],
+      [{ model: "nowhere/model" }, 400, "model"],
+      [{ model: "tollbooth/embed" }, 400, "model"],
+    ] as const;
+    for (const [fields, status, param] of refusals) {
+      read.bytes = 0;
+      const res = await s.post(apiKey, "/responses", {
+        previous_response_id: stored.id,
+        input: "And now?",
+        ...fields,
+      });
+      const body = await res.json();
+      assert.equal(res.status, status, JSON.stringify(body));
+      assert.equal(body.error.param, param);
+      assert.ok(read.bytes < 100_000, `read ${read.bytes} bytes for a ${status} on '${param}'`);
+    }
+  }));

@@ -682,6 +682,14 @@ export class Gateway {
     }
   }
 
+  /**
+   * Refuses a chat request's model as `complete` and `stream` would, for a caller that would
+   * otherwise read what is stored for the request (a previous conversation) first.
+   */
+  assertChatModel(id: string, trace: RequestTrace): void {
+    this.#model(id, "chat", trace);
+  }
+
   /** The catalog model a request names, if it serves requests of this endpoint's type. */
   #model(id: string, type: ModelType, trace: RequestTrace): Model {
     const model = this.#deps.catalog.get(id);

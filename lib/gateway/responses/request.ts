@@ -414,7 +414,13 @@ export function toChatRequest(body: ResponsesBody, stored: StoredContext): Conve
   if (messages.length === 0) {
     throw invalid("input", "holds nothing to answer (only reasoning items)");
   }
-  const chat: Record<string, unknown> = { model: body.model, messages };
+  const chat = { model: body.model, messages, ...chatFieldsOf(body) };
+  return { body, chat, conversation, inputPath: (path) => inputPath(path, origins) };
+}
+
+/** The chat request's fields but its model and messages, as the body's fields make them. */
+export function chatFieldsOf(body: ResponsesBody): Record<string, unknown> {
+  const chat: Record<string, unknown> = {};
   if (body.max_output_tokens != null) chat.max_completion_tokens = body.max_output_tokens;
   if (body.stream) chat.stream = true;
   if (body.tools?.length) {
@@ -480,7 +486,7 @@ export function toChatRequest(body: ResponsesBody, stored: StoredContext): Conve
   ) {
     if (body[field] != null) chat[field] = body[field];
   }
-  return { body, chat, conversation, inputPath: (path) => inputPath(path, origins) };
+  return chat;
 }
 
 /**

@@ -10,6 +10,7 @@ import type { Caller, Gateway, RequestTrace, StreamEvent } from "../gateway.ts";
 import {
   askedSummary,
   assertReferencedSize,
+  chatFieldsOf,
   inputItemsOf,
   parseResponsesBody,
   referencedItems,
@@ -74,7 +75,7 @@ export class Responses {
     requestId: string,
     trace: RequestTrace,
   ): Promise<ResponseOutcome> {
-    const prepared = await this.#prepare(caller, body);
+    const prepared = await this.#prepare(caller, body, trace);
     const { request, meta, inputPath } = prepared;
     const outcome = await this.#gateway.complete(caller, request, requestId, trace)
       .catch((error) => inResponsesTerms(error, inputPath));
@@ -95,7 +96,7 @@ export class Responses {
     requestId: string,
     trace: RequestTrace,
   ): Promise<ResponseStreamOutcome> {
-    const prepared = await this.#prepare(caller, body);
+    const prepared = await this.#prepare(caller, body, trace);
     // The usage chunk (with the cost) is what response.completed reports.
     const request = { ...prepared.request, includeUsage: true };
     const outcome = await this.#gateway.stream(caller, request, requestId, trace)
@@ -184,8 +185,11 @@ export class Responses {
     return { id: responseId, object: "response" as const, deleted: true as const };
   }
 
-  async #prepare(caller: Caller, body: ResponsesBody) {
+  async #prepare(caller: Caller, body: ResponsesBody, trace: RequestTrace) {
     const previousId = body.previous_response_id ?? null;
+    // Refused before the previous conversation is read, not after: it can be megabytes (an
+    // image's bytes) for a few tokens, and a refusal is free and not counted by the rate limits.
+    if (previousId) this.#assertOwnFields(body, trace);
     const previous = previousId ? await this.#store.load(caller.appId, previousId) : null;
     if (previousId && !previous) {
       throw new ApiError(
@@ -224,6 +228,23 @@ export class Responses {
       meta,
       inputPath: converted.inputPath,
     };
+  }
+
+  /**
+   * What the request's own fields would be refused for once its conversation was read: the chat
+   * request's fields, checked beside a message that breaks no rule, and its model.
+   */
+  #assertOwnFields(body: ResponsesBody, trace: RequestTrace) {
+    try {
+      parseChatRequest({
+        model: body.model,
+        messages: [{ role: "user", content: "." }],
+        ...chatFieldsOf(body),
+      });
+    } catch (error) {
+      inResponsesTerms(error);
+    }
+    this.#gateway.assertChatModel(body.model, trace);
   }
 
   /**
