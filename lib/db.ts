@@ -174,7 +174,10 @@ export const keys = {
   /** Its response object, output aside, in chunks: what `GET /v1/responses/{id}` reads. */
   storedResponseObjectChunk: (appId: string, responseId: string, index: number) =>
     ["stored_response_object_chunks", appId, responseId, index] as const,
-  /** Its request's input items, in chunks: what `GET /v1/responses/{id}/input_items` reads. */
+  /**
+   * Its request's input items, in chunks: their ids and ends, then each item, so that a page of
+   * `GET /v1/responses/{id}/input_items` reads the ids and its own items.
+   */
   storedResponseInputChunk: (appId: string, responseId: string, index: number) =>
     ["stored_response_input_chunks", appId, responseId, index] as const,
   /** The stored response an output item belongs to, for `item_reference` inputs. */
@@ -748,6 +751,8 @@ export interface StoredResponseRecord {
   objectBytes?: number;
   inputChunks?: number;
   inputBytes?: number;
+  /** Where the input's items begin, after their ids and ends. */
+  inputIndexBytes?: number;
   /**
    * Deleted by its app: kept as a marker until it would have expired, so that deleting again
    * answers as the first time did, while its body and items are gone.

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { startService } from "./helpers.ts";
 import { pngBase64 } from "./fakes/common.ts";
 import { countingReads } from "@/lib/gateway/responses/test_support.ts";
+import { KV_VALUE_CHUNK_BYTES } from "@/lib/core/mod.ts";
 
 /** 3 MB of image for a handful of tokens: a PNG header (what the gateway reads of it) and more. */
 const LARGE_IMAGE = `data:image/png;base64,${pngBase64(64, 64)}${"A".repeat(3_000_000)}`;
@@ -95,4 +96,43 @@ Deno.test("a previous_response_id request refused for its own fields is refused 
       assert.equal(body.error.param, param);
       assert.ok(read.bytes < 100_000, `read ${read.bytes} bytes for a ${status} on '${param}'`);
     }
+  }));
+
+Deno.test("a page of GET /v1/responses/{id}/input_items reads its own items, not another item's image", () =>
+  withLargeStoredResponse(async (s, apiKey, _stored, read) => {
+    const res = await s.post(apiKey, "/responses", {
+      model: "tollbooth/echo",
+      input: [
+        { role: "user", content: "Here it is." },
+        { role: "user", content: [{ type: "input_image", image_url: LARGE_IMAGE }] },
+        { role: "user", content: "What is it?" },
+      ],
+      max_output_tokens: 16,
+    });
+    assert.equal(res.status, 200, await res.clone().text());
+    const { id } = await res.json();
+    const page = async (query: string) => {
+      read.bytes = 0;
+      const items = await s.get(apiKey, `/responses/${id}/input_items?${query}`, {
+        template: "/responses/{response_id}/input_items",
+      });
+      assert.equal(items.status, 200);
+      return { ...await items.json(), read: read.bytes };
+    };
+    // A page reads KV chunks (60 KB) whole: the ids' and its items', a few at most.
+    const few = 4 * KV_VALUE_CHUNK_BYTES;
+    const all = await page("order=asc");
+    assert.equal(all.data.length, 3);
+    assert.ok(all.read > 3_000_000, "the page with the image reads it");
+    const last = await page("limit=1");
+    assert.deepEqual(last.data, [all.data[2]]);
+    assert.equal(last.has_more, true);
+    assert.ok(last.read < few, `read ${last.read} bytes for one short item`);
+    const first = await page(`order=asc&limit=1`);
+    assert.deepEqual(first.data, [all.data[0]]);
+    assert.ok(first.read < few, `read ${first.read} bytes for one short item`);
+    const after = await page(`order=desc&after=${all.data[1].id}`);
+    assert.deepEqual(after.data, [all.data[0]]);
+    assert.equal(after.has_more, false);
+    assert.ok(after.read < few, `read ${after.read} bytes for one short item`);
   }));

@@ -151,13 +151,13 @@ export class Responses {
         param: "order",
       });
     }
-    const stored = await this.#store.input(caller.appId, responseId);
-    if (!stored) throw notStored(responseId);
-    if (!stored.input) throw notKept(responseId);
-    const items = order === "asc" ? stored.input : [...stored.input].reverse();
+    const list = await this.#store.inputList(caller.appId, responseId);
+    if (!list) throw notStored(responseId);
+    if (!list.ids) throw notKept(responseId);
+    const ids = order === "asc" ? list.ids : [...list.ids].reverse();
     let start = 0;
     if (query.after !== undefined) {
-      const at = items.findIndex((item) => item.id === query.after);
+      const at = ids.indexOf(query.after);
       if (at === -1) {
         throw new ApiError(
           "invalid_parameter",
@@ -169,13 +169,18 @@ export class Responses {
       }
       start = at + 1;
     }
-    const data = items.slice(start, start + limit);
+    // Only the page's items are read: another item may be an image's megabytes.
+    const end = Math.min(start + limit, ids.length);
+    const stored = order === "asc"
+      ? await list.read(start, end)
+      : (await list.read(ids.length - end, ids.length - start))?.reverse();
+    if (!stored) throw notStored(responseId);
     return {
       object: "list" as const,
-      data,
-      first_id: data[0]?.id ?? null,
-      last_id: data.at(-1)?.id ?? null,
-      has_more: start + limit < items.length,
+      data: stored,
+      first_id: stored[0]?.id ?? null,
+      last_id: stored.at(-1)?.id ?? null,
+      has_more: start + limit < ids.length,
     };
   }
 

@@ -41,8 +41,36 @@ export interface EncodedResponse {
   body: Uint8Array;
   /** The response object, output aside; null when there is none to keep. */
   object: Uint8Array | null;
-  /** The input items; null when there are none to keep. */
-  input: Uint8Array | null;
+  /** The input items (`encodeInput`); null when there are none to keep. */
+  input: { bytes: Uint8Array; indexBytes: number } | null;
+}
+
+/**
+ * A stored response's input items as `input_items` pages them: their ids, and a read of the items
+ * from one index to another; `ids` is null for one stored before its input was kept.
+ */
+export type StoredInputList =
+  | { ids: string[]; read(from: number, to: number): Promise<StoredInputItem[] | null> }
+  | { ids: null };
+
+/**
+ * Input items as stored: the JSON of their ids and of where each item ends, then each item's
+ * JSON, so that a page reads the ids and its own items, not an image of another item.
+ */
+function encodeInput(items: StoredInputItem[]): { bytes: Uint8Array; indexBytes: number } {
+  const encoder = new TextEncoder();
+  const texts = items.map((item) => encoder.encode(JSON.stringify(item)));
+  let end = 0;
+  const ends = texts.map((text) => (end += text.byteLength));
+  const index = encoder.encode(JSON.stringify({ ids: items.map((item) => item.id), ends }));
+  const bytes = new Uint8Array(index.byteLength + end);
+  bytes.set(index);
+  let at = index.byteLength;
+  for (const text of texts) {
+    bytes.set(text, at);
+    at += text.byteLength;
+  }
+  return { bytes, indexBytes: index.byteLength };
 }
 
 export class ResponseStore {
@@ -65,8 +93,8 @@ export class ResponseStore {
     const { conversation, output } = response;
     const body = encoder.encode(JSON.stringify({ conversation, output }));
     const object = response.response ? encoder.encode(JSON.stringify(response.response)) : null;
-    const input = response.input ? encoder.encode(JSON.stringify(response.input)) : null;
-    const bytes = body.byteLength + (object?.byteLength ?? 0) + (input?.byteLength ?? 0);
+    const input = response.input ? encodeInput(response.input) : null;
+    const bytes = body.byteLength + (object?.byteLength ?? 0) + (input?.bytes.byteLength ?? 0);
     return ResponseStore.fits(bytes) ? { body, object, input } : null;
   }
 
@@ -101,10 +129,11 @@ export class ResponseStore {
     };
     const input = encoded.input && {
       inputChunks: await this.#writeChunks(
-        encoded.input,
+        encoded.input.bytes,
         (i) => keys.storedResponseInputChunk(appId, responseId, i),
       ),
-      inputBytes: encoded.input.byteLength,
+      inputBytes: encoded.input.bytes.byteLength,
+      inputIndexBytes: encoded.input.indexBytes,
     };
     const head: StoredResponseRecord = {
       id: responseId,
@@ -159,6 +188,31 @@ export class ResponseStore {
     return JSON.parse(new TextDecoder().decode(body));
   }
 
+  /** Bytes `from` to `to` (excluded) of what was written in chunks under `key`; null when gone. */
+  async #readRange(
+    key: (index: number) => Deno.KvKey,
+    from: number,
+    to: number,
+  ): Promise<Uint8Array | null> {
+    const bytes = new Uint8Array(to - from);
+    const first = Math.floor(from / CHUNK_BYTES);
+    const chunks = to > from ? Math.floor((to - 1) / CHUNK_BYTES) - first + 1 : 0;
+    for (let done = 0; done < chunks; done += 10) {
+      const batch = await this.#kv.getMany<Uint8Array[]>(
+        Array.from({ length: Math.min(10, chunks - done) }, (_, j) => key(first + done + j)),
+      );
+      for (const [j, entry] of batch.entries()) {
+        if (!entry.value) return null;
+        const at = (first + done + j) * CHUNK_BYTES;
+        bytes.set(
+          entry.value.subarray(Math.max(0, from - at), Math.max(0, to - at)),
+          Math.max(0, at - from),
+        );
+      }
+    }
+    return bytes;
+  }
+
   /** The head of the app's stored response, or null when there is none (as for `load`). */
   async #head(appId: string, responseId: string) {
     const head = await this.#kv.get<StoredResponseRecord>(keys.storedResponse(appId, responseId));
@@ -169,7 +223,7 @@ export class ResponseStore {
   /**
    * The app's stored response, or null when there is none (never stored, expired, deleted,
    * another app's). Its object and input are not in it when they were kept apart (`retrieve`,
-   * `input`).
+   * `inputList`).
    */
   async load(appId: string, responseId: string): Promise<StoredResponse | null> {
     const head = await this.#head(appId, responseId);
@@ -177,6 +231,7 @@ export class ResponseStore {
     return await this.#body(appId, head);
   }
 
+  /** The body of the stored response with this head, or null when it is gone. */
   async #body(appId: string, head: StoredResponseRecord): Promise<StoredResponse | null> {
     return await this.#readChunks(
       (i) => keys.storedResponseChunk(appId, head.id, i),
@@ -220,23 +275,47 @@ export class ResponseStore {
     return response && output ? { response, output } : null;
   }
 
-  /**
-   * The input items of the app's stored response, or null when there is none (as for `load`);
-   * `input` is absent from one stored before its input was kept.
-   */
-  async input(appId: string, responseId: string): Promise<Pick<StoredResponse, "input"> | null> {
+  /** The input items of the app's stored response, or null when there is none (as for `load`). */
+  async inputList(appId: string, responseId: string): Promise<StoredInputList | null> {
     const head = await this.#head(appId, responseId);
     if (!head) return null;
-    if (head.inputChunks === undefined || head.inputBytes === undefined) {
+    const { inputChunks, inputIndexBytes } = head;
+    if (inputChunks === undefined || inputIndexBytes === undefined) {
       const whole = await this.#body(appId, head);
-      return whole && { input: whole.input };
+      if (!whole) return null;
+      const input = whole.input;
+      if (input === undefined) return { ids: null };
+      return {
+        ids: input.map((item) => item.id),
+        read: (from, to) => Promise.resolve(input.slice(from, to)),
+      };
     }
-    const input = await this.#readChunks(
-      (i) => keys.storedResponseInputChunk(appId, responseId, i),
-      head.inputChunks,
-      head.inputBytes,
-    ) as StoredInputItem[] | null;
-    return input && { input };
+    const key = (i: number) => keys.storedResponseInputChunk(appId, responseId, i);
+    const decoder = new TextDecoder();
+    const indexBytes = await this.#readRange(key, 0, inputIndexBytes);
+    if (!indexBytes) return null;
+    const { ids, ends } = JSON.parse(decoder.decode(indexBytes)) as {
+      ids: string[];
+      ends: number[];
+    };
+    const start = (i: number) => i === 0 ? 0 : ends[i - 1];
+    return {
+      ids,
+      read: async (from, to) => {
+        if (from >= to) return [];
+        const first = start(from);
+        const bytes = await this.#readRange(
+          key,
+          inputIndexBytes + first,
+          inputIndexBytes + ends[to - 1],
+        );
+        if (!bytes) return null;
+        return Array.from({ length: to - from }, (_, k) => {
+          const item = bytes.subarray(start(from + k) - first, ends[from + k] - first);
+          return JSON.parse(decoder.decode(item)) as StoredInputItem;
+        });
+      },
+    };
   }
 
   /**

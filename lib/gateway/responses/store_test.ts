@@ -164,6 +164,33 @@ function answered(conversationBytes: number) {
   return { conversation, output, response, input };
 }
 
+/** The whole input list of app_a's stored response, null when there is none. */
+async function listed(store: ResponseStore, responseId: string) {
+  const list = await store.inputList("app_a", responseId);
+  return list?.ids ? await list.read(0, list.ids.length) : list && "not kept";
+}
+
+Deno.test("any run of stored input items reads back as they were listed, across chunks", () =>
+  withStore(async (store) => {
+    // Items of a few bytes to several chunks, so that runs begin and end inside chunks.
+    const input = [5, 70_000, 10, 200_000, 1, 64_000, 3].map((length, i) => ({
+      id: `msg_${i}`,
+      type: "message",
+      role: "user",
+      content: [{ type: "input_text", text: "é".repeat(length) }],
+    }));
+    const stored = { ...answered(10), input };
+    await store.save("app_a", "resp_1", ResponseStore.encode(stored)!, stored.output);
+    const list = await store.inputList("app_a", "resp_1");
+    assert.ok(list?.ids);
+    assert.deepEqual(list.ids, input.map((item) => item.id));
+    for (let from = 0; from <= input.length; from++) {
+      for (let to = from; to <= input.length; to++) {
+        assert.deepEqual(await list.read(from, to), input.slice(from, to), `${from} to ${to}`);
+      }
+    }
+  }));
+
 Deno.test("a response stored with its object and input in its body is still read back, and deleted whole", () =>
   withStore(async (store) => {
     const stored = answered(100);
@@ -174,10 +201,10 @@ Deno.test("a response stored with its object and input in its body is still read
       response: stored.response,
       output: stored.output,
     });
-    assert.deepEqual(await store.input("app_a", "resp_1"), { input: stored.input });
+    assert.deepEqual(await listed(store, "resp_1"), stored.input);
     assert.equal(await store.delete("app_a", "resp_1"), true);
     assert.equal(await store.retrieve("app_a", "resp_1"), null);
-    assert.equal(await store.input("app_a", "resp_1"), null);
+    assert.equal(await listed(store, "resp_1"), null);
   }));
 
 Deno.test("a deleted response's object and input are deleted with it", async () => {
