@@ -19,7 +19,14 @@
  * of the cap checks: SOAK_SLOW_FACTOR (default 1) multiplies the upstreams' pauses between chunks,
  * SOAK_LOWER_EVERY_MS (default: once, at 40% of the run) lowers the caps again that often, each
  * time to SOAK_CAP_MARGIN (default 100000) micro-USD above what a scope has spent, never raising
- * one, and SOAK_ROTATE_MS (default 2000) is the pace of key rotations.
+ * one, and SOAK_ROTATE_MS (default 2000) is the pace of key rotations. SOAK_OPERATOR=1 adds an
+ * operator at the command line meanwhile, each command a process of its own on the same KV file
+ * (every SOAK_OPERATOR_MS, default 700): `admin credit`, `admin debit --reference` (sometimes two
+ * at once of one reference), `admin credit --reversal-of` (sometimes two at once, or one racing
+ * its debit) and a debit past what was credited, which must be refused; it checks that each
+ * reference was taken at most once and given back at most once, never more than was taken, and
+ * that no command failed otherwise. SOAK_LOCK_MS=N adds a process that takes the KV file's write
+ * lock for up to N ms at a time, again and again (a backup, a vacuum, a long admin command).
  */
 import {
   auditWallets,
@@ -28,13 +35,16 @@ import {
   sweepExpiredReservations,
 } from "@/lib/billing/mod.ts";
 import {
+  type CreditMarkerRecord,
   keys,
+  type LedgerEntry,
   type SpendCapsRecord,
   type SpendCounter,
   type UsageRecord,
   type WalletRecord,
 } from "@/lib/db.ts";
-import { NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import { causedByBusyKv, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import { operatorTakeBack } from "@/lib/payments/mod.ts";
 import type { CatalogFile } from "@/lib/catalog/catalog.ts";
 import { startFakeOpenAi } from "@/tests/fake_openai.ts";
 import { type AnthropicAnswer, startAnthropicUpstream } from "@/tests/fakes/anthropic_upstream.ts";
@@ -51,6 +61,9 @@ const SLOW_FACTOR = Number(Deno.env.get("SOAK_SLOW_FACTOR") ?? 1);
 const LOWER_EVERY_MS = Number(Deno.env.get("SOAK_LOWER_EVERY_MS") ?? 0);
 const CAP_MARGIN = Number(Deno.env.get("SOAK_CAP_MARGIN") ?? 100_000);
 const ROTATE_MS = Number(Deno.env.get("SOAK_ROTATE_MS") ?? 2_000);
+const OPERATOR = Deno.env.get("SOAK_OPERATOR") === "1";
+const OPERATOR_MS = Number(Deno.env.get("SOAK_OPERATOR_MS") ?? 700);
+const LOCK_MS = Number(Deno.env.get("SOAK_LOCK_MS") ?? 0);
 
 const pick = <T>(items: T[]) => items[Math.floor(Math.random() * items.length)];
 const chance = (p: number) => Math.random() < p;
@@ -505,7 +518,10 @@ const operator = setInterval(() => {
     kind: "top_up",
     reason: "soak top-up",
     marker: `soak:${crypto.randomUUID()}`,
-  }).then(() => toppedUp++);
+  }).then(() => toppedUp++, (error) => {
+    if (LOCK_MS > 0 && causedByBusyKv(error)) tally("top-up refused: KV locked");
+    else problems.push(`top-up failed: ${error}`);
+  });
 }, 1_500);
 let rotations = 0;
 /** Each app's rotation in flight: one at a time, as its key id is the one the next rotates. */
@@ -525,13 +541,91 @@ const rotator = setInterval(() => {
         app.keyId = issued.record.id;
         rotations++;
       } catch (error) {
-        problems.push(`rotation failed: ${error}`);
+        // Refused while SOAK_LOCK_MS held the file past every try: nothing rotated.
+        if (LOCK_MS > 0 && causedByBusyKv(error)) tally("rotation refused: KV locked");
+        else problems.push(`rotation failed: ${error}`);
       } finally {
         rotating.delete(app);
       }
     })(),
   );
 }, ROTATE_MS);
+/** The operator's commands: what each ended with, and the references it took back. */
+const operatorRuns: Record<string, number> = {};
+const operatorReferences: { appId: string; reference: string }[] = [];
+const operatorCommands = new Set<Promise<void>>();
+async function admin(what: string, args: string[], refusal?: RegExp) {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "scripts/admin.ts", ...args],
+    cwd: ROOT,
+    env: { ...env, KV_PATH: kvPath, MODELS_FILE: modelsFile, NO_COLOR: "1" },
+    stdin: "null",
+  }).output();
+  const err = new TextDecoder().decode(stderr).trim();
+  const out = new TextDecoder().decode(stdout).trim();
+  const refused = code === 1 && refusal?.test(err);
+  operatorRuns[`${what} ${code === 0 ? "ok" : refused ? "refused" : `exit ${code}`}`] =
+    (operatorRuns[`${what} ${code === 0 ? "ok" : refused ? "refused" : `exit ${code}`}`] ?? 0) + 1;
+  if (code !== 0 && !refused) problems.push(`admin ${args.join(" ")}: exit ${code}: ${err}`);
+  if (VERBOSE && code === 0) console.error(`admin ${what}: ${out.replaceAll(/\s+/g, " ")}`);
+}
+async function operatorTurn() {
+  const app = pick(apps);
+  const roll = Math.random();
+  if (roll < 0.2) {
+    await admin("credit", ["credit", "--app", app.appId, "--amount", "1", "--reason", "soak"]);
+    return;
+  }
+  if (roll < 0.3) {
+    // A typo: far more than any app was ever credited.
+    await admin(
+      "debit past credits",
+      ["debit", "--app", app.appId, "--amount", "100000", "--reason", "soak typo"],
+      /more than the wallet was credited/,
+    );
+    return;
+  }
+  const reference = `${pick(["re", "dp"])}_soak${crypto.randomUUID().replaceAll("-", "")}`;
+  operatorReferences.push({ appId: app.appId, reference });
+  const debit = () =>
+    admin("debit", [
+      "debit",
+      "--app",
+      app.appId,
+      "--amount",
+      pick(["0.5", "1", "3"]),
+      "--reason",
+      "soak refund",
+      "--reference",
+      reference,
+    ], /more than the wallet was credited/);
+  const reverse = () =>
+    admin(
+      "reversal",
+      ["credit", "--app", app.appId, "--reversal-of", reference, "--reason", "soak undone"],
+      /nothing was taken back with the reference/,
+    );
+  const shape = Math.random();
+  if (shape < 0.3) await Promise.all([debit(), debit()]);
+  else if (shape < 0.5) await Promise.all([debit(), reverse()]);
+  else await debit();
+  if (chance(0.7)) {
+    if (chance(0.4)) await Promise.all([reverse(), reverse()]);
+    else await reverse();
+  }
+}
+const operatorCli = OPERATOR
+  ? setInterval(() => {
+    // Each command is a process that first waits its turn at node_modules' lock: more at once
+    // would pile up, starving the service of CPU rather than racing it.
+    if (operatorCommands.size >= 3) return tally("operator turn skipped: 3 in flight");
+    const turn = operatorTurn().catch((error) => {
+      problems.push(`operator: ${error}`);
+    });
+    operatorCommands.add(turn);
+    turn.finally(() => operatorCommands.delete(turn));
+  }, OPERATOR_MS)
+  : undefined;
 /** Lowers each cap mid-run to just above what its scopes have spent now. */
 const lowerCaps = async () => {
   const counterOf = async (app: SoakApp, scope: "key" | "user", id: string) =>
@@ -554,13 +648,25 @@ const lowerCaps = async () => {
           await setSpendCaps(service.kv, app.appId, { keyId: app.keyId }, { total: cap });
           break;
         } catch (error) {
+          if (LOCK_MS > 0 && causedByBusyKv(error)) {
+            tally("cap set refused: KV locked: set again");
+            continue;
+          }
           if (!(error instanceof NotFoundError)) throw error;
           tally("cap set on a key rotated meanwhile: set again");
         }
       }
       app.keyCap = cap;
     } else {
-      await setSpendCaps(service.kv, app.appId, { endUser: true }, { total: cap });
+      for (;;) {
+        try {
+          await setSpendCaps(service.kv, app.appId, { endUser: true }, { total: cap });
+          break;
+        } catch (error) {
+          if (!(LOCK_MS > 0 && causedByBusyKv(error))) throw error;
+          tally("cap set refused: KV locked: set again");
+        }
+      }
       app.userCap = cap;
     }
     for (const id of ids) {
@@ -593,15 +699,40 @@ const killer = KILL
   }, SECONDS * 600)
   : undefined;
 
+/** Takes the write lock by turns until the run's deadline, each time for up to LOCK_MS. */
+const locker = LOCK_MS > 0
+  ? new Deno.Command(Deno.execPath(), {
+    args: [
+      "eval",
+      `import { DatabaseSync } from "node:sqlite";
+       const db = new DatabaseSync(${JSON.stringify(kvPath)});
+       db.exec("PRAGMA busy_timeout = 10000");
+       let locks = 0;
+       while (Date.now() < ${deadline}) {
+         db.exec("BEGIN IMMEDIATE");
+         await new Promise((r) => setTimeout(r, Math.random() * ${LOCK_MS}));
+         db.exec("COMMIT");
+         locks++;
+         await new Promise((r) => setTimeout(r, Math.random() * ${LOCK_MS}));
+       }
+       console.log(locks);`,
+    ],
+    stdout: "piped",
+    stderr: "inherit",
+  }).output()
+  : undefined;
 const started = performance.now();
 await Promise.all(Array.from({ length: CLIENTS }, async () => {
   while (Date.now() < deadline) await oneClientTurn();
 }));
 clearInterval(operator);
+clearInterval(operatorCli);
+await Promise.all(operatorCommands);
 clearInterval(rotator);
 clearTimeout(lowerer);
 await lowering;
 clearTimeout(killer);
+const locks = locker ? Number(new TextDecoder().decode((await locker).stdout)) : 0;
 const elapsed = (performance.now() - started) / 1000;
 
 if (KILL) {
@@ -754,6 +885,26 @@ for (const [key, ids] of chargedByIdempotencyKey) {
     problems.push(`Idempotency-Key ${key} charged ${charged.length} times: ${charged}`);
   }
 }
+// Each reference taken back once at most and given back once at most, never more than was taken.
+for (const { appId, reference } of operatorReferences) {
+  const entries: LedgerEntry[] = [];
+  for await (const e of kv.list<LedgerEntry>({ prefix: keys.ledger(appId) })) {
+    if (e.value.reference === reference) entries.push(e.value);
+  }
+  const taken = entries.filter((e) => e.kind === "refund" || e.kind === "chargeback");
+  const given = entries.filter((e) => e.kind.endsWith("_reversed"));
+  if (taken.length > 1 || given.length > 1) {
+    problems.push(`${reference}: taken ${taken.length} times, given back ${given.length} times`);
+  }
+  if (given.length > 0 && (taken.length === 0 || given[0].amount > taken[0].amount)) {
+    problems.push(`${reference}: given back ${given[0].amount} of ${taken[0]?.amount ?? 0} taken`);
+  }
+  const marker =
+    (await kv.get<CreditMarkerRecord>(keys.creditMarker(operatorTakeBack(reference).marker))).value;
+  if ((marker !== null) !== (taken.length === 1)) {
+    problems.push(`${reference}: marker ${JSON.stringify(marker)} but ${taken.length} taken`);
+  }
+}
 const audit = await auditWallets(kv);
 if (!audit.ok) {
   problems.push(`audit: ${JSON.stringify(audit.wallets?.filter((w) => w.problems.length))}`);
@@ -775,6 +926,8 @@ console.log(JSON.stringify(
     idempotency_keys: chargedByIdempotencyKey.size,
     rotations,
     top_ups: toppedUp,
+    ...(OPERATOR ? { operator: operatorRuns } : {}),
+    ...(LOCK_MS > 0 ? { locks } : {}),
     caps_lowered: apps.flatMap((a) => a.lowered),
     upstream: { openai: openai.counts, claude: claude.tally },
     reserved_left: reservedLeft,
