@@ -30,6 +30,7 @@
  */
 import {
   auditWallets,
+  creditedOf,
   rotateKey,
   setSpendCaps,
   sweepExpiredReservations,
@@ -593,7 +594,7 @@ async function operatorTurn() {
       "--app",
       app.appId,
       "--amount",
-      pick(["0.5", "1", "3"]),
+      pick(["0.5", "1", "3", "5", "8"]),
       "--reason",
       "soak refund",
       "--reference",
@@ -903,6 +904,16 @@ for (const { appId, reference } of operatorReferences) {
     (await kv.get<CreditMarkerRecord>(keys.creditMarker(operatorTakeBack(reference).marker))).value;
   if ((marker !== null) !== (taken.length === 1)) {
     problems.push(`${reference}: marker ${JSON.stringify(marker)} but ${taken.length} taken`);
+  }
+}
+if (OPERATOR) {
+  // Every debit here was held to what was credited: together they never take back more.
+  for (const app of apps) {
+    const wallet = (await kv.get<WalletRecord>(keys.wallet(app.appId))).value!;
+    const takenBack = (wallet.refunded ?? 0) + (wallet.owed ?? 0);
+    if (takenBack > creditedOf(wallet)) {
+      problems.push(`${app.appId}: ${takenBack} taken back of ${creditedOf(wallet)} credited`);
+    }
   }
 }
 const audit = await auditWallets(kv);
