@@ -44,7 +44,7 @@ import {
   type UsageRecord,
   type WalletRecord,
 } from "@/lib/db.ts";
-import { causedByBusyKv, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
+import { causedByBusyKv, formatUsd, NotFoundError, parseUsd } from "@/lib/core/mod.ts";
 import { operatorTakeBack } from "@/lib/payments/mod.ts";
 import type { CatalogFile } from "@/lib/catalog/catalog.ts";
 import { startFakeOpenAi } from "@/tests/fake_openai.ts";
@@ -584,6 +584,21 @@ async function operatorTurn() {
       ["debit", "--app", app.appId, "--amount", "100000", "--reason", "soak typo"],
       /more than the wallet was credited/,
     );
+    return;
+  }
+  if (roll < 0.4) {
+    // Three debits at once of half what may still be taken back: no more than two may pass.
+    const wallet = (await service.kv.get<WalletRecord>(keys.wallet(app.appId))).value!;
+    const takeable = creditedOf(wallet) - (wallet.refunded ?? 0) - (wallet.owed ?? 0);
+    if (takeable < 2) return;
+    const amount = formatUsd(Math.floor(takeable / 2));
+    await Promise.all([0, 1, 2].map(() =>
+      admin(
+        "debits at once",
+        ["debit", "--app", app.appId, "--amount", amount, "--reason", "soak at once"],
+        /more than the wallet was credited/,
+      )
+    ));
     return;
   }
   const reference = `${pick(["re", "dp"])}_soak${crypto.randomUUID().replaceAll("-", "")}`;
