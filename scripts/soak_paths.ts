@@ -564,7 +564,9 @@ async function admin(what: string, args: string[], refusal?: RegExp) {
   }).output();
   const err = new TextDecoder().decode(stderr).trim();
   const out = new TextDecoder().decode(stdout).trim();
-  const refused = code === 1 && refusal?.test(err);
+  // Under SOAK_LOCK_MS a command may meet the lock held past its tries: it says so, nothing done.
+  const refused = code === 1 &&
+    (refusal?.test(err) || (LOCK_MS > 0 && /database is locked/.test(err)));
   operatorRuns[`${what} ${code === 0 ? "ok" : refused ? "refused" : `exit ${code}`}`] =
     (operatorRuns[`${what} ${code === 0 ? "ok" : refused ? "refused" : `exit ${code}`}`] ?? 0) + 1;
   if (code !== 0 && !refused) problems.push(`admin ${args.join(" ")}: exit ${code}: ${err}`);
@@ -875,8 +877,10 @@ for (const seen of seenCosts) {
   // Sent before the kill, the child answered it before dying, though the client may finish reading
   // the answer a few ms after (a run saw one 7 ms after). A replay, from any process, repeats the
   // answer: its idempotency record is stored apart from the slice's post.
+  // Under SOAK_LOCK_MS a commit waits out the lock first: "what settles during two commits" then
+  // spans two of its holds.
   const lostToKill = (seen.url === killedAt.url &&
-    seen.sentAt <= killedAt.at && killedAt.at - seen.at < 2_000) ||
+    seen.sentAt <= killedAt.at && killedAt.at - seen.at < 2_000 + 2 * LOCK_MS) ||
     lostToKillIds.has(seen.requestId);
   if (!record && lostToKill) {
     if (!lostToKillIds.has(seen.requestId)) lostCharges++;
