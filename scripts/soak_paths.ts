@@ -897,6 +897,11 @@ for (const seen of seenCosts) {
     problems.push(
       `${seen.where}: cost ${seen.cost} seen for ${seen.requestId}, recorded ${record.cost}`,
     );
+    if (VERBOSE) {
+      console.error(
+        JSON.stringify({ seen, record, log: logByRequest.get(seen.requestId) ?? null }),
+      );
+    }
   }
 }
 for (const [key, ids] of chargedByIdempotencyKey) {
