@@ -245,22 +245,8 @@ Deno.test("gpt-oss on a compatible server is held over what harmony renders: a d
     tools: [{ type: "function", function: { name: "f", description: "\n".repeat(30_000) } }],
   };
   const billed = harmonyPromptTokens(request);
-  const upstream = startOpenAiUpstream({ models: { "gpt-oss-120b": { contextWindow: 131_072 } } });
-  upstream.setDefault({ content: "ok", promptTokens: billed, completionTokens: 16 });
-  const file = testCatalogFile(upstream.baseUrl);
   // The fake tokenizes 30,000 blank lines before it answers: seconds on a busy machine.
-  const fake = file.providers.fake;
-  if (fake.kind !== "simulator") fake.timeout_ms = 20_000;
-  file.models.push({
-    id: "fake/gpt-oss-120b",
-    provider: "fake",
-    upstream_model: "openai/gpt-oss-120b",
-    input_usd_per_mtok: "0.15",
-    output_usd_per_mtok: "0.60",
-    context_tokens: 131_072,
-    max_output_tokens: 32_768,
-  });
-  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  const { s, upstream } = await gptOssBilling(billed, 20_000);
   try {
     const { learned } = await assertHoldCoversBill(s, request);
     assert.equal(learned.promptTokens, billed);
@@ -271,33 +257,9 @@ Deno.test("gpt-oss on a compatible server is held over what harmony renders: a d
 });
 
 Deno.test("gpt-oss on a compatible server is held over what harmony renders: a property of 3,000 empty variants, a line each, is charged in full from an app holding exactly the hold", async () => {
-  const variants = Array.from({ length: 3_000 }, () => ({}));
-  const request = {
-    model: "fake/gpt-oss-120b",
-    max_tokens: 16,
-    messages: userMessage("hi"),
-    tools: [{
-      type: "function",
-      function: {
-        name: "f",
-        parameters: { type: "object", properties: { x: { oneOf: variants } } },
-      },
-    }],
-  };
+  const request = variantsToolRequest("fake/gpt-oss-120b");
   const billed = harmonyPromptTokens(request);
-  const upstream = startOpenAiUpstream({ models: { "gpt-oss-120b": { contextWindow: 131_072 } } });
-  upstream.setDefault({ content: "ok", promptTokens: billed, completionTokens: 16 });
-  const file = testCatalogFile(upstream.baseUrl);
-  file.models.push({
-    id: "fake/gpt-oss-120b",
-    provider: "fake",
-    upstream_model: "openai/gpt-oss-120b",
-    input_usd_per_mtok: "0.15",
-    output_usd_per_mtok: "0.60",
-    context_tokens: 131_072,
-    max_output_tokens: 32_768,
-  });
-  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  const { s, upstream } = await gptOssBilling(billed);
   try {
     const { learned } = await assertHoldCoversBill(s, request);
     assert.equal(learned.promptTokens, billed);
@@ -308,19 +270,7 @@ Deno.test("gpt-oss on a compatible server is held over what harmony renders: a p
 });
 
 Deno.test("an OpenAI model is held over a tool of 3,000 empty variants as harmony, the format OpenAI published as its models', writes them, a line each: charged in full from an app holding exactly the hold", async () => {
-  const variants = Array.from({ length: 3_000 }, () => ({}));
-  const request = {
-    model: "fake/gpt",
-    max_tokens: 16,
-    messages: userMessage("hi"),
-    tools: [{
-      type: "function",
-      function: {
-        name: "f",
-        parameters: { type: "object", properties: { x: { oneOf: variants } } },
-      },
-    }],
-  };
+  const request = variantsToolRequest("fake/gpt");
   const billed = harmonyPromptTokens(request);
   const upstream = startOpenAiUpstream();
   upstream.setDefault({ content: "ok", promptTokens: billed, completionTokens: 16 });
@@ -436,16 +386,50 @@ function deeplyIndentedTool() {
   };
 }
 
-/**
- * Llama 3.1's chat template writes a tool's result through `tojson` (in Jinja a string is iterable,
- * so it takes the mapping's branch): 20,000 control characters, as `\u0001` escapes, are 60,060 of
- * Llama 3's tokens (llama3-tokenizer-js 1.2.0) in the prompt it renders for this conversation.
- */
-const ESCAPED_RESULT_PROMPT_TOKENS = 60_060;
+/** A tool whose one property has 3,000 empty `oneOf` variants, each a line of harmony's. */
+function variantsToolRequest(model: string) {
+  const variants = Array.from({ length: 3_000 }, () => ({}));
+  return {
+    model,
+    max_tokens: 16,
+    messages: userMessage("hi"),
+    tools: [{
+      type: "function",
+      function: {
+        name: "f",
+        parameters: { type: "object", properties: { x: { oneOf: variants } } },
+      },
+    }],
+  };
+}
 
-Deno.test("an open model's tool result is held at no less than Llama 3.1's template bills for it, written as JSON: an app holding exactly the hold is charged in full", async () => {
+/** A service with a gpt-oss route on a compatible server that bills every prompt `billed`. */
+async function gptOssBilling(billed: number, timeoutMs?: number) {
+  const upstream = startOpenAiUpstream({ models: { "gpt-oss-120b": { contextWindow: 131_072 } } });
+  upstream.setDefault({ content: "ok", promptTokens: billed, completionTokens: 16 });
+  const file = testCatalogFile(upstream.baseUrl);
+  const fake = file.providers.fake;
+  if (timeoutMs !== undefined && fake.kind !== "simulator") fake.timeout_ms = timeoutMs;
+  file.models.push({
+    id: "fake/gpt-oss-120b",
+    provider: "fake",
+    upstream_model: "openai/gpt-oss-120b",
+    input_usd_per_mtok: "0.15",
+    output_usd_per_mtok: "0.60",
+    context_tokens: 131_072,
+    max_output_tokens: 32_768,
+  });
+  const s = await startService({ catalogFile: file, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  return { s, upstream };
+}
+
+/**
+ * A service with a Llama 3.1 route held at its UTF-8 bytes (`"tokenizer": "utf8_bytes"`), whose
+ * upstream bills every prompt `promptTokens`: what Llama 3's tokenizer counts for the test's own.
+ */
+async function llamaBilling(promptTokens: number) {
   const upstream = startOpenAiUpstream({ models: { "llama-3.1-8b-instruct": {} } });
-  upstream.setDefault({ content: "Hi.", promptTokens: ESCAPED_RESULT_PROMPT_TOKENS });
+  upstream.setDefault({ content: "Hi.", promptTokens });
   const catalogFile = testCatalogFile(upstream.baseUrl);
   catalogFile.models.push({
     id: "fake/llama",
@@ -458,6 +442,18 @@ Deno.test("an open model's tool result is held at no less than Llama 3.1's templ
     tokenizer: "utf8_bytes",
   });
   const s = await startService({ catalogFile, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  return { s, upstream };
+}
+
+/**
+ * Llama 3.1's chat template writes a tool's result through `tojson` (in Jinja a string is iterable,
+ * so it takes the mapping's branch): 20,000 control characters, as `\u0001` escapes, are 60,060 of
+ * Llama 3's tokens (llama3-tokenizer-js 1.2.0) in the prompt it renders for this conversation.
+ */
+const ESCAPED_RESULT_PROMPT_TOKENS = 60_060;
+
+Deno.test("an open model's tool result is held at no less than Llama 3.1's template bills for it, written as JSON: an app holding exactly the hold is charged in full", async () => {
+  const { s, upstream } = await llamaBilling(ESCAPED_RESULT_PROMPT_TOKENS);
   try {
     const request = {
       model: "fake/llama",
@@ -481,20 +477,7 @@ Deno.test("an open model's tool result is held at no less than Llama 3.1's templ
 });
 
 Deno.test("an open model's tools are held at no less than Llama 3.1's template bills for them, indented four spaces a level: an app holding exactly the hold is charged in full", async () => {
-  const upstream = startOpenAiUpstream({ models: { "llama-3.1-8b-instruct": {} } });
-  upstream.setDefault({ content: "Hi.", promptTokens: DEEP_TOOL_PROMPT_TOKENS });
-  const catalogFile = testCatalogFile(upstream.baseUrl);
-  catalogFile.models.push({
-    id: "fake/llama",
-    provider: "fake",
-    upstream_model: "llama-3.1-8b-instruct",
-    input_usd_per_mtok: "2.00",
-    output_usd_per_mtok: "8.00",
-    context_tokens: 131_072,
-    max_output_tokens: 8192,
-    tokenizer: "utf8_bytes",
-  });
-  const s = await startService({ catalogFile, env: { FAKE_OPENAI_KEY: upstream.apiKey } });
+  const { s, upstream } = await llamaBilling(DEEP_TOOL_PROMPT_TOKENS);
   try {
     const request = {
       model: "fake/llama",
