@@ -169,23 +169,10 @@ export class ResponseStore {
     return chunks;
   }
 
-  /** The JSON of `chunks` chunks under `key`, `bytes` long; null when one is missing. */
-  async #readChunks(
-    key: (index: number) => Deno.KvKey,
-    chunks: number,
-    bytes: number,
-  ): Promise<unknown> {
-    const body = new Uint8Array(bytes);
-    for (let first = 0; first < chunks; first += 10) {
-      const batch = await this.#kv.getMany<Uint8Array[]>(
-        Array.from({ length: Math.min(10, chunks - first) }, (_, j) => key(first + j)),
-      );
-      for (const [j, entry] of batch.entries()) {
-        if (!entry.value) return null;
-        body.set(entry.value, (first + j) * CHUNK_BYTES);
-      }
-    }
-    return JSON.parse(new TextDecoder().decode(body));
+  /** The JSON written in chunks under `key`, `bytes` long; null when a chunk is missing. */
+  async #readJson(key: (index: number) => Deno.KvKey, bytes: number): Promise<unknown> {
+    const body = await this.#readRange(key, 0, bytes);
+    return body && JSON.parse(new TextDecoder().decode(body));
   }
 
   /** Bytes `from` to `to` (excluded) of what was written in chunks under `key`; null when gone. */
@@ -233,9 +220,8 @@ export class ResponseStore {
 
   /** The body of the stored response with this head, or null when it is gone. */
   async #body(appId: string, head: StoredResponseRecord): Promise<StoredResponse | null> {
-    return await this.#readChunks(
+    return await this.#readJson(
       (i) => keys.storedResponseChunk(appId, head.id, i),
-      head.chunks,
       head.bytes,
     ) as StoredResponse | null;
   }
@@ -245,9 +231,8 @@ export class ResponseStore {
     if (head.outputChunks === undefined || head.outputBytes === undefined) {
       return (await this.#body(appId, head))?.output ?? null;
     }
-    return await this.#readChunks(
+    return await this.#readJson(
       (i) => keys.storedResponseOutputChunk(appId, head.id, i),
-      head.outputChunks,
       head.outputBytes,
     ) as OutputItem[] | null;
   }
@@ -266,9 +251,8 @@ export class ResponseStore {
       const whole = await this.#body(appId, head);
       return whole && { response: whole.response, output: whole.output };
     }
-    const response = await this.#readChunks(
+    const response = await this.#readJson(
       (i) => keys.storedResponseObjectChunk(appId, responseId, i),
-      head.objectChunks,
       head.objectBytes,
     ) as StoredResponse["response"] | null;
     const output = response && await this.#output(appId, head);
