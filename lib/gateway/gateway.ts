@@ -233,15 +233,9 @@ export class Gateway {
     }
     trace.upstreamMs = performance.now() - started;
     const { ending, charged, usage, usageObject: reported, settleFailure } = opened.paid.result;
-    if (charged === null && causedByBusyKv(settleFailure)) {
-      // Storage locked by other instances for longer than the settle waits: a busy moment, as a
-      // reserve that meets it is, and nothing was charged, so the client may simply try again.
-      throw new ApiError(
-        "service_unavailable",
-        "The service was too busy to bill the response, so it is not returned and nothing was charged. Retry after the seconds in Retry-After.",
-        { headers: { "Retry-After": "1" } },
-      );
-    }
+    // Storage locked by other instances for longer than the settle waits: a busy moment, as a
+    // reserve that meets it is, answered as the error handler answers every busy KV (503).
+    if (charged === null && causedByBusyKv(settleFailure)) throw settleFailure;
     if (charged === null || !usage) {
       throw new ApiError(
         "internal_error",
