@@ -948,13 +948,16 @@ export class Wallets {
   ): Promise<Deno.KvEntryMaybe<SpendCapsRecord>> {
     let reading = this.#capsReading.get(keyId);
     if (!reading) {
-      reading = this.#kv.getMany<[SpendCapsRecord, unknown]>(
-        [keys.spendCaps(appId), guard?.key ?? keys.spendCaps(appId)],
-      ).then(([entry, index]) => {
+      const read = guard
+        ? this.#kv.getMany<[SpendCapsRecord, unknown]>([keys.spendCaps(appId), guard.key])
+        : this.#kv.get<SpendCapsRecord>(keys.spendCaps(appId)).then((entry) =>
+          [entry, null] as const
+        );
+      reading = read.then(([entry, index]) => {
         if (this.#keysWithCapsSeen.size >= MAX_KNOWN_KEYS) this.#keysWithCapsSeen.clear();
         this.#keysWithCapsSeen.add(keyId);
         const newest = this.#sawCaps(appId, entry);
-        const gone = guard !== undefined && index.versionstamp === null;
+        const gone = index !== null && index.versionstamp === null;
         if (gone || (entry.value?.keys[keyId] && !newest.value?.keys[keyId])) {
           if (this.#keysThatLeftCaps.size >= MAX_KNOWN_KEYS) this.#keysThatLeftCaps.clear();
           this.#keysThatLeftCaps.add(keyId);
