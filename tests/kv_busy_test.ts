@@ -336,13 +336,18 @@ Deno.test("a non-streamed request whose settle meets a lock held past all its tr
   }
 });
 
+/** A chat request whose settle meets the lock: answered 503, and what its log line lost. */
+async function chatNotBilled(s: Awaited<ReturnType<typeof appWhoseSettleMeetsALock>>) {
+  const res = await s.post("/chat/completions", CHAT);
+  await res.body?.cancel();
+  assert.equal(res.status, 503);
+  return notChargedOf(s.logged, "stream_settle_failed");
+}
+
 Deno.test("the usage a settle could not bill is logged with its cost and recorded once as the app's uncharged when KV frees: the ledger sums to the credits", async () => {
   const s = await appWhoseSettleMeetsALock();
   try {
-    const res = await s.post("/chat/completions", CHAT);
-    await res.body?.cancel();
-    assert.equal(res.status, 503);
-    const lost = notChargedOf(s.logged, "stream_settle_failed");
+    const lost = await chatNotBilled(s);
     assert.equal(s.wallets.stats.unbilledMicros, lost);
     s.unlock();
     // The hold ends recording the usage, a second after the failure, before its lease runs out.
@@ -370,10 +375,7 @@ Deno.test("the usage a settle could not bill is logged with its cost and recorde
 Deno.test("a hold the sweeper released before the loss could be recorded is not counted as uncharged a second way", async () => {
   const s = await appWhoseSettleMeetsALock();
   try {
-    const res = await s.post("/chat/completions", CHAT);
-    await res.body?.cancel();
-    assert.equal(res.status, 503);
-    const lost = notChargedOf(s.logged, "stream_settle_failed");
+    const lost = await chatNotBilled(s);
     s.unlock();
     const later = Date.now() + 24 * 3600_000;
     assert.equal(await releaseExpiredReservations(s.real, s.wallets, s.appId, later), 1);
