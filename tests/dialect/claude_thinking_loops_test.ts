@@ -10,12 +10,6 @@
 import assert from "node:assert/strict";
 import { generateText, stepCountIs, streamText, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
-import {
-  type AIMessageChunk,
-  type BaseMessage,
-  HumanMessage,
-  ToolMessage,
-} from "@langchain/core/messages";
 import OpenAI from "openai";
 import { z } from "zod";
 import { formatUsd } from "@/lib/core/mod.ts";
@@ -25,6 +19,7 @@ import {
   CLAUDE_MODEL,
   type Dialect,
   expectedCharge,
+  langChainLoop,
   langChainModel,
   openAiClient,
   withDialect,
@@ -95,33 +90,6 @@ const CARRIED = [
     assistant: [["thinking", "tool_use", "tool_use"], ["redacted_thinking", "tool_use"]],
   },
 ];
-
-/**
- * LangChain's agent loop written out, as its docs show it: three steps, each answer's tool calls
- * answered "sunny"; the last answer's text.
- */
-async function langChainLoop(
-  llm: {
-    invoke(messages: BaseMessage[]): Promise<AIMessageChunk>;
-    stream(messages: BaseMessage[]): Promise<AsyncIterable<AIMessageChunk>>;
-  },
-  stream: boolean,
-): Promise<string> {
-  const messages: BaseMessage[] = [new HumanMessage("Weather in Paris, Rome and Oslo?")];
-  for (let step = 0; step < 3; step++) {
-    let answer: AIMessageChunk | undefined;
-    if (stream) {
-      for await (const chunk of await llm.stream(messages)) {
-        answer = answer ? answer.concat(chunk) : chunk;
-      }
-    } else answer = await llm.invoke(messages);
-    messages.push(answer!);
-    for (const call of answer!.tool_calls ?? []) {
-      messages.push(new ToolMessage({ tool_call_id: call.id!, content: "sunny" }));
-    }
-  }
-  return messages.at(-1)!.text;
-}
 
 /** The same tool in OpenAI's shape, as LangChain binds it. */
 const WEATHER = {

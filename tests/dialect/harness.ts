@@ -6,6 +6,12 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { ChatOpenAI, type ChatOpenAIFields } from "@langchain/openai";
+import {
+  type AIMessageChunk,
+  type BaseMessage,
+  HumanMessage,
+  ToolMessage,
+} from "@langchain/core/messages";
 import { type AnthropicUpstream, startAnthropicUpstream } from "../fakes/anthropic_upstream.ts";
 import { type OpenAiUpstream, startOpenAiUpstream } from "../fakes/openai_upstream.ts";
 import {
@@ -333,4 +339,32 @@ export function scriptAgentLoop(d: Dialect, kind: "openai" | "anthropic") {
     { text: "It is sunny in Paris.", inputTokens: 460, outputTokens: 8 },
   );
   return [{ prompt: 400, completion: 30 }, { prompt: 460, completion: 8 }];
+}
+
+/**
+ * LangChain's agent loop written out, as its docs show it: three steps, each answer's tool calls
+ * answered by `result` ("sunny" unless told); the last answer's text.
+ */
+export async function langChainLoop(
+  llm: {
+    invoke(messages: BaseMessage[]): Promise<AIMessageChunk>;
+    stream(messages: BaseMessage[]): Promise<AsyncIterable<AIMessageChunk>>;
+  },
+  stream: boolean,
+  result: (args: Record<string, unknown>) => string = () => "sunny",
+): Promise<string> {
+  const messages: BaseMessage[] = [new HumanMessage("Weather in Paris, Rome and Oslo?")];
+  for (let step = 0; step < 3; step++) {
+    let answer: AIMessageChunk | undefined;
+    if (stream) {
+      for await (const chunk of await llm.stream(messages)) {
+        answer = answer ? answer.concat(chunk) : chunk;
+      }
+    } else answer = await llm.invoke(messages);
+    messages.push(answer!);
+    for (const call of answer!.tool_calls ?? []) {
+      messages.push(new ToolMessage({ tool_call_id: call.id!, content: result(call.args) }));
+    }
+  }
+  return messages.at(-1)!.text;
 }

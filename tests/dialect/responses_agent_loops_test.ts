@@ -9,19 +9,13 @@ import { generateText, stepCountIs, streamText, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { z } from "zod";
 import {
-  type AIMessageChunk,
-  type BaseMessage,
-  HumanMessage,
-  ToolMessage,
-} from "@langchain/core/messages";
-import type { ChatOpenAI } from "@langchain/openai";
-import {
   ADAPTIVE_CLAUDE,
   assertCharged,
   CACHE_WRITING_GPT,
   CLAUDE_MODEL,
   type Dialect,
   type DialectModel,
+  langChainLoop,
   langChainModel,
   OPENAI_MODEL,
   REASONING_MODEL,
@@ -269,26 +263,6 @@ const WEATHER = {
   },
 };
 
-/** LangChain's agent loop written out: three steps, each answer's calls answered "sunny". */
-async function langChainLoop(llm: ReturnType<ChatOpenAI["bindTools"]>, stream: boolean) {
-  const messages: BaseMessage[] = [new HumanMessage("Weather in Paris, Rome and Oslo?")];
-  for (let step = 0; step < 3; step++) {
-    let answer: AIMessageChunk | undefined;
-    if (stream) {
-      for await (const chunk of await llm.stream(messages)) {
-        answer = answer ? answer.concat(chunk) : chunk;
-      }
-    } else answer = await llm.invoke(messages);
-    messages.push(answer!);
-    for (const call of answer!.tool_calls ?? []) {
-      messages.push(
-        new ToolMessage({ tool_call_id: call.id!, content: `${call.args.city}: sunny` }),
-      );
-    }
-  }
-  return messages.at(-1)!.text;
-}
-
 for (const { model, kind, thinks, reasons } of MODELS.filter((m) => m.thinks || m.reasons)) {
   for (const stream of [false, true]) {
     Deno.test(`LangChain with useResponsesApi and zdrEnabled, ${model}${stream ? ", streamed" : ""}: a three-step loop carries the reasoning sent back, each step charged its usage`, () =>
@@ -299,7 +273,10 @@ for (const { model, kind, thinks, reasons } of MODELS.filter((m) => m.thinks || 
           zdrEnabled: true,
           ...(reasons ? { reasoning: { effort: "low" as const } } : {}),
         }).bindTools([WEATHER]);
-        assert.equal(await langChainLoop(llm, stream), "Sunny everywhere.");
+        assert.equal(
+          await langChainLoop(llm, stream, (args) => `${args.city}: sunny`),
+          "Sunny everywhere.",
+        );
         assert.deepEqual(lastStepSent(d, model), LAST_STEP[model]);
         await assertCharged(d, model, ...USAGE);
       }));
